@@ -1,0 +1,51 @@
+#pragma once
+/// \file Seeded, counter-based random numbers. Element i of a draw depends only on
+/// (seed, offset + i), so results are the same for any thread count and on any backend.
+
+#include <cstdint>
+
+namespace tessera {
+
+/// A seed and a running offset. Each draw of n values consumes n counters.
+class Generator {
+public:
+    explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+
+    /// Restart the stream at `seed`.
+    void manualSeed(uint64_t seed) {
+        seed_ = seed;
+        offset_ = 0;
+    }
+    uint64_t seed() const { return seed_; }
+    uint64_t offset() const { return offset_; }
+    /// Reserve `n` counters; returns the first.
+    uint64_t advance(uint64_t n) {
+        uint64_t first = offset_;
+        offset_ += n;
+        return first;
+    }
+
+private:
+    uint64_t seed_;
+    uint64_t offset_ = 0;
+};
+
+/// A 64-bit hash of (seed, counter) with good avalanche (splitmix64 finaliser).
+inline uint64_t randomBits(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/// Uniform float in [0, 1) from (seed, counter), 24 bits of mantissa.
+inline float randomUniform(uint64_t seed, uint64_t counter) {
+    return static_cast<float>(randomBits(seed, counter) >> 40) * (1.0f / 16777216.0f);
+}
+
+/// The generator used by parameter initialisation and by modules that own no generator.
+Generator& globalGenerator();
+/// Seed the global generator (model construction after this call is reproducible).
+void manualSeed(uint64_t seed);
+
+} // namespace tessera

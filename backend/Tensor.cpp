@@ -1,0 +1,157 @@
+#include "backend/Tensor.h"
+
+#include <cstring>
+
+#include "backend/Backend.h"
+#include "backend/Errors.h"
+
+namespace tessera {
+
+size_t sizeOf(DType dtype) {
+    switch (dtype) {
+    case DType::float32:
+    case DType::int32: return 4;
+    }
+    return 0;
+}
+
+std::string str(DType dtype) {
+    switch (dtype) {
+    case DType::float32: return "float32";
+    case DType::int32: return "int32";
+    }
+    return "?";
+}
+
+std::string Device::str() const {
+    return kind == Kind::CPU ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+    for (int64_t d : shape.dims()) {
+        if (d < 0) throw ShapeError("Tensor::empty: negative dim in " + shape.str());
+    }
+    Tensor t;
+    t.shape_ = shape;
+    t.dtype_ = dtype;
+    t.storage_ = backendFor(device).allocate(t.nbytes());
+    return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+    Tensor t = empty(shape, dtype, device);
+    backendFor(device).fill(t, 0.0f);
+    return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, Device device) {
+    Tensor t = empty(shape, DType::float32, device);
+    backendFor(device).fill(t, value);
+    return t;
+}
+
+namespace {
+template <class T> Tensor fromHostValues(const Shape& shape, const std::vector<T>& values, Device device) {
+    if (static_cast<int64_t>(values.size()) != shape.numel()) {
+        throw ShapeError("Tensor::fromVector: shape " + shape.str() + " needs " +
+                         std::to_string(shape.numel()) + " values, got " + std::to_string(values.size()));
+    }
+    Tensor host = Tensor::empty(shape, dtypeOf<T>());
+    if (!values.empty()) std::memcpy(host.raw(), values.data(), host.nbytes());
+    return device.isCpu() ? host : host.to(device);
+}
+} // namespace
+
+Tensor Tensor::fromVector(const Shape& shape, const std::vector<float>& values, Device device) {
+    return fromHostValues(shape, values, device);
+}
+
+Tensor Tensor::fromVector(const Shape& shape, const std::vector<int32_t>& values, Device device) {
+    return fromHostValues(shape, values, device);
+}
+
+Device Tensor::device() const { return storage_ ? storage_->device() : Device{}; }
+
+void* Tensor::raw() const {
+    if (!storage_) return nullptr;
+    return static_cast<char*>(storage_->ptr()) + offset_;
+}
+
+void Tensor::checkAccess(DType dtype) const {
+    if (!storage_) throw ShapeError("Tensor: access to an undefined tensor");
+    if (dtype != dtype_) {
+        throw ShapeError("Tensor: element access as " + tessera::str(dtype) + " to a tensor of " +
+                         tessera::str(dtype_) + " " + shape_.str());
+    }
+    if (!device().isCpu()) {
+        throw BackendError("Tensor: host access to a tensor on " + device().str() + "; call toHost() first");
+    }
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+    std::vector<int64_t> dims = shape.dims();
+    int64_t known = 1;
+    int inferred = -1;
+    for (size_t i = 0; i < dims.size(); ++i) {
+        if (dims[i] == -1) {
+            if (inferred >= 0) throw ShapeError("Tensor::reshape: more than one -1 in " + shape.str());
+            inferred = static_cast<int>(i);
+        } else if (dims[i] < 0) {
+            throw ShapeError("Tensor::reshape: negative dim in " + shape.str());
+        } else {
+            known *= dims[i];
+        }
+    }
+    if (inferred >= 0) {
+        if (known == 0 || numel() % known != 0) {
+            throw ShapeError("Tensor::reshape: cannot infer -1 in " + shape.str() + " from " + shape_.str());
+        }
+        dims[inferred] = numel() / known;
+    }
+    Shape target(std::move(dims));
+    if (target.numel() != numel()) {
+        throw ShapeError("Tensor::reshape: " + shape_.str() + " (" + std::to_string(numel()) +
+                         " elements) cannot be viewed as " + target.str());
+    }
+    Tensor view = *this;
+    view.shape_ = std::move(target);
+    return view;
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+    if (shape_.rank() == 0) throw ShapeError("Tensor::slice: a rank-0 tensor has no rows");
+    if (begin < 0 || end < begin || end > shape_[0]) {
+        throw ShapeError("Tensor::slice: rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                         ") out of range for " + shape_.str());
+    }
+    Tensor view = *this;
+    size_t rowBytes = shape_[0] ? nbytes() / static_cast<size_t>(shape_[0]) : 0;
+    view.offset_ += static_cast<size_t>(begin) * rowBytes;
+    view.shape_[0] = end - begin;
+    return view;
+}
+
+Tensor Tensor::to(Device device) const {
+    Tensor out = empty(shape_, dtype_, device);
+    out.copyFrom(*this);
+    return out;
+}
+
+void Tensor::copyFrom(const Tensor& src) {
+    if (src.numel() != numel() || src.dtype_ != dtype_) {
+        throw ShapeError("Tensor::copyFrom: source " + src.shape_.str() + " " + tessera::str(src.dtype_) +
+                         " does not fit destination " + shape_.str() + " " + tessera::str(dtype_));
+    }
+    // A transfer involving a device runs on that device's backend.
+    Backend& be = device().isCpu() ? backendFor(src.device()) : backendFor(device());
+    be.copy(src, *this);
+}
+
+Shapes shapesOf(const Tensors& tensors) {
+    Shapes shapes;
+    shapes.reserve(tensors.size());
+    for (const Tensor& t : tensors) shapes.push_back(t.shape());
+    return shapes;
+}
+
+} // namespace tessera

@@ -1,0 +1,101 @@
+#pragma once
+/// \file Tensor: reference-counted storage with an offset, a shape, a dtype and a device.
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "backend/DType.h"
+#include "backend/Shape.h"
+
+namespace tessera {
+
+/// A block of memory on one device, freed by the backend that made it.
+class Storage {
+public:
+    using Deleter = void (*)(void* ptr, Device device);
+    Storage(void* ptr, size_t bytes, Device device, Deleter deleter)
+        : ptr_(ptr), bytes_(bytes), device_(device), deleter_(deleter) {}
+    ~Storage() {
+        if (deleter_) deleter_(ptr_, device_);
+    }
+    Storage(const Storage&) = delete;
+    Storage& operator=(const Storage&) = delete;
+
+    void* ptr() const { return ptr_; }
+    size_t bytes() const { return bytes_; }
+    Device device() const { return device_; }
+
+private:
+    void* ptr_;
+    size_t bytes_;
+    Device device_;
+    Deleter deleter_;
+};
+
+/// A contiguous row-major tensor. Copying a Tensor copies the handle, not the data: views
+/// (reshape, slice) share storage. Host/device transfers are explicit (`to`, `toHost`).
+class Tensor {
+public:
+    /// An undefined tensor (no storage).
+    Tensor() = default;
+
+    /// Uninitialised memory. CPU storage is 64-byte aligned.
+    static Tensor empty(const Shape& shape, DType dtype = DType::float32, Device device = {});
+    static Tensor zeros(const Shape& shape, DType dtype = DType::float32, Device device = {});
+    static Tensor full(const Shape& shape, float value, Device device = {});
+    /// Copies `values` (numel must equal `shape.numel()`, else ShapeError).
+    static Tensor fromVector(const Shape& shape, const std::vector<float>& values, Device device = {});
+    static Tensor fromVector(const Shape& shape, const std::vector<int32_t>& values, Device device = {});
+
+    bool defined() const { return storage_ != nullptr; }
+    const Shape& shape() const { return shape_; }
+    DType dtype() const { return dtype_; }
+    Device device() const;
+    int64_t numel() const { return shape_.numel(); }
+    size_t nbytes() const { return static_cast<size_t>(numel()) * sizeOf(dtype_); }
+
+    /// Typed pointer to host data. Throws ShapeError on a dtype mismatch and BackendError
+    /// when the tensor is not on the CPU. The handle is const; the data is not.
+    template <class T> T* data() const {
+        checkAccess(dtypeOf<T>());
+        return static_cast<T*>(raw());
+    }
+    /// Untyped pointer on the tensor's device.
+    void* raw() const;
+
+    /// A view with another shape of the same numel; one dim may be -1 (inferred).
+    Tensor reshape(const Shape& shape) const;
+    /// A view of rows [begin, end) along dim 0.
+    Tensor slice(int64_t begin, int64_t end) const;
+    /// A copy on `device` (a plain copy when already there: `to` never aliases).
+    Tensor to(Device device) const;
+    Tensor toHost() const { return to(Device::cpu()); }
+    Tensor clone() const { return to(device()); }
+    /// Copy `src` into this tensor (same numel and dtype; devices may differ).
+    void copyFrom(const Tensor& src);
+    /// The elements as a host vector.
+    template <class T> std::vector<T> toVector() const {
+        Tensor h = toHost();
+        const T* p = h.data<T>();
+        return std::vector<T>(p, p + numel());
+    }
+    /// True when both handles view the same storage block.
+    bool sharesStorage(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
+
+private:
+    void checkAccess(DType dtype) const;
+
+    std::shared_ptr<Storage> storage_;
+    size_t offset_ = 0; // bytes
+    Shape shape_;
+    DType dtype_ = DType::float32;
+};
+
+/// A module's input or output list.
+using Tensors = std::vector<Tensor>;
+
+/// The shapes of a list of tensors.
+Shapes shapesOf(const Tensors& tensors);
+
+} // namespace tessera

@@ -1,0 +1,120 @@
+// Allocation, copies, fills, random draws and the simple element-wise ops of the CPU
+// backend. The loops are plain and vectorisable; OpenMP splits them only when they are
+// large enough to pay for waking the thread pool.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/Random.h"
+#include "backend/cpu/CpuBackend.h"
+
+namespace tessera {
+
+namespace {
+constexpr int64_t kParallelMin = 1 << 15;
+
+void freeHost(void* ptr, Device) { std::free(ptr); }
+
+void requireSameNumel(const char* op, const Tensor& a, const Tensor& b) {
+    if (a.numel() != b.numel()) {
+        throw ShapeError(std::string("CpuBackend::") + op + ": " + a.shape().str() + " and " +
+                         b.shape().str() + " differ in size");
+    }
+}
+} // namespace
+
+std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    void* ptr = std::aligned_alloc(64, rounded);
+    if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+    return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
+}
+
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+    if (!src.device().isCpu() || !dst.device().isCpu()) {
+        throw BackendError("CpuBackend::copy: cannot copy between " + src.device().str() + " and " +
+                           dst.device().str() + " without that device's backend");
+    }
+    if (src.raw() != dst.raw()) std::memmove(dst.raw(), src.raw(), dst.nbytes());
+}
+
+void CpuBackend::fill(const Tensor& t, float value) {
+    const int64_t n = t.numel();
+    if (t.dtype() == DType::int32) {
+        int32_t* p = t.data<int32_t>();
+        const auto v = static_cast<int32_t>(value);
+#pragma omp parallel for simd if (n > kParallelMin)
+        for (int64_t i = 0; i < n; ++i) p[i] = v;
+        return;
+    }
+    float* p = t.data<float>();
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+void CpuBackend::fillUniform(const Tensor& t, float lo, float hi, Generator& gen) {
+    float* p = t.data<float>();
+    const int64_t n = t.numel();
+    const uint64_t seed = gen.seed(), first = gen.advance(static_cast<uint64_t>(n));
+    const float range = hi - lo;
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) p[i] = lo + range * randomUniform(seed, first + static_cast<uint64_t>(i));
+}
+
+void CpuBackend::fillNormal(const Tensor& t, float mean, float stddev, Generator& gen) {
+    float* p = t.data<float>();
+    const int64_t n = t.numel();
+    // Box-Muller: element i uses counters 2i and 2i+1.
+    const uint64_t seed = gen.seed(), first = gen.advance(2 * static_cast<uint64_t>(n));
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const uint64_t c = first + 2 * static_cast<uint64_t>(i);
+        const float u1 = 1.0f - randomUniform(seed, c); // (0, 1]: log is finite
+        const float u2 = randomUniform(seed, c + 1);
+        p[i] = mean + stddev * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
+    }
+}
+
+void CpuBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
+    requireSameNumel("axpby", x, y);
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+    if (beta == 0.0f) { // never read y: it may hold NaN from uninitialised memory
+#pragma omp parallel for simd if (n > kParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i];
+        return;
+    }
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i] + beta * py[i];
+}
+
+void CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
+    requireSameNumel("mul", a, y);
+    requireSameNumel("mul", b, y);
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = pa[i] * pb[i];
+}
+
+void CpuBackend::dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) {
+    requireSameNumel("dropoutForward", x, mask);
+    requireSameNumel("dropoutForward", x, y);
+    const float* px = x.data<float>();
+    float* pm = mask.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = x.numel();
+    const uint64_t seed = gen.seed(), first = gen.advance(static_cast<uint64_t>(n));
+    const float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        pm[i] = randomUniform(seed, first + static_cast<uint64_t>(i)) < p ? 0.0f : keep;
+        py[i] = px[i] * pm[i];
+    }
+}
+
+} // namespace tessera

@@ -1,0 +1,87 @@
+#include "containers/Container.h"
+
+namespace tessera {
+
+Module& Container::operator[](size_t index) const {
+    if (index >= children_.size()) {
+        throw ContainerError(str() + ": no child at index " + std::to_string(index) + " (it holds " +
+                             std::to_string(children_.size()) + ")");
+    }
+    return *children_[index].second;
+}
+
+const std::string& Container::childName(size_t index) const {
+    (void)(*this)[index];
+    return children_[index].first;
+}
+
+Module& Container::getByName(const std::string& dottedName) const {
+    const size_t dot = dottedName.find('.');
+    const std::string head = dottedName.substr(0, dot);
+    for (const auto& [n, child] : children_) {
+        if (n != head) continue;
+        if (dot == std::string::npos) return *child;
+        auto* sub = dynamic_cast<Container*>(child.get());
+        if (!sub) throw ContainerError(str() + ": child '" + head + "' is a " + child->classname() + ", not a container");
+        return sub->getByName(dottedName.substr(dot + 1));
+    }
+    std::string names;
+    for (const auto& [n, child] : children_) names += (names.empty() ? "" : ", ") + n;
+    throw ContainerError(str() + ": no child named '" + head + "' (children: " + (names.empty() ? "none" : names) + ")");
+}
+
+std::vector<std::pair<std::string, Module*>> Container::namedChildren() const {
+    std::vector<std::pair<std::string, Module*>> out;
+    out.reserve(children_.size());
+    for (const auto& [n, child] : children_) out.emplace_back(n, child.get());
+    return out;
+}
+
+void Container::insertChild(size_t pos, ModulePtr mod, const char* op) {
+    const std::string where = str() + "." + op + " at position " + std::to_string(pos);
+    if (!mod) throw ContainerError(where + ": the module is null");
+    if (pos > children_.size()) {
+        throw ContainerError(where + ": position out of range (valid: 0.." + std::to_string(children_.size()) + ")");
+    }
+    auto taken = [&](const std::string& n) {
+        for (const auto& [cn, c] : children_) {
+            if (cn == n) return true;
+        }
+        return false;
+    };
+    for (const auto& [cn, c] : children_) {
+        if (c == mod) throw ContainerError(where + ": " + mod->str() + " is already a child (as '" + cn + "')");
+    }
+    std::string name = mod->name();
+    if (name.empty()) {
+        for (size_t i = pos;; ++i) {
+            if (!taken(std::to_string(i))) {
+                name = std::to_string(i);
+                break;
+            }
+        }
+    } else if (name.find('.') != std::string::npos) {
+        throw ContainerError(where + ": module name '" + name + "' contains '.', which separates dotted names");
+    } else if (taken(name)) {
+        throw ContainerError(where + ": a child named '" + name + "' already exists; names must be unique");
+    }
+    children_.insert(children_.begin() + static_cast<std::ptrdiff_t>(pos), {name, std::move(mod)});
+}
+
+ModulePtr Container::removeChild(size_t pos, const char* op) {
+    if (pos >= children_.size()) {
+        throw ContainerError(str() + "." + op + " at position " + std::to_string(pos) + ": out of range (it holds " +
+                             std::to_string(children_.size()) + " modules)");
+    }
+    ModulePtr mod = std::move(children_[pos].second);
+    children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(pos));
+    return mod;
+}
+
+Blueprint Container::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    for (const auto& [n, child] : children_) bp.modules.push_back(child->blueprint());
+    return bp;
+}
+
+} // namespace tessera

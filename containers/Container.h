@@ -1,0 +1,37 @@
+#pragma once
+/// \file Container: a module made of named child modules.
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+/// Holds child modules by name. Parameters are reported with dotted names
+/// (`block1.fc1.W`); train/eval mode and reset reach every descendant.
+class Container : public Module {
+public:
+    using Module::Module;
+
+    /// Number of direct children.
+    size_t size() const { return children_.size(); }
+    /// The child at `index`; throws ContainerError when out of range.
+    Module& operator[](size_t index) const;
+    /// A descendant by dotted name (`block1.fc1`); throws ContainerError naming the missing part.
+    Module& getByName(const std::string& dottedName) const;
+    /// The name the child at `index` is known by.
+    const std::string& childName(size_t index) const;
+
+    std::vector<std::pair<std::string, Module*>> namedChildren() const override;
+    /// Adds the children's blueprints in order.
+    Blueprint blueprint() const override;
+
+protected:
+    /// Insert `mod` at `pos` (0..size()). Named modules keep their name; unnamed ones get
+    /// the smallest free number at or after `pos`. Throws ContainerError on a null module,
+    /// a duplicate name or a bad position.
+    void insertChild(size_t pos, ModulePtr mod, const char* op);
+    ModulePtr removeChild(size_t pos, const char* op);
+
+    std::vector<std::pair<std::string, ModulePtr>> children_;
+};
+
+} // namespace tessera

@@ -1,0 +1,79 @@
+#include "modules/Activation.h"
+
+#include <stdexcept>
+
+namespace tessera {
+
+namespace {
+constexpr std::pair<ActivationKind, const char*> kNames[] = {
+    {ActivationKind::sigmoid, "sigmoid"}, {ActivationKind::tanh, "tanh"}, {ActivationKind::relu, "relu"},
+    {ActivationKind::leakyRelu, "leakyRelu"}, {ActivationKind::elu, "elu"}, {ActivationKind::softPlus, "softPlus"},
+    {ActivationKind::clip, "clip"}};
+} // namespace
+
+std::string str(ActivationKind kind) {
+    for (auto [k, n] : kNames) {
+        if (k == kind) return n;
+    }
+    return "?";
+}
+
+ActivationKind activationFromString(const std::string& name) {
+    std::string known;
+    for (auto [k, n] : kNames) {
+        if (name == n) return k;
+        known += (known.empty() ? "" : ", ") + std::string(n);
+    }
+    throw std::invalid_argument("unknown activation '" + name + "'; expected one of: " + known);
+}
+
+Activation::Activation(ActivationKind kind, const ActivationOptions& options)
+    : Module(options.name), options_(options) {
+    params_.kind = kind;
+    switch (kind) {
+    case ActivationKind::leakyRelu: params_.alpha = options.slope; break;
+    case ActivationKind::elu: params_.alpha = options.alpha; break;
+    case ActivationKind::clip:
+        if (!(options.min < options.max)) {
+            throw std::invalid_argument("Activation clip: min (" + std::to_string(options.min) +
+                                        ") must be below max (" + std::to_string(options.max) + ")");
+        }
+        params_.alpha = options.min;
+        params_.beta = options.max;
+        break;
+    default: break;
+    }
+}
+
+void Activation::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, 1, "input"); }
+
+Tensors Activation::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+    backendOf(x).activationForward(params_, x, y);
+    return {y};
+}
+
+Tensors Activation::updateGrad(const Tensors& grad) {
+    const Tensor& dy = grad[0];
+    Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());
+    backendOf(dy).activationBackward(params_, inData(), data(), dy, dx);
+    return {dx};
+}
+
+Blueprint Activation::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("activation", tessera::str(params_.kind));
+    switch (params_.kind) {
+    case ActivationKind::leakyRelu: bp.scheme.emplace_back("slope", static_cast<double>(options_.slope)); break;
+    case ActivationKind::elu: bp.scheme.emplace_back("alpha", static_cast<double>(options_.alpha)); break;
+    case ActivationKind::clip:
+        bp.scheme.emplace_back("min", static_cast<double>(options_.min));
+        bp.scheme.emplace_back("max", static_cast<double>(options_.max));
+        break;
+    default: break;
+    }
+    return bp;
+}
+
+} // namespace tessera

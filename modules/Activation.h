@@ -1,0 +1,46 @@
+#pragma once
+/// \file Activation: element-wise nonlinearities.
+
+#include "backend/Backend.h"
+#include "modules/Module.h"
+
+namespace tessera {
+
+struct ActivationOptions {
+    float slope = 0.01f; ///< leakyRelu: y = slope * x for x < 0
+    float alpha = 1.0f;  ///< elu: y = alpha * (exp(x) - 1) for x < 0
+    float min = 0.0f;    ///< clip: lower bound
+    float max = 6.0f;    ///< clip: upper bound
+    std::string name = {};
+};
+
+/// x: any shape -> y: same shape, y = f(x) for f in sigmoid, tanh, relu, leakyRelu, elu,
+/// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)).
+class Activation : public Module {
+public:
+    explicit Activation(ActivationKind kind, const ActivationOptions& options = {});
+
+    std::string classname() const override { return "Activation"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    ActivationKind kind() const { return params_.kind; }
+
+    Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
+    /// One input tensor of any shape.
+    void checkDataShape(const Shapes& inShapes) const override;
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    ActivationParams params_;
+    ActivationOptions options_;
+};
+
+/// "relu" <-> ActivationKind::relu. fromString throws std::invalid_argument listing names.
+std::string str(ActivationKind kind);
+ActivationKind activationFromString(const std::string& name);
+
+} // namespace tessera

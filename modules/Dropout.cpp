@@ -1,0 +1,56 @@
+#include "modules/Dropout.h"
+
+#include <stdexcept>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+namespace {
+uint64_t seedFrom(int64_t seed) {
+    if (seed >= 0) return static_cast<uint64_t>(seed);
+    Generator& g = globalGenerator();
+    return randomBits(g.seed(), g.advance(1));
+}
+} // namespace
+
+Dropout::Dropout(const DropoutOptions& options) : Module(options.name), p_(options.p), gen_(seedFrom(options.seed)) {
+    if (!(p_ >= 0.0f && p_ < 1.0f)) {
+        throw std::invalid_argument("Dropout: p must be in [0, 1), got " + std::to_string(p_));
+    }
+}
+
+Tensors Dropout::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    if (!isTrain()) {
+        mask_ = Tensor();
+        return {x};
+    }
+    if (!mask_.defined() || mask_.shape() != x.shape() || mask_.device() != x.device()) {
+        mask_ = Tensor::empty(x.shape(), DType::float32, x.device());
+    }
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+    backendOf(x).dropoutForward(x, p_, gen_, mask_, y);
+    return {y};
+}
+
+Tensors Dropout::updateGrad(const Tensors& grad) {
+    const Tensor& dy = grad[0];
+    if (!mask_.defined()) return {dy}; // the forward ran in eval mode
+    Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());
+    backendOf(dy).mul(dy, mask_, dx);
+    return {dx};
+}
+
+void Dropout::reset() {
+    Module::reset();
+    mask_ = Tensor();
+}
+
+Blueprint Dropout::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("p", static_cast<double>(p_));
+    return bp;
+}
+
+} // namespace tessera

@@ -1,0 +1,46 @@
+#pragma once
+/// \file Dropout: random zeroing in train mode, identity in eval mode.
+
+#include "backend/Random.h"
+#include "modules/Module.h"
+
+namespace tessera {
+
+struct DropoutOptions {
+    float p = 0.5f;     ///< probability of zeroing an element, in [0, 1)
+    int64_t seed = -1;  ///< -1: drawn from the global generator when built
+    std::string name = {};
+};
+
+/// x: any shape -> y: same shape. Train mode: y = x * mask with mask = 0 (probability p)
+/// or 1 / (1 - p), a fresh mask per forward; dx = dy * mask. Eval mode: y = x, dx = dy.
+class Dropout : public Module {
+public:
+    explicit Dropout(const DropoutOptions& options = {});
+
+    std::string classname() const override { return "Dropout"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    float p() const { return p_; }
+    /// The generator masks are drawn from (reseed it to replay masks).
+    Generator& generator() { return gen_; }
+    /// The mask of the last train-mode forward (undefined before one).
+    const Tensor& mask() const { return mask_; }
+
+    Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
+    /// One input of any shape.
+    void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
+    void reset() override;
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    float p_;
+    Generator gen_;
+    Tensor mask_;
+};
+
+} // namespace tessera

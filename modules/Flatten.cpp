@@ -1,0 +1,29 @@
+#include "modules/Flatten.h"
+
+namespace tessera {
+
+void Flatten::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    if (inShapes[0].rank() < 2) throw shapeError("expects input [N, d1, ...] of rank >= 2, got " + inShapes[0].str());
+}
+
+Shapes Flatten::dataShapeFrom(const Shapes& inShapes) const {
+    const Shape& s = inShapes[0];
+    inShape_ = s;
+    return {Shape{s[0], s.numel() / s[0]}};
+}
+
+Shapes Flatten::gradShapeFrom(const Shapes& outGradShapes) const {
+    if (inShape_.rank() == 0) {
+        throw shapeError("gradShapeFrom needs the input shape; run dataShapeFrom or forward first");
+    }
+    Shape in = inShape_;
+    in[0] = outGradShapes[0][0];
+    return {in};
+}
+
+Tensors Flatten::updateData(const Tensors& data) { return {data[0].reshape(dataShapeFrom(data[0].shape()))}; }
+
+Tensors Flatten::updateGrad(const Tensors& grad) { return {grad[0].reshape(inData().shape())}; }
+
+} // namespace tessera

@@ -1,0 +1,30 @@
+#pragma once
+/// \file Flatten: [N, d1, d2, ...] -> [N, d1 * d2 * ...].
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+/// x: [N, d1, ..., dk] (k >= 1) -> y: [N, d1 * ... * dk], a view of x; dx is a view of dy.
+/// gradShapeFrom answers for the input shape last seen by dataShapeFrom or forward (the
+/// output alone does not say how to unflatten); before either it throws ShapeError.
+class Flatten : public Module {
+public:
+    explicit Flatten(std::string name = {}) : Module(std::move(name)) {}
+
+    std::string classname() const override { return "Flatten"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// One input of rank >= 2.
+    void checkDataShape(const Shapes& inShapes) const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    mutable Shape inShape_; // input shape of the last dataShapeFrom / forward
+};
+
+} // namespace tessera

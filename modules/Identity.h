@@ -1,0 +1,25 @@
+#pragma once
+/// \file Identity: passes its input through.
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+/// x: any shape -> y = x (the same tensor, no copy); dx = dy.
+class Identity : public Module {
+public:
+    explicit Identity(std::string name = {}) : Module(std::move(name)) {}
+
+    std::string classname() const override { return "Identity"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
+    /// One input of any shape.
+    void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
+
+protected:
+    Tensors updateData(const Tensors& data) override { return data; }
+    Tensors updateGrad(const Tensors& grad) override { return grad; }
+};
+
+} // namespace tessera

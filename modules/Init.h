@@ -1,0 +1,30 @@
+#pragma once
+/// \file Parameter initialisation schemes.
+
+#include <cstdint>
+#include <string>
+
+#include "backend/Tensor.h"
+
+namespace tessera {
+
+/// How a weight tensor is filled when a module is built. All draw from the global
+/// generator (`manualSeed` makes construction reproducible).
+enum class InitScheme {
+    none,          ///< zeros
+    xavier,        ///< = xavierUniform
+    xavierUniform, ///< U(-a, a), a = wscale * sqrt(6 / (fanIn + fanOut))
+    xavierNormal,  ///< N(0, s^2), s = wscale * sqrt(2 / (fanIn + fanOut))
+    he,            ///< N(0, s^2), s = wscale * sqrt(2 / fanIn)
+    gaussian,      ///< N(0, wscale^2)
+    uniform,       ///< U(-wscale, wscale)
+};
+
+std::string str(InitScheme scheme);
+/// Inverse of str(); throws std::invalid_argument naming the accepted names.
+InitScheme initSchemeFromString(const std::string& name);
+
+/// Fill `w` (float32) by `scheme` with the given fans.
+void initTensor(const Tensor& w, InitScheme scheme, int64_t fanIn, int64_t fanOut, float wscale = 1.0f);
+
+} // namespace tessera

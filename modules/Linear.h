@@ -1,0 +1,45 @@
+#pragma once
+/// \file Linear: a fully connected layer, y = x W + b.
+
+#include "modules/Init.h"
+#include "modules/Module.h"
+
+namespace tessera {
+
+struct LinearOptions {
+    float wscale = 1.0f;
+    bool useBias = true;
+    InitScheme initscheme = InitScheme::xavier;
+    std::string name = {};
+};
+
+/// x: [N, insize] -> y: [N, outsize]. Parameters `W`: [insize, outsize] and, with
+/// useBias, `b`: [outsize] (initialised to zero).
+class Linear : public Module {
+public:
+    Linear(int64_t insize, int64_t outsize, const LinearOptions& options = {});
+
+    std::string classname() const override { return "Linear"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    int64_t insize() const { return insize_; }
+    int64_t outsize() const { return outsize_; }
+
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// Throws ShapeError unless the input is one [N, insize] tensor.
+    void checkDataShape(const Shapes& inShapes) const override;
+    /// Throws ShapeError unless the gradient is one [N, outsize] tensor.
+    void checkGradShape(const Shapes& outGradShapes) const override;
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+    void accGradParams(const Tensors& grad, float scale, float momentum) override;
+
+private:
+    int64_t insize_, outsize_;
+    LinearOptions options_;
+};
+
+} // namespace tessera

@@ -1,0 +1,264 @@
+#include "modules/Module.h"
+
+#include <unordered_set>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+std::shared_ptr<Variable> Variable::of(Tensor data) {
+    auto var = std::make_shared<Variable>();
+    var->grad = Tensor::zeros(data.shape(), data.dtype(), data.device());
+    var->data = std::move(data);
+    return var;
+}
+
+Module::Module(std::string name) : name_(std::move(name)) {}
+Module::~Module() = default;
+
+std::string Module::str() const { return name_.empty() ? classname() : classname() + " '" + name_ + "'"; }
+
+ShapeError Module::shapeError(const std::string& what) const { return ShapeError(str() + ": " + what); }
+
+void Module::requireCount(const Shapes& shapes, size_t count, const char* what) const {
+    if (shapes.size() != count) {
+        throw shapeError("expects " + std::to_string(count) + " " + what + " tensor" + (count == 1 ? "" : "s") +
+                         ", got " + std::to_string(shapes.size()));
+    }
+}
+
+// ---- forward ------------------------------------------------------------------------
+
+Shapes Module::inferDataShape(const Shapes& inShapes) const {
+    for (size_t i = 0; i < inShapes.size(); ++i) {
+        if (inShapes[i].rank() == 0 || inShapes[i].numel() == 0) {
+            throw shapeError("input " + std::to_string(i) + " is empty (" + inShapes[i].str() +
+                             "); a batch needs at least one element in every dim");
+        }
+    }
+    checkDataShape(inShapes);
+    return dataShapeFrom(inShapes);
+}
+
+const Tensors& Module::operator()(const Tensors& data) {
+    for (size_t i = 0; i < data.size(); ++i) {
+        if (!data[i].defined()) throw shapeError("input " + std::to_string(i) + " is an undefined tensor");
+    }
+    inferDataShape(shapesOf(data));
+    std::vector<DType> dtypes;
+    for (const Tensor& t : data) dtypes.push_back(t.dtype());
+    checkDataType(dtypes);
+    data_ = updateData(data);
+    inData_ = data;
+    return data_;
+}
+
+Tensor Module::operator()(const Tensor& data) {
+    const Tensors& out = (*this)(Tensors{data});
+    if (out.size() != 1) {
+        throw shapeError("has " + std::to_string(out.size()) + " outputs; call it with a list to get them all");
+    }
+    return out[0];
+}
+
+// ---- backward -----------------------------------------------------------------------
+
+const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    if (data_.empty()) throw shapeError("backward called before forward (no output to differentiate)");
+    if (grad.size() != data_.size()) {
+        throw shapeError("backward expects " + std::to_string(data_.size()) + " gradient tensor(s), got " +
+                         std::to_string(grad.size()));
+    }
+    for (size_t i = 0; i < grad.size(); ++i) {
+        if (!grad[i].defined()) throw shapeError("gradient " + std::to_string(i) + " is an undefined tensor");
+        if (grad[i].shape() != data_[i].shape()) {
+            throw shapeError("gradient " + std::to_string(i) + " has shape " + grad[i].shape().str() +
+                             ", expected the output shape " + data_[i].shape().str());
+        }
+        if (grad[i].dtype() != DType::float32) {
+            throw shapeError("gradient " + std::to_string(i) + " has dtype " + tessera::str(grad[i].dtype()) +
+                             ", expected float32");
+        }
+    }
+    checkGradShape(shapesOf(grad));
+    grad_ = backwardFrom(grad, updParamGrads, updGrad, scale, momentum);
+    return grad_;
+}
+
+Tensor Module::backward(const Tensor& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    const Tensors& g = backward(Tensors{grad}, updParamGrads, updGrad, scale, momentum);
+    if (g.empty()) return {};
+    if (g.size() != 1) throw shapeError("has " + std::to_string(g.size()) + " inputs; call backward with a list");
+    return g[0];
+}
+
+Tensors Module::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    Tensors inGrad;
+    if (updGrad) inGrad = updateGrad(grad);
+    if (updParamGrads && train_) accGradParams(grad, scale, momentum);
+    return inGrad;
+}
+
+void Module::accGradParams(const Tensors&, float, float) {}
+
+namespace {
+const Tensor& single(const Module& m, const Tensors& list, const char* what) {
+    if (list.size() != 1) {
+        throw ShapeError(m.str() + ": holds " + std::to_string(list.size()) + " " + what +
+                         " tensors; use the list accessor");
+    }
+    return list[0];
+}
+} // namespace
+
+const Tensor& Module::inData() const { return single(*this, inData_, "input"); }
+const Tensor& Module::data() const { return single(*this, data_, "output"); }
+const Tensor& Module::grad() const { return single(*this, grad_, "gradient"); }
+
+// ---- shapes -------------------------------------------------------------------------
+
+Shape Module::dataShapeFrom(const Shape& inShape) const {
+    Shapes out = dataShapeFrom(Shapes{inShape});
+    if (out.size() != 1) throw shapeError("has " + std::to_string(out.size()) + " outputs; pass a list of shapes");
+    return out[0];
+}
+
+Shape Module::gradShapeFrom(const Shape& outGradShape) const {
+    Shapes in = gradShapeFrom(Shapes{outGradShape});
+    if (in.size() != 1) throw shapeError("has " + std::to_string(in.size()) + " inputs; pass a list of shapes");
+    return in[0];
+}
+
+void Module::checkDataShape(const Shapes&) const {}
+void Module::checkGradShape(const Shapes&) const {}
+
+void Module::checkDataType(const std::vector<DType>& dtypes) const {
+    for (size_t i = 0; i < dtypes.size(); ++i) {
+        if (dtypes[i] != DType::float32) {
+            throw shapeError("input " + std::to_string(i) + " has dtype " + tessera::str(dtypes[i]) +
+                             ", expected float32");
+        }
+    }
+}
+
+// ---- parameters ---------------------------------------------------------------------
+
+void Module::setVar(const std::string& name, VariablePtr var) {
+    for (auto& [n, v] : vars_) {
+        if (n == name) {
+            v = std::move(var);
+            return;
+        }
+    }
+    vars_.emplace_back(name, std::move(var));
+}
+
+bool Module::hasVar(const std::string& name) const {
+    for (const auto& [n, v] : vars_) {
+        if (n == name) return true;
+    }
+    return false;
+}
+
+const VariablePtr& Module::getVar(const std::string& name) const {
+    for (const auto& [n, v] : vars_) {
+        if (n == name) return v;
+    }
+    throw ContainerError(str() + ": no parameter named '" + name + "'");
+}
+
+void Module::setAttr(const std::string& name, Tensor value) {
+    for (auto& [n, t] : attrs_) {
+        if (n == name) {
+            t = std::move(value);
+            return;
+        }
+    }
+    attrs_.emplace_back(name, std::move(value));
+}
+
+const Tensor& Module::getAttr(const std::string& name) const {
+    for (const auto& [n, t] : attrs_) {
+        if (n == name) return t;
+    }
+    throw ContainerError(str() + ": no attribute named '" + name + "'");
+}
+
+NamedVariables Module::namedParams() const {
+    NamedVariables out = vars_;
+    for (const auto& [childName, child] : namedChildren()) {
+        for (auto& [n, v] : child->namedParams()) out.emplace_back(childName + "." + n, std::move(v));
+    }
+    return out;
+}
+
+NamedTensors Module::namedAttrs() const {
+    NamedTensors out = attrs_;
+    for (const auto& [childName, child] : namedChildren()) {
+        for (auto& [n, t] : child->namedAttrs()) out.emplace_back(childName + "." + n, std::move(t));
+    }
+    return out;
+}
+
+namespace {
+// Each distinct Variable once, even when several modules share it.
+std::vector<Variable*> uniqueParams(const Module& m) {
+    std::vector<Variable*> out;
+    std::unordered_set<Variable*> seen;
+    for (const auto& [n, v] : m.namedParams()) {
+        if (seen.insert(v.get()).second) out.push_back(v.get());
+    }
+    return out;
+}
+} // namespace
+
+int64_t Module::numOfParams() const {
+    int64_t n = 0;
+    for (Variable* v : uniqueParams(*this)) n += v->data.numel();
+    return n;
+}
+
+size_t Module::paramSize() const {
+    size_t n = 0;
+    for (Variable* v : uniqueParams(*this)) n += v->data.nbytes();
+    return n;
+}
+
+void Module::zeroGradParams() {
+    for (Variable* v : uniqueParams(*this)) backendOf(v->grad).fill(v->grad, 0.0f);
+}
+
+void Module::updateParams(float lr) {
+    for (Variable* v : uniqueParams(*this)) backendOf(v->data).axpby(-lr, v->grad, 1.0f, v->data);
+}
+
+// ---- modes --------------------------------------------------------------------------
+
+void Module::setTrain(bool train) {
+    train_ = train;
+    for (const auto& [n, child] : namedChildren()) child->setTrain(train);
+}
+
+void Module::reset() {
+    inData_.clear();
+    data_.clear();
+    grad_.clear();
+    for (const auto& [n, child] : namedChildren()) child->reset();
+}
+
+void Module::optimizeForShape(const Shapes&, size_t) {}
+
+void Module::calcMode(DType dtype) {
+    if (dtype != DType::float32) {
+        throw shapeError("calcMode(" + tessera::str(dtype) + ") is not supported; modules compute in float32");
+    }
+}
+
+Blueprint Module::blueprint() const {
+    Blueprint bp;
+    bp.classname = classname();
+    if (!name_.empty()) bp.scheme.emplace_back("name", name_);
+    return bp;
+}
+
+} // namespace tessera

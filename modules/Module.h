@@ -1,0 +1,162 @@
+#pragma once
+/// \file Module: the base of every layer and container.
+///
+/// The base owns the workflow; a layer implements the compute:
+///   operator()(data)  = generic checks + checkDataShape + checkDataType, then updateData.
+///   backward(grad, …) = the gradient must match the last output, checkGradShape, then
+///                       updateGrad (input gradient) and, in train mode, accGradParams.
+/// dataShapeFrom / gradShapeFrom are pure shape functions: no allocation, no device.
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/Errors.h"
+#include "backend/Tensor.h"
+#include "modules/Blueprint.h"
+
+namespace tessera {
+
+/// A trained parameter: its value and the gradient accumulated into it.
+struct Variable {
+    Tensor data;
+    Tensor grad;
+
+    /// A parameter of `data`'s shape with a zero gradient.
+    static std::shared_ptr<Variable> of(Tensor data);
+};
+using VariablePtr = std::shared_ptr<Variable>;
+
+/// Named parameters in registration order; containers prefix their children's names
+/// (`fc1.W`).
+using NamedVariables = std::vector<std::pair<std::string, VariablePtr>>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module;
+using ModulePtr = std::shared_ptr<Module>;
+
+class Module {
+public:
+    explicit Module(std::string name = {});
+    virtual ~Module();
+    Module(const Module&) = delete;
+    Module& operator=(const Module&) = delete;
+
+    /// The class name used in blueprints and messages ("Linear").
+    virtual std::string classname() const = 0;
+    const std::string& name() const { return name_; }
+    void setName(std::string name) { name_ = std::move(name); }
+    /// `Linear 'fc1'`, or `Linear` when unnamed.
+    std::string str() const;
+
+    // ---- forward ----------------------------------------------------------------------
+    /// Run the module on one tensor; returns its single output. Throws ShapeError on bad
+    /// input (rank, sizes, dtype, empty batch) before touching any data.
+    Tensor operator()(const Tensor& data);
+    /// Run the module on a list of tensors; returns the output list.
+    const Tensors& operator()(const Tensors& data);
+
+    // ---- backward ---------------------------------------------------------------------
+    /// Back-propagate `grad` (the gradient of the last output). `updGrad` computes the
+    /// input gradient (returned; undefined when false); `updParamGrads` accumulates
+    /// parameter gradients in train mode as `scale * new + momentum * old`.
+    Tensor backward(const Tensor& grad, bool updParamGrads = true, bool updGrad = true, float scale = 1.0f,
+                    float momentum = 0.0f);
+    const Tensors& backward(const Tensors& grad, bool updParamGrads = true, bool updGrad = true,
+                            float scale = 1.0f, float momentum = 0.0f);
+
+    /// The last input, output and input gradient. The single-tensor accessors throw when
+    /// the module has a different number of tensors there.
+    const Tensor& inData() const;
+    const Tensor& data() const;
+    const Tensor& grad() const;
+    const Tensors& inDataList() const { return inData_; }
+    const Tensors& dataList() const { return data_; }
+    const Tensors& gradList() const { return grad_; }
+
+    // ---- shapes -----------------------------------------------------------------------
+    /// Output shapes for input shapes (assumes the shapes passed checkDataShape).
+    virtual Shapes dataShapeFrom(const Shapes& inShapes) const = 0;
+    Shape dataShapeFrom(const Shape& inShape) const;
+    /// Input-gradient shapes for output-gradient shapes.
+    virtual Shapes gradShapeFrom(const Shapes& outGradShapes) const = 0;
+    Shape gradShapeFrom(const Shape& outGradShape) const;
+    /// Throws ShapeError (naming this module, what it expects, what it got) when the
+    /// input shapes do not fit. Default: accepts any shapes.
+    virtual void checkDataShape(const Shapes& inShapes) const;
+    /// Module-specific checks of output-gradient shapes. Default: none (backward already
+    /// requires the gradient to match the last output).
+    virtual void checkGradShape(const Shapes& outGradShapes) const;
+    /// Throws ShapeError when an input dtype does not fit. Default: all float32.
+    virtual void checkDataType(const std::vector<DType>& dtypes) const;
+    /// The whole input check as containers run it: no input empty, then checkDataShape,
+    /// then dataShapeFrom. Allocates nothing.
+    Shapes inferDataShape(const Shapes& inShapes) const;
+
+    // ---- parameters and attributes ----------------------------------------------------
+    /// Register (or replace) parameter `name` of this module.
+    void setVar(const std::string& name, VariablePtr var);
+    /// This module's parameter `name`; throws ContainerError when absent.
+    const VariablePtr& getVar(const std::string& name) const;
+    bool hasVar(const std::string& name) const;
+    /// Register (or replace) a non-trained state tensor (for example running statistics).
+    void setAttr(const std::string& name, Tensor value);
+    const Tensor& getAttr(const std::string& name) const;
+    /// Parameters of this module and of every descendant, with dotted names.
+    NamedVariables namedParams() const;
+    NamedTensors namedAttrs() const;
+    /// Total number of parameter elements (a parameter shared by several modules counts once).
+    int64_t numOfParams() const;
+    /// Total bytes of parameter data.
+    size_t paramSize() const;
+    /// Set every parameter gradient to zero.
+    void zeroGradParams();
+    /// Plain gradient step: param -= lr * grad.
+    void updateParams(float lr);
+
+    // ---- modes ------------------------------------------------------------------------
+    void trainMode() { setTrain(true); }
+    void evalMode() { setTrain(false); }
+    bool isTrain() const { return train_; }
+    /// Drop the kept input, output and gradient (here and in every descendant).
+    virtual void reset();
+    /// Let a module pick algorithms for `inShapes` within `memlimit` bytes of workspace.
+    /// Modules without a choice of algorithms (every CPU module) do nothing.
+    virtual void optimizeForShape(const Shapes& inShapes, size_t memlimit);
+    /// The dtype modules compute in. Only float32 exists so far; any other dtype throws.
+    void calcMode(DType dtype);
+
+    /// Class name and constructor arguments. Subclasses add their own arguments.
+    virtual Blueprint blueprint() const;
+
+    /// Direct children with their names (containers only).
+    virtual std::vector<std::pair<std::string, Module*>> namedChildren() const { return {}; }
+
+protected:
+    /// Compute the outputs for inputs that passed the checks.
+    virtual Tensors updateData(const Tensors& data) = 0;
+    /// Compute the input gradients for output gradients that passed the checks.
+    virtual Tensors updateGrad(const Tensors& grad) = 0;
+    /// Accumulate parameter gradients: param.grad = scale * new + momentum * param.grad.
+    virtual void accGradParams(const Tensors& grad, float scale, float momentum);
+    /// The backward step after the checks. Layers keep the default (updateGrad then
+    /// accGradParams); containers override it to drive their children.
+    virtual Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
+                                 float momentum);
+    virtual void setTrain(bool train);
+
+    /// A ShapeError prefixed with this module's str().
+    ShapeError shapeError(const std::string& what) const;
+    /// Throws unless `shapes` has exactly `count` entries.
+    void requireCount(const Shapes& shapes, size_t count, const char* what) const;
+
+private:
+    std::string name_;
+    bool train_ = true;
+    Tensors inData_, data_, grad_;
+    NamedVariables vars_;
+    NamedTensors attrs_;
+};
+
+} // namespace tessera

@@ -1,0 +1,35 @@
+#pragma once
+/// \file Reshape: a view with another shape.
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+/// x: any shape -> y: `shape`, a view of x with the same number of elements. `shape`
+/// includes the batch dim; one entry may be -1 (inferred) and a 0 keeps the input's dim
+/// at that position (`{0, -1}` flattens, `{0, 1, 28, 28}` unflattens a batch).
+/// gradShapeFrom answers for the input shape last seen by dataShapeFrom or forward.
+class Reshape : public Module {
+public:
+    explicit Reshape(Shape shape, std::string name = {});
+
+    std::string classname() const override { return "Reshape"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// One input whose element count fits `shape`.
+    void checkDataShape(const Shapes& inShapes) const override;
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    Shape resolve(const Shape& in) const;
+
+    Shape shape_;
+    mutable Shape inShape_; // input shape of the last dataShapeFrom / forward
+};
+
+} // namespace tessera

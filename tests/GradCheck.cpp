@@ -1,0 +1,156 @@
+#include "GradCheck.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "backend/Backend.h"
+#include "backend/Random.h"
+
+namespace tessera::testing {
+
+Tensor randomTensor(const Shape& shape, uint64_t seed, float lo, float hi) {
+    Tensor t = Tensor::empty(shape);
+    Generator gen(seed);
+    backendOf(t).fillUniform(t, lo, hi, gen);
+    return t;
+}
+
+namespace {
+
+double projectedLoss(const Tensors& outs, const Tensors& weights) {
+    double loss = 0.0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+        Tensor o = outs[i].toHost();
+        const float* po = o.data<float>();
+        const float* pw = weights[i].data<float>();
+        for (int64_t e = 0; e < o.numel(); ++e) loss += static_cast<double>(po[e]) * pw[e];
+    }
+    return loss;
+}
+
+std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
+    std::vector<int64_t> idx;
+    if (n <= maxElements) {
+        for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+    } else {
+        for (int i = 0; i < maxElements; ++i) idx.push_back(static_cast<int64_t>(i) * n / maxElements);
+    }
+    return idx;
+}
+
+} // namespace
+
+::testing::AssertionResult checkGradients(Module& module, const Tensors& inputs, const GradCheckOptions& opts) {
+    auto forward = [&] {
+        if (opts.beforeForward) opts.beforeForward();
+        return module(inputs); // a copy of the output handles
+    };
+    Tensors outs = forward();
+    Tensors weights;
+    for (size_t i = 0; i < outs.size(); ++i) weights.push_back(randomTensor(outs[i].shape(), opts.seed + i));
+
+    module.zeroGradParams();
+    Tensors inGrads;
+    for (const Tensor& g : module.backward(weights, true, opts.checkInputs, 1.0f, 0.0f)) inGrads.push_back(g.clone());
+
+    std::ostringstream failures;
+    int failed = 0, checked = 0;
+    auto compare = [&](const std::string& what, const Tensor& value, const Tensor& analytic, bool isInput) {
+        float* v = value.data<float>();
+        const float* a = analytic.data<float>();
+        for (int64_t e : sampleIndices(value.numel(), opts.maxElements)) {
+            const float saved = v[e];
+            if (isInput && opts.kink && std::fabs(saved - *opts.kink) < opts.kinkRange) continue;
+            v[e] = saved + opts.eps;
+            const double plus = projectedLoss(forward(), weights);
+            v[e] = saved - opts.eps;
+            const double minus = projectedLoss(forward(), weights);
+            v[e] = saved;
+            const double numeric = (plus - minus) / (2.0 * opts.eps);
+            const double err = std::fabs(numeric - a[e]);
+            ++checked;
+            if (err > opts.atol + opts.rtol * std::max(std::fabs(numeric), std::fabs(static_cast<double>(a[e])))) {
+                if (++failed <= 5) {
+                    failures << "\n  " << what << "[" << e << "]: analytic " << a[e] << ", numeric " << numeric;
+                }
+            }
+        }
+    };
+
+    if (opts.checkInputs) {
+        if (inGrads.size() != inputs.size()) {
+            return ::testing::AssertionFailure() << module.str() << ": backward returned " << inGrads.size()
+                                                 << " input gradients for " << inputs.size() << " inputs";
+        }
+        for (size_t i = 0; i < inputs.size(); ++i) compare("input " + std::to_string(i), inputs[i], inGrads[i], true);
+    }
+    if (opts.checkParams) {
+        for (const auto& [name, var] : module.namedParams()) {
+            Tensor analytic = var->grad.clone();
+            compare("param " + name, var->data, analytic, false);
+        }
+    }
+    forward(); // leave the module's state as it was for the unperturbed inputs
+    if (checked == 0) return ::testing::AssertionFailure() << module.str() << ": no element was checked";
+    if (failed) {
+        return ::testing::AssertionFailure() << module.str() << ": " << failed << " of " << checked
+                                             << " gradient elements differ" << failures.str();
+    }
+    return ::testing::AssertionSuccess() << checked << " elements checked";
+}
+
+::testing::AssertionResult checkShapes(Module& module, const Tensors& inputs) {
+    const Shapes inShapes = shapesOf(inputs);
+    const Shapes predicted = module.dataShapeFrom(inShapes);
+    const Tensors& outs = module(inputs);
+    if (predicted != shapesOf(outs)) {
+        return ::testing::AssertionFailure() << module.str() << ": dataShapeFrom gives " << str(predicted)
+                                             << ", forward gives " << str(shapesOf(outs));
+    }
+    Tensors grads;
+    for (const Tensor& o : outs) grads.push_back(Tensor::full(o.shape(), 1.0f));
+    const Shapes predictedGrad = module.gradShapeFrom(shapesOf(grads));
+    const Tensors& inGrads = module.backward(grads);
+    if (predictedGrad != shapesOf(inGrads)) {
+        return ::testing::AssertionFailure() << module.str() << ": gradShapeFrom gives " << str(predictedGrad)
+                                             << ", backward gives " << str(shapesOf(inGrads));
+    }
+    if (predictedGrad != inShapes) {
+        return ::testing::AssertionFailure() << module.str() << ": input gradient " << str(predictedGrad)
+                                             << " differs from the input " << str(inShapes);
+    }
+    return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult throwsShapeError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+    try {
+        f();
+    } catch (const ShapeError& e) {
+        const std::string msg = e.what();
+        for (const std::string& p : parts) {
+            if (msg.find(p) == std::string::npos) {
+                return ::testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
+            }
+        }
+        return ::testing::AssertionSuccess() << msg;
+    } catch (const std::exception& e) {
+        return ::testing::AssertionFailure() << "threw another exception: " << e.what();
+    }
+    return ::testing::AssertionFailure() << "did not throw";
+}
+
+::testing::AssertionResult allClose(const Tensor& actual, const std::vector<float>& expected, float tol) {
+    if (actual.numel() != static_cast<int64_t>(expected.size())) {
+        return ::testing::AssertionFailure() << "size " << actual.numel() << " vs expected " << expected.size();
+    }
+    const std::vector<float> a = actual.toVector<float>();
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (!(std::fabs(a[i] - expected[i]) <= tol * std::max(1.0f, std::fabs(expected[i])))) {
+            return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected " << expected[i];
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+} // namespace tessera::testing

@@ -1,0 +1,46 @@
+#pragma once
+// The shared numerical gradient checker and the shape/error helpers every module test uses.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "backend/Random.h"
+#include "modules/Module.h"
+
+namespace tessera::testing {
+
+struct GradCheckOptions {
+    float eps = 1e-2f;  // central-difference step
+    float atol = 2e-3f; // |analytic - numeric| <= atol + rtol * max(|analytic|, |numeric|)
+    float rtol = 2e-2f;
+    int maxElements = 64; // per tensor; evenly spaced when the tensor is larger
+    // Input elements within kinkRange of kink are skipped (the function is not smooth there).
+    std::optional<float> kink;
+    float kinkRange = 0.03f;
+    bool checkInputs = true;
+    bool checkParams = true;
+    std::function<void()> beforeForward; // restores state that a forward consumes (RNG)
+    uint64_t seed = 7;
+};
+
+// Compares the module's backward (input and parameter gradients) with central differences
+// of L = sum_i <output_i, r_i> for a fixed random r. Inputs must be float32 host tensors.
+::testing::AssertionResult checkGradients(Module& module, const Tensors& inputs, const GradCheckOptions& opts = {});
+
+// dataShapeFrom(input shapes) equals the real output shapes, and gradShapeFrom(output
+// shapes) equals the real input-gradient shapes.
+::testing::AssertionResult checkShapes(Module& module, const Tensors& inputs);
+
+// A tensor of `shape` with seeded values in [lo, hi).
+Tensor randomTensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+
+// Runs f; passes when it throws ShapeError whose message contains every one of `parts`.
+::testing::AssertionResult throwsShapeError(const std::function<void()>& f, const std::vector<std::string>& parts);
+
+// Element-wise comparison with a message naming the first mismatch.
+::testing::AssertionResult allClose(const Tensor& actual, const std::vector<float>& expected, float tol = 1e-5f);
+
+} // namespace tessera::testing

@@ -1,0 +1,143 @@
+#include <cmath>
+#include <cstdint>
+
+#include "GradCheck.h"
+#include "backend/Backend.h"
+#include "backend/Random.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+TEST(Shape, Basics) {
+    Shape s{128, 1, 28, 28};
+    EXPECT_EQ(s.rank(), 4u);
+    EXPECT_EQ(s.numel(), 128 * 28 * 28);
+    EXPECT_EQ(s[-1], 28);
+    EXPECT_EQ(s.str(), "[128, 1, 28, 28]");
+    EXPECT_THROW(s[4], std::out_of_range);
+    EXPECT_EQ(str(Shapes{Shape{1, 2}, Shape{3}}), "[[1, 2], [3]]");
+}
+
+TEST(Tensor, StorageIsAligned) {
+    for (int64_t n : {1, 3, 17, 1000}) {
+        Tensor t = Tensor::empty({n});
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u);
+    }
+}
+
+TEST(Tensor, FactoriesAndAccess) {
+    Tensor z = Tensor::zeros({2, 3});
+    EXPECT_EQ(z.toVector<float>(), std::vector<float>(6, 0.0f));
+    EXPECT_EQ(Tensor::full({2}, 1.5f).toVector<float>(), (std::vector<float>{1.5f, 1.5f}));
+    Tensor i = Tensor::fromVector({3}, std::vector<int32_t>{1, 2, 3});
+    EXPECT_EQ(i.dtype(), DType::int32);
+    EXPECT_EQ(i.nbytes(), 12u);
+    EXPECT_THROW(i.data<float>(), ShapeError);
+    EXPECT_THROW(Tensor::fromVector({2, 2}, std::vector<float>{1, 2, 3}), ShapeError);
+    EXPECT_THROW(Tensor().data<float>(), ShapeError);
+}
+
+TEST(Tensor, ReshapeIsAView) {
+    Tensor t = Tensor::fromVector({2, 3}, std::vector<float>{0, 1, 2, 3, 4, 5});
+    Tensor v = t.reshape({3, -1});
+    EXPECT_EQ(v.shape(), (Shape{3, 2}));
+    EXPECT_TRUE(v.sharesStorage(t));
+    v.data<float>()[0] = 9;
+    EXPECT_EQ(t.data<float>()[0], 9);
+    EXPECT_THROW(t.reshape({4, -1}), ShapeError);
+    EXPECT_THROW(t.reshape({-1, -1}), ShapeError);
+    EXPECT_THROW(t.reshape({7}), ShapeError);
+}
+
+TEST(Tensor, SliceIsABatchView) {
+    Tensor t = Tensor::fromVector({4, 2}, std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7});
+    Tensor s = t.slice(1, 3);
+    EXPECT_EQ(s.shape(), (Shape{2, 2}));
+    EXPECT_EQ(s.toVector<float>(), (std::vector<float>{2, 3, 4, 5}));
+    s.data<float>()[0] = -1;
+    EXPECT_EQ(t.data<float>()[2], -1);
+    EXPECT_THROW(t.slice(3, 5), ShapeError);
+    EXPECT_THROW(t.slice(2, 1), ShapeError);
+}
+
+TEST(Tensor, CopiesAreExplicit) {
+    Tensor t = Tensor::fromVector({2}, std::vector<float>{1, 2});
+    Tensor c = t.clone();
+    EXPECT_FALSE(c.sharesStorage(t));
+    c.data<float>()[0] = 5;
+    EXPECT_EQ(t.data<float>()[0], 1);
+    Tensor h = t.toHost();
+    EXPECT_FALSE(h.sharesStorage(t));
+    Tensor dst = Tensor::empty({2});
+    dst.copyFrom(t);
+    EXPECT_EQ(dst.toVector<float>(), t.toVector<float>());
+    EXPECT_THROW(dst.copyFrom(Tensor::zeros({3})), ShapeError);
+}
+
+TEST(Tensor, CudaWithoutBackendIsAClearError) {
+    try {
+        Tensor::empty({2}, DType::float32, Device::cuda(0));
+        FAIL() << "expected BackendError";
+    } catch (const BackendError& e) {
+        EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+    }
+}
+
+TEST(CpuBackend, GemmAllTransposes) {
+    Backend& be = backendFor(Device::cpu());
+    // A = [[1, 2], [3, 4]], B = [[5, 6], [7, 8]]
+    Tensor A = Tensor::fromVector({2, 2}, std::vector<float>{1, 2, 3, 4});
+    Tensor B = Tensor::fromVector({2, 2}, std::vector<float>{5, 6, 7, 8});
+    Tensor C = Tensor::full({2, 2}, 1.0f);
+    be.gemm(false, false, 1.0f, A, B, 0.0f, C);
+    EXPECT_TRUE(allClose(C, {19, 22, 43, 50}));
+    be.gemm(true, false, 1.0f, A, B, 0.0f, C); // A^T B
+    EXPECT_TRUE(allClose(C, {26, 30, 38, 44}));
+    be.gemm(false, true, 1.0f, A, B, 0.0f, C); // A B^T
+    EXPECT_TRUE(allClose(C, {17, 23, 39, 53}));
+    be.gemm(true, true, 2.0f, A, B, 1.0f, C); // 2 A^T B^T + C
+    EXPECT_TRUE(allClose(C, {2 * 23 + 17, 2 * 31 + 23, 2 * 34 + 39, 2 * 46 + 53}));
+    EXPECT_THROW(be.gemm(false, false, 1.0f, A, Tensor::zeros({3, 2}), 0.0f, C), ShapeError);
+}
+
+TEST(CpuBackend, RowOps) {
+    Backend& be = backendFor(Device::cpu());
+    Tensor y = Tensor::empty({3, 2});
+    be.broadcastRows(Tensor::fromVector({2}, std::vector<float>{1, -1}), y);
+    EXPECT_TRUE(allClose(y, {1, -1, 1, -1, 1, -1}));
+    Tensor s = Tensor::full({2}, 10.0f);
+    be.sumRows(Tensor::fromVector({3, 2}, std::vector<float>{1, 2, 3, 4, 5, 6}), 2.0f, 0.5f, s);
+    EXPECT_TRUE(allClose(s, {2 * 9 + 5, 2 * 12 + 5}));
+    // Wide rows cross the 256-column blocks.
+    Tensor wide = Tensor::full({5, 700}, 1.0f);
+    Tensor ws = Tensor::empty({700});
+    be.sumRows(wide, 1.0f, 0.0f, ws);
+    EXPECT_TRUE(allClose(ws, std::vector<float>(700, 5.0f)));
+}
+
+TEST(CpuBackend, RandomIsSeededAndThreadIndependent) {
+    Backend& be = backendFor(Device::cpu());
+    Generator g1(123), g2(123);
+    Tensor a = Tensor::empty({100000}), b = Tensor::empty({100000});
+    be.fillUniform(a, -1.0f, 1.0f, g1);
+    be.fillUniform(b, -1.0f, 1.0f, g2);
+    EXPECT_EQ(a.toVector<float>(), b.toVector<float>());
+    // The generator advances: the next draw differs.
+    be.fillUniform(b, -1.0f, 1.0f, g2);
+    EXPECT_NE(a.toVector<float>(), b.toVector<float>());
+    // Moments of N(0.5, 2^2).
+    Tensor n = Tensor::empty({200000});
+    be.fillNormal(n, 0.5f, 2.0f, g1);
+    double sum = 0, sq = 0;
+    for (float v : n.toVector<float>()) {
+        sum += v;
+        sq += static_cast<double>(v) * v;
+    }
+    const double mean = sum / 200000, var = sq / 200000 - mean * mean;
+    EXPECT_NEAR(mean, 0.5, 0.02);
+    EXPECT_NEAR(std::sqrt(var), 2.0, 0.02);
+}
+
+} // namespace
+} // namespace tessera

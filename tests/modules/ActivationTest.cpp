@@ -1,0 +1,96 @@
+#include <cmath>
+#include <span>
+#include <cmath>
+
+#include "GradCheck.h"
+#include "modules/Activation.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+const std::vector<float> kX = {-2.0f, -0.5f, 0.25f, 1.0f, 3.0f, 7.0f};
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+struct Case {
+    ActivationKind kind;
+    ActivationOptions options;
+    float (*f)(float);  // reference forward
+    float (*df)(float); // reference derivative
+};
+
+const Case kCases[] = {
+    {ActivationKind::sigmoid, {}, sigmoid, [](float x) { return sigmoid(x) * (1 - sigmoid(x)); }},
+    {ActivationKind::tanh, {}, [](float x) { return std::tanh(x); },
+     [](float x) { return 1 - std::tanh(x) * std::tanh(x); }},
+    {ActivationKind::relu, {}, [](float x) { return x > 0 ? x : 0.0f; }, [](float x) { return x > 0 ? 1.0f : 0.0f; }},
+    {ActivationKind::leakyRelu, {.slope = 0.1f}, [](float x) { return x > 0 ? x : 0.1f * x; },
+     [](float x) { return x > 0 ? 1.0f : 0.1f; }},
+    {ActivationKind::elu, {.alpha = 1.5f}, [](float x) { return x > 0 ? x : 1.5f * (std::exp(x) - 1); },
+     [](float x) { return x > 0 ? 1.0f : 1.5f * std::exp(x); }},
+    {ActivationKind::softPlus, {}, [](float x) { return std::log1p(std::exp(x)); }, sigmoid},
+    {ActivationKind::clip, {.min = -1.0f, .max = 2.0f}, [](float x) { return std::fmin(std::fmax(x, -1.0f), 2.0f); },
+     [](float x) { return x > -1.0f && x < 2.0f ? 1.0f : 0.0f; }},
+};
+
+TEST(Activation, Reference) {
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(str(c.kind));
+        Activation act(c.kind, c.options);
+        std::vector<float> y, dx, dy;
+        for (size_t i = 0; i < kX.size(); ++i) {
+            dy.push_back(0.5f + static_cast<float>(i));
+            y.push_back(c.f(kX[i]));
+            dx.push_back(c.df(kX[i]) * dy.back());
+        }
+        EXPECT_TRUE(allClose(act(Tensor::fromVector({2, 3}, kX)), y, 1e-5f));
+        EXPECT_TRUE(allClose(act.backward(Tensor::fromVector({2, 3}, dy)), dx, 1e-5f));
+    }
+}
+
+TEST(Activation, Gradient) {
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(str(c.kind));
+        Activation act(c.kind, c.options);
+        GradCheckOptions opts;
+        if (c.kind == ActivationKind::relu || c.kind == ActivationKind::leakyRelu || c.kind == ActivationKind::elu) {
+            opts.kink = 0.0f;
+        }
+        Tensor x = randomTensor({3, 4, 5}, 5, -3.0f, 3.0f);
+        if (c.kind == ActivationKind::clip) {
+            // Keep away from both bounds.
+            for (float& v : std::span(x.data<float>(), 60)) {
+                if (std::fabs(v + 1.0f) < 0.03f || std::fabs(v - 2.0f) < 0.03f) v += 0.1f;
+            }
+        }
+        EXPECT_TRUE(checkGradients(act, {x}, opts));
+    }
+}
+
+TEST(Activation, Shape) {
+    for (const Case& c : kCases) {
+        Activation act(c.kind, c.options);
+        EXPECT_TRUE(checkShapes(act, {randomTensor({2, 3, 4, 5}, 1)}));
+    }
+}
+
+TEST(Activation, BadInput) {
+    Activation act(ActivationKind::relu, {.name = "act1"});
+    EXPECT_TRUE(throwsShapeError([&] { act(Tensor::zeros({2, 3}, DType::int32)); }, {"Activation 'act1'", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { act(Tensor::empty({0, 3})); }, {"act1", "empty"}));
+    EXPECT_TRUE(throwsShapeError([&] { act(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)}); },
+                                 {"expects 1 input tensor, got 2"}));
+    EXPECT_THROW(Activation(ActivationKind::clip, {.min = 1.0f, .max = 0.0f}), std::invalid_argument);
+    EXPECT_THROW(activationFromString("swish"), std::invalid_argument);
+    EXPECT_EQ(activationFromString("leakyRelu"), ActivationKind::leakyRelu);
+}
+
+TEST(Activation, Blueprint) {
+    Activation act(ActivationKind::clip, {.min = -1.0f, .max = 2.0f});
+    EXPECT_EQ(act.blueprint().toJson(),
+              "{\"classname\": \"Activation\", \"scheme\": {\"activation\": \"clip\", \"min\": -1, \"max\": 2}}");
+}
+
+} // namespace
+} // namespace tessera

@@ -1,0 +1,70 @@
+#include "GradCheck.h"
+#include "modules/Dropout.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+TEST(Dropout, Reference) {
+    Dropout drop({.p = 0.25f, .seed = 5});
+    Tensor x = randomTensor({64, 64}, 1, 0.5f, 1.5f); // never zero
+    const std::vector<float> xv = x.toVector<float>();
+    const std::vector<float> y = drop(x).toVector<float>();
+    const std::vector<float> mask = drop.mask().toVector<float>();
+    int64_t zeros = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_TRUE(mask[i] == 0.0f || mask[i] == 1.0f / 0.75f) << mask[i];
+        ASSERT_FLOAT_EQ(y[i], xv[i] * mask[i]);
+        zeros += y[i] == 0.0f;
+    }
+    // 4096 draws with p = 0.25: 1024 expected, standard deviation ~28.
+    EXPECT_NEAR(static_cast<double>(zeros), 1024.0, 150.0);
+    // The input gradient uses the same mask.
+    const std::vector<float> dx = drop.backward(Tensor::full({64, 64}, 2.0f)).toVector<float>();
+    for (size_t i = 0; i < dx.size(); ++i) ASSERT_FLOAT_EQ(dx[i], 2.0f * mask[i]);
+    // A second forward draws a new mask.
+    drop(x);
+    EXPECT_NE(drop.mask().toVector<float>(), mask);
+}
+
+TEST(Dropout, EvalModeIsIdentity) {
+    Dropout drop({.p = 0.5f});
+    drop.evalMode();
+    Tensor x = randomTensor({4, 8}, 1);
+    EXPECT_TRUE(drop(x).sharesStorage(x));
+    Tensor dy = randomTensor({4, 8}, 2);
+    EXPECT_TRUE(drop.backward(dy).sharesStorage(dy));
+}
+
+TEST(Dropout, SeedReplaysMasks) {
+    Dropout a({.p = 0.5f, .seed = 9}), b({.p = 0.5f, .seed = 9});
+    Tensor x = randomTensor({8, 8}, 1);
+    EXPECT_EQ(a(x).toVector<float>(), b(x).toVector<float>());
+}
+
+TEST(Dropout, Gradient) {
+    Dropout drop({.p = 0.3f, .seed = 1});
+    GradCheckOptions opts;
+    opts.beforeForward = [&] { drop.generator().manualSeed(1); }; // the same mask each forward
+    EXPECT_TRUE(checkGradients(drop, {randomTensor({4, 6}, 3)}, opts));
+    drop.evalMode();
+    EXPECT_TRUE(checkGradients(drop, {randomTensor({4, 6}, 3)}));
+}
+
+TEST(Dropout, Shape) {
+    Dropout drop;
+    EXPECT_TRUE(checkShapes(drop, {randomTensor({2, 3, 4}, 1)}));
+    drop.evalMode();
+    EXPECT_TRUE(checkShapes(drop, {randomTensor({2, 3, 4}, 1)}));
+}
+
+TEST(Dropout, BadInput) {
+    Dropout drop({.name = "drop"});
+    EXPECT_TRUE(throwsShapeError([&] { drop(Tensor::zeros({2, 3}, DType::int32)); }, {"Dropout 'drop'", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { drop(Tensor::empty({0, 3})); }, {"drop", "empty"}));
+    EXPECT_THROW(Dropout({.p = 1.0f}), std::invalid_argument);
+    EXPECT_THROW(Dropout({.p = -0.1f}), std::invalid_argument);
+}
+
+} // namespace
+} // namespace tessera

@@ -1,0 +1,103 @@
+#include <cmath>
+#include <span>
+#include "GradCheck.h"
+#include "modules/Linear.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+void setKnownParams(Linear& lin) {
+    lin.getVar("W")->data.copyFrom(Tensor::fromVector({3, 2}, std::vector<float>{1, 0, 0, 1, 1, 1}));
+    lin.getVar("b")->data.copyFrom(Tensor::fromVector({2}, std::vector<float>{0.5f, -1.0f}));
+}
+
+TEST(Linear, Reference) {
+    Linear lin(3, 2, {.name = "fc"});
+    setKnownParams(lin);
+    Tensor x = Tensor::fromVector({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
+    EXPECT_TRUE(allClose(lin(x), {4.5f, 4.0f, 10.5f, 10.0f}));
+
+    Tensor dy = Tensor::fromVector({2, 2}, std::vector<float>{1, 0, 0, 1});
+    EXPECT_TRUE(allClose(lin.backward(dy), {1, 0, 1, 0, 1, 1})); // dy W^T
+    EXPECT_TRUE(allClose(lin.getVar("W")->grad, {1, 4, 2, 5, 3, 6})); // x^T dy
+    EXPECT_TRUE(allClose(lin.getVar("b")->grad, {1, 1}));
+
+    // param grad = scale * new + momentum * old
+    lin.backward(dy, true, true, 2.0f, 1.0f);
+    EXPECT_TRUE(allClose(lin.getVar("W")->grad, {3, 12, 6, 15, 9, 18}));
+    EXPECT_TRUE(allClose(lin.getVar("b")->grad, {3, 3}));
+
+    // No parameter gradients in eval mode or when not asked for.
+    lin.evalMode();
+    lin.backward(dy);
+    lin.trainMode();
+    lin.backward(dy, false);
+    EXPECT_TRUE(allClose(lin.getVar("W")->grad, {3, 12, 6, 15, 9, 18}));
+}
+
+TEST(Linear, NoBias) {
+    Linear lin(3, 2, {.useBias = false});
+    EXPECT_FALSE(lin.hasVar("b"));
+    lin.getVar("W")->data.copyFrom(Tensor::fromVector({3, 2}, std::vector<float>{1, 0, 0, 1, 1, 1}));
+    EXPECT_TRUE(allClose(lin(Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3})), {4, 5}));
+    EXPECT_EQ(lin.numOfParams(), 6);
+}
+
+TEST(Linear, Gradient) {
+    manualSeed(3);
+    Linear lin(5, 3);
+    lin.getVar("b")->data.copyFrom(randomTensor({3}, 11));
+    EXPECT_TRUE(checkGradients(lin, {randomTensor({4, 5}, 1)}));
+}
+
+TEST(Linear, Shape) {
+    Linear lin(7, 4);
+    EXPECT_TRUE(checkShapes(lin, {randomTensor({6, 7}, 2)}));
+    EXPECT_EQ(lin.dataShapeFrom(Shape{32, 7}), (Shape{32, 4}));
+    EXPECT_EQ(lin.gradShapeFrom(Shape{32, 4}), (Shape{32, 7}));
+}
+
+TEST(Linear, BadInput) {
+    Linear lin(5, 3, {.name = "fc1"});
+    EXPECT_TRUE(throwsShapeError([&] { lin(randomTensor({4, 5, 1}, 1)); },
+                                 {"Linear 'fc1'", "expects input [N, 5]", "got [4, 5, 1]", "Flatten"}));
+    EXPECT_TRUE(throwsShapeError([&] { lin(randomTensor({4, 6}, 1)); }, {"Linear 'fc1'", "[N, 5]", "got [4, 6]"}));
+    EXPECT_TRUE(throwsShapeError([&] { lin(Tensor::zeros({4, 5}, DType::int32)); }, {"fc1", "int32", "float32"}));
+    EXPECT_TRUE(throwsShapeError([&] { lin(Tensor::empty({0, 5})); }, {"fc1", "empty", "[0, 5]"}));
+    EXPECT_TRUE(throwsShapeError([&] { lin(Tensors{randomTensor({4, 5}, 1), randomTensor({4, 5}, 2)}); },
+                                 {"expects 1 input tensor, got 2"}));
+    // A gradient that does not match the output.
+    lin(randomTensor({4, 5}, 1));
+    EXPECT_TRUE(throwsShapeError([&] { lin.backward(randomTensor({4, 2}, 1)); }, {"gradient", "[4, 2]", "[4, 3]"}));
+    EXPECT_THROW(Linear(0, 3), ShapeError);
+}
+
+TEST(Linear, Blueprint) {
+    Linear lin(5, 3, {.useBias = false, .initscheme = InitScheme::he, .name = "fc1"});
+    const Blueprint bp = lin.blueprint();
+    EXPECT_EQ(bp.classname, "Linear");
+    EXPECT_EQ(std::get<int64_t>(bp.at("insize")), 5);
+    EXPECT_EQ(std::get<int64_t>(bp.at("outsize")), 3);
+    EXPECT_EQ(std::get<bool>(bp.at("useBias")), false);
+    EXPECT_EQ(std::get<std::string>(bp.at("initscheme")), "he");
+    EXPECT_EQ(bp.toJson(), "{\"classname\": \"Linear\", \"scheme\": {\"name\": \"fc1\", \"insize\": 5, \"outsize\": 3, "
+                           "\"wscale\": 1, \"useBias\": false, \"initscheme\": \"he\"}}");
+}
+
+TEST(Linear, InitSchemesAreSeededAndScaled) {
+    manualSeed(42);
+    Linear a(100, 50);
+    manualSeed(42);
+    Linear b(100, 50);
+    EXPECT_EQ(a.getVar("W")->data.toVector<float>(), b.getVar("W")->data.toVector<float>());
+    // xavier uniform bound: sqrt(6 / (100 + 50)) = 0.2
+    for (float w : a.getVar("W")->data.toVector<float>()) ASSERT_LE(std::fabs(w), 0.2f + 1e-6f);
+    Linear c(100, 50, {.wscale = 2.0f, .initscheme = InitScheme::gaussian});
+    double sq = 0;
+    for (float w : c.getVar("W")->data.toVector<float>()) sq += w * w;
+    EXPECT_NEAR(std::sqrt(sq / 5000.0), 2.0, 0.1); // standard deviation wscale
+}
+
+} // namespace
+} // namespace tessera

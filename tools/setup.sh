@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package Tessera needs (skipping what is present), then configures
+# and builds the project with CMake. Idempotent: a second run only rebuilds what changed.
+#
+#   tools/setup.sh            install packages, configure and build into build/
+#   TESSERA_BUILD_DIR=dir     build somewhere else
+#   TESSERA_CMAKE_ARGS="..."  extra arguments for the CMake configure step
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${TESSERA_BUILD_DIR:-$repo/build}
+
+packages=(
+  build-essential cmake ccache pkg-config
+  libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-openmp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  zlib1g-dev  # (oneDNN's CMake package needs the OpenCL headers: Debian builds it with its GPU runtime)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "[setup] installing: ${missing[*]}"
+  as_root=()
+  if [[ $(id -u) -ne 0 ]]; then as_root=(sudo); fi
+  "${as_root[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "[setup] all packages present"
+fi
+
+jobs=${TESSERA_JOBS:-$(nproc)}
+# shellcheck disable=SC2086
+cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release ${TESSERA_CMAKE_ARGS:-}
+cmake --build "$build" -j "$jobs"
