@@ -1,8 +1,7 @@
 // GEMM through OpenBLAS (the OpenMP build, sharing oneDNN's thread pool) and the row
 // reductions Linear needs around it.
-#include <cblas.h>
-
 #include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/OpenBlas.h"
 
 namespace tessera {
 
@@ -29,7 +28,7 @@ void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, co
         throw ShapeError("CpuBackend::gemm: op(A) " + Shape{am, K}.str() + " x op(B) " + Shape{bk, bn}.str() +
                          " does not give C " + C.shape().str());
     }
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+    cpu::openBlas().sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                 static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
                 A.data<float>(), static_cast<blasint>(A.shape()[1]), B.data<float>(),
                 static_cast<blasint>(B.shape()[1]), beta, C.data<float>(), static_cast<blasint>(N));

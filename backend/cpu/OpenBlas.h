@@ -1,0 +1,27 @@
+#pragma once
+/// \file OpenBLAS, loaded at first use. Private to backend/cpu and tools/bench.
+///
+/// Debian's OpenBLAS 0.3.21 picks its kernels by CPU model number and falls back to
+/// generic SSE3 code ("Prescott", about 1/5 of the speed) on Intel CPUs newer than it
+/// knows. Its documented override, OPENBLAS_CORETYPE, is read when the library is loaded,
+/// so Tessera does not link OpenBLAS: it sets the override from the CPU's instruction sets
+/// (unless the user set it) and then loads the library.
+
+#include <string>
+
+#include <cblas.h>
+
+namespace tessera::cpu {
+
+using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
+                         const float*, blasint, const float*, blasint, float, float*, blasint);
+
+struct OpenBlas {
+    SgemmFn sgemm = nullptr;
+    std::string coreName; ///< the kernel set OpenBLAS runs ("SkylakeX", "Haswell", ...)
+};
+
+/// The loaded library; throws BackendError when it cannot be loaded.
+const OpenBlas& openBlas();
+
+} // namespace tessera::cpu
