@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs every Debian package Tessera needs (skipping what is present), then configures
-# and builds the project with CMake. Idempotent: a second run only rebuilds what changed.
+# and builds the project with CMake. Idempotent: a second run installs nothing and only
+# rebuilds what changed.
 #
-#   tools/setup.sh            install packages, configure and build into build/
-#   TESSERA_BUILD_DIR=dir     build somewhere else
-#   TESSERA_CMAKE_ARGS="..."  extra arguments for the CMake configure step
+#   tools/setup.sh              install packages, configure and build into build/
+#   TESSERA_BUILD_DIR=dir       build somewhere else
+#   TESSERA_CMAKE_ARGS="..."    extra arguments for the configure step (-DTESSERA_SANITIZE=ON)
+#   TESSERA_JOBS=n              parallel build jobs (default: all cores)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,9 +14,12 @@ build=${TESSERA_BUILD_DIR:-$repo/build}
 
 packages=(
   build-essential cmake ccache pkg-config
-  libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-openmp-dev
+  libdnnl-dev
+  # Debian's oneDNN is built with its OpenCL GPU runtime: its CMake package needs these.
+  ocl-icd-opencl-dev opencl-headers
+  libopenblas-openmp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev  # (oneDNN's CMake package needs the OpenCL headers: Debian builds it with its GPU runtime)
+  zlib1g-dev
 )
 
 missing=()
@@ -31,10 +36,11 @@ if ((${#missing[@]})); then
   "${as_root[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
-  echo "[setup] all packages present"
+  echo "[setup] all ${#packages[@]} packages present"
 fi
 
 jobs=${TESSERA_JOBS:-$(nproc)}
+echo "[setup] configuring and building in $build with $jobs jobs"
 # shellcheck disable=SC2086
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release ${TESSERA_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
