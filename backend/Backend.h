@@ -15,6 +15,12 @@ namespace tessera {
 
 class Generator;
 
+/// Bytes of tensor storage a backend has handed out and not yet got back.
+struct MemoryStats {
+    size_t current = 0; ///< live now
+    size_t peak = 0;    ///< most live at once since the last resetPeak
+};
+
 /// Element-wise activation functions.
 enum class ActivationKind { sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip };
 
@@ -36,6 +42,15 @@ public:
     virtual std::shared_ptr<Storage> allocate(size_t bytes) = 0;
     /// dst <- src, same numel and dtype; at least one of them is on this backend's device.
     virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+    /// Block copy between tensors of the same dtype, in elements: for r in [0, rows),
+    /// dst[dstOffset + r * dstStride + i] <- src[srcOffset + r * srcStride + i], i < width.
+    /// (Concat, Split and Slice along any axis are such copies.)
+    virtual void copyStrided(const Tensor& src, int64_t srcOffset, int64_t srcStride, const Tensor& dst,
+                             int64_t dstOffset, int64_t dstStride, int64_t rows, int64_t width) = 0;
+    /// Live and peak bytes of storage from this backend.
+    virtual MemoryStats memoryStats() const = 0;
+    /// Start a new peak measurement from the current live bytes.
+    virtual void resetPeak() = 0;
 
     // ---- fills and random ------------------------------------------------------------
     /// Every element of `t` <- value (converted to its dtype).

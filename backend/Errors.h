@@ -26,6 +26,13 @@ public:
     using Error::Error;
 };
 
+/// A graph is malformed (cycle, unreachable output, duplicate name, bad slot, ...). The
+/// message names the nodes involved.
+class GraphError : public Error {
+public:
+    using Error::Error;
+};
+
 /// A backend library (oneDNN, BLAS, CUDA) reported a failure, or a device is unavailable.
 class BackendError : public Error {
 public:

@@ -13,11 +13,11 @@ namespace tessera {
 /// A block of memory on one device, freed by the backend that made it.
 class Storage {
 public:
-    using Deleter = void (*)(void* ptr, Device device);
+    using Deleter = void (*)(void* ptr, size_t bytes, Device device);
     Storage(void* ptr, size_t bytes, Device device, Deleter deleter)
         : ptr_(ptr), bytes_(bytes), device_(device), deleter_(deleter) {}
     ~Storage() {
-        if (deleter_) deleter_(ptr_, device_);
+        if (deleter_) deleter_(ptr_, bytes_, device_);
     }
     Storage(const Storage&) = delete;
     Storage& operator=(const Storage&) = delete;

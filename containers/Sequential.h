@@ -28,6 +28,7 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    size_t outputCount() const override { return children_.empty() ? 1 : children_.back().second->outputCount(); }
 
 protected:
     Tensors updateData(const Tensors& data) override;

@@ -36,9 +36,11 @@ struct ValueToJson {
         return buf;
     }
     std::string operator()(const std::string& v) const { return quoted(v); }
-    std::string operator()(const std::vector<int64_t>& v) const {
+    std::string operator()(const std::vector<int64_t>& v) const { return list(v); }
+    std::string operator()(const std::vector<double>& v) const { return list(v); }
+    template <class T> std::string list(const std::vector<T>& v) const {
         std::string s = "[";
-        for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+        for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + (*this)(v[i]);
         return s + "]";
     }
 };

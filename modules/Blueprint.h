@@ -10,7 +10,7 @@
 namespace tessera {
 
 /// One constructor argument.
-using BlueprintValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;
+using BlueprintValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
 
 /// `{"classname": ..., "scheme": {ctor args}}`; containers add their children in order.
 struct Blueprint {

@@ -130,6 +130,10 @@ public:
     /// Class name and constructor arguments. Subclasses add their own arguments.
     virtual Blueprint blueprint() const;
 
+    /// How many tensors the module outputs (known before it runs: graphs check slot
+    /// indices with it). Default 1.
+    virtual size_t outputCount() const { return 1; }
+
     /// Direct children with their names (containers only).
     virtual std::vector<std::pair<std::string, Module*>> namedChildren() const { return {}; }
 

@@ -13,6 +13,10 @@ public:
 
     std::shared_ptr<Storage> allocate(size_t bytes) override;
     void copy(const Tensor& src, const Tensor& dst) override;
+    void copyStrided(const Tensor& src, int64_t srcOffset, int64_t srcStride, const Tensor& dst, int64_t dstOffset,
+                     int64_t dstStride, int64_t rows, int64_t width) override;
+    MemoryStats memoryStats() const override;
+    void resetPeak() override;
 
     void fill(const Tensor& t, float value) override;
     void fillUniform(const Tensor& t, float lo, float hi, Generator& gen) override;

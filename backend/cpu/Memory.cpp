@@ -1,6 +1,7 @@
 // Allocation, copies, fills, random draws and the simple element-wise ops of the CPU
 // backend. The loops are plain and vectorisable; OpenMP splits them only when they are
 // large enough to pay for waking the thread pool.
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +14,18 @@ namespace tessera {
 namespace {
 constexpr int64_t kParallelMin = 1 << 15;
 
-void freeHost(void* ptr, Device) { std::free(ptr); }
+std::atomic<size_t> liveBytes{0}, peakBytes{0};
+
+void freeHost(void* ptr, size_t bytes, Device) {
+    std::free(ptr);
+    liveBytes.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void raisePeak(size_t live) {
+    size_t peak = peakBytes.load(std::memory_order_relaxed);
+    while (live > peak && !peakBytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+    }
+}
 
 void requireSameNumel(const char* op, const Tensor& a, const Tensor& b) {
     if (a.numel() != b.numel()) {
@@ -28,7 +40,31 @@ std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) {
     if (rounded == 0) rounded = 64;
     void* ptr = std::aligned_alloc(64, rounded);
     if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+    raisePeak(liveBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
     return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
+}
+
+MemoryStats CpuBackend::memoryStats() const { return {liveBytes.load(), peakBytes.load()}; }
+
+void CpuBackend::resetPeak() { peakBytes.store(liveBytes.load()); }
+
+void CpuBackend::copyStrided(const Tensor& src, int64_t srcOffset, int64_t srcStride, const Tensor& dst,
+                             int64_t dstOffset, int64_t dstStride, int64_t rows, int64_t width) {
+    if (src.dtype() != dst.dtype()) throw ShapeError("CpuBackend::copyStrided: dtypes differ");
+    if (rows <= 0 || width <= 0) return;
+    const int64_t srcEnd = srcOffset + (rows - 1) * srcStride + width, dstEnd = dstOffset + (rows - 1) * dstStride + width;
+    if (srcOffset < 0 || dstOffset < 0 || srcEnd > src.numel() || dstEnd > dst.numel()) {
+        throw ShapeError("CpuBackend::copyStrided: block out of range of " + src.shape().str() + " or " +
+                         dst.shape().str());
+    }
+    const size_t elem = sizeOf(src.dtype());
+    const char* ps = static_cast<const char*>(src.raw());
+    char* pd = static_cast<char*>(dst.raw());
+#pragma omp parallel for if (rows * width > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(pd + static_cast<size_t>(dstOffset + r * dstStride) * elem,
+                    ps + static_cast<size_t>(srcOffset + r * srcStride) * elem, static_cast<size_t>(width) * elem);
+    }
 }
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {

@@ -1,0 +1,317 @@
+#include "containers/Graph.h"
+
+#include <unordered_set>
+
+namespace tessera {
+
+namespace {
+std::string names(const std::vector<const Node*>& nodes, size_t max = 10) {
+    std::string s;
+    for (size_t i = 0; i < nodes.size() && i < max; ++i) s += (i ? ", " : "") + nodes[i]->str();
+    if (nodes.size() > max) s += ", ... (" + std::to_string(nodes.size()) + " in all)";
+    return s;
+}
+
+std::string errorList(const std::string& what, const std::vector<std::string>& errors) {
+    std::string s = std::to_string(errors.size()) + " node(s) fail " + what + ":";
+    for (const std::string& e : errors) s += "\n  " + e;
+    return s;
+}
+} // namespace
+
+Graph::Graph(std::vector<NodePtr> inputs, std::vector<NodePtr> outputs, std::string name)
+    : Container(std::move(name)), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+    build();
+}
+
+void Graph::build() {
+    const std::string where = "Graph" + (this->name().empty() ? std::string() : " '" + this->name() + "'");
+    if (inputs_.empty() || outputs_.empty()) throw GraphError(where + ": needs at least one input and one output");
+    for (const NodePtr& n : inputs_) {
+        if (!n) throw GraphError(where + ": an input node is null");
+    }
+    for (const NodePtr& n : outputs_) {
+        if (!n) throw GraphError(where + ": an output node is null");
+    }
+
+    // Every ancestor of the outputs, found without recursion.
+    std::vector<NodePtr> found;
+    std::unordered_set<const Node*> inGraph;
+    std::vector<NodePtr> stack(outputs_.rbegin(), outputs_.rend());
+    while (!stack.empty()) {
+        NodePtr n = std::move(stack.back());
+        stack.pop_back();
+        if (!inGraph.insert(n.get()).second) continue;
+        found.push_back(n);
+        for (const NodePtr& p : n->parents()) {
+            if (!inGraph.count(p.get())) stack.push_back(p);
+        }
+    }
+
+    std::unordered_set<const Node*> isInput;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+        const Node* in = inputs_[i].get();
+        if (!in->bwds().empty()) {
+            std::vector<const Node*> ps;
+            for (const Edge& e : in->bwds()) ps.push_back(e.node);
+            throw GraphError(where + ": input " + in->str() + " has parents (" + names(ps) +
+                             "); a graph input takes its data from outside");
+        }
+        if (!isInput.insert(in).second) throw GraphError(where + ": input " + in->str() + " is listed twice");
+        inputIndex_[in] = i;
+    }
+    std::vector<const Node*> strayRoots;
+    for (const NodePtr& n : found) {
+        if (n->bwds().empty() && !isInput.count(n.get())) strayRoots.push_back(n.get());
+    }
+    if (!strayRoots.empty()) {
+        throw GraphError(where + ": node(s) " + names(strayRoots) +
+                         " have no parents but are not graph inputs; outputs must be reachable from the inputs only");
+    }
+    for (const NodePtr& in : inputs_) {
+        if (!inGraph.count(in.get())) throw GraphError(where + ": input " + in->str() + " does not lead to any output");
+    }
+
+    // Execution order (Kahn): a node runs once all its parent edges are done.
+    std::unordered_map<const Node*, size_t> pending;
+    for (const NodePtr& n : found) pending[n.get()] = n->bwds().size();
+    std::unordered_map<const Node*, NodePtr> owner;
+    for (const NodePtr& n : found) owner[n.get()] = n;
+    std::vector<Node*> ready;
+    for (auto it = inputs_.rbegin(); it != inputs_.rend(); ++it) ready.push_back(it->get());
+    while (!ready.empty()) {
+        Node* n = ready.back();
+        ready.pop_back();
+        order_.push_back(n);
+        nodes_.push_back(owner[n]);
+        size_t inside = 0;
+        for (auto it = n->fwds().rbegin(); it != n->fwds().rend(); ++it) {
+            if (!inGraph.count(it->node)) continue; // a consumer in some other graph
+            ++inside;
+            if (--pending[it->node] == 0) ready.push_back(it->node);
+        }
+        consumers_[n] = inside;
+    }
+    if (order_.size() != found.size()) {
+        std::vector<const Node*> cyclic;
+        for (const NodePtr& n : found) {
+            if (pending[n.get()] > 0) cyclic.push_back(n.get());
+        }
+        throw GraphError(where + ": cycle among node(s) " + names(cyclic) + "; a graph must be acyclic");
+    }
+
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+        const Node* out = outputs_[i].get();
+        if (consumers_[out] > 0) {
+            std::vector<const Node*> cs;
+            for (const Edge& e : out->fwds()) cs.push_back(e.node);
+            throw GraphError(where + ": output " + out->str() + " has children (" + names(cs) +
+                             "); an output must be the end of a branch");
+        }
+        if (!outputIndex_.emplace(out, i).second) throw GraphError(where + ": output " + out->str() + " is listed twice");
+    }
+
+    // Names: unique; the unnamed get <classname>_<k>.
+    for (Node* n : order_) {
+        if (n->name().empty()) continue;
+        if (n->name().find('.') != std::string::npos) {
+            throw GraphError(where + ": node name '" + n->name() + "' contains '.', which separates dotted names");
+        }
+        auto [it, fresh] = byName_.emplace(n->name(), n);
+        if (!fresh) {
+            throw GraphError(where + ": two nodes are named '" + n->name() + "': " + it->second->str() + " and " +
+                             n->str() + "; node names must be unique");
+        }
+    }
+    std::unordered_map<std::string, size_t> counters;
+    for (Node* n : order_) {
+        if (!n->name().empty()) continue;
+        const std::string base = n->module().classname();
+        std::string candidate;
+        do {
+            candidate = base + "_" + std::to_string(counters[base]++);
+        } while (byName_.count(candidate));
+        n->setName(candidate);
+        byName_.emplace(candidate, n);
+    }
+
+    // Slots in range (a module may have changed since its node was made).
+    for (Node* n : order_) {
+        for (const Edge& e : n->bwds()) {
+            const size_t count = e.node->module().outputCount();
+            for (int s : e.slots) {
+                if (s < 0 || static_cast<size_t>(s) >= count) {
+                    throw GraphError(where + ": node " + n->str() + " takes slot " + std::to_string(s) + " of " +
+                                     e.node->str() + ", which has " + std::to_string(count) + " output(s)");
+                }
+            }
+        }
+    }
+
+    children_.clear();
+    for (Node* n : order_) children_.emplace_back(n->name(), n->modulePtr());
+}
+
+Node& Graph::getNodeByName(const std::string& name) const {
+    auto it = byName_.find(name);
+    if (it == byName_.end()) throw GraphError(str() + ": no node named '" + name + "'");
+    return *it->second;
+}
+
+std::string Graph::pathTo(const Node& node) const {
+    std::vector<const Node*> path{&node};
+    while (!path.back()->bwds().empty()) path.push_back(path.back()->bwds().front().node);
+    std::string s;
+    const size_t n = path.size();
+    for (size_t i = n; i-- > 0;) {
+        const size_t fromStart = n - 1 - i;
+        if (n > 12 && fromStart == 5) {
+            s += " -> ... (" + std::to_string(n - 10) + " nodes)";
+            i = 5; // continue with the last five
+        }
+        s += (s.empty() ? "" : " -> ") + path[i]->name();
+    }
+    return s;
+}
+
+size_t Graph::outputCount() const {
+    size_t n = 0;
+    for (const NodePtr& o : outputs_) n += o->module().outputCount();
+    return n;
+}
+
+// ---- shapes ---------------------------------------------------------------------------
+
+void Graph::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, inputs_.size(), "input"); }
+
+Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
+    ShapeMap inmap, shapes;
+    for (size_t i = 0; i < inputs_.size(); ++i) inmap[inputs_[i].get()] = {inShapes.at(i)};
+    std::unordered_set<const Node*> failed;
+    std::vector<std::string> errors;
+    for (Node* n : order_) {
+        bool below = false;
+        for (const Edge& e : n->bwds()) below = below || failed.count(e.node);
+        if (below) { // its input is unknown: only the first failure on a path is reported
+            failed.insert(n);
+            continue;
+        }
+        try {
+            n->dataShapeFrom(inmap, shapes);
+        } catch (const ShapeError& e) {
+            errors.push_back(pathTo(*n) + ": " + e.what());
+            failed.insert(n);
+        }
+    }
+    if (!errors.empty()) throw shapeError(errorList("shape checking", errors));
+    Shapes out;
+    for (const NodePtr& o : outputs_) {
+        for (const Shape& s : shapes.at(o.get())) out.push_back(s);
+    }
+    return out;
+}
+
+Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
+    for (Node* n : order_) {
+        if (n->outShapes().empty()) {
+            throw shapeError("gradShapeFrom needs the output shapes of every node; run dataShapeFrom or forward first");
+        }
+    }
+    std::unordered_map<const Node*, Shapes> given;
+    size_t k = 0;
+    for (const NodePtr& o : outputs_) {
+        const size_t count = o->outShapes().size();
+        if (k + count > outGradShapes.size()) break;
+        given[o.get()].assign(outGradShapes.begin() + static_cast<std::ptrdiff_t>(k),
+                              outGradShapes.begin() + static_cast<std::ptrdiff_t>(k + count));
+        k += count;
+    }
+    if (given.size() != outputs_.size() || k != outGradShapes.size()) {
+        throw shapeError("expects " + std::to_string(outputCount()) + " output-gradient shapes, got " +
+                         std::to_string(outGradShapes.size()));
+    }
+    ShapeMap grads;
+    std::unordered_set<const Node*> failed;
+    std::vector<std::string> errors;
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+        Node* n = *it;
+        bool above = false;
+        for (const Edge& e : n->fwds()) above = above || failed.count(e.node);
+        if (above) {
+            failed.insert(n);
+            continue;
+        }
+        try {
+            auto g = given.find(n);
+            n->gradShapeFrom(g != given.end() ? g->second : Shapes{}, grads);
+        } catch (const ShapeError& e) {
+            errors.push_back(pathTo(*n) + ": " + e.what());
+            failed.insert(n);
+        }
+    }
+    if (!errors.empty()) throw shapeError(errorList("gradient-shape checking", errors));
+    Shapes in;
+    for (const NodePtr& i : inputs_) {
+        for (const Shape& s : grads.at(i.get())) in.push_back(s);
+    }
+    return in;
+}
+
+// ---- data -----------------------------------------------------------------------------
+
+Tensors Graph::updateData(const Tensors& data) {
+    const bool release = !isTrain();
+    std::unordered_map<const Node*, size_t> remaining;
+    if (release) remaining = consumers_;
+    for (Node* n : order_) {
+        auto in = inputIndex_.find(n);
+        n->updateData(in != inputIndex_.end() ? Tensors{data[in->second]} : n->gatherInputs());
+        if (!release) continue;
+        // nnsight's listener counting: a value goes once its last consumer has run.
+        for (const Edge& e : n->bwds()) {
+            if (--remaining[e.node] == 0 && !outputIndex_.count(e.node)) e.node->module().reset();
+        }
+    }
+    released_ = release;
+    Tensors out;
+    for (const NodePtr& o : outputs_) {
+        for (const Tensor& t : o->module().dataList()) out.push_back(t);
+    }
+    return out;
+}
+
+Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    if (released_) {
+        throw shapeError("backward after an eval-mode forward: intermediate values were released; "
+                         "run the forward in train mode to differentiate");
+    }
+    size_t k = 0;
+    std::unordered_map<const Node*, Tensors> given;
+    for (const NodePtr& o : outputs_) {
+        Tensors& g = given[o.get()];
+        for (size_t s = 0; s < o->module().dataList().size(); ++s) g.push_back(grad.at(k++));
+    }
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+        Node* n = *it;
+        auto out = given.find(n);
+        const Tensors g = out != given.end() ? out->second : n->buildOutGrad({});
+        n->updateGrad(g, updParamGrads, updGrad || !n->bwds().empty(), scale, momentum);
+    }
+    Tensors in;
+    if (updGrad) {
+        for (const NodePtr& i : inputs_) {
+            for (const Tensor& t : i->module().gradList()) in.push_back(t);
+        }
+    }
+    return in;
+}
+
+Tensors Graph::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
+
+void Graph::reset() {
+    Module::reset();
+    for (Node* n : order_) n->reset();
+    released_ = false;
+}
+
+} // namespace tessera

@@ -1,0 +1,70 @@
+#pragma once
+/// \file Graph: a module made of nodes, with several inputs and outputs.
+
+#include "containers/Container.h"
+#include "containers/Node.h"
+
+namespace tessera {
+
+/// A directed acyclic graph of nodes from `inputs` to `outputs`; itself a Module, so it
+/// nests in a Sequential and the other way round.
+///
+/// Built once: the constructor checks that inputs have no parents, outputs have no
+/// children, every node reaches back to the inputs, every input leads to an output, node
+/// names are unique (unnamed nodes get `<classname>_<k>`), slots are in range and there is
+/// no cycle; each failure is a GraphError naming the nodes. The execution order is
+/// computed then, without recursion.
+///
+/// Inputs: one tensor per input node, in order. Outputs: the output nodes' outputs, in
+/// order. In eval mode a node's output is released as soon as its last consumer has run,
+/// so inference holds only the live values; backward then needs train mode.
+class Graph : public Container {
+public:
+    Graph(std::vector<NodePtr> inputs, std::vector<NodePtr> outputs, std::string name = {});
+
+    std::string classname() const override { return "Graph"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+
+    const std::vector<NodePtr>& inputs() const { return inputs_; }
+    const std::vector<NodePtr>& outputs() const { return outputs_; }
+    /// Every node in execution order.
+    const std::vector<Node*>& order() const { return order_; }
+    /// The node called `name`; throws GraphError when there is none.
+    Node& getNodeByName(const std::string& name) const;
+
+    /// One [shape] per input node.
+    void checkDataShape(const Shapes& inShapes) const override;
+    /// Whole-graph inference: every node's checks and dataShapeFrom, in order, nothing
+    /// allocated. Throws one ShapeError listing every failing node with its path from an
+    /// input (`data -> conv1 -> fc1: Linear 'fc1': expects ...`); nodes below a failure are
+    /// skipped.
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// Whole-graph gradient-shape inference, in reverse order, failures listed the same
+    /// way. Needs the output shapes of a dataShapeFrom (or forward) on the same input.
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    size_t outputCount() const override;
+    void reset() override;
+
+    /// `data -> conv1 -> fc1`: the path by first parents from an input to `node`.
+    std::string pathTo(const Node& node) const;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
+                         float momentum) override;
+
+private:
+    void build();
+
+    std::vector<NodePtr> inputs_, outputs_;
+    std::vector<NodePtr> nodes_;      // owning, in execution order
+    std::vector<Node*> order_;
+    std::unordered_map<std::string, Node*> byName_;
+    std::unordered_map<const Node*, size_t> consumers_; // fwd edges inside the graph
+    std::unordered_map<const Node*, size_t> inputIndex_;
+    std::unordered_map<const Node*, size_t> outputIndex_;
+    bool released_ = false; // an eval-mode forward dropped intermediate values
+};
+
+} // namespace tessera

@@ -1,0 +1,230 @@
+#include "containers/Node.h"
+
+#include <deque>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+NodePtr node(ModulePtr mod, const Parents& parents, std::string name) {
+    return std::make_shared<Node>(std::move(mod), parents, std::move(name));
+}
+
+Node::Node(ModulePtr mod, const Parents& parents, std::string name) : module_(std::move(mod)), name_(std::move(name)) {
+    if (!module_) throw GraphError("Node '" + name_ + "': the module is null");
+    if (name_.empty()) name_ = module_->name();
+    addBackwards(parents);
+}
+
+std::string Node::str() const { return (name_.empty() ? "<unnamed>" : name_) + " (" + module_->classname() + ")"; }
+
+void Node::addBackwards(const Parents& nodes) {
+    for (const Parent& p : nodes) {
+        if (!p.node) throw GraphError("node " + str() + ": a parent is null");
+        const int count = static_cast<int>(p.node->module().outputCount());
+        std::vector<int> slots = p.slots;
+        if (slots.empty()) {
+            for (int s = 0; s < count; ++s) slots.push_back(s);
+        }
+        for (int s : slots) {
+            if (s < 0 || s >= count) {
+                throw GraphError("node " + str() + ": parent " + p.node->str() + " has " + std::to_string(count) +
+                                 " output(s); slot " + std::to_string(s) + " is out of range");
+            }
+        }
+        bwds_.push_back({p.node.get(), slots});
+        parents_.push_back(p.node);
+        p.node->addForward(this, std::move(slots));
+    }
+}
+
+void Node::addForward(Node* node, std::vector<int> slots) { fwds_.push_back({node, std::move(slots)}); }
+
+// ---- data -----------------------------------------------------------------------------
+
+Tensors Node::gatherInputs() const {
+    Tensors in;
+    for (const Edge& e : bwds_) {
+        const Tensors& out = e.node->module().dataList();
+        for (int s : e.slots) {
+            if (static_cast<size_t>(s) >= out.size()) {
+                throw GraphError("node " + str() + ": parent " + e.node->str() + " has no output " + std::to_string(s) +
+                                 " (has it run?)");
+            }
+            in.push_back(out[static_cast<size_t>(s)]);
+        }
+    }
+    return in;
+}
+
+void Node::updateData(const Tensors& data) { outShapes_ = shapesOf((*module_)(data)); }
+
+void Node::forward(const Tensors& data) {
+    updateData(data);
+    fwdVisited = true;
+    traverseForward(*this, [](Node& n) { n.updateData(n.gatherInputs()); });
+}
+
+// ---- gradients ------------------------------------------------------------------------
+
+void Node::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    updateGrad(buildOutGrad(grad), updParamGrads, updGrad || !bwds_.empty(), scale, momentum);
+    bwdVisited = true;
+    traverseBackward(*this, [&](Node& n) {
+        n.updateGrad(n.buildOutGrad({}), updParamGrads, updGrad || !n.bwds_.empty(), scale, momentum);
+    });
+}
+
+void Node::updateGrad(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    const Tensors& inGrad = module_->backward(grad, updParamGrads, updGrad, scale, momentum);
+    if (updGrad) routeInGrad(inGrad);
+}
+
+Tensors Node::buildOutGrad(const Tensors& grad) {
+    if (fwds_.empty()) return grad;
+    const Tensors& out = module_->dataList();
+    Tensors g(out.size());
+    for (size_t s = 0; s < out.size(); ++s) {
+        if (s < outGrad_.size() && outGrad_[s].defined()) {
+            g[s] = outGrad_[s];
+        } else { // an output nobody consumed contributes nothing
+            g[s] = Tensor::zeros(out[s].shape(), DType::float32, out[s].device());
+        }
+    }
+    outGrad_.clear();
+    outGradOwned_.clear();
+    return g;
+}
+
+void Node::routeInGrad(const Tensors& grad) {
+    size_t k = 0;
+    for (const Edge& e : bwds_) {
+        for (int s : e.slots) {
+            if (k >= grad.size()) {
+                throw GraphError("node " + str() + ": the module returned " + std::to_string(grad.size()) +
+                                 " input gradients for more inputs");
+            }
+            e.node->accumulateGrad(s, grad[k++]);
+        }
+    }
+}
+
+void Node::accumulateGrad(int slot, const Tensor& grad) {
+    const auto s = static_cast<size_t>(slot);
+    if (outGrad_.size() <= s) {
+        outGrad_.resize(s + 1);
+        outGradOwned_.resize(s + 1, false);
+    }
+    Tensor& acc = outGrad_[s];
+    if (!acc.defined()) {
+        acc = grad; // the first contribution is borrowed, not copied
+        return;
+    }
+    if (!outGradOwned_[s]) { // a second one: sum into storage of our own
+        acc = acc.clone();
+        outGradOwned_[s] = true;
+    }
+    backendOf(acc).axpby(1.0f, grad, 1.0f, acc);
+}
+
+// ---- shapes ---------------------------------------------------------------------------
+
+Shapes Node::dataShapeFrom(const ShapeMap& inshapes, ShapeMap& shapes,
+                           const std::function<void(Node&, const Shapes&)>& onmodule) {
+    Shapes in;
+    if (bwds_.empty()) {
+        auto it = inshapes.find(this);
+        if (it == inshapes.end()) throw GraphError("node " + str() + " has no parents and no input shape");
+        in = it->second;
+    } else {
+        for (const Edge& e : bwds_) {
+            const Shapes& out = shapes.at(e.node);
+            for (int s : e.slots) in.push_back(out.at(static_cast<size_t>(s)));
+        }
+    }
+    outShapes_ = module_->inferDataShape(in);
+    if (onmodule) onmodule(*this, in);
+    return shapes[this] = outShapes_;
+}
+
+Shapes Node::buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) const {
+    if (fwds_.empty()) return outshapes;
+    Shapes g(outShapes_.size());
+    for (const Edge& f : fwds_) {
+        const Shapes& childGrads = shapes.at(f.node);
+        // Find where this node's slots sit in the child's input list.
+        size_t k = 0;
+        for (const Edge& e : f.node->bwds_) {
+            for (int s : e.slots) {
+                if (e.node == this) {
+                    const Shape& got = childGrads.at(k);
+                    Shape& slotShape = g.at(static_cast<size_t>(s));
+                    if (slotShape.rank() == 0) {
+                        slotShape = got;
+                    } else if (slotShape != got) {
+                        throw ShapeError("gradients of output " + std::to_string(s) + " disagree: " +
+                                         slotShape.str() + " and " + got.str() + " (from " + f.node->str() + ")");
+                    }
+                }
+                ++k;
+            }
+        }
+    }
+    for (size_t s = 0; s < g.size(); ++s) {
+        if (g[s].rank() == 0) g[s] = outShapes_[s]; // unconsumed output: zero gradient of its shape
+    }
+    return g;
+}
+
+Shapes Node::gradShapeFrom(const Shapes& outshapes, ShapeMap& shapes) {
+    const Shapes outGrad = buildOutGradShape(outshapes, shapes);
+    if (outGrad != outShapes_) {
+        throw ShapeError(module_->str() + ": output gradient " + tessera::str(outGrad) + " does not match the output " +
+                         tessera::str(outShapes_));
+    }
+    module_->checkGradShape(outGrad);
+    return shapes[this] = module_->gradShapeFrom(outGrad);
+}
+
+// ---- state ----------------------------------------------------------------------------
+
+void Node::reset() {
+    module_->reset();
+    outGrad_.clear();
+    outGradOwned_.clear();
+    clearTraverse();
+}
+
+void Node::traverseForward(Node& node, const std::function<void(Node&)>& func) {
+    std::deque<Node*> ready;
+    for (const Edge& e : node.fwds_) ready.push_back(e.node);
+    while (!ready.empty()) {
+        Node* n = ready.front();
+        ready.pop_front();
+        if (n->fwdVisited) continue;
+        bool parentsDone = true;
+        for (const Edge& e : n->bwds_) parentsDone = parentsDone && e.node->fwdVisited;
+        if (!parentsDone) continue; // its last parent will queue it again
+        func(*n);
+        n->fwdVisited = true;
+        for (const Edge& e : n->fwds_) ready.push_back(e.node);
+    }
+}
+
+void Node::traverseBackward(Node& node, const std::function<void(Node&)>& func) {
+    std::deque<Node*> ready;
+    for (const Edge& e : node.bwds_) ready.push_back(e.node);
+    while (!ready.empty()) {
+        Node* n = ready.front();
+        ready.pop_front();
+        if (n->bwdVisited) continue;
+        bool childrenDone = true;
+        for (const Edge& e : n->fwds_) childrenDone = childrenDone && e.node->bwdVisited;
+        if (!childrenDone) continue;
+        func(*n);
+        n->bwdVisited = true;
+        for (const Edge& e : n->bwds_) ready.push_back(e.node);
+    }
+}
+
+} // namespace tessera

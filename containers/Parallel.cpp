@@ -1,0 +1,56 @@
+#include "containers/Parallel.h"
+
+namespace tessera {
+
+Parallel& Parallel::append(ModulePtr mod) {
+    insertChild(children_.size(), std::move(mod), "append");
+    return *this;
+}
+
+void Parallel::checkDataShape(const Shapes& inShapes) const {
+    if (children_.empty()) throw shapeError("is empty; append modules before running it");
+    requireCount(inShapes, children_.size(), "input");
+    dataShapeFrom(inShapes);
+}
+
+Shapes Parallel::dataShapeFrom(const Shapes& inShapes) const {
+    Shapes out;
+    for (size_t i = 0; i < children_.size(); ++i) {
+        try {
+            const Shapes o = children_[i].second->inferDataShape({inShapes.at(i)});
+            if (o.size() != 1) throw shapeError("branch '" + children_[i].first + "' must give one output");
+            out.push_back(o[0]);
+        } catch (const ShapeError& e) {
+            throw shapeError("branch " + std::to_string(i) + " '" + children_[i].first + "': " + e.what());
+        }
+    }
+    return out;
+}
+
+Shapes Parallel::gradShapeFrom(const Shapes& outGradShapes) const {
+    Shapes in;
+    for (size_t i = 0; i < children_.size(); ++i) {
+        children_[i].second->checkGradShape({outGradShapes.at(i)});
+        in.push_back(children_[i].second->gradShapeFrom(outGradShapes.at(i)));
+    }
+    return in;
+}
+
+Tensors Parallel::updateData(const Tensors& data) {
+    Tensors out;
+    for (size_t i = 0; i < children_.size(); ++i) out.push_back((*children_[i].second)(data[i]));
+    return out;
+}
+
+Tensors Parallel::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    Tensors in;
+    for (size_t i = 0; i < children_.size(); ++i) {
+        Tensor g = children_[i].second->backward(grad[i], updParamGrads, updGrad, scale, momentum);
+        if (updGrad) in.push_back(g);
+    }
+    return in;
+}
+
+Tensors Parallel::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
+
+} // namespace tessera

@@ -1,0 +1,105 @@
+#include "modules/Add.h"
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+namespace {
+void requireSameShapes(const Module& m, const Shapes& inShapes, size_t minimum) {
+    if (inShapes.size() < minimum) {
+        throw ShapeError(m.str() + ": expects at least " + std::to_string(minimum) + " input tensors, got " +
+                         std::to_string(inShapes.size()));
+    }
+    for (size_t i = 1; i < inShapes.size(); ++i) {
+        if (inShapes[i] != inShapes[0]) {
+            throw ShapeError(m.str() + ": input " + std::to_string(i) + " " + inShapes[i].str() +
+                             " differs from input 0 " + inShapes[0].str() + "; all inputs must have one shape");
+        }
+    }
+}
+} // namespace
+
+Add::Add(std::vector<float> coefficients, std::string name)
+    : Module(std::move(name)), coefficients_(std::move(coefficients)) {}
+
+void Add::checkDataShape(const Shapes& inShapes) const {
+    requireSameShapes(*this, inShapes, 1);
+    if (!coefficients_.empty() && coefficients_.size() != inShapes.size()) {
+        throw shapeError("has " + std::to_string(coefficients_.size()) + " coefficients but got " +
+                         std::to_string(inShapes.size()) + " inputs");
+    }
+    inputs_ = inShapes.size();
+}
+
+Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
+    if (inputs_ == 0) throw shapeError("gradShapeFrom needs the input count; run dataShapeFrom or forward first");
+    return Shapes(inputs_, outGradShapes[0]);
+}
+
+// x_i: same shape -> y = sum c_i x_i
+Tensors Add::updateData(const Tensors& data) {
+    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
+    Backend& be = backendOf(y);
+    be.axpby(coefficient(0), data[0], 0.0f, y);
+    for (size_t i = 1; i < data.size(); ++i) be.axpby(coefficient(i), data[i], 1.0f, y);
+    return {y};
+}
+
+Tensors Add::updateGrad(const Tensors& grad) {
+    Tensors dx;
+    for (size_t i = 0; i < inDataList().size(); ++i) {
+        if (coefficient(i) == 1.0f) {
+            dx.push_back(grad[0]); // shared, never written in place
+        } else {
+            Tensor g = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
+            backendOf(g).axpby(coefficient(i), grad[0], 0.0f, g);
+            dx.push_back(g);
+        }
+    }
+    return dx;
+}
+
+Blueprint Add::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    if (!coefficients_.empty()) {
+        bp.scheme.emplace_back("coefficients", std::vector<double>(coefficients_.begin(), coefficients_.end()));
+    }
+    return bp;
+}
+
+void Mul::checkDataShape(const Shapes& inShapes) const {
+    requireSameShapes(*this, inShapes, 2);
+    inputs_ = inShapes.size();
+}
+
+Shapes Mul::dataShapeFrom(const Shapes& inShapes) const { return {inShapes[0]}; }
+
+Shapes Mul::gradShapeFrom(const Shapes& outGradShapes) const {
+    if (inputs_ == 0) throw shapeError("gradShapeFrom needs the input count; run dataShapeFrom or forward first");
+    return Shapes(inputs_, outGradShapes[0]);
+}
+
+// x_i: same shape -> y = prod x_i
+Tensors Mul::updateData(const Tensors& data) {
+    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
+    Backend& be = backendOf(y);
+    be.mul(data[0], data[1], y);
+    for (size_t i = 2; i < data.size(); ++i) be.mul(y, data[i], y);
+    return {y};
+}
+
+Tensors Mul::updateGrad(const Tensors& grad) {
+    const Tensors& x = inDataList();
+    Backend& be = backendOf(grad[0]);
+    Tensors dx;
+    for (size_t i = 0; i < x.size(); ++i) {
+        Tensor g = grad[0].clone();
+        for (size_t j = 0; j < x.size(); ++j) {
+            if (j != i) be.mul(g, x[j], g);
+        }
+        dx.push_back(g);
+    }
+    return dx;
+}
+
+} // namespace tessera

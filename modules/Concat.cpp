@@ -1,0 +1,76 @@
+#include "modules/Concat.h"
+
+#include "backend/Backend.h"
+#include "modules/AxisUtil.h"
+
+namespace tessera {
+
+void Concat::checkDataShape(const Shapes& inShapes) const {
+    if (inShapes.empty()) throw shapeError("expects at least one input tensor, got none");
+    const Shape& first = inShapes[0];
+    const int a = axis::normalize(axis_, first.rank());
+    if (a < 0) throw shapeError("axis " + std::to_string(axis_) + " is out of range for input " + first.str());
+    for (size_t i = 1; i < inShapes.size(); ++i) {
+        const Shape& s = inShapes[i];
+        bool same = s.rank() == first.rank();
+        for (int d = 0; same && d < static_cast<int>(s.rank()); ++d) same = d == a || s[d] == first[d];
+        if (!same) {
+            throw shapeError("input " + std::to_string(i) + " " + s.str() + " does not fit input 0 " + first.str() +
+                             ": all dims but axis " + std::to_string(a) + " must agree");
+        }
+    }
+}
+
+Shapes Concat::dataShapeFrom(const Shapes& inShapes) const {
+    inShapes_ = inShapes;
+    const int a = axis::normalize(axis_, inShapes[0].rank());
+    Shape out = inShapes[0];
+    for (size_t i = 1; i < inShapes.size(); ++i) out[a] += inShapes[i][a];
+    return {out};
+}
+
+Shapes Concat::gradShapeFrom(const Shapes& outGradShapes) const {
+    if (inShapes_.empty()) throw shapeError("gradShapeFrom needs the input shapes; run dataShapeFrom or forward first");
+    Shapes in = inShapes_;
+    for (Shape& s : in) s[0] = outGradShapes[0][0];
+    return in;
+}
+
+// x_i: [..., d_i, ...] -> y: [..., sum d_i, ...]
+Tensors Concat::updateData(const Tensors& data) {
+    const Shape out = dataShapeFrom(shapesOf(data))[0];
+    const int a = axis::normalize(axis_, out.rank());
+    const int64_t outer = axis::outer(out, a), inner = axis::inner(out, a);
+    Tensor y = Tensor::empty(out, data[0].dtype(), data[0].device());
+    int64_t offset = 0;
+    for (const Tensor& x : data) {
+        const int64_t width = x.shape()[a] * inner;
+        backendOf(x).copyStrided(x, 0, width, y, offset, out[a] * inner, outer, width);
+        offset += width;
+    }
+    return {y};
+}
+
+Tensors Concat::updateGrad(const Tensors& grad) {
+    const Tensor& dy = grad[0];
+    const int a = axis::normalize(axis_, dy.shape().rank());
+    const int64_t outer = axis::outer(dy.shape(), a), inner = axis::inner(dy.shape(), a);
+    Tensors dx;
+    int64_t offset = 0;
+    for (const Tensor& x : inDataList()) {
+        const int64_t width = x.shape()[a] * inner;
+        Tensor g = Tensor::empty(x.shape(), DType::float32, dy.device());
+        backendOf(dy).copyStrided(dy, offset, dy.shape()[a] * inner, g, 0, width, outer, width);
+        dx.push_back(g);
+        offset += width;
+    }
+    return dx;
+}
+
+Blueprint Concat::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("axis", static_cast<int64_t>(axis_));
+    return bp;
+}
+
+} // namespace tessera

@@ -1,0 +1,33 @@
+#pragma once
+/// \file Concat: join tensors along an axis.
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+/// [x_0: [..., d_0, ...], x_1: [..., d_1, ...], ...] -> y: [..., d_0 + d_1 + ..., ...]
+/// along `axis` (negative counts from the end); all other dims must agree.
+class Concat : public Module {
+public:
+    explicit Concat(int axis = 1, std::string name = {}) : Module(std::move(name)), axis_(axis) {}
+
+    std::string classname() const override { return "Concat"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// Needs the input shapes of the last dataShapeFrom / forward to know where to cut.
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// At least one input; same rank; dims equal except along the axis.
+    void checkDataShape(const Shapes& inShapes) const override;
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    int axis_;
+    mutable Shapes inShapes_;
+};
+
+} // namespace tessera

@@ -1,0 +1,212 @@
+// The branch and merge modules: Concat, Split, Slice, Replicate, Add (Sum), Mul.
+#include "GradCheck.h"
+#include "modules/Add.h"
+#include "modules/Concat.h"
+#include "modules/Replicate.h"
+#include "modules/Slice.h"
+#include "modules/Split.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+std::vector<float> iota(size_t n, float start = 0.0f) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+    return v;
+}
+
+TEST(Concat, Reference) {
+    Concat cat(1);
+    // a: [2, 1, 2] = [[0, 1]], [[2, 3]]; b: [2, 2, 2] = 10..17
+    Tensor a = Tensor::fromVector({2, 1, 2}, iota(4)), b = Tensor::fromVector({2, 2, 2}, iota(8, 10));
+    Tensor y = cat(Tensors{a, b})[0];
+    EXPECT_EQ(y.shape(), (Shape{2, 3, 2}));
+    EXPECT_TRUE(allClose(y, {0, 1, 10, 11, 12, 13, 2, 3, 14, 15, 16, 17}));
+    const Tensors& dx = cat.backward(Tensors{Tensor::fromVector({2, 3, 2}, iota(12))});
+    EXPECT_TRUE(allClose(dx[0], {0, 1, 6, 7}));
+    EXPECT_TRUE(allClose(dx[1], {2, 3, 4, 5, 8, 9, 10, 11}));
+    // The last axis and the batch axis.
+    Concat last(-1), batch(0);
+    EXPECT_TRUE(allClose(last(Tensors{a, a})[0], {0, 1, 0, 1, 2, 3, 2, 3}));
+    EXPECT_EQ(batch(Tensors{a, a, a})[0].shape(), (Shape{6, 1, 2}));
+}
+
+TEST(Concat, Gradient) {
+    Concat cat(2);
+    EXPECT_TRUE(checkGradients(cat, {randomTensor({2, 3, 2}, 1), randomTensor({2, 3, 4}, 2), randomTensor({2, 3, 1}, 3)}));
+}
+
+TEST(Concat, Shape) {
+    Concat cat(1);
+    EXPECT_TRUE(checkShapes(cat, {randomTensor({2, 3, 4}, 1), randomTensor({2, 5, 4}, 2)}));
+    EXPECT_EQ(cat.dataShapeFrom(Shapes{Shape{8, 16, 5}, Shape{8, 32, 5}}), (Shapes{Shape{8, 48, 5}}));
+}
+
+TEST(Concat, BadInput) {
+    Concat cat(1, "cat");
+    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 5}, 1)}); },
+                                 {"Concat 'cat'", "input 1 [2, 3, 5]", "[2, 3, 4]", "axis 1"}));
+    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 3, 1}, 1)}); },
+                                 {"input 1"}));
+    EXPECT_TRUE(throwsShapeError([&] { Concat(5)(Tensors{randomTensor({2, 3}, 1)}); }, {"axis 5 is out of range"}));
+    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{}); }, {"at least one input"}));
+    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{Tensor::zeros({2, 3}, DType::int32)}); }, {"int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{Tensor::empty({0, 3})}); }, {"empty"}));
+}
+
+TEST(Split, Reference) {
+    Split split(1, {1, 2});
+    EXPECT_EQ(split.outputCount(), 2u);
+    const Tensors& ys = split(Tensors{Tensor::fromVector({2, 3}, iota(6))});
+    ASSERT_EQ(ys.size(), 2u);
+    EXPECT_TRUE(allClose(ys[0], {0, 3}));
+    EXPECT_TRUE(allClose(ys[1], {1, 2, 4, 5}));
+    const Tensors& dx = split.backward(Tensors{Tensor::fromVector({2, 1}, std::vector<float>{-1, -2}),
+                                               Tensor::fromVector({2, 2}, std::vector<float>{7, 8, 9, 10})});
+    EXPECT_TRUE(allClose(dx[0], {-1, 7, 8, -2, 9, 10}));
+}
+
+TEST(Split, Gradient) {
+    Split split(-1, {2, 1, 3});
+    EXPECT_TRUE(checkGradients(split, {randomTensor({2, 2, 6}, 1)}));
+}
+
+TEST(Split, Shape) {
+    Split split(1, {4, 12});
+    EXPECT_TRUE(checkShapes(split, {randomTensor({3, 16, 2}, 1)}));
+}
+
+TEST(Split, BadInput) {
+    Split split(1, {2, 2}, "halves");
+    EXPECT_TRUE(throwsShapeError([&] { split(randomTensor({2, 5}, 1)); }, {"Split 'halves'", "add up to 4", "[2, 5]"}));
+    EXPECT_TRUE(throwsShapeError([&] { split(randomTensor({4}, 1)); }, {"axis 1 is out of range"}));
+    EXPECT_TRUE(throwsShapeError([&] { split(Tensor::zeros({2, 4}, DType::int32)); }, {"int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { split(Tensor::empty({0, 4})); }, {"empty"}));
+    EXPECT_THROW(Split(1, {}), std::invalid_argument);
+    EXPECT_THROW(Split(1, {2, 0}), std::invalid_argument);
+}
+
+TEST(Slice, Reference) {
+    Slice slice(1, 1, 3);
+    Tensor y = slice(Tensor::fromVector({2, 4}, iota(8)));
+    EXPECT_TRUE(allClose(y, {1, 2, 5, 6}));
+    EXPECT_TRUE(allClose(slice.backward(Tensor::fromVector({2, 2}, std::vector<float>{1, 2, 3, 4})),
+                         {0, 1, 2, 0, 0, 3, 4, 0}));
+    Slice tail(-1, -2, 0); // the last two along the last axis
+    EXPECT_TRUE(allClose(tail(Tensor::fromVector({2, 4}, iota(8))), {2, 3, 6, 7}));
+}
+
+TEST(Slice, Gradient) {
+    Slice slice(2, 1, 3);
+    EXPECT_TRUE(checkGradients(slice, {randomTensor({2, 3, 4}, 1)}));
+}
+
+TEST(Slice, Shape) {
+    Slice slice(1, 2, -1);
+    EXPECT_TRUE(checkShapes(slice, {randomTensor({2, 6, 3}, 1)}));
+    EXPECT_EQ(slice.dataShapeFrom(Shape{5, 10}), (Shape{5, 7}));
+}
+
+TEST(Slice, BadInput) {
+    Slice slice(1, 3, 5, "cut");
+    EXPECT_TRUE(throwsShapeError([&] { slice(randomTensor({2, 3}, 1)); }, {"Slice 'cut'", "range [3, 5) is empty", "[2, 3]"}));
+    EXPECT_TRUE(throwsShapeError([&] { slice(randomTensor({6}, 1)); }, {"axis 1 is out of range"}));
+    EXPECT_TRUE(throwsShapeError([&] { slice(Tensor::zeros({2, 6}, DType::int32)); }, {"int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { slice(Tensor::empty({0, 6})); }, {"empty"}));
+}
+
+TEST(Replicate, Reference) {
+    Replicate rep(3);
+    Tensor x = Tensor::fromVector({1, 2}, std::vector<float>{1, 2});
+    const Tensors& ys = rep(Tensors{x});
+    ASSERT_EQ(ys.size(), 3u);
+    for (const Tensor& y : ys) EXPECT_TRUE(y.sharesStorage(x));
+    Tensor g = Tensor::fromVector({1, 2}, std::vector<float>{1, 10});
+    EXPECT_TRUE(allClose(rep.backward(Tensors{g, g, g})[0], {3, 30}));
+    EXPECT_TRUE(allClose(g, {1, 10})); // the gradients were not written
+}
+
+TEST(Replicate, Gradient) {
+    Replicate rep(2);
+    EXPECT_TRUE(checkGradients(rep, {randomTensor({3, 4}, 1)}));
+}
+
+TEST(Replicate, Shape) {
+    Replicate rep(4);
+    EXPECT_TRUE(checkShapes(rep, {randomTensor({3, 4}, 1)}));
+}
+
+TEST(Replicate, BadInput) {
+    Replicate rep(2, "rep");
+    EXPECT_TRUE(throwsShapeError([&] { rep(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)}); },
+                                 {"Replicate 'rep'", "expects 1 input"}));
+    EXPECT_TRUE(throwsShapeError([&] { rep(Tensor::zeros({2, 6}, DType::int32)); }, {"int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { rep(Tensor::empty({0, 6})); }, {"empty"}));
+    EXPECT_THROW(Replicate(0), std::invalid_argument);
+}
+
+TEST(Add, Reference) {
+    Add add;
+    Tensor a = Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3}), b = Tensor::fromVector({1, 3}, std::vector<float>{10, 20, 30});
+    EXPECT_TRUE(allClose(add(Tensors{a, b})[0], {11, 22, 33}));
+    Add weighted({2.0f, -1.0f});
+    EXPECT_TRUE(allClose(weighted(Tensors{a, b})[0], {-8, -16, -24}));
+    const Tensors& dx = weighted.backward(Tensors{Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3})});
+    EXPECT_TRUE(allClose(dx[0], {2, 4, 6}));
+    EXPECT_TRUE(allClose(dx[1], {-1, -2, -3}));
+    Sum sum; // the same module under PuzzleLib's other name
+    EXPECT_TRUE(allClose(sum(Tensors{a, a, a})[0], {3, 6, 9}));
+}
+
+TEST(Add, Gradient) {
+    Add add({0.5f, 2.0f, -1.0f});
+    EXPECT_TRUE(checkGradients(add, {randomTensor({2, 3}, 1), randomTensor({2, 3}, 2), randomTensor({2, 3}, 3)}));
+}
+
+TEST(Add, Shape) {
+    Add add;
+    EXPECT_TRUE(checkShapes(add, {randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 4}, 2)}));
+}
+
+TEST(Add, BadInput) {
+    Add add({}, "sum");
+    EXPECT_TRUE(throwsShapeError([&] { add(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 4}, 1)}); },
+                                 {"Add 'sum'", "input 1 [2, 4] differs from input 0 [2, 3]"}));
+    EXPECT_TRUE(throwsShapeError([&] { Add({1.0f, 2.0f})(Tensors{randomTensor({2}, 1)}); }, {"2 coefficients", "1 inputs"}));
+    EXPECT_TRUE(throwsShapeError([&] { add(Tensors{Tensor::zeros({2, 6}, DType::int32)}); }, {"int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { add(Tensors{Tensor::empty({0, 6})}); }, {"empty"}));
+}
+
+TEST(Mul, Reference) {
+    Mul mul;
+    Tensor a = Tensor::fromVector({1, 2}, std::vector<float>{2, 3}), b = Tensor::fromVector({1, 2}, std::vector<float>{4, 5}),
+           c = Tensor::fromVector({1, 2}, std::vector<float>{-1, 10});
+    EXPECT_TRUE(allClose(mul(Tensors{a, b, c})[0], {-8, 150}));
+    const Tensors& dx = mul.backward(Tensors{Tensor::fromVector({1, 2}, std::vector<float>{1, 2})});
+    EXPECT_TRUE(allClose(dx[0], {-4, 100}));
+    EXPECT_TRUE(allClose(dx[1], {-2, 60}));
+    EXPECT_TRUE(allClose(dx[2], {8, 30}));
+}
+
+TEST(Mul, Gradient) {
+    Mul mul;
+    EXPECT_TRUE(checkGradients(mul, {randomTensor({2, 3}, 1), randomTensor({2, 3}, 2)}));
+}
+
+TEST(Mul, Shape) {
+    Mul mul;
+    EXPECT_TRUE(checkShapes(mul, {randomTensor({2, 3}, 1), randomTensor({2, 3}, 2)}));
+}
+
+TEST(Mul, BadInput) {
+    Mul mul("gate");
+    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{randomTensor({2, 3}, 1)}); }, {"Mul 'gate'", "at least 2"}));
+    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{randomTensor({2, 3}, 1), randomTensor({3, 3}, 1)}); }, {"differs"}));
+    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{Tensor::zeros({2, 6}, DType::int32), Tensor::zeros({2, 6}, DType::int32)}); },
+                                 {"int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{Tensor::empty({0, 6}), Tensor::empty({0, 6})}); }, {"empty"}));
+}
+
+} // namespace
+} // namespace tessera
