@@ -12,7 +12,12 @@ NodePtr node(ModulePtr mod, const Parents& parents, std::string name) {
 
 Node::Node(ModulePtr mod, const Parents& parents, std::string name) : module_(std::move(mod)), name_(std::move(name)) {
     if (!module_) throw GraphError("Node '" + name_ + "': the module is null");
-    if (name_.empty()) name_ = module_->name();
+    // Node and module share one name, as in PuzzleLib: error messages then name both.
+    if (name_.empty()) {
+        name_ = module_->name();
+    } else if (module_->name().empty()) {
+        module_->setName(name_);
+    }
     addBackwards(parents);
 }
 

@@ -47,7 +47,8 @@ using ShapeMap = std::unordered_map<const Node*, Shapes>;
 
 class Node {
 public:
-    /// Wrap `mod`; `name` defaults to the module's name (a Graph names unnamed nodes).
+    /// Wrap `mod`; `name` defaults to the module's name, and names an unnamed module (a
+    /// Graph names nodes left unnamed).
     /// Throws GraphError when a parent slot is out of range.
     explicit Node(ModulePtr mod, const Parents& parents = {}, std::string name = {});
 

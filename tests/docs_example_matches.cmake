@@ -1,4 +1,5 @@
-# Fails when docs/guide.md does not show docs/examples/first_network.cpp verbatim.
+# Fails when the page GUIDE does not show the file EXAMPLE verbatim in a ```cpp block
+# followed by <!-- end example -->.
 file(READ ${GUIDE} guide)
 file(READ ${EXAMPLE} example)
 string(FIND "${guide}" "```cpp\n${example}```\n<!-- end example -->" pos)

@@ -19,6 +19,7 @@ public:
         for (const Run& r : runs) {
             if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median") {
                 for (const auto& [name, counter] : r.counters) medians_[r.run_name.str()][name] = counter.value;
+                timesMs_[r.run_name.str()] = r.GetAdjustedRealTime() * toMs(r.time_unit);
             }
         }
         ConsoleReporter::ReportRuns(runs);
@@ -30,8 +31,25 @@ public:
         return c == b->second.end() ? 0.0 : c->second;
     }
 
+    /// Median real time of `bench` in milliseconds (0 when it did not run).
+    double medianTime(const std::string& bench) const {
+        auto t = timesMs_.find(bench);
+        return t == timesMs_.end() ? 0.0 : t->second;
+    }
+
 private:
+    static double toMs(benchmark::TimeUnit unit) {
+        switch (unit) {
+        case benchmark::kNanosecond: return 1e-6;
+        case benchmark::kMicrosecond: return 1e-3;
+        case benchmark::kMillisecond: return 1.0;
+        case benchmark::kSecond: return 1e3;
+        }
+        return 1.0;
+    }
+
     std::map<std::string, std::map<std::string, double>> medians_;
+    std::map<std::string, double> timesMs_;
 };
 
 void printRatio(const MedianReporter& rep, const char* what, const std::string& a, const std::string& b,
@@ -74,6 +92,19 @@ int main(int argc, char** argv) {
             printRatio(reporter, (std::string(act) + " n=" + n + ": oneDNN vs loop").c_str(),
                        std::string("BM_BackendActivation/") + act + "/onednn/" + n + "/real_time",
                        std::string("BM_LoopActivation/") + act + "/loop/" + n + "/real_time", "GB/s");
+        }
+    }
+    const double shapeMs = reporter.median("Graph/shapeCheck+gradShapeCheck/10000/real_time", "nodes") > 0
+                               ? reporter.medianTime("Graph/shapeCheck+gradShapeCheck/10000/real_time")
+                               : 0.0;
+    if (shapeMs > 0) std::printf("%-44s %9.2f ms (data + gradient shapes)\n", "shape check, 10 000-node graph", shapeMs);
+    for (const char* mode : {"1", "0"}) {
+        const std::string b = std::string("Graph/chain50/inferencePeak/") + mode + "/real_time";
+        const double peak = reporter.median(b, "peakMiB"), value = reporter.median(b, "valueMiB");
+        if (value > 0) {
+            std::printf("%-44s %9.2f MiB = %.1f values of %.2f MiB\n",
+                        (std::string("50-layer chain inference peak, ") + (mode[0] == '1' ? "eval" : "train")).c_str(),
+                        peak, peak / value, value);
         }
     }
     return 0;
