@@ -23,9 +23,43 @@ Node::Node(ModulePtr mod, const Parents& parents, std::string name) : module_(st
 
 std::string Node::str() const { return (name_.empty() ? "<unnamed>" : name_) + " (" + module_->classname() + ")"; }
 
+namespace {
+// The chain of parents from `from` up to `target` (both included), empty when `target` is
+// not an ancestor of `from`. Breadth-first, without recursion.
+std::vector<const Node*> ancestorPath(const Node* from, const Node* target) {
+    std::unordered_map<const Node*, const Node*> child{{from, nullptr}};
+    std::deque<const Node*> queue{from};
+    while (!queue.empty()) {
+        const Node* n = queue.front();
+        queue.pop_front();
+        if (n == target) {
+            std::vector<const Node*> path;
+            for (const Node* p = n; p; p = child.at(p)) path.push_back(p);
+            return path;
+        }
+        for (const Edge& e : n->bwds()) {
+            if (child.emplace(e.node, n).second) queue.push_back(e.node);
+        }
+    }
+    return {};
+}
+} // namespace
+
 void Node::addBackwards(const Parents& nodes) {
     for (const Parent& p : nodes) {
         if (!p.node) throw GraphError("node " + str() + ": a parent is null");
+        // A node without children cannot close a cycle: only then is the walk needed.
+        if (!fwds_.empty() || p.node.get() == this) {
+            const std::vector<const Node*> path = ancestorPath(p.node.get(), this);
+            if (!path.empty()) {
+                // path runs from this node down to the new parent: data flows along it.
+                std::string cycle;
+                for (const Node* n : path) cycle += n->name() + " -> ";
+                cycle += name_;
+                throw GraphError("node " + str() + ": adding parent " + p.node->str() + " would make a cycle (" + cycle +
+                                 "); a graph must be acyclic");
+            }
+        }
         const int count = static_cast<int>(p.node->module().outputCount());
         std::vector<int> slots = p.slots;
         if (slots.empty()) {

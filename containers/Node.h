@@ -64,7 +64,9 @@ public:
     /// The parent nodes, one per bwds entry.
     const std::vector<NodePtr>& parents() const { return parents_; }
 
-    /// Add parents: this node's bwds and each parent's fwds.
+    /// Add parents: this node's bwds and each parent's fwds. Throws GraphError (naming the
+    /// nodes of the cycle) when a parent descends from this node, and when a slot is out
+    /// of range.
     void addBackwards(const Parents& nodes);
     /// Add a child taking `slots` of this node's outputs (called by the child's addBackwards).
     void addForward(Node* node, std::vector<int> slots);
