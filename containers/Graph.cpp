@@ -184,6 +184,16 @@ size_t Graph::outputCount() const {
 
 void Graph::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, inputs_.size(), "input"); }
 
+void Graph::checkDataType(const std::vector<DType>& dtypes) const {
+    for (size_t i = 0; i < inputs_.size() && i < dtypes.size(); ++i) {
+        try {
+            inputs_[i]->module().checkDataType({dtypes[i]});
+        } catch (const ShapeError& e) {
+            throw shapeError("input " + inputs_[i]->name() + ": " + e.what());
+        }
+    }
+}
+
 Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
     ShapeMap inmap, shapes;
     for (size_t i = 0; i < inputs_.size(); ++i) inmap[inputs_[i].get()] = {inShapes.at(i)};

@@ -34,6 +34,8 @@ public:
 
     /// One [shape] per input node.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// Each input node's module checks the dtype of its input.
+    void checkDataType(const std::vector<DType>& dtypes) const override;
     /// Whole-graph inference: every node's checks and dataShapeFrom, in order, nothing
     /// allocated. Throws one ShapeError listing every failing node with its path from an
     /// input (`data -> conv1 -> fc1: Linear 'fc1': expects ...`); nodes below a failure are

@@ -47,6 +47,15 @@ Shapes Sequential::dataShapeFrom(const Shapes& inShapes) const {
     return shapes;
 }
 
+void Sequential::checkDataType(const std::vector<DType>& dtypes) const {
+    if (children_.empty()) throw shapeError("is empty; append modules before running it");
+    try {
+        children_.front().second->checkDataType(dtypes);
+    } catch (const ShapeError& e) {
+        throw shapeError("input -> " + children_.front().first + ": " + e.what());
+    }
+}
+
 Shapes Sequential::gradShapeFrom(const Shapes& outGradShapes) const {
     Shapes shapes = outGradShapes;
     for (auto it = children_.rbegin(); it != children_.rend(); ++it) {

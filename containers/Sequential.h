@@ -28,6 +28,8 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// The first child checks the input dtypes.
+    void checkDataType(const std::vector<DType>& dtypes) const override;
     size_t outputCount() const override { return children_.empty() ? 1 : children_.back().second->outputCount(); }
 
 protected:

@@ -142,6 +142,8 @@ TEST(Graph, TwoInputsTwoOutputs) {
     EXPECT_TRUE(checkShapes(g, {randomTensor({2, 3}, 1), randomTensor({2, 4}, 2)}));
     EXPECT_TRUE(checkGradients(g, {randomTensor({2, 3}, 1), randomTensor({2, 4}, 2)}));
     EXPECT_TRUE(throwsShapeError([&] { g(Tensors{randomTensor({2, 3}, 1)}); }, {"expects 2 input tensors, got 1"}));
+    EXPECT_TRUE(throwsShapeError([&] { g(Tensors{randomTensor({2, 3}, 1), Tensor::zeros({2, 4}, DType::int32)}); },
+                                 {"input b", "int32"}));
 }
 
 TEST(Graph, NestedGraphInSequentialInGraph) {

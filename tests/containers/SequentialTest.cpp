@@ -51,6 +51,7 @@ TEST(Sequential, Shape) {
     EXPECT_TRUE(checkShapes(*net, {randomTensor({2, 3, 4}, 1)}));
     EXPECT_EQ(net->dataShapeFrom(Shape{9, 3, 4}), (Shape{9, 5}));
     EXPECT_EQ(net->gradShapeFrom(Shape{9, 5}), (Shape{9, 3, 4}));
+    EXPECT_TRUE(throwsShapeError([&] { (*net)(Tensor::zeros({2, 3, 4}, DType::int32)); }, {"input -> 0", "int32"}));
 }
 
 TEST(Sequential, BadShapeNamesThePath) {
