@@ -25,6 +25,10 @@ public:
     Blueprint blueprint() const override;
 
 protected:
+    /// Input gradients only: backwardFrom without parameter gradients. Every container
+    /// overrides backwardFrom to drive its children.
+    Tensors updateGrad(const Tensors& grad) override { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
+
     /// Insert `mod` at `pos` (0..size()). Named modules keep their name; unnamed ones get
     /// the smallest free number at or after `pos`. Throws ContainerError on a null module,
     /// a duplicate name or a bad position.

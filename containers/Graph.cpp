@@ -316,8 +316,6 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
     return in;
 }
 
-Tensors Graph::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
-
 void Graph::reset() {
     Module::reset();
     for (Node* n : order_) n->reset();

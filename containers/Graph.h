@@ -52,7 +52,6 @@ public:
 
 protected:
     Tensors updateData(const Tensors& data) override;
-    Tensors updateGrad(const Tensors& grad) override;
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
                          float momentum) override;
 

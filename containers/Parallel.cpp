@@ -51,6 +51,4 @@ Tensors Parallel::backwardFrom(const Tensors& grad, bool updParamGrads, bool upd
     return in;
 }
 
-Tensors Parallel::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
-
 } // namespace tessera

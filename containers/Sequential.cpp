@@ -84,6 +84,4 @@ Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool u
     return g;
 }
 
-Tensors Sequential::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
-
 } // namespace tessera

@@ -1,7 +1,7 @@
 #pragma once
 /// \file Helpers of the modules that cut or join tensors along an axis. Internal.
 
-#include "backend/Shape.h"
+#include "backend/Backend.h"
 
 namespace tessera::axis {
 
@@ -24,6 +24,15 @@ inline int64_t inner(const Shape& s, int axis) {
     int64_t n = 1;
     for (int i = axis + 1; i < static_cast<int>(s.rank()); ++i) n *= s[i];
     return n;
+}
+
+/// Copy `count` positions along `axis` from `src` (from position srcBegin) into `dst` (from
+/// dstBegin). All dims but `axis` agree between src and dst.
+inline void copyAlong(int axis, const Tensor& src, int64_t srcBegin, const Tensor& dst, int64_t dstBegin,
+                      int64_t count) {
+    const int64_t in = inner(src.shape(), axis);
+    backendOf(src).copyStrided(src, srcBegin * in, src.shape()[axis] * in, dst, dstBegin * in, dst.shape()[axis] * in,
+                               outer(src.shape(), axis), count * in);
 }
 
 } // namespace tessera::axis

@@ -1,6 +1,5 @@
 #include "modules/Concat.h"
 
-#include "backend/Backend.h"
 #include "modules/AxisUtil.h"
 
 namespace tessera {
@@ -40,13 +39,11 @@ Shapes Concat::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors Concat::updateData(const Tensors& data) {
     const Shape out = dataShapeFrom(shapesOf(data))[0];
     const int a = axis::normalize(axis_, out.rank());
-    const int64_t outer = axis::outer(out, a), inner = axis::inner(out, a);
     Tensor y = Tensor::empty(out, data[0].dtype(), data[0].device());
     int64_t offset = 0;
     for (const Tensor& x : data) {
-        const int64_t width = x.shape()[a] * inner;
-        backendOf(x).copyStrided(x, 0, width, y, offset, out[a] * inner, outer, width);
-        offset += width;
+        axis::copyAlong(a, x, 0, y, offset, x.shape()[a]);
+        offset += x.shape()[a];
     }
     return {y};
 }
@@ -54,15 +51,13 @@ Tensors Concat::updateData(const Tensors& data) {
 Tensors Concat::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
     const int a = axis::normalize(axis_, dy.shape().rank());
-    const int64_t outer = axis::outer(dy.shape(), a), inner = axis::inner(dy.shape(), a);
     Tensors dx;
     int64_t offset = 0;
     for (const Tensor& x : inDataList()) {
-        const int64_t width = x.shape()[a] * inner;
         Tensor g = Tensor::empty(x.shape(), DType::float32, dy.device());
-        backendOf(dy).copyStrided(dy, offset, dy.shape()[a] * inner, g, 0, width, outer, width);
+        axis::copyAlong(a, dy, offset, g, 0, x.shape()[a]);
         dx.push_back(g);
-        offset += width;
+        offset += x.shape()[a];
     }
     return dx;
 }

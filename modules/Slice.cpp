@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "backend/Backend.h"
 #include "modules/AxisUtil.h"
 
 namespace tessera {
@@ -49,10 +48,8 @@ Tensors Slice::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     const Shape out = dataShapeFrom(Shapes{x.shape()})[0];
     const int a = axis::normalize(axis_, out.rank());
-    const int64_t outer = axis::outer(out, a), inner = axis::inner(out, a);
-    const int64_t b = range(x.shape()[a]).first;
     Tensor y = Tensor::empty(out, x.dtype(), x.device());
-    backendOf(x).copyStrided(x, b * inner, x.shape()[a] * inner, y, 0, out[a] * inner, outer, out[a] * inner);
+    axis::copyAlong(a, x, range(x.shape()[a]).first, y, 0, out[a]);
     return {y};
 }
 
@@ -61,10 +58,8 @@ Tensors Slice::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
     const Shape in = inData().shape();
     const int a = axis::normalize(axis_, in.rank());
-    const int64_t outer = axis::outer(in, a), inner = axis::inner(in, a);
-    const int64_t b = range(in[a]).first;
     Tensor dx = Tensor::zeros(in, DType::float32, dy.device());
-    backendOf(dy).copyStrided(dy, 0, dy.shape()[a] * inner, dx, b * inner, in[a] * inner, outer, dy.shape()[a] * inner);
+    axis::copyAlong(a, dy, 0, dx, range(in[a]).first, dy.shape()[a]);
     return {dx};
 }
 

@@ -3,7 +3,6 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "backend/Backend.h"
 #include "modules/AxisUtil.h"
 
 namespace tessera {
@@ -50,15 +49,13 @@ Shapes Split::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors Split::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     const int a = axis::normalize(axis_, x.shape().rank());
-    const int64_t outer = axis::outer(x.shape(), a), inner = axis::inner(x.shape(), a);
     Tensors ys;
     int64_t offset = 0;
     for (const Shape& s : dataShapeFrom(Shapes{x.shape()})) {
-        const int64_t width = s[a] * inner;
         Tensor y = Tensor::empty(s, x.dtype(), x.device());
-        backendOf(x).copyStrided(x, offset, x.shape()[a] * inner, y, 0, width, outer, width);
+        axis::copyAlong(a, x, offset, y, 0, s[a]);
         ys.push_back(y);
-        offset += width;
+        offset += s[a];
     }
     return ys;
 }
@@ -66,13 +63,11 @@ Tensors Split::updateData(const Tensors& data) {
 Tensors Split::updateGrad(const Tensors& grad) {
     const Shape in = inData().shape();
     const int a = axis::normalize(axis_, in.rank());
-    const int64_t outer = axis::outer(in, a), inner = axis::inner(in, a);
     Tensor dx = Tensor::empty(in, DType::float32, grad[0].device());
     int64_t offset = 0;
     for (const Tensor& g : grad) {
-        const int64_t width = g.shape()[a] * inner;
-        backendOf(g).copyStrided(g, 0, width, dx, offset, in[a] * inner, outer, width);
-        offset += width;
+        axis::copyAlong(a, g, 0, dx, offset, g.shape()[a]);
+        offset += g.shape()[a];
     }
     return {dx};
 }
