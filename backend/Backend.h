@@ -5,9 +5,15 @@
 /// Conventions: every tensor argument is contiguous; outputs are allocated by the
 /// caller with the shape given in the comment above each op; shapes are checked by the
 /// modules before the call, so the ops only assert what they rely on.
+///
+/// Layouts: ops take plain tensors unless their comment says "any layout". Ops that
+/// return their output (convolution, pooling, batch norm, LRN) pick its layout
+/// themselves: a backend may keep activations blocked between such ops; element-wise ops
+/// marked "any layout" follow the layout of their first input.
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "backend/Tensor.h"
 
@@ -22,7 +28,7 @@ struct MemoryStats {
 };
 
 /// Element-wise activation functions.
-enum class ActivationKind { sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip };
+enum class ActivationKind { sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu };
 
 /// An activation and its constants: leakyRelu slope in `alpha`; elu alpha in `alpha`;
 /// clip bounds in `alpha` (min) and `beta` (max).
@@ -31,6 +37,35 @@ struct ActivationParams {
     float alpha = 0.0f;
     float beta = 0.0f;
 };
+
+/// Convolution geometry; every vector has one entry per spatial dim. `transposed`
+/// turns the op into a deconvolution (the adjoint of the convolution with the same
+/// parameters).
+struct ConvParams {
+    std::vector<int64_t> stride, padLo, padHi, dilation;
+    int64_t groups = 1;
+    bool transposed = false;
+};
+
+enum class PoolKind { max, avgWithPad, avgNoPad };
+
+/// Pooling geometry; one entry per spatial dim.
+struct PoolParams {
+    PoolKind kind = PoolKind::max;
+    std::vector<int64_t> kernel, stride, padLo, padHi;
+};
+
+/// Local response normalisation: y = x / (k + alpha / n * sum x^2)^beta, the sum over
+/// `size` neighbouring channels (acrossChannels) or a size x size spatial window
+/// (n = size^2) within each channel.
+struct LrnParams {
+    bool acrossChannels = true;
+    int64_t size = 5;
+    float alpha = 1e-4f, beta = 0.75f, k = 2.0f;
+};
+
+enum class PadMode { constant, reflect };
+enum class ResampleMode { nearest, linear };
 
 class Backend {
 public:
@@ -47,6 +82,10 @@ public:
     /// (Concat, Split and Slice along any axis are such copies.)
     virtual void copyStrided(const Tensor& src, int64_t srcOffset, int64_t srcStride, const Tensor& dst,
                              int64_t dstOffset, int64_t dstStride, int64_t rows, int64_t width) = 0;
+    /// Every storage byte of `t` (padding included) <- byte. Any layout.
+    virtual void fillBytes(const Tensor& t, unsigned char byte) = 0;
+    /// dst <- src in dst's layout; same shape and dtype. Any layouts.
+    virtual void reorder(const Tensor& src, const Tensor& dst) = 0;
     /// Live and peak bytes of storage from this backend.
     virtual MemoryStats memoryStats() const = 0;
     /// Start a new peak measurement from the current live bytes.
@@ -71,15 +110,98 @@ public:
     virtual void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) = 0;
 
     // ---- element-wise -----------------------------------------------------------------
-    /// x, y: same numel -> y <- alpha * x + beta * y.
+    /// x, y: same numel -> y <- alpha * x + beta * y. Any layout (x is reordered to
+    /// y's when they differ).
     virtual void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) = 0;
     /// a, b, y: same numel -> y <- a * b.
     virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
-    /// x, y: same numel -> y <- f(x).
+    /// x, y: same shape -> y <- f(x). Any layout; y in x's layout.
     virtual void activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) = 0;
-    /// x (input), y (output of forward), dy, dx: same numel -> dx <- f'(x) * dy.
+    /// x (input), y (output of forward), dy, dx: same shape -> dx <- f'(x) * dy. Any
+    /// layout; x, y and dx share one layout, dy is reordered to it when it differs.
     virtual void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y,
                                     const Tensor& dy, const Tensor& dx) = 0;
+
+    /// x, y: same numel -> y <- a * x + b.
+    virtual void affine(const Tensor& x, float a, float b, const Tensor& y) = 0;
+    /// x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] <- x[n, c, ...] * m[n, c].
+    virtual void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) = 0;
+    /// x, y: same numel, float32 <-> int32 (float to int rounds toward zero).
+    virtual void cast(const Tensor& x, const Tensor& y) = 0;
+
+    // ---- convolution ------------------------------------------------------------------
+    /// x: [N, C, *in] (any layout), w: [K, C/g, *k] (transposed: [C, K/g, *k]),
+    /// b: [K] or undefined -> y: [N, K, *out] = yShape, returned in a layout of the
+    /// backend's choice.
+    virtual Tensor convForward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
+                               const Shape& yShape) = 0;
+    /// dy: [N, K, *out] (any layout), w -> dx: [N, C, *in] = xShape (backend's layout).
+    virtual Tensor convBackwardData(const ConvParams& p, const Tensor& dy, const Tensor& w, const Shape& xShape) = 0;
+    /// x, dy (any layouts) -> dw <- scale * dL/dw + momentum * dw, and the same for db
+    /// when it is defined.
+    virtual void convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale,
+                                     float momentum, const Tensor& dw, const Tensor& db) = 0;
+
+    // ---- pooling ----------------------------------------------------------------------
+    /// x: [N, C, *in] (any layout) -> y: [N, C, *out] = yShape in x's layout. For max
+    /// pooling in training, `workspace` receives what backward needs.
+    virtual Tensor poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
+                               Tensor& workspace) = 0;
+    /// dy (any layout), the forward's workspace -> dx: xShape in layout `xLayout`.
+    virtual Tensor poolBackward(const PoolParams& p, const Tensor& dy, const Tensor& workspace, const Shape& xShape,
+                                Layout xLayout) = 0;
+    /// Max pooling's argmax: x: [N, C, *in] -> idx: [N, C, *out] int32, the flat index
+    /// within x's (n, c) plane of each window's first maximum.
+    virtual void maxPoolIndices(const PoolParams& p, const Tensor& x, const Tensor& idx) = 0;
+
+    // ---- gathers and scatters ---------------------------------------------------------
+    /// x: [O, A, I], idx: [O, J, I] int32 in [0, A) -> y: [O, J, I],
+    /// y[o, j, i] <- x[o, idx[o, j, i], i].
+    virtual void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) = 0;
+    /// src, idx: [O, J, I], dst: [O, A, I] -> dst[o, idx[o, j, i], i] += src[o, j, i].
+    virtual void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) = 0;
+    /// x: [O, A, I] -> idx: [O, k, I], the positions of the k largest values along A in
+    /// ascending position order.
+    virtual void topKIndices(const Tensor& x, int64_t k, const Tensor& idx) = 0;
+    /// table: [V, D], idx: [M] int32 -> y: [M, D], y[m] <- table[idx[m]]. Throws
+    /// ShapeError naming the first index outside [0, V).
+    virtual void gatherRows(const Tensor& table, const Tensor& idx, const Tensor& y) = 0;
+    /// src: [M, D], idx: [M] -> table[idx[m]] += scale * src[m].
+    virtual void scatterAddRows(const Tensor& src, const Tensor& idx, float scale, const Tensor& table) = 0;
+    /// x: [d0, ..., dr-1] -> y with dims permuted: y.dims[i] = x.dims[perm[i]].
+    virtual void permute(const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y) = 0;
+
+    // ---- normalisation ----------------------------------------------------------------
+    /// x: [N, C, ...] (any layout); scale, shift, mean, var: [C]. Training: mean and var
+    /// receive the batch statistics (biased variance) and normalise; otherwise they are
+    /// read. y is returned in x's layout.
+    virtual Tensor batchNormForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                    const Tensor& var, float eps, bool training) = 0;
+    /// The backward of a training forward: x, dy (any layouts), scale, mean, var ->
+    /// dx (returned, x's layout); dscale and dshift are overwritten.
+    virtual Tensor batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
+                                     const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) = 0;
+    /// x: [N, C, ...] (any layout) -> y in x's layout; workspace for backward.
+    virtual Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) = 0;
+    virtual Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) = 0;
+
+    // ---- resampling, padding, prelu ----------------------------------------------------
+    /// x: [N, C, *in] -> y: [N, C, *out] (out = in * integer scale), nearest or linear
+    /// (half-pixel centres).
+    virtual void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) = 0;
+    virtual void resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) = 0;
+    /// x: [N, C, *in] -> y: [N, C, in + lo + hi] per spatial dim. Reflect mirrors without
+    /// repeating the edge and needs lo, hi < in.
+    virtual void padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+                            const Tensor& x, const Tensor& y) = 0;
+    /// dy: padded -> dx: the adjoint (reflected positions add up).
+    virtual void padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+                             const Tensor& dy, const Tensor& dx) = 0;
+    /// x: [N, C, ...], slopes: [C] or [1] -> y = x > 0 ? x : slope * x.
+    virtual void preluForward(const Tensor& x, const Tensor& slopes, const Tensor& y) = 0;
+    /// -> dx, and dslopes <- scale * dL/dslopes + momentum * dslopes.
+    virtual void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx,
+                               float scale, float momentum, const Tensor& dslopes) = 0;
 
     // ---- softmax ----------------------------------------------------------------------
     /// x, y: [N, C, ...] -> y <- softmax over dim 1.

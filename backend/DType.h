@@ -20,6 +20,19 @@ template <class T> constexpr DType dtypeOf();
 template <> constexpr DType dtypeOf<float>() { return DType::float32; }
 template <> constexpr DType dtypeOf<int32_t>() { return DType::int32; }
 
+/// How a tensor's elements sit in memory. `plain` is row-major over the logical shape.
+/// The blocked layouts keep a [N, C, spatial...] tensor (rank 3 to 5) as N, ceil(C/b),
+/// spatial..., b with the channel dim split into blocks of b = 8 or 16, zero-padded up to
+/// a whole block (oneDNN's nCw16c / nChw16c / nCdhw16c and their 8c forms); convolutions
+/// run several times faster on them. Only backends produce blocked tensors.
+enum class Layout : uint8_t { plain, blocked8, blocked16 };
+/// "plain", "blocked8", "blocked16".
+std::string str(Layout layout);
+/// Channel block of a layout (1 for plain).
+inline int64_t blockOf(Layout layout) {
+    return layout == Layout::blocked16 ? 16 : layout == Layout::blocked8 ? 8 : 1;
+}
+
 /// Where memory lives: the host, or a CUDA device by index.
 struct Device {
     enum class Kind : uint8_t { CPU, CUDA };

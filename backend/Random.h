@@ -48,4 +48,12 @@ Generator& globalGenerator();
 /// Seed the global generator (model construction after this call is reproducible).
 void manualSeed(uint64_t seed);
 
+/// A module's seed option: itself when >= 0, else a fresh draw from the global generator
+/// (so `manualSeed` makes module construction reproducible).
+inline uint64_t resolveSeed(int64_t seed) {
+    if (seed >= 0) return static_cast<uint64_t>(seed);
+    Generator& g = globalGenerator();
+    return randomBits(g.seed(), g.advance(1));
+}
+
 } // namespace tessera

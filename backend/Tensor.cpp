@@ -23,18 +23,44 @@ std::string str(DType dtype) {
     return "?";
 }
 
+std::string str(Layout layout) {
+    switch (layout) {
+    case Layout::plain: return "plain";
+    case Layout::blocked8: return "blocked8";
+    case Layout::blocked16: return "blocked16";
+    }
+    return "?";
+}
+
+size_t Tensor::storageBytes(const Shape& shape, DType dtype, Layout layout) {
+    int64_t n = shape.numel();
+    if (layout != Layout::plain && shape.rank() >= 2 && shape[1] > 0) {
+        int64_t b = blockOf(layout);
+        n = n / shape[1] * ((shape[1] + b - 1) / b * b);
+    }
+    return static_cast<size_t>(n) * sizeOf(dtype);
+}
+
 std::string Device::str() const {
     return kind == Kind::CPU ? "cpu" : "cuda:" + std::to_string(index);
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layout) {
     for (int64_t d : shape.dims()) {
         if (d < 0) throw ShapeError("Tensor::empty: negative dim in " + shape.str());
+    }
+    if (layout != Layout::plain && (shape.rank() < 3 || shape.rank() > 5 || dtype != DType::float32)) {
+        throw ShapeError("Tensor::empty: layout " + tessera::str(layout) + " needs a float32 [N, C, spatial...] " +
+                         "tensor of rank 3 to 5, got " + tessera::str(dtype) + " " + shape.str());
     }
     Tensor t;
     t.shape_ = shape;
     t.dtype_ = dtype;
-    t.storage_ = backendFor(device).allocate(t.nbytes());
+    t.layout_ = layout;
+    Backend& be = backendFor(device);
+    t.storage_ = be.allocate(t.nbytes());
+    // Padding channels must read as zeros: ops on blocked data run over whole blocks.
+    if (layout != Layout::plain && shape[1] % blockOf(layout) != 0) be.fillBytes(t, 0);
     return t;
 }
 
@@ -88,7 +114,24 @@ void Tensor::checkAccess(DType dtype) const {
     }
 }
 
+void Tensor::checkPlain(const char* what) const {
+    if (layout_ != Layout::plain) {
+        throw ShapeError(std::string("Tensor::") + what + ": tensor " + shape_.str() + " is in the " +
+                         tessera::str(layout_) + " layout; call plain() first");
+    }
+}
+
+Tensor Tensor::plain() const { return toLayout(Layout::plain); }
+
+Tensor Tensor::toLayout(Layout layout) const {
+    if (layout == layout_ || !storage_) return *this;
+    Tensor out = empty(shape_, dtype_, device(), layout);
+    backendFor(device()).reorder(*this, out);
+    return out;
+}
+
 Tensor Tensor::reshape(const Shape& shape) const {
+    checkPlain("reshape");
     std::vector<int64_t> dims = shape.dims();
     int64_t known = 1;
     int inferred = -1;
@@ -132,7 +175,7 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::to(Device device) const {
-    Tensor out = empty(shape_, dtype_, device);
+    Tensor out = empty(shape_, dtype_, device, layout_);
     out.copyFrom(*this);
     return out;
 }
@@ -141,6 +184,22 @@ void Tensor::copyFrom(const Tensor& src) {
     if (src.numel() != numel() || src.dtype_ != dtype_) {
         throw ShapeError("Tensor::copyFrom: source " + src.shape_.str() + " " + tessera::str(src.dtype_) +
                          " does not fit destination " + shape_.str() + " " + tessera::str(dtype_));
+    }
+    if (src.layout_ != layout_) {
+        if (src.device() != device()) {
+            throw BackendError("Tensor::copyFrom: " + tessera::str(src.layout_) + " to " + tessera::str(layout_) +
+                               " across devices; reorder on one device first");
+        }
+        if (src.shape_ != shape_) {
+            throw ShapeError("Tensor::copyFrom: a reordering copy needs equal shapes, got " + src.shape_.str() +
+                             " and " + shape_.str());
+        }
+        backendFor(device()).reorder(src, *this);
+        return;
+    }
+    if (layout_ != Layout::plain && src.shape_ != shape_) {
+        throw ShapeError("Tensor::copyFrom: blocked tensors need equal shapes, got " + src.shape_.str() + " and " +
+                         shape_.str());
     }
     // A transfer involving a device runs on that device's backend.
     Backend& be = device().isCpu() ? backendFor(src.device()) : backendFor(device());

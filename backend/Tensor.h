@@ -33,15 +33,18 @@ private:
     Deleter deleter_;
 };
 
-/// A contiguous row-major tensor. Copying a Tensor copies the handle, not the data: views
+/// A contiguous tensor, row-major unless a backend made it in a blocked layout (see
+/// `Layout`). Copying a Tensor copies the handle, not the data: views
 /// (reshape, slice) share storage. Host/device transfers are explicit (`to`, `toHost`).
 class Tensor {
 public:
     /// An undefined tensor (no storage).
     Tensor() = default;
 
-    /// Uninitialised memory. CPU storage is 64-byte aligned.
-    static Tensor empty(const Shape& shape, DType dtype = DType::float32, Device device = {});
+    /// Uninitialised memory. CPU storage is 64-byte aligned. A blocked layout needs a
+    /// float32 tensor of rank 3 to 5 (ShapeError otherwise); its padding is zeroed.
+    static Tensor empty(const Shape& shape, DType dtype = DType::float32, Device device = {},
+                        Layout layout = Layout::plain);
     static Tensor zeros(const Shape& shape, DType dtype = DType::float32, Device device = {});
     static Tensor full(const Shape& shape, float value, Device device = {});
     /// Copies `values` (numel must equal `shape.numel()`, else ShapeError).
@@ -52,31 +55,50 @@ public:
     const Shape& shape() const { return shape_; }
     DType dtype() const { return dtype_; }
     Device device() const;
+    Layout layout() const { return layout_; }
+    bool isPlain() const { return layout_ == Layout::plain; }
     int64_t numel() const { return shape_.numel(); }
-    size_t nbytes() const { return static_cast<size_t>(numel()) * sizeOf(dtype_); }
+    /// Bytes the elements take in this layout (blocked layouts count their padding).
+    size_t nbytes() const { return storageBytes(shape_, dtype_, layout_); }
+    /// Bytes a tensor of this shape, dtype and layout takes.
+    static size_t storageBytes(const Shape& shape, DType dtype, Layout layout);
 
-    /// Typed pointer to host data. Throws ShapeError on a dtype mismatch and BackendError
-    /// when the tensor is not on the CPU. The handle is const; the data is not.
+    /// Typed pointer to host data in row-major order. Throws ShapeError on a dtype
+    /// mismatch or a blocked layout (call `plain()` first) and BackendError when the
+    /// tensor is not on the CPU. The handle is const; the data is not.
     template <class T> T* data() const {
+        checkAccess(dtypeOf<T>());
+        checkPlain("data");
+        return static_cast<T*>(raw());
+    }
+    /// Typed pointer to host storage in whatever layout it has (for backends).
+    template <class T> T* storageData() const {
         checkAccess(dtypeOf<T>());
         return static_cast<T*>(raw());
     }
+    /// This tensor in plain layout: itself when already plain, else a reordered copy.
+    Tensor plain() const;
+    /// This tensor in `layout`: itself when already so, else a reordered copy.
+    Tensor toLayout(Layout layout) const;
     /// Untyped pointer on the tensor's device.
     void* raw() const;
 
-    /// A view with another shape of the same numel; one dim may be -1 (inferred).
+    /// A view with another shape of the same numel; one dim may be -1 (inferred). Plain
+    /// tensors only (ShapeError otherwise).
     Tensor reshape(const Shape& shape) const;
     /// A view of rows [begin, end) along dim 0.
     Tensor slice(int64_t begin, int64_t end) const;
-    /// A copy on `device` (a plain copy when already there: `to` never aliases).
+    /// A copy on `device`, in the same layout (a copy even when already there: `to` never
+    /// aliases).
     Tensor to(Device device) const;
     Tensor toHost() const { return to(Device::cpu()); }
     Tensor clone() const { return to(device()); }
-    /// Copy `src` into this tensor (same numel and dtype; devices may differ).
+    /// Copy `src` into this tensor (same numel and dtype; devices may differ). Layouts may
+    /// differ when both are on the same device (the copy reorders).
     void copyFrom(const Tensor& src);
-    /// The elements as a host vector.
+    /// The elements as a host vector in row-major order (any layout).
     template <class T> std::vector<T> toVector() const {
-        Tensor h = toHost();
+        Tensor h = toHost().plain();
         const T* p = h.data<T>();
         return std::vector<T>(p, p + numel());
     }
@@ -85,11 +107,13 @@ public:
 
 private:
     void checkAccess(DType dtype) const;
+    void checkPlain(const char* what) const;
 
     std::shared_ptr<Storage> storage_;
     size_t offset_ = 0; // bytes
     Shape shape_;
     DType dtype_ = DType::float32;
+    Layout layout_ = Layout::plain;
 };
 
 /// A module's input or output list.

@@ -23,6 +23,8 @@ public:
     std::vector<std::pair<std::string, Module*>> namedChildren() const override;
     /// Adds the children's blueprints in order.
     Blueprint blueprint() const override;
+    /// Children receive whatever layouts their producers made; each converts as it needs.
+    bool handlesLayouts() const override { return true; }
 
 protected:
     /// Input gradients only: backwardFrom without parameter gradients. Every container

@@ -8,7 +8,7 @@ namespace {
 constexpr std::pair<ActivationKind, const char*> kNames[] = {
     {ActivationKind::sigmoid, "sigmoid"}, {ActivationKind::tanh, "tanh"}, {ActivationKind::relu, "relu"},
     {ActivationKind::leakyRelu, "leakyRelu"}, {ActivationKind::elu, "elu"}, {ActivationKind::softPlus, "softPlus"},
-    {ActivationKind::clip, "clip"}};
+    {ActivationKind::clip, "clip"}, {ActivationKind::gelu, "gelu"}};
 } // namespace
 
 std::string str(ActivationKind kind) {
@@ -49,14 +49,14 @@ void Activation::checkDataShape(const Shapes& inShapes) const { requireCount(inS
 
 Tensors Activation::updateData(const Tensors& data) {
     const Tensor& x = data[0];
-    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
     backendOf(x).activationForward(params_, x, y);
     return {y};
 }
 
 Tensors Activation::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
-    Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());
+    Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device(), inData().layout());
     backendOf(dy).activationBackward(params_, inData(), data(), dy, dx);
     return {dx};
 }

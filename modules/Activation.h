@@ -15,7 +15,7 @@ struct ActivationOptions {
 };
 
 /// x: any shape -> y: same shape, y = f(x) for f in sigmoid, tanh, relu, leakyRelu, elu,
-/// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)).
+/// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)), gelu (x * Phi(x), exact erf form).
 class Activation : public Module {
 public:
     explicit Activation(ActivationKind kind, const ActivationOptions& options = {});
@@ -28,6 +28,7 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input tensor of any shape.
     void checkDataShape(const Shapes& inShapes) const override;
+    bool handlesLayouts() const override { return true; }
     Blueprint blueprint() const override;
 
 protected:

@@ -36,9 +36,9 @@ Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
     return Shapes(inputs_, outGradShapes[0]);
 }
 
-// x_i: same shape -> y = sum c_i x_i
+// x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout
 Tensors Add::updateData(const Tensors& data) {
-    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
+    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device(), data[0].layout());
     Backend& be = backendOf(y);
     be.axpby(coefficient(0), data[0], 0.0f, y);
     for (size_t i = 1; i < data.size(); ++i) be.axpby(coefficient(i), data[i], 1.0f, y);
@@ -51,7 +51,7 @@ Tensors Add::updateGrad(const Tensors& grad) {
         if (coefficient(i) == 1.0f) {
             dx.push_back(grad[0]); // shared, never written in place
         } else {
-            Tensor g = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
+            Tensor g = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device(), grad[0].layout());
             backendOf(g).axpby(coefficient(i), grad[0], 0.0f, g);
             dx.push_back(g);
         }

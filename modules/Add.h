@@ -19,6 +19,7 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// At least one input, all of the same shape, as many as coefficients (when given).
     void checkDataShape(const Shapes& inShapes) const override;
+    bool handlesLayouts() const override { return true; }
     Blueprint blueprint() const override;
 
 protected:

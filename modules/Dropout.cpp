@@ -6,15 +6,7 @@
 
 namespace tessera {
 
-namespace {
-uint64_t seedFrom(int64_t seed) {
-    if (seed >= 0) return static_cast<uint64_t>(seed);
-    Generator& g = globalGenerator();
-    return randomBits(g.seed(), g.advance(1));
-}
-} // namespace
-
-Dropout::Dropout(const DropoutOptions& options) : Module(options.name), p_(options.p), gen_(seedFrom(options.seed)) {
+Dropout::Dropout(const DropoutOptions& options) : Module(options.name), p_(options.p), gen_(resolveSeed(options.seed)) {
     if (!(p_ >= 0.0f && p_ < 1.0f)) {
         throw std::invalid_argument("Dropout: p must be in [0, 1), got " + std::to_string(p_));
     }

@@ -16,6 +16,7 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input of any shape.
     void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
+    bool handlesLayouts() const override { return true; }
 
 protected:
     Tensors updateData(const Tensors& data) override { return data; }

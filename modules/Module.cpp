@@ -29,6 +29,15 @@ void Module::requireCount(const Shapes& shapes, size_t count, const char* what) 
 
 // ---- forward ------------------------------------------------------------------------
 
+namespace {
+Tensors plainAll(const Tensors& tensors) {
+    Tensors out;
+    out.reserve(tensors.size());
+    for (const Tensor& t : tensors) out.push_back(t.plain());
+    return out;
+}
+} // namespace
+
 Shapes Module::inferDataShape(const Shapes& inShapes) const {
     for (size_t i = 0; i < inShapes.size(); ++i) {
         if (inShapes[i].rank() == 0 || inShapes[i].numel() == 0) {
@@ -48,8 +57,14 @@ const Tensors& Module::operator()(const Tensors& data) {
     std::vector<DType> dtypes;
     for (const Tensor& t : data) dtypes.push_back(t.dtype());
     checkDataType(dtypes);
-    data_ = updateData(data);
-    inData_ = data;
+    if (handlesLayouts()) {
+        data_ = updateData(data);
+        inData_ = data;
+    } else {
+        Tensors plain = plainAll(data);
+        data_ = updateData(plain);
+        inData_ = std::move(plain);
+    }
     return data_;
 }
 
@@ -81,7 +96,7 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
         }
     }
     checkGradShape(shapesOf(grad));
-    grad_ = backwardFrom(grad, updParamGrads, updGrad, scale, momentum);
+    grad_ = backwardFrom(handlesLayouts() ? grad : plainAll(grad), updParamGrads, updGrad, scale, momentum);
     return grad_;
 }
 

@@ -134,6 +134,10 @@ public:
     /// indices with it). Default 1.
     virtual size_t outputCount() const { return 1; }
 
+    /// True when the module's compute takes tensors in any layout (see `Layout`); the
+    /// base hands every other module plain inputs and gradients, reordering once at the
+    /// boundary. Containers and the layers that run on blocked data say true.
+    virtual bool handlesLayouts() const { return false; }
     /// Direct children with their names (containers only).
     virtual std::vector<std::pair<std::string, Module*>> namedChildren() const { return {}; }
 

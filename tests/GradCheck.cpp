@@ -21,7 +21,7 @@ namespace {
 double projectedLoss(const Tensors& outs, const Tensors& weights) {
     double loss = 0.0;
     for (size_t i = 0; i < outs.size(); ++i) {
-        Tensor o = outs[i].toHost();
+        Tensor o = outs[i].toHost().plain();
         const float* po = o.data<float>();
         const float* pw = weights[i].data<float>();
         for (int64_t e = 0; e < o.numel(); ++e) loss += static_cast<double>(po[e]) * pw[e];
@@ -52,7 +52,7 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
 
     module.zeroGradParams();
     Tensors inGrads;
-    for (const Tensor& g : module.backward(weights, true, opts.checkInputs, 1.0f, 0.0f)) inGrads.push_back(g.clone());
+    for (const Tensor& g : module.backward(weights, true, opts.checkInputs, 1.0f, 0.0f)) inGrads.push_back(g.plain().clone());
 
     std::ostringstream failures;
     int failed = 0, checked = 0;

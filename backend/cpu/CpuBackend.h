@@ -38,6 +38,42 @@ public:
 
     void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask,
                         const Tensor& y) override;
+    void fillBytes(const Tensor& t, unsigned char byte) override;
+    void reorder(const Tensor& src, const Tensor& dst) override;
+    void affine(const Tensor& x, float a, float b, const Tensor& y) override;
+    void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) override;
+    void cast(const Tensor& x, const Tensor& y) override;
+    Tensor convForward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
+                       const Shape& yShape) override;
+    Tensor convBackwardData(const ConvParams& p, const Tensor& dy, const Tensor& w, const Shape& xShape) override;
+    void convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale, float momentum,
+                             const Tensor& dw, const Tensor& db) override;
+    Tensor poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
+                       Tensor& workspace) override;
+    Tensor poolBackward(const PoolParams& p, const Tensor& dy, const Tensor& workspace, const Shape& xShape,
+                        Layout xLayout) override;
+    void maxPoolIndices(const PoolParams& p, const Tensor& x, const Tensor& idx) override;
+    void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) override;
+    void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) override;
+    void topKIndices(const Tensor& x, int64_t k, const Tensor& idx) override;
+    void gatherRows(const Tensor& table, const Tensor& idx, const Tensor& y) override;
+    void scatterAddRows(const Tensor& src, const Tensor& idx, float scale, const Tensor& table) override;
+    void permute(const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y) override;
+    Tensor batchNormForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                            const Tensor& var, float eps, bool training) override;
+    Tensor batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
+                             const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) override;
+    Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) override;
+    Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) override;
+    void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) override;
+    void resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) override;
+    void padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+                    const Tensor& x, const Tensor& y) override;
+    void padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, const Tensor& dy,
+                     const Tensor& dx) override;
+    void preluForward(const Tensor& x, const Tensor& slopes, const Tensor& y) override;
+    void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx, float scale,
+                       float momentum, const Tensor& dslopes) override;
 };
 
 } // namespace tessera

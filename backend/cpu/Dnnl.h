@@ -10,7 +10,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include <optional>
+
 #include "backend/Errors.h"
+#include "backend/Tensor.h"
 
 namespace tessera::dnnl_util {
 
@@ -36,6 +39,35 @@ inline dnnl::memory::desc plainDesc(const std::vector<int64_t>& dims) {
     if (dims.empty() || dims.size() > 6) throw BackendError("oneDNN: unsupported rank " + std::to_string(dims.size()));
     return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tags[dims.size()]);
 }
+
+/// The tag of a blocked layout for a tensor of `rank` (3 to 5).
+inline dnnl::memory::format_tag blockedTag(size_t rank, int64_t block) {
+    using tag = dnnl::memory::format_tag;
+    if (block == 16) return rank == 3 ? tag::nCw16c : rank == 4 ? tag::nChw16c : tag::nCdhw16c;
+    return rank == 3 ? tag::nCw8c : rank == 4 ? tag::nChw8c : tag::nCdhw8c;
+}
+
+/// The f32 descriptor of `dims` in `layout`.
+inline dnnl::memory::desc descIn(const std::vector<int64_t>& dims, Layout layout) {
+    if (layout == Layout::plain) return plainDesc(dims);
+    return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, blockedTag(dims.size(), blockOf(layout)));
+}
+
+/// The descriptor of a tensor's storage.
+inline dnnl::memory::desc descOf(const Tensor& t) { return descIn(t.shape().dims(), t.layout()); }
+
+/// The Tessera layout a oneDNN descriptor of activations is in, if it is one of ours.
+inline std::optional<Layout> layoutOf(const dnnl::memory::desc& md) {
+    std::vector<int64_t> dims = md.dims();
+    for (Layout l : {Layout::plain, Layout::blocked16, Layout::blocked8}) {
+        if (l != Layout::plain && (dims.size() < 3 || dims.size() > 5)) continue;
+        if (md == descIn(dims, l)) return l;
+    }
+    return std::nullopt;
+}
+
+/// The storage of `t` as a oneDNN memory of descriptor `md` (which must match its layout).
+inline dnnl::memory memOf(const dnnl::memory::desc& md, const Tensor& t);
 
 struct KeyHash {
     size_t operator()(const std::vector<int64_t>& k) const {
@@ -71,6 +103,37 @@ inline int64_t keyOf(float v) {
 /// A memory object over an existing buffer.
 inline dnnl::memory wrap(const dnnl::memory::desc& md, const void* ptr) {
     return dnnl::memory(md, engine(), const_cast<void*>(ptr));
+}
+
+inline dnnl::memory memOf(const dnnl::memory::desc& md, const Tensor& t) { return wrap(md, t.storageData<float>()); }
+
+/// Data handed to a primitive in the descriptor it wants. When the source already has
+/// it, the source itself is used; otherwise it is reordered into a buffer of this
+/// stage's own. The buffer and the reorder are made on first need and kept, so a
+/// primitive's stages cost nothing to rebuild in the steady state.
+class Staged {
+public:
+    explicit Staged(dnnl::memory::desc want = {}) : want_(std::move(want)) {}
+    const dnnl::memory::desc& want() const { return want_; }
+    /// `src` in the wanted descriptor.
+    dnnl::memory from(const dnnl::memory& src) const;
+    dnnl::memory from(const Tensor& t) const { return from(memOf(descOf(t), t)); }
+
+private:
+    dnnl::memory::desc want_;
+    mutable std::optional<dnnl::memory> buffer_;
+    mutable std::optional<dnnl::reorder> reorder_;
+    mutable dnnl::memory::desc reorderFrom_;
+};
+
+/// A new tensor of `shape` whose storage has descriptor `md` (one of Tessera's layouts,
+/// else BackendError).
+Tensor tensorFor(const dnnl::memory::desc& md, const Shape& shape, Device device);
+
+/// Appends a tensor's layout and dims to a cache key.
+inline void appendKey(std::vector<int64_t>& key, const Tensor& t) {
+    key.push_back(static_cast<int64_t>(t.layout()));
+    key.insert(key.end(), t.shape().dims().begin(), t.shape().dims().end());
 }
 
 } // namespace tessera::dnnl_util

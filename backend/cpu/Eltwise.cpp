@@ -1,5 +1,7 @@
 // Activations through oneDNN's eltwise primitives: JIT-vectorised, exp/log included.
-// Tensors are viewed as flat 1-D buffers, so one primitive serves every shape of a size.
+// Tensors are viewed as flat 1-D buffers over their storage, so one primitive serves
+// every shape of a size, in any layout; only blocked tensors with padded channels are
+// described with their real shape, so that the padding stays zero.
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
@@ -25,12 +27,24 @@ EltwiseAlgs algsOf(ActivationKind kind) {
     case ActivationKind::elu: return {algorithm::eltwise_elu, algorithm::eltwise_elu, false};
     case ActivationKind::softPlus: return {algorithm::eltwise_soft_relu, algorithm::eltwise_soft_relu, false};
     case ActivationKind::clip: return {algorithm::eltwise_clip_v2, algorithm::eltwise_clip_v2, false};
+    case ActivationKind::gelu: return {algorithm::eltwise_gelu_erf, algorithm::eltwise_gelu_erf, false};
     }
     throw BackendError("CpuBackend: unknown activation");
 }
 
-std::vector<int64_t> keyOf(const ActivationParams& act, int64_t n) {
-    return {static_cast<int64_t>(act.kind), dnnl_util::keyOf(act.alpha), dnnl_util::keyOf(act.beta), n};
+// The descriptor the primitive runs over for tensor t.
+dnnl::memory::desc viewOf(const Tensor& t) {
+    const int64_t block = blockOf(t.layout());
+    if (block > 1 && t.shape()[1] % block != 0) return descOf(t);
+    return plainDesc({static_cast<int64_t>(t.nbytes() / sizeof(float))});
+}
+
+std::vector<int64_t> keyOf(const ActivationParams& act, const dnnl::memory::desc& md) {
+    std::vector<int64_t> key = {static_cast<int64_t>(act.kind), dnnl_util::keyOf(act.alpha),
+                                dnnl_util::keyOf(act.beta), static_cast<int64_t>(md.get_size())};
+    const auto d = md.dims();
+    key.insert(key.end(), d.begin(), d.end());
+    return key;
 }
 
 struct EltwisePrims {
@@ -43,10 +57,9 @@ PrimitiveCache<EltwisePrims>& forwardCache() {
     return cache;
 }
 
-const EltwisePrims& forwardPrims(const ActivationParams& act, int64_t n) {
-    return forwardCache().get(keyOf(act, n), [&] {
+const EltwisePrims& forwardPrims(const ActivationParams& act, const dnnl::memory::desc& md) {
+    return forwardCache().get(keyOf(act, md), [&] {
         return checkDnnl("eltwise_forward", [&] {
-            auto md = plainDesc({n});
             dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_training, algsOf(act.kind).fwd, md, act.alpha,
                                           act.beta);
             dnnl::eltwise_forward::primitive_desc pd(d, engine());
@@ -57,36 +70,40 @@ const EltwisePrims& forwardPrims(const ActivationParams& act, int64_t n) {
 
 } // namespace
 
+// x, y: same shape and layout
 void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
-    const int64_t n = x.numel();
-    if (y.numel() != n) throw ShapeError("CpuBackend::activationForward: x and y differ in size");
-    const auto& prims = forwardPrims(act, n);
-    auto md = prims.fwdPd.src_desc();
+    if (y.shape() != x.shape() || y.layout() != x.layout()) {
+        throw ShapeError("CpuBackend::activationForward: x and y differ in shape or layout");
+    }
+    const auto md = viewOf(x);
+    const auto& prims = forwardPrims(act, md);
     checkDnnl("eltwise_forward::execute", [&] {
-        prims.fwd.execute(stream(), {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
+        prims.fwd.execute(stream(), {{DNNL_ARG_SRC, memOf(md, x)}, {DNNL_ARG_DST, memOf(md, y)}});
     });
 }
 
+// x, y, dx: one layout; dy reordered to it when it differs
 void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const Tensor& dx) {
-    const int64_t n = dy.numel();
-    if (dx.numel() != n) throw ShapeError("CpuBackend::activationBackward: dy and dx differ in size");
+    if (dx.shape() != x.shape() || dy.shape() != x.shape() || dx.layout() != x.layout()) {
+        throw ShapeError("CpuBackend::activationBackward: x, dy and dx differ in shape or layout");
+    }
+    const Tensor dyIn = dy.toLayout(x.layout());
+    const auto md = viewOf(x);
     static PrimitiveCache<dnnl::eltwise_backward> cache;
     const EltwiseAlgs algs = algsOf(act.kind);
-    const auto& bwd = cache.get(keyOf(act, n), [&] {
+    const auto& bwd = cache.get(keyOf(act, md), [&] {
         return checkDnnl("eltwise_backward", [&] {
-            auto md = plainDesc({n});
             dnnl::eltwise_backward::desc d(algs.bwd, md, md, act.alpha, act.beta);
-            dnnl::eltwise_backward::primitive_desc pd(d, engine(), forwardPrims(act, n).fwdPd);
+            dnnl::eltwise_backward::primitive_desc pd(d, engine(), forwardPrims(act, md).fwdPd);
             return dnnl::eltwise_backward(pd);
         });
     });
-    auto md = plainDesc({n});
     const Tensor& data = algs.bwdUsesDst ? y : x;
     checkDnnl("eltwise_backward::execute", [&] {
-        bwd.execute(stream(), {{algs.bwdUsesDst ? DNNL_ARG_DST : DNNL_ARG_SRC, wrap(md, data.data<float>())},
-                               {DNNL_ARG_DIFF_DST, wrap(md, dy.data<float>())},
-                               {DNNL_ARG_DIFF_SRC, wrap(md, dx.data<float>())}});
+        bwd.execute(stream(), {{algs.bwdUsesDst ? DNNL_ARG_DST : DNNL_ARG_SRC, memOf(md, data)},
+                               {DNNL_ARG_DIFF_DST, memOf(md, dyIn)},
+                               {DNNL_ARG_DIFF_SRC, memOf(md, dx)}});
     });
 }
 

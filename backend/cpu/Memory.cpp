@@ -112,11 +112,19 @@ void CpuBackend::fillNormal(const Tensor& t, float mean, float stddev, Generator
     }
 }
 
+void CpuBackend::fillBytes(const Tensor& t, unsigned char byte) { std::memset(t.raw(), byte, t.nbytes()); }
+
+// x, y: same numel; any layouts. Blocked tensors are added over their whole storage,
+// padding included (0 + 0 stays 0).
 void CpuBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
     requireSameNumel("axpby", x, y);
-    const float* px = x.data<float>();
-    float* py = y.data<float>();
-    const int64_t n = y.numel();
+    if (x.layout() != y.layout()) {
+        axpby(alpha, x.toLayout(y.layout()), beta, y);
+        return;
+    }
+    const float* px = x.storageData<float>();
+    float* py = y.storageData<float>();
+    const auto n = static_cast<int64_t>(y.nbytes() / sizeof(float));
     if (beta == 0.0f) { // never read y: it may hold NaN from uninitialised memory
 #pragma omp parallel for simd if (n > kParallelMin)
         for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i];
@@ -124,6 +132,47 @@ void CpuBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y
     }
 #pragma omp parallel for simd if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i] + beta * py[i];
+}
+
+// x, y: same numel -> y = a * x + b
+void CpuBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
+    requireSameNumel("affine", x, y);
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = a * px[i] + b;
+}
+
+// x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] = x[n, c, ...] * m[n, c]
+void CpuBackend::mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) {
+    requireSameNumel("mulChannels", x, y);
+    const int64_t planes = m.numel(), inner = x.numel() / planes;
+    const float* px = x.data<float>();
+    const float* pm = m.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for if (x.numel() > kParallelMin)
+    for (int64_t p = 0; p < planes; ++p)
+        for (int64_t i = 0; i < inner; ++i) py[p * inner + i] = px[p * inner + i] * pm[p];
+}
+
+// float32 <-> int32 (or a copy when the dtypes agree)
+void CpuBackend::cast(const Tensor& x, const Tensor& y) {
+    requireSameNumel("cast", x, y);
+    const int64_t n = x.numel();
+    if (x.dtype() == y.dtype()) {
+        copy(x, y);
+    } else if (x.dtype() == DType::float32) {
+        const float* px = x.data<float>();
+        int32_t* py = y.data<int32_t>();
+#pragma omp parallel for simd if (n > kParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<int32_t>(px[i]);
+    } else {
+        const int32_t* px = x.data<int32_t>();
+        float* py = y.data<float>();
+#pragma omp parallel for simd if (n > kParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<float>(px[i]);
+    }
 }
 
 void CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {

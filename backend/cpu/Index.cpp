@@ -1,0 +1,140 @@
+// Index-driven ops as plain OpenMP loops: gathers and scatters along an axis (k-max
+// pooling, unpooling), row lookups (embeddings), top-k selection and axis permutation.
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cpu/CpuBackend.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+
+struct Axis3 {
+    int64_t outer, along, inner;
+};
+
+Axis3 dimsOf(const Tensor& t, const char* op) {
+    const Shape& s = t.shape();
+    if (s.rank() != 3) throw ShapeError(std::string("CpuBackend::") + op + ": expects a [O, A, I] view, got " + s.str());
+    return {s[0], s[1], s[2]};
+}
+
+void checkIndex(const char* op, int64_t v, int64_t limit) {
+    if (v < 0 || v >= limit) {
+        throw ShapeError(std::string("CpuBackend::") + op + ": index " + std::to_string(v) + " outside [0, " +
+                         std::to_string(limit) + ")");
+    }
+}
+
+} // namespace
+
+// x: [O, A, I], idx: [O, J, I] -> y: [O, J, I]
+void CpuBackend::gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) {
+    const Axis3 xs = dimsOf(x, "gatherAxis"), is = dimsOf(idx, "gatherAxis");
+    const float* px = x.data<float>();
+    const int32_t* pi = idx.data<int32_t>();
+    float* py = y.data<float>();
+    for (int64_t i = 0; i < idx.numel(); ++i) checkIndex("gatherAxis", pi[i], xs.along);
+#pragma omp parallel for if (idx.numel() > kParallelMin)
+    for (int64_t o = 0; o < is.outer; ++o)
+        for (int64_t j = 0; j < is.along; ++j)
+            for (int64_t i = 0; i < is.inner; ++i) {
+                const int64_t at = (o * is.along + j) * is.inner + i;
+                py[at] = px[(o * xs.along + pi[at]) * xs.inner + i];
+            }
+}
+
+// src, idx: [O, J, I] -> dst: [O, A, I] += scattered src
+void CpuBackend::scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) {
+    const Axis3 ds = dimsOf(dst, "scatterAddAxis"), is = dimsOf(idx, "scatterAddAxis");
+    const float* ps = src.data<float>();
+    const int32_t* pi = idx.data<int32_t>();
+    float* pd = dst.data<float>();
+    for (int64_t i = 0; i < idx.numel(); ++i) checkIndex("scatterAddAxis", pi[i], ds.along);
+    // Parallel over outer slices only: indices may repeat within one.
+#pragma omp parallel for if (idx.numel() > kParallelMin)
+    for (int64_t o = 0; o < is.outer; ++o)
+        for (int64_t j = 0; j < is.along; ++j)
+            for (int64_t i = 0; i < is.inner; ++i) {
+                const int64_t at = (o * is.along + j) * is.inner + i;
+                pd[(o * ds.along + pi[at]) * ds.inner + i] += ps[at];
+            }
+}
+
+// x: [O, A, I] -> idx: [O, k, I], positions of the k largest along A, ascending
+void CpuBackend::topKIndices(const Tensor& x, int64_t k, const Tensor& idx) {
+    const Axis3 xs = dimsOf(x, "topKIndices");
+    if (k < 1 || k > xs.along) {
+        throw ShapeError("CpuBackend::topKIndices: k = " + std::to_string(k) + " outside [1, " +
+                         std::to_string(xs.along) + "]");
+    }
+    const float* px = x.data<float>();
+    int32_t* pi = idx.data<int32_t>();
+#pragma omp parallel for if (x.numel() > kParallelMin)
+    for (int64_t o = 0; o < xs.outer; ++o) {
+        std::vector<int32_t> order(static_cast<size_t>(xs.along));
+        for (int64_t i = 0; i < xs.inner; ++i) {
+            auto value = [&](int32_t a) { return px[(o * xs.along + a) * xs.inner + i]; };
+            std::iota(order.begin(), order.end(), 0);
+            // Largest first; ties keep the earlier position.
+            std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+                return value(a) > value(b) || (value(a) == value(b) && a < b);
+            });
+            std::sort(order.begin(), order.begin() + k);
+            for (int64_t j = 0; j < k; ++j) pi[(o * k + j) * xs.inner + i] = order[static_cast<size_t>(j)];
+        }
+    }
+}
+
+// table: [V, D], idx: [M] -> y: [M, D]
+void CpuBackend::gatherRows(const Tensor& table, const Tensor& idx, const Tensor& y) {
+    const int64_t v = table.shape()[0], d = table.shape()[1], m = idx.numel();
+    const float* pt = table.data<float>();
+    const int32_t* pi = idx.data<int32_t>();
+    float* py = y.data<float>();
+    for (int64_t i = 0; i < m; ++i) checkIndex("gatherRows", pi[i], v);
+#pragma omp parallel for if (m * d > kParallelMin)
+    for (int64_t i = 0; i < m; ++i) std::copy_n(pt + pi[i] * d, d, py + i * d);
+}
+
+// src: [M, D], idx: [M] -> table[idx[m]] += scale * src[m]
+void CpuBackend::scatterAddRows(const Tensor& src, const Tensor& idx, float scale, const Tensor& table) {
+    const int64_t v = table.shape()[0], d = table.shape()[1], m = idx.numel();
+    const float* ps = src.data<float>();
+    const int32_t* pi = idx.data<int32_t>();
+    float* pt = table.data<float>();
+    for (int64_t i = 0; i < m; ++i) checkIndex("scatterAddRows", pi[i], v);
+    // Rows may repeat, so split the work over columns, not rows.
+#pragma omp parallel for if (m * d > kParallelMin)
+    for (int64_t c = 0; c < d; ++c)
+        for (int64_t i = 0; i < m; ++i) pt[pi[i] * d + c] += scale * ps[i * d + c];
+}
+
+// x: [d0, ..., dr-1] -> y: dims permuted by perm
+void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y) {
+    const Shape& xs = x.shape();
+    const size_t r = xs.rank();
+    if (perm.size() != r) throw ShapeError("CpuBackend::permute: permutation of the wrong rank for " + xs.str());
+    // Stride in x of each y dim; walk y in order.
+    std::vector<int64_t> xStride(r, 1), yStride(r);
+    for (size_t i = r - 1; i-- > 0;) xStride[i] = xStride[i + 1] * xs[i + 1];
+    for (size_t i = 0; i < r; ++i) yStride[i] = xStride[static_cast<size_t>(perm[i])];
+    const Shape& ys = y.shape();
+    const int64_t n = y.numel(), last = ys[r - 1], lastStride = yStride[r - 1];
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t row = 0; row < n / last; ++row) {
+        int64_t rem = row, off = 0;
+        for (size_t i = r - 1; i-- > 0;) {
+            off += (rem % ys[i]) * yStride[i];
+            rem /= ys[i];
+        }
+        float* out = py + row * last;
+        for (int64_t j = 0; j < last; ++j) out[j] = px[off + j * lastStride];
+    }
+}
+
+} // namespace tessera

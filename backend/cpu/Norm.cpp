@@ -1,0 +1,159 @@
+// Batch normalisation and local response normalisation through oneDNN, cached per shape
+// and layout; outputs keep the input's layout.
+#include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/Dnnl.h"
+
+namespace tessera {
+
+using namespace dnnl_util;
+using flags = dnnl::normalization_flags;
+
+namespace {
+
+const flags kScaleShift = flags::use_scale | flags::use_shift;
+
+struct BnEntry {
+    dnnl::batch_normalization_forward::primitive_desc pd;
+    dnnl::batch_normalization_forward fwd;
+};
+
+const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training) {
+    static PrimitiveCache<BnEntry> cache;
+    std::vector<int64_t> key = {static_cast<int64_t>(layout), keyOf(eps), training};
+    key.insert(key.end(), x.dims().begin(), x.dims().end());
+    return cache.get(key, [&] {
+        return checkDnnl("batch_normalization_forward", [&] {
+            dnnl::batch_normalization_forward::desc d(
+                training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+                descIn(x.dims(), layout), eps, training ? kScaleShift : kScaleShift | flags::use_global_stats);
+            dnnl::batch_normalization_forward::primitive_desc pd(d, engine());
+            return BnEntry{pd, dnnl::batch_normalization_forward(pd)};
+        });
+    });
+}
+
+dnnl::memory vecMem(const Tensor& t) { return memOf(plainDesc({t.numel()}), t); }
+
+} // namespace
+
+// x: [N, C, ...]; scale, shift, mean, var: [C] -> y in x's layout
+Tensor CpuBackend::batchNormForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                    const Tensor& var, float eps, bool training) {
+    const BnEntry& e = bnForward(x.shape(), x.layout(), eps, training);
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    checkDnnl("batch_normalization_forward::execute", [&] {
+        e.fwd.execute(stream(), {{DNNL_ARG_SRC, memOf(descOf(x), x)},
+                                 {DNNL_ARG_DST, memOf(descOf(y), y)},
+                                 {DNNL_ARG_SCALE, vecMem(scale)},
+                                 {DNNL_ARG_SHIFT, vecMem(shift)},
+                                 {DNNL_ARG_MEAN, vecMem(mean)},
+                                 {DNNL_ARG_VARIANCE, vecMem(var)}});
+    });
+    return y;
+}
+
+// x, dy: [N, C, ...] -> dx in x's layout; dscale, dshift: [C] overwritten
+Tensor CpuBackend::batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
+                                     const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) {
+    struct BwdEntry {
+        dnnl::batch_normalization_backward bwd;
+        Staged diffDst;
+    };
+    static PrimitiveCache<BwdEntry> cache;
+    std::vector<int64_t> key = {keyOf(eps)};
+    appendKey(key, x);
+    const BwdEntry& e = cache.get(key, [&] {
+        const BnEntry& f = bnForward(x.shape(), x.layout(), eps, true);
+        return checkDnnl("batch_normalization_backward", [&] {
+            const auto md = descOf(x);
+            dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, md, md, eps, kScaleShift);
+            dnnl::batch_normalization_backward::primitive_desc pd(d, engine(), f.pd);
+            return BwdEntry{dnnl::batch_normalization_backward(pd), Staged(pd.diff_dst_desc())};
+        });
+    });
+    Tensor dx = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    checkDnnl("batch_normalization_backward::execute", [&] {
+        e.bwd.execute(stream(), {{DNNL_ARG_SRC, memOf(descOf(x), x)},
+                                 {DNNL_ARG_DIFF_DST, e.diffDst.from(dy)},
+                                 {DNNL_ARG_SCALE, vecMem(scale)},
+                                 {DNNL_ARG_MEAN, vecMem(mean)},
+                                 {DNNL_ARG_VARIANCE, vecMem(var)},
+                                 {DNNL_ARG_DIFF_SRC, memOf(descOf(dx), dx)},
+                                 {DNNL_ARG_DIFF_SCALE, vecMem(dscale)},
+                                 {DNNL_ARG_DIFF_SHIFT, vecMem(dshift)}});
+    });
+    return dx;
+}
+
+namespace {
+
+struct LrnEntry {
+    dnnl::lrn_forward::primitive_desc pd;
+    dnnl::lrn_forward fwd;
+};
+
+dnnl::algorithm lrnAlg(const LrnParams& p) {
+    return p.acrossChannels ? dnnl::algorithm::lrn_across_channels : dnnl::algorithm::lrn_within_channel;
+}
+
+std::vector<int64_t> lrnKey(const LrnParams& p, const Tensor& x) {
+    std::vector<int64_t> key = {p.acrossChannels, p.size, keyOf(p.alpha), keyOf(p.beta), keyOf(p.k)};
+    appendKey(key, x);
+    return key;
+}
+
+const LrnEntry& lrnEntry(const LrnParams& p, const Tensor& x) {
+    static PrimitiveCache<LrnEntry> cache;
+    return cache.get(lrnKey(p, x), [&] {
+        return checkDnnl("lrn_forward", [&] {
+            dnnl::lrn_forward::desc d(dnnl::prop_kind::forward_training, lrnAlg(p), descOf(x), p.size, p.alpha,
+                                      p.beta, p.k);
+            dnnl::lrn_forward::primitive_desc pd(d, engine());
+            return LrnEntry{pd, dnnl::lrn_forward(pd)};
+        });
+    });
+}
+
+} // namespace
+
+// x: [N, C, ...] -> y in x's layout
+Tensor CpuBackend::lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) {
+    const LrnEntry& e = lrnEntry(p, x);
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    const auto wsDesc = e.pd.workspace_desc();
+    workspace = Tensor::empty({static_cast<int64_t>((wsDesc.get_size() + 3) / 4) + 1}, DType::int32, x.device());
+    checkDnnl("lrn_forward::execute", [&] {
+        e.fwd.execute(stream(), {{DNNL_ARG_SRC, memOf(descOf(x), x)},
+                                 {DNNL_ARG_DST, memOf(descOf(y), y)},
+                                 {DNNL_ARG_WORKSPACE, wrap(wsDesc, workspace.raw())}});
+    });
+    return y;
+}
+
+// x, dy -> dx in x's layout
+Tensor CpuBackend::lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) {
+    struct BwdEntry {
+        dnnl::lrn_backward bwd;
+        Staged diffDst;
+        dnnl::memory::desc workspace;
+    };
+    static PrimitiveCache<BwdEntry> cache;
+    const BwdEntry& e = cache.get(lrnKey(p, x), [&] {
+        const LrnEntry& f = lrnEntry(p, x);
+        return checkDnnl("lrn_backward", [&] {
+            dnnl::lrn_backward::desc d(lrnAlg(p), descOf(x), descOf(x), p.size, p.alpha, p.beta, p.k);
+            dnnl::lrn_backward::primitive_desc pd(d, engine(), f.pd);
+            return BwdEntry{dnnl::lrn_backward(pd), Staged(pd.diff_dst_desc()), f.pd.workspace_desc()};
+        });
+    });
+    Tensor dx = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    checkDnnl("lrn_backward::execute", [&] {
+        e.bwd.execute(stream(), {{DNNL_ARG_SRC, memOf(descOf(x), x)},
+                                 {DNNL_ARG_DIFF_DST, e.diffDst.from(dy)},
+                                 {DNNL_ARG_WORKSPACE, wrap(e.workspace, workspace.raw())},
+                                 {DNNL_ARG_DIFF_SRC, memOf(descOf(dx), dx)}});
+    });
+    return dx;
+}
+
+} // namespace tessera

@@ -1,0 +1,87 @@
+#include "modules/BatchNormND.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+BatchNormND::BatchNormND(std::vector<size_t> ranks, int64_t maps, const BatchNormOptions& options)
+    : Module(options.name), ranks_(std::move(ranks)), maps_(maps), options_(options) {
+    if (maps <= 0) throw std::invalid_argument("BatchNorm: maps must be positive, got " + std::to_string(maps));
+    if (!(options.epsilon > 0.0f)) throw std::invalid_argument("BatchNorm: epsilon must be positive");
+    setVar("scale", Variable::of(Tensor::full({maps}, 1.0f)));
+    setVar("bias", Variable::of(Tensor::zeros({maps})));
+    setAttr("mean", Tensor::zeros({maps}));
+    setAttr("var", Tensor::full({maps}, 1.0f));
+}
+
+void BatchNormND::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    const Shape& s = inShapes[0];
+    if (std::find(ranks_.begin(), ranks_.end(), s.rank()) == ranks_.end() || s[1] != maps_) {
+        std::string want;
+        for (size_t r : ranks_) {
+            want += (want.empty() ? "" : " or ") + std::string("[N, ") + std::to_string(maps_);
+            for (size_t d = 2; d < r; ++d) want += ", " + std::string(1, "DHW"[3 - (r - 2) + (d - 2)]);
+            want += "]";
+        }
+        throw shapeError("expects input " + want + ", got " + s.str());
+    }
+    if (isTrain() && s.numel() / s[1] < 2) {
+        throw shapeError("train mode needs at least 2 values per channel for batch statistics, got " + s.str());
+    }
+}
+
+// x: [N, maps, ...] -> y
+Tensors BatchNormND::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    Backend& be = backendOf(x);
+    const Tensor& scale = getVar("scale")->data;
+    const Tensor& bias = getVar("bias")->data;
+    if (!isTrain()) return {be.batchNormForward(x, scale, bias, getAttr("mean"), getAttr("var"), options_.epsilon, false)};
+
+    batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
+    batchVar_ = Tensor::empty({maps_}, DType::float32, x.device());
+    Tensor y = be.batchNormForward(x, scale, bias, batchMean_, batchVar_, options_.epsilon, true);
+    const float factor = std::max(options_.initFactor / static_cast<float>(1 + batches_), options_.minFactor);
+    const auto count = static_cast<float>(x.numel() / maps_);
+    be.axpby(factor, batchMean_, 1.0f - factor, getAttr("mean"));
+    be.axpby(factor * count / (count - 1.0f), batchVar_, 1.0f - factor, getAttr("var"));
+    ++batches_;
+    return {y};
+}
+
+// dy -> dx; the parameter gradients come out of the same primitive and are kept for
+// accGradParams.
+Tensors BatchNormND::updateGrad(const Tensors& grad) {
+    if (!batchMean_.defined()) throw shapeError("backward needs a train-mode forward (batch statistics)");
+    const Tensor& dy = grad[0];
+    dscale_ = Tensor::empty({maps_}, DType::float32, dy.device());
+    dbias_ = Tensor::empty({maps_}, DType::float32, dy.device());
+    lastGrad_ = dy;
+    return {backendOf(dy).batchNormBackward(inData(), dy, getVar("scale")->data, batchMean_, batchVar_,
+                                            options_.epsilon, dscale_, dbias_)};
+}
+
+void BatchNormND::accGradParams(const Tensors& grad, float scale, float momentum) {
+    // The primitive computes data and parameter gradients together; run it when only
+    // parameter gradients were asked for.
+    if (!dscale_.defined() || !lastGrad_.sharesStorage(grad[0])) updateGrad(grad);
+    Backend& be = backendOf(grad[0]);
+    be.axpby(scale, dscale_, momentum, getVar("scale")->grad);
+    be.axpby(scale, dbias_, momentum, getVar("bias")->grad);
+    dscale_ = dbias_ = lastGrad_ = Tensor();
+}
+
+Blueprint BatchNormND::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("maps", maps_);
+    bp.scheme.emplace_back("epsilon", static_cast<double>(options_.epsilon));
+    bp.scheme.emplace_back("initFactor", static_cast<double>(options_.initFactor));
+    bp.scheme.emplace_back("minFactor", static_cast<double>(options_.minFactor));
+    return bp;
+}
+
+} // namespace tessera

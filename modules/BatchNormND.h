@@ -1,0 +1,70 @@
+#pragma once
+/// \file BatchNormND: batch normalisation over [N, C, ...] (BatchNorm1D/2D/3D in
+/// BatchNorm.h are its named forms).
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+struct BatchNormOptions {
+    float epsilon = 1e-5f;
+    float initFactor = 1.0f; ///< running averages: factor = max(initFactor / (1 + batches), minFactor)
+    float minFactor = 0.1f;
+    std::string name = {};
+};
+
+/// x: [N, maps, *spatial] -> y: same shape, y = scale * (x - mean) / sqrt(var + eps) + bias
+/// per channel. Parameters `scale` (ones) and `bias` (zeros): [maps]; attributes `mean`
+/// and `var`: [maps], the running statistics.
+/// Train mode normalises with the batch statistics and folds them into the running ones
+/// (var unbiased, factor as in BatchNormOptions: a cumulative mean for the first batches,
+/// then an exponential one); eval mode normalises with the running statistics.
+class BatchNormND : public Module {
+public:
+    /// `ranks`: the input ranks the named form accepts.
+    BatchNormND(std::vector<size_t> ranks, int64_t maps, const BatchNormOptions& options);
+
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    int64_t maps() const { return maps_; }
+
+    Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
+    void checkDataShape(const Shapes& inShapes) const override;
+    bool handlesLayouts() const override { return true; }
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+    void accGradParams(const Tensors& grad, float scale, float momentum) override;
+
+private:
+    std::vector<size_t> ranks_;
+    int64_t maps_;
+    BatchNormOptions options_;
+    int64_t batches_ = 0;
+    Tensor batchMean_, batchVar_, dscale_, dbias_, lastGrad_;
+};
+
+/// x: [N, maps] or [N, maps, L].
+class BatchNorm1D : public BatchNormND {
+public:
+    explicit BatchNorm1D(int64_t maps, const BatchNormOptions& options = {}) : BatchNormND({2, 3}, maps, options) {}
+    std::string classname() const override { return "BatchNorm1D"; }
+};
+
+/// x: [N, maps, H, W].
+class BatchNorm2D : public BatchNormND {
+public:
+    explicit BatchNorm2D(int64_t maps, const BatchNormOptions& options = {}) : BatchNormND({4}, maps, options) {}
+    std::string classname() const override { return "BatchNorm2D"; }
+};
+
+/// x: [N, maps, D, H, W].
+class BatchNorm3D : public BatchNormND {
+public:
+    explicit BatchNorm3D(int64_t maps, const BatchNormOptions& options = {}) : BatchNormND({5}, maps, options) {}
+    std::string classname() const override { return "BatchNorm3D"; }
+};
+
+} // namespace tessera

@@ -1,0 +1,137 @@
+#include "modules/ConvND.h"
+
+#include <stdexcept>
+
+#include "modules/SpatialUtil.h"
+
+namespace tessera {
+
+ConvND::ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outmaps, std::vector<int64_t> size,
+               const ConvOptions& options)
+    : Module(options.name), spatialDims_(spatialDims), inmaps_(inmaps), outmaps_(outmaps), options_(options) {
+    const std::string cls = (transposed ? "Deconv" : "Conv") + std::to_string(spatialDims) + "D";
+    if (inmaps <= 0 || outmaps <= 0) {
+        throw std::invalid_argument(cls + ": inmaps and outmaps must be positive, got " + std::to_string(inmaps) +
+                                    " and " + std::to_string(outmaps));
+    }
+    if (options.groups < 1 || inmaps % options.groups != 0 || outmaps % options.groups != 0) {
+        throw std::invalid_argument(cls + ": groups (" + std::to_string(options.groups) +
+                                    ") must divide inmaps (" + std::to_string(inmaps) + ") and outmaps (" +
+                                    std::to_string(outmaps) + ")");
+    }
+    size_ = spatial::expand(size, spatialDims, cls.c_str(), "size", 1);
+    params_.stride = spatial::expand(options.stride, spatialDims, cls.c_str(), "stride", 1);
+    params_.padLo = spatial::expand(options.pad, spatialDims, cls.c_str(), "pad", 0);
+    params_.padHi = params_.padLo;
+    params_.dilation = spatial::expand(options.dilation, spatialDims, cls.c_str(), "dilation", 1);
+    params_.groups = options.groups;
+    params_.transposed = transposed;
+
+    const int64_t g = options.groups;
+    std::vector<int64_t> w = transposed ? std::vector<int64_t>{inmaps, outmaps / g} : std::vector<int64_t>{outmaps, inmaps / g};
+    int64_t window = 1;
+    for (int64_t k : size_) {
+        w.push_back(k);
+        window *= k;
+    }
+    Tensor wt = Tensor::empty(Shape(w));
+    initTensor(wt, options.initscheme, inmaps / g * window, outmaps / g * window, options.wscale);
+    setVar("W", Variable::of(wt));
+    if (options.useBias) setVar("b", Variable::of(Tensor::zeros({outmaps})));
+}
+
+std::string ConvND::expectedInput() const {
+    std::string s = "[N, " + std::to_string(inmaps_);
+    for (size_t d = 0; d < spatialDims_; ++d) s += ", " + std::string(1, "DHW"[3 - spatialDims_ + d]);
+    return s + "]";
+}
+
+void ConvND::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    const Shape& s = inShapes[0];
+    if (s.rank() != spatialDims_ + 2 || s[1] != inmaps_) {
+        throw shapeError("expects input " + expectedInput() + ", got " + s.str());
+    }
+    if (params_.transposed) return;
+    for (size_t d = 0; d < spatialDims_; ++d) {
+        const int64_t span = params_.dilation[d] * (size_[d] - 1) + 1;
+        if (s[2 + d] + params_.padLo[d] + params_.padHi[d] < span) {
+            throw shapeError("input " + s.str() + " is smaller than the kernel: spatial dim " + std::to_string(d) +
+                             " is " + std::to_string(s[2 + d]) + " + padding " +
+                             std::to_string(params_.padLo[d] + params_.padHi[d]) + ", the kernel spans " +
+                             std::to_string(span));
+        }
+    }
+}
+
+void ConvND::checkGradShape(const Shapes& outGradShapes) const {
+    requireCount(outGradShapes, 1, "gradient");
+    const Shape& s = outGradShapes[0];
+    if (s.rank() != spatialDims_ + 2 || s[1] != outmaps_) {
+        throw shapeError("expects gradient [N, " + std::to_string(outmaps_) + ", ...] of rank " +
+                         std::to_string(spatialDims_ + 2) + ", got " + s.str());
+    }
+}
+
+Shapes ConvND::dataShapeFrom(const Shapes& inShapes) const {
+    const Shape& s = inShapes[0];
+    lastIn_ = s;
+    std::vector<int64_t> y{s[0], outmaps_};
+    for (size_t d = 0; d < spatialDims_; ++d) {
+        const int64_t span = params_.dilation[d] * (size_[d] - 1) + 1, pads = params_.padLo[d] + params_.padHi[d];
+        y.push_back(params_.transposed ? (s[2 + d] - 1) * params_.stride[d] - pads + span
+                                              : (s[2 + d] + pads - span) / params_.stride[d] + 1);
+    }
+    return {Shape(y)};
+}
+
+Shapes ConvND::gradShapeFrom(const Shapes& outGradShapes) const {
+    const Shape& g = outGradShapes[0];
+    if (lastIn_.rank() == g.rank()) {
+        Shape in = lastIn_;
+        in[0] = g[0];
+        if (dataShapeFrom(Shapes{in})[0] == g) return {in};
+    }
+    std::vector<int64_t> in{g[0], inmaps_};
+    for (size_t d = 0; d < spatialDims_; ++d) {
+        const int64_t span = params_.dilation[d] * (size_[d] - 1) + 1, pads = params_.padLo[d] + params_.padHi[d];
+        in.push_back(params_.transposed ? (g[2 + d] + pads - span) / params_.stride[d] + 1
+                                               : (g[2 + d] - 1) * params_.stride[d] - pads + span);
+    }
+    return {Shape(in)};
+}
+
+// x: [N, inmaps, *in] -> y: [N, outmaps, *out]
+Tensors ConvND::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    const Tensor b = options_.useBias ? getVar("b")->data : Tensor();
+    return {backendOf(x).convForward(params_, x, getVar("W")->data, b, dataShapeFrom(x.shape()))};
+}
+
+// dy: [N, outmaps, *out] -> dx: [N, inmaps, *in]
+Tensors ConvND::updateGrad(const Tensors& grad) {
+    return {backendOf(grad[0]).convBackwardData(params_, grad[0], getVar("W")->data, inData().shape())};
+}
+
+// dW = scale * dL/dW + momentum * dW, db likewise
+void ConvND::accGradParams(const Tensors& grad, float scale, float momentum) {
+    const Tensor db = options_.useBias ? getVar("b")->grad : Tensor();
+    backendOf(grad[0]).convBackwardWeights(params_, inData(), grad[0], scale, momentum, getVar("W")->grad, db);
+}
+
+Blueprint ConvND::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("inmaps", inmaps_);
+    bp.scheme.emplace_back("outmaps", outmaps_);
+    bp.scheme.emplace_back("size", size_);
+    bp.scheme.emplace_back("stride", params_.stride);
+    bp.scheme.emplace_back("pad", params_.padLo);
+    bp.scheme.emplace_back("dilation", params_.dilation);
+    bp.scheme.emplace_back("groups", params_.groups);
+    bp.scheme.emplace_back("useBias", options_.useBias);
+    bp.scheme.emplace_back("initscheme", tessera::str(options_.initscheme));
+    bp.scheme.emplace_back("wscale", static_cast<double>(options_.wscale));
+    return bp;
+}
+
+} // namespace tessera

@@ -1,0 +1,72 @@
+#pragma once
+/// \file ConvND: the convolution and deconvolution layers over 1 to 3 spatial dims
+/// (Conv1D/2D/3D and Deconv1D/2D/3D in Conv.h and Deconv.h are its named forms).
+
+#include "backend/Backend.h"
+#include "modules/Init.h"
+#include "modules/Module.h"
+
+namespace tessera {
+
+/// Convolution options. Per-dim values take one number (used for every spatial dim) or
+/// one per dim.
+struct ConvOptions {
+    std::vector<int64_t> stride = {1};
+    std::vector<int64_t> pad = {0};      ///< zero padding on both sides of each dim
+    std::vector<int64_t> dilation = {1}; ///< 1: dense kernel
+    int64_t groups = 1;                  ///< inmaps and outmaps must both divide by it
+    bool useBias = true;
+    InitScheme initscheme = InitScheme::xavier;
+    float wscale = 1.0f;
+    std::string name = {};
+};
+
+/// Convolution: x: [N, inmaps, *in] -> y: [N, outmaps, *out] with
+/// out = (in + 2 pad - dilation (size - 1) - 1) / stride + 1 (floor). Parameters
+/// `W`: [outmaps, inmaps / groups, *size] and, with useBias, `b`: [outmaps] (zeros).
+///
+/// Deconvolution (transposed = true) is its adjoint: x: [N, inmaps, *in] ->
+/// y: [N, outmaps, (in - 1) stride - 2 pad + dilation (size - 1) + 1] with
+/// `W`: [inmaps, outmaps / groups, *size], PuzzleLib's order.
+///
+/// Outputs and input gradients may come back in a blocked layout (see `Layout`), so that
+/// consecutive convolutions never reorder; modules that need plain data get it.
+class ConvND : public Module {
+public:
+    ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outmaps, std::vector<int64_t> size,
+           const ConvOptions& options);
+
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    int64_t inmaps() const { return inmaps_; }
+    int64_t outmaps() const { return outmaps_; }
+    const ConvParams& params() const { return params_; }
+
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// The input shape of the last dataShapeFrom/forward with the gradient's batch size
+    /// (a strided convolution maps several input sizes to one output size); before any,
+    /// the smallest input that gives this output.
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// One input [N, inmaps, *spatial] whose spatial dims are large enough for the kernel.
+    void checkDataShape(const Shapes& inShapes) const override;
+    /// One gradient [N, outmaps, *spatial].
+    void checkGradShape(const Shapes& outGradShapes) const override;
+    bool handlesLayouts() const override { return true; }
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+    void accGradParams(const Tensors& grad, float scale, float momentum) override;
+
+private:
+    std::string expectedInput() const;
+
+    size_t spatialDims_;
+    int64_t inmaps_, outmaps_;
+    std::vector<int64_t> size_;
+    ConvParams params_;
+    ConvOptions options_;
+    mutable Shape lastIn_;
+};
+
+} // namespace tessera

@@ -1,0 +1,48 @@
+#include "modules/Dropout2D.h"
+
+#include <stdexcept>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+Dropout2D::Dropout2D(const Dropout2DOptions& options)
+    : Module(options.name), p_(options.p), gen_(resolveSeed(options.seed)) {
+    if (!(p_ >= 0.0f && p_ < 1.0f)) throw std::invalid_argument("Dropout2D: p must be in [0, 1), got " + std::to_string(p_));
+}
+
+void Dropout2D::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    if (inShapes[0].rank() != 4) throw shapeError("expects input [N, C, H, W], got " + inShapes[0].str());
+}
+
+// The per-map mask is dropout applied to a [N, C] tensor of ones.
+Tensors Dropout2D::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    if (!isTrain()) {
+        mask_ = Tensor();
+        return {x};
+    }
+    Backend& be = backendOf(x);
+    Tensor ones = Tensor::full({x.shape()[0], x.shape()[1]}, 1.0f, x.device());
+    mask_ = Tensor::empty(ones.shape(), DType::float32, x.device());
+    be.dropoutForward(ones, p_, gen_, mask_, ones);
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+    be.mulChannels(x, mask_, y);
+    return {y};
+}
+
+Tensors Dropout2D::updateGrad(const Tensors& grad) {
+    if (!mask_.defined()) return {grad[0]};
+    Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
+    backendOf(dx).mulChannels(grad[0], mask_, dx);
+    return {dx};
+}
+
+Blueprint Dropout2D::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("p", static_cast<double>(p_));
+    return bp;
+}
+
+} // namespace tessera

@@ -1,0 +1,125 @@
+#include "modules/GroupLinear.h"
+
+#include <stdexcept>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+GroupLinear::GroupLinear(int64_t groups, int64_t insize, int64_t outsize, const GroupLinearOptions& options)
+    : Module(options.name), groups_(groups), insize_(insize), outsize_(outsize), options_(options) {
+    if (groups <= 0 || insize <= 0 || outsize <= 0) {
+        throw std::invalid_argument("GroupLinear: groups, insize and outsize must be positive");
+    }
+    if (options.batchDim != 0 && options.batchDim != 1) {
+        throw std::invalid_argument("GroupLinear: batchDim must be 0 or 1, got " + std::to_string(options.batchDim));
+    }
+    Tensor w = Tensor::empty({groups, insize, outsize});
+    initTensor(w, options.initscheme, insize, outsize, options.wscale);
+    setVar("W", Variable::of(w));
+    if (options.useBias) setVar("b", Variable::of(Tensor::zeros({groups, outsize})));
+}
+
+std::string GroupLinear::layoutOf(int64_t last) const {
+    const std::string g = std::to_string(groups_), k = std::to_string(last);
+    return options_.batchDim == 0 ? "[N, " + g + ", " + k + "]" : "[" + g + ", N, " + k + "]";
+}
+
+void GroupLinear::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    const Shape& s = inShapes[0];
+    if (s.rank() != 3 || s[1 - options_.batchDim] != groups_ || s[2] != insize_) {
+        throw shapeError("expects input " + layoutOf(insize_) + ", got " + s.str());
+    }
+}
+
+void GroupLinear::checkGradShape(const Shapes& outGradShapes) const {
+    requireCount(outGradShapes, 1, "gradient");
+    const Shape& s = outGradShapes[0];
+    if (s.rank() != 3 || s[1 - options_.batchDim] != groups_ || s[2] != outsize_) {
+        throw shapeError("expects gradient " + layoutOf(outsize_) + ", got " + s.str());
+    }
+}
+
+Shapes GroupLinear::dataShapeFrom(const Shapes& inShapes) const {
+    Shape y = inShapes[0];
+    y[2] = outsize_;
+    return {y};
+}
+
+Shapes GroupLinear::gradShapeFrom(const Shapes& outGradShapes) const {
+    Shape x = outGradShapes[0];
+    x[2] = insize_;
+    return {x};
+}
+
+Tensor GroupLinear::groupsFirst(const Tensor& t) const {
+    if (options_.batchDim == 1) return t;
+    const Shape& s = t.shape();
+    Tensor out = Tensor::empty({s[1], s[0], s[2]}, DType::float32, t.device());
+    backendOf(t).permute(t, {1, 0, 2}, out);
+    return out;
+}
+
+Tensor GroupLinear::fromGroupsFirst(const Tensor& t) const { return groupsFirst(t); } // the swap is its own inverse
+
+// x: [N, G, in] -> y: [N, G, out], one GEMM per group on the groups-first copy
+Tensors GroupLinear::updateData(const Tensors& data) {
+    xg_ = groupsFirst(data[0]);
+    const int64_t n = xg_.shape()[1];
+    Tensor yg = Tensor::empty({groups_, n, outsize_}, DType::float32, xg_.device());
+    Backend& be = backendOf(yg);
+    const Tensor& w = getVar("W")->data;
+    for (int64_t g = 0; g < groups_; ++g) {
+        Tensor yv = yg.slice(g, g + 1).reshape({n, outsize_});
+        float beta = 0.0f;
+        if (options_.useBias) {
+            be.broadcastRows(getVar("b")->data.slice(g, g + 1).reshape({outsize_}), yv);
+            beta = 1.0f;
+        }
+        be.gemm(false, false, 1.0f, xg_.slice(g, g + 1).reshape({n, insize_}),
+                w.slice(g, g + 1).reshape({insize_, outsize_}), beta, yv);
+    }
+    return {fromGroupsFirst(yg)};
+}
+
+// dy -> dx[g] = dy[g] W[g]^T
+Tensors GroupLinear::updateGrad(const Tensors& grad) {
+    Tensor dyg = groupsFirst(grad[0]);
+    const int64_t n = dyg.shape()[1];
+    Tensor dxg = Tensor::empty({groups_, n, insize_}, DType::float32, dyg.device());
+    const Tensor& w = getVar("W")->data;
+    for (int64_t g = 0; g < groups_; ++g) {
+        backendOf(dxg).gemm(false, true, 1.0f, dyg.slice(g, g + 1).reshape({n, outsize_}),
+                            w.slice(g, g + 1).reshape({insize_, outsize_}), 0.0f,
+                            dxg.slice(g, g + 1).reshape({n, insize_}));
+    }
+    return {fromGroupsFirst(dxg)};
+}
+
+// dW[g] = scale * x[g]^T dy[g] + momentum * dW[g]; db[g] = scale * sum_n dy[g] + momentum * db[g]
+void GroupLinear::accGradParams(const Tensors& grad, float scale, float momentum) {
+    Tensor dyg = groupsFirst(grad[0]);
+    const int64_t n = dyg.shape()[1];
+    Backend& be = backendOf(dyg);
+    for (int64_t g = 0; g < groups_; ++g) {
+        Tensor dy = dyg.slice(g, g + 1).reshape({n, outsize_});
+        be.gemm(true, false, scale, xg_.slice(g, g + 1).reshape({n, insize_}), dy, momentum,
+                getVar("W")->grad.slice(g, g + 1).reshape({insize_, outsize_}));
+        if (options_.useBias) be.sumRows(dy, scale, momentum, getVar("b")->grad.slice(g, g + 1).reshape({outsize_}));
+    }
+}
+
+Blueprint GroupLinear::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("groups", groups_);
+    bp.scheme.emplace_back("insize", insize_);
+    bp.scheme.emplace_back("outsize", outsize_);
+    bp.scheme.emplace_back("batchDim", options_.batchDim);
+    bp.scheme.emplace_back("useBias", options_.useBias);
+    bp.scheme.emplace_back("initscheme", tessera::str(options_.initscheme));
+    bp.scheme.emplace_back("wscale", static_cast<double>(options_.wscale));
+    return bp;
+}
+
+} // namespace tessera

@@ -1,0 +1,47 @@
+#pragma once
+/// \file GroupLinear: one independent linear map per group.
+
+#include "modules/Init.h"
+#include "modules/Module.h"
+
+namespace tessera {
+
+struct GroupLinearOptions {
+    int64_t batchDim = 0; ///< 0: x is [N, groups, insize]; 1: x is [groups, N, insize]
+    bool useBias = true;
+    InitScheme initscheme = InitScheme::xavier;
+    float wscale = 1.0f;
+    std::string name = {};
+};
+
+/// x: [N, groups, insize] -> y: [N, groups, outsize] (batchDim 1: groups first),
+/// y[n, g] = x[n, g] W[g] + b[g]. Parameters `W`: [groups, insize, outsize] and, with
+/// useBias, `b`: [groups, outsize] (zeros).
+class GroupLinear : public Module {
+public:
+    GroupLinear(int64_t groups, int64_t insize, int64_t outsize, const GroupLinearOptions& options = {});
+    std::string classname() const override { return "GroupLinear"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    void checkDataShape(const Shapes& inShapes) const override;
+    void checkGradShape(const Shapes& outGradShapes) const override;
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+    void accGradParams(const Tensors& grad, float scale, float momentum) override;
+
+private:
+    /// t in groups-first order ([groups, N, k]), permuting when batchDim is 0.
+    Tensor groupsFirst(const Tensor& t) const;
+    Tensor fromGroupsFirst(const Tensor& t) const;
+    std::string layoutOf(int64_t last) const;
+
+    int64_t groups_, insize_, outsize_;
+    GroupLinearOptions options_;
+    Tensor xg_; // the last input, groups first
+};
+
+} // namespace tessera

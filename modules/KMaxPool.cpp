@@ -1,0 +1,74 @@
+#include "modules/KMaxPool.h"
+
+#include <stdexcept>
+
+#include "modules/AxisUtil.h"
+
+namespace tessera {
+
+namespace {
+// t viewed as [outer, dim(axis), inner].
+Tensor lines(const Tensor& t, int a) {
+    const Shape& s = t.shape();
+    return t.reshape({axis::outer(s, a), s[a], axis::inner(s, a)});
+}
+} // namespace
+
+KMaxPool::KMaxPool(int64_t topk, int axis, std::string name) : Module(std::move(name)), topk_(topk), axis_(axis) {
+    if (topk < 1) throw std::invalid_argument("KMaxPool: topk must be at least 1, got " + std::to_string(topk));
+}
+
+void KMaxPool::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    const Shape& s = inShapes[0];
+    const int a = axis::normalize(axis_, s.rank());
+    if (a < 0) throw shapeError("axis " + std::to_string(axis_) + " is out of range for input " + s.str());
+    if (s[a] < topk_) {
+        throw shapeError("input " + s.str() + " has " + std::to_string(s[a]) + " values along axis " +
+                         std::to_string(axis_) + ", fewer than topk = " + std::to_string(topk_));
+    }
+}
+
+Shapes KMaxPool::dataShapeFrom(const Shapes& inShapes) const {
+    lastIn_ = inShapes[0];
+    Shape y = inShapes[0];
+    y[axis::normalize(axis_, y.rank())] = topk_;
+    return {y};
+}
+
+Shapes KMaxPool::gradShapeFrom(const Shapes& outGradShapes) const {
+    if (lastIn_.rank() == 0) throw shapeError("gradShapeFrom needs the input shape; run dataShapeFrom or forward first");
+    Shape x = outGradShapes[0];
+    const int a = axis::normalize(axis_, x.rank());
+    x[a] = lastIn_[a];
+    return {x};
+}
+
+Tensors KMaxPool::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    const int a = axis::normalize(axis_, x.shape().rank());
+    const Shape ys = dataShapeFrom(x.shape());
+    indices_ = Tensor::empty(ys, DType::int32, x.device());
+    Tensor y = Tensor::empty(ys, DType::float32, x.device());
+    Backend& be = backendOf(x);
+    be.topKIndices(lines(x, a), topk_, lines(indices_, a));
+    be.gatherAxis(lines(x, a), lines(indices_, a), lines(y, a));
+    return {y};
+}
+
+Tensors KMaxPool::updateGrad(const Tensors& grad) {
+    const Shape& xs = inData().shape();
+    const int a = axis::normalize(axis_, xs.rank());
+    Tensor dx = Tensor::zeros(xs, DType::float32, grad[0].device());
+    backendOf(dx).scatterAddAxis(lines(grad[0], a), lines(indices_, a), lines(dx, a));
+    return {dx};
+}
+
+Blueprint KMaxPool::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("topk", topk_);
+    bp.scheme.emplace_back("axis", static_cast<int64_t>(axis_));
+    return bp;
+}
+
+} // namespace tessera

@@ -1,0 +1,50 @@
+#include "modules/PRelu.h"
+
+#include <stdexcept>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+PRelu::PRelu(int64_t maps, const PReluOptions& options) : Module(options.name), maps_(maps), options_(options) {
+    if (maps <= 0) throw std::invalid_argument("PRelu: maps must be positive, got " + std::to_string(maps));
+    setVar("slopes", Variable::of(Tensor::full({options.sharedMaps ? 1 : maps}, options.init)));
+}
+
+void PRelu::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    const Shape& s = inShapes[0];
+    if (s.rank() < 2 || (!options_.sharedMaps && s[1] != maps_)) {
+        throw shapeError("expects input [N, " + std::to_string(maps_) + ", ...], got " + s.str());
+    }
+}
+
+Tensors PRelu::updateData(const Tensors& data) {
+    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
+    backendOf(y).preluForward(data[0], getVar("slopes")->data, y);
+    return {y};
+}
+
+// The backend computes dx and dslopes together; dslopes goes to a scratch tensor here.
+Tensors PRelu::updateGrad(const Tensors& grad) {
+    Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
+    Tensor scratch = Tensor::empty(getVar("slopes")->data.shape(), DType::float32, dx.device());
+    backendOf(dx).preluBackward(inData(), getVar("slopes")->data, grad[0], dx, 1.0f, 0.0f, scratch);
+    return {dx};
+}
+
+void PRelu::accGradParams(const Tensors& grad, float scale, float momentum) {
+    Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
+    const auto& v = getVar("slopes");
+    backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, scale, momentum, v->grad);
+}
+
+Blueprint PRelu::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("maps", maps_);
+    bp.scheme.emplace_back("sharedMaps", options_.sharedMaps);
+    bp.scheme.emplace_back("init", static_cast<double>(options_.init));
+    return bp;
+}
+
+} // namespace tessera
