@@ -72,10 +72,13 @@ Tensor CpuBackend::batchNormBackward(const Tensor& x, const Tensor& dy, const Te
         });
     });
     Tensor dx = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    // oneDNN 2.6 insists on a shift argument in backward although no gradient depends on
+    // it (it is only read with fused ReLU, not used here); the scale buffer stands in.
     checkDnnl("batch_normalization_backward::execute", [&] {
         e.bwd.execute(stream(), {{DNNL_ARG_SRC, memOf(descOf(x), x)},
                                  {DNNL_ARG_DIFF_DST, e.diffDst.from(dy)},
                                  {DNNL_ARG_SCALE, vecMem(scale)},
+                                 {DNNL_ARG_SHIFT, vecMem(scale)},
                                  {DNNL_ARG_MEAN, vecMem(mean)},
                                  {DNNL_ARG_VARIANCE, vecMem(var)},
                                  {DNNL_ARG_DIFF_SRC, memOf(descOf(dx), dx)},
