@@ -1,0 +1,349 @@
+// The smaller layers of the catalogue: each with a reference, a gradient check, a shape
+// check, bad input and its blueprint.
+#include <cmath>
+
+#include "GradCheck.h"
+#include "modules/Cast.h"
+#include "modules/Dropout2D.h"
+#include "modules/Embedder.h"
+#include "modules/Gelu.h"
+#include "modules/GroupLinear.h"
+#include "modules/MulAddConst.h"
+#include "modules/NoiseInjector.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+using F = std::vector<float>;
+
+bool blueprintHas(const Module& m, const std::vector<std::string>& parts) {
+    const std::string json = m.blueprint().toJson();
+    for (const auto& p : parts) {
+        if (json.find(p) == std::string::npos) {
+            ADD_FAILURE() << p << " not in " << json;
+            return false;
+        }
+    }
+    return true;
+}
+
+// ---- Dropout2D ------------------------------------------------------------------------
+
+TEST(Dropout2D, DropsWholeMapsAndScalesTheRest) {
+    Dropout2D drop({.p = 0.5f, .seed = 3});
+    Tensor x = randomTensor({8, 6, 3, 3}, 1, 1.0f, 2.0f);
+    const auto y = drop(x).toVector<float>();
+    const auto xs = x.toVector<float>();
+    const auto mask = drop.mask().toVector<float>();
+    int dropped = 0;
+    for (size_t p = 0; p < 48; ++p) {
+        ASSERT_TRUE(mask[p] == 0.0f || mask[p] == 2.0f) << mask[p];
+        dropped += mask[p] == 0.0f;
+        for (size_t i = 0; i < 9; ++i) ASSERT_FLOAT_EQ(y[p * 9 + i], xs[p * 9 + i] * mask[p]);
+    }
+    EXPECT_GT(dropped, 10);
+    EXPECT_LT(dropped, 38);
+    const auto dx = drop.backward(Tensor::full({8, 6, 3, 3}, 1.0f)).toVector<float>();
+    for (size_t i = 0; i < dx.size(); ++i) ASSERT_FLOAT_EQ(dx[i], mask[i / 9]);
+    drop.evalMode();
+    EXPECT_TRUE(drop(x).sharesStorage(x));
+}
+
+TEST(Dropout2D, GradientShapeBadInput) {
+    Dropout2D drop({.p = 0.3f, .seed = 4, .name = "d2"});
+    const uint64_t seed = drop.generator().seed();
+    GradCheckOptions opts;
+    opts.beforeForward = [&] { drop.generator().manualSeed(seed); };
+    EXPECT_TRUE(checkGradients(drop, {randomTensor({3, 4, 2, 2}, 2)}, opts));
+    EXPECT_TRUE(checkShapes(drop, {randomTensor({3, 4, 2, 2}, 2)}));
+    EXPECT_TRUE(throwsShapeError([&] { drop(Tensor::zeros({3, 4})); }, {"Dropout2D 'd2'", "[N, C, H, W]"}));
+    EXPECT_THROW(Dropout2D({.p = 1.0f}), std::invalid_argument);
+    EXPECT_TRUE(blueprintHas(drop, {"\"p\": 0.300000012"}));
+}
+
+// ---- Pad ------------------------------------------------------------------------------
+
+TEST(Pad, Reference) {
+    Pad1D constant({1, 2}, {.fillValue = 9.0f});
+    EXPECT_TRUE(allClose(constant(Tensor::fromVector({1, 1, 3}, F{1, 2, 3})), {9, 1, 2, 3, 9, 9}));
+    Pad1D reflect({2, 1}, {.mode = PadMode::reflect});
+    EXPECT_TRUE(allClose(reflect(Tensor::fromVector({1, 1, 3}, F{1, 2, 3})), {3, 2, 1, 2, 3, 2}));
+    // Reflected positions add their gradients into the source.
+    EXPECT_TRUE(allClose(reflect.backward(Tensor::fromVector({1, 1, 6}, F{1, 10, 100, 1000, 10000, 100000})),
+                         {100, 101010, 10001}));
+    Pad2D pad2({1, 0, 0, 1});
+    EXPECT_TRUE(allClose(pad2(Tensor::fromVector({1, 1, 2, 2}, F{1, 2, 3, 4})), {0, 0, 0, 1, 2, 0, 3, 4, 0}));
+    Pad2D reflect2({1}, {.mode = PadMode::reflect});
+    const auto y = reflect2(Tensor::fromVector({1, 1, 2, 3}, F{1, 2, 3, 4, 5, 6})).toVector<float>();
+    EXPECT_EQ(y, (F{5, 4, 5, 6, 5, 2, 1, 2, 3, 2, 5, 4, 5, 6, 5, 2, 1, 2, 3, 2}));
+}
+
+TEST(Pad, GradientShapeBadInput) {
+    Pad2D constant({1, 2, 0, 3}, {.fillValue = 0.5f, .name = "pad"});
+    Pad2D reflect({1, 2, 2, 1}, {.mode = PadMode::reflect});
+    Pad1D pad1({2});
+    EXPECT_TRUE(checkGradients(constant, {randomTensor({2, 2, 3, 4}, 3)}));
+    EXPECT_TRUE(checkGradients(reflect, {randomTensor({2, 2, 3, 4}, 3)}));
+    EXPECT_TRUE(checkGradients(pad1, {randomTensor({2, 2, 3}, 3)}));
+    EXPECT_TRUE(checkShapes(constant, {randomTensor({2, 2, 3, 4}, 3)}));
+    EXPECT_TRUE(checkShapes(pad1, {randomTensor({2, 2, 3}, 3)}));
+    EXPECT_TRUE(throwsShapeError([&] { constant(Tensor::zeros({2, 3})); }, {"Pad2D 'pad'", "[2, 3]"}));
+    EXPECT_TRUE(throwsShapeError([&] { reflect(Tensor::zeros({1, 1, 2, 5})); }, {"reflect padding", "[1, 1, 2, 5]"}));
+    EXPECT_THROW(Pad2D({1, 2, 3}), std::invalid_argument);
+    EXPECT_TRUE(blueprintHas(reflect, {"\"classname\": \"Pad2D\"", "\"pad\": [1, 2, 2, 1]", "\"mode\": \"reflect\""}));
+}
+
+// ---- Upsample -------------------------------------------------------------------------
+
+TEST(Upsample, Reference) {
+    Upsample2D nearest(2);
+    EXPECT_TRUE(allClose(nearest(Tensor::fromVector({1, 1, 1, 2}, F{1, 2})), {1, 1, 2, 2, 1, 1, 2, 2}));
+    EXPECT_TRUE(allClose(nearest.backward(Tensor::fromVector({1, 1, 2, 4}, F{1, 2, 3, 4, 5, 6, 7, 8})), {14, 22}));
+    // Linear with half-pixel centres: outputs sit at input coordinates -0.25, 0.25, 0.75,
+    // 1.25 (clamped at the edges).
+    Upsample2D linear(2, {.mode = ResampleMode::linear});
+    EXPECT_TRUE(allClose(linear(Tensor::fromVector({1, 1, 1, 2}, F{0, 4})), {0, 1, 3, 4, 0, 1, 3, 4}, 1e-5f));
+    Upsample3D up3(2);
+    EXPECT_TRUE(allClose(up3(Tensor::fromVector({1, 1, 1, 1, 1}, F{7})), F(8, 7.0f)));
+}
+
+TEST(Upsample, GradientShapeBadInput) {
+    Upsample2D nearest(3, {.name = "up"});
+    Upsample2D linear(2, {.mode = ResampleMode::linear});
+    Upsample3D linear3(2, {.mode = ResampleMode::linear});
+    EXPECT_TRUE(checkGradients(nearest, {randomTensor({2, 2, 2, 3}, 4)}));
+    EXPECT_TRUE(checkGradients(linear, {randomTensor({2, 2, 3, 3}, 4)}));
+    EXPECT_TRUE(checkGradients(linear3, {randomTensor({1, 2, 2, 2, 3}, 4)}));
+    EXPECT_TRUE(checkShapes(nearest, {randomTensor({2, 2, 2, 3}, 4)}));
+    EXPECT_TRUE(checkShapes(linear3, {randomTensor({1, 2, 2, 2, 3}, 4)}));
+    EXPECT_TRUE(throwsShapeError([&] { nearest(Tensor::zeros({2, 2, 3})); }, {"Upsample2D 'up'", "[2, 2, 3]"}));
+    nearest(Tensor::zeros({1, 1, 2, 2}));
+    EXPECT_TRUE(throwsShapeError([&] { nearest.backward(Tensor::zeros({1, 1, 5, 5})); }, {"up", "expected the output shape"}));
+    EXPECT_TRUE(blueprintHas(linear, {"\"scale\": 2", "\"mode\": \"linear\""}));
+}
+
+// ---- PRelu ----------------------------------------------------------------------------
+
+TEST(PRelu, Reference) {
+    PRelu prelu(2);
+    prelu.getVar("slopes")->data.copyFrom(Tensor::fromVector({2}, F{0.1f, 0.5f}));
+    Tensor x = Tensor::fromVector({1, 2, 2}, F{-1, 2, -4, 3});
+    EXPECT_TRUE(allClose(prelu(x), {-0.1f, 2, -2, 3}));
+    prelu.zeroGradParams();
+    EXPECT_TRUE(allClose(prelu.backward(Tensor::fromVector({1, 2, 2}, F{1, 1, 2, 2})), {0.1f, 1, 1, 2}));
+    // dslope[c] = sum over negative inputs of x * dy
+    EXPECT_TRUE(allClose(prelu.getVar("slopes")->grad, {-1, -8}));
+}
+
+TEST(PRelu, GradientShapeBadInput) {
+    PRelu prelu(3, {.name = "prelu"});
+    PRelu shared(3, {.sharedMaps = true});
+    GradCheckOptions opts;
+    opts.kink = 0.0f;
+    EXPECT_TRUE(checkGradients(prelu, {randomTensor({2, 3, 4}, 5)}, opts));
+    EXPECT_TRUE(checkGradients(shared, {randomTensor({2, 3, 2, 2}, 6)}, opts));
+    EXPECT_TRUE(checkShapes(prelu, {randomTensor({2, 3, 4}, 5)}));
+    EXPECT_TRUE(throwsShapeError([&] { prelu(Tensor::zeros({2, 4, 4})); }, {"PRelu 'prelu'", "[N, 3, ...]"}));
+    EXPECT_EQ(shared.getVar("slopes")->data.shape(), (Shape{1}));
+    EXPECT_TRUE(blueprintHas(shared, {"\"maps\": 3", "\"sharedMaps\": true"}));
+}
+
+// ---- Gelu -----------------------------------------------------------------------------
+
+TEST(Gelu, ReferenceGradientShape) {
+    Gelu gelu("g");
+    const F xs = {-3, -1, -0.5f, 0, 0.5f, 2};
+    F y, dx;
+    for (float x : xs) {
+        const double cdf = 0.5 * (1 + std::erf(x / std::sqrt(2.0)));
+        y.push_back(static_cast<float>(x * cdf));
+        dx.push_back(static_cast<float>(cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI)));
+    }
+    EXPECT_TRUE(allClose(gelu(Tensor::fromVector({2, 3}, xs)), y, 1e-5f));
+    EXPECT_TRUE(allClose(gelu.backward(Tensor::full({2, 3}, 1.0f)), dx, 1e-4f));
+    EXPECT_TRUE(checkGradients(gelu, {randomTensor({3, 5}, 7, -3.0f, 3.0f)}));
+    EXPECT_TRUE(checkShapes(gelu, {randomTensor({3, 5}, 7)}));
+    EXPECT_TRUE(throwsShapeError([&] { gelu(Tensor::zeros({2}, DType::int32)); }, {"Gelu 'g'", "int32"}));
+    EXPECT_EQ(gelu.blueprint().toJson(), "{\"classname\": \"Gelu\", \"scheme\": {\"name\": \"g\"}}");
+}
+
+// ---- Embedder -------------------------------------------------------------------------
+
+TEST(Embedder, Reference) {
+    Embedder emb(4, 3, 2);
+    emb.getVar("W")->data.copyFrom(Tensor::fromVector({4, 2}, F{0, 1, 10, 11, 20, 21, 30, 31}));
+    Tensor ids = Tensor::fromVector({2, 3}, std::vector<int32_t>{3, 0, 3, 1, 2, 1});
+    EXPECT_TRUE(allClose(emb(ids), {30, 31, 0, 1, 30, 31, 10, 11, 20, 21, 10, 11}));
+    emb.zeroGradParams();
+    EXPECT_FALSE(emb.backward(Tensor::fromVector({2, 3, 2}, F{1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6})).defined());
+    EXPECT_TRUE(allClose(emb.getVar("W")->grad, {2, 2, 10, 10, 5, 5, 4, 4}));
+}
+
+TEST(Embedder, GradientShapeBadInput) {
+    Embedder emb(5, 3, 4, {.name = "emb"});
+    Tensor ids = Tensor::fromVector({2, 3}, std::vector<int32_t>{4, 0, 4, 1, 2, 2});
+    GradCheckOptions opts;
+    opts.checkInputs = false; // ids are discrete
+    EXPECT_TRUE(checkGradients(emb, {ids}, opts));
+    EXPECT_EQ(emb.dataShapeFrom(ids.shape()), emb(ids).shape());
+    EXPECT_EQ(emb.gradShapeFrom(Shape{2, 3, 4}), ids.shape());
+    EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::fromVector({1, 3}, std::vector<int32_t>{0, 5, 1})); },
+                                 {"Embedder 'emb'", "index 5", "[0, 5)"}));
+    EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::zeros({2, 3})); }, {"emb", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::zeros({2, 4}, DType::int32)); }, {"emb", "[N, 3]"}));
+    EXPECT_TRUE(blueprintHas(emb, {"\"vocabulary\": 5", "\"sentlength\": 3", "\"embsize\": 4"}));
+}
+
+// ---- GroupLinear ----------------------------------------------------------------------
+
+TEST(GroupLinear, Reference) {
+    for (int64_t batchDim : {0, 1}) {
+        SCOPED_TRACE(batchDim);
+        GroupLinear gl(2, 2, 1, {.batchDim = batchDim});
+        gl.getVar("W")->data.copyFrom(Tensor::fromVector({2, 2, 1}, F{1, 2, 3, 4}));
+        gl.getVar("b")->data.copyFrom(Tensor::fromVector({2, 1}, F{10, 20}));
+        // batchDim 0: x[n, g]; batchDim 1: x[g, n]. Samples (1, 1), (1, 0) for group 0 and
+        // (0, 1), (2, 2) for group 1.
+        Tensor x = batchDim == 0 ? Tensor::fromVector({2, 2, 2}, F{1, 1, 0, 1, 1, 0, 2, 2})
+                                 : Tensor::fromVector({2, 2, 2}, F{1, 1, 1, 0, 0, 1, 2, 2});
+        const F y = batchDim == 0 ? F{13, 24, 11, 34} : F{13, 11, 24, 34};
+        EXPECT_TRUE(allClose(gl(x), y));
+    }
+}
+
+TEST(GroupLinear, GradientShapeBadInput) {
+    GroupLinear gl0(3, 4, 2, {.name = "gl"});
+    GroupLinear gl1(3, 4, 2, {.batchDim = 1, .useBias = false});
+    EXPECT_TRUE(checkGradients(gl0, {randomTensor({5, 3, 4}, 8)}));
+    EXPECT_TRUE(checkGradients(gl1, {randomTensor({3, 5, 4}, 8)}));
+    EXPECT_TRUE(checkShapes(gl0, {randomTensor({5, 3, 4}, 8)}));
+    EXPECT_TRUE(checkShapes(gl1, {randomTensor({3, 5, 4}, 8)}));
+    EXPECT_TRUE(throwsShapeError([&] { gl0(Tensor::zeros({5, 4, 4})); }, {"GroupLinear 'gl'", "[N, 3, 4]", "[5, 4, 4]"}));
+    EXPECT_TRUE(throwsShapeError([&] { gl1(Tensor::zeros({5, 3, 4})); }, {"[3, N, 4]"}));
+    EXPECT_TRUE(blueprintHas(gl1, {"\"groups\": 3", "\"batchDim\": 1", "\"useBias\": false"}));
+}
+
+// ---- MulAddConst ----------------------------------------------------------------------
+
+TEST(MulAddConst, ReferenceGradientShape) {
+    MulAddConst mac(2.0f, -1.0f, "mac");
+    EXPECT_TRUE(allClose(mac(Tensor::fromVector({3}, F{0, 1, 2})), {-1, 1, 3}));
+    EXPECT_TRUE(allClose(mac.backward(Tensor::fromVector({3}, F{1, 2, 3})), {2, 4, 6}));
+    EXPECT_TRUE(checkGradients(mac, {randomTensor({2, 3}, 9)}));
+    EXPECT_TRUE(checkShapes(mac, {randomTensor({2, 3}, 9)}));
+    EXPECT_TRUE(throwsShapeError([&] { mac(Tensor::zeros({2}, DType::int32)); }, {"MulAddConst 'mac'", "int32"}));
+    EXPECT_TRUE(blueprintHas(mac, {"\"a\": 2", "\"b\": -1"}));
+}
+
+// ---- NoiseInjector --------------------------------------------------------------------
+
+TEST(NoiseInjector, AddsOrMultipliesNoiseInTrainModeOnly) {
+    NoiseInjector add({.noisetype = NoiseType::uniform, .param1 = -0.5f, .param2 = 0.5f, .seed = 1});
+    Tensor x = randomTensor({1000}, 10);
+    const auto y = add(x).toVector<float>(), xs = x.toVector<float>(), noise = add.noise().toVector<float>();
+    double mean = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_FLOAT_EQ(y[i], xs[i] + noise[i]);
+        ASSERT_TRUE(noise[i] >= -0.5f && noise[i] < 0.5f);
+        mean += noise[i] / 1000.0;
+    }
+    EXPECT_NEAR(mean, 0.0, 0.05);
+    EXPECT_TRUE(allClose(add.backward(Tensor::full({1000}, 2.0f)), F(1000, 2.0f)));
+    NoiseInjector mul({.mode = NoiseMode::mul, .noisetype = NoiseType::gaussian, .param1 = 1.0f, .param2 = 0.1f, .seed = 2});
+    const auto ym = mul(x).toVector<float>(), nm = mul.noise().toVector<float>();
+    for (size_t i = 0; i < ym.size(); ++i) ASSERT_FLOAT_EQ(ym[i], xs[i] * nm[i]);
+    EXPECT_TRUE(allClose(mul.backward(Tensor::full({1000}, 1.0f)), nm));
+    mul.evalMode();
+    EXPECT_TRUE(mul(x).sharesStorage(x));
+}
+
+TEST(NoiseInjector, GradientShapeBadInput) {
+    NoiseInjector mul({.mode = NoiseMode::mul, .seed = 3, .name = "noise"});
+    const uint64_t seed = mul.generator().seed();
+    GradCheckOptions opts;
+    opts.beforeForward = [&] { mul.generator().manualSeed(seed); };
+    EXPECT_TRUE(checkGradients(mul, {randomTensor({3, 4}, 11)}, opts));
+    EXPECT_TRUE(checkShapes(mul, {randomTensor({3, 4}, 11)}));
+    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{Tensor::zeros({2}), Tensor::zeros({2})}); }, {"NoiseInjector 'noise'", "1 input"}));
+    EXPECT_THROW(NoiseInjector({.param1 = 1.0f, .param2 = 0.0f}), std::invalid_argument);
+    EXPECT_TRUE(blueprintHas(mul, {"\"mode\": \"mul\"", "\"noisetype\": \"uniform\"", "\"params\": [0, 1]"}));
+}
+
+// ---- Transpose, SwapAxes, MoveAxis ----------------------------------------------------
+
+TEST(Transpose, Reference) {
+    Tensor x = Tensor::fromVector({2, 3}, F{1, 2, 3, 4, 5, 6});
+    Transpose t({1, 0});
+    EXPECT_EQ(t(x).shape(), (Shape{3, 2}));
+    EXPECT_TRUE(allClose(t(x), {1, 4, 2, 5, 3, 6}));
+    EXPECT_TRUE(allClose(t.backward(Tensor::fromVector({3, 2}, F{1, 4, 2, 5, 3, 6})), {1, 2, 3, 4, 5, 6}));
+    Tensor x3 = Tensor::fromVector({2, 2, 3}, F{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    SwapAxes swap(0, -1);
+    EXPECT_EQ(swap(x3).shape(), (Shape{3, 2, 2}));
+    EXPECT_TRUE(allClose(swap(x3), {0, 6, 3, 9, 1, 7, 4, 10, 2, 8, 5, 11}));
+    MoveAxis move(2, 0); // [2, 2, 3] -> [3, 2, 2]: y[k, i, j] = x[i, j, k]
+    EXPECT_TRUE(allClose(move(x3), {0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11}));
+    MoveAxis move2(0, 2); // [2, 2, 3] -> [2, 3, 2]
+    EXPECT_EQ(move2(x3).shape(), (Shape{2, 3, 2}));
+    EXPECT_TRUE(allClose(move2(x3), {0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11}));
+}
+
+TEST(Transpose, GradientShapeBadInput) {
+    Transpose t({2, 0, 3, 1}, "t");
+    SwapAxes swap(1, 3, "swap");
+    MoveAxis move(-1, 1, "move");
+    Tensor x = randomTensor({2, 3, 4, 5}, 12);
+    for (Module* m : std::vector<Module*>{&t, &swap, &move}) {
+        SCOPED_TRACE(m->str());
+        EXPECT_TRUE(checkGradients(*m, {x}));
+        EXPECT_TRUE(checkShapes(*m, {x}));
+    }
+    EXPECT_TRUE(throwsShapeError([&] { t(Tensor::zeros({2, 3})); }, {"Transpose 't'", "rank 4", "[2, 3]"}));
+    EXPECT_TRUE(throwsShapeError([&] { swap(Tensor::zeros({2, 3})); }, {"SwapAxes 'swap'", "rank above 3"}));
+    EXPECT_TRUE(throwsShapeError([&] { move(Tensor::zeros({2})); }, {"MoveAxis 'move'", "rank above 1"}));
+    EXPECT_THROW(Transpose({0, 0, 1}), std::invalid_argument);
+    EXPECT_TRUE(blueprintHas(t, {"\"axes\": [2, 0, 3, 1]"}));
+    EXPECT_TRUE(blueprintHas(move, {"\"src\": -1", "\"dst\": 1"}));
+}
+
+// ---- Tile -----------------------------------------------------------------------------
+
+TEST(Tile, ReferenceGradientShapeBadInput) {
+    Tile tile(1, 3, "tile");
+    Tensor x = Tensor::fromVector({2, 2}, F{1, 2, 3, 4});
+    EXPECT_TRUE(allClose(tile(x), {1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}));
+    EXPECT_TRUE(allClose(tile.backward(Tensor::fromVector({2, 6}, F{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})), {9, 12, 27, 30}));
+    Tile tile0(0, 2);
+    EXPECT_TRUE(allClose(tile0(x), {1, 2, 3, 4, 1, 2, 3, 4}));
+    EXPECT_TRUE(checkGradients(tile, {randomTensor({2, 3, 2}, 13)}));
+    EXPECT_TRUE(checkShapes(tile, {randomTensor({2, 3, 2}, 13)}));
+    EXPECT_TRUE(throwsShapeError([&] { Tile(3, 2, "t3")(Tensor::zeros({2, 2})); }, {"Tile 't3'", "axis 3", "[2, 2]"}));
+    EXPECT_THROW(Tile(0, 0), std::invalid_argument);
+    EXPECT_TRUE(blueprintHas(tile, {"\"axis\": 1", "\"times\": 3"}));
+}
+
+// ---- Cast -----------------------------------------------------------------------------
+
+TEST(Cast, ReferenceGradientShapeBadInput) {
+    Cast toInt(DType::float32, DType::int32, "cast");
+    Tensor y = toInt(Tensor::fromVector({4}, F{1.7f, -1.7f, 0.0f, 3.0f}));
+    EXPECT_EQ(y.dtype(), DType::int32);
+    EXPECT_EQ(y.toVector<int32_t>(), (std::vector<int32_t>{1, -1, 0, 3}));
+    EXPECT_FALSE(toInt.backward(Tensor::zeros({4})).defined());
+    Cast toFloat(DType::int32, DType::float32);
+    EXPECT_TRUE(allClose(toFloat(Tensor::fromVector({2}, std::vector<int32_t>{-3, 5})), {-3, 5}));
+    Cast same(DType::float32, DType::float32);
+    EXPECT_TRUE(checkGradients(same, {randomTensor({2, 3}, 14)}));
+    EXPECT_TRUE(checkShapes(same, {randomTensor({2, 3}, 14)}));
+    EXPECT_EQ(toInt.dataShapeFrom(Shape{2, 5}), (Shape{2, 5}));
+    EXPECT_TRUE(throwsShapeError([&] { toInt(Tensor::zeros({2}, DType::int32)); }, {"Cast 'cast'", "expects float32", "int32"}));
+    EXPECT_TRUE(blueprintHas(toInt, {"\"intype\": \"float32\"", "\"outtype\": \"int32\""}));
+}
+
+} // namespace
+} // namespace tessera
