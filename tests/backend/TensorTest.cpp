@@ -141,3 +141,59 @@ TEST(CpuBackend, RandomIsSeededAndThreadIndependent) {
 
 } // namespace
 } // namespace tessera
+
+namespace tessera {
+namespace {
+
+Tensor iota(const Shape& s) {
+    std::vector<float> v(static_cast<size_t>(s.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+    return Tensor::fromVector(s, v);
+}
+
+TEST(TensorLayout, BlockedRoundTripKeepsValuesAndPadsChannels) {
+    Tensor x = iota({2, 20, 3, 2});
+    for (Layout l : {Layout::blocked8, Layout::blocked16}) {
+        SCOPED_TRACE(str(l));
+        Tensor b = x.toLayout(l);
+        EXPECT_EQ(b.layout(), l);
+        EXPECT_EQ(b.shape(), x.shape());
+        // 20 channels pad to 24 (blocks of 8) or 32 (blocks of 16).
+        EXPECT_EQ(b.nbytes(), static_cast<size_t>(2 * (l == Layout::blocked8 ? 24 : 32) * 6 * 4));
+        EXPECT_EQ(b.toVector<float>(), x.toVector<float>());
+        EXPECT_EQ(b.plain().toVector<float>(), x.toVector<float>());
+        // A batch slice of a blocked tensor is still whole rows.
+        EXPECT_EQ(b.slice(1, 2).toVector<float>(), x.slice(1, 2).toVector<float>());
+        // Copies keep the layout; copyFrom across layouts reorders.
+        EXPECT_EQ(b.clone().layout(), l);
+        Tensor back = Tensor::empty(x.shape());
+        back.copyFrom(b);
+        EXPECT_EQ(back.toVector<float>(), x.toVector<float>());
+    }
+    EXPECT_TRUE(x.plain().sharesStorage(x));
+}
+
+TEST(TensorLayout, PlainOnlyAccessThrowsOnBlockedData) {
+    Tensor b = iota({1, 16, 2, 2}).toLayout(Layout::blocked16);
+    try {
+        b.data<float>();
+        FAIL() << "no throw";
+    } catch (const ShapeError& e) {
+        EXPECT_NE(std::string(e.what()).find("blocked16 layout; call plain() first"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(b.reshape({16, 4}), ShapeError);
+    EXPECT_NO_THROW(b.storageData<float>());
+    EXPECT_THROW(Tensor::empty({4, 16}, DType::float32, {}, Layout::blocked16), ShapeError);
+    EXPECT_THROW(Tensor::empty({1, 16, 2, 2}, DType::int32, {}, Layout::blocked16), ShapeError);
+}
+
+TEST(TensorLayout, AxpbyAcrossLayoutsReordersTheSource) {
+    Tensor x = iota({2, 20, 2, 2});
+    Tensor y = Tensor::full({2, 20, 2, 2}, 1.0f).toLayout(Layout::blocked16);
+    backendOf(y).axpby(2.0f, x, 1.0f, y);
+    const auto got = y.toVector<float>(), xs = x.toVector<float>();
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_FLOAT_EQ(got[i], 2.0f * xs[i] + 1.0f);
+}
+
+} // namespace
+} // namespace tessera
