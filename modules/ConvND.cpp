@@ -52,7 +52,17 @@ void ConvND::checkDataShape(const Shapes& inShapes) const {
     if (s.rank() != spatialDims_ + 2 || s[1] != inmaps_) {
         throw shapeError("expects input " + expectedInput() + ", got " + s.str());
     }
-    if (params_.transposed) return;
+    if (params_.transposed) {
+        const Shape y = dataShapeFrom(inShapes)[0];
+        for (size_t d = 0; d < spatialDims_; ++d) {
+            if (y[2 + d] < 1) {
+                throw shapeError("input " + s.str() + " gives an empty output " + y.str() + ": padding " +
+                                 std::to_string(params_.padLo[d]) + " crops more than spatial dim " +
+                                 std::to_string(d) + " produces");
+            }
+        }
+        return;
+    }
     for (size_t d = 0; d < spatialDims_; ++d) {
         const int64_t span = params_.dilation[d] * (size_[d] - 1) + 1;
         if (s[2 + d] + params_.padLo[d] + params_.padHi[d] < span) {

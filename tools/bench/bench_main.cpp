@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
                "sgemm/784x1024/batch128/fwd+bwd/real_time", "GFLOP/s");
     printRatio(reporter, "Linear(784,1024) fwd+bwd vs oneDNN sgemm", "Linear/784x1024/batch128/fwd+bwd/real_time",
                "dnnl_sgemm/784x1024/batch128/fwd+bwd/real_time", "GFLOP/s");
+    printRatio(reporter, "ResNet-18 32x32 convs fwd+bwd vs sgemm 1024",
+               "Conv/ResNet18-32x32/batch64/all-convs/fwd+bwd/real_time", "sgemm/1024x1024x1024/real_time", "GFLOP/s");
     for (const char* act : {"relu", "sigmoid"}) {
         for (const char* n : {"131072", "4194304"}) {
             printRatio(reporter, (std::string(act) + " n=" + n + ": oneDNN vs loop").c_str(),
