@@ -64,6 +64,24 @@ struct LrnParams {
     float alpha = 1e-4f, beta = 0.75f, k = 2.0f;
 };
 
+/// Costs computed element by element (see `pointwiseCost`).
+enum class CostKind { mse, abs, smoothL1, bce, hinge, klDivergence };
+
+/// An optimizer's update rule and constants (see `optimizerUpdate`).
+enum class UpdateRule { sgd, momentumSGD, nesterovSGD, adam, adaGrad, adaDelta, rmsProp, rmsPropGraves, smorms3 };
+
+struct UpdateParams {
+    UpdateRule rule = UpdateRule::sgd;
+    float lr = 0.01f;
+    float momentum = 0.9f;  ///< momentum and Nesterov SGD
+    float beta1 = 0.9f;     ///< Adam
+    float beta2 = 0.999f;   ///< Adam
+    float rho = 0.95f;      ///< AdaDelta, RMSProp, RMSPropGraves: the decay of the running averages
+    float epsilon = 1e-8f;
+    float weightDecay = 0.0f; ///< L2: grad + weightDecay * param enters the rule
+    int64_t step = 1;         ///< 1-based update count (Adam's bias correction)
+};
+
 enum class PadMode { constant, reflect };
 enum class ResampleMode { nearest, linear };
 
@@ -202,6 +220,30 @@ public:
     /// -> dx, and dslopes <- scale * dL/dslopes + momentum * dslopes.
     virtual void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx,
                                float scale, float momentum, const Tensor& dslopes) = 0;
+
+    // ---- costs -------------------------------------------------------------------------
+    /// Softmax cross-entropy. scores: [N, C, ...], labels: [N, ...] int32 in [0, C),
+    /// weights: [C] or undefined -> grad: scores' shape, the gradient of the mean over the
+    /// N * positions samples of weight[label] * -log softmax(scores)[label]. Returns that
+    /// mean in `error` and the number of argmax hits in `correct`. Throws ShapeError naming
+    /// the first label outside [0, C).
+    virtual void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
+                              double& error, int64_t& correct) = 0;
+    /// pred, target, grad: same shape [N, ...] -> grad of the cost, returns the cost:
+    /// mse: sum (p - t)^2 / 2N; abs: sum |p - t| / N; smoothL1: sum huber(p - t) / N
+    /// (0.5 d^2 below 1, |d| - 0.5 above); bce: pred are logits, sum softplus(p) - t p / N;
+    /// hinge: targets +-1, sum max(0, 1 - t p) / N; klDivergence: pred are scores over
+    /// dim 1, target probabilities, sum t (log t - log softmax(p)) / N.
+    virtual double pointwiseCost(CostKind kind, const Tensor& pred, const Tensor& target, const Tensor& grad) = 0;
+    /// Multi-class SVM: scores [N, C], labels [N] -> grad; returns
+    /// sum_n sum_{j != y} max(0, 1 + s_j - s_y)^(l2 ? 2 : 1) / N.
+    virtual double svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) = 0;
+
+    // ---- optimizers --------------------------------------------------------------------
+    /// One fused update of `param` from `grad` by `p.rule`, with up to three state tensors
+    /// of param's numel (the rule's running averages; unused ones may be undefined).
+    virtual void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
+                                 const Tensor& s2, const Tensor& s3) = 0;
 
     // ---- softmax ----------------------------------------------------------------------
     /// x, y: [N, C, ...] -> y <- softmax over dim 1.

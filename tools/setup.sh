@@ -20,7 +20,15 @@ packages=(
   libopenblas-openmp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
+  libcli11-dev
+  # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.
+  dataset-fashion-mnist
 )
+# The side-by-side benchmark against PyTorch (tools/bench/pytorch_side_by_side.py) needs
+# PyTorch: TESSERA_WITH_PYTORCH=1 adds it.
+if [[ "${TESSERA_WITH_PYTORCH:-0}" == 1 ]]; then
+  packages+=(python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

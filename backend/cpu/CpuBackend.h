@@ -39,6 +39,12 @@ public:
     void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask,
                         const Tensor& y) override;
     void fillBytes(const Tensor& t, unsigned char byte) override;
+    void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
+                      double& error, int64_t& correct) override;
+    double pointwiseCost(CostKind kind, const Tensor& pred, const Tensor& target, const Tensor& grad) override;
+    double svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) override;
+    void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
+                         const Tensor& s2, const Tensor& s3) override;
     void reorder(const Tensor& src, const Tensor& dst) override;
     void affine(const Tensor& x, float a, float b, const Tensor& y) override;
     void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) override;

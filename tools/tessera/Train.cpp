@@ -1,0 +1,94 @@
+// tessera train: trains a model from the zoo on an MNIST-format data set, printing
+// progress, the test accuracy after each epoch and the total time.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "Commands.h"
+#include "backend/Random.h"
+#include "models/LeNet.h"
+#include "training/CrossEntropy.h"
+#include "training/Handlers.h"
+#include "training/Idx.h"
+#include "training/Optimizer.h"
+
+namespace tessera::cli {
+
+namespace {
+struct TrainArgs {
+    std::string model = "lenet";
+    std::string data = "fashion-mnist";
+    int64_t epochs = 10;
+    int64_t batch = 128;
+    float lr = -1.0f;
+    std::string optimizer = "adam";
+    uint64_t seed = 1;
+    int64_t limit = 0;
+    bool quiet = false;
+};
+
+int runTrain(const TrainArgs& a) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string dir = a.data == "fashion-mnist" ? kFashionMnistDir : a.data;
+    const ImageSet train = loadMnistFormat(dir, "train", a.limit);
+    const ImageSet test = loadMnistFormat(dir, "t10k", a.limit);
+    std::printf("data: %s, %lld training and %lld test images of %s\n", dir.c_str(),
+                static_cast<long long>(train.images.shape()[0]), static_cast<long long>(test.images.shape()[0]),
+                train.images.shape().str().c_str());
+
+    manualSeed(a.seed);
+    std::shared_ptr<Sequential> net;
+    if (a.model == "lenet") {
+        net = loadLeNet();
+    } else if (a.model == "mlp") {
+        net = loadMLP({train.images.numel() / train.images.shape()[0], 1024, 1024, 10});
+    } else {
+        throw std::invalid_argument("unknown model '" + a.model + "'; expected lenet or mlp");
+    }
+    std::printf("model: %s, %lld parameters; optimizer: %s", a.model.c_str(), static_cast<long long>(net->numOfParams()),
+                a.optimizer.c_str());
+    auto optimizer = makeOptimizer(a.optimizer, a.lr);
+    std::printf(" (learning rate %g), batch %lld, seed %llu\n", optimizer->learnRate(), static_cast<long long>(a.batch),
+                static_cast<unsigned long long>(a.seed));
+    optimizer->setupOn(*net, true);
+
+    CrossEntropy cost;
+    HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout};
+    Trainer trainer(*net, cost, *optimizer, options);
+    CrossEntropy validationCost;
+    Validator validator(*net, validationCost, options);
+    double accuracy = 0.0;
+    for (int64_t e = 0; e < a.epochs; ++e) {
+        const double loss = trainer.train(train.images, train.labels);
+        accuracy = 1.0 - validator.validate(test.images, test.labels);
+        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s)\n",
+                    static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
+                    trainer.samplesPerSecond());
+        std::fflush(stdout);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("final test accuracy %.2f%%, total time %.1f s\n", 100.0 * accuracy, seconds);
+    return 0;
+}
+} // namespace
+
+std::function<int()> addTrain(CLI::App& app) {
+    auto args = std::make_shared<TrainArgs>();
+    CLI::App* cmd = app.add_subcommand("train", "Train a model on an MNIST-format data set");
+    cmd->add_option("--model", args->model, "lenet or mlp")->capture_default_str();
+    cmd->add_option("--data", args->data, "fashion-mnist (the Debian package) or a directory of IDX files")
+        ->capture_default_str();
+    cmd->add_option("--epochs", args->epochs, "passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--batch", args->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--lr", args->lr, "learning rate (default: the optimizer's)");
+    cmd->add_option("--optimizer", args->optimizer,
+                    "sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, rmspropgraves or smorms3")
+        ->capture_default_str();
+    cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
+    cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")->capture_default_str();
+    cmd->add_flag("--quiet", args->quiet, "no progress line");
+    return [args] { return runTrain(*args); };
+}
+
+} // namespace tessera::cli

@@ -1,0 +1,47 @@
+#include "training/Cost.h"
+
+namespace tessera {
+
+void Cost::requireCounts(const Tensors& pred, const Tensors& target, size_t count) const {
+    if (pred.size() != count || target.size() != count) {
+        throw error("expects " + std::to_string(count) + " prediction and " + std::to_string(count) +
+                    " target tensor(s), got " + std::to_string(pred.size()) + " and " + std::to_string(target.size()));
+    }
+    for (size_t i = 0; i < count; ++i) {
+        if (!pred[i].defined() || !target[i].defined()) throw error("undefined prediction or target tensor");
+        if (pred[i].dtype() != DType::float32) {
+            throw error("predictions must be float32, got " + str(pred[i].dtype()));
+        }
+    }
+}
+
+void Cost::accumulate(double err, int64_t batch) {
+    sum_ += err * static_cast<double>(batch);
+    samples_ += batch;
+}
+
+CostResult Cost::operator()(const Tensors& pred, const Tensors& target) {
+    checkInputs(pred, target);
+    Tensors plainPred;
+    for (const Tensor& p : pred) plainPred.push_back(p.plain());
+    CostResult r = compute(plainPred, target);
+    accumulate(r.error, pred[0].shape()[0]);
+    return r;
+}
+
+CostResult Cost::operator()(const Tensor& pred, const Tensor& target) { return (*this)(Tensors{pred}, Tensors{target}); }
+
+double Cost::validate(const Tensors& pred, const Tensors& target) {
+    checkInputs(pred, target);
+    Tensors plainPred;
+    for (const Tensor& p : pred) plainPred.push_back(p.plain());
+    const double e = validationError(plainPred, target);
+    accumulate(e, pred[0].shape()[0]);
+    return e;
+}
+
+double Cost::validate(const Tensor& pred, const Tensor& target) { return validate(Tensors{pred}, Tensors{target}); }
+
+double Cost::validationError(const Tensors& pred, const Tensors& target) { return compute(pred, target).error; }
+
+} // namespace tessera

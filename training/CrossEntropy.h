@@ -1,0 +1,37 @@
+#pragma once
+/// \file CrossEntropy: softmax cross-entropy over class scores with integer labels.
+
+#include <vector>
+
+#include "training/Cost.h"
+
+namespace tessera {
+
+struct CrossEntropyOptions {
+    int64_t maxlabels = 0;            ///< 0: the score dim decides; else scores must have this many classes
+    std::vector<float> weights = {};  ///< per-class weights of the error (empty: all 1)
+};
+
+/// scores: [N, C, ...] float32 (logits), labels: [N, ...] int32 in [0, C). The error is
+/// the mean over samples (and positions) of weight[y] * -log softmax(scores)[y]; the
+/// gradient is weight[y] * (softmax - onehot(y)) / samples. `validate` returns the
+/// misclassification rate (1 - accuracy). A label outside [0, C) is a ShapeError naming it.
+class CrossEntropy : public Cost {
+public:
+    explicit CrossEntropy(const CrossEntropyOptions& options = {});
+    std::string classname() const override { return "CrossEntropy"; }
+    /// Accuracy of the last validate() batch.
+    double lastAccuracy() const { return lastAccuracy_; }
+
+protected:
+    void checkInputs(const Tensors& pred, const Tensors& target) const override;
+    CostResult compute(const Tensors& pred, const Tensors& target) override;
+    double validationError(const Tensors& pred, const Tensors& target) override;
+
+private:
+    CrossEntropyOptions options_;
+    Tensor weights_;
+    double lastAccuracy_ = 0.0;
+};
+
+} // namespace tessera

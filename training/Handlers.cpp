@@ -1,0 +1,173 @@
+#include "training/Handlers.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+#include "backend/Backend.h"
+#include "backend/Random.h"
+
+namespace tessera {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void checkSet(const char* who, const Tensor& data, const Tensor* targets, int64_t batchsize) {
+    if (!data.defined() || data.shape().rank() == 0 || data.shape()[0] == 0) {
+        throw ShapeError(std::string(who) + ": the data set is empty");
+    }
+    if (!data.device().isCpu()) throw ShapeError(std::string(who) + ": data sets must be host tensors");
+    if (targets && (!targets->defined() || targets->shape().rank() == 0 || targets->shape()[0] != data.shape()[0])) {
+        throw ShapeError(std::string(who) + ": " + std::to_string(data.shape()[0]) + " samples but targets " +
+                         (targets->defined() ? targets->shape().str() : std::string("undefined")));
+    }
+    if (batchsize < 1) throw ShapeError(std::string(who) + ": batchsize must be at least 1");
+}
+
+// A progress line: rewritten in place on a terminal, printed every ~10% otherwise.
+class Progress {
+public:
+    Progress(const HandlerOptions& o, const char* what) : on_(o.progress && o.out), out_(o.out), what_(what) {
+        tty_ = on_ && isatty(fileno(out_));
+    }
+    void show(const BatchInfo& b, int64_t epochs = 0) {
+        if (!on_) return;
+        const bool last = b.batch + 1 == b.batches;
+        const int64_t tenth = std::max<int64_t>(1, b.batches / 10);
+        if (!tty_ && !last && (b.batch + 1) % tenth != 0) return;
+        const double rate = b.seconds > 0 ? static_cast<double>(b.samples) / b.seconds : 0.0;
+        const double left = rate > 0 ? (b.seconds / static_cast<double>(b.batch + 1)) * static_cast<double>(b.batches - b.batch - 1) : 0.0;
+        std::fprintf(out_, "%s%s epoch %lld%s batch %lld/%lld  loss %.4f  %.0f samples/s  %s %.1fs%s", tty_ ? "\r" : "",
+                     what_, static_cast<long long>(b.epoch + 1),
+                     epochs ? ("/" + std::to_string(epochs)).c_str() : "", static_cast<long long>(b.batch + 1),
+                     static_cast<long long>(b.batches), b.meanError, rate, last ? "took" : "left",
+                     last ? b.seconds : left, tty_ && !last ? "   " : "\n");
+        std::fflush(out_);
+    }
+
+private:
+    bool on_, tty_ = false;
+    std::FILE* out_;
+    const char* what_;
+};
+
+} // namespace
+
+Tensor gatherBatch(const Tensor& data, const std::vector<int64_t>& order, int64_t begin, int64_t end, Device device) {
+    Shape s = data.shape();
+    const size_t row = data.nbytes() / static_cast<size_t>(s[0]);
+    std::vector<int64_t> d = s.dims();
+    d[0] = end - begin;
+    Tensor batch = Tensor::empty(Shape(d), data.dtype());
+    const auto* src = static_cast<const char*>(data.raw());
+    auto* dst = static_cast<char*>(batch.raw());
+    for (int64_t i = begin; i < end; ++i) {
+        std::memcpy(dst + static_cast<size_t>(i - begin) * row, src + static_cast<size_t>(order[static_cast<size_t>(i)]) * row, row);
+    }
+    return device.isCpu() ? batch : batch.to(device);
+}
+
+// ---- Trainer ----------------------------------------------------------------------------
+
+Trainer::Trainer(Module& net, Cost& cost, Optimizer& optimizer, const HandlerOptions& options)
+    : net_(net), cost_(cost), optimizer_(optimizer), options_(options) {}
+
+double Trainer::train(const Tensor& data, const Tensor& targets) {
+    checkSet("Trainer", data, &targets, options_.batchsize);
+    const int64_t n = data.shape()[0], bs = options_.batchsize, batches = (n + bs - 1) / bs;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    if (options_.shuffle) {
+        // Fisher-Yates on the counter-based generator: the same order for a seed and epoch.
+        const uint64_t seed = randomBits(options_.seed, static_cast<uint64_t>(epoch_));
+        for (int64_t i = n - 1; i > 0; --i) {
+            const auto j = static_cast<int64_t>(randomBits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(i + 1));
+            std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+        }
+    }
+    net_.trainMode();
+    cost_.resetAccumulator();
+    Progress progress(options_, "train");
+    const auto t0 = Clock::now();
+    BatchInfo info;
+    info.epoch = epoch_;
+    info.batches = batches;
+    for (int64_t b = 0; b < batches; ++b) {
+        const int64_t begin = b * bs, end = std::min(n, begin + bs);
+        Tensor x = gatherBatch(data, order, begin, end, options_.device);
+        Tensor t = gatherBatch(targets, order, begin, end, options_.device);
+        const Tensors& y = net_(Tensors{x});
+        CostResult r = cost_(y, Tensors{t});
+        optimizer_.zeroGradParams();
+        // Accumulate (momentum 1) into the zeroed gradients: a parameter shared by
+        // several modules gets the sum of its uses.
+        net_.backward(r.grad, true, true, 1.0f, 1.0f);
+        optimizer_.update();
+        info.batch = b;
+        info.error = r.error;
+        info.meanError = cost_.getMeanError();
+        info.samples = end;
+        info.seconds = secondsSince(t0);
+        progress.show(info);
+        if (onBatchFinish) onBatchFinish(info);
+    }
+    rate_ = static_cast<double>(n) / secondsSince(t0);
+    if (onEpochFinish) onEpochFinish(info);
+    ++epoch_;
+    return cost_.getMeanError();
+}
+
+// ---- Validator ----------------------------------------------------------------------------
+
+Validator::Validator(Module& net, Cost& cost, const HandlerOptions& options) : net_(net), cost_(cost), options_(options) {}
+
+double Validator::validate(const Tensor& data, const Tensor& targets) {
+    checkSet("Validator", data, &targets, options_.batchsize);
+    const int64_t n = data.shape()[0], bs = options_.batchsize;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    const bool wasTrain = net_.isTrain();
+    net_.evalMode();
+    cost_.resetAccumulator();
+    for (int64_t begin = 0; begin < n; begin += bs) {
+        const int64_t end = std::min(n, begin + bs);
+        const Tensors& y = net_(Tensors{gatherBatch(data, order, begin, end, options_.device)});
+        cost_.validate(y, Tensors{gatherBatch(targets, order, begin, end, options_.device)});
+    }
+    if (wasTrain) net_.trainMode();
+    return cost_.getMeanError();
+}
+
+// ---- Calculator ---------------------------------------------------------------------------
+
+Calculator::Calculator(Module& net, const HandlerOptions& options) : net_(net), options_(options) {}
+
+Tensor Calculator::calc(const Tensor& data) {
+    checkSet("Calculator", data, nullptr, options_.batchsize);
+    const int64_t n = data.shape()[0], bs = options_.batchsize;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    const bool wasTrain = net_.isTrain();
+    net_.evalMode();
+    Tensor out;
+    for (int64_t begin = 0; begin < n; begin += bs) {
+        const int64_t end = std::min(n, begin + bs);
+        Tensor y = net_(gatherBatch(data, order, begin, end, options_.device)).toHost().plain();
+        if (!out.defined()) {
+            std::vector<int64_t> d = y.shape().dims();
+            d[0] = n;
+            out = Tensor::empty(Shape(d), y.dtype());
+        }
+        out.slice(begin, end).copyFrom(y);
+    }
+    if (wasTrain) net_.trainMode();
+    return out;
+}
+
+} // namespace tessera

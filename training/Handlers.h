@@ -1,0 +1,85 @@
+#pragma once
+/// \file Trainer, Validator and Calculator: run a network over a whole data set in
+/// batches. Data sets are host tensors whose dim 0 indexes samples; every batch is
+/// copied to the network's device.
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "modules/Module.h"
+#include "training/Cost.h"
+#include "training/Optimizer.h"
+
+namespace tessera {
+
+/// Where a handler is in its pass, for callbacks and the progress line.
+struct BatchInfo {
+    int64_t epoch = 0;   ///< 0-based
+    int64_t batch = 0;   ///< 0-based, within the epoch
+    int64_t batches = 0; ///< per epoch
+    double error = 0.0;  ///< this batch's
+    double meanError = 0.0;
+    double seconds = 0.0; ///< since the pass began
+    int64_t samples = 0;  ///< done in this pass
+};
+
+struct HandlerOptions {
+    int64_t batchsize = 128;
+    bool shuffle = true;   ///< Trainer: a fresh random order each epoch
+    uint64_t seed = 0;     ///< of the order
+    bool progress = true;  ///< a progress line on `out`
+    std::FILE* out = stderr;
+    Device device = {};    ///< where batches go
+};
+
+/// One training pass = for each batch: forward, cost, zeroed gradients, backward,
+/// optimizer update.
+class Trainer {
+public:
+    Trainer(Module& net, Cost& cost, Optimizer& optimizer, const HandlerOptions& options = {});
+    /// One epoch over (data, targets); returns the mean training error.
+    double train(const Tensor& data, const Tensor& targets);
+    std::function<void(const BatchInfo&)> onBatchFinish;
+    std::function<void(const BatchInfo&)> onEpochFinish;
+    int64_t epoch() const { return epoch_; }
+    /// Samples per second of the last epoch.
+    double samplesPerSecond() const { return rate_; }
+
+private:
+    Module& net_;
+    Cost& cost_;
+    Optimizer& optimizer_;
+    HandlerOptions options_;
+    int64_t epoch_ = 0;
+    double rate_ = 0.0;
+};
+
+/// Runs the network in eval mode and returns the cost's mean validation error (for
+/// CrossEntropy: 1 - accuracy).
+class Validator {
+public:
+    Validator(Module& net, Cost& cost, const HandlerOptions& options = {});
+    double validate(const Tensor& data, const Tensor& targets);
+
+private:
+    Module& net_;
+    Cost& cost_;
+    HandlerOptions options_;
+};
+
+/// Runs the network in eval mode and returns its outputs for every sample, on the host.
+class Calculator {
+public:
+    explicit Calculator(Module& net, const HandlerOptions& options = {});
+    Tensor calc(const Tensor& data);
+
+private:
+    Module& net_;
+    HandlerOptions options_;
+};
+
+/// Rows `order[begin, end)` of a host tensor, copied into one tensor on `device`.
+Tensor gatherBatch(const Tensor& data, const std::vector<int64_t>& order, int64_t begin, int64_t end, Device device);
+
+} // namespace tessera

@@ -1,0 +1,110 @@
+#include "training/Optimizer.h"
+
+#include <stdexcept>
+#include <unordered_set>
+
+namespace tessera {
+
+void Optimizer::setupOn(Module& net, bool useGlobalState) {
+    if (bound_) throw std::logic_error(classname() + ": setupOn was already called");
+    std::unordered_set<const Variable*> seen;
+    int64_t total = 0;
+    for (auto& [name, var] : net.namedParams()) {
+        if (!seen.insert(var.get()).second) continue;
+        entries_.push_back({name, var, {}, 1.0f, true});
+        total += var->data.numel();
+    }
+    bound_ = true;
+    // The initial state of every rule is zeros, SMORMS3's memory included (r = 1 at the
+    // first step).
+    if (!useGlobalState || entries_.empty()) {
+        for (Entry& e : entries_) {
+            for (int s = 0; s < states_; ++s) {
+                e.state[s] = Tensor::zeros(e.var->data.shape(), DType::float32, e.var->data.device());
+            }
+        }
+        return;
+    }
+    const Device device = entries_[0].var->data.device();
+    flatParams_ = Tensor::empty({total}, DType::float32, device);
+    flatGrads_ = Tensor::empty({total}, DType::float32, device);
+    for (int s = 0; s < states_; ++s) flatState_[s] = Tensor::zeros({total}, DType::float32, device);
+    int64_t offset = 0;
+    for (Entry& e : entries_) {
+        const Shape shape = e.var->data.shape();
+        const int64_t n = shape.numel();
+        Tensor p = flatParams_.slice(offset, offset + n).reshape(shape);
+        Tensor g = flatGrads_.slice(offset, offset + n).reshape(shape);
+        p.copyFrom(e.var->data);
+        g.copyFrom(e.var->grad);
+        e.var->data = p;
+        e.var->grad = g;
+        for (int s = 0; s < states_; ++s) e.state[s] = flatState_[s].slice(offset, offset + n).reshape(shape);
+        offset += n;
+    }
+}
+
+void Optimizer::setWeightDecay(float decay, std::function<bool(const std::string&)> applies) {
+    if (decay < 0) throw std::invalid_argument(classname() + ": weight decay must not be negative");
+    weightDecay_ = decay;
+    for (Entry& e : entries_) e.decays = !applies || applies(e.name);
+    if (applies && !bound_) throw std::logic_error(classname() + ": call setupOn before a filtered weight decay");
+}
+
+void Optimizer::setLearnRateFactor(const std::string& name, float factor) {
+    for (Entry& e : entries_) {
+        if (e.name == name) {
+            e.lrFactor = factor;
+            return;
+        }
+    }
+    throw std::invalid_argument(classname() + ": no bound parameter named '" + name + "'");
+}
+
+void Optimizer::update() {
+    if (!bound_) throw std::logic_error(classname() + ": update before setupOn");
+    UpdateParams p = params_;
+    bool uniform = true;
+    for (const Entry& e : entries_) uniform = uniform && e.lrFactor == 1.0f && (e.decays || weightDecay_ == 0.0f);
+    if (flatParams_.defined() && uniform) {
+        p.weightDecay = weightDecay_;
+        backendOf(flatParams_).optimizerUpdate(p, flatParams_, flatGrads_, flatState_[0], flatState_[1], flatState_[2]);
+    } else {
+        for (const Entry& e : entries_) {
+            p.lr = params_.lr * e.lrFactor;
+            p.weightDecay = e.decays ? weightDecay_ : 0.0f;
+            backendOf(e.var->data).optimizerUpdate(p, e.var->data, e.var->grad, e.state[0], e.state[1], e.state[2]);
+        }
+    }
+    ++params_.step;
+}
+
+void Optimizer::zeroGradParams() {
+    if (flatGrads_.defined()) {
+        backendOf(flatGrads_).fill(flatGrads_, 0.0f);
+        return;
+    }
+    for (const Entry& e : entries_) backendOf(e.var->grad).fill(e.var->grad, 0.0f);
+}
+
+std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr) {
+    std::unique_ptr<Optimizer> opt;
+    if (name == "sgd") opt = std::make_unique<SGD>();
+    else if (name == "momentum") opt = std::make_unique<MomentumSGD>();
+    else if (name == "nesterov") opt = std::make_unique<NesterovSGD>();
+    else if (name == "adam") opt = std::make_unique<Adam>();
+    else if (name == "adagrad") opt = std::make_unique<AdaGrad>();
+    else if (name == "adadelta") opt = std::make_unique<AdaDelta>();
+    else if (name == "rmsprop") opt = std::make_unique<RMSProp>();
+    else if (name == "rmspropgraves") opt = std::make_unique<RMSPropGraves>();
+    else if (name == "smorms3") opt = std::make_unique<SMORMS3>();
+    else {
+        throw std::invalid_argument("unknown optimizer '" + name +
+                                    "'; expected one of: sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, "
+                                    "rmspropgraves, smorms3");
+    }
+    if (lr >= 0) opt->setLearnRate(lr);
+    return opt;
+}
+
+} // namespace tessera

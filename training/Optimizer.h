@@ -1,0 +1,132 @@
+#pragma once
+/// \file Optimizers: SGD, MomentumSGD, NesterovSGD, Adam, AdaGrad, AdaDelta, RMSProp,
+/// RMSPropGraves, SMORMS3. `setupOn(net)` binds one to a network's parameters; `update()`
+/// applies one step from the accumulated gradients. The rules are at
+/// `Backend::optimizerUpdate`.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/Backend.h"
+#include "modules/Module.h"
+
+namespace tessera {
+
+class Optimizer {
+public:
+    virtual ~Optimizer() = default;
+    virtual std::string classname() const = 0;
+
+    /// Bind to every parameter of `net` (shared parameters once). With `useGlobalState`
+    /// all parameters, gradients and optimizer state move into flat buffers (the
+    /// parameters' tensors become views of them), and `update` is one fused loop over
+    /// everything. Throws std::logic_error when called twice.
+    void setupOn(Module& net, bool useGlobalState = false);
+    /// One step for every bound parameter. Throws std::logic_error before setupOn.
+    void update();
+    /// Zero every bound gradient.
+    void zeroGradParams();
+
+    float learnRate() const { return params_.lr; }
+    void setLearnRate(float lr) { params_.lr = lr; }
+    /// L2 weight decay: grad + decay * param enters the rule, for the parameters whose
+    /// dotted name `applies` accepts (all when empty).
+    void setWeightDecay(float decay, std::function<bool(const std::string&)> applies = {});
+    /// Scale the learning rate of one parameter (by dotted name; std::invalid_argument
+    /// when it is not bound).
+    void setLearnRateFactor(const std::string& name, float factor);
+    /// Updates made so far.
+    int64_t steps() const { return params_.step - 1; }
+    /// The flat parameter buffer under global state (undefined otherwise).
+    const Tensor& globalParams() const { return flatParams_; }
+
+protected:
+    Optimizer(UpdateParams params, int states) : params_(params), states_(states) {}
+
+private:
+    struct Entry {
+        std::string name;
+        VariablePtr var;
+        Tensor state[3];
+        float lrFactor = 1.0f;
+        bool decays = true;
+    };
+
+    UpdateParams params_;
+    int states_;
+    bool bound_ = false;
+    float weightDecay_ = 0.0f;
+    std::vector<Entry> entries_;
+    Tensor flatParams_, flatGrads_, flatState_[3];
+};
+
+class SGD : public Optimizer {
+public:
+    explicit SGD(float lr = 0.01f) : Optimizer({.rule = UpdateRule::sgd, .lr = lr}, 0) {}
+    std::string classname() const override { return "SGD"; }
+};
+
+class MomentumSGD : public Optimizer {
+public:
+    explicit MomentumSGD(float lr = 0.01f, float momentum = 0.9f)
+        : Optimizer({.rule = UpdateRule::momentumSGD, .lr = lr, .momentum = momentum}, 1) {}
+    std::string classname() const override { return "MomentumSGD"; }
+};
+
+class NesterovSGD : public Optimizer {
+public:
+    explicit NesterovSGD(float lr = 0.01f, float momentum = 0.9f)
+        : Optimizer({.rule = UpdateRule::nesterovSGD, .lr = lr, .momentum = momentum}, 1) {}
+    std::string classname() const override { return "NesterovSGD"; }
+};
+
+class Adam : public Optimizer {
+public:
+    explicit Adam(float alpha = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float epsilon = 1e-8f)
+        : Optimizer({.rule = UpdateRule::adam, .lr = alpha, .beta1 = beta1, .beta2 = beta2, .epsilon = epsilon}, 2) {}
+    std::string classname() const override { return "Adam"; }
+};
+
+class AdaGrad : public Optimizer {
+public:
+    explicit AdaGrad(float lr = 0.01f, float epsilon = 1e-8f)
+        : Optimizer({.rule = UpdateRule::adaGrad, .lr = lr, .epsilon = epsilon}, 1) {}
+    std::string classname() const override { return "AdaGrad"; }
+};
+
+class AdaDelta : public Optimizer {
+public:
+    explicit AdaDelta(float rho = 0.95f, float epsilon = 1e-6f, float lr = 1.0f)
+        : Optimizer({.rule = UpdateRule::adaDelta, .lr = lr, .rho = rho, .epsilon = epsilon}, 2) {}
+    std::string classname() const override { return "AdaDelta"; }
+};
+
+class RMSProp : public Optimizer {
+public:
+    explicit RMSProp(float lr = 1e-3f, float rho = 0.9f, float epsilon = 1e-8f)
+        : Optimizer({.rule = UpdateRule::rmsProp, .lr = lr, .rho = rho, .epsilon = epsilon}, 1) {}
+    std::string classname() const override { return "RMSProp"; }
+};
+
+class RMSPropGraves : public Optimizer {
+public:
+    explicit RMSPropGraves(float lr = 1e-4f, float rho = 0.95f, float momentum = 0.9f, float epsilon = 1e-4f)
+        : Optimizer({.rule = UpdateRule::rmsPropGraves, .lr = lr, .momentum = momentum, .rho = rho, .epsilon = epsilon},
+                    3) {}
+    std::string classname() const override { return "RMSPropGraves"; }
+};
+
+class SMORMS3 : public Optimizer {
+public:
+    explicit SMORMS3(float lr = 1e-3f, float epsilon = 1e-16f)
+        : Optimizer({.rule = UpdateRule::smorms3, .lr = lr, .epsilon = epsilon}, 3) {}
+    std::string classname() const override { return "SMORMS3"; }
+};
+
+/// An optimizer by name ("sgd", "momentum", "nesterov", "adam", "adagrad", "adadelta",
+/// "rmsprop", "rmspropgraves", "smorms3") with learning rate `lr` (negative: the rule's
+/// default). Throws std::invalid_argument listing the names.
+std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr = -1.0f);
+
+} // namespace tessera

@@ -1,0 +1,48 @@
+#pragma once
+/// \file Learning-rate schedules: the rate for an epoch (0-based).
+
+#include <cstdint>
+
+namespace tessera {
+
+class Schedule {
+public:
+    virtual ~Schedule() = default;
+    virtual float at(int64_t epoch) const = 0;
+};
+
+/// base * gamma^floor(epoch / stepSize).
+class StepSchedule : public Schedule {
+public:
+    StepSchedule(float base, int64_t stepSize, float gamma);
+    float at(int64_t epoch) const override;
+
+private:
+    float base_;
+    int64_t stepSize_;
+    float gamma_;
+};
+
+/// base * gamma^epoch.
+class ExponentialSchedule : public Schedule {
+public:
+    ExponentialSchedule(float base, float gamma) : base_(base), gamma_(gamma) {}
+    float at(int64_t epoch) const override;
+
+private:
+    float base_, gamma_;
+};
+
+/// min + (base - min) (1 + cos(pi epoch / epochs)) / 2, held at min after `epochs`.
+class CosineSchedule : public Schedule {
+public:
+    CosineSchedule(float base, int64_t epochs, float min = 0.0f);
+    float at(int64_t epoch) const override;
+
+private:
+    float base_;
+    int64_t epochs_;
+    float min_;
+};
+
+} // namespace tessera
