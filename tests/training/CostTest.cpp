@@ -1,0 +1,188 @@
+#include <cmath>
+
+#include "GradCheck.h"
+#include "training/CrossEntropy.h"
+#include "training/L1Hinge.h"
+#include "training/Multi.h"
+#include "training/PointwiseCosts.h"
+#include "training/SVM.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+using F = std::vector<float>;
+using I = std::vector<int32_t>;
+
+// Central differences of the cost's error against its gradient, for every element of
+// every prediction.
+::testing::AssertionResult costGradient(Cost& cost, const Tensors& pred, const Tensors& target, float eps = 1e-3f) {
+    const CostResult r = cost(pred, target);
+    for (size_t p = 0; p < pred.size(); ++p) {
+        float* v = pred[p].data<float>();
+        const std::vector<float> g = r.grad[p].toVector<float>();
+        for (int64_t i = 0; i < pred[p].numel(); ++i) {
+            const float saved = v[i];
+            v[i] = saved + eps;
+            const double plus = cost(pred, target).error;
+            v[i] = saved - eps;
+            const double minus = cost(pred, target).error;
+            v[i] = saved;
+            const double numeric = (plus - minus) / (2 * eps);
+            if (std::fabs(numeric - g[static_cast<size_t>(i)]) > 2e-3 + 2e-2 * std::fabs(numeric)) {
+                return ::testing::AssertionFailure() << cost.classname() << " pred " << p << "[" << i << "]: analytic "
+                                                     << g[static_cast<size_t>(i)] << ", numeric " << numeric;
+            }
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+TEST(CrossEntropy, Reference) {
+    CrossEntropy ce;
+    Tensor scores = Tensor::fromVector({2, 3}, F{1, 2, 3, 0, 0, 0});
+    Tensor labels = Tensor::fromVector({2}, I{2, 1});
+    const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+    const CostResult r = ce(scores, labels);
+    EXPECT_NEAR(r.error, ((lse - 3) + std::log(3.0)) / 2, 1e-6);
+    F g;
+    for (double s : {1.0, 2.0, 3.0}) g.push_back(static_cast<float>(std::exp(s - lse) / 2));
+    g[2] -= 0.5f;
+    g.insert(g.end(), {1.0f / 6, 1.0f / 6 - 0.5f, 1.0f / 6});
+    EXPECT_TRUE(allClose(r.grad[0], g, 1e-6f));
+    // The second row is a three-way tie: argmax takes the first class, so one of two hits.
+    ce.resetAccumulator();
+    EXPECT_DOUBLE_EQ(ce.validate(scores, labels), 0.5);
+    EXPECT_DOUBLE_EQ(ce.lastAccuracy(), 0.5);
+}
+
+TEST(CrossEntropy, ClassWeightsAndAccumulation) {
+    CrossEntropy weighted({.weights = {1.0f, 3.0f}});
+    Tensor scores = Tensor::fromVector({2, 2}, F{0, 0, 0, 0});
+    const CostResult r = weighted(scores, Tensor::fromVector({2}, I{1, 0}));
+    EXPECT_NEAR(r.error, (3 + 1) * std::log(2.0) / 2, 1e-6);
+    CrossEntropy ce;
+    ce(Tensor::fromVector({1, 2}, F{0, 0}), Tensor::fromVector({1}, I{0}));             // ln 2, 1 sample
+    ce(Tensor::fromVector({3, 2}, F{0, 0, 0, 0, 0, 0}), Tensor::fromVector({3}, I{0, 1, 0})); // ln 2, 3 samples
+    EXPECT_NEAR(ce.getMeanError(), std::log(2.0), 1e-6);
+}
+
+TEST(CrossEntropy, Gradient) {
+    CrossEntropy ce({.weights = {0.5f, 1.0f, 2.0f, 1.5f}});
+    EXPECT_TRUE(costGradient(ce, {randomTensor({3, 4}, 1, -2, 2)}, {Tensor::fromVector({3}, I{3, 0, 2})}));
+    // Dense labels: scores [N, C, L], labels [N, L].
+    CrossEntropy dense;
+    EXPECT_TRUE(costGradient(dense, {randomTensor({2, 3, 2}, 2)}, {Tensor::fromVector({2, 2}, I{0, 2, 1, 1})}));
+}
+
+TEST(CrossEntropy, BadInput) {
+    CrossEntropy ce({.maxlabels = 3});
+    Tensor scores = Tensor::zeros({2, 3});
+    EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::fromVector({2}, I{0, 3})); },
+                                 {"CrossEntropy", "label 3 at position 1", "[0, 3)"}));
+    EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::fromVector({2}, I{-1, 0})); }, {"label -1"}));
+    EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::fromVector({3}, I{0, 0, 0})); }, {"need labels [2]", "[3]"}));
+    EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::zeros({2})); }, {"int32 labels", "float32"}));
+    EXPECT_TRUE(throwsShapeError([&] { ce(Tensor::zeros({2, 4}), Tensor::fromVector({2}, I{0, 0})); }, {"expects 3 classes"}));
+    EXPECT_THROW(CrossEntropy({.maxlabels = 2, .weights = {1, 2, 3}}), std::invalid_argument);
+}
+
+TEST(PointwiseCosts, Reference) {
+    Tensor p = Tensor::fromVector({2, 2}, F{1, -2, 0.5f, 3});
+    Tensor t = Tensor::fromVector({2, 2}, F{0, 1, 0.5f, 1.5f});
+    // d = 1, -3, 0, 1.5 over N = 2
+    MSE mse;
+    EXPECT_NEAR(mse(p, t).error, (1 + 9 + 0 + 2.25) / 4, 1e-6);
+    EXPECT_TRUE(allClose(mse(p, t).grad[0], {0.5f, -1.5f, 0, 0.75f}));
+    Abs abs;
+    EXPECT_NEAR(abs(p, t).error, (1 + 3 + 0 + 1.5) / 2, 1e-6);
+    SmoothL1 sl1;
+    EXPECT_NEAR(sl1(p, t).error, (0.5 + 2.5 + 0 + 1.0) / 2, 1e-6);
+    BCE bce;
+    Tensor logits = Tensor::fromVector({1, 2}, F{0, 2});
+    Tensor prob = Tensor::fromVector({1, 2}, F{1, 0});
+    EXPECT_NEAR(bce(logits, prob).error, std::log(2.0) + std::log1p(std::exp(2.0)), 1e-5);
+    Hinge hinge;
+    EXPECT_NEAR(hinge(Tensor::fromVector({2, 1}, F{0.5f, -2}), Tensor::fromVector({2, 1}, F{1, 1})).error, (0.5 + 3) / 2, 1e-6);
+    KLDivergence kl;
+    EXPECT_NEAR(kl(Tensor::fromVector({1, 2}, F{0, 0}), Tensor::fromVector({1, 2}, F{1, 0})).error, std::log(2.0), 1e-6);
+    EXPECT_NEAR(kl(Tensor::fromVector({1, 2}, F{5, 5}), Tensor::fromVector({1, 2}, F{0.5f, 0.5f})).error, 0.0, 1e-6);
+}
+
+TEST(PointwiseCosts, Gradient) {
+    Tensor p = randomTensor({3, 4}, 3, -2, 2);
+    Tensor t = randomTensor({3, 4}, 4, -2, 2);
+    // Keep differences away from the kinks of Abs and SmoothL1.
+    float* pp = p.data<float>();
+    const float* pt = t.data<float>();
+    for (int i = 0; i < 12; ++i) {
+        const float d = std::fabs(pp[i] - pt[i]);
+        if (d < 0.05f || std::fabs(d - 1.0f) < 0.05f) pp[i] += 0.2f;
+    }
+    MSE mse;
+    Abs abs;
+    SmoothL1 sl1;
+    EXPECT_TRUE(costGradient(mse, {p}, {t}));
+    EXPECT_TRUE(costGradient(abs, {p}, {t}));
+    EXPECT_TRUE(costGradient(sl1, {p}, {t}));
+    BCE bce;
+    EXPECT_TRUE(costGradient(bce, {p}, {randomTensor({3, 4}, 5, 0, 1)}));
+    Hinge hinge;
+    Tensor signs = Tensor::fromVector({2, 3}, F{1, -1, 1, -1, 1, -1});
+    EXPECT_TRUE(costGradient(hinge, {Tensor::fromVector({2, 3}, F{0.3f, 0.2f, 2, -0.5f, -1.5f, 0.4f})}, {signs}));
+    KLDivergence kl;
+    Tensor q = Tensor::fromVector({2, 3}, F{0.2f, 0.3f, 0.5f, 0.6f, 0.4f, 0.0f});
+    EXPECT_TRUE(costGradient(kl, {randomTensor({2, 3}, 6)}, {q}));
+}
+
+TEST(PointwiseCosts, BadInput) {
+    MSE mse;
+    EXPECT_TRUE(throwsShapeError([&] { mse(Tensor::zeros({2, 3}), Tensor::zeros({3, 2})); },
+                                 {"MSE", "prediction [2, 3] and target [3, 2] differ"}));
+    EXPECT_TRUE(throwsShapeError([&] { mse(Tensor::zeros({2}), Tensor::zeros({2}, DType::int32)); }, {"float32 targets"}));
+    EXPECT_TRUE(throwsShapeError([&] { mse(Tensors{Tensor::zeros({2})}, Tensors{}); }, {"1 prediction"}));
+}
+
+TEST(SVM, ReferenceGradientBadInput) {
+    SVM l1;
+    // margins: row 0 (label 0): 1 + 2 - 1 = 2 and 1 + 0 - 1 = 0 -> 2; row 1 (label 2): 1 + 1 - 3 < 0, 1 + 3.5 - 3 = 1.5
+    Tensor s = Tensor::fromVector({2, 3}, F{1, 2, 0, 1, 3.5f, 3});
+    Tensor y = Tensor::fromVector({2}, I{0, 2});
+    EXPECT_NEAR(l1(s, y).error, (2 + 1.5) / 2, 1e-6);
+    SVM l2(true);
+    EXPECT_NEAR(l2(s, y).error, (4 + 2.25) / 2, 1e-6);
+    EXPECT_NEAR(l1.validate(s, y), 1.0, 1e-9); // both rows misclassified
+    EXPECT_TRUE(costGradient(l1, {Tensor::fromVector({2, 3}, F{1, 2.3f, 0.2f, 1, 3.5f, 3.1f})}, {y}));
+    EXPECT_TRUE(costGradient(l2, {Tensor::fromVector({2, 3}, F{1, 2.3f, 0.2f, 1, 3.5f, 3.1f})}, {y}));
+    EXPECT_TRUE(throwsShapeError([&] { l1(s, Tensor::fromVector({2}, I{0, 5})); }, {"SVM", "label 5"}));
+    EXPECT_TRUE(throwsShapeError([&] { l1(Tensor::zeros({2, 3, 1}), y); }, {"SVM", "[N, C]"}));
+}
+
+TEST(L1Hinge, ReferenceGradientBadInput) {
+    L1Hinge cost;
+    Tensor a = Tensor::fromVector({2, 2}, F{0, 0, 1, 1});
+    Tensor b = Tensor::fromVector({2, 2}, F{0.25f, 0, 1.2f, 1.1f});
+    // row 0: similar, d = 0.25; row 1: dissimilar, d = 0.3 -> 1 - 0.3
+    EXPECT_NEAR(cost({a, b}, {Tensor::fromVector({2}, I{1, 0})}).error, (0.25 + 0.7) / 2, 1e-6);
+    EXPECT_TRUE(costGradient(cost, {a, b}, {Tensor::fromVector({2}, I{1, 0})}));
+    EXPECT_TRUE(throwsShapeError([&] { cost({a, b}, {Tensor::fromVector({2}, I{1, 2})}); }, {"L1Hinge", "label 2"}));
+    EXPECT_TRUE(throwsShapeError([&] { cost({a}, {Tensor::fromVector({2}, I{1, 0})}); }, {"two embeddings"}));
+}
+
+TEST(Multi, SumsErrorsAndListsGradients) {
+    auto ce = std::make_shared<CrossEntropy>();
+    auto mse = std::make_shared<MSE>();
+    Multi multi({ce, mse});
+    Tensor scores = Tensor::fromVector({1, 2}, F{0, 0});
+    Tensor labels = Tensor::fromVector({1}, I{1});
+    Tensor p = Tensor::fromVector({1, 1}, F{2}), t = Tensor::fromVector({1, 1}, F{0});
+    const CostResult r = multi({scores, p}, {labels, t});
+    EXPECT_NEAR(r.error, std::log(2.0) + 2.0, 1e-6);
+    ASSERT_EQ(r.grad.size(), 2u);
+    EXPECT_TRUE(allClose(r.grad[1], {2.0f}));
+    EXPECT_TRUE(costGradient(multi, {randomTensor({2, 3}, 7), randomTensor({2, 2}, 8)},
+                             {Tensor::fromVector({2}, I{2, 0}), randomTensor({2, 2}, 9)}));
+    EXPECT_TRUE(throwsShapeError([&] { multi({scores}, {labels}); }, {"Multi", "2 costs"}));
+}
+
+} // namespace
+} // namespace tessera

@@ -1,0 +1,202 @@
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "GradCheck.h"
+#include "models/LeNet.h"
+#include "training/CrossEntropy.h"
+#include "training/Handlers.h"
+#include "training/Idx.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+std::string tempDir(const std::string& name) {
+    const std::string dir = ::testing::TempDir() + "tessera_" + name;
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+std::vector<uint8_t> idxBytes(std::vector<int64_t> dims, const std::vector<uint8_t>& data, uint8_t type = 0x08) {
+    std::vector<uint8_t> b = {0, 0, type, static_cast<uint8_t>(dims.size())};
+    for (int64_t d : dims) {
+        for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
+    }
+    b.insert(b.end(), data.begin(), data.end());
+    return b;
+}
+
+void writePlain(const std::string& path, const std::vector<uint8_t>& bytes) {
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+void writeGz(const std::string& path, const std::vector<uint8_t>& bytes) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+}
+
+std::string errorOf(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST(Idx, ReadsPlainAndGzip) {
+    const std::string dir = tempDir("idx");
+    const std::vector<uint8_t> pixels = {0, 255, 51, 102, 1, 2, 3, 4};
+    writeGz(dir + "/train-images-idx3-ubyte.gz", idxBytes({2, 2, 2}, pixels));
+    writePlain(dir + "/train-labels-idx1-ubyte", idxBytes({2}, {7, 3}));
+    const IdxArray a = readIdx(dir + "/train-images-idx3-ubyte.gz");
+    EXPECT_EQ(a.dims, (std::vector<int64_t>{2, 2, 2}));
+    EXPECT_EQ(a.data, pixels);
+    const ImageSet set = loadMnistFormat(dir, "train");
+    EXPECT_EQ(set.images.shape(), (Shape{2, 1, 2, 2}));
+    EXPECT_TRUE(allClose(set.images, {0, 1, 0.2f, 0.4f, 1 / 255.0f, 2 / 255.0f, 3 / 255.0f, 4 / 255.0f}));
+    EXPECT_EQ(set.labels.toVector<int32_t>(), (std::vector<int32_t>{7, 3}));
+    EXPECT_EQ(loadMnistFormat(dir, "train", 1).labels.numel(), 1);
+}
+
+TEST(Idx, BadFilesGiveClearErrors) {
+    const std::string dir = tempDir("idx_bad");
+    writePlain(dir + "/magic", idxBytes({2}, {1, 2}, 0x0D));
+    EXPECT_NE(errorOf([&] { readIdx(dir + "/magic"); }).find("bad magic number 0x00000d01"), std::string::npos);
+    auto truncated = idxBytes({3, 2, 2}, std::vector<uint8_t>(12, 1));
+    truncated.resize(truncated.size() - 5);
+    writeGz(dir + "/short.gz", truncated);
+    EXPECT_NE(errorOf([&] { readIdx(dir + "/short.gz"); }).find("truncated; the header promises 12 bytes"), std::string::npos);
+    EXPECT_NE(errorOf([&] { readIdx(dir + "/missing"); }).find("cannot open"), std::string::npos);
+    writePlain(dir + "/t10k-images-idx3-ubyte", idxBytes({3, 1, 1}, {1, 2, 3}));
+    writePlain(dir + "/t10k-labels-idx1-ubyte", idxBytes({2}, {1, 2}));
+    EXPECT_NE(errorOf([&] { loadMnistFormat(dir, "t10k"); }).find("3 images but 2 labels"), std::string::npos);
+    EXPECT_NE(errorOf([&] { loadMnistFormat(dir, "train"); }).find("train-images-idx3-ubyte[.gz] not found"),
+              std::string::npos);
+}
+
+// A linearly separable toy set: class = which of two features is larger.
+std::pair<Tensor, Tensor> toySet(int64_t n) {
+    Tensor x = randomTensor({n, 2}, 11);
+    std::vector<int32_t> y;
+    const auto xs = x.toVector<float>();
+    for (int64_t i = 0; i < n; ++i) y.push_back(xs[static_cast<size_t>(2 * i)] > xs[static_cast<size_t>(2 * i + 1)]);
+    return {x, Tensor::fromVector({n}, y)};
+}
+
+TEST(Handlers, TrainValidateCalculate) {
+    manualSeed(4);
+    auto net = loadMLP({2, 16, 2});
+    auto [x, y] = toySet(500);
+    CrossEntropy cost, vcost;
+    auto opt = makeOptimizer("adam", 0.01f);
+    opt->setupOn(*net, true);
+    std::FILE* log = std::tmpfile();
+    HandlerOptions options{.batchsize = 32, .seed = 5, .out = log};
+    Trainer trainer(*net, cost, *opt, options);
+    int batches = 0, epochs = 0;
+    trainer.onBatchFinish = [&](const BatchInfo& b) {
+        EXPECT_EQ(b.batch, batches % 16);
+        ++batches;
+    };
+    trainer.onEpochFinish = [&](const BatchInfo& b) {
+        EXPECT_EQ(b.epoch, epochs);
+        ++epochs;
+    };
+    Validator validator(*net, vcost, options);
+    const double before = validator.validate(x, y);
+    double first = 0, last = 0;
+    for (int e = 0; e < 5; ++e) {
+        last = trainer.train(x, y);
+        if (e == 0) first = last;
+    }
+    EXPECT_EQ(batches, 5 * 16); // 500 samples in batches of 32
+    EXPECT_EQ(epochs, 5);
+    EXPECT_LT(last, 0.5 * first);
+    const double after = validator.validate(x, y);
+    EXPECT_LT(after, 0.05);
+    EXPECT_LT(after, before);
+    EXPECT_TRUE(net->isTrain()); // the validator restores the mode
+    // Off a terminal the progress is plain lines, each ending in a newline.
+    std::rewind(log);
+    char line[256];
+    int lines = 0;
+    while (std::fgets(line, sizeof line, log)) {
+        ++lines;
+        EXPECT_NE(std::string(line).find("samples/s"), std::string::npos) << line;
+    }
+    std::fclose(log);
+    EXPECT_GE(lines, 5 * 10);
+
+    Calculator calc(*net, {.batchsize = 64, .progress = false});
+    Tensor scores = calc.calc(x);
+    EXPECT_EQ(scores.shape(), (Shape{500, 2}));
+    Tensor direct = (*net)(x.slice(0, 10));
+    EXPECT_TRUE(allClose(scores.slice(0, 10), direct.toVector<float>(), 1e-5f));
+}
+
+TEST(Handlers, ShuffleIsSeededAndBadSetsAreErrors) {
+    auto [x, y] = toySet(40);
+    auto run = [&, x = x, y = y](uint64_t seed) {
+        manualSeed(1);
+        auto net = loadMLP({2, 4, 2});
+        CrossEntropy cost;
+        SGD sgd(0.1f);
+        sgd.setupOn(*net);
+        Trainer t(*net, cost, sgd, {.batchsize = 8, .seed = seed, .progress = false});
+        t.train(x, y);
+        return net->getByName("fc1").getVar("W")->data.toVector<float>();
+    };
+    EXPECT_EQ(run(1), run(1));
+    EXPECT_NE(run(1), run(2));
+    auto net = loadMLP({2, 4, 2});
+    CrossEntropy cost;
+    SGD sgd;
+    sgd.setupOn(*net);
+    Trainer t(*net, cost, sgd, {.progress = false});
+    EXPECT_TRUE(throwsShapeError([&] { t.train(x, y.slice(0, 10)); }, {"Trainer", "40 samples", "[10]"}));
+    EXPECT_TRUE(throwsShapeError([&] { t.train(Tensor(), y); }, {"Trainer", "empty"}));
+}
+
+TEST(LeNet, ShapesAndParameterCount) {
+    auto lenet = loadLeNet();
+    EXPECT_EQ(lenet->dataShapeFrom(Shape{7, 1, 28, 28}), (Shape{7, 10}));
+    // 16*9+16 + 32*16*16+32 + 800*1024+1024 + 1024*10+10
+    EXPECT_EQ(lenet->numOfParams(), 160 + 8224 + 820224 + 10250);
+    EXPECT_EQ(loadMLP()->numOfParams(), 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10);
+    EXPECT_TRUE(checkShapes(*lenet, {randomTensor({2, 1, 28, 28}, 1)}));
+}
+
+// One epoch of LeNet on Fashion-MNIST (Debian's dataset-fashion-mnist, installed by
+// tools/setup.sh) must reach 85% test accuracy.
+TEST(LeNet, OneEpochOnFashionMnistReaches85Percent) {
+    const ImageSet train = loadMnistFormat(kFashionMnistDir, "train");
+    const ImageSet test = loadMnistFormat(kFashionMnistDir, "t10k");
+    manualSeed(1);
+    auto lenet = loadLeNet();
+    Adam adam(1e-3f);
+    adam.setupOn(*lenet, true);
+    CrossEntropy cost, vcost;
+    HandlerOptions options{.batchsize = 128, .seed = 1, .progress = false};
+    Trainer trainer(*lenet, cost, adam, options);
+    Validator validator(*lenet, vcost, options);
+    const double before = validator.validate(test.images, test.labels);
+    double firstBatches = 0;
+    trainer.onBatchFinish = [&](const BatchInfo& b) {
+        if (b.batch == 19) firstBatches = b.meanError;
+    };
+    const double loss = trainer.train(train.images, train.labels);
+    const double accuracy = 1.0 - validator.validate(test.images, test.labels);
+    std::printf("LeNet, 1 epoch: train loss %.4f (first 20 batches %.4f), test accuracy %.2f%% (before %.2f%%), %.0f images/s\n",
+                loss, firstBatches, 100 * accuracy, 100 * (1 - before), trainer.samplesPerSecond());
+    EXPECT_LT(loss, 0.7 * firstBatches);
+    EXPECT_GE(accuracy, 0.85);
+}
+
+} // namespace
+} // namespace tessera

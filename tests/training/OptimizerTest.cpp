@@ -1,0 +1,210 @@
+#include <cmath>
+#include <functional>
+
+#include "GradCheck.h"
+#include "models/LeNet.h"
+#include "modules/Linear.h"
+#include "training/Optimizer.h"
+#include "training/Schedule.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+using F = std::vector<float>;
+
+// A module with one parameter W = [1, -2]; its gradient is set by hand.
+struct OneParam {
+    Linear lin{1, 2, {.useBias = false}};
+    OneParam() { lin.getVar("W")->data.copyFrom(Tensor::fromVector({1, 2}, F{1, -2})); }
+    void setGrad(F g) { lin.getVar("W")->grad.copyFrom(Tensor::fromVector({1, 2}, g)); }
+    F w() const { return lin.getVar("W")->data.toVector<float>(); }
+};
+
+// Runs two steps with gradients g1 then g2, for both the per-parameter and the global
+// state, and compares with `expected`.
+void expectSteps(const std::function<std::unique_ptr<Optimizer>()>& make, const F& expected1, const F& expected2,
+                 float tol = 1e-5f) {
+    for (bool global : {false, true}) {
+        SCOPED_TRACE(global ? "global state" : "per-parameter state");
+        OneParam m;
+        auto opt = make();
+        opt->setupOn(m.lin, global);
+        m.setGrad({0.5f, 0.25f});
+        opt->update();
+        EXPECT_TRUE(allClose(m.lin.getVar("W")->data, expected1, tol));
+        m.setGrad({-0.3f, 0.5f});
+        opt->update();
+        EXPECT_TRUE(allClose(m.lin.getVar("W")->data, expected2, tol));
+        EXPECT_EQ(opt->steps(), 2);
+    }
+}
+
+// The textbook equations, in double precision, one element at a time.
+using Rule = std::function<double(double w, double g, double* s, int64_t t)>;
+std::pair<F, F> reference(const Rule& rule) {
+    const double g1[] = {0.5, 0.25}, g2[] = {-0.3, 0.5};
+    F out1, out2;
+    for (int i = 0; i < 2; ++i) {
+        double s[3] = {0, 0, 0};
+        double w = i == 0 ? 1.0 : -2.0;
+        w = rule(w, g1[i], s, 1);
+        out1.push_back(static_cast<float>(w));
+        w = rule(w, g2[i], s, 2);
+        out2.push_back(static_cast<float>(w));
+    }
+    return {out1, out2};
+}
+
+void expectRule(const std::function<std::unique_ptr<Optimizer>()>& make, const Rule& rule) {
+    auto [e1, e2] = reference(rule);
+    expectSteps(make, e1, e2);
+}
+
+TEST(Optimizer, SGD) { expectSteps([] { return std::make_unique<SGD>(0.1f); }, {0.95f, -2.025f}, {0.98f, -2.075f}); }
+
+TEST(Optimizer, MomentumSGD) {
+    // v1 = 0.1 g1; v2 = 0.9 v1 + 0.1 g2; w -= v
+    expectSteps([] { return std::make_unique<MomentumSGD>(0.1f, 0.9f); }, {0.95f, -2.025f}, {0.935f, -2.0975f});
+}
+
+TEST(Optimizer, NesterovSGD) {
+    expectRule([] { return std::make_unique<NesterovSGD>(0.1f, 0.9f); }, [](double w, double g, double* s, int64_t) {
+        const double v = s[0];
+        s[0] = 0.9 * v - 0.1 * g;
+        return w - 0.9 * v + 1.9 * s[0];
+    });
+}
+
+TEST(Optimizer, Adam) {
+    // The first Adam step moves every weight by the learning rate against its gradient's sign.
+    OneParam m;
+    Adam adam(0.1f);
+    adam.setupOn(m.lin);
+    m.setGrad({0.5f, 0.25f});
+    adam.update();
+    EXPECT_TRUE(allClose(m.lin.getVar("W")->data, {0.9f, -2.1f}, 1e-5f));
+    expectRule([] { return std::make_unique<Adam>(0.1f, 0.9f, 0.999f, 1e-8f); }, [](double w, double g, double* s, int64_t t) {
+        s[0] = 0.9 * s[0] + 0.1 * g;
+        s[1] = 0.999 * s[1] + 0.001 * g * g;
+        const double mhat = s[0] / (1 - std::pow(0.9, t)), vhat = s[1] / (1 - std::pow(0.999, t));
+        return w - 0.1 * mhat / (std::sqrt(vhat) + 1e-8 / std::sqrt(1 - std::pow(0.999, t)));
+    });
+}
+
+TEST(Optimizer, AdaGrad) {
+    expectRule([] { return std::make_unique<AdaGrad>(0.1f, 1e-8f); }, [](double w, double g, double* s, int64_t) {
+        s[0] += g * g;
+        return w - 0.1 * g / (std::sqrt(s[0]) + 1e-8);
+    });
+}
+
+TEST(Optimizer, AdaDelta) {
+    expectRule([] { return std::make_unique<AdaDelta>(0.9f, 1e-6f, 1.0f); }, [](double w, double g, double* s, int64_t) {
+        s[0] = 0.9 * s[0] + 0.1 * g * g;
+        const double dx = std::sqrt(s[1] + 1e-6) / std::sqrt(s[0] + 1e-6) * g;
+        s[1] = 0.9 * s[1] + 0.1 * dx * dx;
+        return w - dx;
+    });
+}
+
+TEST(Optimizer, RMSProp) {
+    expectRule([] { return std::make_unique<RMSProp>(0.01f, 0.9f, 1e-8f); }, [](double w, double g, double* s, int64_t) {
+        s[0] = 0.9 * s[0] + 0.1 * g * g;
+        return w - 0.01 * g / (std::sqrt(s[0]) + 1e-8);
+    });
+}
+
+TEST(Optimizer, RMSPropGraves) {
+    expectRule([] { return std::make_unique<RMSPropGraves>(0.01f, 0.95f, 0.9f, 1e-4f); },
+               [](double w, double g, double* s, int64_t) {
+                   s[0] = 0.95 * s[0] + 0.05 * g * g;
+                   s[1] = 0.95 * s[1] + 0.05 * g;
+                   s[2] = 0.9 * s[2] - 0.01 * g / std::sqrt(s[0] - s[1] * s[1] + 1e-4);
+                   return w + s[2];
+               });
+}
+
+TEST(Optimizer, SMORMS3) {
+    expectRule([] { return std::make_unique<SMORMS3>(0.01f, 1e-16f); }, [](double w, double g, double* s, int64_t) {
+        const double r = 1 / (s[0] + 1);
+        s[1] = (1 - r) * s[1] + r * g;
+        s[2] = (1 - r) * s[2] + r * g * g;
+        const double x = s[1] * s[1] / (s[2] + 1e-16);
+        const double next = w - g * std::min(0.01, x) / (std::sqrt(s[2]) + 1e-16);
+        s[0] = 1 + s[0] * (1 - x);
+        return next;
+    });
+}
+
+TEST(Optimizer, WeightDecayAndLearnRateFactors) {
+    auto net = loadMLP({3, 4, 2});
+    SGD sgd(0.1f);
+    sgd.setupOn(*net);
+    for (auto& [name, v] : net->namedParams()) backendOf(v->grad).fill(v->grad, 1.0f);
+    const F w1 = net->getByName("fc1").getVar("W")->data.toVector<float>();
+    const F b2 = net->getByName("fc2").getVar("b")->data.toVector<float>();
+    sgd.setWeightDecay(0.5f, [](const std::string& name) { return name.ends_with(".W"); });
+    sgd.setLearnRateFactor("fc2.b", 2.0f);
+    sgd.update();
+    const F w1n = net->getByName("fc1").getVar("W")->data.toVector<float>();
+    for (size_t i = 0; i < w1.size(); ++i) EXPECT_NEAR(w1n[i], w1[i] - 0.1f * (1.0f + 0.5f * w1[i]), 1e-6);
+    const F b2n = net->getByName("fc2").getVar("b")->data.toVector<float>();
+    for (size_t i = 0; i < b2.size(); ++i) EXPECT_NEAR(b2n[i], b2[i] - 0.2f, 1e-6);
+    EXPECT_THROW(sgd.setLearnRateFactor("fc9.W", 2.0f), std::invalid_argument);
+}
+
+TEST(Optimizer, GlobalStateIsOneBufferAndMatchesPerParameterState) {
+    manualSeed(3);
+    auto a = loadMLP({5, 6, 3});
+    manualSeed(3);
+    auto b = loadMLP({5, 6, 3});
+    Adam oa(0.01f), ob(0.01f);
+    oa.setupOn(*a, false);
+    ob.setupOn(*b, true);
+    EXPECT_EQ(ob.globalParams().numel(), b->numOfParams());
+    EXPECT_TRUE(b->getByName("fc1").getVar("W")->data.sharesStorage(ob.globalParams()));
+    Tensor x = randomTensor({4, 5}, 1);
+    for (int step = 0; step < 3; ++step) {
+        for (auto* net : {a.get(), b.get()}) {
+            Tensor y = (*net)(x);
+            net->backward(Tensor::full(y.shape(), 0.1f));
+        }
+        oa.update();
+        ob.update();
+    }
+    const auto pa = a->namedParams(), pb = b->namedParams();
+    for (size_t i = 0; i < pa.size(); ++i) {
+        SCOPED_TRACE(pa[i].first);
+        EXPECT_TRUE(allClose(pb[i].second->data, pa[i].second->data.toVector<float>(), 1e-6f));
+    }
+}
+
+TEST(Optimizer, Errors) {
+    OneParam m;
+    SGD sgd;
+    EXPECT_THROW(sgd.update(), std::logic_error);
+    sgd.setupOn(m.lin);
+    EXPECT_THROW(sgd.setupOn(m.lin), std::logic_error);
+    EXPECT_THROW(makeOptimizer("lbfgs"), std::invalid_argument);
+    EXPECT_EQ(makeOptimizer("adam", 0.5f)->learnRate(), 0.5f);
+    EXPECT_EQ(makeOptimizer("rmspropgraves")->classname(), "RMSPropGraves");
+}
+
+TEST(Schedule, StepExponentialCosine) {
+    StepSchedule step(0.1f, 3, 0.5f);
+    EXPECT_FLOAT_EQ(step.at(0), 0.1f);
+    EXPECT_FLOAT_EQ(step.at(2), 0.1f);
+    EXPECT_FLOAT_EQ(step.at(3), 0.05f);
+    EXPECT_FLOAT_EQ(step.at(7), 0.025f);
+    ExponentialSchedule exp(1.0f, 0.9f);
+    EXPECT_NEAR(exp.at(2), 0.81f, 1e-6);
+    CosineSchedule cos(1.0f, 4, 0.2f);
+    EXPECT_FLOAT_EQ(cos.at(0), 1.0f);
+    EXPECT_NEAR(cos.at(2), 0.6f, 1e-6);
+    EXPECT_FLOAT_EQ(cos.at(4), 0.2f);
+    EXPECT_FLOAT_EQ(cos.at(9), 0.2f);
+    EXPECT_THROW(StepSchedule(0.1f, 0, 0.5f), std::invalid_argument);
+}
+
+} // namespace
+} // namespace tessera
