@@ -9,6 +9,10 @@ namespace tessera {
 
 class CpuBackend final : public Backend {
 public:
+    /// Sets flush-to-zero and denormals-are-zero on the calling thread and on every thread
+    /// of the OpenMP pool, unless TESSERA_FLUSH_DENORMALS=0: training drives many values
+    /// into the denormal range, where every float op costs around a hundred cycles.
+    CpuBackend();
     Device device() const override { return Device::cpu(); }
 
     std::shared_ptr<Storage> allocate(size_t bytes) override;

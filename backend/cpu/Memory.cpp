@@ -5,6 +5,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
@@ -34,6 +39,17 @@ void requireSameNumel(const char* op, const Tensor& a, const Tensor& b) {
     }
 }
 } // namespace
+
+CpuBackend::CpuBackend() {
+#if defined(__SSE__)
+    const char* env = std::getenv("TESSERA_FLUSH_DENORMALS");
+    if (env && std::string(env) == "0") return;
+    constexpr unsigned kFtzDaz = 0x8040; // MXCSR bits 15 (flush to zero) and 6 (denormals are zero)
+    _mm_setcsr(_mm_getcsr() | kFtzDaz);
+#pragma omp parallel
+    _mm_setcsr(_mm_getcsr() | kFtzDaz);
+#endif
+}
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) {
     size_t rounded = (bytes + 63) / 64 * 64;

@@ -1,0 +1,71 @@
+// Whole training steps (forward, cost, backward, optimizer update) and inference of the
+// small zoo models at batch 128, in images per second. tools/bench/pytorch_side_by_side.py
+// runs the same workloads in PyTorch and compares.
+#include <string>
+
+#include "BenchUtil.h"
+#include "backend/Backend.h"
+#include "backend/Random.h"
+#include "models/LeNet.h"
+#include "training/CrossEntropy.h"
+#include "training/Optimizer.h"
+
+namespace {
+
+using namespace tessera;
+
+constexpr int64_t kBatch = 128;
+
+std::shared_ptr<Sequential> modelOf(const std::string& name) { return name == "lenet" ? loadLeNet() : loadMLP(); }
+
+// Fixed random images and labels.
+std::pair<Tensor, Tensor> batchOf() {
+    Generator gen(7);
+    Tensor x = Tensor::empty({kBatch, 1, 28, 28});
+    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
+    std::vector<int32_t> y;
+    for (int64_t i = 0; i < kBatch; ++i) y.push_back(static_cast<int32_t>(i % 10));
+    return {x, Tensor::fromVector({kBatch}, y)};
+}
+
+void BM_TrainStep(benchmark::State& state, std::string model) {
+    manualSeed(1);
+    auto net = modelOf(model);
+    MomentumSGD sgd(0.01f, 0.9f);
+    sgd.setupOn(*net, true);
+    CrossEntropy cost;
+    auto [x, y] = batchOf();
+    for (auto _ : state) {
+        Tensor out = (*net)(x);
+        CostResult r = cost(out, y);
+        sgd.zeroGradParams();
+        net->backward(r.grad, true, true, 1.0f, 1.0f);
+        sgd.update();
+    }
+    state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Inference(benchmark::State& state, std::string model) {
+    manualSeed(1);
+    auto net = modelOf(model);
+    net->evalMode();
+    auto [x, y] = batchOf();
+    for (auto _ : state) benchmark::DoNotOptimize((*net)(x).raw());
+    state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+int registerAll() {
+    for (const char* model : {"mlp", "lenet"}) {
+        benchmark::RegisterBenchmark((std::string("Train/") + model + "/batch128/train").c_str(), BM_TrainStep, model)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark((std::string("Train/") + model + "/batch128/inference").c_str(), BM_Inference, model)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
+    return 0;
+}
+
+const int registered = registerAll();
+
+} // namespace

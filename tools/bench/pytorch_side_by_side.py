@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Tessera against PyTorch (CPU) on the same workloads, alternating the two in one run.
+
+Workloads, at batch 128 on 28x28 single-channel images: a training step (forward, cross
+entropy, backward, momentum SGD update) and inference of the MLP 784-1024-1024-10 and of
+LeNet. Each repetition runs one Tessera measurement (tessera_bench, one repetition, JSON)
+and then the PyTorch one, so machine noise falls on both alike. Prints the medians and
+the ratio Tessera / PyTorch in images per second.
+
+Needs Debian's python3-torch (TESSERA_WITH_PYTORCH=1 bash tools/setup.sh installs it).
+Usage: tools/bench/pytorch_side_by_side.py [--bench build/tools/bench/tessera_bench]
+       [--reps 5] [--threads 2]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch import nn
+
+BATCH = 128
+
+
+def lenet():
+    return nn.Sequential(nn.Conv2d(1, 16, 3), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(16, 32, 4), nn.MaxPool2d(2),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(800, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                         nn.Linear(1024, 10))
+
+
+def torch_rate(model, mode, min_time):
+    """Images per second of one PyTorch measurement (after warm-up), like one benchmark repetition."""
+    torch.manual_seed(1)
+    net = {"lenet": lenet, "mlp": mlp}[model]()
+    x = torch.rand(BATCH, 1, 28, 28)
+    y = torch.arange(BATCH) % 10
+    if mode == "train":
+        net.train()
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = nn.CrossEntropyLoss()
+
+        def step():
+            opt.zero_grad()
+            loss_fn(net(x), y).backward()
+            opt.step()
+    else:
+        net.eval()
+
+        def step():
+            with torch.no_grad():
+                net(x)
+    for _ in range(3):
+        step()
+    iters, start = 0, time.perf_counter()
+    while True:
+        step()
+        iters += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return iters * BATCH / elapsed
+
+
+def tessera_rate(bench, model, mode, min_time):
+    name = f"Train/{model}/batch128/{mode}"
+    out = subprocess.run([bench, f"--benchmark_filter=^{name}$", "--benchmark_repetitions=1",
+                          f"--benchmark_min_time={min_time}", "--benchmark_format=json"],
+                         check=True, capture_output=True, text=True).stdout
+    start = out.index("{")
+    data = json.loads(out[start:out.rindex("}") + 1])
+    rows = [b for b in data["benchmarks"] if b["name"].startswith(name)]
+    if not rows:
+        sys.exit(f"tessera_bench printed no result for {name}")
+    return rows[0]["images/s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default="build/tools/bench/tessera_bench")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-time", type=float, default=1.0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; Tessera {args.bench}, "
+          f"OMP_NUM_THREADS={args.threads}; {args.reps} alternating repetitions, medians")
+    workloads = [(m, mode) for m in ("mlp", "lenet") for mode in ("train", "inference")]
+    results = {w: ([], []) for w in workloads}
+    for rep in range(args.reps):
+        for w in workloads:
+            results[w][0].append(tessera_rate(args.bench, *w, args.min_time))
+            results[w][1].append(torch_rate(*w, args.min_time))
+        print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
+    print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7}")
+    for (model, mode), (ours, theirs) in results.items():
+        a, b = statistics.median(ours), statistics.median(theirs)
+        print(f"{model + ' ' + mode:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
