@@ -1,5 +1,5 @@
-// Whole training steps (forward, cost, backward, optimizer update) and inference of the
-// small zoo models at batch 128, in images per second. tools/bench/pytorch_side_by_side.py
+// Whole training steps (forward, cost, backward, optimizer update) and inference, in
+// images per second. tools/bench/pytorch_side_by_side.py
 // runs the same workloads in PyTorch and compares.
 #include <string>
 
@@ -7,6 +7,7 @@
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "models/LeNet.h"
+#include "models/ResNet.h"
 #include "training/CrossEntropy.h"
 #include "training/Optimizer.h"
 
@@ -14,14 +15,19 @@ namespace {
 
 using namespace tessera;
 
-constexpr int64_t kBatch = 128;
+// The workloads: MLP and LeNet on 28x28 images at batch 128, ResNet-18 (CIFAR stem) on
+// 32x32 colour images at batch 64.
+int64_t batchOf(const std::string& model) { return model == "resnet18" ? 64 : 128; }
 
-std::shared_ptr<Sequential> modelOf(const std::string& name) { return name == "lenet" ? loadLeNet() : loadMLP(); }
+ModulePtr modelOf(const std::string& name) {
+    if (name == "resnet18") return loadResNet(18, ResNetStem::cifar, 10);
+    return name == "lenet" ? ModulePtr(loadLeNet()) : ModulePtr(loadMLP());
+}
 
 // Fixed random images and labels.
-std::pair<Tensor, Tensor> batchOf() {
+std::pair<Tensor, Tensor> batchOf(const std::string& model, int64_t kBatch) {
     Generator gen(7);
-    Tensor x = Tensor::empty({kBatch, 1, 28, 28});
+    Tensor x = model == "resnet18" ? Tensor::empty({kBatch, 3, 32, 32}) : Tensor::empty({kBatch, 1, 28, 28});
     backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
     std::vector<int32_t> y;
     for (int64_t i = 0; i < kBatch; ++i) y.push_back(static_cast<int32_t>(i % 10));
@@ -34,7 +40,8 @@ void BM_TrainStep(benchmark::State& state, std::string model) {
     MomentumSGD sgd(0.01f, 0.9f);
     sgd.setupOn(*net, true);
     CrossEntropy cost;
-    auto [x, y] = batchOf();
+    const int64_t kBatch = batchOf(model);
+    auto [x, y] = batchOf(model, kBatch);
     for (auto _ : state) {
         Tensor out = (*net)(x);
         CostResult r = cost(out, y);
@@ -49,17 +56,19 @@ void BM_Inference(benchmark::State& state, std::string model) {
     manualSeed(1);
     auto net = modelOf(model);
     net->evalMode();
-    auto [x, y] = batchOf();
+    const int64_t kBatch = batchOf(model);
+    auto [x, y] = batchOf(model, kBatch);
     for (auto _ : state) benchmark::DoNotOptimize((*net)(x).raw());
     state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 int registerAll() {
-    for (const char* model : {"mlp", "lenet"}) {
-        benchmark::RegisterBenchmark((std::string("Train/") + model + "/batch128/train").c_str(), BM_TrainStep, model)
+    for (const char* model : {"mlp", "lenet", "resnet18"}) {
+        const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
+        benchmark::RegisterBenchmark((prefix + "/train").c_str(), BM_TrainStep, model)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
-        benchmark::RegisterBenchmark((std::string("Train/") + model + "/batch128/inference").c_str(), BM_Inference, model)
+        benchmark::RegisterBenchmark((prefix + "/inference").c_str(), BM_Inference, model)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }

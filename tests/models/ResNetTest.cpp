@@ -1,0 +1,29 @@
+#include "GradCheck.h"
+#include "models/ResNet.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+// Parameter counts of the published networks (ImageNet stem, 1000 classes).
+TEST(ResNet, ParameterCountsMatchThePublishedOnes) {
+    EXPECT_EQ(loadResNet(18)->numOfParams(), 11689512);
+    EXPECT_EQ(loadResNet(34)->numOfParams(), 21797672);
+    EXPECT_EQ(loadResNet(50)->numOfParams(), 25557032);
+    EXPECT_EQ(loadResNet(101)->numOfParams(), 44549160);
+    EXPECT_EQ(loadResNet(152)->numOfParams(), 60192808);
+    EXPECT_THROW(loadResNet(20), std::invalid_argument);
+}
+
+TEST(ResNet, ShapesWithoutRunning) {
+    EXPECT_EQ(loadResNet(50)->dataShapeFrom(Shape{1, 3, 224, 224}), (Shape{1, 1000}));
+    EXPECT_EQ(loadResNet(18, ResNetStem::cifar, 10)->dataShapeFrom(Shape{64, 3, 32, 32}), (Shape{64, 10}));
+}
+
+TEST(ResNet, CifarResNet18RunsForwardAndBackward) {
+    auto net = loadResNet(18, ResNetStem::cifar, 10);
+    EXPECT_TRUE(checkShapes(*net, {randomTensor({2, 3, 32, 32}, 1)}));
+}
+
+} // namespace
+} // namespace tessera
