@@ -91,6 +91,7 @@ void Graph::build() {
             if (--pending[it->node] == 0) ready.push_back(it->node);
         }
         consumers_[n] = inside;
+        if (!n->module().namedParams().empty()) withParams_.insert(n);
     }
     if (order_.size() != found.size()) {
         std::vector<const Node*> cyclic;
@@ -301,11 +302,26 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
         Tensors& g = given[o.get()];
         for (size_t s = 0; s < o->module().dataList().size(); ++s) g.push_back(grad.at(k++));
     }
+    // A node runs backward only when something needs it: it holds parameters to update, or
+    // a node upstream of it does, or it is an input whose gradient was asked for. So the
+    // first convolution of a network computes no gradient for the data.
+    std::unordered_map<const Node*, bool> needed;
+    for (const Node* n : order_) {
+        bool need = (updParamGrads && withParams_.count(n)) || (n->bwds().empty() && updGrad);
+        for (const Edge& e : n->bwds()) need = need || needed[e.node];
+        needed[n] = need;
+    }
     for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
         Node* n = *it;
+        if (!needed[n]) {
+            if (n->hasOutGrad()) n->buildOutGrad({}); // drop contributions nobody will use
+            continue;
+        }
+        bool parentsNeed = n->bwds().empty() && updGrad;
+        for (const Edge& e : n->bwds()) parentsNeed = parentsNeed || needed[e.node];
         auto out = given.find(n);
         const Tensors g = out != given.end() ? out->second : n->buildOutGrad({});
-        n->updateGrad(g, updParamGrads, updGrad || !n->bwds().empty(), scale, momentum);
+        n->updateGrad(g, updParamGrads, parentsNeed, scale, momentum);
     }
     Tensors in;
     if (updGrad) {

@@ -1,6 +1,8 @@
 #pragma once
 /// \file Graph: a module made of nodes, with several inputs and outputs.
 
+#include <unordered_set>
+
 #include "containers/Container.h"
 #include "containers/Node.h"
 
@@ -61,6 +63,7 @@ private:
     std::vector<NodePtr> inputs_, outputs_;
     std::vector<NodePtr> nodes_;      // owning, in execution order
     std::vector<Node*> order_;
+    std::unordered_set<const Node*> withParams_; // nodes whose modules hold parameters
     std::unordered_map<std::string, Node*> byName_;
     std::unordered_map<const Node*, size_t> consumers_; // fwd edges inside the graph
     std::unordered_map<const Node*, size_t> inputIndex_;

@@ -61,6 +61,8 @@ public:
 
     const std::vector<Edge>& fwds() const { return fwds_; }
     const std::vector<Edge>& bwds() const { return bwds_; }
+    /// True when children have routed gradient into this node since its last buildOutGrad.
+    bool hasOutGrad() const { return !outGrad_.empty(); }
     /// The parent nodes, one per bwds entry.
     const std::vector<NodePtr>& parents() const { return parents_; }
 

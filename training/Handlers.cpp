@@ -107,7 +107,7 @@ double Trainer::train(const Tensor& data, const Tensor& targets) {
         optimizer_.zeroGradParams();
         // Accumulate (momentum 1) into the zeroed gradients: a parameter shared by
         // several modules gets the sum of its uses.
-        net_.backward(r.grad, true, true, 1.0f, 1.0f);
+        net_.backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
         optimizer_.update();
         info.batch = b;
         info.error = r.error;
