@@ -68,8 +68,8 @@ TEST(Idx, BadFilesGiveClearErrors) {
     const std::string dir = tempDir("idx_bad");
     writePlain(dir + "/magic", idxBytes({2}, {1, 2}, 0x0D));
     EXPECT_NE(errorOf([&] { readIdx(dir + "/magic"); }).find("bad magic number 0x00000d01"), std::string::npos);
-    auto truncated = idxBytes({3, 2, 2}, std::vector<uint8_t>(12, 1));
-    truncated.resize(truncated.size() - 5);
+    const auto whole = idxBytes({3, 2, 2}, std::vector<uint8_t>(12, 1));
+    const std::vector<uint8_t> truncated(whole.begin(), whole.end() - 5);
     writeGz(dir + "/short.gz", truncated);
     EXPECT_NE(errorOf([&] { readIdx(dir + "/short.gz"); }).find("truncated; the header promises 12 bytes"), std::string::npos);
     EXPECT_NE(errorOf([&] { readIdx(dir + "/missing"); }).find("cannot open"), std::string::npos);
