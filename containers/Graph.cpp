@@ -332,6 +332,19 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
     return in;
 }
 
+Blueprint Graph::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    for (const Node* n : order_) {
+        bp.modules.push_back(n->module().blueprint());
+        NodeBlueprint nb{n->name(), {}};
+        for (const Edge& e : n->bwds()) nb.parents.emplace_back(e.node->name(), std::vector<int64_t>(e.slots.begin(), e.slots.end()));
+        bp.nodes.push_back(std::move(nb));
+    }
+    for (const NodePtr& i : inputs_) bp.inputs.push_back(i->name());
+    for (const NodePtr& o : outputs_) bp.outputs.push_back(o->name());
+    return bp;
+}
+
 void Graph::reset() {
     Module::reset();
     for (Node* n : order_) n->reset();

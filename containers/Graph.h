@@ -31,6 +31,9 @@ public:
     const std::vector<NodePtr>& outputs() const { return outputs_; }
     /// Every node in execution order.
     const std::vector<Node*>& order() const { return order_; }
+    /// Modules in execution order plus the nodes (names, parents with slots), inputs and
+    /// outputs: enough to rebuild the graph (io/Factory.h).
+    Blueprint blueprint() const override;
     /// The node called `name`; throws GraphError when there is none.
     Node& getNodeByName(const std::string& name) const;
 

@@ -46,6 +46,13 @@ struct ValueToJson {
 };
 } // namespace
 
+const BlueprintValue* Blueprint::find(const std::string& key) const {
+    for (const auto& [k, v] : scheme) {
+        if (k == key) return &v;
+    }
+    return nullptr;
+}
+
 const BlueprintValue& Blueprint::at(const std::string& key) const {
     for (const auto& [k, v] : scheme) {
         if (k == key) return v;
@@ -63,6 +70,23 @@ std::string Blueprint::toJson() const {
         s += ", \"modules\": [";
         for (size_t i = 0; i < modules.size(); ++i) s += (i ? ", " : "") + modules[i].toJson();
         s += "]";
+    }
+    if (!nodes.empty()) {
+        s += ", \"nodes\": [";
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            s += std::string(i ? ", " : "") + "{\"name\": " + quoted(nodes[i].name) + ", \"parents\": [";
+            for (size_t p = 0; p < nodes[i].parents.size(); ++p) {
+                s += std::string(p ? ", " : "") + "[" + quoted(nodes[i].parents[p].first) + ", " +
+                     ValueToJson{}(nodes[i].parents[p].second) + "]";
+            }
+            s += "]}";
+        }
+        s += "]";
+        for (const auto* list : {&inputs, &outputs}) {
+            s += std::string(", \"") + (list == &inputs ? "inputs" : "outputs") + "\": [";
+            for (size_t i = 0; i < list->size(); ++i) s += (i ? ", " : "") + quoted((*list)[i]);
+            s += "]";
+        }
     }
     return s + "}";
 }

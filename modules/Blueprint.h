@@ -12,14 +12,26 @@ namespace tessera {
 /// One constructor argument.
 using BlueprintValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
 
-/// `{"classname": ..., "scheme": {ctor args}}`; containers add their children in order.
+/// A graph node in a blueprint: its name and its parents with the output slots it reads.
+struct NodeBlueprint {
+    std::string name;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> parents;
+};
+
+/// `{"classname": ..., "scheme": {ctor args}}`; containers add their children in order
+/// (`modules`); a Graph also lists its nodes (node i wraps modules[i], in execution
+/// order), inputs and outputs.
 struct Blueprint {
     std::string classname;
     std::vector<std::pair<std::string, BlueprintValue>> scheme;
     std::vector<Blueprint> modules;
+    std::vector<NodeBlueprint> nodes;
+    std::vector<std::string> inputs, outputs;
 
     /// The value of argument `key`; throws std::out_of_range when absent.
     const BlueprintValue& at(const std::string& key) const;
+    /// The value of `key`, or nullptr when absent.
+    const BlueprintValue* find(const std::string& key) const;
     /// Compact JSON text.
     std::string toJson() const;
 };

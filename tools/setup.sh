@@ -20,7 +20,7 @@ packages=(
   libopenblas-openmp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
-  libcli11-dev
+  libcli11-dev nlohmann-json3-dev
   # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.
   dataset-fashion-mnist
 )

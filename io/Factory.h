@@ -1,0 +1,25 @@
+#pragma once
+/// \file Blueprints back to modules: JSON parsing and the one explicit factory table that
+/// rebuilds any module, container or graph from its blueprint.
+
+#include <string>
+#include <vector>
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+/// Parses blueprint JSON (what `Blueprint::toJson` writes). Throws std::invalid_argument
+/// naming the position of bad JSON or the field that does not fit.
+Blueprint blueprintFromJson(const std::string& json);
+
+/// A fresh module (parameters initialised from the global generator) built from `bp`.
+/// Throws std::invalid_argument naming the class and the argument when the class is not
+/// in the table or an argument has the wrong type; `where` prefixes the message (the
+/// path of the module inside its parents).
+ModulePtr buildModule(const Blueprint& bp, const std::string& where = {});
+
+/// The class names the factory knows.
+std::vector<std::string> factoryClassnames();
+
+} // namespace tessera

@@ -1,0 +1,210 @@
+#include <functional>
+#include <set>
+
+#include "GradCheck.h"
+#include "containers/Graph.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "io/Factory.h"
+#include "models/LeNet.h"
+#include "models/ResNet.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Cast.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Dropout2D.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/GroupLinear.h"
+#include "modules/Identity.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/KMaxPool.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/NoiseInjector.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/Replicate.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+// One instance of every class the factory knows (but MaxUnpool2D), with arguments away
+// from their defaults where there are any.
+std::vector<ModulePtr> everyModule() {
+    return {
+        std::make_shared<Linear>(3, 4, LinearOptions{.wscale = 0.5f, .useBias = false, .initscheme = InitScheme::he, .name = "fc"}),
+        std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = -1.0f, .max = 2.5f}),
+        std::make_shared<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = 0.2f}),
+        std::make_shared<SoftMax>("sm"),
+        std::make_shared<Flatten>(),
+        std::make_shared<Reshape>(Shape{-1, 4, 2}),
+        std::make_shared<Identity>("id"),
+        std::make_shared<Dropout>(DropoutOptions{.p = 0.25f}),
+        std::make_shared<Concat>(2),
+        std::make_shared<Split>(1, std::vector<int64_t>{2, 3}),
+        std::make_shared<Slice>(1, 1, 3),
+        std::make_shared<Replicate>(3),
+        std::make_shared<Add>(std::vector<float>{0.5f, 2.0f}),
+        std::make_shared<Mul>(),
+        std::make_shared<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
+        std::make_shared<Conv2D>(3, 6, std::vector<int64_t>{3, 1}, ConvOptions{.useBias = false, .wscale = 2.0f}),
+        std::make_shared<Conv3D>(1, 2, 2),
+        std::make_shared<Deconv1D>(4, 2, 3, ConvOptions{.stride = {2}}),
+        std::make_shared<Deconv2D>(4, 4, 2, ConvOptions{.groups = 2}),
+        std::make_shared<Deconv3D>(2, 1, 2),
+        std::make_shared<MaxPool1D>(3),
+        std::make_shared<MaxPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}}),
+        std::make_shared<MaxPool3D>(2),
+        std::make_shared<AvgPool1D>(2),
+        std::make_shared<AvgPool2D>(3, PoolOptions{.stride = {1}, .pad = {1}, .includePad = false}),
+        std::make_shared<AvgPool3D>(2),
+        std::make_shared<GlobalAvgPool>(),
+        std::make_shared<KMaxPool>(2, -1),
+        std::make_shared<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f, .minFactor = 0.2f}),
+        std::make_shared<BatchNorm2D>(5),
+        std::make_shared<BatchNorm3D>(5),
+        std::make_shared<InstanceNorm2D>(3),
+        std::make_shared<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.01f}),
+        std::make_shared<MapLRN>(),
+        std::make_shared<Dropout2D>(Dropout2DOptions{.p = 0.1f}),
+        std::make_shared<Pad1D>(std::vector<int64_t>{1, 2}, PadOptions{.fillValue = 3.0f}),
+        std::make_shared<Pad2D>(std::vector<int64_t>{1, 2, 0, 1}, PadOptions{.mode = PadMode::reflect}),
+        std::make_shared<Upsample2D>(3, UpsampleOptions{.mode = ResampleMode::linear}),
+        std::make_shared<Upsample3D>(2),
+        std::make_shared<PRelu>(4, PReluOptions{.sharedMaps = true, .init = 0.1f}),
+        std::make_shared<Gelu>("g"),
+        std::make_shared<Embedder>(10, 3, 4, EmbedderOptions{.learnable = false}),
+        std::make_shared<GroupLinear>(2, 3, 4, GroupLinearOptions{.batchDim = 1}),
+        std::make_shared<MulAddConst>(2.0f, -1.5f),
+        std::make_shared<NoiseInjector>(NoiseInjectorOptions{.mode = NoiseMode::mul, .noisetype = NoiseType::gaussian,
+                                                             .param1 = 1.0f, .param2 = 0.1f}),
+        std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1}),
+        std::make_shared<SwapAxes>(1, -1),
+        std::make_shared<MoveAxis>(0, 2),
+        std::make_shared<Tile>(-1, 3),
+        std::make_shared<Cast>(DType::float32, DType::int32),
+    };
+}
+
+std::string roundTrip(const Module& m) {
+    const std::string json = m.blueprint().toJson();
+    ModulePtr rebuilt = buildModule(blueprintFromJson(json));
+    return rebuilt->blueprint().toJson();
+}
+
+TEST(Blueprint, EveryModuleRoundTrips) {
+    std::set<std::string> seen;
+    for (const ModulePtr& m : everyModule()) {
+        SCOPED_TRACE(m->blueprint().toJson());
+        EXPECT_EQ(roundTrip(*m), m->blueprint().toJson());
+        seen.insert(m->classname());
+    }
+    // Every class of the factory table is covered (MaxUnpool2D cannot be rebuilt alone;
+    // the containers are covered below).
+    for (const std::string& c : factoryClassnames()) {
+        if (c == "MaxUnpool2D" || c == "Sequential" || c == "Parallel" || c == "Graph") continue;
+        EXPECT_TRUE(seen.count(c)) << c << " has no round-trip case";
+    }
+}
+
+// Copies every parameter of `from` into `to` by dotted name.
+void copyParams(const Module& from, Module& to) {
+    auto dst = to.namedParams();
+    for (const auto& [name, v] : from.namedParams()) {
+        bool found = false;
+        for (auto& [n, w] : dst) {
+            if (n == name) {
+                w->data.copyFrom(v->data);
+                found = true;
+            }
+        }
+        ASSERT_TRUE(found) << name;
+    }
+}
+
+TEST(Blueprint, ContainersAndGraphsWithSlotsRoundTripAndComputeTheSame) {
+    auto seq = std::make_shared<Sequential>("seq");
+    seq->append(std::make_shared<Linear>(4, 8, LinearOptions{.name = "a"}));
+    seq->append(std::make_shared<Activation>(ActivationKind::tanh));
+    // A graph whose Split feeds two branches through slots 0 and 1, merged by Concat.
+    auto data = node(std::make_shared<Identity>(), {}, "data");
+    auto split = node(std::make_shared<Split>(1, std::vector<int64_t>{2, 4}), data, "split");
+    auto left = node(std::make_shared<Linear>(2, 3), Parent(split, 0), "left");
+    auto right = node(seq, Parent(split, 1), "right");
+    auto right2 = node(std::make_shared<Linear>(8, 3), right, "right2");
+    auto both = node(std::make_shared<Concat>(1), {left, right2}, "both");
+    auto sum = node(std::make_shared<Add>(), {left, right2}, "sum");
+    Graph g({data}, {both, sum}, "g");
+    const std::string json = g.blueprint().toJson();
+    EXPECT_NE(json.find("[\"split\", [1]]"), std::string::npos) << json;
+    ModulePtr rebuilt = buildModule(blueprintFromJson(json));
+    EXPECT_EQ(rebuilt->blueprint().toJson(), json);
+    copyParams(g, *rebuilt);
+    Tensor x = randomTensor({3, 6}, 1);
+    const Tensors a = g(Tensors{x});
+    const Tensors b = (*rebuilt)(Tensors{x});
+    ASSERT_EQ(a.size(), 2u);
+    ASSERT_EQ(b.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(allClose(b[i], a[i].toVector<float>(), 1e-6f));
+
+    Parallel par("par");
+    par.append(std::make_shared<Linear>(2, 2));
+    par.append(std::make_shared<SoftMax>());
+    EXPECT_EQ(roundTrip(par), par.blueprint().toJson());
+}
+
+TEST(Blueprint, ZooModelsRoundTrip) {
+    auto lenet = loadLeNet();
+    EXPECT_EQ(roundTrip(*lenet), lenet->blueprint().toJson());
+    auto resnet = loadResNet(18, ResNetStem::cifar, 10);
+    ModulePtr rebuilt = buildModule(blueprintFromJson(resnet->blueprint().toJson()));
+    EXPECT_EQ(rebuilt->numOfParams(), resnet->numOfParams());
+    EXPECT_EQ(rebuilt->dataShapeFrom(Shape{2, 3, 32, 32}), (Shape{2, 10}));
+}
+
+std::string errorOf(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {
+    EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": \"Linear\", "); }).find("blueprint JSON"), std::string::npos);
+    EXPECT_NE(errorOf([] { buildModule(blueprintFromJson(R"({"classname": "Lineer"})")); }).find("unknown module class 'Lineer'"),
+              std::string::npos);
+    EXPECT_NE(errorOf([] { buildModule(blueprintFromJson(R"({"classname": "Linear", "scheme": {"insize": 3}})")); })
+                  .find("Linear: missing argument 'outsize'"),
+              std::string::npos);
+    EXPECT_NE(errorOf([] {
+                  buildModule(blueprintFromJson(
+                      R"({"classname": "Sequential", "modules": [{"classname": "Linear", "scheme": {"insize": "3", "outsize": 2}}]})"));
+              }).find("Sequential[0] -> Linear: argument 'insize' must be an integer"),
+              std::string::npos);
+    EXPECT_NE(errorOf([] {
+                  buildModule(blueprintFromJson(
+                      R"({"classname": "Graph", "modules": [{"classname": "Identity"}], "nodes": [{"name": "a", "parents": [["b", [0]]]}], "inputs": ["a"], "outputs": ["a"]})"));
+              }).find("node 'a' has parent 'b', which is not an earlier node"),
+              std::string::npos);
+}
+
+} // namespace
+} // namespace tessera
