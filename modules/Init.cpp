@@ -31,7 +31,15 @@ InitScheme initSchemeFromString(const std::string& name) {
     throw std::invalid_argument("unknown init scheme '" + name + "'; expected one of: " + known);
 }
 
+namespace {
+thread_local int skipInit = 0;
+} // namespace
+
+ShapeOnlyBuild::ShapeOnlyBuild() { ++skipInit; }
+ShapeOnlyBuild::~ShapeOnlyBuild() { --skipInit; }
+
 void initTensor(const Tensor& w, InitScheme scheme, int64_t fanIn, int64_t fanOut, float wscale) {
+    if (skipInit) return;
     Backend& be = backendOf(w);
     Generator& gen = globalGenerator();
     const auto fans = static_cast<float>(fanIn + fanOut);

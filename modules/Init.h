@@ -24,6 +24,17 @@ std::string str(InitScheme scheme);
 /// Inverse of str(); throws std::invalid_argument naming the accepted names.
 InitScheme initSchemeFromString(const std::string& name);
 
+/// While one is alive (on this thread), initTensor leaves weights as they are: for
+/// models built only to check or summarise their shapes, where drawing millions of random
+/// numbers would dominate. The global generator is not advanced either.
+class ShapeOnlyBuild {
+public:
+    ShapeOnlyBuild();
+    ~ShapeOnlyBuild();
+    ShapeOnlyBuild(const ShapeOnlyBuild&) = delete;
+    ShapeOnlyBuild& operator=(const ShapeOnlyBuild&) = delete;
+};
+
 /// Fill `w` (float32) by `scheme` with the given fans.
 void initTensor(const Tensor& w, InitScheme scheme, int64_t fanIn, int64_t fanOut, float wscale = 1.0f);
 

@@ -27,3 +27,35 @@ TEST(ResNet, CifarResNet18RunsForwardAndBackward) {
 
 } // namespace
 } // namespace tessera
+
+#include "models/Zoo.h"
+#include "modules/Init.h"
+
+namespace tessera {
+namespace {
+
+// Every zoo model with a published parameter count matches it, and every zoo model passes
+// the whole-model shape check at its typical input without running.
+TEST(Zoo, PublishedParameterCountsAndShapeChecks) {
+    ShapeOnlyBuild noInit;
+    for (const ZooEntry& e : zooModels()) {
+        SCOPED_TRACE(e.name);
+        ModulePtr m = loadZooModel(e.name);
+        if (e.publishedParams) {
+            EXPECT_EQ(m->numOfParams(), e.publishedParams) << e.source;
+        }
+        std::vector<int64_t> dims;
+        for (size_t at = 0, next; at <= e.input.size(); at = next + 1) {
+            next = e.input.find('x', at);
+            if (next == std::string::npos) next = e.input.size();
+            dims.push_back(std::stoll(e.input.substr(at, next - at)));
+        }
+        const Shapes out = m->inferDataShape({Shape(dims)});
+        EXPECT_EQ(out.size(), 1u);
+        EXPECT_EQ(m->gradShapeFrom(out), (Shapes{Shape(dims)}));
+    }
+    EXPECT_THROW(loadZooModel("alexnet"), std::invalid_argument);
+}
+
+} // namespace
+} // namespace tessera

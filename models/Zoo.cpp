@@ -1,0 +1,117 @@
+#include "models/Zoo.h"
+
+#include <stdexcept>
+
+#include "models/LeNet.h"
+#include "models/ResNet.h"
+#include "modules/Activation.h"
+#include "modules/Conv.h"
+#include "modules/Dropout.h"
+#include "modules/Flatten.h"
+#include "modules/Linear.h"
+#include "modules/Pool.h"
+
+namespace tessera {
+
+namespace {
+ModulePtr relu(const std::string& name) {
+    return std::make_shared<Activation>(ActivationKind::relu, ActivationOptions{.name = name});
+}
+
+ModulePtr conv(int64_t in, int64_t out, int64_t size, int64_t stride, int64_t pad, const std::string& name) {
+    return std::make_shared<Conv2D>(in, out, size, ConvOptions{.stride = {stride}, .pad = {pad}, .initscheme = InitScheme::he, .name = name});
+}
+} // namespace
+
+std::shared_ptr<Sequential> loadNiN(int64_t classes) {
+    auto net = std::make_shared<Sequential>("nin");
+    struct Block {
+        int64_t in, out, size, stride, pad;
+    };
+    const Block blocks[] = {{3, 96, 11, 4, 0}, {96, 256, 5, 1, 2}, {256, 384, 3, 1, 1}, {384, 1024, 3, 1, 1}};
+    for (int b = 0; b < 4; ++b) {
+        const Block& k = blocks[b];
+        const std::string p = "block" + std::to_string(b + 1);
+        const int64_t last = b == 3 ? classes : k.out;
+        net->append(conv(k.in, k.out, k.size, k.stride, k.pad, p + "_conv"));
+        net->append(relu(p + "_relu0"));
+        net->append(conv(k.out, k.out, 1, 1, 0, p + "_cccp1"));
+        net->append(relu(p + "_relu1"));
+        net->append(conv(k.out, last, 1, 1, 0, p + "_cccp2"));
+        net->append(relu(p + "_relu2"));
+        if (b < 3) net->append(std::make_shared<MaxPool2D>(3, PoolOptions{.stride = {2}, .name = p + "_pool"}));
+        if (b == 2) net->append(std::make_shared<Dropout>(DropoutOptions{.p = 0.5f, .name = "drop"}));
+    }
+    net->append(std::make_shared<GlobalAvgPool>("avgpool"));
+    net->append(std::make_shared<Flatten>("flatten"));
+    return net;
+}
+
+std::shared_ptr<Sequential> loadVGG(int depth, int64_t classes) {
+    std::vector<std::vector<int64_t>> stages;
+    switch (depth) {
+    case 11: stages = {{64}, {128}, {256, 256}, {512, 512}, {512, 512}}; break;
+    case 16: stages = {{64, 64}, {128, 128}, {256, 256, 256}, {512, 512, 512}, {512, 512, 512}}; break;
+    case 19: stages = {{64, 64}, {128, 128}, {256, 256, 256, 256}, {512, 512, 512, 512}, {512, 512, 512, 512}}; break;
+    default: throw std::invalid_argument("loadVGG: depth must be 11, 16 or 19, got " + std::to_string(depth));
+    }
+    auto net = std::make_shared<Sequential>("vgg" + std::to_string(depth));
+    int64_t in = 3;
+    for (size_t s = 0; s < stages.size(); ++s) {
+        for (size_t c = 0; c < stages[s].size(); ++c) {
+            const std::string n = "conv" + std::to_string(s + 1) + "_" + std::to_string(c + 1);
+            net->append(conv(in, stages[s][c], 3, 1, 1, n));
+            net->append(relu("relu" + std::to_string(s + 1) + "_" + std::to_string(c + 1)));
+            in = stages[s][c];
+        }
+        net->append(std::make_shared<MaxPool2D>(2, PoolOptions{.name = "pool" + std::to_string(s + 1)}));
+    }
+    net->append(std::make_shared<Flatten>("flatten"));
+    net->append(std::make_shared<Linear>(512 * 7 * 7, 4096, LinearOptions{.name = "fc6"}));
+    net->append(relu("relu6"));
+    net->append(std::make_shared<Dropout>(DropoutOptions{.p = 0.5f, .name = "drop6"}));
+    net->append(std::make_shared<Linear>(4096, 4096, LinearOptions{.name = "fc7"}));
+    net->append(relu("relu7"));
+    net->append(std::make_shared<Dropout>(DropoutOptions{.p = 0.5f, .name = "drop7"}));
+    net->append(std::make_shared<Linear>(4096, classes, LinearOptions{.name = "fc8"}));
+    return net;
+}
+
+const std::vector<ZooEntry>& zooModels() {
+    static const std::vector<ZooEntry> entries = [] {
+        std::vector<ZooEntry> e = {
+            {"lenet", "1x1x28x28", 0, ""},
+            {"mlp", "1x1x28x28", 0, ""},
+            {"nin", "1x3x224x224", 7595176, "Caffe model zoo NiN-ImageNet definition"},
+            {"vgg11", "1x3x224x224", 132863336, "torchvision vgg11"},
+            {"vgg16", "1x3x224x224", 138357544, "torchvision vgg16"},
+            {"vgg19", "1x3x224x224", 143667240, "torchvision vgg19"},
+            {"resnet18", "1x3x224x224", 11689512, "torchvision resnet18"},
+            {"resnet34", "1x3x224x224", 21797672, "torchvision resnet34"},
+            {"resnet50", "1x3x224x224", 25557032, "torchvision resnet50"},
+            {"resnet101", "1x3x224x224", 44549160, "torchvision resnet101"},
+            {"resnet152", "1x3x224x224", 60192808, "torchvision resnet152"},
+        };
+        for (int d : {18, 34, 50, 101, 152}) e.push_back({"resnet" + std::to_string(d) + "-cifar", "1x3x32x32", 0, ""});
+        return e;
+    }();
+    return entries;
+}
+
+ModulePtr loadZooModel(const std::string& name) {
+    if (name == "lenet") return loadLeNet();
+    if (name == "mlp") return loadMLP();
+    if (name == "nin") return loadNiN();
+    for (int d : {11, 16, 19}) {
+        if (name == "vgg" + std::to_string(d)) return loadVGG(d);
+    }
+    for (int d : {18, 34, 50, 101, 152}) {
+        if (name == "resnet" + std::to_string(d)) return loadResNet(d);
+        if (name == "resnet" + std::to_string(d) + "-cifar") return loadResNet(d, ResNetStem::cifar, 10);
+    }
+    std::string known;
+    for (const ZooEntry& e : zooModels()) known += (known.empty() ? "" : ", ") + e.name;
+    throw std::invalid_argument("unknown zoo model '" + name + "'; the zoo has: " + known);
+}
+
+} // namespace tessera
