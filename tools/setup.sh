@@ -20,7 +20,9 @@ packages=(
   libopenblas-openmp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
-  libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev libhdf5-dev
+  # The HDF5 interoperability tests read and write model files with h5py.
+  python3-h5py
   # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.
   dataset-fashion-mnist
 )

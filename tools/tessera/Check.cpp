@@ -6,6 +6,7 @@
 
 #include "Commands.h"
 #include "io/Factory.h"
+#include "io/Hdf5.h"
 #include "models/Zoo.h"
 #include "modules/Init.h"
 
@@ -37,6 +38,7 @@ ModulePtr loadModel(const std::string& model) {
     for (const ZooEntry& e : zooModels()) {
         if (e.name == model) return loadZooModel(model);
     }
+    if (isHdf5File(model)) return buildModule(blueprintFromJson(readBlueprint(model)));
     std::ifstream file(model);
     if (!file) {
         throw std::invalid_argument("'" + model + "' is neither a zoo model nor a readable blueprint file (zoo: tessera check --list)");
@@ -109,7 +111,7 @@ int runCheck(const CheckArgs& a) {
 std::function<int()> addCheck(CLI::App& app) {
     auto args = std::make_shared<CheckArgs>();
     CLI::App* cmd = app.add_subcommand("check", "Check a model's data and gradient shapes without running it");
-    cmd->add_option("model", args->model, "a zoo model name or a blueprint JSON file");
+    cmd->add_option("model", args->model, "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint");
     cmd->add_option("--input", args->inputs, "input shape such as 1x3x224x224; repeat for several inputs");
     cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
     cmd->add_flag("--list", args->list, "list the zoo models");

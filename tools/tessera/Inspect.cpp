@@ -185,7 +185,7 @@ int runDraw(const InspectArgs& a) {
 
 std::shared_ptr<InspectArgs> addCommon(CLI::App* cmd) {
     auto args = std::make_shared<InspectArgs>();
-    cmd->add_option("model", args->model, "a zoo model name or a blueprint JSON file")->required();
+    cmd->add_option("model", args->model, "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint")->required();
     cmd->add_option("--input", args->inputs, "input shape such as 1x3x224x224; repeat for several inputs")->required();
     cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
     return args;

@@ -7,6 +7,7 @@
 
 #include "Commands.h"
 #include "backend/Random.h"
+#include "io/Hdf5.h"
 #include "models/LeNet.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
@@ -26,6 +27,7 @@ struct TrainArgs {
     uint64_t seed = 1;
     int64_t limit = 0;
     bool quiet = false;
+    std::string save;
 };
 
 int runTrain(const TrainArgs& a) {
@@ -67,6 +69,10 @@ int runTrain(const TrainArgs& a) {
                     trainer.samplesPerSecond());
         std::fflush(stdout);
     }
+    if (!a.save.empty()) {
+        saveModel(*net, a.save);
+        std::printf("saved the model (blueprint included) to %s\n", a.save.c_str());
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("final test accuracy %.2f%%, total time %.1f s\n", 100.0 * accuracy, seconds);
     return 0;
@@ -88,6 +94,7 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
     cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")->capture_default_str();
     cmd->add_flag("--quiet", args->quiet, "no progress line");
+    cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     return [args] { return runTrain(*args); };
 }
 

@@ -1,0 +1,273 @@
+// HDF5 model files through the HDF5 C API. Every handle is closed by a small RAII owner.
+#include "io/Hdf5.h"
+
+#include <hdf5.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+namespace {
+
+// An hid_t closed by `close` when it goes out of scope.
+class Handle {
+public:
+    Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+    ~Handle() {
+        if (id_ >= 0) close_(id_);
+    }
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    hid_t get() const { return id_; }
+    bool ok() const { return id_ >= 0; }
+
+private:
+    hid_t id_;
+    herr_t (*close_)(hid_t);
+};
+
+// HDF5 prints its error stack to stderr by default; our exceptions say what went wrong.
+void quietHdf5() {
+    static const bool done = [] {
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+        return true;
+    }();
+    (void)done;
+}
+
+std::runtime_error fileError(const std::string& path, const std::string& what) {
+    return std::runtime_error("model file " + path + ": " + what);
+}
+
+void check(herr_t status, const std::string& path, const std::string& what) {
+    if (status < 0) throw fileError(path, what);
+}
+
+void writeTensor(hid_t group, const std::string& name, const Tensor& t, const std::string& path) {
+    const Tensor host = t.toHost().plain();
+    std::vector<hsize_t> dims;
+    for (int64_t d : host.shape().dims()) dims.push_back(static_cast<hsize_t>(d));
+    Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+    const hid_t type = host.dtype() == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+    Handle set(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) throw fileError(path, "cannot create dataset " + name);
+    check(H5Dwrite(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.raw()), path, "cannot write " + name);
+}
+
+void writeIndex(hid_t group, const std::string& name, int64_t index, const std::string& path) {
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle set(H5Dcreate2(group, name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) throw fileError(path, "cannot create link " + name);
+    check(H5Dwrite(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &index), path, "cannot write " + name);
+}
+
+void writeString(hid_t file, const std::string& name, const std::string& text, const std::string& path) {
+    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle set(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    const char* data = text.c_str();
+    if (!set.ok()) throw fileError(path, "cannot create " + name);
+    check(H5Dwrite(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot write " + name);
+}
+
+// The names of a group's members.
+std::vector<std::string> members(hid_t group) {
+    std::vector<std::string> names;
+    H5Literate(group, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
+                [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+                    static_cast<std::vector<std::string>*>(out)->push_back(name);
+                    return 0;
+                },
+                &names);
+    return names;
+}
+
+struct Stored {
+    Shape shape;
+    DType dtype = DType::float32;
+    bool supported = true;
+    std::string where; // dataset path
+};
+
+Stored describe(hid_t file, const std::string& where, const std::string& path) {
+    Handle set(H5Dopen2(file, where.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) throw fileError(path, "dataset " + where + " is missing");
+    Handle space(H5Dget_space(set.get()), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0) throw fileError(path, "dataset " + where + " is unreadable");
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    Stored s;
+    std::vector<int64_t> d;
+    for (hsize_t v : dims) d.push_back(static_cast<int64_t>(v));
+    s.shape = Shape(d);
+    s.where = where;
+    Handle type(H5Dget_type(set.get()), H5Tclose);
+    const H5T_class_t cls = H5Tget_class(type.get());
+    const size_t size = H5Tget_size(type.get());
+    if (cls == H5T_FLOAT && size == 4) s.dtype = DType::float32;
+    else if (cls == H5T_INTEGER && size == 4) s.dtype = DType::int32;
+    else s.supported = false;
+    return s;
+}
+
+void readInto(hid_t file, const Stored& s, const Tensor& dst, const std::string& path) {
+    Handle set(H5Dopen2(file, s.where.c_str(), H5P_DEFAULT), H5Dclose);
+    Tensor host = Tensor::empty(dst.shape(), dst.dtype());
+    const hid_t type = dst.dtype() == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+    check(H5Dread(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.raw()), path, "cannot read " + s.where);
+    Tensor(dst).copyFrom(host.to(dst.device()).toLayout(dst.layout()));
+}
+
+int64_t readIndex(hid_t file, const std::string& where, const std::string& path) {
+    Handle set(H5Dopen2(file, where.c_str(), H5P_DEFAULT), H5Dclose);
+    int64_t index = -1;
+    if (!set.ok() || H5Dread(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &index) < 0) {
+        throw fileError(path, "link " + where + " is unreadable");
+    }
+    return index;
+}
+
+// An open file id (the caller owns it).
+hid_t openFile(const std::string& path) {
+    quietHdf5();
+    if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
+    if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) throw fileError(path, "cannot be opened as HDF5 (truncated or corrupt?)");
+    return file;
+}
+
+} // namespace
+
+bool isHdf5File(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    char sig[8] = {};
+    in.read(sig, 8);
+    return in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8);
+}
+
+void saveModel(const Module& module, const std::string& path, const SaveOptions& options) {
+    quietHdf5();
+    const std::string tmp = path + ".tmp";
+    {
+        Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+        if (!file.ok()) throw fileError(path, "cannot create " + tmp);
+        Handle params(H5Gcreate2(file.get(), "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        Handle links(H5Gcreate2(file.get(), "links", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        Handle attrs(H5Gcreate2(file.get(), "attrs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        std::unordered_map<const Variable*, int64_t> index;
+        for (const auto& [name, var] : module.namedParams()) {
+            auto [it, fresh] = index.emplace(var.get(), static_cast<int64_t>(index.size()));
+            if (fresh) writeTensor(params.get(), std::to_string(it->second), var->data, path);
+            writeIndex(links.get(), name, it->second, path);
+        }
+        for (const auto& [name, t] : module.namedAttrs()) writeTensor(attrs.get(), name, t, path);
+        if (options.blueprint) writeString(file.get(), "blueprint", module.blueprint().toJson(), path);
+        check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "cannot flush " + tmp);
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::filesystem::remove(tmp);
+        throw fileError(path, "cannot rename " + tmp + " over it: " + ec.message());
+    }
+}
+
+void loadModel(Module& module, const std::string& path, LoadMode mode) {
+    Handle file(openFile(path), H5Fclose);
+    std::vector<std::string> problems;
+    std::vector<std::pair<Stored, Tensor>> copies;
+    auto match = [&](const std::string& what, const std::string& name, const Tensor& dst, const Stored& s) {
+        if (!s.supported) {
+            problems.push_back(what + " " + name + ": stored with an unsupported type");
+        } else if (s.dtype != dst.dtype()) {
+            problems.push_back(what + " " + name + ": file has " + str(s.dtype) + ", model has " + str(dst.dtype()));
+        } else if (s.shape != dst.shape()) {
+            problems.push_back(what + " " + name + ": file has " + s.shape.str() + ", model has " + dst.shape().str());
+        } else {
+            copies.emplace_back(s, dst);
+        }
+    };
+    // Parameters through links/.
+    std::map<std::string, std::string> stored; // link name -> params dataset
+    if (H5Lexists(file.get(), "links", H5P_DEFAULT) > 0) {
+        Handle links(H5Gopen2(file.get(), "links", H5P_DEFAULT), H5Gclose);
+        for (const std::string& n : members(links.get())) {
+            stored[n] = "params/" + std::to_string(readIndex(file.get(), "links/" + n, path));
+        }
+    } else {
+        problems.push_back("the file has no links/ group");
+    }
+    for (const auto& [name, var] : module.namedParams()) {
+        auto it = stored.find(name);
+        if (it == stored.end()) {
+            if (mode == LoadMode::strict) problems.push_back("parameter " + name + ": not in the file");
+            continue;
+        }
+        match("parameter", name, var->data, describe(file.get(), it->second, path));
+        stored.erase(it);
+    }
+    if (mode == LoadMode::strict) {
+        for (const auto& [name, set] : stored) problems.push_back("parameter " + name + ": in the file but not in the model");
+    }
+    // Attributes.
+    std::map<std::string, bool> storedAttrs;
+    if (H5Lexists(file.get(), "attrs", H5P_DEFAULT) > 0) {
+        Handle attrs(H5Gopen2(file.get(), "attrs", H5P_DEFAULT), H5Gclose);
+        for (const std::string& n : members(attrs.get())) storedAttrs[n] = true;
+    }
+    for (const auto& [name, t] : module.namedAttrs()) {
+        if (!storedAttrs.erase(name)) {
+            if (mode == LoadMode::strict) problems.push_back("attribute " + name + ": not in the file");
+            continue;
+        }
+        match("attribute", name, t, describe(file.get(), "attrs/" + name, path));
+    }
+    if (mode == LoadMode::strict) {
+        for (const auto& [name, b] : storedAttrs) problems.push_back("attribute " + name + ": in the file but not in the model");
+    }
+    if (!problems.empty()) {
+        std::string msg = std::to_string(problems.size()) + " mismatch(es) with " + module.str() + "; nothing was loaded:";
+        for (const std::string& p : problems) msg += "\n  " + p;
+        throw fileError(path, msg);
+    }
+    for (const auto& [s, dst] : copies) readInto(file.get(), s, dst, path);
+}
+
+std::string readBlueprint(const std::string& path) {
+    Handle file(openFile(path), H5Fclose);
+    if (H5Lexists(file.get(), "blueprint", H5P_DEFAULT) <= 0) throw fileError(path, "holds no blueprint");
+    Handle set(H5Dopen2(file.get(), "blueprint", H5P_DEFAULT), H5Dclose);
+    Handle type(H5Dget_type(set.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_STRING) throw fileError(path, "blueprint is not a string");
+    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+    if (H5Tis_variable_str(type.get()) > 0) {
+        H5Tset_size(mem.get(), H5T_VARIABLE);
+        char* data = nullptr;
+        check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot read the blueprint");
+        std::string text = data ? data : "";
+        Handle space(H5Dget_space(set.get()), H5Sclose);
+        H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
+        return text;
+    }
+    const size_t size = H5Tget_size(type.get());
+    H5Tset_size(mem.get(), size);
+    std::string text(size, '\0');
+    check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), path, "cannot read the blueprint");
+    text.resize(std::strlen(text.c_str()));
+    return text;
+}
+
+} // namespace tessera

@@ -1,0 +1,41 @@
+#pragma once
+/// \file Model files in HDF5, in PuzzleLib's layout:
+///   params/<index>              one dataset per parameter tensor (shared ones once)
+///   links/<module path>.<param> a scalar int64 dataset: the index in params/
+///   attrs/<module path>.<attr>  non-trained state (batch-norm running statistics)
+///   blueprint                   optional: the model's blueprint JSON as a string
+/// Files open in h5py and other HDF5 tools.
+
+#include <string>
+
+#include "modules/Module.h"
+
+namespace tessera {
+
+struct SaveOptions {
+    bool blueprint = true; ///< store the blueprint, so the file alone rebuilds the model
+};
+
+/// Writes `module`'s parameters and attributes (plain float32) to `path`. The data goes to
+/// a temporary file beside it, renamed over `path` only when complete: a crash never
+/// leaves a half-written model. Throws std::runtime_error naming the file on failure.
+void saveModel(const Module& module, const std::string& path, const SaveOptions& options = {});
+
+enum class LoadMode {
+    strict,  ///< every parameter and attribute of the module and of the file must match
+    lenient, ///< names present on only one side are skipped; matching names must still fit
+};
+
+/// Loads parameters and attributes from `path` into `module`. Every name, shape and dtype
+/// is checked before anything is copied; all mismatches are reported in one
+/// std::runtime_error. A missing, truncated or corrupt file is a std::runtime_error
+/// naming it.
+void loadModel(Module& module, const std::string& path, LoadMode mode = LoadMode::strict);
+
+/// The blueprint JSON stored in `path` (std::runtime_error when there is none).
+std::string readBlueprint(const std::string& path);
+
+/// True when `path` starts with the HDF5 signature.
+bool isHdf5File(const std::string& path);
+
+} // namespace tessera

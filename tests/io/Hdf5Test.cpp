@@ -1,0 +1,149 @@
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "GradCheck.h"
+#include "containers/Sequential.h"
+#include "io/Factory.h"
+#include "io/Hdf5.h"
+#include "modules/Activation.h"
+#include "modules/BatchNormND.h"
+#include "modules/Conv.h"
+#include "modules/Flatten.h"
+#include "modules/Linear.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+std::string tempFile(const std::string& name) {
+    const std::string dir = ::testing::TempDir() + "tessera_h5";
+    std::filesystem::create_directories(dir);
+    return dir + "/" + name;
+}
+
+// conv -> batch norm -> relu -> flatten -> fc1 -> fc2, where fc2 shares fc1's weights.
+std::shared_ptr<Sequential> model(uint64_t seed, int64_t hidden = 6) {
+    manualSeed(seed);
+    auto net = std::make_shared<Sequential>("net");
+    net->append(std::make_shared<Conv2D>(1, 2, 3, ConvOptions{.pad = {1}, .name = "conv"}));
+    net->append(std::make_shared<BatchNorm2D>(2, BatchNormOptions{.name = "bn"}));
+    net->append(std::make_shared<Activation>(ActivationKind::relu));
+    net->append(std::make_shared<Flatten>());
+    auto fc1 = std::make_shared<Linear>(2 * 3 * 3, hidden, LinearOptions{.name = "fc1"});
+    auto fc2 = std::make_shared<Linear>(hidden, hidden, LinearOptions{.name = "fc2"});
+    net->append(fc1);
+    net->append(fc2);
+    return net;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+TEST(Hdf5, SaveLoadRoundTripWithAttributesAndSharedParameters) {
+    auto a = model(1);
+    // Share one weight between two modules: the file stores it once.
+    auto shared = Variable::of(randomTensor({6, 6}, 3));
+    a->getByName("fc2").setVar("W", shared);
+    a->getByName("fc2").setVar("b", a->getByName("fc1").getVar("b"));
+    (*a)(randomTensor({4, 1, 3, 3}, 4)); // a train-mode forward updates the running statistics
+    const std::string path = tempFile("roundtrip.h5");
+    saveModel(*a, path);
+    EXPECT_TRUE(isHdf5File(path));
+    EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+    auto b = model(2);
+    b->getByName("fc2").setVar("W", Variable::of(Tensor::zeros({6, 6})));
+    loadModel(*b, path);
+    const auto pa = a->namedParams(), pb = b->namedParams();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+        SCOPED_TRACE(pa[i].first);
+        EXPECT_EQ(pb[i].second->data.toVector<float>(), pa[i].second->data.toVector<float>());
+    }
+    EXPECT_EQ(b->getByName("bn").getAttr("mean").toVector<float>(), a->getByName("bn").getAttr("mean").toVector<float>());
+    // The blueprint alone rebuilds the model.
+    ModulePtr rebuilt = buildModule(blueprintFromJson(readBlueprint(path)));
+    EXPECT_EQ(rebuilt->blueprint().toJson(), a->blueprint().toJson());
+}
+
+TEST(Hdf5, StrictLoadReportsEveryMismatchAndCopiesNothing) {
+    auto a = model(1);
+    const std::string path = tempFile("strict.h5");
+    saveModel(*a, path, {.blueprint = false});
+    auto wider = model(2, 8); // fc1 [18, 8], fc2 [8, 8]: three shape mismatches
+    const std::vector<float> before = wider->getByName("conv").getVar("W")->data.toVector<float>();
+    const std::string msg = errorOf([&] { loadModel(*wider, path); });
+    EXPECT_NE(msg.find("nothing was loaded"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameter fc1.W: file has [18, 6], model has [18, 8]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameter fc2.W: file has [6, 6], model has [8, 8]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameter fc2.b: file has [6], model has [8]"), std::string::npos) << msg;
+    EXPECT_EQ(wider->getByName("conv").getVar("W")->data.toVector<float>(), before);
+    EXPECT_NE(errorOf([&] { readBlueprint(path); }).find("holds no blueprint"), std::string::npos);
+}
+
+TEST(Hdf5, LenientLoadSkipsNamesOnOneSide) {
+    auto a = model(1);
+    const std::string path = tempFile("lenient.h5");
+    saveModel(*a, path);
+    auto extra = model(2);
+    extra->append(std::make_shared<Linear>(6, 2, LinearOptions{.name = "head"}));
+    EXPECT_NE(errorOf([&] { loadModel(*extra, path); }).find("parameter head.W: not in the file"), std::string::npos);
+    loadModel(*extra, path, LoadMode::lenient);
+    EXPECT_EQ(extra->getByName("fc1").getVar("W")->data.toVector<float>(),
+              a->getByName("fc1").getVar("W")->data.toVector<float>());
+}
+
+TEST(Hdf5, BadFilesAreClearErrors) {
+    auto a = model(1);
+    EXPECT_NE(errorOf([&] { loadModel(*a, tempFile("missing.h5")); }).find("no such file"), std::string::npos);
+    const std::string text = tempFile("text.h5");
+    std::ofstream(text) << "not a model";
+    EXPECT_NE(errorOf([&] { loadModel(*a, text); }).find("not an HDF5 file"), std::string::npos);
+    const std::string good = tempFile("good.h5");
+    saveModel(*a, good);
+    const auto size = std::filesystem::file_size(good);
+    const std::string cut = tempFile("truncated.h5");
+    std::filesystem::copy_file(good, cut, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(cut, size / 2);
+    const std::string msg = errorOf([&] { loadModel(*a, cut); });
+    EXPECT_NE(msg.find("model file " + cut), std::string::npos) << msg;
+}
+
+// h5py reads what Tessera writes, and Tessera reads what h5py writes.
+TEST(Hdf5, InteroperatesWithH5py) {
+    const std::string script = std::string(TESSERA_SOURCE_DIR) + "/tests/io/h5py_interop.py";
+    auto a = model(1);
+    a->getByName("fc2").setVar("b", a->getByName("fc1").getVar("b")); // shared: stored once
+    const std::string ours = tempFile("for_h5py.h5");
+    saveModel(*a, ours);
+    const std::string listing = tempFile("h5py_listing.txt");
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " verify " + ours + " > " + listing).c_str()), 0);
+    std::ifstream in(listing);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(all.find("conv.W 0 2x1x3x3"), std::string::npos) << all;
+    EXPECT_NE(all.find("fc1.b 5 6"), std::string::npos) << all;
+    EXPECT_NE(all.find("fc2.b 5 6"), std::string::npos) << all; // the same dataset
+    EXPECT_NE(all.find("fc2.W 6 6x6"), std::string::npos) << all;
+    EXPECT_NE(all.find("attr bn.mean 2"), std::string::npos) << all;
+    EXPECT_NE(all.find("blueprint {\"classname\": \"Sequential\""), std::string::npos) << all;
+
+    const std::string theirs = tempFile("from_h5py.h5");
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " write " + theirs).c_str()), 0);
+    Linear fc(3, 2, {.name = "fc"});
+    Sequential net;
+    net.append(std::shared_ptr<Linear>(&fc, [](Linear*) {}));
+    loadModel(net, theirs);
+    EXPECT_EQ(fc.getVar("W")->data.toVector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(fc.getVar("b")->data.toVector<float>(), (std::vector<float>{10, 20}));
+}
+
+} // namespace
+} // namespace tessera
