@@ -4,6 +4,9 @@
 
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "modules/Concat.h"
+#include "modules/Deconv.h"
+#include "modules/Identity.h"
 #include "modules/Activation.h"
 #include "modules/Conv.h"
 #include "modules/Dropout.h"
@@ -77,6 +80,40 @@ std::shared_ptr<Sequential> loadVGG(int depth, int64_t classes) {
     return net;
 }
 
+ModulePtr loadUNet(int64_t inmaps, int64_t classes) {
+    auto twoConvs = [](const NodePtr& x, int64_t in, int64_t out, const std::string& p) {
+        auto a = node(conv(in, out, 3, 1, 1, p + "_conv1"), x, p + "_conv1");
+        auto ra = node(relu(p + "_relu1"), a, p + "_relu1");
+        auto b = node(conv(out, out, 3, 1, 1, p + "_conv2"), ra, p + "_conv2");
+        return node(relu(p + "_relu2"), b, p + "_relu2");
+    };
+    auto data = node(std::make_shared<Identity>(), {}, "data");
+    std::vector<NodePtr> skips;
+    NodePtr x = data;
+    int64_t in = inmaps;
+    for (int d = 0; d < 4; ++d) {
+        const int64_t out = 64 << d;
+        const std::string p = "down" + std::to_string(d + 1);
+        x = twoConvs(x, in, out, p);
+        skips.push_back(x);
+        x = node(std::make_shared<MaxPool2D>(2, PoolOptions{.name = p + "_pool"}), x, p + "_pool");
+        in = out;
+    }
+    x = twoConvs(x, 512, 1024, "bottom");
+    in = 1024;
+    for (int u = 0; u < 4; ++u) {
+        const int64_t out = in / 2;
+        const std::string p = "up" + std::to_string(u + 1);
+        auto up = node(std::make_shared<Deconv2D>(in, out, 2, ConvOptions{.stride = {2}, .name = p + "_deconv"}), x,
+                       p + "_deconv");
+        auto cat = node(std::make_shared<Concat>(1, p + "_concat"), {skips[3 - u], up}, p + "_concat");
+        x = twoConvs(cat, in, out, p);
+        in = out;
+    }
+    x = node(conv(64, classes, 1, 1, 0, "head"), x, "head");
+    return std::make_shared<Graph>(std::vector<NodePtr>{data}, std::vector<NodePtr>{x}, "unet");
+}
+
 const std::vector<ZooEntry>& zooModels() {
     static const std::vector<ZooEntry> entries = [] {
         std::vector<ZooEntry> e = {
@@ -91,6 +128,8 @@ const std::vector<ZooEntry>& zooModels() {
             {"resnet50", "1x3x224x224", 25557032, "torchvision resnet50"},
             {"resnet101", "1x3x224x224", 44549160, "torchvision resnet101"},
             {"resnet152", "1x3x224x224", 60192808, "torchvision resnet152"},
+            {"unet", "1x1x256x256", 31030658,
+             "the layers of Ronneberger et al. 2015 with 1 input map and 2 classes (the paper prints no count)"},
         };
         for (int d : {18, 34, 50, 101, 152}) e.push_back({"resnet" + std::to_string(d) + "-cifar", "1x3x32x32", 0, ""});
         return e;
@@ -102,6 +141,7 @@ ModulePtr loadZooModel(const std::string& name) {
     if (name == "lenet") return loadLeNet();
     if (name == "mlp") return loadMLP();
     if (name == "nin") return loadNiN();
+    if (name == "unet") return loadUNet();
     for (int d : {11, 16, 19}) {
         if (name == "vgg" + std::to_string(d)) return loadVGG(d);
     }

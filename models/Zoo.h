@@ -33,4 +33,11 @@ std::shared_ptr<Sequential> loadNiN(int64_t classes = 1000);
 /// 25088-4096-4096-classes with relu and dropout.
 std::shared_ptr<Sequential> loadVGG(int depth, int64_t classes = 1000);
 
+/// UNet (Ronneberger et al.) with padded 3x3 convolutions, so the output has the input's
+/// size (which must divide by 16): four down steps (two conv+relu, 2x2 max pooling), a
+/// 1024-channel bottom, four up steps (2x2 stride-2 deconvolution, concatenation with the
+/// skip, two conv+relu), then a 1x1 convolution to `classes` maps. x: [N, inmaps, H, W]
+/// -> [N, classes, H, W].
+ModulePtr loadUNet(int64_t inmaps = 1, int64_t classes = 2);
+
 } // namespace tessera
