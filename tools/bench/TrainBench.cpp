@@ -42,13 +42,17 @@ void BM_TrainStep(benchmark::State& state, std::string model) {
     CrossEntropy cost;
     const int64_t kBatch = batchOf(model);
     auto [x, y] = batchOf(model, kBatch);
-    for (auto _ : state) {
+    auto step = [&] {
         Tensor out = (*net)(x);
         CostResult r = cost(out, y);
         sgd.zeroGradParams();
         net->backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
         sgd.update();
-    }
+    };
+    // Warm-up, untimed: primitives are built and JIT-compiled on first use (the PyTorch
+    // script warms up too).
+    for (int i = 0; i < 3; ++i) step();
+    for (auto _ : state) step();
     state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -58,6 +62,7 @@ void BM_Inference(benchmark::State& state, std::string model) {
     net->evalMode();
     const int64_t kBatch = batchOf(model);
     auto [x, y] = batchOf(model, kBatch);
+    for (int i = 0; i < 3; ++i) (*net)(x); // warm-up, untimed
     for (auto _ : state) benchmark::DoNotOptimize((*net)(x).raw());
     state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
 }

@@ -127,10 +127,12 @@ def main():
             results[w][0].append(tessera_rate(args.bench, *w, args.min_time))
             results[w][1].append(torch_rate(*w, args.min_time))
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
-    print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7}")
+    print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7}   "
+          f"{'ratio per repetition':<30}")
     for (model, mode), (ours, theirs) in results.items():
         a, b = statistics.median(ours), statistics.median(theirs)
-        print(f"{model + ' ' + mode:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x")
+        each = " ".join(f"{x / y:.2f}" for x, y in zip(ours, theirs))
+        print(f"{model + ' ' + mode:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x   {each}")
         sys.stdout.flush()
 
 
