@@ -140,6 +140,15 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
     return ::testing::AssertionFailure() << "did not throw";
 }
 
+std::string errorOf(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
 ::testing::AssertionResult allClose(const Tensor& actual, const std::vector<float>& expected, float tol) {
     if (actual.numel() != static_cast<int64_t>(expected.size())) {
         return ::testing::AssertionFailure() << "size " << actual.numel() << " vs expected " << expected.size();

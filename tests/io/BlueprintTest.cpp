@@ -178,15 +178,6 @@ TEST(Blueprint, ZooModelsRoundTrip) {
     EXPECT_EQ(rebuilt->dataShapeFrom(Shape{2, 3, 32, 32}), (Shape{2, 10}));
 }
 
-std::string errorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "no error";
-}
-
 TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {
     EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": \"Linear\", "); }).find("blueprint JSON"), std::string::npos);
     EXPECT_NE(errorOf([] { buildModule(blueprintFromJson(R"({"classname": "Lineer"})")); }).find("unknown module class 'Lineer'"),

@@ -38,15 +38,6 @@ std::shared_ptr<Sequential> model(uint64_t seed, int64_t hidden = 6) {
     return net;
 }
 
-std::string errorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "no error";
-}
-
 TEST(Hdf5, SaveLoadRoundTripWithAttributesAndSharedParameters) {
     auto a = model(1);
     // Share one weight between two modules: the file stores it once.

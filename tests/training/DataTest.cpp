@@ -40,15 +40,6 @@ void writeGz(const std::string& path, const std::vector<uint8_t>& bytes) {
     gzclose(f);
 }
 
-std::string errorOf(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "no error";
-}
-
 TEST(Idx, ReadsPlainAndGzip) {
     const std::string dir = tempDir("idx");
     const std::vector<uint8_t> pixels = {0, 255, 51, 102, 1, 2, 3, 4};
