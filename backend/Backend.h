@@ -223,7 +223,8 @@ public:
 
     // ---- costs -------------------------------------------------------------------------
     /// Softmax cross-entropy. scores: [N, C, ...], labels: [N, ...] int32 in [0, C),
-    /// weights: [C] or undefined -> grad: scores' shape, the gradient of the mean over the
+    /// weights: [C] or undefined -> grad (undefined: not computed): scores' shape, the
+    /// gradient of the mean over the
     /// N * positions samples of weight[label] * -log softmax(scores)[label]. Returns that
     /// mean in `error` and the number of argmax hits in `correct`. Throws ShapeError naming
     /// the first label outside [0, C).

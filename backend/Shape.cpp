@@ -1,5 +1,6 @@
 #include "backend/Shape.h"
 
+#include <sstream>
 #include <stdexcept>
 
 namespace tessera {
@@ -41,6 +42,27 @@ std::string str(const Shapes& shapes) {
         s += shapes[i].str();
     }
     return s + "]";
+}
+
+Shape parseShape(const std::string& text) {
+    std::vector<int64_t> dims;
+    std::stringstream in(text);
+    std::string part;
+    while (std::getline(in, part, 'x')) {
+        size_t used = 0;
+        int64_t d = -1;
+        try {
+            d = std::stoll(part, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != part.size() || d <= 0) {
+            throw std::invalid_argument("'" + text + "' is not a shape like 1x3x224x224 (positive dims joined by 'x')");
+        }
+        dims.push_back(d);
+    }
+    if (dims.empty()) throw std::invalid_argument("an empty shape; expected one like 1x3x224x224");
+    return Shape(dims);
 }
 
 } // namespace tessera

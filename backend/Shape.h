@@ -39,4 +39,8 @@ using Shapes = std::vector<Shape>;
 /// `[[128, 784], [128, 10]]`.
 std::string str(const Shapes& shapes);
 
+/// "1x3x224x224" -> [1, 3, 224, 224]. Throws std::invalid_argument unless the text is
+/// positive integers joined by 'x'.
+Shape parseShape(const std::string& text);
+
 } // namespace tessera

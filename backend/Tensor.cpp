@@ -206,6 +206,13 @@ void Tensor::copyFrom(const Tensor& src) {
     be.copy(src, *this);
 }
 
+Tensors plainAll(const Tensors& tensors) {
+    Tensors out;
+    out.reserve(tensors.size());
+    for (const Tensor& t : tensors) out.push_back(t.plain());
+    return out;
+}
+
 Shapes shapesOf(const Tensors& tensors) {
     Shapes shapes;
     shapes.reserve(tensors.size());

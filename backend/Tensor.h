@@ -122,4 +122,7 @@ using Tensors = std::vector<Tensor>;
 /// The shapes of a list of tensors.
 Shapes shapesOf(const Tensors& tensors);
 
+/// Each tensor in plain layout (`Tensor::plain`).
+Tensors plainAll(const Tensors& tensors);
+
 } // namespace tessera

@@ -29,14 +29,6 @@ void Module::requireCount(const Shapes& shapes, size_t count, const char* what) 
 
 // ---- forward ------------------------------------------------------------------------
 
-namespace {
-Tensors plainAll(const Tensors& tensors) {
-    Tensors out;
-    out.reserve(tensors.size());
-    for (const Tensor& t : tensors) out.push_back(t.plain());
-    return out;
-}
-} // namespace
 
 Shapes Module::inferDataShape(const Shapes& inShapes) const {
     for (size_t i = 0; i < inShapes.size(); ++i) {

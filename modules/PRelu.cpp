@@ -25,18 +25,25 @@ Tensors PRelu::updateData(const Tensors& data) {
     return {y};
 }
 
-// The backend computes dx and dslopes together; dslopes goes to a scratch tensor here.
+// The backend computes dx and dslopes together: updateGrad keeps dslopes for the
+// accGradParams that follows on the same gradient, so backward runs the op once.
 Tensors PRelu::updateGrad(const Tensors& grad) {
     Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
-    Tensor scratch = Tensor::empty(getVar("slopes")->data.shape(), DType::float32, dx.device());
-    backendOf(dx).preluBackward(inData(), getVar("slopes")->data, grad[0], dx, 1.0f, 0.0f, scratch);
+    dslopes_ = Tensor::empty(getVar("slopes")->data.shape(), DType::float32, dx.device());
+    lastGrad_ = grad[0];
+    backendOf(dx).preluBackward(inData(), getVar("slopes")->data, grad[0], dx, 1.0f, 0.0f, dslopes_);
     return {dx};
 }
 
 void PRelu::accGradParams(const Tensors& grad, float scale, float momentum) {
-    Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
     const auto& v = getVar("slopes");
-    backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, scale, momentum, v->grad);
+    if (dslopes_.defined() && lastGrad_.sharesStorage(grad[0])) {
+        backendOf(v->grad).axpby(scale, dslopes_, momentum, v->grad);
+    } else { // parameter gradients only: dx goes to scratch
+        Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
+        backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, scale, momentum, v->grad);
+    }
+    dslopes_ = lastGrad_ = Tensor();
 }
 
 Blueprint PRelu::blueprint() const {

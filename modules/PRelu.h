@@ -32,6 +32,7 @@ protected:
 private:
     int64_t maps_;
     PReluOptions options_;
+    Tensor dslopes_, lastGrad_; // from updateGrad, for the accGradParams that follows
 };
 
 } // namespace tessera

@@ -22,9 +22,8 @@ void Cost::accumulate(double err, int64_t batch) {
 
 CostResult Cost::operator()(const Tensors& pred, const Tensors& target) {
     checkInputs(pred, target);
-    Tensors plainPred;
-    for (const Tensor& p : pred) plainPred.push_back(p.plain());
-    CostResult r = compute(plainPred, target);
+    // Costs read predictions row-major: blocked outputs of a network are reordered here.
+    CostResult r = compute(plainAll(pred), target);
     accumulate(r.error, pred[0].shape()[0]);
     return r;
 }
@@ -33,9 +32,7 @@ CostResult Cost::operator()(const Tensor& pred, const Tensor& target) { return (
 
 double Cost::validate(const Tensors& pred, const Tensors& target) {
     checkInputs(pred, target);
-    Tensors plainPred;
-    for (const Tensor& p : pred) plainPred.push_back(p.plain());
-    const double e = validationError(plainPred, target);
+    const double e = validationError(plainAll(pred), target);
     accumulate(e, pred[0].shape()[0]);
     return e;
 }

@@ -36,22 +36,27 @@ void CrossEntropy::checkInputs(const Tensors& pred, const Tensors& target) const
     }
 }
 
-CostResult CrossEntropy::compute(const Tensors& pred, const Tensors& target) {
-    const Tensor& scores = pred[0];
-    Tensor grad = Tensor::empty(scores.shape(), DType::float32, scores.device());
+double CrossEntropy::run(const Tensors& pred, const Tensors& target, const Tensor& grad) {
     double err = 0.0;
     int64_t correct = 0;
     try {
-        backendOf(scores).crossEntropy(scores, target[0], weights_, grad, err, correct);
+        backendOf(pred[0]).crossEntropy(pred[0], target[0], weights_, grad, err, correct);
     } catch (const ShapeError& e) {
         throw error(e.what());
     }
     lastAccuracy_ = static_cast<double>(correct) / static_cast<double>(target[0].numel());
+    return err;
+}
+
+CostResult CrossEntropy::compute(const Tensors& pred, const Tensors& target) {
+    Tensor grad = Tensor::empty(pred[0].shape(), DType::float32, pred[0].device());
+    const double err = run(pred, target, grad);
     return {err, {grad}};
 }
 
+// Accuracy only: no gradient is computed.
 double CrossEntropy::validationError(const Tensors& pred, const Tensors& target) {
-    compute(pred, target);
+    run(pred, target, Tensor());
     return 1.0 - lastAccuracy_;
 }
 

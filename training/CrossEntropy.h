@@ -29,6 +29,9 @@ protected:
     double validationError(const Tensors& pred, const Tensors& target) override;
 
 private:
+    /// The mean error; fills `grad` when it is defined; sets lastAccuracy_.
+    double run(const Tensors& pred, const Tensors& target, const Tensor& grad);
+
     CrossEntropyOptions options_;
     Tensor weights_;
     double lastAccuracy_ = 0.0;

@@ -46,9 +46,9 @@ void Optimizer::setupOn(Module& net, bool useGlobalState) {
 
 void Optimizer::setWeightDecay(float decay, std::function<bool(const std::string&)> applies) {
     if (decay < 0) throw std::invalid_argument(classname() + ": weight decay must not be negative");
+    if (applies && !bound_) throw std::logic_error(classname() + ": call setupOn before a filtered weight decay");
     weightDecay_ = decay;
     for (Entry& e : entries_) e.decays = !applies || applies(e.name);
-    if (applies && !bound_) throw std::logic_error(classname() + ": call setupOn before a filtered weight decay");
 }
 
 void Optimizer::setLearnRateFactor(const std::string& name, float factor) {

@@ -25,7 +25,7 @@ void CpuBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const 
     const float* ps = scores.data<float>();
     const int32_t* pl = labels.data<int32_t>();
     const float* pw = weights.defined() ? weights.data<float>() : nullptr;
-    float* pg = grad.data<float>();
+    float* pg = grad.defined() ? grad.data<float>() : nullptr;
     for (int64_t i = 0; i < samples; ++i) checkLabel(pl[i], c, i);
     double err = 0;
     int64_t hits = 0;
@@ -34,7 +34,6 @@ void CpuBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const 
     for (int64_t i = 0; i < samples; ++i) {
         const int64_t b = i / inner, at = i % inner;
         const float* row = ps + b * c * inner + at;
-        float* grow = pg + b * c * inner + at;
         float mx = row[0];
         int64_t arg = 0;
         for (int64_t k = 1; k < c; ++k) {
@@ -49,6 +48,8 @@ void CpuBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const 
         const float w = pw ? pw[y] : 1.0f;
         err += w * (std::log(sum) - (row[y * inner] - mx));
         hits += arg == y;
+        if (!pg) continue;
+        float* grow = pg + b * c * inner + at;
         for (int64_t k = 0; k < c; ++k) {
             const auto p = static_cast<float>(std::exp(static_cast<double>(row[k * inner] - mx)) / sum);
             grow[k * inner] = w * norm * (p - (k == y ? 1.0f : 0.0f));

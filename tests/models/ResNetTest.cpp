@@ -1,5 +1,7 @@
 #include "GradCheck.h"
 #include "models/ResNet.h"
+#include "models/Zoo.h"
+#include "modules/Init.h"
 
 namespace tessera {
 namespace {
@@ -25,14 +27,6 @@ TEST(ResNet, CifarResNet18RunsForwardAndBackward) {
     EXPECT_TRUE(checkShapes(*net, {randomTensor({2, 3, 32, 32}, 1)}));
 }
 
-} // namespace
-} // namespace tessera
-
-#include "models/Zoo.h"
-#include "modules/Init.h"
-
-namespace tessera {
-namespace {
 
 // Every zoo model with a published parameter count matches it, and every zoo model passes
 // the whole-model shape check at its typical input without running.
@@ -44,15 +38,10 @@ TEST(Zoo, PublishedParameterCountsAndShapeChecks) {
         if (e.publishedParams) {
             EXPECT_EQ(m->numOfParams(), e.publishedParams) << e.source;
         }
-        std::vector<int64_t> dims;
-        for (size_t at = 0, next; at <= e.input.size(); at = next + 1) {
-            next = e.input.find('x', at);
-            if (next == std::string::npos) next = e.input.size();
-            dims.push_back(std::stoll(e.input.substr(at, next - at)));
-        }
-        const Shapes out = m->inferDataShape({Shape(dims)});
+        const Shape input = parseShape(e.input);
+        const Shapes out = m->inferDataShape({input});
         EXPECT_EQ(out.size(), 1u);
-        EXPECT_EQ(m->gradShapeFrom(out), (Shapes{Shape(dims)}));
+        EXPECT_EQ(m->gradShapeFrom(out), (Shapes{input}));
     }
     EXPECT_THROW(loadZooModel("alexnet"), std::invalid_argument);
 }

@@ -12,25 +12,15 @@
 
 namespace tessera::cli {
 
-Shape parseShape(const std::string& text) {
-    std::vector<int64_t> dims;
-    std::stringstream in(text);
-    std::string part;
-    while (std::getline(in, part, 'x')) {
-        size_t used = 0;
-        int64_t d = -1;
-        try {
-            d = std::stoll(part, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != part.size() || d <= 0) {
-            throw std::invalid_argument("--input '" + text + "' is not a shape like 1x3x224x224 (positive dims joined by 'x')");
-        }
-        dims.push_back(d);
+Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch) {
+    if (inputs.empty()) throw std::invalid_argument("give the input shape with --input, for example --input 1x3x224x224");
+    Shapes shapes;
+    for (const std::string& s : inputs) {
+        Shape sh = parseShape(s);
+        if (batch > 0) sh[0] = batch;
+        shapes.push_back(sh);
     }
-    if (dims.empty()) throw std::invalid_argument("--input is empty; expected a shape like 1x3x224x224");
-    return Shape(dims);
+    return shapes;
 }
 
 ModulePtr loadModel(const std::string& model) {
@@ -77,14 +67,8 @@ int runCheck(const CheckArgs& a) {
         for (const ZooEntry& e : zooModels()) {
             if (e.name == a.model) inputs.push_back(e.input);
         }
-        if (inputs.empty()) throw std::invalid_argument("give the input shape with --input, for example --input 1x3x224x224");
     }
-    Shapes shapes;
-    for (const std::string& s : inputs) {
-        Shape sh = parseShape(s);
-        if (a.batch > 0) sh[0] = a.batch;
-        shapes.push_back(sh);
-    }
+    const Shapes shapes = parseInputs(inputs, a.batch);
     try {
         const Shapes out = net->inferDataShape(shapes);
         const Shapes in = net->gradShapeFrom(out);

@@ -95,17 +95,6 @@ struct InspectArgs {
     std::string output;
 };
 
-Shapes inputShapes(const InspectArgs& a) {
-    if (a.inputs.empty()) throw std::invalid_argument("give the input shape with --input, for example --input 1x3x224x224");
-    Shapes shapes;
-    for (const std::string& s : a.inputs) {
-        Shape sh = parseShape(s);
-        if (a.batch > 0) sh[0] = a.batch;
-        shapes.push_back(sh);
-    }
-    return shapes;
-}
-
 std::string human(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
@@ -120,7 +109,7 @@ std::string human(double bytes) {
 
 int runSummary(const InspectArgs& a) {
     ModulePtr net = loadModel(a.model);
-    const std::vector<Row> rows = rowsOf(*net, inputShapes(a));
+    const std::vector<Row> rows = rowsOf(*net, parseInputs(a.inputs, a.batch));
     std::printf("%-28s %-14s %-22s %12s %12s %12s\n", "node", "module", "output", "params", "MFLOPs", "activations");
     double flops = 0, activations = 0;
     for (const Row& r : rows) {
@@ -151,7 +140,7 @@ std::string dotEscape(const std::string& s) {
 int runDraw(const InspectArgs& a) {
     if (a.output.empty()) throw std::invalid_argument("draw needs -o FILE (.dot, .png or .svg)");
     ModulePtr net = loadModel(a.model);
-    const std::vector<Row> rows = rowsOf(*net, inputShapes(a));
+    const std::vector<Row> rows = rowsOf(*net, parseInputs(a.inputs, a.batch));
     std::string dot = "digraph \"" + dotEscape(a.model) + "\" {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\"];\n";
     dot += "  \"input\" [shape=ellipse];\n";
     for (const Row& r : rows) {
