@@ -4,6 +4,7 @@
 
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "modules/BatchNormND.h"
 #include "modules/Concat.h"
 #include "modules/Deconv.h"
 #include "modules/Identity.h"
@@ -114,6 +115,71 @@ ModulePtr loadUNet(int64_t inmaps, int64_t classes) {
     return std::make_shared<Graph>(std::vector<NodePtr>{data}, std::vector<NodePtr>{x}, "unet");
 }
 
+namespace {
+// conv (with bias) -> batch norm -> relu, as every convolution of BN-Inception.
+NodePtr convBnRelu(const NodePtr& x, int64_t in, int64_t out, int64_t size, int64_t stride, const std::string& name) {
+    auto c = node(conv(in, out, size, stride, size / 2, name), x, name);
+    auto bn = node(std::make_shared<BatchNorm2D>(out, BatchNormOptions{.name = name + "_bn"}), c, name + "_bn");
+    return node(relu(name + "_relu"), bn, name + "_relu");
+}
+
+// One BN-Inception unit. `reduce` units (3c, 4e) have no 1x1 branch, stride 2 in their 3x3
+// branches and a max-pooling branch with no projection. Returns the concatenation and
+// its channel count.
+struct InceptionUnit {
+    const char* name;
+    int64_t mid3, mid33;           ///< 1x1 reductions before the 3x3 and the double-3x3 branches
+    int64_t out1, out3, out33, outPool; ///< branch outputs (out1 and outPool 0 in reduce units)
+    bool reduce, maxPool;
+};
+
+NodePtr inceptionUnit(const NodePtr& x, int64_t in, const InceptionUnit& u, int64_t& out) {
+    const std::string p = std::string("inception_") + u.name;
+    const int64_t stride = u.reduce ? 2 : 1;
+    Parents branches;
+    if (!u.reduce) branches.push_back(convBnRelu(x, in, u.out1, 1, 1, p + "_1x1"));
+    auto r3 = convBnRelu(x, in, u.mid3, 1, 1, p + "_3x3_reduce");
+    branches.push_back(convBnRelu(r3, u.mid3, u.out3, 3, stride, p + "_3x3"));
+    auto r33 = convBnRelu(x, in, u.mid33, 1, 1, p + "_double_3x3_reduce");
+    auto d1 = convBnRelu(r33, u.mid33, u.out33, 3, 1, p + "_double_3x3_1");
+    branches.push_back(convBnRelu(d1, u.out33, u.out33, 3, stride, p + "_double_3x3_2"));
+    const PoolOptions pool{.stride = {stride}, .pad = {1}, .name = p + "_pool"};
+    NodePtr pooled = u.maxPool ? node(std::make_shared<MaxPool2D>(3, pool), x, p + "_pool")
+                               : node(std::make_shared<AvgPool2D>(3, pool), x, p + "_pool");
+    branches.push_back(u.reduce ? pooled : convBnRelu(pooled, in, u.outPool, 1, 1, p + "_pool_proj"));
+    out = u.out1 + u.out3 + u.out33 + (u.reduce ? in : u.outPool);
+    return node(std::make_shared<Concat>(1, p + "_output"), branches, p + "_output");
+}
+} // namespace
+
+ModulePtr loadInceptionBN(int64_t classes) {
+    auto data = node(std::make_shared<Identity>(), {}, "data");
+    NodePtr x = convBnRelu(data, 3, 64, 7, 2, "conv1_7x7_s2");
+    x = node(std::make_shared<MaxPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}, .name = "pool1_3x3_s2"}), x,
+             "pool1_3x3_s2");
+    x = convBnRelu(x, 64, 64, 1, 1, "conv2_3x3_reduce");
+    x = convBnRelu(x, 64, 192, 3, 1, "conv2_3x3");
+    x = node(std::make_shared<MaxPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}, .name = "pool2_3x3_s2"}), x,
+             "pool2_3x3_s2");
+    const InceptionUnit units[] = {
+        {"3a", 64, 64, 64, 64, 96, 32, false, false},      {"3b", 64, 64, 64, 96, 96, 64, false, false},
+        {"3c", 128, 64, 0, 160, 96, 0, true, true},        {"4a", 64, 96, 224, 96, 128, 128, false, false},
+        {"4b", 96, 96, 192, 128, 128, 128, false, false},  {"4c", 128, 128, 160, 160, 160, 128, false, false},
+        {"4d", 128, 160, 96, 192, 192, 128, false, false}, {"4e", 128, 192, 0, 192, 256, 0, true, true},
+        {"5a", 192, 160, 352, 320, 224, 128, false, false}, {"5b", 192, 192, 352, 320, 224, 128, false, true},
+    };
+    int64_t in = 192;
+    for (const InceptionUnit& u : units) {
+        int64_t out = 0;
+        x = inceptionUnit(x, in, u, out);
+        in = out;
+    }
+    x = node(std::make_shared<GlobalAvgPool>("global_pool"), x, "global_pool");
+    x = node(std::make_shared<Flatten>("flatten"), x, "flatten");
+    x = node(std::make_shared<Linear>(in, classes, LinearOptions{.name = "fc"}), x, "fc");
+    return std::make_shared<Graph>(std::vector<NodePtr>{data}, std::vector<NodePtr>{x}, "inception-bn");
+}
+
 const std::vector<ZooEntry>& zooModels() {
     static const std::vector<ZooEntry> entries = [] {
         std::vector<ZooEntry> e = {
@@ -130,6 +196,9 @@ const std::vector<ZooEntry>& zooModels() {
             {"resnet152", "1x3x224x224", 60192808, "torchvision resnet152"},
             {"unet", "1x1x256x256", 31030658,
              "the layers of Ronneberger et al. 2015 with 1 input map and 2 classes (the paper prints no count)"},
+            {"inception-bn", "1x3x224x224", 11295240,
+             "BN-Inception (Ioffe & Szegedy 2015) as published with pretrained weights: biased convolutions, "
+             "each followed by batch norm"},
         };
         for (int d : {18, 34, 50, 101, 152}) e.push_back({"resnet" + std::to_string(d) + "-cifar", "1x3x32x32", 0, ""});
         return e;
@@ -142,6 +211,7 @@ ModulePtr loadZooModel(const std::string& name) {
     if (name == "mlp") return loadMLP();
     if (name == "nin") return loadNiN();
     if (name == "unet") return loadUNet();
+    if (name == "inception-bn") return loadInceptionBN();
     for (int d : {11, 16, 19}) {
         if (name == "vgg" + std::to_string(d)) return loadVGG(d);
     }

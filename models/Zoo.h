@@ -1,7 +1,7 @@
 #pragma once
 /// \file The model zoo by name, for `tessera check / summary / draw` and for users:
 /// lenet, mlp, nin, vgg11, vgg16, vgg19, resnet18 ... resnet152 (ImageNet stem) and
-/// resnet18-cifar ... resnet152-cifar (CIFAR stem, 10 classes).
+/// resnet18-cifar ... resnet152-cifar (CIFAR stem, 10 classes), unet, inception-bn.
 
 #include <string>
 #include <vector>
@@ -39,5 +39,13 @@ std::shared_ptr<Sequential> loadVGG(int depth, int64_t classes = 1000);
 /// skip, two conv+relu), then a 1x1 convolution to `classes` maps. x: [N, inmaps, H, W]
 /// -> [N, classes, H, W].
 ModulePtr loadUNet(int64_t inmaps = 1, int64_t classes = 2);
+
+/// Inception with batch normalisation (BN-Inception, Ioffe & Szegedy 2015) for 224x224
+/// images: a 7x7/2 stem, ten inception units (3a-3c, 4a-4e, 5a-5b) whose 5x5 branches are
+/// two 3x3 convolutions, and 3c and 4e reducing with stride 2; every convolution has a bias
+/// and is followed by batch norm and relu; global average pooling and one Linear.
+/// The stride-2 max poolings pad by 1 where the original used ceil rounding: the output
+/// sizes are the same, the windows start one pixel earlier.
+ModulePtr loadInceptionBN(int64_t classes = 1000);
 
 } // namespace tessera

@@ -8,6 +8,7 @@
 #include "io/Factory.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "models/Zoo.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
@@ -22,6 +23,7 @@
 #include "modules/Gelu.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
+#include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/KMaxPool.h"
 #include "modules/LRN.h"
@@ -176,6 +178,10 @@ TEST(Blueprint, ZooModelsRoundTrip) {
     ModulePtr rebuilt = buildModule(blueprintFromJson(resnet->blueprint().toJson()));
     EXPECT_EQ(rebuilt->numOfParams(), resnet->numOfParams());
     EXPECT_EQ(rebuilt->dataShapeFrom(Shape{2, 3, 32, 32}), (Shape{2, 10}));
+
+    ShapeOnlyBuild noInit;
+    auto inception = loadInceptionBN();
+    EXPECT_EQ(roundTrip(*inception), inception->blueprint().toJson());
 }
 
 TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {

@@ -27,6 +27,21 @@ TEST(ResNet, CifarResNet18RunsForwardAndBackward) {
     EXPECT_TRUE(checkShapes(*net, {randomTensor({2, 3, 32, 32}, 1)}));
 }
 
+// BN-Inception runs forward and backward at its real input size, and its 3c and 4e units
+// halve the spatial size (28 -> 14 -> 7) as in the paper's table.
+TEST(Zoo, InceptionBNRunsAndReducesAsPublished) {
+    auto net = loadInceptionBN(10);
+    EXPECT_TRUE(checkShapes(*net, {randomTensor({1, 3, 224, 224}, 2)}));
+    auto* g = dynamic_cast<Graph*>(net.get());
+    ASSERT_NE(g, nullptr);
+    const Shape in{1, 3, 224, 224};
+    EXPECT_EQ(g->dataShapeFrom(Shapes{in}), (Shapes{{1, 10}}));
+    auto shapeOf = [&](const std::string& name) { return g->getNodeByName(name).outShapes().at(0); };
+    EXPECT_EQ(shapeOf("inception_3b_output"), (Shape{1, 320, 28, 28}));
+    EXPECT_EQ(shapeOf("inception_3c_output"), (Shape{1, 576, 14, 14}));
+    EXPECT_EQ(shapeOf("inception_4e_output"), (Shape{1, 1056, 7, 7}));
+    EXPECT_EQ(shapeOf("inception_5b_output"), (Shape{1, 1024, 7, 7}));
+}
 
 // Every zoo model with a published parameter count matches it, and every zoo model passes
 // the whole-model shape check at its typical input without running.
