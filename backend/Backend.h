@@ -108,6 +108,9 @@ public:
     virtual MemoryStats memoryStats() const = 0;
     /// Start a new peak measurement from the current live bytes.
     virtual void resetPeak() = 0;
+    /// Wait until every op queued on this backend's device has finished (ops on a GPU run
+    /// asynchronously; the CPU's have finished when they return).
+    virtual void synchronize() {}
 
     // ---- fills and random ------------------------------------------------------------
     /// Every element of `t` <- value (converted to its dtype).
@@ -159,6 +162,13 @@ public:
     /// when it is defined.
     virtual void convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale,
                                      float momentum, const Tensor& dw, const Tensor& db) = 0;
+    /// Time the algorithms for this convolution that need at most `memlimit` bytes of
+    /// workspace and keep the fastest for its later calls. Backends with one algorithm
+    /// (the CPU's) do nothing.
+    virtual void optimizeConv(const ConvParams& p, const Shape& xShape, const Shape& wShape, const Shape& yShape,
+                              size_t memlimit) {
+        (void)p, (void)xShape, (void)wShape, (void)yShape, (void)memlimit;
+    }
 
     // ---- pooling ----------------------------------------------------------------------
     /// x: [N, C, *in] (any layout) -> y: [N, C, *out] = yShape in x's layout. For max
@@ -264,5 +274,14 @@ public:
 Backend& backendFor(Device device);
 /// The backend of `t`'s device.
 inline Backend& backendOf(const Tensor& t) { return backendFor(t.device()); }
+
+/// How many CUDA devices this process can use: 0 when Tessera was built without CUDA, or
+/// when there is no driver or no GPU.
+int cudaDeviceCount();
+
+/// Let cuBLAS and cuDNN use TF32 tensor cores for float32 work on every CUDA device (on by
+/// default: about 10 bits of mantissa in products, much faster on Ampere and later). A
+/// no-op without CUDA.
+void setCudaAllowTF32(bool allow);
 
 } // namespace tessera

@@ -4,6 +4,13 @@
 
 #include <cstdint>
 
+// The hash below also runs in CUDA kernels, so that every backend draws the same numbers.
+#if defined(__CUDACC__)
+#define TESSERA_HOST_DEVICE __host__ __device__
+#else
+#define TESSERA_HOST_DEVICE
+#endif
+
 namespace tessera {
 
 /// A seed and a running offset. Each draw of n values consumes n counters.
@@ -31,7 +38,7 @@ private:
 };
 
 /// A 64-bit hash of (seed, counter) with good avalanche (splitmix64 finaliser).
-inline uint64_t randomBits(uint64_t seed, uint64_t counter) {
+TESSERA_HOST_DEVICE inline uint64_t randomBits(uint64_t seed, uint64_t counter) {
     uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -39,7 +46,7 @@ inline uint64_t randomBits(uint64_t seed, uint64_t counter) {
 }
 
 /// Uniform float in [0, 1) from (seed, counter), 24 bits of mantissa.
-inline float randomUniform(uint64_t seed, uint64_t counter) {
+TESSERA_HOST_DEVICE inline float randomUniform(uint64_t seed, uint64_t counter) {
     return static_cast<float>(randomBits(seed, counter) >> 40) * (1.0f / 16777216.0f);
 }
 

@@ -3,6 +3,9 @@
 #include "backend/Errors.h"
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
+#if TESSERA_HAVE_CUDA
+#include "cuda/CudaBackend.h"
+#endif
 
 namespace tessera {
 
@@ -11,8 +14,37 @@ Backend& backendFor(Device device) {
         static CpuBackend cpu;
         return cpu;
     }
+#if TESSERA_HAVE_CUDA
+    return cudaBackend(device.index);
+#else
     throw BackendError("no backend for device " + device.str() +
-                       ": this build of Tessera has no CUDA backend (CPU only)");
+                       ": this build of Tessera has no CUDA backend (configure with TESSERA_USE_CUDA=ON)");
+#endif
+}
+
+int cudaDeviceCount() {
+#if TESSERA_HAVE_CUDA
+    static const int count = [] {
+        int n = 0;
+        // No driver or no GPU: a status, not an error, for this question.
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        return n;
+    }();
+    return count;
+#else
+    return 0;
+#endif
+}
+
+void setCudaAllowTF32(bool allow) {
+#if TESSERA_HAVE_CUDA
+    for (int i = 0; i < cudaDeviceCount(); ++i) cudaBackend(i).setAllowTF32(allow);
+#else
+    (void)allow;
+#endif
 }
 
 Generator& globalGenerator() {

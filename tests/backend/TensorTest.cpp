@@ -75,7 +75,9 @@ TEST(Tensor, CopiesAreExplicit) {
     EXPECT_THROW(dst.copyFrom(Tensor::zeros({3})), ShapeError);
 }
 
+// Without a CUDA build, or without a GPU, asking for CUDA memory names the device.
 TEST(Tensor, CudaWithoutBackendIsAClearError) {
+    if (cudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";
     try {
         Tensor::empty({2}, DType::float32, Device::cuda(0));
         FAIL() << "expected BackendError";

@@ -1,0 +1,165 @@
+#pragma once
+/// \file The CUDA backend: cuBLAS for GEMM; cuDNN for convolution, deconvolution, average
+/// pooling, batch norm and softmax; Tessera's kernels (cuda/Kernels.cu) for the rest. One
+/// stream, one cuBLAS handle and one cuDNN handle per device; storage comes from a caching
+/// allocator, so the steady state calls no cudaMalloc. Private to the library.
+///
+/// Every op runs asynchronously on the device's stream, except the ones that return a
+/// value to the host (costs, index checks, device-to-host copies), which wait for it.
+/// Tensors on this backend are always plain: inputs in a blocked layout (moved from the
+/// CPU) are reordered on arrival.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/Backend.h"
+#include "cuda/Check.h"
+
+namespace tessera {
+
+/// Device memory in size classes, kept for reuse when freed. All use is ordered on the
+/// device's one stream, so a freed block can be handed out again at once.
+class CachingAllocator {
+public:
+    explicit CachingAllocator(int device) : device_(device) {}
+    /// A block of at least `bytes`; on cudaMalloc failure, frees the cache and tries once more.
+    void* allocate(size_t bytes);
+    void release(void* ptr);
+    /// Give every cached block back to the driver.
+    void emptyCache();
+    MemoryStats stats() const;
+    void resetPeak();
+    /// Bytes held in the cache (free for reuse).
+    size_t cachedBytes() const;
+
+private:
+    static size_t roundUp(size_t bytes);
+
+    int device_;
+    mutable std::mutex mutex_;
+    std::multimap<size_t, void*> free_;
+    std::unordered_map<void*, size_t> live_;
+    size_t cached_ = 0;
+    MemoryStats stats_;
+};
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int index);
+    ~CudaBackend() override;
+    Device device() const override { return Device::cuda(index_); }
+
+    cudaStream_t stream() const { return stream_; }
+    CachingAllocator& allocator() { return allocator_; }
+    void synchronize() override;
+    /// Allow TF32 tensor-core math in cuBLAS and cuDNN for float32 (default: on).
+    void setAllowTF32(bool allow);
+
+    std::shared_ptr<Storage> allocate(size_t bytes) override;
+    void copy(const Tensor& src, const Tensor& dst) override;
+    void copyStrided(const Tensor& src, int64_t srcOffset, int64_t srcStride, const Tensor& dst, int64_t dstOffset,
+                     int64_t dstStride, int64_t rows, int64_t width) override;
+    void fillBytes(const Tensor& t, unsigned char byte) override;
+    void reorder(const Tensor& src, const Tensor& dst) override;
+    MemoryStats memoryStats() const override;
+    void resetPeak() override;
+
+    void fill(const Tensor& t, float value) override;
+    void fillUniform(const Tensor& t, float lo, float hi, Generator& gen) override;
+    void fillNormal(const Tensor& t, float mean, float stddev, Generator& gen) override;
+
+    void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+              const Tensor& C) override;
+    void broadcastRows(const Tensor& row, const Tensor& y) override;
+    void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
+
+    void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
+    void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
+    void activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) override;
+    void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
+                            const Tensor& dx) override;
+    void affine(const Tensor& x, float a, float b, const Tensor& y) override;
+    void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) override;
+    void cast(const Tensor& x, const Tensor& y) override;
+
+    Tensor convForward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
+                       const Shape& yShape) override;
+    Tensor convBackwardData(const ConvParams& p, const Tensor& dy, const Tensor& w, const Shape& xShape) override;
+    void convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale, float momentum,
+                             const Tensor& dw, const Tensor& db) override;
+    void optimizeConv(const ConvParams& p, const Shape& xShape, const Shape& wShape, const Shape& yShape,
+                      size_t memlimit) override;
+
+    Tensor poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
+                       Tensor& workspace) override;
+    Tensor poolBackward(const PoolParams& p, const Tensor& dy, const Tensor& workspace, const Shape& xShape,
+                        Layout xLayout) override;
+    void maxPoolIndices(const PoolParams& p, const Tensor& x, const Tensor& idx) override;
+
+    void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) override;
+    void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) override;
+    void topKIndices(const Tensor& x, int64_t k, const Tensor& idx) override;
+    void gatherRows(const Tensor& table, const Tensor& idx, const Tensor& y) override;
+    void scatterAddRows(const Tensor& src, const Tensor& idx, float scale, const Tensor& table) override;
+    void permute(const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y) override;
+
+    Tensor batchNormForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                            const Tensor& var, float eps, bool training) override;
+    Tensor batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
+                             const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) override;
+    Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) override;
+    Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) override;
+
+    void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) override;
+    void resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) override;
+    void padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+                    const Tensor& x, const Tensor& y) override;
+    void padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, const Tensor& dy,
+                     const Tensor& dx) override;
+    void preluForward(const Tensor& x, const Tensor& slopes, const Tensor& y) override;
+    void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx, float scale,
+                       float momentum, const Tensor& dslopes) override;
+
+    void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
+                      double& error, int64_t& correct) override;
+    double pointwiseCost(CostKind kind, const Tensor& pred, const Tensor& target, const Tensor& grad) override;
+    double svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) override;
+    void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
+                         const Tensor& s2, const Tensor& s3) override;
+
+    void softmaxForward(const Tensor& x, const Tensor& y) override;
+    void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+    void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) override;
+
+    /// cuDNN descriptors and convolution algorithms, cached per shape (CudaDnn.cpp).
+    struct DnnState;
+
+private:
+    /// Makes this backend's device current on the calling thread; returns its stream.
+    cudaStream_t s() const;
+    /// A device scratch buffer of at least `bytes`, kept and grown as needed.
+    void* workspace(size_t bytes);
+    /// Eight 8-byte device slots for results the host reads back (sums, counts, bad indices).
+    void* scalars();
+    /// Throws ShapeError naming `op` and the first index outside [0, limit), if any.
+    void checkIndexRange(const char* op, const Tensor& idx, int64_t limit, const char* what = "index");
+
+    int index_;
+    cudaStream_t stream_ = nullptr;
+    cublasHandle_t cublas_ = nullptr;
+    cudnnHandle_t cudnn_ = nullptr;
+    CachingAllocator allocator_;
+    void* workspace_ = nullptr;
+    size_t workspaceBytes_ = 0;
+    void* scalars_ = nullptr;
+    bool allowTF32_ = true;
+    std::unique_ptr<DnnState> dnn_;
+};
+
+/// The backend of CUDA device `index` (created on first use; lives until the process ends).
+CudaBackend& cudaBackend(int index);
+
+} // namespace tessera

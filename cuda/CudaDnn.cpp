@@ -1,0 +1,499 @@
+// The cuDNN side of the CUDA backend: convolution and deconvolution (forward,
+// backward-data, backward-weights) with algorithm choice, average pooling, batch norm and
+// softmax. Descriptors are built once per shape and kept. Max pooling runs Tessera's own
+// kernel, which records each window's argmax, so backward needs neither x nor y.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/Errors.h"
+#include "cuda/CudaBackend.h"
+#include "cuda/Kernels.h"
+
+namespace tessera {
+
+// Named rather than anonymous: CudaBackend::DnnState holds these types.
+namespace cudnn_util {
+
+/// Workspace the default (heuristic) algorithm choice may use per convolution call.
+constexpr size_t kDefaultWorkspaceLimit = size_t{512} << 20;
+
+float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
+
+std::vector<int> ints(const std::vector<int64_t>& v) {
+    std::vector<int> out;
+    out.reserve(v.size());
+    for (int64_t x : v) out.push_back(static_cast<int>(x));
+    return out;
+}
+
+// cuDNN needs 4 or 5 dims: 1-D problems become 2-D with a trailing unit dim.
+std::vector<int> nd(const Shape& s) {
+    std::vector<int> d = ints(s.dims());
+    while (d.size() < 4) d.push_back(1);
+    return d;
+}
+
+// [N, C, everything else, 1]: the view batch norm and softmax run over.
+std::vector<int> channelView(const Shape& s) {
+    const int64_t n = s[0], c = s.rank() > 1 ? s[1] : 1;
+    return {static_cast<int>(n), static_cast<int>(c), static_cast<int>((n * c) != 0 ? s.numel() / (n * c) : 1), 1};
+}
+
+std::string keyOf(const char* tag, std::initializer_list<std::vector<int>> parts) {
+    std::string k = tag;
+    for (const auto& p : parts) {
+        k += '|';
+        for (int v : p) k += std::to_string(v) + ',';
+    }
+    return k;
+}
+
+class TensorDesc {
+public:
+    explicit TensorDesc(const std::vector<int>& dims) {
+        TESSERA_CUDA_CHECK(cudnnCreateTensorDescriptor(&d_));
+        std::vector<int> strides(dims.size(), 1);
+        for (size_t i = dims.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
+        TESSERA_CUDA_CHECK(cudnnSetTensorNdDescriptor(d_, CUDNN_DATA_FLOAT, static_cast<int>(dims.size()), dims.data(),
+                                                      strides.data()));
+    }
+    ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+    TensorDesc(const TensorDesc&) = delete;
+    TensorDesc& operator=(const TensorDesc&) = delete;
+    cudnnTensorDescriptor_t get() const { return d_; }
+
+private:
+    cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+// One convolution problem in cuDNN's terms: `in` is the convolution's input and `out` its
+// output. A deconvolution is the adjoint of the convolution from its output shape to its
+// input shape, so its `in` is the deconvolution's y and its `out` the deconvolution's x.
+struct ConvProblem {
+    std::unique_ptr<TensorDesc> in, out, bias;
+    cudnnFilterDescriptor_t filter = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    struct Choice {
+        int algo = -1;
+        cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+        size_t bytes = 0;
+    };
+    Choice fwd, bwdData, bwdFilter;
+
+    ConvProblem() = default;
+    ConvProblem(const ConvProblem&) = delete;
+    ConvProblem& operator=(const ConvProblem&) = delete;
+    ~ConvProblem() {
+        if (filter) cudnnDestroyFilterDescriptor(filter);
+        if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    }
+};
+
+struct PoolDesc {
+    cudnnPoolingDescriptor_t d = nullptr;
+    PoolDesc() = default;
+    PoolDesc(const PoolDesc&) = delete;
+    PoolDesc& operator=(const PoolDesc&) = delete;
+    ~PoolDesc() {
+        if (d) cudnnDestroyPoolingDescriptor(d);
+    }
+};
+
+// The first result that ran, fits `limit` and uses an allowed math type.
+template <class Perf> ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allowTF32,
+                                               const char* what) {
+    for (int i = 0; i < count; ++i) {
+        const Perf& r = results[i];
+        if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
+        if (!allowTF32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) continue;
+        return {static_cast<int>(r.algo), r.mathType, r.memory};
+    }
+    throw BackendError(std::string("cuDNN offers no ") + what + " algorithm within " + std::to_string(limit) +
+                       " bytes of workspace");
+}
+
+} // namespace cudnn_util
+
+using namespace cudnn_util;
+
+struct CudaBackend::DnnState {
+    std::mutex mutex;
+    std::map<std::vector<int>, std::unique_ptr<TensorDesc>> tensors;
+    std::map<std::string, std::unique_ptr<ConvProblem>> convs;
+    std::map<std::string, std::unique_ptr<PoolDesc>> pools;
+
+    cudnnTensorDescriptor_t tensor(const std::vector<int>& dims) {
+        std::lock_guard<std::mutex> lock(mutex);
+        auto& slot = tensors[dims];
+        if (!slot) slot = std::make_unique<TensorDesc>(dims);
+        return slot->get();
+    }
+};
+
+CudaBackend::CudaBackend(int index) : index_(index), allocator_(index), dnn_(std::make_unique<DnnState>()) {
+    TESSERA_CUDA_CHECK(cudaSetDevice(index));
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TESSERA_CUDA_CHECK(cublasCreate(&cublas_));
+    TESSERA_CUDA_CHECK(cublasSetStream(cublas_, stream_));
+    TESSERA_CUDA_CHECK(cudnnCreate(&cudnn_));
+    TESSERA_CUDA_CHECK(cudnnSetStream(cudnn_, stream_));
+    setAllowTF32(allowTF32_);
+}
+
+CudaBackend::~CudaBackend() {
+    // Backends live until the process ends (see cudaBackend); the driver may be shutting
+    // down by then, so statuses are not checked here.
+    dnn_.reset();
+    cudnnDestroy(cudnn_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+}
+
+// ---- convolution ------------------------------------------------------------------------------
+
+namespace {
+
+struct ConvShapes {
+    Shape in, out; // the convolution's input and output (see ConvProblem)
+};
+
+ConvShapes convShapes(const ConvParams& p, const Shape& x, const Shape& y) {
+    return p.transposed ? ConvShapes{y, x} : ConvShapes{x, y};
+}
+
+std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, bool tf32) {
+    return keyOf(p.transposed ? "deconv" : "conv",
+                 {ints(p.stride), ints(p.padLo), ints(p.padHi), ints(p.dilation), {static_cast<int>(p.groups), tf32},
+                  ints(cs.in.dims()), ints(w.dims()), ints(cs.out.dims())});
+}
+
+} // namespace
+
+// Descriptors and algorithms of one problem, built (and the algorithms chosen by cuDNN's
+// heuristics) on first use.
+static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle, bool allowTF32, const ConvParams& p,
+                                const ConvShapes& cs, const Shape& w) {
+    const std::string key = convKey(p, cs, w, allowTF32);
+    std::lock_guard<std::mutex> lock(dnn.mutex);
+    auto& slot = dnn.convs[key];
+    if (slot) return *slot;
+    for (size_t d = 0; d < p.padLo.size(); ++d) {
+        if (p.padLo[d] != p.padHi[d]) {
+            throw BackendError("CudaBackend: cuDNN convolutions pad both sides alike; got pad " +
+                               std::to_string(p.padLo[d]) + " before and " + std::to_string(p.padHi[d]) +
+                               " after spatial dim " + std::to_string(d));
+        }
+    }
+    auto prob = std::make_unique<ConvProblem>();
+    prob->in = std::make_unique<TensorDesc>(nd(cs.in));
+    prob->out = std::make_unique<TensorDesc>(nd(cs.out));
+    std::vector<int> biasDims(nd(cs.out).size(), 1);
+    biasDims[1] = static_cast<int>(p.transposed ? cs.in[1] : cs.out[1]);
+    prob->bias = std::make_unique<TensorDesc>(biasDims);
+
+    const std::vector<int> wd = nd(w);
+    TESSERA_CUDA_CHECK(cudnnCreateFilterDescriptor(&prob->filter));
+    TESSERA_CUDA_CHECK(cudnnSetFilterNdDescriptor(prob->filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                  static_cast<int>(wd.size()), wd.data()));
+    std::vector<int> pad = ints(p.padLo), stride = ints(p.stride), dil = ints(p.dilation);
+    while (pad.size() < wd.size() - 2) {
+        pad.push_back(0);
+        stride.push_back(1);
+        dil.push_back(1);
+    }
+    TESSERA_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&prob->conv));
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionNdDescriptor(prob->conv, static_cast<int>(pad.size()), pad.data(),
+                                                       stride.data(), dil.data(), CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT));
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionGroupCount(prob->conv, static_cast<int>(p.groups)));
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(prob->conv, allowTF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+
+    int count = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    TESSERA_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, prob->in->get(), prob->filter, prob->conv,
+                                                              prob->out->get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                              &count, fwd));
+    prob->fwd = pick(fwd, count, kDefaultWorkspaceLimit, allowTF32, "forward convolution");
+    cudnnConvolutionBwdDataAlgoPerf_t bwdData[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    TESSERA_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, prob->filter, prob->out->get(), prob->conv,
+                                                                   prob->in->get(),
+                                                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
+                                                                   bwdData));
+    prob->bwdData = pick(bwdData, count, kDefaultWorkspaceLimit, allowTF32, "backward-data convolution");
+    cudnnConvolutionBwdFilterAlgoPerf_t bwdFilter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    TESSERA_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, prob->in->get(), prob->out->get(),
+                                                                     prob->conv, prob->filter,
+                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+                                                                     bwdFilter));
+    prob->bwdFilter = pick(bwdFilter, count, kDefaultWorkspaceLimit, allowTF32, "backward-weights convolution");
+    slot = std::move(prob);
+    return *slot;
+}
+
+namespace {
+// The convolution's input -> output pass: the forward of a convolution, the
+// backward-data of a deconvolution.
+void runConvForward(cudnnHandle_t h, ConvProblem& c, void* ws, const float* in, const float* w, float* out) {
+    const float one = 1.0f, zero = 0.0f;
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.fwd.math));
+    TESSERA_CUDA_CHECK(cudnnConvolutionForward(h, &one, c.in->get(), in, c.filter, w, c.conv,
+                                               static_cast<cudnnConvolutionFwdAlgo_t>(c.fwd.algo), ws, c.fwd.bytes,
+                                               &zero, c.out->get(), out));
+}
+// The output -> input pass: the backward-data of a convolution, the forward of a
+// deconvolution.
+void runConvBackwardData(cudnnHandle_t h, ConvProblem& c, void* ws, const float* w, const float* out, float* in) {
+    const float one = 1.0f, zero = 0.0f;
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.bwdData.math));
+    TESSERA_CUDA_CHECK(cudnnConvolutionBackwardData(h, &one, c.filter, w, c.out->get(), out, c.conv,
+                                                    static_cast<cudnnConvolutionBwdDataAlgo_t>(c.bwdData.algo), ws,
+                                                    c.bwdData.bytes, &zero, c.in->get(), in));
+}
+} // namespace
+
+Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Tensor& w, const Tensor& b,
+                                const Shape& yShape) {
+    const Tensor x = xIn.plain();
+    cudnnHandle_t h = cudnn_;
+    s();
+    ConvProblem& c = convProblem(*dnn_, h, allowTF32_, p, convShapes(p, x.shape(), yShape), w.shape());
+    Tensor y = Tensor::empty(yShape, DType::float32, device());
+    if (p.transposed) {
+        runConvBackwardData(h, c, workspace(c.bwdData.bytes), fp(w), fp(x), fp(y));
+    } else {
+        runConvForward(h, c, workspace(c.fwd.bytes), fp(x), fp(w), fp(y));
+    }
+    if (b.defined()) {
+        const float one = 1.0f;
+        const cudnnTensorDescriptor_t yDesc = p.transposed ? c.in->get() : c.out->get();
+        TESSERA_CUDA_CHECK(cudnnAddTensor(h, &one, c.bias->get(), fp(b), &one, yDesc, fp(y)));
+    }
+    return y;
+}
+
+Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, const Tensor& w, const Shape& xShape) {
+    const Tensor dy = dyIn.plain();
+    s();
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xShape, dy.shape()), w.shape());
+    Tensor dx = Tensor::empty(xShape, DType::float32, device());
+    if (p.transposed) {
+        runConvForward(cudnn_, c, workspace(c.fwd.bytes), fp(dy), fp(w), fp(dx));
+    } else {
+        runConvBackwardData(cudnn_, c, workspace(c.bwdData.bytes), fp(w), fp(dy), fp(dx));
+    }
+    return dx;
+}
+
+void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, const Tensor& dyIn, float scale,
+                                      float momentum, const Tensor& dw, const Tensor& db) {
+    const Tensor x = xIn.plain(), dy = dyIn.plain();
+    s();
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, x.shape(), dy.shape()), dw.shape());
+    // The convolution's input and output gradient: swapped for a deconvolution.
+    const Tensor& in = p.transposed ? dy : x;
+    const Tensor& outGrad = p.transposed ? x : dy;
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.bwdFilter.math));
+    TESSERA_CUDA_CHECK(cudnnConvolutionBackwardFilter(
+        cudnn_, &scale, c.in->get(), fp(in), c.out->get(), fp(outGrad), c.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.bwdFilter.algo), workspace(c.bwdFilter.bytes),
+        c.bwdFilter.bytes, &momentum, c.filter, fp(dw)));
+    if (db.defined()) {
+        const cudnnTensorDescriptor_t dyDesc = p.transposed ? c.in->get() : c.out->get();
+        TESSERA_CUDA_CHECK(cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dy), &momentum, c.bias->get(),
+                                                        fp(db)));
+    }
+}
+
+void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const Shape& wShape, const Shape& yShape,
+                               size_t memlimit) {
+    s();
+    const ConvShapes cs = convShapes(p, xShape, yShape);
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, cs, wShape);
+    // Scratch operands: the timings need real buffers, not real values.
+    Tensor in = Tensor::zeros(cs.in, DType::float32, device());
+    Tensor out = Tensor::zeros(cs.out, DType::float32, device());
+    Tensor w = Tensor::zeros(wShape, DType::float32, device());
+    void* ws = workspace(memlimit);
+    int count = 0;
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, allowTF32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    TESSERA_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, c.in->get(), fp(in), c.filter, fp(w), c.conv,
+                                                              c.out->get(), fp(out), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                              &count, fwd, ws, memlimit));
+    const ConvProblem::Choice f = pick(fwd, count, memlimit, allowTF32_, "forward convolution");
+    cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(cudnn_, c.filter, fp(w), c.out->get(), fp(out),
+                                                                   c.conv, c.in->get(), fp(in),
+                                                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bd,
+                                                                   ws, memlimit));
+    const ConvProblem::Choice d = pick(bd, count, memlimit, allowTF32_, "backward-data convolution");
+    cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnn_, c.in->get(), fp(in), c.out->get(),
+                                                                     fp(out), c.conv, c.filter, fp(w),
+                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+                                                                     bf, ws, memlimit));
+    const ConvProblem::Choice g = pick(bf, count, memlimit, allowTF32_, "backward-weights convolution");
+    std::lock_guard<std::mutex> lock(dnn_->mutex);
+    c.fwd = f;
+    c.bwdData = d;
+    c.bwdFilter = g;
+}
+
+// ---- pooling --------------------------------------------------------------------------------------
+
+namespace {
+
+cudak::Window3 window3(const PoolParams& p, const Shape& x, const Shape& y) {
+    const size_t sp = x.rank() - 2;
+    if (x.rank() < 3 || sp > 3) throw ShapeError("CudaBackend: pooling needs 1 to 3 spatial dims, got " + x.str());
+    cudak::Window3 w{};
+    for (int d = 0; d < 3; ++d) w.in[d] = w.out[d] = w.kernel[d] = w.stride[d] = 1, w.pad[d] = 0;
+    for (size_t d = 0; d < sp; ++d) {
+        const size_t o = 3 - sp + d;
+        w.in[o] = x[2 + d];
+        w.out[o] = y[2 + d];
+        w.kernel[o] = p.kernel[d];
+        w.stride[o] = p.stride[d];
+        w.pad[o] = p.padLo[d];
+    }
+    return w;
+}
+
+} // namespace
+
+// Average pooling's cuDNN descriptor (symmetric padding only).
+static cudnnPoolingDescriptor_t avgPoolDesc(CudaBackend::DnnState& dnn, const PoolParams& p) {
+    for (size_t d = 0; d < p.padLo.size(); ++d) {
+        if (p.padLo[d] != p.padHi[d]) {
+            throw BackendError("CudaBackend: cuDNN average pooling pads both sides alike; got pad " +
+                               std::to_string(p.padLo[d]) + " before and " + std::to_string(p.padHi[d]) + " after");
+        }
+    }
+    std::vector<int> window = ints(p.kernel), pad = ints(p.padLo), stride = ints(p.stride);
+    while (window.size() < 2) { // 1-D pooling as 2-D over [N, C, L, 1]
+        window.push_back(1);
+        pad.push_back(0);
+        stride.push_back(1);
+    }
+    const bool includePad = p.kind == PoolKind::avgWithPad;
+    const std::string key = keyOf(includePad ? "avg-pad" : "avg", {window, pad, stride});
+    std::lock_guard<std::mutex> lock(dnn.mutex);
+    auto& slot = dnn.pools[key];
+    if (!slot) {
+        auto desc = std::make_unique<PoolDesc>();
+        TESSERA_CUDA_CHECK(cudnnCreatePoolingDescriptor(&desc->d));
+        TESSERA_CUDA_CHECK(cudnnSetPoolingNdDescriptor(
+            desc->d,
+            includePad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+            CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(window.size()), window.data(), pad.data(), stride.data()));
+        slot = std::move(desc);
+    }
+    return slot->d;
+}
+
+Tensor CudaBackend::poolForward(const PoolParams& p, const Tensor& xIn, const Shape& yShape, bool training,
+                                Tensor& workspace) {
+    const Tensor x = xIn.plain();
+    Tensor y = Tensor::empty(yShape, DType::float32, device());
+    if (p.kind == PoolKind::max) {
+        workspace = training ? Tensor::empty(yShape, DType::int32, device()) : Tensor();
+        cudak::maxPoolForward(fp(x), fp(y), training ? static_cast<int32_t*>(workspace.raw()) : nullptr,
+                              window3(p, x.shape(), yShape), x.shape()[0] * x.shape()[1], s());
+        return y;
+    }
+    workspace = Tensor();
+    const float one = 1.0f, zero = 0.0f;
+    s();
+    TESSERA_CUDA_CHECK(cudnnPoolingForward(cudnn_, avgPoolDesc(*dnn_, p), &one, dnn_->tensor(nd(x.shape())), fp(x),
+                                           &zero, dnn_->tensor(nd(yShape)), fp(y)));
+    return y;
+}
+
+Tensor CudaBackend::poolBackward(const PoolParams& p, const Tensor& dyIn, const Tensor& workspace, const Shape& xShape,
+                                 Layout xLayout) {
+    const Tensor dy = dyIn.plain();
+    Tensor dx = Tensor::empty(xShape, DType::float32, device());
+    if (p.kind == PoolKind::max) {
+        if (!workspace.defined()) throw BackendError("CudaBackend::poolBackward: no argmax from a training forward");
+        const cudak::Window3 w = window3(p, xShape, dy.shape());
+        cudak::maxPoolBackward(fp(dy), static_cast<const int32_t*>(workspace.raw()), fp(dx), xShape[0] * xShape[1],
+                               w.in[0] * w.in[1] * w.in[2], w.out[0] * w.out[1] * w.out[2], s());
+    } else {
+        // Average pooling's gradient depends on neither x nor y; cuDNN still takes both
+        // pointers, so dy and dx (of the same shapes) stand in for them.
+        const float one = 1.0f, zero = 0.0f;
+        s();
+        const cudnnTensorDescriptor_t yDesc = dnn_->tensor(nd(dy.shape())), xDesc = dnn_->tensor(nd(xShape));
+        TESSERA_CUDA_CHECK(cudnnPoolingBackward(cudnn_, avgPoolDesc(*dnn_, p), &one, yDesc, fp(dy), yDesc, fp(dy),
+                                                xDesc, fp(dx), &zero, xDesc, fp(dx)));
+    }
+    return xLayout == Layout::plain ? dx : dx.toLayout(xLayout);
+}
+
+void CudaBackend::maxPoolIndices(const PoolParams& p, const Tensor& xIn, const Tensor& idx) {
+    const Tensor x = xIn.plain();
+    cudak::maxPoolForward(fp(x), nullptr, static_cast<int32_t*>(idx.raw()), window3(p, x.shape(), idx.shape()),
+                          x.shape()[0] * x.shape()[1], s());
+}
+
+// ---- batch norm, softmax ------------------------------------------------------------------------
+
+Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                     const Tensor& var, float eps, bool training) {
+    const Tensor x = xIn.plain();
+    if (x.shape().rank() < 2) throw ShapeError("CudaBackend::batchNormForward: needs [N, C, ...], got " + x.shape().str());
+    Tensor y = Tensor::empty(x.shape(), DType::float32, device());
+    const float one = 1.0f, zero = 0.0f;
+    s();
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()));
+    const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
+    if (training) {
+        // Batch statistics: cuDNN saves the mean and the inverse standard deviation; the
+        // biased variance the interface promises is recovered from the latter.
+        Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
+        TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
+                                                                  fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift),
+                                                                  1.0, nullptr, nullptr, eps, fp(mean), fp(invstd)));
+        cudak::varianceFromInvStd(fp(invstd), eps, fp(var), x.shape()[1], s());
+    } else {
+        TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
+                                                                   fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift),
+                                                                   fp(mean), fp(var), eps));
+    }
+    return y;
+}
+
+Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, const Tensor& scale, const Tensor& mean,
+                                      const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) {
+    const Tensor x = xIn.plain(), dy = dyIn.plain();
+    Tensor dx = Tensor::empty(x.shape(), DType::float32, device());
+    Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
+    cudak::invStdFromVariance(fp(var), eps, fp(invstd), x.shape()[1], s());
+    const float one = 1.0f, zero = 0.0f;
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()));
+    const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
+    TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xDesc,
+                                                       fp(x), xDesc, fp(dy), xDesc, fp(dx), pDesc, fp(scale),
+                                                       fp(dscale), fp(dshift), eps, fp(mean), fp(invstd)));
+    return dx;
+}
+
+void CudaBackend::softmaxForward(const Tensor& x, const Tensor& y) {
+    const float one = 1.0f, zero = 0.0f;
+    s();
+    const cudnnTensorDescriptor_t d = dnn_->tensor(channelView(x.shape()));
+    TESSERA_CUDA_CHECK(cudnnSoftmaxForward(cudnn_, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &one, d, fp(x),
+                                           &zero, d, fp(y)));
+}
+
+void CudaBackend::softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+    const float one = 1.0f, zero = 0.0f;
+    s();
+    const cudnnTensorDescriptor_t d = dnn_->tensor(channelView(y.shape()));
+    TESSERA_CUDA_CHECK(cudnnSoftmaxBackward(cudnn_, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, &one, d, fp(y),
+                                            d, fp(dy), &zero, d, fp(dx)));
+}
+
+} // namespace tessera

@@ -1,0 +1,118 @@
+#pragma once
+/// \file Tessera's own CUDA kernels, as host functions that launch them on a stream.
+/// Pointers are device pointers; sizes are element counts. Every launcher checks the launch
+/// through the one status checker (cuda/Check.h). The CudaBackend validates shapes first.
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace tessera::cudak {
+
+// ---- fills, random, copies ----------------------------------------------------------
+void fill(float* p, int64_t n, float value, cudaStream_t s);
+void fillInt(int32_t* p, int64_t n, int32_t value, cudaStream_t s);
+/// Element i draws counter `first + i` (uniform) or `first + 2i`, `first + 2i + 1`
+/// (normal, Box-Muller), as the CPU backend does.
+void uniform(float* p, int64_t n, float lo, float hi, uint64_t seed, uint64_t first, cudaStream_t s);
+void normal(float* p, int64_t n, float mean, float stddev, uint64_t seed, uint64_t first, cudaStream_t s);
+void dropout(const float* x, float* mask, float* y, int64_t n, float p, uint64_t seed, uint64_t first, cudaStream_t s);
+/// [N, C, S] between layouts with channel blocks of `srcBlock` / `dstBlock` (1: plain).
+void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, int64_t n, int64_t c, int64_t spatial,
+             cudaStream_t s);
+
+// ---- rows, element-wise -------------------------------------------------------------
+void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaStream_t s);
+void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols, cudaStream_t s);
+void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s);
+void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
+void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s);
+/// y[p, i] = x[p, i] * m[p] over `planes` planes of `inner` elements.
+void mulChannels(const float* x, const float* m, float* y, int64_t planes, int64_t inner, cudaStream_t s);
+void castToInt(const float* x, int32_t* y, int64_t n, cudaStream_t s);
+void castToFloat(const int32_t* x, float* y, int64_t n, cudaStream_t s);
+/// `kind` is ActivationKind's value.
+void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s);
+void activationBackward(int kind, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,
+                        int64_t n, cudaStream_t s);
+
+// ---- pooling, LRN, resampling, padding, prelu ---------------------------------------
+/// Spatial geometry of a [planes, d, h, w] problem (fewer spatial dims lead with 1s).
+struct Window3 {
+    int64_t in[3], out[3], kernel[3], stride[3], pad[3];
+};
+/// Max pooling: y and idx (the flat in-plane index of each window's first maximum; either
+/// may be null).
+void maxPoolForward(const float* x, float* y, int32_t* idx, const Window3& w, int64_t planes, cudaStream_t s);
+/// dx (zeroed here) += dy at the recorded indices.
+void maxPoolBackward(const float* dy, const int32_t* idx, float* dx, int64_t planes, int64_t inPlane, int64_t outPlane,
+                     cudaStream_t s);
+/// LRN over [N, C, H, W] (3-D inputs use W = 1): scale <- k + alpha / n sum x^2, y <- x scale^-beta.
+void lrnForward(bool across, int64_t size, float alpha, float beta, float k, const float* x, float* y, float* scale,
+                int64_t n, int64_t c, int64_t h, int64_t w, cudaStream_t s);
+void lrnBackward(bool across, int64_t size, float alpha, float beta, const float* x, const float* dy,
+                 const float* scale, float* dx, int64_t n, int64_t c, int64_t h, int64_t w, cudaStream_t s);
+/// Nearest or linear (half-pixel centres) resampling of [planes, *in] to [planes, *out].
+void resampleForward(bool linear, const float* x, float* y, const int64_t in[3], const int64_t out[3], int64_t planes,
+                     cudaStream_t s);
+/// dx (zeroed here) <- the adjoint of resampleForward applied to dy.
+void resampleBackward(bool linear, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
+                      int64_t planes, cudaStream_t s);
+void padForward(bool reflect, float value, const float* x, float* y, const int64_t in[3], const int64_t out[3],
+                const int64_t lo[3], int64_t planes, cudaStream_t s);
+/// dx (zeroed here) <- the adjoint of padForward applied to dy.
+void padBackward(bool reflect, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
+                 const int64_t lo[3], int64_t planes, cudaStream_t s);
+/// x: [N, C, inner]; slopes: [C] (or [1] when `shared`).
+void preluForward(const float* x, const float* slopes, float* y, int64_t n, int64_t c, int64_t inner, bool shared,
+                  cudaStream_t s);
+/// dx, and dslopes (zeroed here) <- dL/dslopes.
+void preluBackward(const float* x, const float* slopes, const float* dy, float* dx, float* dslopes, int64_t n,
+                   int64_t c, int64_t inner, bool shared, cudaStream_t s);
+
+// ---- gathers and scatters -----------------------------------------------------------
+/// `bad` receives the smallest position whose index is outside [0, limit) (left unchanged
+/// when every index is valid); callers initialise it to a large value.
+void checkIndices(const int32_t* idx, int64_t n, int64_t limit, unsigned long long* bad, cudaStream_t s);
+void gatherAxis(const float* x, const int32_t* idx, float* y, int64_t outer, int64_t along, int64_t j, int64_t inner,
+                cudaStream_t s);
+void scatterAddAxis(const float* src, const int32_t* idx, float* dst, int64_t outer, int64_t along, int64_t j,
+                    int64_t inner, cudaStream_t s);
+void topKIndices(const float* x, int32_t* idx, int64_t outer, int64_t along, int64_t inner, int64_t k, cudaStream_t s);
+void gatherRows(const float* table, const int32_t* idx, float* y, int64_t m, int64_t d, cudaStream_t s);
+void scatterAddRows(const float* src, const int32_t* idx, float scale, float* table, int64_t m, int64_t d,
+                    cudaStream_t s);
+/// y <- x permuted; `ydims` are y's dims and `xstride[i]` the stride in x of y's dim i.
+struct PermuteDims {
+    int rank;
+    int64_t ydims[8];
+    int64_t xstride[8];
+};
+void permute(const float* x, float* y, const PermuteDims& p, int64_t n, cudaStream_t s);
+
+// ---- batch norm helpers ---------------------------------------------------------------
+/// var <- 1 / invstd^2 - eps (cuDNN saves the inverse standard deviation).
+void varianceFromInvStd(const float* invstd, float eps, float* var, int64_t c, cudaStream_t s);
+/// invstd <- 1 / sqrt(var + eps).
+void invStdFromVariance(const float* var, float eps, float* invstd, int64_t c, cudaStream_t s);
+
+// ---- costs ------------------------------------------------------------------------------
+/// Sums land in `error` (double) and `hits`; both are zeroed by the caller.
+void crossEntropy(const float* scores, const int32_t* labels, const float* weights, float* grad, int64_t n, int64_t c,
+                  int64_t inner, double* error, unsigned long long* hits, cudaStream_t s);
+/// `kind` is CostKind's value; `sum` zeroed by the caller.
+void pointwiseCost(int kind, const float* pred, const float* target, float* grad, int64_t total, int64_t n, int64_t c,
+                   double* sum, cudaStream_t s);
+void svmCost(const float* scores, const int32_t* labels, bool l2, float* grad, int64_t n, int64_t c, double* sum,
+             cudaStream_t s);
+
+// ---- optimizers -----------------------------------------------------------------------
+struct UpdateConstants {
+    int rule; ///< UpdateRule's value
+    float lr, momentum, beta1, beta2, rho, epsilon, weightDecay;
+    float adamLr; ///< lr with Adam's bias correction folded in
+};
+void optimizerUpdate(const UpdateConstants& p, float* w, const float* g, float* a, float* b, float* c, int64_t n,
+                     cudaStream_t s);
+
+} // namespace tessera::cudak
