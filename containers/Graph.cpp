@@ -351,4 +351,13 @@ void Graph::reset() {
     released_ = false;
 }
 
+void Graph::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
+    ShapeMap inmap, shapes;
+    for (size_t i = 0; i < inputs_.size(); ++i) inmap[inputs_[i].get()] = {inShapes.at(i)};
+    for (Node* n : order_) {
+        n->dataShapeFrom(inmap, shapes,
+                         [memlimit](Node& node, const Shapes& in) { node.module().optimizeForShape(in, memlimit); });
+    }
+}
+
 } // namespace tessera

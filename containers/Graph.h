@@ -46,6 +46,8 @@ public:
     /// input (`data -> conv1 -> fc1: Linear 'fc1': expects ...`); nodes below a failure are
     /// skipped.
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// Every node's module, at the shapes whole-graph inference gives it.
+    void optimizeForShape(const Shapes& inShapes, size_t memlimit) override;
     /// Whole-graph gradient-shape inference, in reverse order, failures listed the same
     /// way. Needs the output shapes of a dataShapeFrom (or forward) on the same input.
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;

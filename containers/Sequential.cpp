@@ -84,4 +84,12 @@ Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool u
     return g;
 }
 
+void Sequential::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
+    Shapes shapes = inShapes;
+    for (const auto& [n, child] : children_) {
+        child->optimizeForShape(shapes, memlimit);
+        shapes = child->inferDataShape(shapes);
+    }
+}
+
 } // namespace tessera

@@ -27,6 +27,8 @@ public:
     /// Runs every child's checks in order; the error names the failing child's path.
     void checkDataShape(const Shapes& inShapes) const override;
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// Each child in turn, at the shape it receives.
+    void optimizeForShape(const Shapes& inShapes, size_t memlimit) override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// The first child checks the input dtypes.
     void checkDataType(const std::vector<DType>& dtypes) const override;

@@ -144,4 +144,10 @@ Blueprint ConvND::blueprint() const {
     return bp;
 }
 
+void ConvND::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
+    requireCount(inShapes, 1, "input");
+    const Tensor& w = getVar("W")->data;
+    backendFor(w.device()).optimizeConv(params_, inShapes[0], w.shape(), dataShapeFrom(inShapes[0]), memlimit);
+}
+
 } // namespace tessera

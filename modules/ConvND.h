@@ -52,6 +52,9 @@ public:
     void checkGradShape(const Shapes& outGradShapes) const override;
     bool handlesLayouts() const override { return true; }
     Blueprint blueprint() const override;
+    /// Times the backend's convolution algorithms for this input shape (on CUDA) and keeps
+    /// the fastest that needs at most `memlimit` bytes of workspace.
+    void optimizeForShape(const Shapes& inShapes, size_t memlimit) override;
 
 protected:
     Tensors updateData(const Tensors& data) override;

@@ -268,4 +268,30 @@ Blueprint Module::blueprint() const {
     return bp;
 }
 
+void Module::to(Device device) {
+    for (Variable* v : uniqueParams(*this)) {
+        if (v->data.defined() && v->data.device() != device) v->data = v->data.to(device);
+        if (v->grad.defined() && v->grad.device() != device) v->grad = v->grad.to(device);
+    }
+    moveAttrsTo(device);
+    reset();
+}
+
+void Module::moveAttrsTo(Device device) {
+    for (auto& [name, t] : attrs_) {
+        if (t.defined() && t.device() != device) t = t.to(device);
+    }
+    for (const auto& [name, child] : namedChildren()) child->moveAttrsTo(device);
+}
+
+Device Module::device() const {
+    for (const auto& [name, v] : namedParams()) {
+        if (v->data.defined()) return v->data.device();
+    }
+    for (const auto& [name, t] : namedAttrs()) {
+        if (t.defined()) return t.device();
+    }
+    return Device::cpu();
+}
+
 } // namespace tessera

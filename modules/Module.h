@@ -112,6 +112,13 @@ public:
     size_t paramSize() const;
     /// Set every parameter gradient to zero.
     void zeroGradParams();
+    /// Move every parameter (with its gradient) and every attribute of this module and its
+    /// descendants to `device`; a shared parameter moves once, tensors already there stay.
+    /// Kept inputs and outputs are dropped (`reset`). Set optimizers up after the move:
+    /// their state lives on the parameters' device.
+    void to(Device device);
+    /// The device of the first parameter or attribute (CPU when there is none).
+    Device device() const;
     /// Plain gradient step: param -= lr * grad.
     void updateParams(float lr);
 
@@ -163,6 +170,8 @@ private:
     std::string name_;
     bool train_ = true;
     Tensors inData_, data_, grad_;
+    void moveAttrsTo(Device device);
+
     NamedVariables vars_;
     NamedTensors attrs_;
 };

@@ -39,6 +39,8 @@ void CrossEntropy::checkInputs(const Tensors& pred, const Tensors& target) const
 double CrossEntropy::run(const Tensors& pred, const Tensors& target, const Tensor& grad) {
     double err = 0.0;
     int64_t correct = 0;
+    // Class weights follow the scores to their device (once).
+    if (weights_.defined() && weights_.device() != pred[0].device()) weights_ = weights_.to(pred[0].device());
     try {
         backendOf(pred[0]).crossEntropy(pred[0], target[0], weights_, grad, err, correct);
     } catch (const ShapeError& e) {

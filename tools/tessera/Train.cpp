@@ -2,10 +2,12 @@
 // progress, the test accuracy after each epoch and the total time.
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <memory>
 #include <string>
 
 #include "Commands.h"
+#include "backend/Backend.h"
 #include "backend/Random.h"
 #include "io/Hdf5.h"
 #include "models/LeNet.h"
@@ -28,10 +30,36 @@ struct TrainArgs {
     int64_t limit = 0;
     bool quiet = false;
     std::string save;
+    std::string device = "cpu";
 };
+
+// "cpu", "cuda" or "cuda:N"; a CUDA device must exist.
+Device parseDevice(const std::string& text) {
+    if (text == "cpu") return Device::cpu();
+    int index = 0;
+    if (text != "cuda") {
+        size_t used = 0;
+        if (text.rfind("cuda:", 0) != 0) throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
+        try {
+            index = std::stoi(text.substr(5), &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != text.size() - 5 || index < 0) {
+            throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
+        }
+    }
+    if (index >= cudaDeviceCount()) {
+        throw std::invalid_argument("--device " + text + ": this process sees " + std::to_string(cudaDeviceCount()) +
+                                    " CUDA device(s)" +
+                                    (cudaDeviceCount() == 0 ? " (no GPU or driver, or Tessera built without CUDA)" : ""));
+    }
+    return Device::cuda(index);
+}
 
 int runTrain(const TrainArgs& a) {
     const auto t0 = std::chrono::steady_clock::now();
+    const Device device = parseDevice(a.device);
     const std::string dir = a.data == "fashion-mnist" ? kFashionMnistDir : a.data;
     const ImageSet train = loadMnistFormat(dir, "train", a.limit);
     const ImageSet test = loadMnistFormat(dir, "t10k", a.limit);
@@ -51,12 +79,13 @@ int runTrain(const TrainArgs& a) {
     std::printf("model: %s, %lld parameters; optimizer: %s", a.model.c_str(), static_cast<long long>(net->numOfParams()),
                 a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
-    std::printf(" (learning rate %g), batch %lld, seed %llu\n", optimizer->learnRate(), static_cast<long long>(a.batch),
-                static_cast<unsigned long long>(a.seed));
+    std::printf(" (learning rate %g), batch %lld, seed %llu, device %s\n", optimizer->learnRate(),
+                static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str());
+    net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
 
     CrossEntropy cost;
-    HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout};
+    HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout, .device = device};
     Trainer trainer(*net, cost, *optimizer, options);
     CrossEntropy validationCost;
     Validator validator(*net, validationCost, options);
@@ -95,6 +124,7 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")->capture_default_str();
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
+    cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
     return [args] { return runTrain(*args); };
 }
 

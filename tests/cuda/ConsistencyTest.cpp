@@ -1,0 +1,406 @@
+// CPU versus CUDA: every module, cost and optimizer runs one seeded case on both backends,
+// forward and backward, and the results must agree within a stated tolerance. TF32 is
+// switched off, so both sides compute in float32 and differ only by summation order.
+//
+// Every test skips when no CUDA device is present; TESSERA_CONSISTENCY_DEVICE=cpu runs the
+// same cases CPU against CPU, which checks the harness and the case list on any machine.
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+
+#include "GradCheck.h"
+#include "backend/Backend.h"
+#include "containers/Graph.h"
+#include "containers/Sequential.h"
+#include "models/LeNet.h"
+#include "models/ResNet.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Cast.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Dropout2D.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/GroupLinear.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/KMaxPool.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MaxUnpool2D.h"
+#include "modules/MulAddConst.h"
+#include "modules/NoiseInjector.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/Replicate.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+#include "training/CrossEntropy.h"
+#include "training/L1Hinge.h"
+#include "training/Optimizer.h"
+#include "training/PointwiseCosts.h"
+#include "training/SVM.h"
+
+namespace tessera {
+namespace {
+
+using testing::randomTensor;
+
+// The device under test: the first GPU, or the CPU when TESSERA_CONSISTENCY_DEVICE=cpu.
+bool selfCheck() {
+    const char* v = std::getenv("TESSERA_CONSISTENCY_DEVICE");
+    return v && std::string(v) == "cpu";
+}
+Device testDevice() { return selfCheck() ? Device::cpu() : Device::cuda(0); }
+
+#define REQUIRE_DEVICE()                                                                  \
+    do {                                                                                  \
+        if (!selfCheck() && cudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";     \
+        setCudaAllowTF32(false);                                                          \
+    } while (0)
+
+// max |a - b| / (1 + max |b|), over the elements in row-major order.
+double relDiff(const Tensor& a, const Tensor& b) {
+    EXPECT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(a.dtype(), b.dtype());
+    if (a.shape() != b.shape() || a.dtype() != b.dtype()) return INFINITY;
+    std::vector<float> x, y;
+    if (a.dtype() == DType::int32) {
+        for (int32_t v : a.toVector<int32_t>()) x.push_back(static_cast<float>(v));
+        for (int32_t v : b.toVector<int32_t>()) y.push_back(static_cast<float>(v));
+    } else {
+        x = a.toVector<float>();
+        y = b.toVector<float>();
+    }
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
+        if (std::isnan(x[i]) != std::isnan(y[i])) return INFINITY;
+    }
+    return diff / (1.0 + scale);
+}
+
+struct Case {
+    std::string name;
+    std::function<ModulePtr()> make;
+    Shapes inputs;
+    double tol = 1e-4;
+    int32_t intInputs = 0; ///< > 0: int32 inputs drawn from [0, intInputs)
+    bool backward = true;
+};
+
+Tensor intTensor(const Shape& shape, int32_t range, uint64_t seed) {
+    std::vector<int32_t> v(static_cast<size_t>(shape.numel()));
+    for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = static_cast<int32_t>(randomBits(seed, i) % static_cast<uint64_t>(range));
+    }
+    return Tensor::fromVector(shape, v);
+}
+
+void runCase(const Case& c) {
+    SCOPED_TRACE(c.name);
+    const Device dev = testDevice();
+    manualSeed(11);
+    ModulePtr cpu = c.make();
+    manualSeed(11);
+    ModulePtr gpu = c.make();
+    gpu->to(dev);
+    EXPECT_EQ(gpu->device(), cpu->numOfParams() || !cpu->namedAttrs().empty() ? dev : Device::cpu());
+
+    Tensors xc, xg;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+        xc.push_back(c.intInputs ? intTensor(c.inputs[i], c.intInputs, 100 + i) : randomTensor(c.inputs[i], 100 + i));
+        xg.push_back(xc.back().to(dev));
+    }
+    const Tensors yc = (*cpu)(xc);
+    const Tensors yg = (*gpu)(xg);
+    ASSERT_EQ(yc.size(), yg.size());
+    for (size_t i = 0; i < yc.size(); ++i) {
+        EXPECT_EQ(yg[i].device(), dev);
+        EXPECT_LE(relDiff(yg[i], yc[i]), c.tol) << "output " << i;
+    }
+    for (size_t i = 0; i < cpu->namedAttrs().size(); ++i) {
+        EXPECT_LE(relDiff(gpu->namedAttrs()[i].second, cpu->namedAttrs()[i].second), c.tol)
+            << "attribute " << cpu->namedAttrs()[i].first;
+    }
+    if (!c.backward) return;
+
+    Tensors gc, gg;
+    for (size_t i = 0; i < yc.size(); ++i) {
+        gc.push_back(randomTensor(yc[i].shape(), 200 + i));
+        gg.push_back(gc.back().to(dev));
+    }
+    const Tensors dxc = cpu->backward(gc);
+    const Tensors dxg = gpu->backward(gg);
+    ASSERT_EQ(dxc.size(), dxg.size());
+    for (size_t i = 0; i < dxc.size(); ++i) {
+        if (!dxc[i].defined()) continue;
+        EXPECT_LE(relDiff(dxg[i], dxc[i]), c.tol) << "input gradient " << i;
+    }
+    const auto pc = cpu->namedParams(), pg = gpu->namedParams();
+    ASSERT_EQ(pc.size(), pg.size());
+    for (size_t i = 0; i < pc.size(); ++i) {
+        if (!pc[i].second->grad.defined()) continue;
+        EXPECT_LE(relDiff(pg[i].second->grad, pc[i].second->grad), c.tol) << "gradient of " << pc[i].first;
+    }
+}
+
+template <class M, class... A> std::function<ModulePtr()> make(A... args) {
+    return [=] { return std::make_shared<M>(args...); };
+}
+
+TEST(CudaConsistency, EveryModule) {
+    REQUIRE_DEVICE();
+    const std::vector<Case> cases = {
+        {"Linear", make<Linear>(6, 5), {{4, 6}}},
+        {"Linear no bias", make<Linear>(6, 5, LinearOptions{.useBias = false}), {{3, 6}}},
+        {"Conv1D", make<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
+         {{2, 2, 11}}},
+        {"Conv2D", make<Conv2D>(3, 8, 3, ConvOptions{.stride = {2}, .pad = {1}}), {{2, 3, 9, 9}}},
+        {"Conv2D 3x1 no bias", make<Conv2D>(3, 6, std::vector<int64_t>{3, 1}, ConvOptions{.useBias = false}),
+         {{2, 3, 7, 5}}},
+        {"Conv2D groups dilation", make<Conv2D>(4, 8, 3, ConvOptions{.pad = {2}, .dilation = {2}, .groups = 4}),
+         {{2, 4, 8, 8}}},
+        {"Conv3D", make<Conv3D>(2, 3, 2), {{2, 2, 4, 5, 4}}},
+        {"Deconv1D", make<Deconv1D>(4, 2, 3, ConvOptions{.stride = {2}}), {{2, 4, 6}}},
+        {"Deconv2D", make<Deconv2D>(4, 4, 2, ConvOptions{.stride = {2}, .groups = 2}), {{2, 4, 5, 5}}},
+        {"Deconv3D", make<Deconv3D>(2, 1, 2), {{1, 2, 3, 3, 3}}},
+        {"MaxPool1D", make<MaxPool1D>(3), {{2, 3, 10}}},
+        {"MaxPool2D", make<MaxPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}}), {{2, 3, 9, 9}}},
+        {"MaxPool3D", make<MaxPool3D>(2), {{1, 2, 4, 4, 4}}},
+        {"AvgPool1D", make<AvgPool1D>(2), {{2, 3, 8}}},
+        {"AvgPool2D with pad", make<AvgPool2D>(3, PoolOptions{.stride = {1}, .pad = {1}}), {{2, 3, 6, 6}}},
+        {"AvgPool2D without pad", make<AvgPool2D>(3, PoolOptions{.stride = {1}, .pad = {1}, .includePad = false}),
+         {{2, 3, 6, 6}}},
+        {"AvgPool3D", make<AvgPool3D>(2), {{1, 2, 4, 4, 4}}},
+        {"GlobalAvgPool", make<GlobalAvgPool>(), {{2, 3, 5, 5}}},
+        {"KMaxPool", make<KMaxPool>(2, -1), {{2, 3, 7}}},
+        {"BatchNorm1D", make<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f}), {{4, 5, 6}}, 1e-3},
+        {"BatchNorm2D", make<BatchNorm2D>(5), {{4, 5, 3, 3}}, 1e-3},
+        {"BatchNorm3D", make<BatchNorm3D>(5), {{2, 5, 2, 3, 3}}, 1e-3},
+        {"InstanceNorm2D", make<InstanceNorm2D>(3), {{2, 3, 4, 4}}, 1e-3},
+        {"CrossMapLRN", make<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.01f}), {{2, 6, 4, 4}}},
+        {"MapLRN", make<MapLRN>(), {{2, 3, 6, 6}}},
+        {"sigmoid", make<Activation>(ActivationKind::sigmoid), {{3, 7}}},
+        {"tanh", make<Activation>(ActivationKind::tanh), {{3, 7}}},
+        {"relu", make<Activation>(ActivationKind::relu), {{3, 7}}},
+        {"leakyRelu", make<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = 0.2f}), {{3, 7}}},
+        {"elu", make<Activation>(ActivationKind::elu), {{3, 7}}},
+        {"softPlus", make<Activation>(ActivationKind::softPlus), {{3, 7}}},
+        {"clip", make<Activation>(ActivationKind::clip, ActivationOptions{.min = -0.5f, .max = 0.5f}), {{3, 7}}},
+        {"Gelu", make<Gelu>(), {{3, 7}}},
+        {"PRelu", make<PRelu>(4), {{2, 4, 3, 3}}},
+        {"PRelu shared", make<PRelu>(4, PReluOptions{.sharedMaps = true, .init = 0.1f}), {{2, 4, 3}}},
+        {"SoftMax", make<SoftMax>(), {{3, 5, 2}}},
+        {"Dropout", make<Dropout>(DropoutOptions{.p = 0.25f}), {{4, 9}}},
+        {"Dropout2D", make<Dropout2D>(Dropout2DOptions{.p = 0.3f}), {{2, 5, 3, 3}}},
+        {"NoiseInjector", make<NoiseInjector>(NoiseInjectorOptions{}), {{4, 6}}},
+        {"Pad1D", make<Pad1D>(std::vector<int64_t>{1, 2}, PadOptions{.fillValue = 3.0f}), {{2, 3, 5}}},
+        {"Pad2D reflect", make<Pad2D>(std::vector<int64_t>{1, 2, 0, 1}, PadOptions{.mode = PadMode::reflect}),
+         {{2, 3, 4, 5}}},
+        {"Upsample2D nearest", make<Upsample2D>(2), {{2, 3, 3, 4}}},
+        {"Upsample2D linear", make<Upsample2D>(3, UpsampleOptions{.mode = ResampleMode::linear}), {{2, 3, 3, 4}}},
+        {"Upsample3D", make<Upsample3D>(2), {{1, 2, 2, 3, 2}}},
+        {"Embedder", make<Embedder>(10, 3, 4), {{5, 3}}, 1e-4, 10},
+        {"GroupLinear", make<GroupLinear>(2, 3, 4), {{5, 2, 3}}},
+        {"MulAddConst", make<MulAddConst>(2.0f, -1.5f), {{3, 4}}},
+        {"Flatten", make<Flatten>(), {{2, 3, 4}}},
+        {"Reshape", make<Reshape>(Shape{-1, 4, 2}), {{2, 8}}},
+        {"Transpose", make<Transpose>(std::vector<int64_t>{0, 2, 1}), {{2, 3, 4}}},
+        {"SwapAxes", make<SwapAxes>(1, -1), {{2, 3, 4}}},
+        {"MoveAxis", make<MoveAxis>(0, 2), {{2, 3, 4}}},
+        {"Tile", make<Tile>(-1, 3), {{2, 3}}},
+        {"Cast", make<Cast>(DType::float32, DType::int32), {{3, 4}}, 0.0, 0, false},
+        {"Concat", make<Concat>(1), {{2, 3, 2}, {2, 1, 2}}},
+        {"Split", make<Split>(1, std::vector<int64_t>{2, 3}), {{2, 5, 2}}},
+        {"Slice", make<Slice>(1, 1, 3), {{2, 4, 3}}},
+        {"Replicate", make<Replicate>(3), {{2, 3}}},
+        {"Add", make<Add>(std::vector<float>{0.5f, 2.0f}), {{2, 3}, {2, 3}}},
+        {"Mul", make<Mul>(), {{2, 3}, {2, 3}}},
+        {"LeNet", [] { return ModulePtr(loadLeNet()); }, {{4, 1, 28, 28}}, 1e-3},
+        {"ResNet-18 (CIFAR)", [] { return loadResNet(18, ResNetStem::cifar, 10); }, {{2, 3, 32, 32}}, 2e-3},
+    };
+    for (const Case& c : cases) runCase(c);
+}
+
+TEST(CudaConsistency, EvalModeUsesRunningStatistics) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    manualSeed(3);
+    auto cpu = std::make_shared<BatchNorm2D>(4);
+    manualSeed(3);
+    auto gpu = std::make_shared<BatchNorm2D>(4);
+    gpu->to(dev);
+    const Tensor x = randomTensor({3, 4, 5, 5}, 1);
+    (*cpu)(x);
+    (*gpu)(x.to(dev)); // one training batch updates the running statistics
+    cpu->evalMode();
+    gpu->evalMode();
+    const Tensor x2 = randomTensor({2, 4, 5, 5}, 2);
+    EXPECT_LE(relDiff((*gpu)(x2.to(dev)), (*cpu)(x2)), 1e-4);
+}
+
+TEST(CudaConsistency, EveryCost) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    struct CostCase {
+        std::string name;
+        std::function<std::unique_ptr<Cost>()> make;
+        Shape pred;
+        Shape target;
+        int32_t labels; ///< > 0: int32 targets in [0, labels); < 0: targets +-1
+    };
+    const std::vector<CostCase> cases = {
+        {"CrossEntropy", [] { return std::make_unique<CrossEntropy>(); }, {6, 5}, {6}, 5},
+        {"CrossEntropy dense weighted",
+         [] { return std::make_unique<CrossEntropy>(CrossEntropyOptions{.weights = {1, 2, 0.5f}}); }, {2, 3, 4}, {2, 4},
+         3},
+        {"MSE", [] { return std::make_unique<MSE>(); }, {4, 3}, {4, 3}, 0},
+        {"Abs", [] { return std::make_unique<Abs>(); }, {4, 3}, {4, 3}, 0},
+        {"SmoothL1", [] { return std::make_unique<SmoothL1>(); }, {4, 3}, {4, 3}, 0},
+        {"BCE", [] { return std::make_unique<BCE>(); }, {4, 3}, {4, 3}, 0},
+        {"Hinge", [] { return std::make_unique<Hinge>(); }, {4, 3}, {4, 3}, -1},
+        {"KLDivergence", [] { return std::make_unique<KLDivergence>(); }, {4, 5}, {4, 5}, 0},
+        {"SVM", [] { return std::make_unique<SVM>(); }, {5, 4}, {5}, 4},
+        {"SVM l2", [] { return std::make_unique<SVM>(true); }, {5, 4}, {5}, 4},
+    };
+    for (const CostCase& c : cases) {
+        SCOPED_TRACE(c.name);
+        const Tensor pred = randomTensor(c.pred, 5, -2.0f, 2.0f);
+        Tensor target;
+        if (c.labels > 0) {
+            target = intTensor(c.target, c.labels, 6);
+        } else if (c.labels < 0) {
+            std::vector<float> v;
+            for (float x : randomTensor(c.target, 6).toVector<float>()) v.push_back(x < 0 ? -1.0f : 1.0f);
+            target = Tensor::fromVector(c.target, v);
+        } else if (c.name == "KLDivergence") {
+            std::vector<float> v = randomTensor(c.target, 6, 0.1f, 1.0f).toVector<float>();
+            for (int64_t r = 0; r < c.target[0]; ++r) { // rows sum to one
+                float sum = 0;
+                for (int64_t k = 0; k < c.target[1]; ++k) sum += v[r * c.target[1] + k];
+                for (int64_t k = 0; k < c.target[1]; ++k) v[r * c.target[1] + k] /= sum;
+            }
+            target = Tensor::fromVector(c.target, v);
+        } else {
+            target = randomTensor(c.target, 6, c.name == "BCE" ? 0.0f : -1.0f, 1.0f);
+        }
+        auto onCpu = c.make();
+        auto onGpu = c.make();
+        const CostResult rc = (*onCpu)(pred, target);
+        const CostResult rg = (*onGpu)(pred.to(dev), target.to(dev));
+        EXPECT_NEAR(rg.error, rc.error, 1e-5 * (1.0 + std::fabs(rc.error)));
+        ASSERT_EQ(rg.grad.size(), rc.grad.size());
+        EXPECT_LE(relDiff(rg.grad[0], rc.grad[0]), 1e-5);
+        EXPECT_NEAR(onGpu->validate(pred.to(dev), target.to(dev)), onCpu->validate(pred, target), 1e-5);
+    }
+    // A bad label is the same clear error on both devices.
+    CrossEntropy ce;
+    const Tensor bad = Tensor::fromVector({2}, std::vector<int32_t>{1, 7});
+    const std::string msg = testing::errorOf([&] { ce(randomTensor({2, 3}, 1).to(dev), bad.to(dev)); });
+    EXPECT_NE(msg.find("label 7"), std::string::npos) << msg;
+}
+
+TEST(CudaConsistency, EveryOptimizer) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    for (const char* name :
+         {"sgd", "momentum", "nesterov", "adam", "adagrad", "adadelta", "rmsprop", "rmspropgraves", "smorms3"}) {
+        for (bool global : {false, true}) {
+            SCOPED_TRACE(std::string(name) + (global ? " (global state)" : ""));
+            manualSeed(4);
+            auto cpu = std::make_shared<Linear>(5, 3);
+            manualSeed(4);
+            auto gpu = std::make_shared<Linear>(5, 3);
+            gpu->to(dev);
+            auto oc = makeOptimizer(name);
+            auto og = makeOptimizer(name);
+            oc->setWeightDecay(0.01f);
+            og->setWeightDecay(0.01f);
+            oc->setupOn(*cpu, global);
+            og->setupOn(*gpu, global);
+            for (int step = 0; step < 3; ++step) {
+                const Tensor x = randomTensor({4, 5}, 10 + step);
+                const Tensor g = randomTensor({4, 3}, 20 + step);
+                oc->zeroGradParams();
+                og->zeroGradParams();
+                (*cpu)(x);
+                (*gpu)(x.to(dev));
+                cpu->backward(g);
+                gpu->backward(g.to(dev));
+                oc->update();
+                og->update();
+            }
+            const auto pc = cpu->namedParams(), pg = gpu->namedParams();
+            for (size_t i = 0; i < pc.size(); ++i) {
+                EXPECT_LE(relDiff(pg[i].second->data, pc[i].second->data), 1e-5) << pc[i].first;
+            }
+        }
+    }
+}
+
+TEST(CudaConsistency, RandomFillsDrawTheSameNumbers) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    Generator a(9), b(9);
+    Tensor hc = Tensor::empty({1000}), hg = Tensor::empty({1000}, DType::float32, dev);
+    backendFor(Device::cpu()).fillNormal(hc, 0.5f, 2.0f, a);
+    backendFor(dev).fillNormal(hg, 0.5f, 2.0f, b);
+    EXPECT_LE(relDiff(hg, hc), 1e-5);
+    backendFor(Device::cpu()).fillUniform(hc, -1.0f, 3.0f, a);
+    backendFor(dev).fillUniform(hg, -1.0f, 3.0f, b);
+    EXPECT_LE(relDiff(hg, hc), 1e-6);
+}
+
+TEST(CudaConsistency, ModelsMoveBetweenDevices) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    manualSeed(2);
+    auto net = loadLeNet();
+    const Tensor x = randomTensor({2, 1, 28, 28}, 3);
+    const Tensor before = (*net)(x);
+    net->to(dev);
+    EXPECT_EQ(net->device(), dev);
+    const Tensor onDevice = (*net)(x.to(dev));
+    net->to(Device::cpu());
+    EXPECT_EQ(net->device(), Device::cpu());
+    EXPECT_LE(relDiff(onDevice, before), 1e-4);
+    EXPECT_LE(relDiff((*net)(x), before), 0.0);
+}
+
+TEST(CudaConsistency, AllocatorReusesMemory) {
+    REQUIRE_DEVICE();
+    if (selfCheck()) GTEST_SKIP() << "the CPU backend has no cache to check";
+    Backend& be = backendFor(testDevice());
+    { Tensor warm = Tensor::empty({1 << 20}, DType::float32, testDevice()); }
+    const MemoryStats before = be.memoryStats();
+    for (int i = 0; i < 10; ++i) {
+        Tensor t = Tensor::empty({1 << 20}, DType::float32, testDevice());
+        EXPECT_GE(be.memoryStats().current, before.current + (size_t{4} << 20));
+    }
+    EXPECT_EQ(be.memoryStats().current, before.current);
+}
+
+TEST(CudaConsistency, BadIndicesAreClearErrorsOnTheDevice) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    auto emb = std::make_shared<Embedder>(10, 2, 3);
+    emb->to(dev);
+    const Tensor ids = Tensor::fromVector({1, 2}, std::vector<int32_t>{3, 12}).to(dev);
+    const std::string msg = testing::errorOf([&] { (*emb)(ids); });
+    EXPECT_NE(msg.find("12"), std::string::npos) << msg;
+}
+
+} // namespace
+} // namespace tessera
