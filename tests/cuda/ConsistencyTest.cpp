@@ -27,6 +27,7 @@
 #include "modules/Flatten.h"
 #include "modules/Gelu.h"
 #include "modules/GroupLinear.h"
+#include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/KMaxPool.h"
 #include "modules/LRN.h"
@@ -185,6 +186,7 @@ TEST(CudaConsistency, EveryModule) {
          {{2, 3, 6, 6}}},
         {"AvgPool3D", make<AvgPool3D>(2), {{1, 2, 4, 4, 4}}},
         {"GlobalAvgPool", make<GlobalAvgPool>(), {{2, 3, 5, 5}}},
+        {"Identity", make<Identity>(), {{2, 3}}},
         {"KMaxPool", make<KMaxPool>(2, -1), {{2, 3, 7}}},
         {"BatchNorm1D", make<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f}), {{4, 5, 6}}, 1e-3},
         {"BatchNorm2D", make<BatchNorm2D>(5), {{4, 5, 3, 3}}, 1e-3},
@@ -232,6 +234,20 @@ TEST(CudaConsistency, EveryModule) {
         {"ResNet-18 (CIFAR)", [] { return loadResNet(18, ResNetStem::cifar, 10); }, {{2, 3, 32, 32}}, 2e-3},
     };
     for (const Case& c : cases) runCase(c);
+}
+
+// MaxUnpool2D needs its MaxPool2D to have run first, so it gets a test of its own.
+TEST(CudaConsistency, MaxUnpool2D) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    auto poolC = std::make_shared<MaxPool2D>(2), poolG = std::make_shared<MaxPool2D>(2);
+    MaxUnpool2D unpoolC(poolC), unpoolG(poolG);
+    const Tensor x = randomTensor({2, 3, 6, 6}, 1);
+    const Tensor yc = unpoolC((*poolC)(x));
+    const Tensor yg = unpoolG((*poolG)(x.to(dev)));
+    EXPECT_LE(relDiff(yg, yc), 1e-6);
+    const Tensor g = randomTensor(yc.shape(), 2);
+    EXPECT_LE(relDiff(unpoolG.backward(g.to(dev)), unpoolC.backward(g)), 1e-6);
 }
 
 TEST(CudaConsistency, EvalModeUsesRunningStatistics) {
