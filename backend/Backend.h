@@ -165,10 +165,8 @@ public:
     /// Time the algorithms for this convolution that need at most `memlimit` bytes of
     /// workspace and keep the fastest for its later calls. Backends with one algorithm
     /// (the CPU's) do nothing.
-    virtual void optimizeConv(const ConvParams& p, const Shape& xShape, const Shape& wShape, const Shape& yShape,
-                              size_t memlimit) {
-        (void)p, (void)xShape, (void)wShape, (void)yShape, (void)memlimit;
-    }
+    virtual void optimizeConv(const ConvParams& /*p*/, const Shape& /*xShape*/, const Shape& /*wShape*/,
+                              const Shape& /*yShape*/, size_t /*memlimit*/) {}
 
     // ---- pooling ----------------------------------------------------------------------
     /// x: [N, C, *in] (any layout) -> y: [N, C, *out] = yShape in x's layout. For max

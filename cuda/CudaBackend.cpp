@@ -5,7 +5,6 @@
 
 #include <climits>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "backend/Errors.h"
