@@ -3,8 +3,8 @@
 // are in CudaDnn.cpp; the kernels in Kernels.cu.
 #include "cuda/CudaBackend.h"
 
+#include <algorithm>
 #include <climits>
-#include <cmath>
 #include <vector>
 
 #include "backend/Errors.h"
@@ -584,19 +584,8 @@ double CudaBackend::svmCost(const Tensor& scores, const Tensor& labels, bool l2,
 void CudaBackend::optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
                                   const Tensor& s2, const Tensor& s3) {
     requireSameNumel("optimizerUpdate", param, grad);
-    const auto t = static_cast<double>(p.step);
-    cudak::UpdateConstants k{};
-    k.rule = static_cast<int>(p.rule);
-    k.lr = p.lr;
-    k.momentum = p.momentum;
-    k.beta1 = p.beta1;
-    k.beta2 = p.beta2;
-    k.rho = p.rho;
-    k.epsilon = p.epsilon;
-    k.weightDecay = p.weightDecay;
-    k.adamLr = static_cast<float>(p.lr * std::sqrt(1.0 - std::pow(p.beta2, t)) / (1.0 - std::pow(p.beta1, t)));
-    cudak::optimizerUpdate(k, fp(param), fp(grad), s1.defined() ? fp(s1) : nullptr, s2.defined() ? fp(s2) : nullptr,
-                           s3.defined() ? fp(s3) : nullptr, param.numel(), s());
+    cudak::optimizerUpdate(p.rule, element::scalarsOf(p), fp(param), fp(grad), s1.defined() ? fp(s1) : nullptr,
+                           s2.defined() ? fp(s2) : nullptr, s3.defined() ? fp(s3) : nullptr, param.numel(), s());
 }
 
 void CudaBackend::dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) {

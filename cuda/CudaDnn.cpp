@@ -346,19 +346,8 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
 namespace {
 
 cudak::Window3 window3(const PoolParams& p, const Shape& x, const Shape& y) {
-    const size_t sp = x.rank() - 2;
-    if (x.rank() < 3 || sp > 3) throw ShapeError("CudaBackend: pooling needs 1 to 3 spatial dims, got " + x.str());
-    cudak::Window3 w{};
-    for (int d = 0; d < 3; ++d) w.in[d] = w.out[d] = w.kernel[d] = w.stride[d] = 1, w.pad[d] = 0;
-    for (size_t d = 0; d < sp; ++d) {
-        const size_t o = 3 - sp + d;
-        w.in[o] = x[2 + d];
-        w.out[o] = y[2 + d];
-        w.kernel[o] = p.kernel[d];
-        w.stride[o] = p.stride[d];
-        w.pad[o] = p.padLo[d];
-    }
-    return w;
+    if (x.rank() < 3 || x.rank() > 5) throw ShapeError("CudaBackend: pooling needs 1 to 3 spatial dims, got " + x.str());
+    return element::window3(p, x, y);
 }
 
 } // namespace

@@ -157,28 +157,10 @@ __global__ void activationBackwardKernel(ActivationKind kind, float alpha, float
 __global__ void maxPoolForwardKernel(const float* x, float* y, int32_t* idx, Window3 w, int64_t planes) {
     const int64_t outPlane = w.out[0] * w.out[1] * w.out[2], inPlane = w.in[0] * w.in[1] * w.in[2];
     TESSERA_FOR_EACH(i, planes * outPlane) {
-        const int64_t pl = i / outPlane, o = i % outPlane;
-        const int64_t od = o / (w.out[1] * w.out[2]), oh = o / w.out[2] % w.out[1], ow = o % w.out[2];
-        const float* plane = x + pl * inPlane;
-        float best = -FLT_MAX;
-        int64_t at = -1;
-        for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
-            const int64_t d = od * w.stride[0] - w.pad[0] + kd;
-            if (d < 0 || d >= w.in[0]) continue;
-            for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
-                const int64_t h = oh * w.stride[1] - w.pad[1] + kh;
-                if (h < 0 || h >= w.in[1]) continue;
-                for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
-                    const int64_t c = ow * w.stride[2] - w.pad[2] + kw;
-                    if (c < 0 || c >= w.in[2]) continue;
-                    const int64_t j = (d * w.in[1] + h) * w.in[2] + c;
-                    if (at < 0 || plane[j] > best) {
-                        best = plane[j];
-                        at = j;
-                    }
-                }
-            }
-        }
+        const int64_t o = i % outPlane;
+        float best = 0.0f;
+        const int64_t at = element::windowArgmax(x + i / outPlane * inPlane, w, o / (w.out[1] * w.out[2]),
+                                                 o / w.out[2] % w.out[1], o % w.out[2], best);
         if (y) y[i] = best;
         if (idx) idx[i] = static_cast<int32_t>(at);
     }
@@ -304,19 +286,13 @@ __global__ void resampleBackwardKernel(bool linear, const float* dy, float* dx, 
     }
 }
 
-__device__ int64_t padSource(bool reflect, int64_t o, int64_t lo, int64_t n) {
-    const int64_t i = o - lo;
-    if (i >= 0 && i < n) return i;
-    if (!reflect) return -1;
-    return i < 0 ? -i : 2 * (n - 1) - i;
-}
 // Source flat index of padded element `i`, or -1 for a constant pad.
 __device__ int64_t padSourceIndex(bool reflect, int64_t i, Dims3 in, Dims3 out, Dims3 lo) {
     const int64_t inPlane = in.v[0] * in.v[1] * in.v[2], outPlane = out.v[0] * out.v[1] * out.v[2];
     const int64_t o = i % outPlane;
-    const int64_t a = padSource(reflect, o / (out.v[1] * out.v[2]), lo.v[0], in.v[0]);
-    const int64_t b = padSource(reflect, o / out.v[2] % out.v[1], lo.v[1], in.v[1]);
-    const int64_t c = padSource(reflect, o % out.v[2], lo.v[2], in.v[2]);
+    const int64_t a = element::padSource(reflect, o / (out.v[1] * out.v[2]), lo.v[0], in.v[0]);
+    const int64_t b = element::padSource(reflect, o / out.v[2] % out.v[1], lo.v[1], in.v[1]);
+    const int64_t c = element::padSource(reflect, o % out.v[2], lo.v[2], in.v[2]);
     if (a < 0 || b < 0 || c < 0) return -1;
     return i / outPlane * inPlane + (a * in.v[1] + b) * in.v[2] + c;
 }
@@ -420,33 +396,16 @@ __global__ void invStdFromVarianceKernel(const float* var, float eps, float* inv
 
 __global__ void crossEntropyKernel(const float* scores, const int32_t* labels, const float* weights, float* grad,
                                    int64_t n, int64_t c, int64_t inner, double* error, unsigned long long* hits) {
-    const int64_t samples = n * inner;
-    const float norm = 1.0f / static_cast<float>(samples);
+    const float norm = 1.0f / static_cast<float>(n * inner);
     double err = 0;
     unsigned long long hit = 0;
-    TESSERA_FOR_EACH(i, samples) {
-        const int64_t b = i / inner, at = i % inner;
-        const float* row = scores + b * c * inner + at;
-        float mx = row[0];
-        int64_t arg = 0;
-        for (int64_t k = 1; k < c; ++k) {
-            if (row[k * inner] > mx) {
-                mx = row[k * inner];
-                arg = k;
-            }
-        }
-        double sum = 0;
-        for (int64_t k = 0; k < c; ++k) sum += exp(static_cast<double>(row[k * inner] - mx));
+    TESSERA_FOR_EACH(i, n * inner) {
+        const int64_t offset = i / inner * c * inner + i % inner;
         const int32_t y = labels[i];
-        const float w = weights ? weights[y] : 1.0f;
-        err += w * (log(sum) - (row[y * inner] - mx));
-        hit += arg == y;
-        if (!grad) continue;
-        float* grow = grad + b * c * inner + at;
-        for (int64_t k = 0; k < c; ++k) {
-            const auto p = static_cast<float>(exp(static_cast<double>(row[k * inner] - mx)) / sum);
-            grow[k * inner] = w * norm * (p - (k == y ? 1.0f : 0.0f));
-        }
+        bool h = false;
+        err += element::crossEntropy(scores + offset, y, weights ? weights[y] : 1.0f, grad ? grad + offset : nullptr, c,
+                                     inner, norm, h);
+        hit += h;
     }
     blockSumAdd(err, error);
     if (hit) atomicAdd(hits, hit);
@@ -455,36 +414,7 @@ __global__ void crossEntropyKernel(const float* scores, const int32_t* labels, c
 __global__ void pointwiseCostKernel(CostKind kind, const float* p, const float* t, float* g, int64_t total, float norm,
                                     double* out) {
     double sum = 0;
-    TESSERA_FOR_EACH(i, total) {
-        const float d = p[i] - t[i];
-        switch (kind) {
-        case CostKind::mse:
-            sum += 0.5 * static_cast<double>(d) * d;
-            g[i] = norm * d;
-            break;
-        case CostKind::abs:
-            sum += fabsf(d);
-            g[i] = norm * static_cast<float>((d > 0) - (d < 0));
-            break;
-        case CostKind::smoothL1:
-            sum += fabsf(d) < 1.0f ? 0.5 * d * d : fabsf(d) - 0.5;
-            g[i] = norm * (fabsf(d) < 1.0f ? d : static_cast<float>((d > 0) - (d < 0)));
-            break;
-        case CostKind::bce: {
-            const double x = p[i];
-            sum += fmax(x, 0.0) + log1p(exp(-fabs(x))) - t[i] * x;
-            g[i] = norm * (static_cast<float>(1.0 / (1.0 + exp(-x))) - t[i]);
-            break;
-        }
-        case CostKind::hinge: {
-            const float m = 1.0f - t[i] * p[i];
-            sum += fmaxf(m, 0.0f);
-            g[i] = m > 0 ? -norm * t[i] : 0.0f;
-            break;
-        }
-        default: break;
-        }
-    }
+    TESSERA_FOR_EACH(i, total) sum += element::pointwise(kind, p[i], t[i], norm, g[i]);
     blockSumAdd(sum, out);
 }
 
@@ -494,17 +424,7 @@ __global__ void klDivergenceKernel(const float* p, const float* t, float* g, int
     double sum = 0;
     TESSERA_FOR_EACH(i, n * inner) {
         const int64_t base = i / inner * c * inner + i % inner;
-        float mx = p[base];
-        for (int64_t k = 1; k < c; ++k) mx = fmaxf(mx, p[base + k * inner]);
-        double z = 0;
-        for (int64_t k = 0; k < c; ++k) z += exp(static_cast<double>(p[base + k * inner] - mx));
-        const double logz = log(z);
-        for (int64_t k = 0; k < c; ++k) {
-            const int64_t at = base + k * inner;
-            const double logq = p[at] - mx - logz;
-            if (t[at] > 0) sum += t[at] * (log(static_cast<double>(t[at])) - logq);
-            g[at] = norm * (static_cast<float>(exp(logq)) - t[at]);
-        }
+        sum += element::klDivergence(p + base, t + base, g + base, c, inner, norm);
     }
     blockSumAdd(sum, out);
 }
@@ -513,82 +433,14 @@ __global__ void svmCostKernel(const float* s, const int32_t* labels, bool l2, fl
                               double* out) {
     const float norm = 1.0f / static_cast<float>(n);
     double sum = 0;
-    TESSERA_FOR_EACH(i, n) {
-        const float* row = s + i * c;
-        float* grow = g + i * c;
-        const int32_t y = labels[i];
-        float gy = 0;
-        for (int64_t k = 0; k < c; ++k) {
-            grow[k] = 0;
-            if (k == y) continue;
-            const float m = 1.0f + row[k] - row[y];
-            if (m <= 0) continue;
-            sum += l2 ? m * m : m;
-            const float d = norm * (l2 ? 2.0f * m : 1.0f);
-            grow[k] = d;
-            gy -= d;
-        }
-        grow[y] = gy;
-    }
+    TESSERA_FOR_EACH(i, n) sum += element::svm(s + i * c, labels[i], l2, g + i * c, c, norm);
     blockSumAdd(sum, out);
 }
 
-// ---- optimizers ------------------------------------------------------------------------------
-
-__global__ void optimizerKernel(UpdateConstants p, float* w, const float* gr, float* a, float* b, float* c, int64_t n) {
-    const auto rule = static_cast<UpdateRule>(p.rule);
-    const float lr = p.lr, mom = p.momentum, rho = p.rho, eps = p.epsilon, wd = p.weightDecay;
-    TESSERA_FOR_EACH(i, n) {
-        const float g = gr[i] + wd * w[i];
-        switch (rule) {
-        case UpdateRule::sgd: w[i] -= lr * g; break;
-        case UpdateRule::momentumSGD:
-            a[i] = mom * a[i] + lr * g;
-            w[i] -= a[i];
-            break;
-        case UpdateRule::nesterovSGD: {
-            const float v = a[i];
-            a[i] = mom * v - lr * g;
-            w[i] += -mom * v + (1.0f + mom) * a[i];
-            break;
-        }
-        case UpdateRule::adam:
-            a[i] = p.beta1 * a[i] + (1.0f - p.beta1) * g;
-            b[i] = p.beta2 * b[i] + (1.0f - p.beta2) * g * g;
-            w[i] -= p.adamLr * a[i] / (sqrtf(b[i]) + eps);
-            break;
-        case UpdateRule::adaGrad:
-            a[i] += g * g;
-            w[i] -= lr * g / (sqrtf(a[i]) + eps);
-            break;
-        case UpdateRule::adaDelta: {
-            a[i] = rho * a[i] + (1.0f - rho) * g * g;
-            const float dx = sqrtf(b[i] + eps) / sqrtf(a[i] + eps) * g;
-            b[i] = rho * b[i] + (1.0f - rho) * dx * dx;
-            w[i] -= lr * dx;
-            break;
-        }
-        case UpdateRule::rmsProp:
-            a[i] = rho * a[i] + (1.0f - rho) * g * g;
-            w[i] -= lr * g / (sqrtf(a[i]) + eps);
-            break;
-        case UpdateRule::rmsPropGraves:
-            a[i] = rho * a[i] + (1.0f - rho) * g * g;
-            b[i] = rho * b[i] + (1.0f - rho) * g;
-            c[i] = mom * c[i] - lr * g / sqrtf(a[i] - b[i] * b[i] + eps);
-            w[i] += c[i];
-            break;
-        case UpdateRule::smorms3: {
-            const float r = 1.0f / (a[i] + 1.0f);
-            b[i] = (1.0f - r) * b[i] + r * g;
-            c[i] = (1.0f - r) * c[i] + r * g * g;
-            const float x = b[i] * b[i] / (c[i] + eps);
-            w[i] -= g * fminf(lr, x) / (sqrtf(c[i]) + eps);
-            a[i] = 1.0f + a[i] * (1.0f - x);
-            break;
-        }
-        }
-    }
+template <UpdateRule R>
+__global__ void optimizerKernel(element::UpdateScalars k, float* w, const float* g, float* a, float* b, float* c,
+                                int64_t n) {
+    TESSERA_FOR_EACH(i, n) element::update<R>(k, w, g, a, b, c, i);
 }
 
 } // namespace
@@ -738,9 +590,9 @@ void svmCost(const float* scores, const int32_t* labels, bool l2, float* grad, i
     TESSERA_LAUNCH(svmCostKernel, n, s, scores, labels, l2, grad, n, c, sum);
 }
 
-void optimizerUpdate(const UpdateConstants& p, float* w, const float* g, float* a, float* b, float* c, int64_t n,
-                     cudaStream_t s) {
-    TESSERA_LAUNCH(optimizerKernel, n, s, p, w, g, a, b, c, n);
+void optimizerUpdate(UpdateRule rule, const element::UpdateScalars& k, float* w, const float* g, float* a, float* b,
+                     float* c, int64_t n, cudaStream_t s) {
+    element::dispatchRule(rule, [&]<UpdateRule R>() { TESSERA_LAUNCH(optimizerKernel<R>, n, s, k, w, g, a, b, c, n); });
 }
 
 } // namespace tessera::cudak

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/ElementMath.h"
+
 namespace tessera::cudak {
 
 // ---- fills, random, copies ----------------------------------------------------------
@@ -37,10 +39,7 @@ void activationBackward(int kind, float alpha, float beta, const float* x, const
                         int64_t n, cudaStream_t s);
 
 // ---- pooling, LRN, resampling, padding, prelu ---------------------------------------
-/// Spatial geometry of a [planes, d, h, w] problem (fewer spatial dims lead with 1s).
-struct Window3 {
-    int64_t in[3], out[3], kernel[3], stride[3], pad[3];
-};
+using element::Window3;
 /// Max pooling: y and idx (the flat in-plane index of each window's first maximum; either
 /// may be null).
 void maxPoolForward(const float* x, float* y, int32_t* idx, const Window3& w, int64_t planes, cudaStream_t s);
@@ -107,12 +106,7 @@ void svmCost(const float* scores, const int32_t* labels, bool l2, float* grad, i
              cudaStream_t s);
 
 // ---- optimizers -----------------------------------------------------------------------
-struct UpdateConstants {
-    int rule; ///< UpdateRule's value
-    float lr, momentum, beta1, beta2, rho, epsilon, weightDecay;
-    float adamLr; ///< lr with Adam's bias correction folded in
-};
-void optimizerUpdate(const UpdateConstants& p, float* w, const float* g, float* a, float* b, float* c, int64_t n,
-                     cudaStream_t s);
+void optimizerUpdate(UpdateRule rule, const element::UpdateScalars& k, float* w, const float* g, float* a, float* b,
+                     float* c, int64_t n, cudaStream_t s);
 
 } // namespace tessera::cudak

@@ -1,18 +1,13 @@
 // Constant and reflection padding of the spatial dims, and its adjoint.
+#include "backend/ElementMath.h"
 #include "backend/cpu/CpuBackend.h"
 
 namespace tessera {
 
 namespace {
 
-// Source position of padded coordinate `o` along a dim of size `n`, or -1 for a
-// constant pad.
 int64_t sourceOf(PadMode mode, int64_t o, int64_t lo, int64_t n) {
-    int64_t i = o - lo;
-    if (i >= 0 && i < n) return i;
-    if (mode == PadMode::constant) return -1;
-    if (i < 0) return -i;          // reflect: -1 -> 1
-    return 2 * (n - 1) - i;        // n -> n - 2
+    return element::padSource(mode == PadMode::reflect, o, lo, n);
 }
 
 // Walks every padded position of a [planes, *spatial] tensor (up to 3 spatial dims),

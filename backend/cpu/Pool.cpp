@@ -1,8 +1,8 @@
 // Pooling through oneDNN (max, average with or without the padding counted), cached per
 // shape and layout; outputs keep the input's layout. The argmax used by unpooling is a
 // plain loop, since oneDNN's max-pooling workspace is opaque.
-#include <limits>
 
+#include "backend/ElementMath.h"
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
@@ -109,42 +109,20 @@ void CpuBackend::maxPoolIndices(const PoolParams& p, const Tensor& x, const Tens
     const Shape& ys = idx.shape();
     const size_t sp = xs.rank() - 2;
     if (sp < 1 || sp > 3) throw ShapeError("CpuBackend::maxPoolIndices: needs 1 to 3 spatial dims, got " + xs.str());
-    // Treat every case as 3-D with leading unit dims.
-    int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
-    for (size_t d = 0; d < sp; ++d) {
-        const size_t o = 3 - sp + d;
-        in[o] = xs[2 + d];
-        out[o] = ys[2 + d];
-        k[o] = p.kernel[d];
-        s[o] = p.stride[d];
-        pad[o] = p.padLo[d];
-    }
-    const int64_t planes = xs[0] * xs[1], inPlane = in[0] * in[1] * in[2], outPlane = out[0] * out[1] * out[2];
+    const element::Window3 w = element::window3(p, xs, ys);
+    const int64_t planes = xs[0] * xs[1], inPlane = w.in[0] * w.in[1] * w.in[2],
+                  outPlane = w.out[0] * w.out[1] * w.out[2];
     const float* px = x.data<float>();
     int32_t* pi = idx.data<int32_t>();
 #pragma omp parallel for
     for (int64_t pl = 0; pl < planes; ++pl) {
         const float* plane = px + pl * inPlane;
         int32_t* res = pi + pl * outPlane;
-        for (int64_t od = 0; od < out[0]; ++od)
-            for (int64_t oh = 0; oh < out[1]; ++oh)
-                for (int64_t ow = 0; ow < out[2]; ++ow) {
-                    float best = -std::numeric_limits<float>::infinity();
-                    int64_t at = -1;
-                    for (int64_t kd = 0; kd < k[0]; ++kd)
-                        for (int64_t kh = 0; kh < k[1]; ++kh)
-                            for (int64_t kw = 0; kw < k[2]; ++kw) {
-                                const int64_t d = od * s[0] - pad[0] + kd, h = oh * s[1] - pad[1] + kh,
-                                              w = ow * s[2] - pad[2] + kw;
-                                if (d < 0 || d >= in[0] || h < 0 || h >= in[1] || w < 0 || w >= in[2]) continue;
-                                const int64_t i = (d * in[1] + h) * in[2] + w;
-                                if (at < 0 || plane[i] > best) {
-                                    best = plane[i];
-                                    at = i;
-                                }
-                            }
-                    res[(od * out[1] + oh) * out[2] + ow] = static_cast<int32_t>(at);
-                }
+        float best = 0.0f;
+        for (int64_t o = 0; o < outPlane; ++o) {
+            const int64_t od = o / (w.out[1] * w.out[2]), oh = o / w.out[2] % w.out[1], ow = o % w.out[2];
+            res[o] = static_cast<int32_t>(element::windowArgmax(plane, w, od, oh, ow, best));
+        }
     }
 }
 

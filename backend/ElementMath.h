@@ -1,0 +1,242 @@
+#pragma once
+/// \file The per-element and per-sample maths that the CPU loops (backend/cpu) and the
+/// CUDA kernels (cuda/Kernels.cu) share: optimizer rules, costs, padding sources and max
+/// pooling windows. Written once, compiled for both, so the two backends cannot drift.
+/// Private to the backends; plain functions of numbers and pointers, no tensors.
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "backend/Backend.h"
+#include "backend/Random.h" // TESSERA_HOST_DEVICE
+
+namespace tessera::element {
+
+// ---- optimizers -------------------------------------------------------------------------
+
+/// An update's constants, with Adam's bias correction folded into `adamLr`.
+struct UpdateScalars {
+    float lr, momentum, beta1, beta2, rho, epsilon, weightDecay, adamLr;
+};
+
+inline UpdateScalars scalarsOf(const UpdateParams& p) {
+    const auto t = static_cast<double>(p.step);
+    return {p.lr,      p.momentum, p.beta1, p.beta2, p.rho, p.epsilon, p.weightDecay,
+            static_cast<float>(p.lr * sqrt(1.0 - pow(p.beta2, t)) / (1.0 - pow(p.beta1, t)))};
+}
+
+/// Element i of rule R: wp[i] and the state ap, bp, cp (the rule's running averages; a rule
+/// touches only the ones it has) from the gradient gr[i]. R is a template argument so that a
+/// loop over one rule has no branch.
+template <UpdateRule R>
+TESSERA_HOST_DEVICE inline void update(const UpdateScalars& k, float* wp, const float* gr, float* ap, float* bp,
+                                       float* cp, int64_t i) {
+    float& w = wp[i];
+    const float g = gr[i] + k.weightDecay * w; // L2 weight decay enters the rule
+    if constexpr (R == UpdateRule::sgd) {
+        w -= k.lr * g;
+    } else if constexpr (R == UpdateRule::momentumSGD) { // v = mom v + lr g; w -= v
+        ap[i] = k.momentum * ap[i] + k.lr * g;
+        w -= ap[i];
+    } else if constexpr (R == UpdateRule::nesterovSGD) { // v' = mom v - lr g; w += -mom v + (1 + mom) v'
+        const float v = ap[i];
+        ap[i] = k.momentum * v - k.lr * g;
+        w += -k.momentum * v + (1.0f + k.momentum) * ap[i];
+    } else if constexpr (R == UpdateRule::adam) {
+        ap[i] = k.beta1 * ap[i] + (1.0f - k.beta1) * g;
+        bp[i] = k.beta2 * bp[i] + (1.0f - k.beta2) * g * g;
+        w -= k.adamLr * ap[i] / (sqrtf(bp[i]) + k.epsilon);
+    } else if constexpr (R == UpdateRule::adaGrad) {
+        ap[i] += g * g;
+        w -= k.lr * g / (sqrtf(ap[i]) + k.epsilon);
+    } else if constexpr (R == UpdateRule::adaDelta) { // a: E[g^2], b: E[dx^2]
+        ap[i] = k.rho * ap[i] + (1.0f - k.rho) * g * g;
+        const float dx = sqrtf(bp[i] + k.epsilon) / sqrtf(ap[i] + k.epsilon) * g;
+        bp[i] = k.rho * bp[i] + (1.0f - k.rho) * dx * dx;
+        w -= k.lr * dx;
+    } else if constexpr (R == UpdateRule::rmsProp) {
+        ap[i] = k.rho * ap[i] + (1.0f - k.rho) * g * g;
+        w -= k.lr * g / (sqrtf(ap[i]) + k.epsilon);
+    } else if constexpr (R == UpdateRule::rmsPropGraves) { // a: E[g^2], b: E[g], c: momentum of the step
+        ap[i] = k.rho * ap[i] + (1.0f - k.rho) * g * g;
+        bp[i] = k.rho * bp[i] + (1.0f - k.rho) * g;
+        cp[i] = k.momentum * cp[i] - k.lr * g / sqrtf(ap[i] - bp[i] * bp[i] + k.epsilon);
+        w += cp[i];
+    } else { // smorms3 - a: memory, b: E[g], c: E[g^2]
+        const float r = 1.0f / (ap[i] + 1.0f);
+        bp[i] = (1.0f - r) * bp[i] + r * g;
+        cp[i] = (1.0f - r) * cp[i] + r * g * g;
+        const float x = bp[i] * bp[i] / (cp[i] + k.epsilon);
+        w -= g * fminf(k.lr, x) / (sqrtf(cp[i]) + k.epsilon);
+        ap[i] = 1.0f + ap[i] * (1.0f - x);
+    }
+}
+
+/// Calls f.template operator()<R>() with R the runtime rule, once: loops run per rule.
+template <class F> inline void dispatchRule(UpdateRule rule, F&& f) {
+    switch (rule) {
+    case UpdateRule::sgd: f.template operator()<UpdateRule::sgd>(); break;
+    case UpdateRule::momentumSGD: f.template operator()<UpdateRule::momentumSGD>(); break;
+    case UpdateRule::nesterovSGD: f.template operator()<UpdateRule::nesterovSGD>(); break;
+    case UpdateRule::adam: f.template operator()<UpdateRule::adam>(); break;
+    case UpdateRule::adaGrad: f.template operator()<UpdateRule::adaGrad>(); break;
+    case UpdateRule::adaDelta: f.template operator()<UpdateRule::adaDelta>(); break;
+    case UpdateRule::rmsProp: f.template operator()<UpdateRule::rmsProp>(); break;
+    case UpdateRule::rmsPropGraves: f.template operator()<UpdateRule::rmsPropGraves>(); break;
+    case UpdateRule::smorms3: f.template operator()<UpdateRule::smorms3>(); break;
+    }
+}
+
+// ---- costs ------------------------------------------------------------------------------
+
+/// One element of an element-wise cost (not klDivergence): writes norm * d cost / d p to
+/// `grad` and returns the element's cost.
+TESSERA_HOST_DEVICE inline double pointwise(CostKind kind, float p, float t, float norm, float& grad) {
+    const float d = p - t;
+    const float sign = static_cast<float>((d > 0) - (d < 0));
+    switch (kind) {
+    case CostKind::mse: grad = norm * d; return 0.5 * static_cast<double>(d) * d;
+    case CostKind::abs: grad = norm * sign; return fabsf(d);
+    case CostKind::smoothL1:
+        grad = norm * (fabsf(d) < 1.0f ? d : sign);
+        return fabsf(d) < 1.0f ? 0.5 * d * d : fabsf(d) - 0.5;
+    case CostKind::bce: { // softplus(p) - t p, computed without overflow
+        const double x = p;
+        grad = norm * (static_cast<float>(1.0 / (1.0 + exp(-x))) - t);
+        return fmax(x, 0.0) + log1p(exp(-fabs(x))) - t * x;
+    }
+    case CostKind::hinge: {
+        const float m = 1.0f - t * p;
+        grad = m > 0 ? -norm * t : 0.0f;
+        return fmaxf(m, 0.0f);
+    }
+    default: grad = 0.0f; return 0.0;
+    }
+}
+
+/// KL(t || softmax(p)) over the `c` classes of one sample, `stride` apart: writes the
+/// gradient (times norm) and returns the sample's divergence.
+TESSERA_HOST_DEVICE inline double klDivergence(const float* p, const float* t, float* g, int64_t c, int64_t stride,
+                                               float norm) {
+    float mx = p[0];
+    for (int64_t k = 1; k < c; ++k) mx = fmaxf(mx, p[k * stride]);
+    double z = 0;
+    for (int64_t k = 0; k < c; ++k) z += exp(static_cast<double>(p[k * stride] - mx));
+    const double logz = log(z);
+    double sum = 0;
+    for (int64_t k = 0; k < c; ++k) {
+        const int64_t at = k * stride;
+        const double logq = p[at] - mx - logz;
+        if (t[at] > 0) sum += t[at] * (log(static_cast<double>(t[at])) - logq);
+        g[at] = norm * (static_cast<float>(exp(logq)) - t[at]);
+    }
+    return sum;
+}
+
+/// Softmax cross-entropy of one sample (its `c` scores `stride` apart, label y, weight w):
+/// writes the gradient (times w * norm) when g is not null, returns the weighted error and
+/// sets `hit` when the argmax (first maximum) is the label.
+TESSERA_HOST_DEVICE inline double crossEntropy(const float* row, int32_t y, float w, float* g, int64_t c,
+                                               int64_t stride, float norm, bool& hit) {
+    float mx = row[0];
+    int64_t arg = 0;
+    for (int64_t k = 1; k < c; ++k) {
+        if (row[k * stride] > mx) {
+            mx = row[k * stride];
+            arg = k;
+        }
+    }
+    double sum = 0;
+    for (int64_t k = 0; k < c; ++k) sum += exp(static_cast<double>(row[k * stride] - mx));
+    hit = arg == y;
+    if (g) {
+        for (int64_t k = 0; k < c; ++k) {
+            const auto p = static_cast<float>(exp(static_cast<double>(row[k * stride] - mx)) / sum);
+            g[k * stride] = w * norm * (p - (k == y ? 1.0f : 0.0f));
+        }
+    }
+    return w * (log(sum) - (row[y * stride] - mx));
+}
+
+/// Multi-class SVM of one sample: sum_{k != y} max(0, 1 + s_k - s_y)^(l2 ? 2 : 1); writes
+/// the gradient (times norm) to g.
+TESSERA_HOST_DEVICE inline double svm(const float* row, int32_t y, bool l2, float* g, int64_t c, float norm) {
+    double sum = 0;
+    float gy = 0;
+    for (int64_t k = 0; k < c; ++k) {
+        g[k] = 0;
+        if (k == y) continue;
+        const float m = 1.0f + row[k] - row[y];
+        if (m <= 0) continue;
+        sum += l2 ? m * m : m;
+        const float d = norm * (l2 ? 2.0f * m : 1.0f);
+        g[k] = d;
+        gy -= d;
+    }
+    g[y] = gy;
+    return sum;
+}
+
+// ---- padding and pooling ----------------------------------------------------------------
+
+/// Source position of padded coordinate `o` along a dim of size `n` padded by `lo` before,
+/// or -1 for a constant pad. Reflection mirrors without repeating the edge.
+TESSERA_HOST_DEVICE inline int64_t padSource(bool reflect, int64_t o, int64_t lo, int64_t n) {
+    const int64_t i = o - lo;
+    if (i >= 0 && i < n) return i;
+    if (!reflect) return -1;
+    return i < 0 ? -i : 2 * (n - 1) - i; // -1 -> 1, n -> n - 2
+}
+
+/// A pooling window's geometry over [d, h, w] (fewer spatial dims lead with 1s).
+struct Window3 {
+    int64_t in[3], out[3], kernel[3], stride[3], pad[3];
+};
+
+/// The in-plane flat index of the first maximum of output position (od, oh, ow)'s window,
+/// padding ignored; `best` receives the maximum.
+TESSERA_HOST_DEVICE inline int64_t windowArgmax(const float* plane, const Window3& w, int64_t od, int64_t oh,
+                                                int64_t ow, float& best) {
+    int64_t at = -1;
+    best = 0.0f;
+    for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
+        const int64_t d = od * w.stride[0] - w.pad[0] + kd;
+        if (d < 0 || d >= w.in[0]) continue;
+        for (int64_t kh = 0; kh < w.kernel[1]; ++kh) {
+            const int64_t h = oh * w.stride[1] - w.pad[1] + kh;
+            if (h < 0 || h >= w.in[1]) continue;
+            for (int64_t kw = 0; kw < w.kernel[2]; ++kw) {
+                const int64_t c = ow * w.stride[2] - w.pad[2] + kw;
+                if (c < 0 || c >= w.in[2]) continue;
+                const int64_t j = (d * w.in[1] + h) * w.in[2] + c;
+                if (at < 0 || plane[j] > best) {
+                    best = plane[j];
+                    at = j;
+                }
+            }
+        }
+    }
+    return at;
+}
+
+/// The Window3 of pooling `p` from x: [N, C, *in] to y: [N, C, *out].
+inline Window3 window3(const PoolParams& p, const Shape& x, const Shape& y) {
+    const size_t sp = x.rank() - 2;
+    Window3 w{};
+    for (int d = 0; d < 3; ++d) {
+        w.in[d] = w.out[d] = w.kernel[d] = w.stride[d] = 1;
+        w.pad[d] = 0;
+    }
+    for (size_t d = 0; d < sp; ++d) {
+        const size_t o = 3 - sp + d;
+        w.in[o] = x[2 + d];
+        w.out[o] = y[2 + d];
+        w.kernel[o] = p.kernel[d];
+        w.stride[o] = p.stride[d];
+        w.pad[o] = p.padLo[d];
+    }
+    return w;
+}
+
+} // namespace tessera::element
