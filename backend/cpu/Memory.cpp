@@ -67,6 +67,17 @@ BlockCache& blockCache() {
 
 size_t roundedSize(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
 
+// TESSERA_POISON_MEMORY=1 fills every new host block with 0xFF bytes (NaN as float32, -1
+// as int32), so a kernel that reads memory it never wrote shows up as NaN in the tests
+// instead of passing on the zeros fresh pages happen to hold.
+bool poisonMemory() {
+    static const bool on = [] {
+        const char* env = std::getenv("TESSERA_POISON_MEMORY");
+        return env && std::string(env) == "1";
+    }();
+    return on;
+}
+
 void freeHost(void* ptr, size_t bytes, Device) {
     const size_t rounded = roundedSize(bytes);
     if (rounded < BlockCache::kMinBlock || !blockCache().give(ptr, rounded)) std::free(ptr);
@@ -103,6 +114,7 @@ std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) {
     void* ptr = rounded >= BlockCache::kMinBlock ? blockCache().take(rounded) : nullptr;
     if (!ptr) ptr = std::aligned_alloc(64, rounded);
     if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+    if (poisonMemory()) std::memset(ptr, 0xFF, rounded);
     raisePeak(liveBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
     return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
 }

@@ -1,6 +1,13 @@
 // Pooling through oneDNN (max, average with or without the padding counted), cached per
-// shape and layout; outputs keep the input's layout. The argmax used by unpooling is a
-// plain loop, since oneDNN's max-pooling workspace is opaque.
+// shape and layout; outputs keep the input's layout. Max pooling of channel-blocked
+// tensors (what convolutions hand on) with windows that do not overlap runs an own loop
+// instead: a vector of channels per window position, the argmax kept as a byte per output
+// element, and a backward that writes each input gradient once. The argmax used by
+// unpooling is a plain loop, since oneDNN's max-pooling workspace is opaque.
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
 
 #include "backend/ElementMath.h"
 #include "backend/cpu/CpuBackend.h"
@@ -52,12 +59,158 @@ const PoolEntry& forwardEntry(const PoolParams& p, const Shape& x, const Shape& 
     });
 }
 
+// ---- max pooling of channel-blocked tensors -------------------------------------------
+// Storage [N, C/B, *spatial, B]: each (n, channel block) plane holds B lanes per position.
+
+/// Max pooling of a blocked tensor with windows that do not overlap takes the own loop (the
+/// common 2x2 stride 2): it beats oneDNN's there, forward and backward. Overlapping windows
+/// stay with oneDNN, whose wider vectors win once each input is read several times.
+bool ownMaxPool(const PoolParams& p, Layout layout) {
+    if (p.kind != PoolKind::max || layout == Layout::plain) return false;
+    int64_t volume = 1;
+    for (size_t d = 0; d < p.kernel.size(); ++d) {
+        if (p.stride[d] < p.kernel[d]) return false;
+        volume *= p.kernel[d];
+    }
+    return volume <= std::numeric_limits<uint8_t>::max();
+}
+
+/// Four lanes of floats, of int32 and of bytes (GCC vector extensions: one SSE operation
+/// on all four). A position of a blocked tensor is B / 4 of them.
+typedef float F4 __attribute__((vector_size(16)));
+typedef int32_t I4 __attribute__((vector_size(16)));
+typedef uint8_t U4 __attribute__((vector_size(4)));
+template <class V> inline V load(const void* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+template <class V> inline void store(void* p, const V& v) { std::memcpy(p, &v, sizeof v); }
+
+/// Calls f(o, od, oh, ow) for each output position in order, o its in-plane index.
+template <class F> inline void forOutputs(const element::Window3& w, F&& f) {
+    int64_t o = 0;
+    for (int64_t od = 0; od < w.out[0]; ++od) {
+        for (int64_t oh = 0; oh < w.out[1]; ++oh) {
+            for (int64_t ow = 0; ow < w.out[2]; ++ow) f(o++, od, oh, ow);
+        }
+    }
+}
+
+/// Calls f(k, j) for each window position of output (od, oh, ow) inside the input, in
+/// window order: k its index within the window, j its in-plane position.
+template <class F> inline void forWindow(const element::Window3& w, int64_t od, int64_t oh, int64_t ow, F&& f) {
+    const int64_t o[3] = {od, oh, ow};
+    int64_t lo[3], hi[3], at[3];
+    for (int d = 0; d < 3; ++d) {
+        at[d] = o[d] * w.stride[d] - w.pad[d];
+        lo[d] = std::max<int64_t>(0, -at[d]);
+        hi[d] = std::min<int64_t>(w.kernel[d], w.in[d] - at[d]);
+    }
+    for (int64_t kd = lo[0]; kd < hi[0]; ++kd) {
+        for (int64_t kh = lo[1]; kh < hi[1]; ++kh) {
+            const int32_t k = static_cast<int32_t>((kd * w.kernel[1] + kh) * w.kernel[2]);
+            const int64_t j = ((at[0] + kd) * w.in[1] + at[1] + kh) * w.in[2] + at[2];
+            for (int64_t kw = lo[2]; kw < hi[2]; ++kw) f(k + static_cast<int32_t>(kw), j + kw);
+        }
+    }
+}
+
+/// y <- the window maxima; arg (when given) <- the window index of each lane's first maximum.
+template <int B>
+void maxPoolBlockedForward(const element::Window3& w, int64_t planes, const float* x, float* y, uint8_t* arg) {
+    constexpr int Q = B / 4;
+    const int64_t inPlane = w.in[0] * w.in[1] * w.in[2], outPlane = w.out[0] * w.out[1] * w.out[2];
+#pragma omp parallel for
+    for (int64_t pl = 0; pl < planes; ++pl) {
+        const float* xp = x + pl * inPlane * B;
+        forOutputs(w, [&](int64_t o, int64_t od, int64_t oh, int64_t ow) {
+            // strictly greater keeps each lane's first maximum; a lane's first position is
+            // always taken, so a lane of NaNs or of -inf still names a position
+            F4 best[Q];
+            I4 first[Q];
+            for (int q = 0; q < Q; ++q) {
+                best[q] = F4{} - std::numeric_limits<float>::infinity();
+                first[q] = I4{} - 1;
+            }
+            forWindow(w, od, oh, ow, [&](int32_t k, int64_t j) {
+                for (int q = 0; q < Q; ++q) {
+                    const F4 v = load<F4>(xp + j * B + 4 * q);
+                    const I4 take = (v > best[q]) | (first[q] < 0);
+                    best[q] = take ? v : best[q];
+                    first[q] = take ? I4{} + k : first[q];
+                }
+            });
+            const int64_t at = (pl * outPlane + o) * B;
+            for (int q = 0; q < Q; ++q) store(y + at + 4 * q, best[q]);
+            if (!arg) return;
+            for (int q = 0; q < Q; ++q) store(arg + at + 4 * q, __builtin_convertvector(first[q], U4));
+        });
+    }
+}
+
+/// dx <- dy routed to each window's argmax; the windows do not overlap, so each position
+/// is written once, and only positions no window covers need zeroing first.
+template <int B>
+void maxPoolBlockedBackward(const element::Window3& w, int64_t planes, const float* dy, const uint8_t* arg,
+                            float* dx) {
+    constexpr int Q = B / 4;
+    const int64_t inPlane = w.in[0] * w.in[1] * w.in[2], outPlane = w.out[0] * w.out[1] * w.out[2];
+    bool tiled = true;
+    for (int d = 0; d < 3; ++d) {
+        tiled = tiled && w.pad[d] == 0 && w.stride[d] == w.kernel[d] && w.out[d] * w.stride[d] == w.in[d];
+    }
+#pragma omp parallel for
+    for (int64_t pl = 0; pl < planes; ++pl) {
+        float* dxp = dx + pl * inPlane * B;
+        if (!tiled) std::memset(dxp, 0, static_cast<size_t>(inPlane * B) * sizeof(float));
+        forOutputs(w, [&](int64_t o, int64_t od, int64_t oh, int64_t ow) {
+            const int64_t at = (pl * outPlane + o) * B;
+            F4 g[Q];
+            I4 a[Q];
+            for (int q = 0; q < Q; ++q) {
+                g[q] = load<F4>(dy + at + 4 * q);
+                a[q] = __builtin_convertvector(load<U4>(arg + at + 4 * q), I4);
+            }
+            forWindow(w, od, oh, ow, [&](int32_t k, int64_t j) {
+                for (int q = 0; q < Q; ++q) store(dxp + j * B + 4 * q, a[q] == k ? g[q] : F4{});
+            });
+        });
+    }
+}
+
+/// Bytes of the own loop's argmax for output `y`: one per element, padding lanes included.
+size_t argmaxBytes(const Shape& y, Layout layout) { return Tensor::storageBytes(y, DType::float32, layout) / sizeof(float); }
+
+/// Planes ([N, C/B]) of a blocked tensor of shape `s`.
+int64_t blockedPlanes(const Shape& s, Layout layout) {
+    const int64_t b = blockOf(layout);
+    return s[0] * ((s[1] + b - 1) / b);
+}
+
 } // namespace
 
 // x: [N, C, *in] -> y: [N, C, *out], x's layout
 Tensor CpuBackend::poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
                                Tensor& workspace) {
     const bool keep = training && p.kind == PoolKind::max;
+    if (ownMaxPool(p, x.layout())) {
+        Tensor y = Tensor::empty(yShape, DType::float32, x.device(), x.layout());
+        uint8_t* arg = nullptr;
+        if (keep) {
+            const size_t bytes = argmaxBytes(yShape, x.layout());
+            workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::int32, x.device());
+            arg = reinterpret_cast<uint8_t*>(workspace.storageData<int32_t>());
+        }
+        const element::Window3 w = element::window3(p, x.shape(), yShape);
+        const int64_t planes = blockedPlanes(x.shape(), x.layout());
+        if (x.layout() == Layout::blocked16) {
+            maxPoolBlockedForward<16>(w, planes, x.storageData<float>(), y.storageData<float>(), arg);
+        } else {
+            maxPoolBlockedForward<8>(w, planes, x.storageData<float>(), y.storageData<float>(), arg);
+        }
+        return y;
+    }
     const PoolEntry& e = forwardEntry(p, x.shape(), yShape, x.layout(), keep);
     Tensor y = Tensor::empty(yShape, DType::float32, x.device(), x.layout());
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, memOf(descOf(x), x)},
@@ -77,6 +230,24 @@ Tensor CpuBackend::poolBackward(const PoolParams& p, const Tensor& dy, const Ten
     const bool keep = p.kind == PoolKind::max;
     if (keep && !workspace.defined()) {
         throw BackendError("CpuBackend::poolBackward: max pooling backward needs the workspace of a training forward");
+    }
+    if (ownMaxPool(p, xLayout)) {
+        const Tensor g = dy.toLayout(xLayout);
+        if (workspace.nbytes() < argmaxBytes(g.shape(), xLayout)) {
+            throw BackendError("CpuBackend::poolBackward: the workspace holds " + std::to_string(workspace.nbytes()) +
+                               " bytes, max pooling to " + g.shape().str() + " keeps " +
+                               std::to_string(argmaxBytes(g.shape(), xLayout)) + " (not this pooling's forward?)");
+        }
+        Tensor dx = Tensor::empty(xShape, DType::float32, dy.device(), xLayout);
+        const element::Window3 w = element::window3(p, xShape, g.shape());
+        const int64_t planes = blockedPlanes(xShape, xLayout);
+        const auto* arg = reinterpret_cast<const uint8_t*>(workspace.storageData<int32_t>());
+        if (xLayout == Layout::blocked16) {
+            maxPoolBlockedBackward<16>(w, planes, g.storageData<float>(), arg, dx.storageData<float>());
+        } else {
+            maxPoolBlockedBackward<8>(w, planes, g.storageData<float>(), arg, dx.storageData<float>());
+        }
+        return dx;
     }
     struct BwdEntry {
         dnnl::pooling_backward bwd;

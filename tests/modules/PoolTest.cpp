@@ -1,7 +1,9 @@
+#include <cmath>
 #include <memory>
 
 #include "GradCheck.h"
 #include "Reference.h"
+#include "containers/Sequential.h"
 #include "modules/Conv.h"
 #include "modules/KMaxPool.h"
 #include "modules/MaxUnpool2D.h"
@@ -90,6 +92,71 @@ TEST(Pool, BlockedInputFromConvolutionKeepsItsLayout) {
     Tensor y = pool(h);
     EXPECT_EQ(y.layout(), h.layout());
     EXPECT_TRUE(allClose(y, reference::pool(h.plain(), reference::Pool::max, {2, 2}, {2, 2}, {0, 0}, y.shape()), 1e-6f));
+}
+
+// Max pooling of a channel-blocked input (what convolutions hand on) with windows that do
+// not overlap runs the CPU backend's own loop; overlapping windows go to oneDNN. Every
+// window shape must agree with the loop-by-loop reference, forward and backward: tiled,
+// ragged, padded and overlapping windows, channels that do not fill a block, and ties,
+// where the first maximum takes the gradient.
+TEST(Pool, MaxOfBlockedInputsMatchesTheReference) {
+    struct Blocked {
+        Case c;
+        Layout layout;
+    };
+    const Blocked cases[] = {
+        {{"2x2 tiled", 2, true, {2}, {}, {2, 16, 6, 8}}, Layout::blocked16},
+        {{"2x2 ragged", 2, true, {2}, {}, {2, 16, 7, 7}}, Layout::blocked8},
+        {{"2x2, 5 of 8 channels", 2, true, {2}, {}, {2, 5, 6, 6}}, Layout::blocked8},
+        {{"2x2 pad 1", 2, true, {2}, {.pad = {1}}, {2, 20, 7, 6}}, Layout::blocked16},
+        {{"1d size 3 pad 1", 1, true, {3}, {.pad = {1}}, {2, 8, 10}}, Layout::blocked8},
+        {{"3x3 stride 2 pad 1 (overlapping)", 2, true, {3}, {.stride = {2}, .pad = {1}}, {2, 20, 7, 7}},
+         Layout::blocked16},
+        {{"3d", 3, true, {2}, {}, {1, 16, 4, 4, 4}}, Layout::blocked16},
+    };
+    for (const Blocked& b : cases) {
+        for (bool ties : {false, true}) {
+            SCOPED_TRACE(std::string(b.c.what) + (ties ? ", ties" : ""));
+            auto m = make(b.c);
+            Tensor x = randomTensor(b.c.x, 7, -2.0f, 2.0f);
+            if (ties) { // three levels: most windows hold their maximum more than once
+                std::vector<float> v = x.toVector<float>();
+                for (float& e : v) e = std::round(e / 2.0f);
+                x = Tensor::fromVector(x.shape(), v);
+            }
+            const PoolParams& p = m->params();
+            Tensor y = (*m)(x.toLayout(b.layout));
+            EXPECT_EQ(y.layout(), b.layout);
+            EXPECT_TRUE(allClose(y, reference::pool(x, reference::Pool::max, p.kernel, p.stride, p.padLo, y.shape())));
+            // The gradient arrives plain once and blocked once.
+            Tensor dy = randomTensor(y.shape(), 8);
+            Tensor dx = m->backward(ties ? dy.toLayout(b.layout) : dy);
+            EXPECT_EQ(dx.layout(), b.layout);
+            EXPECT_TRUE(allClose(dx, reference::maxPoolBackward(x, dy, p.kernel, p.stride, p.padLo)));
+        }
+    }
+}
+
+// The numerical gradient through the blocked path: an identity 1x1 convolution hands the
+// input on unchanged but channel-blocked, so the pooling's input can hold well-separated
+// values away from ties.
+TEST(Pool, MaxOfBlockedInputGradientCheck) {
+    const int64_t c = 16;
+    auto identity = std::make_shared<Conv2D>(c, c, 1, ConvOptions{.useBias = false});
+    float* w = identity->namedParams()[0].second->data.data<float>();
+    for (int64_t i = 0; i < c; ++i) {
+        for (int64_t j = 0; j < c; ++j) w[i * c + j] = i == j ? 1.0f : 0.0f;
+    }
+    Sequential net;
+    net.append(identity);
+    net.append(std::make_shared<MaxPool2D>(2, PoolOptions{.pad = {1}}));
+    const Tensor x = randomTensor({2, c, 7, 6}, 9, -4.0f, 4.0f);
+    ASSERT_NE((*identity)(x).layout(), Layout::plain);
+    GradCheckOptions opts;
+    opts.checkParams = false;
+    opts.maxElements = 32;
+    opts.eps = 1e-3f;
+    EXPECT_TRUE(checkGradients(net, {x}, opts));
 }
 
 TEST(Pool, BadInput) {

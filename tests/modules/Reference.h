@@ -144,4 +144,32 @@ inline std::vector<float> pool(const Tensor& xt, Pool kind, const std::vector<in
     return out;
 }
 
+// x: [N, C, *in], dy: [N, C, *out] -> dx: [N, C, *in], each dy routed to its window's
+// first maximum
+inline std::vector<float> maxPoolBackward(const Tensor& xt, const Tensor& dyt, const std::vector<int64_t>& size,
+                                          const std::vector<int64_t>& stride, const std::vector<int64_t>& pad) {
+    const Dims5 x = dims5(xt.shape()), y = dims5(dyt.shape());
+    const auto ks = pad3(size, 1), st = pad3(stride, 1), pd = pad3(pad, 0);
+    const std::vector<float> xv = xt.toVector<float>(), dy = dyt.toVector<float>();
+    std::vector<float> dx(xv.size(), 0.0f);
+    size_t o = 0;
+    for (int64_t p = 0; p < y.n * y.c; ++p)
+        for (int64_t a = 0; a < y.s[0]; ++a)
+            for (int64_t b = 0; b < y.s[1]; ++b)
+                for (int64_t c = 0; c < y.s[2]; ++c, ++o) {
+                    int64_t at = -1;
+                    for (int64_t ka = 0; ka < ks[0]; ++ka)
+                        for (int64_t kb = 0; kb < ks[1]; ++kb)
+                            for (int64_t kc = 0; kc < ks[2]; ++kc) {
+                                const int64_t ia = a * st[0] - pd[0] + ka, ib = b * st[1] - pd[1] + kb,
+                                              ic = c * st[2] - pd[2] + kc;
+                                if (ia < 0 || ia >= x.s[0] || ib < 0 || ib >= x.s[1] || ic < 0 || ic >= x.s[2]) continue;
+                                const int64_t j = p * x.plane() + (ia * x.s[1] + ib) * x.s[2] + ic;
+                                if (at < 0 || xv[static_cast<size_t>(j)] > xv[static_cast<size_t>(at)]) at = j;
+                            }
+                    dx[static_cast<size_t>(at)] += dy[o];
+                }
+    return dx;
+}
+
 } // namespace tessera::reference
