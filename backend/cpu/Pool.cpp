@@ -9,6 +9,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "backend/ElementMath.h"
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
@@ -87,6 +91,41 @@ template <class V> inline V load(const void* p) {
 }
 template <class V> inline void store(void* p, const V& v) { std::memcpy(p, &v, sizeof v); }
 
+/// The argmax bytes of one position (Q = B / 4 vectors of window indices below 256), from
+/// and to int32 lanes. SSE2 packs and unpacks them in a few instructions where a generic
+/// conversion would go lane by lane.
+template <int Q> inline void storeBytes(uint8_t* p, const I4 (&v)[Q]) {
+#if defined(__SSE2__)
+    const __m128i lo = _mm_packs_epi32(reinterpret_cast<__m128i>(v[0]), reinterpret_cast<__m128i>(v[1]));
+    if constexpr (Q == 4) {
+        const __m128i hi = _mm_packs_epi32(reinterpret_cast<__m128i>(v[2]), reinterpret_cast<__m128i>(v[3]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(lo, hi));
+    } else {
+        static_assert(Q == 2);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(lo, lo));
+    }
+#else
+    for (int q = 0; q < Q; ++q) store(p + 4 * q, __builtin_convertvector(v[q], U4));
+#endif
+}
+template <int Q> inline void loadBytes(const uint8_t* p, I4 (&v)[Q]) {
+#if defined(__SSE2__)
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i bytes = Q == 4 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
+                                 : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i lo = _mm_unpacklo_epi8(bytes, zero);
+    v[0] = reinterpret_cast<I4>(_mm_unpacklo_epi16(lo, zero));
+    v[1] = reinterpret_cast<I4>(_mm_unpackhi_epi16(lo, zero));
+    if constexpr (Q == 4) {
+        const __m128i hi = _mm_unpackhi_epi8(bytes, zero);
+        v[2] = reinterpret_cast<I4>(_mm_unpacklo_epi16(hi, zero));
+        v[3] = reinterpret_cast<I4>(_mm_unpackhi_epi16(hi, zero));
+    }
+#else
+    for (int q = 0; q < Q; ++q) v[q] = __builtin_convertvector(load<U4>(p + 4 * q), I4);
+#endif
+}
+
 /// Calls f(o, od, oh, ow) for each output position in order, o its in-plane index.
 template <class F> inline void forOutputs(const element::Window3& w, F&& f) {
     int64_t o = 0;
@@ -116,8 +155,8 @@ template <class F> inline void forWindow(const element::Window3& w, int64_t od, 
     }
 }
 
-/// y <- the window maxima; arg (when given) <- the window index of each lane's first maximum.
-template <int B>
+/// y <- the window maxima; with Arg, arg <- the window index of each lane's first maximum.
+template <int B, bool Arg>
 void maxPoolBlockedForward(const element::Window3& w, int64_t planes, const float* x, float* y, uint8_t* arg) {
     constexpr int Q = B / 4;
     const int64_t inPlane = w.in[0] * w.in[1] * w.in[2], outPlane = w.out[0] * w.out[1] * w.out[2];
@@ -125,26 +164,30 @@ void maxPoolBlockedForward(const element::Window3& w, int64_t planes, const floa
     for (int64_t pl = 0; pl < planes; ++pl) {
         const float* xp = x + pl * inPlane * B;
         forOutputs(w, [&](int64_t o, int64_t od, int64_t oh, int64_t ow) {
-            // strictly greater keeps each lane's first maximum; a lane's first position is
-            // always taken, so a lane of NaNs or of -inf still names a position
-            F4 best[Q];
-            I4 first[Q];
-            for (int q = 0; q < Q; ++q) {
-                best[q] = F4{} - std::numeric_limits<float>::infinity();
-                first[q] = I4{} - 1;
-            }
+            // The window's first position starts each lane; strictly greater keeps the first
+            // maximum after that. (Padding never wins: forWindow skips it.)
+            F4 best[Q] = {};
+            I4 first[Q] = {};
+            bool started = false;
             forWindow(w, od, oh, ow, [&](int32_t k, int64_t j) {
                 for (int q = 0; q < Q; ++q) {
                     const F4 v = load<F4>(xp + j * B + 4 * q);
-                    const I4 take = (v > best[q]) | (first[q] < 0);
-                    best[q] = take ? v : best[q];
-                    first[q] = take ? I4{} + k : first[q];
+                    if (!started) {
+                        best[q] = v;
+                        if constexpr (Arg) first[q] = I4{} + k;
+                    } else if constexpr (Arg) {
+                        const I4 take = v > best[q];
+                        best[q] = take ? v : best[q];
+                        first[q] = take ? I4{} + k : first[q];
+                    } else {
+                        best[q] = v > best[q] ? v : best[q];
+                    }
                 }
+                started = true;
             });
             const int64_t at = (pl * outPlane + o) * B;
             for (int q = 0; q < Q; ++q) store(y + at + 4 * q, best[q]);
-            if (!arg) return;
-            for (int q = 0; q < Q; ++q) store(arg + at + 4 * q, __builtin_convertvector(first[q], U4));
+            if constexpr (Arg) storeBytes<Q>(arg + at, first);
         });
     }
 }
@@ -168,10 +211,8 @@ void maxPoolBlockedBackward(const element::Window3& w, int64_t planes, const flo
             const int64_t at = (pl * outPlane + o) * B;
             F4 g[Q];
             I4 a[Q];
-            for (int q = 0; q < Q; ++q) {
-                g[q] = load<F4>(dy + at + 4 * q);
-                a[q] = __builtin_convertvector(load<U4>(arg + at + 4 * q), I4);
-            }
+            for (int q = 0; q < Q; ++q) g[q] = load<F4>(dy + at + 4 * q);
+            loadBytes<Q>(arg + at, a);
             forWindow(w, od, oh, ow, [&](int32_t k, int64_t j) {
                 for (int q = 0; q < Q; ++q) store(dxp + j * B + 4 * q, a[q] == k ? g[q] : F4{});
             });
@@ -204,10 +245,14 @@ Tensor CpuBackend::poolForward(const PoolParams& p, const Tensor& x, const Shape
         }
         const element::Window3 w = element::window3(p, x.shape(), yShape);
         const int64_t planes = blockedPlanes(x.shape(), x.layout());
+        const float* px = x.storageData<float>();
+        float* py = y.storageData<float>();
         if (x.layout() == Layout::blocked16) {
-            maxPoolBlockedForward<16>(w, planes, x.storageData<float>(), y.storageData<float>(), arg);
+            keep ? maxPoolBlockedForward<16, true>(w, planes, px, py, arg)
+                 : maxPoolBlockedForward<16, false>(w, planes, px, py, nullptr);
         } else {
-            maxPoolBlockedForward<8>(w, planes, x.storageData<float>(), y.storageData<float>(), arg);
+            keep ? maxPoolBlockedForward<8, true>(w, planes, px, py, arg)
+                 : maxPoolBlockedForward<8, false>(w, planes, px, py, nullptr);
         }
         return y;
     }
