@@ -98,7 +98,7 @@ TEST(Pool, BlockedInputFromConvolutionKeepsItsLayout) {
 // not overlap runs the CPU backend's own loop; overlapping windows go to oneDNN. Every
 // window shape must agree with the loop-by-loop reference, forward and backward: tiled,
 // ragged, padded and overlapping windows, channels that do not fill a block, and ties,
-// where the first maximum takes the gradient.
+// where the first maximum takes the gradient (as it does for plain inputs).
 TEST(Pool, MaxOfBlockedInputsMatchesTheReference) {
     struct Blocked {
         Case c;
@@ -112,6 +112,9 @@ TEST(Pool, MaxOfBlockedInputsMatchesTheReference) {
         {{"1d size 3 pad 1", 1, true, {3}, {.pad = {1}}, {2, 8, 10}}, Layout::blocked8},
         {{"3x3 stride 2 pad 1 (overlapping)", 2, true, {3}, {.stride = {2}, .pad = {1}}, {2, 20, 7, 7}},
          Layout::blocked16},
+        // plain inputs (oneDNN) break ties the same way
+        {{"2x2 plain", 2, true, {2}, {}, {2, 3, 6, 7}}, Layout::plain},
+        {{"3x3 stride 2 pad 1 plain", 2, true, {3}, {.stride = {2}, .pad = {1}}, {2, 3, 7, 7}}, Layout::plain},
         {{"3d", 3, true, {2}, {}, {1, 16, 4, 4, 4}}, Layout::blocked16},
     };
     for (const Blocked& b : cases) {
