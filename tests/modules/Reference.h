@@ -113,34 +113,50 @@ inline std::vector<float> deconv(const Tensor& xt, const Tensor& wt, const std::
 
 enum class Pool { max, avgWithPad, avgNoPad };
 
-// x: [N, C, *in] -> y: [N, C, *out]
-inline std::vector<float> pool(const Tensor& xt, Pool kind, const std::vector<int64_t>& size,
-                               const std::vector<int64_t>& stride, const std::vector<int64_t>& pad, const Shape& yShape) {
-    const Dims5 x = dims5(xt.shape()), y = dims5(yShape);
+// Calls f(o, inside) for each pooling window from x: [N, C, *in] to y: [N, C, *out] in
+// output order: o the flat output index, inside the flat input indices of the window's
+// positions within the input (padding left out), in window order.
+template <class F>
+inline void forEachWindow(const Shape& xShape, const Shape& yShape, const std::vector<int64_t>& size,
+                          const std::vector<int64_t>& stride, const std::vector<int64_t>& pad, F&& f) {
+    const Dims5 x = dims5(xShape), y = dims5(yShape);
     const auto ks = pad3(size, 1), st = pad3(stride, 1), pd = pad3(pad, 0);
-    const std::vector<float> xv = xt.toVector<float>();
-    std::vector<float> out;
+    std::vector<int64_t> inside;
+    size_t o = 0;
     for (int64_t p = 0; p < y.n * y.c; ++p)
         for (int64_t a = 0; a < y.s[0]; ++a)
             for (int64_t b = 0; b < y.s[1]; ++b)
-                for (int64_t c = 0; c < y.s[2]; ++c) {
-                    double best = -std::numeric_limits<double>::infinity(), sum = 0.0;
-                    int64_t inside = 0;
+                for (int64_t c = 0; c < y.s[2]; ++c, ++o) {
+                    inside.clear();
                     for (int64_t ka = 0; ka < ks[0]; ++ka)
                         for (int64_t kb = 0; kb < ks[1]; ++kb)
                             for (int64_t kc = 0; kc < ks[2]; ++kc) {
                                 const int64_t ia = a * st[0] - pd[0] + ka, ib = b * st[1] - pd[1] + kb,
                                               ic = c * st[2] - pd[2] + kc;
                                 if (ia < 0 || ia >= x.s[0] || ib < 0 || ib >= x.s[1] || ic < 0 || ic >= x.s[2]) continue;
-                                const double v = xv[static_cast<size_t>(p * x.plane() + (ia * x.s[1] + ib) * x.s[2] + ic)];
-                                best = std::max(best, v);
-                                sum += v;
-                                ++inside;
+                                inside.push_back(p * x.plane() + (ia * x.s[1] + ib) * x.s[2] + ic);
                             }
-                    out.push_back(static_cast<float>(kind == Pool::max          ? best
-                                                     : kind == Pool::avgNoPad ? sum / static_cast<double>(inside)
-                                                                              : sum / static_cast<double>(ks[0] * ks[1] * ks[2])));
+                    f(o, inside);
                 }
+}
+
+// x: [N, C, *in] -> y: [N, C, *out]
+inline std::vector<float> pool(const Tensor& xt, Pool kind, const std::vector<int64_t>& size,
+                               const std::vector<int64_t>& stride, const std::vector<int64_t>& pad, const Shape& yShape) {
+    const std::vector<float> xv = xt.toVector<float>();
+    const auto ks = pad3(size, 1);
+    std::vector<float> out;
+    forEachWindow(xt.shape(), yShape, size, stride, pad, [&](size_t, const std::vector<int64_t>& inside) {
+        double best = -std::numeric_limits<double>::infinity(), sum = 0.0;
+        for (int64_t j : inside) {
+            const double v = xv[static_cast<size_t>(j)];
+            best = std::max(best, v);
+            sum += v;
+        }
+        out.push_back(static_cast<float>(kind == Pool::max          ? best
+                                         : kind == Pool::avgNoPad ? sum / static_cast<double>(inside.size())
+                                                                  : sum / static_cast<double>(ks[0] * ks[1] * ks[2])));
+    });
     return out;
 }
 
@@ -148,27 +164,15 @@ inline std::vector<float> pool(const Tensor& xt, Pool kind, const std::vector<in
 // first maximum
 inline std::vector<float> maxPoolBackward(const Tensor& xt, const Tensor& dyt, const std::vector<int64_t>& size,
                                           const std::vector<int64_t>& stride, const std::vector<int64_t>& pad) {
-    const Dims5 x = dims5(xt.shape()), y = dims5(dyt.shape());
-    const auto ks = pad3(size, 1), st = pad3(stride, 1), pd = pad3(pad, 0);
     const std::vector<float> xv = xt.toVector<float>(), dy = dyt.toVector<float>();
     std::vector<float> dx(xv.size(), 0.0f);
-    size_t o = 0;
-    for (int64_t p = 0; p < y.n * y.c; ++p)
-        for (int64_t a = 0; a < y.s[0]; ++a)
-            for (int64_t b = 0; b < y.s[1]; ++b)
-                for (int64_t c = 0; c < y.s[2]; ++c, ++o) {
-                    int64_t at = -1;
-                    for (int64_t ka = 0; ka < ks[0]; ++ka)
-                        for (int64_t kb = 0; kb < ks[1]; ++kb)
-                            for (int64_t kc = 0; kc < ks[2]; ++kc) {
-                                const int64_t ia = a * st[0] - pd[0] + ka, ib = b * st[1] - pd[1] + kb,
-                                              ic = c * st[2] - pd[2] + kc;
-                                if (ia < 0 || ia >= x.s[0] || ib < 0 || ib >= x.s[1] || ic < 0 || ic >= x.s[2]) continue;
-                                const int64_t j = p * x.plane() + (ia * x.s[1] + ib) * x.s[2] + ic;
-                                if (at < 0 || xv[static_cast<size_t>(j)] > xv[static_cast<size_t>(at)]) at = j;
-                            }
-                    dx[static_cast<size_t>(at)] += dy[o];
-                }
+    forEachWindow(xt.shape(), dyt.shape(), size, stride, pad, [&](size_t o, const std::vector<int64_t>& inside) {
+        int64_t at = inside.front();
+        for (int64_t j : inside) {
+            if (xv[static_cast<size_t>(j)] > xv[static_cast<size_t>(at)]) at = j;
+        }
+        dx[static_cast<size_t>(at)] += dy[o];
+    });
     return dx;
 }
 
