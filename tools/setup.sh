@@ -23,6 +23,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libhdf5-dev
   # The HDF5 interoperability tests read and write model files with h5py.
   python3-h5py
+  # tools/bundle.sh: relocatable tarballs (RUNPATHs of the copied libraries, xz).
+  patchelf xz-utils
   # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.
   dataset-fashion-mnist
 )

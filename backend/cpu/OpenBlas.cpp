@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "backend/Errors.h"
 
@@ -21,19 +22,45 @@ const char* coreTypeFromIsa() {
     return nullptr;
 }
 
-template <class F> F symbol(void* lib, const char* name) {
+// The directory holding libtessera itself: a relocated install (tools/bundle.sh) keeps
+// its OpenBLAS there.
+std::filesystem::path ownDirectory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&coreTypeFromIsa), &info) == 0 || !info.dli_fname) return {};
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::weakly_canonical(info.dli_fname, ec);
+    return (ec ? std::filesystem::path(info.dli_fname) : self).parent_path();
+}
+
+// Where to load OpenBLAS from, first match wins: TESSERA_OPENBLAS_LIBRARY (the user's
+// choice, used as given), libopenblas.so.0 beside libtessera (a relocated install), the
+// path found when Tessera was built.
+std::string libraryPath() {
+    if (const char* env = std::getenv("TESSERA_OPENBLAS_LIBRARY"); env && *env) return env;
+    std::error_code ec;
+    const std::filesystem::path dir = ownDirectory();
+    if (!dir.empty() && std::filesystem::exists(dir / "libopenblas.so.0", ec)) return (dir / "libopenblas.so.0").string();
+    return TESSERA_OPENBLAS_LIBRARY;
+}
+
+template <class F> F symbol(void* lib, const char* name, const std::string& path) {
     void* p = dlsym(lib, name);
-    if (!p) throw BackendError(std::string("OpenBLAS: symbol ") + name + " not found in " + TESSERA_OPENBLAS_LIBRARY);
+    if (!p) throw BackendError(std::string("OpenBLAS: symbol ") + name + " not found in " + path);
     return reinterpret_cast<F>(p);
 }
 
 OpenBlas load() {
     if (const char* core = coreTypeFromIsa()) setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
-    void* lib = dlopen(TESSERA_OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw BackendError(std::string("OpenBLAS: cannot load ") + TESSERA_OPENBLAS_LIBRARY + ": " + dlerror());
+    const std::string path = libraryPath();
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        throw BackendError("OpenBLAS: cannot load " + path + ": " + dlerror() +
+                           "; set TESSERA_OPENBLAS_LIBRARY to the path of an OpenMP build of libopenblas.so.0");
+    }
     OpenBlas blas;
-    blas.sgemm = symbol<SgemmFn>(lib, "cblas_sgemm");
-    blas.coreName = symbol<char* (*)()>(lib, "openblas_get_corename")();
+    blas.path = path;
+    blas.sgemm = symbol<SgemmFn>(lib, "cblas_sgemm", path);
+    blas.coreName = symbol<char* (*)()>(lib, "openblas_get_corename", path)();
     return blas;
 }
 

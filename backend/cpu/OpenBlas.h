@@ -19,9 +19,11 @@ using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint,
 struct OpenBlas {
     SgemmFn sgemm = nullptr;
     std::string coreName; ///< the kernel set OpenBLAS runs ("SkylakeX", "Haswell", ...)
+    std::string path;     ///< the library file loaded
 };
 
-/// The loaded library; throws BackendError when it cannot be loaded.
+/// The loaded library; throws BackendError when it cannot be loaded. Looked for at
+/// $TESSERA_OPENBLAS_LIBRARY, then beside libtessera, then at the path of the build.
 const OpenBlas& openBlas();
 
 } // namespace tessera::cpu
