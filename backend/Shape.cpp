@@ -1,7 +1,8 @@
 #include "backend/Shape.h"
 
 #include <sstream>
-#include <stdexcept>
+
+#include "backend/Errors.h"
 
 namespace tessera {
 
@@ -9,7 +10,7 @@ namespace {
 size_t index(int64_t i, size_t rank) {
     int64_t j = i < 0 ? i + static_cast<int64_t>(rank) : i;
     if (j < 0 || j >= static_cast<int64_t>(rank)) {
-        throw std::out_of_range("Shape: dim " + std::to_string(i) + " out of range for rank " +
+        throw ShapeError("Shape: dim " + std::to_string(i) + " out of range for rank " +
                                 std::to_string(rank));
     }
     return static_cast<size_t>(j);
@@ -57,11 +58,11 @@ Shape parseShape(const std::string& text) {
             used = 0;
         }
         if (used != part.size() || d <= 0) {
-            throw std::invalid_argument("'" + text + "' is not a shape like 1x3x224x224 (positive dims joined by 'x')");
+            throw ShapeError("'" + text + "' is not a shape like 1x3x224x224 (positive dims joined by 'x')");
         }
         dims.push_back(d);
     }
-    if (dims.empty()) throw std::invalid_argument("an empty shape; expected one like 1x3x224x224");
+    if (dims.empty()) throw ShapeError("an empty shape; expected one like 1x3x224x224");
     return Shape(dims);
 }
 

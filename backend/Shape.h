@@ -17,7 +17,7 @@ public:
 
     /// Number of dims.
     size_t rank() const { return dims_.size(); }
-    /// Dim `i`; negative `i` counts from the end. Throws std::out_of_range when out of range.
+    /// Dim `i`; negative `i` counts from the end. Throws ShapeError when out of range.
     int64_t operator[](int64_t i) const;
     int64_t& operator[](int64_t i);
     /// Product of the dims (1 for a rank-0 shape).
@@ -39,7 +39,7 @@ using Shapes = std::vector<Shape>;
 /// `[[128, 784], [128, 10]]`.
 std::string str(const Shapes& shapes);
 
-/// "1x3x224x224" -> [1, 3, 224, 224]. Throws std::invalid_argument unless the text is
+/// "1x3x224x224" -> [1, 3, 224, 224]. Throws ShapeError unless the text is
 /// positive integers joined by 'x'.
 Shape parseShape(const std::string& text);
 

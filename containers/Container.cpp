@@ -1,6 +1,15 @@
 #include "containers/Container.h"
 
+#include <atomic>
+
 namespace tessera {
+
+namespace {
+std::atomic<uint64_t> version{0};
+} // namespace
+
+uint64_t Container::structureVersion() { return version.load(std::memory_order_relaxed); }
+void Container::structureChanged() { version.fetch_add(1, std::memory_order_relaxed); }
 
 Module& Container::operator[](size_t index) const {
     if (index >= children_.size()) {
@@ -66,6 +75,7 @@ void Container::insertChild(size_t pos, ModulePtr mod, const char* op) {
         throw ContainerError(where + ": a child named '" + name + "' already exists; names must be unique");
     }
     children_.insert(children_.begin() + static_cast<std::ptrdiff_t>(pos), {name, std::move(mod)});
+    structureChanged();
 }
 
 ModulePtr Container::removeChild(size_t pos, const char* op) {
@@ -75,6 +85,7 @@ ModulePtr Container::removeChild(size_t pos, const char* op) {
     }
     ModulePtr mod = std::move(children_[pos].second);
     children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(pos));
+    structureChanged();
     return mod;
 }
 

@@ -26,7 +26,15 @@ public:
     /// Children receive whatever layouts their producers made; each converts as it needs.
     bool handlesLayouts() const override { return true; }
 
+    /// A number that changes whenever any container anywhere gains or loses a child or a
+    /// graph is built: cached plans compare it to know that the structure under them is
+    /// the one they checked.
+    static uint64_t structureVersion();
+
 protected:
+    /// Marks every cached plan stale (see structureVersion).
+    static void structureChanged();
+
     /// Input gradients only: backwardFrom without parameter gradients. Every container
     /// overrides backwardFrom to drive its children.
     Tensors updateGrad(const Tensors& grad) override { return backwardFrom(grad, false, true, 1.0f, 0.0f); }

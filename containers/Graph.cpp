@@ -149,8 +149,21 @@ void Graph::build() {
         }
     }
 
+    // One module, one node: a node keeps its module's input and output, so a second node
+    // would overwrite the first one's.
+    std::unordered_map<const Module*, const Node*> moduleOwner;
+    for (const Node* n : order_) {
+        auto [it, fresh] = moduleOwner.emplace(&n->module(), n);
+        if (!fresh) {
+            throw GraphError(where + ": nodes " + it->second->str() + " and " + n->str() + " wrap the same module " +
+                             n->module().str() + "; a module runs in one node only (share weights with setVar "
+                             "between two modules instead)");
+        }
+    }
+
     children_.clear();
     for (Node* n : order_) children_.emplace_back(n->name(), n->modulePtr());
+    structureChanged();
 }
 
 Node& Graph::getNodeByName(const std::string& name) const {
@@ -189,13 +202,17 @@ void Graph::checkDataType(const std::vector<DType>& dtypes) const {
     for (size_t i = 0; i < inputs_.size() && i < dtypes.size(); ++i) {
         try {
             inputs_[i]->module().checkDataType({dtypes[i]});
-        } catch (const ShapeError& e) {
-            throw shapeError("input " + inputs_[i]->name() + ": " + e.what());
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": input " + inputs_[i]->name() + ": ");
         }
     }
 }
 
 Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
+    if (planned_ && planIn_ == inShapes && planTrain_ == isTrain() && planVersion_ == structureVersion()) {
+        return planOut_;
+    }
+    planned_ = false;
     ShapeMap inmap, shapes;
     for (size_t i = 0; i < inputs_.size(); ++i) inmap[inputs_[i].get()] = {inShapes.at(i)};
     std::unordered_set<const Node*> failed;
@@ -212,6 +229,8 @@ Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
         } catch (const ShapeError& e) {
             errors.push_back(pathTo(*n) + ": " + e.what());
             failed.insert(n);
+        } catch (const Error&) { // not a shape problem: report it alone, as what it is
+            rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
         }
     }
     if (!errors.empty()) throw shapeError(errorList("shape checking", errors));
@@ -219,6 +238,11 @@ Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
     for (const NodePtr& o : outputs_) {
         for (const Shape& s : shapes.at(o.get())) out.push_back(s);
     }
+    planIn_ = inShapes;
+    planOut_ = out;
+    planTrain_ = isTrain();
+    planVersion_ = structureVersion();
+    planned_ = true;
     return out;
 }
 
@@ -258,6 +282,8 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
         } catch (const ShapeError& e) {
             errors.push_back(pathTo(*n) + ": " + e.what());
             failed.insert(n);
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
         }
     }
     if (!errors.empty()) throw shapeError(errorList("gradient-shape checking", errors));
@@ -274,9 +300,14 @@ Tensors Graph::updateData(const Tensors& data) {
     const bool release = !isTrain();
     std::unordered_map<const Node*, size_t> remaining;
     if (release) remaining = consumers_;
+    dataShapeFrom(shapesOf(data)); // checked here once (cached per input shapes); nodes run unchecked
     for (Node* n : order_) {
         auto in = inputIndex_.find(n);
-        n->updateData(in != inputIndex_.end() ? Tensors{data[in->second]} : n->gatherInputs());
+        try {
+            n->runPlanned(in != inputIndex_.end() ? Tensors{data[in->second]} : n->gatherInputs());
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
+        }
         if (!release) continue;
         // nnsight's listener counting: a value goes once its last consumer has run.
         for (const Edge& e : n->bwds()) {
@@ -293,7 +324,7 @@ Tensors Graph::updateData(const Tensors& data) {
 
 Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
     if (released_) {
-        throw shapeError("backward after an eval-mode forward: intermediate values were released; "
+        throw moduleError("backward after an eval-mode forward: intermediate values were released; "
                          "run the forward in train mode to differentiate");
     }
     size_t k = 0;
@@ -321,7 +352,11 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
         for (const Edge& e : n->bwds()) parentsNeed = parentsNeed || needed[e.node];
         auto out = given.find(n);
         const Tensors g = out != given.end() ? out->second : n->buildOutGrad({});
-        n->updateGrad(g, updParamGrads, parentsNeed, scale, momentum);
+        try {
+            n->updateGrad(g, updParamGrads, parentsNeed, scale, momentum);
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": backward at " + pathTo(*n) + ": ");
+        }
     }
     Tensors in;
     if (updGrad) {
@@ -347,6 +382,7 @@ Blueprint Graph::blueprint() const {
 
 void Graph::reset() {
     Module::reset();
+    planned_ = false;
     for (Node* n : order_) n->reset();
     released_ = false;
 }

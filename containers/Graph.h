@@ -17,6 +17,13 @@ namespace tessera {
 /// no cycle; each failure is a GraphError naming the nodes. The execution order is
 /// computed then, without recursion.
 ///
+/// A module belongs to one node: a second node wrapping the same module is a GraphError
+/// (to share weights, give two modules the same Variable with setVar).
+///
+/// Shapes are checked once per set of input shapes (and mode): the first forward or
+/// dataShapeFrom at those shapes runs whole-graph inference, later forwards run the nodes
+/// without checks.
+///
 /// Inputs: one tensor per input node, in order. Outputs: the output nodes' outputs, in
 /// order. In eval mode a node's output is released as soon as its last consumer has run,
 /// so inference holds only the live values; backward then needs train mode.
@@ -74,6 +81,12 @@ private:
     std::unordered_map<const Node*, size_t> inputIndex_;
     std::unordered_map<const Node*, size_t> outputIndex_;
     bool released_ = false; // an eval-mode forward dropped intermediate values
+    // The plan: the input shapes, mode and structure the nodes' shapes were last checked
+    // at; a forward at the same ones runs the nodes without re-checking them.
+    mutable bool planned_ = false;
+    mutable Shapes planIn_, planOut_;
+    mutable bool planTrain_ = true;
+    mutable uint64_t planVersion_ = 0;
 };
 
 } // namespace tessera

@@ -96,7 +96,15 @@ Tensors Node::gatherInputs() const {
     return in;
 }
 
-void Node::updateData(const Tensors& data) { outShapes_ = shapesOf((*module_)(data)); }
+void Node::updateData(const Tensors& data) {
+    outShapes_ = shapesOf((*module_)(data));
+    inShapes_ = shapesOf(data);
+}
+
+void Node::runPlanned(const Tensors& data) {
+    outShapes_ = shapesOf(module_->runPlanned(data));
+    inShapes_ = shapesOf(data);
+}
 
 void Node::forward(const Tensors& data) {
     updateData(data);
@@ -182,6 +190,7 @@ Shapes Node::dataShapeFrom(const ShapeMap& inshapes, ShapeMap& shapes,
         }
     }
     outShapes_ = module_->inferDataShape(in);
+    inShapes_ = in;
     if (onmodule) onmodule(*this, in);
     return shapes[this] = outShapes_;
 }
@@ -221,8 +230,8 @@ Shapes Node::gradShapeFrom(const Shapes& outshapes, ShapeMap& shapes) {
         throw ShapeError(module_->str() + ": output gradient " + tessera::str(outGrad) + " does not match the output " +
                          tessera::str(outShapes_));
     }
-    module_->checkGradShape(outGrad);
-    return shapes[this] = module_->gradShapeFrom(outGrad);
+    // The pure form: this node's own input shapes, whatever other nodes do with the module.
+    return shapes[this] = module_->gradShapeFrom(inShapes_, outGrad);
 }
 
 // ---- state ----------------------------------------------------------------------------

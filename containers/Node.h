@@ -78,6 +78,8 @@ public:
     Tensors gatherInputs() const;
     /// Run the module on `data`.
     void updateData(const Tensors& data);
+    /// Run the module on `data` whose shapes a graph's plan has checked (no shape checks).
+    void runPlanned(const Tensors& data);
     /// Run this node on `data`, then every descendant once all its parents have run.
     void forward(const Tensors& data);
 
@@ -106,8 +108,10 @@ public:
     Shapes gradShapeFrom(const Shapes& outshapes, ShapeMap& shapes);
     /// The output-gradient shapes: `outshapes` without children, else from the children.
     Shapes buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) const;
-    /// Output shapes of the last dataShapeFrom.
+    /// Output shapes of the last dataShapeFrom or forward.
     const Shapes& outShapes() const { return outShapes_; }
+    /// Input shapes of the last dataShapeFrom or forward.
+    const Shapes& inShapes() const { return inShapes_; }
 
     // ---- state --------------------------------------------------------------------------
     /// Drop the module's kept tensors, the pending gradients and the traverse flags.
@@ -130,7 +134,7 @@ private:
     std::vector<NodePtr> parents_; // keeps the parents alive
     Tensors outGrad_;              // pending gradient per output slot
     std::vector<bool> outGradOwned_;
-    Shapes outShapes_;
+    Shapes inShapes_, outShapes_;
 };
 
 /// `node(std::make_shared<Linear>(800, 10), pool2, "fc1")`: wrap a module as a node.

@@ -8,7 +8,7 @@ Parallel& Parallel::append(ModulePtr mod) {
 }
 
 void Parallel::checkDataShape(const Shapes& inShapes) const {
-    if (children_.empty()) throw shapeError("is empty; append modules before running it");
+    if (children_.empty()) throw moduleError("is empty; append modules before running it");
     requireCount(inShapes, children_.size(), "input");
     dataShapeFrom(inShapes);
 }
@@ -20,8 +20,8 @@ Shapes Parallel::dataShapeFrom(const Shapes& inShapes) const {
             const Shapes o = children_[i].second->inferDataShape({inShapes.at(i)});
             if (o.size() != 1) throw shapeError("branch '" + children_[i].first + "' must give one output");
             out.push_back(o[0]);
-        } catch (const ShapeError& e) {
-            throw shapeError("branch " + std::to_string(i) + " '" + children_[i].first + "': " + e.what());
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": branch " + std::to_string(i) + " '" + children_[i].first + "': ");
         }
     }
     return out;

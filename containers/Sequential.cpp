@@ -30,48 +30,75 @@ ModulePtr Sequential::pop() {
 
 ModulePtr Sequential::pop(size_t pos) { return removeChild(pos, "pop"); }
 
-void Sequential::checkDataShape(const Shapes& inShapes) const { dataShapeFrom(inShapes); }
-
-Shapes Sequential::dataShapeFrom(const Shapes& inShapes) const {
-    if (children_.empty()) throw shapeError("is empty; append modules before running it");
-    Shapes shapes = inShapes;
+std::string Sequential::pathTo(size_t child) const {
     std::string path = "input";
-    for (const auto& [n, child] : children_) {
-        path += " -> " + n;
-        try {
-            shapes = child->inferDataShape(shapes);
-        } catch (const ShapeError& e) {
-            throw shapeError(path + ": " + e.what());
-        }
-    }
-    return shapes;
+    for (size_t i = 0; i <= child && i < children_.size(); ++i) path += " -> " + children_[i].first;
+    return path;
 }
 
+const Sequential::Plan& Sequential::planFor(const Shapes& inShapes) const {
+    if (children_.empty()) throw moduleError("is empty; append modules before running it");
+    const Plan* last = plan_.get();
+    if (last && last->in == inShapes && last->train == isTrain() && last->version == structureVersion()) return *last;
+    auto plan = std::make_shared<Plan>();
+    plan->in = inShapes;
+    plan->train = isTrain();
+    plan->version = structureVersion();
+    plan->shapes.reserve(children_.size() + 1);
+    plan->shapes.push_back(inShapes);
+    for (size_t i = 0; i < children_.size(); ++i) {
+        try {
+            plan->shapes.push_back(children_[i].second->inferDataShape(plan->shapes.back()));
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": " + pathTo(i) + ": ");
+        }
+    }
+    plan_ = std::move(plan);
+    return *plan_;
+}
+
+void Sequential::checkDataShape(const Shapes& inShapes) const { planFor(inShapes); }
+
+Shapes Sequential::dataShapeFrom(const Shapes& inShapes) const { return planFor(inShapes).shapes.back(); }
+
 void Sequential::checkDataType(const std::vector<DType>& dtypes) const {
-    if (children_.empty()) throw shapeError("is empty; append modules before running it");
+    if (children_.empty()) throw moduleError("is empty; append modules before running it");
     try {
         children_.front().second->checkDataType(dtypes);
-    } catch (const ShapeError& e) {
-        throw shapeError("input -> " + children_.front().first + ": " + e.what());
+    } catch (const Error&) {
+        rethrowWithContext(str() + ": input -> " + children_.front().first + ": ");
     }
 }
 
 Shapes Sequential::gradShapeFrom(const Shapes& outGradShapes) const {
-    Shapes shapes = outGradShapes;
-    for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+    const Plan* plan = plan_.get();
+    if (!plan || plan->version != structureVersion()) {
+        throw moduleError("gradShapeFrom needs the shapes of a run; call dataShapeFrom or forward first");
+    }
+    if (outGradShapes != plan->shapes.back()) {
+        throw shapeError("output gradients " + tessera::str(outGradShapes) + " do not match the outputs " +
+                         tessera::str(plan->shapes.back()) + " of the last run (input " + tessera::str(plan->in) + ")");
+    }
+    for (size_t i = children_.size(); i-- > 0;) {
         try {
-            it->second->checkGradShape(shapes);
-            shapes = it->second->gradShapeFrom(shapes);
-        } catch (const ShapeError& e) {
-            throw shapeError("gradient at " + it->first + ": " + e.what());
+            children_[i].second->gradShapeFrom(plan->shapes[i], plan->shapes[i + 1]);
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": gradient at " + children_[i].first + ": ");
         }
     }
-    return shapes;
+    return plan->in;
 }
 
 Tensors Sequential::updateData(const Tensors& data) {
+    planFor(shapesOf(data)); // checked here once; the children run unchecked
     Tensors x = data;
-    for (const auto& [n, child] : children_) x = (*child)(x);
+    for (size_t i = 0; i < children_.size(); ++i) {
+        try {
+            x = children_[i].second->runPlanned(x);
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": " + pathTo(i) + ": ");
+        }
+    }
     return x;
 }
 
@@ -79,17 +106,18 @@ Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool u
     Tensors g = grad;
     for (size_t i = children_.size(); i-- > 0;) {
         // The first child's input gradient is only needed when the caller asked for it.
-        g = children_[i].second->backward(g, updParamGrads, i > 0 || updGrad, scale, momentum);
+        try {
+            g = children_[i].second->backward(g, updParamGrads, i > 0 || updGrad, scale, momentum);
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": backward at " + children_[i].first + ": ");
+        }
     }
     return g;
 }
 
 void Sequential::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
-    Shapes shapes = inShapes;
-    for (const auto& [n, child] : children_) {
-        child->optimizeForShape(shapes, memlimit);
-        shapes = child->inferDataShape(shapes);
-    }
+    const Plan& plan = planFor(inShapes);
+    for (size_t i = 0; i < children_.size(); ++i) children_[i].second->optimizeForShape(plan.shapes[i], memlimit);
 }
 
 } // namespace tessera

@@ -5,8 +5,9 @@
 
 namespace tessera {
 
-/// y = m_k(... m_1(m_0(x))). Shape checks run through the whole chain and a failure names
-/// the path to the failing child (`input -> fc1 -> fc2: Linear 'fc2': expects ...`).
+/// y = m_k(... m_1(m_0(x))). Shape checks run through the whole chain, once per set of
+/// input shapes (the plan), and a failure names the path to the failing child
+/// (`input -> fc1 -> fc2: Linear 'fc2': expects ...`).
 class Sequential : public Container {
 public:
     explicit Sequential(std::string name = {}) : Container(std::move(name)) {}
@@ -29,15 +30,36 @@ public:
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// Each child in turn, at the shape it receives.
     void optimizeForShape(const Shapes& inShapes, size_t memlimit) override;
+    /// The input-gradient shapes for the last plan (throws ModuleError when there is none,
+    /// ShapeError when `outGradShapes` are not its output shapes); each child's gradient
+    /// checks run at its planned shapes.
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// The first child checks the input dtypes.
     void checkDataType(const std::vector<DType>& dtypes) const override;
     size_t outputCount() const override { return children_.empty() ? 1 : children_.back().second->outputCount(); }
 
+    /// The checked shapes of one run: `shapes[i]` feeds child i, `shapes.back()` is the
+    /// output. Built by the first shape query or forward at a set of input shapes (every
+    /// child's checks, once) and kept until the input shapes, the mode or the structure
+    /// change; forwards at the same shapes run the children without re-checking them.
+    struct Plan {
+        Shapes in;
+        bool train = true;
+        uint64_t version = 0;
+        std::vector<Shapes> shapes;
+    };
+    /// The plan for `inShapes` (cached). Throws what the failing child throws, prefixed
+    /// with the path to it (`input -> fc1 -> fc2: Linear 'fc2': expects ...`).
+    const Plan& planFor(const Shapes& inShapes) const;
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
                          float momentum) override;
+
+private:
+    std::string pathTo(size_t child) const;
+    mutable std::shared_ptr<const Plan> plan_; // the last plan built
 };
 
 } // namespace tessera

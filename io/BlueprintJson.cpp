@@ -19,23 +19,23 @@ BlueprintValue valueOf(const json& v, const std::string& key) {
     if (v.is_array()) {
         bool allInt = true;
         for (const json& e : v) {
-            if (!e.is_number()) throw std::invalid_argument("scheme argument '" + key + "' must be a list of numbers");
+            if (!e.is_number()) throw IoError("scheme argument '" + key + "' must be a list of numbers");
             allInt = allInt && e.is_number_integer();
         }
         if (allInt) return v.get<std::vector<int64_t>>();
         return v.get<std::vector<double>>();
     }
-    throw std::invalid_argument("scheme argument '" + key + "' has an unsupported type (" + v.type_name() + ")");
+    throw IoError("scheme argument '" + key + "' has an unsupported type (" + v.type_name() + ")");
 }
 
 Blueprint fromJson(const json& j) {
     if (!j.is_object() || !j.contains("classname") || !j["classname"].is_string()) {
-        throw std::invalid_argument("a blueprint must be an object with a string \"classname\"");
+        throw IoError("a blueprint must be an object with a string \"classname\"");
     }
     Blueprint bp;
     bp.classname = j["classname"].get<std::string>();
     if (j.contains("scheme")) {
-        if (!j["scheme"].is_object()) throw std::invalid_argument(bp.classname + ": \"scheme\" must be an object");
+        if (!j["scheme"].is_object()) throw IoError(bp.classname + ": \"scheme\" must be an object");
         for (const auto& [k, v] : j["scheme"].items()) bp.scheme.emplace_back(k, valueOf(v, k));
     }
     if (j.contains("modules")) {
@@ -47,7 +47,7 @@ Blueprint fromJson(const json& j) {
             nb.name = n.at("name").get<std::string>();
             for (const json& p : n.at("parents")) {
                 if (!p.is_array() || p.size() != 2) {
-                    throw std::invalid_argument("node '" + nb.name + "': a parent is [name, [slots]]");
+                    throw IoError("node '" + nb.name + "': a parent is [name, [slots]]");
                 }
                 nb.parents.emplace_back(p[0].get<std::string>(), p[1].get<std::vector<int64_t>>());
             }
@@ -66,12 +66,12 @@ Blueprint blueprintFromJson(const std::string& text) {
     try {
         j = json::parse(text);
     } catch (const json::parse_error& e) {
-        throw std::invalid_argument(std::string("blueprint JSON: ") + e.what());
+        throw IoError(std::string("blueprint JSON: ") + e.what());
     }
     try {
         return fromJson(j);
     } catch (const json::exception& e) {
-        throw std::invalid_argument(std::string("blueprint JSON: ") + e.what());
+        throw IoError(std::string("blueprint JSON: ") + e.what());
     }
 }
 

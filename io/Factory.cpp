@@ -87,8 +87,8 @@ public:
     }
     std::string name() const { return s("name", ""); }
     InitScheme init(InitScheme def) const { return has("initscheme") ? initSchemeFromString(s("initscheme", "")) : def; }
-    std::invalid_argument error(const std::string& what) const {
-        return std::invalid_argument(where_ + bp_.classname + ": " + what);
+    ModuleError error(const std::string& what) const {
+        return ModuleError(where_ + bp_.classname + ": " + what);
     }
     const std::string& where() const { return where_; }
 
@@ -303,7 +303,7 @@ ModulePtr buildModule(const Blueprint& bp, const std::string& where) {
     const auto& t = table();
     auto it = t.find(bp.classname);
     if (it == t.end()) {
-        throw std::invalid_argument(where + "unknown module class '" + bp.classname + "' (the factory knows " +
+        throw ModuleError(where + "unknown module class '" + bp.classname + "' (the factory knows " +
                                     std::to_string(t.size()) + " classes; see factoryClassnames())");
     }
     Args args(bp, where);

@@ -9,12 +9,12 @@
 
 namespace tessera {
 
-/// Parses blueprint JSON (what `Blueprint::toJson` writes). Throws std::invalid_argument
+/// Parses blueprint JSON (what `Blueprint::toJson` writes). Throws IoError
 /// naming the position of bad JSON or the field that does not fit.
 Blueprint blueprintFromJson(const std::string& json);
 
 /// A fresh module (parameters initialised from the global generator) built from `bp`.
-/// Throws std::invalid_argument naming the class and the argument when the class is not
+/// Throws ModuleError naming the class and the argument when the class is not
 /// in the table or an argument has the wrong type; `where` prefixes the message (the
 /// path of the module inside its parents).
 ModulePtr buildModule(const Blueprint& bp, const std::string& where = {});

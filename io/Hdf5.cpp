@@ -43,8 +43,8 @@ void quietHdf5() {
     (void)done;
 }
 
-std::runtime_error fileError(const std::string& path, const std::string& what) {
-    return std::runtime_error("model file " + path + ": " + what);
+IoError fileError(const std::string& path, const std::string& what) {
+    return IoError("model file " + path + ": " + what);
 }
 
 void check(herr_t status, const std::string& path, const std::string& what) {

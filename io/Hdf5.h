@@ -18,7 +18,7 @@ struct SaveOptions {
 
 /// Writes `module`'s parameters and attributes (plain float32) to `path`. The data goes to
 /// a temporary file beside it, renamed over `path` only when complete: a crash never
-/// leaves a half-written model. Throws std::runtime_error naming the file on failure.
+/// leaves a half-written model. Throws IoError naming the file on failure.
 void saveModel(const Module& module, const std::string& path, const SaveOptions& options = {});
 
 enum class LoadMode {
@@ -28,11 +28,11 @@ enum class LoadMode {
 
 /// Loads parameters and attributes from `path` into `module`. Every name, shape and dtype
 /// is checked before anything is copied; all mismatches are reported in one
-/// std::runtime_error. A missing, truncated or corrupt file is a std::runtime_error
+/// IoError. A missing, truncated or corrupt file is a IoError
 /// naming it.
 void loadModel(Module& module, const std::string& path, LoadMode mode = LoadMode::strict);
 
-/// The blueprint JSON stored in `path` (std::runtime_error when there is none).
+/// The blueprint JSON stored in `path` (IoError when there is none).
 std::string readBlueprint(const std::string& path);
 
 /// True when `path` starts with the HDF5 signature.

@@ -26,7 +26,7 @@ std::shared_ptr<Sequential> loadLeNet() {
 }
 
 std::shared_ptr<Sequential> loadMLP(const std::vector<int64_t>& sizes) {
-    if (sizes.size() < 2) throw std::invalid_argument("loadMLP: needs at least an input and an output size");
+    if (sizes.size() < 2) throw ModuleError("loadMLP: needs at least an input and an output size");
     auto net = std::make_shared<Sequential>("mlp");
     net->append(std::make_shared<Flatten>("flatten"));
     for (size_t i = 0; i + 1 < sizes.size(); ++i) {

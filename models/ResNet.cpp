@@ -54,7 +54,7 @@ std::shared_ptr<Graph> loadResNet(int depth, ResNetStem stem, int64_t classes) {
     case 50: counts = {3, 4, 6, 3}; break;
     case 101: counts = {3, 4, 23, 3}; break;
     case 152: counts = {3, 8, 36, 3}; break;
-    default: throw std::invalid_argument("loadResNet: depth must be 18, 34, 50, 101 or 152, got " + std::to_string(depth));
+    default: throw ModuleError("loadResNet: depth must be 18, 34, 50, 101 or 152, got " + std::to_string(depth));
     }
     auto data = node(std::make_shared<Identity>(), {}, "data");
     NodePtr x;

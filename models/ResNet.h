@@ -13,7 +13,7 @@ namespace tessera {
 enum class ResNetStem { imagenet, cifar };
 
 /// depth in {18, 34, 50, 101, 152}; x: [N, 3, H, W] -> class scores [N, classes].
-/// Throws std::invalid_argument for another depth. With the ImageNet stem and 1000
+/// Throws ModuleError for another depth. With the ImageNet stem and 1000
 /// classes the parameter counts are the published ones (ResNet-18: 11 689 512).
 std::shared_ptr<Graph> loadResNet(int depth, ResNetStem stem = ResNetStem::imagenet, int64_t classes = 1000);
 

@@ -57,7 +57,7 @@ std::shared_ptr<Sequential> loadVGG(int depth, int64_t classes) {
     case 11: stages = {{64}, {128}, {256, 256}, {512, 512}, {512, 512}}; break;
     case 16: stages = {{64, 64}, {128, 128}, {256, 256, 256}, {512, 512, 512}, {512, 512, 512}}; break;
     case 19: stages = {{64, 64}, {128, 128}, {256, 256, 256, 256}, {512, 512, 512, 512}, {512, 512, 512, 512}}; break;
-    default: throw std::invalid_argument("loadVGG: depth must be 11, 16 or 19, got " + std::to_string(depth));
+    default: throw ModuleError("loadVGG: depth must be 11, 16 or 19, got " + std::to_string(depth));
     }
     auto net = std::make_shared<Sequential>("vgg" + std::to_string(depth));
     int64_t in = 3;
@@ -221,7 +221,7 @@ ModulePtr loadZooModel(const std::string& name) {
     }
     std::string known;
     for (const ZooEntry& e : zooModels()) known += (known.empty() ? "" : ", ") + e.name;
-    throw std::invalid_argument("unknown zoo model '" + name + "'; the zoo has: " + known);
+    throw ModuleError("unknown zoo model '" + name + "'; the zoo has: " + known);
 }
 
 } // namespace tessera

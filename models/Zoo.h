@@ -20,7 +20,7 @@ struct ZooEntry {
 /// Every model the zoo can build.
 const std::vector<ZooEntry>& zooModels();
 
-/// Builds the model `name`; throws std::invalid_argument listing the names when unknown.
+/// Builds the model `name`; throws ModuleError listing the names when unknown.
 ModulePtr loadZooModel(const std::string& name);
 
 /// Network in Network (Lin et al.) for 224x224 ImageNet images, as in the Caffe model zoo

@@ -24,7 +24,7 @@ ActivationKind activationFromString(const std::string& name) {
         if (name == n) return k;
         known += (known.empty() ? "" : ", ") + std::string(n);
     }
-    throw std::invalid_argument("unknown activation '" + name + "'; expected one of: " + known);
+    throw ModuleError("unknown activation '" + name + "'; expected one of: " + known);
 }
 
 Activation::Activation(ActivationKind kind, const ActivationOptions& options)
@@ -35,7 +35,7 @@ Activation::Activation(ActivationKind kind, const ActivationOptions& options)
     case ActivationKind::elu: params_.alpha = options.alpha; break;
     case ActivationKind::clip:
         if (!(options.min < options.max)) {
-            throw std::invalid_argument("Activation clip: min (" + std::to_string(options.min) +
+            throw ModuleError("Activation clip: min (" + std::to_string(options.min) +
                                         ") must be below max (" + std::to_string(options.max) + ")");
         }
         params_.alpha = options.min;

@@ -40,7 +40,7 @@ private:
     ActivationOptions options_;
 };
 
-/// "relu" <-> ActivationKind::relu. fromString throws std::invalid_argument listing names.
+/// "relu" <-> ActivationKind::relu. fromString throws ModuleError listing names.
 std::string str(ActivationKind kind);
 ActivationKind activationFromString(const std::string& name);
 

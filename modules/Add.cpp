@@ -28,12 +28,10 @@ void Add::checkDataShape(const Shapes& inShapes) const {
         throw shapeError("has " + std::to_string(coefficients_.size()) + " coefficients but got " +
                          std::to_string(inShapes.size()) + " inputs");
     }
-    inputs_ = inShapes.size();
 }
 
 Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (inputs_ == 0) throw shapeError("gradShapeFrom needs the input count; run dataShapeFrom or forward first");
-    return Shapes(inputs_, outGradShapes[0]);
+    return Shapes(lastInShapes("gradShapeFrom").size(), outGradShapes[0]);
 }
 
 // x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout
@@ -69,14 +67,12 @@ Blueprint Add::blueprint() const {
 
 void Mul::checkDataShape(const Shapes& inShapes) const {
     requireSameShapes(*this, inShapes, 2);
-    inputs_ = inShapes.size();
 }
 
 Shapes Mul::dataShapeFrom(const Shapes& inShapes) const { return {inShapes[0]}; }
 
 Shapes Mul::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (inputs_ == 0) throw shapeError("gradShapeFrom needs the input count; run dataShapeFrom or forward first");
-    return Shapes(inputs_, outGradShapes[0]);
+    return Shapes(lastInShapes("gradShapeFrom").size(), outGradShapes[0]);
 }
 
 // x_i: same shape -> y = prod x_i

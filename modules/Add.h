@@ -30,7 +30,6 @@ private:
     float coefficient(size_t i) const { return coefficients_.empty() ? 1.0f : coefficients_[i]; }
 
     std::vector<float> coefficients_;
-    mutable size_t inputs_ = 0;
 };
 
 /// PuzzleLib's other name for the same merge.
@@ -55,7 +54,6 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
-    mutable size_t inputs_ = 0;
 };
 
 } // namespace tessera

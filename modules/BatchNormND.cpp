@@ -9,8 +9,8 @@ namespace tessera {
 
 BatchNormND::BatchNormND(std::vector<size_t> ranks, int64_t maps, const BatchNormOptions& options)
     : Module(options.name), ranks_(std::move(ranks)), maps_(maps), options_(options) {
-    if (maps <= 0) throw std::invalid_argument("BatchNorm: maps must be positive, got " + std::to_string(maps));
-    if (!(options.epsilon > 0.0f)) throw std::invalid_argument("BatchNorm: epsilon must be positive");
+    if (maps <= 0) throw ModuleError("BatchNorm: maps must be positive, got " + std::to_string(maps));
+    if (!(options.epsilon > 0.0f)) throw ModuleError("BatchNorm: epsilon must be positive");
     setVar("scale", Variable::of(Tensor::full({maps}, 1.0f)));
     setVar("bias", Variable::of(Tensor::zeros({maps})));
     setAttr("mean", Tensor::zeros({maps}));
@@ -40,7 +40,11 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     Backend& be = backendOf(x);
     const Tensor& scale = getVar("scale")->data;
     const Tensor& bias = getVar("bias")->data;
-    if (!isTrain()) return {be.batchNormForward(x, scale, bias, getAttr("mean"), getAttr("var"), options_.epsilon, false)};
+    if (!isTrain()) {
+        // Backward now differentiates this eval-mode function, not an earlier train-mode one.
+        batchMean_ = batchVar_ = Tensor();
+        return {be.batchNormForward(x, scale, bias, getAttr("mean"), getAttr("var"), options_.epsilon, false)};
+    }
 
     batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
     batchVar_ = Tensor::empty({maps_}, DType::float32, x.device());
@@ -53,26 +57,54 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     return {y};
 }
 
-// dy -> dx; the parameter gradients come out of the same primitive and are kept for
-// accGradParams.
+Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const {
+    if (!batchMean_.defined()) {
+        throw moduleError("parameter gradients need a train-mode forward (batch statistics); the last forward "
+                          "ran in eval mode: run it in train mode, or call backward with updParamGrads=false");
+    }
+    dscale = Tensor::empty({maps_}, DType::float32, dy.device());
+    dbias = Tensor::empty({maps_}, DType::float32, dy.device());
+    return backendOf(dy).batchNormBackward(inData(), dy, getVar("scale")->data, batchMean_, batchVar_,
+                                           options_.epsilon, dscale, dbias);
+}
+
+// After an eval-mode forward y = scale * (x - mean) / sqrt(var + eps) + bias with the
+// running statistics as constants: dx = scale * dy / sqrt(var + eps), which is the same
+// normalisation applied to dy with a zero mean and a zero bias.
+Tensor BatchNormND::evalGrad(const Tensor& dy) const {
+    const Tensor zeros = Tensor::zeros({maps_}, DType::float32, dy.device());
+    return backendOf(dy).batchNormForward(dy, getVar("scale")->data, zeros, zeros, getAttr("var"), options_.epsilon,
+                                          false);
+}
+
+// dy -> dx, dscale, dbias in one primitive.
+Tensors BatchNormND::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
+                                  float momentum) {
+    const bool params = updParamGrads && isTrain();
+    if (!batchMean_.defined() && !params) return updGrad ? Tensors{evalGrad(grad[0])} : Tensors{};
+    Tensor dscale, dbias;
+    Tensor dx = fusedBackward(grad[0], dscale, dbias);
+    if (params) {
+        Backend& be = backendOf(grad[0]);
+        be.axpby(scale, dscale, momentum, getVar("scale")->grad);
+        be.axpby(scale, dbias, momentum, getVar("bias")->grad);
+    }
+    if (!updGrad) return {};
+    return {dx};
+}
+
 Tensors BatchNormND::updateGrad(const Tensors& grad) {
-    if (!batchMean_.defined()) throw shapeError("backward needs a train-mode forward (batch statistics)");
-    const Tensor& dy = grad[0];
-    dscale_ = Tensor::empty({maps_}, DType::float32, dy.device());
-    dbias_ = Tensor::empty({maps_}, DType::float32, dy.device());
-    lastGrad_ = dy;
-    return {backendOf(dy).batchNormBackward(inData(), dy, getVar("scale")->data, batchMean_, batchVar_,
-                                            options_.epsilon, dscale_, dbias_)};
+    if (!batchMean_.defined()) return {evalGrad(grad[0])};
+    Tensor dscale, dbias;
+    return {fusedBackward(grad[0], dscale, dbias)};
 }
 
 void BatchNormND::accGradParams(const Tensors& grad, float scale, float momentum) {
-    // The primitive computes data and parameter gradients together; run it when only
-    // parameter gradients were asked for.
-    if (!dscale_.defined() || !lastGrad_.sharesStorage(grad[0])) updateGrad(grad);
+    Tensor dscale, dbias;
+    fusedBackward(grad[0], dscale, dbias);
     Backend& be = backendOf(grad[0]);
-    be.axpby(scale, dscale_, momentum, getVar("scale")->grad);
-    be.axpby(scale, dbias_, momentum, getVar("bias")->grad);
-    dscale_ = dbias_ = lastGrad_ = Tensor();
+    be.axpby(scale, dscale, momentum, getVar("scale")->grad);
+    be.axpby(scale, dbias, momentum, getVar("bias")->grad);
 }
 
 Blueprint BatchNormND::blueprint() const {

@@ -1,6 +1,6 @@
 #pragma once
-/// \file BatchNormND: batch normalisation over [N, C, ...] (BatchNorm1D/2D/3D in
-/// BatchNorm.h are its named forms).
+/// \file BatchNormND: batch normalisation over [N, C, ...]; BatchNorm1D/2D/3D, below, are
+/// its named forms.
 
 #include "modules/Module.h"
 
@@ -19,6 +19,9 @@ struct BatchNormOptions {
 /// Train mode normalises with the batch statistics and folds them into the running ones
 /// (var unbiased, factor as in BatchNormOptions: a cumulative mean for the first batches,
 /// then an exponential one); eval mode normalises with the running statistics.
+/// Backward differentiates the last forward: after an eval-mode one, the input gradient
+/// treats the running statistics as constants, and parameter gradients are refused
+/// (ModuleError) since the module was not trained on that forward.
 class BatchNormND : public Module {
 public:
     /// `ranks`: the input ranks the named form accepts.
@@ -37,13 +40,21 @@ protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     void accGradParams(const Tensors& grad, float scale, float momentum) override;
+    /// One primitive gives the input and parameter gradients: backward runs it once.
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
+                         float momentum) override;
 
 private:
+    /// dx, dscale and dbias of the last forward, which ran in train mode (else ModuleError).
+    Tensor fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const;
+    /// dx of the last forward, which ran in eval mode.
+    Tensor evalGrad(const Tensor& dy) const;
+
     std::vector<size_t> ranks_;
     int64_t maps_;
     BatchNormOptions options_;
     int64_t batches_ = 0;
-    Tensor batchMean_, batchVar_, dscale_, dbias_, lastGrad_;
+    Tensor batchMean_, batchVar_; // of the last forward; undefined after an eval-mode one
 };
 
 /// x: [N, maps] or [N, maps, L].

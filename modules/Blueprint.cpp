@@ -1,7 +1,7 @@
 #include "modules/Blueprint.h"
 
 #include <cstdio>
-#include <stdexcept>
+#include "backend/Errors.h"
 
 namespace tessera {
 
@@ -57,7 +57,7 @@ const BlueprintValue& Blueprint::at(const std::string& key) const {
     for (const auto& [k, v] : scheme) {
         if (k == key) return v;
     }
-    throw std::out_of_range("Blueprint of " + classname + " has no argument '" + key + "'");
+    throw ModuleError("Blueprint of " + classname + " has no argument '" + key + "'");
 }
 
 std::string Blueprint::toJson() const {

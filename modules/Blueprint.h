@@ -28,7 +28,7 @@ struct Blueprint {
     std::vector<NodeBlueprint> nodes;
     std::vector<std::string> inputs, outputs;
 
-    /// The value of argument `key`; throws std::out_of_range when absent.
+    /// The value of argument `key`; throws ModuleError when absent.
     const BlueprintValue& at(const std::string& key) const;
     /// The value of `key`, or nullptr when absent.
     const BlueprintValue* find(const std::string& key) const;

@@ -21,7 +21,6 @@ void Concat::checkDataShape(const Shapes& inShapes) const {
 }
 
 Shapes Concat::dataShapeFrom(const Shapes& inShapes) const {
-    inShapes_ = inShapes;
     const int a = axis::normalize(axis_, inShapes[0].rank());
     Shape out = inShapes[0];
     for (size_t i = 1; i < inShapes.size(); ++i) out[a] += inShapes[i][a];
@@ -29,8 +28,7 @@ Shapes Concat::dataShapeFrom(const Shapes& inShapes) const {
 }
 
 Shapes Concat::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (inShapes_.empty()) throw shapeError("gradShapeFrom needs the input shapes; run dataShapeFrom or forward first");
-    Shapes in = inShapes_;
+    Shapes in = lastInShapes("gradShapeFrom");
     for (Shape& s : in) s[0] = outGradShapes[0][0];
     return in;
 }

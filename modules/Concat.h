@@ -27,7 +27,6 @@ protected:
 
 private:
     int axis_;
-    mutable Shapes inShapes_;
 };
 
 } // namespace tessera

@@ -11,11 +11,11 @@ ConvND::ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outm
     : Module(options.name), spatialDims_(spatialDims), inmaps_(inmaps), outmaps_(outmaps), options_(options) {
     const std::string cls = (transposed ? "Deconv" : "Conv") + std::to_string(spatialDims) + "D";
     if (inmaps <= 0 || outmaps <= 0) {
-        throw std::invalid_argument(cls + ": inmaps and outmaps must be positive, got " + std::to_string(inmaps) +
+        throw ModuleError(cls + ": inmaps and outmaps must be positive, got " + std::to_string(inmaps) +
                                     " and " + std::to_string(outmaps));
     }
     if (options.groups < 1 || inmaps % options.groups != 0 || outmaps % options.groups != 0) {
-        throw std::invalid_argument(cls + ": groups (" + std::to_string(options.groups) +
+        throw ModuleError(cls + ": groups (" + std::to_string(options.groups) +
                                     ") must divide inmaps (" + std::to_string(inmaps) + ") and outmaps (" +
                                     std::to_string(outmaps) + ")");
     }
@@ -85,7 +85,6 @@ void ConvND::checkGradShape(const Shapes& outGradShapes) const {
 
 Shapes ConvND::dataShapeFrom(const Shapes& inShapes) const {
     const Shape& s = inShapes[0];
-    lastIn_ = s;
     std::vector<int64_t> y{s[0], outmaps_};
     for (size_t d = 0; d < spatialDims_; ++d) {
         const int64_t span = params_.dilation[d] * (size_[d] - 1) + 1, pads = params_.padLo[d] + params_.padHi[d];
@@ -97,8 +96,10 @@ Shapes ConvND::dataShapeFrom(const Shapes& inShapes) const {
 
 Shapes ConvND::gradShapeFrom(const Shapes& outGradShapes) const {
     const Shape& g = outGradShapes[0];
-    if (lastIn_.rank() == g.rank()) {
-        Shape in = lastIn_;
+    // The last forward's input settles what strides leave open (7 and 8 both give 4 at
+    // stride 2); without one, the smallest input that fits.
+    if (!inDataList().empty() && inDataList()[0].shape().rank() == g.rank()) {
+        Shape in = inDataList()[0].shape();
         in[0] = g[0];
         if (dataShapeFrom(Shapes{in})[0] == g) return {in};
     }

@@ -69,7 +69,6 @@ private:
     std::vector<int64_t> size_;
     ConvParams params_;
     ConvOptions options_;
-    mutable Shape lastIn_;
 };
 
 } // namespace tessera

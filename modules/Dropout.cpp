@@ -8,7 +8,7 @@ namespace tessera {
 
 Dropout::Dropout(const DropoutOptions& options) : Module(options.name), p_(options.p), gen_(resolveSeed(options.seed)) {
     if (!(p_ >= 0.0f && p_ < 1.0f)) {
-        throw std::invalid_argument("Dropout: p must be in [0, 1), got " + std::to_string(p_));
+        throw ModuleError("Dropout: p must be in [0, 1), got " + std::to_string(p_));
     }
 }
 

@@ -8,7 +8,7 @@ namespace tessera {
 
 Dropout2D::Dropout2D(const Dropout2DOptions& options)
     : Module(options.name), p_(options.p), gen_(resolveSeed(options.seed)) {
-    if (!(p_ >= 0.0f && p_ < 1.0f)) throw std::invalid_argument("Dropout2D: p must be in [0, 1), got " + std::to_string(p_));
+    if (!(p_ >= 0.0f && p_ < 1.0f)) throw ModuleError("Dropout2D: p must be in [0, 1), got " + std::to_string(p_));
 }
 
 void Dropout2D::checkDataShape(const Shapes& inShapes) const {

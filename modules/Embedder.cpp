@@ -9,7 +9,7 @@ namespace tessera {
 Embedder::Embedder(int64_t vocabulary, int64_t sentlength, int64_t embsize, const EmbedderOptions& options)
     : Module(options.name), vocabulary_(vocabulary), sentlength_(sentlength), embsize_(embsize), options_(options) {
     if (vocabulary <= 0 || sentlength <= 0 || embsize <= 0) {
-        throw std::invalid_argument("Embedder: vocabulary, sentlength and embsize must be positive");
+        throw ModuleError("Embedder: vocabulary, sentlength and embsize must be positive");
     }
     Tensor w = Tensor::empty({vocabulary, embsize});
     initTensor(w, options.initscheme, vocabulary, embsize, options.wscale);

@@ -9,15 +9,11 @@ void Flatten::checkDataShape(const Shapes& inShapes) const {
 
 Shapes Flatten::dataShapeFrom(const Shapes& inShapes) const {
     const Shape& s = inShapes[0];
-    inShape_ = s;
     return {Shape{s[0], s.numel() / s[0]}};
 }
 
 Shapes Flatten::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (inShape_.rank() == 0) {
-        throw shapeError("gradShapeFrom needs the input shape; run dataShapeFrom or forward first");
-    }
-    Shape in = inShape_;
+    Shape in = lastInShapes("gradShapeFrom")[0];
     in[0] = outGradShapes[0][0];
     return {in};
 }

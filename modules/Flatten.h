@@ -24,7 +24,6 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
-    mutable Shape inShape_; // input shape of the last dataShapeFrom / forward
 };
 
 } // namespace tessera

@@ -9,10 +9,10 @@ namespace tessera {
 GroupLinear::GroupLinear(int64_t groups, int64_t insize, int64_t outsize, const GroupLinearOptions& options)
     : Module(options.name), groups_(groups), insize_(insize), outsize_(outsize), options_(options) {
     if (groups <= 0 || insize <= 0 || outsize <= 0) {
-        throw std::invalid_argument("GroupLinear: groups, insize and outsize must be positive");
+        throw ModuleError("GroupLinear: groups, insize and outsize must be positive");
     }
     if (options.batchDim != 0 && options.batchDim != 1) {
-        throw std::invalid_argument("GroupLinear: batchDim must be 0 or 1, got " + std::to_string(options.batchDim));
+        throw ModuleError("GroupLinear: batchDim must be 0 or 1, got " + std::to_string(options.batchDim));
     }
     Tensor w = Tensor::empty({groups, insize, outsize});
     initTensor(w, options.initscheme, insize, outsize, options.wscale);

@@ -1,4 +1,5 @@
 #include "modules/Init.h"
+#include "backend/Errors.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -28,7 +29,7 @@ InitScheme initSchemeFromString(const std::string& name) {
         if (name == n) return s;
         known += (known.empty() ? "" : ", ") + std::string(n);
     }
-    throw std::invalid_argument("unknown init scheme '" + name + "'; expected one of: " + known);
+    throw ModuleError("unknown init scheme '" + name + "'; expected one of: " + known);
 }
 
 namespace {

@@ -21,7 +21,7 @@ enum class InitScheme {
 };
 
 std::string str(InitScheme scheme);
-/// Inverse of str(); throws std::invalid_argument naming the accepted names.
+/// Inverse of str(); throws ModuleError naming the accepted names.
 InitScheme initSchemeFromString(const std::string& name);
 
 /// While one is alive (on this thread), initTensor leaves weights as they are: for

@@ -11,7 +11,7 @@ namespace tessera {
 
 InstanceNorm2D::InstanceNorm2D(int64_t maps, const InstanceNormOptions& options)
     : Module(options.name), maps_(maps), options_(options) {
-    if (maps <= 0) throw std::invalid_argument("InstanceNorm2D: maps must be positive, got " + std::to_string(maps));
+    if (maps <= 0) throw ModuleError("InstanceNorm2D: maps must be positive, got " + std::to_string(maps));
     setVar("scale", Variable::of(Tensor::full({maps}, 1.0f)));
     setVar("bias", Variable::of(Tensor::zeros({maps})));
 }
@@ -43,27 +43,44 @@ Tensors InstanceNorm2D::updateData(const Tensors& data) {
     return {y.plain().reshape(s)};
 }
 
-Tensors InstanceNorm2D::updateGrad(const Tensors& grad) {
+// dy -> dx and the per-plane parameter gradients [N * C], from one primitive.
+Tensor InstanceNorm2D::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const {
     const Tensor& x = inData();
     const Shape& s = x.shape();
     const Shape planes{1, s[0] * s[1], s[2], s[3]};
-    dscale_ = Tensor::empty({planes[1]}, DType::float32, x.device());
-    dbias_ = Tensor::empty({planes[1]}, DType::float32, x.device());
-    lastGrad_ = grad[0];
-    Tensor dx = backendOf(x).batchNormBackward(x.reshape(planes), grad[0].reshape(planes),
-                                               tiled(getVar("scale")->data, s[0]), mean_, var_, options_.epsilon,
-                                               dscale_, dbias_);
-    return {dx.plain().reshape(s)};
+    dscale = Tensor::empty({planes[1]}, DType::float32, x.device());
+    dbias = Tensor::empty({planes[1]}, DType::float32, x.device());
+    Tensor dx = backendOf(x).batchNormBackward(x.reshape(planes), dy.reshape(planes), tiled(getVar("scale")->data, s[0]),
+                                               mean_, var_, options_.epsilon, dscale, dbias);
+    return dx.plain().reshape(s);
 }
 
 // dscale[c] = sum_n dscale_planes[n, c], and the same for the bias
-void InstanceNorm2D::accGradParams(const Tensors& grad, float scale, float momentum) {
-    if (!dscale_.defined() || !lastGrad_.sharesStorage(grad[0])) updateGrad(grad);
+void InstanceNorm2D::addParamGrads(const Tensor& dscale, const Tensor& dbias, float scale, float momentum) {
     const int64_t n = inData().shape()[0];
-    Backend& be = backendOf(grad[0]);
-    be.sumRows(dscale_.reshape({n, maps_}), scale, momentum, getVar("scale")->grad);
-    be.sumRows(dbias_.reshape({n, maps_}), scale, momentum, getVar("bias")->grad);
-    dscale_ = dbias_ = lastGrad_ = Tensor();
+    Backend& be = backendOf(dscale);
+    be.sumRows(dscale.reshape({n, maps_}), scale, momentum, getVar("scale")->grad);
+    be.sumRows(dbias.reshape({n, maps_}), scale, momentum, getVar("bias")->grad);
+}
+
+Tensors InstanceNorm2D::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
+                                     float momentum) {
+    Tensor dscale, dbias;
+    Tensor dx = fusedBackward(grad[0], dscale, dbias);
+    if (updParamGrads && isTrain()) addParamGrads(dscale, dbias, scale, momentum);
+    if (!updGrad) return {};
+    return {dx};
+}
+
+Tensors InstanceNorm2D::updateGrad(const Tensors& grad) {
+    Tensor dscale, dbias;
+    return {fusedBackward(grad[0], dscale, dbias)};
+}
+
+void InstanceNorm2D::accGradParams(const Tensors& grad, float scale, float momentum) {
+    Tensor dscale, dbias;
+    fusedBackward(grad[0], dscale, dbias);
+    addParamGrads(dscale, dbias, scale, momentum);
 }
 
 Blueprint InstanceNorm2D::blueprint() const {

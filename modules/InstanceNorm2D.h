@@ -28,13 +28,18 @@ protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     void accGradParams(const Tensors& grad, float scale, float momentum) override;
+    /// One primitive gives the input and parameter gradients: backward runs it once.
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
+                         float momentum) override;
 
 private:
     Tensor tiled(const Tensor& perChannel, int64_t n) const;
+    Tensor fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const;
+    void addParamGrads(const Tensor& dscale, const Tensor& dbias, float scale, float momentum);
 
     int64_t maps_;
     InstanceNormOptions options_;
-    Tensor mean_, var_, dscale_, dbias_, lastGrad_;
+    Tensor mean_, var_; // per-plane statistics of the last forward
 };
 
 } // namespace tessera

@@ -15,7 +15,7 @@ Tensor lines(const Tensor& t, int a) {
 } // namespace
 
 KMaxPool::KMaxPool(int64_t topk, int axis, std::string name) : Module(std::move(name)), topk_(topk), axis_(axis) {
-    if (topk < 1) throw std::invalid_argument("KMaxPool: topk must be at least 1, got " + std::to_string(topk));
+    if (topk < 1) throw ModuleError("KMaxPool: topk must be at least 1, got " + std::to_string(topk));
 }
 
 void KMaxPool::checkDataShape(const Shapes& inShapes) const {
@@ -30,17 +30,16 @@ void KMaxPool::checkDataShape(const Shapes& inShapes) const {
 }
 
 Shapes KMaxPool::dataShapeFrom(const Shapes& inShapes) const {
-    lastIn_ = inShapes[0];
     Shape y = inShapes[0];
     y[axis::normalize(axis_, y.rank())] = topk_;
     return {y};
 }
 
 Shapes KMaxPool::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (lastIn_.rank() == 0) throw shapeError("gradShapeFrom needs the input shape; run dataShapeFrom or forward first");
+    const Shape& last = lastInShapes("gradShapeFrom")[0];
     Shape x = outGradShapes[0];
     const int a = axis::normalize(axis_, x.rank());
-    x[a] = lastIn_[a];
+    x[a] = last[a];
     return {x};
 }
 

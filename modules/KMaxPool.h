@@ -28,7 +28,6 @@ private:
     int64_t topk_;
     int axis_;
     Tensor indices_;
-    mutable Shape lastIn_;
 };
 
 } // namespace tessera

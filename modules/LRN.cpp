@@ -6,7 +6,7 @@ namespace tessera {
 
 LRN::LRN(bool acrossChannels, const LRNOptions& options) : Module(options.name) {
     if (options.N < 1 || options.N % 2 == 0) {
-        throw std::invalid_argument("LRN: N must be a positive odd window, got " + std::to_string(options.N));
+        throw ModuleError("LRN: N must be a positive odd window, got " + std::to_string(options.N));
     }
     params_ = {acrossChannels, options.N, options.alpha, options.beta, options.K};
 }

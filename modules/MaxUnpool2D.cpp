@@ -14,7 +14,7 @@ Tensor planes(const Tensor& t) {
 
 MaxUnpool2D::MaxUnpool2D(std::shared_ptr<MaxPool2D> maxpool, std::string name)
     : Module(std::move(name)), pool_(std::move(maxpool)) {
-    if (!pool_) throw std::invalid_argument("MaxUnpool2D: needs a MaxPool2D");
+    if (!pool_) throw ModuleError("MaxUnpool2D: needs a MaxPool2D");
 }
 
 void MaxUnpool2D::checkDataShape(const Shapes& inShapes) const {

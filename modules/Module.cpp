@@ -19,6 +19,15 @@ Module::~Module() = default;
 std::string Module::str() const { return name_.empty() ? classname() : classname() + " '" + name_ + "'"; }
 
 ShapeError Module::shapeError(const std::string& what) const { return ShapeError(str() + ": " + what); }
+ModuleError Module::moduleError(const std::string& what) const { return ModuleError(str() + ": " + what); }
+
+const Shapes& Module::lastInShapes(const char* what) const {
+    if (inShapes_.empty()) {
+        throw moduleError(std::string(what) + " needs the input shapes of a forward; run forward first, or pass them: "
+                          "gradShapeFrom(inShapes, outGradShapes)");
+    }
+    return inShapes_;
+}
 
 void Module::requireCount(const Shapes& shapes, size_t count, const char* what) const {
     if (shapes.size() != count) {
@@ -46,7 +55,18 @@ const Tensors& Module::operator()(const Tensors& data) {
         if (!data[i].defined()) throw shapeError("input " + std::to_string(i) + " is an undefined tensor");
     }
     inferDataShape(shapesOf(data));
+    runChecked(data);
+    return data_;
+}
+
+const Tensors& Module::runPlanned(const Tensors& data) {
+    runChecked(data);
+    return data_;
+}
+
+void Module::runChecked(const Tensors& data) {
     std::vector<DType> dtypes;
+    dtypes.reserve(data.size());
     for (const Tensor& t : data) dtypes.push_back(t.dtype());
     checkDataType(dtypes);
     if (handlesLayouts()) {
@@ -57,7 +77,7 @@ const Tensors& Module::operator()(const Tensors& data) {
         data_ = updateData(plain);
         inData_ = std::move(plain);
     }
-    return data_;
+    inShapes_ = shapesOf(inData_);
 }
 
 Tensor Module::operator()(const Tensor& data) {
@@ -71,7 +91,7 @@ Tensor Module::operator()(const Tensor& data) {
 // ---- backward -----------------------------------------------------------------------
 
 const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
-    if (data_.empty()) throw shapeError("backward called before forward (no output to differentiate)");
+    if (data_.empty()) throw moduleError("backward called before forward (no output to differentiate)");
     if (grad.size() != data_.size()) {
         throw shapeError("backward expects " + std::to_string(data_.size()) + " gradient tensor(s), got " +
                          std::to_string(grad.size()));
@@ -134,6 +154,22 @@ Shape Module::gradShapeFrom(const Shape& outGradShape) const {
     Shapes in = gradShapeFrom(Shapes{outGradShape});
     if (in.size() != 1) throw shapeError("has " + std::to_string(in.size()) + " inputs; pass a list of shapes");
     return in[0];
+}
+
+Shapes Module::gradShapeFrom(const Shapes& inShapes, const Shapes& outGradShapes) const {
+    const Shapes out = dataShapeFrom(inShapes);
+    if (outGradShapes.size() != out.size()) {
+        throw shapeError("expects " + std::to_string(out.size()) + " output-gradient shape(s), got " +
+                         std::to_string(outGradShapes.size()));
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (outGradShapes[i] != out[i]) {
+            throw shapeError("gradient " + std::to_string(i) + " has shape " + outGradShapes[i].str() +
+                             ", expected the output shape " + out[i].str());
+        }
+    }
+    checkGradShape(outGradShapes);
+    return inShapes;
 }
 
 void Module::checkDataShape(const Shapes&) const {}
@@ -247,6 +283,7 @@ void Module::setTrain(bool train) {
 }
 
 void Module::reset() {
+    inShapes_.clear();
     inData_.clear();
     data_.clear();
     grad_.clear();

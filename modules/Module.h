@@ -56,6 +56,9 @@ public:
     Tensor operator()(const Tensor& data);
     /// Run the module on a list of tensors; returns the output list.
     const Tensors& operator()(const Tensors& data);
+    /// The forward for containers whose plan has already checked these input shapes (see
+    /// docs/architecture.md): dtypes are checked, shapes are not. Users call operator().
+    const Tensors& runPlanned(const Tensors& data);
 
     // ---- backward ---------------------------------------------------------------------
     /// Back-propagate `grad` (the gradient of the last output). `updGrad` computes the
@@ -79,9 +82,17 @@ public:
     /// Output shapes for input shapes (assumes the shapes passed checkDataShape).
     virtual Shapes dataShapeFrom(const Shapes& inShapes) const = 0;
     Shape dataShapeFrom(const Shape& inShape) const;
-    /// Input-gradient shapes for output-gradient shapes.
+    /// Input-gradient shapes for output-gradient shapes. Modules whose input shapes do not
+    /// follow from the gradient's (Flatten, Concat, a strided convolution, ...) take them
+    /// from the last forward, and throw ModuleError when there was none: the two-argument
+    /// form needs no history.
     virtual Shapes gradShapeFrom(const Shapes& outGradShapes) const = 0;
     Shape gradShapeFrom(const Shape& outGradShape) const;
+    /// The pure form containers use: the input-gradient shapes for the forward input shapes
+    /// `inShapes` (which passed inferDataShape) and the output-gradient shapes. Throws
+    /// ShapeError unless `outGradShapes` are the output shapes and checkGradShape accepts
+    /// them; returns `inShapes` (a gradient has the shape of what it differentiates).
+    Shapes gradShapeFrom(const Shapes& inShapes, const Shapes& outGradShapes) const;
     /// Throws ShapeError (naming this module, what it expects, what it got) when the
     /// input shapes do not fit. Default: accepts any shapes.
     virtual void checkDataShape(const Shapes& inShapes) const;
@@ -163,6 +174,12 @@ protected:
 
     /// A ShapeError prefixed with this module's str().
     ShapeError shapeError(const std::string& what) const;
+    /// A ModuleError (bad argument or state) prefixed with this module's str().
+    ModuleError moduleError(const std::string& what) const;
+    /// The input shapes of the last forward, for gradShapeFrom(outGradShapes) of modules
+    /// that cannot recover them from the gradient; throws ModuleError (naming `what`)
+    /// when no forward has run since the last reset.
+    const Shapes& lastInShapes(const char* what) const;
     /// Throws unless `shapes` has exactly `count` entries.
     void requireCount(const Shapes& shapes, size_t count, const char* what) const;
 
@@ -170,6 +187,8 @@ private:
     std::string name_;
     bool train_ = true;
     Tensors inData_, data_, grad_;
+    Shapes inShapes_; // shapes of inData_, kept for gradShapeFrom
+    void runChecked(const Tensors& data);
     void moveAttrsTo(Device device);
 
     NamedVariables vars_;

@@ -9,10 +9,10 @@ namespace tessera {
 NoiseInjector::NoiseInjector(const NoiseInjectorOptions& options)
     : Module(options.name), options_(options), gen_(resolveSeed(options.seed)) {
     if (options.noisetype == NoiseType::uniform && !(options.param1 < options.param2)) {
-        throw std::invalid_argument("NoiseInjector: uniform noise needs low < high");
+        throw ModuleError("NoiseInjector: uniform noise needs low < high");
     }
     if (options.noisetype == NoiseType::gaussian && !(options.param2 >= 0.0f)) {
-        throw std::invalid_argument("NoiseInjector: gaussian noise needs a standard deviation >= 0");
+        throw ModuleError("NoiseInjector: gaussian noise needs a standard deviation >= 0");
     }
 }
 

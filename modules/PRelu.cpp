@@ -7,7 +7,7 @@
 namespace tessera {
 
 PRelu::PRelu(int64_t maps, const PReluOptions& options) : Module(options.name), maps_(maps), options_(options) {
-    if (maps <= 0) throw std::invalid_argument("PRelu: maps must be positive, got " + std::to_string(maps));
+    if (maps <= 0) throw ModuleError("PRelu: maps must be positive, got " + std::to_string(maps));
     setVar("slopes", Variable::of(Tensor::full({options.sharedMaps ? 1 : maps}, options.init)));
 }
 
@@ -25,25 +25,27 @@ Tensors PRelu::updateData(const Tensors& data) {
     return {y};
 }
 
-// The backend computes dx and dslopes together: updateGrad keeps dslopes for the
-// accGradParams that follows on the same gradient, so backward runs the op once.
-Tensors PRelu::updateGrad(const Tensors& grad) {
+// The backend computes dx and the slopes' gradient together: backward runs it once,
+// updateGrad and accGradParams alone send the part they do not need to scratch.
+Tensors PRelu::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    const auto& v = getVar("slopes");
     Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
-    dslopes_ = Tensor::empty(getVar("slopes")->data.shape(), DType::float32, dx.device());
-    lastGrad_ = grad[0];
-    backendOf(dx).preluBackward(inData(), getVar("slopes")->data, grad[0], dx, 1.0f, 0.0f, dslopes_);
+    if (updParamGrads && isTrain()) {
+        backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, scale, momentum, v->grad);
+    } else {
+        Tensor dslopes = Tensor::empty(v->data.shape(), DType::float32, dx.device());
+        backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, 1.0f, 0.0f, dslopes);
+    }
+    if (!updGrad) return {};
     return {dx};
 }
 
+Tensors PRelu::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
+
 void PRelu::accGradParams(const Tensors& grad, float scale, float momentum) {
     const auto& v = getVar("slopes");
-    if (dslopes_.defined() && lastGrad_.sharesStorage(grad[0])) {
-        backendOf(v->grad).axpby(scale, dslopes_, momentum, v->grad);
-    } else { // parameter gradients only: dx goes to scratch
-        Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
-        backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, scale, momentum, v->grad);
-    }
-    dslopes_ = lastGrad_ = Tensor();
+    Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
+    backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, scale, momentum, v->grad);
 }
 
 Blueprint PRelu::blueprint() const {

@@ -23,7 +23,7 @@ PoolND::PoolND(size_t spatialDims, PoolKind kind, std::vector<int64_t> size, con
     params_.padHi = params_.padLo;
     for (size_t d = 0; d < spatialDims; ++d) {
         if (params_.padLo[d] >= params_.kernel[d]) {
-            throw std::invalid_argument(cls + ": pad (" + std::to_string(params_.padLo[d]) +
+            throw ModuleError(cls + ": pad (" + std::to_string(params_.padLo[d]) +
                                         ") must be below the size (" + std::to_string(params_.kernel[d]) + ")");
         }
     }
@@ -54,7 +54,6 @@ void PoolND::checkGradShape(const Shapes& outGradShapes) const {
 
 Shapes PoolND::dataShapeFrom(const Shapes& inShapes) const {
     const Shape& s = inShapes[0];
-    lastIn_ = s;
     std::vector<int64_t> y{s[0], s[1]};
     for (size_t d = 0; d < spatialDims_; ++d) {
         y.push_back((s[2 + d] + params_.padLo[d] + params_.padHi[d] - params_.kernel[d]) / params_.stride[d] + 1);
@@ -64,8 +63,8 @@ Shapes PoolND::dataShapeFrom(const Shapes& inShapes) const {
 
 Shapes PoolND::gradShapeFrom(const Shapes& outGradShapes) const {
     const Shape& g = outGradShapes[0];
-    if (lastIn_.rank() == g.rank()) {
-        Shape in = lastIn_;
+    if (!inDataList().empty() && inDataList()[0].shape().rank() == g.rank()) {
+        Shape in = inDataList()[0].shape();
         in[0] = g[0];
         if (dataShapeFrom(Shapes{in})[0] == g) return {in};
     }
@@ -115,15 +114,13 @@ void GlobalAvgPool::checkDataShape(const Shapes& inShapes) const {
 }
 
 Shapes GlobalAvgPool::dataShapeFrom(const Shapes& inShapes) const {
-    lastIn_ = inShapes[0];
     Shape y = inShapes[0];
     for (size_t d = 2; d < y.rank(); ++d) y[d] = 1;
     return {y};
 }
 
 Shapes GlobalAvgPool::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (lastIn_.rank() == 0) throw shapeError("gradShapeFrom needs the input shape; run dataShapeFrom or forward first");
-    Shape in = lastIn_;
+    Shape in = lastInShapes("gradShapeFrom")[0];
     in[0] = outGradShapes[0][0];
     return {in};
 }

@@ -42,7 +42,6 @@ private:
     PoolParams params_;
     bool includePad_;
     Tensor workspace_;
-    mutable Shape lastIn_;
 };
 
 /// x: [N, C, *spatial] (1 to 3 spatial dims) -> y: [N, C, 1, ...]: the mean of each
@@ -63,7 +62,6 @@ protected:
 
 private:
     PoolParams paramsFor(const Shape& in) const;
-    mutable Shape lastIn_;
 };
 
 } // namespace tessera

@@ -7,7 +7,7 @@
 namespace tessera {
 
 Replicate::Replicate(int times, std::string name) : Module(std::move(name)), times_(times) {
-    if (times < 1) throw std::invalid_argument("Replicate: times must be >= 1, got " + std::to_string(times));
+    if (times < 1) throw ModuleError("Replicate: times must be >= 1, got " + std::to_string(times));
 }
 
 void Replicate::checkGradShape(const Shapes& outGradShapes) const {

@@ -45,19 +45,16 @@ void Reshape::checkDataShape(const Shapes& inShapes) const {
 }
 
 Shapes Reshape::dataShapeFrom(const Shapes& inShapes) const {
-    inShape_ = inShapes[0];
     return {resolve(inShapes[0])};
 }
 
 Shapes Reshape::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (inShape_.rank() == 0) {
-        throw shapeError("gradShapeFrom needs the input shape; run dataShapeFrom or forward first");
+    Shape in = lastInShapes("gradShapeFrom")[0];
+    in[0] = outGradShapes[0][0];
+    if (outGradShapes[0] != resolve(in)) {
+        throw shapeError("gradient " + outGradShapes[0].str() + " does not match the output " + resolve(in).str());
     }
-    if (outGradShapes[0] != resolve(inShape_)) {
-        throw shapeError("gradient " + outGradShapes[0].str() + " does not match the output " +
-                         resolve(inShape_).str());
-    }
-    return {inShape_};
+    return {in};
 }
 
 Tensors Reshape::updateData(const Tensors& data) { return {data[0].reshape(dataShapeFrom(data[0].shape()))}; }

@@ -29,7 +29,6 @@ private:
     Shape resolve(const Shape& in) const;
 
     Shape shape_;
-    mutable Shape inShape_; // input shape of the last dataShapeFrom / forward
 };
 
 } // namespace tessera

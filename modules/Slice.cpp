@@ -28,17 +28,16 @@ void Slice::checkDataShape(const Shapes& inShapes) const {
 }
 
 Shapes Slice::dataShapeFrom(const Shapes& inShapes) const {
-    inShape_ = inShapes[0];
-    const int a = axis::normalize(axis_, inShape_.rank());
-    auto [b, e] = range(inShape_[a]);
-    Shape out = inShape_;
+    const Shape& in = inShapes[0];
+    const int a = axis::normalize(axis_, in.rank());
+    auto [b, e] = range(in[a]);
+    Shape out = in;
     out[a] = e - b;
     return {out};
 }
 
 Shapes Slice::gradShapeFrom(const Shapes& outGradShapes) const {
-    if (inShape_.rank() == 0) throw shapeError("gradShapeFrom needs the input shape; run dataShapeFrom or forward first");
-    Shape in = inShape_;
+    Shape in = lastInShapes("gradShapeFrom")[0];
     in[0] = outGradShapes[0][0];
     return {in};
 }

@@ -31,7 +31,6 @@ private:
 
     int axis_;
     int64_t start_, end_;
-    mutable Shape inShape_;
 };
 
 } // namespace tessera

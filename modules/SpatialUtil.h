@@ -9,18 +9,18 @@
 
 namespace tessera::spatial {
 
-/// `v` expanded to `dims` entries (a single value repeats); throws std::invalid_argument
+/// `v` expanded to `dims` entries (a single value repeats); throws ModuleError
 /// naming `what` when the count is wrong or a value is below `min`.
 inline std::vector<int64_t> expand(const std::vector<int64_t>& v, size_t dims, const char* cls, const char* what,
                                    int64_t min) {
     if (v.size() != 1 && v.size() != dims) {
-        throw std::invalid_argument(std::string(cls) + ": " + what + " needs 1 or " + std::to_string(dims) +
+        throw ModuleError(std::string(cls) + ": " + what + " needs 1 or " + std::to_string(dims) +
                                     " values, got " + std::to_string(v.size()));
     }
     std::vector<int64_t> out = v.size() == 1 ? std::vector<int64_t>(dims, v[0]) : v;
     for (int64_t x : out) {
         if (x < min) {
-            throw std::invalid_argument(std::string(cls) + ": " + what + " must be at least " + std::to_string(min) +
+            throw ModuleError(std::string(cls) + ": " + what + " must be at least " + std::to_string(min) +
                                         ", got " + std::to_string(x));
         }
     }

@@ -9,9 +9,9 @@ namespace tessera {
 
 Split::Split(int axis, std::vector<int64_t> sections, std::string name)
     : Module(std::move(name)), axis_(axis), sections_(std::move(sections)) {
-    if (sections_.empty()) throw std::invalid_argument("Split: needs at least one section");
+    if (sections_.empty()) throw ModuleError("Split: needs at least one section");
     for (int64_t s : sections_) {
-        if (s <= 0) throw std::invalid_argument("Split: sections must be positive, got " + std::to_string(s));
+        if (s <= 0) throw ModuleError("Split: sections must be positive, got " + std::to_string(s));
     }
 }
 

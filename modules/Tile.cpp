@@ -7,7 +7,7 @@
 namespace tessera {
 
 Tile::Tile(int axis, int64_t times, std::string name) : Module(std::move(name)), axis_(axis), times_(times) {
-    if (times < 1) throw std::invalid_argument("Tile: times must be at least 1, got " + std::to_string(times));
+    if (times < 1) throw ModuleError("Tile: times must be at least 1, got " + std::to_string(times));
 }
 
 void Tile::checkDataShape(const Shapes& inShapes) const {

@@ -72,7 +72,7 @@ Transpose::Transpose(std::vector<int64_t> axes, std::string name) : AxisPermutat
     std::sort(sorted.begin(), sorted.end());
     for (size_t i = 0; i < sorted.size(); ++i) {
         if (sorted[i] != static_cast<int64_t>(i)) {
-            throw std::invalid_argument("Transpose: axes " + Shape(axes_).str() + " are not a permutation of 0.." +
+            throw ModuleError("Transpose: axes " + Shape(axes_).str() + " are not a permutation of 0.." +
                                         std::to_string(static_cast<int64_t>(axes_.size()) - 1));
         }
     }

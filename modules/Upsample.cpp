@@ -7,7 +7,7 @@ namespace tessera {
 UpsampleND::UpsampleND(size_t spatialDims, int64_t scale, const UpsampleOptions& options)
     : Module(options.name), spatialDims_(spatialDims), scale_(scale), options_(options) {
     if (scale < 1) {
-        throw std::invalid_argument("Upsample" + std::to_string(spatialDims) + "D: scale must be at least 1, got " +
+        throw ModuleError("Upsample" + std::to_string(spatialDims) + "D: scale must be at least 1, got " +
                                     std::to_string(scale));
     }
 }

@@ -123,10 +123,13 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
     return ::testing::AssertionSuccess();
 }
 
-::testing::AssertionResult throwsShapeError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+namespace {
+// Passes when f throws an E whose message contains every one of `parts`.
+template <class E>
+::testing::AssertionResult throwsWith(const std::function<void()>& f, const std::vector<std::string>& parts) {
     try {
         f();
-    } catch (const ShapeError& e) {
+    } catch (const E& e) {
         const std::string msg = e.what();
         for (const std::string& p : parts) {
             if (msg.find(p) == std::string::npos) {
@@ -138,6 +141,15 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
         return ::testing::AssertionFailure() << "threw another exception: " << e.what();
     }
     return ::testing::AssertionFailure() << "did not throw";
+}
+} // namespace
+
+::testing::AssertionResult throwsShapeError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+    return throwsWith<ShapeError>(f, parts);
+}
+
+::testing::AssertionResult throwsModuleError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+    return throwsWith<ModuleError>(f, parts);
 }
 
 std::string errorOf(const std::function<void()>& f) {

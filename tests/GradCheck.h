@@ -40,6 +40,10 @@ Tensor randomTensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float h
 // Runs f; passes when it throws ShapeError whose message contains every one of `parts`.
 ::testing::AssertionResult throwsShapeError(const std::function<void()>& f, const std::vector<std::string>& parts);
 
+// Runs f; passes when it throws ModuleError (a ShapeError included: it is one) whose
+// message contains every one of `parts`. For bad arguments and bad state.
+::testing::AssertionResult throwsModuleError(const std::function<void()>& f, const std::vector<std::string>& parts);
+
 // The message of what f throws ("no error" when it does not), for checking any exception's text.
 std::string errorOf(const std::function<void()>& f);
 // Element-wise comparison with a message naming the first mismatch.

@@ -7,10 +7,10 @@
 namespace tessera {
 
 CrossEntropy::CrossEntropy(const CrossEntropyOptions& options) : options_(options) {
-    if (options.maxlabels < 0) throw std::invalid_argument("CrossEntropy: maxlabels must not be negative");
+    if (options.maxlabels < 0) throw ModuleError("CrossEntropy: maxlabels must not be negative");
     if (!options.weights.empty()) {
         if (options.maxlabels && static_cast<int64_t>(options.weights.size()) != options.maxlabels) {
-            throw std::invalid_argument("CrossEntropy: " + std::to_string(options.weights.size()) +
+            throw ModuleError("CrossEntropy: " + std::to_string(options.weights.size()) +
                                         " class weights for maxlabels " + std::to_string(options.maxlabels));
         }
         weights_ = Tensor::fromVector({static_cast<int64_t>(options.weights.size())}, options.weights);

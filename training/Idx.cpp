@@ -1,4 +1,5 @@
 #include "training/Idx.h"
+#include "backend/Errors.h"
 
 #include <zlib.h>
 
@@ -32,27 +33,27 @@ bool readAll(gzFile f, void* out, size_t n) {
 
 IdxArray readIdx(const std::string& path) {
     std::unique_ptr<gzFile_s, GzClose> f(gzopen(path.c_str(), "rb"));
-    if (!f) throw std::runtime_error("IDX file " + path + ": cannot open (" + std::strerror(errno) + ")");
+    if (!f) throw IoError("IDX file " + path + ": cannot open (" + std::strerror(errno) + ")");
     unsigned char magic[4];
-    if (!readAll(f.get(), magic, 4)) throw std::runtime_error("IDX file " + path + ": truncated header");
+    if (!readAll(f.get(), magic, 4)) throw IoError("IDX file " + path + ": truncated header");
     if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08 || magic[3] == 0 || magic[3] > 4) {
         char buf[16];
         std::snprintf(buf, sizeof buf, "0x%02x%02x%02x%02x", magic[0], magic[1], magic[2], magic[3]);
-        throw std::runtime_error("IDX file " + path + ": bad magic number " + buf +
+        throw IoError("IDX file " + path + ": bad magic number " + buf +
                                  ", expected 0x000008nn (unsigned bytes, nn = 1 to 4 dims)");
     }
     IdxArray a;
     size_t count = 1;
     for (int d = 0; d < magic[3]; ++d) {
         unsigned char b[4];
-        if (!readAll(f.get(), b, 4)) throw std::runtime_error("IDX file " + path + ": truncated header");
+        if (!readAll(f.get(), b, 4)) throw IoError("IDX file " + path + ": truncated header");
         const int64_t dim = (int64_t{b[0]} << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
         a.dims.push_back(dim);
         count *= static_cast<size_t>(dim);
     }
     a.data.resize(count);
     if (!readAll(f.get(), a.data.data(), count)) {
-        throw std::runtime_error("IDX file " + path + ": truncated; the header promises " + std::to_string(count) +
+        throw IoError("IDX file " + path + ": truncated; the header promises " + std::to_string(count) +
                                  " bytes of data");
     }
     return a;
@@ -63,7 +64,7 @@ std::string findFile(const std::string& dir, const std::string& name) {
     for (const std::string& candidate : {dir + "/" + name + ".gz", dir + "/" + name}) {
         if (std::filesystem::exists(candidate)) return candidate;
     }
-    throw std::runtime_error("data set file " + dir + "/" + name + "[.gz] not found" +
+    throw IoError("data set file " + dir + "/" + name + "[.gz] not found" +
                              (dir == kFashionMnistDir ? " (install Debian's dataset-fashion-mnist: tools/setup.sh does)"
                                                       : ""));
 }
@@ -74,10 +75,10 @@ ImageSet loadMnistFormat(const std::string& dir, const std::string& split, int64
     const std::string labelsPath = findFile(dir, split + "-labels-idx1-ubyte");
     const IdxArray images = readIdx(imagesPath);
     const IdxArray labels = readIdx(labelsPath);
-    if (images.dims.size() != 3) throw std::runtime_error("IDX file " + imagesPath + ": expected 3 dims (N, rows, cols)");
-    if (labels.dims.size() != 1) throw std::runtime_error("IDX file " + labelsPath + ": expected 1 dim (N)");
+    if (images.dims.size() != 3) throw IoError("IDX file " + imagesPath + ": expected 3 dims (N, rows, cols)");
+    if (labels.dims.size() != 1) throw IoError("IDX file " + labelsPath + ": expected 1 dim (N)");
     if (images.dims[0] != labels.dims[0]) {
-        throw std::runtime_error("data set " + dir + " (" + split + "): " + std::to_string(images.dims[0]) +
+        throw IoError("data set " + dir + " (" + split + "): " + std::to_string(images.dims[0]) +
                                  " images but " + std::to_string(labels.dims[0]) + " labels");
     }
     const int64_t n = limit > 0 ? std::min(limit, images.dims[0]) : images.dims[0];

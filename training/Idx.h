@@ -16,7 +16,7 @@ struct IdxArray {
     std::vector<uint8_t> data;
 };
 
-/// Reads `path` (gzip or plain). Throws std::runtime_error naming the file on a missing
+/// Reads `path` (gzip or plain). Throws IoError naming the file on a missing
 /// file, a wrong magic number (expects 0x0000 08 nn: unsigned bytes, nn dims), or a file
 /// shorter than its header says.
 IdxArray readIdx(const std::string& path);
@@ -28,7 +28,7 @@ struct ImageSet {
 };
 
 /// Loads `<dir>/<split>-images-idx3-ubyte[.gz]` and `<dir>/<split>-labels-idx1-ubyte[.gz]`
-/// (split "train" or "t10k"). Throws std::runtime_error when a file is missing or bad, or
+/// (split "train" or "t10k"). Throws IoError when a file is missing or bad, or
 /// the image and label counts differ. `limit` > 0 keeps only the first `limit` samples.
 ImageSet loadMnistFormat(const std::string& dir, const std::string& split, int64_t limit = 0);
 

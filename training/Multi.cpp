@@ -5,9 +5,9 @@
 namespace tessera {
 
 Multi::Multi(std::vector<std::shared_ptr<Cost>> costs) : costs_(std::move(costs)) {
-    if (costs_.empty()) throw std::invalid_argument("Multi: needs at least one cost");
+    if (costs_.empty()) throw ModuleError("Multi: needs at least one cost");
     for (const auto& c : costs_) {
-        if (!c) throw std::invalid_argument("Multi: null cost");
+        if (!c) throw ModuleError("Multi: null cost");
     }
 }
 

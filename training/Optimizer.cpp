@@ -6,7 +6,7 @@
 namespace tessera {
 
 void Optimizer::setupOn(Module& net, bool useGlobalState) {
-    if (bound_) throw std::logic_error(classname() + ": setupOn was already called");
+    if (bound_) throw ModuleError(classname() + ": setupOn was already called");
     std::unordered_set<const Variable*> seen;
     int64_t total = 0;
     for (auto& [name, var] : net.namedParams()) {
@@ -45,8 +45,8 @@ void Optimizer::setupOn(Module& net, bool useGlobalState) {
 }
 
 void Optimizer::setWeightDecay(float decay, std::function<bool(const std::string&)> applies) {
-    if (decay < 0) throw std::invalid_argument(classname() + ": weight decay must not be negative");
-    if (applies && !bound_) throw std::logic_error(classname() + ": call setupOn before a filtered weight decay");
+    if (decay < 0) throw ModuleError(classname() + ": weight decay must not be negative");
+    if (applies && !bound_) throw ModuleError(classname() + ": call setupOn before a filtered weight decay");
     weightDecay_ = decay;
     for (Entry& e : entries_) e.decays = !applies || applies(e.name);
 }
@@ -58,11 +58,11 @@ void Optimizer::setLearnRateFactor(const std::string& name, float factor) {
             return;
         }
     }
-    throw std::invalid_argument(classname() + ": no bound parameter named '" + name + "'");
+    throw ModuleError(classname() + ": no bound parameter named '" + name + "'");
 }
 
 void Optimizer::update() {
-    if (!bound_) throw std::logic_error(classname() + ": update before setupOn");
+    if (!bound_) throw ModuleError(classname() + ": update before setupOn");
     UpdateParams p = params_;
     bool uniform = true;
     for (const Entry& e : entries_) uniform = uniform && e.lrFactor == 1.0f && (e.decays || weightDecay_ == 0.0f);
@@ -99,7 +99,7 @@ std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr) {
     else if (name == "rmspropgraves") opt = std::make_unique<RMSPropGraves>();
     else if (name == "smorms3") opt = std::make_unique<SMORMS3>();
     else {
-        throw std::invalid_argument("unknown optimizer '" + name +
+        throw ModuleError("unknown optimizer '" + name +
                                     "'; expected one of: sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, "
                                     "rmspropgraves, smorms3");
     }

@@ -21,9 +21,9 @@ public:
     /// Bind to every parameter of `net` (shared parameters once). With `useGlobalState`
     /// all parameters, gradients and optimizer state move into flat buffers (the
     /// parameters' tensors become views of them), and `update` is one fused loop over
-    /// everything. Throws std::logic_error when called twice.
+    /// everything. Throws ModuleError when called twice.
     void setupOn(Module& net, bool useGlobalState = false);
-    /// One step for every bound parameter. Throws std::logic_error before setupOn.
+    /// One step for every bound parameter. Throws ModuleError before setupOn.
     void update();
     /// Zero every bound gradient.
     void zeroGradParams();
@@ -33,7 +33,7 @@ public:
     /// L2 weight decay: grad + decay * param enters the rule, for the parameters whose
     /// dotted name `applies` accepts (all when empty).
     void setWeightDecay(float decay, std::function<bool(const std::string&)> applies = {});
-    /// Scale the learning rate of one parameter (by dotted name; std::invalid_argument
+    /// Scale the learning rate of one parameter (by dotted name; ModuleError
     /// when it is not bound).
     void setLearnRateFactor(const std::string& name, float factor);
     /// Updates made so far.
@@ -126,7 +126,7 @@ public:
 
 /// An optimizer by name ("sgd", "momentum", "nesterov", "adam", "adagrad", "adadelta",
 /// "rmsprop", "rmspropgraves", "smorms3") with learning rate `lr` (negative: the rule's
-/// default). Throws std::invalid_argument listing the names.
+/// default). Throws ModuleError listing the names.
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr = -1.0f);
 
 } // namespace tessera

@@ -1,4 +1,5 @@
 #include "training/Schedule.h"
+#include "backend/Errors.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -7,7 +8,7 @@
 namespace tessera {
 
 StepSchedule::StepSchedule(float base, int64_t stepSize, float gamma) : base_(base), stepSize_(stepSize), gamma_(gamma) {
-    if (stepSize < 1) throw std::invalid_argument("StepSchedule: stepSize must be at least 1, got " + std::to_string(stepSize));
+    if (stepSize < 1) throw ModuleError("StepSchedule: stepSize must be at least 1, got " + std::to_string(stepSize));
 }
 
 float StepSchedule::at(int64_t epoch) const {
@@ -17,7 +18,7 @@ float StepSchedule::at(int64_t epoch) const {
 float ExponentialSchedule::at(int64_t epoch) const { return base_ * std::pow(gamma_, static_cast<float>(epoch)); }
 
 CosineSchedule::CosineSchedule(float base, int64_t epochs, float min) : base_(base), epochs_(epochs), min_(min) {
-    if (epochs < 1) throw std::invalid_argument("CosineSchedule: epochs must be at least 1, got " + std::to_string(epochs));
+    if (epochs < 1) throw ModuleError("CosineSchedule: epochs must be at least 1, got " + std::to_string(epochs));
 }
 
 float CosineSchedule::at(int64_t epoch) const {

@@ -15,7 +15,7 @@ TEST(Shape, Basics) {
     EXPECT_EQ(s.numel(), 128 * 28 * 28);
     EXPECT_EQ(s[-1], 28);
     EXPECT_EQ(s.str(), "[128, 1, 28, 28]");
-    EXPECT_THROW(s[4], std::out_of_range);
+    EXPECT_THROW(s[4], ShapeError);
     EXPECT_EQ(str(Shapes{Shape{1, 2}, Shape{3}}), "[[1, 2], [3]]");
 }
 

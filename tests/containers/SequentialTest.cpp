@@ -64,7 +64,7 @@ TEST(Sequential, BadShapeNamesThePath) {
                                   "got [4, 20]"}));
     EXPECT_TRUE(throwsShapeError([&] { (*net)(randomTensor({4, 10}, 1)); }, {"input -> fc1 -> 1 -> fc2"}));
     EXPECT_TRUE(throwsShapeError([&] { (*net)(randomTensor({4, 11}, 1)); }, {"input -> fc1:", "got [4, 11]"}));
-    EXPECT_TRUE(throwsShapeError([&] { Sequential().dataShapeFrom(Shape{1, 2}); }, {"is empty"}));
+    EXPECT_TRUE(throwsModuleError([&] { Sequential().dataShapeFrom(Shape{1, 2}); }, {"is empty"}));
 }
 
 TEST(Sequential, AppendInsertPopAndErrors) {

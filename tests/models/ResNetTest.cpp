@@ -14,7 +14,7 @@ TEST(ResNet, ParameterCountsMatchThePublishedOnes) {
     EXPECT_EQ(loadResNet(50)->numOfParams(), 25557032);
     EXPECT_EQ(loadResNet(101)->numOfParams(), 44549160);
     EXPECT_EQ(loadResNet(152)->numOfParams(), 60192808);
-    EXPECT_THROW(loadResNet(20), std::invalid_argument);
+    EXPECT_THROW(loadResNet(20), ModuleError);
 }
 
 TEST(ResNet, ShapesWithoutRunning) {
@@ -58,7 +58,7 @@ TEST(Zoo, PublishedParameterCountsAndShapeChecks) {
         EXPECT_EQ(out.size(), 1u);
         EXPECT_EQ(m->gradShapeFrom(out), (Shapes{input}));
     }
-    EXPECT_THROW(loadZooModel("alexnet"), std::invalid_argument);
+    EXPECT_THROW(loadZooModel("alexnet"), ModuleError);
 }
 
 } // namespace

@@ -81,8 +81,8 @@ TEST(Activation, BadInput) {
     EXPECT_TRUE(throwsShapeError([&] { act(Tensor::empty({0, 3})); }, {"act1", "empty"}));
     EXPECT_TRUE(throwsShapeError([&] { act(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)}); },
                                  {"expects 1 input tensor, got 2"}));
-    EXPECT_THROW(Activation(ActivationKind::clip, {.min = 1.0f, .max = 0.0f}), std::invalid_argument);
-    EXPECT_THROW(activationFromString("swish"), std::invalid_argument);
+    EXPECT_THROW(Activation(ActivationKind::clip, {.min = 1.0f, .max = 0.0f}), ModuleError);
+    EXPECT_THROW(activationFromString("swish"), ModuleError);
     EXPECT_EQ(activationFromString("leakyRelu"), ActivationKind::leakyRelu);
 }
 

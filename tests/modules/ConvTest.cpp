@@ -160,9 +160,9 @@ TEST(Conv, BadInput) {
     EXPECT_TRUE(throwsShapeError([&] { deconv(Tensor::zeros({2, 2, 5})); }, {"Deconv1D", "[N, 4, W]"}));
     Deconv1D cropping(4, 2, 1, {.pad = {2}});
     EXPECT_TRUE(throwsShapeError([&] { cropping(Tensor::zeros({2, 4, 3})); }, {"Deconv1D", "empty output"}));
-    EXPECT_THROW(Conv2D(4, 6, 3, {.groups = 4}), std::invalid_argument);
-    EXPECT_THROW(Conv2D(4, 6, 3, {.stride = {1, 2, 3}}), std::invalid_argument);
-    EXPECT_THROW(Conv2D(4, 6, 0), std::invalid_argument);
+    EXPECT_THROW(Conv2D(4, 6, 3, {.groups = 4}), ModuleError);
+    EXPECT_THROW(Conv2D(4, 6, 3, {.stride = {1, 2, 3}}), ModuleError);
+    EXPECT_THROW(Conv2D(4, 6, 0), ModuleError);
 }
 
 TEST(Conv, Blueprint) {

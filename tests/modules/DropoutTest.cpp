@@ -62,8 +62,8 @@ TEST(Dropout, BadInput) {
     Dropout drop({.name = "drop"});
     EXPECT_TRUE(throwsShapeError([&] { drop(Tensor::zeros({2, 3}, DType::int32)); }, {"Dropout 'drop'", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { drop(Tensor::empty({0, 3})); }, {"drop", "empty"}));
-    EXPECT_THROW(Dropout({.p = 1.0f}), std::invalid_argument);
-    EXPECT_THROW(Dropout({.p = -0.1f}), std::invalid_argument);
+    EXPECT_THROW(Dropout({.p = 1.0f}), ModuleError);
+    EXPECT_THROW(Dropout({.p = -0.1f}), ModuleError);
 }
 
 } // namespace

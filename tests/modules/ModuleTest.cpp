@@ -58,7 +58,7 @@ TEST(Module, ModesAndReset) {
     EXPECT_TRUE(drop.dataList().empty());
     EXPECT_TRUE(drop.inDataList().empty());
     EXPECT_FALSE(drop.mask().defined());
-    EXPECT_TRUE(throwsShapeError([&] { drop.backward(randomTensor({2, 2}, 1)); }, {"before forward"}));
+    EXPECT_TRUE(throwsModuleError([&] { drop.backward(randomTensor({2, 2}, 1)); }, {"before forward"}));
 }
 
 TEST(Module, CalcModeAndOptimizeForShape) {

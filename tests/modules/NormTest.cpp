@@ -179,7 +179,7 @@ TEST(LRN, GradientShapeBadInput) {
     EXPECT_TRUE(checkShapes(cross, {x}));
     EXPECT_TRUE(checkShapes(map, {x}));
     EXPECT_TRUE(throwsShapeError([&] { cross(Tensor::zeros({2, 5, 4})); }, {"CrossMapLRN 'lrn'", "[N, C, H, W]"}));
-    EXPECT_THROW(MapLRN({.N = 4}), std::invalid_argument);
+    EXPECT_THROW(MapLRN({.N = 4}), ModuleError);
     EXPECT_NE(cross.blueprint().toJson().find("\"N\": 3"), std::string::npos);
 }
 

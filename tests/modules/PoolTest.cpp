@@ -166,7 +166,7 @@ TEST(Pool, BadInput) {
     MaxPool2D pool(3, {.name = "pool1"});
     EXPECT_TRUE(throwsShapeError([&] { pool(Tensor::zeros({2, 3, 8})); }, {"MaxPool2D 'pool1'", "[2, 3, 8]"}));
     EXPECT_TRUE(throwsShapeError([&] { pool(Tensor::zeros({2, 3, 2, 8})); }, {"smaller than the window"}));
-    EXPECT_THROW(MaxPool2D(2, {.pad = {2}}), std::invalid_argument);
+    EXPECT_THROW(MaxPool2D(2, {.pad = {2}}), ModuleError);
     MaxPool2D evalPool(2);
     evalPool.evalMode();
     evalPool(Tensor::zeros({1, 1, 4, 4}));

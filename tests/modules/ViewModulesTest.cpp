@@ -31,7 +31,13 @@ TEST(Flatten, Shape) {
     Flatten f;
     EXPECT_TRUE(checkShapes(f, {randomTensor({2, 3, 4, 5}, 1)}));
     EXPECT_EQ(f.dataShapeFrom(Shape{8, 16, 5, 5}), (Shape{8, 400}));
-    EXPECT_EQ(f.gradShapeFrom(Shape{8, 400}), (Shape{8, 16, 5, 5}));
+    // Pure: the input shapes are given, whatever ran before.
+    EXPECT_EQ(f.gradShapeFrom(Shapes{{8, 16, 5, 5}}, Shapes{{8, 400}}), (Shapes{{8, 16, 5, 5}}));
+    EXPECT_EQ(f.gradShapeFrom(Shapes{{8, 2, 200}}, Shapes{{8, 400}}), (Shapes{{8, 2, 200}}));
+    // The one-argument form reads the last forward ([2, 3, 4, 5]), at the gradient's batch.
+    EXPECT_EQ(f.gradShapeFrom(Shape{8, 60}), (Shape{8, 3, 4, 5}));
+    EXPECT_TRUE(throwsShapeError([&] { f.gradShapeFrom(Shapes{{8, 16, 5, 5}}, Shapes{{8, 401}}); },
+                                 {"gradient 0 has shape [8, 401]", "output shape [8, 400]"}));
 }
 
 TEST(Flatten, BadInput) {
@@ -40,7 +46,7 @@ TEST(Flatten, BadInput) {
     EXPECT_TRUE(throwsShapeError([&] { f(Tensor::zeros({2, 3}, DType::int32)); }, {"flat", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { f(Tensor::empty({0, 3})); }, {"flat", "empty"}));
     Flatten fresh;
-    EXPECT_TRUE(throwsShapeError([&] { fresh.gradShapeFrom(Shape{2, 6}); }, {"run dataShapeFrom or forward first"}));
+    EXPECT_TRUE(throwsModuleError([&] { fresh.gradShapeFrom(Shape{2, 6}); }, {"run forward first"}));
 }
 
 TEST(Reshape, Reference) {
@@ -66,7 +72,8 @@ TEST(Reshape, Shape) {
     Reshape r(Shape{0, 1, 4, 4});
     EXPECT_TRUE(checkShapes(r, {randomTensor({3, 16}, 1)}));
     EXPECT_EQ(r.dataShapeFrom(Shape{7, 16}), (Shape{7, 1, 4, 4}));
-    EXPECT_EQ(r.gradShapeFrom(Shape{7, 1, 4, 4}), (Shape{7, 16}));
+    EXPECT_EQ(r.gradShapeFrom(Shapes{{7, 16}}, Shapes{{7, 1, 4, 4}}), (Shapes{{7, 16}}));
+    EXPECT_EQ(r.gradShapeFrom(Shape{7, 1, 4, 4}), (Shape{7, 16})); // the last forward's [3, 16] at batch 7
 }
 
 TEST(Reshape, BadInput) {

@@ -1,0 +1,230 @@
+// The execution plan and what it settles: shapes checked once per set of input shapes,
+// modules that differentiate their last forward (the train, train, eval, backward
+// sequence), one module per graph node, and one error family with context added by
+// containers.
+#include <cmath>
+#include <functional>
+
+#include "GradCheck.h"
+#include "containers/Graph.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/BatchNormND.h"
+#include "modules/Dropout.h"
+#include "modules/Dropout2D.h"
+#include "modules/Flatten.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/Linear.h"
+#include "modules/NoiseInjector.h"
+#include "modules/PRelu.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+// An identity that counts how often its shapes are checked.
+class CountingIdentity : public Module {
+public:
+    explicit CountingIdentity(std::string name = {}) : Module(std::move(name)) {}
+    std::string classname() const override { return "CountingIdentity"; }
+    Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
+    void checkDataShape(const Shapes&) const override { ++checks; }
+    mutable int checks = 0;
+
+protected:
+    Tensors updateData(const Tensors& data) override { return data; }
+    Tensors updateGrad(const Tensors& grad) override { return grad; }
+};
+
+TEST(Plan, SequentialChecksOncePerInputShapes) {
+    auto count = std::make_shared<CountingIdentity>("count");
+    Sequential net("net");
+    net.append(count).append(std::make_shared<Linear>(4, 3, LinearOptions{.name = "fc"}));
+    for (int i = 0; i < 3; ++i) net(randomTensor({2, 4}, 1));
+    EXPECT_EQ(count->checks, 1);
+    EXPECT_EQ(net.dataShapeFrom(Shape{2, 4}), (Shape{2, 3})); // the same plan
+    EXPECT_EQ(count->checks, 1);
+    net(randomTensor({5, 4}, 1)); // new shapes: a new plan
+    EXPECT_EQ(count->checks, 2);
+    net.evalMode(); // checks may depend on the mode (batch norm's batch statistics)
+    net(randomTensor({5, 4}, 1));
+    EXPECT_EQ(count->checks, 3);
+    net.append(std::make_shared<Activation>(ActivationKind::relu)); // new structure
+    net(randomTensor({5, 4}, 1));
+    EXPECT_EQ(count->checks, 4);
+    // A bad shape is still caught, with the path, after plans were cached.
+    EXPECT_TRUE(throwsShapeError([&] { net(randomTensor({5, 6}, 1)); }, {"Sequential 'net'", "input -> count -> fc"}));
+}
+
+TEST(Plan, GraphChecksOncePerInputShapes) {
+    auto count = std::make_shared<CountingIdentity>("count");
+    auto in = node(count, {}, "in");
+    auto fc = node(std::make_shared<Linear>(4, 3), in, "fc");
+    Graph g({in}, {fc}, "g");
+    for (int i = 0; i < 3; ++i) g(randomTensor({2, 4}, 1));
+    EXPECT_EQ(count->checks, 1);
+    g(randomTensor({3, 4}, 1));
+    EXPECT_EQ(count->checks, 2);
+    g.backward(randomTensor({3, 3}, 2));
+    EXPECT_EQ(g.gradShapeFrom(Shapes{{3, 3}}), (Shapes{{3, 4}}));
+    EXPECT_TRUE(throwsShapeError([&] { g(randomTensor({3, 5}, 1)); }, {"in -> fc", "Linear 'fc'"}));
+}
+
+TEST(Plan, SequentialGradShapesComeFromThePlan) {
+    // Flatten cannot tell its input shape from the gradient's; the plan can.
+    Sequential net("net");
+    net.append(std::make_shared<Flatten>("flat")).append(std::make_shared<Linear>(12, 2, LinearOptions{.name = "fc"}));
+    EXPECT_EQ(net.dataShapeFrom(Shape{4, 3, 2, 2}), (Shape{4, 2}));
+    EXPECT_EQ(net.gradShapeFrom(Shape{4, 2}), (Shape{4, 3, 2, 2})); // no forward has run
+    EXPECT_EQ(net.dataShapeFrom(Shape{4, 12}), (Shape{4, 2}));
+    EXPECT_EQ(net.gradShapeFrom(Shape{4, 2}), (Shape{4, 12}));
+    EXPECT_TRUE(throwsShapeError([&] { net.gradShapeFrom(Shape{4, 3}); }, {"do not match the outputs [4, 2]"}));
+    Sequential fresh("fresh");
+    fresh.append(std::make_shared<Flatten>());
+    EXPECT_TRUE(throwsModuleError([&] { fresh.gradShapeFrom(Shape{4, 2}); }, {"dataShapeFrom or forward first"}));
+}
+
+TEST(Plan, OneModuleInTwoNodesIsAGraphErrorNamingBoth) {
+    auto shared = std::make_shared<Linear>(4, 4, LinearOptions{.name = "fc"});
+    auto in = node(std::make_shared<Activation>(ActivationKind::relu), {}, "in");
+    auto a = node(shared, in, "a");
+    auto b = node(shared, a, "b");
+    try {
+        Graph g({in}, {b});
+        FAIL() << "a module in two nodes was accepted";
+    } catch (const GraphError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("a (Linear)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("b (Linear)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("same module"), std::string::npos) << msg;
+    }
+}
+
+// ---- the train, train, eval, backward sequence -------------------------------------------
+
+// After two train-mode forwards and an eval-mode one at x, backward(dy) must be the
+// gradient of the eval-mode function at x (checked against central differences of
+// <f(x), dy>), or a clear ModuleError.
+::testing::AssertionResult differentiatesLastForward(Module& m, const Shape& shape) {
+    m.trainMode();
+    m(randomTensor(shape, 11));
+    m(randomTensor(shape, 12, -2.0f, 3.0f));
+    m.evalMode();
+    Tensor x = randomTensor(shape, 13);
+    Tensor dy = randomTensor(shape, 14);
+    m(x);
+    Tensor dx;
+    try {
+        dx = m.backward(dy).clone();
+    } catch (const ModuleError& e) {
+        return ::testing::AssertionSuccess() << "refused: " << e.what();
+    }
+    const std::vector<float> analytic = dx.toVector<float>();
+    std::vector<float> xs = x.toVector<float>();
+    const std::vector<float> dys = dy.toVector<float>();
+    auto loss = [&](const std::vector<float>& v) {
+        const std::vector<float> y = m(Tensor::fromVector(shape, v)).toVector<float>();
+        double l = 0;
+        for (size_t i = 0; i < y.size(); ++i) l += static_cast<double>(y[i]) * dys[i];
+        return l;
+    };
+    const float eps = 1e-2f;
+    for (size_t i = 0; i < xs.size(); i += std::max<size_t>(1, xs.size() / 24)) {
+        const float keep = xs[i];
+        xs[i] = keep + eps;
+        const double up = loss(xs);
+        xs[i] = keep - eps;
+        const double down = loss(xs);
+        xs[i] = keep;
+        const double numeric = (up - down) / (2.0 * eps);
+        if (std::abs(numeric - analytic[i]) > 2e-3 + 2e-2 * std::abs(numeric)) {
+            return ::testing::AssertionFailure() << m.str() << ": dx[" << i << "] = " << analytic[i]
+                                                 << ", the eval-mode derivative is " << numeric;
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+TEST(Plan, StatefulModulesDifferentiateTheirLastForward) {
+    struct Case {
+        std::function<ModulePtr()> make;
+        Shape shape;
+    };
+    const std::vector<Case> cases = {
+        {[] { return std::make_shared<BatchNorm1D>(3); }, {4, 3}},
+        {[] { return std::make_shared<BatchNorm2D>(3); }, {2, 3, 3, 3}},
+        {[] { return std::make_shared<BatchNorm3D>(2); }, {2, 2, 2, 2, 2}},
+        {[] { return std::make_shared<InstanceNorm2D>(3); }, {2, 3, 3, 3}},
+        {[] { return std::make_shared<Dropout>(DropoutOptions{.p = 0.5f}); }, {4, 6}},
+        {[] { return std::make_shared<Dropout2D>(Dropout2DOptions{.p = 0.5f}); }, {2, 3, 2, 2}},
+        {[] { return std::make_shared<NoiseInjector>(NoiseInjectorOptions{.mode = NoiseMode::mul}); }, {4, 6}},
+        {[] { return std::make_shared<PRelu>(3); }, {2, 3, 2, 2}},
+        {[] {
+             auto s = std::make_shared<Sequential>("seq");
+             s->append(std::make_shared<BatchNorm2D>(3)).append(std::make_shared<Activation>(ActivationKind::tanh));
+             return s;
+         },
+         {2, 3, 2, 2}},
+    };
+    for (const Case& c : cases) {
+        ModulePtr m = c.make();
+        EXPECT_TRUE(differentiatesLastForward(*m, c.shape)) << m->str();
+    }
+}
+
+TEST(Plan, BatchNormEvalBackwardIsTheEvalDerivative) {
+    // Before, this returned the train-mode gradient with the earlier batch's statistics.
+    BatchNorm1D bn(2);
+    bn(randomTensor({4, 2}, 1));
+    bn(randomTensor({4, 2}, 2, -3.0f, 1.0f));
+    bn.evalMode();
+    bn(randomTensor({4, 2}, 3));
+    Tensor dy = randomTensor({4, 2}, 4);
+    const std::vector<float> dx = bn.backward(dy).toVector<float>();
+    const std::vector<float> var = bn.getAttr("var").toVector<float>();
+    const std::vector<float> g = dy.toVector<float>();
+    for (size_t i = 0; i < dx.size(); ++i) {
+        EXPECT_NEAR(dx[i], g[i] / std::sqrt(var[i % 2] + 1e-5f), 1e-5f) << i; // scale is 1
+    }
+    // Parameter gradients of an eval-mode forward are refused, not made up.
+    bn.trainMode();
+    EXPECT_TRUE(throwsModuleError([&] { bn.backward(dy); }, {"train-mode forward", "eval mode"}));
+}
+
+// ---- errors ------------------------------------------------------------------------------
+
+TEST(Errors, OneFamilyWithContextAdded) {
+    EXPECT_TRUE((std::is_base_of_v<ModuleError, ShapeError>));
+    EXPECT_TRUE((std::is_base_of_v<Error, ModuleError>));
+    EXPECT_TRUE((std::is_base_of_v<Error, IoError>));
+    EXPECT_TRUE((std::is_base_of_v<Error, GraphError>));
+    // A state error inside a container stays a ModuleError and gains the path.
+    Sequential net("net");
+    auto bn = std::make_shared<BatchNorm1D>(2, BatchNormOptions{.name = "bn"});
+    net.append(std::make_shared<Linear>(3, 2, LinearOptions{.name = "fc"})).append(bn);
+    net.evalMode();
+    net(randomTensor({4, 3}, 1));
+    net.trainMode();
+    try {
+        net.backward(randomTensor({4, 2}, 2));
+        FAIL() << "no error";
+    } catch (const ShapeError& e) {
+        FAIL() << "a state error became a ShapeError: " << e.what();
+    } catch (const ModuleError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("Sequential 'net': backward at bn: BatchNorm1D 'bn'"), std::string::npos) << msg;
+    }
+    try {
+        throw IoError("file x: bad");
+    } catch (const Error&) {
+        try {
+            rethrowWithContext("model: ");
+        } catch (const IoError& e) {
+            EXPECT_STREQ(e.what(), "model: file x: bad");
+        }
+    }
+}
+
+} // namespace
+} // namespace tessera
