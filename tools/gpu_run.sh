@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One call's worth of GPU checks from a bundle (tools/bundle.sh), for a machine that has a
+# GPU but not Tessera's packages. Run from the repository root:
+#
+#   tools/gpu_run.sh BUNDLE.tar.xz [DATA_DIR] [OUT_DIR]
+#
+# Unpacks the bundle, then writes to OUT_DIR (default: $OUT, else ./gpu-run) one log per
+# step, each starting with the device (nvidia-smi -L), the bundle's commit and the command:
+#   suite.log   the whole test suite (CUDA tests must run, not skip)
+#   lenet.log   tessera train --model lenet --epochs 10 --seed 1 --device cuda on DATA_DIR
+#               (the four Fashion-MNIST IDX files), when given
+#   bench.log   the Gpu/ benchmarks
+# Exits non-zero when the suite fails or any CUDA test skips.
+set -uo pipefail
+
+bundle=${1:?usage: tools/gpu_run.sh BUNDLE.tar.xz [DATA_DIR] [OUT_DIR]}
+data=${2:-}
+out=${3:-${OUT:-$PWD/gpu-run}}
+mkdir -p "$out"
+work=$(mktemp -d)
+tar -C "$work" -xJf "$bundle" || { echo "gpu_run: cannot unpack $bundle" >&2; exit 1; }
+root=$work/tessera
+
+header() { # $1: the command
+  if command -v nvidia-smi >/dev/null; then echo "device: $(nvidia-smi -L | tr '\n' ' ')"; else echo "device: no nvidia-smi"; fi
+  echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  grep '^commit:' "$root/MANIFEST.txt"
+  echo "command: $1"
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo
+}
+
+status=0
+cmd="TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive bin/tessera_tests"
+{ header "$cmd"; TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive "$root/bin/tessera_tests" 2>&1; } >"$out/suite.log"
+suite=$?
+skipped=$(grep -o '^\[  SKIPPED \] CudaConsistency\.[A-Za-z0-9_]*' "$out/suite.log" | sort -u | wc -l)
+echo "suite: exit $suite, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/suite.log" | tr '\n' ' ')"
+if ((suite != 0)); then status=1; fi
+if ((skipped > 0)); then
+  echo "gpu_run: $skipped CudaConsistency tests skipped: no GPU seen" >&2
+  status=1
+fi
+
+if [[ -n $data ]]; then
+  cmd="bin/tessera train --model lenet --data $data --epochs 10 --seed 1 --device cuda"
+  { header "$cmd"; "$root/bin/tessera" train --model lenet --data "$data" --epochs 10 --seed 1 --device cuda 2>&1; } \
+    >"$out/lenet.log" || status=1
+  grep -E 'final test accuracy' "$out/lenet.log" || echo "lenet: no final accuracy (see lenet.log)"
+fi
+
+cmd="bin/tessera_bench --benchmark_filter=Gpu/ --benchmark_repetitions=5"
+{ header "$cmd"; "$root/bin/tessera_bench" --benchmark_filter=Gpu/ --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
+echo "logs in $out"
+rm -rf "$work"
+exit $status
