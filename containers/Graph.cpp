@@ -382,7 +382,6 @@ Blueprint Graph::blueprint() const {
 
 void Graph::reset() {
     Module::reset();
-    planned_ = false;
     for (Node* n : order_) n->reset();
     released_ = false;
 }
