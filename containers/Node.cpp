@@ -106,10 +106,28 @@ void Node::runPlanned(const Tensors& data) {
     inShapes_ = shapesOf(data);
 }
 
+namespace {
+// Eval mode: a parent's outputs go once every child of it has run (nnsight's listener
+// counting, as Graph does), so inference through the node API holds the live set only.
+void releaseSpentParents(const Node& n) {
+    for (const Edge& e : n.bwds()) {
+        Node* p = e.node;
+        if (p->module().isTrain() || p->fwds().empty() || p->module().dataList().empty()) continue;
+        bool spent = true;
+        for (const Edge& f : p->fwds()) spent = spent && f.node->fwdVisited;
+        if (spent) p->module().reset();
+    }
+}
+} // namespace
+
 void Node::forward(const Tensors& data) {
     updateData(data);
     fwdVisited = true;
-    traverseForward(*this, [](Node& n) { n.updateData(n.gatherInputs()); });
+    traverseForward(*this, [](Node& n) {
+        n.updateData(n.gatherInputs());
+        n.fwdVisited = true; // before the release: n counts as a consumer that has run
+        releaseSpentParents(n);
+    });
 }
 
 // ---- gradients ------------------------------------------------------------------------

@@ -80,7 +80,9 @@ public:
     void updateData(const Tensors& data);
     /// Run the module on `data` whose shapes a graph's plan has checked (no shape checks).
     void runPlanned(const Tensors& data);
-    /// Run this node on `data`, then every descendant once all its parents have run.
+    /// Run this node on `data`, then every descendant once all its parents have run. In
+    /// eval mode a node's outputs are released once all its children have run, as in a
+    /// Graph (nodes without children keep theirs).
     void forward(const Tensors& data);
 
     // ---- gradients ----------------------------------------------------------------------

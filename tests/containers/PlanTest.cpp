@@ -9,6 +9,7 @@
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
+#include "modules/Add.h"
 #include "modules/BatchNormND.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
@@ -98,6 +99,35 @@ TEST(Plan, OneModuleInTwoNodesIsAGraphErrorNamingBoth) {
         EXPECT_NE(msg.find("a (Linear)"), std::string::npos) << msg;
         EXPECT_NE(msg.find("b (Linear)"), std::string::npos) << msg;
         EXPECT_NE(msg.find("same module"), std::string::npos) << msg;
+    }
+}
+
+TEST(Plan, NodeForwardReleasesLikeTheGraphInEvalMode) {
+    // A chain with a skip: x -> a -> b -> sum(a, b). The same values are left after
+    // Node::forward as after the Graph's forward.
+    auto build = [] {
+        auto x = node(std::make_shared<Activation>(ActivationKind::tanh), {}, "x");
+        auto a = node(std::make_shared<Activation>(ActivationKind::tanh), x, "a");
+        auto b = node(std::make_shared<Activation>(ActivationKind::tanh), a, "b");
+        auto sum = node(std::make_shared<Add>(), {a, b}, "sum");
+        return std::vector<NodePtr>{x, a, b, sum};
+    };
+    for (bool eval : {true, false}) {
+        auto viaNodes = build();
+        auto viaGraph = build();
+        Graph g({viaGraph[0]}, {viaGraph[3]});
+        for (auto& n : viaNodes) eval ? n->module().evalMode() : n->module().trainMode();
+        eval ? g.evalMode() : g.trainMode();
+        Tensor in = randomTensor({2, 3}, 1);
+        viaNodes[0]->forward({in});
+        g(in);
+        for (size_t i = 0; i < 4; ++i) {
+            EXPECT_EQ(viaNodes[i]->module().dataList().empty(), viaGraph[i]->module().dataList().empty())
+                << viaNodes[i]->str() << (eval ? " in eval mode" : " in train mode");
+        }
+        // Eval mode keeps only the output; train mode keeps everything for backward.
+        EXPECT_EQ(viaNodes[1]->module().dataList().empty(), eval);
+        EXPECT_FALSE(viaNodes[3]->module().dataList().empty());
     }
 }
 
