@@ -38,7 +38,15 @@ Shapes Parallel::gradShapeFrom(const Shapes& outGradShapes) const {
 
 Tensors Parallel::updateData(const Tensors& data) {
     Tensors out;
-    for (size_t i = 0; i < children_.size(); ++i) out.push_back((*children_[i].second)(data[i]));
+    // The shapes were checked where the call entered (checkDataShape runs every branch's).
+    for (size_t i = 0; i < children_.size(); ++i) {
+        try {
+            const Tensors& y = children_[i].second->runPlanned({data[i]});
+            out.push_back(y.at(0));
+        } catch (const Error&) {
+            rethrowWithContext(str() + ": branch " + std::to_string(i) + " '" + children_[i].first + "': ");
+        }
+    }
     return out;
 }
 
