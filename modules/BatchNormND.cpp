@@ -77,35 +77,25 @@ Tensor BatchNormND::evalGrad(const Tensor& dy) const {
                                           false);
 }
 
-// dy -> dx, dscale, dbias in one primitive.
+void BatchNormND::addParamGrads(const Tensor& dscale, const Tensor& dbias, float scale, float momentum) {
+    Backend& be = backendOf(dscale);
+    be.axpby(scale, dscale, momentum, getVar("scale")->grad);
+    be.axpby(scale, dbias, momentum, getVar("bias")->grad);
+}
+
+// dy -> dx, dscale, dbias in one primitive; updateGrad alone comes here too.
 Tensors BatchNormND::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
                                   float momentum) {
     const bool params = updParamGrads && isTrain();
     if (!batchMean_.defined() && !params) return updGrad ? Tensors{evalGrad(grad[0])} : Tensors{};
     Tensor dscale, dbias;
     Tensor dx = fusedBackward(grad[0], dscale, dbias);
-    if (params) {
-        Backend& be = backendOf(grad[0]);
-        be.axpby(scale, dscale, momentum, getVar("scale")->grad);
-        be.axpby(scale, dbias, momentum, getVar("bias")->grad);
-    }
+    if (params) addParamGrads(dscale, dbias, scale, momentum);
     if (!updGrad) return {};
     return {dx};
 }
 
-Tensors BatchNormND::updateGrad(const Tensors& grad) {
-    if (!batchMean_.defined()) return {evalGrad(grad[0])};
-    Tensor dscale, dbias;
-    return {fusedBackward(grad[0], dscale, dbias)};
-}
-
-void BatchNormND::accGradParams(const Tensors& grad, float scale, float momentum) {
-    Tensor dscale, dbias;
-    fusedBackward(grad[0], dscale, dbias);
-    Backend& be = backendOf(grad[0]);
-    be.axpby(scale, dscale, momentum, getVar("scale")->grad);
-    be.axpby(scale, dbias, momentum, getVar("bias")->grad);
-}
+Tensors BatchNormND::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
 
 Blueprint BatchNormND::blueprint() const {
     Blueprint bp = Module::blueprint();

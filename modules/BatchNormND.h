@@ -39,7 +39,6 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
-    void accGradParams(const Tensors& grad, float scale, float momentum) override;
     /// One primitive gives the input and parameter gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
                          float momentum) override;
@@ -49,6 +48,7 @@ private:
     Tensor fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const;
     /// dx of the last forward, which ran in eval mode.
     Tensor evalGrad(const Tensor& dy) const;
+    void addParamGrads(const Tensor& dscale, const Tensor& dbias, float scale, float momentum);
 
     std::vector<size_t> ranks_;
     int64_t maps_;

@@ -72,16 +72,7 @@ Tensors InstanceNorm2D::backwardFrom(const Tensors& grad, bool updParamGrads, bo
     return {dx};
 }
 
-Tensors InstanceNorm2D::updateGrad(const Tensors& grad) {
-    Tensor dscale, dbias;
-    return {fusedBackward(grad[0], dscale, dbias)};
-}
-
-void InstanceNorm2D::accGradParams(const Tensors& grad, float scale, float momentum) {
-    Tensor dscale, dbias;
-    fusedBackward(grad[0], dscale, dbias);
-    addParamGrads(dscale, dbias, scale, momentum);
-}
+Tensors InstanceNorm2D::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
 
 Blueprint InstanceNorm2D::blueprint() const {
     Blueprint bp = Module::blueprint();

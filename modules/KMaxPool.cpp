@@ -36,7 +36,7 @@ Shapes KMaxPool::dataShapeFrom(const Shapes& inShapes) const {
 }
 
 Shapes KMaxPool::gradShapeFrom(const Shapes& outGradShapes) const {
-    const Shape& last = lastInShapes("gradShapeFrom")[0];
+    const Shape last = lastInShapes("gradShapeFrom")[0];
     Shape x = outGradShapes[0];
     const int a = axis::normalize(axis_, x.rank());
     x[a] = last[a];

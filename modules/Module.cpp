@@ -21,12 +21,12 @@ std::string Module::str() const { return name_.empty() ? classname() : classname
 ShapeError Module::shapeError(const std::string& what) const { return ShapeError(str() + ": " + what); }
 ModuleError Module::moduleError(const std::string& what) const { return ModuleError(str() + ": " + what); }
 
-const Shapes& Module::lastInShapes(const char* what) const {
-    if (inShapes_.empty()) {
+Shapes Module::lastInShapes(const char* what) const {
+    if (inData_.empty()) {
         throw moduleError(std::string(what) + " needs the input shapes of a forward; run forward first, or pass them: "
                           "gradShapeFrom(inShapes, outGradShapes)");
     }
-    return inShapes_;
+    return shapesOf(inData_);
 }
 
 void Module::requireCount(const Shapes& shapes, size_t count, const char* what) const {
@@ -77,7 +77,6 @@ void Module::runChecked(const Tensors& data) {
         data_ = updateData(plain);
         inData_ = std::move(plain);
     }
-    inShapes_ = shapesOf(inData_);
 }
 
 Tensor Module::operator()(const Tensor& data) {
@@ -283,7 +282,6 @@ void Module::setTrain(bool train) {
 }
 
 void Module::reset() {
-    inShapes_.clear();
     inData_.clear();
     data_.clear();
     grad_.clear();

@@ -179,7 +179,7 @@ protected:
     /// The input shapes of the last forward, for gradShapeFrom(outGradShapes) of modules
     /// that cannot recover them from the gradient; throws ModuleError (naming `what`)
     /// when no forward has run since the last reset.
-    const Shapes& lastInShapes(const char* what) const;
+    Shapes lastInShapes(const char* what) const;
     /// Throws unless `shapes` has exactly `count` entries.
     void requireCount(const Shapes& shapes, size_t count, const char* what) const;
 
@@ -187,7 +187,6 @@ private:
     std::string name_;
     bool train_ = true;
     Tensors inData_, data_, grad_;
-    Shapes inShapes_; // shapes of inData_, kept for gradShapeFrom
     void runChecked(const Tensors& data);
     void moveAttrsTo(Device device);
 

@@ -25,8 +25,8 @@ Tensors PRelu::updateData(const Tensors& data) {
     return {y};
 }
 
-// The backend computes dx and the slopes' gradient together: backward runs it once,
-// updateGrad and accGradParams alone send the part they do not need to scratch.
+// The backend computes dx and the slopes' gradient together: backward runs it once;
+// updateGrad alone sends the slopes' part to scratch.
 Tensors PRelu::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
     const auto& v = getVar("slopes");
     Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
@@ -41,12 +41,6 @@ Tensors PRelu::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
 }
 
 Tensors PRelu::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
-
-void PRelu::accGradParams(const Tensors& grad, float scale, float momentum) {
-    const auto& v = getVar("slopes");
-    Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
-    backendOf(dx).preluBackward(inData(), v->data, grad[0], dx, scale, momentum, v->grad);
-}
 
 Blueprint PRelu::blueprint() const {
     Blueprint bp = Module::blueprint();

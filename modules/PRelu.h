@@ -27,7 +27,6 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
-    void accGradParams(const Tensors& grad, float scale, float momentum) override;
     /// One backend op gives the input and slope gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
                          float momentum) override;
