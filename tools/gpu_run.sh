@@ -30,9 +30,21 @@ header() { # $1: the command
   echo
 }
 
+# The suite's Fashion-MNIST test reads Debian's dataset directory; on a machine without
+# the package, point it at DATA_DIR when we may.
+fmnist=/usr/share/datasets/fashion-mnist
+if [[ -n $data && ! -e $fmnist ]] && mkdir -p "$(dirname "$fmnist")" 2>/dev/null; then
+  ln -s "$(cd "$data" && pwd)" "$fmnist" && echo "gpu_run: $fmnist -> $data"
+fi
+
+# Each step has a time limit (seconds), so that one hang still leaves the other logs.
+limit_suite=${GPU_RUN_SUITE_LIMIT:-300}
+limit_lenet=${GPU_RUN_LENET_LIMIT:-150}
+limit_bench=${GPU_RUN_BENCH_LIMIT:-120}
+
 status=0
 cmd="TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive bin/tessera_tests"
-{ header "$cmd"; TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive "$root/bin/tessera_tests" 2>&1; } >"$out/suite.log"
+{ header "$cmd"; TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive timeout "$limit_suite" "$root/bin/tessera_tests" 2>&1; } >"$out/suite.log"
 suite=$?
 skipped=$(grep -o '^\[  SKIPPED \] CudaConsistency\.[A-Za-z0-9_]*' "$out/suite.log" | sort -u | wc -l)
 echo "suite: exit $suite, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/suite.log" | tr '\n' ' ')"
@@ -44,13 +56,13 @@ fi
 
 if [[ -n $data ]]; then
   cmd="bin/tessera train --model lenet --data $data --epochs 10 --seed 1 --device cuda"
-  { header "$cmd"; "$root/bin/tessera" train --model lenet --data "$data" --epochs 10 --seed 1 --device cuda 2>&1; } \
+  { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" --epochs 10 --seed 1 --device cuda 2>&1; } \
     >"$out/lenet.log" || status=1
   grep -E 'final test accuracy' "$out/lenet.log" || echo "lenet: no final accuracy (see lenet.log)"
 fi
 
 cmd="bin/tessera_bench --benchmark_filter=Gpu/ --benchmark_repetitions=5"
-{ header "$cmd"; "$root/bin/tessera_bench" --benchmark_filter=Gpu/ --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
+{ header "$cmd"; timeout "$limit_bench" "$root/bin/tessera_bench" --benchmark_filter=Gpu/ --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
 echo "logs in $out"
 rm -rf "$work"
 exit $status
