@@ -50,23 +50,37 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
     Tensors weights;
     for (size_t i = 0; i < outs.size(); ++i) weights.push_back(randomTensor(outs[i].shape(), opts.seed + i));
 
+    // The weights live on the outputs' device for backward; the loss reads them on the host.
+    Tensors deviceWeights;
+    for (size_t i = 0; i < outs.size(); ++i) deviceWeights.push_back(weights[i].to(outs[i].device()));
     module.zeroGradParams();
     Tensors inGrads;
-    for (const Tensor& g : module.backward(weights, true, opts.checkInputs, 1.0f, 0.0f)) inGrads.push_back(g.plain().clone());
+    for (const Tensor& g : module.backward(deviceWeights, true, opts.checkInputs, 1.0f, 0.0f)) {
+        inGrads.push_back(g.defined() ? g.toHost().plain() : g);
+    }
 
     std::ostringstream failures;
     int failed = 0, checked = 0;
+    // `value` (an input or a parameter, on any device and in any layout) is perturbed
+    // through a plain host copy written back with copyFrom, so the module sees the same
+    // storage; `analytic` is a plain host tensor.
     auto compare = [&](const std::string& what, const Tensor& value, const Tensor& analytic, bool isInput) {
-        float* v = value.data<float>();
+        Tensor host = value.toHost().plain();
+        float* v = host.data<float>();
         const float* a = analytic.data<float>();
+        Tensor target = value; // a handle on the same storage
+        auto set = [&](int64_t e, float x) {
+            v[e] = x;
+            target.copyFrom(host);
+        };
         for (int64_t e : sampleIndices(value.numel(), opts.maxElements)) {
             const float saved = v[e];
             if (isInput && opts.kink && std::fabs(saved - *opts.kink) < opts.kinkRange) continue;
-            v[e] = saved + opts.eps;
+            set(e, saved + opts.eps);
             const double plus = projectedLoss(forward(), weights);
-            v[e] = saved - opts.eps;
+            set(e, saved - opts.eps);
             const double minus = projectedLoss(forward(), weights);
-            v[e] = saved;
+            set(e, saved);
             const double numeric = (plus - minus) / (2.0 * opts.eps);
             const double err = std::fabs(numeric - a[e]);
             ++checked;
@@ -87,7 +101,7 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
     }
     if (opts.checkParams) {
         for (const auto& [name, var] : module.namedParams()) {
-            Tensor analytic = var->grad.clone();
+            Tensor analytic = var->grad.toHost().plain();
             compare("param " + name, var->data, analytic, false);
         }
     }

@@ -27,7 +27,9 @@ struct GradCheckOptions {
 };
 
 // Compares the module's backward (input and parameter gradients) with central differences
-// of L = sum_i <output_i, r_i> for a fixed random r. Inputs must be float32 host tensors.
+// of L = sum_i <output_i, r_i> for a fixed random r. Inputs and parameters are float32
+// tensors on the module's device (host or GPU); each perturbation is written through a
+// host copy, so the check runs unchanged on a CUDA module.
 ::testing::AssertionResult checkGradients(Module& module, const Tensors& inputs, const GradCheckOptions& opts = {});
 
 // dataShapeFrom(input shapes) equals the real output shapes, and gradShapeFrom(output

@@ -4,7 +4,9 @@
 //
 // Every test skips when no CUDA device is present; TESSERA_CONSISTENCY_DEVICE=cpu runs the
 // same cases CPU against CPU, which checks the harness and the case list on any machine.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 
@@ -92,6 +94,18 @@ double relDiff(const Tensor& a, const Tensor& b) {
     return diff / (1.0 + scale);
 }
 
+// ||a - b|| / ||b|| (Euclidean norms over all elements).
+double normDiff(const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = a.toVector<float>(), y = b.toVector<float>();
+    if (x.size() != y.size()) return INFINITY;
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+        norm += static_cast<double>(y[i]) * y[i];
+    }
+    return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
 struct Case {
     std::string name;
     std::function<ModulePtr()> make;
@@ -99,6 +113,10 @@ struct Case {
     double tol = 1e-4;
     int32_t intInputs = 0; ///< > 0: int32 inputs drawn from [0, intInputs)
     bool backward = true;
+    /// > 0: gradients are compared by normDiff against this instead of relDiff against
+    /// `tol`. For whole networks: a ReLU input within rounding of zero flips between the
+    /// devices, and the gradient is not continuous there (see the ResNet-18 case).
+    double gradNormTol = 0;
 };
 
 Tensor intTensor(const Shape& shape, int32_t range, uint64_t seed) {
@@ -147,14 +165,28 @@ void runCase(const Case& c) {
     ASSERT_EQ(dxc.size(), dxg.size());
     for (size_t i = 0; i < dxc.size(); ++i) {
         if (!dxc[i].defined()) continue;
-        EXPECT_LE(relDiff(dxg[i], dxc[i]), c.tol) << "input gradient " << i;
+        if (c.gradNormTol > 0) {
+            EXPECT_LE(normDiff(dxg[i], dxc[i]), c.gradNormTol) << "input gradient " << i;
+            std::printf("%s: input gradient %zu differs by %.2e (norm), %.2e (max)\n", c.name.c_str(), i,
+                        normDiff(dxg[i], dxc[i]), relDiff(dxg[i], dxc[i]));
+        } else {
+            EXPECT_LE(relDiff(dxg[i], dxc[i]), c.tol) << "input gradient " << i;
+        }
     }
     const auto pc = cpu->namedParams(), pg = gpu->namedParams();
     ASSERT_EQ(pc.size(), pg.size());
+    double worstNorm = 0;
     for (size_t i = 0; i < pc.size(); ++i) {
         if (!pc[i].second->grad.defined()) continue;
-        EXPECT_LE(relDiff(pg[i].second->grad, pc[i].second->grad), c.tol) << "gradient of " << pc[i].first;
+        if (c.gradNormTol > 0) {
+            const double d = normDiff(pg[i].second->grad, pc[i].second->grad);
+            EXPECT_LE(d, c.gradNormTol) << "gradient of " << pc[i].first;
+            worstNorm = std::max(worstNorm, d);
+        } else {
+            EXPECT_LE(relDiff(pg[i].second->grad, pc[i].second->grad), c.tol) << "gradient of " << pc[i].first;
+        }
     }
+    if (c.gradNormTol > 0) std::printf("%s: parameter gradients differ by at most %.2e (norm)\n", c.name.c_str(), worstNorm);
 }
 
 template <class M, class... A> std::function<ModulePtr()> make(A... args) {
@@ -231,9 +263,67 @@ TEST(CudaConsistency, EveryModule) {
         {"Add", make<Add>(std::vector<float>{0.5f, 2.0f}), {{2, 3}, {2, 3}}},
         {"Mul", make<Mul>(), {{2, 3}, {2, 3}}},
         {"LeNet", [] { return ModulePtr(loadLeNet()); }, {{4, 1, 28, 28}}, 1e-3},
-        {"ResNet-18 (CIFAR)", [] { return loadResNet(18, ResNetStem::cifar, 10); }, {{2, 3, 32, 32}}, 2e-3},
+        // ResNet-18's gradients are compared by norm. On the CPU alone, scaling the input by
+        // 1 +- 6e-6 moves its input gradient by 0.56% (norm) and 0.84% (max) and a
+        // parameter gradient by up to 0.95% (norm): ReLU inputs within rounding of zero
+        // flip, and the gradient jumps there. The H100 differed from the CPU by as much
+        // (0.84% max on the input gradient, 2.4% max on layer1_1_a_conv.W), while its
+        // outputs agreed to 2e-3. A wrong kernel moves these by far more than 3%.
+        {"ResNet-18 (CIFAR)", [] { return loadResNet(18, ResNetStem::cifar, 10); }, {{2, 3, 32, 32}}, 2e-3, 0, true,
+         3e-2},
     };
     for (const Case& c : cases) runCase(c);
+}
+
+// The numerical gradient checker on the device: parameters and inputs live on the GPU,
+// each perturbation is written there, and the CUDA backward is compared with central
+// differences of the CUDA forward (not with the CPU).
+TEST(CudaConsistency, GradientCheckOnTheDevice) {
+    REQUIRE_DEVICE();
+    using testing::checkGradients;
+    using testing::GradCheckOptions;
+    const Device dev = testDevice();
+    struct GradCase {
+        std::string name;
+        std::function<ModulePtr()> make;
+        Shape input;
+        GradCheckOptions opts;
+        float lo = -1.0f, hi = 1.0f;
+    };
+    GradCheckOptions conv;
+    conv.maxElements = 24;
+    GradCheckOptions pool;
+    pool.maxElements = 32;
+    pool.eps = 1e-3f;
+    GradCheckOptions bn;
+    bn.atol = 5e-3f;
+    GradCheckOptions relu;
+    relu.kink = 0.0f;
+    const std::vector<GradCase> cases = {
+        {"Linear", make<Linear>(5, 4), {3, 5}, {}},
+        {"Conv2D", make<Conv2D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}}), {2, 2, 7, 6}, conv},
+        {"Conv2D grouped", make<Conv2D>(4, 4, 3, ConvOptions{.pad = {1}, .groups = 2}), {1, 4, 5, 5}, conv},
+        {"Deconv2D", make<Deconv2D>(3, 2, 3, ConvOptions{.stride = {2}}), {1, 3, 4, 4}, conv},
+        {"BatchNorm2D", make<BatchNorm2D>(3), {2, 3, 4, 4}, bn},
+        {"InstanceNorm2D", make<InstanceNorm2D>(3), {2, 3, 3, 4}, {}, -2.0f, 2.0f},
+        {"MaxPool2D", make<MaxPool2D>(2), {2, 2, 6, 6}, pool, -4.0f, 4.0f},
+        {"AvgPool2D", make<AvgPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}}), {2, 2, 7, 7}, pool},
+        {"CrossMapLRN", [] { return ModulePtr(std::make_shared<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.5f})); },
+         {2, 5, 4, 4}, {}},
+        {"SoftMax", make<SoftMax>(), {3, 5}, {}, -2.0f, 2.0f},
+        {"Activation tanh", make<Activation>(ActivationKind::tanh), {3, 4}, {}},
+        {"Activation relu", make<Activation>(ActivationKind::relu), {3, 4}, relu},
+        {"Gelu", make<Gelu>(), {3, 4}, {}},
+    };
+    for (const GradCase& c : cases) {
+        SCOPED_TRACE(c.name);
+        manualSeed(5);
+        ModulePtr m = c.make();
+        m->to(dev);
+        const Tensor x = randomTensor(c.input, 21, c.lo, c.hi).to(dev);
+        EXPECT_TRUE(checkGradients(*m, {x}, c.opts));
+        for (const auto& [name, var] : m->namedParams()) EXPECT_EQ(var->data.device(), dev) << name;
+    }
 }
 
 // MaxUnpool2D needs its MaxPool2D to have run first, so it gets a test of its own.

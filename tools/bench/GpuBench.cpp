@@ -2,6 +2,8 @@
 // (28x28, batch 128), ResNet-18 (CIFAR stem, 32x32, batch 128) and ResNet-50 (224x224,
 // batch 128). Registered only when a CUDA device is present. Every timed iteration ends
 // with a device synchronisation, so the time covers the GPU work, not just its launch.
+// "peak MiB" is the most the allocator held live at once (weights, optimizer state,
+// activations, gradients, workspaces), from just before the model is built.
 #include <string>
 
 #include "BenchUtil.h"
@@ -49,6 +51,7 @@ std::pair<Tensor, Tensor> gpuBatch(const GpuWorkload& w, Device dev) {
 
 void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
     const Device dev = Device::cuda(0);
+    backendFor(dev).resetPeak();
     manualSeed(1);
     auto net = gpuModel(w);
     net->to(dev);
@@ -73,6 +76,7 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
 
 void BM_GpuInference(benchmark::State& state, GpuWorkload w) {
     const Device dev = Device::cuda(0);
+    backendFor(dev).resetPeak();
     manualSeed(1);
     auto net = gpuModel(w);
     net->to(dev);
@@ -85,6 +89,7 @@ void BM_GpuInference(benchmark::State& state, GpuWorkload w) {
     }
     state.counters["images/s"] =
         benchmark::Counter(static_cast<double>(w.batch), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["peak MiB"] = static_cast<double>(backendFor(dev).memoryStats().peak) / (1 << 20);
 }
 
 int registerGpu() {

@@ -1,16 +1,27 @@
 #!/usr/bin/python3
-"""Tessera against PyTorch (CPU) on the same workloads, alternating the two in one run.
+"""Tessera against PyTorch on the same workloads, alternating the two in one run.
 
 Workloads: a training step (forward, cross entropy, backward, momentum SGD update) and
-inference of the MLP 784-1024-1024-10 and LeNet (28x28 single-channel images, batch 128)
-and ResNet-18 with the CIFAR stem (32x32 colour images, batch 64). Each repetition runs one Tessera measurement (tessera_bench, one repetition, JSON)
-and then the PyTorch one, so machine noise falls on both alike. Prints the medians and
-the ratio Tessera / PyTorch in images per second.
+inference. Each repetition runs one Tessera measurement (tessera_bench, one repetition,
+JSON) and then the PyTorch one, so machine noise falls on both alike. Prints the medians
+and the ratio Tessera / PyTorch in images per second.
 
-Needs Debian's python3-torch (TESSERA_WITH_PYTORCH=1 bash tools/setup.sh installs it).
+--device cpu (the default): the MLP 784-1024-1024-10 and LeNet (28x28 single-channel
+images, batch 128) and ResNet-18 with the CIFAR stem (32x32 colour images, batch 64), on
+--threads threads on both sides. Needs Debian's python3-torch (TESSERA_WITH_PYTORCH=1 bash
+tools/setup.sh installs it).
+
+--device cuda: LeNet, ResNet-18 (CIFAR stem, 32x32) and ResNet-50 (224x224), batch 128,
+float32 with TF32 allowed on both sides (Tessera's default; PyTorch's
+allow_tf32 flags), cuDNN algorithms chosen by timing on both sides (Tessera always;
+PyTorch's cudnn.benchmark), one device synchronisation per step on both sides, and the
+peak GPU memory each holds for its tensors (Tessera's allocator statistics; PyTorch's
+max_memory_allocated). Needs PyTorch with CUDA and a Tessera built with CUDA.
+
 Usage: tools/bench/pytorch_side_by_side.py [--bench build/tools/bench/tessera_bench]
-       [--reps 5] [--threads 2] [--models mlp,lenet,resnet18]
+       [--device cpu|cuda] [--reps 5] [--threads 2] [--models mlp,lenet,resnet18]
 """
+
 import argparse
 import json
 import os
@@ -24,6 +35,9 @@ import torch
 from torch import nn
 
 BATCHES = {"mlp": 128, "lenet": 128, "resnet18": 64}
+GPU_BATCHES = {"lenet": 128, "resnet18": 128, "resnet50": 128}
+# Tessera's benchmark names for the GPU workloads (tools/bench/GpuBench.cpp).
+GPU_NAMES = {"lenet": "lenet", "resnet18": "resnet18-cifar", "resnet50": "resnet50"}
 
 
 def lenet():
@@ -48,26 +62,67 @@ class BasicBlock(nn.Module):
         return torch.relu(self.body(x) + self.shortcut(x))
 
 
-def resnet18():
-    """ResNet-18 with the CIFAR stem, as models/ResNet.cpp builds it."""
-    layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = 4 * width
+        self.body = nn.Sequential(nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.shortcut = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def resnet(depth, cifar_stem, classes):
+    """ResNet-18 or -50 as models/ResNet.cpp builds it (stride on the 3x3 convolution)."""
+    counts, bottleneck = {18: ([2, 2, 2, 2], False), 50: ([3, 4, 6, 3], True)}[depth]
+    if cifar_stem:
+        layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+    else:
+        layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
     cin = 64
     for stage in range(4):
         width = 64 << stage
-        for b in range(2):
-            layers.append(BasicBlock(cin, width, 2 if stage > 0 and b == 0 else 1))
-            cin = width
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10)]
+        for b in range(counts[stage]):
+            stride = 2 if stage > 0 and b == 0 else 1
+            layers.append(Bottleneck(cin, width, stride) if bottleneck else BasicBlock(cin, width, stride))
+            cin = 4 * width if bottleneck else width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
     return nn.Sequential(*layers)
 
 
-def torch_rate(model, mode, min_time):
-    """Images per second of one PyTorch measurement (after warm-up), like one benchmark repetition."""
+def resnet18():
+    """ResNet-18 with the CIFAR stem, as models/ResNet.cpp builds it."""
+    return resnet(18, True, 10)
+
+
+def torch_model(model, device):
     torch.manual_seed(1)
-    net = {"lenet": lenet, "mlp": mlp, "resnet18": resnet18}[model]()
-    batch = BATCHES[model]
-    x = torch.rand(batch, 3, 32, 32) if model == "resnet18" else torch.rand(batch, 1, 28, 28)
-    y = torch.arange(batch) % 10
+    if device == "cuda":
+        batch = GPU_BATCHES[model]
+        net = {"lenet": lenet, "resnet18": resnet18, "resnet50": lambda: resnet(50, False, 1000)}[model]()
+        side, channels, classes = {"lenet": (28, 1, 10), "resnet18": (32, 3, 10), "resnet50": (224, 3, 1000)}[model]
+    else:
+        batch = BATCHES[model]
+        net = {"lenet": lenet, "mlp": mlp, "resnet18": resnet18}[model]()
+        side, channels, classes = (32, 3, 10) if model == "resnet18" else (28, 1, 10)
+    x = torch.rand(batch, channels, side, side, device=device)
+    y = (torch.arange(batch) % classes).to(device)
+    return net.to(device), x, y, batch
+
+
+def torch_rate(model, mode, min_time, device="cpu"):
+    """Images per second (and peak MiB on a GPU) of one PyTorch measurement after warm-up,
+    like one benchmark repetition."""
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    net, x, y, batch = torch_model(model, device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     if mode == "train":
         net.train()
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -77,13 +132,15 @@ def torch_rate(model, mode, min_time):
             opt.zero_grad()
             loss_fn(net(x), y).backward()
             opt.step()
+            sync()
     else:
         net.eval()
 
         def step():
             with torch.no_grad():
                 net(x)
-    for _ in range(3):
+            sync()
+    for _ in range(5 if cuda else 3):
         step()
     iters, start = 0, time.perf_counter()
     while True:
@@ -91,11 +148,16 @@ def torch_rate(model, mode, min_time):
         iters += 1
         elapsed = time.perf_counter() - start
         if elapsed >= min_time:
-            return iters * batch / elapsed
+            peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+            return iters * batch / elapsed, peak
 
 
-def tessera_rate(bench, model, mode, min_time):
-    name = f"Train/{model}/batch{BATCHES[model]}/{mode}"
+def tessera_rate(bench, model, mode, min_time, device="cpu"):
+    """Images per second (and peak MiB on a GPU) of one tessera_bench repetition."""
+    if device == "cuda":
+        name = f"Gpu/{GPU_NAMES[model]}/batch{GPU_BATCHES[model]}/{mode}"
+    else:
+        name = f"Train/{model}/batch{BATCHES[model]}/{mode}"
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([bench, f"--benchmark_filter=^{name}(/|$)", "--benchmark_repetitions=1",
                         f"--benchmark_min_time={min_time}", f"--benchmark_out={out.name}",
@@ -104,35 +166,57 @@ def tessera_rate(bench, model, mode, min_time):
     rows = [b for b in data["benchmarks"] if b["name"].startswith(name)]
     if not rows:
         sys.exit(f"tessera_bench printed no result for {name}")
-    return rows[0]["images/s"]
+    return rows[0]["images/s"], rows[0].get("peak MiB")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default="build/tools/bench/tessera_bench")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-time", type=float, default=1.0)
-    ap.add_argument("--models", default="mlp,lenet,resnet18")
+    ap.add_argument("--models", default=None,
+                    help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; Tessera {args.bench}, "
-          f"OMP_NUM_THREADS={args.threads}; {args.reps} alternating repetitions, medians")
-    ap_models = args.models.split(",")
-    workloads = [(m, mode) for m in ap_models for mode in ("train", "inference")]
-    results = {w: ([], []) for w in workloads}
+    cuda = args.device == "cuda"
+    models = (args.models or ("lenet,resnet18,resnet50" if cuda else "mlp,lenet,resnet18")).split(",")
+    if cuda:
+        if not torch.cuda.is_available():
+            sys.exit("--device cuda: PyTorch sees no CUDA device")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+        print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name(0)} (TF32 allowed, cudnn.benchmark); "
+              f"Tessera {args.bench} (TF32 allowed); {args.reps} alternating repetitions, medians")
+    else:
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; Tessera {args.bench}, "
+              f"OMP_NUM_THREADS={args.threads}; {args.reps} alternating repetitions, medians")
+    workloads = [(m, mode) for m in models for mode in ("train", "inference")]
+    results = {w: ([], [], [], []) for w in workloads}
     for rep in range(args.reps):
         for w in workloads:
-            results[w][0].append(tessera_rate(args.bench, *w, args.min_time))
-            results[w][1].append(torch_rate(*w, args.min_time))
-        print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
-    print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7}   "
+            rate, peak = tessera_rate(args.bench, *w, args.min_time, args.device)
+            results[w][0].append(rate)
+            results[w][2].append(peak)
+            rate, peak = torch_rate(*w, args.min_time, args.device)
+            results[w][1].append(rate)
+            results[w][3].append(peak)
+        print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
+    memory = f" {'Tessera MiB':>12} {'PyTorch MiB':>12}" if cuda else ""
+    print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7}{memory}   "
           f"{'ratio per repetition':<30}")
-    for (model, mode), (ours, theirs) in results.items():
+    for (model, mode), (ours, theirs, our_peak, their_peak) in results.items():
         a, b = statistics.median(ours), statistics.median(theirs)
         each = " ".join(f"{x / y:.2f}" for x, y in zip(ours, theirs))
-        print(f"{model + ' ' + mode:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x   {each}")
+        mem = ""
+        if cuda:
+            p = [v for v in our_peak if v is not None]
+            mem = f" {max(p):>12.0f}" if p else f" {'-':>12}"
+            mem += f" {max(their_peak):>12.0f}"
+        print(f"{model + ' ' + mode:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x{mem}   {each}")
         sys.stdout.flush()
 
 
