@@ -282,4 +282,9 @@ int cudaDeviceCount();
 /// no-op without CUDA.
 void setCudaAllowTF32(bool allow);
 
+/// Opens (`true`) or closes the range that a CUDA profiler started with collection off
+/// records (`ncu --profile-from-start off`, `nsys --capture-range=cudaProfilerApi`). A
+/// no-op without CUDA or without a profiler.
+void cudaProfilerRange(bool start);
+
 } // namespace tessera

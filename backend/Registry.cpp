@@ -4,6 +4,8 @@
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
 #if TESSERA_HAVE_CUDA
+#include <cuda_profiler_api.h>
+
 #include "cuda/CudaBackend.h"
 #endif
 
@@ -44,6 +46,16 @@ void setCudaAllowTF32(bool allow) {
     for (int i = 0; i < cudaDeviceCount(); ++i) cudaBackend(i).setAllowTF32(allow);
 #else
     (void)allow;
+#endif
+}
+
+void cudaProfilerRange(bool start) {
+#if TESSERA_HAVE_CUDA
+    if (cudaDeviceCount() == 0) return;
+    // A status only: without a profiler attached both calls succeed and do nothing.
+    (void)(start ? cudaProfilerStart() : cudaProfilerStop());
+#else
+    (void)start;
 #endif
 }
 

@@ -2,8 +2,12 @@
 // (28x28, batch 128), ResNet-18 (CIFAR stem, 32x32, batch 128) and ResNet-50 (224x224,
 // batch 128). Registered only when a CUDA device is present. Every timed iteration ends
 // with a device synchronisation, so the time covers the GPU work, not just its launch.
+// Convolution algorithms are chosen by timing (optimizeForShape) before the warm-up, as
+// PyTorch's cudnn.benchmark does. With TESSERA_PROFILE_STEP set, one step after the
+// warm-up runs inside cudaProfilerRange, for `ncu --profile-from-start off`.
 // "peak MiB" is the most the allocator held live at once (weights, optimizer state,
 // activations, gradients, workspaces), from just before the model is built.
+#include <cstdlib>
 #include <string>
 
 #include "BenchUtil.h"
@@ -24,6 +28,16 @@ struct GpuWorkload {
     Shape image; ///< one image
     int64_t classes;
 };
+
+constexpr size_t kConvWorkspaceLimit = size_t{512} << 20;
+
+// Runs `step` once inside the profiler's range when TESSERA_PROFILE_STEP is set.
+template <class F> void profiledStep(F&& step) {
+    if (!std::getenv("TESSERA_PROFILE_STEP")) return;
+    cudaProfilerRange(true);
+    step();
+    cudaProfilerRange(false);
+}
 
 const GpuWorkload kWorkloads[] = {
     {"lenet", 128, {1, 28, 28}, 10},
@@ -67,7 +81,9 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
         sgd.update();
         backendFor(dev).synchronize();
     };
-    for (int i = 0; i < 5; ++i) step(); // warm-up: algorithm choice, allocator cache
+    net->optimizeForShape({x.shape()}, kConvWorkspaceLimit);
+    for (int i = 0; i < 5; ++i) step(); // warm-up: allocator cache
+    profiledStep(step);
     for (auto _ : state) step();
     state.counters["images/s"] =
         benchmark::Counter(static_cast<double>(w.batch), benchmark::Counter::kIsIterationInvariantRate);
@@ -82,11 +98,14 @@ void BM_GpuInference(benchmark::State& state, GpuWorkload w) {
     net->to(dev);
     net->evalMode();
     auto [x, y] = gpuBatch(w, dev);
-    for (int i = 0; i < 5; ++i) (*net)(x);
-    for (auto _ : state) {
+    net->optimizeForShape({x.shape()}, kConvWorkspaceLimit);
+    auto step = [&] {
         benchmark::DoNotOptimize((*net)(x).raw());
         backendFor(dev).synchronize();
-    }
+    };
+    for (int i = 0; i < 5; ++i) step();
+    profiledStep(step);
+    for (auto _ : state) step();
     state.counters["images/s"] =
         benchmark::Counter(static_cast<double>(w.batch), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["peak MiB"] = static_cast<double>(backendFor(dev).memoryStats().peak) / (1 << 20);
