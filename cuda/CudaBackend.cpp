@@ -162,6 +162,12 @@ void CudaBackend::setAllowTF32(bool allow) {
     TESSERA_CUDA_CHECK(cublasSetMathMode(cublas_, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
+void CudaBackend::releaseWorkspace() {
+    if (workspace_) allocator_.release(workspace_);
+    workspace_ = nullptr;
+    workspaceBytes_ = 0;
+}
+
 void* CudaBackend::workspace(size_t bytes) {
     if (bytes > workspaceBytes_) {
         if (workspace_) allocator_.release(workspace_);

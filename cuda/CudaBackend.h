@@ -142,6 +142,8 @@ private:
     cudaStream_t s() const;
     /// A device scratch buffer of at least `bytes`, kept and grown as needed.
     void* workspace(size_t bytes);
+    /// Hands the workspace back to the allocator's cache (the next workspace() allocates).
+    void releaseWorkspace();
     /// Eight 8-byte device slots for results the host reads back (sums, counts, bad indices).
     void* scalars();
     /// Throws ShapeError naming `op` and the first index outside [0, limit), if any.

@@ -339,6 +339,9 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
     c.fwd = f;
     c.bwdData = d;
     c.bwdFilter = g;
+    // The search's workspace goes back to the allocator's cache; later calls grow the
+    // workspace to what their chosen algorithms need, not to `memlimit`.
+    releaseWorkspace();
 }
 
 // ---- pooling --------------------------------------------------------------------------------------

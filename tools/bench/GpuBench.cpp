@@ -5,8 +5,8 @@
 // Convolution algorithms are chosen by timing (optimizeForShape) before the warm-up, as
 // PyTorch's cudnn.benchmark does. With TESSERA_PROFILE_STEP set, one step after the
 // warm-up runs inside cudaProfilerRange, for `ncu --profile-from-start off`.
-// "peak MiB" is the most the allocator held live at once (weights, optimizer state,
-// activations, gradients, workspaces), from just before the model is built.
+// "peak MiB" is the most the allocator held live at once during the steps (weights,
+// optimizer state, activations, gradients, workspaces), counted from after the search.
 #include <cstdlib>
 #include <string>
 
@@ -65,7 +65,6 @@ std::pair<Tensor, Tensor> gpuBatch(const GpuWorkload& w, Device dev) {
 
 void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
     const Device dev = Device::cuda(0);
-    backendFor(dev).resetPeak();
     manualSeed(1);
     auto net = gpuModel(w);
     net->to(dev);
@@ -82,6 +81,7 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
         backendFor(dev).synchronize();
     };
     net->optimizeForShape({x.shape()}, kConvWorkspaceLimit);
+    backendFor(dev).resetPeak();
     for (int i = 0; i < 5; ++i) step(); // warm-up: allocator cache
     profiledStep(step);
     for (auto _ : state) step();
@@ -92,13 +92,13 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
 
 void BM_GpuInference(benchmark::State& state, GpuWorkload w) {
     const Device dev = Device::cuda(0);
-    backendFor(dev).resetPeak();
     manualSeed(1);
     auto net = gpuModel(w);
     net->to(dev);
     net->evalMode();
     auto [x, y] = gpuBatch(w, dev);
     net->optimizeForShape({x.shape()}, kConvWorkspaceLimit);
+    backendFor(dev).resetPeak();
     auto step = [&] {
         benchmark::DoNotOptimize((*net)(x).raw());
         backendFor(dev).synchronize();

@@ -42,7 +42,7 @@ def from_ncu_csv(text):
 
 
 def tessera(args):
-    name = f"^Gpu/{NAMES[args.workload]}/batch128/{args.mode}$"
+    name = f"^Gpu/{NAMES[args.workload]}/batch128/{args.mode}(/|$)"
     cmd = [args.ncu, "--profile-from-start", "off", "--metrics", "gpu__time_duration.sum", "--csv",
            args.bench, f"--benchmark_filter={name}", "--benchmark_repetitions=1", "--benchmark_min_time=0.01"]
     env = dict(os.environ, TESSERA_PROFILE_STEP="1")
