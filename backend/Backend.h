@@ -134,6 +134,12 @@ public:
     /// x, y: same numel -> y <- alpha * x + beta * y. Any layout (x is reordered to
     /// y's when they differ).
     virtual void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) = 0;
+    /// x, y, z: same numel, z a tensor of its own (neither x nor y) -> z <- alpha * x +
+    /// beta * y. Default: two axpby passes into z; a backend may do it in one.
+    virtual void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+        axpby(beta, y, 0.0f, z);
+        axpby(alpha, x, 1.0f, z);
+    }
     /// a, b, y: same numel -> y <- a * b.
     virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
     /// x, y: same shape -> y <- f(x). Any layout; y in x's layout.

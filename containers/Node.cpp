@@ -185,9 +185,12 @@ void Node::accumulateGrad(int slot, const Tensor& grad) {
         acc = grad; // the first contribution is borrowed, not copied
         return;
     }
-    if (!outGradOwned_[s]) { // a second one: sum into storage of our own
-        acc = acc.clone();
+    if (!outGradOwned_[s]) { // a second one: the sum goes into storage of our own
+        Tensor sum = Tensor::empty(acc.shape(), acc.dtype(), acc.device(), acc.layout());
+        backendOf(acc).axpbyz(1.0f, grad, 1.0f, acc, sum);
+        acc = sum;
         outGradOwned_[s] = true;
+        return;
     }
     backendOf(acc).axpby(1.0f, grad, 1.0f, acc);
 }

@@ -318,6 +318,16 @@ void CudaBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& 
     cudak::axpby(alpha, fp(x), beta, fp(y), static_cast<int64_t>(y.nbytes() / sizeof(float)), s());
 }
 
+void CudaBackend::axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+    requireSameNumel("axpbyz", x, z);
+    requireSameNumel("axpbyz", y, z);
+    if (!x.isPlain() || !y.isPlain() || !z.isPlain()) { // blocked tensors moved from the CPU
+        Backend::axpbyz(alpha, x, beta, y, z);
+        return;
+    }
+    cudak::axpbyz(alpha, fp(x), beta, fp(y), fp(z), z.numel(), s());
+}
+
 void CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
     requireSameNumel("mul", a, b);
     requireSameNumel("mul", a, y);

@@ -76,6 +76,7 @@ public:
     void broadcastRows(const Tensor& row, const Tensor& y) override;
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
 
+    void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
     void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
     void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
     void activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) override;

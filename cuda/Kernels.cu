@@ -4,6 +4,7 @@
 #include "cuda/Kernels.h"
 
 #include <cfloat>
+#include <cstdint>
 
 #include "backend/Backend.h"
 #include "backend/Random.h"
@@ -14,6 +15,11 @@ namespace tessera::cudak {
 namespace {
 
 constexpr int kThreads = 256;
+
+// True when every pointer is 16-byte aligned (float4 loads and stores are allowed).
+template <class... P> bool aligned16(const P*... p) {
+    return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
 
 unsigned blocksFor(int64_t n) {
     const int64_t b = (n + kThreads - 1) / kThreads;
@@ -96,8 +102,26 @@ __global__ void sumRowsKernel(const float* x, float alpha, float beta, float* y,
         y[j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * y[j]);
     }
 }
-__global__ void axpbyKernel(float a, const float* x, float b, float* y, int64_t n) {
-    TESSERA_FOR_EACH(i, n) y[i] = a * x[i] + (b == 0.0f ? 0.0f : b * y[i]);
+// z = a * x + b * y, y not read when b is 0 (it may hold anything then). z may be y.
+// Element-wise kernels come in pairs: a float4 one for 16-byte aligned operands, which
+// does the first n / 4 * 4 elements, and the scalar one for the rest (and for the rest of
+// the cases).
+__global__ void axpbyzKernel(float a, const float* x, float b, const float* y, float* z, int64_t n) {
+    TESSERA_FOR_EACH(i, n) z[i] = a * x[i] + (b == 0.0f ? 0.0f : b * y[i]);
+}
+__global__ void axpbyzKernel4(float a, const float4* x, float b, const float4* y, float4* z, int64_t n4) {
+    TESSERA_FOR_EACH(i, n4) {
+        const float4 u = x[i];
+        float4 r = make_float4(a * u.x, a * u.y, a * u.z, a * u.w);
+        if (b != 0.0f) {
+            const float4 v = y[i];
+            r.x += b * v.x;
+            r.y += b * v.y;
+            r.z += b * v.z;
+            r.w += b * v.w;
+        }
+        z[i] = r;
+    }
 }
 __global__ void mulKernel(const float* a, const float* b, float* y, int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = a[i] * b[i];
@@ -147,9 +171,34 @@ __global__ void activationForwardKernel(ActivationKind kind, float alpha, float 
                                         int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = activate(kind, alpha, beta, x[i]);
 }
+__global__ void activationForwardKernel4(ActivationKind kind, float alpha, float beta, const float4* x, float4* y,
+                                         int64_t n4) {
+    TESSERA_FOR_EACH(i, n4) {
+        const float4 v = x[i];
+        y[i] = make_float4(activate(kind, alpha, beta, v.x), activate(kind, alpha, beta, v.y),
+                           activate(kind, alpha, beta, v.z), activate(kind, alpha, beta, v.w));
+    }
+}
+// Which of x and y activateBackward reads for `kind` (the other may be null).
+__host__ __device__ bool backwardReadsX(ActivationKind kind) {
+    return kind != ActivationKind::sigmoid && kind != ActivationKind::tanh && kind != ActivationKind::relu;
+}
 __global__ void activationBackwardKernel(ActivationKind kind, float alpha, float beta, const float* x, const float* y,
                                          const float* dy, float* dx, int64_t n) {
-    TESSERA_FOR_EACH(i, n) dx[i] = activateBackward(kind, alpha, beta, x[i], y[i], dy[i]);
+    const bool readsX = backwardReadsX(kind);
+    TESSERA_FOR_EACH(i, n) dx[i] = activateBackward(kind, alpha, beta, readsX ? x[i] : 0.0f, readsX ? 0.0f : y[i], dy[i]);
+}
+__global__ void activationBackwardKernel4(ActivationKind kind, float alpha, float beta, const float4* x,
+                                          const float4* y, const float4* dy, float4* dx, int64_t n4) {
+    const bool readsX = backwardReadsX(kind);
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    TESSERA_FOR_EACH(i, n4) {
+        const float4 u = readsX ? x[i] : zero, v = readsX ? zero : y[i], g = dy[i];
+        dx[i] = make_float4(activateBackward(kind, alpha, beta, u.x, v.x, g.x),
+                            activateBackward(kind, alpha, beta, u.y, v.y, g.y),
+                            activateBackward(kind, alpha, beta, u.z, v.z, g.z),
+                            activateBackward(kind, alpha, beta, u.w, v.w, g.w));
+    }
 }
 
 // ---- pooling, LRN, resampling, padding, prelu --------------------------------------------
@@ -470,7 +519,16 @@ void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, in
     TESSERA_LAUNCH(sumRowsKernel, cols, s, x, alpha, beta, y, rows, cols);
 }
 void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s) {
-    TESSERA_LAUNCH(axpbyKernel, n, s, alpha, x, beta, y, n);
+    axpbyz(alpha, x, beta, y, y, n, s);
+}
+void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s) {
+    int64_t done = 0;
+    if (aligned16(x, y, z)) {
+        done = n / 4 * 4;
+        TESSERA_LAUNCH(axpbyzKernel4, n / 4, s, alpha, reinterpret_cast<const float4*>(x), beta,
+                       reinterpret_cast<const float4*>(y), reinterpret_cast<float4*>(z), n / 4);
+    }
+    TESSERA_LAUNCH(axpbyzKernel, n - done, s, alpha, x + done, beta, y + done, z + done, n - done);
 }
 void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) { TESSERA_LAUNCH(mulKernel, n, s, a, b, y, n); }
 void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s) {
@@ -484,11 +542,28 @@ void castToFloat(const int32_t* x, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(castToFloatKernel, n, s, x, y, n);
 }
 void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s) {
-    TESSERA_LAUNCH(activationForwardKernel, n, s, static_cast<ActivationKind>(kind), alpha, beta, x, y, n);
+    const auto k = static_cast<ActivationKind>(kind);
+    int64_t done = 0;
+    if (aligned16(x, y)) {
+        done = n / 4 * 4;
+        TESSERA_LAUNCH(activationForwardKernel4, n / 4, s, k, alpha, beta, reinterpret_cast<const float4*>(x),
+                       reinterpret_cast<float4*>(y), n / 4);
+    }
+    TESSERA_LAUNCH(activationForwardKernel, n - done, s, k, alpha, beta, x + done, y + done, n - done);
 }
 void activationBackward(int kind, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,
                         int64_t n, cudaStream_t s) {
-    TESSERA_LAUNCH(activationBackwardKernel, n, s, static_cast<ActivationKind>(kind), alpha, beta, x, y, dy, dx, n);
+    const auto k = static_cast<ActivationKind>(kind);
+    const float* read = backwardReadsX(k) ? x : y;
+    int64_t done = 0;
+    if (aligned16(read, dy, dx)) {
+        done = n / 4 * 4;
+        TESSERA_LAUNCH(activationBackwardKernel4, n / 4, s, k, alpha, beta, reinterpret_cast<const float4*>(x),
+                       reinterpret_cast<const float4*>(y), reinterpret_cast<const float4*>(dy),
+                       reinterpret_cast<float4*>(dx), n / 4);
+    }
+    TESSERA_LAUNCH(activationBackwardKernel, n - done, s, k, alpha, beta, x ? x + done : x, y ? y + done : y,
+                   dy + done, dx + done, n - done);
 }
 
 void maxPoolForward(const float* x, float* y, int32_t* idx, const Window3& w, int64_t planes, cudaStream_t s) {

@@ -27,6 +27,8 @@ void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, i
 void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaStream_t s);
 void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols, cudaStream_t s);
 void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s);
+/// z = alpha * x + beta * y (y unread when beta is 0); z may be y.
+void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s);
 void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
 void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s);
 /// y[p, i] = x[p, i] * m[p] over `planes` planes of `inner` elements.

@@ -38,8 +38,12 @@ Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors Add::updateData(const Tensors& data) {
     Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device(), data[0].layout());
     Backend& be = backendOf(y);
-    be.axpby(coefficient(0), data[0], 0.0f, y);
-    for (size_t i = 1; i < data.size(); ++i) be.axpby(coefficient(i), data[i], 1.0f, y);
+    if (data.size() == 1) {
+        be.axpby(coefficient(0), data[0], 0.0f, y);
+    } else {
+        be.axpbyz(coefficient(1), data[1], coefficient(0), data[0], y);
+    }
+    for (size_t i = 2; i < data.size(); ++i) be.axpby(coefficient(i), data[i], 1.0f, y);
     return {y};
 }
 
