@@ -342,10 +342,23 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
         for (const Edge& e : n->bwds()) need = need || needed[e.node];
         needed[n] = need;
     }
+    // A node's input gradient lives until every parent has summed it into its own output
+    // gradient; then the node lets it go, so a step holds the frontier of gradients, not
+    // all of them (nnsight's listener counting, run backwards). Inputs keep theirs: they
+    // are the result.
+    std::unordered_map<const Node*, size_t> unusedBy;
+    for (const Node* n : order_) unusedBy[n] = n->bwds().size();
+    auto releaseChildren = [&](const Node* n) {
+        for (const Edge& e : n->fwds()) {
+            auto c = unusedBy.find(e.node);
+            if (c != unusedBy.end() && c->second > 0 && --c->second == 0) e.node->module().releaseGrad();
+        }
+    };
     for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
         Node* n = *it;
         if (!needed[n]) {
             if (n->hasOutGrad()) n->buildOutGrad({}); // drop contributions nobody will use
+            releaseChildren(n);
             continue;
         }
         bool parentsNeed = n->bwds().empty() && updGrad;
@@ -357,6 +370,7 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
         } catch (const Error&) {
             rethrowWithContext(str() + ": backward at " + pathTo(*n) + ": ");
         }
+        releaseChildren(n);
     }
     Tensors in;
     if (updGrad) {

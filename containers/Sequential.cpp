@@ -111,6 +111,8 @@ Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool u
         } catch (const Error&) {
             rethrowWithContext(str() + ": backward at " + children_[i].first + ": ");
         }
+        // The next child's input gradient has been used: only the frontier stays live.
+        if (i + 1 < children_.size()) children_[i + 1].second->releaseGrad();
     }
     return g;
 }

@@ -139,6 +139,9 @@ public:
     bool isTrain() const { return train_; }
     /// Drop the kept input, output and gradient (here and in every descendant).
     virtual void reset();
+    /// Drop the kept input gradient only (`gradList()` is empty afterwards). A graph does
+    /// this to a node once every parent has used its gradient.
+    void releaseGrad() { grad_.clear(); }
     /// Let a module pick algorithms for `inShapes` within `memlimit` bytes of workspace.
     /// Modules without a choice of algorithms (every CPU module) do nothing.
     virtual void optimizeForShape(const Shapes& inShapes, size_t memlimit);
