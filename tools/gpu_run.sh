@@ -9,7 +9,7 @@
 #   suite.log   the whole test suite (CUDA tests must run, not skip)
 #   lenet.log   tessera train --model lenet --epochs 10 --seed 1 --device cuda on DATA_DIR
 #               (the four Fashion-MNIST IDX files), when given
-#   bench.log   the Gpu/ benchmarks
+#   bench.log   the Gpu/ benchmarks (skipped when GPU_RUN_SKIP_BENCH is set)
 # Exits non-zero when the suite fails or any CUDA test skips.
 set -uo pipefail
 
@@ -61,6 +61,11 @@ if [[ -n $data ]]; then
   grep -E 'final test accuracy' "$out/lenet.log" || echo "lenet: no final accuracy (see lenet.log)"
 fi
 
+if [[ -n ${GPU_RUN_SKIP_BENCH:-} ]]; then
+  echo "logs in $out (benchmarks skipped: GPU_RUN_SKIP_BENCH)"
+  rm -rf "$work"
+  exit $status
+fi
 cmd="bin/tessera_bench --benchmark_filter=Gpu/ --benchmark_repetitions=5"
 { header "$cmd"; timeout "$limit_bench" "$root/bin/tessera_bench" --benchmark_filter=Gpu/ --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
 echo "logs in $out"
