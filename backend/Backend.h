@@ -168,6 +168,12 @@ public:
     /// when it is defined.
     virtual void convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale,
                                      float momentum, const Tensor& dw, const Tensor& db) = 0;
+    /// The layout convForward returns for these shapes (for the memory plan; creates no
+    /// tensor). Default: plain.
+    virtual Layout convOutputLayout(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/,
+                                    const Shape& /*y*/, bool /*bias*/) {
+        return Layout::plain;
+    }
     /// Time the algorithms for this convolution that need at most `memlimit` bytes of
     /// workspace and keep the fastest for its later calls. Backends with one algorithm
     /// (the CPU's) do nothing.
@@ -179,6 +185,12 @@ public:
     /// pooling in training, `workspace` receives what backward needs.
     virtual Tensor poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
                                Tensor& workspace) = 0;
+    /// Bytes of the workspace a training max-pooling forward keeps for x in `xLayout` (for
+    /// the memory plan). Default: one int32 index per output element.
+    virtual int64_t poolWorkspaceBytes(const PoolParams& /*p*/, const Shape& /*x*/, const Shape& y,
+                                       Layout /*xLayout*/) {
+        return y.numel() * 4;
+    }
     /// dy (any layout), the forward's workspace -> dx: xShape in layout `xLayout`.
     virtual Tensor poolBackward(const PoolParams& p, const Tensor& dy, const Tensor& workspace, const Shape& xShape,
                                 Layout xLayout) = 0;

@@ -103,3 +103,14 @@ Tensors Mul::updateGrad(const Tensors& grad) {
 }
 
 } // namespace tessera
+
+namespace tessera {
+
+MemoryUse Add::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                         Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    for (size_t i = 0; i < inShapes.size(); ++i) use.gradViews[i] = coefficient(i) == 1.0f ? 0 : -1; // dx_i = dy
+    return use;
+}
+
+} // namespace tessera

@@ -107,3 +107,14 @@ Blueprint BatchNormND::blueprint() const {
 }
 
 } // namespace tessera
+
+namespace tessera {
+
+MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                                 Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (train) use.keptBytes = 2 * maps_ * static_cast<int64_t>(sizeof(float)); // the batch mean and variance
+    return use;
+}
+
+} // namespace tessera

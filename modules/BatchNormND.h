@@ -36,6 +36,9 @@ public:
     bool handlesLayouts() const override { return true; }
     Blueprint blueprint() const override;
 
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;

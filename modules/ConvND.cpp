@@ -152,3 +152,16 @@ void ConvND::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
 }
 
 } // namespace tessera
+
+namespace tessera {
+
+MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                            Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    const Shape y = dataShapeFrom(inShapes)[0];
+    use.outLayouts[0] =
+        backendFor(device).convOutputLayout(params_, inShapes[0], getVar("W")->data.shape(), y, options_.useBias);
+    return use;
+}
+
+} // namespace tessera

@@ -56,6 +56,9 @@ public:
     /// the fastest that needs at most `memlimit` bytes of workspace.
     void optimizeForShape(const Shapes& inShapes, size_t memlimit) override;
 
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;

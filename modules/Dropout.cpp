@@ -46,3 +46,18 @@ Blueprint Dropout::blueprint() const {
 }
 
 } // namespace tessera
+
+namespace tessera {
+
+MemoryUse Dropout::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                             Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (train) {
+        use.keptBytes = inShapes[0].numel() * static_cast<int64_t>(sizeof(float)); // the mask
+    } else {
+        use.outputViews[0] = 0; // eval: the output is the input
+    }
+    return use;
+}
+
+} // namespace tessera

@@ -19,6 +19,9 @@ public:
     /// One input of rank >= 2.
     void checkDataShape(const Shapes& inShapes) const override;
 
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;

@@ -17,6 +17,13 @@ public:
     /// One input of any shape.
     void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
     bool handlesLayouts() const override { return true; }
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override {
+        MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+        use.outputViews = {0}; // the output is the input
+        use.gradViews = {0};
+        return use;
+    }
 
 protected:
     Tensors updateData(const Tensors& data) override { return data; }

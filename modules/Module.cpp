@@ -290,6 +290,17 @@ void Module::reset() {
 
 void Module::optimizeForShape(const Shapes&, size_t) {}
 
+MemoryUse Module::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool /*train*/,
+                            Device /*device*/) const {
+    MemoryUse use;
+    const size_t outs = dataShapeFrom(inShapes).size();
+    const Layout layout = handlesLayouts() && !inLayouts.empty() ? inLayouts[0] : Layout::plain;
+    use.outLayouts.assign(outs, layout);
+    use.outputViews.assign(outs, -1);
+    use.gradViews.assign(inShapes.size(), -1);
+    return use;
+}
+
 void Module::calcMode(DType dtype) {
     if (dtype != DType::float32) {
         throw shapeError("calcMode(" + tessera::str(dtype) + ") is not supported; modules compute in float32");

@@ -36,6 +36,21 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 class Module;
 using ModulePtr = std::shared_ptr<Module>;
 
+/// What one run of a module allocates, for the static memory plan
+/// (containers/MemoryPlan.h). Bytes are of tensor storage, as `memoryStats` counts them.
+struct MemoryUse {
+    /// Per output: its layout, and -1 when it has storage of its own, else the index of
+    /// the input it is a view of (as the module sees its inputs: plain copies for modules
+    /// that do not handle layouts).
+    std::vector<Layout> outLayouts;
+    std::vector<int> outputViews;
+    /// Per input: -1 when its gradient has storage of its own (the input's size and
+    /// layout), else the index of the output gradient it shares or views.
+    std::vector<int> gradViews;
+    /// Kept from a train-mode forward for backward (masks, argmax indices, statistics).
+    int64_t keptBytes = 0;
+};
+
 class Module {
 public:
     explicit Module(std::string name = {});
@@ -159,6 +174,12 @@ public:
     /// base hands every other module plain inputs and gradients, reordering once at the
     /// boundary. Containers and the layers that run on blocked data say true.
     virtual bool handlesLayouts() const { return false; }
+    /// What a forward (and backward) at `inShapes` allocates, given the inputs' layouts, on
+    /// `device`. Default: outputs of their own (in the first input's layout when the module
+    /// handles layouts, else plain), gradients of their own, nothing kept. Layers that
+    /// return views or keep state say so.
+    virtual MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                                Device device) const;
     /// Direct children with their names (containers only).
     virtual std::vector<std::pair<std::string, Module*>> namedChildren() const { return {}; }
 

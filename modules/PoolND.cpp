@@ -147,3 +147,17 @@ Tensors GlobalAvgPool::updateGrad(const Tensors& grad) {
 }
 
 } // namespace tessera
+
+namespace tessera {
+
+MemoryUse PoolND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                            Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (train && params_.kind == PoolKind::max) {
+        use.keptBytes = backendFor(device).poolWorkspaceBytes(params_, inShapes[0], dataShapeFrom(inShapes)[0],
+                                                              inLayouts.empty() ? Layout::plain : inLayouts[0]);
+    }
+    return use;
+}
+
+} // namespace tessera

@@ -21,6 +21,9 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     Blueprint blueprint() const override;
 
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;

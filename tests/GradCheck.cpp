@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "backend/Backend.h"
@@ -164,6 +165,43 @@ template <class E>
 
 ::testing::AssertionResult throwsModuleError(const std::function<void()>& f, const std::vector<std::string>& parts) {
     return throwsWith<ModuleError>(f, parts);
+}
+
+MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device) {
+    net.to(device);
+    const Tensor x = Tensor::full(inShape, 0.5f).to(device);
+    const Tensor dy = Tensor::full(net.dataShapeFrom(Shapes{inShape})[0], 0.01f).to(device); // from outside, like x
+    Backend& be = backendFor(device);
+    MeasuredPeaks m;
+    for (int rep = 0; rep < 2; ++rep) {
+        for (bool train : {false, true}) {
+            train ? net.trainMode() : net.evalMode();
+            net.reset();
+            be.synchronize();
+            const size_t before = be.memoryStats().current;
+            be.resetPeak();
+            net(x);
+            const auto forward = static_cast<int64_t>(be.memoryStats().peak - before);
+            if (!train) {
+                m.inference = forward;
+                continue;
+            }
+            m.trainForward = forward;
+            net.backward(dy, true, false);
+            be.synchronize();
+            m.training = static_cast<int64_t>(be.memoryStats().peak - before);
+        }
+    }
+    net.reset();
+    return m;
+}
+
+::testing::AssertionResult within10Percent(const char* what, int64_t planned, int64_t measured) {
+    const double ratio = static_cast<double>(planned) / static_cast<double>(measured);
+    std::printf("%-14s planned %10.3f MiB, measured %10.3f MiB (%.3f)\n", what, static_cast<double>(planned) / 1048576.0,
+                static_cast<double>(measured) / 1048576.0, ratio);
+    if (measured > 0 && std::fabs(ratio - 1.0) <= 0.10) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << ": planned " << planned << " bytes, measured " << measured;
 }
 
 std::string errorOf(const std::function<void()>& f) {

@@ -46,6 +46,17 @@ Tensor randomTensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float h
 // message contains every one of `parts`. For bad arguments and bad state.
 ::testing::AssertionResult throwsModuleError(const std::function<void()>& f, const std::vector<std::string>& parts);
 
+// Peaks of allocated bytes beyond what is live before each run (what the static memory
+// plan predicts): an eval-mode forward, a train-mode forward, and a training step
+// (forward, then backward for parameter gradients). Each is the second of two runs from a
+// reset model on `device` (the model is moved there), so caches are warm.
+struct MeasuredPeaks {
+    int64_t inference = 0, trainForward = 0, training = 0;
+};
+MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device = Device::cpu());
+// Passes when planned is within 10% of measured; prints both.
+::testing::AssertionResult within10Percent(const char* what, int64_t planned, int64_t measured);
+
 // The message of what f throws ("no error" when it does not), for checking any exception's text.
 std::string errorOf(const std::function<void()>& f);
 // Element-wise comparison with a message naming the first mismatch.

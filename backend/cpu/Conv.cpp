@@ -130,6 +130,11 @@ void axpbyRaw(float alpha, const float* src, float beta, float* dst, int64_t n) 
 
 } // namespace
 
+Layout CpuBackend::convOutputLayout(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) {
+    const std::optional<Layout> l = layoutOf(entryFor(p, x, w, y, bias).fwdDst);
+    return l ? *l : Layout::plain;
+}
+
 // x: [N, C, *in], w: [K, C/g, *k] (deconv: [C, K/g, *k]), b: [K] -> y: [N, K, *out]
 Tensor CpuBackend::convForward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
                                const Shape& yShape) {

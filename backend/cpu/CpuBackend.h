@@ -65,6 +65,8 @@ public:
                        Tensor& workspace) override;
     Tensor poolBackward(const PoolParams& p, const Tensor& dy, const Tensor& workspace, const Shape& xShape,
                         Layout xLayout) override;
+    int64_t poolWorkspaceBytes(const PoolParams& p, const Shape& x, const Shape& y, Layout xLayout) override;
+    Layout convOutputLayout(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) override;
     void maxPoolIndices(const PoolParams& p, const Tensor& x, const Tensor& idx) override;
     void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) override;
     void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) override;

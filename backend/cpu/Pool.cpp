@@ -269,6 +269,12 @@ Tensor CpuBackend::poolForward(const PoolParams& p, const Tensor& x, const Shape
     return y;
 }
 
+int64_t CpuBackend::poolWorkspaceBytes(const PoolParams& p, const Shape& x, const Shape& y, Layout xLayout) {
+    const size_t bytes = ownMaxPool(p, xLayout) ? argmaxBytes(y, xLayout)
+                                                : forwardEntry(p, x, y, xLayout, true).pd.workspace_desc().get_size();
+    return static_cast<int64_t>((bytes + 3) / 4 * 4);
+}
+
 // dy: [N, C, *out] -> dx: [N, C, *in] in xLayout
 Tensor CpuBackend::poolBackward(const PoolParams& p, const Tensor& dy, const Tensor& workspace, const Shape& xShape,
                                 Layout xLayout) {

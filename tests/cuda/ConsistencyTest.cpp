@@ -13,9 +13,11 @@
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "containers/Graph.h"
+#include "containers/MemoryPlan.h"
 #include "containers/Sequential.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "models/Zoo.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
@@ -323,6 +325,32 @@ TEST(CudaConsistency, GradientCheckOnTheDevice) {
         const Tensor x = randomTensor(c.input, 21, c.lo, c.hi).to(dev);
         EXPECT_TRUE(checkGradients(*m, {x}, c.opts));
         for (const auto& [name, var] : m->namedParams()) EXPECT_EQ(var->data.device(), dev) << name;
+    }
+}
+
+// The static memory plan on the device: planned peaks within 10% of the device
+// allocator's (layouts are plain there; max pooling keeps int32 indices).
+TEST(CudaConsistency, MemoryPlanMatchesTheDevice) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    struct PlanCase {
+        const char* name;
+        ModulePtr net;
+        Shape input;
+    };
+    manualSeed(1);
+    const PlanCase cases[] = {
+        {"LeNet", loadLeNet(), {64, 1, 28, 28}},
+        {"ResNet-18", loadResNet(18, ResNetStem::cifar, 10), {8, 3, 32, 32}},
+        {"U-Net", loadZooModel("unet"), {1, 1, 64, 64}},
+    };
+    for (const PlanCase& c : cases) {
+        SCOPED_TRACE(c.name);
+        const MemoryPlan plan = planMemory(*c.net, {c.input}, dev);
+        const testing::MeasuredPeaks m = testing::measurePeaks(*c.net, c.input, dev);
+        EXPECT_TRUE(testing::within10Percent("inference", plan.inference, m.inference));
+        EXPECT_TRUE(testing::within10Percent("train forward", plan.trainForward, m.trainForward));
+        EXPECT_TRUE(testing::within10Percent("training step", plan.training, m.training));
     }
 }
 

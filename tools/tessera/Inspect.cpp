@@ -8,6 +8,7 @@
 
 #include "Commands.h"
 #include "containers/Graph.h"
+#include "containers/MemoryPlan.h"
 #include "containers/Sequential.h"
 #include "modules/ConvND.h"
 #include "modules/Linear.h"
@@ -109,7 +110,8 @@ std::string human(double bytes) {
 
 int runSummary(const InspectArgs& a) {
     ModulePtr net = loadModel(a.model);
-    const std::vector<Row> rows = rowsOf(*net, parseInputs(a.inputs, a.batch));
+    const Shapes inputs = parseInputs(a.inputs, a.batch);
+    const std::vector<Row> rows = rowsOf(*net, inputs);
     std::printf("%-28s %-14s %-22s %12s %12s %12s\n", "node", "module", "output", "params", "MFLOPs", "activations");
     double flops = 0, activations = 0;
     for (const Row& r : rows) {
@@ -123,11 +125,18 @@ int runSummary(const InspectArgs& a) {
     const double params = static_cast<double>(net->numOfParams());
     std::printf("\ntotal: %.0f parameters (%s), %.2f GFLOPs forward, %s of activations\n", params,
                 human(4 * params).c_str(), flops / 1e9, human(activations).c_str());
-    std::printf("training memory estimate: %s = parameters %s + gradients %s + optimizer state %s (%d per parameter) + "
-                "activations kept for backward %s\n",
-                human(4 * params * (2 + a.optimizerStates) + activations).c_str(), human(4 * params).c_str(),
+    // The static memory plan (CPU layouts): peaks beyond the inputs and the parameters.
+    const MemoryPlan plan = planMemory(*net, inputs);
+    const double fixed = 4 * params * (2 + a.optimizerStates);
+    std::printf("planned peak memory (CPU): inference %s, training step %s (train forward %s), beyond the inputs "
+                "and parameters\n",
+                human(static_cast<double>(plan.inference)).c_str(), human(static_cast<double>(plan.training)).c_str(),
+                human(static_cast<double>(plan.trainForward)).c_str());
+    std::printf("training memory: %s = parameters %s + gradients %s + optimizer state %s (%d per parameter) + planned "
+                "step peak %s\n",
+                human(fixed + static_cast<double>(plan.training)).c_str(), human(4 * params).c_str(),
                 human(4 * params).c_str(), human(4 * params * a.optimizerStates).c_str(), a.optimizerStates,
-                human(activations).c_str());
+                human(static_cast<double>(plan.training)).c_str());
     return 0;
 }
 

@@ -1,0 +1,337 @@
+#include "containers/MemoryPlan.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "containers/Graph.h"
+#include "containers/Sequential.h"
+
+namespace tessera {
+namespace {
+
+// Buffers counted by reference; id -1 is storage from outside (inputs, given gradients).
+class Ledger {
+public:
+    int alloc(int64_t bytes) {
+        bytes_.push_back(bytes);
+        refs_.push_back(1);
+        live_ += bytes;
+        peak_ = std::max(peak_, live_);
+        return static_cast<int>(bytes_.size()) - 1;
+    }
+    void ref(int id) {
+        if (id >= 0) ++refs_[static_cast<size_t>(id)];
+    }
+    void unref(int id) {
+        if (id >= 0 && --refs_[static_cast<size_t>(id)] == 0) live_ -= bytes_[static_cast<size_t>(id)];
+    }
+    int64_t bytes(int id) const { return id >= 0 ? bytes_[static_cast<size_t>(id)] : 0; }
+    int64_t peak() const { return peak_; }
+    void resetPeak() { peak_ = live_; }
+
+private:
+    std::vector<int64_t> bytes_;
+    std::vector<int> refs_;
+    int64_t live_ = 0, peak_ = 0;
+};
+
+struct Value {
+    int id = -1;
+    Shape shape;
+    Layout layout = Layout::plain;
+};
+using Values = std::vector<Value>;
+
+// What one module (leaf or container) holds after its forward.
+struct State {
+    Values in, out;          // inData_ and data_ (references)
+    int kept = -1;           // kept state
+    Values grad;             // grad_ after a backward
+    MemoryUse use;           // leaves only
+    std::vector<State> kids; // containers: one per child (Sequential) or node (Graph, in order())
+};
+
+bool hasParams(Module& m) { return !m.namedParams().empty(); }
+
+class Planner {
+public:
+    Planner(Ledger& ledger, Device device) : l_(ledger), device_(device) {}
+
+    State forward(Module& m, const Values& ins, bool train) {
+        if (auto* g = dynamic_cast<Graph*>(&m)) return forwardGraph(*g, ins, train);
+        if (auto* s = dynamic_cast<Sequential*>(&m)) return forwardSequential(*s, ins, train);
+        return forwardLeaf(m, ins, train);
+    }
+
+    // The module's input gradients (held in its state), from the output gradients `g`.
+    void backward(Module& m, State& st, const Values& g, bool updGrad) {
+        if (auto* gr = dynamic_cast<Graph*>(&m)) return backwardGraph(*gr, st, g, updGrad);
+        if (auto* s = dynamic_cast<Sequential*>(&m)) return backwardSequential(*s, st, g, updGrad);
+        backwardLeaf(m, st, g, updGrad);
+    }
+
+    void release(State& st) {
+        for (const Value& v : st.in) l_.unref(v.id);
+        for (const Value& v : st.out) l_.unref(v.id);
+        l_.unref(st.kept);
+        releaseGrad(st);
+        for (State& k : st.kids) release(k);
+        st = State{};
+    }
+    void releaseGrad(State& st) {
+        for (const Value& v : st.grad) l_.unref(v.id);
+        st.grad.clear();
+    }
+
+private:
+    Value share(const Value& v) {
+        l_.ref(v.id);
+        return v;
+    }
+
+    State forwardLeaf(Module& m, const Values& ins, bool train) {
+        State st;
+        Shapes shapes;
+        std::vector<Layout> layouts;
+        for (const Value& v : ins) {
+            shapes.push_back(v.shape);
+            // Module::runChecked hands a module that does not handle layouts plain copies.
+            if (!m.handlesLayouts() && v.layout != Layout::plain) {
+                st.in.push_back({l_.alloc(Tensor::storageBytes(v.shape, DType::float32, Layout::plain)), v.shape,
+                                 Layout::plain});
+            } else {
+                st.in.push_back(share(v));
+            }
+            layouts.push_back(st.in.back().layout);
+        }
+        st.use = m.memoryUse(shapes, layouts, train, device_);
+        const Shapes outShapes = m.dataShapeFrom(shapes);
+        for (size_t o = 0; o < outShapes.size(); ++o) {
+            const int view = st.use.outputViews.at(o);
+            if (view >= 0) {
+                const Value& src = st.in.at(static_cast<size_t>(view));
+                st.out.push_back({src.id, outShapes[o], src.layout});
+                l_.ref(src.id);
+            } else {
+                const Layout layout = st.use.outLayouts.at(o);
+                st.out.push_back({l_.alloc(Tensor::storageBytes(outShapes[o], DType::float32, layout)), outShapes[o], layout});
+            }
+        }
+        if (st.use.keptBytes > 0) st.kept = l_.alloc(st.use.keptBytes);
+        return st;
+    }
+
+    void backwardLeaf(Module& m, State& st, const Values& g, bool updGrad) {
+        // Module::backward hands a module that does not handle layouts plain gradients.
+        std::vector<int> copies;
+        Values grads;
+        for (const Value& v : g) {
+            if (!m.handlesLayouts() && v.layout != Layout::plain) {
+                copies.push_back(l_.alloc(Tensor::storageBytes(v.shape, DType::float32, Layout::plain)));
+                grads.push_back({copies.back(), v.shape, Layout::plain});
+            } else {
+                grads.push_back(v);
+            }
+        }
+        releaseGrad(st);
+        if (updGrad) {
+            for (size_t i = 0; i < st.in.size(); ++i) {
+                const int view = st.use.gradViews.at(i);
+                if (view >= 0) {
+                    const Value& src = grads.at(static_cast<size_t>(view));
+                    st.grad.push_back(share({src.id, st.in[i].shape, src.layout}));
+                } else {
+                    const Value& x = st.in[i];
+                    st.grad.push_back({l_.alloc(Tensor::storageBytes(x.shape, DType::float32, x.layout)), x.shape, x.layout});
+                }
+            }
+        }
+        for (int c : copies) l_.unref(c);
+    }
+
+    State forwardSequential(Sequential& s, const Values& ins, bool train) {
+        State st;
+        for (const Value& v : ins) st.in.push_back(share(v));
+        Values cur = ins;
+        for (const auto& [name, child] : s.namedChildren()) {
+            st.kids.push_back(forward(*child, cur, train));
+            cur = st.kids.back().out;
+        }
+        for (const Value& v : cur) st.out.push_back(share(v));
+        return st;
+    }
+
+    void backwardSequential(Sequential& s, State& st, const Values& g, bool updGrad) {
+        const auto kids = s.namedChildren();
+        Values cur = g;
+        for (const Value& v : cur) l_.ref(v.id); // the loop's local copy
+        for (size_t i = kids.size(); i-- > 0;) {
+            backward(*kids[i].second, st.kids[i], cur, i > 0 || updGrad);
+            for (const Value& v : cur) l_.unref(v.id);
+            cur = st.kids[i].grad;
+            for (const Value& v : cur) l_.ref(v.id);
+            if (i + 1 < kids.size()) releaseGrad(st.kids[i + 1]);
+        }
+        releaseGrad(st);
+        st.grad = cur; // the Sequential's grad_ takes the local's references
+    }
+
+    State forwardGraph(Graph& gr, const Values& ins, bool train) {
+        State st;
+        for (const Value& v : ins) st.in.push_back(share(v));
+        const std::vector<Node*>& order = gr.order();
+        std::unordered_map<const Node*, size_t> index, inputAt, remaining;
+        std::unordered_set<const Node*> outputs;
+        for (size_t i = 0; i < order.size(); ++i) index[order[i]] = i;
+        for (size_t i = 0; i < gr.inputs().size(); ++i) inputAt[gr.inputs()[i].get()] = i;
+        for (const NodePtr& o : gr.outputs()) outputs.insert(o.get());
+        for (Node* n : order) {
+            for (const Edge& e : n->fwds()) {
+                if (index.count(e.node)) ++remaining[n];
+            }
+        }
+        st.kids.resize(order.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            Node* n = order[i];
+            Values in;
+            auto at = inputAt.find(n);
+            if (at != inputAt.end()) {
+                in.push_back(ins.at(at->second));
+            } else {
+                for (const Edge& e : n->bwds()) {
+                    for (int s : e.slots) in.push_back(st.kids[index.at(e.node)].out.at(static_cast<size_t>(s)));
+                }
+            }
+            st.kids[i] = forward(n->module(), in, train);
+            if (train) continue;
+            for (const Edge& e : n->bwds()) { // Graph::updateData's release in eval mode
+                if (--remaining[e.node] == 0 && !outputs.count(e.node)) release(st.kids[index.at(e.node)]);
+            }
+        }
+        for (const NodePtr& o : gr.outputs()) {
+            for (const Value& v : st.kids[index.at(o.get())].out) st.out.push_back(share(v));
+        }
+        return st;
+    }
+
+    void backwardGraph(Graph& gr, State& st, const Values& g, bool updGrad) {
+        const std::vector<Node*>& order = gr.order();
+        std::unordered_map<const Node*, size_t> index, unusedBy;
+        for (size_t i = 0; i < order.size(); ++i) index[order[i]] = i;
+        std::unordered_map<const Node*, Values> given;
+        size_t k = 0;
+        for (const NodePtr& o : gr.outputs()) {
+            for (size_t s = 0; s < st.kids[index.at(o.get())].out.size(); ++s) given[o.get()].push_back(g.at(k++));
+        }
+        std::unordered_map<const Node*, bool> needed;
+        for (Node* n : order) {
+            bool need = hasParams(n->module()) || (n->bwds().empty() && updGrad);
+            for (const Edge& e : n->bwds()) need = need || needed[e.node];
+            needed[n] = need;
+            unusedBy[n] = n->bwds().size();
+        }
+        // Per node and output slot: the gradient so far and whether the node owns it.
+        std::unordered_map<const Node*, std::vector<std::pair<Value, bool>>> outGrad;
+        auto releaseChildren = [&](const Node* n) {
+            for (const Edge& e : n->fwds()) {
+                auto c = unusedBy.find(e.node);
+                if (c != unusedBy.end() && c->second > 0 && --c->second == 0) releaseGrad(st.kids[index.at(e.node)]);
+            }
+        };
+        for (auto it = order.rbegin(); it != order.rend(); ++it) {
+            Node* n = *it;
+            State& ns = st.kids[index.at(n)];
+            std::vector<std::pair<Value, bool>> pending = std::move(outGrad[n]);
+            outGrad.erase(n);
+            if (!needed[n]) {
+                for (auto& [v, owned] : pending) l_.unref(v.id);
+                releaseChildren(n);
+                continue;
+            }
+            Values gn;
+            std::vector<int> zeros;
+            auto giv = given.find(n);
+            if (giv != given.end()) {
+                gn = giv->second;
+            } else {
+                for (size_t s = 0; s < ns.out.size(); ++s) {
+                    if (s < pending.size() && pending[s].first.shape.rank() > 0) {
+                        gn.push_back(pending[s].first);
+                    } else { // a slot nobody consumed: zeros
+                        const Value& o = ns.out[s];
+                        zeros.push_back(l_.alloc(Tensor::storageBytes(o.shape, DType::float32, Layout::plain)));
+                        gn.push_back({zeros.back(), o.shape, Layout::plain});
+                    }
+                }
+            }
+            bool parentsNeed = n->bwds().empty() && updGrad;
+            for (const Edge& e : n->bwds()) parentsNeed = parentsNeed || needed[e.node];
+            backward(n->module(), ns, gn, parentsNeed);
+            if (parentsNeed) { // routeInGrad: each parent sums what it is handed, by slot
+                size_t j = 0;
+                for (const Edge& e : n->bwds()) {
+                    for (int s : e.slots) {
+                        auto& slots = outGrad[e.node];
+                        if (slots.size() <= static_cast<size_t>(s)) slots.resize(static_cast<size_t>(s) + 1);
+                        auto& [acc, owned] = slots[static_cast<size_t>(s)];
+                        const Value& add = ns.grad.at(j++);
+                        if (acc.shape.rank() == 0) {
+                            acc = share(add); // borrowed
+                            continue;
+                        }
+                        if (!owned) {
+                            const Value sum{l_.alloc(Tensor::storageBytes(acc.shape, DType::float32, acc.layout)),
+                                            acc.shape, acc.layout};
+                            l_.unref(acc.id);
+                            acc = sum;
+                            owned = true;
+                        }
+                        // axpby reorders an addend in another layout first: a copy for the call.
+                        if (add.layout != acc.layout) {
+                            l_.unref(l_.alloc(Tensor::storageBytes(add.shape, DType::float32, acc.layout)));
+                        }
+                    }
+                }
+            }
+            for (auto& [v, owned] : pending) l_.unref(v.id);
+            for (int z : zeros) l_.unref(z);
+            releaseChildren(n);
+        }
+        releaseGrad(st);
+        if (updGrad) {
+            for (const NodePtr& i : gr.inputs()) {
+                for (const Value& v : st.kids[index.at(i.get())].grad) st.grad.push_back(share(v));
+            }
+        }
+    }
+
+    Ledger& l_;
+    Device device_;
+};
+
+} // namespace
+
+MemoryPlan planMemory(Module& model, const Shapes& inShapes, Device device) {
+    model.dataShapeFrom(inShapes); // the model's own checks, with its errors
+    Values ins;
+    for (const Shape& s : inShapes) ins.push_back({-1, s, Layout::plain});
+    MemoryPlan plan;
+    {
+        Ledger l;
+        Planner p(l, device);
+        State st = p.forward(model, ins, false);
+        plan.inference = l.peak();
+    }
+    Ledger l;
+    Planner p(l, device);
+    State st = p.forward(model, ins, true);
+    plan.trainForward = l.peak();
+    Values g;
+    for (const Value& v : st.out) g.push_back({-1, v.shape, v.layout}); // the cost's gradient, from outside
+    p.backward(model, st, g, false);
+    plan.training = l.peak();
+    return plan;
+}
+
+} // namespace tessera

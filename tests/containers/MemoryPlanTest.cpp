@@ -1,0 +1,75 @@
+// The static memory plan against the allocator: planned peaks of inference, a train-mode
+// forward and a training step must be within 10% of what memoryStats measures, for
+// LeNet (a Sequential with a layout boundary at Flatten), ResNet-18 (a graph with
+// residual sums) and U-Net (skips, concatenations, deconvolutions).
+#include <cmath>
+
+#include "GradCheck.h"
+#include "backend/Backend.h"
+#include "containers/MemoryPlan.h"
+#include "containers/Sequential.h"
+#include "models/LeNet.h"
+#include "models/ResNet.h"
+#include "models/Zoo.h"
+#include "modules/Activation.h"
+#include "modules/Flatten.h"
+#include "modules/Linear.h"
+
+namespace tessera {
+namespace {
+
+using testing::MeasuredPeaks;
+using testing::measurePeaks;
+using testing::throwsShapeError;
+using testing::within10Percent;
+
+TEST(MemoryPlan, PlannedPeaksMatchTheAllocatorWithinTenPercent) {
+    struct Case {
+        const char* name;
+        ModulePtr net;
+        Shape input;
+    };
+    manualSeed(1);
+    const Case cases[] = {
+        {"LeNet", loadLeNet(), {64, 1, 28, 28}},
+        {"ResNet-18", loadResNet(18, ResNetStem::cifar, 10), {8, 3, 32, 32}},
+        {"U-Net", loadZooModel("unet"), {1, 1, 64, 64}},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        const MemoryPlan plan = planMemory(*c.net, {c.input});
+        const MeasuredPeaks m = measurePeaks(*c.net, c.input);
+        EXPECT_TRUE(within10Percent("inference", plan.inference, m.inference));
+        EXPECT_TRUE(within10Percent("train forward", plan.trainForward, m.trainForward));
+        EXPECT_TRUE(within10Percent("training step", plan.training, m.training));
+        // The plan is of shapes only: planning allocated nothing and ran nothing.
+        EXPECT_TRUE(c.net->dataList().empty());
+    }
+}
+
+// Views cost nothing and eval mode releases values: a plan of a small Sequential by hand.
+TEST(MemoryPlan, CountsViewsAndKeptValues) {
+    Sequential net("net");
+    net.append(std::make_shared<Flatten>()).append(std::make_shared<Linear>(12, 5)).append(
+        std::make_shared<Activation>(ActivationKind::relu));
+    const MemoryPlan plan = planMemory(net, {{4, 3, 2, 2}});
+    const int64_t value = 4 * 5 * sizeof(float); // Linear's and ReLU's outputs; Flatten is a view
+    EXPECT_EQ(plan.inference, 2 * value);        // a Sequential keeps its values in eval mode too
+    EXPECT_EQ(plan.trainForward, 2 * value);
+    // Backward: ReLU's input gradient (a value), then Linear's input gradient ([4, 12]:
+    // a Sequential differentiates into every child but the first), while both are live.
+    EXPECT_EQ(plan.training, 3 * value + 4 * 12 * static_cast<int64_t>(sizeof(float)));
+    const MeasuredPeaks m = measurePeaks(net, {4, 3, 2, 2});
+    EXPECT_EQ(plan.inference, m.inference);
+    EXPECT_EQ(plan.trainForward, m.trainForward);
+    EXPECT_EQ(plan.training, m.training);
+}
+
+TEST(MemoryPlan, BadShapesAreTheModelsShapeError) {
+    Sequential net("net");
+    net.append(std::make_shared<Linear>(12, 5, LinearOptions{.name = "fc"}));
+    EXPECT_TRUE(throwsShapeError([&] { planMemory(net, {{4, 13}}); }, {"fc", "12"}));
+}
+
+} // namespace
+} // namespace tessera
