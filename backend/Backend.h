@@ -168,6 +168,9 @@ public:
     /// when it is defined.
     virtual void convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale,
                                      float momentum, const Tensor& dw, const Tensor& db) = 0;
+    /// What memoryStats counts for a request of `bytes` (an allocator's size class; for the
+    /// memory plan). Default: the bytes themselves.
+    virtual int64_t allocationBytes(int64_t bytes) const { return bytes; }
     /// The layout convForward returns for these shapes (for the memory plan; creates no
     /// tensor). Default: plain.
     virtual Layout convOutputLayout(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/,

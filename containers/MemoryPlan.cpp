@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "backend/Backend.h"
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 
@@ -11,9 +12,12 @@ namespace tessera {
 namespace {
 
 // Buffers counted by reference; id -1 is storage from outside (inputs, given gradients).
+// Sizes are counted as the device's allocator counts them (its size classes).
 class Ledger {
 public:
-    int alloc(int64_t bytes) {
+    explicit Ledger(const Backend& backend) : backend_(backend) {}
+    int alloc(int64_t requested) {
+        const int64_t bytes = backend_.allocationBytes(requested);
         bytes_.push_back(bytes);
         refs_.push_back(1);
         live_ += bytes;
@@ -31,6 +35,7 @@ public:
     void resetPeak() { peak_ = live_; }
 
 private:
+    const Backend& backend_;
     std::vector<int64_t> bytes_;
     std::vector<int> refs_;
     int64_t live_ = 0, peak_ = 0;
@@ -317,13 +322,14 @@ MemoryPlan planMemory(Module& model, const Shapes& inShapes, Device device) {
     Values ins;
     for (const Shape& s : inShapes) ins.push_back({-1, s, Layout::plain});
     MemoryPlan plan;
+    const Backend& backend = backendFor(device);
     {
-        Ledger l;
+        Ledger l(backend);
         Planner p(l, device);
         State st = p.forward(model, ins, false);
         plan.inference = l.peak();
     }
-    Ledger l;
+    Ledger l(backend);
     Planner p(l, device);
     State st = p.forward(model, ins, true);
     plan.trainForward = l.peak();

@@ -70,7 +70,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     if (it != free_.end() && it->first <= 2 * size) {
         ptr = it->second;
         cached_ -= it->first;
-        live_[ptr] = it->first;
+        live_[ptr] = {it->first, size};
         free_.erase(it);
     } else {
         TESSERA_CUDA_CHECK(cudaSetDevice(device_));
@@ -87,9 +87,9 @@ void* CachingAllocator::allocate(size_t bytes) {
                                    " bytes held by live tensors");
             }
         }
-        live_[ptr] = size;
+        live_[ptr] = {size, size};
     }
-    stats_.current += live_[ptr];
+    stats_.current += size;
     stats_.peak = std::max(stats_.peak, stats_.current);
     return ptr;
 }
@@ -98,9 +98,9 @@ void CachingAllocator::release(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(ptr);
     if (it == live_.end()) return;
-    stats_.current -= it->second;
-    cached_ += it->second;
-    free_.emplace(it->second, ptr);
+    stats_.current -= it->second.counted;
+    cached_ += it->second.size;
+    free_.emplace(it->second.size, ptr);
     live_.erase(it);
 }
 

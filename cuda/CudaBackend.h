@@ -34,14 +34,20 @@ public:
     void resetPeak();
     /// Bytes held in the cache (free for reuse).
     size_t cachedBytes() const;
+    /// The size class of a request: what `stats` counts for it (a block reused from the
+    /// cache may be up to twice as big).
+    static size_t roundUp(size_t bytes);
 
 private:
-    static size_t roundUp(size_t bytes);
+    struct Block {
+        size_t size;    // of the block
+        size_t counted; // its request's size class
+    };
 
     int device_;
     mutable std::mutex mutex_;
     std::multimap<size_t, void*> free_;
-    std::unordered_map<void*, size_t> live_;
+    std::unordered_map<void*, Block> live_;
     size_t cached_ = 0;
     MemoryStats stats_;
 };
@@ -65,6 +71,9 @@ public:
     void fillBytes(const Tensor& t, unsigned char byte) override;
     void reorder(const Tensor& src, const Tensor& dst) override;
     MemoryStats memoryStats() const override;
+    int64_t allocationBytes(int64_t bytes) const override {
+        return static_cast<int64_t>(CachingAllocator::roundUp(static_cast<size_t>(bytes)));
+    }
     void resetPeak() override;
 
     void fill(const Tensor& t, float value) override;
