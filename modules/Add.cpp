@@ -102,10 +102,6 @@ Tensors Mul::updateGrad(const Tensors& grad) {
     return dx;
 }
 
-} // namespace tessera
-
-namespace tessera {
-
 MemoryUse Add::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                          Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);

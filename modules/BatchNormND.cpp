@@ -106,10 +106,6 @@ Blueprint BatchNormND::blueprint() const {
     return bp;
 }
 
-} // namespace tessera
-
-namespace tessera {
-
 MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                  Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);

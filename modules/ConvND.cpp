@@ -151,10 +151,6 @@ void ConvND::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
     backendFor(w.device()).optimizeConv(params_, inShapes[0], w.shape(), dataShapeFrom(inShapes[0]), memlimit);
 }
 
-} // namespace tessera
-
-namespace tessera {
-
 MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                             Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);

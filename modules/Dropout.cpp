@@ -45,10 +45,6 @@ Blueprint Dropout::blueprint() const {
     return bp;
 }
 
-} // namespace tessera
-
-namespace tessera {
-
 MemoryUse Dropout::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                              Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);

@@ -45,4 +45,15 @@ Blueprint Dropout2D::blueprint() const {
     return bp;
 }
 
+MemoryUse Dropout2D::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                               Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (train) {
+        use.keptBytes = inShapes[0][0] * inShapes[0][1] * static_cast<int64_t>(sizeof(float)); // the [N, C] mask
+    } else {
+        use.outputViews[0] = 0; // eval: the output is the input
+    }
+    return use;
+}
+
 } // namespace tessera

@@ -22,6 +22,8 @@ public:
     Generator& generator() { return gen_; }
     /// The [N, C] mask of the last train-mode forward.
     const Tensor& mask() const { return mask_; }
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
     Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     void checkDataShape(const Shapes& inShapes) const override;

@@ -23,15 +23,3 @@ Tensors Flatten::updateData(const Tensors& data) { return {data[0].reshape(dataS
 Tensors Flatten::updateGrad(const Tensors& grad) { return {grad[0].reshape(inData().shape())}; }
 
 } // namespace tessera
-
-namespace tessera {
-
-MemoryUse Flatten::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
-                        Device device) const {
-    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    use.outputViews[0] = 0; // a view of the (plain) input
-    use.gradViews[0] = 0;   // a view of the output gradient
-    return use;
-}
-
-} // namespace tessera

@@ -19,8 +19,11 @@ public:
     /// One input of rank >= 2.
     void checkDataShape(const Shapes& inShapes) const override;
 
+    /// A view of the (plain) input; the input gradient a view of the output gradient.
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
-                        Device device) const override;
+                        Device device) const override {
+        return viewMemoryUse(inShapes, inLayouts, train, device);
+    }
 
 protected:
     Tensors updateData(const Tensors& data) override;

@@ -19,10 +19,7 @@ public:
     bool handlesLayouts() const override { return true; }
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override {
-        MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-        use.outputViews = {0}; // the output is the input
-        use.gradViews = {0};
-        return use;
+        return viewMemoryUse(inShapes, inLayouts, train, device); // the output is the input
     }
 
 protected:

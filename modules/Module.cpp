@@ -290,6 +290,14 @@ void Module::reset() {
 
 void Module::optimizeForShape(const Shapes&, size_t) {}
 
+MemoryUse Module::viewMemoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                                Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    use.outputViews = {0};
+    use.gradViews = {0};
+    return use;
+}
+
 MemoryUse Module::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool /*train*/,
                             Device /*device*/) const {
     MemoryUse use;

@@ -180,6 +180,10 @@ public:
     /// return views or keep state say so.
     virtual MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                 Device device) const;
+    /// memoryUse of a module whose one output is a view of its one input and whose input
+    /// gradient is a view of the output gradient (Identity, Flatten, Reshape).
+    MemoryUse viewMemoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                            Device device) const;
     /// Direct children with their names (containers only).
     virtual std::vector<std::pair<std::string, Module*>> namedChildren() const { return {}; }
 

@@ -146,10 +146,6 @@ Tensors GlobalAvgPool::updateGrad(const Tensors& grad) {
     return {backendOf(grad[0]).poolBackward(paramsFor(x.shape()), grad[0], Tensor(), x.shape(), x.layout())};
 }
 
-} // namespace tessera
-
-namespace tessera {
-
 MemoryUse PoolND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                             Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);

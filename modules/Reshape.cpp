@@ -68,15 +68,3 @@ Blueprint Reshape::blueprint() const {
 }
 
 } // namespace tessera
-
-namespace tessera {
-
-MemoryUse Reshape::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
-                        Device device) const {
-    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    use.outputViews[0] = 0; // a view of the (plain) input
-    use.gradViews[0] = 0;   // a view of the output gradient
-    return use;
-}
-
-} // namespace tessera

@@ -1,5 +1,6 @@
 // tessera train: trains a model from the zoo on an MNIST-format data set, printing
 // progress, the test accuracy after each epoch and the total time.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -83,6 +84,13 @@ int runTrain(const TrainArgs& a) {
                 static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str());
     net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
+    if (!device.isCpu()) {
+        // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can
+        // be far off); a smaller last batch keeps the heuristic's choice.
+        std::vector<int64_t> dims = train.images.shape().dims();
+        dims[0] = std::min<int64_t>(a.batch, dims[0]);
+        net->optimizeForShape({Shape(dims)}, size_t{512} << 20);
+    }
 
     CrossEntropy cost;
     HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout, .device = device};
