@@ -73,10 +73,10 @@ enum class UpdateRule { sgd, momentumSGD, nesterovSGD, adam, adaGrad, adaDelta, 
 struct UpdateParams {
     UpdateRule rule = UpdateRule::sgd;
     float lr = 0.01f;
-    float momentum = 0.9f;  ///< momentum and Nesterov SGD
-    float beta1 = 0.9f;     ///< Adam
-    float beta2 = 0.999f;   ///< Adam
-    float rho = 0.95f;      ///< AdaDelta, RMSProp, RMSPropGraves: the decay of the running averages
+    float momentum = 0.9f; ///< momentum and Nesterov SGD
+    float beta1 = 0.9f;    ///< Adam
+    float beta2 = 0.999f;  ///< Adam
+    float rho = 0.95f;     ///< AdaDelta, RMSProp, RMSPropGraves: the decay of the running averages
     float epsilon = 1e-8f;
     float weightDecay = 0.0f; ///< L2: grad + weightDecay * param enters the rule
     int64_t step = 1;         ///< 1-based update count (Adam's bias correction)
@@ -123,8 +123,8 @@ public:
     // ---- BLAS -------------------------------------------------------------------------
     /// A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]
     /// C <- alpha * op(A) op(B) + beta * C.
-    virtual void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B,
-                      float beta, const Tensor& C) = 0;
+    virtual void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                      const Tensor& C) = 0;
     /// row: [M], y: [N, M] -> y[n, :] <- row for every n.
     virtual void broadcastRows(const Tensor& row, const Tensor& y) = 0;
     /// x: [N, M], y: [M] -> y <- alpha * sum_n x[n, :] + beta * y.
@@ -146,8 +146,8 @@ public:
     virtual void activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) = 0;
     /// x (input), y (output of forward), dy, dx: same shape -> dx <- f'(x) * dy. Any
     /// layout; x, y and dx share one layout, dy is reordered to it when it differs.
-    virtual void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y,
-                                    const Tensor& dy, const Tensor& dx) = 0;
+    virtual void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                    const Tensor& dx) = 0;
 
     /// x, y: same numel -> y <- a * x + b.
     virtual void affine(const Tensor& x, float a, float b, const Tensor& y) = 0;
@@ -173,8 +173,8 @@ public:
     virtual int64_t allocationBytes(int64_t bytes) const { return bytes; }
     /// The layout convForward returns for these shapes (for the memory plan; creates no
     /// tensor). Default: plain.
-    virtual Layout convOutputLayout(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/,
-                                    const Shape& /*y*/, bool /*bias*/) {
+    virtual Layout convOutputLayout(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/, const Shape& /*y*/,
+                                    bool /*bias*/) {
         return Layout::plain;
     }
     /// Time the algorithms for this convolution that need at most `memlimit` bytes of
@@ -247,8 +247,8 @@ public:
     /// x: [N, C, ...], slopes: [C] or [1] -> y = x > 0 ? x : slope * x.
     virtual void preluForward(const Tensor& x, const Tensor& slopes, const Tensor& y) = 0;
     /// -> dx, and dslopes <- scale * dL/dslopes + momentum * dslopes.
-    virtual void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx,
-                               float scale, float momentum, const Tensor& dslopes) = 0;
+    virtual void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx, float scale,
+                               float momentum, const Tensor& dslopes) = 0;
 
     // ---- costs -------------------------------------------------------------------------
     /// Softmax cross-entropy. scores: [N, C, ...], labels: [N, ...] int32 in [0, C),
@@ -284,8 +284,7 @@ public:
     // ---- dropout ----------------------------------------------------------------------
     /// x, mask, y: same numel. mask <- 0 with probability p, else 1 / (1 - p);
     /// y <- x * mask. Counters taken from `gen`.
-    virtual void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask,
-                                const Tensor& y) = 0;
+    virtual void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) = 0;
 };
 
 /// The backend that runs ops on tensors of `device`. Throws BackendError when Tessera was

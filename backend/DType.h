@@ -29,9 +29,7 @@ enum class Layout : uint8_t { plain, blocked8, blocked16 };
 /// "plain", "blocked8", "blocked16".
 std::string str(Layout layout);
 /// Channel block of a layout (1 for plain).
-inline int64_t blockOf(Layout layout) {
-    return layout == Layout::blocked16 ? 16 : layout == Layout::blocked8 ? 8 : 1;
-}
+inline int64_t blockOf(Layout layout) { return layout == Layout::blocked16 ? 16 : layout == Layout::blocked8 ? 8 : 1; }
 
 /// Where memory lives: the host, or a CUDA device by index.
 struct Device {

@@ -22,8 +22,10 @@ struct UpdateScalars {
 
 inline UpdateScalars scalarsOf(const UpdateParams& p) {
     const auto t = static_cast<double>(p.step);
-    return {p.lr,      p.momentum, p.beta1, p.beta2, p.rho, p.epsilon, p.weightDecay,
-            static_cast<float>(p.lr * sqrt(1.0 - pow(p.beta2, t)) / (1.0 - pow(p.beta1, t)))};
+    return {p.lr,          p.momentum,
+            p.beta1,       p.beta2,
+            p.rho,         p.epsilon,
+            p.weightDecay, static_cast<float>(p.lr * sqrt(1.0 - pow(p.beta2, t)) / (1.0 - pow(p.beta1, t)))};
 }
 
 /// Element i of rule R: wp[i] and the state ap, bp, cp (the rule's running averages; a rule

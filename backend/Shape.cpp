@@ -10,8 +10,7 @@ namespace {
 size_t index(int64_t i, size_t rank) {
     int64_t j = i < 0 ? i + static_cast<int64_t>(rank) : i;
     if (j < 0 || j >= static_cast<int64_t>(rank)) {
-        throw ShapeError("Shape: dim " + std::to_string(i) + " out of range for rank " +
-                                std::to_string(rank));
+        throw ShapeError("Shape: dim " + std::to_string(i) + " out of range for rank " + std::to_string(rank));
     }
     return static_cast<size_t>(j);
 }

@@ -41,9 +41,7 @@ size_t Tensor::storageBytes(const Shape& shape, DType dtype, Layout layout) {
     return static_cast<size_t>(n) * sizeOf(dtype);
 }
 
-std::string Device::str() const {
-    return kind == Kind::CPU ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::str() const { return kind == Kind::CPU ? "cpu" : "cuda:" + std::to_string(index); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layout) {
     for (int64_t d : shape.dims()) {
@@ -79,8 +77,8 @@ Tensor Tensor::full(const Shape& shape, float value, Device device) {
 namespace {
 template <class T> Tensor fromHostValues(const Shape& shape, const std::vector<T>& values, Device device) {
     if (static_cast<int64_t>(values.size()) != shape.numel()) {
-        throw ShapeError("Tensor::fromVector: shape " + shape.str() + " needs " +
-                         std::to_string(shape.numel()) + " values, got " + std::to_string(values.size()));
+        throw ShapeError("Tensor::fromVector: shape " + shape.str() + " needs " + std::to_string(shape.numel()) +
+                         " values, got " + std::to_string(values.size()));
     }
     Tensor host = Tensor::empty(shape, dtypeOf<T>());
     if (!values.empty()) std::memcpy(host.raw(), values.data(), host.nbytes());

@@ -31,12 +31,14 @@ Module& Container::getByName(const std::string& dottedName) const {
         if (n != head) continue;
         if (dot == std::string::npos) return *child;
         auto* sub = dynamic_cast<Container*>(child.get());
-        if (!sub) throw ContainerError(str() + ": child '" + head + "' is a " + child->classname() + ", not a container");
+        if (!sub)
+            throw ContainerError(str() + ": child '" + head + "' is a " + child->classname() + ", not a container");
         return sub->getByName(dottedName.substr(dot + 1));
     }
     std::string names;
     for (const auto& [n, child] : children_) names += (names.empty() ? "" : ", ") + n;
-    throw ContainerError(str() + ": no child named '" + head + "' (children: " + (names.empty() ? "none" : names) + ")");
+    throw ContainerError(str() + ": no child named '" + head + "' (children: " + (names.empty() ? "none" : names) +
+                         ")");
 }
 
 std::vector<std::pair<std::string, Module*>> Container::namedChildren() const {

@@ -1,5 +1,7 @@
 #include "containers/Graph.h"
 
+#include "containers/Executor.h"
+
 #include <unordered_set>
 
 namespace tessera {
@@ -109,7 +111,8 @@ void Graph::build() {
             throw GraphError(where + ": output " + out->str() + " has children (" + names(cs) +
                              "); an output must be the end of a branch");
         }
-        if (!outputIndex_.emplace(out, i).second) throw GraphError(where + ": output " + out->str() + " is listed twice");
+        if (!outputIndex_.emplace(out, i).second)
+            throw GraphError(where + ": output " + out->str() + " is listed twice");
     }
 
     // Names: unique; the unnamed get <classname>_<k>.
@@ -156,7 +159,8 @@ void Graph::build() {
         auto [it, fresh] = moduleOwner.emplace(&n->module(), n);
         if (!fresh) {
             throw GraphError(where + ": nodes " + it->second->str() + " and " + n->str() + " wrap the same module " +
-                             n->module().str() + "; a module runs in one node only (share weights with setVar "
+                             n->module().str() +
+                             "; a module runs in one node only (share weights with setVar "
                              "between two modules instead)");
         }
     }
@@ -297,24 +301,22 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
 // ---- data -----------------------------------------------------------------------------
 
 Tensors Graph::updateData(const Tensors& data) {
-    const bool release = !isTrain();
-    std::unordered_map<const Node*, size_t> remaining;
-    if (release) remaining = consumers_;
     dataShapeFrom(shapesOf(data)); // checked here once (cached per input shapes); nodes run unchecked
-    for (Node* n : order_) {
-        auto in = inputIndex_.find(n);
-        try {
-            n->runPlanned(in != inputIndex_.end() ? Tensors{data[in->second]} : n->gatherInputs());
-        } catch (const Error&) {
-            rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
-        }
-        if (!release) continue;
-        // nnsight's listener counting: a value goes once its last consumer has run.
-        for (const Edge& e : n->bwds()) {
-            if (--remaining[e.node] == 0 && !outputIndex_.count(e.node)) e.node->module().reset();
-        }
-    }
-    released_ = release;
+    for (Node* n : order_) n->clearTraverse();
+    exec::ForwardOptions options;
+    options.planned = true;
+    options.release = !isTrain();
+    options.keep = [this](const Node& n) { return outputIndex_.count(&n) > 0; };
+    options.where = [this](const Node& n) { return str() + ": " + pathTo(n) + ": "; };
+    exec::forward(
+        order_,
+        [this, &data](const Node& n) -> std::optional<Tensors> {
+            auto in = inputIndex_.find(&n);
+            if (in == inputIndex_.end()) return std::nullopt;
+            return Tensors{data[in->second]};
+        },
+        options);
+    released_ = options.release;
     Tensors out;
     for (const NodePtr& o : outputs_) {
         for (const Tensor& t : o->module().dataList()) out.push_back(t);
@@ -325,7 +327,7 @@ Tensors Graph::updateData(const Tensors& data) {
 Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
     if (released_) {
         throw moduleError("backward after an eval-mode forward: intermediate values were released; "
-                         "run the forward in train mode to differentiate");
+                          "run the forward in train mode to differentiate");
     }
     size_t k = 0;
     std::unordered_map<const Node*, Tensors> given;
@@ -333,45 +335,22 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
         Tensors& g = given[o.get()];
         for (size_t s = 0; s < o->module().dataList().size(); ++s) g.push_back(grad.at(k++));
     }
+    for (Node* n : order_) n->bwdVisited = false;
     // A node runs backward only when something needs it: it holds parameters to update, or
     // a node upstream of it does, or it is an input whose gradient was asked for. So the
     // first convolution of a network computes no gradient for the data.
-    std::unordered_map<const Node*, bool> needed;
-    for (const Node* n : order_) {
-        bool need = (updParamGrads && withParams_.count(n)) || (n->bwds().empty() && updGrad);
-        for (const Edge& e : n->bwds()) need = need || needed[e.node];
-        needed[n] = need;
-    }
-    // A node's input gradient lives until every parent has summed it into its own output
-    // gradient; then the node lets it go, so a step holds the frontier of gradients, not
-    // all of them (nnsight's listener counting, run backwards). Inputs keep theirs: they
-    // are the result.
-    std::unordered_map<const Node*, size_t> unusedBy;
-    for (const Node* n : order_) unusedBy[n] = n->bwds().size();
-    auto releaseChildren = [&](const Node* n) {
-        for (const Edge& e : n->fwds()) {
-            auto c = unusedBy.find(e.node);
-            if (c != unusedBy.end() && c->second > 0 && --c->second == 0) e.node->module().releaseGrad();
-        }
-    };
-    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-        Node* n = *it;
-        if (!needed[n]) {
-            if (n->hasOutGrad()) n->buildOutGrad({}); // drop contributions nobody will use
-            releaseChildren(n);
-            continue;
-        }
-        bool parentsNeed = n->bwds().empty() && updGrad;
-        for (const Edge& e : n->bwds()) parentsNeed = parentsNeed || needed[e.node];
-        auto out = given.find(n);
-        const Tensors g = out != given.end() ? out->second : n->buildOutGrad({});
-        try {
-            n->updateGrad(g, updParamGrads, parentsNeed, scale, momentum);
-        } catch (const Error&) {
-            rethrowWithContext(str() + ": backward at " + pathTo(*n) + ": ");
-        }
-        releaseChildren(n);
-    }
+    const auto need =
+        exec::needed(order_, updParamGrads, updGrad, [this](const Node& n) { return withParams_.count(&n) > 0; });
+    exec::BackwardOptions options{updParamGrads, updGrad, scale, momentum,
+                                  [this](const Node& n) { return str() + ": backward at " + pathTo(n) + ": "; }};
+    exec::backward(
+        order_,
+        [&given](const Node& n) -> std::optional<Tensors> {
+            auto it = given.find(&n);
+            if (it == given.end()) return std::nullopt;
+            return it->second;
+        },
+        need, options);
     Tensors in;
     if (updGrad) {
         for (const NodePtr& i : inputs_) {
@@ -386,7 +365,8 @@ Blueprint Graph::blueprint() const {
     for (const Node* n : order_) {
         bp.modules.push_back(n->module().blueprint());
         NodeBlueprint nb{n->name(), {}};
-        for (const Edge& e : n->bwds()) nb.parents.emplace_back(e.node->name(), std::vector<int64_t>(e.slots.begin(), e.slots.end()));
+        for (const Edge& e : n->bwds())
+            nb.parents.emplace_back(e.node->name(), std::vector<int64_t>(e.slots.begin(), e.slots.end()));
         bp.nodes.push_back(std::move(nb));
     }
     for (const NodePtr& i : inputs_) bp.inputs.push_back(i->name());

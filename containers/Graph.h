@@ -66,14 +66,13 @@ public:
 
 protected:
     Tensors updateData(const Tensors& data) override;
-    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                         float momentum) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
 
 private:
     void build();
 
     std::vector<NodePtr> inputs_, outputs_;
-    std::vector<NodePtr> nodes_;      // owning, in execution order
+    std::vector<NodePtr> nodes_; // owning, in execution order
     std::vector<Node*> order_;
     std::unordered_set<const Node*> withParams_; // nodes whose modules hold parameters
     std::unordered_map<std::string, Node*> byName_;

@@ -103,8 +103,8 @@ private:
             shapes.push_back(v.shape);
             // Module::runChecked hands a module that does not handle layouts plain copies.
             if (!m.handlesLayouts() && v.layout != Layout::plain) {
-                st.in.push_back({l_.alloc(Tensor::storageBytes(v.shape, DType::float32, Layout::plain)), v.shape,
-                                 Layout::plain});
+                st.in.push_back(
+                    {l_.alloc(Tensor::storageBytes(v.shape, DType::float32, Layout::plain)), v.shape, Layout::plain});
             } else {
                 st.in.push_back(share(v));
             }
@@ -120,7 +120,8 @@ private:
                 l_.ref(src.id);
             } else {
                 const Layout layout = st.use.outLayouts.at(o);
-                st.out.push_back({l_.alloc(Tensor::storageBytes(outShapes[o], DType::float32, layout)), outShapes[o], layout});
+                st.out.push_back(
+                    {l_.alloc(Tensor::storageBytes(outShapes[o], DType::float32, layout)), outShapes[o], layout});
             }
         }
         if (st.use.keptBytes > 0) st.kept = l_.alloc(st.use.keptBytes);
@@ -148,7 +149,8 @@ private:
                     st.grad.push_back(share({src.id, st.in[i].shape, src.layout}));
                 } else {
                     const Value& x = st.in[i];
-                    st.grad.push_back({l_.alloc(Tensor::storageBytes(x.shape, DType::float32, x.layout)), x.shape, x.layout});
+                    st.grad.push_back(
+                        {l_.alloc(Tensor::storageBytes(x.shape, DType::float32, x.layout)), x.shape, x.layout});
                 }
             }
         }

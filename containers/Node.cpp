@@ -1,8 +1,11 @@
 #include "containers/Node.h"
 
+#include <algorithm>
 #include <deque>
+#include <unordered_set>
 
 #include "backend/Backend.h"
+#include "containers/Executor.h"
 
 namespace tessera {
 
@@ -56,8 +59,8 @@ void Node::addBackwards(const Parents& nodes) {
                 std::string cycle;
                 for (const Node* n : path) cycle += n->name() + " -> ";
                 cycle += name_;
-                throw GraphError("node " + str() + ": adding parent " + p.node->str() + " would make a cycle (" + cycle +
-                                 "); a graph must be acyclic");
+                throw GraphError("node " + str() + ": adding parent " + p.node->str() + " would make a cycle (" +
+                                 cycle + "); a graph must be acyclic");
             }
         }
         const int count = static_cast<int>(p.node->module().outputCount());
@@ -107,37 +110,73 @@ void Node::runPlanned(const Tensors& data) {
 }
 
 namespace {
-// Eval mode: a parent's outputs go once every child of it has run (nnsight's listener
-// counting, as Graph does), so inference through the node API holds the live set only.
-void releaseSpentParents(const Node& n) {
-    for (const Edge& e : n.bwds()) {
-        Node* p = e.node;
-        if (p->module().isTrain() || p->fwds().empty() || p->module().dataList().empty()) continue;
-        bool spent = true;
-        for (const Edge& f : p->fwds()) spent = spent && f.node->fwdVisited;
-        if (spent) p->module().reset();
+// Every ancestor of `from` and `from` itself, parents first (Kahn, without recursion).
+std::vector<Node*> ancestorsParentsFirst(Node& from) {
+    std::vector<Node*> all{&from};
+    std::unordered_set<const Node*> seen{&from};
+    for (size_t i = 0; i < all.size(); ++i) {
+        for (const Edge& e : all[i]->bwds()) {
+            if (seen.insert(e.node).second) all.push_back(e.node);
+        }
     }
+    std::unordered_map<const Node*, size_t> pending;
+    std::vector<Node*> ready, order;
+    for (Node* n : all) {
+        pending[n] = n->bwds().size();
+        if (n->bwds().empty()) ready.push_back(n);
+    }
+    while (!ready.empty()) {
+        Node* n = ready.back();
+        ready.pop_back();
+        order.push_back(n);
+        for (const Edge& e : n->fwds()) {
+            auto p = pending.find(e.node);
+            if (p != pending.end() && --p->second == 0) ready.push_back(e.node);
+        }
+    }
+    return order;
 }
 } // namespace
 
+// The seed's traversal picks what runs (this node, then each descendant once all its
+// parents have run, in this call or an earlier one); the graph engine runs it, as a
+// Graph's forward would: the same checks, and in eval mode the same release of values.
 void Node::forward(const Tensors& data) {
-    updateData(data);
+    std::vector<Node*> order{this};
     fwdVisited = true;
-    traverseForward(*this, [](Node& n) {
-        n.updateData(n.gatherInputs());
-        n.fwdVisited = true; // before the release: n counts as a consumer that has run
-        releaseSpentParents(n);
-    });
+    traverseForward(*this, [&order](Node& n) { order.push_back(&n); });
+    for (Node* n : order) n->fwdVisited = false; // set again as each one runs
+    exec::ForwardOptions options;
+    options.release = !module_->isTrain();
+    exec::forward(
+        order,
+        [this, &data](const Node& n) -> std::optional<Tensors> {
+            if (&n != this) return std::nullopt;
+            return data;
+        },
+        options);
 }
 
 // ---- gradients ------------------------------------------------------------------------
 
+// As forward: the traversal picks the nodes (this one, then each ancestor once all its
+// children have run backward), the engine runs them as a Graph's backward would, skipping
+// nodes no parameter or asked-for gradient needs and releasing spent gradients.
 void Node::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
-    updateGrad(buildOutGrad(grad), updParamGrads, updGrad || !bwds_.empty(), scale, momentum);
+    std::vector<Node*> run{this};
     bwdVisited = true;
-    traverseBackward(*this, [&](Node& n) {
-        n.updateGrad(n.buildOutGrad({}), updParamGrads, updGrad || !n.bwds_.empty(), scale, momentum);
-    });
+    traverseBackward(*this, [&run](Node& n) { run.push_back(&n); });
+    for (Node* n : run) n->bwdVisited = false;
+    std::reverse(run.begin(), run.end()); // parents first, as the engine expects
+    const auto need = exec::needed(ancestorsParentsFirst(*this), updParamGrads, updGrad,
+                                   [](const Node& n) { return !n.module().namedParams().empty(); });
+    exec::backward(
+        run,
+        [this, &grad](const Node& n) -> std::optional<Tensors> {
+            if (&n != this) return std::nullopt;
+            return buildOutGrad(grad);
+        },
+        need, exec::BackwardOptions{updParamGrads, updGrad, scale, momentum, {}});
 }
 
 void Node::updateGrad(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
@@ -231,8 +270,8 @@ Shapes Node::buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) 
                     if (slotShape.rank() == 0) {
                         slotShape = got;
                     } else if (slotShape != got) {
-                        throw ShapeError("gradients of output " + std::to_string(s) + " disagree: " +
-                                         slotShape.str() + " and " + got.str() + " (from " + f.node->str() + ")");
+                        throw ShapeError("gradients of output " + std::to_string(s) + " disagree: " + slotShape.str() +
+                                         " and " + got.str() + " (from " + f.node->str() + ")");
                     }
                 }
                 ++k;

@@ -86,7 +86,11 @@ public:
     void forward(const Tensors& data);
 
     // ---- gradients ----------------------------------------------------------------------
-    /// Back-propagate `grad` from this node through all its ancestors.
+    /// Back-propagate `grad` from this node through its ancestors, each once all its
+    /// children have run backward (in this call or an earlier one). Runs as a Graph's
+    /// backward does: a node computes nothing when neither it nor an ancestor holds
+    /// parameters (with updParamGrads) and no entry gradient is asked for (updGrad), and a
+    /// node's input gradient is released once every parent has taken it.
     void backward(const Tensors& grad, bool updParamGrads = true, bool updGrad = true, float scale = 1.0f,
                   float momentum = 0.0f);
     /// Run the module's backward on `grad`, then hand each parent its part (routeInGrad).

@@ -25,8 +25,7 @@ public:
 
 protected:
     Tensors updateData(const Tensors& data) override;
-    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                         float momentum) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
 };
 
 } // namespace tessera

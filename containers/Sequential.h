@@ -54,8 +54,7 @@ public:
 
 protected:
     Tensors updateData(const Tensors& data) override;
-    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                         float momentum) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
 
 private:
     std::string pathTo(size_t child) const;

@@ -82,9 +82,9 @@ void* CachingAllocator::allocate(size_t bytes) {
             const cudaError_t again = cudaMalloc(&ptr, size);
             if (again != cudaSuccess) {
                 (void)cudaGetLastError();
-                throw BackendError("CUDA device " + std::to_string(device_) + " is out of memory: " +
-                                   std::to_string(size) + " bytes asked for, " + std::to_string(stats_.current) +
-                                   " bytes held by live tensors");
+                throw BackendError("CUDA device " + std::to_string(device_) +
+                                   " is out of memory: " + std::to_string(size) + " bytes asked for, " +
+                                   std::to_string(stats_.current) + " bytes held by live tensors");
             }
         }
         live_[ptr] = {size, size};
@@ -356,8 +356,8 @@ void CudaBackend::activationBackward(const ActivationParams& act, const Tensor& 
         reorder(out, dx);
         return;
     }
-    cudak::activationBackward(static_cast<int>(act.kind), act.alpha, act.beta, fp(x), fp(y), fp(dy), fp(dx),
-                              x.numel(), s());
+    cudak::activationBackward(static_cast<int>(act.kind), act.alpha, act.beta, fp(x), fp(y), fp(dy), fp(dx), x.numel(),
+                              s());
 }
 
 void CudaBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
@@ -395,7 +395,8 @@ struct Axis3 {
 };
 Axis3 axis3(const Tensor& t, const char* op) {
     const Shape& s = t.shape();
-    if (s.rank() != 3) throw ShapeError(std::string("CudaBackend::") + op + ": expects a [O, A, I] view, got " + s.str());
+    if (s.rank() != 3)
+        throw ShapeError(std::string("CudaBackend::") + op + ": expects a [O, A, I] view, got " + s.str());
     return {s[0], s[1], s[2]};
 }
 } // namespace
@@ -488,8 +489,8 @@ Tensor CudaBackend::lrnBackward(const LrnParams& p, const Tensor& xIn, const Ten
     int64_t h = 0, w = 0;
     lrnDims(p, sh, h, w);
     Tensor dx = Tensor::empty(sh, DType::float32, device());
-    cudak::lrnBackward(p.acrossChannels, p.size, p.alpha, p.beta, fp(x), fp(dy), fp(workspace), fp(dx), sh[0], sh[1],
-                       h, w, s());
+    cudak::lrnBackward(p.acrossChannels, p.size, p.alpha, p.beta, fp(x), fp(dy), fp(workspace), fp(dx), sh[0], sh[1], h,
+                       w, s());
     return dx;
 }
 
@@ -536,7 +537,8 @@ void CudaBackend::padBackward(PadMode mode, const std::vector<int64_t>& lo, cons
 void CudaBackend::preluForward(const Tensor& x, const Tensor& slopes, const Tensor& y) {
     const Shape& xs = x.shape();
     const int64_t n = xs[0], c = xs[1];
-    cudak::preluForward(fp(x), fp(slopes), fp(y), n, c, (n * c) != 0 ? xs.numel() / (n * c) : 0, slopes.numel() == 1, s());
+    cudak::preluForward(fp(x), fp(slopes), fp(y), n, c, (n * c) != 0 ? xs.numel() / (n * c) : 0, slopes.numel() == 1,
+                        s());
 }
 
 void CudaBackend::preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx, float scale,

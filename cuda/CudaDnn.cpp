@@ -102,8 +102,8 @@ struct PoolDesc {
 };
 
 // The first result that ran, fits `limit` and uses an allowed math type.
-template <class Perf> ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allowTF32,
-                                               const char* what) {
+template <class Perf>
+ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allowTF32, const char* what) {
     for (int i = 0; i < count; ++i) {
         const Perf& r = results[i];
         if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
@@ -164,9 +164,14 @@ ConvShapes convShapes(const ConvParams& p, const Shape& x, const Shape& y) {
 }
 
 std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, bool tf32) {
-    return keyOf(p.transposed ? "deconv" : "conv",
-                 {ints(p.stride), ints(p.padLo), ints(p.padHi), ints(p.dilation), {static_cast<int>(p.groups), tf32},
-                  ints(cs.in.dims()), ints(w.dims()), ints(cs.out.dims())});
+    return keyOf(p.transposed ? "deconv" : "conv", {ints(p.stride),
+                                                    ints(p.padLo),
+                                                    ints(p.padHi),
+                                                    ints(p.dilation),
+                                                    {static_cast<int>(p.groups), tf32},
+                                                    ints(cs.in.dims()),
+                                                    ints(w.dims()),
+                                                    ints(cs.out.dims())});
 }
 
 } // namespace
@@ -217,16 +222,14 @@ static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle
                                                               &count, fwd));
     prob->fwd = pick(fwd, count, kDefaultWorkspaceLimit, allowTF32, "forward convolution");
     cudnnConvolutionBwdDataAlgoPerf_t bwdData[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    TESSERA_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, prob->filter, prob->out->get(), prob->conv,
-                                                                   prob->in->get(),
-                                                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
-                                                                   bwdData));
+    TESSERA_CUDA_CHECK(
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, prob->filter, prob->out->get(), prob->conv, prob->in->get(),
+                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bwdData));
     prob->bwdData = pick(bwdData, count, kDefaultWorkspaceLimit, allowTF32, "backward-data convolution");
     cudnnConvolutionBwdFilterAlgoPerf_t bwdFilter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    TESSERA_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, prob->in->get(), prob->out->get(),
-                                                                     prob->conv, prob->filter,
-                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-                                                                     bwdFilter));
+    TESSERA_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        handle, prob->in->get(), prob->out->get(), prob->conv, prob->filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        &count, bwdFilter));
     prob->bwdFilter = pick(bwdFilter, count, kDefaultWorkspaceLimit, allowTF32, "backward-weights convolution");
     slot = std::move(prob);
     return *slot;
@@ -295,14 +298,14 @@ void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, co
     const Tensor& in = p.transposed ? dy : x;
     const Tensor& outGrad = p.transposed ? x : dy;
     TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.bwdFilter.math));
-    TESSERA_CUDA_CHECK(cudnnConvolutionBackwardFilter(
-        cudnn_, &scale, c.in->get(), fp(in), c.out->get(), fp(outGrad), c.conv,
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.bwdFilter.algo), workspace(c.bwdFilter.bytes),
-        c.bwdFilter.bytes, &momentum, c.filter, fp(dw)));
+    TESSERA_CUDA_CHECK(
+        cudnnConvolutionBackwardFilter(cudnn_, &scale, c.in->get(), fp(in), c.out->get(), fp(outGrad), c.conv,
+                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.bwdFilter.algo),
+                                       workspace(c.bwdFilter.bytes), c.bwdFilter.bytes, &momentum, c.filter, fp(dw)));
     if (db.defined()) {
         const cudnnTensorDescriptor_t dyDesc = p.transposed ? c.in->get() : c.out->get();
-        TESSERA_CUDA_CHECK(cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dy), &momentum, c.bias->get(),
-                                                        fp(db)));
+        TESSERA_CUDA_CHECK(
+            cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dy), &momentum, c.bias->get(), fp(db)));
     }
 }
 
@@ -324,16 +327,14 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
                                                               &count, fwd, ws, memlimit));
     const ConvProblem::Choice f = pick(fwd, count, memlimit, allowTF32_, "forward convolution");
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(cudnn_, c.filter, fp(w), c.out->get(), fp(out),
-                                                                   c.conv, c.in->get(), fp(in),
-                                                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bd,
-                                                                   ws, memlimit));
+    TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        cudnn_, c.filter, fp(w), c.out->get(), fp(out), c.conv, c.in->get(), fp(in),
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bd, ws, memlimit));
     const ConvProblem::Choice d = pick(bd, count, memlimit, allowTF32_, "backward-data convolution");
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnn_, c.in->get(), fp(in), c.out->get(),
-                                                                     fp(out), c.conv, c.filter, fp(w),
-                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-                                                                     bf, ws, memlimit));
+    TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        cudnn_, c.in->get(), fp(in), c.out->get(), fp(out), c.conv, c.filter, fp(w),
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, bf, ws, memlimit));
     const ConvProblem::Choice g = pick(bf, count, memlimit, allowTF32_, "backward-weights convolution");
     std::lock_guard<std::mutex> lock(dnn_->mutex);
     c.fwd = f;
@@ -349,7 +350,8 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
 namespace {
 
 cudak::Window3 window3(const PoolParams& p, const Shape& x, const Shape& y) {
-    if (x.rank() < 3 || x.rank() > 5) throw ShapeError("CudaBackend: pooling needs 1 to 3 spatial dims, got " + x.str());
+    if (x.rank() < 3 || x.rank() > 5)
+        throw ShapeError("CudaBackend: pooling needs 1 to 3 spatial dims, got " + x.str());
     return element::window3(p, x, y);
 }
 
@@ -435,7 +437,8 @@ void CudaBackend::maxPoolIndices(const PoolParams& p, const Tensor& xIn, const T
 Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, const Tensor& shift, const Tensor& mean,
                                      const Tensor& var, float eps, bool training) {
     const Tensor x = xIn.plain();
-    if (x.shape().rank() < 2) throw ShapeError("CudaBackend::batchNormForward: needs [N, C, ...], got " + x.shape().str());
+    if (x.shape().rank() < 2)
+        throw ShapeError("CudaBackend::batchNormForward: needs [N, C, ...], got " + x.shape().str());
     Tensor y = Tensor::empty(x.shape(), DType::float32, device());
     const float one = 1.0f, zero = 0.0f;
     s();
@@ -446,8 +449,8 @@ Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, con
         // biased variance the interface promises is recovered from the latter.
         Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
         TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
-                                                                  fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift),
-                                                                  1.0, nullptr, nullptr, eps, fp(mean), fp(invstd)));
+                                                                  fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift), 1.0,
+                                                                  nullptr, nullptr, eps, fp(mean), fp(invstd)));
         cudak::varianceFromInvStd(fp(invstd), eps, fp(var), x.shape()[1], s());
     } else {
         TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,

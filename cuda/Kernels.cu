@@ -17,25 +17,23 @@ namespace {
 constexpr int kThreads = 256;
 
 // True when every pointer is 16-byte aligned (float4 loads and stores are allowed).
-template <class... P> bool aligned16(const P*... p) {
-    return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
-}
+template <class... P> bool aligned16(const P*... p) { return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...); }
 
 unsigned blocksFor(int64_t n) {
     const int64_t b = (n + kThreads - 1) / kThreads;
     return static_cast<unsigned>(b < 1 ? 1 : (b > (1 << 20) ? (1 << 20) : b));
 }
 
-#define TESSERA_FOR_EACH(i, n)                                                                      \
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);          \
+#define TESSERA_FOR_EACH(i, n)                                                                                         \
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);                             \
          i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
-#define TESSERA_LAUNCH(kernel, n, stream, ...)                                                      \
-    do {                                                                                            \
-        if ((n) > 0) {                                                                              \
-            kernel<<<blocksFor(n), kThreads, 0, stream>>>(__VA_ARGS__);                             \
-            TESSERA_CUDA_CHECK(cudaGetLastError());                                                 \
-        }                                                                                           \
+#define TESSERA_LAUNCH(kernel, n, stream, ...)                                                                         \
+    do {                                                                                                               \
+        if ((n) > 0) {                                                                                                 \
+            kernel<<<blocksFor(n), kThreads, 0, stream>>>(__VA_ARGS__);                                                \
+            TESSERA_CUDA_CHECK(cudaGetLastError());                                                                    \
+        }                                                                                                              \
     } while (0)
 
 // Sum of `v` over the block, added to *out by thread 0.
@@ -54,12 +52,8 @@ __device__ void blockSumAdd(double v, double* out) {
 
 // ---- fills, random, copies -------------------------------------------------------------
 
-__global__ void fillKernel(float* p, int64_t n, float v) {
-    TESSERA_FOR_EACH(i, n) p[i] = v;
-}
-__global__ void fillIntKernel(int32_t* p, int64_t n, int32_t v) {
-    TESSERA_FOR_EACH(i, n) p[i] = v;
-}
+__global__ void fillKernel(float* p, int64_t n, float v) { TESSERA_FOR_EACH(i, n) p[i] = v; }
+__global__ void fillIntKernel(int32_t* p, int64_t n, int32_t v) { TESSERA_FOR_EACH(i, n) p[i] = v; }
 __global__ void uniformKernel(float* p, int64_t n, float lo, float range, uint64_t seed, uint64_t first) {
     TESSERA_FOR_EACH(i, n) p[i] = lo + range * randomUniform(seed, first + static_cast<uint64_t>(i));
 }
@@ -186,7 +180,8 @@ __host__ __device__ bool backwardReadsX(ActivationKind kind) {
 __global__ void activationBackwardKernel(ActivationKind kind, float alpha, float beta, const float* x, const float* y,
                                          const float* dy, float* dx, int64_t n) {
     const bool readsX = backwardReadsX(kind);
-    TESSERA_FOR_EACH(i, n) dx[i] = activateBackward(kind, alpha, beta, readsX ? x[i] : 0.0f, readsX ? 0.0f : y[i], dy[i]);
+    TESSERA_FOR_EACH(i, n)
+    dx[i] = activateBackward(kind, alpha, beta, readsX ? x[i] : 0.0f, readsX ? 0.0f : y[i], dy[i]);
 }
 __global__ void activationBackwardKernel4(ActivationKind kind, float alpha, float beta, const float4* x,
                                           const float4* y, const float4* dy, float4* dx, int64_t n4) {
@@ -194,10 +189,9 @@ __global__ void activationBackwardKernel4(ActivationKind kind, float alpha, floa
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     TESSERA_FOR_EACH(i, n4) {
         const float4 u = readsX ? x[i] : zero, v = readsX ? zero : y[i], g = dy[i];
-        dx[i] = make_float4(activateBackward(kind, alpha, beta, u.x, v.x, g.x),
-                            activateBackward(kind, alpha, beta, u.y, v.y, g.y),
-                            activateBackward(kind, alpha, beta, u.z, v.z, g.z),
-                            activateBackward(kind, alpha, beta, u.w, v.w, g.w));
+        dx[i] = make_float4(
+            activateBackward(kind, alpha, beta, u.x, v.x, g.x), activateBackward(kind, alpha, beta, u.y, v.y, g.y),
+            activateBackward(kind, alpha, beta, u.z, v.z, g.z), activateBackward(kind, alpha, beta, u.w, v.w, g.w));
     }
 }
 
@@ -384,8 +378,8 @@ __global__ void checkIndicesKernel(const int32_t* idx, int64_t n, int64_t limit,
         if (idx[i] < 0 || idx[i] >= limit) atomicMin(bad, static_cast<unsigned long long>(i));
     }
 }
-__global__ void gatherAxisKernel(const float* x, const int32_t* idx, float* y, int64_t along, int64_t j,
-                                 int64_t inner, int64_t total) {
+__global__ void gatherAxisKernel(const float* x, const int32_t* idx, float* y, int64_t along, int64_t j, int64_t inner,
+                                 int64_t total) {
     TESSERA_FOR_EACH(at, total) {
         const int64_t i = at % inner, o = at / (j * inner);
         y[at] = x[(o * along + idx[at]) * inner + i];
@@ -530,14 +524,18 @@ void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, i
     }
     TESSERA_LAUNCH(axpbyzKernel, n - done, s, alpha, x + done, beta, y + done, z + done, n - done);
 }
-void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) { TESSERA_LAUNCH(mulKernel, n, s, a, b, y, n); }
+void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(mulKernel, n, s, a, b, y, n);
+}
 void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(affineKernel, n, s, x, a, b, y, n);
 }
 void mulChannels(const float* x, const float* m, float* y, int64_t planes, int64_t inner, cudaStream_t s) {
     TESSERA_LAUNCH(mulChannelsKernel, planes * inner, s, x, m, y, planes, inner);
 }
-void castToInt(const float* x, int32_t* y, int64_t n, cudaStream_t s) { TESSERA_LAUNCH(castToIntKernel, n, s, x, y, n); }
+void castToInt(const float* x, int32_t* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(castToIntKernel, n, s, x, y, n);
+}
 void castToFloat(const int32_t* x, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(castToFloatKernel, n, s, x, y, n);
 }
@@ -562,8 +560,8 @@ void activationBackward(int kind, float alpha, float beta, const float* x, const
                        reinterpret_cast<const float4*>(y), reinterpret_cast<const float4*>(dy),
                        reinterpret_cast<float4*>(dx), n / 4);
     }
-    TESSERA_LAUNCH(activationBackwardKernel, n - done, s, k, alpha, beta, x ? x + done : x, y ? y + done : y,
-                   dy + done, dx + done, n - done);
+    TESSERA_LAUNCH(activationBackwardKernel, n - done, s, k, alpha, beta, x ? x + done : x, y ? y + done : y, dy + done,
+                   dx + done, n - done);
 }
 
 void maxPoolForward(const float* x, float* y, int32_t* idx, const Window3& w, int64_t planes, cudaStream_t s) {

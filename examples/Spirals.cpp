@@ -19,7 +19,8 @@ Dataset makeSpirals(int64_t perClass, int classes, float noise, uint64_t seed) {
     for (int c = 0; c < classes; ++c) {
         for (int64_t i = 0; i < perClass; ++i) {
             const float r = static_cast<float>(i) / static_cast<float>(perClass);
-            const float t = 4.0f * r + 2.0944f * static_cast<float>(c) + noise * (randomUniform(seed, counter++) - 0.5f);
+            const float t =
+                4.0f * r + 2.0944f * static_cast<float>(c) + noise * (randomUniform(seed, counter++) - 0.5f);
             const int64_t row = c * perClass + i;
             px[2 * row] = r * std::sin(t);
             px[2 * row + 1] = r * std::cos(t);

@@ -55,15 +55,19 @@ public:
     int64_t i(const std::string& key, int64_t def) const { return has(key) ? i(key) : def; }
     float f(const std::string& key, float def) const {
         if (!has(key)) return def;
-        const BlueprintValue& v = need(key, "a number", [](const BlueprintValue& x) { return isInt(x) || std::holds_alternative<double>(x); });
+        const BlueprintValue& v = need(
+            key, "a number", [](const BlueprintValue& x) { return isInt(x) || std::holds_alternative<double>(x); });
         return isInt(v) ? static_cast<float>(std::get<int64_t>(v)) : static_cast<float>(std::get<double>(v));
     }
     bool b(const std::string& key, bool def) const {
-        return has(key) ? std::get<bool>(need(key, "true or false", [](const BlueprintValue& x) { return std::holds_alternative<bool>(x); })) : def;
+        return has(key) ? std::get<bool>(need(key, "true or false",
+                                              [](const BlueprintValue& x) { return std::holds_alternative<bool>(x); }))
+                        : def;
     }
     std::string s(const std::string& key, const std::string& def) const {
         if (!has(key)) return def;
-        return std::get<std::string>(need(key, "a string", [](const BlueprintValue& x) { return std::holds_alternative<std::string>(x); }));
+        return std::get<std::string>(
+            need(key, "a string", [](const BlueprintValue& x) { return std::holds_alternative<std::string>(x); }));
     }
     std::vector<int64_t> ints(const std::string& key) const {
         const BlueprintValue& v = need(key, "a list of integers", [](const BlueprintValue& x) {
@@ -71,7 +75,9 @@ public:
         });
         return isInt(v) ? std::vector<int64_t>{std::get<int64_t>(v)} : std::get<std::vector<int64_t>>(v);
     }
-    std::vector<int64_t> ints(const std::string& key, std::vector<int64_t> def) const { return has(key) ? ints(key) : def; }
+    std::vector<int64_t> ints(const std::string& key, std::vector<int64_t> def) const {
+        return has(key) ? ints(key) : def;
+    }
     std::vector<float> floats(const std::string& key) const {
         if (!has(key)) return {};
         const BlueprintValue& v = need(key, "a list of numbers", [](const BlueprintValue& x) {
@@ -86,10 +92,10 @@ public:
         return out;
     }
     std::string name() const { return s("name", ""); }
-    InitScheme init(InitScheme def) const { return has("initscheme") ? initSchemeFromString(s("initscheme", "")) : def; }
-    ModuleError error(const std::string& what) const {
-        return ModuleError(where_ + bp_.classname + ": " + what);
+    InitScheme init(InitScheme def) const {
+        return has("initscheme") ? initSchemeFromString(s("initscheme", "")) : def;
     }
+    ModuleError error(const std::string& what) const { return ModuleError(where_ + bp_.classname + ": " + what); }
     const std::string& where() const { return where_; }
 
 private:
@@ -113,36 +119,54 @@ DType dtypeFromString(const Args& a, const std::string& s) {
 }
 
 ConvOptions convOptions(const Args& a) {
-    return {.stride = a.ints("stride", {1}), .pad = a.ints("pad", {0}), .dilation = a.ints("dilation", {1}),
-            .groups = a.i("groups", 1), .useBias = a.b("useBias", true), .initscheme = a.init(InitScheme::xavier),
-            .wscale = a.f("wscale", 1.0f), .name = a.name()};
+    return {.stride = a.ints("stride", {1}),
+            .pad = a.ints("pad", {0}),
+            .dilation = a.ints("dilation", {1}),
+            .groups = a.i("groups", 1),
+            .useBias = a.b("useBias", true),
+            .initscheme = a.init(InitScheme::xavier),
+            .wscale = a.f("wscale", 1.0f),
+            .name = a.name()};
 }
 
 PoolOptions poolOptions(const Args& a) {
-    return {.stride = a.ints("stride", {}), .pad = a.ints("pad", {0}), .includePad = a.b("includePad", true), .name = a.name()};
+    return {.stride = a.ints("stride", {}),
+            .pad = a.ints("pad", {0}),
+            .includePad = a.b("includePad", true),
+            .name = a.name()};
 }
 
-template <class T> ModulePtr conv(const Args& a) { return std::make_shared<T>(a.i("inmaps"), a.i("outmaps"), a.ints("size"), convOptions(a)); }
+template <class T> ModulePtr conv(const Args& a) {
+    return std::make_shared<T>(a.i("inmaps"), a.i("outmaps"), a.ints("size"), convOptions(a));
+}
 template <class T> ModulePtr pool(const Args& a) { return std::make_shared<T>(a.ints("size", {2}), poolOptions(a)); }
 template <class T> ModulePtr batchNorm(const Args& a) {
-    return std::make_shared<T>(a.i("maps"), BatchNormOptions{.epsilon = a.f("epsilon", 1e-5f), .initFactor = a.f("initFactor", 1.0f),
-                                                             .minFactor = a.f("minFactor", 0.1f), .name = a.name()});
+    return std::make_shared<T>(a.i("maps"), BatchNormOptions{.epsilon = a.f("epsilon", 1e-5f),
+                                                             .initFactor = a.f("initFactor", 1.0f),
+                                                             .minFactor = a.f("minFactor", 0.1f),
+                                                             .name = a.name()});
 }
 template <class T> ModulePtr lrn(const Args& a) {
-    return std::make_shared<T>(LRNOptions{.N = a.i("N", 5), .alpha = a.f("alpha", 1e-4f), .beta = a.f("beta", 0.75f),
-                                          .K = a.f("K", 2.0f), .name = a.name()});
+    return std::make_shared<T>(LRNOptions{.N = a.i("N", 5),
+                                          .alpha = a.f("alpha", 1e-4f),
+                                          .beta = a.f("beta", 0.75f),
+                                          .K = a.f("K", 2.0f),
+                                          .name = a.name()});
 }
 template <class T> ModulePtr pad(const Args& a) {
     const std::string mode = a.s("mode", "constant");
     if (mode != "constant" && mode != "reflect") throw a.error("mode must be constant or reflect, got '" + mode + "'");
-    return std::make_shared<T>(a.ints("pad"), PadOptions{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant,
-                                                         .fillValue = a.f("fillValue", 0.0f), .name = a.name()});
+    return std::make_shared<T>(a.ints("pad"),
+                               PadOptions{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant,
+                                          .fillValue = a.f("fillValue", 0.0f),
+                                          .name = a.name()});
 }
 template <class T> ModulePtr upsample(const Args& a) {
     const std::string mode = a.s("mode", "nearest");
     if (mode != "nearest" && mode != "linear") throw a.error("mode must be nearest or linear, got '" + mode + "'");
-    return std::make_shared<T>(a.i("scale", 2), UpsampleOptions{.mode = mode == "linear" ? ResampleMode::linear : ResampleMode::nearest,
-                                                                .name = a.name()});
+    return std::make_shared<T>(
+        a.i("scale", 2),
+        UpsampleOptions{.mode = mode == "linear" ? ResampleMode::linear : ResampleMode::nearest, .name = a.name()});
 }
 
 ModulePtr buildGraph(const Blueprint& bp, const Args& a);
@@ -159,32 +183,54 @@ using Builder = std::function<ModulePtr(const Blueprint&, const Args&)>;
 
 const std::map<std::string, Builder>& table() {
     static const std::map<std::string, Builder> t = {
-        {"Linear", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Linear",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Linear>(a.i("insize"), a.i("outsize"),
-                                             LinearOptions{.wscale = a.f("wscale", 1.0f), .useBias = a.b("useBias", true),
-                                                           .initscheme = a.init(InitScheme::xavier), .name = a.name()});
+                                             LinearOptions{.wscale = a.f("wscale", 1.0f),
+                                                           .useBias = a.b("useBias", true),
+                                                           .initscheme = a.init(InitScheme::xavier),
+                                                           .name = a.name()});
          }},
-        {"Activation", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Activation",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Activation>(activationFromString(a.s("activation", "relu")),
-                                                 ActivationOptions{.slope = a.f("slope", 0.01f), .alpha = a.f("alpha", 1.0f),
-                                                                   .min = a.f("min", 0.0f), .max = a.f("max", 6.0f), .name = a.name()});
+                                                 ActivationOptions{.slope = a.f("slope", 0.01f),
+                                                                   .alpha = a.f("alpha", 1.0f),
+                                                                   .min = a.f("min", 0.0f),
+                                                                   .max = a.f("max", 6.0f),
+                                                                   .name = a.name()});
          }},
         {"SoftMax", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<SoftMax>(a.name()); }},
         {"Flatten", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Flatten>(a.name()); }},
-        {"Reshape", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Reshape>(Shape(a.ints("shape")), a.name()); }},
+        {"Reshape",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Reshape>(Shape(a.ints("shape")), a.name());
+         }},
         {"Identity", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Identity>(a.name()); }},
-        {"Dropout", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Dropout",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Dropout>(DropoutOptions{.p = a.f("p", 0.5f), .name = a.name()});
          }},
-        {"Concat", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Concat>(static_cast<int>(a.i("axis", 1)), a.name()); }},
-        {"Split", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Concat",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Concat>(static_cast<int>(a.i("axis", 1)), a.name());
+         }},
+        {"Split",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Split>(static_cast<int>(a.i("axis")), a.ints("sections"), a.name());
          }},
-        {"Slice", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Slice",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Slice>(static_cast<int>(a.i("axis")), a.i("start"), a.i("end"), a.name());
          }},
-        {"Replicate", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Replicate>(static_cast<int>(a.i("times")), a.name()); }},
-        {"Add", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Add>(a.floats("coefficients"), a.name()); }},
+        {"Replicate",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Replicate>(static_cast<int>(a.i("times")), a.name());
+         }},
+        {"Add",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Add>(a.floats("coefficients"), a.name());
+         }},
         {"Mul", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Mul>(a.name()); }},
         {"Conv1D", [](const Blueprint&, const Args& a) { return conv<Conv1D>(a); }},
         {"Conv2D", [](const Blueprint&, const Args& a) { return conv<Conv2D>(a); }},
@@ -198,64 +244,92 @@ const std::map<std::string, Builder>& table() {
         {"AvgPool1D", [](const Blueprint&, const Args& a) { return pool<AvgPool1D>(a); }},
         {"AvgPool2D", [](const Blueprint&, const Args& a) { return pool<AvgPool2D>(a); }},
         {"AvgPool3D", [](const Blueprint&, const Args& a) { return pool<AvgPool3D>(a); }},
-        {"GlobalAvgPool", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<GlobalAvgPool>(a.name()); }},
-        {"KMaxPool", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"GlobalAvgPool",
+         [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<GlobalAvgPool>(a.name()); }},
+        {"KMaxPool",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<KMaxPool>(a.i("topk"), static_cast<int>(a.i("axis")), a.name());
          }},
-        {"MaxUnpool2D", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"MaxUnpool2D",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              throw a.error("is tied to the MaxPool2D module it inverts and cannot be rebuilt from a blueprint alone");
          }},
         {"BatchNorm1D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm1D>(a); }},
         {"BatchNorm2D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm2D>(a); }},
         {"BatchNorm3D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm3D>(a); }},
-        {"InstanceNorm2D", [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<InstanceNorm2D>(a.i("maps"), InstanceNormOptions{.epsilon = a.f("epsilon", 1e-5f), .name = a.name()});
+        {"InstanceNorm2D",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<InstanceNorm2D>(
+                 a.i("maps"), InstanceNormOptions{.epsilon = a.f("epsilon", 1e-5f), .name = a.name()});
          }},
         {"CrossMapLRN", [](const Blueprint&, const Args& a) { return lrn<CrossMapLRN>(a); }},
         {"MapLRN", [](const Blueprint&, const Args& a) { return lrn<MapLRN>(a); }},
-        {"Dropout2D", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Dropout2D",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Dropout2D>(Dropout2DOptions{.p = a.f("p", 0.5f), .name = a.name()});
          }},
         {"Pad1D", [](const Blueprint&, const Args& a) { return pad<Pad1D>(a); }},
         {"Pad2D", [](const Blueprint&, const Args& a) { return pad<Pad2D>(a); }},
         {"Upsample2D", [](const Blueprint&, const Args& a) { return upsample<Upsample2D>(a); }},
         {"Upsample3D", [](const Blueprint&, const Args& a) { return upsample<Upsample3D>(a); }},
-        {"PRelu", [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<PRelu>(a.i("maps"), PReluOptions{.sharedMaps = a.b("sharedMaps", false),
-                                                                      .init = a.f("init", 0.25f), .name = a.name()});
+        {"PRelu",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<PRelu>(
+                 a.i("maps"),
+                 PReluOptions{.sharedMaps = a.b("sharedMaps", false), .init = a.f("init", 0.25f), .name = a.name()});
          }},
         {"Gelu", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Gelu>(a.name()); }},
-        {"Embedder", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Embedder",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Embedder>(a.i("vocabulary"), a.i("sentlength"), a.i("embsize"),
-                                               EmbedderOptions{.initscheme = a.init(InitScheme::uniform), .wscale = a.f("wscale", 1.0f),
-                                                               .learnable = a.b("learnable", true), .name = a.name()});
+                                               EmbedderOptions{.initscheme = a.init(InitScheme::uniform),
+                                                               .wscale = a.f("wscale", 1.0f),
+                                                               .learnable = a.b("learnable", true),
+                                                               .name = a.name()});
          }},
-        {"GroupLinear", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"GroupLinear",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<GroupLinear>(a.i("groups"), a.i("insize"), a.i("outsize"),
-                                                  GroupLinearOptions{.batchDim = a.i("batchDim", 0), .useBias = a.b("useBias", true),
+                                                  GroupLinearOptions{.batchDim = a.i("batchDim", 0),
+                                                                     .useBias = a.b("useBias", true),
                                                                      .initscheme = a.init(InitScheme::xavier),
-                                                                     .wscale = a.f("wscale", 1.0f), .name = a.name()});
+                                                                     .wscale = a.f("wscale", 1.0f),
+                                                                     .name = a.name()});
          }},
-        {"MulAddConst", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"MulAddConst",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<MulAddConst>(a.f("a", 1.0f), a.f("b", 0.0f), a.name());
          }},
-        {"NoiseInjector", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"NoiseInjector",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              const std::vector<float> p = a.floats("params");
              return std::make_shared<NoiseInjector>(NoiseInjectorOptions{
                  .mode = a.s("mode", "add") == "mul" ? NoiseMode::mul : NoiseMode::add,
                  .noisetype = a.s("noisetype", "uniform") == "gaussian" ? NoiseType::gaussian : NoiseType::uniform,
-                 .param1 = p.size() > 0 ? p[0] : 0.0f, .param2 = p.size() > 1 ? p[1] : 1.0f, .name = a.name()});
+                 .param1 = p.size() > 0 ? p[0] : 0.0f,
+                 .param2 = p.size() > 1 ? p[1] : 1.0f,
+                 .name = a.name()});
          }},
-        {"Transpose", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Transpose>(a.ints("axes"), a.name()); }},
-        {"SwapAxes", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"Transpose",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Transpose>(a.ints("axes"), a.name());
+         }},
+        {"SwapAxes",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<SwapAxes>(a.i("axis1"), a.i("axis2"), a.name());
          }},
-        {"MoveAxis", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<MoveAxis>(a.i("src"), a.i("dst"), a.name()); }},
-        {"Tile", [](const Blueprint&, const Args& a) -> ModulePtr {
+        {"MoveAxis",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<MoveAxis>(a.i("src"), a.i("dst"), a.name());
+         }},
+        {"Tile",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Tile>(static_cast<int>(a.i("axis")), a.i("times"), a.name());
          }},
-        {"Cast", [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Cast>(dtypeFromString(a, a.s("intype", "float32")), dtypeFromString(a, a.s("outtype", "float32")), a.name());
+        {"Cast",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Cast>(dtypeFromString(a, a.s("intype", "float32")),
+                                           dtypeFromString(a, a.s("outtype", "float32")), a.name());
          }},
         {"Sequential", [](const Blueprint& bp, const Args& a) { return container<Sequential>(bp, a); }},
         {"Parallel", [](const Blueprint& bp, const Args& a) { return container<Parallel>(bp, a); }},
@@ -304,7 +378,7 @@ ModulePtr buildModule(const Blueprint& bp, const std::string& where) {
     auto it = t.find(bp.classname);
     if (it == t.end()) {
         throw ModuleError(where + "unknown module class '" + bp.classname + "' (the factory knows " +
-                                    std::to_string(t.size()) + " classes; see factoryClassnames())");
+                          std::to_string(t.size()) + " classes; see factoryClassnames())");
     }
     Args args(bp, where);
     try {

@@ -64,7 +64,8 @@ void writeTensor(hid_t group, const std::string& name, const Tensor& t, const st
 
 void writeIndex(hid_t group, const std::string& name, int64_t index, const std::string& path) {
     Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    Handle set(H5Dcreate2(group, name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    Handle set(H5Dcreate2(group, name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+               H5Dclose);
     if (!set.ok()) throw fileError(path, "cannot create link " + name);
     check(H5Dwrite(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &index), path, "cannot write " + name);
 }
@@ -74,7 +75,8 @@ void writeString(hid_t file, const std::string& name, const std::string& text, c
     H5Tset_size(type.get(), H5T_VARIABLE);
     H5Tset_cset(type.get(), H5T_CSET_UTF8);
     Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    Handle set(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    Handle set(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+               H5Dclose);
     const char* data = text.c_str();
     if (!set.ok()) throw fileError(path, "cannot create " + name);
     check(H5Dwrite(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot write " + name);
@@ -83,12 +85,13 @@ void writeString(hid_t file, const std::string& name, const std::string& text, c
 // The names of a group's members.
 std::vector<std::string> members(hid_t group) {
     std::vector<std::string> names;
-    H5Literate(group, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
-                [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-                    static_cast<std::vector<std::string>*>(out)->push_back(name);
-                    return 0;
-                },
-                &names);
+    H5Literate(
+        group, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
+        [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+            static_cast<std::vector<std::string>*>(out)->push_back(name);
+            return 0;
+        },
+        &names);
     return names;
 }
 
@@ -115,9 +118,12 @@ Stored describe(hid_t file, const std::string& where, const std::string& path) {
     Handle type(H5Dget_type(set.get()), H5Tclose);
     const H5T_class_t cls = H5Tget_class(type.get());
     const size_t size = H5Tget_size(type.get());
-    if (cls == H5T_FLOAT && size == 4) s.dtype = DType::float32;
-    else if (cls == H5T_INTEGER && size == 4) s.dtype = DType::int32;
-    else s.supported = false;
+    if (cls == H5T_FLOAT && size == 4)
+        s.dtype = DType::float32;
+    else if (cls == H5T_INTEGER && size == 4)
+        s.dtype = DType::int32;
+    else
+        s.supported = false;
     return s;
 }
 
@@ -219,7 +225,8 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
         stored.erase(it);
     }
     if (mode == LoadMode::strict) {
-        for (const auto& [name, set] : stored) problems.push_back("parameter " + name + ": in the file but not in the model");
+        for (const auto& [name, set] : stored)
+            problems.push_back("parameter " + name + ": in the file but not in the model");
     }
     // Attributes.
     std::map<std::string, bool> storedAttrs;
@@ -235,10 +242,12 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
         match("attribute", name, t, describe(file.get(), "attrs/" + name, path));
     }
     if (mode == LoadMode::strict) {
-        for (const auto& [name, b] : storedAttrs) problems.push_back("attribute " + name + ": in the file but not in the model");
+        for (const auto& [name, b] : storedAttrs)
+            problems.push_back("attribute " + name + ": in the file but not in the model");
     }
     if (!problems.empty()) {
-        std::string msg = std::to_string(problems.size()) + " mismatch(es) with " + module.str() + "; nothing was loaded:";
+        std::string msg =
+            std::to_string(problems.size()) + " mismatch(es) with " + module.str() + "; nothing was loaded:";
         for (const std::string& p : problems) msg += "\n  " + p;
         throw fileError(path, msg);
     }

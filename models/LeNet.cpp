@@ -30,7 +30,8 @@ std::shared_ptr<Sequential> loadMLP(const std::vector<int64_t>& sizes) {
     auto net = std::make_shared<Sequential>("mlp");
     net->append(std::make_shared<Flatten>("flatten"));
     for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-        net->append(std::make_shared<Linear>(sizes[i], sizes[i + 1], LinearOptions{.name = "fc" + std::to_string(i + 1)}));
+        net->append(
+            std::make_shared<Linear>(sizes[i], sizes[i + 1], LinearOptions{.name = "fc" + std::to_string(i + 1)}));
         if (i + 2 < sizes.size()) {
             net->append(std::make_shared<Activation>(ActivationKind::relu,
                                                      ActivationOptions{.name = "relu" + std::to_string(i + 1)}));

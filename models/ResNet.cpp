@@ -18,10 +18,11 @@ namespace {
 // conv (no bias) -> batch norm [-> relu]
 NodePtr convBn(const NodePtr& x, int64_t in, int64_t out, int64_t size, int64_t stride, const std::string& name,
                bool relu) {
-    auto conv = node(std::make_shared<Conv2D>(in, out, size,
-                                              ConvOptions{.stride = {stride}, .pad = {size / 2}, .useBias = false,
-                                                          .initscheme = InitScheme::he}),
-                     x, name + "_conv");
+    auto conv =
+        node(std::make_shared<Conv2D>(
+                 in, out, size,
+                 ConvOptions{.stride = {stride}, .pad = {size / 2}, .useBias = false, .initscheme = InitScheme::he}),
+             x, name + "_conv");
     auto bn = node(std::make_shared<BatchNorm2D>(out), conv, name + "_bn");
     return relu ? node(std::make_shared<Activation>(ActivationKind::relu), bn, name + "_relu") : bn;
 }

@@ -4,14 +4,14 @@
 
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "modules/Activation.h"
 #include "modules/BatchNormND.h"
 #include "modules/Concat.h"
-#include "modules/Deconv.h"
-#include "modules/Identity.h"
-#include "modules/Activation.h"
 #include "modules/Conv.h"
+#include "modules/Deconv.h"
 #include "modules/Dropout.h"
 #include "modules/Flatten.h"
+#include "modules/Identity.h"
 #include "modules/Linear.h"
 #include "modules/Pool.h"
 
@@ -23,7 +23,8 @@ ModulePtr relu(const std::string& name) {
 }
 
 ModulePtr conv(int64_t in, int64_t out, int64_t size, int64_t stride, int64_t pad, const std::string& name) {
-    return std::make_shared<Conv2D>(in, out, size, ConvOptions{.stride = {stride}, .pad = {pad}, .initscheme = InitScheme::he, .name = name});
+    return std::make_shared<Conv2D>(
+        in, out, size, ConvOptions{.stride = {stride}, .pad = {pad}, .initscheme = InitScheme::he, .name = name});
 }
 } // namespace
 
@@ -128,7 +129,7 @@ NodePtr convBnRelu(const NodePtr& x, int64_t in, int64_t out, int64_t size, int6
 // its channel count.
 struct InceptionUnit {
     const char* name;
-    int64_t mid3, mid33;           ///< 1x1 reductions before the 3x3 and the double-3x3 branches
+    int64_t mid3, mid33;                ///< 1x1 reductions before the 3x3 and the double-3x3 branches
     int64_t out1, out3, out33, outPool; ///< branch outputs (out1 and outPool 0 in reduce units)
     bool reduce, maxPool;
 };
@@ -162,10 +163,10 @@ ModulePtr loadInceptionBN(int64_t classes) {
     x = node(std::make_shared<MaxPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}, .name = "pool2_3x3_s2"}), x,
              "pool2_3x3_s2");
     const InceptionUnit units[] = {
-        {"3a", 64, 64, 64, 64, 96, 32, false, false},      {"3b", 64, 64, 64, 96, 96, 64, false, false},
-        {"3c", 128, 64, 0, 160, 96, 0, true, true},        {"4a", 64, 96, 224, 96, 128, 128, false, false},
-        {"4b", 96, 96, 192, 128, 128, 128, false, false},  {"4c", 128, 128, 160, 160, 160, 128, false, false},
-        {"4d", 128, 160, 96, 192, 192, 128, false, false}, {"4e", 128, 192, 0, 192, 256, 0, true, true},
+        {"3a", 64, 64, 64, 64, 96, 32, false, false},       {"3b", 64, 64, 64, 96, 96, 64, false, false},
+        {"3c", 128, 64, 0, 160, 96, 0, true, true},         {"4a", 64, 96, 224, 96, 128, 128, false, false},
+        {"4b", 96, 96, 192, 128, 128, 128, false, false},   {"4c", 128, 128, 160, 160, 160, 128, false, false},
+        {"4d", 128, 160, 96, 192, 192, 128, false, false},  {"4e", 128, 192, 0, 192, 256, 0, true, true},
         {"5a", 192, 160, 352, 320, 224, 128, false, false}, {"5b", 192, 192, 352, 320, 224, 128, false, true},
     };
     int64_t in = 192;

@@ -6,9 +6,9 @@ namespace tessera {
 
 namespace {
 constexpr std::pair<ActivationKind, const char*> kNames[] = {
-    {ActivationKind::sigmoid, "sigmoid"}, {ActivationKind::tanh, "tanh"}, {ActivationKind::relu, "relu"},
-    {ActivationKind::leakyRelu, "leakyRelu"}, {ActivationKind::elu, "elu"}, {ActivationKind::softPlus, "softPlus"},
-    {ActivationKind::clip, "clip"}, {ActivationKind::gelu, "gelu"}};
+    {ActivationKind::sigmoid, "sigmoid"},     {ActivationKind::tanh, "tanh"}, {ActivationKind::relu, "relu"},
+    {ActivationKind::leakyRelu, "leakyRelu"}, {ActivationKind::elu, "elu"},   {ActivationKind::softPlus, "softPlus"},
+    {ActivationKind::clip, "clip"},           {ActivationKind::gelu, "gelu"}};
 } // namespace
 
 std::string str(ActivationKind kind) {
@@ -35,8 +35,8 @@ Activation::Activation(ActivationKind kind, const ActivationOptions& options)
     case ActivationKind::elu: params_.alpha = options.alpha; break;
     case ActivationKind::clip:
         if (!(options.min < options.max)) {
-            throw ModuleError("Activation clip: min (" + std::to_string(options.min) +
-                                        ") must be below max (" + std::to_string(options.max) + ")");
+            throw ModuleError("Activation clip: min (" + std::to_string(options.min) + ") must be below max (" +
+                              std::to_string(options.max) + ")");
         }
         params_.alpha = options.min;
         params_.beta = options.max;

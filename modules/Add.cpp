@@ -69,9 +69,7 @@ Blueprint Add::blueprint() const {
     return bp;
 }
 
-void Mul::checkDataShape(const Shapes& inShapes) const {
-    requireSameShapes(*this, inShapes, 2);
-}
+void Mul::checkDataShape(const Shapes& inShapes) const { requireSameShapes(*this, inShapes, 2); }
 
 Shapes Mul::dataShapeFrom(const Shapes& inShapes) const { return {inShapes[0]}; }
 

@@ -64,8 +64,8 @@ Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbia
     }
     dscale = Tensor::empty({maps_}, DType::float32, dy.device());
     dbias = Tensor::empty({maps_}, DType::float32, dy.device());
-    return backendOf(dy).batchNormBackward(inData(), dy, getVar("scale")->data, batchMean_, batchVar_,
-                                           options_.epsilon, dscale, dbias);
+    return backendOf(dy).batchNormBackward(inData(), dy, getVar("scale")->data, batchMean_, batchVar_, options_.epsilon,
+                                           dscale, dbias);
 }
 
 // After an eval-mode forward y = scale * (x - mean) / sqrt(var + eps) + bias with the
@@ -84,8 +84,7 @@ void BatchNormND::addParamGrads(const Tensor& dscale, const Tensor& dbias, float
 }
 
 // dy -> dx, dscale, dbias in one primitive; updateGrad alone comes here too.
-Tensors BatchNormND::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                                  float momentum) {
+Tensors BatchNormND::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
     const bool params = updParamGrads && isTrain();
     if (!batchMean_.defined() && !params) return updGrad ? Tensors{evalGrad(grad[0])} : Tensors{};
     Tensor dscale, dbias;

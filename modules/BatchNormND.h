@@ -43,8 +43,7 @@ protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     /// One primitive gives the input and parameter gradients: backward runs it once.
-    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                         float momentum) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
 
 private:
     /// dx, dscale and dbias of the last forward, which ran in train mode (else ModuleError).

@@ -1,7 +1,7 @@
 #include "modules/Blueprint.h"
 
-#include <cstdio>
 #include "backend/Errors.h"
+#include <cstdio>
 
 namespace tessera {
 

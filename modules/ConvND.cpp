@@ -11,13 +11,12 @@ ConvND::ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outm
     : Module(options.name), spatialDims_(spatialDims), inmaps_(inmaps), outmaps_(outmaps), options_(options) {
     const std::string cls = (transposed ? "Deconv" : "Conv") + std::to_string(spatialDims) + "D";
     if (inmaps <= 0 || outmaps <= 0) {
-        throw ModuleError(cls + ": inmaps and outmaps must be positive, got " + std::to_string(inmaps) +
-                                    " and " + std::to_string(outmaps));
+        throw ModuleError(cls + ": inmaps and outmaps must be positive, got " + std::to_string(inmaps) + " and " +
+                          std::to_string(outmaps));
     }
     if (options.groups < 1 || inmaps % options.groups != 0 || outmaps % options.groups != 0) {
-        throw ModuleError(cls + ": groups (" + std::to_string(options.groups) +
-                                    ") must divide inmaps (" + std::to_string(inmaps) + ") and outmaps (" +
-                                    std::to_string(outmaps) + ")");
+        throw ModuleError(cls + ": groups (" + std::to_string(options.groups) + ") must divide inmaps (" +
+                          std::to_string(inmaps) + ") and outmaps (" + std::to_string(outmaps) + ")");
     }
     size_ = spatial::expand(size, spatialDims, cls.c_str(), "size", 1);
     params_.stride = spatial::expand(options.stride, spatialDims, cls.c_str(), "stride", 1);
@@ -28,7 +27,8 @@ ConvND::ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outm
     params_.transposed = transposed;
 
     const int64_t g = options.groups;
-    std::vector<int64_t> w = transposed ? std::vector<int64_t>{inmaps, outmaps / g} : std::vector<int64_t>{outmaps, inmaps / g};
+    std::vector<int64_t> w =
+        transposed ? std::vector<int64_t>{inmaps, outmaps / g} : std::vector<int64_t>{outmaps, inmaps / g};
     int64_t window = 1;
     for (int64_t k : size_) {
         w.push_back(k);
@@ -89,7 +89,7 @@ Shapes ConvND::dataShapeFrom(const Shapes& inShapes) const {
     for (size_t d = 0; d < spatialDims_; ++d) {
         const int64_t span = params_.dilation[d] * (size_[d] - 1) + 1, pads = params_.padLo[d] + params_.padHi[d];
         y.push_back(params_.transposed ? (s[2 + d] - 1) * params_.stride[d] - pads + span
-                                              : (s[2 + d] + pads - span) / params_.stride[d] + 1);
+                                       : (s[2 + d] + pads - span) / params_.stride[d] + 1);
     }
     return {Shape(y)};
 }
@@ -107,7 +107,7 @@ Shapes ConvND::gradShapeFrom(const Shapes& outGradShapes) const {
     for (size_t d = 0; d < spatialDims_; ++d) {
         const int64_t span = params_.dilation[d] * (size_[d] - 1) + 1, pads = params_.padLo[d] + params_.padHi[d];
         in.push_back(params_.transposed ? (g[2 + d] + pads - span) / params_.stride[d] + 1
-                                               : (g[2 + d] - 1) * params_.stride[d] - pads + span);
+                                        : (g[2 + d] - 1) * params_.stride[d] - pads + span);
     }
     return {Shape(in)};
 }

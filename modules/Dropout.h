@@ -7,8 +7,8 @@
 namespace tessera {
 
 struct DropoutOptions {
-    float p = 0.5f;     ///< probability of zeroing an element, in [0, 1)
-    int64_t seed = -1;  ///< -1: drawn from the global generator when built
+    float p = 0.5f;    ///< probability of zeroing an element, in [0, 1)
+    int64_t seed = -1; ///< -1: drawn from the global generator when built
     std::string name = {};
 };
 

@@ -10,10 +10,13 @@
 namespace tessera {
 
 namespace {
-constexpr std::pair<InitScheme, const char*> kNames[] = {
-    {InitScheme::none, "none"},         {InitScheme::xavier, "xavier"},     {InitScheme::xavierUniform, "xavier_uniform"},
-    {InitScheme::xavierNormal, "xavier_normal"}, {InitScheme::he, "he"}, {InitScheme::gaussian, "gaussian"},
-    {InitScheme::uniform, "uniform"}};
+constexpr std::pair<InitScheme, const char*> kNames[] = {{InitScheme::none, "none"},
+                                                         {InitScheme::xavier, "xavier"},
+                                                         {InitScheme::xavierUniform, "xavier_uniform"},
+                                                         {InitScheme::xavierNormal, "xavier_normal"},
+                                                         {InitScheme::he, "he"},
+                                                         {InitScheme::gaussian, "gaussian"},
+                                                         {InitScheme::uniform, "uniform"}};
 } // namespace
 
 std::string str(InitScheme scheme) {

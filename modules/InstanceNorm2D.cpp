@@ -50,8 +50,9 @@ Tensor InstanceNorm2D::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& d
     const Shape planes{1, s[0] * s[1], s[2], s[3]};
     dscale = Tensor::empty({planes[1]}, DType::float32, x.device());
     dbias = Tensor::empty({planes[1]}, DType::float32, x.device());
-    Tensor dx = backendOf(x).batchNormBackward(x.reshape(planes), dy.reshape(planes), tiled(getVar("scale")->data, s[0]),
-                                               mean_, var_, options_.epsilon, dscale, dbias);
+    Tensor dx =
+        backendOf(x).batchNormBackward(x.reshape(planes), dy.reshape(planes), tiled(getVar("scale")->data, s[0]), mean_,
+                                       var_, options_.epsilon, dscale, dbias);
     return dx.plain().reshape(s);
 }
 

@@ -28,8 +28,7 @@ protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     /// One primitive gives the input and parameter gradients: backward runs it once.
-    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                         float momentum) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
 
 private:
     Tensor tiled(const Tensor& perChannel, int64_t n) const;

@@ -24,7 +24,7 @@ ModuleError Module::moduleError(const std::string& what) const { return ModuleEr
 Shapes Module::lastInShapes(const char* what) const {
     if (inData_.empty()) {
         throw moduleError(std::string(what) + " needs the input shapes of a forward; run forward first, or pass them: "
-                          "gradShapeFrom(inShapes, outGradShapes)");
+                                              "gradShapeFrom(inShapes, outGradShapes)");
     }
     return shapesOf(inData_);
 }
@@ -37,7 +37,6 @@ void Module::requireCount(const Shapes& shapes, size_t count, const char* what) 
 }
 
 // ---- forward ------------------------------------------------------------------------
-
 
 Shapes Module::inferDataShape(const Shapes& inShapes) const {
     for (size_t i = 0; i < inShapes.size(); ++i) {

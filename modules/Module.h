@@ -81,8 +81,8 @@ public:
     /// parameter gradients in train mode as `scale * new + momentum * old`.
     Tensor backward(const Tensor& grad, bool updParamGrads = true, bool updGrad = true, float scale = 1.0f,
                     float momentum = 0.0f);
-    const Tensors& backward(const Tensors& grad, bool updParamGrads = true, bool updGrad = true,
-                            float scale = 1.0f, float momentum = 0.0f);
+    const Tensors& backward(const Tensors& grad, bool updParamGrads = true, bool updGrad = true, float scale = 1.0f,
+                            float momentum = 0.0f);
 
     /// The last input, output and input gradient. The single-tensor accessors throw when
     /// the module has a different number of tensors there.
@@ -196,8 +196,7 @@ protected:
     virtual void accGradParams(const Tensors& grad, float scale, float momentum);
     /// The backward step after the checks. Layers keep the default (updateGrad then
     /// accGradParams); containers override it to drive their children.
-    virtual Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                                 float momentum);
+    virtual Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum);
     virtual void setTrain(bool train);
 
     /// A ShapeError prefixed with this module's str().

@@ -28,8 +28,7 @@ protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     /// One backend op gives the input and slope gradients: backward runs it once.
-    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
-                         float momentum) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
 
 private:
     int64_t maps_;

@@ -10,7 +10,7 @@ PadND::PadND(size_t spatialDims, std::vector<int64_t> pad, const PadOptions& opt
     if (pad.size() == 1) pad.assign(2 * spatialDims, pad[0]);
     if (pad.size() != 2 * spatialDims) {
         throw ModuleError(cls + ": pad needs 1 or " + std::to_string(2 * spatialDims) + " values, got " +
-                                    std::to_string(pad.size()));
+                          std::to_string(pad.size()));
     }
     for (size_t d = 0; d < spatialDims; ++d) {
         if (pad[2 * d] < 0 || pad[2 * d + 1] < 0) throw ModuleError(cls + ": pads must not be negative");

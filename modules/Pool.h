@@ -34,7 +34,8 @@ class AvgPool1D : public PoolND {
 public:
     explicit AvgPool1D(std::vector<int64_t> size, const PoolOptions& options = {})
         : PoolND(1, PoolKind::avgWithPad, std::move(size), options) {}
-    explicit AvgPool1D(int64_t size = 2, const PoolOptions& options = {}) : PoolND(1, PoolKind::avgWithPad, {size}, options) {}
+    explicit AvgPool1D(int64_t size = 2, const PoolOptions& options = {})
+        : PoolND(1, PoolKind::avgWithPad, {size}, options) {}
     std::string classname() const override { return "AvgPool1D"; }
 };
 
@@ -42,7 +43,8 @@ class AvgPool2D : public PoolND {
 public:
     explicit AvgPool2D(std::vector<int64_t> size, const PoolOptions& options = {})
         : PoolND(2, PoolKind::avgWithPad, std::move(size), options) {}
-    explicit AvgPool2D(int64_t size = 2, const PoolOptions& options = {}) : PoolND(2, PoolKind::avgWithPad, {size}, options) {}
+    explicit AvgPool2D(int64_t size = 2, const PoolOptions& options = {})
+        : PoolND(2, PoolKind::avgWithPad, {size}, options) {}
     std::string classname() const override { return "AvgPool2D"; }
 };
 
@@ -50,7 +52,8 @@ class AvgPool3D : public PoolND {
 public:
     explicit AvgPool3D(std::vector<int64_t> size, const PoolOptions& options = {})
         : PoolND(3, PoolKind::avgWithPad, std::move(size), options) {}
-    explicit AvgPool3D(int64_t size = 2, const PoolOptions& options = {}) : PoolND(3, PoolKind::avgWithPad, {size}, options) {}
+    explicit AvgPool3D(int64_t size = 2, const PoolOptions& options = {})
+        : PoolND(3, PoolKind::avgWithPad, {size}, options) {}
     std::string classname() const override { return "AvgPool3D"; }
 };
 

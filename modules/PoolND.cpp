@@ -23,8 +23,8 @@ PoolND::PoolND(size_t spatialDims, PoolKind kind, std::vector<int64_t> size, con
     params_.padHi = params_.padLo;
     for (size_t d = 0; d < spatialDims; ++d) {
         if (params_.padLo[d] >= params_.kernel[d]) {
-            throw ModuleError(cls + ": pad (" + std::to_string(params_.padLo[d]) +
-                                        ") must be below the size (" + std::to_string(params_.kernel[d]) + ")");
+            throw ModuleError(cls + ": pad (" + std::to_string(params_.padLo[d]) + ") must be below the size (" +
+                              std::to_string(params_.kernel[d]) + ")");
         }
     }
 }
@@ -137,8 +137,8 @@ PoolParams GlobalAvgPool::paramsFor(const Shape& in) const {
 
 Tensors GlobalAvgPool::updateData(const Tensors& data) {
     Tensor none;
-    return {backendOf(data[0]).poolForward(paramsFor(data[0].shape()), data[0], dataShapeFrom(data[0].shape()),
-                                           false, none)};
+    return {backendOf(data[0]).poolForward(paramsFor(data[0].shape()), data[0], dataShapeFrom(data[0].shape()), false,
+                                           none)};
 }
 
 Tensors GlobalAvgPool::updateGrad(const Tensors& grad) {

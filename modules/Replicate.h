@@ -13,7 +13,9 @@ public:
     std::string classname() const override { return "Replicate"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
 
-    Shapes dataShapeFrom(const Shapes& inShapes) const override { return Shapes(static_cast<size_t>(times_), inShapes[0]); }
+    Shapes dataShapeFrom(const Shapes& inShapes) const override {
+        return Shapes(static_cast<size_t>(times_), inShapes[0]);
+    }
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return {outGradShapes[0]}; }
     /// One input of any shape.
     void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }

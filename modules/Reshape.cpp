@@ -44,9 +44,7 @@ void Reshape::checkDataShape(const Shapes& inShapes) const {
     }
 }
 
-Shapes Reshape::dataShapeFrom(const Shapes& inShapes) const {
-    return {resolve(inShapes[0])};
-}
+Shapes Reshape::dataShapeFrom(const Shapes& inShapes) const { return {resolve(inShapes[0])}; }
 
 Shapes Reshape::gradShapeFrom(const Shapes& outGradShapes) const {
     Shape in = lastInShapes("gradShapeFrom")[0];

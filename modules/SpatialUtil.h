@@ -14,14 +14,14 @@ namespace tessera::spatial {
 inline std::vector<int64_t> expand(const std::vector<int64_t>& v, size_t dims, const char* cls, const char* what,
                                    int64_t min) {
     if (v.size() != 1 && v.size() != dims) {
-        throw ModuleError(std::string(cls) + ": " + what + " needs 1 or " + std::to_string(dims) +
-                                    " values, got " + std::to_string(v.size()));
+        throw ModuleError(std::string(cls) + ": " + what + " needs 1 or " + std::to_string(dims) + " values, got " +
+                          std::to_string(v.size()));
     }
     std::vector<int64_t> out = v.size() == 1 ? std::vector<int64_t>(dims, v[0]) : v;
     for (int64_t x : out) {
         if (x < min) {
-            throw ModuleError(std::string(cls) + ": " + what + " must be at least " + std::to_string(min) +
-                                        ", got " + std::to_string(x));
+            throw ModuleError(std::string(cls) + ": " + what + " must be at least " + std::to_string(min) + ", got " +
+                              std::to_string(x));
         }
     }
     return out;

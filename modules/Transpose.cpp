@@ -67,18 +67,21 @@ Tensors AxisPermutation::updateGrad(const Tensors& grad) {
 
 // ---- Transpose --------------------------------------------------------------------------
 
-Transpose::Transpose(std::vector<int64_t> axes, std::string name) : AxisPermutation(std::move(name)), axes_(std::move(axes)) {
+Transpose::Transpose(std::vector<int64_t> axes, std::string name)
+    : AxisPermutation(std::move(name)), axes_(std::move(axes)) {
     std::vector<int64_t> sorted = axes_;
     std::sort(sorted.begin(), sorted.end());
     for (size_t i = 0; i < sorted.size(); ++i) {
         if (sorted[i] != static_cast<int64_t>(i)) {
             throw ModuleError("Transpose: axes " + Shape(axes_).str() + " are not a permutation of 0.." +
-                                        std::to_string(static_cast<int64_t>(axes_.size()) - 1));
+                              std::to_string(static_cast<int64_t>(axes_.size()) - 1));
         }
     }
 }
 
-std::vector<int64_t> Transpose::permFor(size_t rank) const { return rank == axes_.size() ? axes_ : std::vector<int64_t>{}; }
+std::vector<int64_t> Transpose::permFor(size_t rank) const {
+    return rank == axes_.size() ? axes_ : std::vector<int64_t>{};
+}
 std::string Transpose::rankNeeded() const { return "rank " + std::to_string(axes_.size()); }
 
 Blueprint Transpose::blueprint() const {
@@ -102,7 +105,8 @@ std::vector<int64_t> SwapAxes::permFor(size_t rank) const {
 }
 
 std::string SwapAxes::rankNeeded() const {
-    return "rank above " + std::to_string(std::max(axis1_ < 0 ? -axis1_ - 1 : axis1_, axis2_ < 0 ? -axis2_ - 1 : axis2_));
+    return "rank above " +
+           std::to_string(std::max(axis1_ < 0 ? -axis1_ - 1 : axis1_, axis2_ < 0 ? -axis2_ - 1 : axis2_));
 }
 
 Blueprint SwapAxes::blueprint() const {
@@ -114,7 +118,8 @@ Blueprint SwapAxes::blueprint() const {
 
 // ---- MoveAxis ---------------------------------------------------------------------------
 
-MoveAxis::MoveAxis(int64_t src, int64_t dst, std::string name) : AxisPermutation(std::move(name)), src_(src), dst_(dst) {}
+MoveAxis::MoveAxis(int64_t src, int64_t dst, std::string name)
+    : AxisPermutation(std::move(name)), src_(src), dst_(dst) {}
 
 std::vector<int64_t> MoveAxis::permFor(size_t rank) const {
     const int64_t s = position(src_, rank), d = position(dst_, rank);

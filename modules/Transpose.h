@@ -8,8 +8,8 @@ namespace tessera {
 /// The shared part: y = x with dims permuted by `permFor(rank)`; dx is dy permuted back.
 class AxisPermutation : public Module {
 public:
-    using Module::Module;
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    using Module::Module;
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     void checkDataShape(const Shapes& inShapes) const override;

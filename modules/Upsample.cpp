@@ -8,7 +8,7 @@ UpsampleND::UpsampleND(size_t spatialDims, int64_t scale, const UpsampleOptions&
     : Module(options.name), spatialDims_(spatialDims), scale_(scale), options_(options) {
     if (scale < 1) {
         throw ModuleError("Upsample" + std::to_string(spatialDims) + "D: scale must be at least 1, got " +
-                                    std::to_string(scale));
+                          std::to_string(scale));
     }
 }
 
@@ -25,7 +25,8 @@ void UpsampleND::checkGradShape(const Shapes& outGradShapes) const {
     const Shape& s = outGradShapes[0];
     bool ok = s.rank() == spatialDims_ + 2;
     for (size_t d = 0; ok && d < spatialDims_; ++d) ok = s[2 + d] % scale_ == 0;
-    if (!ok) throw shapeError("gradient " + s.str() + " has spatial dims that do not divide by " + std::to_string(scale_));
+    if (!ok)
+        throw shapeError("gradient " + s.str() + " has spatial dims that do not divide by " + std::to_string(scale_));
 }
 
 Shapes UpsampleND::dataShapeFrom(const Shapes& inShapes) const {

@@ -109,8 +109,8 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
     forward(); // leave the module's state as it was for the unperturbed inputs
     if (checked == 0) return ::testing::AssertionFailure() << module.str() << ": no element was checked";
     if (failed) {
-        return ::testing::AssertionFailure() << module.str() << ": " << failed << " of " << checked
-                                             << " gradient elements differ" << failures.str();
+        return ::testing::AssertionFailure()
+               << module.str() << ": " << failed << " of " << checked << " gradient elements differ" << failures.str();
     }
     return ::testing::AssertionSuccess() << checked << " elements checked";
 }
@@ -198,8 +198,8 @@ MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device) {
 
 ::testing::AssertionResult within10Percent(const char* what, int64_t planned, int64_t measured) {
     const double ratio = static_cast<double>(planned) / static_cast<double>(measured);
-    std::printf("%-14s planned %10.3f MiB, measured %10.3f MiB (%.3f)\n", what, static_cast<double>(planned) / 1048576.0,
-                static_cast<double>(measured) / 1048576.0, ratio);
+    std::printf("%-14s planned %10.3f MiB, measured %10.3f MiB (%.3f)\n", what,
+                static_cast<double>(planned) / 1048576.0, static_cast<double>(measured) / 1048576.0, ratio);
     if (measured > 0 && std::fabs(ratio - 1.0) <= 0.10) return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure() << what << ": planned " << planned << " bytes, measured " << measured;
 }

@@ -25,6 +25,8 @@ packages=(
   python3-h5py
   # tools/bundle.sh: relocatable tarballs (RUNPATHs of the copied libraries, xz).
   patchelf xz-utils
+  # The lint.formatted test checks the tree against .clang-format.
+  clang-format
   # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.
   dataset-fashion-mnist
 )

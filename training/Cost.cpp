@@ -28,7 +28,9 @@ CostResult Cost::operator()(const Tensors& pred, const Tensors& target) {
     return r;
 }
 
-CostResult Cost::operator()(const Tensor& pred, const Tensor& target) { return (*this)(Tensors{pred}, Tensors{target}); }
+CostResult Cost::operator()(const Tensor& pred, const Tensor& target) {
+    return (*this)(Tensors{pred}, Tensors{target});
+}
 
 double Cost::validate(const Tensors& pred, const Tensors& target) {
     checkInputs(pred, target);

@@ -11,7 +11,7 @@ CrossEntropy::CrossEntropy(const CrossEntropyOptions& options) : options_(option
     if (!options.weights.empty()) {
         if (options.maxlabels && static_cast<int64_t>(options.weights.size()) != options.maxlabels) {
             throw ModuleError("CrossEntropy: " + std::to_string(options.weights.size()) +
-                                        " class weights for maxlabels " + std::to_string(options.maxlabels));
+                              " class weights for maxlabels " + std::to_string(options.maxlabels));
         }
         weights_ = Tensor::fromVector({static_cast<int64_t>(options.weights.size())}, options.weights);
     }

@@ -8,8 +8,8 @@
 namespace tessera {
 
 struct CrossEntropyOptions {
-    int64_t maxlabels = 0;            ///< 0: the score dim decides; else scores must have this many classes
-    std::vector<float> weights = {};  ///< per-class weights of the error (empty: all 1)
+    int64_t maxlabels = 0;           ///< 0: the score dim decides; else scores must have this many classes
+    std::vector<float> weights = {}; ///< per-class weights of the error (empty: all 1)
 };
 
 /// scores: [N, C, ...] float32 (logits), labels: [N, ...] int32 in [0, C). The error is

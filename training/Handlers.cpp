@@ -42,12 +42,13 @@ public:
         const int64_t tenth = std::max<int64_t>(1, b.batches / 10);
         if (!tty_ && !last && (b.batch + 1) % tenth != 0) return;
         const double rate = b.seconds > 0 ? static_cast<double>(b.samples) / b.seconds : 0.0;
-        const double left = rate > 0 ? (b.seconds / static_cast<double>(b.batch + 1)) * static_cast<double>(b.batches - b.batch - 1) : 0.0;
+        const double left =
+            rate > 0 ? (b.seconds / static_cast<double>(b.batch + 1)) * static_cast<double>(b.batches - b.batch - 1)
+                     : 0.0;
         std::fprintf(out_, "%s%s epoch %lld%s batch %lld/%lld  loss %.4f  %.0f samples/s  %s %.1fs%s", tty_ ? "\r" : "",
-                     what_, static_cast<long long>(b.epoch + 1),
-                     epochs ? ("/" + std::to_string(epochs)).c_str() : "", static_cast<long long>(b.batch + 1),
-                     static_cast<long long>(b.batches), b.meanError, rate, last ? "took" : "left",
-                     last ? b.seconds : left, tty_ && !last ? "   " : "\n");
+                     what_, static_cast<long long>(b.epoch + 1), epochs ? ("/" + std::to_string(epochs)).c_str() : "",
+                     static_cast<long long>(b.batch + 1), static_cast<long long>(b.batches), b.meanError, rate,
+                     last ? "took" : "left", last ? b.seconds : left, tty_ && !last ? "   " : "\n");
         std::fflush(out_);
     }
 
@@ -68,7 +69,8 @@ Tensor gatherBatch(const Tensor& data, const std::vector<int64_t>& order, int64_
     const auto* src = static_cast<const char*>(data.raw());
     auto* dst = static_cast<char*>(batch.raw());
     for (int64_t i = begin; i < end; ++i) {
-        std::memcpy(dst + static_cast<size_t>(i - begin) * row, src + static_cast<size_t>(order[static_cast<size_t>(i)]) * row, row);
+        std::memcpy(dst + static_cast<size_t>(i - begin) * row,
+                    src + static_cast<size_t>(order[static_cast<size_t>(i)]) * row, row);
     }
     return device.isCpu() ? batch : batch.to(device);
 }
@@ -87,7 +89,8 @@ double Trainer::train(const Tensor& data, const Tensor& targets) {
         // Fisher-Yates on the counter-based generator: the same order for a seed and epoch.
         const uint64_t seed = randomBits(options_.seed, static_cast<uint64_t>(epoch_));
         for (int64_t i = n - 1; i > 0; --i) {
-            const auto j = static_cast<int64_t>(randomBits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(i + 1));
+            const auto j =
+                static_cast<int64_t>(randomBits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(i + 1));
             std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
         }
     }
@@ -125,7 +128,8 @@ double Trainer::train(const Tensor& data, const Tensor& targets) {
 
 // ---- Validator ----------------------------------------------------------------------------
 
-Validator::Validator(Module& net, Cost& cost, const HandlerOptions& options) : net_(net), cost_(cost), options_(options) {}
+Validator::Validator(Module& net, Cost& cost, const HandlerOptions& options)
+    : net_(net), cost_(cost), options_(options) {}
 
 double Validator::validate(const Tensor& data, const Tensor& targets) {
     checkSet("Validator", data, &targets, options_.batchsize);

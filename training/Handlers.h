@@ -26,11 +26,11 @@ struct BatchInfo {
 
 struct HandlerOptions {
     int64_t batchsize = 128;
-    bool shuffle = true;   ///< Trainer: a fresh random order each epoch
-    uint64_t seed = 0;     ///< of the order
-    bool progress = true;  ///< a progress line on `out`
+    bool shuffle = true;  ///< Trainer: a fresh random order each epoch
+    uint64_t seed = 0;    ///< of the order
+    bool progress = true; ///< a progress line on `out`
     std::FILE* out = stderr;
-    Device device = {};    ///< where batches go
+    Device device = {}; ///< where batches go
 };
 
 /// One training pass = for each batch: forward, cost, zeroed gradients, backward,

@@ -40,7 +40,7 @@ IdxArray readIdx(const std::string& path) {
         char buf[16];
         std::snprintf(buf, sizeof buf, "0x%02x%02x%02x%02x", magic[0], magic[1], magic[2], magic[3]);
         throw IoError("IDX file " + path + ": bad magic number " + buf +
-                                 ", expected 0x000008nn (unsigned bytes, nn = 1 to 4 dims)");
+                      ", expected 0x000008nn (unsigned bytes, nn = 1 to 4 dims)");
     }
     IdxArray a;
     size_t count = 1;
@@ -54,7 +54,7 @@ IdxArray readIdx(const std::string& path) {
     a.data.resize(count);
     if (!readAll(f.get(), a.data.data(), count)) {
         throw IoError("IDX file " + path + ": truncated; the header promises " + std::to_string(count) +
-                                 " bytes of data");
+                      " bytes of data");
     }
     return a;
 }
@@ -65,8 +65,7 @@ std::string findFile(const std::string& dir, const std::string& name) {
         if (std::filesystem::exists(candidate)) return candidate;
     }
     throw IoError("data set file " + dir + "/" + name + "[.gz] not found" +
-                             (dir == kFashionMnistDir ? " (install Debian's dataset-fashion-mnist: tools/setup.sh does)"
-                                                      : ""));
+                  (dir == kFashionMnistDir ? " (install Debian's dataset-fashion-mnist: tools/setup.sh does)" : ""));
 }
 } // namespace
 
@@ -78,14 +77,15 @@ ImageSet loadMnistFormat(const std::string& dir, const std::string& split, int64
     if (images.dims.size() != 3) throw IoError("IDX file " + imagesPath + ": expected 3 dims (N, rows, cols)");
     if (labels.dims.size() != 1) throw IoError("IDX file " + labelsPath + ": expected 1 dim (N)");
     if (images.dims[0] != labels.dims[0]) {
-        throw IoError("data set " + dir + " (" + split + "): " + std::to_string(images.dims[0]) +
-                                 " images but " + std::to_string(labels.dims[0]) + " labels");
+        throw IoError("data set " + dir + " (" + split + "): " + std::to_string(images.dims[0]) + " images but " +
+                      std::to_string(labels.dims[0]) + " labels");
     }
     const int64_t n = limit > 0 ? std::min(limit, images.dims[0]) : images.dims[0];
     const int64_t rows = images.dims[1], cols = images.dims[2];
     ImageSet set{Tensor::empty({n, 1, rows, cols}), Tensor::empty({n}, DType::int32)};
     float* px = set.images.data<float>();
-    for (int64_t i = 0; i < n * rows * cols; ++i) px[i] = static_cast<float>(images.data[static_cast<size_t>(i)]) / 255.0f;
+    for (int64_t i = 0; i < n * rows * cols; ++i)
+        px[i] = static_cast<float>(images.data[static_cast<size_t>(i)]) / 255.0f;
     int32_t* pl = set.labels.data<int32_t>();
     for (int64_t i = 0; i < n; ++i) pl[i] = labels.data[static_cast<size_t>(i)];
     return set;

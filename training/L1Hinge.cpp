@@ -31,7 +31,8 @@ CostResult L1Hinge::compute(const Tensors& pred, const Tensors& target) {
             throw error("label " + std::to_string(label) + " at position " + std::to_string(i) + " is not 0 or 1");
         }
         double dist = 0;
-        for (int64_t k = 0; k < d; ++k) dist += std::fabs(a[static_cast<size_t>(i * d + k)] - b[static_cast<size_t>(i * d + k)]);
+        for (int64_t k = 0; k < d; ++k)
+            dist += std::fabs(a[static_cast<size_t>(i * d + k)] - b[static_cast<size_t>(i * d + k)]);
         float coef = 0.0f; // d error / d dist
         if (label == 1) {
             sum += dist;
@@ -49,7 +50,8 @@ CostResult L1Hinge::compute(const Tensors& pred, const Tensors& target) {
         }
     }
     return {sum / static_cast<double>(n),
-            {Tensor::fromVector(pred[0].shape(), ga, pred[0].device()), Tensor::fromVector(pred[1].shape(), gb, pred[1].device())}};
+            {Tensor::fromVector(pred[0].shape(), ga, pred[0].device()),
+             Tensor::fromVector(pred[1].shape(), gb, pred[1].device())}};
 }
 
 } // namespace tessera

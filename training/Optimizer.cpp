@@ -89,19 +89,28 @@ void Optimizer::zeroGradParams() {
 
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr) {
     std::unique_ptr<Optimizer> opt;
-    if (name == "sgd") opt = std::make_unique<SGD>();
-    else if (name == "momentum") opt = std::make_unique<MomentumSGD>();
-    else if (name == "nesterov") opt = std::make_unique<NesterovSGD>();
-    else if (name == "adam") opt = std::make_unique<Adam>();
-    else if (name == "adagrad") opt = std::make_unique<AdaGrad>();
-    else if (name == "adadelta") opt = std::make_unique<AdaDelta>();
-    else if (name == "rmsprop") opt = std::make_unique<RMSProp>();
-    else if (name == "rmspropgraves") opt = std::make_unique<RMSPropGraves>();
-    else if (name == "smorms3") opt = std::make_unique<SMORMS3>();
+    if (name == "sgd")
+        opt = std::make_unique<SGD>();
+    else if (name == "momentum")
+        opt = std::make_unique<MomentumSGD>();
+    else if (name == "nesterov")
+        opt = std::make_unique<NesterovSGD>();
+    else if (name == "adam")
+        opt = std::make_unique<Adam>();
+    else if (name == "adagrad")
+        opt = std::make_unique<AdaGrad>();
+    else if (name == "adadelta")
+        opt = std::make_unique<AdaDelta>();
+    else if (name == "rmsprop")
+        opt = std::make_unique<RMSProp>();
+    else if (name == "rmspropgraves")
+        opt = std::make_unique<RMSPropGraves>();
+    else if (name == "smorms3")
+        opt = std::make_unique<SMORMS3>();
     else {
         throw ModuleError("unknown optimizer '" + name +
-                                    "'; expected one of: sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, "
-                                    "rmspropgraves, smorms3");
+                          "'; expected one of: sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, "
+                          "rmspropgraves, smorms3");
     }
     if (lr >= 0) opt->setLearnRate(lr);
     return opt;

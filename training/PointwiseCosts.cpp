@@ -6,7 +6,8 @@ void PointwiseCost::checkInputs(const Tensors& pred, const Tensors& target) cons
     requireCounts(pred, target, 1);
     if (target[0].dtype() != DType::float32) throw error("expects float32 targets, got " + str(target[0].dtype()));
     if (pred[0].shape() != target[0].shape()) {
-        throw error("prediction " + pred[0].shape().str() + " and target " + target[0].shape().str() + " differ in shape");
+        throw error("prediction " + pred[0].shape().str() + " and target " + target[0].shape().str() +
+                    " differ in shape");
     }
     if (kind_ == CostKind::klDivergence && pred[0].shape().rank() < 2) {
         throw error("expects scores [N, C, ...], got " + pred[0].shape().str());

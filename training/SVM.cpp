@@ -10,7 +10,8 @@ void SVM::checkInputs(const Tensors& pred, const Tensors& target) const {
     if (s.rank() != 2) throw error("expects scores [N, C], got " + s.str());
     if (target[0].dtype() != DType::int32) throw error("expects int32 labels, got " + str(target[0].dtype()));
     if (target[0].shape() != Shape{s[0]}) {
-        throw error("scores " + s.str() + " need labels [" + std::to_string(s[0]) + "], got " + target[0].shape().str());
+        throw error("scores " + s.str() + " need labels [" + std::to_string(s[0]) + "], got " +
+                    target[0].shape().str());
     }
 }
 

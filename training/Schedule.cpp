@@ -7,13 +7,12 @@
 
 namespace tessera {
 
-StepSchedule::StepSchedule(float base, int64_t stepSize, float gamma) : base_(base), stepSize_(stepSize), gamma_(gamma) {
+StepSchedule::StepSchedule(float base, int64_t stepSize, float gamma)
+    : base_(base), stepSize_(stepSize), gamma_(gamma) {
     if (stepSize < 1) throw ModuleError("StepSchedule: stepSize must be at least 1, got " + std::to_string(stepSize));
 }
 
-float StepSchedule::at(int64_t epoch) const {
-    return base_ * std::pow(gamma_, static_cast<float>(epoch / stepSize_));
-}
+float StepSchedule::at(int64_t epoch) const { return base_ * std::pow(gamma_, static_cast<float>(epoch / stepSize_)); }
 
 float ExponentialSchedule::at(int64_t epoch) const { return base_ * std::pow(gamma_, static_cast<float>(epoch)); }
 

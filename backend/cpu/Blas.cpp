@@ -29,9 +29,9 @@ void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, co
                          " does not give C " + C.shape().str());
     }
     cpu::openBlas().sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-                static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
-                A.data<float>(), static_cast<blasint>(A.shape()[1]), B.data<float>(),
-                static_cast<blasint>(B.shape()[1]), beta, C.data<float>(), static_cast<blasint>(N));
+                          static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
+                          A.data<float>(), static_cast<blasint>(A.shape()[1]), B.data<float>(),
+                          static_cast<blasint>(B.shape()[1]), beta, C.data<float>(), static_cast<blasint>(N));
 }
 
 // row: [M], y: [N, M]

@@ -98,8 +98,8 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
     e.bdW = Staged(dpd.weights_desc());
     e.bdDiffSrc = dpd.diff_src_desc();
 
-    typename BwdWeights::primitive_desc wpd(typename BwdWeights::desc(alg, src, wts, b, dst, st, dil, pl, pr),
-                                            engine(), fpd);
+    typename BwdWeights::primitive_desc wpd(typename BwdWeights::desc(alg, src, wts, b, dst, st, dil, pl, pr), engine(),
+                                            fpd);
     e.bwdWeights = BwdWeights(wpd);
     e.bwSrc = Staged(wpd.src_desc());
     e.bwDiffDst = Staged(wpd.diff_dst_desc());
@@ -172,10 +172,11 @@ void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const
         return *buf;
     };
     dnnl::memory diffW = direct && e.bwDiffW == e.plainW ? memOf(e.plainW, dw) : buffer(e.diffWBuffer, e.bwDiffW);
-    dnnl::memory diffB = !db.defined() ? dnnl::memory() : direct ? memOf(e.plainB, db) : buffer(e.diffBBuffer, e.plainB);
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, e.bwSrc.from(x)},
-                                                  {DNNL_ARG_DIFF_DST, e.bwDiffDst.from(dy)},
-                                                  {DNNL_ARG_DIFF_WEIGHTS, diffW}};
+    dnnl::memory diffB = !db.defined() ? dnnl::memory()
+                         : direct      ? memOf(e.plainB, db)
+                                       : buffer(e.diffBBuffer, e.plainB);
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, e.bwSrc.from(x)}, {DNNL_ARG_DIFF_DST, e.bwDiffDst.from(dy)}, {DNNL_ARG_DIFF_WEIGHTS, diffW}};
     if (db.defined()) args[DNNL_ARG_DIFF_BIAS] = diffB;
     checkDnnl("convolution_backward_weights::execute", [&] { e.bwdWeights.execute(stream(), args); });
     if (diffW.get_data_handle() != dw.raw()) {

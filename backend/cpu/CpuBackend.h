@@ -37,14 +37,13 @@ public:
     void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
     void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
     void activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) override;
-    void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y,
-                            const Tensor& dy, const Tensor& dx) override;
+    void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
+                            const Tensor& dx) override;
 
     void softmaxForward(const Tensor& x, const Tensor& y) override;
     void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
 
-    void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask,
-                        const Tensor& y) override;
+    void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) override;
     void fillBytes(const Tensor& t, unsigned char byte) override;
     void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
                       double& error, int64_t& correct) override;

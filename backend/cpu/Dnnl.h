@@ -25,17 +25,17 @@ template <class F> auto checkDnnl(const char* call, F&& f) -> decltype(f()) {
     try {
         return f();
     } catch (const dnnl::error& e) {
-        throw BackendError(std::string("oneDNN: ") + call + " failed: " + e.what() +
-                           " (status " + std::to_string(static_cast<int>(e.status)) + ")");
+        throw BackendError(std::string("oneDNN: ") + call + " failed: " + e.what() + " (status " +
+                           std::to_string(static_cast<int>(e.status)) + ")");
     }
 }
 
 /// A plain (row-major) f32 memory descriptor.
 inline dnnl::memory::desc plainDesc(const std::vector<int64_t>& dims) {
-    static const dnnl::memory::format_tag tags[] = {
-        dnnl::memory::format_tag::a,    dnnl::memory::format_tag::a,     dnnl::memory::format_tag::ab,
-        dnnl::memory::format_tag::abc,  dnnl::memory::format_tag::abcd,  dnnl::memory::format_tag::abcde,
-        dnnl::memory::format_tag::abcdef};
+    static const dnnl::memory::format_tag tags[] = {dnnl::memory::format_tag::a,     dnnl::memory::format_tag::a,
+                                                    dnnl::memory::format_tag::ab,    dnnl::memory::format_tag::abc,
+                                                    dnnl::memory::format_tag::abcd,  dnnl::memory::format_tag::abcde,
+                                                    dnnl::memory::format_tag::abcdef};
     if (dims.empty() || dims.size() > 6) throw BackendError("oneDNN: unsupported rank " + std::to_string(dims.size()));
     return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tags[dims.size()]);
 }

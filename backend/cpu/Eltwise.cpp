@@ -20,7 +20,8 @@ struct EltwiseAlgs {
 
 EltwiseAlgs algsOf(ActivationKind kind) {
     switch (kind) {
-    case ActivationKind::sigmoid: return {algorithm::eltwise_logistic, algorithm::eltwise_logistic_use_dst_for_bwd, true};
+    case ActivationKind::sigmoid:
+        return {algorithm::eltwise_logistic, algorithm::eltwise_logistic_use_dst_for_bwd, true};
     case ActivationKind::tanh: return {algorithm::eltwise_tanh, algorithm::eltwise_tanh_use_dst_for_bwd, true};
     case ActivationKind::relu: return {algorithm::eltwise_relu, algorithm::eltwise_relu_use_dst_for_bwd, true};
     case ActivationKind::leakyRelu: return {algorithm::eltwise_relu, algorithm::eltwise_relu, false};
@@ -40,8 +41,8 @@ dnnl::memory::desc viewOf(const Tensor& t) {
 }
 
 std::vector<int64_t> keyOf(const ActivationParams& act, const dnnl::memory::desc& md) {
-    std::vector<int64_t> key = {static_cast<int64_t>(act.kind), dnnl_util::keyOf(act.alpha),
-                                dnnl_util::keyOf(act.beta), static_cast<int64_t>(md.get_size())};
+    std::vector<int64_t> key = {static_cast<int64_t>(act.kind), dnnl_util::keyOf(act.alpha), dnnl_util::keyOf(act.beta),
+                                static_cast<int64_t>(md.get_size())};
     const auto d = md.dims();
     key.insert(key.end(), d.begin(), d.end());
     return key;

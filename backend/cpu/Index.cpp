@@ -17,7 +17,8 @@ struct Axis3 {
 
 Axis3 dimsOf(const Tensor& t, const char* op) {
     const Shape& s = t.shape();
-    if (s.rank() != 3) throw ShapeError(std::string("CpuBackend::") + op + ": expects a [O, A, I] view, got " + s.str());
+    if (s.rank() != 3)
+        throw ShapeError(std::string("CpuBackend::") + op + ": expects a [O, A, I] view, got " + s.str());
     return {s[0], s[1], s[2]};
 }
 
@@ -53,7 +54,7 @@ void CpuBackend::scatterAddAxis(const Tensor& src, const Tensor& idx, const Tens
     const int32_t* pi = idx.data<int32_t>();
     float* pd = dst.data<float>();
     for (int64_t i = 0; i < idx.numel(); ++i) checkIndex("scatterAddAxis", pi[i], ds.along);
-    // Parallel over outer slices only: indices may repeat within one.
+        // Parallel over outer slices only: indices may repeat within one.
 #pragma omp parallel for if (idx.numel() > kParallelMin)
     for (int64_t o = 0; o < is.outer; ++o)
         for (int64_t j = 0; j < is.along; ++j)
@@ -106,7 +107,7 @@ void CpuBackend::scatterAddRows(const Tensor& src, const Tensor& idx, float scal
     const int32_t* pi = idx.data<int32_t>();
     float* pt = table.data<float>();
     for (int64_t i = 0; i < m; ++i) checkIndex("scatterAddRows", pi[i], v);
-    // Rows may repeat, so split the work over columns, not rows.
+        // Rows may repeat, so split the work over columns, not rows.
 #pragma omp parallel for if (m * d > kParallelMin)
     for (int64_t c = 0; c < d; ++c)
         for (int64_t i = 0; i < m; ++i) pt[pi[i] * d + c] += scale * ps[i * d + c];

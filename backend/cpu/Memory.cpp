@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
-#include <string>
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -86,14 +86,13 @@ void freeHost(void* ptr, size_t bytes, Device) {
 
 void raisePeak(size_t live) {
     size_t peak = peakBytes.load(std::memory_order_relaxed);
-    while (live > peak && !peakBytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
-    }
+    while (live > peak && !peakBytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {}
 }
 
 void requireSameNumel(const char* op, const Tensor& a, const Tensor& b) {
     if (a.numel() != b.numel()) {
-        throw ShapeError(std::string("CpuBackend::") + op + ": " + a.shape().str() + " and " +
-                         b.shape().str() + " differ in size");
+        throw ShapeError(std::string("CpuBackend::") + op + ": " + a.shape().str() + " and " + b.shape().str() +
+                         " differ in size");
     }
 }
 } // namespace
@@ -127,7 +126,8 @@ void CpuBackend::copyStrided(const Tensor& src, int64_t srcOffset, int64_t srcSt
                              int64_t dstOffset, int64_t dstStride, int64_t rows, int64_t width) {
     if (src.dtype() != dst.dtype()) throw ShapeError("CpuBackend::copyStrided: dtypes differ");
     if (rows <= 0 || width <= 0) return;
-    const int64_t srcEnd = srcOffset + (rows - 1) * srcStride + width, dstEnd = dstOffset + (rows - 1) * dstStride + width;
+    const int64_t srcEnd = srcOffset + (rows - 1) * srcStride + width,
+                  dstEnd = dstOffset + (rows - 1) * dstStride + width;
     if (srcOffset < 0 || dstOffset < 0 || srcEnd > src.numel() || dstEnd > dst.numel()) {
         throw ShapeError("CpuBackend::copyStrided: block out of range of " + src.shape().str() + " or " +
                          dst.shape().str());

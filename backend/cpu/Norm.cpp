@@ -109,8 +109,8 @@ const LrnEntry& lrnEntry(const LrnParams& p, const Tensor& x) {
     static PrimitiveCache<LrnEntry> cache;
     return cache.get(lrnKey(p, x), [&] {
         return checkDnnl("lrn_forward", [&] {
-            dnnl::lrn_forward::desc d(dnnl::prop_kind::forward_training, lrnAlg(p), descOf(x), p.size, p.alpha,
-                                      p.beta, p.k);
+            dnnl::lrn_forward::desc d(dnnl::prop_kind::forward_training, lrnAlg(p), descOf(x), p.size, p.alpha, p.beta,
+                                      p.k);
             dnnl::lrn_forward::primitive_desc pd(d, engine());
             return LrnEntry{pd, dnnl::lrn_forward(pd)};
         });

@@ -39,7 +39,8 @@ std::string libraryPath() {
     if (const char* env = std::getenv("TESSERA_OPENBLAS_LIBRARY"); env && *env) return env;
     std::error_code ec;
     const std::filesystem::path dir = ownDirectory();
-    if (!dir.empty() && std::filesystem::exists(dir / "libopenblas.so.0", ec)) return (dir / "libopenblas.so.0").string();
+    if (!dir.empty() && std::filesystem::exists(dir / "libopenblas.so.0", ec))
+        return (dir / "libopenblas.so.0").string();
     return TESSERA_OPENBLAS_LIBRARY;
 }
 

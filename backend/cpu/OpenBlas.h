@@ -13,8 +13,8 @@
 
 namespace tessera::cpu {
 
-using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
-                         const float*, blasint, const float*, blasint, float, float*, blasint);
+using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float, const float*,
+                         blasint, const float*, blasint, float, float*, blasint);
 
 struct OpenBlas {
     SgemmFn sgemm = nullptr;

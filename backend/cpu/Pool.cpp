@@ -195,8 +195,7 @@ void maxPoolBlockedForward(const element::Window3& w, int64_t planes, const floa
 /// dx <- dy routed to each window's argmax; the windows do not overlap, so each position
 /// is written once, and only positions no window covers need zeroing first.
 template <int B>
-void maxPoolBlockedBackward(const element::Window3& w, int64_t planes, const float* dy, const uint8_t* arg,
-                            float* dx) {
+void maxPoolBlockedBackward(const element::Window3& w, int64_t planes, const float* dy, const uint8_t* arg, float* dx) {
     constexpr int Q = B / 4;
     const int64_t inPlane = w.in[0] * w.in[1] * w.in[2], outPlane = w.out[0] * w.out[1] * w.out[2];
     bool tiled = true;
@@ -221,7 +220,9 @@ void maxPoolBlockedBackward(const element::Window3& w, int64_t planes, const flo
 }
 
 /// Bytes of the own loop's argmax for output `y`: one per element, padding lanes included.
-size_t argmaxBytes(const Shape& y, Layout layout) { return Tensor::storageBytes(y, DType::float32, layout) / sizeof(float); }
+size_t argmaxBytes(const Shape& y, Layout layout) {
+    return Tensor::storageBytes(y, DType::float32, layout) / sizeof(float);
+}
 
 /// Planes ([N, C/B]) of a blocked tensor of shape `s`.
 int64_t blockedPlanes(const Shape& s, Layout layout) {

@@ -28,8 +28,8 @@ const ResampleEntry& resampleForwardEntry(ResampleMode mode, const Shape& x, con
     static PrimitiveCache<ResampleEntry> cache;
     return cache.get(pairKey(static_cast<int64_t>(mode), x, y), [&] {
         return checkDnnl("resampling_forward", [&] {
-            dnnl::resampling_forward::desc d(dnnl::prop_kind::forward_training, resampleAlg(mode),
-                                             plainDesc(x.dims()), plainDesc(y.dims()));
+            dnnl::resampling_forward::desc d(dnnl::prop_kind::forward_training, resampleAlg(mode), plainDesc(x.dims()),
+                                             plainDesc(y.dims()));
             dnnl::resampling_forward::primitive_desc pd(d, engine());
             return ResampleEntry{pd, dnnl::resampling_forward(pd)};
         });

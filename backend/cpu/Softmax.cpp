@@ -48,7 +48,8 @@ void CpuBackend::softmaxForward(const Tensor& x, const Tensor& y) {
     const auto& prims = forwardPrims(dims);
     auto md = prims.fwdPd.src_desc();
     checkDnnl("softmax_forward::execute", [&] {
-        prims.fwd.execute(stream(), {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
+        prims.fwd.execute(stream(),
+                          {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
     });
 }
 

@@ -42,7 +42,8 @@ void CpuBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const 
         const int64_t offset = i / inner * c * inner + i % inner;
         const int32_t y = pl[i];
         bool hit = false;
-        err += element::crossEntropy(ps + offset, y, pw ? pw[y] : 1.0f, pg ? pg + offset : nullptr, c, inner, norm, hit);
+        err +=
+            element::crossEntropy(ps + offset, y, pw ? pw[y] : 1.0f, pg ? pg + offset : nullptr, c, inner, norm, hit);
         hits += hit;
     }
     error = err / static_cast<double>(samples);

@@ -22,7 +22,7 @@ int main() {
 
     manualSeed(1);
     auto net = loadLeNet();
-    net->to(gpu);                             // parameters and attributes
+    net->to(gpu); // parameters and attributes
     Adam adam(1e-3f);
     adam.setupOn(*net, /*useGlobalState=*/true); // after the move: state beside the parameters
 

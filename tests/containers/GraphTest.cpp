@@ -1,12 +1,11 @@
+#include "containers/Graph.h"
 #include "GradCheck.h"
 #include "backend/Backend.h"
-#include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/Concat.h"
-#include "modules/Add.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
 #include "modules/Split.h"
@@ -57,7 +56,7 @@ TEST(Graph, GradientThroughDiamondWithFanOut) {
     manualSeed(2);
     auto x = node(std::make_shared<Identity>("data"));
     auto h = node(linear(5, 4, "h"), x);
-    auto t = node(tanhAct(), h, "t");              // h fans out to t and to the Add
+    auto t = node(tanhAct(), h, "t"); // h fans out to t and to the Add
     auto u = node(linear(4, 4, "u"), t);
     auto sum = node(std::make_shared<Add>(std::vector<float>{1.0f, 0.5f}), {u, h}, "sum");
     Graph g({x}, {sum});
@@ -142,8 +141,11 @@ TEST(Graph, TwoInputsTwoOutputs) {
     EXPECT_TRUE(checkShapes(g, {randomTensor({2, 3}, 1), randomTensor({2, 4}, 2)}));
     EXPECT_TRUE(checkGradients(g, {randomTensor({2, 3}, 1), randomTensor({2, 4}, 2)}));
     EXPECT_TRUE(throwsShapeError([&] { g(Tensors{randomTensor({2, 3}, 1)}); }, {"expects 2 input tensors, got 1"}));
-    EXPECT_TRUE(throwsShapeError([&] { g(Tensors{randomTensor({2, 3}, 1), Tensor::zeros({2, 4}, DType::int32)}); },
-                                 {"input b", "int32"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            g(Tensors{randomTensor({2, 3}, 1), Tensor::zeros({2, 4}, DType::int32)});
+        },
+        {"input b", "int32"}));
 }
 
 TEST(Graph, NestedGraphInSequentialInGraph) {
@@ -196,6 +198,39 @@ TEST(Graph, NodeApiForwardAndBackwardTraversal) {
     EXPECT_EQ(a->str(), "a (Linear)");
 }
 
+// The PuzzleLib doors run through the graph engine: the same values, the same release in
+// eval mode, the same skipping of nodes nothing needs and release of spent gradients.
+TEST(Graph, NodeDoorsRunLikeTheGraph) {
+    manualSeed(9);
+    auto x = node(std::make_shared<Identity>("data"));
+    auto a = node(linear(3, 3, "a"), x);
+    auto t = node(tanhAct(), x, "t");
+    auto sum = node(std::make_shared<Add>(), {a, t}, "sum");
+    Graph g({x}, {sum});
+    Tensor in = randomTensor({2, 3}, 1), dy = randomTensor({2, 3}, 2);
+
+    g.evalMode();
+    const std::vector<float> expected = g(in).toVector<float>();
+    for (Node* n : g.order()) n->reset();
+    x->forward({in});
+    EXPECT_TRUE(allClose(sum->module().data(), expected));
+    for (const NodePtr& n : {x, a, t}) EXPECT_TRUE(n->module().dataList().empty()) << n->str() << " kept its value";
+
+    g.trainMode();
+    g(in);
+    g.backward(dy, /*updParamGrads=*/true, /*updGrad=*/false);
+    const std::vector<float> graphW = g.getByName("a").getVar("W")->grad.toVector<float>();
+    EXPECT_TRUE(t->module().gradList().empty()); // tanh: no parameters, nothing upstream needs it
+    g.reset();
+    x->forward({in});
+    sum->backward({dy}, /*updParamGrads=*/true, /*updGrad=*/false);
+    EXPECT_TRUE(allClose(a->module().getVar("W")->grad, graphW));
+    EXPECT_TRUE(t->module().gradList().empty()); // skipped through the door too
+    EXPECT_TRUE(x->module().gradList().empty()); // no input gradient was asked for
+    EXPECT_TRUE(sum->module().gradList().empty()) << "the sum's input gradients outlived their use";
+    EXPECT_TRUE(sum->bwdVisited && a->bwdVisited && t->bwdVisited && x->bwdVisited);
+}
+
 // ---- every GraphError ------------------------------------------------------------------
 
 ::testing::AssertionResult throwsGraphError(const std::function<void()>& f, const std::vector<std::string>& parts) {
@@ -204,7 +239,8 @@ TEST(Graph, NodeApiForwardAndBackwardTraversal) {
     } catch (const GraphError& e) {
         const std::string msg = e.what();
         for (const std::string& p : parts) {
-            if (msg.find(p) == std::string::npos) return ::testing::AssertionFailure() << "\"" << msg << "\" lacks " << p;
+            if (msg.find(p) == std::string::npos)
+                return ::testing::AssertionFailure() << "\"" << msg << "\" lacks " << p;
         }
         return ::testing::AssertionSuccess();
     }
@@ -236,7 +272,11 @@ TEST(Graph, ErrorInputLeadsNowhere) {
     auto x = node(std::make_shared<Identity>("data"));
     auto unused = node(std::make_shared<Identity>("unused"));
     auto a = node(std::make_shared<Identity>("a"), x);
-    EXPECT_TRUE(throwsGraphError([&] { Graph({x, unused}, {a}); }, {"input unused (Identity) does not lead to any output"}));
+    EXPECT_TRUE(throwsGraphError(
+        [&] {
+            Graph({x, unused}, {a});
+        },
+        {"input unused (Identity) does not lead to any output"}));
 }
 
 TEST(Graph, ErrorDuplicateNames) {
@@ -251,8 +291,11 @@ TEST(Graph, ErrorDuplicateNames) {
 TEST(Graph, ErrorSlotOutOfRange) {
     auto x = node(std::make_shared<Identity>("data"));
     auto split = node(std::make_shared<Split>(1, std::vector<int64_t>{1, 1}), x, "split");
-    EXPECT_TRUE(throwsGraphError([&] { node(std::make_shared<Identity>("c"), Parent{split, 2}); },
-                                 {"c (Identity)", "split (Split) has 2 output(s); slot 2 is out of range"}));
+    EXPECT_TRUE(throwsGraphError(
+        [&] {
+            node(std::make_shared<Identity>("c"), Parent{split, 2});
+        },
+        {"c (Identity)", "split (Split) has 2 output(s); slot 2 is out of range"}));
     EXPECT_TRUE(throwsGraphError([&] { node(std::make_shared<Identity>("c"), Parent{x, -1}); }, {"slot -1"}));
 }
 
@@ -287,9 +330,9 @@ TEST(Graph, BadShapesInTheMiddleNameEveryPath) {
     auto x = node(std::make_shared<Identity>("data"));
     auto fc1 = node(linear(8, 16, "fc1"), x);
     auto act = node(relu("act1"), fc1);
-    auto fc2 = node(linear(12, 4, "fc2"), act);     // wrong: gets 16 features
-    auto after = node(relu("act2"), fc2);           // below the failure: skipped
-    auto side = node(linear(9, 4, "side"), x);      // wrong too, on another branch
+    auto fc2 = node(linear(12, 4, "fc2"), act); // wrong: gets 16 features
+    auto after = node(relu("act2"), fc2);       // below the failure: skipped
+    auto side = node(linear(9, 4, "side"), x);  // wrong too, on another branch
     auto sum = node(std::make_shared<Add>(), {after, side}, "sum");
     Graph g({x}, {sum}, "net");
     try {
@@ -299,7 +342,8 @@ TEST(Graph, BadShapesInTheMiddleNameEveryPath) {
         const std::string msg = e.what();
         EXPECT_NE(msg.find("2 node(s) fail shape checking"), std::string::npos) << msg;
         EXPECT_NE(msg.find("data -> fc1 -> act1 -> fc2: Linear 'fc2': expects input [N, 12], got [32, 16]"),
-                  std::string::npos) << msg;
+                  std::string::npos)
+            << msg;
         EXPECT_NE(msg.find("data -> side: Linear 'side': expects input [N, 9], got [32, 8]"), std::string::npos) << msg;
         EXPECT_EQ(msg.find("act2"), std::string::npos) << msg;
     }
@@ -325,8 +369,16 @@ TEST(Graph, GradShapeMismatchNamesTheNode) {
     auto fc = node(linear(4, 3, "fc"), x);
     Graph g({x}, {fc});
     g.dataShapeFrom(Shape{2, 4});
-    EXPECT_TRUE(throwsShapeError([&] { g.gradShapeFrom(Shape{2, 5}); }, {"data -> fc", "output gradient [2, 5]", "[2, 3]"}));
-    EXPECT_TRUE(throwsShapeError([&] { g.gradShapeFrom(Shapes{Shape{2, 3}, Shape{2, 3}}); }, {"expects 1 output-gradient"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            g.gradShapeFrom(Shape{2, 5});
+        },
+        {"data -> fc", "output gradient [2, 5]", "[2, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            g.gradShapeFrom(Shapes{Shape{2, 3}, Shape{2, 3}});
+        },
+        {"expects 1 output-gradient"}));
 }
 
 // ---- deep graphs ------------------------------------------------------------------------
@@ -403,9 +455,16 @@ TEST(Parallel, Shape) {
 TEST(Parallel, BadInput) {
     Parallel par("par");
     par.append(linear(3, 2, "l")).append(tanhAct());
-    EXPECT_TRUE(throwsShapeError([&] { par(Tensors{randomTensor({2, 3}, 1)}); }, {"Parallel 'par'", "expects 2 input"}));
-    EXPECT_TRUE(throwsShapeError([&] { par(Tensors{randomTensor({2, 4}, 1), randomTensor({2, 4}, 1)}); },
-                                 {"branch 0 'l'", "[N, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            par(Tensors{randomTensor({2, 3}, 1)});
+        },
+        {"Parallel 'par'", "expects 2 input"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            par(Tensors{randomTensor({2, 4}, 1), randomTensor({2, 4}, 1)});
+        },
+        {"branch 0 'l'", "[N, 3]"}));
     EXPECT_TRUE(throwsModuleError([&] { Parallel()(Tensors{randomTensor({2, 4}, 1)}); }, {"is empty"}));
 }
 

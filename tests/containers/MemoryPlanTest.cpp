@@ -50,8 +50,9 @@ TEST(MemoryPlan, PlannedPeaksMatchTheAllocatorWithinTenPercent) {
 // Views cost nothing and eval mode releases values: a plan of a small Sequential by hand.
 TEST(MemoryPlan, CountsViewsAndKeptValues) {
     Sequential net("net");
-    net.append(std::make_shared<Flatten>()).append(std::make_shared<Linear>(12, 5)).append(
-        std::make_shared<Activation>(ActivationKind::relu));
+    net.append(std::make_shared<Flatten>())
+        .append(std::make_shared<Linear>(12, 5))
+        .append(std::make_shared<Activation>(ActivationKind::relu));
     const MemoryPlan plan = planMemory(net, {{4, 3, 2, 2}});
     const int64_t value = 4 * 5 * sizeof(float); // Linear's and ReLU's outputs; Flatten is a view
     EXPECT_EQ(plan.inference, 2 * value);        // a Sequential keeps its values in eval mode too

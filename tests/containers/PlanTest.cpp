@@ -170,8 +170,8 @@ TEST(Plan, NodeForwardReleasesLikeTheGraphInEvalMode) {
         xs[i] = keep;
         const double numeric = (up - down) / (2.0 * eps);
         if (std::abs(numeric - analytic[i]) > 2e-3 + 2e-2 * std::abs(numeric)) {
-            return ::testing::AssertionFailure() << m.str() << ": dx[" << i << "] = " << analytic[i]
-                                                 << ", the eval-mode derivative is " << numeric;
+            return ::testing::AssertionFailure()
+                   << m.str() << ": dx[" << i << "] = " << analytic[i] << ", the eval-mode derivative is " << numeric;
         }
     }
     return ::testing::AssertionSuccess();

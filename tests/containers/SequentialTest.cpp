@@ -1,5 +1,5 @@
-#include "GradCheck.h"
 #include "containers/Sequential.h"
+#include "GradCheck.h"
 #include "modules/Activation.h"
 #include "modules/Dropout.h"
 #include "modules/Flatten.h"
@@ -59,9 +59,11 @@ TEST(Sequential, BadShapeNamesThePath) {
     net->append(std::make_shared<Linear>(10, 20, LinearOptions{.name = "fc1"}))
         .append(std::make_shared<Activation>(ActivationKind::relu))
         .append(std::make_shared<Linear>(30, 5, LinearOptions{.name = "fc2"}));
-    EXPECT_TRUE(throwsShapeError([&] { net->dataShapeFrom(Shape{4, 10}); },
-                                 {"Sequential 'net'", "input -> fc1 -> 1 -> fc2", "Linear 'fc2'", "[N, 30]",
-                                  "got [4, 20]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            net->dataShapeFrom(Shape{4, 10});
+        },
+        {"Sequential 'net'", "input -> fc1 -> 1 -> fc2", "Linear 'fc2'", "[N, 30]", "got [4, 20]"}));
     EXPECT_TRUE(throwsShapeError([&] { (*net)(randomTensor({4, 10}, 1)); }, {"input -> fc1 -> 1 -> fc2"}));
     EXPECT_TRUE(throwsShapeError([&] { (*net)(randomTensor({4, 11}, 1)); }, {"input -> fc1:", "got [4, 11]"}));
     EXPECT_TRUE(throwsModuleError([&] { Sequential().dataShapeFrom(Shape{1, 2}); }, {"is empty"}));

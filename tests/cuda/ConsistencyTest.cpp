@@ -68,10 +68,10 @@ bool selfCheck() {
 }
 Device testDevice() { return selfCheck() ? Device::cpu() : Device::cuda(0); }
 
-#define REQUIRE_DEVICE()                                                                  \
-    do {                                                                                  \
-        if (!selfCheck() && cudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";     \
-        setCudaAllowTF32(false);                                                          \
+#define REQUIRE_DEVICE()                                                                                               \
+    do {                                                                                                               \
+        if (!selfCheck() && cudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";                                  \
+        setCudaAllowTF32(false);                                                                                       \
     } while (0)
 
 // max |a - b| / (1 + max |b|), over the elements in row-major order.
@@ -188,7 +188,8 @@ void runCase(const Case& c) {
             EXPECT_LE(relDiff(pg[i].second->grad, pc[i].second->grad), c.tol) << "gradient of " << pc[i].first;
         }
     }
-    if (c.gradNormTol > 0) std::printf("%s: parameter gradients differ by at most %.2e (norm)\n", c.name.c_str(), worstNorm);
+    if (c.gradNormTol > 0)
+        std::printf("%s: parameter gradients differ by at most %.2e (norm)\n", c.name.c_str(), worstNorm);
 }
 
 template <class M, class... A> std::function<ModulePtr()> make(A... args) {
@@ -200,12 +201,15 @@ TEST(CudaConsistency, EveryModule) {
     const std::vector<Case> cases = {
         {"Linear", make<Linear>(6, 5), {{4, 6}}},
         {"Linear no bias", make<Linear>(6, 5, LinearOptions{.useBias = false}), {{3, 6}}},
-        {"Conv1D", make<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
+        {"Conv1D",
+         make<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
          {{2, 2, 11}}},
         {"Conv2D", make<Conv2D>(3, 8, 3, ConvOptions{.stride = {2}, .pad = {1}}), {{2, 3, 9, 9}}},
-        {"Conv2D 3x1 no bias", make<Conv2D>(3, 6, std::vector<int64_t>{3, 1}, ConvOptions{.useBias = false}),
+        {"Conv2D 3x1 no bias",
+         make<Conv2D>(3, 6, std::vector<int64_t>{3, 1}, ConvOptions{.useBias = false}),
          {{2, 3, 7, 5}}},
-        {"Conv2D groups dilation", make<Conv2D>(4, 8, 3, ConvOptions{.pad = {2}, .dilation = {2}, .groups = 4}),
+        {"Conv2D groups dilation",
+         make<Conv2D>(4, 8, 3, ConvOptions{.pad = {2}, .dilation = {2}, .groups = 4}),
          {{2, 4, 8, 8}}},
         {"Conv3D", make<Conv3D>(2, 3, 2), {{2, 2, 4, 5, 4}}},
         {"Deconv1D", make<Deconv1D>(4, 2, 3, ConvOptions{.stride = {2}}), {{2, 4, 6}}},
@@ -216,7 +220,8 @@ TEST(CudaConsistency, EveryModule) {
         {"MaxPool3D", make<MaxPool3D>(2), {{1, 2, 4, 4, 4}}},
         {"AvgPool1D", make<AvgPool1D>(2), {{2, 3, 8}}},
         {"AvgPool2D with pad", make<AvgPool2D>(3, PoolOptions{.stride = {1}, .pad = {1}}), {{2, 3, 6, 6}}},
-        {"AvgPool2D without pad", make<AvgPool2D>(3, PoolOptions{.stride = {1}, .pad = {1}, .includePad = false}),
+        {"AvgPool2D without pad",
+         make<AvgPool2D>(3, PoolOptions{.stride = {1}, .pad = {1}, .includePad = false}),
          {{2, 3, 6, 6}}},
         {"AvgPool3D", make<AvgPool3D>(2), {{1, 2, 4, 4, 4}}},
         {"GlobalAvgPool", make<GlobalAvgPool>(), {{2, 3, 5, 5}}},
@@ -243,7 +248,8 @@ TEST(CudaConsistency, EveryModule) {
         {"Dropout2D", make<Dropout2D>(Dropout2DOptions{.p = 0.3f}), {{2, 5, 3, 3}}},
         {"NoiseInjector", make<NoiseInjector>(NoiseInjectorOptions{}), {{4, 6}}},
         {"Pad1D", make<Pad1D>(std::vector<int64_t>{1, 2}, PadOptions{.fillValue = 3.0f}), {{2, 3, 5}}},
-        {"Pad2D reflect", make<Pad2D>(std::vector<int64_t>{1, 2, 0, 1}, PadOptions{.mode = PadMode::reflect}),
+        {"Pad2D reflect",
+         make<Pad2D>(std::vector<int64_t>{1, 2, 0, 1}, PadOptions{.mode = PadMode::reflect}),
          {{2, 3, 4, 5}}},
         {"Upsample2D nearest", make<Upsample2D>(2), {{2, 3, 3, 4}}},
         {"Upsample2D linear", make<Upsample2D>(3, UpsampleOptions{.mode = ResampleMode::linear}), {{2, 3, 3, 4}}},
@@ -271,7 +277,12 @@ TEST(CudaConsistency, EveryModule) {
         // flip, and the gradient jumps there. The H100 differed from the CPU by as much
         // (0.84% max on the input gradient, 2.4% max on layer1_1_a_conv.W), while its
         // outputs agreed to 2e-3. A wrong kernel moves these by far more than 3%.
-        {"ResNet-18 (CIFAR)", [] { return loadResNet(18, ResNetStem::cifar, 10); }, {{2, 3, 32, 32}}, 2e-3, 0, true,
+        {"ResNet-18 (CIFAR)",
+         [] { return loadResNet(18, ResNetStem::cifar, 10); },
+         {{2, 3, 32, 32}},
+         2e-3,
+         0,
+         true,
          3e-2},
     };
     for (const Case& c : cases) runCase(c);
@@ -310,8 +321,10 @@ TEST(CudaConsistency, GradientCheckOnTheDevice) {
         {"InstanceNorm2D", make<InstanceNorm2D>(3), {2, 3, 3, 4}, {}, -2.0f, 2.0f},
         {"MaxPool2D", make<MaxPool2D>(2), {2, 2, 6, 6}, pool, -4.0f, 4.0f},
         {"AvgPool2D", make<AvgPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}}), {2, 2, 7, 7}, pool},
-        {"CrossMapLRN", [] { return ModulePtr(std::make_shared<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.5f})); },
-         {2, 5, 4, 4}, {}},
+        {"CrossMapLRN",
+         [] { return ModulePtr(std::make_shared<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.5f})); },
+         {2, 5, 4, 4},
+         {}},
         {"SoftMax", make<SoftMax>(), {3, 5}, {}, -2.0f, 2.0f},
         {"Activation tanh", make<Activation>(ActivationKind::tanh), {3, 4}, {}},
         {"Activation relu", make<Activation>(ActivationKind::relu), {3, 4}, relu},
@@ -398,7 +411,11 @@ TEST(CudaConsistency, EveryCost) {
     const std::vector<CostCase> cases = {
         {"CrossEntropy", [] { return std::make_unique<CrossEntropy>(); }, {6, 5}, {6}, 5},
         {"CrossEntropy dense weighted",
-         [] { return std::make_unique<CrossEntropy>(CrossEntropyOptions{.weights = {1, 2, 0.5f}}); }, {2, 3, 4}, {2, 4},
+         [] {
+             return std::make_unique<CrossEntropy>(CrossEntropyOptions{.weights = {1, 2, 0.5f}});
+         },
+         {2, 3, 4},
+         {2, 4},
          3},
         {"MSE", [] { return std::make_unique<MSE>(); }, {4, 3}, {4, 3}, 0},
         {"Abs", [] { return std::make_unique<Abs>(); }, {4, 3}, {4, 3}, 0},

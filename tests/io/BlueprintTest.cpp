@@ -50,7 +50,8 @@ using namespace testing;
 // from their defaults where there are any.
 std::vector<ModulePtr> everyModule() {
     return {
-        std::make_shared<Linear>(3, 4, LinearOptions{.wscale = 0.5f, .useBias = false, .initscheme = InitScheme::he, .name = "fc"}),
+        std::make_shared<Linear>(
+            3, 4, LinearOptions{.wscale = 0.5f, .useBias = false, .initscheme = InitScheme::he, .name = "fc"}),
         std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = -1.0f, .max = 2.5f}),
         std::make_shared<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = 0.2f}),
         std::make_shared<SoftMax>("sm"),
@@ -94,8 +95,8 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Embedder>(10, 3, 4, EmbedderOptions{.learnable = false}),
         std::make_shared<GroupLinear>(2, 3, 4, GroupLinearOptions{.batchDim = 1}),
         std::make_shared<MulAddConst>(2.0f, -1.5f),
-        std::make_shared<NoiseInjector>(NoiseInjectorOptions{.mode = NoiseMode::mul, .noisetype = NoiseType::gaussian,
-                                                             .param1 = 1.0f, .param2 = 0.1f}),
+        std::make_shared<NoiseInjector>(NoiseInjectorOptions{
+            .mode = NoiseMode::mul, .noisetype = NoiseType::gaussian, .param1 = 1.0f, .param2 = 0.1f}),
         std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1}),
         std::make_shared<SwapAxes>(1, -1),
         std::make_shared<MoveAxis>(0, 2),
@@ -185,22 +186,28 @@ TEST(Blueprint, ZooModelsRoundTrip) {
 }
 
 TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {
-    EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": \"Linear\", "); }).find("blueprint JSON"), std::string::npos);
-    EXPECT_NE(errorOf([] { buildModule(blueprintFromJson(R"({"classname": "Lineer"})")); }).find("unknown module class 'Lineer'"),
-              std::string::npos);
-    EXPECT_NE(errorOf([] { buildModule(blueprintFromJson(R"({"classname": "Linear", "scheme": {"insize": 3}})")); })
-                  .find("Linear: missing argument 'outsize'"),
+    EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": \"Linear\", "); }).find("blueprint JSON"),
               std::string::npos);
     EXPECT_NE(errorOf([] {
-                  buildModule(blueprintFromJson(
-                      R"({"classname": "Sequential", "modules": [{"classname": "Linear", "scheme": {"insize": "3", "outsize": 2}}]})"));
-              }).find("Sequential[0] -> Linear: argument 'insize' must be an integer"),
+                  buildModule(blueprintFromJson(R"({"classname": "Lineer"})"));
+              }).find("unknown module class 'Lineer'"),
               std::string::npos);
     EXPECT_NE(errorOf([] {
-                  buildModule(blueprintFromJson(
-                      R"({"classname": "Graph", "modules": [{"classname": "Identity"}], "nodes": [{"name": "a", "parents": [["b", [0]]]}], "inputs": ["a"], "outputs": ["a"]})"));
-              }).find("node 'a' has parent 'b', which is not an earlier node"),
+                  buildModule(blueprintFromJson(R"({"classname": "Linear", "scheme": {"insize": 3}})"));
+              }).find("Linear: missing argument 'outsize'"),
               std::string::npos);
+    EXPECT_NE(
+        errorOf([] {
+            buildModule(blueprintFromJson(
+                R"({"classname": "Sequential", "modules": [{"classname": "Linear", "scheme": {"insize": "3", "outsize": 2}}]})"));
+        }).find("Sequential[0] -> Linear: argument 'insize' must be an integer"),
+        std::string::npos);
+    EXPECT_NE(
+        errorOf([] {
+            buildModule(blueprintFromJson(
+                R"({"classname": "Graph", "modules": [{"classname": "Identity"}], "nodes": [{"name": "a", "parents": [["b", [0]]]}], "inputs": ["a"], "outputs": ["a"]})"));
+        }).find("node 'a' has parent 'b', which is not an earlier node"),
+        std::string::npos);
 }
 
 } // namespace

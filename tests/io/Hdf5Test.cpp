@@ -60,7 +60,8 @@ TEST(Hdf5, SaveLoadRoundTripWithAttributesAndSharedParameters) {
         SCOPED_TRACE(pa[i].first);
         EXPECT_EQ(pb[i].second->data.toVector<float>(), pa[i].second->data.toVector<float>());
     }
-    EXPECT_EQ(b->getByName("bn").getAttr("mean").toVector<float>(), a->getByName("bn").getAttr("mean").toVector<float>());
+    EXPECT_EQ(b->getByName("bn").getAttr("mean").toVector<float>(),
+              a->getByName("bn").getAttr("mean").toVector<float>());
     // The blueprint alone rebuilds the model.
     ModulePtr rebuilt = buildModule(blueprintFromJson(readBlueprint(path)));
     EXPECT_EQ(rebuilt->blueprint().toJson(), a->blueprint().toJson());
@@ -113,8 +114,8 @@ TEST(Hdf5, BadFilesAreClearErrors) {
 TEST(Hdf5, InteroperatesWithH5py) {
     // A relocated test program (tools/bundle.sh) is told where the sources are.
     const char* sourceDir = std::getenv("TESSERA_SOURCE_DIR");
-    const std::string script = std::string(sourceDir && *sourceDir ? sourceDir : TESSERA_SOURCE_DIR) +
-                               "/tests/io/h5py_interop.py";
+    const std::string script =
+        std::string(sourceDir && *sourceDir ? sourceDir : TESSERA_SOURCE_DIR) + "/tests/io/h5py_interop.py";
     if (!std::filesystem::exists(script)) GTEST_SKIP() << script << " not found; set TESSERA_SOURCE_DIR";
     if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import h5py (Debian's python3-h5py; tools/setup.sh installs it)";

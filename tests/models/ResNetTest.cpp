@@ -1,5 +1,5 @@
-#include "GradCheck.h"
 #include "models/ResNet.h"
+#include "GradCheck.h"
 #include "models/Zoo.h"
 #include "modules/Init.h"
 

@@ -1,6 +1,5 @@
 #include <cmath>
 #include <span>
-#include <cmath>
 
 #include "GradCheck.h"
 #include "modules/Activation.h"
@@ -22,15 +21,23 @@ struct Case {
 
 const Case kCases[] = {
     {ActivationKind::sigmoid, {}, sigmoid, [](float x) { return sigmoid(x) * (1 - sigmoid(x)); }},
-    {ActivationKind::tanh, {}, [](float x) { return std::tanh(x); },
+    {ActivationKind::tanh,
+     {},
+     [](float x) { return std::tanh(x); },
      [](float x) { return 1 - std::tanh(x) * std::tanh(x); }},
     {ActivationKind::relu, {}, [](float x) { return x > 0 ? x : 0.0f; }, [](float x) { return x > 0 ? 1.0f : 0.0f; }},
-    {ActivationKind::leakyRelu, {.slope = 0.1f}, [](float x) { return x > 0 ? x : 0.1f * x; },
+    {ActivationKind::leakyRelu,
+     {.slope = 0.1f},
+     [](float x) { return x > 0 ? x : 0.1f * x; },
      [](float x) { return x > 0 ? 1.0f : 0.1f; }},
-    {ActivationKind::elu, {.alpha = 1.5f}, [](float x) { return x > 0 ? x : 1.5f * (std::exp(x) - 1); },
+    {ActivationKind::elu,
+     {.alpha = 1.5f},
+     [](float x) { return x > 0 ? x : 1.5f * (std::exp(x) - 1); },
      [](float x) { return x > 0 ? 1.0f : 1.5f * std::exp(x); }},
     {ActivationKind::softPlus, {}, [](float x) { return std::log1p(std::exp(x)); }, sigmoid},
-    {ActivationKind::clip, {.min = -1.0f, .max = 2.0f}, [](float x) { return std::fmin(std::fmax(x, -1.0f), 2.0f); },
+    {ActivationKind::clip,
+     {.min = -1.0f, .max = 2.0f},
+     [](float x) { return std::fmin(std::fmax(x, -1.0f), 2.0f); },
      [](float x) { return x > -1.0f && x < 2.0f ? 1.0f : 0.0f; }},
 };
 
@@ -79,8 +86,11 @@ TEST(Activation, BadInput) {
     Activation act(ActivationKind::relu, {.name = "act1"});
     EXPECT_TRUE(throwsShapeError([&] { act(Tensor::zeros({2, 3}, DType::int32)); }, {"Activation 'act1'", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { act(Tensor::empty({0, 3})); }, {"act1", "empty"}));
-    EXPECT_TRUE(throwsShapeError([&] { act(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)}); },
-                                 {"expects 1 input tensor, got 2"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            act(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)});
+        },
+        {"expects 1 input tensor, got 2"}));
     EXPECT_THROW(Activation(ActivationKind::clip, {.min = 1.0f, .max = 0.0f}), ModuleError);
     EXPECT_THROW(activationFromString("swish"), ModuleError);
     EXPECT_EQ(activationFromString("leakyRelu"), ActivationKind::leakyRelu);

@@ -26,12 +26,15 @@ std::unique_ptr<ConvND> make(bool transposed, const Case& c) {
     ConvOptions o = c.options;
     o.initscheme = InitScheme::uniform;
     switch (c.dims) {
-    case 1: return transposed ? std::unique_ptr<ConvND>(new Deconv1D(c.inmaps, c.outmaps, c.size, o))
-                              : std::unique_ptr<ConvND>(new Conv1D(c.inmaps, c.outmaps, c.size, o));
-    case 2: return transposed ? std::unique_ptr<ConvND>(new Deconv2D(c.inmaps, c.outmaps, c.size, o))
-                              : std::unique_ptr<ConvND>(new Conv2D(c.inmaps, c.outmaps, c.size, o));
-    default: return transposed ? std::unique_ptr<ConvND>(new Deconv3D(c.inmaps, c.outmaps, c.size, o))
-                               : std::unique_ptr<ConvND>(new Conv3D(c.inmaps, c.outmaps, c.size, o));
+    case 1:
+        return transposed ? std::unique_ptr<ConvND>(new Deconv1D(c.inmaps, c.outmaps, c.size, o))
+                          : std::unique_ptr<ConvND>(new Conv1D(c.inmaps, c.outmaps, c.size, o));
+    case 2:
+        return transposed ? std::unique_ptr<ConvND>(new Deconv2D(c.inmaps, c.outmaps, c.size, o))
+                          : std::unique_ptr<ConvND>(new Conv2D(c.inmaps, c.outmaps, c.size, o));
+    default:
+        return transposed ? std::unique_ptr<ConvND>(new Deconv3D(c.inmaps, c.outmaps, c.size, o))
+                          : std::unique_ptr<ConvND>(new Conv3D(c.inmaps, c.outmaps, c.size, o));
     }
 }
 
@@ -58,7 +61,9 @@ reference::Geometry geometryOf(const ConvND& m) {
     return {p.stride, p.padLo, p.dilation, p.groups};
 }
 
-std::vector<float> biasOf(const Module& m) { return m.hasVar("b") ? m.getVar("b")->data.toVector<float>() : std::vector<float>{}; }
+std::vector<float> biasOf(const Module& m) {
+    return m.hasVar("b") ? m.getVar("b")->data.toVector<float>() : std::vector<float>{};
+}
 
 void checkReference(bool transposed) {
     for (const Case& c : kCases) {
@@ -151,7 +156,11 @@ TEST(Conv, BlockedOutputsFlowIntoTheNextConvolution) {
 
 TEST(Conv, BadInput) {
     Conv2D conv(3, 8, 3, {.name = "conv1"});
-    EXPECT_TRUE(throwsShapeError([&] { conv(Tensor::zeros({2, 4, 8, 8})); }, {"Conv2D 'conv1'", "[N, 3, H, W]", "[2, 4, 8, 8]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            conv(Tensor::zeros({2, 4, 8, 8}));
+        },
+        {"Conv2D 'conv1'", "[N, 3, H, W]", "[2, 4, 8, 8]"}));
     EXPECT_TRUE(throwsShapeError([&] { conv(Tensor::zeros({2, 3, 8})); }, {"conv1", "[2, 3, 8]"}));
     EXPECT_TRUE(throwsShapeError([&] { conv(Tensor::zeros({2, 3, 2, 8})); }, {"smaller than the kernel"}));
     conv(Tensor::zeros({2, 3, 8, 8}));

@@ -1,5 +1,5 @@
-#include "GradCheck.h"
 #include "modules/Dropout.h"
+#include "GradCheck.h"
 
 namespace tessera {
 namespace {

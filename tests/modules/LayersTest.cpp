@@ -123,7 +123,11 @@ TEST(Upsample, GradientShapeBadInput) {
     EXPECT_TRUE(checkShapes(linear3, {randomTensor({1, 2, 2, 2, 3}, 4)}));
     EXPECT_TRUE(throwsShapeError([&] { nearest(Tensor::zeros({2, 2, 3})); }, {"Upsample2D 'up'", "[2, 2, 3]"}));
     nearest(Tensor::zeros({1, 1, 2, 2}));
-    EXPECT_TRUE(throwsShapeError([&] { nearest.backward(Tensor::zeros({1, 1, 5, 5})); }, {"up", "expected the output shape"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            nearest.backward(Tensor::zeros({1, 1, 5, 5}));
+        },
+        {"up", "expected the output shape"}));
     EXPECT_TRUE(blueprintHas(linear, {"\"scale\": 2", "\"mode\": \"linear\""}));
 }
 
@@ -192,8 +196,11 @@ TEST(Embedder, GradientShapeBadInput) {
     EXPECT_TRUE(checkGradients(emb, {ids}, opts));
     EXPECT_EQ(emb.dataShapeFrom(ids.shape()), emb(ids).shape());
     EXPECT_EQ(emb.gradShapeFrom(Shape{2, 3, 4}), ids.shape());
-    EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::fromVector({1, 3}, std::vector<int32_t>{0, 5, 1})); },
-                                 {"Embedder 'emb'", "index 5", "[0, 5)"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            emb(Tensor::fromVector({1, 3}, std::vector<int32_t>{0, 5, 1}));
+        },
+        {"Embedder 'emb'", "index 5", "[0, 5)"}));
     EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::zeros({2, 3})); }, {"emb", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::zeros({2, 4}, DType::int32)); }, {"emb", "[N, 3]"}));
     EXPECT_TRUE(blueprintHas(emb, {"\"vocabulary\": 5", "\"sentlength\": 3", "\"embsize\": 4"}));
@@ -223,7 +230,11 @@ TEST(GroupLinear, GradientShapeBadInput) {
     EXPECT_TRUE(checkGradients(gl1, {randomTensor({3, 5, 4}, 8)}));
     EXPECT_TRUE(checkShapes(gl0, {randomTensor({5, 3, 4}, 8)}));
     EXPECT_TRUE(checkShapes(gl1, {randomTensor({3, 5, 4}, 8)}));
-    EXPECT_TRUE(throwsShapeError([&] { gl0(Tensor::zeros({5, 4, 4})); }, {"GroupLinear 'gl'", "[N, 3, 4]", "[5, 4, 4]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            gl0(Tensor::zeros({5, 4, 4}));
+        },
+        {"GroupLinear 'gl'", "[N, 3, 4]", "[5, 4, 4]"}));
     EXPECT_TRUE(throwsShapeError([&] { gl1(Tensor::zeros({5, 3, 4})); }, {"[3, N, 4]"}));
     EXPECT_TRUE(blueprintHas(gl1, {"\"groups\": 3", "\"batchDim\": 1", "\"useBias\": false"}));
 }
@@ -254,7 +265,8 @@ TEST(NoiseInjector, AddsOrMultipliesNoiseInTrainModeOnly) {
     }
     EXPECT_NEAR(mean, 0.0, 0.05);
     EXPECT_TRUE(allClose(add.backward(Tensor::full({1000}, 2.0f)), F(1000, 2.0f)));
-    NoiseInjector mul({.mode = NoiseMode::mul, .noisetype = NoiseType::gaussian, .param1 = 1.0f, .param2 = 0.1f, .seed = 2});
+    NoiseInjector mul(
+        {.mode = NoiseMode::mul, .noisetype = NoiseType::gaussian, .param1 = 1.0f, .param2 = 0.1f, .seed = 2});
     const auto ym = mul(x).toVector<float>(), nm = mul.noise().toVector<float>();
     for (size_t i = 0; i < ym.size(); ++i) ASSERT_FLOAT_EQ(ym[i], xs[i] * nm[i]);
     EXPECT_TRUE(allClose(mul.backward(Tensor::full({1000}, 1.0f)), nm));
@@ -269,7 +281,11 @@ TEST(NoiseInjector, GradientShapeBadInput) {
     opts.beforeForward = [&] { mul.generator().manualSeed(seed); };
     EXPECT_TRUE(checkGradients(mul, {randomTensor({3, 4}, 11)}, opts));
     EXPECT_TRUE(checkShapes(mul, {randomTensor({3, 4}, 11)}));
-    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{Tensor::zeros({2}), Tensor::zeros({2})}); }, {"NoiseInjector 'noise'", "1 input"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mul(Tensors{Tensor::zeros({2}), Tensor::zeros({2})});
+        },
+        {"NoiseInjector 'noise'", "1 input"}));
     EXPECT_THROW(NoiseInjector({.param1 = 1.0f, .param2 = 0.0f}), ModuleError);
     EXPECT_TRUE(blueprintHas(mul, {"\"mode\": \"mul\"", "\"noisetype\": \"uniform\"", "\"params\": [0, 1]"}));
 }
@@ -317,7 +333,8 @@ TEST(Tile, ReferenceGradientShapeBadInput) {
     Tile tile(1, 3, "tile");
     Tensor x = Tensor::fromVector({2, 2}, F{1, 2, 3, 4});
     EXPECT_TRUE(allClose(tile(x), {1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}));
-    EXPECT_TRUE(allClose(tile.backward(Tensor::fromVector({2, 6}, F{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})), {9, 12, 27, 30}));
+    EXPECT_TRUE(
+        allClose(tile.backward(Tensor::fromVector({2, 6}, F{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})), {9, 12, 27, 30}));
     Tile tile0(0, 2);
     EXPECT_TRUE(allClose(tile0(x), {1, 2, 3, 4, 1, 2, 3, 4}));
     EXPECT_TRUE(checkGradients(tile, {randomTensor({2, 3, 2}, 13)}));
@@ -341,7 +358,8 @@ TEST(Cast, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(checkGradients(same, {randomTensor({2, 3}, 14)}));
     EXPECT_TRUE(checkShapes(same, {randomTensor({2, 3}, 14)}));
     EXPECT_EQ(toInt.dataShapeFrom(Shape{2, 5}), (Shape{2, 5}));
-    EXPECT_TRUE(throwsShapeError([&] { toInt(Tensor::zeros({2}, DType::int32)); }, {"Cast 'cast'", "expects float32", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { toInt(Tensor::zeros({2}, DType::int32)); },
+                                 {"Cast 'cast'", "expects float32", "int32"}));
     EXPECT_TRUE(blueprintHas(toInt, {"\"intype\": \"float32\"", "\"outtype\": \"int32\""}));
 }
 

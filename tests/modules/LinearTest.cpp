@@ -1,7 +1,7 @@
+#include "modules/Linear.h"
+#include "GradCheck.h"
 #include <cmath>
 #include <span>
-#include "GradCheck.h"
-#include "modules/Linear.h"
 
 namespace tessera {
 namespace {
@@ -19,7 +19,7 @@ TEST(Linear, Reference) {
     EXPECT_TRUE(allClose(lin(x), {4.5f, 4.0f, 10.5f, 10.0f}));
 
     Tensor dy = Tensor::fromVector({2, 2}, std::vector<float>{1, 0, 0, 1});
-    EXPECT_TRUE(allClose(lin.backward(dy), {1, 0, 1, 0, 1, 1})); // dy W^T
+    EXPECT_TRUE(allClose(lin.backward(dy), {1, 0, 1, 0, 1, 1}));      // dy W^T
     EXPECT_TRUE(allClose(lin.getVar("W")->grad, {1, 4, 2, 5, 3, 6})); // x^T dy
     EXPECT_TRUE(allClose(lin.getVar("b")->grad, {1, 1}));
 
@@ -60,13 +60,19 @@ TEST(Linear, Shape) {
 
 TEST(Linear, BadInput) {
     Linear lin(5, 3, {.name = "fc1"});
-    EXPECT_TRUE(throwsShapeError([&] { lin(randomTensor({4, 5, 1}, 1)); },
-                                 {"Linear 'fc1'", "expects input [N, 5]", "got [4, 5, 1]", "Flatten"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            lin(randomTensor({4, 5, 1}, 1));
+        },
+        {"Linear 'fc1'", "expects input [N, 5]", "got [4, 5, 1]", "Flatten"}));
     EXPECT_TRUE(throwsShapeError([&] { lin(randomTensor({4, 6}, 1)); }, {"Linear 'fc1'", "[N, 5]", "got [4, 6]"}));
     EXPECT_TRUE(throwsShapeError([&] { lin(Tensor::zeros({4, 5}, DType::int32)); }, {"fc1", "int32", "float32"}));
     EXPECT_TRUE(throwsShapeError([&] { lin(Tensor::empty({0, 5})); }, {"fc1", "empty", "[0, 5]"}));
-    EXPECT_TRUE(throwsShapeError([&] { lin(Tensors{randomTensor({4, 5}, 1), randomTensor({4, 5}, 2)}); },
-                                 {"expects 1 input tensor, got 2"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            lin(Tensors{randomTensor({4, 5}, 1), randomTensor({4, 5}, 2)});
+        },
+        {"expects 1 input tensor, got 2"}));
     // A gradient that does not match the output.
     lin(randomTensor({4, 5}, 1));
     EXPECT_TRUE(throwsShapeError([&] { lin.backward(randomTensor({4, 2}, 1)); }, {"gradient", "[4, 2]", "[4, 3]"}));

@@ -34,7 +34,8 @@ TEST(Concat, Reference) {
 
 TEST(Concat, Gradient) {
     Concat cat(2);
-    EXPECT_TRUE(checkGradients(cat, {randomTensor({2, 3, 2}, 1), randomTensor({2, 3, 4}, 2), randomTensor({2, 3, 1}, 3)}));
+    EXPECT_TRUE(
+        checkGradients(cat, {randomTensor({2, 3, 2}, 1), randomTensor({2, 3, 4}, 2), randomTensor({2, 3, 1}, 3)}));
 }
 
 TEST(Concat, Shape) {
@@ -45,10 +46,16 @@ TEST(Concat, Shape) {
 
 TEST(Concat, BadInput) {
     Concat cat(1, "cat");
-    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 5}, 1)}); },
-                                 {"Concat 'cat'", "input 1 [2, 3, 5]", "[2, 3, 4]", "axis 1"}));
-    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 3, 1}, 1)}); },
-                                 {"input 1"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            cat(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 5}, 1)});
+        },
+        {"Concat 'cat'", "input 1 [2, 3, 5]", "[2, 3, 4]", "axis 1"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            cat(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 3, 1}, 1)});
+        },
+        {"input 1"}));
     EXPECT_TRUE(throwsShapeError([&] { Concat(5)(Tensors{randomTensor({2, 3}, 1)}); }, {"axis 5 is out of range"}));
     EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{}); }, {"at least one input"}));
     EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{Tensor::zeros({2, 3}, DType::int32)}); }, {"int32"}));
@@ -91,8 +98,8 @@ TEST(Slice, Reference) {
     Slice slice(1, 1, 3);
     Tensor y = slice(Tensor::fromVector({2, 4}, iota(8)));
     EXPECT_TRUE(allClose(y, {1, 2, 5, 6}));
-    EXPECT_TRUE(allClose(slice.backward(Tensor::fromVector({2, 2}, std::vector<float>{1, 2, 3, 4})),
-                         {0, 1, 2, 0, 0, 3, 4, 0}));
+    EXPECT_TRUE(
+        allClose(slice.backward(Tensor::fromVector({2, 2}, std::vector<float>{1, 2, 3, 4})), {0, 1, 2, 0, 0, 3, 4, 0}));
     Slice tail(-1, -2, 0); // the last two along the last axis
     EXPECT_TRUE(allClose(tail(Tensor::fromVector({2, 4}, iota(8))), {2, 3, 6, 7}));
 }
@@ -110,7 +117,11 @@ TEST(Slice, Shape) {
 
 TEST(Slice, BadInput) {
     Slice slice(1, 3, 5, "cut");
-    EXPECT_TRUE(throwsShapeError([&] { slice(randomTensor({2, 3}, 1)); }, {"Slice 'cut'", "range [3, 5) is empty", "[2, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            slice(randomTensor({2, 3}, 1));
+        },
+        {"Slice 'cut'", "range [3, 5) is empty", "[2, 3]"}));
     EXPECT_TRUE(throwsShapeError([&] { slice(randomTensor({6}, 1)); }, {"axis 1 is out of range"}));
     EXPECT_TRUE(throwsShapeError([&] { slice(Tensor::zeros({2, 6}, DType::int32)); }, {"int32"}));
     EXPECT_TRUE(throwsShapeError([&] { slice(Tensor::empty({0, 6})); }, {"empty"}));
@@ -139,8 +150,11 @@ TEST(Replicate, Shape) {
 
 TEST(Replicate, BadInput) {
     Replicate rep(2, "rep");
-    EXPECT_TRUE(throwsShapeError([&] { rep(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)}); },
-                                 {"Replicate 'rep'", "expects 1 input"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            rep(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)});
+        },
+        {"Replicate 'rep'", "expects 1 input"}));
     EXPECT_TRUE(throwsShapeError([&] { rep(Tensor::zeros({2, 6}, DType::int32)); }, {"int32"}));
     EXPECT_TRUE(throwsShapeError([&] { rep(Tensor::empty({0, 6})); }, {"empty"}));
     EXPECT_THROW(Replicate(0), ModuleError);
@@ -148,7 +162,8 @@ TEST(Replicate, BadInput) {
 
 TEST(Add, Reference) {
     Add add;
-    Tensor a = Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3}), b = Tensor::fromVector({1, 3}, std::vector<float>{10, 20, 30});
+    Tensor a = Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3}),
+           b = Tensor::fromVector({1, 3}, std::vector<float>{10, 20, 30});
     EXPECT_TRUE(allClose(add(Tensors{a, b})[0], {11, 22, 33}));
     Add weighted({2.0f, -1.0f});
     EXPECT_TRUE(allClose(weighted(Tensors{a, b})[0], {-8, -16, -24}));
@@ -171,16 +186,24 @@ TEST(Add, Shape) {
 
 TEST(Add, BadInput) {
     Add add({}, "sum");
-    EXPECT_TRUE(throwsShapeError([&] { add(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 4}, 1)}); },
-                                 {"Add 'sum'", "input 1 [2, 4] differs from input 0 [2, 3]"}));
-    EXPECT_TRUE(throwsShapeError([&] { Add({1.0f, 2.0f})(Tensors{randomTensor({2}, 1)}); }, {"2 coefficients", "1 inputs"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            add(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 4}, 1)});
+        },
+        {"Add 'sum'", "input 1 [2, 4] differs from input 0 [2, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            Add({1.0f, 2.0f})(Tensors{randomTensor({2}, 1)});
+        },
+        {"2 coefficients", "1 inputs"}));
     EXPECT_TRUE(throwsShapeError([&] { add(Tensors{Tensor::zeros({2, 6}, DType::int32)}); }, {"int32"}));
     EXPECT_TRUE(throwsShapeError([&] { add(Tensors{Tensor::empty({0, 6})}); }, {"empty"}));
 }
 
 TEST(Mul, Reference) {
     Mul mul;
-    Tensor a = Tensor::fromVector({1, 2}, std::vector<float>{2, 3}), b = Tensor::fromVector({1, 2}, std::vector<float>{4, 5}),
+    Tensor a = Tensor::fromVector({1, 2}, std::vector<float>{2, 3}),
+           b = Tensor::fromVector({1, 2}, std::vector<float>{4, 5}),
            c = Tensor::fromVector({1, 2}, std::vector<float>{-1, 10});
     EXPECT_TRUE(allClose(mul(Tensors{a, b, c})[0], {-8, 150}));
     const Tensors& dx = mul.backward(Tensors{Tensor::fromVector({1, 2}, std::vector<float>{1, 2})});
@@ -203,8 +226,11 @@ TEST(Mul, BadInput) {
     Mul mul("gate");
     EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{randomTensor({2, 3}, 1)}); }, {"Mul 'gate'", "at least 2"}));
     EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{randomTensor({2, 3}, 1), randomTensor({3, 3}, 1)}); }, {"differs"}));
-    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{Tensor::zeros({2, 6}, DType::int32), Tensor::zeros({2, 6}, DType::int32)}); },
-                                 {"int32"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mul(Tensors{Tensor::zeros({2, 6}, DType::int32), Tensor::zeros({2, 6}, DType::int32)});
+        },
+        {"int32"}));
     EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{Tensor::empty({0, 6}), Tensor::empty({0, 6})}); }, {"empty"}));
 }
 

@@ -24,12 +24,16 @@ std::vector<float> normalise(const std::vector<float>& x, int64_t n, int64_t c, 
                 for (int64_t s = perSample ? s0 : 0; s < (perSample ? s0 + 1 : n); ++s)
                     for (int64_t i = 0; i < inner; ++i) f(static_cast<size_t>((s * c + ch) * inner + i));
             };
-            each([&](size_t at) { sum += x[at]; ++count; });
+            each([&](size_t at) {
+                sum += x[at];
+                ++count;
+            });
             const double mean = sum / count;
             each([&](size_t at) { sq += (x[at] - mean) * (x[at] - mean); });
             const double inv = 1.0 / std::sqrt(sq / count + eps);
             each([&](size_t at) {
-                y[at] = static_cast<float>(scale[static_cast<size_t>(ch)] * (x[at] - mean) * inv + bias[static_cast<size_t>(ch)]);
+                y[at] = static_cast<float>(scale[static_cast<size_t>(ch)] * (x[at] - mean) * inv +
+                                           bias[static_cast<size_t>(ch)]);
             });
         }
     }
@@ -74,8 +78,8 @@ TEST(BatchNorm, ReferenceInTrainAndEvalMode) {
 
 TEST(BatchNorm, RunningAveragesUseTheFactor) {
     BatchNorm1D bn(2, {.initFactor = 1.0f, .minFactor = 0.5f});
-    bn(Tensor::fromVector({2, 2}, F{1, 10, 3, 30}));  // mean (2, 20), factor 1
-    bn(Tensor::fromVector({2, 2}, F{5, 0, 7, 20}));   // mean (6, 10), factor max(1/2, 0.5)
+    bn(Tensor::fromVector({2, 2}, F{1, 10, 3, 30})); // mean (2, 20), factor 1
+    bn(Tensor::fromVector({2, 2}, F{5, 0, 7, 20}));  // mean (6, 10), factor max(1/2, 0.5)
     EXPECT_TRUE(allClose(bn.getAttr("mean"), {4.0f, 15.0f}));
 }
 
@@ -99,8 +103,10 @@ TEST(BatchNorm, BlockedInputFromConvolution) {
     Tensor h = conv(randomTensor({2, 8, 4, 4}, 6));
     Tensor y = bn(h);
     EXPECT_EQ(y.layout(), h.layout());
-    EXPECT_TRUE(allClose(y, normalise(h.toVector<float>(), 2, 16, 16, false, std::vector<float>(16, 1.0f),
-                                      std::vector<float>(16, 0.0f), 1e-5f), 1e-4f));
+    EXPECT_TRUE(allClose(y,
+                         normalise(h.toVector<float>(), 2, 16, 16, false, std::vector<float>(16, 1.0f),
+                                   std::vector<float>(16, 0.0f), 1e-5f),
+                         1e-4f));
     EXPECT_TRUE(checkGradients(bn, {h.plain()}));
 }
 
@@ -115,7 +121,11 @@ TEST(BatchNorm, Shape) {
 
 TEST(BatchNorm, BadInputAndBlueprint) {
     BatchNorm2D bn(8, {.name = "bn1"});
-    EXPECT_TRUE(throwsShapeError([&] { bn(Tensor::zeros({2, 4, 3, 3})); }, {"BatchNorm2D 'bn1'", "[N, 8, H, W]", "[2, 4, 3, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            bn(Tensor::zeros({2, 4, 3, 3}));
+        },
+        {"BatchNorm2D 'bn1'", "[N, 8, H, W]", "[2, 4, 3, 3]"}));
     EXPECT_TRUE(throwsShapeError([&] { bn(Tensor::zeros({1, 8, 1, 1})); }, {"bn1", "at least 2 values"}));
     BatchNorm1D bn1(4);
     EXPECT_TRUE(throwsShapeError([&] { bn1(Tensor::zeros({2, 4, 3, 3})); }, {"[N, 4] or [N, 4, W]"}));
@@ -127,7 +137,8 @@ TEST(InstanceNorm2D, ReferenceGradientShape) {
     InstanceNorm2D in(3);
     setParams(in, {1.0f, 2.0f, 0.5f}, {0.0f, -1.0f, 3.0f});
     Tensor x = randomTensor({2, 3, 3, 4}, 7, -2.0f, 2.0f);
-    EXPECT_TRUE(allClose(in(x), normalise(x.toVector<float>(), 2, 3, 12, true, {1, 2, 0.5f}, {0, -1, 3}, 1e-5f), 1e-4f));
+    EXPECT_TRUE(
+        allClose(in(x), normalise(x.toVector<float>(), 2, 3, 12, true, {1, 2, 0.5f}, {0, -1, 3}, 1e-5f), 1e-4f));
     EXPECT_TRUE(checkGradients(in, {x}));
     EXPECT_TRUE(checkShapes(in, {x}));
     EXPECT_TRUE(throwsShapeError([&] { in(Tensor::zeros({2, 4, 3, 3})); }, {"InstanceNorm2D", "[N, 3, H, W]"}));
@@ -146,7 +157,9 @@ std::vector<float> lrnReference(const Tensor& xt, bool across, int64_t size, flo
             for (int64_t i = 0; i < h; ++i)
                 for (int64_t j = 0; j < w; ++j) {
                     double sum = 0;
-                    auto at = [&](int64_t cc, int64_t ii, int64_t jj) { return x[static_cast<size_t>(((n * s[1] + cc) * h + ii) * w + jj)]; };
+                    auto at = [&](int64_t cc, int64_t ii, int64_t jj) {
+                        return x[static_cast<size_t>(((n * s[1] + cc) * h + ii) * w + jj)];
+                    };
                     if (across) {
                         for (int64_t cc = std::max<int64_t>(0, c - half); cc <= std::min(s[1] - 1, c + half); ++cc)
                             sum += at(cc, i, j) * at(cc, i, j);

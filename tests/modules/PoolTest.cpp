@@ -91,7 +91,8 @@ TEST(Pool, BlockedInputFromConvolutionKeepsItsLayout) {
     Tensor h = conv(randomTensor({2, 8, 6, 6}, 6));
     Tensor y = pool(h);
     EXPECT_EQ(y.layout(), h.layout());
-    EXPECT_TRUE(allClose(y, reference::pool(h.plain(), reference::Pool::max, {2, 2}, {2, 2}, {0, 0}, y.shape()), 1e-6f));
+    EXPECT_TRUE(
+        allClose(y, reference::pool(h.plain(), reference::Pool::max, {2, 2}, {2, 2}, {0, 0}, y.shape()), 1e-6f));
 }
 
 // Max pooling of a channel-blocked input (what convolutions hand on) with windows that do
@@ -215,7 +216,11 @@ TEST(MaxUnpool2D, GradientShapeBadInput) {
     (*pool)(randomTensor({2, 3, 6, 4}, 9, -4.0f, 4.0f));
     EXPECT_TRUE(checkGradients(unpool, {randomTensor({2, 3, 3, 2}, 10)}));
     EXPECT_TRUE(checkShapes(unpool, {randomTensor({2, 3, 3, 2}, 11)}));
-    EXPECT_TRUE(throwsShapeError([&] { unpool(Tensor::zeros({2, 3, 2, 2})); }, {"unpool1", "[2, 3, 3, 2]", "[2, 3, 2, 2]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            unpool(Tensor::zeros({2, 3, 2, 2}));
+        },
+        {"unpool1", "[2, 3, 3, 2]", "[2, 3, 2, 2]"}));
 }
 
 // ---- KMaxPool -------------------------------------------------------------------------

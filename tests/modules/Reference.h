@@ -61,10 +61,12 @@ inline std::vector<float> conv(const Tensor& xt, const Tensor& wt, const std::ve
                                                       ic = c * st[2] - pd[2] + kc * dl[2];
                                         if (ia < 0 || ia >= x.s[0] || ib < 0 || ib >= x.s[1] || ic < 0 || ic >= x.s[2])
                                             continue;
-                                        const int64_t xi =
-                                            ((n * x.c + grp * cg + ci) * x.s[0] + ia) * x.s[1] * x.s[2] + ib * x.s[2] + ic;
-                                        const int64_t wi = ((o * cg + ci) * k.s[0] + ka) * k.s[1] * k.s[2] + kb * k.s[2] + kc;
-                                        acc += static_cast<double>(xv[static_cast<size_t>(xi)]) * wv[static_cast<size_t>(wi)];
+                                        const int64_t xi = ((n * x.c + grp * cg + ci) * x.s[0] + ia) * x.s[1] * x.s[2] +
+                                                           ib * x.s[2] + ic;
+                                        const int64_t wi =
+                                            ((o * cg + ci) * k.s[0] + ka) * k.s[1] * k.s[2] + kb * k.s[2] + kc;
+                                        acc += static_cast<double>(xv[static_cast<size_t>(xi)]) *
+                                               wv[static_cast<size_t>(wi)];
                                     }
                         out[static_cast<size_t>(((n * y.c + o) * y.s[0] + a) * y.s[1] * y.s[2] + bb * y.s[2] + c)] =
                             static_cast<float>(acc);
@@ -86,7 +88,8 @@ inline std::vector<float> deconv(const Tensor& xt, const Tensor& wt, const std::
             for (int64_t a = 0; a < x.s[0]; ++a)
                 for (int64_t bb = 0; bb < x.s[1]; ++bb)
                     for (int64_t c = 0; c < x.s[2]; ++c) {
-                        const float v = xv[static_cast<size_t>(((n * x.c + ci) * x.s[0] + a) * x.s[1] * x.s[2] + bb * x.s[2] + c)];
+                        const float v =
+                            xv[static_cast<size_t>(((n * x.c + ci) * x.s[0] + a) * x.s[1] * x.s[2] + bb * x.s[2] + c)];
                         const int64_t grp = ci / cg;
                         for (int64_t ko = 0; ko < kg; ++ko)
                             for (int64_t ka = 0; ka < k.s[0]; ++ka)
@@ -98,8 +101,10 @@ inline std::vector<float> deconv(const Tensor& xt, const Tensor& wt, const std::
                                         if (oa < 0 || oa >= y.s[0] || ob < 0 || ob >= y.s[1] || oc < 0 || oc >= y.s[2])
                                             continue;
                                         const int64_t o = grp * kg + ko;
-                                        const int64_t wi = ((ci * kg + ko) * k.s[0] + ka) * k.s[1] * k.s[2] + kb * k.s[2] + kc;
-                                        acc[static_cast<size_t>(((n * y.c + o) * y.s[0] + oa) * y.s[1] * y.s[2] + ob * y.s[2] + oc)] +=
+                                        const int64_t wi =
+                                            ((ci * kg + ko) * k.s[0] + ka) * k.s[1] * k.s[2] + kb * k.s[2] + kc;
+                                        acc[static_cast<size_t>(((n * y.c + o) * y.s[0] + oa) * y.s[1] * y.s[2] +
+                                                                ob * y.s[2] + oc)] +=
                                             static_cast<double>(v) * wv[static_cast<size_t>(wi)];
                                     }
                     }
@@ -133,7 +138,8 @@ inline void forEachWindow(const Shape& xShape, const Shape& yShape, const std::v
                             for (int64_t kc = 0; kc < ks[2]; ++kc) {
                                 const int64_t ia = a * st[0] - pd[0] + ka, ib = b * st[1] - pd[1] + kb,
                                               ic = c * st[2] - pd[2] + kc;
-                                if (ia < 0 || ia >= x.s[0] || ib < 0 || ib >= x.s[1] || ic < 0 || ic >= x.s[2]) continue;
+                                if (ia < 0 || ia >= x.s[0] || ib < 0 || ib >= x.s[1] || ic < 0 || ic >= x.s[2])
+                                    continue;
                                 inside.push_back(p * x.plane() + (ia * x.s[1] + ib) * x.s[2] + ic);
                             }
                     f(o, inside);
@@ -142,7 +148,8 @@ inline void forEachWindow(const Shape& xShape, const Shape& yShape, const std::v
 
 // x: [N, C, *in] -> y: [N, C, *out]
 inline std::vector<float> pool(const Tensor& xt, Pool kind, const std::vector<int64_t>& size,
-                               const std::vector<int64_t>& stride, const std::vector<int64_t>& pad, const Shape& yShape) {
+                               const std::vector<int64_t>& stride, const std::vector<int64_t>& pad,
+                               const Shape& yShape) {
     const std::vector<float> xv = xt.toVector<float>();
     const auto ks = pad3(size, 1);
     std::vector<float> out;
@@ -153,7 +160,7 @@ inline std::vector<float> pool(const Tensor& xt, Pool kind, const std::vector<in
             best = std::max(best, v);
             sum += v;
         }
-        out.push_back(static_cast<float>(kind == Pool::max          ? best
+        out.push_back(static_cast<float>(kind == Pool::max        ? best
                                          : kind == Pool::avgNoPad ? sum / static_cast<double>(inside.size())
                                                                   : sum / static_cast<double>(ks[0] * ks[1] * ks[2])));
     });

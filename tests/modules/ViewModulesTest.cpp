@@ -36,8 +36,11 @@ TEST(Flatten, Shape) {
     EXPECT_EQ(f.gradShapeFrom(Shapes{{8, 2, 200}}, Shapes{{8, 400}}), (Shapes{{8, 2, 200}}));
     // The one-argument form reads the last forward ([2, 3, 4, 5]), at the gradient's batch.
     EXPECT_EQ(f.gradShapeFrom(Shape{8, 60}), (Shape{8, 3, 4, 5}));
-    EXPECT_TRUE(throwsShapeError([&] { f.gradShapeFrom(Shapes{{8, 16, 5, 5}}, Shapes{{8, 401}}); },
-                                 {"gradient 0 has shape [8, 401]", "output shape [8, 400]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            f.gradShapeFrom(Shapes{{8, 16, 5, 5}}, Shapes{{8, 401}});
+        },
+        {"gradient 0 has shape [8, 401]", "output shape [8, 400]"}));
 }
 
 TEST(Flatten, BadInput) {
@@ -78,7 +81,11 @@ TEST(Reshape, Shape) {
 
 TEST(Reshape, BadInput) {
     Reshape r(Shape{0, 5}, "rs");
-    EXPECT_TRUE(throwsShapeError([&] { r(randomTensor({2, 6}, 1)); }, {"Reshape 'rs'", "cannot view input [2, 6]", "[0, 5]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            r(randomTensor({2, 6}, 1));
+        },
+        {"Reshape 'rs'", "cannot view input [2, 6]", "[0, 5]"}));
     EXPECT_TRUE(throwsShapeError([&] { r(Tensor::zeros({2, 5}, DType::int32)); }, {"rs", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { r(Tensor::empty({0, 5})); }, {"rs", "empty"}));
     Reshape rank(Shape{0, 0, 0, 2});
@@ -113,7 +120,11 @@ TEST(Identity, BadInput) {
     Identity id("same");
     EXPECT_TRUE(throwsShapeError([&] { id(Tensor::zeros({2, 3}, DType::int32)); }, {"Identity 'same'", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { id(Tensor::empty({2, 0})); }, {"same", "empty"}));
-    EXPECT_TRUE(throwsShapeError([&] { id(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)}); }, {"expects 1 input"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            id(Tensors{randomTensor({2}, 1), randomTensor({2}, 1)});
+        },
+        {"expects 1 input"}));
 }
 
 } // namespace

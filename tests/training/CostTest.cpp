@@ -61,7 +61,7 @@ TEST(CrossEntropy, ClassWeightsAndAccumulation) {
     const CostResult r = weighted(scores, Tensor::fromVector({2}, I{1, 0}));
     EXPECT_NEAR(r.error, (3 + 1) * std::log(2.0) / 2, 1e-6);
     CrossEntropy ce;
-    ce(Tensor::fromVector({1, 2}, F{0, 0}), Tensor::fromVector({1}, I{0}));             // ln 2, 1 sample
+    ce(Tensor::fromVector({1, 2}, F{0, 0}), Tensor::fromVector({1}, I{0}));                   // ln 2, 1 sample
     ce(Tensor::fromVector({3, 2}, F{0, 0, 0, 0, 0, 0}), Tensor::fromVector({3}, I{0, 1, 0})); // ln 2, 3 samples
     EXPECT_NEAR(ce.getMeanError(), std::log(2.0), 1e-6);
 }
@@ -77,12 +77,19 @@ TEST(CrossEntropy, Gradient) {
 TEST(CrossEntropy, BadInput) {
     CrossEntropy ce({.maxlabels = 3});
     Tensor scores = Tensor::zeros({2, 3});
-    EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::fromVector({2}, I{0, 3})); },
-                                 {"CrossEntropy", "label 3 at position 1", "[0, 3)"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            ce(scores, Tensor::fromVector({2}, I{0, 3}));
+        },
+        {"CrossEntropy", "label 3 at position 1", "[0, 3)"}));
     EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::fromVector({2}, I{-1, 0})); }, {"label -1"}));
     EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::fromVector({3}, I{0, 0, 0})); }, {"need labels [2]", "[3]"}));
     EXPECT_TRUE(throwsShapeError([&] { ce(scores, Tensor::zeros({2})); }, {"int32 labels", "float32"}));
-    EXPECT_TRUE(throwsShapeError([&] { ce(Tensor::zeros({2, 4}), Tensor::fromVector({2}, I{0, 0})); }, {"expects 3 classes"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            ce(Tensor::zeros({2, 4}), Tensor::fromVector({2}, I{0, 0}));
+        },
+        {"expects 3 classes"}));
     EXPECT_THROW(CrossEntropy({.maxlabels = 2, .weights = {1, 2, 3}}), ModuleError);
 }
 
@@ -102,9 +109,11 @@ TEST(PointwiseCosts, Reference) {
     Tensor prob = Tensor::fromVector({1, 2}, F{1, 0});
     EXPECT_NEAR(bce(logits, prob).error, std::log(2.0) + std::log1p(std::exp(2.0)), 1e-5);
     Hinge hinge;
-    EXPECT_NEAR(hinge(Tensor::fromVector({2, 1}, F{0.5f, -2}), Tensor::fromVector({2, 1}, F{1, 1})).error, (0.5 + 3) / 2, 1e-6);
+    EXPECT_NEAR(hinge(Tensor::fromVector({2, 1}, F{0.5f, -2}), Tensor::fromVector({2, 1}, F{1, 1})).error,
+                (0.5 + 3) / 2, 1e-6);
     KLDivergence kl;
-    EXPECT_NEAR(kl(Tensor::fromVector({1, 2}, F{0, 0}), Tensor::fromVector({1, 2}, F{1, 0})).error, std::log(2.0), 1e-6);
+    EXPECT_NEAR(kl(Tensor::fromVector({1, 2}, F{0, 0}), Tensor::fromVector({1, 2}, F{1, 0})).error, std::log(2.0),
+                1e-6);
     EXPECT_NEAR(kl(Tensor::fromVector({1, 2}, F{5, 5}), Tensor::fromVector({1, 2}, F{0.5f, 0.5f})).error, 0.0, 1e-6);
 }
 
@@ -136,9 +145,13 @@ TEST(PointwiseCosts, Gradient) {
 
 TEST(PointwiseCosts, BadInput) {
     MSE mse;
-    EXPECT_TRUE(throwsShapeError([&] { mse(Tensor::zeros({2, 3}), Tensor::zeros({3, 2})); },
-                                 {"MSE", "prediction [2, 3] and target [3, 2] differ"}));
-    EXPECT_TRUE(throwsShapeError([&] { mse(Tensor::zeros({2}), Tensor::zeros({2}, DType::int32)); }, {"float32 targets"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mse(Tensor::zeros({2, 3}), Tensor::zeros({3, 2}));
+        },
+        {"MSE", "prediction [2, 3] and target [3, 2] differ"}));
+    EXPECT_TRUE(
+        throwsShapeError([&] { mse(Tensor::zeros({2}), Tensor::zeros({2}, DType::int32)); }, {"float32 targets"}));
     EXPECT_TRUE(throwsShapeError([&] { mse(Tensors{Tensor::zeros({2})}, Tensors{}); }, {"1 prediction"}));
 }
 

@@ -31,7 +31,8 @@ std::vector<uint8_t> idxBytes(std::vector<int64_t> dims, const std::vector<uint8
 }
 
 void writePlain(const std::string& path, const std::vector<uint8_t>& bytes) {
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 void writeGz(const std::string& path, const std::vector<uint8_t>& bytes) {
@@ -62,7 +63,8 @@ TEST(Idx, BadFilesGiveClearErrors) {
     const auto whole = idxBytes({3, 2, 2}, std::vector<uint8_t>(12, 1));
     const std::vector<uint8_t> truncated(whole.begin(), whole.end() - 5);
     writeGz(dir + "/short.gz", truncated);
-    EXPECT_NE(errorOf([&] { readIdx(dir + "/short.gz"); }).find("truncated; the header promises 12 bytes"), std::string::npos);
+    EXPECT_NE(errorOf([&] { readIdx(dir + "/short.gz"); }).find("truncated; the header promises 12 bytes"),
+              std::string::npos);
     EXPECT_NE(errorOf([&] { readIdx(dir + "/missing"); }).find("cannot open"), std::string::npos);
     writePlain(dir + "/t10k-images-idx3-ubyte", idxBytes({3, 1, 1}, {1, 2, 3}));
     writePlain(dir + "/t10k-labels-idx1-ubyte", idxBytes({2}, {1, 2}));
@@ -183,7 +185,8 @@ TEST(LeNet, OneEpochOnFashionMnistReaches85Percent) {
     };
     const double loss = trainer.train(train.images, train.labels);
     const double accuracy = 1.0 - validator.validate(test.images, test.labels);
-    std::printf("LeNet, 1 epoch: train loss %.4f (first 20 batches %.4f), test accuracy %.2f%% (before %.2f%%), %.0f images/s\n",
+    std::printf("LeNet, 1 epoch: train loss %.4f (first 20 batches %.4f), test accuracy %.2f%% (before %.2f%%), %.0f "
+                "images/s\n",
                 loss, firstBatches, 100 * accuracy, 100 * (1 - before), trainer.samplesPerSecond());
     EXPECT_LT(loss, 0.7 * firstBatches);
     EXPECT_GE(accuracy, 0.85);

@@ -60,7 +60,9 @@ void expectRule(const std::function<std::unique_ptr<Optimizer>()>& make, const R
     expectSteps(make, e1, e2);
 }
 
-TEST(Optimizer, SGD) { expectSteps([] { return std::make_unique<SGD>(0.1f); }, {0.95f, -2.025f}, {0.98f, -2.075f}); }
+TEST(Optimizer, SGD) {
+    expectSteps([] { return std::make_unique<SGD>(0.1f); }, {0.95f, -2.025f}, {0.98f, -2.075f});
+}
 
 TEST(Optimizer, MomentumSGD) {
     // v1 = 0.1 g1; v2 = 0.9 v1 + 0.1 g2; w -= v
@@ -68,11 +70,12 @@ TEST(Optimizer, MomentumSGD) {
 }
 
 TEST(Optimizer, NesterovSGD) {
-    expectRule([] { return std::make_unique<NesterovSGD>(0.1f, 0.9f); }, [](double w, double g, double* s, int64_t) {
-        const double v = s[0];
-        s[0] = 0.9 * v - 0.1 * g;
-        return w - 0.9 * v + 1.9 * s[0];
-    });
+    expectRule([] { return std::make_unique<NesterovSGD>(0.1f, 0.9f); },
+               [](double w, double g, double* s, int64_t) {
+                   const double v = s[0];
+                   s[0] = 0.9 * v - 0.1 * g;
+                   return w - 0.9 * v + 1.9 * s[0];
+               });
 }
 
 TEST(Optimizer, Adam) {
@@ -83,35 +86,39 @@ TEST(Optimizer, Adam) {
     m.setGrad({0.5f, 0.25f});
     adam.update();
     EXPECT_TRUE(allClose(m.lin.getVar("W")->data, {0.9f, -2.1f}, 1e-5f));
-    expectRule([] { return std::make_unique<Adam>(0.1f, 0.9f, 0.999f, 1e-8f); }, [](double w, double g, double* s, int64_t t) {
-        s[0] = 0.9 * s[0] + 0.1 * g;
-        s[1] = 0.999 * s[1] + 0.001 * g * g;
-        const double mhat = s[0] / (1 - std::pow(0.9, t)), vhat = s[1] / (1 - std::pow(0.999, t));
-        return w - 0.1 * mhat / (std::sqrt(vhat) + 1e-8 / std::sqrt(1 - std::pow(0.999, t)));
-    });
+    expectRule([] { return std::make_unique<Adam>(0.1f, 0.9f, 0.999f, 1e-8f); },
+               [](double w, double g, double* s, int64_t t) {
+                   s[0] = 0.9 * s[0] + 0.1 * g;
+                   s[1] = 0.999 * s[1] + 0.001 * g * g;
+                   const double mhat = s[0] / (1 - std::pow(0.9, t)), vhat = s[1] / (1 - std::pow(0.999, t));
+                   return w - 0.1 * mhat / (std::sqrt(vhat) + 1e-8 / std::sqrt(1 - std::pow(0.999, t)));
+               });
 }
 
 TEST(Optimizer, AdaGrad) {
-    expectRule([] { return std::make_unique<AdaGrad>(0.1f, 1e-8f); }, [](double w, double g, double* s, int64_t) {
-        s[0] += g * g;
-        return w - 0.1 * g / (std::sqrt(s[0]) + 1e-8);
-    });
+    expectRule([] { return std::make_unique<AdaGrad>(0.1f, 1e-8f); },
+               [](double w, double g, double* s, int64_t) {
+                   s[0] += g * g;
+                   return w - 0.1 * g / (std::sqrt(s[0]) + 1e-8);
+               });
 }
 
 TEST(Optimizer, AdaDelta) {
-    expectRule([] { return std::make_unique<AdaDelta>(0.9f, 1e-6f, 1.0f); }, [](double w, double g, double* s, int64_t) {
-        s[0] = 0.9 * s[0] + 0.1 * g * g;
-        const double dx = std::sqrt(s[1] + 1e-6) / std::sqrt(s[0] + 1e-6) * g;
-        s[1] = 0.9 * s[1] + 0.1 * dx * dx;
-        return w - dx;
-    });
+    expectRule([] { return std::make_unique<AdaDelta>(0.9f, 1e-6f, 1.0f); },
+               [](double w, double g, double* s, int64_t) {
+                   s[0] = 0.9 * s[0] + 0.1 * g * g;
+                   const double dx = std::sqrt(s[1] + 1e-6) / std::sqrt(s[0] + 1e-6) * g;
+                   s[1] = 0.9 * s[1] + 0.1 * dx * dx;
+                   return w - dx;
+               });
 }
 
 TEST(Optimizer, RMSProp) {
-    expectRule([] { return std::make_unique<RMSProp>(0.01f, 0.9f, 1e-8f); }, [](double w, double g, double* s, int64_t) {
-        s[0] = 0.9 * s[0] + 0.1 * g * g;
-        return w - 0.01 * g / (std::sqrt(s[0]) + 1e-8);
-    });
+    expectRule([] { return std::make_unique<RMSProp>(0.01f, 0.9f, 1e-8f); },
+               [](double w, double g, double* s, int64_t) {
+                   s[0] = 0.9 * s[0] + 0.1 * g * g;
+                   return w - 0.01 * g / (std::sqrt(s[0]) + 1e-8);
+               });
 }
 
 TEST(Optimizer, RMSPropGraves) {
@@ -125,15 +132,16 @@ TEST(Optimizer, RMSPropGraves) {
 }
 
 TEST(Optimizer, SMORMS3) {
-    expectRule([] { return std::make_unique<SMORMS3>(0.01f, 1e-16f); }, [](double w, double g, double* s, int64_t) {
-        const double r = 1 / (s[0] + 1);
-        s[1] = (1 - r) * s[1] + r * g;
-        s[2] = (1 - r) * s[2] + r * g * g;
-        const double x = s[1] * s[1] / (s[2] + 1e-16);
-        const double next = w - g * std::min(0.01, x) / (std::sqrt(s[2]) + 1e-16);
-        s[0] = 1 + s[0] * (1 - x);
-        return next;
-    });
+    expectRule([] { return std::make_unique<SMORMS3>(0.01f, 1e-16f); },
+               [](double w, double g, double* s, int64_t) {
+                   const double r = 1 / (s[0] + 1);
+                   s[1] = (1 - r) * s[1] + r * g;
+                   s[2] = (1 - r) * s[2] + r * g * g;
+                   const double x = s[1] * s[1] / (s[2] + 1e-16);
+                   const double next = w - g * std::min(0.01, x) / (std::sqrt(s[2]) + 1e-16);
+                   s[0] = 1 + s[0] * (1 - x);
+                   return next;
+               });
 }
 
 TEST(Optimizer, WeightDecayAndLearnRateFactors) {

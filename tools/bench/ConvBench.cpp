@@ -23,20 +23,15 @@ constexpr int64_t kBatch = 64;
 struct ConvShape {
     const char* name;
     int64_t in, out, size, stride, pad, hw; // hw: input height = width
-    int count;                               // how often ResNet-18 runs it
+    int count;                              // how often ResNet-18 runs it
 };
 
 const ConvShape kShapes[] = {
-    {"stem 3->64 3x3 32", 3, 64, 3, 1, 1, 32, 1},
-    {"64->64 3x3 32", 64, 64, 3, 1, 1, 32, 4},
-    {"64->128 3x3/2 32", 64, 128, 3, 2, 1, 32, 1},
-    {"64->128 1x1/2 32", 64, 128, 1, 2, 0, 32, 1},
-    {"128->128 3x3 16", 128, 128, 3, 1, 1, 16, 3},
-    {"128->256 3x3/2 16", 128, 256, 3, 2, 1, 16, 1},
-    {"128->256 1x1/2 16", 128, 256, 1, 2, 0, 16, 1},
-    {"256->256 3x3 8", 256, 256, 3, 1, 1, 8, 3},
-    {"256->512 3x3/2 8", 256, 512, 3, 2, 1, 8, 1},
-    {"256->512 1x1/2 8", 256, 512, 1, 2, 0, 8, 1},
+    {"stem 3->64 3x3 32", 3, 64, 3, 1, 1, 32, 1},    {"64->64 3x3 32", 64, 64, 3, 1, 1, 32, 4},
+    {"64->128 3x3/2 32", 64, 128, 3, 2, 1, 32, 1},   {"64->128 1x1/2 32", 64, 128, 1, 2, 0, 32, 1},
+    {"128->128 3x3 16", 128, 128, 3, 1, 1, 16, 3},   {"128->256 3x3/2 16", 128, 256, 3, 2, 1, 16, 1},
+    {"128->256 1x1/2 16", 128, 256, 1, 2, 0, 16, 1}, {"256->256 3x3 8", 256, 256, 3, 1, 1, 8, 3},
+    {"256->512 3x3/2 8", 256, 512, 3, 2, 1, 8, 1},   {"256->512 1x1/2 8", 256, 512, 1, 2, 0, 8, 1},
     {"512->512 3x3 4", 512, 512, 3, 1, 1, 4, 3},
 };
 
@@ -128,7 +123,8 @@ int registerAll() {
     for (const ConvShape& s : kShapes) {
         for (Pass p : {forward, backwardData, backwardWeights}) {
             if (s.in == 3 && p == backwardData) continue;
-            benchmark::RegisterBenchmark(("Conv/" + std::string(s.name) + "/batch64/" + passes[p]).c_str(), BM_ConvPass, s, p)
+            benchmark::RegisterBenchmark(("Conv/" + std::string(s.name) + "/batch64/" + passes[p]).c_str(), BM_ConvPass,
+                                         s, p)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime()
                 ->MinTime(0.2);

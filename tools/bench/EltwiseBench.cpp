@@ -9,7 +9,7 @@ namespace {
 
 using namespace tessera;
 
-constexpr int64_t kSmall = 128 * 1024;      // Linear(*, 1024) output at batch 128
+constexpr int64_t kSmall = 128 * 1024;        // Linear(*, 1024) output at batch 128
 constexpr int64_t kLarge = 64 * 64 * 32 * 32; // a [64, 64, 32, 32] activation
 
 void BM_BackendActivation(benchmark::State& state, ActivationKind kind) {
@@ -38,9 +38,12 @@ void BM_LoopActivation(benchmark::State& state, ActivationKind kind) {
     setGbytes(state, 8.0 * static_cast<double>(n) * 1e-9);
 }
 
-BENCHMARK_CAPTURE(BM_BackendActivation, relu/onednn, ActivationKind::relu)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
-BENCHMARK_CAPTURE(BM_LoopActivation, relu/loop, ActivationKind::relu)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
-BENCHMARK_CAPTURE(BM_BackendActivation, sigmoid/onednn, ActivationKind::sigmoid)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
-BENCHMARK_CAPTURE(BM_LoopActivation, sigmoid/loop, ActivationKind::sigmoid)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_BackendActivation, relu / onednn, ActivationKind::relu)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_LoopActivation, relu / loop, ActivationKind::relu)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_BackendActivation, sigmoid / onednn, ActivationKind::sigmoid)
+    ->Arg(kSmall)
+    ->Arg(kLarge)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_LoopActivation, sigmoid / loop, ActivationKind::sigmoid)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
 
 } // namespace

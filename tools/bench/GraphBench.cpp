@@ -37,7 +37,11 @@ void BM_GraphShapeCheck(benchmark::State& state) {
     }
     state.counters["nodes"] = static_cast<double>(g->order().size());
 }
-BENCHMARK(BM_GraphShapeCheck)->Name("Graph/shapeCheck+gradShapeCheck")->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GraphShapeCheck)
+    ->Name("Graph/shapeCheck+gradShapeCheck")
+    ->Arg(10000)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The same query at the same input shapes: what every forward after the first pays.
 void BM_GraphPlannedShapes(benchmark::State& state) {
@@ -46,7 +50,11 @@ void BM_GraphPlannedShapes(benchmark::State& state) {
     for (auto _ : state) benchmark::DoNotOptimize(g->dataShapeFrom(Shape{128, 64}));
     state.counters["nodes"] = static_cast<double>(g->order().size());
 }
-BENCHMARK(BM_GraphPlannedShapes)->Name("Graph/plannedShapeQuery")->Arg(10000)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_GraphPlannedShapes)
+    ->Name("Graph/plannedShapeQuery")
+    ->Arg(10000)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_ChainInferencePeak(benchmark::State& state) {
     const bool eval = state.range(0) != 0;
@@ -69,6 +77,11 @@ void BM_ChainInferencePeak(benchmark::State& state) {
     state.counters["valueMiB"] = static_cast<double>(in.nbytes()) / (1 << 20);
     state.SetLabel(eval ? "eval mode" : "train mode");
 }
-BENCHMARK(BM_ChainInferencePeak)->Name("Graph/chain50/inferencePeak")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ChainInferencePeak)
+    ->Name("Graph/chain50/inferencePeak")
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 } // namespace

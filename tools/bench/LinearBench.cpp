@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "BenchUtil.h"
-#include "backend/cpu/OpenBlas.h"
 #include "backend/Random.h"
+#include "backend/cpu/OpenBlas.h"
 #include "modules/Linear.h"
 
 namespace {
@@ -50,7 +50,10 @@ void BM_DnnlSgemmLinearShapes(benchmark::State& state) {
     }
     setGflops(state, kGflop);
 }
-BENCHMARK(BM_DnnlSgemmLinearShapes)->Name("dnnl_sgemm/784x1024/batch128/fwd+bwd")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_DnnlSgemmLinearShapes)
+    ->Name("dnnl_sgemm/784x1024/batch128/fwd+bwd")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_LinearForwardBackward(benchmark::State& state) {
     using namespace tessera;
@@ -65,6 +68,9 @@ void BM_LinearForwardBackward(benchmark::State& state) {
     }
     setGflops(state, kGflop);
 }
-BENCHMARK(BM_LinearForwardBackward)->Name("Linear/784x1024/batch128/fwd+bwd")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LinearForwardBackward)
+    ->Name("Linear/784x1024/batch128/fwd+bwd")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 } // namespace

@@ -55,8 +55,8 @@ void BM_Pool(benchmark::State& state, PoolShape s, bool backward) {
 int registerAll() {
     for (const PoolShape& s : kShapes) {
         for (bool backward : {false, true}) {
-            const std::string name = "Pool/" + std::string(s.name) + "/batch" + std::to_string(s.batch) +
-                                     (backward ? "/bwd" : "/fwd");
+            const std::string name =
+                "Pool/" + std::string(s.name) + "/batch" + std::to_string(s.batch) + (backward ? "/bwd" : "/fwd");
             benchmark::RegisterBenchmark(name.c_str(), BM_Pool, s, backward)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime()

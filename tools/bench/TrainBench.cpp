@@ -53,7 +53,8 @@ void BM_TrainStep(benchmark::State& state, std::string model) {
     // script warms up too).
     for (int i = 0; i < 3; ++i) step();
     for (auto _ : state) step();
-    state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["images/s"] =
+        benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_Inference(benchmark::State& state, std::string model) {
@@ -64,7 +65,8 @@ void BM_Inference(benchmark::State& state, std::string model) {
     auto [x, y] = batchOf(model, kBatch);
     for (int i = 0; i < 3; ++i) (*net)(x); // warm-up, untimed
     for (auto _ : state) benchmark::DoNotOptimize((*net)(x).raw());
-    state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["images/s"] =
+        benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 int registerAll() {

@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
     const double shapeMs = reporter.median("Graph/shapeCheck+gradShapeCheck/10000/real_time", "nodes") > 0
                                ? reporter.medianTime("Graph/shapeCheck+gradShapeCheck/10000/real_time")
                                : 0.0;
-    if (shapeMs > 0) std::printf("%-44s %9.2f ms (data + gradient shapes)\n", "shape check, 10 000-node graph", shapeMs);
+    if (shapeMs > 0)
+        std::printf("%-44s %9.2f ms (data + gradient shapes)\n", "shape check, 10 000-node graph", shapeMs);
     for (const char* mode : {"1", "0"}) {
         const std::string b = std::string("Graph/chain50/inferencePeak/") + mode + "/real_time";
         const double peak = reporter.median(b, "peakMiB"), value = reporter.median(b, "valueMiB");

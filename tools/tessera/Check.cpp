@@ -13,7 +13,8 @@
 namespace tessera::cli {
 
 Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch) {
-    if (inputs.empty()) throw std::invalid_argument("give the input shape with --input, for example --input 1x3x224x224");
+    if (inputs.empty())
+        throw std::invalid_argument("give the input shape with --input, for example --input 1x3x224x224");
     Shapes shapes;
     for (const std::string& s : inputs) {
         Shape sh = parseShape(s);
@@ -31,7 +32,8 @@ ModulePtr loadModel(const std::string& model) {
     if (isHdf5File(model)) return buildModule(blueprintFromJson(readBlueprint(model)));
     std::ifstream file(model);
     if (!file) {
-        throw std::invalid_argument("'" + model + "' is neither a zoo model nor a readable blueprint file (zoo: tessera check --list)");
+        throw std::invalid_argument(
+            "'" + model + "' is neither a zoo model nor a readable blueprint file (zoo: tessera check --list)");
     }
     std::stringstream text;
     text << file.rdbuf();
@@ -95,7 +97,8 @@ int runCheck(const CheckArgs& a) {
 std::function<int()> addCheck(CLI::App& app) {
     auto args = std::make_shared<CheckArgs>();
     CLI::App* cmd = app.add_subcommand("check", "Check a model's data and gradient shapes without running it");
-    cmd->add_option("model", args->model, "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint");
+    cmd->add_option("model", args->model,
+                    "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint");
     cmd->add_option("--input", args->inputs, "input shape such as 1x3x224x224; repeat for several inputs");
     cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
     cmd->add_flag("--list", args->list, "list the zoo models");

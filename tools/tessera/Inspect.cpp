@@ -61,7 +61,8 @@ std::vector<Row> rowsOf(Module& net, const Shapes& inputs) {
             Row r{n->name(), n->module().classname(), in, shapes.at(n), paramsOf(n->module()), 0, {}};
             r.flops = flopsOf(n->module(), in, r.out);
             for (const Edge& e : n->bwds()) {
-                for (int s : e.slots) r.edges.emplace_back(e.node->name(), shapes.at(e.node).at(static_cast<size_t>(s)));
+                for (int s : e.slots)
+                    r.edges.emplace_back(e.node->name(), shapes.at(e.node).at(static_cast<size_t>(s)));
             }
             if (n->bwds().empty()) r.edges.emplace_back("input", in.at(0));
             rows.push_back(std::move(r));
@@ -81,7 +82,12 @@ std::vector<Row> rowsOf(Module& net, const Shapes& inputs) {
         }
         return rows;
     }
-    Row r{net.name().empty() ? net.classname() : net.name(), net.classname(), inputs, net.inferDataShape(inputs), paramsOf(net), 0,
+    Row r{net.name().empty() ? net.classname() : net.name(),
+          net.classname(),
+          inputs,
+          net.inferDataShape(inputs),
+          paramsOf(net),
+          0,
           {{"input", inputs.at(0)}}};
     r.flops = flopsOf(net, inputs, r.out);
     rows.push_back(std::move(r));
@@ -150,13 +156,15 @@ int runDraw(const InspectArgs& a) {
     if (a.output.empty()) throw std::invalid_argument("draw needs -o FILE (.dot, .png or .svg)");
     ModulePtr net = loadModel(a.model);
     const std::vector<Row> rows = rowsOf(*net, parseInputs(a.inputs, a.batch));
-    std::string dot = "digraph \"" + dotEscape(a.model) + "\" {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\"];\n";
+    std::string dot =
+        "digraph \"" + dotEscape(a.model) + "\" {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\"];\n";
     dot += "  \"input\" [shape=ellipse];\n";
     for (const Row& r : rows) {
         dot += "  \"" + dotEscape(r.name) + "\" [label=\"" + dotEscape(r.name) + "\\n" + dotEscape(r.module) +
                (r.params ? "\\n" + std::to_string(r.params) + " params" : std::string()) + "\"];\n";
         for (const auto& [parent, shape] : r.edges) {
-            dot += "  \"" + dotEscape(parent) + "\" -> \"" + dotEscape(r.name) + "\" [label=\"" + shape.str() + "\"];\n";
+            dot +=
+                "  \"" + dotEscape(parent) + "\" -> \"" + dotEscape(r.name) + "\" [label=\"" + shape.str() + "\"];\n";
         }
     }
     dot += "}\n";
@@ -164,7 +172,8 @@ int runDraw(const InspectArgs& a) {
     const std::string ext = out.size() > 4 ? out.substr(out.size() - 4) : "";
     if (ext == ".png" || ext == ".svg") {
         if (std::system("command -v dot > /dev/null 2>&1") != 0) {
-            throw std::invalid_argument("writing " + out + " needs Graphviz's dot program (Debian: graphviz); "
+            throw std::invalid_argument("writing " + out +
+                                        " needs Graphviz's dot program (Debian: graphviz); "
                                         "write a .dot file instead");
         }
         const std::string tmp = out + ".dot.tmp";
@@ -183,7 +192,9 @@ int runDraw(const InspectArgs& a) {
 
 std::shared_ptr<InspectArgs> addCommon(CLI::App* cmd) {
     auto args = std::make_shared<InspectArgs>();
-    cmd->add_option("model", args->model, "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint")->required();
+    cmd->add_option("model", args->model,
+                    "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint")
+        ->required();
     cmd->add_option("--input", args->inputs, "input shape such as 1x3x224x224; repeat for several inputs")->required();
     cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
     return args;

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "Commands.h"
@@ -40,7 +40,8 @@ Device parseDevice(const std::string& text) {
     int index = 0;
     if (text != "cuda") {
         size_t used = 0;
-        if (text.rfind("cuda:", 0) != 0) throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
+        if (text.rfind("cuda:", 0) != 0)
+            throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
         try {
             index = std::stoi(text.substr(5), &used);
         } catch (const std::exception&) {
@@ -51,9 +52,9 @@ Device parseDevice(const std::string& text) {
         }
     }
     if (index >= cudaDeviceCount()) {
-        throw std::invalid_argument("--device " + text + ": this process sees " + std::to_string(cudaDeviceCount()) +
-                                    " CUDA device(s)" +
-                                    (cudaDeviceCount() == 0 ? " (no GPU or driver, or Tessera built without CUDA)" : ""));
+        throw std::invalid_argument(
+            "--device " + text + ": this process sees " + std::to_string(cudaDeviceCount()) + " CUDA device(s)" +
+            (cudaDeviceCount() == 0 ? " (no GPU or driver, or Tessera built without CUDA)" : ""));
     }
     return Device::cuda(index);
 }
@@ -77,8 +78,8 @@ int runTrain(const TrainArgs& a) {
     } else {
         throw std::invalid_argument("unknown model '" + a.model + "'; expected lenet or mlp");
     }
-    std::printf("model: %s, %lld parameters; optimizer: %s", a.model.c_str(), static_cast<long long>(net->numOfParams()),
-                a.optimizer.c_str());
+    std::printf("model: %s, %lld parameters; optimizer: %s", a.model.c_str(),
+                static_cast<long long>(net->numOfParams()), a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
     std::printf(" (learning rate %g), batch %lld, seed %llu, device %s\n", optimizer->learnRate(),
                 static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str());
@@ -122,14 +123,17 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--model", args->model, "lenet or mlp")->capture_default_str();
     cmd->add_option("--data", args->data, "fashion-mnist (the Debian package) or a directory of IDX files")
         ->capture_default_str();
-    cmd->add_option("--epochs", args->epochs, "passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--epochs", args->epochs, "passes over the training set")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--batch", args->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--lr", args->lr, "learning rate (default: the optimizer's)");
     cmd->add_option("--optimizer", args->optimizer,
                     "sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, rmspropgraves or smorms3")
         ->capture_default_str();
     cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
-    cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")->capture_default_str();
+    cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")
+        ->capture_default_str();
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
