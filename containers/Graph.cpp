@@ -165,6 +165,22 @@ void Graph::build() {
         }
     }
 
+    std::unordered_map<const Node*, size_t> position;
+    for (size_t i = 0; i < order_.size(); ++i) position[order_[i]] = i;
+    parentPos_.assign(order_.size(), {});
+    childPos_.assign(order_.size(), {});
+    inputPos_.assign(order_.size(), -1);
+    outputPos_.assign(order_.size(), -1);
+    for (size_t i = 0; i < order_.size(); ++i) {
+        for (const Edge& e : order_[i]->bwds()) parentPos_[i].push_back(position.at(e.node));
+        for (const Edge& e : order_[i]->fwds()) {
+            auto c = position.find(e.node);
+            if (c != position.end()) childPos_[i].push_back(c->second);
+        }
+    }
+    for (const auto& [n, k] : inputIndex_) inputPos_[position.at(n)] = static_cast<std::ptrdiff_t>(k);
+    for (const auto& [n, k] : outputIndex_) outputPos_[position.at(n)] = static_cast<std::ptrdiff_t>(k);
+
     children_.clear();
     for (Node* n : order_) children_.emplace_back(n->name(), n->modulePtr());
     structureChanged();
@@ -217,22 +233,28 @@ Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
         return planOut_;
     }
     planned_ = false;
-    ShapeMap inmap, shapes;
-    for (size_t i = 0; i < inputs_.size(); ++i) inmap[inputs_[i].get()] = {inShapes.at(i)};
-    std::unordered_set<const Node*> failed;
+    requireCount(inShapes, inputs_.size(), "input");
+    // Walks the order by position: each node reads its parents' shapes from the nodes.
+    std::vector<uint8_t> failed(order_.size(), 0);
     std::vector<std::string> errors;
-    for (Node* n : order_) {
+    for (size_t i = 0; i < order_.size(); ++i) {
+        Node* n = order_[i];
         bool below = false;
-        for (const Edge& e : n->bwds()) below = below || failed.count(e.node);
+        for (size_t p : parentPos_[i]) below = below || failed[p];
         if (below) { // its input is unknown: only the first failure on a path is reported
-            failed.insert(n);
+            failed[i] = 1;
             continue;
         }
         try {
-            n->dataShapeFrom(inmap, shapes);
+            if (inputPos_[i] >= 0) {
+                const Shapes in{inShapes[static_cast<size_t>(inputPos_[i])]};
+                n->inferShapes(&in);
+            } else {
+                n->inferShapes();
+            }
         } catch (const ShapeError& e) {
             errors.push_back(pathTo(*n) + ": " + e.what());
-            failed.insert(n);
+            failed[i] = 1;
         } catch (const Error&) { // not a shape problem: report it alone, as what it is
             rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
         }
@@ -240,7 +262,7 @@ Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
     if (!errors.empty()) throw shapeError(errorList("shape checking", errors));
     Shapes out;
     for (const NodePtr& o : outputs_) {
-        for (const Shape& s : shapes.at(o.get())) out.push_back(s);
+        for (const Shape& s : o->outShapes()) out.push_back(s);
     }
     planIn_ = inShapes;
     planOut_ = out;
@@ -256,36 +278,35 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
             throw shapeError("gradShapeFrom needs the output shapes of every node; run dataShapeFrom or forward first");
         }
     }
-    std::unordered_map<const Node*, Shapes> given;
+    std::vector<Shapes> given(outputs_.size());
     size_t k = 0;
-    for (const NodePtr& o : outputs_) {
-        const size_t count = o->outShapes().size();
+    for (size_t o = 0; o < outputs_.size(); ++o) {
+        const size_t count = outputs_[o]->outShapes().size();
         if (k + count > outGradShapes.size()) break;
-        given[o.get()].assign(outGradShapes.begin() + static_cast<std::ptrdiff_t>(k),
-                              outGradShapes.begin() + static_cast<std::ptrdiff_t>(k + count));
+        given[o].assign(outGradShapes.begin() + static_cast<std::ptrdiff_t>(k),
+                        outGradShapes.begin() + static_cast<std::ptrdiff_t>(k + count));
         k += count;
     }
-    if (given.size() != outputs_.size() || k != outGradShapes.size()) {
+    if (k != outGradShapes.size() || outGradShapes.size() != outputCount()) {
         throw shapeError("expects " + std::to_string(outputCount()) + " output-gradient shapes, got " +
                          std::to_string(outGradShapes.size()));
     }
-    ShapeMap grads;
-    std::unordered_set<const Node*> failed;
+    std::vector<uint8_t> failed(order_.size(), 0);
     std::vector<std::string> errors;
-    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-        Node* n = *it;
+    const Shapes none;
+    for (size_t i = order_.size(); i-- > 0;) {
+        Node* n = order_[i];
         bool above = false;
-        for (const Edge& e : n->fwds()) above = above || failed.count(e.node);
+        for (size_t c : childPos_[i]) above = above || failed[c];
         if (above) {
-            failed.insert(n);
+            failed[i] = 1;
             continue;
         }
         try {
-            auto g = given.find(n);
-            n->gradShapeFrom(g != given.end() ? g->second : Shapes{}, grads);
+            n->inferGradShapes(outputPos_[i] >= 0 ? given[static_cast<size_t>(outputPos_[i])] : none);
         } catch (const ShapeError& e) {
             errors.push_back(pathTo(*n) + ": " + e.what());
-            failed.insert(n);
+            failed[i] = 1;
         } catch (const Error&) {
             rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
         }
@@ -293,7 +314,7 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
     if (!errors.empty()) throw shapeError(errorList("gradient-shape checking", errors));
     Shapes in;
     for (const NodePtr& i : inputs_) {
-        for (const Shape& s : grads.at(i.get())) in.push_back(s);
+        for (const Shape& s : i->inGradShapes()) in.push_back(s);
     }
     return in;
 }

@@ -79,6 +79,10 @@ private:
     std::unordered_map<const Node*, size_t> consumers_; // fwd edges inside the graph
     std::unordered_map<const Node*, size_t> inputIndex_;
     std::unordered_map<const Node*, size_t> outputIndex_;
+    // By position in order_: parents and children inside the graph, and the index of an
+    // input or output node (-1 for the others), so shape inference walks without maps.
+    std::vector<std::vector<size_t>> parentPos_, childPos_;
+    std::vector<std::ptrdiff_t> inputPos_, outputPos_;
     bool released_ = false; // an eval-mode forward dropped intermediate values
     // The plan: the input shapes, mode and structure the nodes' shapes were last checked
     // at; a forward at the same ones runs the nodes without re-checking them.

@@ -250,22 +250,37 @@ Shapes Node::dataShapeFrom(const ShapeMap& inshapes, ShapeMap& shapes,
         }
     }
     outShapes_ = module_->inferDataShape(in);
-    inShapes_ = in;
-    if (onmodule) onmodule(*this, in);
+    inShapes_ = std::move(in);
+    if (onmodule) onmodule(*this, inShapes_);
     return shapes[this] = outShapes_;
 }
 
-Shapes Node::buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) const {
+const Shapes& Node::inferShapes(const Shapes* in) {
+    if (in) {
+        inShapes_ = *in;
+    } else {
+        inShapes_.clear();
+        for (const Edge& e : bwds_) {
+            const Shapes& out = e.node->outShapes_;
+            for (int s : e.slots) inShapes_.push_back(out.at(static_cast<size_t>(s)));
+        }
+    }
+    outShapes_ = module_->inferDataShape(inShapes_);
+    return outShapes_;
+}
+
+Shapes Node::outGradShapeFrom(const Shapes& outshapes,
+                              const std::function<const Shapes&(const Node*)>& childGrads) const {
     if (fwds_.empty()) return outshapes;
     Shapes g(outShapes_.size());
     for (const Edge& f : fwds_) {
-        const Shapes& childGrads = shapes.at(f.node);
+        const Shapes& grads = childGrads(f.node);
         // Find where this node's slots sit in the child's input list.
         size_t k = 0;
         for (const Edge& e : f.node->bwds_) {
             for (int s : e.slots) {
                 if (e.node == this) {
-                    const Shape& got = childGrads.at(k);
+                    const Shape& got = grads.at(k);
                     Shape& slotShape = g.at(static_cast<size_t>(s));
                     if (slotShape.rank() == 0) {
                         slotShape = got;
@@ -284,14 +299,29 @@ Shapes Node::buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) 
     return g;
 }
 
+Shapes Node::buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) const {
+    return outGradShapeFrom(outshapes, [&shapes](const Node* c) -> const Shapes& { return shapes.at(c); });
+}
+
+const Shapes& Node::inferGradShapes(const Shapes& outshapes) {
+    const Shapes outGrad = outGradShapeFrom(outshapes, [](const Node* c) -> const Shapes& { return c->inGradShapes_; });
+    if (outGrad != outShapes_) {
+        throw ShapeError(module_->str() + ": output gradient " + tessera::str(outGrad) + " does not match the output " +
+                         tessera::str(outShapes_));
+    }
+    // The pure form: this node's own input shapes, whatever other nodes do with the module.
+    inGradShapes_ = module_->gradShapeFrom(inShapes_, outGrad);
+    return inGradShapes_;
+}
+
 Shapes Node::gradShapeFrom(const Shapes& outshapes, ShapeMap& shapes) {
     const Shapes outGrad = buildOutGradShape(outshapes, shapes);
     if (outGrad != outShapes_) {
         throw ShapeError(module_->str() + ": output gradient " + tessera::str(outGrad) + " does not match the output " +
                          tessera::str(outShapes_));
     }
-    // The pure form: this node's own input shapes, whatever other nodes do with the module.
-    return shapes[this] = module_->gradShapeFrom(inShapes_, outGrad);
+    inGradShapes_ = module_->gradShapeFrom(inShapes_, outGrad);
+    return shapes[this] = inGradShapes_;
 }
 
 // ---- state ----------------------------------------------------------------------------

@@ -114,6 +114,14 @@ public:
     Shapes gradShapeFrom(const Shapes& outshapes, ShapeMap& shapes);
     /// The output-gradient shapes: `outshapes` without children, else from the children.
     Shapes buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) const;
+    /// The same without maps, for a Graph walking its plan: the parents' last outShapes()
+    /// (or `in` for an input node) through the module's checks; stored as outShapes().
+    const Shapes& inferShapes(const Shapes* in = nullptr);
+    /// The same for gradients: from the children's last inGradShapes() (or `outshapes`
+    /// without children); stored as inGradShapes().
+    const Shapes& inferGradShapes(const Shapes& outshapes);
+    /// Input-gradient shapes of the last gradShapeFrom or inferGradShapes.
+    const Shapes& inGradShapes() const { return inGradShapes_; }
     /// Output shapes of the last dataShapeFrom or forward.
     const Shapes& outShapes() const { return outShapes_; }
     /// Input shapes of the last dataShapeFrom or forward.
@@ -140,7 +148,9 @@ private:
     std::vector<NodePtr> parents_; // keeps the parents alive
     Tensors outGrad_;              // pending gradient per output slot
     std::vector<bool> outGradOwned_;
-    Shapes inShapes_, outShapes_;
+    Shapes inShapes_, outShapes_, inGradShapes_;
+
+    Shapes outGradShapeFrom(const Shapes& outshapes, const std::function<const Shapes&(const Node*)>& childGrads) const;
 };
 
 /// `node(std::make_shared<Linear>(800, 10), pool2, "fc1")`: wrap a module as a node.
