@@ -1,6 +1,9 @@
 #include "containers/Container.h"
 
 #include <atomic>
+#include <unordered_map>
+
+#include "backend/Backend.h"
 
 namespace tessera {
 
@@ -95,6 +98,36 @@ Blueprint Container::blueprint() const {
     Blueprint bp = Module::blueprint();
     for (const auto& [n, child] : children_) bp.modules.push_back(child->blueprint());
     return bp;
+}
+
+std::unordered_set<const Module*> prepareSharedGrads(const std::vector<const Module*>& modules, float momentum) {
+    std::vector<std::pair<const Module*, NamedVariables>> updaters;
+    std::unordered_map<const Variable*, int> users;
+    for (const Module* m : modules) {
+        NamedVariables vars = m->namedParams();
+        std::unordered_set<const Variable*> mine; // a module listing one Variable twice counts once
+        for (const auto& [name, v] : vars) {
+            if (mine.insert(v.get()).second) ++users[v.get()];
+        }
+        updaters.emplace_back(m, std::move(vars));
+    }
+    std::unordered_set<const Module*> shared;
+    std::unordered_set<const Variable*> scaled;
+    for (const auto& [m, vars] : updaters) {
+        bool sharing = false;
+        for (const auto& [name, v] : vars) sharing = sharing || users[v.get()] > 1;
+        if (!sharing) continue;
+        shared.insert(m);
+        for (const auto& [name, v] : vars) { // m runs with momentum 1: its gradients take momentum now
+            if (!scaled.insert(v.get()).second || momentum == 1.0f) continue;
+            if (momentum == 0.0f) {
+                backendOf(v->grad).fill(v->grad, 0.0f);
+            } else {
+                backendOf(v->grad).affine(v->grad, momentum, 0.0f, v->grad);
+            }
+        }
+    }
+    return shared;
 }
 
 } // namespace tessera

@@ -1,6 +1,8 @@
 #pragma once
 /// \file Container: a module made of named child modules.
 
+#include <unordered_set>
+
 #include "modules/Module.h"
 
 namespace tessera {
@@ -47,5 +49,12 @@ protected:
 
     std::vector<std::pair<std::string, ModulePtr>> children_;
 };
+
+/// Parameters that several of `modules` update in one backward (one module listed twice,
+/// as when it runs in two graph nodes, or modules given one Variable with setVar) must
+/// sum their contributions. Their gradients take `momentum` here, once; the modules
+/// returned must then run their backward with momentum 1. Containers call it before
+/// their children's backward.
+std::unordered_set<const Module*> prepareSharedGrads(const std::vector<const Module*>& modules, float momentum);
 
 } // namespace tessera

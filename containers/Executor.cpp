@@ -1,5 +1,7 @@
 #include "containers/Executor.h"
 
+#include "containers/Container.h"
+
 namespace tessera::exec {
 
 namespace {
@@ -38,8 +40,8 @@ void forward(const std::vector<Node*>& order, const std::function<std::optional<
         // nnsight's listener counting: a value goes once its last consumer has run.
         for (const Edge& e : n->bwds()) {
             Node* p = e.node;
-            if (p->module().dataList().empty() || (options.keep && options.keep(*p))) continue;
-            if (allChildrenRan(*p)) p->module().reset();
+            if (p->outputs().empty() || (options.keep && options.keep(*p))) continue;
+            if (allChildrenRan(*p)) p->releaseValues();
         }
     }
 }
@@ -60,7 +62,17 @@ std::unordered_map<const Node*, bool> needed(const std::vector<Node*>& order, bo
 }
 
 void backward(const std::vector<Node*>& order, const std::function<std::optional<Tensors>(const Node&)>& given,
-              const std::unordered_map<const Node*, bool>& need, const BackwardOptions& options) {
+              const std::unordered_map<const Node*, bool>& need, const std::function<bool(const Node&)>& hasParams,
+              const BackwardOptions& options) {
+    std::unordered_set<const Module*> summing;
+    if (options.updParamGrads) {
+        std::vector<const Module*> updaters; // one entry per node: a module in two nodes counts twice
+        for (const Node* n : order) {
+            auto it = need.find(n);
+            if (it != need.end() && it->second && hasParams(*n)) updaters.push_back(&n->module());
+        }
+        summing = prepareSharedGrads(updaters, options.momentum);
+    }
     auto isNeeded = [&need](const Node* n) {
         auto it = need.find(n);
         return it != need.end() && it->second;
@@ -71,7 +83,7 @@ void backward(const std::vector<Node*>& order, const std::function<std::optional
     auto releaseSpentChildren = [](const Node& n) {
         for (const Edge& e : n.fwds()) {
             Node* c = e.node;
-            if (c->bwdVisited && !c->bwds().empty() && allParentsRan(*c)) c->module().releaseGrad();
+            if (c->bwdVisited && !c->bwds().empty() && allParentsRan(*c)) c->releaseInputGrads();
         }
     };
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -87,7 +99,8 @@ void backward(const std::vector<Node*>& order, const std::function<std::optional
         try {
             std::optional<Tensors> g = given ? given(*n) : std::nullopt;
             const Tensors outGrad = g ? std::move(*g) : n->buildOutGrad({});
-            n->updateGrad(outGrad, options.updParamGrads, parentsNeed, options.scale, options.momentum);
+            n->updateGrad(outGrad, options.updParamGrads, parentsNeed, options.scale,
+                          summing.count(&n->module()) ? 1.0f : options.momentum);
         } catch (const Error&) {
             if (!options.where) throw;
             rethrowWithContext(options.where(*n));

@@ -50,6 +50,7 @@ std::unordered_map<const Node*, bool> needed(const std::vector<Node*>& order, bo
 /// is released once every parent has taken it (entry nodes keep theirs: they are the
 /// result).
 void backward(const std::vector<Node*>& order, const std::function<std::optional<Tensors>(const Node&)>& given,
-              const std::unordered_map<const Node*, bool>& need, const BackwardOptions& options);
+              const std::unordered_map<const Node*, bool>& need, const std::function<bool(const Node&)>& hasParams,
+              const BackwardOptions& options);
 
 } // namespace tessera::exec

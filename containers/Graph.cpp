@@ -152,17 +152,20 @@ void Graph::build() {
         }
     }
 
-    // One module, one node: a node keeps its module's input and output, so a second node
-    // would overwrite the first one's.
-    std::unordered_map<const Module*, const Node*> moduleOwner;
-    for (const Node* n : order_) {
-        auto [it, fresh] = moduleOwner.emplace(&n->module(), n);
-        if (!fresh) {
-            throw GraphError(where + ": nodes " + it->second->str() + " and " + n->str() + " wrap the same module " +
-                             n->module().str() +
-                             "; a module runs in one node only (share weights with setVar "
-                             "between two modules instead)");
+    // One module in several nodes (shared weights): each such node keeps its own run
+    // between forward and backward, and the module's parameter gradients sum over them.
+    // A container's runs live in its children's nodes, so a container runs in one node.
+    std::unordered_map<const Module*, std::vector<Node*>> wrappers;
+    for (Node* n : order_) wrappers[&n->module()].push_back(n);
+    for (Node* n : order_) {
+        const std::vector<Node*>& same = wrappers.at(&n->module());
+        if (same.size() > 1 && !n->module().namedChildren().empty()) {
+            throw GraphError(where + ": nodes " + same[0]->str() + " and " + same[1]->str() + " wrap the same " +
+                             "container " + n->module().str() +
+                             "; a container runs in one node only (give the "
+                             "layers inside it one module each, or share weights with setVar)");
         }
+        if (n->sharesModule() != (same.size() > 1)) n->setSharesModule(same.size() > 1);
     }
 
     std::unordered_map<const Node*, size_t> position;
@@ -340,7 +343,7 @@ Tensors Graph::updateData(const Tensors& data) {
     released_ = options.release;
     Tensors out;
     for (const NodePtr& o : outputs_) {
-        for (const Tensor& t : o->module().dataList()) out.push_back(t);
+        for (const Tensor& t : o->outputs()) out.push_back(t);
     }
     return out;
 }
@@ -354,14 +357,14 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
     std::unordered_map<const Node*, Tensors> given;
     for (const NodePtr& o : outputs_) {
         Tensors& g = given[o.get()];
-        for (size_t s = 0; s < o->module().dataList().size(); ++s) g.push_back(grad.at(k++));
+        for (size_t s = 0; s < o->outputs().size(); ++s) g.push_back(grad.at(k++));
     }
     for (Node* n : order_) n->bwdVisited = false;
     // A node runs backward only when something needs it: it holds parameters to update, or
     // a node upstream of it does, or it is an input whose gradient was asked for. So the
     // first convolution of a network computes no gradient for the data.
-    const auto need =
-        exec::needed(order_, updParamGrads, updGrad, [this](const Node& n) { return withParams_.count(&n) > 0; });
+    const auto hasParams = [this](const Node& n) { return withParams_.count(&n) > 0; };
+    const auto need = exec::needed(order_, updParamGrads, updGrad, hasParams);
     exec::BackwardOptions options{updParamGrads, updGrad, scale, momentum,
                                   [this](const Node& n) { return str() + ": backward at " + pathTo(n) + ": "; }};
     exec::backward(
@@ -371,11 +374,11 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
             if (it == given.end()) return std::nullopt;
             return it->second;
         },
-        need, options);
+        need, hasParams, options);
     Tensors in;
     if (updGrad) {
         for (const NodePtr& i : inputs_) {
-            for (const Tensor& t : i->module().gradList()) in.push_back(t);
+            for (const Tensor& t : i->inputGrads()) in.push_back(t);
         }
     }
     return in;
@@ -383,9 +386,12 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
 
 Blueprint Graph::blueprint() const {
     Blueprint bp = Module::blueprint();
+    std::unordered_map<const Module*, const Node*> first;
     for (const Node* n : order_) {
         bp.modules.push_back(n->module().blueprint());
-        NodeBlueprint nb{n->name(), {}};
+        NodeBlueprint nb{n->name(), {}, {}};
+        auto [it, fresh] = first.emplace(&n->module(), n);
+        if (!fresh) nb.sameModuleAs = it->second->name();
         for (const Edge& e : n->bwds())
             nb.parents.emplace_back(e.node->name(), std::vector<int64_t>(e.slots.begin(), e.slots.end()));
         bp.nodes.push_back(std::move(nb));

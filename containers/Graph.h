@@ -17,8 +17,11 @@ namespace tessera {
 /// no cycle; each failure is a GraphError naming the nodes. The execution order is
 /// computed then, without recursion.
 ///
-/// A module belongs to one node: a second node wrapping the same module is a GraphError
-/// (to share weights, give two modules the same Variable with setVar).
+/// One module may run in several nodes (shared weights: siamese towers, a layer applied
+/// twice): each such node keeps its own run between forward and backward
+/// (`Node::sharesModule`), so the module may see other shapes in each, and its parameter
+/// gradients sum over the nodes, as they do for modules given one Variable with setVar.
+/// A container runs in one node only (a GraphError names both nodes).
 ///
 /// Shapes are checked once per set of input shapes (and mode): the first forward or
 /// dataShapeFrom at those shapes runs whole-graph inference, later forwards run the nodes

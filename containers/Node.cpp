@@ -84,10 +84,39 @@ void Node::addForward(Node* node, std::vector<int> slots) { fwds_.push_back({nod
 
 // ---- data -----------------------------------------------------------------------------
 
+void Node::setSharesModule(bool shares) {
+    sharesModule_ = shares;
+    run_ = {};
+}
+
+const Tensors& Node::outputs() const { return sharesModule_ ? run_.data : module_->dataList(); }
+
+const Tensors& Node::inputGrads() const { return sharesModule_ ? run_.grad : module_->gradList(); }
+
+void Node::releaseValues() {
+    if (sharesModule_) {
+        run_ = {};
+    } else {
+        module_->reset();
+    }
+}
+
+void Node::releaseInputGrads() {
+    if (sharesModule_) {
+        run_.grad.clear();
+    } else {
+        module_->releaseGrad();
+    }
+}
+
+void Node::keepRun() {
+    if (sharesModule_) run_ = module_->takeRunState();
+}
+
 Tensors Node::gatherInputs() const {
     Tensors in;
     for (const Edge& e : bwds_) {
-        const Tensors& out = e.node->module().dataList();
+        const Tensors& out = e.node->outputs();
         for (int s : e.slots) {
             if (static_cast<size_t>(s) >= out.size()) {
                 throw GraphError("node " + str() + ": parent " + e.node->str() + " has no output " + std::to_string(s) +
@@ -102,11 +131,13 @@ Tensors Node::gatherInputs() const {
 void Node::updateData(const Tensors& data) {
     outShapes_ = shapesOf((*module_)(data));
     inShapes_ = shapesOf(data);
+    keepRun();
 }
 
 void Node::runPlanned(const Tensors& data) {
     outShapes_ = shapesOf(module_->runPlanned(data));
     inShapes_ = shapesOf(data);
+    keepRun();
 }
 
 namespace {
@@ -168,25 +199,32 @@ void Node::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float
     traverseBackward(*this, [&run](Node& n) { run.push_back(&n); });
     for (Node* n : run) n->bwdVisited = false;
     std::reverse(run.begin(), run.end()); // parents first, as the engine expects
-    const auto need = exec::needed(ancestorsParentsFirst(*this), updParamGrads, updGrad,
-                                   [](const Node& n) { return !n.module().namedParams().empty(); });
+    const auto hasParams = [](const Node& n) { return !n.module().namedParams().empty(); };
+    const auto need = exec::needed(ancestorsParentsFirst(*this), updParamGrads, updGrad, hasParams);
     exec::backward(
         run,
         [this, &grad](const Node& n) -> std::optional<Tensors> {
             if (&n != this) return std::nullopt;
             return buildOutGrad(grad);
         },
-        need, exec::BackwardOptions{updParamGrads, updGrad, scale, momentum, {}});
+        need, hasParams, exec::BackwardOptions{updParamGrads, updGrad, scale, momentum, {}});
 }
 
 void Node::updateGrad(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    if (sharesModule_) {
+        if (run_.data.empty())
+            throw ModuleError(module_->str() + ": backward at node '" + name_ + "' before its forward");
+        module_->putRunState(std::move(run_));
+        run_ = {};
+    }
     const Tensors& inGrad = module_->backward(grad, updParamGrads, updGrad, scale, momentum);
     if (updGrad) routeInGrad(inGrad);
+    keepRun();
 }
 
 Tensors Node::buildOutGrad(const Tensors& grad) {
     if (fwds_.empty()) return grad;
-    const Tensors& out = module_->dataList();
+    const Tensors& out = outputs();
     Tensors g(out.size());
     for (size_t s = 0; s < out.size(); ++s) {
         if (s < outGrad_.size() && outGrad_[s].defined()) {
@@ -328,6 +366,7 @@ Shapes Node::gradShapeFrom(const Shapes& outshapes, ShapeMap& shapes) {
 
 void Node::reset() {
     module_->reset();
+    run_ = {};
     outGrad_.clear();
     outGradOwned_.clear();
     clearTraverse();

@@ -66,6 +66,22 @@ public:
     /// The parent nodes, one per bwds entry.
     const std::vector<NodePtr>& parents() const { return parents_; }
 
+    /// Whether this node's module runs in other nodes of its graph too (set by the Graph
+    /// when built). The node then keeps its own run (Module::RunState: inputs, outputs,
+    /// input gradients, kept tensors) between its forward and its backward, and the
+    /// module holds it only while this node runs.
+    bool sharesModule() const { return sharesModule_; }
+    void setSharesModule(bool shares);
+    /// This node's outputs (its module's dataList(), or its own run's when it shares the
+    /// module).
+    const Tensors& outputs() const;
+    /// This node's input gradients from its last backward (likewise).
+    const Tensors& inputGrads() const;
+    /// Drop this node's outputs and what its module kept (eval-mode release).
+    void releaseValues();
+    /// Drop this node's input gradients (once every parent has taken them).
+    void releaseInputGrads();
+
     /// Add parents: this node's bwds and each parent's fwds. Throws GraphError (naming the
     /// nodes of the cycle) when a parent descends from this node, and when a slot is out
     /// of range.
@@ -149,6 +165,9 @@ private:
     Tensors outGrad_;              // pending gradient per output slot
     std::vector<bool> outGradOwned_;
     Shapes inShapes_, outShapes_, inGradShapes_;
+    bool sharesModule_ = false;
+    Module::RunState run_; // this node's run, when it shares its module
+    void keepRun();        // move the module's run into run_ (sharing nodes only)
 
     Shapes outGradShapeFrom(const Shapes& outshapes, const std::function<const Shapes&(const Node*)>& childGrads) const;
 };

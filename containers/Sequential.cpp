@@ -103,11 +103,18 @@ Tensors Sequential::updateData(const Tensors& data) {
 }
 
 Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    std::unordered_set<const Module*> summing;
+    if (updParamGrads) {
+        std::vector<const Module*> kids;
+        for (const auto& [name, child] : children_) kids.push_back(child.get());
+        summing = prepareSharedGrads(kids, momentum);
+    }
     Tensors g = grad;
     for (size_t i = children_.size(); i-- > 0;) {
+        Module& child = *children_[i].second;
         // The first child's input gradient is only needed when the caller asked for it.
         try {
-            g = children_[i].second->backward(g, updParamGrads, i > 0 || updGrad, scale, momentum);
+            g = child.backward(g, updParamGrads, i > 0 || updGrad, scale, summing.count(&child) ? 1.0f : momentum);
         } catch (const Error&) {
             rethrowWithContext(str() + ": backward at " + children_[i].first + ": ");
         }

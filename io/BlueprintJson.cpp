@@ -51,6 +51,7 @@ Blueprint fromJson(const json& j) {
                 }
                 nb.parents.emplace_back(p[0].get<std::string>(), p[1].get<std::vector<int64_t>>());
             }
+            if (n.contains("sameModuleAs")) nb.sameModuleAs = n["sameModuleAs"].get<std::string>();
             bp.nodes.push_back(std::move(nb));
         }
         bp.inputs = j.at("inputs").get<std::vector<std::string>>();

@@ -354,7 +354,17 @@ ModulePtr buildGraph(const Blueprint& bp, const Args& a) {
             }
             parents.push_back(Parent(it->second, std::vector<int>(slots.begin(), slots.end())));
         }
-        ModulePtr mod = buildModule(bp.modules[i], a.where() + "Graph node '" + nb.name + "' -> ");
+        ModulePtr mod;
+        if (!nb.sameModuleAs.empty()) { // one module in several nodes: the earlier node's
+            auto it = byName.find(nb.sameModuleAs);
+            if (it == byName.end()) {
+                throw a.error("node '" + nb.name + "' runs the module of '" + nb.sameModuleAs +
+                              "', which is not an earlier node");
+            }
+            mod = it->second->modulePtr();
+        } else {
+            mod = buildModule(bp.modules[i], a.where() + "Graph node '" + nb.name + "' -> ");
+        }
         if (!byName.emplace(nb.name, node(mod, parents, nb.name)).second) {
             throw a.error("two nodes are named '" + nb.name + "'");
         }

@@ -44,6 +44,7 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
     /// One primitive gives the input and parameter gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
+    std::vector<Tensor*> keptTensors() override { return {&batchMean_, &batchVar_}; }
 
 private:
     /// dx, dscale and dbias of the last forward, which ran in train mode (else ModuleError).

@@ -79,7 +79,9 @@ std::string Blueprint::toJson() const {
                 s += std::string(p ? ", " : "") + "[" + quoted(nodes[i].parents[p].first) + ", " +
                      ValueToJson{}(nodes[i].parents[p].second) + "]";
             }
-            s += "]}";
+            s += "]";
+            if (!nodes[i].sameModuleAs.empty()) s += ", \"sameModuleAs\": " + quoted(nodes[i].sameModuleAs);
+            s += "}";
         }
         s += "]";
         for (const auto* list : {&inputs, &outputs}) {

@@ -16,6 +16,9 @@ using BlueprintValue = std::variant<bool, int64_t, double, std::string, std::vec
 struct NodeBlueprint {
     std::string name;
     std::vector<std::pair<std::string, std::vector<int64_t>>> parents;
+    /// The earlier node whose module this node runs too (one module in several nodes:
+    /// shared weights); empty when the node has a module of its own.
+    std::string sameModuleAs;
 };
 
 /// `{"classname": ..., "scheme": {ctor args}}`; containers add their children in order

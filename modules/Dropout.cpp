@@ -34,11 +34,6 @@ Tensors Dropout::updateGrad(const Tensors& grad) {
     return {dx};
 }
 
-void Dropout::reset() {
-    Module::reset();
-    mask_ = Tensor();
-}
-
 Blueprint Dropout::blueprint() const {
     Blueprint bp = Module::blueprint();
     bp.scheme.emplace_back("p", static_cast<double>(p_));

@@ -30,7 +30,6 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input of any shape.
     void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
-    void reset() override;
     Blueprint blueprint() const override;
 
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
@@ -39,6 +38,7 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
+    std::vector<Tensor*> keptTensors() override { return {&mask_}; }
 
 private:
     float p_;

@@ -32,6 +32,7 @@ protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     void accGradParams(const Tensors& grad, float scale, float momentum) override;
+    std::vector<Tensor*> keptTensors() override { return {&xg_}; }
 
 private:
     /// t in groups-first order ([groups, N, k]), permuting when batchDim is 0.

@@ -29,6 +29,7 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
     /// One primitive gives the input and parameter gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
+    std::vector<Tensor*> keptTensors() override { return {&mean_, &var_}; }
 
 private:
     Tensor tiled(const Tensor& perChannel, int64_t n) const;

@@ -23,6 +23,7 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
+    std::vector<Tensor*> keptTensors() override { return {&indices_}; }
 
 private:
     int64_t topk_;

@@ -31,6 +31,7 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
+    std::vector<Tensor*> keptTensors() override { return {&workspace_}; }
 
 private:
     LrnParams params_;

@@ -20,6 +20,7 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
+    std::vector<Tensor*> keptTensors() override { return {&indices_}; }
 
 private:
     std::shared_ptr<MaxPool2D> pool_;

@@ -284,7 +284,33 @@ void Module::reset() {
     inData_.clear();
     data_.clear();
     grad_.clear();
+    for (Tensor* t : keptTensors()) *t = Tensor();
     for (const auto& [n, child] : namedChildren()) child->reset();
+}
+
+Module::RunState Module::takeRunState() {
+    if (!namedChildren().empty()) throw moduleError("a container's run state belongs to its children");
+    RunState state{std::move(inData_), std::move(data_), std::move(grad_), {}};
+    inData_.clear();
+    data_.clear();
+    grad_.clear();
+    for (Tensor* t : keptTensors()) {
+        state.kept.push_back(std::move(*t));
+        *t = Tensor();
+    }
+    return state;
+}
+
+void Module::putRunState(RunState state) {
+    const std::vector<Tensor*> kept = keptTensors();
+    if (state.kept.size() != kept.size()) {
+        throw moduleError("a run state with " + std::to_string(state.kept.size()) + " kept tensors, expected " +
+                          std::to_string(kept.size()));
+    }
+    inData_ = std::move(state.inData);
+    data_ = std::move(state.data);
+    grad_ = std::move(state.grad);
+    for (size_t i = 0; i < kept.size(); ++i) *kept[i] = std::move(state.kept[i]);
 }
 
 void Module::optimizeForShape(const Shapes&, size_t) {}

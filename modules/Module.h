@@ -157,6 +157,20 @@ public:
     /// Drop the kept input gradient only (`gradList()` is empty afterwards). A graph does
     /// this to a node once every parent has used its gradient.
     void releaseGrad() { grad_.clear(); }
+
+    /// What one run leaves in a module for its backward: its inputs, outputs, input
+    /// gradients and the tensors the layer keeps (keptTensors). A Graph moves it out of a
+    /// module that runs in several nodes after each node's forward, and back in for that
+    /// node's backward.
+    struct RunState {
+        Tensors inData, data, grad;
+        std::vector<Tensor> kept;
+    };
+    /// Move this run's state out; the module is left as reset() leaves it. Containers
+    /// throw ModuleError: their children's runs are not theirs to move.
+    RunState takeRunState();
+    /// Put back a state that takeRunState took from this module.
+    void putRunState(RunState state);
     /// Let a module pick algorithms for `inShapes` within `memlimit` bytes of workspace.
     /// Modules without a choice of algorithms (every CPU module) do nothing.
     virtual void optimizeForShape(const Shapes& inShapes, size_t memlimit);
@@ -194,6 +208,10 @@ protected:
     virtual Tensors updateGrad(const Tensors& grad) = 0;
     /// Accumulate parameter gradients: param.grad = scale * new + momentum * param.grad.
     virtual void accGradParams(const Tensors& grad, float scale, float momentum);
+    /// The tensors a layer keeps from its forward for its backward besides its inputs and
+    /// outputs (dropout's mask, max pooling's workspace, batch norm's batch statistics):
+    /// reset() drops them and takeRunState() moves them. Default: none.
+    virtual std::vector<Tensor*> keptTensors() { return {}; }
     /// The backward step after the checks. Layers keep the default (updateGrad then
     /// accGradParams); containers override it to drive their children.
     virtual Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum);

@@ -36,6 +36,7 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
+    std::vector<Tensor*> keptTensors() override { return {&noise_}; }
 
 private:
     NoiseInjectorOptions options_;

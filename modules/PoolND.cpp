@@ -90,11 +90,6 @@ Tensors PoolND::updateGrad(const Tensors& grad) {
     return {backendOf(grad[0]).poolBackward(params_, grad[0], workspace_, inData().shape(), inData().layout())};
 }
 
-void PoolND::reset() {
-    Module::reset();
-    workspace_ = Tensor();
-}
-
 Blueprint PoolND::blueprint() const {
     Blueprint bp = Module::blueprint();
     bp.scheme.emplace_back("size", params_.kernel);

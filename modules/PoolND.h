@@ -30,7 +30,6 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     void checkGradShape(const Shapes& outGradShapes) const override;
     bool handlesLayouts() const override { return true; }
-    void reset() override;
     Blueprint blueprint() const override;
 
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
@@ -39,6 +38,7 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
+    std::vector<Tensor*> keptTensors() override { return {&workspace_}; }
 
 private:
     size_t spatialDims_;

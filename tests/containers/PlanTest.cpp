@@ -19,6 +19,7 @@
 #include "modules/Linear.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
+#include "modules/Pool.h"
 
 namespace tessera {
 namespace {
@@ -87,19 +88,111 @@ TEST(Plan, SequentialGradShapesComeFromThePlan) {
     EXPECT_TRUE(throwsModuleError([&] { fresh.gradShapeFrom(Shape{4, 2}); }, {"dataShapeFrom or forward first"}));
 }
 
-TEST(Plan, OneModuleInTwoNodesIsAGraphErrorNamingBoth) {
-    auto shared = std::make_shared<Linear>(4, 4, LinearOptions{.name = "fc"});
+// One module in several nodes: shared weights (a siamese tower, a layer applied twice).
+// Each node keeps its own run, so the module may see different shapes in each, and the
+// parameter gradients sum over the nodes.
+TEST(Plan, OneModuleInTwoNodesSharesItsWeights) {
+    manualSeed(3);
+    auto tower = std::make_shared<Linear>(4, 3, LinearOptions{.name = "tower"});
+    auto x1 = node(std::make_shared<Identity>("left"));
+    auto x2 = node(std::make_shared<Identity>("right"));
+    auto a = node(tower, x1, "a");
+    auto b = node(tower, x2, "b");
+    auto ta = node(std::make_shared<Activation>(ActivationKind::tanh), a, "ta");
+    auto sum = node(std::make_shared<Add>(), {ta, b}, "sum");
+    Graph g({x1, x2}, {sum});
+    EXPECT_TRUE(a->sharesModule() && b->sharesModule() && !ta->sharesModule());
+    EXPECT_EQ(g.numOfParams(), 4 * 3 + 3); // counted once
+
+    const Tensor in1 = randomTensor({5, 4}, 1), in2 = randomTensor({5, 4}, 2);
+    EXPECT_TRUE(checkShapes(g, {in1, in2}));
+    EXPECT_TRUE(checkGradients(g, {in1, in2})); // dW = x1' (dy * tanh') + x2' dy: both nodes count
+
+    // The reference: tanh(x1 W + b) + x2 W + b by hand.
+    const std::vector<float> y = g({in1, in2})[0].toVector<float>();
+    const std::vector<float> w = tower->getVar("W")->data.toVector<float>(),
+                             bias = tower->getVar("b")->data.toVector<float>();
+    const std::vector<float> v1 = in1.toVector<float>(), v2 = in2.toVector<float>();
+    for (int n = 0; n < 5; ++n) {
+        for (int j = 0; j < 3; ++j) {
+            float l = bias[j], r = bias[j];
+            for (int i = 0; i < 4; ++i) {
+                l += v1[n * 4 + i] * w[i * 3 + j];
+                r += v2[n * 4 + i] * w[i * 3 + j];
+            }
+            EXPECT_NEAR(y[n * 3 + j], std::tanh(l) + r, 1e-5f);
+        }
+    }
+
+    // momentum 1 (what the trainer uses after zeroing) adds one step's sum to the old.
+    const Tensor dy = randomTensor({5, 3}, 3);
+    g.backward(Tensors{dy});
+    const std::vector<float> once = tower->getVar("W")->grad.toVector<float>();
+    g({in1, in2});
+    g.backward(Tensors{dy}, true, true, 1.0f, 1.0f);
+    std::vector<float> twice(once.size());
+    for (size_t i = 0; i < once.size(); ++i) twice[i] = 2 * once[i];
+    EXPECT_TRUE(allClose(tower->getVar("W")->grad, twice, 1e-4f));
+}
+
+TEST(Plan, OneModuleInTwoNodesAtDifferentShapesKeepsEachRun) {
+    // Max pooling keeps its argmax workspace and dropout its mask: per node, not per module.
+    manualSeed(4);
+    auto pool = std::make_shared<MaxPool2D>(2);
+    auto drop = std::make_shared<Dropout>(DropoutOptions{.p = 0.3f});
+    auto x = node(std::make_shared<Identity>("data"));
+    auto p1 = node(pool, x, "p1");
+    auto d1 = node(drop, p1, "d1");
+    auto p2 = node(pool, d1, "p2"); // the same pool on the smaller map
+    auto d2 = node(drop, p2, "d2");
+    auto flat = node(std::make_shared<Flatten>(), d2, "flat");
+    Graph g({x}, {flat});
+    const Tensor in = randomTensor({2, 3, 8, 8}, 5);
+    EXPECT_EQ(g.dataShapeFrom(Shape{2, 3, 8, 8}), (Shape{2, 3 * 2 * 2}));
+    GradCheckOptions opts;
+    opts.beforeForward = [&] { drop->generator().manualSeed(11); }; // the same masks in every forward
+    EXPECT_TRUE(checkGradients(g, {in}, opts));
+
+    g.evalMode(); // eval: values go after their last consumer, per node
+    const Tensor y = g(in);
+    EXPECT_EQ(y.shape(), (Shape{2, 12}));
+    EXPECT_TRUE(p1->outputs().empty() && d1->outputs().empty() && p2->outputs().empty());
+}
+
+TEST(Plan, ParametersSharedWithSetVarSumTheirGradients) {
+    // Two modules given one Variable: a plain backward (momentum 0) sums both contributions
+    // instead of keeping the last one.
+    manualSeed(5);
+    auto l1 = std::make_shared<Linear>(3, 3, LinearOptions{.name = "l1"});
+    auto l2 = std::make_shared<Linear>(3, 3, LinearOptions{.name = "l2"});
+    l2->setVar("W", l1->getVar("W"));
+    auto x = node(std::make_shared<Identity>("data"));
+    auto a = node(l1, x);
+    auto b = node(l2, node(std::make_shared<Activation>(ActivationKind::tanh), a, "t"));
+    Graph g({x}, {b});
+    EXPECT_TRUE(checkGradients(g, {randomTensor({4, 3}, 6)}));
+
+    Sequential seq("seq"); // the same in a Sequential
+    auto s1 = std::make_shared<Linear>(3, 3), s2 = std::make_shared<Linear>(3, 3);
+    s2->setVar("W", s1->getVar("W"));
+    seq.append(s1).append(std::make_shared<Activation>(ActivationKind::tanh)).append(s2);
+    EXPECT_TRUE(checkGradients(seq, {randomTensor({4, 3}, 7)}));
+}
+
+TEST(Plan, AContainerInTwoNodesIsAGraphErrorNamingBoth) {
+    auto seq = std::make_shared<Sequential>("block");
+    seq->append(std::make_shared<Linear>(4, 4));
     auto in = node(std::make_shared<Activation>(ActivationKind::relu), {}, "in");
-    auto a = node(shared, in, "a");
-    auto b = node(shared, a, "b");
+    auto a = node(seq, in, "a");
+    auto b = node(seq, a, "b");
     try {
         Graph g({in}, {b});
-        FAIL() << "a module in two nodes was accepted";
+        FAIL() << "a container in two nodes was accepted";
     } catch (const GraphError& e) {
         const std::string msg = e.what();
-        EXPECT_NE(msg.find("a (Linear)"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("b (Linear)"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("same module"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("a (Sequential)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("b (Sequential)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("container"), std::string::npos) << msg;
     }
 }
 

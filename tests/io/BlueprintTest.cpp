@@ -172,6 +172,29 @@ TEST(Blueprint, ContainersAndGraphsWithSlotsRoundTripAndComputeTheSame) {
     EXPECT_EQ(roundTrip(par), par.blueprint().toJson());
 }
 
+TEST(Blueprint, OneModuleInTwoNodesStaysOneModule) {
+    auto tower = std::make_shared<Linear>(4, 3, LinearOptions{.name = "tower"});
+    auto x1 = node(std::make_shared<Identity>(), {}, "x1");
+    auto x2 = node(std::make_shared<Identity>(), {}, "x2");
+    auto a = node(tower, x1, "a");
+    auto b = node(tower, x2, "b");
+    auto sum = node(std::make_shared<Add>(), {a, b}, "sum");
+    Graph g({x1, x2}, {sum}, "siamese");
+    const std::string json = g.blueprint().toJson();
+    EXPECT_NE(json.find(R"("name": "b", "parents": [["x2", [0]]], "sameModuleAs": "a")"), std::string::npos) << json;
+    ModulePtr rebuilt = buildModule(blueprintFromJson(json));
+    EXPECT_EQ(rebuilt->blueprint().toJson(), json);
+    auto& rg = dynamic_cast<Graph&>(*rebuilt);
+    EXPECT_EQ(&rg.getNodeByName("a").module(), &rg.getNodeByName("b").module());
+    EXPECT_EQ(rebuilt->numOfParams(), 4 * 3 + 3);
+    EXPECT_TRUE(throwsModuleError(
+        [] {
+            buildModule(blueprintFromJson(
+                R"({"classname": "Graph", "modules": [{"classname": "Identity"}], "nodes": [{"name": "a", "parents": [], "sameModuleAs": "z"}], "inputs": ["a"], "outputs": ["a"]})"));
+        },
+        {"'z'", "not an earlier node"}));
+}
+
 TEST(Blueprint, ZooModelsRoundTrip) {
     auto lenet = loadLeNet();
     EXPECT_EQ(roundTrip(*lenet), lenet->blueprint().toJson());
