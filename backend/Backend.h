@@ -296,6 +296,9 @@ inline Backend& backendOf(const Tensor& t) { return backendFor(t.device()); }
 /// How many CUDA devices this process can use: 0 when Tessera was built without CUDA, or
 /// when there is no driver or no GPU.
 int cudaDeviceCount();
+/// Why no CUDA device can be used: "Tessera was built without CUDA", "no usable CUDA
+/// driver (...)", "no CUDA device (...)"; empty when there is one.
+std::string cudaUnavailableReason();
 
 /// Let cuBLAS and cuDNN use TF32 tensor cores for float32 work on every CUDA device (on by
 /// default: about 10 bits of mantissa in products, much faster on Ampere and later). A

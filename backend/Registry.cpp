@@ -24,6 +24,23 @@ Backend& backendFor(Device device) {
 #endif
 }
 
+std::string cudaUnavailableReason() {
+#if TESSERA_HAVE_CUDA
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) return n > 0 ? std::string() : "no CUDA device (the driver sees none)";
+    (void)cudaGetLastError();
+    const std::string what = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    if (e == cudaErrorNoDevice) return "no CUDA device (" + what + ")";
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorInitializationError || e == cudaErrorNotSupported) {
+        return "no usable CUDA driver (" + what + ")";
+    }
+    return "CUDA cannot be used (" + what + ")";
+#else
+    return "Tessera was built without CUDA (configure with TESSERA_USE_CUDA=ON)";
+#endif
+}
+
 int cudaDeviceCount() {
 #if TESSERA_HAVE_CUDA
     static const int count = [] {

@@ -4,6 +4,7 @@
 
 #include "backend/Backend.h"
 #include "backend/Errors.h"
+#include "backend/Random.h"
 
 namespace tessera {
 
@@ -72,6 +73,42 @@ Tensor Tensor::full(const Shape& shape, float value, Device device) {
     Tensor t = empty(shape, DType::float32, device);
     backendFor(device).fill(t, value);
     return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, Device device) { return full(shape, 1.0f, device); }
+
+Tensor Tensor::randn(const Shape& shape, float mean, float stddev, Device device) {
+    if (!(stddev >= 0.0f)) throw ModuleError("Tensor::randn: stddev must be >= 0, got " + std::to_string(stddev));
+    Tensor t = empty(shape, DType::float32, device);
+    backendFor(device).fillNormal(t, mean, stddev, globalGenerator());
+    return t;
+}
+
+Tensor Tensor::rand(const Shape& shape, float lo, float hi, Device device) {
+    if (!(lo < hi)) {
+        throw ModuleError("Tensor::rand: needs lo < hi, got [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+    }
+    Tensor t = empty(shape, DType::float32, device);
+    backendFor(device).fillUniform(t, lo, hi, globalGenerator());
+    return t;
+}
+
+Tensor Tensor::randint(const Shape& shape, int32_t classes, Device device) {
+    if (classes <= 0) throw ModuleError("Tensor::randint: classes must be positive, got " + std::to_string(classes));
+    Generator& g = globalGenerator();
+    const uint64_t first = g.advance(static_cast<uint64_t>(shape.numel()));
+    std::vector<int32_t> v(static_cast<size_t>(shape.numel()));
+    for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = static_cast<int32_t>(randomBits(g.seed(), first + i) % static_cast<uint64_t>(classes));
+    }
+    return fromVector(shape, v, device);
+}
+
+Tensor Tensor::arange(int64_t n, float start, float step, Device device) {
+    if (n < 0) throw ShapeError("Tensor::arange: n must be >= 0, got " + std::to_string(n));
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = start + step * static_cast<float>(i);
+    return fromVector(Shape{n}, v, device);
 }
 
 namespace {

@@ -46,7 +46,16 @@ public:
     static Tensor empty(const Shape& shape, DType dtype = DType::float32, Device device = {},
                         Layout layout = Layout::plain);
     static Tensor zeros(const Shape& shape, DType dtype = DType::float32, Device device = {});
+    static Tensor ones(const Shape& shape, Device device = {});
     static Tensor full(const Shape& shape, float value, Device device = {});
+    /// Normal(mean, stddev) and uniform [lo, hi) float32 values drawn from the global
+    /// generator (`manualSeed` makes them reproducible; the same numbers on every device).
+    static Tensor randn(const Shape& shape, float mean = 0.0f, float stddev = 1.0f, Device device = {});
+    static Tensor rand(const Shape& shape, float lo = 0.0f, float hi = 1.0f, Device device = {});
+    /// Random int32 class labels in [0, classes): targets for CrossEntropy.
+    static Tensor randint(const Shape& shape, int32_t classes, Device device = {});
+    /// [n] float32: start, start + step, ... (n values).
+    static Tensor arange(int64_t n, float start = 0.0f, float step = 1.0f, Device device = {});
     /// Copies `values` (numel must equal `shape.numel()`, else ShapeError).
     static Tensor fromVector(const Shape& shape, const std::vector<float>& values, Device device = {});
     static Tensor fromVector(const Shape& shape, const std::vector<int32_t>& values, Device device = {});

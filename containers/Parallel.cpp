@@ -51,9 +51,16 @@ Tensors Parallel::updateData(const Tensors& data) {
 }
 
 Tensors Parallel::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    std::unordered_set<const Module*> summing; // branches sharing a Variable sum into it
+    if (updParamGrads) {
+        std::vector<const Module*> kids;
+        for (const auto& [name, child] : children_) kids.push_back(child.get());
+        summing = prepareSharedGrads(kids, momentum);
+    }
     Tensors in;
     for (size_t i = 0; i < children_.size(); ++i) {
-        Tensor g = children_[i].second->backward(grad[i], updParamGrads, updGrad, scale, momentum);
+        Module& child = *children_[i].second;
+        Tensor g = child.backward(grad[i], updParamGrads, updGrad, scale, summing.count(&child) ? 1.0f : momentum);
         if (updGrad) in.push_back(g);
     }
     return in;

@@ -350,7 +350,11 @@ ModulePtr buildGraph(const Blueprint& bp, const Args& a) {
         for (const auto& [parent, slots] : nb.parents) {
             auto it = byName.find(parent);
             if (it == byName.end()) {
-                throw a.error("node '" + nb.name + "' has parent '" + parent + "', which is not an earlier node");
+                bool later = false;
+                for (const NodeBlueprint& other : bp.nodes) later = later || other.name == parent;
+                throw a.error("node '" + nb.name + "' has parent '" + parent + "', " +
+                              (later ? std::string("which is listed after it; list every node after its parents")
+                                     : "but there is no node named '" + parent + "'"));
             }
             parents.push_back(Parent(it->second, std::vector<int>(slots.begin(), slots.end())));
         }

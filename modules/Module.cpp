@@ -143,12 +143,13 @@ const Tensor& Module::grad() const { return single(*this, grad_, "gradient"); }
 // ---- shapes -------------------------------------------------------------------------
 
 Shape Module::dataShapeFrom(const Shape& inShape) const {
-    Shapes out = dataShapeFrom(Shapes{inShape});
+    Shapes out = inferDataShape(Shapes{inShape}); // the user's door: checked
     if (out.size() != 1) throw shapeError("has " + std::to_string(out.size()) + " outputs; pass a list of shapes");
     return out[0];
 }
 
 Shape Module::gradShapeFrom(const Shape& outGradShape) const {
+    checkGradShape(Shapes{outGradShape});
     Shapes in = gradShapeFrom(Shapes{outGradShape});
     if (in.size() != 1) throw shapeError("has " + std::to_string(in.size()) + " inputs; pass a list of shapes");
     return in[0];

@@ -96,6 +96,8 @@ public:
     // ---- shapes -----------------------------------------------------------------------
     /// Output shapes for input shapes (assumes the shapes passed checkDataShape).
     virtual Shapes dataShapeFrom(const Shapes& inShapes) const = 0;
+    /// The single-shape form checks first (as inferDataShape does): a bad shape is a
+    /// ShapeError, as in forward.
     Shape dataShapeFrom(const Shape& inShape) const;
     /// Input-gradient shapes for output-gradient shapes. Modules whose input shapes do not
     /// follow from the gradient's (Flatten, Concat, a strided convolution, ...) take them

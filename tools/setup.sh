@@ -25,6 +25,10 @@ packages=(
   python3-h5py
   # tools/bundle.sh: relocatable tarballs (RUNPATHs of the copied libraries, xz).
   patchelf xz-utils
+  # tessera train --plot draws the curves with gnuplot.
+  gnuplot-nox
+  # tessera draw -o model.png renders with Graphviz.
+  graphviz
   # The lint.formatted test checks the tree against .clang-format.
   clang-format
   # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.

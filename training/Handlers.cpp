@@ -18,6 +18,42 @@ using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// Every set of a list: the same number of samples as the first data set.
+int64_t checkSets(const char* who, const Tensors& data, const Tensors* targets, int64_t batchsize) {
+    if (data.empty()) throw ShapeError(std::string(who) + ": no data set given");
+    if (targets && targets->empty()) throw ShapeError(std::string(who) + ": no target set given");
+    auto check = [&](const Tensor& t, const std::string& what) {
+        if (!t.defined() || t.shape().rank() == 0 || t.shape()[0] == 0) {
+            throw ShapeError(std::string(who) + ": " + what + " is empty");
+        }
+        if (!t.device().isCpu()) throw ShapeError(std::string(who) + ": " + what + " must be a host tensor");
+    };
+    for (size_t i = 0; i < data.size(); ++i) check(data[i], "data set " + std::to_string(i));
+    const int64_t n = data[0].shape()[0];
+    auto sameCount = [&](const Tensor& t, const std::string& what) {
+        if (t.shape()[0] != n) {
+            throw ShapeError(std::string(who) + ": data set 0 has " + std::to_string(n) + " samples but " + what +
+                             " has " + std::to_string(t.shape()[0]) + " (shape " + t.shape().str() + ")");
+        }
+    };
+    for (size_t i = 1; i < data.size(); ++i) sameCount(data[i], "data set " + std::to_string(i));
+    if (targets) {
+        for (size_t i = 0; i < targets->size(); ++i) {
+            check((*targets)[i], "target set " + std::to_string(i));
+            sameCount((*targets)[i], "target set " + std::to_string(i));
+        }
+    }
+    if (batchsize < 1) throw ShapeError(std::string(who) + ": batchsize must be at least 1");
+    return n;
+}
+
+Tensors gatherAll(const Tensors& sets, const std::vector<int64_t>& order, int64_t begin, int64_t end, Device device) {
+    Tensors out;
+    out.reserve(sets.size());
+    for (const Tensor& t : sets) out.push_back(gatherBatch(t, order, begin, end, device));
+    return out;
+}
+
 void checkSet(const char* who, const Tensor& data, const Tensor* targets, int64_t batchsize) {
     if (!data.defined() || data.shape().rank() == 0 || data.shape()[0] == 0) {
         throw ShapeError(std::string(who) + ": the data set is empty");
@@ -82,7 +118,12 @@ Trainer::Trainer(Module& net, Cost& cost, Optimizer& optimizer, const HandlerOpt
 
 double Trainer::train(const Tensor& data, const Tensor& targets) {
     checkSet("Trainer", data, &targets, options_.batchsize);
-    const int64_t n = data.shape()[0], bs = options_.batchsize, batches = (n + bs - 1) / bs;
+    return train(Tensors{data}, Tensors{targets});
+}
+
+double Trainer::train(const Tensors& data, const Tensors& targets) {
+    const int64_t n = checkSets("Trainer", data, &targets, options_.batchsize);
+    const int64_t bs = options_.batchsize, batches = (n + bs - 1) / bs;
     std::vector<int64_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     if (options_.shuffle) {
@@ -103,10 +144,10 @@ double Trainer::train(const Tensor& data, const Tensor& targets) {
     info.batches = batches;
     for (int64_t b = 0; b < batches; ++b) {
         const int64_t begin = b * bs, end = std::min(n, begin + bs);
-        Tensor x = gatherBatch(data, order, begin, end, options_.device);
-        Tensor t = gatherBatch(targets, order, begin, end, options_.device);
-        const Tensors& y = net_(Tensors{x});
-        CostResult r = cost_(y, Tensors{t});
+        const Tensors x = gatherAll(data, order, begin, end, options_.device);
+        const Tensors t = gatherAll(targets, order, begin, end, options_.device);
+        const Tensors& y = net_(x);
+        CostResult r = cost_(y, t);
         optimizer_.zeroGradParams();
         // Accumulate (momentum 1) into the zeroed gradients: a parameter shared by
         // several modules gets the sum of its uses.
@@ -133,7 +174,12 @@ Validator::Validator(Module& net, Cost& cost, const HandlerOptions& options)
 
 double Validator::validate(const Tensor& data, const Tensor& targets) {
     checkSet("Validator", data, &targets, options_.batchsize);
-    const int64_t n = data.shape()[0], bs = options_.batchsize;
+    return validate(Tensors{data}, Tensors{targets});
+}
+
+double Validator::validate(const Tensors& data, const Tensors& targets) {
+    const int64_t n = checkSets("Validator", data, &targets, options_.batchsize);
+    const int64_t bs = options_.batchsize;
     std::vector<int64_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     const bool wasTrain = net_.isTrain();
@@ -141,8 +187,8 @@ double Validator::validate(const Tensor& data, const Tensor& targets) {
     cost_.resetAccumulator();
     for (int64_t begin = 0; begin < n; begin += bs) {
         const int64_t end = std::min(n, begin + bs);
-        const Tensors& y = net_(Tensors{gatherBatch(data, order, begin, end, options_.device)});
-        cost_.validate(y, Tensors{gatherBatch(targets, order, begin, end, options_.device)});
+        const Tensors& y = net_(gatherAll(data, order, begin, end, options_.device));
+        cost_.validate(y, gatherAll(targets, order, begin, end, options_.device));
     }
     if (wasTrain) net_.trainMode();
     return cost_.getMeanError();
@@ -154,21 +200,33 @@ Calculator::Calculator(Module& net, const HandlerOptions& options) : net_(net), 
 
 Tensor Calculator::calc(const Tensor& data) {
     checkSet("Calculator", data, nullptr, options_.batchsize);
-    const int64_t n = data.shape()[0], bs = options_.batchsize;
+    const Tensors out = calc(Tensors{data});
+    if (out.size() != 1) {
+        throw ShapeError("Calculator: the network has " + std::to_string(out.size()) +
+                         " outputs; calc(Tensors) returns them all");
+    }
+    return out[0];
+}
+
+Tensors Calculator::calc(const Tensors& data) {
+    const int64_t n = checkSets("Calculator", data, nullptr, options_.batchsize);
+    const int64_t bs = options_.batchsize;
     std::vector<int64_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     const bool wasTrain = net_.isTrain();
     net_.evalMode();
-    Tensor out;
+    Tensors out;
     for (int64_t begin = 0; begin < n; begin += bs) {
         const int64_t end = std::min(n, begin + bs);
-        Tensor y = net_(gatherBatch(data, order, begin, end, options_.device)).toHost().plain();
-        if (!out.defined()) {
-            std::vector<int64_t> d = y.shape().dims();
-            d[0] = n;
-            out = Tensor::empty(Shape(d), y.dtype());
+        const Tensors& ys = net_(gatherAll(data, order, begin, end, options_.device));
+        if (out.empty()) {
+            for (const Tensor& y : ys) {
+                std::vector<int64_t> d = y.shape().dims();
+                d[0] = n;
+                out.push_back(Tensor::empty(Shape(d), y.dtype()));
+            }
         }
-        out.slice(begin, end).copyFrom(y);
+        for (size_t k = 0; k < ys.size(); ++k) out[k].slice(begin, end).copyFrom(ys[k].toHost().plain());
     }
     if (wasTrain) net_.trainMode();
     return out;

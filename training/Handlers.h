@@ -40,6 +40,10 @@ public:
     Trainer(Module& net, Cost& cost, Optimizer& optimizer, const HandlerOptions& options = {});
     /// One epoch over (data, targets); returns the mean training error.
     double train(const Tensor& data, const Tensor& targets);
+    /// The same for a network with several inputs (one data set per input, in the order
+    /// the network takes them) or a cost with several targets (`Multi`): sample i of every
+    /// set goes into the same batch. All sets have the same number of samples.
+    double train(const Tensors& data, const Tensors& targets);
     std::function<void(const BatchInfo&)> onBatchFinish;
     std::function<void(const BatchInfo&)> onEpochFinish;
     int64_t epoch() const { return epoch_; }
@@ -61,6 +65,8 @@ class Validator {
 public:
     Validator(Module& net, Cost& cost, const HandlerOptions& options = {});
     double validate(const Tensor& data, const Tensor& targets);
+    /// Several inputs and/or targets, as Trainer::train.
+    double validate(const Tensors& data, const Tensors& targets);
 
 private:
     Module& net_;
@@ -73,6 +79,8 @@ class Calculator {
 public:
     explicit Calculator(Module& net, const HandlerOptions& options = {});
     Tensor calc(const Tensor& data);
+    /// Several inputs; returns every output of the network.
+    Tensors calc(const Tensors& data);
 
 private:
     Module& net_;

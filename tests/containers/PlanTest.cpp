@@ -7,6 +7,7 @@
 
 #include "GradCheck.h"
 #include "containers/Graph.h"
+#include "containers/Parallel.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
@@ -177,6 +178,12 @@ TEST(Plan, ParametersSharedWithSetVarSumTheirGradients) {
     s2->setVar("W", s1->getVar("W"));
     seq.append(s1).append(std::make_shared<Activation>(ActivationKind::tanh)).append(s2);
     EXPECT_TRUE(checkGradients(seq, {randomTensor({4, 3}, 7)}));
+
+    Parallel par("par"); // and in a Parallel
+    auto p1 = std::make_shared<Linear>(3, 3), p2 = std::make_shared<Linear>(3, 3);
+    p2->setVar("W", p1->getVar("W"));
+    par.append(p1).append(p2);
+    EXPECT_TRUE(checkGradients(par, {randomTensor({4, 3}, 8), randomTensor({4, 3}, 9)}));
 }
 
 TEST(Plan, AContainerInTwoNodesIsAGraphErrorNamingBoth) {

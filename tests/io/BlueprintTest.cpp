@@ -229,8 +229,16 @@ TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {
         errorOf([] {
             buildModule(blueprintFromJson(
                 R"({"classname": "Graph", "modules": [{"classname": "Identity"}], "nodes": [{"name": "a", "parents": [["b", [0]]]}], "inputs": ["a"], "outputs": ["a"]})"));
-        }).find("node 'a' has parent 'b', which is not an earlier node"),
+        }).find("node 'a' has parent 'b', but there is no node named 'b'"),
         std::string::npos);
+    EXPECT_NE(
+        errorOf([] {
+            buildModule(blueprintFromJson(
+                R"({"classname": "Graph", "modules": [{"classname": "Identity"}, {"classname": "Identity"}], "nodes": [{"name": "a", "parents": [["b", [0]]]}, {"name": "b", "parents": []}], "inputs": ["b"], "outputs": ["a"]})"));
+        }).find("node 'a' has parent 'b', which is listed after it"),
+        std::string::npos);
+    // A JSON syntax error says where in the text.
+    EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": "); }).find("blueprint JSON"), std::string::npos);
 }
 
 } // namespace

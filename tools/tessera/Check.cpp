@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "Commands.h"
@@ -13,8 +14,7 @@
 namespace tessera::cli {
 
 Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch) {
-    if (inputs.empty())
-        throw std::invalid_argument("give the input shape with --input, for example --input 1x3x224x224");
+    if (inputs.empty()) throw UsageError("give the input shape with --input, for example --input 1x3x224x224");
     Shapes shapes;
     for (const std::string& s : inputs) {
         Shape sh = parseShape(s);
@@ -24,20 +24,45 @@ Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch) {
     return shapes;
 }
 
-ModulePtr loadModel(const std::string& model) {
-    ShapeOnlyBuild noInit; // weights are not needed to check shapes
+Shapes inputsFor(const std::string& model, const std::vector<std::string>& inputs, int64_t batch) {
+    std::vector<std::string> given = inputs;
+    if (given.empty()) {
+        for (const ZooEntry& e : zooModels()) {
+            if (e.name == model) given.push_back(e.input);
+        }
+    }
+    return parseInputs(given, batch);
+}
+
+ModulePtr loadModel(const std::string& model, bool train) {
+    std::optional<ShapeOnlyBuild> noInit; // weights are not needed to check shapes
+    if (!train) noInit.emplace();
     for (const ZooEntry& e : zooModels()) {
         if (e.name == model) return loadZooModel(model);
     }
-    if (isHdf5File(model)) return buildModule(blueprintFromJson(readBlueprint(model)));
+    if (isHdf5File(model)) {
+        Blueprint bp;
+        try {
+            bp = blueprintFromJson(readBlueprint(model));
+        } catch (const IoError& e) {
+            throw IoError(model + ": " + e.what());
+        }
+        ModulePtr m = buildModule(bp);
+        if (train) tessera::loadModel(*m, model); // fine-tune from the saved weights
+        return m;
+    }
     std::ifstream file(model);
     if (!file) {
-        throw std::invalid_argument(
-            "'" + model + "' is neither a zoo model nor a readable blueprint file (zoo: tessera check --list)");
+        throw UsageError("'" + model +
+                         "' is neither a zoo model nor a readable blueprint or HDF5 file (zoo: tessera check --list)");
     }
     std::stringstream text;
     text << file.rdbuf();
-    return buildModule(blueprintFromJson(text.str()));
+    try {
+        return buildModule(blueprintFromJson(text.str()));
+    } catch (const IoError& e) {
+        throw IoError(model + ": " + e.what());
+    }
 }
 
 namespace {
@@ -55,7 +80,7 @@ int runCheck(const CheckArgs& a) {
         for (const ZooEntry& e : zooModels()) std::printf("%-16s input %s\n", e.name.c_str(), e.input.c_str());
         return 0;
     }
-    if (a.model.empty()) throw std::invalid_argument("check needs a MODEL (a zoo name or a blueprint file)");
+    if (a.model.empty()) throw UsageError("check needs a MODEL (a zoo name or a blueprint file)");
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     ModulePtr net = loadModel(a.model);
@@ -64,13 +89,7 @@ int runCheck(const CheckArgs& a) {
         std::printf("%s\n", net->blueprint().toJson().c_str());
         return 0;
     }
-    std::vector<std::string> inputs = a.inputs;
-    if (inputs.empty()) {
-        for (const ZooEntry& e : zooModels()) {
-            if (e.name == a.model) inputs.push_back(e.input);
-        }
-    }
-    const Shapes shapes = parseInputs(inputs, a.batch);
+    const Shapes shapes = inputsFor(a.model, a.inputs, a.batch);
     try {
         const Shapes out = net->inferDataShape(shapes);
         const Shapes in = net->gradShapeFrom(out);

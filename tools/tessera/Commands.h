@@ -16,8 +16,17 @@ std::function<int()> addDraw(CLI::App& app);
 /// The --input shapes ("1x3x224x224" each), with the batch dim replaced when batch > 0.
 /// std::invalid_argument when there are none or one does not parse.
 Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch);
-/// A zoo model by name, or a model rebuilt from a blueprint JSON file; weights are left
-/// uninitialised (for shape work).
-ModulePtr loadModel(const std::string& model);
+/// parseInputs, with a zoo model's typical input when none is given.
+Shapes inputsFor(const std::string& model, const std::vector<std::string>& inputs, int64_t batch);
+/// A model named on the command line: a zoo name, a blueprint JSON file, or an HDF5 model
+/// file with a blueprint. `train`: weights initialised (from the global generator) and an
+/// HDF5 file's weights loaded; else left uninitialised (shape work). A name that is none
+/// of these is std::invalid_argument; a bad file an IoError naming it.
+ModulePtr loadModel(const std::string& model, bool train = false);
+
+/// A usage error of the command line (exit code 2).
+struct UsageError : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
 
 } // namespace tessera::cli

@@ -1,8 +1,12 @@
-// tessera train: trains a model from the zoo on an MNIST-format data set, printing
-// progress, the test accuracy after each epoch and the total time.
+// tessera train: trains a model (a zoo name, a blueprint, or a saved HDF5 model to
+// fine-tune) on an MNIST-format data set, printing progress, the test accuracy after each
+// epoch and the total time; optionally a metrics CSV and a PNG of the curves.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -11,7 +15,6 @@
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "io/Hdf5.h"
-#include "models/LeNet.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
 #include "training/Idx.h"
@@ -32,52 +35,96 @@ struct TrainArgs {
     bool quiet = false;
     std::string save;
     std::string device = "cpu";
+    std::string metrics;
+    std::string plot;
 };
 
-// "cpu", "cuda" or "cuda:N"; a CUDA device must exist.
+// "cpu", "cuda" or "cuda:N"; a CUDA device must exist, else the reason there is none.
 Device parseDevice(const std::string& text) {
     if (text == "cpu") return Device::cpu();
     int index = 0;
     if (text != "cuda") {
         size_t used = 0;
-        if (text.rfind("cuda:", 0) != 0)
-            throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
+        if (text.rfind("cuda:", 0) != 0) throw UsageError("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
         try {
             index = std::stoi(text.substr(5), &used);
         } catch (const std::exception&) {
             used = 0;
         }
         if (used == 0 || used != text.size() - 5 || index < 0) {
-            throw std::invalid_argument("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
+            throw UsageError("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
         }
     }
+    const std::string why = cudaUnavailableReason();
+    if (!why.empty()) throw UsageError("--device " + text + ": " + why);
     if (index >= cudaDeviceCount()) {
-        throw std::invalid_argument(
-            "--device " + text + ": this process sees " + std::to_string(cudaDeviceCount()) + " CUDA device(s)" +
-            (cudaDeviceCount() == 0 ? " (no GPU or driver, or Tessera built without CUDA)" : ""));
+        throw UsageError("--device " + text + ": this process sees " + std::to_string(cudaDeviceCount()) +
+                         " CUDA device(s)");
     }
     return Device::cuda(index);
+}
+
+// A gnuplot single-quoted string ('' stands for ').
+std::string gnuplotQuoted(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+}
+
+// The loss and accuracy curves of a metrics CSV, drawn by gnuplot into a PNG.
+void plotMetrics(const std::string& csv, const std::string& png, const std::string& title) {
+    const std::string script = "set terminal pngcairo size 1000,420 font 'Sans,10'\n"
+                               "set output " +
+                               gnuplotQuoted(png) +
+                               "\n"
+                               "set datafile separator ','\n"
+                               "set key autotitle columnhead\n"
+                               "set grid\n"
+                               "set xlabel 'epoch'\n"
+                               "set multiplot layout 1,2 title " +
+                               gnuplotQuoted(title) +
+                               "\n"
+                               "set ylabel 'training loss'\n"
+                               "plot " +
+                               gnuplotQuoted(csv) +
+                               " using 1:2 with linespoints lw 2 pt 7\n"
+                               "set ylabel 'test accuracy (%)'\n"
+                               "plot " +
+                               gnuplotQuoted(csv) +
+                               " using 1:3 with linespoints lw 2 pt 7 lc 2\n"
+                               "unset multiplot\n";
+    std::FILE* pipe = popen("gnuplot 2>&1", "w");
+    if (!pipe) throw IoError("--plot: cannot start gnuplot");
+    std::fputs(script.c_str(), pipe);
+    if (pclose(pipe) != 0) throw IoError("--plot: gnuplot failed to write " + png);
 }
 
 int runTrain(const TrainArgs& a) {
     const auto t0 = std::chrono::steady_clock::now();
     const Device device = parseDevice(a.device);
+    if (!a.plot.empty() && std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
+        throw UsageError("--plot needs gnuplot (Debian: gnuplot-nox; tools/setup.sh installs it)");
+    }
+    // The model first: a bad name or file fails before any data is read.
+    manualSeed(a.seed);
+    ModulePtr net = loadModel(a.model, /*train=*/true);
+
     const std::string dir = a.data == "fashion-mnist" ? kFashionMnistDir : a.data;
     const ImageSet train = loadMnistFormat(dir, "train", a.limit);
     const ImageSet test = loadMnistFormat(dir, "t10k", a.limit);
     std::printf("data: %s, %lld training and %lld test images of %s\n", dir.c_str(),
                 static_cast<long long>(train.images.shape()[0]), static_cast<long long>(test.images.shape()[0]),
                 train.images.shape().str().c_str());
-
-    manualSeed(a.seed);
-    std::shared_ptr<Sequential> net;
-    if (a.model == "lenet") {
-        net = loadLeNet();
-    } else if (a.model == "mlp") {
-        net = loadMLP({train.images.numel() / train.images.shape()[0], 1024, 1024, 10});
-    } else {
-        throw std::invalid_argument("unknown model '" + a.model + "'; expected lenet or mlp");
+    std::vector<int64_t> dims = train.images.shape().dims();
+    dims[0] = std::min<int64_t>(a.batch, dims[0]);
+    const Shape batchShape(dims);
+    try {
+        net->inferDataShape({batchShape});
+    } catch (const ShapeError& e) {
+        throw UsageError("model " + a.model + " does not take this data's batches " + batchShape.str() + ": " +
+                         e.what());
     }
+
     std::printf("model: %s, %lld parameters; optimizer: %s", a.model.c_str(),
                 static_cast<long long>(net->numOfParams()), a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
@@ -85,12 +132,18 @@ int runTrain(const TrainArgs& a) {
                 static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str());
     net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
-    if (!device.isCpu()) {
-        // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can
-        // be far off); a smaller last batch keeps the heuristic's choice.
-        std::vector<int64_t> dims = train.images.shape().dims();
-        dims[0] = std::min<int64_t>(a.batch, dims[0]);
-        net->optimizeForShape({Shape(dims)}, size_t{512} << 20);
+    // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can be
+    // far off); a smaller last batch keeps the heuristic's choice. Nothing to do on a CPU.
+    if (!device.isCpu()) net->optimizeForShape({batchShape}, size_t{512} << 20);
+
+    // Metrics: one CSV row per epoch, flushed at once, so a killed run keeps what it did.
+    const std::string metricsPath = !a.metrics.empty() ? a.metrics : (a.plot.empty() ? "" : a.plot + ".csv");
+    std::FILE* metrics = nullptr;
+    if (!metricsPath.empty()) {
+        metrics = std::fopen(metricsPath.c_str(), "w");
+        if (!metrics) throw IoError("--metrics: cannot write " + metricsPath + ": " + std::strerror(errno));
+        std::fprintf(metrics, "epoch,train_loss,test_accuracy_percent,seconds,images_per_second\n");
+        std::fflush(metrics);
     }
 
     CrossEntropy cost;
@@ -106,6 +159,21 @@ int runTrain(const TrainArgs& a) {
                     static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
                     trainer.samplesPerSecond());
         std::fflush(stdout);
+        if (metrics) {
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            std::fprintf(metrics, "%lld,%.6f,%.4f,%.3f,%.1f\n", static_cast<long long>(e + 1), loss, 100.0 * accuracy,
+                         seconds, trainer.samplesPerSecond());
+            std::fflush(metrics);
+        }
+    }
+    if (metrics) {
+        std::fclose(metrics);
+        if (!a.metrics.empty()) std::printf("wrote the metrics to %s\n", a.metrics.c_str());
+    }
+    if (!a.plot.empty()) {
+        plotMetrics(metricsPath, a.plot, "tessera train --model " + a.model);
+        if (a.metrics.empty()) std::remove(metricsPath.c_str());
+        std::printf("wrote the loss and accuracy curves to %s\n", a.plot.c_str());
     }
     if (!a.save.empty()) {
         saveModel(*net, a.save);
@@ -120,7 +188,10 @@ int runTrain(const TrainArgs& a) {
 std::function<int()> addTrain(CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();
     CLI::App* cmd = app.add_subcommand("train", "Train a model on an MNIST-format data set");
-    cmd->add_option("--model", args->model, "lenet or mlp")->capture_default_str();
+    cmd->add_option("--model", args->model,
+                    "a zoo name (lenet, mlp, ...), a blueprint JSON file, or an HDF5 model file with a blueprint "
+                    "(its weights are the starting point)")
+        ->capture_default_str();
     cmd->add_option("--data", args->data, "fashion-mnist (the Debian package) or a directory of IDX files")
         ->capture_default_str();
     cmd->add_option("--epochs", args->epochs, "passes over the training set")
@@ -137,6 +208,8 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+    cmd->add_option("--metrics", args->metrics, "write one CSV row per epoch to this file (loss, accuracy, time)");
+    cmd->add_option("--plot", args->plot, "draw the loss and accuracy curves into this PNG file (needs gnuplot)");
     return [args] { return runTrain(*args); };
 }
 

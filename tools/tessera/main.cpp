@@ -1,4 +1,5 @@
-// tessera: the command-line program: `tessera train | check | summary | draw`.
+// tessera: the command-line program: `tessera train | check | summary | draw | help`.
+// Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
 #include <cstdio>
 #include <exception>
 
@@ -6,21 +7,44 @@
 
 int main(int argc, char** argv) {
     CLI::App app{"Tessera: neural-network layers and graphs on CPU and GPU"};
+    app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
     app.require_subcommand(1);
     auto train = tessera::cli::addTrain(app);
     auto check = tessera::cli::addCheck(app);
     auto summary = tessera::cli::addSummary(app);
     auto draw = tessera::cli::addDraw(app);
+    CLI::App* help = app.add_subcommand("help", "Print this help, or a command's: tessera help train");
+    std::string topic;
+    help->add_option("command", topic, "train, check, summary or draw");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        const int rc = app.exit(e);
+        return rc == 0 ? 0 : 2; // --help and --version are not errors; every parse error is usage
     }
     try {
+        if (app.got_subcommand("help")) {
+            if (topic.empty()) {
+                std::printf("%s", app.help().c_str());
+                return 0;
+            }
+            for (CLI::App* sub : app.get_subcommands({})) {
+                if (sub->get_name() == topic) {
+                    std::printf("%s", sub->help().c_str());
+                    return 0;
+                }
+            }
+            std::fprintf(stderr, "tessera: no command '%s'; the commands are train, check, summary, draw\n",
+                         topic.c_str());
+            return 2;
+        }
         if (app.got_subcommand("train")) return train();
         if (app.got_subcommand("check")) return check();
         if (app.got_subcommand("summary")) return summary();
         if (app.got_subcommand("draw")) return draw();
+    } catch (const tessera::cli::UsageError& e) {
+        std::fprintf(stderr, "tessera: %s\n", e.what());
+        return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "tessera: %s\n", e.what());
         return 1;

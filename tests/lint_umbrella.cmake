@@ -1,0 +1,21 @@
+# tessera/tessera.h includes every public header: fails naming each header that a
+# directory's CMakeLists.txt installs (its FILE_SET's FILES) and the umbrella lacks.
+#   cmake -DSOURCE_DIR=... -P lint_umbrella.cmake
+file(READ ${SOURCE_DIR}/tessera/tessera.h umbrella)
+set(missing "")
+foreach(dir backend modules containers training models io)
+  file(READ ${SOURCE_DIR}/${dir}/CMakeLists.txt text)
+  string(REGEX MATCH "FILES([^)]*)\\)" block "${text}")
+  string(REGEX MATCHALL "[A-Za-z0-9_]+\\.h" headers "${CMAKE_MATCH_1}")
+  foreach(h ${headers})
+    string(FIND "${umbrella}" "#include \"${dir}/${h}\"" pos)
+    if(pos EQUAL -1)
+      list(APPEND missing "${dir}/${h}")
+    endif()
+  endforeach()
+endforeach()
+if(missing)
+  list(JOIN missing " " text)
+  message(FATAL_ERROR "tessera/tessera.h lacks: ${text}")
+endif()
+message(STATUS "tessera/tessera.h includes every public header")
