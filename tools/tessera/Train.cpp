@@ -72,26 +72,26 @@ std::string gnuplotQuoted(const std::string& s) {
 }
 
 // The loss and accuracy curves of a metrics CSV, drawn by gnuplot into a PNG.
-void plotMetrics(const std::string& csv, const std::string& png, const std::string& title) {
-    const std::string script = "set terminal pngcairo size 1000,420 font 'Sans,10'\n"
+void plotMetrics(const std::string& csv, const std::string& png, const std::string& title, int64_t epochs) {
+    const std::string script = "set terminal pngcairo noenhanced size 1000,420 font 'Sans,10'\n"
                                "set output " +
                                gnuplotQuoted(png) +
                                "\n"
                                "set datafile separator ','\n"
-                               "set key autotitle columnhead\n"
+                               "set key off\n"
                                "set grid\n"
-                               "set xlabel 'epoch'\n"
-                               "set multiplot layout 1,2 title " +
-                               gnuplotQuoted(title) +
+                               "set xlabel 'epoch'\n" +
+                               (epochs <= 20 ? "set xtics 1\n" : "set format x '%g'\n") +
+                               "set multiplot layout 1,2 title " + gnuplotQuoted(title) +
                                "\n"
                                "set ylabel 'training loss'\n"
                                "plot " +
                                gnuplotQuoted(csv) +
-                               " using 1:2 with linespoints lw 2 pt 7\n"
+                               " using 1:2 skip 1 with linespoints lw 2 pt 7\n"
                                "set ylabel 'test accuracy (%)'\n"
                                "plot " +
                                gnuplotQuoted(csv) +
-                               " using 1:3 with linespoints lw 2 pt 7 lc 2\n"
+                               " using 1:3 skip 1 with linespoints lw 2 pt 7 lc 2\n"
                                "unset multiplot\n";
     std::FILE* pipe = popen("gnuplot 2>&1", "w");
     if (!pipe) throw IoError("--plot: cannot start gnuplot");
@@ -171,7 +171,7 @@ int runTrain(const TrainArgs& a) {
         if (!a.metrics.empty()) std::printf("wrote the metrics to %s\n", a.metrics.c_str());
     }
     if (!a.plot.empty()) {
-        plotMetrics(metricsPath, a.plot, "tessera train --model " + a.model);
+        plotMetrics(metricsPath, a.plot, "tessera train --model " + a.model, a.epochs);
         if (a.metrics.empty()) std::remove(metricsPath.c_str());
         std::printf("wrote the loss and accuracy curves to %s\n", a.plot.c_str());
     }
