@@ -5,10 +5,17 @@
 #include <fstream>
 
 #include "GradCheck.h"
+#include "containers/Graph.h"
 #include "models/LeNet.h"
+#include "modules/Concat.h"
+#include "modules/Identity.h"
+#include "modules/Linear.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
 #include "training/Idx.h"
+#include "training/Multi.h"
+#include "training/Optimizer.h"
+#include "training/PointwiseCosts.h"
 
 namespace tessera {
 namespace {
@@ -154,6 +161,66 @@ TEST(Handlers, ShuffleIsSeededAndBadSetsAreErrors) {
     Trainer t(*net, cost, sgd, {.progress = false});
     EXPECT_TRUE(throwsShapeError([&] { t.train(x, y.slice(0, 10)); }, {"Trainer", "40 samples", "[10]"}));
     EXPECT_TRUE(throwsShapeError([&] { t.train(Tensor(), y); }, {"Trainer", "empty"}));
+    // Lists of sets: every set has the first one's sample count.
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            t.train(Tensors{x, x.slice(0, 39)}, Tensors{y});
+        },
+        {"Trainer", "data set 0 has 40 samples but data set 1 has 39"}));
+    EXPECT_TRUE(throwsShapeError([&] { t.train(Tensors{x}, Tensors{}); }, {"Trainer", "no target set"}));
+    Validator v(*net, cost, {.progress = false});
+    EXPECT_TRUE(
+        throwsShapeError([&] { v.validate(Tensors{x}, Tensors{y.slice(0, 5)}); }, {"Validator", "target set 0 has 5"}));
+}
+
+// Two inputs: sample i of each set goes into the same batch, and the calculator returns
+// every output.
+TEST(Handlers, SeveralInputsAndOutputs) {
+    manualSeed(6);
+    auto left = node(std::make_shared<Identity>(), {}, "left");
+    auto right = node(std::make_shared<Identity>(), {}, "right");
+    auto cat = node(std::make_shared<Concat>(1), {left, right}, "cat");
+    auto fc = node(std::make_shared<Linear>(4, 2), cat, "fc");
+    auto copy = node(std::make_shared<Identity>(), cat, "copy");
+    Graph net({left, right}, {fc, copy});
+    auto [x, y] = toySet(400);
+    // The two features of the toy set split over two inputs (x[:, 0] and x[:, 1] each padded by one noise dim).
+    Tensor a = Tensor::randn({400, 2}), b = Tensor::randn({400, 2});
+    for (int i = 0; i < 400; ++i) {
+        a.data<float>()[i * 2] = x.data<float>()[i * 2];
+        b.data<float>()[i * 2] = x.data<float>()[i * 2 + 1];
+    }
+    Multi cost({std::make_shared<CrossEntropy>(), std::make_shared<MSE>()});
+    Adam adam(0.02f);
+    adam.setupOn(net);
+    const Tensor cat4 = [&] { // the copy output's target: the inputs themselves
+        Tensor t = Tensor::empty({400, 4});
+        for (int i = 0; i < 400; ++i) {
+            for (int k = 0; k < 2; ++k) {
+                t.data<float>()[i * 4 + k] = a.data<float>()[i * 2 + k];
+                t.data<float>()[i * 4 + 2 + k] = b.data<float>()[i * 2 + k];
+            }
+        }
+        return t;
+    }();
+    Trainer trainer(net, cost, adam, {.batchsize = 25, .progress = false});
+    const double first = trainer.train(Tensors{a, b}, Tensors{y, cat4});
+    double last = first;
+    for (int e = 0; e < 10; ++e) last = trainer.train(Tensors{a, b}, Tensors{y, cat4});
+    EXPECT_LT(last, 0.5 * first);
+    CrossEntropy ce;
+    net.evalMode();
+    Calculator calc(net, {.batchsize = 64, .progress = false});
+    const Tensors outs = calc.calc(Tensors{a, b});
+    ASSERT_EQ(outs.size(), 2u);
+    EXPECT_EQ(outs[0].shape(), (Shape{400, 2}));
+    EXPECT_TRUE(allClose(outs[1], cat4.toVector<float>())); // the copy output is the joined inputs
+    int correct = 0;
+    for (int i = 0; i < 400; ++i) {
+        const float* s = outs[0].data<float>() + i * 2;
+        correct += (s[1] > s[0] ? 1 : 0) == y.data<int32_t>()[i];
+    }
+    EXPECT_GT(correct, 0.9 * 400) << correct << " of 400";
 }
 
 TEST(LeNet, ShapesAndParameterCount) {
