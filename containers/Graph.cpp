@@ -14,9 +14,15 @@ std::string names(const std::vector<const Node*>& nodes, size_t max = 10) {
     return s;
 }
 
-std::string errorList(const std::string& what, const std::vector<std::string>& errors) {
+// Every failing node; the nodes that depend on one (whose input is then unknown) are
+// counted, not checked.
+std::string errorList(const std::string& what, const std::vector<std::string>& errors, size_t unchecked) {
     std::string s = std::to_string(errors.size()) + " node(s) fail " + what + ":";
     for (const std::string& e : errors) s += "\n  " + e;
+    if (unchecked) {
+        s += "\n  (" + std::to_string(unchecked) + " node(s) " + (what == "shape checking" ? "below" : "above") +
+             " these depend on them and were not checked)";
+    }
     return s;
 }
 } // namespace
@@ -240,12 +246,14 @@ Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
     // Walks the order by position: each node reads its parents' shapes from the nodes.
     std::vector<uint8_t> failed(order_.size(), 0);
     std::vector<std::string> errors;
+    size_t skipped = 0;
     for (size_t i = 0; i < order_.size(); ++i) {
         Node* n = order_[i];
         bool below = false;
         for (size_t p : parentPos_[i]) below = below || failed[p];
         if (below) { // its input is unknown: only the first failure on a path is reported
             failed[i] = 1;
+            ++skipped;
             continue;
         }
         try {
@@ -262,7 +270,7 @@ Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
             rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
         }
     }
-    if (!errors.empty()) throw shapeError(errorList("shape checking", errors));
+    if (!errors.empty()) throw shapeError(errorList("shape checking", errors, skipped));
     Shapes out;
     for (const NodePtr& o : outputs_) {
         for (const Shape& s : o->outShapes()) out.push_back(s);
@@ -296,6 +304,7 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
     }
     std::vector<uint8_t> failed(order_.size(), 0);
     std::vector<std::string> errors;
+    size_t skipped = 0;
     const Shapes none;
     for (size_t i = order_.size(); i-- > 0;) {
         Node* n = order_[i];
@@ -303,6 +312,7 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
         for (size_t c : childPos_[i]) above = above || failed[c];
         if (above) {
             failed[i] = 1;
+            ++skipped;
             continue;
         }
         try {
@@ -314,7 +324,7 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
             rethrowWithContext(str() + ": " + pathTo(*n) + ": ");
         }
     }
-    if (!errors.empty()) throw shapeError(errorList("gradient-shape checking", errors));
+    if (!errors.empty()) throw shapeError(errorList("gradient-shape checking", errors, skipped));
     Shapes in;
     for (const NodePtr& i : inputs_) {
         for (const Shape& s : i->inGradShapes()) in.push_back(s);

@@ -11,11 +11,18 @@ A ```cpp block must follow one of two markers (on the line before it):
       The program includes <tessera/tessera.h>, uses namespace tessera, and fails when a
       fragment throws.
 
-usage: docs_snippets.py --source DIR --cxx COMPILER --library LIBTESSERA --work DIR
+In ```sh blocks, every `tessera` command (a line, or the part after `&&`; only the `$ `
+lines when a block shows a prompt) is checked too: `check`, `summary`, `draw`, `help` and
+`--version` run as written (in a scratch directory where `tests/` is the source's), and
+must exit with 0, or with the code a `# exit code N` comment names; for `train`, every
+option on the line must be one `tessera help train` lists.
+
+usage: docs_snippets.py --source DIR --cxx COMPILER --library LIBTESSERA --cli TESSERA --work DIR
 """
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -42,11 +49,68 @@ def blocks(path):
     return out
 
 
+def shell_blocks(path):
+    """(line, command, expected exit code) of every tessera command in the ```sh blocks."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() in ("```sh", "```bash"):
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "```":
+                j += 1
+            body = lines[i + 1 : j]
+            prompted = any(l.startswith("$ ") for l in body)
+            for k, l in enumerate(body):
+                if prompted and not l.startswith("$ "):
+                    continue
+                text = l[2:] if l.startswith("$ ") else l
+                code = 0
+                if "#" in text:
+                    text, comment = text.split("#", 1)
+                    m = re.search(r"exit code (\d+)", comment)
+                    code = int(m.group(1)) if m else 0
+                for part in text.split("&&"):
+                    words = shlex.split(part)
+                    if words and os.path.basename(words[0]) == "tessera":
+                        out.append((i + 2 + k, words, code))
+            i = j + 1
+        else:
+            i += 1
+    return out
+
+
+def check_commands(source, cli, work, pages):
+    errors, ran, checked = [], 0, 0
+    scratch = os.path.join(work, "commands")
+    os.makedirs(scratch, exist_ok=True)
+    link = os.path.join(scratch, "tests")
+    if not os.path.exists(link):
+        os.symlink(os.path.join(source, "tests"), link)
+    train_help = subprocess.run([cli, "help", "train"], capture_output=True, text=True).stdout
+    for page in pages:
+        for line, words, code in shell_blocks(os.path.join(source, page)):
+            where = f"{page}:{line}"
+            args = words[1:]
+            if args and args[0] == "train":
+                for w in args[1:]:
+                    if w.startswith("--") and w.split("=")[0] not in train_help:
+                        errors.append(f"{where}: tessera train has no option {w}")
+                checked += 1
+                continue
+            r = subprocess.run([cli] + args, capture_output=True, text=True, cwd=scratch)
+            ran += 1
+            if r.returncode != code:
+                errors.append(f"{where}: `tessera {' '.join(args)}` exits with {r.returncode}, the page says "
+                              f"{code}:\n{r.stdout[-1500:]}{r.stderr[-1500:]}")
+    return errors, ran, checked
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--source", required=True)
     ap.add_argument("--cxx", required=True)
     ap.add_argument("--library", required=True)
+    ap.add_argument("--cli", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
 
@@ -114,10 +178,13 @@ def main():
         sys.stdout.write(run.stdout)
         if run.returncode != 0:
             errors.append("a snippet failed when run (above)" + (": " + run.stderr[-2000:] if run.stderr else ""))
+    command_errors, ran, checked = check_commands(a.source, a.cli, a.work, pages)
+    errors += command_errors
     if errors:
         print("\n".join(errors))
         return 1
-    print(f"{len(calls)} snippets compile and run; {len(shown)} examples shown verbatim")
+    print(f"{len(calls)} snippets compile and run; {len(shown)} examples shown verbatim; {ran} tessera commands run, "
+          f"{checked} train commands' options checked")
     return 0
 
 
