@@ -116,7 +116,7 @@ Shapes ConvND::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors ConvND::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     const Tensor b = options_.useBias ? getVar("b")->data : Tensor();
-    return {backendOf(x).convForward(params_, x, getVar("W")->data, b, dataShapeFrom(x.shape()))};
+    return {backendOf(x).convForward(params_, x, getVar("W")->data, b, dataShapeFrom(Shapes{x.shape()})[0])};
 }
 
 // dy: [N, outmaps, *out] -> dx: [N, inmaps, *in]
@@ -148,7 +148,8 @@ Blueprint ConvND::blueprint() const {
 void ConvND::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
     requireCount(inShapes, 1, "input");
     const Tensor& w = getVar("W")->data;
-    backendFor(w.device()).optimizeConv(params_, inShapes[0], w.shape(), dataShapeFrom(inShapes[0]), memlimit);
+    backendFor(w.device())
+        .optimizeConv(params_, inShapes[0], w.shape(), dataShapeFrom(Shapes{inShapes[0]})[0], memlimit);
 }
 
 MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,

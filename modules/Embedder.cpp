@@ -44,7 +44,7 @@ Shapes Embedder::gradShapeFrom(const Shapes& outGradShapes) const { return {Shap
 
 Tensors Embedder::updateData(const Tensors& data) {
     const Tensor& ids = data[0];
-    Tensor y = Tensor::empty(dataShapeFrom(ids.shape()), DType::float32, ids.device());
+    Tensor y = Tensor::empty(dataShapeFrom(Shapes{ids.shape()})[0], DType::float32, ids.device());
     try {
         backendOf(y).gatherRows(getVar("W")->data, ids.reshape({-1}), y.reshape({-1, embsize_}));
     } catch (const ShapeError& e) {

@@ -18,7 +18,9 @@ Shapes Flatten::gradShapeFrom(const Shapes& outGradShapes) const {
     return {in};
 }
 
-Tensors Flatten::updateData(const Tensors& data) { return {data[0].reshape(dataShapeFrom(data[0].shape()))}; }
+Tensors Flatten::updateData(const Tensors& data) {
+    return {data[0].reshape(dataShapeFrom(Shapes{data[0].shape()})[0])};
+}
 
 Tensors Flatten::updateGrad(const Tensors& grad) { return {grad[0].reshape(inData().shape())}; }
 

@@ -46,7 +46,7 @@ Shapes KMaxPool::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors KMaxPool::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     const int a = axis::normalize(axis_, x.shape().rank());
-    const Shape ys = dataShapeFrom(x.shape());
+    const Shape ys = dataShapeFrom(Shapes{x.shape()})[0];
     indices_ = Tensor::empty(ys, DType::int32, x.device());
     Tensor y = Tensor::empty(ys, DType::float32, x.device());
     Backend& be = backendOf(x);

@@ -57,7 +57,7 @@ Shapes PadND::gradShapeFrom(const Shapes& outGradShapes) const {
 
 Tensors PadND::updateData(const Tensors& data) {
     const Tensor& x = data[0];
-    Tensor y = Tensor::empty(dataShapeFrom(x.shape()), DType::float32, x.device());
+    Tensor y = Tensor::empty(dataShapeFrom(Shapes{x.shape()})[0], DType::float32, x.device());
     backendOf(x).padForward(options_.mode, options_.fillValue, lo_, hi_, x, y);
     return {y};
 }

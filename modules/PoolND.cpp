@@ -79,7 +79,7 @@ Shapes PoolND::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors PoolND::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     workspace_ = Tensor();
-    return {backendOf(x).poolForward(params_, x, dataShapeFrom(x.shape()), isTrain(), workspace_)};
+    return {backendOf(x).poolForward(params_, x, dataShapeFrom(Shapes{x.shape()})[0], isTrain(), workspace_)};
 }
 
 // dy: [N, C, *out] -> dx: [N, C, *in]
@@ -132,8 +132,8 @@ PoolParams GlobalAvgPool::paramsFor(const Shape& in) const {
 
 Tensors GlobalAvgPool::updateData(const Tensors& data) {
     Tensor none;
-    return {backendOf(data[0]).poolForward(paramsFor(data[0].shape()), data[0], dataShapeFrom(data[0].shape()), false,
-                                           none)};
+    return {backendOf(data[0]).poolForward(paramsFor(data[0].shape()), data[0],
+                                           dataShapeFrom(Shapes{data[0].shape()})[0], false, none)};
 }
 
 Tensors GlobalAvgPool::updateGrad(const Tensors& grad) {

@@ -55,7 +55,9 @@ Shapes Reshape::gradShapeFrom(const Shapes& outGradShapes) const {
     return {in};
 }
 
-Tensors Reshape::updateData(const Tensors& data) { return {data[0].reshape(dataShapeFrom(data[0].shape()))}; }
+Tensors Reshape::updateData(const Tensors& data) {
+    return {data[0].reshape(dataShapeFrom(Shapes{data[0].shape()})[0])};
+}
 
 Tensors Reshape::updateGrad(const Tensors& grad) { return {grad[0].reshape(inData().shape())}; }
 

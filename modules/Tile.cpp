@@ -42,7 +42,7 @@ Shapes Tile::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors Tile::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     const int a = axis::normalize(axis_, x.shape().rank());
-    Tensor y = Tensor::empty(dataShapeFrom(x.shape()), x.dtype(), x.device());
+    Tensor y = Tensor::empty(dataShapeFrom(Shapes{x.shape()})[0], x.dtype(), x.device());
     const int64_t len = x.shape()[a];
     for (int64_t t = 0; t < times_; ++t) axis::copyAlong(a, x, 0, y, t * len, len);
     return {y};

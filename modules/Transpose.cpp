@@ -53,7 +53,7 @@ Shapes AxisPermutation::gradShapeFrom(const Shapes& outGradShapes) const {
 
 Tensors AxisPermutation::updateData(const Tensors& data) {
     const Tensor& x = data[0];
-    Tensor y = Tensor::empty(dataShapeFrom(x.shape()), DType::float32, x.device());
+    Tensor y = Tensor::empty(dataShapeFrom(Shapes{x.shape()})[0], DType::float32, x.device());
     backendOf(x).permute(x, permFor(x.shape().rank()), y);
     return {y};
 }

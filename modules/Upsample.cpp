@@ -42,7 +42,7 @@ Shapes UpsampleND::gradShapeFrom(const Shapes& outGradShapes) const {
 }
 
 Tensors UpsampleND::updateData(const Tensors& data) {
-    Tensor y = Tensor::empty(dataShapeFrom(data[0].shape()), DType::float32, data[0].device());
+    Tensor y = Tensor::empty(dataShapeFrom(Shapes{data[0].shape()})[0], DType::float32, data[0].device());
     backendOf(y).resampleForward(options_.mode, data[0], y);
     return {y};
 }
