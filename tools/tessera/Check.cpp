@@ -6,8 +6,10 @@
 #include <sstream>
 
 #include "Commands.h"
+#include "containers/Graph.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
+#include "io/Onnx.h"
 #include "models/Zoo.h"
 #include "modules/Init.h"
 
@@ -31,6 +33,13 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
             if (e.name == model) given.push_back(e.input);
         }
     }
+    if (given.empty() && isOnnxPath(model)) { // the shapes the ONNX model declares; a free dim is 1
+        for (std::vector<int64_t> dims : onnxInputShapes(model)) {
+            std::string s;
+            for (int64_t& d : dims) s += (s.empty() ? "" : "x") + std::to_string(d < 0 ? 1 : d);
+            given.push_back(s);
+        }
+    }
     return parseInputs(given, batch);
 }
 
@@ -40,6 +49,7 @@ ModulePtr loadModel(const std::string& model, bool train) {
     for (const ZooEntry& e : zooModels()) {
         if (e.name == model) return loadZooModel(model);
     }
+    if (isOnnxPath(model)) return importOnnx(model); // weights are the file's
     if (isHdf5File(model)) {
         Blueprint bp;
         try {
@@ -53,8 +63,9 @@ ModulePtr loadModel(const std::string& model, bool train) {
     }
     std::ifstream file(model);
     if (!file) {
-        throw UsageError("'" + model +
-                         "' is neither a zoo model nor a readable blueprint or HDF5 file (zoo: tessera check --list)");
+        throw UsageError(
+            "'" + model +
+            "' is neither a zoo model nor a readable blueprint, HDF5 or ONNX file (zoo: tessera check --list)");
     }
     std::stringstream text;
     text << file.rdbuf();
@@ -117,7 +128,7 @@ std::function<int()> addCheck(CLI::App& app) {
     auto args = std::make_shared<CheckArgs>();
     CLI::App* cmd = app.add_subcommand("check", "Check a model's data and gradient shapes without running it");
     cmd->add_option("model", args->model,
-                    "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint");
+                    "a zoo model name, a blueprint JSON file, an HDF5 model file with a blueprint, or an ONNX file");
     cmd->add_option("--input", args->inputs, "input shape such as 1x3x224x224; repeat for several inputs");
     cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
     cmd->add_flag("--list", args->list, "list the zoo models");

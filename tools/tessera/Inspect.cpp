@@ -106,7 +106,7 @@ int runDraw(const InspectArgs& a) {
 std::shared_ptr<InspectArgs> addCommon(CLI::App* cmd) {
     auto args = std::make_shared<InspectArgs>();
     cmd->add_option("model", args->model,
-                    "a zoo model name, a blueprint JSON file or an HDF5 model file with a blueprint")
+                    "a zoo model name, a blueprint JSON file, an HDF5 model file with a blueprint, or an ONNX file")
         ->required();
     cmd->add_option("--input", args->inputs,
                     "input shape such as 1x3x224x224; repeat for several inputs (default for a zoo model: its "

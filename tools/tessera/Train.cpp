@@ -189,8 +189,8 @@ std::function<int()> addTrain(CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();
     CLI::App* cmd = app.add_subcommand("train", "Train a model on an MNIST-format data set");
     cmd->add_option("--model", args->model,
-                    "a zoo name (lenet, mlp, ...), a blueprint JSON file, or an HDF5 model file with a blueprint "
-                    "(its weights are the starting point)")
+                    "a zoo name (lenet, mlp, ...), a blueprint JSON file, an HDF5 model file with a blueprint or an "
+                    "ONNX file (their weights are the starting point)")
         ->capture_default_str();
     cmd->add_option("--data", args->data, "fashion-mnist (the Debian package) or a directory of IDX files")
         ->capture_default_str();

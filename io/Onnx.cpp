@@ -1,0 +1,681 @@
+#include "io/Onnx.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "containers/Graph.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Dropout.h"
+#include "modules/Flatten.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/Linear.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/Reshape.h"
+#include "modules/SoftMax.h"
+
+namespace tessera {
+
+namespace {
+
+// A constant: a float tensor (weights) and, for int64 data, its values (shapes, axes).
+struct Constant {
+    Tensor tensor;
+    std::vector<int64_t> ints;
+    bool isInt = false;
+};
+
+Shape shapeOf(const onnx::TensorProto& t) {
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    return Shape(dims);
+}
+
+// Raw or typed data of a TensorProto (`what` names it in errors).
+Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
+    Constant c;
+    const Shape shape = shapeOf(t);
+    const int64_t n = shape.numel();
+    auto sized = [&](size_t got) {
+        if (static_cast<int64_t>(got) != n) {
+            throw IoError(what + ": " + std::to_string(got) + " values for shape " + shape.str());
+        }
+    };
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+        throw IoError(what + ": data in an external file is not supported");
+    }
+    switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: {
+        std::vector<float> v;
+        if (!t.raw_data().empty()) {
+            sized(t.raw_data().size() / sizeof(float));
+            v.resize(static_cast<size_t>(n));
+            std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
+        } else {
+            sized(static_cast<size_t>(t.float_data_size()));
+            v.assign(t.float_data().begin(), t.float_data().end());
+        }
+        c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v); // a scalar as [1]
+        return c;
+    }
+    case onnx::TensorProto::INT64:
+    case onnx::TensorProto::INT32: {
+        const bool is64 = t.data_type() == onnx::TensorProto::INT64;
+        if (!t.raw_data().empty()) {
+            const size_t width = is64 ? 8 : 4;
+            sized(t.raw_data().size() / width);
+            for (int64_t i = 0; i < n; ++i) {
+                if (is64) {
+                    int64_t x;
+                    std::memcpy(&x, t.raw_data().data() + i * 8, 8);
+                    c.ints.push_back(x);
+                } else {
+                    int32_t x;
+                    std::memcpy(&x, t.raw_data().data() + i * 4, 4);
+                    c.ints.push_back(x);
+                }
+            }
+        } else if (is64) {
+            sized(static_cast<size_t>(t.int64_data_size()));
+            c.ints.assign(t.int64_data().begin(), t.int64_data().end());
+        } else {
+            sized(static_cast<size_t>(t.int32_data_size()));
+            c.ints.assign(t.int32_data().begin(), t.int32_data().end());
+        }
+        c.isInt = true;
+        std::vector<int32_t> v;
+        for (int64_t x : c.ints) {
+            if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+                v.clear();
+                break;
+            }
+            v.push_back(static_cast<int32_t>(x));
+        }
+        if (static_cast<int64_t>(v.size()) == n && n > 0) {
+            c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v);
+        }
+        return c;
+    }
+    default:
+        throw IoError(what + ": tensor data type " + std::to_string(t.data_type()) +
+                      " is not supported (float32, int32 and int64 are)");
+    }
+}
+
+// An unsupported node: what to say about it.
+struct Unsupported {
+    std::string why;
+};
+
+// The attributes of a node, by name.
+class Attributes {
+public:
+    explicit Attributes(const onnx::NodeProto& n) {
+        for (const onnx::AttributeProto& a : n.attribute()) byName_[a.name()] = &a;
+    }
+    bool has(const std::string& name) const { return byName_.count(name) > 0; }
+    int64_t i(const std::string& name, int64_t fallback) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? fallback : it->second->i();
+    }
+    float f(const std::string& name, float fallback) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? fallback : it->second->f();
+    }
+    std::string s(const std::string& name, const std::string& fallback) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? fallback : it->second->s();
+    }
+    std::vector<int64_t> ints(const std::string& name, std::vector<int64_t> fallback = {}) const {
+        auto it = byName_.find(name);
+        if (it == byName_.end()) return fallback;
+        return {it->second->ints().begin(), it->second->ints().end()};
+    }
+    const onnx::AttributeProto* get(const std::string& name) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? nullptr : it->second;
+    }
+    // Every attribute not in `known`, as the first unsupported one.
+    void only(std::initializer_list<const char*> known) const {
+        for (const auto& [name, a] : byName_) {
+            bool ok = false;
+            for (const char* k : known) ok = ok || name == k;
+            if (!ok) throw Unsupported{"attribute '" + name + "' is not supported"};
+        }
+    }
+
+private:
+    std::unordered_map<std::string, const onnx::AttributeProto*> byName_;
+};
+
+// pads [b1, b2, ..., e1, e2, ...] as one symmetric pad per dim.
+std::vector<int64_t> symmetricPads(const std::vector<int64_t>& pads, size_t dims) {
+    if (pads.empty()) return std::vector<int64_t>(dims, 0);
+    if (pads.size() != 2 * dims) throw Unsupported{"pads has " + std::to_string(pads.size()) + " values"};
+    std::vector<int64_t> p(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(dims));
+    for (size_t d = 0; d < dims; ++d) {
+        if (pads[d] != pads[d + dims]) throw Unsupported{"asymmetric pads are not supported"};
+    }
+    return p;
+}
+
+void autoPadNotSet(const Attributes& a) {
+    const std::string ap = a.s("auto_pad", "NOTSET");
+    if (ap != "NOTSET" && ap != "VALID") throw Unsupported{"auto_pad " + ap + " is not supported (NOTSET, VALID are)"};
+}
+
+// Where a value comes from: a node and its output slot.
+struct Source {
+    NodePtr node;
+    int slot = 0;
+};
+
+class Importer {
+public:
+    Importer(const onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
+        : model_(model), path_(std::move(path)), options_(options) {}
+
+    std::shared_ptr<Graph> run() {
+        const onnx::GraphProto& g = model_.graph();
+        opset_ = 0;
+        for (const onnx::OperatorSetIdProto& o : model_.opset_import()) {
+            if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
+        }
+        if (opset_ < 6 || opset_ > 17) {
+            throw IoError(path_ + ": opset " + std::to_string(opset_) + " is not supported (6 to 17 are)");
+        }
+        // The ranks the model declares (inputs, outputs, value_info): negative axes resolve by them.
+        for (const auto* list : {&g.input(), &g.output(), &g.value_info()}) {
+            for (const onnx::ValueInfoProto& v : *list) {
+                if (v.type().has_tensor_type() && v.type().tensor_type().has_shape()) {
+                    ranks_[v.name()] = v.type().tensor_type().shape().dim_size();
+                }
+            }
+        }
+        for (const onnx::TensorProto& t : g.initializer()) {
+            constants_[t.name()] = constantOf(t, path_ + ": initializer '" + t.name() + "'");
+        }
+        std::vector<NodePtr> inputs;
+        for (const onnx::ValueInfoProto& v : g.input()) {
+            if (constants_.count(v.name())) continue; // an initializer listed as an input too
+            auto n = node(std::make_shared<Identity>(), {}, nodeName(v.name()));
+            values_[v.name()] = {n, 0};
+            inputs.push_back(n);
+        }
+        std::vector<std::string> errors;
+        for (const onnx::NodeProto& n : g.node()) {
+            const std::string where =
+                "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
+            try {
+                if (!n.domain().empty() && n.domain() != "ai.onnx") {
+                    throw Unsupported{"domain '" + n.domain() + "' is not supported"};
+                }
+                importNode(n);
+            } catch (const Unsupported& u) {
+                errors.push_back(where + ": " + u.why);
+                for (const std::string& out : n.output()) missing_.insert(out);
+            } catch (const Error& e) {
+                errors.push_back(where + ": " + e.what());
+                for (const std::string& out : n.output()) missing_.insert(out);
+            }
+        }
+        if (!errors.empty()) {
+            std::string s = path_ + ": " + std::to_string(errors.size()) + " node(s) cannot be imported:";
+            for (const std::string& e : errors) s += "\n  " + e;
+            throw IoError(s);
+        }
+        // Inputs an op took as constants are no graph inputs (unless also used as data).
+        std::vector<NodePtr> dataInputs;
+        for (const onnx::ValueInfoProto& v : g.input()) {
+            if (!values_.count(v.name()) || values_.at(v.name()).node->bwds().size()) continue;
+            if (takenAsConstant_.count(v.name()) && !usedAsData_.count(v.name())) continue;
+            dataInputs.push_back(values_.at(v.name()).node);
+        }
+        inputs = dataInputs;
+        std::vector<NodePtr> outputs;
+        for (const onnx::ValueInfoProto& v : g.output()) {
+            auto it = values_.find(v.name());
+            if (it == values_.end()) throw IoError(path_ + ": graph output '" + v.name() + "' is not computed");
+            Source src = it->second;
+            const bool whole = src.slot == 0 && src.node->module().outputCount() == 1;
+            const bool taken = src.node->fwds().size() > 0;
+            if (whole && !taken && !isInput(src.node, inputs)) {
+                outputs.push_back(src.node);
+            } else { // an output must end a branch: a copy of the value
+                outputs.push_back(node(std::make_shared<Identity>(), Parent{src.node, src.slot}, nodeName(v.name())));
+            }
+        }
+        // Outputs consumed by another output's branch end in copies too.
+        for (NodePtr& o : outputs) {
+            if (!o->fwds().empty()) o = node(std::make_shared<Identity>(), o, nodeName(o->name() + "_out"));
+        }
+        return std::make_shared<Graph>(inputs, outputs, model_.graph().name().empty() ? "onnx" : model_.graph().name());
+    }
+
+private:
+    const onnx::ModelProto& model_;
+    std::string path_;
+    const OnnxImportOptions& options_;
+    std::unordered_set<std::string> takenAsConstant_; // graph inputs an op took as a constant
+    std::unordered_set<std::string> usedAsData_;
+    int64_t opset_ = 0;
+    std::unordered_map<std::string, Constant> constants_;
+    std::unordered_map<std::string, Source> values_;
+    std::unordered_set<std::string> missing_;
+    std::unordered_set<std::string> names_;
+    std::unordered_map<std::string, int64_t> ranks_;
+
+    // `axis` of input `k`, negative ones counted from the end when its rank is declared.
+    int64_t resolveAxis(const onnx::NodeProto& n, int k, int64_t axis) const {
+        if (axis >= 0) return axis;
+        auto r = ranks_.find(n.input(k));
+        if (r == ranks_.end()) throw Unsupported{"a negative axis on an input whose rank the model does not declare"};
+        return axis + r->second;
+    }
+    int64_t rankOf(const onnx::NodeProto& n, int k) const {
+        auto r = ranks_.find(n.input(k));
+        return r == ranks_.end() ? -1 : r->second;
+    }
+
+    static bool isInput(const NodePtr& n, const std::vector<NodePtr>& inputs) {
+        for (const NodePtr& i : inputs) {
+            if (i == n) return true;
+        }
+        return false;
+    }
+
+    // A unique node name without dots (dots separate dotted parameter names).
+    std::string nodeName(std::string base) {
+        for (char& c : base) {
+            if (c == '.' || c == ':' || c == '/') c = '_';
+        }
+        if (base.empty()) base = "node";
+        std::string name = base;
+        for (int k = 1; names_.count(name); ++k) name = base + "_" + std::to_string(k);
+        names_.insert(name);
+        return name;
+    }
+
+    const Constant* constant(const std::string& name) {
+        auto it = constants_.find(name);
+        if (it != constants_.end()) return &it->second;
+        auto given = options_.inputValues.find(name);
+        if (given == options_.inputValues.end()) return nullptr;
+        Constant c;
+        c.tensor = given->second;
+        if (c.tensor.dtype() == DType::int32) {
+            c.isInt = true;
+            for (int32_t x : c.tensor.toVector<int32_t>()) c.ints.push_back(x);
+        }
+        takenAsConstant_.insert(name);
+        return &(constants_[name] = c);
+    }
+
+    Source value(const onnx::NodeProto& n, int k) {
+        const std::string& name = n.input(k);
+        auto it = values_.find(name);
+        if (it != values_.end()) {
+            usedAsData_.insert(name);
+            return it->second;
+        }
+        if (missing_.count(name)) throw Unsupported{"input '" + name + "' comes from a node that was not imported"};
+        if (constants_.count(name)) throw Unsupported{"input " + std::to_string(k) + " ('" + name + "') is a constant"};
+        throw Unsupported{"input '" + name + "' is not computed by any node"};
+    }
+
+    const Constant& requireConstant(const onnx::NodeProto& n, int k, const char* what) {
+        if (k >= n.input_size() || n.input(k).empty()) throw Unsupported{std::string(what) + " is missing"};
+        const Constant* c = constant(n.input(k));
+        if (!c) throw Unsupported{std::string(what) + " must be a constant (an initializer or a Constant node)"};
+        return *c;
+    }
+
+    void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents) {
+        NodePtr nd = node(std::move(module), parents, nodeName(n.name().empty() ? n.output(0) : n.name()));
+        for (int k = 0; k < n.output_size(); ++k) {
+            if (!n.output(k).empty()) values_[n.output(k)] = {nd, k};
+        }
+    }
+
+    Parents dataInputs(const onnx::NodeProto& n, int count) {
+        Parents ps;
+        for (int k = 0; k < count; ++k) {
+            Source s = value(n, k);
+            ps.push_back(Parent(s.node, s.slot));
+        }
+        return ps;
+    }
+
+    void onlyOutputs(const onnx::NodeProto& n, int count) const {
+        for (int k = count; k < n.output_size(); ++k) {
+            if (!n.output(k).empty()) throw Unsupported{"output " + std::to_string(k) + " is not supported"};
+        }
+    }
+
+    void importNode(const onnx::NodeProto& n) {
+        const std::string& op = n.op_type();
+        const Attributes a(n);
+        if (op == "Constant") {
+            const onnx::AttributeProto* v = a.get("value");
+            if (!v) throw Unsupported{"only the 'value' attribute is supported"};
+            constants_[n.output(0)] = constantOf(v->t(), "Constant '" + n.output(0) + "'");
+            return;
+        }
+        if (op == "Identity") return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+        if (op == "Dropout") return importDropout(n, a);
+        if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "Softplus") {
+            a.only({});
+            const ActivationKind kind = op == "Relu"      ? ActivationKind::relu
+                                        : op == "Sigmoid" ? ActivationKind::sigmoid
+                                        : op == "Tanh"    ? ActivationKind::tanh
+                                                          : ActivationKind::softPlus;
+            return define(n, std::make_shared<Activation>(kind), dataInputs(n, 1));
+        }
+        if (op == "LeakyRelu") {
+            a.only({"alpha"});
+            return define(n,
+                          std::make_shared<Activation>(ActivationKind::leakyRelu,
+                                                       ActivationOptions{.slope = a.f("alpha", 0.01f)}),
+                          dataInputs(n, 1));
+        }
+        if (op == "Elu") {
+            a.only({"alpha"});
+            return define(
+                n, std::make_shared<Activation>(ActivationKind::elu, ActivationOptions{.alpha = a.f("alpha", 1.0f)}),
+                dataInputs(n, 1));
+        }
+        if (op == "Clip") return importClip(n, a);
+        if (op == "Conv") return importConv(n, a);
+        if (op == "Gemm") return importGemm(n, a);
+        if (op == "MatMul") return importMatMul(n, a);
+        if (op == "MaxPool" || op == "AveragePool") return importPool(n, a);
+        if (op == "GlobalAveragePool") {
+            a.only({});
+            return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
+        }
+        if (op == "BatchNormalization") return importBatchNorm(n, a);
+        if (op == "Flatten") {
+            a.only({"axis"});
+            if (a.i("axis", 1) != 1)
+                throw Unsupported{"axis " + std::to_string(a.i("axis", 1)) + " (only 1 is supported)"};
+            return define(n, std::make_shared<Flatten>(), dataInputs(n, 1));
+        }
+        if (op == "Reshape") {
+            a.only({"allowzero"});
+            if (a.i("allowzero", 0) != 0) throw Unsupported{"allowzero 1 is not supported"};
+            const Constant& shape = requireConstant(n, 1, "the shape");
+            if (!shape.isInt) throw Unsupported{"the shape must be int64"};
+            return define(n, std::make_shared<Reshape>(Shape(shape.ints)), dataInputs(n, 1));
+        }
+        if (op == "Concat") {
+            a.only({"axis"});
+            const int64_t axis = resolveAxis(n, 0, a.i("axis", 1));
+            return define(n, std::make_shared<Concat>(static_cast<int>(axis)), dataInputs(n, n.input_size()));
+        }
+        if (op == "Add" || op == "Sum" || op == "Mul") {
+            a.only({});
+            for (int k = 0; k < n.input_size(); ++k) {
+                if (constants_.count(n.input(k)) && !takenAsConstant_.count(n.input(k))) {
+                    throw Unsupported{"input " + std::to_string(k) + " is a constant (broadcasting " + op +
+                                      " with a constant is not supported)"};
+                }
+            }
+            if (op == "Mul") return define(n, std::make_shared<Mul>(), dataInputs(n, n.input_size()));
+            return define(n, std::make_shared<Add>(), dataInputs(n, n.input_size()));
+        }
+        if (op == "Softmax") {
+            a.only({"axis"});
+            const int64_t given = a.i("axis", opset_ >= 13 ? -1 : 1);
+            const int64_t axis = resolveAxis(n, 0, given);
+            if (axis != 1) {
+                throw Unsupported{"axis " + std::to_string(given) +
+                                  " (Tessera's SoftMax runs over axis 1 of its input)"};
+            }
+            if (opset_ < 13 && rankOf(n, 0) != 2) {
+                // Before opset 13 Softmax flattens from the axis on: Tessera's only for 2-D inputs.
+                throw Unsupported{"opset " + std::to_string(opset_) +
+                                  " Softmax on an input not declared 2-D (it flattens from the axis on)"};
+            }
+            return define(n, std::make_shared<SoftMax>(), dataInputs(n, 1));
+        }
+        throw Unsupported{"op " + op + " is not supported"};
+    }
+
+    void importDropout(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"ratio", "seed", "is_test"});
+        onlyOutputs(n, 1);
+        float ratio = a.f("ratio", 0.5f);
+        if (n.input_size() > 1 && !n.input(1).empty()) {
+            const Constant& r = requireConstant(n, 1, "the ratio");
+            ratio = r.tensor.toVector<float>().at(0);
+        }
+        if (n.input_size() > 2 && !n.input(2).empty()) {
+            throw Unsupported{"the training_mode input is not supported (Tessera's mode decides)"};
+        }
+        return define(n, std::make_shared<Dropout>(DropoutOptions{.p = ratio}), dataInputs(n, 1));
+    }
+
+    void importClip(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"min", "max"});
+        float lo = a.f("min", -std::numeric_limits<float>::max());
+        float hi = a.f("max", std::numeric_limits<float>::max());
+        if (n.input_size() > 1 && !n.input(1).empty()) lo = requireConstant(n, 1, "min").tensor.toVector<float>().at(0);
+        if (n.input_size() > 2 && !n.input(2).empty()) hi = requireConstant(n, 2, "max").tensor.toVector<float>().at(0);
+        return define(n, std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi}),
+                      dataInputs(n, 1));
+    }
+
+    void importConv(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"});
+        autoPadNotSet(a);
+        const Constant& w = requireConstant(n, 1, "the weight");
+        const Shape& ws = w.tensor.shape();
+        if (ws.rank() < 3 || ws.rank() > 5) throw Unsupported{"a weight of rank " + std::to_string(ws.rank())};
+        const size_t dims = ws.rank() - 2;
+        std::vector<int64_t> kernel(ws.dims().begin() + 2, ws.dims().end());
+        if (a.has("kernel_shape") && a.ints("kernel_shape") != kernel) throw Unsupported{"kernel_shape differs from W"};
+        const int64_t groups = a.i("group", 1);
+        ConvOptions o;
+        o.stride = a.ints("strides", std::vector<int64_t>(dims, 1));
+        o.pad = symmetricPads(a.ints("pads"), dims);
+        o.dilation = a.ints("dilations", std::vector<int64_t>(dims, 1));
+        o.groups = groups;
+        const bool bias = n.input_size() > 2 && !n.input(2).empty();
+        o.useBias = bias;
+        o.initscheme = InitScheme::none;
+        const int64_t outmaps = ws[0], inmaps = ws[1] * groups;
+        ModulePtr m;
+        if (dims == 1) m = std::make_shared<Conv1D>(inmaps, outmaps, kernel, o);
+        if (dims == 2) m = std::make_shared<Conv2D>(inmaps, outmaps, kernel, o);
+        if (dims == 3) m = std::make_shared<Conv3D>(inmaps, outmaps, kernel, o);
+        m->getVar("W")->data.copyFrom(w.tensor);
+        if (bias) m->getVar("b")->data.copyFrom(requireConstant(n, 2, "the bias").tensor.reshape({outmaps}));
+        return define(n, m, dataInputs(n, 1));
+    }
+
+    // Y = alpha op(A) op(B) + beta C: a Linear with W = alpha op(B) (as [in, out]) and b = beta C.
+    void importGemm(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"alpha", "beta", "transA", "transB", "broadcast"});
+        if (a.i("transA", 0) != 0) throw Unsupported{"transA 1 is not supported"};
+        const Constant& b = requireConstant(n, 1, "B");
+        if (b.tensor.shape().rank() != 2) throw Unsupported{"B of rank " + std::to_string(b.tensor.shape().rank())};
+        const bool transB = a.i("transB", 0) != 0;
+        const int64_t in = transB ? b.tensor.shape()[1] : b.tensor.shape()[0];
+        const int64_t out = transB ? b.tensor.shape()[0] : b.tensor.shape()[1];
+        const float alpha = a.f("alpha", 1.0f), beta = a.f("beta", 1.0f);
+        const bool bias = n.input_size() > 2 && !n.input(2).empty();
+        auto lin = std::make_shared<Linear>(in, out, LinearOptions{.useBias = bias, .initscheme = InitScheme::none});
+        const std::vector<float> bv = b.tensor.toVector<float>();
+        std::vector<float> w(static_cast<size_t>(in * out));
+        for (int64_t i = 0; i < in; ++i) {
+            for (int64_t o = 0; o < out; ++o) {
+                w[static_cast<size_t>(i * out + o)] =
+                    alpha * bv[static_cast<size_t>(transB ? o * in + i : i * out + o)];
+            }
+        }
+        lin->getVar("W")->data.copyFrom(Tensor::fromVector({in, out}, w));
+        if (bias) {
+            const Constant& c = requireConstant(n, 2, "C");
+            std::vector<float> cv = c.tensor.toVector<float>();
+            if (static_cast<int64_t>(cv.size()) == 1) cv.assign(static_cast<size_t>(out), cv[0]);
+            if (static_cast<int64_t>(cv.size()) != out) {
+                throw Unsupported{"C of shape " + c.tensor.shape().str() + " (a row of " + std::to_string(out) +
+                                  " is supported)"};
+            }
+            for (float& x : cv) x *= beta;
+            lin->getVar("b")->data.copyFrom(Tensor::fromVector({out}, cv));
+        }
+        return define(n, lin, dataInputs(n, 1));
+    }
+
+    void importMatMul(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({});
+        const Constant& b = requireConstant(n, 1, "the second input (a weight)");
+        if (b.tensor.shape().rank() != 2)
+            throw Unsupported{"a weight of rank " + std::to_string(b.tensor.shape().rank())};
+        const int64_t in = b.tensor.shape()[0], out = b.tensor.shape()[1];
+        auto lin = std::make_shared<Linear>(in, out, LinearOptions{.useBias = false, .initscheme = InitScheme::none});
+        lin->getVar("W")->data.copyFrom(b.tensor);
+        return define(n, lin, dataInputs(n, 1));
+    }
+
+    void importPool(const onnx::NodeProto& n, const Attributes& a) {
+        const bool isMax = n.op_type() == "MaxPool";
+        if (isMax) {
+            a.only({"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "dilations", "storage_order"});
+        } else {
+            a.only({"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"});
+        }
+        onlyOutputs(n, 1);
+        autoPadNotSet(a);
+        if (a.i("ceil_mode", 0) != 0) throw Unsupported{"ceil_mode 1 is not supported"};
+        const std::vector<int64_t> kernel = a.ints("kernel_shape");
+        const size_t dims = kernel.size();
+        if (dims < 1 || dims > 3) throw Unsupported{"kernel_shape of " + std::to_string(dims) + " dims"};
+        const std::vector<int64_t> dil = a.ints("dilations", std::vector<int64_t>(dims, 1));
+        for (int64_t d : dil) {
+            if (d != 1) throw Unsupported{"dilations other than 1 are not supported"};
+        }
+        PoolOptions o;
+        o.stride = a.ints("strides", std::vector<int64_t>(dims, 1));
+        o.pad = symmetricPads(a.ints("pads"), dims);
+        for (size_t d = 0; d < dims; ++d) {
+            if (o.pad[d] >= kernel[d]) throw Unsupported{"a pad as large as the kernel is not supported"};
+        }
+        o.includePad = a.i("count_include_pad", 0) != 0;
+        ModulePtr m;
+        if (isMax) {
+            if (dims == 1) m = std::make_shared<MaxPool1D>(kernel, o);
+            if (dims == 2) m = std::make_shared<MaxPool2D>(kernel, o);
+            if (dims == 3) m = std::make_shared<MaxPool3D>(kernel, o);
+        } else {
+            if (dims == 1) m = std::make_shared<AvgPool1D>(kernel, o);
+            if (dims == 2) m = std::make_shared<AvgPool2D>(kernel, o);
+            if (dims == 3) m = std::make_shared<AvgPool3D>(kernel, o);
+        }
+        return define(n, m, dataInputs(n, 1));
+    }
+
+    void importBatchNorm(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"epsilon", "momentum", "spatial", "training_mode", "is_test"});
+        onlyOutputs(n, 1);
+        if (a.i("spatial", 1) != 1) throw Unsupported{"spatial 0 is not supported"};
+        if (a.i("training_mode", 0) != 0)
+            throw Unsupported{"training_mode 1 is not supported (Tessera's mode decides)"};
+        const Constant& scale = requireConstant(n, 1, "scale");
+        const Constant& bias = requireConstant(n, 2, "B");
+        const Constant& mean = requireConstant(n, 3, "the mean");
+        const Constant& var = requireConstant(n, 4, "the variance");
+        const int64_t maps = scale.tensor.numel();
+        const float momentum = a.f("momentum", 0.9f);
+        BatchNormOptions o{
+            .epsilon = a.f("epsilon", 1e-5f), .initFactor = 1.0f - momentum, .minFactor = 1.0f - momentum};
+        // The module by the input's declared rank: [N, C] or [N, C, L], [N, C, H, W], [N, C, D, H, W].
+        const int64_t rank = rankOf(n, 0);
+        std::shared_ptr<BatchNormND> bn;
+        if (rank == 2 || rank == 3) {
+            bn = std::make_shared<BatchNorm1D>(maps, o);
+        } else if (rank == 5) {
+            bn = std::make_shared<BatchNorm3D>(maps, o);
+        } else {
+            bn = std::make_shared<BatchNorm2D>(maps, o);
+        }
+        bn->getVar("scale")->data.copyFrom(scale.tensor.reshape({maps}));
+        bn->getVar("bias")->data.copyFrom(bias.tensor.reshape({maps}));
+        bn->setAttr("mean", mean.tensor.reshape({maps}).clone());
+        bn->setAttr("var", var.tensor.reshape({maps}).clone());
+        return define(n, bn, dataInputs(n, 1));
+    }
+};
+
+} // namespace
+
+bool isOnnxPath(const std::string& path) { return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0; }
+
+namespace {
+onnx::ModelProto readModel(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw IoError("ONNX model " + path + ": cannot open the file");
+    onnx::ModelProto model;
+    if (!model.ParseFromIstream(&file)) throw IoError("ONNX model " + path + ": not a valid ONNX (protobuf) file");
+    return model;
+}
+} // namespace
+
+std::shared_ptr<Graph> importOnnx(const std::string& path, const OnnxImportOptions& options) {
+    const onnx::ModelProto model = readModel(path);
+    return Importer(model, path, options).run();
+}
+
+std::vector<std::string> onnxInputNames(const std::string& path) {
+    const onnx::ModelProto model = readModel(path);
+    std::unordered_set<std::string> initializers;
+    for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
+    std::vector<std::string> names;
+    for (const onnx::ValueInfoProto& v : model.graph().input()) {
+        if (!initializers.count(v.name())) names.push_back(v.name());
+    }
+    return names;
+}
+
+std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path) {
+    const onnx::ModelProto model = readModel(path);
+    std::unordered_set<std::string> initializers;
+    for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
+    std::vector<std::vector<int64_t>> shapes;
+    for (const onnx::ValueInfoProto& v : model.graph().input()) {
+        if (initializers.count(v.name())) continue;
+        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return {};
+        std::vector<int64_t> dims;
+        for (const auto& d : v.type().tensor_type().shape().dim())
+            dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+        shapes.push_back(dims);
+    }
+    return shapes;
+}
+
+Tensor readOnnxTensor(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw IoError("ONNX tensor " + path + ": cannot open the file");
+    onnx::TensorProto t;
+    if (!t.ParseFromIstream(&file) || t.data_type() == onnx::TensorProto::UNDEFINED) {
+        throw IoError("ONNX tensor " + path + ": not a TensorProto file (a sequence, a map or an optional?)");
+    }
+    Constant c = constantOf(t, "ONNX tensor " + path);
+    if (!c.tensor.defined()) throw IoError("ONNX tensor " + path + ": int64 values outside the int32 range");
+    return c.tensor;
+}
+
+} // namespace tessera

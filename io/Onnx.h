@@ -1,0 +1,52 @@
+#pragma once
+/// \file ONNX models in: an ONNX file becomes a Graph of ordinary Tessera modules, its
+/// initializers their parameters, ready to shape-check, train, save as HDF5 or run.
+///
+/// Imported ops (default domain, opset 7 to 17; docs/onnx.md has the table and the
+/// attributes each supports): Conv, Gemm, MatMul (with a constant weight), MaxPool,
+/// AveragePool, GlobalAveragePool, BatchNormalization, Relu, LeakyRelu, Elu, Sigmoid, Tanh,
+/// Softplus, Clip, Softmax, Dropout, Identity, Flatten, Reshape (a constant shape), Concat,
+/// Add and Sum (same-shaped inputs), Mul (same-shaped inputs). Constant nodes feed the
+/// inputs that must be constant.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/Tensor.h"
+
+namespace tessera {
+
+class Graph;
+
+struct OnnxImportOptions {
+    /// Values for graph inputs, by ONNX name: an input an op needs as a constant (a weight,
+    /// a shape, a clip bound) takes its value from here and is no graph input any more;
+    /// inputs used as data stay inputs. (ONNX's test cases give weights as inputs.)
+    std::map<std::string, Tensor> inputValues;
+};
+
+/// Reads the ONNX model in `path` into a Graph: one input node (an Identity named after the
+/// graph input) per non-initializer graph input, one node per ONNX node, the graph's
+/// outputs in order. Throws IoError naming the file when it cannot be read or parsed, and
+/// one IoError listing every node that cannot be imported (its name, op type and the
+/// reason: the op, or the attribute value, Tessera does not support).
+std::shared_ptr<Graph> importOnnx(const std::string& path, const OnnxImportOptions& options = {});
+
+/// The names of the model's graph inputs that are not initializers, in order (the order of
+/// the imported Graph's inputs, less those taken as constants).
+std::vector<std::string> onnxInputNames(const std::string& path);
+
+/// The shapes the model declares for those inputs; a dim without a fixed size (a named or
+/// missing dim, such as a symbolic batch) is -1. Empty when an input declares no shape.
+std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path);
+
+/// One serialized ONNX TensorProto (the `input_0.pb` files of ONNX's test data) as a host
+/// tensor: float32, or int32 for int32 and int64 data (IoError for other types).
+Tensor readOnnxTensor(const std::string& path);
+
+/// True when `path` ends in `.onnx`.
+bool isOnnxPath(const std::string& path);
+
+} // namespace tessera

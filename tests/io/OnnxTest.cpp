@@ -1,0 +1,202 @@
+#include "io/Onnx.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "GradCheck.h"
+#include "containers/Graph.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+namespace fs = std::filesystem;
+
+const char* kTestData = "/usr/share/libonnx-testdata/data";
+
+// tests/io/onnx_expected_failures.txt: `suite/case: reason` lines.
+std::map<std::string, std::string> expectedFailures() {
+    std::map<std::string, std::string> out;
+    const char* sourceDir = std::getenv("TESSERA_SOURCE_DIR"); // a relocated test program
+    std::ifstream file(std::string(sourceDir && *sourceDir ? sourceDir : TESSERA_SOURCE_DIR) +
+                       "/tests/io/onnx_expected_failures.txt");
+    std::string line;
+    while (std::getline(file, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        const size_t colon = line.find(':');
+        out[line.substr(0, colon)] = colon == std::string::npos ? "" : line.substr(colon + 1);
+    }
+    return out;
+}
+
+std::string sanitized(std::string name) {
+    for (char& c : name) {
+        if (c == '.' || c == ':' || c == '/') c = '_';
+    }
+    return name;
+}
+
+// The case's result: "" when every output of every test data set matches (rtol 1e-3, atol
+// 1e-7, ONNX's defaults), else what went wrong. The inputs an op needs as constants (ONNX's
+// node tests give weights as inputs) are taken from the data set.
+std::string runCase(const fs::path& model, const fs::path& dir) {
+    const std::vector<std::string> names = onnxInputNames(model.string());
+    std::string unreadable; // an input of a type Tessera does not read (uint8, int8, a sequence)
+    for (const auto& set : fs::directory_iterator(dir)) {
+        if (!set.is_directory() || set.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
+        OnnxImportOptions options;
+        for (size_t k = 0; k < names.size(); ++k) {
+            const fs::path p = set.path() / ("input_" + std::to_string(k) + ".pb");
+            try {
+                if (fs::exists(p)) options.inputValues[names[k]] = readOnnxTensor(p.string());
+            } catch (const IoError&) { // a type Tessera does not read: an input it must not need
+                unreadable = names[k];
+            }
+        }
+        std::shared_ptr<Graph> g;
+        try {
+            g = importOnnx(model.string(), options);
+        } catch (const IoError& e) {
+            if (unreadable.empty()) throw;
+            throw IoError("tensor data type of input '" + unreadable + "' is not one Tessera reads (" + e.what() + ")");
+        }
+        g->evalMode(); // ONNX's test outputs are inference outputs
+        Tensors inputs;
+        for (const NodePtr& in : g->inputs()) {
+            bool found = false;
+            for (const std::string& n : names) {
+                if (!found && sanitized(n) == in->name() && options.inputValues.count(n)) {
+                    inputs.push_back(options.inputValues.at(n));
+                    found = true;
+                }
+            }
+            if (!found && !unreadable.empty()) {
+                throw IoError("tensor data type of input '" + unreadable + "' is not one Tessera reads");
+            }
+            if (!found) return "no data for input " + in->name();
+        }
+        const Tensors outputs = (*g)(inputs);
+        for (size_t k = 0; k < outputs.size(); ++k) {
+            const fs::path p = set.path() / ("output_" + std::to_string(k) + ".pb");
+            if (!fs::exists(p)) return "no expected output " + std::to_string(k);
+            const Tensor expected = readOnnxTensor(p.string());
+            if (expected.shape() != outputs[k].shape() && !(expected.shape().rank() == 0 && outputs[k].numel() == 1)) {
+                return "output " + std::to_string(k) + " has shape " + outputs[k].shape().str() + ", expected " +
+                       expected.shape().str();
+            }
+            const std::vector<float> got = outputs[k].toVector<float>(), want = expected.toVector<float>();
+            for (size_t i = 0; i < got.size(); ++i) {
+                if (!(std::fabs(got[i] - want[i]) <= 1e-7f + 1e-3f * std::fabs(want[i]))) {
+                    std::ostringstream s;
+                    s << "output " << k << " element " << i << ": " << got[i] << ", expected " << want[i];
+                    return s.str();
+                }
+            }
+        }
+    }
+    return "";
+}
+
+// ONNX's own backend test cases (Debian's libonnx-testdata): every case that imports runs
+// and matches, or is listed in tests/io/onnx_expected_failures.txt with its reason; a case
+// whose ops are all imported but that does not import must be listed too. A listed case
+// that passes fails the test, so the list stays true.
+TEST(Onnx, ConformanceWithOnnxsOwnTestCases) {
+    if (!fs::exists(kTestData)) GTEST_SKIP() << kTestData << " is missing (tools/setup.sh installs libonnx-testdata)";
+    const auto listed = expectedFailures();
+    int imported = 0, passed = 0, notImported = 0, listedFailures = 0;
+    std::vector<std::string> problems;
+    std::map<std::string, std::pair<int, int>> perPrefix; // op family -> (passed, imported)
+    for (const char* suite : {"node", "pytorch-converted", "pytorch-operator"}) {
+        const fs::path root = fs::path(kTestData) / suite;
+        if (!fs::exists(root)) continue;
+        std::vector<fs::path> cases;
+        for (const auto& c : fs::directory_iterator(root)) cases.push_back(c.path());
+        std::sort(cases.begin(), cases.end());
+        for (const fs::path& dir : cases) {
+            const std::string name = std::string(suite) + "/" + dir.filename().string();
+            const fs::path model = dir / "model.onnx";
+            if (!fs::exists(model)) continue;
+            std::string result;
+            try {
+                result = runCase(model, dir);
+                ++imported;
+            } catch (const Error& e) {
+                const std::string msg = e.what();
+                // Not one of ours: some op is not one Tessera imports, or the case's data
+                // type is not one Tessera computes in.
+                const bool unsupportedOp =
+                    msg.find(": op ") != std::string::npos && msg.find(" is not supported") != std::string::npos;
+                if (unsupportedOp || msg.find("opset") != std::string::npos ||
+                    msg.find("tensor data type") != std::string::npos ||
+                    msg.find("int64 values outside the int32 range") != std::string::npos) {
+                    ++notImported;
+                    if (listed.count(name)) problems.push_back(name + " is listed but is not an imported op's case");
+                    continue;
+                }
+                result = msg;
+            }
+            std::string family = dir.filename().string();
+            family = family.substr(0, family.find('_', 5));
+            auto& [ok, all] = perPrefix[family];
+            ++all;
+            if (result.empty()) {
+                ++ok;
+                ++passed;
+                if (listed.count(name)) problems.push_back(name + " passes but is listed as an expected failure");
+            } else if (listed.count(name)) {
+                ++listedFailures;
+            } else {
+                problems.push_back(name + ": " + result);
+            }
+        }
+    }
+    std::printf("ONNX conformance: %d cases of imported ops (%d imported), %d pass, %d listed failures; %d cases "
+                "use ops Tessera does not import\n",
+                passed + listedFailures + static_cast<int>(problems.size()), imported, passed, listedFailures,
+                notImported);
+    for (const auto& [family, counts] : perPrefix) {
+        std::printf("  %-40s %d / %d\n", family.c_str(), counts.first, counts.second);
+    }
+    EXPECT_GT(passed, 50);
+    std::string all;
+    for (const std::string& p : problems) all += "\n  " + p;
+    EXPECT_TRUE(problems.empty()) << problems.size() << " problem(s):" << all;
+}
+
+TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
+    const std::string dir = ::testing::TempDir();
+    const std::string junk = dir + "junk.onnx";
+    std::ofstream(junk) << "not a protobuf at all \x01\x02\x03";
+    EXPECT_THROW(importOnnx(dir + "missing.onnx"), IoError);
+    try {
+        importOnnx(junk);
+        FAIL() << "junk imported";
+    } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("junk.onnx"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(readOnnxTensor(junk), IoError);
+    EXPECT_TRUE(isOnnxPath("a/b.onnx"));
+    EXPECT_FALSE(isOnnxPath("a/b.h5"));
+}
+
+// Every unsupported node is listed, not only the first.
+TEST(Onnx, EveryUnsupportedNodeIsListed) {
+    const fs::path lrn = fs::path(kTestData) / "node/test_lrn/model.onnx";
+    if (!fs::exists(lrn)) GTEST_SKIP() << "no ONNX test data";
+    try {
+        importOnnx(lrn.string());
+        FAIL() << "LRN imported";
+    } catch (const IoError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("1 node(s) cannot be imported"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("(LRN): op LRN is not supported"), std::string::npos) << msg;
+    }
+}
+
+} // namespace
+} // namespace tessera
