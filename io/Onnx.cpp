@@ -21,11 +21,15 @@
 #include "modules/Flatten.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/PRelu.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
 #include "modules/Reshape.h"
 #include "modules/SoftMax.h"
+#include "modules/Transpose.h"
 
 namespace tessera {
 
@@ -117,6 +121,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
 // An unsupported node: what to say about it.
 struct Unsupported {
     std::string why;
+    bool dependent = false; // only an input is missing, from a node that was not imported
 };
 
 // The attributes of a node, by name.
@@ -215,6 +220,7 @@ public:
             inputs.push_back(n);
         }
         std::vector<std::string> errors;
+        size_t dependents = 0; // nodes whose own op and attributes are fine but whose input is missing
         for (const onnx::NodeProto& n : g.node()) {
             const std::string where =
                 "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
@@ -224,7 +230,11 @@ public:
                 }
                 importNode(n);
             } catch (const Unsupported& u) {
-                errors.push_back(where + ": " + u.why);
+                if (u.dependent) {
+                    ++dependents;
+                } else {
+                    errors.push_back(where + ": " + u.why);
+                }
                 for (const std::string& out : n.output()) missing_.insert(out);
             } catch (const Error& e) {
                 errors.push_back(where + ": " + e.what());
@@ -234,6 +244,10 @@ public:
         if (!errors.empty()) {
             std::string s = path_ + ": " + std::to_string(errors.size()) + " node(s) cannot be imported:";
             for (const std::string& e : errors) s += "\n  " + e;
+            if (dependents) {
+                s += "\n  (" + std::to_string(dependents) +
+                     " node(s) after these take their outputs and were not imported)";
+            }
             throw IoError(s);
         }
         // Inputs an op took as constants are no graph inputs (unless also used as data).
@@ -330,7 +344,8 @@ private:
             usedAsData_.insert(name);
             return it->second;
         }
-        if (missing_.count(name)) throw Unsupported{"input '" + name + "' comes from a node that was not imported"};
+        if (missing_.count(name))
+            throw Unsupported{"input '" + name + "' comes from a node that was not imported", true};
         if (constants_.count(name)) throw Unsupported{"input " + std::to_string(k) + " ('" + name + "') is a constant"};
         throw Unsupported{"input '" + name + "' is not computed by any node"};
     }
@@ -338,6 +353,9 @@ private:
     const Constant& requireConstant(const onnx::NodeProto& n, int k, const char* what) {
         if (k >= n.input_size() || n.input(k).empty()) throw Unsupported{std::string(what) + " is missing"};
         const Constant* c = constant(n.input(k));
+        if (!c && missing_.count(n.input(k))) {
+            throw Unsupported{std::string(what) + " comes from a node that was not imported", true};
+        }
         if (!c) throw Unsupported{std::string(what) + " must be a constant (an initializer or a Constant node)"};
         return *c;
     }
@@ -406,6 +424,84 @@ private:
             return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
         }
         if (op == "BatchNormalization") return importBatchNorm(n, a);
+        if (op == "LRN") {
+            a.only({"size", "alpha", "beta", "bias"});
+            if (!a.has("size")) throw Unsupported{"the size attribute is missing"};
+            LRNOptions o{
+                .N = a.i("size", 5), .alpha = a.f("alpha", 1e-4f), .beta = a.f("beta", 0.75f), .K = a.f("bias", 1.0f)};
+            if (o.N % 2 == 0)
+                throw Unsupported{"an even size " + std::to_string(o.N) + " (Tessera's window is centred)"};
+            return define(n, std::make_shared<CrossMapLRN>(o), dataInputs(n, 1));
+        }
+        if (op == "PRelu") {
+            a.only({});
+            const Constant& slope = requireConstant(n, 1, "the slope");
+            // One slope, or one per channel ([C], [C, 1, 1] or [1, C, 1, 1]).
+            int64_t maps = 0;
+            const Shape& ss = slope.tensor.shape();
+            int64_t nontrivial = 0;
+            for (size_t d = 0; d < ss.rank(); ++d) {
+                if (ss[static_cast<int64_t>(d)] != 1) {
+                    ++nontrivial;
+                    maps = ss[static_cast<int64_t>(d)];
+                }
+            }
+            if (nontrivial > 1) throw Unsupported{"a slope of shape " + ss.str() + " (one per channel is supported)"};
+            if (maps > 1 && !(opset_ < 7 && ss.rank() == 1)) { // before opset 7 a [C] slope is per channel
+                // numpy broadcasting: the slope's dims align with the input's last ones
+                const int64_t rank = rankOf(n, 0);
+                if (rank < 0)
+                    throw Unsupported{"a per-channel slope on an input whose rank the model does not declare"};
+                int64_t at = -1; // the input dim the slope's one non-1 dim falls on
+                for (size_t d = 0; d < ss.rank(); ++d) {
+                    if (ss[static_cast<int64_t>(d)] != 1) {
+                        at = rank - static_cast<int64_t>(ss.rank()) + static_cast<int64_t>(d);
+                    }
+                }
+                if (at != 1) {
+                    throw Unsupported{"a slope of shape " + ss.str() + " varies along dim " + std::to_string(at) +
+                                      ", not the channels (dim 1)"};
+                }
+            }
+            auto m = std::make_shared<PRelu>(maps > 1 ? maps : 1, PReluOptions{.sharedMaps = maps <= 1});
+            m->getVar("slopes")->data.copyFrom(slope.tensor.reshape({maps > 1 ? maps : 1}));
+            return define(n, m, dataInputs(n, 1));
+        }
+        if (op == "InstanceNormalization") {
+            a.only({"epsilon"});
+            const Constant& scale = requireConstant(n, 1, "scale");
+            const Constant& bias = requireConstant(n, 2, "B");
+            const int64_t maps = scale.tensor.numel();
+            auto m = std::make_shared<InstanceNorm2D>(maps, InstanceNormOptions{.epsilon = a.f("epsilon", 1e-5f)});
+            m->getVar("scale")->data.copyFrom(scale.tensor.reshape({maps}));
+            m->getVar("bias")->data.copyFrom(bias.tensor.reshape({maps}));
+            return define(n, m, dataInputs(n, 1));
+        }
+        if (op == "Transpose") {
+            a.only({"perm"});
+            std::vector<int64_t> perm = a.ints("perm");
+            const Constant* c = constants_.count(n.input(0)) ? &constants_.at(n.input(0)) : nullptr;
+            if (c && !c->isInt && c->tensor.shape().rank() == 2 &&
+                (perm.empty() || perm == std::vector<int64_t>{1, 0})) {
+                // A transposed constant (PyTorch exports a Linear's weight so): folded.
+                const Shape& cs = c->tensor.shape();
+                const std::vector<float> v = c->tensor.toVector<float>();
+                std::vector<float> t(v.size());
+                for (int64_t i = 0; i < cs[0]; ++i) {
+                    for (int64_t j = 0; j < cs[1]; ++j) {
+                        t[static_cast<size_t>(j * cs[0] + i)] = v[static_cast<size_t>(i * cs[1] + j)];
+                    }
+                }
+                constants_[n.output(0)] = Constant{Tensor::fromVector({cs[1], cs[0]}, t), {}, false};
+                return;
+            }
+            if (perm.empty()) { // the default reverses the dims
+                const int64_t rank = rankOf(n, 0);
+                if (rank < 0) throw Unsupported{"no perm, on an input whose rank the model does not declare"};
+                for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+            }
+            return define(n, std::make_shared<Transpose>(perm), dataInputs(n, 1));
+        }
         if (op == "Flatten") {
             a.only({"axis"});
             if (a.i("axis", 1) != 1)

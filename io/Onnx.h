@@ -2,12 +2,12 @@
 /// \file ONNX models in: an ONNX file becomes a Graph of ordinary Tessera modules, its
 /// initializers their parameters, ready to shape-check, train, save as HDF5 or run.
 ///
-/// Imported ops (default domain, opset 7 to 17; docs/onnx.md has the table and the
+/// Imported ops (default domain, opsets 6 to 17; docs/onnx.md has the table and the
 /// attributes each supports): Conv, Gemm, MatMul (with a constant weight), MaxPool,
-/// AveragePool, GlobalAveragePool, BatchNormalization, Relu, LeakyRelu, Elu, Sigmoid, Tanh,
-/// Softplus, Clip, Softmax, Dropout, Identity, Flatten, Reshape (a constant shape), Concat,
-/// Add and Sum (same-shaped inputs), Mul (same-shaped inputs). Constant nodes feed the
-/// inputs that must be constant.
+/// AveragePool, GlobalAveragePool, BatchNormalization, InstanceNormalization, LRN, Relu,
+/// LeakyRelu, Elu, Sigmoid, Tanh, Softplus, Clip, PRelu, Softmax, Dropout, Identity, Flatten,
+/// Reshape (a constant shape), Transpose, Concat, Add and Sum (same-shaped inputs), Mul
+/// (same-shaped inputs). Constant nodes feed the inputs that must be constant.
 
 #include <map>
 #include <memory>
