@@ -3,6 +3,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -10,13 +11,17 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <variant>
 
 #include "containers/Graph.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
+#include "modules/Deconv.h"
 #include "modules/Dropout.h"
 #include "modules/Flatten.h"
 #include "modules/Identity.h"
@@ -415,7 +420,7 @@ private:
                 dataInputs(n, 1));
         }
         if (op == "Clip") return importClip(n, a);
-        if (op == "Conv") return importConv(n, a);
+        if (op == "Conv" || op == "ConvTranspose") return importConv(n, a);
         if (op == "Gemm") return importGemm(n, a);
         if (op == "MatMul") return importMatMul(n, a);
         if (op == "MaxPool" || op == "AveragePool") return importPool(n, a);
@@ -574,7 +579,15 @@ private:
     }
 
     void importConv(const onnx::NodeProto& n, const Attributes& a) {
-        a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"});
+        const bool transposed = n.op_type() == "ConvTranspose";
+        if (transposed) {
+            a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad", "output_padding"});
+            for (int64_t p : a.ints("output_padding")) {
+                if (p != 0) throw Unsupported{"output_padding other than 0 is not supported"};
+            }
+        } else {
+            a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"});
+        }
         autoPadNotSet(a);
         const Constant& w = requireConstant(n, 1, "the weight");
         const Shape& ws = w.tensor.shape();
@@ -591,11 +604,19 @@ private:
         const bool bias = n.input_size() > 2 && !n.input(2).empty();
         o.useBias = bias;
         o.initscheme = InitScheme::none;
-        const int64_t outmaps = ws[0], inmaps = ws[1] * groups;
+        // W: [out, in / g, k...] for Conv, [in, out / g, k...] for ConvTranspose, as in Tessera.
+        const int64_t outmaps = transposed ? ws[1] * groups : ws[0];
+        const int64_t inmaps = transposed ? ws[0] : ws[1] * groups;
         ModulePtr m;
-        if (dims == 1) m = std::make_shared<Conv1D>(inmaps, outmaps, kernel, o);
-        if (dims == 2) m = std::make_shared<Conv2D>(inmaps, outmaps, kernel, o);
-        if (dims == 3) m = std::make_shared<Conv3D>(inmaps, outmaps, kernel, o);
+        if (transposed) {
+            if (dims == 1) m = std::make_shared<Deconv1D>(inmaps, outmaps, kernel, o);
+            if (dims == 2) m = std::make_shared<Deconv2D>(inmaps, outmaps, kernel, o);
+            if (dims == 3) m = std::make_shared<Deconv3D>(inmaps, outmaps, kernel, o);
+        } else {
+            if (dims == 1) m = std::make_shared<Conv1D>(inmaps, outmaps, kernel, o);
+            if (dims == 2) m = std::make_shared<Conv2D>(inmaps, outmaps, kernel, o);
+            if (dims == 3) m = std::make_shared<Conv3D>(inmaps, outmaps, kernel, o);
+        }
         m->getVar("W")->data.copyFrom(w.tensor);
         if (bias) m->getVar("b")->data.copyFrom(requireConstant(n, 2, "the bias").tensor.reshape({outmaps}));
         return define(n, m, dataInputs(n, 1));
@@ -772,6 +793,370 @@ Tensor readOnnxTensor(const std::string& path) {
     Constant c = constantOf(t, "ONNX tensor " + path);
     if (!c.tensor.defined()) throw IoError("ONNX tensor " + path + ": int64 values outside the int32 range");
     return c.tensor;
+}
+
+} // namespace tessera
+
+// ---- export -------------------------------------------------------------------------------
+
+namespace tessera {
+
+namespace {
+
+const BlueprintValue* schemeValue(const Blueprint& bp, const std::string& key) {
+    for (const auto& [k, v] : bp.scheme) {
+        if (k == key) return &v;
+    }
+    return nullptr;
+}
+int64_t schemeInt(const Blueprint& bp, const std::string& key, int64_t fallback) {
+    const BlueprintValue* v = schemeValue(bp, key);
+    if (!v) return fallback;
+    if (const auto* i = std::get_if<int64_t>(v)) return *i;
+    if (const auto* b = std::get_if<bool>(v)) return *b ? 1 : 0;
+    return fallback;
+}
+float schemeFloat(const Blueprint& bp, const std::string& key, float fallback) {
+    const BlueprintValue* v = schemeValue(bp, key);
+    if (!v) return fallback;
+    if (const auto* d = std::get_if<double>(v)) return static_cast<float>(*d);
+    if (const auto* i = std::get_if<int64_t>(v)) return static_cast<float>(*i);
+    return fallback;
+}
+std::vector<int64_t> schemeInts(const Blueprint& bp, const std::string& key) {
+    const BlueprintValue* v = schemeValue(bp, key);
+    if (!v) return {};
+    if (const auto* i = std::get_if<std::vector<int64_t>>(v)) return *i;
+    if (const auto* one = std::get_if<int64_t>(v)) return {*one};
+    return {};
+}
+std::string schemeString(const Blueprint& bp, const std::string& key) {
+    const BlueprintValue* v = schemeValue(bp, key);
+    if (const auto* s = v ? std::get_if<std::string>(v) : nullptr) return *s;
+    return {};
+}
+
+void setType(onnx::ValueInfoProto* v, const Shape& shape) {
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    auto* s = t->mutable_shape();
+    for (size_t d = 0; d < shape.rank(); ++d) {
+        auto* dim = s->add_dim();
+        if (d == 0) {
+            dim->set_dim_param("batch"); // any batch size
+        } else {
+            dim->set_dim_value(shape[static_cast<int64_t>(d)]);
+        }
+    }
+}
+
+class Exporter {
+public:
+    Exporter(onnx::GraphProto& g, int64_t opset) : g_(g), opset_(opset) {}
+
+    std::vector<std::string> errors;
+
+    // The output value names of `m` run on `inputs` (value names) of shapes `in`; `path`
+    // names its nodes and parameters.
+    std::vector<std::string> emit(Module& m, const std::vector<std::string>& inputs, const Shapes& in,
+                                  const std::string& path) {
+        if (auto* graph = dynamic_cast<Graph*>(&m)) return emitGraph(*graph, inputs, in, path);
+        if (auto* seq = dynamic_cast<Sequential*>(&m)) {
+            std::vector<std::string> cur = inputs;
+            Shapes shapes = in;
+            for (const auto& [name, child] : seq->namedChildren()) {
+                const Shapes out = child->inferDataShape(shapes);
+                cur = emit(*child, cur, shapes, join(path, name));
+                shapes = out;
+            }
+            return cur;
+        }
+        if (auto* par = dynamic_cast<Parallel*>(&m)) {
+            std::vector<std::string> outs;
+            size_t k = 0;
+            for (const auto& [name, child] : par->namedChildren()) {
+                for (const std::string& o : emit(*child, {inputs.at(k)}, {in.at(k)}, join(path, name)))
+                    outs.push_back(o);
+                ++k;
+            }
+            return outs;
+        }
+        const Shapes out = m.inferDataShape(in);
+        std::vector<std::string> outs;
+        for (size_t k = 0; k < out.size(); ++k) {
+            outs.push_back(out.size() == 1 ? valueName(path) : valueName(path + ":" + std::to_string(k)));
+            setType(g_.add_value_info(), out[k]);
+            g_.mutable_value_info(g_.value_info_size() - 1)->set_name(outs.back());
+        }
+        try {
+            emitLayer(m, inputs, in, outs, path);
+        } catch (const Unsupported& u) {
+            errors.push_back("layer " + (path.empty() ? m.classname() : path) + " (" + m.classname() + "): " + u.why);
+        }
+        return outs;
+    }
+
+private:
+    onnx::GraphProto& g_;
+    int64_t opset_;
+    std::unordered_set<std::string> used_;
+
+    static std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
+
+    std::string valueName(const std::string& base) {
+        std::string name = base.empty() ? "value" : base;
+        for (int k = 1; used_.count(name); ++k) name = base + "_" + std::to_string(k);
+        used_.insert(name);
+        return name;
+    }
+
+    std::vector<std::string> emitGraph(Graph& graph, const std::vector<std::string>& inputs, const Shapes& in,
+                                       const std::string& path) {
+        graph.dataShapeFrom(in); // every node's shapes for these inputs
+        std::unordered_map<const Node*, std::vector<std::string>> values;
+        size_t k = 0;
+        for (Node* n : graph.order()) {
+            std::vector<std::string> ins;
+            if (n->bwds().empty()) {
+                ins.push_back(inputs.at(k++));
+            } else {
+                for (const Edge& e : n->bwds()) {
+                    for (int s : e.slots) ins.push_back(values.at(e.node).at(static_cast<size_t>(s)));
+                }
+            }
+            values[n] = emit(n->module(), ins, n->inShapes(), join(path, n->name()));
+        }
+        std::vector<std::string> outs;
+        for (const NodePtr& o : graph.outputs()) {
+            for (const std::string& v : values.at(o.get())) outs.push_back(v);
+        }
+        return outs;
+    }
+
+    std::string init(const std::string& name, const Tensor& t, std::optional<Shape> shape = std::nullopt) {
+        onnx::TensorProto* p = g_.add_initializer();
+        const std::string n = valueName(name);
+        p->set_name(n);
+        p->set_data_type(onnx::TensorProto::FLOAT);
+        const Shape s = shape ? *shape : t.shape();
+        for (int64_t d : s.dims()) p->add_dims(d);
+        const std::vector<float> v = t.toHost().plain().toVector<float>();
+        p->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+        return n;
+    }
+    std::string initScalar(const std::string& name, float x) {
+        onnx::TensorProto* p = g_.add_initializer();
+        const std::string n = valueName(name);
+        p->set_name(n);
+        p->set_data_type(onnx::TensorProto::FLOAT);
+        p->add_float_data(x);
+        return n;
+    }
+    std::string initInts(const std::string& name, const std::vector<int64_t>& v) {
+        onnx::TensorProto* p = g_.add_initializer();
+        const std::string n = valueName(name);
+        p->set_name(n);
+        p->set_data_type(onnx::TensorProto::INT64);
+        p->add_dims(static_cast<int64_t>(v.size()));
+        for (int64_t x : v) p->add_int64_data(x);
+        return n;
+    }
+
+    onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& ins,
+                          const std::vector<std::string>& outs, const std::string& name) {
+        onnx::NodeProto* n = g_.add_node();
+        n->set_op_type(op);
+        n->set_name(name);
+        for (const std::string& i : ins) n->add_input(i);
+        for (const std::string& o : outs) n->add_output(o);
+        return n;
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, float v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INTS);
+        for (int64_t x : v) a->add_ints(x);
+    }
+    static std::vector<int64_t> pads(const std::vector<int64_t>& pad) { // [b..., e...]
+        std::vector<int64_t> p = pad;
+        p.insert(p.end(), pad.begin(), pad.end());
+        return p;
+    }
+
+    void emitLayer(Module& m, const std::vector<std::string>& in, const Shapes& inShapes,
+                   const std::vector<std::string>& out, const std::string& path) {
+        const std::string cls = m.classname();
+        const Blueprint bp = m.blueprint();
+        auto var = [&](const char* name) { return m.getVar(name)->data; };
+        if (cls == "Identity") return void(node("Identity", in, out, path));
+        if (cls == "Linear") {
+            std::vector<std::string> ins = {in[0], init(path + ".W", var("W"))};
+            if (m.hasVar("b")) ins.push_back(init(path + ".b", var("b")));
+            node("Gemm", ins, out, path);
+            return;
+        }
+        if (cls.rfind("Conv", 0) == 0 || cls.rfind("Deconv", 0) == 0) {
+            if (cls == "Conv" || cls == "Deconv") throw Unsupported{"not exportable"};
+            std::vector<std::string> ins = {in[0], init(path + ".W", var("W"))};
+            if (m.hasVar("b")) ins.push_back(init(path + ".b", var("b")));
+            onnx::NodeProto* n = node(cls.rfind("Deconv", 0) == 0 ? "ConvTranspose" : "Conv", ins, out, path);
+            attr(n, "kernel_shape", schemeInts(bp, "size"));
+            attr(n, "strides", schemeInts(bp, "stride"));
+            attr(n, "pads", pads(schemeInts(bp, "pad")));
+            attr(n, "dilations", schemeInts(bp, "dilation"));
+            attr(n, "group", schemeInt(bp, "groups", 1));
+            return;
+        }
+        if (cls.rfind("MaxPool", 0) == 0 || cls.rfind("AvgPool", 0) == 0) {
+            const bool isMax = cls.rfind("MaxPool", 0) == 0;
+            onnx::NodeProto* n = node(isMax ? "MaxPool" : "AveragePool", {in[0]}, out, path);
+            attr(n, "kernel_shape", schemeInts(bp, "size"));
+            attr(n, "strides", schemeInts(bp, "stride"));
+            attr(n, "pads", pads(schemeInts(bp, "pad")));
+            if (!isMax) attr(n, "count_include_pad", schemeInt(bp, "includePad", 1));
+            return;
+        }
+        if (cls == "GlobalAvgPool") return void(node("GlobalAveragePool", in, out, path));
+        if (cls.rfind("BatchNorm", 0) == 0) {
+            const int64_t maps = var("scale").numel();
+            onnx::NodeProto* n = node("BatchNormalization",
+                                      {in[0], init(path + ".scale", var("scale")), init(path + ".bias", var("bias")),
+                                       init(path + ".mean", m.getAttr("mean"), Shape{maps}),
+                                       init(path + ".var", m.getAttr("var"), Shape{maps})},
+                                      out, path);
+            attr(n, "epsilon", schemeFloat(bp, "epsilon", 1e-5f));
+            attr(n, "momentum", 1.0f - schemeFloat(bp, "minFactor", 0.1f));
+            return;
+        }
+        if (cls == "InstanceNorm2D") {
+            onnx::NodeProto* n =
+                node("InstanceNormalization",
+                     {in[0], init(path + ".scale", var("scale")), init(path + ".bias", var("bias"))}, out, path);
+            attr(n, "epsilon", schemeFloat(bp, "epsilon", 1e-5f));
+            return;
+        }
+        if (cls == "CrossMapLRN") {
+            onnx::NodeProto* n = node("LRN", in, out, path);
+            attr(n, "size", schemeInt(bp, "N", 5));
+            attr(n, "alpha", schemeFloat(bp, "alpha", 1e-4f));
+            attr(n, "beta", schemeFloat(bp, "beta", 0.75f));
+            attr(n, "bias", schemeFloat(bp, "K", 2.0f));
+            return;
+        }
+        if (cls == "Activation") {
+            const std::string kind = schemeString(bp, "activation");
+            if (kind == "relu") return void(node("Relu", in, out, path));
+            if (kind == "sigmoid") return void(node("Sigmoid", in, out, path));
+            if (kind == "tanh") return void(node("Tanh", in, out, path));
+            if (kind == "softPlus") return void(node("Softplus", in, out, path));
+            if (kind == "leakyRelu")
+                return attr(node("LeakyRelu", in, out, path), "alpha", schemeFloat(bp, "slope", 0.01f));
+            if (kind == "elu") return attr(node("Elu", in, out, path), "alpha", schemeFloat(bp, "alpha", 1.0f));
+            if (kind == "clip") {
+                node("Clip",
+                     {in[0], initScalar(path + ".min", schemeFloat(bp, "min", 0.0f)),
+                      initScalar(path + ".max", schemeFloat(bp, "max", 6.0f))},
+                     out, path);
+                return;
+            }
+            throw Unsupported{"activation " + kind + " has no ONNX op at this opset"};
+        }
+        if (cls == "PRelu") {
+            Shape s{var("slopes").numel()};
+            if (var("slopes").numel() > 1) { // per channel: [C, 1, ...] against [N, C, ...]
+                std::vector<int64_t> d{var("slopes").numel()};
+                for (size_t r = 2; r < inShapes[0].rank(); ++r) d.push_back(1);
+                s = Shape(d);
+            }
+            node("PRelu", {in[0], init(path + ".slopes", var("slopes"), s)}, out, path);
+            return;
+        }
+        if (cls == "SoftMax") return attr(node("Softmax", in, out, path), "axis", int64_t{1});
+        if (cls == "Flatten") return attr(node("Flatten", in, out, path), "axis", int64_t{1});
+        if (cls == "Reshape") {
+            node("Reshape", {in[0], initInts(path + ".shape", schemeInts(bp, "shape"))}, out, path);
+            return;
+        }
+        if (cls == "Concat") return attr(node("Concat", in, out, path), "axis", schemeInt(bp, "axis", 1));
+        if (cls == "Add") {
+            if (schemeValue(bp, "coefficients")) throw Unsupported{"weighted sums are not exported"};
+            node(in.size() == 2 ? "Add" : "Sum", in, out, path);
+            return;
+        }
+        if (cls == "Mul") {
+            if (in.size() != 2) throw Unsupported{"products of more than two inputs are not exported"};
+            node("Mul", in, out, path);
+            return;
+        }
+        if (cls == "Dropout") {
+            node("Dropout", {in[0], initScalar(path + ".ratio", schemeFloat(bp, "p", 0.5f))}, out, path);
+            return;
+        }
+        if (cls == "Transpose") return attr(node("Transpose", in, out, path), "perm", schemeInts(bp, "axes"));
+        throw Unsupported{"no ONNX counterpart is exported for " + cls};
+    }
+};
+
+} // namespace
+
+void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& path, const OnnxExportOptions& options) {
+    if (options.opset < 13 || options.opset > 17) {
+        throw IoError("ONNX export: opset " + std::to_string(options.opset) + " (13 to 17 are written)");
+    }
+    model.inferDataShape(inputShapes); // the model's own ShapeError first
+    onnx::ModelProto proto;
+    proto.set_ir_version(8);
+    proto.set_producer_name("tessera");
+    auto* op = proto.add_opset_import();
+    op->set_domain("");
+    op->set_version(options.opset);
+    onnx::GraphProto* g = proto.mutable_graph();
+    g->set_name(model.name().empty() ? model.classname() : model.name());
+    std::vector<std::string> inputs;
+    for (size_t k = 0; k < inputShapes.size(); ++k) {
+        inputs.push_back(inputShapes.size() == 1 ? "input" : "input" + std::to_string(k));
+        onnx::ValueInfoProto* v = g->add_input();
+        v->set_name(inputs.back());
+        setType(v, inputShapes[k]);
+    }
+    Exporter ex(*g, options.opset);
+    const std::vector<std::string> outs = ex.emit(model, inputs, inputShapes, "");
+    if (!ex.errors.empty()) {
+        std::string s = "ONNX export of " + model.str() + ": " + std::to_string(ex.errors.size()) +
+                        " layer(s) have no ONNX counterpart here:";
+        for (const std::string& e : ex.errors) s += "\n  " + e;
+        throw IoError(s);
+    }
+    // The outputs' declared types, taken from value_info.
+    for (const std::string& o : outs) {
+        onnx::ValueInfoProto* v = g->add_output();
+        bool typed = false;
+        for (const onnx::ValueInfoProto& vi : g->value_info()) {
+            if (vi.name() == o) {
+                *v = vi;
+                typed = true;
+            }
+        }
+        if (!typed) v->set_name(o);
+    }
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+        if (!file || !proto.SerializeToOstream(&file)) throw IoError("ONNX export: cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw IoError("ONNX export: cannot rename " + tmp + " to " + path);
 }
 
 } // namespace tessera

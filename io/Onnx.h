@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/Tensor.h"
+#include "modules/Module.h"
 
 namespace tessera {
 
@@ -41,6 +42,19 @@ std::vector<std::string> onnxInputNames(const std::string& path);
 /// The shapes the model declares for those inputs; a dim without a fixed size (a named or
 /// missing dim, such as a symbolic batch) is -1. Empty when an input declares no shape.
 std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path);
+
+struct OnnxExportOptions {
+    int64_t opset = 13; ///< the default domain's opset version written (13 to 17)
+};
+
+/// Writes `model` (a Graph, a Sequential or Parallel, or a single layer, nested containers
+/// included) to an ONNX file that `onnx.checker` accepts: its parameters and running
+/// statistics as initializers, one ONNX node per layer, and every value's shape for
+/// `inputShapes` (dim 0, the batch, left free). The inference form: batch norm with its
+/// running statistics, dropout as ONNX's Dropout. Throws IoError listing every layer that
+/// has no ONNX counterpart here (docs/onnx.md), or when the file cannot be written.
+void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& path,
+                const OnnxExportOptions& options = {});
 
 /// One serialized ONNX TensorProto (the `input_0.pb` files of ONNX's test data) as a host
 /// tensor: float32, or int32 for int32 and int64 data (IoError for other types).

@@ -10,6 +10,10 @@
 
 #include "GradCheck.h"
 #include "containers/Graph.h"
+#include "containers/Sequential.h"
+#include "models/Zoo.h"
+#include "modules/Activation.h"
+#include "modules/Linear.h"
 
 namespace tessera {
 namespace {
@@ -202,6 +206,72 @@ TEST(Onnx, EveryUnsupportedNodeIsListed) {
         }
         EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
     }
+}
+
+// Export then import: the same module structure, the same outputs, for zoo models that
+// cover every exported layer kind (convolutions, deconvolutions, pools, batch norm, LRN,
+// concat, residual adds, dropout, softmax...).
+TEST(Onnx, ZooModelsRoundTripWithEqualOutputs) {
+    const std::string dir = ::testing::TempDir();
+    for (const char* name : {"lenet", "mlp", "nin", "resnet18-cifar", "inception-bn", "unet"}) {
+        manualSeed(3);
+        ModulePtr net = loadZooModel(name);
+        std::vector<int64_t> dims;
+        for (const ZooEntry& e : zooModels()) {
+            if (e.name == name) dims = parseShape(e.input).dims();
+        }
+        dims[0] = 2;
+        if (std::string(name) == "unet") dims = {1, 1, 64, 64};
+        const Shape in(dims);
+        // Running statistics away from their initial values, so batch norm's export is tested.
+        for (auto [n, t] : net->namedAttrs())
+            t.copyFrom(randomTensor(t.shape(), 5, 0.5f, 1.5f)); // handles: storage shared
+        const std::string path = dir + name + ".onnx";
+        exportOnnx(*net, {in}, path);
+        std::shared_ptr<Graph> back = importOnnx(path);
+        EXPECT_EQ(back->numOfParams(), net->numOfParams()) << name;
+        net->evalMode();
+        back->evalMode();
+        const Tensor x = randomTensor(in, 9);
+        const std::vector<float> a = (*net)(Tensors{x})[0].toVector<float>();
+        const std::vector<float> b = (*back)(Tensors{x})[0].toVector<float>();
+        ASSERT_EQ(a.size(), b.size()) << name;
+        size_t bad = 0;
+        for (size_t i = 0; i < a.size(); ++i) bad += std::fabs(a[i] - b[i]) > 1e-5f + 1e-4f * std::fabs(a[i]);
+        EXPECT_EQ(bad, 0u) << name << ": " << bad << " of " << a.size() << " outputs differ";
+        std::filesystem::remove(path);
+    }
+}
+
+// onnx.checker (Debian's python3-onnx) accepts what Tessera writes.
+TEST(Onnx, ExportPassesOnnxsChecker) {
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
+    }
+    const std::string dir = ::testing::TempDir();
+    for (const char* name : {"inception-bn", "unet", "resnet18-cifar"}) {
+        manualSeed(4);
+        ModulePtr net = loadZooModel(name);
+        const Shape in = std::string(name) == "unet"             ? Shape{1, 1, 64, 64}
+                         : std::string(name) == "resnet18-cifar" ? Shape{1, 3, 32, 32}
+                                                                 : Shape{1, 3, 224, 224};
+        const std::string path = dir + name + "_checked.onnx";
+        exportOnnx(*net, {in}, path);
+        const std::string cmd =
+            "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
+            "full_check=True)' '" +
+            path + "'";
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << name << ": onnx.checker rejects " << path;
+        std::filesystem::remove(path);
+    }
+    // A layer with no ONNX counterpart is an IoError naming it.
+    Sequential seq("s");
+    seq.append(std::make_shared<Linear>(4, 4, LinearOptions{.name = "fc"}))
+        .append(std::make_shared<Activation>(ActivationKind::gelu, ActivationOptions{.name = "act"}));
+    EXPECT_THROW(exportOnnx(seq, {Shape{2, 4}}, dir + "gelu.onnx"), IoError);
+    const std::string msg = errorOf([&] { exportOnnx(seq, {Shape{2, 4}}, dir + "gelu.onnx"); });
+    EXPECT_NE(msg.find("layer act (Activation): activation gelu has no ONNX op"), std::string::npos) << msg;
+    EXPECT_FALSE(std::filesystem::exists(dir + "gelu.onnx")); // nothing half-written
 }
 
 } // namespace
