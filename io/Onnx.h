@@ -3,7 +3,7 @@
 /// initializers their parameters, ready to shape-check, train, save as HDF5 or run.
 ///
 /// Imported ops (default domain, opsets 6 to 17; docs/onnx.md has the table and the
-/// attributes each supports): Conv, Gemm, MatMul (with a constant weight), MaxPool,
+/// attributes each supports): Conv, ConvTranspose, Gemm, MatMul (with a constant weight), MaxPool,
 /// AveragePool, GlobalAveragePool, BatchNormalization, InstanceNormalization, LRN, Relu,
 /// LeakyRelu, Elu, Sigmoid, Tanh, Softplus, Clip, PRelu, Softmax, Dropout, Identity, Flatten,
 /// Reshape (a constant shape), Transpose, Concat, Add and Sum (same-shaped inputs), Mul

@@ -12,6 +12,7 @@ std::function<int()> addTrain(CLI::App& app);
 std::function<int()> addCheck(CLI::App& app);
 std::function<int()> addSummary(CLI::App& app);
 std::function<int()> addDraw(CLI::App& app);
+std::function<int()> addConvert(CLI::App& app);
 
 /// The --input shapes ("1x3x224x224" each), with the batch dim replaced when batch > 0.
 /// std::invalid_argument when there are none or one does not parse.

@@ -1,0 +1,54 @@
+// tessera convert: a model between Tessera's HDF5 files and ONNX, with its weights.
+#include <cstdio>
+
+#include "Commands.h"
+#include "io/Hdf5.h"
+#include "io/Onnx.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct ConvertArgs {
+    std::string in, out;
+    std::vector<std::string> inputs;
+    int64_t batch = 0;
+};
+
+int runConvert(const ConvertArgs& a) {
+    const bool toOnnx = isOnnxPath(a.out);
+    const bool toHdf5 = a.out.size() > 3 && (a.out.compare(a.out.size() - 3, 3, ".h5") == 0 ||
+                                             (a.out.size() > 5 && a.out.compare(a.out.size() - 5, 5, ".hdf5") == 0));
+    if (!toOnnx && !toHdf5) throw UsageError("convert: OUT must end in .onnx, .h5 or .hdf5, got '" + a.out + "'");
+    // With its weights: a zoo model gets fresh (seeded) ones, files keep theirs.
+    ModulePtr net = loadModel(a.in, /*train=*/true);
+    if (toOnnx) {
+        const Shapes shapes = inputsFor(a.in, a.inputs, a.batch);
+        exportOnnx(*net, shapes, a.out);
+        std::printf("wrote %s (ONNX, %lld parameters, inputs %s)\n", a.out.c_str(),
+                    static_cast<long long>(net->numOfParams()), str(shapes).c_str());
+    } else {
+        saveModel(*net, a.out);
+        std::printf("wrote %s (HDF5 with the blueprint, %lld parameters)\n", a.out.c_str(),
+                    static_cast<long long>(net->numOfParams()));
+    }
+    return 0;
+}
+
+} // namespace
+
+std::function<int()> addConvert(CLI::App& app) {
+    auto args = std::make_shared<ConvertArgs>();
+    CLI::App* cmd =
+        app.add_subcommand("convert", "Convert a model between HDF5 (.h5) and ONNX (.onnx), weights included");
+    cmd->add_option("in", args->in, "a zoo model name, a blueprint JSON file, an HDF5 model file or an ONNX file")
+        ->required();
+    cmd->add_option("out", args->out, "the file to write: .onnx or .h5")->required();
+    cmd->add_option("--input", args->inputs,
+                    "input shape for an ONNX file's declared shapes, such as 1x3x224x224 (default: the model's typical "
+                    "or declared input); the batch dim is written free");
+    cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
+    return [args] { return runConvert(*args); };
+}
+
+} // namespace tessera::cli
