@@ -79,5 +79,6 @@
 // io/: blueprints and HDF5 model files
 #include "io/Factory.h"
 #include "io/Hdf5.h"
+#include "io/Npy.h"
 #include "io/Onnx.h"
 #include "io/Summary.h"

@@ -13,6 +13,10 @@ std::function<int()> addCheck(CLI::App& app);
 std::function<int()> addSummary(CLI::App& app);
 std::function<int()> addDraw(CLI::App& app);
 std::function<int()> addConvert(CLI::App& app);
+std::function<int()> addRun(CLI::App& app);
+
+/// "cpu", "cuda" or "cuda:N"; UsageError when no such device can be used, saying why.
+Device parseDevice(const std::string& text);
 
 /// The --input shapes ("1x3x224x224" each), with the batch dim replaced when batch > 0.
 /// std::invalid_argument when there are none or one does not parse.

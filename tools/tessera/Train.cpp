@@ -22,23 +22,6 @@
 
 namespace tessera::cli {
 
-namespace {
-struct TrainArgs {
-    std::string model = "lenet";
-    std::string data = "fashion-mnist";
-    int64_t epochs = 10;
-    int64_t batch = 128;
-    float lr = -1.0f;
-    std::string optimizer = "adam";
-    uint64_t seed = 1;
-    int64_t limit = 0;
-    bool quiet = false;
-    std::string save;
-    std::string device = "cpu";
-    std::string metrics;
-    std::string plot;
-};
-
 // "cpu", "cuda" or "cuda:N"; a CUDA device must exist, else the reason there is none.
 Device parseDevice(const std::string& text) {
     if (text == "cpu") return Device::cpu();
@@ -63,6 +46,23 @@ Device parseDevice(const std::string& text) {
     }
     return Device::cuda(index);
 }
+
+namespace {
+struct TrainArgs {
+    std::string model = "lenet";
+    std::string data = "fashion-mnist";
+    int64_t epochs = 10;
+    int64_t batch = 128;
+    float lr = -1.0f;
+    std::string optimizer = "adam";
+    uint64_t seed = 1;
+    int64_t limit = 0;
+    bool quiet = false;
+    std::string save;
+    std::string device = "cpu";
+    std::string metrics;
+    std::string plot;
+};
 
 // A gnuplot single-quoted string ('' stands for ').
 std::string gnuplotQuoted(const std::string& s) {

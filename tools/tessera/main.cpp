@@ -1,4 +1,4 @@
-// tessera: the command-line program: `tessera train | check | summary | draw | convert | help`.
+// tessera: the command-line program: `tessera train | check | summary | draw | convert | run | help`.
 // Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
 #include <cstdio>
 #include <exception>
@@ -14,9 +14,10 @@ int main(int argc, char** argv) {
     auto summary = tessera::cli::addSummary(app);
     auto draw = tessera::cli::addDraw(app);
     auto convert = tessera::cli::addConvert(app);
+    auto run = tessera::cli::addRun(app);
     CLI::App* help = app.add_subcommand("help", "Print this help, or a command's: tessera help train");
     std::string topic;
-    help->add_option("command", topic, "train, check, summary, draw or convert");
+    help->add_option("command", topic, "train, check, summary, draw, convert or run");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
                     return 0;
                 }
             }
-            std::fprintf(stderr, "tessera: no command '%s'; the commands are train, check, summary, draw, convert\n",
+            std::fprintf(stderr,
+                         "tessera: no command '%s'; the commands are train, check, summary, draw, convert, run\n",
                          topic.c_str());
             return 2;
         }
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
         if (app.got_subcommand("summary")) return summary();
         if (app.got_subcommand("draw")) return draw();
         if (app.got_subcommand("convert")) return convert();
+        if (app.got_subcommand("run")) return run();
     } catch (const tessera::cli::UsageError& e) {
         std::fprintf(stderr, "tessera: %s\n", e.what());
         return 2;

@@ -1,0 +1,54 @@
+#include "io/Npy.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "GradCheck.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+TEST(Npy, RoundTripsFloatAndInt) {
+    const std::string dir = ::testing::TempDir();
+    const Tensor f = randomTensor({2, 3, 4}, 1);
+    writeNpy(f, dir + "f.npy");
+    const Tensor g = readNpy(dir + "f.npy");
+    EXPECT_EQ(g.shape(), f.shape());
+    EXPECT_EQ(g.toVector<float>(), f.toVector<float>());
+    const Tensor i = Tensor::fromVector({5}, std::vector<int32_t>{3, -1, 0, 7, 2});
+    writeNpy(i, dir + "i.npy");
+    const Tensor j = readNpy(dir + "i.npy");
+    EXPECT_EQ(j.dtype(), DType::int32);
+    EXPECT_EQ(j.toVector<int32_t>(), i.toVector<int32_t>());
+}
+
+// NumPy reads what Tessera writes and the other way round (float64 and int64 convert).
+TEST(Npy, InteroperatesWithNumpy) {
+    if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0) GTEST_SKIP() << "no numpy";
+    const std::string dir = ::testing::TempDir();
+    writeNpy(Tensor::arange(6).reshape({2, 3}), dir + "mine.npy");
+    const std::string script = "import numpy as np, sys; d = sys.argv[1]; a = np.load(d + 'mine.npy'); "
+                               "assert a.dtype == np.float32 and a.shape == (2, 3) and a[1, 2] == 5, a; "
+                               "np.save(d + 'theirs64.npy', np.arange(6, dtype=np.float64).reshape(3, 2) / 2); "
+                               "np.save(d + 'labels.npy', np.array([1, 2, 3], dtype=np.int64))";
+    ASSERT_EQ(std::system(("/usr/bin/python3 -c \"" + script + "\" '" + dir + "'").c_str()), 0);
+    const Tensor t = readNpy(dir + "theirs64.npy");
+    EXPECT_EQ(t.shape(), (Shape{3, 2}));
+    EXPECT_TRUE(allClose(t, {0, 0.5f, 1, 1.5f, 2, 2.5f}));
+    EXPECT_EQ(readNpy(dir + "labels.npy").toVector<int32_t>(), (std::vector<int32_t>{1, 2, 3}));
+}
+
+TEST(Npy, BadFilesAreIoErrorsNamingThem) {
+    const std::string dir = ::testing::TempDir();
+    EXPECT_THROW(readNpy(dir + "missing.npy"), IoError);
+    std::ofstream(dir + "junk.npy") << "hello";
+    EXPECT_NE(errorOf([&] { readNpy(dir + "junk.npy"); }).find("junk.npy: not a .npy file"), std::string::npos);
+    writeNpy(randomTensor({4, 4}, 2), dir + "cut.npy");
+    std::filesystem::resize_file(dir + "cut.npy", std::filesystem::file_size(dir + "cut.npy") - 8);
+    EXPECT_NE(errorOf([&] { readNpy(dir + "cut.npy"); }).find("cut.npy: truncated"), std::string::npos);
+}
+
+} // namespace
+} // namespace tessera
