@@ -30,11 +30,15 @@
 #include "modules/LRN.h"
 #include "modules/Linear.h"
 #include "modules/PRelu.h"
+#include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
 #include "modules/Reshape.h"
 #include "modules/SoftMax.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
 #include "modules/Transpose.h"
+#include "modules/Upsample.h"
 
 namespace tessera {
 
@@ -482,6 +486,31 @@ private:
             m->getVar("bias")->data.copyFrom(bias.tensor.reshape({maps}));
             return define(n, m, dataInputs(n, 1));
         }
+        if (op == "Pad") return importPad(n, a);
+        if (op == "Split") {
+            a.only({"axis", "split"});
+            std::vector<int64_t> sizes = a.ints("split");
+            if (n.input_size() > 1 && !n.input(1).empty()) sizes = requireConstant(n, 1, "the split sizes").ints;
+            if (sizes.empty()) throw Unsupported{"equal splits without sizes are not supported (give split)"};
+            if (static_cast<int>(sizes.size()) != n.output_size())
+                throw Unsupported{"split sizes do not match the outputs"};
+            const int64_t axis = resolveAxis(n, 0, a.i("axis", 0));
+            return define(n, std::make_shared<Split>(static_cast<int>(axis), sizes), dataInputs(n, 1));
+        }
+        if (op == "Tile") {
+            a.only({});
+            const Constant& reps = requireConstant(n, 1, "the repeats");
+            int64_t axis = -1, times = 1;
+            for (size_t d = 0; d < reps.ints.size(); ++d) {
+                if (reps.ints[d] == 1) continue;
+                if (axis >= 0) throw Unsupported{"repeats along more than one dim are not supported"};
+                axis = static_cast<int64_t>(d);
+                times = reps.ints[d];
+            }
+            if (axis < 0) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+            return define(n, std::make_shared<Tile>(static_cast<int>(axis), times), dataInputs(n, 1));
+        }
+        if (op == "Upsample" || op == "Resize") return importResize(n, a);
         if (op == "Transpose") {
             a.only({"perm"});
             std::vector<int64_t> perm = a.ints("perm");
@@ -552,6 +581,81 @@ private:
             return define(n, std::make_shared<SoftMax>(), dataInputs(n, 1));
         }
         throw Unsupported{"op " + op + " is not supported"};
+    }
+
+    // Pad: spatial dims only (Tessera's PadND), constant or reflect.
+    void importPad(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"mode", "pads", "value"});
+        const std::string mode = a.s("mode", "constant");
+        if (mode != "constant" && mode != "reflect")
+            throw Unsupported{"mode " + mode + " (constant and reflect are supported)"};
+        std::vector<int64_t> pads = a.ints("pads");
+        float value = a.f("value", 0.0f);
+        if (n.input_size() > 1 && !n.input(1).empty()) pads = requireConstant(n, 1, "the pads").ints;
+        if (n.input_size() > 2 && !n.input(2).empty())
+            value = requireConstant(n, 2, "the constant value").tensor.toVector<float>().at(0);
+        if (n.input_size() > 3 && !n.input(3).empty()) throw Unsupported{"the axes input is not supported"};
+        const size_t rank = pads.size() / 2;
+        if (rank < 3 || rank > 4 || pads.size() % 2)
+            throw Unsupported{"pads for rank " + std::to_string(rank) + " (3 and 4 are supported)"};
+        if (pads[0] || pads[1] || pads[rank] || pads[rank + 1])
+            throw Unsupported{"padding the batch or channel dim is not supported"};
+        std::vector<int64_t> loHi; // (lo, hi) per spatial dim
+        for (size_t d = 2; d < rank; ++d) {
+            loHi.push_back(pads[d]);
+            loHi.push_back(pads[rank + d]);
+        }
+        for (int64_t p : loHi) {
+            if (p < 0) throw Unsupported{"negative pads (cropping) are not supported"};
+        }
+        const PadOptions o{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant, .fillValue = value};
+        ModulePtr m;
+        if (rank == 3) m = std::make_shared<Pad1D>(loHi, o);
+        if (rank == 4) m = std::make_shared<Pad2D>(loHi, o);
+        return define(n, m, dataInputs(n, 1));
+    }
+
+    // Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
+    void importResize(const onnx::NodeProto& n, const Attributes& a) {
+        const bool resize = n.op_type() == "Resize";
+        if (resize) {
+            a.only({"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                    "extrapolation_value"});
+        } else {
+            a.only({"mode", "scales"});
+        }
+        const std::string mode = a.s("mode", "nearest");
+        if (mode != "nearest") throw Unsupported{"mode " + mode + " (nearest is supported)"};
+        if (resize) {
+            const std::string ctm = a.s("coordinate_transformation_mode", "half_pixel");
+            const std::string nm = a.s("nearest_mode", "round_prefer_floor");
+            // With an integer scale, nearest picks input index floor(out / scale) under these rules.
+            if (!(ctm == "asymmetric" && nm == "floor") && !(ctm == "half_pixel" && nm != "ceil")) {
+                throw Unsupported{"coordinate_transformation_mode " + ctm + " with nearest_mode " + nm};
+            }
+        }
+        std::vector<float> scales;
+        if (!resize && a.has("scales")) {
+            const onnx::AttributeProto* sc = a.get("scales");
+            scales.assign(sc->floats().begin(), sc->floats().end());
+        } else {
+            const int k = resize ? 2 : 1;
+            if (resize && n.input_size() > 3 && !n.input(3).empty()) throw Unsupported{"sizes instead of scales"};
+            scales = requireConstant(n, k, "the scales").tensor.toVector<float>();
+        }
+        if (scales.size() < 3 || scales[0] != 1 || scales[1] != 1)
+            throw Unsupported{"scales of the batch or channel dim"};
+        const float s = scales[2];
+        for (size_t d = 2; d < scales.size(); ++d) {
+            if (scales[d] != s) throw Unsupported{"different scales per dim"};
+        }
+        if (s != std::floor(s) || s < 1)
+            throw Unsupported{"a scale of " + std::to_string(s) + " (integer scales are supported)"};
+        ModulePtr m;
+        if (scales.size() == 4) m = std::make_shared<Upsample2D>(static_cast<int64_t>(s));
+        if (scales.size() == 5) m = std::make_shared<Upsample3D>(static_cast<int64_t>(s));
+        if (!m) throw Unsupported{"rank " + std::to_string(scales.size()) + " (4 and 5 are supported)"};
+        return define(n, m, dataInputs(n, 1));
     }
 
     void importDropout(const onnx::NodeProto& n, const Attributes& a) {

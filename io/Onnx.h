@@ -6,8 +6,9 @@
 /// attributes each supports): Conv, ConvTranspose, Gemm, MatMul (with a constant weight), MaxPool,
 /// AveragePool, GlobalAveragePool, BatchNormalization, InstanceNormalization, LRN, Relu,
 /// LeakyRelu, Elu, Sigmoid, Tanh, Softplus, Clip, PRelu, Softmax, Dropout, Identity, Flatten,
-/// Reshape (a constant shape), Transpose, Concat, Add and Sum (same-shaped inputs), Mul
-/// (same-shaped inputs). Constant nodes feed the inputs that must be constant.
+/// Reshape (a constant shape), Transpose, Concat, Split, Pad, Tile, Resize and Upsample
+/// (nearest, integer scales), Add and Sum (same-shaped inputs), Mul (same-shaped inputs).
+/// Constant nodes feed the inputs that must be constant.
 
 #include <map>
 #include <memory>

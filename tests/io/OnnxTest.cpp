@@ -172,6 +172,33 @@ TEST(Onnx, ConformanceWithOnnxsOwnTestCases) {
     EXPECT_TRUE(problems.empty()) << problems.size() << " problem(s):" << all;
 }
 
+// Op forms ONNX's data has no passing case of (Resize/Upsample nearest, Tile along one dim),
+// with expected outputs computed by NumPy from the operator definitions
+// (tests/io/onnx_extra_cases.py, with Debian's python3-onnx).
+TEST(Onnx, ExtraCasesAgainstNumpy) {
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
+    }
+    const char* sourceDir = std::getenv("TESSERA_SOURCE_DIR");
+    const std::string script =
+        std::string(sourceDir && *sourceDir ? sourceDir : TESSERA_SOURCE_DIR) + "/tests/io/onnx_extra_cases.py";
+    const fs::path root = fs::path(::testing::TempDir()) / "onnx_extra_cases";
+    fs::remove_all(root);
+    ASSERT_EQ(std::system(("/usr/bin/python3 '" + script + "' '" + root.string() + "'").c_str()), 0);
+    int cases = 0;
+    for (const auto& c : fs::directory_iterator(root)) {
+        ++cases;
+        std::string result;
+        try {
+            result = runCase(c.path() / "model.onnx", c.path());
+        } catch (const Error& e) {
+            result = e.what();
+        }
+        EXPECT_EQ(result, "") << c.path().filename().string();
+    }
+    EXPECT_EQ(cases, 9);
+}
+
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
     const std::string dir = ::testing::TempDir();
     const std::string junk = dir + "junk.onnx";
