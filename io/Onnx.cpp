@@ -1209,6 +1209,59 @@ private:
             return;
         }
         if (cls == "Transpose") return attr(node("Transpose", in, out, path), "perm", schemeInts(bp, "axes"));
+        if (cls == "Pad1D" || cls == "Pad2D") {
+            const std::vector<int64_t> loHi = schemeInts(bp, "pad"); // (lo, hi) per spatial dim
+            const size_t rank = inShapes[0].rank();
+            std::vector<int64_t> pads(2 * rank, 0); // ONNX: every dim's begin, then every dim's end
+            for (size_t d = 2; d < rank; ++d) {
+                pads[d] = loHi.at(2 * (d - 2));
+                pads[rank + d] = loHi.at(2 * (d - 2) + 1);
+            }
+            const std::string mode = schemeString(bp, "mode");
+            onnx::NodeProto* n = node("Pad",
+                                      {in[0], initInts(path + ".pads", pads),
+                                       initScalar(path + ".value", schemeFloat(bp, "fillValue", 0.0f))},
+                                      out, path);
+            auto* a = n->add_attribute();
+            a->set_name("mode");
+            a->set_type(onnx::AttributeProto::STRING);
+            a->set_s(mode.empty() ? "constant" : mode);
+            return;
+        }
+        if (cls == "Split") {
+            onnx::NodeProto* n =
+                node("Split", {in[0], initInts(path + ".split", schemeInts(bp, "sections"))}, out, path);
+            attr(n, "axis", schemeInt(bp, "axis", 1));
+            return;
+        }
+        if (cls == "Tile") {
+            const size_t rank = inShapes[0].rank();
+            int64_t axis = schemeInt(bp, "axis", 0);
+            if (axis < 0) axis += static_cast<int64_t>(rank);
+            std::vector<int64_t> reps(rank, 1);
+            reps.at(static_cast<size_t>(axis)) = schemeInt(bp, "times", 1);
+            node("Tile", {in[0], initInts(path + ".repeats", reps)}, out, path);
+            return;
+        }
+        if (cls == "Upsample2D" || cls == "Upsample3D") {
+            if (schemeString(bp, "mode") != "nearest") throw Unsupported{"linear upsampling is not exported"};
+            const float sc = static_cast<float>(schemeInt(bp, "scale", 2));
+            std::vector<float> scales(inShapes[0].rank(), sc);
+            scales[0] = scales[1] = 1.0f;
+            onnx::NodeProto* n = node(
+                "Resize",
+                {in[0], "", init(path + ".scales", Tensor::fromVector({static_cast<int64_t>(scales.size())}, scales))},
+                out, path);
+            for (const auto& [k, v] : {std::pair<const char*, const char*>{"mode", "nearest"},
+                                       {"coordinate_transformation_mode", "asymmetric"},
+                                       {"nearest_mode", "floor"}}) {
+                auto* a = n->add_attribute();
+                a->set_name(k);
+                a->set_type(onnx::AttributeProto::STRING);
+                a->set_s(v);
+            }
+            return;
+        }
         throw Unsupported{"no ONNX counterpart is exported for " + cls};
     }
 };

@@ -13,7 +13,20 @@
 #include "containers/Sequential.h"
 #include "models/Zoo.h"
 #include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/Concat.h"
+#include "modules/Flatten.h"
+#include "modules/Identity.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/SoftMax.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
 
 namespace tessera {
 namespace {
@@ -268,6 +281,51 @@ TEST(Onnx, ZooModelsRoundTripWithEqualOutputs) {
         EXPECT_EQ(bad, 0u) << name << ": " << bad << " of " << a.size() << " outputs differ";
         std::filesystem::remove(path);
     }
+}
+
+// The layers no zoo model has: pad, split, tile, upsample, transpose, PRelu, LRN, instance
+// norm, clip, leaky relu, softmax, a shared module (written twice), through export and back.
+TEST(Onnx, EveryExportedLayerRoundTrips) {
+    manualSeed(6);
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto pad =
+        node(std::make_shared<Pad2D>(std::vector<int64_t>{1, 0, 2, 1}, PadOptions{.mode = PadMode::reflect}), x, "pad");
+    auto split = node(std::make_shared<Split>(1, std::vector<int64_t>{2, 2}), pad, "split");
+    auto up = node(std::make_shared<Upsample2D>(2), Parent(split, 0), "up");
+    auto lrn = node(std::make_shared<CrossMapLRN>(LRNOptions{.N = 3}), Parent(split, 1), "lrn");
+    auto lrnUp = node(std::make_shared<Upsample2D>(2), lrn, "lrnUp");
+    auto cat = node(std::make_shared<Concat>(1), {up, lrnUp}, "cat");
+    auto inorm = node(std::make_shared<InstanceNorm2D>(4), cat, "inorm");
+    auto prelu = node(std::make_shared<PRelu>(4), inorm, "prelu");
+    auto tile = node(std::make_shared<Tile>(2, 2), prelu, "tile");
+    auto tr = node(std::make_shared<Transpose>(std::vector<int64_t>{0, 1, 3, 2}), tile, "tr");
+    auto clip = node(std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = -0.5f, .max = 0.7f}),
+                     tr, "clip");
+    auto leaky =
+        node(std::make_shared<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = 0.2f}), tr, "leaky");
+    auto sum = node(std::make_shared<Add>(), {clip, leaky}, "sum");
+    auto flat = node(std::make_shared<Flatten>(), sum, "flat");
+    auto soft = node(std::make_shared<SoftMax>(), flat, "soft");
+    Graph g({x}, {soft}, "layers");
+    for (const auto& [n, v] : g.namedParams()) v->data.copyFrom(randomTensor(v->data.shape(), 3, 0.5f, 1.5f));
+    const Shape in{2, 4, 5, 6};
+    const std::string path = ::testing::TempDir() + "layers.onnx";
+    exportOnnx(g, {in}, path);
+    std::shared_ptr<Graph> back = importOnnx(path);
+    g.evalMode();
+    back->evalMode();
+    const Tensor input = randomTensor(in, 8);
+    const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) { // and ONNX's checker takes it
+        const std::string cmd =
+            "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
+            "full_check=True)' '" +
+            path + "'";
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+    }
+    std::filesystem::remove(path);
 }
 
 // onnx.checker (Debian's python3-onnx) accepts what Tessera writes.
