@@ -280,7 +280,6 @@ std::string flopsText(double flops) {
     return buf;
 }
 
-namespace {
 std::string bytesText(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
@@ -293,6 +292,7 @@ std::string bytesText(double bytes) {
     return buf;
 }
 
+namespace {
 std::string clip(const std::string& s, size_t width) { return s.size() <= width ? s : s.substr(0, width - 3) + "..."; }
 } // namespace
 

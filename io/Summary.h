@@ -49,6 +49,8 @@ std::string summaryTable(const std::vector<SummaryRow>& rows, bool connections);
 std::string thousands(int64_t n);
 /// 3.63 GFLOPs, 412.5 kFLOPs, 12 FLOPs.
 std::string flopsText(double flops);
+/// 97.5 MiB, 3.1 KiB, 12.0 B.
+std::string bytesText(double bytes);
 
 /// A Graphviz graph of the rows: one ellipse per model input with its shape, a box per
 /// row with its attributes and parameters, the shapes on the edges, and one ellipse per

@@ -23,18 +23,6 @@ struct InspectArgs {
     std::string output;
 };
 
-std::string human(double bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) {
-        bytes /= 1024;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
-    return buf;
-}
-
 // The rows, or on a shape failure: the model's report (as check prints it) and the table
 // up to the failure, then exit code 1.
 bool rowsOrReport(Module& net, const Shapes& inputs, int depth, std::vector<SummaryRow>& rows) {
@@ -64,13 +52,14 @@ int runSummary(const InspectArgs& a) {
     const double fixed = 4 * params * (2 + a.optimizerStates);
     std::printf("planned peak memory (CPU): inference %s, training step %s (train forward %s), beyond the inputs "
                 "and parameters\n",
-                human(static_cast<double>(plan.inference)).c_str(), human(static_cast<double>(plan.training)).c_str(),
-                human(static_cast<double>(plan.trainForward)).c_str());
+                bytesText(static_cast<double>(plan.inference)).c_str(),
+                bytesText(static_cast<double>(plan.training)).c_str(),
+                bytesText(static_cast<double>(plan.trainForward)).c_str());
     std::printf("training memory: %s = parameters %s + gradients %s + optimizer state %s (%d per parameter) + planned "
                 "step peak %s\n",
-                human(fixed + static_cast<double>(plan.training)).c_str(), human(4 * params).c_str(),
-                human(4 * params).c_str(), human(4 * params * a.optimizerStates).c_str(), a.optimizerStates,
-                human(static_cast<double>(plan.training)).c_str());
+                bytesText(fixed + static_cast<double>(plan.training)).c_str(), bytesText(4 * params).c_str(),
+                bytesText(4 * params).c_str(), bytesText(4 * params * a.optimizerStates).c_str(), a.optimizerStates,
+                bytesText(static_cast<double>(plan.training)).c_str());
     return 0;
 }
 
