@@ -28,10 +28,11 @@ struct MemoryStats {
 };
 
 /// Element-wise activation functions.
-enum class ActivationKind { sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu };
+enum class ActivationKind { sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish };
 
 /// An activation and its constants: leakyRelu slope in `alpha`; elu alpha in `alpha`;
-/// clip bounds in `alpha` (min) and `beta` (max).
+/// clip bounds in `alpha` (min) and `beta` (max); hardSigmoid's slope in `alpha` and offset
+/// in `beta`.
 struct ActivationParams {
     ActivationKind kind = ActivationKind::relu;
     float alpha = 0.0f;

@@ -143,6 +143,8 @@ __device__ float activate(ActivationKind kind, float alpha, float beta, float x)
     case ActivationKind::softPlus: return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
     case ActivationKind::clip: return fminf(fmaxf(x, alpha), beta);
     case ActivationKind::gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118f));
+    case ActivationKind::hardSigmoid: return fminf(fmaxf(alpha * x + beta, 0.0f), 1.0f);
+    case ActivationKind::hardSwish: return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
     }
     return x;
 }
@@ -158,6 +160,11 @@ __device__ float activateBackward(ActivationKind kind, float alpha, float beta, 
     case ActivationKind::clip: return x > alpha && x < beta ? dy : 0.0f;
     case ActivationKind::gelu:
         return dy * (0.5f * (1.0f + erff(x * 0.70710678118f)) + x * 0.39894228040f * expf(-0.5f * x * x));
+    case ActivationKind::hardSigmoid: {
+        const float u = alpha * x + beta;
+        return u > 0.0f && u < 1.0f ? alpha * dy : 0.0f;
+    }
+    case ActivationKind::hardSwish: return x < -3.0f ? 0.0f : x > 3.0f ? dy : dy * (x / 3.0f + 0.5f);
     }
     return dy;
 }

@@ -198,6 +198,8 @@ const std::map<std::string, Builder>& table() {
                                                                    .alpha = a.f("alpha", 1.0f),
                                                                    .min = a.f("min", 0.0f),
                                                                    .max = a.f("max", 6.0f),
+                                                                   .hardSlope = a.f("hardSlope", 1.0f / 6.0f),
+                                                                   .hardOffset = a.f("hardOffset", 0.5f),
                                                                    .name = a.name()});
          }},
         {"SoftMax", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<SoftMax>(a.name()); }},

@@ -1175,6 +1175,13 @@ private:
                      out, path);
                 return;
             }
+            if (kind == "hardSigmoid") {
+                onnx::NodeProto* n = node("HardSigmoid", in, out, path);
+                attr(n, "alpha", schemeFloat(bp, "hardSlope", 1.0f / 6.0f));
+                attr(n, "beta", schemeFloat(bp, "hardOffset", 0.5f));
+                return;
+            }
+            if (kind == "hardSwish" && opset_ >= 14) return void(node("HardSwish", in, out, path));
             throw Unsupported{"activation " + kind + " has no ONNX op at this opset"};
         }
         if (cls == "PRelu") {

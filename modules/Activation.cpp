@@ -5,10 +5,16 @@
 namespace tessera {
 
 namespace {
-constexpr std::pair<ActivationKind, const char*> kNames[] = {
-    {ActivationKind::sigmoid, "sigmoid"},     {ActivationKind::tanh, "tanh"}, {ActivationKind::relu, "relu"},
-    {ActivationKind::leakyRelu, "leakyRelu"}, {ActivationKind::elu, "elu"},   {ActivationKind::softPlus, "softPlus"},
-    {ActivationKind::clip, "clip"},           {ActivationKind::gelu, "gelu"}};
+constexpr std::pair<ActivationKind, const char*> kNames[] = {{ActivationKind::sigmoid, "sigmoid"},
+                                                             {ActivationKind::tanh, "tanh"},
+                                                             {ActivationKind::relu, "relu"},
+                                                             {ActivationKind::leakyRelu, "leakyRelu"},
+                                                             {ActivationKind::elu, "elu"},
+                                                             {ActivationKind::softPlus, "softPlus"},
+                                                             {ActivationKind::clip, "clip"},
+                                                             {ActivationKind::gelu, "gelu"},
+                                                             {ActivationKind::hardSigmoid, "hardSigmoid"},
+                                                             {ActivationKind::hardSwish, "hardSwish"}};
 } // namespace
 
 std::string str(ActivationKind kind) {
@@ -41,6 +47,14 @@ Activation::Activation(ActivationKind kind, const ActivationOptions& options)
         params_.alpha = options.min;
         params_.beta = options.max;
         break;
+    case ActivationKind::hardSigmoid:
+        if (!(options.hardSlope > 0.0f)) {
+            throw ModuleError("Activation hardSigmoid: hardSlope must be positive, got " +
+                              std::to_string(options.hardSlope));
+        }
+        params_.alpha = options.hardSlope;
+        params_.beta = options.hardOffset;
+        break;
     default: break;
     }
 }
@@ -70,6 +84,10 @@ Blueprint Activation::blueprint() const {
     case ActivationKind::clip:
         bp.scheme.emplace_back("min", static_cast<double>(options_.min));
         bp.scheme.emplace_back("max", static_cast<double>(options_.max));
+        break;
+    case ActivationKind::hardSigmoid:
+        bp.scheme.emplace_back("hardSlope", static_cast<double>(options_.hardSlope));
+        bp.scheme.emplace_back("hardOffset", static_cast<double>(options_.hardOffset));
         break;
     default: break;
     }

@@ -7,15 +7,19 @@
 namespace tessera {
 
 struct ActivationOptions {
-    float slope = 0.01f; ///< leakyRelu: y = slope * x for x < 0
-    float alpha = 1.0f;  ///< elu: y = alpha * (exp(x) - 1) for x < 0
-    float min = 0.0f;    ///< clip: lower bound
-    float max = 6.0f;    ///< clip: upper bound
+    float slope = 0.01f;           ///< leakyRelu: y = slope * x for x < 0
+    float alpha = 1.0f;            ///< elu: y = alpha * (exp(x) - 1) for x < 0
+    float min = 0.0f;              ///< clip: lower bound
+    float max = 6.0f;              ///< clip: upper bound
+    float hardSlope = 1.0f / 6.0f; ///< hardSigmoid: y = clip(hardSlope * x + hardOffset, 0, 1)
+    float hardOffset = 0.5f;       ///< hardSigmoid's offset
     std::string name = {};
 };
 
 /// x: any shape -> y: same shape, y = f(x) for f in sigmoid, tanh, relu, leakyRelu, elu,
-/// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)), gelu (x * Phi(x), exact erf form).
+/// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)), gelu (x * Phi(x), exact erf form),
+/// hardSigmoid (clip(hardSlope * x + hardOffset, 0, 1); ONNX's HardSigmoid), hardSwish
+/// (x * clip(x / 6 + 1/2, 0, 1); ONNX's HardSwish).
 class Activation : public Module {
 public:
     explicit Activation(ActivationKind kind, const ActivationOptions& options = {});

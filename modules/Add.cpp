@@ -69,16 +69,47 @@ Blueprint Add::blueprint() const {
     return bp;
 }
 
-void Mul::checkDataShape(const Shapes& inShapes) const { requireSameShapes(*this, inShapes, 2); }
+namespace {
+// True when `gate` is `x`'s per-channel gate: [N, C, 1, ...] against x [N, C, ...], same rank.
+bool gates(const Shape& gate, const Shape& x) {
+    if (gate.rank() != x.rank() || x.rank() < 3 || gate == x) return false;
+    if (gate[0] != x[0] || gate[1] != x[1]) return false;
+    for (size_t d = 2; d < gate.rank(); ++d) {
+        if (gate[static_cast<int64_t>(d)] != 1) return false;
+    }
+    return true;
+}
+} // namespace
 
-Shapes Mul::dataShapeFrom(const Shapes& inShapes) const { return {inShapes[0]}; }
-
-Shapes Mul::gradShapeFrom(const Shapes& outGradShapes) const {
-    return Shapes(lastInShapes("gradShapeFrom").size(), outGradShapes[0]);
+void Mul::checkDataShape(const Shapes& inShapes) const {
+    if (inShapes.size() == 2 && (gates(inShapes[0], inShapes[1]) || gates(inShapes[1], inShapes[0]))) return;
+    if (inShapes.size() == 2 && inShapes[0] != inShapes[1]) {
+        throw shapeError("input 1 " + inShapes[1].str() + " differs from input 0 " + inShapes[0].str() +
+                         "; expected one shape, or a per-channel gate [N, C, 1, ...] of the other");
+    }
+    requireSameShapes(*this, inShapes, 2);
 }
 
-// x_i: same shape -> y = prod x_i
+Shapes Mul::dataShapeFrom(const Shapes& inShapes) const {
+    return {inShapes.size() == 2 && gates(inShapes[0], inShapes[1]) ? inShapes[1] : inShapes[0]};
+}
+
+Shapes Mul::gradShapeFrom(const Shapes& outGradShapes) const {
+    const Shapes& in = lastInShapes("gradShapeFrom");
+    if (in.size() == 2 && in[0] != in[1]) return in; // a gate's gradient has the gate's shape
+    return Shapes(in.size(), outGradShapes[0]);
+}
+
+// x_i: same shape -> y = prod x_i; or x [N, C, ...] and a gate g [N, C, 1, ...] -> y = x g
 Tensors Mul::updateData(const Tensors& data) {
+    if (data.size() == 2 && data[0].shape() != data[1].shape()) {
+        const bool gateFirst = gates(data[0].shape(), data[1].shape());
+        const Tensor& x = gateFirst ? data[1] : data[0];
+        const Tensor& g = gateFirst ? data[0] : data[1];
+        Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+        backendOf(y).mulChannels(x, g, y);
+        return {y};
+    }
     Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
     Backend& be = backendOf(y);
     be.mul(data[0], data[1], y);
@@ -89,6 +120,24 @@ Tensors Mul::updateData(const Tensors& data) {
 Tensors Mul::updateGrad(const Tensors& grad) {
     const Tensors& x = inDataList();
     Backend& be = backendOf(grad[0]);
+    if (x.size() == 2 && x[0].shape() != x[1].shape()) {
+        // dx = dy g per channel; dg[n, c] = sum over the plane of dy x (a GEMV against ones).
+        const bool gateFirst = gates(x[0].shape(), x[1].shape());
+        const Tensor& data = gateFirst ? x[1] : x[0];
+        const Tensor& g = gateFirst ? x[0] : x[1];
+        const Tensor& dy = grad[0];
+        Tensor dx = Tensor::empty(data.shape(), DType::float32, dy.device());
+        be.mulChannels(dy, g, dx);
+        const int64_t planes = g.numel(), inner = data.numel() / planes;
+        Tensor prod = Tensor::empty({planes, inner}, DType::float32, dy.device());
+        be.mul(dy, data, prod);
+        Tensor ones = Tensor::empty({inner, 1}, DType::float32, dy.device());
+        be.fill(ones, 1.0f);
+        Tensor dg = Tensor::empty({planes, 1}, DType::float32, dy.device());
+        be.gemm(false, false, 1.0f, prod, ones, 0.0f, dg);
+        dg = dg.reshape(g.shape());
+        return gateFirst ? Tensors{dg, dx} : Tensors{dx, dg};
+    }
     Tensors dx;
     for (size_t i = 0; i < x.size(); ++i) {
         Tensor g = grad[0].clone();

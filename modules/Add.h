@@ -39,7 +39,9 @@ private:
 using Sum = Add;
 
 /// [x_0, ..., x_k] (same shape) -> y = x_0 * x_1 * ... element-wise;
-/// dx_i = dy * prod_{j != i} x_j.
+/// dx_i = dy * prod_{j != i} x_j. Two inputs may also be x [N, C, ...] and a per-channel
+/// gate g [N, C, 1, ...] of the same rank, in either order (a squeeze-and-excitation
+/// block's scaling): y = x * g broadcast over the plane, dg the plane sums of dy * x.
 class Mul : public Module {
 public:
     explicit Mul(std::string name = {}) : Module(std::move(name)) {}
@@ -49,7 +51,7 @@ public:
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// At least two inputs, all of the same shape.
+    /// At least two inputs, all of the same shape, or x and its per-channel gate.
     void checkDataShape(const Shapes& inShapes) const override;
 
 protected:

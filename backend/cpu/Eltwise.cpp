@@ -5,6 +5,8 @@
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
+#include <cmath>
+
 namespace tessera {
 
 using namespace dnnl_util;
@@ -29,6 +31,8 @@ EltwiseAlgs algsOf(ActivationKind kind) {
     case ActivationKind::softPlus: return {algorithm::eltwise_soft_relu, algorithm::eltwise_soft_relu, false};
     case ActivationKind::clip: return {algorithm::eltwise_clip_v2, algorithm::eltwise_clip_v2, false};
     case ActivationKind::gelu: return {algorithm::eltwise_gelu_erf, algorithm::eltwise_gelu_erf, false};
+    case ActivationKind::hardSwish: return {algorithm::eltwise_hardswish, algorithm::eltwise_hardswish, false};
+    case ActivationKind::hardSigmoid: break; // no oneDNN algorithm in this version: a loop below
     }
     throw BackendError("CpuBackend: unknown activation");
 }
@@ -69,12 +73,31 @@ const EltwisePrims& forwardPrims(const ActivationParams& act, const dnnl::memory
     });
 }
 
+// hardSigmoid maps 0 to its offset, so it runs on plain tensors only (blocked padding stays zero).
+void requirePlain(const Tensor& t, const char* where) {
+    if (t.layout() != Layout::plain) {
+        throw BackendError(std::string("CpuBackend::") + where + ": hardSigmoid needs plain tensors");
+    }
+}
+
+constexpr int64_t kLoopParallelMin = 1 << 15;
+
 } // namespace
 
 // x, y: same shape and layout
 void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
     if (y.shape() != x.shape() || y.layout() != x.layout()) {
         throw ShapeError("CpuBackend::activationForward: x and y differ in shape or layout");
+    }
+    if (act.kind == ActivationKind::hardSigmoid) {
+        requirePlain(x, "activationForward");
+        const float* px = x.data<float>();
+        float* py = y.data<float>();
+        const int64_t n = x.numel();
+        const float a = act.alpha, b = act.beta;
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = std::fmin(std::fmax(a * px[i] + b, 0.0f), 1.0f);
+        return;
     }
     const auto md = viewOf(x);
     const auto& prims = forwardPrims(act, md);
@@ -90,6 +113,20 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
         throw ShapeError("CpuBackend::activationBackward: x, dy and dx differ in shape or layout");
     }
     const Tensor dyIn = dy.toLayout(x.layout());
+    if (act.kind == ActivationKind::hardSigmoid) { // dx = a dy inside (0, 1), 0 where clipped
+        requirePlain(x, "activationBackward");
+        const float* px = x.data<float>();
+        const float* pdy = dyIn.data<float>();
+        float* pdx = dx.data<float>();
+        const int64_t n = x.numel();
+        const float a = act.alpha, b = act.beta;
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i) {
+            const float u = a * px[i] + b;
+            pdx[i] = u > 0.0f && u < 1.0f ? a * pdy[i] : 0.0f;
+        }
+        return;
+    }
     const auto md = viewOf(x);
     static PrimitiveCache<dnnl::eltwise_backward> cache;
     const EltwiseAlgs algs = algsOf(act.kind);

@@ -241,6 +241,8 @@ TEST(CudaConsistency, EveryModule) {
         {"softPlus", make<Activation>(ActivationKind::softPlus), {{3, 7}}},
         {"clip", make<Activation>(ActivationKind::clip, ActivationOptions{.min = -0.5f, .max = 0.5f}), {{3, 7}}},
         {"Gelu", make<Gelu>(), {{3, 7}}},
+        {"hardSigmoid", make<Activation>(ActivationKind::hardSigmoid, ActivationOptions{.hardSlope = 0.2f}), {{3, 7}}},
+        {"hardSwish", make<Activation>(ActivationKind::hardSwish), {{3, 7}}},
         {"PRelu", make<PRelu>(4), {{2, 4, 3, 3}}},
         {"PRelu shared", make<PRelu>(4, PReluOptions{.sharedMaps = true, .init = 0.1f}), {{2, 4, 3}}},
         {"SoftMax", make<SoftMax>(), {{3, 5, 2}}},

@@ -8,7 +8,7 @@ namespace tessera {
 namespace {
 using namespace testing;
 
-const std::vector<float> kX = {-2.0f, -0.5f, 0.25f, 1.0f, 3.0f, 7.0f};
+const std::vector<float> kX = {-4.0f, -0.5f, 0.25f, 1.0f, 3.5f, 7.0f};
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
@@ -39,7 +39,30 @@ const Case kCases[] = {
      {.min = -1.0f, .max = 2.0f},
      [](float x) { return std::fmin(std::fmax(x, -1.0f), 2.0f); },
      [](float x) { return x > -1.0f && x < 2.0f ? 1.0f : 0.0f; }},
+    // ONNX's default HardSigmoid (alpha 0.2, beta 0.5): kinks at -2.5 and 2.5.
+    {ActivationKind::hardSigmoid,
+     {.hardSlope = 0.2f, .hardOffset = 0.5f},
+     [](float x) { return std::fmin(std::fmax(0.2f * x + 0.5f, 0.0f), 1.0f); },
+     [](float x) { return x > -2.5f && x < 2.5f ? 0.2f : 0.0f; }},
+    // x * relu6(x + 3) / 6: kinks at -3 and 3.
+    {ActivationKind::hardSwish,
+     {},
+     [](float x) { return x * std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f; },
+     [](float x) { return x < -3.0f  ? 0.0f
+                          : x > 3.0f ? 1.0f
+                                     : x / 3.0f + 0.5f; }},
 };
+
+// The points where `kind` is not smooth (besides a single GradCheckOptions::kink).
+std::vector<float> kinksOf(const Case& c) {
+    switch (c.kind) {
+    case ActivationKind::clip: return {c.options.min, c.options.max};
+    case ActivationKind::hardSigmoid:
+        return {-c.options.hardOffset / c.options.hardSlope, (1.0f - c.options.hardOffset) / c.options.hardSlope};
+    case ActivationKind::hardSwish: return {-3.0f, 3.0f};
+    default: return {};
+    }
+}
 
 TEST(Activation, Reference) {
     for (const Case& c : kCases) {
@@ -64,11 +87,10 @@ TEST(Activation, Gradient) {
         if (c.kind == ActivationKind::relu || c.kind == ActivationKind::leakyRelu || c.kind == ActivationKind::elu) {
             opts.kink = 0.0f;
         }
-        Tensor x = randomTensor({3, 4, 5}, 5, -3.0f, 3.0f);
-        if (c.kind == ActivationKind::clip) {
-            // Keep away from both bounds.
+        Tensor x = randomTensor({3, 4, 5}, 5, -4.0f, 4.0f);
+        for (float k : kinksOf(c)) { // keep away from the kinks
             for (float& v : std::span(x.data<float>(), 60)) {
-                if (std::fabs(v + 1.0f) < 0.03f || std::fabs(v - 2.0f) < 0.03f) v += 0.1f;
+                if (std::fabs(v - k) < 0.03f) v += 0.1f;
             }
         }
         EXPECT_TRUE(checkGradients(act, {x}, opts));
@@ -92,6 +114,7 @@ TEST(Activation, BadInput) {
         },
         {"expects 1 input tensor, got 2"}));
     EXPECT_THROW(Activation(ActivationKind::clip, {.min = 1.0f, .max = 0.0f}), ModuleError);
+    EXPECT_THROW(Activation(ActivationKind::hardSigmoid, {.hardSlope = 0.0f}), ModuleError);
     EXPECT_THROW(activationFromString("swish"), ModuleError);
     EXPECT_EQ(activationFromString("leakyRelu"), ActivationKind::leakyRelu);
 }
@@ -100,6 +123,9 @@ TEST(Activation, Blueprint) {
     Activation act(ActivationKind::clip, {.min = -1.0f, .max = 2.0f});
     EXPECT_EQ(act.blueprint().toJson(),
               "{\"classname\": \"Activation\", \"scheme\": {\"activation\": \"clip\", \"min\": -1, \"max\": 2}}");
+    Activation hard(ActivationKind::hardSigmoid, {.hardSlope = 0.25f, .hardOffset = 0.5f});
+    EXPECT_EQ(hard.blueprint().toJson(), "{\"classname\": \"Activation\", \"scheme\": {\"activation\": "
+                                         "\"hardSigmoid\", \"hardSlope\": 0.25, \"hardOffset\": 0.5}}");
 }
 
 } // namespace

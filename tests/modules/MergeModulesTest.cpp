@@ -222,6 +222,41 @@ TEST(Mul, Shape) {
     EXPECT_TRUE(checkShapes(mul, {randomTensor({2, 3}, 1), randomTensor({2, 3}, 2)}));
 }
 
+TEST(Mul, PerChannelGate) {
+    // x [1, 2, 2, 1] * g [1, 2, 1, 1]: channel 0 scaled by 3, channel 1 by -2; either order.
+    const Tensor x = Tensor::fromVector({1, 2, 2, 1}, std::vector<float>{1, 2, 3, 4});
+    const Tensor g = Tensor::fromVector({1, 2, 1, 1}, std::vector<float>{3, -2});
+    const Tensor dy = Tensor::fromVector({1, 2, 2, 1}, std::vector<float>{1, 10, 100, 1000});
+    for (bool gateFirst : {false, true}) {
+        SCOPED_TRACE(gateFirst);
+        Mul mul;
+        const Tensor& y = mul(gateFirst ? Tensors{g, x} : Tensors{x, g})[0];
+        EXPECT_EQ(y.shape(), x.shape());
+        EXPECT_TRUE(allClose(y, {3, 6, -6, -8}));
+        const Tensors& d = mul.backward(Tensors{dy});
+        const Tensor& dx = d[gateFirst ? 1 : 0];
+        const Tensor& dg = d[gateFirst ? 0 : 1];
+        EXPECT_EQ(dg.shape(), g.shape());
+        EXPECT_TRUE(allClose(dx, {3, 30, -200, -2000}));
+        EXPECT_TRUE(allClose(dg, {1 * 1 + 2 * 10, 3 * 100 + 4 * 1000}));
+        EXPECT_TRUE(checkGradients(mul, gateFirst
+                                            ? Tensors{randomTensor({2, 3, 1, 1}, 3), randomTensor({2, 3, 4, 5}, 4)}
+                                            : Tensors{randomTensor({2, 3, 4, 5}, 4), randomTensor({2, 3, 1, 1}, 3)}));
+        EXPECT_TRUE(checkShapes(mul, {randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 1}, 2)}));
+    }
+    Mul mul("se");
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mul(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 2}, 2)});
+        },
+        {"Mul 'se'", "per-channel gate"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mul(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 4, 1}, 2)});
+        },
+        {"differs"}));
+}
+
 TEST(Mul, BadInput) {
     Mul mul("gate");
     EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{randomTensor({2, 3}, 1)}); }, {"Mul 'gate'", "at least 2"}));
