@@ -1,7 +1,9 @@
 #include "io/Onnx.h"
 
 #include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,17 +25,20 @@
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
 #include "modules/Dropout.h"
+#include "modules/Embedder.h"
 #include "modules/Flatten.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MulAddConst.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
 #include "modules/Reshape.h"
+#include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
@@ -45,10 +50,23 @@ namespace tessera {
 namespace {
 
 // A constant: a float tensor (weights) and, for int64 data, its values (shapes, axes).
+// Shape values computed from the model (Shape -> Gather -> Concat, as exporters write a
+// flatten) may hold dims not known at import, such as the batch: `symbols` then names
+// each entry's symbol ("" for a known value, whose value is in `ints`).
 struct Constant {
     Tensor tensor;
     std::vector<int64_t> ints;
     bool isInt = false;
+    std::vector<int64_t> dims; // the ONNX shape (a scalar has none)
+    std::vector<std::string> symbols;
+
+    bool symbolic() const {
+        for (const std::string& x : symbols) {
+            if (!x.empty()) return true;
+        }
+        return false;
+    }
+    std::string symbol(size_t i) const { return i < symbols.size() ? symbols[i] : std::string(); }
 };
 
 Shape shapeOf(const onnx::TensorProto& t) {
@@ -60,6 +78,7 @@ Shape shapeOf(const onnx::TensorProto& t) {
 Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     Constant c;
     const Shape shape = shapeOf(t);
+    c.dims.assign(t.dims().begin(), t.dims().end());
     const int64_t n = shape.numel();
     auto sized = [&](size_t got) {
         if (static_cast<int64_t>(got) != n) {
@@ -198,7 +217,7 @@ struct Source {
 
 class Importer {
 public:
-    Importer(const onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
+    Importer(onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
         : model_(model), path_(std::move(path)), options_(options) {}
 
     std::shared_ptr<Graph> run() {
@@ -210,12 +229,29 @@ public:
         if (opset_ < 6 || opset_ > 17) {
             throw IoError(path_ + ": opset " + std::to_string(opset_) + " is not supported (6 to 17 are)");
         }
-        // The ranks the model declares (inputs, outputs, value_info): negative axes resolve by them.
+        // The shapes of the values, as declared and as ONNX's shape inference finds them:
+        // negative axes resolve by their ranks, shape computations fold by their dims.
+        try {
+            onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
+                                               onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
+        } catch (const std::exception&) {
+            // a model ONNX cannot infer: the shapes it declares, then
+        }
         for (const auto* list : {&g.input(), &g.output(), &g.value_info()}) {
             for (const onnx::ValueInfoProto& v : *list) {
-                if (v.type().has_tensor_type() && v.type().tensor_type().has_shape()) {
-                    ranks_[v.name()] = v.type().tensor_type().shape().dim_size();
+                if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+                std::vector<Dim> dims;
+                for (const auto& d : v.type().tensor_type().shape().dim()) {
+                    if (d.has_dim_value()) {
+                        dims.push_back({d.dim_value(), {}});
+                    } else {
+                        dims.push_back({-1, d.has_dim_param() && !d.dim_param().empty()
+                                                ? d.dim_param()
+                                                : "?" + v.name() + ":" + std::to_string(dims.size())});
+                    }
                 }
+                ranks_[v.name()] = static_cast<int64_t>(dims.size());
+                shapes_[v.name()] = std::move(dims);
             }
         }
         for (const onnx::TensorProto& t : g.initializer()) {
@@ -270,6 +306,9 @@ public:
         std::vector<NodePtr> outputs;
         for (const onnx::ValueInfoProto& v : g.output()) {
             auto it = values_.find(v.name());
+            if (it == values_.end() && constants_.count(v.name()))
+                throw IoError(path_ + ": graph output '" + v.name() +
+                              "' is a constant computed at import (a Tessera graph's outputs are computed by layers)");
             if (it == values_.end()) throw IoError(path_ + ": graph output '" + v.name() + "' is not computed");
             Source src = it->second;
             const bool whole = src.slot == 0 && src.node->module().outputCount() == 1;
@@ -288,7 +327,15 @@ public:
     }
 
 private:
-    const onnx::ModelProto& model_;
+    // A dim of a value's shape: its size, or the symbol of a size not known at import.
+    struct Dim {
+        int64_t value = -1;
+        std::string symbol;
+    };
+
+    onnx::ModelProto& model_;
+    std::unordered_map<std::string, std::vector<Dim>> shapes_;
+    int symbolCount_ = 0;
     std::string path_;
     const OnnxImportOptions& options_;
     std::unordered_set<std::string> takenAsConstant_; // graph inputs an op took as a constant
@@ -338,6 +385,7 @@ private:
         if (given == options_.inputValues.end()) return nullptr;
         Constant c;
         c.tensor = given->second;
+        c.dims = c.tensor.shape().dims();
         if (c.tensor.dtype() == DType::int32) {
             c.isInt = true;
             for (int32_t x : c.tensor.toVector<int32_t>()) c.ints.push_back(x);
@@ -370,13 +418,92 @@ private:
     }
 
     void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents) {
+        inferShapes(n, *module, parents);
         NodePtr nd = node(std::move(module), parents, nodeName(n.name().empty() ? n.output(0) : n.name()));
         for (int k = 0; k < n.output_size(); ++k) {
             if (!n.output(k).empty()) values_[n.output(k)] = {nd, k};
         }
     }
 
+    static bool known(const std::vector<Dim>& dims) {
+        for (const Dim& d : dims) {
+            if (d.value < 0 && d.symbol.rfind('?', 0) == 0) return false; // not even a named symbol
+        }
+        return true;
+    }
+
+    // Shapes ONNX's inference leaves open (after a Reshape to a computed shape, say) come
+    // from the module's own shape inference: each named dim (the batch) stands in as a
+    // distinct large size and is read back as its symbol.
+    void inferShapes(const onnx::NodeProto& n, Module& m, const Parents& parents) {
+        bool open = false;
+        for (int k = 0; k < n.output_size(); ++k) {
+            auto it = shapes_.find(n.output(k));
+            open = open || it == shapes_.end() || !known(it->second);
+        }
+        if (!open) return;
+        Shapes in;
+        for (const Parent& p : parents) {
+            const std::vector<Dim>* dims = nullptr;
+            for (const std::string& name : n.input()) {
+                auto v = values_.find(name);
+                if (v != values_.end() && v->second.node == p.node &&
+                    v->second.slot == (p.slots.empty() ? 0 : p.slots[0])) {
+                    auto sh = shapes_.find(name);
+                    if (sh != shapes_.end() && known(sh->second)) dims = &sh->second;
+                }
+            }
+            if (!dims) return;
+            std::vector<int64_t> d;
+            for (const Dim& x : *dims) d.push_back(x.value >= 0 ? x.value : standIn(x.symbol));
+            in.push_back(Shape(d));
+        }
+        try {
+            const Shapes out = m.dataShapeFrom(in);
+            for (int k = 0; k < n.output_size() && k < static_cast<int>(out.size()); ++k) {
+                std::vector<Dim> dims;
+                for (size_t d = 0; d < out[k].rank(); ++d) {
+                    const int64_t v = out[k][static_cast<int64_t>(d)];
+                    auto sym = standInSymbols_.find(v);
+                    if (sym != standInSymbols_.end()) {
+                        dims.push_back({-1, sym->second});
+                    } else if (v >= kStandIn) { // a size computed from a named one: unknown
+                        dims.push_back({-1, newSymbol()});
+                    } else {
+                        dims.push_back({v, {}});
+                    }
+                }
+                ranks_[n.output(k)] = static_cast<int64_t>(dims.size());
+                shapes_[n.output(k)] = std::move(dims);
+            }
+        } catch (const Error&) {
+            // the whole-graph check reports it, with the node's path
+        }
+    }
+
+    static constexpr int64_t kStandIn = 1000003; // above any real dim of an imported model
+    std::unordered_map<std::string, int64_t> standIns_;
+    std::unordered_map<int64_t, std::string> standInSymbols_;
+
+    int64_t standIn(const std::string& symbol) {
+        auto it = standIns_.find(symbol);
+        if (it != standIns_.end()) return it->second;
+        const int64_t v = kStandIn + 2 * static_cast<int64_t>(standIns_.size());
+        standIns_[symbol] = v;
+        standInSymbols_[v] = symbol;
+        return v;
+    }
+
+    // A node one of whose inputs comes from a node that was not imported is counted, not listed.
+    void requireInputsImported(const onnx::NodeProto& n) const {
+        for (const std::string& in : n.input()) {
+            if (missing_.count(in))
+                throw Unsupported{"input '" + in + "' comes from a node that was not imported", true};
+        }
+    }
+
     Parents dataInputs(const onnx::NodeProto& n, int count) {
+        requireInputsImported(n);
         Parents ps;
         for (int k = 0; k < count; ++k) {
             Source s = value(n, k);
@@ -399,6 +526,44 @@ private:
             if (!v) throw Unsupported{"only the 'value' attribute is supported"};
             constants_[n.output(0)] = constantOf(v->t(), "Constant '" + n.output(0) + "'");
             return;
+        }
+        if (fold(n, a)) return;
+        if (op == "Cast") {
+            a.only({"to"});
+            requireInputsImported(n);
+            if (a.i("to", 0) != onnx::TensorProto::FLOAT)
+                throw Unsupported{"a cast of data to type " + std::to_string(a.i("to", 0)) +
+                                  " (to float is supported)"};
+            if (rankOf(n, 0) >= 0 && elemTypeOf(n.input(0)) != onnx::TensorProto::FLOAT && elemTypeOf(n.input(0)) != 0)
+                throw Unsupported{"a cast of non-float data"};
+            return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+        }
+        if (op == "Unsqueeze" || op == "Squeeze") {
+            a.only({"axes"});
+            if (n.input_size() > 1 && !n.input(1).empty()) requireConstant(n, 1, "the axes");
+            return define(n, reshapeTo(n), dataInputs(n, 1));
+        }
+        if (op == "Slice") return importSlice(n, a);
+        if (op == "Gather") return importGather(n, a);
+        if (op == "ReduceMean") return importReduceMean(n, a);
+        if (op == "HardSigmoid") {
+            a.only({"alpha", "beta"});
+            return define(n,
+                          std::make_shared<Activation>(
+                              ActivationKind::hardSigmoid,
+                              ActivationOptions{.hardSlope = a.f("alpha", 0.2f), .hardOffset = a.f("beta", 0.5f)}),
+                          dataInputs(n, 1));
+        }
+        if (op == "HardSwish") {
+            a.only({});
+            return define(n, std::make_shared<Activation>(ActivationKind::hardSwish), dataInputs(n, 1));
+        }
+        if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && n.input_size() == 2 &&
+            (isConstant(n.input(0)) || isConstant(n.input(1))))
+            return importScalarArithmetic(n, a);
+        if (op == "Sub") {
+            a.only({});
+            return define(n, std::make_shared<Add>(std::vector<float>{1.0f, -1.0f}), dataInputs(n, 2));
         }
         if (op == "Identity") return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
         if (op == "Dropout") return importDropout(n, a);
@@ -526,7 +691,8 @@ private:
                         t[static_cast<size_t>(j * cs[0] + i)] = v[static_cast<size_t>(i * cs[1] + j)];
                     }
                 }
-                constants_[n.output(0)] = Constant{Tensor::fromVector({cs[1], cs[0]}, t), {}, false};
+                constants_[n.output(0)] =
+                    Constant{Tensor::fromVector({cs[1], cs[0]}, t), {}, false, {cs[1], cs[0]}, {}};
                 return;
             }
             if (perm.empty()) { // the default reverses the dims
@@ -538,8 +704,12 @@ private:
         }
         if (op == "Flatten") {
             a.only({"axis"});
-            if (a.i("axis", 1) != 1)
-                throw Unsupported{"axis " + std::to_string(a.i("axis", 1)) + " (only 1 is supported)"};
+            if (a.i("axis", 1) != 1) { // another axis: a reshape to the inferred [a, b]
+                if (!shapes_.count(n.output(0)))
+                    throw Unsupported{"axis " + std::to_string(a.i("axis", 1)) +
+                                      " on an input whose shape the model does not declare (axis 1 is supported)"};
+                return define(n, reshapeTo(n), dataInputs(n, 1));
+            }
             return define(n, std::make_shared<Flatten>(), dataInputs(n, 1));
         }
         if (op == "Reshape") {
@@ -547,7 +717,23 @@ private:
             if (a.i("allowzero", 0) != 0) throw Unsupported{"allowzero 1 is not supported"};
             const Constant& shape = requireConstant(n, 1, "the shape");
             if (!shape.isInt) throw Unsupported{"the shape must be int64"};
-            return define(n, std::make_shared<Reshape>(Shape(shape.ints)), dataInputs(n, 1));
+            std::vector<int64_t> target = shape.ints;
+            if (shape.symbolic()) { // dims computed from the input's shape: kept (0) or inferred (-1)
+                const auto in = shapes_.find(n.input(0));
+                int64_t inferred = 0;
+                for (size_t d = 0; d < target.size(); ++d) {
+                    if (shape.symbol(d).empty()) continue;
+                    const bool kept =
+                        in != shapes_.end() && d < in->second.size() && in->second[d].symbol == shape.symbol(d);
+                    target[d] = kept ? 0 : -1;
+                    if (!kept) ++inferred;
+                }
+                for (size_t d = 0; d < shape.ints.size(); ++d)
+                    inferred += shape.symbol(d).empty() && shape.ints[d] == -1;
+                if (inferred > 1)
+                    throw Unsupported{"a shape with " + std::to_string(inferred) + " dims not known at import"};
+            }
+            return define(n, std::make_shared<Reshape>(Shape(target)), dataInputs(n, 1));
         }
         if (op == "Concat") {
             a.only({"axis"});
@@ -581,6 +767,320 @@ private:
             return define(n, std::make_shared<SoftMax>(), dataInputs(n, 1));
         }
         throw Unsupported{"op " + op + " is not supported"};
+    }
+
+    // A constant of the model (an initializer, a Constant node or a folded value), not a
+    // graph input given a value, which stays data unless an op needs it as a constant.
+    bool isConstant(const std::string& name) const { return constants_.count(name) && !takenAsConstant_.count(name); }
+
+    int32_t elemTypeOf(const std::string& name) const {
+        for (const auto* list : {&model_.graph().input(), &model_.graph().value_info(), &model_.graph().output()}) {
+            for (const onnx::ValueInfoProto& v : *list) {
+                if (v.name() == name && v.type().has_tensor_type()) return v.type().tensor_type().elem_type();
+            }
+        }
+        return 0;
+    }
+
+    std::string newSymbol() { return "?computed:" + std::to_string(symbolCount_++); }
+
+    // Folds a node whose inputs are all constants, or a Shape of a value whose rank is
+    // known, into a constant. False when it does not fold (the node is imported as a layer).
+    bool fold(const onnx::NodeProto& n, const Attributes& a) {
+        const std::string& op = n.op_type();
+        if (op == "Shape") {
+            a.only({"start", "end"});
+            auto it = shapes_.find(n.input(0));
+            if (it == shapes_.end()) throw Unsupported{"the shape of an input whose rank the model does not declare"};
+            const auto rank = static_cast<int64_t>(it->second.size());
+            auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+            const int64_t start = clampIndex(a.i("start", 0)), end = clampIndex(a.i("end", rank));
+            Constant c;
+            c.isInt = true;
+            for (int64_t d = start; d < end; ++d) {
+                const Dim& dim = it->second[static_cast<size_t>(d)];
+                c.ints.push_back(dim.value);
+                c.symbols.push_back(dim.symbol);
+            }
+            c.dims = {static_cast<int64_t>(c.ints.size())};
+            return setConstant(n.output(0), std::move(c));
+        }
+        if (n.input_size() == 0) return false;
+        for (const std::string& in : n.input()) {
+            if (!in.empty() && !isConstant(in)) return false;
+        }
+        const Constant& x = constants_.at(n.input(0));
+        if (op == "Identity") return setConstant(n.output(0), Constant(x));
+        if (op == "Cast") {
+            const int64_t to = a.i("to", 0);
+            const bool toInt = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
+            Constant c = x;
+            if (toInt && !x.isInt) {
+                c.isInt = true;
+                for (float v : x.tensor.toVector<float>()) c.ints.push_back(static_cast<int64_t>(v));
+            } else if (to == onnx::TensorProto::FLOAT && x.isInt) {
+                if (x.symbolic()) return false;
+                std::vector<float> v(x.ints.begin(), x.ints.end());
+                c = Constant{Tensor::fromVector(Shape(x.dims.empty() ? std::vector<int64_t>{1} : x.dims), v),
+                             {},
+                             false,
+                             x.dims,
+                             {}};
+            } else if (!toInt && to != onnx::TensorProto::FLOAT) {
+                return false;
+            }
+            return setConstant(n.output(0), std::move(c));
+        }
+        if (!x.isInt) return false; // only integer (shape) computations fold
+        if (op == "Gather") {
+            const Constant& idx = constants_.at(n.input(1));
+            if (a.i("axis", 0) != 0 || x.dims.size() != 1 || !idx.isInt) return false;
+            Constant c;
+            c.isInt = true;
+            c.dims = idx.dims;
+            for (int64_t i : idx.ints) {
+                const int64_t k = i < 0 ? i + static_cast<int64_t>(x.ints.size()) : i;
+                if (k < 0 || k >= static_cast<int64_t>(x.ints.size())) throw Unsupported{"an index out of range"};
+                c.ints.push_back(x.ints[static_cast<size_t>(k)]);
+                c.symbols.push_back(x.symbol(static_cast<size_t>(k)));
+            }
+            return setConstant(n.output(0), std::move(c));
+        }
+        if (op == "Unsqueeze" || op == "Squeeze") {
+            std::vector<int64_t> axes = a.ints("axes");
+            if (n.input_size() > 1 && !n.input(1).empty()) axes = constants_.at(n.input(1)).ints;
+            Constant c = x;
+            if (op == "Unsqueeze") {
+                const auto rank = static_cast<int64_t>(x.dims.size() + axes.size());
+                for (int64_t ax : axes) c.dims.insert(c.dims.begin() + (ax < 0 ? ax + rank : ax), 1);
+            } else {
+                std::vector<int64_t> dims;
+                for (size_t d = 0; d < x.dims.size(); ++d) {
+                    bool squeezed = axes.empty() ? x.dims[d] == 1 : false;
+                    for (int64_t ax : axes) {
+                        squeezed = squeezed || ax == static_cast<int64_t>(d) ||
+                                   ax + static_cast<int64_t>(x.dims.size()) == static_cast<int64_t>(d);
+                    }
+                    if (!squeezed) dims.push_back(x.dims[d]);
+                }
+                c.dims = dims;
+            }
+            return setConstant(n.output(0), std::move(c));
+        }
+        if (op == "Concat") {
+            Constant c;
+            c.isInt = true;
+            for (const std::string& in : n.input()) {
+                const Constant& part = constants_.at(in);
+                if (!part.isInt || part.dims.size() > 1) return false;
+                for (size_t i = 0; i < part.ints.size(); ++i) {
+                    c.ints.push_back(part.ints[i]);
+                    c.symbols.push_back(part.symbol(i));
+                }
+            }
+            c.dims = {static_cast<int64_t>(c.ints.size())};
+            return setConstant(n.output(0), std::move(c));
+        }
+        if (op == "Slice" && x.dims.size() == 1 && n.input_size() >= 3) {
+            const auto len = static_cast<int64_t>(x.ints.size());
+            auto at = [&](int k, int64_t fallback) {
+                return n.input_size() > k && !n.input(k).empty() ? constants_.at(n.input(k)).ints.at(0) : fallback;
+            };
+            if (at(4, 1) != 1 || (n.input_size() > 3 && !n.input(3).empty() && at(3, 0) != 0)) return false;
+            auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + len : i, int64_t{0}, len); };
+            const int64_t start = clampIndex(at(1, 0)), end = clampIndex(at(2, len));
+            Constant c;
+            c.isInt = true;
+            for (int64_t i = start; i < end; ++i) {
+                c.ints.push_back(x.ints[static_cast<size_t>(i)]);
+                c.symbols.push_back(x.symbol(static_cast<size_t>(i)));
+            }
+            c.dims = {static_cast<int64_t>(c.ints.size())};
+            return setConstant(n.output(0), std::move(c));
+        }
+        if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && n.input_size() == 2) {
+            const Constant& y = constants_.at(n.input(1));
+            if (!y.isInt) return false;
+            const size_t len = std::max(x.ints.size(), y.ints.size());
+            if ((x.ints.size() != len && x.ints.size() != 1) || (y.ints.size() != len && y.ints.size() != 1))
+                return false;
+            Constant c;
+            c.isInt = true;
+            c.dims = x.ints.size() == len ? x.dims : y.dims;
+            for (size_t i = 0; i < len; ++i) {
+                const size_t ix = x.ints.size() == 1 ? 0 : i, iy = y.ints.size() == 1 ? 0 : i;
+                if (!x.symbol(ix).empty() || !y.symbol(iy).empty()) { // a dim computed from an unknown one
+                    c.ints.push_back(-1);
+                    c.symbols.push_back(newSymbol());
+                    continue;
+                }
+                const int64_t u = x.ints[ix], v = y.ints[iy];
+                if (op == "Div" && v == 0) throw Unsupported{"an integer division by zero"};
+                c.ints.push_back(op == "Add" ? u + v : op == "Sub" ? u - v : op == "Mul" ? u * v : u / v);
+                c.symbols.push_back({});
+            }
+            return setConstant(n.output(0), std::move(c));
+        }
+        return false;
+    }
+
+    bool setConstant(const std::string& name, Constant c) {
+        if (!c.symbolic()) {
+            c.symbols.clear();
+            if (c.isInt) { // an int32 tensor of the values, as constantOf makes
+                std::vector<int32_t> v;
+                for (int64_t x : c.ints) {
+                    if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+                        v.clear();
+                        break;
+                    }
+                    v.push_back(static_cast<int32_t>(x));
+                }
+                c.tensor = v.empty() ? Tensor() : Tensor::fromVector(c.dims.empty() ? Shape{1} : Shape(c.dims), v);
+            }
+        } else {
+            c.tensor = Tensor();
+        }
+        constants_[name] = std::move(c);
+        return true;
+    }
+
+    // A Reshape to the shape ONNX infers for the node's output: known dims as they are, a
+    // dim not known at import kept (0) where the input has it at the same place, else
+    // inferred (-1, at most one).
+    ModulePtr reshapeTo(const onnx::NodeProto& n) {
+        auto out = shapes_.find(n.output(0));
+        if (out == shapes_.end())
+            throw Unsupported{"the output's shape is not known at import (ONNX's shape inference found none)"};
+        const auto in = shapes_.find(n.input(0));
+        std::vector<int64_t> target;
+        int inferred = 0;
+        for (size_t d = 0; d < out->second.size(); ++d) {
+            const Dim& dim = out->second[d];
+            if (dim.value >= 0) {
+                target.push_back(dim.value);
+            } else if (in != shapes_.end() && d < in->second.size() && in->second[d].symbol == dim.symbol) {
+                target.push_back(0);
+            } else {
+                target.push_back(-1);
+                ++inferred;
+            }
+        }
+        if (inferred > 1) throw Unsupported{"an output shape with more than one dim not known at import"};
+        return std::make_shared<Reshape>(Shape(target));
+    }
+
+    // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
+    void importGather(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"axis"});
+        requireInputsImported(n);
+        if (!isConstant(n.input(0)) && !options_.inputValues.count(n.input(0)))
+            throw Unsupported{"a Gather of data (Gathers from a constant table, and of shape values, are supported)"};
+        if (a.i("axis", 0) != 0) throw Unsupported{"axis " + std::to_string(a.i("axis", 0)) + " (0 is supported)"};
+        const Constant& table = requireConstant(n, 0, "the table");
+        if (table.isInt || table.tensor.shape().rank() != 2)
+            throw Unsupported{"a table of shape " + Shape(table.dims).str() + " (a float [V, E] is supported)"};
+        auto ids = shapes_.find(n.input(1));
+        if (ids == shapes_.end() || ids->second.size() != 2 || ids->second[1].value < 0)
+            throw Unsupported{"ids whose shape the model does not declare as [N, L]"};
+        const int64_t vocabulary = table.tensor.shape()[0], embsize = table.tensor.shape()[1];
+        auto m = std::make_shared<Embedder>(vocabulary, ids->second[1].value, embsize,
+                                            EmbedderOptions{.initscheme = InitScheme::none});
+        m->getVar("W")->data.copyFrom(table.tensor);
+        Source s = value(n, 1);
+        return define(n, m, Parents{Parent(s.node, s.slot)});
+    }
+
+    // Slice on data: one sliced axis, step 1 (Tessera's Slice).
+    void importSlice(const onnx::NodeProto& n, const Attributes& a) {
+        std::vector<int64_t> starts, ends, axes, steps;
+        if (opset_ < 10) {
+            a.only({"starts", "ends", "axes"});
+            starts = a.ints("starts");
+            ends = a.ints("ends");
+            axes = a.ints("axes");
+        } else {
+            a.only({});
+            starts = requireConstant(n, 1, "the starts").ints;
+            ends = requireConstant(n, 2, "the ends").ints;
+            if (n.input_size() > 3 && !n.input(3).empty()) axes = requireConstant(n, 3, "the axes").ints;
+            if (n.input_size() > 4 && !n.input(4).empty()) steps = requireConstant(n, 4, "the steps").ints;
+        }
+        if (axes.empty()) {
+            for (size_t d = 0; d < starts.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+        }
+        if (starts.size() != axes.size() || ends.size() != axes.size())
+            throw Unsupported{"starts, ends and axes differ in length"};
+        const auto in = shapes_.find(n.input(0));
+        int sliced = -1;
+        int64_t start = 0, end = 0;
+        for (size_t k = 0; k < axes.size(); ++k) {
+            if (!steps.empty() && steps[k] != 1) throw Unsupported{"steps other than 1 are not supported"};
+            const int64_t axis = resolveAxis(n, 0, axes[k]);
+            int64_t dim = -1;
+            if (in != shapes_.end() && axis < static_cast<int64_t>(in->second.size()))
+                dim = in->second[static_cast<size_t>(axis)].value;
+            int64_t e = ends[k];
+            const bool toEnd = e >= std::numeric_limits<int32_t>::max() || (dim >= 0 && e >= dim);
+            if (starts[k] == 0 && toEnd) continue; // the whole axis
+            if (sliced >= 0) throw Unsupported{"slicing more than one axis is not supported"};
+            sliced = static_cast<int>(axis);
+            start = starts[k];
+            end = toEnd ? 0 : e;
+            if (end == 0 && !toEnd) throw Unsupported{"an empty slice"};
+            if (start < 0 && end == 0 && !toEnd) throw Unsupported{"an empty slice"};
+        }
+        if (sliced < 0) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+        return define(n, std::make_shared<Slice>(sliced, start, end), dataInputs(n, 1));
+    }
+
+    // ReduceMean over every spatial dim ([N, C, ...] -> [N, C, 1, ...]): a global average pool,
+    // flattened to [N, C] without keepdims.
+    void importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({"axes", "keepdims"});
+        requireInputsImported(n);
+        std::vector<int64_t> axes = a.ints("axes");
+        if (n.input_size() > 1 && !n.input(1).empty()) axes = requireConstant(n, 1, "the axes").ints;
+        const int64_t rank = rankOf(n, 0);
+        if (rank < 3 || rank > 5) throw Unsupported{"an input whose rank the model does not declare as 3 to 5"};
+        std::vector<int64_t> resolved;
+        for (int64_t ax : axes) resolved.push_back(ax < 0 ? ax + rank : ax);
+        std::sort(resolved.begin(), resolved.end());
+        std::vector<int64_t> spatial;
+        for (int64_t d = 2; d < rank; ++d) spatial.push_back(d);
+        if (resolved != spatial) throw Unsupported{"a mean over other dims than all the spatial ones"};
+        if (a.i("keepdims", 1) != 0) return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
+        auto seq = std::make_shared<Sequential>();
+        seq->append(std::make_shared<GlobalAvgPool>()).append(std::make_shared<Flatten>());
+        return define(n, seq, dataInputs(n, 1));
+    }
+
+    // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
+    void importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a) {
+        a.only({});
+        requireInputsImported(n);
+        const std::string& op = n.op_type();
+        const int k = isConstant(n.input(1)) ? 1 : 0;
+        if (isConstant(n.input(1 - k))) throw Unsupported{"both inputs are constants"};
+        const Constant& c = requireConstant(n, k, "the constant operand");
+        if (c.isInt || !c.tensor.defined() || c.tensor.numel() != 1)
+            throw Unsupported{"input " + std::to_string(k) + " is a constant of shape " + Shape(c.dims).str() +
+                              " (a float scalar is supported)"};
+        const float v = c.tensor.toVector<float>()[0];
+        float scale = 1.0f, shift = 0.0f;
+        if (op == "Add") shift = v;
+        if (op == "Mul") scale = v;
+        if (op == "Sub") {
+            scale = k == 1 ? 1.0f : -1.0f;
+            shift = k == 1 ? -v : v;
+        }
+        if (op == "Div") {
+            if (k == 0) throw Unsupported{"a constant divided by data (1 / x) is not supported"};
+            if (v == 0.0f) throw Unsupported{"a division by the constant 0"};
+            scale = 1.0f / v;
+        }
+        Source s = value(n, 1 - k);
+        return define(n, std::make_shared<MulAddConst>(scale, shift), Parents{Parent(s.node, s.slot)});
     }
 
     // Pad: spatial dims only (Tessera's PadND), constant or reflect.
@@ -856,7 +1356,7 @@ onnx::ModelProto readModel(const std::string& path) {
 } // namespace
 
 std::shared_ptr<Graph> importOnnx(const std::string& path, const OnnxImportOptions& options) {
-    const onnx::ModelProto model = readModel(path);
+    onnx::ModelProto model = readModel(path);
     return Importer(model, path, options).run();
 }
 

@@ -32,7 +32,8 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input tensor of any shape.
     void checkDataShape(const Shapes& inShapes) const override;
-    bool handlesLayouts() const override { return true; }
+    /// Every kind but hardSigmoid runs on blocked layouts too.
+    bool handlesLayouts() const override { return params_.kind != ActivationKind::hardSigmoid; }
     Blueprint blueprint() const override;
 
 protected:

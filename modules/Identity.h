@@ -5,7 +5,7 @@
 
 namespace tessera {
 
-/// x: any shape -> y = x (the same tensor, no copy); dx = dy.
+/// x: any shape and dtype -> y = x (the same tensor, no copy); dx = dy.
 class Identity : public Module {
 public:
     explicit Identity(std::string name = {}) : Module(std::move(name)) {}
@@ -16,6 +16,8 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input of any shape.
     void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
+    /// Any dtype (a graph's input node passes int32 ids on to an Embedder).
+    void checkDataType(const std::vector<DType>& /*dtypes*/) const override {}
     bool handlesLayouts() const override { return true; }
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override {

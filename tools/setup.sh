@@ -33,14 +33,12 @@ packages=(
   graphviz
   # The lint.formatted test checks the tree against .clang-format.
   clang-format
+  # PyTorch: networks exported by torch.onnx.export are checked against its outputs
+  # (tests/io/torchvision_onnx.py), and tools/bench/pytorch_side_by_side.py compares speed.
+  python3-torch python3-torchvision
   # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.
   dataset-fashion-mnist
 )
-# The side-by-side benchmark against PyTorch (tools/bench/pytorch_side_by_side.py) needs
-# PyTorch: TESSERA_WITH_PYTORCH=1 adds it.
-if [[ "${TESSERA_WITH_PYTORCH:-0}" == 1 ]]; then
-  packages+=(python3-torch)
-fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -145,7 +145,7 @@ TEST(Graph, TwoInputsTwoOutputs) {
         [&] {
             g(Tensors{randomTensor({2, 3}, 1), Tensor::zeros({2, 4}, DType::int32)});
         },
-        {"input b", "int32"}));
+        {"b -> fb: Linear 'fb'", "int32"}));
 }
 
 TEST(Graph, NestedGraphInSequentialInGraph) {

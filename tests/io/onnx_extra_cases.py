@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """ONNX test cases, in the layout of ONNX's own test data (model.onnx, test_data_set_0/
 input_*.pb, output_*.pb), for imported op forms that ONNX's data has no passing case of:
-Resize and Upsample with nearest integer scales, Tile along one dim. The expected outputs
-are computed here with NumPy from the ONNX operator definitions.
+Resize and Upsample with nearest integer scales, Tile along one dim; and the forms exporters
+write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
+a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
+over the spatial dims, arithmetic with scalar constants, Sub, Slice, Unsqueeze/Squeeze and
+Flatten of data, Gather from a table (an Embedder), Cast. The expected outputs are
+computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
 """
@@ -56,6 +60,101 @@ def main():
         node = helper.make_node("Tile", ["x", "reps"], ["y"])
         g = helper.make_graph([node], "tile", [value("x", x.shape)], [value("y", y.shape)], [r])
         save(root, "tile_" + "_".join(map(str, reps)), g, [x], [y], 13)
+    exporter_forms(root, x)
+
+
+def ints(name, values):
+    return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+
+def scalar(name, v):
+    return helper.make_tensor(name, TensorProto.FLOAT, [], [v])
+
+
+def exporter_forms(root, x):
+    free = ["N", 3, 4, 5]  # the batch dim left free, as torch.onnx.export's dynamic_axes write it
+    # x.view(x.size(0), -1): Shape -> Gather -> Unsqueeze -> Concat -> Reshape.
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]), ints("axes0", [0]), ints("minus1", [-1])]
+    g = helper.make_graph(nodes, "flatten", [value("x", free)], [value("y", ["N", 60])], inits)
+    save(root, "computed_shape_flatten", g, [x], [x.reshape(2, -1)], 13)
+    # A channel shuffle (ShuffleNet): [N, g, C / g, H, W] from the shape, transpose, back to [N, -1, H, W].
+    c = np.random.RandomState(1).randn(2, 6, 2, 3).astype(np.float32)
+    nodes = [helper.make_node("Shape", ["x"], ["s"])]
+    for k in range(4):
+        nodes += [helper.make_node("Gather", ["s", f"i{k}"], [f"d{k}"], axis=0),
+                  helper.make_node("Unsqueeze", [f"d{k}", "axes0"], [f"u{k}"])]
+    nodes += [helper.make_node("Div", ["u1", "groups"], ["cg"]),
+              helper.make_node("Concat", ["u0", "groups", "cg", "u2", "u3"], ["shape5"], axis=0),
+              helper.make_node("Reshape", ["x", "shape5"], ["r"]),
+              helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+              helper.make_node("Concat", ["u0", "minus1", "u2", "u3"], ["shape4"], axis=0),
+              helper.make_node("Reshape", ["t", "shape4"], ["y"])]
+    inits = [helper.make_tensor(f"i{k}", TensorProto.INT64, [], [k]) for k in range(4)]
+    inits += [ints("axes0", [0]), ints("groups", [2]), ints("minus1", [-1])]
+    want = c.reshape(2, 2, 3, 2, 3).transpose(0, 2, 1, 3, 4).reshape(2, 6, 2, 3)
+    g = helper.make_graph(nodes, "shuffle", [value("x", ["N", 6, 2, 3])], [value("y", ["N", 6, 2, 3])], inits)
+    save(root, "computed_shape_channel_shuffle", g, [c], [want], 13)
+    # HardSigmoid (given alpha and beta), HardSwish (opset 14).
+    node = helper.make_node("HardSigmoid", ["x"], ["y"], alpha=0.25, beta=0.4)
+    g = helper.make_graph([node], "hardsigmoid", [value("x", x.shape)], [value("y", x.shape)])
+    save(root, "hardsigmoid", g, [x], [np.clip(0.25 * x + 0.4, 0, 1)], 13)
+    node = helper.make_node("HardSwish", ["x"], ["y"])
+    g = helper.make_graph([node], "hardswish", [value("x", x.shape)], [value("y", x.shape)])
+    save(root, "hardswish", g, [4 * x], [4 * x * np.clip(4 * x / 6 + 0.5, 0, 1)], 14)
+    # A squeeze-and-excitation gate: x * sigmoid(mean over the plane), the gate [N, C, 1, 1] first.
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["m"]), helper.make_node("Sigmoid", ["m"], ["gate"]),
+             helper.make_node("Mul", ["gate", "x"], ["y"])]
+    gate = 1 / (1 + np.exp(-x.mean(axis=(2, 3), keepdims=True)))
+    g = helper.make_graph(nodes, "se", [value("x", x.shape)], [value("y", x.shape)])
+    save(root, "se_gate", g, [x], [(x * gate).astype(np.float32)], 13)
+    # ReduceMean over the spatial dims, with and without keepdims.
+    for keep in (0, 1):
+        node = helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, -1], keepdims=keep)
+        y = x.mean(axis=(2, 3), keepdims=bool(keep))
+        g = helper.make_graph([node], "mean", [value("x", x.shape)], [value("y", y.shape)])
+        save(root, f"reduce_mean_spatial_keepdims{keep}", g, [x], [y], 13)
+    # Scalar constants: ((x - 1.5) * 2 / 4 + 3), then 2 - that; and Sub of two data inputs.
+    nodes = [helper.make_node("Sub", ["x", "a"], ["t1"]), helper.make_node("Mul", ["b", "t1"], ["t2"]),
+             helper.make_node("Div", ["t2", "c"], ["t3"]), helper.make_node("Add", ["t3", "d"], ["t4"]),
+             helper.make_node("Sub", ["b", "t4"], ["y"])]
+    inits = [scalar("a", 1.5), scalar("b", 2.0), scalar("c", 4.0), scalar("d", 3.0)]
+    g = helper.make_graph(nodes, "scalars", [value("x", x.shape)], [value("y", x.shape)], inits)
+    save(root, "scalar_arithmetic", g, [x], [2 - ((x - 1.5) * 2 / 4 + 3)], 13)
+    x2 = np.random.RandomState(2).randn(*x.shape).astype(np.float32)
+    node = helper.make_node("Sub", ["x", "z"], ["y"])
+    g = helper.make_graph([node], "sub", [value("x", x.shape), value("z", x.shape)], [value("y", x.shape)])
+    save(root, "sub", g, [x, x2], [x - x2], 13)
+    # Slice of one axis (the channels 1:3; the last two columns by negative starts), steps 1.
+    for name, starts, ends, axes, y in (("channels", [1], [3], [1], x[:, 1:3]),
+                                        ("negative", [-2], [2 ** 62], [-1], x[..., -2:]),
+                                        ("whole_and_one", [0, 1], [2 ** 62, 4], [0, 2], x[:, :, 1:4])):
+        node = helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])
+        inits = [ints("starts", starts), ints("ends", ends), ints("axes", axes)]
+        g = helper.make_graph([node], "slice", [value("x", x.shape)], [value("y", y.shape)], inits)
+        save(root, f"slice_{name}", g, [x], [y], 13)
+    # Unsqueeze then Squeeze of data; Flatten at axis 2; a Cast to float.
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]), helper.make_node("Relu", ["u"], ["r"]),
+             helper.make_node("Squeeze", ["r", "axes"], ["y"])]
+    g = helper.make_graph(nodes, "unsqueeze", [value("x", free)], [value("y", free)], [ints("axes", [1])])
+    save(root, "unsqueeze_squeeze", g, [x], [np.maximum(x, 0)], 13)
+    node = helper.make_node("Flatten", ["x"], ["y"], axis=2)
+    g = helper.make_graph([node], "flatten2", [value("x", free)], [value("y", [None, 20])], [])
+    save(root, "flatten_axis2_free_batch", g, [x], [x.reshape(6, 20)], 13)
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)
+    g = helper.make_graph([node], "cast", [value("x", x.shape)], [value("y", x.shape)])
+    save(root, "cast_float", g, [x], [x], 13)
+    # Gather from a [V, E] table by int64 ids [N, L]: an embedding lookup.
+    table = np.random.RandomState(3).randn(10, 4).astype(np.float32)
+    ids = np.array([[0, 9, 3], [3, 3, 7]], dtype=np.int64)
+    node = helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)
+    g = helper.make_graph([node], "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 3])],
+                          [value("y", ["N", 3, 4])], [numpy_helper.from_array(table, "table")])
+    save(root, "gather_embedding", g, [ids], [table[ids]], 13)
 
 
 if __name__ == "__main__":

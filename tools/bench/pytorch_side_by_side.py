@@ -8,8 +8,8 @@ and the ratio Tessera / PyTorch in images per second.
 
 --device cpu (the default): the MLP 784-1024-1024-10 and LeNet (28x28 single-channel
 images, batch 128) and ResNet-18 with the CIFAR stem (32x32 colour images, batch 64), on
---threads threads on both sides. Needs Debian's python3-torch (TESSERA_WITH_PYTORCH=1 bash
-tools/setup.sh installs it).
+--threads threads on both sides. Needs Debian's python3-torch (tools/setup.sh installs
+it).
 
 --device cuda: LeNet, ResNet-18 (CIFAR stem, 32x32) and ResNet-50 (224x224), batch 128,
 float32 with TF32 allowed on both sides (Tessera's default; PyTorch's
