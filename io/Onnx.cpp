@@ -27,6 +27,7 @@
 #include "modules/Dropout.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
+#include "modules/Gelu.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
@@ -266,13 +267,24 @@ public:
         }
         std::vector<std::string> errors;
         size_t dependents = 0; // nodes whose own op and attributes are fine but whose input is missing
-        for (const onnx::NodeProto& n : g.node()) {
+        findGelus();
+        for (int i = 0; i < g.node_size(); ++i) {
+            const onnx::NodeProto& n = g.node(i);
             const std::string where =
                 "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
             try {
                 if (!n.domain().empty() && n.domain() != "ai.onnx") {
                     throw Unsupported{"domain '" + n.domain() + "' is not supported"};
                 }
+                if (auto gelu = gelus_.find(i); gelu != gelus_.end()) {
+                    auto x = values_.find(gelu->second);
+                    if (x == values_.end() && missing_.count(gelu->second))
+                        throw Unsupported{"input '" + gelu->second + "' comes from a node that was not imported", true};
+                    if (x == values_.end()) throw Unsupported{"the GELU of a constant"};
+                    define(n, std::make_shared<Gelu>(), Parents{Parent(x->second.node, x->second.slot)});
+                    continue;
+                }
+                if (inGelu_.count(i)) continue;
                 importNode(n);
             } catch (const Unsupported& u) {
                 if (u.dependent) {
@@ -771,6 +783,90 @@ private:
 
     // A constant of the model (an initializer, a Constant node or a folded value), not a
     // graph input given a value, which stays data unless an op needs it as a constant.
+    // The erf form of GELU as exporters write it, 0.5 x (1 + erf(x / sqrt(2))):
+    //   Div(x, sqrt 2) or Mul(x, 1 / sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5), or with
+    //   the 0.5 taken first: Mul(x, 0.5) -> Mul(that, 1 + erf). Each becomes one Gelu at the
+    //   last node of the pattern (gelus_: its index -> x); the others are skipped (inGelu_).
+    std::unordered_map<int, std::string> gelus_;
+    std::unordered_set<int> inGelu_;
+
+    void findGelus() {
+        const onnx::GraphProto& g = model_.graph();
+        std::unordered_map<std::string, float> scalars; // float scalar constants by name
+        auto note = [&](const std::string& name, const onnx::TensorProto& t) {
+            if (t.data_type() != onnx::TensorProto::FLOAT) return;
+            try {
+                const Constant c = constantOf(t, name);
+                if (c.tensor.numel() == 1) scalars[name] = c.tensor.toVector<float>()[0];
+            } catch (const Error&) {}
+        };
+        for (const onnx::TensorProto& t : g.initializer()) {
+            if (shapeOf(t).numel() == 1) note(t.name(), t);
+        }
+        std::unordered_map<std::string, int> producer;
+        std::unordered_map<std::string, std::vector<int>> consumers;
+        for (int i = 0; i < g.node_size(); ++i) {
+            const onnx::NodeProto& n = g.node(i);
+            if (n.op_type() == "Constant" && n.attribute_size() == 1 && n.attribute(0).name() == "value")
+                note(n.output(0), n.attribute(0).t());
+            for (const std::string& o : n.output()) producer[o] = i;
+            for (const std::string& in : n.input()) consumers[in].push_back(i);
+        }
+        auto near = [](float a, float b) { return std::fabs(a - b) <= 1e-3f * std::fabs(b); };
+        // The one consumer of `value`, when it is a binary `op` with `value` and another input.
+        auto only = [&](const std::string& value, const char* op, std::string* other) -> int {
+            auto c = consumers.find(value);
+            if (c == consumers.end() || c->second.size() != 1) return -1;
+            const onnx::NodeProto& n = g.node(c->second[0]);
+            if (n.op_type() != op || n.input_size() != 2) return -1;
+            *other = n.input(0) == value ? n.input(1) : n.input(0);
+            return c->second[0];
+        };
+        auto scalar = [&](const std::string& name, float want) {
+            auto it = scalars.find(name);
+            return it != scalars.end() && near(it->second, want);
+        };
+        for (int i = 0; i < g.node_size(); ++i) {
+            const onnx::NodeProto& erf = g.node(i);
+            if (erf.op_type() != "Erf" || erf.input_size() != 1) continue;
+            auto p = producer.find(erf.input(0));
+            if (p == producer.end()) continue;
+            const onnx::NodeProto& scale = g.node(p->second);
+            if (scale.input_size() != 2 || consumers[scale.output(0)].size() != 1) continue;
+            std::string x;
+            if (scale.op_type() == "Div" && scalar(scale.input(1), 1.41421356f)) x = scale.input(0);
+            if (scale.op_type() == "Mul" && scalar(scale.input(1), 0.70710678f)) x = scale.input(0);
+            if (scale.op_type() == "Mul" && scalar(scale.input(0), 0.70710678f)) x = scale.input(1);
+            if (x.empty()) continue;
+            std::string one, other, half;
+            const int add = only(erf.output(0), "Add", &one);
+            if (add < 0 || !scalar(one, 1.0f)) continue;
+            const int mul = only(g.node(add).output(0), "Mul", &other);
+            if (mul < 0) continue;
+            std::vector<int> nodes{p->second, i, add, mul};
+            int last = mul;
+            if (other == x) { // x (1 + erf), then times 0.5
+                const int m2 = only(g.node(mul).output(0), "Mul", &half);
+                if (m2 < 0 || !scalar(half, 0.5f)) continue;
+                nodes.push_back(m2);
+                last = m2;
+            } else { // (0.5 x) (1 + erf)
+                auto h = producer.find(other);
+                if (h == producer.end()) continue;
+                const onnx::NodeProto& hn = g.node(h->second);
+                if (hn.op_type() != "Mul" || hn.input_size() != 2 || consumers[other].size() != 1) continue;
+                const bool ok =
+                    (hn.input(0) == x && scalar(hn.input(1), 0.5f)) || (hn.input(1) == x && scalar(hn.input(0), 0.5f));
+                if (!ok) continue;
+                nodes.push_back(h->second);
+            }
+            for (int k : nodes) {
+                if (k != last) inGelu_.insert(k);
+            }
+            gelus_[last] = x;
+        }
+    }
+
     bool isConstant(const std::string& name) const { return constants_.count(name) && !takenAsConstant_.count(name); }
 
     int32_t elemTypeOf(const std::string& name) const {
@@ -1599,6 +1695,17 @@ private:
         return p;
     }
 
+    // No Gelu op before opset 20: its erf form, which the import reads back as one Gelu.
+    void emitGelu(const std::vector<std::string>& in, const std::vector<std::string>& out, const std::string& path) {
+        const std::string d = valueName(path + "_scaled"), e = valueName(path + "_erf"), a = valueName(path + "_erf1"),
+                          m2 = valueName(path + "_xerf1");
+        node("Div", {in[0], initScalar(path + ".sqrt2", 1.41421356f)}, {d}, path + "_div");
+        node("Erf", {d}, {e}, path + "_erf");
+        node("Add", {e, initScalar(path + ".one", 1.0f)}, {a}, path + "_add");
+        node("Mul", {in[0], a}, {m2}, path + "_mul");
+        node("Mul", {m2, initScalar(path + ".half", 0.5f)}, out, path);
+    }
+
     void emitLayer(Module& m, const std::vector<std::string>& in, const Shapes& inShapes,
                    const std::vector<std::string>& out, const std::string& path) {
         const std::string cls = m.classname();
@@ -1682,6 +1789,14 @@ private:
                 return;
             }
             if (kind == "hardSwish" && opset_ >= 14) return void(node("HardSwish", in, out, path));
+            if (kind == "hardSwish") { // before opset 14: x * HardSigmoid(x) with PyTorch's constants
+                const std::string gate = valueName(path + "_gate");
+                onnx::NodeProto* h = node("HardSigmoid", in, {gate}, path + "_gate");
+                attr(h, "alpha", 1.0f / 6.0f);
+                attr(h, "beta", 0.5f);
+                return void(node("Mul", {in[0], gate}, out, path));
+            }
+            if (kind == "gelu") return emitGelu(in, out, path);
             throw Unsupported{"activation " + kind + " has no ONNX op at this opset"};
         }
         if (cls == "PRelu") {
@@ -1702,10 +1817,37 @@ private:
         }
         if (cls == "Concat") return attr(node("Concat", in, out, path), "axis", schemeInt(bp, "axis", 1));
         if (cls == "Add") {
-            if (schemeValue(bp, "coefficients")) throw Unsupported{"weighted sums are not exported"};
+            if (const BlueprintValue* c = schemeValue(bp, "coefficients")) {
+                const auto* w = std::get_if<std::vector<double>>(c);
+                if (!w || *w != std::vector<double>{1.0, -1.0})
+                    throw Unsupported{"weighted sums are not exported (a difference, coefficients [1, -1], is)"};
+                return void(node("Sub", in, out, path));
+            }
             node(in.size() == 2 ? "Add" : "Sum", in, out, path);
             return;
         }
+        if (cls == "MulAddConst") { // a x + b: Mul, then Add, each left out when it is the identity
+            const float a = schemeFloat(bp, "a", 1.0f), b = schemeFloat(bp, "b", 0.0f);
+            if (b == 0.0f) return void(node("Mul", {in[0], initScalar(path + ".a", a)}, out, path));
+            std::string x = in[0];
+            if (a != 1.0f) {
+                const std::string scaled = valueName(path + "_scaled");
+                node("Mul", {x, initScalar(path + ".a", a)}, {scaled}, path + "_mul");
+                x = scaled;
+            }
+            node("Add", {x, initScalar(path + ".b", b)}, out, path);
+            return;
+        }
+        if (cls == "Slice") {
+            const int64_t end = schemeInt(bp, "end", 0);
+            node("Slice",
+                 {in[0], initInts(path + ".starts", {schemeInt(bp, "start", 0)}),
+                  initInts(path + ".ends", {end == 0 ? std::numeric_limits<int64_t>::max() : end}),
+                  initInts(path + ".axes", {schemeInt(bp, "axis", 0)})},
+                 out, path);
+            return;
+        }
+        if (cls == "Gelu") return emitGelu(in, out, path);
         if (cls == "Mul") {
             if (in.size() != 2) throw Unsupported{"products of more than two inputs are not exported"};
             node("Mul", in, out, path);

@@ -16,12 +16,17 @@
 #include "modules/Add.h"
 #include "modules/Concat.h"
 #include "modules/Flatten.h"
+#include "modules/Gelu.h"
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MulAddConst.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
+#include "modules/PoolND.h"
+#include "modules/Replicate.h"
+#include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
@@ -210,7 +215,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
         }
         EXPECT_EQ(result, "") << c.path().filename().string();
     }
-    EXPECT_EQ(cases, 25);
+    EXPECT_EQ(cases, 27);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -285,7 +290,8 @@ TEST(Onnx, ZooModelsRoundTripWithEqualOutputs) {
 }
 
 // The layers no zoo model has: pad, split, tile, upsample, transpose, PRelu, LRN, instance
-// norm, clip, leaky relu, softmax, a shared module (written twice), through export and back.
+// norm, clip, leaky relu, gelu, the hard activations, a gate, a difference, scalar
+// arithmetic, a slice, softmax, through export and back (at opset 13 and 14).
 TEST(Onnx, EveryExportedLayerRoundTrips) {
     manualSeed(6);
     auto x = node(std::make_shared<Identity>(), {}, "x");
@@ -305,28 +311,43 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
     auto leaky =
         node(std::make_shared<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = 0.2f}), tr, "leaky");
     auto sum = node(std::make_shared<Add>(), {clip, leaky}, "sum");
-    auto flat = node(std::make_shared<Flatten>(), sum, "flat");
+    // The forms exporters write that the import maps: gelu (its erf form), the hard
+    // activations, a squeeze-and-excitation gate, a difference, scalar arithmetic, a slice.
+    auto gelu = node(std::make_shared<Gelu>(), sum, "gelu");
+    auto hsig = node(std::make_shared<Activation>(ActivationKind::hardSigmoid, ActivationOptions{.hardSlope = 0.3f}),
+                     gelu, "hsig");
+    auto hswish = node(std::make_shared<Activation>(ActivationKind::hardSwish), gelu, "hswish");
+    auto gate = node(std::make_shared<GlobalAvgPool>(), hsig, "gate");
+    auto gated = node(std::make_shared<Mul>(), {gate, hswish}, "gated");
+    auto diff = node(std::make_shared<Add>(std::vector<float>{1.0f, -1.0f}), {gated, gelu}, "diff");
+    auto affine = node(std::make_shared<MulAddConst>(1.5f, -0.25f), diff, "affine");
+    auto slice = node(std::make_shared<Slice>(3, 1, 0), affine, "slice");
+    auto flat = node(std::make_shared<Flatten>(), slice, "flat");
     auto soft = node(std::make_shared<SoftMax>(), flat, "soft");
     Graph g({x}, {soft}, "layers");
     for (const auto& [n, v] : g.namedParams()) v->data.copyFrom(randomTensor(v->data.shape(), 3, 0.5f, 1.5f));
     const Shape in{2, 4, 5, 6};
-    const std::string path = ::testing::TempDir() + "layers.onnx";
-    exportOnnx(g, {in}, path);
-    std::shared_ptr<Graph> back = importOnnx(path);
-    g.evalMode();
-    back->evalMode();
-    const Tensor input = randomTensor(in, 8);
-    const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) { // and ONNX's checker takes it
-        const std::string cmd =
-            "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
-            "full_check=True)' '" +
-            path + "'";
-        EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+    for (int64_t opset : {13, 14}) {
+        SCOPED_TRACE(opset);
+        const std::string path = ::testing::TempDir() + "layers.onnx";
+        exportOnnx(g, {in}, path, {.opset = opset});
+        std::shared_ptr<Graph> back = importOnnx(path);
+        EXPECT_EQ(back->namedParams().size(), g.namedParams().size());
+        g.evalMode();
+        back->evalMode();
+        const Tensor input = randomTensor(in, 8);
+        const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
+        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) { // and ONNX's checker takes it
+            const std::string cmd =
+                "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
+                "full_check=True)' '" +
+                path + "'";
+            EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+        }
+        std::filesystem::remove(path);
     }
-    std::filesystem::remove(path);
 }
 
 // onnx.checker (Debian's python3-onnx) accepts what Tessera writes.
@@ -353,11 +374,12 @@ TEST(Onnx, ExportPassesOnnxsChecker) {
     // A layer with no ONNX counterpart is an IoError naming it.
     Sequential seq("s");
     seq.append(std::make_shared<Linear>(4, 4, LinearOptions{.name = "fc"}))
-        .append(std::make_shared<Activation>(ActivationKind::gelu, ActivationOptions{.name = "act"}));
-    EXPECT_THROW(exportOnnx(seq, {Shape{2, 4}}, dir + "gelu.onnx"), IoError);
-    const std::string msg = errorOf([&] { exportOnnx(seq, {Shape{2, 4}}, dir + "gelu.onnx"); });
-    EXPECT_NE(msg.find("layer act (Activation): activation gelu has no ONNX op"), std::string::npos) << msg;
-    EXPECT_FALSE(std::filesystem::exists(dir + "gelu.onnx")); // nothing half-written
+        .append(std::make_shared<Replicate>(2, "copies"))
+        .append(std::make_shared<Add>(std::vector<float>{0.5f, 2.0f}, "weighted"));
+    EXPECT_THROW(exportOnnx(seq, {Shape{2, 4}}, dir + "weighted.onnx"), IoError);
+    const std::string msg = errorOf([&] { exportOnnx(seq, {Shape{2, 4}}, dir + "weighted.onnx"); });
+    EXPECT_NE(msg.find("(Add): weighted sums are not exported"), std::string::npos) << msg;
+    EXPECT_FALSE(std::filesystem::exists(dir + "weighted.onnx")); // nothing half-written
 }
 
 } // namespace

@@ -148,6 +148,21 @@ def exporter_forms(root, x):
     node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)
     g = helper.make_graph([node], "cast", [value("x", x.shape)], [value("y", x.shape)])
     save(root, "cast_float", g, [x], [x], 13)
+    # GELU in its erf form, as torch.onnx.export writes nn.GELU, and with the 0.5 taken first.
+    from math import erf
+    gelu = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))(x).astype(np.float32)
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["y"])]
+    inits = [scalar("sqrt2", 1.4142135381698608), scalar("one", 1.0), scalar("half", 0.5)]
+    g = helper.make_graph(nodes, "gelu", [value("x", x.shape)], [value("y", x.shape)], inits)
+    save(root, "gelu_erf_pattern", g, [x], [gelu], 13)
+    nodes = [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["x", "rsqrt2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["one", "e"], ["a"]),
+             helper.make_node("Mul", ["h", "a"], ["y"])]
+    inits = [scalar("rsqrt2", 0.7071067690849304), scalar("one", 1.0), scalar("half", 0.5)]
+    g = helper.make_graph(nodes, "gelu", [value("x", x.shape)], [value("y", x.shape)], inits)
+    save(root, "gelu_erf_pattern_half_first", g, [x], [gelu], 13)
     # Gather from a [V, E] table by int64 ids [N, L]: an embedding lookup.
     table = np.random.RandomState(3).randn(10, 4).astype(np.float32)
     ids = np.array([[0, 9, 3], [3, 3, 7]], dtype=np.int64)
