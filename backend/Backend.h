@@ -27,6 +27,9 @@ struct MemoryStats {
     size_t peak = 0;    ///< most live at once since the last resetPeak
 };
 
+/// Element-wise binary operations (Backend::binaryBroadcast).
+enum class BinaryOp { add, sub, mul, div };
+
 /// Element-wise activation functions.
 enum class ActivationKind { sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish };
 
@@ -152,6 +155,12 @@ public:
 
     /// x, y: same numel -> y <- a * x + b.
     virtual void affine(const Tensor& x, float a, float b, const Tensor& y) = 0;
+    /// a, b: shapes that each broadcast (NumPy's rules, at most 8 dims) to y's -> y <- a op b
+    /// (y may be larger than both: broadcasting one operand expands it). Plain float32.
+    virtual void binaryBroadcast(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+    /// x: a shape that y's broadcasts to -> y <- alpha * (x summed over the dims y
+    /// broadcasts along): the gradient of a broadcast operand. Plain float32.
+    virtual void sumTo(const Tensor& x, float alpha, const Tensor& y) = 0;
     /// x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] <- x[n, c, ...] * m[n, c].
     virtual void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) = 0;
     /// x, y: same numel, float32 <-> int32 (float to int rounds toward zero).

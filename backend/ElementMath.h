@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/Backend.h"
+#include "backend/Errors.h"
 #include "backend/Random.h" // TESSERA_HOST_DEVICE
 
 namespace tessera::element {
@@ -239,6 +240,119 @@ inline Window3 window3(const PoolParams& p, const Shape& x, const Shape& y) {
         w.pad[o] = p.padLo[d];
     }
     return w;
+}
+
+// ---- broadcasting ---------------------------------------------------------------------
+
+constexpr int kMaxBroadcastRank = 8;
+
+/// y = a op b with NumPy broadcasting: y's dims and each operand's element strides in
+/// them (0 along a dim it broadcasts).
+struct BroadcastGeometry {
+    int rank;
+    int64_t dims[kMaxBroadcastRank];
+    int64_t strideA[kMaxBroadcastRank];
+    int64_t strideB[kMaxBroadcastRank];
+};
+
+/// The strides of `s` (contiguous) in the dims of `y`, aligned from the right, 0 where it broadcasts.
+inline void broadcastStrides(const Shape& s, const Shape& y, int64_t* out) {
+    int64_t stride = 1;
+    for (size_t k = 0; k < y.rank(); ++k) {
+        const size_t d = y.rank() - 1 - k;
+        const int64_t dim = k < s.rank() ? s.dims()[s.rank() - 1 - k] : 1;
+        out[d] = dim == 1 ? 0 : stride;
+        stride *= dim;
+    }
+}
+
+inline BroadcastGeometry broadcastGeometry(const Shape& a, const Shape& b, const Shape& y) {
+    BroadcastGeometry g{};
+    if (y.rank() > static_cast<size_t>(kMaxBroadcastRank)) {
+        throw ShapeError("broadcasting: " + y.str() + " has more than 8 dims");
+    }
+    g.rank = static_cast<int>(y.rank());
+    for (int d = 0; d < g.rank; ++d) g.dims[d] = y.dims()[static_cast<size_t>(d)];
+    broadcastStrides(a, y, g.strideA);
+    broadcastStrides(b, y, g.strideB);
+    return g;
+}
+
+/// The element offsets in a and b of y's element `i`.
+TESSERA_HOST_DEVICE inline void broadcastOffsets(const BroadcastGeometry& g, int64_t i, int64_t& oa, int64_t& ob) {
+    oa = ob = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+        const int64_t c = i % g.dims[d];
+        i /= g.dims[d];
+        oa += c * g.strideA[d];
+        ob += c * g.strideB[d];
+    }
+}
+
+TESSERA_HOST_DEVICE inline float binary(BinaryOp op, float a, float b) {
+    switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::div: return a / b;
+    }
+    return a;
+}
+
+/// y = sum of x over the dims y broadcasts along: y's own dims (those it keeps) with x's
+/// strides, and the summed dims with x's strides.
+struct ReduceGeometry {
+    int kept, summed;
+    int64_t keptDims[kMaxBroadcastRank], keptStrides[kMaxBroadcastRank];
+    int64_t summedDims[kMaxBroadcastRank], summedStrides[kMaxBroadcastRank];
+    int64_t summedCount;
+};
+
+inline ReduceGeometry reduceGeometry(const Shape& x, const Shape& y) {
+    if (x.rank() > static_cast<size_t>(kMaxBroadcastRank)) {
+        throw ShapeError("broadcasting: " + x.str() + " has more than 8 dims");
+    }
+    ReduceGeometry g{};
+    g.summedCount = 1;
+    int64_t stride = 1;
+    int64_t xs[kMaxBroadcastRank];
+    for (size_t k = 0; k < x.rank(); ++k) {
+        xs[x.rank() - 1 - k] = stride;
+        stride *= x.dims()[x.rank() - 1 - k];
+    }
+    for (size_t d = 0; d < x.rank(); ++d) {
+        const size_t k = x.rank() - 1 - d; // from the right
+        const int64_t yd = k < y.rank() ? y.dims()[y.rank() - 1 - k] : 1;
+        const int64_t xd = x.dims()[d];
+        if (yd == xd) {
+            g.keptDims[g.kept] = xd;
+            g.keptStrides[g.kept++] = xs[d];
+        } else {
+            g.summedDims[g.summed] = xd;
+            g.summedStrides[g.summed++] = xs[d];
+            g.summedCount *= xd;
+        }
+    }
+    return g;
+}
+
+/// The sum over x's elements that fall on y's element `j`, in double.
+TESSERA_HOST_DEVICE inline double reduceAt(const ReduceGeometry& g, const float* x, int64_t j) {
+    int64_t base = 0;
+    for (int d = g.kept - 1; d >= 0; --d) {
+        base += (j % g.keptDims[d]) * g.keptStrides[d];
+        j /= g.keptDims[d];
+    }
+    double sum = 0.0;
+    for (int64_t r = 0; r < g.summedCount; ++r) {
+        int64_t off = base, rest = r;
+        for (int d = g.summed - 1; d >= 0; --d) {
+            off += (rest % g.summedDims[d]) * g.summedStrides[d];
+            rest /= g.summedDims[d];
+        }
+        sum += x[off];
+    }
+    return sum;
 }
 
 } // namespace tessera::element

@@ -1,5 +1,6 @@
 #include "backend/Shape.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "backend/Errors.h"
@@ -63,6 +64,31 @@ Shape parseShape(const std::string& text) {
     }
     if (dims.empty()) throw ShapeError("an empty shape; expected one like 1x3x224x224");
     return Shape(dims);
+}
+
+Shape broadcastShapes(const Shape& a, const Shape& b) {
+    const size_t rank = std::max(a.rank(), b.rank());
+    std::vector<int64_t> dims(rank);
+    for (size_t k = 0; k < rank; ++k) { // k-th dim from the right
+        const int64_t da = k < a.rank() ? a.dims()[a.rank() - 1 - k] : 1;
+        const int64_t db = k < b.rank() ? b.dims()[b.rank() - 1 - k] : 1;
+        if (da != db && da != 1 && db != 1) {
+            throw ShapeError(a.str() + " and " + b.str() + " do not broadcast: dim " +
+                             std::to_string(static_cast<int64_t>(rank - 1 - k)) + " of the result would be " +
+                             std::to_string(da) + " and " + std::to_string(db));
+        }
+        dims[rank - 1 - k] = da == 1 ? db : da;
+    }
+    return Shape(dims);
+}
+
+bool broadcastsTo(const Shape& small, const Shape& big) {
+    if (small.rank() > big.rank()) return false;
+    for (size_t k = 0; k < small.rank(); ++k) {
+        const int64_t ds = small.dims()[small.rank() - 1 - k], db = big.dims()[big.rank() - 1 - k];
+        if (ds != db && ds != 1) return false;
+    }
+    return true;
 }
 
 } // namespace tessera

@@ -43,4 +43,12 @@ std::string str(const Shapes& shapes);
 /// positive integers joined by 'x'.
 Shape parseShape(const std::string& text);
 
+/// NumPy's broadcasting: the shape of `a op b`, dims aligned from the right, each pair
+/// equal or one of them 1. Throws ShapeError naming both shapes and the dim that differs
+/// when they do not broadcast.
+Shape broadcastShapes(const Shape& a, const Shape& b);
+/// True when `small` broadcasts to exactly `big` (every dim of `small`, aligned from the
+/// right, equals `big`'s or is 1, and `small` has no more dims).
+bool broadcastsTo(const Shape& small, const Shape& big);
+
 } // namespace tessera

@@ -334,6 +334,22 @@ void CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
     cudak::mul(fp(a), fp(b), fp(y), y.numel(), s());
 }
 
+void CudaBackend::binaryBroadcast(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) {
+    if (!broadcastsTo(a.shape(), y.shape()) || !broadcastsTo(b.shape(), y.shape())) {
+        throw ShapeError("CudaBackend::binaryBroadcast: " + a.shape().str() + " and " + b.shape().str() +
+                         " do not broadcast to " + y.shape().str());
+    }
+    cudak::binaryBroadcast(op, fp(a), fp(b), fp(y), element::broadcastGeometry(a.shape(), b.shape(), y.shape()),
+                           y.numel(), s());
+}
+
+void CudaBackend::sumTo(const Tensor& x, float alpha, const Tensor& y) {
+    if (!broadcastsTo(y.shape(), x.shape())) {
+        throw ShapeError("CudaBackend::sumTo: " + y.shape().str() + " does not broadcast to " + x.shape().str());
+    }
+    cudak::sumTo(fp(x), alpha, fp(y), element::reduceGeometry(x.shape(), y.shape()), y.numel(), s());
+}
+
 void CudaBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
     if (y.shape() != x.shape()) throw ShapeError("CudaBackend::activationForward: x and y differ in shape");
     if (!x.isPlain() || !y.isPlain()) { // blocked tensors moved from the CPU

@@ -88,6 +88,8 @@ public:
     void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
     void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
     void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
+    void binaryBroadcast(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) override;
+    void sumTo(const Tensor& x, float alpha, const Tensor& y) override;
     void activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) override;
     void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
                             const Tensor& dx) override;

@@ -120,6 +120,17 @@ __global__ void axpbyzKernel4(float a, const float4* x, float b, const float4* y
 __global__ void mulKernel(const float* a, const float* b, float* y, int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = a[i] * b[i];
 }
+__global__ void binaryBroadcastKernel(BinaryOp op, const float* a, const float* b, float* y,
+                                      element::BroadcastGeometry g, int64_t n) {
+    TESSERA_FOR_EACH(i, n) {
+        int64_t oa, ob;
+        element::broadcastOffsets(g, i, oa, ob);
+        y[i] = element::binary(op, a[oa], b[ob]);
+    }
+}
+__global__ void sumToKernel(const float* x, float alpha, float* y, element::ReduceGeometry g, int64_t n) {
+    TESSERA_FOR_EACH(j, n) y[j] = static_cast<float>(alpha * element::reduceAt(g, x, j));
+}
 __global__ void affineKernel(const float* x, float a, float b, float* y, int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = a * x[i] + b;
 }
@@ -533,6 +544,13 @@ void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, i
 }
 void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(mulKernel, n, s, a, b, y, n);
+}
+void binaryBroadcast(BinaryOp op, const float* a, const float* b, float* y, const element::BroadcastGeometry& g,
+                     int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(binaryBroadcastKernel, n, s, op, a, b, y, g, n);
+}
+void sumTo(const float* x, float alpha, float* y, const element::ReduceGeometry& g, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(sumToKernel, n, s, x, alpha, y, g, n);
 }
 void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(affineKernel, n, s, x, a, b, y, n);

@@ -30,6 +30,11 @@ void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStr
 /// z = alpha * x + beta * y (y unread when beta is 0); z may be y.
 void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s);
 void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
+/// y = a op b over the broadcast geometry g (y's numel n).
+void binaryBroadcast(BinaryOp op, const float* a, const float* b, float* y, const element::BroadcastGeometry& g,
+                     int64_t n, cudaStream_t s);
+/// y[j] = alpha * the sum of x over the elements falling on j (n = y's numel).
+void sumTo(const float* x, float alpha, float* y, const element::ReduceGeometry& g, int64_t n, cudaStream_t s);
 void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s);
 /// y[p, i] = x[p, i] * m[p] over `planes` planes of `inner` elements.
 void mulChannels(const float* x, const float* m, float* y, int64_t planes, int64_t inner, cudaStream_t s);

@@ -33,6 +33,7 @@
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
+#include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
@@ -234,6 +235,12 @@ const std::map<std::string, Builder>& table() {
              return std::make_shared<Add>(a.floats("coefficients"), a.name());
          }},
         {"Mul", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Mul>(a.name()); }},
+        {"ReduceMean",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<ReduceMean>(a.ints("axes", {}), a.b("keepDims", true), a.name());
+         }},
+        {"Sub", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Sub>(a.name()); }},
+        {"Div", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Div>(a.name()); }},
         {"Conv1D", [](const Blueprint&, const Args& a) { return conv<Conv1D>(a); }},
         {"Conv2D", [](const Blueprint&, const Args& a) { return conv<Conv2D>(a); }},
         {"Conv3D", [](const Blueprint&, const Args& a) { return conv<Conv3D>(a); }},

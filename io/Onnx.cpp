@@ -38,6 +38,7 @@
 #include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
+#include "modules/Reduce.h"
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
@@ -573,9 +574,10 @@ private:
         if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && n.input_size() == 2 &&
             (isConstant(n.input(0)) || isConstant(n.input(1))))
             return importScalarArithmetic(n, a);
-        if (op == "Sub") {
+        if (op == "Sub" || op == "Div") {
             a.only({});
-            return define(n, std::make_shared<Add>(std::vector<float>{1.0f, -1.0f}), dataInputs(n, 2));
+            if (op == "Sub") return define(n, std::make_shared<Sub>(), dataInputs(n, 2));
+            return define(n, std::make_shared<Div>(), dataInputs(n, 2));
         }
         if (op == "Identity") return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
         if (op == "Dropout") return importDropout(n, a);
@@ -1130,25 +1132,28 @@ private:
         return define(n, std::make_shared<Slice>(sliced, start, end), dataInputs(n, 1));
     }
 
-    // ReduceMean over every spatial dim ([N, C, ...] -> [N, C, 1, ...]): a global average pool,
-    // flattened to [N, C] without keepdims.
+    // ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
+    // [N, C] without keepdims); over other dims Tessera's ReduceMean.
     void importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
-        a.only({"axes", "keepdims"});
+        a.only({"axes", "keepdims", "noop_with_empty_axes"});
         requireInputsImported(n);
+        if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
         std::vector<int64_t> axes = a.ints("axes");
         if (n.input_size() > 1 && !n.input(1).empty()) axes = requireConstant(n, 1, "the axes").ints;
+        const bool keep = a.i("keepdims", 1) != 0;
         const int64_t rank = rankOf(n, 0);
-        if (rank < 3 || rank > 5) throw Unsupported{"an input whose rank the model does not declare as 3 to 5"};
         std::vector<int64_t> resolved;
-        for (int64_t ax : axes) resolved.push_back(ax < 0 ? ax + rank : ax);
+        for (int64_t ax : axes) resolved.push_back(ax < 0 && rank >= 0 ? ax + rank : ax);
         std::sort(resolved.begin(), resolved.end());
         std::vector<int64_t> spatial;
         for (int64_t d = 2; d < rank; ++d) spatial.push_back(d);
-        if (resolved != spatial) throw Unsupported{"a mean over other dims than all the spatial ones"};
-        if (a.i("keepdims", 1) != 0) return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
-        auto seq = std::make_shared<Sequential>();
-        seq->append(std::make_shared<GlobalAvgPool>()).append(std::make_shared<Flatten>());
-        return define(n, seq, dataInputs(n, 1));
+        if (rank >= 3 && rank <= 5 && resolved == spatial) {
+            if (keep) return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
+            auto seq = std::make_shared<Sequential>();
+            seq->append(std::make_shared<GlobalAvgPool>()).append(std::make_shared<Flatten>());
+            return define(n, seq, dataInputs(n, 1));
+        }
+        return define(n, std::make_shared<ReduceMean>(axes, keep), dataInputs(n, 1));
     }
 
     // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
@@ -1851,6 +1856,18 @@ private:
         if (cls == "Mul") {
             if (in.size() != 2) throw Unsupported{"products of more than two inputs are not exported"};
             node("Mul", in, out, path);
+            return;
+        }
+        if (cls == "Sub" || cls == "Div") return void(node(cls, in, out, path));
+        if (cls == "ReduceMean") {
+            onnx::NodeProto* n = node("ReduceMean", in, out, path);
+            std::vector<int64_t> axes = schemeInts(bp, "axes");
+            if (axes.empty()) { // every dim, written out
+                for (size_t d = 0; d < inShapes[0].rank(); ++d) axes.push_back(static_cast<int64_t>(d));
+            }
+            attr(n, "axes", axes);
+            const BlueprintValue* keep = schemeValue(bp, "keepDims");
+            attr(n, "keepdims", int64_t{keep && std::get_if<bool>(keep) && !*std::get_if<bool>(keep) ? 0 : 1});
             return;
         }
         if (cls == "Dropout") {

@@ -17,12 +17,59 @@ void requireSameShapes(const Module& m, const Shapes& inShapes, size_t minimum) 
         }
     }
 }
+
+// The shape two inputs broadcast to, as the module's ShapeError when they do not.
+Shape broadcastOf(const Module& m, const Shape& a, const Shape& b) {
+    try {
+        return broadcastShapes(a, b);
+    } catch (const ShapeError& e) {
+        throw ShapeError(m.str() + ": inputs " + e.what() + " (NumPy's broadcasting rules)");
+    }
+}
+
+void requireTwoBroadcasting(const Module& m, const Shapes& inShapes) {
+    if (inShapes.size() != 2) {
+        throw ShapeError(m.str() + ": expects 2 input tensors, got " + std::to_string(inShapes.size()));
+    }
+    broadcastOf(m, inShapes[0], inShapes[1]);
+}
+
+bool broadcasting(const Tensors& data) { return data.size() == 2 && data[0].shape() != data[1].shape(); }
+
+// y = a op b, broadcast (plain float32 on a's device).
+Tensor broadcastOp(BinaryOp op, const Tensor& a, const Tensor& b) {
+    Tensor y = Tensor::empty(broadcastShapes(a.shape(), b.shape()), DType::float32, a.device());
+    backendOf(y).binaryBroadcast(op, a.plain(), b.plain(), y);
+    return y;
+}
+
+// alpha * `full` summed to `shape` (the gradient of an input that broadcast to `full`).
+Tensor sumToShape(const Tensor& full, const Shape& shape, float alpha = 1.0f) {
+    if (full.shape() == shape && alpha == 1.0f) return full;
+    Tensor r = Tensor::empty(shape, DType::float32, full.device());
+    backendOf(r).sumTo(full.plain(), alpha, r);
+    return r;
+}
+
+// True when `gate` is `x`'s per-channel gate: [N, C, 1, ...] against x [N, C, ...], same rank.
+bool gates(const Shape& gate, const Shape& x) {
+    if (gate.rank() != x.rank() || x.rank() < 3 || gate == x) return false;
+    if (gate[0] != x[0] || gate[1] != x[1]) return false;
+    for (size_t d = 2; d < gate.rank(); ++d) {
+        if (gate[static_cast<int64_t>(d)] != 1) return false;
+    }
+    return true;
+}
 } // namespace
 
 Add::Add(std::vector<float> coefficients, std::string name)
     : Module(std::move(name)), coefficients_(std::move(coefficients)) {}
 
 void Add::checkDataShape(const Shapes& inShapes) const {
+    if (inShapes.size() == 2 && inShapes[0] != inShapes[1] && coefficients_.empty()) {
+        broadcastOf(*this, inShapes[0], inShapes[1]);
+        return;
+    }
     requireSameShapes(*this, inShapes, 1);
     if (!coefficients_.empty() && coefficients_.size() != inShapes.size()) {
         throw shapeError("has " + std::to_string(coefficients_.size()) + " coefficients but got " +
@@ -30,12 +77,20 @@ void Add::checkDataShape(const Shapes& inShapes) const {
     }
 }
 
-Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
-    return Shapes(lastInShapes("gradShapeFrom").size(), outGradShapes[0]);
+Shapes Add::dataShapeFrom(const Shapes& inShapes) const {
+    if (inShapes.size() == 2 && inShapes[0] != inShapes[1]) return {broadcastOf(*this, inShapes[0], inShapes[1])};
+    return {inShapes[0]};
 }
 
-// x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout
+Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
+    const Shapes& in = lastInShapes("gradShapeFrom");
+    if (in.size() == 2 && in[0] != in[1]) return in;
+    return Shapes(in.size(), outGradShapes[0]);
+}
+
+// x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout; or a + b broadcast
 Tensors Add::updateData(const Tensors& data) {
+    if (broadcasting(data)) return {broadcastOp(BinaryOp::add, data[0], data[1])};
     Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device(), data[0].layout());
     Backend& be = backendOf(y);
     if (data.size() == 1) {
@@ -48,8 +103,10 @@ Tensors Add::updateData(const Tensors& data) {
 }
 
 Tensors Add::updateGrad(const Tensors& grad) {
+    const Tensors& x = inDataList();
+    if (broadcasting(x)) return {sumToShape(grad[0], x[0].shape()), sumToShape(grad[0], x[1].shape())};
     Tensors dx;
-    for (size_t i = 0; i < inDataList().size(); ++i) {
+    for (size_t i = 0; i < x.size(); ++i) {
         if (coefficient(i) == 1.0f) {
             dx.push_back(grad[0]); // shared, never written in place
         } else {
@@ -69,46 +126,52 @@ Blueprint Add::blueprint() const {
     return bp;
 }
 
-namespace {
-// True when `gate` is `x`'s per-channel gate: [N, C, 1, ...] against x [N, C, ...], same rank.
-bool gates(const Shape& gate, const Shape& x) {
-    if (gate.rank() != x.rank() || x.rank() < 3 || gate == x) return false;
-    if (gate[0] != x[0] || gate[1] != x[1]) return false;
-    for (size_t d = 2; d < gate.rank(); ++d) {
-        if (gate[static_cast<int64_t>(d)] != 1) return false;
+MemoryUse Add::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                         Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (inShapes.size() == 2 && inShapes[0] != inShapes[1]) { // broadcast: a plain output of its own
+        const Shape out = broadcastShapes(inShapes[0], inShapes[1]);
+        use.outLayouts = {Layout::plain};
+        for (size_t i = 0; i < 2; ++i) use.gradViews[i] = inShapes[i] == out ? 0 : -1;
+        return use;
     }
-    return true;
+    for (size_t i = 0; i < inShapes.size(); ++i) use.gradViews[i] = coefficient(i) == 1.0f ? 0 : -1; // dx_i = dy
+    return use;
 }
-} // namespace
+
+// ---- Mul --------------------------------------------------------------------------------
 
 void Mul::checkDataShape(const Shapes& inShapes) const {
-    if (inShapes.size() == 2 && (gates(inShapes[0], inShapes[1]) || gates(inShapes[1], inShapes[0]))) return;
     if (inShapes.size() == 2 && inShapes[0] != inShapes[1]) {
-        throw shapeError("input 1 " + inShapes[1].str() + " differs from input 0 " + inShapes[0].str() +
-                         "; expected one shape, or a per-channel gate [N, C, 1, ...] of the other");
+        broadcastOf(*this, inShapes[0], inShapes[1]);
+        return;
     }
     requireSameShapes(*this, inShapes, 2);
 }
 
 Shapes Mul::dataShapeFrom(const Shapes& inShapes) const {
-    return {inShapes.size() == 2 && gates(inShapes[0], inShapes[1]) ? inShapes[1] : inShapes[0]};
+    if (inShapes.size() == 2 && inShapes[0] != inShapes[1]) return {broadcastOf(*this, inShapes[0], inShapes[1])};
+    return {inShapes[0]};
 }
 
 Shapes Mul::gradShapeFrom(const Shapes& outGradShapes) const {
     const Shapes& in = lastInShapes("gradShapeFrom");
-    if (in.size() == 2 && in[0] != in[1]) return in; // a gate's gradient has the gate's shape
+    if (in.size() == 2 && in[0] != in[1]) return in; // each input's gradient has its shape
     return Shapes(in.size(), outGradShapes[0]);
 }
 
-// x_i: same shape -> y = prod x_i; or x [N, C, ...] and a gate g [N, C, 1, ...] -> y = x g
+// x_i: same shape -> y = prod x_i; or a * b broadcast (a per-channel gate on a fast path)
 Tensors Mul::updateData(const Tensors& data) {
-    if (data.size() == 2 && data[0].shape() != data[1].shape()) {
-        const bool gateFirst = gates(data[0].shape(), data[1].shape());
-        const Tensor& x = gateFirst ? data[1] : data[0];
-        const Tensor& g = gateFirst ? data[0] : data[1];
-        Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
-        backendOf(y).mulChannels(x, g, y);
-        return {y};
+    if (broadcasting(data)) {
+        for (bool gateFirst : {true, false}) {
+            const Tensor& g = data[gateFirst ? 0 : 1];
+            const Tensor& x = data[gateFirst ? 1 : 0];
+            if (!gates(g.shape(), x.shape())) continue;
+            Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+            backendOf(y).mulChannels(x, g, y);
+            return {y};
+        }
+        return {broadcastOp(BinaryOp::mul, data[0], data[1])};
     }
     Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
     Backend& be = backendOf(y);
@@ -120,23 +183,10 @@ Tensors Mul::updateData(const Tensors& data) {
 Tensors Mul::updateGrad(const Tensors& grad) {
     const Tensors& x = inDataList();
     Backend& be = backendOf(grad[0]);
-    if (x.size() == 2 && x[0].shape() != x[1].shape()) {
-        // dx = dy g per channel; dg[n, c] = sum over the plane of dy x (a GEMV against ones).
-        const bool gateFirst = gates(x[0].shape(), x[1].shape());
-        const Tensor& data = gateFirst ? x[1] : x[0];
-        const Tensor& g = gateFirst ? x[0] : x[1];
-        const Tensor& dy = grad[0];
-        Tensor dx = Tensor::empty(data.shape(), DType::float32, dy.device());
-        be.mulChannels(dy, g, dx);
-        const int64_t planes = g.numel(), inner = data.numel() / planes;
-        Tensor prod = Tensor::empty({planes, inner}, DType::float32, dy.device());
-        be.mul(dy, data, prod);
-        Tensor ones = Tensor::empty({inner, 1}, DType::float32, dy.device());
-        be.fill(ones, 1.0f);
-        Tensor dg = Tensor::empty({planes, 1}, DType::float32, dy.device());
-        be.gemm(false, false, 1.0f, prod, ones, 0.0f, dg);
-        dg = dg.reshape(g.shape());
-        return gateFirst ? Tensors{dg, dx} : Tensors{dx, dg};
+    if (broadcasting(x)) {
+        // d a = dy * b summed to a's shape, and the same for b.
+        return {sumToShape(broadcastOp(BinaryOp::mul, grad[0], x[1]), x[0].shape()),
+                sumToShape(broadcastOp(BinaryOp::mul, grad[0], x[0]), x[1].shape())};
     }
     Tensors dx;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -149,11 +199,39 @@ Tensors Mul::updateGrad(const Tensors& grad) {
     return dx;
 }
 
-MemoryUse Add::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
-                         Device device) const {
-    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    for (size_t i = 0; i < inShapes.size(); ++i) use.gradViews[i] = coefficient(i) == 1.0f ? 0 : -1; // dx_i = dy
-    return use;
+// ---- Sub, Div ---------------------------------------------------------------------------
+
+void Sub::checkDataShape(const Shapes& inShapes) const { requireTwoBroadcasting(*this, inShapes); }
+
+Shapes Sub::dataShapeFrom(const Shapes& inShapes) const { return {broadcastOf(*this, inShapes[0], inShapes[1])}; }
+
+Shapes Sub::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
+
+Tensors Sub::updateData(const Tensors& data) {
+    if (broadcasting(data)) return {broadcastOp(BinaryOp::sub, data[0], data[1])};
+    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
+    backendOf(y).axpbyz(-1.0f, data[1].plain(), 1.0f, data[0].plain(), y);
+    return {y};
+}
+
+Tensors Sub::updateGrad(const Tensors& grad) {
+    const Tensors& x = inDataList();
+    return {sumToShape(grad[0], x[0].shape()), sumToShape(grad[0], x[1].shape(), -1.0f)};
+}
+
+void Div::checkDataShape(const Shapes& inShapes) const { requireTwoBroadcasting(*this, inShapes); }
+
+Shapes Div::dataShapeFrom(const Shapes& inShapes) const { return {broadcastOf(*this, inShapes[0], inShapes[1])}; }
+
+Shapes Div::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
+
+Tensors Div::updateData(const Tensors& data) { return {broadcastOp(BinaryOp::div, data[0], data[1])}; }
+
+// t = dy / b: da = t summed to a's shape; db = -(t * y) summed to b's shape (y = a / b).
+Tensors Div::updateGrad(const Tensors& grad) {
+    const Tensors& x = inDataList();
+    const Tensor t = broadcastOp(BinaryOp::div, grad[0], x[1]);
+    return {sumToShape(t, x[0].shape()), sumToShape(broadcastOp(BinaryOp::mul, t, data()), x[1].shape(), -1.0f)};
 }
 
 } // namespace tessera

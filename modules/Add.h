@@ -1,12 +1,15 @@
 #pragma once
-/// \file Add (also known as Sum): a weighted sum of same-shaped tensors.
+/// \file Element-wise merges: Add (also known as Sum), Mul, Sub and Div. Two inputs of
+/// different shapes broadcast by NumPy's rules (dims aligned from the right, each pair equal
+/// or one of them 1; at most 8 dims), and each input's gradient is summed back to its shape.
 
 #include "modules/Module.h"
 
 namespace tessera {
 
 /// [x_0, ..., x_k] (same shape) -> y = sum_i c_i x_i; dx_i = c_i dy. Without coefficients
-/// every c_i is 1; with them there must be one per input.
+/// every c_i is 1; with them there must be one per input. Two inputs without coefficients
+/// may broadcast (a bias [C, 1, 1] added to [N, C, H, W]).
 class Add : public Module {
 public:
     explicit Add(std::vector<float> coefficients = {}, std::string name = {});
@@ -14,11 +17,12 @@ public:
     std::string classname() const override { return "Add"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
 
-    Shapes dataShapeFrom(const Shapes& inShapes) const override { return {inShapes[0]}; }
-    /// Needs the input count of the last dataShapeFrom / forward.
+    /// Needs the input shapes of the last dataShapeFrom / forward.
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// At least one input, all of the same shape, as many as coefficients (when given).
+    /// At least one input, all of the same shape, as many as coefficients (when given); or
+    /// two that broadcast, without coefficients.
     void checkDataShape(const Shapes& inShapes) const override;
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
     bool handlesLayouts() const override { return true; }
     Blueprint blueprint() const override;
 
@@ -39,9 +43,9 @@ private:
 using Sum = Add;
 
 /// [x_0, ..., x_k] (same shape) -> y = x_0 * x_1 * ... element-wise;
-/// dx_i = dy * prod_{j != i} x_j. Two inputs may also be x [N, C, ...] and a per-channel
-/// gate g [N, C, 1, ...] of the same rank, in either order (a squeeze-and-excitation
-/// block's scaling): y = x * g broadcast over the plane, dg the plane sums of dy * x.
+/// dx_i = dy * prod_{j != i} x_j. Two inputs may broadcast: a per-channel gate g
+/// [N, C, 1, ...] times x [N, C, ...] (a squeeze-and-excitation block) takes a fast path,
+/// dg being the plane sums of dy * x.
 class Mul : public Module {
 public:
     explicit Mul(std::string name = {}) : Module(std::move(name)) {}
@@ -51,7 +55,7 @@ public:
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// At least two inputs, all of the same shape, or x and its per-channel gate.
+    /// At least two inputs, all of the same shape, or two that broadcast.
     void checkDataShape(const Shapes& inShapes) const override;
 
 protected:
@@ -59,6 +63,41 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
+};
+
+/// [a, b] -> y = a - b (broadcasting); da = dy, db = -dy, each summed to its input's shape.
+class Sub : public Module {
+public:
+    explicit Sub(std::string name = {}) : Module(std::move(name)) {}
+    std::string classname() const override { return "Sub"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// Needs the input shapes of the last dataShapeFrom / forward.
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// Two inputs whose shapes broadcast.
+    void checkDataShape(const Shapes& inShapes) const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+};
+
+/// [a, b] -> y = a / b (broadcasting); da = dy / b, db = -dy a / b^2, each summed to its
+/// input's shape. Division by zero follows IEEE (inf, nan).
+class Div : public Module {
+public:
+    explicit Div(std::string name = {}) : Module(std::move(name)) {}
+    std::string classname() const override { return "Div"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// Needs the input shapes of the last dataShapeFrom / forward.
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// Two inputs whose shapes broadcast.
+    void checkDataShape(const Shapes& inShapes) const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
 };
 
 } // namespace tessera

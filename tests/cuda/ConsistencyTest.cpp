@@ -42,6 +42,7 @@
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
+#include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
@@ -272,6 +273,11 @@ TEST(CudaConsistency, EveryModule) {
         {"Replicate", make<Replicate>(3), {{2, 3}}},
         {"Add", make<Add>(std::vector<float>{0.5f, 2.0f}), {{2, 3}, {2, 3}}},
         {"Mul", make<Mul>(), {{2, 3}, {2, 3}}},
+        {"Mul gate", make<Mul>(), {{2, 3, 1, 1}, {2, 3, 4, 5}}},
+        {"Mul broadcast", make<Mul>(), {{2, 3, 4}, {3, 1}}},
+        {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
+        {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},
+        {"ReduceMean", make<ReduceMean>(std::vector<int64_t>{1, -1}, false), {{2, 3, 4, 5}}},
         {"LeNet", [] { return ModulePtr(loadLeNet()); }, {{4, 1, 28, 28}}, 1e-3},
         // ResNet-18's gradients are compared by norm. On the CPU alone, scaling the input by
         // 1 +- 6e-6 moves its input gradient by 0.56% (norm) and 0.84% (max) and a

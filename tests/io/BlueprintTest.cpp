@@ -33,6 +33,7 @@
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
+#include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
@@ -53,6 +54,8 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Linear>(
             3, 4, LinearOptions{.wscale = 0.5f, .useBias = false, .initscheme = InitScheme::he, .name = "fc"}),
         std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = -1.0f, .max = 2.5f}),
+        std::make_shared<Activation>(ActivationKind::hardSigmoid,
+                                     ActivationOptions{.hardSlope = 0.2f, .hardOffset = 0.25f}),
         std::make_shared<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = 0.2f}),
         std::make_shared<SoftMax>("sm"),
         std::make_shared<Flatten>(),
@@ -65,6 +68,9 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Replicate>(3),
         std::make_shared<Add>(std::vector<float>{0.5f, 2.0f}),
         std::make_shared<Mul>(),
+        std::make_shared<Sub>("minus"),
+        std::make_shared<Div>(),
+        std::make_shared<ReduceMean>(std::vector<int64_t>{1, -1}, false, "mean"),
         std::make_shared<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
         std::make_shared<Conv2D>(3, 6, std::vector<int64_t>{3, 1}, ConvOptions{.useBias = false, .wscale = 2.0f}),
         std::make_shared<Conv3D>(1, 2, 2),

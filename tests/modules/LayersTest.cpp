@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "GradCheck.h"
+#include "io/Factory.h"
 #include "modules/Cast.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
@@ -12,6 +13,7 @@
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
+#include "modules/Reduce.h"
 #include "modules/Tile.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
@@ -361,6 +363,52 @@ TEST(Cast, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { toInt(Tensor::zeros({2}, DType::int32)); },
                                  {"Cast 'cast'", "expects float32", "int32"}));
     EXPECT_TRUE(blueprintHas(toInt, {"\"intype\": \"float32\"", "\"outtype\": \"int32\""}));
+}
+
+// ---- ReduceMean --------------------------------------------------------------------------
+
+TEST(ReduceMean, ReferenceGradientShape) {
+    // x [2, 3, 2]: x[n, c, w] = 100 n + 10 c + w
+    std::vector<float> xs;
+    for (int n = 0; n < 2; ++n)
+        for (int c = 0; c < 3; ++c)
+            for (int w = 0; w < 2; ++w) xs.push_back(static_cast<float>(100 * n + 10 * c + w));
+    const Tensor x = Tensor::fromVector({2, 3, 2}, xs);
+    ReduceMean overC({1}, true, "m");
+    Tensor y = overC(x);
+    EXPECT_EQ(y.shape(), (Shape{2, 1, 2}));
+    EXPECT_TRUE(allClose(y, {10, 11, 110, 111}));
+    // dx = dy / 3 spread over the channels
+    EXPECT_TRUE(allClose(overC.backward(Tensor::fromVector({2, 1, 2}, std::vector<float>{3, 6, 9, 12})),
+                         {1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}));
+    ReduceMean lastAndBatch({-1, 0}, false);
+    y = lastAndBatch(x);
+    EXPECT_EQ(y.shape(), (Shape{3}));
+    EXPECT_TRUE(allClose(y, {50.5f, 60.5f, 70.5f}));
+    ReduceMean all({}, false);
+    EXPECT_EQ(all(x).shape(), (Shape{1}));
+    EXPECT_TRUE(allClose(all(x), {60.5f}));
+    EXPECT_EQ(ReduceMean({}, true)(x).shape(), (Shape{1, 1, 1}));
+    for (ReduceMean* m : {&overC, &lastAndBatch, &all}) {
+        EXPECT_TRUE(checkGradients(*m, {randomTensor({2, 3, 4, 2}, 3)}));
+        EXPECT_TRUE(checkShapes(*m, {randomTensor({2, 3, 4, 2}, 3)}));
+    }
+}
+
+TEST(ReduceMean, BadInputAndBlueprint) {
+    ReduceMean m({1, 3}, true, "mean");
+    EXPECT_TRUE(throwsShapeError([&] { m(randomTensor({2, 3, 4}, 1)); }, {"ReduceMean 'mean'", "axis 3", "[2, 3, 4]"}));
+    ReduceMean twice({1, -2}, true, "twice");
+    EXPECT_TRUE(throwsShapeError([&] { twice(randomTensor({2, 3, 4}, 1)); }, {"axis -2 is given twice"}));
+    EXPECT_TRUE(throwsShapeError([&] { m(Tensor::zeros({2, 3, 4, 5}, DType::int32)); }, {"int32"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            m(Tensors{randomTensor({2, 3, 4, 5}, 1), randomTensor({2}, 1)});
+        },
+        {"expects 1 input tensor, got 2"}));
+    EXPECT_TRUE(blueprintHas(m, {"\"axes\": [1, 3]", "\"keepDims\": true"}));
+    ModulePtr back = buildModule(m.blueprint());
+    EXPECT_EQ(back->blueprint().toJson(), m.blueprint().toJson());
 }
 
 } // namespace

@@ -1,5 +1,10 @@
-// The branch and merge modules: Concat, Split, Slice, Replicate, Add (Sum), Mul.
+// The branch and merge modules: Concat, Split, Slice, Replicate, Add (Sum), Mul, Sub, Div,
+// and their broadcasting.
+#include <cmath>
+
 #include "GradCheck.h"
+#include "backend/Backend.h"
+#include "io/Factory.h"
 #include "modules/Add.h"
 #include "modules/Concat.h"
 #include "modules/Replicate.h"
@@ -190,7 +195,12 @@ TEST(Add, BadInput) {
         [&] {
             add(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 4}, 1)});
         },
-        {"Add 'sum'", "input 1 [2, 4] differs from input 0 [2, 3]"}));
+        {"Add 'sum'", "inputs [2, 3] and [2, 4] do not broadcast: dim 1 of the result would be 3 and 4"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            add(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 3}, 1), randomTensor({2, 4}, 1)});
+        },
+        {"Add 'sum'", "input 2 [2, 4] differs from input 0 [2, 3]"}));
     EXPECT_TRUE(throwsShapeError(
         [&] {
             Add({1.0f, 2.0f})(Tensors{randomTensor({2}, 1)});
@@ -249,18 +259,121 @@ TEST(Mul, PerChannelGate) {
         [&] {
             mul(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 2}, 2)});
         },
-        {"Mul 'se'", "per-channel gate"}));
+        {"Mul 'se'", "[2, 3, 4] and [2, 3, 2] do not broadcast", "dim 2"}));
+}
+
+// NumPy's broadcasting in Add, Mul, Sub and Div: the reference against loops, the
+// gradients (summed back to each input's shape) against central differences.
+float broadcastRef(BinaryOp op, float a, float b) {
+    switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::div: return a / b;
+    }
+    return 0;
+}
+
+TEST(Broadcast, ReferenceGradientShape) {
+    struct Pair {
+        Shape a, b;
+    };
+    // a bias per channel, a row, a scalar, both sides broadcasting, fewer dims first
+    const Pair pairs[] = {
+        {{2, 3, 4}, {3, 1}}, {{2, 3, 4}, {4}}, {{2, 3}, {1}}, {{2, 1, 4}, {1, 3, 1}}, {{3, 1}, {2, 3, 4}}};
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div}) {
+        for (const Pair& p : pairs) {
+            SCOPED_TRACE(static_cast<int>(op));
+            SCOPED_TRACE(p.a.str() + " op " + p.b.str());
+            ModulePtr m = op == BinaryOp::add   ? ModulePtr(std::make_shared<Add>())
+                          : op == BinaryOp::sub ? ModulePtr(std::make_shared<Sub>())
+                          : op == BinaryOp::mul ? ModulePtr(std::make_shared<Mul>())
+                                                : ModulePtr(std::make_shared<Div>());
+            // b away from 0 so that Div is smooth
+            const Tensor a = randomTensor(p.a, 1), b = randomTensor(p.b, 2, 0.5f, 2.0f);
+            const Tensor y = (*m)(Tensors{a, b})[0];
+            const Shape ys = broadcastShapes(p.a, p.b);
+            ASSERT_EQ(y.shape(), ys);
+            // the reference: index y, map to a and b with NumPy's rules
+            const std::vector<float> av = a.toVector<float>(), bv = b.toVector<float>(), yv = y.toVector<float>();
+            auto at = [](const Shape& s, const std::vector<int64_t>& coord) {
+                int64_t off = 0;
+                for (size_t k = 0; k < s.rank(); ++k) {
+                    const int64_t c = coord[coord.size() - s.rank() + k];
+                    off = off * s.dims()[k] + (s.dims()[k] == 1 ? 0 : c);
+                }
+                return static_cast<size_t>(off);
+            };
+            for (int64_t i = 0; i < ys.numel(); ++i) {
+                std::vector<int64_t> coord(ys.rank());
+                int64_t r = i;
+                for (size_t k = ys.rank(); k-- > 0;) {
+                    coord[k] = r % ys.dims()[k];
+                    r /= ys.dims()[k];
+                }
+                const float want = broadcastRef(op, av[at(p.a, coord)], bv[at(p.b, coord)]);
+                ASSERT_NEAR(yv[static_cast<size_t>(i)], want, 1e-6f * (1 + std::fabs(want))) << i;
+            }
+            EXPECT_TRUE(checkGradients(*m, {a, b}));
+            EXPECT_TRUE(checkShapes(*m, {a, b}));
+        }
+    }
+}
+
+TEST(Broadcast, BadInput) {
+    Sub sub("minus");
+    Div div("ratio");
     EXPECT_TRUE(throwsShapeError(
         [&] {
-            mul(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 4, 1}, 2)});
+            sub(Tensors{randomTensor({2, 3}, 1), randomTensor({4}, 2)});
         },
-        {"differs"}));
+        {"Sub 'minus'", "[2, 3] and [4] do not broadcast"}));
+    EXPECT_TRUE(throwsShapeError([&] { div(Tensors{randomTensor({2, 3}, 1)}); }, {"Div 'ratio'", "expects 2 input"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            div(Tensors{randomTensor({2}, 1), randomTensor({2}, 1), randomTensor({2}, 1)});
+        },
+        {"expects 2 input"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            sub(Tensors{Tensor::zeros({2}, DType::int32), randomTensor({2}, 1)});
+        },
+        {"Sub 'minus'", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { div(Tensors{Tensor::empty({0, 3}), randomTensor({3}, 1)}); }, {"empty"}));
+    // Add broadcasts only without coefficients; more than 8 dims are refused.
+    Add weighted(std::vector<float>{1.0f, 2.0f}, "w");
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            weighted(Tensors{randomTensor({2, 3}, 1), randomTensor({3}, 1)});
+        },
+        {"Add 'w'", "differs"}));
+    Add add;
+    EXPECT_THROW(add(Tensors{randomTensor({1, 1, 1, 1, 1, 1, 1, 1, 2}, 1), randomTensor({2}, 1)}), ShapeError);
+    // Same shapes: Sub is a - b, Div a / b.
+    const Tensor a = Tensor::fromVector({3}, std::vector<float>{1, 4, 9});
+    const Tensor b = Tensor::fromVector({3}, std::vector<float>{2, 2, 3});
+    EXPECT_TRUE(allClose(sub(Tensors{a, b})[0], {-1, 2, 6}));
+    EXPECT_TRUE(allClose(div(Tensors{a, b})[0], {0.5f, 2, 3}));
+    EXPECT_TRUE(
+        allClose(div.backward(Tensors{Tensor::fromVector({3}, std::vector<float>{1, 1, 1})})[1], {-0.25f, -1, -1}));
+}
+
+TEST(Broadcast, BlueprintsRebuild) {
+    for (ModulePtr m : {ModulePtr(std::make_shared<Sub>("s")), ModulePtr(std::make_shared<Div>("d"))}) {
+        ModulePtr back = buildModule(m->blueprint());
+        EXPECT_EQ(back->classname(), m->classname());
+        EXPECT_EQ(back->blueprint().toJson(), m->blueprint().toJson());
+    }
 }
 
 TEST(Mul, BadInput) {
     Mul mul("gate");
     EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{randomTensor({2, 3}, 1)}); }, {"Mul 'gate'", "at least 2"}));
-    EXPECT_TRUE(throwsShapeError([&] { mul(Tensors{randomTensor({2, 3}, 1), randomTensor({3, 3}, 1)}); }, {"differs"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mul(Tensors{randomTensor({2, 3}, 1), randomTensor({3, 3}, 1)});
+        },
+        {"do not broadcast"}));
     EXPECT_TRUE(throwsShapeError(
         [&] {
             mul(Tensors{Tensor::zeros({2, 6}, DType::int32), Tensor::zeros({2, 6}, DType::int32)});

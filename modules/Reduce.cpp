@@ -1,0 +1,78 @@
+#include "modules/Reduce.h"
+
+#include <algorithm>
+
+#include "backend/Backend.h"
+
+namespace tessera {
+
+ReduceMean::ReduceMean(std::vector<int64_t> axes, bool keepDims, std::string name)
+    : Module(std::move(name)), axes_(std::move(axes)), keepDims_(keepDims) {}
+
+void ReduceMean::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    const auto rank = static_cast<int64_t>(inShapes[0].rank());
+    if (rank > 8) throw shapeError("input " + inShapes[0].str() + " has more than 8 dims");
+    std::vector<int64_t> seen;
+    for (int64_t a : axes_) {
+        const int64_t d = a < 0 ? a + rank : a;
+        if (d < 0 || d >= rank) {
+            throw shapeError("axis " + std::to_string(a) + " is out of range for input " + inShapes[0].str());
+        }
+        if (std::find(seen.begin(), seen.end(), d) != seen.end()) {
+            throw shapeError("axis " + std::to_string(a) + " is given twice");
+        }
+        seen.push_back(d);
+    }
+}
+
+Shape ReduceMean::keptShape(const Shape& in) const {
+    std::vector<int64_t> dims = in.dims();
+    const auto rank = static_cast<int64_t>(in.rank());
+    if (axes_.empty()) std::fill(dims.begin(), dims.end(), 1);
+    for (int64_t a : axes_) dims[static_cast<size_t>(a < 0 ? a + rank : a)] = 1;
+    return Shape(dims);
+}
+
+Shapes ReduceMean::dataShapeFrom(const Shapes& inShapes) const {
+    const Shape kept = keptShape(inShapes[0]);
+    if (keepDims_) return {kept};
+    std::vector<int64_t> dims;
+    const auto rank = static_cast<int64_t>(inShapes[0].rank());
+    for (int64_t d = 0; d < rank; ++d) {
+        bool reduced = axes_.empty();
+        for (int64_t a : axes_) reduced = reduced || (a < 0 ? a + rank : a) == d;
+        if (!reduced) dims.push_back(inShapes[0][d]);
+    }
+    if (dims.empty()) dims.push_back(1); // every dim reduced: [1]
+    return {Shape(dims)};
+}
+
+Shapes ReduceMean::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
+
+Tensors ReduceMean::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    const Shape kept = keptShape(x.shape());
+    Tensor y = Tensor::empty(kept, DType::float32, x.device());
+    backendOf(y).sumTo(x, 1.0f / static_cast<float>(x.numel() / std::max<int64_t>(kept.numel(), 1)), y);
+    return {y.reshape(dataShapeFrom(Shapes{x.shape()})[0])};
+}
+
+Tensors ReduceMean::updateGrad(const Tensors& grad) {
+    const Shape& in = inData().shape();
+    const Shape kept = keptShape(in);
+    const Tensor dy = grad[0].plain().reshape(kept);
+    const float scale = 1.0f / static_cast<float>(in.numel() / std::max<int64_t>(kept.numel(), 1));
+    Tensor dx = Tensor::empty(in, DType::float32, dy.device());
+    backendOf(dx).binaryBroadcast(BinaryOp::mul, dy, Tensor::full({1}, scale, dy.device()), dx);
+    return {dx};
+}
+
+Blueprint ReduceMean::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("axes", axes_);
+    bp.scheme.emplace_back("keepDims", keepDims_);
+    return bp;
+}
+
+} // namespace tessera
