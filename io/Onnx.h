@@ -5,9 +5,12 @@
 /// Imported ops (default domain, opsets 6 to 17; docs/onnx.md has the table and the
 /// attributes each supports): Conv, ConvTranspose, Gemm, MatMul (with a constant weight), MaxPool,
 /// AveragePool, GlobalAveragePool, BatchNormalization, InstanceNormalization, LRN, Relu,
-/// LeakyRelu, Elu, Sigmoid, Tanh, Softplus, Clip, PRelu, Softmax, Dropout, Identity, Flatten,
-/// Reshape (a constant shape), Transpose, Concat, Split, Pad, Tile, Resize and Upsample
-/// (nearest, integer scales), Add and Sum (same-shaped inputs), Mul (same-shaped inputs).
+/// LeakyRelu, Elu, Sigmoid, Tanh, Softplus, Clip, HardSigmoid, HardSwish, PRelu, Softmax,
+/// Dropout, Identity, Flatten, Reshape, Unsqueeze, Squeeze, Transpose, Concat, Split, Slice,
+/// Pad, Tile, Resize and Upsample (nearest, integer scales), Add, Sum, Mul, Sub, Div
+/// (broadcasting), ReduceMean, Gather (from a constant table: an Embedder), Cast (to float),
+/// GELU's erf pattern (one Gelu). Shape computations (Shape, Gather, Unsqueeze, Concat,
+/// Slice, integer arithmetic) fold into constants, a free batch dim staying a symbol.
 /// Constant nodes feed the inputs that must be constant.
 
 #include <map>
