@@ -1339,15 +1339,20 @@ private:
         const float alpha = a.f("alpha", 1.0f), beta = a.f("beta", 1.0f);
         const bool bias = n.input_size() > 2 && !n.input(2).empty();
         auto lin = std::make_shared<Linear>(in, out, LinearOptions{.useBias = bias, .initscheme = InitScheme::none});
-        const std::vector<float> bv = b.tensor.toVector<float>();
-        std::vector<float> w(static_cast<size_t>(in * out));
-        for (int64_t i = 0; i < in; ++i) {
-            for (int64_t o = 0; o < out; ++o) {
-                w[static_cast<size_t>(i * out + o)] =
-                    alpha * bv[static_cast<size_t>(transB ? o * in + i : i * out + o)];
+        // W [in, out] = alpha B, or alpha B^T: written in place, transposed in 64 x 64 tiles.
+        Tensor& W = lin->getVar("W")->data;
+        const float* bv = b.tensor.data<float>();
+        float* w = W.data<float>();
+        constexpr int64_t kTile = 64;
+        for (int64_t i0 = 0; i0 < in; i0 += kTile) {
+            for (int64_t o0 = 0; o0 < out; o0 += kTile) {
+                for (int64_t i = i0; i < std::min(in, i0 + kTile); ++i) {
+                    for (int64_t o = o0; o < std::min(out, o0 + kTile); ++o) {
+                        w[i * out + o] = alpha * bv[transB ? o * in + i : i * out + o];
+                    }
+                }
             }
         }
-        lin->getVar("W")->data.copyFrom(Tensor::fromVector({in, out}, w));
         if (bias) {
             const Constant& c = requireConstant(n, 2, "C");
             std::vector<float> cv = c.tensor.toVector<float>();
