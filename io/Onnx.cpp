@@ -1226,8 +1226,17 @@ private:
             a.only({"mode", "scales"});
         }
         const std::string mode = a.s("mode", "nearest");
-        if (mode != "nearest") throw Unsupported{"mode " + mode + " (nearest is supported)"};
-        if (resize) {
+        if (mode != "nearest" && mode != "linear" && !(mode == "bilinear" && !resize))
+            throw Unsupported{"mode " + mode + " (nearest and linear are supported)"};
+        const bool linear = mode != "nearest";
+        if (linear && resize) { // Tessera's linear upsampling samples at half-pixel centres
+            const std::string ctm = a.s("coordinate_transformation_mode", "half_pixel");
+            if (ctm != "half_pixel" && ctm != "pytorch_half_pixel")
+                throw Unsupported{"linear with coordinate_transformation_mode " + ctm +
+                                  " (half_pixel and pytorch_half_pixel are supported)"};
+        } else if (linear) {
+            throw Unsupported{"Upsample's linear mode (asymmetric coordinates) is not supported"};
+        } else if (resize) {
             const std::string ctm = a.s("coordinate_transformation_mode", "half_pixel");
             const std::string nm = a.s("nearest_mode", "round_prefer_floor");
             // With an integer scale, nearest picks input index floor(out / scale) under these rules.
@@ -1253,8 +1262,9 @@ private:
         if (s != std::floor(s) || s < 1)
             throw Unsupported{"a scale of " + std::to_string(s) + " (integer scales are supported)"};
         ModulePtr m;
-        if (scales.size() == 4) m = std::make_shared<Upsample2D>(static_cast<int64_t>(s));
-        if (scales.size() == 5) m = std::make_shared<Upsample3D>(static_cast<int64_t>(s));
+        const UpsampleOptions o{.mode = linear ? ResampleMode::linear : ResampleMode::nearest};
+        if (scales.size() == 4) m = std::make_shared<Upsample2D>(static_cast<int64_t>(s), o);
+        if (scales.size() == 5) m = std::make_shared<Upsample3D>(static_cast<int64_t>(s), o);
         if (!m) throw Unsupported{"rank " + std::to_string(scales.size()) + " (4 and 5 are supported)"};
         return define(n, m, dataInputs(n, 1));
     }
@@ -1915,7 +1925,7 @@ private:
             return;
         }
         if (cls == "Upsample2D" || cls == "Upsample3D") {
-            if (schemeString(bp, "mode") != "nearest") throw Unsupported{"linear upsampling is not exported"};
+            const bool linear = schemeString(bp, "mode") == "linear";
             const float sc = static_cast<float>(schemeInt(bp, "scale", 2));
             std::vector<float> scales(inShapes[0].rank(), sc);
             scales[0] = scales[1] = 1.0f;
@@ -1923,9 +1933,10 @@ private:
                 "Resize",
                 {in[0], "", init(path + ".scales", Tensor::fromVector({static_cast<int64_t>(scales.size())}, scales))},
                 out, path);
-            for (const auto& [k, v] : {std::pair<const char*, const char*>{"mode", "nearest"},
-                                       {"coordinate_transformation_mode", "asymmetric"},
-                                       {"nearest_mode", "floor"}}) {
+            std::vector<std::pair<const char*, const char*>> attrs = {
+                {"mode", "nearest"}, {"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "floor"}};
+            if (linear) attrs = {{"mode", "linear"}, {"coordinate_transformation_mode", "half_pixel"}};
+            for (const auto& [k, v] : attrs) {
                 auto* a = n->add_attribute();
                 a->set_name(k);
                 a->set_type(onnx::AttributeProto::STRING);

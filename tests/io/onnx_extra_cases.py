@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ONNX test cases, in the layout of ONNX's own test data (model.onnx, test_data_set_0/
 input_*.pb, output_*.pb), for imported op forms that ONNX's data has no passing case of:
-Resize and Upsample with nearest integer scales, Tile along one dim; and the forms exporters
+Resize and Upsample with nearest integer scales, Resize linear with half-pixel centres,
+Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
 over the spatial dims, arithmetic with scalar constants, Sub, Slice, Unsqueeze/Squeeze and
@@ -60,6 +61,22 @@ def main():
         node = helper.make_node("Tile", ["x", "reps"], ["y"])
         g = helper.make_graph([node], "tile", [value("x", x.shape)], [value("y", y.shape)], [r])
         save(root, "tile_" + "_".join(map(str, reps)), g, [x], [y], 13)
+    # Linear with an integer scale and half-pixel centres: output o samples input
+    # (o + 0.5) / s - 0.5, clamped to the edges, interpolated between its two neighbours.
+    def linear_axis(a, axis, s):
+        n = a.shape[axis]
+        src = np.clip((np.arange(n * s) + 0.5) / s - 0.5, 0, n - 1)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, n - 1)
+        w = (src - lo).reshape([-1 if d == axis else 1 for d in range(a.ndim)])
+        return np.take(a, lo, axis=axis) * (1 - w) + np.take(a, hi, axis=axis) * w
+
+    for s in (2, 3):
+        y = linear_axis(linear_axis(x, 2, s), 3, s).astype(np.float32)
+        scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, s, s])
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+        g = helper.make_graph([node], "resize", [value("x", x.shape)], [value("y", y.shape)], [scales])
+        save(root, f"resize_linear_half_pixel_x{s}", g, [x], [y], 13)
     exporter_forms(root, x)
 
 
