@@ -1397,7 +1397,8 @@ private:
         }
         onlyOutputs(n, 1);
         autoPadNotSet(a);
-        if (a.i("ceil_mode", 0) != 0) throw Unsupported{"ceil_mode 1 is not supported"};
+        const bool ceil = a.i("ceil_mode", 0) != 0;
+        if (ceil && !isMax) throw Unsupported{"ceil_mode 1 is not supported for AveragePool"};
         const std::vector<int64_t> kernel = a.ints("kernel_shape");
         const size_t dims = kernel.size();
         if (dims < 1 || dims > 3) throw Unsupported{"kernel_shape of " + std::to_string(dims) + " dims"};
@@ -1412,6 +1413,7 @@ private:
             if (o.pad[d] >= kernel[d]) throw Unsupported{"a pad as large as the kernel is not supported"};
         }
         o.includePad = a.i("count_include_pad", 0) != 0;
+        if (ceil) return importCeilMaxPool(n, kernel, o);
         ModulePtr m;
         if (isMax) {
             if (dims == 1) m = std::make_shared<MaxPool1D>(kernel, o);
@@ -1423,6 +1425,43 @@ private:
             if (dims == 3) m = std::make_shared<AvgPool3D>(kernel, o);
         }
         return define(n, m, dataInputs(n, 1));
+    }
+
+    // MaxPool with ceil_mode 1: the windows the ceiling adds reach past the high edge, so
+    // the input is padded there with -FLT_MAX (never the max of a window that holds a real
+    // element, as every window does) and pooled without padding: Pad1D/2D then MaxPool.
+    void importCeilMaxPool(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, PoolOptions o) {
+        const size_t dims = kernel.size();
+        if (dims > 2) throw Unsupported{"ceil_mode 1 on a 3-D pool is not supported"};
+        auto in = shapes_.find(n.input(0));
+        if (in == shapes_.end() || in->second.size() != dims + 2)
+            throw Unsupported{"ceil_mode 1 on an input whose shape is not known at import"};
+        std::vector<int64_t> loHi;
+        bool extra = false;
+        for (size_t d = 0; d < dims; ++d) {
+            const int64_t size = in->second[2 + d].value, k = kernel[d], st = o.stride[d], p = o.pad[d];
+            if (size < 0) throw Unsupported{"ceil_mode 1 on a spatial dim not known at import"};
+            int64_t out = (size + 2 * p - k + st - 1) / st + 1;
+            if ((out - 1) * st >= size + p) --out; // the last window must start inside the input or its left pad
+            const int64_t high = std::max<int64_t>(0, (out - 1) * st + k - (size + 2 * p));
+            extra = extra || high > 0;
+            loHi.push_back(p);
+            loHi.push_back(p + high);
+        }
+        ModulePtr pool;
+        if (!extra) { // the ceiling adds no window here: a plain pool
+            if (dims == 1) pool = std::make_shared<MaxPool1D>(kernel, o);
+            if (dims == 2) pool = std::make_shared<MaxPool2D>(kernel, o);
+            return define(n, pool, dataInputs(n, 1));
+        }
+        const PadOptions padOptions{.mode = PadMode::constant, .fillValue = -std::numeric_limits<float>::max()};
+        o.pad.assign(dims, 0);
+        auto seq = std::make_shared<Sequential>();
+        if (dims == 1)
+            seq->append(std::make_shared<Pad1D>(loHi, padOptions)).append(std::make_shared<MaxPool1D>(kernel, o));
+        if (dims == 2)
+            seq->append(std::make_shared<Pad2D>(loHi, padOptions)).append(std::make_shared<MaxPool2D>(kernel, o));
+        return define(n, seq, dataInputs(n, 1));
     }
 
     void importBatchNorm(const onnx::NodeProto& n, const Attributes& a) {
@@ -1889,7 +1928,16 @@ private:
             node("Dropout", {in[0], initScalar(path + ".ratio", schemeFloat(bp, "p", 0.5f))}, out, path);
             return;
         }
-        if (cls == "Transpose") return attr(node("Transpose", in, out, path), "perm", schemeInts(bp, "axes"));
+        if (auto* perm = dynamic_cast<AxisPermutation*>(&m)) { // Transpose, SwapAxes, MoveAxis
+            return attr(node("Transpose", in, out, path), "perm", perm->permutation(inShapes[0].rank()));
+        }
+        if (cls == "Replicate") { // one Identity per copy
+            for (size_t k = 0; k < out.size(); ++k) node("Identity", in, {out[k]}, path + "_" + std::to_string(k));
+            return;
+        }
+        // Train-time noise: the inference form, written as Identity (read back as Identity).
+        if (cls == "NoiseInjector" || cls == "Dropout2D") return void(node("Identity", in, out, path));
+
         if (cls == "Pad1D" || cls == "Pad2D") {
             const std::vector<int64_t> loHi = schemeInts(bp, "pad"); // (lo, hi) per spatial dim
             const size_t rank = inShapes[0].rank();

@@ -14,6 +14,8 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     void checkDataShape(const Shapes& inShapes) const override;
     void checkGradShape(const Shapes& outGradShapes) const override;
+    /// The permutation applied to an input of `rank` (empty when the rank does not fit).
+    std::vector<int64_t> permutation(size_t rank) const { return permFor(rank); }
 
 protected:
     /// The permutation for an input of `rank` (y.dims[i] = x.dims[perm[i]]); empty when the

@@ -15,6 +15,7 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/Concat.h"
+#include "modules/Dropout2D.h"
 #include "modules/Flatten.h"
 #include "modules/Gelu.h"
 #include "modules/Identity.h"
@@ -22,6 +23,7 @@
 #include "modules/LRN.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
+#include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/PoolND.h"
@@ -292,8 +294,9 @@ TEST(Onnx, ZooModelsRoundTripWithEqualOutputs) {
 }
 
 // The layers no zoo model has: pad, split, tile, upsample, transpose, PRelu, LRN, instance
-// norm, clip, leaky relu, gelu, the hard activations, a gate, a difference, scalar
-// arithmetic, a slice, softmax, through export and back (at opset 13 and 14).
+// norm, clip, leaky relu, noise and channel dropout (inference form), copies, axis swaps,
+// gelu, the hard activations, a gate, a difference, scalar arithmetic, a slice, softmax,
+// through export and back (at opset 13 and 14).
 TEST(Onnx, EveryExportedLayerRoundTrips) {
     manualSeed(6);
     auto x = node(std::make_shared<Identity>(), {}, "x");
@@ -315,7 +318,14 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
     auto sum = node(std::make_shared<Add>(), {clip, leaky}, "sum");
     // The forms exporters write that the import maps: gelu (its erf form), the hard
     // activations, a squeeze-and-excitation gate, a difference, scalar arithmetic, a slice.
-    auto gelu = node(std::make_shared<Gelu>(), sum, "gelu");
+    // Train-time noise (written in its inference form, as Identity), copies, axis swaps.
+    auto noisy = node(std::make_shared<NoiseInjector>(), sum, "noisy");
+    auto drop2 = node(std::make_shared<Dropout2D>(), noisy, "drop2");
+    auto copies = node(std::make_shared<Replicate>(2), drop2, "copies");
+    auto both = node(std::make_shared<Add>(), {Parent(copies, 0), Parent(copies, 1)}, "both");
+    auto swapped = node(std::make_shared<SwapAxes>(2, 3), both, "swapped");
+    auto back2 = node(std::make_shared<MoveAxis>(3, 2), swapped, "back2");
+    auto gelu = node(std::make_shared<Gelu>(), back2, "gelu");
     auto hsig = node(std::make_shared<Activation>(ActivationKind::hardSigmoid, ActivationOptions{.hardSlope = 0.3f}),
                      gelu, "hsig");
     auto hswish = node(std::make_shared<Activation>(ActivationKind::hardSwish), gelu, "hswish");

@@ -8,8 +8,9 @@ TESSERA is the tessera binary. Each model (torchvision, random weights, eval mod
 exported at opset 13 with a free batch dim, checked at batch 2, run on the same random
 input as PyTorch, and compared: every output within 1e-4 of PyTorch's, relative to the
 largest. Without arguments it takes ResNet-18, VGG-11, MobileNet V2 (depthwise), MobileNet
-V3 small (hard-swish, squeeze-and-excitation gates), DenseNet-121 (concatenations) and
-ShuffleNet V2 (channel shuffles from computed shapes). Exits 1 on the first mismatch.
+V3 small (hard-swish, squeeze-and-excitation gates), DenseNet-121 (concatenations),
+ShuffleNet V2 (channel shuffles from computed shapes), SqueezeNet 1.1 and GoogLeNet (max
+pools with ceil_mode). Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
 """
 import os
@@ -27,6 +28,8 @@ MODELS = {
     "mobilenet_v3_small": torchvision.models.mobilenet_v3_small,
     "densenet121": torchvision.models.densenet121,
     "shufflenet_v2_x0_5": torchvision.models.shufflenet_v2_x0_5,
+    "squeezenet1_1": torchvision.models.squeezenet1_1,
+    "googlenet": lambda: torchvision.models.googlenet(aux_logits=False, init_weights=True),
 }
 RTOL = 1e-4
 

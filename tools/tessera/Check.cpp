@@ -10,6 +10,7 @@
 #include "io/Factory.h"
 #include "io/Hdf5.h"
 #include "io/Onnx.h"
+#include "io/Summary.h"
 #include "models/Zoo.h"
 #include "modules/Init.h"
 
@@ -112,8 +113,8 @@ int runCheck(const CheckArgs& a) {
                         str(shapes).c_str());
             return 1;
         }
-        std::printf("ok: %s, %s -> %s, %lld parameters; shapes checked in %.2f ms (model built in %.0f ms)\n",
-                    a.model.c_str(), str(shapes).c_str(), str(out).c_str(), static_cast<long long>(net->numOfParams()),
+        std::printf("ok: %s, %s -> %s, %s parameters; shapes checked in %.2f ms (model built in %.0f ms)\n",
+                    a.model.c_str(), str(shapes).c_str(), str(out).c_str(), thousands(net->numOfParams()).c_str(),
                     checkMs, buildMs);
         return 0;
     } catch (const ShapeError& e) {

@@ -4,6 +4,7 @@
 #include "Commands.h"
 #include "io/Hdf5.h"
 #include "io/Onnx.h"
+#include "io/Summary.h"
 
 namespace tessera::cli {
 
@@ -25,12 +26,12 @@ int runConvert(const ConvertArgs& a) {
     if (toOnnx) {
         const Shapes shapes = inputsFor(a.in, a.inputs, a.batch);
         exportOnnx(*net, shapes, a.out);
-        std::printf("wrote %s (ONNX, %lld parameters, inputs %s)\n", a.out.c_str(),
-                    static_cast<long long>(net->numOfParams()), str(shapes).c_str());
+        std::printf("wrote %s (ONNX, %s parameters, inputs %s)\n", a.out.c_str(), thousands(net->numOfParams()).c_str(),
+                    str(shapes).c_str());
     } else {
         saveModel(*net, a.out);
-        std::printf("wrote %s (HDF5 with the blueprint, %lld parameters)\n", a.out.c_str(),
-                    static_cast<long long>(net->numOfParams()));
+        std::printf("wrote %s (HDF5 with the blueprint, %s parameters)\n", a.out.c_str(),
+                    thousands(net->numOfParams()).c_str());
     }
     return 0;
 }

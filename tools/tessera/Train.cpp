@@ -15,6 +15,7 @@
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "io/Hdf5.h"
+#include "io/Summary.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
 #include "training/Idx.h"
@@ -125,8 +126,8 @@ int runTrain(const TrainArgs& a) {
                          e.what());
     }
 
-    std::printf("model: %s, %lld parameters; optimizer: %s", a.model.c_str(),
-                static_cast<long long>(net->numOfParams()), a.optimizer.c_str());
+    std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
+                a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
     std::printf(" (learning rate %g), batch %lld, seed %llu, device %s\n", optimizer->learnRate(),
                 static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str());
