@@ -27,6 +27,28 @@ struct MemoryStats {
     size_t peak = 0;    ///< most live at once since the last resetPeak
 };
 
+/// Recurrent cells (Backend::rnnForward): vanilla RNNs with relu or tanh, LSTM, and GRU in
+/// its linear-before-reset form (the GRU of cuDNN and PyTorch).
+enum class RnnMode { relu, tanh, lstm, gru };
+
+/// One layer of a recurrent network, read forwards, and backwards too when `directions`
+/// is 2: x [T, N, I] -> y [T, N, directions * hidden] (the forward direction's features
+/// first).
+struct RnnParams {
+    RnnMode mode = RnnMode::lstm;
+    int64_t directions = 1;
+    int64_t hidden = 0;
+};
+
+/// The gates of a recurrent cell: 1, LSTM 4 (i, f, g, o), GRU 3 (r, z, n).
+inline int64_t rnnGates(RnnMode mode) { return mode == RnnMode::lstm ? 4 : mode == RnnMode::gru ? 3 : 1; }
+
+/// One layer's weights, one entry per direction, in PyTorch's layout and gate order:
+/// wIh [G H, I], wHh [G H, H], bIh and bHh [G H]. A gradient set has the same shapes.
+struct RnnWeights {
+    std::vector<Tensor> wIh, wHh, bIh, bHh;
+};
+
 /// Element-wise binary operations (Backend::binaryBroadcast).
 enum class BinaryOp { add, sub, mul, div };
 
@@ -161,6 +183,21 @@ public:
     /// x: a shape that y's broadcasts to -> y <- alpha * (x summed over the dims y
     /// broadcasts along): the gradient of a broadcast operand. Plain float32.
     virtual void sumTo(const Tensor& x, float alpha, const Tensor& y) = 0;
+    // ---- recurrent layers ---------------------------------------------------------------
+    /// One layer (RnnParams) over x [T, N, I] from the states h0 (and, for LSTM, c0)
+    /// [D, N, H] -> y [T, N, D H] and the final states hN (cN) [D, N, H]. With `training`
+    /// the workspace backward needs is allocated into `workspace`. c0, cN: undefined unless
+    /// LSTM. Default: BackendError (a backend without recurrent layers).
+    virtual void rnnForward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0,
+                            const Tensor& c0, bool training, const Tensor& y, const Tensor& hN, const Tensor& cN,
+                            Tensor& workspace);
+    /// The gradients of rnnForward's outputs dy, dhN (dcN) -> dx, dh0 (dc0) and the weight
+    /// gradients `g` (overwritten), from the training forward's tensors and workspace.
+    virtual void rnnBackward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0,
+                             const Tensor& c0, const Tensor& y, const Tensor& hN, const Tensor& cN, const Tensor& dy,
+                             const Tensor& dhN, const Tensor& dcN, const Tensor& workspace, const Tensor& dx,
+                             const Tensor& dh0, const Tensor& dc0, const RnnWeights& g);
+
     /// x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] <- x[n, c, ...] * m[n, c].
     virtual void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) = 0;
     /// x, y: same numel, float32 <-> int32 (float to int rounds toward zero).

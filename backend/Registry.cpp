@@ -11,6 +11,17 @@
 
 namespace tessera {
 
+void Backend::rnnForward(const RnnParams&, const RnnWeights&, const Tensor&, const Tensor&, const Tensor&, bool,
+                         const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+    throw BackendError("recurrent layers are not implemented on " + device().str() + " yet");
+}
+
+void Backend::rnnBackward(const RnnParams&, const RnnWeights&, const Tensor&, const Tensor&, const Tensor&,
+                          const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                          const Tensor&, const Tensor&, const Tensor&, const Tensor&, const RnnWeights&) {
+    throw BackendError("recurrent layers are not implemented on " + device().str() + " yet");
+}
+
 Backend& backendFor(Device device) {
     if (device.isCpu()) {
         static CpuBackend cpu;

@@ -33,6 +33,7 @@
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
+#include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
@@ -235,6 +236,16 @@ const std::map<std::string, Builder>& table() {
              return std::make_shared<Add>(a.floats("coefficients"), a.name());
          }},
         {"Mul", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Mul>(a.name()); }},
+        {"RNN",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<RNN>(a.i("insize"), a.i("hsize"),
+                                          RNNOptions{.layers = a.i("layers", 1),
+                                                     .mode = rnnModeFromString(a.s("mode", "lstm")),
+                                                     .bidirectional = a.b("bidirectional", false),
+                                                     .getSequences = a.b("getSequences", false),
+                                                     .batchFirst = a.b("batchFirst", false),
+                                                     .name = a.name()});
+         }},
         {"ReduceMean",
          [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<ReduceMean>(a.ints("axes", {}), a.b("keepDims", true), a.name());

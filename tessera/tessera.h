@@ -42,6 +42,7 @@
 #include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
+#include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"

@@ -38,6 +38,12 @@ public:
     void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
     void binaryBroadcast(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) override;
     void sumTo(const Tensor& x, float alpha, const Tensor& y) override;
+    void rnnForward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0, const Tensor& c0,
+                    bool training, const Tensor& y, const Tensor& hN, const Tensor& cN, Tensor& workspace) override;
+    void rnnBackward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0, const Tensor& c0,
+                     const Tensor& y, const Tensor& hN, const Tensor& cN, const Tensor& dy, const Tensor& dhN,
+                     const Tensor& dcN, const Tensor& workspace, const Tensor& dx, const Tensor& dh0, const Tensor& dc0,
+                     const RnnWeights& g) override;
     void activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) override;
     void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
                             const Tensor& dx) override;

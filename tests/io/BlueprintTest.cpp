@@ -33,6 +33,7 @@
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
+#include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
@@ -71,6 +72,8 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Sub>("minus"),
         std::make_shared<Div>(),
         std::make_shared<ReduceMean>(std::vector<int64_t>{1, -1}, false, "mean"),
+        std::make_shared<RNN>(
+            3, 4, RNNOptions{.layers = 2, .mode = RnnMode::gru, .bidirectional = true, .getSequences = true}),
         std::make_shared<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
         std::make_shared<Conv2D>(3, 6, std::vector<int64_t>{3, 1}, ConvOptions{.useBias = false, .wscale = 2.0f}),
         std::make_shared<Conv3D>(1, 2, 2),
