@@ -191,6 +191,8 @@ public:
     virtual void rnnForward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0,
                             const Tensor& c0, bool training, const Tensor& y, const Tensor& hN, const Tensor& cN,
                             Tensor& workspace);
+    /// The bytes of the workspace a training rnnForward of `p` over x [T, N, I] allocates.
+    virtual int64_t rnnWorkspaceBytes(const RnnParams& /*p*/, const Shape& /*x*/) { return 0; }
     /// The gradients of rnnForward's outputs dy, dhN (dcN) -> dx, dh0 (dc0) and the weight
     /// gradients `g` (overwritten), from the training forward's tensors and workspace.
     virtual void rnnBackward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0,

@@ -38,6 +38,7 @@
 #include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
+#include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
@@ -61,6 +62,9 @@ struct Constant {
     bool isInt = false;
     std::vector<int64_t> dims; // the ONNX shape (a scalar has none)
     std::vector<std::string> symbols;
+    // All zeros, of a shape with dims not known at import (an Expand or ConstantOfShape of 0
+    // to a computed shape, as exporters write zero initial states): no tensor.
+    bool zeros = false;
 
     bool symbolic() const {
         for (const std::string& x : symbols) {
@@ -268,6 +272,8 @@ public:
         }
         std::vector<std::string> errors;
         size_t dependents = 0; // nodes whose own op and attributes are fine but whose input is missing
+        for (const onnx::NodeProto& n : g.node()) usedValues_.insert(n.input().begin(), n.input().end());
+        for (const onnx::ValueInfoProto& v : g.output()) usedValues_.insert(v.name());
         findGelus();
         for (int i = 0; i < g.node_size(); ++i) {
             const onnx::NodeProto& n = g.node(i);
@@ -557,6 +563,7 @@ private:
             return define(n, reshapeTo(n), dataInputs(n, 1));
         }
         if (op == "Slice") return importSlice(n, a);
+        if (op == "LSTM" || op == "GRU" || op == "RNN") return importRnn(n, a);
         if (op == "Gather") return importGather(n, a);
         if (op == "ReduceMean") return importReduceMean(n, a);
         if (op == "HardSigmoid") {
@@ -789,6 +796,7 @@ private:
     //   Div(x, sqrt 2) or Mul(x, 1 / sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5), or with
     //   the 0.5 taken first: Mul(x, 0.5) -> Mul(that, 1 + erf). Each becomes one Gelu at the
     //   last node of the pattern (gelus_: its index -> x); the others are skipped (inGelu_).
+    std::unordered_set<std::string> usedValues_; // every value some node or the graph's outputs take
     std::unordered_map<int, std::string> gelus_;
     std::unordered_set<int> inGelu_;
 
@@ -907,6 +915,7 @@ private:
         for (const std::string& in : n.input()) {
             if (!in.empty() && !isConstant(in)) return false;
         }
+        if (op == "Expand" || op == "ConstantOfShape") return foldFill(n, a);
         const Constant& x = constants_.at(n.input(0));
         if (op == "Identity") return setConstant(n.output(0), Constant(x));
         if (op == "Cast") {
@@ -1022,6 +1031,53 @@ private:
         return false;
     }
 
+    // Expand(c, shape) and ConstantOfShape(shape): a constant tensor when the shape is known,
+    // a zeros marker when it holds symbols and the value is 0.
+    bool foldFill(const onnx::NodeProto& n, const Attributes& a) {
+        const bool expand = n.op_type() == "Expand";
+        const Constant& shape = constants_.at(n.input(expand ? 1 : 0));
+        if (!shape.isInt) return false;
+        float value = 0.0f;
+        std::vector<float> values;
+        Shape from{1};
+        if (expand) {
+            const Constant& c = constants_.at(n.input(0));
+            if (c.isInt || c.zeros || !c.tensor.defined()) return false;
+            values = c.tensor.toVector<float>();
+            from = Shape(c.dims);
+        } else {
+            if (const onnx::AttributeProto* v = a.get("value")) {
+                const Constant c = constantOf(v->t(), "ConstantOfShape's value");
+                if (c.isInt || !c.tensor.defined()) return false;
+                values = c.tensor.toVector<float>();
+            } else {
+                values = {0.0f};
+            }
+            value = values.at(0);
+        }
+        bool allZero = true;
+        for (float v : values) allZero = allZero && v == 0.0f;
+        Constant out;
+        if (shape.symbolic()) {
+            if (!allZero) return false;
+            out.zeros = true;
+            out.dims = shape.ints;
+            return constants_[n.output(0)] = out, true;
+        }
+        const Shape target = expand ? broadcastShapes(from, Shape(shape.ints)) : Shape(shape.ints);
+        std::vector<float> v(static_cast<size_t>(target.numel()), value);
+        if (expand && !allZero) {
+            const Tensor src = Tensor::fromVector(from.rank() ? from : Shape{1}, values);
+            Tensor dst = Tensor::empty(target.rank() ? target : Shape{1});
+            backendOf(dst).binaryBroadcast(BinaryOp::add, src, Tensor::zeros({1}), dst);
+            v = dst.toVector<float>();
+        }
+        out.tensor = Tensor::fromVector(target.rank() ? target : Shape{1}, v);
+        out.dims = target.dims();
+        constants_[n.output(0)] = out;
+        return true;
+    }
+
     bool setConstant(const std::string& name, Constant c) {
         if (!c.symbolic()) {
             c.symbols.clear();
@@ -1068,12 +1124,109 @@ private:
         return std::make_shared<Reshape>(Shape(target));
     }
 
+    // LSTM, GRU (linear before reset) and RNN (relu or tanh), forward or bidirectional,
+    // zero initial states: one Tessera RNN layer (weights back in PyTorch's gate order) that
+    // returns every step, reshaped and transposed to ONNX's Y [T, D, N, H].
+    void importRnn(const onnx::NodeProto& n, const Attributes& a) {
+        const std::string& op = n.op_type();
+        a.only({"hidden_size", "direction", "activations", "linear_before_reset", "layout", "clip", "input_forget",
+                "activation_alpha", "activation_beta"});
+        if (a.has("clip")) throw Unsupported{"clip is not supported"};
+        if (a.i("input_forget", 0) != 0) throw Unsupported{"input_forget 1 is not supported"};
+        if (a.i("layout", 0) != 0) throw Unsupported{"layout 1 (batch first) is not supported"};
+        if (a.has("activation_alpha") || a.has("activation_beta"))
+            throw Unsupported{"activation_alpha/beta are not supported"};
+        const std::string direction = a.s("direction", "forward");
+        if (direction != "forward" && direction != "bidirectional")
+            throw Unsupported{"direction " + direction + " (forward and bidirectional are supported)"};
+        const bool bi = direction == "bidirectional";
+        RnnMode mode = op == "LSTM" ? RnnMode::lstm : op == "GRU" ? RnnMode::gru : RnnMode::tanh;
+        std::vector<std::string> acts;
+        if (const onnx::AttributeProto* at = a.get("activations"))
+            acts.assign(at->strings().begin(), at->strings().end());
+        if (op == "RNN") {
+            const std::string first = acts.empty() ? "Tanh" : acts[0];
+            if (first != "Tanh" && first != "Relu") throw Unsupported{"activation " + first + " (Tanh and Relu are)"};
+            for (const std::string& act : acts) {
+                if (act != first) throw Unsupported{"different activations per direction"};
+            }
+            mode = first == "Relu" ? RnnMode::relu : RnnMode::tanh;
+        } else if (!acts.empty()) {
+            throw Unsupported{"activations other than the defaults are not supported"};
+        }
+        if (op == "GRU" && a.i("linear_before_reset", 0) != 1)
+            throw Unsupported{"linear_before_reset 0 (Tessera's GRU applies the reset after the linear map, as "
+                              "cuDNN and PyTorch do)"};
+        for (int k : {4, 7}) { // sequence_lens, the peepholes
+            if (n.input_size() > k && !n.input(k).empty())
+                throw Unsupported{k == 4 ? "sequence_lens is not supported" : "peepholes are not supported"};
+        }
+        for (int k : {5, 6}) { // initial_h, initial_c: zeros only
+            if (n.input_size() <= k || n.input(k).empty()) continue;
+            const Constant& c = requireConstant(n, k, k == 5 ? "initial_h" : "initial_c");
+            if (c.zeros) continue;
+            for (float v : c.tensor.defined() ? c.tensor.toVector<float>() : std::vector<float>{1.0f}) {
+                if (v != 0.0f) throw Unsupported{"non-zero initial states are not supported"};
+            }
+        }
+        for (int k = 1; k < n.output_size(); ++k) {
+            if (!n.output(k).empty() && usedValues_.count(n.output(k)))
+                throw Unsupported{"output " + std::to_string(k) + " (the final states) is not supported"};
+        }
+        const Constant& w = requireConstant(n, 1, "W");
+        const Constant& r = requireConstant(n, 2, "R");
+        const int64_t D = bi ? 2 : 1, G = rnnGates(mode), H = a.i("hidden_size", r.tensor.shape()[2]);
+        if (w.tensor.shape().rank() != 3 || w.tensor.shape()[0] != D || w.tensor.shape()[1] != G * H)
+            throw Unsupported{"W of shape " + w.tensor.shape().str()};
+        const int64_t I = w.tensor.shape()[2];
+        std::vector<float> b(static_cast<size_t>(D * 2 * G * H), 0.0f);
+        if (n.input_size() > 3 && !n.input(3).empty()) b = requireConstant(n, 3, "B").tensor.toVector<float>();
+        auto rnn = std::make_shared<RNN>(
+            I, H, RNNOptions{.layers = 1, .mode = mode, .bidirectional = bi, .getSequences = true});
+        // ONNX gate j is PyTorch's gate order[j] (LSTM i o f c <- i f g o; GRU z r h <- r z n).
+        const std::vector<int64_t> order = mode == RnnMode::lstm  ? std::vector<int64_t>{0, 3, 1, 2}
+                                           : mode == RnnMode::gru ? std::vector<int64_t>{1, 0, 2}
+                                                                  : std::vector<int64_t>{0};
+        const std::vector<float> wv = w.tensor.toVector<float>(), rv = r.tensor.toVector<float>();
+        for (int64_t dir = 0; dir < D; ++dir) {
+            const std::string sfx = std::string("_l0") + (dir ? "_reverse" : "");
+            auto fill = [&](const std::string& name, const float* src, int64_t cols) {
+                std::vector<float> v(static_cast<size_t>(G * H * cols));
+                for (int64_t j = 0; j < G; ++j) {
+                    std::copy(src + j * H * cols, src + (j + 1) * H * cols, v.begin() + order[j] * H * cols);
+                }
+                rnn->getVar(name + sfx)
+                    ->data.copyFrom(Tensor::fromVector(cols == 1 ? Shape{G * H} : Shape{G * H, cols}, v));
+            };
+            fill("weight_ih", wv.data() + dir * G * H * I, I);
+            fill("weight_hh", rv.data() + dir * G * H * H, H);
+            fill("bias_ih", b.data() + dir * 2 * G * H, 1);
+            fill("bias_hh", b.data() + dir * 2 * G * H + G * H, 1);
+        }
+        auto seq = std::make_shared<Sequential>();
+        seq->append(rnn)
+            .append(std::make_shared<Reshape>(Shape{0, 0, D, H}))
+            .append(std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1, 3}));
+        return define(n, seq, dataInputs(n, 1));
+    }
+
     // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
     void importGather(const onnx::NodeProto& n, const Attributes& a) {
         a.only({"axis"});
         requireInputsImported(n);
-        if (!isConstant(n.input(0)) && !options_.inputValues.count(n.input(0)))
-            throw Unsupported{"a Gather of data (Gathers from a constant table, and of shape values, are supported)"};
+        if (!isConstant(n.input(0)) && !options_.inputValues.count(n.input(0))) {
+            // One constant index of data (x[-1], as exporters write a sequence's last step): a
+            // Slice of that index, then a Reshape without the axis.
+            const Constant* idx = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;
+            if (!idx || !idx->isInt || idx->ints.size() != 1 || !idx->dims.empty())
+                throw Unsupported{"a Gather of data by other than one constant index (Gathers from a constant "
+                                  "table, and of shape values, are supported)"};
+            const int64_t axis = resolveAxis(n, 0, a.i("axis", 0)), i = idx->ints[0];
+            auto seq = std::make_shared<Sequential>();
+            seq->append(std::make_shared<Slice>(static_cast<int>(axis), i, i == -1 ? 0 : i + 1)).append(reshapeTo(n));
+            Source s = value(n, 0);
+            return define(n, seq, Parents{Parent(s.node, s.slot)});
+        }
         if (a.i("axis", 0) != 0) throw Unsupported{"axis " + std::to_string(a.i("axis", 0)) + " (0 is supported)"};
         const Constant& table = requireConstant(n, 0, "the table");
         if (table.isInt || table.tensor.shape().rank() != 2)
@@ -1589,6 +1742,12 @@ std::vector<int64_t> schemeInts(const Blueprint& bp, const std::string& key) {
     if (const auto* one = std::get_if<int64_t>(v)) return {*one};
     return {};
 }
+bool schemeBool(const Blueprint& bp, const std::string& key) {
+    const BlueprintValue* v = schemeValue(bp, key);
+    const auto* b = v ? std::get_if<bool>(v) : nullptr;
+    return b && *b;
+}
+
 std::string schemeString(const Blueprint& bp, const std::string& key) {
     const BlueprintValue* v = schemeValue(bp, key);
     if (const auto* s = v ? std::get_if<std::string>(v) : nullptr) return *s;
@@ -1742,6 +1901,18 @@ private:
         a->set_type(onnx::AttributeProto::FLOAT);
         a->set_f(v);
     }
+    static void attr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::STRING);
+        a->set_s(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::STRINGS);
+        for (const std::string& x : v) a->add_strings(x);
+    }
     static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
         auto* a = n->add_attribute();
         a->set_name(name);
@@ -1763,6 +1934,87 @@ private:
         node("Add", {e, initScalar(path + ".one", 1.0f)}, {a}, path + "_add");
         node("Mul", {in[0], a}, {m2}, path + "_mul");
         node("Mul", {m2, initScalar(path + ".half", 0.5f)}, out, path);
+    }
+
+    // An RNN as one ONNX LSTM / GRU / RNN node per layer (weights in ONNX's gate order,
+    // biases as [Wb, Rb]), each output Y [T, D, N, H] transposed and reshaped back to
+    // Tessera's [T, N, D H]; batch-first data transposed around them; the last step sliced
+    // out unless getSequences.
+    void emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::string>& in, const Shapes& inShapes,
+                 const std::vector<std::string>& out, const std::string& path) {
+        const RnnMode mode = rnnModeFromString(schemeString(bp, "mode"));
+        const bool bi = schemeBool(bp, "bidirectional"), batchFirst = schemeBool(bp, "batchFirst");
+        const bool sequences = schemeBool(bp, "getSequences");
+        const int64_t H = schemeInt(bp, "hsize", 1), layers = schemeInt(bp, "layers", 1), D = bi ? 2 : 1;
+        const int64_t G = rnnGates(mode);
+        // ONNX gate j is PyTorch's (Tessera's) gate order[j]: LSTM i o f c <- i f g o; GRU z r h <- r z n.
+        const std::vector<int64_t> order = mode == RnnMode::lstm  ? std::vector<int64_t>{0, 3, 1, 2}
+                                           : mode == RnnMode::gru ? std::vector<int64_t>{1, 0, 2}
+                                                                  : std::vector<int64_t>{0};
+        (void)inShapes;
+        std::string x = in[0];
+        if (batchFirst) {
+            const std::string t = valueName(path + "_time_major");
+            attr(node("Transpose", {x}, {t}, path + "_time_major"), "perm", std::vector<int64_t>{1, 0, 2});
+            x = t;
+        }
+        auto gates = [&](const Tensor& t, int64_t cols) { // [G H, cols] in ONNX's gate order
+            const std::vector<float> v = t.toHost().toVector<float>();
+            std::vector<float> r(v.size());
+            for (int64_t j = 0; j < G; ++j) {
+                std::copy(v.begin() + order[j] * H * cols, v.begin() + (order[j] + 1) * H * cols,
+                          r.begin() + j * H * cols);
+            }
+            return r;
+        };
+        for (int64_t k = 0; k < layers; ++k) {
+            std::vector<float> w, r, b;
+            int64_t inSize = 0;
+            for (int64_t dir = 0; dir < D; ++dir) {
+                const std::string sfx = "_l" + std::to_string(k) + (dir ? "_reverse" : "");
+                const Tensor& wih = m.getVar("weight_ih" + sfx)->data;
+                inSize = wih.shape()[1];
+                const auto wv = gates(wih, inSize), rv = gates(m.getVar("weight_hh" + sfx)->data, H);
+                w.insert(w.end(), wv.begin(), wv.end());
+                r.insert(r.end(), rv.begin(), rv.end());
+                const auto bi_ = gates(m.getVar("bias_ih" + sfx)->data, 1),
+                           bh = gates(m.getVar("bias_hh" + sfx)->data, 1);
+                b.insert(b.end(), bi_.begin(), bi_.end());
+                b.insert(b.end(), bh.begin(), bh.end());
+            }
+            const std::string lp = path + "_l" + std::to_string(k);
+            const std::string y = valueName(lp + "_Y");
+            onnx::NodeProto* n = node(mode == RnnMode::lstm  ? "LSTM"
+                                      : mode == RnnMode::gru ? "GRU"
+                                                             : "RNN",
+                                      {x, init(lp + ".W", Tensor::fromVector({D, G * H, inSize}, w)),
+                                       init(lp + ".R", Tensor::fromVector({D, G * H, H}, r)),
+                                       init(lp + ".B", Tensor::fromVector({D, 2 * G * H}, b))},
+                                      {y}, lp);
+            attr(n, "hidden_size", H);
+            attr(n, "direction", std::string(bi ? "bidirectional" : "forward"));
+            if (mode == RnnMode::gru) attr(n, "linear_before_reset", int64_t{1});
+            if (mode == RnnMode::relu || mode == RnnMode::tanh) {
+                attr(n, "activations",
+                     std::vector<std::string>(static_cast<size_t>(D), mode == RnnMode::relu ? "Relu" : "Tanh"));
+            }
+            const std::string t = valueName(lp + "_TNDH");
+            attr(node("Transpose", {y}, {t}, lp + "_TNDH"), "perm", std::vector<int64_t>{0, 2, 1, 3});
+            const bool lastOut = k == layers - 1 && sequences && !batchFirst;
+            x = lastOut ? out[0] : valueName(lp + "_out");
+            node("Reshape", {t, initInts(lp + ".shape", {0, 0, D * H})}, {x}, lp + "_out");
+        }
+        if (sequences) {
+            if (batchFirst)
+                attr(node("Transpose", {x}, {out[0]}, path + "_batch_major"), "perm", std::vector<int64_t>{1, 0, 2});
+            return;
+        }
+        const std::string last = valueName(path + "_last");
+        node("Slice",
+             {x, initInts(path + ".starts", {-1}), initInts(path + ".ends", {std::numeric_limits<int64_t>::max()}),
+              initInts(path + ".axes", {0})},
+             {last}, path + "_last");
+        node("Squeeze", {last, initInts(path + ".axes0", {0})}, out, path);
     }
 
     void emitLayer(Module& m, const std::vector<std::string>& in, const Shapes& inShapes,
@@ -1913,6 +2165,7 @@ private:
             return;
         }
         if (cls == "Sub" || cls == "Div") return void(node(cls, in, out, path));
+        if (auto* rnn = dynamic_cast<RNN*>(&m)) return emitRnn(*rnn, bp, in, inShapes, out, path);
         if (cls == "ReduceMean") {
             onnx::NodeProto* n = node("ReduceMean", in, out, path);
             std::vector<int64_t> axes = schemeInts(bp, "axes");

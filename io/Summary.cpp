@@ -15,7 +15,7 @@ namespace tessera {
 
 namespace {
 
-// Multiply-adds count twice for Linear and convolutions; views (Identity, Flatten,
+// Multiply-adds count twice for Linear, convolutions and recurrent layers; views (Identity, Flatten,
 // Reshape) count nothing; other modules count one operation per output element (a rough
 // figure for element-wise work); a container counts its children.
 double flopsOf(Module& m, const Shapes& in, const Shapes& out) {
@@ -30,6 +30,13 @@ double flopsOf(Module& m, const Shapes& in, const Shapes& out) {
         return perOut * positions * static_cast<double>(maps);
     }
     const std::string cls = m.classname();
+    if (cls == "RNN") { // every weight matrix element: one multiply-add per step and sample
+        double weights = 0;
+        for (const auto& [name, v] : m.namedParams()) {
+            if (name.rfind("weight_", 0) == 0) weights += static_cast<double>(v->data.numel());
+        }
+        return 2.0 * static_cast<double>(in[0][0] * in[0][1]) * weights;
+    }
     if (cls == "Identity" || cls == "Flatten" || cls == "Reshape") return 0;
     if (!m.namedChildren().empty()) {
         double sum = 0;

@@ -7,6 +7,8 @@
 #include "modules/Flatten.h"
 #include "modules/Linear.h"
 #include "modules/Pool.h"
+#include "modules/RNN.h"
+#include "modules/Reshape.h"
 
 namespace tessera {
 
@@ -37,6 +39,15 @@ std::shared_ptr<Sequential> loadMLP(const std::vector<int64_t>& sizes) {
                                                      ActivationOptions{.name = "relu" + std::to_string(i + 1)}));
         }
     }
+    return net;
+}
+
+std::shared_ptr<Sequential> loadLSTM(int64_t hidden) {
+    auto net = std::make_shared<Sequential>("lstm");
+    net->append(std::make_shared<Reshape>(Shape{0, 28, 28}, "rows"))
+        .append(std::make_shared<RNN>(
+            28, hidden, RNNOptions{.layers = 2, .mode = RnnMode::lstm, .batchFirst = true, .name = "lstm"}))
+        .append(std::make_shared<Linear>(hidden, 10, LinearOptions{.name = "fc"}));
     return net;
 }
 

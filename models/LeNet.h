@@ -1,5 +1,6 @@
 #pragma once
-/// \file The small classic networks: LeNet and the multilayer perceptron.
+/// \file The small classic networks: LeNet, the multilayer perceptron, and an LSTM that
+/// reads an image row by row.
 
 #include <vector>
 
@@ -15,5 +16,10 @@ std::shared_ptr<Sequential> loadLeNet();
 /// A relu MLP: Flatten, then Linear layers through `sizes` (insize, hidden..., classes)
 /// with relu between them. loadMLP() is 784-1024-1024-10.
 std::shared_ptr<Sequential> loadMLP(const std::vector<int64_t>& sizes = {784, 1024, 1024, 10});
+
+/// A sequence classifier for 28x28 single-channel images read as 28 rows of 28 pixels:
+/// Reshape to [N, 28, 28], a 2-layer LSTM of `hidden` units (batch first, the last step's
+/// output), Linear(hidden, 10). x: [N, 1, 28, 28] -> class scores [N, 10].
+std::shared_ptr<Sequential> loadLSTM(int64_t hidden = 128);
 
 } // namespace tessera

@@ -186,6 +186,7 @@ const std::vector<ZooEntry>& zooModels() {
         std::vector<ZooEntry> e = {
             {"lenet", "1x1x28x28", 0, ""},
             {"mlp", "1x1x28x28", 0, ""},
+            {"lstm", "1x1x28x28", 0, ""},
             {"nin", "1x3x224x224", 7595176, "Caffe model zoo NiN-ImageNet definition"},
             {"vgg11", "1x3x224x224", 132863336, "torchvision vgg11"},
             {"vgg16", "1x3x224x224", 138357544, "torchvision vgg16"},
@@ -210,6 +211,7 @@ const std::vector<ZooEntry>& zooModels() {
 ModulePtr loadZooModel(const std::string& name) {
     if (name == "lenet") return loadLeNet();
     if (name == "mlp") return loadMLP();
+    if (name == "lstm") return loadLSTM();
     if (name == "nin") return loadNiN();
     if (name == "unet") return loadUNet();
     if (name == "inception-bn") return loadInceptionBN();

@@ -194,6 +194,22 @@ void RNN::accGradParams(const Tensors& grad, float scale, float momentum) {
     backwardFrom(grad, true, false, scale, momentum);
 }
 
+MemoryUse RNN::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                         Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (!train) return use;
+    const Shape& s = inShapes[0];
+    const int64_t T = options_.batchFirst ? s[1] : s[0], N = options_.batchFirst ? s[0] : s[1], D = directions();
+    Backend& be = backendFor(device);
+    const int64_t states = (options_.mode == RnnMode::lstm ? 4 : 2) * be.allocationBytes(D * N * hsize_ * 4);
+    for (int64_t k = 0; k < options_.layers; ++k) {
+        const int64_t in = k == 0 ? insize_ : D * hsize_;
+        use.keptBytes +=
+            be.allocationBytes(T * N * D * hsize_ * 4) + states + be.rnnWorkspaceBytes(paramsOf(), Shape{T, N, in});
+    }
+    return use;
+}
+
 Blueprint RNN::blueprint() const {
     Blueprint bp = Module::blueprint();
     bp.scheme.emplace_back("insize", insize_);

@@ -42,6 +42,10 @@ public:
     /// One input [T, N, insize] ([N, T, insize] with batchFirst), T and N at least 1.
     void checkDataShape(const Shapes& inShapes) const override;
     Blueprint blueprint() const override;
+    /// Outputs of their own; a training forward keeps every layer's output and states and
+    /// the backend's workspace.
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
 
 protected:
     Tensors updateData(const Tensors& data) override;

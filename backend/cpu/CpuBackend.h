@@ -40,6 +40,7 @@ public:
     void sumTo(const Tensor& x, float alpha, const Tensor& y) override;
     void rnnForward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0, const Tensor& c0,
                     bool training, const Tensor& y, const Tensor& hN, const Tensor& cN, Tensor& workspace) override;
+    int64_t rnnWorkspaceBytes(const RnnParams& p, const Shape& x) override;
     void rnnBackward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0, const Tensor& c0,
                      const Tensor& y, const Tensor& hN, const Tensor& cN, const Tensor& dy, const Tensor& dhN,
                      const Tensor& dcN, const Tensor& workspace, const Tensor& dx, const Tensor& dh0, const Tensor& dc0,

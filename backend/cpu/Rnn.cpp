@@ -21,8 +21,7 @@ struct RnnDims {
     int64_t T, N, I, H, D, G;
 };
 
-RnnDims dimsOf(const RnnParams& p, const Tensor& x) {
-    const Shape& s = x.shape();
+RnnDims dimsOf(const RnnParams& p, const Shape& s) {
     if (s.rank() != 3) throw ShapeError("CpuBackend::rnn: expects x [T, N, I], got " + s.str());
     return {s[0], s[1], s[2], p.hidden, p.directions, rnnGates(p.mode)};
 }
@@ -203,7 +202,7 @@ void checkDims(const RnnParams& p, const RnnDims& d, const RnnWeights& w) {
 void CpuBackend::rnnForward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0,
                             const Tensor& c0, bool training, const Tensor& y, const Tensor& hN, const Tensor& cN,
                             Tensor& workspace) {
-    const RnnDims d = dimsOf(p, x);
+    const RnnDims d = dimsOf(p, x.shape());
     checkDims(p, d, w);
     const FwdEntry& e = forwardEntry(p, d, training);
     const RnnDescs u = userDescs(d, p.mode);
@@ -231,11 +230,18 @@ void CpuBackend::rnnForward(const RnnParams& p, const RnnWeights& w, const Tenso
     });
 }
 
+int64_t CpuBackend::rnnWorkspaceBytes(const RnnParams& p, const Shape& x) {
+    const RnnDims d = dimsOf(p, x);
+    const FwdEntry& e = forwardEntry(p, d, true);
+    const auto bytes = static_cast<int64_t>(argDesc(e.pd, DNNL_ARG_WORKSPACE).get_size());
+    return allocationBytes(((bytes + 3) / 4 + 1) * 4);
+}
+
 void CpuBackend::rnnBackward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0,
                              const Tensor& c0, const Tensor& y, const Tensor& hN, const Tensor& cN, const Tensor& dy,
                              const Tensor& dhN, const Tensor& dcN, const Tensor& workspace, const Tensor& dx,
                              const Tensor& dh0, const Tensor& dc0, const RnnWeights& g) {
-    const RnnDims d = dimsOf(p, x);
+    const RnnDims d = dimsOf(p, x.shape());
     checkDims(p, d, w);
     checkDims(p, d, g);
     struct BwdEntry {

@@ -10,7 +10,8 @@ input as PyTorch, and compared: every output within 1e-4 of PyTorch's, relative 
 largest. Without arguments it takes ResNet-18, VGG-11, MobileNet V2 (depthwise), MobileNet
 V3 small (hard-swish, squeeze-and-excitation gates), DenseNet-121 (concatenations),
 ShuffleNet V2 (channel shuffles from computed shapes), SqueezeNet 1.1 and GoogLeNet (max
-pools with ceil_mode). Exits 1 on the first mismatch.
+pools with ceil_mode), and 2-layer bidirectional nn.LSTM, nn.GRU and nn.RNN networks.
+Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
 """
 import os
@@ -31,6 +32,28 @@ MODELS = {
     "squeezenet1_1": torchvision.models.squeezenet1_1,
     "googlenet": lambda: torchvision.models.googlenet(aux_logits=False, init_weights=True),
 }
+
+
+class Recurrent(torch.nn.Module):
+    """A 2-layer bidirectional nn.LSTM / nn.GRU / nn.RNN on [T, N, 8] and a linear head on its last step."""
+
+    def __init__(self, cls):
+        super().__init__()
+        self.rnn = cls(8, 16, num_layers=2, bidirectional=True)
+        self.fc = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.fc(y[-1])
+
+
+# Recurrent networks: PyTorch writes their zero initial states as Expand(0, computed
+# shape) and y[-1] as a Gather; inputs [T, N, C] with a fixed batch.
+SEQUENCE_MODELS = {
+    "lstm_bi2": lambda: Recurrent(torch.nn.LSTM),
+    "gru_bi2": lambda: Recurrent(torch.nn.GRU),
+    "rnn_tanh_bi2": lambda: Recurrent(torch.nn.RNN),
+}
 RTOL = 1e-4
 
 
@@ -45,23 +68,27 @@ def run(cmd):
 
 def main():
     tessera, work = sys.argv[1], sys.argv[2]
-    names = sys.argv[3:] or list(MODELS)
+    names = sys.argv[3:] or list(MODELS) + list(SEQUENCE_MODELS)
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
-    x = torch.randn(2, 3, 224, 224)
-    xpath = os.path.join(work, "x.npy")
-    np.save(xpath, x.numpy())
+    images, sequences = torch.randn(2, 3, 224, 224), torch.randn(7, 3, 8)
     for name in names:
-        model = MODELS[name]().eval()
+        sequence = name in SEQUENCE_MODELS
+        x = sequences if sequence else images
+        xpath = os.path.join(work, "x_" + name + ".npy")
+        np.save(xpath, x.numpy())
+        model = (SEQUENCE_MODELS[name] if sequence else MODELS[name])().eval()
         with torch.no_grad():
             want = model(x).numpy()
         path = os.path.join(work, name + ".onnx")
+        axes = {} if sequence else {"x": {0: "batch"}, "y": {0: "batch"}}
         torch.onnx.export(model, x, path, opset_version=13, input_names=["x"], output_names=["y"],
-                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+                          dynamic_axes=axes)
         del model
-        run([tessera, "check", path, "--input", "2x3x224x224"])
+        run([tessera, "check", path, "--input", "x".join(str(d) for d in x.shape)])
         ypath = os.path.join(work, name + "_y.npy")
         run([tessera, "run", path, "--input", xpath, "-o", ypath])
+        os.remove(xpath)
         got = np.load(ypath)
         if got.shape != want.shape:
             sys.exit(f"FAILED: {name}: output {got.shape}, PyTorch's {want.shape}")
