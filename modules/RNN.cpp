@@ -108,6 +108,7 @@ Tensors RNN::updateData(const Tensors& data) {
     const RnnParams p = paramsOf();
     const bool lstm = options_.mode == RnnMode::lstm;
     const bool keep = isTrain();
+    for (Tensor* t : keptTensors()) *t = Tensor(); // nothing from an earlier forward survives
     for (int64_t k = 0; k < options_.layers; ++k) {
         const auto i = static_cast<size_t>(k);
         Tensor y = Tensor::empty({T, N, D * hsize_}, DType::float32, cur.device());

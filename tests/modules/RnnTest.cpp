@@ -186,6 +186,12 @@ TEST(RNN, ShapesAndBadInput) {
     evalOnly.evalMode();
     evalOnly(randomTensor({3, 2, 5}, 1));
     EXPECT_THROW(evalOnly.backward(randomTensor({2, 7}, 1)), ModuleError);
+    // An eval-mode forward after a training one leaves nothing for a backward either.
+    RNN both(5, 7);
+    both(randomTensor({3, 2, 5}, 1));
+    both.evalMode();
+    both(randomTensor({4, 2, 5}, 2));
+    EXPECT_THROW(both.backward(randomTensor({2, 7}, 1)), ModuleError);
 }
 
 TEST(RNN, BlueprintRoundTrip) {
