@@ -8,6 +8,9 @@
 #include "backend/Random.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "containers/Sequential.h"
+#include "modules/Linear.h"
+#include "modules/RNN.h"
 #include "training/CrossEntropy.h"
 #include "training/Optimizer.h"
 
@@ -16,18 +19,30 @@ namespace {
 using namespace tessera;
 
 // The workloads: MLP and LeNet on 28x28 images at batch 128, ResNet-18 (CIFAR stem) on
-// 32x32 colour images at batch 64.
-int64_t batchOf(const std::string& model) { return model == "resnet18" ? 64 : 128; }
+// 32x32 colour images at batch 64; a 2-layer LSTM and GRU (input 256, hidden 512) over 50
+// time steps at batch 64, a Linear(512, 10) on the last step (their "images" are sequences).
+bool recurrent(const std::string& model) { return model == "lstm" || model == "gru"; }
+
+int64_t batchOf(const std::string& model) { return model == "resnet18" || recurrent(model) ? 64 : 128; }
 
 ModulePtr modelOf(const std::string& name) {
     if (name == "resnet18") return loadResNet(18, ResNetStem::cifar, 10);
+    if (recurrent(name)) {
+        auto net = std::make_shared<Sequential>(name);
+        net->append(std::make_shared<RNN>(
+                       256, 512, RNNOptions{.layers = 2, .mode = name == "lstm" ? RnnMode::lstm : RnnMode::gru}))
+            .append(std::make_shared<Linear>(512, 10));
+        return net;
+    }
     return name == "lenet" ? ModulePtr(loadLeNet()) : ModulePtr(loadMLP());
 }
 
-// Fixed random images and labels.
+// Fixed random images (or [T, N, C] sequences) and labels.
 std::pair<Tensor, Tensor> batchOf(const std::string& model, int64_t kBatch) {
     Generator gen(7);
-    Tensor x = model == "resnet18" ? Tensor::empty({kBatch, 3, 32, 32}) : Tensor::empty({kBatch, 1, 28, 28});
+    Tensor x = model == "resnet18" ? Tensor::empty({kBatch, 3, 32, 32})
+               : recurrent(model)  ? Tensor::empty({50, kBatch, 256})
+                                   : Tensor::empty({kBatch, 1, 28, 28});
     backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
     std::vector<int32_t> y;
     for (int64_t i = 0; i < kBatch; ++i) y.push_back(static_cast<int32_t>(i % 10));
@@ -70,7 +85,7 @@ void BM_Inference(benchmark::State& state, std::string model) {
 }
 
 int registerAll() {
-    for (const char* model : {"mlp", "lenet", "resnet18"}) {
+    for (const char* model : {"mlp", "lenet", "resnet18", "lstm", "gru"}) {
         const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
         benchmark::RegisterBenchmark((prefix + "/train").c_str(), BM_TrainStep, model)
             ->Unit(benchmark::kMillisecond)

@@ -7,7 +7,9 @@ JSON) and then the PyTorch one, so machine noise falls on both alike. Prints the
 and the ratio Tessera / PyTorch in images per second.
 
 --device cpu (the default): the MLP 784-1024-1024-10 and LeNet (28x28 single-channel
-images, batch 128) and ResNet-18 with the CIFAR stem (32x32 colour images, batch 64), on
+images, batch 128), ResNet-18 with the CIFAR stem (32x32 colour images, batch 64), and
+(--models lstm,gru) a 2-layer LSTM and GRU of input 256 and hidden 512 over 50 steps at
+batch 64 with a linear head on the last step (their images/s are sequences/s), on
 --threads threads on both sides. Needs Debian's python3-torch (tools/setup.sh installs
 it).
 
@@ -34,7 +36,7 @@ import time
 import torch
 from torch import nn
 
-BATCHES = {"mlp": 128, "lenet": 128, "resnet18": 64}
+BATCHES = {"mlp": 128, "lenet": 128, "resnet18": 64, "lstm": 64, "gru": 64}
 GPU_BATCHES = {"lenet": 128, "resnet18": 128, "resnet50": 128}
 # Tessera's benchmark names for the GPU workloads (tools/bench/GpuBench.cpp).
 GPU_NAMES = {"lenet": "lenet", "resnet18": "resnet18-cifar", "resnet50": "resnet50"}
@@ -94,6 +96,19 @@ def resnet(depth, cifar_stem, classes):
     return nn.Sequential(*layers)
 
 
+class Recurrent(nn.Module):
+    """A 2-layer nn.LSTM / nn.GRU (input 256, hidden 512) and a Linear(512, 10) on the last step."""
+
+    def __init__(self, cls):
+        super().__init__()
+        self.rnn = cls(256, 512, num_layers=2)
+        self.fc = nn.Linear(512, 10)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.fc(y[-1])
+
+
 def resnet18():
     """ResNet-18 with the CIFAR stem, as models/ResNet.cpp builds it."""
     return resnet(18, True, 10)
@@ -107,6 +122,11 @@ def torch_model(model, device):
         side, channels, classes = {"lenet": (28, 1, 10), "resnet18": (32, 3, 10), "resnet50": (224, 3, 1000)}[model]
     else:
         batch = BATCHES[model]
+        if model in ("lstm", "gru"):
+            net = Recurrent(nn.LSTM if model == "lstm" else nn.GRU)
+            x = torch.rand(50, batch, 256)
+            y = torch.arange(batch) % 10
+            return net, x, y, batch
         net = {"lenet": lenet, "mlp": mlp, "resnet18": resnet18}[model]()
         side, channels, classes = (32, 3, 10) if model == "resnet18" else (28, 1, 10)
     x = torch.rand(batch, channels, side, side, device=device)
@@ -177,7 +197,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--models", default=None,
-                    help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda)")
+                    help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda); also lstm,gru (cpu)")
     args = ap.parse_args()
     cuda = args.device == "cuda"
     models = (args.models or ("lenet,resnet18,resnet50" if cuda else "mlp,lenet,resnet18")).split(",")
