@@ -6,9 +6,9 @@
 #include "BenchUtil.h"
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "containers/Sequential.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
-#include "containers/Sequential.h"
 #include "modules/Linear.h"
 #include "modules/RNN.h"
 #include "training/CrossEntropy.h"
@@ -30,7 +30,7 @@ ModulePtr modelOf(const std::string& name) {
     if (recurrent(name)) {
         auto net = std::make_shared<Sequential>(name);
         net->append(std::make_shared<RNN>(
-                       256, 512, RNNOptions{.layers = 2, .mode = name == "lstm" ? RnnMode::lstm : RnnMode::gru}))
+                        256, 512, RNNOptions{.layers = 2, .mode = name == "lstm" ? RnnMode::lstm : RnnMode::gru}))
             .append(std::make_shared<Linear>(512, 10));
         return net;
     }
