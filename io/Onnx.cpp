@@ -80,6 +80,25 @@ Shape shapeOf(const onnx::TensorProto& t) {
     return Shape(dims);
 }
 
+// Integer values as an int32 tensor of `shape` (a scalar as [1]); undefined when one is
+// outside int32's range.
+Tensor int32Tensor(const std::vector<int64_t>& ints, const Shape& shape) {
+    std::vector<int32_t> v;
+    for (int64_t x : ints) {
+        if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) return Tensor();
+        v.push_back(static_cast<int32_t>(x));
+    }
+    return Tensor::fromVector(shape.rank() ? shape : Shape{1}, v);
+}
+
+// ONNX's recurrent gate j is PyTorch's (and Tessera's) gate order[j]: LSTM i o f c <- i f g o;
+// GRU z r h <- r z n; one gate for vanilla cells.
+std::vector<int64_t> onnxGateOrder(RnnMode mode) {
+    if (mode == RnnMode::lstm) return {0, 3, 1, 2};
+    if (mode == RnnMode::gru) return {1, 0, 2};
+    return {0};
+}
+
 // Raw or typed data of a TensorProto (`what` names it in errors).
 Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     Constant c;
@@ -133,17 +152,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
             c.ints.assign(t.int32_data().begin(), t.int32_data().end());
         }
         c.isInt = true;
-        std::vector<int32_t> v;
-        for (int64_t x : c.ints) {
-            if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-                v.clear();
-                break;
-            }
-            v.push_back(static_cast<int32_t>(x));
-        }
-        if (static_cast<int64_t>(v.size()) == n && n > 0) {
-            c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v);
-        }
+        if (n > 0) c.tensor = int32Tensor(c.ints, shape);
         return c;
     }
     default:
@@ -245,7 +254,9 @@ public:
         }
         for (const auto* list : {&g.input(), &g.output(), &g.value_info()}) {
             for (const onnx::ValueInfoProto& v : *list) {
-                if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+                if (!v.type().has_tensor_type()) continue;
+                elemTypes_[v.name()] = v.type().tensor_type().elem_type();
+                if (!v.type().tensor_type().has_shape()) continue;
                 std::vector<Dim> dims;
                 for (const auto& d : v.type().tensor_type().shape().dim()) {
                     if (d.has_dim_value()) {
@@ -354,6 +365,7 @@ private:
 
     onnx::ModelProto& model_;
     std::unordered_map<std::string, std::vector<Dim>> shapes_;
+    std::unordered_map<std::string, int32_t> elemTypes_; // declared or inferred element types
     int symbolCount_ = 0;
     std::string path_;
     const OnnxImportOptions& options_;
@@ -880,12 +892,8 @@ private:
     bool isConstant(const std::string& name) const { return constants_.count(name) && !takenAsConstant_.count(name); }
 
     int32_t elemTypeOf(const std::string& name) const {
-        for (const auto* list : {&model_.graph().input(), &model_.graph().value_info(), &model_.graph().output()}) {
-            for (const onnx::ValueInfoProto& v : *list) {
-                if (v.name() == name && v.type().has_tensor_type()) return v.type().tensor_type().elem_type();
-            }
-        }
-        return 0;
+        auto it = elemTypes_.find(name);
+        return it == elemTypes_.end() ? 0 : it->second;
     }
 
     std::string newSymbol() { return "?computed:" + std::to_string(symbolCount_++); }
@@ -1082,15 +1090,7 @@ private:
         if (!c.symbolic()) {
             c.symbols.clear();
             if (c.isInt) { // an int32 tensor of the values, as constantOf makes
-                std::vector<int32_t> v;
-                for (int64_t x : c.ints) {
-                    if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-                        v.clear();
-                        break;
-                    }
-                    v.push_back(static_cast<int32_t>(x));
-                }
-                c.tensor = v.empty() ? Tensor() : Tensor::fromVector(c.dims.empty() ? Shape{1} : Shape(c.dims), v);
+                c.tensor = c.ints.empty() ? Tensor() : int32Tensor(c.ints, Shape(c.dims));
             }
         } else {
             c.tensor = Tensor();
@@ -1183,10 +1183,7 @@ private:
         if (n.input_size() > 3 && !n.input(3).empty()) b = requireConstant(n, 3, "B").tensor.toVector<float>();
         auto rnn = std::make_shared<RNN>(
             I, H, RNNOptions{.layers = 1, .mode = mode, .bidirectional = bi, .getSequences = true});
-        // ONNX gate j is PyTorch's gate order[j] (LSTM i o f c <- i f g o; GRU z r h <- r z n).
-        const std::vector<int64_t> order = mode == RnnMode::lstm  ? std::vector<int64_t>{0, 3, 1, 2}
-                                           : mode == RnnMode::gru ? std::vector<int64_t>{1, 0, 2}
-                                                                  : std::vector<int64_t>{0};
+        const std::vector<int64_t> order = onnxGateOrder(mode);
         const std::vector<float> wv = w.tensor.toVector<float>(), rv = r.tensor.toVector<float>();
         for (int64_t dir = 0; dir < D; ++dir) {
             const std::string sfx = std::string("_l0") + (dir ? "_reverse" : "");
@@ -1947,10 +1944,7 @@ private:
         const bool sequences = schemeBool(bp, "getSequences");
         const int64_t H = schemeInt(bp, "hsize", 1), layers = schemeInt(bp, "layers", 1), D = bi ? 2 : 1;
         const int64_t G = rnnGates(mode);
-        // ONNX gate j is PyTorch's (Tessera's) gate order[j]: LSTM i o f c <- i f g o; GRU z r h <- r z n.
-        const std::vector<int64_t> order = mode == RnnMode::lstm  ? std::vector<int64_t>{0, 3, 1, 2}
-                                           : mode == RnnMode::gru ? std::vector<int64_t>{1, 0, 2}
-                                                                  : std::vector<int64_t>{0};
+        const std::vector<int64_t> order = onnxGateOrder(mode);
         (void)inShapes;
         std::string x = in[0];
         if (batchFirst) {

@@ -27,13 +27,6 @@ Shape broadcastOf(const Module& m, const Shape& a, const Shape& b) {
     }
 }
 
-void requireTwoBroadcasting(const Module& m, const Shapes& inShapes) {
-    if (inShapes.size() != 2) {
-        throw ShapeError(m.str() + ": expects 2 input tensors, got " + std::to_string(inShapes.size()));
-    }
-    broadcastOf(m, inShapes[0], inShapes[1]);
-}
-
 bool broadcasting(const Tensors& data) { return data.size() == 2 && data[0].shape() != data[1].shape(); }
 
 // y = a op b, broadcast (plain float32 on a's device).
@@ -201,11 +194,16 @@ Tensors Mul::updateGrad(const Tensors& grad) {
 
 // ---- Sub, Div ---------------------------------------------------------------------------
 
-void Sub::checkDataShape(const Shapes& inShapes) const { requireTwoBroadcasting(*this, inShapes); }
+void BroadcastPair::checkDataShape(const Shapes& inShapes) const {
+    if (inShapes.size() != 2) throw shapeError("expects 2 input tensors, got " + std::to_string(inShapes.size()));
+    broadcastOf(*this, inShapes[0], inShapes[1]);
+}
 
-Shapes Sub::dataShapeFrom(const Shapes& inShapes) const { return {broadcastOf(*this, inShapes[0], inShapes[1])}; }
+Shapes BroadcastPair::dataShapeFrom(const Shapes& inShapes) const {
+    return {broadcastOf(*this, inShapes[0], inShapes[1])};
+}
 
-Shapes Sub::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
+Shapes BroadcastPair::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
 
 Tensors Sub::updateData(const Tensors& data) {
     if (broadcasting(data)) return {broadcastOp(BinaryOp::sub, data[0], data[1])};
@@ -218,12 +216,6 @@ Tensors Sub::updateGrad(const Tensors& grad) {
     const Tensors& x = inDataList();
     return {sumToShape(grad[0], x[0].shape()), sumToShape(grad[0], x[1].shape(), -1.0f)};
 }
-
-void Div::checkDataShape(const Shapes& inShapes) const { requireTwoBroadcasting(*this, inShapes); }
-
-Shapes Div::dataShapeFrom(const Shapes& inShapes) const { return {broadcastOf(*this, inShapes[0], inShapes[1])}; }
-
-Shapes Div::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
 
 Tensors Div::updateData(const Tensors& data) { return {broadcastOp(BinaryOp::div, data[0], data[1])}; }
 

@@ -65,17 +65,24 @@ protected:
 private:
 };
 
-/// [a, b] -> y = a - b (broadcasting); da = dy, db = -dy, each summed to its input's shape.
-class Sub : public Module {
+/// The shape rules Sub and Div share: two inputs whose shapes broadcast; each input's
+/// gradient has its own shape.
+class BroadcastPair : public Module {
 public:
-    explicit Sub(std::string name = {}) : Module(std::move(name)) {}
-    std::string classname() const override { return "Sub"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    using Module::Module;
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// Needs the input shapes of the last dataShapeFrom / forward.
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// Two inputs whose shapes broadcast.
     void checkDataShape(const Shapes& inShapes) const override;
+};
+
+/// [a, b] -> y = a - b (broadcasting); da = dy, db = -dy, each summed to its input's shape.
+class Sub : public BroadcastPair {
+public:
+    explicit Sub(std::string name = {}) : BroadcastPair(std::move(name)) {}
+    std::string classname() const override { return "Sub"; }
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -84,16 +91,10 @@ protected:
 
 /// [a, b] -> y = a / b (broadcasting); da = dy / b, db = -dy a / b^2, each summed to its
 /// input's shape. Division by zero follows IEEE (inf, nan).
-class Div : public Module {
+class Div : public BroadcastPair {
 public:
-    explicit Div(std::string name = {}) : Module(std::move(name)) {}
+    explicit Div(std::string name = {}) : BroadcastPair(std::move(name)) {}
     std::string classname() const override { return "Div"; }
-    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
-    Shapes dataShapeFrom(const Shapes& inShapes) const override;
-    /// Needs the input shapes of the last dataShapeFrom / forward.
-    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// Two inputs whose shapes broadcast.
-    void checkDataShape(const Shapes& inShapes) const override;
 
 protected:
     Tensors updateData(const Tensors& data) override;

@@ -181,6 +181,26 @@ memory toPrim(const memory::desc& prim, const memory::desc& user, void* data) {
     return m;
 }
 
+// The arguments forward and backward share: the data, states, weights (in the
+// primitive's formats) and outputs of the forward.
+std::unordered_map<int, memory> forwardArgs(const RnnParams& p, const dnnl::primitive_desc& pd, const RnnDescs& u,
+                                            Packed& k, const Tensor& x, const Tensor& h0, const Tensor& c0,
+                                            const Tensor& y, const Tensor& hN, const Tensor& cN) {
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC_LAYER, wrap(u.srcLayer, x.raw())},
+        {DNNL_ARG_SRC_ITER, wrap(u.srcIter, h0.raw())},
+        {DNNL_ARG_WEIGHTS_LAYER, toPrim(argDesc(pd, DNNL_ARG_WEIGHTS_LAYER), u.wLayer, k.wLayer.data())},
+        {DNNL_ARG_WEIGHTS_ITER, toPrim(argDesc(pd, DNNL_ARG_WEIGHTS_ITER), u.wIter, k.wIter.data())},
+        {DNNL_ARG_BIAS, wrap(u.bias, k.bias.data())},
+        {DNNL_ARG_DST_LAYER, wrap(u.dstLayer, y.raw())},
+        {DNNL_ARG_DST_ITER, wrap(u.dstIter, hN.raw())}};
+    if (p.mode == RnnMode::lstm) {
+        args[DNNL_ARG_SRC_ITER_C] = wrap(u.srcIterC, c0.raw());
+        args[DNNL_ARG_DST_ITER_C] = wrap(u.dstIterC, cN.raw());
+    }
+    return args;
+}
+
 void checkDims(const RnnParams& p, const RnnDims& d, const RnnWeights& w) {
     if (p.directions != 1 && p.directions != 2) throw BackendError("CpuBackend::rnn: directions must be 1 or 2");
     if (w.wIh.size() != static_cast<size_t>(d.D) || w.wHh.size() != w.wIh.size() || w.bIh.size() != w.wIh.size() ||
@@ -208,18 +228,7 @@ void CpuBackend::rnnForward(const RnnParams& p, const RnnWeights& w, const Tenso
     const RnnDescs u = userDescs(d, p.mode);
     Packed k = pack(p, d, w);
     checkDnnl("rnn_forward::execute", [&] {
-        std::unordered_map<int, memory> args = {
-            {DNNL_ARG_SRC_LAYER, wrap(u.srcLayer, x.raw())},
-            {DNNL_ARG_SRC_ITER, wrap(u.srcIter, h0.raw())},
-            {DNNL_ARG_WEIGHTS_LAYER, toPrim(argDesc(e.pd, DNNL_ARG_WEIGHTS_LAYER), u.wLayer, k.wLayer.data())},
-            {DNNL_ARG_WEIGHTS_ITER, toPrim(argDesc(e.pd, DNNL_ARG_WEIGHTS_ITER), u.wIter, k.wIter.data())},
-            {DNNL_ARG_BIAS, wrap(u.bias, k.bias.data())},
-            {DNNL_ARG_DST_LAYER, wrap(u.dstLayer, y.raw())},
-            {DNNL_ARG_DST_ITER, wrap(u.dstIter, hN.raw())}};
-        if (p.mode == RnnMode::lstm) {
-            args[DNNL_ARG_SRC_ITER_C] = wrap(u.srcIterC, c0.raw());
-            args[DNNL_ARG_DST_ITER_C] = wrap(u.dstIterC, cN.raw());
-        }
+        std::unordered_map<int, memory> args = forwardArgs(p, e.pd, u, k, x, h0, c0, y, hN, cN);
         if (training) {
             const memory::desc ws = argDesc(e.pd, DNNL_ARG_WORKSPACE);
             workspace = Tensor::empty({static_cast<int64_t>((ws.get_size() + 3) / 4) + 1}, DType::int32, x.device());
@@ -295,25 +304,16 @@ void CpuBackend::rnnBackward(const RnnParams& p, const RnnWeights& w, const Tens
         memory dWLayer(dwl, engine()), dWIter(dwi, engine());
         std::memset(dWLayer.get_data_handle(), 0, dwl.get_size()); // the primitive accumulates into them
         std::memset(dWIter.get_data_handle(), 0, dwi.get_size());
-        std::unordered_map<int, memory> args = {
-            {DNNL_ARG_SRC_LAYER, wrap(u.srcLayer, x.raw())},
-            {DNNL_ARG_SRC_ITER, wrap(u.srcIter, h0.raw())},
-            {DNNL_ARG_WEIGHTS_LAYER, toPrim(argDesc(e.pd, DNNL_ARG_WEIGHTS_LAYER), u.wLayer, k.wLayer.data())},
-            {DNNL_ARG_WEIGHTS_ITER, toPrim(argDesc(e.pd, DNNL_ARG_WEIGHTS_ITER), u.wIter, k.wIter.data())},
-            {DNNL_ARG_BIAS, wrap(u.bias, k.bias.data())},
-            {DNNL_ARG_DST_LAYER, wrap(u.dstLayer, y.raw())},
-            {DNNL_ARG_DST_ITER, wrap(u.dstIter, hN.raw())},
-            {DNNL_ARG_WORKSPACE, wrap(argDesc(e.pd, DNNL_ARG_WORKSPACE), workspace.raw())},
-            {DNNL_ARG_DIFF_SRC_LAYER, wrap(u.srcLayer, dx.raw())},
-            {DNNL_ARG_DIFF_SRC_ITER, wrap(u.srcIter, dh0.raw())},
-            {DNNL_ARG_DIFF_WEIGHTS_LAYER, dWLayer},
-            {DNNL_ARG_DIFF_WEIGHTS_ITER, dWIter},
-            {DNNL_ARG_DIFF_BIAS, wrap(u.bias, dk.bias.data())},
-            {DNNL_ARG_DIFF_DST_LAYER, wrap(u.dstLayer, dy.raw())},
-            {DNNL_ARG_DIFF_DST_ITER, wrap(u.dstIter, dhN.raw())}};
+        std::unordered_map<int, memory> args = forwardArgs(p, e.pd, u, k, x, h0, c0, y, hN, cN);
+        args.insert({{DNNL_ARG_WORKSPACE, wrap(argDesc(e.pd, DNNL_ARG_WORKSPACE), workspace.raw())},
+                     {DNNL_ARG_DIFF_SRC_LAYER, wrap(u.srcLayer, dx.raw())},
+                     {DNNL_ARG_DIFF_SRC_ITER, wrap(u.srcIter, dh0.raw())},
+                     {DNNL_ARG_DIFF_WEIGHTS_LAYER, dWLayer},
+                     {DNNL_ARG_DIFF_WEIGHTS_ITER, dWIter},
+                     {DNNL_ARG_DIFF_BIAS, wrap(u.bias, dk.bias.data())},
+                     {DNNL_ARG_DIFF_DST_LAYER, wrap(u.dstLayer, dy.raw())},
+                     {DNNL_ARG_DIFF_DST_ITER, wrap(u.dstIter, dhN.raw())}});
         if (p.mode == RnnMode::lstm) {
-            args[DNNL_ARG_SRC_ITER_C] = wrap(u.srcIterC, c0.raw());
-            args[DNNL_ARG_DST_ITER_C] = wrap(u.dstIterC, cN.raw());
             args[DNNL_ARG_DIFF_SRC_ITER_C] = wrap(u.srcIterC, dc0.raw());
             args[DNNL_ARG_DIFF_DST_ITER_C] = wrap(u.dstIterC, dcN.raw());
         }
