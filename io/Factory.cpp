@@ -244,6 +244,9 @@ const std::map<std::string, Builder>& table() {
                                                      .bidirectional = a.b("bidirectional", false),
                                                      .getSequences = a.b("getSequences", false),
                                                      .batchFirst = a.b("batchFirst", false),
+                                                     .initialStates = a.b("initialStates", false),
+                                                     .finalStates = a.b("finalStates", false),
+                                                     .lengths = a.b("lengths", false),
                                                      .name = a.name()});
          }},
         {"ReduceMean",

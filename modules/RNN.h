@@ -15,13 +15,29 @@ struct RNNOptions {
     bool getSequences = false;
     /// Data [N, T, C] instead of [T, N, C].
     bool batchFirst = false;
+    /// Initial states as inputs after the data: h0 (and, for LSTM, c0) [layers D, N, hsize].
+    /// Without, the states start at zero.
+    bool initialStates = false;
+    /// Final states as outputs after y: hN (and, for LSTM, cN) [layers D, N, hsize].
+    bool finalStates = false;
+    /// A last input, int32 lengths [N] in [1, T]: sequence n is its first lengths[n] steps.
+    bool lengths = false;
     std::string name = {};
 };
 
 /// x: [T, N, insize] ([N, T, insize] with batchFirst) -> y: [T, N, D hsize] with
 /// getSequences ([N, T, D hsize] with batchFirst), else the last step's [N, D hsize]
-/// (D = 2 when bidirectional: the forward direction's features first). The initial states
-/// are zero.
+/// (D = 2 when bidirectional: the forward direction's features first).
+///
+/// Inputs: x, then h0 (and c0) with `initialStates`, then lengths with `lengths`. Outputs:
+/// y, then hN (and cN) with `finalStates`. States are [layers D, N, hsize] in PyTorch's
+/// order (layer k, direction d at row k D + d), batch-first data or not. With lengths,
+/// sequence n reads steps [0, lengths[n]) alone: its reverse direction starts at step
+/// lengths[n] - 1, its final states are those after its last step, y is zero at the steps
+/// past it, the last-step output (getSequences false) is y at lengths[n] - 1, and the
+/// gradients of x there are zero. Padded batches give what each sequence gives alone;
+/// sequences of equal length run together, so a batch of many distinct lengths runs as
+/// many smaller ones.
 ///
 /// Parameters, per layer k and direction (suffix `_reverse` for the backward one), in
 /// PyTorch's names, layout and gate order (LSTM i, f, g, o; GRU r, z, n; G gates):
@@ -39,8 +55,11 @@ public:
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// Needs the input shape of the last dataShapeFrom / forward.
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// One input [T, N, insize] ([N, T, insize] with batchFirst), T and N at least 1.
+    /// x [T, N, insize] ([N, T, insize] with batchFirst), T and N at least 1; the states
+    /// and lengths the options ask for.
     void checkDataShape(const Shapes& inShapes) const override;
+    void checkDataType(const std::vector<DType>& dtypes) const override;
+    size_t outputCount() const override { return 1 + (options_.finalStates ? stateCount() : 0); }
     Blueprint blueprint() const override;
     /// Outputs of their own; a training forward keeps every layer's output and states and
     /// the backend's workspace.
@@ -55,15 +74,32 @@ protected:
     std::vector<Tensor*> keptTensors() override;
 
 private:
+    /// Sequences of one length, run together.
+    struct Group {
+        int64_t steps;
+        std::vector<int64_t> members;
+    };
     RnnParams paramsOf() const;
     RnnWeights weightsOf(int64_t layer) const;
     int64_t directions() const { return options_.bidirectional ? 2 : 1; }
+    /// 2 for LSTM (h and c), else 1.
+    int64_t stateCount() const { return options_.mode == RnnMode::lstm ? 2 : 1; }
+    /// The batch split by length, longest first; empty without a lengths input. Checks the
+    /// lengths' values against T.
+    std::vector<Group> groupsOf(const Tensors& data, int64_t T) const;
+    /// One layer forward, over the whole batch or group by group.
+    void layerForward(int64_t layer, const std::vector<Group>& groups, const Tensor& x, const Tensor& h0,
+                      const Tensor& c0, const Tensor& y, const Tensor& hN, const Tensor& cN, bool keep);
+    /// One layer backward from dy, dhN, dcN into dx, dh0, dc0 and the weight gradients.
+    void layerBackward(int64_t layer, const std::vector<Group>& groups, const Tensor& dy, const Tensor& dhN,
+                       const Tensor& dcN, const Tensor& dx, const Tensor& dh0, const Tensor& dc0, const RnnWeights& g);
 
     int64_t insize_, hsize_;
     RNNOptions options_;
-    // Kept from a training forward, per layer: its input [T, N, in], output, final states,
-    // the zero initial states and oneDNN's workspace.
-    std::vector<Tensor> layerIn_, layerOut_, hN_, cN_, h0_, c0_, workspace_;
+    // Kept from a training forward, per layer: its input [T, N, in], output, initial and
+    // final states, the backend's workspace (the groups' workspaces one after another) and,
+    // with lengths, where each group's workspace starts (int32 on the host).
+    std::vector<Tensor> layerIn_, layerOut_, hN_, cN_, h0_, c0_, workspace_, wsOffsets_;
 };
 
 /// "lstm" <-> RnnMode::lstm (relu, tanh, lstm, gru). fromString throws ModuleError listing names.

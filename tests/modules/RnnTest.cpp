@@ -24,13 +24,25 @@ std::vector<float> matVec(const std::vector<float>& w, int64_t cols, int64_t r0,
     return out;
 }
 
-// The reference: x [T, N, I] time-major -> every step's output [T, N, D H].
-std::vector<float> reference(RNN& rnn, RnnMode mode, int64_t layers, bool bi, int64_t H, const Tensor& x) {
+// What the reference computes: every step's output [T, N, D H] (zero past a sequence's
+// end) and the final states [layers D, N, H].
+struct Ref {
+    std::vector<float> y, hN, cN;
+};
+
+// The reference: x [T, N, I] time-major from the states h0, c0 [layers D, N, H] (zero when
+// empty), sequence n over its first lengths[n] steps (all T when empty).
+Ref reference(RNN& rnn, RnnMode mode, int64_t layers, bool bi, int64_t H, const Tensor& x,
+              const std::vector<float>& h0 = {}, const std::vector<float>& c0 = {},
+              const std::vector<int32_t>& lengths = {}) {
     const int64_t T = x.shape()[0], N = x.shape()[1], D = bi ? 2 : 1;
     std::vector<float> in = x.toVector<float>();
     int64_t I = x.shape()[2];
+    Ref ref;
+    ref.hN.assign(static_cast<size_t>(layers * D * N * H), 0.0f);
+    ref.cN = ref.hN;
     for (int64_t k = 0; k < layers; ++k) {
-        std::vector<float> out(static_cast<size_t>(T * N * D * H));
+        std::vector<float> out(static_cast<size_t>(T * N * D * H), 0.0f);
         for (int64_t dir = 0; dir < D; ++dir) {
             const std::string sfx = "_l" + std::to_string(k) + (dir ? "_reverse" : "");
             const auto wi = rnn.getVar("weight_ih" + sfx)->data.toVector<float>();
@@ -38,9 +50,13 @@ std::vector<float> reference(RNN& rnn, RnnMode mode, int64_t layers, bool bi, in
             const auto bi_ = rnn.getVar("bias_ih" + sfx)->data.toVector<float>();
             const auto bh = rnn.getVar("bias_hh" + sfx)->data.toVector<float>();
             for (int64_t n = 0; n < N; ++n) {
+                const size_t state = static_cast<size_t>(((k * D + dir) * N + n) * H);
                 std::vector<float> h(static_cast<size_t>(H), 0.0f), c(static_cast<size_t>(H), 0.0f);
-                for (int64_t s = 0; s < T; ++s) {
-                    const int64_t t = dir ? T - 1 - s : s;
+                if (!h0.empty()) h.assign(h0.begin() + state, h0.begin() + state + H);
+                if (!c0.empty()) c.assign(c0.begin() + state, c0.begin() + state + H);
+                const int64_t len = lengths.empty() ? T : lengths[static_cast<size_t>(n)];
+                for (int64_t s = 0; s < len; ++s) {
+                    const int64_t t = dir ? len - 1 - s : s;
                     const float* xt = &in[static_cast<size_t>((t * N + n) * I)];
                     auto gate = [&](int64_t g, bool withHidden) { // W_g x + b_ig (+ R_g h + b_hg)
                         std::vector<float> a = matVec(wi, I, g * H, H, xt);
@@ -76,12 +92,26 @@ std::vector<float> reference(RNN& rnn, RnnMode mode, int64_t layers, bool bi, in
                     h = next;
                     for (int64_t j = 0; j < H; ++j) out[static_cast<size_t>((t * N + n) * D * H + dir * H + j)] = h[j];
                 }
+                std::copy(h.begin(), h.end(), ref.hN.begin() + state);
+                std::copy(c.begin(), c.end(), ref.cN.begin() + state);
             }
         }
         in = out;
         I = D * H;
     }
-    return in;
+    ref.y = in;
+    return ref;
+}
+
+// got equals want to 1e-5 of want's largest magnitude.
+::testing::AssertionResult matchesScaled(const Tensor& got, const Tensor& want, const std::string& what) {
+    const std::vector<float> a = got.toVector<float>(), b = want.toVector<float>();
+    if (got.shape() != want.shape()) return ::testing::AssertionFailure() << what << ": shape " << got.shape().str();
+    float scale = 0.0f, worst = 0.0f;
+    for (float v : b) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    if (worst <= 1e-5f * scale) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << ": off by " << worst << " of " << scale;
 }
 
 struct Case {
@@ -102,7 +132,7 @@ TEST(RNN, ReferenceEveryModeDirectionAndLayers) {
         manualSeed(11);
         RNN seq(I, H, {.layers = c.layers, .mode = c.mode, .bidirectional = c.bi, .getSequences = true});
         const Tensor x = randomTensor({T, N, I}, 3);
-        const std::vector<float> want = reference(seq, c.mode, c.layers, c.bi, H, x);
+        const std::vector<float> want = reference(seq, c.mode, c.layers, c.bi, H, x).y;
         const Tensor y = seq(x);
         ASSERT_EQ(y.shape(), (Shape{T, N, (c.bi ? 2 : 1) * H}));
         EXPECT_TRUE(allClose(y, want, 1e-5f));
@@ -135,22 +165,174 @@ TEST(RNN, GradientsOfInputAndEveryWeight) {
     }
 }
 
+// Initial states in, final states out, and a padded batch with lengths: the reference
+// gives the same outputs, final states and zeros past each sequence's end.
+TEST(RNN, StatesAndLengthsMatchReference) {
+    const int64_t T = 5, N = 4, I = 3, H = 4;
+    const std::vector<int32_t> lengths{5, 2, 4, 2};
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(nameOf(c));
+        const bool lstm = c.mode == RnnMode::lstm;
+        const int64_t D = c.bi ? 2 : 1;
+        manualSeed(3);
+        RNN rnn(I, H,
+                {.layers = c.layers,
+                 .mode = c.mode,
+                 .bidirectional = c.bi,
+                 .getSequences = true,
+                 .initialStates = true,
+                 .finalStates = true,
+                 .lengths = true});
+        const Tensor x = randomTensor({T, N, I}, 4);
+        const Tensor h0 = randomTensor({c.layers * D, N, H}, 5), c0 = randomTensor({c.layers * D, N, H}, 6);
+        Tensors in{x, h0};
+        if (lstm) in.push_back(c0);
+        in.push_back(Tensor::fromVector({N}, lengths));
+        const Ref want = reference(rnn, c.mode, c.layers, c.bi, H, x, h0.toVector<float>(),
+                                   lstm ? c0.toVector<float>() : std::vector<float>{}, lengths);
+        const Tensors out = rnn(in);
+        ASSERT_EQ(out.size(), lstm ? 3u : 2u);
+        EXPECT_TRUE(allClose(out[0], want.y, 1e-5f));
+        EXPECT_TRUE(allClose(out[1], want.hN, 1e-5f));
+        if (lstm) {
+            EXPECT_TRUE(allClose(out[2], want.cN, 1e-5f));
+        }
+        EXPECT_TRUE(checkShapes(rnn, in));
+        // The last-step output is each sequence's own last step.
+        manualSeed(3);
+        RNN last(I, H,
+                 {.layers = c.layers, .mode = c.mode, .bidirectional = c.bi, .initialStates = true, .lengths = true});
+        const Tensor yl = last(in)[0];
+        std::vector<float> wantLast;
+        for (int64_t n = 0; n < N; ++n) {
+            const auto at = want.y.begin() + ((lengths[static_cast<size_t>(n)] - 1) * N + n) * D * H;
+            wantLast.insert(wantLast.end(), at, at + D * H);
+        }
+        EXPECT_TRUE(allClose(yl, wantLast, 1e-5f));
+    }
+}
+
+// Gradients of the data, the initial states and every weight through the final states
+// and a padded batch.
+TEST(RNN, GradientsWithStatesAndLengths) {
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(nameOf(c));
+        const bool relu = c.mode == RnnMode::relu, lstm = c.mode == RnnMode::lstm;
+        const int64_t D = c.bi ? 2 : 1;
+        manualSeed(relu ? 1 : 5);
+        RNN rnn(3, 4,
+                {.layers = c.layers,
+                 .mode = c.mode,
+                 .bidirectional = c.bi,
+                 .getSequences = !relu,
+                 .batchFirst = relu,
+                 .initialStates = true,
+                 .finalStates = true,
+                 .lengths = true});
+        GradCheckOptions o;
+        if (relu) o.eps = 1e-3f;
+        const Shape state{c.layers * D, 3, 4};
+        Tensors in{randomTensor(relu ? Shape{3, 4, 3} : Shape{4, 3, 3}, relu ? 11 : 7),
+                   randomTensor(state, 12, relu ? 0.0f : -1.0f)};
+        if (lstm) in.push_back(randomTensor(state, 13));
+        in.push_back(Tensor::fromVector({3}, std::vector<int32_t>{2, 4, 3}));
+        EXPECT_TRUE(checkGradients(rnn, in, o));
+    }
+}
+
+// A padded batch gives what each sequence gives alone, forwards and backwards: outputs,
+// final states, the data's gradient and the weights' gradients summed over the sequences.
+TEST(RNN, PaddedBatchEqualsEachSequenceAlone) {
+    const int64_t T = 6, N = 3, I = 3, H = 5;
+    const std::vector<int32_t> lengths{3, 6, 1};
+    for (RnnMode mode : {RnnMode::lstm, RnnMode::gru}) {
+        SCOPED_TRACE(str(mode));
+        const RNNOptions o{.layers = 2, .mode = mode, .bidirectional = true, .getSequences = true, .finalStates = true};
+        RNNOptions withLengths = o;
+        withLengths.lengths = true;
+        manualSeed(9);
+        RNN batch(I, H, withLengths);
+        manualSeed(9);
+        RNN alone(I, H, o);
+        const Tensor x = randomTensor({T, N, I}, 21), dy = randomTensor({T, N, 2 * H}, 22);
+        const Tensor lens = Tensor::fromVector({N}, lengths);
+        const Tensors out = batch({x, lens});
+        const std::vector<float> y = out[0].toVector<float>(), hN = out[1].toVector<float>();
+        Tensors grads{dy, randomTensor(out[1].shape(), 23)};
+        if (mode == RnnMode::lstm) grads.push_back(randomTensor(out[2].shape(), 24));
+        batch.zeroGradParams();
+        const std::vector<float> dx = batch.backward(grads)[0].toVector<float>();
+        alone.zeroGradParams();
+        const std::vector<float> xv = x.toVector<float>(), dyv = dy.toVector<float>();
+        for (int64_t n = 0; n < N; ++n) {
+            SCOPED_TRACE("sequence " + std::to_string(n));
+            const int64_t len = lengths[static_cast<size_t>(n)];
+            auto column = [&](const std::vector<float>& v, int64_t steps, int64_t C) { // [steps, 1, C] of sequence n
+                std::vector<float> col;
+                for (int64_t t = 0; t < steps; ++t) {
+                    const auto at = v.begin() + (t * N + n) * C;
+                    col.insert(col.end(), at, at + C);
+                }
+                return col;
+            };
+            const Tensors one = alone(Tensors{Tensor::fromVector({len, 1, I}, column(xv, len, I))});
+            std::vector<float> wantY = column(y, len, 2 * H);
+            EXPECT_TRUE(allClose(one[0], wantY, 1e-5f));
+            EXPECT_TRUE(allClose(one[1], column(hN, 4, H), 1e-5f)); // [layers D, 1, H]: rows of n
+            std::vector<float> zeros = column(y, T, 2 * H);
+            EXPECT_TRUE(std::all_of(zeros.begin() + len * 2 * H, zeros.end(), [](float v) { return v == 0.0f; }));
+            Tensors g{Tensor::fromVector({len, 1, 2 * H}, column(dyv, len, 2 * H)),
+                      Tensor::fromVector({4, 1, H}, column(grads[1].toVector<float>(), 4, H))};
+            if (mode == RnnMode::lstm)
+                g.push_back(Tensor::fromVector({4, 1, H}, column(grads[2].toVector<float>(), 4, H)));
+            // Accumulate the weights' gradients over the sequences: momentum 1.
+            const Tensor dxn = alone.backward(g, true, true, 1.0f, 1.0f)[0];
+            std::vector<float> wantDx = column(dx, T, I);
+            EXPECT_TRUE(std::all_of(wantDx.begin() + len * I, wantDx.end(), [](float v) { return v == 0.0f; }));
+            wantDx.resize(static_cast<size_t>(len * I));
+            EXPECT_TRUE(allClose(dxn, wantDx, 1e-5f));
+        }
+        for (const auto& [name, v] : batch.namedParams()) {
+            SCOPED_TRACE(name);
+            EXPECT_TRUE(allClose(alone.getVar(name)->grad, v->grad.toVector<float>(), 1e-4f));
+        }
+    }
+}
+
+// Final states fed back as initial states carry a sequence across batches: two halves
+// give what the whole gives.
+TEST(RNN, StatesCarryAcrossBatches) {
+    for (RnnMode mode : {RnnMode::lstm, RnnMode::gru, RnnMode::tanh}) {
+        SCOPED_TRACE(str(mode));
+        manualSeed(2);
+        RNN whole(3, 4, {.layers = 2, .mode = mode, .getSequences = true});
+        manualSeed(2);
+        RNN steps(3, 4, {.layers = 2, .mode = mode, .getSequences = true, .initialStates = true, .finalStates = true});
+        steps.evalMode();
+        const Tensor x = randomTensor({6, 2, 3}, 30);
+        const std::vector<float> want = whole(x).toVector<float>();
+        const bool lstm = mode == RnnMode::lstm;
+        Tensors state{Tensor::zeros({2, 2, 4})};
+        if (lstm) state.push_back(Tensor::zeros({2, 2, 4}));
+        std::vector<float> got;
+        for (int64_t half = 0; half < 2; ++half) {
+            Tensors in{x.slice(half * 3, half * 3 + 3)};
+            in.insert(in.end(), state.begin(), state.end());
+            const Tensors out = steps(in);
+            const std::vector<float> y = out[0].toVector<float>();
+            got.insert(got.end(), y.begin(), y.end());
+            state = Tensors(out.begin() + 1, out.end());
+        }
+        EXPECT_TRUE(allClose(Tensor::fromVector({6, 2, 4}, got), want, 1e-5f));
+    }
+}
+
 // PyTorch's nn.LSTM / nn.GRU (2 layers, one and two directions) with the same weights:
 // the outputs and the gradients of the input and of every weight, from the files
 // tests/data/rnn/make_pytorch_cases.py wrote (PyTorch in float64, rounded to float32).
 // Each tensor matches to 1e-5 of its largest magnitude.
 TEST(RNN, MatchesPyTorch) {
     const std::string root = std::string(TESSERA_SOURCE_DIR) + "/tests/data/rnn/";
-    auto near = [](const Tensor& got, const Tensor& want, const std::string& what) {
-        const std::vector<float> a = got.toVector<float>(), b = want.toVector<float>();
-        if (got.shape() != want.shape())
-            return ::testing::AssertionFailure() << what << ": shape " << got.shape().str();
-        float scale = 0.0f, worst = 0.0f;
-        for (float v : b) scale = std::max(scale, std::fabs(v));
-        for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-        if (worst <= 1e-5f * scale) return ::testing::AssertionSuccess();
-        return ::testing::AssertionFailure() << what << ": off by " << worst << " of " << scale;
-    };
     for (const char* name : {"lstm_uni", "lstm_bi", "gru_uni", "gru_bi"}) {
         SCOPED_TRACE(name);
         const std::string dir = root + name + "/";
@@ -162,10 +344,54 @@ TEST(RNN, MatchesPyTorch) {
                  .bidirectional = bi,
                  .getSequences = true});
         for (const auto& [pname, v] : rnn.namedParams()) v->data.copyFrom(readNpy(dir + pname + ".npy"));
-        EXPECT_TRUE(near(rnn(x), readNpy(dir + "y.npy"), "y"));
-        EXPECT_TRUE(near(rnn.backward(readNpy(dir + "dy.npy")), readNpy(dir + "dx.npy"), "dx"));
+        EXPECT_TRUE(matchesScaled(rnn(x), readNpy(dir + "y.npy"), "y"));
+        EXPECT_TRUE(matchesScaled(rnn.backward(readNpy(dir + "dy.npy")), readNpy(dir + "dx.npy"), "dx"));
         for (const auto& [pname, v] : rnn.namedParams()) {
-            EXPECT_TRUE(near(v->grad, readNpy(dir + "grad_" + pname + ".npy"), "grad of " + pname));
+            EXPECT_TRUE(matchesScaled(v->grad, readNpy(dir + "grad_" + pname + ".npy"), "grad of " + pname));
+        }
+    }
+}
+
+// The same for a padded batch run as PyTorch's packed sequence from given initial states
+// (2 layers, two directions): outputs, final states, and the gradients of the input, the
+// initial states and every weight.
+TEST(RNN, MatchesPyTorchPackedWithStates) {
+    const std::string root = std::string(TESSERA_SOURCE_DIR) + "/tests/data/rnn/";
+    for (const char* name : {"lstm_packed", "gru_packed"}) {
+        SCOPED_TRACE(name);
+        const std::string dir = root + name + "/";
+        const bool lstm = std::string(name) == "lstm_packed";
+        auto npy = [&](const std::string& f) { return readNpy(dir + f + ".npy"); };
+        const Tensor x = npy("x");
+        RNN rnn(x.shape()[2], 6,
+                {.layers = 2,
+                 .mode = lstm ? RnnMode::lstm : RnnMode::gru,
+                 .bidirectional = true,
+                 .getSequences = true,
+                 .initialStates = true,
+                 .finalStates = true,
+                 .lengths = true});
+        for (const auto& [pname, v] : rnn.namedParams()) v->data.copyFrom(npy(pname));
+        Tensors in{x, npy("h0")};
+        if (lstm) in.push_back(npy("c0"));
+        in.push_back(npy("lengths"));
+        const Tensors out = rnn(in);
+        EXPECT_TRUE(matchesScaled(out[0], npy("y"), "y"));
+        EXPECT_TRUE(matchesScaled(out[1], npy("hN"), "hN"));
+        if (lstm) {
+            EXPECT_TRUE(matchesScaled(out[2], npy("cN"), "cN"));
+        }
+        Tensors grads{npy("dy"), npy("dhN")};
+        if (lstm) grads.push_back(npy("dcN"));
+        rnn.zeroGradParams();
+        const Tensors dIn = rnn.backward(grads);
+        EXPECT_TRUE(matchesScaled(dIn[0], npy("dx"), "dx"));
+        EXPECT_TRUE(matchesScaled(dIn[1], npy("dh0"), "dh0"));
+        if (lstm) {
+            EXPECT_TRUE(matchesScaled(dIn[2], npy("dc0"), "dc0"));
+        }
+        for (const auto& [pname, v] : rnn.namedParams()) {
+            EXPECT_TRUE(matchesScaled(v->grad, npy("grad_" + pname), "grad of " + pname));
         }
     }
 }
@@ -181,6 +407,40 @@ TEST(RNN, ShapesAndBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { rnn(Tensor::zeros({3, 2, 5}, DType::int32)); }, {"int32"}));
     EXPECT_TRUE(throwsShapeError([&] { rnn(Tensor::empty({0, 2, 5})); }, {"empty"}));
     EXPECT_THROW(RNN(0, 4), ModuleError);
+    RNN st(5, 7, {.layers = 2, .initialStates = true, .lengths = true, .name = "st"});
+    const Tensor x = randomTensor({3, 2, 5}, 1), h = randomTensor({2, 2, 7}, 2);
+    const Tensor lens = Tensor::fromVector({2}, std::vector<int32_t>{3, 1});
+    EXPECT_TRUE(throwsShapeError([&] { st({x, h, lens}); }, {"RNN 'st'", "expects 4 input tensors, got 3"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            st({x, randomTensor({1, 2, 7}, 2), h, lens});
+        },
+        {"initial hidden state (input 1)", "[2, 2, 7]", "[1, 2, 7]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            st({x, h, randomTensor({2, 3, 7}, 2), lens});
+        },
+        {"initial cell state (input 2)", "[2, 3, 7]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            st({x, h, h, Tensor::fromVector({3}, std::vector<int32_t>{1, 1, 1})});
+        },
+        {"lengths (input 3)", "[2]", "[3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            st({x, h, h, Tensor::fromVector({2}, std::vector<int32_t>{3, 4})});
+        },
+        {"lengths[1] = 4", "[1, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            st({x, h, h, Tensor::fromVector({2}, std::vector<int32_t>{0, 1})});
+        },
+        {"lengths[0] = 0"}));
+    EXPECT_TRUE(throwsShapeError([&] { st({x, h, h, Tensor::ones({2})}); }, {"lengths", "float32", "int32"}));
+    EXPECT_EQ(st.dataShapeFrom(Shapes{{9, 4, 5}, {2, 4, 7}, {2, 4, 7}, {4}}), (Shapes{{4, 7}}));
+    RNN fin(5, 7, {.layers = 3, .mode = RnnMode::lstm, .bidirectional = true, .finalStates = true});
+    EXPECT_EQ(fin.outputCount(), 3u);
+    EXPECT_EQ(fin.dataShapeFrom(Shapes{{9, 4, 5}}), (Shapes{{4, 14}, {6, 4, 7}, {6, 4, 7}}));
     EXPECT_THROW(rnnModeFromString("lstm2"), ModuleError);
     RNN evalOnly(5, 7);
     evalOnly.evalMode();
@@ -195,9 +455,17 @@ TEST(RNN, ShapesAndBadInput) {
 }
 
 TEST(RNN, BlueprintRoundTrip) {
-    RNN rnn(5, 7, {.layers = 2, .mode = RnnMode::tanh, .bidirectional = true, .batchFirst = true, .name = "r"});
+    RNN rnn(5, 7,
+            {.layers = 2,
+             .mode = RnnMode::tanh,
+             .bidirectional = true,
+             .batchFirst = true,
+             .initialStates = true,
+             .lengths = true,
+             .name = "r"});
     ModulePtr back = buildModule(rnn.blueprint());
     EXPECT_EQ(back->blueprint().toJson(), rnn.blueprint().toJson());
+    EXPECT_NE(rnn.blueprint().toJson().find("\"lengths\": true"), std::string::npos);
     EXPECT_NE(rnn.blueprint().toJson().find("\"mode\": \"tanh\""), std::string::npos);
 }
 
