@@ -318,6 +318,16 @@ public:
     /// sum_n sum_{j != y} max(0, 1 + s_j - s_y)^(l2 ? 2 : 1) / N.
     virtual double svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) = 0;
 
+    /// Connectionist temporal classification. scores [T, N, V] (logits: a log-softmax over
+    /// V comes first), labels [N, S] int32, labelLengths and inputLengths [N] int32, all
+    /// valid (the caller checks: labels in [0, V) and not `blank`, sample n's first
+    /// labelLengths[n] labels aligning within its first inputLengths[n] steps) ->
+    /// losses[n] = -log p(labels of n | its steps), and grad (scores' shape; undefined: not
+    /// computed) <- sum_n gradScale[n] d losses[n] / d scores, zero past each input's end.
+    virtual void ctc(const Tensor& scores, const Tensor& labels, const Tensor& labelLengths, const Tensor& inputLengths,
+                     int32_t blank, const std::vector<float>& gradScale, const Tensor& grad,
+                     std::vector<double>& losses) = 0;
+
     // ---- optimizers --------------------------------------------------------------------
     /// One fused update of `param` from `grad` by `p.rule`, with up to three state tensors
     /// of param's numel (the rule's running averages; unused ones may be undefined).

@@ -355,4 +355,53 @@ TESSERA_HOST_DEVICE inline double reduceAt(const ReduceGeometry& g, const float*
     return sum;
 }
 
+// ---- CTC ----------------------------------------------------------------------------------
+// A sample's labels l (length S) extend to 2 S + 1 positions: blank, l0, blank, l1, ...,
+// blank. alpha[t][s] is the log-probability of the alignments of steps [0, t] that end at
+// position s; beta[t][s] that of the alignments of steps [t, T) that start there. Both count
+// step t's own log-probability.
+
+/// log(exp(a) + exp(b)); -inf stands for probability zero.
+TESSERA_HOST_DEVICE inline double logAdd(double a, double b) {
+    if (a < b) {
+        const double t = a;
+        a = b;
+        b = t;
+    }
+    if (b == -INFINITY) return a;
+    return a + log1p(exp(b - a));
+}
+
+/// The label at extended position s.
+TESSERA_HOST_DEVICE inline int32_t ctcLabel(const int32_t* labels, int64_t s, int32_t blank) {
+    return s % 2 == 0 ? blank : labels[s / 2];
+}
+
+/// alpha[t][s] from the previous step's row `prev` (positions [0, 2 S + 1)) and step t's
+/// log-probability lp of the label at s.
+TESSERA_HOST_DEVICE inline double ctcAlpha(const double* prev, const int32_t* labels, int64_t s, double lp) {
+    double a = prev[s];
+    if (s >= 1) a = logAdd(a, prev[s - 1]);
+    if (s % 2 == 1 && s >= 3 && labels[s / 2] != labels[s / 2 - 1]) a = logAdd(a, prev[s - 2]);
+    return a + lp;
+}
+
+/// beta[t][s] from the next step's row `next`, over positions [0, ext).
+TESSERA_HOST_DEVICE inline double ctcBeta(const double* next, const int32_t* labels, int64_t s, int64_t ext,
+                                          double lp) {
+    double b = next[s];
+    if (s + 1 < ext) b = logAdd(b, next[s + 1]);
+    if (s % 2 == 1 && s + 2 < ext && labels[s / 2] != labels[s / 2 + 1]) b = logAdd(b, next[s + 2]);
+    return b + lp;
+}
+
+/// log sum_v exp(row[v * stride]) over v in [0, V).
+TESSERA_HOST_DEVICE inline double logSumExp(const float* row, int64_t V, int64_t stride) {
+    float mx = row[0];
+    for (int64_t v = 1; v < V; ++v) mx = row[v * stride] > mx ? row[v * stride] : mx;
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += exp(static_cast<double>(row[v * stride] - mx));
+    return mx + log(sum);
+}
+
 } // namespace tessera::element

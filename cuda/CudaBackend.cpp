@@ -613,6 +613,24 @@ double CudaBackend::svmCost(const Tensor& scores, const Tensor& labels, bool l2,
     return host / static_cast<double>(n);
 }
 
+void CudaBackend::ctc(const Tensor& scores, const Tensor& labels, const Tensor& labelLengths,
+                      const Tensor& inputLengths, int32_t blank, const std::vector<float>& gradScale,
+                      const Tensor& grad, std::vector<double>& losses) {
+    const int64_t T = scores.shape()[0], N = scores.shape()[1], V = scores.shape()[2], S = labels.shape()[1];
+    // float64 scratch: lse [T, N], alpha and beta [N, T, 2 S + 1], losses [N]
+    const int64_t rows = T * N, cells = N * T * (2 * S + 1);
+    const Tensor scratch = Tensor::empty({2 * (rows + 2 * cells + N)}, DType::float32, device());
+    auto* lse = static_cast<double*>(scratch.raw());
+    double *alpha = lse + rows, *beta = alpha + cells, *dLosses = beta + cells;
+    const Tensor scale = Tensor::fromVector({N}, gradScale).to(device());
+    cudak::ctc(fp(scores), ip(labels), ip(labelLengths), ip(inputLengths), blank, fp(scale),
+               grad.defined() ? fp(grad) : nullptr, T, N, V, S, lse, alpha, beta, dLosses, s());
+    losses.assign(static_cast<size_t>(N), 0.0);
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(losses.data(), dLosses, static_cast<size_t>(N) * sizeof(double), cudaMemcpyDeviceToHost, s()));
+    synchronize();
+}
+
 // ---- optimizers, dropout ---------------------------------------------------------------------------
 
 void CudaBackend::optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,

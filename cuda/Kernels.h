@@ -106,6 +106,11 @@ void invStdFromVariance(const float* var, float eps, float* invstd, int64_t c, c
 /// Sums land in `error` (double) and `hits`; both are zeroed by the caller.
 void crossEntropy(const float* scores, const int32_t* labels, const float* weights, float* grad, int64_t n, int64_t c,
                   int64_t inner, double* error, unsigned long long* hits, cudaStream_t s);
+/// CTC (Backend::ctc) with scratch lse [T, N], alpha and beta [N, T, 2 S + 1] (float64);
+/// losses [N] (float64) on the device; grad may be null.
+void ctc(const float* scores, const int32_t* labels, const int32_t* labelLen, const int32_t* inputLen, int32_t blank,
+         const float* scale, float* grad, int64_t T, int64_t N, int64_t V, int64_t S, double* lse, double* alpha,
+         double* beta, double* losses, cudaStream_t s);
 /// `kind` is CostKind's value; `sum` zeroed by the caller.
 void pointwiseCost(int kind, const float* pred, const float* target, float* grad, int64_t total, int64_t n, int64_t c,
                    double* sum, cudaStream_t s);

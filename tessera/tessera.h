@@ -63,6 +63,7 @@
 
 // training/: costs, optimizers, schedules, Trainer/Validator/Calculator, IDX data
 #include "training/Cost.h"
+#include "training/CTC.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
 #include "training/Idx.h"

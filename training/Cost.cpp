@@ -24,7 +24,7 @@ CostResult Cost::operator()(const Tensors& pred, const Tensors& target) {
     checkInputs(pred, target);
     // Costs read predictions row-major: blocked outputs of a network are reordered here.
     CostResult r = compute(plainAll(pred), target);
-    accumulate(r.error, pred[0].shape()[0]);
+    accumulate(r.error, batchSize(pred));
     return r;
 }
 
@@ -35,7 +35,7 @@ CostResult Cost::operator()(const Tensor& pred, const Tensor& target) {
 double Cost::validate(const Tensors& pred, const Tensors& target) {
     checkInputs(pred, target);
     const double e = validationError(plainAll(pred), target);
-    accumulate(e, pred[0].shape()[0]);
+    accumulate(e, batchSize(pred));
     return e;
 }
 

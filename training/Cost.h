@@ -42,6 +42,8 @@ protected:
     virtual CostResult compute(const Tensors& pred, const Tensors& target) = 0;
     /// Default: the cost itself.
     virtual double validationError(const Tensors& pred, const Tensors& target);
+    /// The samples in a batch (what the means weigh by). Default: dim 0 of pred[0].
+    virtual int64_t batchSize(const Tensors& pred) const { return pred[0].shape()[0]; }
     /// A ShapeError prefixed with the class name.
     ShapeError error(const std::string& what) const { return ShapeError(classname() + ": " + what); }
     /// Throws unless there is exactly `count` of each, all defined.

@@ -58,6 +58,9 @@ public:
                       double& error, int64_t& correct) override;
     double pointwiseCost(CostKind kind, const Tensor& pred, const Tensor& target, const Tensor& grad) override;
     double svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) override;
+    void ctc(const Tensor& scores, const Tensor& labels, const Tensor& labelLengths, const Tensor& inputLengths,
+             int32_t blank, const std::vector<float>& gradScale, const Tensor& grad,
+             std::vector<double>& losses) override;
     void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
                          const Tensor& s2, const Tensor& s3) override;
     void reorder(const Tensor& src, const Tensor& dst) override;

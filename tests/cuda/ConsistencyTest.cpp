@@ -51,6 +51,7 @@
 #include "modules/Tile.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
+#include "training/CTC.h"
 #include "training/CrossEntropy.h"
 #include "training/L1Hinge.h"
 #include "training/Optimizer.h"
@@ -387,6 +388,37 @@ TEST(CudaConsistency, MaxUnpool2D) {
     EXPECT_LE(relDiff(yg, yc), 1e-6);
     const Tensor g = randomTensor(yc.shape(), 2);
     EXPECT_LE(relDiff(unpoolG.backward(g.to(dev)), unpoolC.backward(g)), 1e-6);
+}
+
+// CTC on both devices: the error, the gradient (zero past each input), and the same
+// clear error for a target longer than its input.
+TEST(CudaConsistency, CTC) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    const int64_t T = 20, N = 4, V = 7;
+    const Tensor scores = randomTensor({T, N, V}, 8, -3.0f, 3.0f);
+    const Tensors target{
+        Tensor::fromVector({N, 5}, std::vector<int32_t>{1, 2, 2, 3, 6, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 5, 1, 5, 1, 5}),
+        Tensor::fromVector({N}, std::vector<int32_t>{5, 3, 0, 5}),
+        Tensor::fromVector({N}, std::vector<int32_t>{20, 9, 3, 14})};
+    Tensors onDev;
+    for (const Tensor& t : target) onDev.push_back(t.to(dev));
+    for (bool normalized : {false, true}) {
+        SCOPED_TRACE(normalized ? "normalized" : "plain");
+        CTC onCpu({.normalized = normalized}), onGpu({.normalized = normalized});
+        const CostResult rc = onCpu({scores}, target);
+        const CostResult rg = onGpu({scores.to(dev)}, onDev);
+        EXPECT_NEAR(rg.error, rc.error, 1e-5 * (1.0 + std::fabs(rc.error)));
+        EXPECT_LE(relDiff(rg.grad[0], rc.grad[0]), 1e-5);
+        EXPECT_NEAR(onGpu.validate({scores.to(dev)}, onDev), onCpu.validate({scores}, target), 1e-12);
+    }
+    CTC ctc;
+    const Tensors tooLong{Tensor::fromVector({1, 3}, std::vector<int32_t>{1, 1, 2}),
+                          Tensor::fromVector({1}, std::vector<int32_t>{3})};
+    const std::string msg = testing::errorOf([&] {
+        ctc({randomTensor({3, 1, 4}, 1).to(dev)}, {tooLong[0].to(dev), tooLong[1].to(dev)});
+    });
+    EXPECT_NE(msg.find("longer than the input"), std::string::npos) << msg;
 }
 
 TEST(CudaConsistency, EvalModeUsesRunningStatistics) {
