@@ -144,6 +144,14 @@ public:
              std::vector<double>& losses) override;
     void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
                          const Tensor& s2, const Tensor& s3) override;
+    /// cuDNN's RNN API (CudaRnn.cpp).
+    void rnnForward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0, const Tensor& c0,
+                    bool training, const Tensor& y, const Tensor& hN, const Tensor& cN, Tensor& reserve) override;
+    int64_t rnnWorkspaceBytes(const RnnParams& p, const Shape& x) override;
+    void rnnBackward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0, const Tensor& c0,
+                     const Tensor& y, const Tensor& hN, const Tensor& cN, const Tensor& dy, const Tensor& dhN,
+                     const Tensor& dcN, const Tensor& reserve, const Tensor& dx, const Tensor& dh0, const Tensor& dc0,
+                     const RnnWeights& g) override;
 
     void softmaxForward(const Tensor& x, const Tensor& y) override;
     void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;

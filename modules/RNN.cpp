@@ -42,11 +42,11 @@ void scatterRows(const Tensor& part, const std::vector<int64_t>& members, const 
     }
 }
 
-// The groups' workspaces one after another (each starting on a 64-byte boundary) and where
-// each starts: int32 [groups + 1] on the host.
+// The groups' workspaces one after another (each starting on a 256-byte boundary, as cuDNN wants its reserve space) and
+// where each starts: int32 [groups + 1] on the host.
 std::pair<Tensor, Tensor> concatenate(const std::vector<Tensor>& parts) {
     std::vector<int32_t> offsets{0};
-    for (const Tensor& t : parts) offsets.push_back(offsets.back() + static_cast<int32_t>((t.numel() + 15) / 16 * 16));
+    for (const Tensor& t : parts) offsets.push_back(offsets.back() + static_cast<int32_t>((t.numel() + 63) / 64 * 64));
     Tensor all = Tensor::empty({offsets.back()}, DType::int32, parts.at(0).device());
     for (size_t k = 0; k < parts.size(); ++k) {
         backendOf(all).copyStrided(parts[k], 0, 0, all, offsets[k], 0, 1, parts[k].numel());

@@ -46,7 +46,7 @@ struct RNNOptions {
 /// `nn.GRU` / `nn.RNN` state dicts load into them name for name. Initialised as PyTorch
 /// does: U(-1/sqrt(hsize), 1/sqrt(hsize)). The GRU is the linear-before-reset one
 /// (n = tanh(W_in x + b_in + r (W_hn h + b_hn)), as cuDNN and PyTorch compute it).
-/// CPU: oneDNN's RNN primitives; CUDA: not yet (a BackendError says so).
+/// CPU: oneDNN's RNN primitives; CUDA: cuDNN's RNN API.
 class RNN : public Module {
 public:
     RNN(int64_t insize, int64_t hsize, const RNNOptions& options = {});

@@ -62,8 +62,8 @@
 #include "containers/Sequential.h"
 
 // training/: costs, optimizers, schedules, Trainer/Validator/Calculator, IDX data
-#include "training/Cost.h"
 #include "training/CTC.h"
+#include "training/Cost.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
 #include "training/Idx.h"

@@ -42,6 +42,7 @@
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
+#include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
@@ -279,6 +280,24 @@ TEST(CudaConsistency, EveryModule) {
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
         {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},
         {"ReduceMean", make<ReduceMean>(std::vector<int64_t>{1, -1}, false), {{2, 3, 4, 5}}},
+        {"RNN lstm bi x2",
+         make<RNN>(5, 6, RNNOptions{.layers = 2, .mode = RnnMode::lstm, .bidirectional = true, .getSequences = true}),
+         {{4, 3, 5}}},
+        {"RNN gru batch-first last step",
+         make<RNN>(5, 6, RNNOptions{.mode = RnnMode::gru, .batchFirst = true}),
+         {{3, 4, 5}}},
+        {"RNN tanh bi", make<RNN>(5, 6, RNNOptions{.mode = RnnMode::tanh, .bidirectional = true}), {{4, 3, 5}}},
+        {"RNN relu x2",
+         make<RNN>(5, 6, RNNOptions{.layers = 2, .mode = RnnMode::relu, .getSequences = true}),
+         {{4, 3, 5}}},
+        {"RNN lstm states",
+         make<RNN>(5, 6,
+                   RNNOptions{.layers = 2,
+                              .mode = RnnMode::lstm,
+                              .bidirectional = true,
+                              .initialStates = true,
+                              .finalStates = true}),
+         {{4, 3, 5}, {4, 3, 6}, {4, 3, 6}}},
         {"LeNet", [] { return ModulePtr(loadLeNet()); }, {{4, 1, 28, 28}}, 1e-3},
         // ResNet-18's gradients are compared by norm. On the CPU alone, scaling the input by
         // 1 +- 6e-6 moves its input gradient by 0.56% (norm) and 0.84% (max) and a
@@ -388,6 +407,41 @@ TEST(CudaConsistency, MaxUnpool2D) {
     EXPECT_LE(relDiff(yg, yc), 1e-6);
     const Tensor g = randomTensor(yc.shape(), 2);
     EXPECT_LE(relDiff(unpoolG.backward(g.to(dev)), unpoolC.backward(g)), 1e-6);
+}
+
+// A padded batch with lengths on both devices (the groups of equal length run apart).
+TEST(CudaConsistency, RnnWithLengths) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    for (RnnMode mode : {RnnMode::lstm, RnnMode::gru}) {
+        SCOPED_TRACE(str(mode));
+        const RNNOptions o{.layers = 2,
+                           .mode = mode,
+                           .bidirectional = true,
+                           .getSequences = true,
+                           .finalStates = true,
+                           .lengths = true};
+        manualSeed(4);
+        RNN cpu(3, 5, o);
+        manualSeed(4);
+        RNN gpu(3, 5, o);
+        gpu.to(dev);
+        const Tensor x = randomTensor({6, 4, 3}, 1);
+        const Tensor lengths = Tensor::fromVector({4}, std::vector<int32_t>{6, 2, 6, 4});
+        const Tensors yc = cpu({x, lengths}), yg = gpu({x.to(dev), lengths.to(dev)});
+        ASSERT_EQ(yc.size(), yg.size());
+        for (size_t i = 0; i < yc.size(); ++i) EXPECT_LE(relDiff(yg[i], yc[i]), 1e-4) << "output " << i;
+        Tensors gc, gg;
+        for (size_t i = 0; i < yc.size(); ++i) {
+            gc.push_back(randomTensor(yc[i].shape(), 10 + i));
+            gg.push_back(gc.back().to(dev));
+        }
+        EXPECT_LE(relDiff(gpu.backward(gg)[0], cpu.backward(gc)[0]), 1e-4);
+        const auto pc = cpu.namedParams(), pg = gpu.namedParams();
+        for (size_t i = 0; i < pc.size(); ++i) {
+            EXPECT_LE(relDiff(pg[i].second->grad, pc[i].second->grad), 1e-4) << "gradient of " << pc[i].first;
+        }
+    }
 }
 
 // CTC on both devices: the error, the gradient (zero past each input), and the same
