@@ -1125,15 +1125,20 @@ private:
     }
 
     // LSTM, GRU (linear before reset) and RNN (relu or tanh), forward or bidirectional,
-    // zero initial states: one Tessera RNN layer (weights back in PyTorch's gate order) that
-    // returns every step, reshaped and transposed to ONNX's Y [T, D, N, H].
+    // either layout: one Tessera RNN layer (weights back in PyTorch's gate order) that
+    // returns every step, reshaped (and for layout 0 transposed) to ONNX's Y [T, D, N, H]
+    // or [N, T, D, H]. Initial states and sequence_lens given as data are its extra inputs,
+    // and the final states Y_h, Y_c its extra outputs (layout 1 transposes them from and to
+    // [N, D, H]); zero initial states are its default.
     void importRnn(const onnx::NodeProto& n, const Attributes& a) {
         const std::string& op = n.op_type();
         a.only({"hidden_size", "direction", "activations", "linear_before_reset", "layout", "clip", "input_forget",
                 "activation_alpha", "activation_beta"});
         if (a.has("clip")) throw Unsupported{"clip is not supported"};
         if (a.i("input_forget", 0) != 0) throw Unsupported{"input_forget 1 is not supported"};
-        if (a.i("layout", 0) != 0) throw Unsupported{"layout 1 (batch first) is not supported"};
+        const int64_t layout = a.i("layout", 0);
+        if (layout != 0 && layout != 1) throw Unsupported{"layout " + std::to_string(layout)};
+        const bool batchFirst = layout == 1;
         if (a.has("activation_alpha") || a.has("activation_beta"))
             throw Unsupported{"activation_alpha/beta are not supported"};
         const std::string direction = a.s("direction", "forward");
@@ -1157,21 +1162,30 @@ private:
         if (op == "GRU" && a.i("linear_before_reset", 0) != 1)
             throw Unsupported{"linear_before_reset 0 (Tessera's GRU applies the reset after the linear map, as "
                               "cuDNN and PyTorch do)"};
-        for (int k : {4, 7}) { // sequence_lens, the peepholes
-            if (n.input_size() > k && !n.input(k).empty())
-                throw Unsupported{k == 4 ? "sequence_lens is not supported" : "peepholes are not supported"};
-        }
-        for (int k : {5, 6}) { // initial_h, initial_c: zeros only
-            if (n.input_size() <= k || n.input(k).empty()) continue;
-            const Constant& c = requireConstant(n, k, k == 5 ? "initial_h" : "initial_c");
+        auto given = [&](int k) { return n.input_size() > k && !n.input(k).empty(); };
+        if (given(7)) throw Unsupported{"peepholes are not supported"};
+        if (given(4) && isConstant(n.input(4))) throw Unsupported{"a constant sequence_lens (data is supported)"};
+        const bool lengths = given(4);
+        bool stateData[2] = {false, false}; // initial_h, initial_c given as data
+        for (int k : {5, 6}) {
+            if (!given(k)) continue;
+            if (!isConstant(n.input(k))) {
+                stateData[k - 5] = true;
+                continue;
+            }
+            const Constant& c = constants_.at(n.input(k));
             if (c.zeros) continue;
             for (float v : c.tensor.defined() ? c.tensor.toVector<float>() : std::vector<float>{1.0f}) {
-                if (v != 0.0f) throw Unsupported{"non-zero initial states are not supported"};
+                if (v != 0.0f) throw Unsupported{"constant initial states other than zeros are not supported"};
             }
         }
+        const bool lstm = op == "LSTM";
+        if (lstm ? stateData[0] != stateData[1] : stateData[1])
+            throw Unsupported{"initial_h and initial_c given one as data, the other not"};
+        const bool initialStates = stateData[0];
+        bool finalStates = false;
         for (int k = 1; k < n.output_size(); ++k) {
-            if (!n.output(k).empty() && usedValues_.count(n.output(k)))
-                throw Unsupported{"output " + std::to_string(k) + " (the final states) is not supported"};
+            finalStates = finalStates || (!n.output(k).empty() && usedValues_.count(n.output(k)));
         }
         const Constant& w = requireConstant(n, 1, "W");
         const Constant& r = requireConstant(n, 2, "R");
@@ -1181,8 +1195,15 @@ private:
         const int64_t I = w.tensor.shape()[2];
         std::vector<float> b(static_cast<size_t>(D * 2 * G * H), 0.0f);
         if (n.input_size() > 3 && !n.input(3).empty()) b = requireConstant(n, 3, "B").tensor.toVector<float>();
-        auto rnn = std::make_shared<RNN>(
-            I, H, RNNOptions{.layers = 1, .mode = mode, .bidirectional = bi, .getSequences = true});
+        auto rnn = std::make_shared<RNN>(I, H,
+                                         RNNOptions{.layers = 1,
+                                                    .mode = mode,
+                                                    .bidirectional = bi,
+                                                    .getSequences = true,
+                                                    .batchFirst = batchFirst,
+                                                    .initialStates = initialStates,
+                                                    .finalStates = finalStates,
+                                                    .lengths = lengths});
         const std::vector<int64_t> order = onnxGateOrder(mode);
         const std::vector<float> wv = w.tensor.toVector<float>(), rv = r.tensor.toVector<float>();
         for (int64_t dir = 0; dir < D; ++dir) {
@@ -1200,11 +1221,42 @@ private:
             fill("bias_ih", b.data() + dir * 2 * G * H, 1);
             fill("bias_hh", b.data() + dir * 2 * G * H + G * H, 1);
         }
-        auto seq = std::make_shared<Sequential>();
-        seq->append(rnn)
-            .append(std::make_shared<Reshape>(Shape{0, 0, D, H}))
-            .append(std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1, 3}));
-        return define(n, seq, dataInputs(n, 1));
+        Parents parents = dataInputs(n, 1);
+        if (!initialStates && !finalStates && !lengths && !batchFirst) {
+            auto seq = std::make_shared<Sequential>();
+            seq->append(rnn)
+                .append(std::make_shared<Reshape>(Shape{0, 0, D, H}))
+                .append(std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1, 3}));
+            return define(n, seq, parents);
+        }
+        // A graph of its own: x, [initial_h, initial_c], [sequence_lens] -> Y, [Y_h, Y_c].
+        auto swapND = [] { return std::make_shared<Transpose>(std::vector<int64_t>{1, 0, 2}); };
+        std::vector<NodePtr> ins{tessera::node(std::make_shared<Identity>(), {}, "X")};
+        Parents rnnParents{ins[0]};
+        for (int k = 5; k < (lstm ? 7 : 6) && initialStates; ++k) {
+            Source src = value(n, k);
+            parents.push_back(Parent(src.node, src.slot));
+            ins.push_back(tessera::node(std::make_shared<Identity>(), {}, k == 5 ? "initial_h" : "initial_c"));
+            // layout 1 states are [N, D, H]; Tessera's [D, N, H]
+            rnnParents.push_back(batchFirst ? tessera::node(swapND(), ins.back(), ins.back()->name() + "_dnh")
+                                            : ins.back());
+        }
+        if (lengths) {
+            Source src = value(n, 4);
+            parents.push_back(Parent(src.node, src.slot));
+            ins.push_back(tessera::node(std::make_shared<Identity>(), {}, "sequence_lens"));
+            rnnParents.push_back(ins.back());
+        }
+        NodePtr cell = tessera::node(rnn, rnnParents, "rnn");
+        auto y = std::make_shared<Sequential>();
+        y->append(std::make_shared<Reshape>(Shape{0, 0, D, H}));
+        if (!batchFirst) y->append(std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1, 3}));
+        std::vector<NodePtr> outs{tessera::node(y, Parent(cell, 0), "Y")};
+        for (int k = 1; k <= (lstm ? 2 : 1) && finalStates; ++k) {
+            outs.push_back(tessera::node(batchFirst ? ModulePtr(swapND()) : ModulePtr(std::make_shared<Identity>()),
+                                         Parent(cell, k), k == 1 ? "Y_h" : "Y_c"));
+        }
+        return define(n, std::make_shared<Graph>(ins, outs), parents);
     }
 
     // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
@@ -1946,6 +1998,23 @@ private:
         const int64_t G = rnnGates(mode);
         const std::vector<int64_t> order = onnxGateOrder(mode);
         (void)inShapes;
+        if (schemeBool(bp, "lengths"))
+            throw Unsupported{"an RNN with a lengths input is not exported (the export declares float inputs; "
+                              "ONNX's sequence_lens is int32)"};
+        const bool initial = schemeBool(bp, "initialStates"), final = schemeBool(bp, "finalStates");
+        const bool lstm = mode == RnnMode::lstm;
+        // Layer k's rows [k D, (k + 1) D) of a state input [layers D, N, H] (the input itself
+        // for one layer).
+        auto stateOf = [&](size_t input, int64_t k, const std::string& lp) {
+            if (layers == 1) return in[input];
+            const std::string v = valueName(lp + (input == 1 ? "_h0" : "_c0"));
+            node("Slice",
+                 {in[input], initInts(v + ".starts", {k * D}), initInts(v + ".ends", {(k + 1) * D}),
+                  initInts(v + ".axes", {0})},
+                 {v}, v);
+            return v;
+        };
+        std::vector<std::string> finals[2]; // each layer's Y_h, Y_c
         std::string x = in[0];
         if (batchFirst) {
             const std::string t = valueName(path + "_time_major");
@@ -1978,6 +2047,8 @@ private:
             }
             const std::string lp = path + "_l" + std::to_string(k);
             const std::string y = valueName(lp + "_Y");
+            std::vector<std::string> states; // initial_h (, initial_c), sliced before the node that reads them
+            for (size_t i = 1; i <= (lstm ? 2u : 1u) && initial; ++i) states.push_back(stateOf(i, k, lp));
             onnx::NodeProto* n = node(mode == RnnMode::lstm  ? "LSTM"
                                       : mode == RnnMode::gru ? "GRU"
                                                              : "RNN",
@@ -1985,6 +2056,14 @@ private:
                                        init(lp + ".R", Tensor::fromVector({D, G * H, H}, r)),
                                        init(lp + ".B", Tensor::fromVector({D, 2 * G * H}, b))},
                                       {y}, lp);
+            if (initial) n->add_input(""); // no sequence_lens
+            for (const std::string& v : states) n->add_input(v);
+            for (int s = 0; s < (lstm ? 2 : 1) && final; ++s) {
+                const std::string v =
+                    layers == 1 ? out[static_cast<size_t>(1 + s)] : valueName(lp + (s == 0 ? "_Y_h" : "_Y_c"));
+                n->add_output(v);
+                finals[s].push_back(v);
+            }
             attr(n, "hidden_size", H);
             attr(n, "direction", std::string(bi ? "bidirectional" : "forward"));
             if (mode == RnnMode::gru) attr(n, "linear_before_reset", int64_t{1});
@@ -1998,6 +2077,11 @@ private:
             x = lastOut ? out[0] : valueName(lp + "_out");
             node("Reshape", {t, initInts(lp + ".shape", {0, 0, D * H})}, {x}, lp + "_out");
         }
+        for (int s = 0; s < 2 && final && layers > 1; ++s) { // the layers' states, layer after layer
+            if (!finals[s].empty())
+                attr(node("Concat", finals[s], {out[static_cast<size_t>(1 + s)]}, path + (s ? "_cN" : "_hN")), "axis",
+                     int64_t{0});
+        }
         if (sequences) {
             if (batchFirst)
                 attr(node("Transpose", {x}, {out[0]}, path + "_batch_major"), "perm", std::vector<int64_t>{1, 0, 2});
@@ -2008,7 +2092,7 @@ private:
              {x, initInts(path + ".starts", {-1}), initInts(path + ".ends", {std::numeric_limits<int64_t>::max()}),
               initInts(path + ".axes", {0})},
              {last}, path + "_last");
-        node("Squeeze", {last, initInts(path + ".axes0", {0})}, out, path);
+        node("Squeeze", {last, initInts(path + ".axes0", {0})}, {out[0]}, path);
     }
 
     void emitLayer(Module& m, const std::vector<std::string>& in, const Shapes& inShapes,
