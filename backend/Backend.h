@@ -71,6 +71,9 @@ struct ConvParams {
     std::vector<int64_t> stride, padLo, padHi, dilation;
     int64_t groups = 1;
     bool transposed = false;
+    /// What the products run in: float32, or bfloat16 (inputs and weights rounded to it;
+    /// products summed and results written in float32; Module::calcMode).
+    DType compute = DType::float32;
 };
 
 enum class PoolKind { max, avgWithPad, avgNoPad };
@@ -147,10 +150,14 @@ public:
     virtual void fillNormal(const Tensor& t, float mean, float stddev, Generator& gen) = 0;
 
     // ---- BLAS -------------------------------------------------------------------------
-    /// A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]
-    /// C <- alpha * op(A) op(B) + beta * C.
+    /// A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N], float32:
+    /// C <- alpha * op(A) op(B) + beta * C, the products in `compute` (float32, or bfloat16:
+    /// A and B rounded to it, sums in float32).
     virtual void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
-                      const Tensor& C) = 0;
+                      const Tensor& C, DType compute) = 0;
+    void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta, const Tensor& C) {
+        gemm(transA, transB, alpha, A, B, beta, C, DType::float32);
+    }
     /// row: [M], y: [N, M] -> y[n, :] <- row for every n.
     virtual void broadcastRows(const Tensor& row, const Tensor& y) = 0;
     /// x: [N, M], y: [M] -> y <- alpha * sum_n x[n, :] + beta * y.
@@ -202,7 +209,8 @@ public:
 
     /// x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] <- x[n, c, ...] * m[n, c].
     virtual void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) = 0;
-    /// x, y: same numel, float32 <-> int32 (float to int rounds toward zero).
+    /// x, y: same numel, plain, any dtypes (float to int rounds toward zero; to bfloat16 and
+    /// float16 rounds to nearest even).
     virtual void cast(const Tensor& x, const Tensor& y) = 0;
 
     // ---- convolution ------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "backend/Tensor.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/Backend.h"
@@ -12,6 +13,8 @@ size_t sizeOf(DType dtype) {
     switch (dtype) {
     case DType::float32:
     case DType::int32: return 4;
+    case DType::bfloat16:
+    case DType::float16: return 2;
     }
     return 0;
 }
@@ -20,8 +23,67 @@ std::string str(DType dtype) {
     switch (dtype) {
     case DType::float32: return "float32";
     case DType::int32: return "int32";
+    case DType::bfloat16: return "bfloat16";
+    case DType::float16: return "float16";
     }
     return "?";
+}
+
+DType dtypeFromString(const std::string& name) {
+    for (DType d : {DType::float32, DType::int32, DType::bfloat16, DType::float16}) {
+        if (str(d) == name) return d;
+    }
+    throw ShapeError("unknown dtype '" + name + "'; expected float32, int32, bfloat16 or float16");
+}
+
+bfloat16 toBfloat16(float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)}; // a quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                                        // to nearest even
+    return {static_cast<uint16_t>(u >> 16)};
+}
+
+float toFloat(bfloat16 v) {
+    const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+float16 toFloat16(float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u, absu = u & 0x7fffffffu;
+    if (absu > 0x7f800000u) return {static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+    if (absu >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)}; // rounds past 65504: infinity
+    if (absu < 0x38800000u) {                                                // a subnormal half (or zero)
+        float a;
+        std::memcpy(&a, &absu, 4);
+        // a * 2^24 rounded to an integer (nearest even in the FPU's default mode)
+        return {static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)))};
+    }
+    // rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to nearest even
+    const uint32_t rounded = absu - 0x38000000u + 0xfffu + ((absu >> 13) & 1u);
+    return {static_cast<uint16_t>(sign | (rounded >> 13))};
+}
+
+float toFloat(float16 v) {
+    const uint32_t sign = static_cast<uint32_t>(v.bits & 0x8000u) << 16, exp = (v.bits >> 10) & 0x1fu,
+                   man = v.bits & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13); // infinity or NaN
+    } else if (exp == 0) {                    // zero or subnormal: man * 2^-24
+        const float f = static_cast<float>(man) * 5.9604644775390625e-8f;
+        std::memcpy(&u, &f, 4);
+        u |= sign;
+    } else {
+        u = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
 }
 
 std::string str(Layout layout) {
@@ -29,6 +91,7 @@ std::string str(Layout layout) {
     case Layout::plain: return "plain";
     case Layout::blocked8: return "blocked8";
     case Layout::blocked16: return "blocked16";
+    case Layout::channelsLast: return "channelsLast";
     }
     return "?";
 }
@@ -207,6 +270,14 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
     view.offset_ += static_cast<size_t>(begin) * rowBytes;
     view.shape_[0] = end - begin;
     return view;
+}
+
+Tensor Tensor::astype(DType dtype) const {
+    if (!storage_) throw ShapeError("Tensor::astype: an undefined tensor");
+    const Tensor src = plain();
+    Tensor out = empty(shape_, dtype, device());
+    backendFor(device()).cast(src, out);
+    return out;
 }
 
 Tensor Tensor::to(Device device) const {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "backend/DType.h"
@@ -100,14 +101,21 @@ public:
     /// A copy on `device`, in the same layout (a copy even when already there: `to` never
     /// aliases).
     Tensor to(Device device) const;
+    /// A plain copy on the same device with elements converted to `dtype` (float to int
+    /// rounds toward zero; float to bfloat16 or float16 rounds to nearest even).
+    Tensor astype(DType dtype) const;
     Tensor toHost() const { return to(Device::cpu()); }
     Tensor clone() const { return to(device()); }
     /// Copy `src` into this tensor (same numel and dtype; devices may differ). Layouts may
     /// differ when both are on the same device (the copy reorders).
     void copyFrom(const Tensor& src);
-    /// The elements as a host vector in row-major order (any layout).
+    /// The elements as a host vector in row-major order (any layout); a bfloat16 or float16
+    /// tensor reads as float.
     template <class T> std::vector<T> toVector() const {
         Tensor h = toHost().plain();
+        if (std::is_same_v<T, float> && (dtype_ == DType::bfloat16 || dtype_ == DType::float16)) {
+            h = h.astype(DType::float32);
+        }
         const T* p = h.data<T>();
         return std::vector<T>(p, p + numel());
     }

@@ -242,6 +242,9 @@ void CudaBackend::reorder(const Tensor& src, const Tensor& dst) {
         copy(src, dst);
         return;
     }
+    if (src.layout() == Layout::channelsLast || dst.layout() == Layout::channelsLast) {
+        throw BackendError("CudaBackend::reorder: the channelsLast layout is the CPU's (reorder to plain there)");
+    }
     const Shape& sh = src.shape();
     cudak::reorder(fp(src), blockOf(src.layout()), fp(dst), blockOf(dst.layout()), sh[0], sh[1],
                    sh.numel() / (sh[0] * sh[1]), s());
@@ -276,7 +279,11 @@ void CudaBackend::fillNormal(const Tensor& t, float mean, float stddev, Generato
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
 void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
-                       const Tensor& C) {
+                       const Tensor& C, DType compute) {
+    if (compute != DType::float32) {
+        throw BackendError("CudaBackend::gemm: computing in " + str(compute) +
+                           " is not implemented on CUDA yet (float32 is)");
+    }
     const int64_t m = C.shape()[0], n = C.shape()[1];
     const int64_t k = transA ? A.shape()[0] : A.shape()[1];
     if ((transA ? A.shape()[1] : A.shape()[0]) != m || (transB ? B.shape()[1] : B.shape()[0]) != k ||
@@ -399,7 +406,8 @@ void CudaBackend::cast(const Tensor& x, const Tensor& y) {
     } else if (x.dtype() == DType::int32 && y.dtype() == DType::float32) {
         cudak::castToFloat(ip(x), fp(y), x.numel(), s());
     } else {
-        throw ShapeError("CudaBackend::cast: " + str(x.dtype()) + " to " + str(y.dtype()) + " is not supported");
+        if (!x.isPlain() || !y.isPlain()) throw BackendError("CudaBackend::cast: plain tensors only");
+        cudak::cast(x.raw(), static_cast<int>(x.dtype()), y.raw(), static_cast<int>(y.dtype()), x.numel(), s());
     }
 }
 

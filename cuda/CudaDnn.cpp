@@ -180,6 +180,10 @@ std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, b
 // heuristics) on first use.
 static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle, bool allowTF32, const ConvParams& p,
                                 const ConvShapes& cs, const Shape& w) {
+    if (p.compute != DType::float32) {
+        throw BackendError(std::string("CudaBackend: ") + (p.transposed ? "deconvolution" : "convolution") + " in " +
+                           str(p.compute) + " is not implemented on CUDA yet (float32 is)");
+    }
     const std::string key = convKey(p, cs, w, allowTF32);
     std::lock_guard<std::mutex> lock(dnn.mutex);
     auto& slot = dnn.convs[key];

@@ -3,6 +3,9 @@
 // that the two agree to rounding (the consistency suite in tests/cuda checks it).
 #include "cuda/Kernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cfloat>
 #include <cstdint>
 
@@ -142,6 +145,24 @@ __global__ void castToIntKernel(const float* x, int32_t* y, int64_t n) {
 }
 __global__ void castToFloatKernel(const int32_t* x, float* y, int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = static_cast<float>(x[i]);
+}
+// Between any two of DType's types (`from`, `to` are DType values), through float.
+__global__ void castKernel(const void* x, int from, void* y, int to, int64_t n) {
+    TESSERA_FOR_EACH(i, n) {
+        float v = 0.0f;
+        switch (static_cast<DType>(from)) {
+        case DType::float32: v = static_cast<const float*>(x)[i]; break;
+        case DType::int32: v = static_cast<float>(static_cast<const int32_t*>(x)[i]); break;
+        case DType::bfloat16: v = __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]); break;
+        case DType::float16: v = __half2float(static_cast<const __half*>(x)[i]); break;
+        }
+        switch (static_cast<DType>(to)) {
+        case DType::float32: static_cast<float*>(y)[i] = v; break;
+        case DType::int32: static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v); break;
+        case DType::bfloat16: static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(v); break;
+        case DType::float16: static_cast<__half*>(y)[i] = __float2half_rn(v); break;
+        }
+    }
 }
 
 __device__ float activate(ActivationKind kind, float alpha, float beta, float x) {
@@ -630,6 +651,9 @@ void castToInt(const float* x, int32_t* y, int64_t n, cudaStream_t s) {
 }
 void castToFloat(const int32_t* x, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(castToFloatKernel, n, s, x, y, n);
+}
+void cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(castKernel, n, s, x, from, y, to, n);
 }
 void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s) {
     const auto k = static_cast<ActivationKind>(kind);

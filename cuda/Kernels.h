@@ -40,6 +40,9 @@ void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t 
 void mulChannels(const float* x, const float* m, float* y, int64_t planes, int64_t inner, cudaStream_t s);
 void castToInt(const float* x, int32_t* y, int64_t n, cudaStream_t s);
 void castToFloat(const int32_t* x, float* y, int64_t n, cudaStream_t s);
+/// Between any two DTypes (their enum values), through float; to the 16-bit floats rounds
+/// to nearest even.
+void cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t s);
 /// `kind` is ActivationKind's value.
 void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s);
 void activationBackward(int kind, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,

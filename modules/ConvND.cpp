@@ -116,18 +116,18 @@ Shapes ConvND::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors ConvND::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     const Tensor b = options_.useBias ? getVar("b")->data : Tensor();
-    return {backendOf(x).convForward(params_, x, getVar("W")->data, b, dataShapeFrom(Shapes{x.shape()})[0])};
+    return {backendOf(x).convForward(computeParams(), x, getVar("W")->data, b, dataShapeFrom(Shapes{x.shape()})[0])};
 }
 
 // dy: [N, outmaps, *out] -> dx: [N, inmaps, *in]
 Tensors ConvND::updateGrad(const Tensors& grad) {
-    return {backendOf(grad[0]).convBackwardData(params_, grad[0], getVar("W")->data, inData().shape())};
+    return {backendOf(grad[0]).convBackwardData(computeParams(), grad[0], getVar("W")->data, inData().shape())};
 }
 
 // dW = scale * dL/dW + momentum * dW, db likewise
 void ConvND::accGradParams(const Tensors& grad, float scale, float momentum) {
     const Tensor db = options_.useBias ? getVar("b")->grad : Tensor();
-    backendOf(grad[0]).convBackwardWeights(params_, inData(), grad[0], scale, momentum, getVar("W")->grad, db);
+    backendOf(grad[0]).convBackwardWeights(computeParams(), inData(), grad[0], scale, momentum, getVar("W")->grad, db);
 }
 
 Blueprint ConvND::blueprint() const {
@@ -149,15 +149,15 @@ void ConvND::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
     requireCount(inShapes, 1, "input");
     const Tensor& w = getVar("W")->data;
     backendFor(w.device())
-        .optimizeConv(params_, inShapes[0], w.shape(), dataShapeFrom(Shapes{inShapes[0]})[0], memlimit);
+        .optimizeConv(computeParams(), inShapes[0], w.shape(), dataShapeFrom(Shapes{inShapes[0]})[0], memlimit);
 }
 
 MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                             Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
     const Shape y = dataShapeFrom(inShapes)[0];
-    use.outLayouts[0] =
-        backendFor(device).convOutputLayout(params_, inShapes[0], getVar("W")->data.shape(), y, options_.useBias);
+    use.outLayouts[0] = backendFor(device).convOutputLayout(computeParams(), inShapes[0], getVar("W")->data.shape(), y,
+                                                            options_.useBias);
     return use;
 }
 

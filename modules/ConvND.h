@@ -40,6 +40,12 @@ public:
     int64_t inmaps() const { return inmaps_; }
     int64_t outmaps() const { return outmaps_; }
     const ConvParams& params() const { return params_; }
+    /// params() with the compute dtype calcMode set.
+    ConvParams computeParams() const {
+        ConvParams p = params_;
+        p.compute = computeDType();
+        return p;
+    }
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// The input shape of the last dataShapeFrom/forward with the gradient's batch size

@@ -78,7 +78,7 @@ Tensors GroupLinear::updateData(const Tensors& data) {
             beta = 1.0f;
         }
         be.gemm(false, false, 1.0f, xg_.slice(g, g + 1).reshape({n, insize_}),
-                w.slice(g, g + 1).reshape({insize_, outsize_}), beta, yv);
+                w.slice(g, g + 1).reshape({insize_, outsize_}), beta, yv, computeDType());
     }
     return {fromGroupsFirst(yg)};
 }
@@ -92,7 +92,7 @@ Tensors GroupLinear::updateGrad(const Tensors& grad) {
     for (int64_t g = 0; g < groups_; ++g) {
         backendOf(dxg).gemm(false, true, 1.0f, dyg.slice(g, g + 1).reshape({n, outsize_}),
                             w.slice(g, g + 1).reshape({insize_, outsize_}), 0.0f,
-                            dxg.slice(g, g + 1).reshape({n, insize_}));
+                            dxg.slice(g, g + 1).reshape({n, insize_}), computeDType());
     }
     return {fromGroupsFirst(dxg)};
 }
@@ -105,7 +105,7 @@ void GroupLinear::accGradParams(const Tensors& grad, float scale, float momentum
     for (int64_t g = 0; g < groups_; ++g) {
         Tensor dy = dyg.slice(g, g + 1).reshape({n, outsize_});
         be.gemm(true, false, scale, xg_.slice(g, g + 1).reshape({n, insize_}), dy, momentum,
-                getVar("W")->grad.slice(g, g + 1).reshape({insize_, outsize_}));
+                getVar("W")->grad.slice(g, g + 1).reshape({insize_, outsize_}), computeDType());
         if (options_.useBias) be.sumRows(dy, scale, momentum, getVar("b")->grad.slice(g, g + 1).reshape({outsize_}));
     }
 }

@@ -44,9 +44,9 @@ Tensors Linear::updateData(const Tensors& data) {
     Tensor y = Tensor::empty({x.shape()[0], outsize_}, DType::float32, x.device());
     if (options_.useBias) {
         be.broadcastRows(getVar("b")->data, y);
-        be.gemm(false, false, 1.0f, x, getVar("W")->data, 1.0f, y);
+        be.gemm(false, false, 1.0f, x, getVar("W")->data, 1.0f, y, computeDType());
     } else {
-        be.gemm(false, false, 1.0f, x, getVar("W")->data, 0.0f, y);
+        be.gemm(false, false, 1.0f, x, getVar("W")->data, 0.0f, y, computeDType());
     }
     return {y};
 }
@@ -55,7 +55,7 @@ Tensors Linear::updateData(const Tensors& data) {
 Tensors Linear::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
     Tensor dx = Tensor::empty({dy.shape()[0], insize_}, DType::float32, dy.device());
-    backendOf(dy).gemm(false, true, 1.0f, dy, getVar("W")->data, 0.0f, dx);
+    backendOf(dy).gemm(false, true, 1.0f, dy, getVar("W")->data, 0.0f, dx, computeDType());
     return {dx};
 }
 
@@ -63,7 +63,7 @@ Tensors Linear::updateGrad(const Tensors& grad) {
 void Linear::accGradParams(const Tensors& grad, float scale, float momentum) {
     const Tensor& dy = grad[0];
     Backend& be = backendOf(dy);
-    be.gemm(true, false, scale, inData(), dy, momentum, getVar("W")->grad);
+    be.gemm(true, false, scale, inData(), dy, momentum, getVar("W")->grad, computeDType());
     if (options_.useBias) be.sumRows(dy, scale, momentum, getVar("b")->grad);
 }
 

@@ -336,9 +336,12 @@ MemoryUse Module::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
 }
 
 void Module::calcMode(DType dtype) {
-    if (dtype != DType::float32) {
-        throw shapeError("calcMode(" + tessera::str(dtype) + ") is not supported; modules compute in float32");
+    if (dtype != DType::float32 && dtype != DType::bfloat16) {
+        throw moduleError("calcMode(" + tessera::str(dtype) + ") is not supported; layers compute in float32 or " +
+                          "bfloat16");
     }
+    compute_ = dtype;
+    for (const auto& [name, child] : namedChildren()) child->calcMode(dtype);
 }
 
 Blueprint Module::blueprint() const {

@@ -176,8 +176,15 @@ public:
     /// Let a module pick algorithms for `inShapes` within `memlimit` bytes of workspace.
     /// Modules without a choice of algorithms (every CPU module) do nothing.
     virtual void optimizeForShape(const Shapes& inShapes, size_t memlimit);
-    /// The dtype modules compute in. Only float32 exists so far; any other dtype throws.
+    /// What the compute-heavy layers (convolutions, deconvolutions, linear and group-linear
+    /// layers) compute in, here and in every descendant: float32 (the default), or bfloat16
+    /// (their inputs and weights rounded to bfloat16, products summed and outputs written
+    /// in float32, so the float32 parameters are the master weights). The other layers
+    /// (normalisation, softmax, activations, pooling) and the costs stay float32. float16
+    /// and int32 throw ModuleError. PuzzleLib's name.
     void calcMode(DType dtype);
+    /// The dtype calcMode set (float32 by default).
+    DType computeDType() const { return compute_; }
 
     /// Class name and constructor arguments. Subclasses add their own arguments.
     virtual Blueprint blueprint() const;
@@ -233,6 +240,7 @@ protected:
 private:
     std::string name_;
     bool train_ = true;
+    DType compute_ = DType::float32;
     Tensors inData_, data_, grad_;
     void runChecked(const Tensors& data);
     void moveAttrsTo(Device device);

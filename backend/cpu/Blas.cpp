@@ -1,6 +1,9 @@
-// GEMM through OpenBLAS (the OpenMP build, sharing oneDNN's thread pool) and the row
-// reductions Linear needs around it.
+// GEMM through OpenBLAS (the OpenMP build, sharing oneDNN's thread pool) in float32, and
+// through oneDNN's matmul in bfloat16 (AMX or AVX-512 BF16 where the CPU has them; the
+// float32 operands are reordered into bfloat16 on the way in); the row reductions Linear
+// needs around it.
 #include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/Dnnl.h"
 #include "backend/cpu/OpenBlas.h"
 
 namespace tessera {
@@ -11,11 +14,50 @@ void require2D(const char* op, const char* name, const Tensor& t) {
         throw ShapeError(std::string("CpuBackend::") + op + ": " + name + " must be 2-D, got " + t.shape().str());
     }
 }
+using namespace dnnl_util;
+using md = dnnl::memory::desc;
+
+// A bfloat16 matmul C <- alpha op(A) op(B) + beta C: bfloat16 operands (reordered from the
+// float32 ones, transposes read through strides), float32 result.
+struct MatmulEntry {
+    dnnl::matmul prim;
+    md userA, userB, c;
+    Staged a, b;
+};
+
+const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+    static PrimitiveCache<MatmulEntry> cache;
+    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta)}, [&] {
+        return checkDnnl("matmul (bfloat16)", [&] {
+            using dt = dnnl::memory::data_type;
+            using tag = dnnl::memory::format_tag;
+            MatmulEntry e;
+            e.userA = md({M, K}, dt::f32, transA ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
+            e.userB = md({K, N}, dt::f32, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
+            e.c = md({M, N}, dt::f32, tag::ab);
+            dnnl::primitive_attr attr;
+            if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+            if (beta != 0.0f) {
+                dnnl::post_ops ops;
+                ops.append_sum(beta);
+                attr.set_post_ops(ops);
+            }
+            dnnl::matmul::primitive_desc pd(
+                dnnl::matmul::desc(md({M, K}, dt::bf16, tag::any), md({K, N}, dt::bf16, tag::any), e.c), attr,
+                engine());
+            e.prim = dnnl::matmul(pd);
+            e.a = Staged(pd.src_desc());
+            e.b = Staged(pd.weights_desc());
+            return e;
+        });
+    });
+}
+
 } // namespace
 
 // A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]
 void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
-                      const Tensor& C) {
+                      const Tensor& C, DType compute) {
     require2D("gemm", "A", A);
     require2D("gemm", "B", B);
     require2D("gemm", "C", C);
@@ -27,6 +69,22 @@ void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, co
     if (am != M || bk != K || bn != N) {
         throw ShapeError("CpuBackend::gemm: op(A) " + Shape{am, K}.str() + " x op(B) " + Shape{bk, bn}.str() +
                          " does not give C " + C.shape().str());
+    }
+    if (compute == DType::bfloat16) {
+        if (M == 0 || N == 0) return;
+        if (K == 0) return axpby(0.0f, C, beta, C);
+        const MatmulEntry& e = matmulFor(transA, transB, M, N, K, alpha, beta);
+        checkDnnl("matmul::execute (bfloat16)", [&] {
+            e.prim.execute(stream(), {{DNNL_ARG_SRC, e.a.from(wrap(e.userA, A.data<float>()))},
+                                      {DNNL_ARG_WEIGHTS, e.b.from(wrap(e.userB, B.data<float>()))},
+                                      {DNNL_ARG_DST, wrap(e.c, C.data<float>())}});
+        });
+        return;
+    }
+    if (compute != DType::float32) {
+        throw BackendError("CpuBackend::gemm: computing in " + str(compute) +
+                           " is not supported (float32 and "
+                           "bfloat16 are)");
     }
     cpu::openBlas().sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                           static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,

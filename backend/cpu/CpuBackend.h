@@ -29,8 +29,9 @@ public:
     void fillUniform(const Tensor& t, float lo, float hi, Generator& gen) override;
     void fillNormal(const Tensor& t, float mean, float stddev, Generator& gen) override;
 
-    void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
-              const Tensor& C) override;
+    using Backend::gemm;
+    void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta, const Tensor& C,
+              DType compute) override;
     void broadcastRows(const Tensor& row, const Tensor& y) override;
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
 

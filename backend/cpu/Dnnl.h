@@ -50,6 +50,14 @@ inline dnnl::memory::format_tag blockedTag(size_t rank, int64_t block) {
 /// The f32 descriptor of `dims` in `layout`.
 inline dnnl::memory::desc descIn(const std::vector<int64_t>& dims, Layout layout) {
     if (layout == Layout::plain) return plainDesc(dims);
+    if (layout == Layout::channelsLast) {
+        using tag = dnnl::memory::format_tag;
+        const size_t r = dims.size();
+        return dnnl::memory::desc(dims, dnnl::memory::data_type::f32,
+                                  r == 3   ? tag::nwc
+                                  : r == 4 ? tag::nhwc
+                                           : tag::ndhwc);
+    }
     return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, blockedTag(dims.size(), blockOf(layout)));
 }
 
@@ -59,7 +67,7 @@ inline dnnl::memory::desc descOf(const Tensor& t) { return descIn(t.shape().dims
 /// The Tessera layout a oneDNN descriptor of activations is in, if it is one of ours.
 inline std::optional<Layout> layoutOf(const dnnl::memory::desc& md) {
     std::vector<int64_t> dims = md.dims();
-    for (Layout l : {Layout::plain, Layout::blocked16, Layout::blocked8}) {
+    for (Layout l : {Layout::plain, Layout::blocked16, Layout::blocked8, Layout::channelsLast}) {
         if (l != Layout::plain && (dims.size() < 3 || dims.size() > 5)) continue;
         if (md == descIn(dims, l)) return l;
     }
@@ -115,6 +123,8 @@ class Staged {
 public:
     explicit Staged(dnnl::memory::desc want = {}) : want_(std::move(want)) {}
     const dnnl::memory::desc& want() const { return want_; }
+    /// The buffer the last reorder wrote (none before the first).
+    const std::optional<dnnl::memory>& buffer() const { return buffer_; }
     /// `src` in the wanted descriptor.
     dnnl::memory from(const dnnl::memory& src) const;
     dnnl::memory from(const Tensor& t) const { return from(memOf(descOf(t), t)); }

@@ -232,22 +232,68 @@ void CpuBackend::mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) 
 }
 
 // float32 <-> int32 (or a copy when the dtypes agree)
+namespace {
+// Element i of a host array of `dtype` as a float, and a float stored as `dtype`.
+inline float readAs(DType dtype, const void* p, int64_t i) {
+    switch (dtype) {
+    case DType::float32: return static_cast<const float*>(p)[i];
+    case DType::int32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case DType::bfloat16: return toFloat(static_cast<const bfloat16*>(p)[i]);
+    case DType::float16: return toFloat(static_cast<const float16*>(p)[i]);
+    }
+    return 0.0f;
+}
+inline void writeAs(DType dtype, void* p, int64_t i, float v) {
+    switch (dtype) {
+    case DType::float32: static_cast<float*>(p)[i] = v; break;
+    case DType::int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::bfloat16: static_cast<bfloat16*>(p)[i] = toBfloat16(v); break;
+    case DType::float16: static_cast<float16*>(p)[i] = toFloat16(v); break;
+    }
+}
+} // namespace
+
 void CpuBackend::cast(const Tensor& x, const Tensor& y) {
     requireSameNumel("cast", x, y);
     const int64_t n = x.numel();
-    if (x.dtype() == y.dtype()) {
-        copy(x, y);
-    } else if (x.dtype() == DType::float32) {
-        const float* px = x.data<float>();
-        int32_t* py = y.data<int32_t>();
+    if (x.dtype() == y.dtype()) return copy(x, y);
+    if (!x.isPlain() || !y.isPlain()) throw BackendError("CpuBackend::cast: plain tensors only");
+    if (x.dtype() == DType::int32 && y.dtype() == DType::int32) return copy(x, y);
+    const DType from = x.dtype(), to = y.dtype();
+    if (from == DType::int32 || to == DType::int32) { // int32 <-> a float type: exact int conversion
+        if (from == DType::int32 && to == DType::float32) {
+            const int32_t* px = x.data<int32_t>();
+            float* py = y.data<float>();
 #pragma omp parallel for simd if (n > kParallelMin)
-        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<int32_t>(px[i]);
-    } else {
-        const int32_t* px = x.data<int32_t>();
+            for (int64_t i = 0; i < n; ++i) py[i] = static_cast<float>(px[i]);
+            return;
+        }
+        if (from == DType::float32) {
+            const float* px = x.data<float>();
+            int32_t* py = y.data<int32_t>();
+#pragma omp parallel for simd if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) py[i] = static_cast<int32_t>(px[i]);
+            return;
+        }
+    }
+    if (from == DType::float32 && to == DType::bfloat16) {
+        const float* px = x.data<float>();
+        auto* py = y.data<bfloat16>();
+#pragma omp parallel for simd if (n > kParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = toBfloat16(px[i]);
+        return;
+    }
+    if (from == DType::bfloat16 && to == DType::float32) {
+        const auto* px = x.data<bfloat16>();
         float* py = y.data<float>();
 #pragma omp parallel for simd if (n > kParallelMin)
-        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<float>(px[i]);
+        for (int64_t i = 0; i < n; ++i) py[i] = toFloat(px[i]);
+        return;
     }
+    const void* px = x.raw();
+    void* py = y.raw();
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) writeAs(to, py, i, readAs(from, px, i));
 }
 
 void CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {

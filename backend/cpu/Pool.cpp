@@ -70,7 +70,7 @@ const PoolEntry& forwardEntry(const PoolParams& p, const Shape& x, const Shape& 
 /// common 2x2 stride 2): it beats oneDNN's there, forward and backward. Overlapping windows
 /// stay with oneDNN, whose wider vectors win once each input is read several times.
 bool ownMaxPool(const PoolParams& p, Layout layout) {
-    if (p.kind != PoolKind::max || layout == Layout::plain) return false;
+    if (p.kind != PoolKind::max || (layout != Layout::blocked8 && layout != Layout::blocked16)) return false;
     int64_t volume = 1;
     for (size_t d = 0; d < p.kernel.size(); ++d) {
         if (p.stride[d] < p.kernel[d]) return false;

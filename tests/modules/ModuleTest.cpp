@@ -64,7 +64,7 @@ TEST(Module, ModesAndReset) {
 TEST(Module, CalcModeAndOptimizeForShape) {
     Linear lin(2, 2);
     EXPECT_NO_THROW(lin.calcMode(DType::float32));
-    EXPECT_TRUE(throwsShapeError([&] { lin.calcMode(DType::int32); }, {"calcMode(int32)", "float32"}));
+    EXPECT_TRUE(throwsModuleError([&] { lin.calcMode(DType::int32); }, {"calcMode(int32)", "float32"}));
     EXPECT_NO_THROW(lin.optimizeForShape({Shape{4, 2}}, 1 << 20));
 }
 

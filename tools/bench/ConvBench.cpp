@@ -44,16 +44,19 @@ struct Layer {
     bool first;   // the stem: a network needs no input gradient there
 };
 
-Layer makeLayer(const ConvShape& s) {
+Layer makeLayer(const ConvShape& s, DType compute = DType::float32) {
     manualSeed(1);
     Layer l;
     l.conv = std::make_unique<Conv2D>(s.in, s.out, s.size, ConvOptions{.stride = {s.stride}, .pad = {s.pad}});
+    l.conv->calcMode(compute);
     Generator gen(2);
     Tensor plain = Tensor::empty({kBatch, s.in, s.hw, s.hw});
     backendOf(plain).fillUniform(plain, -1.0f, 1.0f, gen);
     l.first = s.in == 3;
     // A non-stem input comes out of a convolution: let one produce its layout.
-    l.x = l.first ? plain : Conv2D(s.in, s.in, 1)(plain);
+    Conv2D producer(s.in, s.in, 1);
+    producer.calcMode(compute);
+    l.x = l.first ? plain : producer(plain);
     Tensor y = (*l.conv)(l.x);
     Tensor g = Tensor::empty(y.shape());
     backendOf(g).fillUniform(g, -1.0f, 1.0f, gen);
@@ -65,8 +68,8 @@ Layer makeLayer(const ConvShape& s) {
 
 enum Pass { forward, backwardData, backwardWeights };
 
-void BM_ConvPass(benchmark::State& state, ConvShape s, Pass pass) {
-    Layer l = makeLayer(s);
+void BM_ConvPass(benchmark::State& state, ConvShape s, Pass pass, DType compute) {
+    Layer l = makeLayer(s, compute);
     for (auto _ : state) {
         if (pass == forward) {
             benchmark::DoNotOptimize((*l.conv)(l.x).raw());
@@ -81,12 +84,12 @@ void BM_ConvPass(benchmark::State& state, ConvShape s, Pass pass) {
 
 // Every convolution of a ResNet-18 training step at batch 64: forward, backward-data
 // (not for the stem) and backward-weights, each shape as often as the network runs it.
-void BM_ResNet18Convs(benchmark::State& state) {
+void BM_ResNet18Convs(benchmark::State& state, DType compute) {
     std::vector<Layer> layers;
     std::vector<int> counts;
     double gflop = 0;
     for (const ConvShape& s : kShapes) {
-        layers.push_back(makeLayer(s));
+        layers.push_back(makeLayer(s, compute));
         counts.push_back(s.count);
         gflop += s.count * layers.back().gflop * (layers.back().first ? 2 : 3);
     }
@@ -116,18 +119,25 @@ void BM_Sgemm1024(benchmark::State& state) {
 
 int registerAll() {
     benchmark::RegisterBenchmark("sgemm/1024x1024x1024", BM_Sgemm1024)->Unit(benchmark::kMillisecond)->UseRealTime();
-    benchmark::RegisterBenchmark("Conv/ResNet18-32x32/batch64/all-convs/fwd+bwd", BM_ResNet18Convs)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    for (DType compute : {DType::float32, DType::bfloat16}) {
+        const std::string suffix = compute == DType::float32 ? "" : "/bf16";
+        benchmark::RegisterBenchmark(("Conv/ResNet18-32x32/batch64/all-convs/fwd+bwd" + suffix).c_str(),
+                                     BM_ResNet18Convs, compute)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
     const char* passes[] = {"fwd", "bwd-data", "bwd-weights"};
-    for (const ConvShape& s : kShapes) {
-        for (Pass p : {forward, backwardData, backwardWeights}) {
-            if (s.in == 3 && p == backwardData) continue;
-            benchmark::RegisterBenchmark(("Conv/" + std::string(s.name) + "/batch64/" + passes[p]).c_str(), BM_ConvPass,
-                                         s, p)
-                ->Unit(benchmark::kMillisecond)
-                ->UseRealTime()
-                ->MinTime(0.2);
+    for (DType compute : {DType::float32, DType::bfloat16}) {
+        const std::string suffix = compute == DType::float32 ? "" : "/bf16";
+        for (const ConvShape& s : kShapes) {
+            for (Pass p : {forward, backwardData, backwardWeights}) {
+                if (s.in == 3 && p == backwardData) continue;
+                benchmark::RegisterBenchmark(("Conv/" + std::string(s.name) + "/batch64/" + passes[p] + suffix).c_str(),
+                                             BM_ConvPass, s, p, compute)
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime()
+                    ->MinTime(0.2);
+            }
         }
     }
     return 0;

@@ -49,9 +49,10 @@ std::pair<Tensor, Tensor> batchOf(const std::string& model, int64_t kBatch) {
     return {x, Tensor::fromVector({kBatch}, y)};
 }
 
-void BM_TrainStep(benchmark::State& state, std::string model) {
+void BM_TrainStep(benchmark::State& state, std::string model, DType compute) {
     manualSeed(1);
     auto net = modelOf(model);
+    net->calcMode(compute);
     MomentumSGD sgd(0.01f, 0.9f);
     sgd.setupOn(*net, true);
     CrossEntropy cost;
@@ -72,9 +73,10 @@ void BM_TrainStep(benchmark::State& state, std::string model) {
         benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_Inference(benchmark::State& state, std::string model) {
+void BM_Inference(benchmark::State& state, std::string model, DType compute) {
     manualSeed(1);
     auto net = modelOf(model);
+    net->calcMode(compute);
     net->evalMode();
     const int64_t kBatch = batchOf(model);
     auto [x, y] = batchOf(model, kBatch);
@@ -85,14 +87,19 @@ void BM_Inference(benchmark::State& state, std::string model) {
 }
 
 int registerAll() {
-    for (const char* model : {"mlp", "lenet", "resnet18", "lstm", "gru"}) {
-        const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
-        benchmark::RegisterBenchmark((prefix + "/train").c_str(), BM_TrainStep, model)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-        benchmark::RegisterBenchmark((prefix + "/inference").c_str(), BM_Inference, model)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
+    // bfloat16 (calcMode) rows for the convolutional and dense networks, after the float32 ones.
+    for (DType compute : {DType::float32, DType::bfloat16}) {
+        for (const char* model : {"mlp", "lenet", "resnet18", "lstm", "gru"}) {
+            if (compute == DType::bfloat16 && recurrent(model)) continue; // RNNs compute in float32
+            const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
+            const std::string suffix = compute == DType::float32 ? "" : "/bf16";
+            benchmark::RegisterBenchmark((prefix + "/train" + suffix).c_str(), BM_TrainStep, model, compute)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+            benchmark::RegisterBenchmark((prefix + "/inference" + suffix).c_str(), BM_Inference, model, compute)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+        }
     }
     return 0;
 }

@@ -1,0 +1,220 @@
+// Reduced precision: the 16-bit float types and their conversions, and calcMode(bfloat16):
+// every compute-heavy layer against its float32 result, the others unchanged, master
+// weights that take updates below bfloat16's resolution, and a network that learns.
+#include <cmath>
+#include <limits>
+
+#include "GradCheck.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/BatchNormND.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Flatten.h"
+#include "modules/GroupLinear.h"
+#include "modules/Linear.h"
+#include "modules/Pool.h"
+#include "training/CrossEntropy.h"
+#include "training/Optimizer.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+TEST(Precision, Bfloat16Conversions) {
+    EXPECT_EQ(toBfloat16(1.0f).bits, 0x3f80);
+    EXPECT_EQ(toFloat(toBfloat16(1.0f)), 1.0f);
+    // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even one, 1.
+    EXPECT_EQ(toFloat(toBfloat16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+    EXPECT_EQ(toFloat(toBfloat16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
+    EXPECT_EQ(toFloat(toBfloat16(-2.5f)), -2.5f);
+    EXPECT_TRUE(std::isnan(toFloat(toBfloat16(std::numeric_limits<float>::quiet_NaN()))));
+    EXPECT_EQ(toFloat(toBfloat16(std::numeric_limits<float>::infinity())), std::numeric_limits<float>::infinity());
+    // The largest float rounds up to infinity; 3e38 stays finite.
+    EXPECT_TRUE(std::isinf(toFloat(toBfloat16(std::numeric_limits<float>::max()))));
+    EXPECT_NEAR(toFloat(toBfloat16(3e38f)), 3e38f, 3e38f * std::ldexp(1.0f, -8));
+}
+
+TEST(Precision, Float16Conversions) {
+    EXPECT_EQ(toFloat16(1.0f).bits, 0x3c00);
+    EXPECT_EQ(toFloat16(-2.0f).bits, 0xc000);
+    EXPECT_EQ(toFloat(toFloat16(65504.0f)), 65504.0f);                           // the largest half
+    EXPECT_TRUE(std::isinf(toFloat(toFloat16(65520.0f))));                       // rounds past it
+    EXPECT_EQ(toFloat(toFloat16(std::ldexp(1.0f, -24))), std::ldexp(1.0f, -24)); // the smallest subnormal
+    EXPECT_EQ(toFloat(toFloat16(std::ldexp(1.0f, -26))), 0.0f);                  // below half of it
+    EXPECT_EQ(toFloat(toFloat16(std::ldexp(1.0f, -14))), std::ldexp(1.0f, -14)); // the smallest normal
+    EXPECT_EQ(toFloat(toFloat16(1.0f + std::ldexp(1.0f, -11))), 1.0f);           // a tie, to even
+    EXPECT_EQ(toFloat(toFloat16(1.0f + 3 * std::ldexp(1.0f, -11))), 1.0f + std::ldexp(1.0f, -9));
+    EXPECT_TRUE(std::isnan(toFloat(toFloat16(std::numeric_limits<float>::quiet_NaN()))));
+    // Every half converts to float and back unchanged.
+    for (uint32_t b = 0; b < 0x10000; ++b) {
+        const float16 h{static_cast<uint16_t>(b)};
+        const float f = toFloat(h);
+        if (std::isnan(f)) continue;
+        ASSERT_EQ(toFloat16(f).bits, h.bits) << b;
+    }
+}
+
+TEST(Precision, TensorsOfEveryTypeConvert) {
+    const Tensor x = Tensor::fromVector({2, 3}, std::vector<float>{1.0f, -2.5f, 0.1f, 300.7f, 1e-3f, -7.0f});
+    for (DType t : {DType::bfloat16, DType::float16}) {
+        SCOPED_TRACE(str(t));
+        const Tensor low = x.astype(t);
+        EXPECT_EQ(low.dtype(), t);
+        EXPECT_EQ(low.nbytes(), 12u);
+        const std::vector<float> back = low.toVector<float>(); // reads convert to float
+        const std::vector<float> v = x.toVector<float>();
+        const float eps = t == DType::bfloat16 ? std::ldexp(1.0f, -8) : std::ldexp(1.0f, -11);
+        for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(back[i], v[i], std::fabs(v[i]) * eps) << i;
+        EXPECT_EQ(low.astype(DType::float32).toVector<float>(), back);
+        EXPECT_EQ(low.astype(DType::int32).toVector<int32_t>(), (std::vector<int32_t>{1, -2, 0, 300, 0, -7}));
+        EXPECT_EQ(str(t), t == DType::bfloat16 ? "bfloat16" : "float16");
+        EXPECT_EQ(dtypeFromString(str(t)), t);
+        // A layer that computes in float32 names the dtype it got.
+        Linear lin(3, 2, {.name = "fc"});
+        EXPECT_TRUE(throwsShapeError([&] { lin(low); }, {"fc", str(t), "float32"}));
+    }
+    EXPECT_THROW(dtypeFromString("float64"), ShapeError);
+}
+
+// calcMode(bfloat16): what each compute-heavy layer gives against float32, forward and
+// backward (input and parameter gradients), within bfloat16's rounding of the inputs.
+TEST(Precision, Bfloat16LayersMatchFloat32) {
+    struct LayerCase {
+        const char* name;
+        std::function<ModulePtr()> make;
+        Shape in;
+    };
+    const LayerCase cases[] = {
+        {"Linear", [] { return std::make_shared<Linear>(48, 40); }, {16, 48}},
+        {"Linear no bias", [] { return std::make_shared<Linear>(33, 17, LinearOptions{.useBias = false}); }, {5, 33}},
+        {"GroupLinear", [] { return std::make_shared<GroupLinear>(3, 16, 8); }, {10, 3, 16}},
+        {"Conv1D", [] { return std::make_shared<Conv1D>(8, 16, 3, ConvOptions{.pad = {1}}); }, {4, 8, 20}},
+        {"Conv2D", [] { return std::make_shared<Conv2D>(16, 32, 3, ConvOptions{.pad = {1}}); }, {4, 16, 12, 12}},
+        {"Conv2D stride groups",
+         [] { return std::make_shared<Conv2D>(16, 32, 3, ConvOptions{.stride = {2}, .groups = 4}); },
+         {2, 16, 11, 11}},
+        {"Conv3D", [] { return std::make_shared<Conv3D>(4, 8, 3, ConvOptions{.pad = {1}}); }, {2, 4, 6, 6, 6}},
+        {"Deconv2D", [] { return std::make_shared<Deconv2D>(16, 8, 3, ConvOptions{.stride = {2}}); }, {2, 16, 7, 7}},
+    };
+    // ||low - fp32|| / ||fp32||: bfloat16 keeps 8 significant bits (a relative rounding of
+    // 2^-9 per input); sums of products of such inputs land well inside 1e-2.
+    auto rel = [](const Tensor& a, const Tensor& b) {
+        const std::vector<float> x = a.toVector<float>(), y = b.toVector<float>();
+        double d = 0, n = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            d += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+            n += static_cast<double>(y[i]) * y[i];
+        }
+        return std::sqrt(d / n);
+    };
+    for (const LayerCase& c : cases) {
+        SCOPED_TRACE(c.name);
+        manualSeed(3);
+        ModulePtr f32 = c.make();
+        manualSeed(3);
+        ModulePtr low = c.make();
+        low->calcMode(DType::bfloat16);
+        EXPECT_EQ(low->computeDType(), DType::bfloat16);
+        const Tensor x = randomTensor(c.in, 1);
+        const Tensor yf = (*f32)(x), yl = (*low)(x);
+        EXPECT_EQ(yl.dtype(), DType::float32); // outputs stay float32
+        const double fwd = rel(yl, yf);
+        EXPECT_LT(fwd, 1e-2);
+        EXPECT_GT(fwd, 1e-6); // it did compute in bfloat16
+        const Tensor dy = randomTensor(yf.shape(), 2);
+        f32->zeroGradParams();
+        low->zeroGradParams();
+        EXPECT_LT(rel(low->backward(dy), f32->backward(dy)), 1e-2);
+        for (const auto& [name, v] : f32->namedParams()) {
+            EXPECT_LT(rel(low->getVar(name)->grad, v->grad), 1e-2) << "gradient of " << name;
+            EXPECT_EQ(low->getVar(name)->data.dtype(), DType::float32); // the master weights
+        }
+    }
+}
+
+// The layers calcMode leaves in float32 give exactly what they give without it.
+TEST(Precision, OtherLayersStayFloat32) {
+    auto make = [] {
+        auto s = std::make_shared<Sequential>();
+        s->append(std::make_shared<BatchNorm2D>(3))
+            .append(std::make_shared<Activation>(ActivationKind::relu))
+            .append(std::make_shared<MaxPool2D>(2));
+        return s;
+    };
+    auto a = make(), b = make();
+    b->calcMode(DType::bfloat16);
+    for (const auto& [name, child] : b->namedChildren()) EXPECT_EQ(child->computeDType(), DType::bfloat16) << name;
+    const Tensor x = randomTensor({2, 3, 6, 6}, 4);
+    EXPECT_EQ((*a)(x).toVector<float>(), (*b)(x).toVector<float>());
+    const Tensor dy = randomTensor({2, 3, 3, 3}, 5);
+    EXPECT_EQ(a->backward(dy).toVector<float>(), b->backward(dy).toVector<float>());
+    Linear lin(2, 2);
+    EXPECT_TRUE(throwsModuleError([&] { lin.calcMode(DType::float16); }, {"calcMode(float16)", "bfloat16"}));
+    lin.calcMode(DType::bfloat16);
+    lin.calcMode(DType::float32);
+    EXPECT_EQ(lin.computeDType(), DType::float32);
+}
+
+// Updates far below bfloat16's resolution at the weights' magnitude still move the float32
+// master weights: a weight of 1 has bfloat16 neighbours 2^-7 apart, and 100 steps of 1e-4
+// each move it by 1e-2 in float32, where a bfloat16 weight would never change.
+TEST(Precision, MasterWeightsTakeUpdatesBelowBfloat16Resolution) {
+    Linear lin(4, 1, {.useBias = false});
+    lin.getVar("W")->data.copyFrom(Tensor::ones({4, 1}));
+    lin.calcMode(DType::bfloat16);
+    SGD sgd(1e-4f);
+    sgd.setupOn(lin);
+    const Tensor x = Tensor::full({1, 4}, 1.0f); // dL/dW = x^T dy = 1 for every weight
+    for (int step = 0; step < 100; ++step) {
+        sgd.zeroGradParams();
+        lin(x);
+        lin.backward(Tensor::ones({1, 1}));
+        sgd.update();
+        // a bfloat16 weight: 1 - 1e-4 rounds back to 1
+        ASSERT_EQ(toFloat(toBfloat16(1.0f - 1e-4f)), 1.0f);
+    }
+    for (float w : lin.getVar("W")->data.toVector<float>()) EXPECT_NEAR(w, 1.0f - 100 * 1e-4f, 1e-5f);
+}
+
+// A small convolutional network learns in bfloat16: the loss drops and the accuracy on
+// its training set passes 95% (the class is which quadrant holds the brightest spot).
+TEST(Precision, Bfloat16NetworkLearns) {
+    manualSeed(8);
+    const int64_t n = 256;
+    Tensor x = Tensor::randn({n, 1, 8, 8}, 0.0f, 0.3f);
+    std::vector<int32_t> labels(n);
+    float* px = x.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+        labels[i] = static_cast<int32_t>(i % 4);
+        const int64_t r = (labels[i] / 2) * 4 + 1 + i % 3, c = (labels[i] % 2) * 4 + 1 + (i / 4) % 3;
+        px[i * 64 + r * 8 + c] += 3.0f;
+    }
+    const Tensor y = Tensor::fromVector({n}, labels);
+    Sequential net;
+    net.append(std::make_shared<Conv2D>(1, 8, 3, ConvOptions{.pad = {1}}))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<MaxPool2D>(2))
+        .append(std::make_shared<Flatten>())
+        .append(std::make_shared<Linear>(8 * 16, 4));
+    net.calcMode(DType::bfloat16);
+    Adam adam(1e-2f);
+    adam.setupOn(net);
+    CrossEntropy ce;
+    double first = 0, last = 0;
+    for (int epoch = 0; epoch < 40; ++epoch) {
+        adam.zeroGradParams();
+        const CostResult r = ce(net(x), y);
+        net.backward(r.grad[0]);
+        adam.update();
+        if (epoch == 0) first = r.error;
+        last = r.error;
+    }
+    net.evalMode();
+    const double error = ce.validate(net(x), y);
+    EXPECT_LT(last, first / 4);
+    EXPECT_LT(error, 0.05);
+}
+
+} // namespace
+} // namespace tessera
