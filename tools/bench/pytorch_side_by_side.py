@@ -20,11 +20,24 @@ PyTorch's cudnn.benchmark), one device synchronisation per step on both sides, a
 peak GPU memory each holds for its tensors (Tessera's allocator statistics; PyTorch's
 max_memory_allocated). Needs PyTorch with CUDA and a Tessera built with CUDA.
 
+--precision fp32,bf16 (cpu) adds bfloat16 rows: Tessera's calcMode(bfloat16) workloads
+against PyTorch's torch.autocast("cpu", dtype=torch.bfloat16) around the forward and the
+loss (the recurrent workloads stay float32 and are skipped).
+
+Both sides use the same OpenBLAS: Debian's PyTorch loads it as libblas.so.3, and on Intel
+CPUs newer than the library knows (Sapphire Rapids) OpenBLAS falls back to generic SSE3
+kernels unless OPENBLAS_CORETYPE is set. Tessera sets it for itself
+(backend/cpu/OpenBlas.cpp); this script sets the same value before importing PyTorch (an
+OPENBLAS_CORETYPE already in the environment wins on both sides) and prints the CPU model
+and both sides' OpenBLAS core names.
+
 Usage: tools/bench/pytorch_side_by_side.py [--bench build/tools/bench/tessera_bench]
        [--device cpu|cuda] [--reps 5] [--threads 2] [--models mlp,lenet,resnet18]
+       [--precision fp32,bf16]
 """
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -33,13 +46,59 @@ import sys
 import tempfile
 import time
 
-import torch
-from torch import nn
 
-BATCHES = {"mlp": 128, "lenet": 128, "resnet18": 64, "lstm": 64, "gru": 64}
-GPU_BATCHES = {"lenet": 128, "resnet18": 128, "resnet50": 128}
-# Tessera's benchmark names for the GPU workloads (tools/bench/GpuBench.cpp).
-GPU_NAMES = {"lenet": "lenet", "resnet18": "resnet18-cifar", "resnet50": "resnet50"}
+def cpuinfo(key):
+    """The first value of `key` in /proc/cpuinfo ("" when absent)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.split(":")[0].strip() == key:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def openblas_coretype():
+    """The OpenBLAS core Tessera picks for this CPU (backend/cpu/OpenBlas.cpp)."""
+    if cpuinfo("vendor_id") != "GenuineIntel":
+        return None
+    flags = cpuinfo("flags").split()
+    return "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else None
+
+
+# Before PyTorch loads OpenBLAS: it reads OPENBLAS_CORETYPE once, when loaded.
+if openblas_coretype():
+    os.environ.setdefault("OPENBLAS_CORETYPE", openblas_coretype())
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+def torch_openblas_core():
+    """The core name of the OpenBLAS this process (PyTorch) loaded."""
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        if "libopenblas" in path:
+            try:
+                lib = ctypes.CDLL(path)
+                lib.openblas_get_corename.restype = ctypes.c_char_p
+                return lib.openblas_get_corename().decode()
+            except (OSError, AttributeError):
+                return "unknown (" + path + ")"
+    return "no OpenBLAS loaded"
+
+
+def tessera_openblas_core(bench):
+    """The OpenBLAS core name tessera_bench reports (its sgemm row's label)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([bench, "--benchmark_filter=^sgemm/1024x1024x1024", "--benchmark_repetitions=1",
+                        "--benchmark_min_time=0.01", f"--benchmark_out={out.name}", "--benchmark_out_format=json"],
+                       capture_output=True)
+        try:
+            rows = json.load(open(out.name))["benchmarks"]
+            return rows[0].get("label", "").replace("OpenBLAS ", "") or "unknown"
+        except (ValueError, KeyError, IndexError):
+            return "unknown"
 
 
 def lenet():
@@ -134,9 +193,9 @@ def torch_model(model, device):
     return net.to(device), x, y, batch
 
 
-def torch_rate(model, mode, min_time, device="cpu"):
+def torch_rate(model, mode, min_time, device="cpu", precision="fp32"):
     """Images per second (and peak MiB on a GPU) of one PyTorch measurement after warm-up,
-    like one benchmark repetition."""
+    like one benchmark repetition; bf16: under CPU autocast to bfloat16."""
     cuda = device == "cuda"
     if cuda:
         torch.cuda.empty_cache()
@@ -150,14 +209,16 @@ def torch_rate(model, mode, min_time, device="cpu"):
 
         def step():
             opt.zero_grad()
-            loss_fn(net(x), y).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = loss_fn(net(x), y)
+            loss.backward()
             opt.step()
             sync()
     else:
         net.eval()
 
         def step():
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
                 net(x)
             sync()
     for _ in range(5 if cuda else 3):
@@ -172,12 +233,12 @@ def torch_rate(model, mode, min_time, device="cpu"):
             return iters * batch / elapsed, peak
 
 
-def tessera_rate(bench, model, mode, min_time, device="cpu"):
+def tessera_rate(bench, model, mode, min_time, device="cpu", precision="fp32"):
     """Images per second (and peak MiB on a GPU) of one tessera_bench repetition."""
     if device == "cuda":
         name = f"Gpu/{GPU_NAMES[model]}/batch{GPU_BATCHES[model]}/{mode}"
     else:
-        name = f"Train/{model}/batch{BATCHES[model]}/{mode}"
+        name = f"Train/{model}/batch{BATCHES[model]}/{mode}" + ("/bf16" if precision == "bf16" else "")
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([bench, f"--benchmark_filter=^{name}(/|$)", "--benchmark_repetitions=1",
                         f"--benchmark_min_time={min_time}", f"--benchmark_out={out.name}",
@@ -198,7 +259,11 @@ def main():
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--models", default=None,
                     help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda); also lstm,gru (cpu)")
+    ap.add_argument("--precision", default="fp32", help="fp32, bf16 or fp32,bf16 (cpu)")
     args = ap.parse_args()
+    precisions = args.precision.split(",")
+    if any(p not in ("fp32", "bf16") for p in precisions) or (args.device == "cuda" and precisions != ["fp32"]):
+        sys.exit("--precision: fp32 and bf16 (cpu only) are measured")
     cuda = args.device == "cuda"
     models = (args.models or ("lenet,resnet18,resnet50" if cuda else "mlp,lenet,resnet18")).split(",")
     if cuda:
@@ -212,23 +277,28 @@ def main():
     else:
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        print(f"CPU: {cpuinfo('model name')}")
+        print(f"OpenBLAS cores: Tessera {tessera_openblas_core(args.bench)}, PyTorch {torch_openblas_core()} "
+              f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})")
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; Tessera {args.bench}, "
               f"OMP_NUM_THREADS={args.threads}; {args.reps} alternating repetitions, medians")
-    workloads = [(m, mode) for m in models for mode in ("train", "inference")]
+    workloads = [(m, mode, p) for p in precisions for m in models for mode in ("train", "inference")
+                 if not (p == "bf16" and m in ("lstm", "gru"))]
     results = {w: ([], [], [], []) for w in workloads}
     for rep in range(args.reps):
         for w in workloads:
-            rate, peak = tessera_rate(args.bench, *w, args.min_time, args.device)
+            model, mode, precision = w
+            rate, peak = tessera_rate(args.bench, model, mode, args.min_time, args.device, precision)
             results[w][0].append(rate)
             results[w][2].append(peak)
-            rate, peak = torch_rate(*w, args.min_time, args.device)
+            rate, peak = torch_rate(model, mode, args.min_time, args.device, precision)
             results[w][1].append(rate)
             results[w][3].append(peak)
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
     memory = f" {'Tessera MiB':>12} {'PyTorch MiB':>12}" if cuda else ""
     print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7}{memory}   "
           f"{'ratio per repetition':<30}")
-    for (model, mode), (ours, theirs, our_peak, their_peak) in results.items():
+    for (model, mode, precision), (ours, theirs, our_peak, their_peak) in results.items():
         a, b = statistics.median(ours), statistics.median(theirs)
         each = " ".join(f"{x / y:.2f}" for x, y in zip(ours, theirs))
         mem = ""
@@ -236,7 +306,8 @@ def main():
             p = [v for v in our_peak if v is not None]
             mem = f" {max(p):>12.0f}" if p else f" {'-':>12}"
             mem += f" {max(their_peak):>12.0f}"
-        print(f"{model + ' ' + mode:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x{mem}   {each}")
+        label = f"{model} {mode}" + (" bf16" if precision == "bf16" else "")
+        print(f"{label:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x{mem}   {each}")
         sys.stdout.flush()
 
 

@@ -61,6 +61,7 @@ struct TrainArgs {
     bool quiet = false;
     std::string save;
     std::string device = "cpu";
+    std::string precision = "fp32";
     std::string metrics;
     std::string plot;
 };
@@ -103,12 +104,20 @@ void plotMetrics(const std::string& csv, const std::string& png, const std::stri
 int runTrain(const TrainArgs& a) {
     const auto t0 = std::chrono::steady_clock::now();
     const Device device = parseDevice(a.device);
+    if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "fp16") {
+        throw UsageError("--precision: expected fp32, bf16 or fp16, got '" + a.precision + "'");
+    }
+    if (a.precision == "fp16") {
+        throw UsageError("--precision fp16: float16 training (with loss scaling) is not implemented yet; fp32 and "
+                         "bf16 are");
+    }
     if (!a.plot.empty() && std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
         throw UsageError("--plot needs gnuplot (Debian: gnuplot-nox; tools/setup.sh installs it)");
     }
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
     ModulePtr net = loadModel(a.model, /*train=*/true);
+    net->calcMode(a.precision == "bf16" ? DType::bfloat16 : DType::float32);
 
     const std::string dir = a.data == "fashion-mnist" ? kFashionMnistDir : a.data;
     const ImageSet train = loadMnistFormat(dir, "train", a.limit);
@@ -129,8 +138,9 @@ int runTrain(const TrainArgs& a) {
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
-    std::printf(" (learning rate %g), batch %lld, seed %llu, device %s\n", optimizer->learnRate(),
-                static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str());
+    std::printf(" (learning rate %g), batch %lld, seed %llu, device %s, precision %s\n", optimizer->learnRate(),
+                static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str(),
+                a.precision.c_str());
     net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
     // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can be
@@ -209,6 +219,9 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+    cmd->add_option("--precision", args->precision,
+                    "fp32, or bf16: convolutions and linear layers compute in bfloat16 (float32 master weights)")
+        ->capture_default_str();
     cmd->add_option("--metrics", args->metrics, "write one CSV row per epoch to this file (loss, accuracy, time)");
     cmd->add_option("--plot", args->plot, "draw the loss and accuracy curves into this PNG file (needs gnuplot)");
     return [args] { return runTrain(*args); };
