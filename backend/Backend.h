@@ -336,6 +336,10 @@ public:
                      int32_t blank, const std::vector<float>& gradScale, const Tensor& grad,
                      std::vector<double>& losses) = 0;
 
+    /// t <- t * factor in place (any layout, float32); returns whether every element is
+    /// finite (no Inf, no NaN): loss scaling's unscale-and-check, one pass.
+    virtual bool scaleCheckFinite(const Tensor& t, float factor) = 0;
+
     // ---- optimizers --------------------------------------------------------------------
     /// One fused update of `param` from `grad` by `p.rule`, with up to three state tensors
     /// of param's numel (the rule's running averages; unused ones may be undefined).

@@ -609,6 +609,16 @@ double CudaBackend::pointwiseCost(CostKind kind, const Tensor& pred, const Tenso
     return host / static_cast<double>(n);
 }
 
+bool CudaBackend::scaleCheckFinite(const Tensor& t, float factor) {
+    auto* bad = static_cast<int*>(scalars());
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), s()));
+    cudak::scaleCheckFinite(fp(t), factor, static_cast<int64_t>(t.nbytes() / sizeof(float)), bad, s());
+    int host = 0;
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(&host, bad, sizeof host, cudaMemcpyDeviceToHost, s()));
+    synchronize();
+    return host == 0;
+}
+
 double CudaBackend::svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) {
     const int64_t n = scores.shape()[0], c = scores.shape()[1];
     checkIndexRange("svmCost", labels, c, "label");

@@ -143,6 +143,7 @@ public:
     void ctc(const Tensor& scores, const Tensor& labels, const Tensor& labelLengths, const Tensor& inputLengths,
              int32_t blank, const std::vector<float>& gradScale, const Tensor& grad,
              std::vector<double>& losses) override;
+    bool scaleCheckFinite(const Tensor& t, float factor) override;
     void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
                          const Tensor& s2, const Tensor& s3) override;
     /// cuDNN's RNN API (CudaRnn.cpp).

@@ -560,6 +560,17 @@ __global__ void ctcShareKernel(const float* scores, const double* lse, const int
     }
 }
 
+// t *= factor; *bad <- 1 when an element is not finite.
+__global__ void scaleCheckFiniteKernel(float* t, float factor, int64_t n, int* bad) {
+    bool any = false;
+    TESSERA_FOR_EACH(i, n) {
+        const float v = t[i] * factor;
+        any = any || !isfinite(v);
+        t[i] = v;
+    }
+    if (any) *bad = 1;
+}
+
 __global__ void pointwiseCostKernel(CostKind kind, const float* p, const float* t, float* g, int64_t total, float norm,
                                     double* out) {
     double sum = 0;
@@ -777,6 +788,9 @@ void ctc(const float* scores, const int32_t* labels, const int32_t* labelLen, co
     TESSERA_LAUNCH(ctcSoftmaxKernel, T * N * V, s, scores, lse, inputLen, scale, grad, T, N, V);
     TESSERA_LAUNCH(ctcShareKernel, N * T * (2 * S + 1), s, scores, lse, labels, labelLen, inputLen, blank, scale, alpha,
                    beta, losses, grad, T, N, V, S);
+}
+void scaleCheckFinite(float* t, float factor, int64_t n, int* bad, cudaStream_t s) {
+    TESSERA_LAUNCH(scaleCheckFiniteKernel, n, s, t, factor, n, bad);
 }
 void pointwiseCost(int kind, const float* pred, const float* target, float* grad, int64_t total, int64_t n, int64_t c,
                    double* sum, cudaStream_t s) {

@@ -114,6 +114,8 @@ void crossEntropy(const float* scores, const int32_t* labels, const float* weigh
 void ctc(const float* scores, const int32_t* labels, const int32_t* labelLen, const int32_t* inputLen, int32_t blank,
          const float* scale, float* grad, int64_t T, int64_t N, int64_t V, int64_t S, double* lse, double* alpha,
          double* beta, double* losses, cudaStream_t s);
+/// t *= factor; *bad (zeroed by the caller) <- 1 when an element is not finite.
+void scaleCheckFinite(float* t, float factor, int64_t n, int* bad, cudaStream_t s);
 /// `kind` is CostKind's value; `sum` zeroed by the caller.
 void pointwiseCost(int kind, const float* pred, const float* target, float* grad, int64_t total, int64_t n, int64_t c,
                    double* sum, cudaStream_t s);

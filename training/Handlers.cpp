@@ -148,6 +148,9 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
         const Tensors t = gatherAll(targets, order, begin, end, options_.device);
         const Tensors& y = net_(x);
         CostResult r = cost_(y, t);
+        if (const float scale = optimizer_.lossScale(); scale != 1.0f) { // loss scaling
+            for (const Tensor& g : r.grad) backendOf(g).axpby(scale, g, 0.0f, g);
+        }
         optimizer_.zeroGradParams();
         // Accumulate (momentum 1) into the zeroed gradients: a parameter shared by
         // several modules gets the sum of its uses.

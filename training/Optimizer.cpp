@@ -61,8 +61,46 @@ void Optimizer::setLearnRateFactor(const std::string& name, float factor) {
     throw ModuleError(classname() + ": no bound parameter named '" + name + "'");
 }
 
-void Optimizer::update() {
+void Optimizer::enableLossScaling(const LossScaling& options) {
+    if (!(options.initialScale > 0.0f) || !(options.growthFactor >= 1.0f) || !(options.backoffFactor > 0.0f) ||
+        !(options.backoffFactor < 1.0f) || options.growthInterval < 1) {
+        throw ModuleError(classname() + ": loss scaling needs a positive scale, a growth factor >= 1, a backoff " +
+                          "factor in (0, 1) and a growth interval >= 1");
+    }
+    scaling_ = options;
+    scale_ = options.initialScale;
+    clean_ = 0;
+}
+
+void Optimizer::setLossScaleState(float scale, int64_t cleanSteps) {
+    if (!scaling_) throw ModuleError(classname() + ": setLossScaleState without loss scaling");
+    if (!(scale > 0.0f) || cleanSteps < 0) throw ModuleError(classname() + ": a loss scale state out of range");
+    scale_ = scale;
+    clean_ = cleanSteps;
+}
+
+bool Optimizer::update() {
     if (!bound_) throw ModuleError(classname() + ": update before setupOn");
+    if (scaling_) { // unscale and look for Inf/NaN in one pass over the gradients
+        bool finite = true;
+        const float inverse = 1.0f / scale_;
+        if (flatGrads_.defined()) {
+            finite = backendOf(flatGrads_).scaleCheckFinite(flatGrads_, inverse);
+        } else {
+            for (const Entry& e : entries_)
+                finite = backendOf(e.var->grad).scaleCheckFinite(e.var->grad, inverse) && finite;
+        }
+        if (!finite) {
+            scale_ *= scaling_->backoffFactor;
+            clean_ = 0;
+            ++skipped_;
+            return false;
+        }
+        if (++clean_ >= scaling_->growthInterval) {
+            scale_ *= scaling_->growthFactor;
+            clean_ = 0;
+        }
+    }
     UpdateParams p = params_;
     bool uniform = true;
     for (const Entry& e : entries_) uniform = uniform && e.lrFactor == 1.0f && (e.decays || weightDecay_ == 0.0f);
@@ -77,6 +115,7 @@ void Optimizer::update() {
         }
     }
     ++params_.step;
+    return true;
 }
 
 void Optimizer::zeroGradParams() {

@@ -5,6 +5,7 @@
 /// `Backend::optimizerUpdate`.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,16 @@
 #include "modules/Module.h"
 
 namespace tessera {
+
+/// Dynamic loss scaling, for training in a type whose gradients underflow (float16): the
+/// loss gradient is multiplied by the scale before backward, so small gradients stay
+/// representable; the update divides the gradients by it again.
+struct LossScaling {
+    float initialScale = 65536.0f; ///< 2^16
+    float growthFactor = 2.0f;     ///< the scale grows by this ...
+    int64_t growthInterval = 2000; ///< ... after this many clean steps in a row
+    float backoffFactor = 0.5f;    ///< and shrinks by this on a step whose gradients overflow
+};
 
 class Optimizer {
 public:
@@ -23,8 +34,24 @@ public:
     /// parameters' tensors become views of them), and `update` is one fused loop over
     /// everything. Throws ModuleError when called twice.
     void setupOn(Module& net, bool useGlobalState = false);
-    /// One step for every bound parameter. Throws ModuleError before setupOn.
-    void update();
+    /// One step for every bound parameter; returns whether it was applied (always, without
+    /// loss scaling). With loss scaling the gradients are first divided by the scale and
+    /// checked for Inf and NaN in the same pass: an overflow skips the step (parameters,
+    /// state and the step count untouched) and shrinks the scale; enough clean steps grow
+    /// it. Throws ModuleError before setupOn.
+    bool update();
+    /// Turn on dynamic loss scaling (ModuleError for a scale or factors out of range).
+    /// Trainer multiplies the cost's gradient by lossScale() before backward; code that
+    /// runs its own steps does the same.
+    void enableLossScaling(const LossScaling& options = {});
+    /// The current loss scale (1 without loss scaling).
+    float lossScale() const { return scaling_ ? scale_ : 1.0f; }
+    /// Steps skipped for overflowing gradients so far.
+    int64_t skippedSteps() const { return skipped_; }
+    /// Clean steps since the scale last changed; with lossScale(), the state a resumed
+    /// run restores through setLossScaleState.
+    int64_t cleanSteps() const { return clean_; }
+    void setLossScaleState(float scale, int64_t cleanSteps);
     /// Zero every bound gradient.
     void zeroGradParams();
 
@@ -59,6 +86,9 @@ private:
     float weightDecay_ = 0.0f;
     std::vector<Entry> entries_;
     Tensor flatParams_, flatGrads_, flatState_[3];
+    std::optional<LossScaling> scaling_;
+    float scale_ = 1.0f;
+    int64_t clean_ = 0, skipped_ = 0;
 };
 
 class SGD : public Optimizer {

@@ -72,6 +72,19 @@ double CpuBackend::pointwiseCost(CostKind kind, const Tensor& pred, const Tensor
 }
 
 // scores: [N, C], labels: [N]
+bool CpuBackend::scaleCheckFinite(const Tensor& t, float factor) {
+    float* p = t.storageData<float>();
+    const auto n = static_cast<int64_t>(t.nbytes() / sizeof(float));
+    int bad = 0;
+#pragma omp parallel for simd reduction(| : bad) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = p[i] * factor;
+        bad |= !(v - v == 0.0f); // Inf - Inf and NaN - NaN are NaN
+        p[i] = v;
+    }
+    return bad == 0;
+}
+
 double CpuBackend::svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) {
     const int64_t n = scores.shape()[0], c = scores.shape()[1];
     const float* s = scores.data<float>();

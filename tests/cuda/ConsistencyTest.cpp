@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 
 #include "GradCheck.h"
 #include "backend/Backend.h"
@@ -473,6 +474,24 @@ TEST(CudaConsistency, CTC) {
         ctc({randomTensor({3, 1, 4}, 1).to(dev)}, {tooLong[0].to(dev), tooLong[1].to(dev)});
     });
     EXPECT_NE(msg.find("longer than the input"), std::string::npos) << msg;
+}
+
+// Loss scaling's unscale-and-check on both devices: the same scaled values, and an Inf
+// or a NaN anywhere is found.
+TEST(CudaConsistency, ScaleCheckFinite) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    const Tensor x = randomTensor({1000, 37}, 3);
+    const Tensor c = x.clone(), g = x.to(dev);
+    EXPECT_TRUE(backendOf(c).scaleCheckFinite(c, 0.125f));
+    EXPECT_TRUE(backendOf(g).scaleCheckFinite(g, 0.125f));
+    EXPECT_LE(relDiff(g, c), 0.0);
+    for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+        std::vector<float> v = x.toVector<float>();
+        v[31337] = bad;
+        const Tensor b = Tensor::fromVector(x.shape(), v).to(dev);
+        EXPECT_FALSE(backendOf(b).scaleCheckFinite(b, 0.5f));
+    }
 }
 
 TEST(CudaConsistency, EvalModeUsesRunningStatistics) {

@@ -140,6 +140,27 @@ TEST(Handlers, TrainValidateCalculate) {
     EXPECT_TRUE(allClose(scores.slice(0, 10), direct.toVector<float>(), 1e-5f));
 }
 
+// Trainer scales the loss gradient by the optimizer's loss scale: with a power-of-two
+// scale an epoch gives exactly the weights it gives without.
+TEST(Handlers, TrainerAppliesLossScaling) {
+    auto [x, y] = toySet(40);
+    auto run = [&, x = x, y = y](bool scaled) {
+        manualSeed(1);
+        auto net = loadMLP({2, 4, 2});
+        CrossEntropy cost;
+        SGD sgd(0.1f);
+        sgd.setupOn(*net, true);
+        if (scaled) sgd.enableLossScaling({.initialScale = 4096.0f, .growthInterval = 2});
+        Trainer t(*net, cost, sgd, {.batchsize = 8, .progress = false});
+        t.train(x, y);
+        if (scaled) {
+            EXPECT_EQ(sgd.lossScale(), 4096.0f * 4); // 5 clean steps: grew twice
+        }
+        return net->getByName("fc1").getVar("W")->data.toVector<float>();
+    };
+    EXPECT_EQ(run(true), run(false));
+}
+
 TEST(Handlers, ShuffleIsSeededAndBadSetsAreErrors) {
     auto [x, y] = toySet(40);
     auto run = [&, x = x, y = y](uint64_t seed) {

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "GradCheck.h"
 #include "models/LeNet.h"
@@ -212,6 +213,79 @@ TEST(Schedule, StepExponentialCosine) {
     EXPECT_FLOAT_EQ(cos.at(4), 0.2f);
     EXPECT_FLOAT_EQ(cos.at(9), 0.2f);
     EXPECT_THROW(StepSchedule(0.1f, 0, 0.5f), ModuleError);
+}
+
+// Loss scaling: an overflowing step is skipped (weights, state and the step count
+// untouched) and shrinks the scale; the scale grows after `growthInterval` clean steps; a
+// clean step's gradients are divided by the scale, so the update is the unscaled one.
+TEST(LossScaling, OverflowSkipsTheStepAndShrinksTheScale) {
+    for (bool global : {false, true}) {
+        SCOPED_TRACE(global ? "global state" : "per-parameter state");
+        OneParam m;
+        Adam adam(0.1f);
+        adam.setupOn(m.lin, global);
+        adam.enableLossScaling({.initialScale = 1024.0f, .growthInterval = 3});
+        EXPECT_EQ(adam.lossScale(), 1024.0f);
+        m.setGrad({std::numeric_limits<float>::infinity(), 1.0f});
+        EXPECT_FALSE(adam.update());
+        EXPECT_EQ(m.w(), (F{1, -2}));
+        EXPECT_EQ(adam.lossScale(), 512.0f);
+        EXPECT_EQ(adam.skippedSteps(), 1);
+        EXPECT_EQ(adam.steps(), 0);
+        m.setGrad({std::nanf(""), 1.0f});
+        EXPECT_FALSE(adam.update());
+        EXPECT_EQ(adam.lossScale(), 256.0f);
+        // Clean steps: the gradient 256 * (0.5, -1) is divided back to (0.5, -1); Adam's
+        // first step moves each weight by lr against the gradient's sign.
+        for (int k = 0; k < 3; ++k) {
+            m.setGrad({0.5f * 256.0f, -256.0f});
+            EXPECT_TRUE(adam.update());
+            if (k == 0) {
+                EXPECT_TRUE(allClose(m.lin.getVar("W")->data, {0.9f, -1.9f}, 1e-6f));
+            }
+        }
+        EXPECT_EQ(adam.lossScale(), 512.0f); // three clean steps in a row
+        EXPECT_EQ(adam.cleanSteps(), 0);
+        EXPECT_EQ(adam.steps(), 3);
+    }
+}
+
+// The same training with a loss scale of 2^10 (gradients scaled in backward, unscaled in
+// the update) and without: equal weights, since scaling by a power of two is exact.
+TEST(LossScaling, ScaledTrainingEqualsUnscaled) {
+    auto run = [](bool scaled) {
+        manualSeed(4);
+        Linear lin(6, 3);
+        MomentumSGD sgd(0.05f);
+        sgd.setupOn(lin, true);
+        if (scaled) sgd.enableLossScaling({.initialScale = 1024.0f});
+        for (int step = 0; step < 5; ++step) {
+            sgd.zeroGradParams();
+            const Tensor x = randomTensor({4, 6}, 10 + step);
+            lin(x);
+            Tensor dy = randomTensor({4, 3}, 20 + step);
+            if (scaled) backendOf(dy).axpby(sgd.lossScale(), dy, 0.0f, dy);
+            lin.backward(dy, true, false, 1.0f, 1.0f);
+            EXPECT_TRUE(sgd.update());
+        }
+        return lin.getVar("W")->data.toVector<float>();
+    };
+    EXPECT_EQ(run(true), run(false));
+}
+
+TEST(LossScaling, BadOptionsAndState) {
+    SGD sgd;
+    EXPECT_THROW(sgd.enableLossScaling({.initialScale = 0.0f}), ModuleError);
+    EXPECT_THROW(sgd.enableLossScaling({.backoffFactor = 1.5f}), ModuleError);
+    EXPECT_THROW(sgd.enableLossScaling({.growthInterval = 0}), ModuleError);
+    EXPECT_THROW(sgd.setLossScaleState(8.0f, 0), ModuleError); // not enabled
+    EXPECT_EQ(sgd.lossScale(), 1.0f);
+    sgd.enableLossScaling();
+    EXPECT_EQ(sgd.lossScale(), 65536.0f);
+    sgd.setLossScaleState(8.0f, 5);
+    EXPECT_EQ(sgd.lossScale(), 8.0f);
+    EXPECT_EQ(sgd.cleanSteps(), 5);
+    EXPECT_THROW(sgd.setLossScaleState(-1.0f, 0), ModuleError);
 }
 
 } // namespace
