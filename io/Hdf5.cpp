@@ -26,6 +26,7 @@ public:
     }
     Handle(const Handle&) = delete;
     Handle& operator=(const Handle&) = delete;
+    Handle(Handle&& other) noexcept : id_(other.id_), close_(other.close_) { other.id_ = -1; }
     hid_t get() const { return id_; }
     bool ok() const { return id_ >= 0; }
 
@@ -51,12 +52,31 @@ void check(herr_t status, const std::string& path, const std::string& what) {
     if (status < 0) throw fileError(path, what);
 }
 
-void writeTensor(hid_t group, const std::string& name, const Tensor& t, const std::string& path) {
-    const Tensor host = t.toHost().plain();
+// A 16-bit little-endian float type: float16 (IEEE half: 5 exponent bits) or bfloat16
+// (float32's upper half: 8 exponent bits). h5py reads the first as numpy's float16.
+Handle halfType(DType dtype) {
+    const bool bf = dtype == DType::bfloat16;
+    Handle type(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    H5Tset_fields(type.get(), 15, bf ? 7 : 10, bf ? 8 : 5, 0, bf ? 7 : 10);
+    H5Tset_offset(type.get(), 0);
+    H5Tset_precision(type.get(), 16);
+    H5Tset_size(type.get(), 2);
+    H5Tset_ebias(type.get(), bf ? 127 : 15);
+    return type;
+}
+
+// Writes t; a float32 tensor is stored as `store` (rounded by Tensor::astype).
+void writeTensor(hid_t group, const std::string& name, const Tensor& t, const std::string& path,
+                 DType store = DType::float32) {
+    Tensor host = t.toHost().plain();
+    const bool half = host.dtype() != DType::int32 && store != DType::float32;
+    if (half && host.dtype() != store) host = host.astype(store);
+    if (!half && host.dtype() != DType::float32 && host.dtype() != DType::int32) host = host.astype(DType::float32);
     std::vector<hsize_t> dims;
     for (int64_t d : host.shape().dims()) dims.push_back(static_cast<hsize_t>(d));
     Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-    const hid_t type = host.dtype() == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+    Handle custom = half ? halfType(host.dtype()) : Handle(-1, H5Tclose);
+    const hid_t type = half ? custom.get() : host.dtype() == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
     Handle set(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
     if (!set.ok()) throw fileError(path, "cannot create dataset " + name);
     check(H5Dwrite(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.raw()), path, "cannot write " + name);
@@ -120,6 +140,8 @@ Stored describe(hid_t file, const std::string& where, const std::string& path) {
     const size_t size = H5Tget_size(type.get());
     if (cls == H5T_FLOAT && size == 4)
         s.dtype = DType::float32;
+    else if (cls == H5T_FLOAT && size == 2) // read back through HDF5's conversion to float
+        s.dtype = H5Tget_ebias(type.get()) == 127 ? DType::bfloat16 : DType::float16;
     else if (cls == H5T_INTEGER && size == 4)
         s.dtype = DType::int32;
     else
@@ -165,6 +187,10 @@ bool isHdf5File(const std::string& path) {
 
 void saveModel(const Module& module, const std::string& path, const SaveOptions& options) {
     quietHdf5();
+    if (!isFloating(options.dtype)) {
+        throw IoError("model file " + path + ": parameters are stored as float32, bfloat16 or float16, not " +
+                      str(options.dtype));
+    }
     const std::string tmp = path + ".tmp";
     {
         Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -175,10 +201,10 @@ void saveModel(const Module& module, const std::string& path, const SaveOptions&
         std::unordered_map<const Variable*, int64_t> index;
         for (const auto& [name, var] : module.namedParams()) {
             auto [it, fresh] = index.emplace(var.get(), static_cast<int64_t>(index.size()));
-            if (fresh) writeTensor(params.get(), std::to_string(it->second), var->data, path);
+            if (fresh) writeTensor(params.get(), std::to_string(it->second), var->data, path, options.dtype);
             writeIndex(links.get(), name, it->second, path);
         }
-        for (const auto& [name, t] : module.namedAttrs()) writeTensor(attrs.get(), name, t, path);
+        for (const auto& [name, t] : module.namedAttrs()) writeTensor(attrs.get(), name, t, path, options.dtype);
         if (options.blueprint) writeString(file.get(), "blueprint", module.blueprint().toJson(), path);
         check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "cannot flush " + tmp);
     }
@@ -197,7 +223,7 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
     auto match = [&](const std::string& what, const std::string& name, const Tensor& dst, const Stored& s) {
         if (!s.supported) {
             problems.push_back(what + " " + name + ": stored with an unsupported type");
-        } else if (s.dtype != dst.dtype()) {
+        } else if (s.dtype != dst.dtype() && !(isFloating(s.dtype) && dst.dtype() == DType::float32)) {
             problems.push_back(what + " " + name + ": file has " + str(s.dtype) + ", model has " + str(dst.dtype()));
         } else if (s.shape != dst.shape()) {
             problems.push_back(what + " " + name + ": file has " + s.shape.str() + ", model has " + dst.shape().str());

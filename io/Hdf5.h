@@ -14,9 +14,13 @@ namespace tessera {
 
 struct SaveOptions {
     bool blueprint = true; ///< store the blueprint, so the file alone rebuilds the model
+    /// The type floating parameters and attributes are stored in: float32, or bfloat16 or
+    /// float16 (rounded to nearest even; half the file). loadModel reads any of them back
+    /// into float32 tensors.
+    DType dtype = DType::float32;
 };
 
-/// Writes `module`'s parameters and attributes (plain float32) to `path`. The data goes to
+/// Writes `module`'s parameters and attributes (plain, in options.dtype) to `path`. The data goes to
 /// a temporary file beside it, renamed over `path` only when complete: a crash never
 /// leaves a half-written model. Throws IoError naming the file on failure.
 void saveModel(const Module& module, const std::string& path, const SaveOptions& options = {});

@@ -67,6 +67,39 @@ TEST(Hdf5, SaveLoadRoundTripWithAttributesAndSharedParameters) {
     EXPECT_EQ(rebuilt->blueprint().toJson(), a->blueprint().toJson());
 }
 
+// Saved in bfloat16 or float16: about half the file, and loading gives each float32
+// parameter and attribute rounded to that type (to nearest even), exactly. h5py reads the
+// float16 file as numpy's float16.
+TEST(Hdf5, SavesInBfloat16AndFloat16) {
+    auto a = model(1, 512); // mostly fc2's 512 x 512 weights, so the metadata does not count
+    (*a)(randomTensor({4, 1, 3, 3}, 4));
+    const std::string full = tempFile("full.h5");
+    saveModel(*a, full);
+    for (DType t : {DType::bfloat16, DType::float16}) {
+        SCOPED_TRACE(str(t));
+        const std::string path = tempFile("half_" + str(t) + ".h5");
+        saveModel(*a, path, {.dtype = t});
+        EXPECT_LT(std::filesystem::file_size(path), std::filesystem::file_size(full) * 0.6);
+        auto b = model(2, 512);
+        loadModel(*b, path);
+        const auto pa = a->namedParams(), pb = b->namedParams();
+        for (size_t i = 0; i < pa.size(); ++i) {
+            EXPECT_EQ(pb[i].second->data.toVector<float>(), pa[i].second->data.astype(t).toVector<float>())
+                << pa[i].first;
+            EXPECT_EQ(pb[i].second->data.dtype(), DType::float32);
+        }
+        EXPECT_EQ(b->getByName("bn").getAttr("var").toVector<float>(),
+                  a->getByName("bn").getAttr("var").astype(t).toVector<float>());
+    }
+    if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") == 0) {
+        const std::string cmd = "/usr/bin/python3 -c \"import h5py, sys; f = h5py.File(sys.argv[1]); "
+                                "assert str(f['params/0'].dtype) == 'float16', f['params/0'].dtype\" '" +
+                                tempFile("half_float16.h5") + "'";
+        EXPECT_EQ(std::system(cmd.c_str()), 0);
+    }
+    EXPECT_THROW(saveModel(*a, tempFile("int.h5"), {.dtype = DType::int32}), IoError);
+}
+
 TEST(Hdf5, StrictLoadReportsEveryMismatchAndCopiesNothing) {
     auto a = model(1);
     const std::string path = tempFile("strict.h5");
