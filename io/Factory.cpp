@@ -17,11 +17,13 @@
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
+#include "modules/DepthConcat.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
 #include "modules/Gelu.h"
+#include "modules/Glue.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
@@ -32,6 +34,7 @@
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
+#include "modules/Penalty.h"
 #include "modules/Pool.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
@@ -41,6 +44,7 @@
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
+#include "modules/ToList.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 
@@ -218,6 +222,21 @@ const std::map<std::string, Builder>& table() {
         {"Concat",
          [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Concat>(static_cast<int>(a.i("axis", 1)), a.name());
+         }},
+        {"DepthConcat",
+         [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<DepthConcat>(a.name()); }},
+        {"ToList",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<ToList>(a.i("count", 1), a.name());
+         }},
+        {"Penalty",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Penalty>(PenaltyOptions{
+                 .mode = penaltyModeFromString(a.s("mode", "l1")), .weight = a.f("weight", 1e-2f), .name = a.name()});
+         }},
+        {"Glue",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<Glue>(a.s("kind", ""), a.name());
          }},
         {"Split",
          [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -26,6 +26,7 @@
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
+#include "modules/DepthConcat.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
@@ -42,6 +43,7 @@
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
+#include "modules/Penalty.h"
 #include "modules/Pool.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
@@ -51,6 +53,7 @@
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
+#include "modules/ToList.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 #include "training/CTC.h"
@@ -281,6 +284,10 @@ TEST(CudaConsistency, EveryModule) {
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
         {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},
         {"ReduceMean", make<ReduceMean>(std::vector<int64_t>{1, -1}, false), {{2, 3, 4, 5}}},
+        {"Penalty l1", make<Penalty>(PenaltyOptions{.weight = 0.3f}), {{4, 5}}},
+        {"Penalty l2", make<Penalty>(PenaltyOptions{.mode = PenaltyMode::l2, .weight = 0.3f}), {{2, 3, 4}}},
+        {"DepthConcat", make<DepthConcat>(), {{2, 2, 3, 3}, {2, 3, 5, 4}, {2, 1, 4, 4}}},
+        {"ToList", make<ToList>(2), {{2, 3}, {4}}},
         {"RNN lstm bi x2",
          make<RNN>(5, 6, RNNOptions{.layers = 2, .mode = RnnMode::lstm, .bidirectional = true, .getSequences = true}),
          {{4, 3, 5}}},

@@ -16,11 +16,13 @@
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
+#include "modules/DepthConcat.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
 #include "modules/Gelu.h"
+#include "modules/Glue.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"
@@ -32,6 +34,7 @@
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
+#include "modules/Penalty.h"
 #include "modules/Pool.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
@@ -41,12 +44,22 @@
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
+#include "modules/ToList.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 
 namespace tessera {
 namespace {
 using namespace testing;
+
+// A Glue layer's kind, registered for the round trip.
+GlueSpec glueSpec() {
+    GlueSpec s;
+    s.shapes = [](const Shapes& in) { return in; };
+    s.forward = [](Glue&, const Tensors& in) { return in; };
+    return s;
+}
+const bool glueRegistered = (registerGlue("blueprintTestGlue", glueSpec), true);
 
 // One instance of every class the factory knows (but MaxUnpool2D), with arguments away
 // from their defaults where there are any.
@@ -111,6 +124,10 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<MoveAxis>(0, 2),
         std::make_shared<Tile>(-1, 3),
         std::make_shared<Cast>(DType::float32, DType::int32),
+        std::make_shared<Penalty>(PenaltyOptions{.mode = PenaltyMode::l2, .weight = 0.25f, .name = "reg"}),
+        std::make_shared<ToList>(3),
+        std::make_shared<DepthConcat>("dc"),
+        std::make_shared<Glue>("blueprintTestGlue", glueSpec()),
     };
 }
 

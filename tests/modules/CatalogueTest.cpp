@@ -1,0 +1,230 @@
+// PuzzleLib's Penalty, ToList, DepthConcat and Glue: references, numerical gradients,
+// shapes, bad input, and a Glue layer defined by a user that trains in a graph.
+#include <cmath>
+
+#include "GradCheck.h"
+#include "containers/Graph.h"
+#include "io/Factory.h"
+#include "modules/DepthConcat.h"
+#include "modules/Glue.h"
+#include "modules/Identity.h"
+#include "modules/Linear.h"
+#include "modules/Penalty.h"
+#include "modules/ToList.h"
+#include "training/Optimizer.h"
+#include "training/PointwiseCosts.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+TEST(Penalty, ForwardIsIdentityAndBackwardAddsThePenaltysGradient) {
+    const Tensor x = Tensor::fromVector({2, 3}, std::vector<float>{1.5f, -2.0f, 0.5f, -0.25f, 3.0f, -1.0f});
+    const Tensor dy = Tensor::fromVector({2, 3}, std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f});
+    Penalty l1({.mode = PenaltyMode::l1, .weight = 0.5f});
+    EXPECT_TRUE(l1(x).sharesStorage(x));
+    // weight / N * sign(x) with N = 2
+    EXPECT_TRUE(allClose(l1.backward(dy), {0.35f, -0.05f, 0.55f, 0.15f, 0.75f, 0.35f}, 1e-6f));
+    EXPECT_NEAR(l1.penalty(), 0.5 * (4.0 + 4.25) / 2, 1e-6); // weight * mean of sum |x|
+    Penalty l2({.mode = PenaltyMode::l2, .weight = 0.5f});
+    l2(x);
+    // weight / N * x
+    EXPECT_TRUE(allClose(l2.backward(dy), {0.475f, -0.3f, 0.425f, 0.3375f, 1.25f, 0.35f}, 1e-6f));
+    EXPECT_NEAR(l2.penalty(), 0.5 * (6.5 + 10.0625) / 4, 1e-6); // weight * mean of sum x^2 / 2
+}
+
+// The gradient is the derivative of <y, r> + penalty: checked numerically with a module
+// that adds the penalty to the projected loss (the checker sees outputs only).
+TEST(Penalty, GradientsAndErrors) {
+    for (PenaltyMode mode : {PenaltyMode::l1, PenaltyMode::l2}) {
+        SCOPED_TRACE(str(mode));
+        Penalty p({.mode = mode, .weight = 0.3f});
+        const Tensor x = randomTensor({4, 5}, 2);
+        const Tensor r = randomTensor({4, 5}, 3);
+        p(x);
+        const std::vector<float> g = p.backward(r).toVector<float>();
+        std::vector<float> v = x.toVector<float>();
+        auto loss = [&](const std::vector<float>& xv) {
+            Penalty q({.mode = mode, .weight = 0.3f});
+            const Tensor t = Tensor::fromVector({4, 5}, xv);
+            q(t);
+            double dot = 0;
+            const std::vector<float> rv = r.toVector<float>();
+            for (size_t i = 0; i < xv.size(); ++i) dot += xv[i] * rv[i];
+            return dot + q.penalty();
+        };
+        for (size_t i = 0; i < v.size(); ++i) {
+            const float s = v[i];
+            v[i] = s + 1e-3f;
+            const double plus = loss(v);
+            v[i] = s - 1e-3f;
+            const double minus = loss(v);
+            v[i] = s;
+            EXPECT_NEAR(g[i], (plus - minus) / 2e-3, 1e-3) << i;
+        }
+        EXPECT_TRUE(checkShapes(p, {x}));
+    }
+    EXPECT_THROW(Penalty({.weight = -1.0f}), ModuleError);
+    EXPECT_THROW(penaltyModeFromString("l3"), ModuleError);
+    Penalty p({.name = "reg"});
+    EXPECT_THROW(p.penalty(), ModuleError);
+    EXPECT_TRUE(throwsShapeError([&] { p({randomTensor({2}, 1), randomTensor({2}, 1)}); }, {"Penalty 'reg'", "1"}));
+}
+
+TEST(ToList, PassesInputsThroughAsSlots) {
+    ToList list(2, "pair");
+    EXPECT_EQ(list.outputCount(), 2u);
+    const Tensor a = randomTensor({2, 3}, 1), b = Tensor::fromVector({2}, std::vector<int32_t>{4, 5});
+    const Tensors out = list({a, b});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_TRUE(out[0].sharesStorage(a));
+    EXPECT_TRUE(out[1].sharesStorage(b));
+    ToList one;
+    EXPECT_TRUE(checkGradients(one, {randomTensor({3, 2}, 2)}));
+    EXPECT_TRUE(checkShapes(one, {randomTensor({3, 2}, 2)}));
+    EXPECT_TRUE(throwsShapeError([&] { list({a}); }, {"ToList 'pair'", "2 input", "got 1"}));
+    EXPECT_THROW(ToList(0), ModuleError);
+    // In a graph: two branches gathered into one node, read back by slot.
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto f = node(std::make_shared<Linear>(3, 4), x, "f");
+    auto g = node(std::make_shared<Linear>(3, 2), x, "g");
+    auto both = node(std::make_shared<ToList>(2), {f, g}, "both");
+    auto second = node(std::make_shared<Identity>(), Parent(both, 1), "second");
+    Graph net({x}, {second});
+    EXPECT_EQ(net.dataShapeFrom(Shapes{{5, 3}}), (Shapes{{5, 2}}));
+}
+
+TEST(DepthConcat, CentresEachInputWithZeros) {
+    // [1, 1, 2, 2] and [1, 2, 4, 3] -> [1, 3, 4, 3]: the first sits at rows 1..2, cols 0..1
+    // (floor((4 - 2) / 2) = 1 before, floor((3 - 2) / 2) = 0 before).
+    const Tensor a = Tensor::fromVector({1, 1, 2, 2}, std::vector<float>{1, 2, 3, 4});
+    const Tensor b = randomTensor({1, 2, 4, 3}, 5);
+    DepthConcat dc;
+    const Tensor y = dc({a, b})[0];
+    ASSERT_EQ(y.shape(), (Shape{1, 3, 4, 3}));
+    std::vector<float> want(12, 0.0f);
+    want[3] = 1, want[4] = 2, want[6] = 3, want[7] = 4;
+    const std::vector<float> bv = b.toVector<float>();
+    want.insert(want.end(), bv.begin(), bv.end());
+    EXPECT_TRUE(allClose(y, want, 0.0f));
+    EXPECT_TRUE(checkGradients(
+        dc, {randomTensor({2, 2, 3, 3}, 1), randomTensor({2, 1, 5, 4}, 2), randomTensor({2, 3, 5, 4}, 3)}));
+    EXPECT_TRUE(checkGradients(dc, {randomTensor({2, 2, 3}, 1), randomTensor({2, 1, 6}, 2)}));
+    EXPECT_TRUE(checkShapes(dc, {randomTensor({2, 2, 3, 3}, 1), randomTensor({2, 1, 5, 4}, 2)}));
+    EXPECT_EQ(dc.dataShapeFrom(Shapes{{8, 16, 7, 7},
+                                      {8, 32, 5, 9},
+                                      {
+                                          8,
+                                          8,
+                                          3,
+                                          3,
+                                      }}),
+              (Shapes{{8, 56, 7, 9}}));
+    DepthConcat named("dc");
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({randomTensor({2, 2, 3, 3}, 1), randomTensor({3, 2, 3, 3}, 1)});
+        },
+        {"DepthConcat 'dc'", "input 1 [3, 2, 3, 3]", "one N"}));
+    EXPECT_TRUE(throwsShapeError([&] { named({randomTensor({2, 2}, 1)}); }, {"rank (3 to 5)"}));
+}
+
+// A user's layer without subclassing: y = x * w + x^2 (a parameter w of one element),
+// with its backward and parameter gradient, registered so that blueprints rebuild it.
+GlueSpec scaledSquare() {
+    GlueSpec s;
+    s.shapes = [](const Shapes& in) {
+        if (in.size() != 1) throw ShapeError("expects one input, got " + std::to_string(in.size()));
+        return in;
+    };
+    s.forward = [](Glue& self, const Tensors& in) {
+        const std::vector<float> x = in[0].toVector<float>();
+        const float w = self.getVar("w")->data.toVector<float>()[0];
+        std::vector<float> y(x.size());
+        for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * w + x[i] * x[i];
+        return Tensors{Tensor::fromVector(in[0].shape(), y).to(in[0].device())};
+    };
+    s.backward = [](Glue& self, const Tensors& grads) {
+        const std::vector<float> x = self.inData().toVector<float>(), g = grads[0].toVector<float>();
+        const float w = self.getVar("w")->data.toVector<float>()[0];
+        std::vector<float> dx(x.size());
+        for (size_t i = 0; i < x.size(); ++i) dx[i] = g[i] * (w + 2 * x[i]);
+        return Tensors{Tensor::fromVector(self.inData().shape(), dx)};
+    };
+    s.paramGrads = [](Glue& self, const Tensors& grads, float scale, float momentum) {
+        const std::vector<float> x = self.inData().toVector<float>(), g = grads[0].toVector<float>();
+        double dw = 0;
+        for (size_t i = 0; i < x.size(); ++i) dw += g[i] * x[i];
+        Tensor& grad = self.getVar("w")->grad;
+        const float old = grad.toVector<float>()[0];
+        grad.copyFrom(Tensor::fromVector({1}, std::vector<float>{static_cast<float>(scale * dw + momentum * old)}));
+    };
+    s.params = {{"w", Tensor::fromVector({1}, std::vector<float>{0.5f})}};
+    return s;
+}
+
+TEST(Glue, AUserLayerComputesChecksAndRoundTrips) {
+    registerGlue("scaledSquare", scaledSquare);
+    EXPECT_TRUE(isGlueRegistered("scaledSquare"));
+    Glue g("scaledSquare", "sq");
+    const Tensor x = Tensor::fromVector({2, 2}, std::vector<float>{1, -2, 3, 0.5f});
+    EXPECT_TRUE(allClose(g(x), {1.5f, 3.0f, 10.5f, 0.5f}, 1e-6f));
+    EXPECT_TRUE(checkGradients(g, {randomTensor({3, 4}, 1)}));
+    EXPECT_TRUE(checkShapes(g, {randomTensor({3, 4}, 1)}));
+    EXPECT_TRUE(throwsShapeError([&] { g({x, x}); }, {"Glue 'sq'", "expects one input, got 2"}));
+    // The blueprint names the kind; the factory rebuilds it from the registry.
+    ModulePtr back = buildModule(g.blueprint());
+    EXPECT_EQ(back->blueprint().toJson(), g.blueprint().toJson());
+    EXPECT_NE(g.blueprint().toJson().find("\"kind\": \"scaledSquare\""), std::string::npos);
+    EXPECT_TRUE(throwsModuleError([&] { Glue("unknownKind"); }, {"'unknownKind' is not registered", "scaledSquare"}));
+    // A function that breaks its contract is named.
+    GlueSpec bad = scaledSquare();
+    bad.forward = [](Glue&, const Tensors& in) {
+        return Tensors{Tensor::zeros({1, 1}, DType::float32, in[0].device())};
+    };
+    Glue broken("broken", bad, "b");
+    EXPECT_TRUE(throwsModuleError([&] { broken(x); }, {"Glue 'b'", "output 0", "[1, 1]", "[2, 2]"}));
+    GlueSpec noBackward = scaledSquare();
+    noBackward.backward = nullptr;
+    Glue forwardOnly("forwardOnly", noBackward);
+    forwardOnly(x);
+    EXPECT_TRUE(throwsModuleError([&] { forwardOnly.backward(x); }, {"no backward"}));
+    EXPECT_THROW(Glue("empty", GlueSpec{}), ModuleError);
+}
+
+// In a graph between two linear layers, shape-checked as a whole, trained: the loss drops
+// and the Glue's own parameter moves.
+TEST(Glue, TrainsInAGraph) {
+    registerGlue("scaledSquare", scaledSquare);
+    manualSeed(3);
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto a = node(std::make_shared<Linear>(2, 4), x, "a");
+    auto sq = node(std::make_shared<Glue>("scaledSquare"), a, "sq");
+    auto b = node(std::make_shared<Linear>(4, 1), sq, "b");
+    Graph net({x}, {b});
+    EXPECT_EQ(net.dataShapeFrom(Shapes{{16, 2}}), (Shapes{{16, 1}}));
+    const Tensor in = randomTensor({64, 2}, 4);
+    std::vector<float> t;
+    for (float v : in.toVector<float>()) t.push_back(v); // target: x0^2 + x1 (read pairwise)
+    std::vector<float> target(64);
+    for (size_t n = 0; n < 64; ++n) target[n] = t[2 * n] * t[2 * n] + t[2 * n + 1];
+    const Tensor y = Tensor::fromVector({64, 1}, target);
+    Adam adam(0.02f);
+    adam.setupOn(net);
+    MSE mse;
+    const float w0 = net.getByName("sq").getVar("w")->data.toVector<float>()[0];
+    double first = 0, last = 0;
+    for (int step = 0; step < 300; ++step) {
+        adam.zeroGradParams();
+        const CostResult r = mse(net(in), y);
+        net.backward(r.grad[0]);
+        adam.update();
+        if (step == 0) first = r.error;
+        last = r.error;
+    }
+    EXPECT_LT(last, first / 10);
+    EXPECT_NE(net.getByName("sq").getVar("w")->data.toVector<float>()[0], w0);
+}
+
+} // namespace
+} // namespace tessera
