@@ -43,6 +43,7 @@
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
+#include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
 #include "modules/Transpose.h"
@@ -233,6 +234,11 @@ const std::map<std::string, Builder>& table() {
          [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<Penalty>(PenaltyOptions{
                  .mode = penaltyModeFromString(a.s("mode", "l1")), .weight = a.f("weight", 1e-2f), .name = a.name()});
+         }},
+        {"SubtractMean",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<SubtractMean>(
+                 SubtractMeanOptions{.size = a.i("size", 5), .includePad = a.b("includePad", true), .name = a.name()});
          }},
         {"Glue",
          [](const Blueprint&, const Args& a) -> ModulePtr {

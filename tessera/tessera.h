@@ -52,6 +52,7 @@
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
+#include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
 #include "modules/Transpose.h"

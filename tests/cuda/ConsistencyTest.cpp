@@ -52,6 +52,7 @@
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
+#include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
 #include "modules/Transpose.h"
@@ -288,6 +289,8 @@ TEST(CudaConsistency, EveryModule) {
         {"Penalty l2", make<Penalty>(PenaltyOptions{.mode = PenaltyMode::l2, .weight = 0.3f}), {{2, 3, 4}}},
         {"DepthConcat", make<DepthConcat>(), {{2, 2, 3, 3}, {2, 3, 5, 4}, {2, 1, 4, 4}}},
         {"ToList", make<ToList>(2), {{2, 3}, {4}}},
+        {"SubtractMean", make<SubtractMean>(SubtractMeanOptions{.size = 3}), {{2, 3, 6, 5}}},
+        {"SubtractMean no pad", make<SubtractMean>(SubtractMeanOptions{.includePad = false}), {{2, 2, 7, 7}}},
         {"RNN lstm bi x2",
          make<RNN>(5, 6, RNNOptions{.layers = 2, .mode = RnnMode::lstm, .bidirectional = true, .getSequences = true}),
          {{4, 3, 5}}},

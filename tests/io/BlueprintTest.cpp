@@ -43,6 +43,7 @@
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/Split.h"
+#include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
 #include "modules/Transpose.h"
@@ -127,6 +128,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Penalty>(PenaltyOptions{.mode = PenaltyMode::l2, .weight = 0.25f, .name = "reg"}),
         std::make_shared<ToList>(3),
         std::make_shared<DepthConcat>("dc"),
+        std::make_shared<SubtractMean>(SubtractMeanOptions{.size = 3, .includePad = false}),
         std::make_shared<Glue>("blueprintTestGlue", glueSpec()),
     };
 }

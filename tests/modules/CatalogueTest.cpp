@@ -10,6 +10,7 @@
 #include "modules/Identity.h"
 #include "modules/Linear.h"
 #include "modules/Penalty.h"
+#include "modules/SubtractMean.h"
 #include "modules/ToList.h"
 #include "training/Optimizer.h"
 #include "training/PointwiseCosts.h"
@@ -127,6 +128,42 @@ TEST(DepthConcat, CentresEachInputWithZeros) {
         },
         {"DepthConcat 'dc'", "input 1 [3, 2, 3, 3]", "one N"}));
     EXPECT_TRUE(throwsShapeError([&] { named({randomTensor({2, 2}, 1)}); }, {"rank (3 to 5)"}));
+}
+
+// A plain loop over PuzzleLib's definition: y = x - the window mean.
+TEST(SubtractMean, ReferenceGradientsShapesAndErrors) {
+    for (bool includePad : {true, false}) {
+        SCOPED_TRACE(includePad ? "includePad" : "inside only");
+        const int64_t N = 2, C = 2, H = 5, W = 6, S = 3, P = 1;
+        SubtractMean sm({.size = S, .includePad = includePad});
+        const Tensor x = randomTensor({N, C, H, W}, 7);
+        const std::vector<float> xv = x.toVector<float>();
+        std::vector<float> want(xv.size());
+        for (int64_t p = 0; p < N * C; ++p) {
+            for (int64_t i = 0; i < H; ++i) {
+                for (int64_t j = 0; j < W; ++j) {
+                    double sum = 0;
+                    int64_t inside = 0;
+                    for (int64_t a = i - P; a <= i + P; ++a) {
+                        for (int64_t b = j - P; b <= j + P; ++b) {
+                            if (a < 0 || a >= H || b < 0 || b >= W) continue;
+                            sum += xv[(p * H + a) * W + b];
+                            ++inside;
+                        }
+                    }
+                    const double mean = sum / (includePad ? S * S : inside);
+                    want[(p * H + i) * W + j] = static_cast<float>(xv[(p * H + i) * W + j] - mean);
+                }
+            }
+        }
+        EXPECT_TRUE(allClose(sm(x), want, 1e-5f));
+        EXPECT_TRUE(checkGradients(sm, {randomTensor({N, C, H, W}, 8)}));
+        EXPECT_TRUE(checkShapes(sm, {x}));
+    }
+    EXPECT_THROW(SubtractMean({.size = 4}), ModuleError);
+    EXPECT_THROW(SubtractMean({.size = 1}), ModuleError);
+    SubtractMean sm({.name = "sub"});
+    EXPECT_TRUE(throwsShapeError([&] { sm(randomTensor({2, 3, 4}, 1)); }, {"SubtractMean 'sub'", "[N, C, H, W]"}));
 }
 
 // A user's layer without subclassing: y = x * w + x^2 (a parameter w of one element),
