@@ -388,6 +388,11 @@ void CudaBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
     cudak::affine(fp(x), a, b, fp(y), y.numel(), s());
 }
 
+void CudaBackend::power(const Tensor& x, float p, const Tensor& y) {
+    requireSameNumel("power", x, y);
+    cudak::power(fp(x), p, fp(y), y.numel(), s());
+}
+
 void CudaBackend::mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) {
     const Shape& xs = x.shape();
     if (xs.rank() < 2 || m.numel() != xs[0] * xs[1]) {

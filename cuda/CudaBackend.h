@@ -95,6 +95,7 @@ public:
     void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
                             const Tensor& dx) override;
     void affine(const Tensor& x, float a, float b, const Tensor& y) override;
+    void power(const Tensor& x, float p, const Tensor& y) override;
     void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) override;
     void cast(const Tensor& x, const Tensor& y) override;
 

@@ -134,6 +134,9 @@ __global__ void binaryBroadcastKernel(BinaryOp op, const float* a, const float* 
 __global__ void sumToKernel(const float* x, float alpha, float* y, element::ReduceGeometry g, int64_t n) {
     TESSERA_FOR_EACH(j, n) y[j] = static_cast<float>(alpha * element::reduceAt(g, x, j));
 }
+__global__ void powerKernel(const float* x, float p, float* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = powf(x[i], p);
+}
 __global__ void affineKernel(const float* x, float a, float b, float* y, int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = a * x[i] + b;
 }
@@ -650,6 +653,9 @@ void binaryBroadcast(BinaryOp op, const float* a, const float* b, float* y, cons
 }
 void sumTo(const float* x, float alpha, float* y, const element::ReduceGeometry& g, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(sumToKernel, n, s, x, alpha, y, g, n);
+}
+void power(const float* x, float p, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(powerKernel, n, s, x, p, y, n);
 }
 void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(affineKernel, n, s, x, a, b, y, n);

@@ -36,6 +36,7 @@ void binaryBroadcast(BinaryOp op, const float* a, const float* b, float* y, cons
 /// y[j] = alpha * the sum of x over the elements falling on j (n = y's numel).
 void sumTo(const float* x, float alpha, float* y, const element::ReduceGeometry& g, int64_t n, cudaStream_t s);
 void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s);
+void power(const float* x, float p, float* y, int64_t n, cudaStream_t s);
 /// y[p, i] = x[p, i] * m[p] over `planes` planes of `inner` elements.
 void mulChannels(const float* x, const float* m, float* y, int64_t planes, int64_t inner, cudaStream_t s);
 void castToInt(const float* x, int32_t* y, int64_t n, cudaStream_t s);

@@ -28,6 +28,7 @@
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/KMaxPool.h"
+#include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
@@ -239,6 +240,15 @@ const std::map<std::string, Builder>& table() {
          [](const Blueprint&, const Args& a) -> ModulePtr {
              return std::make_shared<SubtractMean>(
                  SubtractMeanOptions{.size = a.i("size", 5), .includePad = a.b("includePad", true), .name = a.name()});
+         }},
+        {"LCN",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<LCN>(LCNOptions{.N = a.i("N", 5),
+                                                     .alpha = a.f("alpha", 1e-4f),
+                                                     .beta = a.f("beta", 0.75f),
+                                                     .K = a.f("K", 2.0f),
+                                                     .includePad = a.b("includePad", true),
+                                                     .name = a.name()});
          }},
         {"Glue",
          [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -34,6 +34,7 @@
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/KMaxPool.h"
+#include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
 #include "modules/MaxUnpool2D.h"

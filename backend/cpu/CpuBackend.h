@@ -67,6 +67,7 @@ public:
                          const Tensor& s2, const Tensor& s3) override;
     void reorder(const Tensor& src, const Tensor& dst) override;
     void affine(const Tensor& x, float a, float b, const Tensor& y) override;
+    void power(const Tensor& x, float p, const Tensor& y) override;
     void mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) override;
     void cast(const Tensor& x, const Tensor& y) override;
     Tensor convForward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b,

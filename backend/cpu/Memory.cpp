@@ -219,6 +219,15 @@ void CpuBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
     for (int64_t i = 0; i < n; ++i) py[i] = a * px[i] + b;
 }
 
+void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
+    requireSameNumel("power", x, y);
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = std::pow(px[i], p);
+}
+
 // x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] = x[n, c, ...] * m[n, c]
 void CpuBackend::mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) {
     requireSameNumel("mulChannels", x, y);

@@ -36,6 +36,7 @@
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/KMaxPool.h"
+#include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
 #include "modules/MaxUnpool2D.h"
@@ -290,6 +291,8 @@ TEST(CudaConsistency, EveryModule) {
         {"DepthConcat", make<DepthConcat>(), {{2, 2, 3, 3}, {2, 3, 5, 4}, {2, 1, 4, 4}}},
         {"ToList", make<ToList>(2), {{2, 3}, {4}}},
         {"SubtractMean", make<SubtractMean>(SubtractMeanOptions{.size = 3}), {{2, 3, 6, 5}}},
+        {"LCN", make<LCN>(LCNOptions{.N = 3, .alpha = 0.5f}), {{2, 3, 6, 5}}},
+        {"LCN no pad", make<LCN>(LCNOptions{.alpha = 0.3f, .includePad = false}), {{2, 2, 7, 7}}},
         {"SubtractMean no pad", make<SubtractMean>(SubtractMeanOptions{.includePad = false}), {{2, 2, 7, 7}}},
         {"RNN lstm bi x2",
          make<RNN>(5, 6, RNNOptions{.layers = 2, .mode = RnnMode::lstm, .bidirectional = true, .getSequences = true}),

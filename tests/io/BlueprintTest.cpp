@@ -28,6 +28,7 @@
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/KMaxPool.h"
+#include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
@@ -129,6 +130,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<ToList>(3),
         std::make_shared<DepthConcat>("dc"),
         std::make_shared<SubtractMean>(SubtractMeanOptions{.size = 3, .includePad = false}),
+        std::make_shared<LCN>(LCNOptions{.N = 3, .alpha = 0.5f, .beta = 0.5f, .K = 1.5f, .includePad = false}),
         std::make_shared<Glue>("blueprintTestGlue", glueSpec()),
     };
 }

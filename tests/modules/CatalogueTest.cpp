@@ -8,6 +8,7 @@
 #include "modules/DepthConcat.h"
 #include "modules/Glue.h"
 #include "modules/Identity.h"
+#include "modules/LCN.h"
 #include "modules/Linear.h"
 #include "modules/Penalty.h"
 #include "modules/SubtractMean.h"
@@ -164,6 +165,51 @@ TEST(SubtractMean, ReferenceGradientsShapesAndErrors) {
     EXPECT_THROW(SubtractMean({.size = 1}), ModuleError);
     SubtractMean sm({.name = "sub"});
     EXPECT_TRUE(throwsShapeError([&] { sm(randomTensor({2, 3, 4}, 1)); }, {"SubtractMean 'sub'", "[N, C, H, W]"}));
+}
+
+// PuzzleLib's LCN unit test as a plain loop: the window mean m, then
+// x / (K + alpha / N^2 * sum over the inside of (x_j - m)^2)^beta.
+TEST(LCN, ReferenceGradientsShapesAndErrors) {
+    for (bool includePad : {true, false}) {
+        SCOPED_TRACE(includePad ? "includePad" : "inside only");
+        const int64_t B = 2, C = 2, H = 5, W = 6, S = 3, P = 1;
+        const LCNOptions o{.N = S, .alpha = 0.8f, .beta = 0.75f, .K = 2.0f, .includePad = includePad};
+        LCN lcn(o);
+        const Tensor x = randomTensor({B, C, H, W}, 9, -2.0f, 2.0f);
+        const std::vector<float> xv = x.toVector<float>();
+        std::vector<float> want(xv.size());
+        for (int64_t p = 0; p < B * C; ++p) {
+            for (int64_t i = 0; i < H; ++i) {
+                for (int64_t j = 0; j < W; ++j) {
+                    auto inside = [&](auto&& f) {
+                        for (int64_t a = std::max<int64_t>(0, i - P); a <= std::min(H - 1, i + P); ++a) {
+                            for (int64_t b = std::max<int64_t>(0, j - P); b <= std::min(W - 1, j + P); ++b) {
+                                f(static_cast<double>(xv[(p * H + a) * W + b]));
+                            }
+                        }
+                    };
+                    double sum = 0;
+                    int64_t count = 0;
+                    inside([&](double v) { sum += v, ++count; });
+                    const double m = sum / (includePad ? S * S : count);
+                    double spread = 0;
+                    inside([&](double v) { spread += (v - m) * (v - m); });
+                    const double norm = o.K + o.alpha / (S * S) * spread;
+                    want[(p * H + i) * W + j] = static_cast<float>(xv[(p * H + i) * W + j] / std::pow(norm, o.beta));
+                }
+            }
+        }
+        EXPECT_TRUE(allClose(lcn(x), want, 1e-5f));
+        EXPECT_TRUE(checkGradients(lcn, {randomTensor({B, C, H, W}, 10, -2.0f, 2.0f)}));
+        EXPECT_TRUE(checkShapes(lcn, {x}));
+    }
+    EXPECT_THROW(LCN({.N = 4}), ModuleError);
+    EXPECT_THROW(LCN({.K = 0.0f}), ModuleError);
+    LCN lcn({.name = "lcn"});
+    EXPECT_TRUE(throwsShapeError([&] { lcn(randomTensor({2, 3, 4}, 1)); }, {"LCN 'lcn'", "[N, C, H, W]"}));
+    lcn.evalMode();
+    lcn(randomTensor({1, 1, 5, 5}, 1));
+    EXPECT_TRUE(throwsModuleError([&] { lcn.backward(randomTensor({1, 1, 5, 5}, 2)); }, {"train mode"}));
 }
 
 // A user's layer without subclassing: y = x * w + x^2 (a parameter w of one element),
