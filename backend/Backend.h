@@ -296,6 +296,12 @@ public:
     /// (half-pixel centres).
     virtual void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) = 0;
     virtual void resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) = 0;
+    /// x: [N, C, H, W], theta: [N, 2, 3] -> y: [N, C, Ho, Wo]: a spatial transformer's affine
+    /// grid and bilinear sampling, zero outside (backend/ElementMath.h: spatialTfSource).
+    virtual void spatialTfForward(const Tensor& x, const Tensor& theta, const Tensor& y) = 0;
+    /// dy -> dx (x's shape) and dtheta ([N, 2, 3]), both overwritten.
+    virtual void spatialTfBackward(const Tensor& x, const Tensor& theta, const Tensor& dy, const Tensor& dx,
+                                   const Tensor& dtheta) = 0;
     /// x: [N, C, *in] -> y: [N, C, in + lo + hi] per spatial dim. Reflect mirrors without
     /// repeating the edge and needs lo, hi < in.
     virtual void padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,

@@ -404,4 +404,52 @@ TESSERA_HOST_DEVICE inline double logSumExp(const float* row, int64_t V, int64_t
     return mx + log(sum);
 }
 
+// ---- spatial transformer ------------------------------------------------------------------
+// Output pixel (i, j) of an [Ho, Wo] grid sits at x_t = -1 + 2 j / (Wo - 1), y_t likewise
+// (0 for a single row or column); theta [2, 3] maps [x_t, y_t, 1] to the source's
+// normalised coordinates, -1 and 1 being the centres of its corner pixels; the source is
+// sampled bilinearly, zero outside.
+
+/// The normalised target coordinate of index k of n.
+TESSERA_HOST_DEVICE inline float gridCoord(int64_t k, int64_t n) {
+    return n > 1 ? -1.0f + 2.0f * static_cast<float>(k) / static_cast<float>(n - 1) : 0.0f;
+}
+
+/// Where output (i, j) samples an [H, W] source, in pixels: (u, v) = (column, row).
+TESSERA_HOST_DEVICE inline void spatialTfSource(const float* theta, int64_t i, int64_t j, int64_t Ho, int64_t Wo,
+                                                int64_t H, int64_t W, float& u, float& v) {
+    const float xt = gridCoord(j, Wo), yt = gridCoord(i, Ho);
+    const float xs = theta[0] * xt + theta[1] * yt + theta[2], ys = theta[3] * xt + theta[4] * yt + theta[5];
+    u = (xs + 1.0f) * 0.5f * static_cast<float>(W - 1);
+    v = (ys + 1.0f) * 0.5f * static_cast<float>(H - 1);
+}
+
+/// The source value at pixel (r, c) of an [H, W] plane, zero outside.
+TESSERA_HOST_DEVICE inline float pixelAt(const float* plane, int64_t r, int64_t c, int64_t H, int64_t W) {
+    return r >= 0 && r < H && c >= 0 && c < W ? plane[r * W + c] : 0.0f;
+}
+
+/// Bilinear sample of an [H, W] plane at (u, v); with du, dv given, also the sample's
+/// derivatives along u and v.
+TESSERA_HOST_DEVICE inline float bilinear(const float* plane, float u, float v, int64_t H, int64_t W, float* du,
+                                          float* dv) {
+    const float cu = floorf(u), cv = floorf(v), fu = u - cu, fv = v - cv;
+    const auto c0 = static_cast<int64_t>(cu), r0 = static_cast<int64_t>(cv);
+    const float p00 = pixelAt(plane, r0, c0, H, W), p01 = pixelAt(plane, r0, c0 + 1, H, W),
+                p10 = pixelAt(plane, r0 + 1, c0, H, W), p11 = pixelAt(plane, r0 + 1, c0 + 1, H, W);
+    if (du) *du = (1.0f - fv) * (p01 - p00) + fv * (p11 - p10);
+    if (dv) *dv = (1.0f - fu) * (p10 - p00) + fu * (p11 - p01);
+    return (1.0f - fv) * ((1.0f - fu) * p00 + fu * p01) + fv * ((1.0f - fu) * p10 + fu * p11);
+}
+
+/// The four source pixels (row, column) and bilinear weights that sample (u, v).
+TESSERA_HOST_DEVICE inline void bilinearTaps(float u, float v, int64_t rows[4], int64_t cols[4], float w[4]) {
+    const float cu = floorf(u), cv = floorf(v), fu = u - cu, fv = v - cv;
+    const auto c0 = static_cast<int64_t>(cu), r0 = static_cast<int64_t>(cv);
+    rows[0] = r0, cols[0] = c0, w[0] = (1.0f - fv) * (1.0f - fu);
+    rows[1] = r0, cols[1] = c0 + 1, w[1] = (1.0f - fv) * fu;
+    rows[2] = r0 + 1, cols[2] = c0, w[2] = fv * (1.0f - fu);
+    rows[3] = r0 + 1, cols[3] = c0 + 1, w[3] = fv * fu;
+}
+
 } // namespace tessera::element

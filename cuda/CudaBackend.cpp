@@ -388,6 +388,24 @@ void CudaBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
     cudak::affine(fp(x), a, b, fp(y), y.numel(), s());
 }
 
+void CudaBackend::spatialTfForward(const Tensor& x, const Tensor& theta, const Tensor& y) {
+    const Shape& s = x.shape();
+    if (s.rank() != 4 || theta.shape() != Shape{s[0], 2, 3} || y.shape().rank() != 4 || y.shape()[1] != s[1]) {
+        throw ShapeError("CudaBackend::spatialTf: x " + s.str() + ", theta " + theta.shape().str() + " and y " +
+                         y.shape().str() + " do not fit");
+    }
+    cudak::spatialTfForward(fp(x), fp(theta), fp(y), s[0], s[1], s[2], s[3], y.shape()[2], y.shape()[3], this->s());
+}
+
+void CudaBackend::spatialTfBackward(const Tensor& x, const Tensor& theta, const Tensor& dy, const Tensor& dx,
+                                    const Tensor& dtheta) {
+    const Shape& s = x.shape();
+    fill(dx, 0.0f);
+    fill(dtheta, 0.0f);
+    cudak::spatialTfBackward(fp(x), fp(theta), fp(dy), fp(dx), fp(dtheta), s[0], s[1], s[2], s[3], dy.shape()[2],
+                             dy.shape()[3], this->s());
+}
+
 void CudaBackend::power(const Tensor& x, float p, const Tensor& y) {
     requireSameNumel("power", x, y);
     cudak::power(fp(x), p, fp(y), y.numel(), s());

@@ -574,6 +574,43 @@ __global__ void scaleCheckFiniteKernel(float* t, float factor, int64_t n, int* b
     if (any) *bad = 1;
 }
 
+// Spatial transformer: a thread per output element forward; backward a thread per output
+// element too, scattering into dx and dtheta with atomics.
+__global__ void spatialTfForwardKernel(const float* x, const float* theta, float* y, int64_t N, int64_t C, int64_t H,
+                                       int64_t W, int64_t Ho, int64_t Wo) {
+    TESSERA_FOR_EACH(e, N * C * Ho * Wo) {
+        const int64_t j = e % Wo, i = e / Wo % Ho, nc = e / (Ho * Wo), n = nc / C;
+        float u, v;
+        element::spatialTfSource(theta + n * 6, i, j, Ho, Wo, H, W, u, v);
+        y[e] = element::bilinear(x + nc * H * W, u, v, H, W, nullptr, nullptr);
+    }
+}
+
+__global__ void spatialTfBackwardKernel(const float* x, const float* theta, const float* dy, float* dx, float* dtheta,
+                                        int64_t N, int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo) {
+    TESSERA_FOR_EACH(e, N * C * Ho * Wo) {
+        const int64_t j = e % Wo, i = e / Wo % Ho, nc = e / (Ho * Wo), n = nc / C;
+        float u, v, du, dv;
+        element::spatialTfSource(theta + n * 6, i, j, Ho, Wo, H, W, u, v);
+        element::bilinear(x + nc * H * W, u, v, H, W, &du, &dv);
+        const float g = dy[e];
+        int64_t rows[4], cols[4];
+        float w[4];
+        element::bilinearTaps(u, v, rows, cols, w);
+        for (int k = 0; k < 4; ++k) {
+            if (rows[k] >= 0 && rows[k] < H && cols[k] >= 0 && cols[k] < W) {
+                atomicAdd(dx + nc * H * W + rows[k] * W + cols[k], g * w[k]);
+            }
+        }
+        const float t[3] = {element::gridCoord(j, Wo), element::gridCoord(i, Ho), 1.0f};
+        const float gu = g * du * 0.5f * static_cast<float>(W - 1), gv = g * dv * 0.5f * static_cast<float>(H - 1);
+        for (int k = 0; k < 3; ++k) {
+            atomicAdd(dtheta + n * 6 + k, gu * t[k]);
+            atomicAdd(dtheta + n * 6 + 3 + k, gv * t[k]);
+        }
+    }
+}
+
 __global__ void pointwiseCostKernel(CostKind kind, const float* p, const float* t, float* g, int64_t total, float norm,
                                     double* out) {
     double sum = 0;
@@ -797,6 +834,14 @@ void ctc(const float* scores, const int32_t* labels, const int32_t* labelLen, co
 }
 void scaleCheckFinite(float* t, float factor, int64_t n, int* bad, cudaStream_t s) {
     TESSERA_LAUNCH(scaleCheckFiniteKernel, n, s, t, factor, n, bad);
+}
+void spatialTfForward(const float* x, const float* theta, float* y, int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t Ho, int64_t Wo, cudaStream_t s) {
+    TESSERA_LAUNCH(spatialTfForwardKernel, N * C * Ho * Wo, s, x, theta, y, N, C, H, W, Ho, Wo);
+}
+void spatialTfBackward(const float* x, const float* theta, const float* dy, float* dx, float* dtheta, int64_t N,
+                       int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, cudaStream_t s) {
+    TESSERA_LAUNCH(spatialTfBackwardKernel, N * C * Ho * Wo, s, x, theta, dy, dx, dtheta, N, C, H, W, Ho, Wo);
 }
 void pointwiseCost(int kind, const float* pred, const float* target, float* grad, int64_t total, int64_t n, int64_t c,
                    double* sum, cudaStream_t s) {

@@ -43,6 +43,7 @@
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
 #include "modules/Split.h"
 #include "modules/SubtractMean.h"
 #include "modules/Tile.h"
@@ -249,6 +250,11 @@ const std::map<std::string, Builder>& table() {
                                                      .K = a.f("K", 2.0f),
                                                      .includePad = a.b("includePad", true),
                                                      .name = a.name()});
+         }},
+        {"SpatialTf",
+         [](const Blueprint&, const Args& a) -> ModulePtr {
+             return std::make_shared<SpatialTf>(
+                 SpatialTfOptions{.height = a.i("height", 0), .width = a.i("width", 0), .name = a.name()});
          }},
         {"Glue",
          [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -52,6 +52,7 @@
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
 #include "modules/Split.h"
 #include "modules/SubtractMean.h"
 #include "modules/Tile.h"

@@ -96,6 +96,9 @@ public:
     Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) override;
     void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) override;
     void resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) override;
+    void spatialTfForward(const Tensor& x, const Tensor& theta, const Tensor& y) override;
+    void spatialTfBackward(const Tensor& x, const Tensor& theta, const Tensor& dy, const Tensor& dx,
+                           const Tensor& dtheta) override;
     void padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                     const Tensor& x, const Tensor& y) override;
     void padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, const Tensor& dy,

@@ -43,6 +43,7 @@
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
 #include "modules/Split.h"
 #include "modules/SubtractMean.h"
 #include "modules/Tile.h"
@@ -130,6 +131,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<ToList>(3),
         std::make_shared<DepthConcat>("dc"),
         std::make_shared<SubtractMean>(SubtractMeanOptions{.size = 3, .includePad = false}),
+        std::make_shared<SpatialTf>(SpatialTfOptions{.height = 7, .width = 5, .name = "stn"}),
         std::make_shared<LCN>(LCNOptions{.N = 3, .alpha = 0.5f, .beta = 0.5f, .K = 1.5f, .includePad = false}),
         std::make_shared<Glue>("blueprintTestGlue", glueSpec()),
     };

@@ -5,14 +5,21 @@
 #include "GradCheck.h"
 #include "containers/Graph.h"
 #include "io/Factory.h"
+#include "modules/Activation.h"
 #include "modules/DepthConcat.h"
+#include "modules/Flatten.h"
 #include "modules/Glue.h"
 #include "modules/Identity.h"
 #include "modules/LCN.h"
 #include "modules/Linear.h"
 #include "modules/Penalty.h"
+#include "modules/Reshape.h"
+#include "modules/SpatialTf.h"
 #include "modules/SubtractMean.h"
 #include "modules/ToList.h"
+#include "training/CrossEntropy.h"
+#include "training/Handlers.h"
+#include "training/Idx.h"
 #include "training/Optimizer.h"
 #include "training/PointwiseCosts.h"
 
@@ -210,6 +217,116 @@ TEST(LCN, ReferenceGradientsShapesAndErrors) {
     lcn.evalMode();
     lcn(randomTensor({1, 1, 5, 5}, 1));
     EXPECT_TRUE(throwsModuleError([&] { lcn.backward(randomTensor({1, 1, 5, 5}, 2)); }, {"train mode"}));
+}
+
+// The sampler against a plain loop of its definition, and the cases one can see: the
+// identity copies, a shift by one pixel's span moves the columns, outside reads zero.
+TEST(SpatialTf, ReferenceIdentityShiftAndGradients) {
+    const int64_t N = 2, C = 3, H = 5, W = 6, Ho = 4, Wo = 7;
+    const Tensor x = randomTensor({N, C, H, W}, 11);
+    // Every sample lands at least 0.02 pixels from a pixel row or column (checked below):
+    // on one, bilinear interpolation has a kink, where central differences average two slopes.
+    const std::vector<float> theta{0.913f,  0.217f,  0.1043f, -0.1537f, 1.0871f, -0.0561f,
+                                   0.6672f, 0.2085f, 0.1055f, -0.147f,  0.8477f, -0.0202f};
+    SpatialTf stn({.height = Ho, .width = Wo});
+    const Tensor y = stn({x, Tensor::fromVector({N, 2, 3}, theta)})[0];
+    const std::vector<float> xv = x.toVector<float>();
+    std::vector<float> want;
+    for (int64_t n = 0; n < N; ++n) {
+        for (int64_t c = 0; c < C; ++c) {
+            for (int64_t i = 0; i < Ho; ++i) {
+                for (int64_t j = 0; j < Wo; ++j) {
+                    const double xt = -1.0 + 2.0 * j / (Wo - 1), yt = -1.0 + 2.0 * i / (Ho - 1);
+                    const float* t = &theta[static_cast<size_t>(n * 6)];
+                    const double u = (t[0] * xt + t[1] * yt + t[2] + 1) / 2 * (W - 1);
+                    const double v = (t[3] * xt + t[4] * yt + t[5] + 1) / 2 * (H - 1);
+                    ASSERT_GT(std::fabs(u - std::round(u)), 0.02);
+                    ASSERT_GT(std::fabs(v - std::round(v)), 0.02);
+                    double sum = 0;
+                    for (int64_t r = 0; r < H; ++r) { // every pixel, weighted by the tent of bilinear sampling
+                        for (int64_t q = 0; q < W; ++q) {
+                            const double wr = std::max(0.0, 1 - std::fabs(v - r)),
+                                         wq = std::max(0.0, 1 - std::fabs(u - q));
+                            sum += wr * wq * xv[static_cast<size_t>(((n * C + c) * H + r) * W + q)];
+                        }
+                    }
+                    want.push_back(static_cast<float>(sum));
+                }
+            }
+        }
+    }
+    EXPECT_TRUE(allClose(y, want, 1e-5f));
+    // Identity at the input's size copies; a shift of 2 / (W - 1) reads one column to the right.
+    SpatialTf same;
+    std::vector<float> identity;
+    for (int64_t n = 0; n < N; ++n) identity.insert(identity.end(), {1, 0, 0, 0, 1, 0});
+    EXPECT_TRUE(allClose(same({x, Tensor::fromVector({N, 2, 3}, identity)})[0], xv, 1e-6f));
+    std::vector<float> shift = identity;
+    for (int64_t n = 0; n < N; ++n) shift[static_cast<size_t>(n * 6 + 2)] = 2.0f / (W - 1);
+    const std::vector<float> shifted = same({x, Tensor::fromVector({N, 2, 3}, shift)})[0].toVector<float>();
+    for (int64_t p = 0; p < N * C * H; ++p) {
+        for (int64_t q = 0; q < W; ++q) {
+            const float expect = q + 1 < W ? xv[static_cast<size_t>(p * W + q + 1)] : 0.0f;
+            EXPECT_NEAR(shifted[static_cast<size_t>(p * W + q)], expect, 1e-5f);
+        }
+    }
+    // Numerical gradients of x and theta.
+    GradCheckOptions o;
+    o.eps = 1e-3f;
+    EXPECT_TRUE(checkGradients(stn, {randomTensor({N, C, H, W}, 12), Tensor::fromVector({N, 2, 3}, theta)}, o));
+    EXPECT_TRUE(checkShapes(stn, {x, Tensor::fromVector({N, 2, 3}, theta)}));
+    SpatialTf named({.name = "stn"});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({x, randomTensor({N, 3, 2}, 1)});
+        },
+        {"SpatialTf 'stn'", "[N, 2, 3] = [2, 2, 3]", "[2, 3, 2]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({randomTensor({2, 3, 4}, 1), randomTensor({2, 2, 3}, 1)});
+        },
+        {"[N, C, H, W]"}));
+    EXPECT_THROW(SpatialTf({.height = -1}), ModuleError);
+}
+
+// A spatial transformer network on Fashion-MNIST: a localisation net (starting at the
+// identity transform) -> SpatialTf -> a linear classifier, trained in a graph: the loss
+// drops and the transform learns.
+TEST(SpatialTf, TransformerNetworkTrainsOnFashionMnist) {
+    ImageSet train;
+    try {
+        train = loadMnistFormat(kFashionMnistDir, "train", 2048);
+    } catch (const IoError& e) {
+        GTEST_SKIP() << e.what() << " (tools/setup.sh installs Debian's dataset-fashion-mnist)";
+    }
+    manualSeed(7);
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto flat = node(std::make_shared<Flatten>(), x, "flat");
+    auto loc1 = node(std::make_shared<Linear>(784, 32), flat, "loc1");
+    auto act = node(std::make_shared<Activation>(ActivationKind::relu), loc1, "act");
+    auto loc2 = node(std::make_shared<Linear>(32, 6), act, "loc2");
+    auto theta = node(std::make_shared<Reshape>(Shape{-1, 2, 3}), loc2, "theta");
+    auto stn = node(std::make_shared<SpatialTf>(SpatialTfOptions{.height = 20, .width = 20}), {x, theta}, "stn");
+    auto flat2 = node(std::make_shared<Flatten>(), stn, "flat2");
+    auto fc = node(std::make_shared<Linear>(400, 10), flat2, "fc");
+    Graph net({x}, {fc}, "stnNet");
+    // The localisation net starts at the identity: zero weights, bias [1, 0, 0, 0, 1, 0].
+    Module& l2 = net.getByName("loc2");
+    l2.getVar("W")->data.copyFrom(Tensor::zeros({32, 6}));
+    l2.getVar("b")->data.copyFrom(Tensor::fromVector({6}, std::vector<float>{1, 0, 0, 0, 1, 0}));
+    EXPECT_EQ(net.dataShapeFrom(Shapes{{64, 1, 28, 28}}), (Shapes{{64, 10}}));
+    Adam adam(2e-3f);
+    adam.setupOn(net);
+    CrossEntropy ce;
+    HandlerOptions options{.batchsize = 64, .progress = false};
+    Trainer trainer(net, ce, adam, options);
+    const double first = trainer.train(train.images, train.labels);
+    double last = first;
+    for (int epoch = 1; epoch < 4; ++epoch) last = trainer.train(train.images, train.labels);
+    EXPECT_LT(last, first * 0.7) << "loss " << first << " -> " << last;
+    const std::vector<float> b = l2.getVar("b")->data.toVector<float>();
+    EXPECT_NE(b, (std::vector<float>{1, 0, 0, 0, 1, 0})); // the transform learnt
+    std::printf("STN: loss %.3f -> %.3f\n", first, last);
 }
 
 // A user's layer without subclassing: y = x * w + x^2 (a parameter w of one element),
