@@ -318,6 +318,7 @@ const std::map<std::string, Builder>& table() {
          [](const Blueprint&, const Args& a) -> ModulePtr {
              throw a.error("is tied to the MaxPool2D module it inverts and cannot be rebuilt from a blueprint alone");
          }},
+        {"BatchNorm", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm>(a); }},
         {"BatchNorm1D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm1D>(a); }},
         {"BatchNorm2D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm2D>(a); }},
         {"BatchNorm3D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm3D>(a); }},

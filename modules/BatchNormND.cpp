@@ -34,16 +34,30 @@ void BatchNormND::checkDataShape(const Shapes& inShapes) const {
     }
 }
 
+void BatchNorm::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    const Shape& s = inShapes[0];
+    if (s.rank() < 2 || s.numel() != s[0] * maps()) {
+        throw shapeError("expects input [N, ...] of " + std::to_string(maps()) + " activations per sample, got " +
+                         s.str());
+    }
+    if (isTrain() && s[0] < 2) {
+        throw shapeError("needs at least 2 samples in train mode (batch statistics), got " + s.str());
+    }
+}
+
 // x: [N, maps, ...] -> y
 Tensors BatchNormND::updateData(const Tensors& data) {
-    const Tensor& x = data[0];
+    const Tensor x = normView(data[0]);
+    const Shape& shape = data[0].shape();
+    auto back = [&](const Tensor& y) { return y.shape() == shape ? y : y.reshape(shape); };
     Backend& be = backendOf(x);
     const Tensor& scale = getVar("scale")->data;
     const Tensor& bias = getVar("bias")->data;
     if (!isTrain()) {
         // Backward now differentiates this eval-mode function, not an earlier train-mode one.
         batchMean_ = batchVar_ = Tensor();
-        return {be.batchNormForward(x, scale, bias, getAttr("mean"), getAttr("var"), options_.epsilon, false)};
+        return {back(be.batchNormForward(x, scale, bias, getAttr("mean"), getAttr("var"), options_.epsilon, false))};
     }
 
     batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
@@ -54,7 +68,7 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     be.axpby(factor, batchMean_, 1.0f - factor, getAttr("mean"));
     be.axpby(factor * count / (count - 1.0f), batchVar_, 1.0f - factor, getAttr("var"));
     ++batches_;
-    return {y};
+    return {back(y)};
 }
 
 Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const {
@@ -64,8 +78,9 @@ Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbia
     }
     dscale = Tensor::empty({maps_}, DType::float32, dy.device());
     dbias = Tensor::empty({maps_}, DType::float32, dy.device());
-    return backendOf(dy).batchNormBackward(inData(), dy, getVar("scale")->data, batchMean_, batchVar_, options_.epsilon,
-                                           dscale, dbias);
+    const Tensor dx = backendOf(dy).batchNormBackward(normView(inData()), normView(dy), getVar("scale")->data,
+                                                      batchMean_, batchVar_, options_.epsilon, dscale, dbias);
+    return dx.shape() == dy.shape() ? dx : dx.reshape(dy.shape());
 }
 
 // After an eval-mode forward y = scale * (x - mean) / sqrt(var + eps) + bias with the
@@ -73,8 +88,9 @@ Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbia
 // normalisation applied to dy with a zero mean and a zero bias.
 Tensor BatchNormND::evalGrad(const Tensor& dy) const {
     const Tensor zeros = Tensor::zeros({maps_}, DType::float32, dy.device());
-    return backendOf(dy).batchNormForward(dy, getVar("scale")->data, zeros, zeros, getAttr("var"), options_.epsilon,
-                                          false);
+    const Tensor dx = backendOf(dy).batchNormForward(normView(dy), getVar("scale")->data, zeros, zeros, getAttr("var"),
+                                                     options_.epsilon, false);
+    return dx.shape() == dy.shape() ? dx : dx.reshape(dy.shape());
 }
 
 void BatchNormND::addParamGrads(const Tensor& dscale, const Tensor& dbias, float scale, float momentum) {

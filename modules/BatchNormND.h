@@ -45,6 +45,9 @@ protected:
     /// One primitive gives the input and parameter gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
     std::vector<Tensor*> keptTensors() override { return {&batchMean_, &batchVar_}; }
+    /// The tensor as the normalisation sees it, [N, maps, ...] (itself; BatchNorm views
+    /// [N, d1, ...] as [N, d1 * ...]).
+    virtual Tensor normView(const Tensor& t) const { return t; }
 
 private:
     /// dx, dscale and dbias of the last forward, which ran in train mode (else ModuleError).
@@ -65,6 +68,21 @@ class BatchNorm1D : public BatchNormND {
 public:
     explicit BatchNorm1D(int64_t maps, const BatchNormOptions& options = {}) : BatchNormND({2, 3}, maps, options) {}
     std::string classname() const override { return "BatchNorm1D"; }
+};
+
+/// PuzzleLib's BatchNorm: each of `size` activations normalised over the batch. x: [N, d1,
+/// ...] of any rank >= 2 with d1 * ... = size, seen as [N, size] (so [N, size] is
+/// BatchNorm1D's case). Plain tensors.
+class BatchNorm : public BatchNormND {
+public:
+    explicit BatchNorm(int64_t size, const BatchNormOptions& options = {}) : BatchNormND({2}, size, options) {}
+    std::string classname() const override { return "BatchNorm"; }
+    /// One input [N, d1, ...] with d1 * ... = size (and N >= 2 in train mode).
+    void checkDataShape(const Shapes& inShapes) const override;
+    bool handlesLayouts() const override { return false; }
+
+protected:
+    Tensor normView(const Tensor& t) const override { return t.reshape({t.shape()[0], maps()}); }
 };
 
 /// x: [N, maps, H, W].

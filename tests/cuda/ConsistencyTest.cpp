@@ -294,6 +294,7 @@ TEST(CudaConsistency, EveryModule) {
         {"SubtractMean", make<SubtractMean>(SubtractMeanOptions{.size = 3}), {{2, 3, 6, 5}}},
         {"LCN", make<LCN>(LCNOptions{.N = 3, .alpha = 0.5f}), {{2, 3, 6, 5}}},
         {"LCN no pad", make<LCN>(LCNOptions{.alpha = 0.3f, .includePad = false}), {{2, 2, 7, 7}}},
+        {"BatchNorm any rank", make<BatchNorm>(12), {{5, 3, 4}}},
         {"SpatialTf", make<SpatialTf>(SpatialTfOptions{.height = 5, .width = 7}), {{2, 3, 6, 8}, {2, 2, 3}}, 1e-4},
         {"SubtractMean no pad", make<SubtractMean>(SubtractMeanOptions{.includePad = false}), {{2, 2, 7, 7}}},
         {"RNN lstm bi x2",

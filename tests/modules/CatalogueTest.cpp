@@ -6,6 +6,7 @@
 #include "containers/Graph.h"
 #include "io/Factory.h"
 #include "modules/Activation.h"
+#include "modules/BatchNormND.h"
 #include "modules/DepthConcat.h"
 #include "modules/Flatten.h"
 #include "modules/Glue.h"
@@ -327,6 +328,36 @@ TEST(SpatialTf, TransformerNetworkTrainsOnFashionMnist) {
     const std::vector<float> b = l2.getVar("b")->data.toVector<float>();
     EXPECT_NE(b, (std::vector<float>{1, 0, 0, 0, 1, 0})); // the transform learnt
     std::printf("STN: loss %.3f -> %.3f\n", first, last);
+}
+
+// Any rank, per activation: what BatchNorm1D gives on the [N, size] view, forwards,
+// backwards and in the running statistics.
+TEST(BatchNorm, AnyRankIsPerActivation) {
+    manualSeed(4);
+    BatchNorm any(12);
+    manualSeed(4);
+    BatchNorm1D flat(12);
+    const Tensor x = randomTensor({5, 3, 4}, 1), dy = randomTensor({5, 3, 4}, 2);
+    const Tensor y = any(x);
+    EXPECT_EQ(y.shape(), x.shape());
+    EXPECT_EQ(y.toVector<float>(), flat(x.reshape({5, 12})).toVector<float>());
+    any.zeroGradParams();
+    flat.zeroGradParams();
+    EXPECT_EQ(any.backward(dy).toVector<float>(), flat.backward(dy.reshape({5, 12})).toVector<float>());
+    EXPECT_EQ(any.getVar("scale")->grad.toVector<float>(), flat.getVar("scale")->grad.toVector<float>());
+    EXPECT_EQ(any.getAttr("var").toVector<float>(), flat.getAttr("var").toVector<float>());
+    any.evalMode(); // the running statistics of one training batch
+    EXPECT_EQ(any(x).toVector<float>(), (flat.evalMode(), flat(x.reshape({5, 12}))).toVector<float>());
+    any.trainMode();
+    EXPECT_TRUE(checkGradients(any, {randomTensor({4, 2, 2, 3}, 3)}));
+    EXPECT_TRUE(checkShapes(any, {randomTensor({3, 6, 2}, 4)}));
+    BatchNorm named(12, {.name = "bn"});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named(randomTensor({5, 11}, 1));
+        },
+        {"BatchNorm 'bn'", "12 activations", "[5, 11]"}));
+    EXPECT_TRUE(throwsShapeError([&] { named(randomTensor({1, 12}, 1)); }, {"at least 2 samples"}));
 }
 
 // A user's layer without subclassing: y = x * w + x^2 (a parameter w of one element),
