@@ -14,6 +14,7 @@ struct ConvertArgs {
     std::string in, out;
     std::vector<std::string> inputs;
     int64_t batch = 0;
+    std::string dtype = "fp32";
 };
 
 int runConvert(const ConvertArgs& a) {
@@ -21,6 +22,10 @@ int runConvert(const ConvertArgs& a) {
     const bool toHdf5 = a.out.size() > 3 && (a.out.compare(a.out.size() - 3, 3, ".h5") == 0 ||
                                              (a.out.size() > 5 && a.out.compare(a.out.size() - 5, 5, ".hdf5") == 0));
     if (!toOnnx && !toHdf5) throw UsageError("convert: OUT must end in .onnx, .h5 or .hdf5, got '" + a.out + "'");
+    if (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp16") {
+        throw UsageError("--dtype: expected fp32, bf16 or fp16, got '" + a.dtype + "'");
+    }
+    if (a.dtype != "fp32" && !toHdf5) throw UsageError("--dtype " + a.dtype + ": only HDF5 files are written in it");
     // With its weights: a zoo model gets fresh (seeded) ones, files keep theirs.
     ModulePtr net = loadModel(a.in, /*train=*/true);
     if (toOnnx) {
@@ -29,9 +34,10 @@ int runConvert(const ConvertArgs& a) {
         std::printf("wrote %s (ONNX, %s parameters, inputs %s)\n", a.out.c_str(), thousands(net->numOfParams()).c_str(),
                     str(shapes).c_str());
     } else {
-        saveModel(*net, a.out);
-        std::printf("wrote %s (HDF5 with the blueprint, %s parameters)\n", a.out.c_str(),
-                    thousands(net->numOfParams()).c_str());
+        const DType dtype = a.dtype == "bf16" ? DType::bfloat16 : a.dtype == "fp16" ? DType::float16 : DType::float32;
+        saveModel(*net, a.out, {.dtype = dtype});
+        std::printf("wrote %s (HDF5 with the blueprint, %s parameters in %s)\n", a.out.c_str(),
+                    thousands(net->numOfParams()).c_str(), str(dtype).c_str());
     }
     return 0;
 }
@@ -49,6 +55,10 @@ std::function<int()> addConvert(CLI::App& app) {
                     "input shape for an ONNX file's declared shapes, such as 1x3x224x224 (default: the model's typical "
                     "or declared input); the batch dim is written free");
     cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
+    cmd->add_option("--dtype", args->dtype,
+                    "fp32, or bf16 / fp16: an HDF5 file's parameters stored in 16 bits (half the file; read back "
+                    "as float32)")
+        ->capture_default_str();
     return [args] { return runConvert(*args); };
 }
 
