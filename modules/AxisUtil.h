@@ -35,4 +35,13 @@ inline void copyAlong(int axis, const Tensor& src, int64_t srcBegin, const Tenso
                                outer(src.shape(), axis), count * in);
 }
 
+/// [A, B, C] -> [B, A, C] (a copy on x's device): time-major <-> batch-major sequences,
+/// groups-first <-> batch-first data.
+inline Tensor swap01(const Tensor& x) {
+    const Shape& s = x.shape();
+    Tensor y = Tensor::empty({s[1], s[0], s[2]}, x.dtype(), x.device());
+    backendOf(x).permute(x, {1, 0, 2}, y);
+    return y;
+}
+
 } // namespace tessera::axis

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "backend/Backend.h"
+#include "modules/AxisUtil.h"
 
 namespace tessera {
 
@@ -53,13 +54,7 @@ Shapes GroupLinear::gradShapeFrom(const Shapes& outGradShapes) const {
     return {x};
 }
 
-Tensor GroupLinear::groupsFirst(const Tensor& t) const {
-    if (options_.batchDim == 1) return t;
-    const Shape& s = t.shape();
-    Tensor out = Tensor::empty({s[1], s[0], s[2]}, DType::float32, t.device());
-    backendOf(t).permute(t, {1, 0, 2}, out);
-    return out;
-}
+Tensor GroupLinear::groupsFirst(const Tensor& t) const { return options_.batchDim == 1 ? t : axis::swap01(t); }
 
 Tensor GroupLinear::fromGroupsFirst(const Tensor& t) const { return groupsFirst(t); } // the swap is its own inverse
 

@@ -1,5 +1,7 @@
 #include "modules/LCN.h"
 
+#include "modules/SpatialUtil.h"
+
 namespace tessera {
 
 LCN::LCN(const LCNOptions& options) : Module(options.name), options_(options) {
@@ -9,15 +11,10 @@ LCN::LCN(const LCNOptions& options) : Module(options.name), options_(options) {
         throw ModuleError("LCN: K must be positive and alpha non-negative");
 }
 
-PoolParams LCN::sumPool() const {
-    const int64_t n = options_.N, p = n / 2;
-    return {PoolKind::avgWithPad, {n, n}, {1, 1}, {p, p}, {p, p}};
-}
+PoolParams LCN::sumPool() const { return spatial::centredWindow(PoolKind::avgWithPad, options_.N); }
 
 PoolParams LCN::meanPool() const {
-    PoolParams p = sumPool();
-    p.kind = options_.includePad ? PoolKind::avgWithPad : PoolKind::avgNoPad;
-    return p;
+    return spatial::centredWindow(options_.includePad ? PoolKind::avgWithPad : PoolKind::avgNoPad, options_.N);
 }
 
 void LCN::checkDataShape(const Shapes& inShapes) const {

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "modules/AxisUtil.h"
 #include "modules/Init.h"
 
 namespace tessera {
@@ -15,13 +16,10 @@ constexpr std::pair<RnnMode, const char*> kModes[] = {
 
 std::string suffix(int64_t layer, int64_t dir) { return "_l" + std::to_string(layer) + (dir == 1 ? "_reverse" : ""); }
 
-// [A, B, C] -> [B, A, C] (time-major <-> batch-major), on x's device.
-Tensor swap01(const Tensor& x) {
-    const Shape& s = x.shape();
-    Tensor y = Tensor::empty({s[1], s[0], s[2]}, DType::float32, x.device());
-    backendOf(y).permute(x, {1, 0, 2}, y);
-    return y;
-}
+using axis::swap01;
+
+// Layer k's rows [k D, (k + 1) D) of a state tensor [layers D, N, H] (undefined stays so).
+Tensor layerRows(const Tensor& t, int64_t k, int64_t D) { return t.defined() ? t.slice(k * D, (k + 1) * D) : t; }
 // part [steps, members, C] <- full[t, members[j], :] for t < steps (full [>= steps, N, C]).
 Tensor gatherRows(const Tensor& full, int64_t steps, const std::vector<int64_t>& members) {
     const int64_t N = full.shape()[1], C = full.shape()[2], n = static_cast<int64_t>(members.size());
@@ -239,6 +237,22 @@ void RNN::layerForward(int64_t layer, const std::vector<Group>& groups, const Te
     }
 }
 
+void RNN::lastSteps(const Tensor& seq, const std::vector<Group>& groups, const Tensor& last, bool toLast) {
+    const int64_t T = seq.shape()[0], N = seq.shape()[1], F = seq.shape()[2];
+    Backend& be = backendOf(seq);
+    auto copy = [&](int64_t seqAt, int64_t lastAt, int64_t width) {
+        if (toLast) {
+            be.copyStrided(seq, seqAt, width, last, lastAt, width, 1, width);
+        } else {
+            be.copyStrided(last, lastAt, width, seq, seqAt, width, 1, width);
+        }
+    };
+    if (groups.empty()) return copy((T - 1) * N * F, 0, N * F); // every sequence ends at T - 1
+    for (const Group& g : groups) {
+        for (int64_t n : g.members) copy(((g.steps - 1) * N + n) * F, n * F, F);
+    }
+}
+
 Tensors RNN::updateData(const Tensors& data) {
     const Tensor x = options_.batchFirst ? swap01(data[0]) : data[0];
     const int64_t T = x.shape()[0], N = x.shape()[1], D = directions(), L = options_.layers;
@@ -251,7 +265,7 @@ Tensors RNN::updateData(const Tensors& data) {
     const Tensor c0 = !lstm ? Tensor() : options_.initialStates ? data[2] : zeros;
     const Tensor hN = Tensor::empty(stateShape, DType::float32, x.device());
     const Tensor cN = lstm ? Tensor::empty(stateShape, DType::float32, x.device()) : Tensor();
-    auto layerOf = [D](const Tensor& t, int64_t k) { return t.defined() ? t.slice(k * D, (k + 1) * D) : t; };
+    auto layerOf = [D](const Tensor& t, int64_t k) { return layerRows(t, k, D); };
     Tensor cur = x;
     for (int64_t k = 0; k < L; ++k) {
         const Shape yShape{T, N, D * hsize_};
@@ -265,16 +279,8 @@ Tensors RNN::updateData(const Tensors& data) {
     if (options_.getSequences) {
         out.push_back(options_.batchFirst ? swap01(cur) : cur);
     } else {
-        const int64_t F = D * hsize_;
-        Tensor last = Tensor::empty({N, F}, DType::float32, cur.device());
-        Backend& be = backendOf(cur);
-        if (groups.empty()) {
-            be.copyStrided(cur, (T - 1) * N * F, N * F, last, 0, N * F, 1, N * F);
-        } else {
-            for (const Group& g : groups) {
-                for (int64_t n : g.members) be.copyStrided(cur, ((g.steps - 1) * N + n) * F, F, last, n * F, F, 1, F);
-            }
-        }
+        Tensor last = Tensor::empty({N, D * hsize_}, DType::float32, cur.device());
+        lastSteps(cur, groups, last, true);
         out.push_back(last);
     }
     if (options_.finalStates) {
@@ -337,14 +343,7 @@ Tensors RNN::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad,
         dy = options_.batchFirst ? swap01(grad[0].plain()) : grad[0].plain();
     } else {
         dy = Tensor::zeros({T, N, F}, DType::float32, x0.device());
-        const Tensor g = grad[0].plain();
-        if (groups.empty()) {
-            be.copyStrided(g, 0, N * F, dy, (T - 1) * N * F, N * F, 1, N * F);
-        } else {
-            for (const Group& grp : groups) {
-                for (int64_t n : grp.members) be.copyStrided(g, n * F, F, dy, ((grp.steps - 1) * N + n) * F, F, 1, F);
-            }
-        }
+        lastSteps(dy, groups, grad[0].plain(), false);
     }
     const Shape stateShape{L * D, N, hsize_};
     auto stateGrad = [&](size_t slot) { // the final states' gradients, zero when not outputs
@@ -354,7 +353,7 @@ Tensors RNN::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad,
     const Tensor dhN = stateGrad(1), dcN = lstm ? stateGrad(2) : Tensor();
     const Tensor dh0 = Tensor::empty(stateShape, DType::float32, x0.device());
     const Tensor dc0 = lstm ? Tensor::empty(stateShape, DType::float32, x0.device()) : Tensor();
-    auto layerOf = [D](const Tensor& t, int64_t k) { return t.defined() ? t.slice(k * D, (k + 1) * D) : t; };
+    auto layerOf = [D](const Tensor& t, int64_t k) { return layerRows(t, k, D); };
     for (int64_t k = L - 1; k >= 0; --k) {
         const Tensor& in = layerIn_[static_cast<size_t>(k)];
         const Tensor dx = Tensor::empty(in.shape(), DType::float32, in.device());

@@ -87,6 +87,9 @@ private:
     /// The batch split by length, longest first; empty without a lengths input. Checks the
     /// lengths' values against T.
     std::vector<Group> groupsOf(const Tensors& data, int64_t T) const;
+    /// Each sequence's last step: last [N, F] <- seq [T, N, F] at step len_n - 1 (toLast),
+    /// or the other way.
+    static void lastSteps(const Tensor& seq, const std::vector<Group>& groups, const Tensor& last, bool toLast);
     /// One layer forward, over the whole batch or group by group.
     void layerForward(int64_t layer, const std::vector<Group>& groups, const Tensor& x, const Tensor& h0,
                       const Tensor& c0, const Tensor& y, const Tensor& hN, const Tensor& cN, bool keep);

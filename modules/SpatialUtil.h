@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/Backend.h"
 #include "backend/Shape.h"
 
 namespace tessera::spatial {
@@ -29,5 +30,12 @@ inline std::vector<int64_t> expand(const std::vector<int64_t>& v, size_t dims, c
 
 /// "[a, b, c]".
 inline std::string str(const std::vector<int64_t>& v) { return Shape(v).str(); }
+
+/// A 2-D pooling of `kind` over the size x size window centred on each element (stride 1,
+/// padding size / 2: the output has the input's size), as the local normalisations use.
+inline PoolParams centredWindow(PoolKind kind, int64_t size) {
+    const int64_t p = size / 2;
+    return {kind, {size, size}, {1, 1}, {p, p}, {p, p}};
+}
 
 } // namespace tessera::spatial

@@ -1,6 +1,7 @@
 #include "modules/SubtractMean.h"
 
 #include "backend/Backend.h"
+#include "modules/SpatialUtil.h"
 
 namespace tessera {
 
@@ -11,8 +12,7 @@ SubtractMean::SubtractMean(const SubtractMeanOptions& options) : Module(options.
 }
 
 PoolParams SubtractMean::params() const {
-    const int64_t s = options_.size, p = s / 2;
-    return {options_.includePad ? PoolKind::avgWithPad : PoolKind::avgNoPad, {s, s}, {1, 1}, {p, p}, {p, p}};
+    return spatial::centredWindow(options_.includePad ? PoolKind::avgWithPad : PoolKind::avgNoPad, options_.size);
 }
 
 void SubtractMean::checkDataShape(const Shapes& inShapes) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/Backend.h"
+#include "modules/AxisUtil.h"
 
 namespace tessera {
 
@@ -96,13 +97,7 @@ void CTC::checkInputs(const Tensors& pred, const Tensors& target) const {
     }
 }
 
-Tensor CTC::timeMajor(const Tensor& scores) const {
-    if (!options_.batchFirst) return scores;
-    const Shape& s = scores.shape();
-    Tensor t = Tensor::empty({s[1], s[0], s[2]}, DType::float32, scores.device());
-    backendOf(scores).permute(scores, {1, 0, 2}, t);
-    return t;
-}
+Tensor CTC::timeMajor(const Tensor& scores) const { return options_.batchFirst ? axis::swap01(scores) : scores; }
 
 CostResult CTC::compute(const Tensors& pred, const Tensors& target) {
     const Tensor scores = timeMajor(pred[0]);
