@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <variant>
 
+#include "backend/ElementMath.h"
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
@@ -43,6 +44,7 @@
 #include "modules/Reshape.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
 #include "modules/Transpose.h"
@@ -286,6 +288,7 @@ public:
         for (const onnx::NodeProto& n : g.node()) usedValues_.insert(n.input().begin(), n.input().end());
         for (const onnx::ValueInfoProto& v : g.output()) usedValues_.insert(v.name());
         findGelus();
+        findSpatialTfs();
         for (int i = 0; i < g.node_size(); ++i) {
             const onnx::NodeProto& n = g.node(i);
             const std::string where =
@@ -302,7 +305,14 @@ public:
                     define(n, std::make_shared<Gelu>(), Parents{Parent(x->second.node, x->second.slot)});
                     continue;
                 }
-                if (inGelu_.count(i)) continue;
+                if (auto st = spatialTfs_.find(i); st != spatialTfs_.end()) {
+                    define(n,
+                           std::make_shared<SpatialTf>(
+                               SpatialTfOptions{.height = st->second.height, .width = st->second.width}),
+                           dataInputs(st->second.inputs));
+                    continue;
+                }
+                if (absorbed_.count(i)) continue;
                 importNode(n);
             } catch (const Unsupported& u) {
                 if (u.dependent) {
@@ -425,8 +435,8 @@ private:
         return &(constants_[name] = c);
     }
 
-    Source value(const onnx::NodeProto& n, int k) {
-        const std::string& name = n.input(k);
+    Source value(const onnx::NodeProto& n, int k) { return value(n.input(k), k); }
+    Source value(const std::string& name, int k) {
         auto it = values_.find(name);
         if (it != values_.end()) {
             usedAsData_.insert(name);
@@ -538,6 +548,16 @@ private:
         Parents ps;
         for (int k = 0; k < count; ++k) {
             Source s = value(n, k);
+            ps.push_back(Parent(s.node, s.slot));
+        }
+        return ps;
+    }
+
+    // The values `names` as data inputs (input k of a pattern's layer being names[k]).
+    Parents dataInputs(const std::vector<std::string>& names) {
+        Parents ps;
+        for (size_t k = 0; k < names.size(); ++k) {
+            Source s = value(names[k], static_cast<int>(k));
             ps.push_back(Parent(s.node, s.slot));
         }
         return ps;
@@ -709,6 +729,12 @@ private:
             return define(n, std::make_shared<Tile>(static_cast<int>(axis), times), dataInputs(n, 1));
         }
         if (op == "Upsample" || op == "Resize") return importResize(n, a);
+        if (op == "GridSample") {
+            throw Unsupported{
+                "op GridSample is not supported on its own, only as a spatial transformer: bilinear, zeros padding, "
+                "align_corners 1, its grid the affine grid Tessera exports (Transpose(theta, perm 0 2 1) "
+                "-> MatMul(base grid [Ho Wo, 3], that) -> Reshape to [N, Ho, Wo, 2])"};
+        }
         if (op == "Transpose") {
             a.only({"perm"});
             std::vector<int64_t> perm = a.ints("perm");
@@ -807,10 +833,10 @@ private:
     // The erf form of GELU as exporters write it, 0.5 x (1 + erf(x / sqrt(2))):
     //   Div(x, sqrt 2) or Mul(x, 1 / sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5), or with
     //   the 0.5 taken first: Mul(x, 0.5) -> Mul(that, 1 + erf). Each becomes one Gelu at the
-    //   last node of the pattern (gelus_: its index -> x); the others are skipped (inGelu_).
+    //   last node of the pattern (gelus_: its index -> x); the others are skipped (absorbed_).
     std::unordered_set<std::string> usedValues_; // every value some node or the graph's outputs take
     std::unordered_map<int, std::string> gelus_;
-    std::unordered_set<int> inGelu_;
+    std::unordered_set<int> absorbed_; // nodes of a pattern imported as one layer at its last node
 
     void findGelus() {
         const onnx::GraphProto& g = model_.graph();
@@ -883,9 +909,81 @@ private:
                 nodes.push_back(h->second);
             }
             for (int k : nodes) {
-                if (k != last) inGelu_.insert(k);
+                if (k != last) absorbed_.insert(k);
             }
             gelus_[last] = x;
+        }
+    }
+
+    // A spatial transformer as Tessera exports it (GridSample has no affine grid before
+    // opset 20's AffineGrid): Transpose(theta, perm 0 2 1) -> MatMul(base, that) ->
+    // Reshape to [N, Ho, Wo, 2] -> GridSample(x, grid; bilinear, zeros, align_corners 1),
+    // base being the constant [Ho Wo, 3] (or [1, Ho Wo, 3]) of rows (x_t, y_t, 1). Each
+    // becomes one SpatialTf at the GridSample (spatialTfs_); the others are absorbed_.
+    struct SpatialTfMatch {
+        std::vector<std::string> inputs; // x, theta
+        int64_t height = 0, width = 0;
+    };
+    std::unordered_map<int, SpatialTfMatch> spatialTfs_;
+
+    void findSpatialTfs() {
+        const onnx::GraphProto& g = model_.graph();
+        std::unordered_map<std::string, int> producer;
+        std::unordered_map<std::string, int> uses;
+        std::unordered_map<std::string, const onnx::TensorProto*> constantNodes;
+        for (int i = 0; i < g.node_size(); ++i) {
+            const onnx::NodeProto& n = g.node(i);
+            for (const std::string& o : n.output()) producer[o] = i;
+            for (const std::string& in : n.input()) ++uses[in];
+            if (n.op_type() == "Constant" && n.attribute_size() == 1 && n.attribute(0).name() == "value")
+                constantNodes[n.output(0)] = &n.attribute(0).t();
+        }
+        for (const onnx::ValueInfoProto& v : g.output()) ++uses[v.name()];
+        auto constant = [&](const std::string& name) -> std::optional<Constant> {
+            if (auto c = constants_.find(name); c != constants_.end()) return c->second;
+            if (auto c = constantNodes.find(name); c != constantNodes.end()) return constantOf(*c->second, name);
+            return std::nullopt;
+        };
+        // The node producing `value` when it has op `op` and `value` has no other use.
+        auto from = [&](const std::string& value, const char* op) -> const onnx::NodeProto* {
+            auto p = producer.find(value);
+            if (p == producer.end() || uses[value] != 1 || g.node(p->second).op_type() != op) return nullptr;
+            return &g.node(p->second);
+        };
+        for (int i = 0; i < g.node_size(); ++i) {
+            const onnx::NodeProto& gs = g.node(i);
+            if (gs.op_type() != "GridSample" || gs.input_size() != 2) continue;
+            const Attributes a(gs);
+            const std::string mode = a.s("mode", "bilinear");
+            if ((mode != "bilinear" && mode != "linear") || a.s("padding_mode", "zeros") != "zeros" ||
+                a.i("align_corners", 0) != 1)
+                continue;
+            const onnx::NodeProto* reshape = from(gs.input(1), "Reshape");
+            if (!reshape || reshape->input_size() != 2) continue;
+            const std::optional<Constant> to = constant(reshape->input(1));
+            if (!to || !to->isInt || to->ints.size() != 4 || to->ints[3] != 2) continue;
+            const int64_t Ho = to->ints[1], Wo = to->ints[2];
+            if (Ho < 1 || Wo < 1) continue;
+            const onnx::NodeProto* matmul = from(reshape->input(0), "MatMul");
+            if (!matmul || matmul->input_size() != 2) continue;
+            const onnx::NodeProto* transpose = from(matmul->input(1), "Transpose");
+            if (!transpose || Attributes(*transpose).ints("perm") != std::vector<int64_t>{0, 2, 1}) continue;
+            const std::optional<Constant> base = constant(matmul->input(0));
+            if (!base || base->isInt || base->tensor.numel() != Ho * Wo * 3 || base->dims.size() < 2 ||
+                base->dims.back() != 3)
+                continue;
+            const std::vector<float> b = base->tensor.toVector<float>();
+            bool grid = true;
+            for (int64_t r = 0; r < Ho && grid; ++r) {
+                for (int64_t c = 0; c < Wo && grid; ++c) {
+                    const float* row = &b[static_cast<size_t>((r * Wo + c) * 3)];
+                    grid = std::fabs(row[0] - element::gridCoord(c, Wo)) <= 1e-6f &&
+                           std::fabs(row[1] - element::gridCoord(r, Ho)) <= 1e-6f && row[2] == 1.0f;
+                }
+            }
+            if (!grid) continue;
+            spatialTfs_[i] = {{gs.input(0), transpose->input(0)}, Ho, Wo};
+            for (const onnx::NodeProto* n : {reshape, matmul, transpose}) absorbed_.insert(producer[n->output(0)]);
         }
     }
 
@@ -1985,6 +2083,35 @@ private:
         node("Mul", {m2, initScalar(path + ".half", 0.5f)}, out, path);
     }
 
+    // No AffineGrid before opset 20: the grid as a product with a constant base grid, rows
+    // (x_t, y_t, 1) of the output's pixels, Transpose(theta) -> MatMul(base) -> Reshape to
+    // [N, Ho, Wo, 2], then GridSample (opset 16) with Tessera's sampling: bilinear, zero
+    // outside, -1 and 1 at the corner pixels' centres (align_corners 1). Read back as one
+    // SpatialTf.
+    void emitSpatialTf(const Blueprint& bp, const std::vector<std::string>& in, const Shapes& inShapes,
+                       const std::vector<std::string>& out, const std::string& path) {
+        if (opset_ < 16) {
+            throw Unsupported{"SpatialTf needs GridSample, in opsets 16 and later (this export writes opset " +
+                              std::to_string(opset_) + ")"};
+        }
+        const int64_t Ho = schemeInt(bp, "height", 0) ? schemeInt(bp, "height", 0) : inShapes[0][2];
+        const int64_t Wo = schemeInt(bp, "width", 0) ? schemeInt(bp, "width", 0) : inShapes[0][3];
+        std::vector<float> base;
+        for (int64_t i = 0; i < Ho; ++i) {
+            for (int64_t j = 0; j < Wo; ++j)
+                base.insert(base.end(), {element::gridCoord(j, Wo), element::gridCoord(i, Ho), 1.0f});
+        }
+        const std::string t = valueName(path + "_thetaT"), g = valueName(path + "_grid2"),
+                          grid = valueName(path + "_grid");
+        attr(node("Transpose", {in[1]}, {t}, path + "_transpose"), "perm", std::vector<int64_t>{0, 2, 1});
+        node("MatMul", {init(path + ".base", Tensor::fromVector({Ho * Wo, 3}, base)), t}, {g}, path + "_grid");
+        node("Reshape", {g, initInts(path + ".shape", {0, Ho, Wo, 2})}, {grid}, path + "_reshape");
+        onnx::NodeProto* n = node("GridSample", {in[0], grid}, out, path);
+        attr(n, "align_corners", int64_t{1});
+        attr(n, "mode", std::string("bilinear"));
+        attr(n, "padding_mode", std::string("zeros"));
+    }
+
     // An RNN as one ONNX LSTM / GRU / RNN node per layer (weights in ONNX's gate order,
     // biases as [Wb, Rb]), each output Y [T, D, N, H] transposed and reshaped back to
     // Tessera's [T, N, D H]; batch-first data transposed around them; the last step sliced
@@ -2237,6 +2364,7 @@ private:
             return;
         }
         if (cls == "Gelu") return emitGelu(in, out, path);
+        if (cls == "SpatialTf") return emitSpatialTf(bp, in, inShapes, out, path);
         if (cls == "Mul") {
             if (in.size() != 2) throw Unsupported{"products of more than two inputs are not exported"};
             node("Mul", in, out, path);

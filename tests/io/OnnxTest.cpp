@@ -29,8 +29,10 @@
 #include "modules/PoolND.h"
 #include "modules/RNN.h"
 #include "modules/Replicate.h"
+#include "modules/Reshape.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
 #include "modules/Transpose.h"
@@ -229,7 +231,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
         }
         EXPECT_EQ(result, "") << c.path().filename().string();
     }
-    EXPECT_EQ(cases, 29);
+    EXPECT_EQ(cases, 30);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -437,6 +439,58 @@ TEST(Onnx, RecurrentStatesRoundTrip) {
                   exportOnnx(g, {{5, 3, 4}, {3}}, ::testing::TempDir() + "lengths.onnx");
               }).find("lengths input is not exported"),
               std::string::npos);
+}
+
+// A spatial transformer (a localisation net's transform and the sampler): GridSample on an
+// affine grid at opset 16 and back as one SpatialTf; a clear error at earlier opsets and
+// for a GridSample whose grid is not such an affine grid.
+TEST(Onnx, SpatialTransformerRoundTripsAtOpset16) {
+    manualSeed(3);
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto loc = node(std::make_shared<Linear>(3 * 7 * 8, 6), node(std::make_shared<Flatten>(), x, "flat"), "loc");
+    auto theta = node(std::make_shared<Reshape>(Shape{-1, 2, 3}), loc, "theta");
+    auto stn = node(std::make_shared<SpatialTf>(SpatialTfOptions{.height = 5, .width = 6}), {x, theta}, "stn");
+    Graph g({x}, {stn}, "stn");
+    g.evalMode();
+    const Shape in{2, 3, 7, 8};
+    const std::string path = ::testing::TempDir() + "stn.onnx";
+    exportOnnx(g, {in}, path, {.opset = 16});
+    std::shared_ptr<Graph> back = importOnnx(path);
+    back->evalMode();
+    int samplers = 0;
+    for (Node* n : back->order()) samplers += n->module().classname() == "SpatialTf";
+    EXPECT_EQ(samplers, 1);
+    EXPECT_EQ(back->namedParams().size(), g.namedParams().size());
+    const Tensor input = randomTensor(in, 5);
+    const Tensor a = g(input), b = (*back)(input);
+    ASSERT_EQ(a.shape(), (Shape{2, 3, 5, 6}));
+    EXPECT_TRUE(allClose(b, a.toVector<float>(), 1e-5f));
+    const bool python = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
+    if (python) {
+        const std::string cmd = "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load("
+                                "sys.argv[1]), full_check=True)' '" +
+                                path + "'";
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+    }
+    EXPECT_NE(
+        errorOf([&] { exportOnnx(g, {in}, path, {.opset = 15}); }).find("SpatialTf needs GridSample, in opsets 16"),
+        std::string::npos);
+    std::filesystem::remove(path);
+    if (!python) return;
+    // A GridSample on a grid that is a graph input: listed, with what is imported.
+    const std::string free = ::testing::TempDir() + "gridsample_free.onnx";
+    const std::string make =
+        "/usr/bin/python3 -c 'import onnx, sys; from onnx import helper as h, TensorProto as T; "
+        "v = lambda n, s: h.make_tensor_value_info(n, T.FLOAT, s); "
+        "g = h.make_graph([h.make_node(\"GridSample\", [\"x\", \"grid\"], [\"y\"], align_corners=1)], \"gs\", "
+        "[v(\"x\", [1, 1, 4, 4]), v(\"grid\", [1, 3, 3, 2])], [v(\"y\", [1, 1, 3, 3])]); "
+        "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 16)]), sys.argv[1])' '" +
+        free + "'";
+    ASSERT_EQ(std::system(make.c_str()), 0);
+    const std::string e = errorOf([&] { importOnnx(free); });
+    EXPECT_NE(e.find("op GridSample is not supported on its own, only as a spatial transformer"), std::string::npos)
+        << e;
+    std::filesystem::remove(free);
 }
 
 // onnx.checker (Debian's python3-onnx) accepts what Tessera writes.

@@ -6,7 +6,8 @@ Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
 over the spatial dims, arithmetic with scalar constants, Sub, Slice, Unsqueeze/Squeeze and
-Flatten of data, Gather from a table (an Embedder), Cast. The expected outputs are
+Flatten of data, Gather from a table (an Embedder), Cast, GridSample on an affine grid
+(a SpatialTf). The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -187,6 +188,44 @@ def exporter_forms(root, x):
     g = helper.make_graph([node], "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 3])],
                           [value("y", ["N", 3, 4])], [numpy_helper.from_array(table, "table")])
     save(root, "gather_embedding", g, [ids], [table[ids]], 13)
+    # A spatial transformer as Tessera writes it (no AffineGrid before opset 20): the grid
+    # as Transpose(theta) -> MatMul(base grid) -> Reshape, then GridSample (opset 16).
+    rng = np.random.RandomState(4)
+    xs = rng.randn(2, 3, 7, 8).astype(np.float32)
+    theta = (np.array([[1, 0, 0], [0, 1, 0]], np.float32) + 0.3 * rng.randn(2, 2, 3)).astype(np.float32)
+    Ho, Wo = 5, 6
+    lin = lambda n: np.linspace(-1, 1, n) if n > 1 else np.zeros(1)
+    gy, gx = np.meshgrid(lin(Ho), lin(Wo), indexing="ij")
+    base = np.stack([gx.ravel(), gy.ravel(), np.ones(Ho * Wo)], axis=1).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["theta"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["base", "t"], ["g"]),
+             helper.make_node("Reshape", ["g", "shape"], ["grid"]),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=1)]
+    inits = [numpy_helper.from_array(base, "base"),
+             numpy_helper.from_array(np.array([0, Ho, Wo, 2], np.int64), "shape")]
+    ys = grid_sample(xs, (base @ theta.transpose(0, 2, 1)).reshape(2, Ho, Wo, 2))
+    g = helper.make_graph(nodes, "stn", [value("x", xs.shape), value("theta", theta.shape)],
+                          [value("y", ys.shape)], inits)
+    save(root, "gridsample_affine_spatial_transformer", g, [xs, theta], [ys], 16)
+
+
+def grid_sample(x, grid):
+    """ONNX GridSample, bilinear, zeros padding, align_corners 1: grid (x, y) in [-1, 1]
+    spans the corner pixels' centres."""
+    N, C, H, W = x.shape
+    _, Ho, Wo, _ = grid.shape
+    y = np.zeros((N, C, Ho, Wo), np.float64)
+    for n in range(N):
+        for i in range(Ho):
+            for j in range(Wo):
+                u = (grid[n, i, j, 0] + 1) / 2 * (W - 1)
+                v = (grid[n, i, j, 1] + 1) / 2 * (H - 1)
+                c0, r0 = int(np.floor(u)), int(np.floor(v))
+                for r, c, w in ((r0, c0, (1 - (v - r0)) * (1 - (u - c0))), (r0, c0 + 1, (1 - (v - r0)) * (u - c0)),
+                                (r0 + 1, c0, (v - r0) * (1 - (u - c0))), (r0 + 1, c0 + 1, (v - r0) * (u - c0))):
+                    if 0 <= r < H and 0 <= c < W:
+                        y[n, :, i, j] += w * x[n, :, r, c]
+    return y.astype(np.float32)
 
 
 if __name__ == "__main__":
