@@ -30,9 +30,14 @@ struct float16 {
     uint16_t bits = 0;
 };
 
-/// float -> bfloat16, rounding to nearest even (NaN stays NaN).
-bfloat16 toBfloat16(float v);
-float toFloat(bfloat16 v);
+/// float -> bfloat16, rounding to nearest even (NaN stays NaN). Inline, so loops over
+/// it vectorise.
+inline bfloat16 toBfloat16(float v) {
+    const uint32_t u = __builtin_bit_cast(uint32_t, v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)}; // a quiet NaN
+    return {static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};                 // to nearest even
+}
+inline float toFloat(bfloat16 v) { return __builtin_bit_cast(float, static_cast<uint32_t>(v.bits) << 16); }
 /// float -> float16, rounding to nearest even; overflow gives infinity.
 float16 toFloat16(float v);
 float toFloat(float16 v);

@@ -36,21 +36,6 @@ DType dtypeFromString(const std::string& name) {
     throw ShapeError("unknown dtype '" + name + "'; expected float32, int32, bfloat16 or float16");
 }
 
-bfloat16 toBfloat16(float v) {
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)}; // a quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                                                        // to nearest even
-    return {static_cast<uint16_t>(u >> 16)};
-}
-
-float toFloat(bfloat16 v) {
-    const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
 float16 toFloat16(float v) {
     uint32_t u;
     std::memcpy(&u, &v, 4);

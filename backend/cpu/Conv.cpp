@@ -4,12 +4,20 @@
 // gradients are reordered into bfloat16 on the way in (the Staged inputs), the primitive
 // runs oneDNN's bfloat16 kernels (AMX or AVX-512 BF16 where present) and writes float32.
 //
+// Backward-weights of a bfloat16 2-D convolution can instead run as an im2col and one
+// GEMM (oneDNN's matmul): dW [K, C kh kw] = dY^T [K, N Ho Wo] x col [N Ho Wo, C kh kw].
+// oneDNN 2.6's AMX backward-weights kernel is slow on small output planes (a 512-channel
+// 4x4 layer runs at a fifth of its forward's rate), where the GEMM runs at matmul speed;
+// CpuBackend::convBackwardAlgo says when the GEMM is used.
+//
 // Activations are described to oneDNN with format `any`, so it picks its fastest layout
 // (a channel-blocked one on AVX-512/AVX2 CPUs); outputs stay in that layout and the next
 // oneDNN op reads them without a reorder. Weights stay plain in the module
 // ([K, C/g, *k], PuzzleLib's order) and are reordered into the primitive's layout on
 // every call, which costs their size in memory traffic, small next to the convolution.
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
@@ -58,6 +66,28 @@ std::vector<int64_t> keyOf(const ConvParams& p, const Shape& x, const Shape& w, 
     return k;
 }
 
+// Backward-weights as a GEMM (see the file comment): the matmul, its staged operands and
+// the bfloat16 im2col buffer, built on first use.
+struct GemmWeights {
+    dnnl::matmul prim;
+    md dyT;                             // dY^T [K, M] over a channels-last float32 dy
+    Staged nhwcX, nhwcDy;               // x and dy in channels-last float32, when they come otherwise
+    Staged a;                           // dY^T in the matmul's bfloat16 layout
+    dnnl::memory col;                   // [M, C kh kw] bfloat16
+    md diffW;                           // [K, C kh kw] float32: the plain weights' layout
+    std::optional<dnnl::memory> buffer; // dW when it is blended into the parameter's
+};
+
+// Backward-data as a GEMM and a col2im: dcol [M, C kh kw] = dY [M, K] x W [K, C kh kw],
+// then each column entry added into the input pixel it came from.
+struct GemmData {
+    dnnl::matmul prim;
+    md dyMat, wMat;    // dY [M, K] over a channels-last float32 dy; W [K, C kh kw], the plain weights
+    Staged nhwcDy, a;  // dy in channels-last float32; dY as the matmul wants it
+    Staged w;          // W in plain bfloat16 (a plain reorder: several times faster than into a blocked layout)
+    dnnl::memory dcol; // [M, C kh kw] float32
+};
+
 // One convolution geometry: the three primitives and the stages that feed them.
 struct ConvEntry {
     dnnl::primitive fwd, bwdData, bwdWeights;
@@ -71,6 +101,8 @@ struct ConvEntry {
     // backward-weights call right after it on the same gradient reuses the reorder.
     mutable const void* stagedDiffDst = nullptr;
     mutable uint64_t stagedAt = 0;
+    mutable std::optional<GemmWeights> gemmWeights;
+    mutable std::optional<GemmData> gemmData;
 };
 
 // Convolution calls so far (each entry point counts one), to tell "right after".
@@ -144,6 +176,158 @@ const ConvEntry& entryFor(const ConvParams& p, const Shape& x, const Shape& w, c
     });
 }
 
+// The im2col of x (element (n, c, h, w) at n st[0] + c st[1] + h st[2] + w st[3]) for a 2-D
+// convolution: row (n, oy, ox), column (c, ky, kx), the weights' own order; zero where the
+// window is over the padding; rounded to bfloat16.
+void im2colBf16(const float* x, const int64_t st[4], const Shape& xs, const ConvParams& p, int64_t kh, int64_t kw,
+                int64_t Ho, int64_t Wo, uint16_t* col) {
+    const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], KK = kh * kw, CK = C * KK;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+        for (int64_t oy = 0; oy < Ho; ++oy) {
+            for (int64_t ox = 0; ox < Wo; ++ox) {
+                uint16_t* row = col + ((n * Ho + oy) * Wo + ox) * CK;
+                for (int64_t ky = 0; ky < kh; ++ky) {
+                    const int64_t iy = oy * p.stride[0] - p.padLo[0] + ky;
+                    for (int64_t kx = 0; kx < kw; ++kx) {
+                        const int64_t ix = ox * p.stride[1] - p.padLo[1] + kx;
+                        uint16_t* out = row + ky * kw + kx;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
+                            for (int64_t c = 0; c < C; ++c) out[c * KK] = 0;
+                            continue;
+                        }
+                        const float* in = x + n * st[0] + iy * st[2] + ix * st[3];
+                        for (int64_t c = 0; c < C; ++c) out[c * KK] = toBfloat16(in[c * st[1]]).bits;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// dx (channels-last [N, H, W, C], zeroed here) <- the col2im of dcol [N Ho Wo, C kh kw]:
+// every column entry added into the input pixel its window position covers.
+void col2im(const float* dcol, const Shape& xs, const ConvParams& p, int64_t kh, int64_t kw, int64_t Ho, int64_t Wo,
+            float* dx) {
+    const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], KK = kh * kw, CK = C * KK;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) { // each image's pixels are its own: no races
+        float* img = dx + n * H * W * C;
+        std::fill(img, img + H * W * C, 0.0f);
+        for (int64_t oy = 0; oy < Ho; ++oy) {
+            for (int64_t ox = 0; ox < Wo; ++ox) {
+                const float* row = dcol + ((n * Ho + oy) * Wo + ox) * CK;
+                for (int64_t ky = 0; ky < kh; ++ky) {
+                    const int64_t iy = oy * p.stride[0] - p.padLo[0] + ky;
+                    if (iy < 0 || iy >= H) continue;
+                    for (int64_t kx = 0; kx < kw; ++kx) {
+                        const int64_t ix = ox * p.stride[1] - p.padLo[1] + kx;
+                        if (ix < 0 || ix >= W) continue;
+                        float* out = img + (iy * W + ix) * C;
+                        const float* in = row + ky * kw + kx;
+                        for (int64_t c = 0; c < C; ++c) out[c] += in[c * KK];
+                    }
+                }
+            }
+        }
+    }
+}
+
+bool cpuHasAmx() {
+    static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+    return amx;
+}
+
+ConvBackwardAlgo algoFromEnvironment() {
+    const char* env = std::getenv("TESSERA_CONV_BACKWARD_ALGO");
+    const std::string v = env ? env : "";
+    if (v == "direct") return ConvBackwardAlgo::direct;
+    if (v == "gemm") return ConvBackwardAlgo::gemm;
+    if (!v.empty() && v != "auto") {
+        throw BackendError("TESSERA_CONV_BACKWARD_ALGO=" + v + ": expected auto, direct or gemm");
+    }
+    return ConvBackwardAlgo::automatic;
+}
+
+std::atomic<ConvBackwardAlgo>& backwardAlgo() {
+    static std::atomic<ConvBackwardAlgo> algo{algoFromEnvironment()};
+    return algo;
+}
+
+// Whether a convolution's backward passes can run as GEMMs: bfloat16, 2-D, one group, no
+// dilation, not transposed.
+bool gemmCandidate(const ConvParams& p, const Shape& x) {
+    if (p.compute != DType::bfloat16 || x.rank() != 4 || p.groups != 1 || p.transposed) return false;
+    for (int64_t d : p.dilation) {
+        if (d != 1) return false;
+    }
+    return true;
+}
+
+// Whether backward-weights runs as a GEMM: bfloat16, 2-D, one group, no dilation, not
+// transposed; automatically where the CPU has AMX and oneDNN's kernel was measured slower
+// (tools/bench Conv rows, Sapphire Rapids, batch 64): output planes of at most 16 pixels,
+// and strided convolutions with at most 64 output pixels or a 1x1 kernel. (3x3 stride-1
+// layers of 8x8 and more run faster in oneDNN.)
+bool gemmWeights(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
+    if (!gemmCandidate(p, x)) return false;
+    switch (backwardAlgo().load()) {
+    case ConvBackwardAlgo::direct: return false;
+    case ConvBackwardAlgo::gemm: return true;
+    case ConvBackwardAlgo::automatic: break;
+    }
+    const int64_t pixels = dy[2] * dy[3];
+    const bool strided = p.stride[0] > 1 || p.stride[1] > 1, pointwise = w[2] == 1 && w[3] == 1;
+    return cpuHasAmx() && (pixels <= 16 || (strided && (pixels <= 64 || pointwise)));
+}
+
+// Whether backward-data runs as a GEMM: as for backward-weights, automatically where
+// oneDNN's kernel was measured slower: output planes of at most 16 pixels, and strided 1x1
+// convolutions.
+bool gemmData(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
+    if (!gemmCandidate(p, x)) return false;
+    switch (backwardAlgo().load()) {
+    case ConvBackwardAlgo::direct: return false;
+    case ConvBackwardAlgo::gemm: return true;
+    case ConvBackwardAlgo::automatic: break;
+    }
+    const bool strided = p.stride[0] > 1 || p.stride[1] > 1, pointwise = w[2] == 1 && w[3] == 1;
+    return cpuHasAmx() && (dy[2] * dy[3] <= 16 || (strided && pointwise));
+}
+
+GemmData buildGemmData(const Shape& w, const Shape& dy) {
+    using dt = dnnl::memory::data_type;
+    const int64_t M = dy[0] * dy[2] * dy[3], K = dy[1], CK = w.numel() / w[0];
+    GemmData g;
+    g.nhwcDy = Staged(descIn(dy.dims(), Layout::channelsLast));
+    g.dyMat = md({M, K}, f32, tag::ab);
+    const md dcol({M, CK}, f32, tag::ab);
+    dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(md({M, K}, dt::bf16, tag::any), md({K, CK}, dt::bf16, tag::ab), dcol), engine());
+    g.prim = dnnl::matmul(pd);
+    g.a = Staged(pd.src_desc());
+    g.w = Staged(pd.weights_desc());
+    g.wMat = md({K, CK}, f32, tag::ab);
+    g.dcol = dnnl::memory(dcol, engine());
+    return g;
+}
+
+GemmWeights buildGemmWeights(const Shape& x, const Shape& w, const Shape& dy) {
+    using dt = dnnl::memory::data_type;
+    const int64_t M = dy[0] * dy[2] * dy[3], K = dy[1], CK = w.numel() / w[0];
+    GemmWeights g;
+    g.nhwcX = Staged(descIn(x.dims(), Layout::channelsLast));
+    g.nhwcDy = Staged(descIn(dy.dims(), Layout::channelsLast));
+    g.dyT = md({K, M}, f32, dims{1, K});
+    g.diffW = md({K, CK}, f32, tag::ab);
+    const md col({M, CK}, dt::bf16, tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({K, M}, dt::bf16, tag::any), col, g.diffW), engine());
+    g.prim = dnnl::matmul(pd);
+    g.a = Staged(pd.src_desc());
+    g.col = dnnl::memory(col, engine());
+    return g;
+}
+
 // dst <- alpha * src + beta * dst over n floats (beta == 0 never reads dst).
 void axpbyRaw(float alpha, const float* src, float beta, float* dst, int64_t n) {
 #pragma omp parallel for simd if (n > (1 << 15))
@@ -174,6 +358,23 @@ Tensor CpuBackend::convForward(const ConvParams& p, const Tensor& x, const Tenso
 // dy: [N, K, *out], w -> dx: [N, C, *in]
 Tensor CpuBackend::convBackwardData(const ConvParams& p, const Tensor& dy, const Tensor& w, const Shape& xShape) {
     const ConvEntry& e = entryFor(p, xShape, w.shape(), dy.shape(), false);
+    if (gemmData(p, xShape, w.shape(), dy.shape())) {
+        ++convCalls;
+        if (!e.gemmData) {
+            e.gemmData = checkDnnl("matmul (backward-data)", [&] { return buildGemmData(w.shape(), dy.shape()); });
+        }
+        GemmData& g = *e.gemmData;
+        const dnnl::memory dyLast = g.nhwcDy.from(dy); // dy as [M, K]
+        checkDnnl("matmul::execute (backward-data)", [&] {
+            g.prim.execute(stream(), {{DNNL_ARG_SRC, g.a.from(wrap(g.dyMat, dyLast.get_data_handle()))},
+                                      {DNNL_ARG_WEIGHTS, g.w.from(wrap(g.wMat, w.data<float>()))},
+                                      {DNNL_ARG_DST, g.dcol}});
+        });
+        Tensor dx = tensorFor(descIn(xShape.dims(), Layout::channelsLast), xShape, dy.device());
+        col2im(static_cast<const float*>(g.dcol.get_data_handle()), xShape, p, w.shape()[2], w.shape()[3],
+               dy.shape()[2], dy.shape()[3], dx.storageData<float>());
+        return dx;
+    }
     Tensor dx = tensorFor(e.bdDiffSrc, xShape, dy.device());
     e.stagedDiffDst = dy.raw();
     e.stagedAt = ++convCalls;
@@ -185,10 +386,54 @@ Tensor CpuBackend::convBackwardData(const ConvParams& p, const Tensor& dy, const
     return dx;
 }
 
+void CpuBackend::setConvBackwardAlgo(ConvBackwardAlgo algo) { backwardAlgo() = algo; }
+ConvBackwardAlgo CpuBackend::convBackwardAlgo() { return backwardAlgo(); }
+
 // x, dy -> dw = scale * dL/dw + momentum * dw (and db likewise)
 void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale,
                                      float momentum, const Tensor& dw, const Tensor& db) {
     const ConvEntry& e = entryFor(p, x.shape(), dw.shape(), dy.shape(), db.defined());
+    if (gemmWeights(p, x.shape(), dw.shape(), dy.shape())) {
+        ++convCalls;
+        if (!e.gemmWeights)
+            e.gemmWeights = checkDnnl("matmul (backward-weights)",
+                                      [&] { return buildGemmWeights(x.shape(), dw.shape(), dy.shape()); });
+        GemmWeights& g = *e.gemmWeights;
+        // x as read by the im2col: plain and channels-last directly, other layouts through a reorder.
+        const Shape& xs = x.shape();
+        dnnl::memory xm =
+            x.layout() == Layout::plain || x.layout() == Layout::channelsLast ? memOf(descOf(x), x) : g.nhwcX.from(x);
+        const bool last = x.layout() != Layout::plain;
+        const int64_t st[4] = {xs[1] * xs[2] * xs[3], last ? 1 : xs[2] * xs[3], last ? xs[3] * xs[1] : xs[3],
+                               last ? xs[1] : 1};
+        im2colBf16(static_cast<const float*>(xm.get_data_handle()), st, xs, p, dw.shape()[2], dw.shape()[3],
+                   dy.shape()[2], dy.shape()[3], static_cast<uint16_t*>(g.col.get_data_handle()));
+        const dnnl::memory dyLast = g.nhwcDy.from(dy); // dy as [M, K]
+        const bool direct = scale == 1.0f && momentum == 0.0f;
+        if (!direct && !g.buffer) g.buffer = dnnl::memory(g.diffW, engine());
+        const dnnl::memory diffW = direct ? memOf(g.diffW, dw) : *g.buffer;
+        checkDnnl("matmul::execute (backward-weights)", [&] {
+            g.prim.execute(stream(), {{DNNL_ARG_SRC, g.a.from(wrap(g.dyT, dyLast.get_data_handle()))},
+                                      {DNNL_ARG_WEIGHTS, g.col},
+                                      {DNNL_ARG_DST, diffW}});
+        });
+        if (!direct) {
+            axpbyRaw(scale, static_cast<const float*>(diffW.get_data_handle()), momentum, dw.data<float>(), dw.numel());
+        }
+        if (db.defined()) { // the bias gradient: dy's column sums, in float32
+            const int64_t M = dy.shape()[0] * dy.shape()[2] * dy.shape()[3], K = dy.shape()[1];
+            const auto* py = static_cast<const float*>(dyLast.get_data_handle());
+            float* pb = db.data<float>();
+            for (int64_t k = 0; k < K; ++k) pb[k] = momentum == 0.0f ? 0.0f : momentum * pb[k];
+            std::vector<float> sums(static_cast<size_t>(K), 0.0f);
+            for (int64_t m = 0; m < M; ++m) {
+#pragma omp simd
+                for (int64_t k = 0; k < K; ++k) sums[static_cast<size_t>(k)] += py[m * K + k];
+            }
+            for (int64_t k = 0; k < K; ++k) pb[k] += scale * sums[static_cast<size_t>(k)];
+        }
+        return;
+    }
     // oneDNN overwrites its outputs: with scale 1 and momentum 0 it writes the plain
     // gradients in place; otherwise into buffers that are then blended in.
     const bool direct = scale == 1.0f && momentum == 0.0f;

@@ -10,8 +10,21 @@
 
 namespace tessera {
 
+/// How CpuBackend computes a bfloat16 2-D convolution's backward passes: oneDNN's direct
+/// kernels, or GEMMs (an im2col and oneDNN's matmul for the weight gradient; a matmul and a
+/// col2im for the input gradient). `automatic` takes the GEMMs where the CPU has AMX and
+/// the output plane is small (weights: at most 16 pixels, or strided with at most 64 or a
+/// 1x1 kernel; data: at most 16 pixels, or strided 1x1), where oneDNN 2.6's AMX kernels
+/// were measured slower.
+enum class ConvBackwardAlgo { automatic, direct, gemm };
+
 class CpuBackend final : public Backend {
 public:
+    /// The backward algorithm of bfloat16 convolutions, for every CpuBackend (initially
+    /// TESSERA_CONV_BACKWARD_ALGO: auto, direct or gemm; auto when unset).
+    static void setConvBackwardAlgo(ConvBackwardAlgo algo);
+    static ConvBackwardAlgo convBackwardAlgo();
+
     /// Sets flush-to-zero and denormals-are-zero on the calling thread and on every thread
     /// of the OpenMP pool, unless TESSERA_FLUSH_DENORMALS=0: training drives many values
     /// into the denormal range, where every float op costs around a hundred cycles.

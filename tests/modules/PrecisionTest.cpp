@@ -2,9 +2,11 @@
 // every compute-heavy layer against its float32 result, the others unchanged, master
 // weights that take updates below bfloat16's resolution, and a network that learns.
 #include <cmath>
+#include <map>
 #include <limits>
 
 #include "GradCheck.h"
+#include "backend/cpu/CpuBackend.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
 #include "modules/BatchNormND.h"
@@ -94,6 +96,20 @@ TEST(Precision, Bfloat16LayersMatchFloat32) {
         {"Conv2D stride groups",
          [] { return std::make_shared<Conv2D>(16, 32, 3, ConvOptions{.stride = {2}, .groups = 4}); },
          {2, 16, 11, 11}},
+        {"Conv2D small plane",
+         [] { return std::make_shared<Conv2D>(24, 40, 3, ConvOptions{.pad = {1}}); },
+         {3, 24, 4, 4}},
+        {"Conv2D 1x1 stride 2",
+         [] { return std::make_shared<Conv2D>(24, 40, 1, ConvOptions{.stride = {2}}); },
+         {3, 24, 9, 9}},
+        {"Conv2D after Conv2D", // the second one reads the first one's layout (channels-last in bfloat16)
+         [] {
+             auto s = std::make_shared<Sequential>();
+             s->append(std::make_shared<Conv2D>(8, 24, 3, ConvOptions{.pad = {1}}));
+             s->append(std::make_shared<Conv2D>(24, 32, 3, ConvOptions{.stride = {2}, .pad = {1, 0}}));
+             return s;
+         },
+         {2, 8, 9, 7}},
         {"Conv3D", [] { return std::make_shared<Conv3D>(4, 8, 3, ConvOptions{.pad = {1}}); }, {2, 4, 6, 6, 6}},
         {"Deconv2D", [] { return std::make_shared<Deconv2D>(16, 8, 3, ConvOptions{.stride = {2}}); }, {2, 16, 7, 7}},
     };
@@ -108,29 +124,45 @@ TEST(Precision, Bfloat16LayersMatchFloat32) {
         }
         return std::sqrt(d / n);
     };
-    for (const LayerCase& c : cases) {
-        SCOPED_TRACE(c.name);
-        manualSeed(3);
-        ModulePtr f32 = c.make();
-        manualSeed(3);
-        ModulePtr low = c.make();
-        low->calcMode(DType::bfloat16);
-        EXPECT_EQ(low->computeDType(), DType::bfloat16);
-        const Tensor x = randomTensor(c.in, 1);
-        const Tensor yf = (*f32)(x), yl = (*low)(x);
-        EXPECT_EQ(yl.dtype(), DType::float32); // outputs stay float32
-        const double fwd = rel(yl, yf);
-        EXPECT_LT(fwd, 1e-2);
-        EXPECT_GT(fwd, 1e-6); // it did compute in bfloat16
-        const Tensor dy = randomTensor(yf.shape(), 2);
-        f32->zeroGradParams();
-        low->zeroGradParams();
-        EXPECT_LT(rel(low->backward(dy), f32->backward(dy)), 1e-2);
-        for (const auto& [name, v] : f32->namedParams()) {
-            EXPECT_LT(rel(low->getVar(name)->grad, v->grad), 1e-2) << "gradient of " << name;
-            EXPECT_EQ(low->getVar(name)->data.dtype(), DType::float32); // the master weights
+    // Gradients of bfloat16 2-D convolutions through oneDNN's kernels and through the
+    // GEMMs, and whichever the CPU picks.
+    struct AlgoGuard {
+        ConvBackwardAlgo before = CpuBackend::convBackwardAlgo();
+        ~AlgoGuard() { CpuBackend::setConvBackwardAlgo(before); }
+    } guard;
+    for (ConvBackwardAlgo algo : {ConvBackwardAlgo::automatic, ConvBackwardAlgo::direct, ConvBackwardAlgo::gemm})
+        for (const LayerCase& c : cases) {
+            CpuBackend::setConvBackwardAlgo(algo);
+            SCOPED_TRACE(std::string(c.name) + ", backward algorithm " + std::to_string(static_cast<int>(algo)));
+            manualSeed(3);
+            ModulePtr f32 = c.make();
+            manualSeed(3);
+            ModulePtr low = c.make();
+            low->calcMode(DType::bfloat16);
+            EXPECT_EQ(low->computeDType(), DType::bfloat16);
+            const Tensor x = randomTensor(c.in, 1);
+            const Tensor yf = (*f32)(x), yl = (*low)(x);
+            EXPECT_EQ(yl.dtype(), DType::float32); // outputs stay float32
+            const double fwd = rel(yl, yf);
+            EXPECT_LT(fwd, 1e-2);
+            EXPECT_GT(fwd, 1e-6); // it did compute in bfloat16
+            const Tensor dy = randomTensor(yf.shape(), 2);
+            f32->zeroGradParams();
+            low->zeroGradParams();
+            std::map<std::string, VariablePtr> lowParams;
+            for (const auto& [name, v] : low->namedParams()) lowParams[name] = v;
+            EXPECT_LT(rel(low->backward(dy), f32->backward(dy)), 1e-2);
+            for (const auto& [name, v] : f32->namedParams()) {
+                EXPECT_LT(rel(lowParams.at(name)->grad, v->grad), 1e-2) << "gradient of " << name;
+                EXPECT_EQ(lowParams.at(name)->data.dtype(), DType::float32); // the master weights
+            }
+            // A second backward adds to the gradients.
+            f32->backward(dy);
+            low->backward(dy);
+            for (const auto& [name, v] : f32->namedParams()) {
+                EXPECT_LT(rel(lowParams.at(name)->grad, v->grad), 1e-2) << "accumulated gradient of " << name;
+            }
         }
-    }
 }
 
 // The layers calcMode leaves in float32 give exactly what they give without it.
