@@ -2,8 +2,8 @@
 // every compute-heavy layer against its float32 result, the others unchanged, master
 // weights that take updates below bfloat16's resolution, and a network that learns.
 #include <cmath>
-#include <map>
 #include <limits>
+#include <map>
 
 #include "GradCheck.h"
 #include "backend/cpu/CpuBackend.h"
