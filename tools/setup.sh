@@ -23,6 +23,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libhdf5-dev
   # ONNX import (io/Onnx.h) and its conformance tests (ONNX's own test cases).
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
+  # lint.python checks the Python scripts.
+  pyflakes3
   # The HDF5 interoperability tests read and write model files with h5py.
   python3-h5py
   # tools/bundle.sh: relocatable tarballs (RUNPATHs of the copied libraries, xz).

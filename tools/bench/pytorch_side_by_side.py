@@ -73,6 +73,11 @@ if openblas_coretype():
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+BATCHES = {"mlp": 128, "lenet": 128, "resnet18": 64, "lstm": 64, "gru": 64}
+GPU_BATCHES = {"lenet": 128, "resnet18": 128, "resnet50": 128}
+# Tessera's benchmark names for the GPU workloads (tools/bench/GpuBench.cpp).
+GPU_NAMES = {"lenet": "lenet", "resnet18": "resnet18-cifar", "resnet50": "resnet50"}
+
 
 def torch_openblas_core():
     """The core name of the OpenBLAS this process (PyTorch) loaded."""
