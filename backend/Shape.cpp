@@ -22,7 +22,11 @@ int64_t& Shape::operator[](int64_t i) { return dims_[index(i, dims_.size())]; }
 
 int64_t Shape::numel() const {
     int64_t n = 1;
-    for (int64_t d : dims_) n *= d;
+    for (int64_t d : dims_) {
+        if (__builtin_mul_overflow(n, d, &n)) {
+            throw ShapeError("Shape " + str() + ": the element count overflows 64 bits");
+        }
+    }
     return n;
 }
 
@@ -47,6 +51,9 @@ std::string str(const Shapes& shapes) {
 
 Shape parseShape(const std::string& text) {
     std::vector<int64_t> dims;
+    if (!text.empty() && (text.front() == 'x' || text.back() == 'x')) {
+        throw ShapeError("'" + text + "' is not a shape like 1x3x224x224 (positive dims joined by 'x')");
+    }
     std::stringstream in(text);
     std::string part;
     while (std::getline(in, part, 'x')) {

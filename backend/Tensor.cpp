@@ -82,12 +82,16 @@ std::string str(Layout layout) {
 }
 
 size_t Tensor::storageBytes(const Shape& shape, DType dtype, Layout layout) {
-    int64_t n = shape.numel();
+    int64_t n = shape.numel(); // ShapeError when it overflows
     if (layout != Layout::plain && shape.rank() >= 2 && shape[1] > 0) {
-        int64_t b = blockOf(layout);
-        n = n / shape[1] * ((shape[1] + b - 1) / b * b);
+        const int64_t b = blockOf(layout);
+        if (__builtin_mul_overflow(n / shape[1], (shape[1] + b - 1) / b * b, &n)) n = -1;
     }
-    return static_cast<size_t>(n) * sizeOf(dtype);
+    int64_t bytes = 0;
+    if (n < 0 || __builtin_mul_overflow(n, static_cast<int64_t>(sizeOf(dtype)), &bytes)) {
+        throw ShapeError("Tensor " + shape.str() + " of " + tessera::str(dtype) + ": its byte count overflows 64 bits");
+    }
+    return static_cast<size_t>(bytes);
 }
 
 std::string Device::str() const { return kind == Kind::CPU ? "cpu" : "cuda:" + std::to_string(index); }

@@ -46,7 +46,20 @@ Shapes Module::inferDataShape(const Shapes& inShapes) const {
         }
     }
     checkDataShape(inShapes);
-    return dataShapeFrom(inShapes);
+    Shapes out = dataShapeFrom(inShapes);
+    // Sizes past 64 bits (a Tile of 2^62 copies, a Linear of 1e11 x 1e11 features) are
+    // errors here, not wrapped counts later.
+    for (size_t i = 0; i < out.size(); ++i) {
+        bool negative = false;
+        for (int64_t d : out[i].dims()) negative = negative || d < 0;
+        if (negative) throw shapeError("output " + std::to_string(i) + " " + out[i].str() + " overflows 64 bits");
+        try {
+            out[i].numel();
+        } catch (const ShapeError& e) {
+            throw shapeError("output " + std::to_string(i) + ": " + e.what());
+        }
+    }
+    return out;
 }
 
 const Tensors& Module::operator()(const Tensors& data) {

@@ -29,7 +29,10 @@ void Tile::checkGradShape(const Shapes& outGradShapes) const {
 
 Shapes Tile::dataShapeFrom(const Shapes& inShapes) const {
     Shape y = inShapes[0];
-    y[axis::normalize(axis_, y.rank())] *= times_;
+    int64_t& d = y[axis::normalize(axis_, y.rank())];
+    if (__builtin_mul_overflow(d, times_, &d)) {
+        throw shapeError(std::to_string(times_) + " copies of " + inShapes[0].str() + " overflow 64 bits");
+    }
     return {y};
 }
 

@@ -3,9 +3,11 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <stdexcept>
 
 namespace tessera {
@@ -43,18 +45,39 @@ IdxArray readIdx(const std::string& path) {
                       ", expected 0x000008nn (unsigned bytes, nn = 1 to 4 dims)");
     }
     IdxArray a;
-    size_t count = 1;
+    // The element count, checked: no allocation is sized by the header alone (data is read
+    // in chunks as the file delivers it), so a header that promises more than the file
+    // holds is a truncation error, not a huge allocation.
+    int64_t count = 1;
     for (int d = 0; d < magic[3]; ++d) {
         unsigned char b[4];
         if (!readAll(f.get(), b, 4)) throw IoError("IDX file " + path + ": truncated header");
         const int64_t dim = (int64_t{b[0]} << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
         a.dims.push_back(dim);
-        count *= static_cast<size_t>(dim);
+        if (__builtin_mul_overflow(count, dim, &count) || count > kMaxIdxBytes) {
+            std::string dims;
+            for (int64_t x : a.dims) dims += (dims.empty() ? "" : " x ") + std::to_string(x);
+            throw IoError("IDX file " + path + ": dims " + dims + (d + 1 < magic[3] ? " ..." : "") +
+                          " give more than " + std::to_string(kMaxIdxBytes) + " bytes of data");
+        }
     }
-    a.data.resize(count);
-    if (!readAll(f.get(), a.data.data(), count)) {
-        throw IoError("IDX file " + path + ": truncated; the header promises " + std::to_string(count) +
-                      " bytes of data");
+    int64_t chunk = int64_t{64} << 10; // doubling up to 16 MB: memory grows with what the file holds
+    try {
+        while (static_cast<int64_t>(a.data.size()) < count) {
+            const size_t have = a.data.size();
+            const auto want = static_cast<size_t>(std::min(chunk, count - static_cast<int64_t>(have)));
+            chunk = std::min(chunk * 2, int64_t{16} << 20);
+            a.data.resize(have + want);
+            const int got = gzread(f.get(), a.data.data() + have, static_cast<unsigned>(want));
+            if (got < 0) throw IoError("IDX file " + path + ": read error");
+            a.data.resize(have + static_cast<size_t>(got));
+            if (static_cast<size_t>(got) < want) {
+                throw IoError("IDX file " + path + ": truncated; the header promises " + std::to_string(count) +
+                              " bytes of data, the file holds " + std::to_string(a.data.size()));
+            }
+        }
+    } catch (const std::bad_alloc&) {
+        throw IoError("IDX file " + path + ": out of memory reading " + std::to_string(count) + " bytes of data");
     }
     return a;
 }

@@ -16,9 +16,13 @@ struct IdxArray {
     std::vector<uint8_t> data;
 };
 
-/// Reads `path` (gzip or plain). Throws IoError naming the file on a missing
-/// file, a wrong magic number (expects 0x0000 08 nn: unsigned bytes, nn dims), or a file
-/// shorter than its header says.
+/// The most data an IDX file may declare (1 TiB); more is refused as a bad header.
+inline constexpr int64_t kMaxIdxBytes = int64_t{1} << 40;
+
+/// Reads `path` (gzip or plain). Throws IoError naming the file on a missing file, a
+/// wrong magic number (expects 0x0000 08 nn: unsigned bytes, nn dims), dims whose product
+/// exceeds kMaxIdxBytes, or a file shorter than its header says. Memory grows with the
+/// data actually read, never with what the header alone claims.
 IdxArray readIdx(const std::string& path);
 
 /// Images and labels of one split.

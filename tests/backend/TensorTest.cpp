@@ -19,6 +19,20 @@ TEST(Shape, Basics) {
     EXPECT_EQ(str(Shapes{Shape{1, 2}, Shape{3}}), "[[1, 2], [3]]");
 }
 
+// Sizes past 64 bits are clear errors, not wrapped counts: element counts, byte counts,
+// and the parameters of a layer of 2^32 x 2^32 (which used to report "0 parameters").
+TEST(Shape, CountsThatOverflowAreErrors) {
+    const int64_t big = int64_t{1} << 32;
+    EXPECT_TRUE(throwsShapeError([&] { Shape{big, big}.numel(); }, {"[4294967296, 4294967296]", "overflows 64 bits"}));
+    EXPECT_EQ((Shape{big, big / 4}).numel(), int64_t{1} << 62);
+    EXPECT_TRUE(throwsShapeError([&] { Shape{big, big / 2}.numel(); }, {"overflows 64 bits"})); // 2^63
+    EXPECT_TRUE(throwsShapeError([&] { Tensor::empty({int64_t{1} << 62, 4}); }, {"overflow"}));
+    EXPECT_TRUE(throwsShapeError([&] { Tensor::empty({int64_t{1} << 61, 2}); }, {"byte count overflows 64 bits"}));
+    EXPECT_TRUE(throwsShapeError([&] { parseShape("1x1x28x28x"); }, {"not a shape"}));
+    EXPECT_TRUE(throwsShapeError([&] { parseShape("x28"); }, {"not a shape"}));
+    EXPECT_TRUE(throwsShapeError([&] { parseShape("2xx3"); }, {"not a shape"}));
+}
+
 TEST(Tensor, StorageIsAligned) {
     for (int64_t n : {1, 3, 17, 1000}) {
         Tensor t = Tensor::empty({n});

@@ -206,6 +206,9 @@ TEST(Embedder, GradientShapeBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::zeros({2, 3})); }, {"emb", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { emb(Tensor::zeros({2, 4}, DType::int32)); }, {"emb", "[N, 3]"}));
     EXPECT_TRUE(blueprintHas(emb, {"\"vocabulary\": 5", "\"sentlength\": 3", "\"embsize\": 4"}));
+    // Tables past 64 bits of bytes are errors, not wrapped sizes.
+    EXPECT_TRUE(throwsShapeError([] { Embedder(int64_t{1} << 62, 1, 4); }, {"overflows 64 bits"}));
+    EXPECT_TRUE(throwsShapeError([] { Embedder(int64_t{1} << 32, 1, int64_t{1} << 32); }, {"overflows 64 bits"}));
 }
 
 // ---- GroupLinear ----------------------------------------------------------------------
@@ -344,6 +347,14 @@ TEST(Tile, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { Tile(3, 2, "t3")(Tensor::zeros({2, 2})); }, {"Tile 't3'", "axis 3", "[2, 2]"}));
     EXPECT_THROW(Tile(0, 0), ModuleError);
     EXPECT_TRUE(blueprintHas(tile, {"\"axis\": 1", "\"times\": 3"}));
+    // Sizes past 64 bits are shape errors, not wrapped dims.
+    Tile huge(1, INT64_MAX, "huge");
+    EXPECT_TRUE(throwsShapeError([&] { huge.inferDataShape({Shape{2, 2}}); }, {"Tile 'huge'", "overflow 64 bits"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            Tile(0, int64_t{1} << 40, "t")(Tensor::zeros({1 << 12, 1 << 12}));
+        },
+        {"Tile 't'", "output 0", "overflows 64 bits"}));
 }
 
 // ---- Cast -----------------------------------------------------------------------------

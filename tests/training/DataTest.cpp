@@ -80,6 +80,34 @@ TEST(Idx, BadFilesGiveClearErrors) {
               std::string::npos);
 }
 
+// Headers as an attacker writes them: dims whose product wraps 64 bits, dims past the
+// limit, a tiny file claiming gigabytes. Each is a clear error naming the file, and no
+// allocation follows the header's claim (the 16-byte file claiming 4.3 GB is refused after
+// reading what it holds).
+TEST(Idx, HostileHeadersAreClearErrorsWithoutHugeAllocations) {
+    const std::string dir = tempDir("idx_hostile");
+    writePlain(dir + "/wrap", idxBytes({65536, 1 << 24, 1 << 24}, {}));
+    std::string e = errorOf([&] { readIdx(dir + "/wrap"); });
+    EXPECT_NE(e.find(dir + "/wrap: dims 65536 x 16777216 x 16777216 give more than 1099511627776 bytes"),
+              std::string::npos)
+        << e;
+    writePlain(dir + "/huge", idxBytes({0xFFFFFFFF, 3}, {})); // 12.9 GB claimed, none allocated
+    e = errorOf([&] { readIdx(dir + "/huge"); });
+    EXPECT_NE(e.find("truncated; the header promises 12884901885 bytes of data, the file holds 0"), std::string::npos)
+        << e;
+    writePlain(dir + "/claims", idxBytes({1, 65535, 65535}, {}));
+    e = errorOf([&] { readIdx(dir + "/claims"); });
+    EXPECT_NE(e.find(dir + "/claims: truncated; the header promises 4294836225 bytes of data, the file holds 0"),
+              std::string::npos)
+        << e;
+    writeGz(dir + "/claims.gz", idxBytes({1, 65535, 65535}, {1, 2, 3}));
+    e = errorOf([&] { readIdx(dir + "/claims.gz"); });
+    EXPECT_NE(e.find("the file holds 3"), std::string::npos) << e;
+    // An empty but well-formed set is not an error.
+    writePlain(dir + "/empty", idxBytes({0, 28, 28}, {}));
+    EXPECT_EQ(readIdx(dir + "/empty").data.size(), 0u);
+}
+
 // A linearly separable toy set: class = which of two features is larger.
 std::pair<Tensor, Tensor> toySet(int64_t n) {
     Tensor x = randomTensor({n, 2}, 11);

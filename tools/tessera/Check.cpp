@@ -1,6 +1,10 @@
 // tessera check: whole-model data-shape and gradient-shape checking, nothing run.
+#include <unistd.h>
+
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -16,11 +20,77 @@
 
 namespace tessera::cli {
 
+namespace {
+// The whole number `text` is, if it is one and fits in 64 bits.
+std::optional<int64_t> wholeNumber(const std::string& text) {
+    size_t used = 0;
+    try {
+        const long long v = std::stoll(text, &used);
+        if (used == text.size()) return v;
+    } catch (const std::exception&) {}
+    return std::nullopt;
+}
+} // namespace
+
+CLI::Validator positiveInteger() {
+    return CLI::Validator(
+        [](std::string& v) -> std::string {
+            const std::optional<int64_t> n = wholeNumber(v);
+            return n && *n > 0 ? "" : "expected a positive whole number, got '" + v + "'";
+        },
+        "POSITIVE");
+}
+
+CLI::Validator nonNegativeInteger() {
+    return CLI::Validator(
+        [](std::string& v) -> std::string {
+            const std::optional<int64_t> n = wholeNumber(v);
+            return n && *n >= 0 ? "" : "expected a whole number >= 0, got '" + v + "'";
+        },
+        "NONNEGATIVE");
+}
+
+CLI::Validator positiveNumber() {
+    return CLI::Validator(
+        [](std::string& v) -> std::string {
+            size_t used = 0;
+            double x = 0;
+            try {
+                x = std::stod(v, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            return used == v.size() && used > 0 && std::isfinite(x) && x > 0
+                       ? ""
+                       : "expected a finite number > 0, got '" + v + "'";
+        },
+        "POSITIVE");
+}
+
+void requireWritableDestination(const std::string& option, const std::string& path) {
+    namespace fs = std::filesystem;
+    if (path.empty()) throw UsageError(option + ": an empty file name");
+    const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(parent, ec)) {
+        throw UsageError(option + " " + path + ": the directory " + parent.string() + " does not exist");
+    }
+    if (fs::is_directory(path, ec)) throw UsageError(option + " " + path + ": is a directory");
+    if (::access(parent.c_str(), W_OK) != 0) {
+        throw UsageError(option + " " + path + ": the directory " + parent.string() + " is not writable");
+    }
+}
+
 Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch) {
     if (inputs.empty()) throw UsageError("give the input shape with --input, for example --input 1x3x224x224");
     Shapes shapes;
     for (const std::string& s : inputs) {
-        Shape sh = parseShape(s);
+        Shape sh;
+        try {
+            sh = parseShape(s);
+        } catch (const ShapeError& e) {
+            throw UsageError(std::string("--input: ") + e.what());
+        }
         if (batch > 0) sh[0] = batch;
         shapes.push_back(sh);
     }
@@ -131,7 +201,7 @@ std::function<int()> addCheck(CLI::App& app) {
     cmd->add_option("model", args->model,
                     "a zoo model name, a blueprint JSON file, an HDF5 model file with a blueprint, or an ONNX file");
     cmd->add_option("--input", args->inputs, "input shape such as 1x3x224x224; repeat for several inputs");
-    cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
+    cmd->add_option("--batch", args->batch, "replace the batch dim of every input")->check(positiveInteger());
     cmd->add_flag("--list", args->list, "list the zoo models");
     cmd->add_flag("--print-blueprint", args->printBlueprint, "print the model's blueprint JSON instead of checking");
     return [args] { return runCheck(*args); };

@@ -29,6 +29,15 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
 /// of these is std::invalid_argument; a bad file an IoError naming it.
 ModulePtr loadModel(const std::string& model, bool train = false);
 
+/// Checks of option values, run by the parser before any work starts; a bad value is a
+/// usage error naming the option, what was expected and what was given.
+CLI::Validator positiveInteger();    ///< a whole number > 0
+CLI::Validator nonNegativeInteger(); ///< a whole number >= 0
+CLI::Validator positiveNumber();     ///< a finite number > 0
+/// The directory a file is to be written into exists and is writable (checked before any
+/// work starts, so a long run does not fail at its end); UsageError naming `option`.
+void requireWritableDestination(const std::string& option, const std::string& path);
+
 /// A usage error of the command line (exit code 2).
 struct UsageError : std::invalid_argument {
     using std::invalid_argument::invalid_argument;

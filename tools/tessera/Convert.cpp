@@ -54,7 +54,7 @@ std::function<int()> addConvert(CLI::App& app) {
     cmd->add_option("--input", args->inputs,
                     "input shape for an ONNX file's declared shapes, such as 1x3x224x224 (default: the model's typical "
                     "or declared input); the batch dim is written free");
-    cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
+    cmd->add_option("--batch", args->batch, "replace the batch dim of every input")->check(positiveInteger());
     cmd->add_option("--dtype", args->dtype,
                     "fp32, or bf16 / fp16: an HDF5 file's parameters stored in 16 bits (half the file; read back "
                     "as float32)")

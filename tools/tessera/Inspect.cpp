@@ -100,7 +100,7 @@ std::shared_ptr<InspectArgs> addCommon(CLI::App* cmd) {
     cmd->add_option("--input", args->inputs,
                     "input shape such as 1x3x224x224; repeat for several inputs (default for a zoo model: its "
                     "typical input)");
-    cmd->add_option("--batch", args->batch, "replace the batch dim of every input");
+    cmd->add_option("--batch", args->batch, "replace the batch dim of every input")->check(positiveInteger());
     cmd->add_option("--depth", args->depth,
                     "group consecutive layers whose names share their first N parts (split at '.' and '_'; "
                     "layer1_0_a_conv: layer1, 0, a, conv); 0 shows every layer")

@@ -114,6 +114,10 @@ int runTrain(const TrainArgs& a) {
     if (!a.plot.empty() && std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
         throw UsageError("--plot needs gnuplot (Debian: gnuplot-nox; tools/setup.sh installs it)");
     }
+    // Where results go is checked before any work, so a long run does not fail at its end.
+    if (!a.save.empty()) requireWritableDestination("--save", a.save);
+    if (!a.metrics.empty()) requireWritableDestination("--metrics", a.metrics);
+    if (!a.plot.empty()) requireWritableDestination("--plot", a.plot);
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
     ModulePtr net = loadModel(a.model, /*train=*/true);
@@ -207,15 +211,16 @@ std::function<int()> addTrain(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--epochs", args->epochs, "passes over the training set")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->add_option("--batch", args->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--lr", args->lr, "learning rate (default: the optimizer's)");
+        ->check(positiveInteger());
+    cmd->add_option("--batch", args->batch, "batch size")->capture_default_str()->check(positiveInteger());
+    cmd->add_option("--lr", args->lr, "learning rate (default: the optimizer's)")->check(positiveNumber());
     cmd->add_option("--optimizer", args->optimizer,
                     "sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, rmspropgraves or smorms3")
         ->capture_default_str();
     cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
     cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(nonNegativeInteger());
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
