@@ -28,7 +28,14 @@ BlueprintValue valueOf(const json& v, const std::string& key) {
     throw IoError("scheme argument '" + key + "' has an unsupported type (" + v.type_name() + ")");
 }
 
-Blueprint fromJson(const json& j) {
+// Deeper is refused: no real model nests containers this far, and every layer of nesting
+// costs stack in the builders that follow.
+constexpr int kMaxDepth = 1000;
+
+Blueprint fromJson(const json& j, int depth) {
+    if (depth > kMaxDepth) {
+        throw IoError("blueprint JSON: modules nested more than " + std::to_string(kMaxDepth) + " deep");
+    }
     if (!j.is_object() || !j.contains("classname") || !j["classname"].is_string()) {
         throw IoError("a blueprint must be an object with a string \"classname\"");
     }
@@ -39,7 +46,7 @@ Blueprint fromJson(const json& j) {
         for (const auto& [k, v] : j["scheme"].items()) bp.scheme.emplace_back(k, valueOf(v, k));
     }
     if (j.contains("modules")) {
-        for (const json& m : j["modules"]) bp.modules.push_back(fromJson(m));
+        for (const json& m : j["modules"]) bp.modules.push_back(fromJson(m, depth + 1));
     }
     if (j.contains("nodes")) {
         for (const json& n : j["nodes"]) {
@@ -65,12 +72,18 @@ Blueprint fromJson(const json& j) {
 Blueprint blueprintFromJson(const std::string& text) {
     json j;
     try {
-        j = json::parse(text);
+        // Nesting is bounded while parsing, before a deep document is built in memory.
+        j = json::parse(text, [](int depth, json::parse_event_t, json&) {
+            if (depth > 4 * kMaxDepth) {
+                throw IoError("blueprint JSON: nested more than " + std::to_string(4 * kMaxDepth) + " deep");
+            }
+            return true;
+        });
     } catch (const json::parse_error& e) {
         throw IoError(std::string("blueprint JSON: ") + e.what());
     }
     try {
-        return fromJson(j);
+        return fromJson(j, 0);
     } catch (const json::exception& e) {
         throw IoError(std::string("blueprint JSON: ") + e.what());
     }

@@ -1,8 +1,11 @@
 // HDF5 model files through the HDF5 C API. Every handle is closed by a small RAII owner.
 #include "io/Hdf5.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -185,14 +188,30 @@ bool isHdf5File(const std::string& path) {
     return in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8);
 }
 
+namespace {
+// fsync of a file or directory by path; false (errno set) when it cannot be done.
+bool syncFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool ok = ::fsync(fd) == 0;
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return ok;
+}
+} // namespace
+
 void saveModel(const Module& module, const std::string& path, const SaveOptions& options) {
     quietHdf5();
     if (!isFloating(options.dtype)) {
         throw IoError("model file " + path + ": parameters are stored as float32, bfloat16 or float16, not " +
                       str(options.dtype));
     }
+    // Written beside the target, synced to disk, then renamed over it: a crash or kill at
+    // any point leaves the old file or the new one, whole. A failure removes the temporary;
+    // one left by a kill is replaced by the next save.
     const std::string tmp = path + ".tmp";
-    {
+    try {
         Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
         if (!file.ok()) throw fileError(path, "cannot create " + tmp);
         Handle params(H5Gcreate2(file.get(), "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
@@ -207,13 +226,23 @@ void saveModel(const Module& module, const std::string& path, const SaveOptions&
         for (const auto& [name, t] : module.namedAttrs()) writeTensor(attrs.get(), name, t, path, options.dtype);
         if (options.blueprint) writeString(file.get(), "blueprint", module.blueprint().toJson(), path);
         check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "cannot flush " + tmp);
+    } catch (...) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);
+        throw;
     }
     std::error_code ec;
+    if (!syncFile(tmp)) {
+        std::filesystem::remove(tmp, ec);
+        throw fileError(path, "cannot sync " + tmp + " to disk: " + std::strerror(errno));
+    }
     std::filesystem::rename(tmp, path, ec);
     if (ec) {
-        std::filesystem::remove(tmp);
+        std::filesystem::remove(tmp, ec);
         throw fileError(path, "cannot rename " + tmp + " over it: " + ec.message());
     }
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    syncFile(dir.empty() ? "." : dir.string()); // the rename itself; best effort
 }
 
 void loadModel(Module& module, const std::string& path, LoadMode mode) {

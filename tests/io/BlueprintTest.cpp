@@ -274,5 +274,25 @@ TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {
     EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": "); }).find("blueprint JSON"), std::string::npos);
 }
 
+// Sequentials nested 20,000 deep (which once overflowed the stack) are refused while
+// parsing; 500 deep still builds.
+TEST(Blueprint, DeepNestingIsRefusedNotACrash) {
+    auto nested = [](int depth) {
+        std::string open, close;
+        for (int i = 0; i < depth; ++i) {
+            open += R"({"classname": "Sequential", "modules": [)";
+            close += "]}";
+        }
+        return open + R"({"classname": "Identity"})" + close;
+    };
+    for (int depth : {20000, 1001}) {
+        const std::string e = errorOf([&] { blueprintFromJson(nested(depth)); });
+        EXPECT_NE(e.find("blueprint JSON: "), std::string::npos) << e;
+        EXPECT_NE(e.find("deep"), std::string::npos) << e;
+    }
+    ModulePtr m = buildModule(blueprintFromJson(nested(500)));
+    EXPECT_EQ(m->classname(), "Sequential");
+}
+
 } // namespace
 } // namespace tessera

@@ -143,6 +143,27 @@ TEST(Hdf5, BadFilesAreClearErrors) {
     EXPECT_NE(msg.find("model file " + cut), std::string::npos) << msg;
 }
 
+// A save that fails leaves no temporary behind and the old file untouched.
+TEST(Hdf5, FailedSaveLeavesNoTemporary) {
+    auto a = model(1);
+    const std::string dir = tempFile("a_directory.h5");
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir / std::filesystem::path("inside")); // a non-empty directory
+    const std::string e = errorOf([&] { saveModel(*a, dir); });
+    EXPECT_NE(e.find("cannot rename " + dir + ".tmp over it"), std::string::npos) << e;
+    EXPECT_FALSE(std::filesystem::exists(dir + ".tmp"));
+    EXPECT_TRUE(std::filesystem::is_directory(dir + "/inside"));
+    EXPECT_NE(errorOf([&] { saveModel(*a, "/nonexistent/dir/model.h5"); }).find("cannot create"), std::string::npos);
+    const std::string good = tempFile("kept.h5");
+    saveModel(*a, good);
+    saveModel(*model(2), good); // replaced whole
+    auto b = model(3);
+    loadModel(*b, good);
+    EXPECT_EQ(b->namedParams()[0].second->data.toVector<float>(),
+              model(2)->namedParams()[0].second->data.toVector<float>());
+    EXPECT_FALSE(std::filesystem::exists(good + ".tmp"));
+}
+
 // h5py reads what Tessera writes, and Tessera reads what h5py writes.
 TEST(Hdf5, InteroperatesWithH5py) {
     // A relocated test program (tools/bundle.sh) is told where the sources are.
