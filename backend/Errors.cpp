@@ -18,6 +18,8 @@ void rethrowWithContext(const std::string& prefix) {
         throw BackendError(prefix + e.what());
     } catch (const IoError& e) {
         throw IoError(prefix + e.what());
+    } catch (const NumericsError& e) {
+        throw NumericsError(prefix + e.what());
     } catch (const Error& e) {
         throw Error(prefix + e.what());
     }

@@ -9,7 +9,8 @@
 ///   ├── ContainerError         a container's structure does not allow the request
 ///   ├── GraphError             a malformed graph
 ///   ├── BackendError           a backend library failed, or a device is unavailable
-///   └── IoError                a file is missing, unreadable, malformed or cannot be written
+///   ├── IoError                a file is missing, unreadable, malformed or cannot be written
+///   └── NumericsError          a NaN or infinity appeared (with checkNumerics on)
 ///
 /// Containers add the path to the failing child or node to any of them and rethrow the
 /// same type (`rethrowWithContext`).
@@ -61,6 +62,14 @@ public:
 /// A file (model, blueprint, data set) is missing, unreadable, malformed, or cannot be
 /// written. The message names the file.
 class IoError : public Error {
+public:
+    using Error::Error;
+};
+
+/// A NaN or an infinity in a layer's output or gradient, found by the numerics check
+/// (`setCheckNumerics`). The message names the layer (with its path in the model), the
+/// phase, the first bad element and statistics of what the layer was given.
+class NumericsError : public Error {
 public:
     using Error::Error;
 };

@@ -1,5 +1,8 @@
 #include "modules/Module.h"
 
+#include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 #include "backend/Backend.h"
@@ -34,6 +37,105 @@ void Module::requireCount(const Shapes& shapes, size_t count, const char* what) 
         throw shapeError("expects " + std::to_string(count) + " " + what + " tensor" + (count == 1 ? "" : "s") +
                          ", got " + std::to_string(shapes.size()));
     }
+}
+
+// ---- numerics check -------------------------------------------------------------------
+
+namespace {
+std::atomic<bool> numericsChecked{false};
+
+// What a float tensor holds: its first non-finite element and some statistics.
+struct Scan {
+    int64_t first = -1, nonFinite = 0;
+    float firstValue = 0;
+    double min = 0, max = 0, mean = 0;
+};
+
+Scan scan(const Tensor& t) {
+    Scan s;
+    if (!t.defined() || !isFloating(t.dtype()) || t.numel() == 0) return s;
+    const std::vector<float> v = t.toHost().plain().toVector<float>();
+    double sum = 0;
+    int64_t finite = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const float x = v[i];
+        if (!std::isfinite(x)) {
+            if (s.first < 0) s.first = static_cast<int64_t>(i), s.firstValue = x;
+            ++s.nonFinite;
+            continue;
+        }
+        s.min = finite ? std::min(s.min, static_cast<double>(x)) : x;
+        s.max = finite ? std::max(s.max, static_cast<double>(x)) : x;
+        sum += x;
+        ++finite;
+    }
+    s.mean = finite ? sum / static_cast<double>(finite) : 0.0;
+    return s;
+}
+
+std::string number(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", x);
+    return buf;
+}
+
+// "[2, 3]": the coordinates of flat index i of shape.
+std::string coordinates(int64_t i, const Shape& shape) {
+    std::vector<int64_t> c(shape.rank());
+    for (size_t d = shape.rank(); d-- > 0;) {
+        const int64_t n = shape.dims()[d];
+        c[d] = n ? i % n : 0;
+        i = n ? i / n : 0;
+    }
+    return Shape(c).str();
+}
+
+std::string stats(const std::string& what, const Tensors& tensors) {
+    std::string s;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+        const Tensor& t = tensors[k];
+        if (!t.defined()) continue;
+        s += (s.empty() ? "" : "; ") + what + " " + std::to_string(k) + " " + t.shape().str();
+        if (!isFloating(t.dtype())) {
+            s += " of " + str(t.dtype());
+            continue;
+        }
+        const Scan sc = scan(t);
+        s += ": min " + number(sc.min) + ", max " + number(sc.max) + ", mean " + number(sc.mean) +
+             (sc.nonFinite ? ", " + std::to_string(sc.nonFinite) + " NaN or infinite" : ", all finite");
+    }
+    return s.empty() ? "no " + what + "s" : s;
+}
+} // namespace
+
+void Module::setCheckNumerics(bool on) { numericsChecked = on; }
+bool Module::checkNumerics() { return numericsChecked; }
+
+namespace {
+// Whether every element of `t` is finite: one vectorised pass over a float32 host tensor's
+// storage (the padding of blocked layouts is zeros); other tensors through a host copy.
+bool allFinite(const Tensor& t) {
+    if (!t.defined() || !isFloating(t.dtype()) || t.numel() == 0) return true;
+    if (!t.device().isCpu() || t.dtype() != DType::float32) return scan(t).first < 0;
+    const float* p = t.storageData<float>();
+    const auto n = static_cast<int64_t>(t.nbytes() / sizeof(float));
+    int bad = 0;
+#pragma omp parallel for simd reduction(| : bad) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) bad |= !(p[i] - p[i] == 0.0f); // Inf - Inf and NaN - NaN are NaN
+    return bad == 0;
+}
+} // namespace
+
+void Module::requireFinite(const char* phase, const std::string& what, const Tensor& t, const std::string& given,
+                           const Tensors& givenTensors) const {
+    if (allFinite(t)) return;
+    const Scan sc = scan(t);
+    if (sc.first < 0) return;
+    throw NumericsError(str() + ": " + phase + ": " + what + " " + t.shape().str() + " has " +
+                        (std::isnan(sc.firstValue) ? std::string("NaN") : number(sc.firstValue)) + " at index " +
+                        std::to_string(sc.first) + " " + coordinates(sc.first, t.shape()) + " (" +
+                        std::to_string(sc.nonFinite) + " of " + std::to_string(t.numel()) +
+                        " elements are NaN or infinite); " + stats(given, givenTensors));
 }
 
 // ---- forward ------------------------------------------------------------------------
@@ -89,6 +191,11 @@ void Module::runChecked(const Tensors& data) {
         data_ = updateData(plain);
         inData_ = std::move(plain);
     }
+    if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
+        for (size_t i = 0; i < data_.size(); ++i) {
+            requireFinite("forward", "output " + std::to_string(i), data_[i], "input", inData_);
+        }
+    }
 }
 
 Tensor Module::operator()(const Tensor& data) {
@@ -120,6 +227,16 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
     }
     checkGradShape(shapesOf(grad));
     grad_ = backwardFrom(handlesLayouts() ? grad : plainAll(grad), updParamGrads, updGrad, scale, momentum);
+    if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
+        for (size_t i = 0; i < grad_.size(); ++i) {
+            requireFinite("backward", "input gradient " + std::to_string(i), grad_[i], "output gradient", grad);
+        }
+        if (updParamGrads && train_) {
+            for (const auto& [name, v] : namedParams()) {
+                requireFinite("backward", "gradient of parameter '" + name + "'", v->grad, "output gradient", grad);
+            }
+        }
+    }
     return grad_;
 }
 

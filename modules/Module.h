@@ -150,6 +150,17 @@ public:
     /// Plain gradient step: param -= lr * grad.
     void updateParams(float lr);
 
+    // ---- numerics check -----------------------------------------------------------------
+    /// Process-wide: when on, every layer's outputs are checked after its forward, and its
+    /// input gradients and parameter gradients after its backward, for NaN and infinity;
+    /// the first one found throws NumericsError naming the layer (its path in the model
+    /// added by the containers), the phase, the first bad element (flat index and
+    /// coordinates) and the minimum, maximum, mean and non-finite count of what the layer
+    /// was given. Off by default: then it costs one flag test per layer call. On, one pass
+    /// over each tensor (host float32 tensors in place, others through a host copy).
+    static void setCheckNumerics(bool on);
+    static bool checkNumerics();
+
     // ---- modes ------------------------------------------------------------------------
     void trainMode() { setTrain(true); }
     void evalMode() { setTrain(false); }
@@ -226,6 +237,9 @@ protected:
     virtual Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum);
     virtual void setTrain(bool train);
 
+    /// Throws NumericsError (see setCheckNumerics) when `t` holds a NaN or an infinity.
+    void requireFinite(const char* phase, const std::string& what, const Tensor& t, const std::string& given,
+                       const Tensors& givenTensors) const;
     /// A ShapeError prefixed with this module's str().
     ShapeError shapeError(const std::string& what) const;
     /// A ModuleError (bad argument or state) prefixed with this module's str().

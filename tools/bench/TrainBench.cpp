@@ -49,7 +49,11 @@ std::pair<Tensor, Tensor> batchOf(const std::string& model, int64_t kBatch) {
     return {x, Tensor::fromVector({kBatch}, y)};
 }
 
-void BM_TrainStep(benchmark::State& state, std::string model, DType compute) {
+void BM_TrainStep(benchmark::State& state, std::string model, DType compute, bool checkNumerics) {
+    struct Numerics { // Module::setCheckNumerics for this row only
+        explicit Numerics(bool on) { Module::setCheckNumerics(on); }
+        ~Numerics() { Module::setCheckNumerics(false); }
+    } numerics(checkNumerics);
     manualSeed(1);
     auto net = modelOf(model);
     net->calcMode(compute);
@@ -93,13 +97,21 @@ int registerAll() {
             if (compute == DType::bfloat16 && recurrent(model)) continue; // RNNs compute in float32
             const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
             const std::string suffix = compute == DType::float32 ? "" : "/bf16";
-            benchmark::RegisterBenchmark((prefix + "/train" + suffix).c_str(), BM_TrainStep, model, compute)
+            benchmark::RegisterBenchmark((prefix + "/train" + suffix).c_str(), BM_TrainStep, model, compute, false)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
             benchmark::RegisterBenchmark((prefix + "/inference" + suffix).c_str(), BM_Inference, model, compute)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }
+    }
+    // The cost of Module::setCheckNumerics(true): every output and gradient scanned.
+    for (const char* model : {"lenet", "resnet18"}) {
+        const std::string name =
+            std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) + "/train/check-numerics";
+        benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, model, DType::float32, true)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
     }
     return 0;
 }

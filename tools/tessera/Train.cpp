@@ -64,6 +64,7 @@ struct TrainArgs {
     std::string precision = "fp32";
     std::string metrics;
     std::string plot;
+    bool checkNumerics = false;
 };
 
 // A gnuplot single-quoted string ('' stands for ').
@@ -118,6 +119,7 @@ int runTrain(const TrainArgs& a) {
     if (!a.save.empty()) requireWritableDestination("--save", a.save);
     if (!a.metrics.empty()) requireWritableDestination("--metrics", a.metrics);
     if (!a.plot.empty()) requireWritableDestination("--plot", a.plot);
+    Module::setCheckNumerics(a.checkNumerics);
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
     ModulePtr net = loadModel(a.model, /*train=*/true);
@@ -222,6 +224,9 @@ std::function<int()> addTrain(CLI::App& app) {
         ->capture_default_str()
         ->check(nonNegativeInteger());
     cmd->add_flag("--quiet", args->quiet, "no progress line");
+    cmd->add_flag("--check-numerics", args->checkNumerics,
+                  "check every layer's outputs and gradients for NaN and infinity; stop at the first, naming the "
+                  "layer (slower)");
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--precision", args->precision,

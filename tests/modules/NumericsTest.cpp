@@ -1,0 +1,117 @@
+// The numerics check (Module::setCheckNumerics): a NaN or infinity stops the run at the
+// layer that made it, in forward and in backward, with the layer's path, the phase, the
+// first bad element and what the layer was given; nothing is checked when it is off.
+#include <cmath>
+#include <limits>
+
+#include "GradCheck.h"
+#include "containers/Graph.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Identity.h"
+#include "modules/Linear.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+struct CheckNumerics {
+    CheckNumerics() { Module::setCheckNumerics(true); }
+    ~CheckNumerics() { Module::setCheckNumerics(false); }
+};
+
+// Parameter `name` of `m` or any descendant (a dotted name, as namedParams gives it).
+VariablePtr param(const Module& m, const std::string& name) {
+    std::string names;
+    for (const auto& [n, v] : m.namedParams()) {
+        if (n == name) return v;
+        names += " " + n;
+    }
+    throw std::runtime_error("no parameter " + name + " among" + names);
+}
+
+// fc1 -> relu -> fc2 -> fc3, fc2's weights large enough that its outputs overflow float32.
+std::shared_ptr<Sequential> overflowingNet() {
+    manualSeed(4);
+    auto net = std::make_shared<Sequential>("net");
+    net->append(std::make_shared<Linear>(4, 8, LinearOptions{.name = "fc1"}));
+    net->append(std::make_shared<Activation>(ActivationKind::relu, ActivationOptions{.name = "relu"}));
+    net->append(std::make_shared<Linear>(8, 8, LinearOptions{.name = "fc2"}));
+    net->append(std::make_shared<Linear>(8, 2, LinearOptions{.name = "fc3"}));
+    param(*net, "fc2.W")->data.copyFrom(Tensor::full({8, 8}, 1e38f));
+    return net;
+}
+
+TEST(Numerics, OverflowInForwardNamesTheLayer) {
+    auto net = overflowingNet();
+    const Tensor x = Tensor::full({3, 4}, 1.0f);
+    EXPECT_FALSE(Module::checkNumerics());
+    EXPECT_NO_THROW((*net)(x)); // off: the infinities flow on
+    CheckNumerics on;
+    std::string e;
+    try {
+        (*net)(x);
+    } catch (const NumericsError& err) {
+        e = err.what();
+    }
+    for (const char* part :
+         {"Sequential 'net': input -> fc1 -> relu -> fc2: Linear 'fc2': forward: output 0 [3, 8]", "at index 0 [0, 0]",
+          "24 of 24 elements are NaN or infinite", "input 0 [3, 8]", "all finite"}) {
+        EXPECT_NE(e.find(part), std::string::npos) << part << " not in: " << e;
+    }
+}
+
+TEST(Numerics, NaNGradientsNameTheLayerAndPhase) {
+    manualSeed(5);
+    auto net = std::make_shared<Sequential>("net");
+    net->append(std::make_shared<Linear>(4, 3, LinearOptions{.name = "fc1"}));
+    net->append(std::make_shared<Linear>(3, 2, LinearOptions{.name = "fc2"}));
+    const Tensor x = randomTensor({2, 4}, 1);
+    CheckNumerics on;
+    (*net)(x);
+    std::vector<float> g(4, 0.5f);
+    g[3] = std::numeric_limits<float>::quiet_NaN();
+    std::string e;
+    try {
+        net->backward(Tensor::fromVector({2, 2}, g));
+    } catch (const NumericsError& err) {
+        e = err.what();
+    }
+    for (const char* part : {"backward at fc2: Linear 'fc2': backward: input gradient 0 [2, 3] has NaN",
+                             "output gradient 0 [2, 2]: min 0.5, max 0.5, mean 0.5, 1 NaN or infinite"}) {
+        EXPECT_NE(e.find(part), std::string::npos) << part << " not in: " << e;
+    }
+    // A parameter gradient: input gradients not asked for, so the weights' are the first.
+    auto single = std::make_shared<Linear>(4, 2, LinearOptions{.name = "solo"});
+    (*single)(x);
+    e.clear();
+    try {
+        single->backward(Tensor::fromVector({2, 2}, g), /*updParamGrads=*/true, /*updGrad=*/false);
+    } catch (const NumericsError& err) {
+        e = err.what();
+    }
+    EXPECT_NE(e.find("Linear 'solo': backward: gradient of parameter 'W' [4, 2] has NaN"), std::string::npos) << e;
+}
+
+TEST(Numerics, GraphNodesAndFiniteRunsPass) {
+    auto in = node(std::make_shared<Identity>(), {}, "in");
+    auto fc = node(std::make_shared<Linear>(4, 3), in, "fc");
+    auto act = node(std::make_shared<Activation>(ActivationKind::sigmoid), fc, "act");
+    Graph g({in}, {act}, "g");
+    CheckNumerics on;
+    const Tensor x = randomTensor({2, 4}, 2);
+    EXPECT_NO_THROW(g(x));
+    EXPECT_NO_THROW(g.backward(Tensor::full({2, 3}, 1.0f)));
+    param(g, "fc.W")->data.copyFrom(Tensor::full({4, 3}, std::numeric_limits<float>::infinity()));
+    std::string e;
+    try {
+        g(x);
+    } catch (const NumericsError& err) {
+        e = err.what();
+    }
+    EXPECT_NE(e.find("'fc'"), std::string::npos) << e;
+    EXPECT_NE(e.find("forward: output 0 [2, 3]"), std::string::npos) << e;
+}
+
+} // namespace
+} // namespace tessera
