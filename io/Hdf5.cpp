@@ -201,7 +201,9 @@ bool syncFile(const std::string& path) {
 }
 } // namespace
 
-void saveModel(const Module& module, const std::string& path, const SaveOptions& options) {
+namespace {
+void saveModelWith(const Module& module, const std::string& path, const SaveOptions& options,
+                   const FileExtras* extras) {
     quietHdf5();
     if (!isFloating(options.dtype)) {
         throw IoError("model file " + path + ": parameters are stored as float32, bfloat16 or float16, not " +
@@ -225,6 +227,16 @@ void saveModel(const Module& module, const std::string& path, const SaveOptions&
         }
         for (const auto& [name, t] : module.namedAttrs()) writeTensor(attrs.get(), name, t, path, options.dtype);
         if (options.blueprint) writeString(file.get(), "blueprint", module.blueprint().toJson(), path);
+        if (extras) {
+            Handle extra(H5Gcreate2(file.get(), "extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+            for (const auto& [name, t] : extras->tensors) {
+                if (name.empty() || name.find('/') != std::string::npos || name == ".") {
+                    throw fileError(path, "an extra tensor name must be non-empty, without '/': '" + name + "'");
+                }
+                writeTensor(extra.get(), name, t, path, DType::float32);
+            }
+            writeString(file.get(), "extra_record", extras->record, path);
+        }
         check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "cannot flush " + tmp);
     } catch (...) {
         std::error_code ignored;
@@ -243,6 +255,15 @@ void saveModel(const Module& module, const std::string& path, const SaveOptions&
     }
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     syncFile(dir.empty() ? "." : dir.string()); // the rename itself; best effort
+}
+} // namespace
+
+void saveModel(const Module& module, const std::string& path, const SaveOptions& options) {
+    saveModelWith(module, path, options, nullptr);
+}
+
+void saveModel(const Module& module, const std::string& path, const SaveOptions& options, const FileExtras& extras) {
+    saveModelWith(module, path, options, &extras);
 }
 
 void loadModel(Module& module, const std::string& path, LoadMode mode) {
@@ -309,18 +330,19 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
     for (const auto& [s, dst] : copies) readInto(file.get(), s, dst, path);
 }
 
-std::string readBlueprint(const std::string& path) {
-    Handle file(openFile(path), H5Fclose);
-    if (H5Lexists(file.get(), "blueprint", H5P_DEFAULT) <= 0) throw fileError(path, "holds no blueprint");
-    Handle set(H5Dopen2(file.get(), "blueprint", H5P_DEFAULT), H5Dclose);
+namespace {
+// The string dataset `name` of an open file.
+std::string readString(hid_t file, const std::string& name, const std::string& path) {
+    Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) throw fileError(path, name + " is unreadable");
     Handle type(H5Dget_type(set.get()), H5Tclose);
-    if (H5Tget_class(type.get()) != H5T_STRING) throw fileError(path, "blueprint is not a string");
+    if (H5Tget_class(type.get()) != H5T_STRING) throw fileError(path, name + " is not a string");
     Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     if (H5Tis_variable_str(type.get()) > 0) {
         H5Tset_size(mem.get(), H5T_VARIABLE);
         char* data = nullptr;
-        check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot read the blueprint");
+        check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot read " + name);
         std::string text = data ? data : "";
         Handle space(H5Dget_space(set.get()), H5Sclose);
         H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
@@ -329,9 +351,35 @@ std::string readBlueprint(const std::string& path) {
     const size_t size = H5Tget_size(type.get());
     H5Tset_size(mem.get(), size);
     std::string text(size, '\0');
-    check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), path, "cannot read the blueprint");
+    check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), path, "cannot read " + name);
     text.resize(std::strlen(text.c_str()));
     return text;
+}
+} // namespace
+
+std::string readBlueprint(const std::string& path) {
+    Handle file(openFile(path), H5Fclose);
+    if (H5Lexists(file.get(), "blueprint", H5P_DEFAULT) <= 0) throw fileError(path, "holds no blueprint");
+    return readString(file.get(), "blueprint", path);
+}
+
+FileExtras loadExtras(const std::string& path) {
+    Handle file(openFile(path), H5Fclose);
+    if (H5Lexists(file.get(), "extra", H5P_DEFAULT) <= 0 || H5Lexists(file.get(), "extra_record", H5P_DEFAULT) <= 0) {
+        throw fileError(path, "is a model file without checkpoint data (no 'extra' group and record)");
+    }
+    FileExtras extras;
+    extras.record = readString(file.get(), "extra_record", path);
+    Handle group(H5Gopen2(file.get(), "extra", H5P_DEFAULT), H5Gclose);
+    if (!group.ok()) throw fileError(path, "the 'extra' group is unreadable");
+    for (const std::string& name : members(group.get())) {
+        const Stored s = describe(file.get(), "extra/" + name, path);
+        if (!s.supported || s.dtype == DType::int32) throw fileError(path, "extra/" + name + " is not a float tensor");
+        Tensor t = Tensor::empty(s.shape, DType::float32);
+        readInto(file.get(), s, t, path);
+        extras.tensors.emplace_back(name, t);
+    }
+    return extras;
 }
 
 } // namespace tessera

@@ -25,6 +25,19 @@ struct SaveOptions {
 /// leaves a half-written model. Throws IoError naming the file on failure.
 void saveModel(const Module& module, const std::string& path, const SaveOptions& options = {});
 
+/// What a training checkpoint (training/Checkpoint.h) adds to a model file: named float32
+/// tensors (an optimizer's state) and a text record (where training is, as JSON). Stored
+/// under the file's "extra" group and "extra_record" string; loadModel ignores them.
+struct FileExtras {
+    NamedTensors tensors;
+    std::string record;
+};
+/// saveModel with `extras` in the same file, written in the same single atomic step.
+void saveModel(const Module& module, const std::string& path, const SaveOptions& options, const FileExtras& extras);
+/// The extras of a file saved with them: IoError naming the file when it has none or one
+/// is unreadable.
+FileExtras loadExtras(const std::string& path);
+
 enum class LoadMode {
     strict,  ///< every parameter and attribute of the module and of the file must match
     lenient, ///< names present on only one side are skipped; matching names must still fit

@@ -39,6 +39,8 @@ public:
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
 
+    std::vector<std::pair<std::string, int64_t*>> trainingCounters() override { return {{"batches", &batches_}}; }
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;

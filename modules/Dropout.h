@@ -23,6 +23,7 @@ public:
     float p() const { return p_; }
     /// The generator masks are drawn from (reseed it to replay masks).
     Generator& generator() { return gen_; }
+    Generator* randomStream() override { return &gen_; }
     /// The mask of the last train-mode forward (undefined before one).
     const Tensor& mask() const { return mask_; }
 

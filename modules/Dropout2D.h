@@ -20,6 +20,7 @@ public:
     std::string classname() const override { return "Dropout2D"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     Generator& generator() { return gen_; }
+    Generator* randomStream() override { return &gen_; }
     /// The [N, C] mask of the last train-mode forward.
     const Tensor& mask() const { return mask_; }
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,

@@ -34,6 +34,7 @@ using NamedVariables = std::vector<std::pair<std::string, VariablePtr>>;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module;
+class Generator;
 using ModulePtr = std::shared_ptr<Module>;
 
 /// What one run of a module allocates, for the static memory plan
@@ -220,6 +221,13 @@ public:
                             Device device) const;
     /// Direct children with their names (containers only).
     virtual std::vector<std::pair<std::string, Module*>> namedChildren() const { return {}; }
+    /// The module's own random stream (dropout masks, noise), which a checkpoint saves and
+    /// restores; none for most modules.
+    virtual Generator* randomStream() { return nullptr; }
+    /// Counters the module keeps from batch to batch besides its attributes (batch norm's
+    /// batches seen, which sets its running-average factor), by name, which a checkpoint
+    /// saves and restores; none for most modules.
+    virtual std::vector<std::pair<std::string, int64_t*>> trainingCounters() { return {}; }
 
 protected:
     /// Compute the outputs for inputs that passed the checks.

@@ -26,6 +26,7 @@ public:
     std::string classname() const override { return "NoiseInjector"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     Generator& generator() { return gen_; }
+    Generator* randomStream() override { return &gen_; }
     /// The noise of the last train-mode forward.
     const Tensor& noise() const { return noise_; }
     Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }

@@ -68,8 +68,9 @@
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
 
-// training/: costs, optimizers, schedules, Trainer/Validator/Calculator, IDX data
+// training/: costs, optimizers, schedules, Trainer/Validator/Calculator, checkpoints, IDX data
 #include "training/CTC.h"
+#include "training/Checkpoint.h"
 #include "training/Cost.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"

@@ -35,6 +35,13 @@ public:
         sum_ = 0.0;
         samples_ = 0;
     }
+    /// The accumulator itself (sum of sample-weighted errors, samples), for checkpoints.
+    double errorSum() const { return sum_; }
+    int64_t errorSamples() const { return samples_; }
+    void setAccumulator(double sum, int64_t samples) {
+        sum_ = sum;
+        samples_ = samples;
+    }
 
 protected:
     /// Throws ShapeError unless the predictions and targets fit.

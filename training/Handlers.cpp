@@ -121,14 +121,26 @@ double Trainer::train(const Tensor& data, const Tensor& targets) {
     return train(Tensors{data}, Tensors{targets});
 }
 
+void Trainer::setPosition(const TrainerPosition& position) {
+    if (position.epoch < 0 || position.batch < 0 || position.errorSamples < 0) {
+        throw ModuleError("Trainer: a position out of range (epoch " + std::to_string(position.epoch) + ", batch " +
+                          std::to_string(position.batch) + ")");
+    }
+    position_ = position;
+}
+
 double Trainer::train(const Tensors& data, const Tensors& targets) {
     const int64_t n = checkSets("Trainer", data, &targets, options_.batchsize);
     const int64_t bs = options_.batchsize, batches = (n + bs - 1) / bs;
+    if (position_.batch > batches) {
+        throw ModuleError("Trainer: resuming at batch " + std::to_string(position_.batch) + " of an epoch of " +
+                          std::to_string(batches));
+    }
     std::vector<int64_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     if (options_.shuffle) {
         // Fisher-Yates on the counter-based generator: the same order for a seed and epoch.
-        const uint64_t seed = randomBits(options_.seed, static_cast<uint64_t>(epoch_));
+        const uint64_t seed = randomBits(options_.seed, static_cast<uint64_t>(position_.epoch));
         for (int64_t i = n - 1; i > 0; --i) {
             const auto j =
                 static_cast<int64_t>(randomBits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(i + 1));
@@ -136,13 +148,14 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
         }
     }
     net_.trainMode();
-    cost_.resetAccumulator();
+    cost_.setAccumulator(position_.errorSum, position_.errorSamples); // zero at an epoch's start
     Progress progress(options_, "train");
     const auto t0 = Clock::now();
+    const int64_t first = position_.batch;
     BatchInfo info;
-    info.epoch = epoch_;
+    info.epoch = position_.epoch;
     info.batches = batches;
-    for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t b = first; b < batches; ++b) {
         const int64_t begin = b * bs, end = std::min(n, begin + bs);
         const Tensors x = gatherAll(data, order, begin, end, options_.device);
         const Tensors t = gatherAll(targets, order, begin, end, options_.device);
@@ -156,6 +169,9 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
         // several modules gets the sum of its uses.
         net_.backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
         optimizer_.update();
+        position_.batch = b + 1;
+        position_.errorSum = cost_.errorSum();
+        position_.errorSamples = cost_.errorSamples();
         info.batch = b;
         info.error = r.error;
         info.meanError = cost_.getMeanError();
@@ -163,11 +179,13 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
         info.seconds = secondsSince(t0);
         progress.show(info);
         if (onBatchFinish) onBatchFinish(info);
+        if (stop_ && b + 1 < batches) return cost_.getMeanError(); // the epoch stays open
     }
-    rate_ = static_cast<double>(n) / secondsSince(t0);
+    rate_ = static_cast<double>(std::max<int64_t>(0, n - first * bs)) / secondsSince(t0);
     if (onEpochFinish) onEpochFinish(info);
-    ++epoch_;
-    return cost_.getMeanError();
+    const double error = cost_.getMeanError();
+    position_ = {position_.epoch + 1, 0, 0.0, 0};
+    return error;
 }
 
 // ---- Validator ----------------------------------------------------------------------------

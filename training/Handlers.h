@@ -3,6 +3,7 @@
 /// batches. Data sets are host tensors whose dim 0 indexes samples; every batch is
 /// copied to the network's device.
 
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -33,6 +34,15 @@ struct HandlerOptions {
     Device device = {}; ///< where batches go
 };
 
+/// Where a Trainer is: the epoch in progress, the next batch of it, and its cost
+/// accumulator over the batches done (for the epoch's mean error). A checkpoint saves it.
+struct TrainerPosition {
+    int64_t epoch = 0;
+    int64_t batch = 0;
+    double errorSum = 0.0;
+    int64_t errorSamples = 0;
+};
+
 /// One training pass = for each batch: forward, cost, zeroed gradients, backward,
 /// optimizer update.
 class Trainer {
@@ -46,17 +56,30 @@ public:
     double train(const Tensors& data, const Tensors& targets);
     std::function<void(const BatchInfo&)> onBatchFinish;
     std::function<void(const BatchInfo&)> onEpochFinish;
-    int64_t epoch() const { return epoch_; }
+    int64_t epoch() const { return position_.epoch; }
     /// Samples per second of the last epoch.
     double samplesPerSecond() const { return rate_; }
+    /// Where training is. After a whole epoch: the next epoch's batch 0.
+    const TrainerPosition& position() const { return position_; }
+    /// Continue from `position` (a checkpoint's): the next train() runs the rest of that
+    /// epoch, in the same order, with the epoch's mean error counting the batches before.
+    void setPosition(const TrainerPosition& position);
+    /// Asks the pass in progress to return after the batch it is running (its epoch not
+    /// finished: position() says where it stopped). Only sets an atomic flag, so a signal
+    /// handler may call it; the flag stays set until clearStop().
+    void requestStop() { stop_ = true; }
+    bool stopRequested() const { return stop_; }
+    void clearStop() { stop_ = false; }
+    const HandlerOptions& options() const { return options_; }
 
 private:
     Module& net_;
     Cost& cost_;
     Optimizer& optimizer_;
     HandlerOptions options_;
-    int64_t epoch_ = 0;
+    TrainerPosition position_;
     double rate_ = 0.0;
+    std::atomic<bool> stop_{false};
 };
 
 /// Runs the network in eval mode and returns the cost's mean validation error (for

@@ -118,6 +118,53 @@ bool Optimizer::update() {
     return true;
 }
 
+Optimizer::State Optimizer::state() const {
+    if (!bound_) throw ModuleError(classname() + ": state before setupOn");
+    State st;
+    for (const Entry& e : entries_) {
+        for (int k = 0; k < states_; ++k) st.tensors.emplace_back(e.name + "#" + std::to_string(k), e.state[k]);
+    }
+    st.steps = steps();
+    st.lossScale = scale_;
+    st.cleanSteps = clean_;
+    st.skippedSteps = skipped_;
+    return st;
+}
+
+void Optimizer::setState(const State& st) {
+    if (!bound_) throw ModuleError(classname() + ": setState before setupOn");
+    if (st.tensors.size() != entries_.size() * static_cast<size_t>(states_)) {
+        throw ModuleError(classname() + ": the state holds " + std::to_string(st.tensors.size()) +
+                          " tensors, this optimizer " + std::to_string(entries_.size() * states_) + " (" +
+                          std::to_string(entries_.size()) + " parameters x " + std::to_string(states_) + ")");
+    }
+    size_t i = 0;
+    for (const Entry& e : entries_) { // checked whole before anything is copied
+        for (int k = 0; k < states_; ++k, ++i) {
+            const auto& [name, t] = st.tensors[i];
+            const std::string want = e.name + "#" + std::to_string(k);
+            if (name != want) throw ModuleError(classname() + ": state tensor " + name + " where " + want + " belongs");
+            if (t.shape() != e.state[k].shape()) {
+                throw ModuleError(classname() + ": state tensor " + name + " has shape " + t.shape().str() +
+                                  ", the parameter " + e.state[k].shape().str());
+            }
+        }
+    }
+    if (!(st.lossScale > 0.0f) || st.steps < 0 || st.cleanSteps < 0 || st.skippedSteps < 0) {
+        throw ModuleError(classname() + ": counters out of range in the state");
+    }
+    if (!scaling_ && st.lossScale != 1.0f)
+        throw ModuleError(classname() + ": the state has loss scaling, this optimizer not");
+    i = 0;
+    for (Entry& e : entries_) {
+        for (int k = 0; k < states_; ++k, ++i) e.state[k].copyFrom(st.tensors[i].second.to(e.state[k].device()));
+    }
+    params_.step = st.steps + 1;
+    scale_ = st.lossScale;
+    clean_ = st.cleanSteps;
+    skipped_ = st.skippedSteps;
+}
+
 void Optimizer::zeroGradParams() {
     if (flatGrads_.defined()) {
         backendOf(flatGrads_).fill(flatGrads_, 0.0f);

@@ -65,6 +65,20 @@ public:
     void setLearnRateFactor(const std::string& name, float factor);
     /// Updates made so far.
     int64_t steps() const { return params_.step - 1; }
+    /// Everything an update depends on besides the parameters and their gradients, to save
+    /// and restore (training/Checkpoint.h): per bound parameter its state tensors, named
+    /// "<dotted name>#<k>" (k below the rule's state count; none for SGD), the step count
+    /// and the loss-scaling state.
+    struct State {
+        NamedTensors tensors;
+        int64_t steps = 0;
+        float lossScale = 1.0f;
+        int64_t cleanSteps = 0, skippedSteps = 0;
+    };
+    State state() const;
+    /// Restores a state() of an optimizer of the same class bound to the same parameters;
+    /// ModuleError naming what does not match (a name, a shape, loss scaling on one side).
+    void setState(const State& state);
     /// The flat parameter buffer under global state (undefined otherwise).
     const Tensor& globalParams() const { return flatParams_; }
 

@@ -1,0 +1,176 @@
+// Checkpoints: a run stopped in the middle of an epoch and resumed from its checkpoint by
+// fresh objects gives bit-identical losses and weights to a run never stopped (Adam's state
+// and step count, batch norm's running statistics, dropout's stream, the batch order and
+// the epoch's mean error all carry over); mismatches are clear errors.
+#include <cstring>
+#include <filesystem>
+
+#include "GradCheck.h"
+#include "containers/Sequential.h"
+#include "io/Hdf5.h"
+#include "modules/Activation.h"
+#include "modules/BatchNormND.h"
+#include "modules/Dropout.h"
+#include "modules/Linear.h"
+#include "training/Checkpoint.h"
+#include "training/CrossEntropy.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+std::shared_ptr<Sequential> smallNet(uint64_t seed) {
+    manualSeed(seed);
+    auto net = std::make_shared<Sequential>("net");
+    net->append(std::make_shared<Linear>(6, 16))
+        .append(std::make_shared<BatchNorm1D>(16))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<Dropout>(DropoutOptions{.p = 0.2f}))
+        .append(std::make_shared<Linear>(16, 3));
+    return net;
+}
+
+struct Data {
+    Tensor x, y;
+};
+
+Data dataSet() {
+    const Tensor x = randomTensor({200, 6}, 3);
+    std::vector<int32_t> y;
+    const std::vector<float> v = x.toVector<float>();
+    for (size_t i = 0; i < 200; ++i) y.push_back(v[i * 6] > 0 ? (v[i * 6 + 1] > 0 ? 2 : 1) : 0);
+    return {x, Tensor::fromVector({200}, y)};
+}
+
+std::vector<float> weights(const Module& m) {
+    std::vector<float> all;
+    for (const auto& [name, v] : m.namedParams()) {
+        const std::vector<float> w = v->data.toVector<float>();
+        all.insert(all.end(), w.begin(), w.end());
+    }
+    for (const auto& [name, t] : m.namedAttrs()) {
+        const std::vector<float> w = t.toVector<float>();
+        all.insert(all.end(), w.begin(), w.end());
+    }
+    return all;
+}
+
+bool bitEqual(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+const HandlerOptions kOptions{.batchsize = 32, .seed = 9, .progress = false};
+
+TEST(Checkpoint, ResumedRunIsBitIdentical) {
+    const Data d = dataSet();
+    // Uninterrupted: three epochs.
+    auto a = smallNet(1);
+    Adam adamA(0.01f);
+    adamA.setupOn(*a, true);
+    CrossEntropy costA;
+    Trainer trainerA(*a, costA, adamA, kOptions);
+    std::vector<double> lossesA;
+    for (int e = 0; e < 3; ++e) lossesA.push_back(trainerA.train(d.x, d.y));
+
+    // Stopped after batch 3 of epoch 1, checkpointed; then resumed by fresh objects.
+    const std::string path = ::testing::TempDir() + "tessera_checkpoint.h5";
+    std::vector<double> lossesB;
+    std::vector<float> atCheckpoint;
+    {
+        auto b = smallNet(1);
+        Adam adam(0.01f);
+        adam.setupOn(*b, true);
+        CrossEntropy cost;
+        Trainer trainer(*b, cost, adam, kOptions);
+        trainer.onBatchFinish = [&](const BatchInfo& info) {
+            if (info.epoch == 1 && info.batch == 3) {
+                saveCheckpoint(path, *b, adam, trainer);
+                atCheckpoint = weights(*b);
+                trainer.requestStop();
+            }
+        };
+        lossesB.push_back(trainer.train(d.x, d.y));
+        trainer.train(d.x, d.y); // stops early
+        EXPECT_EQ(trainer.position().epoch, 1);
+        EXPECT_EQ(trainer.position().batch, 4);
+    }
+    manualSeed(12345); // the resumed process's own state differs: the checkpoint restores it
+    auto c = smallNet(2);
+    Adam adam(0.01f);
+    adam.setupOn(*c, true);
+    CrossEntropy cost;
+    Trainer trainer(*c, cost, adam, kOptions);
+    loadCheckpoint(path, *c, adam, trainer);
+    EXPECT_EQ(adam.steps(), 7 + 4);
+    EXPECT_TRUE(bitEqual(weights(*c), atCheckpoint));
+    lossesB.push_back(trainer.train(d.x, d.y)); // the rest of epoch 1
+    lossesB.push_back(trainer.train(d.x, d.y));
+    ASSERT_EQ(lossesB.size(), 3u);
+    for (int e = 0; e < 3; ++e) EXPECT_EQ(lossesB[e], lossesA[e]) << "epoch " << e; // exactly
+    EXPECT_TRUE(bitEqual(weights(*c), weights(*a)));
+    for (const auto& [name, v] : a->namedParams()) {
+        for (const auto& [n2, v2] : c->namedParams()) {
+            if (n2 == name) EXPECT_TRUE(bitEqual(v->data.toVector<float>(), v2->data.toVector<float>())) << name;
+        }
+    }
+    for (const auto& [name, t] : a->namedAttrs()) {
+        for (const auto& [n2, t2] : c->namedAttrs()) {
+            if (n2 == name) EXPECT_TRUE(bitEqual(t.toVector<float>(), t2.toVector<float>())) << name;
+        }
+    }
+    // A checkpoint is a model file too.
+    auto plain = smallNet(3);
+    loadModel(*plain, path);
+}
+
+TEST(Checkpoint, MismatchesAreClearErrors) {
+    const Data d = dataSet();
+    auto net = smallNet(1);
+    Adam adam;
+    adam.setupOn(*net, true);
+    CrossEntropy cost;
+    Trainer trainer(*net, cost, adam, kOptions);
+    const std::string path = ::testing::TempDir() + "tessera_checkpoint_m.h5";
+    saveCheckpoint(path, *net, adam, trainer);
+    {
+        auto other = smallNet(1);
+        Adam a2;
+        a2.setupOn(*other, true);
+        CrossEntropy c2;
+        HandlerOptions o = kOptions;
+        o.batchsize = 16;
+        Trainer t2(*other, c2, a2, o);
+        EXPECT_NE(
+            errorOf([&] { loadCheckpoint(path, *other, a2, t2); }).find("saved with batch size 32, resumed with 16"),
+            std::string::npos);
+        MomentumSGD sgd;
+        sgd.setupOn(*other, true);
+        Trainer t3(*other, c2, sgd, kOptions);
+        EXPECT_NE(errorOf([&] { loadCheckpoint(path, *other, sgd, t3); }).find("saved with optimizer Adam"),
+                  std::string::npos);
+    }
+    // A model file without checkpoint data.
+    const std::string model = ::testing::TempDir() + "tessera_plain_model.h5";
+    saveModel(*net, model);
+    EXPECT_NE(errorOf([&] { loadCheckpoint(model, *net, adam, trainer); }).find("without checkpoint data"),
+              std::string::npos);
+    // A model of another shape: the strict load names the parameters; nothing changes.
+    manualSeed(1);
+    auto wide = std::make_shared<Sequential>("net");
+    wide->append(std::make_shared<Linear>(6, 17))
+        .append(std::make_shared<BatchNorm1D>(17))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<Dropout>(DropoutOptions{.p = 0.2f}))
+        .append(std::make_shared<Linear>(17, 3));
+    Adam a4;
+    a4.setupOn(*wide, true);
+    Trainer t4(*wide, cost, a4, kOptions);
+    const std::vector<float> before = weights(*wide);
+    EXPECT_FALSE(errorOf([&] { loadCheckpoint(path, *wide, a4, t4); }).empty());
+    EXPECT_TRUE(bitEqual(weights(*wide), before));
+    std::filesystem::remove(path);
+    std::filesystem::remove(model);
+}
+
+} // namespace
+} // namespace tessera

@@ -1,0 +1,30 @@
+#pragma once
+/// \file Training checkpoints: one file with everything a run needs to continue exactly
+/// where it was, so a resumed run is bit-identical to one never interrupted (on the same
+/// device and thread count): the model's parameters and attributes and its blueprint (it
+/// is an HDF5 model file, which loadModel and `tessera check` read like any other), the
+/// optimizer's state (its per-parameter tensors, step count, loss scale), the Trainer's
+/// position within its epoch (the batch order follows from the seed and epoch), the
+/// global random generator and every module's own random stream (dropout, noise). Written atomically: beside the
+/// target, synced, renamed over it, so a kill at any point leaves the previous checkpoint whole.
+
+#include <string>
+
+#include "modules/Module.h"
+#include "training/Handlers.h"
+#include "training/Optimizer.h"
+
+namespace tessera {
+
+/// Writes a checkpoint of `net` trained by `trainer` with `optimizer` (bound to `net`).
+/// IoError naming the file when it cannot be written.
+void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer);
+
+/// Restores a checkpoint into `net` (same parameter names and shapes), `optimizer` (same
+/// class, bound to `net`, set up as when it was saved), `trainer` (same batch size and
+/// seed) and the global generator. IoError naming the file for an unreadable or
+/// non-checkpoint file; ModuleError naming what does not match. Nothing is changed when
+/// anything does not match.
+void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer);
+
+} // namespace tessera
