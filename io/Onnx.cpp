@@ -106,7 +106,20 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     Constant c;
     const Shape shape = shapeOf(t);
     c.dims.assign(t.dims().begin(), t.dims().end());
-    const int64_t n = shape.numel();
+    const int32_t type = t.data_type();
+    if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32) {
+        throw IoError(what + ": tensor data type " + std::to_string(type) +
+                      " is not supported (float32, int32 and int64 are)");
+    }
+    int64_t n = 0;
+    try {
+        for (int64_t d : shape.dims()) {
+            if (d < 0) throw ShapeError("a negative dim");
+        }
+        n = shape.numel();
+    } catch (const ShapeError& e) {
+        throw IoError(what + ": dims " + shape.str() + " describe no tensor (" + e.what() + ")");
+    }
     auto sized = [&](size_t got) {
         if (static_cast<int64_t>(got) != n) {
             throw IoError(what + ": " + std::to_string(got) + " values for shape " + shape.str());

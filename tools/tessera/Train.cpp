@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -16,6 +18,7 @@
 #include "backend/Random.h"
 #include "io/Hdf5.h"
 #include "io/Summary.h"
+#include "training/Checkpoint.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
 #include "training/Idx.h"
@@ -65,7 +68,14 @@ struct TrainArgs {
     std::string metrics;
     std::string plot;
     bool checkNumerics = false;
+    std::string checkpoint;
+    int64_t every = 0;
+    std::string resume;
 };
+
+// SIGINT and SIGTERM during training: the signal's number, read after each batch.
+volatile std::sig_atomic_t stopSignal = 0;
+extern "C" void onStopSignal(int sig) { stopSignal = sig; }
 
 // A gnuplot single-quoted string ('' stands for ').
 std::string gnuplotQuoted(const std::string& s) {
@@ -119,6 +129,11 @@ int runTrain(const TrainArgs& a) {
     if (!a.save.empty()) requireWritableDestination("--save", a.save);
     if (!a.metrics.empty()) requireWritableDestination("--metrics", a.metrics);
     if (!a.plot.empty()) requireWritableDestination("--plot", a.plot);
+    if (!a.checkpoint.empty()) requireWritableDestination("--checkpoint", a.checkpoint);
+    if (a.every > 0 && a.checkpoint.empty()) throw UsageError("--every needs --checkpoint PATH to write to");
+    if (!a.resume.empty() && !std::filesystem::exists(a.resume)) {
+        throw UsageError("--resume " + a.resume + ": no such file");
+    }
     Module::setCheckNumerics(a.checkNumerics);
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
@@ -154,23 +169,62 @@ int runTrain(const TrainArgs& a) {
     if (!device.isCpu()) net->optimizeForShape({batchShape}, size_t{512} << 20);
 
     // Metrics: one CSV row per epoch, flushed at once, so a killed run keeps what it did.
-    const std::string metricsPath = !a.metrics.empty() ? a.metrics : (a.plot.empty() ? "" : a.plot + ".csv");
-    std::FILE* metrics = nullptr;
-    if (!metricsPath.empty()) {
-        metrics = std::fopen(metricsPath.c_str(), "w");
-        if (!metrics) throw IoError("--metrics: cannot write " + metricsPath + ": " + std::strerror(errno));
-        std::fprintf(metrics, "epoch,train_loss,test_accuracy_percent,seconds,images_per_second\n");
-        std::fflush(metrics);
-    }
-
     CrossEntropy cost;
     HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout, .device = device};
     Trainer trainer(*net, cost, *optimizer, options);
+    if (!a.resume.empty()) {
+        loadCheckpoint(a.resume, *net, *optimizer, trainer);
+        std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
+                    static_cast<long long>(trainer.position().epoch + 1),
+                    static_cast<long long>(trainer.position().batch), static_cast<long long>(optimizer->steps()));
+    }
+    // A resumed run appends to its metrics; a fresh one starts the file.
+    const std::string metricsPath = !a.metrics.empty() ? a.metrics : (a.plot.empty() ? "" : a.plot + ".csv");
+    std::FILE* metrics = nullptr;
+    if (!metricsPath.empty()) {
+        const bool append = !a.resume.empty() && std::filesystem::exists(metricsPath);
+        metrics = std::fopen(metricsPath.c_str(), append ? "a" : "w");
+        if (!metrics) throw IoError("--metrics: cannot write " + metricsPath + ": " + std::strerror(errno));
+        if (!append) std::fprintf(metrics, "epoch,train_loss,test_accuracy_percent,seconds,images_per_second\n");
+        std::fflush(metrics);
+    }
+    // Checkpoints: every --every steps, at the end of each epoch, and on SIGINT/SIGTERM
+    // after the batch in progress.
+    auto checkpoint = [&] {
+        if (!a.checkpoint.empty()) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer);
+    };
+    trainer.onBatchFinish = [&](const BatchInfo&) {
+        if (a.every > 0 && optimizer->steps() % a.every == 0) checkpoint();
+        if (stopSignal) trainer.requestStop();
+    };
+    // After SIGINT/SIGTERM: the checkpoint, and how to go on; exit code 128 + the signal.
+    auto stopped = [&]() -> int {
+        const int sig = stopSignal ? static_cast<int>(stopSignal) : SIGINT;
+        checkpoint();
+        if (metrics) std::fclose(metrics);
+        std::printf("\nstopped by %s at epoch %lld, batch %lld (step %lld)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                    static_cast<long long>(trainer.position().epoch + 1),
+                    static_cast<long long>(trainer.position().batch), static_cast<long long>(optimizer->steps()));
+        if (a.checkpoint.empty()) {
+            std::printf("; no --checkpoint was given, so nothing was saved\n");
+        } else {
+            std::printf("; checkpoint written to %s\nresume with the same command and --resume %s\n",
+                        a.checkpoint.c_str(), a.checkpoint.c_str());
+        }
+        std::fflush(stdout);
+        return 128 + sig;
+    };
+    std::signal(SIGINT, onStopSignal);
+    std::signal(SIGTERM, onStopSignal);
     CrossEntropy validationCost;
     Validator validator(*net, validationCost, options);
     double accuracy = 0.0;
-    for (int64_t e = 0; e < a.epochs; ++e) {
+    for (int64_t e = trainer.position().epoch; e < a.epochs; ++e) {
         const double loss = trainer.train(train.images, train.labels);
+        // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
+        // batch, the epoch ends as usual first.)
+        if ((trainer.stopRequested() || stopSignal) && trainer.position().batch != 0) return stopped();
+        checkpoint();
         accuracy = 1.0 - validator.validate(test.images, test.labels);
         std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s)\n",
                     static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
@@ -182,6 +236,7 @@ int runTrain(const TrainArgs& a) {
                          seconds, trainer.samplesPerSecond());
             std::fflush(metrics);
         }
+        if (trainer.stopRequested() || stopSignal) return stopped();
     }
     if (metrics) {
         std::fclose(metrics);
@@ -224,6 +279,14 @@ std::function<int()> addTrain(CLI::App& app) {
         ->capture_default_str()
         ->check(nonNegativeInteger());
     cmd->add_flag("--quiet", args->quiet, "no progress line");
+    cmd->add_option("--checkpoint", args->checkpoint,
+                    "write a checkpoint (model, optimizer, position, random state) to this file at the end of each "
+                    "epoch, every --every steps, and on SIGINT/SIGTERM");
+    cmd->add_option("--every", args->every, "also checkpoint every N training steps (0: at epoch ends only)")
+        ->capture_default_str()
+        ->check(nonNegativeInteger());
+    cmd->add_option("--resume", args->resume,
+                    "continue from this checkpoint, bit-identical to an uninterrupted run (give the same options)");
     cmd->add_flag("--check-numerics", args->checkNumerics,
                   "check every layer's outputs and gradients for NaN and infinity; stop at the first, naming the "
                   "layer (slower)");
