@@ -13,6 +13,21 @@ NodePtr node(ModulePtr mod, const Parents& parents, std::string name) {
     return std::make_shared<Node>(std::move(mod), parents, std::move(name));
 }
 
+Node::~Node() {
+    // A parent whose last owner is this node would be destroyed inside this destructor and
+    // its parents inside its, one stack frame per ancestor. Instead each such parent hands
+    // its own parents to this loop before it goes.
+    std::vector<NodePtr> pending = std::move(parents_);
+    while (!pending.empty()) {
+        NodePtr p = std::move(pending.back());
+        pending.pop_back();
+        if (p.use_count() == 1) {
+            for (NodePtr& q : p->parents_) pending.push_back(std::move(q));
+            p->parents_.clear();
+        }
+    }
+}
+
 Node::Node(ModulePtr mod, const Parents& parents, std::string name) : module_(std::move(mod)), name_(std::move(name)) {
     if (!module_) throw GraphError("Node '" + name_ + "': the module is null");
     // Node and module share one name, as in PuzzleLib: error messages then name both.

@@ -51,6 +51,11 @@ public:
     /// Graph names nodes left unnamed).
     /// Throws GraphError when a parent slot is out of range.
     explicit Node(ModulePtr mod, const Parents& parents = {}, std::string name = {});
+    /// Releases its ancestors without recursion: a chain of a million nodes does not
+    /// overflow the stack when its last node goes.
+    ~Node();
+    Node(const Node&) = delete;
+    Node& operator=(const Node&) = delete;
 
     Module& module() const { return *module_; }
     const ModulePtr& modulePtr() const { return module_; }

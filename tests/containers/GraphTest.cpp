@@ -8,6 +8,7 @@
 #include "modules/Concat.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
+#include "modules/MulAddConst.h"
 #include "modules/Split.h"
 
 namespace tessera {
@@ -28,6 +29,25 @@ void randomiseBiases(Module& m) {
     for (const auto& [name, var] : m.namedParams()) {
         if (name.ends_with(".b")) var->data.copyFrom(randomTensor(var->data.shape(), seed++, -0.5f, 0.5f));
     }
+}
+
+// A chain of 200,000 nodes runs forward and backward, and its release (the last node
+// owning all the others through its parents) does not recurse once per node: it used to
+// overflow the stack at about a million.
+TEST(Graph, DeepChainRunsAndReleasesWithoutRecursion) {
+    auto in = node(std::make_shared<Identity>(), {}, "in");
+    NodePtr last = in;
+    for (int i = 0; i < 200000; ++i) last = node(std::make_shared<MulAddConst>(1.0f, 1e-6f), last);
+    {
+        Graph g({in}, {last}, "chain");
+        const Tensor y = g(Tensor::zeros({1, 2}));
+        EXPECT_NEAR(y.toVector<float>()[0], 0.2f, 1e-3f);
+        EXPECT_TRUE(allClose(g.backward(Tensor::full({1, 2}, 1.0f)), {1.0f, 1.0f}));
+    }
+    std::weak_ptr<Node> first = in;
+    in.reset();
+    last.reset(); // releases all 200,001
+    EXPECT_TRUE(first.expired());
 }
 
 TEST(Graph, DiamondMatchesHandWiring) {

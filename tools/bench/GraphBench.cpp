@@ -1,6 +1,8 @@
 // Whole-graph shape checking of a 10 000-node graph, and the peak memory of a 50-layer
 // chain's inference in eval mode (values released after their last consumer) against
-// train mode (every value kept for backward).
+// train mode (every value kept for backward), and graphs of up to a million nodes.
+#include <chrono>
+
 #include "BenchUtil.h"
 #include "backend/Backend.h"
 #include "containers/Graph.h"
@@ -8,6 +10,7 @@
 #include "modules/Add.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
+#include "modules/MulAddConst.h"
 
 namespace {
 
@@ -81,6 +84,49 @@ BENCHMARK(BM_ChainInferencePeak)
     ->Name("Graph/chain50/inferencePeak")
     ->Arg(1)
     ->Arg(0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Load: a chain of N scalar-affine nodes built, wrapped as a Graph, shape-checked, run
+// forward and backward, and destroyed, each phase timed (seconds, one iteration per N):
+// time grows about linearly with N and nothing recurses once per node.
+void BM_GraphLoad(benchmark::State& state) {
+    const int64_t n = state.range(0);
+    double phase[6] = {};
+    for (auto _ : state) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto lap = [&](int k) {
+            const auto t1 = std::chrono::steady_clock::now();
+            phase[k] = std::chrono::duration<double>(t1 - t0).count();
+            t0 = t1;
+        };
+        {
+            auto in = node(std::make_shared<Identity>("in"));
+            NodePtr last = in;
+            for (int64_t i = 0; i < n; ++i) last = node(std::make_shared<MulAddConst>(1.0f, 0.0f), last);
+            lap(0);
+            Graph g({in}, {last});
+            lap(1);
+            g.dataShapeFrom(Shape{2, 3});
+            lap(2);
+            benchmark::DoNotOptimize(g(Tensor::full({2, 3}, 1.0f)).raw());
+            lap(3);
+            g.backward(Tensor::full({2, 3}, 1.0f));
+            lap(4);
+            last.reset();
+            in.reset();
+        }
+        lap(5);
+    }
+    const char* names[6] = {"build_s", "graph_s", "check_s", "forward_s", "backward_s", "destroy_s"};
+    for (int k = 0; k < 6; ++k) state.counters[names[k]] = phase[k];
+}
+BENCHMARK(BM_GraphLoad)
+    ->Name("Graph/load")
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Arg(1000000)
+    ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
