@@ -5,6 +5,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -93,16 +94,20 @@ void writeIndex(hid_t group, const std::string& name, int64_t index, const std::
     check(H5Dwrite(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &index), path, "cannot write " + name);
 }
 
+// A fixed-length string: variable-length ones live in HDF5's global heap, whose reader
+// crashes or loops on a corrupted heap index (files read back either kind).
 void writeString(hid_t file, const std::string& name, const std::string& text, const std::string& path) {
     Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_size(type.get(), std::max<size_t>(1, text.size()));
+    H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
     H5Tset_cset(type.get(), H5T_CSET_UTF8);
     Handle space(H5Screate(H5S_SCALAR), H5Sclose);
     Handle set(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                H5Dclose);
-    const char* data = text.c_str();
+    std::string padded = text;
+    padded.resize(std::max<size_t>(1, text.size()), '\0');
     if (!set.ok()) throw fileError(path, "cannot create " + name);
-    check(H5Dwrite(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot write " + name);
+    check(H5Dwrite(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()), path, "cannot write " + name);
 }
 
 // The names of a group's members.
@@ -348,7 +353,8 @@ std::string readString(hid_t file, const std::string& name, const std::string& p
         H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
         return text;
     }
-    const size_t size = H5Tget_size(type.get());
+    // One byte more than stored, for the terminator of the null-terminated memory type.
+    const size_t size = H5Tget_size(type.get()) + 1;
     H5Tset_size(mem.get(), size);
     std::string text(size, '\0');
     check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), path, "cannot read " + name);
