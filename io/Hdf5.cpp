@@ -3,14 +3,19 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -336,6 +341,79 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
 }
 
 namespace {
+// Runs `read` (a read through libhdf5 that a corrupt file can crash or hang: variable-length
+// strings go through its global heap) in a child process and returns what it returned,
+// which starts with a status byte (0: the rest is the value; else libhdf5 reported an
+// error). A crash or no answer within a minute there is an IoError naming the file here.
+std::string isolated(const std::string& path, const std::string& name, const std::function<std::string()>& read) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw fileError(path, "cannot read " + name + ": pipe: " + std::strerror(errno));
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        ::close(fds[0]);
+        ::close(fds[1]);
+        throw fileError(path, "cannot read " + name + ": fork: " + std::strerror(errno));
+    }
+    if (pid == 0) { // the child: read, send, leave without running the parent's exit handlers
+        ::close(fds[0]);
+        std::string out;
+        try {
+            out = read();
+        } catch (...) {
+            out = "\x01";
+        }
+        const char* p = out.data();
+        size_t left = out.size();
+        while (left > 0) {
+            const ssize_t n = ::write(fds[1], p, left);
+            if (n <= 0) ::_exit(3);
+            p += n;
+            left -= static_cast<size_t>(n);
+        }
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string got;
+    char buf[65536];
+    bool timedOut = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            timedOut = true;
+            break;
+        }
+        pollfd pfd{fds[0], POLLIN, 0};
+        const int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0) {
+            timedOut = ready == 0;
+            break;
+        }
+        const ssize_t n = ::read(fds[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fds[0]);
+    if (timedOut) ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (timedOut) throw fileError(path, name + " is unreadable: reading it did not finish in 60 s (a corrupt file)");
+    if (WIFSIGNALED(status)) {
+        throw fileError(path, name + " is unreadable: the HDF5 library crashed reading it (signal " +
+                                  std::to_string(WTERMSIG(status)) + "; a corrupt file)");
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { // a sanitizer turns a crash into an exit
+        throw fileError(path, name + " is unreadable: the HDF5 library failed reading it (exit status " +
+                                  std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "; a corrupt file)");
+    }
+    if (got.empty() || got[0] != '\0') throw fileError(path, "cannot read " + name);
+    return got.substr(1);
+}
+
 // The string dataset `name` of an open file.
 std::string readString(hid_t file, const std::string& name, const std::string& path) {
     Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
@@ -346,12 +424,14 @@ std::string readString(hid_t file, const std::string& name, const std::string& p
     H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     if (H5Tis_variable_str(type.get()) > 0) {
         H5Tset_size(mem.get(), H5T_VARIABLE);
-        char* data = nullptr;
-        check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot read " + name);
-        std::string text = data ? data : "";
-        Handle space(H5Dget_space(set.get()), H5Sclose);
-        H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
-        return text;
+        return isolated(path, name, [&] {
+            char* data = nullptr;
+            if (H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data) < 0) return std::string("\x01");
+            std::string text = data ? data : "";
+            Handle space(H5Dget_space(set.get()), H5Sclose);
+            H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
+            return std::string("\x00", 1) + text;
+        });
     }
     // One byte more than stored, for the terminator of the null-terminated memory type.
     const size_t size = H5Tget_size(type.get()) + 1;

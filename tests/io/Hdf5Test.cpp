@@ -164,6 +164,21 @@ TEST(Hdf5, FailedSaveLeavesNoTemporary) {
     EXPECT_FALSE(std::filesystem::exists(good + ".tmp"));
 }
 
+// A variable-length blueprint string (files of earlier versions, and h5py's strings) is
+// read through HDF5's global heap, whose reader crashes on a corrupt heap index: the read
+// runs in a child process, so the crash becomes an error naming the file. The same file
+// uncorrupted reads. (tests/data/corrupt_heap_blueprint.h5: one byte of
+// vlen_blueprint.h5's heap changed, found by mutating it.)
+TEST(Hdf5, CorruptHeapIsAnErrorNotACrash) {
+    const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/data/";
+    const std::string bp = readBlueprint(dir + "vlen_blueprint.h5");
+    EXPECT_NE(bp.find("\"Sequential\""), std::string::npos) << bp;
+    const std::string e = errorOf([&] { readBlueprint(dir + "corrupt_heap_blueprint.h5"); });
+    EXPECT_NE(e.find("corrupt_heap_blueprint.h5: blueprint is unreadable: the HDF5 library "), // crashed or failed
+              std::string::npos)
+        << e;
+}
+
 // h5py reads what Tessera writes, and Tessera reads what h5py writes.
 TEST(Hdf5, InteroperatesWithH5py) {
     // A relocated test program (tools/bundle.sh) is told where the sources are.
