@@ -4,11 +4,12 @@
 // gradients are reordered into bfloat16 on the way in (the Staged inputs), the primitive
 // runs oneDNN's bfloat16 kernels (AMX or AVX-512 BF16 where present) and writes float32.
 //
-// Backward-weights of a bfloat16 2-D convolution can instead run as an im2col and one
-// GEMM (oneDNN's matmul): dW [K, C kh kw] = dY^T [K, N Ho Wo] x col [N Ho Wo, C kh kw].
-// oneDNN 2.6's AMX backward-weights kernel is slow on small output planes (a 512-channel
-// 4x4 layer runs at a fifth of its forward's rate), where the GEMM runs at matmul speed;
-// CpuBackend::convBackwardAlgo says when the GEMM is used.
+// The backward passes of a bfloat16 2-D convolution can instead run as GEMMs on oneDNN's
+// matmul: backward-weights as an im2col and dW [K, C kh kw] = dY^T [K, N Ho Wo] x
+// col [N Ho Wo, C kh kw]; backward-data as dcol = dY x W and a col2im. oneDNN 2.6's AMX
+// backward kernels are slow on small output planes (a 512-channel 4x4 layer's
+// backward-weights ran at a third of its forward's rate), where the GEMMs run at matmul
+// speed; CpuBackend::convBackwardAlgo says when they are used.
 //
 // Activations are described to oneDNN with format `any`, so it picks its fastest layout
 // (a channel-blocked one on AVX-512/AVX2 CPUs); outputs stay in that layout and the next
