@@ -219,6 +219,11 @@ int runTrain(const TrainArgs& a) {
     CrossEntropy validationCost;
     Validator validator(*net, validationCost, options);
     double accuracy = 0.0;
+    if (trainer.position().epoch >= a.epochs) { // a resumed run that had already finished: just report
+        std::printf("the checkpoint is past epoch %lld of %lld: no training left\n",
+                    static_cast<long long>(trainer.position().epoch), static_cast<long long>(a.epochs));
+        accuracy = 1.0 - validator.validate(test.images, test.labels);
+    }
     for (int64_t e = trainer.position().epoch; e < a.epochs; ++e) {
         const double loss = trainer.train(train.images, train.labels);
         // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
