@@ -155,8 +155,12 @@ TEST(Checkpoint, MemoryStaysFlatOverTenThousandSteps) {
     const int64_t rss = residentBytes();
     for (int i = 0; i < 9900; ++i) step();
     EXPECT_EQ(be.memoryStats().current, live);
+#if defined(__SANITIZE_ADDRESS__)
+    (void)rss; // AddressSanitizer's quarantine holds freed blocks back: resident size grows by design
+#else
     EXPECT_LT(residentBytes() - rss, int64_t{2} << 20)
         << "resident size grew by " << (residentBytes() - rss) << " bytes";
+#endif
 }
 
 TEST(Checkpoint, MismatchesAreClearErrors) {
