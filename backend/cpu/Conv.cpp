@@ -255,6 +255,16 @@ std::atomic<ConvBackwardAlgo>& backwardAlgo() {
     return algo;
 }
 
+// The choice setConvBackwardAlgo forces, if any: true for the GEMMs, false for oneDNN's.
+std::optional<bool> forcedGemm() {
+    switch (backwardAlgo().load()) {
+    case ConvBackwardAlgo::direct: return false;
+    case ConvBackwardAlgo::gemm: return true;
+    case ConvBackwardAlgo::automatic: break;
+    }
+    return std::nullopt;
+}
+
 // Whether a convolution's backward passes can run as GEMMs: bfloat16, 2-D, one group, no
 // dilation, not transposed.
 bool gemmCandidate(const ConvParams& p, const Shape& x) {
@@ -272,11 +282,7 @@ bool gemmCandidate(const ConvParams& p, const Shape& x) {
 // layers of 8x8 and more run faster in oneDNN.)
 bool gemmWeights(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
     if (!gemmCandidate(p, x)) return false;
-    switch (backwardAlgo().load()) {
-    case ConvBackwardAlgo::direct: return false;
-    case ConvBackwardAlgo::gemm: return true;
-    case ConvBackwardAlgo::automatic: break;
-    }
+    if (const std::optional<bool> forced = forcedGemm()) return *forced;
     const int64_t pixels = dy[2] * dy[3];
     const bool strided = p.stride[0] > 1 || p.stride[1] > 1, pointwise = w[2] == 1 && w[3] == 1;
     return cpuHasAmx() && (pixels <= 16 || (strided && (pixels <= 64 || pointwise)));
@@ -287,11 +293,7 @@ bool gemmWeights(const ConvParams& p, const Shape& x, const Shape& w, const Shap
 // convolutions.
 bool gemmData(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
     if (!gemmCandidate(p, x)) return false;
-    switch (backwardAlgo().load()) {
-    case ConvBackwardAlgo::direct: return false;
-    case ConvBackwardAlgo::gemm: return true;
-    case ConvBackwardAlgo::automatic: break;
-    }
+    if (const std::optional<bool> forced = forcedGemm()) return *forced;
     const bool strided = p.stride[0] > 1 || p.stride[1] > 1, pointwise = w[2] == 1 && w[3] == 1;
     return cpuHasAmx() && (dy[2] * dy[3] <= 16 || (strided && pointwise));
 }

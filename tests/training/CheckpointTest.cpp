@@ -21,14 +21,14 @@ namespace tessera {
 namespace {
 using namespace testing;
 
-std::shared_ptr<Sequential> smallNet(uint64_t seed) {
+std::shared_ptr<Sequential> smallNet(uint64_t seed, int64_t hidden = 16) {
     manualSeed(seed);
     auto net = std::make_shared<Sequential>("net");
-    net->append(std::make_shared<Linear>(6, 16))
-        .append(std::make_shared<BatchNorm1D>(16))
+    net->append(std::make_shared<Linear>(6, hidden))
+        .append(std::make_shared<BatchNorm1D>(hidden))
         .append(std::make_shared<Activation>(ActivationKind::relu))
         .append(std::make_shared<Dropout>(DropoutOptions{.p = 0.2f}))
-        .append(std::make_shared<Linear>(16, 3));
+        .append(std::make_shared<Linear>(hidden, 3));
     return net;
 }
 
@@ -195,13 +195,7 @@ TEST(Checkpoint, MismatchesAreClearErrors) {
     EXPECT_NE(errorOf([&] { loadCheckpoint(model, *net, adam, trainer); }).find("without checkpoint data"),
               std::string::npos);
     // A model of another shape: the strict load names the parameters; nothing changes.
-    manualSeed(1);
-    auto wide = std::make_shared<Sequential>("net");
-    wide->append(std::make_shared<Linear>(6, 17))
-        .append(std::make_shared<BatchNorm1D>(17))
-        .append(std::make_shared<Activation>(ActivationKind::relu))
-        .append(std::make_shared<Dropout>(DropoutOptions{.p = 0.2f}))
-        .append(std::make_shared<Linear>(17, 3));
+    auto wide = smallNet(1, 17);
     Adam a4;
     a4.setupOn(*wide, true);
     Trainer t4(*wide, cost, a4, kOptions);
