@@ -112,12 +112,16 @@ TEST(Checkpoint, ResumedRunIsBitIdentical) {
     EXPECT_TRUE(bitEqual(weights(*c), weights(*a)));
     for (const auto& [name, v] : a->namedParams()) {
         for (const auto& [n2, v2] : c->namedParams()) {
-            if (n2 == name) EXPECT_TRUE(bitEqual(v->data.toVector<float>(), v2->data.toVector<float>())) << name;
+            if (n2 == name) {
+                EXPECT_TRUE(bitEqual(v->data.toVector<float>(), v2->data.toVector<float>())) << name;
+            }
         }
     }
     for (const auto& [name, t] : a->namedAttrs()) {
         for (const auto& [n2, t2] : c->namedAttrs()) {
-            if (n2 == name) EXPECT_TRUE(bitEqual(t.toVector<float>(), t2.toVector<float>())) << name;
+            if (n2 == name) {
+                EXPECT_TRUE(bitEqual(t.toVector<float>(), t2.toVector<float>())) << name;
+            }
         }
     }
     // A checkpoint is a model file too.
