@@ -96,6 +96,22 @@ size_t Tensor::storageBytes(const Shape& shape, DType dtype, Layout layout) {
 
 std::string Device::str() const { return kind == Kind::CPU ? "cpu" : "cuda:" + std::to_string(index); }
 
+namespace {
+thread_local int shapeOnlyDepth = 0;
+
+// A tensor with storage of its own (what `empty` makes outside shape-only scopes).
+Tensor allocated(const Shape& shape, DType dtype, Device device = {}, Layout layout = Layout::plain) {
+    ShapeOnlyTensors::Pause real;
+    return Tensor::empty(shape, dtype, device, layout);
+}
+} // namespace
+
+ShapeOnlyTensors::ShapeOnlyTensors() { ++shapeOnlyDepth; }
+ShapeOnlyTensors::~ShapeOnlyTensors() { --shapeOnlyDepth; }
+ShapeOnlyTensors::Pause::Pause() : saved_(shapeOnlyDepth) { shapeOnlyDepth = 0; }
+ShapeOnlyTensors::Pause::~Pause() { shapeOnlyDepth = saved_; }
+bool ShapeOnlyTensors::active() { return shapeOnlyDepth > 0; }
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layout) {
     for (int64_t d : shape.dims()) {
         if (d < 0) throw ShapeError("Tensor::empty: negative dim in " + shape.str());
@@ -108,6 +124,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
     t.shape_ = shape;
     t.dtype_ = dtype;
     t.layout_ = layout;
+    if (ShapeOnlyTensors::active()) { // a placeholder: the size is known, nothing is allocated
+        t.storage_ = std::make_shared<Storage>(nullptr, t.nbytes(), device, nullptr);
+        return t;
+    }
     Backend& be = backendFor(device);
     t.storage_ = be.allocate(t.nbytes());
     // Padding channels must read as zeros: ops on blocked data run over whole blocks.
@@ -115,15 +135,17 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
     return t;
 }
 
+bool Tensor::hasData() const { return storage_ && (storage_->ptr() != nullptr || storage_->bytes() == 0); }
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
     Tensor t = empty(shape, dtype, device);
-    backendFor(device).fill(t, 0.0f);
+    if (t.hasData()) backendFor(device).fill(t, 0.0f);
     return t;
 }
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
     Tensor t = empty(shape, DType::float32, device);
-    backendFor(device).fill(t, value);
+    if (t.hasData()) backendFor(device).fill(t, value);
     return t;
 }
 
@@ -131,7 +153,7 @@ Tensor Tensor::ones(const Shape& shape, Device device) { return full(shape, 1.0f
 
 Tensor Tensor::randn(const Shape& shape, float mean, float stddev, Device device) {
     if (!(stddev >= 0.0f)) throw ModuleError("Tensor::randn: stddev must be >= 0, got " + std::to_string(stddev));
-    Tensor t = empty(shape, DType::float32, device);
+    Tensor t = allocated(shape, DType::float32, device);
     backendFor(device).fillNormal(t, mean, stddev, globalGenerator());
     return t;
 }
@@ -140,7 +162,7 @@ Tensor Tensor::rand(const Shape& shape, float lo, float hi, Device device) {
     if (!(lo < hi)) {
         throw ModuleError("Tensor::rand: needs lo < hi, got [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
     }
-    Tensor t = empty(shape, DType::float32, device);
+    Tensor t = allocated(shape, DType::float32, device);
     backendFor(device).fillUniform(t, lo, hi, globalGenerator());
     return t;
 }
@@ -169,7 +191,7 @@ template <class T> Tensor fromHostValues(const Shape& shape, const std::vector<T
         throw ShapeError("Tensor::fromVector: shape " + shape.str() + " needs " + std::to_string(shape.numel()) +
                          " values, got " + std::to_string(values.size()));
     }
-    Tensor host = Tensor::empty(shape, dtypeOf<T>());
+    Tensor host = allocated(shape, dtypeOf<T>());
     if (!values.empty()) std::memcpy(host.raw(), values.data(), host.nbytes());
     return device.isCpu() ? host : host.to(device);
 }
@@ -187,6 +209,11 @@ Device Tensor::device() const { return storage_ ? storage_->device() : Device{};
 
 void* Tensor::raw() const {
     if (!storage_) return nullptr;
+    if (!storage_->ptr() && storage_->bytes() > 0) {
+        throw ShapeError("Tensor " + shape_.str() +
+                         " has no data: it was made in a shape-only build (ShapeOnlyBuild), which checks shapes "
+                         "without allocating");
+    }
     return static_cast<char*>(storage_->ptr()) + offset_;
 }
 
@@ -212,7 +239,7 @@ Tensor Tensor::plain() const { return toLayout(Layout::plain); }
 
 Tensor Tensor::toLayout(Layout layout) const {
     if (layout == layout_ || !storage_) return *this;
-    Tensor out = empty(shape_, dtype_, device(), layout);
+    Tensor out = allocated(shape_, dtype_, device(), layout);
     backendFor(device()).reorder(*this, out);
     return out;
 }
@@ -264,13 +291,13 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
 Tensor Tensor::astype(DType dtype) const {
     if (!storage_) throw ShapeError("Tensor::astype: an undefined tensor");
     const Tensor src = plain();
-    Tensor out = empty(shape_, dtype, device());
+    Tensor out = allocated(shape_, dtype, device());
     backendFor(device()).cast(src, out);
     return out;
 }
 
 Tensor Tensor::to(Device device) const {
-    Tensor out = empty(shape_, dtype_, device, layout_);
+    Tensor out = allocated(shape_, dtype_, device, layout_);
     out.copyFrom(*this);
     return out;
 }

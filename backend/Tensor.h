@@ -34,6 +34,31 @@ private:
     Deleter deleter_;
 };
 
+/// While one is alive on this thread, `Tensor::empty`, `zeros`, `ones` and `full` make
+/// placeholders: tensors with a shape, dtype and byte size but no memory, so a model built
+/// only to check its shapes allocates nothing for its parameters (ShapeOnlyBuild in
+/// modules/Init.h holds one). Reading or writing a placeholder's data is a ShapeError;
+/// tensors made from values (`fromVector`, `randn`, copies) are always real.
+class ShapeOnlyTensors {
+public:
+    ShapeOnlyTensors();
+    ~ShapeOnlyTensors();
+    ShapeOnlyTensors(const ShapeOnlyTensors&) = delete;
+    ShapeOnlyTensors& operator=(const ShapeOnlyTensors&) = delete;
+    static bool active();
+    /// Real tensors again while it is alive (for values a shape-only build must hold).
+    class Pause {
+    public:
+        Pause();
+        ~Pause();
+        Pause(const Pause&) = delete;
+        Pause& operator=(const Pause&) = delete;
+
+    private:
+        int saved_;
+    };
+};
+
 /// A contiguous tensor, row-major unless a backend made it in a blocked layout (see
 /// `Layout`). Copying a Tensor copies the handle, not the data: views
 /// (reshape, slice) share storage. Host/device transfers are explicit (`to`, `toHost`).
@@ -62,6 +87,8 @@ public:
     static Tensor fromVector(const Shape& shape, const std::vector<int32_t>& values, Device device = {});
 
     bool defined() const { return storage_ != nullptr; }
+    /// False for the placeholders of a shape-only build (ShapeOnlyTensors): no memory.
+    bool hasData() const;
     const Shape& shape() const { return shape_; }
     DType dtype() const { return dtype_; }
     Device device() const;

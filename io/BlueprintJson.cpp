@@ -79,7 +79,7 @@ Blueprint blueprintFromJson(const std::string& text) {
             }
             return true;
         });
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) { // malformed, or a number out of range ("1E400")
         throw IoError(std::string("blueprint JSON: ") + e.what());
     }
     try {

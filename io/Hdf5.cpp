@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,11 +129,14 @@ std::vector<std::string> members(hid_t group) {
     return names;
 }
 
+// A dataset as read: its shape, stored type and (for supported types) its elements as
+// float32 (floating types, through HDF5's conversion) or int32.
 struct Stored {
     Shape shape;
     DType dtype = DType::float32;
     bool supported = true;
-    std::string where; // dataset path
+    std::string where;       // dataset path
+    std::vector<char> bytes; // float32 or int32 elements
 };
 
 Stored describe(hid_t file, const std::string& where, const std::string& path) {
@@ -162,14 +166,6 @@ Stored describe(hid_t file, const std::string& where, const std::string& path) {
     return s;
 }
 
-void readInto(hid_t file, const Stored& s, const Tensor& dst, const std::string& path) {
-    Handle set(H5Dopen2(file, s.where.c_str(), H5P_DEFAULT), H5Dclose);
-    Tensor host = Tensor::empty(dst.shape(), dst.dtype());
-    const hid_t type = dst.dtype() == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
-    check(H5Dread(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.raw()), path, "cannot read " + s.where);
-    Tensor(dst).copyFrom(host.to(dst.device()).toLayout(dst.layout()));
-}
-
 int64_t readIndex(hid_t file, const std::string& where, const std::string& path) {
     Handle set(H5Dopen2(file, where.c_str(), H5P_DEFAULT), H5Dclose);
     int64_t index = -1;
@@ -179,14 +175,11 @@ int64_t readIndex(hid_t file, const std::string& where, const std::string& path)
     return index;
 }
 
-// An open file id (the caller owns it).
-hid_t openFile(const std::string& path) {
-    quietHdf5();
-    if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
-    if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file < 0) throw fileError(path, "cannot be opened as HDF5 (truncated or corrupt?)");
-    return file;
+// The size of the file at `path` (0 when it cannot be read).
+uint64_t fileBytes(const std::string& path) {
+    std::error_code ec;
+    const uintmax_t n = std::filesystem::file_size(path, ec);
+    return ec ? 0 : static_cast<uint64_t>(n);
 }
 
 } // namespace
@@ -276,92 +269,305 @@ void saveModel(const Module& module, const std::string& path, const SaveOptions&
     saveModelWith(module, path, options, &extras);
 }
 
-void loadModel(Module& module, const std::string& path, LoadMode mode) {
-    Handle file(openFile(path), H5Fclose);
-    std::vector<std::string> problems;
-    std::vector<std::pair<Stored, Tensor>> copies;
-    auto match = [&](const std::string& what, const std::string& name, const Tensor& dst, const Stored& s) {
-        if (!s.supported) {
-            problems.push_back(what + " " + name + ": stored with an unsupported type");
-        } else if (s.dtype != dst.dtype() && !(isFloating(s.dtype) && dst.dtype() == DType::float32)) {
-            problems.push_back(what + " " + name + ": file has " + str(s.dtype) + ", model has " + str(dst.dtype()));
-        } else if (s.shape != dst.shape()) {
-            problems.push_back(what + " " + name + ": file has " + s.shape.str() + ", model has " + dst.shape().str());
-        } else {
-            copies.emplace_back(s, dst);
-        }
-    };
-    // Parameters through links/.
-    std::map<std::string, std::string> stored; // link name -> params dataset
-    if (H5Lexists(file.get(), "links", H5P_DEFAULT) > 0) {
-        Handle links(H5Gopen2(file.get(), "links", H5P_DEFAULT), H5Gclose);
-        for (const std::string& n : members(links.get())) {
-            stored[n] = "params/" + std::to_string(readIndex(file.get(), "links/" + n, path));
-        }
-    } else {
-        problems.push_back("the file has no links/ group");
-    }
-    for (const auto& [name, var] : module.namedParams()) {
-        auto it = stored.find(name);
-        if (it == stored.end()) {
-            if (mode == LoadMode::strict) problems.push_back("parameter " + name + ": not in the file");
-            continue;
-        }
-        match("parameter", name, var->data, describe(file.get(), it->second, path));
-        stored.erase(it);
-    }
-    if (mode == LoadMode::strict) {
-        for (const auto& [name, set] : stored)
-            problems.push_back("parameter " + name + ": in the file but not in the model");
-    }
-    // Attributes.
-    std::map<std::string, bool> storedAttrs;
-    if (H5Lexists(file.get(), "attrs", H5P_DEFAULT) > 0) {
-        Handle attrs(H5Gopen2(file.get(), "attrs", H5P_DEFAULT), H5Gclose);
-        for (const std::string& n : members(attrs.get())) storedAttrs[n] = true;
-    }
-    for (const auto& [name, t] : module.namedAttrs()) {
-        if (!storedAttrs.erase(name)) {
-            if (mode == LoadMode::strict) problems.push_back("attribute " + name + ": not in the file");
-            continue;
-        }
-        match("attribute", name, t, describe(file.get(), "attrs/" + name, path));
-    }
-    if (mode == LoadMode::strict) {
-        for (const auto& [name, b] : storedAttrs)
-            problems.push_back("attribute " + name + ": in the file but not in the model");
-    }
-    if (!problems.empty()) {
-        std::string msg =
-            std::to_string(problems.size()) + " mismatch(es) with " + module.str() + "; nothing was loaded:";
-        for (const std::string& p : problems) msg += "\n  " + p;
-        throw fileError(path, msg);
-    }
-    for (const auto& [s, dst] : copies) readInto(file.get(), s, dst, path);
+namespace {
+
+// ---- reading, in a child process ------------------------------------------------------
+//
+// libhdf5 trusts the sizes and offsets in a file's metadata: a corrupt file can make it
+// crash (group iteration, the global heap), loop, or allocate gigabytes before it fails,
+// and none of that can be checked from outside before it happens. So every read runs in
+// a child process, under a memory limit where the build allows one: the child reads what
+// the caller needs into a snapshot and sends it back through a pipe; a crash, a hang or
+// a failed allocation there is an IoError naming the file here. The parent never reads a
+// file through libhdf5.
+
+// Which parts of a file a snapshot holds.
+enum Part : unsigned { blueprintPart = 1, modelPart = 2, extrasPart = 4 };
+
+struct Snapshot {
+    bool hasBlueprint = false;
+    std::string blueprint;
+    bool hasLinks = false;
+    std::vector<std::pair<std::string, int64_t>> links; // link name -> params index
+    std::map<int64_t, Stored> params;                   // the linked params/<index>
+    bool hasAttrs = false;
+    std::vector<Stored> attrs; // where = the attribute's name
+    bool hasExtras = false;
+    std::vector<Stored> extras; // where = the tensor's name
+    std::string record;
+};
+
+// The snapshot's wire format: numbers as 8 native bytes, strings and byte arrays with
+// their length first.
+void put(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+void put(std::string& out, const std::string& v) {
+    put(out, static_cast<uint64_t>(v.size()));
+    out += v;
+}
+void put(std::string& out, const Stored& v) {
+    put(out, v.where);
+    put(out, static_cast<uint64_t>(v.dtype));
+    put(out, static_cast<uint64_t>(v.supported));
+    put(out, static_cast<uint64_t>(v.shape.rank()));
+    for (int64_t d : v.shape.dims()) put(out, static_cast<uint64_t>(d));
+    put(out, static_cast<uint64_t>(v.bytes.size()));
+    out.append(v.bytes.data(), v.bytes.size());
 }
 
-namespace {
-// Runs `read` (a read through libhdf5 that a corrupt file can crash or hang: variable-length
-// strings go through its global heap) in a child process and returns what it returned,
-// which starts with a status byte (0: the rest is the value; else libhdf5 reported an
-// error). A crash or no answer within a minute there is an IoError naming the file here.
-std::string isolated(const std::string& path, const std::string& name, const std::function<std::string()>& read) {
+class WireReader {
+public:
+    WireReader(const std::string& in, const std::string& path) : in_(in), path_(path) {}
+    uint64_t u64() {
+        need(8);
+        uint64_t v = 0;
+        std::memcpy(&v, in_.data() + at_, 8);
+        at_ += 8;
+        return v;
+    }
+    std::string str() {
+        const uint64_t n = u64();
+        need(n);
+        std::string v = in_.substr(at_, n);
+        at_ += n;
+        return v;
+    }
+    Stored stored() {
+        Stored v;
+        v.where = str();
+        v.dtype = static_cast<DType>(u64());
+        v.supported = u64() != 0;
+        const uint64_t rank = u64();
+        if (rank > 32) bad();
+        std::vector<int64_t> dims;
+        for (uint64_t i = 0; i < rank; ++i) dims.push_back(static_cast<int64_t>(u64()));
+        v.shape = Shape(dims);
+        const uint64_t n = u64();
+        need(n);
+        v.bytes.assign(in_.data() + at_, in_.data() + at_ + n);
+        at_ += n;
+        return v;
+    }
+
+private:
+    void need(uint64_t n) const {
+        if (n > in_.size() - at_) bad();
+    }
+    [[noreturn]] void bad() const { throw fileError(path_, "reading it failed (a malformed answer from the reader)"); }
+    const std::string& in_;
+    const std::string& path_;
+    size_t at_ = 0;
+};
+
+std::string serialize(const Snapshot& s) {
+    std::string out;
+    put(out, s.hasBlueprint);
+    put(out, s.blueprint);
+    put(out, s.hasLinks);
+    put(out, static_cast<uint64_t>(s.links.size()));
+    for (const auto& [name, index] : s.links) {
+        put(out, name);
+        put(out, static_cast<uint64_t>(index));
+    }
+    put(out, static_cast<uint64_t>(s.params.size()));
+    for (const auto& [index, st] : s.params) {
+        put(out, static_cast<uint64_t>(index));
+        put(out, st);
+    }
+    put(out, s.hasAttrs);
+    put(out, static_cast<uint64_t>(s.attrs.size()));
+    for (const Stored& st : s.attrs) put(out, st);
+    put(out, s.hasExtras);
+    put(out, static_cast<uint64_t>(s.extras.size()));
+    for (const Stored& st : s.extras) put(out, st);
+    put(out, s.record);
+    return out;
+}
+
+Snapshot deserialize(const std::string& in, const std::string& path) {
+    WireReader r(in, path);
+    Snapshot s;
+    s.hasBlueprint = r.u64() != 0;
+    s.blueprint = r.str();
+    s.hasLinks = r.u64() != 0;
+    for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
+        std::string name = r.str();
+        s.links.emplace_back(std::move(name), static_cast<int64_t>(r.u64()));
+    }
+    for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
+        const auto index = static_cast<int64_t>(r.u64());
+        s.params[index] = r.stored();
+    }
+    s.hasAttrs = r.u64() != 0;
+    for (uint64_t i = 0, n = r.u64(); i < n; ++i) s.attrs.push_back(r.stored());
+    s.hasExtras = r.u64() != 0;
+    for (uint64_t i = 0, n = r.u64(); i < n; ++i) s.extras.push_back(r.stored());
+    s.record = r.str();
+    return s;
+}
+
+// ---- the child's side: libhdf5 calls --------------------------------------------------
+
+// The string dataset `name` of an open file (fixed or variable length).
+std::string readString(hid_t file, const std::string& name, const std::string& path) {
+    Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) throw fileError(path, name + " is unreadable");
+    Handle type(H5Dget_type(set.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_STRING) throw fileError(path, name + " is not a string");
+    Handle space(H5Dget_space(set.get()), H5Sclose);
+    if (H5Sget_simple_extent_npoints(space.get()) != 1) throw fileError(path, name + " is not a single string");
+    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+    if (H5Tis_variable_str(type.get()) > 0) {
+        H5Tset_size(mem.get(), H5T_VARIABLE);
+        char* data = nullptr;
+        check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot read " + name);
+        std::string text = data ? data : "";
+        H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
+        return text;
+    }
+    // One byte more than stored, for the terminator of the null-terminated memory type.
+    const size_t size = H5Tget_size(type.get()) + 1;
+    if (size > fileBytes(path))
+        throw fileError(path, name + " claims " + std::to_string(size) + " bytes, more than the file holds");
+    H5Tset_size(mem.get(), size);
+    std::string text(size, '\0');
+    check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), path, "cannot read " + name);
+    text.resize(std::strlen(text.c_str()));
+    return text;
+}
+
+// Describes and reads the dataset `where`. Its declared size is checked against what the
+// file stores before anything is allocated.
+Stored readDataset(hid_t file, const std::string& where, const std::string& path) {
+    Stored s = describe(file, where, path);
+    if (!s.supported) return s;
+    Handle set(H5Dopen2(file, where.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) throw fileError(path, "dataset " + where + " is missing");
+    Handle type(H5Dget_type(set.get()), H5Tclose);
+    int64_t numel = 0;
+    try {
+        numel = s.shape.numel();
+    } catch (const Error&) {
+        throw fileError(path, "dataset " + where + " has an impossible shape " + s.shape.str());
+    }
+    const uint64_t stored = H5Dget_storage_size(set.get());
+    const uint64_t need = static_cast<uint64_t>(numel) * H5Tget_size(type.get());
+    if (stored < need || stored > fileBytes(path)) {
+        throw fileError(path, "dataset " + where + " declares " + s.shape.str() + " (" + std::to_string(need) +
+                                  " bytes) but the file stores " + std::to_string(stored) + " bytes for it");
+    }
+    s.bytes.resize(static_cast<size_t>(numel) * 4);
+    const hid_t mem = s.dtype == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
+    if (numel > 0) {
+        check(H5Dread(set.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.bytes.data()), path, "cannot read " + where);
+    }
+    return s;
+}
+
+Snapshot readParts(const std::string& path, unsigned parts) {
+    Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) throw fileError(path, "cannot be opened as HDF5 (truncated or corrupt?)");
+    auto exists = [&](const char* name) { return H5Lexists(file.get(), name, H5P_DEFAULT) > 0; };
+    auto group = [&](const std::string& name) {
+        Handle g(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Gclose);
+        if (!g.ok()) throw fileError(path, "the '" + name + "' group is unreadable");
+        return members(g.get());
+    };
+    Snapshot s;
+    if (parts & blueprintPart) {
+        s.hasBlueprint = exists("blueprint");
+        if (s.hasBlueprint) s.blueprint = readString(file.get(), "blueprint", path);
+    }
+    if (parts & modelPart) {
+        s.hasLinks = exists("links");
+        if (s.hasLinks) {
+            for (const std::string& n : group("links")) {
+                const int64_t index = readIndex(file.get(), "links/" + n, path);
+                s.links.emplace_back(n, index);
+                if (!s.params.count(index)) {
+                    s.params[index] = readDataset(file.get(), "params/" + std::to_string(index), path);
+                }
+            }
+        }
+        s.hasAttrs = exists("attrs");
+        if (s.hasAttrs) {
+            for (const std::string& n : group("attrs")) {
+                s.attrs.push_back(readDataset(file.get(), "attrs/" + n, path));
+                s.attrs.back().where = n;
+            }
+        }
+    }
+    if (parts & extrasPart) {
+        s.hasExtras = exists("extra") && exists("extra_record");
+        if (s.hasExtras) {
+            s.record = readString(file.get(), "extra_record", path);
+            for (const std::string& n : group("extra")) {
+                s.extras.push_back(readDataset(file.get(), "extra/" + n, path));
+                s.extras.back().where = n;
+            }
+        }
+    }
+    return s;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+// The child's memory limit: its address space so far plus room for a snapshot of the
+// file (16-bit data grows to 32), so a size libhdf5 took from a corrupt header fails to
+// allocate instead of succeeding. (AddressSanitizer builds reserve terabytes of address
+// space and cap allocations themselves: none there.)
+void limitChildMemory(uint64_t fileSize) {
+    if (kAddressSanitizer) return;
+    std::ifstream statm("/proc/self/statm");
+    uint64_t pages = 0;
+    if (!(statm >> pages)) return;
+    const uint64_t limit = pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) + 4 * fileSize + (uint64_t{1} << 30);
+    const rlimit rl{limit, limit};
+    ::setrlimit(RLIMIT_AS, &rl);
+}
+
+// The parts of `path` a snapshot holds, read in a child process (see above).
+Snapshot snapshot(const std::string& path, unsigned parts) {
+    quietHdf5();
+    if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
+    if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
+    const uint64_t size = fileBytes(path);
     int fds[2];
-    if (::pipe(fds) != 0) throw fileError(path, "cannot read " + name + ": pipe: " + std::strerror(errno));
+    if (::pipe(fds) != 0) throw fileError(path, std::string("cannot read it: pipe: ") + std::strerror(errno));
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) {
         ::close(fds[0]);
         ::close(fds[1]);
-        throw fileError(path, "cannot read " + name + ": fork: " + std::strerror(errno));
+        throw fileError(path, std::string("cannot read it: fork: ") + std::strerror(errno));
     }
     if (pid == 0) { // the child: read, send, leave without running the parent's exit handlers
         ::close(fds[0]);
+        // A crash here is the parent's to report: the default action, not handlers the
+        // process installed (a sanitizer's or a fuzzer's would report it as their own).
+        for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
+            struct sigaction dfl = {};
+            dfl.sa_handler = SIG_DFL;
+            ::sigaction(sig, &dfl, nullptr);
+        }
+        limitChildMemory(size);
         std::string out;
         try {
-            out = read();
+            out = std::string(1, '\0') + serialize(readParts(path, parts));
+        } catch (const std::exception& e) {
+            out = std::string(1, '\1') + e.what();
         } catch (...) {
-            out = "\x01";
+            out = std::string(1, '\1') + fileError(path, "cannot read it").what();
         }
         const char* p = out.data();
         size_t left = out.size();
@@ -375,9 +581,10 @@ std::string isolated(const std::string& path, const std::string& name, const std
     }
     ::close(fds[1]);
     std::string got;
-    char buf[65536];
+    std::vector<char> buf(1 << 20);
     bool timedOut = false;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    // Generous for a healthy file (10 s, plus a second per 50 MB); a looping reader is stopped.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10 + size / (50 << 20));
     for (;;) {
         const auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -392,78 +599,118 @@ std::string isolated(const std::string& path, const std::string& name, const std
             timedOut = ready == 0;
             break;
         }
-        const ssize_t n = ::read(fds[0], buf, sizeof buf);
+        const ssize_t n = ::read(fds[0], buf.data(), buf.size());
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
-        got.append(buf, static_cast<size_t>(n));
+        got.append(buf.data(), static_cast<size_t>(n));
     }
     ::close(fds[0]);
     if (timedOut) ::kill(pid, SIGKILL);
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (timedOut) throw fileError(path, name + " is unreadable: reading it did not finish in 60 s (a corrupt file)");
+    if (timedOut) throw fileError(path, "is unreadable: reading it did not finish in time (a corrupt file?)");
     if (WIFSIGNALED(status)) {
-        throw fileError(path, name + " is unreadable: the HDF5 library crashed reading it (signal " +
+        throw fileError(path, "is unreadable: the HDF5 library crashed reading it (signal " +
                                   std::to_string(WTERMSIG(status)) + "; a corrupt file)");
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { // a sanitizer turns a crash into an exit
-        throw fileError(path, name + " is unreadable: the HDF5 library failed reading it (exit status " +
+        throw fileError(path, "is unreadable: the HDF5 library failed reading it (exit status " +
                                   std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "; a corrupt file)");
     }
-    if (got.empty() || got[0] != '\0') throw fileError(path, "cannot read " + name);
-    return got.substr(1);
+    if (got.empty()) throw fileError(path, "cannot read it");
+    if (got[0] != '\0') throw IoError(got.substr(1)); // the child's error, already naming the file
+    return deserialize(got.substr(1), path);
 }
 
-// The string dataset `name` of an open file.
-std::string readString(hid_t file, const std::string& name, const std::string& path) {
-    Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!set.ok()) throw fileError(path, name + " is unreadable");
-    Handle type(H5Dget_type(set.get()), H5Tclose);
-    if (H5Tget_class(type.get()) != H5T_STRING) throw fileError(path, name + " is not a string");
-    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-    if (H5Tis_variable_str(type.get()) > 0) {
-        H5Tset_size(mem.get(), H5T_VARIABLE);
-        return isolated(path, name, [&] {
-            char* data = nullptr;
-            if (H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data) < 0) return std::string("\x01");
-            std::string text = data ? data : "";
-            Handle space(H5Dget_space(set.get()), H5Sclose);
-            H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
-            return std::string("\x00", 1) + text;
-        });
-    }
-    // One byte more than stored, for the terminator of the null-terminated memory type.
-    const size_t size = H5Tget_size(type.get()) + 1;
-    H5Tset_size(mem.get(), size);
-    std::string text(size, '\0');
-    check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), path, "cannot read " + name);
-    text.resize(std::strlen(text.c_str()));
-    return text;
+// Copies a snapshot's elements into `dst` (its shape and an element type it can hold).
+void copyInto(const Stored& s, const Tensor& dst) {
+    Tensor host = Tensor::empty(dst.shape(), dst.dtype());
+    if (host.nbytes() != s.bytes.size()) throw IoError("model file: dataset " + s.where + " changed size");
+    if (!s.bytes.empty()) std::memcpy(host.raw(), s.bytes.data(), s.bytes.size());
+    Tensor(dst).copyFrom(host.to(dst.device()).toLayout(dst.layout()));
 }
+
 } // namespace
 
+void loadModel(Module& module, const std::string& path, LoadMode mode) {
+    const Snapshot file = snapshot(path, modelPart);
+    std::vector<std::string> problems;
+    std::vector<std::pair<const Stored*, Tensor>> copies;
+    auto match = [&](const std::string& what, const std::string& name, const Tensor& dst, const Stored& s) {
+        if (!s.supported) {
+            problems.push_back(what + " " + name + ": stored with an unsupported type");
+        } else if (s.dtype != dst.dtype() && !(isFloating(s.dtype) && dst.dtype() == DType::float32)) {
+            problems.push_back(what + " " + name + ": file has " + str(s.dtype) + ", model has " + str(dst.dtype()));
+        } else if (s.shape != dst.shape()) {
+            problems.push_back(what + " " + name + ": file has " + s.shape.str() + ", model has " + dst.shape().str());
+        } else {
+            copies.emplace_back(&s, dst);
+        }
+    };
+    // Parameters through links/.
+    std::map<std::string, int64_t> stored; // link name -> params index
+    if (file.hasLinks) {
+        for (const auto& [n, index] : file.links) stored[n] = index;
+    } else {
+        problems.push_back("the file has no links/ group");
+    }
+    for (const auto& [name, var] : module.namedParams()) {
+        auto it = stored.find(name);
+        if (it == stored.end()) {
+            if (mode == LoadMode::strict) problems.push_back("parameter " + name + ": not in the file");
+            continue;
+        }
+        match("parameter", name, var->data, file.params.at(it->second));
+        stored.erase(it);
+    }
+    if (mode == LoadMode::strict) {
+        for (const auto& [name, index] : stored)
+            problems.push_back("parameter " + name + ": in the file but not in the model");
+    }
+    // Attributes.
+    std::map<std::string, const Stored*> storedAttrs;
+    for (const Stored& a : file.attrs) storedAttrs[a.where] = &a;
+    for (const auto& [name, t] : module.namedAttrs()) {
+        auto it = storedAttrs.find(name);
+        if (it == storedAttrs.end()) {
+            if (mode == LoadMode::strict) problems.push_back("attribute " + name + ": not in the file");
+            continue;
+        }
+        match("attribute", name, t, *it->second);
+        storedAttrs.erase(it);
+    }
+    if (mode == LoadMode::strict) {
+        for (const auto& [name, a] : storedAttrs)
+            problems.push_back("attribute " + name + ": in the file but not in the model");
+    }
+    if (!problems.empty()) {
+        std::string msg =
+            std::to_string(problems.size()) + " mismatch(es) with " + module.str() + "; nothing was loaded:";
+        for (const std::string& p : problems) msg += "\n  " + p;
+        throw fileError(path, msg);
+    }
+    for (const auto& [s, dst] : copies) copyInto(*s, dst);
+}
+
 std::string readBlueprint(const std::string& path) {
-    Handle file(openFile(path), H5Fclose);
-    if (H5Lexists(file.get(), "blueprint", H5P_DEFAULT) <= 0) throw fileError(path, "holds no blueprint");
-    return readString(file.get(), "blueprint", path);
+    const Snapshot file = snapshot(path, blueprintPart);
+    if (!file.hasBlueprint) throw fileError(path, "holds no blueprint");
+    return file.blueprint;
 }
 
 FileExtras loadExtras(const std::string& path) {
-    Handle file(openFile(path), H5Fclose);
-    if (H5Lexists(file.get(), "extra", H5P_DEFAULT) <= 0 || H5Lexists(file.get(), "extra_record", H5P_DEFAULT) <= 0) {
+    const Snapshot file = snapshot(path, extrasPart);
+    if (!file.hasExtras) {
         throw fileError(path, "is a model file without checkpoint data (no 'extra' group and record)");
     }
     FileExtras extras;
-    extras.record = readString(file.get(), "extra_record", path);
-    Handle group(H5Gopen2(file.get(), "extra", H5P_DEFAULT), H5Gclose);
-    if (!group.ok()) throw fileError(path, "the 'extra' group is unreadable");
-    for (const std::string& name : members(group.get())) {
-        const Stored s = describe(file.get(), "extra/" + name, path);
-        if (!s.supported || s.dtype == DType::int32) throw fileError(path, "extra/" + name + " is not a float tensor");
+    extras.record = file.record;
+    for (const Stored& s : file.extras) {
+        if (!s.supported || s.dtype == DType::int32)
+            throw fileError(path, "extra/" + s.where + " is not a float tensor");
         Tensor t = Tensor::empty(s.shape, DType::float32);
-        readInto(file.get(), s, t, path);
-        extras.tensors.emplace_back(name, t);
+        copyInto(s, t);
+        extras.tensors.emplace_back(s.where, t);
     }
     return extras;
 }

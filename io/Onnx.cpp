@@ -1,5 +1,6 @@
 #include "io/Onnx.h"
 
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -258,6 +259,33 @@ public:
         }
         if (opset_ < 6 || opset_ > 17) {
             throw IoError(path_ + ": opset " + std::to_string(opset_) + " is not supported (6 to 17 are)");
+        }
+        // Every node's structure first (the passes below index inputs and outputs): at
+        // least one output, and the input and output counts and attribute types of its
+        // op's schema where ONNX knows the op (an unknown op is reported further on).
+        {
+            std::vector<std::string> bad;
+            for (int i = 0; i < g.node_size(); ++i) {
+                const onnx::NodeProto& n = g.node(i);
+                const std::string where = "node " + std::to_string(i) + " '" + n.name() + "' (" + n.op_type() + ")";
+                if (std::all_of(n.output().begin(), n.output().end(), [](const std::string& o) { return o.empty(); })) {
+                    bad.push_back(where + ": has no output");
+                    continue;
+                }
+                const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), opset_, n.domain());
+                if (!schema) continue;
+                try {
+                    schema->Verify(n);
+                } catch (const std::exception& e) {
+                    bad.push_back(where + ": " + e.what());
+                }
+            }
+            if (!bad.empty()) {
+                std::string s = path_ + ": " + std::to_string(bad.size()) + " malformed node(s):";
+                for (size_t i = 0; i < bad.size() && i < 10; ++i) s += "\n  " + bad[i];
+                if (bad.size() > 10) s += "\n  ...";
+                throw IoError(s);
+            }
         }
         // The shapes of the values, as declared and as ONNX's shape inference finds them:
         // negative axes resolve by their ranks, shape computations fold by their dims.

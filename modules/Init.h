@@ -24,15 +24,20 @@ std::string str(InitScheme scheme);
 /// Inverse of str(); throws ModuleError naming the accepted names.
 InitScheme initSchemeFromString(const std::string& name);
 
-/// While one is alive (on this thread), initTensor leaves weights as they are: for
-/// models built only to check or summarise their shapes, where drawing millions of random
-/// numbers would dominate. The global generator is not advanced either.
+/// While one is alive (on this thread), modules built are shape-only: their parameters,
+/// gradients and attributes are placeholders without memory (ShapeOnlyTensors) and
+/// initTensor draws nothing, so checking a 100-billion-parameter blueprint costs what
+/// checking LeNet does. For models built only to check or summarise their shapes; the
+/// global generator is not advanced. Running such a model is a ShapeError.
 class ShapeOnlyBuild {
 public:
     ShapeOnlyBuild();
     ~ShapeOnlyBuild();
     ShapeOnlyBuild(const ShapeOnlyBuild&) = delete;
     ShapeOnlyBuild& operator=(const ShapeOnlyBuild&) = delete;
+
+private:
+    ShapeOnlyTensors placeholders_;
 };
 
 /// Fill `w` (float32) by `scheme` with the given fans.

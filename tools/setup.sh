@@ -35,6 +35,8 @@ packages=(
   graphviz
   # The lint.formatted test checks the tree against .clang-format.
   clang-format
+  # tools/fuzz.sh: the readers' libFuzzer harnesses build with clang (libFuzzer, OpenMP).
+  clang libclang-rt-14-dev libomp-dev
   # PyTorch: networks exported by torch.onnx.export are checked against its outputs
   # (tests/io/torchvision_onnx.py), and tools/bench/pytorch_side_by_side.py compares speed.
   python3-torch python3-torchvision

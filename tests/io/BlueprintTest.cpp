@@ -2,6 +2,7 @@
 #include <set>
 
 #include "GradCheck.h"
+#include "backend/Backend.h"
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
@@ -239,6 +240,37 @@ TEST(Blueprint, ZooModelsRoundTrip) {
     ShapeOnlyBuild noInit;
     auto inception = loadInceptionBN();
     EXPECT_EQ(roundTrip(*inception), inception->blueprint().toJson());
+}
+
+// A shape-only build (what `tessera check` and `summary` use) allocates no parameter
+// memory: a 100-billion-parameter blueprint builds and checks with nothing allocated, and
+// every zoo model does too; running such a model is a clear error, not a crash.
+TEST(Blueprint, ShapeOnlyBuildAllocatesNothing) {
+    Backend& be = backendFor(Device::cpu());
+    const size_t before = be.memoryStats().current;
+    {
+        ShapeOnlyBuild shapeOnly;
+        ModulePtr huge = buildModule(blueprintFromJson(R"({"classname": "Sequential", "modules": [
+            {"classname": "Linear", "scheme": {"name": "fc1", "insize": 100000, "outsize": 1000000}},
+            {"classname": "Linear", "scheme": {"name": "fc2", "insize": 1000000, "outsize": 10}}]})"));
+        EXPECT_EQ(huge->numOfParams(), int64_t{100000} * 1000000 + 1000000 + 1000000 * 10 + 10);
+        EXPECT_EQ(huge->dataShapeFrom(Shape{4, 100000}), (Shape{4, 10}));
+        EXPECT_EQ(be.memoryStats().current, before);
+        const Tensor& w = huge->namedParams()[0].second->data;
+        EXPECT_FALSE(w.hasData());
+        EXPECT_EQ(w.nbytes(), size_t{400000000000});
+        EXPECT_NE(errorOf([&] { (void)w.data<float>(); }).find("shape-only build"), std::string::npos);
+        for (const ZooEntry& e : zooModels()) {
+            ModulePtr m = loadZooModel(e.name);
+            EXPECT_GT(m->numOfParams(), 0) << e.name;
+            EXPECT_EQ(be.memoryStats().current, before) << e.name << " allocated in a shape-only build";
+        }
+        // Values a module computes while being built are real even in a shape-only build.
+        EXPECT_TRUE(Tensor::fromVector({2}, std::vector<float>{1, 2}).hasData());
+    }
+    EXPECT_TRUE(Tensor::zeros({2}).hasData()); // the scope is over
+    ModulePtr lin = buildModule(blueprintFromJson(R"({"classname": "Linear", "scheme": {"insize": 3, "outsize": 2}})"));
+    EXPECT_TRUE(lin->namedParams()[0].second->data.hasData());
 }
 
 TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {

@@ -115,16 +115,18 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
 }
 
 ModulePtr loadModel(const std::string& model, bool train) {
-    std::optional<ShapeOnlyBuild> noInit; // weights are not needed to check shapes
+    if (isOnnxPath(model)) return importOnnx(model); // weights are the file's
+    // Weights are not needed to check shapes: no parameter memory at all.
+    std::optional<ShapeOnlyBuild> noInit;
     if (!train) noInit.emplace();
     for (const ZooEntry& e : zooModels()) {
         if (e.name == model) return loadZooModel(model);
     }
-    if (isOnnxPath(model)) return importOnnx(model); // weights are the file's
     if (isHdf5File(model)) {
+        const std::string json = readBlueprint(model); // its errors name the file
         Blueprint bp;
         try {
-            bp = blueprintFromJson(readBlueprint(model));
+            bp = blueprintFromJson(json);
         } catch (const IoError& e) {
             throw IoError(model + ": " + e.what());
         }

@@ -69,7 +69,8 @@ struct TrainArgs {
     std::string plot;
     bool checkNumerics = false;
     std::string checkpoint;
-    int64_t every = 0;
+    std::string every; // N or Nsteps, or Nepochs
+    int64_t everySteps = 0, everyEpochs = 1;
     std::string resume;
 };
 
@@ -130,7 +131,7 @@ int runTrain(const TrainArgs& a) {
     if (!a.metrics.empty()) requireWritableDestination("--metrics", a.metrics);
     if (!a.plot.empty()) requireWritableDestination("--plot", a.plot);
     if (!a.checkpoint.empty()) requireWritableDestination("--checkpoint", a.checkpoint);
-    if (a.every > 0 && a.checkpoint.empty()) throw UsageError("--every needs --checkpoint PATH to write to");
+    if (!a.every.empty() && a.checkpoint.empty()) throw UsageError("--every needs --checkpoint PATH to write to");
     if (!a.resume.empty() && !std::filesystem::exists(a.resume)) {
         throw UsageError("--resume " + a.resume + ": no such file");
     }
@@ -194,7 +195,7 @@ int runTrain(const TrainArgs& a) {
         if (!a.checkpoint.empty()) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer);
     };
     trainer.onBatchFinish = [&](const BatchInfo&) {
-        if (a.every > 0 && optimizer->steps() % a.every == 0) checkpoint();
+        if (a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
         if (stopSignal) trainer.requestStop();
     };
     // After SIGINT/SIGTERM: the checkpoint, and how to go on; exit code 128 + the signal.
@@ -229,7 +230,7 @@ int runTrain(const TrainArgs& a) {
         // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
         // batch, the epoch ends as usual first.)
         if ((trainer.stopRequested() || stopSignal) && trainer.position().batch != 0) return stopped();
-        checkpoint();
+        if ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs) checkpoint();
         accuracy = 1.0 - validator.validate(test.images, test.labels);
         std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s)\n",
                     static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
@@ -287,9 +288,32 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--checkpoint", args->checkpoint,
                     "write a checkpoint (model, optimizer, position, random state) to this file at the end of each "
                     "epoch, every --every steps, and on SIGINT/SIGTERM");
-    cmd->add_option("--every", args->every, "also checkpoint every N training steps (0: at epoch ends only)")
-        ->capture_default_str()
-        ->check(nonNegativeInteger());
+    cmd->add_option("--every", args->every,
+                    "when to checkpoint besides on SIGINT/SIGTERM and after the last epoch: N or Nsteps (every N "
+                    "training steps, and at each epoch's end), Nepochs (at the end of every Nth epoch only); "
+                    "default: at each epoch's end")
+        ->check(CLI::Validator(
+            [args](std::string& v) -> std::string {
+                size_t used = 0;
+                long long n = 0;
+                try {
+                    n = std::stoll(v, &used);
+                } catch (const std::exception&) {
+                    used = 0;
+                }
+                const std::string unit = used > 0 ? v.substr(used) : "";
+                if (used == 0 || n <= 0 || v[0] == '+' || v[0] == ' ' ||
+                    (unit != "" && unit != "steps" && unit != "step" && unit != "epochs" && unit != "epoch")) {
+                    return "expected N, Nsteps or Nepochs with a whole number N > 0, got '" + v + "'";
+                }
+                if (unit.rfind("epoch", 0) == 0) {
+                    args->everyEpochs = n;
+                } else {
+                    args->everySteps = n;
+                }
+                return "";
+            },
+            "N|Nsteps|Nepochs"));
     cmd->add_option("--resume", args->resume,
                     "continue from this checkpoint, bit-identical to an uninterrupted run (give the same options)");
     cmd->add_flag("--check-numerics", args->checkNumerics,
