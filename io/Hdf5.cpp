@@ -5,6 +5,7 @@
 #include <hdf5.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,15 +14,21 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "backend/Backend.h"
+
+// Sanitizer builds: what a sanitizer runs when it stops the process (a fuzzer's report).
+extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
 
 namespace tessera {
 
@@ -271,12 +278,12 @@ void saveModel(const Module& module, const std::string& path, const SaveOptions&
 
 namespace {
 
-// ---- reading, in a child process ------------------------------------------------------
+// ---- reading, in a reader process -----------------------------------------------------
 //
 // libhdf5 trusts the sizes and offsets in a file's metadata: a corrupt file can make it
 // crash (group iteration, the global heap), loop, or allocate gigabytes before it fails,
 // and none of that can be checked from outside before it happens. So every read runs in
-// a child process, under a memory limit where the build allows one: the child reads what
+// a reader process, under a memory limit where the build allows one: the reader reads what
 // the caller needs into a snapshot and sends it back through a pipe; a crash, a hang or
 // a failed allocation there is an IoError naming the file here. The parent never reads a
 // file through libhdf5.
@@ -522,37 +529,133 @@ constexpr bool kAddressSanitizer = false;
 constexpr bool kAddressSanitizer = false;
 #endif
 
-// The child's memory limit: its address space so far plus room for a snapshot of the
-// file (16-bit data grows to 32), so a size libhdf5 took from a corrupt header fails to
-// allocate instead of succeeding. (AddressSanitizer builds reserve terabytes of address
-// space and cap allocations themselves: none there.)
-void limitChildMemory(uint64_t fileSize) {
+// The reader's memory limit for one file: its address space so far plus room for a
+// snapshot of the file (16-bit data grows to 32), so a size libhdf5 took from a corrupt
+// header fails to allocate instead of succeeding. (AddressSanitizer builds reserve
+// terabytes of address space and cap allocations themselves: none there.)
+void limitMemory(uint64_t fileSize) {
     if (kAddressSanitizer) return;
     std::ifstream statm("/proc/self/statm");
     uint64_t pages = 0;
     if (!(statm >> pages)) return;
     const uint64_t limit = pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) + 4 * fileSize + (uint64_t{1} << 30);
-    const rlimit rl{limit, limit};
+    const rlimit rl{limit, RLIM_INFINITY};
     ::setrlimit(RLIMIT_AS, &rl);
 }
 
-// The parts of `path` a snapshot holds, read in a child process (see above).
-Snapshot snapshot(const std::string& path, unsigned parts) {
-    quietHdf5();
-    if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
-    if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
-    const uint64_t size = fileBytes(path);
-    int fds[2];
-    if (::pipe(fds) != 0) throw fileError(path, std::string("cannot read it: pipe: ") + std::strerror(errno));
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-        ::close(fds[0]);
-        ::close(fds[1]);
-        throw fileError(path, std::string("cannot read it: fork: ") + std::strerror(errno));
+bool sendAll(int fd, const char* p, size_t n) {
+    while (n > 0) {
+        const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= static_cast<size_t>(k);
     }
-    if (pid == 0) { // the child: read, send, leave without running the parent's exit handlers
-        ::close(fds[0]);
+    return true;
+}
+
+// Reads n bytes; false on end of file, an error or (deadline given) time running out.
+bool recvAll(int fd, char* p, size_t n, std::optional<std::chrono::steady_clock::time_point> deadline, bool* timedOut) {
+    while (n > 0) {
+        if (deadline) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+            pollfd pfd{fd, POLLIN, 0};
+            const int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+            if (ready < 0 && errno == EINTR) continue;
+            if (ready == 0) *timedOut = true;
+            if (ready <= 0) return false;
+        }
+        const ssize_t k = ::recv(fd, p, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= static_cast<size_t>(k);
+    }
+    return true;
+}
+
+// How long a read may take before the reader is taken to hang: TESSERA_HDF5_READ_TIMEOUT
+// seconds (a decimal number), else 10 s; plus a second per 50 MB of file.
+std::chrono::milliseconds readTimeout(uint64_t fileSize) {
+    static const double seconds = [] {
+        const char* env = std::getenv("TESSERA_HDF5_READ_TIMEOUT");
+        const double v = env ? std::atof(env) : 0.0;
+        return v > 0.0 && v < 1e6 ? v : 10.0;
+    }();
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0) +
+                                     static_cast<int64_t>(fileSize / (50 << 20)) * 1000);
+}
+
+// The reader process: forked on the first read and kept, so a read costs a round trip
+// rather than a fork; a reader that crashed or hung is replaced at the next read. The
+// child serves requests (parts, path) until its socket closes.
+class ReaderProcess {
+public:
+    std::string read(const std::string& path, unsigned parts, uint64_t size) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (pid_ < 0) spawn(path);
+        std::string request;
+        put(request, static_cast<uint64_t>(parts));
+        put(request, size);
+        put(request, path);
+        const uint64_t length = request.size();
+        // Generous for a healthy file (10 s, plus a second per 50 MB); a looping reader is stopped.
+        const auto deadline = std::chrono::steady_clock::now() + readTimeout(size);
+        bool timedOut = false;
+        uint64_t answerLength = 0;
+        std::string answer;
+        bool ok = sendAll(fd_, reinterpret_cast<const char*>(&length), 8) && sendAll(fd_, request.data(), length) &&
+                  recvAll(fd_, reinterpret_cast<char*>(&answerLength), 8, deadline, &timedOut);
+        if (ok) {
+            answer.resize(answerLength);
+            ok = recvAll(fd_, answer.data(), answerLength, deadline, &timedOut);
+        }
+        if (ok) return answer;
+        if (timedOut) ::kill(pid_, SIGKILL);
+        const int status = stop();
+        if (timedOut) throw fileError(path, "is unreadable: reading it did not finish in time (a corrupt file?)");
+        if (WIFSIGNALED(status)) {
+            throw fileError(path, "is unreadable: the HDF5 library crashed reading it (signal " +
+                                      std::to_string(WTERMSIG(status)) + "; a corrupt file)");
+        }
+        throw fileError(path, "is unreadable: the HDF5 library failed reading it (exit status " +
+                                  std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "; a corrupt file)");
+    }
+
+private:
+    void spawn(const std::string& path) {
+        int fds[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+            throw fileError(path, std::string("cannot read it: socketpair: ") + std::strerror(errno));
+        }
+        std::fflush(nullptr);
+        const pid_t pid = ::fork();
+        if (pid < 0) {
+            ::close(fds[0]);
+            ::close(fds[1]);
+            throw fileError(path, std::string("cannot read it: fork: ") + std::strerror(errno));
+        }
+        if (pid == 0) {
+            ::close(fds[0]);
+            serve(fds[1]);
+        }
+        ::close(fds[1]);
+        pid_ = pid;
+        fd_ = fds[0];
+    }
+
+    // Closes the socket (a live child then leaves), reaps the child, returns its status.
+    int stop() {
+        ::close(fd_);
+        int status = 0;
+        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
+        pid_ = -1;
+        fd_ = -1;
+        return status;
+    }
+
+    [[noreturn]] static void serve(int fd) {
         // A crash here is the parent's to report: the default action, not handlers the
         // process installed (a sanitizer's or a fuzzer's would report it as their own).
         for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
@@ -560,65 +663,46 @@ Snapshot snapshot(const std::string& path, unsigned parts) {
             dfl.sa_handler = SIG_DFL;
             ::sigaction(sig, &dfl, nullptr);
         }
-        limitChildMemory(size);
-        std::string out;
-        try {
-            out = std::string(1, '\0') + serialize(readParts(path, parts));
-        } catch (const std::exception& e) {
-            out = std::string(1, '\1') + e.what();
-        } catch (...) {
-            out = std::string(1, '\1') + fileError(path, "cannot read it").what();
+        if (&__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
+        for (;;) {
+            uint64_t length = 0;
+            bool unused = false;
+            if (!recvAll(fd, reinterpret_cast<char*>(&length), 8, std::nullopt, &unused)) ::_exit(0);
+            std::string request(length, '\0');
+            if (!recvAll(fd, request.data(), length, std::nullopt, &unused)) ::_exit(0);
+            std::string out;
+            std::string path;
+            try {
+                WireReader r(request, path);
+                const auto parts = static_cast<unsigned>(r.u64());
+                const uint64_t size = r.u64();
+                path = r.str();
+                limitMemory(size);
+                out = std::string(1, '\0') + serialize(readParts(path, parts));
+            } catch (const std::exception& e) {
+                out = std::string(1, '\1') + e.what();
+            } catch (...) {
+                out = std::string(1, '\1') + fileError(path, "cannot read it").what();
+            }
+            const uint64_t n = out.size();
+            if (!sendAll(fd, reinterpret_cast<const char*>(&n), 8) || !sendAll(fd, out.data(), n)) ::_exit(0);
         }
-        const char* p = out.data();
-        size_t left = out.size();
-        while (left > 0) {
-            const ssize_t n = ::write(fds[1], p, left);
-            if (n <= 0) ::_exit(3);
-            p += n;
-            left -= static_cast<size_t>(n);
-        }
-        ::_exit(0);
     }
-    ::close(fds[1]);
-    std::string got;
-    std::vector<char> buf(1 << 20);
-    bool timedOut = false;
-    // Generous for a healthy file (10 s, plus a second per 50 MB); a looping reader is stopped.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10 + size / (50 << 20));
-    for (;;) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) {
-            timedOut = true;
-            break;
-        }
-        pollfd pfd{fds[0], POLLIN, 0};
-        const int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
-        if (ready < 0 && errno == EINTR) continue;
-        if (ready <= 0) {
-            timedOut = ready == 0;
-            break;
-        }
-        const ssize_t n = ::read(fds[0], buf.data(), buf.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        got.append(buf.data(), static_cast<size_t>(n));
-    }
-    ::close(fds[0]);
-    if (timedOut) ::kill(pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (timedOut) throw fileError(path, "is unreadable: reading it did not finish in time (a corrupt file?)");
-    if (WIFSIGNALED(status)) {
-        throw fileError(path, "is unreadable: the HDF5 library crashed reading it (signal " +
-                                  std::to_string(WTERMSIG(status)) + "; a corrupt file)");
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { // a sanitizer turns a crash into an exit
-        throw fileError(path, "is unreadable: the HDF5 library failed reading it (exit status " +
-                                  std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "; a corrupt file)");
-    }
+
+    std::mutex mutex_;
+    pid_t pid_ = -1;
+    int fd_ = -1;
+};
+
+// The parts of `path` a snapshot holds, read by the reader process (see above).
+Snapshot snapshot(const std::string& path, unsigned parts) {
+    quietHdf5();
+    if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
+    if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
+    static ReaderProcess* reader = new ReaderProcess(); // never destroyed: reads during static destruction work
+    const std::string got = reader->read(path, parts, fileBytes(path));
     if (got.empty()) throw fileError(path, "cannot read it");
-    if (got[0] != '\0') throw IoError(got.substr(1)); // the child's error, already naming the file
+    if (got[0] != '\0') throw IoError(got.substr(1)); // the reader's error, already naming the file
     return deserialize(got.substr(1), path);
 }
 
