@@ -230,11 +230,12 @@ int runTrain(const TrainArgs& a) {
         // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
         // batch, the epoch ends as usual first.)
         if ((trainer.stopRequested() || stopSignal) && trainer.position().batch != 0) return stopped();
-        if ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs) checkpoint();
+        const bool saved = !a.checkpoint.empty() && ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs);
+        if (saved) checkpoint();
         accuracy = 1.0 - validator.validate(test.images, test.labels);
-        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s)\n",
+        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s)%s\n",
                     static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
-                    trainer.samplesPerSecond());
+                    trainer.samplesPerSecond(), saved ? "; checkpoint saved" : "");
         std::fflush(stdout);
         if (metrics) {
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
