@@ -1,8 +1,8 @@
 #pragma once
 // Shared by the fuzz harnesses: each input is written to a file (the readers take paths),
 // and a reader's clear error is the expected outcome for a bad file. Anything else (a
-// crash, a sanitizer report, another exception type such as std::bad_alloc, a hang, an
-// allocation over libFuzzer's -malloc_limit_mb) is a finding.
+// crash, a sanitizer report, another exception type such as std::bad_alloc, a hang, a
+// failed allocation of Tessera's own) is a finding.
 #include <unistd.h>
 
 #include <cstdint>
@@ -32,12 +32,15 @@ public:
     const std::string& path() const { return path_; }
 
 private:
+    // Made once per process, removed when it exits (empty by then).
     static std::string makeDir() {
         const char* base =
             ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
-        std::string templ = std::string(base) + "/tessera-fuzz-XXXXXX";
-        if (!::mkdtemp(templ.data())) std::abort();
-        return templ;
+        static std::string dir;
+        dir = std::string(base) + "/tessera-fuzz-XXXXXX";
+        if (!::mkdtemp(dir.data())) std::abort();
+        std::atexit([] { ::rmdir(dir.c_str()); });
+        return dir;
     }
     std::string path_;
 };
