@@ -17,7 +17,7 @@ lines when a block shows a prompt) is checked too: `check`, `summary`, `draw`, `
 must exit with 0, or with the code a `# exit code N` comment names; for `train`, every
 option on the line must be one `tessera help train` lists.
 
-usage: docs_snippets.py --source DIR --cxx COMPILER --library LIBTESSERA --cli TESSERA --work DIR
+usage: docs_snippets.py --source DIR --cxx COMPILER [--cxx-flags F;F] --library LIBTESSERA --cli TESSERA --work DIR
 """
 import argparse
 import os
@@ -109,6 +109,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--source", required=True)
     ap.add_argument("--cxx", required=True)
+    ap.add_argument("--cxx-flags", default="", help="a ;-list of extra flags (a sanitizer build's)")
     ap.add_argument("--library", required=True)
     ap.add_argument("--cli", required=True)
     ap.add_argument("--work", required=True)
@@ -169,7 +170,8 @@ def main():
     exe = os.path.join(a.work, "docs_snippets")
     libdir = os.path.dirname(os.path.abspath(a.library))
     build = subprocess.run([a.cxx, "-std=c++20", "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable",
-                            "-I" + a.source, program, "-o", exe, a.library, "-Wl,-rpath," + libdir],
+                            "-I" + a.source] + [f for f in a.cxx_flags.split(";") if f]
+                           + [program, "-o", exe, a.library, "-Wl,-rpath," + libdir],
                            capture_output=True, text=True)
     if build.returncode != 0:
         errors.append("the snippets do not compile:\n" + build.stderr[-6000:])

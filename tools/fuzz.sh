@@ -7,13 +7,15 @@
 #   TESSERA_FUZZ_READERS="idx hdf5" tools/fuzz.sh 60    only these
 #   TESSERA_FUZZ_JOBS=n         fuzzers run side by side (default: all cores)
 #   TESSERA_FUZZ_RUNS=n         each stops after n executions, if that comes before SECONDS
+#   TESSERA_FUZZ_READERS="hdf5 hdf5"  a reader named twice runs twice side by side, both
+#                               growing its one corpus (a long run of a slow reader on two cores)
 #
 # Each starts from the seed corpus fuzz_seeds writes plus the kept findings under
 # tests/data/fuzz/<reader>/, and grows its corpus in build-fuzz/corpus/<reader>/ (kept
 # between runs). A bad file must end in one of Tessera's errors; a crash, a sanitizer
 # report, any other exception (std::bad_alloc included), an input taking over 10 s, more
 # than 2 GB resident or a single allocation over 1 GB is a finding, written to
-# build-fuzz/findings/<reader>/. Prints each fuzzer's executions; exits 1 on any finding.
+# build-fuzz/findings/<reader>/<run>/. Prints each fuzzer's executions; exits 1 on any finding.
 set -euo pipefail
 
 seconds=${1:?usage: tools/fuzz.sh SECONDS}
@@ -41,15 +43,16 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$suppressions}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=1024}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export OMP_NUM_THREADS=1
-# libhdf5 loops forever on some corrupt files; the HDF5 readers stop it sooner here.
-export TESSERA_HDF5_READ_TIMEOUT=0.5
+# libhdf5 loops forever on some corrupt files; the HDF5 readers stop it sooner here (a
+# valid seed reads in a few milliseconds; at 0.5 s the stopped loops took most of the time).
+export TESSERA_HDF5_READ_TIMEOUT=${TESSERA_HDF5_READ_TIMEOUT:-0.05}
 seeds=$build/seeds
 rm -rf "$seeds"
 "$build/tools/fuzz/fuzz_seeds" "$seeds" >/dev/null
 
 run_one() {
-  local r=$1
-  local corpus=$build/corpus/$r findings=$build/findings/$r log=$build/fuzz-$r.log
+  local r=$1 instance=$2
+  local corpus=$build/corpus/$r findings=$build/findings/$r/${instance:-1} log=$build/fuzz-$r$instance.log
   rm -rf "$findings"
   mkdir -p "$corpus" "$findings"
   local dirs=("$corpus" "$seeds/$r")
@@ -63,7 +66,7 @@ run_one() {
   local execs found elapsed=$((SECONDS - start))
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   found=$(find "$findings" -type f | wc -l)
-  printf '%-11s %10s executions in %5ss, corpus %5s files, exit %s, findings %s\n' "$r" "${execs:-?}" "$elapsed" \
+  printf '%-11s %10s executions in %5ss, corpus %5s files, exit %s, findings %s\n' "$r$instance" "${execs:-?}" "$elapsed" \
     "$(find "$corpus" -type f | wc -l)" "$rc" "$found"
   ((found == 0)) || rc=1
   if ((rc != 0)); then grep -E 'ERROR|SUMMARY|==[0-9]+==|terminate|what\(\)' "$log" | head -20; fi
@@ -73,11 +76,15 @@ run_one() {
 status=0
 pids=()
 names=()
+declare -A seen=()
 for r in $readers; do
   while (($(jobs -rp | wc -l) >= jobs)); do sleep 1; done
-  run_one "$r" &
+  # The first run of a reader is fuzz-<reader>.log; a second one side by side, fuzz-<reader>2.log.
+  seen[$r]=$((${seen[$r]:-0} + 1))
+  instance=$( ((seen[$r] > 1)) && echo "${seen[$r]}" || true)
+  run_one "$r" "$instance" &
   pids+=($!)
-  names+=("$r")
+  names+=("$r$instance")
 done
 for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || { status=1; echo "[fuzz] ${names[$i]}: FINDING (see $build/fuzz-${names[$i]}.log)"; }
