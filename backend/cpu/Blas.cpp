@@ -1,7 +1,7 @@
 // GEMM through OpenBLAS (the OpenMP build, sharing oneDNN's thread pool) in float32, and
 // through oneDNN's matmul in bfloat16 (AMX or AVX-512 BF16 where the CPU has them; the
-// float32 operands are reordered into bfloat16 on the way in); the row reductions Linear
-// needs around it.
+// float32 operands are reordered into bfloat16 on the way in; emulated in float32 on CPUs
+// without bfloat16 kernels); the row reductions Linear needs around it.
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 #include "backend/cpu/OpenBlas.h"
@@ -42,12 +42,13 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
                 ops.append_sum(beta);
                 attr.set_post_ops(ops);
             }
+            const dt low = lowType();
             dnnl::matmul::primitive_desc pd(
-                dnnl::matmul::desc(md({M, K}, dt::bf16, tag::any), md({K, N}, dt::bf16, tag::any), e.c), attr,
-                engine());
+                dnnl::matmul::desc(md({M, K}, low, tag::any), md({K, N}, low, tag::any), e.c), attr, engine());
             e.prim = dnnl::matmul(pd);
-            e.a = Staged(pd.src_desc());
-            e.b = Staged(pd.weights_desc());
+            const bool emulate = low == dt::f32;
+            e.a = Staged(pd.src_desc(), emulate);
+            e.b = Staged(pd.weights_desc(), emulate);
             return e;
         });
     });

@@ -3,6 +3,8 @@
 // cached. In bfloat16 (ConvParams::compute) the float32 activations, weights and output
 // gradients are reordered into bfloat16 on the way in (the Staged inputs), the primitive
 // runs oneDNN's bfloat16 kernels (AMX or AVX-512 BF16 where present) and writes float32.
+// On a CPU without bfloat16 kernels (AVX2 only) the stages round to bfloat16 instead and
+// the float32 kernels run (CpuBackend::bfloat16Kernels).
 //
 // The backward passes of a bfloat16 2-D convolution can instead run as GEMMs on oneDNN's
 // matmul: backward-weights as an im2col and dW [K, C kh kw] = dY^T [K, N Ho Wo] x
@@ -118,7 +120,10 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
     e.plainB = plainDesc({y[1]});
     // In bfloat16 the inputs and weights (and, backwards, the output gradient) are bfloat16;
     // outputs and gradients stay float32.
-    const auto low = p.compute == DType::bfloat16 ? dnnl::memory::data_type::bf16 : f32;
+    // Without bfloat16 kernels (CpuBackend::bfloat16Kernels) the stages round to bfloat16
+    // and the float32 kernels run.
+    const auto low = p.compute == DType::bfloat16 ? lowType() : f32;
+    const bool emulate = p.compute == DType::bfloat16 && low == f32;
     const md src = anyDesc(x.dims(), low), dst = anyDesc(y.dims()), wts = anyDesc(e.plainW.dims(), low);
     const md lowDst = anyDesc(y.dims(), low), srcOut = anyDesc(x.dims()), wtsOut = anyDesc(e.plainW.dims());
     const md b = bias ? md({y[1]}, f32, tag::any) : md();
@@ -134,8 +139,8 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
                                            engine());
     }
     e.fwd = Fwd(fpd);
-    e.fwdSrc = Staged(fpd.src_desc());
-    e.fwdW = Staged(fpd.weights_desc());
+    e.fwdSrc = Staged(fpd.src_desc(), emulate);
+    e.fwdW = Staged(fpd.weights_desc(), emulate);
     e.fwdDst = fpd.dst_desc();
 
     typename BwdData::primitive_desc dpd(typename BwdData::desc(alg, srcOut, wts, lowDst, st, dil, pl, pr), engine(),
@@ -145,15 +150,15 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
             typename BwdData::desc(alg, plainDesc(x.dims()), wts, lowDst, st, dil, pl, pr), engine(), fpd);
     }
     e.bwdData = BwdData(dpd);
-    e.bdDiffDst = Staged(dpd.diff_dst_desc());
-    e.bdW = Staged(dpd.weights_desc());
+    e.bdDiffDst = Staged(dpd.diff_dst_desc(), emulate);
+    e.bdW = Staged(dpd.weights_desc(), emulate);
     e.bdDiffSrc = dpd.diff_src_desc();
 
     typename BwdWeights::primitive_desc wpd(typename BwdWeights::desc(alg, src, wtsOut, b, lowDst, st, dil, pl, pr),
                                             engine(), fpd);
     e.bwdWeights = BwdWeights(wpd);
-    e.bwSrc = Staged(wpd.src_desc());
-    e.bwDiffDst = Staged(wpd.diff_dst_desc());
+    e.bwSrc = Staged(wpd.src_desc(), emulate);
+    e.bwDiffDst = Staged(wpd.diff_dst_desc(), emulate);
     e.bwDiffW = wpd.diff_weights_desc();
     e.diffWToPlain = Staged(e.plainW);
     return e;
@@ -265,10 +270,11 @@ std::optional<bool> forcedGemm() {
     return std::nullopt;
 }
 
-// Whether a convolution's backward passes can run as GEMMs: bfloat16, 2-D, one group, no
-// dilation, not transposed.
+// Whether a convolution's backward passes can run as GEMMs: bfloat16 on a CPU with
+// bfloat16 kernels, 2-D, one group, no dilation, not transposed.
 bool gemmCandidate(const ConvParams& p, const Shape& x) {
     if (p.compute != DType::bfloat16 || x.rank() != 4 || p.groups != 1 || p.transposed) return false;
+    if (!bfloat16Kernels()) return false;
     for (int64_t d : p.dilation) {
         if (d != 1) return false;
     }

@@ -25,6 +25,14 @@ public:
     static void setConvBackwardAlgo(ConvBackwardAlgo algo);
     static ConvBackwardAlgo convBackwardAlgo();
 
+    /// Whether oneDNN has bfloat16 kernels for this CPU (AVX-512 and up: native BF16
+    /// instructions or AMX where present, emulated on plain AVX-512). Without them (an
+    /// AVX2-only CPU), bfloat16 compute is emulated: convolutions and GEMMs round their
+    /// operands to bfloat16 and run the float32 kernels, so results match the bfloat16
+    /// kernels' up to accumulation order, at float32's speed or a little below.
+    /// TESSERA_BF16_EMULATE=1 forces the emulation (to test it on any CPU).
+    static bool bfloat16Kernels();
+
     /// Sets flush-to-zero and denormals-are-zero on the calling thread and on every thread
     /// of the OpenMP pool, unless TESSERA_FLUSH_DENORMALS=0: training drives many values
     /// into the denormal range, where every float op costs around a hundred cycles.

@@ -119,9 +119,13 @@ inline dnnl::memory memOf(const dnnl::memory::desc& md, const Tensor& t) { retur
 /// it, the source itself is used; otherwise it is reordered into a buffer of this
 /// stage's own. The buffer and the reorder are made on first need and kept, so a
 /// primitive's stages cost nothing to rebuild in the steady state.
+///
+/// A rounding stage (emulated bfloat16: `want` is float32) always copies into its buffer
+/// and rounds every value there to the nearest bfloat16, as a reorder into bfloat16 would.
 class Staged {
 public:
-    explicit Staged(dnnl::memory::desc want = {}) : want_(std::move(want)) {}
+    explicit Staged(dnnl::memory::desc want = {}, bool roundToBfloat16 = false)
+        : want_(std::move(want)), round_(roundToBfloat16) {}
     const dnnl::memory::desc& want() const { return want_; }
     /// The buffer the last reorder wrote (none before the first).
     const std::optional<dnnl::memory>& buffer() const { return buffer_; }
@@ -131,10 +135,20 @@ public:
 
 private:
     dnnl::memory::desc want_;
+    bool round_ = false;
     mutable std::optional<dnnl::memory> buffer_;
     mutable std::optional<dnnl::reorder> reorder_;
     mutable dnnl::memory::desc reorderFrom_;
 };
+
+/// CpuBackend::bfloat16Kernels (probed once).
+bool bfloat16Kernels();
+
+/// The type oneDNN's primitives take for bfloat16 compute: bf16 where the CPU has
+/// bfloat16 kernels, else f32 with rounding stages.
+inline dnnl::memory::data_type lowType() {
+    return bfloat16Kernels() ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
 
 /// A new tensor of `shape` whose storage has descriptor `md` (one of Tessera's layouts,
 /// else BackendError).

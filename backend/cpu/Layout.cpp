@@ -1,5 +1,8 @@
 // Layout conversions: reorders between plain and blocked storage, and the staging
 // buffers the oneDNN ops use to hand data to a primitive in the layout it wants.
+#include <cstdlib>
+#include <string>
+
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
@@ -10,7 +13,7 @@ using namespace dnnl_util;
 namespace dnnl_util {
 
 dnnl::memory Staged::from(const dnnl::memory& src) const {
-    if (src.get_desc() == want_) return src;
+    if (src.get_desc() == want_ && !round_) return src;
     if (!buffer_) buffer_ = checkDnnl("memory", [&] { return dnnl::memory(want_, engine()); });
     if (!reorder_ || reorderFrom_ != src.get_desc()) {
         reorder_ = checkDnnl("reorder", [&] { return dnnl::reorder(src, *buffer_); });
@@ -18,7 +21,46 @@ dnnl::memory Staged::from(const dnnl::memory& src) const {
     }
     dnnl::memory in = src, out = *buffer_;
     checkDnnl("reorder::execute", [&] { reorder_->execute(stream(), in, out); });
+    if (round_) { // every float of the buffer (a blocked layout's padding is zeros, which stay zeros)
+        auto* p = static_cast<float*>(buffer_->get_data_handle());
+        const auto n = static_cast<int64_t>(want_.get_size() / sizeof(float));
+#pragma omp parallel for simd if (n > (1 << 15))
+        for (int64_t i = 0; i < n; ++i) p[i] = toFloat(toBfloat16(p[i]));
+    }
     return *buffer_;
+}
+
+namespace {
+// Whether oneDNN builds bfloat16 convolution and matmul primitives on this CPU (tiny ones).
+bool probeBfloat16() {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    using md = dnnl::memory::desc;
+    try {
+        dnnl::matmul::primitive_desc mm(dnnl::matmul::desc(md({16, 16}, dt::bf16, tag::ab),
+                                                           md({16, 16}, dt::bf16, tag::ab),
+                                                           md({16, 16}, dt::f32, tag::ab)),
+                                        engine());
+        dnnl::convolution_forward::primitive_desc conv(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                            md({1, 16, 4, 4}, dt::bf16, tag::any),
+                                            md({16, 16, 3, 3}, dt::bf16, tag::any),
+                                            md({1, 16, 4, 4}, dt::f32, tag::any), {1, 1}, {1, 1}, {1, 1}),
+            engine());
+        return true;
+    } catch (const dnnl::error&) {
+        return false;
+    }
+}
+} // namespace
+
+bool bfloat16Kernels() {
+    static const bool kernels = [] {
+        const char* force = std::getenv("TESSERA_BF16_EMULATE");
+        if (force && std::string(force) == "1") return false;
+        return probeBfloat16();
+    }();
+    return kernels;
 }
 
 Tensor tensorFor(const dnnl::memory::desc& md, const Shape& shape, Device device) {
@@ -28,6 +70,8 @@ Tensor tensorFor(const dnnl::memory::desc& md, const Shape& shape, Device device
 }
 
 } // namespace dnnl_util
+
+bool CpuBackend::bfloat16Kernels() { return dnnl_util::bfloat16Kernels(); }
 
 // src, dst: same shape, any layouts
 void CpuBackend::reorder(const Tensor& src, const Tensor& dst) {

@@ -165,6 +165,37 @@ TEST(Precision, Bfloat16LayersMatchFloat32) {
         }
 }
 
+// bfloat16 compute means operands rounded to bfloat16, products summed in float32: a
+// bfloat16 Linear and Conv2D give what float32 gives on the rounded input and weights, up
+// to summation order. This holds for oneDNN's bfloat16 kernels and for the emulation on
+// CPUs without them (CpuBackend::bfloat16Kernels; ctest runs this suite both ways).
+TEST(Precision, Bfloat16RoundsOperandsOnly) {
+    auto rounded = [](const Tensor& t) { return t.astype(DType::bfloat16).astype(DType::float32); };
+    const std::pair<std::function<ModulePtr()>, Shape> cases[] = {
+        {[] { return std::make_shared<Linear>(64, 24); }, {8, 64}},
+        {[] { return std::make_shared<Conv2D>(16, 8, 3, ConvOptions{.pad = {1}}); }, {2, 16, 6, 6}},
+    };
+    for (const auto& [make, in] : cases) {
+        manualSeed(5);
+        ModulePtr exact = make();
+        manualSeed(5);
+        ModulePtr low = make();
+        low->calcMode(DType::bfloat16);
+        SCOPED_TRACE(low->str());
+        const Tensor x = randomTensor(in, 4);
+        const std::vector<float> plain = (*exact)(x).toVector<float>(); // float32 throughout
+        exact->getVar("W")->data.copyFrom(rounded(exact->getVar("W")->data));
+        const std::vector<float> want = (*exact)(rounded(x)).toVector<float>(), got = (*low)(x).toVector<float>();
+        double maxDiff = 0, maxPlainDiff = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            maxDiff = std::max(maxDiff, std::abs(static_cast<double>(got[i]) - want[i]));
+            maxPlainDiff = std::max(maxPlainDiff, std::abs(static_cast<double>(plain[i]) - want[i]));
+        }
+        EXPECT_LT(maxDiff, 1e-5) << (CpuBackend::bfloat16Kernels() ? "oneDNN's bfloat16 kernels" : "emulated");
+        EXPECT_GT(maxPlainDiff, 1e-4); // unrounded float32 differs: the check can tell
+    }
+}
+
 // The layers calcMode leaves in float32 give exactly what they give without it.
 TEST(Precision, OtherLayersStayFloat32) {
     auto make = [] {

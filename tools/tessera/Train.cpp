@@ -16,6 +16,7 @@
 #include "Commands.h"
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "backend/cpu/CpuBackend.h"
 #include "io/Hdf5.h"
 #include "io/Summary.h"
 #include "training/Checkpoint.h"
@@ -160,9 +161,11 @@ int runTrain(const TrainArgs& a) {
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
-    std::printf(" (learning rate %g), batch %lld, seed %llu, device %s, precision %s\n", optimizer->learnRate(),
+    // bfloat16 on a CPU without bfloat16 kernels is emulated (rounded operands, float32 kernels): no faster.
+    const bool emulated = a.precision == "bf16" && device.isCpu() && !CpuBackend::bfloat16Kernels();
+    std::printf(" (learning rate %g), batch %lld, seed %llu, device %s, precision %s%s\n", optimizer->learnRate(),
                 static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str(),
-                a.precision.c_str());
+                a.precision.c_str(), emulated ? " (emulated: this CPU has no bfloat16 kernels)" : "");
     net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
     // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can be
