@@ -26,9 +26,8 @@
 #include <unordered_map>
 
 #include "backend/Backend.h"
+#include "io/ChildProcess.h"
 
-// Sanitizer builds: what a sanitizer runs when it stops the process (a fuzzer's report).
-extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
 
 namespace tessera {
 
@@ -656,14 +655,7 @@ private:
     }
 
     [[noreturn]] static void serve(int fd) {
-        // A crash here is the parent's to report: the default action, not handlers the
-        // process installed (a sanitizer's or a fuzzer's would report it as their own).
-        for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
-            struct sigaction dfl = {};
-            dfl.sa_handler = SIG_DFL;
-            ::sigaction(sig, &dfl, nullptr);
-        }
-        if (&__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
+        io_detail::defaultCrashHandling();
         for (;;) {
             uint64_t length = 0;
             bool unused = false;

@@ -4,8 +4,13 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -17,6 +22,7 @@
 #include <variant>
 
 #include "backend/ElementMath.h"
+#include "io/ChildProcess.h"
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
@@ -251,6 +257,41 @@ public:
     Importer(onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
         : model_(model), path_(std::move(path)), options_(options) {}
 
+    // Runs ONNX's shape inference on a copy of the model in a child process (fork: the
+    // copy is the child's own memory) and throws IoError if that crashes or takes over
+    // 30 s. Its exceptions are not errors here: the import then uses the declared shapes.
+    void inferShapesSurvives() const {
+        std::fflush(nullptr);
+        const pid_t pid = ::fork();
+        if (pid < 0) throw IoError(path_ + ": cannot check the model's shapes: fork: " + std::strerror(errno));
+        if (pid == 0) {
+            io_detail::defaultCrashHandling();
+            try {
+                onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
+                                                   onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
+            } catch (...) {}
+            ::_exit(0);
+        }
+        int status = 0;
+        for (int waited = 0;; ++waited) {
+            const pid_t r = ::waitpid(pid, &status, WNOHANG);
+            if (r == pid) break;
+            if (r < 0 && errno != EINTR) throw IoError(path_ + ": waitpid: " + std::strerror(errno));
+            if (waited >= 30000) {
+                ::kill(pid, SIGKILL);
+                while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+                throw IoError(path_ + ": ONNX's shape inference did not finish in 30 s on this model");
+            }
+            ::usleep(waited < 100 ? 100 : 1000); // about 10 ms for a small model; then a millisecond a step
+        }
+        if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
+            throw IoError(path_ + ": malformed model: ONNX's shape inference crashes on it (" +
+                          (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                               : "exit status " + std::to_string(WEXITSTATUS(status))) +
+                          "; ran in a separate process)");
+        }
+    }
+
     std::shared_ptr<Graph> run() {
         const onnx::GraphProto& g = model_.graph();
         opset_ = 0;
@@ -289,6 +330,10 @@ public:
         }
         // The shapes of the values, as declared and as ONNX's shape inference finds them:
         // negative axes resolve by their ranks, shape computations fold by their dims.
+        // libonnx's inference reads out of bounds on some malformed nodes (a Conv whose
+        // weights' rank differs from its input's), so it runs first in a child process; only
+        // a model it survives is inferred here.
+        inferShapesSurvives();
         try {
             onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
                                                onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
