@@ -28,7 +28,6 @@
 #include "backend/Backend.h"
 #include "io/ChildProcess.h"
 
-
 namespace tessera {
 
 namespace {

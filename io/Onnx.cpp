@@ -22,10 +22,10 @@
 #include <variant>
 
 #include "backend/ElementMath.h"
-#include "io/ChildProcess.h"
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
+#include "io/ChildProcess.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
