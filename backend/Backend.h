@@ -64,6 +64,18 @@ struct ActivationParams {
     float beta = 0.0f;
 };
 
+/// What a backend keeps for one layer between its forward and its backward calls (the
+/// CPU backend: the layer's input in bfloat16). Backends derive from it.
+struct BackendState {
+    virtual ~BackendState() = default;
+};
+
+/// One layer's slot for a BackendState. The layer owns it; a backend fills it on forward
+/// and reads it on backward, and only trusts it for the input it was made from.
+struct LayerState {
+    std::shared_ptr<BackendState> data;
+};
+
 /// Convolution geometry; every vector has one entry per spatial dim. `transposed`
 /// turns the op into a deconvolution (the adjoint of the convolution with the same
 /// parameters).
@@ -74,6 +86,9 @@ struct ConvParams {
     /// What the products run in: float32, or bfloat16 (inputs and weights rounded to it;
     /// products summed and results written in float32; Module::calcMode).
     DType compute = DType::float32;
+    /// The layer's state when it trains (see LayerState), else null: the backend keeps
+    /// nothing between calls. Not part of the geometry.
+    std::shared_ptr<LayerState> state;
 };
 
 enum class PoolKind { max, avgWithPad, avgNoPad };
@@ -235,6 +250,12 @@ public:
     virtual Layout convOutputLayout(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/, const Shape& /*y*/,
                                     bool /*bias*/) {
         return Layout::plain;
+    }
+    /// Bytes convForward keeps in `p.state` from a forward for the backward calls (for the
+    /// memory plan). Default: none.
+    virtual int64_t convKeptBytes(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/, const Shape& /*y*/,
+                                  bool /*bias*/) {
+        return 0;
     }
     /// Time the algorithms for this convolution that need at most `memlimit` bytes of
     /// workspace and keep the fastest for its later calls. Backends with one algorithm

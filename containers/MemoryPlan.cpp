@@ -50,11 +50,12 @@ using Values = std::vector<Value>;
 
 // What one module (leaf or container) holds after its forward.
 struct State {
-    Values in, out;          // inData_ and data_ (references)
-    int kept = -1;           // kept state
-    Values grad;             // grad_ after a backward
-    MemoryUse use;           // leaves only
-    std::vector<State> kids; // containers: one per child (Sequential) or node (Graph, in order())
+    Values in, out;           // inData_ and data_ (references)
+    int kept = -1;            // kept state
+    int keptForBackward = -1; // kept until the module's backward
+    Values grad;              // grad_ after a backward
+    MemoryUse use;            // leaves only
+    std::vector<State> kids;  // containers: one per child (Sequential) or node (Graph, in order())
 };
 
 bool hasParams(Module& m) { return !m.namedParams().empty(); }
@@ -80,6 +81,7 @@ public:
         for (const Value& v : st.in) l_.unref(v.id);
         for (const Value& v : st.out) l_.unref(v.id);
         l_.unref(st.kept);
+        l_.unref(st.keptForBackward);
         releaseGrad(st);
         for (State& k : st.kids) release(k);
         st = State{};
@@ -125,6 +127,7 @@ private:
             }
         }
         if (st.use.keptBytes > 0) st.kept = l_.alloc(st.use.keptBytes);
+        if (st.use.keptUntilBackwardBytes > 0) st.keptForBackward = l_.alloc(st.use.keptUntilBackwardBytes);
         return st;
     }
 
@@ -155,6 +158,8 @@ private:
             }
         }
         for (int c : copies) l_.unref(c);
+        l_.unref(st.keptForBackward);
+        st.keptForBackward = -1;
     }
 
     State forwardSequential(Sequential& s, const Values& ins, bool train) {

@@ -156,9 +156,20 @@ MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
                             Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
     const Shape y = dataShapeFrom(inShapes)[0];
-    use.outLayouts[0] = backendFor(device).convOutputLayout(computeParams(), inShapes[0], getVar("W")->data.shape(), y,
-                                                            options_.useBias);
+    Backend& be = backendFor(device);
+    use.outLayouts[0] =
+        be.convOutputLayout(computeParams(), inShapes[0], getVar("W")->data.shape(), y, options_.useBias);
+    if (train) {
+        ConvParams p = computeParams();
+        p.state = state_; // what a train-mode forward keeps, whatever mode the module is in now
+        use.keptUntilBackwardBytes = be.convKeptBytes(p, inShapes[0], getVar("W")->data.shape(), y, options_.useBias);
+    }
     return use;
+}
+
+void ConvND::setTrain(bool train) {
+    Module::setTrain(train);
+    if (!train) state_->data.reset();
 }
 
 } // namespace tessera

@@ -40,10 +40,12 @@ public:
     int64_t inmaps() const { return inmaps_; }
     int64_t outmaps() const { return outmaps_; }
     const ConvParams& params() const { return params_; }
-    /// params() with the compute dtype calcMode set.
+    /// params() with the compute dtype calcMode set and, in train mode, the layer's state
+    /// (what the backend keeps from forward for backward).
     ConvParams computeParams() const {
         ConvParams p = params_;
         p.compute = computeDType();
+        if (isTrain()) p.state = state_;
         return p;
     }
 
@@ -64,6 +66,8 @@ public:
 
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
+    /// Leaving train mode drops what the backend kept for backward.
+    void setTrain(bool train) override;
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -78,6 +82,7 @@ private:
     std::vector<int64_t> size_;
     ConvParams params_;
     ConvOptions options_;
+    std::shared_ptr<LayerState> state_ = std::make_shared<LayerState>();
 };
 
 } // namespace tessera

@@ -50,6 +50,9 @@ struct MemoryUse {
     std::vector<int> gradViews;
     /// Kept from a train-mode forward for backward (masks, argmax indices, statistics).
     int64_t keptBytes = 0;
+    /// Kept from a train-mode forward until this module's backward, which releases it once
+    /// its input gradients exist (a bfloat16 convolution's bfloat16 input).
+    int64_t keptUntilBackwardBytes = 0;
 };
 
 class Module {

@@ -13,6 +13,10 @@
 // backward-weights ran at a third of its forward's rate), where the GEMMs run at matmul
 // speed; CpuBackend::convBackwardAlgo says when they are used.
 //
+// A training bfloat16 convolution (ConvParams::state set) keeps its input's bfloat16
+// reorder from forward (KeptInput) and backward-weights reads it instead of converting the
+// input again; it is released once read.
+//
 // Activations are described to oneDNN with format `any`, so it picks its fastest layout
 // (a channel-blocked one on AVX-512/AVX2 CPUs); outputs stay in that layout and the next
 // oneDNN op reads them without a reorder. Weights stay plain in the module
@@ -106,6 +110,16 @@ struct ConvEntry {
     mutable uint64_t stagedAt = 0;
     mutable std::optional<GemmWeights> gemmWeights;
     mutable std::optional<GemmData> gemmData;
+};
+
+// A training layer's input in the forward primitive's bfloat16 source descriptor, made by
+// its forward for its backward-weights (ConvParams::state). The bytes come from Tessera's
+// allocator, so memoryStats and the memory plan (convKeptBytes) count them.
+struct KeptInput final : BackendState {
+    Tensor bytes;               // desc.get_size() bytes
+    md desc;                    // the forward primitive's source descriptor
+    const void* from = nullptr; // the float32 input it was made from, in this descriptor:
+    md fromDesc;
 };
 
 // Convolution calls so far (each entry point counts one), to tell "right after".
@@ -285,7 +299,8 @@ bool gemmCandidate(const ConvParams& p, const Shape& x) {
 // transposed; automatically where the CPU has AMX and oneDNN's kernel was measured slower
 // (tools/bench Conv rows, Sapphire Rapids, batch 64): output planes of at most 16 pixels,
 // and strided convolutions with at most 64 output pixels or a 1x1 kernel. (3x3 stride-1
-// layers of 8x8 and more run faster in oneDNN.)
+// layers of 8x8 and more run faster in oneDNN.) On Zen 5 (AVX-512 BF16, no AMX) the GEMMs
+// measured no faster inside a ResNet-18 training step, so oneDNN's kernels run there.
 bool gemmWeights(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
     if (!gemmCandidate(p, x)) return false;
     if (const std::optional<bool> forced = forcedGemm()) return *forced;
@@ -343,11 +358,59 @@ void axpbyRaw(float alpha, const float* src, float beta, float* dst, int64_t n) 
     for (int64_t i = 0; i < n; ++i) dst[i] = alpha * src[i] + (beta == 0.0f ? 0.0f : beta * dst[i]);
 }
 
+// Whether this call's forward keeps its bfloat16 input for backward-weights: a training
+// layer, bfloat16 kernels, and backward-weights on oneDNN's kernel (the GEMM reads the
+// float32 input) from the same source descriptor.
+bool keepsInput(const ConvParams& p, const ConvEntry& e, const Shape& x, const Shape& w, const Shape& y) {
+    return p.state && p.compute == DType::bfloat16 && bfloat16Kernels() && e.fwdSrc.want() == e.bwSrc.want() &&
+           !gemmWeights(p, x, w, y);
+}
+
+// The forward's source: x reordered into bfloat16, into the layer's KeptInput when it keeps one.
+dnnl::memory forwardSource(const ConvParams& p, const ConvEntry& e, const Tensor& x, const Shape& w, const Shape& y) {
+    if (!keepsInput(p, e, x.shape(), w, y)) return e.fwdSrc.from(x);
+    p.state->data.reset(); // the last step's, before the new one is allocated
+    auto kept = std::make_shared<KeptInput>();
+    kept->desc = e.fwdSrc.want();
+    const auto words = static_cast<int64_t>((kept->desc.get_size() + sizeof(float) - 1) / sizeof(float));
+    kept->bytes = Tensor::empty(Shape{words}, DType::float32, x.device());
+    const dnnl::memory src = memOf(descOf(x), x);
+    dnnl::memory m = e.fwdSrc.into(src, wrap(kept->desc, kept->bytes.raw()));
+    kept->from = x.raw();
+    kept->fromDesc = src.get_desc();
+    p.state->data = std::move(kept);
+    return m;
+}
+
+// What the layer's forward kept, taken out of its state: backward-weights is its last
+// reader, so it is released when the caller drops it.
+std::shared_ptr<KeptInput> takeKept(const ConvParams& p) {
+    if (!p.state) return nullptr;
+    auto kept = std::dynamic_pointer_cast<KeptInput>(p.state->data);
+    p.state->data.reset();
+    return kept;
+}
+
+// Backward-weights' source: what forward kept when it was made from this very x in the
+// descriptor wanted, else x reordered now.
+dnnl::memory backwardWeightsSource(const ConvEntry& e, const Tensor& x, const KeptInput* kept) {
+    if (kept && kept->from == x.raw() && kept->fromDesc == descOf(x) && kept->desc == e.bwSrc.want()) {
+        return wrap(kept->desc, kept->bytes.raw());
+    }
+    return e.bwSrc.from(x);
+}
+
 } // namespace
 
 Layout CpuBackend::convOutputLayout(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) {
     const std::optional<Layout> l = layoutOf(entryFor(p, x, w, y, bias).fwdDst);
     return l ? *l : Layout::plain;
+}
+
+int64_t CpuBackend::convKeptBytes(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) {
+    const ConvEntry& e = entryFor(p, x, w, y, bias);
+    if (!keepsInput(p, e, x, w, y)) return 0;
+    return allocationBytes(static_cast<int64_t>(e.fwdSrc.want().get_size()));
 }
 
 // x: [N, C, *in], w: [K, C/g, *k] (deconv: [C, K/g, *k]), b: [K] -> y: [N, K, *out]
@@ -356,7 +419,7 @@ Tensor CpuBackend::convForward(const ConvParams& p, const Tensor& x, const Tenso
     const ConvEntry& e = entryFor(p, x.shape(), w.shape(), yShape, b.defined());
     ++convCalls;
     Tensor y = tensorFor(e.fwdDst, yShape, x.device());
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, e.fwdSrc.from(x)},
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, forwardSource(p, e, x, w.shape(), yShape)},
                                                   {DNNL_ARG_WEIGHTS, e.fwdW.from(memOf(e.plainW, w))},
                                                   {DNNL_ARG_DST, memOf(e.fwdDst, y)}};
     if (b.defined()) args[DNNL_ARG_BIAS] = memOf(e.plainB, b);
@@ -402,6 +465,7 @@ ConvBackwardAlgo CpuBackend::convBackwardAlgo() { return backwardAlgo(); }
 void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale,
                                      float momentum, const Tensor& dw, const Tensor& db) {
     const ConvEntry& e = entryFor(p, x.shape(), dw.shape(), dy.shape(), db.defined());
+    const std::shared_ptr<KeptInput> kept = takeKept(p); // alive until the primitive has run
     if (gemmWeights(p, x.shape(), dw.shape(), dy.shape())) {
         ++convCalls;
         if (!e.gemmWeights)
@@ -459,7 +523,7 @@ void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const
                        e.bwDiffDst.want() == e.bdDiffDst.want() && e.bdDiffDst.want() != descOf(dy);
     ++convCalls;
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, e.bwSrc.from(x)},
+        {DNNL_ARG_SRC, backwardWeightsSource(e, x, kept.get())},
         {DNNL_ARG_DIFF_DST, reuse ? *e.bdDiffDst.buffer() : e.bwDiffDst.from(dy)},
         {DNNL_ARG_DIFF_WEIGHTS, diffW}};
     if (db.defined()) args[DNNL_ARG_DIFF_BIAS] = diffB;

@@ -102,6 +102,9 @@ public:
                         Layout xLayout) override;
     int64_t poolWorkspaceBytes(const PoolParams& p, const Shape& x, const Shape& y, Layout xLayout) override;
     Layout convOutputLayout(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) override;
+    /// A training bfloat16 convolution keeps its input in bfloat16 from forward for
+    /// backward-weights (when that runs on oneDNN's kernel), so it is reordered once.
+    int64_t convKeptBytes(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) override;
     void maxPoolIndices(const PoolParams& p, const Tensor& x, const Tensor& idx) override;
     void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) override;
     void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) override;

@@ -132,6 +132,9 @@ public:
     /// `src` in the wanted descriptor.
     dnnl::memory from(const dnnl::memory& src) const;
     dnnl::memory from(const Tensor& t) const { return from(memOf(descOf(t), t)); }
+    /// Reorders (and rounds) `src` into `dst`, a memory of the wanted descriptor; returns
+    /// `dst`.
+    dnnl::memory into(const dnnl::memory& src, const dnnl::memory& dst) const;
 
 private:
     dnnl::memory::desc want_;

@@ -15,19 +15,23 @@ namespace dnnl_util {
 dnnl::memory Staged::from(const dnnl::memory& src) const {
     if (src.get_desc() == want_ && !round_) return src;
     if (!buffer_) buffer_ = checkDnnl("memory", [&] { return dnnl::memory(want_, engine()); });
+    return into(src, *buffer_);
+}
+
+dnnl::memory Staged::into(const dnnl::memory& src, const dnnl::memory& dst) const {
     if (!reorder_ || reorderFrom_ != src.get_desc()) {
-        reorder_ = checkDnnl("reorder", [&] { return dnnl::reorder(src, *buffer_); });
+        reorder_ = checkDnnl("reorder", [&] { return dnnl::reorder(src, dst); });
         reorderFrom_ = src.get_desc();
     }
-    dnnl::memory in = src, out = *buffer_;
+    dnnl::memory in = src, out = dst;
     checkDnnl("reorder::execute", [&] { reorder_->execute(stream(), in, out); });
     if (round_) { // every float of the buffer (a blocked layout's padding is zeros, which stay zeros)
-        auto* p = static_cast<float*>(buffer_->get_data_handle());
+        auto* p = static_cast<float*>(dst.get_data_handle());
         const auto n = static_cast<int64_t>(want_.get_size() / sizeof(float));
 #pragma omp parallel for simd if (n > (1 << 15))
         for (int64_t i = 0; i < n; ++i) p[i] = toFloat(toBfloat16(p[i]));
     }
-    return *buffer_;
+    return dst;
 }
 
 namespace {

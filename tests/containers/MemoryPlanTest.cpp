@@ -30,9 +30,12 @@ TEST(MemoryPlan, PlannedPeaksMatchTheAllocatorWithinTenPercent) {
         Shape input;
     };
     manualSeed(1);
+    ModulePtr resnetBf16 = loadResNet(18, ResNetStem::cifar, 10);
+    resnetBf16->calcMode(DType::bfloat16); // its convolutions keep their bfloat16 inputs for backward
     const Case cases[] = {
         {"LeNet", loadLeNet(), {64, 1, 28, 28}},
         {"ResNet-18", loadResNet(18, ResNetStem::cifar, 10), {8, 3, 32, 32}},
+        {"ResNet-18 in bfloat16", resnetBf16, {8, 3, 32, 32}},
         {"U-Net", loadZooModel("unet"), {1, 1, 64, 64}},
     };
     for (const Case& c : cases) {

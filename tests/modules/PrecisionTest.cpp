@@ -196,6 +196,62 @@ TEST(Precision, Bfloat16RoundsOperandsOnly) {
     }
 }
 
+// A training bfloat16 convolution keeps its input's bfloat16 reorder from forward for
+// backward-weights (ConvParams::state): the weight gradient equals the one computed from a
+// fresh reorder, bit for bit; an input other than forward's is reordered anew (the kept
+// one is not trusted); backward-weights releases it; eval mode keeps nothing.
+TEST(Precision, ConvKeepsItsBfloat16InputForBackwardWeights) {
+    struct AlgoGuard {
+        ConvBackwardAlgo before = CpuBackend::convBackwardAlgo();
+        ~AlgoGuard() { CpuBackend::setConvBackwardAlgo(before); }
+    } guard;
+    CpuBackend::setConvBackwardAlgo(ConvBackwardAlgo::direct); // the GEMM reads float32 x and keeps nothing
+    manualSeed(6);
+    auto conv = std::make_shared<Conv2D>(16, 32, 3, ConvOptions{.pad = {1}, .useBias = false});
+    conv->calcMode(DType::bfloat16);
+    conv->trainMode();
+    Backend& be = backendFor(Device::cpu());
+    const Tensor x1 = randomTensor({4, 16, 8, 8}, 7), x2 = randomTensor({4, 16, 8, 8}, 8);
+    const Tensor dy = randomTensor({4, 32, 8, 8}, 9);
+    const Shape wShape = conv->getVar("W")->data.shape();
+    // The weight gradient from x through a fresh reorder (no state), and through `p`.
+    auto gradW = [&](const ConvParams& p, const Tensor& x) {
+        Tensor dw = Tensor::zeros(wShape);
+        be.convBackwardWeights(p, x, dy, 1.0f, 0.0f, dw, Tensor());
+        return dw.toVector<float>();
+    };
+    ConvParams fresh = conv->computeParams();
+    ASSERT_NE(fresh.state, nullptr); // train mode hands the backend the layer's state
+    const std::shared_ptr<LayerState> state = fresh.state;
+    fresh.state = nullptr;
+    const bool keeps = CpuBackend::bfloat16Kernels(); // emulated bfloat16 rounds in a float32 stage instead
+
+    (*conv)(x1);
+    EXPECT_EQ(state->data != nullptr, keeps);
+    EXPECT_EQ(be.convKeptBytes(conv->computeParams(), x1.shape(), wShape, dy.shape(), false) > 0, keeps);
+    EXPECT_EQ(gradW(conv->computeParams(), x1), gradW(fresh, x1));
+    EXPECT_EQ(state->data, nullptr); // released by backward-weights
+
+    (*conv)(x1);
+    EXPECT_EQ(gradW(conv->computeParams(), x2), gradW(fresh, x2)); // not forward's input: reordered anew
+    EXPECT_NE(gradW(fresh, x1), gradW(fresh, x2));                 // and the two differ, so the check can tell
+
+    // The module's own backward takes the same path.
+    (*conv)(x1);
+    conv->zeroGradParams();
+    conv->backward(dy);
+    EXPECT_EQ(conv->getVar("W")->grad.toVector<float>(), gradW(fresh, x1));
+
+    conv->evalMode();
+    EXPECT_EQ(conv->computeParams().state, nullptr);
+    (*conv)(x1);
+    EXPECT_EQ(state->data, nullptr);
+    conv->trainMode();
+    (*conv)(x1);
+    conv->evalMode(); // leaving train mode drops what was kept
+    EXPECT_EQ(state->data, nullptr);
+}
+
 // The layers calcMode leaves in float32 give exactly what they give without it.
 TEST(Precision, OtherLayersStayFloat32) {
     auto make = [] {
