@@ -3,16 +3,12 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
-#include <poll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +16,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -541,38 +536,6 @@ void limitMemory(uint64_t fileSize) {
     ::setrlimit(RLIMIT_AS, &rl);
 }
 
-bool sendAll(int fd, const char* p, size_t n) {
-    while (n > 0) {
-        const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        p += k;
-        n -= static_cast<size_t>(k);
-    }
-    return true;
-}
-
-// Reads n bytes; false on end of file, an error or (deadline given) time running out.
-bool recvAll(int fd, char* p, size_t n, std::optional<std::chrono::steady_clock::time_point> deadline, bool* timedOut) {
-    while (n > 0) {
-        if (deadline) {
-            const auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
-            pollfd pfd{fd, POLLIN, 0};
-            const int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
-            if (ready < 0 && errno == EINTR) continue;
-            if (ready == 0) *timedOut = true;
-            if (ready <= 0) return false;
-        }
-        const ssize_t k = ::recv(fd, p, n, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        p += k;
-        n -= static_cast<size_t>(k);
-    }
-    return true;
-}
-
 // How long a read may take before the reader is taken to hang: TESSERA_HDF5_READ_TIMEOUT
 // seconds (a decimal number), else 10 s; plus a second per 50 MB of file.
 std::chrono::milliseconds readTimeout(uint64_t fileSize) {
@@ -585,113 +548,50 @@ std::chrono::milliseconds readTimeout(uint64_t fileSize) {
                                      static_cast<int64_t>(fileSize / (50 << 20)) * 1000);
 }
 
-// The reader process: forked on the first read and kept, so a read costs a round trip
-// rather than a fork; a reader that crashed or hung is replaced at the next read. The
-// child serves requests (parts, path) until its socket closes.
-class ReaderProcess {
-public:
-    std::string read(const std::string& path, unsigned parts, uint64_t size) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (pid_ < 0) spawn(path);
-        std::string request;
-        put(request, static_cast<uint64_t>(parts));
-        put(request, size);
-        put(request, path);
-        const uint64_t length = request.size();
-        // Generous for a healthy file (10 s, plus a second per 50 MB); a looping reader is stopped.
-        const auto deadline = std::chrono::steady_clock::now() + readTimeout(size);
-        bool timedOut = false;
-        uint64_t answerLength = 0;
-        std::string answer;
-        bool ok = sendAll(fd_, reinterpret_cast<const char*>(&length), 8) && sendAll(fd_, request.data(), length) &&
-                  recvAll(fd_, reinterpret_cast<char*>(&answerLength), 8, deadline, &timedOut);
-        if (ok) {
-            answer.resize(answerLength);
-            ok = recvAll(fd_, answer.data(), answerLength, deadline, &timedOut);
-        }
-        if (ok) return answer;
-        if (timedOut) ::kill(pid_, SIGKILL);
-        const int status = stop();
-        if (timedOut) throw fileError(path, "is unreadable: reading it did not finish in time (a corrupt file?)");
-        if (WIFSIGNALED(status)) {
-            throw fileError(path, "is unreadable: the HDF5 library crashed reading it (signal " +
-                                      std::to_string(WTERMSIG(status)) + "; a corrupt file)");
-        }
-        throw fileError(path, "is unreadable: the HDF5 library failed reading it (exit status " +
-                                  std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "; a corrupt file)");
+// The reader process (io_detail::ChildServer: forked on the first read and kept; one that
+// crashed or hung is replaced at the next read). A request is (parts, file size, path);
+// the answer is '\0' and the serialized snapshot, or '\1' and the error's message.
+std::string serveRead(const std::string& request) {
+    std::string path;
+    try {
+        WireReader r(request, path);
+        const auto parts = static_cast<unsigned>(r.u64());
+        const uint64_t size = r.u64();
+        path = r.str();
+        limitMemory(size);
+        return std::string(1, '\0') + serialize(readParts(path, parts));
+    } catch (const std::exception& e) {
+        return std::string(1, '\1') + e.what();
+    } catch (...) {
+        return std::string(1, '\1') + fileError(path, "cannot read it").what();
     }
-
-private:
-    void spawn(const std::string& path) {
-        int fds[2];
-        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-            throw fileError(path, std::string("cannot read it: socketpair: ") + std::strerror(errno));
-        }
-        std::fflush(nullptr);
-        const pid_t pid = ::fork();
-        if (pid < 0) {
-            ::close(fds[0]);
-            ::close(fds[1]);
-            throw fileError(path, std::string("cannot read it: fork: ") + std::strerror(errno));
-        }
-        if (pid == 0) {
-            ::close(fds[0]);
-            serve(fds[1]);
-        }
-        ::close(fds[1]);
-        pid_ = pid;
-        fd_ = fds[0];
-    }
-
-    // Closes the socket (a live child then leaves), reaps the child, returns its status.
-    int stop() {
-        ::close(fd_);
-        int status = 0;
-        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
-        pid_ = -1;
-        fd_ = -1;
-        return status;
-    }
-
-    [[noreturn]] static void serve(int fd) {
-        io_detail::defaultCrashHandling();
-        for (;;) {
-            uint64_t length = 0;
-            bool unused = false;
-            if (!recvAll(fd, reinterpret_cast<char*>(&length), 8, std::nullopt, &unused)) ::_exit(0);
-            std::string request(length, '\0');
-            if (!recvAll(fd, request.data(), length, std::nullopt, &unused)) ::_exit(0);
-            std::string out;
-            std::string path;
-            try {
-                WireReader r(request, path);
-                const auto parts = static_cast<unsigned>(r.u64());
-                const uint64_t size = r.u64();
-                path = r.str();
-                limitMemory(size);
-                out = std::string(1, '\0') + serialize(readParts(path, parts));
-            } catch (const std::exception& e) {
-                out = std::string(1, '\1') + e.what();
-            } catch (...) {
-                out = std::string(1, '\1') + fileError(path, "cannot read it").what();
-            }
-            const uint64_t n = out.size();
-            if (!sendAll(fd, reinterpret_cast<const char*>(&n), 8) || !sendAll(fd, out.data(), n)) ::_exit(0);
-        }
-    }
-
-    std::mutex mutex_;
-    pid_t pid_ = -1;
-    int fd_ = -1;
-};
+}
 
 // The parts of `path` a snapshot holds, read by the reader process (see above).
 Snapshot snapshot(const std::string& path, unsigned parts) {
     quietHdf5();
     if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
     if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
-    static ReaderProcess* reader = new ReaderProcess(); // never destroyed: reads during static destruction work
-    const std::string got = reader->read(path, parts, fileBytes(path));
+    // Never destroyed: reads during static destruction work.
+    static auto* reader = new io_detail::ChildServer(serveRead);
+    const uint64_t size = fileBytes(path);
+    std::string request;
+    put(request, static_cast<uint64_t>(parts));
+    put(request, size);
+    put(request, path);
+    // Generous for a healthy file (10 s, plus a second per 50 MB); a looping reader is stopped.
+    const io_detail::ChildServer::Result r = reader->call(request, readTimeout(size));
+    using Failure = io_detail::ChildServer::Result::Failure;
+    switch (r.failure) {
+    case Failure::none: break;
+    case Failure::cannotStart: throw fileError(path, "cannot read it: " + r.detail);
+    case Failure::timedOut: throw fileError(path, "is unreadable: reading it did not finish in time (a corrupt file?)");
+    case Failure::crashed:
+        throw fileError(path, "is unreadable: the HDF5 library crashed reading it (" + r.detail + "; a corrupt file)");
+    case Failure::exited:
+        throw fileError(path, "is unreadable: the HDF5 library failed reading it (" + r.detail + "; a corrupt file)");
+    }
+    const std::string& got = *r.answer;
     if (got.empty()) throw fileError(path, "cannot read it");
     if (got[0] != '\0') throw IoError(got.substr(1)); // the reader's error, already naming the file
     return deserialize(got.substr(1), path);

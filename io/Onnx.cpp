@@ -4,13 +4,9 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
+#include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -246,6 +242,40 @@ void autoPadNotSet(const Attributes& a) {
     if (ap != "NOTSET" && ap != "VALID") throw Unsupported{"auto_pad " + ap + " is not supported (NOTSET, VALID are)"};
 }
 
+// ONNX's shape inference, in the process that serves Importer::inferShapes (an
+// io_detail::ChildServer): libonnx reads out of bounds on some malformed nodes (a Conv
+// whose weights' rank differs from its input's), and such a crash must be an error about
+// the file, not the end of the importing process. A request is a serialized model; the
+// answer is '\0' and a GraphProto of the inferred value_info and outputs, or '\1' when
+// inference threw or the model does not parse (the declared shapes serve then).
+std::string inferInChild(const std::string& request) {
+    onnx::ModelProto m;
+    if (!m.ParseFromString(request)) return std::string(1, '\1');
+    try {
+        onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
+                                           onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
+    } catch (const std::exception&) {
+        return std::string(1, '\1');
+    }
+    onnx::GraphProto out;
+    *out.mutable_value_info() = std::move(*m.mutable_graph()->mutable_value_info());
+    *out.mutable_output() = std::move(*m.mutable_graph()->mutable_output());
+    return std::string(1, '\0') + out.SerializeAsString();
+}
+
+// A floating initializer of over 1024 elements (dims as declared; none negative).
+bool largeFloating(const onnx::TensorProto& t) {
+    using TP = onnx::TensorProto;
+    const int type = t.data_type();
+    if (type != TP::FLOAT && type != TP::DOUBLE && type != TP::FLOAT16 && type != TP::BFLOAT16) return false;
+    int64_t n = 1;
+    for (int64_t d : t.dims()) {
+        if (d < 0) return false;
+        n = d > 0 && n > 1024 / d ? 1025 : n * d; // saturates above the threshold
+    }
+    return n > 1024;
+}
+
 // Where a value comes from: a node and its output slot.
 struct Source {
     NodePtr node;
@@ -257,39 +287,44 @@ public:
     Importer(onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
         : model_(model), path_(std::move(path)), options_(options) {}
 
-    // Runs ONNX's shape inference on a copy of the model in a child process (fork: the
-    // copy is the child's own memory) and throws IoError if that crashes or takes over
-    // 30 s. Its exceptions are not errors here: the import then uses the declared shapes.
-    void inferShapesSurvives() const {
-        std::fflush(nullptr);
-        const pid_t pid = ::fork();
-        if (pid < 0) throw IoError(path_ + ": cannot check the model's shapes: fork: " + std::strerror(errno));
-        if (pid == 0) {
-            io_detail::defaultCrashHandling();
-            try {
-                onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
-                                                   onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
-            } catch (...) {}
-            ::_exit(0);
-        }
-        int status = 0;
-        for (int waited = 0;; ++waited) {
-            const pid_t r = ::waitpid(pid, &status, WNOHANG);
-            if (r == pid) break;
-            if (r < 0 && errno != EINTR) throw IoError(path_ + ": waitpid: " + std::strerror(errno));
-            if (waited >= 30000) {
-                ::kill(pid, SIGKILL);
-                while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-                throw IoError(path_ + ": ONNX's shape inference did not finish in 30 s on this model");
+    // ONNX's shape inference on the model, run in the inference process (inferInChild):
+    // adds the value_info it finds and refines the outputs'. Throws IoError when inference
+    // crashes or takes over 30 s on the model. Its exceptions are not errors here: the
+    // import then uses the declared shapes.
+    void inferShapes() {
+        static auto* child = new io_detail::ChildServer(inferInChild); // never destroyed, like the model cache
+        std::string request;
+        {
+            // Large floating initializers' data stay here: inference reads their dims (shape
+            // computations read small integer tensors and scales, which travel).
+            std::vector<std::pair<onnx::TensorProto*, std::string>> raw;
+            std::vector<std::pair<onnx::TensorProto*, google::protobuf::RepeatedField<float>>> floats;
+            for (onnx::TensorProto& t : *model_.mutable_graph()->mutable_initializer()) {
+                if (!largeFloating(t)) continue;
+                raw.emplace_back(&t, std::string());
+                raw.back().second.swap(*t.mutable_raw_data());
+                floats.emplace_back(&t, google::protobuf::RepeatedField<float>());
+                floats.back().second.Swap(t.mutable_float_data());
             }
-            ::usleep(waited < 100 ? 100 : 1000); // about 10 ms for a small model; then a millisecond a step
+            request = model_.SerializeAsString();
+            for (auto& [t, data] : raw) data.swap(*t->mutable_raw_data());
+            for (auto& [t, data] : floats) data.Swap(t->mutable_float_data());
         }
-        if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
-            throw IoError(path_ + ": malformed model: ONNX's shape inference crashes on it (" +
-                          (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                               : "exit status " + std::to_string(WEXITSTATUS(status))) +
+        const io_detail::ChildServer::Result r = child->call(request, std::chrono::seconds(30));
+        using Failure = io_detail::ChildServer::Result::Failure;
+        switch (r.failure) {
+        case Failure::none: break;
+        case Failure::cannotStart: throw IoError(path_ + ": cannot check the model's shapes: " + r.detail);
+        case Failure::timedOut: throw IoError(path_ + ": ONNX's shape inference did not finish in 30 s on this model");
+        case Failure::crashed:
+        case Failure::exited:
+            throw IoError(path_ + ": malformed model: ONNX's shape inference crashes on it (" + r.detail +
                           "; ran in a separate process)");
         }
+        onnx::GraphProto inferred;
+        if (r.answer->empty() || (*r.answer)[0] != '\0' || !inferred.ParseFromString(r.answer->substr(1))) return;
+        *model_.mutable_graph()->mutable_value_info() = std::move(*inferred.mutable_value_info());
+        *model_.mutable_graph()->mutable_output() = std::move(*inferred.mutable_output());
     }
 
     std::shared_ptr<Graph> run() {
@@ -330,16 +365,7 @@ public:
         }
         // The shapes of the values, as declared and as ONNX's shape inference finds them:
         // negative axes resolve by their ranks, shape computations fold by their dims.
-        // libonnx's inference reads out of bounds on some malformed nodes (a Conv whose
-        // weights' rank differs from its input's), so it runs first in a child process; only
-        // a model it survives is inferred here.
-        inferShapesSurvives();
-        try {
-            onnx::shape_inference::InferShapes(model_, onnx::OpSchemaRegistry::Instance(),
-                                               onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
-        } catch (const std::exception&) {
-            // a model ONNX cannot infer: the shapes it declares, then
-        }
+        inferShapes();
         for (const auto* list : {&g.input(), &g.output(), &g.value_info()}) {
             for (const onnx::ValueInfoProto& v : *list) {
                 if (!v.type().has_tensor_type()) continue;

@@ -1,0 +1,162 @@
+#include "io/ChildProcess.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+// Sanitizer builds: what a sanitizer runs when it stops the process (a fuzzer's report).
+extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
+
+namespace tessera::io_detail {
+
+namespace {
+
+bool sendAll(int fd, const char* p, size_t n) {
+    while (n > 0) {
+        const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= static_cast<size_t>(k);
+    }
+    return true;
+}
+
+// Reads n bytes; false on end of file, an error or (deadline given) time running out.
+bool recvAll(int fd, char* p, size_t n, std::optional<std::chrono::steady_clock::time_point> deadline, bool* timedOut) {
+    while (n > 0) {
+        if (deadline) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+            pollfd pfd{fd, POLLIN, 0};
+            const int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+            if (ready < 0 && errno == EINTR) continue;
+            if (ready == 0) *timedOut = true;
+            if (ready <= 0) return false;
+        }
+        const ssize_t k = ::recv(fd, p, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= static_cast<size_t>(k);
+    }
+    return true;
+}
+
+// A message on the socket: its length (8 bytes), then its bytes.
+bool sendMessage(int fd, const std::string& m) {
+    const uint64_t n = m.size();
+    return sendAll(fd, reinterpret_cast<const char*>(&n), sizeof n) && sendAll(fd, m.data(), n);
+}
+
+bool recvMessage(int fd, std::string& m, std::optional<std::chrono::steady_clock::time_point> deadline,
+                 bool* timedOut) {
+    uint64_t n = 0;
+    if (!recvAll(fd, reinterpret_cast<char*>(&n), sizeof n, deadline, timedOut)) return false;
+    m.resize(n);
+    return recvAll(fd, m.data(), n, deadline, timedOut);
+}
+
+} // namespace
+
+void defaultCrashHandling() {
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
+        struct sigaction dfl = {};
+        dfl.sa_handler = SIG_DFL;
+        ::sigaction(sig, &dfl, nullptr);
+    }
+    if (&__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
+}
+
+ChildServer::~ChildServer() {
+    if (pid_ >= 0) stop();
+}
+
+ChildServer::Result ChildServer::call(const std::string& request, std::chrono::milliseconds timeout) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Result result;
+    if (pid_ < 0) {
+        if (std::optional<std::string> error = spawn()) {
+            result.failure = Result::Failure::cannotStart;
+            result.detail = *error;
+            return result;
+        }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string answer;
+    bool timedOut = false;
+    if (sendMessage(fd_, request) && recvMessage(fd_, answer, deadline, &timedOut)) {
+        result.answer = std::move(answer);
+        return result;
+    }
+    if (timedOut) ::kill(pid_, SIGKILL);
+    const int status = stop();
+    if (timedOut) {
+        result.failure = Result::Failure::timedOut;
+    } else if (WIFSIGNALED(status)) {
+        result.failure = Result::Failure::crashed;
+        result.detail = "signal " + std::to_string(WTERMSIG(status));
+    } else {
+        result.failure = Result::Failure::exited;
+        result.detail = "exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    return result;
+}
+
+std::optional<std::string> ChildServer::spawn() {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+        return std::string("socketpair: ") + std::strerror(errno);
+    }
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        const int e = errno;
+        ::close(fds[0]);
+        ::close(fds[1]);
+        return std::string("fork: ") + std::strerror(e);
+    }
+    if (pid == 0) {
+        ::close(fds[0]);
+        serve(fds[1]);
+    }
+    ::close(fds[1]);
+    pid_ = pid;
+    fd_ = fds[0];
+    return std::nullopt;
+}
+
+// Closes the socket (a live child then leaves), reaps the child, returns its status.
+int ChildServer::stop() {
+    ::close(fd_);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
+    pid_ = -1;
+    fd_ = -1;
+    return status;
+}
+
+void ChildServer::serve(int fd) {
+    defaultCrashHandling();
+    for (;;) {
+        std::string request;
+        bool unused = false;
+        if (!recvMessage(fd, request, std::nullopt, &unused)) ::_exit(0);
+        std::string answer;
+        try {
+            answer = handler_(request);
+        } catch (...) {
+            ::_exit(1);
+        }
+        if (!sendMessage(fd, answer)) ::_exit(0);
+    }
+}
+
+} // namespace tessera::io_detail
