@@ -172,4 +172,9 @@ void ConvND::setTrain(bool train) {
     if (!train) state_->data.reset();
 }
 
+void ConvND::reset() {
+    Module::reset();
+    state_->data.reset();
+}
+
 } // namespace tessera

@@ -66,8 +66,9 @@ public:
 
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
-    /// Leaving train mode drops what the backend kept for backward.
+    /// Leaving train mode drops what the backend kept for backward; so does reset().
     void setTrain(bool train) override;
+    void reset() override;
 
 protected:
     Tensors updateData(const Tensors& data) override;

@@ -250,6 +250,10 @@ TEST(Precision, ConvKeepsItsBfloat16InputForBackwardWeights) {
     (*conv)(x1);
     conv->evalMode(); // leaving train mode drops what was kept
     EXPECT_EQ(state->data, nullptr);
+    conv->trainMode();
+    (*conv)(x1);
+    conv->reset(); // and so does reset
+    EXPECT_EQ(state->data, nullptr);
 }
 
 // The layers calcMode leaves in float32 give exactly what they give without it.
