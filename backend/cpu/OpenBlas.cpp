@@ -11,11 +11,17 @@ namespace tessera::cpu {
 
 namespace {
 
-// The kernel set for this CPU when OpenBLAS's own model table may not know it. Only Intel
-// CPUs are named: on them the table and the instruction sets agree whenever the model is
-// known, so naming them changes nothing but the unknown-model fallback.
+// The kernel set for this CPU when OpenBLAS's own model table may not know it. Intel CPUs
+// are named: on them the table and the instruction sets agree whenever the model is known,
+// so naming them changes nothing but the unknown-model fallback. AMD CPUs with AVX-512
+// are named SkylakeX: OpenBLAS 0.3.21 (Debian 12's) runs its AVX2 Haswell kernels on Zen 5,
+// at half the rate of its AVX-512 SkylakeX kernels there (1024^3 sgemm on 2 cores: 240
+// against 460 GFLOP/s, tools/bench). Other AMD CPUs keep OpenBLAS's own choice.
 const char* coreTypeFromIsa() {
     __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (__builtin_cpu_is("amd")) return avx512 ? "SkylakeX" : nullptr;
     if (!__builtin_cpu_is("intel")) return nullptr;
     if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
     if (__builtin_cpu_supports("avx2")) return "Haswell";

@@ -60,9 +60,12 @@ def cpuinfo(key):
 
 def openblas_coretype():
     """The OpenBLAS core Tessera picks for this CPU (backend/cpu/OpenBlas.cpp)."""
+    flags = cpuinfo("flags").split()
+    if cpuinfo("vendor_id") == "AuthenticAMD":
+        avx512 = all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+        return "SkylakeX" if avx512 else None
     if cpuinfo("vendor_id") != "GenuineIntel":
         return None
-    flags = cpuinfo("flags").split()
     return "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else None
 
 
