@@ -118,7 +118,7 @@ struct ConvEntry {
 struct KeptInput final : BackendState {
     Tensor bytes;               // desc.get_size() bytes
     md desc;                    // the forward primitive's source descriptor
-    const void* from = nullptr; // the float32 input it was made from, in this descriptor:
+    const void* from = nullptr; // the float32 input it was made from, and that input's descriptor
     md fromDesc;
 };
 
