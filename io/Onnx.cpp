@@ -292,8 +292,10 @@ public:
     // crashes or takes over 30 s on the model. Its exceptions are not errors here: the
     // import then uses the declared shapes.
     void inferShapes() {
-        static auto* child = new io_detail::ChildServer(inferInChild); // never destroyed, like the model cache
+        // Never destroyed: imports during static destruction work.
+        static auto* child = new io_detail::ChildServer(inferInChild);
         std::string request;
+        bool serialized = false;
         {
             // Large floating initializers' data stay here: inference reads their dims (shape
             // computations read small integer tensors and scales, which travel).
@@ -306,10 +308,11 @@ public:
                 floats.emplace_back(&t, google::protobuf::RepeatedField<float>());
                 floats.back().second.Swap(t.mutable_float_data());
             }
-            request = model_.SerializeAsString();
+            serialized = model_.SerializeToString(&request); // false past protobuf's 2 GB
             for (auto& [t, data] : raw) data.swap(*t->mutable_raw_data());
             for (auto& [t, data] : floats) data.Swap(t->mutable_float_data());
         }
+        if (!serialized) return; // the declared shapes, then
         const io_detail::ChildServer::Result r = child->call(request, std::chrono::seconds(30));
         using Failure = io_detail::ChildServer::Result::Failure;
         switch (r.failure) {
@@ -322,7 +325,10 @@ public:
                           "; ran in a separate process)");
         }
         onnx::GraphProto inferred;
-        if (r.answer->empty() || (*r.answer)[0] != '\0' || !inferred.ParseFromString(r.answer->substr(1))) return;
+        if (r.answer->empty() || (*r.answer)[0] != '\0' || !inferred.ParseFromString(r.answer->substr(1)) ||
+            inferred.output_size() != model_.graph().output_size()) {
+            return;
+        }
         *model_.mutable_graph()->mutable_value_info() = std::move(*inferred.mutable_value_info());
         *model_.mutable_graph()->mutable_output() = std::move(*inferred.mutable_output());
     }
