@@ -76,6 +76,9 @@ void defaultCrashHandling() {
 }
 
 ChildServer::~ChildServer() {
+    // Killed, not only told by closing the socket: a helper forked later holds a copy of
+    // this end of it, so the child might never see the socket close.
+    if (pid_ >= 0) ::kill(pid_, SIGKILL);
     if (pid_ >= 0) stop();
 }
 

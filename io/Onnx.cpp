@@ -299,18 +299,22 @@ public:
         {
             // Large floating initializers' data stay here: inference reads their dims (shape
             // computations read small integer tensors and scales, which travel).
-            std::vector<std::pair<onnx::TensorProto*, std::string>> raw;
-            std::vector<std::pair<onnx::TensorProto*, google::protobuf::RepeatedField<float>>> floats;
+            struct Held {
+                onnx::TensorProto* tensor;
+                std::string raw;
+                google::protobuf::RepeatedField<float> floats;
+                void swap() {
+                    raw.swap(*tensor->mutable_raw_data());
+                    floats.Swap(tensor->mutable_float_data());
+                }
+            };
+            std::vector<Held> held;
             for (onnx::TensorProto& t : *model_.mutable_graph()->mutable_initializer()) {
-                if (!largeFloating(t)) continue;
-                raw.emplace_back(&t, std::string());
-                raw.back().second.swap(*t.mutable_raw_data());
-                floats.emplace_back(&t, google::protobuf::RepeatedField<float>());
-                floats.back().second.Swap(t.mutable_float_data());
+                if (largeFloating(t)) held.push_back({&t, {}, {}});
             }
+            for (Held& h : held) h.swap();                   // out
             serialized = model_.SerializeToString(&request); // false past protobuf's 2 GB
-            for (auto& [t, data] : raw) data.swap(*t->mutable_raw_data());
-            for (auto& [t, data] : floats) data.Swap(t->mutable_float_data());
+            for (Held& h : held) h.swap();                   // back
         }
         if (!serialized) return; // the declared shapes, then
         const io_detail::ChildServer::Result r = child->call(request, std::chrono::seconds(30));

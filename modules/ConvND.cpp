@@ -157,13 +157,11 @@ MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
     const Shape y = dataShapeFrom(inShapes)[0];
     Backend& be = backendFor(device);
-    use.outLayouts[0] =
-        be.convOutputLayout(computeParams(), inShapes[0], getVar("W")->data.shape(), y, options_.useBias);
-    if (train) {
-        ConvParams p = computeParams();
-        p.state = state_; // what a train-mode forward keeps, whatever mode the module is in now
-        use.keptUntilBackwardBytes = be.convKeptBytes(p, inShapes[0], getVar("W")->data.shape(), y, options_.useBias);
-    }
+    ConvParams p = computeParams();
+    p.state = train ? state_ : nullptr; // what a forward in that mode keeps, whatever mode the module is in now
+    const Shape& w = getVar("W")->data.shape();
+    use.outLayouts[0] = be.convOutputLayout(p, inShapes[0], w, y, options_.useBias);
+    use.keptUntilBackwardBytes = be.convKeptBytes(p, inShapes[0], w, y, options_.useBias);
     return use;
 }
 
