@@ -34,7 +34,7 @@ template <class T> std::vector<T> values(const std::string& data, size_t offset,
 
 } // namespace
 
-Tensor readNpy(const std::string& path) {
+Tensor readNpy(const std::string& path, std::string* dtype) {
     const std::string data = readAll(path);
     if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
         throw IoError("npy file " + path + ": not a .npy file");
@@ -74,6 +74,13 @@ Tensor readNpy(const std::string& path) {
     const Shape shape = dims.empty() ? Shape{1} : Shape(dims); // a 0-d array as [1]
     const int64_t n = shape.numel();
     const size_t offset = start + headerLen;
+    if (dtype) {
+        const char* names[][2] = {
+            {"<f4", "float32"}, {"<f8", "float64"}, {"<i4", "int32"}, {"<i8", "int64"}, {"|u1", "uint8"}};
+        for (auto& [d, name] : names) {
+            if (descr == d) *dtype = name;
+        }
+    }
     if (descr == "<f4") return Tensor::fromVector(shape, values<float>(data, offset, n, path));
     if (descr == "<f8") {
         const std::vector<double> d = values<double>(data, offset, n, path);

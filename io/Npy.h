@@ -11,8 +11,9 @@ namespace tessera {
 /// The array in `path` as a host tensor: float32 for float32 and float64 data (converted),
 /// int32 for int32 and int64 data (IoError when a value does not fit) and for uint8 data.
 /// C order only. A missing, truncated or malformed file, or another dtype, is an IoError
-/// naming the file and what is wrong.
-Tensor readNpy(const std::string& path);
+/// naming the file and what is wrong. `dtype`, when given, receives the file's own element
+/// type: "float32", "float64", "int32", "int64" or "uint8".
+Tensor readNpy(const std::string& path, std::string* dtype = nullptr);
 
 /// Writes `t` (float32 or int32, any device and layout) to `path` as a C-order `.npy` (format
 /// 1.0), through a temporary file renamed when complete. IoError when it cannot be written.

@@ -82,6 +82,12 @@
 #include "training/SVM.h"
 #include "training/Schedule.h"
 
+// data/: data sets (CIFAR, image folders, IDX, .npy), image files, transforms, the loader
+#include "data/Dataset.h"
+#include "data/Image.h"
+#include "data/Loader.h"
+#include "data/Transform.h"
+
 // models/: the zoo
 #include "models/LeNet.h"
 #include "models/ResNet.h"

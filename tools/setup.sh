@@ -21,6 +21,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
   libcli11-dev nlohmann-json3-dev libhdf5-dev
+  # Image folders (data/Image.h): JPEG and PNG decoding.
+  libjpeg62-turbo-dev libpng-dev
   # ONNX import (io/Onnx.h) and its conformance tests (ONNX's own test cases).
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
   # lint.python checks the Python scripts.

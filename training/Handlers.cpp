@@ -9,6 +9,7 @@
 
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "data/Loader.h"
 
 namespace tessera {
 
@@ -131,34 +132,50 @@ void Trainer::setPosition(const TrainerPosition& position) {
 
 double Trainer::train(const Tensors& data, const Tensors& targets) {
     const int64_t n = checkSets("Trainer", data, &targets, options_.batchsize);
-    const int64_t bs = options_.batchsize, batches = (n + bs - 1) / bs;
+    const int64_t bs = options_.batchsize;
+    const std::vector<int64_t> order = epochOrder(n, options_.seed, position_.epoch, options_.shuffle);
+    return runEpoch(n, (n + bs - 1) / bs, [&](int64_t b) {
+        const int64_t begin = b * bs, end = std::min(n, begin + bs);
+        return std::make_pair(gatherAll(data, order, begin, end, options_.device),
+                              gatherAll(targets, order, begin, end, options_.device));
+    });
+}
+
+double Trainer::train(Loader& loader) {
+    if (position_.batch > loader.batches()) {
+        throw ModuleError("Trainer: resuming at batch " + std::to_string(position_.batch) + " of an epoch of " +
+                          std::to_string(loader.batches()));
+    }
+    loader.start(position_.epoch, position_.batch);
+    const Device device = options_.device;
+    return runEpoch(loader.size(), loader.batches(), [&](int64_t b) {
+        std::optional<Batch> batch = loader.next();
+        if (!batch || batch->index != b) throw ModuleError("Trainer: the loader is out of step with the epoch");
+        if (device.isCpu()) return std::make_pair(Tensors{batch->images}, Tensors{batch->labels});
+        return std::make_pair(Tensors{batch->images.to(device)}, Tensors{batch->labels.to(device)});
+    });
+}
+
+double Trainer::runEpoch(int64_t n, int64_t batches, const Fetch& fetch) {
+    const int64_t bs = options_.batchsize;
     if (position_.batch > batches) {
         throw ModuleError("Trainer: resuming at batch " + std::to_string(position_.batch) + " of an epoch of " +
                           std::to_string(batches));
-    }
-    std::vector<int64_t> order(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    if (options_.shuffle) {
-        // Fisher-Yates on the counter-based generator: the same order for a seed and epoch.
-        const uint64_t seed = randomBits(options_.seed, static_cast<uint64_t>(position_.epoch));
-        for (int64_t i = n - 1; i > 0; --i) {
-            const auto j =
-                static_cast<int64_t>(randomBits(seed, static_cast<uint64_t>(i)) % static_cast<uint64_t>(i + 1));
-            std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
-        }
     }
     net_.trainMode();
     cost_.setAccumulator(position_.errorSum, position_.errorSamples); // zero at an epoch's start
     Progress progress(options_, "train");
     const auto t0 = Clock::now();
     const int64_t first = position_.batch;
+    int64_t done = 0; // samples of this pass
+    dataSeconds_ = 0.0;
     BatchInfo info;
     info.epoch = position_.epoch;
     info.batches = batches;
     for (int64_t b = first; b < batches; ++b) {
-        const int64_t begin = b * bs, end = std::min(n, begin + bs);
-        const Tensors x = gatherAll(data, order, begin, end, options_.device);
-        const Tensors t = gatherAll(targets, order, begin, end, options_.device);
+        const auto tData = Clock::now();
+        const auto [x, t] = fetch(b);
+        dataSeconds_ += secondsSince(tData);
         const Tensors& y = net_(x);
         CostResult r = cost_(y, t);
         if (const float scale = optimizer_.lossScale(); scale != 1.0f) { // loss scaling
@@ -169,19 +186,21 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
         // several modules gets the sum of its uses.
         net_.backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
         optimizer_.update();
+        done += x[0].shape()[0];
         position_.batch = b + 1;
         position_.errorSum = cost_.errorSum();
         position_.errorSamples = cost_.errorSamples();
         info.batch = b;
         info.error = r.error;
         info.meanError = cost_.getMeanError();
-        info.samples = end;
+        info.samples = std::min(n, (b + 1) * bs);
         info.seconds = secondsSince(t0);
         progress.show(info);
         if (onBatchFinish) onBatchFinish(info);
         if (stop_ && b + 1 < batches) return cost_.getMeanError(); // the epoch stays open
     }
-    rate_ = static_cast<double>(std::max<int64_t>(0, n - first * bs)) / secondsSince(t0);
+    epochSeconds_ = secondsSince(t0);
+    rate_ = static_cast<double>(done) / epochSeconds_;
     if (onEpochFinish) onEpochFinish(info);
     const double error = cost_.getMeanError();
     position_ = {position_.epoch + 1, 0, 0.0, 0};
@@ -210,6 +229,20 @@ double Validator::validate(const Tensors& data, const Tensors& targets) {
         const int64_t end = std::min(n, begin + bs);
         const Tensors& y = net_(gatherAll(data, order, begin, end, options_.device));
         cost_.validate(y, gatherAll(targets, order, begin, end, options_.device));
+    }
+    if (wasTrain) net_.trainMode();
+    return cost_.getMeanError();
+}
+
+double Validator::validate(Loader& loader) {
+    const bool wasTrain = net_.isTrain();
+    net_.evalMode();
+    cost_.resetAccumulator();
+    loader.start(0);
+    while (std::optional<Batch> b = loader.next()) {
+        const Device device = options_.device;
+        const Tensors& y = net_(Tensors{device.isCpu() ? b->images : b->images.to(device)});
+        cost_.validate(y, Tensors{device.isCpu() ? b->labels : b->labels.to(device)});
     }
     if (wasTrain) net_.trainMode();
     return cost_.getMeanError();

@@ -14,6 +14,8 @@
 
 namespace tessera {
 
+class Loader;
+
 /// Where a handler is in its pass, for callbacks and the progress line.
 struct BatchInfo {
     int64_t epoch = 0;   ///< 0-based
@@ -54,11 +56,20 @@ public:
     /// the network takes them) or a cost with several targets (`Multi`): sample i of every
     /// set goes into the same batch. All sets have the same number of samples.
     double train(const Tensors& data, const Tensors& targets);
+    /// One epoch of a Loader's batches (images as the network's input, labels as the
+    /// cost's target), in the loader's order, made by its workers while steps run. The
+    /// loader's batch size, shuffle and seed rule; the options' are not used.
+    double train(Loader& loader);
     std::function<void(const BatchInfo&)> onBatchFinish;
     std::function<void(const BatchInfo&)> onEpochFinish;
     int64_t epoch() const { return position_.epoch; }
     /// Samples per second of the last epoch.
     double samplesPerSecond() const { return rate_; }
+    /// Seconds of the last epoch the loop spent waiting for batches (a Loader's workers
+    /// not done yet, or making them itself) and copying them to the device.
+    double dataSeconds() const { return dataSeconds_; }
+    /// Seconds the last epoch took.
+    double epochSeconds() const { return epochSeconds_; }
     /// Where training is. After a whole epoch: the next epoch's batch 0.
     const TrainerPosition& position() const { return position_; }
     /// Continue from `position` (a checkpoint's): the next train() runs the rest of that
@@ -73,12 +84,16 @@ public:
     const HandlerOptions& options() const { return options_; }
 
 private:
+    // The epoch's loop; `fetch(b)` gives batch b's inputs and targets on the device.
+    using Fetch = std::function<std::pair<Tensors, Tensors>(int64_t)>;
+    double runEpoch(int64_t samples, int64_t batches, const Fetch& fetch);
+
     Module& net_;
     Cost& cost_;
     Optimizer& optimizer_;
     HandlerOptions options_;
     TrainerPosition position_;
-    double rate_ = 0.0;
+    double rate_ = 0.0, dataSeconds_ = 0.0, epochSeconds_ = 0.0;
     std::atomic<bool> stop_{false};
 };
 
@@ -90,6 +105,9 @@ public:
     double validate(const Tensor& data, const Tensor& targets);
     /// Several inputs and/or targets, as Trainer::train.
     double validate(const Tensors& data, const Tensors& targets);
+    /// Every batch of `loader` (epoch 0 of its order; make it with train = false and
+    /// shuffle = false for the usual evaluation).
+    double validate(Loader& loader);
 
 private:
     Module& net_;

@@ -1,0 +1,300 @@
+#include "data/Dataset.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "backend/Errors.h"
+#include "io/Npy.h"
+#include "training/Idx.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void checkIndex(const Dataset& d, int64_t index) {
+    if (index < 0 || index >= d.size()) {
+        throw ShapeError("data set " + d.describe() + ": sample " + std::to_string(index) + " is out of range [0, " +
+                         std::to_string(d.size()) + ")");
+    }
+}
+
+// Images of one shape held in memory, as bytes (scaled by 1/255) or as float32 values.
+class ArrayDataset : public Dataset {
+public:
+    struct File {
+        int64_t first; // index of its first sample
+        std::string path;
+    };
+
+    ArrayDataset(std::string name, int64_t c, int64_t h, int64_t w, std::vector<int32_t> labels, int64_t classes,
+                 std::vector<File> files)
+        : name_(std::move(name)), c_(c), h_(h), w_(w), labels_(std::move(labels)), classes_(classes),
+          files_(std::move(files)) {}
+    std::vector<uint8_t> bytes; // either these ...
+    Tensor floats;              // ... or these, [N, C, H, W]
+
+    int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+    int64_t classes() const override { return classes_; }
+    std::string describe() const override { return name_; }
+    Sample get(int64_t index) const override {
+        checkIndex(*this, index);
+        Sample s{Image(c_, h_, w_), labels_[static_cast<size_t>(index)]};
+        const size_t n = s.image.pixels.size(), at = static_cast<size_t>(index) * n;
+        if (floats.defined()) {
+            std::memcpy(s.image.pixels.data(), floats.data<float>() + at, n * sizeof(float));
+        } else {
+            const uint8_t* src = bytes.data() + at;
+            for (size_t i = 0; i < n; ++i) s.image.pixels[i] = static_cast<float>(src[i]) * (1.0f / 255.0f);
+        }
+        return s;
+    }
+    std::string where(int64_t index) const override {
+        if (files_.empty()) return name_ + " sample " + std::to_string(index);
+        auto it =
+            std::upper_bound(files_.begin(), files_.end(), index, [](int64_t i, const File& f) { return i < f.first; });
+        const File& f = *(it - 1);
+        return f.path + " (record " + std::to_string(index - f.first) + ")";
+    }
+
+private:
+    std::string name_;
+    int64_t c_, h_, w_;
+    std::vector<int32_t> labels_;
+    int64_t classes_;
+    std::vector<File> files_;
+};
+
+std::vector<uint8_t> readFile(const std::string& path, const std::string& what) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw IoError(what + " file " + path + ": cannot open (" + std::strerror(errno) + ")");
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (f.bad()) throw IoError(what + " file " + path + ": read error");
+    return bytes;
+}
+
+// The directory holding `probe`: `dir` itself or its sub-folder `inner` (the archive's).
+std::string cifarDir(const std::string& dir, const std::string& inner, const std::string& probe,
+                     const std::string& what) {
+    if (fs::exists(fs::path(dir) / probe)) return dir;
+    if (fs::exists(fs::path(dir) / inner / probe)) return (fs::path(dir) / inner).string();
+    throw IoError(what + ": " + dir + " holds neither " + probe + " nor " + inner + "/" + probe);
+}
+
+// Records of `labelBytes` label bytes (the one used at `labelAt`) and 3x32x32 pixels.
+std::shared_ptr<ArrayDataset> readCifar(const std::string& what, const std::vector<std::string>& paths, int labelBytes,
+                                        int labelAt, int64_t classes, const std::string& name) {
+    constexpr int64_t kPixels = 3 * 32 * 32;
+    const int64_t record = labelBytes + kPixels;
+    std::vector<int32_t> labels;
+    std::vector<ArrayDataset::File> files;
+    std::vector<uint8_t> pixels;
+    for (const std::string& path : paths) {
+        const std::vector<uint8_t> bytes = readFile(path, what);
+        const auto size = static_cast<int64_t>(bytes.size());
+        if (size == 0 || size % record != 0) {
+            throw IoError(what + " file " + path + ": " + std::to_string(size) + " bytes is not a whole number of " +
+                          std::to_string(record) + "-byte records (truncated or not " + what + ")");
+        }
+        files.push_back({static_cast<int64_t>(labels.size()), path});
+        const int64_t n = size / record;
+        for (int64_t r = 0; r < n; ++r) {
+            const uint8_t* rec = bytes.data() + r * record;
+            const int label = rec[labelAt];
+            if (label >= classes) {
+                throw IoError(what + " file " + path + ": record " + std::to_string(r) + " has label " +
+                              std::to_string(label) + "; labels lie in [0, " + std::to_string(classes) + ")");
+            }
+            labels.push_back(label);
+            pixels.insert(pixels.end(), rec + labelBytes, rec + record);
+        }
+    }
+    auto d = std::make_shared<ArrayDataset>(name, 3, 32, 32, std::move(labels), classes, std::move(files));
+    d->bytes = std::move(pixels);
+    return d;
+}
+
+void checkSplit(const std::string& what, const std::string& split) {
+    if (split != "train" && split != "test") {
+        throw IoError(what + ": split must be \"train\" or \"test\", got \"" + split + "\"");
+    }
+}
+
+bool isImageFile(const fs::path& p) {
+    std::string ext = p.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+class FolderDataset : public Dataset {
+public:
+    FolderDataset(std::string dir, int channels) : dir_(std::move(dir)), channels_(channels) {
+        if (!fs::is_directory(dir_)) throw IoError("image folder " + dir_ + ": no such directory");
+        std::vector<std::string> classes;
+        for (const auto& e : fs::directory_iterator(dir_)) {
+            if (e.is_directory()) classes.push_back(e.path().filename().string());
+        }
+        std::sort(classes.begin(), classes.end());
+        if (classes.empty()) {
+            throw IoError("image folder " + dir_ + ": no class sub-folders (expected " + dir_ +
+                          "/<class>/<image>.png or .jpg)");
+        }
+        for (size_t k = 0; k < classes.size(); ++k) {
+            std::vector<std::string> found;
+            for (const auto& e : fs::recursive_directory_iterator(fs::path(dir_) / classes[k])) {
+                if (e.is_regular_file() && isImageFile(e.path())) found.push_back(e.path().string());
+            }
+            std::sort(found.begin(), found.end());
+            for (std::string& f : found) samples_.push_back({std::move(f), static_cast<int32_t>(k)});
+        }
+        if (samples_.empty()) {
+            throw IoError("image folder " + dir_ + ": its " + std::to_string(classes.size()) +
+                          " class folders hold no .jpg, .jpeg or .png file");
+        }
+        classes_ = static_cast<int64_t>(classes.size());
+    }
+    int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
+    int64_t classes() const override { return classes_; }
+    std::string describe() const override { return "image folder " + dir_; }
+    std::string where(int64_t index) const override { return samples_[static_cast<size_t>(index)].first; }
+    Sample get(int64_t index) const override {
+        checkIndex(*this, index);
+        const auto& [path, label] = samples_[static_cast<size_t>(index)];
+        return {readImage(path, channels_), label};
+    }
+
+private:
+    std::string dir_;
+    int channels_;
+    int64_t classes_ = 0;
+    std::vector<std::pair<std::string, int32_t>> samples_;
+};
+
+class FirstSamples : public Dataset {
+public:
+    FirstSamples(DatasetPtr data, int64_t count) : data_(std::move(data)), count_(std::min(count, data_->size())) {}
+    int64_t size() const override { return count_; }
+    int64_t classes() const override { return data_->classes(); }
+    std::string describe() const override { return data_->describe(); }
+    std::string where(int64_t index) const override { return data_->where(index); }
+    Sample get(int64_t index) const override {
+        checkIndex(*this, index);
+        return data_->get(index);
+    }
+
+private:
+    DatasetPtr data_;
+    int64_t count_;
+};
+
+int64_t classesOf(const std::vector<int32_t>& labels) {
+    int32_t top = -1;
+    for (int32_t l : labels) top = std::max(top, l);
+    return top + 1;
+}
+
+} // namespace
+
+DatasetPtr cifar10(const std::string& dir, const std::string& split) {
+    checkSplit("CIFAR-10 " + dir, split);
+    const std::string probe = split == "train" ? "data_batch_1.bin" : "test_batch.bin";
+    const std::string root = cifarDir(dir, "cifar-10-batches-bin", probe, "CIFAR-10");
+    std::vector<std::string> paths;
+    if (split == "train") {
+        for (int b = 1; b <= 5; ++b) paths.push_back(root + "/data_batch_" + std::to_string(b) + ".bin");
+    } else {
+        paths.push_back(root + "/test_batch.bin");
+    }
+    for (const std::string& p : paths) {
+        if (!fs::exists(p)) throw IoError("CIFAR-10 file " + p + " not found");
+    }
+    return readCifar("CIFAR-10", paths, 1, 0, 10, "CIFAR-10 " + root + " (" + split + ")");
+}
+
+DatasetPtr cifar100(const std::string& dir, const std::string& split, bool fine) {
+    checkSplit("CIFAR-100 " + dir, split);
+    const std::string root = cifarDir(dir, "cifar-100-binary", split + ".bin", "CIFAR-100");
+    return readCifar("CIFAR-100", {root + "/" + split + ".bin"}, 2, fine ? 1 : 0, fine ? 100 : 20,
+                     "CIFAR-100 " + root + " (" + split + (fine ? "" : ", coarse labels") + ")");
+}
+
+DatasetPtr imageFolder(const std::string& dir, int channels) {
+    if (channels != 1 && channels != 3) {
+        throw IoError("image folder " + dir + ": channels must be 1 or 3, got " + std::to_string(channels));
+    }
+    return std::make_shared<FolderDataset>(dir, channels);
+}
+
+DatasetPtr idxDataset(const std::string& dir, const std::string& split, int64_t limit) {
+    const ImageSet set = loadMnistFormat(dir, split, limit);
+    return tensorDataset(set.images, set.labels, 0, "IDX " + dir + " (" + split + ")");
+}
+
+DatasetPtr npyDataset(const std::string& imagesPath, const std::string& labelsPath) {
+    std::string dtype;
+    Tensor images = readNpy(imagesPath, &dtype);
+    const Tensor labels = readNpy(labelsPath);
+    const Shape& s = images.shape();
+    if (s.rank() != 3 && s.rank() != 4) {
+        throw IoError("npy file " + imagesPath + ": images must be [N, C, H, W] or [N, H, W], got " + s.str());
+    }
+    if (labels.dtype() != DType::int32 || labels.shape().rank() != 1) {
+        throw IoError("npy file " + labelsPath + ": labels must be integers of shape [N], got " + labels.shape().str() +
+                      " " + str(labels.dtype()));
+    }
+    if (labels.shape()[0] != s[0]) {
+        throw IoError("npy files " + imagesPath + " and " + labelsPath + ": " + std::to_string(s[0]) + " images but " +
+                      std::to_string(labels.shape()[0]) + " labels");
+    }
+    if (s[0] == 0) throw IoError("npy file " + imagesPath + ": no images");
+    const std::vector<int32_t> l = labels.toVector<int32_t>();
+    for (size_t i = 0; i < l.size(); ++i) {
+        if (l[i] < 0) {
+            throw IoError("npy file " + labelsPath + ": label " + std::to_string(i) + " is negative (" +
+                          std::to_string(l[i]) + ")");
+        }
+    }
+    const int64_t c = s.rank() == 4 ? s[1] : 1, h = s[s.rank() - 2], w = s[s.rank() - 1];
+    auto d = std::make_shared<ArrayDataset>("npy " + imagesPath, c, h, w, l, classesOf(l),
+                                            std::vector<ArrayDataset::File>{{0, imagesPath}});
+    if (dtype == "uint8") {
+        const int32_t* v = images.data<int32_t>();
+        d->bytes.assign(v, v + images.numel());
+    } else if (images.dtype() == DType::float32) {
+        d->floats = images.reshape({s[0], c, h, w});
+    } else {
+        throw IoError("npy file " + imagesPath + ": images must be uint8, float32 or float64, got " + dtype);
+    }
+    return d;
+}
+
+DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t classes, const std::string& name) {
+    if (!images.defined() || images.shape().rank() != 4 || images.dtype() != DType::float32 ||
+        !images.device().isCpu()) {
+        throw ShapeError("tensorDataset " + name + ": images must be a host float32 tensor [N, C, H, W], got " +
+                         (images.defined() ? images.shape().str() + " " + str(images.dtype()) : "none"));
+    }
+    if (!labels.defined() || labels.shape().rank() != 1 || labels.dtype() != DType::int32 ||
+        labels.shape()[0] != images.shape()[0]) {
+        throw ShapeError("tensorDataset " + name + ": labels must be int32 [" + std::to_string(images.shape()[0]) +
+                         "], got " + (labels.defined() ? labels.shape().str() + " " + str(labels.dtype()) : "none"));
+    }
+    const std::vector<int32_t> l = labels.toVector<int32_t>();
+    const Shape& s = images.shape();
+    auto d = std::make_shared<ArrayDataset>(name, s[1], s[2], s[3], l, classes > 0 ? classes : classesOf(l),
+                                            std::vector<ArrayDataset::File>{});
+    d->floats = images.plain();
+    return d;
+}
+
+DatasetPtr firstSamples(DatasetPtr data, int64_t count) {
+    if (count <= 0 || count >= data->size()) return data;
+    return std::make_shared<FirstSamples>(std::move(data), count);
+}
+
+} // namespace tessera

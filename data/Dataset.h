@@ -1,0 +1,78 @@
+#pragma once
+/// \file Data sets: numbered samples (an image and a class label) read on demand, from
+/// CIFAR-10/100 binary files, a folder of JPEG and PNG files per class, MNIST-format IDX
+/// files, a pair of NumPy `.npy` files, or tensors in memory. `Loader` (data/Loader.h)
+/// turns one into batches.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/Tensor.h"
+#include "data/Image.h"
+
+namespace tessera {
+
+/// A sample: its image and its class.
+struct Sample {
+    Image image;
+    int32_t label = 0;
+};
+
+/// Samples 0 .. size()-1. `get` may be called from several threads at once.
+class Dataset {
+public:
+    virtual ~Dataset() = default;
+    virtual int64_t size() const = 0;
+    /// Sample `index` (0 <= index < size(), else ShapeError). IoError naming the file for a
+    /// sample that cannot be read.
+    virtual Sample get(int64_t index) const = 0;
+    /// The number of classes (labels lie in [0, classes())).
+    virtual int64_t classes() const = 0;
+    /// Where sample `index` comes from, for messages: a file, or a file and a record.
+    virtual std::string where(int64_t index) const = 0;
+    /// What this is, for a log line: "CIFAR-10 /data/cifar (train)".
+    virtual std::string describe() const = 0;
+};
+
+using DatasetPtr = std::shared_ptr<const Dataset>;
+
+/// CIFAR-10's binary version: `<dir>/data_batch_1.bin` .. `data_batch_5.bin` (split
+/// "train") or `<dir>/test_batch.bin` (split "test"), each a run of 3,073-byte records
+/// (label, then 32x32 red, green and blue planes). The directory may also be the one
+/// holding `cifar-10-batches-bin/`. Read into memory at once; IoError naming the file for a
+/// missing file, a size that is not a whole number of records, or a label over 9.
+DatasetPtr cifar10(const std::string& dir, const std::string& split);
+
+/// CIFAR-100's binary version: `<dir>/train.bin` or `<dir>/test.bin` (or under
+/// `<dir>/cifar-100-binary/`), 3,074-byte records (coarse label, fine label, pixels).
+/// `fine` picks the 100 fine classes, else the 20 coarse ones.
+DatasetPtr cifar100(const std::string& dir, const std::string& split, bool fine = true);
+
+/// One sub-folder per class, named as the class; class k is the k-th name in sorted
+/// order, and its samples are the folder's `.jpg`, `.jpeg` and `.png` files (any case),
+/// in sorted order, searched recursively (torchvision's `ImageFolder` labels the same way).
+/// Images are decoded when asked for, into `channels` channels (1 or 3). IoError for a
+/// missing folder, a folder without class sub-folders, or one whose classes hold no image.
+DatasetPtr imageFolder(const std::string& dir, int channels = 3);
+
+/// MNIST-format IDX files `<dir>/<split>-images-idx3-ubyte[.gz]` and labels (split "train"
+/// or "t10k"), as training/Idx.h reads them; `limit` > 0 keeps the first `limit` samples.
+DatasetPtr idxDataset(const std::string& dir, const std::string& split, int64_t limit = 0);
+
+/// A pair of `.npy` files: images [N, C, H, W] or [N, H, W] (one channel) of uint8 (scaled
+/// by 1/255) or float32/float64 (taken as they are), and labels [N] of integers. IoError
+/// naming the file for a bad file, a rank other than 3 or 4, a count mismatch or a negative
+/// label.
+DatasetPtr npyDataset(const std::string& imagesPath, const std::string& labelsPath);
+
+/// Host tensors already in memory: images [N, C, H, W] float32 and labels [N] int32.
+/// `classes` 0: one more than the largest label.
+DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t classes = 0,
+                         const std::string& name = "tensors");
+
+/// The first `count` samples of `data` (all when it has fewer).
+DatasetPtr firstSamples(DatasetPtr data, int64_t count);
+
+} // namespace tessera

@@ -1,0 +1,250 @@
+// JPEG through libjpeg-turbo (its error exits longjmp back here), PNG through libpng's
+// simplified API. Both decode to 8-bit RGB(A) first; the conversion to the wanted channels
+// is ours, so a JPEG and a PNG of the same picture give the same floats.
+#include "data/Image.h"
+
+#include <jpeglib.h>
+#include <png.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "backend/Errors.h"
+
+namespace tessera {
+
+std::string Image::str() const {
+    return std::to_string(channels) + "x" + std::to_string(height) + "x" + std::to_string(width);
+}
+
+namespace {
+
+std::vector<uint8_t> readBytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw IoError("image " + path + ": cannot open (" + std::strerror(errno) + ")");
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (f.bad()) throw IoError("image " + path + ": read error");
+    return bytes;
+}
+
+void checkSides(const std::string& path, int64_t height, int64_t width) {
+    if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide) {
+        throw IoError("image " + path + ": " + std::to_string(width) + "x" + std::to_string(height) +
+                      " pixels; sides of 1 to " + std::to_string(kMaxImageSide) + " are read");
+    }
+}
+
+// Interleaved 8-bit pixels with `stride` bytes each, the first three R, G, B -> `channels`.
+Image fromInterleaved(const uint8_t* px, int64_t height, int64_t width, int stride, int channels) {
+    Image img(channels, height, width);
+    const int64_t n = height * width;
+    constexpr float k = 1.0f / 255.0f;
+    if (channels == 3) {
+        for (int c = 0; c < 3; ++c) {
+            float* dst = img.pixels.data() + c * n;
+            for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(px[i * stride + c]) * k;
+        }
+    } else {
+        float* dst = img.pixels.data();
+        for (int64_t i = 0; i < n; ++i) {
+            const uint8_t* p = px + i * stride;
+            dst[i] = (0.299f * static_cast<float>(p[0]) + 0.587f * static_cast<float>(p[1]) +
+                      0.114f * static_cast<float>(p[2])) *
+                     k;
+        }
+    }
+    return img;
+}
+
+struct JpegError {
+    jpeg_error_mgr mgr;
+    std::jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+};
+
+extern "C" void jpegErrorExit(j_common_ptr info) {
+    auto* err = reinterpret_cast<JpegError*>(info->err);
+    (*info->err->format_message)(info, err->message);
+    std::longjmp(err->jump, 1);
+}
+
+// Only plain locals between setjmp and a longjmp: nothing with a destructor is skipped.
+// Returns false with `err.message` set when libjpeg gives up.
+bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, int64_t& height, int64_t& width,
+                JpegError& err) {
+    jpeg_decompress_struct info;
+    info.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = jpegErrorExit;
+    err.mgr.output_message = [](j_common_ptr) {}; // warnings (corrupt data that decodes) stay quiet
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&info);
+        return false;
+    }
+    jpeg_create_decompress(&info);
+    jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
+    jpeg_read_header(&info, TRUE);
+    info.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&info);
+    height = info.output_height;
+    width = info.output_width;
+    if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide) {
+        jpeg_destroy_decompress(&info);
+        return true; // the caller reports the size
+    }
+    rgb.resize(static_cast<size_t>(height * width * 3));
+    while (info.output_scanline < info.output_height) {
+        JSAMPROW row = rgb.data() + static_cast<size_t>(info.output_scanline) * static_cast<size_t>(width) * 3;
+        jpeg_read_scanlines(&info, &row, 1);
+    }
+    jpeg_finish_decompress(&info);
+    jpeg_destroy_decompress(&info);
+    return true;
+}
+
+Image readJpeg(const std::string& path, const std::vector<uint8_t>& bytes, int channels) {
+    std::vector<uint8_t> rgb;
+    int64_t height = 0, width = 0;
+    JpegError err{};
+    if (!decodeJpeg(bytes, rgb, height, width, err)) {
+        throw IoError("image " + path + ": malformed JPEG (" + err.message + ")");
+    }
+    checkSides(path, height, width);
+    return fromInterleaved(rgb.data(), height, width, 3, channels);
+}
+
+Image readPng(const std::string& path, const std::vector<uint8_t>& bytes, int channels) {
+    png_image png;
+    std::memset(&png, 0, sizeof png);
+    png.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) {
+        throw IoError("image " + path + ": malformed PNG (" + png.message + ")");
+    }
+    const int64_t height = png.height, width = png.width;
+    if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide) {
+        png_image_free(&png);
+        checkSides(path, height, width);
+    }
+    png.format = PNG_FORMAT_RGBA; // the alpha channel is read and then dropped, not composited
+    std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(png));
+    if (!png_image_finish_read(&png, nullptr, rgba.data(), 0, nullptr)) {
+        throw IoError("image " + path + ": malformed PNG (" + png.message + ")");
+    }
+    return fromInterleaved(rgba.data(), height, width, 4, channels);
+}
+
+// `image` as interleaved 8-bit samples (1 or 3 per pixel).
+std::vector<uint8_t> toInterleaved(const std::string& path, const Image& image) {
+    if (image.channels != 1 && image.channels != 3) {
+        throw IoError("writing image " + path + ": 1 or 3 channels are written, the image has " +
+                      std::to_string(image.channels));
+    }
+    checkSides(path, image.height, image.width);
+    if (image.pixels.size() != static_cast<size_t>(image.channels * image.height * image.width)) {
+        throw IoError("writing image " + path + ": " + std::to_string(image.pixels.size()) + " values for " +
+                      image.str());
+    }
+    const int64_t n = image.height * image.width, c = image.channels;
+    std::vector<uint8_t> out(static_cast<size_t>(n * c));
+    for (int64_t ch = 0; ch < c; ++ch) {
+        for (int64_t i = 0; i < n; ++i) {
+            const float v = std::clamp(image.pixels[static_cast<size_t>(ch * n + i)], 0.0f, 1.0f);
+            out[static_cast<size_t>(i * c + ch)] = static_cast<uint8_t>(v * 255.0f + 0.5f);
+        }
+    }
+    return out;
+}
+
+// Writes to a temporary file renamed when complete, so a reader never sees half an image.
+template <class Write> void writeAtomically(const std::string& path, Write&& write) {
+    const std::string tmp = path + ".tmp";
+    write(tmp);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        throw IoError("writing image " + path + ": cannot rename the temporary file (" + ec.message() + ")");
+    }
+}
+
+bool encodeJpeg(std::FILE* f, const uint8_t* px, const Image& image, int quality, JpegError& err) {
+    jpeg_compress_struct info;
+    info.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = jpegErrorExit;
+    if (setjmp(err.jump)) {
+        jpeg_destroy_compress(&info);
+        return false;
+    }
+    jpeg_create_compress(&info);
+    jpeg_stdio_dest(&info, f);
+    info.image_width = static_cast<JDIMENSION>(image.width);
+    info.image_height = static_cast<JDIMENSION>(image.height);
+    info.input_components = static_cast<int>(image.channels);
+    info.in_color_space = image.channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+    jpeg_set_defaults(&info);
+    jpeg_set_quality(&info, quality, TRUE);
+    jpeg_start_compress(&info, TRUE);
+    while (info.next_scanline < info.image_height) {
+        auto row = const_cast<JSAMPROW>(px + static_cast<size_t>(info.next_scanline) *
+                                                 static_cast<size_t>(image.width * image.channels));
+        jpeg_write_scanlines(&info, &row, 1);
+    }
+    jpeg_finish_compress(&info);
+    jpeg_destroy_compress(&info);
+    return true;
+}
+
+} // namespace
+
+Image readImage(const std::string& path, int channels) {
+    if (channels != 1 && channels != 3) {
+        throw IoError("image " + path + ": 1 or 3 channels can be asked for, got " + std::to_string(channels));
+    }
+    const std::vector<uint8_t> bytes = readBytes(path);
+    if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
+        return readJpeg(path, bytes, channels);
+    }
+    static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPng, 8) == 0) return readPng(path, bytes, channels);
+    throw IoError("image " + path + ": not a JPEG or PNG file (" +
+                  (bytes.empty() ? std::string("empty") : "unknown first bytes") + ")");
+}
+
+void writePng(const std::string& path, const Image& image) {
+    const std::vector<uint8_t> px = toInterleaved(path, image);
+    writeAtomically(path, [&](const std::string& tmp) {
+        png_image png;
+        std::memset(&png, 0, sizeof png);
+        png.version = PNG_IMAGE_VERSION;
+        png.width = static_cast<png_uint_32>(image.width);
+        png.height = static_cast<png_uint_32>(image.height);
+        png.format = image.channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+        if (!png_image_write_to_file(&png, tmp.c_str(), 0, px.data(), 0, nullptr)) {
+            throw IoError("writing image " + path + ": " + png.message);
+        }
+    });
+}
+
+void writeJpeg(const std::string& path, const Image& image, int quality) {
+    if (quality < 1 || quality > 100) {
+        throw IoError("writing image " + path + ": JPEG quality must be 1..100, got " + std::to_string(quality));
+    }
+    const std::vector<uint8_t> px = toInterleaved(path, image);
+    writeAtomically(path, [&](const std::string& tmp) {
+        std::FILE* f = std::fopen(tmp.c_str(), "wb");
+        if (!f) throw IoError("writing image " + path + ": cannot open " + tmp + " (" + std::strerror(errno) + ")");
+        JpegError err{};
+        const bool ok = encodeJpeg(f, px.data(), image, quality, err);
+        const bool closed = std::fclose(f) == 0;
+        if (!ok || !closed) {
+            std::remove(tmp.c_str());
+            throw IoError("writing image " + path + ": " + (ok ? std::string("write error") : err.message));
+        }
+    });
+}
+
+} // namespace tessera

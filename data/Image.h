@@ -1,0 +1,41 @@
+#pragma once
+/// \file Images in memory (float channels in [0, 1]), and JPEG and PNG files read and
+/// written through libjpeg-turbo and libpng.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+/// One image: `channels` planes of `height` x `width` float values, plane after plane
+/// (CHW), 0 black and 1 white.
+struct Image {
+    int64_t channels = 0, height = 0, width = 0;
+    std::vector<float> pixels; ///< channels * height * width values, CHW
+
+    Image() = default;
+    Image(int64_t c, int64_t h, int64_t w) : channels(c), height(h), width(w), pixels(size_t(c * h * w), 0.0f) {}
+    float& at(int64_t c, int64_t y, int64_t x) { return pixels[size_t((c * height + y) * width + x)]; }
+    float at(int64_t c, int64_t y, int64_t x) const { return pixels[size_t((c * height + y) * width + x)]; }
+    /// "CxHxW", for messages.
+    std::string str() const;
+};
+
+/// The largest side a decoded image may have (pixels); a bigger header is refused as
+/// malformed rather than allocated.
+inline constexpr int64_t kMaxImageSide = 1 << 15;
+
+/// Decodes a JPEG or PNG file (told apart by its first bytes, not its name) into
+/// `channels` channels: 1 (grayscale: colour is converted with the ITU-R 601 luma
+/// weights) or 3 (RGB: grayscale is repeated). 8- and 16-bit PNGs, palettes and alpha
+/// (dropped) are read. IoError naming the file for a missing, truncated or malformed file,
+/// another format, or a side over kMaxImageSide.
+Image readImage(const std::string& path, int channels);
+
+/// Writes `image` (1 or 3 channels; values clamped to [0, 1] and rounded to 8 bits) as an
+/// 8-bit PNG, or as a baseline JPEG of `quality` 1..100. IoError when it cannot be written.
+void writePng(const std::string& path, const Image& image);
+void writeJpeg(const std::string& path, const Image& image, int quality = 95);
+
+} // namespace tessera

@@ -1,0 +1,107 @@
+#pragma once
+/// \file Batches from a data set: each epoch's seeded order, samples read and transformed
+/// by background worker threads into a bounded queue while the current step runs, handed
+/// out strictly in order.
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "data/Dataset.h"
+#include "data/Transform.h"
+
+namespace tessera {
+
+struct LoaderOptions {
+    int64_t batchsize = 128;
+    bool shuffle = true; ///< a fresh seeded order each epoch (else 0, 1, 2, ...)
+    uint64_t seed = 0;   ///< of the order and of the random transforms
+    bool train = true;   ///< random transforms act (see Transforms)
+    /// Threads that read and transform batches ahead. 0: each batch is made by next(), in
+    /// the caller's thread. The batches are the same for any number.
+    int workers = 0;
+    /// Batches made ahead of the one being used, at most (0: 2 per worker).
+    int prefetch = 0;
+    bool flatten = false; ///< images as [B, C*H*W] instead of [B, C, H, W]
+};
+
+/// One batch: images [B, C, H, W] (or [B, C*H*W]) float32 and labels [B] int32, on the host.
+struct Batch {
+    int64_t index = 0; ///< within the epoch
+    Tensor images, labels;
+};
+
+/// The batches of one epoch at a time. The order of an epoch is the Fisher-Yates shuffle
+/// that `Trainer::train(data, targets)` uses for the same seed and epoch, so tensors in
+/// memory and a Loader over the same samples give the same batches. Not thread-safe:
+/// one thread calls start and next.
+class Loader {
+public:
+    Loader(DatasetPtr data, Transforms transforms, const LoaderOptions& options);
+    ~Loader();
+    Loader(const Loader&) = delete;
+    Loader& operator=(const Loader&) = delete;
+
+    const Dataset& dataset() const { return *data_; }
+    const LoaderOptions& options() const { return options_; }
+    int64_t size() const { return data_->size(); }
+    int64_t batches() const { return (size() + options_.batchsize - 1) / options_.batchsize; }
+    /// One sample's shape after the transforms ([C, H, W], or [C*H*W] flattened), from
+    /// sample 0 as evaluation would see it.
+    Shape sampleShape() const;
+
+    /// Begins `epoch` at batch `first` (0 <= first <= batches()); batches of an epoch
+    /// begun before and not taken are dropped.
+    void start(int64_t epoch, int64_t first = 0);
+    /// The epoch's next batch, or nothing after its last. A sample that could not be read
+    /// or transformed throws here, in order, an error naming where it comes from (the file).
+    std::optional<Batch> next();
+
+    /// Seconds next() spent waiting for workers since start() (0 with no workers: the
+    /// caller made every batch itself; see makingSeconds).
+    double waitingSeconds() const { return waiting_; }
+    /// Seconds next() spent making batches itself since start() (no workers).
+    double makingSeconds() const { return making_; }
+
+    /// Batch `index` of `epoch` made in this thread, as a worker makes it.
+    Batch make(int64_t epoch, int64_t index) const;
+
+private:
+    using Order = std::shared_ptr<const std::vector<int64_t>>;
+    Batch build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const;
+    void work();
+
+    DatasetPtr data_;
+    Transforms transforms_;
+    LoaderOptions options_;
+
+    Order order_; // of the epoch begun
+    int64_t epoch_ = -1, next_ = 0, end_ = 0;
+    double waiting_ = 0, making_ = 0;
+
+    // Shared with the workers under mutex_.
+    struct Made {
+        std::optional<Batch> batch;
+        std::exception_ptr error;
+    };
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::vector<std::thread> workers_;
+    bool quit_ = false;
+    uint64_t generation_ = 0; // bumped by start(): work of an earlier epoch is dropped
+    int64_t claim_ = 0;       // next batch a worker takes
+    int64_t taken_ = 0;       // batches before this one have been handed out
+    std::map<int64_t, Made> made_;
+};
+
+/// Sample indices 0..n-1 in the order of `epoch`: the Fisher-Yates shuffle on the
+/// counter-based generator (seed, epoch), or as they are when `shuffle` is false.
+std::vector<int64_t> epochOrder(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
+
+} // namespace tessera

@@ -1,0 +1,620 @@
+// Data sets, image files, transforms and the background loader (data/).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <tuple>
+
+#include "backend/Random.h"
+#include "containers/Sequential.h"
+#include "data/Dataset.h"
+#include "data/Image.h"
+#include "data/Loader.h"
+#include "data/Transform.h"
+#include "io/Npy.h"
+#include "modules/Activation.h"
+#include "modules/Conv.h"
+#include "modules/Flatten.h"
+#include "modules/Linear.h"
+#include "modules/Pool.h"
+#include "training/CrossEntropy.h"
+#include "training/Handlers.h"
+#include "training/Optimizer.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tempDir(const std::string& name) {
+    const std::string dir = ::testing::TempDir() + "tessera_loader_" + name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+}
+
+void writeBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<uint8_t> readBytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Pixel values on the 8-bit grid, so a PNG holds them exactly.
+Image gridImage(int64_t c, int64_t h, int64_t w, uint64_t seed) {
+    Image img(c, h, w);
+    for (size_t i = 0; i < img.pixels.size(); ++i) {
+        img.pixels[i] = static_cast<float>(randomBits(seed, i) % 256) / 255.0f;
+    }
+    return img;
+}
+
+// A picture of class k of 3: a smooth colour field where channel k is bright, with noise
+// and a random bright square; JPEG keeps it recognisable.
+Image classImage(int k, int64_t side, uint64_t seed) {
+    Image img(3, side, side);
+    const auto sq = static_cast<int64_t>(randomBits(seed, 999) % static_cast<uint64_t>(side / 2));
+    for (int64_t c = 0; c < 3; ++c) {
+        for (int64_t y = 0; y < side; ++y) {
+            for (int64_t x = 0; x < side; ++x) {
+                float v = (c == k ? 0.65f : 0.25f) +
+                          0.1f * randomUniform(seed, static_cast<uint64_t>((c * side + y) * side + x));
+                if (y >= sq && y < sq + side / 3 && x >= sq && x < sq + side / 3) v += 0.2f;
+                img.at(c, y, x) = v;
+            }
+        }
+    }
+    return img;
+}
+
+// ---- image files ---------------------------------------------------------------------------
+
+TEST(ImageFiles, PngRoundTripIsExactInColourAndGray) {
+    const std::string dir = tempDir("png");
+    for (int c : {1, 3}) {
+        const Image img = gridImage(c, 7, 5, static_cast<uint64_t>(c));
+        const std::string path = dir + "/a" + std::to_string(c) + ".png";
+        writePng(path, img);
+        const Image back = readImage(path, c);
+        ASSERT_EQ(back.str(), img.str());
+        for (size_t i = 0; i < img.pixels.size(); ++i) ASSERT_FLOAT_EQ(back.pixels[i], img.pixels[i]) << i;
+    }
+}
+
+TEST(ImageFiles, ChannelConversions) {
+    const std::string dir = tempDir("convert");
+    Image rgb(3, 1, 2);
+    rgb.at(0, 0, 0) = 1.0f; // red
+    rgb.at(2, 0, 1) = 1.0f; // blue
+    writePng(dir + "/rgb.png", rgb);
+    const Image gray = readImage(dir + "/rgb.png", 1);
+    ASSERT_EQ(gray.str(), "1x1x2");
+    // ITU-R 601 luma of pure red and pure blue (8-bit input)
+    EXPECT_NEAR(gray.at(0, 0, 0), 0.299f, 1e-6f);
+    EXPECT_NEAR(gray.at(0, 0, 1), 0.114f, 1e-6f);
+    const Image g1 = gridImage(1, 3, 4, 9);
+    writePng(dir + "/gray.png", g1);
+    const Image g3 = readImage(dir + "/gray.png", 3);
+    ASSERT_EQ(g3.str(), "3x3x4");
+    for (int64_t c = 0; c < 3; ++c) {
+        for (int64_t y = 0; y < 3; ++y) {
+            for (int64_t x = 0; x < 4; ++x) ASSERT_FLOAT_EQ(g3.at(c, y, x), g1.at(0, y, x));
+        }
+    }
+}
+
+TEST(ImageFiles, JpegRoundTripIsClose) {
+    const std::string dir = tempDir("jpeg");
+    const Image img = classImage(1, 32, 5);
+    writeJpeg(dir + "/a.jpg", img, 95);
+    const Image back = readImage(dir + "/a.jpg", 3);
+    ASSERT_EQ(back.str(), "3x32x32");
+    double err = 0;
+    for (size_t i = 0; i < img.pixels.size(); ++i) err += std::abs(back.pixels[i] - img.pixels[i]);
+    EXPECT_LT(err / static_cast<double>(img.pixels.size()), 0.03); // quality 95, noisy content
+    // A JPEG named .png is still read as a JPEG: the first bytes decide.
+    fs::copy_file(dir + "/a.jpg", dir + "/named-wrong.png");
+    EXPECT_EQ(readImage(dir + "/named-wrong.png", 3).pixels, back.pixels);
+}
+
+TEST(ImageFiles, BadFilesAreIoErrorsNamingTheFile) {
+    const std::string dir = tempDir("bad_images");
+    writePng(dir + "/good.png", gridImage(3, 16, 16, 1));
+    writeJpeg(dir + "/good.jpg", classImage(0, 16, 1));
+    const std::vector<uint8_t> png = readBytes(dir + "/good.png"), jpg = readBytes(dir + "/good.jpg");
+    writeBytes(dir + "/empty.png", {});
+    writeBytes(dir + "/text.jpg", {'h', 'e', 'l', 'l', 'o'});
+    writeBytes(dir + "/cut.png", std::vector<uint8_t>(png.begin(), png.begin() + static_cast<long>(png.size() / 2)));
+    writeBytes(dir + "/cut.jpg", std::vector<uint8_t>(jpg.begin(), jpg.begin() + 20));
+    for (const std::string name : {"missing.png", "empty.png", "text.jpg", "cut.png", "cut.jpg"}) {
+        const std::string path = dir + "/" + name;
+        try {
+            readImage(path, 3);
+            ADD_FAILURE() << name << " was read";
+        } catch (const IoError& e) {
+            EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_THROW(readImage(dir + "/good.png", 2), IoError);
+    EXPECT_THROW(writeJpeg(dir + "/q.jpg", gridImage(3, 2, 2, 1), 0), IoError);
+    EXPECT_THROW(writePng(dir + "/four.png", Image(4, 2, 2)), IoError);
+}
+
+// ---- data sets -----------------------------------------------------------------------------
+
+// CIFAR-style records: `labelBytes` label bytes then 3072 pixel bytes, pixel p of record r
+// being (r * 7 + p) % 256.
+std::vector<uint8_t> cifarRecords(const std::vector<std::vector<uint8_t>>& labels) {
+    std::vector<uint8_t> out;
+    for (size_t r = 0; r < labels.size(); ++r) {
+        out.insert(out.end(), labels[r].begin(), labels[r].end());
+        for (int p = 0; p < 3072; ++p) out.push_back(static_cast<uint8_t>((r * 7 + static_cast<size_t>(p)) % 256));
+    }
+    return out;
+}
+
+TEST(Datasets, Cifar10ReadsEveryBatchFileInOrder) {
+    const std::string dir = tempDir("cifar10");
+    fs::create_directories(dir + "/cifar-10-batches-bin");
+    for (int b = 1; b <= 5; ++b) {
+        writeBytes(dir + "/cifar-10-batches-bin/data_batch_" + std::to_string(b) + ".bin",
+                   cifarRecords({{static_cast<uint8_t>(b)}, {static_cast<uint8_t>(9 - b)}}));
+    }
+    writeBytes(dir + "/cifar-10-batches-bin/test_batch.bin", cifarRecords({{3}}));
+    const DatasetPtr train = cifar10(dir, "train"); // finds the archive's sub-folder
+    ASSERT_EQ(train->size(), 10);
+    EXPECT_EQ(train->classes(), 10);
+    EXPECT_EQ(train->get(0).label, 1);
+    EXPECT_EQ(train->get(3).label, 7); // file 2, record 1
+    const Sample s = train->get(3);
+    ASSERT_EQ(s.image.str(), "3x32x32");
+    EXPECT_FLOAT_EQ(s.image.at(0, 0, 0), 7.0f / 255.0f);               // record 1 of its file, pixel 0
+    EXPECT_FLOAT_EQ(s.image.at(1, 0, 1), ((7 + 1025) % 256) / 255.0f); // green plane starts at byte 1024
+    EXPECT_NE(train->where(3).find("data_batch_2.bin (record 1)"), std::string::npos) << train->where(3);
+    EXPECT_EQ(cifar10(dir + "/cifar-10-batches-bin", "test")->size(), 1);
+    EXPECT_THROW(cifar10(dir, "valid"), IoError);
+
+    // A truncated file and a label over 9 are named.
+    writeBytes(dir + "/cifar-10-batches-bin/test_batch.bin", std::vector<uint8_t>(3073 + 100, 0));
+    try {
+        cifar10(dir, "test");
+        ADD_FAILURE() << "a truncated file was read";
+    } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("test_batch.bin"), std::string::npos) << e.what();
+    }
+    writeBytes(dir + "/cifar-10-batches-bin/test_batch.bin", cifarRecords({{10}}));
+    EXPECT_THROW(cifar10(dir, "test"), IoError);
+    fs::remove(dir + "/cifar-10-batches-bin/data_batch_4.bin");
+    try {
+        cifar10(dir, "train");
+        ADD_FAILURE() << "a missing file went unnoticed";
+    } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("data_batch_4.bin"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(cifar10(tempDir("cifar_empty"), "train"), IoError);
+}
+
+TEST(Datasets, Cifar100FineAndCoarseLabels) {
+    const std::string dir = tempDir("cifar100");
+    writeBytes(dir + "/train.bin", cifarRecords({{3, 77}, {19, 99}}));
+    const DatasetPtr fine = cifar100(dir, "train"), coarse = cifar100(dir, "train", false);
+    EXPECT_EQ(fine->classes(), 100);
+    EXPECT_EQ(coarse->classes(), 20);
+    EXPECT_EQ(fine->get(1).label, 99);
+    EXPECT_EQ(coarse->get(1).label, 19);
+    EXPECT_FLOAT_EQ(fine->get(1).image.at(0, 0, 0), 7.0f / 255.0f);
+    writeBytes(dir + "/test.bin", cifarRecords({{20, 1}}));
+    EXPECT_THROW(cifar100(dir, "test", false), IoError); // coarse label 20
+}
+
+TEST(Datasets, ImageFolderLabelsBySortedClassNames) {
+    const std::string dir = tempDir("folder");
+    for (const std::string cls : {"zebra", "ant", "mole"}) fs::create_directories(dir + "/" + cls + "/sub");
+    writePng(dir + "/zebra/b.png", gridImage(3, 4, 4, 1));
+    writeJpeg(dir + "/zebra/a.JPG", classImage(0, 4, 2));
+    writePng(dir + "/ant/x.png", gridImage(1, 4, 4, 3));
+    writePng(dir + "/mole/sub/deep.png", gridImage(3, 4, 4, 4)); // found recursively
+    writeBytes(dir + "/mole/notes.txt", {'x'});                  // not an image: skipped
+    const DatasetPtr d = imageFolder(dir);
+    ASSERT_EQ(d->size(), 4);
+    EXPECT_EQ(d->classes(), 3);
+    EXPECT_EQ(d->get(0).label, 0); // ant
+    EXPECT_EQ(d->get(1).label, 1); // mole
+    EXPECT_EQ(d->get(2).label, 2); // zebra/a.JPG before zebra/b.png
+    EXPECT_NE(d->where(2).find("a.JPG"), std::string::npos);
+    EXPECT_EQ(d->get(0).image.channels, 3); // a gray file, asked for in colour
+    EXPECT_EQ(imageFolder(dir, 1)->get(3).image.channels, 1);
+    // A corrupt image is an error of get, naming it.
+    writeBytes(dir + "/zebra/b.png", {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0});
+    try {
+        d->get(3);
+        ADD_FAILURE() << "a corrupt PNG was read";
+    } catch (const IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("zebra/b.png"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(imageFolder(dir + "/nothing-here"), IoError);
+    EXPECT_THROW(imageFolder(tempDir("folder_flat")), IoError); // no class folders
+    const std::string empty = tempDir("folder_empty");
+    fs::create_directories(empty + "/cls");
+    EXPECT_THROW(imageFolder(empty), IoError); // classes without images
+    EXPECT_THROW(imageFolder(dir, 2), IoError);
+}
+
+TEST(Datasets, NpyPairsInUint8AndFloat) {
+    const std::string dir = tempDir("npy");
+    // uint8 [N, H, W] images via int32 tensor written as... the writer writes float32 and
+    // int32 only, so the uint8 file is written by hand.
+    std::vector<uint8_t> u8 = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 3), }";
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    u8.push_back(static_cast<uint8_t>(header.size()));
+    u8.push_back(0);
+    u8.insert(u8.end(), header.begin(), header.end());
+    for (int i = 0; i < 12; ++i) u8.push_back(static_cast<uint8_t>(i * 20));
+    writeBytes(dir + "/u8.npy", u8);
+    writeNpy(Tensor::fromVector({2}, std::vector<int32_t>{4, 1}), dir + "/labels.npy");
+    const DatasetPtr a = npyDataset(dir + "/u8.npy", dir + "/labels.npy");
+    EXPECT_EQ(a->size(), 2);
+    EXPECT_EQ(a->classes(), 5);
+    const Sample s = a->get(1);
+    EXPECT_EQ(s.image.str(), "1x2x3");
+    EXPECT_FLOAT_EQ(s.image.at(0, 1, 2), 220.0f / 255.0f);
+    EXPECT_EQ(s.label, 1);
+
+    const Tensor f = Tensor::rand({2, 3, 2, 2});
+    writeNpy(f, dir + "/f.npy");
+    const DatasetPtr b = npyDataset(dir + "/f.npy", dir + "/labels.npy");
+    EXPECT_FLOAT_EQ(b->get(1).image.at(2, 1, 1), f.toVector<float>()[23]);
+
+    writeNpy(Tensor::fromVector({3}, std::vector<int32_t>{0, 1, 2}), dir + "/three.npy");
+    EXPECT_THROW(npyDataset(dir + "/f.npy", dir + "/three.npy"), IoError); // 2 images, 3 labels
+    writeNpy(Tensor::rand({2, 4}), dir + "/flat.npy");
+    EXPECT_THROW(npyDataset(dir + "/flat.npy", dir + "/labels.npy"), IoError); // rank 2
+    EXPECT_THROW(npyDataset(dir + "/f.npy", dir + "/f.npy"), IoError);         // float labels
+    writeNpy(Tensor::fromVector({2}, std::vector<int32_t>{0, -1}), dir + "/neg.npy");
+    EXPECT_THROW(npyDataset(dir + "/f.npy", dir + "/neg.npy"), IoError);
+}
+
+// ---- transforms ----------------------------------------------------------------------------
+
+TEST(Transforms, ResizeIsBilinearWithHalfPixelCentres) {
+    Image img(1, 1, 2);
+    img.at(0, 0, 0) = 0.0f;
+    img.at(0, 0, 1) = 1.0f;
+    const Image out = Transforms().resize(1, 4).apply(img, 0, 0, 0, true);
+    ASSERT_EQ(out.str(), "1x1x4");
+    // Output centres 0.5, 1.5, 2.5, 3.5 map to input -0.25 (clamped), 0.25, 0.75, 1.25 (edge).
+    EXPECT_FLOAT_EQ(out.at(0, 0, 0), 0.0f);
+    EXPECT_FLOAT_EQ(out.at(0, 0, 1), 0.25f);
+    EXPECT_FLOAT_EQ(out.at(0, 0, 2), 0.75f);
+    EXPECT_FLOAT_EQ(out.at(0, 0, 3), 1.0f);
+    // Shorter side to 16, aspect kept.
+    EXPECT_EQ(Transforms().resize(16).apply(Image(3, 40, 20), 0, 0, 0, true).str(), "3x32x16");
+    EXPECT_EQ(Transforms().resize(16).apply(Image(3, 20, 40), 0, 0, 0, true).str(), "3x16x32");
+}
+
+TEST(Transforms, RandomCropIsAWindowOfThePaddedImageSeededBySample) {
+    const Image img = gridImage(2, 6, 6, 3);
+    const Transforms t = Transforms().randomCrop(6, 6, 2);
+    // Each result is one of the 25 windows of the zero-padded 10x10 image.
+    auto window = [&](const Image& out) {
+        for (int64_t top = 0; top <= 4; ++top) {
+            for (int64_t left = 0; left <= 4; ++left) {
+                bool same = true;
+                for (int64_t c = 0; c < 2 && same; ++c) {
+                    for (int64_t y = 0; y < 6 && same; ++y) {
+                        for (int64_t x = 0; x < 6 && same; ++x) {
+                            const int64_t sy = top + y - 2, sx = left + x - 2;
+                            const float want = sy >= 0 && sy < 6 && sx >= 0 && sx < 6 ? img.at(c, sy, sx) : 0.0f;
+                            same = out.at(c, y, x) == want;
+                        }
+                    }
+                }
+                if (same) return top * 5 + left;
+            }
+        }
+        return int64_t{-1};
+    };
+    std::set<int64_t> seen;
+    for (int64_t index = 0; index < 40; ++index) {
+        const Image a = t.apply(img, 7, 0, index, true);
+        const int64_t w = window(a);
+        ASSERT_GE(w, 0) << "sample " << index << " is no window of the padded image";
+        seen.insert(w);
+        EXPECT_EQ(t.apply(img, 7, 0, index, true).pixels, a.pixels); // the same again
+    }
+    EXPECT_GT(seen.size(), 10u); // and not always the same place
+    // Another epoch draws anew; evaluation cuts the centre without padding.
+    int differ = 0;
+    for (int64_t index = 0; index < 20; ++index) {
+        differ += t.apply(img, 7, 1, index, true).pixels != t.apply(img, 7, 0, index, true).pixels;
+    }
+    EXPECT_GT(differ, 10);
+    EXPECT_EQ(t.apply(img, 7, 0, 0, false).pixels, img.pixels);
+    EXPECT_EQ(Transforms().centerCrop(2, 2).apply(img, 0, 0, 0, true).at(1, 0, 0), img.at(1, 2, 2));
+    EXPECT_THROW(Transforms().randomCrop(8, 8, 0).apply(img, 0, 0, 0, true), ShapeError);
+}
+
+TEST(Transforms, FlipAndNormalize) {
+    const Image img = gridImage(3, 2, 3, 4);
+    const Image flipped = Transforms().flip(1.0).apply(img, 0, 0, 0, true);
+    EXPECT_EQ(flipped.at(2, 1, 0), img.at(2, 1, 2));
+    EXPECT_EQ(Transforms().flip(0.0).apply(img, 0, 0, 0, true).pixels, img.pixels);
+    EXPECT_EQ(Transforms().flip(1.0).apply(img, 0, 0, 0, false).pixels, img.pixels); // not in evaluation
+    int mirrored = 0;
+    for (int64_t i = 0; i < 200; ++i) mirrored += Transforms().flip().apply(img, 1, 0, i, true).pixels != img.pixels;
+    EXPECT_GT(mirrored, 70);
+    EXPECT_LT(mirrored, 130);
+    const Image n = Transforms().normalize({0.5f, 0.25f, 0.0f}, {0.5f, 0.25f, 2.0f}).apply(img, 0, 0, 0, true);
+    EXPECT_FLOAT_EQ(n.at(1, 1, 1), (img.at(1, 1, 1) - 0.25f) / 0.25f);
+    EXPECT_FLOAT_EQ(n.at(2, 0, 2), img.at(2, 0, 2) / 2.0f);
+    EXPECT_THROW(Transforms().normalize({0.5f, 0.5f}, {1.0f, 1.0f}).apply(img, 0, 0, 0, true), ShapeError);
+    EXPECT_THROW(Transforms().normalize({0.5f}, {0.0f}), ModuleError);
+    EXPECT_THROW(Transforms().flip(1.5), ModuleError);
+}
+
+TEST(Transforms, ParseReadsTheCommandLineSyntax) {
+    const Transforms t = Transforms::parse("resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
+    EXPECT_EQ(t.str(), "resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
+    EXPECT_EQ(Transforms::parse("resize:20x10").str(), "resize:20x10");
+    EXPECT_EQ(Transforms::parse("normalize:cifar10").steps().at(0).mean.size(), 3u);
+    EXPECT_TRUE(Transforms::parse("").empty());
+    for (const std::string bad : {"crop", "crop:a", "crop:32:-1", "spin:3", "normalize:mars", "flip,,crop:3",
+                                  "normalize:1/2:1", "resize:0", "flip:2"}) {
+        try {
+            Transforms::parse(bad);
+            ADD_FAILURE() << "'" << bad << "' was accepted";
+        } catch (const ModuleError& e) {
+            EXPECT_NE(std::string(e.what()).find("expected a comma-separated list"), std::string::npos) << e.what();
+        }
+    }
+}
+
+// ---- the loader ----------------------------------------------------------------------------
+
+// An image folder of `perClass` images per class of 3 classes, PNG and JPEG alternating.
+std::string makeFolder(const std::string& name, int perClass, int64_t side) {
+    const std::string dir = tempDir(name);
+    for (int k = 0; k < 3; ++k) {
+        const std::string cls = dir + "/class" + std::to_string(k);
+        fs::create_directories(cls);
+        for (int i = 0; i < perClass; ++i) {
+            const Image img = classImage(k, side, static_cast<uint64_t>(k * 1000 + i));
+            if (i % 2) {
+                writeJpeg(cls + "/" + std::to_string(i) + ".jpg", img, 90);
+            } else {
+                writePng(cls + "/" + std::to_string(i) + ".png", img);
+            }
+        }
+    }
+    return dir;
+}
+
+std::vector<Batch> epochOf(Loader& loader, int64_t epoch, int64_t first = 0) {
+    std::vector<Batch> out;
+    loader.start(epoch, first);
+    while (std::optional<Batch> b = loader.next()) out.push_back(*b);
+    return out;
+}
+
+void expectSameBatches(const std::vector<Batch>& a, const std::vector<Batch>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].index, b[i].index) << what;
+        EXPECT_EQ(a[i].images.shape(), b[i].images.shape()) << what;
+        EXPECT_EQ(a[i].images.toVector<float>(), b[i].images.toVector<float>()) << what << ", batch " << i;
+        EXPECT_EQ(a[i].labels.toVector<int32_t>(), b[i].labels.toVector<int32_t>()) << what << ", batch " << i;
+    }
+}
+
+TEST(Loader, TheSameBatchesWithZeroOneAndTwoWorkers) {
+    const DatasetPtr data = imageFolder(makeFolder("determinism", 7, 12));
+    const Transforms t = Transforms::parse("resize:10,crop:8:2,flip,normalize:0.5:0.25");
+    std::vector<std::vector<Batch>> runs;
+    for (int workers : {0, 1, 2}) {
+        Loader loader(data, t, {.batchsize = 4, .seed = 3, .workers = workers});
+        std::vector<Batch> both = epochOf(loader, 0);
+        const std::vector<Batch> second = epochOf(loader, 1);
+        both.insert(both.end(), second.begin(), second.end());
+        runs.push_back(both);
+        EXPECT_EQ(loader.batches(), 6);
+        EXPECT_EQ(loader.sampleShape(), Shape({3, 8, 8}));
+    }
+    ASSERT_EQ(runs[0].size(), 12u);
+    EXPECT_EQ(runs[0][5].images.shape(), Shape({1, 3, 8, 8})); // 21 samples: a last batch of 1
+    expectSameBatches(runs[0], runs[1], "1 worker");
+    expectSameBatches(runs[0], runs[2], "2 workers");
+    // Epochs differ (order and augmentation), and every sample comes once per epoch.
+    EXPECT_NE(runs[0][0].images.toVector<float>(), runs[0][6].images.toVector<float>());
+    std::vector<int> count(3, 0);
+    for (size_t b = 0; b < 6; ++b) {
+        for (int32_t l : runs[0][b].labels.toVector<int32_t>()) ++count[static_cast<size_t>(l)];
+    }
+    EXPECT_EQ(count, std::vector<int>({7, 7, 7}));
+    // A batch made on its own equals the loader's; starting in the middle gives the rest.
+    Loader two(data, t, {.batchsize = 4, .seed = 3, .workers = 2});
+    expectSameBatches({two.make(1, 2)}, {runs[0][8]}, "make(1, 2)");
+    const std::vector<Batch> rest = epochOf(two, 1, 4);
+    expectSameBatches(rest, {runs[0][10], runs[0][11]}, "epoch 1 from batch 4");
+}
+
+TEST(Loader, OrderMatchesTheTrainersOrderForTensors) {
+    const Tensor images = Tensor::rand({10, 1, 2, 2});
+    const Tensor labels = Tensor::fromVector({10}, std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0});
+    Loader loader(tensorDataset(images, labels), {}, {.batchsize = 3, .seed = 11, .workers = 1});
+    const std::vector<int64_t> order = epochOrder(10, 11, 2, true);
+    const std::vector<Batch> got = epochOf(loader, 2);
+    ASSERT_EQ(got.size(), 4u);
+    for (size_t b = 0; b < got.size(); ++b) {
+        const int64_t begin = static_cast<int64_t>(b) * 3, end = std::min<int64_t>(10, begin + 3);
+        EXPECT_EQ(got[b].images.toVector<float>(), gatherBatch(images, order, begin, end, {}).toVector<float>());
+        EXPECT_EQ(got[b].labels.toVector<int32_t>(), gatherBatch(labels, order, begin, end, {}).toVector<int32_t>());
+    }
+    Loader flat(tensorDataset(images, labels), {}, {.batchsize = 3, .shuffle = false, .flatten = true});
+    flat.start(0);
+    EXPECT_EQ(flat.next()->images.shape(), Shape({3, 4}));
+}
+
+TEST(Loader, AWorkersErrorReachesTheLoopInOrderNamingTheFile) {
+    const std::string dir = makeFolder("broken", 4, 8);
+    writeBytes(dir + "/class1/2.png", {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'});
+    for (int workers : {0, 2}) {
+        Loader loader(imageFolder(dir), {}, {.batchsize = 2, .shuffle = false, .workers = workers});
+        loader.start(0);
+        // Sorted: class0 (4 files), then class1's 0.png, 1.jpg, 2.png: batches 0, 1 and 2 are
+        // good, batch 3 holds the broken file.
+        for (int b = 0; b < 3; ++b) ASSERT_TRUE(loader.next().has_value());
+        try {
+            loader.next();
+            ADD_FAILURE() << "the broken file went unnoticed with " << workers << " workers";
+        } catch (const IoError& e) {
+            EXPECT_NE(std::string(e.what()).find("class1/2.png"), std::string::npos) << e.what();
+        }
+        // The loader goes on: a new epoch starts cleanly (and fails at the same place).
+        loader.start(1, 4);
+        EXPECT_TRUE(loader.next().has_value());
+    }
+}
+
+TEST(Loader, ImagesOfDifferentSizesNeedATransform) {
+    const std::string dir = tempDir("sizes");
+    fs::create_directories(dir + "/a");
+    writePng(dir + "/a/1.png", gridImage(3, 8, 8, 1));
+    writePng(dir + "/a/2.png", gridImage(3, 9, 7, 2));
+    Loader loose(imageFolder(dir), {}, {.batchsize = 2, .shuffle = false});
+    loose.start(0);
+    try {
+        loose.next();
+        ADD_FAILURE() << "a 9x7 image went into a batch of 8x8 ones";
+    } catch (const ShapeError& e) {
+        EXPECT_NE(std::string(e.what()).find("a/2.png"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("resize"), std::string::npos) << e.what();
+    }
+    Loader fixed(imageFolder(dir), Transforms().resize(6, 6), {.batchsize = 2, .shuffle = false});
+    fixed.start(0);
+    EXPECT_EQ(fixed.next()->images.shape(), Shape({2, 3, 6, 6}));
+    // A transform error names the sample's file too.
+    Loader small(imageFolder(dir), Transforms().centerCrop(9, 9), {.batchsize = 1, .shuffle = false});
+    small.start(0);
+    try {
+        small.next();
+        ADD_FAILURE() << "a 9x9 crop of an 8x8 image";
+    } catch (const ShapeError& e) {
+        EXPECT_NE(std::string(e.what()).find("a/1.png"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Loader, BadUseIsAClearError) {
+    const DatasetPtr d =
+        tensorDataset(Tensor::rand({4, 1, 2, 2}), Tensor::fromVector({4}, std::vector<int32_t>{0, 1, 0, 1}));
+    EXPECT_THROW(Loader(d, {}, {.batchsize = 0}), ShapeError);
+    EXPECT_THROW(Loader(d, {}, {.workers = -1}), ModuleError);
+    EXPECT_THROW(Loader(nullptr, {}, {}), ModuleError);
+    Loader l(d, {}, {.batchsize = 2});
+    EXPECT_THROW(l.next(), ModuleError); // before start
+    EXPECT_THROW(l.start(0, 3), ModuleError);
+    EXPECT_THROW(l.start(-1), ModuleError);
+    // An epoch abandoned half way, with workers busy, gives way to the next one.
+    Loader busy(d, {}, {.batchsize = 1, .workers = 2});
+    busy.start(0);
+    ASSERT_TRUE(busy.next().has_value());
+    EXPECT_EQ(epochOf(busy, 1).size(), 4u);
+    EXPECT_THROW(tensorDataset(Tensor::rand({4, 2}), Tensor::fromVector({4}, std::vector<int32_t>{0, 1, 0, 1})),
+                 ShapeError);
+    EXPECT_EQ(firstSamples(d, 3)->size(), 3);
+    EXPECT_EQ(firstSamples(d, 30)->size(), 4);
+}
+
+// ---- training on files ---------------------------------------------------------------------
+
+std::shared_ptr<Sequential> smallConvNet(int64_t side, int64_t classes) {
+    auto net = std::make_shared<Sequential>("small");
+    net->append(std::make_shared<Conv2D>(3, 8, 3, ConvOptions{.pad = {1}}));
+    net->append(std::make_shared<Activation>(ActivationKind::relu));
+    net->append(std::make_shared<MaxPool2D>(2));
+    net->append(std::make_shared<Flatten>());
+    net->append(std::make_shared<Linear>(8 * (side / 2) * (side / 2), classes));
+    return net;
+}
+
+// Trains `epochs` epochs; returns the first epoch's loss, the last one's and the accuracy
+// on `test`.
+std::tuple<double, double, double> trainOn(Loader& train, Loader& test, int64_t side, int epochs) {
+    manualSeed(5);
+    auto net = smallConvNet(side, train.dataset().classes());
+    Adam adam(3e-3f);
+    adam.setupOn(*net, true);
+    CrossEntropy cost;
+    Trainer trainer(*net, cost, adam, {.progress = false});
+    double first = 0, last = 0;
+    for (int e = 0; e < epochs; ++e) {
+        last = trainer.train(train);
+        if (e == 0) first = last;
+    }
+    CrossEntropy vcost;
+    Validator validator(*net, vcost, {.progress = false});
+    return {first, last, 1.0 - validator.validate(test)};
+}
+
+TEST(LoaderTraining, ASmallNetworkLearnsFromAnImageFolderOfJpegsAndPngs) {
+    const std::string dir = makeFolder("train_folder", 24, 16);
+    const Transforms t = Transforms::parse("crop:16:2,flip");
+    Loader train(imageFolder(dir), t, {.batchsize = 8, .seed = 1, .workers = 2});
+    Loader test(imageFolder(dir), t, {.batchsize = 16, .shuffle = false, .train = false});
+    const auto [first, last, accuracy] = trainOn(train, test, 16, 6);
+    EXPECT_LT(last, 0.5 * first) << "first epoch " << first << ", last " << last;
+    EXPECT_GT(accuracy, 0.9);
+}
+
+TEST(LoaderTraining, ASmallNetworkLearnsFromCifarFormatFiles) {
+    const std::string dir = tempDir("train_cifar");
+    // 3 classes of CIFAR-10's 10, 30 images each, spread over the five batch files.
+    std::vector<std::vector<uint8_t>> files(5);
+    for (int i = 0; i < 90; ++i) {
+        const int k = i % 3;
+        const Image img = classImage(k, 32, static_cast<uint64_t>(i));
+        std::vector<uint8_t>& f = files[static_cast<size_t>(i % 5)];
+        f.push_back(static_cast<uint8_t>(k * 3)); // labels 0, 3 and 6
+        for (float v : img.pixels) f.push_back(static_cast<uint8_t>(std::clamp(v, 0.0f, 1.0f) * 255.0f + 0.5f));
+    }
+    for (int b = 0; b < 5; ++b) writeBytes(dir + "/data_batch_" + std::to_string(b + 1) + ".bin", files[size_t(b)]);
+    writeBytes(dir + "/test_batch.bin", files[0]);
+    Loader train(cifar10(dir, "train"), Transforms::parse("crop:32:4,flip,normalize:cifar10"),
+                 {.batchsize = 10, .seed = 2, .workers = 1});
+    Loader test(cifar10(dir, "test"), Transforms::parse("crop:32:4,flip,normalize:cifar10"),
+                {.batchsize = 18, .shuffle = false, .train = false});
+    const auto [first, last, accuracy] = trainOn(train, test, 32, 6);
+    EXPECT_LT(last, 0.5 * first) << "first epoch " << first << ", last " << last;
+    EXPECT_GT(accuracy, 0.9);
+}
+
+TEST(LoaderTraining, ALoaderOverTensorsTrainsLikeTheTensors) {
+    manualSeed(9);
+    const Tensor images = Tensor::rand({40, 3, 4, 4});
+    std::vector<int32_t> l(40);
+    for (int i = 0; i < 40; ++i) l[size_t(i)] = i % 3;
+    const Tensor labels = Tensor::fromVector({40}, l);
+    auto run = [&](bool loader) {
+        manualSeed(4);
+        auto net = smallConvNet(4, 3);
+        Adam adam(1e-2f);
+        adam.setupOn(*net, true);
+        CrossEntropy cost;
+        Trainer trainer(*net, cost, adam, {.batchsize = 8, .seed = 6, .progress = false});
+        Loader data(tensorDataset(images, labels), {}, {.batchsize = 8, .seed = 6, .workers = 2});
+        std::vector<double> losses;
+        for (int e = 0; e < 3; ++e) losses.push_back(loader ? trainer.train(data) : trainer.train(images, labels));
+        return losses;
+    };
+    EXPECT_EQ(run(true), run(false)); // bit for bit: the same batches in the same order
+}
+
+} // namespace
+} // namespace tessera
