@@ -27,8 +27,9 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
   # lint.python checks the Python scripts.
   pyflakes3
-  # The HDF5 interoperability tests read and write model files with h5py.
-  python3-h5py
+  # The HDF5 interoperability tests read and write model files with h5py; the data tests
+  # write images with Pillow.
+  python3-h5py python3-pil
   # tools/bundle.sh: relocatable tarballs (RUNPATHs of the copied libraries, xz).
   patchelf xz-utils
   # tessera train --plot draws the curves with gnuplot.

@@ -1,6 +1,7 @@
 // tessera train: trains a model (a zoo name, a blueprint, or a saved HDF5 model to
-// fine-tune) on an MNIST-format data set, printing progress, the test accuracy after each
-// epoch and the total time; optionally a metrics CSV and a PNG of the curves.
+// fine-tune) on a data set (MNIST-format IDX files, CIFAR-10/100, an image folder or .npy
+// files) read by background workers, printing progress, the test accuracy after each epoch
+// and the total time; optionally a metrics CSV and a PNG of the curves.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
+#include "data/Loader.h"
 #include "io/Hdf5.h"
 #include "io/Summary.h"
 #include "training/Checkpoint.h"
@@ -73,7 +75,61 @@ struct TrainArgs {
     std::string every; // N or Nsteps, or Nepochs
     int64_t everySteps = 0, everyEpochs = 1;
     std::string resume;
+    std::string augment;
+    int workers = 2;
+    int channels = 3;
 };
+
+// The training and test sets that --data names.
+struct DataSets {
+    DatasetPtr train, test;
+    std::string what;
+};
+
+DataSets openData(const TrainArgs& a) {
+    const std::string& d = a.data;
+    const size_t colon = d.find(':');
+    const std::string kind = colon == std::string::npos ? "" : d.substr(0, colon);
+    const std::string dir = colon == std::string::npos ? d : d.substr(colon + 1);
+    auto needDir = [&] {
+        if (dir.empty()) throw UsageError("--data " + d + ": a directory must follow '" + kind + ":'");
+        if (!std::filesystem::is_directory(dir)) throw UsageError("--data " + d + ": no such directory " + dir);
+    };
+    DataSets s;
+    if (d == "fashion-mnist" || kind.empty() || kind == "mnist") {
+        const std::string idx = d == "fashion-mnist" ? kFashionMnistDir : dir;
+        s = {idxDataset(idx, "train"), idxDataset(idx, "t10k"), "IDX files in " + idx};
+    } else if (kind == "cifar10" || kind == "cifar100") {
+        needDir();
+        if (kind == "cifar10") {
+            s = {cifar10(dir, "train"), cifar10(dir, "test"), "CIFAR-10 in " + dir};
+        } else {
+            s = {cifar100(dir, "train"), cifar100(dir, "test"), "CIFAR-100 in " + dir};
+        }
+    } else if (kind == "folder") {
+        needDir();
+        s = {imageFolder(dir + "/train", a.channels), imageFolder(dir + "/test", a.channels),
+             "image folders " + dir + "/train and " + dir + "/test"};
+        if (s.train->classes() != s.test->classes()) {
+            throw IoError("--data " + d + ": train/ has " + std::to_string(s.train->classes()) +
+                          " class folders but test/ has " + std::to_string(s.test->classes()) +
+                          " (both need the same classes)");
+        }
+    } else if (kind == "npy") {
+        needDir();
+        s = {npyDataset(dir + "/train_images.npy", dir + "/train_labels.npy"),
+             npyDataset(dir + "/test_images.npy", dir + "/test_labels.npy"), ".npy files in " + dir};
+    } else {
+        throw UsageError("--data " + d +
+                         ": expected fashion-mnist, a directory of IDX files, mnist:DIR, cifar10:DIR, cifar100:DIR, "
+                         "folder:DIR or npy:DIR");
+    }
+    if (a.limit > 0) {
+        s.train = firstSamples(s.train, a.limit);
+        s.test = firstSamples(s.test, a.limit);
+    }
+    return s;
+}
 
 // SIGINT and SIGTERM during training: the signal's number, read after each batch.
 volatile std::sig_atomic_t stopSignal = 0;
@@ -142,20 +198,36 @@ int runTrain(const TrainArgs& a) {
     ModulePtr net = loadModel(a.model, /*train=*/true);
     net->calcMode(a.precision == "bf16" ? DType::bfloat16 : DType::float32);
 
-    const std::string dir = a.data == "fashion-mnist" ? kFashionMnistDir : a.data;
-    const ImageSet train = loadMnistFormat(dir, "train", a.limit);
-    const ImageSet test = loadMnistFormat(dir, "t10k", a.limit);
-    std::printf("data: %s, %lld training and %lld test images of %s\n", dir.c_str(),
-                static_cast<long long>(train.images.shape()[0]), static_cast<long long>(test.images.shape()[0]),
-                train.images.shape().str().c_str());
-    std::vector<int64_t> dims = train.images.shape().dims();
-    dims[0] = std::min<int64_t>(a.batch, dims[0]);
-    const Shape batchShape(dims);
+    Transforms transforms;
     try {
-        net->inferDataShape({batchShape});
+        transforms = Transforms::parse(a.augment);
+    } catch (const ModuleError& e) {
+        throw UsageError(std::string("--augment: ") + e.what());
+    }
+    const DataSets data = openData(a);
+    const LoaderOptions trainOptions{.batchsize = a.batch, .seed = a.seed, .workers = a.workers};
+    Loader train(data.train, transforms, trainOptions);
+    Loader test(data.test, transforms, {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.workers});
+    const Shape sample = train.sampleShape();
+    std::printf("data: %s, %lld training and %lld test images of %s, %lld classes; %s%s, %d worker%s\n",
+                data.what.c_str(), static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+                sample.str().c_str(), static_cast<long long>(data.train->classes()),
+                transforms.empty() ? "no transforms" : "transforms ", transforms.str().c_str(), a.workers,
+                a.workers == 1 ? "" : "s");
+    std::vector<int64_t> dims = sample.dims();
+    dims.insert(dims.begin(), std::min<int64_t>(a.batch, train.size()));
+    const Shape batchShape(dims);
+    Shapes outShapes;
+    try {
+        outShapes = net->inferDataShape({batchShape});
     } catch (const ShapeError& e) {
         throw UsageError("model " + a.model + " does not take this data's batches " + batchShape.str() + ": " +
                          e.what());
+    }
+    if (outShapes.size() != 1 || outShapes[0].rank() != 2 || outShapes[0][1] < data.train->classes()) {
+        throw UsageError("model " + a.model + " gives " + str(outShapes) + " for a batch, but this data has " +
+                         std::to_string(data.train->classes()) + " classes: it needs [batch, " +
+                         std::to_string(data.train->classes()) + "] scores (or more)");
     }
 
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
@@ -226,19 +298,21 @@ int runTrain(const TrainArgs& a) {
     if (trainer.position().epoch >= a.epochs) { // a resumed run that had already finished: just report
         std::printf("the checkpoint is past epoch %lld of %lld: no training left\n",
                     static_cast<long long>(trainer.position().epoch), static_cast<long long>(a.epochs));
-        accuracy = 1.0 - validator.validate(test.images, test.labels);
+        accuracy = 1.0 - validator.validate(test);
     }
     for (int64_t e = trainer.position().epoch; e < a.epochs; ++e) {
-        const double loss = trainer.train(train.images, train.labels);
+        const double loss = trainer.train(train);
         // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
         // batch, the epoch ends as usual first.)
         if ((trainer.stopRequested() || stopSignal) && trainer.position().batch != 0) return stopped();
         const bool saved = !a.checkpoint.empty() && ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs);
         if (saved) checkpoint();
-        accuracy = 1.0 - validator.validate(test.images, test.labels);
-        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s)%s\n",
+        accuracy = 1.0 - validator.validate(test);
+        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s, %.1f%% of the time "
+                    "waiting for data)%s\n",
                     static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
-                    trainer.samplesPerSecond(), saved ? "; checkpoint saved" : "");
+                    trainer.samplesPerSecond(), 100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
+                    saved ? "; checkpoint saved" : "");
         std::fflush(stdout);
         if (metrics) {
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -269,13 +343,29 @@ int runTrain(const TrainArgs& a) {
 
 std::function<int()> addTrain(CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();
-    CLI::App* cmd = app.add_subcommand("train", "Train a model on an MNIST-format data set");
+    CLI::App* cmd = app.add_subcommand("train", "Train a model on a data set");
     cmd->add_option("--model", args->model,
                     "a zoo name (lenet, mlp, ...), a blueprint JSON file, an HDF5 model file with a blueprint or an "
                     "ONNX file (their weights are the starting point)")
         ->capture_default_str();
-    cmd->add_option("--data", args->data, "fashion-mnist (the Debian package) or a directory of IDX files")
+    cmd->add_option("--data", args->data,
+                    "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
+                    "cifar100:DIR (the binary versions), folder:DIR (DIR/train/<class>/ and DIR/test/<class>/ of "
+                    "JPEG and PNG files) or npy:DIR (train_images.npy, train_labels.npy, test_images.npy, "
+                    "test_labels.npy)")
         ->capture_default_str();
+    cmd->add_option("--augment", args->augment,
+                    "per-image transforms, e.g. crop:32:4,flip,normalize:cifar10 (resize:S|HxW, crop:S[:PAD], "
+                    "center:S, flip[:P], normalize:M1/M2/M3:S1/S2/S3 or cifar10|cifar100|imagenet|mnist); random "
+                    "ones act in training only, the test set gets centre crops");
+    cmd->add_option("--workers", args->workers,
+                    "threads that read and transform the next batches while a step runs (0: none; the batches "
+                    "are the same for any number)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 64));
+    cmd->add_option("--channels", args->channels, "folder:DIR: decode images as 1 (grayscale) or 3 (RGB) channels")
+        ->capture_default_str()
+        ->check(CLI::IsMember({1, 3}));
     cmd->add_option("--epochs", args->epochs, "passes over the training set")
         ->capture_default_str()
         ->check(positiveInteger());

@@ -1,0 +1,81 @@
+"""Writes small generated data sets in the formats `tessera train --data` reads, with
+other libraries' writers (Pillow for JPEG and PNG, NumPy for .npy and the CIFAR records):
+
+    make_image_data.py folder DIR   DIR/train/<class>/*.png|*.jpg and DIR/test/<class>/...
+    make_image_data.py cifar10 DIR  DIR/data_batch_1.bin .. data_batch_5.bin, test_batch.bin
+    make_image_data.py npy DIR      DIR/{train,test}_{images,labels}.npy
+
+Three classes told apart by which colour channel is bright, with noise and a bright square
+in a random place; folder images have varying sizes (a transform must resize them).
+"""
+import os
+import sys
+
+import numpy as np
+from PIL import Image
+
+
+def picture(rng, k, height, width):
+    img = rng.uniform(0.2, 0.35, size=(height, width, 3))
+    img[:, :, k] += 0.4
+    s = max(2, min(height, width) // 3)
+    y, x = rng.integers(0, height - s), rng.integers(0, width - s)
+    img[y:y + s, x:x + s, :] += 0.2
+    return (np.clip(img, 0, 1) * 255 + 0.5).astype(np.uint8)
+
+
+def folder(root, rng):
+    for split, count in (("train", 40), ("test", 15)):
+        for k, name in enumerate(("blue-ish", "green-ish", "red-ish")):
+            d = os.path.join(root, split, name)
+            os.makedirs(d, exist_ok=True)
+            for i in range(count):
+                channel = 2 - k  # the names sort blue, green, red
+                px = picture(rng, channel, int(rng.integers(24, 40)), int(rng.integers(24, 40)))
+                img = Image.fromarray(px)
+                if i % 3 == 0:
+                    img.convert("L").save(os.path.join(d, f"{i}.png"))  # grayscale files too
+                elif i % 3 == 1:
+                    img.save(os.path.join(d, f"{i}.png"))
+                else:
+                    img.save(os.path.join(d, f"{i}.jpg"), quality=92)
+
+
+def records(rng, n):
+    out = bytearray()
+    labels = []
+    for i in range(n):
+        k = i % 3
+        px = picture(rng, k, 32, 32)
+        out.append(k)
+        out += px.transpose(2, 0, 1).tobytes()  # the red, green and blue planes
+        labels.append(k)
+    return bytes(out), np.array(labels), np.frombuffer(out, np.uint8)
+
+
+def cifar10(root, rng):
+    os.makedirs(root, exist_ok=True)
+    for b in range(1, 6):
+        with open(os.path.join(root, f"data_batch_{b}.bin"), "wb") as f:
+            f.write(records(rng, 30)[0])
+    with open(os.path.join(root, "test_batch.bin"), "wb") as f:
+        f.write(records(rng, 30)[0])
+
+
+def npy(root, rng):
+    os.makedirs(root, exist_ok=True)
+    for split, n in (("train", 150), ("test", 30)):
+        weights = np.array([0.6, 0.3, 0.1])  # the classes differ in brightness
+        images = np.stack([(picture(rng, i % 3, 28, 28) @ weights).astype(np.uint8) for i in range(n)])
+        np.save(os.path.join(root, f"{split}_images.npy"), images)  # [N, 28, 28] uint8
+        np.save(os.path.join(root, f"{split}_labels.npy"), np.arange(n) % 3)
+
+
+def main():
+    kind, root = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(7)
+    {"folder": folder, "cifar10": cifar10, "npy": npy}[kind](root, rng)
+
+
+if __name__ == "__main__":
+    main()
