@@ -57,13 +57,13 @@ Shape Loader::sampleShape() const {
     return Shape{img.channels, img.height, img.width};
 }
 
-Batch Loader::make(int64_t epoch, int64_t index) const {
+DataBatch Loader::make(int64_t epoch, int64_t index) const {
     return build(epochOrder(size(), options_.seed, epoch, options_.shuffle), epoch, index);
 }
 
-Batch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const {
+DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const {
     const int64_t begin = index * options_.batchsize, end = std::min(size(), begin + options_.batchsize);
-    Batch b{index, {}, Tensor::empty({end - begin}, DType::int32)};
+    DataBatch b{index, {}, Tensor::empty({end - begin}, DType::int32)};
     int32_t* labels = b.labels.data<int32_t>();
     float* dst = nullptr;
     Image first;
@@ -127,13 +127,13 @@ void Loader::start(int64_t epoch, int64_t first) {
     changed_.notify_all();
 }
 
-std::optional<Batch> Loader::next() {
+std::optional<DataBatch> Loader::next() {
     if (epoch_ < 0) throw ModuleError("Loader::next: start(epoch) first");
     if (next_ >= end_) return std::nullopt;
     const int64_t index = next_++;
     if (workers_.empty()) {
         const auto t0 = Clock::now();
-        Batch b = build(*order_, epoch_, index);
+        DataBatch b = build(*order_, epoch_, index);
         making_ += secondsSince(t0);
         return b;
     }

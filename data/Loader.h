@@ -32,7 +32,7 @@ struct LoaderOptions {
 };
 
 /// One batch: images [B, C, H, W] (or [B, C*H*W]) float32 and labels [B] int32, on the host.
-struct Batch {
+struct DataBatch {
     int64_t index = 0; ///< within the epoch
     Tensor images, labels;
 };
@@ -61,7 +61,7 @@ public:
     void start(int64_t epoch, int64_t first = 0);
     /// The epoch's next batch, or nothing after its last. A sample that could not be read
     /// or transformed throws here, in order, an error naming where it comes from (the file).
-    std::optional<Batch> next();
+    std::optional<DataBatch> next();
 
     /// Seconds next() spent waiting for workers since start() (0 with no workers: the
     /// caller made every batch itself; see makingSeconds).
@@ -70,11 +70,11 @@ public:
     double makingSeconds() const { return making_; }
 
     /// Batch `index` of `epoch` made in this thread, as a worker makes it.
-    Batch make(int64_t epoch, int64_t index) const;
+    DataBatch make(int64_t epoch, int64_t index) const;
 
 private:
     using Order = std::shared_ptr<const std::vector<int64_t>>;
-    Batch build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const;
+    DataBatch build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const;
     void work();
 
     DatasetPtr data_;
@@ -87,7 +87,7 @@ private:
 
     // Shared with the workers under mutex_.
     struct Made {
-        std::optional<Batch> batch;
+        std::optional<DataBatch> batch;
         std::exception_ptr error;
     };
     std::mutex mutex_;

@@ -149,7 +149,7 @@ double Trainer::train(Loader& loader) {
     loader.start(position_.epoch, position_.batch);
     const Device device = options_.device;
     return runEpoch(loader.size(), loader.batches(), [&](int64_t b) {
-        std::optional<Batch> batch = loader.next();
+        std::optional<DataBatch> batch = loader.next();
         if (!batch || batch->index != b) throw ModuleError("Trainer: the loader is out of step with the epoch");
         if (device.isCpu()) return std::make_pair(Tensors{batch->images}, Tensors{batch->labels});
         return std::make_pair(Tensors{batch->images.to(device)}, Tensors{batch->labels.to(device)});
@@ -239,7 +239,7 @@ double Validator::validate(Loader& loader) {
     net_.evalMode();
     cost_.resetAccumulator();
     loader.start(0);
-    while (std::optional<Batch> b = loader.next()) {
+    while (std::optional<DataBatch> b = loader.next()) {
         const Device device = options_.device;
         const Tensors& y = net_(Tensors{device.isCpu() ? b->images : b->images.to(device)});
         cost_.validate(y, Tensors{device.isCpu() ? b->labels : b->labels.to(device)});

@@ -397,14 +397,14 @@ std::string makeFolder(const std::string& name, int perClass, int64_t side) {
     return dir;
 }
 
-std::vector<Batch> epochOf(Loader& loader, int64_t epoch, int64_t first = 0) {
-    std::vector<Batch> out;
+std::vector<DataBatch> epochOf(Loader& loader, int64_t epoch, int64_t first = 0) {
+    std::vector<DataBatch> out;
     loader.start(epoch, first);
-    while (std::optional<Batch> b = loader.next()) out.push_back(*b);
+    while (std::optional<DataBatch> b = loader.next()) out.push_back(*b);
     return out;
 }
 
-void expectSameBatches(const std::vector<Batch>& a, const std::vector<Batch>& b, const std::string& what) {
+void expectSameBatches(const std::vector<DataBatch>& a, const std::vector<DataBatch>& b, const std::string& what) {
     ASSERT_EQ(a.size(), b.size()) << what;
     for (size_t i = 0; i < a.size(); ++i) {
         EXPECT_EQ(a[i].index, b[i].index) << what;
@@ -417,11 +417,11 @@ void expectSameBatches(const std::vector<Batch>& a, const std::vector<Batch>& b,
 TEST(Loader, TheSameBatchesWithZeroOneAndTwoWorkers) {
     const DatasetPtr data = imageFolder(makeFolder("determinism", 7, 12));
     const Transforms t = Transforms::parse("resize:10,crop:8:2,flip,normalize:0.5:0.25");
-    std::vector<std::vector<Batch>> runs;
+    std::vector<std::vector<DataBatch>> runs;
     for (int workers : {0, 1, 2}) {
         Loader loader(data, t, {.batchsize = 4, .seed = 3, .workers = workers});
-        std::vector<Batch> both = epochOf(loader, 0);
-        const std::vector<Batch> second = epochOf(loader, 1);
+        std::vector<DataBatch> both = epochOf(loader, 0);
+        const std::vector<DataBatch> second = epochOf(loader, 1);
         both.insert(both.end(), second.begin(), second.end());
         runs.push_back(both);
         EXPECT_EQ(loader.batches(), 6);
@@ -441,7 +441,7 @@ TEST(Loader, TheSameBatchesWithZeroOneAndTwoWorkers) {
     // A batch made on its own equals the loader's; starting in the middle gives the rest.
     Loader two(data, t, {.batchsize = 4, .seed = 3, .workers = 2});
     expectSameBatches({two.make(1, 2)}, {runs[0][8]}, "make(1, 2)");
-    const std::vector<Batch> rest = epochOf(two, 1, 4);
+    const std::vector<DataBatch> rest = epochOf(two, 1, 4);
     expectSameBatches(rest, {runs[0][10], runs[0][11]}, "epoch 1 from batch 4");
 }
 
@@ -450,7 +450,7 @@ TEST(Loader, OrderMatchesTheTrainersOrderForTensors) {
     const Tensor labels = Tensor::fromVector({10}, std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0});
     Loader loader(tensorDataset(images, labels), {}, {.batchsize = 3, .seed = 11, .workers = 1});
     const std::vector<int64_t> order = epochOrder(10, 11, 2, true);
-    const std::vector<Batch> got = epochOf(loader, 2);
+    const std::vector<DataBatch> got = epochOf(loader, 2);
     ASSERT_EQ(got.size(), 4u);
     for (size_t b = 0; b < got.size(); ++b) {
         const int64_t begin = static_cast<int64_t>(b) * 3, end = std::min<int64_t>(10, begin + 3);
