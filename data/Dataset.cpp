@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "backend/Errors.h"
+#include "data/ReadFile.h"
 #include "io/Npy.h"
 #include "training/Idx.h"
 
@@ -70,14 +69,6 @@ private:
     std::vector<File> files_;
 };
 
-std::vector<uint8_t> readFile(const std::string& path, const std::string& what) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw IoError(what + " file " + path + ": cannot open (" + std::strerror(errno) + ")");
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (f.bad()) throw IoError(what + " file " + path + ": read error");
-    return bytes;
-}
-
 // The directory holding `probe`: `dir` itself or its sub-folder `inner` (the archive's).
 std::string cifarDir(const std::string& dir, const std::string& inner, const std::string& probe,
                      const std::string& what) {
@@ -95,7 +86,7 @@ std::shared_ptr<ArrayDataset> readCifar(const std::string& what, const std::vect
     std::vector<ArrayDataset::File> files;
     std::vector<uint8_t> pixels;
     for (const std::string& path : paths) {
-        const std::vector<uint8_t> bytes = readFile(path, what);
+        const std::vector<uint8_t> bytes = data_detail::readFile(path, what + " file");
         const auto size = static_cast<int64_t>(bytes.size());
         if (size == 0 || size % record != 0) {
             throw IoError(what + " file " + path + ": " + std::to_string(size) + " bytes is not a whole number of " +

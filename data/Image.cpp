@@ -1,6 +1,7 @@
 // JPEG through libjpeg-turbo (its error exits longjmp back here), PNG through libpng's
-// simplified API. Both decode to 8-bit RGB(A) first; the conversion to the wanted channels
-// is ours, so a JPEG and a PNG of the same picture give the same floats.
+// simplified API. Both decode to 8-bit samples first (JPEG always to RGB, PNG in its own
+// colour type); the conversion to the wanted channels is ours, so a JPEG and a PNG of the
+// same picture give the same floats.
 #include "data/Image.h"
 
 #include <jpeglib.h>
@@ -12,9 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "backend/Errors.h"
+#include "data/ReadFile.h"
 
 namespace tessera {
 
@@ -24,14 +25,6 @@ std::string Image::str() const {
 
 namespace {
 
-std::vector<uint8_t> readBytes(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw IoError("image " + path + ": cannot open (" + std::strerror(errno) + ")");
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (f.bad()) throw IoError("image " + path + ": read error");
-    return bytes;
-}
-
 void checkSides(const std::string& path, int64_t height, int64_t width) {
     if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide) {
         throw IoError("image " + path + ": " + std::to_string(width) + "x" + std::to_string(height) +
@@ -39,12 +32,18 @@ void checkSides(const std::string& path, int64_t height, int64_t width) {
     }
 }
 
-// Interleaved 8-bit pixels with `stride` bytes each, the first three R, G, B -> `channels`.
-Image fromInterleaved(const uint8_t* px, int64_t height, int64_t width, int stride, int channels) {
+// Interleaved 8-bit pixels with `stride` bytes each: R, G, B first, or (`gray`) one gray
+// value first -> `channels`.
+Image fromInterleaved(const uint8_t* px, int64_t height, int64_t width, int stride, bool gray, int channels) {
     Image img(channels, height, width);
     const int64_t n = height * width;
     constexpr float k = 1.0f / 255.0f;
-    if (channels == 3) {
+    if (gray) {
+        for (int c = 0; c < channels; ++c) {
+            float* dst = img.pixels.data() + c * n;
+            for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(px[i * stride]) * k;
+        }
+    } else if (channels == 3) {
         for (int c = 0; c < 3; ++c) {
             float* dst = img.pixels.data() + c * n;
             for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(px[i * stride + c]) * k;
@@ -114,7 +113,7 @@ Image readJpeg(const std::string& path, const std::vector<uint8_t>& bytes, int c
         throw IoError("image " + path + ": malformed JPEG (" + err.message + ")");
     }
     checkSides(path, height, width);
-    return fromInterleaved(rgb.data(), height, width, 3, channels);
+    return fromInterleaved(rgb.data(), height, width, 3, false, channels);
 }
 
 Image readPng(const std::string& path, const std::vector<uint8_t>& bytes, int channels) {
@@ -129,12 +128,15 @@ Image readPng(const std::string& path, const std::vector<uint8_t>& bytes, int ch
         png_image_free(&png);
         checkSides(path, height, width);
     }
-    png.format = PNG_FORMAT_RGBA; // the alpha channel is read and then dropped, not composited
-    std::vector<uint8_t> rgba(PNG_IMAGE_SIZE(png));
-    if (!png_image_finish_read(&png, nullptr, rgba.data(), 0, nullptr)) {
+    // 8-bit samples in the file's own colour type; an alpha channel is read and then
+    // dropped, not composited.
+    const bool gray = !(png.format & PNG_FORMAT_FLAG_COLOR), alpha = png.format & PNG_FORMAT_FLAG_ALPHA;
+    png.format = (gray ? 0 : PNG_FORMAT_FLAG_COLOR) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
+    std::vector<uint8_t> px(PNG_IMAGE_SIZE(png));
+    if (!png_image_finish_read(&png, nullptr, px.data(), 0, nullptr)) {
         throw IoError("image " + path + ": malformed PNG (" + png.message + ")");
     }
-    return fromInterleaved(rgba.data(), height, width, 4, channels);
+    return fromInterleaved(px.data(), height, width, (gray ? 1 : 3) + (alpha ? 1 : 0), gray, channels);
 }
 
 // `image` as interleaved 8-bit samples (1 or 3 per pixel).
@@ -204,7 +206,7 @@ Image readImage(const std::string& path, int channels) {
     if (channels != 1 && channels != 3) {
         throw IoError("image " + path + ": 1 or 3 channels can be asked for, got " + std::to_string(channels));
     }
-    const std::vector<uint8_t> bytes = readBytes(path);
+    const std::vector<uint8_t> bytes = data_detail::readFile(path, "image");
     if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
         return readJpeg(path, bytes, channels);
     }

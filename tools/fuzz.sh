@@ -21,7 +21,7 @@ set -euo pipefail
 seconds=${1:?usage: tools/fuzz.sh SECONDS}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$repo/build-fuzz
-readers=${TESSERA_FUZZ_READERS:-idx blueprint hdf5 checkpoint onnx}
+readers=${TESSERA_FUZZ_READERS:-idx blueprint hdf5 checkpoint onnx image dataset}
 jobs=${TESSERA_FUZZ_JOBS:-$(nproc)}
 
 mkdir -p "$build"

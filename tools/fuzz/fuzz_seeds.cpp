@@ -1,5 +1,5 @@
 // Writes the fuzzers' seed corpora: small valid files of each format, made by Tessera
-// itself. usage: fuzz_seeds DIR  (creates DIR/{idx,blueprint,hdf5,checkpoint,onnx}/)
+// itself. usage: fuzz_seeds DIR  (creates DIR/{idx,blueprint,hdf5,checkpoint,onnx,image,dataset}/)
 #include <zlib.h>
 
 #include <cstdio>
@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "FuzzModels.h"
+#include "data/Image.h"
 #include "io/Hdf5.h"
+#include "io/Npy.h"
 #include "io/Onnx.h"
 #include "models/Zoo.h"
 #include "training/Checkpoint.h"
@@ -49,7 +51,28 @@ int main(int argc, char** argv) {
         return 2;
     }
     const fs::path dir = argv[1];
-    for (const char* d : {"idx", "blueprint", "hdf5", "checkpoint", "onnx"}) fs::create_directories(dir / d);
+    for (const char* d : {"idx", "blueprint", "hdf5", "checkpoint", "onnx", "image", "dataset"}) {
+        fs::create_directories(dir / d);
+    }
+
+    // Images: PNG in colour and gray, JPEG in colour and gray.
+    Image colour(3, 5, 7), gray(1, 6, 3);
+    for (size_t i = 0; i < colour.pixels.size(); ++i) colour.pixels[i] = static_cast<float>(i % 11) / 10.0f;
+    for (size_t i = 0; i < gray.pixels.size(); ++i) gray.pixels[i] = static_cast<float>(i % 7) / 6.0f;
+    writePng((dir / "image/colour.png").string(), colour);
+    writePng((dir / "image/gray.png").string(), gray);
+    writeJpeg((dir / "image/colour.jpg").string(), colour, 80);
+    writeJpeg((dir / "image/gray.jpg").string(), gray, 80);
+
+    // Array data sets: two CIFAR-10 records, one CIFAR-100 record, .npy images of both kinds.
+    std::vector<uint8_t> cifar;
+    for (int r = 0; r < 2; ++r) {
+        cifar.push_back(static_cast<uint8_t>(r + 3));
+        for (int p = 0; p < 3072; ++p) cifar.push_back(static_cast<uint8_t>(p * 7 + r));
+    }
+    write(dir / "dataset/cifar10.bin", cifar);
+    write(dir / "dataset/cifar100.bin", std::vector<uint8_t>(cifar.begin(), cifar.begin() + 3074));
+    writeNpy(Tensor::rand({2, 1, 3, 3}), (dir / "dataset/images.npy").string());
 
     write(dir / "idx/images-idx3-ubyte", idx(0x08, {3, 4, 5}, 1));
     write(dir / "idx/labels-idx1-ubyte", idx(0x08, {7}, 1));
