@@ -134,7 +134,7 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
     const int64_t n = checkSets("Trainer", data, &targets, options_.batchsize);
     const int64_t bs = options_.batchsize;
     const std::vector<int64_t> order = epochOrder(n, options_.seed, position_.epoch, options_.shuffle);
-    return runEpoch(n, (n + bs - 1) / bs, [&](int64_t b) {
+    return runEpoch(n, bs, [&](int64_t b) {
         const int64_t begin = b * bs, end = std::min(n, begin + bs);
         return std::make_pair(gatherAll(data, order, begin, end, options_.device),
                               gatherAll(targets, order, begin, end, options_.device));
@@ -142,13 +142,10 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
 }
 
 double Trainer::train(Loader& loader) {
-    if (position_.batch > loader.batches()) {
-        throw ModuleError("Trainer: resuming at batch " + std::to_string(position_.batch) + " of an epoch of " +
-                          std::to_string(loader.batches()));
-    }
+    checkPosition(loader.batches());
     loader.start(position_.epoch, position_.batch);
     const Device device = options_.device;
-    return runEpoch(loader.size(), loader.batches(), [&](int64_t b) {
+    return runEpoch(loader.size(), loader.options().batchsize, [&](int64_t b) {
         std::optional<DataBatch> batch = loader.next();
         if (!batch || batch->index != b) throw ModuleError("Trainer: the loader is out of step with the epoch");
         if (device.isCpu()) return std::make_pair(Tensors{batch->images}, Tensors{batch->labels});
@@ -156,12 +153,16 @@ double Trainer::train(Loader& loader) {
     });
 }
 
-double Trainer::runEpoch(int64_t n, int64_t batches, const Fetch& fetch) {
-    const int64_t bs = options_.batchsize;
+void Trainer::checkPosition(int64_t batches) const {
     if (position_.batch > batches) {
         throw ModuleError("Trainer: resuming at batch " + std::to_string(position_.batch) + " of an epoch of " +
                           std::to_string(batches));
     }
+}
+
+double Trainer::runEpoch(int64_t n, int64_t bs, const Fetch& fetch) {
+    const int64_t batches = (n + bs - 1) / bs;
+    checkPosition(batches);
     net_.trainMode();
     cost_.setAccumulator(position_.errorSum, position_.errorSamples); // zero at an epoch's start
     Progress progress(options_, "train");

@@ -84,9 +84,12 @@ public:
     const HandlerOptions& options() const { return options_; }
 
 private:
-    // The epoch's loop; `fetch(b)` gives batch b's inputs and targets on the device.
+    // The epoch's loop over `samples` in batches of `batchsize`; `fetch(b)` gives batch b's
+    // inputs and targets on the device.
     using Fetch = std::function<std::pair<Tensors, Tensors>(int64_t)>;
-    double runEpoch(int64_t samples, int64_t batches, const Fetch& fetch);
+    double runEpoch(int64_t samples, int64_t batchsize, const Fetch& fetch);
+    // ModuleError when the position is past an epoch of `batches`.
+    void checkPosition(int64_t batches) const;
 
     Module& net_;
     Cost& cost_;

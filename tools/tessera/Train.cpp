@@ -96,8 +96,9 @@ DataSets openData(const TrainArgs& a) {
         if (!std::filesystem::is_directory(dir)) throw UsageError("--data " + d + ": no such directory " + dir);
     };
     DataSets s;
-    if (d == "fashion-mnist" || kind.empty() || kind == "mnist") {
-        const std::string idx = d == "fashion-mnist" ? kFashionMnistDir : dir;
+    if (d == "fashion-mnist" || kind.empty() || kind == "mnist" || std::filesystem::is_directory(d)) {
+        if (kind == "mnist") needDir();
+        const std::string idx = d == "fashion-mnist" ? kFashionMnistDir : kind == "mnist" ? dir : d;
         s = {idxDataset(idx, "train"), idxDataset(idx, "t10k"), "IDX files in " + idx};
     } else if (kind == "cifar10" || kind == "cifar100") {
         needDir();
