@@ -38,6 +38,14 @@ Loader::Loader(DatasetPtr data, Transforms transforms, const LoaderOptions& opti
         throw ModuleError("Loader: workers must lie in [0, 256], got " + std::to_string(options_.workers));
     }
     if (options_.prefetch < 0) throw ModuleError("Loader: prefetch must not be negative");
+    if (options_.ranks < 1 || options_.rank < 0 || options_.rank >= options_.ranks) {
+        throw ModuleError("Loader: rank " + std::to_string(options_.rank) + " of " + std::to_string(options_.ranks) +
+                          " ranks is out of range");
+    }
+    if (data_->size() < options_.ranks) {
+        throw ShapeError("Loader: the data set " + data_->describe() + " has " + std::to_string(data_->size()) +
+                         " samples, fewer than the " + std::to_string(options_.ranks) + " ranks");
+    }
     if (options_.prefetch == 0) options_.prefetch = 2 * std::max(1, options_.workers);
     for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this] { work(); });
 }
@@ -51,6 +59,12 @@ Loader::~Loader() {
     for (std::thread& t : workers_) t.join();
 }
 
+int64_t Loader::batches() const {
+    const int64_t global = options_.batchsize * options_.ranks, n = size();
+    const int64_t full = n / global, rest = n % global;
+    return full + (rest >= options_.ranks ? 1 : 0);
+}
+
 Shape Loader::sampleShape() const {
     const Image img = transforms_.apply(data_->get(0).image, options_.seed, 0, 0, false);
     if (options_.flatten) return Shape{img.channels * img.height * img.width};
@@ -62,8 +76,11 @@ DataBatch Loader::make(int64_t epoch, int64_t index) const {
 }
 
 DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const {
-    const int64_t begin = index * options_.batchsize, end = std::min(size(), begin + options_.batchsize);
-    DataBatch b{index, {}, Tensor::empty({end - begin}, DType::int32)};
+    const int64_t global = options_.batchsize * options_.ranks;
+    const int64_t start = index * global, m = std::min(size(), start + global) - start;
+    const int64_t begin = start + m * options_.rank / options_.ranks;
+    const int64_t end = start + m * (options_.rank + 1) / options_.ranks;
+    DataBatch b{index, {}, Tensor::empty({end - begin}, DType::int32), m};
     int32_t* labels = b.labels.data<int32_t>();
     float* dst = nullptr;
     Image first;

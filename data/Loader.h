@@ -29,12 +29,19 @@ struct LoaderOptions {
     /// Batches made ahead of the one being used, at most (0: 2 per worker).
     int prefetch = 0;
     bool flatten = false; ///< images as [B, C*H*W] instead of [B, C, H, W]
+    /// Data-parallel training: this process is rank `rank` of `ranks`. Each global batch
+    /// holds `ranks * batchsize` samples of the epoch's order, and this rank gets its
+    /// share (the r-th of `ranks` nearly equal parts), so together the ranks see what one
+    /// process would with a batch of `ranks * batchsize`. A last global batch with fewer
+    /// samples than ranks is left out.
+    int rank = 0, ranks = 1;
 };
 
 /// One batch: images [B, C, H, W] (or [B, C*H*W]) float32 and labels [B] int32, on the host.
 struct DataBatch {
     int64_t index = 0; ///< within the epoch
     Tensor images, labels;
+    int64_t globalSamples = 0; ///< in this batch over all ranks (the batch's own with one)
 };
 
 /// The batches of one epoch at a time. The order of an epoch is the Fisher-Yates shuffle
@@ -51,7 +58,8 @@ public:
     const Dataset& dataset() const { return *data_; }
     const LoaderOptions& options() const { return options_; }
     int64_t size() const { return data_->size(); }
-    int64_t batches() const { return (size() + options_.batchsize - 1) / options_.batchsize; }
+    /// Batches per epoch (global batches: the same on every rank).
+    int64_t batches() const;
     /// One sample's shape after the transforms ([C, H, W], or [C*H*W] flattened), from
     /// sample 0 as evaluation would see it.
     Shape sampleShape() const;

@@ -109,6 +109,15 @@ std::string stats(const std::string& what, const Tensors& tensors) {
 } // namespace
 
 void Module::setCheckNumerics(bool on) { numericsChecked = on; }
+
+namespace {
+std::function<void(const Module&)>& gradientHook() {
+    static std::function<void(const Module&)> hook;
+    return hook;
+}
+} // namespace
+
+void Module::setGradientHook(std::function<void(const Module&)> hook) { gradientHook() = std::move(hook); }
 bool Module::checkNumerics() { return numericsChecked; }
 
 namespace {
@@ -227,6 +236,7 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
     }
     checkGradShape(shapesOf(grad));
     grad_ = backwardFrom(handlesLayouts() ? grad : plainAll(grad), updParamGrads, updGrad, scale, momentum);
+    if (updParamGrads && train_ && !vars_.empty() && gradientHook()) gradientHook()(*this);
     if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
         for (size_t i = 0; i < grad_.size(); ++i) {
             requireFinite("backward", "input gradient " + std::to_string(i), grad_[i], "output gradient", grad);

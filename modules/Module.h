@@ -7,6 +7,7 @@
 ///                       updateGrad (input gradient) and, in train mode, accGradParams.
 /// dataShapeFrom / gradShapeFrom are pure shape functions: no allocation, no device.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -164,6 +165,16 @@ public:
     /// over each tensor (host float32 tensors in place, others through a host copy).
     static void setCheckNumerics(bool on);
     static bool checkNumerics();
+
+    // ---- gradient hook ------------------------------------------------------------------
+    /// Process-wide: called after every module's backward that accumulated parameter
+    /// gradients (train mode, updParamGrads), with the module; its ownParams() gradients
+    /// then hold this backward's contribution (a module run at several nodes is called once
+    /// per node). Data-parallel training (distributed/DataParallel.h) starts reducing a
+    /// bucket of gradients as soon as all of its parameters are done. Empty: none.
+    static void setGradientHook(std::function<void(const Module&)> hook);
+    /// This module's own parameters (not its children's), in registration order.
+    const NamedVariables& ownParams() const { return vars_; }
 
     // ---- modes ------------------------------------------------------------------------
     void trainMode() { setTrain(true); }

@@ -88,6 +88,10 @@
 #include "data/Loader.h"
 #include "data/Transform.h"
 
+// distributed/: communicators and data-parallel training
+#include "distributed/Communicator.h"
+#include "distributed/DataParallel.h"
+
 // models/: the zoo
 #include "models/LeNet.h"
 #include "models/ResNet.h"

@@ -3,7 +3,7 @@
 #   cmake -DSOURCE_DIR=... -P lint_umbrella.cmake
 file(READ ${SOURCE_DIR}/tessera/tessera.h umbrella)
 set(missing "")
-foreach(dir backend modules containers training data models io)
+foreach(dir backend modules containers training data distributed models io)
   file(READ ${SOURCE_DIR}/${dir}/CMakeLists.txt text)
   string(REGEX MATCH "FILES([^)]*)\\)" block "${text}")
   string(REGEX MATCHALL "[A-Za-z0-9_]+\\.h" headers "${CMAKE_MATCH_1}")

@@ -23,6 +23,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libhdf5-dev
   # Image folders (data/Image.h): JPEG and PNG decoding.
   libjpeg62-turbo-dev libpng-dev
+  # Data-parallel training across processes (distributed/): Open MPI.
+  libopenmpi-dev openmpi-bin
   # ONNX import (io/Onnx.h) and its conformance tests (ONNX's own test cases).
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
   # lint.python checks the Python scripts.

@@ -10,6 +10,7 @@
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "data/Loader.h"
+#include "distributed/DataParallel.h"
 
 namespace tessera {
 
@@ -134,10 +135,10 @@ double Trainer::train(const Tensors& data, const Tensors& targets) {
     const int64_t n = checkSets("Trainer", data, &targets, options_.batchsize);
     const int64_t bs = options_.batchsize;
     const std::vector<int64_t> order = epochOrder(n, options_.seed, position_.epoch, options_.shuffle);
-    return runEpoch(n, bs, [&](int64_t b) {
+    return runEpoch((n + bs - 1) / bs, [&](int64_t b) {
         const int64_t begin = b * bs, end = std::min(n, begin + bs);
-        return std::make_pair(gatherAll(data, order, begin, end, options_.device),
-                              gatherAll(targets, order, begin, end, options_.device));
+        return Fetched{gatherAll(data, order, begin, end, options_.device),
+                       gatherAll(targets, order, begin, end, options_.device), end - begin};
     });
 }
 
@@ -145,11 +146,11 @@ double Trainer::train(Loader& loader) {
     checkPosition(loader.batches());
     loader.start(position_.epoch, position_.batch);
     const Device device = options_.device;
-    return runEpoch(loader.size(), loader.options().batchsize, [&](int64_t b) {
+    return runEpoch(loader.batches(), [&](int64_t b) {
         std::optional<DataBatch> batch = loader.next();
         if (!batch || batch->index != b) throw ModuleError("Trainer: the loader is out of step with the epoch");
-        if (device.isCpu()) return std::make_pair(Tensors{batch->images}, Tensors{batch->labels});
-        return std::make_pair(Tensors{batch->images.to(device)}, Tensors{batch->labels.to(device)});
+        if (device.isCpu()) return Fetched{{batch->images}, {batch->labels}, batch->globalSamples};
+        return Fetched{{batch->images.to(device)}, {batch->labels.to(device)}, batch->globalSamples};
     });
 }
 
@@ -160,8 +161,7 @@ void Trainer::checkPosition(int64_t batches) const {
     }
 }
 
-double Trainer::runEpoch(int64_t n, int64_t bs, const Fetch& fetch) {
-    const int64_t batches = (n + bs - 1) / bs;
+double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
     checkPosition(batches);
     net_.trainMode();
     cost_.setAccumulator(position_.errorSum, position_.errorSamples); // zero at an epoch's start
@@ -175,7 +175,7 @@ double Trainer::runEpoch(int64_t n, int64_t bs, const Fetch& fetch) {
     info.batches = batches;
     for (int64_t b = first; b < batches; ++b) {
         const auto tData = Clock::now();
-        const auto [x, t] = fetch(b);
+        const auto [x, t, globalSamples] = fetch(b);
         dataSeconds_ += secondsSince(tData);
         const Tensors& y = net_(x);
         CostResult r = cost_(y, t);
@@ -185,16 +185,19 @@ double Trainer::runEpoch(int64_t n, int64_t bs, const Fetch& fetch) {
         optimizer_.zeroGradParams();
         // Accumulate (momentum 1) into the zeroed gradients: a parameter shared by
         // several modules gets the sum of its uses.
+        const int64_t samples = x[0].shape()[0];
+        if (parallel_) parallel_->beginBackward(samples, globalSamples);
         net_.backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
+        if (parallel_) parallel_->finishBackward();     // the global batch's gradients
         optimizer_.update();
-        done += x[0].shape()[0];
+        done += globalSamples; // over all ranks: samplesPerSecond is the job's rate
         position_.batch = b + 1;
         position_.errorSum = cost_.errorSum();
         position_.errorSamples = cost_.errorSamples();
         info.batch = b;
         info.error = r.error;
         info.meanError = cost_.getMeanError();
-        info.samples = std::min(n, (b + 1) * bs);
+        info.samples = done;
         info.seconds = secondsSince(t0);
         progress.show(info);
         if (onBatchFinish) onBatchFinish(info);

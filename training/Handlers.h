@@ -14,6 +14,7 @@
 
 namespace tessera {
 
+class DataParallel;
 class Loader;
 
 /// Where a handler is in its pass, for callbacks and the progress line.
@@ -60,10 +61,15 @@ public:
     /// cost's target), in the loader's order, made by its workers while steps run. The
     /// loader's batch size, shuffle and seed rule; the options' are not used.
     double train(Loader& loader);
+    /// Data-parallel training (distributed/DataParallel.h): each step's gradients are
+    /// averaged over the ranks between backward and the update. Give each rank a Loader
+    /// with its rank and the number of ranks; every rank then makes the same updates.
+    /// nullptr (the default): one process.
+    void setDataParallel(DataParallel* parallel) { parallel_ = parallel; }
     std::function<void(const BatchInfo&)> onBatchFinish;
     std::function<void(const BatchInfo&)> onEpochFinish;
     int64_t epoch() const { return position_.epoch; }
-    /// Samples per second of the last epoch.
+    /// Samples per second of the last epoch (over all ranks in data-parallel training).
     double samplesPerSecond() const { return rate_; }
     /// Seconds of the last epoch the loop spent waiting for batches (a Loader's workers
     /// not done yet, or making them itself) and copying them to the device.
@@ -84,10 +90,14 @@ public:
     const HandlerOptions& options() const { return options_; }
 
 private:
-    // The epoch's loop over `samples` in batches of `batchsize`; `fetch(b)` gives batch b's
-    // inputs and targets on the device.
-    using Fetch = std::function<std::pair<Tensors, Tensors>(int64_t)>;
-    double runEpoch(int64_t samples, int64_t batchsize, const Fetch& fetch);
+    // The epoch's loop over `batches` batches; `fetch(b)` gives batch b's inputs and
+    // targets on the device, and the batch's samples over all ranks.
+    struct Fetched {
+        Tensors inputs, targets;
+        int64_t globalSamples = 0;
+    };
+    using Fetch = std::function<Fetched(int64_t)>;
+    double runEpoch(int64_t batches, const Fetch& fetch);
     // ModuleError when the position is past an epoch of `batches`.
     void checkPosition(int64_t batches) const;
 
@@ -97,6 +107,7 @@ private:
     HandlerOptions options_;
     TrainerPosition position_;
     double rate_ = 0.0, dataSeconds_ = 0.0, epochSeconds_ = 0.0;
+    DataParallel* parallel_ = nullptr;
     std::atomic<bool> stop_{false};
 };
 

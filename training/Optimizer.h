@@ -81,6 +81,8 @@ public:
     void setState(const State& state);
     /// The flat parameter buffer under global state (undefined otherwise).
     const Tensor& globalParams() const { return flatParams_; }
+    /// The flat gradient buffer under global state, in the same order (undefined otherwise).
+    const Tensor& globalGrads() const { return flatGrads_; }
 
 protected:
     Optimizer(UpdateParams params, int states) : params_(params), states_(states) {}

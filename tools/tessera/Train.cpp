@@ -19,6 +19,7 @@
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
 #include "data/Loader.h"
+#include "distributed/DataParallel.h"
 #include "io/Hdf5.h"
 #include "io/Summary.h"
 #include "training/Checkpoint.h"
@@ -171,8 +172,11 @@ void plotMetrics(const std::string& csv, const std::string& png, const std::stri
     if (pclose(pipe) != 0) throw IoError("--plot: gnuplot failed to write " + png);
 }
 
-int runTrain(const TrainArgs& a) {
+// `comm`: the job's ranks under mpirun (rank 0 prints and writes files), else null.
+int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     const auto t0 = std::chrono::steady_clock::now();
+    const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
+    const bool writer = rank == 0; // the rank that saves, checkpoints and writes metrics
     const Device device = parseDevice(a.device);
     if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "fp16") {
         throw UsageError("--precision: expected fp32, bf16 or fp16, got '" + a.precision + "'");
@@ -206,7 +210,8 @@ int runTrain(const TrainArgs& a) {
         throw UsageError(std::string("--augment: ") + e.what());
     }
     const DataSets data = openData(a);
-    const LoaderOptions trainOptions{.batchsize = a.batch, .seed = a.seed, .workers = a.workers};
+    const LoaderOptions trainOptions{
+        .batchsize = a.batch, .seed = a.seed, .workers = a.workers, .rank = rank, .ranks = ranks};
     Loader train(data.train, transforms, trainOptions);
     Loader test(data.test, transforms, {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.workers});
     const Shape sample = train.sampleShape();
@@ -241,6 +246,14 @@ int runTrain(const TrainArgs& a) {
                 a.precision.c_str(), emulated ? " (emulated: this CPU has no bfloat16 kernels)" : "");
     net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
+    std::unique_ptr<DataParallel> parallel;
+    if (comm) {
+        if (!device.isCpu()) throw UsageError("under mpirun, --device must be cpu (GPUs go through NCCL, not built)");
+        parallel = std::make_unique<DataParallel>(*net, *optimizer, comm);
+        std::printf("data parallel: %d ranks over %s, batch %lld per rank, %lld in all; %zu gradient buckets\n", ranks,
+                    comm->describe().c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.batch) * ranks,
+                    parallel->buckets().size());
+    }
     // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can be
     // far off); a smaller last batch keeps the heuristic's choice. Nothing to do on a CPU.
     if (!device.isCpu()) net->optimizeForShape({batchShape}, size_t{512} << 20);
@@ -249,6 +262,7 @@ int runTrain(const TrainArgs& a) {
     CrossEntropy cost;
     HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout, .device = device};
     Trainer trainer(*net, cost, *optimizer, options);
+    trainer.setDataParallel(parallel.get());
     if (!a.resume.empty()) {
         loadCheckpoint(a.resume, *net, *optimizer, trainer);
         std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
@@ -258,7 +272,7 @@ int runTrain(const TrainArgs& a) {
     // A resumed run appends to its metrics; a fresh one starts the file.
     const std::string metricsPath = !a.metrics.empty() ? a.metrics : (a.plot.empty() ? "" : a.plot + ".csv");
     std::FILE* metrics = nullptr;
-    if (!metricsPath.empty()) {
+    if (!metricsPath.empty() && writer) {
         const bool append = !a.resume.empty() && std::filesystem::exists(metricsPath);
         metrics = std::fopen(metricsPath.c_str(), append ? "a" : "w");
         if (!metrics) throw IoError("--metrics: cannot write " + metricsPath + ": " + std::strerror(errno));
@@ -268,11 +282,19 @@ int runTrain(const TrainArgs& a) {
     // Checkpoints: every --every steps, at the end of each epoch, and on SIGINT/SIGTERM
     // after the batch in progress.
     auto checkpoint = [&] {
-        if (!a.checkpoint.empty()) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer);
+        if (!a.checkpoint.empty() && writer) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer);
     };
     trainer.onBatchFinish = [&](const BatchInfo&) {
         if (a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
-        if (stopSignal) trainer.requestStop();
+        // The ranks stop after the same batch, when any of them was signalled.
+        bool stop = stopSignal != 0;
+        if (comm) {
+            for (int64_t s : comm->allGather(stopSignal)) {
+                if (s && !stopSignal) stopSignal = static_cast<std::sig_atomic_t>(s);
+                stop = stop || s != 0;
+            }
+        }
+        if (stop) trainer.requestStop();
     };
     // After SIGINT/SIGTERM: the checkpoint, and how to go on; exit code 128 + the signal.
     auto stopped = [&]() -> int {
@@ -327,14 +349,19 @@ int runTrain(const TrainArgs& a) {
         std::fclose(metrics);
         if (!a.metrics.empty()) std::printf("wrote the metrics to %s\n", a.metrics.c_str());
     }
-    if (!a.plot.empty()) {
+    if (!a.plot.empty() && writer) {
         plotMetrics(metricsPath, a.plot, "tessera train --model " + a.model, a.epochs);
         if (a.metrics.empty()) std::remove(metricsPath.c_str());
         std::printf("wrote the loss and accuracy curves to %s\n", a.plot.c_str());
     }
-    if (!a.save.empty()) {
+    if (!a.save.empty() && writer) {
         saveModel(*net, a.save);
         std::printf("saved the model (blueprint included) to %s\n", a.save.c_str());
+    }
+    if (parallel) {
+        const double reduce = parallel->reduceSeconds(), exposed = parallel->exposedSeconds();
+        std::printf("gradient all-reduce: %.1f s in all, %.0f%% of it hidden behind backward\n", reduce,
+                    reduce > 0 ? 100.0 * std::max(0.0, reduce - exposed) / reduce : 0.0);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("final test accuracy %.2f%%, total time %.1f s\n", 100.0 * accuracy, seconds);
@@ -421,7 +448,29 @@ std::function<int()> addTrain(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--metrics", args->metrics, "write one CSV row per epoch to this file (loss, accuracy, time)");
     cmd->add_option("--plot", args->plot, "draw the loss and accuracy curves into this PNG file (needs gnuplot)");
-    return [args] { return runTrain(*args); };
+    return [args]() -> int {
+        if (!launchedByMpi()) return runTrain(*args, nullptr);
+        if (!mpiBuilt()) {
+            throw UsageError("started by mpirun, but this build of tessera has no MPI (install libopenmpi-dev, e.g. "
+                             "with tools/setup.sh, and build again)");
+        }
+        const CommunicatorPtr comm = mpiWorld();
+        if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) std::fclose(stdout); // rank 0 reports
+        // An error on one rank ends the whole job (the others would wait for it forever).
+        auto fail = [&](const char* what, int code) {
+            std::fprintf(stderr, "tessera: rank %d of %d: %s\n", comm->rank(), comm->size(), what);
+            std::fflush(stderr);
+            comm->abort(code);
+        };
+        try {
+            return runTrain(*args, comm);
+        } catch (const UsageError& e) {
+            fail(e.what(), 2);
+        } catch (const std::exception& e) {
+            fail(e.what(), 1);
+        }
+        return 1; // not reached: fail() ends the process
+    };
 }
 
 } // namespace tessera::cli

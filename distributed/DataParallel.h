@@ -1,0 +1,94 @@
+#pragma once
+/// \file Data-parallel training: every rank holds the whole model, trains on its share of
+/// each global batch, and the gradients are averaged over the ranks before the optimizer
+/// steps, so all ranks make the same update. Buckets of gradients are reduced by a
+/// background thread while backward is still running.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "distributed/Communicator.h"
+#include "modules/Module.h"
+#include "training/Optimizer.h"
+
+namespace tessera {
+
+struct DataParallelOptions {
+    /// Gradients are reduced in buckets of about this many bytes (whole parameters each),
+    /// from the last parameters to the first, the order backward finishes them.
+    size_t bucketBytes = size_t{25} << 20;
+    /// Reduce a bucket as soon as backward has finished all its parameters (else all of
+    /// them after backward).
+    bool overlap = true;
+};
+
+/// Binds `net`, whose parameters `optimizer` holds in global state
+/// (`optimizer.setupOn(net, true)` first), to `comm`. The constructor checks that every
+/// rank has the same parameters (names and shapes; a ModuleError names the ranks that
+/// differ, on every rank) and copies rank 0's parameters and attributes (batch-norm
+/// statistics) to the others. Batch-norm statistics are then kept per rank.
+class DataParallel {
+public:
+    DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr comm, const DataParallelOptions& options = {});
+    ~DataParallel();
+    DataParallel(const DataParallel&) = delete;
+    DataParallel& operator=(const DataParallel&) = delete;
+
+    const Communicator& communicator() const { return *comm_; }
+    int rank() const { return comm_->rank(); }
+    int ranks() const { return comm_->size(); }
+
+    /// Call right before backward, with this rank's samples in the batch and the batch's
+    /// samples over all ranks: each rank's gradients are weighted by its share, so the
+    /// reduced gradient is the mean over the global batch.
+    void beginBackward(int64_t samples, int64_t globalSamples);
+    /// Call right after backward: waits for every bucket. The gradients are then the
+    /// global batch's, the same on every rank.
+    void finishBackward();
+
+    /// The buckets: [first, last) element ranges of the flat gradient buffer, in the order
+    /// they are reduced.
+    const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return buckets_; }
+    /// Since construction: seconds the reducing thread spent in reductions, and seconds
+    /// finishBackward waited for them (the part not hidden behind backward).
+    double reduceSeconds() const { return reduceSeconds_; }
+    double exposedSeconds() const { return exposedSeconds_; }
+
+private:
+    void onModuleDone(const Module& m);
+    void enqueue(size_t bucket);
+    void serve();
+
+    Module& net_;
+    Optimizer& optimizer_;
+    CommunicatorPtr comm_;
+    DataParallelOptions options_;
+    Tensor grads_;
+    std::vector<std::pair<int64_t, int64_t>> buckets_;
+    std::unordered_map<const Variable*, size_t> bucketOf_;
+    // Backward calls per parameter, learned on the first step (which reduces everything
+    // after backward), and what is left of them per bucket in this step.
+    bool learned_ = false;
+    std::unordered_map<const Variable*, int64_t> calls_;
+    std::vector<int64_t> left_;
+    std::vector<bool> queued_;
+    float weight_ = 1.0f;
+    bool inBackward_ = false;
+
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::deque<size_t> queue_;
+    size_t done_ = 0, sent_ = 0;
+    std::exception_ptr error_;
+    bool quit_ = false;
+    double reduceSeconds_ = 0, exposedSeconds_ = 0;
+    std::thread thread_;
+};
+
+} // namespace tessera
