@@ -152,6 +152,12 @@ void DataParallel::finishBackward() {
     if (error_) std::rethrow_exception(error_);
 }
 
+void DataParallel::abandonBackward() noexcept {
+    if (!inBackward_) return;
+    Module::setGradientHook({});
+    inBackward_ = false;
+}
+
 void DataParallel::serve() {
     for (;;) {
         size_t b = 0;

@@ -51,6 +51,9 @@ public:
     /// Call right after backward: waits for every bucket. The gradients are then the
     /// global batch's, the same on every rank.
     void finishBackward();
+    /// After a backward that threw: stops watching modules (the job is failing; the other
+    /// ranks are not waited for).
+    void abandonBackward() noexcept;
 
     /// The buckets: [first, last) element ranges of the flat gradient buffer, in the order
     /// they are reduced.

@@ -187,8 +187,13 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
         // several modules gets the sum of its uses.
         const int64_t samples = x[0].shape()[0];
         if (parallel_) parallel_->beginBackward(samples, globalSamples);
-        net_.backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
-        if (parallel_) parallel_->finishBackward();     // the global batch's gradients
+        try {
+            net_.backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
+        } catch (...) {
+            if (parallel_) parallel_->abandonBackward();
+            throw;
+        }
+        if (parallel_) parallel_->finishBackward(); // the global batch's gradients
         optimizer_.update();
         done += globalSamples; // over all ranks: samplesPerSecond is the job's rate
         position_.batch = b + 1;
