@@ -242,7 +242,9 @@ DatasetPtr npyDataset(const std::string& imagesPath, const std::string& labelsPa
         throw IoError("npy files " + imagesPath + " and " + labelsPath + ": " + std::to_string(s[0]) + " images but " +
                       std::to_string(labels.shape()[0]) + " labels");
     }
-    if (s[0] == 0) throw IoError("npy file " + imagesPath + ": no images");
+    for (size_t d = 0; d < s.rank(); ++d) {
+        if (s[d] == 0) throw IoError("npy file " + imagesPath + ": images of shape " + s.str() + " hold no pixels");
+    }
     const std::vector<int32_t> l = labels.toVector<int32_t>();
     for (size_t i = 0; i < l.size(); ++i) {
         if (l[i] < 0) {
@@ -270,6 +272,8 @@ DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t cla
         throw ShapeError("tensorDataset " + name + ": images must be a host float32 tensor [N, C, H, W], got " +
                          (images.defined() ? images.shape().str() + " " + str(images.dtype()) : "none"));
     }
+    if (images.numel() == 0)
+        throw ShapeError("tensorDataset " + name + ": images " + images.shape().str() + " hold no pixels");
     if (!labels.defined() || labels.shape().rank() != 1 || labels.dtype() != DType::int32 ||
         labels.shape()[0] != images.shape()[0]) {
         throw ShapeError("tensorDataset " + name + ": labels must be int32 [" + std::to_string(images.shape()[0]) +

@@ -278,6 +278,11 @@ TEST(Datasets, NpyPairsInUint8AndFloat) {
     writeNpy(Tensor::rand({2, 4}), dir + "/flat.npy");
     EXPECT_THROW(npyDataset(dir + "/flat.npy", dir + "/labels.npy"), IoError); // rank 2
     EXPECT_THROW(npyDataset(dir + "/f.npy", dir + "/f.npy"), IoError);         // float labels
+    // Images without pixels (a zero height, as fuzzing found): an IoError, not a zero-length copy.
+    writeNpy(Tensor::empty({2, 1, 0, 3}), dir + "/empty.npy");
+    EXPECT_THROW(npyDataset(dir + "/empty.npy", dir + "/labels.npy"), IoError);
+    EXPECT_THROW(tensorDataset(Tensor::empty({2, 1, 0, 3}), Tensor::fromVector({2}, std::vector<int32_t>{0, 1})),
+                 ShapeError);
     writeNpy(Tensor::fromVector({2}, std::vector<int32_t>{0, -1}), dir + "/neg.npy");
     EXPECT_THROW(npyDataset(dir + "/f.npy", dir + "/neg.npy"), IoError);
 }
