@@ -25,10 +25,16 @@ std::string Image::str() const {
 
 namespace {
 
+bool sidesFit(int64_t height, int64_t width) {
+    return height >= 1 && width >= 1 && height <= kMaxImageSide && width <= kMaxImageSide &&
+           height * width <= kMaxImagePixels;
+}
+
 void checkSides(const std::string& path, int64_t height, int64_t width) {
-    if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide) {
+    if (!sidesFit(height, width)) {
         throw IoError("image " + path + ": " + std::to_string(width) + "x" + std::to_string(height) +
-                      " pixels; sides of 1 to " + std::to_string(kMaxImageSide) + " are read");
+                      " pixels; sides of 1 to " + std::to_string(kMaxImageSide) + " and up to " +
+                      std::to_string(kMaxImagePixels) + " pixels are read");
     }
 }
 
@@ -87,14 +93,16 @@ bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, in
     jpeg_create_decompress(&info);
     jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
     jpeg_read_header(&info, TRUE);
+    height = info.image_height; // checked before libjpeg sizes its buffers by it
+    width = info.image_width;
+    if (!sidesFit(height, width)) {
+        jpeg_destroy_decompress(&info);
+        return true; // the caller reports the size
+    }
     info.out_color_space = JCS_RGB;
     jpeg_start_decompress(&info);
     height = info.output_height;
     width = info.output_width;
-    if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide) {
-        jpeg_destroy_decompress(&info);
-        return true; // the caller reports the size
-    }
     rgb.resize(static_cast<size_t>(height * width * 3));
     while (info.output_scanline < info.output_height) {
         JSAMPROW row = rgb.data() + static_cast<size_t>(info.output_scanline) * static_cast<size_t>(width) * 3;
@@ -124,7 +132,7 @@ Image readPng(const std::string& path, const std::vector<uint8_t>& bytes, int ch
         throw IoError("image " + path + ": malformed PNG (" + png.message + ")");
     }
     const int64_t height = png.height, width = png.width;
-    if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide) {
+    if (!sidesFit(height, width)) {
         png_image_free(&png);
         checkSides(path, height, width);
     }

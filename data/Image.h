@@ -22,15 +22,16 @@ struct Image {
     std::string str() const;
 };
 
-/// The largest side a decoded image may have (pixels); a bigger header is refused as
-/// malformed rather than allocated.
+/// The largest side a decoded image may have, and the most pixels (8192 x 8192); a bigger
+/// header is refused rather than allocated (a small file can declare a huge image).
 inline constexpr int64_t kMaxImageSide = 1 << 15;
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 
 /// Decodes a JPEG or PNG file (told apart by its first bytes, not its name) into
 /// `channels` channels: 1 (grayscale: colour is converted with the ITU-R 601 luma
 /// weights) or 3 (RGB: grayscale is repeated). 8- and 16-bit PNGs, palettes and alpha
 /// (dropped) are read. IoError naming the file for a missing, truncated or malformed file,
-/// another format, or a side over kMaxImageSide.
+/// another format, a side over kMaxImageSide or more than kMaxImagePixels pixels.
 Image readImage(const std::string& path, int channels);
 
 /// Writes `image` (1 or 3 channels; values clamped to [0, 1] and rounded to 8 bits) as an

@@ -68,8 +68,19 @@ Tensor readNpy(const std::string& path, std::string* dtype) {
     std::vector<int64_t> dims;
     std::string dimsText = m[1];
     const std::regex number("\\d+");
+    // Dims are checked against the file before anything is sized by them: a product over the
+    // file's bytes is a bad header, whatever the element size.
+    int64_t product = 1;
     for (std::sregex_iterator it(dimsText.begin(), dimsText.end(), number), end; it != end; ++it) {
-        dims.push_back(std::stoll(it->str()));
+        const std::string digits = it->str();
+        if (digits.size() > 12) throw IoError("npy file " + path + ": dimension " + digits + " is too large");
+        const int64_t d = std::stoll(digits);
+        if (d > 0 && product > static_cast<int64_t>(data.size()) / d) {
+            throw IoError("npy file " + path + ": the shape (" + dimsText +
+                          ") holds more elements than the file has bytes");
+        }
+        product *= d;
+        dims.push_back(d);
     }
     const Shape shape = dims.empty() ? Shape{1} : Shape(dims); // a 0-d array as [1]
     const int64_t n = shape.numel();
