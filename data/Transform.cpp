@@ -24,7 +24,6 @@ void checkSize(const char* what, int64_t h, int64_t w) {
 }
 
 Image resized(const Image& in, int64_t h, int64_t w) {
-    if (h == in.height && w == in.width) return in;
     Image out(in.channels, h, w);
     const float sy = static_cast<float>(in.height) / static_cast<float>(h);
     const float sx = static_cast<float>(in.width) / static_cast<float>(w);
@@ -253,7 +252,7 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
                 h = tall ? longer : s.height;
                 w = tall ? s.height : longer;
             }
-            image = resized(image, h, w);
+            if (h != image.height || w != image.width) image = resized(image, h, w);
             break;
         }
         case Kind::randomCrop:
@@ -270,7 +269,9 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
             // Drawn in training even when there is no room, so later steps see the same draws.
             const int64_t top = random ? static_cast<int64_t>(uniform(static_cast<uint64_t>(room_h) + 1)) : room_h / 2;
             const int64_t left = random ? static_cast<int64_t>(uniform(static_cast<uint64_t>(room_w) + 1)) : room_w / 2;
-            image = cropped(image, top, left, s.height, s.width, pad);
+            // A window that is the whole unpadded image (a centre crop of its own size) leaves it.
+            const bool whole = pad == 0 && s.height == image.height && s.width == image.width;
+            if (!whole) image = cropped(image, top, left, s.height, s.width, pad);
             break;
         }
         case Kind::flip: {

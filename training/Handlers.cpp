@@ -96,6 +96,9 @@ private:
     const char* what_;
 };
 
+// A host batch where the network runs: itself on the CPU, a copy on a device.
+Tensor onDevice(const Tensor& t, Device device) { return device.isCpu() ? t : t.to(device); }
+
 } // namespace
 
 Tensor gatherBatch(const Tensor& data, const std::vector<int64_t>& order, int64_t begin, int64_t end, Device device) {
@@ -110,7 +113,7 @@ Tensor gatherBatch(const Tensor& data, const std::vector<int64_t>& order, int64_
         std::memcpy(dst + static_cast<size_t>(i - begin) * row,
                     src + static_cast<size_t>(order[static_cast<size_t>(i)]) * row, row);
     }
-    return device.isCpu() ? batch : batch.to(device);
+    return onDevice(batch, device);
 }
 
 // ---- Trainer ----------------------------------------------------------------------------
@@ -149,8 +152,7 @@ double Trainer::train(Loader& loader) {
     return runEpoch(loader.batches(), [&](int64_t b) {
         std::optional<DataBatch> batch = loader.next();
         if (!batch || batch->index != b) throw ModuleError("Trainer: the loader is out of step with the epoch");
-        if (device.isCpu()) return Fetched{{batch->images}, {batch->labels}, batch->globalSamples};
-        return Fetched{{batch->images.to(device)}, {batch->labels.to(device)}, batch->globalSamples};
+        return Fetched{{onDevice(batch->images, device)}, {onDevice(batch->labels, device)}, batch->globalSamples};
     });
 }
 
@@ -249,9 +251,8 @@ double Validator::validate(Loader& loader) {
     cost_.resetAccumulator();
     loader.start(0);
     while (std::optional<DataBatch> b = loader.next()) {
-        const Device device = options_.device;
-        const Tensors& y = net_(Tensors{device.isCpu() ? b->images : b->images.to(device)});
-        cost_.validate(y, Tensors{device.isCpu() ? b->labels : b->labels.to(device)});
+        const Tensors& y = net_(Tensors{onDevice(b->images, options_.device)});
+        cost_.validate(y, Tensors{onDevice(b->labels, options_.device)});
     }
     if (wasTrain) net_.trainMode();
     return cost_.getMeanError();
