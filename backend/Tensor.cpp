@@ -1,6 +1,7 @@
 #include "backend/Tensor.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/Backend.h"
@@ -132,6 +133,21 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
     t.storage_ = be.allocate(t.nbytes());
     // Padding channels must read as zeros: ops on blocked data run over whole blocks.
     if (layout != Layout::plain && shape[1] % blockOf(layout) != 0) be.fillBytes(t, 0);
+    return t;
+}
+
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+    for (int64_t d : shape.dims()) {
+        if (d < 0) throw ShapeError("Tensor::wrap: negative dim in " + shape.str());
+    }
+    if (reinterpret_cast<uintptr_t>(data) % 64 != 0) {
+        throw ShapeError("Tensor::wrap: the memory must be 64-byte aligned, its address is " +
+                         std::to_string(reinterpret_cast<uintptr_t>(data) % 64) + " bytes past a multiple of 64");
+    }
+    Tensor t;
+    t.shape_ = shape;
+    t.dtype_ = dtype;
+    t.storage_ = std::make_shared<Storage>(data, t.nbytes(), Device::cpu(), std::move(owner));
     return t;
 }
 

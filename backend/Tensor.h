@@ -17,6 +17,9 @@ public:
     using Deleter = void (*)(void* ptr, size_t bytes, Device device);
     Storage(void* ptr, size_t bytes, Device device, Deleter deleter)
         : ptr_(ptr), bytes_(bytes), device_(device), deleter_(deleter) {}
+    /// Memory someone else owns: `owner` is held (and released) instead of freeing.
+    Storage(void* ptr, size_t bytes, Device device, std::shared_ptr<void> owner)
+        : ptr_(ptr), bytes_(bytes), device_(device), deleter_(nullptr), owner_(std::move(owner)) {}
     ~Storage() {
         if (deleter_) deleter_(ptr_, bytes_, device_);
     }
@@ -32,6 +35,7 @@ private:
     size_t bytes_;
     Device device_;
     Deleter deleter_;
+    std::shared_ptr<void> owner_;
 };
 
 /// While one is alive on this thread, `Tensor::empty`, `zeros`, `ones` and `full` make
@@ -85,6 +89,10 @@ public:
     /// Copies `values` (numel must equal `shape.numel()`, else ShapeError).
     static Tensor fromVector(const Shape& shape, const std::vector<float>& values, Device device = {});
     static Tensor fromVector(const Shape& shape, const std::vector<int32_t>& values, Device device = {});
+    /// A plain CPU tensor over memory the caller owns (a NumPy array's, in the Python
+    /// bindings), without a copy: `owner` is held until the last handle or view goes.
+    /// `data` must be 64-byte aligned like every CPU tensor's (ShapeError otherwise).
+    static Tensor wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
 
     bool defined() const { return storage_ != nullptr; }
     /// False for the placeholders of a shape-only build (ShapeOnlyTensors): no memory.

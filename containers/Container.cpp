@@ -14,12 +14,14 @@ std::atomic<uint64_t> version{0};
 uint64_t Container::structureVersion() { return version.load(std::memory_order_relaxed); }
 void Container::structureChanged() { version.fetch_add(1, std::memory_order_relaxed); }
 
-Module& Container::operator[](size_t index) const {
+Module& Container::operator[](size_t index) const { return *childPtr(index); }
+
+const ModulePtr& Container::childPtr(size_t index) const {
     if (index >= children_.size()) {
         throw ContainerError(str() + ": no child at index " + std::to_string(index) + " (it holds " +
                              std::to_string(children_.size()) + ")");
     }
-    return *children_[index].second;
+    return children_[index].second;
 }
 
 const std::string& Container::childName(size_t index) const {

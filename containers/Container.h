@@ -19,6 +19,9 @@ public:
     Module& operator[](size_t index) const;
     /// A descendant by dotted name (`block1.fc1`); throws ContainerError naming the missing part.
     Module& getByName(const std::string& dottedName) const;
+    /// The child at `index` as the pointer the container holds (ContainerError when out of
+    /// range).
+    const ModulePtr& childPtr(size_t index) const;
     /// The name the child at `index` is known by.
     const std::string& childName(size_t index) const;
 

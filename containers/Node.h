@@ -45,7 +45,7 @@ struct Edge {
 /// Shapes per node, filled in by whole-graph shape inference.
 using ShapeMap = std::unordered_map<const Node*, Shapes>;
 
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
 public:
     /// Wrap `mod`; `name` defaults to the module's name, and names an unnamed module (a
     /// Graph names nodes left unnamed).

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -109,8 +110,12 @@ public:
 
 private:
     static bool isInt(const BlueprintValue& x) { return std::holds_alternative<int64_t>(x); }
-    bool has(const std::string& key) const { return bp_.find(key) != nullptr; }
+    bool has(const std::string& key) const {
+        read_.insert(key);
+        return bp_.find(key) != nullptr;
+    }
     template <class Ok> const BlueprintValue& need(const std::string& key, const char* what, Ok ok) const {
+        read_.insert(key);
         const BlueprintValue* v = bp_.find(key);
         if (!v) throw error("missing argument '" + key + "'");
         if (!ok(*v)) throw error("argument '" + key + "' must be " + what);
@@ -119,6 +124,16 @@ private:
 
     const Blueprint& bp_;
     std::string where_;
+    mutable std::set<std::string> read_; // every argument the builder asked for
+
+public:
+    // The arguments the builder asked for, in order, "a, b, c".
+    std::string readList() const {
+        std::string out;
+        for (const std::string& k : read_) out += (out.empty() ? "" : ", ") + k;
+        return out;
+    }
+    bool wasRead(const std::string& key) const { return read_.count(key) != 0; }
 };
 
 DType dtypeFromString(const Args& a, const std::string& s) {
@@ -452,7 +467,7 @@ ModulePtr buildGraph(const Blueprint& bp, const Args& a) {
 
 } // namespace
 
-ModulePtr buildModule(const Blueprint& bp, const std::string& where) {
+ModulePtr buildModule(const Blueprint& bp, const std::string& where, bool strictArguments) {
     const auto& t = table();
     auto it = t.find(bp.classname);
     if (it == t.end()) {
@@ -460,11 +475,20 @@ ModulePtr buildModule(const Blueprint& bp, const std::string& where) {
                           std::to_string(t.size()) + " classes; see factoryClassnames())");
     }
     Args args(bp, where);
+    ModulePtr mod;
     try {
-        return it->second(bp, args);
+        mod = it->second(bp, args);
     } catch (const std::bad_variant_access&) {
         throw args.error("an argument has the wrong type");
     }
+    if (strictArguments) {
+        for (const auto& [key, value] : bp.scheme) {
+            if (!args.wasRead(key)) {
+                throw args.error("unknown argument '" + key + "' (it takes " + args.readList() + ")");
+            }
+        }
+    }
+    return mod;
 }
 
 std::vector<std::string> factoryClassnames() {

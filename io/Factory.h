@@ -16,8 +16,10 @@ Blueprint blueprintFromJson(const std::string& json);
 /// A fresh module (parameters initialised from the global generator) built from `bp`.
 /// Throws ModuleError naming the class and the argument when the class is not
 /// in the table or an argument has the wrong type; `where` prefixes the message (the
-/// path of the module inside its parents).
-ModulePtr buildModule(const Blueprint& bp, const std::string& where = {});
+/// path of the module inside its parents). With `strictArguments`, an argument the class
+/// does not take is a ModuleError listing those it takes (what the Python bindings use
+/// for keyword arguments); without, it is ignored (blueprint files).
+ModulePtr buildModule(const Blueprint& bp, const std::string& where = {}, bool strictArguments = false);
 
 /// The class names the factory knows.
 std::vector<std::string> factoryClassnames();

@@ -1,0 +1,123 @@
+// Model files (HDF5, ONNX, blueprints), the zoo and summaries.
+#include "Bindings.h"
+#include "backend/Errors.h"
+#include "containers/Graph.h"
+#include "io/Factory.h"
+#include "io/Hdf5.h"
+#include "io/Onnx.h"
+#include "io/Summary.h"
+#include "models/Zoo.h"
+
+namespace tessera::python {
+
+void bindIo(py::module_& m) {
+    m.def(
+        "loadZooModel",
+        [](const std::string& name) {
+            py::gil_scoped_release nogil;
+            return loadZooModel(name);
+        },
+        py::arg("name"), "A zoo model by name (tessera.zooModels() lists them), initialised from the global generator.");
+    m.def(
+        "zooModels",
+        [] {
+            py::list l;
+            for (const ZooEntry& e : zooModels()) {
+                py::dict d;
+                d["name"] = e.name;
+                d["input"] = e.input;
+                l.append(d);
+            }
+            return l;
+        },
+        "[{'name': ..., 'input': '1x3x224x224'}] for every zoo model.");
+    m.def(
+        "buildModule",
+        [](const py::handle& blueprint) {
+            const std::string json = py::isinstance<py::str>(blueprint)
+                                         ? blueprint.cast<std::string>()
+                                         : py::module_::import("json").attr("dumps")(blueprint).cast<std::string>();
+            return buildModule(blueprintFromJson(json));
+        },
+        py::arg("blueprint"), "A fresh module from a blueprint (a dict as Module.blueprint() gives, or JSON text).");
+    m.def(
+        "loadModelFile",
+        [](const std::string& path) -> ModulePtr {
+            if (isOnnxPath(path)) {
+                py::gil_scoped_release nogil;
+                return importOnnx(path);
+            }
+            const std::string json = readBlueprint(path);
+            Blueprint bp;
+            try {
+                bp = blueprintFromJson(json);
+            } catch (const IoError& e) {
+                throw IoError(path + ": " + e.what());
+            }
+            ModulePtr mod = buildModule(bp);
+            loadModel(*mod, path);
+            return mod;
+        },
+        py::arg("path"),
+        "The model an HDF5 file saved with its blueprint holds (rebuilt, then its weights loaded), or an ONNX model.");
+    m.def(
+        "importOnnx",
+        [](const std::string& path) {
+            py::gil_scoped_release nogil;
+            return importOnnx(path);
+        },
+        py::arg("path"), "An ONNX model as a Graph of Tessera modules.");
+    m.def(
+        "exportOnnx",
+        [](Module& model, const py::handle& input, const std::string& path, int64_t opset) {
+            const Shapes shapes = toShapes(input);
+            py::gil_scoped_release nogil;
+            exportOnnx(model, shapes, path, OnnxExportOptions{.opset = opset});
+        },
+        py::arg("model"), py::arg("input"), py::arg("path"), py::arg("opset") = 13,
+        "Writes the model to an ONNX file for the input shape(s) (dim 0 left free).");
+
+    py::class_<SummaryRow>(m, "SummaryRow", "One layer of a summary.")
+        .def_readonly("name", &SummaryRow::name)
+        .def_readonly("module", &SummaryRow::module)
+        .def_property_readonly("inputs",
+                               [](const SummaryRow& r) {
+                                   py::list l;
+                                   for (const Shape& s : r.in) l.append(fromShape(s));
+                                   return l;
+                               })
+        .def_property_readonly("outputs",
+                               [](const SummaryRow& r) {
+                                   py::list l;
+                                   for (const Shape& s : r.out) l.append(fromShape(s));
+                                   return l;
+                               })
+        .def_property_readonly("connectedTo",
+                               [](const SummaryRow& r) {
+                                   py::list l;
+                                   for (const auto& [from, shape] : r.from) l.append(from);
+                                   return l;
+                               })
+        .def_readonly("trainable", &SummaryRow::trainable)
+        .def_readonly("nonTrainable", &SummaryRow::nonTrainable)
+        .def_readonly("flops", &SummaryRow::flops)
+        .def_readonly("activationBytes", &SummaryRow::activationBytes)
+        .def_readonly("attributes", &SummaryRow::attributes)
+        .def("__repr__", [](const SummaryRow& r) {
+            std::string out;
+            for (const Shape& s : r.out) out += (out.empty() ? "" : ", ") + s.str();
+            return "tessera.SummaryRow(" + r.name + ": " + r.module + " -> " + out + ")";
+        });
+    m.def(
+        "_summarize",
+        [](Module& model, const py::handle& input) {
+            const Shapes shapes = toShapes(input);
+            return summarize(model, shapes);
+        },
+        py::arg("model"), py::arg("input"));
+    m.def("_groupRows", &groupRows, py::arg("rows"), py::arg("depth"));
+    m.def("_summaryTable", &summaryTable, py::arg("rows"), py::arg("connections"));
+    m.def("_toDot", &toDot, py::arg("rows"), py::arg("title"));
+}
+
+} // namespace tessera::python

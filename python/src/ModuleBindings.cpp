@@ -1,0 +1,393 @@
+// Modules, containers and graph nodes.
+#include "Bindings.h"
+#include "backend/Errors.h"
+#include "containers/Graph.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "io/Factory.h"
+#include "io/Hdf5.h"
+#include "modules/MaxUnpool2D.h"
+#include "modules/Pool.h"
+
+namespace tessera::python {
+
+namespace {
+
+// A keyword argument as a blueprint value (the types a blueprint holds).
+BlueprintValue schemeValue(const std::string& cls, const std::string& key, const py::handle& v) {
+    auto bad = [&] {
+        return py::type_error(cls + ": argument '" + key + "' must be a bool, a number, a string or a list of numbers, got " +
+                              std::string(py::repr(v)));
+    };
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+    if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
+    if (py::isinstance<py::float_>(v)) return v.cast<double>();
+    if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+    if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+        bool allInts = true;
+        for (const py::handle& x : v) {
+            if (py::isinstance<py::bool_>(x) || !(py::isinstance<py::int_>(x) || py::isinstance<py::float_>(x))) {
+                throw bad();
+            }
+            allInts = allInts && py::isinstance<py::int_>(x);
+        }
+        if (allInts) return v.cast<std::vector<int64_t>>();
+        return v.cast<std::vector<double>>();
+    }
+    // NumPy scalars and the like: whatever converts exactly.
+    if (py::hasattr(v, "__index__")) return py::int_(py::reinterpret_borrow<py::object>(v)).cast<int64_t>();
+    if (py::hasattr(v, "__float__")) return py::float_(py::reinterpret_borrow<py::object>(v)).cast<double>();
+    throw bad();
+}
+
+ModulePtr build(const std::string& cls, const py::dict& scheme) {
+    Blueprint bp;
+    bp.classname = cls;
+    for (const auto& [k, v] : scheme) {
+        if (v.is_none()) continue; // the class's default
+        const std::string key = py::str(k);
+        bp.scheme.emplace_back(key, schemeValue(cls, key, v));
+    }
+    return buildModule(bp, {}, /*strictArguments=*/true);
+}
+
+bool isList(const py::handle& v) { return py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v); }
+
+// A module's outputs: one Tensor for one output of one input, else a list.
+py::object outputs(const Tensors& out, bool listIn) {
+    if (!listIn && out.size() == 1) return py::cast(out[0]);
+    return py::cast(out);
+}
+
+py::object forward(Module& m, const py::handle& data) {
+    Tensors in = toTensors(data);
+    Tensors out;
+    {
+        py::gil_scoped_release nogil;
+        out = m(in);
+    }
+    return outputs(out, isList(data));
+}
+
+py::object backward(Module& m, const py::handle& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    Tensors in = toTensors(grad);
+    Tensors out;
+    {
+        py::gil_scoped_release nogil;
+        out = m.backward(in, updParamGrads, updGrad, scale, momentum);
+    }
+    return outputs(out, isList(grad));
+}
+
+py::object shapesOut(const Shapes& shapes, bool single) {
+    if (single && shapes.size() == 1) return fromShape(shapes[0]);
+    py::list l;
+    for (const Shape& s : shapes) l.append(fromShape(s));
+    return l;
+}
+
+Parent toParent(const py::handle& v) {
+    if (py::isinstance<Node>(v)) return Parent(v.cast<NodePtr>());
+    if (py::isinstance<py::tuple>(v) && py::len(v) == 2 && py::isinstance<Node>(v.cast<py::tuple>()[0])) {
+        auto t = v.cast<py::tuple>();
+        NodePtr n = t[0].cast<NodePtr>();
+        if (py::isinstance<py::int_>(t[1])) return Parent(n, t[1].cast<int>());
+        return Parent(n, t[1].cast<std::vector<int>>());
+    }
+    throw py::type_error("tessera: a parent is a Node or a tuple (Node, slot) or (Node, [slots]), got " +
+                         std::string(py::repr(v)));
+}
+
+Parents toParents(const py::handle& v) {
+    Parents out;
+    if (v.is_none()) return out;
+    if (py::isinstance<py::list>(v)) {
+        for (const py::handle& p : v) out.push_back(toParent(p));
+        return out;
+    }
+    out.push_back(toParent(v));
+    return out;
+}
+
+std::vector<NodePtr> toNodes(const py::handle& v) {
+    if (py::isinstance<Node>(v)) return {v.cast<NodePtr>()};
+    return v.cast<std::vector<NodePtr>>();
+}
+
+py::list edges(const std::vector<Edge>& es) {
+    py::list l;
+    for (const Edge& e : es) l.append(py::make_tuple(e.node->shared_from_this(), e.slots));
+    return l;
+}
+
+// A child by name or index; dotted names walk down nested containers.
+ModulePtr child(const Container& c, const py::handle& key) {
+    if (py::isinstance<py::int_>(key)) {
+        auto i = key.cast<int64_t>();
+        if (i < 0) i += static_cast<int64_t>(c.size());
+        if (i < 0 || i >= static_cast<int64_t>(c.size())) {
+            throw py::index_error(c.str() + ": no child at index " + std::to_string(key.cast<int64_t>()) +
+                                  " (it holds " + std::to_string(c.size()) + ")");
+        }
+        return c.childPtr(static_cast<size_t>(i));
+    }
+    const std::string name = py::str(key);
+    c.getByName(name); // the ContainerError naming the missing part
+    const Container* at = &c;
+    ModulePtr found;
+    size_t begin = 0;
+    while (true) {
+        const size_t dot = name.find('.', begin);
+        const std::string part = name.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+        for (size_t i = 0; i < at->size(); ++i) {
+            if (at->childName(i) == part) found = at->childPtr(i);
+        }
+        if (dot == std::string::npos) return found;
+        at = dynamic_cast<const Container*>(found.get());
+        begin = dot + 1;
+    }
+}
+
+py::dict namedTensors(const NamedTensors& ts) {
+    py::dict d;
+    for (const auto& [n, t] : ts) d[py::str(n)] = t;
+    return d;
+}
+
+} // namespace
+
+void bindModules(py::module_& m) {
+    py::class_<Variable, VariablePtr>(m, "Variable", "A trained parameter: its value and its accumulated gradient.")
+        .def_property(
+            "data", [](const Variable& v) { return v.data; },
+            [](Variable& v, const py::handle& value) {
+                Tensor t = toTensor(value);
+                if (t.shape() != v.data.shape()) {
+                    throw ShapeError("Variable: the new value has shape " + t.shape().str() + ", the parameter " +
+                                     v.data.shape().str());
+                }
+                v.data.copyFrom(t.dtype() == v.data.dtype() ? t : t.astype(v.data.dtype()));
+            },
+            "The value; assigning copies into it (same shape), so optimizers stay bound.")
+        .def_property_readonly("grad", [](const Variable& v) { return v.grad; })
+        .def("__repr__", [](const Variable& v) {
+            return "tessera.Variable(shape=" + std::string(py::str(fromShape(v.data.shape()))) + ")";
+        });
+
+    py::class_<Module, ModulePtr>(m, "Module", R"(Base of every layer and container.
+
+Layers are made by class name with keyword arguments, as tessera.Conv2D(inmaps=3,
+outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general form.)")
+        .def(py::init(&build), py::arg("classname"), py::arg("scheme") = py::dict())
+        .def("__call__", &forward, py::arg("data"),
+             "Forward: a Tensor (or array) in, a Tensor out; a list in, a list out. Releases the GIL.")
+        .def("backward", &backward, py::arg("grad"), py::arg("updParamGrads") = true, py::arg("updGrad") = true,
+             py::arg("scale") = 1.0f, py::arg("momentum") = 0.0f,
+             "Back-propagate the gradient of the last output; returns the input gradient. Releases the GIL.")
+        .def_property_readonly("data", [](const Module& x) { return outputs(x.dataList(), false); })
+        .def_property_readonly("grad", [](const Module& x) { return outputs(x.gradList(), false); })
+        .def_property_readonly("inData", [](const Module& x) { return outputs(x.inDataList(), false); })
+        .def(
+            "dataShapeFrom",
+            [](const Module& x, const py::handle& shapes) {
+                bool single = false;
+                const Shapes in = toShapes(shapes, &single);
+                return shapesOut(x.inferDataShape(in), single);
+            },
+            py::arg("shape"), "Output shape(s) for input shape(s), checked layer by layer; nothing is allocated.")
+        .def(
+            "gradShapeFrom",
+            [](const Module& x, const py::handle& shapes) {
+                bool single = false;
+                const Shapes in = toShapes(shapes, &single);
+                return shapesOut(x.gradShapeFrom(in), single);
+            },
+            py::arg("shape"))
+        .def_property("name", &Module::name, &Module::setName)
+        .def_property_readonly("classname", &Module::classname)
+        .def("__repr__", &Module::str)
+        .def(
+            "namedParams",
+            [](const Module& x) {
+                py::dict d;
+                for (const auto& [n, v] : x.namedParams()) d[py::str(n)] = v;
+                return d;
+            },
+            "{dotted name: Variable}, in registration order.")
+        .def("namedAttrs", [](const Module& x) { return namedTensors(x.namedAttrs()); })
+        .def("getVar", &Module::getVar, py::arg("name"))
+        .def("numOfParams", &Module::numOfParams)
+        .def("paramSize", &Module::paramSize)
+        .def("zeroGradParams", &Module::zeroGradParams)
+        .def("updateParams", &Module::updateParams, py::arg("lr"), py::call_guard<py::gil_scoped_release>(),
+             "Plain gradient step: param -= lr * grad. Releases the GIL.")
+        .def("trainMode", &Module::trainMode)
+        .def("evalMode", &Module::evalMode)
+        .def_property_readonly("train", &Module::isTrain)
+        .def("reset", &Module::reset)
+        .def(
+            "calcMode", [](Module& x, const std::string& dtype) { x.calcMode(toDType(dtype)); }, py::arg("dtype"))
+        .def_property_readonly("computeDType", [](const Module& x) { return str(x.computeDType()); })
+        .def(
+            "to",
+            [](const ModulePtr& x, const std::string& device) {
+                x->to(toDevice(device));
+                return x;
+            },
+            py::arg("device"), "Moves parameters and attributes to the device; returns the module.")
+        .def_property_readonly("device", [](const Module& x) { return x.device().str(); })
+        .def(
+            "blueprint",
+            [](const Module& x) { return py::module_::import("json").attr("loads")(x.blueprint().toJson()); },
+            "Class name and constructor arguments (and children), as a dict.")
+        .def(
+            "save",
+            [](const Module& x, const std::string& path, const std::string& dtype, bool blueprint) {
+                py::gil_scoped_release nogil;
+                saveModel(x, path, SaveOptions{.blueprint = blueprint, .dtype = toDType(dtype)});
+            },
+            py::arg("path"), py::arg("dtype") = "float32", py::arg("blueprint") = true,
+            "Writes parameters and attributes (and the blueprint) to an HDF5 file.")
+        .def(
+            "load",
+            [](Module& x, const std::string& path, bool strict) {
+                py::gil_scoped_release nogil;
+                loadModel(x, path, strict ? LoadMode::strict : LoadMode::lenient);
+            },
+            py::arg("path"), py::arg("strict") = true,
+            "Loads parameters and attributes from an HDF5 file; every name and shape is checked first.")
+        .def(
+            "node",
+            [](const ModulePtr& self, const py::args& parents, const py::object& name) {
+                Parents ps;
+                for (const py::handle& p : parents) {
+                    for (Parent& q : toParents(p)) ps.push_back(std::move(q));
+                }
+                return node(self, ps, name.is_none() ? std::string() : name.cast<std::string>());
+            },
+            py::kw_only(), py::arg("name") = py::none(),
+            "This module as a graph node whose parents are the arguments: Nodes, or (node, slot) / (node, [slots]).")
+        .def("children", [](const Module& x) {
+            py::list l;
+            if (const auto* c = dynamic_cast<const Container*>(&x)) {
+                for (size_t i = 0; i < c->size(); ++i) l.append(c->childPtr(i));
+            }
+            return l;
+        });
+
+    m.def("setCheckNumerics", &Module::setCheckNumerics, py::arg("on"),
+          "Process-wide: stop at the first NaN or infinity, naming the layer (NumericsError).");
+    m.def(
+        "_maxUnpool2D",
+        [](const ModulePtr& maxpool, const std::string& name) -> ModulePtr {
+            auto pool = std::dynamic_pointer_cast<MaxPool2D>(maxpool);
+            if (!pool) throw ModuleError("MaxUnpool2D: expects the MaxPool2D it inverts, got " + maxpool->str());
+            return std::make_shared<MaxUnpool2D>(pool, name);
+        },
+        py::arg("maxpool"), py::arg("name"));
+    m.def("factoryClassnames", &factoryClassnames, "The layer classes Module(classname, ...) builds.");
+
+    py::class_<Container, Module, std::shared_ptr<Container>>(m, "Container")
+        .def("__len__", &Container::size)
+        .def("__getitem__", &child, py::arg("key"), "A child by index, name, or dotted path ('block1.fc1').")
+        .def("getByName", [](const Container& c, const std::string& n) { return child(c, py::str(n)); })
+        .def("childName", &Container::childName, py::arg("index"))
+        .def("__iter__", [](const Container& c) {
+            py::list l;
+            for (size_t i = 0; i < c.size(); ++i) l.append(c.childPtr(i));
+            return py::iter(l);
+        });
+
+    py::class_<Sequential, Container, std::shared_ptr<Sequential>>(m, "Sequential")
+        .def(py::init([](const py::object& name) {
+                 return std::make_shared<Sequential>(name.is_none() ? std::string() : name.cast<std::string>());
+             }),
+             py::arg("name") = py::none())
+        .def(
+            "append",
+            [](const std::shared_ptr<Sequential>& s, const ModulePtr& mod) {
+                s->append(mod);
+                return s;
+            },
+            py::arg("mod"), "Adds a module at the end; returns the Sequential.")
+        .def(
+            "extend",
+            [](const std::shared_ptr<Sequential>& s, const std::vector<ModulePtr>& mods) {
+                s->extend(mods);
+                return s;
+            },
+            py::arg("mods"))
+        .def("insert", &Sequential::insert, py::arg("pos"), py::arg("mod"))
+        .def(
+            "pop", [](Sequential& s, const py::object& pos) { return pos.is_none() ? s.pop() : s.pop(pos.cast<size_t>()); },
+            py::arg("pos") = py::none());
+
+    py::class_<Parallel, Container, std::shared_ptr<Parallel>>(m, "Parallel")
+        .def(py::init([](const py::object& name) {
+                 return std::make_shared<Parallel>(name.is_none() ? std::string() : name.cast<std::string>());
+             }),
+             py::arg("name") = py::none())
+        .def(
+            "append",
+            [](const std::shared_ptr<Parallel>& s, const ModulePtr& mod) {
+                s->append(mod);
+                return s;
+            },
+            py::arg("mod"));
+
+    py::class_<Graph, Container, std::shared_ptr<Graph>>(m, "Graph")
+        .def(py::init([](const py::handle& inputs, const py::handle& outputs, const py::object& name) {
+                 return std::make_shared<Graph>(toNodes(inputs), toNodes(outputs),
+                                                name.is_none() ? std::string() : name.cast<std::string>());
+             }),
+             py::arg("inputs"), py::arg("outputs"), py::arg("name") = py::none(),
+             "A graph from its input and output nodes (one Node or a list each).")
+        .def_property_readonly("inputs", &Graph::inputs)
+        .def_property_readonly("outputs", &Graph::outputs)
+        .def("nodes",
+             [](const Graph& g) {
+                 py::list l;
+                 for (Node* n : g.order()) l.append(n->shared_from_this());
+                 return l;
+             })
+        .def(
+            "getNodeByName", [](const Graph& g, const std::string& n) { return g.getNodeByName(n).shared_from_this(); },
+            py::arg("name"));
+
+    py::class_<Node, NodePtr>(m, "Node", "A module wrapped as a vertex of a graph (PuzzleLib's Node).")
+        .def(py::init([](const ModulePtr& mod, const py::handle& parents, const py::object& name) {
+                 return node(mod, toParents(parents), name.is_none() ? std::string() : name.cast<std::string>());
+             }),
+             py::arg("mod"), py::arg("parents") = py::none(), py::arg("name") = py::none())
+        .def_property("name", &Node::name, &Node::setName)
+        .def_property_readonly("module", &Node::modulePtr)
+        .def_property_readonly("fwds", [](const Node& n) { return edges(n.fwds()); },
+                               "[(child node, slots of this node it takes)]")
+        .def_property_readonly("bwds", [](const Node& n) { return edges(n.bwds()); },
+                               "[(parent node, slots taken from it)]")
+        .def_property_readonly("data", [](const Node& n) { return outputs(n.outputs(), false); })
+        .def_property_readonly("grad", [](const Node& n) { return outputs(n.inputGrads(), false); })
+        .def(
+            "addBackwards", [](Node& n, const py::handle& parents) { n.addBackwards(toParents(parents)); },
+            py::arg("nodes"))
+        .def(
+            "forward",
+            [](Node& n, const py::handle& data) {
+                Tensors in = toTensors(data);
+                py::gil_scoped_release nogil;
+                n.forward(in);
+            },
+            py::arg("data"), "Runs this node on data, then every descendant once its parents have run.")
+        .def(
+            "backward",
+            [](Node& n, const py::handle& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+                Tensors in = toTensors(grad);
+                py::gil_scoped_release nogil;
+                n.backward(in, updParamGrads, updGrad, scale, momentum);
+            },
+            py::arg("grad"), py::arg("updParamGrads") = true, py::arg("updGrad") = true, py::arg("scale") = 1.0f,
+            py::arg("momentum") = 0.0f)
+        .def("__repr__", [](const Node& n) { return "tessera.Node(" + n.str() + ")"; });
+}
+
+} // namespace tessera::python

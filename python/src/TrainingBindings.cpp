@@ -1,0 +1,292 @@
+// Costs, optimizers, schedules and the handlers (Trainer, Validator, Calculator).
+#include "Bindings.h"
+#include <pybind11/functional.h>
+
+#include "backend/Errors.h"
+#include "training/CTC.h"
+#include "training/CrossEntropy.h"
+#include "training/Handlers.h"
+#include "training/Idx.h"
+#include "training/L1Hinge.h"
+#include "training/Multi.h"
+#include "training/PointwiseCosts.h"
+#include "training/SVM.h"
+#include "training/Schedule.h"
+
+namespace tessera::python {
+
+namespace {
+
+bool isList(const py::handle& v) { return py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v); }
+
+// A Python callable as a handler callback. It runs with the GIL taken (the handler runs
+// without it); its exception propagates out of train().
+std::function<void(const BatchInfo&)> callback(const py::object& f) {
+    if (f.is_none()) return {};
+    if (!PyCallable_Check(f.ptr())) throw py::type_error("tessera: a callback must be callable, got " + std::string(py::repr(f)));
+    std::shared_ptr<py::object> held(new py::object(f), [](py::object* p) {
+        py::gil_scoped_acquire gil;
+        delete p;
+    });
+    return [held](const BatchInfo& info) {
+        py::gil_scoped_acquire gil;
+        (*held)(info);
+    };
+}
+
+HandlerOptions handlerOptions(int64_t batchsize, bool shuffle, uint64_t seed, bool progress, const std::string& device) {
+    if (batchsize <= 0) throw ModuleError("tessera: batchsize must be positive, got " + std::to_string(batchsize));
+    return HandlerOptions{
+        .batchsize = batchsize, .shuffle = shuffle, .seed = seed, .progress = progress, .device = toDevice(device)};
+}
+
+template <class T> std::shared_ptr<T> optimizer(T* o) { return std::shared_ptr<T>(o); }
+
+} // namespace
+
+void bindTraining(py::module_& m) {
+    // ---- costs --------------------------------------------------------------------------
+    py::class_<Cost, std::shared_ptr<Cost>>(m, "Cost", "Base of the costs: cost(pred, target) -> (error, grad).")
+        .def(
+            "__call__",
+            [](Cost& c, const py::handle& pred, const py::handle& target) {
+                Tensors p = toTensors(pred), t = toTensors(target);
+                CostResult r;
+                {
+                    py::gil_scoped_release nogil;
+                    r = c(p, t);
+                }
+                py::object grad = !isList(pred) && r.grad.size() == 1 ? py::cast(r.grad[0]) : py::cast(r.grad);
+                return py::make_tuple(r.error, grad);
+            },
+            py::arg("pred"), py::arg("target"),
+            "The error of pred against target and its gradient with respect to pred.")
+        .def(
+            "validate",
+            [](Cost& c, const py::handle& pred, const py::handle& target) {
+                Tensors p = toTensors(pred), t = toTensors(target);
+                py::gil_scoped_release nogil;
+                return c.validate(p, t);
+            },
+            py::arg("pred"), py::arg("target"), "The validation error (for CrossEntropy: 1 - accuracy).")
+        .def("getMeanError", &Cost::getMeanError)
+        .def("resetAccumulator", &Cost::resetAccumulator)
+        .def_property_readonly("classname", &Cost::classname)
+        .def("__repr__", [](const Cost& c) { return "tessera." + c.classname() + "()"; });
+
+    py::class_<CrossEntropy, Cost, std::shared_ptr<CrossEntropy>>(m, "CrossEntropy")
+        .def(py::init([](int64_t maxlabels, const std::vector<float>& weights) {
+                 return std::make_shared<CrossEntropy>(CrossEntropyOptions{.maxlabels = maxlabels, .weights = weights});
+             }),
+             py::arg("maxlabels") = 0, py::arg("weights") = std::vector<float>{},
+             "Softmax cross-entropy of scores [N, C, ...] against int32 labels [N, ...].");
+    py::class_<MSE, Cost, std::shared_ptr<MSE>>(m, "MSE").def(py::init<>());
+    py::class_<Abs, Cost, std::shared_ptr<Abs>>(m, "Abs").def(py::init<>());
+    py::class_<SmoothL1, Cost, std::shared_ptr<SmoothL1>>(m, "SmoothL1").def(py::init<>());
+    py::class_<BCE, Cost, std::shared_ptr<BCE>>(m, "BCE").def(py::init<>());
+    py::class_<Hinge, Cost, std::shared_ptr<Hinge>>(m, "Hinge").def(py::init<>());
+    py::class_<KLDivergence, Cost, std::shared_ptr<KLDivergence>>(m, "KLDivergence").def(py::init<>());
+    py::class_<SVM, Cost, std::shared_ptr<SVM>>(m, "SVM")
+        .def(py::init([](const std::string& mode) {
+                 if (mode != "l1" && mode != "l2") throw ModuleError("SVM: mode must be l1 or l2, got '" + mode + "'");
+                 return std::make_shared<SVM>(mode == "l2");
+             }),
+             py::arg("mode") = "l1");
+    py::class_<L1Hinge, Cost, std::shared_ptr<L1Hinge>>(m, "L1Hinge").def(py::init<float>(), py::arg("margin") = 1.0f);
+    py::class_<CTC, Cost, std::shared_ptr<CTC>>(m, "CTC")
+        .def(py::init([](int32_t blank, int64_t vocabsize, bool normalized, bool batchFirst) {
+                 return std::make_shared<CTC>(CTCOptions{
+                     .blank = blank, .vocabsize = vocabsize, .normalized = normalized, .batchFirst = batchFirst});
+             }),
+             py::arg("blank") = 0, py::arg("vocabsize") = 0, py::arg("normalized") = false,
+             py::arg("batchFirst") = false)
+        .def(
+            "decodeGreedy",
+            [](const CTC& c, const py::handle& scores, const py::handle& lengths) {
+                return c.decodeGreedy(toTensor(scores), lengths.is_none() ? Tensor() : toTensor(lengths));
+            },
+            py::arg("scores"), py::arg("lengths") = py::none());
+    py::class_<Multi, Cost, std::shared_ptr<Multi>>(m, "Multi")
+        .def(py::init<std::vector<std::shared_ptr<Cost>>>(), py::arg("costs"), "One cost per network output.");
+
+    // ---- optimizers ---------------------------------------------------------------------
+    py::class_<Optimizer, std::shared_ptr<Optimizer>>(m, "Optimizer")
+        .def("setupOn", &Optimizer::setupOn, py::arg("net"), py::arg("useGlobalState") = false,
+             "Binds the optimizer to the network's parameters (after moving it to its device).")
+        .def("update", &Optimizer::update, py::call_guard<py::gil_scoped_release>(),
+             "One step over the accumulated gradients; False when loss scaling skipped it. Releases the GIL.")
+        .def("zeroGradParams", &Optimizer::zeroGradParams, py::call_guard<py::gil_scoped_release>())
+        .def_property("learnRate", &Optimizer::learnRate, &Optimizer::setLearnRate)
+        .def_property_readonly("steps", &Optimizer::steps)
+        .def_property_readonly("classname", &Optimizer::classname)
+        .def(
+            "setWeightDecay", [](Optimizer& o, float decay) { o.setWeightDecay(decay); }, py::arg("decay"))
+        .def("setLearnRateFactor", &Optimizer::setLearnRateFactor, py::arg("name"), py::arg("factor"))
+        .def(
+            "enableLossScaling",
+            [](Optimizer& o, float initialScale, float growthFactor, int64_t growthInterval, float backoffFactor) {
+                o.enableLossScaling(LossScaling{.initialScale = initialScale,
+                                                .growthFactor = growthFactor,
+                                                .growthInterval = growthInterval,
+                                                .backoffFactor = backoffFactor});
+            },
+            py::arg("initialScale") = 65536.0f, py::arg("growthFactor") = 2.0f, py::arg("growthInterval") = 2000,
+            py::arg("backoffFactor") = 0.5f)
+        .def_property_readonly("lossScale", &Optimizer::lossScale)
+        .def("__repr__", [](const Optimizer& o) {
+            return "tessera." + o.classname() + "(learnRate=" + std::to_string(o.learnRate()) + ")";
+        });
+    py::class_<SGD, Optimizer, std::shared_ptr<SGD>>(m, "SGD").def(py::init<float>(), py::arg("learnRate") = 0.01f);
+    py::class_<MomentumSGD, Optimizer, std::shared_ptr<MomentumSGD>>(m, "MomentumSGD")
+        .def(py::init<float, float>(), py::arg("learnRate") = 0.01f, py::arg("momRate") = 0.9f);
+    py::class_<NesterovSGD, Optimizer, std::shared_ptr<NesterovSGD>>(m, "NesterovSGD")
+        .def(py::init<float, float>(), py::arg("learnRate") = 0.01f, py::arg("momRate") = 0.9f);
+    py::class_<Adam, Optimizer, std::shared_ptr<Adam>>(m, "Adam")
+        .def(py::init<float, float, float, float>(), py::arg("alpha") = 1e-3f, py::arg("beta1") = 0.9f,
+             py::arg("beta2") = 0.999f, py::arg("epsilon") = 1e-8f);
+    py::class_<AdaGrad, Optimizer, std::shared_ptr<AdaGrad>>(m, "AdaGrad")
+        .def(py::init<float, float>(), py::arg("learnRate") = 0.01f, py::arg("epsilon") = 1e-8f);
+    py::class_<AdaDelta, Optimizer, std::shared_ptr<AdaDelta>>(m, "AdaDelta")
+        .def(py::init<float, float, float>(), py::arg("rho") = 0.95f, py::arg("epsilon") = 1e-6f,
+             py::arg("learnRate") = 1.0f);
+    py::class_<RMSProp, Optimizer, std::shared_ptr<RMSProp>>(m, "RMSProp")
+        .def(py::init<float, float, float>(), py::arg("learnRate") = 1e-3f, py::arg("rho") = 0.9f,
+             py::arg("epsilon") = 1e-8f);
+    py::class_<RMSPropGraves, Optimizer, std::shared_ptr<RMSPropGraves>>(m, "RMSPropGraves")
+        .def(py::init<float, float, float, float>(), py::arg("learnRate") = 1e-4f, py::arg("rho") = 0.95f,
+             py::arg("momRate") = 0.9f, py::arg("epsilon") = 1e-4f);
+    py::class_<SMORMS3, Optimizer, std::shared_ptr<SMORMS3>>(m, "SMORMS3")
+        .def(py::init<float, float>(), py::arg("learnRate") = 1e-3f, py::arg("epsilon") = 1e-16f);
+
+    // ---- schedules ----------------------------------------------------------------------
+    py::class_<Schedule, std::shared_ptr<Schedule>>(m, "Schedule", "A learning rate per epoch: schedule.at(epoch).")
+        .def("at", &Schedule::at, py::arg("epoch"))
+        .def("__call__", &Schedule::at, py::arg("epoch"));
+    py::class_<StepSchedule, Schedule, std::shared_ptr<StepSchedule>>(m, "StepSchedule")
+        .def(py::init<float, int64_t, float>(), py::arg("base"), py::arg("stepSize"), py::arg("gamma"));
+    py::class_<ExponentialSchedule, Schedule, std::shared_ptr<ExponentialSchedule>>(m, "ExponentialSchedule")
+        .def(py::init<float, float>(), py::arg("base"), py::arg("gamma"));
+    py::class_<CosineSchedule, Schedule, std::shared_ptr<CosineSchedule>>(m, "CosineSchedule")
+        .def(py::init<float, int64_t, float>(), py::arg("base"), py::arg("epochs"), py::arg("min") = 0.0f);
+
+    // ---- handlers -----------------------------------------------------------------------
+    py::class_<BatchInfo>(m, "BatchInfo", "Where a handler is: what a callback receives.")
+        .def_readonly("epoch", &BatchInfo::epoch)
+        .def_readonly("batch", &BatchInfo::batch)
+        .def_readonly("batches", &BatchInfo::batches)
+        .def_readonly("error", &BatchInfo::error)
+        .def_readonly("meanError", &BatchInfo::meanError)
+        .def_readonly("seconds", &BatchInfo::seconds)
+        .def_readonly("samples", &BatchInfo::samples)
+        .def("__repr__", [](const BatchInfo& b) {
+            return "tessera.BatchInfo(epoch=" + std::to_string(b.epoch) + ", batch=" + std::to_string(b.batch) + "/" +
+                   std::to_string(b.batches) + ", error=" + std::to_string(b.error) + ")";
+        });
+
+    py::class_<Trainer>(m, "Trainer", R"(One training pass per train() call: for each batch, forward, cost, zeroed
+gradients, backward and the optimizer's update, with the GIL released.)")
+        .def(py::init([](Module& net, Cost& cost, Optimizer& optimizer, int64_t batchsize, bool shuffle, uint64_t seed,
+                         bool progress, const std::string& device) {
+                 return std::make_unique<Trainer>(net, cost, optimizer,
+                                                  handlerOptions(batchsize, shuffle, seed, progress, device));
+             }),
+             py::arg("net"), py::arg("cost"), py::arg("optimizer"), py::kw_only(), py::arg("batchsize") = 128,
+             py::arg("shuffle") = true, py::arg("seed") = 0, py::arg("progress") = true, py::arg("device") = "cpu",
+             py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>())
+        .def(
+            "train",
+            [](Trainer& t, const py::handle& data, const py::handle& targets) {
+                Tensors d = toTensors(data), y = toTensors(targets);
+                py::gil_scoped_release nogil;
+                return t.train(d, y);
+            },
+            py::arg("data"), py::arg("targets"), "One epoch; returns the mean training error.")
+        .def_property(
+            "onBatchFinish", [](const Trainer&) { return py::none(); },
+            [](Trainer& t, const py::object& f) { t.onBatchFinish = callback(f); },
+            "A callable taking a BatchInfo, called after every batch (None: none).")
+        .def_property(
+            "onEpochFinish", [](const Trainer&) { return py::none(); },
+            [](Trainer& t, const py::object& f) { t.onEpochFinish = callback(f); })
+        .def_property_readonly("epoch", &Trainer::epoch)
+        .def_property_readonly("samplesPerSecond", &Trainer::samplesPerSecond)
+        .def_property_readonly("epochSeconds", &Trainer::epochSeconds)
+        .def("requestStop", &Trainer::requestStop, "Stop after the batch in progress (from a callback).");
+
+    py::class_<Validator>(m, "Validator")
+        .def(py::init([](Module& net, Cost& cost, int64_t batchsize, bool progress, const std::string& device) {
+                 return std::make_unique<Validator>(net, cost,
+                                                    handlerOptions(batchsize, false, 0, progress, device));
+             }),
+             py::arg("net"), py::arg("cost"), py::kw_only(), py::arg("batchsize") = 128, py::arg("progress") = false,
+             py::arg("device") = "cpu", py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+        .def(
+            "validate",
+            [](Validator& v, const py::handle& data, const py::handle& targets) {
+                Tensors d = toTensors(data), y = toTensors(targets);
+                py::gil_scoped_release nogil;
+                return v.validate(d, y);
+            },
+            py::arg("data"), py::arg("targets"), "The cost's mean validation error (CrossEntropy: 1 - accuracy).");
+
+    py::class_<Calculator>(m, "Calculator")
+        .def(py::init([](Module& net, int64_t batchsize, const std::string& device) {
+                 return std::make_unique<Calculator>(net, handlerOptions(batchsize, false, 0, false, device));
+             }),
+             py::arg("net"), py::kw_only(), py::arg("batchsize") = 128, py::arg("device") = "cpu",
+             py::keep_alive<1, 2>())
+        .def(
+            "calc",
+            [](Calculator& c, const py::handle& data) -> py::object {
+                Tensors d = toTensors(data);
+                Tensors out;
+                {
+                    py::gil_scoped_release nogil;
+                    out = c.calc(d);
+                }
+                if (!isList(data) && out.size() == 1) return py::cast(out[0]);
+                return py::cast(out);
+            },
+            py::arg("data"), "The network's outputs for every sample, in eval mode.");
+
+    // The C++ twin of the training loop tools/bench/python_loop.py times in Python: the
+    // same calls, in the same order, on the same batches.
+    m.def(
+        "_trainSteps",
+        [](Module& net, Cost& cost, Optimizer& optimizer, const Tensor& data, const Tensor& labels, int64_t batchsize,
+           int64_t steps) {
+            py::gil_scoped_release nogil;
+            const int64_t n = data.shape()[0];
+            double error = 0.0;
+            for (int64_t s = 0; s < steps; ++s) {
+                const int64_t begin = (s * batchsize) % (n - batchsize + 1);
+                const Tensor& out = net(data.slice(begin, begin + batchsize));
+                CostResult r = cost(out, labels.slice(begin, begin + batchsize));
+                optimizer.zeroGradParams();
+                net.backward(r.grad[0]);
+                optimizer.update();
+                error = r.error;
+            }
+            return error;
+        },
+        py::arg("net"), py::arg("cost"), py::arg("optimizer"), py::arg("data"), py::arg("labels"),
+        py::arg("batchsize"), py::arg("steps"));
+
+    // ---- data ---------------------------------------------------------------------------
+    m.attr("fashionMnistDir") = kFashionMnistDir;
+    m.def(
+        "loadMnist",
+        [](const std::string& dir, const std::string& split, int64_t limit) {
+            ImageSet s;
+            {
+                py::gil_scoped_release nogil;
+                s = loadMnistFormat(dir, split, limit);
+            }
+            return py::make_tuple(s.images, s.labels);
+        },
+        py::arg("dir") = kFashionMnistDir, py::arg("split") = "train", py::arg("limit") = 0,
+        R"(MNIST-format IDX files of one split ("train" or "t10k"): (images [N, 1, 28, 28] float32 in
+[0, 1], labels [N] int32). The default directory is Fashion-MNIST's.)");
+}
+
+} // namespace tessera::python
