@@ -27,6 +27,9 @@ packages=(
   libopenmpi-dev openmpi-bin
   # ONNX import (io/Onnx.h) and its conformance tests (ONNX's own test cases).
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
+  # The Python package (python/): pybind11 builds it for Debian's python3, NumPy arrays go
+  # in and out, and pytest runs its suite (python/tests).
+  pybind11-dev python3-dev python3-numpy python3-pytest
   # lint.python checks the Python scripts.
   pyflakes3
   # The HDF5 interoperability tests read and write model files with h5py; the data tests
@@ -71,3 +74,17 @@ echo "[setup] configuring and building in $build with $jobs jobs"
 # shellcheck disable=SC2086
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release ${TESSERA_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
+
+# `import tessera` for Debian's python3: a .pth file in its site-packages names the
+# build's python/ directory (the default build only; another build dir is left alone).
+if [[ -z ${TESSERA_BUILD_DIR:-} && -d $build/python/tessera ]]; then
+  site=$(/usr/bin/python3 -c "import site; print(site.getsitepackages()[0])")
+  pth="$site/tessera.pth"
+  if [[ ! -f $pth || $(cat "$pth") != "$build/python" ]]; then
+    as_root=()
+    if [[ $(id -u) -ne 0 ]]; then as_root=(sudo); fi
+    "${as_root[@]}" mkdir -p "$site"
+    echo "$build/python" | "${as_root[@]}" tee "$pth" >/dev/null
+    echo "[setup] /usr/bin/python3 imports tessera from $build/python ($pth)"
+  fi
+fi

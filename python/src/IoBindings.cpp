@@ -17,7 +17,8 @@ void bindIo(py::module_& m) {
             py::gil_scoped_release nogil;
             return loadZooModel(name);
         },
-        py::arg("name"), "A zoo model by name (tessera.zooModels() lists them), initialised from the global generator.");
+        py::arg("name"),
+        "A zoo model by name (tessera.zooModels() lists them), initialised from the global generator.");
     m.def(
         "zooModels",
         [] {

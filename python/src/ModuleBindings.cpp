@@ -16,7 +16,8 @@ namespace {
 // A keyword argument as a blueprint value (the types a blueprint holds).
 BlueprintValue schemeValue(const std::string& cls, const std::string& key, const py::handle& v) {
     auto bad = [&] {
-        return py::type_error(cls + ": argument '" + key + "' must be a bool, a number, a string or a list of numbers, got " +
+        return py::type_error(cls + ": argument '" + key +
+                              "' must be a bool, a number, a string or a list of numbers, got " +
                               std::string(py::repr(v)));
     };
     if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
@@ -319,7 +320,8 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
             py::arg("mods"))
         .def("insert", &Sequential::insert, py::arg("pos"), py::arg("mod"))
         .def(
-            "pop", [](Sequential& s, const py::object& pos) { return pos.is_none() ? s.pop() : s.pop(pos.cast<size_t>()); },
+            "pop",
+            [](Sequential& s, const py::object& pos) { return pos.is_none() ? s.pop() : s.pop(pos.cast<size_t>()); },
             py::arg("pos") = py::none());
 
     py::class_<Parallel, Container, std::shared_ptr<Parallel>>(m, "Parallel")
@@ -361,10 +363,10 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
              py::arg("mod"), py::arg("parents") = py::none(), py::arg("name") = py::none())
         .def_property("name", &Node::name, &Node::setName)
         .def_property_readonly("module", &Node::modulePtr)
-        .def_property_readonly("fwds", [](const Node& n) { return edges(n.fwds()); },
-                               "[(child node, slots of this node it takes)]")
-        .def_property_readonly("bwds", [](const Node& n) { return edges(n.bwds()); },
-                               "[(parent node, slots taken from it)]")
+        .def_property_readonly(
+            "fwds", [](const Node& n) { return edges(n.fwds()); }, "[(child node, slots of this node it takes)]")
+        .def_property_readonly(
+            "bwds", [](const Node& n) { return edges(n.bwds()); }, "[(parent node, slots taken from it)]")
         .def_property_readonly("data", [](const Node& n) { return outputs(n.outputs(), false); })
         .def_property_readonly("grad", [](const Node& n) { return outputs(n.inputGrads(), false); })
         .def(

@@ -73,7 +73,8 @@ Shape toShape(const py::handle& value) {
     std::vector<int64_t> dims;
     for (const py::handle& d : value.cast<py::sequence>()) {
         if (!py::isinstance<py::int_>(d)) {
-            throw py::type_error("tessera: a shape is a tuple or list of integers, got " + std::string(py::repr(value)));
+            throw py::type_error("tessera: a shape is a tuple or list of integers, got " +
+                                 std::string(py::repr(value)));
         }
         dims.push_back(d.cast<int64_t>());
     }
@@ -252,10 +253,12 @@ otherwise copies once: float64 becomes float32 and other integer dtypes int32 (a
 ValueError when a value does not fit). copy=True always copies.)");
     auto dtypeArg = py::arg("dtype") = "float32";
     m.def(
-        "empty", [](const py::handle& shape, const std::string& dtype) { return Tensor::empty(toShape(shape), toDType(dtype)); },
+        "empty",
+        [](const py::handle& shape, const std::string& dtype) { return Tensor::empty(toShape(shape), toDType(dtype)); },
         py::arg("shape"), dtypeArg, "Uninitialised CPU memory, 64-byte aligned (its numpy() view is shared).");
     m.def(
-        "zeros", [](const py::handle& shape, const std::string& dtype) { return Tensor::zeros(toShape(shape), toDType(dtype)); },
+        "zeros",
+        [](const py::handle& shape, const std::string& dtype) { return Tensor::zeros(toShape(shape), toDType(dtype)); },
         py::arg("shape"), dtypeArg);
     m.def(
         "full", [](const py::handle& shape, float value) { return Tensor::full(toShape(shape), value); },
@@ -269,8 +272,7 @@ ValueError when a value does not fit). copy=True always copies.)");
         "rand", [](const py::handle& shape, float lo, float hi) { return Tensor::rand(toShape(shape), lo, hi); },
         py::arg("shape"), py::arg("lo") = 0.0f, py::arg("hi") = 1.0f);
     m.def(
-        "randint",
-        [](const py::handle& shape, int32_t classes) { return Tensor::randint(toShape(shape), classes); },
+        "randint", [](const py::handle& shape, int32_t classes) { return Tensor::randint(toShape(shape), classes); },
         py::arg("shape"), py::arg("classes"), "int32 labels in [0, classes).");
     m.def("manualSeed", &manualSeed, py::arg("seed"),
           "Seeds the global generator: parameter initialisation and randn/rand/randint.");

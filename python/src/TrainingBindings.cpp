@@ -23,7 +23,8 @@ bool isList(const py::handle& v) { return py::isinstance<py::list>(v) || py::isi
 // without it); its exception propagates out of train().
 std::function<void(const BatchInfo&)> callback(const py::object& f) {
     if (f.is_none()) return {};
-    if (!PyCallable_Check(f.ptr())) throw py::type_error("tessera: a callback must be callable, got " + std::string(py::repr(f)));
+    if (!PyCallable_Check(f.ptr()))
+        throw py::type_error("tessera: a callback must be callable, got " + std::string(py::repr(f)));
     std::shared_ptr<py::object> held(new py::object(f), [](py::object* p) {
         py::gil_scoped_acquire gil;
         delete p;
@@ -34,7 +35,8 @@ std::function<void(const BatchInfo&)> callback(const py::object& f) {
     };
 }
 
-HandlerOptions handlerOptions(int64_t batchsize, bool shuffle, uint64_t seed, bool progress, const std::string& device) {
+HandlerOptions handlerOptions(int64_t batchsize, bool shuffle, uint64_t seed, bool progress,
+                              const std::string& device) {
     if (batchsize <= 0) throw ModuleError("tessera: batchsize must be positive, got " + std::to_string(batchsize));
     return HandlerOptions{
         .batchsize = batchsize, .shuffle = shuffle, .seed = seed, .progress = progress, .device = toDevice(device)};
@@ -86,12 +88,12 @@ void bindTraining(py::module_& m) {
     py::class_<BCE, Cost, std::shared_ptr<BCE>>(m, "BCE").def(py::init<>());
     py::class_<Hinge, Cost, std::shared_ptr<Hinge>>(m, "Hinge").def(py::init<>());
     py::class_<KLDivergence, Cost, std::shared_ptr<KLDivergence>>(m, "KLDivergence").def(py::init<>());
-    py::class_<SVM, Cost, std::shared_ptr<SVM>>(m, "SVM")
-        .def(py::init([](const std::string& mode) {
-                 if (mode != "l1" && mode != "l2") throw ModuleError("SVM: mode must be l1 or l2, got '" + mode + "'");
-                 return std::make_shared<SVM>(mode == "l2");
-             }),
-             py::arg("mode") = "l1");
+    py::class_<SVM, Cost, std::shared_ptr<SVM>>(m, "SVM").def(
+        py::init([](const std::string& mode) {
+            if (mode != "l1" && mode != "l2") throw ModuleError("SVM: mode must be l1 or l2, got '" + mode + "'");
+            return std::make_shared<SVM>(mode == "l2");
+        }),
+        py::arg("mode") = "l1");
     py::class_<L1Hinge, Cost, std::shared_ptr<L1Hinge>>(m, "L1Hinge").def(py::init<float>(), py::arg("margin") = 1.0f);
     py::class_<CTC, Cost, std::shared_ptr<CTC>>(m, "CTC")
         .def(py::init([](int32_t blank, int64_t vocabsize, bool normalized, bool batchFirst) {
@@ -141,9 +143,9 @@ void bindTraining(py::module_& m) {
         .def(py::init<float, float>(), py::arg("learnRate") = 0.01f, py::arg("momRate") = 0.9f);
     py::class_<NesterovSGD, Optimizer, std::shared_ptr<NesterovSGD>>(m, "NesterovSGD")
         .def(py::init<float, float>(), py::arg("learnRate") = 0.01f, py::arg("momRate") = 0.9f);
-    py::class_<Adam, Optimizer, std::shared_ptr<Adam>>(m, "Adam")
-        .def(py::init<float, float, float, float>(), py::arg("alpha") = 1e-3f, py::arg("beta1") = 0.9f,
-             py::arg("beta2") = 0.999f, py::arg("epsilon") = 1e-8f);
+    py::class_<Adam, Optimizer, std::shared_ptr<Adam>>(m, "Adam").def(
+        py::init<float, float, float, float>(), py::arg("alpha") = 1e-3f, py::arg("beta1") = 0.9f,
+        py::arg("beta2") = 0.999f, py::arg("epsilon") = 1e-8f);
     py::class_<AdaGrad, Optimizer, std::shared_ptr<AdaGrad>>(m, "AdaGrad")
         .def(py::init<float, float>(), py::arg("learnRate") = 0.01f, py::arg("epsilon") = 1e-8f);
     py::class_<AdaDelta, Optimizer, std::shared_ptr<AdaDelta>>(m, "AdaDelta")
@@ -215,8 +217,7 @@ gradients, backward and the optimizer's update, with the GIL released.)")
 
     py::class_<Validator>(m, "Validator")
         .def(py::init([](Module& net, Cost& cost, int64_t batchsize, bool progress, const std::string& device) {
-                 return std::make_unique<Validator>(net, cost,
-                                                    handlerOptions(batchsize, false, 0, progress, device));
+                 return std::make_unique<Validator>(net, cost, handlerOptions(batchsize, false, 0, progress, device));
              }),
              py::arg("net"), py::arg("cost"), py::kw_only(), py::arg("batchsize") = 128, py::arg("progress") = false,
              py::arg("device") = "cpu", py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
@@ -269,8 +270,8 @@ gradients, backward and the optimizer's update, with the GIL released.)")
             }
             return error;
         },
-        py::arg("net"), py::arg("cost"), py::arg("optimizer"), py::arg("data"), py::arg("labels"),
-        py::arg("batchsize"), py::arg("steps"));
+        py::arg("net"), py::arg("cost"), py::arg("optimizer"), py::arg("data"), py::arg("labels"), py::arg("batchsize"),
+        py::arg("steps"));
 
     // ---- data ---------------------------------------------------------------------------
     m.attr("fashionMnistDir") = kFashionMnistDir;

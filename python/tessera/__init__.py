@@ -120,8 +120,11 @@ class _Layer(Module):
         except TypeError as e:
             raise TypeError(f"{self._classname}: {e}") from None
         Module.__init__(self, self._classname, dict(bound.arguments))
+        self._built = True
 
     def __repr__(self):
+        if not getattr(self, "_built", False):  # its construction failed: nothing to ask the C++ side
+            return f"<tessera.{self._classname}, not constructed>"
         scheme = self.blueprint().get("scheme", {})
         return f"tessera.{self._classname}(" + ", ".join(f"{k}={v!r}" for k, v in scheme.items()) + ")"
 

@@ -1,0 +1,79 @@
+"""Every Tessera exception class arrives in Python as the class of the same name, with
+the C++ message."""
+
+import numpy as np
+import pytest
+
+import tessera as ts
+
+
+def test_the_tree():
+    assert issubclass(ts.Error, RuntimeError)
+    assert issubclass(ts.ShapeError, ts.ModuleError) and issubclass(ts.ModuleError, ts.Error)
+    for cls in (ts.ContainerError, ts.GraphError, ts.BackendError, ts.IoError, ts.NumericsError):
+        assert issubclass(cls, ts.Error) and not issubclass(cls, ts.ModuleError)
+
+
+def test_shape_error():
+    with pytest.raises(ts.ShapeError, match=r"Linear: expects input \[N, 3\], got \[2, 4\]"):
+        ts.Linear(3, 2)(np.zeros((2, 4), np.float32))
+
+
+def test_module_error():
+    with pytest.raises(ts.ModuleError) as e:
+        ts.Module("NoSuchLayer")
+    assert not isinstance(e.value, ts.ShapeError)
+    assert "unknown module class 'NoSuchLayer'" in str(e.value)
+    with pytest.raises(ts.ModuleError, match="backward"):
+        ts.Linear(2, 2).backward(np.zeros((1, 2), np.float32))  # before any forward
+
+
+def test_container_error():
+    seq = ts.Sequential("s").append(ts.Linear(2, 2, name="fc"))
+    with pytest.raises(ts.ContainerError, match="nope"):
+        seq["nope"]
+    with pytest.raises(ts.ContainerError, match="duplicate|already"):
+        seq.append(ts.Linear(2, 2, name="fc"))
+    with pytest.raises(IndexError, match="no child at index 3"):
+        seq[3]
+
+
+def test_graph_error():
+    x = ts.Identity(name="x").node()
+    with pytest.raises(ts.GraphError):
+        ts.Graph(inputs=x, outputs=[ts.Linear(1, 1, name="d").node(x), ts.Linear(1, 1, name="d").node(x)])
+
+
+def test_io_error(tmp_path):
+    missing = str(tmp_path / "missing.h5")
+    with pytest.raises(ts.IoError, match="missing.h5"):
+        ts.Linear(2, 2).load(missing)
+    with pytest.raises(ts.IoError, match="missing.h5"):
+        ts.load(missing)
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"not an hdf5 file")
+    with pytest.raises(ts.IoError, match="bad.h5"):
+        ts.load(str(bad))
+    with pytest.raises(ts.IoError):
+        ts.loadMnist(str(tmp_path))
+
+
+def test_numerics_error():
+    net = ts.Sequential("net").append(ts.Linear(2, 2, name="fc")).append(ts.Activation("relu", name="act"))
+    x = np.array([[np.nan, 1.0]], np.float32)
+    ts.setCheckNumerics(True)
+    try:
+        with pytest.raises(ts.NumericsError, match="fc"):
+            net(x)
+    finally:
+        ts.setCheckNumerics(False)
+    net(x)  # off again: no check
+
+
+def test_backend_error():
+    try:
+        ts.randn((2,)).to("cuda:7")
+    except ts.BackendError as e:
+        assert "cuda:7" in str(e)
+    else:
+        pytest.fail("a tensor moved to cuda:7 without a BackendError")

@@ -1,0 +1,85 @@
+"""Graph-style building as in PuzzleLib: nodes, slots, fwds/bwds, whole-graph checks."""
+
+import numpy as np
+import pytest
+
+import tessera as ts
+
+
+def branchy():
+    ts.manualSeed(2)
+    x = ts.Identity(name="x").node()
+    split = ts.Split(1, [3, 5], name="split").node(x)
+    a = ts.Linear(3, 4, name="a").node((split, 0))
+    b = ts.Linear(5, 4, name="b").node((split, 1))
+    s = ts.Add(name="sum").node(a, b)
+    return x, split, a, b, s, ts.Graph(inputs=x, outputs=s, name="g")
+
+
+def test_graph_forward_backward_against_numpy():
+    x, split, a, b, s, net = branchy()
+    assert net.dataShapeFrom((2, 8)) == (2, 4)
+    xin = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    Wa, ba = (net["a"].namedParams()[k].data.numpy() for k in ("W", "b"))
+    Wb, bb = (net["b"].namedParams()[k].data.numpy() for k in ("W", "b"))
+    y = net(xin).numpy()
+    np.testing.assert_allclose(y, xin[:, :3] @ Wa + ba + xin[:, 3:] @ Wb + bb, rtol=1e-5, atol=1e-5)
+    g = net.backward(np.ones((2, 4), np.float32)).numpy()
+    ref = np.concatenate([np.ones((2, 4)) @ Wa.T, np.ones((2, 4)) @ Wb.T], axis=1)
+    np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(net["a"].namedParams()["W"].grad.numpy(), xin[:, :3].T @ np.ones((2, 4)), rtol=1e-5)
+    assert net.numOfParams() == 3 * 4 + 4 + 5 * 4 + 4
+
+
+def test_fwds_bwds_and_names():
+    x, split, a, b, s, net = branchy()
+    assert [(n.name, slots) for n, slots in split.fwds] == [("a", [0]), ("b", [1])]
+    assert [(n.name, slots) for n, slots in a.bwds] == [("split", [0])]
+    assert [n.name for n, _ in s.bwds] == ["a", "b"]
+    assert [n.name for n in net.nodes()] == ["x", "split", "a", "b", "sum"]
+    assert net.getNodeByName("b").module.name == "b"
+    assert net["a"].name == "a" and len(net) == 5
+    assert [m.name for m in net] == ["x", "split", "a", "b", "sum"]
+
+
+def test_node_forward_walks_the_descendants():
+    x, split, a, b, s, net = branchy()
+    xin = np.ones((3, 8), np.float32)
+    x.forward(xin)
+    np.testing.assert_allclose(s.data.numpy(), net(xin).numpy(), rtol=1e-6)
+
+
+def test_node_constructor_and_sequential_in_a_graph():
+    inp = ts.Node(ts.Identity(), name="in")
+    body = ts.Sequential(name="body").append(ts.Linear(4, 6)).append(ts.Activation(ts.relu))
+    out = ts.Node(body, parents=inp, name="out")
+    net = ts.Graph(inputs=[inp], outputs=[out])
+    assert net.dataShapeFrom([(5, 4)]) == [(5, 6)]
+    assert net["out"]["0"].classname == "Linear"  # a Sequential numbers unnamed children
+    assert net["out.1"].classname == "Activation"
+
+
+def test_graph_errors_name_the_nodes():
+    x = ts.Identity(name="x").node()
+    a = ts.Linear(4, 4, name="a").node(x)
+    with pytest.raises(ts.GraphError, match="a"):
+        x.addBackwards(a)  # a cycle
+    split = ts.Split(1, [2, 2], name="split").node(x)
+    with pytest.raises(ts.GraphError, match="slot"):
+        ts.Linear(2, 2).node((split, 5))
+    dup = ts.Linear(4, 4, name="a").node(x)
+    with pytest.raises(ts.GraphError, match="'a'"):
+        ts.Graph(inputs=x, outputs=[a, dup])
+    with pytest.raises(TypeError, match="a parent is a Node"):
+        ts.Linear(2, 2).node("x")
+
+
+def test_shape_errors_carry_the_path():
+    x = ts.Identity(name="x").node()
+    h = ts.Linear(784, 10, name="fc").node(x)
+    net = ts.Graph(inputs=x, outputs=h)
+    with pytest.raises(ts.ShapeError, match=r"x -> fc: Linear 'fc': expects input \[N, 784\], got \[64, 700\]"):
+        net.dataShapeFrom((64, 700))
+    seq = ts.Sequential("mlp").append(ts.Linear(8, 4, name="fc1")).append(ts.Linear(5, 2, name="fc2"))
+    with pytest.raises(ts.ShapeError, match="fc1 -> fc2"):
+        seq.dataShapeFrom((1, 8))

@@ -1,0 +1,185 @@
+"""Every layer by PuzzleLib's name and keyword arguments, checked against the factory."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import tessera as ts
+
+F = "float32"
+I = "int32"  # noqa: E741
+
+# classname -> (positional args, keyword args, [(input shape, dtype)]): one construction
+# per layer the factory builds.
+EXAMPLES = {
+    "Linear": ((8, 4), {}, [((2, 8), F)]),
+    "Conv1D": ((3, 4, 3), {"pad": 1}, [((2, 3, 10), F)]),
+    "Conv2D": ((), {"inmaps": 3, "outmaps": 4, "size": 3, "pad": 1, "stride": 2}, [((2, 3, 8, 8), F)]),
+    "Conv3D": ((2, 3, 3), {"pad": 1}, [((1, 2, 4, 4, 4), F)]),
+    "Deconv1D": ((3, 4, 3), {}, [((2, 3, 5), F)]),
+    "Deconv2D": ((3, 4, 3), {"stride": 2}, [((2, 3, 4, 4), F)]),
+    "Deconv3D": ((2, 3, 3), {}, [((1, 2, 3, 3, 3), F)]),
+    "MaxPool1D": ((), {"size": 2}, [((2, 3, 8), F)]),
+    "MaxPool2D": ((), {"size": 3, "stride": 2, "pad": 1}, [((2, 3, 8, 8), F)]),
+    "MaxPool3D": ((), {}, [((1, 2, 4, 4, 4), F)]),
+    "AvgPool1D": ((), {"size": 2}, [((2, 3, 8), F)]),
+    "AvgPool2D": ((2,), {"includePad": False}, [((2, 3, 8, 8), F)]),
+    "AvgPool3D": ((), {}, [((1, 2, 4, 4, 4), F)]),
+    "GlobalAvgPool": ((), {}, [((2, 3, 4, 4), F)]),
+    "KMaxPool": ((), {"topk": 2, "axis": 2}, [((2, 3, 5), F)]),
+    "BatchNorm": ((4,), {}, [((3, 4), F)]),
+    "BatchNorm1D": ((4,), {}, [((3, 4, 5), F)]),
+    "BatchNorm2D": ((4,), {"epsilon": 1e-3}, [((3, 4, 5, 5), F)]),
+    "BatchNorm3D": ((2,), {}, [((2, 2, 3, 3, 3), F)]),
+    "InstanceNorm2D": ((3,), {}, [((2, 3, 4, 4), F)]),
+    "CrossMapLRN": ((), {"N": 3}, [((2, 4, 5, 5), F)]),
+    "MapLRN": ((), {"N": 3}, [((2, 4, 5, 5), F)]),
+    "LCN": ((), {"N": 3}, [((2, 3, 6, 6), F)]),
+    "SubtractMean": ((), {"size": 3}, [((2, 3, 6, 6), F)]),
+    "Activation": ((ts.tanh,), {}, [((2, 5), F)]),
+    "Gelu": ((), {}, [((2, 5), F)]),
+    "PRelu": ((3,), {}, [((2, 3, 4, 4), F)]),
+    "SoftMax": ((), {}, [((2, 5), F)]),
+    "Dropout": ((), {"p": 0.3}, [((2, 5), F)]),
+    "Dropout2D": ((), {"p": 0.3}, [((2, 3, 4, 4), F)]),
+    "NoiseInjector": ((), {"mode": "mul", "noisetype": "gaussian", "params": [1.0, 0.1]}, [((2, 5), F)]),
+    "Penalty": ((), {"mode": "l2", "weight": 0.1}, [((2, 5), F)]),
+    "MulAddConst": ((), {"a": 2.0, "b": 1.0}, [((2, 5), F)]),
+    "Pad1D": ((), {"pad": [1, 2]}, [((2, 3, 5), F)]),
+    "Pad2D": ((), {"pad": [1, 1, 2, 2], "mode": "reflect"}, [((2, 3, 5, 5), F)]),
+    "Upsample2D": ((), {"scale": 2}, [((2, 3, 4, 4), F)]),
+    "Upsample3D": ((), {"scale": 2, "mode": "linear"}, [((1, 2, 2, 2, 2), F)]),
+    "Embedder": ((10, 6, 4), {}, [((2, 6), I)]),
+    "GroupLinear": ((3, 4, 5), {}, [((2, 3, 4), F)]),
+    "RNN": ((4, 6), {"mode": "gru", "getSequences": True, "bidirectional": True}, [((5, 2, 4), F)]),
+    "Flatten": ((), {}, [((2, 3, 4), F)]),
+    "Reshape": (((2, 12),), {}, [((2, 3, 4), F)]),
+    "Identity": ((), {}, [((2, 3), F)]),
+    "Transpose": (((0, 2, 1),), {}, [((2, 3, 4), F)]),
+    "SwapAxes": ((1, 2), {}, [((2, 3, 4), F)]),
+    "MoveAxis": ((1, 2), {}, [((2, 3, 4), F)]),
+    "Tile": ((1, 3), {}, [((2, 3, 4), F)]),
+    "Cast": ((), {"intype": "int32", "outtype": "float32"}, [((2, 5), I)]),
+    "ReduceMean": ((), {"axes": [2]}, [((2, 3, 4), F)]),
+    "SpatialTf": ((), {"height": 3, "width": 5}, [((2, 3, 4, 4), F), ((2, 2, 3), F)]),
+    "Concat": ((), {"axis": 1}, [((2, 3), F), ((2, 4), F)]),
+    "DepthConcat": ((), {}, [((2, 3, 4, 4), F), ((2, 2, 4, 4), F)]),
+    "Split": ((1, [2, 3]), {}, [((2, 5), F)]),
+    "Slice": ((1, 1, 3), {}, [((2, 5), F)]),
+    "Replicate": ((2,), {}, [((2, 5), F)]),
+    "ToList": ((), {"count": 2}, [((2, 5), F), ((2, 3), F)]),
+    "Add": ((), {"coefficients": [1.0, -2.0]}, [((2, 5), F), ((2, 5), F)]),
+    "Mul": ((), {}, [((2, 5), F), ((2, 1), F)]),
+    "Sub": ((), {}, [((2, 5), F), ((2, 5), F)]),
+    "Div": ((), {}, [((2, 5), F), ((2, 5), F)]),
+}
+# Built by the factory, but not from keyword arguments alone: Glue runs C++ functions
+# registered under its kind (none are, here), MaxUnpool2D takes the pool it inverts
+# (tessera.MaxUnpool2D(pool), tested below), containers have classes of their own.
+NOT_BY_KEYWORD = {"Glue", "MaxUnpool2D", "Sequential", "Parallel", "Graph"}
+
+
+def inputs(spec, rng):
+    out = []
+    for shape, dtype in spec:
+        if dtype == I:
+            out.append(rng.integers(0, 5, size=shape).astype(np.int32))
+        else:
+            out.append(rng.uniform(0.5, 1.5, size=shape).astype(np.float32))
+    return out
+
+
+def test_every_factory_class_has_a_python_class():
+    names = set(ts.factoryClassnames())
+    assert names - NOT_BY_KEYWORD == set(EXAMPLES), "a layer without a Python example or class"
+    for name in names - {"Sequential", "Parallel", "Graph"}:
+        assert callable(getattr(ts, name)), name
+
+
+@pytest.mark.parametrize("classname", sorted(EXAMPLES))
+def test_layer_by_keyword(classname):
+    args, kwargs, spec = EXAMPLES[classname]
+    cls = getattr(ts, classname)
+    ts.manualSeed(3)
+    mod = cls(*args, **kwargs)
+    assert isinstance(mod, ts.Module) and isinstance(mod, cls) and mod.classname == classname
+    x = inputs(spec, np.random.default_rng(0))
+    shapes = [s for s, _ in spec]
+    # shape inference agrees with what the forward makes
+    y = mod(x if len(x) > 1 else x[0])
+    ys = y if isinstance(y, list) else [y]
+    inferred = mod.dataShapeFrom(shapes if len(shapes) > 1 else shapes[0])
+    inferred = inferred if isinstance(inferred, list) else [inferred]
+    assert [t.shape for t in ys] == inferred
+    assert all(np.isfinite(np.asarray(t)).all() for t in ys)
+
+    # every argument the blueprint records is one the Python class takes
+    sig = inspect.signature(cls)
+    scheme = mod.blueprint().get("scheme", {})
+    assert set(scheme) <= set(sig.parameters), set(scheme) - set(sig.parameters)
+
+    # the defaults the class shows are the ones the factory uses
+    bound = sig.bind(*args, **kwargs)
+    empty = inspect.Parameter.empty
+    required = {k: v for k, v in bound.arguments.items() if sig.parameters[k].default is empty}
+    defaults = {p.name: p.default for p in sig.parameters.values() if p.default not in (empty, None)}
+    assert cls(**required).blueprint() == cls(**required, **defaults).blueprint()
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="Conv2D: got an unexpected keyword argument 'pads'"):
+        ts.Conv2D(3, 16, 3, pads=1)
+    with pytest.raises(TypeError, match="Linear: missing a required argument: 'outsize'"):
+        ts.Linear(3)
+    with pytest.raises(TypeError, match="too many positional"):
+        ts.Dropout(0.5, "x", 3)
+    with pytest.raises(ts.ModuleError, match="argument 'insize' must be an integer"):
+        ts.Linear("3", 4)
+    with pytest.raises(ts.ModuleError, match="Dropout"):
+        ts.Dropout(p=-0.5)
+    with pytest.raises(ts.ModuleError, match="unknown activation"):
+        ts.Activation("swish")
+    with pytest.raises(TypeError, match="must be a bool, a number, a string or a list"):
+        ts.Linear(3, 4, initscheme={"a": 1})
+    with pytest.raises(ts.ModuleError, match="unknown argument 'nope'"):
+        ts.Module("Linear", {"insize": 2, "outsize": 3, "nope": 1})
+
+
+def test_max_unpool_inverts_its_pool():
+    pool = ts.MaxPool2D(2)
+    unpool = ts.MaxUnpool2D(pool)
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    y = unpool(pool(x)).numpy()
+    assert y.shape == (1, 1, 4, 4)
+    assert sorted(y[y != 0].tolist()) == [5.0, 7.0, 13.0, 15.0]
+    with pytest.raises(ts.ModuleError, match="MaxPool2D it inverts"):
+        ts.MaxUnpool2D(ts.Linear(2, 2))
+
+
+def test_linear_against_numpy_and_parameters():
+    fc = ts.Linear(5, 3, name="fc")
+    params = fc.namedParams()
+    assert list(params) == ["W", "b"] and params["W"].data.shape == (5, 3)
+    params["b"].data = np.array([1, 2, 3], dtype=np.float32)  # copied in place
+    x = np.random.default_rng(1).standard_normal((4, 5)).astype(np.float32)
+    ref = x @ params["W"].data.numpy() + [1, 2, 3]
+    np.testing.assert_allclose(fc(x).numpy(), ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ts.ShapeError, match=r"new value has shape \[2\]"):
+        params["b"].data = np.zeros(2, np.float32)
+    assert fc.name == "fc" and fc.numOfParams() == 18
+    assert "insize=5" in repr(fc)
+
+
+def test_modes_and_calc_mode():
+    d = ts.Dropout(p=0.5)
+    x = np.ones((100, 100), np.float32)
+    assert d.train
+    assert (d(x).numpy() == 0).mean() > 0.4
+    d.evalMode()
+    np.testing.assert_array_equal(d(x).numpy(), x)
+    net = ts.Sequential().append(ts.Linear(4, 4))
+    net.calcMode("bfloat16")
+    assert net[0].computeDType == "bfloat16"
+    with pytest.raises(ts.ModuleError):
+        net.calcMode("int32")

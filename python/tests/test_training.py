@@ -1,0 +1,170 @@
+"""Training from Python: a hand-written LeNet loop, the Trainer with Python callbacks,
+model files, and the GIL released while C++ works."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tessera as ts
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    try:
+        train = ts.loadMnist(split="train")
+        test = ts.loadMnist(split="t10k")
+    except ts.IoError as e:
+        pytest.skip(f"Fashion-MNIST is not installed (tools/setup.sh installs it): {e}")
+    return train, test
+
+
+def test_lenet_python_loop_one_epoch(fashion):
+    """Forward, cost, backward and update called from Python, batch by batch: one epoch
+    reaches 85% test accuracy and the loss drops."""
+    (images, labels), (timages, tlabels) = fashion
+    ts.manualSeed(1)
+    net = ts.loadZooModel("lenet")
+    cost = ts.CrossEntropy()
+    opt = ts.Adam(alpha=1e-3)
+    opt.setupOn(net, useGlobalState=True)
+    x, y = images.numpy(), labels.numpy()
+    order = np.random.default_rng(1).permutation(len(x))
+    batch = 64
+    errors = []
+    net.trainMode()
+    for i in range(0, len(x) - batch + 1, batch):
+        idx = order[i:i + batch]
+        out = net(x[idx])
+        error, grad = cost(out, y[idx])
+        opt.zeroGradParams()
+        net.backward(grad)
+        opt.update()
+        errors.append(error)
+    assert np.mean(errors[-50:]) < 0.5 * np.mean(errors[:50])
+    net.evalMode()
+    accuracy = 1 - ts.Validator(net, cost, batchsize=500).validate(timages, tlabels)
+    assert accuracy >= 0.85, accuracy
+    # the per-epoch validation by hand agrees with the Validator
+    scores = ts.Calculator(net, batchsize=1000).calc(timages).numpy()
+    assert abs((scores.argmax(1) == tlabels.numpy()).mean() - accuracy) < 1e-9
+
+
+def test_trainer_with_python_callbacks(fashion):
+    (images, labels), _ = fashion
+    x, y = images.numpy()[:4096], labels.numpy()[:4096]
+    ts.manualSeed(2)
+    net = ts.loadZooModel("lenet")
+    opt = ts.MomentumSGD(learnRate=0.02)
+    opt.setupOn(net, useGlobalState=True)
+    trainer = ts.Trainer(net, ts.CrossEntropy(), opt, batchsize=128, progress=False)
+    seen, epochs = [], []
+    trainer.onBatchFinish = lambda info: seen.append((info.epoch, info.batch, info.error))
+    trainer.onEpochFinish = lambda info: epochs.append(info.meanError)
+    sched = ts.StepSchedule(0.02, 1, 0.5)
+    for epoch in range(3):
+        opt.learnRate = sched.at(epoch)
+        trainer.train(x, y)
+    assert [b for e, b, _ in seen if e == 0] == list(range(32))
+    assert len(epochs) == 3 and epochs[2] < epochs[0]
+    assert opt.learnRate == pytest.approx(0.005)
+
+    def stop_at_3(info):
+        if info.batch == 3:
+            trainer.requestStop()
+    trainer.onBatchFinish = stop_at_3
+    steps = opt.steps
+    trainer.train(x, y)
+    assert opt.steps == steps + 4
+
+    def fail(info):
+        raise ValueError("from the callback")
+    failing = ts.Trainer(net, ts.CrossEntropy(), opt, progress=False)
+    failing.onBatchFinish = fail
+    with pytest.raises(ValueError, match="from the callback"):
+        failing.train(x, y)
+
+
+def test_save_and_load_hdf5_and_onnx(tmp_path):
+    ts.manualSeed(3)
+    net = ts.loadZooModel("lenet")
+    net.evalMode()
+    x = ts.rand((4, 1, 28, 28))
+    ref = net(x).numpy().copy()
+
+    h5 = str(tmp_path / "lenet.h5")
+    net.save(h5)
+    again = ts.load(h5)  # rebuilt from the file's blueprint
+    again.evalMode()
+    np.testing.assert_array_equal(again(x).numpy(), ref)
+    fresh = ts.loadZooModel("lenet")
+    fresh.load(h5)
+    fresh.evalMode()
+    np.testing.assert_array_equal(fresh(x).numpy(), ref)
+    with pytest.raises(ts.IoError, match="lenet.h5"):
+        ts.Sequential().append(ts.Linear(3, 3)).load(h5)
+
+    onnx = str(tmp_path / "lenet.onnx")
+    ts.exportOnnx(net, (1, 1, 28, 28), onnx)
+    imported = ts.importOnnx(onnx)
+    assert isinstance(imported, ts.Graph)
+    imported.evalMode()
+    np.testing.assert_allclose(imported(x).numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_check_and_summary():
+    net = ts.loadZooModel("resnet18")
+    r = ts.check(net, input=(1, 3, 224, 224))
+    assert r.outputs == [(1, 1000)] and r.params == 11689512
+    assert ts.check(net, "2x3x64x64").outputs == [(2, 1000)]
+    with pytest.raises(ts.ShapeError, match=r"stem_conv: Conv2D 'stem_conv': expects input \[N, 3, H, W\]"):
+        ts.check(net, input=(1, 4, 224, 224))
+    rows = ts.summary(net, input=(1, 3, 224, 224))
+    assert sum(r.trainable for r in rows) == 11689512
+    assert rows[0].outputs and rows[-1].outputs == [(1, 1000)]
+    assert "11,689,512" in str(rows)
+    assert "<table>" in rows._repr_html_()
+    grouped = ts.summary(net, input=(1, 3, 224, 224), depth=1)
+    assert len(grouped) < len(rows) and grouped.trainable == rows.trainable
+    assert "digraph" in rows.dot("resnet18")
+
+
+def test_gil_is_released_during_forward_backward_and_update():
+    """While one thread is inside a long forward (backward, update), another Python thread
+    keeps running: it could not if the call held the GIL."""
+    ts.manualSeed(4)
+    net = ts.Sequential().append(ts.Linear(2048, 2048)).append(ts.Linear(2048, 2048))
+    opt = ts.SGD(learnRate=1e-6)
+    opt.setupOn(net)
+    x = ts.randn((512, 2048))
+    net(x)  # warm-up
+    net.backward(ts.randn((512, 2048)))
+
+    def calls():
+        for _ in range(3):
+            net(x)
+            net.backward(ts.randn((512, 2048)))
+            opt.update()
+            net.updateParams(1e-6)
+
+    for work in (calls,):
+        started, done = threading.Event(), threading.Event()
+
+        def run():
+            started.set()
+            work()
+            done.set()
+        t = threading.Thread(target=run)
+        t.start()
+        started.wait()
+        t0 = time.perf_counter()
+        ticks = 0
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+        elapsed = time.perf_counter() - t0
+        t.join()
+        # with the GIL held the loop would advance once per call at most (about 12)
+        assert elapsed > 0.05
+        assert ticks > 0.3 * elapsed / 0.0011, (ticks, elapsed)
