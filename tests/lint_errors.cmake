@@ -2,7 +2,7 @@
 # `throw std::...` under the library's directories.
 #   cmake -DSOURCE_DIR=... -P lint_errors.cmake
 set(found "")
-foreach(dir backend cuda modules containers training models io)
+foreach(dir backend cuda modules containers training data distributed models io)
   file(GLOB_RECURSE files ${SOURCE_DIR}/${dir}/*.h ${SOURCE_DIR}/${dir}/*.cpp ${SOURCE_DIR}/${dir}/*.cu)
   foreach(f ${files})
     file(STRINGS ${f} lines REGEX "throw std::")

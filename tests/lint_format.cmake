@@ -3,7 +3,7 @@
 # command that fixes them.
 #   cmake -DSOURCE_DIR=... -DCLANG_FORMAT=... -P lint_format.cmake
 set(files "")
-foreach(dir backend cuda modules containers training models io tessera tools tests examples docs/examples)
+foreach(dir backend cuda modules containers training data distributed models io tessera tools tests examples docs/examples python)
   file(GLOB_RECURSE found ${SOURCE_DIR}/${dir}/*.h ${SOURCE_DIR}/${dir}/*.cpp ${SOURCE_DIR}/${dir}/*.cu
        ${SOURCE_DIR}/${dir}/*.cuh)
   list(APPEND files ${found})

@@ -13,7 +13,7 @@ library with the GIL released. docs/python.md is the guide.
 import inspect as _inspect
 
 from . import _tessera
-from ._tessera import (  # noqa: F401  (the package's public names)
+from ._tessera import (
     BackendError, BatchInfo, Calculator, Container, ContainerError, Cost, Error, Graph,
     GraphError, IoError, Module, ModuleError, Node, NumericsError, Optimizer, Parallel,
     Sequential, ShapeError, SummaryRow, Tensor, Trainer, Validator, Variable,
@@ -30,7 +30,82 @@ from ._tessera import (  # noqa: F401  (the package's public names)
     loadModelFile, loadZooModel, setCheckNumerics, zooModels,
 )
 
+__all__ = [
+    "BackendError",
+    "BatchInfo",
+    "Calculator",
+    "Container",
+    "ContainerError",
+    "Cost",
+    "Error",
+    "Graph",
+    "GraphError",
+    "IoError",
+    "Module",
+    "ModuleError",
+    "Node",
+    "NumericsError",
+    "Optimizer",
+    "Parallel",
+    "Sequential",
+    "ShapeError",
+    "SummaryRow",
+    "Tensor",
+    "Trainer",
+    "Validator",
+    "Variable",
+    "Abs",
+    "BCE",
+    "CTC",
+    "CrossEntropy",
+    "Hinge",
+    "KLDivergence",
+    "L1Hinge",
+    "MSE",
+    "Multi",
+    "SmoothL1",
+    "SVM",
+    "AdaDelta",
+    "AdaGrad",
+    "Adam",
+    "MomentumSGD",
+    "NesterovSGD",
+    "RMSProp",
+    "RMSPropGraves",
+    "SGD",
+    "SMORMS3",
+    "CosineSchedule",
+    "ExponentialSchedule",
+    "Schedule",
+    "StepSchedule",
+    "empty",
+    "full",
+    "manualSeed",
+    "rand",
+    "randint",
+    "randn",
+    "tensor",
+    "zeros",
+    "buildModule",
+    "exportOnnx",
+    "factoryClassnames",
+    "fashionMnistDir",
+    "importOnnx",
+    "loadMnist",
+    "loadModelFile",
+    "loadZooModel",
+    "setCheckNumerics",
+    "zooModels",
+    "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip", "gelu", "hardSigmoid", "hardSwish",
+    "MaxUnpool2D", "CheckResult", "check", "Summary", "summary", "load",
+]  # and every layer class, added below
+
 __version__ = "0.1.0"
+
+for _cls in list(globals().values()):  # tessera.ShapeError, not tessera._tessera.ShapeError
+    if isinstance(_cls, type) and _cls.__module__ == "tessera._tessera":
+        _cls.__module__ = __name__
+del _cls
 
 # Activation names, as PuzzleLib spells them: Activation(relu).
 sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish = (
@@ -139,6 +214,7 @@ def _make_layer(classname, params):
 
 for _name, _params in _LAYERS.items():
     globals()[_name] = _make_layer(_name, _params)
+    __all__.append(_name)
 del _name, _params
 
 
