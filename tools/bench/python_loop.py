@@ -7,10 +7,11 @@ forward, the cost, zeroed gradients, a backward and the update, on contiguous ba
 one array. The Python loop makes each call from Python (tessera.Module.__call__, ...; the
 batches are NumPy slices, shared with the tensors without a copy); the C++ loop is the
 extension's _trainSteps, which makes the same calls on the same batches in C++. The two
-alternate --reps times (after a warm-up of each), so machine noise falls on both alike;
+alternate --reps times (after a warm-up of each; each side first in every other rep), so
+machine noise falls on both alike;
 the medians and the ratio Python / C++ in images per second are printed.
 
-    /usr/bin/python3 tools/bench/python_loop.py [--steps 200] [--reps 7] [--batch 128]
+    /usr/bin/python3 tools/bench/python_loop.py [--steps 50] [--reps 30] [--batch 128]
 
 Needs the package built (tools/setup.sh makes `import tessera` work for Debian's python3;
 or PYTHONPATH=build/python).
@@ -38,8 +39,8 @@ def python_steps(net, cost, opt, x, y, batch, steps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=200, help="training steps per measurement")
-    ap.add_argument("--reps", type=int, default=7, help="measurements of each side (alternating)")
+    ap.add_argument("--steps", type=int, default=50, help="training steps per measurement")
+    ap.add_argument("--reps", type=int, default=30, help="measurements of each side (alternating)")
     ap.add_argument("--batch", type=int, default=128)
     args = ap.parse_args()
 
@@ -61,15 +62,16 @@ def main():
     python_side()  # warm-up: primitives made and cached, memory touched
     cpp_side()
     rates = {"python": [], "c++": []}
-    for _ in range(args.reps):
-        for name, side in (("python", python_side), ("c++", cpp_side)):
+    sides = [("python", python_side), ("c++", cpp_side)]
+    for rep in range(args.reps):
+        for name, side in sides if rep % 2 == 0 else sides[::-1]:  # each goes first in every other rep
             t0 = time.perf_counter()
             side()
             rates[name].append(args.steps * args.batch / (time.perf_counter() - t0))
 
-    threads = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count()))
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(f"LeNet training loop, batch {args.batch}, {args.steps} steps x {args.reps} alternating reps, "
-          f"OMP_NUM_THREADS={threads}")
+          f"OMP_NUM_THREADS={threads}, {os.cpu_count()} CPUs")
     for name, r in rates.items():
         print(f"  {name:7s} median {statistics.median(r):9.0f} images/s   (all: {', '.join(f'{v:.0f}' for v in r)})")
     ratios = [p / c for p, c in zip(rates["python"], rates["c++"])]
