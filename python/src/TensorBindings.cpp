@@ -222,11 +222,11 @@ tensor; a copy for blocked layouts (made plain), bfloat16 (read as float32), or 
 copy=True. A GPU tensor needs copy=True (or .to('cpu') first).)")
         .def(
             "__array__",
-            [](const Tensor& t, const py::object& dtype) {
-                py::array a = toNumpy(t, !t.device().isCpu());
+            [](const Tensor& t, const py::object& dtype, const py::object& copy) {
+                py::array a = toNumpy(t, !t.device().isCpu() || (!copy.is_none() && copy.cast<bool>()));
                 return dtype.is_none() ? a : py::array(a.attr("astype")(dtype));
             },
-            py::arg("dtype") = py::none())
+            py::arg("dtype") = py::none(), py::arg("copy") = py::none())
         .def(
             "to", [](const Tensor& t, const std::string& device) { return t.to(toDevice(device)); }, py::arg("device"),
             "A copy on the device ('cpu', 'cuda', 'cuda:N').")

@@ -199,10 +199,23 @@ gradients, backward and the optimizer's update, with the GIL released.)")
             "train",
             [](Trainer& t, const py::handle& data, const py::handle& targets) {
                 Tensors d = toTensors(data), y = toTensors(targets);
+                // After every batch, with the GIL: Ctrl-C (or any pending signal's
+                // exception) ends the epoch there instead of at its end.
+                struct Restore {
+                    Trainer& t;
+                    std::function<void(const BatchInfo&)> user;
+                    ~Restore() { t.onBatchFinish = std::move(user); }
+                } restore{t, t.onBatchFinish};
+                t.onBatchFinish = [user = restore.user](const BatchInfo& info) {
+                    if (user) user(info);
+                    py::gil_scoped_acquire gil;
+                    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                };
                 py::gil_scoped_release nogil;
                 return t.train(d, y);
             },
-            py::arg("data"), py::arg("targets"), "One epoch; returns the mean training error.")
+            py::arg("data"), py::arg("targets"),
+            "One epoch; returns the mean training error. Ctrl-C stops it after the batch in progress.")
         .def_property(
             "onBatchFinish", [](const Trainer&) { return py::none(); },
             [](Trainer& t, const py::object& f) { t.onBatchFinish = callback(f); },
@@ -213,7 +226,13 @@ gradients, backward and the optimizer's update, with the GIL released.)")
         .def_property_readonly("epoch", &Trainer::epoch)
         .def_property_readonly("samplesPerSecond", &Trainer::samplesPerSecond)
         .def_property_readonly("epochSeconds", &Trainer::epochSeconds)
-        .def("requestStop", &Trainer::requestStop, "Stop after the batch in progress (from a callback).");
+        .def("requestStop", &Trainer::requestStop,
+             "Stop after the batch in progress (from a callback); stays set until clearStop().")
+        .def("clearStop", &Trainer::clearStop)
+        .def_property_readonly("stopRequested", &Trainer::stopRequested)
+        .def_property_readonly(
+            "position", [](const Trainer& t) { return py::make_tuple(t.position().epoch, t.position().batch); },
+            "(epoch, next batch): where the next train() starts.");
 
     py::class_<Validator>(m, "Validator")
         .def(py::init([](Module& net, Cost& cost, int64_t batchsize, bool progress, const std::string& device) {
@@ -256,8 +275,13 @@ gradients, backward and the optimizer's update, with the GIL released.)")
         "_trainSteps",
         [](Module& net, Cost& cost, Optimizer& optimizer, const Tensor& data, const Tensor& labels, int64_t batchsize,
            int64_t steps) {
+            const int64_t n = data.shape().rank() ? data.shape()[0] : 0;
+            if (batchsize <= 0 || n < batchsize || labels.shape().rank() == 0 || labels.shape()[0] != n) {
+                throw ModuleError("_trainSteps: needs batchsize in [1, " + std::to_string(n) +
+                                  "] and as many labels as samples, got batchsize " + std::to_string(batchsize) +
+                                  ", data " + data.shape().str() + ", labels " + labels.shape().str());
+            }
             py::gil_scoped_release nogil;
-            const int64_t n = data.shape()[0];
             double error = 0.0;
             for (int64_t s = 0; s < steps; ++s) {
                 const int64_t begin = (s * batchsize) % (n - batchsize + 1);

@@ -1,6 +1,7 @@
 """Training from Python: a hand-written LeNet loop, the Trainer with Python callbacks,
 model files, and the GIL released while C++ works."""
 
+import signal
 import threading
 import time
 
@@ -76,7 +77,11 @@ def test_trainer_with_python_callbacks(fashion):
     trainer.onBatchFinish = stop_at_3
     steps = opt.steps
     trainer.train(x, y)
-    assert opt.steps == steps + 4
+    assert opt.steps == steps + 4 and trainer.stopRequested and trainer.position == (3, 4)
+    trainer.clearStop()
+    trainer.onBatchFinish = None
+    trainer.train(x, y)  # the rest of the epoch
+    assert opt.steps == steps + 32 and trainer.position == (4, 0)
 
     def fail(info):
         raise ValueError("from the callback")
@@ -84,6 +89,25 @@ def test_trainer_with_python_callbacks(fashion):
     failing.onBatchFinish = fail
     with pytest.raises(ValueError, match="from the callback"):
         failing.train(x, y)
+
+
+def test_ctrl_c_stops_the_trainer_after_a_batch(fashion):
+    """SIGINT while the epoch runs in C++ (the GIL released, no Python callback) ends it
+    after the batch in progress with KeyboardInterrupt, not at the end of the epoch."""
+    (images, labels), _ = fashion
+    x, y = images.numpy()[:16384], labels.numpy()[:16384]
+    net = ts.loadZooModel("lenet")
+    opt = ts.SGD(learnRate=0.01)
+    opt.setupOn(net, useGlobalState=True)
+    trainer = ts.Trainer(net, ts.CrossEntropy(), opt, batchsize=16, progress=False)
+    timer = threading.Timer(0.2, lambda: signal.raise_signal(signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.train(x, y)
+    finally:
+        timer.cancel()
+    assert 0 < opt.steps < 1024
 
 
 def test_save_and_load_hdf5_and_onnx(tmp_path):
