@@ -40,6 +40,28 @@ TEST(Tensor, StorageIsAligned) {
     }
 }
 
+TEST(Tensor, WrapSharesMemoryAndHoldsItsOwnerUntilTheLastView) {
+    std::vector<float> memory(16 + 16);
+    float* aligned = memory.data();
+    while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+    int released = 0;
+    std::shared_ptr<void> owner(nullptr, [&released](void*) { ++released; });
+    Tensor t = Tensor::wrap(aligned, {2, 8}, DType::float32, owner);
+    owner.reset();
+    EXPECT_EQ(released, 0);
+    aligned[3] = 5.0f;
+    EXPECT_EQ(t.data<float>()[3], 5.0f); // no copy
+    EXPECT_EQ(t.raw(), static_cast<void*>(aligned));
+    Tensor view = t.reshape({16});
+    t = Tensor();
+    EXPECT_EQ(released, 0);
+    EXPECT_EQ(view.toVector<float>()[3], 5.0f);
+    view = Tensor();
+    EXPECT_EQ(released, 1);
+    EXPECT_THROW(Tensor::wrap(aligned + 1, {4}, DType::float32, nullptr), ShapeError);
+    EXPECT_THROW(Tensor::wrap(aligned, {-1}, DType::float32, nullptr), ShapeError);
+}
+
 TEST(Tensor, FactoriesAndAccess) {
     Tensor z = Tensor::zeros({2, 3});
     EXPECT_EQ(z.toVector<float>(), std::vector<float>(6, 0.0f));

@@ -1,6 +1,8 @@
 #include <functional>
 #include <set>
 
+#include <gmock/gmock.h>
+
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "containers/Graph.h"
@@ -157,6 +159,25 @@ TEST(Blueprint, EveryModuleRoundTrips) {
     for (const std::string& c : factoryClassnames()) {
         if (c == "MaxUnpool2D" || c == "Sequential" || c == "Parallel" || c == "Graph") continue;
         EXPECT_TRUE(seen.count(c)) << c << " has no round-trip case";
+    }
+}
+
+TEST(Blueprint, StrictArgumentsRejectWhatTheClassDoesNotTake) {
+    Blueprint bp;
+    bp.classname = "Linear";
+    bp.scheme = {{"insize", int64_t{2}}, {"outsize", int64_t{3}}, {"insise", int64_t{4}}};
+    EXPECT_NO_THROW(buildModule(bp)); // blueprint files: an unknown argument is ignored
+    try {
+        buildModule(bp, "net -> ", /*strictArguments=*/true);
+        FAIL() << "an unknown argument passed the strict check";
+    } catch (const ModuleError& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("net -> Linear: unknown argument 'insise'"));
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("insize, name, outsize"));
+    }
+    // What every module writes into its blueprint, the strict check accepts.
+    for (const ModulePtr& m : everyModule()) {
+        SCOPED_TRACE(m->blueprint().toJson());
+        EXPECT_NO_THROW(buildModule(m->blueprint(), {}, true));
     }
 }
 
