@@ -119,7 +119,7 @@ _BN = "maps, epsilon=1e-5, initFactor=1.0, minFactor=0.1, name=None"
 _LRN = "N=5, alpha=1e-4, beta=0.75, K=2.0, name=None"
 
 # Every layer the factory builds: its arguments in PuzzleLib's order, with the defaults
-# the C++ class uses (None: the class decides). tests/python checks these against the
+# the C++ class uses (None: the class decides). python/tests checks these against the
 # factory: every name is one it takes, and every default is the one it uses.
 _LAYERS = {
     "Linear": "insize, outsize, wscale=1.0, useBias=True, initscheme=None, name=None",
