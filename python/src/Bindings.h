@@ -34,5 +34,6 @@ void bindTensor(py::module_& m);
 void bindModules(py::module_& m);
 void bindTraining(py::module_& m);
 void bindIo(py::module_& m);
+void bindData(py::module_& m);
 
 } // namespace tessera::python

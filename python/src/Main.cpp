@@ -22,4 +22,5 @@ PYBIND11_MODULE(_tessera, m) {
     tessera::python::bindModules(m);
     tessera::python::bindTraining(m);
     tessera::python::bindIo(m);
+    tessera::python::bindData(m);
 }

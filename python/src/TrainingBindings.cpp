@@ -3,6 +3,7 @@
 #include <pybind11/functional.h>
 
 #include "backend/Errors.h"
+#include "data/Loader.h"
 #include "training/CTC.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
@@ -198,7 +199,15 @@ gradients, backward and the optimizer's update, with the GIL released.)")
         .def(
             "train",
             [](Trainer& t, const py::handle& data, const py::handle& targets) {
-                Tensors d = toTensors(data), y = toTensors(targets);
+                Loader* loader = py::isinstance<Loader>(data) ? &data.cast<Loader&>() : nullptr;
+                if (!loader && targets.is_none()) {
+                    throw py::type_error("Trainer.train: give (data, targets), or a tessera.Loader alone");
+                }
+                Tensors d, y;
+                if (!loader) {
+                    d = toTensors(data);
+                    y = toTensors(targets);
+                }
                 // After every batch, with the GIL: Ctrl-C (or any pending signal's
                 // exception) ends the epoch there instead of at its end.
                 struct Restore {
@@ -212,10 +221,11 @@ gradients, backward and the optimizer's update, with the GIL released.)")
                     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
                 };
                 py::gil_scoped_release nogil;
-                return t.train(d, y);
+                return loader ? t.train(*loader) : t.train(d, y);
             },
-            py::arg("data"), py::arg("targets"),
-            "One epoch; returns the mean training error. Ctrl-C stops it after the batch in progress.")
+            py::arg("data"), py::arg("targets") = py::none(),
+            R"(One epoch of (data, targets), or of a Loader's batches (its batch size, order and seed
+rule); returns the mean training error. Ctrl-C stops it after the batch in progress.)")
         .def_property(
             "onBatchFinish", [](const Trainer&) { return py::none(); },
             [](Trainer& t, const py::object& f) { t.onBatchFinish = callback(f); },
@@ -243,11 +253,19 @@ gradients, backward and the optimizer's update, with the GIL released.)")
         .def(
             "validate",
             [](Validator& v, const py::handle& data, const py::handle& targets) {
+                if (py::isinstance<Loader>(data)) {
+                    Loader& loader = data.cast<Loader&>();
+                    py::gil_scoped_release nogil;
+                    return v.validate(loader);
+                }
+                if (targets.is_none())
+                    throw py::type_error("Validator.validate: give (data, targets), or a tessera.Loader alone");
                 Tensors d = toTensors(data), y = toTensors(targets);
                 py::gil_scoped_release nogil;
                 return v.validate(d, y);
             },
-            py::arg("data"), py::arg("targets"), "The cost's mean validation error (CrossEntropy: 1 - accuracy).");
+            py::arg("data"), py::arg("targets") = py::none(),
+            "The cost's mean validation error (CrossEntropy: 1 - accuracy) over (data, targets) or a Loader.");
 
     py::class_<Calculator>(m, "Calculator")
         .def(py::init([](Module& net, int64_t batchsize, const std::string& device) {

@@ -28,6 +28,9 @@ from ._tessera import (
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, fashionMnistDir, importOnnx, loadMnist,
     loadModelFile, loadZooModel, setCheckNumerics, zooModels,
+    # data sets, transforms, loader; checkpoints
+    Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, idxDataset, imageFolder,
+    npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint,
 )
 
 __all__ = [
@@ -96,6 +99,18 @@ __all__ = [
     "loadZooModel",
     "setCheckNumerics",
     "zooModels",
+    "Dataset",
+    "Loader",
+    "Transforms",
+    "cifar10",
+    "cifar100",
+    "firstSamples",
+    "idxDataset",
+    "imageFolder",
+    "npyDataset",
+    "tensorDataset",
+    "loadCheckpoint",
+    "saveCheckpoint",
     "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip", "gelu", "hardSigmoid", "hardSwish",
     "MaxUnpool2D", "CheckResult", "check", "Summary", "summary", "load",
 ]  # and every layer class, added below
@@ -303,6 +318,19 @@ def summary(net, input, depth=0):
     if depth > 0:
         rows = _tessera._groupRows(rows, depth)
     return Summary(rows, isinstance(net, Graph))
+
+
+def _epoch(self, epoch=0, first=0):
+    """The batches (images, labels) of epoch `epoch` from batch `first`, in order."""
+    self.start(epoch, first)
+    while True:
+        batch = self.next()
+        if batch is None:
+            return
+        yield batch
+
+
+Loader.epoch = _epoch
 
 
 def load(path):

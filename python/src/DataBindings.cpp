@@ -1,0 +1,153 @@
+// Data sets, transforms and the background Loader; training checkpoints.
+#include "Bindings.h"
+#include "backend/Errors.h"
+#include "data/Dataset.h"
+#include "data/Image.h"
+#include "data/Loader.h"
+#include "data/Transform.h"
+#include "training/Checkpoint.h"
+#include "training/Handlers.h"
+
+namespace tessera::python {
+
+namespace {
+
+// An image as a [C, H, W] float32 array of its own.
+py::array imageArray(const Image& image) {
+    py::array_t<float> a({image.channels, image.height, image.width});
+    std::copy(image.pixels.begin(), image.pixels.end(), a.mutable_data());
+    return a;
+}
+
+// Data sets are const; pybind11 holds them through a non-const shared pointer.
+using DatasetHolder = std::shared_ptr<Dataset>;
+DatasetHolder held(DatasetPtr p) { return std::const_pointer_cast<Dataset>(std::move(p)); }
+
+} // namespace
+
+void bindData(py::module_& m) {
+    py::class_<Dataset, DatasetHolder>(m, "Dataset", "Samples (an image and a class label) by index; docs/data.md.")
+        .def("__len__", &Dataset::size)
+        .def(
+            "__getitem__",
+            [](const Dataset& d, int64_t i) {
+                if (i < 0) i += d.size();
+                if (i < 0 || i >= d.size()) {
+                    throw py::index_error(d.describe() + ": no sample " + std::to_string(i) + " (it has " +
+                                          std::to_string(d.size()) + ")");
+                }
+                Sample s;
+                {
+                    py::gil_scoped_release nogil;
+                    s = d.get(i);
+                }
+                return py::make_tuple(imageArray(s.image), s.label);
+            },
+            py::arg("index"), "(image [C, H, W] float32 array, label) of one sample.")
+        .def_property_readonly("classes", &Dataset::classes)
+        .def("where", &Dataset::where, py::arg("index"), "The file (and record) sample `index` comes from.")
+        .def("__repr__", &Dataset::describe);
+
+    m.def(
+        "cifar10", [](const std::string& dir, const std::string& split) { return held(cifar10(dir, split)); },
+        py::arg("dir"), py::arg("split") = "train",
+        "CIFAR-10's binary files (data_batch_*.bin / test_batch.bin) in dir; split 'train' or 'test'.");
+    m.def(
+        "cifar100",
+        [](const std::string& dir, const std::string& split, bool fine) { return held(cifar100(dir, split, fine)); },
+        py::arg("dir"), py::arg("split") = "train", py::arg("fine") = true);
+    m.def(
+        "imageFolder", [](const std::string& dir, int channels) { return held(imageFolder(dir, channels)); },
+        py::arg("dir"), py::arg("channels") = 3,
+        "JPEG and PNG files in one sub-folder per class (classes in sorted order), decoded on demand.");
+    m.def(
+        "idxDataset",
+        [](const std::string& dir, const std::string& split, int64_t limit) {
+            return held(idxDataset(dir, split, limit));
+        },
+        py::arg("dir"), py::arg("split") = "train", py::arg("limit") = 0);
+    m.def(
+        "npyDataset",
+        [](const std::string& images, const std::string& labels) { return held(npyDataset(images, labels)); },
+        py::arg("images"), py::arg("labels"));
+    m.def(
+        "tensorDataset",
+        [](const py::handle& images, const py::handle& labels, int64_t classes, const std::string& name) {
+            return held(tensorDataset(toTensor(images), toTensor(labels), classes, name));
+        },
+        py::arg("images"), py::arg("labels"), py::arg("classes") = 0, py::arg("name") = "tensors",
+        "Images [N, C, H, W] float32 and labels [N] int32 (arrays or tensors) as a data set.");
+    m.def(
+        "firstSamples", [](const DatasetHolder& data, int64_t count) { return held(firstSamples(data, count)); },
+        py::arg("data"), py::arg("count"));
+
+    py::class_<Transforms>(m, "Transforms", R"(Seeded image transforms, applied in order:
+Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32, 4).flip().)")
+        .def(py::init([](const std::string& spec) { return spec.empty() ? Transforms() : Transforms::parse(spec); }),
+             py::arg("spec") = "")
+        .def("resize", &Transforms::resize, py::arg("height"), py::arg("width") = 0, py::return_value_policy::reference)
+        .def("randomCrop", &Transforms::randomCrop, py::arg("height"), py::arg("width"), py::arg("pad") = 0,
+             py::return_value_policy::reference)
+        .def("centerCrop", &Transforms::centerCrop, py::arg("height"), py::arg("width"),
+             py::return_value_policy::reference)
+        .def("flip", &Transforms::flip, py::arg("p") = 0.5, py::return_value_policy::reference)
+        .def("normalize", &Transforms::normalize, py::arg("mean"), py::arg("std"), py::return_value_policy::reference)
+        .def("__len__", [](const Transforms& t) { return t.steps().size(); })
+        .def("__repr__", [](const Transforms& t) { return "tessera.Transforms('" + t.str() + "')"; });
+
+    py::class_<Loader>(m, "Loader", R"(Batches of a data set, made by worker threads while steps run, in the same
+order for any number of workers. loader.epoch(e) iterates over (images, labels) batches.)")
+        .def(py::init([](const DatasetHolder& data, const py::object& transforms, int64_t batchsize, bool shuffle,
+                         uint64_t seed, bool train, int workers, int prefetch, bool flatten) {
+                 if (batchsize <= 0)
+                     throw ModuleError("Loader: batchsize must be positive, got " + std::to_string(batchsize));
+                 Transforms t = transforms.is_none() ? Transforms() : transforms.cast<Transforms>();
+                 return std::make_unique<Loader>(data, std::move(t),
+                                                 LoaderOptions{.batchsize = batchsize,
+                                                               .shuffle = shuffle,
+                                                               .seed = seed,
+                                                               .train = train,
+                                                               .workers = workers,
+                                                               .prefetch = prefetch,
+                                                               .flatten = flatten});
+             }),
+             py::arg("data"), py::arg("transforms") = py::none(), py::kw_only(), py::arg("batchsize") = 128,
+             py::arg("shuffle") = true, py::arg("seed") = 0, py::arg("train") = true, py::arg("workers") = 0,
+             py::arg("prefetch") = 0, py::arg("flatten") = false, py::keep_alive<1, 2>())
+        .def("__len__", &Loader::batches, "Batches per epoch.")
+        .def_property_readonly("samples", &Loader::size)
+        .def_property_readonly("sampleShape", [](const Loader& l) { return fromShape(l.sampleShape()); })
+        .def("start", &Loader::start, py::arg("epoch"), py::arg("first") = 0,
+             "Begin epoch `epoch` at batch `first`; next() then hands its batches out in order.")
+        .def(
+            "next",
+            [](Loader& l) -> py::object {
+                std::optional<DataBatch> b;
+                {
+                    py::gil_scoped_release nogil;
+                    b = l.next();
+                }
+                if (!b) return py::none();
+                return py::make_tuple(b->images, b->labels);
+            },
+            "The next batch (images, labels) of the epoch begun, or None after its last.")
+        .def_property_readonly("waitingSeconds", &Loader::waitingSeconds);
+
+    m.def(
+        "saveCheckpoint",
+        [](const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer) {
+            py::gil_scoped_release nogil;
+            saveCheckpoint(path, net, optimizer, trainer);
+        },
+        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"),
+        "Everything a run needs to continue bit-identically, in one HDF5 file written atomically.");
+    m.def(
+        "loadCheckpoint",
+        [](const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer) {
+            py::gil_scoped_release nogil;
+            loadCheckpoint(path, net, optimizer, trainer);
+        },
+        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"));
+}
+
+} // namespace tessera::python

@@ -1,0 +1,114 @@
+"""Data sets, transforms, the background Loader and checkpoints from Python."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import tessera as ts
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """Two classes of five 8x6 PNG images; class 1 is bright, class 0 dark."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(["cat", "dog"]):
+        (tmp_path / name).mkdir()
+        for i in range(5):
+            pixels = (rng.uniform(0, 0.4, (6, 8, 3)) + 0.5 * c) * 255
+            Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / name / f"{i}.png")
+    return tmp_path
+
+
+def test_image_folder_and_loader_order_is_the_same_for_any_workers(folder):
+    ds = ts.imageFolder(str(folder), channels=3)
+    assert len(ds) == 10 and ds.classes == 2
+    image, label = ds[7]
+    assert image.shape == (3, 6, 8) and image.dtype == np.float32 and label == 1
+    assert image.min() >= 0.5 and image.max() <= 1.0
+    assert ds.where(0).endswith("cat/0.png")
+    with pytest.raises(IndexError):
+        ds[10]
+
+    def batches(workers):
+        loader = ts.Loader(ds, ts.Transforms("crop:6:1,flip"), batchsize=4, seed=5, workers=workers)
+        assert len(loader) == 3 and loader.sampleShape == (3, 6, 6)  # square crops
+        return [(x.numpy().copy(), y.numpy().copy()) for x, y in loader.epoch(2)]
+
+    one, two = batches(0), batches(2)
+    assert [x.shape for x, _ in one] == [(4, 3, 6, 6), (4, 3, 6, 6), (2, 3, 6, 6)]
+    for (x0, y0), (x1, y1) in zip(one, two):
+        np.testing.assert_array_equal(x0, x1)
+        np.testing.assert_array_equal(y0, y1)
+    assert sorted(np.concatenate([y for _, y in one]).tolist()) == [0] * 5 + [1] * 5
+
+
+def test_bad_files_are_io_errors_naming_them(folder, tmp_path):
+    with pytest.raises(ts.IoError, match="nowhere"):
+        ts.imageFolder(str(tmp_path / "nowhere"))
+    (folder / "dog" / "5.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    ds = ts.imageFolder(str(folder))
+    loader = ts.Loader(ds, batchsize=11, shuffle=False, workers=2)
+    with pytest.raises(ts.IoError, match="5.png"):
+        list(loader.epoch(0))
+    with pytest.raises(ts.ModuleError):
+        ts.Loader(ds, batchsize=0)
+
+
+def test_npy_and_cifar_files(tmp_path):
+    images = np.random.default_rng(1).integers(0, 256, (6, 1, 4, 4)).astype(np.uint8)
+    labels = np.arange(6, dtype=np.int64) % 3
+    np.save(tmp_path / "x.npy", images)
+    np.save(tmp_path / "y.npy", labels)
+    ds = ts.npyDataset(str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
+    assert len(ds) == 6 and ds.classes == 3
+    np.testing.assert_allclose(ds[2][0], images[2] / 255.0, rtol=1e-6)
+
+    records = bytearray()
+    for label in (3, 7):
+        records += bytes([label]) + bytes(range(256)) * 12
+    (tmp_path / "test_batch.bin").write_bytes(bytes(records))
+    cifar = ts.cifar10(str(tmp_path), "test")
+    assert len(cifar) == 2 and cifar[1][1] == 7 and cifar[0][0].shape == (3, 32, 32)
+
+
+def test_trainer_and_validator_on_loaders_and_a_checkpoint_resumes_exactly(tmp_path):
+    try:
+        images, labels = ts.loadMnist(split="train", limit=2048)
+    except ts.IoError as e:
+        pytest.skip(f"Fashion-MNIST is not installed: {e}")
+    ds = ts.tensorDataset(images, labels)
+
+    def run(stop_at=None, resume=None):
+        ts.manualSeed(11)
+        net = ts.loadZooModel("lenet")
+        opt = ts.Adam(alpha=1e-3)
+        opt.setupOn(net, useGlobalState=True)
+        loader = ts.Loader(ds, batchsize=64, seed=4, workers=2)
+        trainer = ts.Trainer(net, ts.CrossEntropy(), opt, progress=False)
+        if resume:
+            ts.loadCheckpoint(resume, net, opt, trainer)
+        errors = []
+
+        def batch_done(info):
+            errors.append(info.error)
+            if info.batch == stop_at:
+                trainer.requestStop()
+        trainer.onBatchFinish = batch_done
+        trainer.train(loader)
+        return net, opt, trainer, errors
+
+    whole, _, _, errors = run()
+    assert len(errors) == 32 and np.mean(errors[-5:]) < 0.6 * np.mean(errors[:5])
+    val = ts.Validator(whole, ts.CrossEntropy()).validate(ts.Loader(ds, batchsize=500, shuffle=False, train=False))
+    assert val < 0.4  # 60% accuracy on the training images after one short epoch
+
+    net, opt, trainer, _ = run(stop_at=9)
+    assert trainer.position == (0, 10)
+    path = str(tmp_path / "run.ckpt")
+    ts.saveCheckpoint(path, net, opt, trainer)
+    resumed, _, trainer2, _ = run(resume=path)
+    assert trainer2.position == (1, 0)
+    for (name, a), (_, b) in zip(whole.namedParams().items(), resumed.namedParams().items()):
+        np.testing.assert_array_equal(a.data.numpy(), b.data.numpy(), err_msg=name)
+    with pytest.raises(ts.IoError):
+        ts.loadCheckpoint(str(tmp_path / "none.ckpt"), net, opt, trainer)
