@@ -75,11 +75,42 @@ DataParallel::DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr co
         end = offset;
         bucketOf_[var] = buckets_.size() - 1;
     }
+    if (options_.syncBatchNorm) {
+        if (BatchNormND::sync()) {
+            throw ModuleError("DataParallel: batch norm is synchronised by another DataParallel already");
+        }
+        BatchNormND::setSync(&link_);
+        linked_ = true;
+    }
     thread_ = std::thread([this] { serve(); });
+}
+
+std::vector<float> DataParallel::BatchNormLink::allGather(const std::vector<float>& mine) {
+    const auto len = static_cast<int64_t>(mine.size());
+    const int ranks = dp_.comm_->size(), rank = dp_.comm_->rank();
+    Tensor all = Tensor::zeros({ranks * len});
+    std::copy(mine.begin(), mine.end(), all.data<float>() + rank * len);
+    if (!dp_.inBackward_) {
+        dp_.comm_->allReduceSum(all); // every slot but one is zero: the sums are exact
+    } else {
+        {
+            std::lock_guard<std::mutex> lock(dp_.mutex_);
+            dp_.syncTensor_ = all;
+            dp_.queue_.push_back(kSyncJob);
+            ++dp_.sent_;
+        }
+        dp_.changed_.notify_all();
+        std::unique_lock<std::mutex> lock(dp_.mutex_);
+        dp_.changed_.wait(lock, [&] { return dp_.done_ == dp_.sent_; });
+        dp_.syncTensor_ = Tensor();
+        if (dp_.error_) std::rethrow_exception(dp_.error_);
+    }
+    return all.toVector<float>();
 }
 
 DataParallel::~DataParallel() {
     if (inBackward_) Module::setGradientHook({});
+    if (linked_) BatchNormND::setSync(nullptr);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         quit_ = true;
@@ -171,6 +202,18 @@ void DataParallel::serve() {
         const auto t0 = Clock::now();
         std::exception_ptr error;
         try {
+            if (b == kSyncJob) { // a batch norm's gather (BatchNormLink)
+                Tensor t;
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    t = syncTensor_;
+                }
+                comm_->allReduceSum(t);
+                std::lock_guard<std::mutex> lock(mutex_);
+                ++done_;
+                changed_.notify_all();
+                continue;
+            }
             const Tensor slice = grads_.slice(buckets_[b].first, buckets_[b].second);
             float* p = slice.data<float>();
             const float w = weight_;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "distributed/Communicator.h"
+#include "modules/BatchNormND.h"
 #include "modules/Module.h"
 #include "training/Optimizer.h"
 
@@ -26,13 +27,20 @@ struct DataParallelOptions {
     /// Reduce a bucket as soon as backward has finished all its parameters (else all of
     /// them after backward).
     bool overlap = true;
+    /// Synchronised batch norm: every batch norm of the process normalises with the
+    /// statistics of the whole global batch (and differentiates through them), so N ranks
+    /// of batch B compute what one process of batch N*B would. Off: each rank's own
+    /// statistics (cheaper: no communication in forward). One DataParallel at a time may
+    /// have it on.
+    bool syncBatchNorm = false;
 };
 
 /// Binds `net`, whose parameters `optimizer` holds in global state
 /// (`optimizer.setupOn(net, true)` first), to `comm`. The constructor checks that every
 /// rank has the same parameters (names and shapes; a ModuleError names the ranks that
 /// differ, on every rank) and copies rank 0's parameters and attributes (batch-norm
-/// statistics) to the others. Batch-norm statistics are then kept per rank.
+/// statistics) to the others. Batch-norm statistics are then kept per rank, or synchronised
+/// (DataParallelOptions::syncBatchNorm).
 class DataParallel {
 public:
     DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr comm, const DataParallelOptions& options = {});
@@ -73,6 +81,24 @@ private:
     CommunicatorPtr comm_;
     DataParallelOptions options_;
     Tensor grads_;
+    // The batch norms' link to the other ranks (syncBatchNorm). In forward it gathers
+    // directly; during backward its requests go through the reducing thread's queue, so
+    // that every MPI call is made by one thread at a time and in the same order on every
+    // rank.
+    class BatchNormLink : public BatchNormSync {
+    public:
+        explicit BatchNormLink(DataParallel& dp) : dp_(dp) {}
+        std::vector<float> allGather(const std::vector<float>& mine) override;
+        double gradientWeight() const override { return dp_.weight_; }
+
+    private:
+        DataParallel& dp_;
+    };
+    static constexpr size_t kSyncJob = static_cast<size_t>(-1); // in queue_: reduce syncTensor_
+    BatchNormLink link_{*this};
+    bool linked_ = false;
+    Tensor syncTensor_;
+
     std::vector<std::pair<int64_t, int64_t>> buckets_;
     std::unordered_map<const Variable*, size_t> bucketOf_;
     // Backward calls per parameter, learned on the first step (which reduces everything

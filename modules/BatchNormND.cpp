@@ -1,11 +1,20 @@
 #include "modules/BatchNormND.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <stdexcept>
 
 #include "backend/Backend.h"
 
 namespace tessera {
+
+namespace {
+std::atomic<BatchNormSync*> syncInUse{nullptr};
+} // namespace
+
+void BatchNormND::setSync(BatchNormSync* sync) { syncInUse.store(sync); }
+BatchNormSync* BatchNormND::sync() { return syncInUse.load(); }
 
 BatchNormND::BatchNormND(std::vector<size_t> ranks, int64_t maps, const BatchNormOptions& options)
     : Module(options.name), ranks_(std::move(ranks)), maps_(maps), options_(options) {
@@ -60,15 +69,104 @@ Tensors BatchNormND::updateData(const Tensors& data) {
         return {back(be.batchNormForward(x, scale, bias, getAttr("mean"), getAttr("var"), options_.epsilon, false))};
     }
 
-    batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
-    batchVar_ = Tensor::empty({maps_}, DType::float32, x.device());
-    Tensor y = be.batchNormForward(x, scale, bias, batchMean_, batchVar_, options_.epsilon, true);
+    Tensor y;
+    float count = static_cast<float>(x.numel() / maps_);
+    if (BatchNormSync* sync = BatchNormND::sync()) {
+        y = syncedForward(x, *sync);
+        count = static_cast<float>(globalCount_);
+    } else {
+        batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
+        batchVar_ = Tensor::empty({maps_}, DType::float32, x.device());
+        y = be.batchNormForward(x, scale, bias, batchMean_, batchVar_, options_.epsilon, true);
+        globalCount_ = 0;
+    }
     const float factor = std::max(options_.initFactor / static_cast<float>(1 + batches_), options_.minFactor);
-    const auto count = static_cast<float>(x.numel() / maps_);
     be.axpby(factor, batchMean_, 1.0f - factor, getAttr("mean"));
     be.axpby(factor * count / (count - 1.0f), batchVar_, 1.0f - factor, getAttr("var"));
     ++batches_;
     return {back(y)};
+}
+
+// Each process's mean, variance and count of values per channel, gathered, combine into
+// the global batch's (Chan et al.'s pairwise formula: no E[x^2] - mean^2 cancellation).
+Tensor BatchNormND::syncedForward(const Tensor& x, BatchNormSync& sync) {
+    Backend& be = backendOf(x);
+    const Tensor& scale = getVar("scale")->data;
+    const Tensor& bias = getVar("bias")->data;
+    Tensor mean = Tensor::empty({maps_}, DType::float32, x.device());
+    Tensor var = Tensor::empty({maps_}, DType::float32, x.device());
+    be.batchNormForward(x, scale, bias, mean, var, options_.epsilon, true); // this process's statistics
+    const size_t C = static_cast<size_t>(maps_);
+    std::vector<float> mine = mean.toVector<float>();
+    const std::vector<float> v = var.toVector<float>();
+    mine.insert(mine.end(), v.begin(), v.end());
+    mine.push_back(static_cast<float>(x.numel() / maps_));
+    const std::vector<float> all = sync.allGather(mine);
+    const size_t stride = 2 * C + 1, ranks = all.size() / stride;
+    double total = 0;
+    for (size_t r = 0; r < ranks; ++r) total += all[r * stride + 2 * C];
+    std::vector<float> gmean(C), gvar(C);
+    for (size_t c = 0; c < C; ++c) {
+        double m = 0;
+        for (size_t r = 0; r < ranks; ++r) m += double(all[r * stride + 2 * C]) * all[r * stride + c];
+        m /= total;
+        double m2 = 0;
+        for (size_t r = 0; r < ranks; ++r) {
+            const double n = all[r * stride + 2 * C], d = double(all[r * stride + c]) - m;
+            m2 += n * (double(all[r * stride + C + c]) + d * d);
+        }
+        gmean[c] = static_cast<float>(m);
+        gvar[c] = static_cast<float>(m2 / total);
+    }
+    globalCount_ = total;
+    batchMean_ = Tensor::fromVector({maps_}, gmean, x.device());
+    batchVar_ = Tensor::fromVector({maps_}, gvar, x.device());
+    return be.batchNormForward(x, scale, bias, batchMean_, batchVar_, options_.epsilon, false);
+}
+
+// The local backward computed dx = s * r * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n)
+// over this process's n values per channel (r = 1 / sqrt(var + eps), xhat = (x - mean) * r
+// with the global statistics). The global one has the global sums over N instead; each
+// process's dy carries 1 / w times the global batch's gradient (w = its share), so the
+// global sums are sum over processes of w * the local ones, taken 1 / w times here. The
+// difference is per channel a + b * xhat = (a - b * mean * r) + (b * r) * x: an affine map
+// of x, which a normalisation with mean 0 and variance 1 - eps computes.
+void BatchNormND::syncGrad(const Tensor& x, Tensor& dx, const Tensor& dscale, const Tensor& dbias,
+                           BatchNormSync& sync) const {
+    const size_t C = static_cast<size_t>(maps_);
+    const double w = sync.gradientWeight();
+    const std::vector<float> ds = dscale.toVector<float>(), db = dbias.toVector<float>();
+    std::vector<float> mine(2 * C);
+    for (size_t c = 0; c < C; ++c) {
+        mine[c] = static_cast<float>(w * db[c]);
+        mine[C + c] = static_cast<float>(w * ds[c]);
+    }
+    const std::vector<float> all = sync.allGather(mine);
+    const size_t ranks = all.size() / (2 * C);
+    const double n = static_cast<double>(x.numel() / maps_), N = globalCount_;
+    const std::vector<float> s = getVar("scale")->data.toVector<float>(), mean = batchMean_.toVector<float>(),
+                             var = batchVar_.toVector<float>();
+    std::vector<float> alpha(C), beta(C);
+    for (size_t c = 0; c < C; ++c) {
+        double sumDy = 0, sumDyXhat = 0;
+        for (size_t r = 0; r < ranks; ++r) {
+            sumDy += all[r * 2 * C + c];
+            sumDyXhat += all[r * 2 * C + C + c];
+        }
+        const double rstd = 1.0 / std::sqrt(double(var[c]) + options_.epsilon);
+        const double a = s[c] * rstd * (db[c] / n - sumDy / (w * N));
+        const double b = s[c] * rstd * (ds[c] / n - sumDyXhat / (w * N));
+        alpha[c] = static_cast<float>(a - b * mean[c] * rstd);
+        beta[c] = static_cast<float>(b * rstd);
+    }
+    Backend& be = backendOf(x);
+    const Device d = x.device();
+    const Tensor zeros = Tensor::zeros({maps_}, DType::float32, d);
+    const Tensor unit = Tensor::full({maps_}, 1.0f - options_.epsilon, d);
+    const Tensor affine =
+        be.batchNormForward(x, Tensor::fromVector({maps_}, beta, d), Tensor::fromVector({maps_}, alpha, d), zeros, unit,
+                            options_.epsilon, false);
+    be.axpby(1.0f, affine, 1.0f, dx);
 }
 
 Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const {
@@ -78,8 +176,15 @@ Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbia
     }
     dscale = Tensor::empty({maps_}, DType::float32, dy.device());
     dbias = Tensor::empty({maps_}, DType::float32, dy.device());
-    const Tensor dx = backendOf(dy).batchNormBackward(normView(inData()), normView(dy), getVar("scale")->data,
-                                                      batchMean_, batchVar_, options_.epsilon, dscale, dbias);
+    const Tensor x = normView(inData());
+    Tensor dx = backendOf(dy).batchNormBackward(x, normView(dy), getVar("scale")->data, batchMean_, batchVar_,
+                                                options_.epsilon, dscale, dbias);
+    if (globalCount_ > 0) { // the forward was synchronised: so is its gradient
+        BatchNormSync* sync = BatchNormND::sync();
+        if (!sync)
+            throw moduleError("the forward synchronised its statistics across processes, but no sync is set now");
+        syncGrad(x, dx, dscale, dbias, *sync);
+    }
     return dx.shape() == dy.shape() ? dx : dx.reshape(dy.shape());
 }
 

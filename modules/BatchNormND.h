@@ -13,6 +13,22 @@ struct BatchNormOptions {
     std::string name = {};
 };
 
+/// Synchronised batch norm across processes (data-parallel training,
+/// distributed/DataParallel.h, which provides one): while one is set, every train-mode
+/// forward normalises with the statistics of the whole global batch and every backward
+/// differentiates through them, so N processes of batch B compute what one process of
+/// batch N*B would. Every process must then run the same batch-norm forwards and backwards
+/// in the same order (the calls are collective). Modules know only this interface.
+class BatchNormSync {
+public:
+    virtual ~BatchNormSync() = default;
+    /// Every process's `mine` (the same length everywhere), concatenated in rank order.
+    virtual std::vector<float> allGather(const std::vector<float>& mine) = 0;
+    /// This process's share of the global batch: the weight its gradients are averaged
+    /// with (its samples over the global batch's).
+    virtual double gradientWeight() const = 0;
+};
+
 /// x: [N, maps, *spatial] -> y: same shape, y = scale * (x - mean) / sqrt(var + eps) + bias
 /// per channel. Parameters `scale` (ones) and `bias` (zeros): [maps]; attributes `mean`
 /// and `var`: [maps], the running statistics.
@@ -41,6 +57,11 @@ public:
 
     std::vector<std::pair<std::string, int64_t*>> trainingCounters() override { return {{"batches", &batches_}}; }
 
+    /// Process-wide: synchronise every batch norm's train-mode statistics through `sync`
+    /// (not owned; it must outlive its use); nullptr (the default): each process's own.
+    static void setSync(BatchNormSync* sync);
+    static BatchNormSync* sync();
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
@@ -63,6 +84,13 @@ private:
     BatchNormOptions options_;
     int64_t batches_ = 0;
     Tensor batchMean_, batchVar_; // of the last forward; undefined after an eval-mode one
+    double globalCount_ = 0;      // values per channel over all processes, when synchronised
+    /// A synchronised train-mode forward: the global batch's mean and variance (stored as
+    /// batchMean_, batchVar_), then the normalisation with them.
+    Tensor syncedForward(const Tensor& x, BatchNormSync& sync);
+    /// dx of a synchronised forward from the local one (`dx`, dscale, dbias over this
+    /// process's batch): the global sums' terms replace the local ones.
+    void syncGrad(const Tensor& x, Tensor& dx, const Tensor& dscale, const Tensor& dbias, BatchNormSync& sync) const;
 };
 
 /// x: [N, maps] or [N, maps, L].

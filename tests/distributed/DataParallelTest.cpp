@@ -39,10 +39,11 @@ DatasetPtr lenetData(int64_t n) {
 // `rank`), or, with ranks == 1 and no DataParallel, one process on batches of the global
 // size; returns the flat parameters.
 std::vector<float> train(const std::function<ModulePtr()>& make, const DatasetPtr& data, int64_t batch, int rank,
-                         int ranks, const CommunicatorPtr& comm, const DataParallelOptions& options, int steps) {
+                         int ranks, const CommunicatorPtr& comm, const DataParallelOptions& options, int steps,
+                         float lr = 0.05f) {
     manualSeed(3 + static_cast<uint64_t>(rank) * 100); // different starting points: the broadcast must fix them
     ModulePtr net = make();
-    MomentumSGD sgd(0.05f, 0.9f);
+    MomentumSGD sgd(lr, 0.9f);
     sgd.setupOn(*net, true);
     CrossEntropy cost;
     Trainer trainer(*net, cost, sgd, {.batchsize = batch, .progress = false});
@@ -125,11 +126,66 @@ TEST(DataParallel, EveryRankOfAResNetWithBatchNormEndsWithTheSameWeights) {
     const DatasetPtr data = tensorDataset(x, Tensor::fromVector({64}, y));
     auto make = [] { return ModulePtr(loadResNet(18, ResNetStem::cifar, 10)); };
     const std::vector<float> mine = train(make, data, 8, comm->rank(), 2, comm, {.bucketBytes = 4 << 20}, 3);
-    // Batch-norm statistics are per rank, so this is not the 2B run; but the updates are
+    // Batch-norm statistics are per rank (the default), so this is not the 2B run (the
+    // synchronised case is the test above); but the updates are
     // the same everywhere: rank 0's weights arrive unchanged at rank 1.
     Tensor theirs = Tensor::fromVector({static_cast<int64_t>(mine.size())}, mine);
     comm->broadcast(theirs, 0);
     EXPECT_EQ(theirs.toVector<float>(), mine);
+}
+
+TEST(DataParallel, TwoRanksWithSynchronisedBatchNormMatchOneProcessOfBatch2B) {
+    const CommunicatorPtr comm = world();
+    Generator gen(6);
+    const int64_t n = 320, global = 16, steps = 20;
+    Tensor x = Tensor::empty({n, 3, 16, 16});
+    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
+    std::vector<int32_t> y(static_cast<size_t>(n));
+    const float* p = x.data<float>();
+    for (size_t i = 0; i < y.size(); ++i) y[i] = p[i * 768] > 0.5f ? 1 : (p[i * 768 + 300] > 0.5f ? 2 : 0);
+    const DatasetPtr data = tensorDataset(x, Tensor::fromVector({n}, y), 10);
+    // The tolerance is float32's own: the one-process run against itself with the samples
+    // of every batch in reverse order (the same sums, added in another order).
+    const std::vector<int64_t> order = epochOrder(n, 5, 0, true); // the loader's (seed 5)
+    Tensor xr = x.clone();
+    std::vector<int32_t> yr(y.size());
+    for (int64_t b = 0; b < n / global; ++b) {
+        for (int64_t k = 0; k < global; ++k) {
+            const int64_t to = order[size_t(b * global + k)], from = order[size_t(b * global + global - 1 - k)];
+            std::copy(p + from * 768, p + (from + 1) * 768, xr.data<float>() + to * 768);
+            yr[size_t(to)] = y[size_t(from)];
+        }
+    }
+    const DatasetPtr reversed = tensorDataset(xr, Tensor::fromVector({n}, yr), 10);
+    auto make = [] { return ModulePtr(loadResNet(18, ResNetStem::cifar, 10)); };
+    // A small step: batch norm makes ResNet-18's trajectory on 16 random images per step
+    // chaotic, and at lr 0.05 even float32's reduction order moves the weights as far as
+    // training does; at 5e-4 it moves them ~9% of that, and per-rank statistics ~70%.
+    const float lr = 0.0005f;
+    const std::vector<float> start = train(make, data, global, 0, 1, nullptr, {}, 0, lr);
+    const std::vector<float> single = train(make, data, global, 0, 1, nullptr, {}, steps, lr);
+    // Distances in units of how far training moved the weights (a max over elements would
+    // be ruled by parameters near zero, which batch norm makes sensitive).
+    double moved = 0;
+    for (size_t i = 0; i < start.size(); ++i) moved += (double(single[i]) - start[i]) * (double(single[i]) - start[i]);
+    auto distance = [&](const std::vector<float>& a) {
+        double d = 0;
+        for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - single[i]) * (double(a[i]) - single[i]);
+        return std::sqrt(d / moved);
+    };
+    const double noise = distance(train(make, reversed, global, 0, 1, nullptr, {}, steps, lr));
+    const DataParallelOptions synced{.bucketBytes = 4 << 20, .syncBatchNorm = true};
+    const double ranked = distance(train(make, data, global / 2, comm->rank(), 2, comm, synced, steps, lr));
+    const double perRank =
+        distance(train(make, data, global / 2, comm->rank(), 2, comm, {.bucketBytes = 4 << 20}, steps, lr));
+    std::printf("rank %d: after %lld steps, distance from the one-process run (over the distance training moved it): "
+                "synchronised %.3g, per-rank statistics %.3g; float32 reduction order alone %.3g\n",
+                comm->rank(), static_cast<long long>(steps), ranked, perRank, noise);
+    EXPECT_LT(ranked, 3 * noise + 1e-4);
+    // Per-rank statistics (the default) are another computation, visibly so.
+    EXPECT_GT(perRank, 3 * std::max(ranked, noise));
+    // The link is released with its DataParallel.
+    EXPECT_EQ(BatchNormND::sync(), nullptr);
 }
 
 TEST(DataParallel, RanksWithDifferentModelsAreNamedAtStartUp) {

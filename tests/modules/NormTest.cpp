@@ -1,4 +1,7 @@
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "GradCheck.h"
 #include "modules/BatchNormND.h"
@@ -194,6 +197,112 @@ TEST(LRN, GradientShapeBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { cross(Tensor::zeros({2, 5, 4})); }, {"CrossMapLRN 'lrn'", "[N, C, H, W]"}));
     EXPECT_THROW(MapLRN({.N = 4}), ModuleError);
     EXPECT_NE(cross.blueprint().toJson().find("\"N\": 3"), std::string::npos);
+}
+
+} // namespace
+} // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Two "processes" as two threads: allGather waits for both and hands each the two
+// contributions in rank order; the weights are each one's share of the global batch.
+class TwoThreadSync : public BatchNormSync {
+public:
+    explicit TwoThreadSync(double w0) : weights_{w0, 1.0 - w0} {}
+    static thread_local int rank;
+    std::vector<float> allGather(const std::vector<float>& mine) override {
+        std::unique_lock<std::mutex> lock(mutex_);
+        slots_[rank] = mine;
+        if (++arrived_ == 2) {
+            result_ = slots_[0];
+            result_.insert(result_.end(), slots_[1].begin(), slots_[1].end());
+            arrived_ = 0;
+            ++generation_;
+            changed_.notify_all();
+        } else {
+            const uint64_t g = generation_;
+            changed_.wait(lock, [&] { return generation_ != g; });
+        }
+        ++gathers_;
+        return result_;
+    }
+    double gradientWeight() const override { return weights_[rank]; }
+    int gathers() const { return gathers_; }
+
+private:
+    double weights_[2];
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::vector<float> slots_[2], result_;
+    int arrived_ = 0, gathers_ = 0;
+    uint64_t generation_ = 0;
+};
+thread_local int TwoThreadSync::rank = 0;
+
+// Rows [begin, end) of x as a tensor of their own.
+Tensor rows(const Tensor& x, int64_t begin, int64_t end) { return x.slice(begin, end).clone(); }
+
+TEST(BatchNorm, SynchronisedAcrossProcessesComputesTheWholeBatch) {
+    manualSeed(9);
+    const Tensor x = Tensor::randn({8, 4, 3, 3}, 1.5f, 2.0f), dy = Tensor::randn({8, 4, 3, 3});
+    auto make = [] {
+        auto bn = std::make_shared<BatchNorm2D>(4);
+        setParams(*bn, {1.0f, 2.0f, 0.5f, -1.0f}, {0.1f, 0.2f, 0.3f, 0.4f});
+        return bn;
+    };
+    // The whole batch in one module.
+    auto whole = make();
+    const std::vector<float> y = (*whole)(x).toVector<float>();
+    whole->zeroGradParams();
+    const std::vector<float> dx = whole->backward(dy).toVector<float>();
+    const std::vector<float> dscale = whole->getVar("scale")->grad.toVector<float>();
+    const std::vector<float> dbias = whole->getVar("bias")->grad.toVector<float>();
+
+    // Rows 0-4 and 5-7 in two synchronised modules; each one's output gradient carries
+    // 1 / its share, as a cost's mean over its own rows gives.
+    const int64_t split = 5;
+    TwoThreadSync sync(5.0 / 8.0);
+    BatchNormND::setSync(&sync);
+    std::shared_ptr<BatchNorm2D> part[2] = {make(), make()};
+    std::vector<float> py[2], pdx[2], pscale[2], pbias[2];
+    auto run = [&](int r) {
+        TwoThreadSync::rank = r;
+        const int64_t b = r == 0 ? 0 : split, e = r == 0 ? split : 8;
+        const double w = sync.gradientWeight();
+        Tensor g = rows(dy, b, e);
+        backendOf(g).axpby(static_cast<float>(1.0 / w), g, 0.0f, g);
+        py[r] = (*part[r])(rows(x, b, e)).toVector<float>();
+        part[r]->zeroGradParams();
+        pdx[r] = part[r]->backward(g).toVector<float>();
+        for (float& v : pdx[r]) v = static_cast<float>(v * w);
+        pscale[r] = part[r]->getVar("scale")->grad.toVector<float>();
+        pbias[r] = part[r]->getVar("bias")->grad.toVector<float>();
+        for (float& v : pscale[r]) v = static_cast<float>(v * w);
+        for (float& v : pbias[r]) v = static_cast<float>(v * w);
+    };
+    std::thread other(run, 1);
+    run(0);
+    other.join();
+    BatchNormND::setSync(nullptr);
+    EXPECT_EQ(sync.gathers(), 4); // forward and backward, on both
+
+    const size_t at = static_cast<size_t>(split * 36);
+    for (size_t i = 0; i < y.size(); ++i) {
+        const int r = i < at ? 0 : 1;
+        const size_t j = r == 0 ? i : i - at;
+        ASSERT_NEAR(py[r][j], y[i], 1e-4) << "y " << i;
+        ASSERT_NEAR(pdx[r][j], dx[i], 1e-4) << "dx " << i;
+    }
+    for (size_t c = 0; c < 4; ++c) {
+        EXPECT_NEAR(pscale[0][c] + pscale[1][c], dscale[c], 1e-4) << c;
+        EXPECT_NEAR(pbias[0][c] + pbias[1][c], dbias[c], 1e-4) << c;
+    }
+    // The running statistics are the whole batch's too (its count for the unbiased variance).
+    EXPECT_EQ(part[0]->getAttr("var").toVector<float>(), part[1]->getAttr("var").toVector<float>());
+    const std::vector<float> rv = whole->getAttr("var").toVector<float>(),
+                             pv = part[0]->getAttr("var").toVector<float>();
+    for (size_t c = 0; c < 4; ++c) EXPECT_NEAR(pv[c], rv[c], 1e-4) << c;
 }
 
 } // namespace

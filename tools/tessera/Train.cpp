@@ -72,6 +72,7 @@ struct TrainArgs {
     std::string metrics;
     std::string plot;
     bool checkNumerics = false;
+    bool syncBatchNorm = false;
     std::string checkpoint;
     std::string every; // N or Nsteps, or Nepochs
     int64_t everySteps = 0, everyEpochs = 1;
@@ -178,6 +179,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
     const bool writer = rank == 0; // the rank that saves, checkpoints and writes metrics
     const Device device = parseDevice(a.device);
+    if (a.syncBatchNorm && !comm) {
+        throw UsageError("--sync-bn synchronises batch norm across the processes of mpirun -np N; this is one process");
+    }
     if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "fp16") {
         throw UsageError("--precision: expected fp32, bf16 or fp16, got '" + a.precision + "'");
     }
@@ -249,10 +253,12 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     std::unique_ptr<DataParallel> parallel;
     if (comm) {
         if (!device.isCpu()) throw UsageError("under mpirun, --device must be cpu (GPUs go through NCCL, not built)");
-        parallel = std::make_unique<DataParallel>(*net, *optimizer, comm);
-        std::printf("data parallel: %d ranks over %s, batch %lld per rank, %lld in all; %zu gradient buckets\n", ranks,
-                    comm->describe().c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.batch) * ranks,
-                    parallel->buckets().size());
+        parallel = std::make_unique<DataParallel>(*net, *optimizer, comm,
+                                                  DataParallelOptions{.syncBatchNorm = a.syncBatchNorm});
+        std::printf("data parallel: %d ranks over %s, batch %lld per rank, %lld in all; %zu gradient buckets%s\n",
+                    ranks, comm->describe().c_str(), static_cast<long long>(a.batch),
+                    static_cast<long long>(a.batch) * ranks, parallel->buckets().size(),
+                    a.syncBatchNorm ? "; batch norm synchronised" : "");
     }
     // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can be
     // far off); a smaller last batch keeps the heuristic's choice. Nothing to do on a CPU.
@@ -441,6 +447,8 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_flag("--check-numerics", args->checkNumerics,
                   "check every layer's outputs and gradients for NaN and infinity; stop at the first, naming the "
                   "layer (slower)");
+    cmd->add_flag("--sync-bn", args->syncBatchNorm,
+                  "under mpirun: batch norm uses the statistics of the whole global batch (else each rank's own)");
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--precision", args->precision,
