@@ -202,31 +202,23 @@ void DataParallel::serve() {
         const auto t0 = Clock::now();
         std::exception_ptr error;
         try {
-            if (b == kSyncJob) { // a batch norm's gather (BatchNormLink)
-                Tensor t;
-                {
-                    std::lock_guard<std::mutex> lock(mutex_);
-                    t = syncTensor_;
+            if (b == kSyncJob) { // a batch norm's gather (BatchNormLink), set before it was queued
+                comm_->allReduceSum(syncTensor_);
+            } else {
+                const Tensor slice = grads_.slice(buckets_[b].first, buckets_[b].second);
+                float* p = slice.data<float>();
+                const float w = weight_;
+                if (w != 1.0f) {
+                    for (int64_t i = 0; i < slice.numel(); ++i) p[i] *= w;
                 }
-                comm_->allReduceSum(t);
-                std::lock_guard<std::mutex> lock(mutex_);
-                ++done_;
-                changed_.notify_all();
-                continue;
+                comm_->allReduceSum(slice);
             }
-            const Tensor slice = grads_.slice(buckets_[b].first, buckets_[b].second);
-            float* p = slice.data<float>();
-            const float w = weight_;
-            if (w != 1.0f) {
-                for (int64_t i = 0; i < slice.numel(); ++i) p[i] *= w;
-            }
-            comm_->allReduceSum(slice);
         } catch (...) {
             error = std::current_exception();
         }
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            reduceSeconds_ += secondsSince(t0);
+            if (b != kSyncJob) reduceSeconds_ += secondsSince(t0); // gradients' time only
             if (error && !error_) error_ = error;
             ++done_;
         }

@@ -11,6 +11,7 @@
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
+#include "io/Hdf5.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
@@ -489,6 +490,17 @@ ModulePtr buildModule(const Blueprint& bp, const std::string& where, bool strict
         }
     }
     return mod;
+}
+
+ModulePtr buildModuleFromFile(const std::string& path) {
+    const std::string json = readBlueprint(path); // its errors name the file
+    Blueprint bp;
+    try {
+        bp = blueprintFromJson(json);
+    } catch (const IoError& e) {
+        throw IoError(path + ": " + e.what());
+    }
+    return buildModule(bp);
 }
 
 std::vector<std::string> factoryClassnames() {

@@ -21,6 +21,11 @@ Blueprint blueprintFromJson(const std::string& json);
 /// for keyword arguments); without, it is ignored (blueprint files).
 ModulePtr buildModule(const Blueprint& bp, const std::string& where = {}, bool strictArguments = false);
 
+/// A fresh module (parameters from the global generator, not the file's) built from the
+/// blueprint an HDF5 model file holds (io/Hdf5.h saves one). IoError naming the file when
+/// it has none or it does not parse; loadModel then reads the file's weights into it.
+ModulePtr buildModuleFromFile(const std::string& path);
+
 /// The class names the factory knows.
 std::vector<std::string> factoryClassnames();
 

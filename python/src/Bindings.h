@@ -20,6 +20,14 @@ Tensors toTensors(const py::handle& value);
 /// int32 or float16 tensor and `copy` is false; otherwise copied (blocked layouts made plain,
 /// bfloat16 read as float32). A GPU tensor without `copy` is a TypeError.
 py::array toNumpy(const Tensor& t, bool copy);
+/// True for a list or tuple: a module or cost called with one answers with a list.
+inline bool isList(const py::handle& v) { return py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v); }
+/// Tensors back to Python: one Tensor for one tensor of a call that was not given a list,
+/// else a list.
+inline py::object outputs(const Tensors& out, bool listIn) {
+    if (!listIn && out.size() == 1) return py::cast(out[0]);
+    return py::cast(out);
+}
 /// Shape from a tuple or list of integers.
 Shape toShape(const py::handle& value);
 /// One shape or a list of shapes; `single` says which it was.

@@ -48,14 +48,7 @@ void bindIo(py::module_& m) {
                 py::gil_scoped_release nogil;
                 return importOnnx(path);
             }
-            const std::string json = readBlueprint(path);
-            Blueprint bp;
-            try {
-                bp = blueprintFromJson(json);
-            } catch (const IoError& e) {
-                throw IoError(path + ": " + e.what());
-            }
-            ModulePtr mod = buildModule(bp);
+            ModulePtr mod = buildModuleFromFile(path);
             loadModel(*mod, path);
             return mod;
         },

@@ -52,14 +52,6 @@ ModulePtr build(const std::string& cls, const py::dict& scheme) {
     return buildModule(bp, {}, /*strictArguments=*/true);
 }
 
-bool isList(const py::handle& v) { return py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v); }
-
-// A module's outputs: one Tensor for one output of one input, else a list.
-py::object outputs(const Tensors& out, bool listIn) {
-    if (!listIn && out.size() == 1) return py::cast(out[0]);
-    return py::cast(out);
-}
-
 py::object forward(Module& m, const py::handle& data) {
     Tensors in = toTensors(data);
     Tensors out;

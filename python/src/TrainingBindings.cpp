@@ -18,8 +18,6 @@ namespace tessera::python {
 
 namespace {
 
-bool isList(const py::handle& v) { return py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v); }
-
 // A Python callable as a handler callback. It runs with the GIL taken (the handler runs
 // without it); its exception propagates out of train().
 std::function<void(const BatchInfo&)> callback(const py::object& f) {
@@ -43,8 +41,6 @@ HandlerOptions handlerOptions(int64_t batchsize, bool shuffle, uint64_t seed, bo
         .batchsize = batchsize, .shuffle = shuffle, .seed = seed, .progress = progress, .device = toDevice(device)};
 }
 
-template <class T> std::shared_ptr<T> optimizer(T* o) { return std::shared_ptr<T>(o); }
-
 } // namespace
 
 void bindTraining(py::module_& m) {
@@ -59,8 +55,7 @@ void bindTraining(py::module_& m) {
                     py::gil_scoped_release nogil;
                     r = c(p, t);
                 }
-                py::object grad = !isList(pred) && r.grad.size() == 1 ? py::cast(r.grad[0]) : py::cast(r.grad);
-                return py::make_tuple(r.error, grad);
+                return py::make_tuple(r.error, outputs(r.grad, isList(pred)));
             },
             py::arg("pred"), py::arg("target"),
             "The error of pred against target and its gradient with respect to pred.")
@@ -282,8 +277,7 @@ rule); returns the mean training error. Ctrl-C stops it after the batch in progr
                     py::gil_scoped_release nogil;
                     out = c.calc(d);
                 }
-                if (!isList(data) && out.size() == 1) return py::cast(out[0]);
-                return py::cast(out);
+                return outputs(out, isList(data));
             },
             py::arg("data"), "The network's outputs for every sample, in eval mode.");
 

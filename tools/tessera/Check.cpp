@@ -123,14 +123,7 @@ ModulePtr loadModel(const std::string& model, bool train) {
         if (e.name == model) return loadZooModel(model);
     }
     if (isHdf5File(model)) {
-        const std::string json = readBlueprint(model); // its errors name the file
-        Blueprint bp;
-        try {
-            bp = blueprintFromJson(json);
-        } catch (const IoError& e) {
-            throw IoError(model + ": " + e.what());
-        }
-        ModulePtr m = buildModule(bp);
+        ModulePtr m = buildModuleFromFile(model);
         if (train) tessera::loadModel(*m, model); // fine-tune from the saved weights
         return m;
     }
