@@ -308,6 +308,22 @@ public:
     /// dx (returned, x's layout); dscale and dshift are overwritten.
     virtual Tensor batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
                                      const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) = 0;
+    /// Whether batchNormReluForward/Backward run here: batch norm with a ReLU applied to
+    /// its output inside the same primitive (one pass over memory instead of two, and in
+    /// backward the ReLU's mask applied while the normalisation's gradient is computed).
+    virtual bool fusesBatchNormRelu() const { return false; }
+    /// relu(batchNormForward(...)). Training: `mask` receives what backward needs to apply
+    /// the ReLU's gradient (opaque; kept by the caller until then); otherwise it is left
+    /// undefined. Throws BackendError where fusesBatchNormRelu() is false.
+    virtual Tensor batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                        const Tensor& var, float eps, bool training, Tensor& mask);
+    /// The backward of a training batchNormReluForward, dy being the ReLU's output
+    /// gradient: dx (x's layout) returned, dscale and dshift overwritten.
+    virtual Tensor batchNormReluBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& shift,
+                                         const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
+                                         const Tensor& dscale, const Tensor& dshift);
+    /// The bytes of a training batchNormReluForward's mask for x (0 where not fused).
+    virtual int64_t batchNormReluMaskBytes(const Shape& /*x*/, Layout /*layout*/) { return 0; }
     /// x: [N, C, ...] (any layout) -> y in x's layout; workspace for backward.
     virtual Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) = 0;
     virtual Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) = 0;

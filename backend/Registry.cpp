@@ -22,6 +22,16 @@ void Backend::rnnBackward(const RnnParams&, const RnnWeights&, const Tensor&, co
     throw BackendError("recurrent layers are not implemented on " + device().str() + " yet");
 }
 
+Tensor Backend::batchNormReluForward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float,
+                                     bool, Tensor&) {
+    throw BackendError("batch norm with a fused ReLU is not implemented on " + device().str());
+}
+
+Tensor Backend::batchNormReluBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&, float, const Tensor&, const Tensor&, const Tensor&) {
+    throw BackendError("batch norm with a fused ReLU is not implemented on " + device().str());
+}
+
 Backend& backendFor(Device device) {
     if (device.isCpu()) {
         static CpuBackend cpu;

@@ -1,6 +1,7 @@
 #include "containers/Graph.h"
 
 #include "containers/Executor.h"
+#include "containers/Fusion.h"
 
 #include <unordered_set>
 
@@ -342,6 +343,7 @@ Tensors Graph::updateData(const Tensors& data) {
     options.release = !isTrain();
     options.keep = [this](const Node& n) { return outputIndex_.count(&n) > 0; };
     options.where = [this](const Node& n) { return str() + ": " + pathTo(n) + ": "; };
+    const fusion::Scope fused(fusion::pairsOf(*this));
     exec::forward(
         order_,
         [this, &data](const Node& n) -> std::optional<Tensors> {

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "backend/Backend.h"
+#include "containers/Fusion.h"
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 
@@ -165,6 +166,7 @@ private:
     State forwardSequential(Sequential& s, const Values& ins, bool train) {
         State st;
         for (const Value& v : ins) st.in.push_back(share(v));
+        const fusion::Scope fused(fusion::pairsOf(s));
         Values cur = ins;
         for (const auto& [name, child] : s.namedChildren()) {
             st.kids.push_back(forward(*child, cur, train));
@@ -190,6 +192,7 @@ private:
     }
 
     State forwardGraph(Graph& gr, const Values& ins, bool train) {
+        const fusion::Scope fused(fusion::pairsOf(gr));
         State st;
         for (const Value& v : ins) st.in.push_back(share(v));
         const std::vector<Node*>& order = gr.order();

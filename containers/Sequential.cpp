@@ -1,5 +1,7 @@
 #include "containers/Sequential.h"
 
+#include "containers/Fusion.h"
+
 namespace tessera {
 
 Sequential& Sequential::append(ModulePtr mod) {
@@ -92,6 +94,7 @@ Shapes Sequential::gradShapeFrom(const Shapes& outGradShapes) const {
 Tensors Sequential::updateData(const Tensors& data) {
     planFor(shapesOf(data)); // checked here once; the children run unchecked
     Tensors x = data;
+    const fusion::Scope fused(fusion::pairsOf(*this));
     for (size_t i = 0; i < children_.size(); ++i) {
         try {
             x = children_[i].second->runPlanned(x);

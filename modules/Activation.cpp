@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "modules/BatchNormND.h"
+
 namespace tessera {
 
 namespace {
@@ -63,6 +65,9 @@ void Activation::checkDataShape(const Shapes& inShapes) const { requireCount(inS
 
 Tensors Activation::updateData(const Tensors& data) {
     const Tensor& x = data[0];
+    passedThrough_ = fusedInto_ && fusedInto_->appliedRelu() && params_.kind == ActivationKind::relu;
+    maskedUpstream_ = passedThrough_ && fusedInto_->keptReluMask();
+    if (passedThrough_) return {x}; // relu(relu(v)) = relu(v)
     Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
     backendOf(x).activationForward(params_, x, y);
     return {y};
@@ -70,9 +75,24 @@ Tensors Activation::updateData(const Tensors& data) {
 
 Tensors Activation::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
+    // The batch norm upstream applies the mask in its own backward. Without its mask (an
+    // eval-mode forward) the ordinary backward below is right too: the mask of the input,
+    // relu(v), is v's.
+    if (maskedUpstream_) return {dy};
     Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device(), inData().layout());
     backendOf(dy).activationBackward(params_, inData(), data(), dy, dx);
     return {dx};
+}
+
+MemoryUse Activation::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                                Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (fusedInto_ && fusedInto_->fuseRelu() && params_.kind == ActivationKind::relu &&
+        backendFor(device).fusesBatchNormRelu() && !BatchNormND::sync()) {
+        use.outputViews[0] = 0; // its input, passed through
+        if (train) use.gradViews[0] = 0;
+    }
+    return use;
 }
 
 Blueprint Activation::blueprint() const {

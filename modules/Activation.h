@@ -20,6 +20,8 @@ struct ActivationOptions {
 /// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)), gelu (x * Phi(x), exact erf form),
 /// hardSigmoid (clip(hardSlope * x + hardOffset, 0, 1); ONNX's HardSigmoid), hardSwish
 /// (x * clip(x / 6 + 1/2, 0, 1); ONNX's HardSwish).
+class BatchNormND;
+
 class Activation : public Module {
 public:
     explicit Activation(ActivationKind kind, const ActivationOptions& options = {});
@@ -35,6 +37,17 @@ public:
     /// Every kind but hardSigmoid runs on blocked layouts too.
     bool handlesLayouts() const override { return params_.kind != ActivationKind::hardSigmoid; }
     Blueprint blueprint() const override;
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
+
+    /// Fusion (containers/Fusion.h): a container whose plan feeds this ReLU from `source`
+    /// alone sets it around its forward (nullptr clears it). When `source`'s forward applied
+    /// the ReLU already, this module's forward passes its input through, and its backward
+    /// passes the gradient through where `source` kept the ReLU's mask (it applies it).
+    void setFusedInto(const BatchNormND* source) { fusedInto_ = source; }
+    const BatchNormND* fusedInto() const { return fusedInto_; }
+    /// Whether the last forward passed its input through (fused upstream).
+    bool passedThrough() const { return passedThrough_; }
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -43,6 +56,8 @@ protected:
 private:
     ActivationParams params_;
     ActivationOptions options_;
+    const BatchNormND* fusedInto_ = nullptr;
+    bool passedThrough_ = false, maskedUpstream_ = false;
 };
 
 /// "relu" <-> ActivationKind::relu. fromString throws ModuleError listing names.

@@ -61,12 +61,12 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     const Shape& shape = data[0].shape();
     auto back = [&](const Tensor& y) { return y.shape() == shape ? y : y.reshape(shape); };
     Backend& be = backendOf(x);
-    const Tensor& scale = getVar("scale")->data;
-    const Tensor& bias = getVar("bias")->data;
+    reluMask_ = Tensor();
+    appliedRelu_ = false;
     if (!isTrain()) {
         // Backward now differentiates this eval-mode function, not an earlier train-mode one.
         batchMean_ = batchVar_ = Tensor();
-        return {back(be.batchNormForward(x, scale, bias, getAttr("mean"), getAttr("var"), options_.epsilon, false))};
+        return {back(normalise(be, x, getAttr("mean"), getAttr("var"), false))};
     }
 
     Tensor y;
@@ -77,7 +77,7 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     } else {
         batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
         batchVar_ = Tensor::empty({maps_}, DType::float32, x.device());
-        y = be.batchNormForward(x, scale, bias, batchMean_, batchVar_, options_.epsilon, true);
+        y = normalise(be, x, batchMean_, batchVar_, true);
         globalCount_ = 0;
     }
     const float factor = std::max(options_.initFactor / static_cast<float>(1 + batches_), options_.minFactor);
@@ -85,6 +85,16 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     be.axpby(factor * count / (count - 1.0f), batchVar_, 1.0f - factor, getAttr("var"));
     ++batches_;
     return {back(y)};
+}
+
+Tensor BatchNormND::normalise(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& var, bool training) {
+    const Tensor& scale = getVar("scale")->data;
+    const Tensor& bias = getVar("bias")->data;
+    if (!fuseRelu_ || !be.fusesBatchNormRelu())
+        return be.batchNormForward(x, scale, bias, mean, var, options_.epsilon, training);
+    Tensor y = be.batchNormReluForward(x, scale, bias, mean, var, options_.epsilon, training, reluMask_);
+    appliedRelu_ = true;
+    return y;
 }
 
 // Each process's mean, variance and count of values per channel, gathered, combine into
@@ -177,8 +187,12 @@ Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbia
     dscale = Tensor::empty({maps_}, DType::float32, dy.device());
     dbias = Tensor::empty({maps_}, DType::float32, dy.device());
     const Tensor x = normView(inData());
-    Tensor dx = backendOf(dy).batchNormBackward(x, normView(dy), getVar("scale")->data, batchMean_, batchVar_,
-                                                options_.epsilon, dscale, dbias);
+    Backend& be = backendOf(dy);
+    Tensor dx = reluMask_.defined()
+                    ? be.batchNormReluBackward(x, normView(dy), getVar("scale")->data, getVar("bias")->data, batchMean_,
+                                               batchVar_, options_.epsilon, reluMask_, dscale, dbias)
+                    : be.batchNormBackward(x, normView(dy), getVar("scale")->data, batchMean_, batchVar_,
+                                           options_.epsilon, dscale, dbias);
     if (globalCount_ > 0) { // the forward was synchronised: so is its gradient
         BatchNormSync* sync = BatchNormND::sync();
         if (!sync)
@@ -230,6 +244,10 @@ MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layou
                                  Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
     if (train) use.keptBytes = 2 * maps_ * static_cast<int64_t>(sizeof(float)); // the batch mean and variance
+    Backend& be = backendFor(device);
+    if (train && fuseRelu_ && be.fusesBatchNormRelu() && !sync()) { // and the fused ReLU's mask
+        use.keptBytes += be.batchNormReluMaskBytes(normShape(inShapes[0]), inLayouts[0]);
+    }
     return use;
 }
 

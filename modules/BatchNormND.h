@@ -6,6 +6,8 @@
 
 namespace tessera {
 
+class Backend;
+
 struct BatchNormOptions {
     float epsilon = 1e-5f;
     float initFactor = 1.0f; ///< running averages: factor = max(initFactor / (1 + batches), minFactor)
@@ -62,15 +64,31 @@ public:
     static void setSync(BatchNormSync* sync);
     static BatchNormSync* sync();
 
+    /// Fusion (containers/Fusion.h): a container whose plan puts a ReLU right after this
+    /// module, and nothing else on its output, sets this around its forward. A forward then
+    /// applies the ReLU inside the normalisation where the backend can (not when
+    /// synchronised), and its output is the ReLU's.
+    void setFuseRelu(bool on) { fuseRelu_ = on; }
+    bool fuseRelu() const { return fuseRelu_; }
+    /// Whether the last forward applied a ReLU to its output.
+    bool appliedRelu() const { return appliedRelu_; }
+    /// Whether the last forward kept the ReLU's mask: its backward then takes the ReLU's
+    /// output gradient and applies the mask itself.
+    bool keptReluMask() const { return reluMask_.defined(); }
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     /// One primitive gives the input and parameter gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
-    std::vector<Tensor*> keptTensors() override { return {&batchMean_, &batchVar_}; }
-    /// The tensor as the normalisation sees it, [N, maps, ...] (itself; BatchNorm views
+    std::vector<Tensor*> keptTensors() override { return {&batchMean_, &batchVar_, &reluMask_}; }
+    /// The shape the normalisation sees, [N, maps, ...] (the input's; BatchNorm views
     /// [N, d1, ...] as [N, d1 * ...]).
-    virtual Tensor normView(const Tensor& t) const { return t; }
+    virtual Shape normShape(const Shape& s) const { return s; }
+    Tensor normView(const Tensor& t) const {
+        const Shape s = normShape(t.shape());
+        return s == t.shape() ? t : t.reshape(s);
+    }
 
 private:
     /// dx, dscale and dbias of the last forward, which ran in train mode (else ModuleError).
@@ -85,6 +103,10 @@ private:
     int64_t batches_ = 0;
     Tensor batchMean_, batchVar_; // of the last forward; undefined after an eval-mode one
     double globalCount_ = 0;      // values per channel over all processes, when synchronised
+    bool fuseRelu_ = false, appliedRelu_ = false;
+    Tensor reluMask_; // of the last forward, when it fused a ReLU in train mode
+    /// The forward's normalisation, with the ReLU fused when fuseRelu_ asks and `be` can.
+    Tensor normalise(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& var, bool training);
     /// A synchronised train-mode forward: the global batch's mean and variance (stored as
     /// batchMean_, batchVar_), then the normalisation with them.
     Tensor syncedForward(const Tensor& x, BatchNormSync& sync);
@@ -112,7 +134,7 @@ public:
     bool handlesLayouts() const override { return false; }
 
 protected:
-    Tensor normView(const Tensor& t) const override { return t.reshape({t.shape()[0], maps()}); }
+    Shape normShape(const Shape& s) const override { return Shape({s[0], maps()}); }
 };
 
 /// x: [N, maps, H, W].

@@ -60,8 +60,9 @@
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 
-// containers/: Sequential, Parallel, Node, Graph, the memory plan
+// containers/: Sequential, Parallel, Node, Graph, the memory plan, fusion
 #include "containers/Container.h"
+#include "containers/Fusion.h"
 #include "containers/Graph.h"
 #include "containers/MemoryPlan.h"
 #include "containers/Node.h"

@@ -116,6 +116,13 @@ public:
                             const Tensor& var, float eps, bool training) override;
     Tensor batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
                              const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) override;
+    bool fusesBatchNormRelu() const override { return true; }
+    Tensor batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                const Tensor& var, float eps, bool training, Tensor& mask) override;
+    Tensor batchNormReluBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& shift,
+                                 const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
+                                 const Tensor& dscale, const Tensor& dshift) override;
+    int64_t batchNormReluMaskBytes(const Shape& x, Layout layout) override;
     Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) override;
     Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) override;
     void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) override;

@@ -17,15 +17,19 @@ struct BnEntry {
     dnnl::batch_normalization_forward fwd;
 };
 
-const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training) {
+// `relu`: a ReLU applied to the output inside the primitive (oneDNN's fuse_norm_relu); in
+// training it writes a workspace (the ReLU's mask) for backward.
+const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training, bool relu = false) {
     static PrimitiveCache<BnEntry> cache;
-    std::vector<int64_t> key = {static_cast<int64_t>(layout), keyOf(eps), training};
+    std::vector<int64_t> key = {static_cast<int64_t>(layout), keyOf(eps), training, relu};
     key.insert(key.end(), x.dims().begin(), x.dims().end());
     return cache.get(key, [&] {
         return checkDnnl("batch_normalization_forward", [&] {
-            dnnl::batch_normalization_forward::desc d(
-                training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
-                descIn(x.dims(), layout), eps, training ? kScaleShift : kScaleShift | flags::use_global_stats);
+            flags f = training ? kScaleShift : kScaleShift | flags::use_global_stats;
+            if (relu) f = f | flags::fuse_norm_relu;
+            dnnl::batch_normalization_forward::desc d(training ? dnnl::prop_kind::forward_training
+                                                               : dnnl::prop_kind::forward_inference,
+                                                      descIn(x.dims(), layout), eps, f);
             dnnl::batch_normalization_forward::primitive_desc pd(d, engine());
             return BnEntry{pd, dnnl::batch_normalization_forward(pd)};
         });
@@ -34,58 +38,94 @@ const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training
 
 dnnl::memory vecMem(const Tensor& t) { return memOf(plainDesc({t.numel()}), t); }
 
+// The forward, with the ReLU fused when `mask` is given (training: it receives the
+// workspace).
+Tensor bnRun(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean, const Tensor& var,
+             float eps, bool training, Tensor* mask) {
+    const BnEntry& e = bnForward(x.shape(), x.layout(), eps, training, mask != nullptr);
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, memOf(descOf(x), x)}, {DNNL_ARG_DST, memOf(descOf(y), y)}, {DNNL_ARG_SCALE, vecMem(scale)},
+        {DNNL_ARG_SHIFT, vecMem(shift)},     {DNNL_ARG_MEAN, vecMem(mean)},       {DNNL_ARG_VARIANCE, vecMem(var)}};
+    if (mask && training) {
+        const auto ws = e.pd.workspace_desc();
+        *mask = Tensor::empty({static_cast<int64_t>((ws.get_size() + 3) / 4)}, DType::int32, x.device());
+        args.emplace(DNNL_ARG_WORKSPACE, wrap(ws, mask->raw()));
+    } else if (mask) {
+        *mask = Tensor();
+    }
+    checkDnnl("batch_normalization_forward::execute", [&] { e.fwd.execute(stream(), args); });
+    return y;
+}
+
+// The backward of a training forward; with the fused ReLU's workspace when `mask` is given.
+Tensor bnBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                  const Tensor& var, float eps, const Tensor* mask, const Tensor& dscale, const Tensor& dshift) {
+    struct BwdEntry {
+        dnnl::batch_normalization_backward bwd;
+        Staged diffDst;
+        dnnl::memory::desc workspace;
+    };
+    static PrimitiveCache<BwdEntry> cache;
+    const bool relu = mask != nullptr;
+    std::vector<int64_t> key = {keyOf(eps), relu};
+    appendKey(key, x);
+    const BwdEntry& e = cache.get(key, [&] {
+        const BnEntry& f = bnForward(x.shape(), x.layout(), eps, true, relu);
+        return checkDnnl("batch_normalization_backward", [&] {
+            const auto md = descOf(x);
+            dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, md, md, eps,
+                                                       relu ? kScaleShift | flags::fuse_norm_relu : kScaleShift);
+            dnnl::batch_normalization_backward::primitive_desc pd(d, engine(), f.pd);
+            return BwdEntry{dnnl::batch_normalization_backward(pd), Staged(pd.diff_dst_desc()),
+                            relu ? f.pd.workspace_desc() : dnnl::memory::desc()};
+        });
+    });
+    Tensor dx = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, memOf(descOf(x), x)},
+                                                  {DNNL_ARG_DIFF_DST, e.diffDst.from(dy)},
+                                                  {DNNL_ARG_SCALE, vecMem(scale)},
+                                                  {DNNL_ARG_SHIFT, vecMem(shift)},
+                                                  {DNNL_ARG_MEAN, vecMem(mean)},
+                                                  {DNNL_ARG_VARIANCE, vecMem(var)},
+                                                  {DNNL_ARG_DIFF_SRC, memOf(descOf(dx), dx)},
+                                                  {DNNL_ARG_DIFF_SCALE, vecMem(dscale)},
+                                                  {DNNL_ARG_DIFF_SHIFT, vecMem(dshift)}};
+    if (relu) args.emplace(DNNL_ARG_WORKSPACE, wrap(e.workspace, mask->raw()));
+    checkDnnl("batch_normalization_backward::execute", [&] { e.bwd.execute(stream(), args); });
+    return dx;
+}
+
 } // namespace
 
 // x: [N, C, ...]; scale, shift, mean, var: [C] -> y in x's layout
 Tensor CpuBackend::batchNormForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
                                     const Tensor& var, float eps, bool training) {
-    const BnEntry& e = bnForward(x.shape(), x.layout(), eps, training);
-    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
-    checkDnnl("batch_normalization_forward::execute", [&] {
-        e.fwd.execute(stream(), {{DNNL_ARG_SRC, memOf(descOf(x), x)},
-                                 {DNNL_ARG_DST, memOf(descOf(y), y)},
-                                 {DNNL_ARG_SCALE, vecMem(scale)},
-                                 {DNNL_ARG_SHIFT, vecMem(shift)},
-                                 {DNNL_ARG_MEAN, vecMem(mean)},
-                                 {DNNL_ARG_VARIANCE, vecMem(var)}});
-    });
-    return y;
+    return bnRun(x, scale, shift, mean, var, eps, training, nullptr);
+}
+
+Tensor CpuBackend::batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                        const Tensor& var, float eps, bool training, Tensor& mask) {
+    return bnRun(x, scale, shift, mean, var, eps, training, &mask);
+}
+
+int64_t CpuBackend::batchNormReluMaskBytes(const Shape& x, Layout layout) {
+    const BnEntry& e = bnForward(x, layout, 1e-5f, true, true); // the workspace's size depends on neither eps
+    return static_cast<int64_t>((e.pd.workspace_desc().get_size() + 3) / 4 * 4);
 }
 
 // x, dy: [N, C, ...] -> dx in x's layout; dscale, dshift: [C] overwritten
 Tensor CpuBackend::batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
                                      const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) {
-    struct BwdEntry {
-        dnnl::batch_normalization_backward bwd;
-        Staged diffDst;
-    };
-    static PrimitiveCache<BwdEntry> cache;
-    std::vector<int64_t> key = {keyOf(eps)};
-    appendKey(key, x);
-    const BwdEntry& e = cache.get(key, [&] {
-        const BnEntry& f = bnForward(x.shape(), x.layout(), eps, true);
-        return checkDnnl("batch_normalization_backward", [&] {
-            const auto md = descOf(x);
-            dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, md, md, eps, kScaleShift);
-            dnnl::batch_normalization_backward::primitive_desc pd(d, engine(), f.pd);
-            return BwdEntry{dnnl::batch_normalization_backward(pd), Staged(pd.diff_dst_desc())};
-        });
-    });
-    Tensor dx = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
     // oneDNN 2.6 insists on a shift argument in backward although no gradient depends on
-    // it (it is only read with fused ReLU, not used here); the scale buffer stands in.
-    checkDnnl("batch_normalization_backward::execute", [&] {
-        e.bwd.execute(stream(), {{DNNL_ARG_SRC, memOf(descOf(x), x)},
-                                 {DNNL_ARG_DIFF_DST, e.diffDst.from(dy)},
-                                 {DNNL_ARG_SCALE, vecMem(scale)},
-                                 {DNNL_ARG_SHIFT, vecMem(scale)},
-                                 {DNNL_ARG_MEAN, vecMem(mean)},
-                                 {DNNL_ARG_VARIANCE, vecMem(var)},
-                                 {DNNL_ARG_DIFF_SRC, memOf(descOf(dx), dx)},
-                                 {DNNL_ARG_DIFF_SCALE, vecMem(dscale)},
-                                 {DNNL_ARG_DIFF_SHIFT, vecMem(dshift)}});
-    });
-    return dx;
+    // it (it is only read with fused ReLU); the scale buffer stands in.
+    return bnBackward(x, dy, scale, scale, mean, var, eps, nullptr, dscale, dshift);
+}
+
+Tensor CpuBackend::batchNormReluBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& shift,
+                                         const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
+                                         const Tensor& dscale, const Tensor& dshift) {
+    return bnBackward(x, dy, scale, shift, mean, var, eps, &mask, dscale, dshift);
 }
 
 namespace {

@@ -1,0 +1,54 @@
+#pragma once
+/// \file Fusion: adjacent layers a container runs as one backend call, without changing
+/// what the model computes. One kind today: a batch norm (BatchNorm1D/2D/3D, BatchNorm)
+/// whose only consumer is a ReLU runs the ReLU inside the normalisation, forward and
+/// backward, where the backend can (the CPU's oneDNN primitive; CUDA runs them apart): one
+/// pass over the activations instead of two each way, and the ReLU's output and input
+/// gradient cost no memory.
+///
+/// Graph and Sequential find the pairs among their own children at each forward and set
+/// them up around it (and the memory plan does the same). The results equal the unfused
+/// layers' (the same arithmetic); what differs is what is held: the batch norm's output
+/// *is* the ReLU's (its node's `data` is the ReLU's output), and the ReLU holds its input.
+
+#include <vector>
+
+namespace tessera {
+
+class Activation;
+class BatchNormND;
+class Graph;
+class Sequential;
+
+/// Process-wide switch, on by default; `TESSERA_FUSION=0` in the environment starts it
+/// off. Takes effect at the next forward.
+void setFusion(bool on);
+bool fusionEnabled();
+
+namespace fusion {
+
+struct Pair {
+    BatchNormND* norm;
+    Activation* relu;
+};
+
+/// A batch-norm node whose one consumer is a ReLU node taking it alone, neither module
+/// running in another node and the batch norm not an output of the graph.
+std::vector<Pair> pairsOf(const Graph& graph);
+/// A batch norm directly followed by a ReLU.
+std::vector<Pair> pairsOf(const Sequential& seq);
+
+/// Sets the pairs up for the scope's lifetime (nothing when fusion is off).
+class Scope {
+public:
+    explicit Scope(std::vector<Pair> pairs);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+private:
+    std::vector<Pair> pairs_;
+};
+
+} // namespace fusion
+} // namespace tessera
