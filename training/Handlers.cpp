@@ -185,12 +185,14 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
             for (const Tensor& g : r.grad) backendOf(g).axpby(scale, g, 0.0f, g);
         }
         optimizer_.zeroGradParams();
-        // Accumulate (momentum 1) into the zeroed gradients: a parameter shared by
-        // several modules gets the sum of its uses.
+        // Zeroed first, so a parameter that this backward does not reach has a zero
+        // gradient; the modules then overwrite theirs (momentum 0: a convolution's kernel
+        // writes straight into them) and the containers sum a parameter shared by several
+        // modules over its uses.
         const int64_t samples = x[0].shape()[0];
         if (parallel_) parallel_->beginBackward(samples, globalSamples);
         try {
-            net_.backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
+            net_.backward(r.grad, true, false, 1.0f, 0.0f); // no gradient for the data
         } catch (...) {
             if (parallel_) parallel_->abandonBackward();
             throw;

@@ -508,7 +508,8 @@ void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const
         return;
     }
     // oneDNN overwrites its outputs: with scale 1 and momentum 0 it writes the plain
-    // gradients in place; otherwise into buffers that are then blended in.
+    // gradients in place (blocked ones are reordered into them); otherwise into buffers
+    // that are then blended in.
     const bool direct = scale == 1.0f && momentum == 0.0f;
     auto buffer = [](std::optional<dnnl::memory>& buf, const md& d) {
         if (!buf) buf = checkDnnl("memory", [&] { return dnnl::memory(d, engine()); });
@@ -528,7 +529,9 @@ void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const
         {DNNL_ARG_DIFF_WEIGHTS, diffW}};
     if (db.defined()) args[DNNL_ARG_DIFF_BIAS] = diffB;
     checkDnnl("convolution_backward_weights::execute", [&] { e.bwdWeights.execute(stream(), args); });
-    if (diffW.get_data_handle() != dw.raw()) {
+    if (diffW.get_data_handle() != dw.raw() && direct) { // blocked: reordered straight into dw
+        e.diffWToPlain.into(diffW, memOf(e.plainW, dw));
+    } else if (diffW.get_data_handle() != dw.raw()) {
         dnnl::memory plain = e.diffWToPlain.from(diffW);
         axpbyRaw(scale, static_cast<const float*>(plain.get_data_handle()), momentum, dw.data<float>(), dw.numel());
     }

@@ -57,6 +57,7 @@ public:
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
 
     void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
+    void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
     void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
     void binaryBroadcast(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) override;
     void sumTo(const Tensor& x, float alpha, const Tensor& y) override;

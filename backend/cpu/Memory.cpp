@@ -209,6 +209,22 @@ void CpuBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y
     for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i] + beta * py[i];
 }
 
+// One pass where the three share a layout (a residual sum, gradients summed at a fork).
+void CpuBackend::axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+    requireSameNumel("axpbyz", x, z);
+    requireSameNumel("axpbyz", y, z);
+    if (x.layout() != z.layout() || y.layout() != z.layout() || x.nbytes() != z.nbytes() || y.nbytes() != z.nbytes()) {
+        Backend::axpbyz(alpha, x, beta, y, z);
+        return;
+    }
+    const float* px = x.storageData<float>();
+    const float* py = y.storageData<float>();
+    float* pz = z.storageData<float>();
+    const auto n = static_cast<int64_t>(z.nbytes() / sizeof(float));
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) pz[i] = alpha * px[i] + beta * py[i];
+}
+
 // x, y: same numel -> y = a * x + b
 void CpuBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
     requireSameNumel("affine", x, y);

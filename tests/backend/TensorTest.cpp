@@ -233,5 +233,20 @@ TEST(TensorLayout, AxpbyAcrossLayoutsReordersTheSource) {
     for (size_t i = 0; i < got.size(); ++i) ASSERT_FLOAT_EQ(got[i], 2.0f * xs[i] + 1.0f);
 }
 
+TEST(TensorLayout, AxpbyzInOneLayoutOrAcrossLayouts) {
+    const Tensor x = iota({2, 20, 2, 2});
+    const Tensor y = Tensor::full({2, 20, 2, 2}, 1.5f);
+    const auto xs = x.toVector<float>(), ys = y.toVector<float>();
+    // All plain, all blocked (the padded channels included), and mixed (reordered first).
+    const std::pair<Layout, Layout> cases[] = {
+        {Layout::plain, Layout::plain}, {Layout::blocked16, Layout::blocked16}, {Layout::plain, Layout::blocked16}};
+    for (const auto& [in, out] : cases) {
+        const Tensor z = Tensor::empty(x.shape(), DType::float32, {}, out);
+        backendOf(z).axpbyz(2.0f, x.toLayout(in), -0.5f, y.toLayout(out), z);
+        const auto got = z.toVector<float>();
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_FLOAT_EQ(got[i], 2.0f * xs[i] - 0.5f * ys[i]) << i;
+    }
+}
+
 } // namespace
 } // namespace tessera

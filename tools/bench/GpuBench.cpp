@@ -76,7 +76,7 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
         Tensor out = (*net)(x);
         CostResult r = cost(out, y);
         sgd.zeroGradParams();
-        net->backward(r.grad, true, false, 1.0f, 1.0f);
+        net->backward(r.grad, true, false, 1.0f, 0.0f);
         sgd.update();
         backendFor(dev).synchronize();
     };

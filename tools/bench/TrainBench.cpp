@@ -66,7 +66,7 @@ void BM_TrainStep(benchmark::State& state, std::string model, DType compute, boo
         Tensor out = (*net)(x);
         CostResult r = cost(out, y);
         sgd.zeroGradParams();
-        net->backward(r.grad, true, false, 1.0f, 1.0f); // no gradient for the data
+        net->backward(r.grad, true, false, 1.0f, 0.0f); // no gradient for the data
         sgd.update();
     };
     // Warm-up, untimed: primitives are built and JIT-compiled on first use (the PyTorch
