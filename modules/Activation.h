@@ -6,6 +6,8 @@
 
 namespace tessera {
 
+class BatchNormND;
+
 struct ActivationOptions {
     float slope = 0.01f;           ///< leakyRelu: y = slope * x for x < 0
     float alpha = 1.0f;            ///< elu: y = alpha * (exp(x) - 1) for x < 0
@@ -20,8 +22,6 @@ struct ActivationOptions {
 /// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)), gelu (x * Phi(x), exact erf form),
 /// hardSigmoid (clip(hardSlope * x + hardOffset, 0, 1); ONNX's HardSigmoid), hardSwish
 /// (x * clip(x / 6 + 1/2, 0, 1); ONNX's HardSwish).
-class BatchNormND;
-
 class Activation : public Module {
 public:
     explicit Activation(ActivationKind kind, const ActivationOptions& options = {});

@@ -1,6 +1,7 @@
 // Modules, containers and graph nodes.
 #include "Bindings.h"
 #include "backend/Errors.h"
+#include "containers/Fusion.h"
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
@@ -279,6 +280,9 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
         },
         py::arg("maxpool"), py::arg("name"));
     m.def("factoryClassnames", &factoryClassnames, "The layer classes Module(classname, ...) builds.");
+    m.def("setFusion", &setFusion, py::arg("on"),
+          "Process-wide: fuse a batch norm with the ReLU that alone consumes it (on by default; the same results).");
+    m.def("fusionEnabled", &fusionEnabled);
 
     py::class_<Container, Module, std::shared_ptr<Container>>(m, "Container")
         .def("__len__", &Container::size)

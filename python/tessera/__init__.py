@@ -27,7 +27,7 @@ from ._tessera import (
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, fashionMnistDir, importOnnx, loadMnist,
-    loadModelFile, loadZooModel, setCheckNumerics, zooModels,
+    fusionEnabled, loadModelFile, loadZooModel, setCheckNumerics, setFusion, zooModels,
     # data sets, transforms, loader; checkpoints
     Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, idxDataset, imageFolder,
     npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint,
@@ -98,6 +98,8 @@ __all__ = [
     "loadModelFile",
     "loadZooModel",
     "setCheckNumerics",
+    "setFusion",
+    "fusionEnabled",
     "zooModels",
     "Dataset",
     "Loader",

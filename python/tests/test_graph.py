@@ -83,3 +83,30 @@ def test_shape_errors_carry_the_path():
     seq = ts.Sequential("mlp").append(ts.Linear(8, 4, name="fc1")).append(ts.Linear(5, 2, name="fc2"))
     with pytest.raises(ts.ShapeError, match="fc1 -> fc2"):
         seq.dataShapeFrom((1, 8))
+
+
+def test_batch_norm_relu_fusion_gives_the_unfused_results():
+    ts.manualSeed(4)
+    x = ts.Identity(name="x").node()
+    conv = ts.Conv2D(3, 6, 3, pad=1, name="conv").node(x)
+    bn = ts.BatchNorm2D(6, name="bn").node(conv)
+    relu = ts.Activation("relu", name="relu").node(bn)
+    net = ts.Graph(inputs=x, outputs=relu)
+    net["bn"].namedParams()["bias"].data.numpy()[:] = np.linspace(-0.5, 0.5, 6, dtype=np.float32)
+    rng = np.random.default_rng(1)
+    xin = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    dy = rng.standard_normal((4, 6, 5, 5)).astype(np.float32)
+    results = []
+    try:
+        for on in (True, False):
+            ts.setFusion(on)
+            assert ts.fusionEnabled() == on
+            y = net(xin).numpy().copy()
+            dx = net.backward(dy).numpy().copy()
+            dw = net["conv"].namedParams()["W"].grad.numpy().copy()
+            results.append((y, dx, dw))
+    finally:
+        ts.setFusion(True)
+    assert (results[1][0] == 0).any()  # the ReLU cut something
+    for fused, plain in zip(results[0], results[1]):
+        np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
