@@ -28,6 +28,21 @@ BlueprintValue valueOf(const json& v, const std::string& key) {
     throw IoError("scheme argument '" + key + "' has an unsupported type (" + v.type_name() + ")");
 }
 
+// A parent's slots: integers (a number too large for one, such as 1e40, is refused rather
+// than converted).
+std::vector<int64_t> slotsOf(const json& s, const std::string& node) {
+    if (!s.is_array()) throw IoError("node '" + node + "': a parent's slots must be a list");
+    std::vector<int64_t> slots;
+    for (const json& e : s) {
+        if (!e.is_number_integer()) {
+            throw IoError("node '" + node + "': slots must be integers, got a " + e.type_name() +
+                          (e.is_number_float() ? " (or an integer out of range)" : ""));
+        }
+        slots.push_back(e.get<int64_t>());
+    }
+    return slots;
+}
+
 // Deeper is refused: no real model nests containers this far, and every layer of nesting
 // costs stack in the builders that follow.
 constexpr int kMaxDepth = 1000;
@@ -56,7 +71,7 @@ Blueprint fromJson(const json& j, int depth) {
                 if (!p.is_array() || p.size() != 2) {
                     throw IoError("node '" + nb.name + "': a parent is [name, [slots]]");
                 }
-                nb.parents.emplace_back(p[0].get<std::string>(), p[1].get<std::vector<int64_t>>());
+                nb.parents.emplace_back(p[0].get<std::string>(), slotsOf(p[1], nb.name));
             }
             if (n.contains("sameModuleAs")) nb.sameModuleAs = n["sameModuleAs"].get<std::string>();
             bp.nodes.push_back(std::move(nb));

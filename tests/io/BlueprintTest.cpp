@@ -325,6 +325,13 @@ TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {
         std::string::npos);
     // A JSON syntax error says where in the text.
     EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": "); }).find("blueprint JSON"), std::string::npos);
+    // A slot too large for an integer (JSON reads it as a float) is refused, not converted.
+    for (const char* slot : {"166666666666666666666666666666666", "1.5"}) {
+        const std::string text = std::string(R"({"classname": "Graph", "modules": [{"classname": "Identity"}], )") +
+                                 R"("nodes": [{"name": "a", "parents": [["b", [)" + slot + "]]]}]}";
+        EXPECT_NE(errorOf([&] { blueprintFromJson(text); }).find("node 'a': slots must be integers"), std::string::npos)
+            << slot;
+    }
 }
 
 // Sequentials nested 20,000 deep (which once overflowed the stack) are refused while
