@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -91,22 +93,44 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
         auto mismatch = [&](const std::string& what, const std::string& saved, const std::string& now) {
             throw ModuleError("checkpoint " + path + ": saved with " + what + " " + saved + ", resumed with " + now);
         };
+        // Numbers as the types they are read into: a float where an integer belongs (JSON
+        // reads 1e40, or a 30-digit integer, as one) or a float beyond float's range is
+        // refused, not converted (the conversion would be undefined).
+        auto shown = [](const json& j) {
+            const std::string d = j.dump();
+            return d.size() > 40 ? d.substr(0, 40) + "..." : d;
+        };
+        auto integer = [&](const json& j) {
+            if (!j.is_number_integer()) throw IoError("checkpoint " + path + ": expected an integer, got " + shown(j));
+            return j.get<int64_t>();
+        };
+        auto natural = [&](const json& j) {
+            if (!j.is_number_unsigned() && !(j.is_number_integer() && j.get<int64_t>() >= 0))
+                throw IoError("checkpoint " + path + ": expected an integer >= 0, got " + shown(j));
+            return j.get<uint64_t>();
+        };
+        auto single = [&](const json& j) {
+            const double d = j.get<double>();
+            if (std::isfinite(d) && std::abs(d) > std::numeric_limits<float>::max())
+                throw IoError("checkpoint " + path + ": " + shown(j) + " is beyond float's range");
+            return static_cast<float>(d);
+        };
         const HandlerOptions& opts = trainer.options();
-        if (t.at("batchsize").get<int64_t>() != opts.batchsize)
+        if (integer(t.at("batchsize")) != opts.batchsize)
             mismatch("batch size", t.at("batchsize").dump(), std::to_string(opts.batchsize));
-        if (t.at("seed").get<uint64_t>() != opts.seed) mismatch("seed", t.at("seed").dump(), std::to_string(opts.seed));
+        if (natural(t.at("seed")) != opts.seed) mismatch("seed", t.at("seed").dump(), std::to_string(opts.seed));
         if (t.at("shuffle").get<bool>() != opts.shuffle)
             mismatch("shuffle", t.at("shuffle").dump(), opts.shuffle ? "true" : "false");
         if (o.at("class").get<std::string>() != optimizer.classname())
             mismatch("optimizer", o.at("class").get<std::string>(), optimizer.classname());
-        pos = {t.at("epoch").get<int64_t>(), t.at("batch").get<int64_t>(), t.at("errorSum").get<double>(),
-               t.at("errorSamples").get<int64_t>()};
-        st.steps = o.at("steps").get<int64_t>();
-        st.lossScale = o.at("lossScale").get<float>();
-        st.cleanSteps = o.at("cleanSteps").get<int64_t>();
-        st.skippedSteps = o.at("skippedSteps").get<int64_t>();
-        genSeed = r.at("generator").at("seed").get<uint64_t>();
-        genOffset = r.at("generator").at("offset").get<uint64_t>();
+        pos = {integer(t.at("epoch")), integer(t.at("batch")), t.at("errorSum").get<double>(),
+               integer(t.at("errorSamples"))};
+        st.steps = integer(o.at("steps"));
+        st.lossScale = single(o.at("lossScale"));
+        st.cleanSteps = integer(o.at("cleanSteps"));
+        st.skippedSteps = integer(o.at("skippedSteps"));
+        genSeed = natural(r.at("generator").at("seed"));
+        genOffset = natural(r.at("generator").at("offset"));
         std::vector<std::pair<std::string, Generator*>> gens;
         randomStreams(net, "", gens);
         const json& saved = r.at("streams");
@@ -120,8 +144,7 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
                                   saved[i].at("module").get<std::string>() + "' saved where the model has '" +
                                   gens[i].first + "'");
             }
-            streams.emplace_back(gens[i].second, saved[i].at("seed").get<uint64_t>(),
-                                 saved[i].at("offset").get<uint64_t>());
+            streams.emplace_back(gens[i].second, natural(saved[i].at("seed")), natural(saved[i].at("offset")));
         }
         std::vector<std::pair<std::string, int64_t*>> cs;
         counters(net, "", cs);
@@ -133,7 +156,7 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
         for (const auto& [where, c] : cs) {
             if (!savedCounters.contains(where))
                 throw ModuleError("checkpoint " + path + ": no counter '" + where + "'");
-            counterValues.emplace_back(c, savedCounters.at(where).get<int64_t>());
+            counterValues.emplace_back(c, integer(savedCounters.at(where)));
         }
     } catch (const json::exception& e) {
         throw IoError("checkpoint " + path + ": unreadable record: " + e.what());

@@ -206,6 +206,26 @@ TEST(Checkpoint, MismatchesAreClearErrors) {
     const std::vector<float> before = weights(*wide);
     EXPECT_FALSE(errorOf([&] { loadCheckpoint(path, *wide, a4, t4); }).empty());
     EXPECT_TRUE(bitEqual(weights(*wide), before));
+    // A record whose numbers do not fit their types (hand-edited, or damaged): an IoError
+    // naming the file, nothing converted out of range.
+    const std::string record = loadExtras(path).record;
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"\"batchsize\":32", "\"batchsize\":1e40"},
+             {"\"batchsize\":32", "\"batchsize\":166666666666666666666666666666666"},
+             {"\"steps\":0", "\"steps\":2.5"},
+             {"\"lossScale\":1.0", "\"lossScale\":1e300"}}) {
+        const size_t at = record.find(from);
+        ASSERT_NE(at, std::string::npos) << from << " in " << record;
+        FileExtras extras = loadExtras(path);
+        extras.record = std::string(record).replace(at, from.size(), to);
+        const std::string bad = ::testing::TempDir() + "tessera_checkpoint_bad.h5";
+        saveModel(*net, bad, SaveOptions{}, extras);
+        const std::string e = errorOf([&] { loadCheckpoint(bad, *net, adam, trainer); });
+        EXPECT_NE(e.find("checkpoint " + bad), std::string::npos) << to << ": " << e;
+        EXPECT_TRUE(e.find("expected an integer") != std::string::npos || e.find("beyond float") != std::string::npos)
+            << to << ": " << e;
+        std::filesystem::remove(bad);
+    }
     std::filesystem::remove(path);
     std::filesystem::remove(model);
 }
