@@ -87,8 +87,7 @@ Tensors Activation::updateGrad(const Tensors& grad) {
 MemoryUse Activation::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                 Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    if (fusedInto_ && fusedInto_->fuseRelu() && params_.kind == ActivationKind::relu &&
-        backendFor(device).fusesBatchNormRelu() && !BatchNormND::sync()) {
+    if (fusedInto_ && fusedInto_->fusesReluOn(device) && params_.kind == ActivationKind::relu) {
         use.outputViews[0] = 0; // its input, passed through
         if (train) use.gradViews[0] = 0;
     }

@@ -244,11 +244,14 @@ MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layou
                                  Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
     if (train) use.keptBytes = 2 * maps_ * static_cast<int64_t>(sizeof(float)); // the batch mean and variance
-    Backend& be = backendFor(device);
-    if (train && fuseRelu_ && be.fusesBatchNormRelu() && !sync()) { // and the fused ReLU's mask
-        use.keptBytes += be.batchNormReluMaskBytes(normShape(inShapes[0]), inLayouts[0]);
+    if (train && fusesReluOn(device)) {                                         // and the fused ReLU's mask
+        use.keptBytes += backendFor(device).batchNormReluMaskBytes(normShape(inShapes[0]), inLayouts[0]);
     }
     return use;
+}
+
+bool BatchNormND::fusesReluOn(Device device) const {
+    return fuseRelu_ && !sync() && backendFor(device).fusesBatchNormRelu();
 }
 
 } // namespace tessera

@@ -70,6 +70,9 @@ public:
     /// synchronised), and its output is the ReLU's.
     void setFuseRelu(bool on) { fuseRelu_ = on; }
     bool fuseRelu() const { return fuseRelu_; }
+    /// Whether a forward on `device` would apply the ReLU now (for plans: the setting is on,
+    /// the backend fuses, and statistics are not synchronised).
+    bool fusesReluOn(Device device) const;
     /// Whether the last forward applied a ReLU to its output.
     bool appliedRelu() const { return appliedRelu_; }
     /// Whether the last forward kept the ReLU's mask: its backward then takes the ReLU's
