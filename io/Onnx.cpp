@@ -580,6 +580,28 @@ private:
         return *c;
     }
 
+    // The values of input k, a constant of integers.
+    const std::vector<int64_t>& requireInts(const onnx::NodeProto& n, int k, const char* what) {
+        const Constant& c = requireConstant(n, k, what);
+        if (!c.isInt)
+            throw Unsupported{std::string(what) + " must be integers; input " + std::to_string(k) + " is not"};
+        return c.ints;
+    }
+
+    // The one value of input k, a constant holding exactly one number (a scalar or a
+    // one-element tensor, integer or floating).
+    float requireScalar(const onnx::NodeProto& n, int k, const char* what) {
+        const Constant& c = requireConstant(n, k, what);
+        if (c.isInt && c.ints.size() == 1) return static_cast<float>(c.ints[0]);
+        if (!c.isInt && c.tensor.defined() && c.tensor.numel() == 1) return c.tensor.toVector<float>()[0];
+        const int64_t count = c.isInt              ? static_cast<int64_t>(c.ints.size())
+                              : c.tensor.defined() ? c.tensor.numel()
+                                                   : -1;
+        throw Unsupported{
+            std::string(what) + " must hold one value; it holds " +
+            (count < 0 ? std::string("values of a shape known only at run time") : std::to_string(count))};
+    }
+
     void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents) {
         inferShapes(n, *module, parents);
         NodePtr nd = node(std::move(module), parents, nodeName(n.name().empty() ? n.output(0) : n.name()));
@@ -830,7 +852,7 @@ private:
         if (op == "Split") {
             a.only({"axis", "split"});
             std::vector<int64_t> sizes = a.ints("split");
-            if (n.input_size() > 1 && !n.input(1).empty()) sizes = requireConstant(n, 1, "the split sizes").ints;
+            if (n.input_size() > 1 && !n.input(1).empty()) sizes = requireInts(n, 1, "the split sizes");
             if (sizes.empty()) throw Unsupported{"equal splits without sizes are not supported (give split)"};
             if (static_cast<int>(sizes.size()) != n.output_size())
                 throw Unsupported{"split sizes do not match the outputs"};
@@ -1183,7 +1205,11 @@ private:
         }
         if (op == "Unsqueeze" || op == "Squeeze") {
             std::vector<int64_t> axes = a.ints("axes");
-            if (n.input_size() > 1 && !n.input(1).empty()) axes = constants_.at(n.input(1)).ints;
+            if (n.input_size() > 1 && !n.input(1).empty()) {
+                const Constant& given = constants_.at(n.input(1));
+                if (!given.isInt) return false;
+                axes = given.ints;
+            }
             Constant c = x;
             if (op == "Unsqueeze") {
                 const auto rank = static_cast<int64_t>(x.dims.size() + axes.size());
@@ -1216,10 +1242,16 @@ private:
             c.dims = {static_cast<int64_t>(c.ints.size())};
             return setConstant(n.output(0), std::move(c));
         }
-        if (op == "Slice" && x.dims.size() == 1 && n.input_size() >= 3) {
+        if (op == "Slice" && x.isInt && x.dims.size() == 1 && n.input_size() >= 3) {
             const auto len = static_cast<int64_t>(x.ints.size());
+            // Each of starts, ends, axes and steps must be one integer here (else not folded).
+            for (int k = 1; k < std::min(n.input_size(), 5); ++k) {
+                if (n.input(k).empty()) continue;
+                const Constant& v = constants_.at(n.input(k));
+                if (!v.isInt || v.ints.size() != 1) return false;
+            }
             auto at = [&](int k, int64_t fallback) {
-                return n.input_size() > k && !n.input(k).empty() ? constants_.at(n.input(k)).ints.at(0) : fallback;
+                return n.input_size() > k && !n.input(k).empty() ? constants_.at(n.input(k)).ints[0] : fallback;
             };
             if (at(4, 1) != 1 || (n.input_size() > 3 && !n.input(3).empty() && at(3, 0) != 0)) return false;
             auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + len : i, int64_t{0}, len); };
@@ -1278,10 +1310,14 @@ private:
                 const Constant c = constantOf(v->t(), "ConstantOfShape's value");
                 if (c.isInt || !c.tensor.defined()) return false;
                 values = c.tensor.toVector<float>();
+                if (values.size() != 1) {
+                    throw Unsupported{"ConstantOfShape's value must hold one value; it holds " +
+                                      std::to_string(values.size())};
+                }
             } else {
                 values = {0.0f};
             }
-            value = values.at(0);
+            value = values[0];
         }
         bool allZero = true;
         for (float v : values) allZero = allZero && v == 0.0f;
@@ -1521,10 +1557,10 @@ private:
             axes = a.ints("axes");
         } else {
             a.only({});
-            starts = requireConstant(n, 1, "the starts").ints;
-            ends = requireConstant(n, 2, "the ends").ints;
-            if (n.input_size() > 3 && !n.input(3).empty()) axes = requireConstant(n, 3, "the axes").ints;
-            if (n.input_size() > 4 && !n.input(4).empty()) steps = requireConstant(n, 4, "the steps").ints;
+            starts = requireInts(n, 1, "the starts");
+            ends = requireInts(n, 2, "the ends");
+            if (n.input_size() > 3 && !n.input(3).empty()) axes = requireInts(n, 3, "the axes");
+            if (n.input_size() > 4 && !n.input(4).empty()) steps = requireInts(n, 4, "the steps");
         }
         if (axes.empty()) {
             for (size_t d = 0; d < starts.size(); ++d) axes.push_back(static_cast<int64_t>(d));
@@ -1561,7 +1597,7 @@ private:
         requireInputsImported(n);
         if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
         std::vector<int64_t> axes = a.ints("axes");
-        if (n.input_size() > 1 && !n.input(1).empty()) axes = requireConstant(n, 1, "the axes").ints;
+        if (n.input_size() > 1 && !n.input(1).empty()) axes = requireInts(n, 1, "the axes");
         const bool keep = a.i("keepdims", 1) != 0;
         const int64_t rank = rankOf(n, 0);
         std::vector<int64_t> resolved;
@@ -1614,9 +1650,8 @@ private:
             throw Unsupported{"mode " + mode + " (constant and reflect are supported)"};
         std::vector<int64_t> pads = a.ints("pads");
         float value = a.f("value", 0.0f);
-        if (n.input_size() > 1 && !n.input(1).empty()) pads = requireConstant(n, 1, "the pads").ints;
-        if (n.input_size() > 2 && !n.input(2).empty())
-            value = requireConstant(n, 2, "the constant value").tensor.toVector<float>().at(0);
+        if (n.input_size() > 1 && !n.input(1).empty()) pads = requireInts(n, 1, "the pads");
+        if (n.input_size() > 2 && !n.input(2).empty()) value = requireScalar(n, 2, "the constant value");
         if (n.input_size() > 3 && !n.input(3).empty()) throw Unsupported{"the axes input is not supported"};
         const size_t rank = pads.size() / 2;
         if (rank < 3 || rank > 4 || pads.size() % 2)
@@ -1696,8 +1731,7 @@ private:
         onlyOutputs(n, 1);
         float ratio = a.f("ratio", 0.5f);
         if (n.input_size() > 1 && !n.input(1).empty()) {
-            const Constant& r = requireConstant(n, 1, "the ratio");
-            ratio = r.tensor.toVector<float>().at(0);
+            ratio = requireScalar(n, 1, "the ratio");
         }
         if (n.input_size() > 2 && !n.input(2).empty()) {
             throw Unsupported{"the training_mode input is not supported (Tessera's mode decides)"};
@@ -1709,8 +1743,8 @@ private:
         a.only({"min", "max"});
         float lo = a.f("min", -std::numeric_limits<float>::max());
         float hi = a.f("max", std::numeric_limits<float>::max());
-        if (n.input_size() > 1 && !n.input(1).empty()) lo = requireConstant(n, 1, "min").tensor.toVector<float>().at(0);
-        if (n.input_size() > 2 && !n.input(2).empty()) hi = requireConstant(n, 2, "max").tensor.toVector<float>().at(0);
+        if (n.input_size() > 1 && !n.input(1).empty()) lo = requireScalar(n, 1, "min");
+        if (n.input_size() > 2 && !n.input(2).empty()) hi = requireScalar(n, 2, "max");
         return define(n, std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi}),
                       dataInputs(n, 1));
     }

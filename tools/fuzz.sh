@@ -9,6 +9,10 @@
 #   TESSERA_FUZZ_RUNS=n         each stops after n executions, if that comes before SECONDS
 #   TESSERA_FUZZ_READERS="hdf5 hdf5"  a reader named twice runs twice side by side, both
 #                               growing its one corpus (a long run of a slow reader on two cores)
+#   TESSERA_FUZZ_SEED=n         libFuzzer's random seed (a second instance of a reader n+1, ...):
+#                               a run from a clean build-fuzz then repeats the same mutations
+#                               (CI sets it, so that what passed on a clean clone passes again;
+#                               unset, each run draws its own seed and explores anew)
 #
 # Each starts from the seed corpus fuzz_seeds writes plus the kept findings under
 # tests/data/fuzz/<reader>/, and grows its corpus in build-fuzz/corpus/<reader>/ (kept
@@ -61,6 +65,7 @@ run_one() {
   # Blueprints: small inputs keep it fast (the kept 78 KB nesting case is read whole when replayed).
   [[ $r == blueprint ]] && extra=(-max_len=4096)
   [[ -n ${TESSERA_FUZZ_RUNS:-} ]] && extra+=(-runs="$TESSERA_FUZZ_RUNS")
+  [[ -n ${TESSERA_FUZZ_SEED:-} ]] && extra+=(-seed=$((TESSERA_FUZZ_SEED + ${instance:-1} - 1)))
   "$build/tools/fuzz/fuzz_$r" "${dirs[@]}" "${extra[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -malloc_limit_mb=2048 -artifact_prefix="$findings/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
   local execs found elapsed=$((SECONDS - start))

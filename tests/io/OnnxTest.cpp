@@ -280,6 +280,29 @@ TEST(Onnx, ShapeInferenceCrashIsAnErrorAndTheNextImportWorks) {
     }
 }
 
+// Constant inputs of the wrong kind (kept fuzz findings: an empty Clip bound, a float
+// Slice start of a shape...) are errors naming the node and what its input should hold.
+TEST(Onnx, BadConstantInputsAreErrorsNamingTheNode) {
+    const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/data/fuzz/onnx/";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"clip-min-of-no-values.onnx", "(Clip): min must hold one value; it holds 0"},
+        {"dropout-ratio-of-no-values.onnx", "(Dropout): the ratio must hold one value; it holds 0"},
+        {"pad-value-of-no-values.onnx", "(Pad): the constant value must hold one value; it holds 0"},
+        {"slice-of-a-shape-by-float-start.onnx", "(Slice): the starts must be integers; input 1 is not"},
+        {"constant-of-shape-value-of-no-values.onnx", "(ConstantOfShape): ConstantOfShape's value must hold one value"},
+    };
+    for (const auto& [file, message] : cases) {
+        try {
+            importOnnx(dir + file);
+            ADD_FAILURE() << file << " imported";
+        } catch (const IoError& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find(file), std::string::npos) << what;
+            EXPECT_NE(what.find(message), std::string::npos) << what;
+        }
+    }
+}
+
 // Every unsupported node is listed, not only the first; nodes that only miss an input from
 // one of them are counted.
 TEST(Onnx, EveryUnsupportedNodeIsListed) {
