@@ -2,6 +2,11 @@
 // through oneDNN's matmul in bfloat16 (AMX or AVX-512 BF16 where the CPU has them; the
 // float32 operands are reordered into bfloat16 on the way in; emulated in float32 on CPUs
 // without bfloat16 kernels); the row reductions Linear needs around it.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 #include "backend/cpu/OpenBlas.h"
@@ -19,42 +24,101 @@ using md = dnnl::memory::desc;
 
 // A bfloat16 matmul C <- alpha op(A) op(B) + beta C: bfloat16 operands (reordered from the
 // float32 ones, transposes read through strides), float32 result.
+//
+// B (a Linear's weights) is converted on every call, and at a small M (a batch) the
+// conversion costs as much as the product: into oneDNN's blocked layout it is a reorder
+// that runs several times slower from a transposed source with a power-of-two stride
+// (W^T of a 1024x1024 Linear: 0.8 ms against 0.08 ms for a plain conversion, Zen 5),
+// while the matmul on plain bfloat16 weights (their own strides; oneDNN packs them
+// inside) runs up to 15% slower than on blocked ones. Which wins depends on the shape
+// and the CPU, so a new entry times both (conversion and product, on scratch buffers)
+// and keeps the faster. Both give the same bits: the kernel packs plain weights into the
+// same blocks.
 struct MatmulEntry {
     dnnl::matmul prim;
     md userA, userB, c;
     Staged a, b;
 };
 
+dnnl::primitive_attr attrOf(float alpha, float beta) {
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+        dnnl::post_ops ops;
+        ops.append_sum(beta);
+        attr.set_post_ops(ops);
+    }
+    return attr;
+}
+
+// Milliseconds of one call of `run` (after one untimed): the best of three.
+template <class F> double bestOf3(F&& run) {
+    run();
+    double best = 1e30;
+    for (int k = 0; k < 3; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run();
+        checkDnnl("stream::wait", [&] { stream().wait(); });
+        best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+}
+
+std::atomic<GemmWeightsLayout>& weightsLayout() {
+    static std::atomic<GemmWeightsLayout> layout{GemmWeightsLayout::automatic};
+    return layout;
+}
+
 const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
     static PrimitiveCache<MatmulEntry> cache;
-    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta)}, [&] {
+    const GemmWeightsLayout layout = weightsLayout().load();
+    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), static_cast<int64_t>(layout)}, [&] {
         return checkDnnl("matmul (bfloat16)", [&] {
             using dt = dnnl::memory::data_type;
             using tag = dnnl::memory::format_tag;
-            MatmulEntry e;
-            e.userA = md({M, K}, dt::f32, transA ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
-            e.userB = md({K, N}, dt::f32, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
-            e.c = md({M, N}, dt::f32, tag::ab);
-            dnnl::primitive_attr attr;
-            if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-            if (beta != 0.0f) {
-                dnnl::post_ops ops;
-                ops.append_sum(beta);
-                attr.set_post_ops(ops);
-            }
             const dt low = lowType();
-            dnnl::matmul::primitive_desc pd(
-                dnnl::matmul::desc(md({M, K}, low, tag::any), md({K, N}, low, tag::any), e.c), attr, engine());
-            e.prim = dnnl::matmul(pd);
             const bool emulate = low == dt::f32;
-            e.a = Staged(pd.src_desc(), emulate);
-            e.b = Staged(pd.weights_desc(), emulate);
-            return e;
+            const dnnl::primitive_attr attr = attrOf(alpha, beta);
+            auto make = [&](const md& weights) {
+                MatmulEntry e;
+                e.userA = md({M, K}, dt::f32, transA ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
+                e.userB = md({K, N}, dt::f32, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
+                e.c = md({M, N}, dt::f32, tag::ab);
+                dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({M, K}, low, tag::any), weights, e.c), attr,
+                                                engine());
+                e.prim = dnnl::matmul(pd);
+                e.a = Staged(pd.src_desc(), emulate);
+                e.b = Staged(pd.weights_desc(), emulate);
+                return e;
+            };
+            const md plainB({K, N}, low, transB ? tag::ba : tag::ab);
+            if (emulate || layout == GemmWeightsLayout::blocked) return make(md({K, N}, low, tag::any));
+            if (layout == GemmWeightsLayout::plain) return make(plainB);
+            MatmulEntry blocked = make(md({K, N}, low, tag::any)), plain = make(plainB);
+            if (plain.b.want() == blocked.b.want()) return blocked;
+            // Time both on scratch operands (zeros: the kernels' speed does not depend on values).
+            const dnnl::memory b(blocked.userB, engine()), c(blocked.c, engine());
+            auto zeroed = [](const dnnl::memory& m) {
+                std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
+                return m;
+            };
+            zeroed(b);
+            zeroed(c);
+            auto timeOf = [&](const MatmulEntry& e) {
+                const dnnl::memory src = zeroed(dnnl::memory(e.a.want(), engine()));
+                return bestOf3([&] {
+                    e.prim.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}});
+                });
+            };
+            return timeOf(plain) < timeOf(blocked) ? plain : blocked;
         });
     });
 }
 
 } // namespace
+
+void CpuBackend::setGemmWeightsLayout(GemmWeightsLayout layout) { weightsLayout() = layout; }
+GemmWeightsLayout CpuBackend::gemmWeightsLayout() { return weightsLayout(); }
 
 // A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]
 void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,

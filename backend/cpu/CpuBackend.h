@@ -18,8 +18,18 @@ namespace tessera {
 /// were measured slower.
 enum class ConvBackwardAlgo { automatic, direct, gemm };
 
+/// How a bfloat16 GEMM (CpuBackend::gemm in bfloat16, Linear's) converts its B operand:
+/// into oneDNN's blocked layout, into plain bfloat16 with B's own strides (the matmul packs
+/// it inside), or (automatic) whichever a timing of both on the first call of each shape
+/// found faster. All three give the same results.
+enum class GemmWeightsLayout { automatic, blocked, plain };
+
 class CpuBackend final : public Backend {
 public:
+    /// The B layout of bfloat16 GEMMs, for every CpuBackend (initially automatic).
+    static void setGemmWeightsLayout(GemmWeightsLayout layout);
+    static GemmWeightsLayout gemmWeightsLayout();
+
     /// The backward algorithm of bfloat16 convolutions, for every CpuBackend (initially
     /// TESSERA_CONV_BACKWARD_ALGO: auto, direct or gemm; auto when unset).
     static void setConvBackwardAlgo(ConvBackwardAlgo algo);

@@ -196,6 +196,42 @@ TEST(Precision, Bfloat16RoundsOperandsOnly) {
     }
 }
 
+// A bfloat16 GEMM gives the same bits with B blocked, plain or chosen by timing, in every
+// transpose, and the float32 GEMM of its bfloat16-rounded operands up to accumulation order
+// (at a power-of-two shape, where the two layouts' conversions differ most in speed, and
+// an odd one).
+TEST(Precision, Bfloat16GemmWeightsLayoutsGiveTheSameResult) {
+    struct Restore {
+        ~Restore() { CpuBackend::setGemmWeightsLayout(GemmWeightsLayout::automatic); }
+    } restore;
+    auto rounded = [](const Tensor& t) { return t.astype(DType::bfloat16).astype(DType::float32); };
+    for (const auto& [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{16, 256, 256}, {7, 37, 21}}) {
+        for (const bool transA : {false, true}) {
+            for (const bool transB : {false, true}) {
+                SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) +
+                             (transA ? " A^T" : "") + (transB ? " B^T" : ""));
+                const Tensor A = randomTensor(transA ? Shape{K, M} : Shape{M, K}, 1);
+                const Tensor B = randomTensor(transB ? Shape{N, K} : Shape{K, N}, 2);
+                const Tensor C0 = randomTensor({M, N}, 3);
+                Tensor want = C0.clone();
+                backendOf(A).gemm(transA, transB, 0.5f, rounded(A), rounded(B), 0.25f, want);
+                std::vector<std::vector<float>> got;
+                for (GemmWeightsLayout layout :
+                     {GemmWeightsLayout::blocked, GemmWeightsLayout::plain, GemmWeightsLayout::automatic}) {
+                    CpuBackend::setGemmWeightsLayout(layout);
+                    Tensor C = C0.clone();
+                    backendOf(A).gemm(transA, transB, 0.5f, A, B, 0.25f, C, DType::bfloat16);
+                    got.push_back(C.toVector<float>());
+                }
+                EXPECT_EQ(got[0], got[1]);
+                EXPECT_EQ(got[0], got[2]);
+                const std::vector<float> w = want.toVector<float>();
+                for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[0][i], w[i], 1e-4 * std::sqrt(K)) << i;
+            }
+        }
+    }
+}
+
 // A training bfloat16 convolution keeps its input's bfloat16 reorder from forward for
 // backward-weights (ConvParams::state): the weight gradient equals the one computed from a
 // fresh reorder, bit for bit; an input other than forward's is reordered anew (the kept
