@@ -258,6 +258,12 @@ bool cpuHasAmx() {
     return amx;
 }
 
+// AVX-512 BF16 without AMX (Zen 4 and 5, Cooper Lake): oneDNN's avx512_core_bf16 kernels.
+bool cpuHasAvx512Bf16() {
+    static const bool bf16 = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_bf16;
+    return bf16;
+}
+
 ConvBackwardAlgo algoFromEnvironment() {
     const char* env = std::getenv("TESSERA_CONV_BACKWARD_ALGO");
     const std::string v = env ? env : "";
@@ -296,26 +302,31 @@ bool gemmCandidate(const ConvParams& p, const Shape& x) {
 }
 
 // Whether backward-weights runs as a GEMM: bfloat16, 2-D, one group, no dilation, not
-// transposed; automatically where the CPU has AMX and oneDNN's kernel was measured slower
-// (tools/bench Conv rows, Sapphire Rapids, batch 64): output planes of at most 16 pixels,
-// and strided convolutions with at most 64 output pixels or a 1x1 kernel. (3x3 stride-1
-// layers of 8x8 and more run faster in oneDNN.) On Zen 5 (AVX-512 BF16, no AMX) the GEMMs
-// measured no faster inside a ResNet-18 training step, so oneDNN's kernels run there.
+// transposed; automatically where oneDNN's kernel was measured slower (tools/bench Conv
+// rows, batch 64). With AMX (Sapphire Rapids): output planes of at most 16 pixels, and
+// strided convolutions with at most 64 output pixels or a 1x1 kernel (3x3 stride-1 layers
+// of 8x8 and more run faster in oneDNN). With AVX-512 BF16 and no AMX (Zen 5): output
+// planes of at most 16 pixels (512->512 3x3 at 4x4 7.3 -> 6.0 ms, 256->512 3x3/2 6.9 ->
+// 3.9 ms; every larger plane ran slower as a GEMM). Elsewhere oneDNN's kernels.
 bool gemmWeights(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
     if (!gemmCandidate(p, x)) return false;
     if (const std::optional<bool> forced = forcedGemm()) return *forced;
     const int64_t pixels = dy[2] * dy[3];
     const bool strided = p.stride[0] > 1 || p.stride[1] > 1, pointwise = w[2] == 1 && w[3] == 1;
+    if (cpuHasAvx512Bf16()) return pixels <= 16;
     return cpuHasAmx() && (pixels <= 16 || (strided && (pixels <= 64 || pointwise)));
 }
 
 // Whether backward-data runs as a GEMM: as for backward-weights, automatically where
-// oneDNN's kernel was measured slower: output planes of at most 16 pixels, and strided 1x1
-// convolutions.
+// oneDNN's kernel was measured slower. With AMX: output planes of at most 16 pixels, and
+// strided 1x1 convolutions. With AVX-512 BF16 and no AMX (Zen 5): strided 3x3 (not 1x1)
+// convolutions to at most 16 pixels (256->512 3x3/2 4.3 -> 3.5 ms; the stride-1 4x4 layer
+// ran slower, 4.0 -> 5.6 ms).
 bool gemmData(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
     if (!gemmCandidate(p, x)) return false;
     if (const std::optional<bool> forced = forcedGemm()) return *forced;
     const bool strided = p.stride[0] > 1 || p.stride[1] > 1, pointwise = w[2] == 1 && w[3] == 1;
+    if (cpuHasAvx512Bf16()) return dy[2] * dy[3] <= 16 && strided && !pointwise;
     return cpuHasAmx() && (dy[2] * dy[3] <= 16 || (strided && pointwise));
 }
 
