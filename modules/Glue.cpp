@@ -16,16 +16,21 @@ Registry& registry() {
 }
 
 GlueSpec specOf(const std::string& kind) {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.makers.find(kind);
-    if (it == r.makers.end()) {
-        std::string known;
-        for (const auto& [k, m] : r.makers) known += (known.empty() ? "" : ", ") + k;
-        throw ModuleError("Glue kind '" + kind + "' is not registered (registerGlue it before building or loading; " +
-                          "registered: " + (known.empty() ? "none" : known) + ")");
+    std::function<GlueSpec()> make;
+    {
+        Registry& r = registry();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        auto it = r.makers.find(kind);
+        if (it == r.makers.end()) {
+            std::string known;
+            for (const auto& [k, m] : r.makers) known += (known.empty() ? "" : ", ") + k;
+            throw ModuleError("Glue kind '" + kind +
+                              "' is not registered (registerGlue it before building or loading; " +
+                              "registered: " + (known.empty() ? "none" : known) + ")");
+        }
+        make = it->second;
     }
-    return it->second();
+    return make(); // outside the lock: a maker may take other locks (Python's GIL)
 }
 } // namespace
 

@@ -10,6 +10,24 @@ namespace tessera::python {
 
 namespace py = pybind11;
 
+/// A Python object held by C++ code that may drop it without the GIL (a tensor's storage
+/// owner, a function in a static registry): released with the GIL taken, or leaked once
+/// the interpreter has shut down.
+struct PythonOwner {
+    explicit PythonOwner(py::object o) : object(std::move(o)) {}
+    PythonOwner(const PythonOwner&) = delete;
+    PythonOwner& operator=(const PythonOwner&) = delete;
+    ~PythonOwner() {
+        if (!Py_IsInitialized()) {
+            object.release();
+            return;
+        }
+        py::gil_scoped_acquire gil;
+        object = py::object();
+    }
+    py::object object;
+};
+
 /// A Tensor from a Tensor or anything NumPy makes an array of: shared with a plain,
 /// C-contiguous, writeable, 64-byte aligned float32/int32/float16 array; otherwise copied
 /// once (float64 becomes float32, other integers int32). `copy` forces the copy.

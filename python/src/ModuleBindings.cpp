@@ -1,4 +1,6 @@
 // Modules, containers and graph nodes.
+#include <set>
+
 #include "Bindings.h"
 #include "backend/Errors.h"
 #include "containers/Fusion.h"
@@ -7,6 +9,7 @@
 #include "containers/Sequential.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
+#include "modules/Glue.h"
 #include "modules/MaxUnpool2D.h"
 #include "modules/Pool.h"
 
@@ -51,6 +54,117 @@ ModulePtr build(const std::string& cls, const py::dict& scheme) {
         bp.scheme.emplace_back(key, schemeValue(cls, key, v));
     }
     return buildModule(bp, {}, /*strictArguments=*/true);
+}
+
+// ---- Glue layers from Python functions ----
+
+// One field of a Glue spec given as a dict or as an object with attributes (None when
+// absent).
+py::object specField(const py::handle& spec, const char* name) {
+    if (py::isinstance<py::dict>(spec)) {
+        const py::dict d = py::reinterpret_borrow<py::dict>(spec);
+        return d.contains(name) ? py::reinterpret_borrow<py::object>(d[name]) : py::none();
+    }
+    return py::getattr(spec, name, py::none());
+}
+
+// The spec's function `name` (None when absent and not required), checked callable.
+std::shared_ptr<PythonOwner> specFunction(const std::string& kind, const py::handle& spec, const char* name,
+                                          bool required) {
+    py::object f = specField(spec, name);
+    if (f.is_none()) {
+        if (required) throw py::type_error("Glue '" + kind + "': the spec needs '" + name + "' (a function)");
+        return nullptr;
+    }
+    if (!PyCallable_Check(f.ptr())) {
+        throw py::type_error("Glue '" + kind + "': '" + name + "' must be a function, got " +
+                             std::string(py::str(f.get_type().attr("__name__"))));
+    }
+    return std::make_shared<PythonOwner>(std::move(f));
+}
+
+// The module a Glue function gets as `self`: the Python object already wrapping it.
+py::object selfOf(Glue& self) { return py::cast(static_cast<Module*>(&self), py::return_value_policy::reference); }
+
+// A GlueSpec whose functions call the Python ones (taking the GIL: forward and backward
+// run with it released). A ValueError or ShapeError raised by `shapes` becomes the
+// layer's ShapeError, so shape checks name the layer; any other exception passes through.
+GlueSpec pythonGlueSpec(const std::string& kind, const py::handle& spec) {
+    if (py::isinstance<py::dict>(spec)) {
+        static const std::set<std::string> known = {"outputs", "shapes", "forward", "backward", "paramGrads", "params"};
+        for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(spec)) {
+            const std::string key = py::str(k);
+            if (!known.count(key)) {
+                throw py::type_error("Glue '" + kind + "': unknown spec entry '" + key +
+                                     "' (outputs, shapes, forward, backward, paramGrads, params)");
+            }
+        }
+    }
+    GlueSpec g;
+    if (py::object n = specField(spec, "outputs"); !n.is_none()) {
+        const auto count = n.cast<int64_t>();
+        if (count < 1) throw py::value_error("Glue '" + kind + "': outputs must be at least 1");
+        g.outputs = static_cast<size_t>(count);
+    }
+    const auto shapes = specFunction(kind, spec, "shapes", true), forward = specFunction(kind, spec, "forward", true),
+               backward = specFunction(kind, spec, "backward", false),
+               paramGrads = specFunction(kind, spec, "paramGrads", false);
+    g.shapes = [shapes](const Shapes& in) {
+        py::gil_scoped_acquire gil;
+        py::list l;
+        for (const Shape& sh : in) l.append(fromShape(sh));
+        try {
+            return toShapes(shapes->object(l));
+        } catch (py::error_already_set& e) {
+            static const py::handle shapeError =
+                py::object(py::module_::import("tessera._tessera").attr("ShapeError")).release();
+            if (e.matches(PyExc_ValueError) || e.matches(shapeError)) throw ShapeError(py::str(e.value()));
+            throw;
+        }
+    };
+    g.forward = [forward](Glue& self, const Tensors& in) {
+        py::gil_scoped_acquire gil;
+        return toTensors(forward->object(selfOf(self), py::cast(in)));
+    };
+    if (backward) {
+        g.backward = [backward](Glue& self, const Tensors& grads) {
+            py::gil_scoped_acquire gil;
+            const py::object r = backward->object(selfOf(self), py::cast(grads));
+            auto one = [](const py::handle& v) { return v.is_none() ? Tensor() : toTensor(v); }; // None: no gradient
+            if (!isList(r)) return Tensors{one(r)};
+            Tensors out;
+            for (const py::handle& v : r) out.push_back(one(v));
+            return out;
+        };
+    }
+    if (paramGrads) {
+        g.paramGrads = [paramGrads](Glue& self, const Tensors& grads, float scale, float momentum) {
+            py::gil_scoped_acquire gil;
+            paramGrads->object(selfOf(self), py::cast(grads), scale, momentum);
+        };
+    }
+    if (py::object params = specField(spec, "params"); !params.is_none()) {
+        if (!py::isinstance<py::dict>(params)) {
+            throw py::type_error("Glue '" + kind + "': params must be a dict {name: array}");
+        }
+        for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(params)) {
+            g.params.emplace_back(py::str(k), toTensor(v, true));
+        }
+    }
+    return g;
+}
+
+// registerGlue(kind, make): `make` is a function giving a spec (called for each layer
+// built), or the spec itself.
+void registerPythonGlue(const std::string& kind, const py::object& make) {
+    if (kind.empty()) throw py::value_error("registerGlue: a kind name is required");
+    pythonGlueSpec(kind, PyCallable_Check(make.ptr()) ? make() : make); // checked now, not at the first layer
+    auto held = std::make_shared<PythonOwner>(make);
+    registerGlue(kind, [kind, held] {
+        py::gil_scoped_acquire gil;
+        const py::object& m = held->object;
+        return pythonGlueSpec(kind, PyCallable_Check(m.ptr()) ? m() : m);
+    });
 }
 
 py::object forward(Module& m, const py::handle& data) {
@@ -279,6 +393,13 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
             return std::make_shared<MaxUnpool2D>(pool, name);
         },
         py::arg("maxpool"), py::arg("name"));
+    m.def("registerGlue", &registerPythonGlue, py::arg("kind"), py::arg("make"),
+          R"(Makes `kind` a layer: Glue(kind) (and blueprints and model files naming it) build
+one from `make()`, a spec: a dict (or object) with shapes(inShapes) -> shape(s),
+forward(self, inputs) -> output(s), and optionally backward(self, grads) -> input
+gradients, paramGrads(self, grads, scale, momentum), params {name: array} and outputs
+(count, 1 by default). `make` may be the spec itself. Registering a kind again replaces it.)");
+    m.def("isGlueRegistered", &isGlueRegistered, py::arg("kind"));
     m.def("factoryClassnames", &factoryClassnames, "The layer classes Module(classname, ...) builds.");
     m.def("setFusion", &setFusion, py::arg("on"),
           "Process-wide: fuse a batch norm with the ReLU that alone consumes it (on by default; the same results).");

@@ -14,18 +14,6 @@ namespace {
 // Holds a Python object for a Tensor that shares its memory. The last Tensor handle may
 // go on a thread that does not hold the GIL (inside a forward that released it), so the
 // reference is dropped with the GIL taken; after the interpreter has finalized it is left.
-struct PythonOwner {
-    explicit PythonOwner(py::object o) : object(std::move(o)) {}
-    ~PythonOwner() {
-        if (!Py_IsInitialized()) {
-            object.release();
-            return;
-        }
-        py::gil_scoped_acquire gil;
-        object = py::object();
-    }
-    py::object object;
-};
 
 py::dtype numpyDType(DType dtype) {
     switch (dtype) {

@@ -27,7 +27,8 @@ from ._tessera import (
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, fashionMnistDir, importOnnx, loadMnist,
-    fusionEnabled, loadModelFile, loadZooModel, setCheckNumerics, setFusion, zooModels,
+    fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
+    zooModels,
     # data sets, transforms, loader; checkpoints
     Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, idxDataset, imageFolder,
     npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint,
@@ -92,6 +93,8 @@ __all__ = [
     "buildModule",
     "exportOnnx",
     "factoryClassnames",
+    "isGlueRegistered",
+    "registerGlue",
     "fashionMnistDir",
     "importOnnx",
     "loadMnist",
