@@ -221,6 +221,36 @@ copy=True. A GPU tensor needs copy=True (or .to('cpu') first).)")
         .def(
             "astype", [](const Tensor& t, const std::string& dtype) { return t.astype(toDType(dtype)); },
             py::arg("dtype"))
+        .def(
+            "__getitem__",
+            [](const Tensor& t, const py::object& key) -> py::object {
+                const py::object part = toNumpy(t, !t.device().isCpu()).attr("__getitem__")(key);
+                if (py::array::ensure(part).ndim() == 0) return part.attr("item")(); // one element: a number
+                Tensor out = toTensor(part, true);
+                if (out.dtype() != t.dtype()) out = out.astype(t.dtype()); // bfloat16 went through float32
+                return py::cast(t.device().isCpu() ? out : out.to(t.device()));
+            },
+            py::arg("key"),
+            R"(NumPy's indexing: t[0], t[:, 1:3], t[mask], ... A new tensor holding a copy of the
+selected elements, of the same dtype and on the same device; one element is a Python number.)")
+        .def(
+            "__setitem__",
+            [](Tensor& t, const py::object& key, const py::object& value) {
+                const py::object v =
+                    py::isinstance<Tensor>(value) ? py::object(toNumpy(value.cast<const Tensor&>(), true)) : value;
+                if (t.device().isCpu() && t.isPlain() && t.dtype() != DType::bfloat16) {
+                    toNumpy(t, false).attr("__setitem__")(key, v); // in place, through the shared array
+                    return;
+                }
+                // A host copy in plain layout (bfloat16 as float32), changed, and copied back.
+                py::array h = toNumpy(t, true);
+                h.attr("__setitem__")(key, v);
+                Tensor back = toTensor(h, true);
+                if (back.dtype() != t.dtype()) back = back.astype(t.dtype());
+                t.copyFrom(back);
+            },
+            py::arg("key"), py::arg("value"),
+            "NumPy's indexed assignment, in place: t[0] = 1, t[:, 1:3] = array, t[mask] = 0.")
         .def("plain", &Tensor::plain, "This tensor in plain (row-major) layout.")
         .def("clone", &Tensor::clone)
         .def("reshape", [](const Tensor& t, const py::handle& shape) { return t.reshape(toShape(shape)); })

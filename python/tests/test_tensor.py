@@ -133,3 +133,42 @@ def test_tensor_properties_and_factories():
         t.to("tpu")
     with pytest.raises(ValueError, match="dtype"):
         t.astype("float64")
+
+
+def test_indexing_reads_copies_with_numpys_rules():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = ts.tensor(a, copy=True)
+    for key in [0, (1, 2), (slice(None), slice(1, 3)), (Ellipsis, -1), (0, [2, 0]), a > 20]:
+        part = t[key]
+        assert isinstance(part, ts.Tensor) and part.dtype == "float32"
+        np.testing.assert_array_equal(part.numpy(), a[key])
+    assert t[1, 2, 3] == 23.0 and isinstance(t[1, 2, 3], float)  # one element: a number
+    part = t[0]
+    part.numpy()[:] = -1  # a copy: the tensor is unchanged
+    assert t.numpy()[0].min() == 0
+    assert ts.zeros((3,), "int32")[1] == 0 and ts.tensor(np.ones(4, np.float32)).astype("bfloat16")[1:].dtype == "bfloat16"
+    with pytest.raises(IndexError):
+        t[2]
+
+
+def test_indexed_assignment_writes_in_place_in_every_layout_and_dtype():
+    t = ts.zeros((2, 3))
+    t[0] = 1.5
+    t[:, 2] = np.array([7, 8], np.float32)
+    t[t.numpy() == 0] = -1
+    np.testing.assert_array_equal(t.numpy(), [[1.5, 1.5, 7], [-1, -1, 8]])
+    t[1, 0] = ts.tensor(np.array(4.0, np.float32))
+    assert t[1, 0] == 4.0
+
+    b = ts.zeros((4,)).astype("bfloat16")
+    b[1:3] = 3.0
+    assert b.dtype == "bfloat16"
+    np.testing.assert_array_equal(b.numpy(), [0, 3, 3, 0])
+
+    y = ts.Conv2D(16, 16, 3, pad=1)(ts.randn((1, 16, 3, 3)))
+    assert y.layout != "plain"  # channel-blocked: written through a plain copy and back
+    want = y.numpy().copy()
+    y[0, 5] = 0.25
+    want[0, 5] = 0.25
+    assert y.layout != "plain"
+    np.testing.assert_array_equal(y.numpy(), want)
