@@ -379,7 +379,16 @@ const std::map<std::string, Builder>& table() {
          }},
         {"MulAddConst",
          [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<MulAddConst>(a.f("a", 1.0f), a.f("b", 0.0f), a.name());
+             const std::vector<int64_t> aShape = a.ints("aShape", {}), bShape = a.ints("bShape", {});
+             if (aShape.empty() && bShape.empty()) {
+                 return std::make_shared<MulAddConst>(a.f("a", 1.0f), a.f("b", 0.0f), a.name());
+             }
+             // Tensor constants: their shapes here, their values from the model file's attributes.
+             auto constant = [&](const std::vector<int64_t>& dims, float fill) {
+                 return dims.empty() ? Tensor() : Tensor::full(Shape(dims), fill);
+             };
+             return std::make_shared<MulAddConst>(constant(aShape, a.f("a", 1.0f)), constant(bShape, a.f("b", 0.0f)),
+                                                  a.name());
          }},
         {"NoiseInjector",
          [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -1622,9 +1622,12 @@ private:
         const int k = isConstant(n.input(1)) ? 1 : 0;
         if (isConstant(n.input(1 - k))) throw Unsupported{"both inputs are constants"};
         const Constant& c = requireConstant(n, k, "the constant operand");
-        if (c.isInt || !c.tensor.defined() || c.tensor.numel() != 1)
-            throw Unsupported{"input " + std::to_string(k) + " is a constant of shape " + Shape(c.dims).str() +
-                              " (a float scalar is supported)"};
+        if (c.isInt || !c.tensor.defined())
+            throw Unsupported{"input " + std::to_string(k) + " is a constant of " +
+                              (c.isInt ? "integers" : "a shape known only at run time") +
+                              " (float constants are supported)"};
+        Source s = value(n, 1 - k);
+        if (c.tensor.numel() != 1) return importTensorArithmetic(n, c, k, Parent(s.node, s.slot));
         const float v = c.tensor.toVector<float>()[0];
         float scale = 1.0f, shift = 0.0f;
         if (op == "Add") shift = v;
@@ -1638,8 +1641,36 @@ private:
             if (v == 0.0f) throw Unsupported{"a division by the constant 0"};
             scale = 1.0f / v;
         }
-        Source s = value(n, 1 - k);
         return define(n, std::make_shared<MulAddConst>(scale, shift), Parents{Parent(s.node, s.slot)});
+    }
+
+    // x op C or C op x with a constant tensor C that broadcasts to x without changing its
+    // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.
+    void importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x) {
+        const std::string& op = n.op_type();
+        std::vector<float> v = c.tensor.toVector<float>();
+        const Shape shape = Shape(c.dims);
+        Tensor a, b;
+        if (op == "Add") b = Tensor::fromVector(shape, v);
+        if (op == "Mul") a = Tensor::fromVector(shape, v);
+        if (op == "Sub") {
+            if (k == 1) { // x - C
+                for (float& e : v) e = -e;
+                b = Tensor::fromVector(shape, v);
+            } else { // C - x
+                a = Tensor::full({1}, -1.0f);
+                b = Tensor::fromVector(shape, v);
+            }
+        }
+        if (op == "Div") {
+            if (k == 0) throw Unsupported{"a constant divided by data (1 / x) is not supported"};
+            for (float& e : v) {
+                if (e == 0.0f) throw Unsupported{"a division by a constant holding 0"};
+                e = 1.0f / e;
+            }
+            a = Tensor::fromVector(shape, v);
+        }
+        return define(n, std::make_shared<MulAddConst>(a, b), Parents{x});
     }
 
     // Pad: spatial dims only (Tessera's PadND), constant or reflect.
@@ -2499,15 +2530,24 @@ private:
             return;
         }
         if (cls == "MulAddConst") { // a x + b: Mul, then Add, each left out when it is the identity
+            const auto& mac = dynamic_cast<const MulAddConst&>(m);
             const float a = schemeFloat(bp, "a", 1.0f), b = schemeFloat(bp, "b", 0.0f);
-            if (b == 0.0f) return void(node("Mul", {in[0], initScalar(path + ".a", a)}, out, path));
+            // The constants: scalar initializers, or the module's tensors (NumPy broadcasting, as ONNX's).
+            auto scale = [&] {
+                return mac.tensorScale() ? init(path + ".a", m.getAttr("a")) : initScalar(path + ".a", a);
+            };
+            auto shift = [&] {
+                return mac.tensorShift() ? init(path + ".b", m.getAttr("b")) : initScalar(path + ".b", b);
+            };
+            const bool mul = mac.tensorScale() || a != 1.0f, add = mac.tensorShift() || b != 0.0f;
+            if (!add) return void(node("Mul", {in[0], scale()}, out, path));
             std::string x = in[0];
-            if (a != 1.0f) {
+            if (mul) {
                 const std::string scaled = valueName(path + "_scaled");
-                node("Mul", {x, initScalar(path + ".a", a)}, {scaled}, path + "_mul");
+                node("Mul", {x, scale()}, {scaled}, path + "_mul");
                 x = scaled;
             }
-            node("Add", {x, initScalar(path + ".b", b)}, out, path);
+            node("Add", {x, shift()}, out, path);
             return;
         }
         if (cls == "Slice") {

@@ -4,15 +4,56 @@
 
 namespace tessera {
 
+MulAddConst::MulAddConst(const Tensor& a, const Tensor& b, std::string name) : Module(std::move(name)) {
+    for (const auto& [key, t, flag] : {std::tuple<const char*, const Tensor&, bool&>{"a", a, tensorA_},
+                                       std::tuple<const char*, const Tensor&, bool&>{"b", b, tensorB_}}) {
+        if (!t.defined()) continue;
+        if (t.dtype() != DType::float32 || t.numel() == 0) {
+            throw moduleError(std::string("constant ") + key + " must be a float32 tensor with elements, got " +
+                              tessera::str(t.dtype()) + " " + t.shape().str());
+        }
+        setAttr(key, t.hasData() ? t.plain().clone() : t); // a shape-only build's placeholder as it is
+        flag = true;
+    }
+}
+
+void MulAddConst::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    for (const auto& [key, on] : {std::pair<const char*, bool>{"a", tensorA_}, {"b", tensorB_}}) {
+        if (!on) continue;
+        const Shape& c = getAttr(key).shape();
+        if (!broadcastsTo(c, inShapes[0])) {
+            throw shapeError(std::string("constant ") + key + " " + c.str() + " does not broadcast to the input " +
+                             inShapes[0].str() + " without changing its shape");
+        }
+    }
+}
+
 Tensors MulAddConst::updateData(const Tensors& data) {
-    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device());
-    backendOf(y).affine(data[0], a_, b_, y);
+    const Tensor& x = data[0]; // plain: the module does not handle layouts
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+    Backend& be = backendOf(y);
+    if (tensorA_) {
+        be.binaryBroadcast(BinaryOp::mul, x, getAttr("a"), y);
+    } else {
+        be.affine(x, a_, tensorB_ ? 0.0f : b_, y);
+    }
+    if (tensorB_) {
+        be.binaryBroadcast(BinaryOp::add, y, getAttr("b"), y);
+    } else if (tensorA_ && b_ != 0.0f) {
+        be.affine(y, 1.0f, b_, y);
+    }
     return {y};
 }
 
 Tensors MulAddConst::updateGrad(const Tensors& grad) {
-    Tensor dx = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device());
-    backendOf(dx).affine(grad[0], a_, 0.0f, dx);
+    const Tensor& dy = grad[0];
+    Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());
+    if (tensorA_) {
+        backendOf(dx).binaryBroadcast(BinaryOp::mul, dy, getAttr("a"), dx);
+    } else {
+        backendOf(dx).affine(dy, a_, 0.0f, dx);
+    }
     return {dx};
 }
 
@@ -20,6 +61,9 @@ Blueprint MulAddConst::blueprint() const {
     Blueprint bp = Module::blueprint();
     bp.scheme.emplace_back("a", static_cast<double>(a_));
     bp.scheme.emplace_back("b", static_cast<double>(b_));
+    // Tensor constants: their shapes (the values are attributes, in model files).
+    if (tensorA_) bp.scheme.emplace_back("aShape", getAttr("a").shape().dims());
+    if (tensorB_) bp.scheme.emplace_back("bShape", getAttr("b").shape().dims());
     return bp;
 }
 

@@ -123,6 +123,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Embedder>(10, 3, 4, EmbedderOptions{.learnable = false}),
         std::make_shared<GroupLinear>(2, 3, 4, GroupLinearOptions{.batchDim = 1}),
         std::make_shared<MulAddConst>(2.0f, -1.5f),
+        std::make_shared<MulAddConst>(Tensor::full({3, 1, 1}, 2.0f), Tensor()),
         std::make_shared<NoiseInjector>(NoiseInjectorOptions{
             .mode = NoiseMode::mul, .noisetype = NoiseType::gaussian, .param1 = 1.0f, .param2 = 0.1f}),
         std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1}),

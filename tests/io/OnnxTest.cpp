@@ -232,7 +232,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
         }
         EXPECT_EQ(result, "") << c.path().filename().string();
     }
-    EXPECT_EQ(cases, 30);
+    EXPECT_EQ(cases, 31);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -400,7 +400,9 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
     auto gated = node(std::make_shared<Mul>(), {gate, hswish}, "gated");
     auto diff = node(std::make_shared<Add>(std::vector<float>{1.0f, -1.0f}), {gated, gelu}, "diff");
     auto affine = node(std::make_shared<MulAddConst>(1.5f, -0.25f), diff, "affine");
-    auto slice = node(std::make_shared<Slice>(3, 1, 0), affine, "slice");
+    auto perChannel = node(std::make_shared<MulAddConst>(randomTensor({4, 1, 1}, 11), randomTensor({1, 4, 1, 1}, 12)),
+                           affine, "perChannel");
+    auto slice = node(std::make_shared<Slice>(3, 1, 0), perChannel, "slice");
     auto flat = node(std::make_shared<Flatten>(), slice, "flat");
     auto soft = node(std::make_shared<SoftMax>(), flat, "soft");
     Graph g({x}, {soft}, "layers");

@@ -5,7 +5,7 @@ Resize and Upsample with nearest integer scales, Resize linear with half-pixel c
 Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
-over the spatial dims, arithmetic with scalar constants, Sub, Slice, Unsqueeze/Squeeze and
+over the spatial dims, arithmetic with scalar and per-channel constants, Sub, Slice, Unsqueeze/Squeeze and
 Flatten of data, Gather from a table (an Embedder), Cast, GridSample on an affine grid
 (a SpatialTf). The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
@@ -130,6 +130,20 @@ def exporter_forms(root, x):
     gate = 1 / (1 + np.exp(-x.mean(axis=(2, 3), keepdims=True)))
     g = helper.make_graph(nodes, "se", [value("x", x.shape)], [value("y", x.shape)])
     save(root, "se_gate", g, [x], [(x * gate).astype(np.float32)], 13)
+    # Per-channel constants: (x - mean) / std, then a [C, 1, 1] scale and a [1, C, 1, 1] shift, and c - x.
+    mean, std = np.array([0.1, -0.2, 0.3], np.float32), np.array([0.5, 2.0, 4.0], np.float32)
+    scale, shift = np.array([1.5, -1, 2], np.float32), np.array([0.25, 0, -1], np.float32)
+    inits = [numpy_helper.from_array(mean.reshape(1, 3, 1, 1), "mean"),
+             numpy_helper.from_array(std.reshape(1, 3, 1, 1), "std"),
+             numpy_helper.from_array(scale.reshape(3, 1, 1), "scale"),
+             numpy_helper.from_array(shift.reshape(1, 3, 1, 1), "shift")]
+    nodes = [helper.make_node("Sub", ["x", "mean"], ["centred"]), helper.make_node("Div", ["centred", "std"], ["z"]),
+             helper.make_node("Mul", ["scale", "z"], ["scaled"]), helper.make_node("Add", ["scaled", "shift"], ["s"]),
+             helper.make_node("Sub", ["shift", "s"], ["y"])]
+    z = (x - mean.reshape(1, 3, 1, 1)) / std.reshape(1, 3, 1, 1)
+    s_ = scale.reshape(3, 1, 1) * z + shift.reshape(1, 3, 1, 1)
+    g = helper.make_graph(nodes, "per_channel", [value("x", x.shape)], [value("y", x.shape)], inits)
+    save(root, "per_channel_constants", g, [x], [(shift.reshape(1, 3, 1, 1) - s_).astype(np.float32)], 13)
     # ReduceMean over the spatial dims, with and without keepdims.
     for keep in (0, 1):
         node = helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, -1], keepdims=keep)

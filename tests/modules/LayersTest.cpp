@@ -4,6 +4,7 @@
 
 #include "GradCheck.h"
 #include "io/Factory.h"
+#include "io/Hdf5.h"
 #include "modules/Cast.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
@@ -254,6 +255,48 @@ TEST(MulAddConst, ReferenceGradientShape) {
     EXPECT_TRUE(checkShapes(mac, {randomTensor({2, 3}, 9)}));
     EXPECT_TRUE(throwsShapeError([&] { mac(Tensor::zeros({2}, DType::int32)); }, {"MulAddConst 'mac'", "int32"}));
     EXPECT_TRUE(blueprintHas(mac, {"\"a\": 2", "\"b\": -1"}));
+}
+
+// Tensor constants broadcast to the input by NumPy's rules: a per-channel scale and shift
+// of [N, C, H, W], saved with the model (attributes) and rebuilt from the blueprint's shapes.
+TEST(MulAddConst, TensorConstantsPerChannel) {
+    const Tensor scale = Tensor::fromVector({3, 1, 1}, F{2, -1, 0.5f}),
+                 shift = Tensor::fromVector({1, 3, 1, 1}, F{1, 0, -3});
+    MulAddConst mac(scale, shift, "norm");
+    EXPECT_TRUE(mac.tensorScale() && mac.tensorShift());
+    const Tensor x = randomTensor({2, 3, 2, 2}, 4);
+    const std::vector<float> xs = x.toVector<float>(), y = mac(x).toVector<float>();
+    const float a[] = {2, -1, 0.5f}, b[] = {1, 0, -3};
+    for (size_t i = 0; i < xs.size(); ++i) {
+        const size_t c = (i / 4) % 3;
+        ASSERT_FLOAT_EQ(y[i], a[c] * xs[i] + b[c]) << i;
+    }
+    const std::vector<float> dx = mac.backward(Tensor::ones({2, 3, 2, 2})).toVector<float>();
+    for (size_t i = 0; i < dx.size(); ++i) ASSERT_FLOAT_EQ(dx[i], a[(i / 4) % 3]) << i;
+    EXPECT_TRUE(checkGradients(mac, {x}));
+    EXPECT_TRUE(checkShapes(mac, {x}));
+    // Only a scale, only a shift; a number with a tensor of the other.
+    MulAddConst onlyShift(Tensor(), Tensor::fromVector({2}, F{1, 2}));
+    EXPECT_TRUE(allClose(onlyShift(Tensor::fromVector({2, 2}, F{0, 0, 1, 1})), {1, 2, 2, 3}));
+    MulAddConst onlyScale(Tensor::fromVector({2}, F{3, 4}), Tensor());
+    EXPECT_TRUE(allClose(onlyScale(Tensor::fromVector({2, 2}, F{1, 1, 2, 2})), {3, 4, 6, 8}));
+    // A constant that does not broadcast to the input, or would change its shape.
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mac(Tensor::zeros({2, 4, 2, 2}));
+        },
+        {"MulAddConst 'norm'", "constant a [3, 1, 1]", "[2, 4, 2, 2]"}));
+    EXPECT_TRUE(throwsShapeError([&] { onlyScale(Tensor::zeros({2, 1})); }, {"constant a [2]", "[2, 1]"}));
+    EXPECT_TRUE(
+        throwsModuleError([] { MulAddConst(Tensor::zeros({2}, DType::int32), Tensor()); }, {"constant a", "int32"}));
+    EXPECT_TRUE(throwsModuleError([] { MulAddConst(Tensor(), Tensor::zeros({0})); }, {"constant b", "[0]"}));
+    // The blueprint holds the shapes, the model file the values.
+    EXPECT_TRUE(blueprintHas(mac, {"\"aShape\": [3, 1, 1]", "\"bShape\": [1, 3, 1, 1]"}));
+    const std::string path = ::testing::TempDir() + "mac-tensors.h5";
+    saveModel(mac, path);
+    ModulePtr back = buildModuleFromFile(path);
+    loadModel(*back, path);
+    EXPECT_EQ((*back)(x).toVector<float>(), y);
 }
 
 // ---- NoiseInjector --------------------------------------------------------------------
