@@ -385,6 +385,9 @@ const std::map<std::string, Builder>& table() {
              }
              // Tensor constants: their shapes here, their values from the model file's attributes.
              auto constant = [&](const std::vector<int64_t>& dims, float fill) {
+                 for (int64_t d : dims) {
+                     if (d < 1) throw a.error("aShape and bShape hold dims of at least 1, got " + Shape(dims).str());
+                 }
                  return dims.empty() ? Tensor() : Tensor::full(Shape(dims), fill);
              };
              return std::make_shared<MulAddConst>(constant(aShape, a.f("a", 1.0f)), constant(bShape, a.f("b", 0.0f)),

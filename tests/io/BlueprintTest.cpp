@@ -324,6 +324,10 @@ TEST(Blueprint, BadBlueprintsSayWhatAndWhere) {
                 R"({"classname": "Graph", "modules": [{"classname": "Identity"}, {"classname": "Identity"}], "nodes": [{"name": "a", "parents": [["b", [0]]]}, {"name": "b", "parents": []}], "inputs": ["b"], "outputs": ["a"]})"));
         }).find("node 'a' has parent 'b', which is listed after it"),
         std::string::npos);
+    EXPECT_NE(errorOf([] {
+                  buildModule(blueprintFromJson(R"({"classname": "MulAddConst", "scheme": {"aShape": [-3, 2]}})"));
+              }).find("MulAddConst: aShape and bShape hold dims of at least 1, got [-3, 2]"),
+              std::string::npos);
     // A JSON syntax error says where in the text.
     EXPECT_NE(errorOf([] { blueprintFromJson("{\"classname\": "); }).find("blueprint JSON"), std::string::npos);
     // A slot too large for an integer (JSON reads it as a float) is refused, not converted.
