@@ -230,6 +230,14 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
         }
         for (const auto& [name, t] : module.namedAttrs()) writeTensor(attrs.get(), name, t, path, options.dtype);
         if (options.blueprint) writeString(file.get(), "blueprint", module.blueprint().toJson(), path);
+        if (!options.inputs.empty()) {
+            std::string text;
+            for (const Shape& in : options.inputs) {
+                text += text.empty() ? "" : ";";
+                for (size_t d = 0; d < in.rank(); ++d) text += (d ? "x" : "") + std::to_string(in[d]);
+            }
+            writeString(file.get(), "inputs", text, path);
+        }
         if (extras) {
             Handle extra(H5Gcreate2(file.get(), "extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
             for (const auto& [name, t] : extras->tensors) {
@@ -287,6 +295,7 @@ enum Part : unsigned { blueprintPart = 1, modelPart = 2, extrasPart = 4 };
 struct Snapshot {
     bool hasBlueprint = false;
     std::string blueprint;
+    std::string inputs; // the "inputs" text, empty when none
     bool hasLinks = false;
     std::vector<std::pair<std::string, int64_t>> links; // link name -> params index
     std::map<int64_t, Stored> params;                   // the linked params/<index>
@@ -362,6 +371,7 @@ std::string serialize(const Snapshot& s) {
     std::string out;
     put(out, s.hasBlueprint);
     put(out, s.blueprint);
+    put(out, s.inputs);
     put(out, s.hasLinks);
     put(out, static_cast<uint64_t>(s.links.size()));
     for (const auto& [name, index] : s.links) {
@@ -388,6 +398,7 @@ Snapshot deserialize(const std::string& in, const std::string& path) {
     Snapshot s;
     s.hasBlueprint = r.u64() != 0;
     s.blueprint = r.str();
+    s.inputs = r.str();
     s.hasLinks = r.u64() != 0;
     for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
         std::string name = r.str();
@@ -477,6 +488,7 @@ Snapshot readParts(const std::string& path, unsigned parts) {
     if (parts & blueprintPart) {
         s.hasBlueprint = exists("blueprint");
         if (s.hasBlueprint) s.blueprint = readString(file.get(), "blueprint", path);
+        if (exists("inputs")) s.inputs = readString(file.get(), "inputs", path);
     }
     if (parts & modelPart) {
         s.hasLinks = exists("links");
@@ -670,7 +682,36 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
 std::string readBlueprint(const std::string& path) {
     const Snapshot file = snapshot(path, blueprintPart);
     if (!file.hasBlueprint) throw fileError(path, "holds no blueprint");
+    // A corrupt global heap can read as an empty string instead of crashing the reader
+    // (libhdf5's state from earlier reads in the reader process decides which).
+    if (file.blueprint.empty()) throw fileError(path, "is unreadable: its blueprint is empty (a corrupt file?)");
     return file.blueprint;
+}
+
+Shapes readInputShapes(const std::string& path) {
+    const std::string text = snapshot(path, blueprintPart).inputs;
+    Shapes out;
+    if (text.empty()) return out;
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t end = std::min(text.find(';', at), text.size());
+        const std::string one = text.substr(at, end - at);
+        std::vector<int64_t> dims;
+        size_t p = 0;
+        while (p <= one.size()) {
+            const size_t q = std::min(one.find('x', p), one.size());
+            const std::string d = one.substr(p, q - p);
+            if (d.empty() || d.size() > 18 || d.find_first_not_of("0123456789") != std::string::npos ||
+                std::stoll(d) < 1) {
+                throw fileError(path, "its input shapes '" + text + "' are malformed (expected dims like 1x3x224x224)");
+            }
+            dims.push_back(std::stoll(d));
+            p = q + 1;
+        }
+        out.push_back(Shape(dims));
+        at = end + 1;
+    }
+    return out;
 }
 
 FileExtras loadExtras(const std::string& path) {

@@ -4,6 +4,8 @@
 ///   links/<module path>.<param> a scalar int64 dataset: the index in params/
 ///   attrs/<module path>.<attr>  non-trained state (batch-norm running statistics)
 ///   blueprint                   optional: the model's blueprint JSON as a string
+///   inputs                      optional: the input shapes it was saved for, as text
+///                               ("1x3x224x224", several joined by ";")
 /// Files open in h5py and other HDF5 tools.
 
 #include <string>
@@ -18,6 +20,9 @@ struct SaveOptions {
     /// float16 (rounded to nearest even; half the file). loadModel reads any of them back
     /// into float32 tensors.
     DType dtype = DType::float32;
+    /// The shapes of the model's inputs (one per graph input), stored so that tools can
+    /// check or export the file without being told them (readInputShapes); none when empty.
+    Shapes inputs;
 };
 
 /// Writes `module`'s parameters and attributes (plain, in options.dtype) to `path`. The data goes to
@@ -51,6 +56,10 @@ void loadModel(Module& module, const std::string& path, LoadMode mode = LoadMode
 
 /// The blueprint JSON stored in `path` (IoError when there is none).
 std::string readBlueprint(const std::string& path);
+
+/// The input shapes stored in `path` (SaveOptions::inputs); empty when it holds none (files
+/// saved without them). IoError for an unreadable file or malformed shapes.
+Shapes readInputShapes(const std::string& path);
 
 /// True when `path` starts with the HDF5 signature.
 bool isHdf5File(const std::string& path);

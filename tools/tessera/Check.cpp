@@ -104,6 +104,13 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
             if (e.name == model) given.push_back(e.input);
         }
     }
+    if (given.empty() && !isOnnxPath(model) && isHdf5File(model)) { // the shapes a model file was saved for
+        for (const Shape& in : readInputShapes(model)) {
+            std::string s;
+            for (int64_t d : in.dims()) s += (s.empty() ? "" : "x") + std::to_string(d);
+            given.push_back(s);
+        }
+    }
     if (given.empty() && isOnnxPath(model)) { // the shapes the ONNX model declares; a free dim is 1
         for (std::vector<int64_t> dims : onnxInputShapes(model)) {
             std::string s;

@@ -35,9 +35,17 @@ int runConvert(const ConvertArgs& a) {
                     str(shapes).c_str());
     } else {
         const DType dtype = a.dtype == "bf16" ? DType::bfloat16 : a.dtype == "fp16" ? DType::float16 : DType::float32;
-        saveModel(*net, a.out, {.dtype = dtype});
-        std::printf("wrote %s (HDF5 with the blueprint, %s parameters in %s)\n", a.out.c_str(),
-                    thousands(net->numOfParams()).c_str(), str(dtype).c_str());
+        // The input shapes, where known (given, the zoo's, the ONNX file's or the model file's), go
+        // along: later checks and exports of the file need no --input.
+        Shapes shapes;
+        try {
+            shapes = inputsFor(a.in, a.inputs, a.batch);
+        } catch (const UsageError&) { // none known: the file holds none
+        }
+        saveModel(*net, a.out, {.dtype = dtype, .inputs = shapes});
+        std::printf("wrote %s (HDF5 with the blueprint, %s parameters in %s%s)\n", a.out.c_str(),
+                    thousands(net->numOfParams()).c_str(), str(dtype).c_str(),
+                    shapes.empty() ? "" : (", inputs " + str(shapes)).c_str());
     }
     return 0;
 }

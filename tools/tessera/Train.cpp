@@ -361,7 +361,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         std::printf("wrote the loss and accuracy curves to %s\n", a.plot.c_str());
     }
     if (!a.save.empty() && writer) {
-        saveModel(*net, a.save);
+        std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
+        one.insert(one.begin(), 1);
+        saveModel(*net, a.save, {.inputs = {Shape(one)}});
         std::printf("saved the model (blueprint included) to %s\n", a.save.c_str());
     }
     if (parallel) {
