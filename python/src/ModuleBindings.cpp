@@ -350,12 +350,15 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
             "Class name and constructor arguments (and children), as a dict.")
         .def(
             "save",
-            [](const Module& x, const std::string& path, const std::string& dtype, bool blueprint) {
+            [](const Module& x, const std::string& path, const std::string& dtype, bool blueprint,
+               const py::object& inputs) {
+                const Shapes shapes = inputs.is_none() ? Shapes{} : toShapes(inputs);
                 py::gil_scoped_release nogil;
-                saveModel(x, path, SaveOptions{.blueprint = blueprint, .dtype = toDType(dtype)});
+                saveModel(x, path, SaveOptions{.blueprint = blueprint, .dtype = toDType(dtype), .inputs = shapes});
             },
-            py::arg("path"), py::arg("dtype") = "float32", py::arg("blueprint") = true,
-            "Writes parameters and attributes (and the blueprint) to an HDF5 file.")
+            py::arg("path"), py::arg("dtype") = "float32", py::arg("blueprint") = true, py::arg("inputs") = py::none(),
+            "Writes parameters and attributes (and the blueprint, and the input shape(s) `inputs` when given, "
+            "which tessera check/summary/convert then use) to an HDF5 file.")
         .def(
             "load",
             [](Module& x, const std::string& path, bool strict) {

@@ -183,3 +183,14 @@ def test_modes_and_calc_mode():
     assert net[0].computeDType == "bfloat16"
     with pytest.raises(ts.ModuleError):
         net.calcMode("int32")
+
+
+def test_save_keeps_the_input_shapes_given(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    net = ts.Linear(4, 2)
+    net.save(str(tmp_path / "with.h5"), inputs=(3, 4))
+    net.save(str(tmp_path / "without.h5"))
+    with h5py.File(tmp_path / "with.h5", "r") as f:
+        assert f["inputs"][()] == b"3x4"
+    with h5py.File(tmp_path / "without.h5", "r") as f:
+        assert "inputs" not in f
