@@ -73,6 +73,12 @@ Shape parseShape(const std::string& text) {
     return Shape(dims);
 }
 
+std::string shapeText(const Shape& shape) {
+    std::string text;
+    for (size_t d = 0; d < shape.rank(); ++d) text += (d ? "x" : "") + std::to_string(shape[d]);
+    return text;
+}
+
 Shape broadcastShapes(const Shape& a, const Shape& b) {
     const size_t rank = std::max(a.rank(), b.rank());
     std::vector<int64_t> dims(rank);

@@ -42,6 +42,8 @@ std::string str(const Shapes& shapes);
 /// "1x3x224x224" -> [1, 3, 224, 224]. Throws ShapeError unless the text is
 /// positive integers joined by 'x'.
 Shape parseShape(const std::string& text);
+/// [1, 3, 224, 224] -> "1x3x224x224" (parseShape's text).
+std::string shapeText(const Shape& shape);
 
 /// NumPy's broadcasting: the shape of `a op b`, dims aligned from the right, each pair
 /// equal or one of them 1. Throws ShapeError naming both shapes and the dim that differs

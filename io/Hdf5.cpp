@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -232,10 +233,7 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
         if (options.blueprint) writeString(file.get(), "blueprint", module.blueprint().toJson(), path);
         if (!options.inputs.empty()) {
             std::string text;
-            for (const Shape& in : options.inputs) {
-                text += text.empty() ? "" : ";";
-                for (size_t d = 0; d < in.rank(); ++d) text += (d ? "x" : "") + std::to_string(in[d]);
-            }
+            for (const Shape& in : options.inputs) text += (text.empty() ? "" : ";") + shapeText(in);
             writeString(file.get(), "inputs", text, path);
         }
         if (extras) {
@@ -692,24 +690,12 @@ Shapes readInputShapes(const std::string& path) {
     const std::string text = snapshot(path, blueprintPart).inputs;
     Shapes out;
     if (text.empty()) return out;
-    size_t at = 0;
-    while (at <= text.size()) {
-        const size_t end = std::min(text.find(';', at), text.size());
-        const std::string one = text.substr(at, end - at);
-        std::vector<int64_t> dims;
-        size_t p = 0;
-        while (p <= one.size()) {
-            const size_t q = std::min(one.find('x', p), one.size());
-            const std::string d = one.substr(p, q - p);
-            if (d.empty() || d.size() > 18 || d.find_first_not_of("0123456789") != std::string::npos ||
-                std::stoll(d) < 1) {
-                throw fileError(path, "its input shapes '" + text + "' are malformed (expected dims like 1x3x224x224)");
-            }
-            dims.push_back(std::stoll(d));
-            p = q + 1;
-        }
-        out.push_back(Shape(dims));
-        at = end + 1;
+    std::stringstream in(text + ";"); // a trailing ';' in the file leaves an empty last shape: malformed
+    std::string one;
+    try {
+        while (std::getline(in, one, ';')) out.push_back(parseShape(one));
+    } catch (const ShapeError& e) {
+        throw fileError(path, "its input shapes '" + text + "' are malformed (" + e.what() + ")");
     }
     return out;
 }

@@ -105,11 +105,7 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
         }
     }
     if (given.empty() && !isOnnxPath(model) && isHdf5File(model)) { // the shapes a model file was saved for
-        for (const Shape& in : readInputShapes(model)) {
-            std::string s;
-            for (int64_t d : in.dims()) s += (s.empty() ? "" : "x") + std::to_string(d);
-            given.push_back(s);
-        }
+        for (const Shape& in : readInputShapes(model)) given.push_back(shapeText(in));
     }
     if (given.empty() && isOnnxPath(model)) { // the shapes the ONNX model declares; a free dim is 1
         for (std::vector<int64_t> dims : onnxInputShapes(model)) {
