@@ -33,16 +33,13 @@ Tensors MulAddConst::updateData(const Tensors& data) {
     const Tensor& x = data[0]; // plain: the module does not handle layouts
     Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
     Backend& be = backendOf(y);
+    // With tensor constants the numbers are 1 and 0 (the tensor constructor sets none).
     if (tensorA_) {
         be.binaryBroadcast(BinaryOp::mul, x, getAttr("a"), y);
     } else {
-        be.affine(x, a_, tensorB_ ? 0.0f : b_, y);
+        be.affine(x, a_, b_, y);
     }
-    if (tensorB_) {
-        be.binaryBroadcast(BinaryOp::add, y, getAttr("b"), y);
-    } else if (tensorA_ && b_ != 0.0f) {
-        be.affine(y, 1.0f, b_, y);
-    }
+    if (tensorB_) be.binaryBroadcast(BinaryOp::add, y, getAttr("b"), y);
     return {y};
 }
 

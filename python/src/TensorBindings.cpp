@@ -11,10 +11,6 @@ namespace tessera::python {
 
 namespace {
 
-// Holds a Python object for a Tensor that shares its memory. The last Tensor handle may
-// go on a thread that does not hold the GIL (inside a forward that released it), so the
-// reference is dropped with the GIL taken; after the interpreter has finalized it is left.
-
 py::dtype numpyDType(DType dtype) {
     switch (dtype) {
     case DType::float32: return py::dtype::of<float>();
