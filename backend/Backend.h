@@ -146,7 +146,8 @@ public:
                              int64_t dstOffset, int64_t dstStride, int64_t rows, int64_t width) = 0;
     /// Every storage byte of `t` (padding included) <- byte. Any layout.
     virtual void fillBytes(const Tensor& t, unsigned char byte) = 0;
-    /// dst <- src in dst's layout; same shape and dtype. Any layouts.
+    /// dst <- src in dst's layout; same shape and dtype (the CPU backend also converts
+    /// between float32 and bfloat16). Any layouts.
     virtual void reorder(const Tensor& src, const Tensor& dst) = 0;
     /// Live and peak bytes of storage from this backend.
     virtual MemoryStats memoryStats() const = 0;
@@ -251,6 +252,9 @@ public:
                                     bool /*bias*/) {
         return Layout::plain;
     }
+    /// The dtype convForward writes for these parameters (for the memory plan). Default:
+    /// float32.
+    virtual DType convOutputDType(const ConvParams& /*p*/) { return DType::float32; }
     /// Bytes convForward keeps in `p.state` from a forward for the backward calls (for the
     /// memory plan). Default: none.
     virtual int64_t convKeptBytes(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/, const Shape& /*y*/,

@@ -117,9 +117,11 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
     for (int64_t d : shape.dims()) {
         if (d < 0) throw ShapeError("Tensor::empty: negative dim in " + shape.str());
     }
-    if (layout != Layout::plain && (shape.rank() < 3 || shape.rank() > 5 || dtype != DType::float32)) {
-        throw ShapeError("Tensor::empty: layout " + tessera::str(layout) + " needs a float32 [N, C, spatial...] " +
-                         "tensor of rank 3 to 5, got " + tessera::str(dtype) + " " + shape.str());
+    if (layout != Layout::plain &&
+        (shape.rank() < 3 || shape.rank() > 5 || (dtype != DType::float32 && dtype != DType::bfloat16))) {
+        throw ShapeError("Tensor::empty: layout " + tessera::str(layout) +
+                         " needs a float32 or bfloat16 [N, C, spatial...] " + "tensor of rank 3 to 5, got " +
+                         tessera::str(dtype) + " " + shape.str());
     }
     Tensor t;
     t.shape_ = shape;
@@ -309,6 +311,15 @@ Tensor Tensor::astype(DType dtype) const {
     const Tensor src = plain();
     Tensor out = allocated(shape_, dtype, device());
     backendFor(device()).cast(src, out);
+    return out;
+}
+
+Tensor Tensor::convertedTo(DType dtype) const {
+    if (!storage_) throw ShapeError("Tensor::convertedTo: an undefined tensor");
+    if (dtype == dtype_) return *this;
+    if (layout_ == Layout::plain) return astype(dtype);
+    Tensor out = allocated(shape_, dtype, device(), layout_);
+    backendFor(device()).reorder(*this, out);
     return out;
 }
 

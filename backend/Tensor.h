@@ -72,7 +72,8 @@ public:
     Tensor() = default;
 
     /// Uninitialised memory. CPU storage is 64-byte aligned. A blocked layout needs a
-    /// float32 tensor of rank 3 to 5 (ShapeError otherwise); its padding is zeroed.
+    /// float32 or bfloat16 tensor of rank 3 to 5 (ShapeError otherwise); its padding is
+    /// zeroed.
     static Tensor empty(const Shape& shape, DType dtype = DType::float32, Device device = {},
                         Layout layout = Layout::plain);
     static Tensor zeros(const Shape& shape, DType dtype = DType::float32, Device device = {});
@@ -139,6 +140,10 @@ public:
     /// A plain copy on the same device with elements converted to `dtype` (float to int
     /// rounds toward zero; float to bfloat16 or float16 rounds to nearest even).
     Tensor astype(DType dtype) const;
+    /// This tensor in `dtype`, in its own layout: itself when already so, else a converted
+    /// copy (float to bfloat16 rounds to nearest even). Blocked tensors convert between
+    /// float32 and bfloat16 only.
+    Tensor convertedTo(DType dtype) const;
     Tensor toHost() const { return to(Device::cpu()); }
     Tensor clone() const { return to(device()); }
     /// Copy `src` into this tensor (same numel and dtype; devices may differ). Layouts may

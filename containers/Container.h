@@ -30,6 +30,8 @@ public:
     Blueprint blueprint() const override;
     /// Children receive whatever layouts their producers made; each converts as it needs.
     bool handlesLayouts() const override { return true; }
+    /// Children receive whatever dtypes their producers made; each converts as it needs.
+    bool takesBfloat16(const Tensors&) const override { return true; }
 
     /// A number that changes whenever any container anywhere gains or loses a child or a
     /// graph is built: cached plans compare it to know that the structure under them is

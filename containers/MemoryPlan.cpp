@@ -46,17 +46,20 @@ struct Value {
     int id = -1;
     Shape shape;
     Layout layout = Layout::plain;
+    DType dtype = DType::float32;
 };
 using Values = std::vector<Value>;
 
 // What one module (leaf or container) holds after its forward.
 struct State {
-    Values in, out;           // inData_ and data_ (references)
-    int kept = -1;            // kept state
-    int keptForBackward = -1; // kept until the module's backward
-    Values grad;              // grad_ after a backward
-    MemoryUse use;            // leaves only
-    std::vector<State> kids;  // containers: one per child (Sequential) or node (Graph, in order())
+    Values in, out;              // inData_ and data_ (references)
+    int kept = -1;               // kept state
+    int keptForBackward = -1;    // kept until the module's backward
+    Values grad;                 // grad_ after a backward
+    MemoryUse use;               // leaves only
+    std::vector<DType> inDTypes; // leaves: the inputs' dtypes before any conversion
+    bool takes = true;           // leaves: whether it took them as they came (Module::takesBfloat16)
+    std::vector<State> kids;     // containers: one per child (Sequential) or node (Graph, in order())
 };
 
 bool hasParams(Module& m) { return !m.namedParams().empty(); }
@@ -98,67 +101,103 @@ private:
         return v;
     }
 
+    // A copy of `v` (whose reference the caller holds) in `dtype` and `layout`.
+    Value copyOf(const Value& v, DType dtype, Layout layout) {
+        return {l_.alloc(Tensor::storageBytes(v.shape, dtype, layout)), v.shape, layout, dtype};
+    }
+
+    // What Module::runChecked and Module::backward hand a module: float32 copies of
+    // bfloat16 tensors where it does not take them, then plain copies where it does not
+    // handle layouts. Each result holds a reference of its own.
+    Values asSeen(Module& m, const Values& vs, bool takes) {
+        Values out;
+        for (const Value& v : vs) {
+            Value cur = share(v);
+            if (!takes && cur.dtype == DType::bfloat16) {
+                const Value c = copyOf(cur, DType::float32, cur.layout);
+                l_.unref(cur.id);
+                cur = c;
+            }
+            if (!m.handlesLayouts() && cur.layout != Layout::plain) {
+                const Value c = copyOf(cur, cur.dtype, Layout::plain);
+                l_.unref(cur.id);
+                cur = c;
+            }
+            out.push_back(cur);
+        }
+        return out;
+    }
+
     State forwardLeaf(Module& m, const Values& ins, bool train) {
         State st;
         Shapes shapes;
         std::vector<Layout> layouts;
+        std::vector<DType> seen;
+        bool low = false;
         for (const Value& v : ins) {
+            st.inDTypes.push_back(v.dtype);
+            low = low || v.dtype == DType::bfloat16;
+        }
+        if (low) { // placeholders of the inputs, for the module's choice
+            ShapeOnlyTensors placeholders;
+            Tensors ts;
+            for (const Value& v : ins) ts.push_back(Tensor::empty(v.shape, v.dtype, device_, v.layout));
+            st.takes = m.takesBfloat16(ts);
+        }
+        st.in = asSeen(m, ins, st.takes);
+        for (const Value& v : st.in) {
             shapes.push_back(v.shape);
-            // Module::runChecked hands a module that does not handle layouts plain copies.
-            if (!m.handlesLayouts() && v.layout != Layout::plain) {
-                st.in.push_back(
-                    {l_.alloc(Tensor::storageBytes(v.shape, DType::float32, Layout::plain)), v.shape, Layout::plain});
-            } else {
-                st.in.push_back(share(v));
-            }
-            layouts.push_back(st.in.back().layout);
+            layouts.push_back(v.layout);
+            seen.push_back(v.dtype);
         }
         st.use = m.memoryUse(shapes, layouts, train, device_);
         const Shapes outShapes = m.dataShapeFrom(shapes);
+        const std::vector<DType> outTypes = m.outputDTypes(shapes, seen, device_);
         for (size_t o = 0; o < outShapes.size(); ++o) {
             const int view = st.use.outputViews.at(o);
             if (view >= 0) {
                 const Value& src = st.in.at(static_cast<size_t>(view));
-                st.out.push_back({src.id, outShapes[o], src.layout});
+                st.out.push_back({src.id, outShapes[o], src.layout, src.dtype});
                 l_.ref(src.id);
             } else {
                 const Layout layout = st.use.outLayouts.at(o);
-                st.out.push_back(
-                    {l_.alloc(Tensor::storageBytes(outShapes[o], DType::float32, layout)), outShapes[o], layout});
+                st.out.push_back({l_.alloc(Tensor::storageBytes(outShapes[o], outTypes.at(o), layout)), outShapes[o],
+                                  layout, outTypes.at(o)});
             }
         }
+        // What is kept until backward is a float32 input's bfloat16 conversion: none for
+        // inputs that come in bfloat16.
+        const bool lowIn =
+            !seen.empty() && std::all_of(seen.begin(), seen.end(), [](DType t) { return t == DType::bfloat16; });
         if (st.use.keptBytes > 0) st.kept = l_.alloc(st.use.keptBytes);
-        if (st.use.keptUntilBackwardBytes > 0) st.keptForBackward = l_.alloc(st.use.keptUntilBackwardBytes);
+        if (st.use.keptUntilBackwardBytes > 0 && !lowIn) st.keptForBackward = l_.alloc(st.use.keptUntilBackwardBytes);
         return st;
     }
 
     void backwardLeaf(Module& m, State& st, const Values& g, bool updGrad) {
-        // Module::backward hands a module that does not handle layouts plain gradients.
-        std::vector<int> copies;
-        Values grads;
-        for (const Value& v : g) {
-            if (!m.handlesLayouts() && v.layout != Layout::plain) {
-                copies.push_back(l_.alloc(Tensor::storageBytes(v.shape, DType::float32, Layout::plain)));
-                grads.push_back({copies.back(), v.shape, Layout::plain});
-            } else {
-                grads.push_back(v);
-            }
-        }
+        const Values grads = asSeen(m, g, st.takes);
         releaseGrad(st);
         if (updGrad) {
             for (size_t i = 0; i < st.in.size(); ++i) {
                 const int view = st.use.gradViews.at(i);
+                Value gi;
                 if (view >= 0) {
                     const Value& src = grads.at(static_cast<size_t>(view));
-                    st.grad.push_back(share({src.id, st.in[i].shape, src.layout}));
+                    gi = share({src.id, st.in[i].shape, src.layout, src.dtype});
                 } else {
-                    const Value& x = st.in[i];
-                    st.grad.push_back(
-                        {l_.alloc(Tensor::storageBytes(x.shape, DType::float32, x.layout)), x.shape, x.layout});
+                    gi = copyOf(st.in[i], st.in[i].dtype, st.in[i].layout);
                 }
+                // Module::backward: each input's gradient in that input's dtype.
+                const DType want = st.inDTypes.at(i);
+                if (gi.dtype != want) {
+                    const Value c = copyOf(gi, want, gi.layout);
+                    l_.unref(gi.id);
+                    gi = c;
+                }
+                st.grad.push_back(gi);
             }
         }
-        for (int c : copies) l_.unref(c);
+        for (const Value& v : grads) l_.unref(v.id);
         l_.unref(st.keptForBackward);
         st.keptForBackward = -1;
     }
@@ -276,7 +315,7 @@ private:
                     } else { // a slot nobody consumed: zeros
                         const Value& o = ns.out[s];
                         zeros.push_back(l_.alloc(Tensor::storageBytes(o.shape, DType::float32, Layout::plain)));
-                        gn.push_back({zeros.back(), o.shape, Layout::plain});
+                        gn.push_back({zeros.back(), o.shape, Layout::plain, DType::float32});
                     }
                 }
             }
@@ -296,15 +335,14 @@ private:
                             continue;
                         }
                         if (!owned) {
-                            const Value sum{l_.alloc(Tensor::storageBytes(acc.shape, DType::float32, acc.layout)),
-                                            acc.shape, acc.layout};
+                            const Value sum = copyOf(acc, acc.dtype, acc.layout);
                             l_.unref(acc.id);
                             acc = sum;
                             owned = true;
                         }
                         // axpby reorders an addend in another layout first: a copy for the call.
                         if (add.layout != acc.layout) {
-                            l_.unref(l_.alloc(Tensor::storageBytes(add.shape, DType::float32, acc.layout)));
+                            l_.unref(l_.alloc(Tensor::storageBytes(add.shape, add.dtype, acc.layout)));
                         }
                     }
                 }

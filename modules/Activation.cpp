@@ -61,6 +61,14 @@ Activation::Activation(ActivationKind kind, const ActivationOptions& options)
     }
 }
 
+bool Activation::takesBfloat16(const Tensors& data) const {
+    return params_.kind != ActivationKind::hardSigmoid && data[0].device().isCpu();
+}
+
+std::vector<DType> Activation::outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const {
+    return inDTypes; // its input's (a float32 copy where it does not take bfloat16)
+}
+
 void Activation::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, 1, "input"); }
 
 Tensors Activation::updateData(const Tensors& data) {
@@ -68,7 +76,7 @@ Tensors Activation::updateData(const Tensors& data) {
     passedThrough_ = fusedInto_ && fusedInto_->appliedRelu() && params_.kind == ActivationKind::relu;
     maskedUpstream_ = passedThrough_ && fusedInto_->keptReluMask();
     if (passedThrough_) return {x}; // relu(relu(v)) = relu(v)
-    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.layout());
     backendOf(x).activationForward(params_, x, y);
     return {y};
 }
@@ -79,7 +87,7 @@ Tensors Activation::updateGrad(const Tensors& grad) {
     // eval-mode forward) the ordinary backward below is right too: the mask of the input,
     // relu(v), is v's.
     if (maskedUpstream_) return {dy};
-    Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device(), inData().layout());
+    Tensor dx = Tensor::empty(dy.shape(), inData().dtype(), dy.device(), inData().layout());
     backendOf(dy).activationBackward(params_, inData(), data(), dy, dx);
     return {dx};
 }

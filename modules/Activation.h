@@ -36,6 +36,10 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     /// Every kind but hardSigmoid runs on blocked layouts too.
     bool handlesLayouts() const override { return params_.kind != ActivationKind::hardSigmoid; }
+    /// On the CPU, but for hardSigmoid (a float32 loop).
+    bool takesBfloat16(const Tensors& data) const override;
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
     Blueprint blueprint() const override;
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;

@@ -81,10 +81,23 @@ Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
     return Shapes(in.size(), outGradShapes[0]);
 }
 
-// x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout; or a + b broadcast
+bool Add::takesBfloat16(const Tensors& data) const { return !broadcasting(data) && data[0].device().isCpu(); }
+
+std::vector<DType> Add::outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes, Device) const {
+    const bool broadcast = inShapes.size() == 2 && inShapes[0] != inShapes[1];
+    bool low = !broadcast;
+    for (DType t : inDTypes) low = low && t == DType::bfloat16;
+    return {low ? DType::bfloat16 : DType::float32};
+}
+
+// x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout (bfloat16
+// when every input is); or a + b broadcast
 Tensors Add::updateData(const Tensors& data) {
     if (broadcasting(data)) return {broadcastOp(BinaryOp::add, data[0], data[1])};
-    Tensor y = Tensor::empty(data[0].shape(), DType::float32, data[0].device(), data[0].layout());
+    bool low = true;
+    for (const Tensor& x : data) low = low && x.dtype() == DType::bfloat16;
+    Tensor y =
+        Tensor::empty(data[0].shape(), low ? DType::bfloat16 : DType::float32, data[0].device(), data[0].layout());
     Backend& be = backendOf(y);
     if (data.size() == 1) {
         be.axpby(coefficient(0), data[0], 0.0f, y);
@@ -103,7 +116,7 @@ Tensors Add::updateGrad(const Tensors& grad) {
         if (coefficient(i) == 1.0f) {
             dx.push_back(grad[0]); // shared, never written in place
         } else {
-            Tensor g = Tensor::empty(grad[0].shape(), DType::float32, grad[0].device(), grad[0].layout());
+            Tensor g = Tensor::empty(grad[0].shape(), grad[0].dtype(), grad[0].device(), grad[0].layout());
             backendOf(g).axpby(coefficient(i), grad[0], 0.0f, g);
             dx.push_back(g);
         }

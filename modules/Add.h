@@ -24,6 +24,10 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     bool handlesLayouts() const override { return true; }
+    /// On the CPU, for inputs of one shape (not a broadcast).
+    bool takesBfloat16(const Tensors& data) const override;
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
     Blueprint blueprint() const override;
 
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,

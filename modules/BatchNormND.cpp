@@ -87,6 +87,12 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     return {back(y)};
 }
 
+bool BatchNormND::takesBfloat16(const Tensors& data) const { return data[0].device().isCpu() && !sync(); }
+
+std::vector<DType> BatchNormND::outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const {
+    return inDTypes;
+}
+
 Tensor BatchNormND::normalise(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& var, bool training) {
     const Tensor& scale = getVar("scale")->data;
     const Tensor& bias = getVar("bias")->data;

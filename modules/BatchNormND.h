@@ -52,6 +52,11 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     void checkDataShape(const Shapes& inShapes) const override;
     bool handlesLayouts() const override { return true; }
+    /// On the CPU without a BatchNormSync: bfloat16 activations and gradients, float32
+    /// statistics, scale and shift.
+    bool takesBfloat16(const Tensors& data) const override;
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
     Blueprint blueprint() const override;
 
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,

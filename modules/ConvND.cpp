@@ -112,6 +112,12 @@ Shapes ConvND::gradShapeFrom(const Shapes& outGradShapes) const {
     return {Shape(in)};
 }
 
+bool ConvND::takesBfloat16(const Tensors& data) const { return data[0].device().isCpu(); }
+
+std::vector<DType> ConvND::outputDTypes(const Shapes&, const std::vector<DType>&, Device device) const {
+    return {backendFor(device).convOutputDType(computeParams())};
+}
+
 // x: [N, inmaps, *in] -> y: [N, outmaps, *out]
 Tensors ConvND::updateData(const Tensors& data) {
     const Tensor& x = data[0];

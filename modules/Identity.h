@@ -19,6 +19,10 @@ public:
     /// Any dtype (a graph's input node passes int32 ids on to an Embedder).
     void checkDataType(const std::vector<DType>& /*dtypes*/) const override {}
     bool handlesLayouts() const override { return true; }
+    bool takesBfloat16(const Tensors&) const override { return true; }
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
+        return inDTypes;
+    }
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override {
         return viewMemoryUse(inShapes, inLayouts, train, device); // the output is the input

@@ -187,19 +187,43 @@ const Tensors& Module::runPlanned(const Tensors& data) {
     return data_;
 }
 
+namespace {
+bool anyBfloat16(const Tensors& ts) {
+    for (const Tensor& t : ts) {
+        if (t.defined() && t.dtype() == DType::bfloat16) return true;
+    }
+    return false;
+}
+
+// Each bfloat16 tensor converted to float32 (in its layout); the others as they are.
+Tensors float32All(const Tensors& ts) {
+    Tensors out;
+    out.reserve(ts.size());
+    for (const Tensor& t : ts)
+        out.push_back(t.defined() && t.dtype() == DType::bfloat16 ? t.convertedTo(DType::float32) : t);
+    return out;
+}
+} // namespace
+
+bool Module::takesBfloat16(const Tensors&) const { return false; }
+
 void Module::runChecked(const Tensors& data) {
     std::vector<DType> dtypes;
     dtypes.reserve(data.size());
     for (const Tensor& t : data) dtypes.push_back(t.dtype());
     checkDataType(dtypes);
+    tookBfloat16_ = !anyBfloat16(data) || takesBfloat16(data);
+    const Tensors converted = tookBfloat16_ ? Tensors() : float32All(data);
+    const Tensors& in = tookBfloat16_ ? data : converted;
     if (handlesLayouts()) {
-        data_ = updateData(data);
-        inData_ = data;
+        data_ = updateData(in);
+        inData_ = in;
     } else {
-        Tensors plain = plainAll(data);
+        Tensors plain = plainAll(in);
         data_ = updateData(plain);
         inData_ = std::move(plain);
     }
+    inDTypes_ = std::move(dtypes);
     if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
         for (size_t i = 0; i < data_.size(); ++i) {
             requireFinite("forward", "output " + std::to_string(i), data_[i], "input", inData_);
@@ -229,13 +253,22 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
             throw shapeError("gradient " + std::to_string(i) + " has shape " + grad[i].shape().str() +
                              ", expected the output shape " + data_[i].shape().str());
         }
-        if (grad[i].dtype() != DType::float32) {
+        if (grad[i].dtype() != DType::float32 && grad[i].dtype() != DType::bfloat16) {
             throw shapeError("gradient " + std::to_string(i) + " has dtype " + tessera::str(grad[i].dtype()) +
-                             ", expected float32");
+                             ", expected float32 or bfloat16");
         }
     }
     checkGradShape(shapesOf(grad));
-    grad_ = backwardFrom(handlesLayouts() ? grad : plainAll(grad), updParamGrads, updGrad, scale, momentum);
+    const Tensors converted = tookBfloat16_ ? Tensors() : float32All(grad);
+    const Tensors& g = tookBfloat16_ ? grad : converted;
+    grad_ = backwardFrom(handlesLayouts() ? g : plainAll(g), updParamGrads, updGrad, scale, momentum);
+    // Each input's gradient in that input's dtype.
+    for (size_t i = 0; i < grad_.size() && i < inDTypes_.size(); ++i) {
+        const DType want = inDTypes_[i];
+        if (grad_[i].defined() && grad_[i].dtype() != want && isFloating(want) && isFloating(grad_[i].dtype())) {
+            grad_[i] = grad_[i].convertedTo(want);
+        }
+    }
     if (updParamGrads && train_ && !vars_.empty() && gradientHook()) gradientHook()(*this);
     if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
         for (size_t i = 0; i < grad_.size(); ++i) {
@@ -316,9 +349,9 @@ void Module::checkGradShape(const Shapes&) const {}
 
 void Module::checkDataType(const std::vector<DType>& dtypes) const {
     for (size_t i = 0; i < dtypes.size(); ++i) {
-        if (dtypes[i] != DType::float32) {
+        if (dtypes[i] != DType::float32 && dtypes[i] != DType::bfloat16) {
             throw shapeError("input " + std::to_string(i) + " has dtype " + tessera::str(dtypes[i]) +
-                             ", expected float32");
+                             ", expected float32 or bfloat16");
         }
     }
 }
@@ -473,6 +506,10 @@ MemoryUse Module::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
     use.outputViews.assign(outs, -1);
     use.gradViews.assign(inShapes.size(), -1);
     return use;
+}
+
+std::vector<DType> Module::outputDTypes(const Shapes& inShapes, const std::vector<DType>&, Device) const {
+    return std::vector<DType>(dataShapeFrom(inShapes).size(), DType::float32);
 }
 
 void Module::calcMode(DType dtype) {

@@ -52,7 +52,8 @@ struct MemoryUse {
     /// Kept from a train-mode forward for backward (masks, argmax indices, statistics).
     int64_t keptBytes = 0;
     /// Kept from a train-mode forward until this module's backward, which releases it once
-    /// its input gradients exist (a bfloat16 convolution's bfloat16 input).
+    /// its input gradients exist (a bfloat16 convolution's float32 input converted to
+    /// bfloat16; the plan counts none when the input comes in bfloat16).
     int64_t keptUntilBackwardBytes = 0;
 };
 
@@ -223,12 +224,25 @@ public:
     /// base hands every other module plain inputs and gradients, reordering once at the
     /// boundary. Containers and the layers that run on blocked data say true.
     virtual bool handlesLayouts() const { return false; }
+    /// True when the module computes on the bfloat16 activations in `data` (and on their
+    /// gradients) itself; the base hands every other module float32 copies of bfloat16
+    /// inputs and gradients, converting once at the boundary. Whatever a module computes
+    /// in, the gradient it returns for an input has that input's dtype. Containers and the
+    /// CPU layers that run on bfloat16 activations (CpuBackend::setBfloat16Activations:
+    /// convolutions, batch norms, activations, sums) say true.
+    virtual bool takesBfloat16(const Tensors& data) const;
     /// What a forward (and backward) at `inShapes` allocates, given the inputs' layouts, on
     /// `device`. Default: outputs of their own (in the first input's layout when the module
     /// handles layouts, else plain), gradients of their own, nothing kept. Layers that
     /// return views or keep state say so.
     virtual MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                 Device device) const;
+    /// The dtypes of the outputs a forward makes from inputs of `inDTypes` as the module
+    /// sees them (float32 copies where it does not take bfloat16), for the memory plan.
+    /// Default float32 for each output; views and layers that keep their input's dtype
+    /// say so.
+    virtual std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                            Device device) const;
     /// memoryUse of a module whose one output is a view of its one input and whose input
     /// gradient is a view of the output gradient (Identity, Flatten, Reshape).
     MemoryUse viewMemoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
@@ -278,6 +292,8 @@ private:
     bool train_ = true;
     DType compute_ = DType::float32;
     Tensors inData_, data_, grad_;
+    std::vector<DType> inDTypes_; // the last forward's input dtypes, before any conversion
+    bool tookBfloat16_ = true;    // whether it ran on them as they came
     void runChecked(const Tensors& data);
     void moveAttrsTo(Device device);
 

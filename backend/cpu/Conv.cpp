@@ -13,9 +13,13 @@
 // backward-weights ran at a third of its forward's rate), where the GEMMs run at matmul
 // speed; CpuBackend::convBackwardAlgo says when they are used.
 //
-// A training bfloat16 convolution (ConvParams::state set) keeps its input's bfloat16
-// reorder from forward (KeptInput) and backward-weights reads it instead of converting the
-// input again; it is released once read.
+// With bfloat16 activations (CpuBackend::bfloat16Activations) a bfloat16 convolution writes
+// its output and its input gradient in bfloat16, and reads bfloat16 inputs and output
+// gradients as they come: the float32 conversions happen only where a float32 layer
+// meets a bfloat16 one. Otherwise outputs and gradients are float32, and a training
+// bfloat16 convolution (ConvParams::state set) keeps its input's bfloat16 reorder from
+// forward (KeptInput) for backward-weights instead of converting the input again; it is
+// released once read.
 //
 // Activations are described to oneDNN with format `any`, so it picks its fastest layout
 // (a channel-blocked one on AVX-512/AVX2 CPUs); outputs stay in that layout and the next
@@ -25,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <string>
 
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
@@ -65,9 +70,27 @@ dims dilationOf(const ConvParams& p) {
     return d;
 }
 
+std::atomic<bool>& lowActivationsSetting() {
+    static std::atomic<bool> on{[] {
+        const char* env = std::getenv("TESSERA_BF16_ACTIVATIONS");
+        const std::string v = env ? env : "";
+        if (!v.empty() && v != "0" && v != "1") {
+            throw BackendError("TESSERA_BF16_ACTIVATIONS=" + v + ": expected 1 or 0");
+        }
+        return v != "0";
+    }()};
+    return on;
+}
+
+// Whether this convolution writes bfloat16 outputs and input gradients (see the file comment).
+bool lowActivations(const ConvParams& p) {
+    return p.compute == DType::bfloat16 && bfloat16Kernels() && lowActivationsSetting().load();
+}
+
 std::vector<int64_t> keyOf(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) {
-    std::vector<int64_t> k = {p.transposed, p.groups, bias, static_cast<int64_t>(x.rank()),
-                              static_cast<int64_t>(p.compute)};
+    std::vector<int64_t> k = {
+        p.transposed,     p.groups, bias, static_cast<int64_t>(x.rank()), static_cast<int64_t>(p.compute),
+        lowActivations(p)};
     for (const auto* v : {&p.stride, &p.padLo, &p.padHi, &p.dilation}) k.insert(k.end(), v->begin(), v->end());
     for (const Shape* s : {&x, &w, &y}) k.insert(k.end(), s->dims().begin(), s->dims().end());
     return k;
@@ -133,13 +156,14 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
     e.plainW = plainWeights(p, w, x[1], y[1]);
     e.plainB = plainDesc({y[1]});
     // In bfloat16 the inputs and weights (and, backwards, the output gradient) are bfloat16;
-    // outputs and gradients stay float32.
+    // outputs and gradients are float32, or bfloat16 with bfloat16 activations.
     // Without bfloat16 kernels (CpuBackend::bfloat16Kernels) the stages round to bfloat16
     // and the float32 kernels run.
     const auto low = p.compute == DType::bfloat16 ? lowType() : f32;
+    const auto out = lowActivations(p) ? low : f32;
     const bool emulate = p.compute == DType::bfloat16 && low == f32;
-    const md src = anyDesc(x.dims(), low), dst = anyDesc(y.dims()), wts = anyDesc(e.plainW.dims(), low);
-    const md lowDst = anyDesc(y.dims(), low), srcOut = anyDesc(x.dims()), wtsOut = anyDesc(e.plainW.dims());
+    const md src = anyDesc(x.dims(), low), dst = anyDesc(y.dims(), out), wts = anyDesc(e.plainW.dims(), low);
+    const md lowDst = anyDesc(y.dims(), low), srcOut = anyDesc(x.dims(), out), wtsOut = anyDesc(e.plainW.dims());
     const md b = bias ? md({y[1]}, f32, tag::any) : md();
     const dims st(p.stride.begin(), p.stride.end()), pl(p.padLo.begin(), p.padLo.end()),
         pr(p.padHi.begin(), p.padHi.end()), dil = dilationOf(p);
@@ -149,7 +173,7 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
     // Outputs must be in a layout a Tensor can carry; otherwise ask for plain ones.
     if (!layoutOf(fpd.dst_desc())) {
         fpd = typename Fwd::primitive_desc(typename Fwd::desc(dnnl::prop_kind::forward_training, alg, src, wts, b,
-                                                              plainDesc(y.dims()), st, dil, pl, pr),
+                                                              plainDesc(y.dims(), out), st, dil, pl, pr),
                                            engine());
     }
     e.fwd = Fwd(fpd);
@@ -161,7 +185,7 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
                                          fpd);
     if (!layoutOf(dpd.diff_src_desc())) {
         dpd = typename BwdData::primitive_desc(
-            typename BwdData::desc(alg, plainDesc(x.dims()), wts, lowDst, st, dil, pl, pr), engine(), fpd);
+            typename BwdData::desc(alg, plainDesc(x.dims(), out), wts, lowDst, st, dil, pl, pr), engine(), fpd);
     }
     e.bwdData = BwdData(dpd);
     e.bdDiffDst = Staged(dpd.diff_dst_desc(), emulate);
@@ -379,7 +403,10 @@ bool keepsInput(const ConvParams& p, const ConvEntry& e, const Shape& x, const S
 
 // The forward's source: x reordered into bfloat16, into the layer's KeptInput when it keeps one.
 dnnl::memory forwardSource(const ConvParams& p, const ConvEntry& e, const Tensor& x, const Shape& w, const Shape& y) {
-    if (!keepsInput(p, e, x.shape(), w, y)) return e.fwdSrc.from(x);
+    if (x.dtype() != DType::float32 || !keepsInput(p, e, x.shape(), w, y)) {
+        if (p.state) p.state->data.reset(); // backward-weights reads x itself
+        return e.fwdSrc.from(x);
+    }
     p.state->data.reset(); // the last step's, before the new one is allocated
     auto kept = std::make_shared<KeptInput>();
     kept->desc = e.fwdSrc.want();
@@ -472,6 +499,10 @@ Tensor CpuBackend::convBackwardData(const ConvParams& p, const Tensor& dy, const
 void CpuBackend::setConvBackwardAlgo(ConvBackwardAlgo algo) { backwardAlgo() = algo; }
 ConvBackwardAlgo CpuBackend::convBackwardAlgo() { return backwardAlgo(); }
 
+void CpuBackend::setBfloat16Activations(bool on) { lowActivationsSetting() = on; }
+bool CpuBackend::bfloat16Activations() { return lowActivationsSetting().load(); }
+DType CpuBackend::convOutputDType(const ConvParams& p) { return lowActivations(p) ? DType::bfloat16 : DType::float32; }
+
 // x, dy -> dw = scale * dL/dw + momentum * dw (and db likewise)
 void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const Tensor& dy, float scale,
                                      float momentum, const Tensor& dw, const Tensor& db) {
@@ -483,11 +514,13 @@ void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const
             e.gemmWeights = checkDnnl("matmul (backward-weights)",
                                       [&] { return buildGemmWeights(x.shape(), dw.shape(), dy.shape()); });
         GemmWeights& g = *e.gemmWeights;
-        // x as read by the im2col: plain and channels-last directly, other layouts through a reorder.
         const Shape& xs = x.shape();
-        dnnl::memory xm =
-            x.layout() == Layout::plain || x.layout() == Layout::channelsLast ? memOf(descOf(x), x) : g.nhwcX.from(x);
-        const bool last = x.layout() != Layout::plain;
+        // x as read by the im2col: float32 plain and channels-last directly, the rest
+        // reordered (and converted) into float32 channels-last.
+        const bool asIs =
+            x.dtype() == DType::float32 && (x.layout() == Layout::plain || x.layout() == Layout::channelsLast);
+        dnnl::memory xm = asIs ? memOf(descOf(x), x) : g.nhwcX.from(x);
+        const bool last = !(asIs && x.layout() == Layout::plain);
         const int64_t st[4] = {xs[1] * xs[2] * xs[3], last ? 1 : xs[2] * xs[3], last ? xs[3] * xs[1] : xs[3],
                                last ? xs[1] : 1};
         im2colBf16(static_cast<const float*>(xm.get_data_handle()), st, xs, p, dw.shape()[2], dw.shape()[3],

@@ -43,6 +43,16 @@ public:
     /// TESSERA_BF16_EMULATE=1 forces the emulation (to test it on any CPU).
     static bool bfloat16Kernels();
 
+    /// Whether bfloat16 convolutions (calcMode(bfloat16), on a CPU with bfloat16 kernels)
+    /// write their outputs, and their input gradients, in bfloat16, so that the layers
+    /// after them (batch norm, activations, sums, the next convolution) run on bfloat16
+    /// activations instead of converting float32 ones at every convolution. Initially
+    /// TESSERA_BF16_ACTIVATIONS (1 or 0; on when unset). Off: outputs and gradients are
+    /// float32, the inputs converted on the way in.
+    static void setBfloat16Activations(bool on);
+    static bool bfloat16Activations();
+    DType convOutputDType(const ConvParams& p) override;
+
     /// Sets flush-to-zero and denormals-are-zero on the calling thread and on every thread
     /// of the OpenMP pool, unless TESSERA_FLUSH_DENORMALS=0: training drives many values
     /// into the denormal range, where every float op costs around a hundred cycles.

@@ -30,14 +30,33 @@ template <class F> auto checkDnnl(const char* call, F&& f) -> decltype(f()) {
     }
 }
 
-/// A plain (row-major) f32 memory descriptor.
-inline dnnl::memory::desc plainDesc(const std::vector<int64_t>& dims) {
+/// oneDNN's type for a Tessera dtype.
+inline dnnl::memory::data_type dnnlType(DType dtype) {
+    switch (dtype) {
+    case DType::float32: return dnnl::memory::data_type::f32;
+    case DType::bfloat16: return dnnl::memory::data_type::bf16;
+    case DType::float16: return dnnl::memory::data_type::f16;
+    case DType::int32: return dnnl::memory::data_type::s32;
+    }
+    throw BackendError("oneDNN: unknown dtype");
+}
+
+/// Tessera's dtype for a oneDNN type (float32 and bfloat16 only: the types activations take).
+inline DType dtypeOf(dnnl::memory::data_type type) {
+    if (type == dnnl::memory::data_type::f32) return DType::float32;
+    if (type == dnnl::memory::data_type::bf16) return DType::bfloat16;
+    throw BackendError("oneDNN: a data type Tessera keeps no activations in");
+}
+
+/// A plain (row-major) memory descriptor, float32 unless told.
+inline dnnl::memory::desc plainDesc(const std::vector<int64_t>& dims,
+                                    dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
     static const dnnl::memory::format_tag tags[] = {dnnl::memory::format_tag::a,     dnnl::memory::format_tag::a,
                                                     dnnl::memory::format_tag::ab,    dnnl::memory::format_tag::abc,
                                                     dnnl::memory::format_tag::abcd,  dnnl::memory::format_tag::abcde,
                                                     dnnl::memory::format_tag::abcdef};
     if (dims.empty() || dims.size() > 6) throw BackendError("oneDNN: unsupported rank " + std::to_string(dims.size()));
-    return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tags[dims.size()]);
+    return dnnl::memory::desc(dims, type, tags[dims.size()]);
 }
 
 /// The tag of a blocked layout for a tensor of `rank` (3 to 5).
@@ -47,29 +66,27 @@ inline dnnl::memory::format_tag blockedTag(size_t rank, int64_t block) {
     return rank == 3 ? tag::nCw8c : rank == 4 ? tag::nChw8c : tag::nCdhw8c;
 }
 
-/// The f32 descriptor of `dims` in `layout`.
-inline dnnl::memory::desc descIn(const std::vector<int64_t>& dims, Layout layout) {
-    if (layout == Layout::plain) return plainDesc(dims);
+/// The descriptor of `dims` in `layout`, float32 unless told.
+inline dnnl::memory::desc descIn(const std::vector<int64_t>& dims, Layout layout,
+                                 dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
+    if (layout == Layout::plain) return plainDesc(dims, type);
     if (layout == Layout::channelsLast) {
         using tag = dnnl::memory::format_tag;
         const size_t r = dims.size();
-        return dnnl::memory::desc(dims, dnnl::memory::data_type::f32,
-                                  r == 3   ? tag::nwc
-                                  : r == 4 ? tag::nhwc
-                                           : tag::ndhwc);
+        return dnnl::memory::desc(dims, type, r == 3 ? tag::nwc : r == 4 ? tag::nhwc : tag::ndhwc);
     }
-    return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, blockedTag(dims.size(), blockOf(layout)));
+    return dnnl::memory::desc(dims, type, blockedTag(dims.size(), blockOf(layout)));
 }
 
-/// The descriptor of a tensor's storage.
-inline dnnl::memory::desc descOf(const Tensor& t) { return descIn(t.shape().dims(), t.layout()); }
+/// The descriptor of a tensor's storage (its dtype and layout).
+inline dnnl::memory::desc descOf(const Tensor& t) { return descIn(t.shape().dims(), t.layout(), dnnlType(t.dtype())); }
 
 /// The Tessera layout a oneDNN descriptor of activations is in, if it is one of ours.
 inline std::optional<Layout> layoutOf(const dnnl::memory::desc& md) {
     std::vector<int64_t> dims = md.dims();
     for (Layout l : {Layout::plain, Layout::blocked16, Layout::blocked8, Layout::channelsLast}) {
         if (l != Layout::plain && (dims.size() < 3 || dims.size() > 5)) continue;
-        if (md == descIn(dims, l)) return l;
+        if (md == descIn(dims, l, md.data_type())) return l;
     }
     return std::nullopt;
 }
@@ -113,7 +130,12 @@ inline dnnl::memory wrap(const dnnl::memory::desc& md, const void* ptr) {
     return dnnl::memory(md, engine(), const_cast<void*>(ptr));
 }
 
-inline dnnl::memory memOf(const dnnl::memory::desc& md, const Tensor& t) { return wrap(md, t.storageData<float>()); }
+inline dnnl::memory memOf(const dnnl::memory::desc& md, const Tensor& t) {
+    if (md.data_type() != dnnlType(t.dtype())) {
+        throw BackendError("oneDNN: a " + str(t.dtype()) + " tensor described as another type");
+    }
+    return wrap(md, t.raw());
+}
 
 /// Data handed to a primitive in the descriptor it wants. When the source already has
 /// it, the source itself is used; otherwise it is reordered into a buffer of this
@@ -154,11 +176,16 @@ inline dnnl::memory::data_type lowType() {
 }
 
 /// A new tensor of `shape` whose storage has descriptor `md` (one of Tessera's layouts,
-/// else BackendError).
+/// else BackendError), of md's type (float32 or bfloat16).
 Tensor tensorFor(const dnnl::memory::desc& md, const Shape& shape, Device device);
 
-/// Appends a tensor's layout and dims to a cache key.
+/// `t` in `dtype` (float32 or bfloat16) and `layout`: itself when it already is, else a
+/// converted copy (one oneDNN reorder).
+Tensor converted(const Tensor& t, DType dtype, Layout layout);
+
+/// Appends a tensor's dtype, layout and dims to a cache key.
 inline void appendKey(std::vector<int64_t>& key, const Tensor& t) {
+    key.push_back(static_cast<int64_t>(t.dtype()));
     key.push_back(static_cast<int64_t>(t.layout()));
     key.insert(key.end(), t.shape().dims().begin(), t.shape().dims().end());
 }

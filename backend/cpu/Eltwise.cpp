@@ -37,16 +37,17 @@ EltwiseAlgs algsOf(ActivationKind kind) {
     throw BackendError("CpuBackend: unknown activation");
 }
 
-// The descriptor the primitive runs over for tensor t.
+// The descriptor the primitive runs over for tensor t (float32 or bfloat16).
 dnnl::memory::desc viewOf(const Tensor& t) {
     const int64_t block = blockOf(t.layout());
     if (block > 1 && t.shape()[1] % block != 0) return descOf(t);
-    return plainDesc({static_cast<int64_t>(t.nbytes() / sizeof(float))});
+    const auto type = dnnlType(t.dtype());
+    return plainDesc({static_cast<int64_t>(t.nbytes() / sizeOf(t.dtype()))}, type);
 }
 
 std::vector<int64_t> keyOf(const ActivationParams& act, const dnnl::memory::desc& md) {
     std::vector<int64_t> key = {static_cast<int64_t>(act.kind), dnnl_util::keyOf(act.alpha), dnnl_util::keyOf(act.beta),
-                                static_cast<int64_t>(md.get_size())};
+                                static_cast<int64_t>(md.get_size()), static_cast<int64_t>(md.data_type())};
     const auto d = md.dims();
     key.insert(key.end(), d.begin(), d.end());
     return key;
@@ -84,10 +85,10 @@ constexpr int64_t kLoopParallelMin = 1 << 15;
 
 } // namespace
 
-// x, y: same shape and layout
+// x, y: same shape, layout and dtype (float32, or bfloat16 but for hardSigmoid)
 void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
-    if (y.shape() != x.shape() || y.layout() != x.layout()) {
-        throw ShapeError("CpuBackend::activationForward: x and y differ in shape or layout");
+    if (y.shape() != x.shape() || y.layout() != x.layout() || y.dtype() != x.dtype()) {
+        throw ShapeError("CpuBackend::activationForward: x and y differ in shape, layout or dtype");
     }
     if (act.kind == ActivationKind::hardSigmoid) {
         requirePlain(x, "activationForward");
@@ -106,13 +107,13 @@ void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x,
     });
 }
 
-// x, y, dx: one layout; dy reordered to it when it differs
+// x, y, dx: one layout and dtype; dy reordered (and converted) to them when it differs
 void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const Tensor& dx) {
-    if (dx.shape() != x.shape() || dy.shape() != x.shape() || dx.layout() != x.layout()) {
-        throw ShapeError("CpuBackend::activationBackward: x, dy and dx differ in shape or layout");
+    if (dx.shape() != x.shape() || dy.shape() != x.shape() || dx.layout() != x.layout() || dx.dtype() != x.dtype()) {
+        throw ShapeError("CpuBackend::activationBackward: x, dy and dx differ in shape, layout or dtype");
     }
-    const Tensor dyIn = dy.toLayout(x.layout());
+    const Tensor dyIn = converted(dy, x.dtype(), x.layout());
     if (act.kind == ActivationKind::hardSigmoid) { // dx = a dy inside (0, 1), 0 where clipped
         requirePlain(x, "activationBackward");
         const float* px = x.data<float>();

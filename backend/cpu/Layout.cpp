@@ -70,24 +70,34 @@ bool bfloat16Kernels() {
 Tensor tensorFor(const dnnl::memory::desc& md, const Shape& shape, Device device) {
     std::optional<Layout> layout = layoutOf(md);
     if (!layout) throw BackendError("CpuBackend: oneDNN chose a layout Tessera does not keep for " + shape.str());
-    return Tensor::empty(shape, DType::float32, device, *layout);
+    return Tensor::empty(shape, dtypeOf(md.data_type()), device, *layout);
+}
+
+Tensor converted(const Tensor& t, DType dtype, Layout layout) {
+    if (t.dtype() == dtype && t.layout() == layout) return t;
+    Tensor out = Tensor::empty(t.shape(), dtype, t.device(), layout);
+    backendOf(t).reorder(t, out);
+    return out;
 }
 
 } // namespace dnnl_util
 
 bool CpuBackend::bfloat16Kernels() { return dnnl_util::bfloat16Kernels(); }
 
-// src, dst: same shape, any layouts
+// src, dst: same shape, any layouts; the same dtype, or float32 and bfloat16 (converted,
+// rounding to nearest even)
 void CpuBackend::reorder(const Tensor& src, const Tensor& dst) {
-    if (src.shape() != dst.shape() || src.dtype() != dst.dtype()) {
+    auto activation = [](DType t) { return t == DType::float32 || t == DType::bfloat16; };
+    if (src.shape() != dst.shape() ||
+        (src.dtype() != dst.dtype() && !(activation(src.dtype()) && activation(dst.dtype())))) {
         throw ShapeError("CpuBackend::reorder: " + src.shape().str() + " " + str(src.dtype()) + " to " +
                          dst.shape().str() + " " + str(dst.dtype()));
     }
-    if (src.layout() == dst.layout()) {
+    if (src.layout() == dst.layout() && src.dtype() == dst.dtype()) {
         copy(src, dst);
         return;
     }
-    std::vector<int64_t> key = {static_cast<int64_t>(dst.layout())};
+    std::vector<int64_t> key = {static_cast<int64_t>(dst.layout()), static_cast<int64_t>(dst.dtype())};
     appendKey(key, src);
     static PrimitiveCache<dnnl::reorder> cache;
     const auto& prim = cache.get(key, [&] {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -16,6 +17,7 @@
 
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/Dnnl.h"
 
 namespace tessera {
 
@@ -189,40 +191,102 @@ void CpuBackend::fillNormal(const Tensor& t, float mean, float stddev, Generator
 
 void CpuBackend::fillBytes(const Tensor& t, unsigned char byte) { std::memset(t.raw(), byte, t.nbytes()); }
 
-// x, y: same numel; any layouts. Blocked tensors are added over their whole storage,
-// padding included (0 + 0 stays 0).
+namespace {
+// Element access over float32 or bfloat16 storage, in float.
+inline float load(const float* p, int64_t i) { return p[i]; }
+inline float load(const bfloat16* p, int64_t i) { return toFloat(p[i]); }
+inline void store(float* p, int64_t i, float v) { p[i] = v; }
+inline void store(bfloat16* p, int64_t i, float v) { p[i] = toBfloat16(v); }
+
+// Calls f with a null pointer of t's element type (float32 or bfloat16; BackendError else).
+template <class F> void withElements(const Tensor& t, const char* op, F&& f) {
+    if (t.dtype() == DType::float32) return f(static_cast<float*>(nullptr));
+    if (t.dtype() == DType::bfloat16) return f(static_cast<bfloat16*>(nullptr));
+    throw BackendError(std::string("CpuBackend::") + op + ": " + str(t.dtype()) +
+                       " is not supported (float32 and bfloat16 are)");
+}
+
+// z[i] = alpha x[i] + beta y[i] over n storage elements (beta == 0 never reads y).
+template <class X, class Y, class Z> void axpbyzLoop(float alpha, const X* x, float beta, const Y* y, Z* z, int64_t n) {
+    if (beta == 0.0f) { // y may hold NaN from uninitialised memory
+#pragma omp parallel for simd if (n > kParallelMin)
+        for (int64_t i = 0; i < n; ++i) store(z, i, alpha * load(x, i));
+        return;
+    }
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) store(z, i, alpha * load(x, i) + beta * load(y, i));
+}
+
+// z = alpha x + beta y over n bfloat16 storage elements by oneDNN's binary add (JIT
+// vectorised; the loop above converts one element at a time on a baseline build). z may be y.
+void axpbyzBfloat16(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, int64_t n) {
+    using namespace dnnl_util;
+    static PrimitiveCache<dnnl::binary> cache;
+    const auto flat = plainDesc({n}, dnnl::memory::data_type::bf16);
+    const auto& prim = cache.get({n, keyOf(alpha), keyOf(beta)}, [&] {
+        return checkDnnl("binary", [&] {
+            dnnl::primitive_attr attr;
+            if (beta != 1.0f) attr.set_scales(DNNL_ARG_SRC_0, 0, {beta});
+            if (alpha != 1.0f) attr.set_scales(DNNL_ARG_SRC_1, 0, {alpha});
+            return dnnl::binary(dnnl::binary::primitive_desc(
+                dnnl::binary::desc(dnnl::algorithm::binary_add, flat, flat, flat), attr, engine()));
+        });
+    });
+    checkDnnl("binary::execute", [&] {
+        prim.execute(stream(), {{DNNL_ARG_SRC_0, wrap(flat, y.raw())},
+                                {DNNL_ARG_SRC_1, wrap(flat, x.raw())},
+                                {DNNL_ARG_DST, wrap(flat, z.raw())}});
+    });
+}
+
+// axpbyzLoop over three tensors of one layout and storage size, each float32 or bfloat16.
+void axpbyzAny(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, const char* op) {
+    const auto n = static_cast<int64_t>(z.nbytes() / sizeOf(z.dtype()));
+    const DType b16 = DType::bfloat16;
+    if (x.dtype() == b16 && y.dtype() == b16 && z.dtype() == b16 && beta != 0.0f) {
+        axpbyzBfloat16(alpha, x, beta, y, z, n);
+        return;
+    }
+    withElements(x, op, [&](auto* xt) {
+        withElements(y, op, [&](auto* yt) {
+            withElements(z, op, [&](auto* zt) {
+                using X = std::remove_pointer_t<decltype(xt)>;
+                using Y = std::remove_pointer_t<decltype(yt)>;
+                using Z = std::remove_pointer_t<decltype(zt)>;
+                axpbyzLoop(alpha, static_cast<const X*>(x.raw()), beta, static_cast<const Y*>(y.raw()),
+                           static_cast<Z*>(z.raw()), n);
+            });
+        });
+    });
+}
+
+// Whether two tensors' storages hold the same elements in the same places (padding too).
+bool sameStorageOrder(const Tensor& a, const Tensor& b) {
+    return a.layout() == b.layout() && a.nbytes() / sizeOf(a.dtype()) == b.nbytes() / sizeOf(b.dtype());
+}
+} // namespace
+
+// x, y: same numel; any layouts; float32 or bfloat16, either mixed. Blocked tensors are
+// added over their whole storage, padding included (0 + 0 stays 0).
 void CpuBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
     requireSameNumel("axpby", x, y);
     if (x.layout() != y.layout()) {
         axpby(alpha, x.toLayout(y.layout()), beta, y);
         return;
     }
-    const float* px = x.storageData<float>();
-    float* py = y.storageData<float>();
-    const auto n = static_cast<int64_t>(y.nbytes() / sizeof(float));
-    if (beta == 0.0f) { // never read y: it may hold NaN from uninitialised memory
-#pragma omp parallel for simd if (n > kParallelMin)
-        for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i];
-        return;
-    }
-#pragma omp parallel for simd if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i] + beta * py[i];
+    axpbyzAny(alpha, x, beta, y, y, "axpby");
 }
 
-// One pass where the three share a layout (a residual sum, gradients summed at a fork).
+// One pass where the three share a layout (a residual sum, gradients summed at a fork);
+// float32 or bfloat16, either mixed.
 void CpuBackend::axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
     requireSameNumel("axpbyz", x, z);
     requireSameNumel("axpbyz", y, z);
-    if (x.layout() != z.layout() || y.layout() != z.layout() || x.nbytes() != z.nbytes() || y.nbytes() != z.nbytes()) {
+    if (!sameStorageOrder(x, z) || !sameStorageOrder(y, z)) {
         Backend::axpbyz(alpha, x, beta, y, z);
         return;
     }
-    const float* px = x.storageData<float>();
-    const float* py = y.storageData<float>();
-    float* pz = z.storageData<float>();
-    const auto n = static_cast<int64_t>(z.nbytes() / sizeof(float));
-#pragma omp parallel for simd if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) pz[i] = alpha * px[i] + beta * py[i];
+    axpbyzAny(alpha, x, beta, y, z, "axpbyz");
 }
 
 // x, y: same numel -> y = a * x + b

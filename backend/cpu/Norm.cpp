@@ -1,5 +1,6 @@
 // Batch normalisation and local response normalisation through oneDNN, cached per shape
-// and layout; outputs keep the input's layout.
+// and layout; outputs keep the input's layout. Batch norm also keeps the input's dtype:
+// bfloat16 activations (and gradients) with float32 statistics, scale and shift.
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
@@ -19,9 +20,10 @@ struct BnEntry {
 
 // `relu`: a ReLU applied to the output inside the primitive (oneDNN's fuse_norm_relu); in
 // training it writes a workspace (the ReLU's mask) for backward.
-const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training, bool relu = false) {
+const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training, bool relu = false,
+                         DType dtype = DType::float32) {
     static PrimitiveCache<BnEntry> cache;
-    std::vector<int64_t> key = {static_cast<int64_t>(layout), keyOf(eps), training, relu};
+    std::vector<int64_t> key = {static_cast<int64_t>(layout), keyOf(eps), training, relu, static_cast<int64_t>(dtype)};
     key.insert(key.end(), x.dims().begin(), x.dims().end());
     return cache.get(key, [&] {
         return checkDnnl("batch_normalization_forward", [&] {
@@ -29,7 +31,7 @@ const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training
             if (relu) f = f | flags::fuse_norm_relu;
             dnnl::batch_normalization_forward::desc d(training ? dnnl::prop_kind::forward_training
                                                                : dnnl::prop_kind::forward_inference,
-                                                      descIn(x.dims(), layout), eps, f);
+                                                      descIn(x.dims(), layout, dnnlType(dtype)), eps, f);
             dnnl::batch_normalization_forward::primitive_desc pd(d, engine());
             return BnEntry{pd, dnnl::batch_normalization_forward(pd)};
         });
@@ -42,8 +44,8 @@ dnnl::memory vecMem(const Tensor& t) { return memOf(plainDesc({t.numel()}), t); 
 // workspace).
 Tensor bnRun(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean, const Tensor& var,
              float eps, bool training, Tensor* mask) {
-    const BnEntry& e = bnForward(x.shape(), x.layout(), eps, training, mask != nullptr);
-    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    const BnEntry& e = bnForward(x.shape(), x.layout(), eps, training, mask != nullptr, x.dtype());
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.layout());
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, memOf(descOf(x), x)}, {DNNL_ARG_DST, memOf(descOf(y), y)}, {DNNL_ARG_SCALE, vecMem(scale)},
         {DNNL_ARG_SHIFT, vecMem(shift)},     {DNNL_ARG_MEAN, vecMem(mean)},       {DNNL_ARG_VARIANCE, vecMem(var)}};
@@ -71,7 +73,7 @@ Tensor bnBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const 
     std::vector<int64_t> key = {keyOf(eps), relu};
     appendKey(key, x);
     const BwdEntry& e = cache.get(key, [&] {
-        const BnEntry& f = bnForward(x.shape(), x.layout(), eps, true, relu);
+        const BnEntry& f = bnForward(x.shape(), x.layout(), eps, true, relu, x.dtype());
         return checkDnnl("batch_normalization_backward", [&] {
             const auto md = descOf(x);
             dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, md, md, eps,
@@ -81,7 +83,7 @@ Tensor bnBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const 
                             relu ? f.pd.workspace_desc() : dnnl::memory::desc()};
         });
     });
-    Tensor dx = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), x.layout());
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, memOf(descOf(x), x)},
                                                   {DNNL_ARG_DIFF_DST, e.diffDst.from(dy)},
                                                   {DNNL_ARG_SCALE, vecMem(scale)},
