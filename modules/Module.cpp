@@ -458,16 +458,20 @@ void Module::reset() {
     inData_.clear();
     data_.clear();
     grad_.clear();
+    inDTypes_.clear();
+    tookBfloat16_ = true;
     for (Tensor* t : keptTensors()) *t = Tensor();
     for (const auto& [n, child] : namedChildren()) child->reset();
 }
 
 Module::RunState Module::takeRunState() {
     if (!namedChildren().empty()) throw moduleError("a container's run state belongs to its children");
-    RunState state{std::move(inData_), std::move(data_), std::move(grad_), {}};
+    RunState state{std::move(inData_), std::move(data_), std::move(grad_), {}, std::move(inDTypes_), tookBfloat16_};
     inData_.clear();
     data_.clear();
     grad_.clear();
+    inDTypes_.clear();
+    tookBfloat16_ = true;
     for (Tensor* t : keptTensors()) {
         state.kept.push_back(std::move(*t));
         *t = Tensor();
@@ -484,6 +488,8 @@ void Module::putRunState(RunState state) {
     inData_ = std::move(state.inData);
     data_ = std::move(state.data);
     grad_ = std::move(state.grad);
+    inDTypes_ = std::move(state.inDTypes);
+    tookBfloat16_ = state.tookBfloat16;
     for (size_t i = 0; i < kept.size(); ++i) *kept[i] = std::move(state.kept[i]);
 }
 

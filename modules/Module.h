@@ -194,6 +194,8 @@ public:
     struct RunState {
         Tensors inData, data, grad;
         std::vector<Tensor> kept;
+        std::vector<DType> inDTypes; // the inputs' dtypes before any conversion
+        bool tookBfloat16 = true;    // whether the module ran on them as they came
     };
     /// Move this run's state out; the module is left as reset() leaves it. Containers
     /// throw ModuleError: their children's runs are not theirs to move.

@@ -26,6 +26,17 @@ namespace tessera {
 namespace {
 using namespace testing;
 
+// ||a - b|| / ||b|| over the elements as float.
+double relDiff(const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = a.toVector<float>(), y = b.toVector<float>();
+    double d = 0, n = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        d += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+        n += static_cast<double>(y[i]) * y[i];
+    }
+    return std::sqrt(d / n);
+}
+
 TEST(Precision, Bfloat16Conversions) {
     EXPECT_EQ(toBfloat16(1.0f).bits, 0x3f80);
     EXPECT_EQ(toFloat(toBfloat16(1.0f)), 1.0f);
@@ -84,6 +95,15 @@ TEST(Precision, TensorsOfEveryTypeConvert) {
             const Tensor dx = lin.backward(Tensor::ones(y.shape()));
             EXPECT_EQ(dx.dtype(), DType::bfloat16); // an input's gradient has the input's dtype
             EXPECT_EQ(y.toVector<float>(), lin(low.astype(DType::float32)).toVector<float>());
+            // What the input's dtype was is part of a run's state (a module in several graph
+            // nodes differentiates each of its runs).
+            Module::RunState f32Run = lin.takeRunState();
+            lin(low);
+            Module::RunState lowRun = lin.takeRunState();
+            lin.putRunState(std::move(f32Run));
+            EXPECT_EQ(lin.backward(Tensor::ones(y.shape())).dtype(), DType::float32);
+            lin.putRunState(std::move(lowRun));
+            EXPECT_EQ(lin.backward(Tensor::ones(y.shape())).dtype(), DType::bfloat16);
         } else {
             EXPECT_TRUE(throwsShapeError([&] { lin(low); }, {"fc", str(t), "float32 or bfloat16"}));
         }
@@ -127,15 +147,7 @@ TEST(Precision, Bfloat16LayersMatchFloat32) {
     };
     // ||low - fp32|| / ||fp32||: bfloat16 keeps 8 significant bits (a relative rounding of
     // 2^-9 per input); sums of products of such inputs land well inside 1e-2.
-    auto rel = [](const Tensor& a, const Tensor& b) {
-        const std::vector<float> x = a.toVector<float>(), y = b.toVector<float>();
-        double d = 0, n = 0;
-        for (size_t i = 0; i < x.size(); ++i) {
-            d += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-            n += static_cast<double>(y[i]) * y[i];
-        }
-        return std::sqrt(d / n);
-    };
+    const auto rel = relDiff;
     // Gradients of bfloat16 2-D convolutions through oneDNN's kernels and through the
     // GEMMs, and whichever the CPU picks.
     struct AlgoGuard {
@@ -395,17 +407,6 @@ TEST(Precision, Bfloat16NetworkLearns) {
     const double error = ce.validate(net(x), y);
     EXPECT_LT(last, first / 4);
     EXPECT_LT(error, 0.05);
-}
-
-// ||a - b|| / ||b|| over the elements as float.
-double relDiff(const Tensor& a, const Tensor& b) {
-    const std::vector<float> x = a.toVector<float>(), y = b.toVector<float>();
-    double d = 0, n = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-        d += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-        n += static_cast<double>(y[i]) * y[i];
-    }
-    return std::sqrt(d / n);
 }
 
 // CpuBackend::setBfloat16Activations for one test, restored however it ends.
