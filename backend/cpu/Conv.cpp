@@ -7,8 +7,8 @@
 // the float32 kernels run (CpuBackend::bfloat16Kernels).
 //
 // The backward passes of a bfloat16 2-D convolution can instead run as GEMMs on oneDNN's
-// matmul: backward-weights as an im2col and dW [K, C kh kw] = dY^T [K, N Ho Wo] x
-// col [N Ho Wo, C kh kw]; backward-data as dcol = dY x W and a col2im. oneDNN 2.6's AMX
+// matmul: backward-weights as an im2col of the bfloat16 input and dW [K, kh kw C] =
+// dY^T [K, N Ho Wo] x col [N Ho Wo, kh kw C]; backward-data as dcol = dY x W and a col2im. oneDNN 2.6's AMX
 // backward kernels are slow on small output planes (a 512-channel 4x4 layer's
 // backward-weights ran at a third of its forward's rate), where the GEMMs run at matmul
 // speed; CpuBackend::convBackwardAlgo says when they are used.
@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cpu/CpuBackend.h"
@@ -97,15 +98,18 @@ std::vector<int64_t> keyOf(const ConvParams& p, const Shape& x, const Shape& w, 
 }
 
 // Backward-weights as a GEMM (see the file comment): the matmul, its staged operands and
-// the bfloat16 im2col buffer, built on first use.
+// the bfloat16 im2col buffer, built on first use. The im2col's columns run (ky, kx, c), so
+// each window position is one contiguous copy of a channels-last pixel; the product
+// dW' [K, kh kw C] is the weights in the (K, kh, kw, C) order, reordered into the plain
+// weights' (K, C, kh, kw).
 struct GemmWeights {
     dnnl::matmul prim;
-    md dyT;                             // dY^T [K, M] over a channels-last float32 dy
-    Staged nhwcX, nhwcDy;               // x and dy in channels-last float32, when they come otherwise
-    Staged a;                           // dY^T in the matmul's bfloat16 layout
-    dnnl::memory col;                   // [M, C kh kw] bfloat16
-    md diffW;                           // [K, C kh kw] float32: the plain weights' layout
-    std::optional<dnnl::memory> buffer; // dW when it is blended into the parameter's
+    md dyT;               // dY^T [K, M] over a channels-last float32 dy
+    Staged nhwcX, nhwcDy; // x in channels-last bfloat16; dy in channels-last float32
+    Staged a;             // dY^T in the matmul's bfloat16 layout
+    dnnl::memory col;     // [M, kh kw C] bfloat16
+    dnnl::memory product; // dW' [K, kh kw C] float32
+    Staged toPlain;       // dW' into the plain weights' layout
 };
 
 // Backward-data as a GEMM and a col2im: dcol [M, C kh kw] = dY [M, K] x W [K, C kh kw],
@@ -220,28 +224,26 @@ const ConvEntry& entryFor(const ConvParams& p, const Shape& x, const Shape& w, c
     });
 }
 
-// The im2col of x (element (n, c, h, w) at n st[0] + c st[1] + h st[2] + w st[3]) for a 2-D
-// convolution: row (n, oy, ox), column (c, ky, kx), the weights' own order; zero where the
-// window is over the padding; rounded to bfloat16.
-void im2colBf16(const float* x, const int64_t st[4], const Shape& xs, const ConvParams& p, int64_t kh, int64_t kw,
-                int64_t Ho, int64_t Wo, uint16_t* col) {
-    const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], KK = kh * kw, CK = C * KK;
+// The im2col of x (channels-last bfloat16 [N, H, W, C]) for a 2-D convolution: row
+// (n, oy, ox), column (ky, kx, c); zero where the window is over the padding.
+void im2colLast(const uint16_t* x, const Shape& xs, const ConvParams& p, int64_t kh, int64_t kw, int64_t Ho, int64_t Wo,
+                uint16_t* col) {
+    const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], CK = C * kh * kw;
+    const auto bytes = static_cast<size_t>(C) * sizeof(uint16_t);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t n = 0; n < N; ++n) {
         for (int64_t oy = 0; oy < Ho; ++oy) {
             for (int64_t ox = 0; ox < Wo; ++ox) {
-                uint16_t* row = col + ((n * Ho + oy) * Wo + ox) * CK;
+                uint16_t* out = col + ((n * Ho + oy) * Wo + ox) * CK;
                 for (int64_t ky = 0; ky < kh; ++ky) {
                     const int64_t iy = oy * p.stride[0] - p.padLo[0] + ky;
-                    for (int64_t kx = 0; kx < kw; ++kx) {
+                    for (int64_t kx = 0; kx < kw; ++kx, out += C) {
                         const int64_t ix = ox * p.stride[1] - p.padLo[1] + kx;
-                        uint16_t* out = row + ky * kw + kx;
                         if (iy < 0 || iy >= H || ix < 0 || ix >= W) {
-                            for (int64_t c = 0; c < C; ++c) out[c * KK] = 0;
-                            continue;
+                            std::memset(out, 0, bytes);
+                        } else {
+                            std::memcpy(out, x + ((n * H + iy) * W + ix) * C, bytes);
                         }
-                        const float* in = x + n * st[0] + iy * st[2] + ix * st[3];
-                        for (int64_t c = 0; c < C; ++c) out[c * KK] = toBfloat16(in[c * st[1]]).bits;
                     }
                 }
             }
@@ -375,15 +377,16 @@ GemmWeights buildGemmWeights(const Shape& x, const Shape& w, const Shape& dy) {
     using dt = dnnl::memory::data_type;
     const int64_t M = dy[0] * dy[2] * dy[3], K = dy[1], CK = w.numel() / w[0];
     GemmWeights g;
-    g.nhwcX = Staged(descIn(x.dims(), Layout::channelsLast));
+    g.nhwcX = Staged(descIn(x.dims(), Layout::channelsLast, dt::bf16));
     g.nhwcDy = Staged(descIn(dy.dims(), Layout::channelsLast));
     g.dyT = md({K, M}, f32, dims{1, K});
-    g.diffW = md({K, CK}, f32, tag::ab);
-    const md col({M, CK}, dt::bf16, tag::ab);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({K, M}, dt::bf16, tag::any), col, g.diffW), engine());
+    const md col({M, CK}, dt::bf16, tag::ab), product({K, CK}, f32, tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({K, M}, dt::bf16, tag::any), col, product), engine());
     g.prim = dnnl::matmul(pd);
     g.a = Staged(pd.src_desc());
     g.col = dnnl::memory(col, engine());
+    g.product = dnnl::memory(product, engine());
+    g.toPlain = Staged(plainDesc(w.dims()));
     return g;
 }
 
@@ -514,28 +517,22 @@ void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const
             e.gemmWeights = checkDnnl("matmul (backward-weights)",
                                       [&] { return buildGemmWeights(x.shape(), dw.shape(), dy.shape()); });
         GemmWeights& g = *e.gemmWeights;
-        const Shape& xs = x.shape();
-        // x as read by the im2col: float32 plain and channels-last directly, the rest
-        // reordered (and converted) into float32 channels-last.
-        const bool asIs =
-            x.dtype() == DType::float32 && (x.layout() == Layout::plain || x.layout() == Layout::channelsLast);
-        dnnl::memory xm = asIs ? memOf(descOf(x), x) : g.nhwcX.from(x);
-        const bool last = !(asIs && x.layout() == Layout::plain);
-        const int64_t st[4] = {xs[1] * xs[2] * xs[3], last ? 1 : xs[2] * xs[3], last ? xs[3] * xs[1] : xs[3],
-                               last ? xs[1] : 1};
-        im2colBf16(static_cast<const float*>(xm.get_data_handle()), st, xs, p, dw.shape()[2], dw.shape()[3],
-                   dy.shape()[2], dy.shape()[3], static_cast<uint16_t*>(g.col.get_data_handle()));
+        im2colLast(static_cast<const uint16_t*>(g.nhwcX.from(x).get_data_handle()), x.shape(), p, dw.shape()[2],
+                   dw.shape()[3], dy.shape()[2], dy.shape()[3], static_cast<uint16_t*>(g.col.get_data_handle()));
         const dnnl::memory dyLast = g.nhwcDy.from(dy); // dy as [M, K]
-        const bool direct = scale == 1.0f && momentum == 0.0f;
-        if (!direct && !g.buffer) g.buffer = dnnl::memory(g.diffW, engine());
-        const dnnl::memory diffW = direct ? memOf(g.diffW, dw) : *g.buffer;
         checkDnnl("matmul::execute (backward-weights)", [&] {
             g.prim.execute(stream(), {{DNNL_ARG_SRC, g.a.from(wrap(g.dyT, dyLast.get_data_handle()))},
                                       {DNNL_ARG_WEIGHTS, g.col},
-                                      {DNNL_ARG_DST, diffW}});
+                                      {DNNL_ARG_DST, g.product}});
         });
-        if (!direct) {
-            axpbyRaw(scale, static_cast<const float*>(diffW.get_data_handle()), momentum, dw.data<float>(), dw.numel());
+        // dW' [K, kh, kw, C] is the weights' (K, C, kh, kw) in oneDNN's acdb order.
+        const Shape& ws = dw.shape();
+        const dnnl::memory last = wrap(md({ws[0], ws[1], ws[2], ws[3]}, f32, tag::acdb), g.product.get_data_handle());
+        if (scale == 1.0f && momentum == 0.0f) {
+            g.toPlain.into(last, memOf(plainDesc(ws.dims()), dw));
+        } else {
+            const dnnl::memory plain = g.toPlain.from(last);
+            axpbyRaw(scale, static_cast<const float*>(plain.get_data_handle()), momentum, dw.data<float>(), dw.numel());
         }
         if (db.defined()) { // the bias gradient: dy's column sums, in float32
             const int64_t M = dy.shape()[0] * dy.shape()[2] * dy.shape()[3], K = dy.shape()[1];
