@@ -397,8 +397,8 @@ void axpbyRaw(float alpha, const float* src, float beta, float* dst, int64_t n) 
 }
 
 // Whether this call's forward keeps its bfloat16 input for backward-weights: a training
-// layer, bfloat16 kernels, and backward-weights on oneDNN's kernel (the GEMM reads the
-// float32 input) from the same source descriptor.
+// layer, bfloat16 kernels, and backward-weights on oneDNN's kernel (the GEMM makes its
+// own channels-last copy) from the same source descriptor.
 bool keepsInput(const ConvParams& p, const ConvEntry& e, const Shape& x, const Shape& w, const Shape& y) {
     return p.state && p.compute == DType::bfloat16 && bfloat16Kernels() && e.fwdSrc.want() == e.bwSrc.want() &&
            !gemmWeights(p, x, w, y);

@@ -275,7 +275,7 @@ TEST(Precision, ConvKeepsItsBfloat16InputForBackwardWeights) {
         ConvBackwardAlgo before = CpuBackend::convBackwardAlgo();
         ~AlgoGuard() { CpuBackend::setConvBackwardAlgo(before); }
     } guard;
-    CpuBackend::setConvBackwardAlgo(ConvBackwardAlgo::direct); // the GEMM reads float32 x and keeps nothing
+    CpuBackend::setConvBackwardAlgo(ConvBackwardAlgo::direct); // the GEMM copies x itself and keeps nothing
     manualSeed(6);
     auto conv = std::make_shared<Conv2D>(16, 32, 3, ConvOptions{.pad = {1}, .useBias = false});
     conv->calcMode(DType::bfloat16);
