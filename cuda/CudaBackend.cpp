@@ -278,12 +278,19 @@ void CudaBackend::fillNormal(const Tensor& t, float mean, float stddev, Generato
 // ---- BLAS -----------------------------------------------------------------------------------------
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+// In float16 or bfloat16, A and B are converted (unless they already are of that type) and
+// cuBLAS multiplies them on tensor cores with float32 accumulation into float32 C.
 void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                        const Tensor& C, DType compute) {
-    if (compute != DType::float32) {
+    if (compute != DType::float32 && compute != DType::float16 && compute != DType::bfloat16) {
         throw BackendError("CudaBackend::gemm: computing in " + str(compute) +
-                           " is not implemented on CUDA yet (float32 is)");
+                           " is not supported (float32, float16 and bfloat16 are)");
     }
+    if (A.shape().rank() != 2 || B.shape().rank() != 2 || C.shape().rank() != 2) {
+        throw ShapeError("CudaBackend::gemm: needs matrices, got " + A.shape().str() + ", " + B.shape().str() +
+                         " and " + C.shape().str());
+    }
+    requireDtype("gemm", C, DType::float32, "C");
     const int64_t m = C.shape()[0], n = C.shape()[1];
     const int64_t k = transA ? A.shape()[0] : A.shape()[1];
     if ((transA ? A.shape()[1] : A.shape()[0]) != m || (transB ? B.shape()[1] : B.shape()[0]) != k ||
@@ -292,10 +299,27 @@ void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, c
                          (transB ? "^T" : "") + " does not give " + C.shape().str());
     }
     s();
-    TESSERA_CUDA_CHECK(cublasSgemm(cublas_, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, fp(B),
-                                   static_cast<int>(B.shape()[1]), fp(A), static_cast<int>(A.shape()[1]), &beta, fp(C),
-                                   static_cast<int>(n)));
+    const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N, opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (compute == DType::float32) {
+        requireDtype("gemm", A, DType::float32, "A");
+        requireDtype("gemm", B, DType::float32, "B");
+        TESSERA_CUDA_CHECK(cublasSgemm(cublas_, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                       &alpha, fp(B), static_cast<int>(B.shape()[1]), fp(A),
+                                       static_cast<int>(A.shape()[1]), &beta, fp(C), static_cast<int>(n)));
+        return;
+    }
+    auto low = [&](const Tensor& t) {
+        if (t.dtype() == compute) return t;
+        Tensor out = Tensor::empty(t.shape(), compute, device());
+        cast(t, out);
+        return out;
+    };
+    const Tensor a = low(A), b = low(B);
+    const cudaDataType_t type = compute == DType::float16 ? CUDA_R_16F : CUDA_R_16BF;
+    TESSERA_CUDA_CHECK(cublasGemmEx(cublas_, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                                    &alpha, b.raw(), type, static_cast<int>(B.shape()[1]), a.raw(), type,
+                                    static_cast<int>(A.shape()[1]), &beta, C.raw(), CUDA_R_32F, static_cast<int>(n),
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void CudaBackend::broadcastRows(const Tensor& row, const Tensor& y) {

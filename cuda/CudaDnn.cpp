@@ -2,6 +2,13 @@
 // backward-data, backward-weights) with algorithm choice, average pooling, batch norm and
 // softmax. Descriptors are built once per shape and kept. Max pooling runs Tessera's own
 // kernel, which records each window's argmax, so backward needs neither x nor y.
+//
+// Convolutions in calcMode(float16) or calcMode(bfloat16) run cuDNN on 16-bit operands
+// with float32 accumulation and tensor-core math: inputs and output gradients arrive in
+// float32 (or already in the low type) and are converted once per call, the float32 master
+// weights are converted per call, and outputs and gradients go back in float32 (the bias
+// added in the same pass); weight gradients are computed in the low type and accumulated
+// into the float32 gradient with the step's scale and momentum.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -20,6 +27,16 @@ namespace cudnn_util {
 constexpr size_t kDefaultWorkspaceLimit = size_t{512} << 20;
 
 float* fp(const Tensor& t) { return static_cast<float*>(t.raw()); }
+
+cudnnDataType_t dnnType(DType t) {
+    switch (t) {
+    case DType::float32: return CUDNN_DATA_FLOAT;
+    case DType::float16: return CUDNN_DATA_HALF;
+    case DType::bfloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::int32: break;
+    }
+    throw BackendError("cuDNN tensors of " + str(t) + " are not used by Tessera");
+}
 
 std::vector<int> ints(const std::vector<int64_t>& v) {
     std::vector<int> out;
@@ -52,12 +69,12 @@ std::string keyOf(const char* tag, std::initializer_list<std::vector<int>> parts
 
 class TensorDesc {
 public:
-    explicit TensorDesc(const std::vector<int>& dims) {
+    explicit TensorDesc(const std::vector<int>& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
         TESSERA_CUDA_CHECK(cudnnCreateTensorDescriptor(&d_));
         std::vector<int> strides(dims.size(), 1);
         for (size_t i = dims.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
-        TESSERA_CUDA_CHECK(cudnnSetTensorNdDescriptor(d_, CUDNN_DATA_FLOAT, static_cast<int>(dims.size()), dims.data(),
-                                                      strides.data()));
+        TESSERA_CUDA_CHECK(
+            cudnnSetTensorNdDescriptor(d_, type, static_cast<int>(dims.size()), dims.data(), strides.data()));
     }
     ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
     TensorDesc(const TensorDesc&) = delete;
@@ -71,8 +88,10 @@ private:
 // One convolution problem in cuDNN's terms: `in` is the convolution's input and `out` its
 // output. A deconvolution is the adjoint of the convolution from its output shape to its
 // input shape, so its `in` is the deconvolution's y and its `out` the deconvolution's x.
+// `in`, `out` and `filter` are in the compute type; `bias`, `inF32` and `outF32` in float32.
 struct ConvProblem {
-    std::unique_ptr<TensorDesc> in, out, bias;
+    std::unique_ptr<TensorDesc> in, out, bias, inF32, outF32;
+    DType type = DType::float32;
     cudnnFilterDescriptor_t filter = nullptr;
     cudnnConvolutionDescriptor_t conv = nullptr;
     struct Choice {
@@ -168,7 +187,7 @@ std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, b
                                                     ints(p.padLo),
                                                     ints(p.padHi),
                                                     ints(p.dilation),
-                                                    {static_cast<int>(p.groups), tf32},
+                                                    {static_cast<int>(p.groups), tf32, static_cast<int>(p.compute)},
                                                     ints(cs.in.dims()),
                                                     ints(w.dims()),
                                                     ints(cs.out.dims())});
@@ -180,9 +199,9 @@ std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, b
 // heuristics) on first use.
 static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle, bool allowTF32, const ConvParams& p,
                                 const ConvShapes& cs, const Shape& w) {
-    if (p.compute != DType::float32) {
+    if (p.compute != DType::float32 && p.compute != DType::float16 && p.compute != DType::bfloat16) {
         throw BackendError(std::string("CudaBackend: ") + (p.transposed ? "deconvolution" : "convolution") + " in " +
-                           str(p.compute) + " is not implemented on CUDA yet (float32 is)");
+                           str(p.compute) + " is not supported (float32, float16 and bfloat16 are)");
     }
     const std::string key = convKey(p, cs, w, allowTF32);
     std::lock_guard<std::mutex> lock(dnn.mutex);
@@ -195,17 +214,22 @@ static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle
                                " after spatial dim " + std::to_string(d));
         }
     }
+    const bool low = p.compute != DType::float32;
+    const cudnnDataType_t type = dnnType(p.compute);
     auto prob = std::make_unique<ConvProblem>();
-    prob->in = std::make_unique<TensorDesc>(nd(cs.in));
-    prob->out = std::make_unique<TensorDesc>(nd(cs.out));
+    prob->type = p.compute;
+    prob->in = std::make_unique<TensorDesc>(nd(cs.in), type);
+    prob->out = std::make_unique<TensorDesc>(nd(cs.out), type);
+    prob->inF32 = std::make_unique<TensorDesc>(nd(cs.in));
+    prob->outF32 = std::make_unique<TensorDesc>(nd(cs.out));
     std::vector<int> biasDims(nd(cs.out).size(), 1);
     biasDims[1] = static_cast<int>(p.transposed ? cs.in[1] : cs.out[1]);
     prob->bias = std::make_unique<TensorDesc>(biasDims);
 
     const std::vector<int> wd = nd(w);
     TESSERA_CUDA_CHECK(cudnnCreateFilterDescriptor(&prob->filter));
-    TESSERA_CUDA_CHECK(cudnnSetFilterNdDescriptor(prob->filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                  static_cast<int>(wd.size()), wd.data()));
+    TESSERA_CUDA_CHECK(
+        cudnnSetFilterNdDescriptor(prob->filter, type, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
     std::vector<int> pad = ints(p.padLo), stride = ints(p.stride), dil = ints(p.dilation);
     while (pad.size() < wd.size() - 2) {
         pad.push_back(0);
@@ -217,7 +241,12 @@ static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle
                                                        stride.data(), dil.data(), CUDNN_CROSS_CORRELATION,
                                                        CUDNN_DATA_FLOAT));
     TESSERA_CUDA_CHECK(cudnnSetConvolutionGroupCount(prob->conv, static_cast<int>(p.groups)));
-    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(prob->conv, allowTF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    // 16-bit operands accumulate in float32 (the convolution's compute type above) on
+    // tensor cores; the TF32 switch concerns float32 operands only.
+    allowTF32 = allowTF32 || low;
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(prob->conv, low         ? CUDNN_TENSOR_OP_MATH
+                                                               : allowTF32 ? CUDNN_DEFAULT_MATH
+                                                                           : CUDNN_FMA_MATH));
 
     int count = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -242,7 +271,7 @@ static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle
 namespace {
 // The convolution's input -> output pass: the forward of a convolution, the
 // backward-data of a deconvolution.
-void runConvForward(cudnnHandle_t h, ConvProblem& c, void* ws, const float* in, const float* w, float* out) {
+void runConvForward(cudnnHandle_t h, ConvProblem& c, void* ws, const void* in, const void* w, void* out) {
     const float one = 1.0f, zero = 0.0f;
     TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.fwd.math));
     TESSERA_CUDA_CHECK(cudnnConvolutionForward(h, &one, c.in->get(), in, c.filter, w, c.conv,
@@ -251,7 +280,7 @@ void runConvForward(cudnnHandle_t h, ConvProblem& c, void* ws, const float* in, 
 }
 // The output -> input pass: the backward-data of a convolution, the forward of a
 // deconvolution.
-void runConvBackwardData(cudnnHandle_t h, ConvProblem& c, void* ws, const float* w, const float* out, float* in) {
+void runConvBackwardData(cudnnHandle_t h, ConvProblem& c, void* ws, const void* w, const void* out, void* in) {
     const float one = 1.0f, zero = 0.0f;
     TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.bwdData.math));
     TESSERA_CUDA_CHECK(cudnnConvolutionBackwardData(h, &one, c.filter, w, c.out->get(), out, c.conv,
@@ -260,18 +289,40 @@ void runConvBackwardData(cudnnHandle_t h, ConvProblem& c, void* ws, const float*
 }
 } // namespace
 
+namespace {
+// `t` as a plain tensor of `type`: itself, or a converted copy.
+Tensor inType(CudaBackend& be, const Tensor& t, DType type) {
+    const Tensor plain = t.plain();
+    if (plain.dtype() == type) return plain;
+    Tensor out = Tensor::empty(plain.shape(), type, plain.device());
+    be.cast(plain, out);
+    return out;
+}
+
+// A float32 tensor of `low`'s values (a 16-bit result), plus `bias` per channel if given.
+Tensor toFloat32(const Tensor& low, const Tensor& bias, cudaStream_t s) {
+    const Shape& sh = low.shape();
+    Tensor out = Tensor::empty(sh, DType::float32, low.device());
+    const int64_t planes = sh[0] * sh[1];
+    cudak::castAddChannels(low.raw(), static_cast<int>(low.dtype()), bias.defined() ? fp(bias) : nullptr, fp(out),
+                           sh[1], planes != 0 ? sh.numel() / planes : 1, sh.numel(), s);
+    return out;
+}
+} // namespace
+
 Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Tensor& w, const Tensor& b,
                                 const Shape& yShape) {
-    const Tensor x = xIn.plain();
     cudnnHandle_t h = cudnn_;
     s();
-    ConvProblem& c = convProblem(*dnn_, h, allowTF32_, p, convShapes(p, x.shape(), yShape), w.shape());
-    Tensor y = Tensor::empty(yShape, DType::float32, device());
+    ConvProblem& c = convProblem(*dnn_, h, allowTF32_, p, convShapes(p, xIn.shape(), yShape), w.shape());
+    const Tensor x = inType(*this, xIn, c.type), wt = inType(*this, w, c.type);
+    Tensor y = Tensor::empty(yShape, c.type, device());
     if (p.transposed) {
-        runConvBackwardData(h, c, workspace(c.bwdData.bytes), fp(w), fp(x), fp(y));
+        runConvBackwardData(h, c, workspace(c.bwdData.bytes), wt.raw(), x.raw(), y.raw());
     } else {
-        runConvForward(h, c, workspace(c.fwd.bytes), fp(x), fp(w), fp(y));
+        runConvForward(h, c, workspace(c.fwd.bytes), x.raw(), wt.raw(), y.raw());
     }
+    if (c.type != DType::float32) return toFloat32(y, b, s());
     if (b.defined()) {
         const float one = 1.0f;
         const cudnnTensorDescriptor_t yDesc = p.transposed ? c.in->get() : c.out->get();
@@ -281,35 +332,42 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
 }
 
 Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, const Tensor& w, const Shape& xShape) {
-    const Tensor dy = dyIn.plain();
     s();
-    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xShape, dy.shape()), w.shape());
-    Tensor dx = Tensor::empty(xShape, DType::float32, device());
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xShape, dyIn.shape()), w.shape());
+    const Tensor dy = inType(*this, dyIn, c.type), wt = inType(*this, w, c.type);
+    Tensor dx = Tensor::empty(xShape, c.type, device());
     if (p.transposed) {
-        runConvForward(cudnn_, c, workspace(c.fwd.bytes), fp(dy), fp(w), fp(dx));
+        runConvForward(cudnn_, c, workspace(c.fwd.bytes), dy.raw(), wt.raw(), dx.raw());
     } else {
-        runConvBackwardData(cudnn_, c, workspace(c.bwdData.bytes), fp(w), fp(dy), fp(dx));
+        runConvBackwardData(cudnn_, c, workspace(c.bwdData.bytes), wt.raw(), dy.raw(), dx.raw());
     }
-    return dx;
+    return c.type == DType::float32 ? dx : toFloat32(dx, Tensor(), s());
 }
 
 void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, const Tensor& dyIn, float scale,
                                       float momentum, const Tensor& dw, const Tensor& db) {
-    const Tensor x = xIn.plain(), dy = dyIn.plain();
     s();
-    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, x.shape(), dy.shape()), dw.shape());
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xIn.shape(), dyIn.shape()), dw.shape());
+    const Tensor x = inType(*this, xIn, c.type), dy = inType(*this, dyIn, c.type);
     // The convolution's input and output gradient: swapped for a deconvolution.
     const Tensor& in = p.transposed ? dy : x;
     const Tensor& outGrad = p.transposed ? x : dy;
+    // In a 16-bit type cuDNN writes the weights' type: the gradient goes through a
+    // 16-bit buffer and is accumulated into the float32 one.
+    const bool low = c.type != DType::float32;
+    const Tensor dwLow = low ? Tensor::empty(dw.shape(), c.type, device()) : dw;
+    const float one = 1.0f, zero = 0.0f;
     TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.bwdFilter.math));
-    TESSERA_CUDA_CHECK(
-        cudnnConvolutionBackwardFilter(cudnn_, &scale, c.in->get(), fp(in), c.out->get(), fp(outGrad), c.conv,
-                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.bwdFilter.algo),
-                                       workspace(c.bwdFilter.bytes), c.bwdFilter.bytes, &momentum, c.filter, fp(dw)));
+    TESSERA_CUDA_CHECK(cudnnConvolutionBackwardFilter(
+        cudnn_, low ? &one : &scale, c.in->get(), in.raw(), c.out->get(), outGrad.raw(), c.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.bwdFilter.algo), workspace(c.bwdFilter.bytes), c.bwdFilter.bytes,
+        low ? &zero : &momentum, c.filter, dwLow.raw()));
+    if (low) cudak::castAxpby(scale, dwLow.raw(), static_cast<int>(c.type), momentum, fp(dw), dw.numel(), s());
     if (db.defined()) {
-        const cudnnTensorDescriptor_t dyDesc = p.transposed ? c.in->get() : c.out->get();
+        const Tensor dyF = low ? inType(*this, dyIn, DType::float32) : dy;
+        const cudnnTensorDescriptor_t dyDesc = p.transposed ? c.inF32->get() : c.outF32->get();
         TESSERA_CUDA_CHECK(
-            cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dy), &momentum, c.bias->get(), fp(db)));
+            cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dyF), &momentum, c.bias->get(), fp(db)));
     }
 }
 
@@ -318,28 +376,31 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
     s();
     const ConvShapes cs = convShapes(p, xShape, yShape);
     ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, cs, wShape);
-    // Scratch operands: the timings need real buffers, not real values.
-    Tensor in = Tensor::zeros(cs.in, DType::float32, device());
-    Tensor out = Tensor::zeros(cs.out, DType::float32, device());
-    Tensor w = Tensor::zeros(wShape, DType::float32, device());
+    // Scratch operands in the compute type: the timings need real buffers, not real values.
+    Tensor in = Tensor::empty(cs.in, c.type, device()), out = Tensor::empty(cs.out, c.type, device()),
+           w = Tensor::empty(wShape, c.type, device());
+    for (const Tensor* t : {&in, &out, &w}) fillBytes(*t, 0);
     void* ws = workspace(memlimit);
     int count = 0;
-    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, allowTF32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    const bool low = c.type != DType::float32, allow = allowTF32_ || low;
+    TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, low     ? CUDNN_TENSOR_OP_MATH
+                                                           : allow ? CUDNN_DEFAULT_MATH
+                                                                   : CUDNN_FMA_MATH));
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    TESSERA_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, c.in->get(), fp(in), c.filter, fp(w), c.conv,
-                                                              c.out->get(), fp(out), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+    TESSERA_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, c.in->get(), in.raw(), c.filter, w.raw(), c.conv,
+                                                              c.out->get(), out.raw(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                               &count, fwd, ws, memlimit));
-    const ConvProblem::Choice f = pick(fwd, count, memlimit, allowTF32_, "forward convolution");
+    const ConvProblem::Choice f = pick(fwd, count, memlimit, allow, "forward convolution");
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        cudnn_, c.filter, fp(w), c.out->get(), fp(out), c.conv, c.in->get(), fp(in),
+        cudnn_, c.filter, w.raw(), c.out->get(), out.raw(), c.conv, c.in->get(), in.raw(),
         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bd, ws, memlimit));
-    const ConvProblem::Choice d = pick(bd, count, memlimit, allowTF32_, "backward-data convolution");
+    const ConvProblem::Choice d = pick(bd, count, memlimit, allow, "backward-data convolution");
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        cudnn_, c.in->get(), fp(in), c.out->get(), fp(out), c.conv, c.filter, fp(w),
+        cudnn_, c.in->get(), in.raw(), c.out->get(), out.raw(), c.conv, c.filter, w.raw(),
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, bf, ws, memlimit));
-    const ConvProblem::Choice g = pick(bf, count, memlimit, allowTF32_, "backward-weights convolution");
+    const ConvProblem::Choice g = pick(bf, count, memlimit, allow, "backward-weights convolution");
     std::lock_guard<std::mutex> lock(dnn_->mutex);
     c.fwd = f;
     c.bwdData = d;

@@ -149,16 +149,20 @@ __global__ void castToIntKernel(const float* x, int32_t* y, int64_t n) {
 __global__ void castToFloatKernel(const int32_t* x, float* y, int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = static_cast<float>(x[i]);
 }
+// Element i of x, a DType `from` array, as a float.
+__device__ float loadAsFloat(const void* x, int from, int64_t i) {
+    switch (static_cast<DType>(from)) {
+    case DType::float32: return static_cast<const float*>(x)[i];
+    case DType::int32: return static_cast<float>(static_cast<const int32_t*>(x)[i]);
+    case DType::bfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+    case DType::float16: return __half2float(static_cast<const __half*>(x)[i]);
+    }
+    return 0.0f;
+}
 // Between any two of DType's types (`from`, `to` are DType values), through float.
 __global__ void castKernel(const void* x, int from, void* y, int to, int64_t n) {
     TESSERA_FOR_EACH(i, n) {
-        float v = 0.0f;
-        switch (static_cast<DType>(from)) {
-        case DType::float32: v = static_cast<const float*>(x)[i]; break;
-        case DType::int32: v = static_cast<float>(static_cast<const int32_t*>(x)[i]); break;
-        case DType::bfloat16: v = __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]); break;
-        case DType::float16: v = __half2float(static_cast<const __half*>(x)[i]); break;
-        }
+        const float v = loadAsFloat(x, from, i);
         switch (static_cast<DType>(to)) {
         case DType::float32: static_cast<float*>(y)[i] = v; break;
         case DType::int32: static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v); break;
@@ -166,6 +170,14 @@ __global__ void castKernel(const void* x, int from, void* y, int to, int64_t n) 
         case DType::float16: static_cast<__half*>(y)[i] = __float2half_rn(v); break;
         }
     }
+}
+
+__global__ void castAddChannelsKernel(const void* x, int from, const float* bias, float* y, int64_t channels,
+                                      int64_t inner, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = loadAsFloat(x, from, i) + (bias ? bias[(i / inner) % channels] : 0.0f);
+}
+__global__ void castAxpbyKernel(float a, const void* x, int from, float b, float* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = a * loadAsFloat(x, from, i) + (b == 0.0f ? 0.0f : b * y[i]);
 }
 
 __device__ float activate(ActivationKind kind, float alpha, float beta, float x) {
@@ -668,6 +680,13 @@ void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaS
 }
 void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols, cudaStream_t s) {
     TESSERA_LAUNCH(sumRowsKernel, cols, s, x, alpha, beta, y, rows, cols);
+}
+void castAddChannels(const void* x, int from, const float* bias, float* y, int64_t channels, int64_t inner, int64_t n,
+                     cudaStream_t s) {
+    TESSERA_LAUNCH(castAddChannelsKernel, n, s, x, from, bias, y, channels, inner, n);
+}
+void castAxpby(float alpha, const void* x, int from, float beta, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(castAxpbyKernel, n, s, alpha, x, from, beta, y, n);
 }
 void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s) {
     axpbyz(alpha, x, beta, y, y, n, s);

@@ -44,6 +44,12 @@ void castToFloat(const int32_t* x, float* y, int64_t n, cudaStream_t s);
 /// Between any two DTypes (their enum values), through float; to the 16-bit floats rounds
 /// to nearest even.
 void cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t s);
+/// y[i] = float(x[i]) + bias[(i / inner) % channels] over n elements of [N, channels,
+/// inner] (`from` a DType value; bias may be null).
+void castAddChannels(const void* x, int from, const float* bias, float* y, int64_t channels, int64_t inner, int64_t n,
+                     cudaStream_t s);
+/// y = alpha * float(x) + beta * y (y unread when beta is 0; `from` a DType value).
+void castAxpby(float alpha, const void* x, int from, float beta, float* y, int64_t n, cudaStream_t s);
 /// `kind` is ActivationKind's value.
 void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s);
 void activationBackward(int kind, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,

@@ -519,9 +519,9 @@ std::vector<DType> Module::outputDTypes(const Shapes& inShapes, const std::vecto
 }
 
 void Module::calcMode(DType dtype) {
-    if (dtype != DType::float32 && dtype != DType::bfloat16) {
-        throw moduleError("calcMode(" + tessera::str(dtype) + ") is not supported; layers compute in float32 or " +
-                          "bfloat16");
+    if (dtype == DType::int32) {
+        throw moduleError("calcMode(" + tessera::str(dtype) + ") is not supported; layers compute in float32, " +
+                          "bfloat16 or float16");
     }
     compute_ = dtype;
     for (const auto& [name, child] : namedChildren()) child->calcMode(dtype);

@@ -206,11 +206,12 @@ public:
     /// Modules without a choice of algorithms (every CPU module) do nothing.
     virtual void optimizeForShape(const Shapes& inShapes, size_t memlimit);
     /// What the compute-heavy layers (convolutions, deconvolutions, linear and group-linear
-    /// layers) compute in, here and in every descendant: float32 (the default), or bfloat16
-    /// (their inputs and weights rounded to bfloat16, products summed and outputs written
-    /// in float32, so the float32 parameters are the master weights). The other layers
+    /// layers) compute in, here and in every descendant: float32 (the default), bfloat16 or
+    /// float16 (their inputs and weights rounded to the 16-bit type, products summed in
+    /// float32, so the float32 parameters are the master weights). The other layers
     /// (normalisation, softmax, activations, pooling) and the costs stay float32. float16
-    /// and int32 throw ModuleError. PuzzleLib's name.
+    /// runs on CUDA devices only (the CPU backend throws BackendError when such a layer
+    /// runs); int32 throws ModuleError. PuzzleLib's name.
     void calcMode(DType dtype);
     /// The dtype calcMode set (float32 by default).
     DType computeDType() const { return compute_; }

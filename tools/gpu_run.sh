@@ -9,7 +9,9 @@
 #   suite.log   the whole test suite (CUDA tests must run, not skip)
 #   lenet.log   tessera train --model lenet --epochs 10 --seed 1 --device cuda on DATA_DIR
 #               (the four Fashion-MNIST IDX files), when given
-#   bench.log   the Gpu/ benchmarks (skipped when GPU_RUN_SKIP_BENCH is set)
+#   lenet-fp16.log, lenet-bf16.log   the same with --precision fp16 / bf16
+#   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
+#               skipped when GPU_RUN_SKIP_BENCH is set)
 # Exits non-zero when the suite fails or any CUDA test skips.
 set -uo pipefail
 
@@ -40,7 +42,7 @@ fi
 # Each step has a time limit (seconds), so that one hang still leaves the other logs.
 limit_suite=${GPU_RUN_SUITE_LIMIT:-300}
 limit_lenet=${GPU_RUN_LENET_LIMIT:-150}
-limit_bench=${GPU_RUN_BENCH_LIMIT:-120}
+limit_bench=${GPU_RUN_BENCH_LIMIT:-300}
 
 status=0
 cmd="TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive bin/tessera_tests"
@@ -55,10 +57,14 @@ if ((skipped > 0)); then
 fi
 
 if [[ -n $data ]]; then
-  cmd="bin/tessera train --model lenet --data $data --epochs 10 --seed 1 --device cuda"
-  { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" --epochs 10 --seed 1 --device cuda 2>&1; } \
-    >"$out/lenet.log" || status=1
-  grep -E 'final test accuracy' "$out/lenet.log" || echo "lenet: no final accuracy (see lenet.log)"
+  for precision in fp32 fp16 bf16; do
+    log=$out/lenet.log
+    [[ $precision == fp32 ]] || log=$out/lenet-$precision.log
+    cmd="bin/tessera train --model lenet --data $data --epochs 10 --seed 1 --device cuda --precision $precision"
+    { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" --epochs 10 --seed 1 \
+        --device cuda --precision $precision 2>&1; } >"$log" || status=1
+    grep -E 'final test accuracy' "$log" | sed "s/^/lenet $precision: /" || echo "lenet $precision: no final accuracy (see $log)"
+  done
 fi
 
 if [[ -n ${GPU_RUN_SKIP_BENCH:-} ]]; then
@@ -66,8 +72,9 @@ if [[ -n ${GPU_RUN_SKIP_BENCH:-} ]]; then
   rm -rf "$work"
   exit $status
 fi
-cmd="bin/tessera_bench --benchmark_filter=Gpu/ --benchmark_repetitions=5"
-{ header "$cmd"; timeout "$limit_bench" "$root/bin/tessera_bench" --benchmark_filter=Gpu/ --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
+filter=${GPU_RUN_BENCH_FILTER:-Gpu/}
+cmd="bin/tessera_bench --benchmark_filter=$filter --benchmark_repetitions=5"
+{ header "$cmd"; timeout "$limit_bench" "$root/bin/tessera_bench" --benchmark_filter="$filter" --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
 echo "logs in $out"
 rm -rf "$work"
 exit $status

@@ -148,8 +148,7 @@ void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, co
     }
     if (compute != DType::float32) {
         throw BackendError("CpuBackend::gemm: computing in " + str(compute) +
-                           " is not supported (float32 and "
-                           "bfloat16 are)");
+                           " is not supported on the CPU (float32 and bfloat16 are; float16 runs on CUDA devices)");
     }
     cpu::openBlas().sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                           static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,

@@ -210,7 +210,8 @@ const ConvEntry& entryFor(const ConvParams& p, const Shape& x, const Shape& w, c
     static PrimitiveCache<ConvEntry> cache;
     if (p.compute != DType::float32 && p.compute != DType::bfloat16) {
         throw BackendError(std::string("CpuBackend: ") + (p.transposed ? "deconvolution" : "convolution") + " in " +
-                           str(p.compute) + " is not supported (float32 and bfloat16 are)");
+                           str(p.compute) +
+                           " is not supported on the CPU (float32 and bfloat16 are; float16 runs on CUDA devices)");
     }
     return cache.get(keyOf(p, x, w, y, bias), [&] {
         return checkDnnl(p.transposed ? "deconvolution" : "convolution", [&] {

@@ -343,10 +343,30 @@ TEST(Precision, OtherLayersStayFloat32) {
     const Tensor dy = randomTensor({2, 3, 3, 3}, 5);
     EXPECT_EQ(a->backward(dy).toVector<float>(), b->backward(dy).toVector<float>());
     Linear lin(2, 2);
-    EXPECT_TRUE(throwsModuleError([&] { lin.calcMode(DType::float16); }, {"calcMode(float16)", "bfloat16"}));
+    EXPECT_TRUE(throwsModuleError([&] { lin.calcMode(DType::int32); }, {"calcMode(int32)", "float16"}));
     lin.calcMode(DType::bfloat16);
     lin.calcMode(DType::float32);
     EXPECT_EQ(lin.computeDType(), DType::float32);
+}
+
+// calcMode(float16) is a CUDA mode: on the CPU, the layers it changes refuse to run, saying so.
+TEST(Precision, Float16IsRefusedOnTheCpu) {
+    auto expectRefused = [](Module& m, const Tensor& x, const char* op) {
+        m.calcMode(DType::float16);
+        try {
+            m(x);
+            ADD_FAILURE() << m.classname() << " ran in float16 on the CPU";
+        } catch (const BackendError& e) {
+            const std::string what = e.what();
+            for (const char* part : {op, "float16", "CUDA"}) EXPECT_NE(what.find(part), std::string::npos) << what;
+        }
+        m.calcMode(DType::float32);
+        EXPECT_NO_THROW(m(x));
+    };
+    Linear lin(3, 2);
+    expectRefused(lin, randomTensor({2, 3}, 6), "gemm");
+    Conv2D conv(2, 4, 3);
+    expectRefused(conv, randomTensor({1, 2, 5, 5}, 7), "convolution");
 }
 
 // Updates far below bfloat16's resolution at the weights' magnitude still move the float32

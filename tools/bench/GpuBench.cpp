@@ -7,6 +7,8 @@
 // warm-up runs inside cudaProfilerRange, for `ncu --profile-from-start off`.
 // "peak MiB" is the most the allocator held live at once during the steps (weights,
 // optimizer state, activations, gradients, workspaces), counted from after the search.
+// Each runs in float32 (TF32 tensor cores allowed, the default), float16 (calcMode, with
+// dynamic loss scaling in training) and bfloat16: the rows end in /fp32, /fp16 and /bf16.
 #include <cstdlib>
 #include <string>
 
@@ -63,18 +65,22 @@ std::pair<Tensor, Tensor> gpuBatch(const GpuWorkload& w, Device dev) {
     return {x, Tensor::fromVector({w.batch}, y, dev)};
 }
 
-void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
+void BM_GpuTrain(benchmark::State& state, GpuWorkload w, DType compute) {
     const Device dev = Device::cuda(0);
     manualSeed(1);
     auto net = gpuModel(w);
     net->to(dev);
+    net->calcMode(compute);
     MomentumSGD sgd(0.01f, 0.9f);
     sgd.setupOn(*net, true);
+    if (compute == DType::float16) sgd.enableLossScaling();
     CrossEntropy cost;
     auto [x, y] = gpuBatch(w, dev);
     auto step = [&] {
         Tensor out = (*net)(x);
         CostResult r = cost(out, y);
+        if (const float scale = sgd.lossScale(); scale != 1.0f)
+            backendFor(dev).axpby(scale, r.grad[0], 0.0f, r.grad[0]);
         sgd.zeroGradParams();
         net->backward(r.grad, true, false, 1.0f, 0.0f);
         sgd.update();
@@ -90,11 +96,12 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w) {
     state.counters["peak MiB"] = static_cast<double>(backendFor(dev).memoryStats().peak) / (1 << 20);
 }
 
-void BM_GpuInference(benchmark::State& state, GpuWorkload w) {
+void BM_GpuInference(benchmark::State& state, GpuWorkload w, DType compute) {
     const Device dev = Device::cuda(0);
     manualSeed(1);
     auto net = gpuModel(w);
     net->to(dev);
+    net->calcMode(compute);
     net->evalMode();
     auto [x, y] = gpuBatch(w, dev);
     net->optimizeForShape({x.shape()}, kConvWorkspaceLimit);
@@ -113,14 +120,18 @@ void BM_GpuInference(benchmark::State& state, GpuWorkload w) {
 
 int registerGpu() {
     if (cudaDeviceCount() == 0) return 0;
+    const std::pair<const char*, DType> precisions[] = {
+        {"fp32", DType::float32}, {"fp16", DType::float16}, {"bf16", DType::bfloat16}};
     for (const GpuWorkload& w : kWorkloads) {
-        const std::string prefix = std::string("Gpu/") + w.name + "/batch" + std::to_string(w.batch);
-        benchmark::RegisterBenchmark((prefix + "/train").c_str(), BM_GpuTrain, w)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-        benchmark::RegisterBenchmark((prefix + "/inference").c_str(), BM_GpuInference, w)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
+        for (const auto& [suffix, compute] : precisions) {
+            const std::string prefix = std::string("Gpu/") + w.name + "/batch" + std::to_string(w.batch);
+            benchmark::RegisterBenchmark((prefix + "/train/" + suffix).c_str(), BM_GpuTrain, w, compute)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+            benchmark::RegisterBenchmark((prefix + "/inference/" + suffix).c_str(), BM_GpuInference, w, compute)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+        }
     }
     return 0;
 }

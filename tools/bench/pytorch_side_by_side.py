@@ -23,9 +23,11 @@ PyTorch's cudnn.benchmark), one device synchronisation per step on both sides, a
 peak GPU memory each holds for its tensors (Tessera's allocator statistics; PyTorch's
 max_memory_allocated). Needs PyTorch with CUDA and a Tessera built with CUDA.
 
---precision fp32,bf16 (cpu) adds bfloat16 rows: Tessera's calcMode(bfloat16) workloads
-against PyTorch's torch.autocast("cpu", dtype=torch.bfloat16) around the forward and the
-loss (the recurrent workloads stay float32 and are skipped).
+--precision fp32,bf16 adds bfloat16 rows: Tessera's calcMode(bfloat16) workloads against
+PyTorch's torch.autocast(device, dtype=torch.bfloat16) around the forward and the loss (the
+recurrent workloads stay float32 and are skipped). On CUDA, fp16 adds float16 rows:
+Tessera's calcMode(float16) with dynamic loss scaling against autocast to float16 with
+torch.amp.GradScaler (PyTorch's AMP).
 
 Both sides use the same OpenBLAS: Debian's PyTorch loads it as libblas.so.3, and on Intel
 CPUs newer than the library knows (Sapphire Rapids) OpenBLAS falls back to generic SSE3
@@ -36,7 +38,7 @@ and both sides' OpenBLAS core names.
 
 Usage: tools/bench/pytorch_side_by_side.py [--bench build/tools/bench/tessera_bench]
        [--device cpu|cuda] [--reps 5] [--threads 2] [--models mlp,lenet,resnet18]
-       [--precision fp32,bf16]
+       [--precision fp32,bf16[,fp16]]
 """
 
 import argparse
@@ -206,8 +208,10 @@ def torch_model(model, device):
 
 def torch_rate(model, mode, min_time, device="cpu", precision="fp32"):
     """Images per second (and peak MiB on a GPU) of one PyTorch measurement after warm-up,
-    like one benchmark repetition; bf16: under CPU autocast to bfloat16."""
+    like one benchmark repetition; bf16 and fp16: under autocast to that type (fp16 with
+    torch.amp.GradScaler in training, as PyTorch's AMP recipe has it)."""
     cuda = device == "cuda"
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -217,19 +221,25 @@ def torch_rate(model, mode, min_time, device="cpu", precision="fp32"):
         net.train()
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
         loss_fn = nn.CrossEntropyLoss()
+        scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
 
         def step():
             opt.zero_grad()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            with torch.autocast(device, dtype=low or torch.bfloat16, enabled=low is not None):
                 loss = loss_fn(net(x), y)
-            loss.backward()
-            opt.step()
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
             sync()
     else:
         net.eval()
 
         def step():
-            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            with torch.no_grad(), torch.autocast(device, dtype=low or torch.bfloat16, enabled=low is not None):
                 net(x)
             sync()
     for _ in range(5 if cuda else 3):
@@ -247,7 +257,7 @@ def torch_rate(model, mode, min_time, device="cpu", precision="fp32"):
 def tessera_rate(bench, model, mode, min_time, device="cpu", precision="fp32"):
     """Images per second (and peak MiB on a GPU) of one tessera_bench repetition."""
     if device == "cuda":
-        name = f"Gpu/{GPU_NAMES[model]}/batch{GPU_BATCHES[model]}/{mode}"
+        name = f"Gpu/{GPU_NAMES[model]}/batch{GPU_BATCHES[model]}/{mode}/{precision}"
     else:
         name = f"Train/{model}/batch{BATCHES[model]}/{mode}" + ("/bf16" if precision == "bf16" else "")
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -270,11 +280,11 @@ def main():
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--models", default=None,
                     help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda); also lstm,gru (cpu)")
-    ap.add_argument("--precision", default="fp32", help="fp32, bf16 or fp32,bf16 (cpu)")
+    ap.add_argument("--precision", default="fp32", help="a list of fp32, bf16 and fp16 (cuda only): fp32,bf16")
     args = ap.parse_args()
     precisions = args.precision.split(",")
-    if any(p not in ("fp32", "bf16") for p in precisions) or (args.device == "cuda" and precisions != ["fp32"]):
-        sys.exit("--precision: fp32 and bf16 (cpu only) are measured")
+    if any(p not in ("fp32", "bf16", "fp16") for p in precisions) or (args.device == "cpu" and "fp16" in precisions):
+        sys.exit("--precision: fp32, bf16 and fp16 (cuda only) are measured")
     cuda = args.device == "cuda"
     models = (args.models or ("lenet,resnet18,resnet50" if cuda else "mlp,lenet,resnet18")).split(",")
     if cuda:
@@ -317,7 +327,7 @@ def main():
             p = [v for v in our_peak if v is not None]
             mem = f" {max(p):>12.0f}" if p else f" {'-':>12}"
             mem += f" {max(their_peak):>12.0f}"
-        label = f"{model} {mode}" + (" bf16" if precision == "bf16" else "")
+        label = f"{model} {mode}" + (f" {precision}" if precision != "fp32" else "")
         print(f"{label:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x {a / max(theirs):>6.2f}x{mem}   {each}")
         sys.stdout.flush()
 

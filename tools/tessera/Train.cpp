@@ -185,9 +185,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "fp16") {
         throw UsageError("--precision: expected fp32, bf16 or fp16, got '" + a.precision + "'");
     }
-    if (a.precision == "fp16") {
-        throw UsageError("--precision fp16: float16 training (with loss scaling) is not implemented yet; fp32 and "
-                         "bf16 are");
+    if (a.precision == "fp16" && device.isCpu()) {
+        throw UsageError("--precision fp16 runs on CUDA devices (--device cuda); on the CPU use bf16");
     }
     if (!a.plot.empty() && std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
         throw UsageError("--plot needs gnuplot (Debian: gnuplot-nox; tools/setup.sh installs it)");
@@ -205,7 +204,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
     ModulePtr net = loadModel(a.model, /*train=*/true);
-    net->calcMode(a.precision == "bf16" ? DType::bfloat16 : DType::float32);
+    net->calcMode(a.precision == "bf16" ? DType::bfloat16 : a.precision == "fp16" ? DType::float16 : DType::float32);
 
     Transforms transforms;
     try {
@@ -243,6 +242,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
+    // float16's gradients underflow without a loss scale; bfloat16 has float32's range.
+    if (a.precision == "fp16") optimizer->enableLossScaling();
     // bfloat16 on a CPU without bfloat16 kernels is emulated (rounded operands, float32 kernels): no faster.
     const bool emulated = a.precision == "bf16" && device.isCpu() && !CpuBackend::bfloat16Kernels();
     std::printf(" (learning rate %g), batch %lld, seed %llu, device %s, precision %s%s\n", optimizer->learnRate(),
@@ -371,6 +372,10 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         std::printf("gradient all-reduce: %.1f s in all, %.0f%% of it hidden behind backward\n", reduce,
                     reduce > 0 ? 100.0 * std::max(0.0, reduce - exposed) / reduce : 0.0);
     }
+    if (a.precision == "fp16") {
+        std::printf("loss scaling: scale %g at the end, %lld steps skipped for overflowing gradients\n",
+                    optimizer->lossScale(), static_cast<long long>(optimizer->skippedSteps()));
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("final test accuracy %.2f%%, total time %.1f s\n", 100.0 * accuracy, seconds);
     return 0;
@@ -454,7 +459,8 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--save", args->save, "write the trained model to this HDF5 file (blueprint included)");
     cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--precision", args->precision,
-                    "fp32, or bf16: convolutions and linear layers compute in bfloat16 (float32 master weights)")
+                    "fp32; bf16: convolutions and linear layers compute in bfloat16 (float32 master weights); fp16 "
+                    "(CUDA): the same in float16, with dynamic loss scaling")
         ->capture_default_str();
     cmd->add_option("--metrics", args->metrics, "write one CSV row per epoch to this file (loss, accuracy, time)");
     cmd->add_option("--plot", args->plot, "draw the loss and accuracy curves into this PNG file (needs gnuplot)");
