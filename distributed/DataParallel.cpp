@@ -5,6 +5,7 @@
 #include <functional>
 #include <unordered_set>
 
+#include "backend/Backend.h"
 #include "backend/Errors.h"
 
 namespace tessera {
@@ -32,6 +33,11 @@ DataParallel::DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr co
         throw ModuleError("DataParallel: the optimizer must hold the parameters in global state: call "
                           "optimizer.setupOn(net, true) first");
     }
+    if (grads_.device() != comm_->device()) {
+        throw ModuleError("DataParallel: the model is on " + grads_.device().str() + ", but " + comm_->describe() +
+                          " reduces tensors on " + comm_->device().str() +
+                          " (MPI for models on the CPU, NCCL for models on a GPU)");
+    }
     // The same model everywhere: parameter names and shapes, hashed, and their count.
     const NamedVariables params = distinctParams(net_);
     std::string layout;
@@ -55,7 +61,7 @@ DataParallel::DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr co
     // Rank 0's starting point everywhere.
     comm_->broadcast(optimizer_.globalParams(), 0);
     for (const auto& [name, attr] : net_.namedAttrs()) {
-        if (attr.defined() && attr.device().isCpu() && attr.isPlain()) comm_->broadcast(attr, 0);
+        if (attr.defined() && attr.device() == comm_->device() && attr.isPlain()) comm_->broadcast(attr, 0);
     }
     // Buckets of whole parameters, from the end of the flat buffer (backward's first).
     std::vector<std::pair<int64_t, const Variable*>> at;
@@ -88,8 +94,9 @@ DataParallel::DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr co
 std::vector<float> DataParallel::BatchNormLink::allGather(const std::vector<float>& mine) {
     const auto len = static_cast<int64_t>(mine.size());
     const int ranks = dp_.comm_->size(), rank = dp_.comm_->rank();
-    Tensor all = Tensor::zeros({ranks * len});
-    std::copy(mine.begin(), mine.end(), all.data<float>() + rank * len);
+    std::vector<float> slots(static_cast<size_t>(ranks * len), 0.0f);
+    std::copy(mine.begin(), mine.end(), slots.begin() + rank * len);
+    const Tensor all = Tensor::fromVector({ranks * len}, slots, dp_.comm_->device());
     if (!dp_.inBackward_) {
         dp_.comm_->allReduceSum(all); // every slot but one is zero: the sums are exact
     } else {
@@ -206,10 +213,12 @@ void DataParallel::serve() {
                 comm_->allReduceSum(syncTensor_);
             } else {
                 const Tensor slice = grads_.slice(buckets_[b].first, buckets_[b].second);
-                float* p = slice.data<float>();
                 const float w = weight_;
-                if (w != 1.0f) {
+                if (w != 1.0f && slice.device().isCpu()) {
+                    float* p = slice.data<float>();
                     for (int64_t i = 0; i < slice.numel(); ++i) p[i] *= w;
+                } else if (w != 1.0f) {
+                    backendOf(slice).affine(slice, w, 0.0f, slice); // queued before the reduction
                 }
                 comm_->allReduceSum(slice);
             }

@@ -10,6 +10,7 @@
 #   lenet.log   tessera train --model lenet --epochs 10 --seed 1 --device cuda on DATA_DIR
 #               (the four Fashion-MNIST IDX files), when given
 #   lenet-fp16.log, lenet-bf16.log   the same with --precision fp16 / bf16
+#   nccl.log    2 epochs of it as a single-rank data-parallel job over NCCL (TESSERA_NCCL_SIZE=1)
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
 #               skipped when GPU_RUN_SKIP_BENCH is set)
 # Exits non-zero when the suite fails or any CUDA test skips.
@@ -65,6 +66,11 @@ if [[ -n $data ]]; then
         --device cuda --precision $precision 2>&1; } >"$log" || status=1
     grep -E 'final test accuracy' "$log" | sed "s/^/lenet $precision: /" || echo "lenet $precision: no final accuracy (see $log)"
   done
+  # The trainer's data-parallel path over NCCL, in a single-rank job.
+  cmd="TESSERA_NCCL_SIZE=1 bin/tessera train --model lenet --data $data --epochs 2 --seed 1 --device cuda"
+  { header "$cmd"; TESSERA_NCCL_SIZE=1 timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" \
+      --epochs 2 --seed 1 --device cuda 2>&1; } >"$out/nccl.log" || status=1
+  grep -E 'data parallel|final test accuracy' "$out/nccl.log" | sed 's/^/nccl: /' || echo "nccl: no result (see nccl.log)"
 fi
 
 if [[ -n ${GPU_RUN_SKIP_BENCH:-} ]]; then

@@ -173,7 +173,7 @@ void plotMetrics(const std::string& csv, const std::string& png, const std::stri
     if (pclose(pipe) != 0) throw IoError("--plot: gnuplot failed to write " + png);
 }
 
-// `comm`: the job's ranks under mpirun (rank 0 prints and writes files), else null.
+// `comm`: the job's ranks under mpirun or NCCL (rank 0 prints and writes files), else null.
 int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     const auto t0 = std::chrono::steady_clock::now();
     const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
@@ -253,7 +253,6 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     optimizer->setupOn(*net, true);
     std::unique_ptr<DataParallel> parallel;
     if (comm) {
-        if (!device.isCpu()) throw UsageError("under mpirun, --device must be cpu (GPUs go through NCCL, not built)");
         parallel = std::make_unique<DataParallel>(*net, *optimizer, comm,
                                                   DataParallelOptions{.syncBatchNorm = a.syncBatchNorm});
         std::printf("data parallel: %d ranks over %s, batch %lld per rank, %lld in all; %zu gradient buckets%s\n",
@@ -465,13 +464,15 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--metrics", args->metrics, "write one CSV row per epoch to this file (loss, accuracy, time)");
     cmd->add_option("--plot", args->plot, "draw the loss and accuracy curves into this PNG file (needs gnuplot)");
     return [args]() -> int {
-        if (!launchedByMpi()) return runTrain(*args, nullptr);
-        if (!mpiBuilt()) {
+        // One process, unless started by mpirun or asked for NCCL by the environment
+        // (TESSERA_NCCL_SIZE, docs/distributed.md).
+        const bool mpi = launchedByMpi();
+        if (!mpi && !ncclRequestedByEnvironment()) return runTrain(*args, nullptr);
+        if (mpi && !mpiBuilt()) {
             throw UsageError("started by mpirun, but this build of tessera has no MPI (install libopenmpi-dev, e.g. "
                              "with tools/setup.sh, and build again)");
         }
-        const CommunicatorPtr comm = mpiWorld();
-        if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) std::fclose(stdout); // rank 0 reports
+        CommunicatorPtr comm = mpi ? mpiWorld() : nullptr;
         // An error on one rank ends the whole job (the others would wait for it forever).
         auto fail = [&](const char* what, int code) {
             std::fprintf(stderr, "tessera: rank %d of %d: %s\n", comm->rank(), comm->size(), what);
@@ -479,10 +480,25 @@ std::function<int()> addTrain(CLI::App& app) {
             comm->abort(code);
         };
         try {
+            // Models on GPUs reduce their gradients over NCCL (bootstrapped through MPI under
+            // mpirun), one GPU per rank: --device cuda gives rank r the GPU r modulo the
+            // GPUs the process sees; cuda:N is taken as given.
+            const Device device = parseDevice(args->device);
+            if (!device.isCpu()) {
+                const Device mine =
+                    comm && args->device == "cuda" ? Device::cuda(comm->rank() % cudaDeviceCount()) : device;
+                comm = ncclWorld(mine, comm);
+                args->device = mine.str();
+            } else if (!mpi) {
+                throw UsageError("TESSERA_NCCL_SIZE is set (data parallelism over NCCL), which needs --device cuda");
+            }
+            if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout)) std::fclose(stdout); // rank 0 reports
             return runTrain(*args, comm);
         } catch (const UsageError& e) {
+            if (!comm) throw;
             fail(e.what(), 2);
         } catch (const std::exception& e) {
+            if (!comm) throw;
             fail(e.what(), 1);
         }
         return 1; // not reached: fail() ends the process
