@@ -156,6 +156,11 @@ public:
     /// Wait until every op queued on this backend's device has finished (ops on a GPU run
     /// asynchronously; the CPU's have finished when they return).
     virtual void synchronize() {}
+    /// A copy of host tensor `host` on this backend's device, for the device's next ops.
+    /// From page-locked memory (pinnedEmpty) a GPU backend copies on a stream of its own
+    /// while earlier work computes, and the device's next ops wait for the copy, not the
+    /// host; from other memory, or on the CPU, it is `host.to(device())`.
+    virtual Tensor upload(const Tensor& host) { return host.to(device()); }
 
     // ---- fills and random ------------------------------------------------------------
     /// Every element of `t` <- value (converted to its dtype).
@@ -419,6 +424,14 @@ int cudaDeviceCount();
 /// Why no CUDA device can be used: "Tessera was built without CUDA", "no usable CUDA
 /// driver (...)", "no CUDA device (...)"; empty when there is one.
 std::string cudaUnavailableReason();
+
+/// A host tensor in page-locked ("pinned") memory, from which `Backend::upload` to a GPU
+/// copies asynchronously, when this build has CUDA and a CUDA device is present; an
+/// ordinary host tensor (`Tensor::empty`) otherwise. Freed blocks are kept for reuse (a
+/// page-locked allocation is slow), each once the copies from it have finished.
+Tensor pinnedEmpty(const Shape& shape, DType dtype = DType::float32);
+/// Whether `t`'s memory came from pinnedEmpty.
+bool isPinned(const Tensor& t);
 
 /// Let cuBLAS and cuDNN use TF32 tensor cores for float32 work on every CUDA device (on by
 /// default: about 10 bits of mantissa in products, much faster on Ampere and later). A

@@ -79,6 +79,22 @@ int cudaDeviceCount() {
 #endif
 }
 
+Tensor pinnedEmpty(const Shape& shape, DType dtype) {
+#if TESSERA_HAVE_CUDA
+    if (cudaDeviceCount() > 0 && !ShapeOnlyTensors::active()) return pinnedHostTensor(shape, dtype);
+#endif
+    return Tensor::empty(shape, dtype);
+}
+
+bool isPinned(const Tensor& t) {
+#if TESSERA_HAVE_CUDA
+    return t.defined() && t.device().isCpu() && t.hasData() && pinnedHostPool().contains(t.raw());
+#else
+    (void)t;
+    return false;
+#endif
+}
+
 void setCudaAllowTF32(bool allow) {
 #if TESSERA_HAVE_CUDA
     for (int i = 0; i < cudaDeviceCount(); ++i) cudaBackend(i).setAllowTF32(allow);

@@ -138,6 +138,19 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
     return t;
 }
 
+Tensor Tensor::onStorage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+    Tensor t;
+    t.shape_ = shape;
+    t.dtype_ = dtype;
+    if (!storage || storage->bytes() < t.nbytes()) {
+        throw ShapeError("Tensor::onStorage: " + std::to_string(storage ? storage->bytes() : 0) +
+                         " bytes of storage for a " + shape.str() + " " + tessera::str(dtype) + " tensor of " +
+                         std::to_string(t.nbytes()) + " bytes");
+    }
+    t.storage_ = std::move(storage);
+    return t;
+}
+
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
     for (int64_t d : shape.dims()) {
         if (d < 0) throw ShapeError("Tensor::wrap: negative dim in " + shape.str());

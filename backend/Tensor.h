@@ -94,6 +94,9 @@ public:
     /// bindings), without a copy: `owner` is held until the last handle or view goes.
     /// `data` must be 64-byte aligned like every CPU tensor's (ShapeError otherwise).
     static Tensor wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
+    /// For backends: a plain tensor over `storage` (on its device), which must hold at
+    /// least the tensor's bytes (ShapeError otherwise).
+    static Tensor onStorage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
 
     bool defined() const { return storage_ != nullptr; }
     /// False for the placeholders of a shape-only build (ShapeOnlyTensors): no memory.

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/Backend.h"
 #include "cuda/Check.h"
@@ -52,6 +53,35 @@ private:
     MemoryStats stats_;
 };
 
+/// Page-locked host memory, kept for reuse when freed. Each block remembers the event
+/// after the last copy out of it (recordCopy), and is handed out again only once that copy
+/// has finished. Process-wide; thread-safe.
+class PinnedHostPool {
+public:
+    void* allocate(size_t bytes);
+    void release(void* ptr);
+    /// Whether `ptr` lies in a block of this pool.
+    bool contains(const void* ptr) const;
+    /// Marks the block holding `ptr` as read by the work queued on `stream` so far.
+    void recordCopy(const void* ptr, cudaStream_t stream, int device);
+
+private:
+    struct Block {
+        size_t size;
+        bool live;
+        cudaEvent_t copied = nullptr; // after the last copy out of it
+        int eventDevice = -1;
+    };
+    // The block holding `ptr`, or end() (mutex_ held).
+    template <class Blocks> static auto find(Blocks& blocks, const void* ptr);
+    mutable std::mutex mutex_;
+    std::map<const void*, Block> blocks_;
+};
+
+PinnedHostPool& pinnedHostPool();
+/// A plain host tensor in page-locked memory from pinnedHostPool().
+Tensor pinnedHostTensor(const Shape& shape, DType dtype);
+
 class CudaBackend final : public Backend {
 public:
     explicit CudaBackend(int index);
@@ -61,6 +91,12 @@ public:
     cudaStream_t stream() const { return stream_; }
     CachingAllocator& allocator() { return allocator_; }
     void synchronize() override;
+    /// From page-locked memory: copied on the copy stream into an upload buffer whose last
+    /// readers have finished, and the compute stream waits for the copy (see Backend).
+    Tensor upload(const Tensor& host) override;
+    /// Called when an upload's tensor is freed: its buffer is free for the next upload once
+    /// the work queued on the compute stream so far has finished.
+    void releaseUpload(void* ptr);
     /// Allow TF32 tensor-core math in cuBLAS and cuDNN for float32 (default: on).
     void setAllowTF32(bool allow);
 
@@ -188,6 +224,19 @@ private:
     void* scalars_ = nullptr;
     bool allowTF32_ = true;
     std::unique_ptr<DnnState> dnn_;
+    // Uploads from page-locked memory: their stream, and their device buffers (from the
+    // allocator, kept), each with the events ordering its copies against its readers.
+    struct UploadBuffer {
+        void* ptr;
+        size_t bytes;
+        bool busy = false;
+        cudaEvent_t copied = nullptr;   // on copyStream_, after the copy into it
+        cudaEvent_t released = nullptr; // on stream_, when its tensor was freed
+        bool wasReleased = false;
+    };
+    cudaStream_t copyStream_ = nullptr;
+    std::mutex uploadMutex_;
+    std::vector<std::unique_ptr<UploadBuffer>> uploads_;
 };
 
 /// The backend of CUDA device `index` (created on first use; lives until the process ends).

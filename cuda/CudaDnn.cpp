@@ -154,6 +154,7 @@ struct CudaBackend::DnnState {
 CudaBackend::CudaBackend(int index) : index_(index), allocator_(index), dnn_(std::make_unique<DnnState>()) {
     TESSERA_CUDA_CHECK(cudaSetDevice(index));
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking));
     TESSERA_CUDA_CHECK(cublasCreate(&cublas_));
     TESSERA_CUDA_CHECK(cublasSetStream(cublas_, stream_));
     TESSERA_CUDA_CHECK(cudnnCreate(&cudnn_));
@@ -167,6 +168,7 @@ CudaBackend::~CudaBackend() {
     dnn_.reset();
     cudnnDestroy(cudnn_);
     cublasDestroy(cublas_);
+    cudaStreamDestroy(copyStream_);
     cudaStreamDestroy(stream_);
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "backend/Backend.h"
 #include "backend/Errors.h"
 #include "backend/Random.h"
 
@@ -80,7 +81,10 @@ DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_
     const int64_t start = index * global, m = std::min(size(), start + global) - start;
     const int64_t begin = start + m * options_.rank / options_.ranks;
     const int64_t end = start + m * (options_.rank + 1) / options_.ranks;
-    DataBatch b{index, {}, Tensor::empty({end - begin}, DType::int32), m};
+    auto make = [&](const Shape& shape, DType dtype) {
+        return options_.pinned ? pinnedEmpty(shape, dtype) : Tensor::empty(shape, dtype);
+    };
+    DataBatch b{index, {}, make({end - begin}, DType::int32), m};
     int32_t* labels = b.labels.data<int32_t>();
     float* dst = nullptr;
     Image first;
@@ -100,8 +104,8 @@ DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_
             first = Image();
             first.channels = img.channels, first.height = img.height, first.width = img.width;
             const int64_t n = end - begin;
-            b.images = options_.flatten ? Tensor::empty({n, img.channels * img.height * img.width})
-                                        : Tensor::empty({n, img.channels, img.height, img.width});
+            b.images = options_.flatten ? make({n, img.channels * img.height * img.width}, DType::float32)
+                                        : make({n, img.channels, img.height, img.width}, DType::float32);
             dst = b.images.data<float>();
         } else if (img.channels != first.channels || img.height != first.height || img.width != first.width) {
             throw ShapeError("sample " + std::to_string(sample) + " (" + data_->where(sample) + "): its image is " +

@@ -29,6 +29,10 @@ struct LoaderOptions {
     /// Batches made ahead of the one being used, at most (0: 2 per worker).
     int prefetch = 0;
     bool flatten = false; ///< images as [B, C*H*W] instead of [B, C, H, W]
+    /// Make batches in page-locked host memory (pinnedEmpty), from which a GPU's
+    /// `Backend::upload` copies asynchronously while the device computes (ordinary memory
+    /// when there is no CUDA device). For training on a GPU.
+    bool pinned = false;
     /// Data-parallel training: this process is rank `rank` of `ranks`. Each global batch
     /// holds `ranks * batchsize` samples of the epoch's order, and this rank gets its
     /// share (the r-th of `ranks` nearly equal parts), so together the ranks see what one

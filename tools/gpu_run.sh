@@ -10,6 +10,7 @@
 #   lenet.log   tessera train --model lenet --epochs 10 --seed 1 --device cuda on DATA_DIR
 #               (the four Fashion-MNIST IDX files), when given
 #   lenet-fp16.log, lenet-bf16.log   the same with --precision fp16 / bf16
+#   lenet-unpinned.log   the fp32 run with batches in ordinary memory (--no-pin-memory)
 #   nccl.log    2 epochs of it as a single-rank data-parallel job over NCCL (TESSERA_NCCL_SIZE=1)
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
 #               skipped when GPU_RUN_SKIP_BENCH is set)
@@ -66,6 +67,11 @@ if [[ -n $data ]]; then
         --device cuda --precision $precision 2>&1; } >"$log" || status=1
     grep -E 'final test accuracy' "$log" | sed "s/^/lenet $precision: /" || echo "lenet $precision: no final accuracy (see $log)"
   done
+  # Batches from ordinary memory, copied at each step, against the page-locked default above.
+  cmd="bin/tessera train --model lenet --data $data --epochs 10 --seed 1 --device cuda --no-pin-memory"
+  { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" --epochs 10 --seed 1 \
+      --device cuda --no-pin-memory 2>&1; } >"$out/lenet-unpinned.log" || status=1
+  grep -E 'final test accuracy' "$out/lenet-unpinned.log" | sed 's/^/lenet unpinned: /' || echo "lenet unpinned: no result"
   # The trainer's data-parallel path over NCCL, in a single-rank job.
   cmd="TESSERA_NCCL_SIZE=1 bin/tessera train --model lenet --data $data --epochs 2 --seed 1 --device cuda"
   { header "$cmd"; TESSERA_NCCL_SIZE=1 timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" \

@@ -96,8 +96,9 @@ private:
     const char* what_;
 };
 
-// A host batch where the network runs: itself on the CPU, a copy on a device.
-Tensor onDevice(const Tensor& t, Device device) { return device.isCpu() ? t : t.to(device); }
+// A host batch where the network runs: itself on the CPU, a copy on a device (from
+// page-locked memory, made while the device computes: Backend::upload).
+Tensor onDevice(const Tensor& t, Device device) { return device.isCpu() ? t : backendFor(device).upload(t); }
 
 } // namespace
 

@@ -16,6 +16,8 @@
 #include "containers/Graph.h"
 #include "containers/MemoryPlan.h"
 #include "containers/Sequential.h"
+#include "data/Dataset.h"
+#include "data/Loader.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
 #include "models/Zoo.h"
@@ -61,6 +63,7 @@
 #include "modules/Upsample.h"
 #include "training/CTC.h"
 #include "training/CrossEntropy.h"
+#include "training/Handlers.h"
 #include "training/L1Hinge.h"
 #include "training/Optimizer.h"
 #include "training/PointwiseCosts.h"
@@ -461,6 +464,73 @@ TEST(CudaConsistency, Float16AndBfloat16NetworksLearn) {
         EXPECT_LT(error, 0.05);
         EXPECT_GE(applied, 40);
     }
+}
+
+// Uploads from page-locked memory run on a copy stream while the compute stream is busy:
+// each arrives before the kernels that read it, no upload buffer is overwritten while an
+// earlier reader is still queued, and no host block is handed out again while a copy
+// still reads it (each would change the sums below).
+TEST(CudaConsistency, UploadsFromPageLockedMemoryArriveInOrder) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    Backend& be = backendFor(dev);
+    const Tensor a = Tensor::randn({768, 768}).to(dev);
+    const Tensor c = Tensor::zeros({768, 768}, DType::float32, dev);
+    const Tensor sum = Tensor::zeros({4096}, DType::float32, dev);
+    std::vector<std::pair<int, Tensor>> kept;
+    const int rounds = 40;
+    auto value = [](int i, int64_t j) { return static_cast<float>(i) + static_cast<float>(j % 64) / 64.0f; };
+    for (int i = 0; i < rounds; ++i) {
+        Tensor host = pinnedEmpty({4096});
+        EXPECT_EQ(isPinned(host), !selfCheck());
+        float* p = host.data<float>();
+        for (int64_t j = 0; j < 4096; ++j) p[j] = value(i, j);
+        const Tensor d = be.upload(host);
+        host = Tensor(); // freed while its copy may be queued
+        EXPECT_EQ(d.device(), dev);
+        be.gemm(false, false, 1.0f, a, a, 0.0f, c, DType::float32); // keeps the compute stream busy
+        be.axpby(1.0f, d, 1.0f, sum);                               // reads the upload
+        if (i % 4 == 0) kept.emplace_back(i, d);                    // the others' buffers are reused
+    }
+    const std::vector<float> got = sum.toVector<float>();
+    for (int64_t j = 0; j < 4096; ++j) {
+        double want = 0;
+        for (int i = 0; i < rounds; ++i) want += value(i, j);
+        ASSERT_NEAR(got[static_cast<size_t>(j)], want, 1e-3) << "element " << j;
+    }
+    for (const auto& [i, d] : kept) {
+        const std::vector<float> v = d.toVector<float>();
+        for (int64_t j = 0; j < 4096; ++j) ASSERT_EQ(v[static_cast<size_t>(j)], value(i, j)) << "upload " << i;
+    }
+    // From ordinary memory, upload is an ordinary copy.
+    const Tensor ordinary = Tensor::fromVector({3}, std::vector<float>{1, 2, 3});
+    EXPECT_FALSE(isPinned(ordinary));
+    EXPECT_EQ(be.upload(ordinary).toVector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+// Two epochs of LeNet through Trainer from page-locked batches (uploaded on the copy
+// stream) and from ordinary ones (copied on the compute stream) end with the same weights.
+TEST(CudaConsistency, TrainingFromPageLockedBatchesEqualsOrdinaryBatches) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    manualSeed(4);
+    const Tensor images = Tensor::rand({320, 1, 28, 28});
+    const Tensor labels = Tensor::randint({320}, 10);
+    auto run = [&](bool pinned) {
+        manualSeed(3);
+        ModulePtr net = loadLeNet();
+        net->to(dev);
+        MomentumSGD sgd(0.05f, 0.9f);
+        sgd.setupOn(*net, true);
+        CrossEntropy cost;
+        Trainer trainer(*net, cost, sgd, {.batchsize = 32, .progress = false, .device = dev});
+        Loader loader(tensorDataset(images, labels, 10), {},
+                      {.batchsize = 32, .seed = 5, .workers = 2, .pinned = pinned});
+        for (int epoch = 0; epoch < 2; ++epoch) trainer.train(loader);
+        return sgd.globalParams().toVector<float>();
+    };
+    const std::vector<float> pinned = run(true), ordinary = run(false);
+    EXPECT_EQ(pinned, ordinary);
 }
 
 TEST(CudaConsistency, GradientCheckOnTheDevice) {

@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "backend/Backend.h"
 #include "backend/Random.h"
 #include "containers/Sequential.h"
 #include "data/Dataset.h"
@@ -465,6 +466,28 @@ TEST(Loader, OrderMatchesTheTrainersOrderForTensors) {
     Loader flat(tensorDataset(images, labels), {}, {.batchsize = 3, .shuffle = false, .flatten = true});
     flat.start(0);
     EXPECT_EQ(flat.next()->images.shape(), Shape({3, 4}));
+}
+
+// Batches in page-locked memory (for GPU training) are the same batches; the memory is
+// page-locked exactly when a CUDA device is present, and blocks come back for reuse.
+TEST(Loader, PinnedBatchesAreTheSameBatches) {
+    const Tensor images = Tensor::rand({50, 3, 4, 4});
+    std::vector<int32_t> y(50);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 5);
+    const Tensor labels = Tensor::fromVector({50}, y);
+    Loader plain(tensorDataset(images, labels), {}, {.batchsize = 8, .seed = 3, .workers = 2});
+    Loader pinned(tensorDataset(images, labels), {}, {.batchsize = 8, .seed = 3, .workers = 2, .pinned = true});
+    for (int64_t epoch = 0; epoch < 3; ++epoch) { // later epochs reuse the blocks earlier ones freed
+        const std::vector<DataBatch> a = epochOf(plain, epoch), b = epochOf(pinned, epoch);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+            EXPECT_EQ(b[i].images.toVector<float>(), a[i].images.toVector<float>());
+            EXPECT_EQ(b[i].labels.toVector<int32_t>(), a[i].labels.toVector<int32_t>());
+            EXPECT_EQ(isPinned(b[i].images), cudaDeviceCount() > 0);
+            EXPECT_EQ(isPinned(b[i].labels), cudaDeviceCount() > 0);
+            EXPECT_FALSE(isPinned(a[i].images));
+        }
+    }
 }
 
 TEST(Loader, AWorkersErrorReachesTheLoopInOrderNamingTheFile) {

@@ -79,6 +79,7 @@ struct TrainArgs {
     std::string resume;
     std::string augment;
     int workers = 2;
+    bool pinMemory = true;
     int channels = 3;
 };
 
@@ -213,16 +214,19 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         throw UsageError(std::string("--augment: ") + e.what());
     }
     const DataSets data = openData(a);
+    // On a GPU, batches are made in page-locked memory and copied while the device computes.
+    const bool pinned = a.pinMemory && !device.isCpu();
     const LoaderOptions trainOptions{
-        .batchsize = a.batch, .seed = a.seed, .workers = a.workers, .rank = rank, .ranks = ranks};
+        .batchsize = a.batch, .seed = a.seed, .workers = a.workers, .pinned = pinned, .rank = rank, .ranks = ranks};
     Loader train(data.train, transforms, trainOptions);
-    Loader test(data.test, transforms, {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.workers});
+    Loader test(data.test, transforms,
+                {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.workers, .pinned = pinned});
     const Shape sample = train.sampleShape();
-    std::printf("data: %s, %lld training and %lld test images of %s, %lld classes; %s%s, %d worker%s\n",
+    std::printf("data: %s, %lld training and %lld test images of %s, %lld classes; %s%s, %d worker%s%s\n",
                 data.what.c_str(), static_cast<long long>(train.size()), static_cast<long long>(test.size()),
                 sample.str().c_str(), static_cast<long long>(data.train->classes()),
                 transforms.empty() ? "no transforms" : "transforms ", transforms.str().c_str(), a.workers,
-                a.workers == 1 ? "" : "s");
+                a.workers == 1 ? "" : "s", pinned ? ", batches in page-locked memory" : "");
     std::vector<int64_t> dims = sample.dims();
     dims.insert(dims.begin(), std::min<int64_t>(a.batch, train.size()));
     const Shape batchShape(dims);
@@ -398,6 +402,9 @@ std::function<int()> addTrain(CLI::App& app) {
                     "per-image transforms, e.g. crop:32:4,flip,normalize:cifar10 (resize:S|HxW, crop:S[:PAD], "
                     "center:S, flip[:P], normalize:M1/M2/M3:S1/S2/S3 or cifar10|cifar100|imagenet|mnist); random "
                     "ones act in training only, the test set gets centre crops");
+    cmd->add_flag("--pin-memory,!--no-pin-memory", args->pinMemory,
+                  "with --device cuda: make batches in page-locked memory and copy them to the GPU while it "
+                  "computes (default; --no-pin-memory: ordinary memory, copied at each step)");
     cmd->add_option("--workers", args->workers,
                     "threads that read and transform the next batches while a step runs (0: none; the batches "
                     "are the same for any number)")
