@@ -87,7 +87,10 @@ Tensors PoolND::updateGrad(const Tensors& grad) {
     if (params_.kind == PoolKind::max && !workspace_.defined()) {
         throw shapeError("backward after an eval-mode forward; max pooling keeps its argmax only in train mode");
     }
-    return {backendOf(grad[0]).poolBackward(params_, grad[0], workspace_, inData().shape(), inData().layout())};
+    // In the forward's dtype (a max pooling's workspace is its forward's).
+    const Tensor& x = inData();
+    const Tensor dy = grad[0].dtype() == x.dtype() ? grad[0] : grad[0].convertedTo(x.dtype());
+    return {backendOf(dy).poolBackward(params_, dy, workspace_, x.shape(), x.layout())};
 }
 
 Blueprint PoolND::blueprint() const {
@@ -138,7 +141,8 @@ Tensors GlobalAvgPool::updateData(const Tensors& data) {
 
 Tensors GlobalAvgPool::updateGrad(const Tensors& grad) {
     const Tensor& x = inData();
-    return {backendOf(grad[0]).poolBackward(paramsFor(x.shape()), grad[0], Tensor(), x.shape(), x.layout())};
+    const Tensor dy = grad[0].dtype() == x.dtype() ? grad[0] : grad[0].convertedTo(x.dtype());
+    return {backendOf(dy).poolBackward(paramsFor(x.shape()), dy, Tensor(), x.shape(), x.layout())};
 }
 
 MemoryUse PoolND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,

@@ -30,6 +30,11 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     void checkGradShape(const Shapes& outGradShapes) const override;
     bool handlesLayouts() const override { return true; }
+    /// On the CPU: pools bfloat16 activations as they are (oneDNN's bfloat16 pooling).
+    bool takesBfloat16(const Tensors& data) const override { return data[0].device().isCpu(); }
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
+        return inDTypes;
+    }
     Blueprint blueprint() const override;
 
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
@@ -58,6 +63,10 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     void checkDataShape(const Shapes& inShapes) const override;
     bool handlesLayouts() const override { return true; }
+    bool takesBfloat16(const Tensors& data) const override { return data[0].device().isCpu(); }
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
+        return inDTypes;
+    }
 
 protected:
     Tensors updateData(const Tensors& data) override;

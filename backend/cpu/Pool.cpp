@@ -33,8 +33,9 @@ dnnl::algorithm algOf(PoolKind kind) {
     throw BackendError("CpuBackend: unknown pooling kind");
 }
 
-std::vector<int64_t> keyOf(const PoolParams& p, const Shape& x, Layout layout, bool training) {
-    std::vector<int64_t> k = {static_cast<int64_t>(p.kind), static_cast<int64_t>(layout), training};
+std::vector<int64_t> keyOf(const PoolParams& p, const Shape& x, Layout layout, bool training, DType dtype) {
+    std::vector<int64_t> k = {static_cast<int64_t>(p.kind), static_cast<int64_t>(layout), training,
+                              static_cast<int64_t>(dtype)};
     for (const auto* v : {&p.kernel, &p.stride, &p.padLo, &p.padHi}) k.insert(k.end(), v->begin(), v->end());
     k.insert(k.end(), x.dims().begin(), x.dims().end());
     return k;
@@ -46,18 +47,19 @@ struct PoolEntry {
 };
 
 dnnl::pooling_forward::desc forwardDesc(const PoolParams& p, const Shape& x, const Shape& y, Layout layout,
-                                        bool training) {
-    return dnnl::pooling_forward::desc(training ? dnnl::prop_kind::forward_training
-                                                : dnnl::prop_kind::forward_inference,
-                                       algOf(p.kind), descIn(x.dims(), layout), descIn(y.dims(), layout),
-                                       dims(p.stride), dims(p.kernel), dims(p.padLo), dims(p.padHi));
+                                        bool training, DType dtype) {
+    return dnnl::pooling_forward::desc(
+        training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, algOf(p.kind),
+        descIn(x.dims(), layout, dnnlType(dtype)), descIn(y.dims(), layout, dnnlType(dtype)), dims(p.stride),
+        dims(p.kernel), dims(p.padLo), dims(p.padHi));
 }
 
-const PoolEntry& forwardEntry(const PoolParams& p, const Shape& x, const Shape& y, Layout layout, bool training) {
+const PoolEntry& forwardEntry(const PoolParams& p, const Shape& x, const Shape& y, Layout layout, bool training,
+                              DType dtype) {
     static PrimitiveCache<PoolEntry> cache;
-    return cache.get(keyOf(p, x, layout, training), [&] {
+    return cache.get(keyOf(p, x, layout, training, dtype), [&] {
         return checkDnnl("pooling_forward", [&] {
-            dnnl::pooling_forward::primitive_desc pd(forwardDesc(p, x, y, layout, training), engine());
+            dnnl::pooling_forward::primitive_desc pd(forwardDesc(p, x, y, layout, training, dtype), engine());
             return PoolEntry{pd, dnnl::pooling_forward(pd)};
         });
     });
@@ -232,11 +234,15 @@ int64_t blockedPlanes(const Shape& s, Layout layout) {
 
 } // namespace
 
-// x: [N, C, *in] -> y: [N, C, *out], x's layout
+// x: [N, C, *in] -> y: [N, C, *out], x's layout and dtype (float32, or bfloat16 on
+// oneDNN's bfloat16 pooling)
 Tensor CpuBackend::poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
                                Tensor& workspace) {
     const bool keep = training && p.kind == PoolKind::max;
-    if (ownMaxPool(p, x.layout())) {
+    if (x.dtype() != DType::float32 && x.dtype() != DType::bfloat16) {
+        throw BackendError("CpuBackend::poolForward: pools float32 or bfloat16, got " + str(x.dtype()));
+    }
+    if (x.dtype() == DType::float32 && ownMaxPool(p, x.layout())) {
         Tensor y = Tensor::empty(yShape, DType::float32, x.device(), x.layout());
         uint8_t* arg = nullptr;
         if (keep) {
@@ -257,8 +263,8 @@ Tensor CpuBackend::poolForward(const PoolParams& p, const Tensor& x, const Shape
         }
         return y;
     }
-    const PoolEntry& e = forwardEntry(p, x.shape(), yShape, x.layout(), keep);
-    Tensor y = Tensor::empty(yShape, DType::float32, x.device(), x.layout());
+    const PoolEntry& e = forwardEntry(p, x.shape(), yShape, x.layout(), keep, x.dtype());
+    Tensor y = Tensor::empty(yShape, x.dtype(), x.device(), x.layout());
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, memOf(descOf(x), x)},
                                                   {DNNL_ARG_DST, memOf(descOf(y), y)}};
     if (keep) {
@@ -271,19 +277,26 @@ Tensor CpuBackend::poolForward(const PoolParams& p, const Tensor& x, const Shape
 }
 
 int64_t CpuBackend::poolWorkspaceBytes(const PoolParams& p, const Shape& x, const Shape& y, Layout xLayout) {
-    const size_t bytes = ownMaxPool(p, xLayout) ? argmaxBytes(y, xLayout)
-                                                : forwardEntry(p, x, y, xLayout, true).pd.workspace_desc().get_size();
+    // (float32's: a bfloat16 input's oneDNN workspace holds the same byte per output element.)
+    const size_t bytes = ownMaxPool(p, xLayout)
+                             ? argmaxBytes(y, xLayout)
+                             : forwardEntry(p, x, y, xLayout, true, DType::float32).pd.workspace_desc().get_size();
     return static_cast<int64_t>((bytes + 3) / 4 * 4);
 }
 
-// dy: [N, C, *out] -> dx: [N, C, *in] in xLayout
+// dy: [N, C, *out] -> dx: [N, C, *in] in xLayout and dy's dtype (the forward's: a max
+// pooling's workspace is its forward's of that dtype)
 Tensor CpuBackend::poolBackward(const PoolParams& p, const Tensor& dy, const Tensor& workspace, const Shape& xShape,
                                 Layout xLayout) {
     const bool keep = p.kind == PoolKind::max;
     if (keep && !workspace.defined()) {
         throw BackendError("CpuBackend::poolBackward: max pooling backward needs the workspace of a training forward");
     }
-    if (ownMaxPool(p, xLayout)) {
+    const DType dtype = dy.dtype();
+    if (dtype != DType::float32 && dtype != DType::bfloat16) {
+        throw BackendError("CpuBackend::poolBackward: pools float32 or bfloat16, got " + str(dtype));
+    }
+    if (dtype == DType::float32 && ownMaxPool(p, xLayout)) {
         const Tensor g = dy.toLayout(xLayout);
         if (workspace.nbytes() < argmaxBytes(g.shape(), xLayout)) {
             throw BackendError("CpuBackend::poolBackward: the workspace holds " + std::to_string(workspace.nbytes()) +
@@ -307,17 +320,17 @@ Tensor CpuBackend::poolBackward(const PoolParams& p, const Tensor& dy, const Ten
         dnnl::memory::desc workspace;
     };
     static PrimitiveCache<BwdEntry> cache;
-    const BwdEntry& e = cache.get(keyOf(p, xShape, xLayout, keep), [&] {
-        const PoolEntry& f = forwardEntry(p, xShape, dy.shape(), xLayout, keep);
+    const BwdEntry& e = cache.get(keyOf(p, xShape, xLayout, keep, dtype), [&] {
+        const PoolEntry& f = forwardEntry(p, xShape, dy.shape(), xLayout, keep, dtype);
         return checkDnnl("pooling_backward", [&] {
-            dnnl::pooling_backward::desc d(algOf(p.kind), descIn(xShape.dims(), xLayout),
-                                           descIn(dy.shape().dims(), xLayout), dims(p.stride), dims(p.kernel),
-                                           dims(p.padLo), dims(p.padHi));
+            dnnl::pooling_backward::desc d(algOf(p.kind), descIn(xShape.dims(), xLayout, dnnlType(dtype)),
+                                           descIn(dy.shape().dims(), xLayout, dnnlType(dtype)), dims(p.stride),
+                                           dims(p.kernel), dims(p.padLo), dims(p.padHi));
             dnnl::pooling_backward::primitive_desc pd(d, engine(), f.pd);
             return BwdEntry{dnnl::pooling_backward(pd), Staged(pd.diff_dst_desc()), f.pd.workspace_desc()};
         });
     });
-    Tensor dx = Tensor::empty(xShape, DType::float32, dy.device(), xLayout);
+    Tensor dx = Tensor::empty(xShape, dtype, dy.device(), xLayout);
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_DIFF_DST, e.diffDst.from(dy)},
                                                   {DNNL_ARG_DIFF_SRC, memOf(descOf(dx), dx)}};
     if (keep) args[DNNL_ARG_WORKSPACE] = wrap(e.workspace, workspace.raw());

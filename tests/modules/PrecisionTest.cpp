@@ -2,6 +2,7 @@
 // every compute-heavy layer against its float32 result, the others unchanged, master
 // weights that take updates below bfloat16's resolution, and a network that learns.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -513,6 +514,51 @@ TEST(Precision, Bfloat16ActivationOpsMatchFloat32) {
     EXPECT_THROW(Tensor::empty({2, 20, 5, 5}, DType::float16, Device::cpu(), Layout::blocked16), ShapeError);
 }
 
+// Pooling on bfloat16 activations (oneDNN's bfloat16 pooling) against float32 pooling of
+// the same values, in the layouts bfloat16 convolutions hand on: max pooling picks the same
+// elements, so forward and backward are exact (a bfloat16 gradient routed, not summed,
+// where windows do not overlap); averages round once. The module keeps the dtype both ways.
+TEST(Precision, Bfloat16PoolingMatchesFloat32) {
+    const Tensor x32 = randomTensor({2, 20, 8, 8}, 31);
+    const Tensor dy32 = randomTensor({2, 20, 4, 4}, 32);
+    for (Layout layout : {Layout::blocked16, Layout::channelsLast, Layout::plain}) {
+        const Tensor x16 = x32.toLayout(layout).convertedTo(DType::bfloat16);
+        const Tensor xr = x16.convertedTo(DType::float32); // the same values in float32
+        for (const auto& [name, make] : std::vector<std::pair<std::string, std::function<ModulePtr()>>>{
+                 {"max 2x2", [] { return std::make_shared<MaxPool2D>(2); }},
+                 {"max 3x3 stride 2 pad 1",
+                  [] {
+                      return std::make_shared<MaxPool2D>(3, PoolOptions{{2}, {1}});
+                  }},
+                 {"avg 2x2", [] { return std::make_shared<AvgPool2D>(2); }}}) {
+            SCOPED_TRACE(name + " in " + str(layout));
+            ModulePtr low = make(), ref = make();
+            const Tensor y16 = (*low)(x16), y32 = (*ref)(xr);
+            EXPECT_EQ(y16.dtype(), DType::bfloat16);
+            EXPECT_EQ(y16.layout(), layout);
+            const bool exact = name.rfind("max", 0) == 0;
+            const Tensor dy16 = dy32.convertedTo(DType::bfloat16).toLayout(layout);
+            const Tensor dx16 = low->backward(dy16), dx32 = ref->backward(dy16.convertedTo(DType::float32));
+            EXPECT_EQ(dx16.dtype(), DType::bfloat16);
+            if (exact && name == "max 2x2") {
+                EXPECT_EQ(y16.toVector<float>(), y32.toVector<float>());
+                EXPECT_EQ(dx16.toVector<float>(), dx32.toVector<float>());
+            } else if (exact) { // overlapping windows sum gradients: rounded once
+                EXPECT_EQ(y16.toVector<float>(), y32.toVector<float>());
+                EXPECT_LT(relDiff(dx16, dx32), std::ldexp(1.0, -8));
+            } else {
+                EXPECT_LT(relDiff(y16, y32), std::ldexp(1.0, -8));
+                EXPECT_LT(relDiff(dx16, dx32), std::ldexp(1.0, -8));
+            }
+        }
+    }
+    GlobalAvgPool gap;
+    const Tensor g16 = gap(x32.toLayout(Layout::blocked16).convertedTo(DType::bfloat16));
+    EXPECT_EQ(g16.dtype(), DType::bfloat16);
+    EXPECT_LT(relDiff(g16, GlobalAvgPool()(x32)), 1e-2);
+    EXPECT_EQ(gap.backward(randomTensor(g16.shape(), 33)).dtype(), DType::bfloat16); // the input's dtype
+}
+
 // stem conv -> bn -> relu -> [conv -> bn -> relu -> conv -> bn -> (+ skip) -> relu] ->
 // avg pool -> flatten -> linear: a residual network in miniature.
 std::shared_ptr<Graph> residualNet() {
@@ -533,8 +579,9 @@ std::shared_ptr<Graph> residualNet() {
     return std::make_shared<Graph>(std::vector<NodePtr>{data}, std::vector<NodePtr>{fc});
 }
 
-// With bfloat16 activations, the convolutions' outputs and everything up to the pooling
-// are bfloat16 (the pooling and the linear layer get float32 copies), and the results
+// With bfloat16 activations, the convolutions' outputs and everything up to the linear
+// layer are bfloat16 (the pooling too; the flattening and the linear layer get float32
+// copies), and the results
 // match the same network with float32 activations within bfloat16's rounding, forward and
 // backward. Off, or without bfloat16 kernels, every activation is float32.
 TEST(Precision, Bfloat16ActivationsRunThroughAResidualBlock) {
@@ -563,7 +610,7 @@ TEST(Precision, Bfloat16ActivationsRunThroughAResidualBlock) {
     const Run f32 = run(false), b16 = run(true), ref = run(false, DType::float32);
     const bool kernels = CpuBackend::bfloat16Kernels();
     for (const auto& [name, t] : b16.dtypes) {
-        const bool lowNode = kernels && name != "pool" && name != "fc";
+        const bool lowNode = kernels && name != "fc";
         EXPECT_EQ(t, lowNode ? DType::bfloat16 : DType::float32) << name;
         EXPECT_EQ(f32.dtypes.at(name), DType::float32) << name;
     }
