@@ -369,8 +369,8 @@ void CudaBackend::releaseUpload(void* ptr) {
     std::lock_guard<std::mutex> lock(uploadMutex_);
     for (auto& b : uploads_) {
         if (b->ptr != ptr) continue;
-        // Statuses unchecked: this runs in destructors, also while the process ends.
-        cudaSetDevice(index_);
+        // Statuses unchecked: this runs in destructors, also while the process ends. (The
+        // event and the stream are this device's; the calling thread's device is left alone.)
         b->wasReleased = cudaEventRecord(b->released, stream_) == cudaSuccess;
         b->busy = false;
         return;

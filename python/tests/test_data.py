@@ -29,16 +29,18 @@ def test_image_folder_and_loader_order_is_the_same_for_any_workers(folder):
     with pytest.raises(IndexError):
         ds[10]
 
-    def batches(workers):
-        loader = ts.Loader(ds, ts.Transforms("crop:6:1,flip"), batchsize=4, seed=5, workers=workers)
+    def batches(workers, pinned=False):
+        loader = ts.Loader(ds, ts.Transforms("crop:6:1,flip"), batchsize=4, seed=5, workers=workers, pinned=pinned)
         assert len(loader) == 3 and loader.sampleShape == (3, 6, 6)  # square crops
         return [(x.numpy().copy(), y.numpy().copy()) for x, y in loader.epoch(2)]
 
-    one, two = batches(0), batches(2)
+    one, two, pinned = batches(0), batches(2), batches(2, pinned=True)  # pinned: page-locked with a GPU
     assert [x.shape for x, _ in one] == [(4, 3, 6, 6), (4, 3, 6, 6), (2, 3, 6, 6)]
-    for (x0, y0), (x1, y1) in zip(one, two):
+    for (x0, y0), (x1, y1), (x2, y2) in zip(one, two, pinned):
         np.testing.assert_array_equal(x0, x1)
         np.testing.assert_array_equal(y0, y1)
+        np.testing.assert_array_equal(x0, x2)
+        np.testing.assert_array_equal(y0, y2)
     assert sorted(np.concatenate([y for _, y in one]).tolist()) == [0] * 5 + [1] * 5
 
 
