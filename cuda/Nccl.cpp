@@ -190,7 +190,6 @@ private:
 
 bool ncclBuilt() { return true; }
 
-bool ncclRequestedByEnvironment() { return std::getenv("TESSERA_NCCL_SIZE") != nullptr; }
 
 CommunicatorPtr ncclWorld(Device device, const CommunicatorPtr& bootstrap) {
     return std::make_shared<NcclWorld>(device, bootstrap);

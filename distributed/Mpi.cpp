@@ -1,4 +1,5 @@
-// The MPI communicator (MPI_COMM_WORLD), or, in a build without MPI, the error saying so.
+// The MPI communicator (MPI_COMM_WORLD), or, in a build without MPI, the error saying so;
+// and how a process tells it was started for data-parallel training.
 #include <cstdlib>
 #include <mutex>
 
@@ -10,6 +11,8 @@
 #endif
 
 namespace tessera {
+
+bool ncclRequestedByEnvironment() { return std::getenv("TESSERA_NCCL_SIZE") != nullptr; }
 
 bool launchedByMpi() {
     for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {

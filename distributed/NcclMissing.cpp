@@ -6,7 +6,6 @@ namespace tessera {
 
 bool ncclBuilt() { return false; }
 
-bool ncclRequestedByEnvironment() { return false; }
 
 CommunicatorPtr ncclWorld(Device device, const CommunicatorPtr&) {
     throw BackendError("NCCL communicator for " + device.str() +
