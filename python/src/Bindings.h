@@ -58,6 +58,7 @@ DType toDType(const std::string& text);
 
 void bindTensor(py::module_& m);
 void bindModules(py::module_& m);
+void bindDistributed(py::module_& m);
 void bindTraining(py::module_& m);
 void bindIo(py::module_& m);
 void bindData(py::module_& m);

@@ -23,4 +23,5 @@ PYBIND11_MODULE(_tessera, m) {
     tessera::python::bindTraining(m);
     tessera::python::bindIo(m);
     tessera::python::bindData(m);
+    tessera::python::bindDistributed(m);
 }

@@ -1,5 +1,6 @@
 // Costs, optimizers, schedules and the handlers (Trainer, Validator, Calculator).
 #include "Bindings.h"
+#include "distributed/DataParallel.h"
 #include <pybind11/functional.h>
 
 #include "backend/Errors.h"
@@ -228,6 +229,11 @@ rule); returns the mean training error. Ctrl-C stops it after the batch in progr
         .def_property(
             "onEpochFinish", [](const Trainer&) { return py::none(); },
             [](Trainer& t, const py::object& f) { t.onEpochFinish = callback(f); })
+        .def(
+            "setDataParallel", [](Trainer& t, DataParallel* parallel) { t.setDataParallel(parallel); },
+            py::arg("parallel"), py::keep_alive<1, 2>(),
+            "Train data-parallel through a tessera.DataParallel (None: alone): each rank's gradients are "
+            "averaged over the ranks between backward and the update.")
         .def_property_readonly("epoch", &Trainer::epoch)
         .def_property_readonly("samplesPerSecond", &Trainer::samplesPerSecond)
         .def_property_readonly("epochSeconds", &Trainer::epochSeconds)

@@ -32,6 +32,8 @@ from ._tessera import (
     # data sets, transforms, loader; checkpoints
     Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, idxDataset, imageFolder,
     npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint,
+    # data-parallel training
+    Communicator, DataParallel, launchedByMpi, mpiBuilt, mpiWorld, ncclBuilt, ncclWorld,
 )
 
 __all__ = [
@@ -116,6 +118,13 @@ __all__ = [
     "tensorDataset",
     "loadCheckpoint",
     "saveCheckpoint",
+    "Communicator",
+    "DataParallel",
+    "launchedByMpi",
+    "mpiBuilt",
+    "mpiWorld",
+    "ncclBuilt",
+    "ncclWorld",
     "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip", "gelu", "hardSigmoid", "hardSwish",
     "MaxUnpool2D", "CheckResult", "check", "Summary", "summary", "load",
 ]  # and every layer class, added below
