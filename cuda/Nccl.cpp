@@ -190,7 +190,6 @@ private:
 
 bool ncclBuilt() { return true; }
 
-
 CommunicatorPtr ncclWorld(Device device, const CommunicatorPtr& bootstrap) {
     return std::make_shared<NcclWorld>(device, bootstrap);
 }
