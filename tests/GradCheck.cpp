@@ -7,6 +7,12 @@
 
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Conv.h"
+#include "modules/Flatten.h"
+#include "modules/Linear.h"
+#include "modules/Pool.h"
 
 namespace tessera::testing {
 
@@ -238,6 +244,39 @@ std::string errorOf(const std::function<void()>& f) {
         }
     }
     return ::testing::AssertionSuccess();
+}
+
+std::pair<Tensor, Tensor> quadrantTask(int64_t n) {
+    Tensor x = Tensor::randn({n, 1, 8, 8}, 0.0f, 0.3f);
+    std::vector<int32_t> labels(static_cast<size_t>(n));
+    float* px = x.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t label = static_cast<int32_t>(i % 4);
+        labels[static_cast<size_t>(i)] = label;
+        const int64_t r = (label / 2) * 4 + 1 + i % 3, c = (label % 2) * 4 + 1 + (i / 4) % 3;
+        px[i * 64 + r * 8 + c] += 3.0f;
+    }
+    return {x, Tensor::fromVector({n}, labels)};
+}
+
+ModulePtr quadrantNet() {
+    auto net = std::make_shared<Sequential>();
+    net->append(std::make_shared<Conv2D>(1, 8, 3, ConvOptions{.pad = {1}}))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<MaxPool2D>(2))
+        .append(std::make_shared<Flatten>())
+        .append(std::make_shared<Linear>(8 * 16, 4));
+    return net;
+}
+
+std::pair<Tensor, Tensor> pixelTask(int64_t n) {
+    Generator gen(17);
+    Tensor x = Tensor::empty({n, 1, 28, 28});
+    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
+    std::vector<int32_t> y(static_cast<size_t>(n));
+    const float* p = x.data<float>();
+    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = p[i * 784] > 0.5f ? 1 : (p[i * 784 + 1] > 0.5f ? 2 : 0);
+    return {x, Tensor::fromVector({n}, y)};
 }
 
 } // namespace tessera::testing

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "backend/Random.h"
 #include "modules/Module.h"
@@ -61,5 +62,15 @@ MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device = De
 std::string errorOf(const std::function<void()>& f);
 // Element-wise comparison with a message naming the first mismatch.
 ::testing::AssertionResult allClose(const Tensor& actual, const std::vector<float>& expected, float tol = 1e-5f);
+
+// Learning tasks for training tests. quadrantTask: n 1x8x8 images of noise (from the global
+// generator) with a bright spot in one quadrant, labelled by the quadrant (4 classes), on
+// the host; a small convolutional network learns it in a few dozen steps.
+std::pair<Tensor, Tensor> quadrantTask(int64_t n);
+// The network for it: 3x3 convolution to 8 maps, ReLU, 2x2 max pooling, a linear layer.
+ModulePtr quadrantNet();
+// n random 1x28x28 host images with labels in {0, 1, 2} that depend on their first pixels
+// (LeNet's input; seeded, the same in every process).
+std::pair<Tensor, Tensor> pixelTask(int64_t n);
 
 } // namespace tessera::testing

@@ -419,26 +419,14 @@ TEST(CudaConsistency, Float16AndBfloat16NetworksLearn) {
     REQUIRE_DEVICE();
     const Device dev = testDevice();
     manualSeed(8);
-    const int64_t n = 256;
-    Tensor xHost = Tensor::randn({n, 1, 8, 8}, 0.0f, 0.3f);
-    std::vector<int32_t> labels(n);
-    float* px = xHost.data<float>();
-    for (int64_t i = 0; i < n; ++i) {
-        labels[i] = static_cast<int32_t>(i % 4);
-        const int64_t r = (labels[i] / 2) * 4 + 1 + i % 3, c = (labels[i] % 2) * 4 + 1 + (i / 4) % 3;
-        px[i * 64 + r * 8 + c] += 3.0f;
-    }
-    const Tensor x = xHost.to(dev), y = Tensor::fromVector({n}, labels).to(dev);
+    const auto [xHost, yHost] = testing::quadrantTask(256);
+    const Tensor x = xHost.to(dev), y = yHost.to(dev);
     for (DType low : {DType::float16, DType::bfloat16}) {
         if (selfCheck() && low == DType::float16) continue;
         SCOPED_TRACE(str(low));
         manualSeed(8);
-        Sequential net;
-        net.append(std::make_shared<Conv2D>(1, 8, 3, ConvOptions{.pad = {1}}))
-            .append(std::make_shared<Activation>(ActivationKind::relu))
-            .append(std::make_shared<MaxPool2D>(2))
-            .append(std::make_shared<Flatten>())
-            .append(std::make_shared<Linear>(8 * 16, 4));
+        const ModulePtr model = testing::quadrantNet();
+        Module& net = *model;
         net.to(dev);
         net.calcMode(low);
         Adam adam(1e-2f);

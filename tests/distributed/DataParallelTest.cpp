@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "GradCheck.h"
+
 #include "backend/Random.h"
 #include "containers/Sequential.h"
 #include "data/Dataset.h"
@@ -26,13 +28,8 @@ CommunicatorPtr world() { return mpiWorld(); }
 
 // Random 1x28x28 images with labels that depend on them (a learnable task).
 DatasetPtr lenetData(int64_t n) {
-    Generator gen(17);
-    Tensor x = Tensor::empty({n, 1, 28, 28});
-    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
-    std::vector<int32_t> y(static_cast<size_t>(n));
-    const float* p = x.data<float>();
-    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = p[i * 784] > 0.5f ? 1 : (p[i * 784 + 1] > 0.5f ? 2 : 0);
-    return tensorDataset(x, Tensor::fromVector({n}, y), 10);
+    const auto [x, y] = testing::pixelTask(n);
+    return tensorDataset(x, y, 10);
 }
 
 // Trains `steps` steps of `perRank` samples per rank on `ranks` ranks (this process being

@@ -395,22 +395,9 @@ TEST(Precision, MasterWeightsTakeUpdatesBelowBfloat16Resolution) {
 // its training set passes 95% (the class is which quadrant holds the brightest spot).
 TEST(Precision, Bfloat16NetworkLearns) {
     manualSeed(8);
-    const int64_t n = 256;
-    Tensor x = Tensor::randn({n, 1, 8, 8}, 0.0f, 0.3f);
-    std::vector<int32_t> labels(n);
-    float* px = x.data<float>();
-    for (int64_t i = 0; i < n; ++i) {
-        labels[i] = static_cast<int32_t>(i % 4);
-        const int64_t r = (labels[i] / 2) * 4 + 1 + i % 3, c = (labels[i] % 2) * 4 + 1 + (i / 4) % 3;
-        px[i * 64 + r * 8 + c] += 3.0f;
-    }
-    const Tensor y = Tensor::fromVector({n}, labels);
-    Sequential net;
-    net.append(std::make_shared<Conv2D>(1, 8, 3, ConvOptions{.pad = {1}}))
-        .append(std::make_shared<Activation>(ActivationKind::relu))
-        .append(std::make_shared<MaxPool2D>(2))
-        .append(std::make_shared<Flatten>())
-        .append(std::make_shared<Linear>(8 * 16, 4));
+    const auto [x, y] = testing::quadrantTask(256);
+    const ModulePtr model = testing::quadrantNet();
+    Module& net = *model;
     net.calcMode(DType::bfloat16);
     Adam adam(1e-2f);
     adam.setupOn(net);
