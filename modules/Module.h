@@ -208,10 +208,11 @@ public:
     /// What the compute-heavy layers (convolutions, deconvolutions, linear and group-linear
     /// layers) compute in, here and in every descendant: float32 (the default), bfloat16 or
     /// float16 (their inputs and weights rounded to the 16-bit type, products summed in
-    /// float32, so the float32 parameters are the master weights). The other layers
-    /// (normalisation, softmax, activations, pooling) and the costs stay float32. float16
-    /// runs on CUDA devices only (the CPU backend throws BackendError when such a layer
-    /// runs); int32 throws ModuleError. PuzzleLib's name.
+    /// float32, so the float32 parameters are the master weights). The other layers and the
+    /// costs compute in float32, except that on the CPU batch norm, activations, sums and
+    /// pooling run on the bfloat16 activations bfloat16 convolutions hand them
+    /// (docs/precision.md). float16 runs on CUDA devices only (the CPU backend throws
+    /// BackendError when such a layer runs); int32 throws ModuleError. PuzzleLib's name.
     void calcMode(DType dtype);
     /// The dtype calcMode set (float32 by default).
     DType computeDType() const { return compute_; }
