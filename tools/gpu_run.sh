@@ -14,6 +14,9 @@
 #   nccl.log    2 epochs of it as a single-rank data-parallel job over NCCL (TESSERA_NCCL_SIZE=1)
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
 #               skipped when GPU_RUN_SKIP_BENCH is set)
+#   side.log    with GPU_RUN_SIDE=MODELS (say resnet50): tools/bench/pytorch_side_by_side.py
+#               --device cuda on those models in GPU_RUN_SIDE_PRECISION (default
+#               fp32,fp16,bf16), against the PyTorch of the machine's python3
 # Exits non-zero when the suite fails or any CUDA test skips.
 set -uo pipefail
 
@@ -79,14 +82,19 @@ if [[ -n $data ]]; then
   grep -E 'data parallel|final test accuracy' "$out/nccl.log" | sed 's/^/nccl: /' || echo "nccl: no result (see nccl.log)"
 fi
 
-if [[ -n ${GPU_RUN_SKIP_BENCH:-} ]]; then
-  echo "logs in $out (benchmarks skipped: GPU_RUN_SKIP_BENCH)"
-  rm -rf "$work"
-  exit $status
+if [[ -z ${GPU_RUN_SKIP_BENCH:-} ]]; then
+  filter=${GPU_RUN_BENCH_FILTER:-Gpu/}
+  cmd="bin/tessera_bench --benchmark_filter=$filter --benchmark_repetitions=5"
+  { header "$cmd"; timeout "$limit_bench" "$root/bin/tessera_bench" --benchmark_filter="$filter" --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
 fi
-filter=${GPU_RUN_BENCH_FILTER:-Gpu/}
-cmd="bin/tessera_bench --benchmark_filter=$filter --benchmark_repetitions=5"
-{ header "$cmd"; timeout "$limit_bench" "$root/bin/tessera_bench" --benchmark_filter="$filter" --benchmark_repetitions=5 2>&1; } >"$out/bench.log" || status=1
-echo "logs in $out"
+
+# Against PyTorch on the same GPU (its python3), when GPU_RUN_SIDE names the models.
+if [[ -n ${GPU_RUN_SIDE:-} ]]; then
+  precisions=${GPU_RUN_SIDE_PRECISION:-fp32,fp16,bf16}
+  cmd="python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps 3 --models $GPU_RUN_SIDE --precision $precisions"
+  { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
+      --bench "$root/bin/tessera_bench" --reps 3 --models "$GPU_RUN_SIDE" --precision "$precisions" 2>&1; } >"$out/side.log" || status=1
+fi
+echo "logs in $out${GPU_RUN_SKIP_BENCH:+ (benchmarks skipped: GPU_RUN_SKIP_BENCH)}"
 rm -rf "$work"
 exit $status
