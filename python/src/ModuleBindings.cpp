@@ -11,6 +11,7 @@
 #include "io/Hdf5.h"
 #include "modules/Glue.h"
 #include "modules/MaxUnpool2D.h"
+#include "modules/MulAddConst.h"
 #include "modules/Pool.h"
 
 namespace tessera::python {
@@ -45,7 +46,32 @@ BlueprintValue schemeValue(const std::string& cls, const std::string& key, const
     throw bad();
 }
 
+// MulAddConst with tensor constants (a per-channel scale or shift, say): an array, list or
+// tensor for `a` or `b` builds it directly, since a blueprint's arguments hold numbers only
+// (model files keep such constants as attributes).
+ModulePtr mulAddConstWithTensors(const py::dict& scheme) {
+    auto get = [&](const char* key) -> py::object {
+        if (!scheme.contains(key)) return py::none();
+        return scheme[key];
+    };
+    auto isArray = [](const py::handle& v) {
+        return py::isinstance<Tensor>(v) || py::isinstance<py::array>(v) || isList(v);
+    };
+    const py::object a = get("a"), b = get("b"), name = get("name");
+    if (!isArray(a) && !isArray(b)) return nullptr;
+    auto tensorOf = [&](const py::object& v) {
+        if (v.is_none()) return Tensor(); // the neutral number
+        if (py::isinstance<Tensor>(v)) return v.cast<Tensor>();
+        if (isArray(v)) return toTensor(py::module_::import("numpy").attr("asarray")(v, "float32"), /*copy=*/true);
+        return Tensor::full({1}, v.cast<float>());
+    };
+    return std::make_shared<MulAddConst>(tensorOf(a), tensorOf(b), name.is_none() ? "" : name.cast<std::string>());
+}
+
 ModulePtr build(const std::string& cls, const py::dict& scheme) {
+    if (cls == "MulAddConst") {
+        if (ModulePtr m = mulAddConstWithTensors(scheme)) return m;
+    }
     Blueprint bp;
     bp.classname = cls;
     for (const auto& [k, v] : scheme) {

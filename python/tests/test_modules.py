@@ -194,3 +194,24 @@ def test_save_keeps_the_input_shapes_given(tmp_path):
         assert f["inputs"][()] == b"3x4"
     with h5py.File(tmp_path / "without.h5", "r") as f:
         assert "inputs" not in f
+
+
+def test_mul_add_const_takes_tensor_constants(tmp_path):
+    """Per-channel scale and shift as arrays (a blueprint holds numbers only), kept as
+    attributes, so a saved model holds them."""
+    scale = np.array([1.0, -2.0, 0.5], np.float32).reshape(1, 3, 1, 1)
+    shift = [[[0.25]], [[0.0]], [[-1.0]]]  # a nested list: [3, 1, 1], broadcast over N
+    m = ts.MulAddConst(a=scale, b=shift, name="affine")
+    x = np.random.default_rng(2).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    ref = x * scale + np.array(shift, np.float32)
+    np.testing.assert_allclose(m(x).numpy(), ref, rtol=1e-6, atol=1e-6)
+    dy = np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
+    np.testing.assert_allclose(m.backward(dy).numpy(), dy * scale, rtol=1e-6, atol=1e-6)
+    assert m.name == "affine"
+    mixed = ts.MulAddConst(a=scale, b=0.5)  # a number beside a tensor
+    np.testing.assert_allclose(mixed(x).numpy(), x * scale + 0.5, rtol=1e-6, atol=1e-6)
+    path = str(tmp_path / "affine.h5")
+    m.save(path)
+    np.testing.assert_allclose(ts.load(path)(x).numpy(), ref, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ts.ShapeError):
+        m(np.zeros((2, 4, 4, 4), np.float32))  # 3 channels of constants against 4
