@@ -432,13 +432,7 @@ void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, c
                                        static_cast<int>(A.shape()[1]), &beta, fp(C), static_cast<int>(n)));
         return;
     }
-    auto low = [&](const Tensor& t) {
-        if (t.dtype() == compute) return t;
-        Tensor out = Tensor::empty(t.shape(), compute, device());
-        cast(t, out);
-        return out;
-    };
-    const Tensor a = low(A), b = low(B);
+    const Tensor a = A.convertedTo(compute), b = B.convertedTo(compute);
     const cudaDataType_t type = compute == DType::float16 ? CUDA_R_16F : CUDA_R_16BF;
     TESSERA_CUDA_CHECK(cublasGemmEx(cublas_, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
                                     &alpha, b.raw(), type, static_cast<int>(B.shape()[1]), a.raw(), type,

@@ -292,15 +292,6 @@ void runConvBackwardData(cudnnHandle_t h, ConvProblem& c, void* ws, const void* 
 } // namespace
 
 namespace {
-// `t` as a plain tensor of `type`: itself, or a converted copy.
-Tensor inType(CudaBackend& be, const Tensor& t, DType type) {
-    const Tensor plain = t.plain();
-    if (plain.dtype() == type) return plain;
-    Tensor out = Tensor::empty(plain.shape(), type, plain.device());
-    be.cast(plain, out);
-    return out;
-}
-
 // A float32 tensor of `low`'s values (a 16-bit result), plus `bias` per channel if given.
 Tensor toFloat32(const Tensor& low, const Tensor& bias, cudaStream_t s) {
     const Shape& sh = low.shape();
@@ -317,7 +308,7 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
     cudnnHandle_t h = cudnn_;
     s();
     ConvProblem& c = convProblem(*dnn_, h, allowTF32_, p, convShapes(p, xIn.shape(), yShape), w.shape());
-    const Tensor x = inType(*this, xIn, c.type), wt = inType(*this, w, c.type);
+    const Tensor x = xIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
     Tensor y = Tensor::empty(yShape, c.type, device());
     if (p.transposed) {
         runConvBackwardData(h, c, workspace(c.bwdData.bytes), wt.raw(), x.raw(), y.raw());
@@ -336,7 +327,7 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
 Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, const Tensor& w, const Shape& xShape) {
     s();
     ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xShape, dyIn.shape()), w.shape());
-    const Tensor dy = inType(*this, dyIn, c.type), wt = inType(*this, w, c.type);
+    const Tensor dy = dyIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
     Tensor dx = Tensor::empty(xShape, c.type, device());
     if (p.transposed) {
         runConvForward(cudnn_, c, workspace(c.fwd.bytes), dy.raw(), wt.raw(), dx.raw());
@@ -350,7 +341,7 @@ void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, co
                                       float momentum, const Tensor& dw, const Tensor& db) {
     s();
     ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xIn.shape(), dyIn.shape()), dw.shape());
-    const Tensor x = inType(*this, xIn, c.type), dy = inType(*this, dyIn, c.type);
+    const Tensor x = xIn.plain().convertedTo(c.type), dy = dyIn.plain().convertedTo(c.type);
     // The convolution's input and output gradient: swapped for a deconvolution.
     const Tensor& in = p.transposed ? dy : x;
     const Tensor& outGrad = p.transposed ? x : dy;
@@ -366,7 +357,7 @@ void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, co
         low ? &zero : &momentum, c.filter, dwLow.raw()));
     if (low) cudak::castAxpby(scale, dwLow.raw(), static_cast<int>(c.type), momentum, fp(dw), dw.numel(), s());
     if (db.defined()) {
-        const Tensor dyF = low ? inType(*this, dyIn, DType::float32) : dy;
+        const Tensor dyF = dyIn.plain().convertedTo(DType::float32); // itself when float32
         const cudnnTensorDescriptor_t dyDesc = p.transposed ? c.inF32->get() : c.outF32->get();
         TESSERA_CUDA_CHECK(
             cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dyF), &momentum, c.bias->get(), fp(db)));

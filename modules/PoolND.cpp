@@ -89,7 +89,7 @@ Tensors PoolND::updateGrad(const Tensors& grad) {
     }
     // In the forward's dtype (a max pooling's workspace is its forward's).
     const Tensor& x = inData();
-    const Tensor dy = grad[0].dtype() == x.dtype() ? grad[0] : grad[0].convertedTo(x.dtype());
+    const Tensor dy = grad[0].convertedTo(x.dtype());
     return {backendOf(dy).poolBackward(params_, dy, workspace_, x.shape(), x.layout())};
 }
 
@@ -141,7 +141,7 @@ Tensors GlobalAvgPool::updateData(const Tensors& data) {
 
 Tensors GlobalAvgPool::updateGrad(const Tensors& grad) {
     const Tensor& x = inData();
-    const Tensor dy = grad[0].dtype() == x.dtype() ? grad[0] : grad[0].convertedTo(x.dtype());
+    const Tensor dy = grad[0].convertedTo(x.dtype());
     return {backendOf(dy).poolBackward(paramsFor(x.shape()), dy, Tensor(), x.shape(), x.layout())};
 }
 

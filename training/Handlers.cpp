@@ -182,9 +182,7 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
         dataSeconds_ += secondsSince(tData);
         const Tensors& y = net_(x);
         CostResult r = cost_(y, t);
-        if (const float scale = optimizer_.lossScale(); scale != 1.0f) { // loss scaling
-            for (const Tensor& g : r.grad) backendOf(g).axpby(scale, g, 0.0f, g);
-        }
+        optimizer_.scaleLossGradients(r.grad);
         optimizer_.zeroGradParams();
         // Zeroed first, so a parameter that this backward does not reach has a zero
         // gradient; the modules then overwrite theirs (momentum 0: a convolution's kernel

@@ -79,6 +79,12 @@ void Optimizer::setLossScaleState(float scale, int64_t cleanSteps) {
     clean_ = cleanSteps;
 }
 
+void Optimizer::scaleLossGradients(const Tensors& grads) const {
+    const float scale = lossScale();
+    if (scale == 1.0f) return;
+    for (const Tensor& g : grads) backendOf(g).axpby(scale, g, 0.0f, g);
+}
+
 bool Optimizer::update() {
     if (!bound_) throw ModuleError(classname() + ": update before setupOn");
     if (scaling_) { // unscale and look for Inf/NaN in one pass over the gradients

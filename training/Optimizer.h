@@ -41,11 +41,14 @@ public:
     /// it. Throws ModuleError before setupOn.
     bool update();
     /// Turn on dynamic loss scaling (ModuleError for a scale or factors out of range).
-    /// Trainer multiplies the cost's gradient by lossScale() before backward; code that
+    /// Trainer scales the cost's gradients (scaleLossGradients) before backward; code that
     /// runs its own steps does the same.
     void enableLossScaling(const LossScaling& options = {});
     /// The current loss scale (1 without loss scaling).
     float lossScale() const { return scaling_ ? scale_ : 1.0f; }
+    /// Multiplies each of the cost's gradients by lossScale(), in place (nothing without
+    /// loss scaling): what a training step does between the cost and backward.
+    void scaleLossGradients(const Tensors& grads) const;
     /// Steps skipped for overflowing gradients so far.
     int64_t skippedSteps() const { return skipped_; }
     /// Clean steps since the scale last changed; with lossScale(), the state a resumed

@@ -367,7 +367,7 @@ TEST(CudaConsistency, Float16AndBfloat16MatchFloat32OnRoundedOperands) {
         {"Conv3D", make<Conv3D>(4, 8, 3, ConvOptions{.pad = {1}}), {2, 4, 5, 6, 5}},
         {"Deconv2D", make<Deconv2D>(8, 4, 3, ConvOptions{.stride = {2}, .pad = {1}}), {2, 8, 6, 6}},
     };
-    auto asFloat = [](const Tensor& t) { return t.dtype() == DType::float32 ? t : t.convertedTo(DType::float32); };
+    auto asFloat = [](const Tensor& t) { return t.convertedTo(DType::float32); };
     for (DType low : {DType::float16, DType::bfloat16}) {
         if (selfCheck() && low == DType::float16) continue;
         const double eps = low == DType::float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
@@ -438,7 +438,7 @@ TEST(CudaConsistency, Float16AndBfloat16NetworksLearn) {
         for (int step = 0; step < 60; ++step) {
             adam.zeroGradParams();
             const CostResult r = ce(net(x), y);
-            backendOf(r.grad[0]).axpby(adam.lossScale(), r.grad[0], 0.0f, r.grad[0]);
+            adam.scaleLossGradients(r.grad);
             net.backward(r.grad[0]);
             applied += adam.update() ? 1 : 0;
             if (step == 0) first = r.error;

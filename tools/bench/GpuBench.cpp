@@ -79,8 +79,7 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w, DType compute) {
     auto step = [&] {
         Tensor out = (*net)(x);
         CostResult r = cost(out, y);
-        if (const float scale = sgd.lossScale(); scale != 1.0f)
-            backendFor(dev).axpby(scale, r.grad[0], 0.0f, r.grad[0]);
+        sgd.scaleLossGradients(r.grad);
         sgd.zeroGradParams();
         net->backward(r.grad, true, false, 1.0f, 0.0f);
         sgd.update();
