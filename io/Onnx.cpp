@@ -1162,8 +1162,13 @@ private:
             return setConstant(n.output(0), std::move(c));
         }
         if (n.input_size() == 0) return false;
-        for (const std::string& in : n.input()) {
-            if (!in.empty() && !isConstant(in)) return false;
+        // A left-out input (an empty name) is one only the optional inputs of Slice and
+        // (Un)squeeze may be here, which they handle; any other node with one is imported as
+        // a layer, whose checks name it.
+        const bool optionalInputs = op == "Slice" || op == "Unsqueeze" || op == "Squeeze";
+        for (int k = 0; k < n.input_size(); ++k) {
+            const std::string& in = n.input(k);
+            if (in.empty() ? k == 0 || !optionalInputs : !isConstant(in)) return false;
         }
         if (op == "Expand" || op == "ConstantOfShape") return foldFill(n, a);
         const Constant& x = constants_.at(n.input(0));
