@@ -2,6 +2,7 @@
 /// \file Seeded, counter-based random numbers. Element i of a draw depends only on
 /// (seed, offset + i), so results are the same for any thread count and on any backend.
 
+#include <atomic>
 #include <cstdint>
 
 // The hash below also runs in CUDA kernels, so that every backend draws the same numbers.
@@ -13,28 +14,33 @@
 
 namespace tessera {
 
-/// A seed and a running offset. Each draw of n values consumes n counters.
+/// A seed and a running offset. Each draw of n values consumes n counters. `advance` is
+/// atomic, so threads drawing from one generator (models built in two threads from the
+/// global one) each get counters no other draw gets; reseeding while another thread draws
+/// is the caller's to avoid.
 class Generator {
 public:
     explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+    Generator(const Generator& other) : seed_(other.seed_), offset_(other.offset()) {}
+    Generator& operator=(const Generator& other) {
+        seed_ = other.seed_;
+        offset_.store(other.offset(), std::memory_order_relaxed);
+        return *this;
+    }
 
     /// Restart the stream at `seed`.
     void manualSeed(uint64_t seed) {
         seed_ = seed;
-        offset_ = 0;
+        offset_.store(0, std::memory_order_relaxed);
     }
     uint64_t seed() const { return seed_; }
-    uint64_t offset() const { return offset_; }
+    uint64_t offset() const { return offset_.load(std::memory_order_relaxed); }
     /// Reserve `n` counters; returns the first.
-    uint64_t advance(uint64_t n) {
-        uint64_t first = offset_;
-        offset_ += n;
-        return first;
-    }
+    uint64_t advance(uint64_t n) { return offset_.fetch_add(n, std::memory_order_relaxed); }
 
 private:
     uint64_t seed_;
-    uint64_t offset_ = 0;
+    std::atomic<uint64_t> offset_{0};
 };
 
 /// A 64-bit hash of (seed, counter) with good avalanche (splitmix64 finaliser).

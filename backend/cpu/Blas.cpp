@@ -70,7 +70,7 @@ std::atomic<GemmWeightsLayout>& weightsLayout() {
 }
 
 const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
-    static PrimitiveCache<MatmulEntry> cache;
+    static thread_local PrimitiveCache<MatmulEntry> cache;
     const GemmWeightsLayout layout = weightsLayout().load();
     return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), static_cast<int64_t>(layout)}, [&] {
         return checkDnnl("matmul (bfloat16)", [&] {

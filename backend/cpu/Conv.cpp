@@ -150,7 +150,7 @@ struct KeptInput final : BackendState {
 };
 
 // Convolution calls so far (each entry point counts one), to tell "right after".
-std::atomic<uint64_t> convCalls{0};
+thread_local uint64_t convCalls = 0;
 
 // Builds the entry for one primitive family (convolution or deconvolution).
 template <class Fwd, class BwdData, class BwdWeights>
@@ -207,7 +207,7 @@ ConvEntry build(const ConvParams& p, const Shape& x, const Shape& w, const Shape
 }
 
 const ConvEntry& entryFor(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) {
-    static PrimitiveCache<ConvEntry> cache;
+    static thread_local PrimitiveCache<ConvEntry> cache;
     if (p.compute != DType::float32 && p.compute != DType::bfloat16) {
         throw BackendError(std::string("CpuBackend: ") + (p.transposed ? "deconvolution" : "convolution") + " in " +
                            str(p.compute) +

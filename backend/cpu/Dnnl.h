@@ -6,7 +6,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -103,17 +103,26 @@ struct KeyHash {
 };
 
 /// Primitives built once per key (op parameters and dims) and reused afterwards.
+///
+/// Every cache is per thread: declare it `static thread_local`. oneDNN's primitives may not
+/// run in two threads at once, nor (with its shared scratchpad) in a thread other than the
+/// one that made them, and the entries' staging buffers are written on every call; so two
+/// threads running models of the same shapes each build and keep their own. A cache reached
+/// from a thread other than its own is a BackendError, not a silent race.
 template <class Value> class PrimitiveCache {
 public:
     const Value& get(const std::vector<int64_t>& key, const std::function<Value()>& make) {
-        std::lock_guard<std::mutex> lock(mutex_);
+        if (std::this_thread::get_id() != owner_) {
+            throw BackendError("oneDNN: a primitive cache used from a thread other than its own (declare it "
+                               "static thread_local)");
+        }
         auto it = map_.find(key);
         if (it == map_.end()) it = map_.emplace(key, make()).first;
         return it->second;
     }
 
 private:
-    std::mutex mutex_;
+    std::thread::id owner_ = std::this_thread::get_id();
     std::unordered_map<std::vector<int64_t>, Value, KeyHash> map_;
 };
 

@@ -59,7 +59,7 @@ struct EltwisePrims {
 };
 
 PrimitiveCache<EltwisePrims>& forwardCache() {
-    static PrimitiveCache<EltwisePrims> cache;
+    static thread_local PrimitiveCache<EltwisePrims> cache;
     return cache;
 }
 
@@ -129,7 +129,7 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
         return;
     }
     const auto md = viewOf(x);
-    static PrimitiveCache<dnnl::eltwise_backward> cache;
+    static thread_local PrimitiveCache<dnnl::eltwise_backward> cache;
     const EltwiseAlgs algs = algsOf(act.kind);
     const auto& bwd = cache.get(keyOf(act, md), [&] {
         return checkDnnl("eltwise_backward", [&] {

@@ -99,7 +99,7 @@ void CpuBackend::reorder(const Tensor& src, const Tensor& dst) {
     }
     std::vector<int64_t> key = {static_cast<int64_t>(dst.layout()), static_cast<int64_t>(dst.dtype())};
     appendKey(key, src);
-    static PrimitiveCache<dnnl::reorder> cache;
+    static thread_local PrimitiveCache<dnnl::reorder> cache;
     const auto& prim = cache.get(key, [&] {
         return checkDnnl("reorder", [&] {
             return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), descOf(src), engine(), descOf(dst)));

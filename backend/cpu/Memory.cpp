@@ -221,7 +221,7 @@ template <class X, class Y, class Z> void axpbyzLoop(float alpha, const X* x, fl
 // vectorised; the loop above converts one element at a time on a baseline build). z may be y.
 void axpbyzBfloat16(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, int64_t n) {
     using namespace dnnl_util;
-    static PrimitiveCache<dnnl::binary> cache;
+    static thread_local PrimitiveCache<dnnl::binary> cache;
     const auto flat = plainDesc({n}, dnnl::memory::data_type::bf16);
     const auto& prim = cache.get({n, keyOf(alpha), keyOf(beta)}, [&] {
         return checkDnnl("binary", [&] {

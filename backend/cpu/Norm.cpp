@@ -22,7 +22,7 @@ struct BnEntry {
 // training it writes a workspace (the ReLU's mask) for backward.
 const BnEntry& bnForward(const Shape& x, Layout layout, float eps, bool training, bool relu = false,
                          DType dtype = DType::float32) {
-    static PrimitiveCache<BnEntry> cache;
+    static thread_local PrimitiveCache<BnEntry> cache;
     std::vector<int64_t> key = {static_cast<int64_t>(layout), keyOf(eps), training, relu, static_cast<int64_t>(dtype)};
     key.insert(key.end(), x.dims().begin(), x.dims().end());
     return cache.get(key, [&] {
@@ -68,7 +68,7 @@ Tensor bnBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const 
         Staged diffDst;
         dnnl::memory::desc workspace;
     };
-    static PrimitiveCache<BwdEntry> cache;
+    static thread_local PrimitiveCache<BwdEntry> cache;
     const bool relu = mask != nullptr;
     std::vector<int64_t> key = {keyOf(eps), relu};
     appendKey(key, x);
@@ -148,7 +148,7 @@ std::vector<int64_t> lrnKey(const LrnParams& p, const Tensor& x) {
 }
 
 const LrnEntry& lrnEntry(const LrnParams& p, const Tensor& x) {
-    static PrimitiveCache<LrnEntry> cache;
+    static thread_local PrimitiveCache<LrnEntry> cache;
     return cache.get(lrnKey(p, x), [&] {
         return checkDnnl("lrn_forward", [&] {
             dnnl::lrn_forward::desc d(dnnl::prop_kind::forward_training, lrnAlg(p), descOf(x), p.size, p.alpha, p.beta,
@@ -182,7 +182,7 @@ Tensor CpuBackend::lrnBackward(const LrnParams& p, const Tensor& x, const Tensor
         Staged diffDst;
         dnnl::memory::desc workspace;
     };
-    static PrimitiveCache<BwdEntry> cache;
+    static thread_local PrimitiveCache<BwdEntry> cache;
     const BwdEntry& e = cache.get(lrnKey(p, x), [&] {
         const LrnEntry& f = lrnEntry(p, x);
         return checkDnnl("lrn_backward", [&] {

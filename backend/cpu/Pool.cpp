@@ -56,7 +56,7 @@ dnnl::pooling_forward::desc forwardDesc(const PoolParams& p, const Shape& x, con
 
 const PoolEntry& forwardEntry(const PoolParams& p, const Shape& x, const Shape& y, Layout layout, bool training,
                               DType dtype) {
-    static PrimitiveCache<PoolEntry> cache;
+    static thread_local PrimitiveCache<PoolEntry> cache;
     return cache.get(keyOf(p, x, layout, training, dtype), [&] {
         return checkDnnl("pooling_forward", [&] {
             dnnl::pooling_forward::primitive_desc pd(forwardDesc(p, x, y, layout, training, dtype), engine());
@@ -319,7 +319,7 @@ Tensor CpuBackend::poolBackward(const PoolParams& p, const Tensor& dy, const Ten
         Staged diffDst;
         dnnl::memory::desc workspace;
     };
-    static PrimitiveCache<BwdEntry> cache;
+    static thread_local PrimitiveCache<BwdEntry> cache;
     const BwdEntry& e = cache.get(keyOf(p, xShape, xLayout, keep, dtype), [&] {
         const PoolEntry& f = forwardEntry(p, xShape, dy.shape(), xLayout, keep, dtype);
         return checkDnnl("pooling_backward", [&] {

@@ -25,7 +25,7 @@ struct ResampleEntry {
 };
 
 const ResampleEntry& resampleForwardEntry(ResampleMode mode, const Shape& x, const Shape& y) {
-    static PrimitiveCache<ResampleEntry> cache;
+    static thread_local PrimitiveCache<ResampleEntry> cache;
     return cache.get(pairKey(static_cast<int64_t>(mode), x, y), [&] {
         return checkDnnl("resampling_forward", [&] {
             dnnl::resampling_forward::desc d(dnnl::prop_kind::forward_training, resampleAlg(mode), plainDesc(x.dims()),
@@ -49,7 +49,7 @@ void CpuBackend::resampleForward(ResampleMode mode, const Tensor& x, const Tenso
 
 // dy: [N, C, *out] -> dx: [N, C, *in]
 void CpuBackend::resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) {
-    static PrimitiveCache<dnnl::resampling_backward> cache;
+    static thread_local PrimitiveCache<dnnl::resampling_backward> cache;
     const auto& bwd = cache.get(pairKey(static_cast<int64_t>(mode), dx.shape(), dy.shape()), [&] {
         const ResampleEntry& f = resampleForwardEntry(mode, dx.shape(), dy.shape());
         return checkDnnl("resampling_backward", [&] {
@@ -79,7 +79,7 @@ struct PreluEntry {
 };
 
 const PreluEntry& preluForwardEntry(const Tensor& x, const Tensor& slopes) {
-    static PrimitiveCache<PreluEntry> cache;
+    static thread_local PrimitiveCache<PreluEntry> cache;
     return cache.get(pairKey(0, x.shape(), slopes.shape()), [&] {
         return checkDnnl("prelu_forward", [&] {
             dnnl::prelu_forward::desc d(dnnl::prop_kind::forward_training, plainDesc(x.shape().dims()),
@@ -106,7 +106,7 @@ void CpuBackend::preluForward(const Tensor& x, const Tensor& slopes, const Tenso
 // -> dx, dslopes = scale * dL/dslopes + momentum * dslopes
 void CpuBackend::preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx, float scale,
                                float momentum, const Tensor& dslopes) {
-    static PrimitiveCache<dnnl::prelu_backward> cache;
+    static thread_local PrimitiveCache<dnnl::prelu_backward> cache;
     const auto& bwd = cache.get(pairKey(0, x.shape(), slopes.shape()), [&] {
         const PreluEntry& f = preluForwardEntry(x, slopes);
         return checkDnnl("prelu_backward", [&] {

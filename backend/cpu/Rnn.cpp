@@ -75,7 +75,7 @@ struct FwdEntry {
 };
 
 const FwdEntry& forwardEntry(const RnnParams& p, const RnnDims& d, bool training) {
-    static PrimitiveCache<FwdEntry> cache;
+    static thread_local PrimitiveCache<FwdEntry> cache;
     return cache.get(keyOf(p, d, training), [&] {
         return checkDnnl("rnn_forward", [&] {
             const auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
@@ -257,7 +257,7 @@ void CpuBackend::rnnBackward(const RnnParams& p, const RnnWeights& w, const Tens
         dnnl::primitive_desc pd;
         dnnl::primitive prim;
     };
-    static PrimitiveCache<BwdEntry> cache;
+    static thread_local PrimitiveCache<BwdEntry> cache;
     const BwdEntry& e = cache.get(keyOf(p, d, true), [&] {
         const FwdEntry& f = forwardEntry(p, d, true);
         return checkDnnl("rnn_backward", [&] {

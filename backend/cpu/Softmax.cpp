@@ -9,8 +9,9 @@ dnnl::engine& engine() {
     static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     return eng;
 }
+// Per thread, like the primitive caches (Dnnl.h).
 dnnl::stream& stream() {
-    static dnnl::stream s(engine());
+    static thread_local dnnl::stream s(engine());
     return s;
 }
 } // namespace dnnl_util
@@ -24,7 +25,7 @@ struct SoftmaxPrims {
 };
 
 const SoftmaxPrims& forwardPrims(const std::vector<int64_t>& dims) {
-    static PrimitiveCache<SoftmaxPrims> cache;
+    static thread_local PrimitiveCache<SoftmaxPrims> cache;
     return cache.get(dims, [&] {
         return checkDnnl("softmax_forward", [&] {
             dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_training, plainDesc(dims), 1);
@@ -57,7 +58,7 @@ void CpuBackend::softmaxForward(const Tensor& x, const Tensor& y) {
 void CpuBackend::softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
     requireAxis1("softmaxBackward", y);
     const auto& dims = y.shape().dims();
-    static PrimitiveCache<dnnl::softmax_backward> cache;
+    static thread_local PrimitiveCache<dnnl::softmax_backward> cache;
     const auto& bwd = cache.get(dims, [&] {
         return checkDnnl("softmax_backward", [&] {
             auto md = plainDesc(dims);

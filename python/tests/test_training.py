@@ -193,3 +193,30 @@ def test_gil_is_released_during_forward_backward_and_update():
         # with the GIL held the loop would advance once per call at most (about 12)
         assert elapsed > 0.05
         assert ticks > 0.3 * elapsed / 0.0011, (ticks, elapsed)
+
+
+def test_models_of_the_same_shapes_run_in_two_threads_at_once():
+    """Each thread with its own model (docs/python.md): two LeNets stepping at the same time
+    in two threads give exactly what each gives alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ts.manualSeed(6)
+    nets = [ts.loadZooModel("lenet") for _ in range(2)]
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((8, 1, 28, 28)).astype(np.float32) for _ in range(2)]
+    dys = [rng.standard_normal((8, 10)).astype(np.float32) for _ in range(2)]
+
+    def step(i):
+        net = nets[i]
+        net.zeroGradParams()
+        y = net(xs[i]).numpy()
+        dx = net.backward(dys[i]).numpy()
+        return [y, dx] + [v.grad.numpy() for v in net.namedParams().values()]
+
+    alone = [step(0), step(1)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for _ in range(10):
+            together = list(pool.map(step, [0, 1]))  # one step of each model, at the same time
+            for i, got in enumerate(together):
+                for a, b in zip(alone[i], got):
+                    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,120 @@
+// Modules run from several threads at once: each thread with its own model must get what one
+// thread alone gets (docs/python.md, "Threads and speed"). The backend's cached primitives and
+// their staging buffers are per thread, so models of the same shapes in two threads share none.
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "GradCheck.h"
+#include "backend/Random.h"
+#include "models/LeNet.h"
+#include "models/ResNet.h"
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+// Everything a training step computes: the output, the input gradient and every parameter's
+// gradient, on the host.
+std::vector<std::vector<float>> step(Module& net, const Tensor& x) {
+    net.zeroGradParams();
+    const Tensor y = net(x);
+    const Tensor dx = net.backward(randomTensor(y.shape(), 99));
+    std::vector<std::vector<float>> out{y.toHost().plain().toVector<float>(), dx.toHost().plain().toVector<float>()};
+    for (const auto& [name, v] : net.namedParams()) out.push_back(v->grad.toHost().plain().toVector<float>());
+    return out;
+}
+
+// The largest difference between two steps' results, relative to the largest magnitude of each.
+double difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    if (a.size() != b.size()) return INFINITY;
+    double worst = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i].size() != b[i].size()) return INFINITY;
+        double scale = 1e-12, diff = 0.0;
+        for (size_t e = 0; e < a[i].size(); ++e) {
+            scale = std::max(scale, static_cast<double>(std::fabs(a[i][e])));
+            diff = std::max(diff, static_cast<double>(std::fabs(a[i][e] - b[i][e])));
+        }
+        if (!std::isfinite(diff)) return INFINITY;
+        worst = std::max(worst, diff / scale);
+    }
+    return worst;
+}
+
+// Two copies of a model (the same weights) in two threads, each stepping on its own input of
+// the same shape many times while the other does: every step equals the one-thread step.
+void expectThreadsMatchOneThread(const std::function<ModulePtr()>& make, const Shape& inShape, DType compute) {
+    manualSeed(5);
+    ModulePtr a = make();
+    manualSeed(5);
+    ModulePtr b = make();
+    a->calcMode(compute);
+    b->calcMode(compute);
+    const Tensor xs[2] = {randomTensor(inShape, 1), randomTensor(inShape, 2)};
+    // One thread first: the reference results, and each model warmed up on its input.
+    const std::vector<std::vector<float>> expected[2] = {step(*a, xs[0]), step(*b, xs[1])};
+    ASSERT_GT(difference(expected[0], expected[1]), 1e-3) << "the two inputs must give different results";
+
+    constexpr int kSteps = 12;
+    double worst[2] = {0.0, 0.0};
+    std::atomic<bool> failed{false};
+    std::string errors[2];
+    auto run = [&](int t) {
+        try {
+            Module& net = t == 0 ? *a : *b;
+            for (int i = 0; i < kSteps && !failed; ++i)
+                worst[t] = std::max(worst[t], difference(step(net, xs[t]), expected[t]));
+        } catch (const std::exception& e) {
+            errors[t] = e.what();
+            failed = true;
+        }
+    };
+    std::thread other(run, 1);
+    run(0);
+    other.join();
+    EXPECT_EQ(errors[0], "");
+    EXPECT_EQ(errors[1], "");
+    // The same kernels on the same data: equal up to the summation order a library may pick
+    // by thread count. A shared staging buffer or primitive gives another input's numbers.
+    const double tol = compute == DType::bfloat16 ? 1e-2 : 1e-5;
+    std::printf("%s: largest relative difference from one thread: %.3g and %.3g (tolerance %.0e)\n",
+                str(compute).c_str(), worst[0], worst[1], tol);
+    EXPECT_LE(worst[0], tol) << "thread 0, " << str(compute);
+    EXPECT_LE(worst[1], tol) << "thread 1, " << str(compute);
+}
+
+TEST(Threads, ConvolutionalModelsInTwoThreadsGetOneThreadResults) {
+    auto resnet = [] { return ModulePtr(loadResNet(18, ResNetStem::cifar, 10)); };
+    expectThreadsMatchOneThread(resnet, {2, 3, 32, 32}, DType::float32);
+    expectThreadsMatchOneThread(resnet, {2, 3, 32, 32}, DType::bfloat16);
+}
+
+TEST(Threads, RecurrentAndDenseModelsInTwoThreadsGetOneThreadResults) {
+    expectThreadsMatchOneThread([] { return ModulePtr(loadLSTM(32)); }, {4, 1, 28, 28}, DType::float32);
+    expectThreadsMatchOneThread([] { return ModulePtr(loadLeNet()); }, {4, 1, 28, 28}, DType::float32);
+}
+
+// Modules built in two threads at once each draw distinct initial weights from the global
+// generator (its counter is taken atomically), and none is lost.
+TEST(Threads, TheGlobalGeneratorHandsOutEachCounterOnce) {
+    manualSeed(3);
+    Generator& g = globalGenerator();
+    constexpr int kDraws = 100000;
+    std::vector<uint64_t> firsts[2];
+    auto draw = [&](int t) {
+        for (int i = 0; i < kDraws; ++i) firsts[t].push_back(g.advance(3));
+    };
+    std::thread other(draw, 1);
+    draw(0);
+    other.join();
+    EXPECT_EQ(g.offset(), 3u * 2 * kDraws);
+    std::vector<uint64_t> all(firsts[0]);
+    all.insert(all.end(), firsts[1].begin(), firsts[1].end());
+    std::sort(all.begin(), all.end());
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], 3 * i) << "a counter handed out twice or skipped";
+}
+
+} // namespace
+} // namespace tessera
