@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -231,6 +232,12 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
         }
         for (const auto& [name, t] : module.namedAttrs()) writeTensor(attrs.get(), name, t, path, options.dtype);
         if (options.blueprint) writeString(file.get(), "blueprint", module.blueprint().toJson(), path);
+        const auto counters = const_cast<Module&>(module).namedCounters(); // read only
+        if (!counters.empty()) {
+            nlohmann::json values = nlohmann::json::object();
+            for (const auto& [name, c] : counters) values[name] = *c;
+            writeString(file.get(), "counters", values.dump(), path);
+        }
         if (!options.inputs.empty()) {
             std::string text;
             for (const Shape& in : options.inputs) text += (text.empty() ? "" : ";") + shapeText(in);
@@ -293,7 +300,8 @@ enum Part : unsigned { blueprintPart = 1, modelPart = 2, extrasPart = 4 };
 struct Snapshot {
     bool hasBlueprint = false;
     std::string blueprint;
-    std::string inputs; // the "inputs" text, empty when none
+    std::string inputs;   // the "inputs" text, empty when none
+    std::string counters; // the "counters" JSON object, empty when none
     bool hasLinks = false;
     std::vector<std::pair<std::string, int64_t>> links; // link name -> params index
     std::map<int64_t, Stored> params;                   // the linked params/<index>
@@ -370,6 +378,7 @@ std::string serialize(const Snapshot& s) {
     put(out, s.hasBlueprint);
     put(out, s.blueprint);
     put(out, s.inputs);
+    put(out, s.counters);
     put(out, s.hasLinks);
     put(out, static_cast<uint64_t>(s.links.size()));
     for (const auto& [name, index] : s.links) {
@@ -397,6 +406,7 @@ Snapshot deserialize(const std::string& in, const std::string& path) {
     s.hasBlueprint = r.u64() != 0;
     s.blueprint = r.str();
     s.inputs = r.str();
+    s.counters = r.str();
     s.hasLinks = r.u64() != 0;
     for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
         std::string name = r.str();
@@ -499,6 +509,7 @@ Snapshot readParts(const std::string& path, unsigned parts) {
                 }
             }
         }
+        if (exists("counters")) s.counters = readString(file.get(), "counters", path);
         s.hasAttrs = exists("attrs");
         if (s.hasAttrs) {
             for (const std::string& n : group("attrs")) {
@@ -668,6 +679,33 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
         for (const auto& [name, a] : storedAttrs)
             problems.push_back("attribute " + name + ": in the file but not in the model");
     }
+    // Training counters (batch norm's batches seen): restored where the file has them, so
+    // training on from a model file continues its running averages; files from before
+    // they were saved leave the model's own.
+    std::vector<std::pair<int64_t*, int64_t>> counterValues;
+    if (!file.counters.empty()) {
+        nlohmann::json saved;
+        try {
+            saved = nlohmann::json::parse(file.counters);
+        } catch (const nlohmann::json::exception&) {
+            throw fileError(path, "its training counters are not a JSON object (a corrupt file?)");
+        }
+        if (!saved.is_object()) throw fileError(path, "its training counters are not a JSON object (a corrupt file?)");
+        for (const auto& [name, c] : module.namedCounters()) {
+            auto it = saved.find(name);
+            if (it == saved.end()) continue;
+            if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+                problems.push_back("counter " + name + ": file has " + it->dump() + ", not a count");
+            } else {
+                counterValues.emplace_back(c, it->get<int64_t>());
+            }
+            saved.erase(it);
+        }
+        if (mode == LoadMode::strict) {
+            for (const auto& [name, v] : saved.items())
+                problems.push_back("counter " + name + ": in the file but not in the model");
+        }
+    }
     if (!problems.empty()) {
         std::string msg =
             std::to_string(problems.size()) + " mismatch(es) with " + module.str() + "; nothing was loaded:";
@@ -675,6 +713,7 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
         throw fileError(path, msg);
     }
     for (const auto& [s, dst] : copies) copyInto(*s, dst);
+    for (const auto& [c, v] : counterValues) *c = v;
 }
 
 std::string readBlueprint(const std::string& path) {

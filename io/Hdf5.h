@@ -6,6 +6,8 @@
 ///   blueprint                   optional: the model's blueprint JSON as a string
 ///   inputs                      optional: the input shapes it was saved for, as text
 ///                               ("1x3x224x224", several joined by ";")
+///   counters                    optional: training counters as a JSON object
+///                               ({"bn1.batches": 938}: batch norm's batches seen)
 /// Files open in h5py and other HDF5 tools.
 
 #include <string>
@@ -48,9 +50,10 @@ enum class LoadMode {
     lenient, ///< names present on only one side are skipped; matching names must still fit
 };
 
-/// Loads parameters and attributes from `path` into `module`. Every name, shape and dtype
-/// is checked before anything is copied; all mismatches are reported in one
-/// IoError. A missing, truncated or corrupt file is a IoError
+/// Loads parameters and attributes from `path` into `module`, and the training counters
+/// the file has (files written before counters were saved have none: the module keeps its
+/// own). Every name, shape and dtype is checked before anything is copied; all mismatches
+/// are reported in one IoError. A missing, truncated or corrupt file is a IoError
 /// naming it.
 void loadModel(Module& module, const std::string& path, LoadMode mode = LoadMode::strict);
 

@@ -407,6 +407,14 @@ NamedVariables Module::namedParams() const {
     return out;
 }
 
+std::vector<std::pair<std::string, int64_t*>> Module::namedCounters() {
+    std::vector<std::pair<std::string, int64_t*>> out = trainingCounters();
+    for (const auto& [childName, child] : namedChildren()) {
+        for (auto& [n, c] : child->namedCounters()) out.emplace_back(childName + "." + n, c);
+    }
+    return out;
+}
+
 NamedTensors Module::namedAttrs() const {
     NamedTensors out = attrs_;
     for (const auto& [childName, child] : namedChildren()) {

@@ -140,6 +140,9 @@ public:
     /// Parameters of this module and of every descendant, with dotted names.
     NamedVariables namedParams() const;
     NamedTensors namedAttrs() const;
+    /// trainingCounters() of this module and of every descendant, with dotted names (model
+    /// files and checkpoints save and restore them).
+    std::vector<std::pair<std::string, int64_t*>> namedCounters();
     /// Total number of parameter elements (a parameter shared by several modules counts once).
     int64_t numOfParams() const;
     /// Total bytes of parameter data.

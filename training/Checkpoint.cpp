@@ -17,17 +17,11 @@ namespace {
 using json = nlohmann::json;
 constexpr const char* kFormat = "tessera checkpoint 1";
 
-// Every module's own random stream (dropout, noise) and training counters (batch norm's
-// batches seen), by path, in a fixed order.
+// Every module's own random stream (dropout, noise), by path, in a fixed order.
 void randomStreams(Module& m, const std::string& path, std::vector<std::pair<std::string, Generator*>>& out) {
     if (Generator* g = m.randomStream()) out.emplace_back(path, g);
     for (const auto& [name, child] : m.namedChildren())
         randomStreams(*child, path.empty() ? name : path + "." + name, out);
-}
-
-void counters(Module& m, const std::string& path, std::vector<std::pair<std::string, int64_t*>>& out) {
-    for (const auto& [name, c] : m.trainingCounters()) out.emplace_back(path.empty() ? name : path + "." + name, c);
-    for (const auto& [name, child] : m.namedChildren()) counters(*child, path.empty() ? name : path + "." + name, out);
 }
 } // namespace
 
@@ -59,8 +53,7 @@ void saveCheckpoint(const std::string& path, const Module& net, const Optimizer&
     for (const auto& [where, g] : gens)
         streams.push_back({{"module", where}, {"seed", g->seed()}, {"offset", g->offset()}});
     record["streams"] = streams;
-    std::vector<std::pair<std::string, int64_t*>> cs;
-    counters(const_cast<Module&>(net), "", cs); // read only
+    const auto cs = const_cast<Module&>(net).namedCounters(); // read only
     json countersJson = json::object();
     for (const auto& [where, c] : cs) countersJson[where] = *c;
     record["counters"] = countersJson;
@@ -146,8 +139,7 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
             }
             streams.emplace_back(gens[i].second, natural(saved[i].at("seed")), natural(saved[i].at("offset")));
         }
-        std::vector<std::pair<std::string, int64_t*>> cs;
-        counters(net, "", cs);
+        const auto cs = net.namedCounters();
         const json& savedCounters = r.at("counters");
         if (savedCounters.size() != cs.size()) {
             throw ModuleError("checkpoint " + path + ": " + std::to_string(savedCounters.size()) +

@@ -209,6 +209,67 @@ TEST(Hdf5, InputShapesRoundTrip) {
     }
 }
 
+// Batch norm's batches seen (which sets its running-average factor) travel with the model:
+// training on from a model file updates the running statistics exactly as training on
+// without the file would, instead of restarting the average at the next batch.
+TEST(Hdf5, TrainingCountersRoundTrip) {
+    auto trained = model(1);
+    auto* bn = dynamic_cast<BatchNorm2D*>(&trained->getByName("bn"));
+    ASSERT_NE(bn, nullptr);
+    const Tensor x = randomTensor({4, 1, 3, 3}, 2), y = randomTensor({4, 1, 3, 3}, 3, 5.0f, 9.0f);
+    for (int i = 0; i < 3; ++i) trained->getByName("bn")(trained->getByName("conv")(x));
+    ASSERT_EQ(*bn->namedCounters().at(0).second, 3);
+    const std::string path = tempFile("counters.h5");
+    saveModel(*trained, path);
+
+    auto loaded = model(7); // other weights, no batches seen
+    loadModel(*loaded, path);
+    ASSERT_EQ(loaded->namedCounters().size(), 1u);
+    EXPECT_EQ(loaded->namedCounters()[0].first, "bn.batches");
+    EXPECT_EQ(*loaded->namedCounters()[0].second, 3);
+    // One more batch, of other statistics, on both: the same running mean and variance. Had
+    // the count restarted, the loaded model's mean would be this batch's alone.
+    for (auto* net : {trained.get(), loaded.get()}) net->getByName("bn")(net->getByName("conv")(y));
+    for (const char* attr : {"mean", "var"}) {
+        const std::vector<float> want = trained->getByName("bn").getAttr(attr).toVector<float>();
+        EXPECT_TRUE(allClose(loaded->getByName("bn").getAttr(attr), want, 0.0f)) << attr;
+    }
+
+    // A file without counters (as written before they were saved) leaves the model's own.
+    if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import h5py (Debian's python3-h5py; tools/setup.sh installs it)";
+    }
+    auto edit = [&](const std::string& statement) {
+        const std::string cmd =
+            "/usr/bin/python3 -c \"import h5py; f = h5py.File('" + path + "', 'a'); " + statement + "\"";
+        ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    };
+    edit("del f['counters']");
+    auto older = model(7);
+    *older->namedCounters()[0].second = 11;
+    loadModel(*older, path);
+    EXPECT_EQ(*older->namedCounters()[0].second, 11);
+    // Malformed counters are errors naming the file and the counter; nothing is loaded.
+    for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+             {"{\\\"bn.batches\\\": -1}", "counter bn.batches: file has -1, not a count"},
+             {"{\\\"bn.batches\\\": 2.5}", "counter bn.batches: file has 2.5, not a count"},
+             {"{\\\"bn.count\\\": 4}", "counter bn.count: in the file but not in the model"},
+             {"[3]", "training counters are not a JSON object"},
+             {"{3", "training counters are not a JSON object"}}) {
+        edit("f.pop('counters', None); f['counters'] = '" + text + "'");
+        auto fresh = model(7);
+        const std::string error = errorOf([&] { loadModel(*fresh, path); });
+        EXPECT_NE(error.find("counters.h5"), std::string::npos) << error;
+        EXPECT_NE(error.find(expected), std::string::npos) << text << ": " << error;
+        EXPECT_EQ(*fresh->namedCounters()[0].second, 0) << text;
+    }
+    // Lenient loading skips a counter the model does not have.
+    edit("f.pop('counters', None); f['counters'] = '{\\\"bn.count\\\": 4}'");
+    auto fresh = model(7);
+    loadModel(*fresh, path, LoadMode::lenient);
+    EXPECT_EQ(*fresh->namedCounters()[0].second, 0);
+}
+
 TEST(Hdf5, InteroperatesWithH5py) {
     // A relocated test program (tools/bundle.sh) is told where the sources are.
     const char* sourceDir = std::getenv("TESSERA_SOURCE_DIR");
