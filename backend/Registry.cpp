@@ -35,6 +35,8 @@ Tensor Backend::batchNormReluBackward(const Tensor&, const Tensor&, const Tensor
 Backend& backendFor(Device device) {
     if (device.isCpu()) {
         static CpuBackend cpu;
+        thread_local const bool prepared = (CpuBackend::prepareThread(), true); // this thread's float mode
+        (void)prepared;
         return cpu;
     }
 #if TESSERA_HAVE_CUDA

@@ -57,6 +57,10 @@ public:
     /// of the OpenMP pool, unless TESSERA_FLUSH_DENORMALS=0: training drives many values
     /// into the denormal range, where every float op costs around a hundred cycles.
     CpuBackend();
+    /// The same for the calling thread and its OpenMP team. backendFor calls it once in each
+    /// thread that reaches the CPU backend, so ops compute alike in every thread (one
+    /// started before the backend existed inherits no mode).
+    static void prepareThread();
     Device device() const override { return Device::cpu(); }
 
     std::shared_ptr<Storage> allocate(size_t bytes) override;

@@ -99,7 +99,9 @@ void requireSameNumel(const char* op, const Tensor& a, const Tensor& b) {
 }
 } // namespace
 
-CpuBackend::CpuBackend() {
+CpuBackend::CpuBackend() { prepareThread(); }
+
+void CpuBackend::prepareThread() {
 #if defined(__SSE__)
     const char* env = std::getenv("TESSERA_FLUSH_DENORMALS");
     if (env && std::string(env) == "0") return;

@@ -4,9 +4,14 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 #include <thread>
 
 #include "GradCheck.h"
+#include "backend/Backend.h"
 #include "backend/Random.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
@@ -94,6 +99,39 @@ TEST(Threads, ConvolutionalModelsInTwoThreadsGetOneThreadResults) {
 TEST(Threads, RecurrentAndDenseModelsInTwoThreadsGetOneThreadResults) {
     expectThreadsMatchOneThread([] { return ModulePtr(loadLSTM(32)); }, {4, 1, 28, 28}, DType::float32);
     expectThreadsMatchOneThread([] { return ModulePtr(loadLeNet()); }, {4, 1, 28, 28}, DType::float32);
+}
+
+// A thread whose floating-point mode does not flush denormals (one started before the
+// backend existed) gets the backend's mode at its first op, so it computes as every other
+// thread does: a product in the denormal range is zero there too.
+TEST(Threads, EveryThreadFlushesDenormalsAsTheFirstDoes) {
+#if defined(__SSE__)
+    const char* env = std::getenv("TESSERA_FLUSH_DENORMALS");
+    if (env && std::string(env) == "0") GTEST_SKIP() << "TESSERA_FLUSH_DENORMALS=0";
+    constexpr unsigned kFtzDaz = 0x8040;
+    const Tensor a = Tensor::full({64}, 1e-20f), b = Tensor::full({64}, 1e-20f);
+    auto product = [&] {
+        Tensor c = Tensor::empty({64});
+        backendOf(a).mul(a, b, c); // 1e-40: denormal unless flushed
+        return c.toVector<float>();
+    };
+    const std::vector<float> here = product();
+    EXPECT_EQ(here[0], 0.0f) << "the first thread flushes denormals";
+    unsigned before = 0, after = 0;
+    std::vector<float> there;
+    std::thread other([&] {
+        _mm_setcsr(_mm_getcsr() & ~kFtzDaz);
+        before = _mm_getcsr() & kFtzDaz;
+        there = product();
+        after = _mm_getcsr() & kFtzDaz;
+    });
+    other.join();
+    EXPECT_EQ(before, 0u);
+    EXPECT_EQ(after, kFtzDaz);
+    EXPECT_EQ(there, here);
+#else
+    GTEST_SKIP() << "no SSE control register on this architecture";
+#endif
 }
 
 // Modules built in two threads at once each draw distinct initial weights from the global
