@@ -313,6 +313,9 @@ void bindModules(py::module_& m) {
 Layers are made by class name with keyword arguments, as tessera.Conv2D(inmaps=3,
 outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general form.)")
         .def(py::init(&build), py::arg("classname"), py::arg("scheme") = py::dict())
+        .def(py::init([](const ModulePtr& same) { return same; }), py::arg("module"),
+             "Another handle on the same module (the layer classes use it to present a module made in "
+             "C++ as, say, a tessera.Conv2D).")
         .def("__call__", &forward, py::arg("data"),
              "Forward: a Tensor (or array) in, a Tensor out; a list in, a list out. Releases the GIL.")
         .def("backward", &backward, py::arg("grad"), py::arg("updParamGrads") = true, py::arg("updGrad") = true,

@@ -247,6 +247,44 @@ for _name, _params in _LAYERS.items():
 del _name, _params
 
 
+_LAYER_CLASSES = {name: globals()[name] for name in _LAYERS}
+
+
+def _typed(module):
+    """`module` as its layer class (tessera.Conv2D, ...) when the C++ side made it and
+    hands it back as a plain Module: the same module, not a copy."""
+    if type(module) is not Module:  # a container class, or already a layer class
+        return module
+    cls = _LAYER_CLASSES.get(module.classname)
+    if cls is None:
+        return module
+    typed = cls.__new__(cls)
+    Module.__init__(typed, module)
+    typed._built = True
+    return typed
+
+
+def _returning_typed(method):
+    def typed(*args, **kwargs):
+        return _typed(method(*args, **kwargs))
+    typed.__name__, typed.__doc__ = method.__name__, method.__doc__
+    return typed
+
+
+for _cls, _name in ((Container, "__getitem__"), (Container, "getByName")):
+    setattr(_cls, _name, _returning_typed(getattr(_cls, _name)))
+_container_iter, _module_children, _node_module = Container.__iter__, Module.children, Node.module
+Container.__iter__ = lambda self: (_typed(m) for m in _container_iter(self))
+Module.children = lambda self: [_typed(m) for m in _module_children(self)]
+Module.children.__doc__ = "The direct children of a container, each as its layer class."
+Node.module = property(lambda self: _typed(_node_module.fget(self)), doc="The module this node wraps.")
+buildModule = _returning_typed(buildModule)
+loadModelFile = _returning_typed(loadModelFile)
+importOnnx = _returning_typed(importOnnx)
+loadZooModel = _returning_typed(loadZooModel)
+del _cls, _name
+
+
 def MaxUnpool2D(maxpool, name=None):
     """The inverse of the MaxPool2D module `maxpool` (it reads that pool's argmax indices)."""
     return _tessera._maxUnpool2D(maxpool, name or "")

@@ -110,3 +110,32 @@ def test_batch_norm_relu_fusion_gives_the_unfused_results():
     assert (results[1][0] == 0).any()  # the ReLU cut something
     for fused, plain in zip(results[0], results[1]):
         np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_children_come_back_as_their_layer_classes(tmp_path):
+    """Modules the C++ side made (a zoo model, a loaded file, a graph's nodes) come back as
+    their layer classes, and they are the model's own modules, not copies."""
+    net = ts.loadZooModel("lenet")
+    assert [type(m).__name__ for m in net] == [m.classname for m in net]
+    conv = net[0]
+    assert isinstance(conv, ts.Conv2D) and isinstance(conv, ts.Module)
+    assert repr(conv).startswith("tessera.Conv2D(name='conv1', inmaps=1, outmaps=16")
+    assert isinstance(net.getByName("conv1"), ts.Conv2D)
+    assert [type(m) for m in net.children()] == [type(m) for m in net]
+    # the same module: a change through the child shows in the model
+    conv.namedParams()["W"].data = np.full((16, 1, 3, 3), 0.5, np.float32)
+    assert (net.namedParams()["conv1.W"].data.numpy() == 0.5).all()
+
+    x = ts.Identity().node(name="x")
+    h = ts.Linear(4, 2, name="fc").node(x)
+    g = ts.Graph(inputs=x, outputs=h)
+    assert isinstance(g.getNodeByName("fc").module, ts.Linear)
+    assert isinstance(g["fc"], ts.Linear)
+
+    path = str(tmp_path / "fc.h5")
+    g["fc"].save(path)
+    loaded = ts.load(path)
+    assert isinstance(loaded, ts.Linear)
+    np.testing.assert_array_equal(loaded.namedParams()["W"].data.numpy(), g["fc"].namedParams()["W"].data.numpy())
+    # containers keep their own classes
+    assert type(ts.loadZooModel("resnet18-cifar")) is ts.Graph
