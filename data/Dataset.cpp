@@ -227,10 +227,18 @@ DatasetPtr idxDataset(const std::string& dir, const std::string& split, int64_t 
 }
 
 DatasetPtr npyDataset(const std::string& imagesPath, const std::string& labelsPath) {
-    std::string dtype;
-    Tensor images = readNpy(imagesPath, &dtype);
+    // uint8 images are read as bytes, one per pixel, as the data set keeps them.
+    Shape s;
+    const std::string dtype = npyDtype(imagesPath, &s);
+    std::vector<uint8_t> bytes;
+    Tensor images;
+    if (dtype == "uint8") {
+        bytes = readNpyBytes(imagesPath, s);
+    } else {
+        images = readNpy(imagesPath);
+        s = images.shape();
+    }
     const Tensor labels = readNpy(labelsPath);
-    const Shape& s = images.shape();
     if (s.rank() != 3 && s.rank() != 4) {
         throw IoError("npy file " + imagesPath + ": images must be [N, C, H, W] or [N, H, W], got " + s.str());
     }
@@ -256,8 +264,7 @@ DatasetPtr npyDataset(const std::string& imagesPath, const std::string& labelsPa
     auto d = std::make_shared<ArrayDataset>("npy " + imagesPath, c, h, w, l, classesOf(l),
                                             std::vector<ArrayDataset::File>{{0, imagesPath}});
     if (dtype == "uint8") {
-        const int32_t* v = images.data<int32_t>();
-        d->bytes.assign(v, v + images.numel());
+        d->bytes = std::move(bytes);
     } else if (images.dtype() == DType::float32) {
         d->floats = images.reshape({s[0], c, h, w});
     } else {

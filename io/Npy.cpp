@@ -2,10 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <regex>
-#include <sstream>
 #include <vector>
 
 #include "backend/Errors.h"
@@ -14,51 +14,55 @@ namespace tessera {
 
 namespace {
 
-std::string readAll(const std::string& path) {
-    std::ifstream file(path, std::ios::binary);
+// A .npy file's header, read from an open file; `data` is where the array starts and
+// `bytes` the file's size, so data sizes are checked before anything is allocated.
+struct Header {
+    std::string descr;
+    Shape shape;
+    size_t data = 0;
+    size_t bytes = 0;
+};
+
+Header readHeader(std::ifstream& file, const std::string& path) {
     if (!file) throw IoError("npy file " + path + ": cannot open it");
-    std::ostringstream s;
-    s << file.rdbuf();
-    return s.str();
-}
-
-template <class T> std::vector<T> values(const std::string& data, size_t offset, int64_t n, const std::string& path) {
-    if (data.size() - offset < static_cast<size_t>(n) * sizeof(T)) {
-        throw IoError("npy file " + path + ": truncated (" + std::to_string(data.size() - offset) +
-                      " data bytes, the header says " + std::to_string(static_cast<size_t>(n) * sizeof(T)) + ")");
-    }
-    std::vector<T> v(static_cast<size_t>(n));
-    if (n) std::memcpy(v.data(), data.data() + offset, v.size() * sizeof(T));
-    return v;
-}
-
-} // namespace
-
-Tensor readNpy(const std::string& path, std::string* dtype) {
-    const std::string data = readAll(path);
-    if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
-        throw IoError("npy file " + path + ": not a .npy file");
-    const int major = static_cast<unsigned char>(data[6]);
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw IoError("npy file " + path + ": is a directory");
+    file.seekg(0, std::ios::end);
+    const std::streamoff size = file.tellg();
+    if (size < 0) throw IoError("npy file " + path + ": cannot read it");
+    Header h;
+    h.bytes = static_cast<size_t>(size);
+    file.seekg(0);
+    auto take = [&](size_t n) {
+        std::string out(n, '\0');
+        file.read(out.data(), static_cast<std::streamsize>(n));
+        if (static_cast<size_t>(file.gcount()) != n) throw IoError("npy file " + path + ": truncated header");
+        return out;
+    };
+    if (h.bytes < 10) throw IoError("npy file " + path + ": not a .npy file");
+    const std::string lead = take(10);
+    if (lead.compare(0, 6, "\x93NUMPY") != 0) throw IoError("npy file " + path + ": not a .npy file");
+    const int major = static_cast<unsigned char>(lead[6]);
     size_t headerLen = 0, start = 0;
     if (major == 1) {
         headerLen =
-            static_cast<unsigned char>(data[8]) | (static_cast<size_t>(static_cast<unsigned char>(data[9])) << 8);
+            static_cast<unsigned char>(lead[8]) | (static_cast<size_t>(static_cast<unsigned char>(lead[9])) << 8);
         start = 10;
     } else if (major == 2 || major == 3) {
-        if (data.size() < 12) throw IoError("npy file " + path + ": truncated header");
-        for (int i = 0; i < 4; ++i)
-            headerLen |= static_cast<size_t>(static_cast<unsigned char>(data[8 + i])) << (8 * i);
+        if (h.bytes < 12) throw IoError("npy file " + path + ": truncated header");
+        const std::string len = lead.substr(8, 2) + take(2);
+        for (int i = 0; i < 4; ++i) headerLen |= static_cast<size_t>(static_cast<unsigned char>(len[i])) << (8 * i);
         start = 12;
     } else {
         throw IoError("npy file " + path + ": format version " + std::to_string(major) + " is not supported");
     }
-    if (data.size() < start + headerLen) throw IoError("npy file " + path + ": truncated header");
-    const std::string header = data.substr(start, headerLen);
+    if (h.bytes < start + headerLen) throw IoError("npy file " + path + ": truncated header");
+    const std::string header = take(headerLen);
     std::smatch m;
     if (!std::regex_search(header, m, std::regex("'descr'\\s*:\\s*'([^']*)'"))) {
         throw IoError("npy file " + path + ": the header has no 'descr'");
     }
-    const std::string descr = m[1];
+    h.descr = m[1];
     if (std::regex_search(header, std::regex("'fortran_order'\\s*:\\s*True"))) {
         throw IoError("npy file " + path + ": Fortran order is not supported (save a C-order array)");
     }
@@ -75,46 +79,88 @@ Tensor readNpy(const std::string& path, std::string* dtype) {
         const std::string digits = it->str();
         if (digits.size() > 12) throw IoError("npy file " + path + ": dimension " + digits + " is too large");
         const int64_t d = std::stoll(digits);
-        if (d > 0 && product > static_cast<int64_t>(data.size()) / d) {
+        if (d > 0 && product > static_cast<int64_t>(h.bytes) / d) {
             throw IoError("npy file " + path + ": the shape (" + dimsText +
                           ") holds more elements than the file has bytes");
         }
         product *= d;
         dims.push_back(d);
     }
-    const Shape shape = dims.empty() ? Shape{1} : Shape(dims); // a 0-d array as [1]
-    const int64_t n = shape.numel();
-    const size_t offset = start + headerLen;
-    if (dtype) {
-        const char* names[][2] = {
-            {"<f4", "float32"}, {"<f8", "float64"}, {"<i4", "int32"}, {"<i8", "int64"}, {"|u1", "uint8"}};
-        for (auto& [d, name] : names) {
-            if (descr == d) *dtype = name;
-        }
+    h.shape = dims.empty() ? Shape{1} : Shape(dims); // a 0-d array as [1]
+    h.data = start + headerLen;
+    return h;
+}
+
+// The header's n elements of T, read straight from the file.
+template <class T> std::vector<T> values(std::ifstream& file, const Header& h, const std::string& path) {
+    const auto n = static_cast<size_t>(h.shape.numel());
+    if (h.bytes - h.data < n * sizeof(T)) {
+        throw IoError("npy file " + path + ": truncated (" + std::to_string(h.bytes - h.data) +
+                      " data bytes, the header says " + std::to_string(n * sizeof(T)) + ")");
     }
-    if (descr == "<f4") return Tensor::fromVector(shape, values<float>(data, offset, n, path));
+    std::vector<T> v(n);
+    file.seekg(static_cast<std::streamoff>(h.data));
+    file.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
+    if (static_cast<size_t>(file.gcount()) != n * sizeof(T))
+        throw IoError("npy file " + path + ": cannot read its data");
+    return v;
+}
+
+std::string dtypeName(const std::string& descr) {
+    const char* names[][2] = {
+        {"<f4", "float32"}, {"<f8", "float64"}, {"<i4", "int32"}, {"<i8", "int64"}, {"|u1", "uint8"}};
+    for (auto& [d, name] : names) {
+        if (descr == d) return name;
+    }
+    return descr;
+}
+
+} // namespace
+
+Tensor readNpy(const std::string& path, std::string* dtype) {
+    std::ifstream file(path, std::ios::binary);
+    const Header h = readHeader(file, path);
+    const std::string& descr = h.descr;
+    if (dtype) *dtype = dtypeName(descr);
+    if (descr == "<f4") return Tensor::fromVector(h.shape, values<float>(file, h, path));
     if (descr == "<f8") {
-        const std::vector<double> d = values<double>(data, offset, n, path);
-        return Tensor::fromVector(shape, std::vector<float>(d.begin(), d.end()));
+        const std::vector<double> d = values<double>(file, h, path);
+        return Tensor::fromVector(h.shape, std::vector<float>(d.begin(), d.end()));
     }
-    if (descr == "<i4") return Tensor::fromVector(shape, values<int32_t>(data, offset, n, path));
-    if (descr == "<i8" || descr == "|u1") {
+    if (descr == "<i4") return Tensor::fromVector(h.shape, values<int32_t>(file, h, path));
+    if (descr == "|u1") {
+        const std::vector<uint8_t> b = values<uint8_t>(file, h, path);
+        return Tensor::fromVector(h.shape, std::vector<int32_t>(b.begin(), b.end()));
+    }
+    if (descr == "<i8") {
         std::vector<int32_t> v;
-        if (descr == "|u1") {
-            for (uint8_t x : values<uint8_t>(data, offset, n, path)) v.push_back(x);
-        } else {
-            for (int64_t x : values<int64_t>(data, offset, n, path)) {
-                if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-                    throw IoError("npy file " + path + ": the int64 value " + std::to_string(x) +
-                                  " does not fit int32");
-                }
-                v.push_back(static_cast<int32_t>(x));
+        for (int64_t x : values<int64_t>(file, h, path)) {
+            if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+                throw IoError("npy file " + path + ": the int64 value " + std::to_string(x) + " does not fit int32");
             }
+            v.push_back(static_cast<int32_t>(x));
         }
-        return Tensor::fromVector(shape, v);
+        return Tensor::fromVector(h.shape, v);
     }
     throw IoError("npy file " + path + ": dtype '" + descr +
                   "' is not supported (float32, float64, int32, int64 and uint8 little-endian are)");
+}
+
+std::string npyDtype(const std::string& path, Shape* shape) {
+    std::ifstream file(path, std::ios::binary);
+    const Header h = readHeader(file, path);
+    if (shape) *shape = h.shape;
+    return dtypeName(h.descr);
+}
+
+std::vector<uint8_t> readNpyBytes(const std::string& path, Shape& shape) {
+    std::ifstream file(path, std::ios::binary);
+    const Header h = readHeader(file, path);
+    if (h.descr != "|u1") {
+        throw IoError("npy file " + path + ": holds " + dtypeName(h.descr) + " data, not uint8");
+    }
+    shape = h.shape;
+    return values<uint8_t>(file, h, path);
 }
 
 void writeNpy(const Tensor& t, const std::string& path) {

@@ -40,6 +40,36 @@ TEST(Npy, InteroperatesWithNumpy) {
     EXPECT_EQ(readNpy(dir + "labels.npy").toVector<int32_t>(), (std::vector<int32_t>{1, 2, 3}));
 }
 
+// uint8 arrays (images) read as bytes, one per element, with their shape; the header alone
+// gives the type; another type is an error naming the file and both types.
+TEST(Npy, Uint8ArraysReadAsBytes) {
+    if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0) GTEST_SKIP() << "no numpy";
+    const std::string dir = ::testing::TempDir();
+    const std::string script = "import numpy as np, sys; d = sys.argv[1]; "
+                               "np.save(d + 'bytes.npy', (np.arange(24) * 11 % 256).astype(np.uint8).reshape(2, 3, 4))";
+    ASSERT_EQ(std::system(("/usr/bin/python3 -c \"" + script + "\" '" + dir + "'").c_str()), 0);
+    Shape shape;
+    EXPECT_EQ(npyDtype(dir + "bytes.npy", &shape), "uint8");
+    EXPECT_EQ(shape, (Shape{2, 3, 4}));
+    shape = Shape{};
+    const std::vector<uint8_t> bytes = readNpyBytes(dir + "bytes.npy", shape);
+    EXPECT_EQ(shape, (Shape{2, 3, 4}));
+    ASSERT_EQ(bytes.size(), 24u);
+    for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(bytes[i], i * 11 % 256) << i;
+    // readNpy gives the same values as int32
+    const std::vector<int32_t> wide = readNpy(dir + "bytes.npy").toVector<int32_t>();
+    EXPECT_TRUE(std::equal(wide.begin(), wide.end(), bytes.begin()));
+
+    writeNpy(randomTensor({2, 2}, 3), dir + "floats.npy");
+    EXPECT_EQ(npyDtype(dir + "floats.npy"), "float32");
+    const std::string error = errorOf([&] { readNpyBytes(dir + "floats.npy", shape); });
+    EXPECT_NE(error.find("floats.npy: holds float32 data, not uint8"), std::string::npos) << error;
+    std::filesystem::resize_file(dir + "bytes.npy", std::filesystem::file_size(dir + "bytes.npy") - 1);
+    EXPECT_NE(errorOf([&] { readNpyBytes(dir + "bytes.npy", shape); }).find("bytes.npy: truncated"), std::string::npos);
+    std::filesystem::create_directories(dir + "adir.npy");
+    EXPECT_NE(errorOf([&] { readNpy(dir + "adir.npy"); }).find("adir.npy: is a directory"), std::string::npos);
+}
+
 TEST(Npy, BadFilesAreIoErrorsNamingThem) {
     const std::string dir = ::testing::TempDir();
     EXPECT_THROW(readNpy(dir + "missing.npy"), IoError);
