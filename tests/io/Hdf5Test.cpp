@@ -78,7 +78,7 @@ TEST(Hdf5, SavesInBfloat16AndFloat16) {
     for (DType t : {DType::bfloat16, DType::float16}) {
         SCOPED_TRACE(str(t));
         const std::string path = tempFile("half_" + str(t) + ".h5");
-        saveModel(*a, path, {.dtype = t});
+        saveModel(*a, path, {.dtype = t, .inputs = {}});
         EXPECT_LT(std::filesystem::file_size(path), std::filesystem::file_size(full) * 0.6);
         auto b = model(2, 512);
         loadModel(*b, path);
@@ -97,13 +97,13 @@ TEST(Hdf5, SavesInBfloat16AndFloat16) {
                                 tempFile("half_float16.h5") + "'";
         EXPECT_EQ(std::system(cmd.c_str()), 0);
     }
-    EXPECT_THROW(saveModel(*a, tempFile("int.h5"), {.dtype = DType::int32}), IoError);
+    EXPECT_THROW(saveModel(*a, tempFile("int.h5"), {.dtype = DType::int32, .inputs = {}}), IoError);
 }
 
 TEST(Hdf5, StrictLoadReportsEveryMismatchAndCopiesNothing) {
     auto a = model(1);
     const std::string path = tempFile("strict.h5");
-    saveModel(*a, path, {.blueprint = false});
+    saveModel(*a, path, {.blueprint = false, .dtype = DType::float32, .inputs = {}});
     auto wider = model(2, 8); // fc1 [18, 8], fc2 [8, 8]: three shape mismatches
     const std::vector<float> before = wider->getByName("conv").getVar("W")->data.toVector<float>();
     const std::string msg = errorOf([&] { loadModel(*wider, path); });
