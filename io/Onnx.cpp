@@ -128,6 +128,15 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
             throw IoError(what + ": " + std::to_string(got) + " values for shape " + shape.str());
         }
     };
+    // Raw data holds whole values only: n of them, `width` bytes each.
+    auto rawSized = [&](size_t width) {
+        const size_t bytes = t.raw_data().size();
+        if (bytes % width != 0) {
+            throw IoError(what + ": " + std::to_string(bytes) + " bytes of raw data are not whole " +
+                          std::to_string(width) + "-byte values");
+        }
+        sized(bytes / width);
+    };
     if (t.data_location() == onnx::TensorProto::EXTERNAL) {
         throw IoError(what + ": data in an external file is not supported");
     }
@@ -135,9 +144,9 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     case onnx::TensorProto::FLOAT: {
         std::vector<float> v;
         if (!t.raw_data().empty()) {
-            sized(t.raw_data().size() / sizeof(float));
+            rawSized(sizeof(float));
             v.resize(static_cast<size_t>(n));
-            std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
+            if (n > 0) std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
         } else {
             sized(static_cast<size_t>(t.float_data_size()));
             v.assign(t.float_data().begin(), t.float_data().end());
@@ -149,8 +158,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     case onnx::TensorProto::INT32: {
         const bool is64 = t.data_type() == onnx::TensorProto::INT64;
         if (!t.raw_data().empty()) {
-            const size_t width = is64 ? 8 : 4;
-            sized(t.raw_data().size() / width);
+            rawSized(is64 ? 8 : 4);
             for (int64_t i = 0; i < n; ++i) {
                 if (is64) {
                     int64_t x;
