@@ -515,6 +515,51 @@ ModulePtr buildModuleFromFile(const std::string& path) {
     return buildModule(bp);
 }
 
+namespace {
+// Compute types, modes and random streams, module by module (the two trees have one shape).
+void copyState(Module& from, Module& to) {
+    if (to.computeDType() != from.computeDType()) to.calcMode(from.computeDType());
+    if (to.isTrain() != from.isTrain()) from.isTrain() ? to.trainMode() : to.evalMode();
+    if (Generator* g = from.randomStream()) {
+        if (Generator* h = to.randomStream()) *h = *g;
+    }
+    const auto a = from.namedChildren(), b = to.namedChildren();
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) copyState(*a[i].second, *b[i].second);
+}
+
+template <class Named, class Value>
+void copyValues(const std::string& what, const Module& module, const Named& src, const Named& dst, Value value) {
+    if (src.size() != dst.size()) {
+        throw ModuleError("copyModule: " + module.str() + " rebuilt from its blueprint has " +
+                          std::to_string(dst.size()) + " " + what + "s, the module " + std::to_string(src.size()));
+    }
+    for (size_t i = 0; i < src.size(); ++i) {
+        const Tensor &s = value(src[i].second), &d = value(dst[i].second);
+        if (src[i].first != dst[i].first || s.shape() != d.shape() || s.dtype() != d.dtype()) {
+            throw ModuleError("copyModule: " + what + " " + src[i].first + " " + s.shape().str() + " " +
+                              str(s.dtype()) + " is rebuilt from the blueprint as " + dst[i].first + " " +
+                              d.shape().str() + " " + str(d.dtype()) + "; " + module.str() +
+                              " cannot be copied through its blueprint");
+        }
+        if (s.hasData()) Tensor(d).copyFrom(s);
+    }
+}
+} // namespace
+
+ModulePtr copyModule(const Module& module) {
+    ModulePtr copy = buildModule(module.blueprint());
+    copy->to(module.device());
+    copyValues("parameter", module, module.namedParams(), copy->namedParams(),
+               [](const VariablePtr& v) -> const Tensor& { return v->data; });
+    copyValues("attribute", module, module.namedAttrs(), copy->namedAttrs(),
+               [](const Tensor& t) -> const Tensor& { return t; });
+    auto& from = const_cast<Module&>(module); // read only
+    const auto a = from.namedCounters(), b = copy->namedCounters();
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) *b[i].second = *a[i].second;
+    copyState(from, *copy);
+    return copy;
+}
+
 std::vector<std::string> factoryClassnames() {
     std::vector<std::string> names;
     for (const auto& [n, b] : table()) names.push_back(n);

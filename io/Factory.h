@@ -26,6 +26,16 @@ ModulePtr buildModule(const Blueprint& bp, const std::string& where = {}, bool s
 /// it has none or it does not parse; loadModel then reads the file's weights into it.
 ModulePtr buildModuleFromFile(const std::string& path);
 
+/// A copy of `module` that shares nothing with it: rebuilt from its blueprint, then given
+/// its parameters, attributes, training counters, random streams, compute types and
+/// train/eval modes, on its device. For one model per thread (docs/python.md). A parameter
+/// that several modules share stays shared in the copy where its blueprint says so (one
+/// module at several graph nodes), as after saving and loading. The rebuild draws (and
+/// then overwrites) initial weights from the global generator, as building any model does.
+/// ModuleError naming the parameter or attribute when the blueprint does not rebuild the
+/// module as it is (a MaxUnpool2D, a layer changed after it was built).
+ModulePtr copyModule(const Module& module);
+
 /// The class names the factory knows.
 std::vector<std::string> factoryClassnames();
 

@@ -352,6 +352,10 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
             },
             "{dotted name: Variable}, in registration order.")
         .def("namedAttrs", [](const Module& x) { return namedTensors(x.namedAttrs()); })
+        .def("copy", &copyModule, py::call_guard<py::gil_scoped_release>(),
+             "A copy that shares nothing with this module: rebuilt from its blueprint, with its parameters, "
+             "attributes, counters, random streams, compute types and modes, on its device (one model per "
+             "thread). copy.deepcopy(module) makes the same.")
         .def("getVar", &Module::getVar, py::arg("name"))
         .def("numOfParams", &Module::numOfParams)
         .def("paramSize", &Module::paramSize)

@@ -278,6 +278,8 @@ Container.__iter__ = lambda self: (_typed(m) for m in _container_iter(self))
 Module.children = lambda self: [_typed(m) for m in _module_children(self)]
 Module.children.__doc__ = "The direct children of a container, each as its layer class."
 Node.module = property(lambda self: _typed(_node_module.fget(self)), doc="The module this node wraps.")
+Module.copy = _returning_typed(Module.copy)
+Module.__deepcopy__ = lambda self, memo: self.copy()
 buildModule = _returning_typed(buildModule)
 loadModelFile = _returning_typed(loadModelFile)
 importOnnx = _returning_typed(importOnnx)

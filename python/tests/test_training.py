@@ -201,7 +201,8 @@ def test_models_of_the_same_shapes_run_in_two_threads_at_once():
     from concurrent.futures import ThreadPoolExecutor
 
     ts.manualSeed(6)
-    nets = [ts.loadZooModel("lenet") for _ in range(2)]
+    first = ts.loadZooModel("lenet")
+    nets = [first, first.copy()]  # the same weights, nothing shared
     rng = np.random.default_rng(6)
     xs = [rng.standard_normal((8, 1, 28, 28)).astype(np.float32) for _ in range(2)]
     dys = [rng.standard_normal((8, 10)).astype(np.float32) for _ in range(2)]
@@ -220,3 +221,31 @@ def test_models_of_the_same_shapes_run_in_two_threads_at_once():
             for i, got in enumerate(together):
                 for a, b in zip(alone[i], got):
                     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_copies_share_nothing_and_compute_the_same():
+    """Module.copy() and copy.deepcopy: the same outputs in train and eval mode (batch norm's
+    statistics, dropout's stream, compute types copied), and nothing shared."""
+    import copy
+
+    ts.manualSeed(9)
+    net = ts.Sequential("net")
+    net.append(ts.Conv2D(1, 4, 3, pad=1, name="conv")).append(ts.BatchNorm2D(4, name="bn"))
+    net.append(ts.Activation(ts.relu)).append(ts.Dropout(0.3, name="drop"))
+    net.append(ts.Flatten()).append(ts.Linear(4 * 6 * 6, 3, name="fc"))
+    x = np.random.default_rng(9).standard_normal((2, 1, 6, 6)).astype(np.float32)
+    for _ in range(2):
+        net(x)
+    net["fc"].calcMode("bfloat16")
+    for c in (net.copy(), copy.deepcopy(net)):
+        assert type(c) is ts.Sequential and isinstance(c["fc"], ts.Linear)
+        assert c["fc"].computeDType == "bfloat16"
+    c = net.copy()
+    np.testing.assert_array_equal(c(x).numpy(), net(x).numpy())
+    net.evalMode()
+    c.evalMode()
+    np.testing.assert_array_equal(c(x).numpy(), net(x).numpy())
+    w = c["conv"].namedParams()["W"].data.numpy().copy()
+    net["conv"].namedParams()["W"].data = np.zeros((4, 1, 3, 3), np.float32)
+    np.testing.assert_array_equal(c["conv"].namedParams()["W"].data.numpy(), w)
+    assert isinstance(copy.deepcopy(net["conv"]), ts.Conv2D)

@@ -34,6 +34,7 @@
 #include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MaxUnpool2D.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
@@ -357,6 +358,53 @@ TEST(Blueprint, DeepNestingIsRefusedNotACrash) {
     }
     ModulePtr m = buildModule(blueprintFromJson(nested(500)));
     EXPECT_EQ(m->classname(), "Sequential");
+}
+
+} // namespace
+} // namespace tessera
+
+namespace tessera {
+namespace {
+using namespace testing;
+
+// copyModule: a model that computes what the original does and shares nothing with it.
+TEST(Blueprint, CopiedModulesComputeTheSameAndShareNothing) {
+    manualSeed(8);
+    auto net = std::make_shared<Sequential>("net");
+    net->append(std::make_shared<Conv2D>(1, 4, 3, ConvOptions{.pad = {1}, .name = "conv"}))
+        .append(std::make_shared<BatchNorm2D>(4, BatchNormOptions{.name = "bn"}))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<Dropout>(DropoutOptions{.p = 0.3f, .name = "drop"}))
+        .append(std::make_shared<Flatten>())
+        .append(std::make_shared<Linear>(4 * 6 * 6, 3, LinearOptions{.name = "fc"}));
+    const Tensor x = randomTensor({2, 1, 6, 6}, 1);
+    for (int i = 0; i < 3; ++i) (*net)(x); // running statistics, batches seen and the dropout stream move on
+    net->getByName("fc").calcMode(DType::bfloat16);
+
+    const ModulePtr copied = copyModule(*net);
+    auto* copy = dynamic_cast<Sequential*>(copied.get());
+    ASSERT_NE(copy, nullptr);
+    EXPECT_EQ(copy->blueprint().toJson(), net->blueprint().toJson());
+    EXPECT_EQ(copy->getByName("fc").computeDType(), DType::bfloat16);
+    EXPECT_EQ(copy->getByName("conv").computeDType(), DType::float32);
+    EXPECT_EQ(*copy->namedCounters().at(0).second, 3);
+    // Train mode (batch statistics, the same dropout mask) and eval mode: the same outputs.
+    EXPECT_TRUE(allClose((*copy)(x), (*net)(x).toVector<float>(), 0.0f));
+    net->evalMode();
+    copy->evalMode();
+    EXPECT_TRUE(allClose((*copy)(x), (*net)(x).toVector<float>(), 0.0f));
+    // Nothing shared: a change to the original leaves the copy as it was.
+    const std::vector<float> before = copy->getByName("conv").getVar("W")->data.toVector<float>();
+    net->getByName("conv").getVar("W")->data.copyFrom(Tensor::full({4, 1, 3, 3}, 0.25f));
+    Tensor(net->getByName("bn").getAttr("mean")).copyFrom(Tensor::full({4}, 9.0f));
+    EXPECT_EQ(copy->getByName("conv").getVar("W")->data.toVector<float>(), before);
+    EXPECT_NE(copy->getByName("bn").getAttr("mean").toVector<float>()[0], 9.0f);
+
+    // A module its blueprint does not rebuild whole is an error naming it.
+    auto pool = std::make_shared<MaxPool2D>(2);
+    auto pair = std::make_shared<Sequential>("pair");
+    pair->append(pool).append(std::make_shared<MaxUnpool2D>(pool));
+    EXPECT_TRUE(throwsModuleError([&] { copyModule(*pair); }, {"MaxUnpool2D"}));
 }
 
 } // namespace
