@@ -207,7 +207,32 @@ Tensors float32All(const Tensors& ts) {
 
 bool Module::takesBfloat16(const Tensors&) const { return false; }
 
+// While alive, this thread runs `m`: a module keeps its last inputs and outputs for backward,
+// so a second thread running it at the same time (two Python threads on one model) is a
+// ModuleError instead of a silent mix of their data. Nested calls in one thread are fine.
+class RunGuard {
+public:
+    explicit RunGuard(Module& m) : m_(m) {
+        static thread_local const char self = 0;
+        const void* expected = nullptr;
+        if (!m.runner_.compare_exchange_strong(expected, &self) && expected != &self) {
+            throw m.moduleError("is running in another thread: a module keeps its last run for backward, so each "
+                                "thread needs its own (copyModule, or Module.copy() in Python)");
+        }
+        ++m.runDepth_;
+    }
+    ~RunGuard() {
+        if (--m_.runDepth_ == 0) m_.runner_.store(nullptr);
+    }
+    RunGuard(const RunGuard&) = delete;
+    RunGuard& operator=(const RunGuard&) = delete;
+
+private:
+    Module& m_;
+};
+
 void Module::runChecked(const Tensors& data) {
+    const RunGuard running(*this);
     std::vector<DType> dtypes;
     dtypes.reserve(data.size());
     for (const Tensor& t : data) dtypes.push_back(t.dtype());
@@ -242,6 +267,7 @@ Tensor Module::operator()(const Tensor& data) {
 // ---- backward -----------------------------------------------------------------------
 
 const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    const RunGuard running(*this);
     if (data_.empty()) throw moduleError("backward called before forward (no output to differentiate)");
     if (grad.size() != data_.size()) {
         throw shapeError("backward expects " + std::to_string(data_.size()) + " gradient tensor(s), got " +

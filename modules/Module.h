@@ -7,6 +7,7 @@
 ///                       updateGrad (input gradient) and, in train mode, accGradParams.
 /// dataShapeFrom / gradShapeFrom are pure shape functions: no allocation, no device.
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -301,6 +302,11 @@ private:
     Tensors inData_, data_, grad_;
     std::vector<DType> inDTypes_; // the last forward's input dtypes, before any conversion
     bool tookBfloat16_ = true;    // whether it ran on them as they came
+    // The thread running this module's forward or backward (a per-thread address; null when
+    // none) and how deep its calls are nested there: another thread is refused (RunGuard).
+    std::atomic<const void*> runner_{nullptr};
+    int runDepth_ = 0;
+    friend class RunGuard;
     void runChecked(const Tensors& data);
     void moveAttrsTo(Device device);
 

@@ -3,8 +3,10 @@
 // their staging buffers are per thread, so models of the same shapes in two threads share none.
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -13,8 +15,11 @@
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "containers/Sequential.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "modules/Activation.h"
+#include "modules/Glue.h"
 
 namespace tessera {
 namespace {
@@ -99,6 +104,46 @@ TEST(Threads, ConvolutionalModelsInTwoThreadsGetOneThreadResults) {
 TEST(Threads, RecurrentAndDenseModelsInTwoThreadsGetOneThreadResults) {
     expectThreadsMatchOneThread([] { return ModulePtr(loadLSTM(32)); }, {4, 1, 28, 28}, DType::float32);
     expectThreadsMatchOneThread([] { return ModulePtr(loadLeNet()); }, {4, 1, 28, 28}, DType::float32);
+}
+
+// One module run by two threads at once is an error in the second (a module keeps its last
+// run for backward), not a silent mix of their data; the first finishes normally, and the
+// module serves the second thread once the first is done.
+TEST(Threads, OneModuleInTwoThreadsAtOnceIsAnError) {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool inside = false, tried = false;
+    GlueSpec spec;
+    spec.shapes = [](const Shapes& in) { return in; };
+    spec.forward = [&](Glue&, const Tensors& in) {
+        std::unique_lock<std::mutex> lock(mutex);
+        if (!inside) { // the first call waits inside until the other thread has tried
+            inside = true;
+            changed.notify_all();
+            changed.wait(lock, [&] { return tried; });
+        }
+        return Tensors{in[0].clone()};
+    };
+    auto net = std::make_shared<Sequential>("shared");
+    net->append(std::make_shared<Glue>("wait", spec)).append(std::make_shared<Activation>(ActivationKind::relu));
+    const Tensor x = randomTensor({2, 3}, 4);
+    Tensor first;
+    std::thread other([&] { first = (*net)(x); });
+    {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return inside; });
+    }
+    const std::string error = errorOf([&] { (*net)(x); });
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        tried = true;
+    }
+    changed.notify_all();
+    other.join();
+    EXPECT_NE(error.find("Sequential 'shared': is running in another thread"), std::string::npos) << error;
+    EXPECT_NE(error.find("Module.copy()"), std::string::npos) << error;
+    ASSERT_TRUE(first.defined());
+    EXPECT_EQ((*net)(x).toVector<float>(), first.toVector<float>()); // this thread's turn now
 }
 
 // A thread whose floating-point mode does not flush denormals (one started before the
