@@ -13,7 +13,17 @@ NodePtr node(ModulePtr mod, const Parents& parents, std::string name) {
     return std::make_shared<Node>(std::move(mod), parents, std::move(name));
 }
 
+void Node::detachFromParents() {
+    for (const NodePtr& p : parents_) {
+        std::vector<Edge>& f = p->fwds_;
+        f.erase(std::remove_if(f.begin(), f.end(), [this](const Edge& e) { return e.node == this; }), f.end());
+    }
+}
+
 Node::~Node() {
+    // A node that goes leaves no pointer to itself in its parents' fwds: a parent that
+    // lives on in another graph would otherwise walk to a destroyed child.
+    detachFromParents();
     // A parent whose last owner is this node would be destroyed inside this destructor and
     // its parents inside its, one stack frame per ancestor. Instead each such parent hands
     // its own parents to this loop before it goes.
@@ -22,6 +32,7 @@ Node::~Node() {
         NodePtr p = std::move(pending.back());
         pending.pop_back();
         if (p.use_count() == 1) {
+            p->detachFromParents();
             for (NodePtr& q : p->parents_) pending.push_back(std::move(q));
             p->parents_.clear();
         }

@@ -167,7 +167,9 @@ private:
     std::string name_;
     std::vector<Edge> fwds_, bwds_;
     std::vector<NodePtr> parents_; // keeps the parents alive
-    Tensors outGrad_;              // pending gradient per output slot
+    /// Removes the edges to this node from its parents' fwds (before it goes).
+    void detachFromParents();
+    Tensors outGrad_; // pending gradient per output slot
     std::vector<bool> outGradOwned_;
     Shapes inShapes_, outShapes_, inGradShapes_;
     bool sharesModule_ = false;

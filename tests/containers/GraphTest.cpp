@@ -50,6 +50,33 @@ TEST(Graph, DeepChainRunsAndReleasesWithoutRecursion) {
     EXPECT_TRUE(first.expired());
 }
 
+// A node that goes takes its edges with it: a second graph made from the same input and
+// dropped leaves the input's fwds as they were, and the first graph still runs (it used
+// to walk to the destroyed child in backward). Its parents that go with it detach too.
+TEST(Graph, DestroyedChildrenLeaveTheirParentsFwds) {
+    manualSeed(2);
+    auto x = node(std::make_shared<Identity>("x"));
+    auto h = node(linear(4, 3, "h"), x);
+    Graph net({x}, {node(linear(3, 2, "out"), h)}, "net");
+    ASSERT_EQ(x->fwds().size(), 1u);
+    {
+        auto side = node(linear(4, 5, "side"), x);
+        auto top = node(relu("top"), {side, h});
+        Graph other({x}, {top}, "other");
+        EXPECT_EQ(x->fwds().size(), 2u);
+        EXPECT_EQ(h->fwds().size(), 2u);
+    }
+    EXPECT_EQ(x->fwds().size(), 1u);
+    EXPECT_EQ(h->fwds().size(), 1u);
+    EXPECT_EQ(x->fwds()[0].node, h.get());
+    const Tensor in = randomTensor({6, 4}, 3);
+    for (int pass = 0; pass < 3; ++pass) {
+        const Tensor y = net(in);
+        EXPECT_EQ(y.shape(), (Shape{6, 2}));
+        EXPECT_EQ(net.backward(randomTensor({6, 2}, 4)).shape(), (Shape{6, 4}));
+    }
+}
+
 TEST(Graph, DiamondMatchesHandWiring) {
     manualSeed(1);
     auto x = node(std::make_shared<Identity>("data"));
