@@ -123,6 +123,7 @@ struct UpdateParams {
     float rho = 0.95f;     ///< AdaDelta, RMSProp, RMSPropGraves: the decay of the running averages
     float epsilon = 1e-8f;
     float weightDecay = 0.0f; ///< L2: grad + weightDecay * param enters the rule
+    float gradScale = 1.0f;   ///< the gradient enters the rule multiplied by this (clipping)
     int64_t step = 1;         ///< 1-based update count (Adam's bias correction)
 };
 
@@ -393,6 +394,10 @@ public:
     /// t <- t * factor in place (any layout, float32); returns whether every element is
     /// finite (no Inf, no NaN): loss scaling's unscale-and-check, one pass.
     virtual bool scaleCheckFinite(const Tensor& t, float factor) = 0;
+    /// The sum of the squares of a float32 tensor's elements (any layout), accumulated in
+    /// double: the squared L2 norm that gradient clipping measures. NaN or Inf when an
+    /// element is not finite.
+    virtual double sumSquares(const Tensor& t) = 0;
 
     // ---- optimizers --------------------------------------------------------------------
     /// One fused update of `param` from `grad` by `p.rule`, with up to three state tensors

@@ -18,7 +18,7 @@ namespace tessera::element {
 
 /// An update's constants, with Adam's bias correction folded into `adamLr`.
 struct UpdateScalars {
-    float lr, momentum, beta1, beta2, rho, epsilon, weightDecay, adamLr;
+    float lr, momentum, beta1, beta2, rho, epsilon, weightDecay, adamLr, gradScale;
 };
 
 inline UpdateScalars scalarsOf(const UpdateParams& p) {
@@ -26,7 +26,8 @@ inline UpdateScalars scalarsOf(const UpdateParams& p) {
     return {p.lr,          p.momentum,
             p.beta1,       p.beta2,
             p.rho,         p.epsilon,
-            p.weightDecay, static_cast<float>(p.lr * sqrt(1.0 - pow(p.beta2, t)) / (1.0 - pow(p.beta1, t)))};
+            p.weightDecay, static_cast<float>(p.lr * sqrt(1.0 - pow(p.beta2, t)) / (1.0 - pow(p.beta1, t))),
+            p.gradScale};
 }
 
 /// Element i of rule R: wp[i] and the state ap, bp, cp (the rule's running averages; a rule
@@ -36,7 +37,7 @@ template <UpdateRule R>
 TESSERA_HOST_DEVICE inline void update(const UpdateScalars& k, float* wp, const float* gr, float* ap, float* bp,
                                        float* cp, int64_t i) {
     float& w = wp[i];
-    const float g = gr[i] + k.weightDecay * w; // L2 weight decay enters the rule
+    const float g = k.gradScale * gr[i] + k.weightDecay * w; // clipped gradient plus L2 weight decay
     if constexpr (R == UpdateRule::sgd) {
         w -= k.lr * g;
     } else if constexpr (R == UpdateRule::momentumSGD) { // v = mom v + lr g; w -= v

@@ -784,6 +784,16 @@ bool CudaBackend::scaleCheckFinite(const Tensor& t, float factor) {
     return host == 0;
 }
 
+double CudaBackend::sumSquares(const Tensor& t) {
+    auto* sum = reinterpret_cast<double*>(static_cast<char*>(scalars()) + 8);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(sum, 0, sizeof(double), s()));
+    cudak::sumSquares(fp(t), static_cast<int64_t>(t.nbytes() / sizeof(float)), sum, s());
+    double host = 0;
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, s()));
+    synchronize();
+    return host;
+}
+
 double CudaBackend::svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) {
     const int64_t n = scores.shape()[0], c = scores.shape()[1];
     checkIndexRange("svmCost", labels, c, "label");

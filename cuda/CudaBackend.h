@@ -184,6 +184,7 @@ public:
              int32_t blank, const std::vector<float>& gradScale, const Tensor& grad,
              std::vector<double>& losses) override;
     bool scaleCheckFinite(const Tensor& t, float factor) override;
+    double sumSquares(const Tensor& t) override;
     void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
                          const Tensor& s2, const Tensor& s3) override;
     /// cuDNN's RNN API (CudaRnn.cpp).

@@ -586,6 +586,12 @@ __global__ void scaleCheckFiniteKernel(float* t, float factor, int64_t n, int* b
     if (any) *bad = 1;
 }
 
+__global__ void sumSquaresKernel(const float* t, int64_t n, double* out) {
+    double sum = 0;
+    TESSERA_FOR_EACH(i, n) sum += static_cast<double>(t[i]) * t[i];
+    blockSumAdd(sum, out);
+}
+
 // Spatial transformer: a thread per output element forward; backward a thread per output
 // element too, scattering into dx and dtheta with atomics.
 __global__ void spatialTfForwardKernel(const float* x, const float* theta, float* y, int64_t N, int64_t C, int64_t H,
@@ -861,6 +867,9 @@ void spatialTfForward(const float* x, const float* theta, float* y, int64_t N, i
 void spatialTfBackward(const float* x, const float* theta, const float* dy, float* dx, float* dtheta, int64_t N,
                        int64_t C, int64_t H, int64_t W, int64_t Ho, int64_t Wo, cudaStream_t s) {
     TESSERA_LAUNCH(spatialTfBackwardKernel, N * C * Ho * Wo, s, x, theta, dy, dx, dtheta, N, C, H, W, Ho, Wo);
+}
+void sumSquares(const float* t, int64_t n, double* sum, cudaStream_t s) {
+    TESSERA_LAUNCH(sumSquaresKernel, n, s, t, n, sum);
 }
 void pointwiseCost(int kind, const float* pred, const float* target, float* grad, int64_t total, int64_t n, int64_t c,
                    double* sum, cudaStream_t s) {

@@ -123,6 +123,8 @@ void ctc(const float* scores, const int32_t* labels, const int32_t* labelLen, co
          double* beta, double* losses, cudaStream_t s);
 /// t *= factor; *bad (zeroed by the caller) <- 1 when an element is not finite.
 void scaleCheckFinite(float* t, float factor, int64_t n, int* bad, cudaStream_t s);
+/// *sum (zeroed by the caller) += the sum of t's squares.
+void sumSquares(const float* t, int64_t n, double* sum, cudaStream_t s);
 /// The spatial transformer (Backend::spatialTfForward/Backward); dx and dtheta are zeroed
 /// by the caller (the backward adds into them).
 void spatialTfForward(const float* x, const float* theta, float* y, int64_t N, int64_t C, int64_t H, int64_t W,

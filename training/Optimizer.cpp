@@ -1,5 +1,6 @@
 #include "training/Optimizer.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -49,6 +50,15 @@ void Optimizer::setWeightDecay(float decay, std::function<bool(const std::string
     if (applies && !bound_) throw ModuleError(classname() + ": call setupOn before a filtered weight decay");
     weightDecay_ = decay;
     for (Entry& e : entries_) e.decays = !applies || applies(e.name);
+}
+
+void Optimizer::setGradientClipping(float maxNorm) {
+    if (!(maxNorm >= 0.0f) || !std::isfinite(maxNorm)) {
+        throw ModuleError(classname() + ": gradient clipping needs a finite maximum norm >= 0 (0: off), got " +
+                          std::to_string(maxNorm));
+    }
+    maxNorm_ = maxNorm;
+    lastNorm_ = std::numeric_limits<double>::quiet_NaN();
 }
 
 void Optimizer::setLearnRateFactor(const std::string& name, float factor) {
@@ -108,6 +118,21 @@ bool Optimizer::update() {
         }
     }
     UpdateParams p = params_;
+    if (maxNorm_ > 0.0f) { // the global norm, over the gradients as the rule will see them
+        double squares = 0.0;
+        if (flatGrads_.defined()) {
+            squares = backendOf(flatGrads_).sumSquares(flatGrads_);
+        } else {
+            for (const Entry& e : entries_) squares += backendOf(e.var->grad).sumSquares(e.var->grad);
+        }
+        lastNorm_ = std::sqrt(squares);
+        if (!std::isfinite(lastNorm_)) {
+            throw NumericsError(classname() + ": the gradients' global norm is " + std::to_string(lastNorm_) +
+                                ", so a gradient holds NaN or infinity; the step was not applied (the numerics "
+                                "check, --check-numerics or Module::setCheckNumerics, names the layer)");
+        }
+        if (lastNorm_ > maxNorm_) p.gradScale = static_cast<float>(maxNorm_ / lastNorm_);
+    }
     bool uniform = true;
     for (const Entry& e : entries_) uniform = uniform && e.lrFactor == 1.0f && (e.decays || weightDecay_ == 0.0f);
     if (flatParams_.defined() && uniform) {

@@ -5,6 +5,7 @@
 /// `Backend::optimizerUpdate`.
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,19 @@ public:
     /// L2 weight decay: grad + decay * param enters the rule, for the parameters whose
     /// dotted name `applies` accepts (all when empty).
     void setWeightDecay(float decay, std::function<bool(const std::string&)> applies = {});
+    /// Gradient clipping by global norm: each update measures the L2 norm of all bound
+    /// gradients together (after loss scaling has divided them by the scale) and, when it
+    /// exceeds `maxNorm`, applies the rule to every gradient multiplied by maxNorm / norm,
+    /// in the same fused pass (the gradient tensors are left as they are). 0 turns it off.
+    /// A norm that is NaN or infinite is a NumericsError from update(), before anything
+    /// changes (with loss scaling such a step is skipped first). ModuleError for a negative
+    /// or non-finite maxNorm.
+    void setGradientClipping(float maxNorm);
+    /// The clipping threshold (0: off).
+    float gradientClipping() const { return maxNorm_; }
+    /// The global gradient norm that the last update measured (before clipping); NaN
+    /// without clipping or before the first update.
+    double lastGradientNorm() const { return lastNorm_; }
     /// Scale the learning rate of one parameter (by dotted name; ModuleError
     /// when it is not bound).
     void setLearnRateFactor(const std::string& name, float factor);
@@ -103,6 +117,8 @@ private:
     int states_;
     bool bound_ = false;
     float weightDecay_ = 0.0f;
+    float maxNorm_ = 0.0f;
+    double lastNorm_ = std::numeric_limits<double>::quiet_NaN();
     std::vector<Entry> entries_;
     Tensor flatParams_, flatGrads_, flatState_[3];
     std::optional<LossScaling> scaling_;

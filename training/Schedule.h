@@ -2,6 +2,8 @@
 /// \file Learning-rate schedules: the rate for an epoch (0-based).
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 namespace tessera {
 
@@ -44,5 +46,11 @@ private:
     int64_t epochs_;
     float min_;
 };
+
+/// A schedule from its text, starting at the rate `base`, for a run of `epochs`:
+/// "step:N:G" (times G every N epochs), "exp:G" (times G every epoch), "cosine" or
+/// "cosine:MIN" (from base down to MIN, 0 by default, over the `epochs`). ModuleError
+/// naming the accepted forms for anything else.
+std::unique_ptr<Schedule> parseSchedule(const std::string& text, float base, int64_t epochs);
 
 } // namespace tessera

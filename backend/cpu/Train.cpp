@@ -85,6 +85,24 @@ bool CpuBackend::scaleCheckFinite(const Tensor& t, float factor) {
     return bad == 0;
 }
 
+double CpuBackend::sumSquares(const Tensor& t) {
+    const float* p = t.storageData<float>();
+    const auto n = static_cast<int64_t>(t.nbytes() / sizeof(float));
+    // Float partial sums over blocks of 4096 keep the loop at SIMD width; the blocks add
+    // up in double, so a large tensor loses no more than a block's rounding.
+    constexpr int64_t kBlock = 4096;
+    double sum = 0;
+#pragma omp parallel for reduction(+ : sum) if (n > kParallelMin)
+    for (int64_t b = 0; b < n; b += kBlock) {
+        const int64_t end = std::min(n, b + kBlock);
+        float part = 0.0f;
+#pragma omp simd reduction(+ : part)
+        for (int64_t i = b; i < end; ++i) part += p[i] * p[i];
+        sum += part;
+    }
+    return sum;
+}
+
 double CpuBackend::svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) {
     const int64_t n = scores.shape()[0], c = scores.shape()[1];
     const float* s = scores.data<float>();

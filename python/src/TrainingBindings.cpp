@@ -119,7 +119,19 @@ void bindTraining(py::module_& m) {
         .def_property_readonly("steps", &Optimizer::steps)
         .def_property_readonly("classname", &Optimizer::classname)
         .def(
-            "setWeightDecay", [](Optimizer& o, float decay) { o.setWeightDecay(decay); }, py::arg("decay"))
+            "setWeightDecay",
+            [](Optimizer& o, float decay, const py::object& applies) {
+                if (applies.is_none()) return o.setWeightDecay(decay);
+                // Called here, once per bound parameter, with the GIL held.
+                o.setWeightDecay(decay, [&](const std::string& name) { return applies(name).cast<bool>(); });
+            },
+            py::arg("decay"), py::arg("applies") = py::none(),
+            "L2 weight decay; `applies(name)` (optional, after setupOn) picks the parameters by dotted name.")
+        .def("setGradientClipping", &Optimizer::setGradientClipping, py::arg("maxNorm"),
+             "Clip the gradients to this global L2 norm in each update (0: off).")
+        .def_property("gradientClipping", &Optimizer::gradientClipping, &Optimizer::setGradientClipping)
+        .def_property_readonly("lastGradientNorm", &Optimizer::lastGradientNorm,
+                               "The global gradient norm the last update measured (NaN without clipping).")
         .def("setLearnRateFactor", &Optimizer::setLearnRateFactor, py::arg("name"), py::arg("factor"))
         .def(
             "enableLossScaling",
@@ -167,6 +179,13 @@ void bindTraining(py::module_& m) {
         .def(py::init<float, float>(), py::arg("base"), py::arg("gamma"));
     py::class_<CosineSchedule, Schedule, std::shared_ptr<CosineSchedule>>(m, "CosineSchedule")
         .def(py::init<float, int64_t, float>(), py::arg("base"), py::arg("epochs"), py::arg("min") = 0.0f);
+    m.def(
+        "parseSchedule",
+        [](const std::string& text, float base, int64_t epochs) {
+            return std::shared_ptr<Schedule>(parseSchedule(text, base, epochs));
+        },
+        py::arg("text"), py::arg("base"), py::arg("epochs"),
+        "A schedule from its text, as tessera train --schedule reads it: step:N:G, exp:G, cosine or cosine:MIN.");
 
     // ---- handlers -----------------------------------------------------------------------
     py::class_<BatchInfo>(m, "BatchInfo", "Where a handler is: what a callback receives.")

@@ -22,7 +22,7 @@ from ._tessera import (
     # optimizers
     AdaDelta, AdaGrad, Adam, MomentumSGD, NesterovSGD, RMSProp, RMSPropGraves, SGD, SMORMS3,
     # schedules
-    CosineSchedule, ExponentialSchedule, Schedule, StepSchedule,
+    CosineSchedule, ExponentialSchedule, Schedule, StepSchedule, parseSchedule,
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # files, zoo, data
@@ -84,6 +84,7 @@ __all__ = [
     "ExponentialSchedule",
     "Schedule",
     "StepSchedule",
+    "parseSchedule",
     "empty",
     "full",
     "manualSeed",

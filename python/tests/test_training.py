@@ -249,3 +249,38 @@ def test_copies_share_nothing_and_compute_the_same():
     net["conv"].namedParams()["W"].data = np.zeros((4, 1, 3, 3), np.float32)
     np.testing.assert_array_equal(c["conv"].namedParams()["W"].data.numpy(), w)
     assert isinstance(copy.deepcopy(net["conv"]), ts.Conv2D)
+
+
+def test_gradient_clipping_and_filtered_weight_decay():
+    ts.manualSeed(1)
+    net = ts.Linear(3, 2)
+    params = net.namedParams()
+    w0, b0 = params["W"].data.numpy(copy=True), params["b"].data.numpy(copy=True)
+    opt = ts.SGD(learnRate=0.5)
+    opt.setupOn(net)
+    opt.setWeightDecay(0.1, applies=lambda name: name == "W")
+    opt.gradientClipping = 1.0
+    assert opt.gradientClipping == 1.0 and np.isnan(opt.lastGradientNorm)
+    gw = np.arange(6, dtype=np.float32).reshape(w0.shape)
+    gb = np.array([3.0, -4.0], np.float32)
+    params["W"].grad.numpy()[...] = gw  # a view of the gradient
+    params["b"].grad.numpy()[...] = gb
+    opt.update()
+    norm = np.sqrt((gw.astype(np.float64) ** 2).sum() + (gb.astype(np.float64) ** 2).sum())
+    assert opt.lastGradientNorm == pytest.approx(norm)
+    k = 1.0 / norm  # clipped to norm 1; the decay acts on W alone and is not clipped
+    np.testing.assert_allclose(params["W"].data.numpy(), w0 - 0.5 * (k * gw + 0.1 * w0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(params["b"].data.numpy(), b0 - 0.5 * k * gb, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ts.ModuleError, match="finite maximum norm"):
+        opt.setGradientClipping(-1.0)
+    params["W"].grad.numpy()[0, 0] = np.nan
+    with pytest.raises(ts.NumericsError, match="global norm is nan"):
+        opt.update()
+
+
+def test_schedules_from_their_text():
+    assert ts.parseSchedule("step:2:0.5", 0.1, 10).at(3) == pytest.approx(0.05)
+    assert ts.parseSchedule("cosine:0.01", 0.1, 4).at(4) == pytest.approx(0.01)
+    assert ts.parseSchedule("exp:0.9", 1.0, 5)(2) == pytest.approx(0.81)
+    with pytest.raises(ts.ModuleError, match="expected step:N:G, exp:G, cosine or cosine:MIN"):
+        ts.parseSchedule("linear", 0.1, 10)

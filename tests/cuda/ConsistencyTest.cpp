@@ -678,6 +678,18 @@ TEST(CudaConsistency, CTC) {
     EXPECT_NE(msg.find("longer than the input"), std::string::npos) << msg;
 }
 
+// The sum of squares that gradient clipping measures, on both devices.
+TEST(CudaConsistency, SumSquares) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    const Tensor x = randomTensor({1000, 37}, 5);
+    const double c = backendOf(x).sumSquares(x), g = backendFor(dev).sumSquares(x.to(dev));
+    EXPECT_NEAR(g, c, 1e-6 * c);
+    std::vector<float> v = x.toVector<float>();
+    v[4242] = std::nanf("");
+    EXPECT_TRUE(std::isnan(backendFor(dev).sumSquares(Tensor::fromVector(x.shape(), v).to(dev))));
+}
+
 // Loss scaling's unscale-and-check on both devices: the same scaled values, and an Inf
 // or a NaN anywhere is found.
 TEST(CudaConsistency, ScaleCheckFinite) {
@@ -783,8 +795,9 @@ TEST(CudaConsistency, EveryOptimizer) {
     const Device dev = testDevice();
     for (const char* name :
          {"sgd", "momentum", "nesterov", "adam", "adagrad", "adadelta", "rmsprop", "rmspropgraves", "smorms3"}) {
-        for (bool global : {false, true}) {
-            SCOPED_TRACE(std::string(name) + (global ? " (global state)" : ""));
+        for (auto [global, clip] : {std::pair{false, 0.0f}, {true, 0.0f}, {false, 0.5f}, {true, 0.5f}}) {
+            SCOPED_TRACE(std::string(name) + (global ? " (global state)" : "") +
+                         (clip > 0 ? ", gradients clipped to norm 0.5" : ""));
             manualSeed(4);
             auto cpu = std::make_shared<Linear>(5, 3);
             manualSeed(4);
@@ -796,6 +809,8 @@ TEST(CudaConsistency, EveryOptimizer) {
             og->setWeightDecay(0.01f);
             oc->setupOn(*cpu, global);
             og->setupOn(*gpu, global);
+            oc->setGradientClipping(clip);
+            og->setGradientClipping(clip);
             for (int step = 0; step < 3; ++step) {
                 const Tensor x = randomTensor({4, 5}, 10 + step);
                 const Tensor g = randomTensor({4, 3}, 20 + step);
@@ -807,6 +822,9 @@ TEST(CudaConsistency, EveryOptimizer) {
                 gpu->backward(g.to(dev));
                 oc->update();
                 og->update();
+                if (clip > 0) {
+                    EXPECT_NEAR(og->lastGradientNorm(), oc->lastGradientNorm(), 1e-5 * oc->lastGradientNorm());
+                }
             }
             const auto pc = cpu->namedParams(), pg = gpu->namedParams();
             for (size_t i = 0; i < pc.size(); ++i) {

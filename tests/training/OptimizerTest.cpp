@@ -199,6 +199,105 @@ TEST(Optimizer, Errors) {
     EXPECT_EQ(makeOptimizer("rmspropgraves")->classname(), "RMSPropGraves");
 }
 
+// Gradient clipping by global norm, against the rule applied to gradients scaled by hand:
+// the gradients (3, 4) and (12) of two parameters times s have the norm 13 s, so a limit
+// of 6.5 scales them by 6.5 / (13 s); a limit above the norm leaves them as they are.
+TEST(GradientClipping, ScalesEveryGradientByTheGlobalNorm) {
+    auto make = [](float w, float b) {
+        auto lin = std::make_unique<Linear>(2, 1);
+        lin->getVar("W")->data.copyFrom(Tensor::fromVector({1, 2}, F{w, -w}));
+        lin->getVar("b")->data.copyFrom(Tensor::fromVector({1}, F{b}));
+        return lin;
+    };
+    auto setGrads = [](Linear& lin, F gw, F gb) {
+        lin.getVar("W")->grad.copyFrom(Tensor::fromVector({1, 2}, gw));
+        lin.getVar("b")->grad.copyFrom(Tensor::fromVector({1}, gb));
+    };
+    for (bool global : {false, true}) {
+        for (float limit : {6.5f, 20.0f}) {
+            SCOPED_TRACE(std::string(global ? "global state" : "per-parameter state") + ", limit " +
+                         std::to_string(limit));
+            auto clipped = make(0.5f, 0.25f), byHand = make(0.5f, 0.25f);
+            Adam a(0.1f), b(0.1f);
+            a.setupOn(*clipped, global);
+            b.setupOn(*byHand, global);
+            a.setGradientClipping(limit);
+            EXPECT_EQ(a.gradientClipping(), limit);
+            EXPECT_TRUE(std::isnan(a.lastGradientNorm()));
+            for (int step = 0; step < 3; ++step) {
+                const float s = 1.0f + static_cast<float>(step); // the norm is 13 s
+                const float k = 13 * s > limit ? limit / (13 * s) : 1.0f;
+                setGrads(*clipped, {3 * s, 4 * s}, {12 * s});
+                setGrads(*byHand, {3 * s * k, 4 * s * k}, {12 * s * k});
+                EXPECT_TRUE(a.update());
+                b.update();
+                EXPECT_NEAR(a.lastGradientNorm(), 13.0 * s, 1e-5);
+                EXPECT_EQ(clipped->getVar("W")->data.toVector<float>(), byHand->getVar("W")->data.toVector<float>());
+                EXPECT_EQ(clipped->getVar("b")->data.toVector<float>(), byHand->getVar("b")->data.toVector<float>());
+                // The gradients themselves are not changed.
+                EXPECT_EQ(clipped->getVar("b")->grad.toVector<float>(), F{12 * s});
+            }
+        }
+    }
+}
+
+// With loss scaling the norm is measured on the unscaled gradients; an overflowing step is
+// skipped by the loss scaling before clipping looks at it.
+TEST(GradientClipping, MeasuresTheUnscaledGradients) {
+    OneParam m;
+    SGD sgd(1.0f);
+    sgd.setupOn(m.lin, true);
+    sgd.enableLossScaling({.initialScale = 1024.0f});
+    sgd.setGradientClipping(1.0f);
+    m.setGrad({3.0f * 1024.0f, 4.0f * 1024.0f}); // unscaled norm 5
+    EXPECT_TRUE(sgd.update());
+    EXPECT_NEAR(sgd.lastGradientNorm(), 5.0, 1e-6);
+    EXPECT_TRUE(allClose(m.lin.getVar("W")->data, {1.0f - 0.6f, -2.0f - 0.8f}, 1e-6f));
+    m.setGrad({std::numeric_limits<float>::infinity(), 1.0f});
+    EXPECT_FALSE(sgd.update());
+    EXPECT_EQ(sgd.skippedSteps(), 1);
+}
+
+// Without loss scaling a non-finite gradient is an error that changes nothing.
+TEST(GradientClipping, NonFiniteGradientsAndBadLimits) {
+    for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+        for (bool global : {false, true}) {
+            OneParam m;
+            MomentumSGD sgd(0.1f);
+            sgd.setupOn(m.lin, global);
+            sgd.setGradientClipping(1.0f);
+            m.setGrad({bad, 1.0f});
+            try {
+                sgd.update();
+                ADD_FAILURE() << "no error for a gradient holding " << bad;
+            } catch (const NumericsError& e) {
+                EXPECT_NE(std::string(e.what()).find("global norm is"), std::string::npos) << e.what();
+            }
+            EXPECT_EQ(m.w(), (F{1, -2}));
+            EXPECT_EQ(sgd.steps(), 0);
+        }
+    }
+    SGD sgd;
+    EXPECT_THROW(sgd.setGradientClipping(-1.0f), ModuleError);
+    EXPECT_THROW(sgd.setGradientClipping(std::nanf("")), ModuleError);
+    EXPECT_THROW(sgd.setGradientClipping(std::numeric_limits<float>::infinity()), ModuleError);
+    sgd.setGradientClipping(0.0f); // off
+    EXPECT_EQ(sgd.gradientClipping(), 0.0f);
+}
+
+// The backend's sum of squares against a double loop, on a length that is not a multiple
+// of any vector width or block, and NaN in, NaN out.
+TEST(GradientClipping, SumOfSquaresMatchesADoubleLoop) {
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4097}, int64_t{300001}}) {
+        const Tensor t = randomTensor({n}, static_cast<uint64_t>(n));
+        double want = 0;
+        for (float v : t.toVector<float>()) want += static_cast<double>(v) * v;
+        EXPECT_NEAR(backendOf(t).sumSquares(t), want, 1e-6 * want) << n;
+    }
+    Tensor t = Tensor::fromVector({3}, F{1.0f, std::nanf(""), 2.0f});
+    EXPECT_TRUE(std::isnan(backendOf(t).sumSquares(t)));
+}
+
 TEST(Schedule, StepExponentialCosine) {
     StepSchedule step(0.1f, 3, 0.5f);
     EXPECT_FLOAT_EQ(step.at(0), 0.1f);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Kill-and-resume test of `tessera train --checkpoint/--resume`.
 
-A reference run trains uninterrupted. Then the same run, writing a checkpoint every 2
+A reference run trains uninterrupted (with a learning-rate schedule, a warm-up, weight decay
+and gradient clipping). Then the same run, writing a checkpoint every 2
 steps, is killed with SIGKILL at random moments (during start-up, in a step, in the middle
 of writing a checkpoint) and with SIGINT once, each time resumed from its checkpoint,
 until it finishes. Every checkpoint on disk must be readable at every kill, and the final
@@ -43,7 +44,10 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     common = [tessera, "train", "--model", "lenet", "--data", "fashion-mnist", "--epochs", "2", "--limit", "3000",
-              "--batch", "100", "--seed", "5", "--quiet"]
+              "--batch", "100", "--seed", "5", "--quiet",
+              # The rate depends on the position (a cosine over the epochs, a warm-up over
+              # the first 25 of 60 steps), so a resumed run must find it again.
+              "--schedule", "cosine", "--warmup", "25", "--weight-decay", "1e-4", "--clip-norm", "5"]
     ref = os.path.join(work, "reference.h5")
     t0 = time.monotonic()
     subprocess.run(common + ["--save", ref], check=True, stdout=subprocess.DEVNULL)

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,7 @@
 #include "training/Handlers.h"
 #include "training/Idx.h"
 #include "training/Optimizer.h"
+#include "training/Schedule.h"
 
 namespace tessera::cli {
 
@@ -63,6 +65,10 @@ struct TrainArgs {
     int64_t batch = 128;
     float lr = -1.0f;
     std::string optimizer = "adam";
+    float weightDecay = 0.0f;
+    float clipNorm = 0.0f;
+    std::string schedule;
+    int64_t warmup = 0;
     uint64_t seed = 1;
     int64_t limit = 0;
     bool quiet = false;
@@ -135,6 +141,13 @@ DataSets openData(const TrainArgs& a) {
     return s;
 }
 
+// A learning rate for the epoch line: a few significant digits.
+std::string formatRate(float rate) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", static_cast<double>(rate));
+    return text;
+}
+
 // SIGINT and SIGTERM during training: the signal's number, read after each batch.
 volatile std::sig_atomic_t stopSignal = 0;
 extern "C" void onStopSignal(int sig) { stopSignal = sig; }
@@ -201,6 +214,16 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (!a.resume.empty() && !std::filesystem::exists(a.resume)) {
         throw UsageError("--resume " + a.resume + ": no such file");
     }
+    // The optimizer's name and the schedule are checked before any work too.
+    const float baseRate = makeOptimizer(a.optimizer, a.lr)->learnRate();
+    std::unique_ptr<Schedule> schedule;
+    if (!a.schedule.empty()) {
+        try {
+            schedule = parseSchedule(a.schedule, baseRate, a.epochs);
+        } catch (const ModuleError& e) {
+            throw UsageError(std::string("--schedule: ") + e.what());
+        }
+    }
     Module::setCheckNumerics(a.checkNumerics);
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
@@ -246,15 +269,42 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
     auto optimizer = makeOptimizer(a.optimizer, a.lr);
+    // The rate of a step: the schedule's for the epoch, ramped up linearly over the first
+    // --warmup steps. A function of the position alone, so a resumed run gets the same.
+    auto rateAt = [&](int64_t epoch, int64_t step) {
+        float rate = schedule ? schedule->at(epoch) : baseRate;
+        if (step < a.warmup) rate *= static_cast<float>(step + 1) / static_cast<float>(a.warmup);
+        return rate;
+    };
     // float16's gradients underflow without a loss scale; bfloat16 has float32's range.
     if (a.precision == "fp16") optimizer->enableLossScaling();
+    if (a.clipNorm > 0.0f) optimizer->setGradientClipping(a.clipNorm);
     // bfloat16 on a CPU without bfloat16 kernels is emulated (rounded operands, float32 kernels): no faster.
     const bool emulated = a.precision == "bf16" && device.isCpu() && !CpuBackend::bfloat16Kernels();
-    std::printf(" (learning rate %g), batch %lld, seed %llu, device %s, precision %s%s\n", optimizer->learnRate(),
-                static_cast<long long>(a.batch), static_cast<unsigned long long>(a.seed), device.str().c_str(),
-                a.precision.c_str(), emulated ? " (emulated: this CPU has no bfloat16 kernels)" : "");
     net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
+    // Weight decay on the weights of convolutions, linear and recurrent layers (every
+    // parameter of two or more dimensions), not on biases or normalisation scales.
+    int64_t decayed = 0;
+    if (a.weightDecay > 0.0f) {
+        std::map<std::string, int64_t> rank;
+        for (const auto& [name, var] : net->namedParams()) rank[name] = var->data.shape().rank();
+        optimizer->setWeightDecay(a.weightDecay, [&](const std::string& name) {
+            const bool decays = rank.at(name) >= 2;
+            decayed += decays;
+            return decays;
+        });
+    }
+    std::printf(" (learning rate %g", baseRate);
+    if (schedule) std::printf(", schedule %s", a.schedule.c_str());
+    if (a.warmup > 0) std::printf(", warm-up over %lld steps", static_cast<long long>(a.warmup));
+    if (a.weightDecay > 0.0f) {
+        std::printf(", weight decay %g on %lld weight tensors", a.weightDecay, static_cast<long long>(decayed));
+    }
+    if (a.clipNorm > 0.0f) std::printf(", gradients clipped to norm %g", a.clipNorm);
+    std::printf("), batch %lld, seed %llu, device %s, precision %s%s\n", static_cast<long long>(a.batch),
+                static_cast<unsigned long long>(a.seed), device.str().c_str(), a.precision.c_str(),
+                emulated ? " (emulated: this CPU has no bfloat16 kernels)" : "");
     std::unique_ptr<DataParallel> parallel;
     if (comm) {
         parallel = std::make_unique<DataParallel>(*net, *optimizer, comm,
@@ -294,7 +344,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     auto checkpoint = [&] {
         if (!a.checkpoint.empty() && writer) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer);
     };
-    trainer.onBatchFinish = [&](const BatchInfo&) {
+    trainer.onBatchFinish = [&](const BatchInfo& info) {
+        if (a.warmup > 0) optimizer->setLearnRate(rateAt(info.epoch, optimizer->steps()));
         if (a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
         // The ranks stop after the same batch, when any of them was signalled.
         bool stop = stopSignal != 0;
@@ -333,7 +384,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                     static_cast<long long>(trainer.position().epoch), static_cast<long long>(a.epochs));
         accuracy = 1.0 - validator.validate(test);
     }
+    const bool scheduled = schedule || a.warmup > 0;
     for (int64_t e = trainer.position().epoch; e < a.epochs; ++e) {
+        optimizer->setLearnRate(rateAt(e, optimizer->steps()));
         const double loss = trainer.train(train);
         // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
         // batch, the epoch ends as usual first.)
@@ -342,9 +395,10 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         if (saved) checkpoint();
         accuracy = 1.0 - validator.validate(test);
         std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s, %.1f%% of the time "
-                    "waiting for data)%s\n",
+                    "waiting for data%s)%s\n",
                     static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
                     trainer.samplesPerSecond(), 100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
+                    scheduled ? (", learning rate " + formatRate(optimizer->learnRate())).c_str() : "",
                     saved ? "; checkpoint saved" : "");
         std::fflush(stdout);
         if (metrics) {
@@ -421,6 +475,19 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--optimizer", args->optimizer,
                     "sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, rmspropgraves or smorms3")
         ->capture_default_str();
+    cmd->add_option("--weight-decay", args->weightDecay,
+                    "L2 weight decay on the weights of convolutions, linear and recurrent layers (parameters of 2 or "
+                    "more dimensions; not biases or normalisation scales)")
+        ->check(positiveNumber());
+    cmd->add_option("--clip-norm", args->clipNorm,
+                    "clip the gradients to this global L2 norm before each update (all parameters together)")
+        ->check(positiveNumber());
+    cmd->add_option("--schedule", args->schedule,
+                    "learning-rate schedule over the epochs: step:N:G (times G every N epochs), exp:G (times G each "
+                    "epoch), cosine or cosine:MIN (half a cosine wave from the rate towards MIN, 0 by default, over "
+                    "--epochs)");
+    cmd->add_option("--warmup", args->warmup, "ramp the learning rate up linearly over the first N training steps")
+        ->check(nonNegativeInteger());
     cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
     cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")
         ->capture_default_str()
