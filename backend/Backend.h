@@ -112,7 +112,18 @@ struct LrnParams {
 enum class CostKind { mse, abs, smoothL1, bce, hinge, klDivergence };
 
 /// An optimizer's update rule and constants (see `optimizerUpdate`).
-enum class UpdateRule { sgd, momentumSGD, nesterovSGD, adam, adaGrad, adaDelta, rmsProp, rmsPropGraves, smorms3 };
+enum class UpdateRule {
+    sgd,
+    momentumSGD,
+    nesterovSGD,
+    adam,
+    adaGrad,
+    adaDelta,
+    rmsProp,
+    rmsPropGraves,
+    smorms3,
+    adamW
+};
 
 struct UpdateParams {
     UpdateRule rule = UpdateRule::sgd;
@@ -122,7 +133,7 @@ struct UpdateParams {
     float beta2 = 0.999f;  ///< Adam
     float rho = 0.95f;     ///< AdaDelta, RMSProp, RMSPropGraves: the decay of the running averages
     float epsilon = 1e-8f;
-    float weightDecay = 0.0f; ///< L2: grad + weightDecay * param enters the rule
+    float weightDecay = 0.0f; ///< L2: grad + weightDecay * param enters the rule (adamW: decoupled)
     float gradScale = 1.0f;   ///< the gradient enters the rule multiplied by this (clipping)
     int64_t step = 1;         ///< 1-based update count (Adam's bias correction)
 };

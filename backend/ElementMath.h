@@ -37,7 +37,8 @@ template <UpdateRule R>
 TESSERA_HOST_DEVICE inline void update(const UpdateScalars& k, float* wp, const float* gr, float* ap, float* bp,
                                        float* cp, int64_t i) {
     float& w = wp[i];
-    const float g = k.gradScale * gr[i] + k.weightDecay * w; // clipped gradient plus L2 weight decay
+    // The (clipped) gradient plus L2 weight decay; AdamW decays the weight apart from it.
+    const float g = k.gradScale * gr[i] + (R == UpdateRule::adamW ? 0.0f : k.weightDecay) * w;
     if constexpr (R == UpdateRule::sgd) {
         w -= k.lr * g;
     } else if constexpr (R == UpdateRule::momentumSGD) { // v = mom v + lr g; w -= v
@@ -51,6 +52,10 @@ TESSERA_HOST_DEVICE inline void update(const UpdateScalars& k, float* wp, const 
         ap[i] = k.beta1 * ap[i] + (1.0f - k.beta1) * g;
         bp[i] = k.beta2 * bp[i] + (1.0f - k.beta2) * g * g;
         w -= k.adamLr * ap[i] / (sqrtf(bp[i]) + k.epsilon);
+    } else if constexpr (R == UpdateRule::adamW) { // Adam on the gradient, and w -= lr decay w beside it
+        ap[i] = k.beta1 * ap[i] + (1.0f - k.beta1) * g;
+        bp[i] = k.beta2 * bp[i] + (1.0f - k.beta2) * g * g;
+        w -= k.adamLr * ap[i] / (sqrtf(bp[i]) + k.epsilon) + k.lr * k.weightDecay * w;
     } else if constexpr (R == UpdateRule::adaGrad) {
         ap[i] += g * g;
         w -= k.lr * g / (sqrtf(ap[i]) + k.epsilon);
@@ -89,6 +94,7 @@ template <class F> inline void dispatchRule(UpdateRule rule, F&& f) {
     case UpdateRule::rmsProp: f.template operator()<UpdateRule::rmsProp>(); break;
     case UpdateRule::rmsPropGraves: f.template operator()<UpdateRule::rmsPropGraves>(); break;
     case UpdateRule::smorms3: f.template operator()<UpdateRule::smorms3>(); break;
+    case UpdateRule::adamW: f.template operator()<UpdateRule::adamW>(); break;
     }
 }
 

@@ -224,10 +224,12 @@ std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr) {
         opt = std::make_unique<RMSPropGraves>();
     else if (name == "smorms3")
         opt = std::make_unique<SMORMS3>();
+    else if (name == "adamw")
+        opt = std::make_unique<AdamW>();
     else {
         throw ModuleError("unknown optimizer '" + name +
                           "'; expected one of: sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, "
-                          "rmspropgraves, smorms3");
+                          "rmspropgraves, smorms3, adamw");
     }
     if (lr >= 0) opt->setLearnRate(lr);
     return opt;

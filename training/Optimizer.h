@@ -1,6 +1,6 @@
 #pragma once
 /// \file Optimizers: SGD, MomentumSGD, NesterovSGD, Adam, AdaGrad, AdaDelta, RMSProp,
-/// RMSPropGraves, SMORMS3. `setupOn(net)` binds one to a network's parameters; `update()`
+/// RMSPropGraves, SMORMS3, AdamW. `setupOn(net)` binds one to a network's parameters; `update()`
 /// applies one step from the accumulated gradients. The rules are at
 /// `Backend::optimizerUpdate`.
 
@@ -153,6 +153,19 @@ public:
     std::string classname() const override { return "Adam"; }
 };
 
+/// Adam with decoupled weight decay (Loshchilov and Hutter): the rule sees the gradient
+/// alone, and each step also takes lr * decay * w off the weight. The decay (0.01 by
+/// default, as PyTorch's AdamW) is setWeightDecay's, which can change or filter it.
+class AdamW : public Optimizer {
+public:
+    explicit AdamW(float alpha = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float epsilon = 1e-8f,
+                   float weightDecay = 0.01f)
+        : Optimizer({.rule = UpdateRule::adamW, .lr = alpha, .beta1 = beta1, .beta2 = beta2, .epsilon = epsilon}, 2) {
+        setWeightDecay(weightDecay);
+    }
+    std::string classname() const override { return "AdamW"; }
+};
+
 class AdaGrad : public Optimizer {
 public:
     explicit AdaGrad(float lr = 0.01f, float epsilon = 1e-8f)
@@ -190,7 +203,7 @@ public:
 };
 
 /// An optimizer by name ("sgd", "momentum", "nesterov", "adam", "adagrad", "adadelta",
-/// "rmsprop", "rmspropgraves", "smorms3") with learning rate `lr` (negative: the rule's
+/// "rmsprop", "rmspropgraves", "smorms3", "adamw") with learning rate `lr` (negative: the rule's
 /// default). Throws ModuleError listing the names.
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr = -1.0f);
 

@@ -155,6 +155,10 @@ void bindTraining(py::module_& m) {
     py::class_<Adam, Optimizer, std::shared_ptr<Adam>>(m, "Adam").def(
         py::init<float, float, float, float>(), py::arg("alpha") = 1e-3f, py::arg("beta1") = 0.9f,
         py::arg("beta2") = 0.999f, py::arg("epsilon") = 1e-8f);
+    py::class_<AdamW, Optimizer, std::shared_ptr<AdamW>>(m, "AdamW")
+        .def(py::init<float, float, float, float, float>(), py::arg("alpha") = 1e-3f, py::arg("beta1") = 0.9f,
+             py::arg("beta2") = 0.999f, py::arg("epsilon") = 1e-8f, py::arg("weightDecay") = 0.01f,
+             "Adam with decoupled weight decay.");
     py::class_<AdaGrad, Optimizer, std::shared_ptr<AdaGrad>>(m, "AdaGrad")
         .def(py::init<float, float>(), py::arg("learnRate") = 0.01f, py::arg("epsilon") = 1e-8f);
     py::class_<AdaDelta, Optimizer, std::shared_ptr<AdaDelta>>(m, "AdaDelta")

@@ -20,7 +20,7 @@ from ._tessera import (
     # costs
     Abs, BCE, CTC, CrossEntropy, Hinge, KLDivergence, L1Hinge, MSE, Multi, SmoothL1, SVM,
     # optimizers
-    AdaDelta, AdaGrad, Adam, MomentumSGD, NesterovSGD, RMSProp, RMSPropGraves, SGD, SMORMS3,
+    AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, NesterovSGD, RMSProp, RMSPropGraves, SGD, SMORMS3,
     # schedules
     CosineSchedule, ExponentialSchedule, Schedule, StepSchedule, parseSchedule,
     # tensors
@@ -74,6 +74,7 @@ __all__ = [
     "AdaDelta",
     "AdaGrad",
     "Adam",
+    "AdamW",
     "MomentumSGD",
     "NesterovSGD",
     "RMSProp",

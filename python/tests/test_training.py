@@ -278,6 +278,17 @@ def test_gradient_clipping_and_filtered_weight_decay():
         opt.update()
 
 
+def test_adamw_decays_apart_from_the_gradient():
+    net = ts.Linear(2, 1)
+    w = net.namedParams()["W"]
+    w.data = np.array([[1.0], [-2.0]], np.float32)
+    opt = ts.AdamW(alpha=0.1, weightDecay=0.5)
+    opt.setupOn(net)
+    opt.update()  # zero gradients: only the decay acts, w (1 - alpha decay)
+    np.testing.assert_allclose(w.data.numpy(), [[0.95], [-1.9]], rtol=1e-6)
+    assert opt.classname == "AdamW"
+
+
 def test_schedules_from_their_text():
     assert ts.parseSchedule("step:2:0.5", 0.1, 10).at(3) == pytest.approx(0.05)
     assert ts.parseSchedule("cosine:0.01", 0.1, 4).at(4) == pytest.approx(0.01)

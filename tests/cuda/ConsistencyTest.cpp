@@ -793,8 +793,8 @@ TEST(CudaConsistency, EveryCost) {
 TEST(CudaConsistency, EveryOptimizer) {
     REQUIRE_DEVICE();
     const Device dev = testDevice();
-    for (const char* name :
-         {"sgd", "momentum", "nesterov", "adam", "adagrad", "adadelta", "rmsprop", "rmspropgraves", "smorms3"}) {
+    for (const char* name : {"sgd", "momentum", "nesterov", "adam", "adagrad", "adadelta", "rmsprop", "rmspropgraves",
+                             "smorms3", "adamw"}) {
         for (auto [global, clip] : {std::pair{false, 0.0f}, {true, 0.0f}, {false, 0.5f}, {true, 0.5f}}) {
             SCOPED_TRACE(std::string(name) + (global ? " (global state)" : "") +
                          (clip > 0 ? ", gradients clipped to norm 0.5" : ""));

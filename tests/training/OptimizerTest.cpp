@@ -96,6 +96,35 @@ TEST(Optimizer, Adam) {
                });
 }
 
+// AdamW: Adam's moments see the gradient alone; the weight shrinks by lr * decay * w apart
+// from them (PyTorch's torch.optim.AdamW, up to Adam's epsilon placement above).
+TEST(Optimizer, AdamW) {
+    expectRule([] { return std::make_unique<AdamW>(0.1f, 0.9f, 0.999f, 1e-8f, 0.2f); },
+               [](double w, double g, double* s, int64_t t) {
+                   s[0] = 0.9 * s[0] + 0.1 * g;
+                   s[1] = 0.999 * s[1] + 0.001 * g * g;
+                   const double mhat = s[0] / (1 - std::pow(0.9, t)), vhat = s[1] / (1 - std::pow(0.999, t));
+                   return w - 0.1 * 0.2 * w - 0.1 * mhat / (std::sqrt(vhat) + 1e-8 / std::sqrt(1 - std::pow(0.999, t)));
+               });
+    // Decay 0: Adam's steps exactly; the default decay is 0.01, and setWeightDecay changes it.
+    expectRule([] { return std::make_unique<AdamW>(0.1f, 0.9f, 0.999f, 1e-8f, 0.0f); },
+               [](double w, double g, double* s, int64_t t) {
+                   s[0] = 0.9 * s[0] + 0.1 * g;
+                   s[1] = 0.999 * s[1] + 0.001 * g * g;
+                   const double mhat = s[0] / (1 - std::pow(0.9, t)), vhat = s[1] / (1 - std::pow(0.999, t));
+                   return w - 0.1 * mhat / (std::sqrt(vhat) + 1e-8 / std::sqrt(1 - std::pow(0.999, t)));
+               });
+    EXPECT_EQ(makeOptimizer("adamw")->classname(), "AdamW");
+    // A zero gradient still decays: w (1 - lr decay).
+    OneParam m;
+    AdamW adamw(0.1f);
+    adamw.setupOn(m.lin);
+    adamw.setWeightDecay(0.5f);
+    m.setGrad({0.0f, 0.0f});
+    adamw.update();
+    EXPECT_TRUE(allClose(m.lin.getVar("W")->data, {0.95f, -1.9f}, 1e-6f));
+}
+
 TEST(Optimizer, AdaGrad) {
     expectRule([] { return std::make_unique<AdaGrad>(0.1f, 1e-8f); },
                [](double w, double g, double* s, int64_t) {

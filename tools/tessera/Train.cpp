@@ -286,10 +286,11 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     // Weight decay on the weights of convolutions, linear and recurrent layers (every
     // parameter of two or more dimensions), not on biases or normalisation scales.
     int64_t decayed = 0;
-    if (a.weightDecay > 0.0f) {
+    const float decay = a.weightDecay > 0.0f ? a.weightDecay : a.optimizer == "adamw" ? 0.01f : 0.0f;
+    if (decay > 0.0f) {
         std::map<std::string, int64_t> rank;
         for (const auto& [name, var] : net->namedParams()) rank[name] = var->data.shape().rank();
-        optimizer->setWeightDecay(a.weightDecay, [&](const std::string& name) {
+        optimizer->setWeightDecay(decay, [&](const std::string& name) {
             const bool decays = rank.at(name) >= 2;
             decayed += decays;
             return decays;
@@ -298,8 +299,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     std::printf(" (learning rate %g", baseRate);
     if (schedule) std::printf(", schedule %s", a.schedule.c_str());
     if (a.warmup > 0) std::printf(", warm-up over %lld steps", static_cast<long long>(a.warmup));
-    if (a.weightDecay > 0.0f) {
-        std::printf(", weight decay %g on %lld weight tensors", a.weightDecay, static_cast<long long>(decayed));
+    if (decay > 0.0f) {
+        std::printf(", %sweight decay %g on %lld weight tensors", a.optimizer == "adamw" ? "decoupled " : "", decay,
+                    static_cast<long long>(decayed));
     }
     if (a.clipNorm > 0.0f) std::printf(", gradients clipped to norm %g", a.clipNorm);
     std::printf("), batch %lld, seed %llu, device %s, precision %s%s\n", static_cast<long long>(a.batch),
@@ -473,11 +475,13 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--batch", args->batch, "batch size")->capture_default_str()->check(positiveInteger());
     cmd->add_option("--lr", args->lr, "learning rate (default: the optimizer's)")->check(positiveNumber());
     cmd->add_option("--optimizer", args->optimizer,
-                    "sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, rmspropgraves or smorms3")
+                    "sgd, momentum, nesterov, adam, adamw (decoupled weight decay), adagrad, adadelta, rmsprop, "
+                    "rmspropgraves or smorms3")
         ->capture_default_str();
     cmd->add_option("--weight-decay", args->weightDecay,
-                    "L2 weight decay on the weights of convolutions, linear and recurrent layers (parameters of 2 or "
-                    "more dimensions; not biases or normalisation scales)")
+                    "weight decay on the weights of convolutions, linear and recurrent layers (parameters of 2 or "
+                    "more dimensions; not biases or normalisation scales): L2 in the gradient, decoupled for adamw "
+                    "(whose default is 0.01)")
         ->check(positiveNumber());
     cmd->add_option("--clip-norm", args->clipNorm,
                     "clip the gradients to this global L2 norm before each update (all parameters together)")
