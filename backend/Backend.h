@@ -376,12 +376,13 @@ public:
     // ---- costs -------------------------------------------------------------------------
     /// Softmax cross-entropy. scores: [N, C, ...], labels: [N, ...] int32 in [0, C),
     /// weights: [C] or undefined -> grad (undefined: not computed): scores' shape, the
-    /// gradient of the mean over the
-    /// N * positions samples of weight[label] * -log softmax(scores)[label]. Returns that
-    /// mean in `error` and the number of argmax hits in `correct`. Throws ShapeError naming
-    /// the first label outside [0, C).
-    virtual void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
-                              double& error, int64_t& correct) = 0;
+    /// gradient of the mean over the N * positions samples of weight[label] * -sum_k q_k
+    /// log softmax(scores)_k, with the target q = (1 - smoothing) onehot(label) + smoothing
+    /// / C (label smoothing; 0: the plain -log softmax(scores)[label]). Returns that mean in
+    /// `error` and the number of argmax hits in `correct`. Throws ShapeError naming the
+    /// first label outside [0, C).
+    virtual void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, float smoothing,
+                              const Tensor& grad, double& error, int64_t& correct) = 0;
     /// pred, target, grad: same shape [N, ...] -> grad of the cost, returns the cost:
     /// mse: sum (p - t)^2 / 2N; abs: sum |p - t| / N; smoothL1: sum huber(p - t) / N
     /// (0.5 d^2 below 1, |d| - 0.5 above); bce: pred are logits, sum softplus(p) - t p / N;

@@ -144,11 +144,12 @@ TESSERA_HOST_DEVICE inline double klDivergence(const float* p, const float* t, f
     return sum;
 }
 
-/// Softmax cross-entropy of one sample (its `c` scores `stride` apart, label y, weight w):
-/// writes the gradient (times w * norm) when g is not null, returns the weighted error and
-/// sets `hit` when the argmax (first maximum) is the label.
+/// Softmax cross-entropy of one sample (its `c` scores `stride` apart, label y, weight w)
+/// against the target (1 - smoothing) onehot(y) + smoothing / c: writes the gradient
+/// (times w * norm) when g is not null, returns the weighted error and sets `hit` when the
+/// argmax (first maximum) is the label.
 TESSERA_HOST_DEVICE inline double crossEntropy(const float* row, int32_t y, float w, float* g, int64_t c,
-                                               int64_t stride, float norm, bool& hit) {
+                                               int64_t stride, float norm, float smoothing, bool& hit) {
     float mx = row[0];
     int64_t arg = 0;
     for (int64_t k = 1; k < c; ++k) {
@@ -157,16 +158,24 @@ TESSERA_HOST_DEVICE inline double crossEntropy(const float* row, int32_t y, floa
             arg = k;
         }
     }
-    double sum = 0;
-    for (int64_t k = 0; k < c; ++k) sum += exp(static_cast<double>(row[k * stride] - mx));
+    double sum = 0, shifted = 0; // shifted: the sum of the scores less their maximum
+    for (int64_t k = 0; k < c; ++k) {
+        const double d = static_cast<double>(row[k * stride] - mx);
+        sum += exp(d);
+        if (smoothing != 0.0f) shifted += d; // (a score of -inf is fine without smoothing)
+    }
     hit = arg == y;
+    const float spread = smoothing / static_cast<float>(c), onLabel = 1.0f - smoothing + spread;
     if (g) {
         for (int64_t k = 0; k < c; ++k) {
             const auto p = static_cast<float>(exp(static_cast<double>(row[k * stride] - mx)) / sum);
-            g[k * stride] = w * norm * (p - (k == y ? 1.0f : 0.0f));
+            g[k * stride] = w * norm * (p - (k == y ? onLabel : spread));
         }
     }
-    return w * (log(sum) - (row[y * stride] - mx));
+    // -sum_k q_k log p_k = log(sum) - (1 - smoothing) s_y - smoothing / c sum_k s_k (scores less mx)
+    const double on = static_cast<double>(row[y * stride] - mx);
+    if (smoothing == 0.0f) return w * (log(sum) - on);
+    return w * (log(sum) - (1.0 - smoothing) * on - static_cast<double>(spread) * shifted);
 }
 
 /// Multi-class SVM of one sample: sum_{k != y} max(0, 1 + s_k - s_y)^(l2 ? 2 : 1); writes

@@ -742,8 +742,8 @@ void CudaBackend::preluBackward(const Tensor& x, const Tensor& slopes, const Ten
 
 // ---- costs ----------------------------------------------------------------------------------------
 
-void CudaBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
-                               double& error, int64_t& correct) {
+void CudaBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, float smoothing,
+                               const Tensor& grad, double& error, int64_t& correct) {
     const Shape& sh = scores.shape();
     const int64_t n = sh[0], c = sh[1], inner = sh.numel() / (n * c), samples = n * inner;
     checkIndexRange("crossEntropy", labels, c, "label");
@@ -752,7 +752,7 @@ void CudaBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const
     auto* hits = reinterpret_cast<unsigned long long*>(slots + 16);
     TESSERA_CUDA_CHECK(cudaMemsetAsync(slots + 8, 0, 16, s()));
     cudak::crossEntropy(fp(scores), ip(labels), weights.defined() ? fp(weights) : nullptr,
-                        grad.defined() ? fp(grad) : nullptr, n, c, inner, err, hits, s());
+                        grad.defined() ? fp(grad) : nullptr, n, c, inner, smoothing, err, hits, s());
     struct {
         double err;
         unsigned long long hits;

@@ -176,8 +176,8 @@ public:
     void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx, float scale,
                        float momentum, const Tensor& dslopes) override;
 
-    void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
-                      double& error, int64_t& correct) override;
+    void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, float smoothing,
+                      const Tensor& grad, double& error, int64_t& correct) override;
     double pointwiseCost(CostKind kind, const Tensor& pred, const Tensor& target, const Tensor& grad) override;
     double svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) override;
     void ctc(const Tensor& scores, const Tensor& labels, const Tensor& labelLengths, const Tensor& inputLengths,

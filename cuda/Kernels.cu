@@ -492,7 +492,8 @@ __global__ void invStdFromVarianceKernel(const float* var, float eps, float* inv
 // ---- costs --------------------------------------------------------------------------------------
 
 __global__ void crossEntropyKernel(const float* scores, const int32_t* labels, const float* weights, float* grad,
-                                   int64_t n, int64_t c, int64_t inner, double* error, unsigned long long* hits) {
+                                   int64_t n, int64_t c, int64_t inner, float smoothing, double* error,
+                                   unsigned long long* hits) {
     const float norm = 1.0f / static_cast<float>(n * inner);
     double err = 0;
     unsigned long long hit = 0;
@@ -501,7 +502,7 @@ __global__ void crossEntropyKernel(const float* scores, const int32_t* labels, c
         const int32_t y = labels[i];
         bool h = false;
         err += element::crossEntropy(scores + offset, y, weights ? weights[y] : 1.0f, grad ? grad + offset : nullptr, c,
-                                     inner, norm, h);
+                                     inner, norm, smoothing, h);
         hit += h;
     }
     blockSumAdd(err, error);
@@ -840,8 +841,9 @@ void invStdFromVariance(const float* var, float eps, float* invstd, int64_t c, c
 }
 
 void crossEntropy(const float* scores, const int32_t* labels, const float* weights, float* grad, int64_t n, int64_t c,
-                  int64_t inner, double* error, unsigned long long* hits, cudaStream_t s) {
-    TESSERA_LAUNCH(crossEntropyKernel, n * inner, s, scores, labels, weights, grad, n, c, inner, error, hits);
+                  int64_t inner, float smoothing, double* error, unsigned long long* hits, cudaStream_t s) {
+    TESSERA_LAUNCH(crossEntropyKernel, n * inner, s, scores, labels, weights, grad, n, c, inner, smoothing, error,
+                   hits);
 }
 void ctc(const float* scores, const int32_t* labels, const int32_t* labelLen, const int32_t* inputLen, int32_t blank,
          const float* scale, float* grad, int64_t T, int64_t N, int64_t V, int64_t S, double* lse, double* alpha,

@@ -115,7 +115,7 @@ void invStdFromVariance(const float* var, float eps, float* invstd, int64_t c, c
 // ---- costs ------------------------------------------------------------------------------
 /// Sums land in `error` (double) and `hits`; both are zeroed by the caller.
 void crossEntropy(const float* scores, const int32_t* labels, const float* weights, float* grad, int64_t n, int64_t c,
-                  int64_t inner, double* error, unsigned long long* hits, cudaStream_t s);
+                  int64_t inner, float smoothing, double* error, unsigned long long* hits, cudaStream_t s);
 /// CTC (Backend::ctc) with scratch lse [T, N], alpha and beta [N, T, 2 S + 1] (float64);
 /// losses [N] (float64) on the device; grad may be null.
 void ctc(const float* scores, const int32_t* labels, const int32_t* labelLen, const int32_t* inputLen, int32_t blank,

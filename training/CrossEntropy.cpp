@@ -8,6 +8,10 @@ namespace tessera {
 
 CrossEntropy::CrossEntropy(const CrossEntropyOptions& options) : options_(options) {
     if (options.maxlabels < 0) throw ModuleError("CrossEntropy: maxlabels must not be negative");
+    if (!(options.labelSmoothing >= 0.0f && options.labelSmoothing < 1.0f)) {
+        throw ModuleError("CrossEntropy: labelSmoothing must lie in [0, 1), got " +
+                          std::to_string(options.labelSmoothing));
+    }
     if (!options.weights.empty()) {
         if (options.maxlabels && static_cast<int64_t>(options.weights.size()) != options.maxlabels) {
             throw ModuleError("CrossEntropy: " + std::to_string(options.weights.size()) +
@@ -42,7 +46,7 @@ double CrossEntropy::run(const Tensors& pred, const Tensors& target, const Tenso
     // Class weights follow the scores to their device (once).
     if (weights_.defined() && weights_.device() != pred[0].device()) weights_ = weights_.to(pred[0].device());
     try {
-        backendOf(pred[0]).crossEntropy(pred[0], target[0], weights_, grad, err, correct);
+        backendOf(pred[0]).crossEntropy(pred[0], target[0], weights_, options_.labelSmoothing, grad, err, correct);
     } catch (const ShapeError& e) {
         throw error(e.what());
     }

@@ -10,12 +10,15 @@ namespace tessera {
 struct CrossEntropyOptions {
     int64_t maxlabels = 0;           ///< 0: the score dim decides; else scores must have this many classes
     std::vector<float> weights = {}; ///< per-class weights of the error (empty: all 1)
+    float labelSmoothing = 0.0f;     ///< in [0, 1): the target is (1 - e) onehot(y) + e / C
 };
 
 /// scores: [N, C, ...] float32 (logits), labels: [N, ...] int32 in [0, C). The error is
 /// the mean over samples (and positions) of weight[y] * -log softmax(scores)[y]; the
-/// gradient is weight[y] * (softmax - onehot(y)) / samples. `validate` returns the
-/// misclassification rate (1 - accuracy). A label outside [0, C) is a ShapeError naming it.
+/// gradient is weight[y] * (softmax - onehot(y)) / samples. With label smoothing e the
+/// target onehot(y) becomes (1 - e) onehot(y) + e / C (PyTorch's label_smoothing; a class
+/// weight scales its sample's whole error). `validate` returns the misclassification rate
+/// (1 - accuracy). A label outside [0, C) is a ShapeError naming it.
 class CrossEntropy : public Cost {
 public:
     explicit CrossEntropy(const CrossEntropyOptions& options = {});

@@ -101,8 +101,8 @@ public:
 
     void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) override;
     void fillBytes(const Tensor& t, unsigned char byte) override;
-    void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
-                      double& error, int64_t& correct) override;
+    void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, float smoothing,
+                      const Tensor& grad, double& error, int64_t& correct) override;
     double pointwiseCost(CostKind kind, const Tensor& pred, const Tensor& target, const Tensor& grad) override;
     double svmCost(const Tensor& scores, const Tensor& labels, bool l2, const Tensor& grad) override;
     void ctc(const Tensor& scores, const Tensor& labels, const Tensor& labelLengths, const Tensor& inputLengths,

@@ -25,8 +25,8 @@ void updateAll(const element::UpdateScalars& k, float* w, const float* g, float*
 } // namespace
 
 // scores: [N, C, *S], labels: [N, *S] -> grad, mean error, argmax hits
-void CpuBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, const Tensor& grad,
-                              double& error, int64_t& correct) {
+void CpuBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, float smoothing,
+                              const Tensor& grad, double& error, int64_t& correct) {
     const Shape& s = scores.shape();
     const int64_t n = s[0], c = s[1], inner = s.numel() / (n * c), samples = n * inner;
     const float* ps = scores.data<float>();
@@ -42,8 +42,8 @@ void CpuBackend::crossEntropy(const Tensor& scores, const Tensor& labels, const 
         const int64_t offset = i / inner * c * inner + i % inner;
         const int32_t y = pl[i];
         bool hit = false;
-        err +=
-            element::crossEntropy(ps + offset, y, pw ? pw[y] : 1.0f, pg ? pg + offset : nullptr, c, inner, norm, hit);
+        err += element::crossEntropy(ps + offset, y, pw ? pw[y] : 1.0f, pg ? pg + offset : nullptr, c, inner, norm,
+                                     smoothing, hit);
         hits += hit;
     }
     error = err / static_cast<double>(samples);

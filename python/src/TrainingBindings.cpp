@@ -74,11 +74,13 @@ void bindTraining(py::module_& m) {
         .def("__repr__", [](const Cost& c) { return "tessera." + c.classname() + "()"; });
 
     py::class_<CrossEntropy, Cost, std::shared_ptr<CrossEntropy>>(m, "CrossEntropy")
-        .def(py::init([](int64_t maxlabels, const std::vector<float>& weights) {
-                 return std::make_shared<CrossEntropy>(CrossEntropyOptions{.maxlabels = maxlabels, .weights = weights});
+        .def(py::init([](int64_t maxlabels, const std::vector<float>& weights, float labelSmoothing) {
+                 return std::make_shared<CrossEntropy>(
+                     CrossEntropyOptions{.maxlabels = maxlabels, .weights = weights, .labelSmoothing = labelSmoothing});
              }),
-             py::arg("maxlabels") = 0, py::arg("weights") = std::vector<float>{},
-             "Softmax cross-entropy of scores [N, C, ...] against int32 labels [N, ...].");
+             py::arg("maxlabels") = 0, py::arg("weights") = std::vector<float>{}, py::arg("labelSmoothing") = 0.0f,
+             "Softmax cross-entropy of scores [N, C, ...] against int32 labels [N, ...]; labelSmoothing e makes "
+             "the target (1 - e) onehot + e / C.");
     py::class_<MSE, Cost, std::shared_ptr<MSE>>(m, "MSE").def(py::init<>());
     py::class_<Abs, Cost, std::shared_ptr<Abs>>(m, "Abs").def(py::init<>());
     py::class_<SmoothL1, Cost, std::shared_ptr<SmoothL1>>(m, "SmoothL1").def(py::init<>());

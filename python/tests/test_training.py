@@ -289,6 +289,16 @@ def test_adamw_decays_apart_from_the_gradient():
     assert opt.classname == "AdamW"
 
 
+def test_label_smoothing_matches_pytorch():
+    # nn.CrossEntropyLoss(label_smoothing=0.1) gives 0.8031091265562451 here (float64).
+    error, grad = ts.CrossEntropy(labelSmoothing=0.1)(np.array([[1, 2, 3], [0, 0, 0]], np.float32),
+                                                      np.array([2, 1], np.int32))
+    assert error == pytest.approx(0.8031091265562451, abs=1e-6)
+    np.testing.assert_allclose(grad.numpy()[1], [0.15, -0.3, 0.15], atol=1e-6)
+    with pytest.raises(ts.ModuleError, match=r"labelSmoothing must lie in \[0, 1\)"):
+        ts.CrossEntropy(labelSmoothing=1.0)
+
+
 def test_schedules_from_their_text():
     assert ts.parseSchedule("step:2:0.5", 0.1, 10).at(3) == pytest.approx(0.05)
     assert ts.parseSchedule("cosine:0.01", 0.1, 4).at(4) == pytest.approx(0.01)

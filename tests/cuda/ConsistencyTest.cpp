@@ -744,6 +744,14 @@ TEST(CudaConsistency, EveryCost) {
          {2, 3, 4},
          {2, 4},
          3},
+        {"CrossEntropy label smoothing",
+         [] {
+             return std::make_unique<CrossEntropy>(
+                 CrossEntropyOptions{.weights = {1, 2, 0.5f}, .labelSmoothing = 0.1f});
+         },
+         {2, 3, 4},
+         {2, 4},
+         3},
         {"MSE", [] { return std::make_unique<MSE>(); }, {4, 3}, {4, 3}, 0},
         {"Abs", [] { return std::make_unique<Abs>(); }, {4, 3}, {4, 3}, 0},
         {"SmoothL1", [] { return std::make_unique<SmoothL1>(); }, {4, 3}, {4, 3}, 0},

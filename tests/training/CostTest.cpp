@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 
 #include "GradCheck.h"
 #include "training/CrossEntropy.h"
@@ -72,6 +73,53 @@ TEST(CrossEntropy, Gradient) {
     // Dense labels: scores [N, C, L], labels [N, L].
     CrossEntropy dense;
     EXPECT_TRUE(costGradient(dense, {randomTensor({2, 3, 2}, 2)}, {Tensor::fromVector({2, 2}, I{0, 2, 1, 1})}));
+}
+
+// Label smoothing against PyTorch's nn.CrossEntropyLoss(label_smoothing=0.1) on the
+// Reference case (the values printed by torch 1.13 in float64), and against the textbook
+// sum -q_k log p_k in double on random dense scores.
+TEST(CrossEntropy, LabelSmoothing) {
+    CrossEntropy ce({.labelSmoothing = 0.1f});
+    const CostResult r = ce(Tensor::fromVector({2, 3}, F{1, 2, 3, 0, 0, 0}), Tensor::fromVector({2}, I{2, 1}));
+    EXPECT_NEAR(r.error, 0.8031091265562451, 1e-6);
+    EXPECT_TRUE(allClose(r.grad[0], {0.02834862f, 0.10569757f, -0.13404619f, 0.15f, -0.3f, 0.15f}, 1e-6f));
+
+    const int64_t n = 3, c = 5, len = 2;
+    const Tensor scores = randomTensor({n, c, len}, 7, -3, 3);
+    const Tensor labels = Tensor::fromVector({n, len}, I{4, 0, 2, 2, 1, 3});
+    const float e = 0.2f;
+    CrossEntropy smooth({.labelSmoothing = e});
+    const CostResult rs = smooth(scores, labels);
+    const F s = scores.toVector<float>();
+    const I y = labels.toVector<int32_t>();
+    double want = 0;
+    F grad(s.size());
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < len; ++j) {
+            double z = 0;
+            for (int64_t k = 0; k < c; ++k) z += std::exp(static_cast<double>(s[(i * c + k) * len + j]));
+            for (int64_t k = 0; k < c; ++k) {
+                const int64_t at = (i * c + k) * len + j;
+                const double q = (k == y[i * len + j] ? 1.0 - e : 0.0) + e / c;
+                const double p = std::exp(static_cast<double>(s[at])) / z;
+                want -= q * std::log(p);
+                grad[at] = static_cast<float>((p - q) / (n * len));
+            }
+        }
+    }
+    EXPECT_NEAR(rs.error, want / (n * len), 1e-6);
+    EXPECT_TRUE(allClose(rs.grad[0], grad, 1e-6f));
+    CrossEntropy weighted({.weights = {0.5f, 1.0f, 2.0f, 1.5f}, .labelSmoothing = 0.3f});
+    EXPECT_TRUE(costGradient(weighted, {randomTensor({3, 4}, 1, -2, 2)}, {Tensor::fromVector({3}, I{3, 0, 2})}));
+    // Accuracy is the argmax's, smoothing or not.
+    EXPECT_DOUBLE_EQ(smooth.validate(scores, labels), CrossEntropy().validate(scores, labels));
+    // A score of -inf (a masked class) leaves the plain cross-entropy finite.
+    const float inf = std::numeric_limits<float>::infinity();
+    EXPECT_NEAR(CrossEntropy()(Tensor::fromVector({1, 3}, F{0, 0, -inf}), Tensor::fromVector({1}, I{0})).error,
+                std::log(2.0), 1e-6);
+    for (float bad : {-0.1f, 1.0f, std::nanf("")}) {
+        EXPECT_THROW(CrossEntropy({.labelSmoothing = bad}), ModuleError) << bad;
+    }
 }
 
 TEST(CrossEntropy, BadInput) {

@@ -67,6 +67,7 @@ struct TrainArgs {
     std::string optimizer = "adam";
     float weightDecay = 0.0f;
     float clipNorm = 0.0f;
+    float labelSmoothing = 0.0f;
     std::string schedule;
     int64_t warmup = 0;
     uint64_t seed = 1;
@@ -199,6 +200,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "fp16") {
         throw UsageError("--precision: expected fp32, bf16 or fp16, got '" + a.precision + "'");
     }
+    if (!(a.labelSmoothing >= 0.0f && a.labelSmoothing < 1.0f)) {
+        throw UsageError("--label-smoothing: expected a number in [0, 1), got " + formatRate(a.labelSmoothing));
+    }
     if (a.precision == "fp16" && device.isCpu()) {
         throw UsageError("--precision fp16 runs on CUDA devices (--device cuda); on the CPU use bf16");
     }
@@ -304,6 +308,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                     static_cast<long long>(decayed));
     }
     if (a.clipNorm > 0.0f) std::printf(", gradients clipped to norm %g", a.clipNorm);
+    if (a.labelSmoothing > 0.0f) std::printf(", label smoothing %g", a.labelSmoothing);
     std::printf("), batch %lld, seed %llu, device %s, precision %s%s\n", static_cast<long long>(a.batch),
                 static_cast<unsigned long long>(a.seed), device.str().c_str(), a.precision.c_str(),
                 emulated ? " (emulated: this CPU has no bfloat16 kernels)" : "");
@@ -321,7 +326,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (!device.isCpu()) net->optimizeForShape({batchShape}, size_t{512} << 20);
 
     // Metrics: one CSV row per epoch, flushed at once, so a killed run keeps what it did.
-    CrossEntropy cost;
+    CrossEntropy cost({.labelSmoothing = a.labelSmoothing});
     HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout, .device = device};
     Trainer trainer(*net, cost, *optimizer, options);
     trainer.setDataParallel(parallel.get());
@@ -486,6 +491,8 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--clip-norm", args->clipNorm,
                     "clip the gradients to this global L2 norm before each update (all parameters together)")
         ->check(positiveNumber());
+    cmd->add_option("--label-smoothing", args->labelSmoothing,
+                    "train against (1 - E) onehot(label) + E / classes instead of the one-hot label (0 <= E < 1)");
     cmd->add_option("--schedule", args->schedule,
                     "learning-rate schedule over the epochs: step:N:G (times G every N epochs), exp:G (times G each "
                     "epoch), cosine or cosine:MIN (half a cosine wave from the rate towards MIN, 0 by default, over "
