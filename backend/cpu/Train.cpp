@@ -88,18 +88,10 @@ bool CpuBackend::scaleCheckFinite(const Tensor& t, float factor) {
 double CpuBackend::sumSquares(const Tensor& t) {
     const float* p = t.storageData<float>();
     const auto n = static_cast<int64_t>(t.nbytes() / sizeof(float));
-    // Float partial sums over blocks of 4096 keep the loop at SIMD width; the blocks add
-    // up in double, so a large tensor loses no more than a block's rounding.
-    constexpr int64_t kBlock = 4096;
+    // In double throughout: the loop is bound by memory, not by the width of its adds.
     double sum = 0;
-#pragma omp parallel for reduction(+ : sum) if (n > kParallelMin)
-    for (int64_t b = 0; b < n; b += kBlock) {
-        const int64_t end = std::min(n, b + kBlock);
-        float part = 0.0f;
-#pragma omp simd reduction(+ : part)
-        for (int64_t i = b; i < end; ++i) part += p[i] * p[i];
-        sum += part;
-    }
+#pragma omp parallel for simd reduction(+ : sum) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
     return sum;
 }
 

@@ -321,7 +321,7 @@ TEST(GradientClipping, SumOfSquaresMatchesADoubleLoop) {
         const Tensor t = randomTensor({n}, static_cast<uint64_t>(n));
         double want = 0;
         for (float v : t.toVector<float>()) want += static_cast<double>(v) * v;
-        EXPECT_NEAR(backendOf(t).sumSquares(t), want, 1e-6 * want) << n;
+        EXPECT_NEAR(backendOf(t).sumSquares(t), want, 1e-10 * want) << n;
     }
     Tensor t = Tensor::fromVector({3}, F{1.0f, std::nanf(""), 2.0f});
     EXPECT_TRUE(std::isnan(backendOf(t).sumSquares(t)));
