@@ -70,6 +70,7 @@
 #include "containers/Sequential.h"
 
 // training/: costs, optimizers, schedules, Trainer/Validator/Calculator, checkpoints, IDX data
+#include "training/Average.h"
 #include "training/CTC.h"
 #include "training/Checkpoint.h"
 #include "training/Cost.h"

@@ -16,6 +16,9 @@ namespace tessera {
 namespace {
 using json = nlohmann::json;
 constexpr const char* kFormat = "tessera checkpoint 1";
+// The weight average's tensors among the extras: "#average#<dotted name>" (an optimizer's
+// are "<dotted name>#<k>", and a dotted name does not start with '#').
+constexpr const char* kAveragePrefix = "#average#";
 
 // Every module's own random stream (dropout, noise), by path, in a fixed order.
 void randomStreams(Module& m, const std::string& path, std::vector<std::pair<std::string, Generator*>>& out) {
@@ -25,7 +28,11 @@ void randomStreams(Module& m, const std::string& path, std::vector<std::pair<std
 }
 } // namespace
 
-void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer) {
+void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
+                    const WeightAverage* average) {
+    if (average && average->swapped()) {
+        throw ModuleError("checkpoint " + path + ": the model holds the weight averages (swap them back first)");
+    }
     const Optimizer::State st = optimizer.state();
     const TrainerPosition& pos = trainer.position();
     const Generator& gen = globalGenerator();
@@ -59,11 +66,16 @@ void saveCheckpoint(const std::string& path, const Module& net, const Optimizer&
     record["counters"] = countersJson;
     FileExtras extras;
     extras.tensors = st.tensors;
+    if (average) {
+        record["average"] = {{"decay", average->decay()}, {"updates", average->updates()}};
+        for (const auto& [name, t] : average->state()) extras.tensors.emplace_back(kAveragePrefix + name, t);
+    }
     extras.record = record.dump();
     saveModel(net, path, SaveOptions{}, extras);
 }
 
-void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer) {
+void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer,
+                    WeightAverage* average) {
     const FileExtras extras = loadExtras(path);
     json r;
     try {
@@ -80,6 +92,7 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
     uint64_t genSeed = 0, genOffset = 0;
     std::vector<std::tuple<Generator*, uint64_t, uint64_t>> streams; // restored last
     std::vector<std::pair<int64_t*, int64_t>> counterValues;
+    int64_t averageUpdates = 0;
     try {
         const json& t = r.at("trainer");
         const json& o = r.at("optimizer");
@@ -118,6 +131,18 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
             mismatch("optimizer", o.at("class").get<std::string>(), optimizer.classname());
         pos = {integer(t.at("epoch")), integer(t.at("batch")), t.at("errorSum").get<double>(),
                integer(t.at("errorSamples"))};
+        if (r.contains("average") != (average != nullptr)) {
+            throw ModuleError("checkpoint " + path +
+                              (average ? ": saved without a weight average, resumed with one"
+                                       : ": saved with a weight average, resumed without one"));
+        }
+        if (average) {
+            const float decay = single(r.at("average").at("decay"));
+            if (decay != average->decay()) {
+                mismatch("weight-average decay", r.at("average").at("decay").dump(), std::to_string(average->decay()));
+            }
+            averageUpdates = integer(r.at("average").at("updates"));
+        }
         st.steps = integer(o.at("steps"));
         st.lossScale = single(o.at("lossScale"));
         st.cleanSteps = integer(o.at("cleanSteps"));
@@ -153,8 +178,17 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
     } catch (const json::exception& e) {
         throw IoError("checkpoint " + path + ": unreadable record: " + e.what());
     }
-    // The optimizer's tensors in its own order (the file keeps them by name).
-    std::map<std::string, Tensor> byName(extras.tensors.begin(), extras.tensors.end());
+    // The optimizer's tensors in its own order (the file keeps them by name), and the
+    // weight average's, named with its prefix.
+    std::map<std::string, Tensor> byName;
+    NamedTensors averages;
+    for (const auto& [name, t] : extras.tensors) {
+        if (name.rfind(kAveragePrefix, 0) == 0) {
+            averages.emplace_back(name.substr(std::string(kAveragePrefix).size()), t);
+        } else {
+            byName.emplace(name, t);
+        }
+    }
     for (const auto& [name, t] : optimizer.state().tensors) {
         auto it = byName.find(name);
         if (it == byName.end()) throw ModuleError("checkpoint " + path + ": no optimizer state '" + name + "'");
@@ -164,13 +198,35 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
         }
         st.tensors.emplace_back(name, it->second);
     }
-    if (st.tensors.size() != extras.tensors.size()) {
-        throw ModuleError("checkpoint " + path + ": " + std::to_string(extras.tensors.size()) +
+    if (st.tensors.size() != byName.size()) {
+        throw ModuleError("checkpoint " + path + ": " + std::to_string(byName.size()) +
                           " optimizer state tensors, this optimizer has " + std::to_string(st.tensors.size()));
     }
-    // Everything checked that can be before a change: the model (strict: every name and
-    // shape must match, nothing copied otherwise), then the rest.
+    // Everything checked that can be before a change: the average's names and shapes, the
+    // model (strict: every name and shape must match, nothing copied otherwise), then the rest.
+    if (average) {
+        try {
+            const NamedTensors now = average->state();
+            if (now.size() != averages.size()) {
+                throw ModuleError(std::to_string(averages.size()) + " averages saved, the model has " +
+                                  std::to_string(now.size()));
+            }
+            std::map<std::string, Shape> shapes;
+            for (const auto& [name, t] : averages) shapes.emplace(name, t.shape());
+            for (const auto& [name, t] : now) {
+                auto it = shapes.find(name);
+                if (it == shapes.end()) throw ModuleError("no average of '" + name + "'");
+                if (it->second != t.shape()) {
+                    throw ModuleError("the average of '" + name + "' has shape " + it->second.str() + ", the model's " +
+                                      t.shape().str());
+                }
+            }
+        } catch (const ModuleError& e) {
+            throw ModuleError("checkpoint " + path + ": " + e.what());
+        }
+    }
     loadModel(net, path, LoadMode::strict);
+    if (average) average->setState(averages, averageUpdates);
     optimizer.setState(st);
     trainer.setPosition(pos);
     globalGenerator().manualSeed(genSeed);

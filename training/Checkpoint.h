@@ -11,20 +11,25 @@
 #include <string>
 
 #include "modules/Module.h"
+#include "training/Average.h"
 #include "training/Handlers.h"
 #include "training/Optimizer.h"
 
 namespace tessera {
 
-/// Writes a checkpoint of `net` trained by `trainer` with `optimizer` (bound to `net`).
-/// IoError naming the file when it cannot be written.
-void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer);
+/// Writes a checkpoint of `net` trained by `trainer` with `optimizer` (bound to `net`), and
+/// the weight average when one is kept (not swapped in: ModuleError). IoError naming the
+/// file when it cannot be written.
+void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
+                    const WeightAverage* average = nullptr);
 
 /// Restores a checkpoint into `net` (same parameter names and shapes), `optimizer` (same
 /// class, bound to `net`, set up as when it was saved), `trainer` (same batch size and
 /// seed) and the global generator. IoError naming the file for an unreadable or
-/// non-checkpoint file; ModuleError naming what does not match. Nothing is changed when
-/// anything does not match.
-void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer);
+/// non-checkpoint file; ModuleError naming what does not match (a weight average saved and
+/// none given, or the other way round, included). Nothing is changed when anything does
+/// not match.
+void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer,
+                    WeightAverage* average = nullptr);
 
 } // namespace tessera

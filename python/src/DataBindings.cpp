@@ -5,6 +5,7 @@
 #include "data/Image.h"
 #include "data/Loader.h"
 #include "data/Transform.h"
+#include "training/Average.h"
 #include "training/Checkpoint.h"
 #include "training/Handlers.h"
 
@@ -138,21 +139,33 @@ order for any number of workers. loader.epoch(e) iterates over (images, labels) 
             "The next batch (images, labels) of the epoch begun, or None after its last.")
         .def_property_readonly("waitingSeconds", &Loader::waitingSeconds);
 
+    py::class_<WeightAverage, std::shared_ptr<WeightAverage>>(
+        m, "WeightAverage",
+        "An exponential moving average of a model's weights: update() after each step; swap() to evaluate or save "
+        "the averaged model, swap() again to go on training.")
+        .def(py::init<Module&, float>(), py::arg("net"), py::arg("decay") = 0.999f, py::keep_alive<1, 2>())
+        .def("update", &WeightAverage::update, py::call_guard<py::gil_scoped_release>())
+        .def("swap", &WeightAverage::swap, py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("swapped", &WeightAverage::swapped)
+        .def_property_readonly("decay", &WeightAverage::decay)
+        .def_property_readonly("currentDecay", &WeightAverage::currentDecay)
+        .def_property_readonly("updates", &WeightAverage::updates);
     m.def(
         "saveCheckpoint",
-        [](const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer) {
+        [](const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
+           const WeightAverage* average) {
             py::gil_scoped_release nogil;
-            saveCheckpoint(path, net, optimizer, trainer);
+            saveCheckpoint(path, net, optimizer, trainer, average);
         },
-        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"),
+        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"), py::arg("average") = nullptr,
         "Everything a run needs to continue bit-identically, in one HDF5 file written atomically.");
     m.def(
         "loadCheckpoint",
-        [](const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer) {
+        [](const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer, WeightAverage* average) {
             py::gil_scoped_release nogil;
-            loadCheckpoint(path, net, optimizer, trainer);
+            loadCheckpoint(path, net, optimizer, trainer, average);
         },
-        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"));
+        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"), py::arg("average") = nullptr);
 }
 
 } // namespace tessera::python

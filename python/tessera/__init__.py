@@ -31,7 +31,7 @@ from ._tessera import (
     zooModels,
     # data sets, transforms, loader; checkpoints
     Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, idxDataset, imageFolder,
-    npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint,
+    npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint, WeightAverage,
     # data-parallel training
     Communicator, DataParallel, launchedByMpi, mpiBuilt, mpiWorld, ncclBuilt, ncclWorld,
 )
@@ -120,6 +120,7 @@ __all__ = [
     "tensorDataset",
     "loadCheckpoint",
     "saveCheckpoint",
+    "WeightAverage",
     "Communicator",
     "DataParallel",
     "launchedByMpi",

@@ -299,6 +299,31 @@ def test_label_smoothing_matches_pytorch():
         ts.CrossEntropy(labelSmoothing=1.0)
 
 
+def test_weight_average_swaps_and_checkpoints(tmp_path):
+    ts.manualSeed(3)
+    net = ts.Linear(3, 2)
+    w = net.namedParams()["W"]
+    start = w.data.numpy(copy=True)
+    opt = ts.SGD(learnRate=0.1)
+    opt.setupOn(net, True)
+    avg = ts.WeightAverage(net, decay=0.5)
+    assert avg.currentDecay == pytest.approx(0.1)  # (1 + 0) / (10 + 0): warming up
+    w.grad.numpy()[...] = 1.0
+    opt.update()
+    avg.update()
+    stepped = w.data.numpy(copy=True)
+    avg.swap()
+    np.testing.assert_allclose(w.data.numpy(), 0.1 * start + 0.9 * stepped, rtol=1e-6)
+    avg.swap()
+    np.testing.assert_array_equal(w.data.numpy(), stepped)
+    trainer = ts.Trainer(net, ts.CrossEntropy(), opt, batchsize=4, progress=False)
+    ts.saveCheckpoint(str(tmp_path / "avg.ckpt"), net, opt, trainer, average=avg)
+    with pytest.raises(ts.ModuleError, match="saved with a weight average, resumed without one"):
+        ts.loadCheckpoint(str(tmp_path / "avg.ckpt"), net, opt, trainer)
+    ts.loadCheckpoint(str(tmp_path / "avg.ckpt"), net, opt, trainer, average=avg)
+    assert avg.updates == 1
+
+
 def test_schedules_from_their_text():
     assert ts.parseSchedule("step:2:0.5", 0.1, 10).at(3) == pytest.approx(0.05)
     assert ts.parseSchedule("cosine:0.01", 0.1, 4).at(4) == pytest.approx(0.01)

@@ -2,6 +2,7 @@
 // fresh objects gives bit-identical losses and weights to a run never stopped (Adam's state
 // and step count, batch norm's running statistics, dropout's stream, the batch order and
 // the epoch's mean error all carry over); mismatches are clear errors.
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -165,6 +166,74 @@ TEST(Checkpoint, MemoryStaysFlatOverTenThousandSteps) {
     EXPECT_LT(residentBytes() - rss, int64_t{2} << 20)
         << "resident size grew by " << (residentBytes() - rss) << " bytes";
 #endif
+}
+
+// The weight average: each update is avg <- d avg + (1 - d) w against a hand loop (d
+// warming up as min(decay, (1 + t) / (10 + t))), over the parameters and batch norm's
+// running statistics; swap exchanges, twice restores; a checkpoint keeps it and a resumed
+// average goes on exactly; the mismatches are errors.
+TEST(WeightAverage, AveragesSwapsAndResumes) {
+    const Data d = dataSet();
+    auto net = smallNet(1);
+    MomentumSGD sgd(0.05f);
+    sgd.setupOn(*net, true);
+    WeightAverage avg(*net, 0.9f);
+    EXPECT_EQ(avg.state().size(), net->namedParams().size() + net->namedAttrs().size());
+    std::vector<double> want;
+    for (float v : weights(*net)) want.push_back(v);
+    CrossEntropy cost;
+    Trainer trainer(*net, cost, sgd, kOptions);
+    trainer.onBatchFinish = [&](const BatchInfo&) {
+        const double dt = std::min(0.9, (1.0 + avg.updates()) / (10.0 + avg.updates()));
+        EXPECT_FLOAT_EQ(avg.currentDecay(), static_cast<float>(dt));
+        const std::vector<float> w = weights(*net);
+        for (size_t i = 0; i < w.size(); ++i) want[i] = dt * want[i] + (1 - dt) * w[i];
+        avg.update();
+    };
+    trainer.train(d.x, d.y); // 7 batches
+    EXPECT_EQ(avg.updates(), 7);
+    const std::vector<float> live = weights(*net);
+    avg.swap();
+    EXPECT_TRUE(avg.swapped());
+    const std::vector<float> averaged = weights(*net);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(averaged[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+    EXPECT_THROW(avg.update(), ModuleError);
+    const std::string path = ::testing::TempDir() + "tessera_checkpoint_avg.h5";
+    EXPECT_NE(errorOf([&] { saveCheckpoint(path, *net, sgd, trainer, &avg); }).find("swap them back first"),
+              std::string::npos);
+    avg.swap();
+    EXPECT_TRUE(bitEqual(weights(*net), live));
+    saveCheckpoint(path, *net, sgd, trainer, &avg);
+
+    // Resumed by fresh objects: the same average, and the next update is the same too.
+    auto other = smallNet(2);
+    MomentumSGD sgd2(0.05f);
+    sgd2.setupOn(*other, true);
+    CrossEntropy cost2;
+    Trainer trainer2(*other, cost2, sgd2, kOptions);
+    WeightAverage avg2(*other, 0.9f);
+    loadCheckpoint(path, *other, sgd2, trainer2, &avg2);
+    EXPECT_EQ(avg2.updates(), 7);
+    avg.update();
+    avg2.update();
+    const auto s1 = avg.state(), s2 = avg2.state();
+    ASSERT_EQ(s1.size(), s2.size());
+    for (size_t i = 0; i < s1.size(); ++i) {
+        EXPECT_EQ(s1[i].first, s2[i].first);
+        EXPECT_TRUE(bitEqual(s1[i].second.toVector<float>(), s2[i].second.toVector<float>())) << s1[i].first;
+    }
+    // Saved with an average and resumed without (or the other way round), another decay.
+    EXPECT_NE(errorOf([&] { loadCheckpoint(path, *other, sgd2, trainer2); }).find("saved with a weight average"),
+              std::string::npos);
+    WeightAverage slower(*other, 0.99f);
+    EXPECT_NE(errorOf([&] { loadCheckpoint(path, *other, sgd2, trainer2, &slower); }).find("weight-average decay"),
+              std::string::npos);
+    saveCheckpoint(path, *net, sgd, trainer);
+    EXPECT_NE(errorOf([&] { loadCheckpoint(path, *other, sgd2, trainer2, &avg2); }).find("saved without a weight"),
+              std::string::npos);
+    EXPECT_THROW(WeightAverage(*net, 1.0f), ModuleError);
+    EXPECT_THROW(WeightAverage(*net, -0.5f), ModuleError);
+    std::filesystem::remove(path);
 }
 
 TEST(Checkpoint, MismatchesAreClearErrors) {

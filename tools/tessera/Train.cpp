@@ -68,6 +68,7 @@ struct TrainArgs {
     float weightDecay = 0.0f;
     float clipNorm = 0.0f;
     float labelSmoothing = 0.0f;
+    float ema = 0.0f;
     std::string schedule;
     int64_t warmup = 0;
     uint64_t seed = 1;
@@ -203,6 +204,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (!(a.labelSmoothing >= 0.0f && a.labelSmoothing < 1.0f)) {
         throw UsageError("--label-smoothing: expected a number in [0, 1), got " + formatRate(a.labelSmoothing));
     }
+    if (!(a.ema >= 0.0f && a.ema < 1.0f)) {
+        throw UsageError("--ema: expected a decay in [0, 1) such as 0.999, got " + formatRate(a.ema));
+    }
     if (a.precision == "fp16" && device.isCpu()) {
         throw UsageError("--precision fp16 runs on CUDA devices (--device cuda); on the CPU use bf16");
     }
@@ -309,6 +313,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     }
     if (a.clipNorm > 0.0f) std::printf(", gradients clipped to norm %g", a.clipNorm);
     if (a.labelSmoothing > 0.0f) std::printf(", label smoothing %g", a.labelSmoothing);
+    if (a.ema > 0.0f) std::printf(", weight average with decay %g", a.ema);
     std::printf("), batch %lld, seed %llu, device %s, precision %s%s\n", static_cast<long long>(a.batch),
                 static_cast<unsigned long long>(a.seed), device.str().c_str(), a.precision.c_str(),
                 emulated ? " (emulated: this CPU has no bfloat16 kernels)" : "");
@@ -321,6 +326,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                     static_cast<long long>(a.batch) * ranks, parallel->buckets().size(),
                     a.syncBatchNorm ? "; batch norm synchronised" : "");
     }
+    // The weight average starts from the weights every rank has (after the broadcast).
+    std::unique_ptr<WeightAverage> average;
+    if (a.ema > 0.0f) average = std::make_unique<WeightAverage>(*net, a.ema);
     // Time the convolution algorithms once for the batch shape (cuDNN's heuristic can be
     // far off); a smaller last batch keeps the heuristic's choice. Nothing to do on a CPU.
     if (!device.isCpu()) net->optimizeForShape({batchShape}, size_t{512} << 20);
@@ -331,7 +339,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     Trainer trainer(*net, cost, *optimizer, options);
     trainer.setDataParallel(parallel.get());
     if (!a.resume.empty()) {
-        loadCheckpoint(a.resume, *net, *optimizer, trainer);
+        loadCheckpoint(a.resume, *net, *optimizer, trainer, average.get());
         std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
                     static_cast<long long>(trainer.position().epoch + 1),
                     static_cast<long long>(trainer.position().batch), static_cast<long long>(optimizer->steps()));
@@ -349,10 +357,21 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     // Checkpoints: every --every steps, at the end of each epoch, and on SIGINT/SIGTERM
     // after the batch in progress.
     auto checkpoint = [&] {
-        if (!a.checkpoint.empty() && writer) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer);
+        if (!a.checkpoint.empty() && writer) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer, average.get());
     };
+    // The test accuracy (and the saved model) of the averaged weights, when they are kept.
+    auto withAverage = [&](const auto& work) {
+        if (average) average->swap();
+        work();
+        if (average) average->swap();
+    };
+    int64_t averagedAt = optimizer->steps(); // the step the average last took
     trainer.onBatchFinish = [&](const BatchInfo& info) {
         if (a.warmup > 0) optimizer->setLearnRate(rateAt(info.epoch, optimizer->steps()));
+        if (average && optimizer->steps() != averagedAt) { // not after a step loss scaling skipped
+            average->update();
+            averagedAt = optimizer->steps();
+        }
         if (a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
         // The ranks stop after the same batch, when any of them was signalled.
         bool stop = stopSignal != 0;
@@ -389,7 +408,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (trainer.position().epoch >= a.epochs) { // a resumed run that had already finished: just report
         std::printf("the checkpoint is past epoch %lld of %lld: no training left\n",
                     static_cast<long long>(trainer.position().epoch), static_cast<long long>(a.epochs));
-        accuracy = 1.0 - validator.validate(test);
+        withAverage([&] { accuracy = 1.0 - validator.validate(test); });
     }
     const bool scheduled = schedule || a.warmup > 0;
     for (int64_t e = trainer.position().epoch; e < a.epochs; ++e) {
@@ -400,11 +419,12 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         if ((trainer.stopRequested() || stopSignal) && trainer.position().batch != 0) return stopped();
         const bool saved = !a.checkpoint.empty() && ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs);
         if (saved) checkpoint();
-        accuracy = 1.0 - validator.validate(test);
-        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.0f images/s, %.1f%% of the time "
+        withAverage([&] { accuracy = 1.0 - validator.validate(test); });
+        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%%s (%.0f images/s, %.1f%% of the time "
                     "waiting for data%s)%s\n",
                     static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
-                    trainer.samplesPerSecond(), 100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
+                    average ? " with the averaged weights" : "", trainer.samplesPerSecond(),
+                    100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
                     scheduled ? (", learning rate " + formatRate(optimizer->learnRate())).c_str() : "",
                     saved ? "; checkpoint saved" : "");
         std::fflush(stdout);
@@ -428,8 +448,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (!a.save.empty() && writer) {
         std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
         one.insert(one.begin(), 1);
-        saveModel(*net, a.save, {.inputs = {Shape(one)}});
-        std::printf("saved the model (blueprint included) to %s\n", a.save.c_str());
+        withAverage([&] { saveModel(*net, a.save, {.inputs = {Shape(one)}}); });
+        std::printf("saved the model%s (blueprint included) to %s\n", average ? " with its averaged weights" : "",
+                    a.save.c_str());
     }
     if (parallel) {
         const double reduce = parallel->reduceSeconds(), exposed = parallel->exposedSeconds();
@@ -493,6 +514,9 @@ std::function<int()> addTrain(CLI::App& app) {
         ->check(positiveNumber());
     cmd->add_option("--label-smoothing", args->labelSmoothing,
                     "train against (1 - E) onehot(label) + E / classes instead of the one-hot label (0 <= E < 1)");
+    cmd->add_option("--ema", args->ema,
+                    "keep an exponential moving average of the weights with this decay (e.g. 0.999), updated after "
+                    "each step; the test accuracy and --save use the averaged weights, checkpoints keep them");
     cmd->add_option("--schedule", args->schedule,
                     "learning-rate schedule over the epochs: step:N:G (times G every N epochs), exp:G (times G each "
                     "epoch), cosine or cosine:MIN (half a cosine wave from the rate towards MIN, 0 by default, over "
