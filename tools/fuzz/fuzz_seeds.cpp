@@ -95,8 +95,11 @@ int main(int argc, char** argv) {
         Trainer trainer(*net, cost, adam, fuzz::trainerOptions());
         const Tensor x = Tensor::randn({24, 6});
         const Tensor y = Tensor::randint({24}, 3);
+        WeightAverage average(*net, 0.9f);
+        trainer.onBatchFinish = [&](const BatchInfo&) { average.update(); };
         trainer.train(x, y);
         saveCheckpoint((dir / "checkpoint/small.h5").string(), *net, adam, trainer);
+        saveCheckpoint((dir / "checkpoint/average.h5").string(), *net, adam, trainer, &average);
     }
 
     net->evalMode();
