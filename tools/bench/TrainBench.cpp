@@ -49,7 +49,7 @@ std::pair<Tensor, Tensor> batchOf(const std::string& model, int64_t kBatch) {
     return {x, Tensor::fromVector({kBatch}, y)};
 }
 
-void BM_TrainStep(benchmark::State& state, std::string model, DType compute, bool checkNumerics) {
+void BM_TrainStep(benchmark::State& state, std::string model, DType compute, bool checkNumerics, float clipNorm) {
     struct Numerics { // Module::setCheckNumerics for this row only
         explicit Numerics(bool on) { Module::setCheckNumerics(on); }
         ~Numerics() { Module::setCheckNumerics(false); }
@@ -59,6 +59,7 @@ void BM_TrainStep(benchmark::State& state, std::string model, DType compute, boo
     net->calcMode(compute);
     MomentumSGD sgd(0.01f, 0.9f);
     sgd.setupOn(*net, true);
+    sgd.setGradientClipping(clipNorm); // 0: off
     CrossEntropy cost;
     const int64_t kBatch = batchOf(model);
     auto [x, y] = batchOf(model, kBatch);
@@ -97,7 +98,8 @@ int registerAll() {
             if (compute == DType::bfloat16 && recurrent(model)) continue; // RNNs compute in float32
             const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
             const std::string suffix = compute == DType::float32 ? "" : "/bf16";
-            benchmark::RegisterBenchmark((prefix + "/train" + suffix).c_str(), BM_TrainStep, model, compute, false)
+            benchmark::RegisterBenchmark((prefix + "/train" + suffix).c_str(), BM_TrainStep, model, compute, false,
+                                         0.0f)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
             benchmark::RegisterBenchmark((prefix + "/inference" + suffix).c_str(), BM_Inference, model, compute)
@@ -109,7 +111,15 @@ int registerAll() {
     for (const char* model : {"lenet", "resnet18"}) {
         const std::string name =
             std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) + "/train/check-numerics";
-        benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, model, DType::float32, true)
+        benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, model, DType::float32, true, 0.0f)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
+    // The cost of gradient clipping by global norm (a sum of squares over the gradients).
+    for (const char* model : {"mlp", "lstm"}) {
+        const std::string name =
+            std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) + "/train/clip-norm";
+        benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, model, DType::float32, false, 1.0f)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }
