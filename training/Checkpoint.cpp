@@ -44,6 +44,7 @@ void saveCheckpoint(const std::string& path, const Module& net, const Optimizer&
           {"errorSum", pos.errorSum},
           {"errorSamples", pos.errorSamples},
           {"batchsize", trainer.options().batchsize},
+          {"accumulate", trainer.options().accumulate},
           {"shuffle", trainer.options().shuffle},
           {"seed", trainer.options().seed}}},
         {"optimizer",
@@ -125,6 +126,11 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
         if (integer(t.at("batchsize")) != opts.batchsize)
             mismatch("batch size", t.at("batchsize").dump(), std::to_string(opts.batchsize));
         if (natural(t.at("seed")) != opts.seed) mismatch("seed", t.at("seed").dump(), std::to_string(opts.seed));
+        const int64_t accumulate = t.contains("accumulate") ? integer(t.at("accumulate")) : 1; // older files: 1
+        if (accumulate != opts.accumulate) {
+            mismatch("gradient accumulation over", std::to_string(accumulate) + " batches",
+                     std::to_string(opts.accumulate) + " batches");
+        }
         if (t.at("shuffle").get<bool>() != opts.shuffle)
             mismatch("shuffle", t.at("shuffle").dump(), opts.shuffle ? "true" : "false");
         if (o.at("class").get<std::string>() != optimizer.classname())

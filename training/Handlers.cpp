@@ -120,7 +120,12 @@ Tensor gatherBatch(const Tensor& data, const std::vector<int64_t>& order, int64_
 // ---- Trainer ----------------------------------------------------------------------------
 
 Trainer::Trainer(Module& net, Cost& cost, Optimizer& optimizer, const HandlerOptions& options)
-    : net_(net), cost_(cost), optimizer_(optimizer), options_(options) {}
+    : net_(net), cost_(cost), optimizer_(optimizer), options_(options) {
+    if (options.accumulate < 1) {
+        throw ModuleError("Trainer: accumulate must be at least 1 (batches per update), got " +
+                          std::to_string(options.accumulate));
+    }
+}
 
 double Trainer::train(const Tensor& data, const Tensor& targets) {
     checkSet("Trainer", data, &targets, options_.batchsize);
@@ -131,6 +136,11 @@ void Trainer::setPosition(const TrainerPosition& position) {
     if (position.epoch < 0 || position.batch < 0 || position.errorSamples < 0) {
         throw ModuleError("Trainer: a position out of range (epoch " + std::to_string(position.epoch) + ", batch " +
                           std::to_string(position.batch) + ")");
+    }
+    if (position.batch % options_.accumulate != 0) {
+        throw ModuleError("Trainer: batch " + std::to_string(position.batch) + " lies inside a group of " +
+                          std::to_string(options_.accumulate) +
+                          " accumulated batches (its gradients so far are not kept): resume at a group's start");
     }
     position_ = position;
 }
@@ -166,6 +176,10 @@ void Trainer::checkPosition(int64_t batches) const {
 
 double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
     checkPosition(batches);
+    const int64_t accumulate = options_.accumulate;
+    if (accumulate > 1 && parallel_) {
+        throw ModuleError("Trainer: gradient accumulation does not work with data parallelism yet");
+    }
     net_.trainMode();
     cost_.setAccumulator(position_.errorSum, position_.errorSamples); // zero at an epoch's start
     Progress progress(options_, "train");
@@ -183,21 +197,25 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
         const Tensors& y = net_(x);
         CostResult r = cost_(y, t);
         optimizer_.scaleLossGradients(r.grad);
-        optimizer_.zeroGradParams();
-        // Zeroed first, so a parameter that this backward does not reach has a zero
+        // The batch's group of accumulated batches (one batch without accumulation).
+        const int64_t groupStart = b - b % accumulate, groupEnd = std::min(batches, groupStart + accumulate);
+        const bool firstOfGroup = b == groupStart, lastOfGroup = b + 1 == groupEnd;
+        // Zeroed at a group's start, so a parameter that backward does not reach has a zero
         // gradient; the modules then overwrite theirs (momentum 0: a convolution's kernel
-        // writes straight into them) and the containers sum a parameter shared by several
-        // modules over its uses.
+        // writes straight into them), later batches of the group add theirs, and the
+        // containers sum a parameter shared by several modules over its uses.
+        if (firstOfGroup) optimizer_.zeroGradParams();
+        const float weight = 1.0f / static_cast<float>(groupEnd - groupStart);
         const int64_t samples = x[0].shape()[0];
         if (parallel_) parallel_->beginBackward(samples, globalSamples);
         try {
-            net_.backward(r.grad, true, false, 1.0f, 0.0f); // no gradient for the data
+            net_.backward(r.grad, true, false, weight, firstOfGroup ? 0.0f : 1.0f); // no gradient for the data
         } catch (...) {
             if (parallel_) parallel_->abandonBackward();
             throw;
         }
         if (parallel_) parallel_->finishBackward(); // the global batch's gradients
-        optimizer_.update();
+        if (lastOfGroup) optimizer_.update();
         done += globalSamples; // over all ranks: samplesPerSecond is the job's rate
         position_.batch = b + 1;
         position_.errorSum = cost_.errorSum();
@@ -207,9 +225,10 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
         info.meanError = cost_.getMeanError();
         info.samples = done;
         info.seconds = secondsSince(t0);
+        info.updated = lastOfGroup;
         progress.show(info);
         if (onBatchFinish) onBatchFinish(info);
-        if (stop_ && b + 1 < batches) return cost_.getMeanError(); // the epoch stays open
+        if (stop_ && lastOfGroup && b + 1 < batches) return cost_.getMeanError(); // the epoch stays open
     }
     epochSeconds_ = secondsSince(t0);
     rate_ = static_cast<double>(done) / epochSeconds_;

@@ -26,6 +26,9 @@ struct BatchInfo {
     double meanError = 0.0;
     double seconds = 0.0; ///< since the pass began
     int64_t samples = 0;  ///< done in this pass
+    /// Trainer: whether this batch ended with an optimizer update (with accumulation, the
+    /// last batch of its group): a checkpoint is whole only then.
+    bool updated = true;
 };
 
 struct HandlerOptions {
@@ -35,6 +38,12 @@ struct HandlerOptions {
     bool progress = true; ///< a progress line on `out`
     std::FILE* out = stderr;
     Device device = {}; ///< where batches go
+    /// Trainer: gradient accumulation. The gradients of this many batches in a row (a
+    /// group; the epoch's last group may be shorter) add up, each batch's mean weighing
+    /// 1 / (the group's batches), and one optimizer update follows the group: a step as of
+    /// a batch this many times larger, in the memory of one. Groups start at the epoch's
+    /// batch 0; a stop request takes effect at a group's end. Not with data parallelism yet.
+    int64_t accumulate = 1;
 };
 
 /// Where a Trainer is: the epoch in progress, the next batch of it, and its cost
@@ -80,6 +89,7 @@ public:
     const TrainerPosition& position() const { return position_; }
     /// Continue from `position` (a checkpoint's): the next train() runs the rest of that
     /// epoch, in the same order, with the epoch's mean error counting the batches before.
+    /// ModuleError for a position inside a group of accumulated batches.
     void setPosition(const TrainerPosition& position);
     /// Asks the pass in progress to return after the batch it is running (its epoch not
     /// finished: position() says where it stopped). Only sets an atomic flag, so a signal

@@ -202,6 +202,7 @@ void bindTraining(py::module_& m) {
         .def_readonly("meanError", &BatchInfo::meanError)
         .def_readonly("seconds", &BatchInfo::seconds)
         .def_readonly("samples", &BatchInfo::samples)
+        .def_readonly("updated", &BatchInfo::updated)
         .def("__repr__", [](const BatchInfo& b) {
             return "tessera.BatchInfo(epoch=" + std::to_string(b.epoch) + ", batch=" + std::to_string(b.batch) + "/" +
                    std::to_string(b.batches) + ", error=" + std::to_string(b.error) + ")";
@@ -210,13 +211,14 @@ void bindTraining(py::module_& m) {
     py::class_<Trainer>(m, "Trainer", R"(One training pass per train() call: for each batch, forward, cost, zeroed
 gradients, backward and the optimizer's update, with the GIL released.)")
         .def(py::init([](Module& net, Cost& cost, Optimizer& optimizer, int64_t batchsize, bool shuffle, uint64_t seed,
-                         bool progress, const std::string& device) {
-                 return std::make_unique<Trainer>(net, cost, optimizer,
-                                                  handlerOptions(batchsize, shuffle, seed, progress, device));
+                         bool progress, const std::string& device, int64_t accumulate) {
+                 HandlerOptions options = handlerOptions(batchsize, shuffle, seed, progress, device);
+                 options.accumulate = accumulate;
+                 return std::make_unique<Trainer>(net, cost, optimizer, options);
              }),
              py::arg("net"), py::arg("cost"), py::arg("optimizer"), py::kw_only(), py::arg("batchsize") = 128,
              py::arg("shuffle") = true, py::arg("seed") = 0, py::arg("progress") = true, py::arg("device") = "cpu",
-             py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>())
+             py::arg("accumulate") = 1, py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>())
         .def(
             "train",
             [](Trainer& t, const py::handle& data, const py::handle& targets) {

@@ -324,6 +324,28 @@ def test_weight_average_swaps_and_checkpoints(tmp_path):
     assert avg.updates == 1
 
 
+def test_trainer_accumulates_gradients():
+    x = np.random.default_rng(1).standard_normal((40, 6)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+
+    def run(batchsize, accumulate):
+        ts.manualSeed(2)
+        net = ts.Linear(6, 2)
+        opt = ts.SGD(learnRate=0.5)
+        opt.setupOn(net, True)
+        updated = []
+        trainer = ts.Trainer(net, ts.CrossEntropy(), opt, batchsize=batchsize, accumulate=accumulate,
+                             shuffle=False, progress=False)
+        trainer.onBatchFinish = lambda info: updated.append(info.updated)
+        trainer.train(x, y)
+        return net.namedParams()["W"].data.numpy(copy=True), opt.steps, updated
+
+    w4, steps4, updated = run(5, 4)
+    w20, steps20, _ = run(20, 1)
+    assert steps4 == steps20 == 2 and updated == [False, False, False, True] * 2
+    np.testing.assert_allclose(w4, w20, rtol=1e-5, atol=1e-6)
+
+
 def test_schedules_from_their_text():
     assert ts.parseSchedule("step:2:0.5", 0.1, 10).at(3) == pytest.approx(0.05)
     assert ts.parseSchedule("cosine:0.01", 0.1, 4).at(4) == pytest.approx(0.01)

@@ -261,6 +261,13 @@ TEST(Checkpoint, MismatchesAreClearErrors) {
         Trainer t3(*other, c2, sgd, kOptions);
         EXPECT_NE(errorOf([&] { loadCheckpoint(path, *other, sgd, t3); }).find("saved with optimizer Adam"),
                   std::string::npos);
+        HandlerOptions accumulating = kOptions;
+        accumulating.accumulate = 2;
+        Trainer t5(*other, c2, a2, accumulating);
+        EXPECT_NE(errorOf([&] {
+                      loadCheckpoint(path, *other, a2, t5);
+                  }).find("saved with gradient accumulation over 1 batches, resumed with 2 batches"),
+                  std::string::npos);
     }
     // A model file without checkpoint data.
     const std::string model = ::testing::TempDir() + "tessera_plain_model.h5";

@@ -1,5 +1,6 @@
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +8,7 @@
 #include "GradCheck.h"
 #include "containers/Graph.h"
 #include "models/LeNet.h"
+#include "models/Zoo.h"
 #include "modules/Concat.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
@@ -187,6 +189,66 @@ TEST(Handlers, TrainerAppliesLossScaling) {
         return net->getByName("fc1").getVar("W")->data.toVector<float>();
     };
     EXPECT_EQ(run(true), run(false));
+}
+
+// Gradient accumulation: batches of 16 in groups of 4 step as batches of 64 (LeNet's
+// convolutions, pooling and linear layers; the zoo's 2-layer LSTM), over 136 samples, so
+// the epoch's last group is one batch of 8 either way. Equal within float summation order.
+// A stop request waits for its group's end; a position inside a group is refused.
+TEST(Handlers, AccumulatedBatchesStepAsOneLargeBatch) {
+    const Tensor x = randomTensor({136, 1, 28, 28}, 5, 0, 1);
+    std::vector<int32_t> labels;
+    for (int32_t i = 0; i < 136; ++i) labels.push_back(i * 7 % 10);
+    const Tensor y = Tensor::fromVector({136}, labels);
+    for (const char* model : {"lenet", "lstm"}) {
+        SCOPED_TRACE(model);
+        auto run = [&](int64_t batchsize, int64_t accumulate, std::vector<bool>* updated) {
+            manualSeed(3);
+            ModulePtr net = loadZooModel(model);
+            CrossEntropy cost;
+            MomentumSGD sgd(0.05f);
+            sgd.setupOn(*net, true);
+            Trainer t(*net, cost, sgd,
+                      {.batchsize = batchsize, .seed = 4, .progress = false, .accumulate = accumulate});
+            if (updated) t.onBatchFinish = [&](const BatchInfo& info) { updated->push_back(info.updated); };
+            for (int epoch = 0; epoch < 2; ++epoch) t.train(x, y);
+            EXPECT_EQ(sgd.steps(), 6);
+            std::vector<float> w;
+            for (const auto& [name, v] : net->namedParams()) {
+                const std::vector<float> p = v->data.toVector<float>();
+                w.insert(w.end(), p.begin(), p.end());
+            }
+            return w;
+        };
+        std::vector<bool> updated;
+        const std::vector<float> small = run(16, 4, &updated), large = run(64, 1, nullptr);
+        ASSERT_EQ(small.size(), large.size());
+        double worst = 0;
+        for (size_t i = 0; i < small.size(); ++i) {
+            worst = std::max(worst, std::fabs(static_cast<double>(small[i]) - large[i]) / (1e-3 + std::fabs(large[i])));
+        }
+        EXPECT_LT(worst, 1e-4);
+        const std::vector<bool> group{false, false, false, true, false, false, false, true, true};
+        std::vector<bool> both = group;
+        both.insert(both.end(), group.begin(), group.end());
+        EXPECT_EQ(updated, both);
+    }
+    auto net = loadMLP({784, 8, 10});
+    CrossEntropy cost;
+    SGD sgd;
+    sgd.setupOn(*net, true);
+    Trainer t(*net, cost, sgd, {.batchsize = 16, .progress = false, .accumulate = 4});
+    t.onBatchFinish = [&](const BatchInfo& info) {
+        if (info.batch == 1) t.requestStop();
+    };
+    t.train(x.reshape({136, 784}), y);
+    EXPECT_EQ(t.position().batch, 4); // after the group, not after batch 1
+    EXPECT_EQ(sgd.steps(), 1);
+    EXPECT_NE(errorOf([&] {
+                  t.setPosition({0, 2, 0.0, 0});
+              }).find("inside a group of 4 accumulated batches"),
+              std::string::npos);
+    EXPECT_THROW(Trainer(*net, cost, sgd, {.accumulate = 0}), ModuleError);
 }
 
 TEST(Handlers, ShuffleIsSeededAndBadSetsAreErrors) {

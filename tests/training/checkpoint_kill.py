@@ -2,7 +2,7 @@
 """Kill-and-resume test of `tessera train --checkpoint/--resume`.
 
 A reference run trains uninterrupted (with a learning-rate schedule, a warm-up, weight decay,
-gradient clipping and a weight average). Then the same run, writing a checkpoint every 2
+gradient clipping, a weight average and gradients accumulated over 2 batches). Then the same run, writing a checkpoint every 2
 steps, is killed with SIGKILL at random moments (during start-up, in a step, in the middle
 of writing a checkpoint) and with SIGINT once, each time resumed from its checkpoint,
 until it finishes. Every checkpoint on disk must be readable at every kill, and the final
@@ -48,7 +48,7 @@ def main():
               # The rate depends on the position (a cosine over the epochs, a warm-up over
               # the first 25 of 60 steps), so a resumed run must find it again.
               "--schedule", "cosine", "--warmup", "25", "--weight-decay", "1e-4", "--clip-norm", "5",
-              "--ema", "0.9"]
+              "--ema", "0.9", "--accumulate", "2"]
     ref = os.path.join(work, "reference.h5")
     t0 = time.monotonic()
     subprocess.run(common + ["--save", ref], check=True, stdout=subprocess.DEVNULL)

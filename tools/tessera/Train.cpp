@@ -69,6 +69,7 @@ struct TrainArgs {
     float clipNorm = 0.0f;
     float labelSmoothing = 0.0f;
     float ema = 0.0f;
+    int64_t accumulate = 1;
     std::string schedule;
     int64_t warmup = 0;
     uint64_t seed = 1;
@@ -195,6 +196,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
     const bool writer = rank == 0; // the rank that saves, checkpoints and writes metrics
     const Device device = parseDevice(a.device);
+    if (a.accumulate > 1 && comm) {
+        throw UsageError("--accumulate does not work under mpirun yet (the ranks' batches add up already)");
+    }
     if (a.syncBatchNorm && !comm) {
         throw UsageError("--sync-bn synchronises batch norm across the processes of mpirun -np N; this is one process");
     }
@@ -314,8 +318,13 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (a.clipNorm > 0.0f) std::printf(", gradients clipped to norm %g", a.clipNorm);
     if (a.labelSmoothing > 0.0f) std::printf(", label smoothing %g", a.labelSmoothing);
     if (a.ema > 0.0f) std::printf(", weight average with decay %g", a.ema);
-    std::printf("), batch %lld, seed %llu, device %s, precision %s%s\n", static_cast<long long>(a.batch),
-                static_cast<unsigned long long>(a.seed), device.str().c_str(), a.precision.c_str(),
+    std::printf("), batch %lld", static_cast<long long>(a.batch));
+    if (a.accumulate > 1) {
+        std::printf(" (gradients of %lld batches per update: %lld images a step)", static_cast<long long>(a.accumulate),
+                    static_cast<long long>(a.accumulate * a.batch));
+    }
+    std::printf(", seed %llu, device %s, precision %s%s\n", static_cast<unsigned long long>(a.seed),
+                device.str().c_str(), a.precision.c_str(),
                 emulated ? " (emulated: this CPU has no bfloat16 kernels)" : "");
     std::unique_ptr<DataParallel> parallel;
     if (comm) {
@@ -335,7 +344,12 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
 
     // Metrics: one CSV row per epoch, flushed at once, so a killed run keeps what it did.
     CrossEntropy cost({.labelSmoothing = a.labelSmoothing});
-    HandlerOptions options{.batchsize = a.batch, .seed = a.seed, .progress = !a.quiet, .out = stdout, .device = device};
+    HandlerOptions options{.batchsize = a.batch,
+                           .seed = a.seed,
+                           .progress = !a.quiet,
+                           .out = stdout,
+                           .device = device,
+                           .accumulate = a.accumulate};
     Trainer trainer(*net, cost, *optimizer, options);
     trainer.setDataParallel(parallel.get());
     if (!a.resume.empty()) {
@@ -372,7 +386,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
             average->update();
             averagedAt = optimizer->steps();
         }
-        if (a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
+        // A checkpoint holds no accumulated gradients: only after an update.
+        if (info.updated && a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
         // The ranks stop after the same batch, when any of them was signalled.
         bool stop = stopSignal != 0;
         if (comm) {
@@ -514,6 +529,11 @@ std::function<int()> addTrain(CLI::App& app) {
         ->check(positiveNumber());
     cmd->add_option("--label-smoothing", args->labelSmoothing,
                     "train against (1 - E) onehot(label) + E / classes instead of the one-hot label (0 <= E < 1)");
+    cmd->add_option("--accumulate", args->accumulate,
+                    "add up the gradients of N batches before each update: steps as of a batch N times larger, in "
+                    "the memory of one (--every counts updates)")
+        ->capture_default_str()
+        ->check(positiveInteger());
     cmd->add_option("--ema", args->ema,
                     "keep an exponential moving average of the weights with this decay (e.g. 0.999), updated after "
                     "each step; the test accuracy and --save use the averaged weights, checkpoints keep them");
