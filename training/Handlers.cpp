@@ -11,6 +11,7 @@
 #include "backend/Random.h"
 #include "data/Loader.h"
 #include "distributed/DataParallel.h"
+#include "training/Average.h"
 
 namespace tessera {
 
@@ -215,7 +216,7 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
             throw;
         }
         if (parallel_) parallel_->finishBackward(); // the global batch's gradients
-        if (lastOfGroup) optimizer_.update();
+        if (lastOfGroup && optimizer_.update() && average_) average_->update();
         done += globalSamples; // over all ranks: samplesPerSecond is the job's rate
         position_.batch = b + 1;
         position_.errorSum = cost_.errorSum();

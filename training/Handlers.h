@@ -16,6 +16,7 @@ namespace tessera {
 
 class DataParallel;
 class Loader;
+class WeightAverage;
 
 /// Where a handler is in its pass, for callbacks and the progress line.
 struct BatchInfo {
@@ -75,6 +76,9 @@ public:
     /// with its rank and the number of ranks; every rank then makes the same updates.
     /// nullptr (the default): one process.
     void setDataParallel(DataParallel* parallel) { parallel_ = parallel; }
+    /// A weight average (training/Average.h) of the network, updated after each applied
+    /// optimizer update (not after a step loss scaling skipped). nullptr (the default): none.
+    void setWeightAverage(WeightAverage* average) { average_ = average; }
     std::function<void(const BatchInfo&)> onBatchFinish;
     std::function<void(const BatchInfo&)> onEpochFinish;
     int64_t epoch() const { return position_.epoch; }
@@ -118,6 +122,7 @@ private:
     TrainerPosition position_;
     double rate_ = 0.0, dataSeconds_ = 0.0, epochSeconds_ = 0.0;
     DataParallel* parallel_ = nullptr;
+    WeightAverage* average_ = nullptr;
     std::atomic<bool> stop_{false};
 };
 

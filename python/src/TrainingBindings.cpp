@@ -5,6 +5,7 @@
 
 #include "backend/Errors.h"
 #include "data/Loader.h"
+#include "training/Average.h"
 #include "training/CTC.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
@@ -219,6 +220,8 @@ gradients, backward and the optimizer's update, with the GIL released.)")
              py::arg("net"), py::arg("cost"), py::arg("optimizer"), py::kw_only(), py::arg("batchsize") = 128,
              py::arg("shuffle") = true, py::arg("seed") = 0, py::arg("progress") = true, py::arg("device") = "cpu",
              py::arg("accumulate") = 1, py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>())
+        .def("setWeightAverage", &Trainer::setWeightAverage, py::arg("average"), py::keep_alive<1, 2>(),
+             "Update this WeightAverage after each applied optimizer update (None: none).")
         .def(
             "train",
             [](Trainer& t, const py::handle& data, const py::handle& targets) {

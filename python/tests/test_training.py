@@ -317,11 +317,14 @@ def test_weight_average_swaps_and_checkpoints(tmp_path):
     avg.swap()
     np.testing.assert_array_equal(w.data.numpy(), stepped)
     trainer = ts.Trainer(net, ts.CrossEntropy(), opt, batchsize=4, progress=False)
+    trainer.setWeightAverage(avg)  # updated after each of the trainer's steps from now on
+    trainer.train(np.zeros((8, 3), np.float32), np.zeros(8, np.int32))
+    assert avg.updates == 1 + 2
     ts.saveCheckpoint(str(tmp_path / "avg.ckpt"), net, opt, trainer, average=avg)
     with pytest.raises(ts.ModuleError, match="saved with a weight average, resumed without one"):
         ts.loadCheckpoint(str(tmp_path / "avg.ckpt"), net, opt, trainer)
     ts.loadCheckpoint(str(tmp_path / "avg.ckpt"), net, opt, trainer, average=avg)
-    assert avg.updates == 1
+    assert avg.updates == 3
 
 
 def test_trainer_accumulates_gradients():

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "GradCheck.h"
 #include "containers/Graph.h"
@@ -12,6 +13,7 @@
 #include "modules/Concat.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
+#include "training/Average.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
 #include "training/Idx.h"
@@ -249,6 +251,32 @@ TEST(Handlers, AccumulatedBatchesStepAsOneLargeBatch) {
               }).find("inside a group of 4 accumulated batches"),
               std::string::npos);
     EXPECT_THROW(Trainer(*net, cost, sgd, {.accumulate = 0}), ModuleError);
+}
+
+// A Trainer given a weight average updates it after each applied update: with
+// accumulation over 2 batches, once per 2 batches; and not after a step loss scaling skips.
+TEST(Handlers, TrainerUpdatesItsWeightAverage) {
+    auto [x, y] = toySet(40);
+    manualSeed(1);
+    auto net = loadMLP({2, 4, 2});
+    CrossEntropy cost;
+    SGD sgd(0.1f);
+    sgd.setupOn(*net, true);
+    WeightAverage average(*net, 0.9f);
+    Trainer t(*net, cost, sgd, {.batchsize = 8, .progress = false, .accumulate = 2});
+    t.setWeightAverage(&average);
+    t.train(x, y); // 5 batches: groups of 2, 2, 1
+    EXPECT_EQ(sgd.steps(), 3);
+    EXPECT_EQ(average.updates(), 3);
+    // With loss scaling, the group holding an infinite input has non-finite gradients: its
+    // step is skipped, and the average is not updated for it.
+    sgd.enableLossScaling({.initialScale = 1024.0f});
+    std::vector<float> bad = x.toVector<float>();
+    bad[0] = std::numeric_limits<float>::infinity();
+    t.train(Tensor::fromVector(x.shape(), bad), y);
+    EXPECT_EQ(sgd.skippedSteps(), 1);
+    EXPECT_EQ(average.updates(), 3 + (3 - sgd.skippedSteps()));
+    EXPECT_EQ(sgd.steps(), average.updates());
 }
 
 TEST(Handlers, ShuffleIsSeededAndBadSetsAreErrors) {

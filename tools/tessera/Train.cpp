@@ -352,6 +352,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                            .accumulate = a.accumulate};
     Trainer trainer(*net, cost, *optimizer, options);
     trainer.setDataParallel(parallel.get());
+    trainer.setWeightAverage(average.get());
     if (!a.resume.empty()) {
         loadCheckpoint(a.resume, *net, *optimizer, trainer, average.get());
         std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
@@ -379,13 +380,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         work();
         if (average) average->swap();
     };
-    int64_t averagedAt = optimizer->steps(); // the step the average last took
     trainer.onBatchFinish = [&](const BatchInfo& info) {
         if (a.warmup > 0) optimizer->setLearnRate(rateAt(info.epoch, optimizer->steps()));
-        if (average && optimizer->steps() != averagedAt) { // not after a step loss scaling skipped
-            average->update();
-            averagedAt = optimizer->steps();
-        }
         // A checkpoint holds no accumulated gradients: only after an update.
         if (info.updated && a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
         // The ranks stop after the same batch, when any of them was signalled.
