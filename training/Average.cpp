@@ -88,14 +88,14 @@ NamedTensors WeightAverage::state() const {
     return out;
 }
 
-void WeightAverage::setState(const NamedTensors& state, int64_t updates) {
+void WeightAverage::checkState(const NamedTensors& state) const {
     std::map<std::string, const Tensor*> byName;
     for (const auto& [name, t] : state) byName[name] = &t;
     if (byName.size() != entries_.size()) {
         throw ModuleError("WeightAverage: the state holds " + std::to_string(byName.size()) + " averages, the model " +
                           std::to_string(entries_.size()));
     }
-    for (const Entry& e : entries_) { // checked whole before anything is copied
+    for (const Entry& e : entries_) {
         auto it = byName.find(e.name);
         if (it == byName.end()) throw ModuleError("WeightAverage: the state has no average of '" + e.name + "'");
         if (it->second->shape() != e.average.shape()) {
@@ -103,7 +103,13 @@ void WeightAverage::setState(const NamedTensors& state, int64_t updates) {
                               ", the model's " + e.average.shape().str());
         }
     }
+}
+
+void WeightAverage::setState(const NamedTensors& state, int64_t updates) {
+    checkState(state); // whole, before anything is copied
     if (updates < 0) throw ModuleError("WeightAverage: a negative update count");
+    std::map<std::string, const Tensor*> byName;
+    for (const auto& [name, t] : state) byName[name] = &t;
     const std::vector<Tensor> w = swapped_ ? live() : std::vector<Tensor>{};
     for (size_t i = 0; i < entries_.size(); ++i) {
         Tensor dst = swapped_ ? w[i] : entries_[i].average;

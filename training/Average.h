@@ -41,8 +41,11 @@ public:
     int64_t updates() const { return updates_; }
     /// The averages by the model's dotted names (parameters, then floating attributes).
     NamedTensors state() const;
-    /// Restores a state() of an average over the same model (ModuleError naming a
-    /// missing name or a shape that differs; nothing changes then).
+    /// ModuleError unless `state` is a state() of an average over this model: the same
+    /// names (a missing one is named) and shapes. Changes nothing.
+    void checkState(const NamedTensors& state) const;
+    /// Restores a state() of an average over the same model (checkState's errors; nothing
+    /// changes then).
     void setState(const NamedTensors& state, int64_t updates);
 
 private:

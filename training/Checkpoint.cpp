@@ -147,7 +147,8 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
             if (decay != average->decay()) {
                 mismatch("weight-average decay", r.at("average").at("decay").dump(), std::to_string(average->decay()));
             }
-            averageUpdates = integer(r.at("average").at("updates"));
+            averageUpdates = static_cast<int64_t>(
+                natural(r.at("average").at("updates"))); // >= 0: setState comes after the model is loaded
         }
         st.steps = integer(o.at("steps"));
         st.lossScale = single(o.at("lossScale"));
@@ -212,21 +213,7 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
     // model (strict: every name and shape must match, nothing copied otherwise), then the rest.
     if (average) {
         try {
-            const NamedTensors now = average->state();
-            if (now.size() != averages.size()) {
-                throw ModuleError(std::to_string(averages.size()) + " averages saved, the model has " +
-                                  std::to_string(now.size()));
-            }
-            std::map<std::string, Shape> shapes;
-            for (const auto& [name, t] : averages) shapes.emplace(name, t.shape());
-            for (const auto& [name, t] : now) {
-                auto it = shapes.find(name);
-                if (it == shapes.end()) throw ModuleError("no average of '" + name + "'");
-                if (it->second != t.shape()) {
-                    throw ModuleError("the average of '" + name + "' has shape " + it->second.str() + ", the model's " +
-                                      t.shape().str());
-                }
-            }
+            average->checkState(averages);
         } catch (const ModuleError& e) {
             throw ModuleError("checkpoint " + path + ": " + e.what());
         }

@@ -107,22 +107,18 @@ int registerAll() {
                 ->UseRealTime();
         }
     }
+    // Float32 training steps with one option on: Train/<model>/batch<N>/train/<variant>.
+    auto variant = [](const char* model, const char* name, bool checkNumerics, float clipNorm) {
+        const std::string full =
+            std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) + "/train/" + name;
+        benchmark::RegisterBenchmark(full.c_str(), BM_TrainStep, model, DType::float32, checkNumerics, clipNorm)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    };
     // The cost of Module::setCheckNumerics(true): every output and gradient scanned.
-    for (const char* model : {"lenet", "resnet18"}) {
-        const std::string name =
-            std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) + "/train/check-numerics";
-        benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, model, DType::float32, true, 0.0f)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-    }
+    for (const char* model : {"lenet", "resnet18"}) variant(model, "check-numerics", true, 0.0f);
     // The cost of gradient clipping by global norm (a sum of squares over the gradients).
-    for (const char* model : {"mlp", "lstm"}) {
-        const std::string name =
-            std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) + "/train/clip-norm";
-        benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, model, DType::float32, false, 1.0f)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-    }
+    for (const char* model : {"mlp", "lstm"}) variant(model, "clip-norm", false, 1.0f);
     return 0;
 }
 

@@ -227,7 +227,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         throw UsageError("--resume " + a.resume + ": no such file");
     }
     // The optimizer's name and the schedule are checked before any work too.
-    const float baseRate = makeOptimizer(a.optimizer, a.lr)->learnRate();
+    auto optimizer = makeOptimizer(a.optimizer, a.lr);
+    const float baseRate = optimizer->learnRate();
     std::unique_ptr<Schedule> schedule;
     if (!a.schedule.empty()) {
         try {
@@ -280,7 +281,6 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
 
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
-    auto optimizer = makeOptimizer(a.optimizer, a.lr);
     // The rate of a step: the schedule's for the epoch, ramped up linearly over the first
     // --warmup steps. A function of the position alone, so a resumed run gets the same.
     auto rateAt = [&](int64_t epoch, int64_t step) {
