@@ -136,6 +136,7 @@ std::vector<SummaryRow> summarize(Module& model, const Shapes& inputs, std::vect
             }
             r.name = n->name();
             r.module = n->module().classname();
+            r.layer = &n->module();
             r.out = shapes.at(n);
             for (const Edge& e : n->bwds()) {
                 const size_t outs = e.node->module().outputCount();
@@ -167,6 +168,7 @@ std::vector<SummaryRow> summarize(Module& model, const Shapes& inputs, std::vect
             SummaryRow r;
             r.name = name;
             r.module = child->classname();
+            r.layer = child;
             r.in = cur;
             try {
                 r.out = child->inferDataShape(cur);
@@ -189,6 +191,7 @@ std::vector<SummaryRow> summarize(Module& model, const Shapes& inputs, std::vect
     SummaryRow r;
     r.name = model.name().empty() ? model.classname() : model.name();
     r.module = model.classname();
+    r.layer = &model;
     r.in = inputs;
     r.out = model.inferDataShape(inputs);
     for (size_t k = 0; k < inputs.size(); ++k) r.from.emplace_back(inputName(k, inputs.size()), inputs[k]);
@@ -214,7 +217,11 @@ std::string prefixOf(const std::string& name, int depth) {
 }
 } // namespace
 
-std::vector<SummaryRow> groupRows(const std::vector<SummaryRow>& rows, int depth) {
+std::vector<SummaryRow> groupRows(const std::vector<SummaryRow>& rows, int depth, std::vector<size_t>* groupIndex) {
+    if (groupIndex) {
+        groupIndex->resize(rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) (*groupIndex)[i] = i;
+    }
     if (depth <= 0) return rows;
     std::vector<SummaryRow> out;
     std::vector<size_t> members; // rows in the current group
@@ -241,7 +248,10 @@ std::vector<SummaryRow> groupRows(const std::vector<SummaryRow>& rows, int depth
             }
             out.push_back(std::move(g));
         }
-        for (size_t m : members) groupOf[rows[m].name] = out.back().name;
+        for (size_t m : members) {
+            groupOf[rows[m].name] = out.back().name;
+            if (groupIndex) (*groupIndex)[m] = out.size() - 1;
+        }
         members.clear();
     };
     for (size_t i = 0; i < rows.size(); ++i) {

@@ -28,6 +28,8 @@ struct SummaryRow {
     std::string attributes;     ///< kernel, stride, padding, groups where the layer has them
     bool isInput = false;       ///< a graph input (or the first layer of a Sequential)
     bool isOutput = false;      ///< a graph output (or the last layer of a Sequential)
+    /// The row's module (valid while the model lives); null for a group of rows.
+    const Module* layer = nullptr;
 };
 
 /// The rows of `model` for `inputs` (one shape per model input). Throws the model's
@@ -38,8 +40,10 @@ std::vector<SummaryRow> summarize(Module& model, const Shapes& inputs, std::vect
 /// Consecutive rows whose names share their first `depth` parts merged into one row
 /// (parts are separated by '.' and '_': `layer1_0_a_conv` is layer1 / 0 / a / conv at
 /// depths 1 to 4); a group sums its parameters and FLOPs and shows its last output.
-/// depth <= 0 keeps every row.
-std::vector<SummaryRow> groupRows(const std::vector<SummaryRow>& rows, int depth);
+/// depth <= 0 keeps every row. `groupOf`, when given, receives for each row the index of
+/// the returned row it went into.
+std::vector<SummaryRow> groupRows(const std::vector<SummaryRow>& rows, int depth,
+                                  std::vector<size_t>* groupOf = nullptr);
 
 /// The table `tessera summary` prints: name, module, output, attributes, connected to
 /// (for graphs), trainable and non-trainable parameters, FLOPs; then the totals.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <unordered_set>
+#include <utility>
 
 #include "backend/Backend.h"
 
@@ -118,6 +119,12 @@ std::function<void(const Module&)>& gradientHook() {
 } // namespace
 
 void Module::setGradientHook(std::function<void(const Module&)> hook) { gradientHook() = std::move(hook); }
+
+namespace {
+thread_local Module::CallObserver* callObserver = nullptr;
+} // namespace
+
+Module::CallObserver* Module::setCallObserver(CallObserver* observer) { return std::exchange(callObserver, observer); }
 bool Module::checkNumerics() { return numericsChecked; }
 
 namespace {
@@ -237,6 +244,8 @@ void Module::runChecked(const Tensors& data) {
     dtypes.reserve(data.size());
     for (const Tensor& t : data) dtypes.push_back(t.dtype());
     checkDataType(dtypes);
+    CallObserver* const observer = callObserver;
+    if (observer) observer->begin(*this, false);
     tookBfloat16_ = !anyBfloat16(data) || takesBfloat16(data);
     const Tensors converted = tookBfloat16_ ? Tensors() : float32All(data);
     const Tensors& in = tookBfloat16_ ? data : converted;
@@ -249,6 +258,7 @@ void Module::runChecked(const Tensors& data) {
         inData_ = std::move(plain);
     }
     inDTypes_ = std::move(dtypes);
+    if (observer) observer->end(*this, false);
     if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
         for (size_t i = 0; i < data_.size(); ++i) {
             requireFinite("forward", "output " + std::to_string(i), data_[i], "input", inData_);
@@ -285,6 +295,8 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
         }
     }
     checkGradShape(shapesOf(grad));
+    CallObserver* const observer = callObserver;
+    if (observer) observer->begin(*this, true);
     const Tensors converted = tookBfloat16_ ? Tensors() : float32All(grad);
     const Tensors& g = tookBfloat16_ ? grad : converted;
     grad_ = backwardFrom(handlesLayouts() ? g : plainAll(g), updParamGrads, updGrad, scale, momentum);
@@ -295,6 +307,7 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
             grad_[i] = grad_[i].convertedTo(want);
         }
     }
+    if (observer) observer->end(*this, true);
     if (updParamGrads && train_ && !vars_.empty() && gradientHook()) gradientHook()(*this);
     if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
         for (size_t i = 0; i < grad_.size(); ++i) {

@@ -181,6 +181,21 @@ public:
     /// This module's own parameters (not its children's), in registration order.
     const NamedVariables& ownParams() const { return vars_; }
 
+    // ---- call observer ------------------------------------------------------------------
+    /// Told when a module's forward and backward begin and end. A forward spans the input
+    /// conversions (bfloat16 to float32, blocked to plain layouts) and the layer's own
+    /// compute; a backward the same for the gradients, up to the input gradients in their
+    /// inputs' dtypes (not the gradient hook, not the numerics check). A call that throws
+    /// gets no end. The profiler (training/Profile.h) times layers with it.
+    struct CallObserver {
+        virtual ~CallObserver() = default;
+        virtual void begin(const Module& module, bool backward) = 0;
+        virtual void end(const Module& module, bool backward) = 0;
+    };
+    /// Per thread: the observer of the calls this thread makes (null: none, the default;
+    /// then it costs one thread-local test per call). Returns the one it replaces.
+    static CallObserver* setCallObserver(CallObserver* observer);
+
     // ---- modes ------------------------------------------------------------------------
     void trainMode() { setTrain(true); }
     void evalMode() { setTrain(false); }

@@ -69,7 +69,7 @@
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
 
-// training/: costs, optimizers, schedules, Trainer/Validator/Calculator, checkpoints, IDX data
+// training/: costs, optimizers, schedules, Trainer/Validator/Calculator, checkpoints, profiles, IDX data
 #include "training/Average.h"
 #include "training/CTC.h"
 #include "training/Checkpoint.h"
@@ -81,6 +81,7 @@
 #include "training/Multi.h"
 #include "training/Optimizer.h"
 #include "training/PointwiseCosts.h"
+#include "training/Profile.h"
 #include "training/SVM.h"
 #include "training/Schedule.h"
 

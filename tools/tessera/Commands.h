@@ -14,6 +14,7 @@ std::function<int()> addSummary(CLI::App& app);
 std::function<int()> addDraw(CLI::App& app);
 std::function<int()> addConvert(CLI::App& app);
 std::function<int()> addRun(CLI::App& app);
+std::function<int()> addProfile(CLI::App& app);
 
 /// "cpu", "cuda" or "cuda:N"; UsageError when no such device can be used, saying why.
 Device parseDevice(const std::string& text);

@@ -1,4 +1,4 @@
-// tessera: the command-line program: `tessera train | check | summary | draw | convert | run | help`.
+// tessera: the command-line program: `tessera train | check | summary | draw | profile | convert | run | help`.
 // Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
 #include <cstdio>
 #include <exception>
@@ -13,11 +13,12 @@ int main(int argc, char** argv) {
     auto check = tessera::cli::addCheck(app);
     auto summary = tessera::cli::addSummary(app);
     auto draw = tessera::cli::addDraw(app);
+    auto profile = tessera::cli::addProfile(app);
     auto convert = tessera::cli::addConvert(app);
     auto run = tessera::cli::addRun(app);
     CLI::App* help = app.add_subcommand("help", "Print this help, or a command's: tessera help train");
     std::string topic;
-    help->add_option("command", topic, "train, check, summary, draw, convert or run");
+    help->add_option("command", topic, "train, check, summary, draw, profile, convert or run");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -36,15 +37,17 @@ int main(int argc, char** argv) {
                     return 0;
                 }
             }
-            std::fprintf(stderr,
-                         "tessera: no command '%s'; the commands are train, check, summary, draw, convert, run\n",
-                         topic.c_str());
+            std::fprintf(
+                stderr,
+                "tessera: no command '%s'; the commands are train, check, summary, draw, profile, convert, run\n",
+                topic.c_str());
             return 2;
         }
         if (app.got_subcommand("train")) return train();
         if (app.got_subcommand("check")) return check();
         if (app.got_subcommand("summary")) return summary();
         if (app.got_subcommand("draw")) return draw();
+        if (app.got_subcommand("profile")) return profile();
         if (app.got_subcommand("convert")) return convert();
         if (app.got_subcommand("run")) return run();
     } catch (const tessera::cli::UsageError& e) {
