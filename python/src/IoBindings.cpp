@@ -7,6 +7,7 @@
 #include "io/Onnx.h"
 #include "io/Summary.h"
 #include "models/Zoo.h"
+#include "training/Profile.h"
 
 namespace tessera::python {
 
@@ -109,8 +110,51 @@ void bindIo(py::module_& m) {
             return summarize(model, shapes);
         },
         py::arg("model"), py::arg("input"));
-    m.def("_groupRows", &groupRows, py::arg("rows"), py::arg("depth"));
+    m.def(
+        "_groupRows", [](const std::vector<SummaryRow>& rows, int depth) { return groupRows(rows, depth); },
+        py::arg("rows"), py::arg("depth"));
     m.def("_summaryTable", &summaryTable, py::arg("rows"), py::arg("connections"));
+
+    py::class_<ProfileRow, SummaryRow>(m, "ProfileRow", "One layer of a profile: a summary row with its times.")
+        .def_readonly("forward", &ProfileRow::forward, "median seconds of its forward")
+        .def_readonly("backward", &ProfileRow::backward, "median seconds of its backward (0 in inference)")
+        .def("__repr__", [](const ProfileRow& r) {
+            char b[96];
+            std::snprintf(b, sizeof b, ": forward %.3f ms, backward %.3f ms)", r.forward * 1e3, r.backward * 1e3);
+            return "tessera.ProfileRow(" + r.name + " " + r.module + b;
+        });
+    py::class_<Profile>(m, "Profile", "Where a step's time goes, layer by layer (tessera.profile).")
+        .def_readonly("rows", &Profile::rows)
+        .def_readonly("train", &Profile::train)
+        .def_readonly("steps", &Profile::steps)
+        .def_readonly("forward", &Profile::forward)
+        .def_readonly("backward", &Profile::backward)
+        .def_readonly("update", &Profile::update)
+        .def_readonly("step", &Profile::step)
+        .def_readonly("plainStep", &Profile::plainStep)
+        .def_readonly("stepSamples", &Profile::stepSamples)
+        .def_readonly("layerSamples", &Profile::layerSamples)
+        .def("table", &profileTable, py::arg("depth") = 0, py::arg("byTime") = false,
+             "The table tessera profile prints (rows grouped at `depth`; slowest first with byTime).")
+        .def("csv", &profileCsv, "Every row's times as CSV.")
+        .def("__str__", [](const Profile& p) { return profileTable(p); });
+    m.def(
+        "profile",
+        [](Module& model, const py::handle& inputs, bool train, int warmup, int steps, Optimizer* optimizer) {
+            const Tensors in = toTensors(inputs);
+            ProfileOptions options;
+            options.train = train;
+            options.warmup = warmup;
+            options.steps = steps;
+            options.optimizer = optimizer;
+            py::gil_scoped_release nogil;
+            return profile(model, in, options);
+        },
+        py::arg("model"), py::arg("inputs"), py::arg("train") = true, py::arg("warmup") = 2, py::arg("steps") = 5,
+        py::arg("optimizer") = nullptr,
+        "Times each layer's forward and backward over `steps` training steps (forward, backward with a fixed output "
+        "gradient, the optimizer's update when given one set up on the model) after `warmup` untimed ones; "
+        "train=False: inference steps in eval mode. Medians in seconds.");
     m.def("_toDot", &toDot, py::arg("rows"), py::arg("title"));
 }
 

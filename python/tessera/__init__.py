@@ -17,6 +17,8 @@ from ._tessera import (
     BackendError, BatchInfo, Calculator, Container, ContainerError, Cost, Error, Graph,
     GraphError, IoError, Module, ModuleError, Node, NumericsError, Optimizer, Parallel,
     Sequential, ShapeError, SummaryRow, Tensor, Trainer, Validator, Variable,
+    # profiles
+    Profile, ProfileRow, profile,
     # costs
     Abs, BCE, CTC, CrossEntropy, Hinge, KLDivergence, L1Hinge, MSE, Multi, SmoothL1, SVM,
     # optimizers
@@ -56,6 +58,9 @@ __all__ = [
     "Sequential",
     "ShapeError",
     "SummaryRow",
+    "Profile",
+    "ProfileRow",
+    "profile",
     "Tensor",
     "Trainer",
     "Validator",

@@ -355,3 +355,38 @@ def test_schedules_from_their_text():
     assert ts.parseSchedule("exp:0.9", 1.0, 5)(2) == pytest.approx(0.81)
     with pytest.raises(ts.ModuleError, match="expected step:N:G, exp:G, cosine or cosine:MIN"):
         ts.parseSchedule("linear", 0.1, 10)
+
+
+def test_profile_finds_the_slow_layer():
+    # A Python layer that sleeps 30 ms in forward: its row holds that time, the others less.
+    def slow_forward(self, inputs):
+        time.sleep(0.03)
+        return inputs[0]
+
+    ts.registerGlue("py_slow", {"shapes": lambda s: s, "forward": slow_forward, "backward": lambda self, g: g})
+    ts.manualSeed(8)
+    x = ts.Identity(name="x").node()
+    fc1 = ts.Linear(6, 6, name="fc1").node(x)
+    slow = ts.Glue("py_slow", name="slow").node(fc1)
+    fc2 = ts.Linear(6, 3, name="fc2").node(slow)
+    net = ts.Graph(inputs=x, outputs=fc2)
+    sgd = ts.SGD(0.01)
+    sgd.setupOn(net, True)
+    before = net.namedParams()["fc1.W"].data.numpy().copy()
+    p = ts.profile(net, np.ones((4, 6), np.float32), steps=2, warmup=1, optimizer=sgd)
+    rows = {r.name: r for r in p.rows}
+    assert list(rows) == ["x", "fc1", "slow", "fc2"]
+    assert rows["slow"].forward >= 0.03
+    assert all(rows[n].forward < rows["slow"].forward for n in ("x", "fc1", "fc2"))
+    assert rows["fc1"].backward > 0 and rows["fc2"].outputs == [(4, 3)]
+    assert p.step >= p.forward >= 0.03 and p.plainStep >= 0.03 and p.update > 0
+    assert all(layers <= step for layers, step in zip(p.layerSamples, p.stepSamples))
+    assert not np.array_equal(before, net.namedParams()["fc1.W"].data.numpy())  # the updates ran
+    assert "slow" in p.table(byTime=True).splitlines()[2]  # the slowest row first
+    assert p.csv().startswith("name,module,output,flops,forward_ms,backward_ms\n")
+    inference = ts.profile(net, np.ones((4, 6), np.float32), train=False, steps=1, warmup=0)
+    assert not inference.train and all(r.backward == 0 for r in inference.rows)
+    with pytest.raises(ts.ModuleError, match="at least 1 timed step"):
+        ts.profile(net, np.ones((4, 6), np.float32), steps=0)
+    with pytest.raises(ts.ShapeError):
+        ts.profile(net, np.ones((4, 5), np.float32))

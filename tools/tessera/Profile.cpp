@@ -71,7 +71,12 @@ int runProfile(const ProfileArgs& a) {
     }
     const bool train = a.mode == "train";
     if (!a.csv.empty()) requireWritableDestination("--csv", a.csv);
-    std::unique_ptr<Optimizer> optimizer = train ? makeOptimizer(a.optimizer) : nullptr;
+    std::unique_ptr<Optimizer> optimizer;
+    try {
+        if (train) optimizer = makeOptimizer(a.optimizer);
+    } catch (const ModuleError& e) {
+        throw UsageError(std::string("--optimizer: ") + e.what());
+    }
     manualSeed(1);
     ModulePtr net = loadModel(a.model, /*train=*/true); // real weights: uninitialised memory may time differently
     const Shapes shapes = inputsFor(a.model, a.inputs, a.batch);
@@ -93,9 +98,9 @@ int runProfile(const ProfileArgs& a) {
         where += " (" + (cpu.empty() ? std::string("unknown CPU") : cpu) + ", " +
                  (threads ? std::string(threads) : std::to_string(std::thread::hardware_concurrency())) + " threads)";
     }
-    std::printf("profile: %s, input %s, %s, precision %s, %s%s; %d steps after %d warm-up\n", a.model.c_str(),
+    std::printf("profile: %s, input %s, %s, precision %s, %s%s; %d step%s after %d warm-up\n", a.model.c_str(),
                 str(shapes).c_str(), where.c_str(), a.precision.c_str(), train ? "training with " : "inference",
-                train ? a.optimizer.c_str() : "", a.steps, a.warmup);
+                train ? a.optimizer.c_str() : "", a.steps, a.steps == 1 ? "" : "s", a.warmup);
     if (a.precision == "bf16" && device.isCpu() && !CpuBackend::bfloat16Kernels()) {
         std::printf("note: this CPU has no bfloat16 kernels; bf16 is emulated (rounded operands, float32 kernels)\n");
     }

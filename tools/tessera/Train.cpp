@@ -227,7 +227,12 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         throw UsageError("--resume " + a.resume + ": no such file");
     }
     // The optimizer's name and the schedule are checked before any work too.
-    auto optimizer = makeOptimizer(a.optimizer, a.lr);
+    std::unique_ptr<Optimizer> optimizer;
+    try {
+        optimizer = makeOptimizer(a.optimizer, a.lr);
+    } catch (const ModuleError& e) {
+        throw UsageError(std::string("--optimizer: ") + e.what());
+    }
     const float baseRate = optimizer->learnRate();
     std::unique_ptr<Schedule> schedule;
     if (!a.schedule.empty()) {
