@@ -49,7 +49,8 @@ std::pair<Tensor, Tensor> batchOf(const std::string& model, int64_t kBatch) {
     return {x, Tensor::fromVector({kBatch}, y)};
 }
 
-void BM_TrainStep(benchmark::State& state, std::string model, DType compute, bool checkNumerics, float clipNorm) {
+void BM_TrainStep(benchmark::State& state, std::string model, DType compute, bool checkNumerics, float clipNorm,
+                  std::string rule) {
     struct Numerics { // Module::setCheckNumerics for this row only
         explicit Numerics(bool on) { Module::setCheckNumerics(on); }
         ~Numerics() { Module::setCheckNumerics(false); }
@@ -57,7 +58,8 @@ void BM_TrainStep(benchmark::State& state, std::string model, DType compute, boo
     manualSeed(1);
     auto net = modelOf(model);
     net->calcMode(compute);
-    MomentumSGD sgd(0.01f, 0.9f);
+    auto optimizer = rule.empty() ? std::make_unique<MomentumSGD>(0.01f, 0.9f) : makeOptimizer(rule);
+    Optimizer& sgd = *optimizer;
     sgd.setupOn(*net, true);
     sgd.setGradientClipping(clipNorm); // 0: off
     CrossEntropy cost;
@@ -114,7 +116,7 @@ int registerAll() {
             const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
             const std::string suffix = compute == DType::float32 ? "" : "/bf16";
             benchmark::RegisterBenchmark((prefix + "/train" + suffix).c_str(), BM_TrainStep, model, compute, false,
-                                         0.0f)
+                                         0.0f, std::string())
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
             benchmark::RegisterBenchmark((prefix + "/inference" + suffix).c_str(), BM_Inference, model, compute)
@@ -123,10 +125,11 @@ int registerAll() {
         }
     }
     // Float32 training steps with one option on: Train/<model>/batch<N>/train/<variant>.
-    auto variant = [](const char* model, const char* name, bool checkNumerics, float clipNorm) {
+    auto variant = [](const char* model, const char* name, bool checkNumerics, float clipNorm,
+                      const std::string& rule = {}) {
         const std::string full =
             std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) + "/train/" + name;
-        benchmark::RegisterBenchmark(full.c_str(), BM_TrainStep, model, DType::float32, checkNumerics, clipNorm)
+        benchmark::RegisterBenchmark(full.c_str(), BM_TrainStep, model, DType::float32, checkNumerics, clipNorm, rule)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     };
@@ -134,6 +137,8 @@ int registerAll() {
     for (const char* model : {"lenet", "resnet18"}) variant(model, "check-numerics", true, 0.0f);
     // The cost of gradient clipping by global norm (a sum of squares over the gradients).
     for (const char* model : {"mlp", "lstm"}) variant(model, "clip-norm", false, 1.0f);
+    // Adam (tessera train's default) in place of momentum SGD.
+    for (const char* model : {"mlp", "lenet", "resnet18"}) variant(model, "adam", false, 0.0f, "adam");
     // Update/<rule>/resnet18: the update alone, 11.2 million parameters.
     for (const char* rule : {"sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "rmsprop"}) {
         benchmark::RegisterBenchmark((std::string("Update/") + rule + "/resnet18").c_str(), BM_Update, "resnet18", rule)
