@@ -12,6 +12,7 @@
 #   lenet-fp16.log, lenet-bf16.log   the same with --precision fp16 / bf16
 #   lenet-unpinned.log   the fp32 run with batches in ordinary memory (--no-pin-memory)
 #   nccl.log    2 epochs of it as a single-rank data-parallel job over NCCL (TESSERA_NCCL_SIZE=1)
+#   profile.log tessera profile resnet50 --device cuda --batch 64 --depth 1, in fp32 and bf16
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
 #               skipped when GPU_RUN_SKIP_BENCH is set)
 #   side.log    with GPU_RUN_SIDE=MODELS (say resnet50): tools/bench/pytorch_side_by_side.py
@@ -81,6 +82,14 @@ if [[ -n $data ]]; then
       --epochs 2 --seed 1 --device cuda 2>&1; } >"$out/nccl.log" || status=1
   grep -E 'data parallel|final test accuracy' "$out/nccl.log" | sed 's/^/nccl: /' || echo "nccl: no result (see nccl.log)"
 fi
+
+# Per-layer times on the device (each layer bracketed by synchronisations).
+for precision in fp32 bf16; do
+  cmd="bin/tessera profile resnet50 --device cuda --batch 64 --depth 1 --precision $precision"
+  { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" profile resnet50 --device cuda --batch 64 --depth 1 \
+      --precision $precision 2>&1; } >>"$out/profile.log" || status=1
+done
+grep -E '^training step' "$out/profile.log" | sed 's/^/profile: /' || echo "profile: no result (see profile.log)"
 
 if [[ -z ${GPU_RUN_SKIP_BENCH:-} ]]; then
   filter=${GPU_RUN_BENCH_FILTER:-Gpu/}
