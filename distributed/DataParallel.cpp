@@ -126,13 +126,15 @@ DataParallel::~DataParallel() {
     thread_.join();
 }
 
-void DataParallel::beginBackward(int64_t samples, int64_t globalSamples) {
+void DataParallel::beginBackward(int64_t samples, int64_t globalSamples, bool reduce, bool weighted) {
     if (samples < 0 || globalSamples < 1 || samples > globalSamples) {
         throw ModuleError("DataParallel::beginBackward: " + std::to_string(samples) + " of " +
                           std::to_string(globalSamples) + " samples");
     }
     if (inBackward_) throw ModuleError("DataParallel::beginBackward: the previous backward was not finished");
-    weight_ = static_cast<float>(static_cast<double>(samples) / static_cast<double>(globalSamples));
+    share_ = static_cast<float>(static_cast<double>(samples) / static_cast<double>(globalSamples));
+    weight_ = weighted ? share_ : 1.0f;
+    reduce_ = reduce;
     queued_.assign(buckets_.size(), false);
     left_.assign(buckets_.size(), 0);
     if (learned_) {
@@ -144,7 +146,7 @@ void DataParallel::beginBackward(int64_t samples, int64_t globalSamples) {
         error_ = nullptr;
     }
     inBackward_ = true;
-    Module::setGradientHook([this](const Module& m) { onModuleDone(m); });
+    if (reduce_) Module::setGradientHook([this](const Module& m) { onModuleDone(m); });
 }
 
 void DataParallel::onModuleDone(const Module& m) {
@@ -179,9 +181,11 @@ void DataParallel::finishBackward() {
     if (!inBackward_) throw ModuleError("DataParallel::finishBackward without beginBackward");
     Module::setGradientHook({});
     inBackward_ = false;
-    learned_ = true;
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-        if (!queued_[b]) enqueue(b); // the rest, in bucket order (the same on every rank)
+    if (reduce_) {
+        learned_ = true;
+        for (size_t b = 0; b < buckets_.size(); ++b) {
+            if (!queued_[b]) enqueue(b); // the rest, in bucket order (the same on every rank)
+        }
     }
     const auto t0 = Clock::now();
     std::unique_lock<std::mutex> lock(mutex_);

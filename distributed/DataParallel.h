@@ -55,9 +55,19 @@ public:
     /// Call right before backward, with this rank's samples in the batch and the batch's
     /// samples over all ranks: each rank's gradients are weighted by its share, so the
     /// reduced gradient is the mean over the global batch.
-    void beginBackward(int64_t samples, int64_t globalSamples);
+    ///
+    /// Gradient accumulation (several batches' gradients added up before one update):
+    /// `reduce` false for every batch of a group but the last, whose gradients then stay
+    /// on this rank (nothing is communicated but a synchronised batch norm's statistics);
+    /// the group's last backward reduces the sum. The batches of a group may have
+    /// different shares, so the caller weighs each backward by share() itself (its scale)
+    /// and passes `weighted` false: the reduction then only sums.
+    void beginBackward(int64_t samples, int64_t globalSamples, bool reduce = true, bool weighted = true);
+    /// This rank's share of the batch begun last: samples / globalSamples.
+    float share() const { return share_; }
     /// Call right after backward: waits for every bucket. The gradients are then the
-    /// global batch's, the same on every rank.
+    /// global batch's, the same on every rank (after a backward that does not reduce: this
+    /// rank's, added up so far).
     void finishBackward();
     /// After a backward that threw: stops watching modules (the job is failing; the other
     /// ranks are not waited for).
@@ -89,7 +99,7 @@ private:
     public:
         explicit BatchNormLink(DataParallel& dp) : dp_(dp) {}
         std::vector<float> allGather(const std::vector<float>& mine) override;
-        double gradientWeight() const override { return dp_.weight_; }
+        double gradientWeight() const override { return dp_.share_; }
 
     private:
         DataParallel& dp_;
@@ -107,7 +117,9 @@ private:
     std::unordered_map<const Variable*, int64_t> calls_;
     std::vector<int64_t> left_;
     std::vector<bool> queued_;
-    float weight_ = 1.0f;
+    float share_ = 1.0f;  // this rank's share of the batch
+    float weight_ = 1.0f; // what the reduction multiplies this rank's gradients by
+    bool reduce_ = true;  // whether this backward reduces (not a group's earlier batch)
     bool inBackward_ = false;
 
     std::mutex mutex_;

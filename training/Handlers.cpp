@@ -178,9 +178,9 @@ void Trainer::checkPosition(int64_t batches) const {
 double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
     checkPosition(batches);
     const int64_t accumulate = options_.accumulate;
-    if (accumulate > 1 && parallel_) {
-        throw ModuleError("Trainer: gradient accumulation does not work with data parallelism yet");
-    }
+    // With data parallelism, a group's gradients stay on each rank until its last batch,
+    // whose backward reduces their sum; each batch is weighed by its rank's share here.
+    const bool accumulating = accumulate > 1 && parallel_;
     net_.trainMode();
     cost_.setAccumulator(position_.errorSum, position_.errorSamples); // zero at an epoch's start
     Progress progress(options_, "train");
@@ -206,16 +206,19 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
         // writes straight into them), later batches of the group add theirs, and the
         // containers sum a parameter shared by several modules over its uses.
         if (firstOfGroup) optimizer_.zeroGradParams();
-        const float weight = 1.0f / static_cast<float>(groupEnd - groupStart);
+        float weight = 1.0f / static_cast<float>(groupEnd - groupStart);
         const int64_t samples = x[0].shape()[0];
-        if (parallel_) parallel_->beginBackward(samples, globalSamples);
+        if (parallel_) {
+            parallel_->beginBackward(samples, globalSamples, !accumulating || lastOfGroup, !accumulating);
+            if (accumulating) weight *= parallel_->share();
+        }
         try {
             net_.backward(r.grad, true, false, weight, firstOfGroup ? 0.0f : 1.0f); // no gradient for the data
         } catch (...) {
             if (parallel_) parallel_->abandonBackward();
             throw;
         }
-        if (parallel_) parallel_->finishBackward(); // the global batch's gradients
+        if (parallel_) parallel_->finishBackward(); // the global batch's gradients (a group's at its end)
         if (lastOfGroup && optimizer_.update() && average_) average_->update();
         done += globalSamples; // over all ranks: samplesPerSecond is the job's rate
         position_.batch = b + 1;

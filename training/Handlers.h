@@ -43,7 +43,9 @@ struct HandlerOptions {
     /// group; the epoch's last group may be shorter) add up, each batch's mean weighing
     /// 1 / (the group's batches), and one optimizer update follows the group: a step as of
     /// a batch this many times larger, in the memory of one. Groups start at the epoch's
-    /// batch 0; a stop request takes effect at a group's end. Not with data parallelism yet.
+    /// batch 0; a stop request takes effect at a group's end. With data parallelism the
+    /// ranks reduce a group's gradients once, after its last backward (each batch weighed
+    /// by its rank's share of it).
     int64_t accumulate = 1;
 };
 

@@ -35,15 +35,16 @@ DatasetPtr lenetData(int64_t n) {
 // Trains `steps` steps of `perRank` samples per rank on `ranks` ranks (this process being
 // `rank`), or, with ranks == 1 and no DataParallel, one process on batches of the global
 // size; returns the flat parameters.
+// `accumulate` > 1: the gradients of that many batches per update (`steps` counts batches).
 std::vector<float> train(const std::function<ModulePtr()>& make, const DatasetPtr& data, int64_t batch, int rank,
                          int ranks, const CommunicatorPtr& comm, const DataParallelOptions& options, int steps,
-                         float lr = 0.05f) {
+                         float lr = 0.05f, int64_t accumulate = 1) {
     manualSeed(3 + static_cast<uint64_t>(rank) * 100); // different starting points: the broadcast must fix them
     ModulePtr net = make();
     MomentumSGD sgd(lr, 0.9f);
     sgd.setupOn(*net, true);
     CrossEntropy cost;
-    Trainer trainer(*net, cost, sgd, {.batchsize = batch, .progress = false});
+    Trainer trainer(*net, cost, sgd, {.batchsize = batch, .progress = false, .accumulate = accumulate});
     std::unique_ptr<DataParallel> parallel;
     if (comm) {
         parallel = std::make_unique<DataParallel>(*net, sgd, comm, options);
@@ -85,6 +86,44 @@ TEST(DataParallel, TwoRanksOfBatchBMatchOneProcessOfBatch2B) {
         return sgd.globalParams().toVector<float>();
     }();
     EXPECT_GT(maxRelativeDifference(single, start), 0.05);
+}
+
+// Gradient accumulation across ranks: 2 ranks adding up 2 batches of 8 each make the
+// updates of one process on batches of 32 (the same 32 samples: global batches 2k and
+// 2k+1 of 16 are the one process's batch k). 330 samples: each epoch ends with a global
+// batch of 10 (5 per rank) alone in its group, as the one process's last batch of 10,
+// so the shares and the short group are checked too; 22 updates span two epochs.
+TEST(DataParallel, TwoRanksAccumulatingTwoBatchesMatchOneProcessOfTheirSum) {
+    const CommunicatorPtr comm = world();
+    const DatasetPtr data = lenetData(330);
+    auto make = [] { return ModulePtr(loadLeNet()); };
+    const std::vector<float> ranked =
+        train(make, data, 8, comm->rank(), 2, comm, {.bucketBytes = 64 << 10}, 42, 0.05f, /*accumulate=*/2);
+    const std::vector<float> single = train(make, data, 32, 0, 1, nullptr, {}, 22);
+    EXPECT_LT(maxRelativeDifference(ranked, single), 1e-3);
+    // Not the same as reducing every batch (4 ranks' worth of updates of 16 would differ).
+    const std::vector<float> unaccumulated = train(make, data, 8, comm->rank(), 2, comm, {}, 22);
+    EXPECT_GT(maxRelativeDifference(unaccumulated, single), 1e-2);
+}
+
+// With synchronised batch norm, the batches that do not reduce still gather the batch
+// norms' statistics (forward) and gradient sums (backward) across the ranks; every rank
+// ends with the same weights.
+TEST(DataParallel, AccumulationWithSynchronisedBatchNormKeepsTheRanksTogether) {
+    const CommunicatorPtr comm = world();
+    Generator gen(8);
+    Tensor x = Tensor::empty({64, 3, 16, 16});
+    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
+    std::vector<int32_t> y(64);
+    for (int i = 0; i < 64; ++i) y[size_t(i)] = i % 10;
+    const DatasetPtr data = tensorDataset(x, Tensor::fromVector({64}, y));
+    auto make = [] { return ModulePtr(loadResNet(18, ResNetStem::cifar, 10)); };
+    const DataParallelOptions synced{.bucketBytes = 4 << 20, .syncBatchNorm = true};
+    const std::vector<float> mine = train(make, data, 4, comm->rank(), 2, comm, synced, 6, 0.01f, 3);
+    Tensor theirs = Tensor::fromVector({static_cast<int64_t>(mine.size())}, mine);
+    comm->broadcast(theirs, 0);
+    EXPECT_EQ(theirs.toVector<float>(), mine);
+    EXPECT_EQ(BatchNormND::sync(), nullptr);
 }
 
 TEST(DataParallel, BucketsReducedDuringBackwardEqualOneReductionAfterIt) {

@@ -196,9 +196,6 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
     const bool writer = rank == 0; // the rank that saves, checkpoints and writes metrics
     const Device device = parseDevice(a.device);
-    if (a.accumulate > 1 && comm) {
-        throw UsageError("--accumulate does not work under mpirun yet (the ranks' batches add up already)");
-    }
     if (a.syncBatchNorm && !comm) {
         throw UsageError("--sync-bn synchronises batch norm across the processes of mpirun -np N; this is one process");
     }
@@ -325,8 +322,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (a.ema > 0.0f) std::printf(", weight average with decay %g", a.ema);
     std::printf("), batch %lld", static_cast<long long>(a.batch));
     if (a.accumulate > 1) {
-        std::printf(" (gradients of %lld batches per update: %lld images a step)", static_cast<long long>(a.accumulate),
-                    static_cast<long long>(a.accumulate * a.batch));
+        std::printf(" (gradients of %lld batches per update: %lld images a step%s)",
+                    static_cast<long long>(a.accumulate), static_cast<long long>(a.accumulate * a.batch * ranks),
+                    ranks > 1 ? " over all ranks" : "");
     }
     std::printf(", seed %llu, device %s, precision %s%s\n", static_cast<unsigned long long>(a.seed),
                 device.str().c_str(), a.precision.c_str(),
@@ -335,9 +333,10 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (comm) {
         parallel = std::make_unique<DataParallel>(*net, *optimizer, comm,
                                                   DataParallelOptions{.syncBatchNorm = a.syncBatchNorm});
-        std::printf("data parallel: %d ranks over %s, batch %lld per rank, %lld in all; %zu gradient buckets%s\n",
+        const size_t buckets = parallel->buckets().size();
+        std::printf("data parallel: %d ranks over %s, batch %lld per rank, %lld in all; %zu gradient bucket%s%s\n",
                     ranks, comm->describe().c_str(), static_cast<long long>(a.batch),
-                    static_cast<long long>(a.batch) * ranks, parallel->buckets().size(),
+                    static_cast<long long>(a.batch) * ranks, buckets, buckets == 1 ? "" : "s",
                     a.syncBatchNorm ? "; batch norm synchronised" : "");
     }
     // The weight average starts from the weights every rank has (after the broadcast).
