@@ -75,7 +75,10 @@ Shape parseShape(const std::string& text) {
 
 std::string shapeText(const Shape& shape) {
     std::string text;
-    for (size_t d = 0; d < shape.rank(); ++d) text += (d ? "x" : "") + std::to_string(shape[d]);
+    for (size_t d = 0; d < shape.rank(); ++d) {
+        if (d) text += 'x';
+        text += std::to_string(shape[d]);
+    }
     return text;
 }
 

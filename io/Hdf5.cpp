@@ -240,7 +240,10 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
         }
         if (!options.inputs.empty()) {
             std::string text;
-            for (const Shape& in : options.inputs) text += (text.empty() ? "" : ";") + shapeText(in);
+            for (const Shape& in : options.inputs) {
+                if (!text.empty()) text += ';';
+                text += shapeText(in);
+            }
             writeString(file.get(), "inputs", text, path);
         }
         if (extras) {
