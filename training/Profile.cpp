@@ -8,6 +8,11 @@
 
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "containers/Fusion.h"
+#include "containers/Graph.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/BatchNormND.h"
 
 namespace tessera {
 
@@ -141,6 +146,21 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
         static_cast<SummaryRow&>(row) = std::move(r);
         p.rows.push_back(std::move(row));
     }
+    // A batch norm that runs its ReLU (containers/Fusion.h) holds both layers' time.
+    std::vector<fusion::Pair> fused;
+    if (fusionEnabled()) {
+        if (const auto* g = dynamic_cast<const Graph*>(&model)) fused = fusion::pairsOf(*g);
+        if (const auto* s = dynamic_cast<const Sequential*>(&model)) fused = fusion::pairsOf(*s);
+    }
+    for (ProfileRow& r : p.rows) {
+        for (const fusion::Pair& f : fused) {
+            if (r.layer == f.norm) r.module += "+ReLU";
+            if (r.layer == f.relu) {
+                r.module += " (fused)";
+                r.fused = true;
+            }
+        }
+    }
     if (options.train) {
         model.trainMode();
     } else {
@@ -234,6 +254,7 @@ std::string profileTable(const Profile& profile, int depth, bool byTime) {
     for (size_t i = 0; i < profile.rows.size(); ++i) {
         rows[groupOf[i]].forward += profile.rows[i].forward;
         rows[groupOf[i]].backward += profile.rows[i].backward;
+        if (grouped[groupOf[i]].name == profile.rows[i].name) rows[groupOf[i]].fused = profile.rows[i].fused;
     }
     std::vector<size_t> order(rows.size());
     std::iota(order.begin(), order.end(), size_t{0});
@@ -264,7 +285,7 @@ std::string profileTable(const Profile& profile, int depth, bool byTime) {
             c.push_back(ms(t));
         }
         c.push_back(fixed(100 * t / step, 1));
-        c.push_back(r.flops > 0 && r.forward > 0 ? fixed(r.flops / r.forward / 1e9, 1) : "-");
+        c.push_back(r.flops > 0 && r.forward > 0 && !r.fused ? fixed(r.flops / r.forward / 1e9, 1) : "-");
         cells.push_back(std::move(c));
     }
     std::vector<size_t> width(cells[0].size(), 0);

@@ -41,9 +41,13 @@ struct ProfileOptions {
 };
 
 /// One row of the summary with its times: medians over the profiled steps, in seconds.
+/// A batch norm that runs the ReLU after it (containers/Fusion.h) holds both layers' time:
+/// its module reads "BatchNorm2D+ReLU", the ReLU's "Activation (fused)".
 struct ProfileRow : SummaryRow {
     double forward = 0;
     double backward = 0;
+    /// A ReLU that the batch norm before it runs: its time is in that row.
+    bool fused = false;
 };
 
 struct Profile {

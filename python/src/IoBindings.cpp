@@ -118,6 +118,7 @@ void bindIo(py::module_& m) {
     py::class_<ProfileRow, SummaryRow>(m, "ProfileRow", "One layer of a profile: a summary row with its times.")
         .def_readonly("forward", &ProfileRow::forward, "median seconds of its forward")
         .def_readonly("backward", &ProfileRow::backward, "median seconds of its backward (0 in inference)")
+        .def_readonly("fused", &ProfileRow::fused, "a ReLU the batch norm before it runs (its time is in that row)")
         .def("__repr__", [](const ProfileRow& r) {
             char b[96];
             std::snprintf(b, sizeof b, ": forward %.3f ms, backward %.3f ms)", r.forward * 1e3, r.backward * 1e3);

@@ -7,8 +7,12 @@
 #include <thread>
 
 #include "GradCheck.h"
+#include "containers/Fusion.h"
 #include "containers/Graph.h"
+#include "containers/Sequential.h"
 #include "models/Zoo.h"
+#include "modules/Activation.h"
+#include "modules/BatchNormND.h"
 #include "modules/Glue.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
@@ -181,6 +185,36 @@ TEST(Profile, TableGroupsAndCsvQuotes) {
     const std::string csv = profileCsv(p);
     EXPECT_EQ(csv.substr(0, csv.find('\n')), "name,module,output,flops,forward_ms,backward_ms");
     EXPECT_NE(csv.find("\nblock_b,Linear,\"[2, 4]\",64,"), std::string::npos) << csv;
+}
+
+// A batch norm that runs its ReLU says so, and the ReLU's row that it is fused; with
+// fusion off, each has its own name and time.
+TEST(Profile, FusedBatchNormAndReluRowsSaySo) {
+    manualSeed(9);
+    auto seq = std::make_shared<Sequential>("net");
+    seq->append(std::make_shared<Linear>(6, 6, LinearOptions{.name = "fc"}))
+        .append(std::make_shared<BatchNorm1D>(6, BatchNormOptions{.name = "bn"}))
+        .append(std::make_shared<Activation>(ActivationKind::relu, ActivationOptions{.name = "relu"}));
+    ProfileOptions options;
+    options.warmup = 0;
+    options.steps = 1;
+    const Profile fused = profile(*seq, {randomTensor({4, 6}, 9)}, options);
+    EXPECT_EQ(rowNamed(fused, "bn").module, "BatchNorm1D+ReLU");
+    EXPECT_EQ(rowNamed(fused, "relu").module, "Activation (fused)");
+    EXPECT_TRUE(rowNamed(fused, "relu").fused);
+    EXPECT_FALSE(rowNamed(fused, "bn").fused);
+    struct FusionOff { // for this scope
+        FusionOff() { setFusion(false); }
+        ~FusionOff() { setFusion(true); }
+    };
+    const Profile apart = [&] {
+        const FusionOff off;
+        return profile(*seq, {randomTensor({4, 6}, 9)}, options);
+    }();
+    EXPECT_EQ(rowNamed(apart, "bn").module, "BatchNorm1D");
+    EXPECT_EQ(rowNamed(apart, "relu").module, "Activation");
+    EXPECT_FALSE(rowNamed(apart, "relu").fused);
+    EXPECT_GT(rowNamed(apart, "relu").forward, 0);
 }
 
 struct CountingObserver : Module::CallObserver {
