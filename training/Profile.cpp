@@ -38,7 +38,7 @@ double median(std::vector<double> v) {
 class LayerClock final : public Module::CallObserver {
 public:
     LayerClock(const std::vector<ProfileRow>& rows, Backend& backend)
-        : backend_(backend), forward_(rows.size()), backward_(rows.size()) {
+        : backend_(backend), forward_(rows.size()), backward_(rows.size()), kept_(rows.size()) {
         for (size_t i = 0; i < rows.size(); ++i) {
             if (rows[i].layer) rowsOf_[rows[i].layer].push_back(i);
         }
@@ -47,6 +47,7 @@ public:
     void startStep() {
         std::fill(forward_.begin(), forward_.end(), 0.0);
         std::fill(backward_.begin(), backward_.end(), 0.0);
+        std::fill(kept_.begin(), kept_.end(), 0);
         forwardCalls_.clear();
         backwardCalls_.clear();
         open_ = nullptr;
@@ -57,6 +58,7 @@ public:
         backend_.synchronize(); // what the device still runs belongs to the layers before
         open_ = &m;
         openBackward_ = backward;
+        live_ = static_cast<int64_t>(backend_.memoryStats().current);
         start_ = Clock::now();
     }
 
@@ -72,17 +74,21 @@ public:
             backward_[rows[rows.size() - 1 - at]] += t;
         } else {
             forward_[rows[at]] += t;
+            kept_[rows[at]] += static_cast<int64_t>(backend_.memoryStats().current) - live_;
         }
     }
 
     const std::vector<double>& forward() const { return forward_; }
     const std::vector<double>& backward() const { return backward_; }
+    const std::vector<int64_t>& kept() const { return kept_; }
 
 private:
     Backend& backend_;
     std::unordered_map<const Module*, std::vector<size_t>> rowsOf_;
     std::unordered_map<const Module*, size_t> forwardCalls_, backwardCalls_;
     std::vector<double> forward_, backward_;
+    std::vector<int64_t> kept_;
+    int64_t live_ = 0;
     const Module* open_ = nullptr;
     bool openBackward_ = false;
     Clock::time_point start_;
@@ -175,6 +181,9 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
     Generator gen(1);
     auto run = [&](bool timed) {
         StepTimes t;
+        // The last step's values go first (as a new step's would replace them), so that
+        // the memory a layer's forward allocates is not offset by what it drops.
+        model.reset();
         const Observing observing(timed ? &clock : nullptr);
         if (timed) clock.startStep();
         backend.synchronize();
@@ -236,6 +245,8 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
     for (size_t r = 0; r < p.rows.size(); ++r) {
         p.rows[r].forward = median(forward[r]);
         p.rows[r].backward = median(backward[r]);
+        p.rows[r].kept = clock.kept()[r];
+        p.kept += p.rows[r].kept;
     }
     p.forward = median(fwd);
     p.backward = median(bwd);
@@ -254,6 +265,7 @@ std::string profileTable(const Profile& profile, int depth, bool byTime) {
     for (size_t i = 0; i < profile.rows.size(); ++i) {
         rows[groupOf[i]].forward += profile.rows[i].forward;
         rows[groupOf[i]].backward += profile.rows[i].backward;
+        rows[groupOf[i]].kept += profile.rows[i].kept;
         if (grouped[groupOf[i]].name == profile.rows[i].name) rows[groupOf[i]].fused = profile.rows[i].fused;
     }
     std::vector<size_t> order(rows.size());
@@ -265,7 +277,7 @@ std::string profileTable(const Profile& profile, int depth, bool byTime) {
     }
     const bool train = profile.train;
     std::vector<std::vector<std::string>> cells;
-    cells.push_back({"layer", "module", "output", "FLOPs", "forward ms"});
+    cells.push_back({"layer", "module", "output", "FLOPs", "keeps", "forward ms"});
     if (train) {
         cells.back().push_back("backward ms");
         cells.back().push_back("total ms");
@@ -278,7 +290,13 @@ std::string profileTable(const Profile& profile, int depth, bool byTime) {
         const ProfileRow& r = rows[i];
         const double t = r.forward + r.backward;
         layers += t;
-        std::vector<std::string> c{r.name, r.module, outputText(r.out), r.flops > 0 ? flopsText(r.flops) : "-",
+        std::vector<std::string> c{r.name,
+                                   r.module,
+                                   outputText(r.out),
+                                   r.flops > 0 ? flopsText(r.flops) : "-",
+                                   r.kept > 0    ? bytesText(static_cast<double>(r.kept))
+                                   : r.kept == 0 ? "-"
+                                                 : "frees",
                                    ms(r.forward)};
         if (train) {
             c.push_back(ms(r.backward));
@@ -325,6 +343,9 @@ std::string profileTable(const Profile& profile, int depth, bool byTime) {
     part("the rest", rest, "  (graph bookkeeping, sums of gradients: what no layer runs)");
     std::snprintf(b, sizeof b, "the same step without layer timers: %s ms\n", ms(profile.plainStep).c_str());
     out += b;
+    out += std::string(train ? "the forward keeps " : "the forward makes ") +
+           bytesText(static_cast<double>(std::max<int64_t>(profile.kept, 0))) +
+           (train ? " for backward (the layers' outputs and saved tensors)\n" : " (the layers' outputs)\n");
     return out;
 }
 
@@ -339,10 +360,10 @@ std::string csvField(const std::string& s) {
 } // namespace
 
 std::string profileCsv(const Profile& profile) {
-    std::string out = "name,module,output,flops,forward_ms,backward_ms\n";
+    std::string out = "name,module,output,flops,kept_bytes,forward_ms,backward_ms\n";
     for (const ProfileRow& r : profile.rows) {
         out += csvField(r.name) + "," + csvField(r.module) + "," + csvField(outputText(r.out)) + "," +
-               fixed(r.flops, 0) + "," + ms(r.forward) + "," + ms(r.backward) + "\n";
+               fixed(r.flops, 0) + "," + std::to_string(r.kept) + "," + ms(r.forward) + "," + ms(r.backward) + "\n";
     }
     return out;
 }

@@ -48,6 +48,10 @@ struct ProfileRow : SummaryRow {
     double backward = 0;
     /// A ReLU that the batch norm before it runs: its time is in that row.
     bool fused = false;
+    /// Bytes its forward left allocated on the device (in the last profiled step): its
+    /// outputs and what it keeps for backward. 0 for a view; less than the outputs when it
+    /// frees what it took in (a layer that converts its input in place of keeping it).
+    int64_t kept = 0;
 };
 
 struct Profile {
@@ -60,6 +64,10 @@ struct Profile {
     double forward = 0, backward = 0, update = 0, step = 0;
     /// The median whole step without layer timers.
     double plainStep = 0;
+    /// The rows' kept bytes together: what a forward holds for backward (training) or
+    /// makes (inference; a graph in eval mode releases values as it goes, so its peak is
+    /// lower).
+    int64_t kept = 0;
     /// Per profiled step: its time, and the sum of its rows' times (never more than it).
     std::vector<double> stepSamples, layerSamples;
 };
@@ -70,12 +78,12 @@ struct Profile {
 Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& options = {});
 
 /// The table `tessera profile` prints: per row (grouped at `depth` as groupRows does; 0:
-/// every row) the output shape, forward FLOPs, forward and backward milliseconds, share of
-/// the step and forward GFLOP/s; rows in model order, or slowest first with `byTime`;
+/// every row) the output shape, forward FLOPs, the bytes its forward keeps, forward and
+/// backward milliseconds, share of the step and forward GFLOP/s; rows in model order, or slowest first with `byTime`;
 /// then the step's split into layers, update and the rest, and the plain step.
 std::string profileTable(const Profile& profile, int depth = 0, bool byTime = false);
 
-/// The rows as CSV (name, module, output, flops, forward_ms, backward_ms), one line
+/// The rows as CSV (name, module, output, flops, kept_bytes, forward_ms, backward_ms), one line
 /// per row of `profile` (not grouped), with a header line.
 std::string profileCsv(const Profile& profile);
 

@@ -119,6 +119,7 @@ void bindIo(py::module_& m) {
         .def_readonly("forward", &ProfileRow::forward, "median seconds of its forward")
         .def_readonly("backward", &ProfileRow::backward, "median seconds of its backward (0 in inference)")
         .def_readonly("fused", &ProfileRow::fused, "a ReLU the batch norm before it runs (its time is in that row)")
+        .def_readonly("kept", &ProfileRow::kept, "bytes its forward left allocated: outputs and saved tensors")
         .def("__repr__", [](const ProfileRow& r) {
             char b[96];
             std::snprintf(b, sizeof b, ": forward %.3f ms, backward %.3f ms)", r.forward * 1e3, r.backward * 1e3);
@@ -133,6 +134,7 @@ void bindIo(py::module_& m) {
         .def_readonly("update", &Profile::update)
         .def_readonly("step", &Profile::step)
         .def_readonly("plainStep", &Profile::plainStep)
+        .def_readonly("kept", &Profile::kept)
         .def_readonly("stepSamples", &Profile::stepSamples)
         .def_readonly("layerSamples", &Profile::layerSamples)
         .def("table", &profileTable, py::arg("depth") = 0, py::arg("byTime") = false,

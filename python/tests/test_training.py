@@ -383,7 +383,9 @@ def test_profile_finds_the_slow_layer():
     assert all(layers <= step for layers, step in zip(p.layerSamples, p.stepSamples))
     assert not np.array_equal(before, net.namedParams()["fc1.W"].data.numpy())  # the updates ran
     assert "slow" in p.table(byTime=True).splitlines()[2]  # the slowest row first
-    assert p.csv().startswith("name,module,output,flops,forward_ms,backward_ms\n")
+    assert p.csv().startswith("name,module,output,flops,kept_bytes,forward_ms,backward_ms\n")
+    # Each layer's forward keeps its output: fc1 [4, 6], fc2 [4, 3]; x and the slow layer pass a view on.
+    assert rows["fc1"].kept == 4 * 6 * 4 and rows["x"].kept == 0 and p.kept == 4 * 6 * 4 + 4 * 3 * 4
     inference = ts.profile(net, np.ones((4, 6), np.float32), train=False, steps=1, warmup=0)
     assert not inference.train and all(r.backward == 0 for r in inference.rows)
     with pytest.raises(ts.ModuleError, match="at least 1 timed step"):

@@ -102,6 +102,12 @@ TEST(Profile, EachRowHoldsTheTimeItsLayerSpent) {
     EXPECT_GE(p.backward, 0.040);
     EXPECT_GE(p.step, 0.080);
     EXPECT_GE(p.plainStep, 0.080); // the plain steps sleep as long
+    // Memory: each layer's forward keeps its output ([2, 8] floats); the input is a view.
+    EXPECT_EQ(rowNamed(p, "in").kept, 0);
+    for (const char* name : {"fc1", "slowForward", "fc2", "slowBackward"}) {
+        EXPECT_EQ(rowNamed(p, name).kept, 2 * 8 * 4) << name;
+    }
+    EXPECT_EQ(p.kept, 4 * 2 * 8 * 4);
     // The updates ran: 1 + 2 + 2 of them moved the first weight.
     EXPECT_NE(g.namedParams().at(0).second->data.toVector<float>(), w);
 }
@@ -183,8 +189,8 @@ TEST(Profile, TableGroupsAndCsvQuotes) {
     EXPECT_EQ(grouped.find("block_a"), std::string::npos);
 
     const std::string csv = profileCsv(p);
-    EXPECT_EQ(csv.substr(0, csv.find('\n')), "name,module,output,flops,forward_ms,backward_ms");
-    EXPECT_NE(csv.find("\nblock_b,Linear,\"[2, 4]\",64,"), std::string::npos) << csv;
+    EXPECT_EQ(csv.substr(0, csv.find('\n')), "name,module,output,flops,kept_bytes,forward_ms,backward_ms");
+    EXPECT_NE(csv.find("\nblock_b,Linear,\"[2, 4]\",64,32,"), std::string::npos) << csv;
 }
 
 // A batch norm that runs its ReLU says so, and the ReLU's row that it is fused; with
