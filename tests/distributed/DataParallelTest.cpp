@@ -59,6 +59,16 @@ std::vector<float> train(const std::function<ModulePtr()>& make, const DatasetPt
     return sgd.globalParams().toVector<float>();
 }
 
+// 64 random 3x16x16 images, labelled by their index.
+DatasetPtr cifarLikeData(uint64_t seed) {
+    Generator gen(seed);
+    Tensor x = Tensor::empty({64, 3, 16, 16});
+    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
+    std::vector<int32_t> y(64);
+    for (int i = 0; i < 64; ++i) y[size_t(i)] = i % 10;
+    return tensorDataset(x, Tensor::fromVector({64}, y));
+}
+
 double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
     double worst = 0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -111,12 +121,7 @@ TEST(DataParallel, TwoRanksAccumulatingTwoBatchesMatchOneProcessOfTheirSum) {
 // ends with the same weights.
 TEST(DataParallel, AccumulationWithSynchronisedBatchNormKeepsTheRanksTogether) {
     const CommunicatorPtr comm = world();
-    Generator gen(8);
-    Tensor x = Tensor::empty({64, 3, 16, 16});
-    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
-    std::vector<int32_t> y(64);
-    for (int i = 0; i < 64; ++i) y[size_t(i)] = i % 10;
-    const DatasetPtr data = tensorDataset(x, Tensor::fromVector({64}, y));
+    const DatasetPtr data = cifarLikeData(8);
     auto make = [] { return ModulePtr(loadResNet(18, ResNetStem::cifar, 10)); };
     const DataParallelOptions synced{.bucketBytes = 4 << 20, .syncBatchNorm = true};
     const std::vector<float> mine = train(make, data, 4, comm->rank(), 2, comm, synced, 6, 0.01f, 3);
@@ -154,12 +159,7 @@ TEST(DataParallel, BucketsHoldWholeParametersInBackwardOrder) {
 
 TEST(DataParallel, EveryRankOfAResNetWithBatchNormEndsWithTheSameWeights) {
     const CommunicatorPtr comm = world();
-    Generator gen(4);
-    Tensor x = Tensor::empty({64, 3, 16, 16});
-    backendOf(x).fillUniform(x, 0.0f, 1.0f, gen);
-    std::vector<int32_t> y(64);
-    for (int i = 0; i < 64; ++i) y[size_t(i)] = i % 10;
-    const DatasetPtr data = tensorDataset(x, Tensor::fromVector({64}, y));
+    const DatasetPtr data = cifarLikeData(4);
     auto make = [] { return ModulePtr(loadResNet(18, ResNetStem::cifar, 10)); };
     const std::vector<float> mine = train(make, data, 8, comm->rank(), 2, comm, {.bucketBytes = 4 << 20}, 3);
     // Batch-norm statistics are per rank (the default), so this is not the 2B run (the
