@@ -4,7 +4,9 @@
 ///
 ///   auto adam = makeOptimizer("adam");
 ///   adam->setupOn(*net, true);
-///   Profile p = profile(*net, {input}, {.optimizer = adam.get()});
+///   ProfileOptions options;
+///   options.optimizer = adam.get();
+///   Profile p = profile(*net, {input}, options);
 ///   std::printf("%s", profileTable(p, /*depth=*/1, /*byTime=*/true).c_str());
 ///
 /// A profile runs whole steps (forward; in training also backward with a fixed output
