@@ -18,6 +18,9 @@ std::function<int()> addProfile(CLI::App& app);
 
 /// "cpu", "cuda" or "cuda:N"; UsageError when no such device can be used, saying why.
 Device parseDevice(const std::string& text);
+/// "fp32", "bf16" or "fp16" (CUDA devices only) as the dtype calcMode takes; UsageError
+/// for another name, or fp16 on the CPU.
+DType parsePrecision(const std::string& text, Device device);
 
 /// The --input shapes ("1x3x224x224" each), with the batch dim replaced when batch > 0.
 /// std::invalid_argument when there are none or one does not parse.

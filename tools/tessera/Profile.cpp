@@ -66,9 +66,7 @@ Tensors randomInputs(const Module& net, const Shapes& shapes, Device device) {
 
 int runProfile(const ProfileArgs& a) {
     const Device device = parseDevice(a.device);
-    if (a.precision == "fp16" && device.isCpu()) {
-        throw UsageError("--precision fp16 runs on CUDA devices (--device cuda); on the CPU use bf16");
-    }
+    const DType compute = parsePrecision(a.precision, device);
     const bool train = a.mode == "train";
     if (!a.csv.empty()) requireWritableDestination("--csv", a.csv);
     std::unique_ptr<Optimizer> optimizer;
@@ -80,7 +78,7 @@ int runProfile(const ProfileArgs& a) {
     manualSeed(1);
     ModulePtr net = loadModel(a.model, /*train=*/true); // real weights: uninitialised memory may time differently
     const Shapes shapes = inputsFor(a.model, a.inputs, a.batch);
-    net->calcMode(a.precision == "bf16" ? DType::bfloat16 : a.precision == "fp16" ? DType::float16 : DType::float32);
+    net->calcMode(compute);
     try {
         net->inferDataShape(shapes);
     } catch (const ShapeError& e) {

@@ -57,6 +57,16 @@ Device parseDevice(const std::string& text) {
     return Device::cuda(index);
 }
 
+DType parsePrecision(const std::string& text, Device device) {
+    if (text != "fp32" && text != "bf16" && text != "fp16") {
+        throw UsageError("--precision: expected fp32, bf16 or fp16, got '" + text + "'");
+    }
+    if (text == "fp16" && device.isCpu()) {
+        throw UsageError("--precision fp16 runs on CUDA devices (--device cuda); on the CPU use bf16");
+    }
+    return text == "bf16" ? DType::bfloat16 : text == "fp16" ? DType::float16 : DType::float32;
+}
+
 namespace {
 struct TrainArgs {
     std::string model = "lenet";
@@ -199,17 +209,12 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (a.syncBatchNorm && !comm) {
         throw UsageError("--sync-bn synchronises batch norm across the processes of mpirun -np N; this is one process");
     }
-    if (a.precision != "fp32" && a.precision != "bf16" && a.precision != "fp16") {
-        throw UsageError("--precision: expected fp32, bf16 or fp16, got '" + a.precision + "'");
-    }
+    const DType compute = parsePrecision(a.precision, device);
     if (!(a.labelSmoothing >= 0.0f && a.labelSmoothing < 1.0f)) {
         throw UsageError("--label-smoothing: expected a number in [0, 1), got " + formatRate(a.labelSmoothing));
     }
     if (!(a.ema >= 0.0f && a.ema < 1.0f)) {
         throw UsageError("--ema: expected a decay in [0, 1) such as 0.999, got " + formatRate(a.ema));
-    }
-    if (a.precision == "fp16" && device.isCpu()) {
-        throw UsageError("--precision fp16 runs on CUDA devices (--device cuda); on the CPU use bf16");
     }
     if (!a.plot.empty() && std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
         throw UsageError("--plot needs gnuplot (Debian: gnuplot-nox; tools/setup.sh installs it)");
@@ -243,7 +248,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
     ModulePtr net = loadModel(a.model, /*train=*/true);
-    net->calcMode(a.precision == "bf16" ? DType::bfloat16 : a.precision == "fp16" ? DType::float16 : DType::float32);
+    net->calcMode(compute);
 
     Transforms transforms;
     try {
