@@ -76,6 +76,13 @@ struct LayerState {
     std::shared_ptr<BackendState> data;
 };
 
+/// Counts the changes of parameters made through the library (optimizer updates,
+/// Module::setVar, loading weights, calcMode, Module::packWeights): weights a backend
+/// packed before a change are packed again. Process-wide; writes through a tensor's memory
+/// are not counted.
+uint64_t parameterGeneration();
+void noteParameterChange();
+
 /// Convolution geometry; every vector has one entry per spatial dim. `transposed`
 /// turns the op into a deconvolution (the adjoint of the convolution with the same
 /// parameters).
@@ -89,6 +96,10 @@ struct ConvParams {
     /// The layer's state when it trains (see LayerState), else null: the backend keeps
     /// nothing between calls. Not part of the geometry.
     std::shared_ptr<LayerState> state;
+    /// The layer's slot for its weights in the forward kernel's layout and type, when its
+    /// weights are packed (Module::packWeights) and it runs in eval mode, else null: the
+    /// backend converts the weights on every forward. Not part of the geometry.
+    std::shared_ptr<LayerState> packed;
 };
 
 enum class PoolKind { max, avgWithPad, avgNoPad };

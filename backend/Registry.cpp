@@ -9,7 +9,16 @@
 #include "cuda/CudaBackend.h"
 #endif
 
+#include <atomic>
+
 namespace tessera {
+
+namespace {
+std::atomic<uint64_t> parameterChanges{0};
+}
+
+uint64_t parameterGeneration() { return parameterChanges.load(std::memory_order_acquire); }
+void noteParameterChange() { parameterChanges.fetch_add(1, std::memory_order_acq_rel); }
 
 void Backend::rnnForward(const RnnParams&, const RnnWeights&, const Tensor&, const Tensor&, const Tensor&, bool,
                          const Tensor&, const Tensor&, const Tensor&, Tensor&) {

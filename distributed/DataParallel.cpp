@@ -60,6 +60,7 @@ DataParallel::DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr co
     }
     // Rank 0's starting point everywhere.
     comm_->broadcast(optimizer_.globalParams(), 0);
+    noteParameterChange();
     for (const auto& [name, attr] : net_.namedAttrs()) {
         if (attr.defined() && attr.device() == comm_->device() && attr.isPlain()) comm_->broadcast(attr, 0);
     }

@@ -717,6 +717,7 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
     }
     for (const auto& [s, dst] : copies) copyInto(*s, dst);
     for (const auto& [c, v] : counterValues) *c = v;
+    noteParameterChange();
 }
 
 std::string readBlueprint(const std::string& path) {

@@ -45,7 +45,10 @@ public:
     ConvParams computeParams() const {
         ConvParams p = params_;
         p.compute = computeDType();
-        if (isTrain()) p.state = state_;
+        if (isTrain())
+            p.state = state_;
+        else if (weightsPacked())
+            p.packed = packs_;
         return p;
     }
 
@@ -73,6 +76,8 @@ public:
     /// Leaving train mode drops what the backend kept for backward; so does reset().
     void setTrain(bool train) override;
     void reset() override;
+    /// packWeights(false) and train mode drop the packed weights.
+    void packWeights(bool on = true) override;
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -88,6 +93,7 @@ private:
     ConvParams params_;
     ConvOptions options_;
     std::shared_ptr<LayerState> state_ = std::make_shared<LayerState>();
+    std::shared_ptr<LayerState> packs_ = std::make_shared<LayerState>(); // the weights packed for eval-mode forwards
 };
 
 } // namespace tessera

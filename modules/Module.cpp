@@ -401,6 +401,7 @@ void Module::setVar(const std::string& name, VariablePtr var) {
     for (auto& [n, v] : vars_) {
         if (n == name) {
             v = std::move(var);
+            noteParameterChange();
             return;
         }
     }
@@ -492,6 +493,7 @@ void Module::zeroGradParams() {
 
 void Module::updateParams(float lr) {
     for (Variable* v : uniqueParams(*this)) backendOf(v->data).axpby(-lr, v->grad, 1.0f, v->data);
+    noteParameterChange();
 }
 
 // ---- modes --------------------------------------------------------------------------
@@ -572,6 +574,13 @@ void Module::calcMode(DType dtype) {
     }
     compute_ = dtype;
     for (const auto& [name, child] : namedChildren()) child->calcMode(dtype);
+    noteParameterChange(); // packed weights follow the new type
+}
+
+void Module::packWeights(bool on) {
+    packed_ = on;
+    for (const auto& [name, child] : namedChildren()) child->packWeights(on);
+    noteParameterChange(); // packWeights() again after a write through memory packs anew
 }
 
 Blueprint Module::blueprint() const {

@@ -235,6 +235,18 @@ public:
     void calcMode(DType dtype);
     /// The dtype calcMode set (float32 by default).
     DType computeDType() const { return compute_; }
+    /// For inference with fixed weights, here and in every descendant: in eval mode the
+    /// layers keep their weights in their forward kernels' layout and type between calls
+    /// (on the CPU, convolutions and deconvolutions keep oneDNN's blocked, and for
+    /// bfloat16 compute bfloat16, copy) instead of converting them on every forward; an
+    /// extra copy of their weights, counted in memoryStats. Train-mode forwards and
+    /// backward passes never use it. Changes made through the library (optimizer updates,
+    /// setVar, loading weights, calcMode) make the layers pack again; a write through a
+    /// tensor's memory (`data<T>()`, a NumPy view) is not seen: call packWeights() again
+    /// after one. false drops the copies.
+    virtual void packWeights(bool on = true);
+    /// Whether packWeights is on here.
+    bool weightsPacked() const { return packed_; }
 
     /// Class name and constructor arguments. Subclasses add their own arguments.
     virtual Blueprint blueprint() const;
@@ -314,6 +326,7 @@ private:
     std::string name_;
     bool train_ = true;
     DType compute_ = DType::float32;
+    bool packed_ = false;
     Tensors inData_, data_, grad_;
     std::vector<DType> inDTypes_; // the last forward's input dtypes, before any conversion
     bool tookBfloat16_ = true;    // whether it ran on them as they came

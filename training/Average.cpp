@@ -74,6 +74,7 @@ void WeightAverage::swap() {
         avg.copyFrom(held);
     }
     swapped_ = !swapped_;
+    noteParameterChange();
 }
 
 NamedTensors WeightAverage::state() const {
@@ -117,6 +118,7 @@ void WeightAverage::setState(const NamedTensors& state, int64_t updates) {
         dst.copyFrom(src.device() == dst.device() ? src : src.to(dst.device()));
     }
     updates_ = updates;
+    if (swapped_) noteParameterChange();
 }
 
 } // namespace tessera

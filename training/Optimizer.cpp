@@ -117,6 +117,7 @@ bool Optimizer::update() {
             clean_ = 0;
         }
     }
+    noteParameterChange(); // the weights are about to change: packed copies are stale
     UpdateParams p = params_;
     if (maxNorm_ > 0.0f) { // the global norm, over the gradients as the rule will see them
         double squares = 0.0;

@@ -424,6 +424,40 @@ dnnl::memory forwardSource(const ConvParams& p, const ConvEntry& e, const Tensor
     return m;
 }
 
+// A layer's weights in the forward primitive's descriptor, kept between eval-mode forwards
+// (Module::packWeights; ConvParams::packed). Its bytes come from Tessera's allocator.
+struct PackedWeights final : BackendState {
+    Tensor bytes;               // desc.get_size() bytes
+    md desc;                    // the forward primitive's weights descriptor
+    const void* from = nullptr; // the float32 weights it was made from
+    uint64_t generation = 0;    // parameterGeneration() when it was made
+};
+
+// The forward's weights: w reordered (and rounded) into what the primitive reads, from the
+// layer's pack when it has an up-to-date one for these very weights, else made now (and
+// packed when the layer packs).
+dnnl::memory forwardWeights(const ConvParams& p, const ConvEntry& e, const Tensor& w) {
+    const dnnl::memory plain = memOf(e.plainW, w);
+    if (!p.packed) return e.fwdW.from(plain);
+    auto pack = std::dynamic_pointer_cast<PackedWeights>(p.packed->data);
+    const uint64_t generation = parameterGeneration();
+    if (pack && pack->from == w.raw() && pack->desc == e.fwdW.want() && pack->generation == generation) {
+        return wrap(pack->desc, pack->bytes.raw());
+    }
+    p.packed->data.reset(); // the old pack, before the new one is allocated
+    const dnnl::memory m = e.fwdW.from(plain);
+    if (m.get_data_handle() == plain.get_data_handle()) return m; // read as they are: nothing to pack
+    pack = std::make_shared<PackedWeights>();
+    pack->desc = e.fwdW.want();
+    const auto words = static_cast<int64_t>((pack->desc.get_size() + sizeof(float) - 1) / sizeof(float));
+    pack->bytes = Tensor::empty(Shape{words}, DType::float32, w.device());
+    std::memcpy(pack->bytes.raw(), m.get_data_handle(), pack->desc.get_size());
+    pack->from = w.raw();
+    pack->generation = generation;
+    p.packed->data = pack;
+    return wrap(pack->desc, pack->bytes.raw());
+}
+
 // What the layer's forward kept, taken out of its state: backward-weights is its last
 // reader, so it is released when the caller drops it.
 std::shared_ptr<KeptInput> takeKept(const ConvParams& p) {
@@ -462,7 +496,7 @@ Tensor CpuBackend::convForward(const ConvParams& p, const Tensor& x, const Tenso
     ++convCalls;
     Tensor y = tensorFor(e.fwdDst, yShape, x.device());
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, forwardSource(p, e, x, w.shape(), yShape)},
-                                                  {DNNL_ARG_WEIGHTS, e.fwdW.from(memOf(e.plainW, w))},
+                                                  {DNNL_ARG_WEIGHTS, forwardWeights(p, e, w)},
                                                   {DNNL_ARG_DST, memOf(e.fwdDst, y)}};
     if (b.defined()) args[DNNL_ARG_BIAS] = memOf(e.plainB, b);
     checkDnnl("convolution_forward::execute", [&] { e.fwd.execute(stream(), args); });

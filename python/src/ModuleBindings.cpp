@@ -301,6 +301,7 @@ void bindModules(py::module_& m) {
                                      v.data.shape().str());
                 }
                 v.data.copyFrom(t.dtype() == v.data.dtype() ? t : t.astype(v.data.dtype()));
+                noteParameterChange(); // packed weights (Module.packWeights) follow
             },
             "The value; assigning copies into it (same shape), so optimizers stay bound.")
         .def_property_readonly("grad", [](const Variable& v) { return v.grad; })
@@ -369,6 +370,14 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
         .def(
             "calcMode", [](Module& x, const std::string& dtype) { x.calcMode(toDType(dtype)); }, py::arg("dtype"))
         .def_property_readonly("computeDType", [](const Module& x) { return str(x.computeDType()); })
+        .def("packWeights", &Module::packWeights, py::arg("on") = true,
+             R"(For inference with fixed weights: in eval mode the layers keep their weights in
+their kernels' layout and type between calls (an extra copy) instead of converting them on
+every forward. Optimizer updates, assigning var.data, setVar, loading and calcMode make
+them pack again; a write through a NumPy view of a parameter does not: call packWeights()
+again after one.
+False drops the copies.)")
+        .def_property_readonly("weightsPacked", &Module::weightsPacked)
         .def(
             "to",
             [](const ModulePtr& x, const std::string& device) {

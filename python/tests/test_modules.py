@@ -185,6 +185,30 @@ def test_modes_and_calc_mode():
         net.calcMode("int32")
 
 
+def test_packed_weights_follow_assignments_not_numpy_writes():
+    net = ts.Sequential().append(ts.Conv2D(16, 32, 3, pad=1)).append(ts.Conv2D(32, 16, 3, pad=1))
+    net.calcMode("bfloat16")  # packed or not, bfloat16 weights are a converted copy
+    net.evalMode()
+    x = np.random.default_rng(3).standard_normal((2, 16, 8, 8)).astype(np.float32)
+    plain = net(x).numpy()
+    net.packWeights()
+    assert net.weightsPacked and net[1].weightsPacked
+    np.testing.assert_array_equal(net(x).numpy(), plain)
+    w = net[0].getVar("W")
+    view = w.data.numpy()
+    original = view.copy()
+    view[0, 0, 0, 0] += 1.0
+    np.testing.assert_array_equal(net(x).numpy(), plain)  # a write through the view is not seen
+    net.packWeights()
+    changed = net(x).numpy()
+    assert not np.array_equal(changed, plain)
+    w.data = original  # assigning is seen
+    np.testing.assert_array_equal(net(x).numpy(), plain)
+    net.packWeights(False)
+    assert not net.weightsPacked
+    np.testing.assert_array_equal(net(x).numpy(), plain)
+
+
 def test_save_keeps_the_input_shapes_given(tmp_path):
     h5py = pytest.importorskip("h5py")
     net = ts.Linear(4, 2)

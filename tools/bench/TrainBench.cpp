@@ -80,12 +80,14 @@ void BM_TrainStep(benchmark::State& state, std::string model, DType compute, boo
         benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_Inference(benchmark::State& state, std::string model, DType compute) {
+// Eval-mode forwards; batch 0: the model's training batch; packed: Module::packWeights.
+void BM_Inference(benchmark::State& state, std::string model, DType compute, int64_t batch, bool packed) {
     manualSeed(1);
     auto net = modelOf(model);
     net->calcMode(compute);
     net->evalMode();
-    const int64_t kBatch = batchOf(model);
+    net->packWeights(packed);
+    const int64_t kBatch = batch > 0 ? batch : batchOf(model);
     auto [x, y] = batchOf(model, kBatch);
     for (int i = 0; i < 3; ++i) (*net)(x); // warm-up, untimed
     for (auto _ : state) benchmark::DoNotOptimize((*net)(x).raw());
@@ -119,9 +121,23 @@ int registerAll() {
                                          0.0f, std::string())
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
-            benchmark::RegisterBenchmark((prefix + "/inference" + suffix).c_str(), BM_Inference, model, compute)
+            benchmark::RegisterBenchmark((prefix + "/inference" + suffix).c_str(), BM_Inference, model, compute,
+                                         int64_t{0}, false)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
+        }
+    }
+    // One image at a time, the weights converted on every forward or packed once
+    // (Module::packWeights): Train/<model>/batch1/inference[/packed][/bf16].
+    for (DType compute : {DType::float32, DType::bfloat16}) {
+        for (const char* model : {"lenet", "resnet18"}) {
+            for (bool packed : {false, true}) {
+                const std::string name = std::string("Train/") + model + "/batch1/inference" +
+                                         (packed ? "/packed" : "") + (compute == DType::float32 ? "" : "/bf16");
+                benchmark::RegisterBenchmark(name.c_str(), BM_Inference, model, compute, int64_t{1}, packed)
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime();
+            }
         }
     }
     // Float32 training steps with one option on: Train/<model>/batch<N>/train/<variant>.
