@@ -237,9 +237,10 @@ public:
     DType computeDType() const { return compute_; }
     /// For inference with fixed weights, here and in every descendant: in eval mode the
     /// layers keep their weights in their forward kernels' layout and type between calls
-    /// (on the CPU, convolutions and deconvolutions keep oneDNN's blocked, and for
-    /// bfloat16 compute bfloat16, copy) instead of converting them on every forward; an
-    /// extra copy of their weights, counted in memoryStats. Train-mode forwards and
+    /// instead of converting them on every forward (on the CPU, convolutions and
+    /// deconvolutions keep a copy in oneDNN's blocked layout, in bfloat16 under
+    /// calcMode(bfloat16); other layers, and the CUDA backend, read their weights as they
+    /// are). The copies are counted in memoryStats. Train-mode forwards and
     /// backward passes never use it. Changes made through the library (optimizer updates,
     /// setVar, loading weights, calcMode) make the layers pack again; a write through a
     /// tensor's memory (`data<T>()`, a NumPy view) is not seen: call packWeights() again
