@@ -438,24 +438,21 @@ struct PackedWeights final : BackendState {
 // packed when the layer packs).
 dnnl::memory forwardWeights(const ConvParams& p, const ConvEntry& e, const Tensor& w) {
     const dnnl::memory plain = memOf(e.plainW, w);
-    if (!p.packed) return e.fwdW.from(plain);
+    if (!p.packed || e.fwdW.passes(e.plainW)) return e.fwdW.from(plain); // nothing to pack when read as they are
     auto pack = std::dynamic_pointer_cast<PackedWeights>(p.packed->data);
     const uint64_t generation = parameterGeneration();
     if (pack && pack->from == w.raw() && pack->desc == e.fwdW.want() && pack->generation == generation) {
         return wrap(pack->desc, pack->bytes.raw());
     }
     p.packed->data.reset(); // the old pack, before the new one is allocated
-    const dnnl::memory m = e.fwdW.from(plain);
-    if (m.get_data_handle() == plain.get_data_handle()) return m; // read as they are: nothing to pack
     pack = std::make_shared<PackedWeights>();
     pack->desc = e.fwdW.want();
     const auto words = static_cast<int64_t>((pack->desc.get_size() + sizeof(float) - 1) / sizeof(float));
     pack->bytes = Tensor::empty(Shape{words}, DType::float32, w.device());
-    std::memcpy(pack->bytes.raw(), m.get_data_handle(), pack->desc.get_size());
     pack->from = w.raw();
     pack->generation = generation;
     p.packed->data = pack;
-    return wrap(pack->desc, pack->bytes.raw());
+    return e.fwdW.into(plain, wrap(pack->desc, pack->bytes.raw())); // straight into the pack
 }
 
 // What the layer's forward kept, taken out of its state: backward-weights is its last

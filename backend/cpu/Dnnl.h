@@ -160,6 +160,8 @@ public:
     const dnnl::memory::desc& want() const { return want_; }
     /// The buffer the last reorder wrote (none before the first).
     const std::optional<dnnl::memory>& buffer() const { return buffer_; }
+    /// Whether memory of descriptor `d` is read as it is (from() returns it unchanged).
+    bool passes(const dnnl::memory::desc& d) const { return d == want_ && !round_; }
     /// `src` in the wanted descriptor.
     dnnl::memory from(const dnnl::memory& src) const;
     dnnl::memory from(const Tensor& t) const { return from(memOf(descOf(t), t)); }

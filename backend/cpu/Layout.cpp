@@ -13,7 +13,7 @@ using namespace dnnl_util;
 namespace dnnl_util {
 
 dnnl::memory Staged::from(const dnnl::memory& src) const {
-    if (src.get_desc() == want_ && !round_) return src;
+    if (passes(src.get_desc())) return src;
     if (!buffer_) buffer_ = checkDnnl("memory", [&] { return dnnl::memory(want_, engine()); });
     return into(src, *buffer_);
 }
