@@ -202,6 +202,15 @@ public:
     void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta, const Tensor& C) {
         gemm(transA, transB, alpha, A, B, beta, C, DType::float32);
     }
+    /// gemm whose B is a layer's weights. `packed`: the layer's slot for B in the kernel's
+    /// layout and type when its weights are packed (Module::packWeights) and it runs in eval
+    /// mode, else null (see ConvParams::packed). A backend may keep B converted there between
+    /// calls (the CPU's bfloat16 matmul does); the default is gemm, which keeps nothing.
+    virtual void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                             const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) {
+        (void)packed;
+        gemm(transA, transB, alpha, A, B, beta, C, compute);
+    }
     /// row: [M], y: [N, M] -> y[n, :] <- row for every n.
     virtual void broadcastRows(const Tensor& row, const Tensor& y) = 0;
     /// x: [N, M], y: [M] -> y <- alpha * sum_n x[n, :] + beta * y.

@@ -173,16 +173,7 @@ MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
 
 void ConvND::setTrain(bool train) {
     Module::setTrain(train);
-    if (train) {
-        packs_->data.reset();
-    } else {
-        state_->data.reset();
-    }
-}
-
-void ConvND::packWeights(bool on) {
-    Module::packWeights(on);
-    if (!on) packs_->data.reset();
+    if (!train) state_->data.reset();
 }
 
 void ConvND::reset() {

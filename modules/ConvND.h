@@ -45,10 +45,8 @@ public:
     ConvParams computeParams() const {
         ConvParams p = params_;
         p.compute = computeDType();
-        if (isTrain())
-            p.state = state_;
-        else if (weightsPacked())
-            p.packed = packs_;
+        if (isTrain()) p.state = state_;
+        p.packed = packSlot();
         return p;
     }
 
@@ -76,8 +74,6 @@ public:
     /// Leaving train mode drops what the backend kept for backward; so does reset().
     void setTrain(bool train) override;
     void reset() override;
-    /// packWeights(false) and train mode drop the packed weights.
-    void packWeights(bool on = true) override;
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -93,7 +89,6 @@ private:
     ConvParams params_;
     ConvOptions options_;
     std::shared_ptr<LayerState> state_ = std::make_shared<LayerState>();
-    std::shared_ptr<LayerState> packs_ = std::make_shared<LayerState>(); // the weights packed for eval-mode forwards
 };
 
 } // namespace tessera

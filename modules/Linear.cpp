@@ -42,12 +42,9 @@ Tensors Linear::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     Backend& be = backendOf(x);
     Tensor y = Tensor::empty({x.shape()[0], outsize_}, DType::float32, x.device());
-    if (options_.useBias) {
-        be.broadcastRows(getVar("b")->data, y);
-        be.gemm(false, false, 1.0f, x, getVar("W")->data, 1.0f, y, computeDType());
-    } else {
-        be.gemm(false, false, 1.0f, x, getVar("W")->data, 0.0f, y, computeDType());
-    }
+    if (options_.useBias) be.broadcastRows(getVar("b")->data, y);
+    be.gemmWeights(false, false, 1.0f, x, getVar("W")->data, options_.useBias ? 1.0f : 0.0f, y, computeDType(),
+                   packSlot());
     return {y};
 }
 

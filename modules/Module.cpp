@@ -17,7 +17,7 @@ std::shared_ptr<Variable> Variable::of(Tensor data) {
     return var;
 }
 
-Module::Module(std::string name) : name_(std::move(name)) {}
+Module::Module(std::string name) : name_(std::move(name)), packs_(std::make_shared<LayerState>()) {}
 Module::~Module() = default;
 
 std::string Module::str() const { return name_.empty() ? classname() : classname() + " '" + name_ + "'"; }
@@ -500,6 +500,7 @@ void Module::updateParams(float lr) {
 
 void Module::setTrain(bool train) {
     train_ = train;
+    if (train) packs_->data.reset(); // train-mode forwards read the weights as they are
     for (const auto& [n, child] : namedChildren()) child->setTrain(train);
 }
 
@@ -579,6 +580,7 @@ void Module::calcMode(DType dtype) {
 
 void Module::packWeights(bool on) {
     packed_ = on;
+    if (!on) packs_->data.reset();
     for (const auto& [name, child] : namedChildren()) child->packWeights(on);
     noteParameterChange(); // packWeights() again after a write through memory packs anew
 }

@@ -37,6 +37,7 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module;
 class Generator;
+struct LayerState;
 using ModulePtr = std::shared_ptr<Module>;
 
 /// What one run of a module allocates, for the static memory plan
@@ -239,12 +240,13 @@ public:
     /// layers keep their weights in their forward kernels' layout and type between calls
     /// instead of converting them on every forward (on the CPU, convolutions and
     /// deconvolutions keep a copy in oneDNN's blocked layout, in bfloat16 under
-    /// calcMode(bfloat16); other layers, and the CUDA backend, read their weights as they
+    /// calcMode(bfloat16), and Linear under calcMode(bfloat16) a blocked bfloat16 copy;
+    /// other layers, float32 Linear, and the CUDA backend read their weights as they
     /// are). The copies are counted in memoryStats. Train-mode forwards and
     /// backward passes never use it. Changes made through the library (optimizer updates,
     /// setVar, loading weights, calcMode) make the layers pack again; a write through a
     /// tensor's memory (`data<T>()`, a NumPy view) is not seen: call packWeights() again
-    /// after one. false drops the copies.
+    /// after one. false, and train mode, drop the copies.
     virtual void packWeights(bool on = true);
     /// Whether packWeights is on here.
     bool weightsPacked() const { return packed_; }
@@ -312,6 +314,10 @@ protected:
     /// Throws NumericsError (see setCheckNumerics) when `t` holds a NaN or an infinity.
     void requireFinite(const char* phase, const std::string& what, const Tensor& t, const std::string& given,
                        const Tensors& givenTensors) const;
+    /// The layer's slot for its weights in its forward kernel's layout and type
+    /// (ConvParams::packed, Backend::gemmWeights): set in eval mode with packWeights on,
+    /// else null.
+    std::shared_ptr<LayerState> packSlot() const { return !train_ && packed_ ? packs_ : nullptr; }
     /// A ShapeError prefixed with this module's str().
     ShapeError shapeError(const std::string& what) const;
     /// A ModuleError (bad argument or state) prefixed with this module's str().
@@ -328,6 +334,7 @@ private:
     bool train_ = true;
     DType compute_ = DType::float32;
     bool packed_ = false;
+    std::shared_ptr<LayerState> packs_; // see packSlot
     Tensors inData_, data_, grad_;
     std::vector<DType> inDTypes_; // the last forward's input dtypes, before any conversion
     bool tookBfloat16_ = true;    // whether it ran on them as they came

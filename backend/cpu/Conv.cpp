@@ -335,7 +335,7 @@ bool gemmCandidate(const ConvParams& p, const Shape& x) {
 // of 8x8 and more run faster in oneDNN). With AVX-512 BF16 and no AMX (Zen 5): output
 // planes of at most 16 pixels (512->512 3x3 at 4x4 7.3 -> 6.0 ms, 256->512 3x3/2 6.9 ->
 // 3.9 ms; every larger plane ran slower as a GEMM). Elsewhere oneDNN's kernels.
-bool gemmWeights(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
+bool backwardWeightsByGemm(const ConvParams& p, const Shape& x, const Shape& w, const Shape& dy) {
     if (!gemmCandidate(p, x)) return false;
     if (const std::optional<bool> forced = forcedGemm()) return *forced;
     const int64_t pixels = dy[2] * dy[3];
@@ -402,7 +402,7 @@ void axpbyRaw(float alpha, const float* src, float beta, float* dst, int64_t n) 
 // own channels-last copy) from the same source descriptor.
 bool keepsInput(const ConvParams& p, const ConvEntry& e, const Shape& x, const Shape& w, const Shape& y) {
     return p.state && p.compute == DType::bfloat16 && bfloat16Kernels() && e.fwdSrc.want() == e.bwSrc.want() &&
-           !gemmWeights(p, x, w, y);
+           !backwardWeightsByGemm(p, x, w, y);
 }
 
 // The forward's source: x reordered into bfloat16, into the layer's KeptInput when it keeps one.
@@ -422,37 +422,6 @@ dnnl::memory forwardSource(const ConvParams& p, const ConvEntry& e, const Tensor
     kept->fromDesc = src.get_desc();
     p.state->data = std::move(kept);
     return m;
-}
-
-// A layer's weights in the forward primitive's descriptor, kept between eval-mode forwards
-// (Module::packWeights; ConvParams::packed). Its bytes come from Tessera's allocator.
-struct PackedWeights final : BackendState {
-    Tensor bytes;               // desc.get_size() bytes
-    md desc;                    // the forward primitive's weights descriptor
-    const void* from = nullptr; // the float32 weights it was made from
-    uint64_t generation = 0;    // parameterGeneration() when it was made
-};
-
-// The forward's weights: w reordered (and rounded) into what the primitive reads, from the
-// layer's pack when it has an up-to-date one for these very weights, else made now (and
-// packed when the layer packs).
-dnnl::memory forwardWeights(const ConvParams& p, const ConvEntry& e, const Tensor& w) {
-    const dnnl::memory plain = memOf(e.plainW, w);
-    if (!p.packed || e.fwdW.passes(e.plainW)) return e.fwdW.from(plain); // nothing to pack when read as they are
-    auto pack = std::dynamic_pointer_cast<PackedWeights>(p.packed->data);
-    const uint64_t generation = parameterGeneration();
-    if (pack && pack->from == w.raw() && pack->desc == e.fwdW.want() && pack->generation == generation) {
-        return wrap(pack->desc, pack->bytes.raw());
-    }
-    p.packed->data.reset(); // the old pack, before the new one is allocated
-    pack = std::make_shared<PackedWeights>();
-    pack->desc = e.fwdW.want();
-    const auto words = static_cast<int64_t>((pack->desc.get_size() + sizeof(float) - 1) / sizeof(float));
-    pack->bytes = Tensor::empty(Shape{words}, DType::float32, w.device());
-    pack->from = w.raw();
-    pack->generation = generation;
-    p.packed->data = pack;
-    return e.fwdW.into(plain, wrap(pack->desc, pack->bytes.raw())); // straight into the pack
 }
 
 // What the layer's forward kept, taken out of its state: backward-weights is its last
@@ -492,9 +461,10 @@ Tensor CpuBackend::convForward(const ConvParams& p, const Tensor& x, const Tenso
     const ConvEntry& e = entryFor(p, x.shape(), w.shape(), yShape, b.defined());
     ++convCalls;
     Tensor y = tensorFor(e.fwdDst, yShape, x.device());
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, forwardSource(p, e, x, w.shape(), yShape)},
-                                                  {DNNL_ARG_WEIGHTS, forwardWeights(p, e, w)},
-                                                  {DNNL_ARG_DST, memOf(e.fwdDst, y)}};
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, forwardSource(p, e, x, w.shape(), yShape)},
+        {DNNL_ARG_WEIGHTS, packedWeights(e.fwdW, memOf(e.plainW, w), w, p.packed.get())},
+        {DNNL_ARG_DST, memOf(e.fwdDst, y)}};
     if (b.defined()) args[DNNL_ARG_BIAS] = memOf(e.plainB, b);
     checkDnnl("convolution_forward::execute", [&] { e.fwd.execute(stream(), args); });
     return y;
@@ -543,7 +513,7 @@ void CpuBackend::convBackwardWeights(const ConvParams& p, const Tensor& x, const
                                      float momentum, const Tensor& dw, const Tensor& db) {
     const ConvEntry& e = entryFor(p, x.shape(), dw.shape(), dy.shape(), db.defined());
     const std::shared_ptr<KeptInput> kept = takeKept(p); // alive until the primitive has run
-    if (gemmWeights(p, x.shape(), dw.shape(), dy.shape())) {
+    if (backwardWeightsByGemm(p, x.shape(), dw.shape(), dy.shape())) {
         ++convCalls;
         if (!e.gemmWeights)
             e.gemmWeights = checkDnnl("matmul (backward-weights)",

@@ -21,7 +21,8 @@ enum class ConvBackwardAlgo { automatic, direct, gemm };
 /// How a bfloat16 GEMM (CpuBackend::gemm in bfloat16, Linear's) converts its B operand:
 /// into oneDNN's blocked layout, into plain bfloat16 with B's own strides (the matmul packs
 /// it inside), or (automatic) whichever a timing of both on the first call of each shape
-/// found faster. All three give the same results.
+/// found faster; B kept packed (gemmWeights) is converted once, so automatic takes the
+/// blocked layout there. All three give the same results.
 enum class GemmWeightsLayout { automatic, blocked, plain };
 
 class CpuBackend final : public Backend {
@@ -77,6 +78,10 @@ public:
     using Backend::gemm;
     void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta, const Tensor& C,
               DType compute) override;
+    /// In bfloat16 with a slot: B is converted once and kept there (in the blocked layout
+    /// unless setGemmWeightsLayout(plain)); float32 reads B as it is.
+    void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                     const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;
     void broadcastRows(const Tensor& row, const Tensor& y) override;
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
 

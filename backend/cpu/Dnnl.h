@@ -12,6 +12,7 @@
 
 #include <optional>
 
+#include "backend/Backend.h"
 #include "backend/Errors.h"
 #include "backend/Tensor.h"
 
@@ -176,6 +177,14 @@ private:
     mutable std::optional<dnnl::reorder> reorder_;
     mutable dnnl::memory::desc reorderFrom_;
 };
+
+/// `w` (a layer's float32 weights, plain memory `plain`) in `stage`'s descriptor, for a
+/// primitive that reads them. With a slot (`packed`: Module::packWeights in eval mode; see
+/// ConvParams::packed) the converted copy is kept there, its bytes from Tessera's
+/// allocator, and read again while it was made from these very weights into this
+/// descriptor at the current parameterGeneration(); otherwise it is converted now into
+/// `stage`'s buffer. Weights the primitive reads as they are pass unchanged.
+dnnl::memory packedWeights(const Staged& stage, const dnnl::memory& plain, const Tensor& w, LayerState* packed);
 
 /// CpuBackend::bfloat16Kernels (probed once).
 bool bfloat16Kernels();

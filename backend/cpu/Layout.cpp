@@ -35,6 +35,34 @@ dnnl::memory Staged::into(const dnnl::memory& src, const dnnl::memory& dst) cons
 }
 
 namespace {
+// A layer's weights in a primitive's descriptor, kept between eval-mode forwards.
+struct PackedWeights final : BackendState {
+    Tensor bytes;               // desc.get_size() bytes
+    dnnl::memory::desc desc;    // the descriptor the primitive reads
+    const void* from = nullptr; // the float32 weights it was made from
+    uint64_t generation = 0;    // parameterGeneration() when it was made
+};
+} // namespace
+
+dnnl::memory packedWeights(const Staged& stage, const dnnl::memory& plain, const Tensor& w, LayerState* packed) {
+    if (!packed || stage.passes(plain.get_desc())) return stage.from(plain); // nothing to pack when read as they are
+    auto pack = std::dynamic_pointer_cast<PackedWeights>(packed->data);
+    const uint64_t generation = parameterGeneration();
+    if (pack && pack->from == w.raw() && pack->desc == stage.want() && pack->generation == generation) {
+        return wrap(pack->desc, pack->bytes.raw());
+    }
+    packed->data.reset(); // the old pack, before the new one is allocated
+    pack = std::make_shared<PackedWeights>();
+    pack->desc = stage.want();
+    const auto words = static_cast<int64_t>((pack->desc.get_size() + sizeof(float) - 1) / sizeof(float));
+    pack->bytes = Tensor::empty(Shape{words}, DType::float32, w.device());
+    pack->from = w.raw();
+    pack->generation = generation;
+    packed->data = pack;
+    return stage.into(plain, wrap(pack->desc, pack->bytes.raw())); // straight into the pack
+}
+
+namespace {
 // Whether oneDNN builds bfloat16 convolution and matmul primitives on this CPU (tiny ones).
 bool probeBfloat16() {
     using dt = dnnl::memory::data_type;

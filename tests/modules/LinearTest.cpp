@@ -1,5 +1,8 @@
 #include "modules/Linear.h"
 #include "GradCheck.h"
+#include "PackedWeights.h"
+#include "backend/Backend.h"
+#include "containers/Sequential.h"
 #include <cmath>
 #include <span>
 
@@ -103,6 +106,35 @@ TEST(Linear, InitSchemesAreSeededAndScaled) {
     double sq = 0;
     for (float w : c.getVar("W")->data.toVector<float>()) sq += w * w;
     EXPECT_NEAR(std::sqrt(sq / 5000.0), 2.0, 0.1); // standard deviation wscale
+}
+
+// Module::packWeights: bfloat16 Linear keeps its weights converted (oneDNN's blocked
+// bfloat16) between eval-mode forwards, with and without a bias, at a batch of one and of
+// several; float32 Linear reads them as they are, so it packs nothing.
+TEST(Linear, PackedWeightsGiveTheSameOutputsAndFollowTheLibrarysChanges) {
+    for (bool useBias : {true, false}) {
+        for (int64_t batch : {1, 5}) {
+            SCOPED_TRACE(std::string(useBias ? "bias" : "no bias") + ", batch " + std::to_string(batch));
+            Sequential net;
+            net.append(std::make_shared<Linear>(48, 64, LinearOptions{.useBias = useBias}));
+            net.append(std::make_shared<Linear>(64, 32, LinearOptions{.useBias = useBias}));
+            net.calcMode(DType::bfloat16);
+            expectPackedWeightsFollowTheLibrary(net, randomTensor({batch, 48}, 31), (48 * 64 + 64 * 32) * 2,
+                                                "linear" + std::to_string(useBias) + std::to_string(batch));
+        }
+    }
+    Backend& be = backendFor(Device::cpu());
+    Sequential net;
+    net.append(std::make_shared<Linear>(48, 64));
+    net.evalMode();
+    net.packWeights();
+    const Tensor x = randomTensor({3, 48}, 32);
+    const std::vector<float> y = net(x).toVector<float>();
+    const size_t before = be.memoryStats().current;
+    EXPECT_EQ(net(x).toVector<float>(), y);
+    EXPECT_EQ(be.memoryStats().current, before);
+    net[0].getVar("W")->data.data<float>()[0] += 1.0f;
+    EXPECT_NE(net(x).toVector<float>(), y) << "float32 Linear reads its weights as they are";
 }
 
 } // namespace

@@ -130,7 +130,7 @@ int registerAll() {
     // One image at a time, the weights converted on every forward or packed once
     // (Module::packWeights): Train/<model>/batch1/inference[/packed][/bf16].
     for (DType compute : {DType::float32, DType::bfloat16}) {
-        for (const char* model : {"lenet", "resnet18"}) {
+        for (const char* model : {"mlp", "lenet", "resnet18"}) {
             for (bool packed : {false, true}) {
                 const std::string name = std::string("Train/") + model + "/batch1/inference" +
                                          (packed ? "/packed" : "") + (compute == DType::float32 ? "" : "/bf16");
