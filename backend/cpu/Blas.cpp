@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
@@ -119,7 +121,48 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
     });
 }
 
+// A float32 matmul C <- alpha op(A) op(B) + beta C on oneDNN's kernels: A, B and C read
+// and written as they are (transposes through strides), except that B kept packed
+// (gemmWeights) is converted once into the layout the kernel picks.
+const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                            bool packed) {
+    static thread_local PrimitiveCache<MatmulEntry> cache;
+    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed}, [&] {
+        return checkDnnl("matmul (float32)", [&] {
+            using dt = dnnl::memory::data_type;
+            MatmulEntry e;
+            e.userA = md({M, K}, dt::f32, transA ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
+            e.userB = md({K, N}, dt::f32, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
+            e.c = md({M, N}, dt::f32, dnnl::memory::format_tag::ab);
+            const md weights = packed ? md({K, N}, dt::f32, dnnl::memory::format_tag::any) : e.userB;
+            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.userA, weights, e.c), attrOf(alpha, beta), engine());
+            e.prim = dnnl::matmul(pd);
+            e.a = Staged(pd.src_desc());
+            e.b = Staged(pd.weights_desc());
+            return e;
+        });
+    });
+}
+
+Float32Gemm float32GemmFromEnvironment() {
+    const char* env = std::getenv("TESSERA_FLOAT32_GEMM");
+    const std::string v = env ? env : "";
+    if (v == "openblas") return Float32Gemm::openblas;
+    if (!v.empty() && v != "onednn") {
+        throw BackendError("TESSERA_FLOAT32_GEMM=" + v + ": expected onednn or openblas");
+    }
+    return Float32Gemm::onednn;
+}
+
+std::atomic<Float32Gemm>& float32Engine() {
+    static std::atomic<Float32Gemm> engine{float32GemmFromEnvironment()};
+    return engine;
+}
+
 } // namespace
+
+void CpuBackend::setFloat32Gemm(Float32Gemm engine) { float32Engine() = engine; }
+Float32Gemm CpuBackend::float32Gemm() { return float32Engine(); }
 
 void CpuBackend::setGemmWeightsLayout(GemmWeightsLayout layout) { weightsLayout() = layout; }
 GemmWeightsLayout CpuBackend::gemmWeightsLayout() { return weightsLayout(); }
@@ -144,26 +187,28 @@ void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor
         throw ShapeError("CpuBackend::gemm: op(A) " + Shape{am, K}.str() + " x op(B) " + Shape{bk, bn}.str() +
                          " does not give C " + C.shape().str());
     }
-    if (compute == DType::bfloat16) {
-        if (M == 0 || N == 0) return;
-        if (K == 0) return axpby(0.0f, C, beta, C);
-        const MatmulEntry& e = matmulFor(transA, transB, M, N, K, alpha, beta, packed != nullptr);
-        checkDnnl("matmul::execute (bfloat16)", [&] {
-            e.prim.execute(stream(),
-                           {{DNNL_ARG_SRC, e.a.from(wrap(e.userA, A.data<float>()))},
-                            {DNNL_ARG_WEIGHTS, packedWeights(e.b, wrap(e.userB, B.data<float>()), B, packed.get())},
-                            {DNNL_ARG_DST, wrap(e.c, C.data<float>())}});
-        });
-        return;
-    }
-    if (compute != DType::float32) {
+    if (compute != DType::float32 && compute != DType::bfloat16) {
         throw BackendError("CpuBackend::gemm: computing in " + str(compute) +
                            " is not supported on the CPU (float32 and bfloat16 are; float16 runs on CUDA devices)");
     }
-    cpu::openBlas().sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-                          static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
-                          A.data<float>(), static_cast<blasint>(A.shape()[1]), B.data<float>(),
-                          static_cast<blasint>(B.shape()[1]), beta, C.data<float>(), static_cast<blasint>(N));
+    if (compute == DType::float32 && float32Engine().load() == Float32Gemm::openblas) {
+        cpu::openBlas().sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
+                              A.data<float>(), static_cast<blasint>(A.shape()[1]), B.data<float>(),
+                              static_cast<blasint>(B.shape()[1]), beta, C.data<float>(), static_cast<blasint>(N));
+        return;
+    }
+    if (M == 0 || N == 0) return;
+    if (K == 0) return axpby(0.0f, C, beta, C);
+    const bool keep = packed != nullptr;
+    const MatmulEntry& e = compute == DType::bfloat16 ? matmulFor(transA, transB, M, N, K, alpha, beta, keep)
+                                                      : sgemmFor(transA, transB, M, N, K, alpha, beta, keep);
+    checkDnnl("matmul::execute", [&] {
+        e.prim.execute(stream(),
+                       {{DNNL_ARG_SRC, e.a.from(wrap(e.userA, A.data<float>()))},
+                        {DNNL_ARG_WEIGHTS, packedWeights(e.b, wrap(e.userB, B.data<float>()), B, packed.get())},
+                        {DNNL_ARG_DST, wrap(e.c, C.data<float>())}});
+    });
 }
 
 // row: [M], y: [N, M]

@@ -25,8 +25,17 @@ enum class ConvBackwardAlgo { automatic, direct, gemm };
 /// blocked layout there. All three give the same results.
 enum class GemmWeightsLayout { automatic, blocked, plain };
 
+/// What float32 GEMMs (CpuBackend::gemm, Linear's) run on: oneDNN's matmul (the
+/// default), or OpenBLAS's sgemm. Their results differ in rounding only.
+enum class Float32Gemm { onednn, openblas };
+
 class CpuBackend final : public Backend {
 public:
+    /// The float32 GEMM engine, for every CpuBackend (initially TESSERA_FLOAT32_GEMM:
+    /// onednn or openblas; onednn when unset).
+    static void setFloat32Gemm(Float32Gemm engine);
+    static Float32Gemm float32Gemm();
+
     /// The B layout of bfloat16 GEMMs, for every CpuBackend (initially automatic).
     static void setGemmWeightsLayout(GemmWeightsLayout layout);
     static GemmWeightsLayout gemmWeightsLayout();
@@ -78,8 +87,9 @@ public:
     using Backend::gemm;
     void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta, const Tensor& C,
               DType compute) override;
-    /// In bfloat16 with a slot: B is converted once and kept there (in the blocked layout
-    /// unless setGemmWeightsLayout(plain)); float32 reads B as it is.
+    /// With a slot, B is converted once and kept there: in bfloat16, blocked unless
+    /// setGemmWeightsLayout(plain); in float32 on oneDNN, in the layout its kernel picks
+    /// (OpenBLAS reads B as it is).
     void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                      const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;
     void broadcastRows(const Tensor& row, const Tensor& y) override;

@@ -36,8 +36,9 @@ for exe in "$root/libexec/"*; do
 done
 echo "every library of $(ls "$root/libexec" | tr '\n' ' ')resolves inside the bundle"
 
-# 3. The OpenBLAS that runs is the bundled one (it is loaded at run time, not linked).
-OMP_NUM_THREADS=1 LD_DEBUG=files "$root/bin/train_mlp" 1 >"$work/train_mlp.out" 2>"$work/ld_debug.txt" \
+# 3. The OpenBLAS that runs is the bundled one (it is loaded at run time, not linked, when
+#    float32 GEMMs run on it).
+TESSERA_FLOAT32_GEMM=openblas OMP_NUM_THREADS=1 LD_DEBUG=files "$root/bin/train_mlp" 1 >"$work/train_mlp.out" 2>"$work/ld_debug.txt" \
   || fail "train_mlp from the bundle failed: $(tail -3 "$work/train_mlp.out")"
 grep -q "file=$root/lib/libopenblas.so.0" "$work/ld_debug.txt" \
   || fail "train_mlp did not load $root/lib/libopenblas.so.0: $(grep -o 'file=[^ ]*openblas[^ ]*' "$work/ld_debug.txt" | head -1)"

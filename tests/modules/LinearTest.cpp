@@ -2,6 +2,7 @@
 #include "GradCheck.h"
 #include "PackedWeights.h"
 #include "backend/Backend.h"
+#include "backend/cpu/CpuBackend.h"
 #include "containers/Sequential.h"
 #include <cmath>
 #include <span>
@@ -108,33 +109,58 @@ TEST(Linear, InitSchemesAreSeededAndScaled) {
     EXPECT_NEAR(std::sqrt(sq / 5000.0), 2.0, 0.1); // standard deviation wscale
 }
 
-// Module::packWeights: bfloat16 Linear keeps its weights converted (oneDNN's blocked
-// bfloat16) between eval-mode forwards, with and without a bias, at a batch of one and of
-// several; float32 Linear reads them as they are, so it packs nothing.
+// Module::packWeights: Linear keeps its weights converted (into the layout oneDNN's matmul
+// picks; bfloat16 under calcMode(bfloat16)) between eval-mode forwards, with and without a
+// bias, at a batch of one and of several.
 TEST(Linear, PackedWeightsGiveTheSameOutputsAndFollowTheLibrarysChanges) {
-    for (bool useBias : {true, false}) {
-        for (int64_t batch : {1, 5}) {
-            SCOPED_TRACE(std::string(useBias ? "bias" : "no bias") + ", batch " + std::to_string(batch));
-            Sequential net;
-            net.append(std::make_shared<Linear>(48, 64, LinearOptions{.useBias = useBias}));
-            net.append(std::make_shared<Linear>(64, 32, LinearOptions{.useBias = useBias}));
-            net.calcMode(DType::bfloat16);
-            expectPackedWeightsFollowTheLibrary(net, randomTensor({batch, 48}, 31), (48 * 64 + 64 * 32) * 2,
-                                                "linear" + std::to_string(useBias) + std::to_string(batch));
+    for (DType compute : {DType::float32, DType::bfloat16}) {
+        for (bool useBias : {true, false}) {
+            for (int64_t batch : {1, 5}) {
+                SCOPED_TRACE(str(compute) + (useBias ? ", bias" : ", no bias") + ", batch " + std::to_string(batch));
+                Sequential net;
+                net.append(std::make_shared<Linear>(48, 64, LinearOptions{.useBias = useBias}));
+                net.append(std::make_shared<Linear>(64, 32, LinearOptions{.useBias = useBias}));
+                net.calcMode(compute);
+                expectPackedWeightsFollowTheLibrary(
+                    net, randomTensor({batch, 48}, 31), (48 * 64 + 64 * 32) * (compute == DType::bfloat16 ? 2 : 4),
+                    "linear" + str(compute) + std::to_string(useBias) + std::to_string(batch));
+            }
         }
     }
+}
+
+// Float32 GEMMs on OpenBLAS (CpuBackend::setFloat32Gemm) agree with oneDNN's to rounding,
+// forward and backward; OpenBLAS reads the weights as they are, so a packed Linear keeps
+// nothing there.
+TEST(Linear, Float32GemmEnginesAgree) {
     Backend& be = backendFor(Device::cpu());
+    const Float32Gemm before = CpuBackend::float32Gemm();
+    const Tensor x = randomTensor({7, 48}, 32), dy = randomTensor({7, 64}, 33);
+    auto run = [&](Float32Gemm engine) {
+        CpuBackend::setFloat32Gemm(engine);
+        manualSeed(5);
+        Linear lin(48, 64);
+        std::vector<float> out = lin(x).toVector<float>();
+        const std::vector<float> dx = lin.backward(dy).toVector<float>();
+        const std::vector<float> dw = lin.getVar("W")->grad.toVector<float>();
+        out.insert(out.end(), dx.begin(), dx.end());
+        out.insert(out.end(), dw.begin(), dw.end());
+        return out;
+    };
+    const std::vector<float> onednn = run(Float32Gemm::onednn), openblas = run(Float32Gemm::openblas);
+    EXPECT_TRUE(allClose(Tensor::fromVector({static_cast<int64_t>(onednn.size())}, onednn), openblas, 1e-5f));
+
     Sequential net;
     net.append(std::make_shared<Linear>(48, 64));
     net.evalMode();
     net.packWeights();
-    const Tensor x = randomTensor({3, 48}, 32);
     const std::vector<float> y = net(x).toVector<float>();
-    const size_t before = be.memoryStats().current;
+    const size_t allocated = be.memoryStats().current;
     EXPECT_EQ(net(x).toVector<float>(), y);
-    EXPECT_EQ(be.memoryStats().current, before);
+    EXPECT_EQ(be.memoryStats().current, allocated);
     net[0].getVar("W")->data.data<float>()[0] += 1.0f;
-    EXPECT_NE(net(x).toVector<float>(), y) << "float32 Linear reads its weights as they are";
+    EXPECT_NE(net(x).toVector<float>(), y) << "OpenBLAS reads the weights as they are";
+    CpuBackend::setFloat32Gemm(before);
 }
 
 } // namespace

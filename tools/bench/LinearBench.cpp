@@ -1,7 +1,9 @@
-// Linear(784, 1024) forward + backward at batch 128 against the plain sgemm calls of the
-// same shapes, measured in the same run: OpenBLAS as Tessera loads it (the library its
-// Linear runs on) and oneDNN's sgemm for comparison.
+// Linear(784, 1024) forward + backward at batch 128 against the plain GEMM calls of the
+// same shapes, measured in the same run: oneDNN's matmul primitives (what Linear runs on by
+// default), OpenBLAS as Tessera loads it (TESSERA_FLOAT32_GEMM=openblas) and oneDNN's
+// sgemm; and the forward alone at batch 1.
 #include <dnnl.h>
+#include <dnnl.hpp>
 
 #include <vector>
 
@@ -52,6 +54,65 @@ void BM_DnnlSgemmLinearShapes(benchmark::State& state) {
 }
 BENCHMARK(BM_DnnlSgemmLinearShapes)
     ->Name("dnnl_sgemm/784x1024/batch128/fwd+bwd")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The same three GEMMs as oneDNN matmul primitives (brgemm kernels), on plain operands
+// read through their strides as Linear holds them; built once, outside the timing.
+void dnnlMatmulLinearShapes(benchmark::State& state, int batch, bool forwardOnly) {
+    using md = dnnl::memory::desc;
+    using dt = dnnl::memory::data_type;
+    std::vector<float> x(batch * kIn, 0.5f), w(kIn * kOut, 0.01f), y(batch * kOut), dy(batch * kOut, 0.1f),
+        dx(batch * kIn), dw(kIn * kOut);
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream stream(eng);
+    // C[m, n] = op(A) op(B), A and B row-major [m, k] / [k, n] or their transposes.
+    struct Product {
+        dnnl::matmul prim;
+        dnnl::memory a, b, c;
+    };
+    auto product = [&](bool ta, bool tb, int m, int n, int k, float* a, float* b, float* c) {
+        const md ad({m, k}, dt::f32, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
+        const md bd({k, n}, dt::f32, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{n, 1});
+        const md cd({m, n}, dt::f32, dnnl::memory::dims{n, 1});
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), eng);
+        return Product{dnnl::matmul(pd), dnnl::memory(ad, eng, a), dnnl::memory(bd, eng, b), dnnl::memory(cd, eng, c)};
+    };
+    std::vector<Product> products = {product(false, false, batch, kOut, kIn, x.data(), w.data(), y.data())};
+    if (!forwardOnly) {
+        products.push_back(product(false, true, batch, kIn, kOut, dy.data(), w.data(), dx.data()));
+        products.push_back(product(true, false, kIn, kOut, batch, x.data(), dy.data(), dw.data()));
+    }
+    for (auto _ : state) {
+        for (Product& p : products) {
+            p.prim.execute(stream, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
+        }
+        stream.wait();
+        benchmark::DoNotOptimize(y.data());
+    }
+    setGflops(state, (forwardOnly ? 1.0 : 3.0) * 2.0 * batch * kIn * kOut * 1e-9);
+}
+void BM_DnnlMatmulLinearShapes(benchmark::State& state) { dnnlMatmulLinearShapes(state, kBatch, false); }
+BENCHMARK(BM_DnnlMatmulLinearShapes)
+    ->Name("dnnl_matmul/784x1024/batch128/fwd+bwd")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Forward alone at batch 1 (a served request): OpenBLAS against oneDNN's matmul.
+void BM_SgemmForwardBatch1(benchmark::State& state) {
+    std::vector<float> x(kIn, 0.5f), w(kIn * kOut, 0.01f), y(kOut);
+    const auto cblas_sgemm = tessera::cpu::openBlas().sgemm;
+    for (auto _ : state) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, kOut, kIn, 1.0f, x.data(), kIn, w.data(), kOut, 0.0f,
+                    y.data(), kOut);
+        benchmark::DoNotOptimize(y.data());
+    }
+    setGflops(state, 2.0 * kIn * kOut * 1e-9);
+}
+BENCHMARK(BM_SgemmForwardBatch1)->Name("sgemm/784x1024/batch1/fwd")->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_DnnlMatmulForwardBatch1(benchmark::State& state) { dnnlMatmulLinearShapes(state, 1, true); }
+BENCHMARK(BM_DnnlMatmulForwardBatch1)
+    ->Name("dnnl_matmul/784x1024/batch1/fwd")
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

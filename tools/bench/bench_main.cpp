@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
     std::printf("\nSummary (medians, same run):\n");
     printRatio(reporter, "Linear(784,1024) fwd+bwd vs sgemm, batch 128", "Linear/784x1024/batch128/fwd+bwd/real_time",
                "sgemm/784x1024/batch128/fwd+bwd/real_time", "GFLOP/s");
+    printRatio(reporter, "Linear(784,1024) fwd+bwd vs oneDNN matmul", "Linear/784x1024/batch128/fwd+bwd/real_time",
+               "dnnl_matmul/784x1024/batch128/fwd+bwd/real_time", "GFLOP/s");
     printRatio(reporter, "Linear(784,1024) fwd+bwd vs oneDNN sgemm", "Linear/784x1024/batch128/fwd+bwd/real_time",
                "dnnl_sgemm/784x1024/batch128/fwd+bwd/real_time", "GFLOP/s");
     printRatio(reporter, "ResNet-18 32x32 convs fwd+bwd vs sgemm 1024",

@@ -34,11 +34,13 @@ CPUs newer than the library knows (Sapphire Rapids) OpenBLAS falls back to gener
 kernels unless OPENBLAS_CORETYPE is set. Tessera sets it for itself
 (backend/cpu/OpenBlas.cpp); this script sets the same value before importing PyTorch (an
 OPENBLAS_CORETYPE already in the environment wins on both sides) and prints the CPU model
-and both sides' OpenBLAS core names.
+and both sides' OpenBLAS core names. Tessera's float32 GEMMs run on oneDNN's matmul by
+default; PyTorch's run on OpenBLAS, so on the CPU this script runs Tessera with
+TESSERA_FLOAT32_GEMM=openblas (--tessera-float32-gemm onednn measures Tessera's default).
 
 Usage: tools/bench/pytorch_side_by_side.py [--bench build/tools/bench/tessera_bench]
        [--device cpu|cuda] [--reps 5] [--threads 2] [--models mlp,lenet,resnet18]
-       [--precision fp32,bf16[,fp16]]
+       [--precision fp32,bf16[,fp16]] [--tessera-float32-gemm openblas|onednn]
 """
 
 import argparse
@@ -280,6 +282,8 @@ def main():
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--models", default=None,
                     help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda); also lstm,gru (cpu)")
+    ap.add_argument("--tessera-float32-gemm", choices=("openblas", "onednn"), default="openblas",
+                    help="what Tessera's float32 GEMMs run on (CPU): openblas, as PyTorch's do, or onednn")
     ap.add_argument("--precision", default="fp32", help="a list of fp32, bf16 and fp16 (cuda only): fp32,bf16")
     args = ap.parse_args()
     precisions = args.precision.split(",")
@@ -298,9 +302,11 @@ def main():
     else:
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
+        os.environ["TESSERA_FLOAT32_GEMM"] = args.tessera_float32_gemm
         print(f"CPU: {cpuinfo('model name')}")
         print(f"OpenBLAS cores: Tessera {tessera_openblas_core(args.bench)}, PyTorch {torch_openblas_core()} "
-              f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})")
+              f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
+              f"Tessera's float32 GEMMs on {args.tessera_float32_gemm}")
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; Tessera {args.bench}, "
               f"OMP_NUM_THREADS={args.threads}; {args.reps} alternating repetitions, medians")
     workloads = [(m, mode, p) for p in precisions for m in models for mode in ("train", "inference")
