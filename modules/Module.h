@@ -240,9 +240,9 @@ public:
     /// layers keep their weights in their forward kernels' layout and type between calls
     /// instead of converting them on every forward (on the CPU, convolutions and
     /// deconvolutions keep a copy in oneDNN's blocked layout, in bfloat16 under
-    /// calcMode(bfloat16), and Linear under calcMode(bfloat16) a blocked bfloat16 copy;
-    /// other layers, float32 Linear, and the CUDA backend read their weights as they
-    /// are). The copies are counted in memoryStats. Train-mode forwards and
+    /// calcMode(bfloat16), and Linear a copy in its matmul's layout (bfloat16 under
+    /// calcMode(bfloat16); none when float32 GEMMs run on OpenBLAS); other layers, and the
+    /// CUDA backend, read their weights as they are). The copies are counted in memoryStats. Train-mode forwards and
     /// backward passes never use it. Changes made through the library (optimizer updates,
     /// setVar, loading weights, calcMode) make the layers pack again; a write through a
     /// tensor's memory (`data<T>()`, a NumPy view) is not seen: call packWeights() again

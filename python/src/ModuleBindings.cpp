@@ -375,8 +375,8 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
 their kernels' layout and type between calls (an extra copy) instead of converting them on
 every forward. Optimizer updates, assigning var.data, setVar, loading and calcMode make
 them pack again; a write through a NumPy view of a parameter does not: call packWeights()
-again after one. False drops the copies. On the CPU: convolutions and deconvolutions, and
-Linear under calcMode("bfloat16").)")
+again after one. False drops the copies. On the CPU: convolutions, deconvolutions and
+Linear.)")
         .def_property_readonly("weightsPacked", &Module::weightsPacked)
         .def(
             "to",
