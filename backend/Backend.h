@@ -205,7 +205,7 @@ public:
     /// gemm whose B is a layer's weights. `packed`: the layer's slot for B in the kernel's
     /// layout and type when its weights are packed (Module::packWeights) and it runs in eval
     /// mode, else null (see ConvParams::packed). A backend may keep B converted there between
-    /// calls (the CPU's bfloat16 matmul does); the default is gemm, which keeps nothing.
+    /// calls (the CPU's oneDNN matmul does); the default is gemm, which keeps nothing.
     virtual void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                              const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) {
         (void)packed;
