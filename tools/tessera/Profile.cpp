@@ -29,6 +29,7 @@ struct ProfileArgs {
     int depth = 0;
     std::string sort = "order";
     std::string csv;
+    bool packWeights = false;
     bool quiet = false;
 };
 
@@ -68,6 +69,10 @@ int runProfile(const ProfileArgs& a) {
     const Device device = parseDevice(a.device);
     const DType compute = parsePrecision(a.precision, device);
     const bool train = a.mode == "train";
+    if (a.packWeights && train) {
+        throw UsageError("--pack-weights packs for inference: it needs --mode eval (training changes the weights at "
+                         "every step)");
+    }
     if (!a.csv.empty()) requireWritableDestination("--csv", a.csv);
     std::unique_ptr<Optimizer> optimizer;
     try {
@@ -87,6 +92,7 @@ int runProfile(const ProfileArgs& a) {
     net->to(device);
     if (optimizer) optimizer->setupOn(*net, true);
     if (!device.isCpu()) net->optimizeForShape(shapes, size_t{512} << 20);
+    if (a.packWeights) net->packWeights();
     const Tensors inputs = randomInputs(*net, shapes, device);
 
     const char* threads = std::getenv("OMP_NUM_THREADS");
@@ -98,7 +104,8 @@ int runProfile(const ProfileArgs& a) {
     }
     std::printf("profile: %s, input %s, %s, precision %s, %s%s; %d step%s after %d warm-up\n", a.model.c_str(),
                 str(shapes).c_str(), where.c_str(), a.precision.c_str(), train ? "training with " : "inference",
-                train ? a.optimizer.c_str() : "", a.steps, a.steps == 1 ? "" : "s", a.warmup);
+                train ? a.optimizer.c_str() : (a.packWeights ? " with packed weights" : ""), a.steps,
+                a.steps == 1 ? "" : "s", a.warmup);
     if (a.precision == "bf16" && device.isCpu() && !CpuBackend::bfloat16Kernels()) {
         std::printf("note: this CPU has no bfloat16 kernels; bf16 is emulated (rounded operands, float32 kernels)\n");
     }
@@ -164,6 +171,9 @@ std::function<int()> addProfile(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"order", "time"}));
     cmd->add_option("--csv", args->csv, "also write every layer's times to this CSV file");
+    cmd->add_flag("--pack-weights", args->packWeights,
+                  "with --mode eval: the layers keep their weights converted between steps (Module::packWeights), "
+                  "as a server would");
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     return [args] { return runProfile(*args); };
 }
