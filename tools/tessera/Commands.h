@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "data/Dataset.h"
+#include "data/Transform.h"
 #include "modules/Module.h"
 
 namespace tessera::cli {
@@ -15,6 +17,7 @@ std::function<int()> addDraw(CLI::App& app);
 std::function<int()> addConvert(CLI::App& app);
 std::function<int()> addRun(CLI::App& app);
 std::function<int()> addProfile(CLI::App& app);
+std::function<int()> addEval(CLI::App& app);
 
 /// "cpu", "cuda" or "cuda:N"; UsageError when no such device can be used, saying why.
 Device parseDevice(const std::string& text);
@@ -32,6 +35,31 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
 /// HDF5 file's weights loaded; else left uninitialised (shape work). A name that is none
 /// of these is std::invalid_argument; a bad file an IoError naming it.
 ModulePtr loadModel(const std::string& model, bool train = false);
+
+/// The training and test sets that --data names (fashion-mnist, an IDX directory or
+/// mnist:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:DIR), each cut to its first `limit`
+/// samples when limit > 0; `channels` for image folders. UsageError for a name of another
+/// kind or a missing directory, IoError for a bad file.
+struct DataSets {
+    DatasetPtr train, test;
+    std::string what;
+};
+DataSets openData(const std::string& data, int64_t limit, int channels);
+/// The options that say what data to read and how (train and eval take them alike).
+struct DataOptions {
+    std::string data = "fashion-mnist"; ///< --data, as openData takes it
+    std::string augment;                ///< --augment: Transforms::parse's text
+    int workers = 2;                    ///< --workers
+    int channels = 3;                   ///< --channels: image folders' 1 or 3
+    int64_t limit = 0;                  ///< --limit: the first N samples of each split
+};
+/// --augment's transforms; UsageError naming the option for text Transforms::parse refuses.
+Transforms parseAugment(const std::string& text);
+/// UsageError naming `model` unless `net` gives one output of [batch, classes or more]
+/// scores for a batch of `batchShape` (shape inference only).
+void requireClassifier(Module& net, const std::string& model, const Shape& batchShape, int64_t classes);
+/// Adds --data, --augment, --workers, --channels and --limit to `cmd`, writing into `in`.
+void addDataOptions(CLI::App* cmd, DataOptions& in);
 
 /// Checks of option values, run by the parser before any work starts; a bad value is a
 /// usage error naming the option, what was expected and what was given.

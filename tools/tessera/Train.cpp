@@ -67,10 +67,56 @@ DType parsePrecision(const std::string& text, Device device) {
     return text == "bf16" ? DType::bfloat16 : text == "fp16" ? DType::float16 : DType::float32;
 }
 
+Transforms parseAugment(const std::string& text) {
+    try {
+        return Transforms::parse(text);
+    } catch (const ModuleError& e) {
+        throw UsageError(std::string("--augment: ") + e.what());
+    }
+}
+
+void requireClassifier(Module& net, const std::string& model, const Shape& batchShape, int64_t classes) {
+    Shapes outShapes;
+    try {
+        outShapes = net.inferDataShape({batchShape});
+    } catch (const ShapeError& e) {
+        throw UsageError("model " + model + " does not take this data's batches " + batchShape.str() + ": " + e.what());
+    }
+    if (outShapes.size() != 1 || outShapes[0].rank() != 2 || outShapes[0][1] < classes) {
+        throw UsageError("model " + model + " gives " + str(outShapes) + " for a batch, but this data has " +
+                         std::to_string(classes) + " classes: it needs [batch, " + std::to_string(classes) +
+                         "] scores (or more)");
+    }
+}
+
+void addDataOptions(CLI::App* cmd, DataOptions& in) {
+    cmd->add_option("--data", in.data,
+                    "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
+                    "cifar100:DIR (the binary versions), folder:DIR (DIR/train/<class>/ and DIR/test/<class>/ of "
+                    "JPEG and PNG files) or npy:DIR (train_images.npy, train_labels.npy, test_images.npy, "
+                    "test_labels.npy)")
+        ->capture_default_str();
+    cmd->add_option("--augment", in.augment,
+                    "per-image transforms, e.g. crop:32:4,flip,normalize:cifar10 (resize:S|HxW, crop:S[:PAD], "
+                    "center:S, flip[:P], normalize:M1/M2/M3:S1/S2/S3 or cifar10|cifar100|imagenet|mnist); random "
+                    "ones act in training only, the test set gets centre crops");
+    cmd->add_option("--workers", in.workers,
+                    "threads that read and transform the next batches while a step runs (0: none; the batches "
+                    "are the same for any number)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 64));
+    cmd->add_option("--channels", in.channels, "folder:DIR: decode images as 1 (grayscale) or 3 (RGB) channels")
+        ->capture_default_str()
+        ->check(CLI::IsMember({1, 3}));
+    cmd->add_option("--limit", in.limit, "use only the first N images of each split (0: all)")
+        ->capture_default_str()
+        ->check(nonNegativeInteger());
+}
+
 namespace {
 struct TrainArgs {
     std::string model = "lenet";
-    std::string data = "fashion-mnist";
+    DataOptions in; // --data, --augment, --workers, --channels, --limit
     int64_t epochs = 10;
     int64_t batch = 128;
     float lr = -1.0f;
@@ -83,7 +129,6 @@ struct TrainArgs {
     std::string schedule;
     int64_t warmup = 0;
     uint64_t seed = 1;
-    int64_t limit = 0;
     bool quiet = false;
     std::string save;
     std::string device = "cpu";
@@ -96,20 +141,12 @@ struct TrainArgs {
     std::string every; // N or Nsteps, or Nepochs
     int64_t everySteps = 0, everyEpochs = 1;
     std::string resume;
-    std::string augment;
-    int workers = 2;
     bool pinMemory = true;
-    int channels = 3;
 };
 
-// The training and test sets that --data names.
-struct DataSets {
-    DatasetPtr train, test;
-    std::string what;
-};
+} // namespace
 
-DataSets openData(const TrainArgs& a) {
-    const std::string& d = a.data;
+DataSets openData(const std::string& d, int64_t limit, int channels) {
     const size_t colon = d.find(':');
     const std::string kind = colon == std::string::npos ? "" : d.substr(0, colon);
     const std::string dir = colon == std::string::npos ? d : d.substr(colon + 1);
@@ -131,7 +168,7 @@ DataSets openData(const TrainArgs& a) {
         }
     } else if (kind == "folder") {
         needDir();
-        s = {imageFolder(dir + "/train", a.channels), imageFolder(dir + "/test", a.channels),
+        s = {imageFolder(dir + "/train", channels), imageFolder(dir + "/test", channels),
              "image folders " + dir + "/train and " + dir + "/test"};
         if (s.train->classes() != s.test->classes()) {
             throw IoError("--data " + d + ": train/ has " + std::to_string(s.train->classes()) +
@@ -147,12 +184,14 @@ DataSets openData(const TrainArgs& a) {
                          ": expected fashion-mnist, a directory of IDX files, mnist:DIR, cifar10:DIR, cifar100:DIR, "
                          "folder:DIR or npy:DIR");
     }
-    if (a.limit > 0) {
-        s.train = firstSamples(s.train, a.limit);
-        s.test = firstSamples(s.test, a.limit);
+    if (limit > 0) {
+        s.train = firstSamples(s.train, limit);
+        s.test = firstSamples(s.test, limit);
     }
     return s;
 }
+
+namespace {
 
 // A learning rate for the epoch line: a few significant digits.
 std::string formatRate(float rate) {
@@ -250,41 +289,25 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     ModulePtr net = loadModel(a.model, /*train=*/true);
     net->calcMode(compute);
 
-    Transforms transforms;
-    try {
-        transforms = Transforms::parse(a.augment);
-    } catch (const ModuleError& e) {
-        throw UsageError(std::string("--augment: ") + e.what());
-    }
-    const DataSets data = openData(a);
+    const Transforms transforms = parseAugment(a.in.augment);
+    const DataSets data = openData(a.in.data, a.in.limit, a.in.channels);
     // On a GPU, batches are made in page-locked memory and copied while the device computes.
     const bool pinned = a.pinMemory && !device.isCpu();
     const LoaderOptions trainOptions{
-        .batchsize = a.batch, .seed = a.seed, .workers = a.workers, .pinned = pinned, .rank = rank, .ranks = ranks};
+        .batchsize = a.batch, .seed = a.seed, .workers = a.in.workers, .pinned = pinned, .rank = rank, .ranks = ranks};
     Loader train(data.train, transforms, trainOptions);
     Loader test(data.test, transforms,
-                {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.workers, .pinned = pinned});
+                {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.in.workers, .pinned = pinned});
     const Shape sample = train.sampleShape();
     std::printf("data: %s, %lld training and %lld test images of %s, %lld classes; %s%s, %d worker%s%s\n",
                 data.what.c_str(), static_cast<long long>(train.size()), static_cast<long long>(test.size()),
                 sample.str().c_str(), static_cast<long long>(data.train->classes()),
-                transforms.empty() ? "no transforms" : "transforms ", transforms.str().c_str(), a.workers,
-                a.workers == 1 ? "" : "s", pinned ? ", batches in page-locked memory" : "");
+                transforms.empty() ? "no transforms" : "transforms ", transforms.str().c_str(), a.in.workers,
+                a.in.workers == 1 ? "" : "s", pinned ? ", batches in page-locked memory" : "");
     std::vector<int64_t> dims = sample.dims();
     dims.insert(dims.begin(), std::min<int64_t>(a.batch, train.size()));
     const Shape batchShape(dims);
-    Shapes outShapes;
-    try {
-        outShapes = net->inferDataShape({batchShape});
-    } catch (const ShapeError& e) {
-        throw UsageError("model " + a.model + " does not take this data's batches " + batchShape.str() + ": " +
-                         e.what());
-    }
-    if (outShapes.size() != 1 || outShapes[0].rank() != 2 || outShapes[0][1] < data.train->classes()) {
-        throw UsageError("model " + a.model + " gives " + str(outShapes) + " for a batch, but this data has " +
-                         std::to_string(data.train->classes()) + " classes: it needs [batch, " +
-                         std::to_string(data.train->classes()) + "] scores (or more)");
-    }
+    requireClassifier(*net, a.model, batchShape, data.train->classes());
 
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
@@ -494,27 +517,10 @@ std::function<int()> addTrain(CLI::App& app) {
                     "a zoo name (lenet, mlp, ...), a blueprint JSON file, an HDF5 model file with a blueprint or an "
                     "ONNX file (their weights are the starting point)")
         ->capture_default_str();
-    cmd->add_option("--data", args->data,
-                    "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
-                    "cifar100:DIR (the binary versions), folder:DIR (DIR/train/<class>/ and DIR/test/<class>/ of "
-                    "JPEG and PNG files) or npy:DIR (train_images.npy, train_labels.npy, test_images.npy, "
-                    "test_labels.npy)")
-        ->capture_default_str();
-    cmd->add_option("--augment", args->augment,
-                    "per-image transforms, e.g. crop:32:4,flip,normalize:cifar10 (resize:S|HxW, crop:S[:PAD], "
-                    "center:S, flip[:P], normalize:M1/M2/M3:S1/S2/S3 or cifar10|cifar100|imagenet|mnist); random "
-                    "ones act in training only, the test set gets centre crops");
+    addDataOptions(cmd, args->in);
     cmd->add_flag("--pin-memory,!--no-pin-memory", args->pinMemory,
                   "with --device cuda: make batches in page-locked memory and copy them to the GPU while it "
                   "computes (default; --no-pin-memory: ordinary memory, copied at each step)");
-    cmd->add_option("--workers", args->workers,
-                    "threads that read and transform the next batches while a step runs (0: none; the batches "
-                    "are the same for any number)")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 64));
-    cmd->add_option("--channels", args->channels, "folder:DIR: decode images as 1 (grayscale) or 3 (RGB) channels")
-        ->capture_default_str()
-        ->check(CLI::IsMember({1, 3}));
     cmd->add_option("--epochs", args->epochs, "passes over the training set")
         ->capture_default_str()
         ->check(positiveInteger());
@@ -549,9 +555,6 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--warmup", args->warmup, "ramp the learning rate up linearly over the first N training steps")
         ->check(nonNegativeInteger());
     cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
-    cmd->add_option("--limit", args->limit, "use only the first N images of each split (0: all)")
-        ->capture_default_str()
-        ->check(nonNegativeInteger());
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     cmd->add_option("--checkpoint", args->checkpoint,
                     "write a checkpoint (model, optimizer, position, random state) to this file at the end of each "

@@ -1,4 +1,4 @@
-// tessera: the command-line program: `tessera train | check | summary | draw | profile | convert | run | help`.
+// tessera: the command-line program: `tessera train | eval | check | summary | draw | profile | convert | run | help`.
 // Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
 #include <cstdio>
 #include <exception>
@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
     app.require_subcommand(1);
     auto train = tessera::cli::addTrain(app);
+    auto eval = tessera::cli::addEval(app);
     auto check = tessera::cli::addCheck(app);
     auto summary = tessera::cli::addSummary(app);
     auto draw = tessera::cli::addDraw(app);
@@ -18,7 +19,7 @@ int main(int argc, char** argv) {
     auto run = tessera::cli::addRun(app);
     CLI::App* help = app.add_subcommand("help", "Print this help, or a command's: tessera help train");
     std::string topic;
-    help->add_option("command", topic, "train, check, summary, draw, profile, convert or run");
+    help->add_option("command", topic, "train, eval, check, summary, draw, profile, convert or run");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -39,11 +40,12 @@ int main(int argc, char** argv) {
             }
             std::fprintf(
                 stderr,
-                "tessera: no command '%s'; the commands are train, check, summary, draw, profile, convert, run\n",
+                "tessera: no command '%s'; the commands are train, eval, check, summary, draw, profile, convert, run\n",
                 topic.c_str());
             return 2;
         }
         if (app.got_subcommand("train")) return train();
+        if (app.got_subcommand("eval")) return eval();
         if (app.got_subcommand("check")) return check();
         if (app.got_subcommand("summary")) return summary();
         if (app.got_subcommand("draw")) return draw();
