@@ -304,6 +304,7 @@ const std::map<std::string, Builder>& table() {
                                                      .initialStates = a.b("initialStates", false),
                                                      .finalStates = a.b("finalStates", false),
                                                      .lengths = a.b("lengths", false),
+                                                     .dropout = a.f("dropout", 0.0f),
                                                      .name = a.name()});
          }},
         {"ReduceMean",

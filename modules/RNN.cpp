@@ -95,6 +95,9 @@ RNN::RNN(int64_t insize, int64_t hsize, const RNNOptions& options)
         throw ModuleError("RNN: insize, hsize and layers must be positive, got " + std::to_string(insize) + ", " +
                           std::to_string(hsize) + " and " + std::to_string(options.layers));
     }
+    if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
+        throw ModuleError("RNN: dropout must be in [0, 1), got " + std::to_string(options.dropout));
+    }
     const int64_t G = rnnGates(options.mode), D = directions();
     const float bound = 1.0f / std::sqrt(static_cast<float>(hsize));
     for (int64_t k = 0; k < options.layers; ++k) {
@@ -111,7 +114,9 @@ RNN::RNN(int64_t insize, int64_t hsize, const RNNOptions& options)
         }
     }
     const auto L = static_cast<size_t>(options.layers);
-    for (auto* v : {&layerIn_, &layerOut_, &hN_, &cN_, &h0_, &c0_, &workspace_, &wsOffsets_}) v->resize(L);
+    for (auto* v : {&layerIn_, &layerOut_, &hN_, &cN_, &h0_, &c0_, &workspace_, &wsOffsets_, &masks_}) v->resize(L);
+    // After the weights, so that dropout leaves the initial weights of a seeded build alone.
+    if (options.dropout > 0.0f) gen_.manualSeed(resolveSeed(options.seed));
 }
 
 RnnParams RNN::paramsOf() const { return {options_.mode, directions(), hsize_}; }
@@ -176,7 +181,7 @@ Shapes RNN::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastIn
 
 std::vector<Tensor*> RNN::keptTensors() {
     std::vector<Tensor*> kept;
-    for (auto* v : {&layerIn_, &layerOut_, &hN_, &cN_, &h0_, &c0_, &workspace_, &wsOffsets_}) {
+    for (auto* v : {&layerIn_, &layerOut_, &hN_, &cN_, &h0_, &c0_, &workspace_, &wsOffsets_, &masks_}) {
         for (Tensor& t : *v) kept.push_back(&t);
     }
     return kept;
@@ -274,6 +279,12 @@ Tensors RNN::updateData(const Tensors& data) {
                                         : Tensor::zeros(yShape, DType::float32, x.device());
         layerForward(k, groups, cur, layerOf(h0, k), layerOf(c0, k), y, layerOf(hN, k), layerOf(cN, k), isTrain());
         cur = y;
+        if (isTrain() && options_.dropout > 0.0f && k + 1 < L) { // the next layer reads a dropped-out copy
+            const auto i = static_cast<size_t>(k);
+            masks_[i] = Tensor::empty(yShape, DType::float32, x.device());
+            cur = Tensor::empty(yShape, DType::float32, x.device());
+            backendOf(y).dropoutForward(y, options_.dropout, gen_, masks_[i], cur);
+        }
     }
     Tensors out;
     if (options_.getSequences) {
@@ -372,6 +383,10 @@ Tensors RNN::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad,
             }
         }
         dy = dx;
+        if (k > 0 && masks_[static_cast<size_t>(k - 1)].defined()) { // through the dropout before layer k
+            dy = Tensor::empty(dx.shape(), DType::float32, dx.device());
+            be.mul(dx, masks_[static_cast<size_t>(k - 1)], dy);
+        }
     }
     if (!updGrad) return {};
     Tensors out{options_.batchFirst ? swap01(dy) : dy};
@@ -401,6 +416,9 @@ MemoryUse RNN::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLa
         const int64_t in = k == 0 ? insize_ : D * hsize_;
         use.keptBytes +=
             be.allocationBytes(T * N * D * hsize_ * 4) + states + be.rnnWorkspaceBytes(paramsOf(), Shape{T, N, in});
+        // With dropout, each layer but the last keeps its mask and the next layer's input.
+        if (options_.dropout > 0.0f && k + 1 < options_.layers)
+            use.keptBytes += 2 * be.allocationBytes(T * N * D * hsize_ * 4);
     }
     return use;
 }
@@ -417,6 +435,7 @@ Blueprint RNN::blueprint() const {
     bp.scheme.emplace_back("initialStates", options_.initialStates);
     bp.scheme.emplace_back("finalStates", options_.finalStates);
     bp.scheme.emplace_back("lengths", options_.lengths);
+    if (options_.dropout > 0.0f) bp.scheme.emplace_back("dropout", static_cast<double>(options_.dropout));
     return bp;
 }
 

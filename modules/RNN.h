@@ -3,6 +3,7 @@
 /// directions. PuzzleLib's RNN.
 
 #include "backend/Backend.h"
+#include "backend/Random.h"
 #include "modules/Module.h"
 
 namespace tessera {
@@ -22,6 +23,12 @@ struct RNNOptions {
     bool finalStates = false;
     /// A last input, int32 lengths [N] in [1, T]: sequence n is its first lengths[n] steps.
     bool lengths = false;
+    /// In training, dropout on each layer's output but the last, as the next layer reads it
+    /// (probability in [0, 1); PuzzleLib's and PyTorch's `dropout`). Eval mode: none.
+    float dropout = 0.0f;
+    /// Seed of the dropout masks' generator; -1: drawn from the global generator when built
+    /// (only when dropout > 0).
+    int64_t seed = -1;
     std::string name = {};
 };
 
@@ -46,7 +53,11 @@ struct RNNOptions {
 /// `nn.GRU` / `nn.RNN` state dicts load into them name for name. Initialised as PyTorch
 /// does: U(-1/sqrt(hsize), 1/sqrt(hsize)). The GRU is the linear-before-reset one
 /// (n = tanh(W_in x + b_in + r (W_hn h + b_hn)), as cuDNN and PyTorch compute it).
-/// CPU: oneDNN's RNN primitives; CUDA: cuDNN's RNN API.
+/// With `dropout` p > 0 and more than one layer, a training forward multiplies each layer's
+/// output but the last by a fresh mask (0 with probability p, else 1 / (1 - p), drawn as
+/// Dropout draws them) before the next layer reads it; the mask is kept for backward.
+/// CPU: oneDNN's RNN primitives; CUDA: cuDNN's RNN API (one layer per call, so the masks
+/// are the backend's dropout on both).
 class RNN : public Module {
 public:
     RNN(int64_t insize, int64_t hsize, const RNNOptions& options = {});
@@ -61,6 +72,8 @@ public:
     void checkDataType(const std::vector<DType>& dtypes) const override;
     size_t outputCount() const override { return 1 + (options_.finalStates ? stateCount() : 0); }
     Blueprint blueprint() const override;
+    /// The dropout masks' generator (checkpoints keep it); none without dropout.
+    Generator* randomStream() override { return options_.dropout > 0.0f ? &gen_ : nullptr; }
     /// Outputs of their own; a training forward keeps every layer's output and states and
     /// the backend's workspace.
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
@@ -103,6 +116,10 @@ private:
     // final states, the backend's workspace (the groups' workspaces one after another) and,
     // with lengths, where each group's workspace starts (int32 on the host).
     std::vector<Tensor> layerIn_, layerOut_, hN_, cN_, h0_, c0_, workspace_, wsOffsets_;
+    // With dropout: the generator, and the mask applied to layer k's output (k < layers - 1)
+    // in the last training forward.
+    Generator gen_;
+    std::vector<Tensor> masks_;
 };
 
 /// "lstm" <-> RnnMode::lstm (relu, tanh, lstm, gru). fromString throws ModuleError listing names.

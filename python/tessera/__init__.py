@@ -189,7 +189,7 @@ _LAYERS = {
     "GroupLinear": "groups, insize, outsize, batchDim=0, useBias=True, initscheme=None, wscale=1.0, "
                    "name=None",
     "RNN": "insize, hsize, layers=1, mode='lstm', bidirectional=False, getSequences=False, "
-           "batchFirst=False, initialStates=False, finalStates=False, lengths=False, name=None",
+           "batchFirst=False, initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None",
     "Flatten": "name=None",
     "Reshape": "shape, name=None",
     "Identity": "name=None",

@@ -239,3 +239,19 @@ def test_mul_add_const_takes_tensor_constants(tmp_path):
     np.testing.assert_allclose(ts.load(path)(x).numpy(), ref, rtol=1e-6, atol=1e-6)
     with pytest.raises(ts.ShapeError):
         m(np.zeros((2, 4, 4, 4), np.float32))  # 3 channels of constants against 4
+
+
+def test_rnn_dropout_between_layers():
+    ts.manualSeed(3)
+    rnn = ts.RNN(4, 6, layers=2, mode="lstm", getSequences=True, dropout=0.5)
+    ts.manualSeed(3)
+    plain = ts.RNN(4, 6, layers=2, mode="lstm", getSequences=True)
+    x = np.random.RandomState(0).randn(5, 2, 4).astype(np.float32)
+    first, second = rnn(x).numpy().copy(), rnn(x).numpy().copy()
+    assert not np.allclose(first, second)  # a fresh mask at each training forward
+    assert not np.allclose(first, plain(x).numpy())
+    rnn.evalMode()
+    plain.evalMode()
+    np.testing.assert_array_equal(rnn(x).numpy(), plain(x).numpy())  # eval mode: no dropout
+    with pytest.raises(ts.ModuleError):
+        ts.RNN(4, 6, layers=2, dropout=1.0)

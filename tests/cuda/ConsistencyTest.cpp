@@ -322,6 +322,9 @@ TEST(CudaConsistency, EveryModule) {
                               .initialStates = true,
                               .finalStates = true}),
          {{4, 3, 5}, {4, 3, 6}, {4, 3, 6}}},
+        {"RNN gru x2 dropout",
+         make<RNN>(5, 6, RNNOptions{.layers = 2, .mode = RnnMode::gru, .getSequences = true, .dropout = 0.3f}),
+         {{4, 3, 5}}},
         {"LeNet", [] { return ModulePtr(loadLeNet()); }, {{4, 1, 28, 28}}, 1e-3},
         // ResNet-18's gradients are compared by norm. On the CPU alone, scaling the input by
         // 1 +- 6e-6 moves its input gradient by 0.56% (norm) and 0.84% (max) and a

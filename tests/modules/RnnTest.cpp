@@ -4,8 +4,10 @@
 #include <cmath>
 
 #include "GradCheck.h"
+#include "containers/Sequential.h"
 #include "io/Factory.h"
 #include "io/Npy.h"
+#include "modules/Dropout.h"
 #include "modules/RNN.h"
 
 namespace tessera {
@@ -452,6 +454,83 @@ TEST(RNN, ShapesAndBadInput) {
     both.evalMode();
     both(randomTensor({4, 2, 5}, 2));
     EXPECT_THROW(both.backward(randomTensor({2, 7}, 1)), ModuleError);
+}
+
+// Dropout between layers: a 2-layer RNN in training is its first layer, a Dropout module
+// with the same seed (the same masks) and its second layer, in outputs, input gradients
+// and every weight's gradient; masks are fresh at each forward; eval mode drops nothing.
+TEST(RNN, DropoutBetweenLayersIsLayersAroundDropout) {
+    struct DropoutCase {
+        RnnMode mode;
+        bool bi;
+    };
+    for (const DropoutCase& c : {DropoutCase{RnnMode::lstm, true}, DropoutCase{RnnMode::gru, false}}) {
+        SCOPED_TRACE(str(c.mode));
+        const int64_t I = 3, H = 4, D = c.bi ? 2 : 1, T = 5, N = 3;
+        const float p = 0.4f;
+        manualSeed(6);
+        RNN two(I, H,
+                {.layers = 2, .mode = c.mode, .bidirectional = c.bi, .getSequences = true, .dropout = p, .seed = 77});
+        manualSeed(6);
+        RNN plain(I, H, {.layers = 2, .mode = c.mode, .bidirectional = c.bi, .getSequences = true});
+        for (const auto& [name, var] : plain.namedParams()) { // a seeded build's weights do not depend on dropout
+            EXPECT_TRUE(allClose(two.getVar(name)->data, var->data.toVector<float>(), 0.0f)) << name;
+        }
+        auto first =
+            std::make_shared<RNN>(I, H, RNNOptions{.mode = c.mode, .bidirectional = c.bi, .getSequences = true});
+        auto second =
+            std::make_shared<RNN>(D * H, H, RNNOptions{.mode = c.mode, .bidirectional = c.bi, .getSequences = true});
+        for (const auto& [name, var] : first->namedParams()) {
+            var->data.copyFrom(two.getVar(name)->data);
+            const std::string upper = std::string(name).replace(name.find("_l0"), 3, "_l1");
+            second->getVar(name)->data.copyFrom(two.getVar(upper)->data);
+        }
+        Sequential ref;
+        ref.append(first);
+        ref.append(std::make_shared<Dropout>(DropoutOptions{.p = p, .seed = 77}));
+        ref.append(second);
+
+        const Tensor x = randomTensor({T, N, I}, 12), dy = randomTensor({T, N, D * H}, 13);
+        const Tensor y = two(x);
+        EXPECT_TRUE(allClose(y, ref(x).toVector<float>(), 1e-5f));
+        EXPECT_FALSE(allClose(y, plain(x).toVector<float>(), 1e-3f)); // the masks did something
+        two.zeroGradParams();
+        ref.zeroGradParams();
+        EXPECT_TRUE(allClose(two.backward(dy), ref.backward(dy).toVector<float>(), 1e-5f));
+        for (const auto& [name, var] : first->namedParams()) {
+            EXPECT_TRUE(allClose(two.getVar(name)->grad, var->grad.toVector<float>(), 1e-5f)) << name;
+            const std::string upper = std::string(name).replace(name.find("_l0"), 3, "_l1");
+            EXPECT_TRUE(allClose(two.getVar(upper)->grad, second->getVar(name)->grad.toVector<float>(), 1e-5f))
+                << upper;
+        }
+        // The next training forward draws new masks, as the reference's Dropout does.
+        const Tensor again = two(x);
+        EXPECT_FALSE(allClose(again, y.toVector<float>(), 1e-3f));
+        EXPECT_TRUE(allClose(again, ref(x).toVector<float>(), 1e-5f));
+        // Eval mode: no dropout at all.
+        two.evalMode();
+        plain.evalMode();
+        EXPECT_TRUE(allClose(two(x), plain(x).toVector<float>(), 0.0f));
+    }
+}
+
+TEST(RNN, DropoutOptionsAndBlueprint) {
+    EXPECT_THROW(RNN(3, 4, {.layers = 2, .dropout = 1.0f}), ModuleError);
+    EXPECT_THROW(RNN(3, 4, {.layers = 2, .dropout = -0.1f}), ModuleError);
+    EXPECT_THROW(RNN(3, 4, {.layers = 2, .dropout = std::nanf("")}), ModuleError);
+    RNN none(3, 4, {.layers = 2, .mode = RnnMode::gru});
+    EXPECT_EQ(none.randomStream(), nullptr); // no generator to checkpoint without dropout
+    EXPECT_EQ(none.blueprint().toJson().find("dropout"), std::string::npos);
+    RNN rnn(3, 4, {.layers = 2, .mode = RnnMode::gru, .dropout = 0.25f, .name = "r"});
+    EXPECT_NE(rnn.randomStream(), nullptr);
+    ModulePtr back = buildModule(rnn.blueprint());
+    EXPECT_EQ(back->blueprint().toJson(), rnn.blueprint().toJson());
+    EXPECT_NE(rnn.blueprint().toJson().find("\"dropout\": 0.25"), std::string::npos);
+    // Training keeps a mask and the next layer's input per dropped layer: the memory plan counts them.
+    const Shapes in{{5, 3, 3}};
+    const int64_t extra = rnn.memoryUse(in, {Layout::plain}, true, Device::cpu()).keptBytes -
+                          none.memoryUse(in, {Layout::plain}, true, Device::cpu()).keptBytes;
+    EXPECT_EQ(extra, 2 * backendFor(Device::cpu()).allocationBytes(5 * 3 * 4 * 4));
 }
 
 TEST(RNN, BlueprintRoundTrip) {
