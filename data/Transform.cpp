@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 #include "backend/Errors.h"
 #include "backend/Random.h"
@@ -70,6 +71,25 @@ Image cropped(const Image& in, int64_t top, int64_t left, int64_t h, int64_t w, 
     return out;
 }
 
+// The size `resize:S` gives `image`: the shorter side `side`, the other keeping the aspect ratio.
+std::pair<int64_t, int64_t> shorterSideTo(const Image& image, int64_t side) {
+    const bool tall = image.height >= image.width;
+    const double ratio =
+        static_cast<double>(tall ? image.height : image.width) / static_cast<double>(tall ? image.width : image.height);
+    const auto longer = std::max<int64_t>(1, std::llround(static_cast<double>(side) * ratio));
+    return {tall ? longer : side, tall ? side : longer};
+}
+
+// The centre h x w window (a ShapeError naming `what` when it does not fit).
+Image centre(const Image& image, int64_t h, int64_t w, const std::string& what) {
+    if (image.height < h || image.width < w) {
+        throw ShapeError("a " + what + " does not fit a " + std::to_string(image.height) + "x" +
+                         std::to_string(image.width) + " image");
+    }
+    if (image.height == h && image.width == w) return image;
+    return cropped(image, (image.height - h) / 2, (image.width - w) / 2, h, w, 0);
+}
+
 int64_t parseInt(const std::string& text, const std::string& item) {
     size_t used = 0;
     long long v = -1;
@@ -114,8 +134,14 @@ std::vector<float> parseFloats(const std::string& text, const std::string& item)
 }
 
 const char* kSyntax = "expected a comma-separated list of resize:S | resize:HxW, crop:S[:PAD] | crop:HxW[:PAD], "
-                      "center:S | center:HxW, flip[:P], normalize:M1/M2/..:S1/S2/.. | normalize:cifar10 | "
-                      "cifar100 | imagenet | mnist";
+                      "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, jitter:B[:C[:S]], "
+                      "normalize:M1/M2/..:S1/S2/.. | normalize:cifar10 | cifar100 | imagenet | mnist";
+
+std::string numberStr(double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+}
 
 std::string sizeStr(int64_t h, int64_t w) {
     return h == w ? std::to_string(h) : std::to_string(h) + "x" + std::to_string(w);
@@ -186,6 +212,67 @@ Transforms& Transforms::normalize(std::vector<float> mean, std::vector<float> st
     return *this;
 }
 
+Transforms& Transforms::randomResizedCrop(int64_t height, int64_t width, double scale) {
+    checkSize("randomResizedCrop", height, width);
+    if (width < 1 || !(scale > 0.0 && scale <= 1.0)) {
+        throw ModuleError("Transforms::randomResizedCrop: width must be positive and scale in (0, 1], got width " +
+                          std::to_string(width) + ", scale " + numberStr(scale));
+    }
+    Step r = step(Kind::randomResizedCrop, height, width);
+    r.scale = scale;
+    steps_.push_back(r);
+    return *this;
+}
+
+Transforms& Transforms::rotate(double degrees) {
+    if (!(degrees >= 0.0 && degrees <= 180.0)) {
+        throw ModuleError("Transforms::rotate: degrees must lie in [0, 180], got " + numberStr(degrees));
+    }
+    Step r = step(Kind::rotate);
+    r.degrees = degrees;
+    steps_.push_back(r);
+    return *this;
+}
+
+Transforms& Transforms::jitter(double brightness, double contrast, double saturation) {
+    for (double v : {brightness, contrast, saturation}) {
+        if (!(v >= 0.0 && v <= 10.0)) {
+            throw ModuleError("Transforms::jitter: brightness, contrast and saturation must lie in [0, 10], got " +
+                              numberStr(v));
+        }
+    }
+    Step j = step(Kind::jitter);
+    j.brightness = brightness, j.contrast = contrast, j.saturation = saturation;
+    steps_.push_back(j);
+    return *this;
+}
+
+Image Transforms::rotated(const Image& in, double degrees) {
+    Image out(in.channels, in.height, in.width);
+    const double a = degrees * 3.14159265358979323846 / 180.0, ca = std::cos(a), sa = std::sin(a);
+    const double cx = static_cast<double>(in.width) / 2.0, cy = static_cast<double>(in.height) / 2.0;
+    auto at = [&](int64_t c, int64_t y, int64_t x) {
+        return y >= 0 && y < in.height && x >= 0 && x < in.width ? in.at(c, y, x) : 0.0f;
+    };
+    for (int64_t y = 0; y < in.height; ++y) {
+        for (int64_t x = 0; x < in.width; ++x) {
+            // The output pixel's centre, turned back (clockwise; y points down) onto the input.
+            const double dx = static_cast<double>(x) + 0.5 - cx, dy = static_cast<double>(y) + 0.5 - cy;
+            const double sx = cx + dx * ca - dy * sa - 0.5, sy = cy + dx * sa + dy * ca - 0.5;
+            const double fx0 = std::floor(sx), fy0 = std::floor(sy);
+            const auto x0 = static_cast<int64_t>(fx0), y0 = static_cast<int64_t>(fy0);
+            if (x0 < -1 || y0 < -1 || x0 >= in.width || y0 >= in.height) continue; // wholly outside
+            const auto fx = static_cast<float>(sx - fx0), fy = static_cast<float>(sy - fy0);
+            for (int64_t c = 0; c < in.channels; ++c) {
+                const float top = at(c, y0, x0) * (1 - fx) + at(c, y0, x0 + 1) * fx;
+                const float bottom = at(c, y0 + 1, x0) * (1 - fx) + at(c, y0 + 1, x0 + 1) * fx;
+                out.at(c, y, x) = top * (1 - fy) + bottom * fy;
+            }
+        }
+    }
+    return out;
+}
+
 Transforms Transforms::parse(const std::string& spec) {
     Transforms t;
     std::stringstream ss(spec);
@@ -208,6 +295,15 @@ Transforms Transforms::parse(const std::string& spec) {
             } else if (name == "center" && args == 1) {
                 const auto [h, w] = parseSize(parts[1], item);
                 t.centerCrop(h, w);
+            } else if (name == "rrc" && (args == 1 || args == 2)) {
+                const auto [h, w] = parseSize(parts[1], item);
+                t.randomResizedCrop(h, w, args == 2 ? parseFloats(parts[2], item).at(0) : 0.08);
+            } else if (name == "rotate" && args == 1) {
+                t.rotate(parseFloats(parts[1], item).at(0));
+            } else if (name == "jitter" && args >= 1 && args <= 3) {
+                std::vector<double> v(3, 0.0);
+                for (size_t k = 0; k < args; ++k) v[k] = parseFloats(parts[k + 1], item).at(0);
+                t.jitter(v[0], v[1], v[2]);
             } else if (name == "flip" && args <= 1) {
                 t.flip(args == 1 ? parseFloats(parts[1], item).at(0) : 0.5);
             } else if (name == "normalize" && args == 1) {
@@ -239,20 +335,103 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
     const uint64_t stream =
         randomBits(randomBits(seed ^ kSalt, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(index));
     uint64_t draw = 0;
-    auto uniform = [&](uint64_t n) { return randomBits(stream, draw++) % n; }; // in [0, n)
+    auto uniform = [&](uint64_t n) { return randomBits(stream, draw++) % n; };                     // in [0, n)
+    auto unit = [&] { return static_cast<double>(randomBits(stream, draw++) >> 11) * 0x1.0p-53; }; // in [0, 1)
     for (const Step& s : steps_) {
         switch (s.kind) {
         case Kind::resize: {
             int64_t h = s.height, w = s.width;
-            if (w == 0) { // shorter side to s.height
-                const bool tall = image.height >= image.width;
-                const double ratio = static_cast<double>(tall ? image.height : image.width) /
-                                     static_cast<double>(tall ? image.width : image.height);
-                const auto longer = std::max<int64_t>(1, std::llround(static_cast<double>(s.height) * ratio));
-                h = tall ? longer : s.height;
-                w = tall ? s.height : longer;
-            }
+            if (w == 0) std::tie(h, w) = shorterSideTo(image, s.height);
             if (h != image.height || w != image.width) image = resized(image, h, w);
+            break;
+        }
+        case Kind::randomResizedCrop: {
+            if (!train) {
+                const auto [h, w] = shorterSideTo(image, std::max(s.height, s.width));
+                if (h != image.height || w != image.width) image = resized(image, h, w);
+                image = centre(image, s.height, s.width, sizeStr(s.height, s.width) + " centre crop");
+                break;
+            }
+            const int64_t H = image.height, W = image.width;
+            const double area = static_cast<double>(H * W), lo = std::log(3.0 / 4.0), hi = std::log(4.0 / 3.0);
+            int64_t top = -1, left = 0, h = H, w = W;
+            for (int attempt = 0; attempt < 10 && top < 0; ++attempt) {
+                const double target = area * (s.scale + (1.0 - s.scale) * unit());
+                const double ratio = std::exp(lo + (hi - lo) * unit());
+                const int64_t tw = std::llround(std::sqrt(target * ratio)),
+                              th = std::llround(std::sqrt(target / ratio));
+                if (tw > 0 && tw <= W && th > 0 && th <= H) {
+                    h = th, w = tw;
+                    top = static_cast<int64_t>(uniform(static_cast<uint64_t>(H - h) + 1));
+                    left = static_cast<int64_t>(uniform(static_cast<uint64_t>(W - w) + 1));
+                }
+            }
+            if (top < 0) { // the centre window of the whole width or height nearest the allowed ratios
+                const double r = static_cast<double>(W) / static_cast<double>(H);
+                if (r < 3.0 / 4.0) {
+                    w = W, h = std::min<int64_t>(H, std::llround(static_cast<double>(W) * 4.0 / 3.0));
+                } else if (r > 4.0 / 3.0) {
+                    h = H, w = std::min<int64_t>(W, std::llround(static_cast<double>(H) * 4.0 / 3.0));
+                }
+                top = (H - h) / 2, left = (W - w) / 2;
+            }
+            if (h != H || w != W) image = cropped(image, top, left, h, w, 0);
+            if (h != s.height || w != s.width) image = resized(image, s.height, s.width);
+            break;
+        }
+        case Kind::rotate: {
+            if (!train) break;
+            const double angle = s.degrees * (2.0 * unit() - 1.0);
+            if (angle != 0.0) image = rotated(image, angle);
+            break;
+        }
+        case Kind::jitter: {
+            if (!train) break;
+            for (float v : image.pixels) {
+                if (!(v >= 0.0f && v <= 1.0f)) {
+                    throw ShapeError("jitter needs pixel values in [0, 1] (decoded images, uint8 data; put it before "
+                                     "normalize), found " +
+                                     numberStr(v));
+                }
+            }
+            auto factor = [&](double v) {
+                const double from = std::max(0.0, 1.0 - v);
+                return static_cast<float>(from + (1.0 + v - from) * unit());
+            };
+            auto clamp01 = [](float v) { return std::min(1.0f, std::max(0.0f, v)); };
+            const int64_t plane = image.height * image.width;
+            const bool colour = image.channels == 3;
+            auto grey = [&](int64_t i) { // torchvision's rgb_to_grayscale weights
+                const float* p = image.pixels.data();
+                return 0.2989f * p[i] + 0.587f * p[plane + i] + 0.114f * p[2 * plane + i];
+            };
+            if (s.brightness > 0) {
+                const float f = factor(s.brightness);
+                for (float& v : image.pixels) v = clamp01(v * f);
+            }
+            if (s.contrast > 0) {
+                const float f = factor(s.contrast);
+                double sum = 0;
+                if (colour) {
+                    for (int64_t i = 0; i < plane; ++i) sum += grey(i);
+                } else {
+                    for (float v : image.pixels) sum += v;
+                }
+                const auto mean = static_cast<float>(sum / static_cast<double>(colour ? plane : image.pixels.size()));
+                for (float& v : image.pixels) v = clamp01(f * v + (1 - f) * mean);
+            }
+            if (s.saturation > 0) {
+                const float f = factor(s.saturation);
+                if (colour) {
+                    for (int64_t i = 0; i < plane; ++i) {
+                        const float g = grey(i);
+                        for (int64_t c = 0; c < 3; ++c) {
+                            float& v = image.pixels[static_cast<size_t>(c * plane + i)];
+                            v = clamp01(f * v + (1 - f) * g);
+                        }
+                    }
+                }
+            }
             break;
         }
         case Kind::randomCrop:
@@ -329,6 +508,16 @@ std::string Transforms::str() const {
             break;
         }
         case Kind::normalize: out += "normalize:" + floatsStr(s.mean) + ":" + floatsStr(s.std); break;
+        case Kind::randomResizedCrop:
+            out += "rrc:" + sizeStr(s.height, s.width);
+            if (s.scale != 0.08) out += ":" + numberStr(s.scale);
+            break;
+        case Kind::rotate: out += "rotate:" + numberStr(s.degrees); break;
+        case Kind::jitter:
+            out += "jitter:" + numberStr(s.brightness);
+            if (s.contrast != 0 || s.saturation != 0) out += ":" + numberStr(s.contrast);
+            if (s.saturation != 0) out += ":" + numberStr(s.saturation);
+            break;
         }
     }
     return out;

@@ -11,17 +11,22 @@
 
 namespace tessera {
 
-/// An ordered list of steps applied to each image. Random steps (`randomCrop`, `flip`) act
-/// only in training; in evaluation a random crop becomes a centre crop of the same size
-/// (no padding) and a flip does nothing, so the test set sees the same geometry.
+/// An ordered list of steps applied to each image. Random steps (`randomCrop`,
+/// `randomResizedCrop`, `flip`, `rotate`, `jitter`) act only in training; in evaluation a
+/// random crop becomes a centre crop of the same size (no padding), a random-resized crop
+/// a resize of the shorter side and a centre crop, and flips, rotations and jitter do
+/// nothing, so the test set sees the same geometry.
 class Transforms {
 public:
     struct Step {
-        enum class Kind { resize, randomCrop, centerCrop, flip, normalize } kind;
-        int64_t height = 0, width = 0; ///< resize (width 0: shorter side to height), crops
-        int64_t pad = 0;               ///< randomCrop: zero padding on every side first
-        double p = 0.5;                ///< flip: probability
-        std::vector<float> mean, std;  ///< normalize: one value per channel, or one for all
+        enum class Kind { resize, randomCrop, centerCrop, flip, normalize, randomResizedCrop, rotate, jitter } kind;
+        int64_t height = 0, width = 0;                       ///< resize (width 0: shorter side to height), crops
+        int64_t pad = 0;                                     ///< randomCrop: zero padding on every side first
+        double p = 0.5;                                      ///< flip: probability
+        std::vector<float> mean, std;                        ///< normalize: one value per channel, or one for all
+        double scale = 0.08;                                 ///< randomResizedCrop: the least area fraction
+        double degrees = 0;                                  ///< rotate: the largest angle either way
+        double brightness = 0, contrast = 0, saturation = 0; ///< jitter: the largest change of each
     };
 
     /// Bilinear (half-pixel centres). `width` 0: the shorter side becomes `height`, the
@@ -34,12 +39,29 @@ public:
     Transforms& flip(double p = 0.5);
     /// (x - mean[c]) / std[c] per channel.
     Transforms& normalize(std::vector<float> mean, std::vector<float> std);
+    /// torchvision's RandomResizedCrop (Inception's): a window of a random area in
+    /// [scale, 1] of the image's and an aspect ratio log-uniform in [3/4, 4/3] (10 tries;
+    /// then the centre window nearest the allowed ratios), resized bilinearly to height x
+    /// width. Evaluation: the shorter side resized to max(height, width), then a centre crop.
+    Transforms& randomResizedCrop(int64_t height, int64_t width, double scale = 0.08);
+    /// A rotation by an angle uniform in [-degrees, degrees] (counter-clockwise positive)
+    /// about the image's centre, bilinear, the corners filled with zeros; same size.
+    Transforms& rotate(double degrees);
+    /// torchvision's ColorJitter without hue, in a fixed order: brightness (x f), contrast
+    /// (blend with the mean grey level) and saturation (blend with each pixel's grey; colour
+    /// images only), each factor uniform in [max(0, 1 - v), 1 + v] for its value v (0: left
+    /// out), the result clamped to [0, 1]. For pixels in [0, 1] (decoded images, uint8 data):
+    /// before normalize; other values are a ShapeError.
+    Transforms& jitter(double brightness, double contrast = 0, double saturation = 0);
 
     /// Parses a comma-separated list, e.g. "resize:36,crop:32:4,flip,normalize:cifar10":
     ///   resize:S | resize:HxW      shorter side to S, or exactly H x W
     ///   crop:S[:P] | crop:HxW[:P]  random crop (after P pixels of zero padding)
     ///   center:S | center:HxW      centre crop
     ///   flip[:P]                   horizontal flip with probability P (0.5)
+    ///   rrc:S[:MIN] | rrc:HxW[:MIN] random-resized crop of area fraction [MIN (0.08), 1]
+    ///   rotate:DEG                  rotation by up to DEG degrees either way
+    ///   jitter:B[:C[:S]]            brightness, contrast and saturation jitter
     ///   normalize:M1/M2/M3:S1/S2/S3, or normalize:cifar10 | cifar100 | imagenet | mnist
     /// The empty string is no step. A bad list is a ModuleError naming the item that is
     /// wrong and showing what the items look like.
@@ -49,6 +71,10 @@ public:
     /// larger than the (padded) image, or a normalisation whose channel count differs from
     /// the image's, is a ShapeError.
     Image apply(Image image, uint64_t seed, int64_t epoch, int64_t index, bool train) const;
+
+    /// `in` rotated by `degrees` (counter-clockwise) about its centre, bilinear, zeros
+    /// outside: the geometry `rotate` applies.
+    static Image rotated(const Image& in, double degrees);
 
     const std::vector<Step>& steps() const { return steps_; }
     bool empty() const { return steps_.empty(); }

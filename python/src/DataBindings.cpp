@@ -93,6 +93,11 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
              py::return_value_policy::reference)
         .def("flip", &Transforms::flip, py::arg("p") = 0.5, py::return_value_policy::reference)
         .def("normalize", &Transforms::normalize, py::arg("mean"), py::arg("std"), py::return_value_policy::reference)
+        .def("randomResizedCrop", &Transforms::randomResizedCrop, py::arg("height"), py::arg("width"),
+             py::arg("scale") = 0.08, py::return_value_policy::reference)
+        .def("rotate", &Transforms::rotate, py::arg("degrees"), py::return_value_policy::reference)
+        .def("jitter", &Transforms::jitter, py::arg("brightness"), py::arg("contrast") = 0.0,
+             py::arg("saturation") = 0.0, py::return_value_policy::reference)
         .def("__len__", [](const Transforms& t) { return t.steps().size(); })
         .def("__repr__", [](const Transforms& t) { return "tessera.Transforms('" + t.str() + "')"; });
 

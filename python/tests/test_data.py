@@ -114,3 +114,18 @@ def test_trainer_and_validator_on_loaders_and_a_checkpoint_resumes_exactly(tmp_p
         np.testing.assert_array_equal(a.data.numpy(), b.data.numpy(), err_msg=name)
     with pytest.raises(ts.IoError):
         ts.loadCheckpoint(str(tmp_path / "none.ckpt"), net, opt, trainer)
+
+
+def test_random_resized_crop_rotation_and_jitter(folder):
+    t = ts.Transforms().randomResizedCrop(5, 5, scale=0.3).rotate(10).jitter(0.3, 0.3, 0.3)
+    assert repr(t) == "tessera.Transforms('rrc:5:0.3,rotate:10,jitter:0.3:0.3:0.3')"
+    assert repr(ts.Transforms("rrc:5:0.3,rotate:10,jitter:0.3:0.3:0.3")) == repr(t)
+    ds = ts.imageFolder(str(folder), channels=3)
+    loader = ts.Loader(ds, t, batchsize=10, seed=1, workers=2)
+    assert loader.sampleShape == (3, 5, 5)
+    (x, _), = list(loader.epoch(0))
+    (again, _), = list(ts.Loader(ds, t, batchsize=10, seed=1, workers=0).epoch(0))
+    np.testing.assert_array_equal(x.numpy(), again.numpy())  # seeded by sample, not by worker
+    assert x.numpy().min() >= 0 and x.numpy().max() <= 1
+    with pytest.raises(ts.ModuleError):
+        ts.Transforms("rrc:5:0")

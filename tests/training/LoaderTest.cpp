@@ -1,6 +1,7 @@
 // Data sets, image files, transforms and the background loader (data/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -366,14 +367,160 @@ TEST(Transforms, FlipAndNormalize) {
     EXPECT_THROW(Transforms().flip(1.5), ModuleError);
 }
 
+TEST(Transforms, RotatedTurnsAboutTheCentre) {
+    const Image img = gridImage(2, 6, 6, 5);
+    EXPECT_EQ(Transforms::rotated(img, 0).pixels, img.pixels);
+    const Image quarter = Transforms::rotated(img, 90), half = Transforms::rotated(img, 180);
+    for (int64_t c = 0; c < 2; ++c) {
+        for (int64_t y = 0; y < 6; ++y) {
+            for (int64_t x = 0; x < 6; ++x) {
+                // Counter-clockwise on screen: NumPy's rot90; half a turn reverses both axes.
+                EXPECT_NEAR(quarter.at(c, y, x), img.at(c, x, 5 - y), 1e-5) << c << " " << y << " " << x;
+                EXPECT_NEAR(half.at(c, y, x), img.at(c, 5 - y, 5 - x), 1e-5) << c << " " << y << " " << x;
+            }
+        }
+    }
+    // A bright dot 7 pixels right of the centre: a random rotation keeps its distance and
+    // turns it by an angle within the range, a different one per sample; evaluation leaves it.
+    Image dot(1, 21, 21);
+    dot.at(0, 10, 17) = 1.0f;
+    const Transforms t = Transforms().rotate(30);
+    std::set<int> angles;
+    bool negative = false, positive = false;
+    for (int64_t index = 0; index < 30; ++index) {
+        const Image out = t.apply(dot, 3, 0, index, true);
+        double mass = 0, mx = 0, my = 0;
+        for (int64_t y = 0; y < 21; ++y) {
+            for (int64_t x = 0; x < 21; ++x) {
+                mass += out.at(0, y, x);
+                mx += out.at(0, y, x) * (static_cast<double>(x) - 10.0);
+                my += out.at(0, y, x) * (static_cast<double>(y) - 10.0);
+            }
+        }
+        mx /= mass, my /= mass;
+        const double degrees = std::atan2(-my, mx) * 180.0 / 3.14159265358979323846; // y points down
+        EXPECT_NEAR(std::hypot(mx, my), 7.0, 0.3) << "sample " << index;
+        EXPECT_LE(std::abs(degrees), 31.0) << "sample " << index;
+        angles.insert(static_cast<int>(std::lround(degrees)));
+        negative |= degrees<-5, positive |= degrees> 5;
+        EXPECT_EQ(t.apply(dot, 3, 0, index, true).pixels, out.pixels);
+    }
+    EXPECT_GT(angles.size(), 15u);
+    EXPECT_TRUE(negative && positive);
+    EXPECT_EQ(t.apply(dot, 3, 0, 0, false).pixels, dot.pixels);
+    EXPECT_THROW(Transforms().rotate(181), ModuleError);
+    EXPECT_THROW(Transforms().rotate(-1), ModuleError);
+}
+
+TEST(Transforms, RandomResizedCropTakesWindowsOfTheAllowedAreaAndShape) {
+    // Channel 0 holds each pixel's x, channel 1 its y (as fractions): an output's extremes
+    // tell the window it was resized from.
+    const int64_t H = 40, W = 60, S = 16;
+    Image coords(2, H, W);
+    for (int64_t y = 0; y < H; ++y) {
+        for (int64_t x = 0; x < W; ++x) {
+            coords.at(0, y, x) = (static_cast<float>(x) + 0.5f) / W;
+            coords.at(1, y, x) = (static_cast<float>(y) + 0.5f) / H;
+        }
+    }
+    const Transforms t = Transforms().randomResizedCrop(S, S, 0.2);
+    std::set<int64_t> widths;
+    for (int64_t index = 0; index < 60; ++index) {
+        const Image out = t.apply(coords, 9, 0, index, true);
+        ASSERT_EQ(out.str(), "2x16x16");
+        auto extent = [&](int64_t c, int64_t side) {
+            const auto [lo, hi] =
+                std::minmax_element(out.pixels.begin() + c * S * S, out.pixels.begin() + (c + 1) * S * S);
+            return static_cast<double>(*hi - *lo) * static_cast<double>(side) * S / (S - 1); // the window's side
+        };
+        const double w = extent(0, W), h = extent(1, H);
+        EXPECT_GE(w * h, 0.2 * H * W * 0.85) << "sample " << index;
+        EXPECT_LE(w * h, H * W * 1.05) << "sample " << index;
+        EXPECT_GE(w / h, 0.75 * 0.9) << "sample " << index;
+        EXPECT_LE(w / h, 4.0 / 3.0 * 1.1) << "sample " << index;
+        widths.insert(std::lround(w));
+        EXPECT_EQ(t.apply(coords, 9, 0, index, true).pixels, out.pixels);
+    }
+    EXPECT_GT(widths.size(), 10u);
+    // Evaluation: the shorter side to 16, then the centre 16 x 16.
+    EXPECT_EQ(t.apply(coords, 9, 0, 0, false).pixels,
+              Transforms().resize(S).centerCrop(S, S).apply(coords, 0, 0, 0, true).pixels);
+    // The whole area of a square image can only be taken whole: a resize.
+    const Image square = gridImage(3, 20, 20, 2);
+    EXPECT_EQ(Transforms().randomResizedCrop(8, 8, 1.0).apply(square, 1, 0, 4, true).pixels,
+              Transforms().resize(8, 8).apply(square, 0, 0, 0, true).pixels);
+    // No window of 90% of a 100 x 10 image has an allowed ratio: the centre 13 x 10 is taken.
+    const Image tall = gridImage(1, 100, 10, 3);
+    EXPECT_EQ(Transforms().randomResizedCrop(8, 8, 0.9).apply(tall, 1, 0, 0, true).pixels,
+              Transforms().centerCrop(13, 10).resize(8, 8).apply(tall, 0, 0, 0, true).pixels);
+    EXPECT_THROW(Transforms().randomResizedCrop(8, 8, 0.0), ModuleError);
+    EXPECT_THROW(Transforms().randomResizedCrop(8, 8, 1.5), ModuleError);
+    EXPECT_EQ(Transforms().randomResizedCrop(8, 8).apply(Image(3, 6, 6), 0, 0, 0, false).str(), "3x8x8"); // scaled up
+}
+
+TEST(Transforms, JitterScalesAndBlendsAsColorJitterDoes) {
+    Image img(3, 5, 4);
+    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = 0.1f + 0.5f * static_cast<float>(i % 7) / 7.0f;
+    const int64_t plane = 20;
+    auto grey = [&](const Image& m, int64_t i) {
+        return 0.2989f * m.pixels[i] + 0.587f * m.pixels[plane + i] + 0.114f * m.pixels[2 * plane + i];
+    };
+    std::set<int> factors;
+    for (int64_t index = 0; index < 20; ++index) {
+        // Brightness: every pixel times one factor in [0.5, 1.5].
+        const Image b = Transforms().jitter(0.5).apply(img, 4, 0, index, true);
+        const float f = b.pixels[0] / img.pixels[0];
+        EXPECT_GE(f, 0.5f);
+        EXPECT_LE(f, 1.5f);
+        factors.insert(static_cast<int>(std::lround(f * 100)));
+        for (size_t i = 0; i < img.pixels.size(); ++i)
+            EXPECT_NEAR(b.pixels[i], std::min(1.0f, img.pixels[i] * f), 1e-6);
+        // Contrast: a blend with the mean grey level.
+        const Image c = Transforms().jitter(0, 0.5).apply(img, 4, 0, index, true);
+        double sum = 0;
+        for (int64_t i = 0; i < plane; ++i) sum += grey(img, i);
+        const auto mean = static_cast<float>(sum / plane);
+        const float fc = (c.pixels[3] - mean) / (img.pixels[3] - mean);
+        EXPECT_GE(fc, 0.5f - 1e-4f);
+        EXPECT_LE(fc, 1.5f + 1e-4f);
+        for (size_t i = 0; i < img.pixels.size(); ++i) {
+            EXPECT_NEAR(c.pixels[i], std::clamp(fc * img.pixels[i] + (1 - fc) * mean, 0.0f, 1.0f), 1e-5);
+        }
+        // Saturation: a blend with each pixel's own grey.
+        const Image s = Transforms().jitter(0, 0, 0.5).apply(img, 4, 0, index, true);
+        const float g0 = grey(img, 1);
+        const float fs = (s.pixels[1] - g0) / (img.pixels[1] - g0);
+        for (int64_t i = 0; i < plane; ++i) {
+            const float g = grey(img, i);
+            for (int64_t ch = 0; ch < 3; ++ch) {
+                const size_t k = static_cast<size_t>(ch * plane + i);
+                EXPECT_NEAR(s.pixels[k], std::clamp(fs * img.pixels[k] + (1 - fs) * g, 0.0f, 1.0f), 1e-5);
+            }
+        }
+    }
+    EXPECT_GT(factors.size(), 10u);
+    // Not in evaluation; no saturation for one channel; pixels outside [0, 1] are refused.
+    EXPECT_EQ(Transforms().jitter(0.5, 0.5, 0.5).apply(img, 4, 0, 0, false).pixels, img.pixels);
+    const Image grey1 = gridImage(1, 4, 4, 1);
+    EXPECT_EQ(Transforms().jitter(0, 0, 0.9).apply(grey1, 4, 0, 0, true).pixels, grey1.pixels);
+    Image wide = img;
+    wide.pixels[5] = 2.0f;
+    EXPECT_THROW(Transforms().jitter(0.2).apply(wide, 4, 0, 0, true), ShapeError);
+    EXPECT_THROW(Transforms().normalize({0.5f}, {0.1f}).jitter(0.2).apply(img, 4, 0, 0, true), ShapeError);
+    EXPECT_THROW(Transforms().jitter(-0.5), ModuleError);
+}
+
 TEST(Transforms, ParseReadsTheCommandLineSyntax) {
     const Transforms t = Transforms::parse("resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
     EXPECT_EQ(t.str(), "resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
     EXPECT_EQ(Transforms::parse("resize:20x10").str(), "resize:20x10");
     EXPECT_EQ(Transforms::parse("normalize:cifar10").steps().at(0).mean.size(), 3u);
     EXPECT_TRUE(Transforms::parse("").empty());
+    const std::string more = "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5";
+    EXPECT_EQ(Transforms::parse(more).str(), more);
     for (const std::string bad : {"crop", "crop:a", "crop:32:-1", "spin:3", "normalize:mars", "flip,,crop:3",
-                                  "normalize:1/2:1", "resize:0", "flip:2"}) {
+                                  "normalize:1/2:1", "resize:0", "flip:2", "rrc:0", "rrc:32:0", "rrc:32:1.5",
+                                  "rotate:-1", "rotate:x", "jitter", "jitter:1:2:3:4", "jitter:-0.5"}) {
         try {
             Transforms::parse(bad);
             ADD_FAILURE() << "'" << bad << "' was accepted";

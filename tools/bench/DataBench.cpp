@@ -84,11 +84,13 @@ std::string cifarDirOf(int64_t count) {
 }
 
 void BM_Decode(benchmark::State& state, std::string kind, int workers) {
-    const bool jpeg = kind == "jpeg224";
+    // jpeg224-rrc: ImageNet-style augmentation (random-resized crop, flip, colour jitter).
+    const bool rrc = kind == "jpeg224-rrc", jpeg = kind == "jpeg224" || rrc;
     const std::string dir =
         jpeg ? imageFolderOf("jpeg224", 256, 3, 224, true) : imageFolderOf("png32", 2048, 3, 32, false);
-    const Transforms t =
-        Transforms::parse(jpeg ? "crop:224:16,flip,normalize:imagenet" : "crop:32:4,flip,normalize:cifar10");
+    const Transforms t = Transforms::parse(rrc    ? "rrc:224,flip,jitter:0.4:0.4:0.4,normalize:imagenet"
+                                           : jpeg ? "crop:224:16,flip,normalize:imagenet"
+                                                  : "crop:32:4,flip,normalize:cifar10");
     Loader loader(imageFolder(dir), t, {.batchsize = 64, .seed = 1, .workers = workers});
     int64_t epoch = 0;
     for (auto _ : state) {
@@ -127,7 +129,7 @@ void BM_TrainWait(benchmark::State& state, std::string model, int workers) {
 }
 
 int registerAll() {
-    for (const char* kind : {"png32", "jpeg224"}) {
+    for (const char* kind : {"png32", "jpeg224", "jpeg224-rrc"}) {
         for (int workers : {1, 2}) {
             const std::string name = std::string("Data/decode/") + kind + "/workers:" + std::to_string(workers);
             benchmark::RegisterBenchmark(name.c_str(), BM_Decode, kind, workers)

@@ -98,8 +98,9 @@ void addDataOptions(CLI::App* cmd, DataOptions& in) {
         ->capture_default_str();
     cmd->add_option("--augment", in.augment,
                     "per-image transforms, e.g. crop:32:4,flip,normalize:cifar10 (resize:S|HxW, crop:S[:PAD], "
-                    "center:S, flip[:P], normalize:M1/M2/M3:S1/S2/S3 or cifar10|cifar100|imagenet|mnist); random "
-                    "ones act in training only, the test set gets centre crops");
+                    "center:S, rrc:S[:MIN] (random-resized crop), flip[:P], rotate:DEG, jitter:B[:C[:S]] (colour), "
+                    "normalize:M1/M2/M3:S1/S2/S3 or cifar10|cifar100|imagenet|mnist); random ones act in training "
+                    "only, the test set gets centre crops");
     cmd->add_option("--workers", in.workers,
                     "threads that read and transform the next batches while a step runs (0: none; the batches "
                     "are the same for any number)")
