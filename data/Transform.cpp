@@ -24,31 +24,94 @@ void checkSize(const char* what, int64_t h, int64_t w) {
     }
 }
 
-Image resized(const Image& in, int64_t h, int64_t w) {
-    Image out(in.channels, h, w);
-    const float sy = static_cast<float>(in.height) / static_cast<float>(h);
-    const float sx = static_cast<float>(in.width) / static_cast<float>(w);
-    // Source rows/columns and weights once per output row/column.
-    auto taps = [](int64_t n, int64_t inN, float scale) {
-        std::vector<std::pair<int64_t, float>> t(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-            const float src = std::max(0.0f, (static_cast<float>(i) + 0.5f) * scale - 0.5f);
+// Each output index's input indices and weights along one axis of n outputs from inN
+// inputs: output i reads the k inputs from start[i] with weights weight[i k ..]. Enlarging:
+// bilinear with half-pixel centres (the edge repeated). Shrinking: the same triangle filter
+// widened to the scale and normalised (antialiasing, as PIL and torchvision's
+// antialias=True do), so every input pixel counts.
+struct Taps {
+    int64_t k = 1;
+    std::vector<int64_t> start;
+    std::vector<float> weight;
+};
+
+Taps taps(int64_t n, int64_t inN) {
+    const double scale = static_cast<double>(inN) / static_cast<double>(n);
+    std::vector<std::vector<std::pair<int64_t, double>>> rows(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        auto& row = rows[static_cast<size_t>(i)];
+        if (scale <= 1.0) {
+            const double src = std::max(0.0, (static_cast<double>(i) + 0.5) * scale - 0.5);
             const auto i0 = std::min(static_cast<int64_t>(src), inN - 1);
-            t[static_cast<size_t>(i)] = {i0, i0 + 1 < inN ? src - static_cast<float>(i0) : 0.0f};
+            const double f = i0 + 1 < inN ? src - static_cast<double>(i0) : 0.0;
+            row.emplace_back(i0, 1.0 - f);
+            if (f > 0.0) row.emplace_back(i0 + 1, f);
+            continue;
         }
-        return t;
-    };
-    const auto ty = taps(h, in.height, sy), tx = taps(w, in.width, sx);
+        const double centre = scale * (static_cast<double>(i) + 0.5);
+        const auto from = std::max<int64_t>(0, static_cast<int64_t>(centre - scale + 0.5));
+        const auto to = std::min<int64_t>(inN, static_cast<int64_t>(centre + scale + 0.5));
+        double total = 0;
+        for (int64_t j = from; j < to; ++j) {
+            const double weight = std::max(0.0, 1.0 - std::abs((static_cast<double>(j) + 0.5 - centre) / scale));
+            row.emplace_back(j, weight);
+            total += weight;
+        }
+        for (auto& tap : row) tap.second /= total;
+    }
+    Taps t;
+    for (const auto& row : rows) t.k = std::max<int64_t>(t.k, static_cast<int64_t>(row.size()));
+    t.start.resize(static_cast<size_t>(n));
+    t.weight.assign(static_cast<size_t>(n * t.k), 0.0f);
+    for (int64_t i = 0; i < n; ++i) { // k taps from start, within [0, inN): zeros where a row has fewer
+        const auto& row = rows[static_cast<size_t>(i)];
+        const int64_t first = std::max<int64_t>(0, std::min(row.front().first, inN - t.k));
+        t.start[static_cast<size_t>(i)] = first;
+        for (const auto& [j, weight] : row)
+            t.weight[static_cast<size_t>(i * t.k + j - first)] = static_cast<float>(weight);
+    }
+    return t;
+}
+
+// Resized to h x w, one axis at a time: columns first, then rows (channel by channel).
+Image resized(const Image& in, int64_t h, int64_t w) {
+    const Taps tx = taps(w, in.width), ty = taps(h, in.height);
+    Image out(in.channels, h, w);
+    // The columns-resized rows of one channel: kept per thread, so that a fresh block is not
+    // faulted in for every image.
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(in.height * w));
     for (int64_t c = 0; c < in.channels; ++c) {
-        for (int64_t y = 0; y < h; ++y) {
-            const auto [y0, fy] = ty[static_cast<size_t>(y)];
-            const int64_t y1 = std::min(y0 + 1, in.height - 1);
+        for (int64_t y = 0; y < in.height; ++y) {
+            const float* src = in.pixels.data() + (c * in.height + y) * in.width;
+            float* dst = scratch.data() + y * w;
+            const int64_t* from = tx.start.data();
+            const float* weight = tx.weight.data();
+            if (tx.k == 2) { // enlarging: two taps, spelt out so the loop stays tight
+                for (int64_t x = 0; x < w; ++x) {
+                    const float* p = src + from[x];
+                    dst[x] = p[0] * weight[2 * x] + p[1] * weight[2 * x + 1];
+                }
+                continue;
+            }
             for (int64_t x = 0; x < w; ++x) {
-                const auto [x0, fx] = tx[static_cast<size_t>(x)];
-                const int64_t x1 = std::min(x0 + 1, in.width - 1);
-                const float top = in.at(c, y0, x0) * (1 - fx) + in.at(c, y0, x1) * fx;
-                const float bottom = in.at(c, y1, x0) * (1 - fx) + in.at(c, y1, x1) * fx;
-                out.at(c, y, x) = top * (1 - fy) + bottom * fy;
+                const float* p = src + from[x];
+                const float* wx = weight + x * tx.k;
+                float sum = 0;
+                for (int64_t j = 0; j < tx.k; ++j) sum += p[j] * wx[j];
+                dst[x] = sum;
+            }
+        }
+        for (int64_t y = 0; y < h; ++y) {
+            float* dst = &out.at(c, y, 0);
+            const int64_t first = ty.start[static_cast<size_t>(y)];
+            const float* weight = ty.weight.data() + y * ty.k;
+            const float* src = scratch.data() + first * w;
+            for (int64_t x = 0; x < w; ++x) dst[x] = src[x] * weight[0];
+            for (int64_t j = 1; j < ty.k; ++j) {
+                src = scratch.data() + (first + j) * w;
+                const float wj = weight[j];
+                for (int64_t x = 0; x < w; ++x) dst[x] += src[x] * wj;
             }
         }
     }

@@ -29,8 +29,10 @@ public:
         double brightness = 0, contrast = 0, saturation = 0; ///< jitter: the largest change of each
     };
 
-    /// Bilinear (half-pixel centres). `width` 0: the shorter side becomes `height`, the
-    /// other keeps the aspect ratio (rounded); else exactly height x width.
+    /// Bilinear (half-pixel centres), antialiased along an axis it shrinks (the triangle
+    /// filter widened to the scale, as PIL and torchvision's antialias=True). `width` 0: the
+    /// shorter side becomes `height`, the other keeps the aspect ratio (rounded); else
+    /// exactly height x width.
     Transforms& resize(int64_t height, int64_t width = 0);
     /// Pads by `pad` zeros on each side, then cuts a height x width window at a random place.
     Transforms& randomCrop(int64_t height, int64_t width, int64_t pad = 0);

@@ -129,3 +129,16 @@ def test_random_resized_crop_rotation_and_jitter(folder):
     assert x.numpy().min() >= 0 and x.numpy().max() <= 1
     with pytest.raises(ts.ModuleError):
         ts.Transforms("rrc:5:0")
+
+
+def test_resize_matches_torch_interpolate_antialiased_when_shrinking():
+    torch = pytest.importorskip("torch")
+    images = np.random.default_rng(4).uniform(0, 1, (2, 3, 37, 50)).astype(np.float32)
+    ds = ts.tensorDataset(images, np.array([0, 1], np.int32))
+    # Shrinking (both axes, and one axis only) antialiases; enlarging is plain bilinear.
+    for size, antialias in [((11, 16), True), ((30, 20), True), ((37, 20), True), ((64, 75), False)]:
+        loader = ts.Loader(ds, ts.Transforms("resize:%dx%d" % size), batchsize=2, shuffle=False, train=False)
+        (got, _), = list(loader.epoch(0))
+        want = torch.nn.functional.interpolate(torch.from_numpy(images), size=size, mode="bilinear",
+                                               align_corners=False, antialias=antialias).numpy()
+        np.testing.assert_allclose(got.numpy(), want, atol=2e-6, err_msg=str(size))
