@@ -302,6 +302,13 @@ TEST(Transforms, ResizeIsBilinearWithHalfPixelCentres) {
     EXPECT_FLOAT_EQ(out.at(0, 0, 1), 0.25f);
     EXPECT_FLOAT_EQ(out.at(0, 0, 2), 0.75f);
     EXPECT_FLOAT_EQ(out.at(0, 0, 3), 1.0f);
+    // Shrinking antialiases: output x of 2 from 4 weighs inputs by 1 - |j + 0.5 - centre| / 2
+    // (centres 1 and 3), normalised: (0.75, 0.75, 0.25) and (0.25, 0.75, 0.75) over 1.75.
+    Image ramp(1, 1, 4);
+    for (int64_t x = 0; x < 4; ++x) ramp.at(0, 0, x) = static_cast<float>(x);
+    const Image shrunk = Transforms().resize(1, 2).apply(ramp, 0, 0, 0, true);
+    EXPECT_FLOAT_EQ(shrunk.at(0, 0, 0), 1.25f / 1.75f);
+    EXPECT_FLOAT_EQ(shrunk.at(0, 0, 1), 4.0f / 1.75f);
     // Shorter side to 16, aspect kept.
     EXPECT_EQ(Transforms().resize(16).apply(Image(3, 40, 20), 0, 0, 0, true).str(), "3x32x16");
     EXPECT_EQ(Transforms().resize(16).apply(Image(3, 20, 40), 0, 0, 0, true).str(), "3x16x32");
