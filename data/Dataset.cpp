@@ -4,8 +4,10 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 
 #include "backend/Errors.h"
+#include "backend/Random.h"
 #include "data/ReadFile.h"
 #include "io/Npy.h"
 #include "training/Idx.h"
@@ -183,6 +185,27 @@ private:
     int64_t count_;
 };
 
+// The samples of `data` at `indices`, in that order.
+class Subset : public Dataset {
+public:
+    Subset(DatasetPtr data, std::vector<int64_t> indices) : data_(std::move(data)), indices_(std::move(indices)) {}
+    int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+    int64_t classes() const override { return data_->classes(); }
+    std::string describe() const override { return data_->describe(); }
+    std::string where(int64_t index) const override {
+        checkIndex(*this, index);
+        return data_->where(indices_[static_cast<size_t>(index)]);
+    }
+    Sample get(int64_t index) const override {
+        checkIndex(*this, index);
+        return data_->get(indices_[static_cast<size_t>(index)]);
+    }
+
+private:
+    DatasetPtr data_;
+    std::vector<int64_t> indices_;
+};
+
 int64_t classesOf(const std::vector<int32_t>& labels) {
     int32_t top = -1;
     for (int32_t l : labels) top = std::max(top, l);
@@ -297,6 +320,27 @@ DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t cla
 DatasetPtr firstSamples(DatasetPtr data, int64_t count) {
     if (count <= 0 || count >= data->size()) return data;
     return std::make_shared<FirstSamples>(std::move(data), count);
+}
+
+std::pair<DatasetPtr, DatasetPtr> holdOut(DatasetPtr data, int64_t count, uint64_t seed) {
+    const int64_t n = data->size();
+    if (count <= 0 || count >= n) {
+        throw ShapeError("holdOut: the held-out count must lie in [1, " + std::to_string(n - 1) + "] for " +
+                         std::to_string(n) + " samples, got " + std::to_string(count));
+    }
+    // The first `count` of a seeded Fisher-Yates shuffle are held out (salted: not the batch order).
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    const uint64_t stream = randomBits(seed ^ 0x7A11D47E5EEDull, 0);
+    for (int64_t i = 0; i < count; ++i) {
+        const auto j =
+            i + static_cast<int64_t>(randomBits(stream, static_cast<uint64_t>(i)) % static_cast<uint64_t>(n - i));
+        std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+    }
+    std::vector<int64_t> held(order.begin(), order.begin() + count), rest(order.begin() + count, order.end());
+    std::sort(held.begin(), held.end());
+    std::sort(rest.begin(), rest.end());
+    return {std::make_shared<Subset>(data, std::move(rest)), std::make_shared<Subset>(data, std::move(held))};
 }
 
 } // namespace tessera

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/Tensor.h"
@@ -74,5 +75,10 @@ DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t cla
 
 /// The first `count` samples of `data` (all when it has fewer).
 DatasetPtr firstSamples(DatasetPtr data, int64_t count);
+
+/// `data` split in two for validation: {the rest, `count` held-out samples}, the held-out
+/// ones drawn at random by `seed` (the same for the same seed), each part in the data's
+/// own order. ShapeError unless 0 < count < data->size().
+std::pair<DatasetPtr, DatasetPtr> holdOut(DatasetPtr data, int64_t count, uint64_t seed);
 
 } // namespace tessera

@@ -29,7 +29,7 @@ void randomStreams(Module& m, const std::string& path, std::vector<std::pair<std
 } // namespace
 
 void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
-                    const WeightAverage* average) {
+                    const WeightAverage* average, const std::string& notes) {
     if (average && average->swapped()) {
         throw ModuleError("checkpoint " + path + ": the model holds the weight averages (swap them back first)");
     }
@@ -65,6 +65,7 @@ void saveCheckpoint(const std::string& path, const Module& net, const Optimizer&
     json countersJson = json::object();
     for (const auto& [where, c] : cs) countersJson[where] = *c;
     record["counters"] = countersJson;
+    if (!notes.empty()) record["notes"] = notes;
     FileExtras extras;
     extras.tensors = st.tensors;
     if (average) {
@@ -76,7 +77,7 @@ void saveCheckpoint(const std::string& path, const Module& net, const Optimizer&
 }
 
 void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer,
-                    WeightAverage* average) {
+                    WeightAverage* average, std::string* notes) {
     const FileExtras extras = loadExtras(path);
     json r;
     try {
@@ -182,6 +183,8 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
                 throw ModuleError("checkpoint " + path + ": no counter '" + where + "'");
             counterValues.emplace_back(c, integer(savedCounters.at(where)));
         }
+        if (r.contains("notes") && !r.at("notes").is_string())
+            throw IoError("checkpoint " + path + ": notes are not text");
     } catch (const json::exception& e) {
         throw IoError("checkpoint " + path + ": unreadable record: " + e.what());
     }
@@ -222,6 +225,7 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
     if (average) average->setState(averages, averageUpdates);
     optimizer.setState(st);
     trainer.setPosition(pos);
+    if (notes) *notes = r.contains("notes") ? r.at("notes").get<std::string>() : std::string();
     globalGenerator().manualSeed(genSeed);
     globalGenerator().advance(genOffset);
     for (auto& [g, seed, offset] : streams) {

@@ -18,18 +18,19 @@
 namespace tessera {
 
 /// Writes a checkpoint of `net` trained by `trainer` with `optimizer` (bound to `net`), and
-/// the weight average when one is kept (not swapped in: ModuleError). IoError naming the
-/// file when it cannot be written.
+/// the weight average when one is kept (not swapped in: ModuleError). `notes`: the caller's
+/// own state as text (tessera train keeps its best validation accuracy there), given back
+/// by loadCheckpoint. IoError naming the file when it cannot be written.
 void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
-                    const WeightAverage* average = nullptr);
+                    const WeightAverage* average = nullptr, const std::string& notes = {});
 
 /// Restores a checkpoint into `net` (same parameter names and shapes), `optimizer` (same
 /// class, bound to `net`, set up as when it was saved), `trainer` (same batch size and
 /// seed) and the global generator. IoError naming the file for an unreadable or
 /// non-checkpoint file; ModuleError naming what does not match (a weight average saved and
 /// none given, or the other way round, included). Nothing is changed when anything does
-/// not match.
+/// not match. `notes`, when given, receives the notes saved with it ("" when none).
 void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer,
-                    WeightAverage* average = nullptr);
+                    WeightAverage* average = nullptr, std::string* notes = nullptr);
 
 } // namespace tessera

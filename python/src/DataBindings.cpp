@@ -81,6 +81,14 @@ void bindData(py::module_& m) {
     m.def(
         "firstSamples", [](const DatasetHolder& data, int64_t count) { return held(firstSamples(data, count)); },
         py::arg("data"), py::arg("count"));
+    m.def(
+        "holdOut",
+        [](const DatasetHolder& data, int64_t count, uint64_t seed) {
+            auto [rest, heldOut] = holdOut(data, count, seed);
+            return py::make_tuple(held(rest), held(heldOut));
+        },
+        py::arg("data"), py::arg("count"), py::arg("seed") = 0,
+        "(rest, held_out): `count` samples drawn by `seed` held out for validation, each part in the data's order.");
 
     py::class_<Transforms>(m, "Transforms", R"(Seeded image transforms, applied in order:
 Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32, 4).flip().)")

@@ -32,7 +32,7 @@ from ._tessera import (
     fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
     zooModels,
     # data sets, transforms, loader; checkpoints
-    Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, idxDataset, imageFolder,
+    Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, holdOut, idxDataset, imageFolder,
     npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint, WeightAverage,
     # data-parallel training
     Communicator, DataParallel, launchedByMpi, mpiBuilt, mpiWorld, ncclBuilt, ncclWorld,
@@ -119,6 +119,7 @@ __all__ = [
     "cifar10",
     "cifar100",
     "firstSamples",
+    "holdOut",
     "idxDataset",
     "imageFolder",
     "npyDataset",

@@ -142,3 +142,14 @@ def test_resize_matches_torch_interpolate_antialiased_when_shrinking():
         want = torch.nn.functional.interpolate(torch.from_numpy(images), size=size, mode="bilinear",
                                                align_corners=False, antialias=antialias).numpy()
         np.testing.assert_allclose(got.numpy(), want, atol=2e-6, err_msg=str(size))
+
+
+def test_hold_out_for_validation():
+    images = np.arange(20, dtype=np.float32).reshape(20, 1, 1, 1)
+    ds = ts.tensorDataset(images, (np.arange(20) % 4).astype(np.int32))
+    rest, held = ts.holdOut(ds, 5, seed=3)
+    assert len(rest) == 15 and len(held) == 5 and held.classes == 4
+    seen = sorted(float(rest[i][0].ravel()[0]) for i in range(15)) + sorted(float(held[i][0].ravel()[0]) for i in range(5))
+    assert sorted(seen) == list(range(20))
+    with pytest.raises(ts.ShapeError):
+        ts.holdOut(ds, 20)

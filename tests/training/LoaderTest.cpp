@@ -289,6 +289,38 @@ TEST(Datasets, NpyPairsInUint8AndFloat) {
     EXPECT_THROW(npyDataset(dir + "/f.npy", dir + "/neg.npy"), IoError);
 }
 
+// holdOut: two disjoint parts that make up the data, in its order, drawn by the seed.
+TEST(Datasets, HoldOutSplitsBySeed) {
+    std::vector<float> pixels(50);
+    std::vector<int32_t> labels(50);
+    for (int i = 0; i < 50; ++i)
+        pixels[static_cast<size_t>(i)] = static_cast<float>(i), labels[static_cast<size_t>(i)] = i % 5;
+    const DatasetPtr data = tensorDataset(Tensor::fromVector({50, 1, 1, 1}, pixels), Tensor::fromVector({50}, labels));
+    auto indices = [](const DatasetPtr& part) {
+        std::vector<int64_t> out;
+        for (int64_t i = 0; i < part->size(); ++i) out.push_back(static_cast<int64_t>(part->get(i).image.pixels[0]));
+        return out;
+    };
+    const auto [rest, held] = holdOut(data, 12, 7);
+    ASSERT_EQ(rest->size(), 38);
+    ASSERT_EQ(held->size(), 12);
+    EXPECT_EQ(held->classes(), 5);
+    const std::vector<int64_t> r = indices(rest), h = indices(held);
+    EXPECT_TRUE(std::is_sorted(r.begin(), r.end()));
+    EXPECT_TRUE(std::is_sorted(h.begin(), h.end()));
+    std::set<int64_t> all(r.begin(), r.end());
+    all.insert(h.begin(), h.end());
+    EXPECT_EQ(all.size(), 50u); // disjoint, and together every sample
+    EXPECT_EQ(held->get(3).label, data->get(h[3]).label);
+    EXPECT_EQ(held->where(0), data->where(h[0]));
+    EXPECT_EQ(indices(holdOut(data, 12, 7).second), h); // the same seed, the same part
+    EXPECT_NE(indices(holdOut(data, 12, 8).second), h); // another seed, another
+    EXPECT_NE(h, (std::vector<int64_t>{38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49})); // not the last ones
+    EXPECT_THROW(holdOut(data, 0, 7), ShapeError);
+    EXPECT_THROW(holdOut(data, 50, 7), ShapeError);
+    EXPECT_THROW(held->get(12), ShapeError);
+}
+
 // ---- transforms ----------------------------------------------------------------------------
 
 TEST(Transforms, ResizeIsBilinearWithHalfPixelCentres) {

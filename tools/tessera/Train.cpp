@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "Commands.h"
 #include "backend/Backend.h"
@@ -139,7 +143,10 @@ struct TrainArgs {
     bool checkNumerics = false;
     bool syncBatchNorm = false;
     std::string checkpoint;
-    std::string every; // N or Nsteps, or Nepochs
+    std::string every;      // N or Nsteps, or Nepochs
+    std::string validation; // a fraction in (0, 1) or a whole number of training images
+    std::string saveBest;
+    int64_t earlyStop = 0;
     int64_t everySteps = 0, everyEpochs = 1;
     std::string resume;
     bool pinMemory = true;
@@ -213,31 +220,83 @@ std::string gnuplotQuoted(const std::string& s) {
 }
 
 // The loss and accuracy curves of a metrics CSV, drawn by gnuplot into a PNG.
-void plotMetrics(const std::string& csv, const std::string& png, const std::string& title, int64_t epochs) {
-    const std::string script = "set terminal pngcairo noenhanced size 1000,420 font 'Sans,10'\n"
-                               "set output " +
-                               gnuplotQuoted(png) +
-                               "\n"
-                               "set datafile separator ','\n"
-                               "set key off\n"
-                               "set grid\n"
-                               "set xlabel 'epoch'\n" +
-                               (epochs <= 20 ? "set xtics 1\n" : "set format x '%g'\n") +
-                               "set multiplot layout 1,2 title " + gnuplotQuoted(title) +
-                               "\n"
-                               "set ylabel 'training loss'\n"
-                               "plot " +
-                               gnuplotQuoted(csv) +
-                               " using 1:2 skip 1 with linespoints lw 2 pt 7\n"
-                               "set ylabel 'test accuracy (%)'\n"
-                               "plot " +
-                               gnuplotQuoted(csv) +
-                               " using 1:3 skip 1 with linespoints lw 2 pt 7 lc 2\n"
-                               "unset multiplot\n";
+// `validation`: the CSV has a validation accuracy column before the test accuracy; both
+// are drawn.
+void plotMetrics(const std::string& csv, const std::string& png, const std::string& title, int64_t epochs,
+                 bool validation) {
+    const std::string script =
+        "set terminal pngcairo noenhanced size 1000,420 font 'Sans,10'\n"
+        "set output " +
+        gnuplotQuoted(png) +
+        "\n"
+        "set datafile separator ','\n"
+        "set key off\n"
+        "set grid\n"
+        "set xlabel 'epoch'\n" +
+        (epochs <= 20 ? "set xtics 1\n" : "set format x '%g'\n") + "set multiplot layout 1,2 title " +
+        gnuplotQuoted(title) +
+        "\n"
+        "set ylabel 'training loss'\n"
+        "plot " +
+        gnuplotQuoted(csv) + " using 1:2 skip 1 with linespoints lw 2 pt 7\n" +
+        (validation ? "set ylabel 'accuracy (%)'\nset key bottom right\nplot " + gnuplotQuoted(csv) +
+                          " using 1:3 skip 1 with linespoints lw 2 pt 7 lc 3 title "
+                          "'validation', '' using 1:4 skip 1 with linespoints lw 2 pt 7 lc 2 "
+                          "title 'test'\n"
+                    : "set ylabel 'test accuracy (%)'\nplot " + gnuplotQuoted(csv) +
+                          " using 1:3 skip 1 with linespoints lw 2 pt 7 lc 2\n") +
+        "unset multiplot\n";
     std::FILE* pipe = popen("gnuplot 2>&1", "w");
     if (!pipe) throw IoError("--plot: cannot start gnuplot");
     std::fputs(script.c_str(), pipe);
     if (pclose(pipe) != 0) throw IoError("--plot: gnuplot failed to write " + png);
+}
+
+// The model selection of --validation: the best validation accuracy so far, the epoch
+// (from 1) that reached it, and the epochs since. Kept in checkpoints as their notes.
+struct Selection {
+    double best = -1.0;
+    int64_t bestEpoch = 0, since = 0;
+
+    std::string text() const {
+        return nlohmann::json{{"bestValidation", best}, {"bestEpoch", bestEpoch}, {"epochsSinceBest", since}}.dump();
+    }
+    static Selection parse(const std::string& notes, const std::string& path) {
+        Selection s;
+        if (notes.empty()) return s;
+        try {
+            const nlohmann::json j = nlohmann::json::parse(notes);
+            s.best = j.at("bestValidation").get<double>();
+            s.bestEpoch = j.at("bestEpoch").get<int64_t>();
+            s.since = j.at("epochsSinceBest").get<int64_t>();
+        } catch (const nlohmann::json::exception& e) {
+            throw IoError("checkpoint " + path + ": unreadable validation notes: " + e.what());
+        }
+        return s;
+    }
+};
+
+// --validation's value: a fraction of `images` (at least 1) or a whole number of them;
+// UsageError unless 1 <= the count < images.
+int64_t validationCount(const std::string& text, int64_t images) {
+    double v = 0;
+    size_t used = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    const bool whole = used == text.size() && v >= 1 && v == std::floor(v);
+    if (used != text.size() || !(v > 0) || (v >= 1 && !whole)) {
+        throw UsageError("--validation: expected a fraction in (0, 1) or a whole number of images >= 1, got '" + text +
+                         "'");
+    }
+    const int64_t count = whole ? static_cast<int64_t>(v) : std::max<int64_t>(1, std::llround(v * images));
+    if (count >= images) {
+        throw UsageError("--validation " + text + ": holds out " + std::to_string(count) + " of the " +
+                         std::to_string(images) + " training images, leaving none to train on");
+    }
+    return count;
 }
 
 // `comm`: the job's ranks under mpirun or NCCL (rank 0 prints and writes files), else null.
@@ -264,6 +323,13 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (!a.metrics.empty()) requireWritableDestination("--metrics", a.metrics);
     if (!a.plot.empty()) requireWritableDestination("--plot", a.plot);
     if (!a.checkpoint.empty()) requireWritableDestination("--checkpoint", a.checkpoint);
+    if (!a.saveBest.empty() && a.validation.empty()) {
+        throw UsageError("--save-best keeps the model of the best validation accuracy: it needs --validation");
+    }
+    if (a.earlyStop > 0 && a.validation.empty()) {
+        throw UsageError("--early-stop watches the validation accuracy: it needs --validation");
+    }
+    if (!a.saveBest.empty()) requireWritableDestination("--save-best", a.saveBest);
     if (!a.every.empty() && a.checkpoint.empty()) throw UsageError("--every needs --checkpoint PATH to write to");
     if (!a.resume.empty() && !std::filesystem::exists(a.resume)) {
         throw UsageError("--resume " + a.resume + ": no such file");
@@ -291,20 +357,31 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     net->calcMode(compute);
 
     const Transforms transforms = parseAugment(a.in.augment);
-    const DataSets data = openData(a.in.data, a.in.limit, a.in.channels);
+    DataSets data = openData(a.in.data, a.in.limit, a.in.channels);
+    // --validation holds out training images, drawn by the seed, for choosing the model.
+    DatasetPtr heldOut;
+    if (!a.validation.empty()) {
+        std::tie(data.train, heldOut) = holdOut(data.train, validationCount(a.validation, data.train->size()), a.seed);
+    }
     // On a GPU, batches are made in page-locked memory and copied while the device computes.
     const bool pinned = a.pinMemory && !device.isCpu();
     const LoaderOptions trainOptions{
         .batchsize = a.batch, .seed = a.seed, .workers = a.in.workers, .pinned = pinned, .rank = rank, .ranks = ranks};
     Loader train(data.train, transforms, trainOptions);
-    Loader test(data.test, transforms,
-                {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.in.workers, .pinned = pinned});
+    const LoaderOptions evalOptions{
+        .batchsize = a.batch, .shuffle = false, .train = false, .workers = a.in.workers, .pinned = pinned};
+    Loader test(data.test, transforms, evalOptions);
+    std::unique_ptr<Loader> valid;
+    if (heldOut) valid = std::make_unique<Loader>(heldOut, transforms, evalOptions);
     const Shape sample = train.sampleShape();
-    std::printf("data: %s, %lld training and %lld test images of %s, %lld classes; %s%s, %d worker%s%s\n",
-                data.what.c_str(), static_cast<long long>(train.size()), static_cast<long long>(test.size()),
-                sample.str().c_str(), static_cast<long long>(data.train->classes()),
-                transforms.empty() ? "no transforms" : "transforms ", transforms.str().c_str(), a.in.workers,
-                a.in.workers == 1 ? "" : "s", pinned ? ", batches in page-locked memory" : "");
+    const std::string heldText =
+        valid ? " (" + std::to_string(valid->size()) + " more held out for validation)" : std::string();
+    std::printf("data: %s, %lld training%s and %lld test images of %s, %lld classes; %s%s, %d worker%s%s\n",
+                data.what.c_str(), static_cast<long long>(train.size()), heldText.c_str(),
+                static_cast<long long>(test.size()), sample.str().c_str(),
+                static_cast<long long>(data.train->classes()), transforms.empty() ? "no transforms" : "transforms ",
+                transforms.str().c_str(), a.in.workers, a.in.workers == 1 ? "" : "s",
+                pinned ? ", batches in page-locked memory" : "");
     std::vector<int64_t> dims = sample.dims();
     dims.insert(dims.begin(), std::min<int64_t>(a.batch, train.size()));
     const Shape batchShape(dims);
@@ -386,8 +463,11 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     Trainer trainer(*net, cost, *optimizer, options);
     trainer.setDataParallel(parallel.get());
     trainer.setWeightAverage(average.get());
+    Selection selection;
     if (!a.resume.empty()) {
-        loadCheckpoint(a.resume, *net, *optimizer, trainer, average.get());
+        std::string notes;
+        loadCheckpoint(a.resume, *net, *optimizer, trainer, average.get(), &notes);
+        if (valid) selection = Selection::parse(notes, a.resume);
         std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
                     static_cast<long long>(trainer.position().epoch + 1),
                     static_cast<long long>(trainer.position().batch), static_cast<long long>(optimizer->steps()));
@@ -399,19 +479,29 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         const bool append = !a.resume.empty() && std::filesystem::exists(metricsPath);
         metrics = std::fopen(metricsPath.c_str(), append ? "a" : "w");
         if (!metrics) throw IoError("--metrics: cannot write " + metricsPath + ": " + std::strerror(errno));
-        if (!append) std::fprintf(metrics, "epoch,train_loss,test_accuracy_percent,seconds,images_per_second\n");
+        if (!append) {
+            std::fprintf(metrics, "epoch,train_loss,%stest_accuracy_percent,seconds,images_per_second\n",
+                         valid ? "validation_accuracy_percent," : "");
+        }
         std::fflush(metrics);
     }
     // Checkpoints: every --every steps, at the end of each epoch, and on SIGINT/SIGTERM
     // after the batch in progress.
     auto checkpoint = [&] {
-        if (!a.checkpoint.empty() && writer) saveCheckpoint(a.checkpoint, *net, *optimizer, trainer, average.get());
+        if (!a.checkpoint.empty() && writer) {
+            saveCheckpoint(a.checkpoint, *net, *optimizer, trainer, average.get(), valid ? selection.text() : "");
+        }
     };
     // The test accuracy (and the saved model) of the averaged weights, when they are kept.
     auto withAverage = [&](const auto& work) {
         if (average) average->swap();
         work();
         if (average) average->swap();
+    };
+    std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
+    one.insert(one.begin(), 1);
+    auto saveTo = [&](const std::string& path) {
+        withAverage([&] { saveModel(*net, path, {.inputs = {Shape(one)}}); });
     };
     trainer.onBatchFinish = [&](const BatchInfo& info) {
         if (a.warmup > 0) optimizer->setLearnRate(rateAt(info.epoch, optimizer->steps()));
@@ -449,34 +539,67 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     CrossEntropy validationCost;
     Validator validator(*net, validationCost, options);
     double accuracy = 0.0;
-    if (trainer.position().epoch >= a.epochs) { // a resumed run that had already finished: just report
-        std::printf("the checkpoint is past epoch %lld of %lld: no training left\n",
-                    static_cast<long long>(trainer.position().epoch), static_cast<long long>(a.epochs));
+    const bool stoppedEarly = a.earlyStop > 0 && selection.since >= a.earlyStop;
+    if (trainer.position().epoch >= a.epochs || stoppedEarly) { // a resumed run that had finished: just report
+        if (stoppedEarly) {
+            std::printf("the checkpoint stopped early at epoch %lld: no training left\n",
+                        static_cast<long long>(trainer.position().epoch));
+        } else {
+            std::printf("the checkpoint is past epoch %lld of %lld: no training left\n",
+                        static_cast<long long>(trainer.position().epoch), static_cast<long long>(a.epochs));
+        }
         withAverage([&] { accuracy = 1.0 - validator.validate(test); });
     }
     const bool scheduled = schedule || a.warmup > 0;
-    for (int64_t e = trainer.position().epoch; e < a.epochs; ++e) {
+    for (int64_t e = trainer.position().epoch; e < a.epochs && !stoppedEarly; ++e) {
         optimizer->setLearnRate(rateAt(e, optimizer->steps()));
         const double loss = trainer.train(train);
         // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
         // batch, the epoch ends as usual first.)
         if ((trainer.stopRequested() || stopSignal) && trainer.position().batch != 0) return stopped();
-        const bool saved = !a.checkpoint.empty() && ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs);
-        if (saved) checkpoint();
+        // Validation first, so that the epoch's checkpoint holds its outcome.
+        double validAccuracy = 0.0;
+        std::string validText, bestText;
+        bool stopNow = false;
+        if (valid) {
+            withAverage([&] { validAccuracy = 1.0 - validator.validate(*valid); });
+            char text[64];
+            std::snprintf(text, sizeof text, ", validation accuracy %.2f%%", 100.0 * validAccuracy);
+            validText = text;
+            if (validAccuracy > selection.best) {
+                selection = {validAccuracy, e + 1, 0};
+                bestText = "; best so far";
+                if (!a.saveBest.empty() && writer) {
+                    saveTo(a.saveBest);
+                    bestText += ", saved to " + a.saveBest;
+                }
+            } else {
+                ++selection.since;
+                stopNow = a.earlyStop > 0 && selection.since >= a.earlyStop;
+            }
+        }
         withAverage([&] { accuracy = 1.0 - validator.validate(test); });
-        std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%%%s (%.0f images/s, %.1f%% of the time "
-                    "waiting for data%s)%s\n",
-                    static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, 100.0 * accuracy,
-                    average ? " with the averaged weights" : "", trainer.samplesPerSecond(),
+        const bool saved = !a.checkpoint.empty() && ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs || stopNow);
+        if (saved) checkpoint();
+        std::printf("epoch %lld/%lld: train loss %.4f%s, test accuracy %.2f%%%s (%.0f images/s, %.1f%% of the time "
+                    "waiting for data%s)%s%s\n",
+                    static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, validText.c_str(),
+                    100.0 * accuracy, average ? " with the averaged weights" : "", trainer.samplesPerSecond(),
                     100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
                     scheduled ? (", learning rate " + formatRate(optimizer->learnRate())).c_str() : "",
-                    saved ? "; checkpoint saved" : "");
+                    bestText.c_str(), saved ? "; checkpoint saved" : "");
         std::fflush(stdout);
         if (metrics) {
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            std::fprintf(metrics, "%lld,%.6f,%.4f,%.3f,%.1f\n", static_cast<long long>(e + 1), loss, 100.0 * accuracy,
-                         seconds, trainer.samplesPerSecond());
+            std::fprintf(metrics, "%lld,%.6f,", static_cast<long long>(e + 1), loss);
+            if (valid) std::fprintf(metrics, "%.4f,", 100.0 * validAccuracy);
+            std::fprintf(metrics, "%.4f,%.3f,%.1f\n", 100.0 * accuracy, seconds, trainer.samplesPerSecond());
             std::fflush(metrics);
+        }
+        if (stopNow && e + 1 < a.epochs) {
+            std::printf("stopping early: no better validation accuracy in %lld epoch%s\n",
+                        static_cast<long long>(a.earlyStop), a.earlyStop == 1 ? "" : "s");
+            break;
         }
         if (trainer.stopRequested() || stopSignal) return stopped();
     }
@@ -485,14 +608,12 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         if (!a.metrics.empty()) std::printf("wrote the metrics to %s\n", a.metrics.c_str());
     }
     if (!a.plot.empty() && writer) {
-        plotMetrics(metricsPath, a.plot, "tessera train --model " + a.model, a.epochs);
+        plotMetrics(metricsPath, a.plot, "tessera train --model " + a.model, a.epochs, valid != nullptr);
         if (a.metrics.empty()) std::remove(metricsPath.c_str());
         std::printf("wrote the loss and accuracy curves to %s\n", a.plot.c_str());
     }
     if (!a.save.empty() && writer) {
-        std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
-        one.insert(one.begin(), 1);
-        withAverage([&] { saveModel(*net, a.save, {.inputs = {Shape(one)}}); });
+        saveTo(a.save);
         std::printf("saved the model%s (blueprint included) to %s\n", average ? " with its averaged weights" : "",
                     a.save.c_str());
     }
@@ -504,6 +625,11 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (a.precision == "fp16") {
         std::printf("loss scaling: scale %g at the end, %lld steps skipped for overflowing gradients\n",
                     optimizer->lossScale(), static_cast<long long>(optimizer->skippedSteps()));
+    }
+    if (valid && selection.bestEpoch > 0) {
+        std::printf("best validation accuracy %.2f%% after epoch %lld%s\n", 100.0 * selection.best,
+                    static_cast<long long>(selection.bestEpoch),
+                    a.saveBest.empty() ? "" : ("; that model is in " + a.saveBest).c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("final test accuracy %.2f%%, total time %.1f s\n", 100.0 * accuracy, seconds);
@@ -586,6 +712,13 @@ std::function<int()> addTrain(CLI::App& app) {
                 return "";
             },
             "N|Nsteps|Nepochs"));
+    cmd->add_option("--validation", args->validation,
+                    "hold out this fraction (0.1) or number (5000) of the training images, drawn by --seed, and "
+                    "report their accuracy after each epoch (for --save-best and --early-stop)");
+    cmd->add_option("--save-best", args->saveBest,
+                    "write the model to this HDF5 file whenever the validation accuracy is the best so far");
+    cmd->add_option("--early-stop", args->earlyStop, "stop when the validation accuracy has not improved for N epochs")
+        ->check(positiveInteger());
     cmd->add_option("--resume", args->resume,
                     "continue from this checkpoint, bit-identical to an uninterrupted run (give the same options)");
     cmd->add_flag("--check-numerics", args->checkNumerics,
