@@ -166,19 +166,26 @@ order for any number of workers. loader.epoch(e) iterates over (images, labels) 
     m.def(
         "saveCheckpoint",
         [](const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
-           const WeightAverage* average) {
+           const WeightAverage* average, const std::string& notes) {
             py::gil_scoped_release nogil;
-            saveCheckpoint(path, net, optimizer, trainer, average);
+            saveCheckpoint(path, net, optimizer, trainer, average, notes);
         },
         py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"), py::arg("average") = nullptr,
-        "Everything a run needs to continue bit-identically, in one HDF5 file written atomically.");
+        py::arg("notes") = "",
+        "Everything a run needs to continue bit-identically, in one HDF5 file written atomically; `notes`: text of "
+        "your own, which loadCheckpoint returns.");
     m.def(
         "loadCheckpoint",
         [](const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer, WeightAverage* average) {
-            py::gil_scoped_release nogil;
-            loadCheckpoint(path, net, optimizer, trainer, average);
+            std::string notes;
+            {
+                py::gil_scoped_release nogil;
+                loadCheckpoint(path, net, optimizer, trainer, average, &notes);
+            }
+            return notes;
         },
-        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"), py::arg("average") = nullptr);
+        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"), py::arg("average") = nullptr,
+        "Restores a checkpoint; returns the notes saved with it (\"\" when none).");
 }
 
 } // namespace tessera::python
