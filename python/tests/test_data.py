@@ -108,7 +108,7 @@ def test_trainer_and_validator_on_loaders_and_a_checkpoint_resumes_exactly(tmp_p
     assert trainer.position == (0, 10)
     path = str(tmp_path / "run.ckpt")
     ts.saveCheckpoint(path, net, opt, trainer, notes='{"best": 0.5}')
-    resumed, opt2, trainer2, _ = run(resume=path)
+    resumed, _, trainer2, _ = run(resume=path)
     assert trainer2.position == (1, 0)
     for (name, a), (_, b) in zip(whole.namedParams().items(), resumed.namedParams().items()):
         np.testing.assert_array_equal(a.data.numpy(), b.data.numpy(), err_msg=name)
