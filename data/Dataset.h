@@ -58,6 +58,14 @@ DatasetPtr cifar100(const std::string& dir, const std::string& split, bool fine 
 /// missing folder, a folder without class sub-folders, or one whose classes hold no image.
 DatasetPtr imageFolder(const std::string& dir, int channels = 3);
 
+/// An image folder inside a tar or zip archive (told apart by their bytes): the images
+/// under `<split>/<class>/` (at the archive's top, or under one top folder), classes and
+/// images in sorted order as imageFolder takes them. The members are listed at once and
+/// each image is read and decoded when asked for (stored or deflated zip members; plain
+/// tar, not compressed). IoError naming the archive for one that is malformed, truncated,
+/// ZIP64 or holds no such images, and naming the member for one that cannot be read.
+DatasetPtr imageArchive(const std::string& path, const std::string& split, int channels = 3);
+
 /// MNIST-format IDX files `<dir>/<split>-images-idx3-ubyte[.gz]` and labels (split "train"
 /// or "t10k"), as training/Idx.h reads them; `limit` > 0 keeps the first `limit` samples.
 DatasetPtr idxDataset(const std::string& dir, const std::string& split, int64_t limit = 0);

@@ -214,7 +214,13 @@ Image readImage(const std::string& path, int channels) {
     if (channels != 1 && channels != 3) {
         throw IoError("image " + path + ": 1 or 3 channels can be asked for, got " + std::to_string(channels));
     }
-    const std::vector<uint8_t> bytes = data_detail::readFile(path, "image");
+    return decodeImage(data_detail::readFile(path, "image"), path, channels);
+}
+
+Image decodeImage(const std::vector<uint8_t>& bytes, const std::string& path, int channels) {
+    if (channels != 1 && channels != 3) {
+        throw IoError("image " + path + ": 1 or 3 channels can be asked for, got " + std::to_string(channels));
+    }
     if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
         return readJpeg(path, bytes, channels);
     }

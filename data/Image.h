@@ -34,6 +34,9 @@ inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 /// another format, a side over kMaxImageSide or more than kMaxImagePixels pixels.
 Image readImage(const std::string& path, int channels);
 
+/// readImage on bytes already in memory (an archive's member); `where` names them in errors.
+Image decodeImage(const std::vector<uint8_t>& bytes, const std::string& where, int channels);
+
 /// Writes `image` (1 or 3 channels; values clamped to [0, 1] and rounded to 8 bits) as an
 /// 8-bit PNG, or as a baseline JPEG of `quality` 1..100. IoError when it cannot be written.
 void writePng(const std::string& path, const Image& image);

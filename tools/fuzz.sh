@@ -25,7 +25,7 @@ set -euo pipefail
 seconds=${1:?usage: tools/fuzz.sh SECONDS}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$repo/build-fuzz
-readers=${TESSERA_FUZZ_READERS:-idx blueprint hdf5 checkpoint onnx image dataset}
+readers=${TESSERA_FUZZ_READERS:-idx blueprint hdf5 checkpoint onnx image dataset archive}
 jobs=${TESSERA_FUZZ_JOBS:-$(nproc)}
 
 mkdir -p "$build"

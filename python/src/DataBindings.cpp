@@ -62,6 +62,13 @@ void bindData(py::module_& m) {
         py::arg("dir"), py::arg("channels") = 3,
         "JPEG and PNG files in one sub-folder per class (classes in sorted order), decoded on demand.");
     m.def(
+        "imageArchive",
+        [](const std::string& path, const std::string& split, int channels) {
+            return held(imageArchive(path, split, channels));
+        },
+        py::arg("path"), py::arg("split"), py::arg("channels") = 3,
+        "An image folder inside a tar or zip archive: the images under <split>/<class>/, read on demand.");
+    m.def(
         "idxDataset",
         [](const std::string& dir, const std::string& split, int64_t limit) {
             return held(idxDataset(dir, split, limit));

@@ -32,7 +32,7 @@ from ._tessera import (
     fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
     zooModels,
     # data sets, transforms, loader; checkpoints
-    Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, holdOut, idxDataset, imageFolder,
+    Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, holdOut, idxDataset, imageArchive, imageFolder,
     npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint, WeightAverage,
     # data-parallel training
     Communicator, DataParallel, launchedByMpi, mpiBuilt, mpiWorld, ncclBuilt, ncclWorld,
@@ -121,6 +121,7 @@ __all__ = [
     "firstSamples",
     "holdOut",
     "idxDataset",
+    "imageArchive",
     "imageFolder",
     "npyDataset",
     "tensorDataset",

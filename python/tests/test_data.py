@@ -154,3 +154,70 @@ def test_hold_out_for_validation():
     assert sorted(seen) == list(range(20))
     with pytest.raises(ts.ShapeError):
         ts.holdOut(ds, 20)
+
+
+def _archives(root, tmp_path):
+    """The folder `root` (train/ and test/ of class folders) as a tar (pax), a GNU tar, a zip
+    of deflated members and a zip of stored ones under a top folder."""
+    import tarfile
+    import zipfile
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    tar, gnu, deflated, stored = (tmp_path / n for n in ("set.tar", "gnu.tar", "set.zip", "top.zip"))
+    for path, form in ((tar, tarfile.PAX_FORMAT), (gnu, tarfile.GNU_FORMAT)):
+        with tarfile.open(path, "w", format=form) as t:
+            for p in files:
+                t.add(p, arcname=str(p.relative_to(root)))
+    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in files:
+            z.write(p, str(p.relative_to(root)))
+    with zipfile.ZipFile(stored, "w", zipfile.ZIP_STORED) as z:
+        for p in files:
+            z.write(p, "pictures/" + str(p.relative_to(root)))
+    return tar, gnu, deflated, stored
+
+
+def test_image_archives_read_as_the_folder(folder, tmp_path):
+    root = tmp_path / "set"
+    for split in ("train", "test"):
+        for cls in ("cat", "dog"):
+            (root / split / cls).mkdir(parents=True)
+            for f in sorted((folder / cls).iterdir()):
+                (root / split / cls / f.name).write_bytes(f.read_bytes())
+    # Names over tar's 100 bytes (its prefix field; a file name that needs a pax or GNU
+    # record), and a JPEG among the PNGs.
+    deep = root / "train" / "dog" / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    Image.fromarray(np.full((6, 8, 3), 200, np.uint8)).save(deep / "z.jpg", quality=95)
+    Image.fromarray(np.full((6, 8, 3), 90, np.uint8)).save(root / "train" / "cat" / ("f" * 120 + ".png"))
+    tar, gnu, deflated, stored = _archives(root, tmp_path)
+    for split in ("train", "test"):
+        want = ts.imageFolder(str(root / split), channels=3)
+        for archive in (tar, gnu, deflated, stored):
+            got = ts.imageArchive(str(archive), split, channels=3)
+            assert len(got) == len(want) and got.classes == want.classes == 2, archive
+            for i in range(len(want)):
+                (a, la), (b, lb) = got[i], want[i]
+                np.testing.assert_array_equal(a, b, err_msg=f"{archive} {split} {i}")
+                assert la == lb
+            assert got.where(0).startswith(str(archive) + ":")
+    # Damaged archives: errors that name the archive.
+    data = deflated.read_bytes()
+    (tmp_path / "cut.zip").write_bytes(data[: len(data) // 2])
+    bad_tar = bytearray(tar.read_bytes())
+    bad_tar[130] = ord("7") if bad_tar[130] != ord("7") else ord("6")  # the first member's size: checksum fails
+    (tmp_path / "bad.tar").write_bytes(bytes(bad_tar))
+    for name in ("cut.zip", "bad.tar"):
+        with pytest.raises(ts.IoError, match=name):
+            ts.imageArchive(str(tmp_path / name), "train")
+    with pytest.raises(ts.IoError, match="no images under val/"):
+        ts.imageArchive(str(tar), "val")
+    # A member whose deflated bytes are damaged (the first, test/cat/0.png, whose local
+    # header opens the file) is an error naming it when it is read; the others still read.
+    z = bytearray(data)
+    start = 30 + int.from_bytes(z[26:28], "little") + int.from_bytes(z[28:30], "little")
+    z[start:start + 8] = b"\xff" * 8
+    (tmp_path / "damaged.zip").write_bytes(bytes(z))
+    damaged = ts.imageArchive(str(tmp_path / "damaged.zip"), "test")
+    with pytest.raises(ts.IoError, match="damaged.zip:test/cat/0.png"):
+        damaged[0]
+    np.testing.assert_array_equal(damaged[1][0], ts.imageFolder(str(root / "test"))[1][0])

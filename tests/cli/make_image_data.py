@@ -4,6 +4,7 @@ other libraries' writers (Pillow for JPEG and PNG, NumPy for .npy and the CIFAR 
     make_image_data.py folder DIR   DIR/train/<class>/*.png|*.jpg and DIR/test/<class>/...
     make_image_data.py cifar10 DIR  DIR/data_batch_1.bin .. data_batch_5.bin, test_batch.bin
     make_image_data.py npy DIR      DIR/{train,test}_{images,labels}.npy
+    make_image_data.py zip FILE     the folder data set, deflated into the zip FILE under a top folder
 
 Three classes told apart by which colour channel is bright, with noise and a bright square
 in a random place; folder images have varying sizes (a transform must resize them).
@@ -71,10 +72,23 @@ def npy(root, rng):
         np.save(os.path.join(root, f"{split}_labels.npy"), np.arange(n) % 3)
 
 
+def zipped(path, rng):
+    import tempfile
+    import zipfile
+    with tempfile.TemporaryDirectory() as tmp:
+        folder(tmp, rng)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for top, _, files in sorted(os.walk(tmp)):
+                for name in sorted(files):
+                    full = os.path.join(top, name)
+                    z.write(full, os.path.join("images", os.path.relpath(full, tmp)))
+
+
 def main():
     kind, root = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(7)
-    {"folder": folder, "cifar10": cifar10, "npy": npy}[kind](root, rng)
+    {"folder": folder, "cifar10": cifar10, "npy": npy, "zip": zipped}[kind](root, rng)
 
 
 if __name__ == "__main__":

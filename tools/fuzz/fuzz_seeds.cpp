@@ -1,11 +1,14 @@
 // Writes the fuzzers' seed corpora: small valid files of each format, made by Tessera
-// itself. usage: fuzz_seeds DIR  (creates DIR/{idx,blueprint,hdf5,checkpoint,onnx,image,dataset}/)
+// itself. usage: fuzz_seeds DIR  (creates DIR/{idx,blueprint,hdf5,checkpoint,onnx,image,dataset,archive}/)
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "FuzzModels.h"
@@ -43,6 +46,83 @@ void writeGzip(const fs::path& path, const std::vector<uint8_t>& bytes) {
     gzclose(f);
 }
 
+std::vector<uint8_t> readBytes(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A ustar archive of (name, bytes) members.
+std::vector<uint8_t> tarOf(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& members) {
+    std::vector<uint8_t> out;
+    for (const auto& [name, bytes] : members) {
+        uint8_t h[512] = {};
+        std::snprintf(reinterpret_cast<char*>(h), 100, "%s", name.c_str());
+        std::snprintf(reinterpret_cast<char*>(h) + 100, 8, "%07o", 0644);
+        std::snprintf(reinterpret_cast<char*>(h) + 124, 12, "%011o", static_cast<unsigned>(bytes.size()));
+        h[156] = '0';
+        std::memcpy(h + 257,
+                    "ustar\0"
+                    "00",
+                    8);
+        std::memset(h + 148, ' ', 8);
+        unsigned sum = 0;
+        for (uint8_t b : h) sum += b;
+        std::snprintf(reinterpret_cast<char*>(h) + 148, 8, "%06o", sum);
+        out.insert(out.end(), h, h + 512);
+        out.insert(out.end(), bytes.begin(), bytes.end());
+        out.resize((out.size() + 511) / 512 * 512, 0);
+    }
+    out.resize(out.size() + 1024, 0); // the two end blocks
+    return out;
+}
+
+void put16(std::vector<uint8_t>& b, uint32_t v) {
+    for (int s = 0; s < 16; s += 8) b.push_back(static_cast<uint8_t>(v >> s));
+}
+void put32(std::vector<uint8_t>& b, uint32_t v) {
+    for (int s = 0; s < 32; s += 8) b.push_back(static_cast<uint8_t>(v >> s));
+}
+
+// A zip archive of (name, bytes) members, stored or deflated.
+std::vector<uint8_t> zipOf(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& members, bool deflated) {
+    std::vector<uint8_t> out, dir;
+    for (const auto& [name, bytes] : members) {
+        std::vector<uint8_t> packed = bytes;
+        if (deflated) {
+            packed.assign(compressBound(static_cast<uLong>(bytes.size())) + 64, 0);
+            z_stream z{};
+            deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+            z.next_in = const_cast<uint8_t*>(bytes.data());
+            z.avail_in = static_cast<uInt>(bytes.size());
+            z.next_out = packed.data();
+            z.avail_out = static_cast<uInt>(packed.size());
+            deflate(&z, Z_FINISH);
+            packed.resize(z.total_out);
+            deflateEnd(&z);
+        }
+        const auto crc = static_cast<uint32_t>(crc32(0, bytes.data(), static_cast<uInt>(bytes.size())));
+        const auto offset = static_cast<uint32_t>(out.size());
+        const uint32_t method = deflated ? 8 : 0;
+        put32(out, 0x04034b50), put16(out, 20), put16(out, 0), put16(out, method), put32(out, 0), put32(out, crc);
+        put32(out, static_cast<uint32_t>(packed.size())), put32(out, static_cast<uint32_t>(bytes.size()));
+        put16(out, static_cast<uint32_t>(name.size())), put16(out, 0);
+        out.insert(out.end(), name.begin(), name.end());
+        out.insert(out.end(), packed.begin(), packed.end());
+        put32(dir, 0x02014b50), put16(dir, 20), put16(dir, 20), put16(dir, 0), put16(dir, method), put32(dir, 0);
+        put32(dir, crc), put32(dir, static_cast<uint32_t>(packed.size())),
+            put32(dir, static_cast<uint32_t>(bytes.size()));
+        put16(dir, static_cast<uint32_t>(name.size())), put16(dir, 0), put16(dir, 0), put16(dir, 0), put16(dir, 0);
+        put32(dir, 0), put32(dir, offset);
+        dir.insert(dir.end(), name.begin(), name.end());
+    }
+    const auto dirOffset = static_cast<uint32_t>(out.size());
+    out.insert(out.end(), dir.begin(), dir.end());
+    put32(out, 0x06054b50), put16(out, 0), put16(out, 0);
+    put16(out, static_cast<uint32_t>(members.size())), put16(out, static_cast<uint32_t>(members.size()));
+    put32(out, static_cast<uint32_t>(dir.size())), put32(out, dirOffset), put16(out, 0);
+    return out;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -51,7 +131,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const fs::path dir = argv[1];
-    for (const char* d : {"idx", "blueprint", "hdf5", "checkpoint", "onnx", "image", "dataset"}) {
+    for (const char* d : {"idx", "blueprint", "hdf5", "checkpoint", "onnx", "image", "dataset", "archive"}) {
         fs::create_directories(dir / d);
     }
 
@@ -63,6 +143,18 @@ int main(int argc, char** argv) {
     writePng((dir / "image/gray.png").string(), gray);
     writeJpeg((dir / "image/colour.jpg").string(), colour, 80);
     writeJpeg((dir / "image/gray.jpg").string(), gray, 80);
+
+    // Image folders in archives: a tar, a zip of stored members and one of deflated ones.
+    {
+        const std::vector<std::pair<std::string, std::vector<uint8_t>>> members = {
+            {"train/a/1.png", readBytes(dir / "image/colour.png")},
+            {"train/b/2.jpg", readBytes(dir / "image/colour.jpg")},
+            {"test/a/3.png", readBytes(dir / "image/gray.png")},
+            {"test/b/4.jpg", readBytes(dir / "image/gray.jpg")}};
+        write(dir / "archive/folders.tar", tarOf(members));
+        write(dir / "archive/stored.zip", zipOf(members, false));
+        write(dir / "archive/deflated.zip", zipOf(members, true));
+    }
 
     // Array data sets: two CIFAR-10 records, one CIFAR-100 record, .npy images of both kinds.
     std::vector<uint8_t> cifar;

@@ -97,7 +97,8 @@ void addDataOptions(CLI::App* cmd, DataOptions& in) {
     cmd->add_option("--data", in.data,
                     "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
                     "cifar100:DIR (the binary versions), folder:DIR (DIR/train/<class>/ and DIR/test/<class>/ of "
-                    "JPEG and PNG files) or npy:DIR (train_images.npy, train_labels.npy, test_images.npy, "
+                    "JPEG and PNG files; DIR may be a .tar or .zip of them) or npy:DIR (train_images.npy, "
+                    "train_labels.npy, test_images.npy, "
                     "test_labels.npy)")
         ->capture_default_str();
     cmd->add_option("--augment", in.augment,
@@ -174,15 +175,13 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
         } else {
             s = {cifar100(dir, "train"), cifar100(dir, "test"), "CIFAR-100 in " + dir};
         }
+    } else if (kind == "folder" && std::filesystem::is_regular_file(dir)) { // a tar or zip archive of the folders
+        s = {imageArchive(dir, "train", channels), imageArchive(dir, "test", channels),
+             "image archive " + dir + " (train/ and test/)"};
     } else if (kind == "folder") {
         needDir();
         s = {imageFolder(dir + "/train", channels), imageFolder(dir + "/test", channels),
              "image folders " + dir + "/train and " + dir + "/test"};
-        if (s.train->classes() != s.test->classes()) {
-            throw IoError("--data " + d + ": train/ has " + std::to_string(s.train->classes()) +
-                          " class folders but test/ has " + std::to_string(s.test->classes()) +
-                          " (both need the same classes)");
-        }
     } else if (kind == "npy") {
         needDir();
         s = {npyDataset(dir + "/train_images.npy", dir + "/train_labels.npy"),
@@ -191,6 +190,11 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
         throw UsageError("--data " + d +
                          ": expected fashion-mnist, a directory of IDX files, mnist:DIR, cifar10:DIR, cifar100:DIR, "
                          "folder:DIR or npy:DIR");
+    }
+    if (kind == "folder" && s.train->classes() != s.test->classes()) {
+        throw IoError("--data " + d + ": train/ has " + std::to_string(s.train->classes()) +
+                      " class folders but test/ has " + std::to_string(s.test->classes()) +
+                      " (both need the same classes)");
     }
     if (limit > 0) {
         s.train = firstSamples(s.train, limit);
