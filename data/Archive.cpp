@@ -292,6 +292,7 @@ public:
     int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
     int64_t classes() const override { return static_cast<int64_t>(classNames_.size()); }
     std::string describe() const override { return "image archive " + path_ + " (" + split_ + ")"; }
+    std::vector<std::string> classNames() const override { return classNames_; }
     std::string where(int64_t index) const override { return path_ + ":" + at(index).first.name; }
     Sample get(int64_t index) const override {
         const auto& [m, label] = at(index);

@@ -150,10 +150,12 @@ public:
                           " class folders hold no .jpg, .jpeg or .png file");
         }
         classes_ = static_cast<int64_t>(classes.size());
+        names_ = std::move(classes);
     }
     int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
     int64_t classes() const override { return classes_; }
     std::string describe() const override { return "image folder " + dir_; }
+    std::vector<std::string> classNames() const override { return names_; }
     std::string where(int64_t index) const override { return samples_[static_cast<size_t>(index)].first; }
     Sample get(int64_t index) const override {
         checkIndex(*this, index);
@@ -165,6 +167,7 @@ private:
     std::string dir_;
     int channels_;
     int64_t classes_ = 0;
+    std::vector<std::string> names_;
     std::vector<std::pair<std::string, int32_t>> samples_;
 };
 
@@ -175,6 +178,7 @@ public:
     int64_t classes() const override { return data_->classes(); }
     std::string describe() const override { return data_->describe(); }
     std::string where(int64_t index) const override { return data_->where(index); }
+    std::vector<std::string> classNames() const override { return data_->classNames(); }
     Sample get(int64_t index) const override {
         checkIndex(*this, index);
         return data_->get(index);
@@ -192,6 +196,7 @@ public:
     int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
     int64_t classes() const override { return data_->classes(); }
     std::string describe() const override { return data_->describe(); }
+    std::vector<std::string> classNames() const override { return data_->classNames(); }
     std::string where(int64_t index) const override {
         checkIndex(*this, index);
         return data_->where(indices_[static_cast<size_t>(index)]);
@@ -204,6 +209,22 @@ public:
 private:
     DatasetPtr data_;
     std::vector<int64_t> indices_;
+};
+
+// `data` with names for its classes.
+class NamedClasses : public Dataset {
+public:
+    NamedClasses(DatasetPtr data, std::vector<std::string> names) : data_(std::move(data)), names_(std::move(names)) {}
+    int64_t size() const override { return data_->size(); }
+    int64_t classes() const override { return data_->classes(); }
+    std::string describe() const override { return data_->describe(); }
+    std::string where(int64_t index) const override { return data_->where(index); }
+    std::vector<std::string> classNames() const override { return names_; }
+    Sample get(int64_t index) const override { return data_->get(index); }
+
+private:
+    DatasetPtr data_;
+    std::vector<std::string> names_;
 };
 
 int64_t classesOf(const std::vector<int32_t>& labels) {
@@ -227,7 +248,8 @@ DatasetPtr cifar10(const std::string& dir, const std::string& split) {
     for (const std::string& p : paths) {
         if (!fs::exists(p)) throw IoError("CIFAR-10 file " + p + " not found");
     }
-    return readCifar("CIFAR-10", paths, 1, 0, 10, "CIFAR-10 " + root + " (" + split + ")");
+    return withClassNames(readCifar("CIFAR-10", paths, 1, 0, 10, "CIFAR-10 " + root + " (" + split + ")"),
+                          {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"});
 }
 
 DatasetPtr cifar100(const std::string& dir, const std::string& split, bool fine) {
@@ -320,6 +342,14 @@ DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t cla
 DatasetPtr firstSamples(DatasetPtr data, int64_t count) {
     if (count <= 0 || count >= data->size()) return data;
     return std::make_shared<FirstSamples>(std::move(data), count);
+}
+
+DatasetPtr withClassNames(DatasetPtr data, std::vector<std::string> names) {
+    if (static_cast<int64_t>(names.size()) != data->classes()) {
+        throw ShapeError("data set " + data->describe() + ": " + std::to_string(names.size()) + " class names for " +
+                         std::to_string(data->classes()) + " classes");
+    }
+    return std::make_shared<NamedClasses>(std::move(data), std::move(names));
 }
 
 std::pair<DatasetPtr, DatasetPtr> holdOut(DatasetPtr data, int64_t count, uint64_t seed) {

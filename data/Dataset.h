@@ -35,6 +35,9 @@ public:
     virtual std::string where(int64_t index) const = 0;
     /// What this is, for a log line: "CIFAR-10 /data/cifar (train)".
     virtual std::string describe() const = 0;
+    /// The classes' names in label order (an image folder's sub-folders, CIFAR-10's
+    /// "airplane", ...); empty when the data does not name them.
+    virtual std::vector<std::string> classNames() const { return {}; }
 };
 
 using DatasetPtr = std::shared_ptr<const Dataset>;
@@ -83,6 +86,15 @@ DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t cla
 
 /// The first `count` samples of `data` (all when it has fewer).
 DatasetPtr firstSamples(DatasetPtr data, int64_t count);
+
+/// `data` with these names for its classes (classNames); ShapeError unless there is one
+/// per class.
+DatasetPtr withClassNames(DatasetPtr data, std::vector<std::string> names);
+
+/// The names of Fashion-MNIST's ten classes, in label order.
+inline std::vector<std::string> fashionMnistClassNames() {
+    return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+}
 
 /// `data` split in two for validation: {the rest, `count` held-out samples}, the held-out
 /// ones drawn at random by `seed` (the same for the same seed), each part in the data's

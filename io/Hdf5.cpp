@@ -246,6 +246,7 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
             }
             writeString(file.get(), "inputs", text, path);
         }
+        if (!options.classes.empty()) writeString(file.get(), "classes", nlohmann::json(options.classes).dump(), path);
         if (extras) {
             Handle extra(H5Gcreate2(file.get(), "extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
             for (const auto& [name, t] : extras->tensors) {
@@ -304,6 +305,7 @@ struct Snapshot {
     bool hasBlueprint = false;
     std::string blueprint;
     std::string inputs;   // the "inputs" text, empty when none
+    std::string classes;  // the "classes" JSON array of names, empty when none
     std::string counters; // the "counters" JSON object, empty when none
     bool hasLinks = false;
     std::vector<std::pair<std::string, int64_t>> links; // link name -> params index
@@ -381,6 +383,7 @@ std::string serialize(const Snapshot& s) {
     put(out, s.hasBlueprint);
     put(out, s.blueprint);
     put(out, s.inputs);
+    put(out, s.classes);
     put(out, s.counters);
     put(out, s.hasLinks);
     put(out, static_cast<uint64_t>(s.links.size()));
@@ -409,6 +412,7 @@ Snapshot deserialize(const std::string& in, const std::string& path) {
     s.hasBlueprint = r.u64() != 0;
     s.blueprint = r.str();
     s.inputs = r.str();
+    s.classes = r.str();
     s.counters = r.str();
     s.hasLinks = r.u64() != 0;
     for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
@@ -500,6 +504,7 @@ Snapshot readParts(const std::string& path, unsigned parts) {
         s.hasBlueprint = exists("blueprint");
         if (s.hasBlueprint) s.blueprint = readString(file.get(), "blueprint", path);
         if (exists("inputs")) s.inputs = readString(file.get(), "inputs", path);
+        if (exists("classes")) s.classes = readString(file.get(), "classes", path);
     }
     if (parts & modelPart) {
         s.hasLinks = exists("links");
@@ -741,6 +746,16 @@ Shapes readInputShapes(const std::string& path) {
         throw fileError(path, "its input shapes '" + text + "' are malformed (" + e.what() + ")");
     }
     return out;
+}
+
+std::vector<std::string> readClassNames(const std::string& path) {
+    const std::string text = snapshot(path, blueprintPart).classes;
+    if (text.empty()) return {};
+    try {
+        return nlohmann::json::parse(text).get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception& e) {
+        throw fileError(path, "its class names are malformed (" + std::string(e.what()) + ")");
+    }
 }
 
 FileExtras loadExtras(const std::string& path) {

@@ -11,6 +11,7 @@
 /// Files open in h5py and other HDF5 tools.
 
 #include <string>
+#include <vector>
 
 #include "modules/Module.h"
 
@@ -25,6 +26,10 @@ struct SaveOptions {
     /// The shapes of the model's inputs (one per graph input), stored so that tools can
     /// check or export the file without being told them (readInputShapes); none when empty.
     Shapes inputs;
+    /// The names of the classes a classifier's outputs score, in order (a data set's
+    /// folder names, say), stored so that tools can print them (readClassNames); none when
+    /// empty.
+    std::vector<std::string> classes = {};
 };
 
 /// Writes `module`'s parameters and attributes (plain, in options.dtype) to `path`. The data goes to
@@ -63,6 +68,10 @@ std::string readBlueprint(const std::string& path);
 /// The input shapes stored in `path` (SaveOptions::inputs); empty when it holds none (files
 /// saved without them). IoError for an unreadable file or malformed shapes.
 Shapes readInputShapes(const std::string& path);
+
+/// The class names saved with the model in `path` (SaveOptions::classes); empty when none
+/// were. IoError as readBlueprint's, and for a malformed list.
+std::vector<std::string> readClassNames(const std::string& path);
 
 /// True when `path` starts with the HDF5 signature.
 bool isHdf5File(const std::string& path);

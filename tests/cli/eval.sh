@@ -32,7 +32,8 @@ assert sum(map(sum, m)) == 2000, sum(map(sum, m))
 assert sum(m[k][k] for k in range(10)) == int(sys.argv[1])
 print("confusion matrix adds up:", [sum(r) for r in m])
 PY
-table=$(awk '/^class  images/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $2; c += $3; n++ } END { print n, s, c }' <<< "$out")
+# The rows: a class (its number and name, 16 characters), then images and hits.
+table=$(awk '/^class +images/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { split(substr($0, 18), f, " "); s += f[1]; c += f[2]; n++ } END { print n, s, c }' <<< "$out")
 [[ $table == "10 2000 $correct" ]] || { echo "FAIL: per-class table rows/images/correct: $table"; exit 1; }
 out=$("$tessera" eval eval_lenet.h5 --limit 2000 --precision bf16 --workers 0 --quiet)
 echo "$out"

@@ -145,6 +145,14 @@ ModulePtr loadModel(const std::string& model, bool train) {
     }
 }
 
+std::vector<std::string> modelClassNames(const std::string& model) {
+    if (isOnnxPath(model) || !isHdf5File(model)) return {};
+    for (const ZooEntry& e : zooModels()) {
+        if (e.name == model) return {};
+    }
+    return readClassNames(model);
+}
+
 namespace {
 
 struct CheckArgs {

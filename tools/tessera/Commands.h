@@ -18,6 +18,7 @@ std::function<int()> addConvert(CLI::App& app);
 std::function<int()> addRun(CLI::App& app);
 std::function<int()> addProfile(CLI::App& app);
 std::function<int()> addEval(CLI::App& app);
+std::function<int()> addPredict(CLI::App& app);
 
 /// "cpu", "cuda" or "cuda:N"; UsageError when no such device can be used, saying why.
 Device parseDevice(const std::string& text);
@@ -60,6 +61,10 @@ Transforms parseAugment(const std::string& text);
 void requireClassifier(Module& net, const std::string& model, const Shape& batchShape, int64_t classes);
 /// Adds --data, --augment, --workers, --channels and --limit to `cmd`, writing into `in`.
 void addDataOptions(CLI::App* cmd, DataOptions& in);
+
+/// The class names saved with a model file (an HDF5 file from tessera train --save); empty
+/// for other models or a file without them.
+std::vector<std::string> modelClassNames(const std::string& model);
 
 /// Checks of option values, run by the parser before any work starts; a bad value is a
 /// usage error naming the option, what was expected and what was given.

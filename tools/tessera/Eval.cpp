@@ -113,8 +113,15 @@ int runEval(const EvalArgs& a) {
     std::printf(", mean cross-entropy %.4f (%.0f images/s)\n", cost.getMeanError(),
                 static_cast<double>(counts.samples) / seconds);
 
+    // The classes' names: those saved with the model, else the data's; indices when neither has them.
+    std::vector<std::string> names = modelClassNames(a.model);
+    if (names.size() != static_cast<size_t>(classes)) names = set->classNames();
+    auto nameOf = [&](int64_t k) {
+        return names.size() == static_cast<size_t>(classes) ? std::to_string(k) + " " + names[static_cast<size_t>(k)]
+                                                            : std::to_string(k);
+    };
     if (a.perClass) {
-        std::printf("\nclass  images  correct  accuracy  most often taken for\n");
+        std::printf("\n%-16s images  correct  accuracy  most often taken for\n", "class");
         for (int64_t t = 0; t < classes; ++t) {
             const int64_t* row = counts.confusion.data() + t * classes;
             int64_t images = 0, worst = -1;
@@ -122,10 +129,9 @@ int runEval(const EvalArgs& a) {
                 images += row[p];
                 if (p != t && row[p] > 0 && (worst < 0 || row[p] > row[worst])) worst = p;
             }
-            std::printf("%5lld  %6lld  %7lld  %8s  %s\n", static_cast<long long>(t), static_cast<long long>(images),
+            std::printf("%-16s %6lld  %7lld  %8s  %s\n", nameOf(t).c_str(), static_cast<long long>(images),
                         static_cast<long long>(row[t]), percent(row[t], images).c_str(),
-                        worst < 0 ? "-"
-                                  : (std::to_string(worst) + " (" + std::to_string(row[worst]) + " times)").c_str());
+                        worst < 0 ? "-" : (nameOf(worst) + " (" + std::to_string(row[worst]) + " times)").c_str());
         }
     }
     if (!a.confusion.empty()) {

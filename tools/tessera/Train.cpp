@@ -168,6 +168,10 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
         if (kind == "mnist") needDir();
         const std::string idx = d == "fashion-mnist" ? kFashionMnistDir : kind == "mnist" ? dir : d;
         s = {idxDataset(idx, "train"), idxDataset(idx, "t10k"), "IDX files in " + idx};
+        if (d == "fashion-mnist") {
+            s.train = withClassNames(s.train, fashionMnistClassNames());
+            s.test = withClassNames(s.test, fashionMnistClassNames());
+        }
     } else if (kind == "cifar10" || kind == "cifar100") {
         needDir();
         if (kind == "cifar10") {
@@ -504,8 +508,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     };
     std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
     one.insert(one.begin(), 1);
-    auto saveTo = [&](const std::string& path) {
-        withAverage([&] { saveModel(*net, path, {.inputs = {Shape(one)}}); });
+    auto saveTo = [&](const std::string& path) { // with the input shape and the classes' names
+        withAverage([&] { saveModel(*net, path, {.inputs = {Shape(one)}, .classes = data.train->classNames()}); });
     };
     trainer.onBatchFinish = [&](const BatchInfo& info) {
         if (a.warmup > 0) optimizer->setLearnRate(rateAt(info.epoch, optimizer->steps()));

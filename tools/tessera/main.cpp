@@ -1,5 +1,5 @@
-// tessera: the command-line program: `tessera train | eval | check | summary | draw | profile | convert | run | help`.
-// Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
+// tessera: the command-line program: `tessera train | eval | predict | check | summary | draw | profile | convert | run
+// | help`. Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
 #include <cstdio>
 #include <exception>
 
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     auto train = tessera::cli::addTrain(app);
     auto eval = tessera::cli::addEval(app);
+    auto predict = tessera::cli::addPredict(app);
     auto check = tessera::cli::addCheck(app);
     auto summary = tessera::cli::addSummary(app);
     auto draw = tessera::cli::addDraw(app);
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
     auto run = tessera::cli::addRun(app);
     CLI::App* help = app.add_subcommand("help", "Print this help, or a command's: tessera help train");
     std::string topic;
-    help->add_option("command", topic, "train, eval, check, summary, draw, profile, convert or run");
+    help->add_option("command", topic, "train, eval, predict, check, summary, draw, profile, convert or run");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -38,14 +39,15 @@ int main(int argc, char** argv) {
                     return 0;
                 }
             }
-            std::fprintf(
-                stderr,
-                "tessera: no command '%s'; the commands are train, eval, check, summary, draw, profile, convert, run\n",
-                topic.c_str());
+            std::fprintf(stderr,
+                         "tessera: no command '%s'; the commands are train, eval, predict, check, summary, draw, "
+                         "profile, convert, run\n",
+                         topic.c_str());
             return 2;
         }
         if (app.got_subcommand("train")) return train();
         if (app.got_subcommand("eval")) return eval();
+        if (app.got_subcommand("predict")) return predict();
         if (app.got_subcommand("check")) return check();
         if (app.got_subcommand("summary")) return summary();
         if (app.got_subcommand("draw")) return draw();
