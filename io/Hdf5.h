@@ -25,7 +25,7 @@ struct SaveOptions {
     DType dtype = DType::float32;
     /// The shapes of the model's inputs (one per graph input), stored so that tools can
     /// check or export the file without being told them (readInputShapes); none when empty.
-    Shapes inputs;
+    Shapes inputs = {};
     /// The names of the classes a classifier's outputs score, in order (a data set's
     /// folder names, say), stored so that tools can print them (readClassNames); none when
     /// empty.

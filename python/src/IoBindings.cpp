@@ -56,6 +56,9 @@ void bindIo(py::module_& m) {
         py::arg("path"),
         "The model an HDF5 file saved with its blueprint holds (rebuilt, then its weights loaded), or an ONNX model.");
     m.def(
+        "readClassNames", [](const std::string& path) { return readClassNames(path); }, py::arg("path"),
+        "The class names saved with an HDF5 model file (Module.save(classes=...), tessera train --save); [] if none.");
+    m.def(
         "importOnnx",
         [](const std::string& path) {
             py::gil_scoped_release nogil;

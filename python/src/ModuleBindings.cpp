@@ -393,14 +393,18 @@ Linear.)")
         .def(
             "save",
             [](const Module& x, const std::string& path, const std::string& dtype, bool blueprint,
-               const py::object& inputs) {
+               const py::object& inputs, const std::vector<std::string>& classes) {
                 const Shapes shapes = inputs.is_none() ? Shapes{} : toShapes(inputs);
                 py::gil_scoped_release nogil;
-                saveModel(x, path, SaveOptions{.blueprint = blueprint, .dtype = toDType(dtype), .inputs = shapes});
+                saveModel(
+                    x, path,
+                    SaveOptions{.blueprint = blueprint, .dtype = toDType(dtype), .inputs = shapes, .classes = classes});
             },
             py::arg("path"), py::arg("dtype") = "float32", py::arg("blueprint") = true, py::arg("inputs") = py::none(),
-            "Writes parameters and attributes (and the blueprint, and the input shape(s) `inputs` when given, "
-            "which tessera check/summary/convert then use) to an HDF5 file.")
+            py::arg("classes") = std::vector<std::string>{},
+            "Writes parameters and attributes (and the blueprint, the input shape(s) `inputs` when given, which "
+            "tessera check/summary/convert then use, and the `classes`' names, which tessera predict and eval "
+            "print) to an HDF5 file.")
         .def(
             "load",
             [](Module& x, const std::string& path, bool strict) {

@@ -28,7 +28,7 @@ from ._tessera import (
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # files, zoo, data
-    buildModule, exportOnnx, factoryClassnames, fashionMnistDir, importOnnx, loadMnist,
+    buildModule, exportOnnx, factoryClassnames, fashionMnistDir, importOnnx, loadMnist, readClassNames,
     fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
     zooModels,
     # data sets, transforms, loader; checkpoints
@@ -113,6 +113,7 @@ __all__ = [
     "setFusion",
     "fusionEnabled",
     "zooModels",
+    "readClassNames",
     "Dataset",
     "Loader",
     "Transforms",

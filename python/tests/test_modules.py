@@ -218,6 +218,9 @@ def test_save_keeps_the_input_shapes_given(tmp_path):
         assert f["inputs"][()] == b"3x4"
     with h5py.File(tmp_path / "without.h5", "r") as f:
         assert "inputs" not in f
+    net.save(str(tmp_path / "named.h5"), classes=["cat", "dog"])
+    assert ts.readClassNames(str(tmp_path / "named.h5")) == ["cat", "dog"]
+    assert ts.readClassNames(str(tmp_path / "without.h5")) == []
 
 
 def test_mul_add_const_takes_tensor_constants(tmp_path):

@@ -70,6 +70,18 @@ TEST(Hdf5, SaveLoadRoundTripWithAttributesAndSharedParameters) {
 // Saved in bfloat16 or float16: about half the file, and loading gives each float32
 // parameter and attribute rounded to that type (to nearest even), exactly. h5py reads the
 // float16 file as numpy's float16.
+TEST(Hdf5, ClassNamesRoundTrip) {
+    auto a = model(1);
+    const std::string named = tempFile("named.h5"), plain = tempFile("plain.h5");
+    const std::vector<std::string> names{"cat", "dog", "T-shirt/top", "\"quoted\", with, commas"};
+    saveModel(*a, named, {.classes = names});
+    saveModel(*a, plain);
+    EXPECT_EQ(readClassNames(named), names);
+    EXPECT_TRUE(readClassNames(plain).empty());
+    auto b = model(2);
+    loadModel(*b, named); // the names do not get in the weights' way
+}
+
 TEST(Hdf5, SavesInBfloat16AndFloat16) {
     auto a = model(1, 512); // mostly fc2's 512 x 512 weights, so the metadata does not count
     (*a)(randomTensor({4, 1, 3, 3}, 4));

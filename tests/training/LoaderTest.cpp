@@ -172,6 +172,8 @@ TEST(Datasets, Cifar10ReadsEveryBatchFileInOrder) {
     const DatasetPtr train = cifar10(dir, "train"); // finds the archive's sub-folder
     ASSERT_EQ(train->size(), 10);
     EXPECT_EQ(train->classes(), 10);
+    EXPECT_EQ(train->classNames().at(3), "cat");
+    EXPECT_THROW(withClassNames(train, {"a", "b"}), ShapeError); // one name per class
     EXPECT_EQ(train->get(0).label, 1);
     EXPECT_EQ(train->get(3).label, 7); // file 2, record 1
     const Sample s = train->get(3);
@@ -226,9 +228,11 @@ TEST(Datasets, ImageFolderLabelsBySortedClassNames) {
     const DatasetPtr d = imageFolder(dir);
     ASSERT_EQ(d->size(), 4);
     EXPECT_EQ(d->classes(), 3);
-    EXPECT_EQ(d->get(0).label, 0); // ant
-    EXPECT_EQ(d->get(1).label, 1); // mole
-    EXPECT_EQ(d->get(2).label, 2); // zebra/a.JPG before zebra/b.png
+    EXPECT_EQ(d->classNames(), (std::vector<std::string>{"ant", "mole", "zebra"}));
+    EXPECT_EQ(firstSamples(d, 2)->classNames(), d->classNames()); // views keep the names
+    EXPECT_EQ(d->get(0).label, 0);                                // ant
+    EXPECT_EQ(d->get(1).label, 1);                                // mole
+    EXPECT_EQ(d->get(2).label, 2);                                // zebra/a.JPG before zebra/b.png
     EXPECT_NE(d->where(2).find("a.JPG"), std::string::npos);
     EXPECT_EQ(d->get(0).image.channels, 3); // a gray file, asked for in colour
     EXPECT_EQ(imageFolder(dir, 1)->get(3).image.channels, 1);
