@@ -197,7 +197,7 @@ std::vector<float> parseFloats(const std::string& text, const std::string& item)
 }
 
 const char* kSyntax = "expected a comma-separated list of resize:S | resize:HxW, crop:S[:PAD] | crop:HxW[:PAD], "
-                      "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, jitter:B[:C[:S]], "
+                      "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, jitter:B[:C[:S[:H]]], "
                       "normalize:M1/M2/..:S1/S2/.. | normalize:cifar10 | cifar100 | imagenet | mnist";
 
 std::string numberStr(double v) {
@@ -297,17 +297,47 @@ Transforms& Transforms::rotate(double degrees) {
     return *this;
 }
 
-Transforms& Transforms::jitter(double brightness, double contrast, double saturation) {
+Transforms& Transforms::jitter(double brightness, double contrast, double saturation, double hue) {
     for (double v : {brightness, contrast, saturation}) {
         if (!(v >= 0.0 && v <= 10.0)) {
             throw ModuleError("Transforms::jitter: brightness, contrast and saturation must lie in [0, 10], got " +
                               numberStr(v));
         }
     }
+    if (!(hue >= 0.0 && hue <= 0.5)) {
+        throw ModuleError("Transforms::jitter: hue must lie in [0, 0.5] (a fraction of the colour circle), got " +
+                          numberStr(hue));
+    }
     Step j = step(Kind::jitter);
-    j.brightness = brightness, j.contrast = contrast, j.saturation = saturation;
+    j.brightness = brightness, j.contrast = contrast, j.saturation = saturation, j.hue = hue;
     steps_.push_back(j);
     return *this;
+}
+
+Image Transforms::hueShifted(const Image& image, double shift) {
+    if (image.channels != 3) throw ShapeError("a hue shift needs 3 channels, got " + image.str());
+    Image out = image;
+    const int64_t plane = image.height * image.width;
+    float* r = out.pixels.data();
+    float* g = r + plane;
+    float* b = g + plane;
+    for (int64_t i = 0; i < plane; ++i) {
+        // RGB -> HSV (hue in [0, 1)), turned, and back.
+        const double R = r[i], G = g[i], B = b[i];
+        const double V = std::max({R, G, B}), C = V - std::min({R, G, B});
+        if (C <= 0.0) continue; // grey: no hue
+        double h = V == R ? (G - B) / C : V == G ? 2.0 + (B - R) / C : 4.0 + (R - G) / C;
+        h = h / 6.0 + shift;
+        h -= std::floor(h);
+        const double S = C / V, h6 = h * 6.0;
+        const auto sector = static_cast<int>(std::floor(h6)) % 6;
+        const double f = h6 - std::floor(h6), p = V * (1 - S), q = V * (1 - S * f), t = V * (1 - S * (1 - f));
+        const double rgb[6][3] = {{V, t, p}, {q, V, p}, {p, V, t}, {p, q, V}, {t, p, V}, {V, p, q}};
+        r[i] = static_cast<float>(rgb[sector][0]);
+        g[i] = static_cast<float>(rgb[sector][1]);
+        b[i] = static_cast<float>(rgb[sector][2]);
+    }
+    return out;
 }
 
 Image Transforms::rotated(const Image& in, double degrees) {
@@ -363,10 +393,10 @@ Transforms Transforms::parse(const std::string& spec) {
                 t.randomResizedCrop(h, w, args == 2 ? parseFloats(parts[2], item).at(0) : 0.08);
             } else if (name == "rotate" && args == 1) {
                 t.rotate(parseFloats(parts[1], item).at(0));
-            } else if (name == "jitter" && args >= 1 && args <= 3) {
-                std::vector<double> v(3, 0.0);
+            } else if (name == "jitter" && args >= 1 && args <= 4) {
+                std::vector<double> v(4, 0.0);
                 for (size_t k = 0; k < args; ++k) v[k] = parseFloats(parts[k + 1], item).at(0);
-                t.jitter(v[0], v[1], v[2]);
+                t.jitter(v[0], v[1], v[2], v[3]);
             } else if (name == "flip" && args <= 1) {
                 t.flip(args == 1 ? parseFloats(parts[1], item).at(0) : 0.5);
             } else if (name == "normalize" && args == 1) {
@@ -495,6 +525,10 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
                     }
                 }
             }
+            if (s.hue > 0) {
+                const double shift = s.hue * (2.0 * unit() - 1.0);
+                if (colour) image = hueShifted(image, shift);
+            }
             break;
         }
         case Kind::randomCrop:
@@ -578,8 +612,9 @@ std::string Transforms::str() const {
         case Kind::rotate: out += "rotate:" + numberStr(s.degrees); break;
         case Kind::jitter:
             out += "jitter:" + numberStr(s.brightness);
-            if (s.contrast != 0 || s.saturation != 0) out += ":" + numberStr(s.contrast);
-            if (s.saturation != 0) out += ":" + numberStr(s.saturation);
+            if (s.contrast != 0 || s.saturation != 0 || s.hue != 0) out += ":" + numberStr(s.contrast);
+            if (s.saturation != 0 || s.hue != 0) out += ":" + numberStr(s.saturation);
+            if (s.hue != 0) out += ":" + numberStr(s.hue);
             break;
         }
     }

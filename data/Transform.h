@@ -20,13 +20,13 @@ class Transforms {
 public:
     struct Step {
         enum class Kind { resize, randomCrop, centerCrop, flip, normalize, randomResizedCrop, rotate, jitter } kind;
-        int64_t height = 0, width = 0;                       ///< resize (width 0: shorter side to height), crops
-        int64_t pad = 0;                                     ///< randomCrop: zero padding on every side first
-        double p = 0.5;                                      ///< flip: probability
-        std::vector<float> mean, std;                        ///< normalize: one value per channel, or one for all
-        double scale = 0.08;                                 ///< randomResizedCrop: the least area fraction
-        double degrees = 0;                                  ///< rotate: the largest angle either way
-        double brightness = 0, contrast = 0, saturation = 0; ///< jitter: the largest change of each
+        int64_t height = 0, width = 0; ///< resize (width 0: shorter side to height), crops
+        int64_t pad = 0;               ///< randomCrop: zero padding on every side first
+        double p = 0.5;                ///< flip: probability
+        std::vector<float> mean, std;  ///< normalize: one value per channel, or one for all
+        double scale = 0.08;           ///< randomResizedCrop: the least area fraction
+        double degrees = 0;            ///< rotate: the largest angle either way
+        double brightness = 0, contrast = 0, saturation = 0, hue = 0; ///< jitter: the largest change of each
     };
 
     /// Bilinear (half-pixel centres), antialiased along an axis it shrinks (the triangle
@@ -49,12 +49,16 @@ public:
     /// A rotation by an angle uniform in [-degrees, degrees] (counter-clockwise positive)
     /// about the image's centre, bilinear, the corners filled with zeros; same size.
     Transforms& rotate(double degrees);
-    /// torchvision's ColorJitter without hue, in a fixed order: brightness (x f), contrast
-    /// (blend with the mean grey level) and saturation (blend with each pixel's grey; colour
-    /// images only), each factor uniform in [max(0, 1 - v), 1 + v] for its value v (0: left
-    /// out), the result clamped to [0, 1]. For pixels in [0, 1] (decoded images, uint8 data):
-    /// before normalize; other values are a ShapeError.
-    Transforms& jitter(double brightness, double contrast = 0, double saturation = 0);
+    /// torchvision's ColorJitter in a fixed order: brightness (x f), contrast (blend with the
+    /// mean grey level) and saturation (blend with each pixel's grey; colour images only),
+    /// each factor uniform in [max(0, 1 - v), 1 + v] for its value v (0: left out), the
+    /// result clamped to [0, 1]; then hue (colour images): every pixel's hue turned by a
+    /// fraction of the colour circle uniform in [-hue, hue], hue in [0, 0.5]. For pixels in
+    /// [0, 1] (decoded images, uint8 data): before normalize; other values are a ShapeError.
+    Transforms& jitter(double brightness, double contrast = 0, double saturation = 0, double hue = 0);
+    /// `image` (3 channels, values in [0, 1]) with every pixel's hue turned by `shift`, a
+    /// fraction of the colour circle (HSV; saturation and value kept): the step hue jitter takes.
+    static Image hueShifted(const Image& image, double shift);
 
     /// Parses a comma-separated list, e.g. "resize:36,crop:32:4,flip,normalize:cifar10":
     ///   resize:S | resize:HxW      shorter side to S, or exactly H x W
@@ -63,7 +67,7 @@ public:
     ///   flip[:P]                   horizontal flip with probability P (0.5)
     ///   rrc:S[:MIN] | rrc:HxW[:MIN] random-resized crop of area fraction [MIN (0.08), 1]
     ///   rotate:DEG                  rotation by up to DEG degrees either way
-    ///   jitter:B[:C[:S]]            brightness, contrast and saturation jitter
+    ///   jitter:B[:C[:S[:H]]]        brightness, contrast, saturation and hue jitter
     ///   normalize:M1/M2/M3:S1/S2/S3, or normalize:cifar10 | cifar100 | imagenet | mnist
     /// The empty string is no step. A bad list is a ModuleError naming the item that is
     /// wrong and showing what the items look like.

@@ -112,7 +112,7 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
              py::arg("scale") = 0.08, py::return_value_policy::reference)
         .def("rotate", &Transforms::rotate, py::arg("degrees"), py::return_value_policy::reference)
         .def("jitter", &Transforms::jitter, py::arg("brightness"), py::arg("contrast") = 0.0,
-             py::arg("saturation") = 0.0, py::return_value_policy::reference)
+             py::arg("saturation") = 0.0, py::arg("hue") = 0.0, py::return_value_policy::reference)
         .def("__len__", [](const Transforms& t) { return t.steps().size(); })
         .def("__repr__", [](const Transforms& t) { return "tessera.Transforms('" + t.str() + "')"; });
 

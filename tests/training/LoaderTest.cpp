@@ -553,17 +553,57 @@ TEST(Transforms, JitterScalesAndBlendsAsColorJitterDoes) {
     EXPECT_THROW(Transforms().jitter(-0.5), ModuleError);
 }
 
+// Hue: turning by a third of the circle maps red to green and green to blue; every pixel
+// keeps its value (max) and chroma (max - min); turning back restores the image.
+TEST(Transforms, HueShiftTurnsTheColourCircle) {
+    Image primaries(3, 1, 3);
+    for (int64_t x = 0; x < 3; ++x) primaries.at(x, 0, x) = 1.0f; // red, green, blue
+    const Image turned = Transforms::hueShifted(primaries, 1.0 / 3.0);
+    for (int64_t x = 0; x < 3; ++x) {
+        for (int64_t c = 0; c < 3; ++c) EXPECT_NEAR(turned.at(c, 0, x), c == (x + 1) % 3 ? 1.0f : 0.0f, 1e-6) << x;
+    }
+    const Image img = gridImage(3, 5, 6, 8);
+    EXPECT_EQ(Transforms::hueShifted(img, 0.0).pixels.size(), img.pixels.size());
+    for (size_t i = 0; i < img.pixels.size(); ++i)
+        EXPECT_NEAR(Transforms::hueShifted(img, 0.0).pixels[i], img.pixels[i], 1e-6);
+    const Image shifted = Transforms::hueShifted(img, 0.21), back = Transforms::hueShifted(shifted, -0.21);
+    int changed = 0;
+    for (int64_t i = 0; i < 30; ++i) {
+        auto at = [&](const Image& m, int64_t c) { return m.pixels[static_cast<size_t>(c * 30 + i)]; };
+        const float hi0 = std::max({at(img, 0), at(img, 1), at(img, 2)}),
+                    lo0 = std::min({at(img, 0), at(img, 1), at(img, 2)});
+        const float hi1 = std::max({at(shifted, 0), at(shifted, 1), at(shifted, 2)});
+        const float lo1 = std::min({at(shifted, 0), at(shifted, 1), at(shifted, 2)});
+        EXPECT_NEAR(hi1, hi0, 1e-6);
+        EXPECT_NEAR(hi1 - lo1, hi0 - lo0, 1e-6);
+        for (int64_t c = 0; c < 3; ++c) EXPECT_NEAR(at(back, c), at(img, c), 1e-5);
+        changed += std::abs(at(shifted, 0) - at(img, 0)) > 1e-3f;
+    }
+    EXPECT_GT(changed, 10);
+    // jitter's hue: a random turn in training, none in evaluation or on grey images.
+    const Transforms t = Transforms().jitter(0, 0, 0, 0.3);
+    EXPECT_NE(t.apply(img, 2, 0, 0, true).pixels, img.pixels);
+    EXPECT_NE(t.apply(img, 2, 0, 0, true).pixels, t.apply(img, 2, 0, 1, true).pixels);
+    EXPECT_EQ(t.apply(img, 2, 0, 0, false).pixels, img.pixels);
+    const Image grey1 = gridImage(1, 4, 4, 1);
+    EXPECT_EQ(t.apply(grey1, 2, 0, 0, true).pixels, grey1.pixels);
+    EXPECT_THROW(Transforms().jitter(0, 0, 0, 0.6), ModuleError);
+    EXPECT_THROW(Transforms::hueShifted(grey1, 0.1), ShapeError);
+}
+
 TEST(Transforms, ParseReadsTheCommandLineSyntax) {
     const Transforms t = Transforms::parse("resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
     EXPECT_EQ(t.str(), "resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
     EXPECT_EQ(Transforms::parse("resize:20x10").str(), "resize:20x10");
     EXPECT_EQ(Transforms::parse("normalize:cifar10").steps().at(0).mean.size(), 3u);
     EXPECT_TRUE(Transforms::parse("").empty());
-    const std::string more = "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5";
+    const std::string more = "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5,jitter:0.4:0."
+                             "3:0.2:0.1,jitter:0:0:0:0.5";
     EXPECT_EQ(Transforms::parse(more).str(), more);
-    for (const std::string bad : {"crop", "crop:a", "crop:32:-1", "spin:3", "normalize:mars", "flip,,crop:3",
-                                  "normalize:1/2:1", "resize:0", "flip:2", "rrc:0", "rrc:32:0", "rrc:32:1.5",
-                                  "rotate:-1", "rotate:x", "jitter", "jitter:1:2:3:4", "jitter:-0.5"}) {
+    for (const std::string bad :
+         {"crop", "crop:a", "crop:32:-1", "spin:3", "normalize:mars", "flip,,crop:3", "normalize:1/2:1", "resize:0",
+          "flip:2", "rrc:0", "rrc:32:0", "rrc:32:1.5", "rotate:-1", "rotate:x", "jitter", "jitter:1:2:3:0.6",
+          "jitter:1:2:3:0.1:5", "jitter:-0.5"}) {
         try {
             Transforms::parse(bad);
             ADD_FAILURE() << "'" << bad << "' was accepted";
