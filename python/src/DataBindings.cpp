@@ -46,6 +46,8 @@ void bindData(py::module_& m) {
             },
             py::arg("index"), "(image [C, H, W] float32 array, label) of one sample.")
         .def_property_readonly("classes", &Dataset::classes)
+        .def_property_readonly("classNames", &Dataset::classNames,
+                               "The classes' names in label order (an image folder's sub-folders); [] if unnamed.")
         .def("where", &Dataset::where, py::arg("index"), "The file (and record) sample `index` comes from.")
         .def("__repr__", &Dataset::describe);
 

@@ -21,7 +21,7 @@ def folder(tmp_path):
 
 def test_image_folder_and_loader_order_is_the_same_for_any_workers(folder):
     ds = ts.imageFolder(str(folder), channels=3)
-    assert len(ds) == 10 and ds.classes == 2
+    assert len(ds) == 10 and ds.classes == 2 and ds.classNames == ["cat", "dog"]
     image, label = ds[7]
     assert image.shape == (3, 6, 8) and image.dtype == np.float32 and label == 1
     assert image.min() >= 0.5 and image.max() <= 1.0
@@ -121,6 +121,7 @@ def test_random_resized_crop_rotation_and_jitter(folder):
     t = ts.Transforms().randomResizedCrop(5, 5, scale=0.3).rotate(10).jitter(0.3, 0.3, 0.3)
     assert repr(t) == "tessera.Transforms('rrc:5:0.3,rotate:10,jitter:0.3:0.3:0.3')"
     assert repr(ts.Transforms("rrc:5:0.3,rotate:10,jitter:0.3:0.3:0.3")) == repr(t)
+    assert repr(ts.Transforms().jitter(0.1, hue=0.2)) == "tessera.Transforms('jitter:0.1:0:0:0.2')"
     ds = ts.imageFolder(str(folder), channels=3)
     loader = ts.Loader(ds, t, batchsize=10, seed=1, workers=2)
     assert loader.sampleShape == (3, 5, 5)
