@@ -9,7 +9,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -17,6 +16,7 @@
 #include "backend/Errors.h"
 #include "data/Dataset.h"
 #include "data/Image.h"
+#include "data/ReadFile.h"
 
 namespace tessera {
 
@@ -230,14 +230,6 @@ std::vector<uint8_t> zipMember(const File& f, const Member& m, const std::string
 
 // ---- the data set -------------------------------------------------------------------------
 
-bool isImageName(const std::string& name) {
-    const size_t dot = name.rfind('.');
-    if (dot == std::string::npos) return false;
-    std::string ext = name.substr(dot);
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
 std::vector<std::string> components(const std::string& name) {
     std::vector<std::string> out;
     size_t from = 0;
@@ -262,7 +254,7 @@ public:
         std::map<std::string, int> tops;
         for (const Member& m : members) {
             const std::vector<std::string> c = components(m.name);
-            if (!isImageName(m.name)) continue;
+            if (!data_detail::isImageName(m.name)) continue;
             for (size_t depth = 0; depth < 2; ++depth) {
                 if (c.size() >= depth + 3 && c[depth] == split) {
                     byClass[depth][c[depth + 1]].push_back(&m);
@@ -304,10 +296,7 @@ public:
 
 private:
     const std::pair<Member, int32_t>& at(int64_t index) const {
-        if (index < 0 || index >= size()) {
-            throw ShapeError("data set " + describe() + ": sample " + std::to_string(index) + " is out of range [0, " +
-                             std::to_string(size()) + ")");
-        }
+        data_detail::checkIndex(*this, index);
         return samples_[static_cast<size_t>(index)];
     }
 

@@ -18,12 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void checkIndex(const Dataset& d, int64_t index) {
-    if (index < 0 || index >= d.size()) {
-        throw ShapeError("data set " + d.describe() + ": sample " + std::to_string(index) + " is out of range [0, " +
-                         std::to_string(d.size()) + ")");
-    }
-}
+using data_detail::checkIndex;
 
 // Images of one shape held in memory, as bytes (scaled by 1/255) or as float32 values.
 class ArrayDataset : public Dataset {
@@ -118,12 +113,6 @@ void checkSplit(const std::string& what, const std::string& split) {
     }
 }
 
-bool isImageFile(const fs::path& p) {
-    std::string ext = p.extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
 class FolderDataset : public Dataset {
 public:
     FolderDataset(std::string dir, int channels) : dir_(std::move(dir)), channels_(channels) {
@@ -140,7 +129,8 @@ public:
         for (size_t k = 0; k < classes.size(); ++k) {
             std::vector<std::string> found;
             for (const auto& e : fs::recursive_directory_iterator(fs::path(dir_) / classes[k])) {
-                if (e.is_regular_file() && isImageFile(e.path())) found.push_back(e.path().string());
+                if (e.is_regular_file() && data_detail::isImageName(e.path().filename().string()))
+                    found.push_back(e.path().string());
             }
             std::sort(found.begin(), found.end());
             for (std::string& f : found) samples_.push_back({std::move(f), static_cast<int32_t>(k)});

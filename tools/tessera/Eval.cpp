@@ -164,11 +164,7 @@ std::function<int()> addEval(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"test", "train"}));
     cmd->add_option("--batch", args->batch, "batch size")->capture_default_str()->check(positiveInteger());
-    cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-    cmd->add_option("--precision", args->precision,
-                    "fp32; bf16 or fp16 (CUDA): convolutions and linear layers compute in the 16-bit type")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    addDeviceAndPrecision(cmd, args->device, args->precision);
     cmd->add_flag("--per-class", args->perClass,
                   "a table of each class's images, accuracy and the class it is most often taken for");
     cmd->add_option("--confusion", args->confusion,

@@ -162,11 +162,7 @@ std::function<int()> addPredict(CLI::App& app) {
         ->capture_default_str()
         ->check(positiveInteger());
     cmd->add_option("--batch", args->batch, "images per forward")->capture_default_str()->check(positiveInteger());
-    cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-    cmd->add_option("--precision", args->precision,
-                    "fp32; bf16 or fp16 (CUDA): convolutions and linear layers compute in the 16-bit type")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    addDeviceAndPrecision(cmd, args->device, args->precision);
     cmd->add_option("--csv", args->csv, "write every image's probability of every class to this CSV file");
     cmd->add_flag("--quiet", args->quiet, "no line about the CSV file");
     return [args] { return runPredict(*args); };

@@ -157,11 +157,7 @@ std::function<int()> addProfile(CLI::App& app) {
     cmd->add_option("--warmup", args->warmup, "untimed steps first")
         ->capture_default_str()
         ->check(nonNegativeInteger());
-    cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-    cmd->add_option("--precision", args->precision,
-                    "fp32; bf16 or fp16 (CUDA): convolutions and linear layers compute in the 16-bit type")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    addDeviceAndPrecision(cmd, args->device, args->precision);
     cmd->add_option("--depth", args->depth,
                     "group consecutive layers whose names share their first N parts (as summary does); 0 shows "
                     "every layer")

@@ -138,16 +138,11 @@ std::function<int()> addRun(CLI::App& app) {
         ->required();
     cmd->add_option("--input", args->inputs, "an input .npy file, one per model input, in order")->required();
     cmd->add_option("-o,--output", args->outputs, "an output .npy file, one per model output, in order")->required();
-    cmd->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--batch", args->batch,
                     "run the inputs N rows (first dimension) at a time, stacking the outputs: the memory of one "
                     "batch for any number of samples (default: all at once)")
         ->check(positiveInteger());
-    cmd->add_option("--precision", args->precision,
-                    "fp32; bf16 or fp16 (CUDA): convolutions and linear layers compute in the 16-bit type "
-                    "(outputs are written in float32)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+    addDeviceAndPrecision(cmd, args->device, args->precision, " (outputs are written in float32)");
     cmd->add_flag("--pack-weights,!--no-pack-weights", args->packWeights,
                   "keep the weights converted to the kernels' layout and type between batches (Module::packWeights; "
                   "default; --no-pack-weights: convert them at every batch, in less memory)");

@@ -93,6 +93,14 @@ void requireClassifier(Module& net, const std::string& model, const Shape& batch
     }
 }
 
+void addDeviceAndPrecision(CLI::App* cmd, std::string& device, std::string& precision, const std::string& note) {
+    cmd->add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
+    cmd->add_option("--precision", precision,
+                    "fp32; bf16 or fp16 (CUDA): convolutions and linear layers compute in the 16-bit type" + note)
+        ->capture_default_str()
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+}
+
 void addDataOptions(CLI::App* cmd, DataOptions& in) {
     cmd->add_option("--data", in.data,
                     "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
