@@ -17,6 +17,7 @@
 #include "data/Dataset.h"
 #include "data/Image.h"
 #include "data/ReadFile.h"
+#include "data/Tar.h"
 
 namespace tessera {
 
@@ -83,13 +84,6 @@ uint32_t le32(const uint8_t* p) {
            (static_cast<uint32_t>(p[3]) << 24);
 }
 
-// A NUL-terminated field of at most n bytes.
-std::string field(const uint8_t* p, size_t n) {
-    size_t len = 0;
-    while (len < n && p[len]) ++len;
-    return std::string(reinterpret_cast<const char*>(p), len);
-}
-
 // ---- tar ----------------------------------------------------------------------------------
 
 bool isTar(const File& f) {
@@ -100,58 +94,25 @@ bool isTar(const File& f) {
 
 std::vector<Member> listTar(const File& f, const std::string& path) {
     std::vector<Member> out;
-    std::string longName; // from a GNU 'L' record or a pax 'path', for the next member
+    data_detail::TarNames names;
     uint64_t offset = 0;
     while (offset + 512 <= f.size()) {
         const std::vector<uint8_t> h = f.read(offset, 512, "a tar header");
-        if (std::all_of(h.begin(), h.end(), [](uint8_t b) { return b == 0; })) break; // the end blocks
-        auto bad = [&](const std::string& what) {
-            return IoError("image archive " + path + ": " + what + " in the tar header at byte " +
-                           std::to_string(offset));
-        };
-        // The checksum: the header's bytes summed with its own field read as spaces.
-        uint64_t sum = 0;
-        for (size_t i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? uint8_t{' '} : h[i];
-        uint64_t stored = 0, size = 0;
-        auto octal = [&](size_t at, size_t n, uint64_t& v, const char* what) {
-            size_t i = at;
-            while (i < at + n && h[i] == ' ') ++i;
-            bool any = false;
-            for (; i < at + n && h[i] >= '0' && h[i] <= '7'; ++i) {
-                if (v > (uint64_t{1} << 60)) throw bad(std::string("an overlong ") + what);
-                v = v * 8 + (h[i] - '0'), any = true;
-            }
-            if (!any || (i < at + n && h[i] != 0 && h[i] != ' ')) throw bad(std::string("a malformed ") + what);
-        };
-        octal(148, 8, stored, "checksum");
-        if (stored != sum) throw bad("a wrong checksum (not a tar file, or a damaged one)");
-        octal(124, 12, size, "size");
+        const data_detail::TarHeader t = data_detail::parseTarHeader(h.data(), offset, "image archive " + path);
+        if (t.kind == data_detail::TarHeader::End) break;
         const uint64_t data = offset + 512;
-        if (size > f.size() - data) throw bad("a member of " + std::to_string(size) + " bytes past the file's end");
-        const char type = static_cast<char>(h[156]);
-        std::string name = field(h.data(), 100);
-        const std::string prefix = field(h.data() + 345, 155);
-        if (!prefix.empty()) name = prefix + "/" + name;
-        if (type == 'L' || type == 'x') {
-            if (size > (1u << 20)) throw bad("an overlong name record");
-            const std::vector<uint8_t> body = f.read(data, size, "a name record");
-            if (type == 'L') {
-                longName = field(body.data(), body.size());
-            } else { // pax records "LEN key=value\n"
-                const std::string text(body.begin(), body.end());
-                const size_t at = text.find(" path=");
-                if (at != std::string::npos) {
-                    const size_t end = text.find('\n', at);
-                    longName = text.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
-                }
-            }
-        } else if (type == '0' || type == '\0' || type == '7') {
-            out.push_back({longName.empty() ? name : longName, data, size, size, 0});
-            longName.clear();
-        } else {
-            longName.clear(); // directories, links and the rest hold no image
+        if (t.size > f.size() - data) {
+            throw IoError("image archive " + path + ": a member of " + std::to_string(t.size) +
+                          " bytes past the file's end in the tar header at byte " + std::to_string(offset));
         }
-        offset = data + (size + 511) / 512 * 512;
+        if (t.kind == data_detail::TarHeader::Name) {
+            names.take(t, f.read(data, t.size, "a name record"));
+        } else if (t.kind == data_detail::TarHeader::File) {
+            out.push_back({names.nameOf(t), data, t.size, t.size, 0});
+        } else {
+            names.nameOf(t); // directories, links and the rest hold no image
+        }
+        offset = data + (t.size + 511) / 512 * 512;
     }
     return out;
 }
@@ -248,6 +209,11 @@ public:
     ArchiveDataset(const std::string& path, const std::string& split, int channels)
         : path_(path), split_(split), channels_(channels), file_(path) {
         zip_ = !isTar(file_);
+        if (zip_ && data_detail::isGzipFile(path)) {
+            throw IoError("image archive " + path +
+                          ": a gzip-compressed tar cannot be read image by image; unpack it (tar xzf) and give the "
+                          "folder, or give the plain tar (gunzip)");
+        }
         const std::vector<Member> members = zip_ ? listZip(file_, path) : listTar(file_, path);
         // split/<class>/.../<image>, at the top or under one top folder.
         std::map<std::string, std::vector<const Member*>> byClass[2];

@@ -9,6 +9,7 @@
 #include "backend/Errors.h"
 #include "backend/Random.h"
 #include "data/ReadFile.h"
+#include "data/Tar.h"
 #include "io/Npy.h"
 #include "training/Idx.h"
 
@@ -69,28 +70,83 @@ private:
 // The directory holding `probe`: `dir` itself or its sub-folder `inner` (the archive's).
 std::string cifarDir(const std::string& dir, const std::string& inner, const std::string& probe,
                      const std::string& what) {
+    if (!fs::exists(dir)) throw IoError(what + ": " + dir + ": no such file or directory");
     if (fs::exists(fs::path(dir) / probe)) return dir;
     if (fs::exists(fs::path(dir) / inner / probe)) return (fs::path(dir) / inner).string();
     throw IoError(what + ": " + dir + " holds neither " + probe + " nor " + inner + "/" + probe);
 }
 
+// CIFAR's files, each with the name messages give it: files in a directory, or members of
+// the tar (or .tar.gz) archive as distributed, read in one pass.
+struct CifarFiles {
+    std::vector<std::string> names;
+    std::vector<std::vector<uint8_t>> bytes; // empty: read names[i] from disk when needed
+};
+
+// The most of an archive's members kept: three times CIFAR's largest split (154 MB).
+constexpr uint64_t kMaxCifarBytes = uint64_t{512} << 20;
+
+CifarFiles cifarFiles(const std::string& where, const std::string& inner, const std::vector<std::string>& wanted,
+                      const std::string& what) {
+    CifarFiles files;
+    if (!fs::is_regular_file(where)) {
+        const std::string root = cifarDir(where, inner, wanted.front(), what);
+        for (const std::string& w : wanted) {
+            const std::string p = root + "/" + w;
+            if (!fs::exists(p)) throw IoError(what + " file " + p + " not found");
+            files.names.push_back(p);
+        }
+        return files;
+    }
+    // A member counts by its last name, at the archive's top or in one folder.
+    auto base = [](const std::string& name) {
+        const size_t slash = name.rfind('/');
+        return std::make_pair(slash == std::string::npos ? name : name.substr(slash + 1),
+                              slash == std::string::npos ? 0 : std::count(name.begin(), name.end(), '/'));
+    };
+    auto members = data_detail::readTarMembers(
+        where,
+        [&](const std::string& name) {
+            const auto [b, depth] = base(name);
+            return depth <= 1 && std::find(wanted.begin(), wanted.end(), b) != wanted.end();
+        },
+        what + " archive", kMaxCifarBytes);
+    for (const std::string& w : wanted) {
+        int found = 0;
+        for (auto& [name, bytes] : members) {
+            if (base(name).first != w) continue;
+            if (++found > 1) throw IoError(what + " archive " + where + " holds " + w + " twice");
+            files.names.push_back(where + ":" + name);
+            files.bytes.push_back(std::move(bytes));
+        }
+        if (found == 0) {
+            throw IoError(what + " archive " + where + " holds no " + w + " (expected " + inner + "/" + w +
+                          ", as the binary version unpacks)");
+        }
+    }
+    return files;
+}
+
 // Records of `labelBytes` label bytes (the one used at `labelAt`) and 3x32x32 pixels.
-std::shared_ptr<ArrayDataset> readCifar(const std::string& what, const std::vector<std::string>& paths, int labelBytes,
-                                        int labelAt, int64_t classes, const std::string& name) {
+std::shared_ptr<ArrayDataset> readCifar(const std::string& what, CifarFiles files, int labelBytes, int labelAt,
+                                        int64_t classes, const std::string& name) {
     constexpr int64_t kPixels = 3 * 32 * 32;
     const int64_t record = labelBytes + kPixels;
     std::vector<int32_t> labels;
-    std::vector<ArrayDataset::File> files;
+    std::vector<ArrayDataset::File> parts;
     std::vector<uint8_t> pixels;
-    for (const std::string& path : paths) {
-        const std::vector<uint8_t> bytes = data_detail::readFile(path, what + " file");
+    for (size_t i = 0; i < files.names.size(); ++i) {
+        const std::string& path = files.names[i];
+        const std::vector<uint8_t> bytes =
+            files.bytes.empty() ? data_detail::readFile(path, what + " file") : std::move(files.bytes[i]);
         const auto size = static_cast<int64_t>(bytes.size());
         if (size == 0 || size % record != 0) {
             throw IoError(what + " file " + path + ": " + std::to_string(size) + " bytes is not a whole number of " +
                           std::to_string(record) + "-byte records (truncated or not " + what + ")");
         }
-        files.push_back({static_cast<int64_t>(labels.size()), path});
+        parts.push_back({static_cast<int64_t>(labels.size()), path});
         const int64_t n = size / record;
+        pixels.reserve(pixels.size() + static_cast<size_t>(n * kPixels));
         for (int64_t r = 0; r < n; ++r) {
             const uint8_t* rec = bytes.data() + r * record;
             const int label = rec[labelAt];
@@ -102,7 +158,7 @@ std::shared_ptr<ArrayDataset> readCifar(const std::string& what, const std::vect
             pixels.insert(pixels.end(), rec + labelBytes, rec + record);
         }
     }
-    auto d = std::make_shared<ArrayDataset>(name, 3, 32, 32, std::move(labels), classes, std::move(files));
+    auto d = std::make_shared<ArrayDataset>(name, 3, 32, 32, std::move(labels), classes, std::move(parts));
     d->bytes = std::move(pixels);
     return d;
 }
@@ -227,25 +283,23 @@ int64_t classesOf(const std::vector<int32_t>& labels) {
 
 DatasetPtr cifar10(const std::string& dir, const std::string& split) {
     checkSplit("CIFAR-10 " + dir, split);
-    const std::string probe = split == "train" ? "data_batch_1.bin" : "test_batch.bin";
-    const std::string root = cifarDir(dir, "cifar-10-batches-bin", probe, "CIFAR-10");
-    std::vector<std::string> paths;
+    std::vector<std::string> wanted;
     if (split == "train") {
-        for (int b = 1; b <= 5; ++b) paths.push_back(root + "/data_batch_" + std::to_string(b) + ".bin");
+        for (int b = 1; b <= 5; ++b) wanted.push_back("data_batch_" + std::to_string(b) + ".bin");
     } else {
-        paths.push_back(root + "/test_batch.bin");
+        wanted.push_back("test_batch.bin");
     }
-    for (const std::string& p : paths) {
-        if (!fs::exists(p)) throw IoError("CIFAR-10 file " + p + " not found");
-    }
-    return withClassNames(readCifar("CIFAR-10", paths, 1, 0, 10, "CIFAR-10 " + root + " (" + split + ")"),
+    CifarFiles files = cifarFiles(dir, "cifar-10-batches-bin", wanted, "CIFAR-10");
+    const std::string root = files.bytes.empty() ? fs::path(files.names.front()).parent_path().string() : dir;
+    return withClassNames(readCifar("CIFAR-10", std::move(files), 1, 0, 10, "CIFAR-10 " + root + " (" + split + ")"),
                           {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"});
 }
 
 DatasetPtr cifar100(const std::string& dir, const std::string& split, bool fine) {
     checkSplit("CIFAR-100 " + dir, split);
-    const std::string root = cifarDir(dir, "cifar-100-binary", split + ".bin", "CIFAR-100");
-    return readCifar("CIFAR-100", {root + "/" + split + ".bin"}, 2, fine ? 1 : 0, fine ? 100 : 20,
+    CifarFiles files = cifarFiles(dir, "cifar-100-binary", {split + ".bin"}, "CIFAR-100");
+    const std::string root = files.bytes.empty() ? fs::path(files.names.front()).parent_path().string() : dir;
+    return readCifar("CIFAR-100", std::move(files), 2, fine ? 1 : 0, fine ? 100 : 20,
                      "CIFAR-100 " + root + " (" + split + (fine ? "" : ", coarse labels") + ")");
 }
 

@@ -45,13 +45,17 @@ using DatasetPtr = std::shared_ptr<const Dataset>;
 /// CIFAR-10's binary version: `<dir>/data_batch_1.bin` .. `data_batch_5.bin` (split
 /// "train") or `<dir>/test_batch.bin` (split "test"), each a run of 3,073-byte records
 /// (label, then 32x32 red, green and blue planes). The directory may also be the one
-/// holding `cifar-10-batches-bin/`. Read into memory at once; IoError naming the file for a
-/// missing file, a size that is not a whole number of records, or a label over 9.
+/// holding `cifar-10-batches-bin/`, or the archive as distributed: `dir` a tar file, gzip-
+/// compressed or not (`cifar-10-binary.tar.gz`), whose members of those names (at its top or
+/// in one folder) are read in one pass without unpacking. Read into memory at once; IoError
+/// naming the file (or `archive:member`) for a missing file, a size that is not a whole
+/// number of records, or a label over 9, and naming the archive for a damaged one.
 DatasetPtr cifar10(const std::string& dir, const std::string& split);
 
 /// CIFAR-100's binary version: `<dir>/train.bin` or `<dir>/test.bin` (or under
-/// `<dir>/cifar-100-binary/`), 3,074-byte records (coarse label, fine label, pixels).
-/// `fine` picks the 100 fine classes, else the 20 coarse ones.
+/// `<dir>/cifar-100-binary/`, or in the tar or `.tar.gz` archive `dir`, as cifar10 reads
+/// it), 3,074-byte records (coarse label, fine label, pixels). `fine` picks the 100 fine
+/// classes, else the 20 coarse ones.
 DatasetPtr cifar100(const std::string& dir, const std::string& split, bool fine = true);
 
 /// One sub-folder per class, named as the class; class k is the k-th name in sorted

@@ -54,11 +54,14 @@ void bindData(py::module_& m) {
     m.def(
         "cifar10", [](const std::string& dir, const std::string& split) { return held(cifar10(dir, split)); },
         py::arg("dir"), py::arg("split") = "train",
-        "CIFAR-10's binary files (data_batch_*.bin / test_batch.bin) in dir; split 'train' or 'test'.");
+        "CIFAR-10's binary files (data_batch_*.bin / test_batch.bin) in dir, or in the archive dir as "
+        "distributed (cifar-10-binary.tar.gz, read without unpacking); split 'train' or 'test'.");
     m.def(
         "cifar100",
         [](const std::string& dir, const std::string& split, bool fine) { return held(cifar100(dir, split, fine)); },
-        py::arg("dir"), py::arg("split") = "train", py::arg("fine") = true);
+        py::arg("dir"), py::arg("split") = "train", py::arg("fine") = true,
+        "CIFAR-100's binary files (train.bin / test.bin) in dir or in the archive dir "
+        "(cifar-100-binary.tar.gz); fine: the 100 fine labels, else the 20 coarse ones.");
     m.def(
         "imageFolder", [](const std::string& dir, int channels) { return held(imageFolder(dir, channels)); },
         py::arg("dir"), py::arg("channels") = 3,

@@ -73,6 +73,63 @@ def test_npy_and_cifar_files(tmp_path):
     assert len(cifar) == 2 and cifar[1][1] == 7 and cifar[0][0].shape == (3, 32, 32)
 
 
+def test_cifar_read_from_the_archives_as_distributed(tmp_path):
+    """cifar-10-binary.tar.gz and cifar-100-binary.tar.gz read without unpacking: the same
+    samples as the unpacked folders; damaged archives are errors naming them."""
+    import gzip
+    import tarfile
+    rng = np.random.default_rng(2)
+
+    def records(n, label_bytes, top):
+        labels = rng.integers(0, top, (n, label_bytes)).astype(np.uint8)
+        return np.concatenate([labels, rng.integers(0, 256, (n, 3072)).astype(np.uint8)], 1).tobytes()
+
+    ten = tmp_path / "cifar-10-batches-bin"
+    ten.mkdir()
+    for b in range(1, 6):
+        (ten / f"data_batch_{b}.bin").write_bytes(records(3 + b, 1, 10))
+    (ten / "test_batch.bin").write_bytes(records(4, 1, 10))
+    (ten / "batches.meta.txt").write_text("airplane\n")
+    hundred = tmp_path / "cifar-100-binary"
+    hundred.mkdir()
+    for split in ("train", "test"):
+        (hundred / f"{split}.bin").write_bytes(records(5, 2, 20))
+    for name, folder, mode in (("ten.tar.gz", ten, "w:gz"), ("ten.tar", ten, "w"), ("hundred.tgz", hundred, "w:gz")):
+        with tarfile.open(tmp_path / name, mode) as t:
+            t.add(folder, arcname=folder.name)
+    cases = [(ts.cifar10, "ten.tar.gz", {}), (ts.cifar10, "ten.tar", {}),
+             (lambda p, s: ts.cifar100(p, s, fine=False), "hundred.tgz", {})]
+    for read, name, _ in cases:
+        for split in ("train", "test"):
+            want, got = read(str(tmp_path), split), read(str(tmp_path / name), split)
+            assert len(got) == len(want) > 0 and got.classes == want.classes
+            for i in range(len(want)):
+                np.testing.assert_array_equal(got[i][0], want[i][0])
+                assert got[i][1] == want[i][1]
+    train = ts.cifar10(str(tmp_path / "ten.tar.gz"), "train")
+    assert len(train) == sum(3 + b for b in range(1, 6)) and train.classNames[0] == "airplane"
+    assert train.where(4) == str(tmp_path / "ten.tar.gz") + ":cifar-10-batches-bin/data_batch_2.bin (record 0)"
+
+    # A cut stream, damaged compressed bytes, a missing member and a file that is no tar.
+    packed = (tmp_path / "ten.tar.gz").read_bytes()
+    (tmp_path / "cut.tar.gz").write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(ts.IoError, match="cut.tar.gz: truncated"):
+        ts.cifar10(str(tmp_path / "cut.tar.gz"), "test")
+    damaged = bytearray(packed)
+    damaged[len(packed) // 3: len(packed) // 3 + 64] = b"\x55" * 64
+    (tmp_path / "damaged.tar.gz").write_bytes(bytes(damaged))
+    with pytest.raises(ts.IoError, match="damaged.tar.gz"):
+        ts.cifar10(str(tmp_path / "damaged.tar.gz"), "test")
+    with pytest.raises(ts.IoError, match="holds no data_batch_1.bin"):
+        ts.cifar10(str(tmp_path / "hundred.tgz"), "train")
+    (tmp_path / "plain.gz").write_bytes(gzip.compress(b"not a tar" * 100))
+    with pytest.raises(ts.IoError, match="plain.gz: not a tar archive"):
+        ts.cifar10(str(tmp_path / "plain.gz"), "test")
+    # An image folder's tar.gz cannot be read image by image: the error says what to do.
+    with pytest.raises(ts.IoError, match="gzip-compressed tar cannot be read image by image"):
+        ts.imageArchive(str(tmp_path / "ten.tar.gz"), "train")
+
+
 def test_trainer_and_validator_on_loaders_and_a_checkpoint_resumes_exactly(tmp_path):
     try:
         images, labels = ts.loadMnist(split="train", limit=2048)

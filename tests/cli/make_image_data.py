@@ -5,6 +5,8 @@ other libraries' writers (Pillow for JPEG and PNG, NumPy for .npy and the CIFAR 
     make_image_data.py cifar10 DIR  DIR/data_batch_1.bin .. data_batch_5.bin, test_batch.bin
     make_image_data.py npy DIR      DIR/{train,test}_{images,labels}.npy
     make_image_data.py zip FILE     the folder data set, deflated into the zip FILE under a top folder
+    make_image_data.py cifar10tgz FILE  the CIFAR-10 files in FILE.tar.gz under cifar-10-batches-bin/,
+                                        as cifar-10-binary.tar.gz is distributed
 
 Three classes told apart by which colour channel is bright, with noise and a bright square
 in a random place; folder images have varying sizes (a transform must resize them).
@@ -85,10 +87,21 @@ def zipped(path, rng):
                     z.write(full, os.path.join("images", os.path.relpath(full, tmp)))
 
 
+def cifar10_tgz(path, rng):
+    import tarfile
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        cifar10(os.path.join(tmp, "cifar-10-batches-bin"), rng)
+        with open(os.path.join(tmp, "cifar-10-batches-bin", "readme.html"), "w") as f:
+            f.write("<p>a member the reader skips</p>")
+        with tarfile.open(path, "w:gz") as t:
+            t.add(os.path.join(tmp, "cifar-10-batches-bin"), arcname="cifar-10-batches-bin")
+
+
 def main():
     kind, root = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(7)
-    {"folder": folder, "cifar10": cifar10, "npy": npy, "zip": zipped}[kind](root, rng)
+    {"folder": folder, "cifar10": cifar10, "npy": npy, "zip": zipped, "cifar10tgz": cifar10_tgz}[kind](root, rng)
 
 
 if __name__ == "__main__":

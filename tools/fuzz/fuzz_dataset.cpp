@@ -1,6 +1,6 @@
 // libFuzzer harness: the array data sets read whole into memory (data/Dataset.h): the input
-// as a CIFAR-10 test file, as a CIFAR-100 file, and as the images of a .npy pair; every
-// sample of what was read is then fetched.
+// as a CIFAR-10 test file, as a CIFAR-100 file, as the tar (or .tar.gz) archive of either,
+// and as the images of a .npy pair; every sample of what was read is then fetched.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -34,6 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         writeAs(dir + "/test.bin", data, size);
         readAll(tessera::cifar100(dir, "test"));
     });
+    tessera::fuzz::expectCleanFailure([&] { readAll(tessera::cifar10(file.path(), "test")); });
+    tessera::fuzz::expectCleanFailure([&] { readAll(tessera::cifar100(file.path(), "test")); });
     tessera::fuzz::expectCleanFailure([&] {
         tessera::writeNpy(tessera::Tensor::fromVector({2}, std::vector<int32_t>{0, 1}), dir + "/labels.npy");
         readAll(tessera::npyDataset(file.path(), dir + "/labels.npy"));

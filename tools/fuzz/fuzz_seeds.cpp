@@ -164,6 +164,12 @@ int main(int argc, char** argv) {
     }
     write(dir / "dataset/cifar10.bin", cifar);
     write(dir / "dataset/cifar100.bin", std::vector<uint8_t>(cifar.begin(), cifar.begin() + 3074));
+    // ... and as the archives are distributed, plain and gzip-compressed.
+    const std::vector<uint8_t> cifarTar = tarOf({{"cifar-10-batches-bin/readme.html", {'h', 'i'}},
+                                                 {"cifar-10-batches-bin/test_batch.bin", cifar},
+                                                 {"cifar-100-binary/test.bin", {cifar.begin(), cifar.begin() + 3074}}});
+    write(dir / "dataset/cifar.tar", cifarTar);
+    writeGzip(dir / "dataset/cifar.tar.gz", cifarTar);
     writeNpy(Tensor::rand({2, 1, 3, 3}), (dir / "dataset/images.npy").string());
 
     write(dir / "idx/images-idx3-ubyte", idx(0x08, {3, 4, 5}, 1));

@@ -104,7 +104,8 @@ void addDeviceAndPrecision(CLI::App* cmd, std::string& device, std::string& prec
 void addDataOptions(CLI::App* cmd, DataOptions& in) {
     cmd->add_option("--data", in.data,
                     "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
-                    "cifar100:DIR (the binary versions), folder:DIR (DIR/train/<class>/ and DIR/test/<class>/ of "
+                    "cifar100:DIR (the binary versions; DIR may be their .tar.gz), folder:DIR (DIR/train/<class>/ and "
+                    "DIR/test/<class>/ of "
                     "JPEG and PNG files; DIR may be a .tar or .zip of them) or npy:DIR (train_images.npy, "
                     "train_labels.npy, test_images.npy, "
                     "test_labels.npy)")
@@ -181,7 +182,7 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
             s.test = withClassNames(s.test, fashionMnistClassNames());
         }
     } else if (kind == "cifar10" || kind == "cifar100") {
-        needDir();
+        if (!std::filesystem::is_regular_file(dir)) needDir(); // else the archive as distributed
         if (kind == "cifar10") {
             s = {cifar10(dir, "train"), cifar10(dir, "test"), "CIFAR-10 in " + dir};
         } else {
