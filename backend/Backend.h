@@ -120,7 +120,7 @@ struct LrnParams {
 };
 
 /// Costs computed element by element (see `pointwiseCost`).
-enum class CostKind { mse, abs, smoothL1, bce, hinge, klDivergence };
+enum class CostKind { mse, abs, smoothL1, bce, hinge, klDivergence, softCrossEntropy };
 
 /// An optimizer's update rule and constants (see `optimizerUpdate`).
 enum class UpdateRule {
@@ -407,7 +407,8 @@ public:
     /// mse: sum (p - t)^2 / 2N; abs: sum |p - t| / N; smoothL1: sum huber(p - t) / N
     /// (0.5 d^2 below 1, |d| - 0.5 above); bce: pred are logits, sum softplus(p) - t p / N;
     /// hinge: targets +-1, sum max(0, 1 - t p) / N; klDivergence: pred are scores over
-    /// dim 1, target probabilities, sum t (log t - log softmax(p)) / N.
+    /// dim 1, target probabilities, sum t (log t - log softmax(p)) / N; softCrossEntropy:
+    /// the same with -sum t log softmax(p) / N (cross-entropy against probabilities).
     virtual double pointwiseCost(CostKind kind, const Tensor& pred, const Tensor& target, const Tensor& grad) = 0;
     /// Multi-class SVM: scores [N, C], labels [N] -> grad; returns
     /// sum_n sum_{j != y} max(0, 1 + s_j - s_y)^(l2 ? 2 : 1) / N.

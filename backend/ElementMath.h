@@ -125,10 +125,11 @@ TESSERA_HOST_DEVICE inline double pointwise(CostKind kind, float p, float t, flo
     }
 }
 
-/// KL(t || softmax(p)) over the `c` classes of one sample, `stride` apart: writes the
-/// gradient (times norm) and returns the sample's divergence.
+/// KL(t || softmax(p)) over the `c` classes of one sample, `stride` apart, or with
+/// `crossEntropy` the cross-entropy -sum t log softmax(p) (the same gradient): writes the
+/// gradient (times norm) and returns the sample's divergence or cross-entropy.
 TESSERA_HOST_DEVICE inline double klDivergence(const float* p, const float* t, float* g, int64_t c, int64_t stride,
-                                               float norm) {
+                                               float norm, bool crossEntropy = false) {
     float mx = p[0];
     for (int64_t k = 1; k < c; ++k) mx = fmaxf(mx, p[k * stride]);
     double z = 0;
@@ -138,7 +139,7 @@ TESSERA_HOST_DEVICE inline double klDivergence(const float* p, const float* t, f
     for (int64_t k = 0; k < c; ++k) {
         const int64_t at = k * stride;
         const double logq = p[at] - mx - logz;
-        if (t[at] > 0) sum += t[at] * (log(static_cast<double>(t[at])) - logq);
+        if (t[at] > 0) sum += t[at] * ((crossEntropy ? 0.0 : log(static_cast<double>(t[at]))) - logq);
         g[at] = norm * (static_cast<float>(exp(logq)) - t[at]);
     }
     return sum;

@@ -639,11 +639,11 @@ __global__ void pointwiseCostKernel(CostKind kind, const float* p, const float* 
 
 // KL divergence with a softmax over dim 1, one thread per (sample, position).
 __global__ void klDivergenceKernel(const float* p, const float* t, float* g, int64_t n, int64_t c, int64_t inner,
-                                   float norm, double* out) {
+                                   float norm, bool crossEntropy, double* out) {
     double sum = 0;
     TESSERA_FOR_EACH(i, n * inner) {
         const int64_t base = i / inner * c * inner + i % inner;
-        sum += element::klDivergence(p + base, t + base, g + base, c, inner, norm);
+        sum += element::klDivergence(p + base, t + base, g + base, c, inner, norm, crossEntropy);
     }
     blockSumAdd(sum, out);
 }
@@ -876,9 +876,11 @@ void sumSquares(const float* t, int64_t n, double* sum, cudaStream_t s) {
 void pointwiseCost(int kind, const float* pred, const float* target, float* grad, int64_t total, int64_t n, int64_t c,
                    double* sum, cudaStream_t s) {
     const float norm = 1.0f / static_cast<float>(n);
-    if (static_cast<CostKind>(kind) == CostKind::klDivergence) {
+    const auto k = static_cast<CostKind>(kind);
+    if (k == CostKind::klDivergence || k == CostKind::softCrossEntropy) {
         const int64_t inner = total / (n * c);
-        TESSERA_LAUNCH(klDivergenceKernel, n * inner, s, pred, target, grad, n, c, inner, norm, sum);
+        TESSERA_LAUNCH(klDivergenceKernel, n * inner, s, pred, target, grad, n, c, inner, norm,
+                       k == CostKind::softCrossEntropy, sum);
         return;
     }
     TESSERA_LAUNCH(pointwiseCostKernel, total, s, static_cast<CostKind>(kind), pred, target, grad, total, norm, sum);

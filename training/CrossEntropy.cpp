@@ -26,21 +26,65 @@ void CrossEntropy::checkInputs(const Tensors& pred, const Tensors& target) const
     const Shape& s = pred[0].shape();
     const Shape& l = target[0].shape();
     if (s.rank() < 2) throw error("expects scores [N, C, ...], got " + s.str());
-    if (target[0].dtype() != DType::int32) throw error("expects int32 labels, got " + str(target[0].dtype()));
+    if (target[0].dtype() == DType::float32) { // probabilities
+        if (l != s) {
+            throw error("scores " + s.str() + " need int32 labels or float32 probabilities " + s.str() +
+                        ", got float32 " + l.str());
+        }
+        if (weights_.defined()) throw error("class weights need int32 labels, not probabilities");
+    } else if (target[0].dtype() != DType::int32) {
+        throw error("expects int32 labels or float32 probabilities, got " + str(target[0].dtype()));
+    }
+    if (options_.maxlabels && s[1] != options_.maxlabels) {
+        throw error("expects " + std::to_string(options_.maxlabels) + " classes, got scores " + s.str());
+    }
+    if (target[0].dtype() == DType::float32) return;
     std::vector<int64_t> want{s[0]};
     for (size_t d = 2; d < s.rank(); ++d) want.push_back(s[d]);
     if (l != Shape(want)) {
         throw error("scores " + s.str() + " need labels " + Shape(want).str() + ", got " + l.str());
-    }
-    if (options_.maxlabels && s[1] != options_.maxlabels) {
-        throw error("expects " + std::to_string(options_.maxlabels) + " classes, got scores " + s.str());
     }
     if (weights_.defined() && weights_.numel() != s[1]) {
         throw error(std::to_string(weights_.numel()) + " class weights for " + std::to_string(s[1]) + " classes");
     }
 }
 
+double CrossEntropy::runSoft(const Tensor& scores, const Tensor& probabilities, const Tensor& grad) {
+    const int64_t c = scores.shape()[1];
+    Tensor t = probabilities;
+    if (options_.labelSmoothing > 0.0f) {
+        t = Tensor::empty(probabilities.shape(), DType::float32, probabilities.device());
+        const float e = options_.labelSmoothing;
+        backendOf(t).affine(probabilities, 1.0f - e, e / static_cast<float>(c), t);
+    }
+    Tensor g = grad.defined() ? grad : Tensor::empty(scores.shape(), DType::float32, scores.device());
+    double err = backendOf(scores).pointwiseCost(CostKind::softCrossEntropy, scores, t, g); // a mean over N
+    const int64_t n = scores.shape()[0], inner = scores.numel() / (n * c);
+    if (inner > 1) { // ... made one over samples and positions, as with labels
+        err /= static_cast<double>(inner);
+        if (grad.defined()) backendOf(g).affine(g, 1.0f / static_cast<float>(inner), 0.0f, g);
+    }
+    // Hits: the largest score's class is the target's largest (first maxima), on the host.
+    const Tensor hs = scores.device().isCpu() ? scores : scores.toHost();
+    const Tensor ht = t.device().isCpu() ? t : t.toHost();
+    const float* sp = hs.data<float>();
+    const float* tp = ht.data<float>();
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n * inner; ++i) {
+        const int64_t base = i / inner * c * inner + i % inner;
+        int64_t bs = 0, bt = 0;
+        for (int64_t k = 1; k < c; ++k) {
+            if (sp[base + k * inner] > sp[base + bs * inner]) bs = k;
+            if (tp[base + k * inner] > tp[base + bt * inner]) bt = k;
+        }
+        correct += bs == bt;
+    }
+    lastAccuracy_ = static_cast<double>(correct) / static_cast<double>(n * inner);
+    return err;
+}
+
 double CrossEntropy::run(const Tensors& pred, const Tensors& target, const Tensor& grad) {
+    if (target[0].dtype() == DType::float32) return runSoft(pred[0], target[0], grad);
     double err = 0.0;
     int64_t correct = 0;
     // Class weights follow the scores to their device (once).

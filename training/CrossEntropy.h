@@ -1,5 +1,6 @@
 #pragma once
-/// \file CrossEntropy: softmax cross-entropy over class scores with integer labels.
+/// \file CrossEntropy: softmax cross-entropy over class scores with integer labels, or with
+/// probabilities as targets (mixed samples: mixup, CutMix).
 
 #include <vector>
 
@@ -19,6 +20,13 @@ struct CrossEntropyOptions {
 /// target onehot(y) becomes (1 - e) onehot(y) + e / C (PyTorch's label_smoothing; a class
 /// weight scales its sample's whole error). `validate` returns the misclassification rate
 /// (1 - accuracy). A label outside [0, C) is a ShapeError naming it.
+///
+/// The target may instead be float32 probabilities of the scores' shape (each sample's
+/// over dim 1, as the Loader's mixup and CutMix make them): the error is the mean of
+/// -sum_c t_c log softmax(scores)_c (PyTorch's cross_entropy with probabilities), the
+/// gradient (softmax - t) / samples, label smoothing turns t into (1 - e) t + e / C, and a
+/// hit is a sample whose largest score is its target's largest class. Class weights need
+/// integer labels.
 class CrossEntropy : public Cost {
 public:
     explicit CrossEntropy(const CrossEntropyOptions& options = {});
@@ -34,6 +42,8 @@ protected:
 private:
     /// The mean error; fills `grad` when it is defined; sets lastAccuracy_.
     double run(const Tensors& pred, const Tensors& target, const Tensor& grad);
+    /// The same against probabilities.
+    double runSoft(const Tensor& scores, const Tensor& probabilities, const Tensor& grad);
 
     CrossEntropyOptions options_;
     Tensor weights_;

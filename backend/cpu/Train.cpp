@@ -57,12 +57,13 @@ double CpuBackend::pointwiseCost(CostKind kind, const Tensor& pred, const Tensor
     float* g = grad.data<float>();
     const float norm = 1.0f / static_cast<float>(n);
     double sum = 0;
-    if (kind == CostKind::klDivergence) { // softmax over dim 1 per (sample, position)
+    if (kind == CostKind::klDivergence || kind == CostKind::softCrossEntropy) { // softmax over dim 1
         const int64_t c = pred.shape()[1], inner = total / (n * c);
+        const bool ce = kind == CostKind::softCrossEntropy;
 #pragma omp parallel for reduction(+ : sum) if (total > kParallelMin)
         for (int64_t i = 0; i < n * inner; ++i) {
             const int64_t base = i / inner * c * inner + i % inner;
-            sum += element::klDivergence(p + base, t + base, g + base, c, inner, norm);
+            sum += element::klDivergence(p + base, t + base, g + base, c, inner, norm, ce);
         }
         return sum / static_cast<double>(n);
     }

@@ -761,6 +761,11 @@ TEST(CudaConsistency, EveryCost) {
         {"BCE", [] { return std::make_unique<BCE>(); }, {4, 3}, {4, 3}, 0},
         {"Hinge", [] { return std::make_unique<Hinge>(); }, {4, 3}, {4, 3}, -1},
         {"KLDivergence", [] { return std::make_unique<KLDivergence>(); }, {4, 5}, {4, 5}, 0},
+        {"CrossEntropy probabilities",
+         [] { return std::make_unique<CrossEntropy>(CrossEntropyOptions{.labelSmoothing = 0.1f}); },
+         {4, 5},
+         {4, 5},
+         0},
         {"SVM", [] { return std::make_unique<SVM>(); }, {5, 4}, {5}, 4},
         {"SVM l2", [] { return std::make_unique<SVM>(true); }, {5, 4}, {5}, 4},
     };
@@ -774,7 +779,7 @@ TEST(CudaConsistency, EveryCost) {
             std::vector<float> v;
             for (float x : randomTensor(c.target, 6).toVector<float>()) v.push_back(x < 0 ? -1.0f : 1.0f);
             target = Tensor::fromVector(c.target, v);
-        } else if (c.name == "KLDivergence") {
+        } else if (c.name == "KLDivergence" || c.name == "CrossEntropy probabilities") {
             std::vector<float> v = randomTensor(c.target, 6, 0.1f, 1.0f).toVector<float>();
             for (int64_t r = 0; r < c.target[0]; ++r) { // rows sum to one
                 float sum = 0;

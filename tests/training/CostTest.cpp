@@ -122,6 +122,89 @@ TEST(CrossEntropy, LabelSmoothing) {
     }
 }
 
+// Probabilities as targets (mixup, CutMix): against PyTorch's cross_entropy with
+// probability targets (torch 1.13, float64), against integer labels as one-hot rows, and
+// against the textbook sum in double on dense scores with smoothing.
+TEST(CrossEntropy, ProbabilityTargets) {
+    const Tensor scores = Tensor::fromVector({2, 3}, F{1, 2, 3, 0.5f, -1, 2});
+    const Tensor probs = Tensor::fromVector({2, 3}, F{0.7f, 0, 0.3f, 0.2f, 0.5f, 0.3f});
+    CrossEntropy ce;
+    const CostResult r = ce(scores, probs);
+    EXPECT_NEAR(r.error, 1.9244586305507687, 1e-6);
+    EXPECT_TRUE(
+        allClose(r.grad[0], {-0.30498471f, 0.12236424f, 0.18262048f, -0.01235480f, -0.23044371f, 0.24279852f}, 1e-6f));
+    CrossEntropy smooth({.labelSmoothing = 0.1f});
+    const CostResult rs = smooth(scores, probs);
+    EXPECT_NEAR(rs.error, 1.889458630550769, 1e-6);
+    EXPECT_TRUE(
+        allClose(rs.grad[0], {-0.28665138f, 0.10569757f, 0.18095381f, -0.01902147f, -0.22211038f, 0.24113185f}, 1e-6f));
+    // Hits: the largest score against the largest probability (class 2 against 0, and 2 against 1).
+    EXPECT_DOUBLE_EQ(ce.validate(scores, probs), 1.0);
+
+    // One-hot rows give what their labels give, smoothed or not, dense or not.
+    const int64_t n = 3, c = 5, len = 2;
+    const Tensor dense = randomTensor({n, c, len}, 7, -3, 3);
+    const I y{4, 0, 2, 2, 1, 3};
+    F onehot(static_cast<size_t>(n * c * len), 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < len; ++j) onehot[static_cast<size_t>((i * c + y[i * len + j]) * len + j)] = 1.0f;
+    }
+    for (float e : {0.0f, 0.2f}) {
+        CrossEntropy a({.labelSmoothing = e}), b({.labelSmoothing = e});
+        const CostResult byLabel = a(dense, Tensor::fromVector({n, len}, y));
+        const CostResult byProb = b(dense, Tensor::fromVector({n, c, len}, onehot));
+        EXPECT_NEAR(byProb.error, byLabel.error, 1e-6) << e;
+        EXPECT_TRUE(allClose(byProb.grad[0], byLabel.grad[0].toVector<float>(), 1e-6f)) << e;
+        EXPECT_DOUBLE_EQ(b.validate(dense, Tensor::fromVector({n, c, len}, onehot)),
+                         a.validate(dense, Tensor::fromVector({n, len}, y)));
+    }
+
+    // Random probabilities, smoothed: the sum -q log p in double.
+    Tensor t = randomTensor({n, c, len}, 9, 0, 1);
+    F tv = t.toVector<float>();
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < len; ++j) {
+            float sum = 0;
+            for (int64_t k = 0; k < c; ++k) sum += tv[static_cast<size_t>((i * c + k) * len + j)];
+            for (int64_t k = 0; k < c; ++k) tv[static_cast<size_t>((i * c + k) * len + j)] /= sum;
+        }
+    }
+    t = Tensor::fromVector({n, c, len}, tv);
+    const float e = 0.15f;
+    CrossEntropy soft({.labelSmoothing = e});
+    const CostResult rt = soft(dense, t);
+    const F s = dense.toVector<float>();
+    double want = 0;
+    F grad(s.size());
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < len; ++j) {
+            double z = 0;
+            for (int64_t k = 0; k < c; ++k) z += std::exp(static_cast<double>(s[(i * c + k) * len + j]));
+            for (int64_t k = 0; k < c; ++k) {
+                const auto at = static_cast<size_t>((i * c + k) * len + j);
+                const double q = (1.0 - e) * tv[at] + e / c, p = std::exp(static_cast<double>(s[at])) / z;
+                want -= q * std::log(p);
+                grad[at] = static_cast<float>((p - q) / (n * len));
+            }
+        }
+    }
+    EXPECT_NEAR(rt.error, want / (n * len), 1e-6);
+    EXPECT_TRUE(allClose(rt.grad[0], grad, 1e-6f));
+    CrossEntropy plain;
+    EXPECT_TRUE(
+        costGradient(plain, {randomTensor({3, 4}, 3, -2, 2)},
+                     {Tensor::fromVector({3, 4}, F{0.25f, 0.25f, 0.5f, 0, 0, 1, 0, 0, 0.1f, 0.2f, 0.3f, 0.4f})}));
+
+    // Bad input: another shape, and class weights (they need labels).
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            ce(scores, Tensor::zeros({2, 4}));
+        },
+        {"scores [2, 3] need int32 labels or float32 probabilities [2, 3]", "got float32 [2, 4]"}));
+    CrossEntropy weighted({.weights = {1, 2, 3}});
+    EXPECT_TRUE(throwsShapeError([&] { weighted(scores, probs); }, {"class weights need int32 labels"}));
+}
+
 TEST(CrossEntropy, BadInput) {
     CrossEntropy ce({.maxlabels = 3});
     Tensor scores = Tensor::zeros({2, 3});
