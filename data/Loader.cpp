@@ -1,6 +1,8 @@
 #include "data/Loader.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -28,6 +30,30 @@ std::vector<int64_t> epochOrder(int64_t n, uint64_t seed, int64_t epoch, bool sh
     return order;
 }
 
+namespace {
+// Gamma(a, 1) by Marsaglia and Tsang, from uniforms and normals of (seed, counter++).
+double gammaSample(double a, uint64_t seed, uint64_t& counter) {
+    auto uniform = [&] { // in (0, 1)
+        return (static_cast<double>(randomBits(seed, counter++) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    };
+    if (a < 1.0) return gammaSample(a + 1.0, seed, counter) * std::pow(uniform(), 1.0 / a);
+    const double d = a - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+    for (;;) {
+        const double x = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+        const double v1 = 1.0 + c * x;
+        if (v1 <= 0) continue;
+        const double v = v1 * v1 * v1, u = uniform();
+        if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v;
+    }
+}
+} // namespace
+
+double betaSample(double alpha, uint64_t seed, uint64_t counter) {
+    uint64_t at = counter << 20; // a stream of its own per counter
+    const double x = gammaSample(alpha, seed, at), y = gammaSample(alpha, seed, at);
+    return x + y > 0 ? x / (x + y) : 0.5;
+}
+
 Loader::Loader(DatasetPtr data, Transforms transforms, const LoaderOptions& options)
     : data_(std::move(data)), transforms_(std::move(transforms)), options_(options) {
     if (!data_) throw ModuleError("Loader: no data set");
@@ -46,6 +72,16 @@ Loader::Loader(DatasetPtr data, Transforms transforms, const LoaderOptions& opti
     if (data_->size() < options_.ranks) {
         throw ShapeError("Loader: the data set " + data_->describe() + " has " + std::to_string(data_->size()) +
                          " samples, fewer than the " + std::to_string(options_.ranks) + " ranks");
+    }
+    for (auto [name, alpha] : {std::pair{"mixup", options_.mixup}, std::pair{"cutmix", options_.cutmix}}) {
+        if (!(alpha >= 0.0f && alpha <= 1e4f)) {
+            throw ModuleError(std::string("Loader: ") + name + " must be 0 (off) or a Beta alpha > 0, got " +
+                              std::to_string(alpha));
+        }
+    }
+    if (options_.classes != 0 && options_.classes < data_->classes()) {
+        throw ModuleError("Loader: classes " + std::to_string(options_.classes) + " is fewer than the data set's " +
+                          std::to_string(data_->classes()));
     }
     if (options_.prefetch == 0) options_.prefetch = 2 * std::max(1, options_.workers);
     for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this] { work(); });
@@ -120,7 +156,61 @@ DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_
                     img.pixels.size() * sizeof(float));
         labels[i - begin] = s.label;
     }
+    if (options_.train && (options_.mixup > 0 || options_.cutmix > 0)) {
+        mix(b, epoch, first.channels, first.height, first.width);
+    }
     return b;
+}
+
+void Loader::mix(DataBatch& b, int64_t epoch, int64_t channels, int64_t height, int64_t width) const {
+    const int64_t n = b.labels.numel(), plane = height * width;
+    const int64_t classes = options_.classes > 0 ? options_.classes : data_->classes();
+    const uint64_t key = randomBits(randomBits(options_.seed ^ 0x6D69787570ull, static_cast<uint64_t>(epoch)),
+                                    static_cast<uint64_t>(b.index) * 1024 + static_cast<uint64_t>(options_.rank));
+    const bool cut = options_.cutmix > 0 && (options_.mixup <= 0 || (randomBits(key, 0) & 1));
+    double l = betaSample(cut ? options_.cutmix : options_.mixup, key, 1);
+    float* x = b.images.data<float>();
+    const int64_t size = channels * plane;
+    if (cut) { // a box of about 1 - l of the area, centred at a random pixel, clipped to the image
+        const double r = std::sqrt(1.0 - l);
+        const auto ch = static_cast<int64_t>(static_cast<double>(height) * r);
+        const auto cw = static_cast<int64_t>(static_cast<double>(width) * r);
+        const auto cy = static_cast<int64_t>(randomBits(key, 2) % static_cast<uint64_t>(height));
+        const auto cx = static_cast<int64_t>(randomBits(key, 3) % static_cast<uint64_t>(width));
+        const int64_t y0 = std::max<int64_t>(cy - ch / 2, 0), y1 = std::min<int64_t>(cy + ch / 2, height);
+        const int64_t x0 = std::max<int64_t>(cx - cw / 2, 0), x1 = std::min<int64_t>(cx + cw / 2, width);
+        l = 1.0 - static_cast<double>((y1 - y0) * (x1 - x0)) / static_cast<double>(plane);
+        for (int64_t i = 0; i < n / 2; ++i) { // swap the box between i and its partner
+            float* a = x + i * size;
+            float* p = x + (n - 1 - i) * size;
+            for (int64_t c = 0; c < channels; ++c) {
+                for (int64_t y = y0; y < y1; ++y) {
+                    std::swap_ranges(a + c * plane + y * width + x0, a + c * plane + y * width + x1,
+                                     p + c * plane + y * width + x0);
+                }
+            }
+        }
+    } else {
+        const auto lf = static_cast<float>(l);
+        for (int64_t i = 0; i < n / 2; ++i) {
+            float* a = x + i * size;
+            float* p = x + (n - 1 - i) * size;
+            for (int64_t k = 0; k < size; ++k) {
+                const float u = a[k], v = p[k];
+                a[k] = lf * u + (1.0f - lf) * v;
+                p[k] = lf * v + (1.0f - lf) * u;
+            }
+        }
+    }
+    Tensor probs = options_.pinned ? pinnedEmpty({n, classes}, DType::float32) : Tensor::empty({n, classes});
+    float* t = probs.data<float>();
+    const int32_t* y = b.labels.data<int32_t>();
+    std::fill(t, t + n * classes, 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+        t[i * classes + y[i]] += static_cast<float>(l);
+        t[i * classes + y[n - 1 - i]] += static_cast<float>(1.0 - l);
+    }
+    b.labels = probs;
 }
 
 void Loader::start(int64_t epoch, int64_t first) {

@@ -39,9 +39,22 @@ struct LoaderOptions {
     /// process would with a batch of `ranks * batchsize`. A last global batch with fewer
     /// samples than ranks is left out.
     int rank = 0, ranks = 1;
+    /// Mixing of samples in training batches (with `train` only): each batch is mixed with
+    /// itself in reverse order (sample i with sample B-1-i), by a weight l drawn per batch
+    /// from Beta(alpha, alpha) by (seed, epoch, batch). mixup: the images become l x_i +
+    /// (1 - l) x_(B-1-i); CutMix: a box of 1 - l of the image's area, at a random place,
+    /// comes from the partner, and l is made the share the box leaves. The labels are then
+    /// probabilities [B, classes] float32, l for the sample's class plus 1 - l for the
+    /// partner's (classes wide), which CrossEntropy takes as targets. 0: off; with both, each batch uses
+    /// one of them, half the time each.
+    float mixup = 0.0f, cutmix = 0.0f;
+    /// The width of mixed labels: the model's scores (0: the data set's classes; else at
+    /// least that many).
+    int64_t classes = 0;
 };
 
-/// One batch: images [B, C, H, W] (or [B, C*H*W]) float32 and labels [B] int32, on the host.
+/// One batch: images [B, C, H, W] (or [B, C*H*W]) float32 and labels [B] int32 (or, with
+/// mixing, probabilities [B, classes] float32), on the host.
 struct DataBatch {
     int64_t index = 0; ///< within the epoch
     Tensor images, labels;
@@ -87,6 +100,8 @@ public:
 private:
     using Order = std::shared_ptr<const std::vector<int64_t>>;
     DataBatch build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const;
+    /// Mixes `b` (made with its int32 labels) as options_.mixup / cutmix ask.
+    void mix(DataBatch& b, int64_t epoch, int64_t channels, int64_t height, int64_t width) const;
     void work();
 
     DatasetPtr data_;
@@ -111,6 +126,9 @@ private:
     int64_t taken_ = 0;       // batches before this one have been handed out
     std::map<int64_t, Made> made_;
 };
+
+/// A draw from Beta(alpha, alpha) (alpha > 0), a function of (seed, counter) only.
+double betaSample(double alpha, uint64_t seed, uint64_t counter);
 
 /// Sample indices 0..n-1 in the order of `epoch`: the Fisher-Yates shuffle on the
 /// counter-based generator (seed, epoch), or as they are when `shuffle` is false.

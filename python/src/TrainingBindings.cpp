@@ -80,8 +80,8 @@ void bindTraining(py::module_& m) {
                      CrossEntropyOptions{.maxlabels = maxlabels, .weights = weights, .labelSmoothing = labelSmoothing});
              }),
              py::arg("maxlabels") = 0, py::arg("weights") = std::vector<float>{}, py::arg("labelSmoothing") = 0.0f,
-             "Softmax cross-entropy of scores [N, C, ...] against int32 labels [N, ...]; labelSmoothing e makes "
-             "the target (1 - e) onehot + e / C.");
+             "Softmax cross-entropy of scores [N, C, ...] against int32 labels [N, ...] or float32 probabilities "
+             "of the scores' shape (mixup, CutMix); labelSmoothing e makes the target (1 - e) target + e / C.");
     py::class_<MSE, Cost, std::shared_ptr<MSE>>(m, "MSE").def(py::init<>());
     py::class_<Abs, Cost, std::shared_ptr<Abs>>(m, "Abs").def(py::init<>());
     py::class_<SmoothL1, Cost, std::shared_ptr<SmoothL1>>(m, "SmoothL1").def(py::init<>());

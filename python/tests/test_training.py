@@ -299,6 +299,46 @@ def test_label_smoothing_matches_pytorch():
         ts.CrossEntropy(labelSmoothing=1.0)
 
 
+def test_probability_targets_match_pytorch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    scores = rng.normal(size=(6, 5, 3)).astype(np.float32)
+    probs = rng.uniform(size=(6, 5, 3)).astype(np.float32)
+    probs /= probs.sum(1, keepdims=True)
+    for e in (0.0, 0.2):
+        error, grad = ts.CrossEntropy(labelSmoothing=e)(scores, probs)
+        s = torch.from_numpy(scores).double().requires_grad_()
+        want = torch.nn.functional.cross_entropy(s, torch.from_numpy(probs).double(), label_smoothing=e)
+        want.backward()
+        assert error == pytest.approx(want.item(), abs=1e-6)
+        np.testing.assert_allclose(grad.numpy(), s.grad.numpy(), atol=1e-7)
+    with pytest.raises(ts.ShapeError, match="int32 labels or float32 probabilities"):
+        ts.CrossEntropy()(scores, probs[:, :4])
+
+
+def test_mixed_batches_train_a_network():
+    """A Loader's mixup/CutMix batches (probabilities as labels) through the Trainer."""
+    rng = np.random.default_rng(5)
+    labels = np.arange(60, dtype=np.int32) % 3
+    images = (rng.uniform(0, 0.3, (60, 3, 8, 8)) + np.eye(3)[labels][:, :, None, None] * 0.6).astype(np.float32)
+    data = ts.tensorDataset(images, labels)
+    loader = ts.Loader(data, batchsize=10, seed=2, mixup=0.4, cutmix=1.0, classes=4)
+    x, y = next(iter(loader.epoch(0)))
+    y = y.numpy()
+    assert y.dtype == np.float32 and y.shape == (10, 4)
+    np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-6)
+    ts.manualSeed(1)
+    net = ts.Sequential().append(ts.Flatten()).append(ts.Linear(192, 4))
+    opt = ts.Adam(alpha=0.01)
+    opt.setupOn(net, True)
+    trainer = ts.Trainer(net, ts.CrossEntropy(), opt, progress=False)
+    losses = [trainer.train(loader) for _ in range(15)]
+    assert losses[-1] < 0.8 * losses[0]
+    accuracy = 1 - ts.Validator(net, ts.CrossEntropy(), progress=False).validate(
+        ts.Loader(data, batchsize=20, shuffle=False, train=False))
+    assert accuracy > 0.9
+
+
 def test_weight_average_swaps_and_checkpoints(tmp_path):
     ts.manualSeed(3)
     net = ts.Linear(3, 2)

@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <numeric>
 #include <set>
 #include <tuple>
 
+#include "GradCheck.h"
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "containers/Sequential.h"
@@ -819,6 +822,177 @@ std::tuple<double, double, double> trainOn(Loader& train, Loader& test, int64_t 
     CrossEntropy vcost;
     Validator validator(*net, vcost, {.progress = false});
     return {first, last, 1.0 - validator.validate(test)};
+}
+
+// ---- mixing of samples ----------------------------------------------------------------------
+
+TEST(Loader, BetaSamplesHaveBetasMeanAndVariance) {
+    for (double alpha : {0.2, 1.0, 4.0}) {
+        const int n = 40000;
+        double sum = 0, sq = 0;
+        for (int i = 0; i < n; ++i) {
+            const double x = betaSample(alpha, 17, static_cast<uint64_t>(i));
+            ASSERT_TRUE(x >= 0.0 && x <= 1.0) << x;
+            sum += x, sq += x * x;
+        }
+        const double mean = sum / n, var = sq / n - mean * mean, want = 1.0 / (4.0 * (2.0 * alpha + 1.0));
+        EXPECT_NEAR(mean, 0.5, 0.01) << alpha;
+        EXPECT_NEAR(var, want, 0.03 * want) << alpha;
+    }
+    EXPECT_EQ(betaSample(0.4, 3, 9), betaSample(0.4, 3, 9));
+    EXPECT_NE(betaSample(0.4, 3, 9), betaSample(0.4, 3, 10));
+}
+
+// Samples of n classes whose pixels are all different: images[i] = i + pixel / 1000.
+std::pair<Tensor, Tensor> distinctSamples(int64_t count, int64_t c, int64_t h, int64_t w, int32_t classes) {
+    std::vector<float> v(static_cast<size_t>(count * c * h * w));
+    for (size_t k = 0; k < v.size(); ++k) {
+        v[k] = static_cast<float>(k / static_cast<size_t>(c * h * w)) + static_cast<float>(k % (c * h * w)) / 1000.0f;
+    }
+    std::vector<int32_t> y(static_cast<size_t>(count));
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % static_cast<size_t>(classes));
+    return {Tensor::fromVector({count, c, h, w}, v), Tensor::fromVector({count}, y)};
+}
+
+TEST(Loader, MixupBlendsEachSampleWithItsPartnerAndItsLabels) {
+    const auto [images, labels] = distinctSamples(14, 2, 3, 4, 4);
+    const DatasetPtr data = tensorDataset(images, labels);
+    Loader plain(data, {}, {.batchsize = 5, .seed = 8});
+    Loader mixed(data, {}, {.batchsize = 5, .seed = 8, .mixup = 0.4f});
+    std::set<float> weights;
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+        const std::vector<DataBatch> a = epochOf(plain, epoch), b = epochOf(mixed, epoch);
+        ASSERT_EQ(a.size(), 3u);
+        for (size_t k = 0; k < a.size(); ++k) {
+            const int64_t n = a[k].labels.numel(), size = 24;
+            ASSERT_EQ(b[k].labels.dtype(), DType::float32);
+            ASSERT_EQ(b[k].labels.shape(), Shape({n, 4}));
+            const std::vector<int32_t> y = a[k].labels.toVector<int32_t>();
+            const std::vector<float> t = b[k].labels.toVector<float>(), x = a[k].images.toVector<float>(),
+                                     m = b[k].images.toVector<float>();
+            // The weight l of the batch, from the first pair's first pixels (they differ by n - 1).
+            ASSERT_GE(n, 2);
+            const float x0 = x[0], xp = x[static_cast<size_t>((n - 1) * size)];
+            const float l = (m[0] - xp) / (x0 - xp);
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t p = n - 1 - i;
+                float rowSum = 0;
+                for (int c = 0; c < 4; ++c) rowSum += t[static_cast<size_t>(i * 4 + c)];
+                EXPECT_NEAR(rowSum, 1.0f, 1e-6f);
+                if (y[i] != y[p]) {
+                    EXPECT_NEAR(t[static_cast<size_t>(i * 4 + y[p])], 1.0f - l, 1e-6f);
+                    EXPECT_NEAR(t[static_cast<size_t>(i * 4 + y[i])], l, 1e-6f);
+                }
+                for (int64_t j = 0; j < size; ++j) {
+                    const float want =
+                        l * x[static_cast<size_t>(i * size + j)] + (1.0f - l) * x[static_cast<size_t>(p * size + j)];
+                    ASSERT_NEAR(m[static_cast<size_t>(i * size + j)], want, 1e-5f) << "batch " << k << " sample " << i;
+                }
+            }
+            weights.insert(l);
+        }
+    }
+    EXPECT_GE(weights.size(), 8u); // a fresh weight per batch
+    // Not in evaluation: the same batches as without mixing, with int32 labels.
+    Loader eval(data, {}, {.batchsize = 5, .seed = 8, .train = false, .mixup = 0.4f});
+    Loader evalPlain(data, {}, {.batchsize = 5, .seed = 8, .train = false});
+    expectSameBatches(epochOf(eval, 0), epochOf(evalPlain, 0), "evaluation");
+}
+
+TEST(Loader, CutMixPastesABoxOfThePartnerAndWeighsLabelsByItsArea) {
+    const auto [images, labels] = distinctSamples(24, 3, 8, 10, 6);
+    const DatasetPtr data = tensorDataset(images, labels);
+    Loader plain(data, {}, {.batchsize = 6, .seed = 5});
+    Loader mixed(data, {}, {.batchsize = 6, .seed = 5, .cutmix = 1.0f});
+    int boxes = 0;
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+        const std::vector<DataBatch> a = epochOf(plain, epoch), b = epochOf(mixed, epoch);
+        for (size_t k = 0; k < a.size(); ++k) {
+            const int64_t n = 6, plane = 80, size = 240;
+            const std::vector<int32_t> y = a[k].labels.toVector<int32_t>();
+            const std::vector<float> t = b[k].labels.toVector<float>(), x = a[k].images.toVector<float>(),
+                                     m = b[k].images.toVector<float>();
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t p = n - 1 - i;
+                // Each pixel is its own or its partner's; the partner's form one box, the same in
+                // every channel.
+                int64_t y0 = 8, y1 = -1, x0 = 10, x1 = -1, from = 0;
+                for (int64_t c = 0; c < 3; ++c) {
+                    for (int64_t r = 0; r < 8; ++r) {
+                        for (int64_t q = 0; q < 10; ++q) {
+                            const int64_t j = c * plane + r * 10 + q;
+                            const float got = m[static_cast<size_t>(i * size + j)];
+                            const bool own = got == x[static_cast<size_t>(i * size + j)];
+                            ASSERT_TRUE(own || got == x[static_cast<size_t>(p * size + j)]);
+                            if (!own && c == 0) {
+                                ++from;
+                                y0 = std::min(y0, r), y1 = std::max(y1, r), x0 = std::min(x0, q), x1 = std::max(x1, q);
+                            }
+                            if (c > 0) {
+                                ASSERT_EQ(own, m[static_cast<size_t>(i * size + r * 10 + q)] ==
+                                                   x[static_cast<size_t>(i * size + r * 10 + q)]);
+                            }
+                        }
+                    }
+                }
+                if (i == p) {
+                    EXPECT_EQ(from, 0);
+                    continue;
+                }
+                if (from > 0) {
+                    EXPECT_EQ(from, (y1 - y0 + 1) * (x1 - x0 + 1)); // a full rectangle
+                    ++boxes;
+                }
+                const float share = static_cast<float>(from) / static_cast<float>(plane);
+                if (y[i] != y[p]) {
+                    EXPECT_NEAR(t[static_cast<size_t>(i * 6 + y[p])], share, 1e-6f) << "batch " << k << " " << i;
+                    EXPECT_NEAR(t[static_cast<size_t>(i * 6 + y[i])], 1.0f - share, 1e-6f);
+                }
+            }
+        }
+    }
+    EXPECT_GE(boxes, 20);
+}
+
+TEST(Loader, MixedBatchesAreTheSameForAnyWorkersAndBadAlphasAreRefused) {
+    const DatasetPtr data = imageFolder(makeFolder("mixing", 5, 12));
+    const Transforms t = Transforms::parse("resize:10,crop:8:2,flip");
+    std::vector<std::vector<DataBatch>> runs;
+    for (int workers : {0, 1, 2}) {
+        Loader loader(data, t, {.batchsize = 4, .seed = 3, .workers = workers, .mixup = 0.2f, .cutmix = 1.0f});
+        runs.push_back(epochOf(loader, 1));
+    }
+    for (size_t w = 1; w < 3; ++w) {
+        ASSERT_EQ(runs[w].size(), runs[0].size());
+        for (size_t i = 0; i < runs[0].size(); ++i) {
+            EXPECT_EQ(runs[w][i].images.toVector<float>(), runs[0][i].images.toVector<float>());
+            EXPECT_EQ(runs[w][i].labels.toVector<float>(), runs[0][i].labels.toVector<float>());
+        }
+    }
+    // Labels as wide as a model's scores, which may outnumber the classes (3 here), not fewer.
+    Loader wide(data, t, {.batchsize = 4, .mixup = 0.2f, .classes = 10});
+    wide.start(0);
+    const DataBatch w = *wide.next();
+    EXPECT_EQ(w.labels.shape(), Shape({4, 10}));
+    const std::vector<float> tw = w.labels.toVector<float>();
+    EXPECT_NEAR(std::accumulate(tw.begin(), tw.end(), 0.0f), 4.0f, 1e-5f);
+    EXPECT_TRUE(testing::throwsModuleError([&] { Loader(data, t, {.mixup = 0.2f, .classes = 2}); },
+                                           {"classes 2 is fewer than the data set's 3"}));
+    for (float bad : {-0.5f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+        EXPECT_TRUE(
+            testing::throwsModuleError([&] { Loader(data, t, {.mixup = bad}); }, {"Loader: mixup", "Beta alpha"}));
+        EXPECT_TRUE(testing::throwsModuleError([&] { Loader(data, t, {.cutmix = bad}); }, {"Loader: cutmix"}));
+    }
+}
+
+TEST(LoaderTraining, ASmallNetworkLearnsFromMixedBatches) {
+    const std::string dir = makeFolder("train_mixed", 24, 16);
+    const Transforms t = Transforms::parse("crop:16:2,flip");
+    Loader train(imageFolder(dir), t, {.batchsize = 8, .seed = 1, .workers = 2, .mixup = 0.2f, .cutmix = 1.0f});
+    Loader test(imageFolder(dir), t, {.batchsize = 16, .shuffle = false, .train = false});
+    const auto [first, last, accuracy] = trainOn(train, test, 16, 8);
+    EXPECT_LT(last, 0.7 * first) << "first epoch " << first << ", last " << last;
+    EXPECT_GT(accuracy, 0.9);
 }
 
 TEST(LoaderTraining, ASmallNetworkLearnsFromAnImageFolderOfJpegsAndPngs) {

@@ -58,7 +58,7 @@ struct DataOptions {
 Transforms parseAugment(const std::string& text);
 /// UsageError naming `model` unless `net` gives one output of [batch, classes or more]
 /// scores for a batch of `batchShape` (shape inference only).
-void requireClassifier(Module& net, const std::string& model, const Shape& batchShape, int64_t classes);
+int64_t requireClassifier(Module& net, const std::string& model, const Shape& batchShape, int64_t classes);
 /// Adds --device (cpu, cuda or cuda:N) and --precision (fp32, bf16, fp16) to `cmd`, for
 /// the commands that run a model without training it; `note` ends --precision's help.
 void addDeviceAndPrecision(CLI::App* cmd, std::string& device, std::string& precision, const std::string& note = "");

@@ -79,7 +79,7 @@ Transforms parseAugment(const std::string& text) {
     }
 }
 
-void requireClassifier(Module& net, const std::string& model, const Shape& batchShape, int64_t classes) {
+int64_t requireClassifier(Module& net, const std::string& model, const Shape& batchShape, int64_t classes) {
     Shapes outShapes;
     try {
         outShapes = net.inferDataShape({batchShape});
@@ -91,6 +91,7 @@ void requireClassifier(Module& net, const std::string& model, const Shape& batch
                          std::to_string(classes) + " classes: it needs [batch, " + std::to_string(classes) +
                          "] scores (or more)");
     }
+    return outShapes[0][1];
 }
 
 void addDeviceAndPrecision(CLI::App* cmd, std::string& device, std::string& precision, const std::string& note) {
@@ -139,6 +140,7 @@ struct TrainArgs {
     float weightDecay = 0.0f;
     float clipNorm = 0.0f;
     float labelSmoothing = 0.0f;
+    float mixup = 0.0f, cutmix = 0.0f; // Beta alphas of the Loader's mixing (0: off)
     float ema = 0.0f;
     int64_t accumulate = 1;
     std::string schedule;
@@ -329,6 +331,12 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (!(a.labelSmoothing >= 0.0f && a.labelSmoothing < 1.0f)) {
         throw UsageError("--label-smoothing: expected a number in [0, 1), got " + formatRate(a.labelSmoothing));
     }
+    for (auto [flag, alpha] : {std::pair{"--mixup", a.mixup}, std::pair{"--cutmix", a.cutmix}}) {
+        if (!(alpha >= 0.0f && alpha <= 1e4f)) {
+            throw UsageError(std::string(flag) + ": expected a Beta alpha > 0 such as 0.2 or 1 (0: off), got " +
+                             formatRate(alpha));
+        }
+    }
     if (!(a.ema >= 0.0f && a.ema < 1.0f)) {
         throw UsageError("--ema: expected a decay in [0, 1) such as 0.999, got " + formatRate(a.ema));
     }
@@ -382,27 +390,35 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     }
     // On a GPU, batches are made in page-locked memory and copied while the device computes.
     const bool pinned = a.pinMemory && !device.isCpu();
-    const LoaderOptions trainOptions{
-        .batchsize = a.batch, .seed = a.seed, .workers = a.in.workers, .pinned = pinned, .rank = rank, .ranks = ranks};
-    Loader train(data.train, transforms, trainOptions);
     const LoaderOptions evalOptions{
         .batchsize = a.batch, .shuffle = false, .train = false, .workers = a.in.workers, .pinned = pinned};
     Loader test(data.test, transforms, evalOptions);
     std::unique_ptr<Loader> valid;
     if (heldOut) valid = std::make_unique<Loader>(heldOut, transforms, evalOptions);
-    const Shape sample = train.sampleShape();
+    const Shape sample = Loader(data.train, transforms, {.train = false}).sampleShape();
     const std::string heldText =
         valid ? " (" + std::to_string(valid->size()) + " more held out for validation)" : std::string();
     std::printf("data: %s, %lld training%s and %lld test images of %s, %lld classes; %s%s, %d worker%s%s\n",
-                data.what.c_str(), static_cast<long long>(train.size()), heldText.c_str(),
+                data.what.c_str(), static_cast<long long>(data.train->size()), heldText.c_str(),
                 static_cast<long long>(test.size()), sample.str().c_str(),
                 static_cast<long long>(data.train->classes()), transforms.empty() ? "no transforms" : "transforms ",
                 transforms.str().c_str(), a.in.workers, a.in.workers == 1 ? "" : "s",
                 pinned ? ", batches in page-locked memory" : "");
     std::vector<int64_t> dims = sample.dims();
-    dims.insert(dims.begin(), std::min<int64_t>(a.batch, train.size()));
+    dims.insert(dims.begin(), std::min<int64_t>(a.batch, data.train->size()));
     const Shape batchShape(dims);
-    requireClassifier(*net, a.model, batchShape, data.train->classes());
+    const int64_t scores = requireClassifier(*net, a.model, batchShape, data.train->classes());
+    // Mixed labels are probabilities over the model's scores (which may outnumber the classes).
+    const LoaderOptions trainOptions{.batchsize = a.batch,
+                                     .seed = a.seed,
+                                     .workers = a.in.workers,
+                                     .pinned = pinned,
+                                     .rank = rank,
+                                     .ranks = ranks,
+                                     .mixup = a.mixup,
+                                     .cutmix = a.cutmix,
+                                     .classes = scores};
+    Loader train(data.train, transforms, trainOptions);
 
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
@@ -442,6 +458,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     }
     if (a.clipNorm > 0.0f) std::printf(", gradients clipped to norm %g", a.clipNorm);
     if (a.labelSmoothing > 0.0f) std::printf(", label smoothing %g", a.labelSmoothing);
+    if (a.mixup > 0.0f) std::printf(", mixup %g", a.mixup);
+    if (a.cutmix > 0.0f) std::printf(", CutMix %g", a.cutmix);
     if (a.ema > 0.0f) std::printf(", weight average with decay %g", a.ema);
     std::printf("), batch %lld", static_cast<long long>(a.batch));
     if (a.accumulate > 1) {
@@ -684,6 +702,12 @@ std::function<int()> addTrain(CLI::App& app) {
         ->check(positiveNumber());
     cmd->add_option("--label-smoothing", args->labelSmoothing,
                     "train against (1 - E) onehot(label) + E / classes instead of the one-hot label (0 <= E < 1)");
+    cmd->add_option("--mixup", args->mixup,
+                    "blend each training batch with itself reversed by a weight drawn from Beta(A, A) per batch, "
+                    "images and labels alike (A such as 0.2; 0: off)");
+    cmd->add_option("--cutmix", args->cutmix,
+                    "paste a box of each training image's partner (the batch reversed) covering a Beta(A, A) share, "
+                    "labels weighed by its area (A such as 1; with --mixup, each batch uses one, half the time each)");
     cmd->add_option("--accumulate", args->accumulate,
                     "add up the gradients of N batches before each update: steps as of a batch N times larger, in "
                     "the memory of one (--every counts updates)")
