@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <tuple>
 
@@ -120,15 +121,15 @@ Image resized(const Image& in, int64_t h, int64_t w) {
 
 // The h x w window at (top, left) of `in` padded by `pad` zeros on each side.
 Image cropped(const Image& in, int64_t top, int64_t left, int64_t h, int64_t w, int64_t pad) {
-    Image out(in.channels, h, w);
+    Image out(in.channels, h, w); // zeros: the padding
+    // Each output row takes one run of an input row: output x in [x0, x1) from input x - left + pad.
+    const int64_t x0 = std::clamp<int64_t>(pad - left, 0, w), x1 = std::clamp<int64_t>(in.width + pad - left, x0, w);
     for (int64_t c = 0; c < in.channels; ++c) {
         for (int64_t y = 0; y < h; ++y) {
             const int64_t sy = top + y - pad;
-            if (sy < 0 || sy >= in.height) continue;
-            for (int64_t x = 0; x < w; ++x) {
-                const int64_t sx = left + x - pad;
-                if (sx >= 0 && sx < in.width) out.at(c, y, x) = in.at(c, sy, sx);
-            }
+            if (sy < 0 || sy >= in.height || x1 == x0) continue;
+            std::memcpy(&out.at(c, y, x0), in.pixels.data() + (c * in.height + sy) * in.width + left + x0 - pad,
+                        static_cast<size_t>(x1 - x0) * sizeof(float));
         }
     }
     return out;
