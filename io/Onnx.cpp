@@ -17,6 +17,8 @@
 #include <unordered_set>
 #include <variant>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/ElementMath.h"
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
@@ -2042,6 +2044,20 @@ std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path) {
     return shapes;
 }
 
+std::vector<std::string> onnxClassNames(const std::string& path) {
+    const onnx::ModelProto model = readModel(path);
+    for (const onnx::StringStringEntryProto& meta : model.metadata_props()) {
+        if (meta.key() != "classes") continue;
+        try {
+            return nlohmann::json::parse(meta.value()).get<std::vector<std::string>>();
+        } catch (const nlohmann::json::exception& e) {
+            throw IoError("ONNX model " + path + ": its class names (metadata 'classes') are malformed (" +
+                          std::string(e.what()) + ")");
+        }
+    }
+    return {};
+}
+
 Tensor readOnnxTensor(const std::string& path) {
     std::ifstream file(path, std::ios::binary);
     if (!file) throw IoError("ONNX tensor " + path + ": cannot open the file");
@@ -2674,6 +2690,11 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
     onnx::ModelProto proto;
     proto.set_ir_version(8);
     proto.set_producer_name("tessera");
+    if (!options.classes.empty()) {
+        onnx::StringStringEntryProto* meta = proto.add_metadata_props();
+        meta->set_key("classes");
+        meta->set_value(nlohmann::json(options.classes).dump());
+    }
     auto* op = proto.add_opset_import();
     op->set_domain("");
     op->set_version(options.opset);

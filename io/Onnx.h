@@ -49,6 +49,9 @@ std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path);
 
 struct OnnxExportOptions {
     int64_t opset = 13; ///< the default domain's opset version written (13 to 17)
+    /// The names of the classes a classifier's outputs score, kept in the model's
+    /// metadata_props as "classes" (a JSON array, as HDF5 files keep them); none when empty.
+    std::vector<std::string> classes = {};
 };
 
 /// Writes `model` (a Graph, a Sequential or Parallel, or a single layer, nested containers
@@ -59,6 +62,11 @@ struct OnnxExportOptions {
 /// has no ONNX counterpart here (docs/onnx.md), or when the file cannot be written.
 void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& path,
                 const OnnxExportOptions& options = {});
+
+/// The class names an ONNX model keeps in its metadata_props "classes" (exportOnnx's
+/// OnnxExportOptions::classes); empty when it keeps none. IoError naming the file for one
+/// that cannot be read, or names that are not a JSON array of strings.
+std::vector<std::string> onnxClassNames(const std::string& path);
 
 /// One serialized ONNX TensorProto (the `input_0.pb` files of ONNX's test data) as a host
 /// tensor: float32, or int32 for int32 and int64 data (IoError for other types).

@@ -56,8 +56,11 @@ void bindIo(py::module_& m) {
         py::arg("path"),
         "The model an HDF5 file saved with its blueprint holds (rebuilt, then its weights loaded), or an ONNX model.");
     m.def(
-        "readClassNames", [](const std::string& path) { return readClassNames(path); }, py::arg("path"),
-        "The class names saved with an HDF5 model file (Module.save(classes=...), tessera train --save); [] if none.");
+        "readClassNames",
+        [](const std::string& path) { return isOnnxPath(path) ? onnxClassNames(path) : readClassNames(path); },
+        py::arg("path"),
+        "The class names saved with an HDF5 model file (Module.save(classes=...), tessera train --save) or an ONNX "
+        "file (exportOnnx(classes=...)); [] if none.");
     m.def(
         "importOnnx",
         [](const std::string& path) {
@@ -67,13 +70,16 @@ void bindIo(py::module_& m) {
         py::arg("path"), "An ONNX model as a Graph of Tessera modules.");
     m.def(
         "exportOnnx",
-        [](Module& model, const py::handle& input, const std::string& path, int64_t opset) {
+        [](Module& model, const py::handle& input, const std::string& path, int64_t opset,
+           const std::vector<std::string>& classes) {
             const Shapes shapes = toShapes(input);
             py::gil_scoped_release nogil;
-            exportOnnx(model, shapes, path, OnnxExportOptions{.opset = opset});
+            exportOnnx(model, shapes, path, OnnxExportOptions{.opset = opset, .classes = classes});
         },
         py::arg("model"), py::arg("input"), py::arg("path"), py::arg("opset") = 13,
-        "Writes the model to an ONNX file for the input shape(s) (dim 0 left free).");
+        py::arg("classes") = std::vector<std::string>{},
+        "Writes the model to an ONNX file for the input shape(s) (dim 0 left free); classes: the names of the "
+        "classes its outputs score, kept in the file's metadata (readClassNames).");
 
     py::class_<SummaryRow>(m, "SummaryRow", "One layer of a summary.")
         .def_readonly("name", &SummaryRow::name)

@@ -221,6 +221,12 @@ def test_save_keeps_the_input_shapes_given(tmp_path):
     net.save(str(tmp_path / "named.h5"), classes=["cat", "dog"])
     assert ts.readClassNames(str(tmp_path / "named.h5")) == ["cat", "dog"]
     assert ts.readClassNames(str(tmp_path / "without.h5")) == []
+    # ONNX files keep them in their metadata, where onnx itself reads them.
+    ts.exportOnnx(net, (1, 4), str(tmp_path / "named.onnx"), classes=["cat", "dog"])
+    assert ts.readClassNames(str(tmp_path / "named.onnx")) == ["cat", "dog"]
+    onnx = pytest.importorskip("onnx")
+    meta = {p.key: p.value for p in onnx.load(str(tmp_path / "named.onnx")).metadata_props}
+    assert meta == {"classes": '["cat","dog"]'}
 
 
 def test_mul_add_const_takes_tensor_constants(tmp_path):

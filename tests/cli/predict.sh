@@ -45,6 +45,13 @@ for i in range(5):
     assert lines[i].startswith("img%d.png: %s " % (i, names[int(want[i].argmax())])), lines[i]
 print("predict matches the softmax of tessera run's scores, by name")
 PY
+# The names travel through ONNX (its metadata) and back to HDF5 with tessera convert.
+"$tessera" convert model.h5 model.onnx | grep -q "10 class names" || fail "convert to ONNX kept no names"
+"$tessera" convert model.onnx back.h5 | grep -q "10 class names" || fail "convert from ONNX kept no names"
+for m in model.onnx back.h5; do
+    again=$("$tessera" predict $m img0.png img1.png img2.png img3.png img4.png big.png --top 2 --quiet)
+    [[ "$again" == "$out" ]] || fail "predict with $m differs: $again"
+done
 # Images that do not share a size without a resize, and a file that is no image.
 set +e
 msg=$("$tessera" predict model.h5 img0.png odd.png --augment flip 2>&1); code=$?

@@ -561,7 +561,14 @@ TEST(Onnx, ExportPassesOnnxsChecker) {
                          : std::string(name) == "resnet18-cifar" ? Shape{1, 3, 32, 32}
                                                                  : Shape{1, 3, 224, 224};
         const std::string path = dir + name + "_checked.onnx";
-        exportOnnx(*net, {in}, path);
+        // The CIFAR network with its classes' names in the metadata, which the checker accepts too.
+        const std::vector<std::string> classes =
+            std::string(name) == "resnet18-cifar"
+                ? std::vector<std::string>{"plane", "car",  "bird",  "cat",  "deer",
+                                           "dog",   "frog", "horse", "ship", "truck \"lorry\""}
+                : std::vector<std::string>{};
+        exportOnnx(*net, {in}, path, {.classes = classes});
+        EXPECT_EQ(onnxClassNames(path), classes) << name;
         const std::string cmd =
             "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
             "full_check=True)' '" +
@@ -578,6 +585,26 @@ TEST(Onnx, ExportPassesOnnxsChecker) {
     const std::string msg = errorOf([&] { exportOnnx(seq, {Shape{2, 4}}, dir + "weighted.onnx"); });
     EXPECT_NE(msg.find("(Add): weighted sums are not exported"), std::string::npos) << msg;
     EXPECT_FALSE(std::filesystem::exists(dir + "weighted.onnx")); // nothing half-written
+}
+
+TEST(Onnx, MalformedClassNamesAreAnErrorNamingTheFile) {
+    const std::string path = ::testing::TempDir() + "bad_classes.onnx";
+    Linear fc(3, 2);
+    exportOnnx(fc, {Shape{1, 3}}, path, {.classes = {"a", "b"}});
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t at = bytes.find("[\"a\",\"b\"]");
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, 9, "{\"a\":123}"); // the same length: the protobuf stays well-formed
+    std::ofstream(path, std::ios::binary) << bytes;
+    const std::string msg = errorOf([&] { onnxClassNames(path); });
+    EXPECT_NE(msg.find("bad_classes.onnx: its class names (metadata 'classes') are malformed"), std::string::npos)
+        << msg;
+    exportOnnx(fc, {Shape{1, 3}}, path);
+    EXPECT_TRUE(onnxClassNames(path).empty());
 }
 
 } // namespace

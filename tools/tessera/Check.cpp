@@ -146,7 +146,8 @@ ModulePtr loadModel(const std::string& model, bool train) {
 }
 
 std::vector<std::string> modelClassNames(const std::string& model) {
-    if (isOnnxPath(model) || !isHdf5File(model)) return {};
+    if (isOnnxPath(model)) return onnxClassNames(model);
+    if (!isHdf5File(model)) return {};
     for (const ZooEntry& e : zooModels()) {
         if (e.name == model) return {};
     }

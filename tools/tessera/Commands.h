@@ -65,8 +65,8 @@ void addDeviceAndPrecision(CLI::App* cmd, std::string& device, std::string& prec
 /// Adds --data, --augment, --workers, --channels and --limit to `cmd`, writing into `in`.
 void addDataOptions(CLI::App* cmd, DataOptions& in);
 
-/// The class names saved with a model file (an HDF5 file from tessera train --save); empty
-/// for other models or a file without them.
+/// The class names saved with a model file (an HDF5 file from tessera train --save, or an
+/// ONNX file whose metadata holds them); empty for other models or a file without them.
 std::vector<std::string> modelClassNames(const std::string& model);
 
 /// Checks of option values, run by the parser before any work starts; a bad value is a

@@ -28,11 +28,13 @@ int runConvert(const ConvertArgs& a) {
     if (a.dtype != "fp32" && !toHdf5) throw UsageError("--dtype " + a.dtype + ": only HDF5 files are written in it");
     // With its weights: a zoo model gets fresh (seeded) ones, files keep theirs.
     ModulePtr net = loadModel(a.in, /*train=*/true);
+    const std::vector<std::string> classes = modelClassNames(a.in); // kept by either format
+    const std::string named = classes.empty() ? "" : ", " + std::to_string(classes.size()) + " class names";
     if (toOnnx) {
         const Shapes shapes = inputsFor(a.in, a.inputs, a.batch);
-        exportOnnx(*net, shapes, a.out);
-        std::printf("wrote %s (ONNX, %s parameters, inputs %s)\n", a.out.c_str(), thousands(net->numOfParams()).c_str(),
-                    str(shapes).c_str());
+        exportOnnx(*net, shapes, a.out, {.classes = classes});
+        std::printf("wrote %s (ONNX, %s parameters, inputs %s%s)\n", a.out.c_str(),
+                    thousands(net->numOfParams()).c_str(), str(shapes).c_str(), named.c_str());
     } else {
         const DType dtype = a.dtype == "bf16" ? DType::bfloat16 : a.dtype == "fp16" ? DType::float16 : DType::float32;
         // The input shapes, where known (given, the zoo's, the ONNX file's or the model file's), go
@@ -42,10 +44,10 @@ int runConvert(const ConvertArgs& a) {
             shapes = inputsFor(a.in, a.inputs, a.batch);
         } catch (const UsageError&) { // none known: the file holds none
         }
-        saveModel(*net, a.out, {.dtype = dtype, .inputs = shapes});
-        std::printf("wrote %s (HDF5 with the blueprint, %s parameters in %s%s)\n", a.out.c_str(),
+        saveModel(*net, a.out, {.dtype = dtype, .inputs = shapes, .classes = classes});
+        std::printf("wrote %s (HDF5 with the blueprint, %s parameters in %s%s%s)\n", a.out.c_str(),
                     thousands(net->numOfParams()).c_str(), str(dtype).c_str(),
-                    shapes.empty() ? "" : (", inputs " + str(shapes)).c_str());
+                    shapes.empty() ? "" : (", inputs " + str(shapes)).c_str(), named.c_str());
     }
     return 0;
 }
