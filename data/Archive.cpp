@@ -2,7 +2,8 @@
 // a zip's central directory) and each image is read when asked for, at its offset, with
 // pread (so loader workers share one open file) and, for deflated zip members, zlib.
 // Nothing an archive declares is trusted: every offset and size is checked against the
-// file before it is used.
+// file before it is used. A gzip-compressed tar has no offsets to read at: its images of
+// the split asked for are read in one pass and held in memory.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +29,8 @@ namespace {
 // its packed bytes: a larger claim is a damaged directory, refused before allocating.
 constexpr uint64_t kMaxMember = uint64_t{1} << 28;
 constexpr uint64_t kMaxDeflateRatio = 1032;
+// A gzip-compressed tar's images of one split are held in memory, at most this many bytes.
+constexpr uint64_t kMaxInMemory = uint64_t{8} << 30;
 
 struct Member {
     std::string name;
@@ -208,13 +211,26 @@ class ArchiveDataset : public Dataset {
 public:
     ArchiveDataset(const std::string& path, const std::string& split, int channels)
         : path_(path), split_(split), channels_(channels), file_(path) {
-        zip_ = !isTar(file_);
-        if (zip_ && data_detail::isGzipFile(path)) {
-            throw IoError("image archive " + path +
-                          ": a gzip-compressed tar cannot be read image by image; unpack it (tar xzf) and give the "
-                          "folder, or give the plain tar (gunzip)");
+        std::vector<Member> members;
+        if (data_detail::isGzipFile(path)) { // no offsets to read at: the split's images into memory
+            auto kept = data_detail::readTarMembers(
+                path,
+                [&](const std::string& name) {
+                    const std::vector<std::string> c = components(name);
+                    return data_detail::isImageName(name) &&
+                           ((c.size() >= 3 && c[0] == split) || (c.size() >= 4 && c[1] == split));
+                },
+                "image archive", kMaxInMemory,
+                "a .tar.gz is held in memory: unpack it (tar xzf) and give the folder, or give the plain tar");
+            for (auto& [name, bytes] : kept) {
+                members.push_back({name, inMemory_.size(), bytes.size(), bytes.size(), 0});
+                inMemory_.push_back(std::move(bytes));
+            }
+            compressed_ = true;
+        } else {
+            zip_ = !isTar(file_);
+            members = zip_ ? listZip(file_, path) : listTar(file_, path);
         }
-        const std::vector<Member> members = zip_ ? listZip(file_, path) : listTar(file_, path);
         // split/<class>/.../<image>, at the top or under one top folder.
         std::map<std::string, std::vector<const Member*>> byClass[2];
         std::map<std::string, int> tops;
@@ -255,6 +271,7 @@ public:
     Sample get(int64_t index) const override {
         const auto& [m, label] = at(index);
         const std::string whereText = where(index);
+        if (compressed_) return {decodeImage(inMemory_[m.offset], whereText, channels_), label};
         const std::vector<uint8_t> bytes =
             zip_ ? zipMember(file_, m, whereText) : file_.read(m.offset, m.size, whereText);
         return {decodeImage(bytes, whereText, channels_), label};
@@ -270,6 +287,8 @@ private:
     int channels_;
     File file_;
     bool zip_ = false;
+    bool compressed_ = false;                    // a .tar.gz: the images are held in memory ...
+    std::vector<std::vector<uint8_t>> inMemory_; // ... here, a member's offset being its index
     std::vector<std::pair<Member, int32_t>> samples_;
     std::vector<std::string> classNames_;
 };

@@ -69,8 +69,10 @@ DatasetPtr imageFolder(const std::string& dir, int channels = 3);
 /// under `<split>/<class>/` (at the archive's top, or under one top folder), classes and
 /// images in sorted order as imageFolder takes them. The members are listed at once and
 /// each image is read and decoded when asked for (stored or deflated zip members; plain
-/// tar, not compressed). IoError naming the archive for one that is malformed, truncated,
-/// ZIP64 or holds no such images, and naming the member for one that cannot be read.
+/// tar). A gzip-compressed tar (`.tar.gz`) is read in one pass instead, the split's image
+/// files held in memory (8 GiB at most) and decoded when asked for. IoError naming the
+/// archive for one that is malformed, truncated, ZIP64 or holds no such images, and naming
+/// the member for one that cannot be decoded.
 DatasetPtr imageArchive(const std::string& path, const std::string& split, int channels = 3);
 
 /// MNIST-format IDX files `<dir>/<split>-images-idx3-ubyte[.gz]` and labels (split "train"

@@ -98,7 +98,7 @@ bool isGzipFile(const std::string& path) {
 
 std::vector<std::pair<std::string, std::vector<uint8_t>>>
 readTarMembers(const std::string& path, const std::function<bool(const std::string&)>& want, const std::string& what,
-               uint64_t maxBytes) {
+               uint64_t maxBytes, const std::string& tooMuch) {
     const std::string where = what + " " + path;
     errno = 0;
     std::unique_ptr<gzFile_s, GzClose> f(gzopen(path.c_str(), "rb"));
@@ -118,7 +118,16 @@ readTarMembers(const std::string& path, const std::function<bool(const std::stri
                 throw IoError(where + ": damaged compressed data at tar byte " + std::to_string(offset) + " (" +
                               (msg ? msg : "zlib error") + ")");
             }
-            if (got == 0) return false;
+            if (got == 0) {
+                // The end of the file: of the stream too, unless gzip's data stop short of it.
+                int code = Z_OK;
+                gzerror(f.get(), &code);
+                if (code == Z_BUF_ERROR) {
+                    throw IoError(where + ": truncated: the compressed data end early, at tar byte " +
+                                  std::to_string(offset));
+                }
+                return false;
+            }
             if (out) out += got;
             n -= static_cast<uint64_t>(got), offset += static_cast<uint64_t>(got);
         }
@@ -159,7 +168,7 @@ readTarMembers(const std::string& path, const std::function<bool(const std::stri
         if (t.kind == TarHeader::File && want(name)) {
             if (t.size > maxBytes - kept) {
                 throw IoError(where + ": the members wanted exceed " + std::to_string(maxBytes) + " bytes at " + name +
-                              " (" + std::to_string(t.size) + " bytes; damaged, or not the data expected)");
+                              " (" + std::to_string(t.size) + " bytes; " + tooMuch + ")");
             }
             kept += t.size;
             // Grown as the bytes arrive: a header's claim alone allocates nothing.

@@ -42,10 +42,10 @@ private:
 /// end and returns the regular members whose names `want` accepts, as (name, bytes), in
 /// archive order; the others are skipped unread. IoError "<what> <path>: ..." for a file
 /// that cannot be opened, is not a tar archive, or is truncated or damaged, and when the
-/// accepted members exceed `maxBytes` together.
+/// accepted members exceed `maxBytes` together (the message ends with `tooMuch`, what to do).
 std::vector<std::pair<std::string, std::vector<uint8_t>>>
 readTarMembers(const std::string& path, const std::function<bool(const std::string&)>& want, const std::string& what,
-               uint64_t maxBytes = uint64_t{1} << 32);
+               uint64_t maxBytes = uint64_t{1} << 32, const std::string& tooMuch = "damaged, or not the data expected");
 
 /// Whether the file at `path` starts with gzip's magic bytes.
 bool isGzipFile(const std::string& path);

@@ -5,6 +5,7 @@ other libraries' writers (Pillow for JPEG and PNG, NumPy for .npy and the CIFAR 
     make_image_data.py cifar10 DIR  DIR/data_batch_1.bin .. data_batch_5.bin, test_batch.bin
     make_image_data.py npy DIR      DIR/{train,test}_{images,labels}.npy
     make_image_data.py zip FILE     the folder data set, deflated into the zip FILE under a top folder
+    make_image_data.py tgz FILE     the folder data set in the .tar.gz FILE
     make_image_data.py cifar10tgz FILE  the CIFAR-10 files in FILE.tar.gz under cifar-10-batches-bin/,
                                         as cifar-10-binary.tar.gz is distributed
 
@@ -87,6 +88,16 @@ def zipped(path, rng):
                     z.write(full, os.path.join("images", os.path.relpath(full, tmp)))
 
 
+def folder_tgz(path, rng):
+    import tarfile
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        folder(tmp, rng)
+        with tarfile.open(path, "w:gz") as t:
+            for split in ("train", "test"):
+                t.add(os.path.join(tmp, split), arcname=split)
+
+
 def cifar10_tgz(path, rng):
     import tarfile
     import tempfile
@@ -101,7 +112,7 @@ def cifar10_tgz(path, rng):
 def main():
     kind, root = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(7)
-    {"folder": folder, "cifar10": cifar10, "npy": npy, "zip": zipped, "cifar10tgz": cifar10_tgz}[kind](root, rng)
+    {"folder": folder, "cifar10": cifar10, "npy": npy, "zip": zipped, "tgz": folder_tgz, "cifar10tgz": cifar10_tgz}[kind](root, rng)
 
 
 if __name__ == "__main__":

@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
     writeJpeg((dir / "image/colour.jpg").string(), colour, 80);
     writeJpeg((dir / "image/gray.jpg").string(), gray, 80);
 
-    // Image folders in archives: a tar, a zip of stored members and one of deflated ones.
+    // Image folders in archives: a tar (plain and gzip-compressed), a zip of stored members
+    // and one of deflated ones.
     {
         const std::vector<std::pair<std::string, std::vector<uint8_t>>> members = {
             {"train/a/1.png", readBytes(dir / "image/colour.png")},
@@ -152,6 +153,7 @@ int main(int argc, char** argv) {
             {"test/a/3.png", readBytes(dir / "image/gray.png")},
             {"test/b/4.jpg", readBytes(dir / "image/gray.jpg")}};
         write(dir / "archive/folders.tar", tarOf(members));
+        writeGzip(dir / "archive/folders.tar.gz", tarOf(members));
         write(dir / "archive/stored.zip", zipOf(members, false));
         write(dir / "archive/deflated.zip", zipOf(members, true));
     }

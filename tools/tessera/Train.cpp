@@ -107,7 +107,7 @@ void addDataOptions(CLI::App* cmd, DataOptions& in) {
                     "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
                     "cifar100:DIR (the binary versions; DIR may be their .tar.gz), folder:DIR (DIR/train/<class>/ and "
                     "DIR/test/<class>/ of "
-                    "JPEG and PNG files; DIR may be a .tar or .zip of them) or npy:DIR (train_images.npy, "
+                    "JPEG and PNG files; DIR may be a .tar, .tar.gz or .zip of them) or npy:DIR (train_images.npy, "
                     "train_labels.npy, test_images.npy, "
                     "test_labels.npy)")
         ->capture_default_str();
