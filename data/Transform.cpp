@@ -199,6 +199,7 @@ std::vector<float> parseFloats(const std::string& text, const std::string& item)
 
 const char* kSyntax = "expected a comma-separated list of resize:S | resize:HxW, crop:S[:PAD] | crop:HxW[:PAD], "
                       "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, jitter:B[:C[:S[:H]]], "
+                      "erase[:P[:MIN:MAX]], "
                       "normalize:M1/M2/..:S1/S2/.. | normalize:cifar10 | cifar100 | imagenet | mnist";
 
 std::string numberStr(double v) {
@@ -284,6 +285,18 @@ Transforms& Transforms::randomResizedCrop(int64_t height, int64_t width, double 
     }
     Step r = step(Kind::randomResizedCrop, height, width);
     r.scale = scale;
+    steps_.push_back(r);
+    return *this;
+}
+
+Transforms& Transforms::erase(double p, double minScale, double maxScale) {
+    if (!(p >= 0.0 && p <= 1.0)) throw ModuleError("Transforms::erase: p must lie in [0, 1], got " + numberStr(p));
+    if (!(minScale > 0.0 && minScale <= maxScale && maxScale < 1.0)) {
+        throw ModuleError("Transforms::erase: the area fractions need 0 < MIN <= MAX < 1, got " + numberStr(minScale) +
+                          " and " + numberStr(maxScale));
+    }
+    Step r = step(Kind::erase);
+    r.p = p, r.scale = minScale, r.maxScale = maxScale;
     steps_.push_back(r);
     return *this;
 }
@@ -398,6 +411,13 @@ Transforms Transforms::parse(const std::string& spec) {
                 std::vector<double> v(4, 0.0);
                 for (size_t k = 0; k < args; ++k) v[k] = parseFloats(parts[k + 1], item).at(0);
                 t.jitter(v[0], v[1], v[2], v[3]);
+            } else if (name == "erase" && (args == 0 || args == 1 || args == 3)) {
+                const double p = args >= 1 ? parseFloats(parts[1], item).at(0) : 0.5;
+                if (args == 3) {
+                    t.erase(p, parseFloats(parts[2], item).at(0), parseFloats(parts[3], item).at(0));
+                } else {
+                    t.erase(p);
+                }
             } else if (name == "flip" && args <= 1) {
                 t.flip(args == 1 ? parseFloats(parts[1], item).at(0) : 0.5);
             } else if (name == "normalize" && args == 1) {
@@ -471,6 +491,28 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
             }
             if (h != H || w != W) image = cropped(image, top, left, h, w, 0);
             if (h != s.height || w != s.width) image = resized(image, s.height, s.width);
+            break;
+        }
+        case Kind::erase: {
+            if (!train) break;
+            // Drawn whether or not the box is made, so later steps see the same draws.
+            const bool act = unit() < s.p;
+            const int64_t H = image.height, W = image.width;
+            const double area = static_cast<double>(H * W), lo = std::log(0.3), hi = std::log(3.3);
+            for (int attempt = 0; attempt < 10; ++attempt) {
+                const double target = area * (s.scale + (s.maxScale - s.scale) * unit());
+                const double ratio = std::exp(lo + (hi - lo) * unit());
+                const int64_t h = std::llround(std::sqrt(target * ratio)), w = std::llround(std::sqrt(target / ratio));
+                const double u = unit(), v = unit();
+                if (h < 1 || h >= H || w < 1 || w >= W) continue;
+                if (!act) break;
+                const auto top = static_cast<int64_t>(u * static_cast<double>(H - h + 1));
+                const auto left = static_cast<int64_t>(v * static_cast<double>(W - w + 1));
+                for (int64_t c = 0; c < image.channels; ++c) {
+                    for (int64_t y = top; y < top + h; ++y) std::fill_n(&image.at(c, y, left), w, 0.0f);
+                }
+                break;
+            }
             break;
         }
         case Kind::rotate: {
@@ -611,6 +653,11 @@ std::string Transforms::str() const {
             if (s.scale != 0.08) out += ":" + numberStr(s.scale);
             break;
         case Kind::rotate: out += "rotate:" + numberStr(s.degrees); break;
+        case Kind::erase:
+            out += "erase";
+            if (s.p != 0.5 || s.scale != 0.02 || s.maxScale != 0.33) out += ":" + numberStr(s.p);
+            if (s.scale != 0.02 || s.maxScale != 0.33) out += ":" + numberStr(s.scale) + ":" + numberStr(s.maxScale);
+            break;
         case Kind::jitter:
             out += "jitter:" + numberStr(s.brightness);
             if (s.contrast != 0 || s.saturation != 0 || s.hue != 0) out += ":" + numberStr(s.contrast);

@@ -12,19 +12,30 @@
 namespace tessera {
 
 /// An ordered list of steps applied to each image. Random steps (`randomCrop`,
-/// `randomResizedCrop`, `flip`, `rotate`, `jitter`) act only in training; in evaluation a
-/// random crop becomes a centre crop of the same size (no padding), a random-resized crop
-/// a resize of the shorter side and a centre crop, and flips, rotations and jitter do
-/// nothing, so the test set sees the same geometry.
+/// `randomResizedCrop`, `flip`, `rotate`, `jitter`, `erase`) act only in training; in
+/// evaluation a random crop becomes a centre crop of the same size (no padding), a
+/// random-resized crop a resize of the shorter side and a centre crop, and flips,
+/// rotations, jitter and erasing do nothing, so the test set sees the same geometry.
 class Transforms {
 public:
     struct Step {
-        enum class Kind { resize, randomCrop, centerCrop, flip, normalize, randomResizedCrop, rotate, jitter } kind;
+        enum class Kind {
+            resize,
+            randomCrop,
+            centerCrop,
+            flip,
+            normalize,
+            randomResizedCrop,
+            rotate,
+            jitter,
+            erase
+        } kind;
         int64_t height = 0, width = 0; ///< resize (width 0: shorter side to height), crops
         int64_t pad = 0;               ///< randomCrop: zero padding on every side first
-        double p = 0.5;                ///< flip: probability
+        double p = 0.5;                ///< flip, erase: probability
         std::vector<float> mean, std;  ///< normalize: one value per channel, or one for all
-        double scale = 0.08;           ///< randomResizedCrop: the least area fraction
+        double scale = 0.08;           ///< randomResizedCrop: the least area fraction; erase: the least
+        double maxScale = 0.33;        ///< erase: the largest area fraction
         double degrees = 0;            ///< rotate: the largest angle either way
         double brightness = 0, contrast = 0, saturation = 0, hue = 0; ///< jitter: the largest change of each
     };
@@ -56,6 +67,11 @@ public:
     /// fraction of the colour circle uniform in [-hue, hue], hue in [0, 0.5]. For pixels in
     /// [0, 1] (decoded images, uint8 data): before normalize; other values are a ShapeError.
     Transforms& jitter(double brightness, double contrast = 0, double saturation = 0, double hue = 0);
+    /// torchvision's RandomErasing (cutout): with probability p, a box of a random area in
+    /// [minScale, maxScale] of the image's and an aspect ratio log-uniform in [0.3, 3.3] (10
+    /// tries to fit, else none) is set to zero in every channel, at a random place. Usually
+    /// after normalize, where zero is the mean.
+    Transforms& erase(double p = 0.5, double minScale = 0.02, double maxScale = 0.33);
     /// `image` (3 channels, values in [0, 1]) with every pixel's hue turned by `shift`, a
     /// fraction of the colour circle (HSV; saturation and value kept): the step hue jitter takes.
     static Image hueShifted(const Image& image, double shift);
@@ -68,6 +84,7 @@ public:
     ///   rrc:S[:MIN] | rrc:HxW[:MIN] random-resized crop of area fraction [MIN (0.08), 1]
     ///   rotate:DEG                  rotation by up to DEG degrees either way
     ///   jitter:B[:C[:S[:H]]]        brightness, contrast, saturation and hue jitter
+    ///   erase[:P[:MIN:MAX]]         random erasing with probability P (0.5) of [MIN, MAX] (0.02, 0.33)
     ///   normalize:M1/M2/M3:S1/S2/S3, or normalize:cifar10 | cifar100 | imagenet | mnist
     /// The empty string is no step. A bad list is a ModuleError naming the item that is
     /// wrong and showing what the items look like.

@@ -116,6 +116,9 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
         .def("randomResizedCrop", &Transforms::randomResizedCrop, py::arg("height"), py::arg("width"),
              py::arg("scale") = 0.08, py::return_value_policy::reference)
         .def("rotate", &Transforms::rotate, py::arg("degrees"), py::return_value_policy::reference)
+        .def("erase", &Transforms::erase, py::arg("p") = 0.5, py::arg("minScale") = 0.02, py::arg("maxScale") = 0.33,
+             py::return_value_policy::reference,
+             "Random erasing: with probability p, a box of [minScale, maxScale] of the area set to zero.")
         .def("jitter", &Transforms::jitter, py::arg("brightness"), py::arg("contrast") = 0.0,
              py::arg("saturation") = 0.0, py::arg("hue") = 0.0, py::return_value_policy::reference)
         .def("__len__", [](const Transforms& t) { return t.steps().size(); })

@@ -188,6 +188,14 @@ def test_random_resized_crop_rotation_and_jitter(folder):
     assert x.numpy().min() >= 0 and x.numpy().max() <= 1
     with pytest.raises(ts.ModuleError):
         ts.Transforms("rrc:5:0")
+    # Random erasing zeroes a box of every image (p=1), the same with any workers.
+    erase = ts.Transforms().resize(6, 8).erase(1.0, 0.1, 0.3)
+    assert repr(erase) == "tessera.Transforms('resize:6x8,erase:1:0.1:0.3')"
+    (e, _), = list(ts.Loader(ds, erase, batchsize=10, seed=1, workers=2).epoch(0))
+    (e0, _), = list(ts.Loader(ds, erase, batchsize=10, seed=1).epoch(0))
+    np.testing.assert_array_equal(e.numpy(), e0.numpy())
+    zero = (e.numpy() == 0).all(axis=1)  # [N, H, W]: zero in every channel
+    assert all(4 <= z.sum() <= 16 for z in zero), zero.sum((1, 2))
 
 
 def test_resize_matches_torch_interpolate_antialiased_when_shrinking():

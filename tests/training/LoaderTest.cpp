@@ -594,6 +594,55 @@ TEST(Transforms, HueShiftTurnsTheColourCircle) {
     EXPECT_THROW(Transforms::hueShifted(grey1, 0.1), ShapeError);
 }
 
+// Random erasing: one zeroed box, the same in every channel, of an area and aspect ratio in
+// the allowed ranges, at places that vary; with its probability; never in evaluation.
+TEST(Transforms, EraseZeroesOneBoxOfTheAllowedAreaAndShape) {
+    const Transforms t = Transforms::parse("erase:1:0.05:0.25");
+    std::set<std::pair<int64_t, int64_t>> corners;
+    int boxes = 0;
+    for (int64_t index = 0; index < 200; ++index) {
+        Image img(3, 40, 50);
+        std::fill(img.pixels.begin(), img.pixels.end(), 1.0f);
+        const Image out = t.apply(img, 3, 0, index, true);
+        int64_t y0 = 40, y1 = -1, x0 = 50, x1 = -1, zeros = 0;
+        for (int64_t y = 0; y < 40; ++y) {
+            for (int64_t x = 0; x < 50; ++x) {
+                const bool zero = out.at(0, y, x) == 0.0f;
+                ASSERT_EQ(zero, out.at(1, y, x) == 0.0f);
+                ASSERT_EQ(zero, out.at(2, y, x) == 0.0f);
+                if (!zero) continue;
+                ++zeros, y0 = std::min(y0, y), y1 = std::max(y1, y), x0 = std::min(x0, x), x1 = std::max(x1, x);
+            }
+        }
+        if (zeros == 0) continue; // ten tries that did not fit: rare
+        ++boxes;
+        const int64_t h = y1 - y0 + 1, w = x1 - x0 + 1;
+        EXPECT_EQ(zeros, h * w); // one full rectangle
+        const double share = static_cast<double>(zeros) / 2000.0, ratio = static_cast<double>(h) / w;
+        EXPECT_GE(share, 0.05 * 0.8) << h << "x" << w; // rounding of the sides
+        EXPECT_LE(share, 0.25 * 1.25) << h << "x" << w;
+        EXPECT_GE(ratio, 0.3 * 0.8) << h << "x" << w;
+        EXPECT_LE(ratio, 3.3 * 1.25) << h << "x" << w;
+        corners.insert({y0, x0});
+        Image again(3, 40, 50);
+        std::fill(again.pixels.begin(), again.pixels.end(), 1.0f);
+        EXPECT_EQ(t.apply(again, 3, 0, index, true).pixels, out.pixels);    // seeded by (seed, epoch, index)
+        EXPECT_EQ(t.apply(again, 3, 0, index, false).pixels, again.pixels); // evaluation: left out
+    }
+    EXPECT_GE(boxes, 190);
+    EXPECT_GE(corners.size(), 100u);
+    // With probability 0.3, about 30% of the images.
+    const Transforms some = Transforms::parse("erase:0.3");
+    int erased = 0;
+    for (int64_t index = 0; index < 1000; ++index) {
+        Image img(1, 30, 30);
+        std::fill(img.pixels.begin(), img.pixels.end(), 1.0f);
+        const Image out = some.apply(img, 5, 1, index, true);
+        erased += std::find(out.pixels.begin(), out.pixels.end(), 0.0f) != out.pixels.end();
+    }
+    EXPECT_NEAR(erased, 300, 60);
+}
+
 TEST(Transforms, ParseReadsTheCommandLineSyntax) {
     const Transforms t = Transforms::parse("resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
     EXPECT_EQ(t.str(), "resize:36,crop:32:4,center:30x28,flip,flip:0.25,normalize:1/2/3:4/5/6");
@@ -601,12 +650,31 @@ TEST(Transforms, ParseReadsTheCommandLineSyntax) {
     EXPECT_EQ(Transforms::parse("normalize:cifar10").steps().at(0).mean.size(), 3u);
     EXPECT_TRUE(Transforms::parse("").empty());
     const std::string more = "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5,jitter:0.4:0."
-                             "3:0.2:0.1,jitter:0:0:0:0.5";
+                             "3:0.2:0.1,jitter:0:0:0:0.5,erase,erase:0.25,erase:1:0.1:0.2";
     EXPECT_EQ(Transforms::parse(more).str(), more);
-    for (const std::string bad :
-         {"crop", "crop:a", "crop:32:-1", "spin:3", "normalize:mars", "flip,,crop:3", "normalize:1/2:1", "resize:0",
-          "flip:2", "rrc:0", "rrc:32:0", "rrc:32:1.5", "rotate:-1", "rotate:x", "jitter", "jitter:1:2:3:0.6",
-          "jitter:1:2:3:0.1:5", "jitter:-0.5"}) {
+    for (const std::string bad : {"crop",
+                                  "crop:a",
+                                  "crop:32:-1",
+                                  "spin:3",
+                                  "normalize:mars",
+                                  "flip,,crop:3",
+                                  "normalize:1/2:1",
+                                  "resize:0",
+                                  "flip:2",
+                                  "rrc:0",
+                                  "rrc:32:0",
+                                  "rrc:32:1.5",
+                                  "rotate:-1",
+                                  "rotate:x",
+                                  "jitter",
+                                  "jitter:1:2:3:0.6",
+                                  "jitter:1:2:3:0.1:5",
+                                  "jitter:-0.5",
+                                  "erase:2",
+                                  "erase:0.5:0.1",
+                                  "erase:0.5:0.3:0.2",
+                                  "erase:0.5:0:0.2",
+                                  "erase:0.5:0.1:1"}) {
         try {
             Transforms::parse(bad);
             ADD_FAILURE() << "'" << bad << "' was accepted";
