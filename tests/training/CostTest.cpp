@@ -1,4 +1,5 @@
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "GradCheck.h"
@@ -36,6 +37,27 @@ using I = std::vector<int32_t>;
         }
     }
     return ::testing::AssertionSuccess();
+}
+
+// The textbook mean of -sum_k q_k log softmax(s)_k over samples and positions of dense
+// scores [n, c, len] in double, and its gradient (p - q) / (n len); q(i, j, k) the target.
+std::pair<double, F> textbookCrossEntropy(const F& s, int64_t n, int64_t c, int64_t len,
+                                          const std::function<double(int64_t, int64_t, int64_t)>& q) {
+    double want = 0;
+    F grad(s.size());
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < len; ++j) {
+            double z = 0;
+            for (int64_t k = 0; k < c; ++k) z += std::exp(static_cast<double>(s[(i * c + k) * len + j]));
+            for (int64_t k = 0; k < c; ++k) {
+                const auto at = static_cast<size_t>((i * c + k) * len + j);
+                const double p = std::exp(static_cast<double>(s[at])) / z;
+                want -= q(i, j, k) * std::log(p);
+                grad[at] = static_cast<float>((p - q(i, j, k)) / (n * len));
+            }
+        }
+    }
+    return {want / static_cast<double>(n * len), grad};
 }
 
 TEST(CrossEntropy, Reference) {
@@ -90,24 +112,12 @@ TEST(CrossEntropy, LabelSmoothing) {
     const float e = 0.2f;
     CrossEntropy smooth({.labelSmoothing = e});
     const CostResult rs = smooth(scores, labels);
-    const F s = scores.toVector<float>();
     const I y = labels.toVector<int32_t>();
-    double want = 0;
-    F grad(s.size());
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < len; ++j) {
-            double z = 0;
-            for (int64_t k = 0; k < c; ++k) z += std::exp(static_cast<double>(s[(i * c + k) * len + j]));
-            for (int64_t k = 0; k < c; ++k) {
-                const int64_t at = (i * c + k) * len + j;
-                const double q = (k == y[i * len + j] ? 1.0 - e : 0.0) + e / c;
-                const double p = std::exp(static_cast<double>(s[at])) / z;
-                want -= q * std::log(p);
-                grad[at] = static_cast<float>((p - q) / (n * len));
-            }
-        }
-    }
-    EXPECT_NEAR(rs.error, want / (n * len), 1e-6);
+    const auto [want, grad] =
+        textbookCrossEntropy(scores.toVector<float>(), n, c, len, [&](int64_t i, int64_t j, int64_t k) {
+            return (k == y[i * len + j] ? 1.0 - e : 0.0) + e / c;
+        });
+    EXPECT_NEAR(rs.error, want, 1e-6);
     EXPECT_TRUE(allClose(rs.grad[0], grad, 1e-6f));
     CrossEntropy weighted({.weights = {0.5f, 1.0f, 2.0f, 1.5f}, .labelSmoothing = 0.3f});
     EXPECT_TRUE(costGradient(weighted, {randomTensor({3, 4}, 1, -2, 2)}, {Tensor::fromVector({3}, I{3, 0, 2})}));
@@ -173,22 +183,11 @@ TEST(CrossEntropy, ProbabilityTargets) {
     const float e = 0.15f;
     CrossEntropy soft({.labelSmoothing = e});
     const CostResult rt = soft(dense, t);
-    const F s = dense.toVector<float>();
-    double want = 0;
-    F grad(s.size());
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < len; ++j) {
-            double z = 0;
-            for (int64_t k = 0; k < c; ++k) z += std::exp(static_cast<double>(s[(i * c + k) * len + j]));
-            for (int64_t k = 0; k < c; ++k) {
-                const auto at = static_cast<size_t>((i * c + k) * len + j);
-                const double q = (1.0 - e) * tv[at] + e / c, p = std::exp(static_cast<double>(s[at])) / z;
-                want -= q * std::log(p);
-                grad[at] = static_cast<float>((p - q) / (n * len));
-            }
-        }
-    }
-    EXPECT_NEAR(rt.error, want / (n * len), 1e-6);
+    const auto [want, grad] =
+        textbookCrossEntropy(dense.toVector<float>(), n, c, len, [&](int64_t i, int64_t j, int64_t k) {
+            return (1.0 - e) * tv[static_cast<size_t>((i * c + k) * len + j)] + e / c;
+        });
+    EXPECT_NEAR(rt.error, want, 1e-6);
     EXPECT_TRUE(allClose(rt.grad[0], grad, 1e-6f));
     CrossEntropy plain;
     EXPECT_TRUE(
