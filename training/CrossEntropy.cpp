@@ -64,7 +64,9 @@ double CrossEntropy::runSoft(const Tensor& scores, const Tensor& probabilities, 
         err /= static_cast<double>(inner);
         if (grad.defined()) backendOf(g).affine(g, 1.0f / static_cast<float>(inner), 0.0f, g);
     }
-    // Hits: the largest score's class is the target's largest (first maxima), on the host.
+    // Hits, for validation only (lastAccuracy): the largest score's class is the target's
+    // largest (first maxima), counted on the host, so a training step copies nothing back.
+    if (grad.defined()) return err;
     const Tensor hs = scores.device().isCpu() ? scores : scores.toHost();
     const Tensor ht = t.device().isCpu() ? t : t.toHost();
     const float* sp = hs.data<float>();

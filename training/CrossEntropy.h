@@ -40,7 +40,8 @@ protected:
     double validationError(const Tensors& pred, const Tensors& target) override;
 
 private:
-    /// The mean error; fills `grad` when it is defined; sets lastAccuracy_.
+    /// The mean error; fills `grad` when it is defined; sets lastAccuracy_ (with
+    /// probabilities as targets: only when `grad` is not defined, in validation).
     double run(const Tensors& pred, const Tensors& target, const Tensor& grad);
     /// The same against probabilities.
     double runSoft(const Tensor& scores, const Tensor& probabilities, const Tensor& grad);
