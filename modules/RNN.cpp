@@ -95,6 +95,12 @@ RNN::RNN(int64_t insize, int64_t hsize, const RNNOptions& options)
         throw ModuleError("RNN: insize, hsize and layers must be positive, got " + std::to_string(insize) + ", " +
                           std::to_string(hsize) + " and " + std::to_string(options.layers));
     }
+    // A bound that no real stack reaches, so a damaged blueprint cannot make one that takes
+    // forever to build (each layer's weights are made here).
+    if (options.layers > kMaxRnnLayers) {
+        throw ModuleError("RNN: layers must be at most " + std::to_string(kMaxRnnLayers) + ", got " +
+                          std::to_string(options.layers));
+    }
     if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
         throw ModuleError("RNN: dropout must be in [0, 1), got " + std::to_string(options.dropout));
     }

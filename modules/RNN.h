@@ -8,8 +8,11 @@
 
 namespace tessera {
 
+/// The most layers an RNN stacks.
+inline constexpr int64_t kMaxRnnLayers = 1024;
+
 struct RNNOptions {
-    int64_t layers = 1;
+    int64_t layers = 1; ///< 1 to kMaxRnnLayers
     RnnMode mode = RnnMode::lstm;
     bool bidirectional = false;
     /// true: y holds every step; false: only the last step's output.

@@ -409,6 +409,8 @@ TEST(RNN, ShapesAndBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { rnn(Tensor::zeros({3, 2, 5}, DType::int32)); }, {"int32"}));
     EXPECT_TRUE(throwsShapeError([&] { rnn(Tensor::empty({0, 2, 5})); }, {"empty"}));
     EXPECT_THROW(RNN(0, 4), ModuleError);
+    EXPECT_TRUE(testing::throwsModuleError([] { RNN(3, 4, {.layers = 29999999999999999}); },
+                                           {"RNN: layers must be at most 1024, got 29999999999999999"}));
     RNN st(5, 7, {.layers = 2, .initialStates = true, .lengths = true, .name = "st"});
     const Tensor x = randomTensor({3, 2, 5}, 1), h = randomTensor({2, 2, 7}, 2);
     const Tensor lens = Tensor::fromVector({2}, std::vector<int32_t>{3, 1});
