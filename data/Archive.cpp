@@ -194,17 +194,14 @@ std::vector<uint8_t> zipMember(const File& f, const Member& m, const std::string
 
 // ---- the data set -------------------------------------------------------------------------
 
-std::vector<std::string> components(const std::string& name) {
-    std::vector<std::string> out;
-    size_t from = 0;
-    while (from <= name.size()) {
-        const size_t slash = name.find('/', from);
-        const std::string part = name.substr(from, slash == std::string::npos ? std::string::npos : slash - from);
-        if (!part.empty() && part != ".") out.push_back(part);
-        if (slash == std::string::npos) break;
-        from = slash + 1;
+// Where `name` (its components `c`) sits as split/<class>/.../<image>: 0 at the archive's
+// top, 1 under one top folder, -1 elsewhere.
+int splitDepth(const std::string& name, const std::vector<std::string>& c, const std::string& split) {
+    if (!data_detail::isImageName(name)) return -1;
+    for (size_t depth = 0; depth < 2; ++depth) {
+        if (c.size() >= depth + 3 && c[depth] == split) return static_cast<int>(depth);
     }
-    return out;
+    return -1;
 }
 
 class ArchiveDataset : public Dataset {
@@ -216,9 +213,7 @@ public:
             auto kept = data_detail::readTarMembers(
                 path,
                 [&](const std::string& name) {
-                    const std::vector<std::string> c = components(name);
-                    return data_detail::isImageName(name) &&
-                           ((c.size() >= 3 && c[0] == split) || (c.size() >= 4 && c[1] == split));
+                    return splitDepth(name, data_detail::pathComponents(name), split) >= 0;
                 },
                 "image archive", kMaxInMemory,
                 "a .tar.gz is held in memory: unpack it (tar xzf) and give the folder, or give the plain tar");
@@ -235,15 +230,11 @@ public:
         std::map<std::string, std::vector<const Member*>> byClass[2];
         std::map<std::string, int> tops;
         for (const Member& m : members) {
-            const std::vector<std::string> c = components(m.name);
-            if (!data_detail::isImageName(m.name)) continue;
-            for (size_t depth = 0; depth < 2; ++depth) {
-                if (c.size() >= depth + 3 && c[depth] == split) {
-                    byClass[depth][c[depth + 1]].push_back(&m);
-                    if (depth == 1) tops[c[0]] = 1;
-                    break;
-                }
-            }
+            const std::vector<std::string> c = data_detail::pathComponents(m.name);
+            const int depth = splitDepth(m.name, c, split);
+            if (depth < 0) continue;
+            byClass[depth][c[depth + 1]].push_back(&m);
+            if (depth == 1) tops[c[0]] = 1;
         }
         const size_t depth = byClass[0].empty() ? 1 : 0;
         if (byClass[depth].empty()) {

@@ -100,21 +100,17 @@ CifarFiles cifarFiles(const std::string& where, const std::string& inner, const 
     }
     // A member counts by its last name, at the archive's top or in one folder.
     auto base = [](const std::string& name) {
-        const size_t slash = name.rfind('/');
-        return std::make_pair(slash == std::string::npos ? name : name.substr(slash + 1),
-                              slash == std::string::npos ? 0 : std::count(name.begin(), name.end(), '/'));
+        const std::vector<std::string> c = data_detail::pathComponents(name);
+        return c.size() == 1 || c.size() == 2 ? c.back() : std::string();
     };
     auto members = data_detail::readTarMembers(
         where,
-        [&](const std::string& name) {
-            const auto [b, depth] = base(name);
-            return depth <= 1 && std::find(wanted.begin(), wanted.end(), b) != wanted.end();
-        },
+        [&](const std::string& name) { return std::find(wanted.begin(), wanted.end(), base(name)) != wanted.end(); },
         what + " archive", kMaxCifarBytes);
     for (const std::string& w : wanted) {
         int found = 0;
         for (auto& [name, bytes] : members) {
-            if (base(name).first != w) continue;
+            if (base(name) != w) continue;
             if (++found > 1) throw IoError(what + " archive " + where + " holds " + w + " twice");
             files.names.push_back(where + ":" + name);
             files.bytes.push_back(std::move(bytes));

@@ -31,6 +31,19 @@ constexpr uint64_t kMaxNameRecord = uint64_t{1} << 20;
 
 } // namespace
 
+std::vector<std::string> pathComponents(const std::string& name) {
+    std::vector<std::string> out;
+    size_t from = 0;
+    while (from <= name.size()) {
+        const size_t slash = name.find('/', from);
+        const std::string part = name.substr(from, slash == std::string::npos ? std::string::npos : slash - from);
+        if (!part.empty() && part != ".") out.push_back(part);
+        if (slash == std::string::npos) break;
+        from = slash + 1;
+    }
+    return out;
+}
+
 TarHeader parseTarHeader(const uint8_t* h, uint64_t offset, const std::string& what) {
     TarHeader t;
     if (std::all_of(h, h + 512, [](uint8_t b) { return b == 0; })) {

@@ -47,6 +47,9 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>>
 readTarMembers(const std::string& path, const std::function<bool(const std::string&)>& want, const std::string& what,
                uint64_t maxBytes = uint64_t{1} << 32, const std::string& tooMuch = "damaged, or not the data expected");
 
+/// The names between a member name's slashes, without empty and "." ones ("./a//b" gives a, b).
+std::vector<std::string> pathComponents(const std::string& name);
+
 /// Whether the file at `path` starts with gzip's magic bytes.
 bool isGzipFile(const std::string& path);
 

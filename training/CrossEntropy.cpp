@@ -53,7 +53,11 @@ double CrossEntropy::runSoft(const Tensor& scores, const Tensor& probabilities, 
     const int64_t c = scores.shape()[1];
     Tensor t = probabilities;
     if (options_.labelSmoothing > 0.0f) {
-        t = Tensor::empty(probabilities.shape(), DType::float32, probabilities.device());
+        if (!smoothed_.defined() || smoothed_.shape() != probabilities.shape() ||
+            smoothed_.device() != probabilities.device()) {
+            smoothed_ = Tensor::empty(probabilities.shape(), DType::float32, probabilities.device());
+        }
+        t = smoothed_;
         const float e = options_.labelSmoothing;
         backendOf(t).affine(probabilities, 1.0f - e, e / static_cast<float>(c), t);
     }

@@ -48,6 +48,7 @@ private:
 
     CrossEntropyOptions options_;
     Tensor weights_;
+    Tensor smoothed_; ///< the smoothed probabilities, kept from batch to batch
     double lastAccuracy_ = 0.0;
 };
 
