@@ -86,6 +86,7 @@ uint32_t le32(const uint8_t* p) {
     return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
            (static_cast<uint32_t>(p[3]) << 24);
 }
+uint64_t le64(const uint8_t* p) { return le32(p) | (static_cast<uint64_t>(le32(p + 4)) << 32); }
 
 // ---- tar ----------------------------------------------------------------------------------
 
@@ -131,9 +132,24 @@ std::vector<Member> listZip(const File& f, const std::string& path) {
     while (at >= 0 && le32(t.data() + at) != 0x06054b50) --at;
     if (at < 0) throw bad("not a zip file (no end of central directory record)");
     const uint8_t* e = t.data() + at;
-    const uint64_t entries = le16(e + 10), dirSize = le32(e + 12), dirOffset = le32(e + 16);
-    if (entries == 0xFFFF || dirSize == 0xFFFFFFFF || dirOffset == 0xFFFFFFFF) {
-        throw bad("a ZIP64 archive (more than 65,535 members or 4 GiB); repack it as tar");
+    uint64_t entries = le16(e + 10), dirSize = le32(e + 12), dirOffset = le32(e + 16);
+    // ZIP64: a locator just before that record points to a record of 64-bit counts, which
+    // then holds the true values (writers mark the 16- and 32-bit fields 0xFFFF... or not).
+    const uint64_t endAt = f.size() - tail + static_cast<uint64_t>(at);
+    if (at >= 20 && le32(e - 20) == 0x07064b50) {
+        const uint64_t recordAt = le64(e - 20 + 8);
+        const std::vector<uint8_t> r = f.read(recordAt, 56, "the ZIP64 end of central directory record");
+        if (le32(r.data()) != 0x06064b50 || recordAt + 56 > endAt - 20) {
+            throw bad("no ZIP64 end of central directory record where its locator says (byte " +
+                      std::to_string(recordAt) + ")");
+        }
+        entries = le64(r.data() + 32), dirSize = le64(r.data() + 40), dirOffset = le64(r.data() + 48);
+    } else if (entries == 0xFFFF || dirSize == 0xFFFFFFFF || dirOffset == 0xFFFFFFFF) {
+        throw bad("the end of central directory record declares ZIP64 but no ZIP64 locator precedes it (damaged)");
+    }
+    if (entries > dirSize / 46) { // each entry takes 46 bytes at least
+        throw bad(std::to_string(entries) + " members cannot fit a central directory of " + std::to_string(dirSize) +
+                  " bytes (damaged)");
     }
     const std::vector<uint8_t> dir = f.read(dirOffset, dirSize, "the zip central directory");
     std::vector<Member> out;
@@ -144,13 +160,38 @@ std::vector<Member> listZip(const File& f, const std::string& path) {
         }
         const uint8_t* d = dir.data() + p;
         const size_t nameLen = le16(d + 28), extraLen = le16(d + 30), commentLen = le16(d + 32);
-        if (p + 46 + nameLen > dir.size()) throw bad("central directory entry " + std::to_string(k) + " is truncated");
+        if (p + 46 + nameLen + extraLen > dir.size()) {
+            throw bad("central directory entry " + std::to_string(k) + " is truncated");
+        }
         Member m;
         m.name = std::string(reinterpret_cast<const char*>(d + 46), nameLen);
         m.method = static_cast<int>(le16(d + 10));
         m.size = le32(d + 20);
         m.unpacked = le32(d + 24);
         m.offset = le32(d + 42);
+        // Sizes and offsets too large for 32 bits are in the ZIP64 extra field (id 1), in
+        // this order, each present only where the entry's own field holds 0xFFFFFFFF.
+        uint64_t* const wide[] = {&m.unpacked, &m.size, &m.offset};
+        if (std::any_of(std::begin(wide), std::end(wide), [](const uint64_t* v) { return *v == 0xFFFFFFFF; })) {
+            const uint8_t* x = d + 46 + nameLen;
+            const uint8_t* const xEnd = x + extraLen;
+            while (x + 4 <= xEnd && le16(x) != 1) x += 4 + le16(x + 2);
+            if (x + 4 > xEnd || x + 4 + le16(x + 2) > xEnd) {
+                throw bad("central directory entry " + std::to_string(k) + " (" + m.name +
+                          ") marks a ZIP64 size or offset but has no ZIP64 extra field for it");
+            }
+            const uint8_t* v = x + 4;
+            const uint8_t* const vEnd = v + le16(x + 2);
+            for (uint64_t* field : wide) {
+                if (*field != 0xFFFFFFFF) continue;
+                if (v + 8 > vEnd) {
+                    throw bad("central directory entry " + std::to_string(k) + " (" + m.name +
+                              ") has a ZIP64 extra field too short for its marked sizes");
+                }
+                *field = le64(v);
+                v += 8;
+            }
+        }
         if (le16(d + 8) & 1) m.method = -1; // encrypted: refused when read
         if (!m.name.empty() && m.name.back() != '/') out.push_back(std::move(m));
         p += 46 + nameLen + extraLen + commentLen;

@@ -83,8 +83,15 @@ void put32(std::vector<uint8_t>& b, uint32_t v) {
     for (int s = 0; s < 32; s += 8) b.push_back(static_cast<uint8_t>(v >> s));
 }
 
-// A zip archive of (name, bytes) members, stored or deflated.
-std::vector<uint8_t> zipOf(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& members, bool deflated) {
+void put64(std::vector<uint8_t>& b, uint64_t v) {
+    for (int s = 0; s < 64; s += 8) b.push_back(static_cast<uint8_t>(v >> s));
+}
+
+// A zip archive of (name, bytes) members, stored or deflated; with `zip64`, every size and
+// offset in ZIP64 extra fields and the counts in ZIP64 end records, as for archives over
+// 4 GiB or 65,535 members.
+std::vector<uint8_t> zipOf(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& members, bool deflated,
+                           bool zip64 = false) {
     std::vector<uint8_t> out, dir;
     for (const auto& [name, bytes] : members) {
         std::vector<uint8_t> packed = bytes;
@@ -109,17 +116,26 @@ std::vector<uint8_t> zipOf(const std::vector<std::pair<std::string, std::vector<
         out.insert(out.end(), name.begin(), name.end());
         out.insert(out.end(), packed.begin(), packed.end());
         put32(dir, 0x02014b50), put16(dir, 20), put16(dir, 20), put16(dir, 0), put16(dir, method), put32(dir, 0);
-        put32(dir, crc), put32(dir, static_cast<uint32_t>(packed.size())),
-            put32(dir, static_cast<uint32_t>(bytes.size()));
-        put16(dir, static_cast<uint32_t>(name.size())), put16(dir, 0), put16(dir, 0), put16(dir, 0), put16(dir, 0);
-        put32(dir, 0), put32(dir, offset);
+        put32(dir, crc), put32(dir, zip64 ? 0xFFFFFFFF : static_cast<uint32_t>(packed.size())),
+            put32(dir, zip64 ? 0xFFFFFFFF : static_cast<uint32_t>(bytes.size()));
+        put16(dir, static_cast<uint32_t>(name.size())), put16(dir, zip64 ? 28 : 0), put16(dir, 0), put16(dir, 0);
+        put16(dir, 0), put32(dir, 0), put32(dir, zip64 ? 0xFFFFFFFF : offset);
         dir.insert(dir.end(), name.begin(), name.end());
+        if (zip64) put16(dir, 1), put16(dir, 24), put64(dir, bytes.size()), put64(dir, packed.size()), put64(dir, offset);
     }
     const auto dirOffset = static_cast<uint32_t>(out.size());
     out.insert(out.end(), dir.begin(), dir.end());
+    if (zip64) {
+        const uint64_t recordAt = out.size();
+        put32(out, 0x06064b50), put64(out, 44), put16(out, 45), put16(out, 45), put32(out, 0), put32(out, 0);
+        put64(out, members.size()), put64(out, members.size()), put64(out, dir.size()), put64(out, dirOffset);
+        put32(out, 0x07064b50), put32(out, 0), put64(out, recordAt), put32(out, 1);
+    }
     put32(out, 0x06054b50), put16(out, 0), put16(out, 0);
-    put16(out, static_cast<uint32_t>(members.size())), put16(out, static_cast<uint32_t>(members.size()));
-    put32(out, static_cast<uint32_t>(dir.size())), put32(out, dirOffset), put16(out, 0);
+    put16(out, zip64 ? 0xFFFF : static_cast<uint32_t>(members.size()));
+    put16(out, zip64 ? 0xFFFF : static_cast<uint32_t>(members.size()));
+    put32(out, zip64 ? 0xFFFFFFFF : static_cast<uint32_t>(dir.size()));
+    put32(out, zip64 ? 0xFFFFFFFF : dirOffset), put16(out, 0);
     return out;
 }
 
@@ -144,8 +160,8 @@ int main(int argc, char** argv) {
     writeJpeg((dir / "image/colour.jpg").string(), colour, 80);
     writeJpeg((dir / "image/gray.jpg").string(), gray, 80);
 
-    // Image folders in archives: a tar (plain and gzip-compressed), a zip of stored members
-    // and one of deflated ones.
+    // Image folders in archives: a tar (plain and gzip-compressed), a zip of stored members,
+    // one of deflated ones and one in ZIP64's records.
     {
         const std::vector<std::pair<std::string, std::vector<uint8_t>>> members = {
             {"train/a/1.png", readBytes(dir / "image/colour.png")},
@@ -156,6 +172,7 @@ int main(int argc, char** argv) {
         writeGzip(dir / "archive/folders.tar.gz", tarOf(members));
         write(dir / "archive/stored.zip", zipOf(members, false));
         write(dir / "archive/deflated.zip", zipOf(members, true));
+        write(dir / "archive/zip64.zip", zipOf(members, true, true));
     }
 
     // Array data sets: two CIFAR-10 records, one CIFAR-100 record, .npy images of both kinds.
