@@ -198,8 +198,8 @@ std::vector<float> parseFloats(const std::string& text, const std::string& item)
 }
 
 const char* kSyntax = "expected a comma-separated list of resize:S | resize:HxW, crop:S[:PAD] | crop:HxW[:PAD], "
-                      "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, jitter:B[:C[:S[:H]]], "
-                      "erase[:P[:MIN:MAX]], "
+                      "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, "
+                      "affine:DEG[:T[:LO/HI[:SHEAR]]], jitter:B[:C[:S[:H]]], erase[:P[:MIN:MAX]], "
                       "normalize:M1/M2/..:S1/S2/.. | normalize:cifar10 | cifar100 | imagenet | mnist";
 
 std::string numberStr(double v) {
@@ -354,26 +354,53 @@ Image Transforms::hueShifted(const Image& image, double shift) {
     return out;
 }
 
-Image Transforms::rotated(const Image& in, double degrees) {
+Transforms& Transforms::affine(double degrees, double translate, double minScale, double maxScale, double shear) {
+    auto bad = [](const std::string& what) { return ModuleError("Transforms::affine: " + what); };
+    if (!(degrees >= 0.0 && degrees <= 180.0)) throw bad("degrees must lie in [0, 180], got " + numberStr(degrees));
+    if (!(translate >= 0.0 && translate <= 1.0)) {
+        throw bad("translate must lie in [0, 1] (a fraction of the size), got " + numberStr(translate));
+    }
+    if (!(minScale > 0.0 && minScale <= maxScale && maxScale <= 100.0)) {
+        throw bad("the zoom range needs 0 < LO <= HI <= 100, got " + numberStr(minScale) + " and " +
+                  numberStr(maxScale));
+    }
+    if (!(shear >= 0.0 && shear < 90.0)) throw bad("shear must lie in [0, 90) degrees, got " + numberStr(shear));
+    Step a = step(Kind::affine);
+    a.degrees = degrees, a.translate = translate, a.scale = minScale, a.maxScale = maxScale, a.shear = shear;
+    steps_.push_back(a);
+    return *this;
+}
+
+Image Transforms::rotated(const Image& in, double degrees) { return warped(in, degrees); }
+
+Image Transforms::warped(const Image& in, double degrees, double tx, double ty, double scale, double shear) {
+    // torchvision's inverse of C T R S Sh C^-1 (its angle clockwise: ours negated), taking an
+    // output pixel's centre, relative to the image's centre, back onto the input.
+    constexpr double kRadian = 3.14159265358979323846 / 180.0;
+    const double r = -degrees * kRadian, t = std::tan(shear * kRadian);
+    const double a = std::cos(r), b = -std::cos(r) * t - std::sin(r), c = std::sin(r),
+                 d = -std::sin(r) * t + std::cos(r);
+    const double m00 = d / scale, m01 = -b / scale, m10 = -c / scale, m11 = a / scale;
     Image out(in.channels, in.height, in.width);
-    const double a = degrees * 3.14159265358979323846 / 180.0, ca = std::cos(a), sa = std::sin(a);
     const double cx = static_cast<double>(in.width) / 2.0, cy = static_cast<double>(in.height) / 2.0;
-    auto at = [&](int64_t c, int64_t y, int64_t x) {
-        return y >= 0 && y < in.height && x >= 0 && x < in.width ? in.at(c, y, x) : 0.0f;
+    auto at = [&](int64_t ch, int64_t y, int64_t x) {
+        return y >= 0 && y < in.height && x >= 0 && x < in.width ? in.at(ch, y, x) : 0.0f;
     };
     for (int64_t y = 0; y < in.height; ++y) {
         for (int64_t x = 0; x < in.width; ++x) {
-            // The output pixel's centre, turned back (clockwise; y points down) onto the input.
-            const double dx = static_cast<double>(x) + 0.5 - cx, dy = static_cast<double>(y) + 0.5 - cy;
-            const double sx = cx + dx * ca - dy * sa - 0.5, sy = cy + dx * sa + dy * ca - 0.5;
+            const double dx = static_cast<double>(x) + 0.5 - cx - tx, dy = static_cast<double>(y) + 0.5 - cy - ty;
+            const double sx = cx + m00 * dx + m01 * dy - 0.5, sy = cy + m10 * dx + m11 * dy - 0.5;
             const double fx0 = std::floor(sx), fy0 = std::floor(sy);
+            if (!(fx0 >= -1.0 && fy0 >= -1.0 && fx0 < static_cast<double>(in.width) &&
+                  fy0 < static_cast<double>(in.height))) {
+                continue; // wholly outside (or not a number, for a degenerate zoom)
+            }
             const auto x0 = static_cast<int64_t>(fx0), y0 = static_cast<int64_t>(fy0);
-            if (x0 < -1 || y0 < -1 || x0 >= in.width || y0 >= in.height) continue; // wholly outside
             const auto fx = static_cast<float>(sx - fx0), fy = static_cast<float>(sy - fy0);
-            for (int64_t c = 0; c < in.channels; ++c) {
-                const float top = at(c, y0, x0) * (1 - fx) + at(c, y0, x0 + 1) * fx;
-                const float bottom = at(c, y0 + 1, x0) * (1 - fx) + at(c, y0 + 1, x0 + 1) * fx;
-                out.at(c, y, x) = top * (1 - fy) + bottom * fy;
+            for (int64_t ch = 0; ch < in.channels; ++ch) {
+                const float top = at(ch, y0, x0) * (1 - fx) + at(ch, y0, x0 + 1) * fx;
+                const float bottom = at(ch, y0 + 1, x0) * (1 - fx) + at(ch, y0 + 1, x0 + 1) * fx;
+                out.at(ch, y, x) = top * (1 - fy) + bottom * fy;
             }
         }
     }
@@ -407,6 +434,15 @@ Transforms Transforms::parse(const std::string& spec) {
                 t.randomResizedCrop(h, w, args == 2 ? parseFloats(parts[2], item).at(0) : 0.08);
             } else if (name == "rotate" && args == 1) {
                 t.rotate(parseFloats(parts[1], item).at(0));
+            } else if (name == "affine" && args >= 1 && args <= 4) {
+                const double translate = args >= 2 ? parseFloats(parts[2], item).at(0) : 0.0;
+                std::vector<float> zoom{1.0f, 1.0f};
+                if (args >= 3) zoom = parseFloats(parts[3], item);
+                if (zoom.size() != 2) {
+                    throw ModuleError("transform '" + item + "': the zoom range is LO/HI, got '" + parts[3] + "'");
+                }
+                t.affine(parseFloats(parts[1], item).at(0), translate, zoom[0], zoom[1],
+                         args == 4 ? parseFloats(parts[4], item).at(0) : 0.0);
             } else if (name == "jitter" && args >= 1 && args <= 4) {
                 std::vector<double> v(4, 0.0);
                 for (size_t k = 0; k < args; ++k) v[k] = parseFloats(parts[k + 1], item).at(0);
@@ -519,6 +555,20 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
             if (!train) break;
             const double angle = s.degrees * (2.0 * unit() - 1.0);
             if (angle != 0.0) image = rotated(image, angle);
+            break;
+        }
+        case Kind::affine: {
+            if (!train) break;
+            // torchvision's order of draws: angle, shift across and down, zoom, shear.
+            const double angle = s.degrees * (2.0 * unit() - 1.0);
+            const double across = s.translate * static_cast<double>(image.width);
+            const double down = s.translate * static_cast<double>(image.height);
+            const double tx = std::round(across * (2.0 * unit() - 1.0)), ty = std::round(down * (2.0 * unit() - 1.0));
+            const double zoom = s.scale + (s.maxScale - s.scale) * unit();
+            const double shear = s.shear * (2.0 * unit() - 1.0);
+            if (angle != 0.0 || tx != 0.0 || ty != 0.0 || zoom != 1.0 || shear != 0.0) {
+                image = warped(image, angle, tx, ty, zoom, shear);
+            }
             break;
         }
         case Kind::jitter: {
@@ -653,6 +703,15 @@ std::string Transforms::str() const {
             if (s.scale != 0.08) out += ":" + numberStr(s.scale);
             break;
         case Kind::rotate: out += "rotate:" + numberStr(s.degrees); break;
+        case Kind::affine:
+            out += "affine:" + numberStr(s.degrees);
+            if (s.translate != 0 || s.scale != 1 || s.maxScale != 1 || s.shear != 0)
+                out += ":" + numberStr(s.translate);
+            if (s.scale != 1 || s.maxScale != 1 || s.shear != 0) {
+                out += ":" + numberStr(s.scale) + "/" + numberStr(s.maxScale);
+            }
+            if (s.shear != 0) out += ":" + numberStr(s.shear);
+            break;
         case Kind::erase:
             out += "erase";
             if (s.p != 0.5 || s.scale != 0.02 || s.maxScale != 0.33) out += ":" + numberStr(s.p);

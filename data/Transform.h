@@ -12,10 +12,11 @@
 namespace tessera {
 
 /// An ordered list of steps applied to each image. Random steps (`randomCrop`,
-/// `randomResizedCrop`, `flip`, `rotate`, `jitter`, `erase`) act only in training; in
-/// evaluation a random crop becomes a centre crop of the same size (no padding), a
-/// random-resized crop a resize of the shorter side and a centre crop, and flips,
-/// rotations, jitter and erasing do nothing, so the test set sees the same geometry.
+/// `randomResizedCrop`, `flip`, `rotate`, `affine`, `jitter`, `erase`) act only in
+/// training; in evaluation a random crop becomes a centre crop of the same size (no
+/// padding), a random-resized crop a resize of the shorter side and a centre crop, and
+/// flips, rotations, affine warps, jitter and erasing do nothing, so the test set sees the
+/// same geometry.
 class Transforms {
 public:
     struct Step {
@@ -28,15 +29,18 @@ public:
             randomResizedCrop,
             rotate,
             jitter,
-            erase
+            erase,
+            affine
         } kind;
         int64_t height = 0, width = 0; ///< resize (width 0: shorter side to height), crops
         int64_t pad = 0;               ///< randomCrop: zero padding on every side first
         double p = 0.5;                ///< flip, erase: probability
         std::vector<float> mean, std;  ///< normalize: one value per channel, or one for all
-        double scale = 0.08;           ///< randomResizedCrop: the least area fraction; erase: the least
-        double maxScale = 0.33;        ///< erase: the largest area fraction
-        double degrees = 0;            ///< rotate: the largest angle either way
+        double scale = 0.08; ///< randomResizedCrop: the least area fraction; erase: the least; affine: the least zoom
+        double maxScale = 0.33; ///< erase: the largest area fraction; affine: the largest zoom
+        double degrees = 0;     ///< rotate, affine: the largest angle either way
+        double translate = 0;   ///< affine: the largest shift either way, a fraction of the width (height)
+        double shear = 0;       ///< affine: the largest x-shear either way, in degrees
         double brightness = 0, contrast = 0, saturation = 0, hue = 0; ///< jitter: the largest change of each
     };
 
@@ -60,6 +64,13 @@ public:
     /// A rotation by an angle uniform in [-degrees, degrees] (counter-clockwise positive)
     /// about the image's centre, bilinear, the corners filled with zeros; same size.
     Transforms& rotate(double degrees);
+    /// torchvision's RandomAffine: about the image's centre, a rotation by an angle uniform in
+    /// [-degrees, degrees] (counter-clockwise positive), a zoom uniform in [minScale,
+    /// maxScale] and an x-shear uniform in [-shear, shear] degrees, then a shift of a whole
+    /// number of pixels, up to `translate` times the width across and the height down;
+    /// bilinear, zeros outside, same size.
+    Transforms& affine(double degrees, double translate = 0, double minScale = 1, double maxScale = 1,
+                       double shear = 0);
     /// torchvision's ColorJitter in a fixed order: brightness (x f), contrast (blend with the
     /// mean grey level) and saturation (blend with each pixel's grey; colour images only),
     /// each factor uniform in [max(0, 1 - v), 1 + v] for its value v (0: left out), the
@@ -83,6 +94,7 @@ public:
     ///   flip[:P]                   horizontal flip with probability P (0.5)
     ///   rrc:S[:MIN] | rrc:HxW[:MIN] random-resized crop of area fraction [MIN (0.08), 1]
     ///   rotate:DEG                  rotation by up to DEG degrees either way
+    ///   affine:DEG[:T[:LO/HI[:SH]]] rotation, shift by up to T of the size, zoom in [LO, HI], x-shear up to SH degrees
     ///   jitter:B[:C[:S[:H]]]        brightness, contrast, saturation and hue jitter
     ///   erase[:P[:MIN:MAX]]         random erasing with probability P (0.5) of [MIN, MAX] (0.02, 0.33)
     ///   normalize:M1/M2/M3:S1/S2/S3, or normalize:cifar10 | cifar100 | imagenet | mnist
@@ -98,6 +110,13 @@ public:
     /// `in` rotated by `degrees` (counter-clockwise) about its centre, bilinear, zeros
     /// outside: the geometry `rotate` applies.
     static Image rotated(const Image& in, double degrees);
+    /// `in` warped about its centre as torchvision's `affine(img, angle=-degrees,
+    /// translate=[tx, ty], scale=scale, shear=[shear, 0])` warps a tensor: rotated by
+    /// `degrees` (counter-clockwise), zoomed by `scale`, x-sheared by `shear` degrees and
+    /// shifted by (tx, ty) pixels (right, down); bilinear, zeros outside: the geometry
+    /// `affine` applies.
+    static Image warped(const Image& in, double degrees, double tx = 0, double ty = 0, double scale = 1,
+                        double shear = 0);
 
     const std::vector<Step>& steps() const { return steps_; }
     bool empty() const { return steps_.empty(); }

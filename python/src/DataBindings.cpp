@@ -116,6 +116,29 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
         .def("randomResizedCrop", &Transforms::randomResizedCrop, py::arg("height"), py::arg("width"),
              py::arg("scale") = 0.08, py::return_value_policy::reference)
         .def("rotate", &Transforms::rotate, py::arg("degrees"), py::return_value_policy::reference)
+        .def(
+            "affine",
+            [](Transforms& t, double degrees, double translate, std::pair<double, double> scale,
+               double shear) -> Transforms& { return t.affine(degrees, translate, scale.first, scale.second, shear); },
+            py::arg("degrees"), py::arg("translate") = 0.0, py::arg("scale") = std::make_pair(1.0, 1.0),
+            py::arg("shear") = 0.0, py::return_value_policy::reference,
+            "torchvision's RandomAffine: rotation up to degrees, shift up to translate of the size, zoom in "
+            "scale=(lo, hi), x-shear up to shear degrees.")
+        .def_static(
+            "warp",
+            [](const py::array_t<float, py::array::c_style | py::array::forcecast>& image, double degrees,
+               std::pair<double, double> translate, double scale, double shear) {
+                if (image.ndim() != 3) {
+                    throw ShapeError("Transforms.warp: expects an image [C, H, W], got " +
+                                     std::to_string(image.ndim()) + " dimensions");
+                }
+                Image in(image.shape(0), image.shape(1), image.shape(2));
+                std::copy(image.data(), image.data() + image.size(), in.pixels.begin());
+                return imageArray(Transforms::warped(in, degrees, translate.first, translate.second, scale, shear));
+            },
+            py::arg("image"), py::arg("degrees") = 0.0, py::arg("translate") = std::make_pair(0.0, 0.0),
+            py::arg("scale") = 1.0, py::arg("shear") = 0.0,
+            "An image [C, H, W] warped as the affine step does (torchvision's affine with angle=-degrees).")
         .def("erase", &Transforms::erase, py::arg("p") = 0.5, py::arg("minScale") = 0.02, py::arg("maxScale") = 0.33,
              py::return_value_policy::reference,
              "Random erasing: with probability p, a box of [minScale, maxScale] of the area set to zero.")

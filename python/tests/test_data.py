@@ -174,6 +174,64 @@ def test_trainer_and_validator_on_loaders_and_a_checkpoint_resumes_exactly(tmp_p
     assert ts.loadCheckpoint(path, net, opt, trainer) == '{"best": 0.5}'  # the caller's own notes come back
 
 
+def test_affine_warp_matches_torchvision():
+    torch = pytest.importorskip("torch")
+    F = pytest.importorskip("torchvision.transforms.functional")
+    image = np.random.default_rng(5).uniform(0, 1, (3, 13, 18)).astype(np.float32)
+    for degrees, translate, scale, shear in [(0, (0, 0), 1, 0), (90, (0, 0), 1, 0), (-33, (0, 0), 1, 0),
+                                             (0, (3, -2), 1, 0), (0, (0, 0), 1.3, 0), (0, (0, 0), 0.7, 0),
+                                             (0, (0, 0), 1, 20), (0, (0, 0), 1, -35), (17, (-4, 1), 0.85, 12)]:
+        got = ts.Transforms.warp(image, degrees, translate, scale, shear)
+        want = F.affine(torch.from_numpy(image), angle=-degrees, translate=list(translate), scale=scale,
+                        shear=[float(shear), 0.0], interpolation=F.InterpolationMode.BILINEAR).numpy()
+        np.testing.assert_allclose(got, want, atol=2e-6, err_msg=str((degrees, translate, scale, shear)))
+    # A quarter turn counter-clockwise is NumPy's rot90 on a square image.
+    square = image[:, :12, :12]
+    np.testing.assert_allclose(ts.Transforms.warp(square, 90), np.rot90(square, 1, axes=(1, 2)), atol=1e-5)
+    with pytest.raises(ts.ShapeError, match=r"\[C, H, W\]"):
+        ts.Transforms.warp(image[0], 10)
+
+
+def test_random_affine(folder):
+    t = ts.Transforms().affine(10, translate=0.1, scale=(0.9, 1.1), shear=5)
+    assert repr(t) == "tessera.Transforms('affine:10:0.1:0.9/1.1:5')"
+    assert repr(ts.Transforms("affine:10:0.1:0.9/1.1:5")) == repr(t)
+    assert repr(ts.Transforms("affine:15")) == "tessera.Transforms('affine:15')"
+    assert repr(ts.Transforms("affine:0:0.2")) == "tessera.Transforms('affine:0:0.2')"
+    ds = ts.imageFolder(str(folder), channels=3)
+    (x, _), = list(ts.Loader(ds, t, batchsize=10, seed=1, workers=2).epoch(0))
+    (again, _), = list(ts.Loader(ds, t, batchsize=10, seed=1, workers=0).epoch(0))
+    np.testing.assert_array_equal(x.numpy(), again.numpy())  # seeded by sample, not by worker
+    originals = np.stack([ds[i][0] for i in range(10)])
+    assert x.shape == originals.shape
+    assert all(not np.array_equal(x.numpy()[i], originals[i]) for i in range(10))  # every image moved
+    (second, _), = list(ts.Loader(ds, t, batchsize=10, seed=1).epoch(1))
+    assert not np.array_equal(second.numpy(), x.numpy())  # drawn anew each epoch
+    (evaluated, _), = list(ts.Loader(ds, t, batchsize=10, shuffle=False, train=False).epoch(0))
+    np.testing.assert_array_equal(evaluated.numpy(), originals)  # evaluation leaves images as they are
+    # A shift alone moves an image by whole pixels: each column (row) appears intact.
+    shift = ts.Transforms().affine(0, translate=0.5)
+    (s, _), = list(ts.Loader(ds, shift, batchsize=10, shuffle=False).epoch(0))
+    for i in range(10):
+        img, out = originals[i], s.numpy()[i]
+        found = [(dy, dx) for dy in range(-3, 4) for dx in range(-4, 5)
+                 if np.array_equal(out, np.roll(np.roll(img, dy, 1), dx, 2) *
+                                   _inside(img.shape, dy, dx))]
+        assert found, f"image {i} is not a whole-pixel shift"
+    for bad in ("affine:181", "affine:10:1.5", "affine:10:0.1:1.1/0.9", "affine:10:0.1:0/1", "affine:10:0:1/1:90",
+                "affine:10:0:0.9", "affine"):
+        with pytest.raises(ts.ModuleError):
+            ts.Transforms(bad)
+
+
+def _inside(shape, dy, dx):
+    """1 where a shift by (dy, dx) keeps a pixel of the image, 0 where it brings in zeros."""
+    mask = np.zeros(shape, np.float32)
+    h, w = shape[1], shape[2]
+    mask[:, max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = 1
+    return mask
+
+
 def test_random_resized_crop_rotation_and_jitter(folder):
     t = ts.Transforms().randomResizedCrop(5, 5, scale=0.3).rotate(10).jitter(0.3, 0.3, 0.3)
     assert repr(t) == "tessera.Transforms('rrc:5:0.3,rotate:10,jitter:0.3:0.3:0.3')"
@@ -293,3 +351,61 @@ def test_image_archives_read_as_the_folder(folder, tmp_path):
     with pytest.raises(ts.IoError, match="damaged.zip:test/cat/0.png"):
         damaged[0]
     np.testing.assert_array_equal(damaged[1][0], ts.imageFolder(str(root / "test"))[1][0])
+
+
+def test_zip64_archives(folder, tmp_path, monkeypatch):
+    import zipfile
+    root = tmp_path / "set"
+    for split in ("train", "test"):
+        for cls in ("cat", "dog"):
+            (root / split / cls).mkdir(parents=True)
+            for f in sorted((folder / cls).iterdir()):
+                (root / split / cls / f.name).write_bytes(f.read_bytes())
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    # ZIP64 records and extra fields on every member, as for archives over 4 GiB: the
+    # limits that make zipfile write them lowered to nothing.
+    wide = tmp_path / "wide.zip"
+    with monkeypatch.context() as m:
+        m.setattr(zipfile, "ZIP64_LIMIT", 0)
+        m.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", 0)
+        with zipfile.ZipFile(wide, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in files:
+                z.write(p, str(p.relative_to(root)))
+    data = wide.read_bytes()
+    assert data[-42:-38] == b"PK\x06\x07"  # the ZIP64 locator before the end record
+    # The same with the end record's own fields marked 0xFFFF..., as writers mark them when
+    # the values do not fit.
+    end = bytearray(data)
+    end[-22 + 8:-22 + 20] = b"\xff" * 12
+    marked = tmp_path / "marked.zip"
+    marked.write_bytes(bytes(end))
+    for split in ("train", "test"):
+        want = ts.imageFolder(str(root / split))
+        for archive in (wide, marked):
+            got = ts.imageArchive(str(archive), split)
+            assert len(got) == len(want) == 10 and got.classNames == ["cat", "dog"], archive
+            for i in range(len(want)):
+                np.testing.assert_array_equal(got[i][0], want[i][0], err_msg=f"{archive} {split} {i}")
+                assert got[i][1] == want[i][1]
+    # Damaged ZIP64 ends: the locator gone, or pointing elsewhere.
+    no_locator = bytes(end[:-42]) + bytes(end[-22:])
+    (tmp_path / "nolocator.zip").write_bytes(no_locator)
+    moved = bytearray(end)
+    moved[-42 + 8:-42 + 16] = (0).to_bytes(8, "little")
+    (tmp_path / "moved.zip").write_bytes(bytes(moved))
+    for name, text in (("nolocator.zip", "declares ZIP64 but no ZIP64 locator"),
+                       ("moved.zip", "no ZIP64 end of central directory record where its locator says")):
+        with pytest.raises(ts.IoError, match=text):
+            ts.imageArchive(str(tmp_path / name), "train")
+    # More than 65,535 members: zipfile itself switches to ZIP64.
+    many = tmp_path / "many.zip"
+    png = [(folder / c / "0.png").read_bytes() for c in ("cat", "dog")]
+    n = 65_600
+    with zipfile.ZipFile(many, "w", zipfile.ZIP_STORED) as z:
+        for i in range(n):
+            z.writestr(f"train/{'cd'[i % 2]}/{i:05d}.png", png[i % 2])
+    assert many.read_bytes()[-22 + 10:-22 + 12] == b"\xff\xff"
+    got = ts.imageArchive(str(many), "train")
+    assert len(got) == n and got.classNames == ["c", "d"]
+    np.testing.assert_array_equal(got[n - 1][0], ts.imageFolder(str(folder))[5][0])
+    assert got[n - 1][1] == 1 and got.where(n - 1).endswith("train/d/65599.png")

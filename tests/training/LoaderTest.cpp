@@ -650,7 +650,8 @@ TEST(Transforms, ParseReadsTheCommandLineSyntax) {
     EXPECT_EQ(Transforms::parse("normalize:cifar10").steps().at(0).mean.size(), 3u);
     EXPECT_TRUE(Transforms::parse("").empty());
     const std::string more = "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5,jitter:0.4:0."
-                             "3:0.2:0.1,jitter:0:0:0:0.5,erase,erase:0.25,erase:1:0.1:0.2";
+                             "3:0.2:0.1,jitter:0:0:0:0.5,erase,erase:0.25,erase:1:0.1:0.2,affine:15,affine:0:0.25,"
+                             "affine:10:0:0.75/1.25,affine:10:0.1:0.5/2:30";
     EXPECT_EQ(Transforms::parse(more).str(), more);
     for (const std::string bad : {"crop",
                                   "crop:a",
@@ -674,7 +675,16 @@ TEST(Transforms, ParseReadsTheCommandLineSyntax) {
                                   "erase:0.5:0.1",
                                   "erase:0.5:0.3:0.2",
                                   "erase:0.5:0:0.2",
-                                  "erase:0.5:0.1:1"}) {
+                                  "erase:0.5:0.1:1",
+                                  "affine",
+                                  "affine:-5",
+                                  "affine:5:2",
+                                  "affine:5:0:1.5",
+                                  "affine:5:0:1.5/1",
+                                  "affine:5:0:0/1",
+                                  "affine:5:0:1/1:-3",
+                                  "affine:5:0:1/1:90",
+                                  "affine:5:0:1/1:3:4"}) {
         try {
             Transforms::parse(bad);
             ADD_FAILURE() << "'" << bad << "' was accepted";

@@ -121,7 +121,8 @@ std::vector<uint8_t> zipOf(const std::vector<std::pair<std::string, std::vector<
         put16(dir, static_cast<uint32_t>(name.size())), put16(dir, zip64 ? 28 : 0), put16(dir, 0), put16(dir, 0);
         put16(dir, 0), put32(dir, 0), put32(dir, zip64 ? 0xFFFFFFFF : offset);
         dir.insert(dir.end(), name.begin(), name.end());
-        if (zip64) put16(dir, 1), put16(dir, 24), put64(dir, bytes.size()), put64(dir, packed.size()), put64(dir, offset);
+        if (zip64)
+            put16(dir, 1), put16(dir, 24), put64(dir, bytes.size()), put64(dir, packed.size()), put64(dir, offset);
     }
     const auto dirOffset = static_cast<uint32_t>(out.size());
     out.insert(out.end(), dir.begin(), dir.end());
