@@ -300,13 +300,14 @@ public:
     std::string describe() const override { return "image archive " + path_ + " (" + split_ + ")"; }
     std::vector<std::string> classNames() const override { return classNames_; }
     std::string where(int64_t index) const override { return path_ + ":" + at(index).first.name; }
-    Sample get(int64_t index) const override {
+    Sample get(int64_t index) const override { return getScaled(index, {}); }
+    Sample getScaled(int64_t index, const DecodeScale& shrink) const override {
         const auto& [m, label] = at(index);
         const std::string whereText = where(index);
-        if (compressed_) return {decodeImage(inMemory_[m.offset], whereText, channels_), label};
+        if (compressed_) return {decodeImage(inMemory_[m.offset], whereText, channels_, shrink), label};
         const std::vector<uint8_t> bytes =
             zip_ ? zipMember(file_, m, whereText) : file_.read(m.offset, m.size, whereText);
-        return {decodeImage(bytes, whereText, channels_), label};
+        return {decodeImage(bytes, whereText, channels_, shrink), label};
     }
 
 private:

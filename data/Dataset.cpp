@@ -199,10 +199,11 @@ public:
     std::string describe() const override { return "image folder " + dir_; }
     std::vector<std::string> classNames() const override { return names_; }
     std::string where(int64_t index) const override { return samples_[static_cast<size_t>(index)].first; }
-    Sample get(int64_t index) const override {
+    Sample get(int64_t index) const override { return getScaled(index, {}); }
+    Sample getScaled(int64_t index, const DecodeScale& shrink) const override {
         checkIndex(*this, index);
         const auto& [path, label] = samples_[static_cast<size_t>(index)];
-        return {readImage(path, channels_), label};
+        return {readImage(path, channels_, shrink), label};
     }
 
 private:
@@ -221,9 +222,10 @@ public:
     std::string describe() const override { return data_->describe(); }
     std::string where(int64_t index) const override { return data_->where(index); }
     std::vector<std::string> classNames() const override { return data_->classNames(); }
-    Sample get(int64_t index) const override {
+    Sample get(int64_t index) const override { return getScaled(index, {}); }
+    Sample getScaled(int64_t index, const DecodeScale& shrink) const override {
         checkIndex(*this, index);
-        return data_->get(index);
+        return data_->getScaled(index, shrink);
     }
 
 private:
@@ -243,9 +245,10 @@ public:
         checkIndex(*this, index);
         return data_->where(indices_[static_cast<size_t>(index)]);
     }
-    Sample get(int64_t index) const override {
+    Sample get(int64_t index) const override { return getScaled(index, {}); }
+    Sample getScaled(int64_t index, const DecodeScale& shrink) const override {
         checkIndex(*this, index);
-        return data_->get(indices_[static_cast<size_t>(index)]);
+        return data_->getScaled(indices_[static_cast<size_t>(index)], shrink);
     }
 
 private:
@@ -263,6 +266,9 @@ public:
     std::string where(int64_t index) const override { return data_->where(index); }
     std::vector<std::string> classNames() const override { return names_; }
     Sample get(int64_t index) const override { return data_->get(index); }
+    Sample getScaled(int64_t index, const DecodeScale& shrink) const override {
+        return data_->getScaled(index, shrink);
+    }
 
 private:
     DatasetPtr data_;

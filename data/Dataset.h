@@ -29,6 +29,12 @@ public:
     /// Sample `index` (0 <= index < size(), else ShapeError). IoError naming the file for a
     /// sample that cannot be read.
     virtual Sample get(int64_t index) const = 0;
+    /// get(index), its image decoded smaller where `shrink` allows it (a JPEG's DCT
+    /// scaling; see DecodeScale). What does not decode files ignores `shrink`.
+    virtual Sample getScaled(int64_t index, const DecodeScale& shrink) const {
+        (void)shrink;
+        return get(index);
+    }
     /// The number of classes (labels lie in [0, classes())).
     virtual int64_t classes() const = 0;
     /// Where sample `index` comes from, for messages: a file, or a file and a record.

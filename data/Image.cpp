@@ -80,8 +80,9 @@ extern "C" void jpegErrorExit(j_common_ptr info) {
 
 // Only plain locals between setjmp and a longjmp: nothing with a destructor is skipped.
 // Returns false with `err.message` set when libjpeg gives up.
+// `shrink` (when set; it must not throw) picks the scale, in eighths, from the header's size.
 bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, int64_t& height, int64_t& width,
-                JpegError& err) {
+                int64_t& fullHeight, int64_t& fullWidth, const DecodeScale* shrink, JpegError& err) {
     jpeg_decompress_struct info;
     info.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = jpegErrorExit;
@@ -93,13 +94,19 @@ bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, in
     jpeg_create_decompress(&info);
     jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
     jpeg_read_header(&info, TRUE);
-    height = info.image_height; // checked before libjpeg sizes its buffers by it
-    width = info.image_width;
+    height = fullHeight = info.image_height; // checked before libjpeg sizes its buffers by it
+    width = fullWidth = info.image_width;
     if (!sidesFit(height, width)) {
         jpeg_destroy_decompress(&info);
         return true; // the caller reports the size
     }
     info.out_color_space = JCS_RGB;
+    if (shrink != nullptr && *shrink) {
+        const double least = (*shrink)(height, width);
+        info.scale_num = 8;
+        info.scale_denom = 8;
+        while (info.scale_num > 1 && static_cast<double>(info.scale_num - 1) / 8.0 >= least) --info.scale_num;
+    }
     jpeg_start_decompress(&info);
     height = info.output_height;
     width = info.output_width;
@@ -113,15 +120,17 @@ bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, in
     return true;
 }
 
-Image readJpeg(const std::string& path, const std::vector<uint8_t>& bytes, int channels) {
+Image readJpeg(const std::string& path, const std::vector<uint8_t>& bytes, int channels, const DecodeScale& shrink) {
     std::vector<uint8_t> rgb;
-    int64_t height = 0, width = 0;
+    int64_t height = 0, width = 0, fullHeight = 0, fullWidth = 0;
     JpegError err{};
-    if (!decodeJpeg(bytes, rgb, height, width, err)) {
+    if (!decodeJpeg(bytes, rgb, height, width, fullHeight, fullWidth, &shrink, err)) {
         throw IoError("image " + path + ": malformed JPEG (" + err.message + ")");
     }
     checkSides(path, height, width);
-    return fromInterleaved(rgb.data(), height, width, 3, false, channels);
+    Image img = fromInterleaved(rgb.data(), height, width, 3, false, channels);
+    if (height != fullHeight || width != fullWidth) img.fullHeight = fullHeight, img.fullWidth = fullWidth;
+    return img;
 }
 
 Image readPng(const std::string& path, const std::vector<uint8_t>& bytes, int channels) {
@@ -210,19 +219,19 @@ bool encodeJpeg(std::FILE* f, const uint8_t* px, const Image& image, int quality
 
 } // namespace
 
-Image readImage(const std::string& path, int channels) {
+Image readImage(const std::string& path, int channels, const DecodeScale& shrink) {
     if (channels != 1 && channels != 3) {
         throw IoError("image " + path + ": 1 or 3 channels can be asked for, got " + std::to_string(channels));
     }
-    return decodeImage(data_detail::readFile(path, "image"), path, channels);
+    return decodeImage(data_detail::readFile(path, "image"), path, channels, shrink);
 }
 
-Image decodeImage(const std::vector<uint8_t>& bytes, const std::string& path, int channels) {
+Image decodeImage(const std::vector<uint8_t>& bytes, const std::string& path, int channels, const DecodeScale& shrink) {
     if (channels != 1 && channels != 3) {
         throw IoError("image " + path + ": 1 or 3 channels can be asked for, got " + std::to_string(channels));
     }
     if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
-        return readJpeg(path, bytes, channels);
+        return readJpeg(path, bytes, channels, shrink);
     }
     static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
     if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPng, 8) == 0) return readPng(path, bytes, channels);

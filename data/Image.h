@@ -3,6 +3,7 @@
 /// written through libjpeg-turbo and libpng.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,9 @@ namespace tessera {
 struct Image {
     int64_t channels = 0, height = 0, width = 0;
     std::vector<float> pixels; ///< channels * height * width values, CHW
+    /// The picture's size before a scaled decode shrank it (0: height and width): resizes
+    /// keep its aspect ratio, random-resized crops draw their windows on it.
+    int64_t fullHeight = 0, fullWidth = 0;
 
     Image() = default;
     Image(int64_t c, int64_t h, int64_t w) : channels(c), height(h), width(w), pixels(size_t(c * h * w), 0.0f) {}
@@ -27,15 +31,22 @@ struct Image {
 inline constexpr int64_t kMaxImageSide = 1 << 15;
 inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 
+/// How far a decoder may shrink an image of height x width: the least scale the decoded
+/// image must keep (at 1 or more, or when empty: none). A JPEG is then decoded at M/8 of
+/// its size, M the least of 1..8 with M/8 at least that (libjpeg's DCT scaling: fewer
+/// coefficients read back, several times faster on large photos); other formats ignore it.
+using DecodeScale = std::function<double(int64_t height, int64_t width)>;
+
 /// Decodes a JPEG or PNG file (told apart by its first bytes, not its name) into
 /// `channels` channels: 1 (grayscale: colour is converted with the ITU-R 601 luma
 /// weights) or 3 (RGB: grayscale is repeated). 8- and 16-bit PNGs, palettes and alpha
 /// (dropped) are read. IoError naming the file for a missing, truncated or malformed file,
 /// another format, a side over kMaxImageSide or more than kMaxImagePixels pixels.
-Image readImage(const std::string& path, int channels);
+Image readImage(const std::string& path, int channels, const DecodeScale& shrink = {});
 
 /// readImage on bytes already in memory (an archive's member); `where` names them in errors.
-Image decodeImage(const std::vector<uint8_t>& bytes, const std::string& where, int channels);
+Image decodeImage(const std::vector<uint8_t>& bytes, const std::string& where, int channels,
+                  const DecodeScale& shrink = {});
 
 /// Writes `image` (1 or 3 channels; values clamped to [0, 1] and rounded to 8 bits) as an
 /// 8-bit PNG, or as a baseline JPEG of `quality` 1..100. IoError when it cannot be written.

@@ -25,13 +25,18 @@ using Clock = std::chrono::steady_clock;
 // hundreds of KB each at ImageNet sizes. With glibc's default heap padding (128 KiB) each
 // such free shrinks the heap and the next allocation grows it again, page faults and all:
 // more than half of a 224x224 JPEG pipeline's time went to the kernel. Keeping 64 MiB of
-// slack when the heap grows or shrinks (M_TOP_PAD) removes that, once per process, unless
-// the user chose a value (MALLOC_TOP_PAD_).
+// slack when the heap grows or shrinks (M_TOP_PAD) removes that. Setting it also fixes
+// glibc's mmap threshold at its 128 KiB default (no longer raised as large blocks are
+// freed), so every image above that would be a fresh mapping, faulted in page by page: the
+// threshold is set to glibc's largest, 32 MiB, which took random-resized crops of 2048x1536
+// photographs from 19 to 43 images/s. Once per process, unless the user chose a value
+// (MALLOC_TOP_PAD_, MALLOC_MMAP_THRESHOLD_).
 void padHeapOnce() {
 #ifdef __GLIBC__
     static std::once_flag once;
     std::call_once(once, [] {
         if (std::getenv("MALLOC_TOP_PAD_") == nullptr) mallopt(M_TOP_PAD, 64 << 20);
+        if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 32 << 20);
     });
 #endif
 }
@@ -76,7 +81,8 @@ double betaSample(double alpha, uint64_t seed, uint64_t counter) {
 }
 
 Loader::Loader(DatasetPtr data, Transforms transforms, const LoaderOptions& options)
-    : data_(std::move(data)), transforms_(std::move(transforms)), options_(options) {
+    : data_(std::move(data)), transforms_(std::move(transforms)), options_(options),
+      shrink_(options.scaledDecode ? transforms_.decodeScale(options.train) : DecodeScale{}) {
     if (!data_) throw ModuleError("Loader: no data set");
     if (data_->size() < 1) throw ShapeError("Loader: the data set " + data_->describe() + " is empty");
     if (options_.batchsize < 1) {
@@ -125,7 +131,8 @@ int64_t Loader::batches() const {
 }
 
 Shape Loader::sampleShape() const {
-    const Image img = transforms_.apply(data_->get(0).image, options_.seed, 0, 0, false);
+    const DecodeScale shrink = options_.scaledDecode ? transforms_.decodeScale(false) : DecodeScale{};
+    const Image img = transforms_.apply(data_->getScaled(0, shrink).image, options_.seed, 0, 0, false);
     if (options_.flatten) return Shape{img.channels * img.height * img.width};
     return Shape{img.channels, img.height, img.width};
 }
@@ -150,7 +157,7 @@ DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_
         const int64_t sample = order[static_cast<size_t>(i)];
         Sample s;
         try {
-            s = data_->get(sample);
+            s = data_->getScaled(sample, shrink_);
             s.image = transforms_.apply(std::move(s.image), options_.seed, epoch, sample, options_.train);
         } catch (const IoError&) {
             throw; // names its file already

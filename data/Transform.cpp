@@ -136,10 +136,17 @@ Image cropped(const Image& in, int64_t top, int64_t left, int64_t h, int64_t w, 
 }
 
 // The size `resize:S` gives `image`: the shorter side `side`, the other keeping the aspect ratio.
+// The picture's size: before a scaled decode shrank it, if one did.
+std::pair<int64_t, int64_t> fullSize(const Image& image) {
+    return image.fullHeight > 0 ? std::make_pair(image.fullHeight, image.fullWidth)
+                                : std::make_pair(image.height, image.width);
+}
+
+// The size with the shorter side `side` and the picture's aspect ratio.
 std::pair<int64_t, int64_t> shorterSideTo(const Image& image, int64_t side) {
-    const bool tall = image.height >= image.width;
-    const double ratio =
-        static_cast<double>(tall ? image.height : image.width) / static_cast<double>(tall ? image.width : image.height);
+    const auto [fh, fw] = fullSize(image);
+    const bool tall = fh >= fw;
+    const double ratio = static_cast<double>(tall ? fh : fw) / static_cast<double>(tall ? fw : fh);
     const auto longer = std::max<int64_t>(1, std::llround(static_cast<double>(side) * ratio));
     return {tall ? longer : side, tall ? side : longer};
 }
@@ -407,6 +414,24 @@ Image Transforms::warped(const Image& in, double degrees, double tx, double ty, 
     return out;
 }
 
+DecodeScale Transforms::decodeScale(bool train) const {
+    if (steps_.empty()) return {};
+    const Step s = steps_.front();
+    auto d = [](int64_t v) { return static_cast<double>(v); };
+    if (s.kind == Kind::resize) {
+        if (s.width == 0) return [s, d](int64_t h, int64_t w) { return d(s.height) / d(std::min(h, w)); };
+        return [s, d](int64_t h, int64_t w) { return std::max(d(s.height) / d(h), d(s.width) / d(w)); };
+    }
+    if (s.kind != Kind::randomResizedCrop) return {};
+    if (!train) return [s, d](int64_t h, int64_t w) { return d(std::max(s.height, s.width)) / d(std::min(h, w)); };
+    // The smallest window: an area of `scale` of the image's at the most extreme aspect
+    // ratio (3/4 or 4/3) has sides of sqrt(area * 3/4) at the least.
+    return [s, d](int64_t h, int64_t w) {
+        const double side = std::sqrt(d(h) * d(w) * s.scale * 0.75);
+        return std::max({d(s.height) / std::min(side, d(h)), d(s.width) / std::min(side, d(w))});
+    };
+}
+
 Transforms Transforms::parse(const std::string& spec) {
     Transforms t;
     std::stringstream ss(spec);
@@ -502,7 +527,9 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
                 image = centre(image, s.height, s.width, sizeStr(s.height, s.width) + " centre crop");
                 break;
             }
-            const int64_t H = image.height, W = image.width;
+            // The window is drawn on the picture's full size, then taken from the pixels
+            // there are (fewer after a scaled decode): the same window for any decode.
+            const auto [H, W] = fullSize(image);
             const double area = static_cast<double>(H * W), lo = std::log(3.0 / 4.0), hi = std::log(4.0 / 3.0);
             int64_t top = -1, left = 0, h = H, w = W;
             for (int attempt = 0; attempt < 10 && top < 0; ++attempt) {
@@ -525,7 +552,17 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
                 }
                 top = (H - h) / 2, left = (W - w) / 2;
             }
-            if (h != H || w != W) image = cropped(image, top, left, h, w, 0);
+            if (H != image.height || W != image.width) { // to the decoded pixels' scale
+                const double sy = static_cast<double>(image.height) / static_cast<double>(H);
+                const double sx = static_cast<double>(image.width) / static_cast<double>(W);
+                const int64_t y0 = std::llround(static_cast<double>(top) * sy);
+                const int64_t x0 = std::llround(static_cast<double>(left) * sx);
+                const int64_t y1 = std::max<int64_t>(y0 + 1, std::llround(static_cast<double>(top + h) * sy));
+                const int64_t x1 = std::max<int64_t>(x0 + 1, std::llround(static_cast<double>(left + w) * sx));
+                top = std::min(y0, image.height - 1), left = std::min(x0, image.width - 1);
+                h = std::min(y1, image.height) - top, w = std::min(x1, image.width) - left;
+            }
+            if (h != image.height || w != image.width) image = cropped(image, top, left, h, w, 0);
             if (h != s.height || w != s.width) image = resized(image, s.height, s.width);
             break;
         }

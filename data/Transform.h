@@ -118,6 +118,13 @@ public:
     static Image warped(const Image& in, double degrees, double tx = 0, double ty = 0, double scale = 1,
                         double shear = 0);
 
+    /// How far an image may be shrunk as it is decoded without changing what the first
+    /// step needs: a resize that shrinks it (to the size asked for), or a random-resized
+    /// crop (in training: its smallest possible window kept at least the crop's size; in
+    /// evaluation: the shorter side at least the crop's larger side). Empty when the first
+    /// step is another.
+    DecodeScale decodeScale(bool train) const;
+
     const std::vector<Step>& steps() const { return steps_; }
     bool empty() const { return steps_.empty(); }
     /// The list in parse()'s syntax ("" when empty).

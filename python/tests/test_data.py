@@ -409,3 +409,21 @@ def test_zip64_archives(folder, tmp_path, monkeypatch):
     assert len(got) == n and got.classNames == ["c", "d"]
     np.testing.assert_array_equal(got[n - 1][0], ts.imageFolder(str(folder))[5][0])
     assert got[n - 1][1] == 1 and got.where(n - 1).endswith("train/d/65599.png")
+
+
+def test_scaled_jpeg_decoding(tmp_path):
+    # Smooth 240x320 photographs: decoded at a quarter of their size for resize:48, the batch
+    # is close to a full decode's, the same shape, and not the same pixels.
+    y, x = np.mgrid[0:240, 0:320] / 240.0
+    for c, name in enumerate(["a", "b"]):
+        (tmp_path / name).mkdir()
+        pixels = np.stack([np.sin(3 * x + k + c) * np.cos(2 * y - k) * 0.4 + 0.5 for k in range(3)], -1)
+        Image.fromarray((pixels * 255).astype(np.uint8)).save(tmp_path / name / "0.jpg", quality=95)
+    ds = ts.imageFolder(str(tmp_path))
+    for spec in ("resize:48,center:48", "rrc:40:0.5,flip"):
+        t = ts.Transforms(spec)
+        (scaled, _), = list(ts.Loader(ds, t, batchsize=2, seed=1).epoch(0))
+        (full, _), = list(ts.Loader(ds, t, batchsize=2, seed=1, scaledDecode=False).epoch(0))
+        assert scaled.shape == full.shape
+        diff = np.abs(scaled.numpy() - full.numpy()).mean()
+        assert 0 < diff < 0.01, (spec, diff)

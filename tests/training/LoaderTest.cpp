@@ -128,6 +128,55 @@ TEST(ImageFiles, JpegRoundTripIsClose) {
     EXPECT_EQ(readImage(dir + "/named-wrong.png", 3).pixels, back.pixels);
 }
 
+// A smooth colour picture: a JPEG decoded at a reduced size is close to the full one shrunk.
+Image smoothImage(int64_t h, int64_t w) {
+    Image img(3, h, w);
+    for (int64_t c = 0; c < 3; ++c) {
+        for (int64_t y = 0; y < h; ++y) {
+            for (int64_t x = 0; x < w; ++x) {
+                const double u = static_cast<double>(x) / static_cast<double>(w),
+                             v = static_cast<double>(y) / static_cast<double>(h);
+                img.at(c, y, x) = static_cast<float>(0.5 + 0.35 * std::sin(6.0 * u + 2.0 * c) * std::cos(4.0 * v - c));
+            }
+        }
+    }
+    return img;
+}
+
+double meanAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double sum = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) sum += std::abs(a[i] - b[i]);
+    return sum / static_cast<double>(a.size());
+}
+
+TEST(ImageFiles, JpegScaledDecodeKeepsAtLeastTheScaleAskedFor) {
+    const std::string dir = tempDir("jpeg_scaled");
+    writeJpeg(dir + "/a.jpg", smoothImage(240, 320), 95);
+    const Image full = readImage(dir + "/a.jpg", 3);
+    ASSERT_EQ(full.str(), "3x240x320");
+    // The least M of 1..8 with M/8 >= the scale asked for; sides rounded up, as libjpeg does.
+    for (const auto& [least, eighths] : std::vector<std::pair<double, int64_t>>{
+             {2.0, 8}, {1.0, 8}, {0.9, 8}, {0.875, 7}, {0.5, 4}, {0.3, 3}, {0.125, 1}, {0.01, 1}}) {
+        const Image img = readImage(dir + "/a.jpg", 3, [&](int64_t h, int64_t w) {
+            EXPECT_EQ(h, 240);
+            EXPECT_EQ(w, 320);
+            return least;
+        });
+        EXPECT_EQ(img.height, (240 * eighths + 7) / 8) << least;
+        EXPECT_EQ(img.width, (320 * eighths + 7) / 8) << least;
+        if (eighths == 8) EXPECT_EQ(img.pixels, full.pixels) << least;
+    }
+    // Half size: close to the full decode shrunk (antialiased) to that size.
+    const Image half = readImage(dir + "/a.jpg", 3, [](int64_t, int64_t) { return 0.5; });
+    const Image shrunk = Transforms().resize(120, 160).apply(full, 0, 0, 0, false);
+    EXPECT_LT(meanAbsDiff(half.pixels, shrunk.pixels), 0.01);
+    EXPECT_EQ(readImage(dir + "/a.jpg", 1, [](int64_t, int64_t) { return 0.25; }).str(), "1x60x80");
+    // A PNG has no scaled decoding: it is read whole.
+    writePng(dir + "/b.png", smoothImage(24, 32));
+    EXPECT_EQ(readImage(dir + "/b.png", 3, [](int64_t, int64_t) { return 0.125; }).str(), "3x24x32");
+}
+
 TEST(ImageFiles, BadFilesAreIoErrorsNamingTheFile) {
     const std::string dir = tempDir("bad_images");
     writePng(dir + "/good.png", gridImage(3, 16, 16, 1));
@@ -641,6 +690,50 @@ TEST(Transforms, EraseZeroesOneBoxOfTheAllowedAreaAndShape) {
         erased += std::find(out.pixels.begin(), out.pixels.end(), 0.0f) != out.pixels.end();
     }
     EXPECT_NEAR(erased, 300, 60);
+}
+
+TEST(Transforms, DecodeScaleIsWhatTheFirstStepLeaves) {
+    auto scale = [](const std::string& spec, bool train, int64_t h, int64_t w) {
+        const DecodeScale s = Transforms::parse(spec).decodeScale(train);
+        return s ? s(h, w) : -1.0;
+    };
+    EXPECT_DOUBLE_EQ(scale("resize:256,center:224", true, 3024, 4032), 256.0 / 3024.0);
+    EXPECT_DOUBLE_EQ(scale("resize:256,center:224", false, 4032, 3024), 256.0 / 3024.0);
+    EXPECT_DOUBLE_EQ(scale("resize:100x50", true, 400, 300), 0.25);
+    EXPECT_DOUBLE_EQ(scale("resize:100x90", true, 400, 300), 0.3);
+    EXPECT_DOUBLE_EQ(scale("resize:64", true, 32, 48), 2.0); // enlarging: no shrinking
+    // A random-resized crop's smallest window, an area of 0.08 at aspect 3/4 or 4/3, keeps 224
+    // pixels a side; evaluation's shorter side keeps the crop's.
+    EXPECT_DOUBLE_EQ(scale("rrc:224", true, 3024, 4032), 224.0 / std::sqrt(3024.0 * 4032.0 * 0.08 * 0.75));
+    EXPECT_DOUBLE_EQ(scale("rrc:224:0.5", true, 3024, 4032), 224.0 / std::sqrt(3024.0 * 4032.0 * 0.5 * 0.75));
+    EXPECT_DOUBLE_EQ(scale("rrc:224x160", false, 3024, 4032), 224.0 / 3024.0);
+    EXPECT_DOUBLE_EQ(scale("rrc:32", true, 100, 4000), 0.32); // a window never taller than the image
+    for (const char* other : {"", "flip,resize:32", "crop:24:4", "center:24", "normalize:mnist"}) {
+        EXPECT_EQ(scale(other, true, 300, 400), -1.0) << other;
+    }
+}
+
+TEST(Loader, ScaledDecodingGivesBatchesCloseToFullDecoding) {
+    const std::string dir = tempDir("scaled_decode");
+    for (int k = 0; k < 2; ++k) {
+        fs::create_directories(dir + "/c" + std::to_string(k));
+        for (int i = 0; i < 3; ++i) {
+            writeJpeg(dir + "/c" + std::to_string(k) + "/" + std::to_string(i) + ".jpg", smoothImage(300 + 20 * i, 400),
+                      95);
+        }
+    }
+    const DatasetPtr data = imageFolder(dir);
+    for (const char* spec : {"resize:64,center:60", "rrc:40:0.5,flip", "resize:75x100"}) {
+        const Transforms t = Transforms::parse(spec);
+        Loader scaled(data, t, {.batchsize = 6, .shuffle = false, .seed = 2});
+        Loader full(data, t, {.batchsize = 6, .shuffle = false, .seed = 2, .scaledDecode = false});
+        EXPECT_EQ(scaled.sampleShape(), full.sampleShape()) << spec;
+        const DataBatch a = scaled.make(0, 0), b = full.make(0, 0);
+        ASSERT_EQ(a.images.shape(), b.images.shape()) << spec;
+        const double diff = meanAbsDiff(a.images.toVector<float>(), b.images.toVector<float>());
+        EXPECT_LT(diff, 0.01) << spec;
+        EXPECT_GT(diff, 0.0) << spec << ": not decoded smaller";
+    }
 }
 
 TEST(Transforms, ParseReadsTheCommandLineSyntax) {

@@ -3,6 +3,9 @@
 //
 //   Data/decode/png32/workers:W      32x32 colour PNGs, crop:32:4,flip,normalize:cifar10
 //   Data/decode/jpeg224/workers:W    224x224 colour JPEGs, crop:224:16,flip,normalize:imagenet
+//   Data/decode/photo-resize/D/workers:W  2048x1536 colour JPEGs (photographs), resize:256,center:224,
+//                                         normalize:imagenet; D: scaled (LoaderOptions::scaledDecode) or full
+//   Data/decode/photo-rrc/D/workers:W     the same photographs, rrc:224,flip,normalize:imagenet
 //   Data/train/lenet-idx/workers:W     LeNet (batch 128) on Fashion-MNIST (IDX, in memory), crop:28:2,flip
 //   Data/train/lenet-png28/workers:W   LeNet (batch 128) on 28x28 grayscale PNG files, crop:28:2,flip
 //   Data/train/resnet18-cifar/workers:W  ResNet-18 CIFAR (batch 64) on CIFAR-10 binary
@@ -31,30 +34,32 @@ namespace {
 using namespace tessera;
 namespace fs = std::filesystem;
 
-Image noisePicture(int64_t channels, int64_t side, uint64_t seed) {
+Image noisePicture(int64_t channels, int64_t side, uint64_t seed, int64_t width = 0) {
     // Smooth content with some noise: JPEG and PNG compress it like photographs, not like noise.
-    Image img(channels, side, side);
+    if (width == 0) width = side;
+    Image img(channels, side, width);
     for (int64_t c = 0; c < channels; ++c) {
         for (int64_t y = 0; y < side; ++y) {
-            for (int64_t x = 0; x < side; ++x) {
+            for (int64_t x = 0; x < width; ++x) {
                 const float smooth = 0.5f + 0.4f * std::sin(0.05f * static_cast<float>(x + 2 * y + 17 * c + seed % 97));
                 img.at(c, y, x) =
-                    smooth + 0.05f * randomUniform(seed, static_cast<uint64_t>((c * side + y) * side + x));
+                    smooth + 0.05f * randomUniform(seed, static_cast<uint64_t>((c * side + y) * width + x));
             }
         }
     }
     return img;
 }
 
-// `count` images in 10 class folders under `dir` (made once).
-std::string imageFolderOf(const std::string& name, int64_t count, int64_t channels, int64_t side, bool jpeg) {
+// `count` images (side x side, or side x width) in 10 class folders under `dir` (made once).
+std::string imageFolderOf(const std::string& name, int64_t count, int64_t channels, int64_t side, bool jpeg,
+                          int64_t width = 0) {
     const std::string dir = (fs::temp_directory_path() / ("tessera_bench_" + name)).string();
     if (fs::exists(dir + "/done-" + std::to_string(count))) return dir;
     fs::remove_all(dir);
     for (int64_t i = 0; i < count; ++i) {
         const std::string cls = dir + "/class" + std::to_string(i % 10);
         fs::create_directories(cls);
-        const Image img = noisePicture(channels, side, static_cast<uint64_t>(i));
+        const Image img = noisePicture(channels, side, static_cast<uint64_t>(i), width);
         if (jpeg) {
             writeJpeg(cls + "/" + std::to_string(i) + ".jpg", img, 90);
         } else {
@@ -86,12 +91,18 @@ std::string cifarDirOf(int64_t count) {
 void BM_Decode(benchmark::State& state, std::string kind, int workers) {
     // jpeg224-rrc: ImageNet-style augmentation (random-resized crop, flip, colour jitter).
     const bool rrc = kind == "jpeg224-rrc", jpeg = kind == "jpeg224" || rrc;
-    const std::string dir =
-        jpeg ? imageFolderOf("jpeg224", 256, 3, 224, true) : imageFolderOf("png32", 2048, 3, 32, false);
-    const Transforms t = Transforms::parse(rrc    ? "rrc:224,flip,jitter:0.4:0.4:0.4,normalize:imagenet"
-                                           : jpeg ? "crop:224:16,flip,normalize:imagenet"
-                                                  : "crop:32:4,flip,normalize:cifar10");
-    Loader loader(imageFolder(dir), t, {.batchsize = 64, .seed = 1, .workers = workers});
+    const bool photo = kind.starts_with("photo"), full = kind.ends_with("/full");
+    const std::string dir = photo  ? imageFolderOf("photo2048", 32, 3, 1536, true, 2048)
+                            : jpeg ? imageFolderOf("jpeg224", 256, 3, 224, true)
+                                   : imageFolderOf("png32", 2048, 3, 32, false);
+    const Transforms t =
+        Transforms::parse(photo  ? (kind.starts_with("photo-rrc") ? "rrc:224,flip,normalize:imagenet"
+                                                                  : "resize:256,center:224,normalize:imagenet")
+                          : rrc  ? "rrc:224,flip,jitter:0.4:0.4:0.4,normalize:imagenet"
+                          : jpeg ? "crop:224:16,flip,normalize:imagenet"
+                                 : "crop:32:4,flip,normalize:cifar10");
+    Loader loader(imageFolder(dir), t,
+                  {.batchsize = photo ? 16 : 64, .seed = 1, .workers = workers, .scaledDecode = !full});
     int64_t epoch = 0;
     for (auto _ : state) {
         loader.start(epoch++);
@@ -129,7 +140,8 @@ void BM_TrainWait(benchmark::State& state, std::string model, int workers) {
 }
 
 int registerAll() {
-    for (const char* kind : {"png32", "jpeg224", "jpeg224-rrc"}) {
+    for (const char* kind : {"png32", "jpeg224", "jpeg224-rrc", "photo-resize/scaled", "photo-resize/full",
+                             "photo-rrc/scaled", "photo-rrc/full"}) {
         for (int workers : {1, 2}) {
             const std::string name = std::string("Data/decode/") + kind + "/workers:" + std::to_string(workers);
             benchmark::RegisterBenchmark(name.c_str(), BM_Decode, kind, workers)

@@ -53,6 +53,7 @@ struct DataOptions {
     int workers = 2;                    ///< --workers
     int channels = 3;                   ///< --channels: image folders' 1 or 3
     int64_t limit = 0;                  ///< --limit: the first N samples of each split
+    bool fullDecode = false;            ///< --full-decode: LoaderOptions::scaledDecode off
 };
 /// --augment's transforms; UsageError naming the option for text Transforms::parse refuses.
 Transforms parseAugment(const std::string& text);

@@ -71,7 +71,12 @@ int runEval(const EvalArgs& a) {
     const DatasetPtr set = a.split == "train" ? data.train : data.test;
     const bool pinned = !device.isCpu();
     Loader loader(set, transforms,
-                  {.batchsize = a.batch, .shuffle = false, .train = false, .workers = a.in.workers, .pinned = pinned});
+                  {.batchsize = a.batch,
+                   .shuffle = false,
+                   .train = false,
+                   .workers = a.in.workers,
+                   .pinned = pinned,
+                   .scaledDecode = !a.in.fullDecode});
     const int64_t classes = set->classes();
     std::printf("data: %s, %lld %s images of %s, %lld classes; %s%s, %d worker%s\n", data.what.c_str(),
                 static_cast<long long>(loader.size()), a.split.c_str(), loader.sampleShape().str().c_str(),

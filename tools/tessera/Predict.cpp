@@ -27,6 +27,7 @@ struct PredictArgs {
     std::string precision = "fp32";
     std::string csv;
     bool quiet = false;
+    bool fullDecode = false;
 };
 
 int runPredict(const PredictArgs& a) {
@@ -47,6 +48,8 @@ int runPredict(const PredictArgs& a) {
     std::string spec = a.augment;
     if (spec.empty() && saved.rank() == 4) spec = "resize:" + std::to_string(saved[2]) + "x" + std::to_string(saved[3]);
     const Transforms transforms = parseAugment(spec);
+    // JPEGs decoded smaller where the transforms allow, as tessera eval decodes them.
+    const DecodeScale shrink = a.fullDecode ? DecodeScale{} : transforms.decodeScale(false);
     std::vector<std::string> names = modelClassNames(a.model);
     net->evalMode();
     net->calcMode(compute);
@@ -62,7 +65,8 @@ int runPredict(const PredictArgs& a) {
         std::vector<Image> images;
         for (int64_t i = from; i < to; ++i) {
             // Evaluation mode: random transforms act as in a test set (centre crops, no flips).
-            images.push_back(transforms.apply(readImage(a.images[static_cast<size_t>(i)], channels), 0, 0, i, false));
+            images.push_back(
+                transforms.apply(readImage(a.images[static_cast<size_t>(i)], channels, shrink), 0, 0, i, false));
             const Image& first = images.front();
             const Image& img = images.back();
             if (img.height != first.height || img.width != first.width) {
@@ -158,6 +162,9 @@ std::function<int()> addPredict(CLI::App& app) {
     cmd->add_option("--channels", args->channels,
                     "decode images as 1 (grayscale) or 3 (RGB) channels (default: the model's saved input's, else 3)")
         ->check(CLI::IsMember({1, 3}));
+    cmd->add_flag("--full-decode", args->fullDecode,
+                  "decode every JPEG at full size (by default one the first transform shrinks is decoded at M/8 of "
+                  "its size, as tessera train and eval do)");
     cmd->add_option("--top", args->top, "how many of the most likely classes to print")
         ->capture_default_str()
         ->check(positiveInteger());
