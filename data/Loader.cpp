@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 // glibc's mmap threshold at its 128 KiB default (no longer raised as large blocks are
 // freed), so every image above that would be a fresh mapping, faulted in page by page: the
 // threshold is set to glibc's largest, 32 MiB, which took random-resized crops of 2048x1536
-// photographs from 19 to 43 images/s. Once per process, unless the user chose a value
+// photographs from 19 to 39 images/s. Once per process, unless the user chose a value
 // (MALLOC_TOP_PAD_, MALLOC_MMAP_THRESHOLD_).
 void padHeapOnce() {
 #ifdef __GLIBC__

@@ -1,5 +1,6 @@
-// libFuzzer harness: JPEG and PNG decoding (data/Image.h), in colour and in grayscale, and
-// a transform over what was decoded.
+// libFuzzer harness: JPEG and PNG decoding (data/Image.h), in colour and in grayscale, at
+// full size and scaled down as a resize or random-resized crop first allows, and
+// transforms over what was decoded.
 #include "FuzzInput.h"
 #include "data/Image.h"
 #include "data/Transform.h"
@@ -10,6 +11,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const tessera::Image img = tessera::readImage(file.path(), 3);
         (void)tessera::readImage(file.path(), 1);
         (void)tessera::Transforms().resize(8).centerCrop(8, 8).flip(1.0).apply(img, 1, 0, 0, true);
+        const tessera::Transforms rrc = tessera::Transforms().randomResizedCrop(4, 4, 0.5);
+        const tessera::Image small = tessera::readImage(file.path(), 3, rrc.decodeScale(true));
+        (void)rrc.apply(small, 1, 0, 0, true);
+        (void)tessera::readImage(file.path(), 1, [](int64_t, int64_t) { return 0.125; });
     });
     return 0;
 }
