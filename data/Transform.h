@@ -12,11 +12,10 @@
 namespace tessera {
 
 /// An ordered list of steps applied to each image. Random steps (`randomCrop`,
-/// `randomResizedCrop`, `flip`, `rotate`, `affine`, `jitter`, `erase`) act only in
-/// training; in evaluation a random crop becomes a centre crop of the same size (no
-/// padding), a random-resized crop a resize of the shorter side and a centre crop, and
-/// flips, rotations, affine warps, jitter and erasing do nothing, so the test set sees the
-/// same geometry.
+/// `randomResizedCrop`, `flip`, `rotate`, `affine`, `jitter`, `erase`, `trivialAugment`)
+/// act only in training; in evaluation a random crop becomes a centre crop of the same size
+/// (no padding), a random-resized crop a resize of the shorter side and a centre crop, and
+/// the others do nothing, so the test set sees the same geometry.
 class Transforms {
 public:
     struct Step {
@@ -30,7 +29,8 @@ public:
             rotate,
             jitter,
             erase,
-            affine
+            affine,
+            trivialAugment
         } kind;
         int64_t height = 0, width = 0; ///< resize (width 0: shorter side to height), crops
         int64_t pad = 0;               ///< randomCrop: zero padding on every side first
@@ -83,6 +83,18 @@ public:
     /// tries to fit, else none) is set to zero in every channel, at a random place. Usually
     /// after normalize, where zero is the mean.
     Transforms& erase(double p = 0.5, double minScale = 0.02, double maxScale = 0.33);
+    /// torchvision's TrivialAugmentWide: one of 14 operations drawn uniformly (Identity,
+    /// ShearX, ShearY, TranslateX, TranslateY, Rotate, Brightness, Color, Contrast,
+    /// Sharpness, Posterize, Solarize, AutoContrast, Equalize), at one of 31 magnitudes
+    /// drawn uniformly from its wide range, of either sign where it has one; each applied
+    /// as augmentOp applies it. For pixels in [0, 1]: before normalize.
+    Transforms& trivialAugment();
+    /// One operation of torchvision's automatic augmentations (its `_apply_op`), by the name
+    /// it has there, at `magnitude`, on `in` rounded to 8-bit levels as torchvision applies
+    /// them to uint8 images (geometric ones sampling the nearest pixel, zeros outside);
+    /// the result is on those levels too. Values outside [0, 1] or an unknown name: ShapeError
+    /// or ModuleError.
+    static Image augmentOp(const Image& in, const std::string& op, double magnitude);
     /// `image` (3 channels, values in [0, 1]) with every pixel's hue turned by `shift`, a
     /// fraction of the colour circle (HSV; saturation and value kept): the step hue jitter takes.
     static Image hueShifted(const Image& image, double shift);
@@ -97,6 +109,7 @@ public:
     ///   affine:DEG[:T[:LO/HI[:SH]]] rotation, shift by up to T of the size, zoom in [LO, HI], x-shear up to SH degrees
     ///   jitter:B[:C[:S[:H]]]        brightness, contrast, saturation and hue jitter
     ///   erase[:P[:MIN:MAX]]         random erasing with probability P (0.5) of [MIN, MAX] (0.02, 0.33)
+    ///   trivial                     TrivialAugmentWide
     ///   normalize:M1/M2/M3:S1/S2/S3, or normalize:cifar10 | cifar100 | imagenet | mnist
     /// The empty string is no step. A bad list is a ModuleError naming the item that is
     /// wrong and showing what the items look like.

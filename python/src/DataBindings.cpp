@@ -139,6 +139,23 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
             py::arg("image"), py::arg("degrees") = 0.0, py::arg("translate") = std::make_pair(0.0, 0.0),
             py::arg("scale") = 1.0, py::arg("shear") = 0.0,
             "An image [C, H, W] warped as the affine step does (torchvision's affine with angle=-degrees).")
+        .def("trivialAugment", &Transforms::trivialAugment, py::return_value_policy::reference,
+             "torchvision's TrivialAugmentWide: one of 14 operations at one of 31 magnitudes per image.")
+        .def_static(
+            "augmentOp",
+            [](const py::array_t<float, py::array::c_style | py::array::forcecast>& image, const std::string& op,
+               double magnitude) {
+                if (image.ndim() != 3) {
+                    throw ShapeError("Transforms.augmentOp: expects an image [C, H, W], got " +
+                                     std::to_string(image.ndim()) + " dimensions");
+                }
+                Image in(image.shape(0), image.shape(1), image.shape(2));
+                std::copy(image.data(), image.data() + image.size(), in.pixels.begin());
+                return imageArray(Transforms::augmentOp(in, op, magnitude));
+            },
+            py::arg("image"), py::arg("op"), py::arg("magnitude") = 0.0,
+            "One of torchvision's automatic-augmentation operations (ShearX, ..., Equalize) on an image [C, H, W] "
+            "with values in [0, 1], on 8-bit levels as torchvision applies it to uint8 images.")
         .def("erase", &Transforms::erase, py::arg("p") = 0.5, py::arg("minScale") = 0.02, py::arg("maxScale") = 0.33,
              py::return_value_policy::reference,
              "Random erasing: with probability p, a box of [minScale, maxScale] of the area set to zero.")

@@ -427,3 +427,59 @@ def test_scaled_jpeg_decoding(tmp_path):
         assert scaled.shape == full.shape
         diff = np.abs(scaled.numpy() - full.numpy()).mean()
         assert 0 < diff < 0.01, (spec, diff)
+
+
+def test_augment_ops_match_torchvision_on_uint8_images():
+    torch = pytest.importorskip("torch")
+    A = pytest.importorskip("torchvision.transforms.autoaugment")
+    from torchvision.transforms import InterpolationMode
+    rng = np.random.default_rng(7)
+    # A picture with smooth parts and noise, in colour and in grey, on 8-bit levels. Even
+    # sides: a quarter turn of an odd by even picture puts every sampling point on a half
+    # pixel, where the nearest pixel is torchvision's float32 rounding's choice.
+    y, x = np.mgrid[0:24, 0:30]
+    smooth = 120 + 60 * np.sin(x / 4.0 + y / 7.0)
+    levels = np.clip(np.stack([smooth + 40 * k for k in (-1, 0, 1)]) + rng.integers(-20, 21, (3, 24, 30)), 0, 255)
+    levels = levels.astype(np.uint8)
+    # Every operation at every magnitude TrivialAugmentWide draws, of either sign.
+    space = A.TrivialAugmentWide()._augmentation_space(31)
+    for channels in (3, 1):
+        img = levels[:channels]
+        for op, (magnitudes, signed) in space.items():
+            for magnitude in (magnitudes.tolist() if magnitudes.ndim else [0.0]):
+                for m in ((magnitude, -magnitude) if signed else (magnitude,)):
+                    want = A._apply_op(torch.from_numpy(img.copy()), op, m, InterpolationMode.NEAREST, None)
+                    got = np.rint(ts.Transforms.augmentOp(img / np.float32(255), op, m) * 255).astype(int)
+                    differ = (got != want.numpy().astype(int)).mean()
+                    if op in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"):
+                        # A sampling point within rounding of a half pixel (a turn by 45 degrees
+                        # has some) may go to the other neighbour than torchvision's float32 grid.
+                        assert differ <= 0.01, (channels, op, m, differ)
+                    else:
+                        assert differ == 0, (channels, op, m, differ)
+    # A flat picture has no range for autocontrast to stretch.
+    flat = np.full((1, 4, 4), 128 / 255, np.float32)  # on a level: kept as it is
+    np.testing.assert_array_equal(ts.Transforms.augmentOp(flat, "AutoContrast"), flat)
+    with pytest.raises(ts.ModuleError, match="unknown operation 'Blur'"):
+        ts.Transforms.augmentOp(flat, "Blur", 1.0)
+    with pytest.raises(ts.ShapeError, match=r"\[0, 1\]"):
+        ts.Transforms.augmentOp(flat * 3, "Brightness", 0.5)
+
+
+def test_trivial_augment(folder):
+    t = ts.Transforms().trivialAugment()
+    assert repr(t) == "tessera.Transforms('trivial')" == repr(ts.Transforms("trivial"))
+    ds = ts.imageFolder(str(folder), channels=3)
+    originals = np.stack([ds[i][0] for i in range(10)])
+    changed = 0
+    for epoch in range(6):
+        (x, _), = list(ts.Loader(ds, t, batchsize=10, seed=1, workers=2, shuffle=False).epoch(epoch))
+        (again, _), = list(ts.Loader(ds, t, batchsize=10, seed=1, shuffle=False).epoch(epoch))
+        np.testing.assert_array_equal(x.numpy(), again.numpy())  # seeded by sample, not by worker
+        assert x.numpy().min() >= 0 and x.numpy().max() <= 1
+        changed += sum(not np.allclose(x.numpy()[i], originals[i], atol=1 / 255) for i in range(10))
+    assert changed >= 40  # one operation of 14 is the identity, and some magnitudes are small
+    (evaluated, _), = list(ts.Loader(ds, t, batchsize=10, shuffle=False, train=False).epoch(0))
+    np.testing.assert_array_equal(evaluated.numpy(), originals)
+    with pytest.raises(ts.ModuleError):
+        ts.Transforms("trivial:3")

@@ -165,7 +165,9 @@ TEST(ImageFiles, JpegScaledDecodeKeepsAtLeastTheScaleAskedFor) {
         });
         EXPECT_EQ(img.height, (240 * eighths + 7) / 8) << least;
         EXPECT_EQ(img.width, (320 * eighths + 7) / 8) << least;
-        if (eighths == 8) EXPECT_EQ(img.pixels, full.pixels) << least;
+        if (eighths == 8) {
+            EXPECT_EQ(img.pixels, full.pixels) << least;
+        }
     }
     // Half size: close to the full decode shrunk (antialiased) to that size.
     const Image half = readImage(dir + "/a.jpg", 3, [](int64_t, int64_t) { return 0.5; });
@@ -744,7 +746,7 @@ TEST(Transforms, ParseReadsTheCommandLineSyntax) {
     EXPECT_TRUE(Transforms::parse("").empty());
     const std::string more = "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5,jitter:0.4:0."
                              "3:0.2:0.1,jitter:0:0:0:0.5,erase,erase:0.25,erase:1:0.1:0.2,affine:15,affine:0:0.25,"
-                             "affine:10:0:0.75/1.25,affine:10:0.1:0.5/2:30";
+                             "affine:10:0:0.75/1.25,affine:10:0.1:0.5/2:30,trivial";
     EXPECT_EQ(Transforms::parse(more).str(), more);
     for (const std::string bad : {"crop",
                                   "crop:a",
@@ -777,7 +779,8 @@ TEST(Transforms, ParseReadsTheCommandLineSyntax) {
                                   "affine:5:0:0/1",
                                   "affine:5:0:1/1:-3",
                                   "affine:5:0:1/1:90",
-                                  "affine:5:0:1/1:3:4"}) {
+                                  "affine:5:0:1/1:3:4",
+                                  "trivial:1"}) {
         try {
             Transforms::parse(bad);
             ADD_FAILURE() << "'" << bad << "' was accepted";
