@@ -207,10 +207,11 @@ std::vector<float> parseFloats(const std::string& text, const std::string& item)
     return v;
 }
 
-const char* kSyntax = "expected a comma-separated list of resize:S | resize:HxW, crop:S[:PAD] | crop:HxW[:PAD], "
-                      "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, "
-                      "affine:DEG[:T[:LO/HI[:SHEAR]]], jitter:B[:C[:S[:H]]], erase[:P[:MIN:MAX]], trivial, "
-                      "normalize:M1/M2/..:S1/S2/.. | normalize:cifar10 | cifar100 | imagenet | mnist";
+const char* kSyntax =
+    "expected a comma-separated list of resize:S | resize:HxW, crop:S[:PAD] | crop:HxW[:PAD], "
+    "center:S | center:HxW, rrc:S[:MIN] | rrc:HxW[:MIN], flip[:P], rotate:DEG, "
+    "affine:DEG[:T[:LO/HI[:SHEAR]]], jitter:B[:C[:S[:H]]], erase[:P[:MIN:MAX]], trivial, randaugment[:N[:M]], "
+    "normalize:M1/M2/..:S1/S2/.. | normalize:cifar10 | cifar100 | imagenet | mnist";
 
 std::string numberStr(double v) {
     std::ostringstream s;
@@ -450,13 +451,19 @@ constexpr const char* kAugmentOps[] = {"Identity",  "ShearX",     "ShearY",     
                                        "Posterize", "Solarize",   "AutoContrast", "Equalize"};
 constexpr int kAugmentBins = 31;
 
-std::pair<double, bool> wideMagnitude(const std::string& op, int64_t k) {
+// Bin k of 31 of `op`'s magnitudes in torchvision's TrivialAugmentWide (`wide`) or
+// RandAugment table for an image of height x width, and whether it takes a sign.
+std::pair<double, bool> augmentMagnitude(bool wide, const std::string& op, int64_t k, int64_t height, int64_t width) {
     const double t = static_cast<double>(k) / (kAugmentBins - 1);
-    if (op == "ShearX" || op == "ShearY") return {0.99 * t, true};
-    if (op == "TranslateX" || op == "TranslateY") return {32.0 * t, true};
-    if (op == "Rotate") return {135.0 * t, true};
-    if (op == "Brightness" || op == "Color" || op == "Contrast" || op == "Sharpness") return {0.99 * t, true};
-    if (op == "Posterize") return {8.0 - std::nearbyint(static_cast<double>(k) / 5.0), false};
+    if (op == "ShearX" || op == "ShearY") return {(wide ? 0.99 : 0.3) * t, true};
+    if (op == "TranslateX" || op == "TranslateY") {
+        const double side = static_cast<double>(op == "TranslateX" ? width : height);
+        return {(wide ? 32.0 : 150.0 / 331.0 * side) * t, true};
+    }
+    if (op == "Rotate") return {(wide ? 135.0 : 30.0) * t, true};
+    if (op == "Brightness" || op == "Color" || op == "Contrast" || op == "Sharpness")
+        return {(wide ? 0.99 : 0.9) * t, true};
+    if (op == "Posterize") return {8.0 - std::nearbyint(static_cast<double>(k) / (wide ? 5.0 : 7.5)), false};
     if (op == "Solarize") return {255.0 * (1.0 - t), false};
     return {0.0, false};
 }
@@ -471,6 +478,36 @@ Image Transforms::warped(const Image& in, double degrees, double tx, double ty, 
 Transforms& Transforms::trivialAugment() {
     steps_.push_back(step(Kind::trivialAugment));
     return *this;
+}
+
+Transforms& Transforms::randAugment(int64_t ops, int64_t magnitude) {
+    if (ops < 1 || ops > 16)
+        throw ModuleError("Transforms::randAugment: ops must lie in [1, 16], got " + std::to_string(ops));
+    if (magnitude < 0 || magnitude >= kAugmentBins) {
+        throw ModuleError("Transforms::randAugment: magnitude must lie in [0, 30], got " + std::to_string(magnitude));
+    }
+    Step r = step(Kind::randAugment);
+    r.ops = ops, r.magnitude = magnitude;
+    steps_.push_back(r);
+    return *this;
+}
+
+std::pair<std::vector<double>, bool> Transforms::augmentMagnitudes(const std::string& policy, const std::string& op,
+                                                                   int64_t height, int64_t width) {
+    if (policy != "trivial" && policy != "randaugment") {
+        throw ModuleError("Transforms::augmentMagnitudes: policy must be trivial or randaugment, got '" + policy + "'");
+    }
+    if (std::find(std::begin(kAugmentOps), std::end(kAugmentOps), op) == std::end(kAugmentOps)) {
+        throw ModuleError("Transforms::augmentMagnitudes: unknown operation '" + op + "'");
+    }
+    std::vector<double> out;
+    bool hasSign = false;
+    for (int64_t k = 0; k < kAugmentBins; ++k) {
+        const auto [m, sign] = augmentMagnitude(policy == "trivial", op, k, height, width);
+        out.push_back(m);
+        hasSign = sign;
+    }
+    return {out, hasSign};
 }
 
 Image Transforms::augmentOp(const Image& in, const std::string& op, double magnitude) {
@@ -646,6 +683,8 @@ Transforms Transforms::parse(const std::string& spec) {
                 t.randomResizedCrop(h, w, args == 2 ? parseFloats(parts[2], item).at(0) : 0.08);
             } else if (name == "trivial" && args == 0) {
                 t.trivialAugment();
+            } else if (name == "randaugment" && args <= 2) {
+                t.randAugment(args >= 1 ? parseInt(parts[1], item) : 2, args == 2 ? parseInt(parts[2], item) : 9);
             } else if (name == "rotate" && args == 1) {
                 t.rotate(parseFloats(parts[1], item).at(0));
             } else if (name == "affine" && args >= 1 && args <= 4) {
@@ -788,9 +827,20 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
             const std::string op = kAugmentOps[uniform(std::size(kAugmentOps))];
             const auto bin = static_cast<int64_t>(uniform(kAugmentBins));
             const bool negative = uniform(2) == 1;
-            auto [magnitude, hasSign] = wideMagnitude(op, bin);
+            auto [magnitude, hasSign] = augmentMagnitude(true, op, bin, image.height, image.width);
             if (hasSign && negative) magnitude = -magnitude;
             if (op != "Identity") image = augmentOp(image, op, magnitude);
+            break;
+        }
+        case Kind::randAugment: {
+            if (!train) break;
+            for (int64_t k = 0; k < s.ops; ++k) {
+                const std::string op = kAugmentOps[uniform(std::size(kAugmentOps))];
+                const bool negative = uniform(2) == 1;
+                auto [magnitude, hasSign] = augmentMagnitude(false, op, s.magnitude, image.height, image.width);
+                if (hasSign && negative) magnitude = -magnitude;
+                if (op != "Identity") image = augmentOp(image, op, magnitude);
+            }
             break;
         }
         case Kind::affine: {
@@ -940,6 +990,11 @@ std::string Transforms::str() const {
             break;
         case Kind::rotate: out += "rotate:" + numberStr(s.degrees); break;
         case Kind::trivialAugment: out += "trivial"; break;
+        case Kind::randAugment:
+            out += "randaugment";
+            if (s.ops != 2 || s.magnitude != 9) out += ":" + std::to_string(s.ops);
+            if (s.magnitude != 9) out += ":" + std::to_string(s.magnitude);
+            break;
         case Kind::affine:
             out += "affine:" + numberStr(s.degrees);
             if (s.translate != 0 || s.scale != 1 || s.maxScale != 1 || s.shear != 0)

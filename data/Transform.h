@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/Image.h"
@@ -12,7 +13,8 @@
 namespace tessera {
 
 /// An ordered list of steps applied to each image. Random steps (`randomCrop`,
-/// `randomResizedCrop`, `flip`, `rotate`, `affine`, `jitter`, `erase`, `trivialAugment`)
+/// `randomResizedCrop`, `flip`, `rotate`, `affine`, `jitter`, `erase`, `trivialAugment`,
+/// `randAugment`)
 /// act only in training; in evaluation a random crop becomes a centre crop of the same size
 /// (no padding), a random-resized crop a resize of the shorter side and a centre crop, and
 /// the others do nothing, so the test set sees the same geometry.
@@ -30,7 +32,8 @@ public:
             jitter,
             erase,
             affine,
-            trivialAugment
+            trivialAugment,
+            randAugment
         } kind;
         int64_t height = 0, width = 0; ///< resize (width 0: shorter side to height), crops
         int64_t pad = 0;               ///< randomCrop: zero padding on every side first
@@ -41,6 +44,8 @@ public:
         double degrees = 0;     ///< rotate, affine: the largest angle either way
         double translate = 0;   ///< affine: the largest shift either way, a fraction of the width (height)
         double shear = 0;       ///< affine: the largest x-shear either way, in degrees
+        int64_t ops = 2;        ///< randAugment: operations per image
+        int64_t magnitude = 9;  ///< randAugment: the magnitude bin, of 31
         double brightness = 0, contrast = 0, saturation = 0, hue = 0; ///< jitter: the largest change of each
     };
 
@@ -89,6 +94,14 @@ public:
     /// drawn uniformly from its wide range, of either sign where it has one; each applied
     /// as augmentOp applies it. For pixels in [0, 1]: before normalize.
     Transforms& trivialAugment();
+    /// torchvision's RandAugment: `ops` operations in turn, each drawn uniformly from the
+    /// same 14, at bin `magnitude` (0..30) of RandAugment's narrower ranges (shifts a
+    /// fraction of the image's size), of either sign where it has one.
+    Transforms& randAugment(int64_t ops = 2, int64_t magnitude = 9);
+    /// The 31 magnitudes `op` takes in the `policy` ("trivial": TrivialAugmentWide, or
+    /// "randaugment") for an image of height x width, and whether it takes a sign.
+    static std::pair<std::vector<double>, bool> augmentMagnitudes(const std::string& policy, const std::string& op,
+                                                                  int64_t height, int64_t width);
     /// One operation of torchvision's automatic augmentations (its `_apply_op`), by the name
     /// it has there, at `magnitude`, on `in` rounded to 8-bit levels as torchvision applies
     /// them to uint8 images (geometric ones sampling the nearest pixel, zeros outside);
@@ -110,6 +123,7 @@ public:
     ///   jitter:B[:C[:S[:H]]]        brightness, contrast, saturation and hue jitter
     ///   erase[:P[:MIN:MAX]]         random erasing with probability P (0.5) of [MIN, MAX] (0.02, 0.33)
     ///   trivial                     TrivialAugmentWide
+    ///   randaugment[:N[:M]]         RandAugment, N operations (2) at magnitude M of 0..30 (9)
     ///   normalize:M1/M2/M3:S1/S2/S3, or normalize:cifar10 | cifar100 | imagenet | mnist
     /// The empty string is no step. A bad list is a ModuleError naming the item that is
     /// wrong and showing what the items look like.

@@ -141,6 +141,13 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
             "An image [C, H, W] warped as the affine step does (torchvision's affine with angle=-degrees).")
         .def("trivialAugment", &Transforms::trivialAugment, py::return_value_policy::reference,
              "torchvision's TrivialAugmentWide: one of 14 operations at one of 31 magnitudes per image.")
+        .def("randAugment", &Transforms::randAugment, py::arg("ops") = 2, py::arg("magnitude") = 9,
+             py::return_value_policy::reference,
+             "torchvision's RandAugment: ops operations per image at magnitude bin magnitude (0..30).")
+        .def_static("augmentMagnitudes", &Transforms::augmentMagnitudes, py::arg("policy"), py::arg("op"),
+                    py::arg("height"), py::arg("width"),
+                    "The 31 magnitudes of op in policy (trivial or randaugment) for an image of height x width, and "
+                    "whether it takes a sign.")
         .def_static(
             "augmentOp",
             [](const py::array_t<float, py::array::c_style | py::array::forcecast>& image, const std::string& op,

@@ -483,3 +483,37 @@ def test_trivial_augment(folder):
     np.testing.assert_array_equal(evaluated.numpy(), originals)
     with pytest.raises(ts.ModuleError):
         ts.Transforms("trivial:3")
+
+
+def test_augment_magnitude_tables_are_torchvisions():
+    pytest.importorskip("torch")
+    A = pytest.importorskip("torchvision.transforms.autoaugment")
+    for policy, space in (("trivial", A.TrivialAugmentWide()._augmentation_space(31)),
+                          ("randaugment", A.RandAugment()._augmentation_space(31, (24, 30)))):
+        assert len(space) == 14
+        for op, (magnitudes, signed) in space.items():
+            got, sign = ts.Transforms.augmentMagnitudes(policy, op, 24, 30)
+            want = magnitudes.tolist() if magnitudes.ndim else [0.0] * 31
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5, err_msg=f"{policy} {op}")
+            assert sign == signed, (policy, op)
+    with pytest.raises(ts.ModuleError):
+        ts.Transforms.augmentMagnitudes("autoaugment", "ShearX", 24, 30)
+
+
+def test_rand_augment(folder):
+    t = ts.Transforms().randAugment()
+    assert repr(t) == "tessera.Transforms('randaugment')" == repr(ts.Transforms("randaugment"))
+    assert repr(ts.Transforms("randaugment:3:15")) == "tessera.Transforms('randaugment:3:15')"
+    assert repr(ts.Transforms().randAugment(1)) == "tessera.Transforms('randaugment:1')"
+    ds = ts.imageFolder(str(folder), channels=3)
+    originals = np.stack([ds[i][0] for i in range(10)])
+    strong = ts.Transforms("randaugment:2:30")
+    (x, _), = list(ts.Loader(ds, strong, batchsize=10, seed=1, workers=2, shuffle=False).epoch(0))
+    (again, _), = list(ts.Loader(ds, strong, batchsize=10, seed=1, shuffle=False).epoch(0))
+    np.testing.assert_array_equal(x.numpy(), again.numpy())
+    assert sum(not np.allclose(x.numpy()[i], originals[i], atol=1 / 255) for i in range(10)) >= 8
+    (evaluated, _), = list(ts.Loader(ds, strong, batchsize=10, shuffle=False, train=False).epoch(0))
+    np.testing.assert_array_equal(evaluated.numpy(), originals)
+    for bad in ("randaugment:0", "randaugment:2:31", "randaugment:2:-1", "randaugment:1:2:3"):
+        with pytest.raises(ts.ModuleError):
+            ts.Transforms(bad)

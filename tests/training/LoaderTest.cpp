@@ -744,9 +744,10 @@ TEST(Transforms, ParseReadsTheCommandLineSyntax) {
     EXPECT_EQ(Transforms::parse("resize:20x10").str(), "resize:20x10");
     EXPECT_EQ(Transforms::parse("normalize:cifar10").steps().at(0).mean.size(), 3u);
     EXPECT_TRUE(Transforms::parse("").empty());
-    const std::string more = "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5,jitter:0.4:0."
-                             "3:0.2:0.1,jitter:0:0:0:0.5,erase,erase:0.25,erase:1:0.1:0.2,affine:15,affine:0:0.25,"
-                             "affine:10:0:0.75/1.25,affine:10:0.1:0.5/2:30,trivial";
+    const std::string more =
+        "rrc:224,rrc:32x24:0.35,rotate:15,jitter:0.4,jitter:0.4:0.3:0.2,jitter:0:0.5,jitter:0.4:0."
+        "3:0.2:0.1,jitter:0:0:0:0.5,erase,erase:0.25,erase:1:0.1:0.2,affine:15,affine:0:0.25,"
+        "affine:10:0:0.75/1.25,affine:10:0.1:0.5/2:30,trivial,randaugment,randaugment:3,randaugment:1:20";
     EXPECT_EQ(Transforms::parse(more).str(), more);
     for (const std::string bad : {"crop",
                                   "crop:a",
@@ -780,7 +781,11 @@ TEST(Transforms, ParseReadsTheCommandLineSyntax) {
                                   "affine:5:0:1/1:-3",
                                   "affine:5:0:1/1:90",
                                   "affine:5:0:1/1:3:4",
-                                  "trivial:1"}) {
+                                  "trivial:1",
+                                  "randaugment:0",
+                                  "randaugment:17",
+                                  "randaugment:2:31",
+                                  "randaugment:x"}) {
         try {
             Transforms::parse(bad);
             ADD_FAILURE() << "'" << bad << "' was accepted";

@@ -115,7 +115,7 @@ void addDataOptions(CLI::App* cmd, DataOptions& in) {
                     "per-image transforms, e.g. crop:32:4,flip,normalize:cifar10 (resize:S|HxW, crop:S[:PAD], "
                     "center:S, rrc:S[:MIN] (random-resized crop), flip[:P], rotate:DEG, "
                     "affine:DEG[:T[:LO/HI[:SHEAR]]], jitter:B[:C[:S[:H]]] (colour), "
-                    "erase[:P[:MIN:MAX]] (random erasing), trivial (TrivialAugmentWide), "
+                    "erase[:P[:MIN:MAX]] (random erasing), trivial (TrivialAugmentWide), randaugment[:N[:M]], "
                     "normalize:M1/M2/M3:S1/S2/S3 or cifar10|cifar100|imagenet|mnist); random ones act in training "
                     "only, the test set gets centre crops");
     cmd->add_option("--workers", in.workers,
