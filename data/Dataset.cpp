@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <numeric>
 
 #include "backend/Errors.h"
@@ -165,38 +166,15 @@ void checkSplit(const std::string& what, const std::string& split) {
     }
 }
 
-class FolderDataset : public Dataset {
+// Image files, each with its class, decoded when asked for.
+class FileDataset : public Dataset {
 public:
-    FolderDataset(std::string dir, int channels) : dir_(std::move(dir)), channels_(channels) {
-        if (!fs::is_directory(dir_)) throw IoError("image folder " + dir_ + ": no such directory");
-        std::vector<std::string> classes;
-        for (const auto& e : fs::directory_iterator(dir_)) {
-            if (e.is_directory()) classes.push_back(e.path().filename().string());
-        }
-        std::sort(classes.begin(), classes.end());
-        if (classes.empty()) {
-            throw IoError("image folder " + dir_ + ": no class sub-folders (expected " + dir_ +
-                          "/<class>/<image>.png or .jpg)");
-        }
-        for (size_t k = 0; k < classes.size(); ++k) {
-            std::vector<std::string> found;
-            for (const auto& e : fs::recursive_directory_iterator(fs::path(dir_) / classes[k])) {
-                if (e.is_regular_file() && data_detail::isImageName(e.path().filename().string()))
-                    found.push_back(e.path().string());
-            }
-            std::sort(found.begin(), found.end());
-            for (std::string& f : found) samples_.push_back({std::move(f), static_cast<int32_t>(k)});
-        }
-        if (samples_.empty()) {
-            throw IoError("image folder " + dir_ + ": its " + std::to_string(classes.size()) +
-                          " class folders hold no .jpg, .jpeg or .png file");
-        }
-        classes_ = static_cast<int64_t>(classes.size());
-        names_ = std::move(classes);
-    }
+    FileDataset(std::string what, std::vector<std::pair<std::string, int32_t>> samples, std::vector<std::string> names,
+                int channels)
+        : what_(std::move(what)), channels_(channels), names_(std::move(names)), samples_(std::move(samples)) {}
     int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
-    int64_t classes() const override { return classes_; }
-    std::string describe() const override { return "image folder " + dir_; }
+    int64_t classes() const override { return static_cast<int64_t>(names_.size()); }
+    std::string describe() const override { return what_; }
     std::vector<std::string> classNames() const override { return names_; }
     std::string where(int64_t index) const override { return samples_[static_cast<size_t>(index)].first; }
     Sample get(int64_t index) const override { return getScaled(index, {}); }
@@ -207,12 +185,85 @@ public:
     }
 
 private:
-    std::string dir_;
+    std::string what_;
     int channels_;
-    int64_t classes_ = 0;
     std::vector<std::string> names_;
     std::vector<std::pair<std::string, int32_t>> samples_;
 };
+
+std::shared_ptr<FileDataset> folderDataset(const std::string& dir, int channels) {
+    if (!fs::is_directory(dir)) throw IoError("image folder " + dir + ": no such directory");
+    std::vector<std::string> classes;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        if (e.is_directory()) classes.push_back(e.path().filename().string());
+    }
+    std::sort(classes.begin(), classes.end());
+    if (classes.empty()) {
+        throw IoError("image folder " + dir + ": no class sub-folders (expected " + dir +
+                      "/<class>/<image>.png or .jpg)");
+    }
+    std::vector<std::pair<std::string, int32_t>> samples;
+    for (size_t k = 0; k < classes.size(); ++k) {
+        std::vector<std::string> found;
+        for (const auto& e : fs::recursive_directory_iterator(fs::path(dir) / classes[k])) {
+            if (e.is_regular_file() && data_detail::isImageName(e.path().filename().string()))
+                found.push_back(e.path().string());
+        }
+        std::sort(found.begin(), found.end());
+        for (std::string& f : found) samples.push_back({std::move(f), static_cast<int32_t>(k)});
+    }
+    if (samples.empty()) {
+        throw IoError("image folder " + dir + ": its " + std::to_string(classes.size()) +
+                      " class folders hold no .jpg, .jpeg or .png file");
+    }
+    return std::make_shared<FileDataset>("image folder " + dir, std::move(samples), std::move(classes), channels);
+}
+
+// The rows of a CSV text (RFC 4180: fields in double quotes may hold commas, line breaks and
+// doubled quotes; CRLF or LF; a UTF-8 byte order mark skipped), each with its line number.
+std::vector<std::pair<int64_t, std::vector<std::string>>> csvRows(const std::string& text, const std::string& what) {
+    std::vector<std::pair<int64_t, std::vector<std::string>>> rows;
+    size_t i = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+    int64_t line = 1;
+    while (i < text.size()) {
+        const int64_t first = line;
+        std::vector<std::string> fields(1);
+        bool quoted = false, wasQuoted = false;
+        for (; i < text.size(); ++i) {
+            const char c = text[i];
+            if (quoted) {
+                if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+                    fields.back() += '"', ++i;
+                } else if (c == '"') {
+                    quoted = false;
+                } else {
+                    if (c == '\n') ++line;
+                    fields.back() += c;
+                }
+            } else if (c == '"' && fields.back().empty() && !wasQuoted) {
+                quoted = wasQuoted = true;
+            } else if (c == ',') {
+                fields.emplace_back(), wasQuoted = false;
+            } else if (c == '\n' || c == '\r') {
+                if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+                ++i, ++line;
+                break;
+            } else if (wasQuoted) {
+                throw IoError(what + " line " + std::to_string(line) + ": text after a closing quote");
+            } else {
+                fields.back() += c;
+            }
+        }
+        if (quoted) throw IoError(what + " line " + std::to_string(first) + ": a quote is never closed");
+        if (fields.size() == 1 && fields[0].empty() && !wasQuoted) continue; // an empty line
+        rows.emplace_back(first, std::move(fields));
+    }
+    return rows;
+}
+
+bool isWholeNumber(const std::string& s) {
+    return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 class FirstSamples : public Dataset {
 public:
@@ -309,7 +360,82 @@ DatasetPtr imageFolder(const std::string& dir, int channels) {
     if (channels != 1 && channels != 3) {
         throw IoError("image folder " + dir + ": channels must be 1 or 3, got " + std::to_string(channels));
     }
-    return std::make_shared<FolderDataset>(dir, channels);
+    return folderDataset(dir, channels);
+}
+
+DatasetPtr imageList(const std::string& csv, const ImageListOptions& options) {
+    const std::string what = "image list " + csv;
+    if (options.channels != 1 && options.channels != 3) {
+        throw IoError(what + ": channels must be 1 or 3, got " + std::to_string(options.channels));
+    }
+    const std::vector<uint8_t> bytes = data_detail::readFile(csv, "image list");
+    const auto rows = csvRows(std::string(bytes.begin(), bytes.end()), what);
+    if (rows.empty()) throw IoError(what + ": empty (expected a header row naming the columns, then a row per image)");
+    const std::vector<std::string>& header = rows.front().second;
+    auto column = [&](const std::string& name, size_t otherwise) {
+        if (name.empty()) {
+            if (header.size() <= otherwise) {
+                throw IoError(what + ": its header names " + std::to_string(header.size()) +
+                              " column(s); the file and the class need two");
+            }
+            return otherwise;
+        }
+        const auto it = std::find(header.begin(), header.end(), name);
+        if (it == header.end()) {
+            std::string names;
+            for (const std::string& h : header) names += (names.empty() ? "" : ", ") + h;
+            throw IoError(what + ": no column '" + name + "' (its header names " + names + ")");
+        }
+        return static_cast<size_t>(it - header.begin());
+    };
+    const size_t pathAt = column(options.pathColumn, 0), labelAt = column(options.labelColumn, 1);
+    const fs::path base = fs::path(csv).parent_path();
+    std::vector<std::pair<std::string, std::string>> listed; // file, class text
+    std::vector<int64_t> lines;
+    for (size_t r = 1; r < rows.size(); ++r) {
+        const auto& [line, fields] = rows[r];
+        const std::string where = what + " line " + std::to_string(line);
+        if (fields.size() <= std::max(pathAt, labelAt)) {
+            throw IoError(where + ": " + std::to_string(fields.size()) + " field(s), the header names " +
+                          std::to_string(header.size()));
+        }
+        const std::string& file = fields[pathAt];
+        const std::string& label = fields[labelAt];
+        if (file.empty() || label.empty()) throw IoError(where + ": an empty file name or class");
+        const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base / file;
+        if (!fs::is_regular_file(p)) throw IoError(where + ": image " + p.string() + " not found");
+        listed.emplace_back(p.string(), label);
+        lines.push_back(line);
+    }
+    if (listed.empty()) throw IoError(what + ": lists no image");
+    // The classes: those given; else 0..max when every class is a whole number, else the
+    // names in sorted order (as imageFolder orders its folders).
+    std::vector<std::string> names = options.classes;
+    if (names.empty()) {
+        if (std::all_of(listed.begin(), listed.end(), [](const auto& l) { return isWholeNumber(l.second); })) {
+            int64_t top = 0;
+            for (const auto& l : listed) top = std::max<int64_t>(top, std::stoll(l.second));
+            for (int64_t k = 0; k <= top; ++k) names.push_back(std::to_string(k));
+        } else {
+            for (const auto& l : listed) names.push_back(l.second);
+            std::sort(names.begin(), names.end());
+            names.erase(std::unique(names.begin(), names.end()), names.end());
+        }
+    }
+    std::map<std::string, int32_t> index;
+    for (size_t k = 0; k < names.size(); ++k) index.emplace(names[k], static_cast<int32_t>(k));
+    std::vector<std::pair<std::string, int32_t>> samples;
+    for (size_t i = 0; i < listed.size(); ++i) {
+        std::string label = listed[i].second;
+        if (isWholeNumber(label)) label = std::to_string(std::stoll(label)); // 007 is class 7
+        const auto it = index.find(label);
+        if (it == index.end()) {
+            throw IoError(what + " line " + std::to_string(lines[i]) + ": class '" + listed[i].second +
+                          "' is not one of the " + std::to_string(names.size()) + " classes given");
+        }
+        samples.emplace_back(std::move(listed[i].first), it->second);
+    }
+    return std::make_shared<FileDataset>(what, std::move(samples), std::move(names), options.channels);
 }
 
 DatasetPtr idxDataset(const std::string& dir, const std::string& split, int64_t limit) {

@@ -71,13 +71,30 @@ DatasetPtr cifar100(const std::string& dir, const std::string& split, bool fine 
 /// missing folder, a folder without class sub-folders, or one whose classes hold no image.
 DatasetPtr imageFolder(const std::string& dir, int channels = 3);
 
+/// Where imageList finds what it needs in its CSV file.
+struct ImageListOptions {
+    int channels = 3;                   ///< decode to 1 or 3 channels
+    std::string pathColumn{};           ///< the column of image files, by its header name (empty: the first)
+    std::string labelColumn{};          ///< the column of classes (empty: the second)
+    std::vector<std::string> classes{}; ///< the class names in label order (empty: from the file)
+};
+
+/// Images listed in a CSV file (RFC 4180; a header row naming the columns first, as Kaggle's
+/// `train.csv` files have): each row's image file (relative to the CSV file's folder, or
+/// absolute; JPEG or PNG) and its class. The classes are `options.classes` when given
+/// (labels of the file must be among them, by name); else 0 .. the largest when every
+/// class is a whole number, else the class names in sorted order. Every file is checked to
+/// exist at once; images are decoded when asked for. IoError naming the file and line for
+/// a malformed row, a missing column, image or class.
+DatasetPtr imageList(const std::string& csv, const ImageListOptions& options = {});
+
 /// An image folder inside a tar or zip archive (told apart by their bytes): the images
 /// under `<split>/<class>/` (at the archive's top, or under one top folder), classes and
 /// images in sorted order as imageFolder takes them. The members are listed at once and
 /// each image is read and decoded when asked for (stored or deflated zip members; plain
 /// tar). A gzip-compressed tar (`.tar.gz`) is read in one pass instead, the split's image
 /// files held in memory (8 GiB at most) and decoded when asked for. IoError naming the
-/// archive for one that is malformed, truncated, ZIP64 or holds no such images, and naming
+/// archive for one that is malformed, truncated or holds no such images, and naming
 /// the member for one that cannot be decoded.
 DatasetPtr imageArchive(const std::string& path, const std::string& split, int channels = 3);
 

@@ -67,6 +67,18 @@ void bindData(py::module_& m) {
         py::arg("dir"), py::arg("channels") = 3,
         "JPEG and PNG files in one sub-folder per class (classes in sorted order), decoded on demand.");
     m.def(
+        "imageList",
+        [](const std::string& csv, int channels, const std::string& pathColumn, const std::string& labelColumn,
+           const std::vector<std::string>& classes) {
+            return held(imageList(
+                csv, {.channels = channels, .pathColumn = pathColumn, .labelColumn = labelColumn, .classes = classes}));
+        },
+        py::arg("csv"), py::arg("channels") = 3, py::arg("pathColumn") = "", py::arg("labelColumn") = "",
+        py::arg("classes") = std::vector<std::string>(),
+        "Images listed in a CSV file with a header row: each row's file (relative to the CSV's folder) and class "
+        "(by default the first two columns; classes: the names in label order, else whole numbers 0..max or the "
+        "sorted names).");
+    m.def(
         "imageArchive",
         [](const std::string& path, const std::string& split, int channels) {
             return held(imageArchive(path, split, channels));

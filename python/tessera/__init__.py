@@ -33,7 +33,7 @@ from ._tessera import (
     zooModels,
     # data sets, transforms, loader; checkpoints
     Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, holdOut, idxDataset, imageArchive, imageFolder,
-    npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint, WeightAverage,
+    imageList, npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint, WeightAverage,
     # data-parallel training
     Communicator, DataParallel, launchedByMpi, mpiBuilt, mpiWorld, ncclBuilt, ncclWorld,
 )
@@ -124,6 +124,7 @@ __all__ = [
     "idxDataset",
     "imageArchive",
     "imageFolder",
+    "imageList",
     "npyDataset",
     "tensorDataset",
     "loadCheckpoint",

@@ -517,3 +517,52 @@ def test_rand_augment(folder):
     for bad in ("randaugment:0", "randaugment:2:31", "randaugment:2:-1", "randaugment:1:2:3"):
         with pytest.raises(ts.ModuleError):
             ts.Transforms(bad)
+
+
+def test_image_lists(folder, tmp_path):
+    import csv
+    files = sorted((folder / c / f.name, c) for c in ("cat", "dog") for f in (folder / c).iterdir())
+    want = ts.imageFolder(str(folder))
+    # Relative and absolute names, a quoted one with a comma, CRLF line ends, a byte order
+    # mark, extra columns, the columns chosen by name.
+    (tmp_path / "sub").mkdir()
+    rows = []
+    for i, (path, cls) in enumerate(files):
+        name = f"sub/{i}, copy.png" if i % 2 else str(path)
+        if i % 2:
+            (tmp_path / name).write_bytes(path.read_bytes())
+        rows.append({"id": i, "kind": cls, "image": name})
+    with open(tmp_path / "list.csv", "w", newline="", encoding="utf-8-sig") as out:
+        w = csv.DictWriter(out, fieldnames=["id", "kind", "image"], lineterminator="\r\n")
+        w.writeheader()
+        w.writerows(rows)
+    got = ts.imageList(str(tmp_path / "list.csv"), pathColumn="image", labelColumn="kind")
+    assert len(got) == len(want) == 10 and got.classNames == ["cat", "dog"]
+    for i in range(10):
+        np.testing.assert_array_equal(got[i][0], want[i][0])
+        assert got[i][1] == want[i][1]
+    assert got.where(1).endswith("1, copy.png")
+    # Whole numbers are classes 0..max (007 is 7); given names label by name.
+    (tmp_path / "numbers.csv").write_text("file,class\n" + "".join(f"{p},{k}\n" for p, k in
+                                                                   ((files[0][0], "007"), (files[5][0], 2))))
+    numbers = ts.imageList(str(tmp_path / "numbers.csv"))
+    assert numbers.classes == 8 and [numbers[i][1] for i in range(2)] == [7, 2]
+    (tmp_path / "dogs.csv").write_text(f"f,c\n{files[9][0]},dog\n")
+    assert ts.imageList(str(tmp_path / "dogs.csv"))[0][1] == 0  # alone: the first class
+    assert ts.imageList(str(tmp_path / "dogs.csv"), classes=["cat", "dog"])[0][1] == 1
+    # Errors name the file and line.
+    bad = {"empty.csv": ("", "empty"),
+           "missing.csv": ("file,class\nnowhere.png,cat\n", "line 2: image .*nowhere.png not found"),
+           "short.csv": (f"file,class\n{files[0][0]},cat\n{files[1][0]}\n", "line 3: 1 field"),
+           "quote.csv": (f'file,class\n"{files[0][0]},cat\n', "line 2: a quote is never closed"),
+           "after.csv": (f'file,class\n"{files[0][0]}"x,cat\n', "line 2: text after a closing quote"),
+           "one.csv": ("file\nx.png\n", "two"),
+           "nolabel.csv": (f"file,class\n{files[0][0]},\n", "line 2: an empty file name or class")}
+    for name, (text, message) in bad.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ts.IoError, match=name + ".*" + message):
+            ts.imageList(str(tmp_path / name))
+    with pytest.raises(ts.IoError, match="no column 'label' .*id, kind, image"):
+        ts.imageList(str(tmp_path / "list.csv"), labelColumn="label")
+    with pytest.raises(ts.IoError, match="line 2: class 'cat' is not one of the 1 classes given"):
+        ts.imageList(str(tmp_path / "list.csv"), pathColumn="image", labelColumn="kind", classes=["dog"])

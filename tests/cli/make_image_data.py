@@ -8,6 +8,9 @@ other libraries' writers (Pillow for JPEG and PNG, NumPy for .npy and the CIFAR 
     make_image_data.py tgz FILE     the folder data set in the .tar.gz FILE
     make_image_data.py cifar10tgz FILE  the CIFAR-10 files in FILE.tar.gz under cifar-10-batches-bin/,
                                         as cifar-10-binary.tar.gz is distributed
+    make_image_data.py csv DIR      the folder data set's images in DIR/pictures/, listed with their
+                                    classes in DIR/train.csv and DIR/test.csv (Python's csv writer; the
+                                    test list holds two of the three classes)
 
 Three classes told apart by which colour channel is bright, with noise and a bright square
 in a random place; folder images have varying sizes (a transform must resize them).
@@ -109,10 +112,34 @@ def cifar10_tgz(path, rng):
             t.add(os.path.join(tmp, "cifar-10-batches-bin"), arcname="cifar-10-batches-bin")
 
 
+def listed(root, rng):
+    import csv
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        folder(tmp, rng)
+        os.makedirs(os.path.join(root, "pictures"), exist_ok=True)
+        for split in ("train", "test"):
+            rows = []
+            for name in sorted(os.listdir(os.path.join(tmp, split))):
+                if split == "test" and name == "blue-ish":
+                    continue  # the test classes must still be labelled as in training
+                for f in sorted(os.listdir(os.path.join(tmp, split, name))):
+                    target = f"{split} {name}, {f}"  # a space and a comma: a quoted field
+                    shutil.copy(os.path.join(tmp, split, name, f), os.path.join(root, "pictures", target))
+                    rows.append({"file": "pictures/" + target, "species": name, "note": "generated"})
+            rng.shuffle(rows)
+            with open(os.path.join(root, split + ".csv"), "w", newline="") as out:
+                w = csv.DictWriter(out, fieldnames=["file", "species", "note"])
+                w.writeheader()
+                w.writerows(rows)
+
+
 def main():
     kind, root = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(7)
-    {"folder": folder, "cifar10": cifar10, "npy": npy, "zip": zipped, "tgz": folder_tgz, "cifar10tgz": cifar10_tgz}[kind](root, rng)
+    {"folder": folder, "cifar10": cifar10, "npy": npy, "zip": zipped, "tgz": folder_tgz, "cifar10tgz": cifar10_tgz,
+     "csv": listed}[kind](root, rng)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // libFuzzer harness: the array data sets read whole into memory (data/Dataset.h): the input
 // as a CIFAR-10 test file, as a CIFAR-100 file, as the tar (or .tar.gz) archive of either,
-// and as the images of a .npy pair; every sample of what was read is then fetched.
+// as the images of a .npy pair, and as a CSV image list; every sample of what was read is then
+// fetched.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         tessera::writeNpy(tessera::Tensor::fromVector({2}, std::vector<int32_t>{0, 1}), dir + "/labels.npy");
         readAll(tessera::npyDataset(file.path(), dir + "/labels.npy"));
     });
+    tessera::fuzz::expectCleanFailure([&] { readAll(tessera::imageList(file.path())); });
     std::filesystem::remove(dir + "/test_batch.bin");
     std::filesystem::remove(dir + "/test.bin");
     std::filesystem::remove(dir + "/labels.npy");

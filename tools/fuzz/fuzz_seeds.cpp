@@ -190,6 +190,13 @@ int main(int argc, char** argv) {
                                                  {"cifar-100-binary/test.bin", {cifar.begin(), cifar.begin() + 3074}}});
     write(dir / "dataset/cifar.tar", cifarTar);
     writeGzip(dir / "dataset/cifar.tar.gz", cifarTar);
+    // An image list: its images by absolute name (the list is read from elsewhere), a quoted one.
+    {
+        const std::string colour = fs::absolute(dir / "image/colour.png").string();
+        const std::string gray = fs::absolute(dir / "image/gray.jpg").string();
+        const std::string list = "file,class,note\r\n" + colour + ",cat,x\r\n\"" + gray + "\",dog,\"a, b\"\r\n";
+        write(dir / "dataset/list.csv", std::vector<uint8_t>(list.begin(), list.end()));
+    }
     writeNpy(Tensor::rand({2, 1, 3, 3}), (dir / "dataset/images.npy").string());
 
     write(dir / "idx/images-idx3-ubyte", idx(0x08, {3, 4, 5}, 1));

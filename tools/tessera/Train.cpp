@@ -107,7 +107,8 @@ void addDataOptions(CLI::App* cmd, DataOptions& in) {
                     "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
                     "cifar100:DIR (the binary versions; DIR may be their .tar.gz), folder:DIR (DIR/train/<class>/ and "
                     "DIR/test/<class>/ of "
-                    "JPEG and PNG files; DIR may be a .tar, .tar.gz or .zip of them) or npy:DIR (train_images.npy, "
+                    "JPEG and PNG files; DIR may be a .tar, .tar.gz or .zip of them), csv:DIR (DIR/train.csv and "
+                    "DIR/test.csv: a header row, then each image's file and class) or npy:DIR (train_images.npy, "
                     "train_labels.npy, test_images.npy, "
                     "test_labels.npy)")
         ->capture_default_str();
@@ -202,6 +203,12 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
         needDir();
         s = {imageFolder(dir + "/train", channels), imageFolder(dir + "/test", channels),
              "image folders " + dir + "/train and " + dir + "/test"};
+    } else if (kind == "csv") {
+        needDir();
+        // The test list's classes are the training list's, by name.
+        const DatasetPtr train = imageList(dir + "/train.csv", {.channels = channels});
+        s = {train, imageList(dir + "/test.csv", {.channels = channels, .classes = train->classNames()}),
+             "image lists " + dir + "/train.csv and " + dir + "/test.csv"};
     } else if (kind == "npy") {
         needDir();
         s = {npyDataset(dir + "/train_images.npy", dir + "/train_labels.npy"),
@@ -209,12 +216,16 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
     } else {
         throw UsageError("--data " + d +
                          ": expected fashion-mnist, a directory of IDX files, mnist:DIR, cifar10:DIR, cifar100:DIR, "
-                         "folder:DIR or npy:DIR");
+                         "folder:DIR, csv:DIR or npy:DIR");
     }
-    if (kind == "folder" && s.train->classes() != s.test->classes()) {
-        throw IoError("--data " + d + ": train/ has " + std::to_string(s.train->classes()) +
-                      " class folders but test/ has " + std::to_string(s.test->classes()) +
-                      " (both need the same classes)");
+    if (kind == "folder" && s.train->classNames() != s.test->classNames()) {
+        const std::vector<std::string> a = s.train->classNames(), b = s.test->classNames();
+        size_t k = 0;
+        while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+        throw IoError("--data " + d + ": train/ has " + std::to_string(a.size()) + " class folders and test/ " +
+                      std::to_string(b.size()) + ", which differ at class " + std::to_string(k) + " (" +
+                      (k < a.size() ? a[k] : "none") + " in train/, " + (k < b.size() ? b[k] : "none") +
+                      " in test/): both need the same classes, or the labels would not agree");
     }
     if (limit > 0) {
         s.train = firstSamples(s.train, limit);
