@@ -599,9 +599,10 @@ Image Transforms::augmentOp(const Image& in, const std::string& op, double magni
             blend([&](int64_t c, int64_t i) { return blurred.pixels[static_cast<size_t>(c * plane + i)]; });
         }
     } else if (op == "Posterize") {
-        const auto bits = static_cast<int>(magnitude);
-        if (bits < 0 || bits > 8)
+        if (!(magnitude >= 0.0 && magnitude < 9.0)) {
             throw ModuleError("augmentation Posterize: bits must lie in [0, 8], got " + numberStr(magnitude));
+        }
+        const auto bits = static_cast<int>(magnitude);
         const auto mask = static_cast<uint8_t>(256 - (1 << (8 - bits)));
         for (float& v : q.pixels) v = static_cast<float>(static_cast<uint8_t>(v) & mask);
     } else if (op == "Solarize") {
