@@ -301,6 +301,7 @@ public:
     std::vector<std::string> classNames() const override { return classNames_; }
     std::string where(int64_t index) const override { return path_ + ":" + at(index).first.name; }
     Sample get(int64_t index) const override { return getScaled(index, {}); }
+    int32_t label(int64_t index) const override { return at(index).second; }
     Sample getScaled(int64_t index, const DecodeScale& shrink) const override {
         const auto& [m, label] = at(index);
         const std::string whereText = where(index);

@@ -40,6 +40,10 @@ public:
     int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
     int64_t classes() const override { return classes_; }
     std::string describe() const override { return name_; }
+    int32_t label(int64_t index) const override {
+        checkIndex(*this, index);
+        return labels_[static_cast<size_t>(index)];
+    }
     Sample get(int64_t index) const override {
         checkIndex(*this, index);
         Sample s{Image(c_, h_, w_), labels_[static_cast<size_t>(index)]};
@@ -183,6 +187,10 @@ public:
         const auto& [path, label] = samples_[static_cast<size_t>(index)];
         return {readImage(path, channels_, shrink), label};
     }
+    int32_t label(int64_t index) const override {
+        checkIndex(*this, index);
+        return samples_[static_cast<size_t>(index)].second;
+    }
 
 private:
     std::string what_;
@@ -278,6 +286,10 @@ public:
         checkIndex(*this, index);
         return data_->getScaled(index, shrink);
     }
+    int32_t label(int64_t index) const override {
+        checkIndex(*this, index);
+        return data_->label(index);
+    }
 
 private:
     DatasetPtr data_;
@@ -301,6 +313,10 @@ public:
         checkIndex(*this, index);
         return data_->getScaled(indices_[static_cast<size_t>(index)], shrink);
     }
+    int32_t label(int64_t index) const override {
+        checkIndex(*this, index);
+        return data_->label(indices_[static_cast<size_t>(index)]);
+    }
 
 private:
     DatasetPtr data_;
@@ -320,6 +336,7 @@ public:
     Sample getScaled(int64_t index, const DecodeScale& shrink) const override {
         return data_->getScaled(index, shrink);
     }
+    int32_t label(int64_t index) const override { return data_->label(index); }
 
 private:
     DatasetPtr data_;

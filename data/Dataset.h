@@ -35,6 +35,9 @@ public:
         (void)shrink;
         return get(index);
     }
+    /// The class of sample `index`: get(index).label, without decoding an image where the
+    /// data set knows it (files, archives, arrays).
+    virtual int32_t label(int64_t index) const { return get(index).label; }
     /// The number of classes (labels lie in [0, classes())).
     virtual int64_t classes() const = 0;
     /// Where sample `index` comes from, for messages: a file, or a file and a record.

@@ -111,6 +111,10 @@ Loader::Loader(DatasetPtr data, Transforms transforms, const LoaderOptions& opti
                           std::to_string(data_->classes()));
     }
     if (options_.prefetch == 0) options_.prefetch = 2 * std::max(1, options_.workers);
+    if (options_.balanced) {
+        labels_.reserve(static_cast<size_t>(data_->size()));
+        for (int64_t i = 0; i < data_->size(); ++i) labels_.push_back(data_->label(i));
+    }
     padHeapOnce();
     for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this] { work(); });
 }
@@ -122,6 +126,28 @@ Loader::~Loader() {
     }
     changed_.notify_all();
     for (std::thread& t : workers_) t.join();
+}
+
+std::vector<int64_t> Loader::order(int64_t epoch) const {
+    return options_.balanced ? balancedOrder(labels_, options_.seed, epoch)
+                             : epochOrder(size(), options_.seed, epoch, options_.shuffle);
+}
+
+std::vector<int64_t> balancedOrder(const std::vector<int32_t>& labels, uint64_t seed, int64_t epoch) {
+    std::map<int32_t, int64_t> counts;
+    for (int32_t l : labels) ++counts[l];
+    std::vector<double> cumulative; // of the weights 1 / count
+    double total = 0.0;
+    for (int32_t l : labels) cumulative.push_back(total += 1.0 / static_cast<double>(counts[l]));
+    const uint64_t s = randomBits(seed ^ 0x62616C616E6365ull, static_cast<uint64_t>(epoch)); // "balance"
+    std::vector<int64_t> order(labels.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        const double u = static_cast<double>(randomBits(s, i) >> 11) * 0x1.0p-53 * total;
+        const auto it = std::upper_bound(cumulative.begin(), cumulative.end(), u);
+        order[i] =
+            std::min<int64_t>(static_cast<int64_t>(it - cumulative.begin()), static_cast<int64_t>(labels.size()) - 1);
+    }
+    return order;
 }
 
 int64_t Loader::batches() const {
@@ -137,9 +163,7 @@ Shape Loader::sampleShape() const {
     return Shape{img.channels, img.height, img.width};
 }
 
-DataBatch Loader::make(int64_t epoch, int64_t index) const {
-    return build(epochOrder(size(), options_.seed, epoch, options_.shuffle), epoch, index);
-}
+DataBatch Loader::make(int64_t epoch, int64_t index) const { return build(order(epoch), epoch, index); }
 
 DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const {
     const int64_t global = options_.batchsize * options_.ranks;
@@ -250,8 +274,7 @@ void Loader::start(int64_t epoch, int64_t first) {
     }
     Order order = order_;
     if (epoch != epoch_ || !order) {
-        order =
-            std::make_shared<const std::vector<int64_t>>(epochOrder(size(), options_.seed, epoch, options_.shuffle));
+        order = std::make_shared<const std::vector<int64_t>>(this->order(epoch));
     }
     next_ = first;
     waiting_ = making_ = 0;

@@ -56,6 +56,10 @@ struct LoaderOptions {
     /// (Transforms::decodeScale): on large photos several times faster, with pixels close
     /// to, not equal to, a full decode's. false: every image decoded at full size.
     bool scaledDecode = true;
+    /// Each epoch draws size() samples with replacement, every class equally likely
+    /// (a sample's weight 1 / its class's count; balancedOrder), instead of a permutation:
+    /// for a training set whose classes are unevenly represented. `shuffle` is then moot.
+    bool balanced = false;
 };
 
 /// One batch: images [B, C, H, W] (or [B, C*H*W]) float32 and labels [B] int32 (or, with
@@ -104,6 +108,8 @@ public:
 
 private:
     using Order = std::shared_ptr<const std::vector<int64_t>>;
+    /// The samples of `epoch`, in order: epochOrder's, or balancedOrder's with `balanced`.
+    std::vector<int64_t> order(int64_t epoch) const;
     DataBatch build(const std::vector<int64_t>& order, int64_t epoch, int64_t index) const;
     /// Mixes `b` (made with its int32 labels) as options_.mixup / cutmix ask.
     void mix(DataBatch& b, int64_t epoch, int64_t channels, int64_t height, int64_t width) const;
@@ -112,7 +118,8 @@ private:
     DatasetPtr data_;
     Transforms transforms_;
     LoaderOptions options_;
-    DecodeScale shrink_; // what decoding may skip, for the split options_.train says
+    DecodeScale shrink_;          // what decoding may skip, for the split options_.train says
+    std::vector<int32_t> labels_; // every sample's, with `balanced`
 
     Order order_; // of the epoch begun
     int64_t epoch_ = -1, next_ = 0, end_ = 0;
@@ -135,6 +142,11 @@ private:
 
 /// A draw from Beta(alpha, alpha) (alpha > 0), a function of (seed, counter) only.
 double betaSample(double alpha, uint64_t seed, uint64_t counter);
+
+/// size() sample indices of `epoch` drawn with replacement on the counter-based generator
+/// (seed, epoch), each with the weight 1 / (the number of samples of its class): every class
+/// present is drawn equally often on average.
+std::vector<int64_t> balancedOrder(const std::vector<int32_t>& labels, uint64_t seed, int64_t epoch);
 
 /// Sample indices 0..n-1 in the order of `epoch`: the Fisher-Yates shuffle on the
 /// counter-based generator (seed, epoch), or as they are when `shuffle` is false.

@@ -189,10 +189,11 @@ mixup=A and cutmix=A (Beta alphas; 0: off) mix each training batch with itself r
 labels are then float32 probabilities [B, classes] (classes: 0 for the data set's, or a
 model's wider score count), which CrossEntropy takes as targets. scaledDecode=True decodes
 JPEGs at M/8 of their size where the first transform (a resize, a random-resized crop)
-shrinks them anyway: several times faster on large photos; False decodes every image whole.)")
+shrinks them anyway: several times faster on large photos; False decodes every image whole.
+balanced=True draws each epoch's samples with replacement, every class equally likely.)")
         .def(py::init([](const DatasetHolder& data, const py::object& transforms, int64_t batchsize, bool shuffle,
                          uint64_t seed, bool train, int workers, int prefetch, bool flatten, bool pinned, int rank,
-                         int ranks, float mixup, float cutmix, int64_t classes, bool scaledDecode) {
+                         int ranks, float mixup, float cutmix, int64_t classes, bool scaledDecode, bool balanced) {
                  if (batchsize <= 0)
                      throw ModuleError("Loader: batchsize must be positive, got " + std::to_string(batchsize));
                  Transforms t = transforms.is_none() ? Transforms() : transforms.cast<Transforms>();
@@ -210,13 +211,14 @@ shrinks them anyway: several times faster on large photos; False decodes every i
                                                                .mixup = mixup,
                                                                .cutmix = cutmix,
                                                                .classes = classes,
-                                                               .scaledDecode = scaledDecode});
+                                                               .scaledDecode = scaledDecode,
+                                                               .balanced = balanced});
              }),
              py::arg("data"), py::arg("transforms") = py::none(), py::kw_only(), py::arg("batchsize") = 128,
              py::arg("shuffle") = true, py::arg("seed") = 0, py::arg("train") = true, py::arg("workers") = 0,
              py::arg("prefetch") = 0, py::arg("flatten") = false, py::arg("pinned") = false, py::arg("rank") = 0,
              py::arg("ranks") = 1, py::arg("mixup") = 0.0f, py::arg("cutmix") = 0.0f, py::arg("classes") = 0,
-             py::arg("scaledDecode") = true, py::keep_alive<1, 2>())
+             py::arg("scaledDecode") = true, py::arg("balanced") = false, py::keep_alive<1, 2>())
         .def("__len__", &Loader::batches, "Batches per epoch.")
         .def_property_readonly("samples", &Loader::size)
         .def_property_readonly("sampleShape", [](const Loader& l) { return fromShape(l.sampleShape()); })

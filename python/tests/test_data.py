@@ -566,3 +566,15 @@ def test_image_lists(folder, tmp_path):
         ts.imageList(str(tmp_path / "list.csv"), labelColumn="label")
     with pytest.raises(ts.IoError, match="line 2: class 'cat' is not one of the 1 classes given"):
         ts.imageList(str(tmp_path / "list.csv"), pathColumn="image", labelColumn="kind", classes=["dog"])
+
+
+def test_balanced_loader():
+    labels = np.array([0] * 45 + [1] * 5, np.int32)
+    images = np.arange(50, dtype=np.float32).reshape(50, 1, 1, 1)
+    ds = ts.tensorDataset(images, labels)
+    seen = [int(l) for e in range(8) for _, y in ts.Loader(ds, batchsize=10, seed=2, balanced=True).epoch(e)
+            for l in y.numpy()]
+    assert len(seen) == 400 and 0.4 < np.mean(seen) < 0.6  # class 1 is a tenth of the set, half of the draws
+    (a, _), = list(ts.Loader(ds, batchsize=50, seed=2, balanced=True, workers=2).epoch(1))
+    (b, _), = list(ts.Loader(ds, batchsize=50, seed=2, balanced=True).epoch(1))
+    np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -863,6 +863,40 @@ TEST(Loader, TheSameBatchesWithZeroOneAndTwoWorkers) {
     expectSameBatches(rest, {runs[0][10], runs[0][11]}, "epoch 1 from batch 4");
 }
 
+TEST(Loader, BalancedEpochsDrawEveryClassEquallyOften) {
+    // 900 samples of class 0, 90 of class 1, 10 of class 2.
+    std::vector<int32_t> labels(1000, 0);
+    for (size_t i = 900; i < 1000; ++i) labels[i] = i < 990 ? 1 : 2;
+    std::vector<int64_t> drawn(3, 0);
+    std::set<int64_t> seen;
+    for (int64_t epoch = 0; epoch < 6; ++epoch) {
+        const std::vector<int64_t> order = balancedOrder(labels, 4, epoch);
+        ASSERT_EQ(order.size(), labels.size());
+        EXPECT_EQ(order, balancedOrder(labels, 4, epoch)); // a function of (seed, epoch)
+        EXPECT_NE(order, balancedOrder(labels, 4, epoch + 1));
+        EXPECT_NE(order, balancedOrder(labels, 5, epoch));
+        for (int64_t i : order) {
+            ASSERT_TRUE(i >= 0 && i < 1000);
+            ++drawn[static_cast<size_t>(labels[static_cast<size_t>(i)])];
+            seen.insert(i);
+        }
+    }
+    for (int64_t k = 0; k < 3; ++k) EXPECT_NEAR(static_cast<double>(drawn[k]) / 6000.0, 1.0 / 3.0, 0.03) << k;
+    EXPECT_EQ(std::count_if(seen.begin(), seen.end(), [](int64_t i) { return i >= 990; }), 10); // every rare one drawn
+    // The loader takes that order with `balanced`, the same for any number of workers.
+    std::vector<float> pixels(1000);
+    std::iota(pixels.begin(), pixels.end(), 0.0f);
+    const DatasetPtr data =
+        tensorDataset(Tensor::fromVector({1000, 1, 1, 1}, pixels), Tensor::fromVector({1000}, labels));
+    Loader one(data, {}, {.batchsize = 100, .seed = 4, .balanced = true});
+    Loader two(data, {}, {.batchsize = 100, .seed = 4, .workers = 2, .balanced = true});
+    const std::vector<DataBatch> a = epochOf(one, 3), b = epochOf(two, 3);
+    expectSameBatches(a, b, "balanced, 0 and 2 workers");
+    const std::vector<int64_t> order = balancedOrder(labels, 4, 3);
+    ASSERT_EQ(a.size(), 10u);
+    for (size_t k = 0; k < 100; ++k) EXPECT_EQ(a[0].images.toVector<float>()[k], static_cast<float>(order[k]));
+}
+
 TEST(Loader, OrderMatchesTheTrainersOrderForTensors) {
     const Tensor images = Tensor::rand({10, 1, 2, 2});
     const Tensor labels = Tensor::fromVector({10}, std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0});

@@ -147,6 +147,7 @@ struct TrainArgs {
     float clipNorm = 0.0f;
     float labelSmoothing = 0.0f;
     float mixup = 0.0f, cutmix = 0.0f; // Beta alphas of the Loader's mixing (0: off)
+    bool balance = false;              // --balance: class-balanced epochs (LoaderOptions::balanced)
     float ema = 0.0f;
     int64_t accumulate = 1;
     std::string schedule;
@@ -439,7 +440,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                                      .mixup = a.mixup,
                                      .cutmix = a.cutmix,
                                      .classes = scores,
-                                     .scaledDecode = !a.in.fullDecode};
+                                     .scaledDecode = !a.in.fullDecode,
+                                     .balanced = a.balance};
     Loader train(data.train, transforms, trainOptions);
 
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
@@ -482,6 +484,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (a.labelSmoothing > 0.0f) std::printf(", label smoothing %g", a.labelSmoothing);
     if (a.mixup > 0.0f) std::printf(", mixup %g", a.mixup);
     if (a.cutmix > 0.0f) std::printf(", CutMix %g", a.cutmix);
+    if (a.balance) std::printf(", class-balanced epochs");
     if (a.ema > 0.0f) std::printf(", weight average with decay %g", a.ema);
     std::printf("), batch %lld", static_cast<long long>(a.batch));
     if (a.accumulate > 1) {
@@ -730,6 +733,9 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--cutmix", args->cutmix,
                     "paste a box of each training image's partner (the batch reversed) covering a Beta(A, A) share, "
                     "labels weighed by its area (A such as 1; with --mixup, each batch uses one, half the time each)");
+    cmd->add_flag("--balance", args->balance,
+                  "draw each training epoch's samples with replacement, every class equally likely (for classes "
+                  "unevenly represented)");
     cmd->add_option("--accumulate", args->accumulate,
                     "add up the gradients of N batches before each update: steps as of a batch N times larger, in "
                     "the memory of one (--every counts updates)")
