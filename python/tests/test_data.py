@@ -280,6 +280,16 @@ def test_hold_out_for_validation():
         ts.holdOut(ds, 20)
 
 
+def _splits(folder, root):
+    """`folder`'s classes copied as both root/train and root/test."""
+    for split in ("train", "test"):
+        for cls in ("cat", "dog"):
+            (root / split / cls).mkdir(parents=True)
+            for f in sorted((folder / cls).iterdir()):
+                (root / split / cls / f.name).write_bytes(f.read_bytes())
+    return root
+
+
 def _archives(root, tmp_path):
     """The folder `root` (train/ and test/ of class folders) as a tar (pax), a GNU tar, a zip
     of deflated members, a zip of stored ones under a top folder and a .tar.gz under one."""
@@ -305,12 +315,7 @@ def _archives(root, tmp_path):
 
 
 def test_image_archives_read_as_the_folder(folder, tmp_path):
-    root = tmp_path / "set"
-    for split in ("train", "test"):
-        for cls in ("cat", "dog"):
-            (root / split / cls).mkdir(parents=True)
-            for f in sorted((folder / cls).iterdir()):
-                (root / split / cls / f.name).write_bytes(f.read_bytes())
+    root = _splits(folder, tmp_path / "set")
     # Names over tar's 100 bytes (its prefix field; a file name that needs a pax or GNU
     # record), and a JPEG among the PNGs.
     deep = root / "train" / "dog" / ("d" * 60) / ("e" * 60)
@@ -355,12 +360,7 @@ def test_image_archives_read_as_the_folder(folder, tmp_path):
 
 def test_zip64_archives(folder, tmp_path, monkeypatch):
     import zipfile
-    root = tmp_path / "set"
-    for split in ("train", "test"):
-        for cls in ("cat", "dog"):
-            (root / split / cls).mkdir(parents=True)
-            for f in sorted((folder / cls).iterdir()):
-                (root / split / cls / f.name).write_bytes(f.read_bytes())
+    root = _splits(folder, tmp_path / "set")
     files = sorted(p for p in root.rglob("*") if p.is_file())
     # ZIP64 records and extra fields on every member, as for archives over 4 GiB: the
     # limits that make zipfile write them lowered to nothing.
