@@ -173,22 +173,22 @@ std::vector<Member> listZip(const File& f, const std::string& path) {
         // this order, each present only where the entry's own field holds 0xFFFFFFFF.
         uint64_t* const wide[] = {&m.unpacked, &m.size, &m.offset};
         if (std::any_of(std::begin(wide), std::end(wide), [](const uint64_t* v) { return *v == 0xFFFFFFFF; })) {
-            const uint8_t* x = d + 46 + nameLen;
-            const uint8_t* const xEnd = x + extraLen;
-            while (x + 4 <= xEnd && le16(x) != 1) x += 4 + le16(x + 2);
-            if (x + 4 > xEnd || x + 4 + le16(x + 2) > xEnd) {
+            const uint8_t* extra = d + 46 + nameLen; // extraLen bytes of (id, size, data) fields
+            size_t x = 0;
+            while (x + 4 <= extraLen && le16(extra + x) != 1) x += 4 + le16(extra + x + 2);
+            if (x + 4 > extraLen || x + 4 + le16(extra + x + 2) > extraLen) {
                 throw bad("central directory entry " + std::to_string(k) + " (" + m.name +
                           ") marks a ZIP64 size or offset but has no ZIP64 extra field for it");
             }
-            const uint8_t* v = x + 4;
-            const uint8_t* const vEnd = v + le16(x + 2);
+            size_t v = x + 4;
+            const size_t vEnd = v + le16(extra + x + 2);
             for (uint64_t* field : wide) {
                 if (*field != 0xFFFFFFFF) continue;
                 if (v + 8 > vEnd) {
                     throw bad("central directory entry " + std::to_string(k) + " (" + m.name +
                               ") has a ZIP64 extra field too short for its marked sizes");
                 }
-                *field = le64(v);
+                *field = le64(extra + v);
                 v += 8;
             }
         }

@@ -269,6 +269,9 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> csvRows(const std::str
     return rows;
 }
 
+// Whole-number classes of an image list, at most this many (0 .. 999,999).
+constexpr int64_t kMaxListedClasses = 1000000;
+
 bool isWholeNumber(const std::string& s) {
     return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -431,7 +434,14 @@ DatasetPtr imageList(const std::string& csv, const ImageListOptions& options) {
     if (names.empty()) {
         if (std::all_of(listed.begin(), listed.end(), [](const auto& l) { return isWholeNumber(l.second); })) {
             int64_t top = 0;
-            for (const auto& l : listed) top = std::max<int64_t>(top, std::stoll(l.second));
+            for (size_t i = 0; i < listed.size(); ++i) {
+                top = std::max<int64_t>(top, std::stoll(listed[i].second));
+                if (top >= kMaxListedClasses) {
+                    throw IoError(what + " line " + std::to_string(lines[i]) + ": class " + listed[i].second +
+                                  ": whole-number classes run from 0 to the largest, at most " +
+                                  std::to_string(kMaxListedClasses - 1) + " (give names instead)");
+                }
+            }
             for (int64_t k = 0; k <= top; ++k) names.push_back(std::to_string(k));
         } else {
             for (const auto& l : listed) names.push_back(l.second);
@@ -443,9 +453,9 @@ DatasetPtr imageList(const std::string& csv, const ImageListOptions& options) {
     for (size_t k = 0; k < names.size(); ++k) index.emplace(names[k], static_cast<int32_t>(k));
     std::vector<std::pair<std::string, int32_t>> samples;
     for (size_t i = 0; i < listed.size(); ++i) {
-        std::string label = listed[i].second;
-        if (isWholeNumber(label)) label = std::to_string(std::stoll(label)); // 007 is class 7
-        const auto it = index.find(label);
+        const std::string& label = listed[i].second;
+        auto it = index.find(label);
+        if (it == index.end() && isWholeNumber(label)) it = index.find(std::to_string(std::stoll(label))); // 007: 7
         if (it == index.end()) {
             throw IoError(what + " line " + std::to_string(lines[i]) + ": class '" + listed[i].second +
                           "' is not one of the " + std::to_string(names.size()) + " classes given");

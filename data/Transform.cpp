@@ -532,6 +532,7 @@ Image Transforms::augmentOp(const Image& in, const std::string& op, double magni
         v = std::nearbyint(v * 255.0f);
     }
     const int64_t H = q.height, W = q.width, plane = H * W, C = q.channels;
+    if (plane == 0) return q; // no pixels: nothing to change
     auto cut = [](float v) { return std::trunc(std::min(255.0f, std::max(0.0f, v))); };
     // torchvision's _blend of q with `other` (per pixel, or one value) at ratio 1 + magnitude.
     auto blend = [&](const std::function<float(int64_t c, int64_t i)>& other) {

@@ -20,6 +20,16 @@ py::array imageArray(const Image& image) {
     return a;
 }
 
+// An array [C, H, W] as an image; ShapeError naming `what` for another rank.
+Image imageOf(const py::array_t<float, py::array::c_style | py::array::forcecast>& image, const std::string& what) {
+    if (image.ndim() != 3) {
+        throw ShapeError(what + ": expects an image [C, H, W], got " + std::to_string(image.ndim()) + " dimensions");
+    }
+    Image in(image.shape(0), image.shape(1), image.shape(2));
+    std::copy(image.data(), image.data() + image.size(), in.pixels.begin());
+    return in;
+}
+
 // Data sets are const; pybind11 holds them through a non-const shared pointer.
 using DatasetHolder = std::shared_ptr<Dataset>;
 DatasetHolder held(DatasetPtr p) { return std::const_pointer_cast<Dataset>(std::move(p)); }
@@ -140,13 +150,8 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
             "warp",
             [](const py::array_t<float, py::array::c_style | py::array::forcecast>& image, double degrees,
                std::pair<double, double> translate, double scale, double shear) {
-                if (image.ndim() != 3) {
-                    throw ShapeError("Transforms.warp: expects an image [C, H, W], got " +
-                                     std::to_string(image.ndim()) + " dimensions");
-                }
-                Image in(image.shape(0), image.shape(1), image.shape(2));
-                std::copy(image.data(), image.data() + image.size(), in.pixels.begin());
-                return imageArray(Transforms::warped(in, degrees, translate.first, translate.second, scale, shear));
+                return imageArray(Transforms::warped(imageOf(image, "Transforms.warp"), degrees, translate.first,
+                                                     translate.second, scale, shear));
             },
             py::arg("image"), py::arg("degrees") = 0.0, py::arg("translate") = std::make_pair(0.0, 0.0),
             py::arg("scale") = 1.0, py::arg("shear") = 0.0,
@@ -164,13 +169,7 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
             "augmentOp",
             [](const py::array_t<float, py::array::c_style | py::array::forcecast>& image, const std::string& op,
                double magnitude) {
-                if (image.ndim() != 3) {
-                    throw ShapeError("Transforms.augmentOp: expects an image [C, H, W], got " +
-                                     std::to_string(image.ndim()) + " dimensions");
-                }
-                Image in(image.shape(0), image.shape(1), image.shape(2));
-                std::copy(image.data(), image.data() + image.size(), in.pixels.begin());
-                return imageArray(Transforms::augmentOp(in, op, magnitude));
+                return imageArray(Transforms::augmentOp(imageOf(image, "Transforms.augmentOp"), op, magnitude));
             },
             py::arg("image"), py::arg("op"), py::arg("magnitude") = 0.0,
             "One of torchvision's automatic-augmentation operations (ShearX, ..., Equalize) on an image [C, H, W] "

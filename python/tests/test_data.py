@@ -578,3 +578,14 @@ def test_balanced_loader():
     (a, _), = list(ts.Loader(ds, batchsize=50, seed=2, balanced=True, workers=2).epoch(1))
     (b, _), = list(ts.Loader(ds, batchsize=50, seed=2, balanced=True).epoch(1))
     np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_image_list_class_numbers(folder, tmp_path):
+    png = folder / "cat" / "0.png"
+    (tmp_path / "huge.csv").write_text(f"file,class\n{png},3\n{png},1000000\n")
+    with pytest.raises(ts.IoError, match="huge.csv line 3: class 1000000: whole-number classes .* at most 999999"):
+        ts.imageList(str(tmp_path / "huge.csv"))
+    # Names and numbers mixed: every label is a name ("007" and "7" differ).
+    (tmp_path / "mixed.csv").write_text(f"file,class\n{png},007\n{png},7\n{png},cat\n")
+    mixed = ts.imageList(str(tmp_path / "mixed.csv"))
+    assert mixed.classNames == ["007", "7", "cat"] and [mixed[i][1] for i in range(3)] == [0, 1, 2]
