@@ -269,6 +269,32 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> csvRows(const std::str
     return rows;
 }
 
+// The lines of a .txt list as rows of (file, class): the class is the last word, the file
+// what comes before it (spaces included); a header row (file, class) first, as csvRows gives.
+std::vector<std::pair<int64_t, std::vector<std::string>>> wordRows(const std::string& text, const std::string& what) {
+    std::vector<std::pair<int64_t, std::vector<std::string>>> rows{{0, {"file", "class"}}};
+    size_t from = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+    for (int64_t line = 1; from < text.size(); ++line) {
+        size_t end = text.find('\n', from);
+        if (end == std::string::npos) end = text.size();
+        std::string l = text.substr(from, end - from);
+        from = end + 1;
+        while (!l.empty() && std::isspace(static_cast<unsigned char>(l.back()))) l.pop_back();
+        size_t start = 0;
+        while (start < l.size() && std::isspace(static_cast<unsigned char>(l[start]))) ++start;
+        l = l.substr(start);
+        if (l.empty()) continue;
+        size_t cut = l.size();
+        while (cut > 0 && !std::isspace(static_cast<unsigned char>(l[cut - 1]))) --cut;
+        if (cut == 0) throw IoError(what + " line " + std::to_string(line) + ": one word; expected FILE CLASS");
+        std::string file = l.substr(0, cut);
+        while (!file.empty() && std::isspace(static_cast<unsigned char>(file.back()))) file.pop_back();
+        rows.push_back({line, {file, l.substr(cut)}});
+    }
+    if (rows.size() == 1) rows.clear();
+    return rows;
+}
+
 // Whole-number classes of an image list, at most this many (0 .. 999,999).
 constexpr int64_t kMaxListedClasses = 1000000;
 
@@ -389,8 +415,19 @@ DatasetPtr imageList(const std::string& csv, const ImageListOptions& options) {
         throw IoError(what + ": channels must be 1 or 3, got " + std::to_string(options.channels));
     }
     const std::vector<uint8_t> bytes = data_detail::readFile(csv, "image list");
-    const auto rows = csvRows(std::string(bytes.begin(), bytes.end()), what);
-    if (rows.empty()) throw IoError(what + ": empty (expected a header row naming the columns, then a row per image)");
+    const std::string text(bytes.begin(), bytes.end());
+    // A .txt list: "FILE CLASS" lines, the class the last word (mmcls's and many ImageNet
+    // lists), read as a CSV with a header of its own.
+    const bool words = fs::path(csv).extension() == ".txt";
+    if (words && (!options.pathColumn.empty() || !options.labelColumn.empty())) {
+        throw IoError(what + ": a .txt list has no named columns (FILE CLASS lines); pathColumn and labelColumn are "
+                             "for CSV files");
+    }
+    const auto rows = words ? wordRows(text, what) : csvRows(text, what);
+    if (rows.empty()) {
+        throw IoError(what + (words ? ": empty (expected FILE CLASS lines)"
+                                    : ": empty (expected a header row naming the columns, then a row per image)"));
+    }
     const std::vector<std::string>& header = rows.front().second;
     auto column = [&](const std::string& name, size_t otherwise) {
         if (name.empty()) {
@@ -423,7 +460,10 @@ DatasetPtr imageList(const std::string& csv, const ImageListOptions& options) {
         const std::string& label = fields[labelAt];
         if (file.empty() || label.empty()) throw IoError(where + ": an empty file name or class");
         const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base / file;
-        if (!fs::is_regular_file(p)) throw IoError(where + ": image " + p.string() + " not found");
+        std::error_code error; // a name too long, say: not found either
+        if (!fs::is_regular_file(p, error)) {
+            throw IoError(where + ": image " + p.string() + " not found" + (error ? " (" + error.message() + ")" : ""));
+        }
         listed.emplace_back(p.string(), label);
         lines.push_back(line);
     }

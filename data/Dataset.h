@@ -84,7 +84,9 @@ struct ImageListOptions {
 
 /// Images listed in a CSV file (RFC 4180; a header row naming the columns first, as Kaggle's
 /// `train.csv` files have): each row's image file (relative to the CSV file's folder, or
-/// absolute; JPEG or PNG) and its class. The classes are `options.classes` when given
+/// absolute; JPEG or PNG) and its class. A `.txt` file is a list of "FILE CLASS" lines
+/// instead (no header; the class is the last word, the file what comes before it), as
+/// mmcls and many ImageNet lists are written. The classes are `options.classes` when given
 /// (labels of the file must be among them, by name); else 0 .. the largest when every
 /// class is a whole number, else the class names in sorted order. Every file is checked to
 /// exist at once; images are decoded when asked for. IoError naming the file and line for

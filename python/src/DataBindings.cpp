@@ -87,7 +87,7 @@ void bindData(py::module_& m) {
         py::arg("classes") = std::vector<std::string>(),
         "Images listed in a CSV file with a header row: each row's file (relative to the CSV's folder) and class "
         "(by default the first two columns; classes: the names in label order, else whole numbers 0..max or the "
-        "sorted names).");
+        "sorted names). A .txt file holds FILE CLASS lines instead, without a header.");
     m.def(
         "imageArchive",
         [](const std::string& path, const std::string& split, int channels) {

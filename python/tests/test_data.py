@@ -589,3 +589,25 @@ def test_image_list_class_numbers(folder, tmp_path):
     (tmp_path / "mixed.csv").write_text(f"file,class\n{png},007\n{png},7\n{png},cat\n")
     mixed = ts.imageList(str(tmp_path / "mixed.csv"))
     assert mixed.classNames == ["007", "7", "cat"] and [mixed[i][1] for i in range(3)] == [0, 1, 2]
+
+
+def test_image_list_of_words(folder, tmp_path):
+    # "FILE CLASS" lines (.txt): the class is the last word, the file may hold spaces.
+    files = sorted((folder / c / f.name, k) for k, c in enumerate(("cat", "dog")) for f in (folder / c).iterdir())
+    (tmp_path / "with space.png").write_bytes(files[0][0].read_bytes())
+    lines = [f"with space.png {files[0][1]}"] + [f"  {p}\t{k}  " for p, k in files[1:]] + [""]
+    (tmp_path / "list.txt").write_text("\n".join(lines))
+    got = ts.imageList(str(tmp_path / "list.txt"))
+    want = ts.imageFolder(str(folder))
+    assert len(got) == 10 and got.classes == 2
+    for i in range(10):
+        np.testing.assert_array_equal(got[i][0], want[i][0])
+        assert got[i][1] == want[i][1]
+    (tmp_path / "one.txt").write_text(f"{files[0][0]} 0\nlonely\n")
+    with pytest.raises(ts.IoError, match="one.txt line 2: one word"):
+        ts.imageList(str(tmp_path / "one.txt"))
+    with pytest.raises(ts.IoError, match="no named columns"):
+        ts.imageList(str(tmp_path / "list.txt"), labelColumn="class")
+    (tmp_path / "long.txt").write_text("x" * 300 + ".png 0\n")  # a name the file system refuses
+    with pytest.raises(ts.IoError, match="long.txt line 1: image .* not found"):
+        ts.imageList(str(tmp_path / "long.txt"))

@@ -9,8 +9,8 @@ other libraries' writers (Pillow for JPEG and PNG, NumPy for .npy and the CIFAR 
     make_image_data.py cifar10tgz FILE  the CIFAR-10 files in FILE.tar.gz under cifar-10-batches-bin/,
                                         as cifar-10-binary.tar.gz is distributed
     make_image_data.py csv DIR      the folder data set's images in DIR/pictures/, listed with their
-                                    classes in DIR/train.csv and DIR/test.csv (Python's csv writer; the
-                                    test list holds two of the three classes)
+                                    classes in DIR/train.csv (Python's csv writer) and DIR/test.txt
+                                    ("FILE CLASS" lines; two of the three classes)
 
 Three classes told apart by which colour channel is bright, with noise and a bright square
 in a random place; folder images have varying sizes (a transform must resize them).
@@ -129,6 +129,10 @@ def listed(root, rng):
                     shutil.copy(os.path.join(tmp, split, name, f), os.path.join(root, "pictures", target))
                     rows.append({"file": "pictures/" + target, "species": name, "note": "generated"})
             rng.shuffle(rows)
+            if split == "test":
+                with open(os.path.join(root, "test.txt"), "w") as out:
+                    out.writelines(f"{r['file']} {r['species']}\n" for r in rows)
+                continue
             with open(os.path.join(root, split + ".csv"), "w", newline="") as out:
                 w = csv.DictWriter(out, fieldnames=["file", "species", "note"])
                 w.writeheader()

@@ -1,6 +1,6 @@
 // libFuzzer harness: the array data sets read whole into memory (data/Dataset.h): the input
 // as a CIFAR-10 test file, as a CIFAR-100 file, as the tar (or .tar.gz) archive of either,
-// as the images of a .npy pair, and as a CSV image list; every sample of what was read is then
+// as the images of a .npy pair, and as a CSV and a .txt image list; every sample of what was read is then
 // fetched.
 #include <cstdio>
 #include <cstdlib>
@@ -42,8 +42,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         readAll(tessera::npyDataset(file.path(), dir + "/labels.npy"));
     });
     tessera::fuzz::expectCleanFailure([&] { readAll(tessera::imageList(file.path())); });
+    tessera::fuzz::expectCleanFailure([&] {
+        writeAs(dir + "/list.txt", data, size);
+        readAll(tessera::imageList(dir + "/list.txt"));
+    });
     std::filesystem::remove(dir + "/test_batch.bin");
     std::filesystem::remove(dir + "/test.bin");
     std::filesystem::remove(dir + "/labels.npy");
+    std::filesystem::remove(dir + "/list.txt");
     return 0;
 }

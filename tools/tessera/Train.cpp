@@ -103,14 +103,16 @@ void addDeviceAndPrecision(CLI::App* cmd, std::string& device, std::string& prec
 }
 
 void addDataOptions(CLI::App* cmd, DataOptions& in) {
-    cmd->add_option("--data", in.data,
-                    "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
-                    "cifar100:DIR (the binary versions; DIR may be their .tar.gz), folder:DIR (DIR/train/<class>/ and "
-                    "DIR/test/<class>/ of "
-                    "JPEG and PNG files; DIR may be a .tar, .tar.gz or .zip of them), csv:DIR (DIR/train.csv and "
-                    "DIR/test.csv: a header row, then each image's file and class) or npy:DIR (train_images.npy, "
-                    "train_labels.npy, test_images.npy, "
-                    "test_labels.npy)")
+    cmd->add_option(
+           "--data", in.data,
+           "fashion-mnist (the Debian package), a directory of IDX files (or mnist:DIR), cifar10:DIR, "
+           "cifar100:DIR (the binary versions; DIR may be their .tar.gz), folder:DIR (DIR/train/<class>/ and "
+           "DIR/test/<class>/ of "
+           "JPEG and PNG files; DIR may be a .tar, .tar.gz or .zip of them), csv:DIR (DIR/train.csv and "
+           "DIR/test.csv: a header row, then each image's file and class; or train.txt and test.txt of FILE CLASS "
+           "lines) or npy:DIR (train_images.npy, "
+           "train_labels.npy, test_images.npy, "
+           "test_labels.npy)")
         ->capture_default_str();
     cmd->add_option("--augment", in.augment,
                     "per-image transforms, e.g. crop:32:4,flip,normalize:cifar10 (resize:S|HxW, crop:S[:PAD], "
@@ -206,10 +208,17 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
              "image folders " + dir + "/train and " + dir + "/test"};
     } else if (kind == "csv") {
         needDir();
+        auto list = [&](const std::string& split) { // SPLIT.csv, else SPLIT.txt ("FILE CLASS" lines)
+            for (const char* ext : {".csv", ".txt"}) {
+                if (std::filesystem::exists(dir + "/" + split + ext)) return dir + "/" + split + ext;
+            }
+            throw UsageError("--data " + d + ": no " + dir + "/" + split + ".csv (or " + split + ".txt)");
+        };
         // The test list's classes are the training list's, by name.
-        const DatasetPtr train = imageList(dir + "/train.csv", {.channels = channels});
-        s = {train, imageList(dir + "/test.csv", {.channels = channels, .classes = train->classNames()}),
-             "image lists " + dir + "/train.csv and " + dir + "/test.csv"};
+        const std::string trainList = list("train"), testList = list("test");
+        const DatasetPtr train = imageList(trainList, {.channels = channels});
+        s = {train, imageList(testList, {.channels = channels, .classes = train->classNames()}),
+             "image lists " + trainList + " and " + testList};
     } else if (kind == "npy") {
         needDir();
         s = {npyDataset(dir + "/train_images.npy", dir + "/train_labels.npy"),
