@@ -476,6 +476,16 @@ bool isPinned(const Tensor& t);
 /// no-op without CUDA.
 void setCudaAllowTF32(bool allow);
 
+/// Run-to-run reproducible CUDA training (off by default): convolutions use only the cuDNN
+/// algorithms that give the same bits on every run (those summing with atomics are
+/// skipped, at some cost in speed), so the same seeds on the same GPU, cuDNN and cuBLAS
+/// give the same weights. Kernels that scatter-add into overlapping places (docs/gpu.md
+/// lists them) still sum in an unspecified order. `optimizeForShape` times nothing while it
+/// is on (timings, and so the algorithms they pick, vary between runs). It applies from the
+/// next convolution on (each problem's algorithms are chosen per setting). A no-op
+/// without CUDA.
+void setCudaDeterministic(bool on);
+
 /// Opens (`true`) or closes the range that a CUDA profiler started with collection off
 /// records (`ncu --profile-from-start off`, `nsys --capture-range=cudaProfilerApi`). A
 /// no-op without CUDA or without a profiler.

@@ -114,6 +114,14 @@ void setCudaAllowTF32(bool allow) {
 #endif
 }
 
+void setCudaDeterministic(bool on) {
+#if TESSERA_HAVE_CUDA
+    for (int i = 0; i < cudaDeviceCount(); ++i) cudaBackend(i).setDeterministic(on);
+#else
+    (void)on;
+#endif
+}
+
 void cudaProfilerRange(bool start) {
 #if TESSERA_HAVE_CUDA
     if (cudaDeviceCount() == 0) return;

@@ -99,6 +99,8 @@ public:
     void releaseUpload(void* ptr);
     /// Allow TF32 tensor-core math in cuBLAS and cuDNN for float32 (default: on).
     void setAllowTF32(bool allow);
+    /// Choose only cuDNN algorithms that give the same bits on every run (default: off).
+    void setDeterministic(bool on) { deterministic_ = on; }
 
     std::shared_ptr<Storage> allocate(size_t bytes) override;
     void copy(const Tensor& src, const Tensor& dst) override;
@@ -224,6 +226,7 @@ private:
     size_t workspaceBytes_ = 0;
     void* scalars_ = nullptr;
     bool allowTF32_ = true;
+    bool deterministic_ = false;
     std::unique_ptr<DnnState> dnn_;
     // Uploads from page-locked memory: their stream, and their device buffers (from the
     // allocator, kept), each with the events ordering its copies against its readers.

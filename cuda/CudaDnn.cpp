@@ -120,17 +120,20 @@ struct PoolDesc {
     }
 };
 
-// The first result that ran, fits `limit` and uses an allowed math type.
+// The first result that ran, fits `limit`, uses an allowed math type and, when
+// `deterministic`, gives the same bits on every run.
 template <class Perf>
-ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allowTF32, const char* what) {
+ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allowTF32, bool deterministic,
+                         const char* what) {
     for (int i = 0; i < count; ++i) {
         const Perf& r = results[i];
         if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
         if (!allowTF32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) continue;
+        if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
         return {static_cast<int>(r.algo), r.mathType, r.memory};
     }
-    throw BackendError(std::string("cuDNN offers no ") + what + " algorithm within " + std::to_string(limit) +
-                       " bytes of workspace");
+    throw BackendError(std::string("cuDNN offers no ") + (deterministic ? "deterministic " : "") + what +
+                       " algorithm within " + std::to_string(limit) + " bytes of workspace");
 }
 
 } // namespace cudnn_util
@@ -184,28 +187,29 @@ ConvShapes convShapes(const ConvParams& p, const Shape& x, const Shape& y) {
     return p.transposed ? ConvShapes{y, x} : ConvShapes{x, y};
 }
 
-std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, bool tf32) {
-    return keyOf(p.transposed ? "deconv" : "conv", {ints(p.stride),
-                                                    ints(p.padLo),
-                                                    ints(p.padHi),
-                                                    ints(p.dilation),
-                                                    {static_cast<int>(p.groups), tf32, static_cast<int>(p.compute)},
-                                                    ints(cs.in.dims()),
-                                                    ints(w.dims()),
-                                                    ints(cs.out.dims())});
+std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, bool tf32, bool deterministic) {
+    return keyOf(p.transposed ? "deconv" : "conv",
+                 {ints(p.stride),
+                  ints(p.padLo),
+                  ints(p.padHi),
+                  ints(p.dilation),
+                  {static_cast<int>(p.groups), tf32, deterministic, static_cast<int>(p.compute)},
+                  ints(cs.in.dims()),
+                  ints(w.dims()),
+                  ints(cs.out.dims())});
 }
 
 } // namespace
 
 // Descriptors and algorithms of one problem, built (and the algorithms chosen by cuDNN's
 // heuristics) on first use.
-static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle, bool allowTF32, const ConvParams& p,
-                                const ConvShapes& cs, const Shape& w) {
+static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle, bool allowTF32, bool deterministic,
+                                const ConvParams& p, const ConvShapes& cs, const Shape& w) {
     if (p.compute != DType::float32 && p.compute != DType::float16 && p.compute != DType::bfloat16) {
         throw BackendError(std::string("CudaBackend: ") + (p.transposed ? "deconvolution" : "convolution") + " in " +
                            str(p.compute) + " is not supported (float32, float16 and bfloat16 are)");
     }
-    const std::string key = convKey(p, cs, w, allowTF32);
+    const std::string key = convKey(p, cs, w, allowTF32, deterministic);
     std::lock_guard<std::mutex> lock(dnn.mutex);
     auto& slot = dnn.convs[key];
     if (slot) return *slot;
@@ -255,17 +259,18 @@ static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle
     TESSERA_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, prob->in->get(), prob->filter, prob->conv,
                                                               prob->out->get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                               &count, fwd));
-    prob->fwd = pick(fwd, count, kDefaultWorkspaceLimit, allowTF32, "forward convolution");
+    prob->fwd = pick(fwd, count, kDefaultWorkspaceLimit, allowTF32, deterministic, "forward convolution");
     cudnnConvolutionBwdDataAlgoPerf_t bwdData[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     TESSERA_CUDA_CHECK(
         cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, prob->filter, prob->out->get(), prob->conv, prob->in->get(),
                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bwdData));
-    prob->bwdData = pick(bwdData, count, kDefaultWorkspaceLimit, allowTF32, "backward-data convolution");
+    prob->bwdData = pick(bwdData, count, kDefaultWorkspaceLimit, allowTF32, deterministic, "backward-data convolution");
     cudnnConvolutionBwdFilterAlgoPerf_t bwdFilter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     TESSERA_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         handle, prob->in->get(), prob->out->get(), prob->conv, prob->filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
         &count, bwdFilter));
-    prob->bwdFilter = pick(bwdFilter, count, kDefaultWorkspaceLimit, allowTF32, "backward-weights convolution");
+    prob->bwdFilter =
+        pick(bwdFilter, count, kDefaultWorkspaceLimit, allowTF32, deterministic, "backward-weights convolution");
     slot = std::move(prob);
     return *slot;
 }
@@ -307,7 +312,8 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
                                 const Shape& yShape) {
     cudnnHandle_t h = cudnn_;
     s();
-    ConvProblem& c = convProblem(*dnn_, h, allowTF32_, p, convShapes(p, xIn.shape(), yShape), w.shape());
+    ConvProblem& c =
+        convProblem(*dnn_, h, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), yShape), w.shape());
     const Tensor x = xIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
     Tensor y = Tensor::empty(yShape, c.type, device());
     if (p.transposed) {
@@ -326,7 +332,8 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
 
 Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, const Tensor& w, const Shape& xShape) {
     s();
-    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xShape, dyIn.shape()), w.shape());
+    ConvProblem& c =
+        convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xShape, dyIn.shape()), w.shape());
     const Tensor dy = dyIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
     Tensor dx = Tensor::empty(xShape, c.type, device());
     if (p.transposed) {
@@ -340,7 +347,8 @@ Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, co
 void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, const Tensor& dyIn, float scale,
                                       float momentum, const Tensor& dw, const Tensor& db) {
     s();
-    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, convShapes(p, xIn.shape(), dyIn.shape()), dw.shape());
+    ConvProblem& c =
+        convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), dyIn.shape()), dw.shape());
     const Tensor x = xIn.plain().convertedTo(c.type), dy = dyIn.plain().convertedTo(c.type);
     // The convolution's input and output gradient: swapped for a deconvolution.
     const Tensor& in = p.transposed ? dy : x;
@@ -368,7 +376,10 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
                                size_t memlimit) {
     s();
     const ConvShapes cs = convShapes(p, xShape, yShape);
-    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, p, cs, wShape);
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, cs, wShape);
+    // Timings differ from run to run, and so would the algorithms they choose (and the
+    // bits of the results): a deterministic backend keeps the heuristic's choice.
+    if (deterministic_) return;
     // Scratch operands in the compute type: the timings need real buffers, not real values.
     Tensor in = Tensor::empty(cs.in, c.type, device()), out = Tensor::empty(cs.out, c.type, device()),
            w = Tensor::empty(wShape, c.type, device());
@@ -383,17 +394,17 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
     TESSERA_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cudnn_, c.in->get(), in.raw(), c.filter, w.raw(), c.conv,
                                                               c.out->get(), out.raw(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                               &count, fwd, ws, memlimit));
-    const ConvProblem::Choice f = pick(fwd, count, memlimit, allow, "forward convolution");
+    const ConvProblem::Choice f = pick(fwd, count, memlimit, allow, deterministic_, "forward convolution");
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         cudnn_, c.filter, w.raw(), c.out->get(), out.raw(), c.conv, c.in->get(), in.raw(),
         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, bd, ws, memlimit));
-    const ConvProblem::Choice d = pick(bd, count, memlimit, allow, "backward-data convolution");
+    const ConvProblem::Choice d = pick(bd, count, memlimit, allow, deterministic_, "backward-data convolution");
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     TESSERA_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         cudnn_, c.in->get(), in.raw(), c.out->get(), out.raw(), c.conv, c.filter, w.raw(),
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, bf, ws, memlimit));
-    const ConvProblem::Choice g = pick(bf, count, memlimit, allow, "backward-weights convolution");
+    const ConvProblem::Choice g = pick(bf, count, memlimit, allow, deterministic_, "backward-weights convolution");
     std::lock_guard<std::mutex> lock(dnn_->mutex);
     c.fwd = f;
     c.bwdData = d;

@@ -11,6 +11,10 @@
 #include "backend/Random.h"
 #include "modules/Module.h"
 
+namespace tessera {
+void setCudaDeterministic(bool on); // backend/Backend.h
+} // namespace tessera
+
 namespace tessera::testing {
 
 struct GradCheckOptions {
@@ -72,5 +76,14 @@ ModulePtr quadrantNet();
 // n random 1x28x28 host images with labels in {0, 1, 2} that depend on their first pixels
 // (LeNet's input; seeded, the same in every process).
 std::pair<Tensor, Tensor> pixelTask(int64_t n);
+
+// While it lives, CUDA convolutions use deterministic cuDNN algorithms only (tests that
+// compare two GPU runs bit for bit).
+struct CudaDeterministic {
+    CudaDeterministic() { setCudaDeterministic(true); }
+    ~CudaDeterministic() { setCudaDeterministic(false); }
+    CudaDeterministic(const CudaDeterministic&) = delete;
+    CudaDeterministic& operator=(const CudaDeterministic&) = delete;
+};
 
 } // namespace tessera::testing

@@ -89,6 +89,7 @@ std::vector<float> trainOnGpu(const CommunicatorPtr& comm) {
 // reduced in buckets; over one rank it must give exactly the weights plain training gives.
 TEST(Nccl, SingleRankDataParallelTrainingEqualsPlainTraining) {
     REQUIRE_GPU();
+    testing::CudaDeterministic deterministic; // the same algorithms, the same bits, in both runs
     const std::vector<float> parallel = trainOnGpu(singleRank());
     const std::vector<float> plain = trainOnGpu(nullptr);
     ASSERT_EQ(parallel.size(), plain.size());

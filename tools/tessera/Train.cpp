@@ -171,6 +171,7 @@ struct TrainArgs {
     int64_t everySteps = 0, everyEpochs = 1;
     std::string resume;
     bool pinMemory = true;
+    bool deterministic = false;
 };
 
 } // namespace
@@ -416,6 +417,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     }
     // On a GPU, batches are made in page-locked memory and copied while the device computes.
     const bool pinned = a.pinMemory && !device.isCpu();
+    if (a.deterministic) setCudaDeterministic(true); // the CPU's kernels are reproducible already
     const LoaderOptions evalOptions{.batchsize = a.batch,
                                     .shuffle = false,
                                     .train = false,
@@ -717,6 +719,9 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_flag("--pin-memory,!--no-pin-memory", args->pinMemory,
                   "with --device cuda: make batches in page-locked memory and copy them to the GPU while it "
                   "computes (default; --no-pin-memory: ordinary memory, copied at each step)");
+    cmd->add_flag("--deterministic", args->deterministic,
+                  "with --device cuda: only cuDNN algorithms that give the same bits on every run, so a seeded run "
+                  "repeats exactly (slower; docs/gpu.md)");
     cmd->add_option("--epochs", args->epochs, "passes over the training set")
         ->capture_default_str()
         ->check(positiveInteger());
