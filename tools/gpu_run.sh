@@ -12,6 +12,7 @@
 #   lenet-fp16.log, lenet-bf16.log   the same with --precision fp16 / bf16
 #   lenet-unpinned.log   the fp32 run with batches in ordinary memory (--no-pin-memory)
 #   nccl.log    2 epochs of it as a single-rank data-parallel job over NCCL (TESSERA_NCCL_SIZE=1)
+#   determinism.log   two seeded 1-epoch runs, saved and compared, with and without --deterministic
 #   profile.log tessera profile resnet50 --device cuda --batch 64 --depth 1, in fp32 and bf16
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
 #               skipped when GPU_RUN_SKIP_BENCH is set)
@@ -81,6 +82,23 @@ if [[ -n $data ]]; then
   { header "$cmd"; TESSERA_NCCL_SIZE=1 timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" \
       --epochs 2 --seed 1 --device cuda 2>&1; } >"$out/nccl.log" || status=1
   grep -E 'data parallel|final test accuracy' "$out/nccl.log" | sed 's/^/nccl: /' || echo "nccl: no result (see nccl.log)"
+  # Run-to-run reproducibility: two seeded 1-epoch runs saved and compared byte for byte,
+  # with the default algorithm choice and with --deterministic.
+  {
+    for mode in default deterministic; do
+      flag=; [[ $mode == deterministic ]] && flag=--deterministic
+      for run in 1 2; do
+        cmd="bin/tessera train --model lenet --data $data --epochs 1 --seed 1 --device cuda $flag --save $mode-$run.h5"
+        header "$cmd"
+        timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" --epochs 1 --seed 1 --device cuda \
+          $flag --save "$work/$mode-$run.h5" 2>&1 | tail -2
+      done
+      if cmp -s "$work/$mode-1.h5" "$work/$mode-2.h5"; then echo "$mode: the two saved models are identical"
+      else echo "$mode: the two saved models differ"; fi
+      echo
+    done
+  } >"$out/determinism.log"
+  grep -E 'identical|differ' "$out/determinism.log" | sed 's/^/determinism: /'
 fi
 
 # Per-layer times on the device (each layer bracketed by synchronisations).
