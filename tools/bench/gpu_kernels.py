@@ -13,6 +13,7 @@ warm-up under torch.profiler, summed per kernel name the same way.
 Usage (on the GPU machine):
   tools/bench/gpu_kernels.py tessera --bench bin/tessera_bench --workload resnet50 --mode train
   tools/bench/gpu_kernels.py pytorch --workload resnet50 --mode train
+  (either with --precision fp16 | bf16: Tessera's 16-bit benchmark row, PyTorch under autocast)
   tools/bench/gpu_kernels.py csv FILE      (an ncu --csv log made by hand)
 """
 import argparse
@@ -42,7 +43,7 @@ def from_ncu_csv(text):
 
 
 def tessera(args):
-    name = f"^Gpu/{NAMES[args.workload]}/batch128/{args.mode}(/|$)"
+    name = f"^Gpu/{NAMES[args.workload]}/batch128/{args.mode}/{args.precision}(/|$)"
     cmd = [args.ncu, "--profile-from-start", "off", "--metrics", "gpu__time_duration.sum", "--csv",
            args.bench, f"--benchmark_filter={name}", "--benchmark_repetitions=1", "--benchmark_min_time=0.01"]
     env = dict(os.environ, TESSERA_PROFILE_STEP="1")
@@ -63,6 +64,8 @@ def pytorch(args):
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
     net, x, y, _ = torch_model(args.workload, "cuda")
+    low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
+    autocast = lambda: torch.autocast("cuda", dtype=low or torch.bfloat16, enabled=low is not None)  # noqa: E731
     if args.mode == "train":
         net.train()
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -70,14 +73,16 @@ def pytorch(args):
 
         def step():
             opt.zero_grad()
-            loss_fn(net(x), y).backward()
+            with autocast():
+                loss = loss_fn(net(x), y)
+            loss.backward()
             opt.step()
             torch.cuda.synchronize()
     else:
         net.eval()
 
         def step():
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 net(x)
             torch.cuda.synchronize()
     for _ in range(5):
@@ -112,13 +117,15 @@ def main():
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--workload", choices=sorted(NAMES), default="resnet50")
     ap.add_argument("--mode", choices=("train", "inference"), default="train")
+    ap.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32",
+                    help="the benchmark's compute type; PyTorch: autocast to it (no loss scaler)")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     if args.side == "csv":
         kernels = from_ncu_csv(open(args.file).read())
     else:
         kernels = tessera(args) if args.side == "tessera" else pytorch(args)
-    print(f"{args.side}: {args.workload} {args.mode}, batch 128")
+    print(f"{args.side}: {args.workload} {args.mode} {args.precision}, batch 128")
     report(kernels, args.top)
 
 
