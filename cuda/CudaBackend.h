@@ -144,6 +144,8 @@ public:
                              const Tensor& dw, const Tensor& db) override;
     void optimizeConv(const ConvParams& p, const Shape& xShape, const Shape& wShape, const Shape& yShape,
                       size_t memlimit) override;
+    /// A training 16-bit convolution keeps its input's 16-bit copy for backward-weights.
+    int64_t convKeptBytes(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) override;
 
     Tensor poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
                        Tensor& workspace) override;

@@ -308,6 +308,23 @@ Tensor toFloat32(const Tensor& low, const Tensor& bias, cudaStream_t s) {
 }
 } // namespace
 
+namespace {
+// What a training 16-bit convolution keeps in its layer's state between calls, so that
+// each float32 operand is converted once per step: forward's converted input, read by
+// backward-weights, and backward-data's converted output gradient, read by
+// backward-weights right after. Each is trusted only for the tensor it was made from.
+struct KeptLow : BackendState {
+    Tensor x, dy;
+    const void *xFrom = nullptr, *dyFrom = nullptr;
+};
+
+// `t` converted to `type`, or `keptCopy` when it was made from `t`.
+Tensor lowOf(const Tensor& t, DType type, const Tensor& keptCopy, const void* from) {
+    if (keptCopy.defined() && from == t.raw() && keptCopy.shape() == t.shape()) return keptCopy;
+    return t.plain().convertedTo(type);
+}
+} // namespace
+
 Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Tensor& w, const Tensor& b,
                                 const Shape& yShape) {
     cudnnHandle_t h = cudnn_;
@@ -315,6 +332,15 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
     ConvProblem& c =
         convProblem(*dnn_, h, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), yShape), w.shape());
     const Tensor x = xIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
+    if (p.state) { // a training layer: last step's copies go; this input's converted copy stays for backward-weights
+        p.state->data.reset();
+        if (x.raw() != xIn.raw()) {
+            auto kept = std::make_shared<KeptLow>();
+            kept->x = x;
+            kept->xFrom = xIn.raw();
+            p.state->data = std::move(kept);
+        }
+    }
     Tensor y = Tensor::empty(yShape, c.type, device());
     if (p.transposed) {
         runConvBackwardData(h, c, workspace(c.bwdData.bytes), wt.raw(), x.raw(), y.raw());
@@ -335,6 +361,12 @@ Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, co
     ConvProblem& c =
         convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xShape, dyIn.shape()), w.shape());
     const Tensor dy = dyIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
+    if (p.state && dy.raw() != dyIn.raw()) { // backward-weights, next, reads it too
+        auto kept = std::dynamic_pointer_cast<KeptLow>(p.state->data);
+        if (!kept) p.state->data = kept = std::make_shared<KeptLow>();
+        kept->dy = dy;
+        kept->dyFrom = dyIn.raw();
+    }
     Tensor dx = Tensor::empty(xShape, c.type, device());
     if (p.transposed) {
         runConvForward(cudnn_, c, workspace(c.fwd.bytes), dy.raw(), wt.raw(), dx.raw());
@@ -349,7 +381,13 @@ void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, co
     s();
     ConvProblem& c =
         convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), dyIn.shape()), dw.shape());
-    const Tensor x = xIn.plain().convertedTo(c.type), dy = dyIn.plain().convertedTo(c.type);
+    // The copies forward and backward-data kept, when made from these tensors; this is
+    // their last reader, so the layer's state lets them go.
+    std::shared_ptr<KeptLow> kept = p.state ? std::dynamic_pointer_cast<KeptLow>(p.state->data) : nullptr;
+    if (p.state) p.state->data.reset();
+    const Tensor x = kept ? lowOf(xIn, c.type, kept->x, kept->xFrom) : xIn.plain().convertedTo(c.type);
+    const Tensor dy = kept ? lowOf(dyIn, c.type, kept->dy, kept->dyFrom) : dyIn.plain().convertedTo(c.type);
+    kept.reset();
     // The convolution's input and output gradient: swapped for a deconvolution.
     const Tensor& in = p.transposed ? dy : x;
     const Tensor& outGrad = p.transposed ? x : dy;
@@ -370,6 +408,11 @@ void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, co
         TESSERA_CUDA_CHECK(
             cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dyF), &momentum, c.bias->get(), fp(db)));
     }
+}
+
+int64_t CudaBackend::convKeptBytes(const ConvParams& p, const Shape& x, const Shape&, const Shape&, bool) {
+    if (!p.state || p.compute == DType::float32) return 0;
+    return allocationBytes(static_cast<int64_t>(Tensor::storageBytes(x, p.compute, Layout::plain)));
 }
 
 void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const Shape& wShape, const Shape& yShape,
