@@ -227,11 +227,14 @@ std::shared_ptr<FileDataset> folderDataset(const std::string& dir, int channels)
     return std::make_shared<FileDataset>("image folder " + dir, std::move(samples), std::move(classes), channels);
 }
 
+// Where a text's content starts: after a UTF-8 byte order mark, if it has one.
+size_t afterByteOrderMark(const std::string& text) { return text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0; }
+
 // The rows of a CSV text (RFC 4180: fields in double quotes may hold commas, line breaks and
 // doubled quotes; CRLF or LF; a UTF-8 byte order mark skipped), each with its line number.
 std::vector<std::pair<int64_t, std::vector<std::string>>> csvRows(const std::string& text, const std::string& what) {
     std::vector<std::pair<int64_t, std::vector<std::string>>> rows;
-    size_t i = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+    size_t i = afterByteOrderMark(text);
     int64_t line = 1;
     while (i < text.size()) {
         const int64_t first = line;
@@ -273,7 +276,7 @@ std::vector<std::pair<int64_t, std::vector<std::string>>> csvRows(const std::str
 // what comes before it (spaces included); a header row (file, class) first, as csvRows gives.
 std::vector<std::pair<int64_t, std::vector<std::string>>> wordRows(const std::string& text, const std::string& what) {
     std::vector<std::pair<int64_t, std::vector<std::string>>> rows{{0, {"file", "class"}}};
-    size_t from = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+    size_t from = afterByteOrderMark(text);
     for (int64_t line = 1; from < text.size(); ++line) {
         size_t end = text.find('\n', from);
         if (end == std::string::npos) end = text.size();

@@ -468,6 +468,15 @@ std::pair<double, bool> augmentMagnitude(bool wide, const std::string& op, int64
     return {0.0, false};
 }
 
+// Throws ModuleError naming `caller` and the operations there are, unless `op` is one.
+void requireAugmentOp(const char* caller, const std::string& op) {
+    if (std::find(std::begin(kAugmentOps), std::end(kAugmentOps), op) != std::end(kAugmentOps)) return;
+    std::string names;
+    for (const char* n : kAugmentOps) names += std::string(names.empty() ? "" : ", ") + n;
+    throw ModuleError(std::string("Transforms::") + caller + ": unknown operation '" + op + "' (expected one of " +
+                      names + ")");
+}
+
 } // namespace
 
 Image Transforms::warped(const Image& in, double degrees, double tx, double ty, double scale, double shear) {
@@ -497,9 +506,7 @@ std::pair<std::vector<double>, bool> Transforms::augmentMagnitudes(const std::st
     if (policy != "trivial" && policy != "randaugment") {
         throw ModuleError("Transforms::augmentMagnitudes: policy must be trivial or randaugment, got '" + policy + "'");
     }
-    if (std::find(std::begin(kAugmentOps), std::end(kAugmentOps), op) == std::end(kAugmentOps)) {
-        throw ModuleError("Transforms::augmentMagnitudes: unknown operation '" + op + "'");
-    }
+    requireAugmentOp("augmentMagnitudes", op);
     std::vector<double> out;
     bool hasSign = false;
     for (int64_t k = 0; k < kAugmentBins; ++k) {
@@ -511,11 +518,7 @@ std::pair<std::vector<double>, bool> Transforms::augmentMagnitudes(const std::st
 }
 
 Image Transforms::augmentOp(const Image& in, const std::string& op, double magnitude) {
-    if (std::find(std::begin(kAugmentOps), std::end(kAugmentOps), op) == std::end(kAugmentOps)) {
-        std::string names;
-        for (const char* n : kAugmentOps) names += std::string(names.empty() ? "" : ", ") + n;
-        throw ModuleError("Transforms::augmentOp: unknown operation '" + op + "' (expected one of " + names + ")");
-    }
+    requireAugmentOp("augmentOp", op);
     if (in.channels != 1 && in.channels != 3) {
         throw ShapeError("augmentation " + op + " needs 1 or 3 channels, got " + in.str());
     }

@@ -77,6 +77,14 @@ Handle halfType(DType dtype) {
     return type;
 }
 
+// Creation properties (H5P_FILE_CREATE, H5P_GROUP_CREATE or H5P_DATASET_CREATE) without
+// HDF5's default modification times, so the same model saves to the same bytes.
+Handle untimed(hid_t cls) {
+    Handle list(H5Pcreate(cls), H5Pclose);
+    if (list.ok()) H5Pset_obj_track_times(list.get(), 0);
+    return list;
+}
+
 // Writes t; a float32 tensor is stored as `store` (rounded by Tensor::astype).
 void writeTensor(hid_t group, const std::string& name, const Tensor& t, const std::string& path,
                  DType store = DType::float32) {
@@ -89,14 +97,17 @@ void writeTensor(hid_t group, const std::string& name, const Tensor& t, const st
     Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
     Handle custom = half ? halfType(host.dtype()) : Handle(-1, H5Tclose);
     const hid_t type = half ? custom.get() : host.dtype() == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
-    Handle set(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    Handle set(
+        H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, untimed(H5P_DATASET_CREATE).get(), H5P_DEFAULT),
+        H5Dclose);
     if (!set.ok()) throw fileError(path, "cannot create dataset " + name);
     check(H5Dwrite(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.raw()), path, "cannot write " + name);
 }
 
 void writeIndex(hid_t group, const std::string& name, int64_t index, const std::string& path) {
     Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    Handle set(H5Dcreate2(group, name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    Handle set(H5Dcreate2(group, name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT,
+                          untimed(H5P_DATASET_CREATE).get(), H5P_DEFAULT),
                H5Dclose);
     if (!set.ok()) throw fileError(path, "cannot create link " + name);
     check(H5Dwrite(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &index), path, "cannot write " + name);
@@ -110,7 +121,8 @@ void writeString(hid_t file, const std::string& name, const std::string& text, c
     H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
     H5Tset_cset(type.get(), H5T_CSET_UTF8);
     Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    Handle set(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    Handle set(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, untimed(H5P_DATASET_CREATE).get(),
+                          H5P_DEFAULT),
                H5Dclose);
     std::string padded = text;
     padded.resize(std::max<size_t>(1, text.size()), '\0');
@@ -219,11 +231,14 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
     // one left by a kill is replaced by the next save.
     const std::string tmp = path + ".tmp";
     try {
-        Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+        Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, untimed(H5P_FILE_CREATE).get(), H5P_DEFAULT), H5Fclose);
         if (!file.ok()) throw fileError(path, "cannot create " + tmp);
-        Handle params(H5Gcreate2(file.get(), "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-        Handle links(H5Gcreate2(file.get(), "links", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-        Handle attrs(H5Gcreate2(file.get(), "attrs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        Handle params(H5Gcreate2(file.get(), "params", H5P_DEFAULT, untimed(H5P_GROUP_CREATE).get(), H5P_DEFAULT),
+                      H5Gclose);
+        Handle links(H5Gcreate2(file.get(), "links", H5P_DEFAULT, untimed(H5P_GROUP_CREATE).get(), H5P_DEFAULT),
+                     H5Gclose);
+        Handle attrs(H5Gcreate2(file.get(), "attrs", H5P_DEFAULT, untimed(H5P_GROUP_CREATE).get(), H5P_DEFAULT),
+                     H5Gclose);
         std::unordered_map<const Variable*, int64_t> index;
         for (const auto& [name, var] : module.namedParams()) {
             auto [it, fresh] = index.emplace(var.get(), static_cast<int64_t>(index.size()));
@@ -248,7 +263,8 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
         }
         if (!options.classes.empty()) writeString(file.get(), "classes", nlohmann::json(options.classes).dump(), path);
         if (extras) {
-            Handle extra(H5Gcreate2(file.get(), "extra", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+            Handle extra(H5Gcreate2(file.get(), "extra", H5P_DEFAULT, untimed(H5P_GROUP_CREATE).get(), H5P_DEFAULT),
+                         H5Gclose);
             for (const auto& [name, t] : extras->tensors) {
                 if (name.empty() || name.find('/') != std::string::npos || name == ".") {
                     throw fileError(path, "an extra tensor name must be non-empty, without '/': '" + name + "'");

@@ -34,7 +34,9 @@ struct SaveOptions {
 
 /// Writes `module`'s parameters and attributes (plain, in options.dtype) to `path`. The data goes to
 /// a temporary file beside it, renamed over `path` only when complete: a crash never
-/// leaves a half-written model. Throws IoError naming the file on failure.
+/// leaves a half-written model. No time stamps are stored (HDF5 stamps objects by default),
+/// so the same model and options always give the same bytes. Throws IoError naming the
+/// file on failure.
 void saveModel(const Module& module, const std::string& path, const SaveOptions& options = {});
 
 /// What a training checkpoint (training/Checkpoint.h) adds to a model file: named float32
