@@ -93,8 +93,8 @@ if [[ -n $data ]]; then
         timeout "$limit_lenet" "$root/bin/tessera" train --model lenet --data "$data" --epochs 1 --seed 1 --device cuda \
           $flag --save "$work/$mode-$run.h5" 2>&1 | tail -2
       done
-      # HDF5 stamps objects with their creation times, so the files' bytes always differ:
-      # compare their datasets (python3 with h5py and NumPy).
+      # Compared by datasets (python3 with h5py and NumPy), which also measures how far
+      # apart they are (bundles before edfdd99 also wrote HDF5's time stamps).
       python3 - "$mode" "$work/$mode-1.h5" "$work/$mode-2.h5" <<'PY' || echo "$mode: cannot compare (python3 with h5py and numpy?)"
 import sys, h5py, numpy as np
 def arrays(path):
