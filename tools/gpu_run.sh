@@ -94,7 +94,7 @@ if [[ -n $data ]]; then
           $flag --save "$work/$mode-$run.h5" 2>&1 | tail -2
       done
       # Compared by datasets (python3 with h5py and NumPy), which also measures how far
-      # apart they are (bundles before edfdd99 also wrote HDF5's time stamps).
+      # apart they are (bundles up to edfdd99 also wrote HDF5's time stamps).
       python3 - "$mode" "$work/$mode-1.h5" "$work/$mode-2.h5" <<'PY' || echo "$mode: cannot compare (python3 with h5py and numpy?)"
 import sys, h5py, numpy as np
 def arrays(path):
