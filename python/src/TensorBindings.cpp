@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "Bindings.h"
+#include "backend/Backend.h"
 #include "backend/Errors.h"
 #include "backend/Random.h"
 
@@ -290,6 +291,12 @@ ValueError when a value does not fit). copy=True always copies.)");
         py::arg("shape"), py::arg("classes"), "int32 labels in [0, classes).");
     m.def("manualSeed", &manualSeed, py::arg("seed"),
           "Seeds the global generator: parameter initialisation and randn/rand/randint.");
+    m.def("cudaDeviceCount", &cudaDeviceCount, "The CUDA devices there are (0 without a GPU or a CUDA build).");
+    m.def("setCudaAllowTF32", &setCudaAllowTF32, py::arg("allow"),
+          "Lets cuBLAS and cuDNN use TF32 tensor cores for float32 work (on by default); a no-op without CUDA.");
+    m.def("setCudaDeterministic", &setCudaDeterministic, py::arg("on"),
+          "Only cuDNN algorithms that give the same bits on every run, none chosen by timing (off by default; "
+          "docs/gpu.md); a no-op without CUDA.");
 }
 
 } // namespace tessera::python

@@ -27,6 +27,8 @@ from ._tessera import (
     CosineSchedule, ExponentialSchedule, Schedule, StepSchedule, parseSchedule,
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
+    # GPU settings
+    cudaDeviceCount, setCudaAllowTF32, setCudaDeterministic,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, fashionMnistDir, importOnnx, loadMnist, readClassNames,
     fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
@@ -94,6 +96,9 @@ __all__ = [
     "empty",
     "full",
     "manualSeed",
+    "cudaDeviceCount",
+    "setCudaAllowTF32",
+    "setCudaDeterministic",
     "rand",
     "randint",
     "randn",

@@ -172,3 +172,14 @@ def test_indexed_assignment_writes_in_place_in_every_layout_and_dtype():
     want[0, 5] = 0.25
     assert y.layout != "plain"
     np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_gpu_settings_are_there_with_or_without_a_gpu():
+    n = ts.cudaDeviceCount()
+    assert isinstance(n, int) and n >= 0
+    for on in (True, False):  # no-ops without CUDA; on a GPU they switch the backends
+        assert ts.setCudaDeterministic(on) is None
+        assert ts.setCudaAllowTF32(not on) is None
+    ts.setCudaAllowTF32(True)
+    with pytest.raises(TypeError):
+        ts.setCudaDeterministic("yes")
