@@ -19,6 +19,9 @@
 #   side.log    with GPU_RUN_SIDE=MODELS (say resnet50): tools/bench/pytorch_side_by_side.py
 #               --device cuda on those models in GPU_RUN_SIDE_PRECISION (default
 #               fp32,fp16,bf16), against the PyTorch of the machine's python3
+#   kernels-*.log   with GPU_RUN_KERNELS="WORKLOAD:MODE:PRECISION ..." (say resnet50:train:bf16):
+#               tools/bench/gpu_kernels.py on both sides, one training or inference step's kernels
+# With GPU_RUN_PACK set, the logs end up in one OUT_DIR/gpu-run-logs.tar.xz.
 # Exits non-zero when the suite fails or any CUDA test skips.
 set -uo pipefail
 
@@ -138,6 +141,23 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
       --bench "$root/bin/tessera_bench" --reps 3 --models "$GPU_RUN_SIDE" --precision "$precisions" 2>&1; } >"$out/side.log" || status=1
 fi
+# Where one training step's GPU time goes, kernel by kernel (Nsight Compute), for each
+# WORKLOAD:MODE:PRECISION in GPU_RUN_KERNELS (say resnet50:train:bf16), on both sides.
+for item in ${GPU_RUN_KERNELS:-}; do
+  IFS=: read -r workload mode precision <<<"$item"
+  for side in tessera pytorch; do
+    cmd="tools/bench/gpu_kernels.py $side --bench bin/tessera_bench --workload $workload --mode $mode --precision $precision --top 40"
+    { header "$cmd"; timeout "${GPU_RUN_KERNELS_LIMIT:-120}" python3 tools/bench/gpu_kernels.py "$side" \
+        --bench "$root/bin/tessera_bench" --workload "$workload" --mode "$mode" --precision "$precision" --top 40 2>&1; } \
+      >"$out/kernels-$workload-$mode-$precision-$side.log" || status=1
+    grep -m1 'kernel time' "$out/kernels-$workload-$mode-$precision-$side.log" | sed "s/^/kernels $item $side: /"
+  done
+done
+
 echo "logs in $out${GPU_RUN_SKIP_BENCH:+ (benchmarks skipped: GPU_RUN_SKIP_BENCH)}"
+# One file instead of many, for transports that bring back only a few (GPU_RUN_PACK set).
+if [[ -n ${GPU_RUN_PACK:-} ]]; then
+  (cd "$out" && tar -cJf gpu-run-logs.tar.xz -- *.log && rm -f -- *.log) && echo "packed into $out/gpu-run-logs.tar.xz"
+fi
 rm -rf "$work"
 exit $status
