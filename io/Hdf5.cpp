@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include <unordered_map>
 
 #include "backend/Backend.h"
+#include "backend/Files.h"
 #include "io/ChildProcess.h"
 
 namespace tessera {
@@ -97,9 +100,14 @@ void writeTensor(hid_t group, const std::string& name, const Tensor& t, const st
     Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
     Handle custom = half ? halfType(host.dtype()) : Handle(-1, H5Tclose);
     const hid_t type = half ? custom.get() : host.dtype() == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
-    Handle set(
-        H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, untimed(H5P_DATASET_CREATE).get(), H5P_DEFAULT),
-        H5Dclose);
+    // Each array carries HDF5's Fletcher-32 checksum (in one chunk: the filter needs a
+    // chunked layout); reading it back verifies it. Empty arrays cannot be chunked.
+    Handle create = untimed(H5P_DATASET_CREATE);
+    if (!dims.empty() && host.numel() > 0) {
+        check(H5Pset_chunk(create.get(), static_cast<int>(dims.size()), dims.data()), path, "cannot chunk " + name);
+        check(H5Pset_fletcher32(create.get()), path, "cannot add a checksum to " + name);
+    }
+    Handle set(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, create.get(), H5P_DEFAULT), H5Dclose);
     if (!set.ok()) throw fileError(path, "cannot create dataset " + name);
     check(H5Dwrite(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, host.raw()), path, "cannot write " + name);
 }
@@ -206,19 +214,6 @@ bool isHdf5File(const std::string& path) {
 }
 
 namespace {
-// fsync of a file or directory by path; false (errno set) when it cannot be done.
-bool syncFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    const bool ok = ::fsync(fd) == 0;
-    const int saved = errno;
-    ::close(fd);
-    errno = saved;
-    return ok;
-}
-} // namespace
-
-namespace {
 void saveModelWith(const Module& module, const std::string& path, const SaveOptions& options,
                    const FileExtras* extras) {
     quietHdf5();
@@ -226,13 +221,18 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
         throw IoError("model file " + path + ": parameters are stored as float32, bfloat16 or float16, not " +
                       str(options.dtype));
     }
-    // Written beside the target, synced to disk, then renamed over it: a crash or kill at
-    // any point leaves the old file or the new one, whole. A failure removes the temporary;
-    // one left by a kill is replaced by the next save.
-    const std::string tmp = path + ".tmp";
-    try {
-        Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, untimed(H5P_FILE_CREATE).get(), H5P_DEFAULT), H5Fclose);
-        if (!file.ok()) throw fileError(path, "cannot create " + tmp);
+    // Built in memory (HDF5's core driver), then written through writeAtomically: a
+    // temporary beside the target, synced and renamed over it, so a full disk or a kill
+    // leaves the old file whole, and HDF5 itself never meets a failing disk (whose errors
+    // left files open in its library until a crash at exit).
+    std::string image;
+    {
+        Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+        check(H5Pset_fapl_core(access.get(), 1 << 20, /*backing_store=*/0), path, "cannot set up an in-memory file");
+        static std::atomic<uint64_t> saves{0}; // a name of its own: it is never written, but HDF5 knows files by name
+        const std::string name = "tessera-model-in-memory-" + std::to_string(saves++);
+        Handle file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, untimed(H5P_FILE_CREATE).get(), access.get()), H5Fclose);
+        if (!file.ok()) throw fileError(path, "cannot create the file in memory");
         Handle params(H5Gcreate2(file.get(), "params", H5P_DEFAULT, untimed(H5P_GROUP_CREATE).get(), H5P_DEFAULT),
                       H5Gclose);
         Handle links(H5Gcreate2(file.get(), "links", H5P_DEFAULT, untimed(H5P_GROUP_CREATE).get(), H5P_DEFAULT),
@@ -273,24 +273,15 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
             }
             writeString(file.get(), "extra_record", extras->record, path);
         }
-        check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "cannot flush " + tmp);
-    } catch (...) {
-        std::error_code ignored;
-        std::filesystem::remove(tmp, ignored);
-        throw;
+        check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "cannot flush the file in memory");
+        const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+        if (size <= 0) throw fileError(path, "cannot read back the file built in memory");
+        image.resize(static_cast<size_t>(size));
+        if (H5Fget_file_image(file.get(), image.data(), image.size()) != size) {
+            throw fileError(path, "cannot read back the file built in memory");
+        }
     }
-    std::error_code ec;
-    if (!syncFile(tmp)) {
-        std::filesystem::remove(tmp, ec);
-        throw fileError(path, "cannot sync " + tmp + " to disk: " + std::strerror(errno));
-    }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        throw fileError(path, "cannot rename " + tmp + " over it: " + ec.message());
-    }
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    syncFile(dir.empty() ? "." : dir.string()); // the rename itself; best effort
+    writeFileAtomically(path, "model file", image);
 }
 } // namespace
 
@@ -500,8 +491,26 @@ Stored readDataset(hid_t file, const std::string& where, const std::string& path
     }
     s.bytes.resize(static_cast<size_t>(numel) * 4);
     const hid_t mem = s.dtype == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
-    if (numel > 0) {
-        check(H5Dread(set.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.bytes.data()), path, "cannot read " + where);
+    if (numel > 0 && H5Dread(set.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.bytes.data()) < 0) {
+        Handle create(H5Dget_create_plist(set.get()), H5Pclose);
+        unsigned flags = 0, config = 0, values[4] = {};
+        size_t count = 4;
+        const bool summed = create.ok() && H5Pget_filter_by_id2(create.get(), H5Z_FILTER_FLETCHER32, &flags, &count,
+                                                                 values, 0, nullptr, &config) >= 0;
+        throw fileError(path, "cannot read " + where +
+                                  (summed ? ": its bytes do not match its Fletcher-32 checksum (the file is damaged; "
+                                            "save it again from a good copy)"
+                                          : ""));
+    }
+    if (s.dtype != DType::int32) { // NaN or infinity in a parameter poisons every step that uses it
+        const auto* v = reinterpret_cast<const float*>(s.bytes.data());
+        int64_t bad = 0;
+        for (int64_t i = 0; i < numel; ++i) bad += !std::isfinite(v[i]);
+        if (bad > 0) {
+            throw fileError(path, "dataset " + where + " holds " + std::to_string(bad) + " non-finite value" +
+                                      (bad > 1 ? "s" : "") + " (NaN or infinity) of " + std::to_string(numel) +
+                                      ": the model it was saved from had diverged");
+        }
     }
     return s;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/Errors.h"
+#include "backend/Files.h"
 
 namespace tessera {
 
@@ -175,19 +176,13 @@ void writeNpy(const Tensor& t, const std::string& path) {
     const size_t total = 10 + header.size() + 1;
     header.append((64 - total % 64) % 64, ' ');
     header += '\n';
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-        if (!file) throw IoError("npy file " + path + ": cannot write " + tmp);
-        const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-        file.write(magic, 8);
-        const char len[2] = {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
-        file.write(len, 2);
-        file.write(header.data(), static_cast<std::streamsize>(header.size()));
-        file.write(static_cast<const char*>(host.raw()), static_cast<std::streamsize>(host.nbytes()));
-        if (!file) throw IoError("npy file " + path + ": cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw IoError("npy file " + path + ": cannot rename " + tmp);
+    const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    const char len[2] = {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
+    std::string bytes(magic, 8);
+    bytes.append(len, 2);
+    bytes += header;
+    bytes.append(static_cast<const char*>(host.raw()), host.nbytes());
+    writeFileAtomically(path, "npy file", bytes);
 }
 
 } // namespace tessera

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ElementMath.h"
+#include "backend/Files.h"
 #include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
@@ -2727,12 +2728,9 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
         }
         if (!typed) v->set_name(o);
     }
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-        if (!file || !proto.SerializeToOstream(&file)) throw IoError("ONNX export: cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw IoError("ONNX export: cannot rename " + tmp + " to " + path);
+    std::string bytes;
+    if (!proto.SerializeToString(&bytes)) throw IoError("ONNX export: cannot serialise the model for " + path);
+    writeFileAtomically(path, "ONNX file", bytes);
 }
 
 } // namespace tessera

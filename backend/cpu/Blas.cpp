@@ -211,6 +211,14 @@ void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor
     });
 }
 
+bool CpuBackend::gemmPacksWeights(bool transA, bool transB, int64_t M, int64_t N, int64_t K, DType compute) {
+    if (compute == DType::float32 && float32Engine().load() == Float32Gemm::openblas) return false;
+    if (M <= 0 || N <= 0 || K <= 0) return false;
+    const MatmulEntry& e = compute == DType::bfloat16 ? matmulFor(transA, transB, M, N, K, 1.0f, 0.0f, true)
+                                                      : sgemmFor(transA, transB, M, N, K, 1.0f, 0.0f, true);
+    return !e.b.passes(e.userB);
+}
+
 // row: [M], y: [N, M]
 void CpuBackend::broadcastRows(const Tensor& row, const Tensor& y) {
     require2D("broadcastRows", "y", y);

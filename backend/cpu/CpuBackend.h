@@ -40,6 +40,14 @@ public:
     static void setGemmWeightsLayout(GemmWeightsLayout layout);
     static GemmWeightsLayout gemmWeightsLayout();
 
+    /// Whether gemmWeights keeps a converted copy of B for a layer that packs its weights
+    /// (Module::packWeights) at these sizes and compute type: true where the kernels read
+    /// the weights in another layout or type (bfloat16 compute; float32 on AVX-512 CPUs,
+    /// whose kernels take blocked weights). False where they read the layer's own weights
+    /// as they are (float32 on AVX2 CPUs, or on OpenBLAS): packing then keeps nothing,
+    /// costs no memory, and a write through the weights' memory is seen at once.
+    static bool gemmPacksWeights(bool transA, bool transB, int64_t M, int64_t N, int64_t K, DType compute);
+
     /// The backward algorithm of bfloat16 convolutions, for every CpuBackend (initially
     /// TESSERA_CONV_BACKWARD_ALGO: auto, direct or gemm; auto when unset).
     static void setConvBackwardAlgo(ConvBackwardAlgo algo);

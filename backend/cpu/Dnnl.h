@@ -189,6 +189,14 @@ dnnl::memory packedWeights(const Staged& stage, const dnnl::memory& plain, const
 /// CpuBackend::bfloat16Kernels (probed once).
 bool bfloat16Kernels();
 
+/// Whether an op on bfloat16 tensors runs in float32 here: on CPUs without bfloat16
+/// kernels (bfloat16Kernels(), the one capability query modules and backend share) oneDNN
+/// has no bfloat16 pooling, batch norm or eltwise primitives, so those ops convert their
+/// bfloat16 operands to float32, run the float32 primitive and round their outputs back:
+/// the same values as the bfloat16 kernels' (which also compute in float32 inside), in
+/// the same dtypes and layouts.
+inline bool emulatedBfloat16(DType t) { return t == DType::bfloat16 && !bfloat16Kernels(); }
+
 /// The type oneDNN's primitives take for bfloat16 compute: bf16 where the CPU has
 /// bfloat16 kernels, else f32 with rounding stages.
 inline dnnl::memory::data_type lowType() {

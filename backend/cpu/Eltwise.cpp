@@ -85,10 +85,17 @@ constexpr int64_t kLoopParallelMin = 1 << 15;
 
 } // namespace
 
-// x, y: same shape, layout and dtype (float32, or bfloat16 but for hardSigmoid)
+// x, y: same shape, layout and dtype (float32, or bfloat16 but for hardSigmoid; emulated
+// where the CPU has no bfloat16 kernels)
 void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
     if (y.shape() != x.shape() || y.layout() != x.layout() || y.dtype() != x.dtype()) {
         throw ShapeError("CpuBackend::activationForward: x and y differ in shape, layout or dtype");
+    }
+    if (emulatedBfloat16(x.dtype())) {
+        Tensor y32 = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+        activationForward(act, x.convertedTo(DType::float32), y32);
+        Tensor(y).copyFrom(y32.convertedTo(DType::bfloat16)); // a handle on y's storage
+        return;
     }
     if (act.kind == ActivationKind::hardSigmoid) {
         requirePlain(x, "activationForward");
@@ -114,6 +121,13 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
         throw ShapeError("CpuBackend::activationBackward: x, dy and dx differ in shape, layout or dtype");
     }
     const Tensor dyIn = converted(dy, x.dtype(), x.layout());
+    if (emulatedBfloat16(x.dtype())) {
+        Tensor dx32 = Tensor::empty(x.shape(), DType::float32, x.device(), x.layout());
+        activationBackward(act, x.convertedTo(DType::float32), y.convertedTo(DType::float32),
+                           dyIn.convertedTo(DType::float32), dx32);
+        Tensor(dx).copyFrom(dx32.convertedTo(DType::bfloat16));
+        return;
+    }
     if (act.kind == ActivationKind::hardSigmoid) { // dx = a dy inside (0, 1), 0 where clipped
         requirePlain(x, "activationBackward");
         const float* px = x.data<float>();

@@ -245,7 +245,8 @@ void axpbyzBfloat16(float alpha, const Tensor& x, float beta, const Tensor& y, c
 void axpbyzAny(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, const char* op) {
     const auto n = static_cast<int64_t>(z.nbytes() / sizeOf(z.dtype()));
     const DType b16 = DType::bfloat16;
-    if (x.dtype() == b16 && y.dtype() == b16 && z.dtype() == b16 && beta != 0.0f) {
+    // (oneDNN has no bfloat16 binary primitive on CPUs without bfloat16 kernels: the loop.)
+    if (x.dtype() == b16 && y.dtype() == b16 && z.dtype() == b16 && beta != 0.0f && dnnl_util::bfloat16Kernels()) {
         axpbyzBfloat16(alpha, x, beta, y, z, n);
         return;
     }

@@ -44,6 +44,10 @@ dnnl::memory vecMem(const Tensor& t) { return memOf(plainDesc({t.numel()}), t); 
 // workspace).
 Tensor bnRun(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean, const Tensor& var,
              float eps, bool training, Tensor* mask) {
+    if (emulatedBfloat16(x.dtype())) { // a fused ReLU's mask is the float32 forward's
+        return bnRun(x.convertedTo(DType::float32), scale, shift, mean, var, eps, training, mask)
+            .convertedTo(DType::bfloat16);
+    }
     const BnEntry& e = bnForward(x.shape(), x.layout(), eps, training, mask != nullptr, x.dtype());
     Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.layout());
     std::unordered_map<int, dnnl::memory> args = {
@@ -63,6 +67,11 @@ Tensor bnRun(const Tensor& x, const Tensor& scale, const Tensor& shift, const Te
 // The backward of a training forward; with the fused ReLU's workspace when `mask` is given.
 Tensor bnBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& shift, const Tensor& mean,
                   const Tensor& var, float eps, const Tensor* mask, const Tensor& dscale, const Tensor& dshift) {
+    if (emulatedBfloat16(x.dtype())) { // dy rounded to bfloat16 as the kernels' would be
+        const Tensor dyLow = dy.convertedTo(DType::bfloat16).convertedTo(DType::float32);
+        return bnBackward(x.convertedTo(DType::float32), dyLow, scale, shift, mean, var, eps, mask, dscale, dshift)
+            .convertedTo(DType::bfloat16);
+    }
     struct BwdEntry {
         dnnl::batch_normalization_backward bwd;
         Staged diffDst;

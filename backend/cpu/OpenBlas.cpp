@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <dnnl.hpp>
 #include <filesystem>
 
 #include "backend/Errors.h"
@@ -17,14 +18,28 @@ namespace {
 // are named SkylakeX: OpenBLAS 0.3.21 (Debian 12's) runs its AVX2 Haswell kernels on Zen 5,
 // at half the rate of its AVX-512 SkylakeX kernels there (1024^3 sgemm on 2 cores: 240
 // against 460 GFLOP/s, tools/bench). Other AMD CPUs keep OpenBLAS's own choice.
+// The instruction sets are the CPU's as capped by ONEDNN_MAX_CPU_ISA (oneDNN's effective
+// ISA), so one variable caps both libraries: under ONEDNN_MAX_CPU_ISA=AVX2 an AVX-512 CPU
+// runs OpenBLAS's Haswell kernels, as an AVX2-only CPU does.
 const char* coreTypeFromIsa() {
     __builtin_cpu_init();
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto within = [isa](dnnl::cpu_isa level) {
+        const auto bits = static_cast<unsigned>(level);
+        return (isa & bits) == bits;
+    };
+    const bool hardware512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const bool avx512 = hardware512 && within(dnnl::cpu_isa::avx512_core);
+    const bool avx2 = __builtin_cpu_supports("avx2") && within(dnnl::cpu_isa::avx2);
+    if (hardware512 && !avx512) { // capped below what the CPU has
+        if (avx2) return "Haswell";
+        return within(dnnl::cpu_isa::avx) ? "Sandybridge" : "Nehalem";
+    }
     if (__builtin_cpu_is("amd")) return avx512 ? "SkylakeX" : nullptr;
     if (!__builtin_cpu_is("intel")) return nullptr;
-    if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
-    if (__builtin_cpu_supports("avx2")) return "Haswell";
+    if (avx512) return "SkylakeX";
+    if (avx2) return "Haswell";
     return nullptr;
 }
 

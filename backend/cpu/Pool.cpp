@@ -235,12 +235,15 @@ int64_t blockedPlanes(const Shape& s, Layout layout) {
 } // namespace
 
 // x: [N, C, *in] -> y: [N, C, *out], x's layout and dtype (float32, or bfloat16 on
-// oneDNN's bfloat16 pooling)
+// oneDNN's bfloat16 pooling, emulated where the CPU has no bfloat16 kernels)
 Tensor CpuBackend::poolForward(const PoolParams& p, const Tensor& x, const Shape& yShape, bool training,
                                Tensor& workspace) {
     const bool keep = training && p.kind == PoolKind::max;
     if (x.dtype() != DType::float32 && x.dtype() != DType::bfloat16) {
         throw BackendError("CpuBackend::poolForward: pools float32 or bfloat16, got " + str(x.dtype()));
+    }
+    if (emulatedBfloat16(x.dtype())) {
+        return poolForward(p, x.convertedTo(DType::float32), yShape, training, workspace).convertedTo(DType::bfloat16);
     }
     if (x.dtype() == DType::float32 && ownMaxPool(p, x.layout())) {
         Tensor y = Tensor::empty(yShape, DType::float32, x.device(), x.layout());
@@ -295,6 +298,10 @@ Tensor CpuBackend::poolBackward(const PoolParams& p, const Tensor& dy, const Ten
     const DType dtype = dy.dtype();
     if (dtype != DType::float32 && dtype != DType::bfloat16) {
         throw BackendError("CpuBackend::poolBackward: pools float32 or bfloat16, got " + str(dtype));
+    }
+    if (emulatedBfloat16(dtype)) { // the workspace is the float32 forward's
+        return poolBackward(p, dy.convertedTo(DType::float32), workspace, xShape, xLayout)
+            .convertedTo(DType::bfloat16);
     }
     if (dtype == DType::float32 && ownMaxPool(p, xLayout)) {
         const Tensor g = dy.toLayout(xLayout);

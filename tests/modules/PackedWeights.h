@@ -94,4 +94,26 @@ inline void expectPackedWeightsFollowTheLibrary(Sequential& net, const Tensor& x
     EXPECT_EQ(run(), trained);
 }
 
+// Where the kernels read a layer's own weights as they are (CpuBackend::gemmPacksWeights
+// false: float32 GEMMs on AVX2 CPUs), packWeights() keeps nothing: the same outputs, no
+// memory, and a write through the weights' memory is seen at once. Leaves `net` unpacked.
+inline void expectUnpackedWeightsAreReadAsTheyAre(Sequential& net, const Tensor& x) {
+    Backend& be = backendFor(Device::cpu());
+    net.evalMode();
+    const auto run = [&] { return net(x).plain().astype(DType::float32).toVector<float>(); };
+    const std::vector<float> plain = run();
+    const size_t before = be.memoryStats().current;
+    net.packWeights();
+    EXPECT_TRUE(net.weightsPacked()); // asked for, though there is nothing to keep
+    EXPECT_EQ(run(), plain);
+    EXPECT_EQ(be.memoryStats().current, before) << "no copy of the weights is kept";
+    Tensor w0 = net[0].getVar("W")->data;
+    const float original = w0.data<float>()[0];
+    w0.data<float>()[0] += 1.0f;
+    EXPECT_NE(run(), plain) << "the weights are read as they are";
+    w0.data<float>()[0] = original;
+    EXPECT_EQ(run(), plain);
+    net.packWeights(false);
+}
+
 } // namespace tessera::testing
