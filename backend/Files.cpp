@@ -38,11 +38,12 @@ std::string saveTarget(const std::string& path, const std::string& what) {
     }
     const fs::file_status st = fs::status(target, ec);
     if (fs::exists(st) && !fs::is_regular_file(st)) {
-        const char* kind = fs::is_directory(st) ? "a directory" : fs::is_character_file(st) ? "a character device"
-                           : fs::is_block_file(st)                                         ? "a block device"
-                           : fs::is_fifo(st)                                               ? "a pipe"
-                           : fs::is_socket(st)                                             ? "a socket"
-                                                                                           : "not a regular file";
+        const char* kind = fs::is_directory(st)        ? "a directory"
+                           : fs::is_character_file(st) ? "a character device"
+                           : fs::is_block_file(st)     ? "a block device"
+                           : fs::is_fifo(st)           ? "a pipe"
+                           : fs::is_socket(st)         ? "a socket"
+                                                       : "not a regular file";
         throw IoError(what + " " + path + (target.string() != path ? " (" + target.string() + ")" : "") + " is " +
                       kind + ": a save writes regular files only; give a file name");
     }
@@ -78,15 +79,16 @@ void writeAtomically(const std::string& path, const std::string& what,
     };
     try {
         fill(tmp);
-        struct stat old{};
+        struct stat old {};
         if (::stat(target.c_str(), &old) == 0) ::chmod(tmp.c_str(), old.st_mode & 07777); // best effort
         if (const int err = syncPath(tmp)) {
             throw IoError(name + ": cannot sync " + tmp + " to disk: " + reason(err) + "; the old file is kept");
         }
-        struct stat written{};
+        struct stat written {};
         if (::stat(tmp.c_str(), &written) != 0) {
             throw IoError(name + ": " + tmp + " is gone after writing: " + reason(errno));
         }
+        if (written.st_size == 0) throw IoError(name + ": nothing was written to " + tmp + "; the old file is kept");
         if (::rename(tmp.c_str(), target.c_str()) != 0) {
             throw IoError(name + ": cannot rename " + tmp + " over it: " + reason(errno));
         }

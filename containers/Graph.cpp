@@ -3,8 +3,6 @@
 #include "containers/Executor.h"
 #include "containers/Fusion.h"
 
-#include <unordered_set>
-
 namespace tessera {
 
 namespace {
@@ -307,6 +305,10 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
     std::vector<std::string> errors;
     size_t skipped = 0;
     const Shapes none;
+    // A node may also feed nodes outside this graph (a zoo model's inner node under a new
+    // head built beside it): only this graph's children count here.
+    const std::unordered_set<const Node*> members(order_.begin(), order_.end());
+    const auto inGraph = [&members](const Node* c) { return members.count(c) > 0; };
     for (size_t i = order_.size(); i-- > 0;) {
         Node* n = order_[i];
         bool above = false;
@@ -317,7 +319,7 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
             continue;
         }
         try {
-            n->inferGradShapes(outputPos_[i] >= 0 ? given[static_cast<size_t>(outputPos_[i])] : none);
+            n->inferGradShapes(outputPos_[i] >= 0 ? given[static_cast<size_t>(outputPos_[i])] : none, inGraph);
         } catch (const ShapeError& e) {
             errors.push_back(pathTo(*n) + ": " + e.what());
             failed[i] = 1;

@@ -334,17 +334,25 @@ const Shapes& Node::inferShapes(const Shapes* in) {
 }
 
 Shapes Node::outGradShapeFrom(const Shapes& outshapes,
-                              const std::function<const Shapes&(const Node*)>& childGrads) const {
+                              const std::function<const Shapes*(const Node*)>& childGrads) const {
     if (fwds_.empty()) return outshapes;
     Shapes g(outShapes_.size());
+    bool any = false;
     for (const Edge& f : fwds_) {
-        const Shapes& grads = childGrads(f.node);
+        const Shapes* found = childGrads(f.node);
+        if (!found) continue; // a child outside the graph being checked
+        any = true;
+        const Shapes& grads = *found;
         // Find where this node's slots sit in the child's input list.
         size_t k = 0;
         for (const Edge& e : f.node->bwds_) {
             for (int s : e.slots) {
                 if (e.node == this) {
-                    const Shape& got = grads.at(k);
+                    if (k >= grads.size()) {
+                        throw ShapeError("no gradient shape for output " + std::to_string(s) + " from " +
+                                         f.node->str() + " (its gradient shapes were not inferred)");
+                    }
+                    const Shape& got = grads[k];
                     Shape& slotShape = g.at(static_cast<size_t>(s));
                     if (slotShape.rank() == 0) {
                         slotShape = got;
@@ -357,6 +365,7 @@ Shapes Node::outGradShapeFrom(const Shapes& outshapes,
             }
         }
     }
+    if (!any) return outshapes.empty() ? outShapes_ : outshapes; // every child is outside
     for (size_t s = 0; s < g.size(); ++s) {
         if (g[s].rank() == 0) g[s] = outShapes_[s]; // unconsumed output: zero gradient of its shape
     }
@@ -364,11 +373,16 @@ Shapes Node::outGradShapeFrom(const Shapes& outshapes,
 }
 
 Shapes Node::buildOutGradShape(const Shapes& outshapes, const ShapeMap& shapes) const {
-    return outGradShapeFrom(outshapes, [&shapes](const Node* c) -> const Shapes& { return shapes.at(c); });
+    return outGradShapeFrom(outshapes, [&shapes](const Node* c) -> const Shapes* {
+        const auto it = shapes.find(c);
+        return it == shapes.end() ? nullptr : &it->second;
+    });
 }
 
-const Shapes& Node::inferGradShapes(const Shapes& outshapes) {
-    const Shapes outGrad = outGradShapeFrom(outshapes, [](const Node* c) -> const Shapes& { return c->inGradShapes_; });
+const Shapes& Node::inferGradShapes(const Shapes& outshapes, const std::function<bool(const Node*)>& inScope) {
+    const Shapes outGrad = outGradShapeFrom(outshapes, [&inScope](const Node* c) -> const Shapes* {
+        return !inScope || inScope(c) ? &c->inGradShapes_ : nullptr;
+    });
     if (outGrad != outShapes_) {
         throw ShapeError(module_->str() + ": output gradient " + tessera::str(outGrad) + " does not match the output " +
                          tessera::str(outShapes_));

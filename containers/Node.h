@@ -139,8 +139,9 @@ public:
     /// (or `in` for an input node) through the module's checks; stored as outShapes().
     const Shapes& inferShapes(const Shapes* in = nullptr);
     /// The same for gradients: from the children's last inGradShapes() (or `outshapes`
-    /// without children); stored as inGradShapes().
-    const Shapes& inferGradShapes(const Shapes& outshapes);
+    /// without children); stored as inGradShapes(). With `inScope`, children it rejects
+    /// (nodes outside the graph being checked, which this node also feeds) are passed over.
+    const Shapes& inferGradShapes(const Shapes& outshapes, const std::function<bool(const Node*)>& inScope = nullptr);
     /// Input-gradient shapes of the last gradShapeFrom or inferGradShapes.
     const Shapes& inGradShapes() const { return inGradShapes_; }
     /// Output shapes of the last dataShapeFrom or forward.
@@ -176,7 +177,9 @@ private:
     Module::RunState run_; // this node's run, when it shares its module
     void keepRun();        // move the module's run into run_ (sharing nodes only)
 
-    Shapes outGradShapeFrom(const Shapes& outshapes, const std::function<const Shapes&(const Node*)>& childGrads) const;
+    // `childGrads(c)`: child c's input-gradient shapes, or nullptr for a child outside the
+    // traversal (its edge passed over).
+    Shapes outGradShapeFrom(const Shapes& outshapes, const std::function<const Shapes*(const Node*)>& childGrads) const;
 };
 
 /// `node(std::make_shared<Linear>(800, 10), pool2, "fc1")`: wrap a module as a node.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -77,6 +78,23 @@ Taps taps(int64_t n, int64_t inN) {
     return t;
 }
 
+// Keeps each channel of `out` within the range of `in`'s channel (widened to take `fill`):
+// resampling weights are non-negative and sum to 1, so every output is a weighted mean of
+// inputs, but float rounding can carry a white pixel to 1.0000001, which the [0, 1] checks
+// of jitter and the augmentations then refuse.
+void clampToInputRange(Image& out, const Image& in, std::optional<float> fill = std::nullopt) {
+    const int64_t inPlane = in.height * in.width, outPlane = out.height * out.width;
+    if (inPlane == 0) return;
+    for (int64_t c = 0; c < in.channels; ++c) {
+        const auto first = in.pixels.begin() + c * inPlane;
+        auto [lo, hi] = std::minmax_element(first, first + inPlane);
+        float low = *lo, high = *hi;
+        if (fill) low = std::min(low, *fill), high = std::max(high, *fill);
+        float* p = out.pixels.data() + c * outPlane;
+        for (int64_t i = 0; i < outPlane; ++i) p[i] = std::clamp(p[i], low, high); // NaN stays NaN
+    }
+}
+
 // Resized to h x w, one axis at a time: columns first, then rows (channel by channel).
 Image resized(const Image& in, int64_t h, int64_t w) {
     const Taps tx = taps(w, in.width), ty = taps(h, in.height);
@@ -119,6 +137,7 @@ Image resized(const Image& in, int64_t h, int64_t w) {
             }
         }
     }
+    clampToInputRange(out, in);
     return out;
 }
 
@@ -441,6 +460,7 @@ Image sampleAffine(const Image& in, const std::array<double, 6>& m, bool nearest
             }
         }
     }
+    if (!nearest) clampToInputRange(out, in, 0.0f); // 0 fills what falls outside
     return out;
 }
 

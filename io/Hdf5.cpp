@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -496,7 +496,7 @@ Stored readDataset(hid_t file, const std::string& where, const std::string& path
         unsigned flags = 0, config = 0, values[4] = {};
         size_t count = 4;
         const bool summed = create.ok() && H5Pget_filter_by_id2(create.get(), H5Z_FILTER_FLETCHER32, &flags, &count,
-                                                                 values, 0, nullptr, &config) >= 0;
+                                                                values, 0, nullptr, &config) >= 0;
         throw fileError(path, "cannot read " + where +
                                   (summed ? ": its bytes do not match its Fletcher-32 checksum (the file is damaged; "
                                             "save it again from a good copy)"

@@ -8,6 +8,7 @@
 #include "backend/Backend.h"
 #include "backend/DType.h"
 #include "backend/Errors.h"
+#include "backend/Files.h"
 #include "backend/Random.h"
 #include "backend/Shape.h"
 #include "backend/Tensor.h"

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -175,6 +176,26 @@ void Trainer::checkPosition(int64_t batches) const {
     }
 }
 
+// Once per epoch, one pass over the parameters: without setCheckNumerics a NaN can still
+// spread unseen (a ReLU or max pooling maps NaN to 0 on the CPU, so the printed loss stays
+// finite while a layer's weights are all NaN). A non-finite loss counts only where loss
+// scaling did not skip its steps (an overflowing 16-bit step is skipped, not fatal).
+void Trainer::requireFinite(double error, int64_t skippedBefore) const {
+    const std::string epoch = std::to_string(position_.epoch + 1);
+    const char* hint = "; the learning rate may be too high, or the data hold a NaN (Module::setCheckNumerics, "
+                       "tessera train --check-numerics, stops at the first layer that makes one)";
+    for (const auto& [name, var] : net_.namedParams()) {
+        if (!std::isfinite(backendFor(var->data.device()).sumSquares(var->data))) {
+            throw NumericsError("Trainer: after epoch " + epoch + ", parameter " + name +
+                                " holds NaN or infinity: training diverged" + hint);
+        }
+    }
+    if (!std::isfinite(error) && optimizer_.skippedSteps() == skippedBefore) {
+        throw NumericsError("Trainer: the mean training loss of epoch " + epoch + " is " + std::to_string(error) +
+                            hint);
+    }
+}
+
 double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
     checkPosition(batches);
     const int64_t accumulate = options_.accumulate;
@@ -186,6 +207,7 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
     Progress progress(options_, "train");
     const auto t0 = Clock::now();
     const int64_t first = position_.batch;
+    const int64_t skippedBefore = optimizer_.skippedSteps();
     int64_t done = 0; // samples of this pass
     dataSeconds_ = 0.0;
     BatchInfo info;
@@ -236,8 +258,9 @@ double Trainer::runEpoch(int64_t batches, const Fetch& fetch) {
     }
     epochSeconds_ = secondsSince(t0);
     rate_ = static_cast<double>(done) / epochSeconds_;
-    if (onEpochFinish) onEpochFinish(info);
     const double error = cost_.getMeanError();
+    requireFinite(error, skippedBefore);
+    if (onEpochFinish) onEpochFinish(info);
     position_ = {position_.epoch + 1, 0, 0.0, 0};
     return error;
 }

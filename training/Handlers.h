@@ -63,7 +63,9 @@ struct TrainerPosition {
 class Trainer {
 public:
     Trainer(Module& net, Cost& cost, Optimizer& optimizer, const HandlerOptions& options = {});
-    /// One epoch over (data, targets); returns the mean training error.
+    /// One epoch over (data, targets); returns the mean training error. Every train() ends
+    /// its epoch with a check that each parameter (and, unless loss scaling skipped steps,
+    /// the mean loss) is finite: NumericsError naming the parameter otherwise.
     double train(const Tensor& data, const Tensor& targets);
     /// The same for a network with several inputs (one data set per input, in the order
     /// the network takes them) or a cost with several targets (`Multi`): sample i of every
@@ -114,6 +116,8 @@ private:
     };
     using Fetch = std::function<Fetched(int64_t)>;
     double runEpoch(int64_t batches, const Fetch& fetch);
+    // NumericsError, naming the parameter, when a parameter or the epoch's loss is not finite.
+    void requireFinite(double error, int64_t skippedBefore) const;
     // ModuleError when the position is past an epoch of `batches`.
     void checkPosition(int64_t batches) const;
 

@@ -300,8 +300,7 @@ Tensor CpuBackend::poolBackward(const PoolParams& p, const Tensor& dy, const Ten
         throw BackendError("CpuBackend::poolBackward: pools float32 or bfloat16, got " + str(dtype));
     }
     if (emulatedBfloat16(dtype)) { // the workspace is the float32 forward's
-        return poolBackward(p, dy.convertedTo(DType::float32), workspace, xShape, xLayout)
-            .convertedTo(DType::bfloat16);
+        return poolBackward(p, dy.convertedTo(DType::float32), workspace, xShape, xLayout).convertedTo(DType::bfloat16);
     }
     if (dtype == DType::float32 && ownMaxPool(p, xLayout)) {
         const Tensor g = dy.toLayout(xLayout);

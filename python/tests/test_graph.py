@@ -139,3 +139,21 @@ def test_children_come_back_as_their_layer_classes(tmp_path):
     np.testing.assert_array_equal(loaded.namedParams()["W"].data.numpy(), g["fc"].namedParams()["W"].data.numpy())
     # containers keep their own classes
     assert type(ts.loadZooModel("resnet18-cifar")) is ts.Graph
+
+
+def test_a_new_head_on_an_inner_node_checks_although_the_old_head_still_hangs_there():
+    # The natural head swap: a new Linear on the old model's inner node, a new Graph from
+    # the same input. The inner node also feeds the old head, outside the new graph; the
+    # check passes over it instead of failing with a raw standard-library range error.
+    ts.manualSeed(4)
+    x = ts.Identity(name="x").node()
+    body = ts.Activation(ts.relu, name="body").node(ts.Linear(8, 6, name="features").node(x))
+    old = ts.Linear(6, 10, name="old_head").node(body)
+    ts.Graph(inputs=x, outputs=old, name="old")
+    new = ts.Linear(6, 3, name="new_head").node(body)
+    net = ts.Graph(inputs=x, outputs=new, name="swapped")
+    result = ts.check(net, (5, 8))
+    assert result.outputs == [(5, 3)]
+    xin = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+    assert net(xin).shape == (5, 3)
+    assert net.backward(np.ones((5, 3), np.float32)).shape == (5, 8)

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -334,6 +335,73 @@ TEST(Hdf5, InteroperatesWithH5py) {
     loadModel(net, theirs);
     EXPECT_EQ(fc.getVar("W")->data.toVector<float>(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
     EXPECT_EQ(fc.getVar("b")->data.toVector<float>(), (std::vector<float>{10, 20}));
+}
+
+// Every array carries a Fletcher-32 checksum: one flipped sign bit in a stored weight (a
+// bit rot that keeps the file valid HDF5) is an error naming the array, not a model that
+// quietly computes something else.
+TEST(Hdf5, AFlippedBitInAnArrayIsAChecksumError) {
+    auto a = model(1);
+    Tensor w = a->getByName("fc1").getVar("W")->data;
+    std::vector<float> values(static_cast<size_t>(w.numel()));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f + 0.001f * static_cast<float>(i); // a findable run
+    a->getByName("fc1").setVar("W", Variable::of(Tensor::fromVector(w.shape(), values)));
+    const std::string path = tempFile("checksummed.h5");
+    saveModel(*a, path);
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const std::string run(reinterpret_cast<const char*>(values.data()), 16 * sizeof(float));
+    const size_t at = bytes.find(run);
+    ASSERT_NE(at, std::string::npos) << "fc1.W's bytes are stored as they are";
+    bytes[at + 5 * sizeof(float) + 3] = static_cast<char>(bytes[at + 5 * sizeof(float) + 3] ^ 0x80); // a sign bit
+    const std::string flipped = tempFile("flipped.h5");
+    std::ofstream(flipped, std::ios::binary) << bytes;
+    auto b = model(2);
+    const std::string e = errorOf([&] { loadModel(*b, flipped); });
+    EXPECT_NE(e.find("model file " + flipped), std::string::npos) << e;
+    EXPECT_NE(e.find("checksum"), std::string::npos) << e;
+    EXPECT_NE(e.find("params/"), std::string::npos) << e; // the array by its place in the file
+    loadModel(*b, path);                                    // the untouched file loads
+    EXPECT_EQ(b->getByName("fc1").getVar("W")->data.toVector<float>(), values);
+}
+
+// A NaN or an infinity in a stored parameter is refused at load, naming the array: such a
+// model gives NaN for every input.
+TEST(Hdf5, NonFiniteParametersAreRefusedOnLoad) {
+    auto a = model(1);
+    a->getByName("conv").getVar("W")->data.data<float>()[2] = std::numeric_limits<float>::quiet_NaN();
+    const std::string path = tempFile("nan.h5");
+    saveModel(*a, path);
+    auto b = model(2);
+    const std::string e = errorOf([&] { loadModel(*b, path); });
+    EXPECT_NE(e.find("1 non-finite value (NaN or infinity)"), std::string::npos) << e;
+    a->getByName("conv").getVar("W")->data.data<float>()[2] = 0.5f;
+    saveModel(*a, path);
+    loadModel(*b, path);
+}
+
+// A save writes through a symbolic link to the file it names (the link stays a link), and
+// never replaces a device, a directory or a pipe.
+TEST(Hdf5, SavesWriteThroughLinksAndRefuseDevices) {
+    auto a = model(1);
+    const std::string real = tempFile("real.h5"), link = tempFile("link.h5");
+    std::filesystem::remove(link);
+    saveModel(*model(3), real);
+    std::filesystem::create_symlink(real, link);
+    saveModel(*a, link);
+    EXPECT_TRUE(std::filesystem::is_symlink(link));
+    EXPECT_FALSE(std::filesystem::exists(link + ".tmp"));
+    EXPECT_FALSE(std::filesystem::exists(real + ".tmp"));
+    auto b = model(2);
+    loadModel(*b, real);
+    EXPECT_EQ(b->getByName("fc1").getVar("W")->data.toVector<float>(),
+              a->getByName("fc1").getVar("W")->data.toVector<float>());
+    const std::string e = errorOf([&] { saveModel(*a, "/dev/null"); });
+    EXPECT_NE(e.find("model file /dev/null is a character device"), std::string::npos) << e;
+    EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
 }
 
 } // namespace

@@ -1,8 +1,13 @@
 #include "io/Npy.h"
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "GradCheck.h"
 
@@ -78,6 +83,35 @@ TEST(Npy, BadFilesAreIoErrorsNamingThem) {
     writeNpy(randomTensor({4, 4}, 2), dir + "cut.npy");
     std::filesystem::resize_file(dir + "cut.npy", std::filesystem::file_size(dir + "cut.npy") - 8);
     EXPECT_NE(errorOf([&] { readNpy(dir + "cut.npy"); }).find("cut.npy: truncated"), std::string::npos);
+}
+
+// A write that fails part-way (a file-size limit here: writes fail with EFBIG as they do
+// with ENOSPC on a full disk) keeps the old file whole, leaves no temporary, and says why
+// with the system's reason.
+TEST(Npy, AFailedWriteKeepsTheOldFileAndSaysWhy) {
+    const std::string path = ::testing::TempDir() + "tessera_kept.npy";
+    writeNpy(Tensor::fromVector(Shape{2}, std::vector<float>{1.0f, 2.0f}), path);
+    const auto bytes = [&] {
+        std::ifstream in(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    const std::string before = bytes();
+    struct sigaction ignore{}, old{};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ignore, &old);
+    rlimit limit{};
+    getrlimit(RLIMIT_FSIZE, &limit);
+    const rlimit saved = limit;
+    limit.rlim_cur = 1000;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+    const std::string e = errorOf([&] { writeNpy(Tensor::zeros({4000}), path); });
+    setrlimit(RLIMIT_FSIZE, &saved);
+    sigaction(SIGXFSZ, &old, nullptr);
+    EXPECT_NE(e.find("npy file " + path), std::string::npos) << e;
+    EXPECT_NE(e.find(std::strerror(EFBIG)), std::string::npos) << e;
+    EXPECT_EQ(bytes(), before);
+    EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+    EXPECT_EQ(readNpy(path).toVector<float>(), (std::vector<float>{1.0f, 2.0f}));
 }
 
 } // namespace

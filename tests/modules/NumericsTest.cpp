@@ -10,6 +10,9 @@
 #include "modules/Activation.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
+#include "training/CrossEntropy.h"
+#include "training/Handlers.h"
+#include "training/Optimizer.h"
 
 namespace tessera {
 namespace {
@@ -111,6 +114,35 @@ TEST(Numerics, GraphNodesAndFiniteRunsPass) {
     }
     EXPECT_NE(e.find("'fc'"), std::string::npos) << e;
     EXPECT_NE(e.find("forward: output 0 [2, 3]"), std::string::npos) << e;
+}
+
+// Without setCheckNumerics, one NaN pixel in one training image still stops training: the
+// ReLU and max pooling map NaN to 0 on the CPU, so the loss stays finite while the first
+// convolution's weights turn NaN; Trainer's check after the epoch names them.
+TEST(Numerics, TrainerStopsWhenAParameterBecomesNaN) {
+    manualSeed(9);
+    auto [x, y] = testing::quadrantTask(64);
+    x.data<float>()[3 * 64 + 17] = std::numeric_limits<float>::quiet_NaN();
+    const ModulePtr net = testing::quadrantNet();
+    Adam adam(1e-2f);
+    adam.setupOn(*net);
+    CrossEntropy ce;
+    Trainer trainer(*net, ce, adam, {.batchsize = 16, .progress = false});
+    try {
+        trainer.train(x, y);
+        ADD_FAILURE() << "an epoch that made NaN weights went through";
+    } catch (const NumericsError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("after epoch 1, parameter 0.W holds NaN or infinity"), std::string::npos) << what;
+    }
+    // The same data without the NaN trains without complaint.
+    manualSeed(9);
+    auto [x2, y2] = testing::quadrantTask(64);
+    const ModulePtr clean = testing::quadrantNet();
+    Adam adam2(1e-2f);
+    adam2.setupOn(*clean);
+    Trainer ok(*clean, ce, adam2, {.batchsize = 16, .progress = false});
+    EXPECT_TRUE(std::isfinite(ok.train(x2, y2)));
 }
 
 } // namespace

@@ -404,6 +404,27 @@ TEST(Transforms, ResizeIsBilinearWithHalfPixelCentres) {
     EXPECT_EQ(Transforms().resize(16).apply(Image(3, 20, 40), 0, 0, 0, true).str(), "3x16x32");
 }
 
+// Resampling a white picture gives white, not 1.0000001 (float rounding of the filter's
+// weights): the ImageNet-style recipe of a resize or random-resized crop followed by colour
+// jitter or an augmentation policy takes ordinary white-background images of any size.
+TEST(Transforms, ResampledPixelsStayWithinTheInputsRange) {
+    for (int64_t side : {48, 100, 37, 21}) {
+        SCOPED_TRACE(side);
+        Image white(3, side, side);
+        std::fill(white.pixels.begin(), white.pixels.end(), 1.0f);
+        for (const Transforms& t : {Transforms().resize(32, 32), Transforms().randomResizedCrop(32, 32),
+                                    Transforms().rotate(30)}) {
+            for (uint64_t seed = 0; seed < 4; ++seed) {
+                const Image out = t.apply(white, seed, 0, 0, true);
+                for (float v : out.pixels) ASSERT_LE(v, 1.0f);
+                for (float v : out.pixels) ASSERT_GE(v, 0.0f);
+            }
+        }
+        const Transforms recipe = Transforms().randomResizedCrop(32, 32).flip().jitter(0.4, 0.4, 0.4).trivialAugment();
+        for (uint64_t seed = 0; seed < 8; ++seed) EXPECT_NO_THROW(recipe.apply(white, seed, 0, 0, true));
+    }
+}
+
 TEST(Transforms, RandomCropIsAWindowOfThePaddedImageSeededBySample) {
     const Image img = gridImage(2, 6, 6, 3);
     const Transforms t = Transforms().randomCrop(6, 6, 2);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "Commands.h"
+#include "backend/Files.h"
 #include "containers/Graph.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
@@ -70,14 +71,39 @@ CLI::Validator positiveNumber() {
 void requireWritableDestination(const std::string& option, const std::string& path) {
     namespace fs = std::filesystem;
     if (path.empty()) throw UsageError(option + ": an empty file name");
-    const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+    std::string target;
+    try {
+        target = saveTarget(path, option); // through symbolic links; a device or directory is refused
+    } catch (const IoError& e) {
+        throw UsageError(e.what());
+    }
+    const fs::path parent = fs::path(target).parent_path().empty() ? fs::path(".") : fs::path(target).parent_path();
     std::error_code ec;
     if (!fs::is_directory(parent, ec)) {
         throw UsageError(option + " " + path + ": the directory " + parent.string() + " does not exist");
     }
-    if (fs::is_directory(path, ec)) throw UsageError(option + " " + path + ": is a directory");
     if (::access(parent.c_str(), W_OK) != 0) {
         throw UsageError(option + " " + path + ": the directory " + parent.string() + " is not writable");
+    }
+}
+
+void requireDistinctDestinations(const std::vector<std::pair<std::string, std::string>>& destinations) {
+    struct Seen {
+        std::string option, path, target;
+    };
+    std::vector<Seen> seen;
+    for (const auto& [option, path] : destinations) {
+        if (path.empty()) continue;
+        std::error_code ec;
+        const std::string target = std::filesystem::weakly_canonical(path, ec).string();
+        if (ec) continue;
+        for (const Seen& other : seen) {
+            if (other.target == target) {
+                throw UsageError(other.option + " " + other.path + " and " + option + " " + path +
+                                 " name the same file: one would replace the other; give each its own file");
+            }
+        }
+        seen.push_back({option, path, target});
     }
 }
 

@@ -78,6 +78,9 @@ CLI::Validator positiveNumber();     ///< a finite number > 0
 /// The directory a file is to be written into exists and is writable (checked before any
 /// work starts, so a long run does not fail at its end); UsageError naming `option`.
 void requireWritableDestination(const std::string& option, const std::string& path);
+/// UsageError when two of the (option, path) pairs name the same file (through links and
+/// relative paths alike; empty paths are skipped): a later write would destroy an earlier one.
+void requireDistinctDestinations(const std::vector<std::pair<std::string, std::string>>& destinations);
 
 /// A usage error of the command line (exit code 2).
 struct UsageError : std::invalid_argument {

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "Commands.h"
 #include "backend/Backend.h"
+#include "backend/Files.h"
 #include "data/Loader.h"
 #include "io/Summary.h"
 #include "training/CrossEntropy.h"
@@ -140,7 +142,7 @@ int runEval(const EvalArgs& a) {
         }
     }
     if (!a.confusion.empty()) {
-        std::ofstream file(a.confusion);
+        std::ostringstream file;
         file << "true\\predicted";
         for (int64_t p = 0; p < classes; ++p) file << ',' << p;
         file << '\n';
@@ -149,7 +151,7 @@ int runEval(const EvalArgs& a) {
             for (int64_t p = 0; p < classes; ++p) file << ',' << counts.confusion[static_cast<size_t>(t * classes + p)];
             file << '\n';
         }
-        if (!file.flush()) throw IoError("cannot write " + a.confusion);
+        writeFileAtomically(a.confusion, "--confusion", file.str());
         std::printf("wrote the confusion matrix to %s\n", a.confusion.c_str());
     }
     return 0;

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "Commands.h"
+#include "backend/Files.h"
 #include "containers/Graph.h"
 #include "containers/MemoryPlan.h"
 #include "io/Summary.h"
@@ -78,15 +79,16 @@ int runDraw(const InspectArgs& a) {
                              " needs Graphviz's dot program (Debian: graphviz); write a .dot file "
                              "instead");
         }
-        const std::string tmp = out + ".dot.tmp";
-        std::ofstream(tmp) << dot;
-        const std::string cmd = "dot -T" + ext.substr(1) + " '" + tmp + "' -o '" + out + "'";
-        const int rc = std::system(cmd.c_str());
-        std::remove(tmp.c_str());
-        if (rc != 0) throw IoError("dot failed (" + cmd + ")");
+        const std::string source = saveTarget(out, "-o") + ".dot.tmp";
+        writeAtomically(out, "-o", [&](const std::string& tmp) {
+            writeBytes(source, "-o " + out, dot);
+            const std::string cmd = "dot -T" + ext.substr(1) + " '" + source + "' -o '" + tmp + "'";
+            const int rc = std::system(cmd.c_str());
+            std::remove(source.c_str());
+            if (rc != 0) throw IoError("dot failed (" + cmd + ")");
+        });
     } else {
-        std::ofstream file(out);
-        if (!(file << dot)) throw IoError("cannot write " + out);
+        writeFileAtomically(out, "-o", dot);
     }
     std::printf("wrote %s (%zu nodes)\n", out.c_str(), drawn.size());
     return 0;

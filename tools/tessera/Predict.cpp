@@ -10,6 +10,7 @@
 
 #include "Commands.h"
 #include "backend/Backend.h"
+#include "backend/Files.h"
 #include "data/Image.h"
 
 namespace tessera::cli {
@@ -56,8 +57,7 @@ int runPredict(const PredictArgs& a) {
     net->to(device);
     net->packWeights();
 
-    std::FILE* csv = a.csv.empty() ? nullptr : std::fopen(a.csv.c_str(), "w");
-    if (!a.csv.empty() && !csv) throw IoError("--csv: cannot write " + a.csv);
+    std::string csv; // written whole at the end
     int64_t classes = 0;
     const auto n = static_cast<int64_t>(a.images.size());
     for (int64_t from = 0; from < n; from += a.batch) {
@@ -93,13 +93,10 @@ int runPredict(const PredictArgs& a) {
         }
         classes = out[0][1];
         if (names.size() != static_cast<size_t>(classes)) names.clear();
-        if (csv && from == 0) {
-            std::fprintf(csv, "image");
-            for (int64_t k = 0; k < classes; ++k) {
-                std::fprintf(csv, ",%s",
-                             names.empty() ? std::to_string(k).c_str() : names[static_cast<size_t>(k)].c_str());
-            }
-            std::fprintf(csv, "\n");
+        if (!a.csv.empty() && from == 0) {
+            csv = "image";
+            for (int64_t k = 0; k < classes; ++k) csv += "," + (names.empty() ? std::to_string(k) : names[k]);
+            csv += '\n';
         }
         const std::vector<float> scores = (*net)(x.to(device)).toVector<float>();
         for (int64_t i = 0; i < to - from; ++i) {
@@ -131,16 +128,19 @@ int runPredict(const PredictArgs& a) {
                             100.0 * p[static_cast<size_t>(k)]);
             }
             std::printf("\n");
-            if (csv) {
-                std::fprintf(csv, "%s", a.images[static_cast<size_t>(from + i)].c_str());
-                for (double v : p) std::fprintf(csv, ",%.6f", v);
-                std::fprintf(csv, "\n");
+            if (!a.csv.empty()) {
+                csv += a.images[static_cast<size_t>(from + i)];
+                char number[32];
+                for (double v : p) {
+                    std::snprintf(number, sizeof number, ",%.6f", v);
+                    csv += number;
+                }
+                csv += '\n';
             }
         }
     }
-    if (csv) {
-        const bool ok = std::fclose(csv) == 0;
-        if (!ok) throw IoError("--csv: cannot write " + a.csv);
+    if (!a.csv.empty()) {
+        writeFileAtomically(a.csv, "--csv", csv);
         if (!a.quiet) std::printf("wrote every class's probability to %s\n", a.csv.c_str());
     }
     return 0;

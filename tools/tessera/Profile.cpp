@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "Commands.h"
+#include "backend/Files.h"
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
 #include "training/Profile.h"
@@ -126,8 +127,7 @@ int runProfile(const ProfileArgs& a) {
     const Profile p = profile(*net, inputs, options);
     std::printf("\n%s", profileTable(p, a.depth, a.sort == "time").c_str());
     if (!a.csv.empty()) {
-        std::ofstream file(a.csv);
-        if (!(file << profileCsv(p))) throw IoError("cannot write " + a.csv);
+        writeFileAtomically(a.csv, "--csv", profileCsv(p));
         std::printf("wrote %s (%zu rows)\n", a.csv.c_str(), p.rows.size());
     }
     return 0;

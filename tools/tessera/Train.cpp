@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -21,6 +23,7 @@
 
 #include "Commands.h"
 #include "backend/Backend.h"
+#include "backend/Files.h"
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
 #include "data/Loader.h"
@@ -170,6 +173,7 @@ struct TrainArgs {
     int64_t earlyStop = 0;
     int64_t everySteps = 0, everyEpochs = 1;
     std::string resume;
+    bool overwrite = false; // replace an existing --checkpoint file in a run that does not resume it
     bool pinMemory = true;
     bool deterministic = false;
 };
@@ -386,6 +390,19 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     if (!a.resume.empty() && !std::filesystem::exists(a.resume)) {
         throw UsageError("--resume " + a.resume + ": no such file");
     }
+    requireDistinctDestinations({{"--save", a.save},
+                                 {"--checkpoint", a.checkpoint},
+                                 {"--save-best", a.saveBest},
+                                 {"--metrics", a.metrics},
+                                 {"--plot", a.plot},
+                                 {"--plot's metrics", a.metrics.empty() && !a.plot.empty() ? a.plot + ".csv" : ""}});
+    if (!a.checkpoint.empty() && std::filesystem::exists(a.checkpoint) && !a.overwrite &&
+        (a.resume.empty() || !std::filesystem::equivalent(a.checkpoint, a.resume))) {
+        throw UsageError("--checkpoint " + a.checkpoint +
+                         ": the file exists (an earlier run's checkpoint?) and this run would replace it; add "
+                         "--resume " +
+                         a.checkpoint + " to continue that run, or --overwrite to start again over it");
+    }
     // The optimizer's name and the schedule are checked before any work too.
     std::unique_ptr<Optimizer> optimizer;
     try {
@@ -545,16 +562,22 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     }
     // A resumed run appends to its metrics; a fresh one starts the file.
     const std::string metricsPath = !a.metrics.empty() ? a.metrics : (a.plot.empty() ? "" : a.plot + ".csv");
-    std::FILE* metrics = nullptr;
-    if (!metricsPath.empty() && writer) {
+    // The rows are kept here and the whole file written again after each epoch (through a
+    // temporary renamed over it): a full disk or a kill leaves the previous epoch's file.
+    const bool metrics = !metricsPath.empty() && writer;
+    std::string metricsText;
+    if (metrics) {
         const bool append = !a.resume.empty() && std::filesystem::exists(metricsPath);
-        metrics = std::fopen(metricsPath.c_str(), append ? "a" : "w");
-        if (!metrics) throw IoError("--metrics: cannot write " + metricsPath + ": " + std::strerror(errno));
-        if (!append) {
-            std::fprintf(metrics, "epoch,train_loss,%stest_accuracy_percent,seconds,images_per_second\n",
-                         valid ? "validation_accuracy_percent," : "");
+        if (append) {
+            std::ifstream in(metricsPath, std::ios::binary);
+            metricsText.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+            if (!in.good() && !in.eof()) throw IoError("--metrics: cannot read " + metricsPath + " to append to it");
+            if (!metricsText.empty() && metricsText.back() != '\n') metricsText += '\n';
+        } else {
+            metricsText = std::string("epoch,train_loss,") + (valid ? "validation_accuracy_percent," : "") +
+                          "test_accuracy_percent,seconds,images_per_second\n";
         }
-        std::fflush(metrics);
+        writeFileAtomically(metricsPath, "--metrics", metricsText);
     }
     // Checkpoints: every --every steps, at the end of each epoch, and on SIGINT/SIGTERM
     // after the batch in progress.
@@ -592,7 +615,6 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     auto stopped = [&]() -> int {
         const int sig = stopSignal ? static_cast<int>(stopSignal) : SIGINT;
         checkpoint();
-        if (metrics) std::fclose(metrics);
         std::printf("\nstopped by %s at epoch %lld, batch %lld (step %lld)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                     static_cast<long long>(trainer.position().epoch + 1),
                     static_cast<long long>(trainer.position().batch), static_cast<long long>(optimizer->steps()));
@@ -662,10 +684,16 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         std::fflush(stdout);
         if (metrics) {
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            std::fprintf(metrics, "%lld,%.6f,", static_cast<long long>(e + 1), loss);
-            if (valid) std::fprintf(metrics, "%.4f,", 100.0 * validAccuracy);
-            std::fprintf(metrics, "%.4f,%.3f,%.1f\n", 100.0 * accuracy, seconds, trainer.samplesPerSecond());
-            std::fflush(metrics);
+            char row[160];
+            std::snprintf(row, sizeof row, "%lld,%.6f,", static_cast<long long>(e + 1), loss);
+            metricsText += row;
+            if (valid) {
+                std::snprintf(row, sizeof row, "%.4f,", 100.0 * validAccuracy);
+                metricsText += row;
+            }
+            std::snprintf(row, sizeof row, "%.4f,%.3f,%.1f\n", 100.0 * accuracy, seconds, trainer.samplesPerSecond());
+            metricsText += row;
+            writeFileAtomically(metricsPath, "--metrics", metricsText);
         }
         if (stopNow && e + 1 < a.epochs) {
             std::printf("stopping early: no better validation accuracy in %lld epoch%s\n",
@@ -674,12 +702,11 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         }
         if (trainer.stopRequested() || stopSignal) return stopped();
     }
-    if (metrics) {
-        std::fclose(metrics);
-        if (!a.metrics.empty()) std::printf("wrote the metrics to %s\n", a.metrics.c_str());
-    }
+    if (metrics && !a.metrics.empty()) std::printf("wrote the metrics to %s\n", a.metrics.c_str());
     if (!a.plot.empty() && writer) {
-        plotMetrics(metricsPath, a.plot, "tessera train --model " + a.model, a.epochs, valid != nullptr);
+        writeAtomically(a.plot, "--plot", [&](const std::string& tmp) {
+            plotMetrics(metricsPath, tmp, "tessera train --model " + a.model, a.epochs, valid != nullptr);
+        });
         if (a.metrics.empty()) std::remove(metricsPath.c_str());
         std::printf("wrote the loss and accuracy curves to %s\n", a.plot.c_str());
     }
@@ -769,6 +796,8 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--checkpoint", args->checkpoint,
                     "write a checkpoint (model, optimizer, position, random state) to this file at the end of each "
                     "epoch, every --every steps, and on SIGINT/SIGTERM");
+    cmd->add_flag("--overwrite", args->overwrite,
+                  "let a run that does not --resume the --checkpoint file replace it (refused otherwise)");
     cmd->add_option("--every", args->every,
                     "when to checkpoint besides on SIGINT/SIGTERM and after the last epoch: N or Nsteps (every N "
                     "training steps, and at each epoch's end), Nepochs (at the end of every Nth epoch only); "
