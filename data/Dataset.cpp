@@ -203,7 +203,9 @@ std::shared_ptr<FileDataset> folderDataset(const std::string& dir, int channels)
     if (!fs::is_directory(dir)) throw IoError("image folder " + dir + ": no such directory");
     std::vector<std::string> classes;
     for (const auto& e : fs::directory_iterator(dir)) {
-        if (e.is_directory()) classes.push_back(e.path().filename().string());
+        const std::string name = e.path().filename().string();
+        // Hidden folders (.ipynb_checkpoints, .git) are not classes.
+        if (e.is_directory() && !name.empty() && name[0] != '.') classes.push_back(name);
     }
     std::sort(classes.begin(), classes.end());
     if (classes.empty()) {
@@ -211,6 +213,7 @@ std::shared_ptr<FileDataset> folderDataset(const std::string& dir, int channels)
                       "/<class>/<image>.png or .jpg)");
     }
     std::vector<std::pair<std::string, int32_t>> samples;
+    std::vector<std::string> empty;
     for (size_t k = 0; k < classes.size(); ++k) {
         std::vector<std::string> found;
         for (const auto& e : fs::recursive_directory_iterator(fs::path(dir) / classes[k])) {
@@ -218,11 +221,18 @@ std::shared_ptr<FileDataset> folderDataset(const std::string& dir, int channels)
                 found.push_back(e.path().string());
         }
         std::sort(found.begin(), found.end());
+        if (found.empty()) empty.push_back(classes[k]);
         for (std::string& f : found) samples.push_back({std::move(f), static_cast<int32_t>(k)});
     }
     if (samples.empty()) {
         throw IoError("image folder " + dir + ": its " + std::to_string(classes.size()) +
                       " class folders hold no .jpg, .jpeg or .png file");
+    }
+    if (!empty.empty()) { // a class without images would still be one of the model's outputs
+        std::string names;
+        for (const std::string& e : empty) names += (names.empty() ? "" : ", ") + e;
+        throw IoError("image folder " + dir + ": class folder" + (empty.size() > 1 ? "s " : " ") + names + " hold" +
+                      (empty.size() > 1 ? "" : "s") + " no .jpg, .jpeg or .png file: add images or remove the folder");
     }
     return std::make_shared<FileDataset>("image folder " + dir, std::move(samples), std::move(classes), channels);
 }

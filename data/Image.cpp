@@ -5,6 +5,8 @@
 #include "data/Image.h"
 
 #include <jpeglib.h>
+// (after jpeglib.h, which it needs)
+#include <jerror.h>
 #include <png.h>
 
 #include <algorithm>
@@ -86,7 +88,11 @@ bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, in
     jpeg_decompress_struct info;
     info.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = jpegErrorExit;
-    err.mgr.output_message = [](j_common_ptr) {}; // warnings (corrupt data that decodes) stay quiet
+    // Warnings of corrupt data that still decodes stay quiet, but data that ends early (a
+    // truncated or lying file, whose missing rows libjpeg would fill with grey) is an error.
+    err.mgr.emit_message = [](j_common_ptr c, int level) {
+        if (level < 0 && (c->err->msg_code == JWRN_JPEG_EOF || c->err->msg_code == JWRN_HIT_MARKER)) jpegErrorExit(c);
+    };
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&info);
         return false;

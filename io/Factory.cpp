@@ -2,6 +2,8 @@
 // is listed here explicitly; there is no registration at a distance.
 #include "io/Factory.h"
 
+#include <algorithm>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <set>
@@ -135,6 +137,33 @@ public:
         return out;
     }
     bool wasRead(const std::string& key) const { return read_.count(key) != 0; }
+    // The argument the builder asked for nearest to `key` (case and one or two letters
+    // apart: "strides" for "stride", "usebias" for "useBias"), or "".
+    std::string nearest(const std::string& key) const {
+        auto lower = [](std::string t) {
+            for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            return t;
+        };
+        const std::string k = lower(key);
+        std::string best;
+        size_t bestDistance = 3;
+        for (const std::string& known : read_) {
+            const std::string t = lower(known);
+            std::vector<size_t> row(t.size() + 1); // Levenshtein distance, one row at a time
+            for (size_t j = 0; j <= t.size(); ++j) row[j] = j;
+            for (size_t i = 1; i <= k.size(); ++i) {
+                size_t diagonal = row[0];
+                row[0] = i;
+                for (size_t j = 1; j <= t.size(); ++j) {
+                    const size_t up = row[j];
+                    row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (k[i - 1] == t[j - 1] ? 0 : 1)});
+                    diagonal = up;
+                }
+            }
+            if (row[t.size()] < bestDistance) bestDistance = row[t.size()], best = known;
+        }
+        return best;
+    }
 };
 
 DType dtypeFromString(const Args& a, const std::string& s) {
@@ -199,7 +228,7 @@ ModulePtr buildGraph(const Blueprint& bp, const Args& a);
 template <class C> ModulePtr container(const Blueprint& bp, const Args& a) {
     auto c = std::make_shared<C>(a.name());
     for (size_t i = 0; i < bp.modules.size(); ++i) {
-        c->append(buildModule(bp.modules[i], a.where() + bp.classname + "[" + std::to_string(i) + "] -> "));
+        c->append(buildModule(bp.modules[i], a.where() + bp.classname + "[" + std::to_string(i) + "] -> ", true));
     }
     return c;
 }
@@ -461,7 +490,7 @@ ModulePtr buildGraph(const Blueprint& bp, const Args& a) {
             }
             mod = it->second->modulePtr();
         } else {
-            mod = buildModule(bp.modules[i], a.where() + "Graph node '" + nb.name + "' -> ");
+            mod = buildModule(bp.modules[i], a.where() + "Graph node '" + nb.name + "' -> ", true);
         }
         if (!byName.emplace(nb.name, node(mod, parents, nb.name)).second) {
             throw a.error("two nodes are named '" + nb.name + "'");
@@ -498,7 +527,10 @@ ModulePtr buildModule(const Blueprint& bp, const std::string& where, bool strict
     if (strictArguments) {
         for (const auto& [key, value] : bp.scheme) {
             if (!args.wasRead(key)) {
-                throw args.error("unknown argument '" + key + "' (it takes " + args.readList() + ")");
+                const std::string close = args.nearest(key);
+                throw args.error("unknown argument '" + key + "'" +
+                                 (close.empty() ? "" : " (did you mean '" + close + "'?)") + "; it takes " +
+                                 args.readList());
             }
         }
     }

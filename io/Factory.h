@@ -16,10 +16,11 @@ Blueprint blueprintFromJson(const std::string& json);
 /// A fresh module (parameters initialised from the global generator) built from `bp`.
 /// Throws ModuleError naming the class and the argument when the class is not
 /// in the table or an argument has the wrong type; `where` prefixes the message (the
-/// path of the module inside its parents). With `strictArguments`, an argument the class
-/// does not take is a ModuleError listing those it takes (what the Python bindings use
-/// for keyword arguments); without, it is ignored (blueprint files).
-ModulePtr buildModule(const Blueprint& bp, const std::string& where = {}, bool strictArguments = false);
+/// path of the module inside its parents). An argument the class does not take is a
+/// ModuleError naming the nearest one it takes ("strides": did you mean "stride"?) and
+/// listing them all: a misspelled key would otherwise build a model that differs from its
+/// JSON. `strictArguments` false ignores such arguments (for blueprints of a later version).
+ModulePtr buildModule(const Blueprint& bp, const std::string& where = {}, bool strictArguments = true);
 
 /// A fresh module (parameters from the global generator, not the file's) built from the
 /// blueprint an HDF5 model file holds (io/Hdf5.h saves one). IoError naming the file when

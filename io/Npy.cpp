@@ -72,12 +72,29 @@ Header readHeader(std::ifstream& file, const std::string& path) {
     }
     std::vector<int64_t> dims;
     std::string dimsText = m[1];
-    const std::regex number("\\d+");
+    // Each dim is a whole number >= 0 ("3" or Python 2's "3L"), separated by commas; a
+    // negative or otherwise malformed dim is a bad header, not a number to skip over.
+    std::vector<std::string> items;
+    for (size_t from = 0;;) {
+        const size_t comma = dimsText.find(',', from);
+        const bool last = comma == std::string::npos;
+        std::string item = dimsText.substr(from, last ? std::string::npos : comma - from);
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        if (!item.empty() && item.back() == 'L') item.pop_back();
+        if (item.empty() && last) break; // "()", or the trailing comma of "(3,)"
+        if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos) {
+            throw IoError("npy file " + path + ": the shape (" + dimsText +
+                          ") has a dimension that is not a whole number >= 0: '" + item + "'");
+        }
+        items.push_back(item);
+        if (last) break;
+        from = comma + 1;
+    }
     // Dims are checked against the file before anything is sized by them: a product over the
     // file's bytes is a bad header, whatever the element size.
     int64_t product = 1;
-    for (std::sregex_iterator it(dimsText.begin(), dimsText.end(), number), end; it != end; ++it) {
-        const std::string digits = it->str();
+    for (const std::string& digits : items) {
         if (digits.size() > 12) throw IoError("npy file " + path + ": dimension " + digits + " is too large");
         const int64_t d = std::stoll(digits);
         if (d > 0 && product > static_cast<int64_t>(h.bytes) / d) {

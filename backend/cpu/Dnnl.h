@@ -22,10 +22,25 @@ dnnl::engine& engine();
 dnnl::stream& stream();
 
 /// Runs `f`, turning a dnnl::error into a BackendError that names the call.
+/// The CPU's instruction set as oneDNN uses it (capped by ONEDNN_MAX_CPU_ISA): "AVX2",
+/// "AVX-512", "AVX-512 with bfloat16", "AVX-512 with AMX", ...
+std::string isaName();
+
 template <class F> auto checkDnnl(const char* call, F&& f) -> decltype(f()) {
     try {
         return f();
     } catch (const dnnl::error& e) {
+        if (e.status == dnnl_out_of_memory) { // its message is only "could not create ..."
+            throw BackendError(std::string("oneDNN: ") + call +
+                               " failed: out of memory (oneDNN could not allocate its scratch or primitive memory; "
+                               "use a smaller batch, or free memory)");
+        }
+        if (e.status == dnnl_unimplemented) { // no kernel for these types, layouts or this CPU
+            throw BackendError(std::string("oneDNN: ") + call + " failed: " + e.what() +
+                               " (status 3: oneDNN has no implementation for these data types and layouts on this "
+                               "CPU, whose instruction set is " +
+                               isaName() + ")");
+        }
         throw BackendError(std::string("oneDNN: ") + call + " failed: " + e.what() + " (status " +
                            std::to_string(static_cast<int>(e.status)) + ")");
     }

@@ -86,6 +86,20 @@ bool probeBfloat16() {
 }
 } // namespace
 
+std::string isaName() {
+    switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "SSE4.1";
+    case dnnl::cpu_isa::avx: return "AVX";
+    case dnnl::cpu_isa::avx2: return "AVX2";
+    case dnnl::cpu_isa::avx2_vnni: return "AVX2 with VNNI";
+    case dnnl::cpu_isa::avx512_core: return "AVX-512";
+    case dnnl::cpu_isa::avx512_core_vnni: return "AVX-512 with VNNI";
+    case dnnl::cpu_isa::avx512_core_bf16: return "AVX-512 with bfloat16";
+    case dnnl::cpu_isa::avx512_core_amx: return "AVX-512 with AMX";
+    default: return "unknown";
+    }
+}
+
 bool bfloat16Kernels() {
     static const bool kernels = [] {
         const char* force = std::getenv("TESSERA_BF16_EMULATE");

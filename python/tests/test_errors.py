@@ -77,3 +77,36 @@ def test_backend_error():
         assert "cuda:7" in str(e)
     else:
         pytest.fail("a tensor moved to cuda:7 without a BackendError")
+
+
+STANDARD_LIBRARY_TEXTS = ("_M_range_check", "vector::", "basic_string", "map::at", "std::", "stoi", "stoll",
+                          "filesystem error", "bad_alloc", "bad_optional", "bad_variant", "bad_function_call")
+
+
+def test_no_standard_library_text_reaches_python(tmp_path):
+    # The inputs of a fault probe, each a clear Tessera error (or none), never a raw
+    # standard-library message.
+    bad_npy = tmp_path / "negative.npy"
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (-4, 4), }"
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    bad_npy.write_bytes(b"\x93NUMPY\x01\x00" + bytes([len(header) & 0xFF, len(header) >> 8]) + header.encode()
+                        + bytes(64))
+    (tmp_path / "junk.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
+    cases = [
+        lambda: ts.buildModule({"classname": "Conv2D", "scheme": {"inmaps": 1, "outmaps": 2, "size": 3,
+                                                                  "strides": 2}}),
+        lambda: ts.loadModelFile(str(tmp_path / "junk.h5")),
+        lambda: ts.loadModelFile(str(tmp_path / "missing.h5")),
+        lambda: ts.Linear(3, 2).save(str(tmp_path)),  # a directory
+        lambda: ts.Linear(3, 2).save("/dev/null"),
+        lambda: ts.Linear(3, 2).load(str(tmp_path / "junk.h5")),
+        lambda: ts.Sequential("s").append(ts.Linear(2, 2))["x.y.z"],
+    ]
+    if hasattr(ts, "readNpy"):
+        cases.append(lambda: ts.readNpy(str(bad_npy)))
+    for case in cases:
+        try:
+            case()
+        except Exception as e:  # noqa: BLE001 - any class: the text is what is checked
+            text = f"{type(e).__name__}: {e}"
+            assert not any(t in text for t in STANDARD_LIBRARY_TEXTS), text

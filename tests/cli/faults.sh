@@ -123,6 +123,32 @@ set -e
 [[ $out == *"after epoch 1, parameter "*"holds NaN or infinity"* ]] || fail "NaN data: $out"
 [[ ! -e nan.h5 ]] || fail "NaN data: a model was saved"
 
+# Data errors are found before the first step, not after an epoch: a test set of another
+# image size, a test label the model has no score for.
+/usr/bin/python3 -c '
+import numpy as np, os
+r = np.random.RandomState(1)
+for d in ("bigtest", "badlabel"):
+    os.makedirs(d, exist_ok=True)
+    for f in ("train_images.npy", "train_labels.npy"):
+        os.link("data/" + f, d + "/" + f)
+np.save("bigtest/test_images.npy", r.rand(8, 1, 32, 32).astype(np.float32))
+np.save("bigtest/test_labels.npy", np.zeros(8, np.int64))
+os.link("data/test_images.npy", "badlabel/test_images.npy")
+labels = np.load("data/test_labels.npy")
+labels[40] = 10
+np.save("badlabel/test_labels.npy", labels)'
+dataError() { # DIR TEXT1 TEXT2: a usage error holding both texts, before any epoch
+  set +e
+  out=$("$tessera" train --model lenet --data "npy:$1" --epochs 1 --quiet 2>&1)
+  rc=$?
+  set -e
+  ((rc == 2)) && [[ $out == *"$2"*"$3"* ]] || fail "$1: rc $rc: $out"
+  [[ $out != *"epoch 1/1"* ]] || fail "$1: the error came after training: $out"
+}
+dataError bigtest "the test images are [1, 32, 32] after the transforms, the training images [1, 28, 28]" ""
+dataError badlabel "the test label of" "is 10, but the model gives 10 scores"
+
 # No standard-library exception text reaches the user.
 stdText='_M_range_check|vector::|basic_string|map::at|std::|stoi|stoll|stof|filesystem error|bad_alloc|out_of_range|bad_optional|bad_variant|bad_function_call'
 for args in "train --model lenet --data npy:nan --epochs 1 --quiet" "run m.h5 --input m.h5 -o z.npy" \

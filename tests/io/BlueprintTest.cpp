@@ -168,14 +168,24 @@ TEST(Blueprint, StrictArgumentsRejectWhatTheClassDoesNotTake) {
     Blueprint bp;
     bp.classname = "Linear";
     bp.scheme = {{"insize", int64_t{2}}, {"outsize", int64_t{3}}, {"insise", int64_t{4}}};
-    EXPECT_NO_THROW(buildModule(bp)); // blueprint files: an unknown argument is ignored
+    EXPECT_NO_THROW(buildModule(bp, "", /*strictArguments=*/false)); // asked for: ignored
     try {
-        buildModule(bp, "net -> ", /*strictArguments=*/true);
+        buildModule(bp, "net -> "); // blueprint files too: a misspelled key would change the model
         FAIL() << "an unknown argument passed the strict check";
     } catch (const ModuleError& e) {
-        EXPECT_THAT(e.what(), ::testing::HasSubstr("net -> Linear: unknown argument 'insise'"));
+        EXPECT_THAT(e.what(),
+                    ::testing::HasSubstr("net -> Linear: unknown argument 'insise' (did you mean 'insize'?)"));
         EXPECT_THAT(e.what(), ::testing::HasSubstr("insize, name, outsize"));
     }
+    // Inside a container, the path names it; the case differs ("usebias" for "useBias").
+    Blueprint seq;
+    seq.classname = "Sequential";
+    Blueprint conv;
+    conv.classname = "Conv2D";
+    conv.scheme = {{"inmaps", int64_t{1}}, {"outmaps", int64_t{2}}, {"size", int64_t{3}}, {"usebias", false}};
+    seq.modules = {conv};
+    EXPECT_THAT(testing::errorOf([&] { buildModule(seq); }),
+                ::testing::HasSubstr("Sequential[0] -> Conv2D: unknown argument 'usebias' (did you mean 'useBias'?)"));
     // What every module writes into its blueprint, the strict check accepts.
     for (const ModulePtr& m : everyModule()) {
         SCOPED_TRACE(m->blueprint().toJson());

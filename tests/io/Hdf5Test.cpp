@@ -364,7 +364,7 @@ TEST(Hdf5, AFlippedBitInAnArrayIsAChecksumError) {
     EXPECT_NE(e.find("model file " + flipped), std::string::npos) << e;
     EXPECT_NE(e.find("checksum"), std::string::npos) << e;
     EXPECT_NE(e.find("params/"), std::string::npos) << e; // the array by its place in the file
-    loadModel(*b, path);                                    // the untouched file loads
+    loadModel(*b, path);                                  // the untouched file loads
     EXPECT_EQ(b->getByName("fc1").getVar("W")->data.toVector<float>(), values);
 }
 

@@ -83,6 +83,27 @@ TEST(Npy, BadFilesAreIoErrorsNamingThem) {
     writeNpy(randomTensor({4, 4}, 2), dir + "cut.npy");
     std::filesystem::resize_file(dir + "cut.npy", std::filesystem::file_size(dir + "cut.npy") - 8);
     EXPECT_NE(errorOf([&] { readNpy(dir + "cut.npy"); }).find("cut.npy: truncated"), std::string::npos);
+
+    // A header's shape is read as written: a negative or malformed dim is an error, not a
+    // number whose sign is skipped ("(-4, 4)" once read as [4, 4]).
+    const auto withShape = [&](const std::string& name, const std::string& shape) {
+        std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+        header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+        header += '\n';
+        std::string bytes("\x93NUMPY\x01\x00", 8);
+        bytes += static_cast<char>(header.size() & 0xff);
+        bytes += static_cast<char>(header.size() >> 8);
+        bytes += header;
+        bytes.append(64, '\0'); // 16 float32 zeros
+        std::ofstream(dir + name, std::ios::binary) << bytes;
+        return dir + name;
+    };
+    for (const char* shape : {"(-4, 4)", "(4, -4)", "(4, 4.5)", "(4,, 4)", "(a, 4)"}) {
+        const std::string e = errorOf([&] { readNpy(withShape("bad_shape.npy", shape)); });
+        EXPECT_NE(e.find("is not a whole number >= 0"), std::string::npos) << shape << ": " << e;
+    }
+    EXPECT_EQ(readNpy(withShape("py2.npy", "(4L, 4L)")).shape(), (Shape{4, 4})); // Python 2's longs
+    EXPECT_EQ(readNpy(withShape("trailing.npy", "(16,)")).shape(), (Shape{16}));
 }
 
 // A write that fails part-way (a file-size limit here: writes fail with EFBIG as they do
@@ -96,7 +117,8 @@ TEST(Npy, AFailedWriteKeepsTheOldFileAndSaysWhy) {
         return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     };
     const std::string before = bytes();
-    struct sigaction ignore{}, old{};
+    struct sigaction ignore {
+    }, old{};
     ignore.sa_handler = SIG_IGN;
     sigaction(SIGXFSZ, &ignore, &old);
     rlimit limit{};

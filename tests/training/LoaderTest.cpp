@@ -188,7 +188,11 @@ TEST(ImageFiles, BadFilesAreIoErrorsNamingTheFile) {
     writeBytes(dir + "/text.jpg", {'h', 'e', 'l', 'l', 'o'});
     writeBytes(dir + "/cut.png", std::vector<uint8_t>(png.begin(), png.begin() + static_cast<long>(png.size() / 2)));
     writeBytes(dir + "/cut.jpg", std::vector<uint8_t>(jpg.begin(), jpg.begin() + 20));
-    for (const std::string name : {"missing.png", "empty.png", "text.jpg", "cut.png", "cut.jpg"}) {
+    // Whole headers, then the scan data ends early (a truncated download, or a file whose
+    // header claims more rows than it holds): libjpeg would fill the rest with grey.
+    writeBytes(dir + "/truncated.jpg",
+               std::vector<uint8_t>(jpg.begin(), jpg.begin() + static_cast<long>(jpg.size() * 3 / 4)));
+    for (const std::string name : {"missing.png", "empty.png", "text.jpg", "cut.png", "cut.jpg", "truncated.jpg"}) {
         const std::string path = dir + "/" + name;
         try {
             readImage(path, 3);
@@ -269,6 +273,22 @@ TEST(Datasets, Cifar100FineAndCoarseLabels) {
     EXPECT_FLOAT_EQ(fine->get(1).image.at(0, 0, 0), 7.0f / 255.0f);
     writeBytes(dir + "/test.bin", cifarRecords({{20, 1}}));
     EXPECT_THROW(cifar100(dir, "test", false), IoError); // coarse label 20
+}
+
+// A class folder without images is an error naming it (the model would still get an
+// output for it); hidden folders (.ipynb_checkpoints) are not classes.
+TEST(Datasets, ImageFolderRefusesEmptyClassFoldersAndSkipsHiddenOnes) {
+    const std::string dir = tempDir("folder_empty_class");
+    for (const std::string cls : {"cat", "dog", "emu", ".ipynb_checkpoints"}) fs::create_directories(dir + "/" + cls);
+    writePng(dir + "/cat/a.png", gridImage(3, 4, 4, 1));
+    writePng(dir + "/dog/a.png", gridImage(3, 4, 4, 2));
+    writePng(dir + "/.ipynb_checkpoints/a.png", gridImage(3, 4, 4, 3));
+    const std::string e = testing::errorOf([&] { imageFolder(dir); });
+    EXPECT_NE(e.find("class folder emu holds no .jpg, .jpeg or .png file"), std::string::npos) << e;
+    fs::remove(dir + "/emu");
+    const DatasetPtr d = imageFolder(dir);
+    EXPECT_EQ(d->classNames(), (std::vector<std::string>{"cat", "dog"}));
+    EXPECT_EQ(d->size(), 2);
 }
 
 TEST(Datasets, ImageFolderLabelsBySortedClassNames) {
@@ -412,8 +432,8 @@ TEST(Transforms, ResampledPixelsStayWithinTheInputsRange) {
         SCOPED_TRACE(side);
         Image white(3, side, side);
         std::fill(white.pixels.begin(), white.pixels.end(), 1.0f);
-        for (const Transforms& t : {Transforms().resize(32, 32), Transforms().randomResizedCrop(32, 32),
-                                    Transforms().rotate(30)}) {
+        for (const Transforms& t :
+             {Transforms().resize(32, 32), Transforms().randomResizedCrop(32, 32), Transforms().rotate(30)}) {
             for (uint64_t seed = 0; seed < 4; ++seed) {
                 const Image out = t.apply(white, seed, 0, 0, true);
                 for (float v : out.pixels) ASSERT_LE(v, 1.0f);

@@ -97,6 +97,27 @@ int64_t requireClassifier(Module& net, const std::string& model, const Shape& ba
     return outShapes[0][1];
 }
 
+// What a test set would otherwise reveal only after a whole training epoch: images of
+// another size, or labels the model has no score for (checked by the data sets' own labels,
+// without decoding an image).
+void requireTestFitsTraining(const DataSets& data, const Shape& testSample, const Shape& trainSample, int64_t scores) {
+    if (testSample != trainSample) {
+        throw UsageError("the test images are " + testSample.str() + " after the transforms, the training images " +
+                         trainSample.str() + " (" + data.test->where(0) +
+                         "): give both one size, e.g. --augment resize:HxW");
+    }
+    for (const auto& [split, set] : {std::pair{"training", data.train}, std::pair{"test", data.test}}) {
+        for (int64_t i = 0; i < set->size(); ++i) {
+            const int32_t label = set->label(i);
+            if (label < 0 || label >= scores) {
+                throw UsageError("the " + std::string(split) + " label of " + set->where(i) + " is " +
+                                 std::to_string(label) + ", but the model gives " + std::to_string(scores) +
+                                 " scores (classes 0.." + std::to_string(scores - 1) + ")");
+            }
+        }
+    }
+}
+
 void addDeviceAndPrecision(CLI::App* cmd, std::string& device, std::string& precision, const std::string& note) {
     cmd->add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
     cmd->add_option("--precision", precision,
@@ -458,6 +479,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     dims.insert(dims.begin(), std::min<int64_t>(a.batch, data.train->size()));
     const Shape batchShape(dims);
     const int64_t scores = requireClassifier(*net, a.model, batchShape, data.train->classes());
+    if (test.size() > 0) requireTestFitsTraining(data, test.sampleShape(), sample, scores);
     // Mixed labels are probabilities over the model's scores (which may outnumber the classes).
     const LoaderOptions trainOptions{.batchsize = a.batch,
                                      .seed = a.seed,
