@@ -1,6 +1,7 @@
 // The numerics check (Module::setCheckNumerics): a NaN or infinity stops the run at the
 // layer that made it, in forward and in backward, with the layer's path, the phase, the
 // first bad element and what the layer was given; nothing is checked when it is off.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -8,6 +9,7 @@
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
+#include "modules/Conv.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
 #include "training/CrossEntropy.h"
@@ -143,6 +145,81 @@ TEST(Numerics, TrainerStopsWhenAParameterBecomesNaN) {
     adam2.setupOn(*clean);
     Trainer ok(*clean, ce, adam2, {.batchsize = 16, .progress = false});
     EXPECT_TRUE(std::isfinite(ok.train(x2, y2)));
+}
+
+// The float32 kernels oneDNN picks for this CPU (and ISA cap: .ci/run runs this under
+// ONEDNN_MAX_CPU_ISA=AVX2 and AVX512_CORE too) against float64 loops, at the sizes of a
+// small VGG layer: a 3x3 convolution's forward, input gradient and weight gradient (sums
+// of 288 and 1,024 products) and a Linear layer's. Float32 rounding of such sums errs by
+// about 1e-6 of the largest value; a kernel that lost precision (a bfloat16 path taken by
+// mistake, a badly blocked sum) errs by 1e-3 or more.
+TEST(Numerics, ConvolutionAndLinearKernelsAgreeWithFloat64) {
+    const int64_t N = 4, C = 32, K = 32, H = 16, W = 16;
+    const Tensor x = randomTensor({N, C, H, W}, 41), dy = randomTensor({N, K, H, W}, 42);
+    Conv2D conv(C, K, 3, ConvOptions{.pad = {1}, .useBias = false});
+    const Tensor y = conv(x);
+    const Tensor dx = conv.backward(dy);
+    const std::vector<float> xv = x.toVector<float>(), dyv = dy.toVector<float>(),
+                             wv = conv.getVar("W")->data.toVector<float>();
+    std::vector<double> y64(static_cast<size_t>(N * K * H * W)), dx64(xv.size()), dw64(wv.size());
+    auto X = [&](int64_t n, int64_t c, int64_t h, int64_t w) {
+        return xv[static_cast<size_t>(((n * C + c) * H + h) * W + w)];
+    };
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t w = 0; w < W; ++w) {
+                    const double g = dyv[static_cast<size_t>(((n * K + k) * H + h) * W + w)];
+                    double sum = 0;
+                    for (int64_t c = 0; c < C; ++c)
+                        for (int64_t r = 0; r < 3; ++r)
+                            for (int64_t q = 0; q < 3; ++q) {
+                                const int64_t hi = h + r - 1, wi = w + q - 1;
+                                if (hi < 0 || hi >= H || wi < 0 || wi >= W) continue;
+                                const size_t wIndex = static_cast<size_t>(((k * C + c) * 3 + r) * 3 + q);
+                                const size_t xIndex = static_cast<size_t>(((n * C + c) * H + hi) * W + wi);
+                                sum += static_cast<double>(wv[wIndex]) * X(n, c, hi, wi);
+                                dx64[xIndex] += static_cast<double>(wv[wIndex]) * g;
+                                dw64[wIndex] += static_cast<double>(X(n, c, hi, wi)) * g;
+                            }
+                    y64[static_cast<size_t>(((n * K + k) * H + h) * W + w)] = sum;
+                }
+    // The largest difference, relative to the largest reference value.
+    auto worst = [](const Tensor& got, const std::vector<double>& want) {
+        const std::vector<float> g = got.toVector<float>();
+        double diff = 0, scale = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            diff = std::max(diff, std::abs(static_cast<double>(g[i]) - want[i]));
+            scale = std::max(scale, std::abs(want[i]));
+        }
+        return diff / scale;
+    };
+    EXPECT_LT(worst(y, y64), 1e-5) << "forward";
+    EXPECT_LT(worst(dx, dx64), 1e-5) << "input gradient";
+    EXPECT_LT(worst(conv.getVar("W")->grad, dw64), 1e-5) << "weight gradient";
+
+    const int64_t M = 64, In = 512, Out = 256;
+    Linear fc(In, Out, LinearOptions{.useBias = false});
+    const Tensor a = randomTensor({M, In}, 43), da = randomTensor({M, Out}, 44);
+    const Tensor b = fc(a), dIn = fc.backward(da);
+    const std::vector<float> av = a.toVector<float>(), dav = da.toVector<float>(),
+                             fw = fc.getVar("W")->data.toVector<float>();
+    std::vector<double> b64(static_cast<size_t>(M * Out)), dIn64(av.size()), dW64(fw.size());
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t o = 0; o < Out; ++o) {
+            const double g = dav[static_cast<size_t>(m * Out + o)];
+            double sum = 0;
+            for (int64_t i = 0; i < In; ++i) {
+                const double wio = fw[static_cast<size_t>(i * Out + o)], aim = av[static_cast<size_t>(m * In + i)];
+                sum += aim * wio;
+                dIn64[static_cast<size_t>(m * In + i)] += wio * g;
+                dW64[static_cast<size_t>(i * Out + o)] += aim * g;
+            }
+            b64[static_cast<size_t>(m * Out + o)] = sum;
+        }
+    EXPECT_LT(worst(b, b64), 1e-5) << "Linear forward";
+    EXPECT_LT(worst(dIn, dIn64), 1e-5) << "Linear input gradient";
+    EXPECT_LT(worst(fc.getVar("W")->grad, dW64), 1e-5) << "Linear weight gradient";
 }
 
 } // namespace
