@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "backend/Errors.h"
+#include "backend/Files.h"
 #include "data/ReadFile.h"
 
 namespace tessera {
@@ -184,18 +185,6 @@ std::vector<uint8_t> toInterleaved(const std::string& path, const Image& image) 
     return out;
 }
 
-// Writes to a temporary file renamed when complete, so a reader never sees half an image.
-template <class Write> void writeAtomically(const std::string& path, Write&& write) {
-    const std::string tmp = path + ".tmp";
-    write(tmp);
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        throw IoError("writing image " + path + ": cannot rename the temporary file (" + ec.message() + ")");
-    }
-}
-
 bool encodeJpeg(std::FILE* f, const uint8_t* px, const Image& image, int quality, JpegError& err) {
     jpeg_compress_struct info;
     info.err = jpeg_std_error(&err.mgr);
@@ -247,7 +236,7 @@ Image decodeImage(const std::vector<uint8_t>& bytes, const std::string& path, in
 
 void writePng(const std::string& path, const Image& image) {
     const std::vector<uint8_t> px = toInterleaved(path, image);
-    writeAtomically(path, [&](const std::string& tmp) {
+    writeAtomically(path, "image", [&](const std::string& tmp) {
         png_image png;
         std::memset(&png, 0, sizeof png);
         png.version = PNG_IMAGE_VERSION;
@@ -265,7 +254,7 @@ void writeJpeg(const std::string& path, const Image& image, int quality) {
         throw IoError("writing image " + path + ": JPEG quality must be 1..100, got " + std::to_string(quality));
     }
     const std::vector<uint8_t> px = toInterleaved(path, image);
-    writeAtomically(path, [&](const std::string& tmp) {
+    writeAtomically(path, "image", [&](const std::string& tmp) {
         std::FILE* f = std::fopen(tmp.c_str(), "wb");
         if (!f) throw IoError("writing image " + path + ": cannot open " + tmp + " (" + std::strerror(errno) + ")");
         JpegError err{};

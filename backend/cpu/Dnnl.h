@@ -21,11 +21,12 @@ namespace tessera::dnnl_util {
 dnnl::engine& engine();
 dnnl::stream& stream();
 
-/// Runs `f`, turning a dnnl::error into a BackendError that names the call.
 /// The CPU's instruction set as oneDNN uses it (capped by ONEDNN_MAX_CPU_ISA): "AVX2",
 /// "AVX-512", "AVX-512 with bfloat16", "AVX-512 with AMX", ...
 std::string isaName();
 
+/// Runs `f`, turning a dnnl::error into a BackendError that names the call (and, for
+/// out-of-memory and unimplemented statuses, says what they mean).
 template <class F> auto checkDnnl(const char* call, F&& f) -> decltype(f()) {
     try {
         return f();

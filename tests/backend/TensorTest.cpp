@@ -1,9 +1,12 @@
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "backend/cpu/OpenBlas.h"
 
 namespace tessera {
 namespace {
@@ -137,6 +140,29 @@ TEST(CpuBackend, GemmAllTransposes) {
     be.gemm(true, true, 2.0f, A, B, 1.0f, C); // 2 A^T B^T + C
     EXPECT_TRUE(allClose(C, {2 * 23 + 17, 2 * 31 + 23, 2 * 34 + 39, 2 * 46 + 53}));
     EXPECT_THROW(be.gemm(false, false, 1.0f, A, Tensor::zeros({3, 2}), 0.0f, C), ShapeError);
+}
+
+// Tessera picks OpenBLAS's kernel set from the CPU's instruction sets as oneDNN's cap
+// leaves them (unless OPENBLAS_CORETYPE is set, which ctest does not): under
+// ONEDNN_MAX_CPU_ISA=AVX2 an AVX-512 CPU runs the Haswell kernels an AVX2-only CPU runs, so
+// the capped legs test OpenBLAS's AVX2 path too (ctest runs this once with the cap:
+// CpuBackend.openblas_follows_the_isa_cap).
+TEST(CpuBackend, OpenBlasKernelsFollowTheIsaCap) {
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) { // the user's (or an earlier load's) choice wins
+        GTEST_SKIP() << "OPENBLAS_CORETYPE=" << forced << " is set";
+    }
+    const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+    const std::string capped = cap ? cap : "";
+    const std::string core = cpu::openBlas().coreName;
+    EXPECT_FALSE(core.empty());
+    if (avx512 && (capped == "AVX2" || capped == "avx2")) {
+        EXPECT_EQ(core, "Haswell");
+    } else if (avx512 && capped.empty()) {
+        EXPECT_EQ(core, "SkylakeX");
+    }
 }
 
 TEST(CpuBackend, RowOps) {
