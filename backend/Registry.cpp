@@ -1,15 +1,17 @@
 // The table from device kind to backend, and the global generator.
 #include "backend/Backend.h"
+#include "backend/CudaPlugin.h"
 #include "backend/Errors.h"
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
-#if TESSERA_HAVE_CUDA
-#include <cuda_profiler_api.h>
 
-#include "cuda/CudaBackend.h"
-#endif
+#include <dlfcn.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
 
 namespace tessera {
 
@@ -41,6 +43,57 @@ Tensor Backend::batchNormReluBackward(const Tensor&, const Tensor&, const Tensor
     throw BackendError("batch norm with a fused ReLU is not implemented on " + device().str());
 }
 
+namespace {
+
+CudaProvider* registeredCuda = nullptr;
+std::string cudaLoadError;
+CudaSettings settings;
+
+#if TESSERA_CUDA_PLUGIN
+// libtessera_cuda.so beside this library (the build directory, an install's lib/, a
+// bundle's lib/); TESSERA_CUDA_PLUGIN names another file.
+std::string pluginPath() {
+    if (const char* path = std::getenv("TESSERA_CUDA_PLUGIN"); path && *path) return path;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&registerCudaProvider), &info) == 0 || !info.dli_fname) {
+        return "libtessera_cuda.so";
+    }
+    return (std::filesystem::path(info.dli_fname).parent_path() / "libtessera_cuda.so").string();
+}
+#endif
+
+// The provider, loading the plugin on the first call; nullptr when there is none (the
+// reason in cudaLoadError).
+CudaProvider* cudaProvider() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+#if TESSERA_CUDA_PLUGIN
+        if (registeredCuda) return;
+        const std::string path = pluginPath();
+        // RTLD_LOCAL: the CUDA libraries' symbols stay the plugin's. Never closed: tensors
+        // freed during exit still reach their backend.
+        if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+            const char* why = dlerror();
+            cudaLoadError = "the CUDA backend (" + path + ") cannot be loaded: " + (why ? why : "unknown error");
+        } else if (!registeredCuda) {
+            cudaLoadError = "the CUDA backend (" + path + ") loaded but registered no provider";
+        }
+#else
+        cudaLoadError = "Tessera was built without CUDA (configure with TESSERA_USE_CUDA=ON)";
+#endif
+    });
+    return registeredCuda;
+}
+
+// The provider if the plugin is loaded already; never loads it.
+CudaProvider* loadedCudaProvider() { return registeredCuda; }
+
+} // namespace
+
+void registerCudaProvider(CudaProvider& provider) { registeredCuda = &provider; }
+
+const CudaSettings& cudaSettings() { return settings; }
+
 Backend& backendFor(Device device) {
     if (device.isCpu()) {
         static CpuBackend cpu;
@@ -48,88 +101,44 @@ Backend& backendFor(Device device) {
         (void)prepared;
         return cpu;
     }
-#if TESSERA_HAVE_CUDA
-    return cudaBackend(device.index);
-#else
-    throw BackendError("no backend for device " + device.str() +
-                       ": this build of Tessera has no CUDA backend (configure with TESSERA_USE_CUDA=ON)");
-#endif
+    CudaProvider* cuda = cudaProvider();
+    if (!cuda) throw BackendError("no backend for device " + device.str() + ": " + cudaLoadError);
+    return cuda->backend(device.index);
 }
 
 std::string cudaUnavailableReason() {
-#if TESSERA_HAVE_CUDA
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e == cudaSuccess) return n > 0 ? std::string() : "no CUDA device (the driver sees none)";
-    (void)cudaGetLastError();
-    const std::string what = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-    if (e == cudaErrorNoDevice) return "no CUDA device (" + what + ")";
-    if (e == cudaErrorInsufficientDriver || e == cudaErrorInitializationError || e == cudaErrorNotSupported) {
-        return "no usable CUDA driver (" + what + ")";
-    }
-    return "CUDA cannot be used (" + what + ")";
-#else
-    return "Tessera was built without CUDA (configure with TESSERA_USE_CUDA=ON)";
-#endif
+    CudaProvider* cuda = cudaProvider();
+    return cuda ? cuda->unavailableReason() : cudaLoadError;
 }
 
 int cudaDeviceCount() {
-#if TESSERA_HAVE_CUDA
-    static const int count = [] {
-        int n = 0;
-        // No driver or no GPU: a status, not an error, for this question.
-        if (cudaGetDeviceCount(&n) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return 0;
-        }
-        return n;
-    }();
-    return count;
-#else
-    return 0;
-#endif
+    CudaProvider* cuda = cudaProvider();
+    return cuda ? cuda->deviceCount() : 0;
 }
 
 Tensor pinnedEmpty(const Shape& shape, DType dtype) {
-#if TESSERA_HAVE_CUDA
-    if (cudaDeviceCount() > 0 && !ShapeOnlyTensors::active()) return pinnedHostTensor(shape, dtype);
-#endif
+    CudaProvider* cuda = cudaProvider();
+    if (cuda && cuda->deviceCount() > 0 && !ShapeOnlyTensors::active()) return cuda->pinnedEmpty(shape, dtype);
     return Tensor::empty(shape, dtype);
 }
 
 bool isPinned(const Tensor& t) {
-#if TESSERA_HAVE_CUDA
-    return t.defined() && t.device().isCpu() && t.hasData() && pinnedHostPool().contains(t.raw());
-#else
-    (void)t;
-    return false;
-#endif
+    CudaProvider* cuda = loadedCudaProvider(); // nothing is pinned before the plugin loads
+    return cuda && t.defined() && t.device().isCpu() && t.hasData() && cuda->isPinned(t);
 }
 
 void setCudaAllowTF32(bool allow) {
-#if TESSERA_HAVE_CUDA
-    for (int i = 0; i < cudaDeviceCount(); ++i) cudaBackend(i).setAllowTF32(allow);
-#else
-    (void)allow;
-#endif
+    settings.allowTF32 = allow;
+    if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
 }
 
 void setCudaDeterministic(bool on) {
-#if TESSERA_HAVE_CUDA
-    for (int i = 0; i < cudaDeviceCount(); ++i) cudaBackend(i).setDeterministic(on);
-#else
-    (void)on;
-#endif
+    settings.deterministic = on;
+    if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
 }
 
 void cudaProfilerRange(bool start) {
-#if TESSERA_HAVE_CUDA
-    if (cudaDeviceCount() == 0) return;
-    // A status only: without a profiler attached both calls succeed and do nothing.
-    (void)(start ? cudaProfilerStart() : cudaProfilerStop());
-#else
-    (void)start;
-#endif
+    if (CudaProvider* cuda = cudaProvider(); cuda && cuda->deviceCount() > 0) cuda->profilerRange(start);
 }
 
 Generator& globalGenerator() {

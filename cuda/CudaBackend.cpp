@@ -128,11 +128,27 @@ size_t CachingAllocator::cachedBytes() const {
 
 // ---- set-up ---------------------------------------------------------------------------------
 
-CudaBackend& cudaBackend(int index) {
-    static std::mutex mutex;
-    // Never destroyed: tensors freed during static destruction still find their backend.
+namespace {
+std::mutex backendsMutex;
+// Never destroyed: tensors freed during static destruction still find their backend.
+std::vector<CudaBackend*>& backendTable() {
     static auto* backends = new std::vector<CudaBackend*>();
-    std::lock_guard<std::mutex> lock(mutex);
+    return *backends;
+}
+} // namespace
+
+std::vector<CudaBackend*> madeBackends() {
+    std::lock_guard<std::mutex> lock(backendsMutex);
+    std::vector<CudaBackend*> made;
+    for (CudaBackend* be : backendTable()) {
+        if (be) made.push_back(be);
+    }
+    return made;
+}
+
+CudaBackend& cudaBackend(int index) {
+    std::lock_guard<std::mutex> lock(backendsMutex);
+    auto* backends = &backendTable();
     const int count = cudaDeviceCount();
     if (index < 0 || index >= count) {
         throw BackendError("no CUDA device cuda:" + std::to_string(index) + ": this process sees " +

@@ -247,5 +247,7 @@ private:
 
 /// The backend of CUDA device `index` (created on first use; lives until the process ends).
 CudaBackend& cudaBackend(int index);
+/// The backends made so far.
+std::vector<CudaBackend*> madeBackends();
 
 } // namespace tessera

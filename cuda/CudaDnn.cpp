@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/CudaPlugin.h"
 #include "backend/Errors.h"
 #include "cuda/CudaBackend.h"
 #include "cuda/Kernels.h"
@@ -162,7 +163,8 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index), dnn_(std
     TESSERA_CUDA_CHECK(cublasSetStream(cublas_, stream_));
     TESSERA_CUDA_CHECK(cudnnCreate(&cudnn_));
     TESSERA_CUDA_CHECK(cudnnSetStream(cudnn_, stream_));
-    setAllowTF32(allowTF32_);
+    setAllowTF32(cudaSettings().allowTF32);
+    setDeterministic(cudaSettings().deterministic);
 }
 
 CudaBackend::~CudaBackend() {

@@ -9,10 +9,10 @@
 
 #include "backend/Errors.h"
 #include "backend/Random.h"
+#include "data/Idx.h"
+#include "data/Npy.h"
 #include "data/ReadFile.h"
 #include "data/Tar.h"
-#include "io/Npy.h"
-#include "training/Idx.h"
 
 namespace tessera {
 

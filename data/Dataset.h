@@ -104,7 +104,7 @@ DatasetPtr imageList(const std::string& csv, const ImageListOptions& options = {
 DatasetPtr imageArchive(const std::string& path, const std::string& split, int channels = 3);
 
 /// MNIST-format IDX files `<dir>/<split>-images-idx3-ubyte[.gz]` and labels (split "train"
-/// or "t10k"), as training/Idx.h reads them; `limit` > 0 keeps the first `limit` samples.
+/// or "t10k"), as data/Idx.h reads them; `limit` > 0 keeps the first `limit` samples.
 DatasetPtr idxDataset(const std::string& dir, const std::string& split, int64_t limit = 0);
 
 /// A pair of `.npy` files: images [N, C, H, W] or [N, H, W] (one channel) of uint8 (scaled

@@ -16,6 +16,7 @@
 #include "distributed/Communicator.h"
 #include "modules/BatchNormND.h"
 #include "modules/Module.h"
+#include "training/GradientSync.h"
 #include "training/Optimizer.h"
 
 namespace tessera {
@@ -41,10 +42,10 @@ struct DataParallelOptions {
 /// differ, on every rank) and copies rank 0's parameters and attributes (batch-norm
 /// statistics) to the others. Batch-norm statistics are then kept per rank, or synchronised
 /// (DataParallelOptions::syncBatchNorm).
-class DataParallel {
+class DataParallel : public GradientSync {
 public:
     DataParallel(Module& net, Optimizer& optimizer, CommunicatorPtr comm, const DataParallelOptions& options = {});
-    ~DataParallel();
+    ~DataParallel() override;
     DataParallel(const DataParallel&) = delete;
     DataParallel& operator=(const DataParallel&) = delete;
 
@@ -62,16 +63,16 @@ public:
     /// the group's last backward reduces the sum. The batches of a group may have
     /// different shares, so the caller weighs each backward by share() itself (its scale)
     /// and passes `weighted` false: the reduction then only sums.
-    void beginBackward(int64_t samples, int64_t globalSamples, bool reduce = true, bool weighted = true);
+    void beginBackward(int64_t samples, int64_t globalSamples, bool reduce = true, bool weighted = true) override;
     /// This rank's share of the batch begun last: samples / globalSamples.
-    float share() const { return share_; }
+    float share() const override { return share_; }
     /// Call right after backward: waits for every bucket. The gradients are then the
     /// global batch's, the same on every rank (after a backward that does not reduce: this
     /// rank's, added up so far).
-    void finishBackward();
+    void finishBackward() override;
     /// After a backward that threw: stops watching modules (the job is failing; the other
     /// ranks are not waited for).
-    void abandonBackward() noexcept;
+    void abandonBackward() noexcept override;
 
     /// The buckets: [first, last) element ranges of the flat gradient buffer, in the order
     /// they are reduced.

@@ -70,14 +70,14 @@
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
 
-// training/: costs, optimizers, schedules, Trainer/Validator/Calculator, checkpoints, profiles, IDX data
+// training/: costs, optimizers, schedules, Trainer/Validator/Calculator, checkpoints, profiles, the gradient-sync hook
 #include "training/Average.h"
 #include "training/CTC.h"
 #include "training/Checkpoint.h"
 #include "training/Cost.h"
 #include "training/CrossEntropy.h"
+#include "training/GradientSync.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/L1Hinge.h"
 #include "training/Multi.h"
 #include "training/Optimizer.h"
@@ -88,8 +88,10 @@
 
 // data/: data sets (CIFAR, image folders, IDX, .npy), image files, transforms, the loader
 #include "data/Dataset.h"
+#include "data/Idx.h"
 #include "data/Image.h"
 #include "data/Loader.h"
+#include "data/Npy.h"
 #include "data/Transform.h"
 
 // distributed/: communicators and data-parallel training
@@ -104,6 +106,5 @@
 // io/: blueprints and HDF5 model files
 #include "io/Factory.h"
 #include "io/Hdf5.h"
-#include "io/Npy.h"
 #include "io/Onnx.h"
 #include "io/Summary.h"

@@ -11,7 +11,6 @@
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "data/Loader.h"
-#include "distributed/DataParallel.h"
 #include "training/Average.h"
 
 namespace tessera {

@@ -10,11 +10,11 @@
 
 #include "modules/Module.h"
 #include "training/Cost.h"
+#include "training/GradientSync.h"
 #include "training/Optimizer.h"
 
 namespace tessera {
 
-class DataParallel;
 class Loader;
 class WeightAverage;
 
@@ -79,7 +79,7 @@ public:
     /// averaged over the ranks between backward and the update. Give each rank a Loader
     /// with its rank and the number of ranks; every rank then makes the same updates.
     /// nullptr (the default): one process.
-    void setDataParallel(DataParallel* parallel) { parallel_ = parallel; }
+    void setDataParallel(GradientSync* parallel) { parallel_ = parallel; }
     /// A weight average (training/Average.h) of the network, updated after each applied
     /// optimizer update (not after a step loss scaling skipped). nullptr (the default): none.
     void setWeightAverage(WeightAverage* average) { average_ = average; }
@@ -127,7 +127,7 @@ private:
     HandlerOptions options_;
     TrainerPosition position_;
     double rate_ = 0.0, dataSeconds_ = 0.0, epochSeconds_ = 0.0;
-    DataParallel* parallel_ = nullptr;
+    GradientSync* parallel_ = nullptr;
     WeightAverage* average_ = nullptr;
     std::atomic<bool> stop_{false};
 };

@@ -3,11 +3,11 @@
 
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "data/Idx.h"
 #include "io/Hdf5.h"
 #include "models/LeNet.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/Optimizer.h"
 
 int main() {

@@ -2,10 +2,10 @@
 #include <cstdio>
 
 #include "backend/Random.h"
+#include "data/Idx.h"
 #include "models/LeNet.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/Optimizer.h"
 
 int main() {

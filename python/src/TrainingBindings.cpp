@@ -4,12 +4,12 @@
 #include <pybind11/functional.h>
 
 #include "backend/Errors.h"
+#include "data/Idx.h"
 #include "data/Loader.h"
 #include "training/Average.h"
 #include "training/CTC.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/L1Hinge.h"
 #include "training/Multi.h"
 #include "training/PointwiseCosts.h"

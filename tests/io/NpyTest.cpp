@@ -1,4 +1,4 @@
-#include "io/Npy.h"
+#include "data/Npy.h"
 
 #include <sys/resource.h>
 

@@ -587,6 +587,38 @@ TEST(Onnx, ExportPassesOnnxsChecker) {
     EXPECT_FALSE(std::filesystem::exists(dir + "weighted.onnx")); // nothing half-written
 }
 
+// A user's layer whose class name begins like one of Tessera's (ConvBlock, BatchNormish) is
+// reported as having no counterpart, with every other such layer, not taken for Tessera's.
+class ConvBlock : public Identity {
+public:
+    using Identity::Identity;
+    std::string classname() const override { return "ConvBlock"; }
+};
+class BatchNormish : public Identity {
+public:
+    using Identity::Identity;
+    std::string classname() const override { return "BatchNormish"; }
+};
+
+TEST(Onnx, EveryUnexportableLayerIsReportedTogether) {
+    const std::string path = ::testing::TempDir() + "user_layers.onnx";
+    Sequential seq("s");
+    seq.append(std::make_shared<ConvBlock>("block"))
+        .append(std::make_shared<Linear>(4, 4, LinearOptions{.name = "fc"}))
+        .append(std::make_shared<BatchNormish>("norm"))
+        .append(std::make_shared<Replicate>(2, "copies"))
+        .append(std::make_shared<Add>(std::vector<float>{0.5f, 2.0f}, "weighted"));
+    const std::string msg = errorOf([&] { exportOnnx(seq, {Shape{2, 4}}, path); });
+    EXPECT_NE(msg.find("3 layer(s) have no ONNX counterpart"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("layer block (ConvBlock): no ONNX counterpart is exported for ConvBlock"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("layer norm (BatchNormish): no ONNX counterpart is exported for BatchNormish"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("(Add): weighted sums are not exported"), std::string::npos) << msg;
+    EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST(Onnx, MalformedClassNamesAreAnErrorNamingTheFile) {
     const std::string path = ::testing::TempDir() + "bad_classes.onnx";
     Linear fc(3, 2);

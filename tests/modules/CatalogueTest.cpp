@@ -4,6 +4,7 @@
 
 #include "GradCheck.h"
 #include "containers/Graph.h"
+#include "data/Idx.h"
 #include "io/Factory.h"
 #include "modules/Activation.h"
 #include "modules/BatchNormND.h"
@@ -20,7 +21,6 @@
 #include "modules/ToList.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/Optimizer.h"
 #include "training/PointwiseCosts.h"
 

@@ -5,8 +5,8 @@
 
 #include "GradCheck.h"
 #include "containers/Sequential.h"
+#include "data/Npy.h"
 #include "io/Factory.h"
-#include "io/Npy.h"
 #include "modules/Dropout.h"
 #include "modules/RNN.h"
 

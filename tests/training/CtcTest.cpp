@@ -7,7 +7,7 @@
 
 #include "GradCheck.h"
 #include "containers/Sequential.h"
-#include "io/Npy.h"
+#include "data/Npy.h"
 #include "modules/Linear.h"
 #include "modules/RNN.h"
 #include "modules/Reshape.h"

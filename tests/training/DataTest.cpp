@@ -8,6 +8,7 @@
 
 #include "GradCheck.h"
 #include "containers/Graph.h"
+#include "data/Idx.h"
 #include "models/LeNet.h"
 #include "models/Zoo.h"
 #include "modules/Concat.h"
@@ -16,7 +17,6 @@
 #include "training/Average.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/Multi.h"
 #include "training/Optimizer.h"
 #include "training/PointwiseCosts.h"

@@ -21,12 +21,12 @@
 
 #include "BenchUtil.h"
 #include "backend/Random.h"
+#include "data/Idx.h"
 #include "data/Loader.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/Optimizer.h"
 
 namespace {

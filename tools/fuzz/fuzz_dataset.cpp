@@ -8,7 +8,7 @@
 
 #include "FuzzInput.h"
 #include "data/Dataset.h"
-#include "io/Npy.h"
+#include "data/Npy.h"
 
 namespace {
 // The input's bytes again under another name (the readers take fixed file names).

@@ -13,8 +13,8 @@
 
 #include "FuzzModels.h"
 #include "data/Image.h"
+#include "data/Npy.h"
 #include "io/Hdf5.h"
-#include "io/Npy.h"
 #include "io/Onnx.h"
 #include "models/Zoo.h"
 #include "training/Checkpoint.h"

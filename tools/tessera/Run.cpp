@@ -8,7 +8,7 @@
 
 #include "Commands.h"
 #include "backend/Backend.h"
-#include "io/Npy.h"
+#include "data/Npy.h"
 
 namespace tessera::cli {
 

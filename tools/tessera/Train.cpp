@@ -26,6 +26,7 @@
 #include "backend/Files.h"
 #include "backend/Random.h"
 #include "backend/cpu/CpuBackend.h"
+#include "data/Idx.h"
 #include "data/Loader.h"
 #include "distributed/DataParallel.h"
 #include "io/Hdf5.h"
@@ -33,7 +34,6 @@
 #include "training/Checkpoint.h"
 #include "training/CrossEntropy.h"
 #include "training/Handlers.h"
-#include "training/Idx.h"
 #include "training/Optimizer.h"
 #include "training/Schedule.h"
 

@@ -1,4 +1,4 @@
-#include "training/Idx.h"
+#include "data/Idx.h"
 #include "backend/Errors.h"
 
 #include <zlib.h>

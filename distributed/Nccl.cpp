@@ -16,6 +16,7 @@
 #include "backend/Errors.h"
 #include "cuda/CudaBackend.h"
 #include "distributed/Communicator.h"
+#include "distributed/NcclPlugin.h"
 
 namespace tessera {
 
@@ -186,12 +187,14 @@ private:
     Tensor gather_;
 };
 
+// Registered while the CUDA plugin loads (distributed/NcclPlugin.h).
+const bool registered = [] {
+    registerNcclFactory([](Device device, const CommunicatorPtr& bootstrap) -> CommunicatorPtr {
+        return std::make_shared<NcclWorld>(device, bootstrap);
+    });
+    return true;
+}();
+
 } // namespace
-
-bool ncclBuilt() { return true; }
-
-CommunicatorPtr ncclWorld(Device device, const CommunicatorPtr& bootstrap) {
-    return std::make_shared<NcclWorld>(device, bootstrap);
-}
 
 } // namespace tessera

@@ -1,4 +1,4 @@
-#include "io/Npy.h"
+#include "data/Npy.h"
 
 #include <cstdio>
 #include <cstring>

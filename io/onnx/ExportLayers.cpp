@@ -1,0 +1,204 @@
+#include "io/onnx/Exporter.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "backend/ElementMath.h"
+#include "backend/Errors.h"
+#include "backend/Files.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/RNN.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::onnx_io {
+
+// No Gelu op before opset 20: its erf form, which the import reads back as one Gelu.
+void Exporter::emitGelu(const std::vector<std::string>& in, const std::vector<std::string>& out,
+                        const std::string& path) {
+    const std::string d = valueName(path + "_scaled"), e = valueName(path + "_erf"), a = valueName(path + "_erf1"),
+                      m2 = valueName(path + "_xerf1");
+    node("Div", {in[0], initScalar(path + ".sqrt2", 1.41421356f)}, {d}, path + "_div");
+    node("Erf", {d}, {e}, path + "_erf");
+    node("Add", {e, initScalar(path + ".one", 1.0f)}, {a}, path + "_add");
+    node("Mul", {in[0], a}, {m2}, path + "_mul");
+    node("Mul", {m2, initScalar(path + ".half", 0.5f)}, out, path);
+}
+
+// No AffineGrid before opset 20: the grid as a product with a constant base grid, rows
+// (x_t, y_t, 1) of the output's pixels, Transpose(theta) -> MatMul(base) -> Reshape to
+// [N, Ho, Wo, 2], then GridSample (opset 16) with Tessera's sampling: bilinear, zero
+// outside, -1 and 1 at the corner pixels' centres (align_corners 1). Read back as one
+// SpatialTf.
+void Exporter::emitSpatialTf(const Blueprint& bp, const std::vector<std::string>& in, const Shapes& inShapes,
+                             const std::vector<std::string>& out, const std::string& path) {
+    if (opset_ < 16) {
+        throw Unsupported{"SpatialTf needs GridSample, in opsets 16 and later (this export writes opset " +
+                          std::to_string(opset_) + ")"};
+    }
+    const int64_t Ho = schemeInt(bp, "height", 0) ? schemeInt(bp, "height", 0) : inShapes[0][2];
+    const int64_t Wo = schemeInt(bp, "width", 0) ? schemeInt(bp, "width", 0) : inShapes[0][3];
+    std::vector<float> base;
+    for (int64_t i = 0; i < Ho; ++i) {
+        for (int64_t j = 0; j < Wo; ++j)
+            base.insert(base.end(), {element::gridCoord(j, Wo), element::gridCoord(i, Ho), 1.0f});
+    }
+    const std::string t = valueName(path + "_thetaT"), g = valueName(path + "_grid2"), grid = valueName(path + "_grid");
+    attr(node("Transpose", {in[1]}, {t}, path + "_transpose"), "perm", std::vector<int64_t>{0, 2, 1});
+    node("MatMul", {init(path + ".base", Tensor::fromVector({Ho * Wo, 3}, base)), t}, {g}, path + "_grid");
+    node("Reshape", {g, initInts(path + ".shape", {0, Ho, Wo, 2})}, {grid}, path + "_reshape");
+    onnx::NodeProto* n = node("GridSample", {in[0], grid}, out, path);
+    attr(n, "align_corners", int64_t{1});
+    attr(n, "mode", std::string("bilinear"));
+    attr(n, "padding_mode", std::string("zeros"));
+}
+
+// An RNN as one ONNX LSTM / GRU / RNN node per layer (weights in ONNX's gate order,
+// biases as [Wb, Rb]), each output Y [T, D, N, H] transposed and reshaped back to
+// Tessera's [T, N, D H]; batch-first data transposed around them; the last step sliced
+// out unless getSequences.
+void Exporter::emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::string>& in, const Shapes& inShapes,
+                       const std::vector<std::string>& out, const std::string& path) {
+    const RnnMode mode = rnnModeFromString(schemeString(bp, "mode"));
+    const bool bi = schemeBool(bp, "bidirectional"), batchFirst = schemeBool(bp, "batchFirst");
+    const bool sequences = schemeBool(bp, "getSequences");
+    const int64_t H = schemeInt(bp, "hsize", 1), layers = schemeInt(bp, "layers", 1), D = bi ? 2 : 1;
+    const int64_t G = rnnGates(mode);
+    const std::vector<int64_t> order = onnxGateOrder(mode);
+    (void)inShapes;
+    if (schemeBool(bp, "lengths"))
+        throw Unsupported{"an RNN with a lengths input is not exported (the export declares float inputs; "
+                          "ONNX's sequence_lens is int32)"};
+    const bool initial = schemeBool(bp, "initialStates"), final = schemeBool(bp, "finalStates");
+    const bool lstm = mode == RnnMode::lstm;
+    // Layer k's rows [k D, (k + 1) D) of a state input [layers D, N, H] (the input itself
+    // for one layer).
+    auto stateOf = [&](size_t input, int64_t k, const std::string& lp) {
+        if (layers == 1) return in[input];
+        const std::string v = valueName(lp + (input == 1 ? "_h0" : "_c0"));
+        node("Slice",
+             {in[input], initInts(v + ".starts", {k * D}), initInts(v + ".ends", {(k + 1) * D}),
+              initInts(v + ".axes", {0})},
+             {v}, v);
+        return v;
+    };
+    std::vector<std::string> finals[2]; // each layer's Y_h, Y_c
+    std::string x = in[0];
+    if (batchFirst) {
+        const std::string t = valueName(path + "_time_major");
+        attr(node("Transpose", {x}, {t}, path + "_time_major"), "perm", std::vector<int64_t>{1, 0, 2});
+        x = t;
+    }
+    auto gates = [&](const Tensor& t, int64_t cols) { // [G H, cols] in ONNX's gate order
+        const std::vector<float> v = t.toHost().toVector<float>();
+        std::vector<float> r(v.size());
+        for (int64_t j = 0; j < G; ++j) {
+            std::copy(v.begin() + order[j] * H * cols, v.begin() + (order[j] + 1) * H * cols, r.begin() + j * H * cols);
+        }
+        return r;
+    };
+    for (int64_t k = 0; k < layers; ++k) {
+        std::vector<float> w, r, b;
+        int64_t inSize = 0;
+        for (int64_t dir = 0; dir < D; ++dir) {
+            const std::string sfx = "_l" + std::to_string(k) + (dir ? "_reverse" : "");
+            const Tensor& wih = m.getVar("weight_ih" + sfx)->data;
+            inSize = wih.shape()[1];
+            const auto wv = gates(wih, inSize), rv = gates(m.getVar("weight_hh" + sfx)->data, H);
+            w.insert(w.end(), wv.begin(), wv.end());
+            r.insert(r.end(), rv.begin(), rv.end());
+            const auto bi_ = gates(m.getVar("bias_ih" + sfx)->data, 1), bh = gates(m.getVar("bias_hh" + sfx)->data, 1);
+            b.insert(b.end(), bi_.begin(), bi_.end());
+            b.insert(b.end(), bh.begin(), bh.end());
+        }
+        const std::string lp = path + "_l" + std::to_string(k);
+        const std::string y = valueName(lp + "_Y");
+        std::vector<std::string> states; // initial_h (, initial_c), sliced before the node that reads them
+        for (size_t i = 1; i <= (lstm ? 2u : 1u) && initial; ++i) states.push_back(stateOf(i, k, lp));
+        onnx::NodeProto* n = node(mode == RnnMode::lstm  ? "LSTM"
+                                  : mode == RnnMode::gru ? "GRU"
+                                                         : "RNN",
+                                  {x, init(lp + ".W", Tensor::fromVector({D, G * H, inSize}, w)),
+                                   init(lp + ".R", Tensor::fromVector({D, G * H, H}, r)),
+                                   init(lp + ".B", Tensor::fromVector({D, 2 * G * H}, b))},
+                                  {y}, lp);
+        if (initial) n->add_input(""); // no sequence_lens
+        for (const std::string& v : states) n->add_input(v);
+        for (int s = 0; s < (lstm ? 2 : 1) && final; ++s) {
+            const std::string v =
+                layers == 1 ? out[static_cast<size_t>(1 + s)] : valueName(lp + (s == 0 ? "_Y_h" : "_Y_c"));
+            n->add_output(v);
+            finals[s].push_back(v);
+        }
+        attr(n, "hidden_size", H);
+        attr(n, "direction", std::string(bi ? "bidirectional" : "forward"));
+        if (mode == RnnMode::gru) attr(n, "linear_before_reset", int64_t{1});
+        if (mode == RnnMode::relu || mode == RnnMode::tanh) {
+            attr(n, "activations",
+                 std::vector<std::string>(static_cast<size_t>(D), mode == RnnMode::relu ? "Relu" : "Tanh"));
+        }
+        const std::string t = valueName(lp + "_TNDH");
+        attr(node("Transpose", {y}, {t}, lp + "_TNDH"), "perm", std::vector<int64_t>{0, 2, 1, 3});
+        const bool lastOut = k == layers - 1 && sequences && !batchFirst;
+        x = lastOut ? out[0] : valueName(lp + "_out");
+        node("Reshape", {t, initInts(lp + ".shape", {0, 0, D * H})}, {x}, lp + "_out");
+    }
+    for (int s = 0; s < 2 && final && layers > 1; ++s) { // the layers' states, layer after layer
+        if (!finals[s].empty())
+            attr(node("Concat", finals[s], {out[static_cast<size_t>(1 + s)]}, path + (s ? "_cN" : "_hN")), "axis",
+                 int64_t{0});
+    }
+    if (sequences) {
+        if (batchFirst)
+            attr(node("Transpose", {x}, {out[0]}, path + "_batch_major"), "perm", std::vector<int64_t>{1, 0, 2});
+        return;
+    }
+    const std::string last = valueName(path + "_last");
+    node("Slice",
+         {x, initInts(path + ".starts", {-1}), initInts(path + ".ends", {std::numeric_limits<int64_t>::max()}),
+          initInts(path + ".axes", {0})},
+         {last}, path + "_last");
+    node("Squeeze", {last, initInts(path + ".axes0", {0})}, {out[0]}, path);
+}
+
+} // namespace tessera::onnx_io

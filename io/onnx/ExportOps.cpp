@@ -1,0 +1,453 @@
+#include "io/onnx/Exporter.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "backend/ElementMath.h"
+#include "backend/Errors.h"
+#include "backend/Files.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/RNN.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::onnx_io {
+
+// The writers by layer class: one row per class (classes that differ only in a parameter
+// share a function, which reads the class name). A class with no row is reported as having
+// no ONNX counterpart, with the other layers' reports.
+const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
+    static const std::unordered_map<std::string, EmitFn> table = {
+        {"Activation", &Exporter::emitActivation},
+        {"Add", &Exporter::emitAdd},
+        {"AvgPool1D", &Exporter::emitPool},
+        {"AvgPool2D", &Exporter::emitPool},
+        {"AvgPool3D", &Exporter::emitPool},
+        {"BatchNorm", &Exporter::emitBatchNorm},
+        {"BatchNorm1D", &Exporter::emitBatchNorm},
+        {"BatchNorm2D", &Exporter::emitBatchNorm},
+        {"BatchNorm3D", &Exporter::emitBatchNorm},
+        {"Concat", &Exporter::emitConcat},
+        {"Conv1D", &Exporter::emitConv},
+        {"Conv2D", &Exporter::emitConv},
+        {"Conv3D", &Exporter::emitConv},
+        {"CrossMapLRN", &Exporter::emitCrossMapLRN},
+        {"Deconv1D", &Exporter::emitConv},
+        {"Deconv2D", &Exporter::emitConv},
+        {"Deconv3D", &Exporter::emitConv},
+        {"Div", &Exporter::emitSubOrDiv},
+        {"Dropout", &Exporter::emitDropout},
+        {"Dropout2D", &Exporter::emitInferenceIdentity},
+        {"Flatten", &Exporter::emitFlatten},
+        {"Gelu", &Exporter::emitGeluLayer},
+        {"GlobalAvgPool", &Exporter::emitGlobalAvgPool},
+        {"Identity", &Exporter::emitIdentity},
+        {"InstanceNorm2D", &Exporter::emitInstanceNorm2D},
+        {"Linear", &Exporter::emitLinear},
+        {"MaxPool1D", &Exporter::emitPool},
+        {"MaxPool2D", &Exporter::emitPool},
+        {"MaxPool3D", &Exporter::emitPool},
+        {"MoveAxis", &Exporter::emitTranspose},
+        {"Mul", &Exporter::emitMul},
+        {"MulAddConst", &Exporter::emitMulAddConst},
+        {"NoiseInjector", &Exporter::emitInferenceIdentity},
+        {"PRelu", &Exporter::emitPRelu},
+        {"Pad1D", &Exporter::emitPad},
+        {"Pad2D", &Exporter::emitPad},
+        {"RNN", &Exporter::emitRNN},
+        {"ReduceMean", &Exporter::emitReduceMean},
+        {"Replicate", &Exporter::emitReplicate},
+        {"Reshape", &Exporter::emitReshape},
+        {"Slice", &Exporter::emitSlice},
+        {"SoftMax", &Exporter::emitSoftMax},
+        {"SpatialTf", &Exporter::emitSpatialTfLayer},
+        {"Split", &Exporter::emitSplit},
+        {"Sub", &Exporter::emitSubOrDiv},
+        {"SwapAxes", &Exporter::emitTranspose},
+        {"Tile", &Exporter::emitTile},
+        {"Transpose", &Exporter::emitTranspose},
+        {"Upsample2D", &Exporter::emitUpsample},
+        {"Upsample3D", &Exporter::emitUpsample},
+    };
+    return table;
+}
+
+void Exporter::emitLayer(Module& m, const std::vector<std::string>& in, const Shapes& inShapes,
+                         const std::vector<std::string>& out, const std::string& path) {
+    const std::string cls = m.classname();
+    const auto& table = emitters();
+    const auto it = table.find(cls);
+    if (it == table.end()) throw Unsupported{"no ONNX counterpart is exported for " + cls};
+    const Blueprint bp = m.blueprint();
+    (this->*it->second)(Layer{m, bp, in, inShapes, out, path});
+}
+
+// Identity
+void Exporter::emitIdentity(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    return void(node("Identity", in, out, path));
+}
+
+// Linear
+void Exporter::emitLinear(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    std::vector<std::string> ins = {in[0], init(path + ".W", l.var("W"))};
+    if (m.hasVar("b")) ins.push_back(init(path + ".b", l.var("b")));
+    node("Gemm", ins, out, path);
+}
+
+// Conv1D, Conv2D, Conv3D, Deconv1D, Deconv2D, Deconv3D
+void Exporter::emitConv(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const std::string cls = m.classname();
+    std::vector<std::string> ins = {in[0], init(path + ".W", l.var("W"))};
+    if (m.hasVar("b")) ins.push_back(init(path + ".b", l.var("b")));
+    onnx::NodeProto* n = node(cls.rfind("Deconv", 0) == 0 ? "ConvTranspose" : "Conv", ins, out, path);
+    attr(n, "kernel_shape", schemeInts(bp, "size"));
+    attr(n, "strides", schemeInts(bp, "stride"));
+    attr(n, "pads", pads(schemeInts(bp, "pad")));
+    attr(n, "dilations", schemeInts(bp, "dilation"));
+    attr(n, "group", schemeInt(bp, "groups", 1));
+}
+
+// MaxPool1D, MaxPool2D, MaxPool3D, AvgPool1D, AvgPool2D, AvgPool3D
+void Exporter::emitPool(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const std::string cls = m.classname();
+    const bool isMax = cls.rfind("MaxPool", 0) == 0;
+    onnx::NodeProto* n = node(isMax ? "MaxPool" : "AveragePool", {in[0]}, out, path);
+    attr(n, "kernel_shape", schemeInts(bp, "size"));
+    attr(n, "strides", schemeInts(bp, "stride"));
+    attr(n, "pads", pads(schemeInts(bp, "pad")));
+    if (!isMax) attr(n, "count_include_pad", schemeInt(bp, "includePad", 1));
+}
+
+// GlobalAvgPool
+void Exporter::emitGlobalAvgPool(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    return void(node("GlobalAveragePool", in, out, path));
+}
+
+// BatchNorm, BatchNorm1D, BatchNorm2D, BatchNorm3D
+void Exporter::emitBatchNorm(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const int64_t maps = l.var("scale").numel();
+    onnx::NodeProto* n =
+        node("BatchNormalization",
+             {in[0], init(path + ".scale", l.var("scale")), init(path + ".bias", l.var("bias")),
+              init(path + ".mean", m.getAttr("mean"), Shape{maps}), init(path + ".var", m.getAttr("var"), Shape{maps})},
+             out, path);
+    attr(n, "epsilon", schemeFloat(bp, "epsilon", 1e-5f));
+    attr(n, "momentum", 1.0f - schemeFloat(bp, "minFactor", 0.1f));
+}
+
+// InstanceNorm2D
+void Exporter::emitInstanceNorm2D(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    onnx::NodeProto* n =
+        node("InstanceNormalization",
+             {in[0], init(path + ".scale", l.var("scale")), init(path + ".bias", l.var("bias"))}, out, path);
+    attr(n, "epsilon", schemeFloat(bp, "epsilon", 1e-5f));
+}
+
+// CrossMapLRN
+void Exporter::emitCrossMapLRN(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    onnx::NodeProto* n = node("LRN", in, out, path);
+    attr(n, "size", schemeInt(bp, "N", 5));
+    attr(n, "alpha", schemeFloat(bp, "alpha", 1e-4f));
+    attr(n, "beta", schemeFloat(bp, "beta", 0.75f));
+    attr(n, "bias", schemeFloat(bp, "K", 2.0f));
+}
+
+// Activation
+void Exporter::emitActivation(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const std::string kind = schemeString(bp, "activation");
+    if (kind == "relu") return void(node("Relu", in, out, path));
+    if (kind == "sigmoid") return void(node("Sigmoid", in, out, path));
+    if (kind == "tanh") return void(node("Tanh", in, out, path));
+    if (kind == "softPlus") return void(node("Softplus", in, out, path));
+    if (kind == "leakyRelu") return attr(node("LeakyRelu", in, out, path), "alpha", schemeFloat(bp, "slope", 0.01f));
+    if (kind == "elu") return attr(node("Elu", in, out, path), "alpha", schemeFloat(bp, "alpha", 1.0f));
+    if (kind == "clip") {
+        node("Clip",
+             {in[0], initScalar(path + ".min", schemeFloat(bp, "min", 0.0f)),
+              initScalar(path + ".max", schemeFloat(bp, "max", 6.0f))},
+             out, path);
+        return;
+    }
+    if (kind == "hardSigmoid") {
+        onnx::NodeProto* n = node("HardSigmoid", in, out, path);
+        attr(n, "alpha", schemeFloat(bp, "hardSlope", 1.0f / 6.0f));
+        attr(n, "beta", schemeFloat(bp, "hardOffset", 0.5f));
+        return;
+    }
+    if (kind == "hardSwish" && opset_ >= 14) return void(node("HardSwish", in, out, path));
+    if (kind == "hardSwish") { // before opset 14: x * HardSigmoid(x) with PyTorch's constants
+        const std::string gate = valueName(path + "_gate");
+        onnx::NodeProto* h = node("HardSigmoid", in, {gate}, path + "_gate");
+        attr(h, "alpha", 1.0f / 6.0f);
+        attr(h, "beta", 0.5f);
+        return void(node("Mul", {in[0], gate}, out, path));
+    }
+    if (kind == "gelu") return emitGelu(in, out, path);
+    throw Unsupported{"activation " + kind + " has no ONNX op at this opset"};
+}
+
+// PRelu
+void Exporter::emitPRelu(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    Shape s{l.var("slopes").numel()};
+    if (l.var("slopes").numel() > 1) { // per channel: [C, 1, ...] against [N, C, ...]
+        std::vector<int64_t> d{l.var("slopes").numel()};
+        for (size_t r = 2; r < inShapes[0].rank(); ++r) d.push_back(1);
+        s = Shape(d);
+    }
+    node("PRelu", {in[0], init(path + ".slopes", l.var("slopes"), s)}, out, path);
+}
+
+// SoftMax
+void Exporter::emitSoftMax(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    return attr(node("Softmax", in, out, path), "axis", int64_t{1});
+}
+
+// Flatten
+void Exporter::emitFlatten(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    return attr(node("Flatten", in, out, path), "axis", int64_t{1});
+}
+
+// Reshape
+void Exporter::emitReshape(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    node("Reshape", {in[0], initInts(path + ".shape", schemeInts(bp, "shape"))}, out, path);
+}
+
+// Concat
+void Exporter::emitConcat(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    return attr(node("Concat", in, out, path), "axis", schemeInt(bp, "axis", 1));
+}
+
+// Add
+void Exporter::emitAdd(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    if (const BlueprintValue* c = schemeValue(bp, "coefficients")) {
+        const auto* w = std::get_if<std::vector<double>>(c);
+        if (!w || *w != std::vector<double>{1.0, -1.0})
+            throw Unsupported{"weighted sums are not exported (a difference, coefficients [1, -1], is)"};
+        return void(node("Sub", in, out, path));
+    }
+    node(in.size() == 2 ? "Add" : "Sum", in, out, path);
+}
+
+// MulAddConst
+void Exporter::emitMulAddConst(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    // a x + b: Mul, then Add, each left out when it is the identity
+    const auto& mac = dynamic_cast<const MulAddConst&>(m);
+    const float a = schemeFloat(bp, "a", 1.0f), b = schemeFloat(bp, "b", 0.0f);
+    // The constants: scalar initializers, or the module's tensors (NumPy broadcasting, as ONNX's).
+    auto scale = [&] { return mac.tensorScale() ? init(path + ".a", m.getAttr("a")) : initScalar(path + ".a", a); };
+    auto shift = [&] { return mac.tensorShift() ? init(path + ".b", m.getAttr("b")) : initScalar(path + ".b", b); };
+    const bool mul = mac.tensorScale() || a != 1.0f, add = mac.tensorShift() || b != 0.0f;
+    if (!add) return void(node("Mul", {in[0], scale()}, out, path));
+    std::string x = in[0];
+    if (mul) {
+        const std::string scaled = valueName(path + "_scaled");
+        node("Mul", {x, scale()}, {scaled}, path + "_mul");
+        x = scaled;
+    }
+    node("Add", {x, shift()}, out, path);
+}
+
+// Slice
+void Exporter::emitSlice(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const int64_t end = schemeInt(bp, "end", 0);
+    node("Slice",
+         {in[0], initInts(path + ".starts", {schemeInt(bp, "start", 0)}),
+          initInts(path + ".ends", {end == 0 ? std::numeric_limits<int64_t>::max() : end}),
+          initInts(path + ".axes", {schemeInt(bp, "axis", 0)})},
+         out, path);
+}
+
+// Gelu
+void Exporter::emitGeluLayer(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    return emitGelu(in, out, path);
+}
+
+// SpatialTf
+void Exporter::emitSpatialTfLayer(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    return emitSpatialTf(bp, in, inShapes, out, path);
+}
+
+// Mul
+void Exporter::emitMul(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    if (in.size() != 2) throw Unsupported{"products of more than two inputs are not exported"};
+    node("Mul", in, out, path);
+}
+
+// Sub, Div
+void Exporter::emitSubOrDiv(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const std::string cls = m.classname();
+    return void(node(cls, in, out, path));
+}
+
+// RNN
+void Exporter::emitRNN(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    auto* rnn = dynamic_cast<RNN*>(&m);
+    if (!rnn) throw Unsupported{"a class named RNN that is not Tessera's RNN"};
+    emitRnn(*rnn, bp, in, inShapes, out, path);
+}
+
+// ReduceMean
+void Exporter::emitReduceMean(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    onnx::NodeProto* n = node("ReduceMean", in, out, path);
+    std::vector<int64_t> axes = schemeInts(bp, "axes");
+    if (axes.empty()) { // every dim, written out
+        for (size_t d = 0; d < inShapes[0].rank(); ++d) axes.push_back(static_cast<int64_t>(d));
+    }
+    attr(n, "axes", axes);
+    const BlueprintValue* keep = schemeValue(bp, "keepDims");
+    attr(n, "keepdims", int64_t{keep && std::get_if<bool>(keep) && !*std::get_if<bool>(keep) ? 0 : 1});
+}
+
+// Dropout
+void Exporter::emitDropout(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    node("Dropout", {in[0], initScalar(path + ".ratio", schemeFloat(bp, "p", 0.5f))}, out, path);
+}
+
+// Transpose, SwapAxes, MoveAxis
+void Exporter::emitTranspose(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    // Transpose, SwapAxes, MoveAxis
+    auto* perm = dynamic_cast<AxisPermutation*>(&m);
+    if (!perm) throw Unsupported{"a class named " + m.classname() + " that is not Tessera's"};
+    return attr(node("Transpose", in, out, path), "perm", perm->permutation(inShapes[0].rank()));
+}
+
+// Replicate
+void Exporter::emitReplicate(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    // one Identity per copy
+    for (size_t k = 0; k < out.size(); ++k) node("Identity", in, {out[k]}, path + "_" + std::to_string(k));
+}
+
+// NoiseInjector, Dropout2D
+void Exporter::emitInferenceIdentity(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    // Train-time noise: the inference form, written as Identity (read back as Identity).
+    return void(node("Identity", in, out, path));
+}
+
+// Pad1D, Pad2D
+void Exporter::emitPad(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const std::vector<int64_t> loHi = schemeInts(bp, "pad"); // (lo, hi) per spatial dim
+    const size_t rank = inShapes[0].rank();
+    std::vector<int64_t> pads(2 * rank, 0); // ONNX: every dim's begin, then every dim's end
+    for (size_t d = 2; d < rank; ++d) {
+        pads[d] = loHi.at(2 * (d - 2));
+        pads[rank + d] = loHi.at(2 * (d - 2) + 1);
+    }
+    const std::string mode = schemeString(bp, "mode");
+    onnx::NodeProto* n = node(
+        "Pad", {in[0], initInts(path + ".pads", pads), initScalar(path + ".value", schemeFloat(bp, "fillValue", 0.0f))},
+        out, path);
+    auto* a = n->add_attribute();
+    a->set_name("mode");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(mode.empty() ? "constant" : mode);
+}
+
+// Split
+void Exporter::emitSplit(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    onnx::NodeProto* n = node("Split", {in[0], initInts(path + ".split", schemeInts(bp, "sections"))}, out, path);
+    attr(n, "axis", schemeInt(bp, "axis", 1));
+}
+
+// Tile
+void Exporter::emitTile(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const size_t rank = inShapes[0].rank();
+    int64_t axis = schemeInt(bp, "axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(rank);
+    std::vector<int64_t> reps(rank, 1);
+    reps.at(static_cast<size_t>(axis)) = schemeInt(bp, "times", 1);
+    node("Tile", {in[0], initInts(path + ".repeats", reps)}, out, path);
+}
+
+// Upsample2D, Upsample3D
+void Exporter::emitUpsample(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const bool linear = schemeString(bp, "mode") == "linear";
+    const float sc = static_cast<float>(schemeInt(bp, "scale", 2));
+    std::vector<float> scales(inShapes[0].rank(), sc);
+    scales[0] = scales[1] = 1.0f;
+    onnx::NodeProto* n =
+        node("Resize",
+             {in[0], "", init(path + ".scales", Tensor::fromVector({static_cast<int64_t>(scales.size())}, scales))},
+             out, path);
+    std::vector<std::pair<const char*, const char*>> attrs = {
+        {"mode", "nearest"}, {"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "floor"}};
+    if (linear) attrs = {{"mode", "linear"}, {"coordinate_transformation_mode", "half_pixel"}};
+    for (const auto& [k, v] : attrs) {
+        auto* a = n->add_attribute();
+        a->set_name(k);
+        a->set_type(onnx::AttributeProto::STRING);
+        a->set_s(v);
+    }
+}
+
+} // namespace tessera::onnx_io

@@ -1,0 +1,272 @@
+#include "io/onnx/Importer.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "backend/ElementMath.h"
+#include "backend/Errors.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/RNN.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+namespace tessera::onnx_io {
+
+// Folds a node whose inputs are all constants, or a Shape of a value whose rank is
+// known, into a constant. False when it does not fold (the node is imported as a layer).
+bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
+    const std::string& op = n.op_type();
+    if (op == "Shape") {
+        a.only({"start", "end"});
+        auto it = shapes_.find(n.input(0));
+        if (it == shapes_.end()) throw Unsupported{"the shape of an input whose rank the model does not declare"};
+        const auto rank = static_cast<int64_t>(it->second.size());
+        auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+        const int64_t start = clampIndex(a.i("start", 0)), end = clampIndex(a.i("end", rank));
+        Constant c;
+        c.isInt = true;
+        for (int64_t d = start; d < end; ++d) {
+            const Dim& dim = it->second[static_cast<size_t>(d)];
+            c.ints.push_back(dim.value);
+            c.symbols.push_back(dim.symbol);
+        }
+        c.dims = {static_cast<int64_t>(c.ints.size())};
+        return setConstant(n.output(0), std::move(c));
+    }
+    if (n.input_size() == 0) return false;
+    // A left-out input (an empty name) is one only the optional inputs of Slice and
+    // (Un)squeeze may be here, which they handle; any other node with one is imported as
+    // a layer, whose checks name it.
+    const bool optionalInputs = op == "Slice" || op == "Unsqueeze" || op == "Squeeze";
+    for (int k = 0; k < n.input_size(); ++k) {
+        const std::string& in = n.input(k);
+        if (in.empty() ? k == 0 || !optionalInputs : !isConstant(in)) return false;
+    }
+    if (op == "Expand" || op == "ConstantOfShape") return foldFill(n, a);
+    const Constant& x = constants_.at(n.input(0));
+    if (op == "Identity") return setConstant(n.output(0), Constant(x));
+    if (op == "Cast") {
+        const int64_t to = a.i("to", 0);
+        const bool toInt = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
+        Constant c = x;
+        if (toInt && !x.isInt) {
+            c.isInt = true;
+            for (float v : x.tensor.toVector<float>()) c.ints.push_back(static_cast<int64_t>(v));
+        } else if (to == onnx::TensorProto::FLOAT && x.isInt) {
+            if (x.symbolic()) return false;
+            std::vector<float> v(x.ints.begin(), x.ints.end());
+            c = Constant{
+                Tensor::fromVector(Shape(x.dims.empty() ? std::vector<int64_t>{1} : x.dims), v), {}, false, x.dims, {}};
+        } else if (!toInt && to != onnx::TensorProto::FLOAT) {
+            return false;
+        }
+        return setConstant(n.output(0), std::move(c));
+    }
+    if (!x.isInt) return false; // only integer (shape) computations fold
+    if (op == "Gather") {
+        const Constant& idx = constants_.at(n.input(1));
+        if (a.i("axis", 0) != 0 || x.dims.size() != 1 || !idx.isInt) return false;
+        Constant c;
+        c.isInt = true;
+        c.dims = idx.dims;
+        for (int64_t i : idx.ints) {
+            const int64_t k = i < 0 ? i + static_cast<int64_t>(x.ints.size()) : i;
+            if (k < 0 || k >= static_cast<int64_t>(x.ints.size())) throw Unsupported{"an index out of range"};
+            c.ints.push_back(x.ints[static_cast<size_t>(k)]);
+            c.symbols.push_back(x.symbol(static_cast<size_t>(k)));
+        }
+        return setConstant(n.output(0), std::move(c));
+    }
+    if (op == "Unsqueeze" || op == "Squeeze") {
+        std::vector<int64_t> axes = a.ints("axes");
+        if (n.input_size() > 1 && !n.input(1).empty()) {
+            const Constant& given = constants_.at(n.input(1));
+            if (!given.isInt) return false;
+            axes = given.ints;
+        }
+        Constant c = x;
+        if (op == "Unsqueeze") {
+            const auto rank = static_cast<int64_t>(x.dims.size() + axes.size());
+            for (int64_t ax : axes) c.dims.insert(c.dims.begin() + (ax < 0 ? ax + rank : ax), 1);
+        } else {
+            std::vector<int64_t> dims;
+            for (size_t d = 0; d < x.dims.size(); ++d) {
+                bool squeezed = axes.empty() ? x.dims[d] == 1 : false;
+                for (int64_t ax : axes) {
+                    squeezed = squeezed || ax == static_cast<int64_t>(d) ||
+                               ax + static_cast<int64_t>(x.dims.size()) == static_cast<int64_t>(d);
+                }
+                if (!squeezed) dims.push_back(x.dims[d]);
+            }
+            c.dims = dims;
+        }
+        return setConstant(n.output(0), std::move(c));
+    }
+    if (op == "Concat") {
+        Constant c;
+        c.isInt = true;
+        for (const std::string& in : n.input()) {
+            const Constant& part = constants_.at(in);
+            if (!part.isInt || part.dims.size() > 1) return false;
+            for (size_t i = 0; i < part.ints.size(); ++i) {
+                c.ints.push_back(part.ints[i]);
+                c.symbols.push_back(part.symbol(i));
+            }
+        }
+        c.dims = {static_cast<int64_t>(c.ints.size())};
+        return setConstant(n.output(0), std::move(c));
+    }
+    if (op == "Slice" && x.isInt && x.dims.size() == 1 && n.input_size() >= 3) {
+        const auto len = static_cast<int64_t>(x.ints.size());
+        // Each of starts, ends, axes and steps must be one integer here (else not folded).
+        for (int k = 1; k < std::min(n.input_size(), 5); ++k) {
+            if (n.input(k).empty()) continue;
+            const Constant& v = constants_.at(n.input(k));
+            if (!v.isInt || v.ints.size() != 1) return false;
+        }
+        auto at = [&](int k, int64_t fallback) {
+            return n.input_size() > k && !n.input(k).empty() ? constants_.at(n.input(k)).ints[0] : fallback;
+        };
+        if (at(4, 1) != 1 || (n.input_size() > 3 && !n.input(3).empty() && at(3, 0) != 0)) return false;
+        auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + len : i, int64_t{0}, len); };
+        const int64_t start = clampIndex(at(1, 0)), end = clampIndex(at(2, len));
+        Constant c;
+        c.isInt = true;
+        for (int64_t i = start; i < end; ++i) {
+            c.ints.push_back(x.ints[static_cast<size_t>(i)]);
+            c.symbols.push_back(x.symbol(static_cast<size_t>(i)));
+        }
+        c.dims = {static_cast<int64_t>(c.ints.size())};
+        return setConstant(n.output(0), std::move(c));
+    }
+    if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && n.input_size() == 2) {
+        const Constant& y = constants_.at(n.input(1));
+        if (!y.isInt) return false;
+        const size_t len = std::max(x.ints.size(), y.ints.size());
+        if ((x.ints.size() != len && x.ints.size() != 1) || (y.ints.size() != len && y.ints.size() != 1)) return false;
+        Constant c;
+        c.isInt = true;
+        c.dims = x.ints.size() == len ? x.dims : y.dims;
+        for (size_t i = 0; i < len; ++i) {
+            const size_t ix = x.ints.size() == 1 ? 0 : i, iy = y.ints.size() == 1 ? 0 : i;
+            if (!x.symbol(ix).empty() || !y.symbol(iy).empty()) { // a dim computed from an unknown one
+                c.ints.push_back(-1);
+                c.symbols.push_back(newSymbol());
+                continue;
+            }
+            const int64_t u = x.ints[ix], v = y.ints[iy];
+            if (op == "Div" && v == 0) throw Unsupported{"an integer division by zero"};
+            c.ints.push_back(op == "Add" ? u + v : op == "Sub" ? u - v : op == "Mul" ? u * v : u / v);
+            c.symbols.push_back({});
+        }
+        return setConstant(n.output(0), std::move(c));
+    }
+    return false;
+}
+
+// Expand(c, shape) and ConstantOfShape(shape): a constant tensor when the shape is known,
+// a zeros marker when it holds symbols and the value is 0.
+bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
+    const bool expand = n.op_type() == "Expand";
+    const Constant& shape = constants_.at(n.input(expand ? 1 : 0));
+    if (!shape.isInt) return false;
+    float value = 0.0f;
+    std::vector<float> values;
+    Shape from{1};
+    if (expand) {
+        const Constant& c = constants_.at(n.input(0));
+        if (c.isInt || c.zeros || !c.tensor.defined()) return false;
+        values = c.tensor.toVector<float>();
+        from = Shape(c.dims);
+    } else {
+        if (const onnx::AttributeProto* v = a.get("value")) {
+            const Constant c = constantOf(v->t(), "ConstantOfShape's value");
+            if (c.isInt || !c.tensor.defined()) return false;
+            values = c.tensor.toVector<float>();
+            if (values.size() != 1) {
+                throw Unsupported{"ConstantOfShape's value must hold one value; it holds " +
+                                  std::to_string(values.size())};
+            }
+        } else {
+            values = {0.0f};
+        }
+        value = values[0];
+    }
+    bool allZero = true;
+    for (float v : values) allZero = allZero && v == 0.0f;
+    Constant out;
+    if (shape.symbolic()) {
+        if (!allZero) return false;
+        out.zeros = true;
+        out.dims = shape.ints;
+        return constants_[n.output(0)] = out, true;
+    }
+    const Shape target = expand ? broadcastShapes(from, Shape(shape.ints)) : Shape(shape.ints);
+    std::vector<float> v(static_cast<size_t>(target.numel()), value);
+    if (expand && !allZero) {
+        const Tensor src = Tensor::fromVector(from.rank() ? from : Shape{1}, values);
+        Tensor dst = Tensor::empty(target.rank() ? target : Shape{1});
+        backendOf(dst).binaryBroadcast(BinaryOp::add, src, Tensor::zeros({1}), dst);
+        v = dst.toVector<float>();
+    }
+    out.tensor = Tensor::fromVector(target.rank() ? target : Shape{1}, v);
+    out.dims = target.dims();
+    constants_[n.output(0)] = out;
+    return true;
+}
+
+bool Importer::setConstant(const std::string& name, Constant c) {
+    if (!c.symbolic()) {
+        c.symbols.clear();
+        if (c.isInt) { // an int32 tensor of the values, as constantOf makes
+            c.tensor = c.ints.empty() ? Tensor() : int32Tensor(c.ints, Shape(c.dims));
+        }
+    } else {
+        c.tensor = Tensor();
+    }
+    constants_[name] = std::move(c);
+    return true;
+}
+
+} // namespace tessera::onnx_io

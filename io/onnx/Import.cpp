@@ -1,0 +1,440 @@
+#include "io/onnx/Importer.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/ElementMath.h"
+#include "backend/Errors.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/RNN.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+namespace tessera::onnx_io {
+
+std::shared_ptr<Graph> Importer::run() {
+    const onnx::GraphProto& g = model_.graph();
+    opset_ = 0;
+    for (const onnx::OperatorSetIdProto& o : model_.opset_import()) {
+        if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
+    }
+    if (opset_ < 6 || opset_ > 17) {
+        throw IoError(path_ + ": opset " + std::to_string(opset_) + " is not supported (6 to 17 are)");
+    }
+    // Every node's structure first (the passes below index inputs and outputs): at
+    // least one output, and the input and output counts and attribute types of its
+    // op's schema where ONNX knows the op (an unknown op is reported further on).
+    {
+        std::vector<std::string> bad;
+        for (int i = 0; i < g.node_size(); ++i) {
+            const onnx::NodeProto& n = g.node(i);
+            const std::string where = "node " + std::to_string(i) + " '" + n.name() + "' (" + n.op_type() + ")";
+            if (std::all_of(n.output().begin(), n.output().end(), [](const std::string& o) { return o.empty(); })) {
+                bad.push_back(where + ": has no output");
+                continue;
+            }
+            const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), opset_, n.domain());
+            if (!schema) continue;
+            try {
+                schema->Verify(n);
+            } catch (const std::exception& e) {
+                bad.push_back(where + ": " + e.what());
+            }
+        }
+        if (!bad.empty()) {
+            std::string s = path_ + ": " + std::to_string(bad.size()) + " malformed node(s):";
+            for (size_t i = 0; i < bad.size() && i < 10; ++i) s += "\n  " + bad[i];
+            if (bad.size() > 10) s += "\n  ...";
+            throw IoError(s);
+        }
+    }
+    // The shapes of the values, as declared and as ONNX's shape inference finds them:
+    // negative axes resolve by their ranks, shape computations fold by their dims.
+    inferShapes();
+    for (const auto* list : {&g.input(), &g.output(), &g.value_info()}) {
+        for (const onnx::ValueInfoProto& v : *list) {
+            if (!v.type().has_tensor_type()) continue;
+            elemTypes_[v.name()] = v.type().tensor_type().elem_type();
+            if (!v.type().tensor_type().has_shape()) continue;
+            std::vector<Dim> dims;
+            for (const auto& d : v.type().tensor_type().shape().dim()) {
+                if (d.has_dim_value()) {
+                    dims.push_back({d.dim_value(), {}});
+                } else {
+                    dims.push_back({-1, d.has_dim_param() && !d.dim_param().empty()
+                                            ? d.dim_param()
+                                            : "?" + v.name() + ":" + std::to_string(dims.size())});
+                }
+            }
+            ranks_[v.name()] = static_cast<int64_t>(dims.size());
+            shapes_[v.name()] = std::move(dims);
+        }
+    }
+    for (const onnx::TensorProto& t : g.initializer()) {
+        constants_[t.name()] = constantOf(t, path_ + ": initializer '" + t.name() + "'");
+    }
+    std::vector<NodePtr> inputs;
+    for (const onnx::ValueInfoProto& v : g.input()) {
+        if (constants_.count(v.name())) continue; // an initializer listed as an input too
+        auto n = node(std::make_shared<Identity>(), {}, nodeName(v.name()));
+        values_[v.name()] = {n, 0};
+        inputs.push_back(n);
+    }
+    std::vector<std::string> errors;
+    size_t dependents = 0; // nodes whose own op and attributes are fine but whose input is missing
+    for (const onnx::NodeProto& n : g.node()) usedValues_.insert(n.input().begin(), n.input().end());
+    for (const onnx::ValueInfoProto& v : g.output()) usedValues_.insert(v.name());
+    findGelus();
+    findSpatialTfs();
+    for (int i = 0; i < g.node_size(); ++i) {
+        const onnx::NodeProto& n = g.node(i);
+        const std::string where = "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
+        try {
+            if (!n.domain().empty() && n.domain() != "ai.onnx") {
+                throw Unsupported{"domain '" + n.domain() + "' is not supported"};
+            }
+            if (auto gelu = gelus_.find(i); gelu != gelus_.end()) {
+                auto x = values_.find(gelu->second);
+                if (x == values_.end() && missing_.count(gelu->second))
+                    throw Unsupported{"input '" + gelu->second + "' comes from a node that was not imported", true};
+                if (x == values_.end()) throw Unsupported{"the GELU of a constant"};
+                define(n, std::make_shared<Gelu>(), Parents{Parent(x->second.node, x->second.slot)});
+                continue;
+            }
+            if (auto st = spatialTfs_.find(i); st != spatialTfs_.end()) {
+                define(n,
+                       std::make_shared<SpatialTf>(
+                           SpatialTfOptions{.height = st->second.height, .width = st->second.width}),
+                       dataInputs(st->second.inputs));
+                continue;
+            }
+            if (absorbed_.count(i)) continue;
+            importNode(n);
+        } catch (const Unsupported& u) {
+            if (u.dependent) {
+                ++dependents;
+            } else {
+                errors.push_back(where + ": " + u.why);
+            }
+            for (const std::string& out : n.output()) missing_.insert(out);
+        } catch (const Error& e) {
+            errors.push_back(where + ": " + e.what());
+            for (const std::string& out : n.output()) missing_.insert(out);
+        }
+    }
+    if (!errors.empty()) {
+        std::string s = path_ + ": " + std::to_string(errors.size()) + " node(s) cannot be imported:";
+        for (const std::string& e : errors) s += "\n  " + e;
+        if (dependents) {
+            s +=
+                "\n  (" + std::to_string(dependents) + " node(s) after these take their outputs and were not imported)";
+        }
+        throw IoError(s);
+    }
+    // Inputs an op took as constants are no graph inputs (unless also used as data).
+    std::vector<NodePtr> dataInputs;
+    for (const onnx::ValueInfoProto& v : g.input()) {
+        if (!values_.count(v.name()) || values_.at(v.name()).node->bwds().size()) continue;
+        if (takenAsConstant_.count(v.name()) && !usedAsData_.count(v.name())) continue;
+        dataInputs.push_back(values_.at(v.name()).node);
+    }
+    inputs = dataInputs;
+    std::vector<NodePtr> outputs;
+    for (const onnx::ValueInfoProto& v : g.output()) {
+        auto it = values_.find(v.name());
+        if (it == values_.end() && constants_.count(v.name()))
+            throw IoError(path_ + ": graph output '" + v.name() +
+                          "' is a constant computed at import (a Tessera graph's outputs are computed by layers)");
+        if (it == values_.end()) throw IoError(path_ + ": graph output '" + v.name() + "' is not computed");
+        Source src = it->second;
+        const bool whole = src.slot == 0 && src.node->module().outputCount() == 1;
+        const bool taken = src.node->fwds().size() > 0;
+        if (whole && !taken && !isInput(src.node, inputs)) {
+            outputs.push_back(src.node);
+        } else { // an output must end a branch: a copy of the value
+            outputs.push_back(node(std::make_shared<Identity>(), Parent{src.node, src.slot}, nodeName(v.name())));
+        }
+    }
+    // Outputs consumed by another output's branch end in copies too.
+    for (NodePtr& o : outputs) {
+        if (!o->fwds().empty()) o = node(std::make_shared<Identity>(), o, nodeName(o->name() + "_out"));
+    }
+    return std::make_shared<Graph>(inputs, outputs, model_.graph().name().empty() ? "onnx" : model_.graph().name());
+}
+
+// `axis` of input `k`, negative ones counted from the end when its rank is declared.
+int64_t Importer::resolveAxis(const onnx::NodeProto& n, int k, int64_t axis) const {
+    if (axis >= 0) return axis;
+    auto r = ranks_.find(n.input(k));
+    if (r == ranks_.end()) throw Unsupported{"a negative axis on an input whose rank the model does not declare"};
+    return axis + r->second;
+}
+
+int64_t Importer::rankOf(const onnx::NodeProto& n, int k) const {
+    auto r = ranks_.find(n.input(k));
+    return r == ranks_.end() ? -1 : r->second;
+}
+
+bool Importer::isInput(const NodePtr& n, const std::vector<NodePtr>& inputs) {
+    for (const NodePtr& i : inputs) {
+        if (i == n) return true;
+    }
+    return false;
+}
+
+// A unique node name without dots (dots separate dotted parameter names).
+std::string Importer::nodeName(std::string base) {
+    for (char& c : base) {
+        if (c == '.' || c == ':' || c == '/') c = '_';
+    }
+    if (base.empty()) base = "node";
+    std::string name = base;
+    for (int k = 1; names_.count(name); ++k) name = base + "_" + std::to_string(k);
+    names_.insert(name);
+    return name;
+}
+
+const Constant* Importer::constant(const std::string& name) {
+    auto it = constants_.find(name);
+    if (it != constants_.end()) return &it->second;
+    auto given = options_.inputValues.find(name);
+    if (given == options_.inputValues.end()) return nullptr;
+    Constant c;
+    c.tensor = given->second;
+    c.dims = c.tensor.shape().dims();
+    if (c.tensor.dtype() == DType::int32) {
+        c.isInt = true;
+        for (int32_t x : c.tensor.toVector<int32_t>()) c.ints.push_back(x);
+    }
+    takenAsConstant_.insert(name);
+    return &(constants_[name] = c);
+}
+
+Source Importer::value(const onnx::NodeProto& n, int k) { return value(n.input(k), k); }
+
+Source Importer::value(const std::string& name, int k) {
+    auto it = values_.find(name);
+    if (it != values_.end()) {
+        usedAsData_.insert(name);
+        return it->second;
+    }
+    if (missing_.count(name)) throw Unsupported{"input '" + name + "' comes from a node that was not imported", true};
+    if (constants_.count(name)) throw Unsupported{"input " + std::to_string(k) + " ('" + name + "') is a constant"};
+    throw Unsupported{"input '" + name + "' is not computed by any node"};
+}
+
+const Constant& Importer::requireConstant(const onnx::NodeProto& n, int k, const char* what) {
+    if (k >= n.input_size() || n.input(k).empty()) throw Unsupported{std::string(what) + " is missing"};
+    const Constant* c = constant(n.input(k));
+    if (!c && missing_.count(n.input(k))) {
+        throw Unsupported{std::string(what) + " comes from a node that was not imported", true};
+    }
+    if (!c) throw Unsupported{std::string(what) + " must be a constant (an initializer or a Constant node)"};
+    return *c;
+}
+
+// The values of input k, a constant of integers.
+const std::vector<int64_t>& Importer::requireInts(const onnx::NodeProto& n, int k, const char* what) {
+    const Constant& c = requireConstant(n, k, what);
+    if (!c.isInt) throw Unsupported{std::string(what) + " must be integers; input " + std::to_string(k) + " is not"};
+    return c.ints;
+}
+
+// The one value of input k, a constant holding exactly one number (a scalar or a
+// one-element tensor, integer or floating).
+float Importer::requireScalar(const onnx::NodeProto& n, int k, const char* what) {
+    const Constant& c = requireConstant(n, k, what);
+    if (c.isInt && c.ints.size() == 1) return static_cast<float>(c.ints[0]);
+    if (!c.isInt && c.tensor.defined() && c.tensor.numel() == 1) return c.tensor.toVector<float>()[0];
+    const int64_t count = c.isInt ? static_cast<int64_t>(c.ints.size()) : c.tensor.defined() ? c.tensor.numel() : -1;
+    throw Unsupported{std::string(what) + " must hold one value; it holds " +
+                      (count < 0 ? std::string("values of a shape known only at run time") : std::to_string(count))};
+}
+
+void Importer::define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents) {
+    inferShapes(n, *module, parents);
+    NodePtr nd = node(std::move(module), parents, nodeName(n.name().empty() ? n.output(0) : n.name()));
+    for (int k = 0; k < n.output_size(); ++k) {
+        if (!n.output(k).empty()) values_[n.output(k)] = {nd, k};
+    }
+}
+
+// A node one of whose inputs comes from a node that was not imported is counted, not listed.
+void Importer::requireInputsImported(const onnx::NodeProto& n) const {
+    for (const std::string& in : n.input()) {
+        if (missing_.count(in)) throw Unsupported{"input '" + in + "' comes from a node that was not imported", true};
+    }
+}
+
+Parents Importer::dataInputs(const onnx::NodeProto& n, int count) {
+    requireInputsImported(n);
+    Parents ps;
+    for (int k = 0; k < count; ++k) {
+        Source s = value(n, k);
+        ps.push_back(Parent(s.node, s.slot));
+    }
+    return ps;
+}
+
+// The values `names` as data inputs (input k of a pattern's layer being names[k]).
+Parents Importer::dataInputs(const std::vector<std::string>& names) {
+    Parents ps;
+    for (size_t k = 0; k < names.size(); ++k) {
+        Source s = value(names[k], static_cast<int>(k));
+        ps.push_back(Parent(s.node, s.slot));
+    }
+    return ps;
+}
+
+void Importer::onlyOutputs(const onnx::NodeProto& n, int count) const {
+    for (int k = count; k < n.output_size(); ++k) {
+        if (!n.output(k).empty()) throw Unsupported{"output " + std::to_string(k) + " is not supported"};
+    }
+}
+
+bool Importer::isConstant(const std::string& name) const {
+    return constants_.count(name) && !takenAsConstant_.count(name);
+}
+
+int32_t Importer::elemTypeOf(const std::string& name) const {
+    auto it = elemTypes_.find(name);
+    return it == elemTypes_.end() ? 0 : it->second;
+}
+
+std::string Importer::newSymbol() { return "?computed:" + std::to_string(symbolCount_++); }
+
+// A Reshape to the shape ONNX infers for the node's output: known dims as they are, a
+// dim not known at import kept (0) where the input has it at the same place, else
+// inferred (-1, at most one).
+ModulePtr Importer::reshapeTo(const onnx::NodeProto& n) {
+    auto out = shapes_.find(n.output(0));
+    if (out == shapes_.end())
+        throw Unsupported{"the output's shape is not known at import (ONNX's shape inference found none)"};
+    const auto in = shapes_.find(n.input(0));
+    std::vector<int64_t> target;
+    int inferred = 0;
+    for (size_t d = 0; d < out->second.size(); ++d) {
+        const Dim& dim = out->second[d];
+        if (dim.value >= 0) {
+            target.push_back(dim.value);
+        } else if (in != shapes_.end() && d < in->second.size() && in->second[d].symbol == dim.symbol) {
+            target.push_back(0);
+        } else {
+            target.push_back(-1);
+            ++inferred;
+        }
+    }
+    if (inferred > 1) throw Unsupported{"an output shape with more than one dim not known at import"};
+    return std::make_shared<Reshape>(Shape(target));
+}
+
+} // namespace tessera::onnx_io
+
+namespace tessera {
+
+using namespace onnx_io;
+
+bool isOnnxPath(const std::string& path) { return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0; }
+
+std::shared_ptr<Graph> importOnnx(const std::string& path, const OnnxImportOptions& options) {
+    onnx::ModelProto model = readModel(path);
+    return Importer(model, path, options).run();
+}
+
+std::vector<std::string> onnxInputNames(const std::string& path) {
+    const onnx::ModelProto model = readModel(path);
+    std::unordered_set<std::string> initializers;
+    for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
+    std::vector<std::string> names;
+    for (const onnx::ValueInfoProto& v : model.graph().input()) {
+        if (!initializers.count(v.name())) names.push_back(v.name());
+    }
+    return names;
+}
+
+std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path) {
+    const onnx::ModelProto model = readModel(path);
+    std::unordered_set<std::string> initializers;
+    for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
+    std::vector<std::vector<int64_t>> shapes;
+    for (const onnx::ValueInfoProto& v : model.graph().input()) {
+        if (initializers.count(v.name())) continue;
+        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) return {};
+        std::vector<int64_t> dims;
+        for (const auto& d : v.type().tensor_type().shape().dim())
+            dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+        shapes.push_back(dims);
+    }
+    return shapes;
+}
+
+std::vector<std::string> onnxClassNames(const std::string& path) {
+    const onnx::ModelProto model = readModel(path);
+    for (const onnx::StringStringEntryProto& meta : model.metadata_props()) {
+        if (meta.key() != "classes") continue;
+        try {
+            return nlohmann::json::parse(meta.value()).get<std::vector<std::string>>();
+        } catch (const nlohmann::json::exception& e) {
+            throw IoError("ONNX model " + path + ": its class names (metadata 'classes') are malformed (" +
+                          std::string(e.what()) + ")");
+        }
+    }
+    return {};
+}
+
+Tensor readOnnxTensor(const std::string& path) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw IoError("ONNX tensor " + path + ": cannot open the file");
+    onnx::TensorProto t;
+    if (!t.ParseFromIstream(&file) || t.data_type() == onnx::TensorProto::UNDEFINED) {
+        throw IoError("ONNX tensor " + path + ": not a TensorProto file (a sequence, a map or an optional?)");
+    }
+    Constant c = constantOf(t, "ONNX tensor " + path);
+    if (!c.tensor.defined()) throw IoError("ONNX tensor " + path + ": int64 values outside the int32 range");
+    return c.tensor;
+}
+
+} // namespace tessera

@@ -1,0 +1,389 @@
+#include "io/onnx/Importer.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "backend/ElementMath.h"
+#include "backend/Errors.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/RNN.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+namespace tessera::onnx_io {
+
+// LSTM, GRU (linear before reset) and RNN (relu or tanh), forward or bidirectional,
+// either layout: one Tessera RNN layer (weights back in PyTorch's gate order) that
+// returns every step, reshaped (and for layout 0 transposed) to ONNX's Y [T, D, N, H]
+// or [N, T, D, H]. Initial states and sequence_lens given as data are its extra inputs,
+// and the final states Y_h, Y_c its extra outputs (layout 1 transposes them from and to
+// [N, D, H]); zero initial states are its default.
+void Importer::importRnn(const onnx::NodeProto& n, const Attributes& a) {
+    const std::string& op = n.op_type();
+    a.only({"hidden_size", "direction", "activations", "linear_before_reset", "layout", "clip", "input_forget",
+            "activation_alpha", "activation_beta"});
+    if (a.has("clip")) throw Unsupported{"clip is not supported"};
+    if (a.i("input_forget", 0) != 0) throw Unsupported{"input_forget 1 is not supported"};
+    const int64_t layout = a.i("layout", 0);
+    if (layout != 0 && layout != 1) throw Unsupported{"layout " + std::to_string(layout)};
+    const bool batchFirst = layout == 1;
+    if (a.has("activation_alpha") || a.has("activation_beta"))
+        throw Unsupported{"activation_alpha/beta are not supported"};
+    const std::string direction = a.s("direction", "forward");
+    if (direction != "forward" && direction != "bidirectional")
+        throw Unsupported{"direction " + direction + " (forward and bidirectional are supported)"};
+    const bool bi = direction == "bidirectional";
+    RnnMode mode = op == "LSTM" ? RnnMode::lstm : op == "GRU" ? RnnMode::gru : RnnMode::tanh;
+    std::vector<std::string> acts;
+    if (const onnx::AttributeProto* at = a.get("activations")) acts.assign(at->strings().begin(), at->strings().end());
+    if (op == "RNN") {
+        const std::string first = acts.empty() ? "Tanh" : acts[0];
+        if (first != "Tanh" && first != "Relu") throw Unsupported{"activation " + first + " (Tanh and Relu are)"};
+        for (const std::string& act : acts) {
+            if (act != first) throw Unsupported{"different activations per direction"};
+        }
+        mode = first == "Relu" ? RnnMode::relu : RnnMode::tanh;
+    } else if (!acts.empty()) {
+        throw Unsupported{"activations other than the defaults are not supported"};
+    }
+    if (op == "GRU" && a.i("linear_before_reset", 0) != 1)
+        throw Unsupported{"linear_before_reset 0 (Tessera's GRU applies the reset after the linear map, as "
+                          "cuDNN and PyTorch do)"};
+    auto given = [&](int k) { return n.input_size() > k && !n.input(k).empty(); };
+    if (given(7)) throw Unsupported{"peepholes are not supported"};
+    if (given(4) && isConstant(n.input(4))) throw Unsupported{"a constant sequence_lens (data is supported)"};
+    const bool lengths = given(4);
+    bool stateData[2] = {false, false}; // initial_h, initial_c given as data
+    for (int k : {5, 6}) {
+        if (!given(k)) continue;
+        if (!isConstant(n.input(k))) {
+            stateData[k - 5] = true;
+            continue;
+        }
+        const Constant& c = constants_.at(n.input(k));
+        if (c.zeros) continue;
+        for (float v : c.tensor.defined() ? c.tensor.toVector<float>() : std::vector<float>{1.0f}) {
+            if (v != 0.0f) throw Unsupported{"constant initial states other than zeros are not supported"};
+        }
+    }
+    const bool lstm = op == "LSTM";
+    if (lstm ? stateData[0] != stateData[1] : stateData[1])
+        throw Unsupported{"initial_h and initial_c given one as data, the other not"};
+    const bool initialStates = stateData[0];
+    bool finalStates = false;
+    for (int k = 1; k < n.output_size(); ++k) {
+        finalStates = finalStates || (!n.output(k).empty() && usedValues_.count(n.output(k)));
+    }
+    const Constant& w = requireConstant(n, 1, "W");
+    const Constant& r = requireConstant(n, 2, "R");
+    const int64_t D = bi ? 2 : 1, G = rnnGates(mode), H = a.i("hidden_size", r.tensor.shape()[2]);
+    if (w.tensor.shape().rank() != 3 || w.tensor.shape()[0] != D || w.tensor.shape()[1] != G * H)
+        throw Unsupported{"W of shape " + w.tensor.shape().str()};
+    const int64_t I = w.tensor.shape()[2];
+    std::vector<float> b(static_cast<size_t>(D * 2 * G * H), 0.0f);
+    if (n.input_size() > 3 && !n.input(3).empty()) b = requireConstant(n, 3, "B").tensor.toVector<float>();
+    auto rnn = std::make_shared<RNN>(I, H,
+                                     RNNOptions{.layers = 1,
+                                                .mode = mode,
+                                                .bidirectional = bi,
+                                                .getSequences = true,
+                                                .batchFirst = batchFirst,
+                                                .initialStates = initialStates,
+                                                .finalStates = finalStates,
+                                                .lengths = lengths});
+    const std::vector<int64_t> order = onnxGateOrder(mode);
+    const std::vector<float> wv = w.tensor.toVector<float>(), rv = r.tensor.toVector<float>();
+    for (int64_t dir = 0; dir < D; ++dir) {
+        const std::string sfx = std::string("_l0") + (dir ? "_reverse" : "");
+        auto fill = [&](const std::string& name, const float* src, int64_t cols) {
+            std::vector<float> v(static_cast<size_t>(G * H * cols));
+            for (int64_t j = 0; j < G; ++j) {
+                std::copy(src + j * H * cols, src + (j + 1) * H * cols, v.begin() + order[j] * H * cols);
+            }
+            rnn->getVar(name + sfx)
+                ->data.copyFrom(Tensor::fromVector(cols == 1 ? Shape{G * H} : Shape{G * H, cols}, v));
+        };
+        fill("weight_ih", wv.data() + dir * G * H * I, I);
+        fill("weight_hh", rv.data() + dir * G * H * H, H);
+        fill("bias_ih", b.data() + dir * 2 * G * H, 1);
+        fill("bias_hh", b.data() + dir * 2 * G * H + G * H, 1);
+    }
+    Parents parents = dataInputs(n, 1);
+    if (!initialStates && !finalStates && !lengths && !batchFirst) {
+        auto seq = std::make_shared<Sequential>();
+        seq->append(rnn)
+            .append(std::make_shared<Reshape>(Shape{0, 0, D, H}))
+            .append(std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1, 3}));
+        return define(n, seq, parents);
+    }
+    // A graph of its own: x, [initial_h, initial_c], [sequence_lens] -> Y, [Y_h, Y_c].
+    auto swapND = [] { return std::make_shared<Transpose>(std::vector<int64_t>{1, 0, 2}); };
+    std::vector<NodePtr> ins{tessera::node(std::make_shared<Identity>(), {}, "X")};
+    Parents rnnParents{ins[0]};
+    for (int k = 5; k < (lstm ? 7 : 6) && initialStates; ++k) {
+        Source src = value(n, k);
+        parents.push_back(Parent(src.node, src.slot));
+        ins.push_back(tessera::node(std::make_shared<Identity>(), {}, k == 5 ? "initial_h" : "initial_c"));
+        // layout 1 states are [N, D, H]; Tessera's [D, N, H]
+        rnnParents.push_back(batchFirst ? tessera::node(swapND(), ins.back(), ins.back()->name() + "_dnh")
+                                        : ins.back());
+    }
+    if (lengths) {
+        Source src = value(n, 4);
+        parents.push_back(Parent(src.node, src.slot));
+        ins.push_back(tessera::node(std::make_shared<Identity>(), {}, "sequence_lens"));
+        rnnParents.push_back(ins.back());
+    }
+    NodePtr cell = tessera::node(rnn, rnnParents, "rnn");
+    auto y = std::make_shared<Sequential>();
+    y->append(std::make_shared<Reshape>(Shape{0, 0, D, H}));
+    if (!batchFirst) y->append(std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1, 3}));
+    std::vector<NodePtr> outs{tessera::node(y, Parent(cell, 0), "Y")};
+    for (int k = 1; k <= (lstm ? 2 : 1) && finalStates; ++k) {
+        outs.push_back(tessera::node(batchFirst ? ModulePtr(swapND()) : ModulePtr(std::make_shared<Identity>()),
+                                     Parent(cell, k), k == 1 ? "Y_h" : "Y_c"));
+    }
+    return define(n, std::make_shared<Graph>(ins, outs), parents);
+}
+
+void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
+    const bool transposed = n.op_type() == "ConvTranspose";
+    if (transposed) {
+        a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad", "output_padding"});
+        for (int64_t p : a.ints("output_padding")) {
+            if (p != 0) throw Unsupported{"output_padding other than 0 is not supported"};
+        }
+    } else {
+        a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"});
+    }
+    autoPadNotSet(a);
+    const Constant& w = requireConstant(n, 1, "the weight");
+    const Shape& ws = w.tensor.shape();
+    if (ws.rank() < 3 || ws.rank() > 5) throw Unsupported{"a weight of rank " + std::to_string(ws.rank())};
+    const size_t dims = ws.rank() - 2;
+    std::vector<int64_t> kernel(ws.dims().begin() + 2, ws.dims().end());
+    if (a.has("kernel_shape") && a.ints("kernel_shape") != kernel) throw Unsupported{"kernel_shape differs from W"};
+    const int64_t groups = a.i("group", 1);
+    ConvOptions o;
+    o.stride = a.ints("strides", std::vector<int64_t>(dims, 1));
+    o.pad = symmetricPads(a.ints("pads"), dims);
+    o.dilation = a.ints("dilations", std::vector<int64_t>(dims, 1));
+    o.groups = groups;
+    const bool bias = n.input_size() > 2 && !n.input(2).empty();
+    o.useBias = bias;
+    o.initscheme = InitScheme::none;
+    // W: [out, in / g, k...] for Conv, [in, out / g, k...] for ConvTranspose, as in Tessera.
+    const int64_t outmaps = transposed ? ws[1] * groups : ws[0];
+    const int64_t inmaps = transposed ? ws[0] : ws[1] * groups;
+    ModulePtr m;
+    if (transposed) {
+        if (dims == 1) m = std::make_shared<Deconv1D>(inmaps, outmaps, kernel, o);
+        if (dims == 2) m = std::make_shared<Deconv2D>(inmaps, outmaps, kernel, o);
+        if (dims == 3) m = std::make_shared<Deconv3D>(inmaps, outmaps, kernel, o);
+    } else {
+        if (dims == 1) m = std::make_shared<Conv1D>(inmaps, outmaps, kernel, o);
+        if (dims == 2) m = std::make_shared<Conv2D>(inmaps, outmaps, kernel, o);
+        if (dims == 3) m = std::make_shared<Conv3D>(inmaps, outmaps, kernel, o);
+    }
+    m->getVar("W")->data.copyFrom(w.tensor);
+    if (bias) m->getVar("b")->data.copyFrom(requireConstant(n, 2, "the bias").tensor.reshape({outmaps}));
+    return define(n, m, dataInputs(n, 1));
+}
+
+// Y = alpha op(A) op(B) + beta C: a Linear with W = alpha op(B) (as [in, out]) and b = beta C.
+void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"alpha", "beta", "transA", "transB", "broadcast"});
+    if (a.i("transA", 0) != 0) throw Unsupported{"transA 1 is not supported"};
+    const Constant& b = requireConstant(n, 1, "B");
+    if (b.tensor.shape().rank() != 2) throw Unsupported{"B of rank " + std::to_string(b.tensor.shape().rank())};
+    const bool transB = a.i("transB", 0) != 0;
+    const int64_t in = transB ? b.tensor.shape()[1] : b.tensor.shape()[0];
+    const int64_t out = transB ? b.tensor.shape()[0] : b.tensor.shape()[1];
+    const float alpha = a.f("alpha", 1.0f), beta = a.f("beta", 1.0f);
+    const bool bias = n.input_size() > 2 && !n.input(2).empty();
+    auto lin = std::make_shared<Linear>(in, out, LinearOptions{.useBias = bias, .initscheme = InitScheme::none});
+    // W [in, out] = alpha B, or alpha B^T: written in place, transposed in 64 x 64 tiles.
+    Tensor& W = lin->getVar("W")->data;
+    const float* bv = b.tensor.data<float>();
+    float* w = W.data<float>();
+    constexpr int64_t kTile = 64;
+    for (int64_t i0 = 0; i0 < in; i0 += kTile) {
+        for (int64_t o0 = 0; o0 < out; o0 += kTile) {
+            for (int64_t i = i0; i < std::min(in, i0 + kTile); ++i) {
+                for (int64_t o = o0; o < std::min(out, o0 + kTile); ++o) {
+                    w[i * out + o] = alpha * bv[transB ? o * in + i : i * out + o];
+                }
+            }
+        }
+    }
+    if (bias) {
+        const Constant& c = requireConstant(n, 2, "C");
+        std::vector<float> cv = c.tensor.toVector<float>();
+        if (static_cast<int64_t>(cv.size()) == 1) cv.assign(static_cast<size_t>(out), cv[0]);
+        if (static_cast<int64_t>(cv.size()) != out) {
+            throw Unsupported{"C of shape " + c.tensor.shape().str() + " (a row of " + std::to_string(out) +
+                              " is supported)"};
+        }
+        for (float& x : cv) x *= beta;
+        lin->getVar("b")->data.copyFrom(Tensor::fromVector({out}, cv));
+    }
+    return define(n, lin, dataInputs(n, 1));
+}
+
+void Importer::importMatMul(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    const Constant& b = requireConstant(n, 1, "the second input (a weight)");
+    if (b.tensor.shape().rank() != 2) throw Unsupported{"a weight of rank " + std::to_string(b.tensor.shape().rank())};
+    const int64_t in = b.tensor.shape()[0], out = b.tensor.shape()[1];
+    auto lin = std::make_shared<Linear>(in, out, LinearOptions{.useBias = false, .initscheme = InitScheme::none});
+    lin->getVar("W")->data.copyFrom(b.tensor);
+    return define(n, lin, dataInputs(n, 1));
+}
+
+void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
+    const bool isMax = n.op_type() == "MaxPool";
+    if (isMax) {
+        a.only({"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "dilations", "storage_order"});
+    } else {
+        a.only({"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"});
+    }
+    onlyOutputs(n, 1);
+    autoPadNotSet(a);
+    const bool ceil = a.i("ceil_mode", 0) != 0;
+    if (ceil && !isMax) throw Unsupported{"ceil_mode 1 is not supported for AveragePool"};
+    const std::vector<int64_t> kernel = a.ints("kernel_shape");
+    const size_t dims = kernel.size();
+    if (dims < 1 || dims > 3) throw Unsupported{"kernel_shape of " + std::to_string(dims) + " dims"};
+    const std::vector<int64_t> dil = a.ints("dilations", std::vector<int64_t>(dims, 1));
+    for (int64_t d : dil) {
+        if (d != 1) throw Unsupported{"dilations other than 1 are not supported"};
+    }
+    PoolOptions o;
+    o.stride = a.ints("strides", std::vector<int64_t>(dims, 1));
+    o.pad = symmetricPads(a.ints("pads"), dims);
+    for (size_t d = 0; d < dims; ++d) {
+        if (o.pad[d] >= kernel[d]) throw Unsupported{"a pad as large as the kernel is not supported"};
+    }
+    o.includePad = a.i("count_include_pad", 0) != 0;
+    if (ceil) return importCeilMaxPool(n, kernel, o);
+    ModulePtr m;
+    if (isMax) {
+        if (dims == 1) m = std::make_shared<MaxPool1D>(kernel, o);
+        if (dims == 2) m = std::make_shared<MaxPool2D>(kernel, o);
+        if (dims == 3) m = std::make_shared<MaxPool3D>(kernel, o);
+    } else {
+        if (dims == 1) m = std::make_shared<AvgPool1D>(kernel, o);
+        if (dims == 2) m = std::make_shared<AvgPool2D>(kernel, o);
+        if (dims == 3) m = std::make_shared<AvgPool3D>(kernel, o);
+    }
+    return define(n, m, dataInputs(n, 1));
+}
+
+// MaxPool with ceil_mode 1: the windows the ceiling adds reach past the high edge, so
+// the input is padded there with -FLT_MAX (never the max of a window that holds a real
+// element, as every window does) and pooled without padding: Pad1D/2D then MaxPool.
+void Importer::importCeilMaxPool(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, PoolOptions o) {
+    const size_t dims = kernel.size();
+    if (dims > 2) throw Unsupported{"ceil_mode 1 on a 3-D pool is not supported"};
+    auto in = shapes_.find(n.input(0));
+    if (in == shapes_.end() || in->second.size() != dims + 2)
+        throw Unsupported{"ceil_mode 1 on an input whose shape is not known at import"};
+    std::vector<int64_t> loHi;
+    bool extra = false;
+    for (size_t d = 0; d < dims; ++d) {
+        const int64_t size = in->second[2 + d].value, k = kernel[d], st = o.stride[d], p = o.pad[d];
+        if (size < 0) throw Unsupported{"ceil_mode 1 on a spatial dim not known at import"};
+        int64_t out = (size + 2 * p - k + st - 1) / st + 1;
+        if ((out - 1) * st >= size + p) --out; // the last window must start inside the input or its left pad
+        const int64_t high = std::max<int64_t>(0, (out - 1) * st + k - (size + 2 * p));
+        extra = extra || high > 0;
+        loHi.push_back(p);
+        loHi.push_back(p + high);
+    }
+    ModulePtr pool;
+    if (!extra) { // the ceiling adds no window here: a plain pool
+        if (dims == 1) pool = std::make_shared<MaxPool1D>(kernel, o);
+        if (dims == 2) pool = std::make_shared<MaxPool2D>(kernel, o);
+        return define(n, pool, dataInputs(n, 1));
+    }
+    const PadOptions padOptions{.mode = PadMode::constant, .fillValue = -std::numeric_limits<float>::max()};
+    o.pad.assign(dims, 0);
+    auto seq = std::make_shared<Sequential>();
+    if (dims == 1)
+        seq->append(std::make_shared<Pad1D>(loHi, padOptions)).append(std::make_shared<MaxPool1D>(kernel, o));
+    if (dims == 2)
+        seq->append(std::make_shared<Pad2D>(loHi, padOptions)).append(std::make_shared<MaxPool2D>(kernel, o));
+    return define(n, seq, dataInputs(n, 1));
+}
+
+void Importer::importBatchNorm(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"epsilon", "momentum", "spatial", "training_mode", "is_test"});
+    onlyOutputs(n, 1);
+    if (a.i("spatial", 1) != 1) throw Unsupported{"spatial 0 is not supported"};
+    if (a.i("training_mode", 0) != 0) throw Unsupported{"training_mode 1 is not supported (Tessera's mode decides)"};
+    const Constant& scale = requireConstant(n, 1, "scale");
+    const Constant& bias = requireConstant(n, 2, "B");
+    const Constant& mean = requireConstant(n, 3, "the mean");
+    const Constant& var = requireConstant(n, 4, "the variance");
+    const int64_t maps = scale.tensor.numel();
+    const float momentum = a.f("momentum", 0.9f);
+    BatchNormOptions o{.epsilon = a.f("epsilon", 1e-5f), .initFactor = 1.0f - momentum, .minFactor = 1.0f - momentum};
+    // The module by the input's declared rank: [N, C] or [N, C, L], [N, C, H, W], [N, C, D, H, W].
+    const int64_t rank = rankOf(n, 0);
+    std::shared_ptr<BatchNormND> bn;
+    if (rank == 2 || rank == 3) {
+        bn = std::make_shared<BatchNorm1D>(maps, o);
+    } else if (rank == 5) {
+        bn = std::make_shared<BatchNorm3D>(maps, o);
+    } else {
+        bn = std::make_shared<BatchNorm2D>(maps, o);
+    }
+    bn->getVar("scale")->data.copyFrom(scale.tensor.reshape({maps}));
+    bn->getVar("bias")->data.copyFrom(bias.tensor.reshape({maps}));
+    bn->setAttr("mean", mean.tensor.reshape({maps}).clone());
+    bn->setAttr("var", var.tensor.reshape({maps}).clone());
+    return define(n, bn, dataInputs(n, 1));
+}
+
+} // namespace tessera::onnx_io

@@ -1,0 +1,392 @@
+#include "io/onnx/Importer.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "backend/ElementMath.h"
+#include "backend/Errors.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/RNN.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+namespace tessera::onnx_io {
+
+// The importers by ONNX op type: one row per op (ops that differ only in a parameter share
+// a function, which reads the op type). An op with no row is reported as not supported.
+const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers() {
+    static const std::unordered_map<std::string, ImportFn> table = {
+        {"Add", &Importer::importBinary},
+        {"AveragePool", &Importer::importPool},
+        {"BatchNormalization", &Importer::importBatchNorm},
+        {"Cast", &Importer::importCast},
+        {"Clip", &Importer::importClip},
+        {"Concat", &Importer::importConcat},
+        {"Constant", &Importer::importConstant},
+        {"Conv", &Importer::importConv},
+        {"ConvTranspose", &Importer::importConv},
+        {"Div", &Importer::importBinary},
+        {"Dropout", &Importer::importDropout},
+        {"Elu", &Importer::importElu},
+        {"Flatten", &Importer::importFlatten},
+        {"GRU", &Importer::importRnn},
+        {"Gather", &Importer::importGather},
+        {"Gemm", &Importer::importGemm},
+        {"GlobalAveragePool", &Importer::importGlobalAveragePool},
+        {"GridSample", &Importer::importGridSample},
+        {"HardSigmoid", &Importer::importHardSigmoid},
+        {"HardSwish", &Importer::importHardSwish},
+        {"Identity", &Importer::importIdentity},
+        {"InstanceNormalization", &Importer::importInstanceNormalization},
+        {"LRN", &Importer::importLRN},
+        {"LSTM", &Importer::importRnn},
+        {"LeakyRelu", &Importer::importLeakyRelu},
+        {"MatMul", &Importer::importMatMul},
+        {"MaxPool", &Importer::importPool},
+        {"Mul", &Importer::importBinary},
+        {"PRelu", &Importer::importPRelu},
+        {"Pad", &Importer::importPad},
+        {"RNN", &Importer::importRnn},
+        {"ReduceMean", &Importer::importReduceMean},
+        {"Relu", &Importer::importPlainActivation},
+        {"Reshape", &Importer::importReshape},
+        {"Resize", &Importer::importResize},
+        {"Sigmoid", &Importer::importPlainActivation},
+        {"Slice", &Importer::importSlice},
+        {"Softmax", &Importer::importSoftmax},
+        {"Softplus", &Importer::importPlainActivation},
+        {"Split", &Importer::importSplit},
+        {"Squeeze", &Importer::importSqueeze},
+        {"Sub", &Importer::importBinary},
+        {"Sum", &Importer::importBinary},
+        {"Tanh", &Importer::importPlainActivation},
+        {"Tile", &Importer::importTile},
+        {"Transpose", &Importer::importTranspose},
+        {"Unsqueeze", &Importer::importSqueeze},
+        {"Upsample", &Importer::importResize},
+    };
+    return table;
+}
+
+void Importer::importNode(const onnx::NodeProto& n) {
+    const Attributes a(n);
+    // Shape computations fold to constants first (a Constant node is one already).
+    if (n.op_type() != "Constant" && fold(n, a)) return;
+    const auto& table = importers();
+    const auto it = table.find(n.op_type());
+    if (it == table.end()) throw Unsupported{"op " + n.op_type() + " is not supported"};
+    (this->*it->second)(n, a);
+}
+
+// Constant
+void Importer::importConstant(const onnx::NodeProto& n, const Attributes& a) {
+    const onnx::AttributeProto* v = a.get("value");
+    if (!v) throw Unsupported{"only the 'value' attribute is supported"};
+    constants_[n.output(0)] = constantOf(v->t(), "Constant '" + n.output(0) + "'");
+}
+
+// Cast
+void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"to"});
+    requireInputsImported(n);
+    if (a.i("to", 0) != onnx::TensorProto::FLOAT)
+        throw Unsupported{"a cast of data to type " + std::to_string(a.i("to", 0)) + " (to float is supported)"};
+    if (rankOf(n, 0) >= 0 && elemTypeOf(n.input(0)) != onnx::TensorProto::FLOAT && elemTypeOf(n.input(0)) != 0)
+        throw Unsupported{"a cast of non-float data"};
+    return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+}
+
+// Unsqueeze, Squeeze
+void Importer::importSqueeze(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axes"});
+    if (n.input_size() > 1 && !n.input(1).empty()) requireConstant(n, 1, "the axes");
+    return define(n, reshapeTo(n), dataInputs(n, 1));
+}
+
+// HardSigmoid
+void Importer::importHardSigmoid(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"alpha", "beta"});
+    return define(
+        n,
+        std::make_shared<Activation>(ActivationKind::hardSigmoid, ActivationOptions{.hardSlope = a.f("alpha", 0.2f),
+                                                                                    .hardOffset = a.f("beta", 0.5f)}),
+        dataInputs(n, 1));
+}
+
+// HardSwish
+void Importer::importHardSwish(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    return define(n, std::make_shared<Activation>(ActivationKind::hardSwish), dataInputs(n, 1));
+}
+
+// Sub, Div, Add, Sum, Mul
+void Importer::importBinary(const onnx::NodeProto& n, const Attributes& a) {
+    const std::string& op = n.op_type();
+    if (op != "Sum" && n.input_size() == 2 && (isConstant(n.input(0)) || isConstant(n.input(1)))) {
+        return importScalarArithmetic(n, a);
+    }
+    a.only({});
+    if (op == "Sub") return define(n, std::make_shared<Sub>(), dataInputs(n, 2));
+    if (op == "Div") return define(n, std::make_shared<Div>(), dataInputs(n, 2));
+    for (int k = 0; k < n.input_size(); ++k) {
+        if (constants_.count(n.input(k)) && !takenAsConstant_.count(n.input(k))) {
+            throw Unsupported{"input " + std::to_string(k) + " is a constant (broadcasting " + op +
+                              " with a constant is not supported)"};
+        }
+    }
+    if (op == "Mul") return define(n, std::make_shared<Mul>(), dataInputs(n, n.input_size()));
+    return define(n, std::make_shared<Add>(), dataInputs(n, n.input_size()));
+}
+
+// Identity
+void Importer::importIdentity(const onnx::NodeProto& n, const Attributes&) {
+    define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+}
+
+// Relu, Sigmoid, Tanh, Softplus
+void Importer::importPlainActivation(const onnx::NodeProto& n, const Attributes& a) {
+    const std::string& op = n.op_type();
+    a.only({});
+    const ActivationKind kind = op == "Relu"      ? ActivationKind::relu
+                                : op == "Sigmoid" ? ActivationKind::sigmoid
+                                : op == "Tanh"    ? ActivationKind::tanh
+                                                  : ActivationKind::softPlus;
+    return define(n, std::make_shared<Activation>(kind), dataInputs(n, 1));
+}
+
+// LeakyRelu
+void Importer::importLeakyRelu(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"alpha"});
+    return define(
+        n, std::make_shared<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = a.f("alpha", 0.01f)}),
+        dataInputs(n, 1));
+}
+
+// Elu
+void Importer::importElu(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"alpha"});
+    return define(n, std::make_shared<Activation>(ActivationKind::elu, ActivationOptions{.alpha = a.f("alpha", 1.0f)}),
+                  dataInputs(n, 1));
+}
+
+// GlobalAveragePool
+void Importer::importGlobalAveragePool(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
+}
+
+// LRN
+void Importer::importLRN(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"size", "alpha", "beta", "bias"});
+    if (!a.has("size")) throw Unsupported{"the size attribute is missing"};
+    LRNOptions o{.N = a.i("size", 5), .alpha = a.f("alpha", 1e-4f), .beta = a.f("beta", 0.75f), .K = a.f("bias", 1.0f)};
+    if (o.N % 2 == 0) throw Unsupported{"an even size " + std::to_string(o.N) + " (Tessera's window is centred)"};
+    return define(n, std::make_shared<CrossMapLRN>(o), dataInputs(n, 1));
+}
+
+// PRelu
+void Importer::importPRelu(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    const Constant& slope = requireConstant(n, 1, "the slope");
+    // One slope, or one per channel ([C], [C, 1, 1] or [1, C, 1, 1]).
+    int64_t maps = 0;
+    const Shape& ss = slope.tensor.shape();
+    int64_t nontrivial = 0;
+    for (size_t d = 0; d < ss.rank(); ++d) {
+        if (ss[static_cast<int64_t>(d)] != 1) {
+            ++nontrivial;
+            maps = ss[static_cast<int64_t>(d)];
+        }
+    }
+    if (nontrivial > 1) throw Unsupported{"a slope of shape " + ss.str() + " (one per channel is supported)"};
+    if (maps > 1 && !(opset_ < 7 && ss.rank() == 1)) { // before opset 7 a [C] slope is per channel
+        // numpy broadcasting: the slope's dims align with the input's last ones
+        const int64_t rank = rankOf(n, 0);
+        if (rank < 0) throw Unsupported{"a per-channel slope on an input whose rank the model does not declare"};
+        int64_t at = -1; // the input dim the slope's one non-1 dim falls on
+        for (size_t d = 0; d < ss.rank(); ++d) {
+            if (ss[static_cast<int64_t>(d)] != 1) {
+                at = rank - static_cast<int64_t>(ss.rank()) + static_cast<int64_t>(d);
+            }
+        }
+        if (at != 1) {
+            throw Unsupported{"a slope of shape " + ss.str() + " varies along dim " + std::to_string(at) +
+                              ", not the channels (dim 1)"};
+        }
+    }
+    auto m = std::make_shared<PRelu>(maps > 1 ? maps : 1, PReluOptions{.sharedMaps = maps <= 1});
+    m->getVar("slopes")->data.copyFrom(slope.tensor.reshape({maps > 1 ? maps : 1}));
+    return define(n, m, dataInputs(n, 1));
+}
+
+// InstanceNormalization
+void Importer::importInstanceNormalization(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"epsilon"});
+    const Constant& scale = requireConstant(n, 1, "scale");
+    const Constant& bias = requireConstant(n, 2, "B");
+    const int64_t maps = scale.tensor.numel();
+    auto m = std::make_shared<InstanceNorm2D>(maps, InstanceNormOptions{.epsilon = a.f("epsilon", 1e-5f)});
+    m->getVar("scale")->data.copyFrom(scale.tensor.reshape({maps}));
+    m->getVar("bias")->data.copyFrom(bias.tensor.reshape({maps}));
+    return define(n, m, dataInputs(n, 1));
+}
+
+// Split
+void Importer::importSplit(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis", "split"});
+    std::vector<int64_t> sizes = a.ints("split");
+    if (n.input_size() > 1 && !n.input(1).empty()) sizes = requireInts(n, 1, "the split sizes");
+    if (sizes.empty()) throw Unsupported{"equal splits without sizes are not supported (give split)"};
+    if (static_cast<int>(sizes.size()) != n.output_size()) throw Unsupported{"split sizes do not match the outputs"};
+    const int64_t axis = resolveAxis(n, 0, a.i("axis", 0));
+    return define(n, std::make_shared<Split>(static_cast<int>(axis), sizes), dataInputs(n, 1));
+}
+
+// Tile
+void Importer::importTile(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    const Constant& reps = requireConstant(n, 1, "the repeats");
+    int64_t axis = -1, times = 1;
+    for (size_t d = 0; d < reps.ints.size(); ++d) {
+        if (reps.ints[d] == 1) continue;
+        if (axis >= 0) throw Unsupported{"repeats along more than one dim are not supported"};
+        axis = static_cast<int64_t>(d);
+        times = reps.ints[d];
+    }
+    if (axis < 0) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    return define(n, std::make_shared<Tile>(static_cast<int>(axis), times), dataInputs(n, 1));
+}
+
+// GridSample
+void Importer::importGridSample(const onnx::NodeProto&, const Attributes&) {
+    throw Unsupported{
+        "op GridSample is not supported on its own, only as a spatial transformer: bilinear, zeros padding, "
+        "align_corners 1, its grid the affine grid Tessera exports (Transpose(theta, perm 0 2 1) "
+        "-> MatMul(base grid [Ho Wo, 3], that) -> Reshape to [N, Ho, Wo, 2])"};
+}
+
+// Transpose
+void Importer::importTranspose(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"perm"});
+    std::vector<int64_t> perm = a.ints("perm");
+    const Constant* c = constants_.count(n.input(0)) ? &constants_.at(n.input(0)) : nullptr;
+    if (c && !c->isInt && c->tensor.shape().rank() == 2 && (perm.empty() || perm == std::vector<int64_t>{1, 0})) {
+        // A transposed constant (PyTorch exports a Linear's weight so): folded.
+        const Shape& cs = c->tensor.shape();
+        const std::vector<float> v = c->tensor.toVector<float>();
+        std::vector<float> t(v.size());
+        for (int64_t i = 0; i < cs[0]; ++i) {
+            for (int64_t j = 0; j < cs[1]; ++j) {
+                t[static_cast<size_t>(j * cs[0] + i)] = v[static_cast<size_t>(i * cs[1] + j)];
+            }
+        }
+        constants_[n.output(0)] = Constant{Tensor::fromVector({cs[1], cs[0]}, t), {}, false, {cs[1], cs[0]}, {}};
+        return;
+    }
+    if (perm.empty()) { // the default reverses the dims
+        const int64_t rank = rankOf(n, 0);
+        if (rank < 0) throw Unsupported{"no perm, on an input whose rank the model does not declare"};
+        for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+    }
+    return define(n, std::make_shared<Transpose>(perm), dataInputs(n, 1));
+}
+
+// Flatten
+void Importer::importFlatten(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis"});
+    if (a.i("axis", 1) != 1) { // another axis: a reshape to the inferred [a, b]
+        if (!shapes_.count(n.output(0)))
+            throw Unsupported{"axis " + std::to_string(a.i("axis", 1)) +
+                              " on an input whose shape the model does not declare (axis 1 is supported)"};
+        return define(n, reshapeTo(n), dataInputs(n, 1));
+    }
+    return define(n, std::make_shared<Flatten>(), dataInputs(n, 1));
+}
+
+// Reshape
+void Importer::importReshape(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"allowzero"});
+    if (a.i("allowzero", 0) != 0) throw Unsupported{"allowzero 1 is not supported"};
+    const Constant& shape = requireConstant(n, 1, "the shape");
+    if (!shape.isInt) throw Unsupported{"the shape must be int64"};
+    std::vector<int64_t> target = shape.ints;
+    if (shape.symbolic()) { // dims computed from the input's shape: kept (0) or inferred (-1)
+        const auto in = shapes_.find(n.input(0));
+        int64_t inferred = 0;
+        for (size_t d = 0; d < target.size(); ++d) {
+            if (shape.symbol(d).empty()) continue;
+            const bool kept = in != shapes_.end() && d < in->second.size() && in->second[d].symbol == shape.symbol(d);
+            target[d] = kept ? 0 : -1;
+            if (!kept) ++inferred;
+        }
+        for (size_t d = 0; d < shape.ints.size(); ++d) inferred += shape.symbol(d).empty() && shape.ints[d] == -1;
+        if (inferred > 1) throw Unsupported{"a shape with " + std::to_string(inferred) + " dims not known at import"};
+    }
+    return define(n, std::make_shared<Reshape>(Shape(target)), dataInputs(n, 1));
+}
+
+// Concat
+void Importer::importConcat(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis"});
+    const int64_t axis = resolveAxis(n, 0, a.i("axis", 1));
+    return define(n, std::make_shared<Concat>(static_cast<int>(axis)), dataInputs(n, n.input_size()));
+}
+
+// Softmax
+void Importer::importSoftmax(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis"});
+    const int64_t given = a.i("axis", opset_ >= 13 ? -1 : 1);
+    const int64_t axis = resolveAxis(n, 0, given);
+    if (axis != 1) {
+        throw Unsupported{"axis " + std::to_string(given) + " (Tessera's SoftMax runs over axis 1 of its input)"};
+    }
+    if (opset_ < 13 && rankOf(n, 0) != 2) {
+        // Before opset 13 Softmax flattens from the axis on: Tessera's only for 2-D inputs.
+        throw Unsupported{"opset " + std::to_string(opset_) +
+                          " Softmax on an input not declared 2-D (it flattens from the axis on)"};
+    }
+    return define(n, std::make_shared<SoftMax>(), dataInputs(n, 1));
+}
+
+} // namespace tessera::onnx_io

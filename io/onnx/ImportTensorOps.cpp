@@ -1,0 +1,320 @@
+#include "io/onnx/Importer.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+
+#include "backend/ElementMath.h"
+#include "backend/Errors.h"
+#include "containers/Parallel.h"
+#include "containers/Sequential.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
+#include "modules/BatchNormND.h"
+#include "modules/Concat.h"
+#include "modules/Conv.h"
+#include "modules/Deconv.h"
+#include "modules/Dropout.h"
+#include "modules/Embedder.h"
+#include "modules/Flatten.h"
+#include "modules/Gelu.h"
+#include "modules/Identity.h"
+#include "modules/Init.h"
+#include "modules/InstanceNorm2D.h"
+#include "modules/LRN.h"
+#include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/PRelu.h"
+#include "modules/Pad.h"
+#include "modules/Pool.h"
+#include "modules/PoolND.h"
+#include "modules/RNN.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
+#include "modules/Slice.h"
+#include "modules/SoftMax.h"
+#include "modules/SpatialTf.h"
+#include "modules/Split.h"
+#include "modules/Tile.h"
+#include "modules/Transpose.h"
+#include "modules/Upsample.h"
+
+namespace tessera::onnx_io {
+
+// Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
+void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis"});
+    requireInputsImported(n);
+    if (!isConstant(n.input(0)) && !options_.inputValues.count(n.input(0))) {
+        // One constant index of data (x[-1], as exporters write a sequence's last step): a
+        // Slice of that index, then a Reshape without the axis.
+        const Constant* idx = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;
+        if (!idx || !idx->isInt || idx->ints.size() != 1 || !idx->dims.empty())
+            throw Unsupported{"a Gather of data by other than one constant index (Gathers from a constant "
+                              "table, and of shape values, are supported)"};
+        const int64_t axis = resolveAxis(n, 0, a.i("axis", 0)), i = idx->ints[0];
+        auto seq = std::make_shared<Sequential>();
+        seq->append(std::make_shared<Slice>(static_cast<int>(axis), i, i == -1 ? 0 : i + 1)).append(reshapeTo(n));
+        Source s = value(n, 0);
+        return define(n, seq, Parents{Parent(s.node, s.slot)});
+    }
+    if (a.i("axis", 0) != 0) throw Unsupported{"axis " + std::to_string(a.i("axis", 0)) + " (0 is supported)"};
+    const Constant& table = requireConstant(n, 0, "the table");
+    if (table.isInt || table.tensor.shape().rank() != 2)
+        throw Unsupported{"a table of shape " + Shape(table.dims).str() + " (a float [V, E] is supported)"};
+    auto ids = shapes_.find(n.input(1));
+    if (ids == shapes_.end() || ids->second.size() != 2 || ids->second[1].value < 0)
+        throw Unsupported{"ids whose shape the model does not declare as [N, L]"};
+    const int64_t vocabulary = table.tensor.shape()[0], embsize = table.tensor.shape()[1];
+    auto m = std::make_shared<Embedder>(vocabulary, ids->second[1].value, embsize,
+                                        EmbedderOptions{.initscheme = InitScheme::none});
+    m->getVar("W")->data.copyFrom(table.tensor);
+    Source s = value(n, 1);
+    return define(n, m, Parents{Parent(s.node, s.slot)});
+}
+
+// Slice on data: one sliced axis, step 1 (Tessera's Slice).
+void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (opset_ < 10) {
+        a.only({"starts", "ends", "axes"});
+        starts = a.ints("starts");
+        ends = a.ints("ends");
+        axes = a.ints("axes");
+    } else {
+        a.only({});
+        starts = requireInts(n, 1, "the starts");
+        ends = requireInts(n, 2, "the ends");
+        if (n.input_size() > 3 && !n.input(3).empty()) axes = requireInts(n, 3, "the axes");
+        if (n.input_size() > 4 && !n.input(4).empty()) steps = requireInts(n, 4, "the steps");
+    }
+    if (axes.empty()) {
+        for (size_t d = 0; d < starts.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+    }
+    if (starts.size() != axes.size() || ends.size() != axes.size())
+        throw Unsupported{"starts, ends and axes differ in length"};
+    const auto in = shapes_.find(n.input(0));
+    int sliced = -1;
+    int64_t start = 0, end = 0;
+    for (size_t k = 0; k < axes.size(); ++k) {
+        if (!steps.empty() && steps[k] != 1) throw Unsupported{"steps other than 1 are not supported"};
+        const int64_t axis = resolveAxis(n, 0, axes[k]);
+        int64_t dim = -1;
+        if (in != shapes_.end() && axis < static_cast<int64_t>(in->second.size()))
+            dim = in->second[static_cast<size_t>(axis)].value;
+        int64_t e = ends[k];
+        const bool toEnd = e >= std::numeric_limits<int32_t>::max() || (dim >= 0 && e >= dim);
+        if (starts[k] == 0 && toEnd) continue; // the whole axis
+        if (sliced >= 0) throw Unsupported{"slicing more than one axis is not supported"};
+        sliced = static_cast<int>(axis);
+        start = starts[k];
+        end = toEnd ? 0 : e;
+        if (end == 0 && !toEnd) throw Unsupported{"an empty slice"};
+        if (start < 0 && end == 0 && !toEnd) throw Unsupported{"an empty slice"};
+    }
+    if (sliced < 0) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    return define(n, std::make_shared<Slice>(sliced, start, end), dataInputs(n, 1));
+}
+
+// ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
+// [N, C] without keepdims); over other dims Tessera's ReduceMean.
+void Importer::importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axes", "keepdims", "noop_with_empty_axes"});
+    requireInputsImported(n);
+    if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
+    std::vector<int64_t> axes = a.ints("axes");
+    if (n.input_size() > 1 && !n.input(1).empty()) axes = requireInts(n, 1, "the axes");
+    const bool keep = a.i("keepdims", 1) != 0;
+    const int64_t rank = rankOf(n, 0);
+    std::vector<int64_t> resolved;
+    for (int64_t ax : axes) resolved.push_back(ax < 0 && rank >= 0 ? ax + rank : ax);
+    std::sort(resolved.begin(), resolved.end());
+    std::vector<int64_t> spatial;
+    for (int64_t d = 2; d < rank; ++d) spatial.push_back(d);
+    if (rank >= 3 && rank <= 5 && resolved == spatial) {
+        if (keep) return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
+        auto seq = std::make_shared<Sequential>();
+        seq->append(std::make_shared<GlobalAvgPool>()).append(std::make_shared<Flatten>());
+        return define(n, seq, dataInputs(n, 1));
+    }
+    return define(n, std::make_shared<ReduceMean>(axes, keep), dataInputs(n, 1));
+}
+
+// x op c or c op x with a scalar constant c: an affine map (MulAddConst).
+void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    requireInputsImported(n);
+    const std::string& op = n.op_type();
+    const int k = isConstant(n.input(1)) ? 1 : 0;
+    if (isConstant(n.input(1 - k))) throw Unsupported{"both inputs are constants"};
+    const Constant& c = requireConstant(n, k, "the constant operand");
+    if (c.isInt || !c.tensor.defined())
+        throw Unsupported{"input " + std::to_string(k) + " is a constant of " +
+                          (c.isInt ? "integers" : "a shape known only at run time") +
+                          " (float constants are supported)"};
+    Source s = value(n, 1 - k);
+    if (c.tensor.numel() != 1) return importTensorArithmetic(n, c, k, Parent(s.node, s.slot));
+    const float v = c.tensor.toVector<float>()[0];
+    float scale = 1.0f, shift = 0.0f;
+    if (op == "Add") shift = v;
+    if (op == "Mul") scale = v;
+    if (op == "Sub") {
+        scale = k == 1 ? 1.0f : -1.0f;
+        shift = k == 1 ? -v : v;
+    }
+    if (op == "Div") {
+        if (k == 0) throw Unsupported{"a constant divided by data (1 / x) is not supported"};
+        if (v == 0.0f) throw Unsupported{"a division by the constant 0"};
+        scale = 1.0f / v;
+    }
+    return define(n, std::make_shared<MulAddConst>(scale, shift), Parents{Parent(s.node, s.slot)});
+}
+
+// x op C or C op x with a constant tensor C that broadcasts to x without changing its
+// shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.
+void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x) {
+    const std::string& op = n.op_type();
+    std::vector<float> v = c.tensor.toVector<float>();
+    const Shape shape = Shape(c.dims);
+    Tensor a, b;
+    if (op == "Add") b = Tensor::fromVector(shape, v);
+    if (op == "Mul") a = Tensor::fromVector(shape, v);
+    if (op == "Sub") {
+        if (k == 1) { // x - C
+            for (float& e : v) e = -e;
+            b = Tensor::fromVector(shape, v);
+        } else { // C - x
+            a = Tensor::full({1}, -1.0f);
+            b = Tensor::fromVector(shape, v);
+        }
+    }
+    if (op == "Div") {
+        if (k == 0) throw Unsupported{"a constant divided by data (1 / x) is not supported"};
+        for (float& e : v) {
+            if (e == 0.0f) throw Unsupported{"a division by a constant holding 0"};
+            e = 1.0f / e;
+        }
+        a = Tensor::fromVector(shape, v);
+    }
+    return define(n, std::make_shared<MulAddConst>(a, b), Parents{x});
+}
+
+// Pad: spatial dims only (Tessera's PadND), constant or reflect.
+void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"mode", "pads", "value"});
+    const std::string mode = a.s("mode", "constant");
+    if (mode != "constant" && mode != "reflect")
+        throw Unsupported{"mode " + mode + " (constant and reflect are supported)"};
+    std::vector<int64_t> pads = a.ints("pads");
+    float value = a.f("value", 0.0f);
+    if (n.input_size() > 1 && !n.input(1).empty()) pads = requireInts(n, 1, "the pads");
+    if (n.input_size() > 2 && !n.input(2).empty()) value = requireScalar(n, 2, "the constant value");
+    if (n.input_size() > 3 && !n.input(3).empty()) throw Unsupported{"the axes input is not supported"};
+    const size_t rank = pads.size() / 2;
+    if (rank < 3 || rank > 4 || pads.size() % 2)
+        throw Unsupported{"pads for rank " + std::to_string(rank) + " (3 and 4 are supported)"};
+    if (pads[0] || pads[1] || pads[rank] || pads[rank + 1])
+        throw Unsupported{"padding the batch or channel dim is not supported"};
+    std::vector<int64_t> loHi; // (lo, hi) per spatial dim
+    for (size_t d = 2; d < rank; ++d) {
+        loHi.push_back(pads[d]);
+        loHi.push_back(pads[rank + d]);
+    }
+    for (int64_t p : loHi) {
+        if (p < 0) throw Unsupported{"negative pads (cropping) are not supported"};
+    }
+    const PadOptions o{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant, .fillValue = value};
+    ModulePtr m;
+    if (rank == 3) m = std::make_shared<Pad1D>(loHi, o);
+    if (rank == 4) m = std::make_shared<Pad2D>(loHi, o);
+    return define(n, m, dataInputs(n, 1));
+}
+
+// Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
+void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
+    const bool resize = n.op_type() == "Resize";
+    if (resize) {
+        a.only({"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                "extrapolation_value"});
+    } else {
+        a.only({"mode", "scales"});
+    }
+    const std::string mode = a.s("mode", "nearest");
+    if (mode != "nearest" && mode != "linear" && !(mode == "bilinear" && !resize))
+        throw Unsupported{"mode " + mode + " (nearest and linear are supported)"};
+    const bool linear = mode != "nearest";
+    if (linear && resize) { // Tessera's linear upsampling samples at half-pixel centres
+        const std::string ctm = a.s("coordinate_transformation_mode", "half_pixel");
+        if (ctm != "half_pixel" && ctm != "pytorch_half_pixel")
+            throw Unsupported{"linear with coordinate_transformation_mode " + ctm +
+                              " (half_pixel and pytorch_half_pixel are supported)"};
+    } else if (linear) {
+        throw Unsupported{"Upsample's linear mode (asymmetric coordinates) is not supported"};
+    } else if (resize) {
+        const std::string ctm = a.s("coordinate_transformation_mode", "half_pixel");
+        const std::string nm = a.s("nearest_mode", "round_prefer_floor");
+        // With an integer scale, nearest picks input index floor(out / scale) under these rules.
+        if (!(ctm == "asymmetric" && nm == "floor") && !(ctm == "half_pixel" && nm != "ceil")) {
+            throw Unsupported{"coordinate_transformation_mode " + ctm + " with nearest_mode " + nm};
+        }
+    }
+    std::vector<float> scales;
+    if (!resize && a.has("scales")) {
+        const onnx::AttributeProto* sc = a.get("scales");
+        scales.assign(sc->floats().begin(), sc->floats().end());
+    } else {
+        const int k = resize ? 2 : 1;
+        if (resize && n.input_size() > 3 && !n.input(3).empty()) throw Unsupported{"sizes instead of scales"};
+        scales = requireConstant(n, k, "the scales").tensor.toVector<float>();
+    }
+    if (scales.size() < 3 || scales[0] != 1 || scales[1] != 1) throw Unsupported{"scales of the batch or channel dim"};
+    const float s = scales[2];
+    for (size_t d = 2; d < scales.size(); ++d) {
+        if (scales[d] != s) throw Unsupported{"different scales per dim"};
+    }
+    if (s != std::floor(s) || s < 1)
+        throw Unsupported{"a scale of " + std::to_string(s) + " (integer scales are supported)"};
+    ModulePtr m;
+    const UpsampleOptions o{.mode = linear ? ResampleMode::linear : ResampleMode::nearest};
+    if (scales.size() == 4) m = std::make_shared<Upsample2D>(static_cast<int64_t>(s), o);
+    if (scales.size() == 5) m = std::make_shared<Upsample3D>(static_cast<int64_t>(s), o);
+    if (!m) throw Unsupported{"rank " + std::to_string(scales.size()) + " (4 and 5 are supported)"};
+    return define(n, m, dataInputs(n, 1));
+}
+
+void Importer::importDropout(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"ratio", "seed", "is_test"});
+    onlyOutputs(n, 1);
+    float ratio = a.f("ratio", 0.5f);
+    if (n.input_size() > 1 && !n.input(1).empty()) {
+        ratio = requireScalar(n, 1, "the ratio");
+    }
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+        throw Unsupported{"the training_mode input is not supported (Tessera's mode decides)"};
+    }
+    return define(n, std::make_shared<Dropout>(DropoutOptions{.p = ratio}), dataInputs(n, 1));
+}
+
+void Importer::importClip(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"min", "max"});
+    float lo = a.f("min", -std::numeric_limits<float>::max());
+    float hi = a.f("max", std::numeric_limits<float>::max());
+    if (n.input_size() > 1 && !n.input(1).empty()) lo = requireScalar(n, 1, "min");
+    if (n.input_size() > 2 && !n.input(2).empty()) hi = requireScalar(n, 2, "max");
+    return define(n, std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi}),
+                  dataInputs(n, 1));
+}
+
+} // namespace tessera::onnx_io

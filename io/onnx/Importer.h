@@ -1,0 +1,242 @@
+#pragma once
+/// \file The ONNX importer: one Importer per model. Its parts live in io/onnx/: Import.cpp (the
+/// driver and its helpers), ShapeInference.cpp, Fold.cpp (shape subgraphs computed at import),
+/// Patterns.cpp (several nodes read back as one layer), ImportOps.cpp (the table: one row per
+/// ONNX op), ImportTensorOps.cpp and ImportLayers.cpp (the ops with more to them). Private.
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "containers/Graph.h"
+#include "io/Onnx.h"
+#include "io/onnx/Proto.h"
+#include "modules/Pool.h"
+
+namespace tessera::onnx_io {
+
+// Where a value comes from: a node and its output slot.
+struct Source {
+    NodePtr node;
+    int slot = 0;
+};
+
+// ONNX's shape inference on a serialized model, in the child process that serves
+// Importer::inferShapes.
+std::string inferInChild(const std::string& request);
+
+class Importer {
+public:
+    Importer(onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
+        : model_(model), path_(std::move(path)), options_(options) {}
+
+    // ONNX's shape inference on the model, run in the inference process (inferInChild):
+    // adds the value_info it finds and refines the outputs'. Throws IoError when inference
+    // crashes or takes over 30 s on the model. Its exceptions are not errors here: the
+    // import then uses the declared shapes.
+    void inferShapes();
+
+    std::shared_ptr<Graph> run();
+
+private:
+    // A dim of a value's shape: its size, or the symbol of a size not known at import.
+    struct Dim {
+        int64_t value = -1;
+        std::string symbol;
+    };
+
+    onnx::ModelProto& model_;
+    std::unordered_map<std::string, std::vector<Dim>> shapes_;
+    std::unordered_map<std::string, int32_t> elemTypes_; // declared or inferred element types
+    int symbolCount_ = 0;
+    std::string path_;
+    const OnnxImportOptions& options_;
+    std::unordered_set<std::string> takenAsConstant_; // graph inputs an op took as a constant
+    std::unordered_set<std::string> usedAsData_;
+    int64_t opset_ = 0;
+    std::unordered_map<std::string, Constant> constants_;
+    std::unordered_map<std::string, Source> values_;
+    std::unordered_set<std::string> missing_;
+    std::unordered_set<std::string> names_;
+    std::unordered_map<std::string, int64_t> ranks_;
+
+    // `axis` of input `k`, negative ones counted from the end when its rank is declared.
+    int64_t resolveAxis(const onnx::NodeProto& n, int k, int64_t axis) const;
+    int64_t rankOf(const onnx::NodeProto& n, int k) const;
+
+    static bool isInput(const NodePtr& n, const std::vector<NodePtr>& inputs);
+
+    // A unique node name without dots (dots separate dotted parameter names).
+    std::string nodeName(std::string base);
+
+    const Constant* constant(const std::string& name);
+
+    Source value(const onnx::NodeProto& n, int k);
+    Source value(const std::string& name, int k);
+
+    const Constant& requireConstant(const onnx::NodeProto& n, int k, const char* what);
+
+    // The values of input k, a constant of integers.
+    const std::vector<int64_t>& requireInts(const onnx::NodeProto& n, int k, const char* what);
+
+    // The one value of input k, a constant holding exactly one number (a scalar or a
+    // one-element tensor, integer or floating).
+    float requireScalar(const onnx::NodeProto& n, int k, const char* what);
+
+    void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents);
+
+    static bool known(const std::vector<Dim>& dims);
+
+    // Shapes ONNX's inference leaves open (after a Reshape to a computed shape, say) come
+    // from the module's own shape inference: each named dim (the batch) stands in as a
+    // distinct large size and is read back as its symbol.
+    void inferShapes(const onnx::NodeProto& n, Module& m, const Parents& parents);
+
+    static constexpr int64_t kStandIn = 1000003; // above any real dim of an imported model
+    std::unordered_map<std::string, int64_t> standIns_;
+    std::unordered_map<int64_t, std::string> standInSymbols_;
+
+    int64_t standIn(const std::string& symbol);
+
+    // A node one of whose inputs comes from a node that was not imported is counted, not listed.
+    void requireInputsImported(const onnx::NodeProto& n) const;
+
+    Parents dataInputs(const onnx::NodeProto& n, int count);
+
+    // The values `names` as data inputs (input k of a pattern's layer being names[k]).
+    Parents dataInputs(const std::vector<std::string>& names);
+
+    void onlyOutputs(const onnx::NodeProto& n, int count) const;
+
+    // One node, by the row of its op in importers() (ImportOps.cpp).
+    void importNode(const onnx::NodeProto& n);
+    using ImportFn = void (Importer::*)(const onnx::NodeProto&, const Attributes&);
+    static const std::unordered_map<std::string, ImportFn>& importers();
+    // The ops of ImportOps.cpp (the others are in ImportTensorOps.cpp and ImportLayers.cpp).
+    void importBinary(const onnx::NodeProto& n, const Attributes& a);
+    void importCast(const onnx::NodeProto& n, const Attributes& a);
+    void importConcat(const onnx::NodeProto& n, const Attributes& a);
+    void importConstant(const onnx::NodeProto& n, const Attributes& a);
+    void importElu(const onnx::NodeProto& n, const Attributes& a);
+    void importFlatten(const onnx::NodeProto& n, const Attributes& a);
+    void importGlobalAveragePool(const onnx::NodeProto& n, const Attributes& a);
+    void importGridSample(const onnx::NodeProto& n, const Attributes& a);
+    void importHardSigmoid(const onnx::NodeProto& n, const Attributes& a);
+    void importHardSwish(const onnx::NodeProto& n, const Attributes& a);
+    void importIdentity(const onnx::NodeProto& n, const Attributes& a);
+    void importInstanceNormalization(const onnx::NodeProto& n, const Attributes& a);
+    void importLRN(const onnx::NodeProto& n, const Attributes& a);
+    void importLeakyRelu(const onnx::NodeProto& n, const Attributes& a);
+    void importPRelu(const onnx::NodeProto& n, const Attributes& a);
+    void importPlainActivation(const onnx::NodeProto& n, const Attributes& a);
+    void importReshape(const onnx::NodeProto& n, const Attributes& a);
+    void importSoftmax(const onnx::NodeProto& n, const Attributes& a);
+    void importSplit(const onnx::NodeProto& n, const Attributes& a);
+    void importSqueeze(const onnx::NodeProto& n, const Attributes& a);
+    void importTile(const onnx::NodeProto& n, const Attributes& a);
+    void importTranspose(const onnx::NodeProto& n, const Attributes& a);
+
+    // The erf form of GELU as exporters write it, 0.5 x (1 + erf(x / sqrt(2))):
+    //   Div(x, sqrt 2) or Mul(x, 1 / sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5), or with
+    //   the 0.5 taken first: Mul(x, 0.5) -> Mul(that, 1 + erf). Each becomes one Gelu at the
+    //   last node of the pattern (gelus_: its index -> x); the others are skipped (absorbed_).
+    std::unordered_set<std::string> usedValues_; // every value some node or the graph's outputs take
+    std::unordered_map<int, std::string> gelus_;
+    std::unordered_set<int> absorbed_; // nodes of a pattern imported as one layer at its last node
+
+    void findGelus();
+
+    // A spatial transformer as Tessera exports it (GridSample has no affine grid before
+    // opset 20's AffineGrid): Transpose(theta, perm 0 2 1) -> MatMul(base, that) ->
+    // Reshape to [N, Ho, Wo, 2] -> GridSample(x, grid; bilinear, zeros, align_corners 1),
+    // base being the constant [Ho Wo, 3] (or [1, Ho Wo, 3]) of rows (x_t, y_t, 1). Each
+    // becomes one SpatialTf at the GridSample (spatialTfs_); the others are absorbed_.
+    struct SpatialTfMatch {
+        std::vector<std::string> inputs; // x, theta
+        int64_t height = 0, width = 0;
+    };
+    std::unordered_map<int, SpatialTfMatch> spatialTfs_;
+
+    void findSpatialTfs();
+
+    // A constant of the model (an initializer, a Constant node or a folded value), not a
+    // graph input given a value, which stays data unless an op needs it as a constant.
+    bool isConstant(const std::string& name) const;
+
+    int32_t elemTypeOf(const std::string& name) const;
+
+    std::string newSymbol();
+
+    // Folds a node whose inputs are all constants, or a Shape of a value whose rank is
+    // known, into a constant. False when it does not fold (the node is imported as a layer).
+    bool fold(const onnx::NodeProto& n, const Attributes& a);
+
+    // Expand(c, shape) and ConstantOfShape(shape): a constant tensor when the shape is known,
+    // a zeros marker when it holds symbols and the value is 0.
+    bool foldFill(const onnx::NodeProto& n, const Attributes& a);
+
+    bool setConstant(const std::string& name, Constant c);
+
+    // A Reshape to the shape ONNX infers for the node's output: known dims as they are, a
+    // dim not known at import kept (0) where the input has it at the same place, else
+    // inferred (-1, at most one).
+    ModulePtr reshapeTo(const onnx::NodeProto& n);
+
+    // LSTM, GRU (linear before reset) and RNN (relu or tanh), forward or bidirectional,
+    // either layout: one Tessera RNN layer (weights back in PyTorch's gate order) that
+    // returns every step, reshaped (and for layout 0 transposed) to ONNX's Y [T, D, N, H]
+    // or [N, T, D, H]. Initial states and sequence_lens given as data are its extra inputs,
+    // and the final states Y_h, Y_c its extra outputs (layout 1 transposes them from and to
+    // [N, D, H]); zero initial states are its default.
+    void importRnn(const onnx::NodeProto& n, const Attributes& a);
+
+    // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
+    void importGather(const onnx::NodeProto& n, const Attributes& a);
+
+    // Slice on data: one sliced axis, step 1 (Tessera's Slice).
+    void importSlice(const onnx::NodeProto& n, const Attributes& a);
+
+    // ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
+    // [N, C] without keepdims); over other dims Tessera's ReduceMean.
+    void importReduceMean(const onnx::NodeProto& n, const Attributes& a);
+
+    // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
+    void importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a);
+
+    // x op C or C op x with a constant tensor C that broadcasts to x without changing its
+    // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.
+    void importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x);
+
+    // Pad: spatial dims only (Tessera's PadND), constant or reflect.
+    void importPad(const onnx::NodeProto& n, const Attributes& a);
+
+    // Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
+    void importResize(const onnx::NodeProto& n, const Attributes& a);
+
+    void importDropout(const onnx::NodeProto& n, const Attributes& a);
+
+    void importClip(const onnx::NodeProto& n, const Attributes& a);
+
+    void importConv(const onnx::NodeProto& n, const Attributes& a);
+
+    // Y = alpha op(A) op(B) + beta C: a Linear with W = alpha op(B) (as [in, out]) and b = beta C.
+    void importGemm(const onnx::NodeProto& n, const Attributes& a);
+
+    void importMatMul(const onnx::NodeProto& n, const Attributes& a);
+
+    void importPool(const onnx::NodeProto& n, const Attributes& a);
+
+    // MaxPool with ceil_mode 1: the windows the ceiling adds reach past the high edge, so
+    // the input is padded there with -FLT_MAX (never the max of a window that holds a real
+    // element, as every window does) and pooled without padding: Pad1D/2D then MaxPool.
+    void importCeilMaxPool(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, PoolOptions o);
+
+    void importBatchNorm(const onnx::NodeProto& n, const Attributes& a);
+};
+
+} // namespace tessera::onnx_io

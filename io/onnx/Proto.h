@@ -1,0 +1,111 @@
+#pragma once
+/// \file What the ONNX importer and exporter share: constants read from TensorProtos, a node's
+/// attributes, the Unsupported report, small proto helpers. Private to io/onnx/.
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/Tensor.h"
+#include "modules/RNN.h"
+
+namespace tessera::onnx_io {
+
+// A constant: a float tensor (weights) and, for int64 data, its values (shapes, axes).
+// Shape values computed from the model (Shape -> Gather -> Concat, as exporters write a
+// flatten) may hold dims not known at import, such as the batch: `symbols` then names
+// each entry's symbol ("" for a known value, whose value is in `ints`).
+struct Constant {
+    Tensor tensor;
+    std::vector<int64_t> ints;
+    bool isInt = false;
+    std::vector<int64_t> dims; // the ONNX shape (a scalar has none)
+    std::vector<std::string> symbols;
+    // All zeros, of a shape with dims not known at import (an Expand or ConstantOfShape of 0
+    // to a computed shape, as exporters write zero initial states): no tensor.
+    bool zeros = false;
+
+    bool symbolic() const {
+        for (const std::string& x : symbols) {
+            if (!x.empty()) return true;
+        }
+        return false;
+    }
+    std::string symbol(size_t i) const { return i < symbols.size() ? symbols[i] : std::string(); }
+};
+
+Shape shapeOf(const onnx::TensorProto& t);
+// Integer values as an int32 tensor of `shape` (a scalar as [1]); undefined when one is
+// outside int32's range.
+Tensor int32Tensor(const std::vector<int64_t>& ints, const Shape& shape);
+// ONNX's recurrent gate j is PyTorch's (and Tessera's) gate order[j]: LSTM i o f c <- i f g o;
+// GRU z r h <- r z n; one gate for vanilla cells.
+std::vector<int64_t> onnxGateOrder(RnnMode mode);
+// Raw or typed data of a TensorProto (`what` names it in errors).
+Constant constantOf(const onnx::TensorProto& t, const std::string& what);
+
+// An unsupported node: what to say about it.
+struct Unsupported {
+    std::string why;
+    bool dependent = false; // only an input is missing, from a node that was not imported
+};
+
+// The attributes of a node, by name.
+class Attributes {
+public:
+    explicit Attributes(const onnx::NodeProto& n) {
+        for (const onnx::AttributeProto& a : n.attribute()) byName_[a.name()] = &a;
+    }
+    bool has(const std::string& name) const { return byName_.count(name) > 0; }
+    int64_t i(const std::string& name, int64_t fallback) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? fallback : it->second->i();
+    }
+    float f(const std::string& name, float fallback) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? fallback : it->second->f();
+    }
+    std::string s(const std::string& name, const std::string& fallback) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? fallback : it->second->s();
+    }
+    std::vector<int64_t> ints(const std::string& name, std::vector<int64_t> fallback = {}) const {
+        auto it = byName_.find(name);
+        if (it == byName_.end()) return fallback;
+        return {it->second->ints().begin(), it->second->ints().end()};
+    }
+    const onnx::AttributeProto* get(const std::string& name) const {
+        auto it = byName_.find(name);
+        return it == byName_.end() ? nullptr : it->second;
+    }
+    // Every attribute not in `known`, as the first unsupported one.
+    void only(std::initializer_list<const char*> known) const {
+        for (const auto& [name, a] : byName_) {
+            bool ok = false;
+            for (const char* k : known) ok = ok || name == k;
+            if (!ok) throw Unsupported{"attribute '" + name + "' is not supported"};
+        }
+    }
+
+private:
+    std::unordered_map<std::string, const onnx::AttributeProto*> byName_;
+};
+
+// pads [b1, b2, ..., e1, e2, ...] as one symmetric pad per dim.
+std::vector<int64_t> symmetricPads(const std::vector<int64_t>& pads, size_t dims);
+void autoPadNotSet(const Attributes& a);
+
+// A floating initializer of over 1024 elements (dims as declared; none negative).
+bool largeFloating(const onnx::TensorProto& t);
+
+// The model in `path` (IoError naming the file when it cannot be read or parsed).
+onnx::ModelProto readModel(const std::string& path);
+
+// `v`'s type: float32 of `shape`, its first dim the symbolic batch.
+void setType(onnx::ValueInfoProto* v, const Shape& shape);
+
+} // namespace tessera::onnx_io
