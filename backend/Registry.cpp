@@ -58,7 +58,7 @@ std::string pluginPath() {
     if (dladdr(reinterpret_cast<void*>(&registerCudaProvider), &info) == 0 || !info.dli_fname) {
         return "libtessera_cuda.so";
     }
-    return (std::filesystem::path(info.dli_fname).parent_path() / "libtessera_cuda.so").string();
+    return (std::filesystem::path(info.dli_fname).parent_path() / "libtessera_cuda.so").lexically_normal().string();
 }
 #endif
 
@@ -74,7 +74,8 @@ CudaProvider* cudaProvider() {
         // freed during exit still reach their backend.
         if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
             const char* why = dlerror();
-            cudaLoadError = "the CUDA backend (" + path + ") cannot be loaded: " + (why ? why : "unknown error");
+            cudaLoadError = "the CUDA backend (" + path + ") cannot be loaded: " + (why ? why : "unknown error") +
+                            " (it needs the CUDA 13 runtime, cuBLAS 13 and cuDNN 9 on the library search path)";
         } else if (!registeredCuda) {
             cudaLoadError = "the CUDA backend (" + path + ") loaded but registered no provider";
         }

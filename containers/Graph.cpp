@@ -237,6 +237,7 @@ void Graph::checkDataType(const std::vector<DType>& dtypes) const {
 }
 
 Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
+    std::lock_guard<std::recursive_mutex> lock(planMutex_);
     if (planned_ && planIn_ == inShapes && planTrain_ == isTrain() && planVersion_ == structureVersion()) {
         return planOut_;
     }
@@ -283,6 +284,7 @@ Shapes Graph::dataShapeFrom(const Shapes& inShapes) const {
 }
 
 Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
+    std::lock_guard<std::recursive_mutex> lock(planMutex_);
     for (Node* n : order_) {
         if (n->outShapes().empty()) {
             throw shapeError("gradShapeFrom needs the output shapes of every node; run dataShapeFrom or forward first");

@@ -1,6 +1,7 @@
 #pragma once
 /// \file Graph: a module made of nodes, with several inputs and outputs.
 
+#include <mutex>
 #include <unordered_set>
 
 #include "containers/Container.h"
@@ -55,6 +56,8 @@ public:
     /// allocated. Throws one ShapeError listing every failing node with its path from an
     /// input (`data -> conv1 -> fc1: Linear 'fc1': expects ...`); nodes below a failure are
     /// skipped.
+    /// Shape queries (this, gradShapeFrom, the checks) may come from several threads at once;
+    /// they take turns. Forward and backward may not run beside them on the same graph.
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// Every node's module, at the shapes whole-graph inference gives it.
     void optimizeForShape(const Shapes& inShapes, size_t memlimit) override;
@@ -89,6 +92,8 @@ private:
     bool released_ = false; // an eval-mode forward dropped intermediate values
     // The plan: the input shapes, mode and structure the nodes' shapes were last checked
     // at; a forward at the same ones runs the nodes without re-checking them.
+    // Shape queries from several threads take turns: they write the nodes' shapes.
+    mutable std::recursive_mutex planMutex_;
     mutable bool planned_ = false;
     mutable Shapes planIn_, planOut_;
     mutable bool planTrain_ = true;

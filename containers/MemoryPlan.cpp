@@ -7,6 +7,7 @@
 #include "backend/Backend.h"
 #include "containers/Fusion.h"
 #include "containers/Graph.h"
+#include "containers/Parallel.h"
 #include "containers/Sequential.h"
 
 namespace tessera {
@@ -71,6 +72,7 @@ public:
     State forward(Module& m, const Values& ins, bool train) {
         if (auto* g = dynamic_cast<Graph*>(&m)) return forwardGraph(*g, ins, train);
         if (auto* s = dynamic_cast<Sequential*>(&m)) return forwardSequential(*s, ins, train);
+        if (auto* p = dynamic_cast<Parallel*>(&m)) return forwardParallel(*p, ins, train);
         return forwardLeaf(m, ins, train);
     }
 
@@ -78,6 +80,7 @@ public:
     void backward(Module& m, State& st, const Values& g, bool updGrad) {
         if (auto* gr = dynamic_cast<Graph*>(&m)) return backwardGraph(*gr, st, g, updGrad);
         if (auto* s = dynamic_cast<Sequential*>(&m)) return backwardSequential(*s, st, g, updGrad);
+        if (auto* p = dynamic_cast<Parallel*>(&m)) return backwardParallel(*p, st, g, updGrad);
         backwardLeaf(m, st, g, updGrad);
     }
 
@@ -228,6 +231,29 @@ private:
         }
         releaseGrad(st);
         st.grad = cur; // the Sequential's grad_ takes the local's references
+    }
+
+    // Parallel::updateData: branch i runs on input i; the outputs are the branches' own.
+    State forwardParallel(Parallel& p, const Values& ins, bool train) {
+        State st;
+        for (const Value& v : ins) st.in.push_back(share(v));
+        size_t i = 0;
+        for (const auto& [name, child] : p.namedChildren()) {
+            st.kids.push_back(forward(*child, {ins.at(i++)}, train));
+            st.out.push_back(share(st.kids.back().out.at(0)));
+        }
+        return st;
+    }
+
+    // Parallel::backwardFrom: each branch differentiates its gradient and keeps its input
+    // gradient, which the Parallel's gradients are.
+    void backwardParallel(Parallel& p, State& st, const Values& g, bool updGrad) {
+        const auto kids = p.namedChildren();
+        releaseGrad(st);
+        for (size_t i = 0; i < kids.size(); ++i) {
+            backward(*kids[i].second, st.kids[i], {g.at(i)}, updGrad);
+            if (updGrad) st.grad.push_back(share(st.kids[i].grad.at(0)));
+        }
     }
 
     State forwardGraph(Graph& gr, const Values& ins, bool train) {

@@ -38,10 +38,15 @@ std::string Sequential::pathTo(size_t child) const {
     return path;
 }
 
-const Sequential::Plan& Sequential::planFor(const Shapes& inShapes) const {
+std::shared_ptr<const Sequential::Plan> Sequential::lastPlan() const {
+    std::lock_guard<std::mutex> lock(planMutex_);
+    return plan_;
+}
+
+std::shared_ptr<const Sequential::Plan> Sequential::planFor(const Shapes& inShapes) const {
     if (children_.empty()) throw moduleError("is empty; append modules before running it");
-    const Plan* last = plan_.get();
-    if (last && last->in == inShapes && last->train == isTrain() && last->version == structureVersion()) return *last;
+    std::shared_ptr<const Plan> last = lastPlan();
+    if (last && last->in == inShapes && last->train == isTrain() && last->version == structureVersion()) return last;
     auto plan = std::make_shared<Plan>();
     plan->in = inShapes;
     plan->train = isTrain();
@@ -55,13 +60,14 @@ const Sequential::Plan& Sequential::planFor(const Shapes& inShapes) const {
             rethrowWithContext(str() + ": " + pathTo(i) + ": ");
         }
     }
-    plan_ = std::move(plan);
-    return *plan_;
+    std::lock_guard<std::mutex> lock(planMutex_);
+    plan_ = plan;
+    return plan;
 }
 
 void Sequential::checkDataShape(const Shapes& inShapes) const { planFor(inShapes); }
 
-Shapes Sequential::dataShapeFrom(const Shapes& inShapes) const { return planFor(inShapes).shapes.back(); }
+Shapes Sequential::dataShapeFrom(const Shapes& inShapes) const { return planFor(inShapes)->shapes.back(); }
 
 void Sequential::checkDataType(const std::vector<DType>& dtypes) const {
     if (children_.empty()) throw moduleError("is empty; append modules before running it");
@@ -73,7 +79,7 @@ void Sequential::checkDataType(const std::vector<DType>& dtypes) const {
 }
 
 Shapes Sequential::gradShapeFrom(const Shapes& outGradShapes) const {
-    const Plan* plan = plan_.get();
+    const std::shared_ptr<const Plan> plan = lastPlan();
     if (!plan || plan->version != structureVersion()) {
         throw moduleError("gradShapeFrom needs the shapes of a run; call dataShapeFrom or forward first");
     }
@@ -128,8 +134,8 @@ Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool u
 }
 
 void Sequential::optimizeForShape(const Shapes& inShapes, size_t memlimit) {
-    const Plan& plan = planFor(inShapes);
-    for (size_t i = 0; i < children_.size(); ++i) children_[i].second->optimizeForShape(plan.shapes[i], memlimit);
+    const std::shared_ptr<const Plan> plan = planFor(inShapes);
+    for (size_t i = 0; i < children_.size(); ++i) children_[i].second->optimizeForShape(plan->shapes[i], memlimit);
 }
 
 } // namespace tessera

@@ -1,6 +1,9 @@
 #pragma once
 /// \file Sequential: children run one after another.
 
+#include <memory>
+#include <mutex>
+
 #include "containers/Container.h"
 
 namespace tessera {
@@ -49,8 +52,9 @@ public:
         std::vector<Shapes> shapes;
     };
     /// The plan for `inShapes` (cached). Throws what the failing child throws, prefixed
-    /// with the path to it (`input -> fc1 -> fc2: Linear 'fc2': expects ...`).
-    const Plan& planFor(const Shapes& inShapes) const;
+    /// with the path to it (`input -> fc1 -> fc2: Linear 'fc2': expects ...`). Shape
+    /// queries may come from several threads at once: each holds the plan it was given.
+    std::shared_ptr<const Plan> planFor(const Shapes& inShapes) const;
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -58,6 +62,8 @@ protected:
 
 private:
     std::string pathTo(size_t child) const;
+    std::shared_ptr<const Plan> lastPlan() const;
+    mutable std::mutex planMutex_;             // guards plan_ (not the children's checks)
     mutable std::shared_ptr<const Plan> plan_; // the last plan built
 };
 

@@ -188,4 +188,9 @@ public:
                        float momentum, const Tensor& dslopes) override;
 };
 
+namespace cpu_util {
+/// ShapeError naming `CpuBackend::op` unless a and b have as many elements.
+void requireSameNumel(const char* op, const Tensor& a, const Tensor& b);
+} // namespace cpu_util
+
 } // namespace tessera

@@ -1,11 +1,17 @@
-// Activations through oneDNN's eltwise primitives: JIT-vectorised, exp/log included.
-// Tensors are viewed as flat 1-D buffers over their storage, so one primitive serves
+// The element-wise ops of the CPU backend: activations through oneDNN's eltwise primitives
+// (JIT-vectorised, exp/log included), and the arithmetic (axpby, axpbyz, affine maps,
+// powers, products, per-channel scales, casts) as plain vectorisable loops that OpenMP
+// splits only when they are large enough to pay for waking the thread pool.
+//
+// The activations' tensors are viewed as flat 1-D buffers over their storage, so one primitive serves
 // every shape of a size, in any layout; only blocked tensors with padded channels are
 // described with their real shape, so that the padding stays zero.
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
 #include <cmath>
+#include <cstring>
+#include <string>
 
 namespace tessera {
 
@@ -158,6 +164,216 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
                                {DNNL_ARG_DIFF_DST, memOf(md, dyIn)},
                                {DNNL_ARG_DIFF_SRC, memOf(md, dx)}});
     });
+}
+
+// ---- arithmetic ---------------------------------------------------------------------------------
+
+using cpu_util::requireSameNumel;
+
+namespace {
+// Element access over float32 or bfloat16 storage, in float.
+inline float load(const float* p, int64_t i) { return p[i]; }
+inline float load(const bfloat16* p, int64_t i) { return toFloat(p[i]); }
+inline void store(float* p, int64_t i, float v) { p[i] = v; }
+inline void store(bfloat16* p, int64_t i, float v) { p[i] = toBfloat16(v); }
+
+// Calls f with a null pointer of t's element type (float32 or bfloat16; BackendError else).
+template <class F> void withElements(const Tensor& t, const char* op, F&& f) {
+    if (t.dtype() == DType::float32) return f(static_cast<float*>(nullptr));
+    if (t.dtype() == DType::bfloat16) return f(static_cast<bfloat16*>(nullptr));
+    throw BackendError(std::string("CpuBackend::") + op + ": " + str(t.dtype()) +
+                       " is not supported (float32 and bfloat16 are)");
+}
+
+// z[i] = alpha x[i] + beta y[i] over n storage elements (beta == 0 never reads y).
+template <class X, class Y, class Z> void axpbyzLoop(float alpha, const X* x, float beta, const Y* y, Z* z, int64_t n) {
+    if (beta == 0.0f) { // y may hold NaN from uninitialised memory
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i) store(z, i, alpha * load(x, i));
+        return;
+    }
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+    for (int64_t i = 0; i < n; ++i) store(z, i, alpha * load(x, i) + beta * load(y, i));
+}
+
+// z = alpha x + beta y over n bfloat16 storage elements by oneDNN's binary add (JIT
+// vectorised; the loop above converts one element at a time on a baseline build). z may be y.
+void axpbyzBfloat16(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, int64_t n) {
+    using namespace dnnl_util;
+    static thread_local PrimitiveCache<dnnl::binary> cache;
+    const auto flat = plainDesc({n}, dnnl::memory::data_type::bf16);
+    const auto& prim = cache.get({n, dnnl_util::keyOf(alpha), dnnl_util::keyOf(beta)}, [&] {
+        return checkDnnl("binary", [&] {
+            dnnl::primitive_attr attr;
+            if (beta != 1.0f) attr.set_scales(DNNL_ARG_SRC_0, 0, {beta});
+            if (alpha != 1.0f) attr.set_scales(DNNL_ARG_SRC_1, 0, {alpha});
+            return dnnl::binary(dnnl::binary::primitive_desc(
+                dnnl::binary::desc(dnnl::algorithm::binary_add, flat, flat, flat), attr, engine()));
+        });
+    });
+    checkDnnl("binary::execute", [&] {
+        prim.execute(stream(), {{DNNL_ARG_SRC_0, wrap(flat, y.raw())},
+                                {DNNL_ARG_SRC_1, wrap(flat, x.raw())},
+                                {DNNL_ARG_DST, wrap(flat, z.raw())}});
+    });
+}
+
+// axpbyzLoop over three tensors of one layout and storage size, each float32 or bfloat16.
+void axpbyzAny(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, const char* op) {
+    const auto n = static_cast<int64_t>(z.nbytes() / sizeOf(z.dtype()));
+    const DType b16 = DType::bfloat16;
+    // (oneDNN has no bfloat16 binary primitive on CPUs without bfloat16 kernels: the loop.)
+    if (x.dtype() == b16 && y.dtype() == b16 && z.dtype() == b16 && beta != 0.0f && dnnl_util::bfloat16Kernels()) {
+        axpbyzBfloat16(alpha, x, beta, y, z, n);
+        return;
+    }
+    withElements(x, op, [&](auto* xt) {
+        withElements(y, op, [&](auto* yt) {
+            withElements(z, op, [&](auto* zt) {
+                using X = std::remove_pointer_t<decltype(xt)>;
+                using Y = std::remove_pointer_t<decltype(yt)>;
+                using Z = std::remove_pointer_t<decltype(zt)>;
+                axpbyzLoop(alpha, static_cast<const X*>(x.raw()), beta, static_cast<const Y*>(y.raw()),
+                           static_cast<Z*>(z.raw()), n);
+            });
+        });
+    });
+}
+
+// Whether two tensors' storages hold the same elements in the same places (padding too).
+bool sameStorageOrder(const Tensor& a, const Tensor& b) {
+    return a.layout() == b.layout() && a.nbytes() / sizeOf(a.dtype()) == b.nbytes() / sizeOf(b.dtype());
+}
+} // namespace
+
+// x, y: same numel; any layouts; float32 or bfloat16, either mixed. Blocked tensors are
+// added over their whole storage, padding included (0 + 0 stays 0).
+void CpuBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
+    requireSameNumel("axpby", x, y);
+    if (x.layout() != y.layout()) {
+        axpby(alpha, x.toLayout(y.layout()), beta, y);
+        return;
+    }
+    axpbyzAny(alpha, x, beta, y, y, "axpby");
+}
+
+// One pass where the three share a layout (a residual sum, gradients summed at a fork);
+// float32 or bfloat16, either mixed.
+void CpuBackend::axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+    requireSameNumel("axpbyz", x, z);
+    requireSameNumel("axpbyz", y, z);
+    if (!sameStorageOrder(x, z) || !sameStorageOrder(y, z)) {
+        Backend::axpbyz(alpha, x, beta, y, z);
+        return;
+    }
+    axpbyzAny(alpha, x, beta, y, z, "axpbyz");
+}
+
+// x, y: same numel -> y = a * x + b
+void CpuBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
+    requireSameNumel("affine", x, y);
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = a * px[i] + b;
+}
+
+void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
+    requireSameNumel("power", x, y);
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = std::pow(px[i], p);
+}
+
+// x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] = x[n, c, ...] * m[n, c]
+void CpuBackend::mulChannels(const Tensor& x, const Tensor& m, const Tensor& y) {
+    requireSameNumel("mulChannels", x, y);
+    const int64_t planes = m.numel(), inner = x.numel() / planes;
+    const float* px = x.data<float>();
+    const float* pm = m.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for if (x.numel() > kLoopParallelMin)
+    for (int64_t p = 0; p < planes; ++p)
+        for (int64_t i = 0; i < inner; ++i) py[p * inner + i] = px[p * inner + i] * pm[p];
+}
+
+// float32 <-> int32 (or a copy when the dtypes agree)
+namespace {
+// Element i of a host array of `dtype` as a float, and a float stored as `dtype`.
+inline float readAs(DType dtype, const void* p, int64_t i) {
+    switch (dtype) {
+    case DType::float32: return static_cast<const float*>(p)[i];
+    case DType::int32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case DType::bfloat16: return toFloat(static_cast<const bfloat16*>(p)[i]);
+    case DType::float16: return toFloat(static_cast<const float16*>(p)[i]);
+    }
+    return 0.0f;
+}
+inline void writeAs(DType dtype, void* p, int64_t i, float v) {
+    switch (dtype) {
+    case DType::float32: static_cast<float*>(p)[i] = v; break;
+    case DType::int32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::bfloat16: static_cast<bfloat16*>(p)[i] = toBfloat16(v); break;
+    case DType::float16: static_cast<float16*>(p)[i] = toFloat16(v); break;
+    }
+}
+} // namespace
+
+void CpuBackend::cast(const Tensor& x, const Tensor& y) {
+    requireSameNumel("cast", x, y);
+    const int64_t n = x.numel();
+    if (x.dtype() == y.dtype()) return copy(x, y);
+    if (!x.isPlain() || !y.isPlain()) throw BackendError("CpuBackend::cast: plain tensors only");
+    if (x.dtype() == DType::int32 && y.dtype() == DType::int32) return copy(x, y);
+    const DType from = x.dtype(), to = y.dtype();
+    if (from == DType::int32 || to == DType::int32) { // int32 <-> a float type: exact int conversion
+        if (from == DType::int32 && to == DType::float32) {
+            const int32_t* px = x.data<int32_t>();
+            float* py = y.data<float>();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+            for (int64_t i = 0; i < n; ++i) py[i] = static_cast<float>(px[i]);
+            return;
+        }
+        if (from == DType::float32) {
+            const float* px = x.data<float>();
+            int32_t* py = y.data<int32_t>();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+            for (int64_t i = 0; i < n; ++i) py[i] = static_cast<int32_t>(px[i]);
+            return;
+        }
+    }
+    if (from == DType::float32 && to == DType::bfloat16) {
+        const float* px = x.data<float>();
+        auto* py = y.data<bfloat16>();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = toBfloat16(px[i]);
+        return;
+    }
+    if (from == DType::bfloat16 && to == DType::float32) {
+        const auto* px = x.data<bfloat16>();
+        float* py = y.data<float>();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = toFloat(px[i]);
+        return;
+    }
+    const void* px = x.raw();
+    void* py = y.raw();
+#pragma omp parallel for if (n > kLoopParallelMin)
+    for (int64_t i = 0; i < n; ++i) writeAs(to, py, i, readAs(from, px, i));
+}
+
+void CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
+    requireSameNumel("mul", a, y);
+    requireSameNumel("mul", b, y);
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* py = y.data<float>();
+    const int64_t n = y.numel();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = pa[i] * pb[i];
 }
 
 } // namespace tessera

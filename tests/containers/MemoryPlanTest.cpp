@@ -7,13 +7,16 @@
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "containers/MemoryPlan.h"
+#include "containers/Parallel.h"
 #include "containers/Sequential.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
 #include "models/Zoo.h"
 #include "modules/Activation.h"
+#include "modules/Add.h"
 #include "modules/Flatten.h"
 #include "modules/Linear.h"
+#include "modules/Replicate.h"
 
 namespace tessera {
 namespace {
@@ -67,6 +70,30 @@ TEST(MemoryPlan, CountsViewsAndKeptValues) {
     EXPECT_EQ(plan.inference, m.inference);
     EXPECT_EQ(plan.trainForward, m.trainForward);
     EXPECT_EQ(plan.training, m.training);
+}
+
+// A Parallel's branches are counted like any other children, not as one leaf.
+TEST(MemoryPlan, CountsTheBranchesOfAParallel) {
+    manualSeed(2);
+    auto wide = std::make_shared<Sequential>("wide");
+    wide->append(std::make_shared<Linear>(64, 512))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<Linear>(512, 64));
+    auto narrow = std::make_shared<Sequential>("narrow");
+    narrow->append(std::make_shared<Linear>(64, 128))
+        .append(std::make_shared<Activation>(ActivationKind::tanh))
+        .append(std::make_shared<Linear>(128, 64));
+    auto branches = std::make_shared<Parallel>("branches");
+    branches->append(wide).append(narrow);
+    Sequential net("net");
+    net.append(std::make_shared<Replicate>(2)).append(branches).append(std::make_shared<Add>());
+    const MemoryPlan plan = planMemory(net, {{32, 64}});
+    const MeasuredPeaks m = measurePeaks(net, {32, 64});
+    EXPECT_TRUE(within10Percent("inference", plan.inference, m.inference));
+    EXPECT_TRUE(within10Percent("train forward", plan.trainForward, m.trainForward));
+    EXPECT_TRUE(within10Percent("training step", plan.training, m.training));
+    // At least the wide branch's hidden values are in the plan: [32, 512] twice.
+    EXPECT_GE(plan.trainForward, 2 * 32 * 512 * static_cast<int64_t>(sizeof(float)));
 }
 
 TEST(MemoryPlan, BadShapesAreTheModelsShapeError) {

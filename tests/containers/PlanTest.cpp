@@ -2,8 +2,11 @@
 // modules that differentiate their last forward (the train, train, eval, backward
 // sequence), one module per graph node, and one error family with context added by
 // containers.
+#include <atomic>
 #include <cmath>
 #include <functional>
+#include <thread>
+#include <vector>
 
 #include "GradCheck.h"
 #include "containers/Graph.h"
@@ -73,6 +76,36 @@ TEST(Plan, GraphChecksOncePerInputShapes) {
     g.backward(randomTensor({3, 3}, 2));
     EXPECT_EQ(g.gradShapeFrom(Shapes{{3, 3}}), (Shapes{{3, 4}}));
     EXPECT_TRUE(throwsShapeError([&] { g(randomTensor({3, 5}, 1)); }, {"in -> fc", "Linear 'fc'"}));
+}
+
+// Shape queries may come from several threads at once (a server checking requests of
+// different batch sizes against one model): each gets the shapes of its own input.
+TEST(Plan, ShapeQueriesFromSeveralThreadsGetTheirOwnShapes) {
+    Sequential seq("seq");
+    seq.append(std::make_shared<Linear>(8, 16))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<Linear>(16, 4));
+    auto in = node(std::make_shared<Identity>("in"));
+    auto a = node(std::make_shared<Linear>(8, 6), in, "a");
+    auto b = node(std::make_shared<Linear>(8, 6), in, "b");
+    auto sum = node(std::make_shared<Add>(std::vector<float>{}, "sum"), {a, b});
+    auto out = node(std::make_shared<Linear>(6, 4), sum, "out");
+    Graph g({in}, {out}, "g");
+    std::atomic<int> wrong{0}, queries{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            for (int k = 0; k < 500; ++k) {
+                const int64_t batch = 1 + (t * 7 + k) % 13;
+                if (seq.dataShapeFrom(Shapes{{batch, 8}}) != Shapes{{batch, 4}}) ++wrong;
+                if (g.dataShapeFrom(Shapes{{batch, 8}}) != Shapes{{batch, 4}}) ++wrong;
+                queries += 2;
+            }
+        });
+    }
+    for (std::thread& th : threads) th.join();
+    EXPECT_EQ(queries.load(), 4000);
+    EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(Plan, SequentialGradShapesComeFromThePlan) {

@@ -1,0 +1,150 @@
+#pragma once
+
+// What the cuDNN-backed op files of the CUDA backend (Conv, Pool, Norm, Softmax) share:
+// data types, descriptors built once per shape and kept, the convolution problem and its
+// algorithm choice, and CudaBackend::DnnState, which holds them. Private to cuda/.
+#include <cudnn.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/Errors.h"
+#include "cuda/CudaBackend.h"
+
+namespace tessera {
+
+// Named rather than anonymous: CudaBackend::DnnState holds these types.
+namespace cudnn_util {
+
+/// Workspace the default (heuristic) algorithm choice may use per convolution call.
+inline constexpr size_t kDefaultWorkspaceLimit = size_t{512} << 20;
+
+inline cudnnDataType_t dnnType(DType t) {
+    switch (t) {
+    case DType::float32: return CUDNN_DATA_FLOAT;
+    case DType::float16: return CUDNN_DATA_HALF;
+    case DType::bfloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::int32: break;
+    }
+    throw BackendError("cuDNN tensors of " + str(t) + " are not used by Tessera");
+}
+
+inline std::vector<int> ints(const std::vector<int64_t>& v) {
+    std::vector<int> out;
+    out.reserve(v.size());
+    for (int64_t x : v) out.push_back(static_cast<int>(x));
+    return out;
+}
+
+// cuDNN needs 4 or 5 dims: 1-D problems become 2-D with a trailing unit dim.
+inline std::vector<int> nd(const Shape& s) {
+    std::vector<int> d = ints(s.dims());
+    while (d.size() < 4) d.push_back(1);
+    return d;
+}
+
+// [N, C, everything else, 1]: the view batch norm and softmax run over.
+inline std::vector<int> channelView(const Shape& s) {
+    const int64_t n = s[0], c = s.rank() > 1 ? s[1] : 1;
+    return {static_cast<int>(n), static_cast<int>(c), static_cast<int>((n * c) != 0 ? s.numel() / (n * c) : 1), 1};
+}
+
+inline std::string keyOf(const char* tag, std::initializer_list<std::vector<int>> parts) {
+    std::string k = tag;
+    for (const auto& p : parts) {
+        k += '|';
+        for (int v : p) k += std::to_string(v) + ',';
+    }
+    return k;
+}
+
+class TensorDesc {
+public:
+    explicit TensorDesc(const std::vector<int>& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+        TESSERA_CUDA_CHECK(cudnnCreateTensorDescriptor(&d_));
+        std::vector<int> strides(dims.size(), 1);
+        for (size_t i = dims.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
+        TESSERA_CUDA_CHECK(
+            cudnnSetTensorNdDescriptor(d_, type, static_cast<int>(dims.size()), dims.data(), strides.data()));
+    }
+    ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+    TensorDesc(const TensorDesc&) = delete;
+    TensorDesc& operator=(const TensorDesc&) = delete;
+    cudnnTensorDescriptor_t get() const { return d_; }
+
+private:
+    cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+// One convolution problem in cuDNN's terms: `in` is the convolution's input and `out` its
+// output. A deconvolution is the adjoint of the convolution from its output shape to its
+// input shape, so its `in` is the deconvolution's y and its `out` the deconvolution's x.
+// `in`, `out` and `filter` are in the compute type; `bias`, `inF32` and `outF32` in float32.
+struct ConvProblem {
+    std::unique_ptr<TensorDesc> in, out, bias, inF32, outF32;
+    DType type = DType::float32;
+    cudnnFilterDescriptor_t filter = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    struct Choice {
+        int algo = -1;
+        cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+        size_t bytes = 0;
+    };
+    Choice fwd, bwdData, bwdFilter;
+
+    ConvProblem() = default;
+    ConvProblem(const ConvProblem&) = delete;
+    ConvProblem& operator=(const ConvProblem&) = delete;
+    ~ConvProblem() {
+        if (filter) cudnnDestroyFilterDescriptor(filter);
+        if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    }
+};
+
+struct PoolDesc {
+    cudnnPoolingDescriptor_t d = nullptr;
+    PoolDesc() = default;
+    PoolDesc(const PoolDesc&) = delete;
+    PoolDesc& operator=(const PoolDesc&) = delete;
+    ~PoolDesc() {
+        if (d) cudnnDestroyPoolingDescriptor(d);
+    }
+};
+
+// The first result that ran, fits `limit`, uses an allowed math type and, when
+// `deterministic`, gives the same bits on every run.
+template <class Perf>
+ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allowTF32, bool deterministic,
+                         const char* what) {
+    for (int i = 0; i < count; ++i) {
+        const Perf& r = results[i];
+        if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
+        if (!allowTF32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) continue;
+        if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
+        return {static_cast<int>(r.algo), r.mathType, r.memory};
+    }
+    throw BackendError(std::string("cuDNN offers no ") + (deterministic ? "deterministic " : "") + what +
+                       " algorithm within " + std::to_string(limit) + " bytes of workspace");
+}
+
+} // namespace cudnn_util
+
+// The descriptors and convolution problems of one device, built once per shape and kept.
+struct CudaBackend::DnnState {
+    std::mutex mutex;
+    std::map<std::vector<int>, std::unique_ptr<cudnn_util::TensorDesc>> tensors;
+    std::map<std::string, std::unique_ptr<cudnn_util::ConvProblem>> convs;
+    std::map<std::string, std::unique_ptr<cudnn_util::PoolDesc>> pools;
+
+    cudnnTensorDescriptor_t tensor(const std::vector<int>& dims) {
+        std::lock_guard<std::mutex> lock(mutex);
+        auto& slot = tensors[dims];
+        if (!slot) slot = std::make_unique<cudnn_util::TensorDesc>(dims);
+        return slot->get();
+    }
+};
+
+} // namespace tessera

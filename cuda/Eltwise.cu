@@ -1,0 +1,295 @@
+// The CUDA backend's own kernels for element-wise maps, casts, activations, broadcasts and row sums, and their
+// launchers (declared in cuda/Kernels.h). Each kernel mirrors the loop of the CPU backend that computes the same op, so
+// that the two agree to rounding (tests/cuda checks it).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "backend/Backend.h"
+#include "backend/Random.h"
+#include "cuda/KernelUtil.cuh"
+#include "cuda/Kernels.h"
+
+namespace tessera::cudak {
+
+namespace {
+
+__global__ void broadcastRowsKernel(const float* row, float* y, int64_t rows, int64_t cols) {
+    TESSERA_FOR_EACH(i, rows * cols) y[i] = row[i % cols];
+}
+
+__global__ void sumRowsKernel(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols) {
+    TESSERA_FOR_EACH(j, cols) {
+        float acc = 0;
+        for (int64_t r = 0; r < rows; ++r) acc += x[r * cols + j];
+        y[j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * y[j]);
+    }
+}
+
+// z = a * x + b * y, y not read when b is 0 (it may hold anything then). z may be y.
+// Element-wise kernels come in pairs: a float4 one for 16-byte aligned operands, which
+// does the first n / 4 * 4 elements, and the scalar one for the rest (and for the rest of
+// the cases).
+__global__ void axpbyzKernel(float a, const float* x, float b, const float* y, float* z, int64_t n) {
+    TESSERA_FOR_EACH(i, n) z[i] = a * x[i] + (b == 0.0f ? 0.0f : b * y[i]);
+}
+
+__global__ void axpbyzKernel4(float a, const float4* x, float b, const float4* y, float4* z, int64_t n4) {
+    TESSERA_FOR_EACH(i, n4) {
+        const float4 u = x[i];
+        float4 r = make_float4(a * u.x, a * u.y, a * u.z, a * u.w);
+        if (b != 0.0f) {
+            const float4 v = y[i];
+            r.x += b * v.x;
+            r.y += b * v.y;
+            r.z += b * v.z;
+            r.w += b * v.w;
+        }
+        z[i] = r;
+    }
+}
+
+__global__ void mulKernel(const float* a, const float* b, float* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = a[i] * b[i];
+}
+
+__global__ void binaryBroadcastKernel(BinaryOp op, const float* a, const float* b, float* y,
+                                      element::BroadcastGeometry g, int64_t n) {
+    TESSERA_FOR_EACH(i, n) {
+        int64_t oa, ob;
+        element::broadcastOffsets(g, i, oa, ob);
+        y[i] = element::binary(op, a[oa], b[ob]);
+    }
+}
+
+__global__ void sumToKernel(const float* x, float alpha, float* y, element::ReduceGeometry g, int64_t n) {
+    TESSERA_FOR_EACH(j, n) y[j] = static_cast<float>(alpha * element::reduceAt(g, x, j));
+}
+
+__global__ void powerKernel(const float* x, float p, float* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = powf(x[i], p);
+}
+
+__global__ void affineKernel(const float* x, float a, float b, float* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = a * x[i] + b;
+}
+
+__global__ void mulChannelsKernel(const float* x, const float* m, float* y, int64_t planes, int64_t inner) {
+    TESSERA_FOR_EACH(i, planes * inner) y[i] = x[i] * m[i / inner];
+}
+
+__global__ void castToIntKernel(const float* x, int32_t* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = static_cast<int32_t>(x[i]);
+}
+
+__global__ void castToFloatKernel(const int32_t* x, float* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = static_cast<float>(x[i]);
+}
+
+// Element i of x, a DType `from` array, as a float.
+__device__ float loadAsFloat(const void* x, int from, int64_t i) {
+    switch (static_cast<DType>(from)) {
+    case DType::float32: return static_cast<const float*>(x)[i];
+    case DType::int32: return static_cast<float>(static_cast<const int32_t*>(x)[i]);
+    case DType::bfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+    case DType::float16: return __half2float(static_cast<const __half*>(x)[i]);
+    }
+    return 0.0f;
+}
+
+// Between any two of DType's types (`from`, `to` are DType values), through float.
+__global__ void castKernel(const void* x, int from, void* y, int to, int64_t n) {
+    TESSERA_FOR_EACH(i, n) {
+        const float v = loadAsFloat(x, from, i);
+        switch (static_cast<DType>(to)) {
+        case DType::float32: static_cast<float*>(y)[i] = v; break;
+        case DType::int32: static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v); break;
+        case DType::bfloat16: static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(v); break;
+        case DType::float16: static_cast<__half*>(y)[i] = __float2half_rn(v); break;
+        }
+    }
+}
+
+__global__ void castAddChannelsKernel(const void* x, int from, const float* bias, float* y, int64_t channels,
+                                      int64_t inner, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = loadAsFloat(x, from, i) + (bias ? bias[(i / inner) % channels] : 0.0f);
+}
+
+__global__ void castAxpbyKernel(float a, const void* x, int from, float b, float* y, int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = a * loadAsFloat(x, from, i) + (b == 0.0f ? 0.0f : b * y[i]);
+}
+
+__device__ float activate(ActivationKind kind, float alpha, float beta, float x) {
+    switch (kind) {
+    case ActivationKind::sigmoid: return 1.0f / (1.0f + expf(-x));
+    case ActivationKind::tanh: return tanhf(x);
+    case ActivationKind::relu: return x > 0.0f ? x : alpha * x;
+    case ActivationKind::leakyRelu: return x > 0.0f ? x : alpha * x;
+    case ActivationKind::elu: return x > 0.0f ? x : alpha * (expf(x) - 1.0f);
+    case ActivationKind::softPlus: return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+    case ActivationKind::clip: return fminf(fmaxf(x, alpha), beta);
+    case ActivationKind::gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118f));
+    case ActivationKind::hardSigmoid: return fminf(fmaxf(alpha * x + beta, 0.0f), 1.0f);
+    case ActivationKind::hardSwish: return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
+    }
+    return x;
+}
+
+// dL/dx from the input x, the output y and dL/dy.
+__device__ float activateBackward(ActivationKind kind, float alpha, float beta, float x, float y, float dy) {
+    switch (kind) {
+    case ActivationKind::sigmoid: return dy * y * (1.0f - y);
+    case ActivationKind::tanh: return dy * (1.0f - y * y);
+    case ActivationKind::relu: return y > 0.0f ? dy : alpha * dy;
+    case ActivationKind::leakyRelu: return x > 0.0f ? dy : alpha * dy;
+    case ActivationKind::elu: return x > 0.0f ? dy : dy * alpha * expf(x);
+    case ActivationKind::softPlus: return dy / (1.0f + expf(-x));
+    case ActivationKind::clip: return x > alpha && x < beta ? dy : 0.0f;
+    case ActivationKind::gelu:
+        return dy * (0.5f * (1.0f + erff(x * 0.70710678118f)) + x * 0.39894228040f * expf(-0.5f * x * x));
+    case ActivationKind::hardSigmoid: {
+        const float u = alpha * x + beta;
+        return u > 0.0f && u < 1.0f ? alpha * dy : 0.0f;
+    }
+    case ActivationKind::hardSwish: return x < -3.0f ? 0.0f : x > 3.0f ? dy : dy * (x / 3.0f + 0.5f);
+    }
+    return dy;
+}
+
+__global__ void activationForwardKernel(ActivationKind kind, float alpha, float beta, const float* x, float* y,
+                                        int64_t n) {
+    TESSERA_FOR_EACH(i, n) y[i] = activate(kind, alpha, beta, x[i]);
+}
+
+__global__ void activationForwardKernel4(ActivationKind kind, float alpha, float beta, const float4* x, float4* y,
+                                         int64_t n4) {
+    TESSERA_FOR_EACH(i, n4) {
+        const float4 v = x[i];
+        y[i] = make_float4(activate(kind, alpha, beta, v.x), activate(kind, alpha, beta, v.y),
+                           activate(kind, alpha, beta, v.z), activate(kind, alpha, beta, v.w));
+    }
+}
+
+// Which of x and y activateBackward reads for `kind` (the other may be null).
+__host__ __device__ bool backwardReadsX(ActivationKind kind) {
+    return kind != ActivationKind::sigmoid && kind != ActivationKind::tanh && kind != ActivationKind::relu;
+}
+
+__global__ void activationBackwardKernel(ActivationKind kind, float alpha, float beta, const float* x, const float* y,
+                                         const float* dy, float* dx, int64_t n) {
+    const bool readsX = backwardReadsX(kind);
+    TESSERA_FOR_EACH(i, n)
+    dx[i] = activateBackward(kind, alpha, beta, readsX ? x[i] : 0.0f, readsX ? 0.0f : y[i], dy[i]);
+}
+
+__global__ void activationBackwardKernel4(ActivationKind kind, float alpha, float beta, const float4* x,
+                                          const float4* y, const float4* dy, float4* dx, int64_t n4) {
+    const bool readsX = backwardReadsX(kind);
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    TESSERA_FOR_EACH(i, n4) {
+        const float4 u = readsX ? x[i] : zero, v = readsX ? zero : y[i], g = dy[i];
+        dx[i] = make_float4(
+            activateBackward(kind, alpha, beta, u.x, v.x, g.x), activateBackward(kind, alpha, beta, u.y, v.y, g.y),
+            activateBackward(kind, alpha, beta, u.z, v.z, g.z), activateBackward(kind, alpha, beta, u.w, v.w, g.w));
+    }
+}
+
+} // namespace
+
+void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaStream_t s) {
+    TESSERA_LAUNCH(broadcastRowsKernel, rows * cols, s, row, y, rows, cols);
+}
+
+void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols, cudaStream_t s) {
+    TESSERA_LAUNCH(sumRowsKernel, cols, s, x, alpha, beta, y, rows, cols);
+}
+
+void castAddChannels(const void* x, int from, const float* bias, float* y, int64_t channels, int64_t inner, int64_t n,
+                     cudaStream_t s) {
+    TESSERA_LAUNCH(castAddChannelsKernel, n, s, x, from, bias, y, channels, inner, n);
+}
+
+void castAxpby(float alpha, const void* x, int from, float beta, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(castAxpbyKernel, n, s, alpha, x, from, beta, y, n);
+}
+
+void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s) {
+    axpbyz(alpha, x, beta, y, y, n, s);
+}
+
+void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s) {
+    int64_t done = 0;
+    if (aligned16(x, y, z)) {
+        done = n / 4 * 4;
+        TESSERA_LAUNCH(axpbyzKernel4, n / 4, s, alpha, reinterpret_cast<const float4*>(x), beta,
+                       reinterpret_cast<const float4*>(y), reinterpret_cast<float4*>(z), n / 4);
+    }
+    TESSERA_LAUNCH(axpbyzKernel, n - done, s, alpha, x + done, beta, y + done, z + done, n - done);
+}
+
+void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(mulKernel, n, s, a, b, y, n);
+}
+
+void binaryBroadcast(BinaryOp op, const float* a, const float* b, float* y, const element::BroadcastGeometry& g,
+                     int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(binaryBroadcastKernel, n, s, op, a, b, y, g, n);
+}
+
+void sumTo(const float* x, float alpha, float* y, const element::ReduceGeometry& g, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(sumToKernel, n, s, x, alpha, y, g, n);
+}
+
+void power(const float* x, float p, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(powerKernel, n, s, x, p, y, n);
+}
+
+void affine(const float* x, float a, float b, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(affineKernel, n, s, x, a, b, y, n);
+}
+
+void mulChannels(const float* x, const float* m, float* y, int64_t planes, int64_t inner, cudaStream_t s) {
+    TESSERA_LAUNCH(mulChannelsKernel, planes * inner, s, x, m, y, planes, inner);
+}
+
+void castToInt(const float* x, int32_t* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(castToIntKernel, n, s, x, y, n);
+}
+
+void castToFloat(const int32_t* x, float* y, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(castToFloatKernel, n, s, x, y, n);
+}
+
+void cast(const void* x, int from, void* y, int to, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(castKernel, n, s, x, from, y, to, n);
+}
+
+void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s) {
+    const auto k = static_cast<ActivationKind>(kind);
+    int64_t done = 0;
+    if (aligned16(x, y)) {
+        done = n / 4 * 4;
+        TESSERA_LAUNCH(activationForwardKernel4, n / 4, s, k, alpha, beta, reinterpret_cast<const float4*>(x),
+                       reinterpret_cast<float4*>(y), n / 4);
+    }
+    TESSERA_LAUNCH(activationForwardKernel, n - done, s, k, alpha, beta, x + done, y + done, n - done);
+}
+
+void activationBackward(int kind, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,
+                        int64_t n, cudaStream_t s) {
+    const auto k = static_cast<ActivationKind>(kind);
+    const float* read = backwardReadsX(k) ? x : y;
+    int64_t done = 0;
+    if (aligned16(read, dy, dx)) {
+        done = n / 4 * 4;
+        TESSERA_LAUNCH(activationBackwardKernel4, n / 4, s, k, alpha, beta, reinterpret_cast<const float4*>(x),
+                       reinterpret_cast<const float4*>(y), reinterpret_cast<const float4*>(dy),
+                       reinterpret_cast<float4*>(dx), n / 4);
+    }
+    TESSERA_LAUNCH(activationBackwardKernel, n - done, s, k, alpha, beta, x ? x + done : x, y ? y + done : y, dy + done,
+                   dx + done, n - done);
+}
+
+} // namespace tessera::cudak

@@ -1,0 +1,80 @@
+// The CUDA backend's own kernels for fills, random numbers, dropout masks and layout reorders, and their launchers
+// (declared in cuda/Kernels.h). Each kernel mirrors the loop of the CPU backend that
+// computes the same op, so that the two agree to rounding (tests/cuda checks it).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "backend/Backend.h"
+#include "backend/Random.h"
+#include "cuda/KernelUtil.cuh"
+#include "cuda/Kernels.h"
+
+namespace tessera::cudak {
+
+namespace {
+
+__global__ void fillKernel(float* p, int64_t n, float v) { TESSERA_FOR_EACH(i, n) p[i] = v; }
+
+__global__ void fillIntKernel(int32_t* p, int64_t n, int32_t v) { TESSERA_FOR_EACH(i, n) p[i] = v; }
+
+__global__ void uniformKernel(float* p, int64_t n, float lo, float range, uint64_t seed, uint64_t first) {
+    TESSERA_FOR_EACH(i, n) p[i] = lo + range * randomUniform(seed, first + static_cast<uint64_t>(i));
+}
+
+__global__ void normalKernel(float* p, int64_t n, float mean, float sd, uint64_t seed, uint64_t first) {
+    TESSERA_FOR_EACH(i, n) {
+        const uint64_t c = first + 2 * static_cast<uint64_t>(i);
+        const float u1 = 1.0f - randomUniform(seed, c);
+        const float u2 = randomUniform(seed, c + 1);
+        p[i] = mean + sd * sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
+    }
+}
+
+__global__ void dropoutKernel(const float* x, float* mask, float* y, int64_t n, float p, float keep, uint64_t seed,
+                              uint64_t first) {
+    TESSERA_FOR_EACH(i, n) {
+        mask[i] = randomUniform(seed, first + static_cast<uint64_t>(i)) < p ? 0.0f : keep;
+        y[i] = x[i] * mask[i];
+    }
+}
+
+__device__ int64_t blockedIndex(int64_t n, int64_t c, int64_t sp, int64_t channels, int64_t spatial, int64_t block) {
+    if (block == 1) return (n * channels + c) * spatial + sp;
+    const int64_t blocks = (channels + block - 1) / block;
+    return ((n * blocks + c / block) * spatial + sp) * block + c % block;
+}
+
+__global__ void reorderKernel(const float* src, int64_t sb, float* dst, int64_t db, int64_t n, int64_t c, int64_t sp) {
+    TESSERA_FOR_EACH(i, n * c * sp) {
+        const int64_t s = i % sp, ch = i / sp % c, b = i / (sp * c);
+        dst[blockedIndex(b, ch, s, c, sp, db)] = src[blockedIndex(b, ch, s, c, sp, sb)];
+    }
+}
+
+} // namespace
+
+void fill(float* p, int64_t n, float value, cudaStream_t s) { TESSERA_LAUNCH(fillKernel, n, s, p, n, value); }
+
+void fillInt(int32_t* p, int64_t n, int32_t value, cudaStream_t s) { TESSERA_LAUNCH(fillIntKernel, n, s, p, n, value); }
+
+void uniform(float* p, int64_t n, float lo, float hi, uint64_t seed, uint64_t first, cudaStream_t s) {
+    TESSERA_LAUNCH(uniformKernel, n, s, p, n, lo, hi - lo, seed, first);
+}
+
+void normal(float* p, int64_t n, float mean, float stddev, uint64_t seed, uint64_t first, cudaStream_t s) {
+    TESSERA_LAUNCH(normalKernel, n, s, p, n, mean, stddev, seed, first);
+}
+
+void dropout(const float* x, float* mask, float* y, int64_t n, float p, uint64_t seed, uint64_t first, cudaStream_t s) {
+    TESSERA_LAUNCH(dropoutKernel, n, s, x, mask, y, n, p, 1.0f / (1.0f - p), seed, first);
+}
+
+void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, int64_t n, int64_t c, int64_t spatial,
+             cudaStream_t s) {
+    TESSERA_LAUNCH(reorderKernel, n * c * spatial, s, src, srcBlock, dst, dstBlock, n, c, spatial);
+}
+
+} // namespace tessera::cudak

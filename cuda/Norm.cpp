@@ -1,0 +1,105 @@
+// The CUDA backend's batch norm (cuDNN) and local response normalisation.
+#include "cuda/CudaBackend.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/Errors.h"
+#include "backend/Random.h"
+#include "cuda/Dnn.h"
+#include "cuda/Kernels.h"
+#include "cuda/Util.h"
+
+namespace tessera {
+
+using namespace cuda_util;
+
+using namespace cudnn_util;
+
+namespace {
+// [N, C, H, W] view of an LRN input: 1-D inputs get W = 1; across channels, 3-D spatial
+// dims fold into H.
+void lrnDims(const LrnParams& p, const Shape& s, int64_t& h, int64_t& w) {
+    if (s.rank() < 3 || s.rank() > 5 || (!p.acrossChannels && s.rank() == 5)) {
+        throw ShapeError("CudaBackend::lrn: unsupported input " + s.str() +
+                         (p.acrossChannels ? "" : " for within-channel LRN (1-D or 2-D maps)"));
+    }
+    if (s.rank() == 4) {
+        h = s[2];
+        w = s[3];
+    } else {
+        h = s.numel() / (s[0] * s[1]);
+        w = 1;
+    }
+}
+} // namespace
+
+Tensor CudaBackend::lrnForward(const LrnParams& p, const Tensor& xIn, Tensor& workspace) {
+    const Tensor x = xIn.plain();
+    const Shape& sh = x.shape();
+    int64_t h = 0, w = 0;
+    lrnDims(p, sh, h, w);
+    Tensor y = Tensor::empty(sh, DType::float32, device());
+    workspace = Tensor::empty(sh, DType::float32, device());
+    cudak::lrnForward(p.acrossChannels, p.size, p.alpha, p.beta, p.k, fp(x), fp(y), fp(workspace), sh[0], sh[1], h, w,
+                      s());
+    return y;
+}
+
+Tensor CudaBackend::lrnBackward(const LrnParams& p, const Tensor& xIn, const Tensor& dyIn, const Tensor& workspace) {
+    if (!workspace.defined()) throw BackendError("CudaBackend::lrnBackward: no workspace from a forward pass");
+    const Tensor x = xIn.plain(), dy = dyIn.plain();
+    const Shape& sh = x.shape();
+    int64_t h = 0, w = 0;
+    lrnDims(p, sh, h, w);
+    Tensor dx = Tensor::empty(sh, DType::float32, device());
+    cudak::lrnBackward(p.acrossChannels, p.size, p.alpha, p.beta, fp(x), fp(dy), fp(workspace), fp(dx), sh[0], sh[1], h,
+                       w, s());
+    return dx;
+}
+
+Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                     const Tensor& var, float eps, bool training) {
+    const Tensor x = xIn.plain();
+    if (x.shape().rank() < 2)
+        throw ShapeError("CudaBackend::batchNormForward: needs [N, C, ...], got " + x.shape().str());
+    Tensor y = Tensor::empty(x.shape(), DType::float32, device());
+    const float one = 1.0f, zero = 0.0f;
+    s();
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()));
+    const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
+    if (training) {
+        // Batch statistics: cuDNN saves the mean and the inverse standard deviation; the
+        // biased variance the interface promises is recovered from the latter.
+        Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
+        TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
+                                                                  fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift), 1.0,
+                                                                  nullptr, nullptr, eps, fp(mean), fp(invstd)));
+        cudak::varianceFromInvStd(fp(invstd), eps, fp(var), x.shape()[1], s());
+    } else {
+        TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
+                                                                   fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift),
+                                                                   fp(mean), fp(var), eps));
+    }
+    return y;
+}
+
+Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, const Tensor& scale, const Tensor& mean,
+                                      const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) {
+    const Tensor x = xIn.plain(), dy = dyIn.plain();
+    Tensor dx = Tensor::empty(x.shape(), DType::float32, device());
+    Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
+    cudak::invStdFromVariance(fp(var), eps, fp(invstd), x.shape()[1], s());
+    const float one = 1.0f, zero = 0.0f;
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()));
+    const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
+    TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xDesc,
+                                                       fp(x), xDesc, fp(dy), xDesc, fp(dx), pDesc, fp(scale),
+                                                       fp(dscale), fp(dshift), eps, fp(mean), fp(invstd)));
+    return dx;
+}
+
+} // namespace tessera

@@ -1,0 +1,108 @@
+// The CUDA backend's pooling: average on cuDNN, max on Tessera's kernel (which records each window's argmax, so
+// backward needs neither x nor y).
+#include "cuda/CudaBackend.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/Errors.h"
+#include "backend/Random.h"
+#include "cuda/Dnn.h"
+#include "cuda/Kernels.h"
+#include "cuda/Util.h"
+
+namespace tessera {
+
+using namespace cuda_util;
+
+using namespace cudnn_util;
+
+namespace {
+
+cudak::Window3 window3(const PoolParams& p, const Shape& x, const Shape& y) {
+    if (x.rank() < 3 || x.rank() > 5)
+        throw ShapeError("CudaBackend: pooling needs 1 to 3 spatial dims, got " + x.str());
+    return element::window3(p, x, y);
+}
+
+} // namespace
+
+// Average pooling's cuDNN descriptor (symmetric padding only).
+static cudnnPoolingDescriptor_t avgPoolDesc(CudaBackend::DnnState& dnn, const PoolParams& p) {
+    for (size_t d = 0; d < p.padLo.size(); ++d) {
+        if (p.padLo[d] != p.padHi[d]) {
+            throw BackendError("CudaBackend: cuDNN average pooling pads both sides alike; got pad " +
+                               std::to_string(p.padLo[d]) + " before and " + std::to_string(p.padHi[d]) + " after");
+        }
+    }
+    std::vector<int> window = ints(p.kernel), pad = ints(p.padLo), stride = ints(p.stride);
+    while (window.size() < 2) { // 1-D pooling as 2-D over [N, C, L, 1]
+        window.push_back(1);
+        pad.push_back(0);
+        stride.push_back(1);
+    }
+    const bool includePad = p.kind == PoolKind::avgWithPad;
+    const std::string key = keyOf(includePad ? "avg-pad" : "avg", {window, pad, stride});
+    std::lock_guard<std::mutex> lock(dnn.mutex);
+    auto& slot = dnn.pools[key];
+    if (!slot) {
+        auto desc = std::make_unique<PoolDesc>();
+        TESSERA_CUDA_CHECK(cudnnCreatePoolingDescriptor(&desc->d));
+        TESSERA_CUDA_CHECK(cudnnSetPoolingNdDescriptor(
+            desc->d,
+            includePad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+            CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(window.size()), window.data(), pad.data(), stride.data()));
+        slot = std::move(desc);
+    }
+    return slot->d;
+}
+
+Tensor CudaBackend::poolForward(const PoolParams& p, const Tensor& xIn, const Shape& yShape, bool training,
+                                Tensor& workspace) {
+    const Tensor x = xIn.plain();
+    Tensor y = Tensor::empty(yShape, DType::float32, device());
+    if (p.kind == PoolKind::max) {
+        workspace = training ? Tensor::empty(yShape, DType::int32, device()) : Tensor();
+        cudak::maxPoolForward(fp(x), fp(y), training ? static_cast<int32_t*>(workspace.raw()) : nullptr,
+                              window3(p, x.shape(), yShape), x.shape()[0] * x.shape()[1], s());
+        return y;
+    }
+    workspace = Tensor();
+    const float one = 1.0f, zero = 0.0f;
+    s();
+    TESSERA_CUDA_CHECK(cudnnPoolingForward(cudnn_, avgPoolDesc(*dnn_, p), &one, dnn_->tensor(nd(x.shape())), fp(x),
+                                           &zero, dnn_->tensor(nd(yShape)), fp(y)));
+    return y;
+}
+
+Tensor CudaBackend::poolBackward(const PoolParams& p, const Tensor& dyIn, const Tensor& workspace, const Shape& xShape,
+                                 Layout xLayout) {
+    const Tensor dy = dyIn.plain();
+    Tensor dx = Tensor::empty(xShape, DType::float32, device());
+    if (p.kind == PoolKind::max) {
+        if (!workspace.defined()) throw BackendError("CudaBackend::poolBackward: no argmax from a training forward");
+        const cudak::Window3 w = window3(p, xShape, dy.shape());
+        cudak::maxPoolBackward(fp(dy), static_cast<const int32_t*>(workspace.raw()), fp(dx), xShape[0] * xShape[1],
+                               w.in[0] * w.in[1] * w.in[2], w.out[0] * w.out[1] * w.out[2], s());
+    } else {
+        // Average pooling's gradient depends on neither x nor y; cuDNN still takes both
+        // pointers, so dy and dx (of the same shapes) stand in for them.
+        const float one = 1.0f, zero = 0.0f;
+        s();
+        const cudnnTensorDescriptor_t yDesc = dnn_->tensor(nd(dy.shape())), xDesc = dnn_->tensor(nd(xShape));
+        TESSERA_CUDA_CHECK(cudnnPoolingBackward(cudnn_, avgPoolDesc(*dnn_, p), &one, yDesc, fp(dy), yDesc, fp(dy),
+                                                xDesc, fp(dx), &zero, xDesc, fp(dx)));
+    }
+    return xLayout == Layout::plain ? dx : dx.toLayout(xLayout);
+}
+
+void CudaBackend::maxPoolIndices(const PoolParams& p, const Tensor& xIn, const Tensor& idx) {
+    const Tensor x = xIn.plain();
+    cudak::maxPoolForward(fp(x), nullptr, static_cast<int32_t*>(idx.raw()), window3(p, x.shape(), idx.shape()),
+                          x.shape()[0] * x.shape()[1], s());
+}
+
+} // namespace tessera
