@@ -117,7 +117,7 @@ std::vector<float> DataParallel::BatchNormLink::allGather(const std::vector<floa
 }
 
 DataParallel::~DataParallel() {
-    if (inBackward_) Module::setGradientHook({});
+    if (inBackward_) net_.setGradientHook({});
     if (linked_) BatchNormND::setSync(nullptr);
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -147,7 +147,7 @@ void DataParallel::beginBackward(int64_t samples, int64_t globalSamples, bool re
         error_ = nullptr;
     }
     inBackward_ = true;
-    if (reduce_) Module::setGradientHook([this](const Module& m) { onModuleDone(m); });
+    if (reduce_) net_.setGradientHook([this](const Module& m) { onModuleDone(m); });
 }
 
 void DataParallel::onModuleDone(const Module& m) {
@@ -180,7 +180,7 @@ void DataParallel::enqueue(size_t bucket) {
 
 void DataParallel::finishBackward() {
     if (!inBackward_) throw ModuleError("DataParallel::finishBackward without beginBackward");
-    Module::setGradientHook({});
+    net_.setGradientHook({});
     inBackward_ = false;
     if (reduce_) {
         learned_ = true;
@@ -197,7 +197,7 @@ void DataParallel::finishBackward() {
 
 void DataParallel::abandonBackward() noexcept {
     if (!inBackward_) return;
-    Module::setGradientHook({});
+    net_.setGradientHook({});
     inBackward_ = false;
 }
 

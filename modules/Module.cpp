@@ -112,13 +112,23 @@ std::string stats(const std::string& what, const Tensors& tensors) {
 void Module::setCheckNumerics(bool on) { numericsChecked = on; }
 
 namespace {
-std::function<void(const Module&)>& gradientHook() {
-    static std::function<void(const Module&)> hook;
-    return hook;
-}
+// The hooks of the backwards running on this thread, outermost first (setGradientHook).
+thread_local std::vector<const std::function<void(const Module&)>*> activeHooks;
+
+struct HookScope {
+    explicit HookScope(const std::function<void(const Module&)>& hook) : on(static_cast<bool>(hook)) {
+        if (on) activeHooks.push_back(&hook);
+    }
+    ~HookScope() {
+        if (on) activeHooks.pop_back();
+    }
+    HookScope(const HookScope&) = delete;
+    HookScope& operator=(const HookScope&) = delete;
+    bool on;
+};
 } // namespace
 
-void Module::setGradientHook(std::function<void(const Module&)> hook) { gradientHook() = std::move(hook); }
+void Module::setGradientHook(std::function<void(const Module&)> hook) { gradientHook_ = std::move(hook); }
 
 namespace {
 thread_local Module::CallObserver* callObserver = nullptr;
@@ -278,6 +288,7 @@ Tensor Module::operator()(const Tensor& data) {
 
 const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
     const RunGuard running(*this);
+    const HookScope hooked(gradientHook_);
     if (data_.empty()) throw moduleError("backward called before forward (no output to differentiate)");
     if (grad.size() != data_.size()) {
         throw shapeError("backward expects " + std::to_string(data_.size()) + " gradient tensor(s), got " +
@@ -308,7 +319,9 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
         }
     }
     if (observer) observer->end(*this, true);
-    if (updParamGrads && train_ && !vars_.empty() && gradientHook()) gradientHook()(*this);
+    if (updParamGrads && train_ && !vars_.empty()) {
+        for (const auto* hook : activeHooks) (*hook)(*this);
+    }
     if (numericsChecked && namedChildren().empty()) { // containers: their layers were checked
         for (size_t i = 0; i < grad_.size(); ++i) {
             requireFinite("backward", "input gradient " + std::to_string(i), grad_[i], "output gradient", grad);

@@ -173,12 +173,15 @@ public:
     static bool checkNumerics();
 
     // ---- gradient hook ------------------------------------------------------------------
-    /// Process-wide: called after every module's backward that accumulated parameter
-    /// gradients (train mode, updParamGrads), with the module; its ownParams() gradients
-    /// then hold this backward's contribution (a module run at several nodes is called once
-    /// per node). Data-parallel training (distributed/DataParallel.h) starts reducing a
-    /// bucket of gradients as soon as all of its parameters are done. Empty: none.
-    static void setGradientHook(std::function<void(const Module&)> hook);
+    /// This model's hook: while a backward of this module runs, called after the backward of
+    /// every module under it (itself included) that accumulated parameter gradients (train
+    /// mode, updParamGrads), with that module; its ownParams() gradients then hold this
+    /// backward's contribution (a module run at several nodes is called once per node).
+    /// Data-parallel training (distributed/DataParallel.h) starts reducing a bucket of
+    /// gradients as soon as all of its parameters are done. Each model's hook hears only its
+    /// own modules, whichever threads the models run in; a hook set on a module inside
+    /// another's tree is called too. Empty (the default): none.
+    void setGradientHook(std::function<void(const Module&)> hook);
     /// This module's own parameters (not its children's), in registration order.
     const NamedVariables& ownParams() const { return vars_; }
 
@@ -331,6 +334,7 @@ protected:
 
 private:
     std::string name_;
+    std::function<void(const Module&)> gradientHook_; // setGradientHook
     bool train_ = true;
     DType compute_ = DType::float32;
     bool packed_ = false;

@@ -24,6 +24,14 @@ public:
     size_t outputCount() const override { return static_cast<size_t>(times_); }
     Blueprint blueprint() const override;
 
+    /// Every output is the input itself; the input gradient (their sum) has storage of its own.
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override {
+        MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+        use.outputViews.assign(use.outLayouts.size(), 0);
+        return use;
+    }
+
 protected:
     Tensors updateData(const Tensors& data) override { return Tensors(static_cast<size_t>(times_), data[0]); }
     Tensors updateGrad(const Tensors& grad) override;

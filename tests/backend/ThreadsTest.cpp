@@ -11,6 +11,8 @@
 #include <xmmintrin.h>
 #endif
 #include <thread>
+#include <unordered_set>
+#include <vector>
 
 #include "GradCheck.h"
 #include "backend/Backend.h"
@@ -20,6 +22,7 @@
 #include "models/ResNet.h"
 #include "modules/Activation.h"
 #include "modules/Glue.h"
+#include "modules/Linear.h"
 
 namespace tessera {
 namespace {
@@ -197,6 +200,51 @@ TEST(Threads, TheGlobalGeneratorHandsOutEachCounterOnce) {
     all.insert(all.end(), firsts[1].begin(), firsts[1].end());
     std::sort(all.begin(), all.end());
     for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], 3 * i) << "a counter handed out twice or skipped";
+}
+
+// Each model's gradient hook hears its own modules only, with models training in two
+// threads at once (as two data-parallel jobs in one process would).
+TEST(Threads, GradientHooksHearOnlyTheirOwnModel) {
+    struct Model {
+        Sequential net{"net"};
+        std::unordered_set<const Module*> mine;
+        std::atomic<int> heard{0}, foreign{0};
+    };
+    Model models[2];
+    for (Model& m : models) {
+        auto fc1 = std::make_shared<Linear>(16, 32);
+        auto fc2 = std::make_shared<Linear>(32, 4);
+        m.net.append(fc1).append(std::make_shared<Activation>(ActivationKind::tanh)).append(fc2);
+        m.mine = {fc1.get(), fc2.get()};
+        m.net.setGradientHook([&m](const Module& done) { ++(m.mine.count(&done) ? m.heard : m.foreign); });
+    }
+    constexpr int kSteps = 50;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+        threads.emplace_back([&, t] {
+            const Tensor x = randomTensor({8, 16}, 30 + t), dy = randomTensor({8, 4}, 40 + t);
+            for (int k = 0; k < kSteps; ++k) {
+                models[t].net(x);
+                models[t].net.backward(dy);
+            }
+        });
+    }
+    for (std::thread& th : threads) th.join();
+    // A model without a hook calls none, on a thread where hooked models ran.
+    Sequential silent("silent");
+    silent.append(std::make_shared<Linear>(16, 4));
+    silent(randomTensor({8, 16}, 50));
+    silent.backward(randomTensor({8, 4}, 51));
+    for (Model& m : models) {
+        EXPECT_EQ(m.heard.load(), 2 * kSteps); // two Linears per step
+        EXPECT_EQ(m.foreign.load(), 0);
+    }
+    // A hook set to empty stops.
+    models[0].net.setGradientHook({});
+    models[0].heard = 0;
+    models[0].net(randomTensor({8, 16}, 60));
+    models[0].net.backward(randomTensor({8, 4}, 61));
+    EXPECT_EQ(models[0].heard.load(), 0);
 }
 
 } // namespace
