@@ -76,6 +76,7 @@
 #include "training/Checkpoint.h"
 #include "training/Cost.h"
 #include "training/CrossEntropy.h"
+#include "training/Fit.h"
 #include "training/GradientSync.h"
 #include "training/Handlers.h"
 #include "training/L1Hinge.h"

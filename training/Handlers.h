@@ -106,6 +106,9 @@ public:
     bool stopRequested() const { return stop_; }
     void clearStop() { stop_ = false; }
     const HandlerOptions& options() const { return options_; }
+    Module& net() const { return net_; }
+    Optimizer& optimizer() const { return optimizer_; }
+    WeightAverage* weightAverage() const { return average_; }
 
 private:
     // The epoch's loop over `batches` batches; `fetch(b)` gives batch b's inputs and

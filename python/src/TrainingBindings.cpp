@@ -9,6 +9,7 @@
 #include "training/Average.h"
 #include "training/CTC.h"
 #include "training/CrossEntropy.h"
+#include "training/Fit.h"
 #include "training/Handlers.h"
 #include "training/L1Hinge.h"
 #include "training/Multi.h"
@@ -274,6 +275,89 @@ rule); returns the mean training error. Ctrl-C stops it after the batch in progr
         .def_property_readonly(
             "position", [](const Trainer& t) { return py::make_tuple(t.position().epoch, t.position().batch); },
             "(epoch, next batch): where the next train() starts.");
+
+    py::class_<EpochReport>(m, "EpochReport", "One epoch of fit(): accuracies in [0, 1], NaN without that data.")
+        .def_readonly("epoch", &EpochReport::epoch)
+        .def_readonly("loss", &EpochReport::loss)
+        .def_readonly("validationAccuracy", &EpochReport::validationAccuracy)
+        .def_readonly("testAccuracy", &EpochReport::testAccuracy)
+        .def_readonly("best", &EpochReport::best)
+        .def_readonly("checkpointed", &EpochReport::checkpointed)
+        .def_readonly("learnRate", &EpochReport::learnRate)
+        .def_readonly("seconds", &EpochReport::seconds)
+        .def_readonly("imagesPerSecond", &EpochReport::imagesPerSecond)
+        .def("__repr__", [](const EpochReport& r) {
+            return "tessera.EpochReport(epoch=" + std::to_string(r.epoch) + ", loss=" + std::to_string(r.loss) +
+                   ", testAccuracy=" + std::to_string(r.testAccuracy) + ")";
+        });
+    py::class_<FitResult>(m, "FitResult", "What fit() did.")
+        .def_readonly("epochs", &FitResult::epochs)
+        .def_readonly("testAccuracy", &FitResult::testAccuracy)
+        .def_readonly("bestValidationAccuracy", &FitResult::bestValidationAccuracy)
+        .def_readonly("bestEpoch", &FitResult::bestEpoch)
+        .def_readonly("stoppedEarly", &FitResult::stoppedEarly)
+        .def_readonly("stopped", &FitResult::stopped)
+        .def_readonly("resumed", &FitResult::resumed)
+        .def_readonly("average", &FitResult::average)
+        .def_property_readonly("position",
+                               [](const FitResult& r) { return py::make_tuple(r.position.epoch, r.position.batch); });
+    m.def(
+        "fit",
+        [](Trainer& trainer, Loader& train, int64_t epochs, const std::shared_ptr<Schedule>& schedule, int64_t warmup,
+           float ema, Loader* validation, Loader* test, int64_t earlyStop, const std::string& saveBest,
+           const std::string& checkpoint, int64_t checkpointEpochs, int64_t checkpointSteps, const std::string& resume,
+           const std::string& metrics, const py::object& inputs, const std::vector<std::string>& classes, bool verbose,
+           const py::object& onEpoch, const py::object& onBatch) {
+            FitOptions o{.epochs = epochs,
+                         .schedule = schedule.get(),
+                         .warmup = warmup,
+                         .ema = ema,
+                         .validation = validation,
+                         .test = test,
+                         .earlyStop = earlyStop,
+                         .saveBest = saveBest,
+                         .save = {.inputs = inputs.is_none() ? Shapes{} : toShapes(inputs), .classes = classes},
+                         .checkpoint = checkpoint,
+                         .checkpointEpochs = checkpointEpochs,
+                         .checkpointSteps = checkpointSteps,
+                         .resume = resume,
+                         .metrics = metrics,
+                         .out = verbose ? stdout : nullptr};
+            FitCallbacks c;
+            c.onBatch = callback(onBatch);
+            if (!onEpoch.is_none()) {
+                if (!PyCallable_Check(onEpoch.ptr())) throw py::type_error("fit: onEpoch must be callable");
+                c.onEpoch = [onEpoch](const EpochReport& r) {
+                    py::gil_scoped_acquire gil;
+                    onEpoch(r);
+                };
+            }
+            // Ctrl-C stops after the batch in progress: fit writes its checkpoint, then the
+            // KeyboardInterrupt is raised.
+            c.stop = [] {
+                py::gil_scoped_acquire gil;
+                return PyErr_CheckSignals() != 0;
+            };
+            FitResult r;
+            {
+                py::gil_scoped_release nogil;
+                r = fit(trainer, train, o, c);
+            }
+            if (PyErr_Occurred()) throw py::error_already_set();
+            return r;
+        },
+        py::arg("trainer"), py::arg("train"), py::kw_only(), py::arg("epochs") = 10, py::arg("schedule") = nullptr,
+        py::arg("warmup") = 0, py::arg("ema") = 0.0f, py::arg("validation") = nullptr, py::arg("test") = nullptr,
+        py::arg("earlyStop") = 0, py::arg("saveBest") = "", py::arg("checkpoint") = "", py::arg("checkpointEpochs") = 1,
+        py::arg("checkpointSteps") = 0, py::arg("resume") = "", py::arg("metrics") = "", py::arg("inputs") = py::none(),
+        py::arg("classes") = std::vector<std::string>{}, py::arg("verbose") = true, py::arg("onEpoch") = py::none(),
+        py::arg("onBatch") = py::none(),
+        R"(The whole recipe of `tessera train` on a Trainer and a training Loader: a schedule per
+epoch and a linear warm-up over the first steps, a weight average (ema) used for evaluation and
+saving, validation accuracy for saveBest and earlyStop, the test accuracy after each epoch,
+checkpoints (every checkpointEpochs epochs, every checkpointSteps steps, the last epoch, and
+on Ctrl-C) that resume bit for bit (resume=path), and a metrics CSV rewritten after each epoch.
+Saved models carry `inputs` (shapes) and `classes`. Returns a FitResult.)");
 
     py::class_<Validator>(m, "Validator")
         .def(py::init([](Module& net, Cost& cost, int64_t batchsize, bool progress, const std::string& device) {

@@ -17,6 +17,8 @@ from ._tessera import (
     BackendError, BatchInfo, Calculator, Container, ContainerError, Cost, Error, Graph,
     GraphError, IoError, Module, ModuleError, Node, NumericsError, Optimizer, Parallel,
     Sequential, ShapeError, SummaryRow, Tensor, Trainer, Validator, Variable,
+    # the whole training recipe
+    EpochReport, FitResult, fit,
     # profiles
     Profile, ProfileRow, profile,
     # costs
@@ -66,6 +68,9 @@ __all__ = [
     "Tensor",
     "Trainer",
     "Validator",
+    "EpochReport",
+    "FitResult",
+    "fit",
     "Variable",
     "Abs",
     "BCE",

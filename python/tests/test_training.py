@@ -432,3 +432,64 @@ def test_profile_finds_the_slow_layer():
         ts.profile(net, np.ones((4, 6), np.float32), steps=0)
     with pytest.raises(ts.ShapeError):
         ts.profile(net, np.ones((4, 5), np.float32))
+
+
+def test_fit_runs_the_whole_recipe_from_python(tmp_path):
+    """tessera.fit: warm-up and a schedule, a weight average, validation with save-best and
+    early stopping, the test accuracy per epoch, checkpoints, metrics; a run stopped by a
+    callback resumes from its checkpoint to the same weights as a run that was not."""
+    try:
+        images, labels = ts.loadMnist(split="train", limit=3072)
+        timages, tlabels = ts.loadMnist(split="t10k", limit=1000)
+    except ts.IoError as e:
+        pytest.skip(f"Fashion-MNIST is not installed: {e}")
+    train_set, held = ts.holdOut(ts.tensorDataset(images, labels), 512, 3)
+    test_set = ts.tensorDataset(timages, tlabels)
+
+    def setup():
+        ts.manualSeed(5)
+        net = ts.loadZooModel("lenet")
+        opt = ts.Adam(alpha=2e-3)
+        opt.setupOn(net, useGlobalState=True)
+        trainer = ts.Trainer(net, ts.CrossEntropy(), opt, progress=False)
+        loaders = (ts.Loader(train_set, batchsize=64, seed=4),
+                   ts.Loader(held, batchsize=256, shuffle=False, train=False),
+                   ts.Loader(test_set, batchsize=500, shuffle=False, train=False))
+        return net, opt, trainer, loaders
+
+    common = dict(epochs=3, warmup=20, schedule=ts.StepSchedule(2e-3, 2, 0.5), ema=0.9, verbose=False)
+    net, opt, trainer, (train, valid, test) = setup()
+    best, ckpt, metrics = tmp_path / "best.h5", tmp_path / "run.ckpt", tmp_path / "m.csv"
+    seen = []
+    result = ts.fit(trainer, train, validation=valid, test=test, saveBest=str(best), checkpoint=str(ckpt),
+                    metrics=str(metrics), inputs=[[1, 1, 28, 28]], onEpoch=seen.append, **common)
+    assert [r.epoch for r in result.epochs] == [1, 2, 3] and [r.epoch for r in seen] == [1, 2, 3]
+    losses = [r.loss for r in result.epochs]
+    assert losses[-1] < losses[0], losses
+    assert result.testAccuracy >= 0.70, result.testAccuracy
+    assert 0 < result.bestValidationAccuracy <= 1 and 1 <= result.bestEpoch <= 3
+    assert result.epochs[-1].learnRate == pytest.approx(1e-3)  # StepSchedule halved it at epoch 2
+    assert result.average is not None and result.average.updates == opt.steps
+    assert best.exists() and ckpt.exists() and not result.stopped
+    rows = metrics.read_text().splitlines()
+    assert rows[0].startswith("epoch,train_loss,validation_accuracy_percent,test_accuracy_percent") and len(rows) == 4
+    whole = {k: v.data.numpy().copy() for k, v in net.namedParams().items()}
+
+    # Stopped after batch 30 of epoch 2 by a callback; resumed from its checkpoint.
+    net, opt, trainer, (train, valid, test) = setup()
+
+    def batch_done(info):
+        if info.epoch == 1 and info.batch == 29:
+            trainer.requestStop()
+    r1 = ts.fit(trainer, train, validation=valid, test=test, checkpoint=str(ckpt), onBatch=batch_done, **common)
+    assert r1.stopped and r1.position == (1, 30), r1.position
+    net, opt, trainer, (train, valid, test) = setup()
+    r2 = ts.fit(trainer, train, validation=valid, test=test, resume=str(ckpt), **common)
+    assert r2.resumed and [r.epoch for r in r2.epochs] == [2, 3]
+    for name, v in net.namedParams().items():
+        np.testing.assert_array_equal(v.data.numpy(), whole[name], err_msg=name)
+
+    # Contradictory options are refused before any work.
+    net, opt, trainer, (train, valid, test) = setup()
+    with pytest.raises(ts.ModuleError, match="saveBest"):
+        ts.fit(trainer, train, saveBest=str(best), epochs=1, verbose=False)

@@ -33,6 +33,7 @@
 #include "io/Summary.h"
 #include "training/Checkpoint.h"
 #include "training/CrossEntropy.h"
+#include "training/Fit.h"
 #include "training/Handlers.h"
 #include "training/Optimizer.h"
 #include "training/Schedule.h"
@@ -323,30 +324,6 @@ void plotMetrics(const std::string& csv, const std::string& png, const std::stri
     if (pclose(pipe) != 0) throw IoError("--plot: gnuplot failed to write " + png);
 }
 
-// The model selection of --validation: the best validation accuracy so far, the epoch
-// (from 1) that reached it, and the epochs since. Kept in checkpoints as their notes.
-struct Selection {
-    double best = -1.0;
-    int64_t bestEpoch = 0, since = 0;
-
-    std::string text() const {
-        return nlohmann::json{{"bestValidation", best}, {"bestEpoch", bestEpoch}, {"epochsSinceBest", since}}.dump();
-    }
-    static Selection parse(const std::string& notes, const std::string& path) {
-        Selection s;
-        if (notes.empty()) return s;
-        try {
-            const nlohmann::json j = nlohmann::json::parse(notes);
-            s.best = j.at("bestValidation").get<double>();
-            s.bestEpoch = j.at("bestEpoch").get<int64_t>();
-            s.since = j.at("epochsSinceBest").get<int64_t>();
-        } catch (const nlohmann::json::exception& e) {
-            throw IoError("checkpoint " + path + ": unreadable validation notes: " + e.what());
-        }
-        return s;
-    }
-};
-
 // --validation's value: a fraction of `images` (at least 1) or a whole number of them;
 // UsageError unless 1 <= the count < images.
 int64_t validationCount(const std::string& text, int64_t images) {
@@ -496,13 +473,6 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
 
     std::printf("model: %s, %s parameters; optimizer: %s", a.model.c_str(), thousands(net->numOfParams()).c_str(),
                 a.optimizer.c_str());
-    // The rate of a step: the schedule's for the epoch, ramped up linearly over the first
-    // --warmup steps. A function of the position alone, so a resumed run gets the same.
-    auto rateAt = [&](int64_t epoch, int64_t step) {
-        float rate = schedule ? schedule->at(epoch) : baseRate;
-        if (step < a.warmup) rate *= static_cast<float>(step + 1) / static_cast<float>(a.warmup);
-        return rate;
-    };
     // float16's gradients underflow without a loss scale; bfloat16 has float32's range.
     if (a.precision == "fp16") optimizer->enableLossScaling();
     if (a.clipNorm > 0.0f) optimizer->setGradientClipping(a.clipNorm);
@@ -562,7 +532,6 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     // far off); a smaller last batch keeps the heuristic's choice. Nothing to do on a CPU.
     if (!device.isCpu()) net->optimizeForShape({batchShape}, size_t{512} << 20);
 
-    // Metrics: one CSV row per epoch, flushed at once, so a killed run keeps what it did.
     CrossEntropy cost({.labelSmoothing = a.labelSmoothing});
     HandlerOptions options{.batchsize = a.batch,
                            .seed = a.seed,
@@ -573,42 +542,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     Trainer trainer(*net, cost, *optimizer, options);
     trainer.setDataParallel(parallel.get());
     trainer.setWeightAverage(average.get());
-    Selection selection;
-    if (!a.resume.empty()) {
-        std::string notes;
-        loadCheckpoint(a.resume, *net, *optimizer, trainer, average.get(), &notes);
-        if (valid) selection = Selection::parse(notes, a.resume);
-        std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
-                    static_cast<long long>(trainer.position().epoch + 1),
-                    static_cast<long long>(trainer.position().batch), static_cast<long long>(optimizer->steps()));
-    }
-    // A resumed run appends to its metrics; a fresh one starts the file.
+    // The metrics CSV: --metrics, or beside --plot's PNG while it is drawn.
     const std::string metricsPath = !a.metrics.empty() ? a.metrics : (a.plot.empty() ? "" : a.plot + ".csv");
-    // The rows are kept here and the whole file written again after each epoch (through a
-    // temporary renamed over it): a full disk or a kill leaves the previous epoch's file.
     const bool metrics = !metricsPath.empty() && writer;
-    std::string metricsText;
-    if (metrics) {
-        const bool append = !a.resume.empty() && std::filesystem::exists(metricsPath);
-        if (append) {
-            std::ifstream in(metricsPath, std::ios::binary);
-            metricsText.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-            if (!in.good() && !in.eof()) throw IoError("--metrics: cannot read " + metricsPath + " to append to it");
-            if (!metricsText.empty() && metricsText.back() != '\n') metricsText += '\n';
-        } else {
-            metricsText = std::string("epoch,train_loss,") + (valid ? "validation_accuracy_percent," : "") +
-                          "test_accuracy_percent,seconds,images_per_second\n";
-        }
-        writeFileAtomically(metricsPath, "--metrics", metricsText);
-    }
-    // Checkpoints: every --every steps, at the end of each epoch, and on SIGINT/SIGTERM
-    // after the batch in progress.
-    auto checkpoint = [&] {
-        if (!a.checkpoint.empty() && writer) {
-            saveCheckpoint(a.checkpoint, *net, *optimizer, trainer, average.get(), valid ? selection.text() : "");
-        }
-    };
-    // The test accuracy (and the saved model) of the averaged weights, when they are kept.
     auto withAverage = [&](const auto& work) {
         if (average) average->swap();
         work();
@@ -616,14 +552,26 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     };
     std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
     one.insert(one.begin(), 1);
-    auto saveTo = [&](const std::string& path) { // with the input shape and the classes' names
-        withAverage([&] { saveModel(*net, path, {.inputs = {Shape(one)}, .classes = data.train->classNames()}); });
-    };
-    trainer.onBatchFinish = [&](const BatchInfo& info) {
-        if (a.warmup > 0) optimizer->setLearnRate(rateAt(info.epoch, optimizer->steps()));
-        // A checkpoint holds no accumulated gradients: only after an update.
-        if (info.updated && a.everySteps > 0 && optimizer->steps() % a.everySteps == 0) checkpoint();
-        // The ranks stop after the same batch, when any of them was signalled.
+    const SaveOptions saveOptions{.inputs = {Shape(one)}, .classes = data.train->classNames()};
+    FitOptions fitOptions{.epochs = a.epochs,
+                          .schedule = schedule.get(),
+                          .warmup = a.warmup,
+                          .validation = valid.get(),
+                          .test = &test,
+                          .earlyStop = a.earlyStop,
+                          .saveBest = a.saveBest,
+                          .save = saveOptions,
+                          .checkpoint = a.checkpoint,
+                          .checkpointEpochs = a.everyEpochs,
+                          .checkpointSteps = a.everySteps,
+                          .resume = a.resume,
+                          .metrics = metricsPath,
+                          .writer = writer,
+                          .out = stdout};
+    FitCallbacks fitCallbacks;
+    // SIGINT/SIGTERM stop after the batch in progress; the ranks stop after the same batch,
+    // when any of them was signalled.
+    fitCallbacks.stop = [&] {
         bool stop = stopSignal != 0;
         if (comm) {
             for (int64_t s : comm->allGather(stopSignal)) {
@@ -631,12 +579,14 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                 stop = stop || s != 0;
             }
         }
-        if (stop) trainer.requestStop();
+        return stop;
     };
-    // After SIGINT/SIGTERM: the checkpoint, and how to go on; exit code 128 + the signal.
-    auto stopped = [&]() -> int {
+    std::signal(SIGINT, onStopSignal);
+    std::signal(SIGTERM, onStopSignal);
+    const FitResult result = fit(trainer, train, fitOptions, fitCallbacks);
+    // After SIGINT/SIGTERM (fit wrote the checkpoint): how to go on; exit code 128 + the signal.
+    if (result.stopped) {
         const int sig = stopSignal ? static_cast<int>(stopSignal) : SIGINT;
-        checkpoint();
         std::printf("\nstopped by %s at epoch %lld, batch %lld (step %lld)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                     static_cast<long long>(trainer.position().epoch + 1),
                     static_cast<long long>(trainer.position().batch), static_cast<long long>(optimizer->steps()));
@@ -648,82 +598,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         }
         std::fflush(stdout);
         return 128 + sig;
-    };
-    std::signal(SIGINT, onStopSignal);
-    std::signal(SIGTERM, onStopSignal);
-    CrossEntropy validationCost;
-    Validator validator(*net, validationCost, options);
-    double accuracy = 0.0;
-    const bool stoppedEarly = a.earlyStop > 0 && selection.since >= a.earlyStop;
-    if (trainer.position().epoch >= a.epochs || stoppedEarly) { // a resumed run that had finished: just report
-        if (stoppedEarly) {
-            std::printf("the checkpoint stopped early at epoch %lld: no training left\n",
-                        static_cast<long long>(trainer.position().epoch));
-        } else {
-            std::printf("the checkpoint is past epoch %lld of %lld: no training left\n",
-                        static_cast<long long>(trainer.position().epoch), static_cast<long long>(a.epochs));
-        }
-        withAverage([&] { accuracy = 1.0 - validator.validate(test); });
     }
-    const bool scheduled = schedule || a.warmup > 0;
-    for (int64_t e = trainer.position().epoch; e < a.epochs && !stoppedEarly; ++e) {
-        optimizer->setLearnRate(rateAt(e, optimizer->steps()));
-        const double loss = trainer.train(train);
-        // Stopped in the middle of the epoch: checkpoint and go. (Stopped at its last
-        // batch, the epoch ends as usual first.)
-        if ((trainer.stopRequested() || stopSignal) && trainer.position().batch != 0) return stopped();
-        // Validation first, so that the epoch's checkpoint holds its outcome.
-        double validAccuracy = 0.0;
-        std::string validText, bestText;
-        bool stopNow = false;
-        if (valid) {
-            withAverage([&] { validAccuracy = 1.0 - validator.validate(*valid); });
-            char text[64];
-            std::snprintf(text, sizeof text, ", validation accuracy %.2f%%", 100.0 * validAccuracy);
-            validText = text;
-            if (validAccuracy > selection.best) {
-                selection = {validAccuracy, e + 1, 0};
-                bestText = "; best so far";
-                if (!a.saveBest.empty() && writer) {
-                    saveTo(a.saveBest);
-                    bestText += ", saved to " + a.saveBest;
-                }
-            } else {
-                ++selection.since;
-                stopNow = a.earlyStop > 0 && selection.since >= a.earlyStop;
-            }
-        }
-        withAverage([&] { accuracy = 1.0 - validator.validate(test); });
-        const bool saved = !a.checkpoint.empty() && ((e + 1) % a.everyEpochs == 0 || e + 1 == a.epochs || stopNow);
-        if (saved) checkpoint();
-        std::printf("epoch %lld/%lld: train loss %.4f%s, test accuracy %.2f%%%s (%.0f images/s, %.1f%% of the time "
-                    "waiting for data%s)%s%s\n",
-                    static_cast<long long>(e + 1), static_cast<long long>(a.epochs), loss, validText.c_str(),
-                    100.0 * accuracy, average ? " with the averaged weights" : "", trainer.samplesPerSecond(),
-                    100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
-                    scheduled ? (", learning rate " + formatRate(optimizer->learnRate())).c_str() : "",
-                    bestText.c_str(), saved ? "; checkpoint saved" : "");
-        std::fflush(stdout);
-        if (metrics) {
-            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            char row[160];
-            std::snprintf(row, sizeof row, "%lld,%.6f,", static_cast<long long>(e + 1), loss);
-            metricsText += row;
-            if (valid) {
-                std::snprintf(row, sizeof row, "%.4f,", 100.0 * validAccuracy);
-                metricsText += row;
-            }
-            std::snprintf(row, sizeof row, "%.4f,%.3f,%.1f\n", 100.0 * accuracy, seconds, trainer.samplesPerSecond());
-            metricsText += row;
-            writeFileAtomically(metricsPath, "--metrics", metricsText);
-        }
-        if (stopNow && e + 1 < a.epochs) {
-            std::printf("stopping early: no better validation accuracy in %lld epoch%s\n",
-                        static_cast<long long>(a.earlyStop), a.earlyStop == 1 ? "" : "s");
-            break;
-        }
-        if (trainer.stopRequested() || stopSignal) return stopped();
-    }
+    const double accuracy = result.testAccuracy;
     if (metrics && !a.metrics.empty()) std::printf("wrote the metrics to %s\n", a.metrics.c_str());
     if (!a.plot.empty() && writer) {
         writeAtomically(a.plot, "--plot", [&](const std::string& tmp) {
@@ -733,7 +609,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         std::printf("wrote the loss and accuracy curves to %s\n", a.plot.c_str());
     }
     if (!a.save.empty() && writer) {
-        saveTo(a.save);
+        withAverage([&] { saveModel(*net, a.save, saveOptions); });
         std::printf("saved the model%s (blueprint included) to %s\n", average ? " with its averaged weights" : "",
                     a.save.c_str());
     }
@@ -746,9 +622,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
         std::printf("loss scaling: scale %g at the end, %lld steps skipped for overflowing gradients\n",
                     optimizer->lossScale(), static_cast<long long>(optimizer->skippedSteps()));
     }
-    if (valid && selection.bestEpoch > 0) {
-        std::printf("best validation accuracy %.2f%% after epoch %lld%s\n", 100.0 * selection.best,
-                    static_cast<long long>(selection.bestEpoch),
+    if (valid && result.bestEpoch > 0) {
+        std::printf("best validation accuracy %.2f%% after epoch %lld%s\n", 100.0 * result.bestValidationAccuracy,
+                    static_cast<long long>(result.bestEpoch),
                     a.saveBest.empty() ? "" : ("; that model is in " + a.saveBest).c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
