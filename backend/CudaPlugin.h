@@ -6,6 +6,7 @@
 /// a host without the CUDA libraries, and nothing in `backend/` names CUDA. Private to the
 /// library.
 
+#include <atomic>
 #include <string>
 
 #include "backend/Backend.h"
@@ -36,8 +37,8 @@ void registerCudaProvider(CudaProvider& provider);
 /// The process-wide CUDA settings (setCudaAllowTF32, setCudaDeterministic), kept here so
 /// that they hold for backends made after the call, and before the plugin is loaded.
 struct CudaSettings {
-    bool allowTF32 = true;
-    bool deterministic = false;
+    std::atomic<bool> allowTF32{true};
+    std::atomic<bool> deterministic{false};
 };
 const CudaSettings& cudaSettings();
 

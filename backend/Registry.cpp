@@ -45,7 +45,7 @@ Tensor Backend::batchNormReluBackward(const Tensor&, const Tensor&, const Tensor
 
 namespace {
 
-CudaProvider* registeredCuda = nullptr;
+std::atomic<CudaProvider*> registeredCuda{nullptr}; // set while the plugin loads
 std::string cudaLoadError;
 CudaSettings settings;
 
@@ -83,15 +83,15 @@ CudaProvider* cudaProvider() {
         cudaLoadError = "Tessera was built without CUDA (configure with TESSERA_USE_CUDA=ON)";
 #endif
     });
-    return registeredCuda;
+    return registeredCuda.load();
 }
 
 // The provider if the plugin is loaded already; never loads it.
-CudaProvider* loadedCudaProvider() { return registeredCuda; }
+CudaProvider* loadedCudaProvider() { return registeredCuda.load(); }
 
 } // namespace
 
-void registerCudaProvider(CudaProvider& provider) { registeredCuda = &provider; }
+void registerCudaProvider(CudaProvider& provider) { registeredCuda.store(&provider); }
 
 const CudaSettings& cudaSettings() { return settings; }
 
@@ -129,12 +129,12 @@ bool isPinned(const Tensor& t) {
 }
 
 void setCudaAllowTF32(bool allow) {
-    settings.allowTF32 = allow;
+    settings.allowTF32.store(allow);
     if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
 }
 
 void setCudaDeterministic(bool on) {
-    settings.deterministic = on;
+    settings.deterministic.store(on);
     if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
 }
 
