@@ -1,7 +1,10 @@
 #include "io/ChildProcess.h"
 
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,7 +12,11 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+
+extern char** environ;
 
 // Sanitizer builds: what a sanitizer runs when it stops the process (a fuzzer's report).
 extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
@@ -66,6 +73,20 @@ bool recvMessage(int fd, std::string& m, std::optional<std::chrono::steady_clock
 
 } // namespace
 
+Handler handlerNamed(const std::string& name) {
+    if (name == "onnx-shape-inference") return &onnxShapeInference;
+    if (name == "hdf5-read") return &hdf5Read;
+    return nullptr;
+}
+
+std::string childProgram() {
+    if (const char* path = std::getenv("TESSERA_CHILD_PROGRAM"); path && *path) return path;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&handlerNamed), &info) == 0 || !info.dli_fname) return "tessera-child";
+    return (std::filesystem::path(info.dli_fname).parent_path() / "tessera-child").lexically_normal().string();
+}
+
+namespace {
 void defaultCrashHandling() {
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
         struct sigaction dfl = {};
@@ -74,6 +95,7 @@ void defaultCrashHandling() {
     }
     if (&__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
 }
+} // namespace
 
 ChildServer::~ChildServer() {
     // Killed, not only told by closing the socket: a helper forked later holds a copy of
@@ -114,23 +136,31 @@ ChildServer::Result ChildServer::call(const std::string& request, std::chrono::m
 }
 
 std::optional<std::string> ChildServer::spawn() {
+    const std::string program = childProgram();
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
         return std::string("socketpair: ") + std::strerror(errno);
     }
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-        const int e = errno;
-        ::close(fds[0]);
+    // The child's end becomes its descriptor 3 (dup2 clears close-on-exec; every other
+    // descriptor of this process stays closed in the child, the socket's too).
+    if (fds[1] == 3) {
+        const int moved = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
         ::close(fds[1]);
-        return std::string("fork: ") + std::strerror(e);
+        fds[1] = moved;
     }
-    if (pid == 0) {
-        ::close(fds[0]);
-        serve(fds[1]);
-    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 3);
+    std::string name = "tessera-child", serve = "--serve", handler = handler_;
+    char* argv[] = {name.data(), serve.data(), handler.data(), nullptr};
+    pid_t pid = -1;
+    const int e = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
     ::close(fds[1]);
+    if (e != 0) {
+        ::close(fds[0]);
+        return "cannot start " + program + ": " + std::strerror(e);
+    }
     pid_ = pid;
     fd_ = fds[0];
     return std::nullopt;
@@ -146,7 +176,7 @@ int ChildServer::stop() {
     return status;
 }
 
-void ChildServer::serve(int fd) {
+void serveChild(Handler handler, int fd) {
     defaultCrashHandling();
     for (;;) {
         std::string request;
@@ -154,7 +184,7 @@ void ChildServer::serve(int fd) {
         if (!recvMessage(fd, request, std::nullopt, &unused)) ::_exit(0);
         std::string answer;
         try {
-            answer = handler_(request);
+            answer = handler(request);
         } catch (...) {
             ::_exit(1);
         }

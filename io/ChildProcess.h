@@ -1,7 +1,10 @@
 #pragma once
-/// \file Child processes the readers run libraries in (io/Hdf5.cpp: libhdf5; io/Onnx.cpp:
-/// ONNX's shape inference): a crash or a hang there is the parent's to report, never the
-/// parent's own. Private to io/.
+/// \file Child processes the readers run libraries in (io/Hdf5.cpp: libhdf5;
+/// io/onnx/ShapeInference.cpp: ONNX's shape inference): a crash or a hang there is the
+/// parent's to report, never the parent's own. The child is a fresh program, `tessera-child`
+/// beside libtessera, started by posix_spawn: never a fork of a process whose other threads
+/// (a Loader's workers, OpenMP's pool) may hold locks the child would then wait on forever.
+/// Private to io/.
 
 #include <sys/types.h>
 
@@ -13,23 +16,33 @@
 
 namespace tessera::io_detail {
 
-/// In a forked child: crashes take the default action (the parent sees the signal), not
-/// the handlers the process installed (a sanitizer's or a fuzzer's would report the
-/// crash as their own, and a fuzzer would write it down as a finding).
-void defaultCrashHandling();
+/// The work a child can do, by name: a request in, an answer out. Runs in the child, one
+/// request at a time; its exceptions end the child (exit status 1), so handlers answer
+/// their own errors.
+using Handler = std::string (*)(const std::string& request);
+/// The handlers (defined beside their readers): ONNX's shape inference, an HDF5 file's read.
+std::string onnxShapeInference(const std::string& request);
+std::string hdf5Read(const std::string& request);
+/// "onnx-shape-inference" and "hdf5-read"; nullptr for another name.
+Handler handlerNamed(const std::string& name);
 
-/// A helper process, forked on the first call and kept, so that a call costs a round trip
-/// rather than a fork. `call` sends a request; the child runs the handler on it (in the
-/// memory it was forked with: the request must carry everything) and sends its answer
-/// back. A child that crashed, exited or ran past the call's timeout is reaped (killed)
-/// and replaced at the next call. Calls are serialised.
+/// The child program's loop (tools/child/main.cpp): serves `handler`'s requests on the
+/// socket `fd` until it closes; crashes take the default action (the parent sees the
+/// signal), not handlers a sanitizer or fuzzer runtime installed.
+[[noreturn]] void serveChild(Handler handler, int fd);
+
+/// The child program: `tessera-child` in libtessera's directory, or the file
+/// TESSERA_CHILD_PROGRAM names.
+std::string childProgram();
+
+/// A helper process, started on the first call and kept, so that a call costs a round
+/// trip rather than a start. `call` sends a request; the child runs the named handler on it
+/// and sends its answer back. A child that crashed, exited or ran past the call's timeout
+/// is reaped (killed) and replaced at the next call. Calls are serialised.
 class ChildServer {
 public:
-    /// Runs in the child, one request at a time; its exceptions end the child (exit status
-    /// 1), so handlers answer their own errors.
-    using Handler = std::function<std::string(const std::string& request)>;
-
-    explicit ChildServer(Handler handler) : handler_(std::move(handler)) {}
+    /// `handler`: a name handlerNamed knows.
+    explicit ChildServer(std::string handler) : handler_(std::move(handler)) {}
     ChildServer(const ChildServer&) = delete;
     ChildServer& operator=(const ChildServer&) = delete;
     ~ChildServer();
@@ -39,7 +52,7 @@ public:
         enum class Failure { none, cannotStart, timedOut, crashed, exited };
         std::optional<std::string> answer;
         Failure failure = Failure::none;
-        /// Without an answer: "signal 11", "exit status 1", "fork: <reason>", "".
+        /// Without an answer: "signal 11", "exit status 1", "cannot start <program>: <reason>".
         std::string detail;
     };
     Result call(const std::string& request, std::chrono::milliseconds timeout);
@@ -47,9 +60,8 @@ public:
 private:
     std::optional<std::string> spawn();
     int stop();
-    [[noreturn]] void serve(int fd);
 
-    Handler handler_;
+    std::string handler_;
     std::mutex mutex_;
     pid_t pid_ = -1;
     int fd_ = -1;

@@ -602,32 +602,13 @@ std::chrono::milliseconds readTimeout(uint64_t fileSize) {
                                      static_cast<int64_t>(fileSize / (50 << 20)) * 1000);
 }
 
-// The reader process (io_detail::ChildServer: forked on the first read and kept; one that
-// crashed or hung is replaced at the next read). A request is (parts, file size, path);
-// the answer is '\0' and the serialized snapshot, or '\1' and the error's message.
-std::string serveRead(const std::string& request) {
-    std::string path;
-    try {
-        WireReader r(request, path);
-        const auto parts = static_cast<unsigned>(r.u64());
-        const uint64_t size = r.u64();
-        path = r.str();
-        limitMemory(size);
-        return std::string(1, '\0') + serialize(readParts(path, parts));
-    } catch (const std::exception& e) {
-        return std::string(1, '\1') + e.what();
-    } catch (...) {
-        return std::string(1, '\1') + fileError(path, "cannot read it").what();
-    }
-}
-
 // The parts of `path` a snapshot holds, read by the reader process (see above).
 Snapshot snapshot(const std::string& path, unsigned parts) {
     quietHdf5();
     if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
     if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
     // Never destroyed: reads during static destruction work.
-    static auto* reader = new io_detail::ChildServer(serveRead);
+    static auto* reader = new io_detail::ChildServer("hdf5-read");
     const uint64_t size = fileBytes(path);
     std::string request;
     put(request, static_cast<uint64_t>(parts));
@@ -660,6 +641,25 @@ void copyInto(const Stored& s, const Tensor& dst) {
 }
 
 } // namespace
+
+// The reader process (io_detail::ChildServer: started on the first read and kept; one that
+// crashed or hung is replaced at the next read). A request is (parts, file size, path);
+// the answer is '\0' and the serialized snapshot, or '\1' and the error's message.
+std::string io_detail::hdf5Read(const std::string& request) {
+    std::string path;
+    try {
+        WireReader r(request, path);
+        const auto parts = static_cast<unsigned>(r.u64());
+        const uint64_t size = r.u64();
+        path = r.str();
+        limitMemory(size);
+        return std::string(1, '\0') + serialize(readParts(path, parts));
+    } catch (const std::exception& e) {
+        return std::string(1, '\1') + e.what();
+    } catch (...) {
+        return std::string(1, '\1') + fileError(path, "cannot read it").what();
+    }
+}
 
 void loadModel(Module& module, const std::string& path, LoadMode mode) {
     const Snapshot file = snapshot(path, modelPart);

@@ -26,16 +26,12 @@ struct Source {
     int slot = 0;
 };
 
-// ONNX's shape inference on a serialized model, in the child process that serves
-// Importer::inferShapes.
-std::string inferInChild(const std::string& request);
-
 class Importer {
 public:
     Importer(onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
         : model_(model), path_(std::move(path)), options_(options) {}
 
-    // ONNX's shape inference on the model, run in the inference process (inferInChild):
+    // ONNX's shape inference on the model, run in a child process (io_detail::onnxShapeInference):
     // adds the value_info it finds and refines the outputs'. Throws IoError when inference
     // crashes or takes over 30 s on the model. Its exceptions are not errors here: the
     // import then uses the declared shapes.

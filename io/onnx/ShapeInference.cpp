@@ -54,34 +54,13 @@
 
 namespace tessera::onnx_io {
 
-// ONNX's shape inference, in the process that serves Importer::inferShapes (an
-// io_detail::ChildServer): libonnx reads out of bounds on some malformed nodes (a Conv
-// whose weights' rank differs from its input's), and such a crash must be an error about
-// the file, not the end of the importing process. A request is a serialized model; the
-// answer is '\0' and a GraphProto of the inferred value_info and outputs, or '\1' when
-// inference threw or the model does not parse (the declared shapes serve then).
-std::string inferInChild(const std::string& request) {
-    onnx::ModelProto m;
-    if (!m.ParseFromString(request)) return std::string(1, '\1');
-    try {
-        onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
-                                           onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
-    } catch (const std::exception&) {
-        return std::string(1, '\1');
-    }
-    onnx::GraphProto out;
-    *out.mutable_value_info() = std::move(*m.mutable_graph()->mutable_value_info());
-    *out.mutable_output() = std::move(*m.mutable_graph()->mutable_output());
-    return std::string(1, '\0') + out.SerializeAsString();
-}
-
-// ONNX's shape inference on the model, run in the inference process (inferInChild):
+// ONNX's shape inference on the model, run in the inference process (io_detail::onnxShapeInference):
 // adds the value_info it finds and refines the outputs'. Throws IoError when inference
 // crashes or takes over 30 s on the model. Its exceptions are not errors here: the
 // import then uses the declared shapes.
 void Importer::inferShapes() {
     // Never destroyed: imports during static destruction work.
-    static auto* child = new io_detail::ChildServer(inferInChild);
+    static auto* child = new io_detail::ChildServer("onnx-shape-inference");
     std::string request;
     bool serialized = false;
     {
@@ -191,3 +170,28 @@ int64_t Importer::standIn(const std::string& symbol) {
 }
 
 } // namespace tessera::onnx_io
+
+namespace tessera {
+
+// ONNX's shape inference, in the process that serves Importer::inferShapes (an
+// io_detail::ChildServer): libonnx reads out of bounds on some malformed nodes (a Conv
+// whose weights' rank differs from its input's), and such a crash must be an error about
+// the file, not the end of the importing process. A request is a serialized model; the
+// answer is '\0' and a GraphProto of the inferred value_info and outputs, or '\1' when
+// inference threw or the model does not parse (the declared shapes serve then).
+std::string io_detail::onnxShapeInference(const std::string& request) {
+    onnx::ModelProto m;
+    if (!m.ParseFromString(request)) return std::string(1, '\1');
+    try {
+        onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
+                                           onnx::ShapeInferenceOptions(false, 0, /*data_prop=*/true));
+    } catch (const std::exception&) {
+        return std::string(1, '\1');
+    }
+    onnx::GraphProto out;
+    *out.mutable_value_info() = std::move(*m.mutable_graph()->mutable_value_info());
+    *out.mutable_output() = std::move(*m.mutable_graph()->mutable_output());
+    return std::string(1, '\0') + out.SerializeAsString();
+}
+
+} // namespace tessera

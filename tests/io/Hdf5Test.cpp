@@ -1,3 +1,6 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -212,6 +215,29 @@ TEST(Hdf5, CorruptHeapIsAnErrorNotACrash) {
     EXPECT_TRUE(e.find("corrupt_heap_blueprint.h5: is unreadable: the HDF5 library ") != std::string::npos ||
                 e.find("corrupt_heap_blueprint.h5: is unreadable: its blueprint is empty") != std::string::npos)
         << e;
+}
+
+// The reader is a program of its own (tessera-child, started by posix_spawn), not a fork of
+// this process, whose other threads might hold locks the fork would wait on forever.
+TEST(Hdf5, TheReaderIsTheChildProgramNotAFork) {
+    const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/data/";
+    ASSERT_NE(readBlueprint(dir + "vlen_blueprint.h5").find("\"Sequential\""), std::string::npos);
+    std::vector<std::string> children;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+        const std::string pid = entry.path().filename().string();
+        if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(entry.path() / "stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const size_t close = text.rfind(')'); // "pid (comm) state ppid ..."
+        if (close == std::string::npos) continue;
+        char state = 0;
+        long ppid = 0;
+        if (std::sscanf(text.c_str() + close + 1, " %c %ld", &state, &ppid) != 2 || ppid != getpid()) continue;
+        std::error_code ec;
+        children.push_back(std::filesystem::read_symlink(entry.path() / "exe", ec).filename().string());
+    }
+    EXPECT_NE(std::find(children.begin(), children.end(), "tessera-child"), children.end())
+        << "children of this process: " << ::testing::PrintToString(children);
 }
 
 // h5py reads what Tessera writes, and Tessera reads what h5py writes.
