@@ -285,7 +285,13 @@ void Exporter::emitAdd(const Layer& l) {
 
 // MulAddConst
 void Exporter::emitMulAddConst(const Layer& l) {
-    const auto& [m, bp, in, inShapes, out, path] = l;
+    // Plain references, not a structured binding: the lambdas below capture them (clang 14
+    // cannot capture structured bindings).
+    Module& m = l.m;
+    const std::string& path = l.path;
+    const auto& in = l.in;
+    const auto& out = l.out;
+    const Blueprint& bp = l.bp;
     // a x + b: Mul, then Add, each left out when it is the identity
     const auto& mac = dynamic_cast<const MulAddConst&>(m);
     const float a = schemeFloat(bp, "a", 1.0f), b = schemeFloat(bp, "b", 0.0f);
