@@ -1,6 +1,6 @@
 #pragma once
 /// \file The per-element and per-sample maths that the CPU loops (backend/cpu) and the
-/// CUDA kernels (cuda/Kernels.cu) share: optimizer rules, costs, padding sources and max
+/// CUDA kernels (cuda/*.cu) share: optimizer rules, costs, padding sources and max
 /// pooling windows. Written once, compiled for both, so the two backends cannot drift.
 /// Private to the backends; plain functions of numbers and pointers, no tensors.
 

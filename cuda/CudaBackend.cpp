@@ -132,7 +132,7 @@ CudaBackend& cudaBackend(int index) {
     return *be;
 }
 
-// The constructor and destructor are in CudaDnn.cpp, beside the cuDNN state they own.
+// The constructor and destructor are below, with the cuDNN state they own (cuda/Dnn.h).
 
 cudaStream_t CudaBackend::s() const {
     thread_local int current = -1;

@@ -1,6 +1,6 @@
 #pragma once
 /// \file The CUDA backend: cuBLAS for GEMM; cuDNN for convolution, deconvolution, average
-/// pooling, batch norm and softmax; Tessera's kernels (cuda/Kernels.cu) for the rest. One
+/// pooling, batch norm and softmax; Tessera's kernels (cuda/*.cu) for the rest. One
 /// stream, one cuBLAS handle and one cuDNN handle per device; storage comes from a caching
 /// allocator, so the steady state calls no cudaMalloc. Private to the library.
 ///
@@ -191,7 +191,7 @@ public:
     double sumSquares(const Tensor& t) override;
     void optimizerUpdate(const UpdateParams& p, const Tensor& param, const Tensor& grad, const Tensor& s1,
                          const Tensor& s2, const Tensor& s3) override;
-    /// cuDNN's RNN API (CudaRnn.cpp).
+    /// cuDNN's RNN API (cuda/Rnn.cpp).
     void rnnForward(const RnnParams& p, const RnnWeights& w, const Tensor& x, const Tensor& h0, const Tensor& c0,
                     bool training, const Tensor& y, const Tensor& hN, const Tensor& cN, Tensor& reserve) override;
     int64_t rnnWorkspaceBytes(const RnnParams& p, const Shape& x) override;
@@ -204,7 +204,7 @@ public:
     void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
     void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) override;
 
-    /// cuDNN descriptors and convolution algorithms, cached per shape (CudaDnn.cpp).
+    /// cuDNN descriptors and convolution algorithms, cached per shape (cuda/Dnn.h).
     struct DnnState;
 
 private:
