@@ -59,86 +59,170 @@ namespace tessera {
 
 namespace {
 
-// Typed access to a scheme, with the module's path in every error.
+// A factory row's signature, written once in Python's syntax so Python's classes take it
+// as it is: "insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', name=None".
+// A name without a default is required; None means no fixed default (the class decides:
+// a pool's stride is its size). Every default a layer has lives here and nowhere else in
+// the factory; the options structs are checked against it (tests/io/FactoryTest.cpp).
+struct Param {
+    enum Kind { required, none, given } kind = required;
+    std::string name;
+    BlueprintValue value;
+};
+using Signature = std::vector<Param>;
+
+// The literal `text` (a default in a signature) as a blueprint value; std::logic_error
+// for what the factory's own rows must never hold.
+BlueprintValue parseLiteral(const std::string& classname, const std::string& text) {
+    auto bad = [&] {
+        return std::logic_error("factory row " + classname + ": cannot read the default '" + text + "'");
+    };
+    if (text == "True" || text == "False") return text == "True";
+    if (text.size() >= 2 && (text.front() == '\'' && text.back() == '\'')) return text.substr(1, text.size() - 2);
+    auto number = [&](const std::string& t) -> BlueprintValue {
+        size_t used = 0;
+        if (t.find_first_of(".eE") == std::string::npos) {
+            const int64_t v = std::stoll(t, &used);
+            if (used != t.size()) throw bad();
+            return v;
+        }
+        const double v = std::stod(t, &used);
+        if (used != t.size()) throw bad();
+        return v;
+    };
+    try {
+        if (text.size() >= 2 && (text.front() == '(' || text.front() == '[')) {
+            std::vector<int64_t> ints;
+            std::vector<double> reals;
+            bool real = false;
+            std::string item;
+            for (char c : text.substr(1, text.size() - 2) + ",") {
+                if (c != ',') {
+                    if (c != ' ') item += c;
+                    continue;
+                }
+                if (item.empty()) continue;
+                const BlueprintValue v = number(item);
+                real = real || std::holds_alternative<double>(v);
+                reals.push_back(std::holds_alternative<double>(v) ? std::get<double>(v)
+                                                                  : static_cast<double>(std::get<int64_t>(v)));
+                if (std::holds_alternative<int64_t>(v)) ints.push_back(std::get<int64_t>(v));
+                item.clear();
+            }
+            if (real) return reals;
+            return ints;
+        }
+        return number(text);
+    } catch (const std::invalid_argument&) {
+        throw bad();
+    } catch (const std::out_of_range&) {
+        throw bad();
+    }
+}
+
+Signature parseSignature(const std::string& classname, const std::string& text) {
+    Signature sig;
+    std::string part;
+    int depth = 0;
+    auto finish = [&] {
+        const size_t b = part.find_first_not_of(' '), e = part.find_last_not_of(' ');
+        if (b == std::string::npos) throw std::logic_error("factory row " + classname + ": an empty parameter");
+        const std::string p = part.substr(b, e - b + 1);
+        const size_t eq = p.find('=');
+        Param param;
+        param.name = p.substr(0, eq);
+        if (eq != std::string::npos) {
+            const std::string def = p.substr(eq + 1);
+            if (def == "None") {
+                param.kind = Param::none;
+            } else {
+                param.kind = Param::given;
+                param.value = parseLiteral(classname, def);
+            }
+        }
+        for (const Param& q : sig) {
+            if (q.name == param.name) throw std::logic_error("factory row " + classname + ": '" + q.name + "' twice");
+        }
+        sig.push_back(std::move(param));
+        part.clear();
+    };
+    for (char c : text) {
+        depth += (c == '(' || c == '[') - (c == ')' || c == ']');
+        if (c == ',' && depth == 0) {
+            finish();
+        } else {
+            part += c;
+        }
+    }
+    if (!text.empty()) finish();
+    return sig;
+}
+
+// Typed access to a scheme, with the module's path in every error; an argument the scheme
+// leaves out takes the default its factory row's signature gives.
 class Args {
 public:
-    Args(const Blueprint& bp, std::string where) : bp_(bp), where_(std::move(where)) {}
+    Args(const Blueprint& bp, const Signature& sig, std::string where) : bp_(bp), sig_(sig), where_(std::move(where)) {}
 
-    int64_t i(const std::string& key) const { return std::get<int64_t>(need(key, "an integer", isInt)); }
-    int64_t i(const std::string& key, int64_t def) const { return has(key) ? i(key) : def; }
-    float f(const std::string& key, float def) const {
-        if (!has(key)) return def;
-        const BlueprintValue& v = need(
-            key, "a number", [](const BlueprintValue& x) { return isInt(x) || std::holds_alternative<double>(x); });
-        return isInt(v) ? static_cast<float>(std::get<int64_t>(v)) : static_cast<float>(std::get<double>(v));
+    int64_t i(const std::string& key) const {
+        const BlueprintValue* v = get(key, "an integer", isInt);
+        if (!v) throw error("missing argument '" + key + "'");
+        return std::get<int64_t>(*v);
     }
-    bool b(const std::string& key, bool def) const {
-        return has(key) ? std::get<bool>(need(key, "true or false",
-                                              [](const BlueprintValue& x) { return std::holds_alternative<bool>(x); }))
-                        : def;
+    float f(const std::string& key) const {
+        const BlueprintValue* v =
+            get(key, "a number", [](const BlueprintValue& x) { return isInt(x) || std::holds_alternative<double>(x); });
+        if (!v) throw error("missing argument '" + key + "'");
+        return isInt(*v) ? static_cast<float>(std::get<int64_t>(*v)) : static_cast<float>(std::get<double>(*v));
     }
-    std::string s(const std::string& key, const std::string& def) const {
-        if (!has(key)) return def;
-        return std::get<std::string>(
-            need(key, "a string", [](const BlueprintValue& x) { return std::holds_alternative<std::string>(x); }));
+    bool b(const std::string& key) const {
+        const BlueprintValue* v =
+            get(key, "true or false", [](const BlueprintValue& x) { return std::holds_alternative<bool>(x); });
+        if (!v) throw error("missing argument '" + key + "'");
+        return std::get<bool>(*v);
     }
+    /// "" for an argument left out whose default is None.
+    std::string s(const std::string& key) const {
+        const BlueprintValue* v =
+            get(key, "a string", [](const BlueprintValue& x) { return std::holds_alternative<std::string>(x); });
+        return v ? std::get<std::string>(*v) : std::string();
+    }
+    /// {} for an argument left out whose default is None.
     std::vector<int64_t> ints(const std::string& key) const {
-        const BlueprintValue& v = need(key, "a list of integers", [](const BlueprintValue& x) {
+        const BlueprintValue* v = get(key, "a list of integers", [](const BlueprintValue& x) {
             return std::holds_alternative<std::vector<int64_t>>(x) || isInt(x);
         });
-        return isInt(v) ? std::vector<int64_t>{std::get<int64_t>(v)} : std::get<std::vector<int64_t>>(v);
+        if (!v) return {};
+        return isInt(*v) ? std::vector<int64_t>{std::get<int64_t>(*v)} : std::get<std::vector<int64_t>>(*v);
     }
-    std::vector<int64_t> ints(const std::string& key, std::vector<int64_t> def) const {
-        return has(key) ? ints(key) : def;
-    }
+    /// {} for an argument left out whose default is None.
     std::vector<float> floats(const std::string& key) const {
-        if (!has(key)) return {};
-        const BlueprintValue& v = need(key, "a list of numbers", [](const BlueprintValue& x) {
+        const BlueprintValue* v = get(key, "a list of numbers", [](const BlueprintValue& x) {
             return std::holds_alternative<std::vector<double>>(x) || std::holds_alternative<std::vector<int64_t>>(x);
         });
         std::vector<float> out;
-        if (const auto* d = std::get_if<std::vector<double>>(&v)) {
+        if (!v) return out;
+        if (const auto* d = std::get_if<std::vector<double>>(v)) {
             for (double x : *d) out.push_back(static_cast<float>(x));
         } else {
-            for (int64_t x : std::get<std::vector<int64_t>>(v)) out.push_back(static_cast<float>(x));
+            for (int64_t x : std::get<std::vector<int64_t>>(*v)) out.push_back(static_cast<float>(x));
         }
         return out;
     }
-    std::string name() const { return s("name", ""); }
-    InitScheme init(InitScheme def) const {
-        return has("initscheme") ? initSchemeFromString(s("initscheme", "")) : def;
-    }
+    std::string name() const { return s("name"); }
+    InitScheme init() const { return initSchemeFromString(s("initscheme")); }
     ModuleError error(const std::string& what) const { return ModuleError(where_ + bp_.classname + ": " + what); }
     const std::string& where() const { return where_; }
 
-private:
-    static bool isInt(const BlueprintValue& x) { return std::holds_alternative<int64_t>(x); }
-    bool has(const std::string& key) const {
-        read_.insert(key);
-        return bp_.find(key) != nullptr;
-    }
-    template <class Ok> const BlueprintValue& need(const std::string& key, const char* what, Ok ok) const {
-        read_.insert(key);
-        const BlueprintValue* v = bp_.find(key);
-        if (!v) throw error("missing argument '" + key + "'");
-        if (!ok(*v)) throw error("argument '" + key + "' must be " + what);
-        return *v;
-    }
-
-    const Blueprint& bp_;
-    std::string where_;
-    mutable std::set<std::string> read_; // every argument the builder asked for
-
-public:
-    // The arguments the builder asked for, in order, "a, b, c".
-    std::string readList() const {
+    // The signature's names, "a, b, c".
+    std::string takes() const {
         std::string out;
-        for (const std::string& k : read_) out += (out.empty() ? "" : ", ") + k;
+        for (const Param& p : sig_) out += (out.empty() ? "" : ", ") + p.name;
         return out;
     }
-    bool wasRead(const std::string& key) const { return read_.count(key) != 0; }
-    // The argument the builder asked for nearest to `key` (case and one or two letters
-    // apart: "strides" for "stride", "usebias" for "useBias"), or "".
+    bool takes(const std::string& key) const { return find(key) != nullptr; }
+    // The argument the class takes nearest to `key` (case and one or two letters apart:
+    // "strides" for "stride", "usebias" for "useBias"), or "".
     std::string nearest(const std::string& key) const {
         auto lower = [](std::string t) {
             for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -147,8 +231,8 @@ public:
         const std::string k = lower(key);
         std::string best;
         size_t bestDistance = 3;
-        for (const std::string& known : read_) {
-            const std::string t = lower(known);
+        for (const Param& p : sig_) {
+            const std::string t = lower(p.name);
             std::vector<size_t> row(t.size() + 1); // Levenshtein distance, one row at a time
             for (size_t j = 0; j <= t.size(); ++j) row[j] = j;
             for (size_t i = 1; i <= k.size(); ++i) {
@@ -160,10 +244,39 @@ public:
                     diagonal = up;
                 }
             }
-            if (row[t.size()] < bestDistance) bestDistance = row[t.size()], best = known;
+            if (row[t.size()] < bestDistance) bestDistance = row[t.size()], best = p.name;
         }
         return best;
     }
+
+private:
+    static bool isInt(const BlueprintValue& x) { return std::holds_alternative<int64_t>(x); }
+    const Param* find(const std::string& key) const {
+        for (const Param& p : sig_) {
+            if (p.name == key) return &p;
+        }
+        return nullptr;
+    }
+    // The scheme's value, else the signature's default; nullptr for a None default.
+    template <class Ok> const BlueprintValue* get(const std::string& key, const char* what, Ok ok) const {
+        const Param* p = find(key);
+        if (!p) { // the row's builder and its signature disagree: the factory's own fault
+            throw std::logic_error("factory row " + bp_.classname + " reads '" + key + "', which its signature (" +
+                                   takes() + ") does not name");
+        }
+        const BlueprintValue* v = bp_.find(key);
+        if (!v) {
+            if (p->kind == Param::required) throw error("missing argument '" + key + "'");
+            if (p->kind == Param::none) return nullptr;
+            v = &p->value;
+        }
+        if (!ok(*v)) throw error("argument '" + key + "' must be " + what);
+        return v;
+    }
+
+    const Blueprint& bp_;
+    const Signature& sig_;
+    std::string where_;
 };
 
 DType dtypeFromString(const Args& a, const std::string& s) {
@@ -173,53 +286,47 @@ DType dtypeFromString(const Args& a, const std::string& s) {
 }
 
 ConvOptions convOptions(const Args& a) {
-    return {.stride = a.ints("stride", {1}),
-            .pad = a.ints("pad", {0}),
-            .dilation = a.ints("dilation", {1}),
-            .groups = a.i("groups", 1),
-            .useBias = a.b("useBias", true),
-            .initscheme = a.init(InitScheme::xavier),
-            .wscale = a.f("wscale", 1.0f),
+    return {.stride = a.ints("stride"),
+            .pad = a.ints("pad"),
+            .dilation = a.ints("dilation"),
+            .groups = a.i("groups"),
+            .useBias = a.b("useBias"),
+            .initscheme = a.init(),
+            .wscale = a.f("wscale"),
             .name = a.name()};
 }
 
 PoolOptions poolOptions(const Args& a) {
-    return {.stride = a.ints("stride", {}),
-            .pad = a.ints("pad", {0}),
-            .includePad = a.b("includePad", true),
-            .name = a.name()};
+    return {.stride = a.ints("stride"), .pad = a.ints("pad"), .includePad = a.b("includePad"), .name = a.name()};
 }
 
 template <class T> ModulePtr conv(const Args& a) {
     return std::make_shared<T>(a.i("inmaps"), a.i("outmaps"), a.ints("size"), convOptions(a));
 }
-template <class T> ModulePtr pool(const Args& a) { return std::make_shared<T>(a.ints("size", {2}), poolOptions(a)); }
+template <class T> ModulePtr pool(const Args& a) { return std::make_shared<T>(a.ints("size"), poolOptions(a)); }
 template <class T> ModulePtr batchNorm(const Args& a) {
-    return std::make_shared<T>(a.i("maps"), BatchNormOptions{.epsilon = a.f("epsilon", 1e-5f),
-                                                             .initFactor = a.f("initFactor", 1.0f),
-                                                             .minFactor = a.f("minFactor", 0.1f),
+    return std::make_shared<T>(a.i("maps"), BatchNormOptions{.epsilon = a.f("epsilon"),
+                                                             .initFactor = a.f("initFactor"),
+                                                             .minFactor = a.f("minFactor"),
                                                              .name = a.name()});
 }
 template <class T> ModulePtr lrn(const Args& a) {
-    return std::make_shared<T>(LRNOptions{.N = a.i("N", 5),
-                                          .alpha = a.f("alpha", 1e-4f),
-                                          .beta = a.f("beta", 0.75f),
-                                          .K = a.f("K", 2.0f),
-                                          .name = a.name()});
+    return std::make_shared<T>(
+        LRNOptions{.N = a.i("N"), .alpha = a.f("alpha"), .beta = a.f("beta"), .K = a.f("K"), .name = a.name()});
 }
 template <class T> ModulePtr pad(const Args& a) {
-    const std::string mode = a.s("mode", "constant");
+    const std::string mode = a.s("mode");
     if (mode != "constant" && mode != "reflect") throw a.error("mode must be constant or reflect, got '" + mode + "'");
     return std::make_shared<T>(a.ints("pad"),
                                PadOptions{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant,
-                                          .fillValue = a.f("fillValue", 0.0f),
+                                          .fillValue = a.f("fillValue"),
                                           .name = a.name()});
 }
 template <class T> ModulePtr upsample(const Args& a) {
-    const std::string mode = a.s("mode", "nearest");
+    const std::string mode = a.s("mode");
     if (mode != "nearest" && mode != "linear") throw a.error("mode must be nearest or linear, got '" + mode + "'");
     return std::make_shared<T>(
-        a.i("scale", 2),
+        a.i("scale"),
         UpsampleOptions{.mode = mode == "linear" ? ResampleMode::linear : ResampleMode::nearest, .name = a.name()});
 }
 
@@ -235,229 +342,293 @@ template <class C> ModulePtr container(const Blueprint& bp, const Args& a) {
 
 using Builder = std::function<ModulePtr(const Blueprint&, const Args&)>;
 
-const std::map<std::string, Builder>& table() {
-    static const std::map<std::string, Builder> t = {
-        {"Linear",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Linear>(a.i("insize"), a.i("outsize"),
-                                             LinearOptions{.wscale = a.f("wscale", 1.0f),
-                                                           .useBias = a.b("useBias", true),
-                                                           .initscheme = a.init(InitScheme::xavier),
-                                                           .name = a.name()});
-         }},
-        {"Activation",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Activation>(activationFromString(a.s("activation", "relu")),
-                                                 ActivationOptions{.slope = a.f("slope", 0.01f),
-                                                                   .alpha = a.f("alpha", 1.0f),
-                                                                   .min = a.f("min", 0.0f),
-                                                                   .max = a.f("max", 6.0f),
-                                                                   .hardSlope = a.f("hardSlope", 1.0f / 6.0f),
-                                                                   .hardOffset = a.f("hardOffset", 0.5f),
+// One class: its name, its signature (the arguments, in PuzzleLib's order, with their
+// defaults; Python's classes are made from it) and its builder.
+struct Row {
+    std::string classname;
+    std::string text;
+    Builder build;
+    Signature signature = {}; // `text`, parsed
+};
+
+const std::map<std::string, Row>& table() {
+    static const std::map<std::string, Row> t = [] {
+        std::vector<Row> rows = {
+            {"Linear", "insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Linear>(
+                     a.i("insize"), a.i("outsize"),
+                     LinearOptions{
+                         .wscale = a.f("wscale"), .useBias = a.b("useBias"), .initscheme = a.init(), .name = a.name()});
+             }},
+            {"Activation",
+             "activation='relu', slope=0.01, alpha=1.0, min=0.0, max=6.0, hardSlope=0.16666666666666666, "
+             "hardOffset=0.5, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Activation>(activationFromString(a.s("activation")),
+                                                     ActivationOptions{.slope = a.f("slope"),
+                                                                       .alpha = a.f("alpha"),
+                                                                       .min = a.f("min"),
+                                                                       .max = a.f("max"),
+                                                                       .hardSlope = a.f("hardSlope"),
+                                                                       .hardOffset = a.f("hardOffset"),
+                                                                       .name = a.name()});
+             }},
+            {"SoftMax", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<SoftMax>(a.name()); }},
+            {"Flatten", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Flatten>(a.name()); }},
+            {"Reshape", "shape, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Reshape>(Shape(a.ints("shape")), a.name());
+             }},
+            {"Identity", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Identity>(a.name()); }},
+            {"Dropout", "p=0.5, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Dropout>(DropoutOptions{.p = a.f("p"), .name = a.name()});
+             }},
+            {"Concat", "axis=1, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Concat>(static_cast<int>(a.i("axis")), a.name());
+             }},
+            {"DepthConcat", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<DepthConcat>(a.name()); }},
+            {"ToList", "count=1, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<ToList>(a.i("count"), a.name());
+             }},
+            {"Penalty", "mode='l1', weight=0.01, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Penalty>(PenaltyOptions{
+                     .mode = penaltyModeFromString(a.s("mode")), .weight = a.f("weight"), .name = a.name()});
+             }},
+            {"SubtractMean", "size=5, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<SubtractMean>(
+                     SubtractMeanOptions{.size = a.i("size"), .includePad = a.b("includePad"), .name = a.name()});
+             }},
+            {"LCN", "N=5, alpha=0.0001, beta=0.75, K=2.0, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<LCN>(LCNOptions{.N = a.i("N"),
+                                                         .alpha = a.f("alpha"),
+                                                         .beta = a.f("beta"),
+                                                         .K = a.f("K"),
+                                                         .includePad = a.b("includePad"),
+                                                         .name = a.name()});
+             }},
+            {"SpatialTf", "height=0, width=0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<SpatialTf>(
+                     SpatialTfOptions{.height = a.i("height"), .width = a.i("width"), .name = a.name()});
+             }},
+            {"Glue", "kind, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Glue>(a.s("kind"), a.name());
+             }},
+            {"Split", "axis, sections, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Split>(static_cast<int>(a.i("axis")), a.ints("sections"), a.name());
+             }},
+            {"Slice", "axis, start, end, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Slice>(static_cast<int>(a.i("axis")), a.i("start"), a.i("end"), a.name());
+             }},
+            {"Replicate", "times, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Replicate>(static_cast<int>(a.i("times")), a.name());
+             }},
+            {"Add", "coefficients=None, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Add>(a.floats("coefficients"), a.name());
+             }},
+            {"Mul", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Mul>(a.name()); }},
+            {"RNN",
+             "insize, hsize, layers=1, mode='lstm', bidirectional=False, getSequences=False, batchFirst=False, "
+             "initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<RNN>(a.i("insize"), a.i("hsize"),
+                                              RNNOptions{.layers = a.i("layers"),
+                                                         .mode = rnnModeFromString(a.s("mode")),
+                                                         .bidirectional = a.b("bidirectional"),
+                                                         .getSequences = a.b("getSequences"),
+                                                         .batchFirst = a.b("batchFirst"),
+                                                         .initialStates = a.b("initialStates"),
+                                                         .finalStates = a.b("finalStates"),
+                                                         .lengths = a.b("lengths"),
+                                                         .dropout = a.f("dropout"),
+                                                         .name = a.name()});
+             }},
+            {"ReduceMean", "axes=None, keepDims=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<ReduceMean>(a.ints("axes"), a.b("keepDims"), a.name());
+             }},
+            {"Sub", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Sub>(a.name()); }},
+            {"Div", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Div>(a.name()); }},
+            {"Conv1D",
+             "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
+             "initscheme='xavier', groups=1",
+             [](const Blueprint&, const Args& a) { return conv<Conv1D>(a); }},
+            {"Conv2D",
+             "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
+             "initscheme='xavier', groups=1",
+             [](const Blueprint&, const Args& a) { return conv<Conv2D>(a); }},
+            {"Conv3D",
+             "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
+             "initscheme='xavier', groups=1",
+             [](const Blueprint&, const Args& a) { return conv<Conv3D>(a); }},
+            {"Deconv1D",
+             "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
+             "initscheme='xavier', groups=1",
+             [](const Blueprint&, const Args& a) { return conv<Deconv1D>(a); }},
+            {"Deconv2D",
+             "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
+             "initscheme='xavier', groups=1",
+             [](const Blueprint&, const Args& a) { return conv<Deconv2D>(a); }},
+            {"Deconv3D",
+             "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
+             "initscheme='xavier', groups=1",
+             [](const Blueprint&, const Args& a) { return conv<Deconv3D>(a); }},
+            {"MaxPool1D", "size=2, stride=None, pad=0, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) { return pool<MaxPool1D>(a); }},
+            {"MaxPool2D", "size=2, stride=None, pad=0, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) { return pool<MaxPool2D>(a); }},
+            {"MaxPool3D", "size=2, stride=None, pad=0, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) { return pool<MaxPool3D>(a); }},
+            {"AvgPool1D", "size=2, stride=None, pad=0, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) { return pool<AvgPool1D>(a); }},
+            {"AvgPool2D", "size=2, stride=None, pad=0, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) { return pool<AvgPool2D>(a); }},
+            {"AvgPool3D", "size=2, stride=None, pad=0, includePad=True, name=None",
+             [](const Blueprint&, const Args& a) { return pool<AvgPool3D>(a); }},
+            {"GlobalAvgPool", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<GlobalAvgPool>(a.name()); }},
+            {"KMaxPool", "topk, axis, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<KMaxPool>(a.i("topk"), static_cast<int>(a.i("axis")), a.name());
+             }},
+            {"MaxUnpool2D", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 throw a.error(
+                     "is tied to the MaxPool2D module it inverts and cannot be rebuilt from a blueprint alone");
+             }},
+            {"BatchNorm", "maps, epsilon=1e-05, initFactor=1.0, minFactor=0.1, name=None",
+             [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm>(a); }},
+            {"BatchNorm1D", "maps, epsilon=1e-05, initFactor=1.0, minFactor=0.1, name=None",
+             [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm1D>(a); }},
+            {"BatchNorm2D", "maps, epsilon=1e-05, initFactor=1.0, minFactor=0.1, name=None",
+             [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm2D>(a); }},
+            {"BatchNorm3D", "maps, epsilon=1e-05, initFactor=1.0, minFactor=0.1, name=None",
+             [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm3D>(a); }},
+            {"InstanceNorm2D", "maps, epsilon=1e-05, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<InstanceNorm2D>(
+                     a.i("maps"), InstanceNormOptions{.epsilon = a.f("epsilon"), .name = a.name()});
+             }},
+            {"CrossMapLRN", "N=5, alpha=0.0001, beta=0.75, K=2.0, name=None",
+             [](const Blueprint&, const Args& a) { return lrn<CrossMapLRN>(a); }},
+            {"MapLRN", "N=5, alpha=0.0001, beta=0.75, K=2.0, name=None",
+             [](const Blueprint&, const Args& a) { return lrn<MapLRN>(a); }},
+            {"Dropout2D", "p=0.5, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Dropout2D>(Dropout2DOptions{.p = a.f("p"), .name = a.name()});
+             }},
+            {"Pad1D", "pad, mode='constant', fillValue=0.0, name=None",
+             [](const Blueprint&, const Args& a) { return pad<Pad1D>(a); }},
+            {"Pad2D", "pad, mode='constant', fillValue=0.0, name=None",
+             [](const Blueprint&, const Args& a) { return pad<Pad2D>(a); }},
+            {"Upsample2D", "scale=2, mode='nearest', name=None",
+             [](const Blueprint&, const Args& a) { return upsample<Upsample2D>(a); }},
+            {"Upsample3D", "scale=2, mode='nearest', name=None",
+             [](const Blueprint&, const Args& a) { return upsample<Upsample3D>(a); }},
+            {"PRelu", "maps, sharedMaps=False, init=0.25, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<PRelu>(
+                     a.i("maps"), PReluOptions{.sharedMaps = a.b("sharedMaps"), .init = a.f("init"), .name = a.name()});
+             }},
+            {"Gelu", "name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Gelu>(a.name()); }},
+            {"Embedder", "vocabulary, sentlength, embsize, initscheme='uniform', wscale=1.0, learnable=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Embedder>(a.i("vocabulary"), a.i("sentlength"), a.i("embsize"),
+                                                   EmbedderOptions{.initscheme = a.init(),
+                                                                   .wscale = a.f("wscale"),
+                                                                   .learnable = a.b("learnable"),
                                                                    .name = a.name()});
-         }},
-        {"SoftMax", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<SoftMax>(a.name()); }},
-        {"Flatten", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Flatten>(a.name()); }},
-        {"Reshape",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Reshape>(Shape(a.ints("shape")), a.name());
-         }},
-        {"Identity", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Identity>(a.name()); }},
-        {"Dropout",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Dropout>(DropoutOptions{.p = a.f("p", 0.5f), .name = a.name()});
-         }},
-        {"Concat",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Concat>(static_cast<int>(a.i("axis", 1)), a.name());
-         }},
-        {"DepthConcat",
-         [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<DepthConcat>(a.name()); }},
-        {"ToList",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<ToList>(a.i("count", 1), a.name());
-         }},
-        {"Penalty",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Penalty>(PenaltyOptions{
-                 .mode = penaltyModeFromString(a.s("mode", "l1")), .weight = a.f("weight", 1e-2f), .name = a.name()});
-         }},
-        {"SubtractMean",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<SubtractMean>(
-                 SubtractMeanOptions{.size = a.i("size", 5), .includePad = a.b("includePad", true), .name = a.name()});
-         }},
-        {"LCN",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<LCN>(LCNOptions{.N = a.i("N", 5),
-                                                     .alpha = a.f("alpha", 1e-4f),
-                                                     .beta = a.f("beta", 0.75f),
-                                                     .K = a.f("K", 2.0f),
-                                                     .includePad = a.b("includePad", true),
-                                                     .name = a.name()});
-         }},
-        {"SpatialTf",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<SpatialTf>(
-                 SpatialTfOptions{.height = a.i("height", 0), .width = a.i("width", 0), .name = a.name()});
-         }},
-        {"Glue",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Glue>(a.s("kind", ""), a.name());
-         }},
-        {"Split",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Split>(static_cast<int>(a.i("axis")), a.ints("sections"), a.name());
-         }},
-        {"Slice",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Slice>(static_cast<int>(a.i("axis")), a.i("start"), a.i("end"), a.name());
-         }},
-        {"Replicate",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Replicate>(static_cast<int>(a.i("times")), a.name());
-         }},
-        {"Add",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Add>(a.floats("coefficients"), a.name());
-         }},
-        {"Mul", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Mul>(a.name()); }},
-        {"RNN",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<RNN>(a.i("insize"), a.i("hsize"),
-                                          RNNOptions{.layers = a.i("layers", 1),
-                                                     .mode = rnnModeFromString(a.s("mode", "lstm")),
-                                                     .bidirectional = a.b("bidirectional", false),
-                                                     .getSequences = a.b("getSequences", false),
-                                                     .batchFirst = a.b("batchFirst", false),
-                                                     .initialStates = a.b("initialStates", false),
-                                                     .finalStates = a.b("finalStates", false),
-                                                     .lengths = a.b("lengths", false),
-                                                     .dropout = a.f("dropout", 0.0f),
-                                                     .name = a.name()});
-         }},
-        {"ReduceMean",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<ReduceMean>(a.ints("axes", {}), a.b("keepDims", true), a.name());
-         }},
-        {"Sub", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Sub>(a.name()); }},
-        {"Div", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Div>(a.name()); }},
-        {"Conv1D", [](const Blueprint&, const Args& a) { return conv<Conv1D>(a); }},
-        {"Conv2D", [](const Blueprint&, const Args& a) { return conv<Conv2D>(a); }},
-        {"Conv3D", [](const Blueprint&, const Args& a) { return conv<Conv3D>(a); }},
-        {"Deconv1D", [](const Blueprint&, const Args& a) { return conv<Deconv1D>(a); }},
-        {"Deconv2D", [](const Blueprint&, const Args& a) { return conv<Deconv2D>(a); }},
-        {"Deconv3D", [](const Blueprint&, const Args& a) { return conv<Deconv3D>(a); }},
-        {"MaxPool1D", [](const Blueprint&, const Args& a) { return pool<MaxPool1D>(a); }},
-        {"MaxPool2D", [](const Blueprint&, const Args& a) { return pool<MaxPool2D>(a); }},
-        {"MaxPool3D", [](const Blueprint&, const Args& a) { return pool<MaxPool3D>(a); }},
-        {"AvgPool1D", [](const Blueprint&, const Args& a) { return pool<AvgPool1D>(a); }},
-        {"AvgPool2D", [](const Blueprint&, const Args& a) { return pool<AvgPool2D>(a); }},
-        {"AvgPool3D", [](const Blueprint&, const Args& a) { return pool<AvgPool3D>(a); }},
-        {"GlobalAvgPool",
-         [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<GlobalAvgPool>(a.name()); }},
-        {"KMaxPool",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<KMaxPool>(a.i("topk"), static_cast<int>(a.i("axis")), a.name());
-         }},
-        {"MaxUnpool2D",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             throw a.error("is tied to the MaxPool2D module it inverts and cannot be rebuilt from a blueprint alone");
-         }},
-        {"BatchNorm", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm>(a); }},
-        {"BatchNorm1D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm1D>(a); }},
-        {"BatchNorm2D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm2D>(a); }},
-        {"BatchNorm3D", [](const Blueprint&, const Args& a) { return batchNorm<BatchNorm3D>(a); }},
-        {"InstanceNorm2D",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<InstanceNorm2D>(
-                 a.i("maps"), InstanceNormOptions{.epsilon = a.f("epsilon", 1e-5f), .name = a.name()});
-         }},
-        {"CrossMapLRN", [](const Blueprint&, const Args& a) { return lrn<CrossMapLRN>(a); }},
-        {"MapLRN", [](const Blueprint&, const Args& a) { return lrn<MapLRN>(a); }},
-        {"Dropout2D",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Dropout2D>(Dropout2DOptions{.p = a.f("p", 0.5f), .name = a.name()});
-         }},
-        {"Pad1D", [](const Blueprint&, const Args& a) { return pad<Pad1D>(a); }},
-        {"Pad2D", [](const Blueprint&, const Args& a) { return pad<Pad2D>(a); }},
-        {"Upsample2D", [](const Blueprint&, const Args& a) { return upsample<Upsample2D>(a); }},
-        {"Upsample3D", [](const Blueprint&, const Args& a) { return upsample<Upsample3D>(a); }},
-        {"PRelu",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<PRelu>(
-                 a.i("maps"),
-                 PReluOptions{.sharedMaps = a.b("sharedMaps", false), .init = a.f("init", 0.25f), .name = a.name()});
-         }},
-        {"Gelu", [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Gelu>(a.name()); }},
-        {"Embedder",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Embedder>(a.i("vocabulary"), a.i("sentlength"), a.i("embsize"),
-                                               EmbedderOptions{.initscheme = a.init(InitScheme::uniform),
-                                                               .wscale = a.f("wscale", 1.0f),
-                                                               .learnable = a.b("learnable", true),
-                                                               .name = a.name()});
-         }},
-        {"GroupLinear",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<GroupLinear>(a.i("groups"), a.i("insize"), a.i("outsize"),
-                                                  GroupLinearOptions{.batchDim = a.i("batchDim", 0),
-                                                                     .useBias = a.b("useBias", true),
-                                                                     .initscheme = a.init(InitScheme::xavier),
-                                                                     .wscale = a.f("wscale", 1.0f),
-                                                                     .name = a.name()});
-         }},
-        {"MulAddConst",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             const std::vector<int64_t> aShape = a.ints("aShape", {}), bShape = a.ints("bShape", {});
-             if (aShape.empty() && bShape.empty()) {
-                 return std::make_shared<MulAddConst>(a.f("a", 1.0f), a.f("b", 0.0f), a.name());
-             }
-             // Tensor constants: their shapes here, their values from the model file's attributes.
-             auto constant = [&](const std::vector<int64_t>& dims, float fill) {
-                 for (int64_t d : dims) {
-                     if (d < 1) throw a.error("aShape and bShape hold dims of at least 1, got " + Shape(dims).str());
+             }},
+            {"GroupLinear",
+             "groups, insize, outsize, batchDim=0, useBias=True, initscheme='xavier', wscale=1.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<GroupLinear>(a.i("groups"), a.i("insize"), a.i("outsize"),
+                                                      GroupLinearOptions{.batchDim = a.i("batchDim"),
+                                                                         .useBias = a.b("useBias"),
+                                                                         .initscheme = a.init(),
+                                                                         .wscale = a.f("wscale"),
+                                                                         .name = a.name()});
+             }},
+            {"MulAddConst", "a=1.0, b=0.0, name=None, aShape=None, bShape=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 const std::vector<int64_t> aShape = a.ints("aShape"), bShape = a.ints("bShape");
+                 if (aShape.empty() && bShape.empty()) {
+                     return std::make_shared<MulAddConst>(a.f("a"), a.f("b"), a.name());
                  }
-                 return dims.empty() ? Tensor() : Tensor::full(Shape(dims), fill);
-             };
-             return std::make_shared<MulAddConst>(constant(aShape, a.f("a", 1.0f)), constant(bShape, a.f("b", 0.0f)),
-                                                  a.name());
-         }},
-        {"NoiseInjector",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             const std::vector<float> p = a.floats("params");
-             return std::make_shared<NoiseInjector>(NoiseInjectorOptions{
-                 .mode = a.s("mode", "add") == "mul" ? NoiseMode::mul : NoiseMode::add,
-                 .noisetype = a.s("noisetype", "uniform") == "gaussian" ? NoiseType::gaussian : NoiseType::uniform,
-                 .param1 = p.size() > 0 ? p[0] : 0.0f,
-                 .param2 = p.size() > 1 ? p[1] : 1.0f,
-                 .name = a.name()});
-         }},
-        {"Transpose",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Transpose>(a.ints("axes"), a.name());
-         }},
-        {"SwapAxes",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<SwapAxes>(a.i("axis1"), a.i("axis2"), a.name());
-         }},
-        {"MoveAxis",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<MoveAxis>(a.i("src"), a.i("dst"), a.name());
-         }},
-        {"Tile",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Tile>(static_cast<int>(a.i("axis")), a.i("times"), a.name());
-         }},
-        {"Cast",
-         [](const Blueprint&, const Args& a) -> ModulePtr {
-             return std::make_shared<Cast>(dtypeFromString(a, a.s("intype", "float32")),
-                                           dtypeFromString(a, a.s("outtype", "float32")), a.name());
-         }},
-        {"Sequential", [](const Blueprint& bp, const Args& a) { return container<Sequential>(bp, a); }},
-        {"Parallel", [](const Blueprint& bp, const Args& a) { return container<Parallel>(bp, a); }},
-        {"Graph", [](const Blueprint& bp, const Args& a) { return buildGraph(bp, a); }},
-    };
+                 // Tensor constants: their shapes here, their values from the model file's attributes.
+                 auto constant = [&](const std::vector<int64_t>& dims, float fill) {
+                     for (int64_t d : dims) {
+                         if (d < 1)
+                             throw a.error("aShape and bShape hold dims of at least 1, got " + Shape(dims).str());
+                     }
+                     return dims.empty() ? Tensor() : Tensor::full(Shape(dims), fill);
+                 };
+                 return std::make_shared<MulAddConst>(constant(aShape, a.f("a")), constant(bShape, a.f("b")), a.name());
+             }},
+            {"NoiseInjector", "mode='add', noisetype='uniform', params=(0.0, 1.0), name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 const std::vector<float> p = a.floats("params");
+                 return std::make_shared<NoiseInjector>(NoiseInjectorOptions{
+                     .mode = a.s("mode") == "mul" ? NoiseMode::mul : NoiseMode::add,
+                     .noisetype = a.s("noisetype") == "gaussian" ? NoiseType::gaussian : NoiseType::uniform,
+                     .param1 = p.size() > 0 ? p[0] : 0.0f,
+                     .param2 = p.size() > 1 ? p[1] : 1.0f,
+                     .name = a.name()});
+             }},
+            {"Transpose", "axes, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Transpose>(a.ints("axes"), a.name());
+             }},
+            {"SwapAxes", "axis1, axis2, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<SwapAxes>(a.i("axis1"), a.i("axis2"), a.name());
+             }},
+            {"MoveAxis", "src, dst, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<MoveAxis>(a.i("src"), a.i("dst"), a.name());
+             }},
+            {"Tile", "axis, times, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Tile>(static_cast<int>(a.i("axis")), a.i("times"), a.name());
+             }},
+            {"Cast", "intype='float32', outtype='float32', name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Cast>(dtypeFromString(a, a.s("intype")), dtypeFromString(a, a.s("outtype")),
+                                               a.name());
+             }},
+            {"Sequential", "name=None",
+             [](const Blueprint& bp, const Args& a) { return container<Sequential>(bp, a); }},
+            {"Parallel", "name=None", [](const Blueprint& bp, const Args& a) { return container<Parallel>(bp, a); }},
+            {"Graph", "name=None", [](const Blueprint& bp, const Args& a) { return buildGraph(bp, a); }},
+        };
+        std::map<std::string, Row> byName;
+        for (Row& r : rows) {
+            r.signature = parseSignature(r.classname, r.text);
+            const std::string name = r.classname;
+            if (!byName.emplace(name, std::move(r)).second) throw std::logic_error("factory row " + name + " twice");
+        }
+        return byName;
+    }();
     return t;
 }
 
@@ -517,22 +688,23 @@ ModulePtr buildModule(const Blueprint& bp, const std::string& where, bool strict
         throw ModuleError(where + "unknown module class '" + bp.classname + "' (the factory knows " +
                           std::to_string(t.size()) + " classes; see factoryClassnames())");
     }
-    Args args(bp, where);
-    ModulePtr mod;
-    try {
-        mod = it->second(bp, args);
-    } catch (const std::bad_variant_access&) {
-        throw args.error("an argument has the wrong type");
-    }
+    const Row& row = it->second;
+    Args args(bp, row.signature, where);
     if (strictArguments) {
         for (const auto& [key, value] : bp.scheme) {
-            if (!args.wasRead(key)) {
+            if (!args.takes(key)) {
                 const std::string close = args.nearest(key);
                 throw args.error("unknown argument '" + key + "'" +
                                  (close.empty() ? "" : " (did you mean '" + close + "'?)") + "; it takes " +
-                                 args.readList());
+                                 args.takes());
             }
         }
+    }
+    ModulePtr mod;
+    try {
+        mod = row.build(bp, args);
+    } catch (const std::bad_variant_access&) {
+        throw args.error("an argument has the wrong type");
     }
     return mod;
 }
@@ -595,8 +767,15 @@ ModulePtr copyModule(const Module& module) {
 
 std::vector<std::string> factoryClassnames() {
     std::vector<std::string> names;
-    for (const auto& [n, b] : table()) names.push_back(n);
+    for (const auto& [n, row] : table()) names.push_back(n);
     return names;
+}
+
+std::string factorySignature(const std::string& classname) {
+    const auto& t = table();
+    auto it = t.find(classname);
+    if (it == t.end()) throw ModuleError("unknown module class '" + classname + "'");
+    return it->second.text;
 }
 
 } // namespace tessera

@@ -40,4 +40,13 @@ ModulePtr copyModule(const Module& module);
 /// The class names the factory knows.
 std::vector<std::string> factoryClassnames();
 
+/// The arguments `classname` takes, in its order, with their defaults, written as Python
+/// writes a signature: "insize, outsize, wscale=1.0, useBias=True, initscheme='xavier',
+/// name=None". A name without a default is required; None means the class decides (a
+/// pool's stride is its size). This is the one place a layer's defaults are written:
+/// the factory fills every argument a blueprint leaves out from it, Python's layer
+/// classes are made from it, `tessera layers` prints it (the table in docs/layers.md),
+/// and a test checks each C++ options struct against it. ModuleError for an unknown class.
+std::string factorySignature(const std::string& classname);
+
 } // namespace tessera

@@ -450,6 +450,9 @@ gradients, paramGrads(self, grads, scale, momentum), params {name: array} and ou
 (count, 1 by default). `make` may be the spec itself. Registering a kind again replaces it.)");
     m.def("isGlueRegistered", &isGlueRegistered, py::arg("kind"));
     m.def("factoryClassnames", &factoryClassnames, "The layer classes Module(classname, ...) builds.");
+    m.def("factorySignature", &factorySignature, py::arg("classname"),
+          "The arguments a layer class takes, with their defaults, as Python writes a signature "
+          "(\"insize, outsize, wscale=1.0, ...\"): the one place its defaults are written.");
     m.def("setFusion", &setFusion, py::arg("on"),
           "Process-wide: fuse a batch norm with the ReLU that alone consumes it (on by default; the same results).");
     m.def("fusionEnabled", &fusionEnabled);

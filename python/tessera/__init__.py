@@ -32,7 +32,7 @@ from ._tessera import (
     # GPU settings
     cudaDeviceCount, setCudaAllowTF32, setCudaDeterministic,
     # files, zoo, data
-    buildModule, exportOnnx, factoryClassnames, fashionMnistDir, importOnnx, loadMnist, readClassNames,
+    buildModule, exportOnnx, factoryClassnames, factorySignature, fashionMnistDir, importOnnx, loadMnist, readClassNames,
     fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
     zooModels,
     # data sets, transforms, loader; checkpoints
@@ -112,6 +112,7 @@ __all__ = [
     "buildModule",
     "exportOnnx",
     "factoryClassnames",
+    "factorySignature",
     "isGlueRegistered",
     "registerGlue",
     "fashionMnistDir",
@@ -163,69 +164,11 @@ sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwis
     "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip", "gelu", "hardSigmoid",
     "hardSwish")
 
-_CONV = "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, " \
-        "initscheme=None, groups=1"
-_POOL = "size=2, stride=None, pad=0, includePad=True, name=None"
-_BN = "maps, epsilon=1e-5, initFactor=1.0, minFactor=0.1, name=None"
-_LRN = "N=5, alpha=1e-4, beta=0.75, K=2.0, name=None"
-
-# Every layer the factory builds: its arguments in PuzzleLib's order, with the defaults
-# the C++ class uses (None: the class decides). python/tests checks these against the
-# factory: every name is one it takes, and every default is the one it uses.
-_LAYERS = {
-    "Linear": "insize, outsize, wscale=1.0, useBias=True, initscheme=None, name=None",
-    "Conv1D": _CONV, "Conv2D": _CONV, "Conv3D": _CONV,
-    "Deconv1D": _CONV, "Deconv2D": _CONV, "Deconv3D": _CONV,
-    "MaxPool1D": _POOL, "MaxPool2D": _POOL, "MaxPool3D": _POOL,
-    "AvgPool1D": _POOL, "AvgPool2D": _POOL, "AvgPool3D": _POOL,
-    "GlobalAvgPool": "name=None",
-    "KMaxPool": "topk, axis, name=None",
-    "BatchNorm": _BN, "BatchNorm1D": _BN, "BatchNorm2D": _BN, "BatchNorm3D": _BN,
-    "InstanceNorm2D": "maps, epsilon=1e-5, name=None",
-    "CrossMapLRN": _LRN, "MapLRN": _LRN,
-    "LCN": "N=5, alpha=1e-4, beta=0.75, K=2.0, includePad=True, name=None",
-    "SubtractMean": "size=5, includePad=True, name=None",
-    "Activation": "activation='relu', slope=0.01, alpha=1.0, min=0.0, max=6.0, "
-                  "hardSlope=0.16666666666666666, hardOffset=0.5, name=None",
-    "Gelu": "name=None",
-    "PRelu": "maps, sharedMaps=False, init=0.25, name=None",
-    "SoftMax": "name=None",
-    "Dropout": "p=0.5, name=None",
-    "Dropout2D": "p=0.5, name=None",
-    "NoiseInjector": "mode='add', noisetype='uniform', params=(0.0, 1.0), name=None",
-    "Penalty": "mode='l1', weight=0.01, name=None",
-    "MulAddConst": "a=1.0, b=0.0, name=None",
-    "Pad1D": "pad, mode='constant', fillValue=0.0, name=None",
-    "Pad2D": "pad, mode='constant', fillValue=0.0, name=None",
-    "Upsample2D": "scale=2, mode='nearest', name=None",
-    "Upsample3D": "scale=2, mode='nearest', name=None",
-    "Embedder": "vocabulary, sentlength, embsize, initscheme=None, wscale=1.0, learnable=True, name=None",
-    "GroupLinear": "groups, insize, outsize, batchDim=0, useBias=True, initscheme=None, wscale=1.0, "
-                   "name=None",
-    "RNN": "insize, hsize, layers=1, mode='lstm', bidirectional=False, getSequences=False, "
-           "batchFirst=False, initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None",
-    "Flatten": "name=None",
-    "Reshape": "shape, name=None",
-    "Identity": "name=None",
-    "Transpose": "axes, name=None",
-    "SwapAxes": "axis1, axis2, name=None",
-    "MoveAxis": "src, dst, name=None",
-    "Tile": "axis, times, name=None",
-    "Cast": "intype='float32', outtype='float32', name=None",
-    "ReduceMean": "axes=None, keepDims=True, name=None",
-    "SpatialTf": "height=0, width=0, name=None",
-    "Glue": "kind, name=None",
-    "Concat": "axis=1, name=None",
-    "DepthConcat": "name=None",
-    "Split": "axis, sections, name=None",
-    "Slice": "axis, start, end, name=None",
-    "Replicate": "times, name=None",
-    "ToList": "count=1, name=None",
-    "Add": "coefficients=None, name=None",
-    "Mul": "name=None",
-    "Sub": "name=None",
-    "Div": "name=None",
-}
+# Every layer the factory builds, with its arguments in PuzzleLib's order and their
+# defaults, as the factory's own table writes them (factorySignature): the classes below are
+# made from it, so Python and C++ cannot disagree. The containers have classes of their own.
+_LAYERS = {name: factorySignature(name) for name in factoryClassnames()
+           if name not in ("Sequential", "Parallel", "Graph", "MaxUnpool2D")}
 
 
 def _signature(params):
@@ -258,7 +201,7 @@ class _Layer(Module):
 def _make_layer(classname, params):
     sig = _signature(params)
     doc = (f"{classname}({params})\n\nTessera's {classname} (docs/layers.md); arguments left out take the "
-           f"defaults shown (None: the class's own).")
+           f"defaults shown (None: the class decides).")
     return type(classname, (_Layer,), {"_classname": classname, "__signature__": sig, "__doc__": doc,
                                        "__module__": __name__})
 

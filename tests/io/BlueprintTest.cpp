@@ -175,7 +175,7 @@ TEST(Blueprint, StrictArgumentsRejectWhatTheClassDoesNotTake) {
     } catch (const ModuleError& e) {
         EXPECT_THAT(e.what(),
                     ::testing::HasSubstr("net -> Linear: unknown argument 'insise' (did you mean 'insize'?)"));
-        EXPECT_THAT(e.what(), ::testing::HasSubstr("insize, name, outsize"));
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("it takes insize, outsize, wscale, useBias, initscheme, name"));
     }
     // Inside a container, the path names it; the case differs ("usebias" for "useBias").
     Blueprint seq;

@@ -19,6 +19,7 @@ std::function<int()> addRun(CLI::App& app);
 std::function<int()> addProfile(CLI::App& app);
 std::function<int()> addEval(CLI::App& app);
 std::function<int()> addPredict(CLI::App& app);
+std::function<int()> addLayers(CLI::App& app);
 
 /// "cpu", "cuda" or "cuda:N"; UsageError when no such device can be used, saying why.
 Device parseDevice(const std::string& text);
