@@ -64,4 +64,19 @@ private:
     bool swapped_ = false;
 };
 
+/// Runs `work` on the model holding the averages (`average` nullptr: its own values), and
+/// swaps them back out after, also when `work` throws: evaluation and saving of the
+/// averaged model, as fit and `tessera train` do them.
+template <class Work> void withAverages(WeightAverage* average, Work&& work) {
+    struct SwapBack {
+        WeightAverage* average;
+        ~SwapBack() {
+            if (average) average->swap();
+        }
+    };
+    if (average) average->swap();
+    SwapBack back{average};
+    work();
+}
+
 } // namespace tessera

@@ -17,14 +17,13 @@
 
 namespace tessera {
 
-namespace {
-
-// A learning rate for the epoch line: a few significant digits.
 std::string formatRate(float rate) {
     char text[32];
     std::snprintf(text, sizeof text, "%.4g", static_cast<double>(rate));
     return text;
 }
+
+namespace {
 
 // The model selection of a validation set: the best validation accuracy so far, the epoch
 // (from 1) that reached it, and the epochs since. Kept in checkpoints as their notes.
@@ -132,11 +131,7 @@ FitResult fit(Trainer& trainer, Loader& train, const FitOptions& o, const FitCal
         }
     };
     // Evaluation and saving with the averaged weights, when they are kept.
-    auto withAverage = [&](const auto& work) {
-        if (average) average->swap();
-        work();
-        if (average) average->swap();
-    };
+    auto withAverage = [&](const auto& work) { withAverages(average, work); };
     CrossEntropy validationCost;
     Validator validator(net, validationCost, trainer.options());
     auto accuracyOf = [&](Loader& data) {

@@ -102,6 +102,9 @@ struct FitResult {
     std::shared_ptr<WeightAverage> average;
 };
 
+/// A learning rate as the epoch line prints it: four significant digits ("0.001", "2.5e-05").
+std::string formatRate(float rate);
+
 /// Trains `trainer`'s network on `train` for options.epochs epochs (counted from a resumed
 /// checkpoint's position). The trainer's optimizer rate is the base rate of the schedule
 /// and warm-up. A weight average the trainer has (setWeightAverage) is used as it is; else

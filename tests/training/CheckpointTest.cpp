@@ -203,6 +203,12 @@ TEST(WeightAverage, AveragesSwapsAndResumes) {
               std::string::npos);
     avg.swap();
     EXPECT_TRUE(bitEqual(weights(*net), live));
+    // withAverages puts the averages in for the work and takes them out after, also when the
+    // work throws.
+    withAverages(&avg, [&] { EXPECT_TRUE(bitEqual(weights(*net), averaged)); });
+    EXPECT_THROW(withAverages(&avg, [] { throw IoError("disk full"); }), IoError);
+    EXPECT_FALSE(avg.swapped());
+    EXPECT_TRUE(bitEqual(weights(*net), live));
     saveCheckpoint(path, *net, sgd, trainer, &avg);
 
     // Resumed by fresh objects: the same average, and the next update is the same too.

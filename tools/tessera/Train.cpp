@@ -273,13 +273,6 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
 
 namespace {
 
-// A learning rate for the epoch line: a few significant digits.
-std::string formatRate(float rate) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.4g", static_cast<double>(rate));
-    return text;
-}
-
 // SIGINT and SIGTERM during training: the signal's number, read after each batch.
 volatile std::sig_atomic_t stopSignal = 0;
 extern "C" void onStopSignal(int sig) { stopSignal = sig; }
@@ -545,11 +538,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     // The metrics CSV: --metrics, or beside --plot's PNG while it is drawn.
     const std::string metricsPath = !a.metrics.empty() ? a.metrics : (a.plot.empty() ? "" : a.plot + ".csv");
     const bool metrics = !metricsPath.empty() && writer;
-    auto withAverage = [&](const auto& work) {
-        if (average) average->swap();
-        work();
-        if (average) average->swap();
-    };
+    auto withAverage = [&](const auto& work) { withAverages(average.get(), work); };
     std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
     one.insert(one.begin(), 1);
     const SaveOptions saveOptions{.inputs = {Shape(one)}, .classes = data.train->classNames()};
