@@ -71,12 +71,10 @@ struct Param {
 };
 using Signature = std::vector<Param>;
 
-// The literal `text` (a default in a signature) as a blueprint value; std::logic_error
+// The literal `text` (a default in a signature) as a blueprint value; ModuleError
 // for what the factory's own rows must never hold.
 BlueprintValue parseLiteral(const std::string& classname, const std::string& text) {
-    auto bad = [&] {
-        return std::logic_error("factory row " + classname + ": cannot read the default '" + text + "'");
-    };
+    auto bad = [&] { return ModuleError("factory row " + classname + ": cannot read the default '" + text + "'"); };
     if (text == "True" || text == "False") return text == "True";
     if (text.size() >= 2 && (text.front() == '\'' && text.back() == '\'')) return text.substr(1, text.size() - 2);
     auto number = [&](const std::string& t) -> BlueprintValue {
@@ -126,7 +124,7 @@ Signature parseSignature(const std::string& classname, const std::string& text) 
     int depth = 0;
     auto finish = [&] {
         const size_t b = part.find_first_not_of(' '), e = part.find_last_not_of(' ');
-        if (b == std::string::npos) throw std::logic_error("factory row " + classname + ": an empty parameter");
+        if (b == std::string::npos) throw ModuleError("factory row " + classname + ": an empty parameter");
         const std::string p = part.substr(b, e - b + 1);
         const size_t eq = p.find('=');
         Param param;
@@ -141,7 +139,7 @@ Signature parseSignature(const std::string& classname, const std::string& text) 
             }
         }
         for (const Param& q : sig) {
-            if (q.name == param.name) throw std::logic_error("factory row " + classname + ": '" + q.name + "' twice");
+            if (q.name == param.name) throw ModuleError("factory row " + classname + ": '" + q.name + "' twice");
         }
         sig.push_back(std::move(param));
         part.clear();
@@ -261,8 +259,8 @@ private:
     template <class Ok> const BlueprintValue* get(const std::string& key, const char* what, Ok ok) const {
         const Param* p = find(key);
         if (!p) { // the row's builder and its signature disagree: the factory's own fault
-            throw std::logic_error("factory row " + bp_.classname + " reads '" + key + "', which its signature (" +
-                                   takes() + ") does not name");
+            throw ModuleError("factory row " + bp_.classname + " reads '" + key + "', which its signature (" + takes() +
+                              ") does not name");
         }
         const BlueprintValue* v = bp_.find(key);
         if (!v) {
@@ -625,7 +623,7 @@ const std::map<std::string, Row>& table() {
         for (Row& r : rows) {
             r.signature = parseSignature(r.classname, r.text);
             const std::string name = r.classname;
-            if (!byName.emplace(name, std::move(r)).second) throw std::logic_error("factory row " + name + " twice");
+            if (!byName.emplace(name, std::move(r)).second) throw ModuleError("factory row " + name + " twice");
         }
         return byName;
     }();
