@@ -52,8 +52,21 @@ struct RnnWeights {
 /// Element-wise binary operations (Backend::binaryBroadcast).
 enum class BinaryOp { add, sub, mul, div };
 
-/// Element-wise activation functions.
-enum class ActivationKind { sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish };
+/// Element-wise activation functions. silu: x * sigmoid(x) (swish); mish: x * tanh(softplus(x)).
+enum class ActivationKind {
+    sigmoid,
+    tanh,
+    relu,
+    leakyRelu,
+    elu,
+    softPlus,
+    clip,
+    gelu,
+    hardSigmoid,
+    hardSwish,
+    silu,
+    mish
+};
 
 /// An activation and its constants: leakyRelu slope in `alpha`; elu alpha in `alpha`;
 /// clip bounds in `alpha` (min) and `beta` (max); hardSigmoid's slope in `alpha` and offset
@@ -62,6 +75,20 @@ struct ActivationParams {
     ActivationKind kind = ActivationKind::relu;
     float alpha = 0.0f;
     float beta = 0.0f;
+};
+
+/// Normalisation of rows by their own statistics (Backend::rowNormForward): x seen as
+/// [rows, D], each row normalised, xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps)
+/// and var the biased variance; without `subtractMean` the mean is taken as 0 and var is
+/// the mean square (RMS normalisation). Then y = gamma[c] * xhat + beta[c], the channel of
+/// element (row, d) being c = (row % groups) * (D / inner) + d / inner:
+/// - LayerNorm over the last D values: groups 1, inner 1 (the channel is d);
+/// - GroupNorm of x [N, C, S] in G groups: rows N * G, D = C / G * S, groups G, inner S.
+struct RowNormParams {
+    int64_t groups = 1;
+    int64_t inner = 1;
+    float eps = 1e-5f;
+    bool subtractMean = true;
 };
 
 /// What a backend keeps for one layer between its forward and its backward calls (the
@@ -365,6 +392,17 @@ public:
                                          const Tensor& dscale, const Tensor& dshift);
     /// The bytes of a training batchNormReluForward's mask for x (0 where not fused).
     virtual int64_t batchNormReluMaskBytes(const Shape& /*x*/, Layout /*layout*/) { return 0; }
+    /// x, y: [rows, D] float32 plain; gamma, beta: [channels] float32, or undefined (1 and
+    /// 0); mean, rstd: [rows] float32, written (mean 0 without subtractMean). RowNormParams
+    /// says what is normalised and which channel each value's gamma and beta are.
+    virtual void rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+    /// The backward of rowNormForward from its x, gamma, mean and rstd: dx [rows, D]
+    /// overwritten with dL/dx; dgamma and dbeta [channels], when defined, overwritten with
+    /// dL/dgamma and dL/dbeta.
+    virtual void rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                 const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
+                                 const Tensor& dbeta) = 0;
     /// x: [N, C, ...] (any layout) -> y in x's layout; workspace for backward.
     virtual Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) = 0;
     virtual Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) = 0;

@@ -164,6 +164,11 @@ public:
                             const Tensor& var, float eps, bool training) override;
     Tensor batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
                              const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) override;
+    void rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+    void rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
+                         const Tensor& dbeta) override;
     Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) override;
     Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) override;
 

@@ -133,6 +133,8 @@ __device__ float activate(ActivationKind kind, float alpha, float beta, float x)
     case ActivationKind::gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118f));
     case ActivationKind::hardSigmoid: return fminf(fmaxf(alpha * x + beta, 0.0f), 1.0f);
     case ActivationKind::hardSwish: return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
+    case ActivationKind::silu: return x / (1.0f + expf(-x));
+    case ActivationKind::mish: return x * tanhf(x > 20.0f ? x : log1pf(expf(x)));
     }
     return x;
 }
@@ -154,6 +156,14 @@ __device__ float activateBackward(ActivationKind kind, float alpha, float beta, 
         return u > 0.0f && u < 1.0f ? alpha * dy : 0.0f;
     }
     case ActivationKind::hardSwish: return x < -3.0f ? 0.0f : x > 3.0f ? dy : dy * (x / 3.0f + 0.5f);
+    case ActivationKind::silu: {
+        const float s = 1.0f / (1.0f + expf(-x));
+        return dy * s * (1.0f + x * (1.0f - s));
+    }
+    case ActivationKind::mish: { // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2), sp = softplus(x)
+        const float t = tanhf(x > 20.0f ? x : log1pf(expf(x)));
+        return dy * (t + x / (1.0f + expf(-x)) * (1.0f - t * t));
+    }
     }
     return dy;
 }

@@ -112,6 +112,16 @@ void varianceFromInvStd(const float* invstd, float eps, float* var, int64_t c, c
 /// invstd <- 1 / sqrt(var + eps).
 void invStdFromVariance(const float* var, float eps, float* invstd, int64_t c, cudaStream_t s);
 
+// ---- row normalisation (Backend::rowNormForward) ----------------------------------------
+/// x, y: [rows, D]; gamma, beta: [channels] or null; mean, rstd: [rows].
+void rowNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                    int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps, bool subtractMean,
+                    cudaStream_t s);
+/// dx from dy; dgamma, dbeta ([channels] or null) overwritten with the parameter gradients.
+void rowNormBackward(const float* x, const float* dy, const float* gamma, const float* mean, const float* rstd,
+                     float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t D, int64_t groups, int64_t inner,
+                     bool subtractMean, cudaStream_t s);
+
 // ---- costs ------------------------------------------------------------------------------
 /// Sums land in `error` (double) and `hits`; both are zeroed by the caller.
 void crossEntropy(const float* scores, const int32_t* labels, const float* weights, float* grad, int64_t n, int64_t c,

@@ -102,4 +102,32 @@ Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, con
     return dx;
 }
 
+void CudaBackend::rowNormForward(const RowNormParams& p, const Tensor& xIn, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+    const Tensor x = xIn.plain();
+    if (x.shape().rank() != 2)
+        throw ShapeError("CudaBackend::rowNormForward: x must be [rows, D], got " + x.shape().str());
+    const int64_t rows = x.shape()[0], D = x.shape()[1];
+    if (p.groups < 1 || p.inner < 1 || D % p.inner != 0 || rows % p.groups != 0) {
+        throw ShapeError("CudaBackend::rowNormForward: groups " + std::to_string(p.groups) + " and inner " +
+                         std::to_string(p.inner) + " do not divide x " + x.shape().str());
+    }
+    cudak::rowNormForward(fp(x), gamma.defined() ? fp(gamma) : nullptr, beta.defined() ? fp(beta) : nullptr, fp(y),
+                          fp(mean), fp(rstd), rows, D, p.groups, p.inner, p.eps, p.subtractMean, s());
+}
+
+void CudaBackend::rowNormBackward(const RowNormParams& p, const Tensor& xIn, const Tensor& dyIn, const Tensor& gamma,
+                                  const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
+                                  const Tensor& dbeta) {
+    const Tensor x = xIn.plain(), dy = dyIn.plain();
+    if (x.shape().rank() != 2 || dy.numel() != x.numel()) {
+        throw ShapeError("CudaBackend::rowNormBackward: x [rows, D] and dy of as many values, got " + x.shape().str() +
+                         " and " + dy.shape().str());
+    }
+    const int64_t rows = x.shape()[0], D = x.shape()[1];
+    cudak::rowNormBackward(fp(x), fp(dy), gamma.defined() ? fp(gamma) : nullptr, fp(mean), fp(rstd), fp(dx),
+                           dgamma.defined() ? fp(dgamma) : nullptr, dbeta.defined() ? fp(dbeta) : nullptr, rows, D,
+                           p.groups, p.inner, p.subtractMean, s());
+}
+
 } // namespace tessera

@@ -1,4 +1,5 @@
-// The CUDA backend's own kernels for local response normalisation and the batch-norm statistics' conversions, and their
+// The CUDA backend's own kernels for local response normalisation, row normalisation (LayerNorm, RMSNorm, GroupNorm)
+// and the batch-norm statistics' conversions, and their
 // launchers (declared in cuda/Kernels.h). Each kernel mirrors the loop of the CPU backend that computes the same op, so
 // that the two agree to rounding (tests/cuda checks it).
 #include <cuda_bf16.h>
@@ -84,7 +85,154 @@ __global__ void invStdFromVarianceKernel(const float* var, float eps, float* inv
     TESSERA_FOR_EACH(i, c) invstd[i] = rsqrtf(var[i] + eps);
 }
 
+// ---- row normalisation: one block per row; the channel of (row, d) is
+// (row % groups) * (D / inner) + d / inner (RowNormParams).
+
+// The sum of v over the block, returned to every thread.
+__device__ float blockSum(float v) {
+    __shared__ float partial[kThreads / 32];
+    __shared__ float total;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
+        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    const float out = total;
+    __syncthreads(); // partial and total are free for the next call
+    return out;
+}
+
+__global__ void rowNormForwardKernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                     float* rstd, int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps,
+                                     bool subtractMean) {
+    const float invD = 1.0f / static_cast<float>(D);
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + r * D;
+        float* yr = y + r * D;
+        float mu = 0.0f;
+        if (subtractMean) {
+            float sum = 0.0f;
+            for (int64_t d = threadIdx.x; d < D; d += blockDim.x) sum += xr[d];
+            mu = blockSum(sum) * invD;
+        }
+        float sq = 0.0f;
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) sq += (xr[d] - mu) * (xr[d] - mu);
+        const float rs = 1.0f / sqrtf(blockSum(sq) * invD + eps);
+        if (threadIdx.x == 0) mean[r] = mu, rstd[r] = rs;
+        const int64_t base = (r % groups) * (D / inner);
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            const int64_t c = base + d / inner;
+            yr[d] = (xr[d] - mu) * rs * (gamma ? gamma[c] : 1.0f) + (beta ? beta[c] : 0.0f);
+        }
+    }
+}
+
+__global__ void rowNormBackwardKernel(const float* x, const float* dy, const float* gamma, const float* mean,
+                                      const float* rstd, float* dx, int64_t rows, int64_t D, int64_t groups,
+                                      int64_t inner, bool subtractMean) {
+    const float invD = 1.0f / static_cast<float>(D);
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + r * D;
+        const float* dyr = dy + r * D;
+        float* dxr = dx + r * D;
+        const float mu = mean[r], rs = rstd[r];
+        const int64_t base = (r % groups) * (D / inner);
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            const float dxh = dyr[d] * (gamma ? gamma[base + d / inner] : 1.0f);
+            s1 += dxh;
+            s2 += dxh * (xr[d] - mu) * rs;
+        }
+        const float m1 = subtractMean ? blockSum(s1) * invD : 0.0f, m2 = blockSum(s2) * invD;
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            const float dxh = dyr[d] * (gamma ? gamma[base + d / inner] : 1.0f);
+            dxr[d] = rs * (dxh - m1 - (xr[d] - mu) * rs * m2);
+        }
+    }
+}
+
+// The parameter gradients, one block per channel c: chunk c % (D / inner) of the rows r
+// with r % groups == c / (D / inner).
+__global__ void rowNormParamGradKernel(const float* x, const float* dy, const float* mean, const float* rstd,
+                                       float* dgamma, float* dbeta, int64_t rows, int64_t D, int64_t groups,
+                                       int64_t inner) {
+    const int64_t chunks = D / inner, channels = groups * chunks, count = rows / groups * inner;
+    for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
+        const int64_t q = c / chunks, j = c % chunks;
+        float sg = 0.0f, sb = 0.0f;
+        for (int64_t t = threadIdx.x; t < count; t += blockDim.x) {
+            const int64_t r = q + t / inner * groups, i = r * D + j * inner + t % inner;
+            sg += dy[i] * (x[i] - mean[r]) * rstd[r];
+            sb += dy[i];
+        }
+        sg = blockSum(sg);
+        sb = blockSum(sb);
+        if (threadIdx.x == 0) {
+            if (dgamma) dgamma[c] = sg;
+            if (dbeta) dbeta[c] = sb;
+        }
+    }
+}
+
+// LayerNorm's parameter gradients (groups 1, inner 1: channel d): a tile of 32 columns per
+// block, its 8 rows of threads striding over the rows, so that a warp reads 32 neighbours.
+__global__ void rowNormColumnGradKernel(const float* x, const float* dy, const float* mean, const float* rstd,
+                                        float* dgamma, float* dbeta, int64_t rows, int64_t D) {
+    __shared__ float sg[8][33], sb[8][33];
+    const int64_t d = blockIdx.x * 32 + threadIdx.x;
+    float g = 0.0f, b = 0.0f;
+    if (d < D) {
+        for (int64_t r = threadIdx.y; r < rows; r += 8) {
+            const int64_t i = r * D + d;
+            g += dy[i] * (x[i] - mean[r]) * rstd[r];
+            b += dy[i];
+        }
+    }
+    sg[threadIdx.y][threadIdx.x] = g;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && d < D) {
+        for (int k = 1; k < 8; ++k) g += sg[k][threadIdx.x], b += sb[k][threadIdx.x];
+        if (dgamma) dgamma[d] = g;
+        if (dbeta) dbeta[d] = b;
+    }
+}
+
+unsigned rowBlocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? (rows < 1 ? 1 : rows) : 65535); }
+
 } // namespace
+
+void rowNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                    int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps, bool subtractMean,
+                    cudaStream_t s) {
+    if (rows == 0 || D == 0) return;
+    rowNormForwardKernel<<<rowBlocks(rows), kThreads, 0, s>>>(x, gamma, beta, y, mean, rstd, rows, D, groups, inner,
+                                                              eps, subtractMean);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+void rowNormBackward(const float* x, const float* dy, const float* gamma, const float* mean, const float* rstd,
+                     float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t D, int64_t groups, int64_t inner,
+                     bool subtractMean, cudaStream_t s) {
+    if (rows == 0 || D == 0) return;
+    rowNormBackwardKernel<<<rowBlocks(rows), kThreads, 0, s>>>(x, dy, gamma, mean, rstd, dx, rows, D, groups, inner,
+                                                               subtractMean);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+    if (!dgamma && !dbeta) return;
+    if (groups == 1 && inner == 1) {
+        rowNormColumnGradKernel<<<static_cast<unsigned>((D + 31) / 32), dim3(32, 8), 0, s>>>(x, dy, mean, rstd, dgamma,
+                                                                                             dbeta, rows, D);
+    } else {
+        rowNormParamGradKernel<<<rowBlocks(groups * (D / inner)), kThreads, 0, s>>>(x, dy, mean, rstd, dgamma, dbeta,
+                                                                                    rows, D, groups, inner);
+    }
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+}
 
 void lrnForward(bool across, int64_t size, float alpha, float beta, float k, const float* x, float* y, float* scale,
                 int64_t n, int64_t c, int64_t h, int64_t w, cudaStream_t s) {

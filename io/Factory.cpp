@@ -45,6 +45,7 @@
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
+#include "modules/RowNorm.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/SpatialTf.h"
@@ -525,6 +526,25 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<InstanceNorm2D>(
                      a.i("maps"), InstanceNormOptions{.epsilon = a.f("epsilon"), .name = a.name()});
+             }},
+            {"LayerNorm", "shape, epsilon=1e-05, affine=True, useBias=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<LayerNorm>(a.ints("shape"), LayerNormOptions{.epsilon = a.f("epsilon"),
+                                                                                      .affine = a.b("affine"),
+                                                                                      .useBias = a.b("useBias"),
+                                                                                      .name = a.name()});
+             }},
+            {"RMSNorm", "shape, epsilon=1.1920928955078125e-07, affine=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<RMSNorm>(
+                     a.ints("shape"),
+                     RMSNormOptions{.epsilon = a.f("epsilon"), .affine = a.b("affine"), .name = a.name()});
+             }},
+            {"GroupNorm", "groups, maps, epsilon=1e-05, affine=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<GroupNorm>(
+                     a.i("groups"), a.i("maps"),
+                     GroupNormOptions{.epsilon = a.f("epsilon"), .affine = a.b("affine"), .name = a.name()});
              }},
             {"CrossMapLRN", "N=5, alpha=0.0001, beta=0.75, K=2.0, name=None",
              [](const Blueprint&, const Args& a) { return lrn<CrossMapLRN>(a); }},

@@ -16,7 +16,9 @@ constexpr std::pair<ActivationKind, const char*> kNames[] = {{ActivationKind::si
                                                              {ActivationKind::clip, "clip"},
                                                              {ActivationKind::gelu, "gelu"},
                                                              {ActivationKind::hardSigmoid, "hardSigmoid"},
-                                                             {ActivationKind::hardSwish, "hardSwish"}};
+                                                             {ActivationKind::hardSwish, "hardSwish"},
+                                                             {ActivationKind::silu, "silu"},
+                                                             {ActivationKind::mish, "mish"}};
 } // namespace
 
 std::string str(ActivationKind kind) {

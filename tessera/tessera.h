@@ -34,6 +34,7 @@
 #include "modules/Identity.h"
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
+#include "modules/RowNorm.h"
 #include "modules/KMaxPool.h"
 #include "modules/LCN.h"
 #include "modules/LRN.h"

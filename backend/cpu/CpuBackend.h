@@ -172,6 +172,11 @@ public:
                                  const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
                                  const Tensor& dscale, const Tensor& dshift) override;
     int64_t batchNormReluMaskBytes(const Shape& x, Layout layout) override;
+    void rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+    void rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
+                         const Tensor& dbeta) override;
     Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) override;
     Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) override;
     void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) override;

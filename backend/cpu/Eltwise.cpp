@@ -38,9 +38,19 @@ EltwiseAlgs algsOf(ActivationKind kind) {
     case ActivationKind::clip: return {algorithm::eltwise_clip_v2, algorithm::eltwise_clip_v2, false};
     case ActivationKind::gelu: return {algorithm::eltwise_gelu_erf, algorithm::eltwise_gelu_erf, false};
     case ActivationKind::hardSwish: return {algorithm::eltwise_hardswish, algorithm::eltwise_hardswish, false};
+    case ActivationKind::silu: return {algorithm::eltwise_swish, algorithm::eltwise_swish, false}; // alpha 1
+    case ActivationKind::mish: return {algorithm::eltwise_mish, algorithm::eltwise_mish, false};
     case ActivationKind::hardSigmoid: break; // no oneDNN algorithm in this version: a loop below
     }
     throw BackendError("CpuBackend: unknown activation");
+}
+
+// The constants oneDNN's algorithm takes: swish's alpha (the sigmoid's scale) is 1 for silu.
+ActivationParams dnnlParams(const ActivationParams& act) {
+    ActivationParams p = act;
+    if (act.kind == ActivationKind::silu) p.alpha = 1.0f, p.beta = 0.0f;
+    if (act.kind == ActivationKind::mish) p.alpha = 0.0f, p.beta = 0.0f;
+    return p;
 }
 
 // The descriptor the primitive runs over for tensor t (float32 or bfloat16).
@@ -52,7 +62,8 @@ dnnl::memory::desc viewOf(const Tensor& t) {
 }
 
 std::vector<int64_t> keyOf(const ActivationParams& act, const dnnl::memory::desc& md) {
-    std::vector<int64_t> key = {static_cast<int64_t>(act.kind), dnnl_util::keyOf(act.alpha), dnnl_util::keyOf(act.beta),
+    const ActivationParams p = dnnlParams(act);
+    std::vector<int64_t> key = {static_cast<int64_t>(p.kind), dnnl_util::keyOf(p.alpha), dnnl_util::keyOf(p.beta),
                                 static_cast<int64_t>(md.get_size()), static_cast<int64_t>(md.data_type())};
     const auto d = md.dims();
     key.insert(key.end(), d.begin(), d.end());
@@ -72,8 +83,8 @@ PrimitiveCache<EltwisePrims>& forwardCache() {
 const EltwisePrims& forwardPrims(const ActivationParams& act, const dnnl::memory::desc& md) {
     return forwardCache().get(keyOf(act, md), [&] {
         return checkDnnl("eltwise_forward", [&] {
-            dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_training, algsOf(act.kind).fwd, md, act.alpha,
-                                          act.beta);
+            dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_training, algsOf(act.kind).fwd, md,
+                                          dnnlParams(act).alpha, dnnlParams(act).beta);
             dnnl::eltwise_forward::primitive_desc pd(d, engine());
             return EltwisePrims{pd, dnnl::eltwise_forward(pd)};
         });
@@ -153,7 +164,7 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
     const EltwiseAlgs algs = algsOf(act.kind);
     const auto& bwd = cache.get(keyOf(act, md), [&] {
         return checkDnnl("eltwise_backward", [&] {
-            dnnl::eltwise_backward::desc d(algs.bwd, md, md, act.alpha, act.beta);
+            dnnl::eltwise_backward::desc d(algs.bwd, md, md, dnnlParams(act).alpha, dnnlParams(act).beta);
             dnnl::eltwise_backward::primitive_desc pd(d, engine(), forwardPrims(act, md).fwdPd);
             return dnnl::eltwise_backward(pd);
         });

@@ -41,6 +41,7 @@
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Reshape.h"
+#include "modules/RowNorm.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/SpatialTf.h"
@@ -199,6 +200,92 @@ void Exporter::emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::strin
           initInts(path + ".axes", {0})},
          {last}, path + "_last");
     node("Squeeze", {last, initInts(path + ".axes0", {0})}, {out[0]}, path);
+}
+
+// LayerNorm, RMSNorm: the decomposed form (ONNX has no RMSNormalization before opset 23).
+void Exporter::emitNormDecomposed(const std::string& x, int64_t axes, float eps, bool centred,
+                                  const std::string& weight, const std::string& bias,
+                                  const std::vector<std::string>& out, const std::string& path) {
+    std::vector<int64_t> over;
+    for (int64_t k = -axes; k < 0; ++k) over.push_back(k);
+    auto reduceMean = [&](const std::string& in, const std::string& name) {
+        const std::string y = valueName(path + "_" + name);
+        onnx::NodeProto* n = node("ReduceMean", {in}, {y}, path + "_" + name);
+        attr(n, "axes", over);
+        attr(n, "keepdims", int64_t{1});
+        return y;
+    };
+    std::string d = x;
+    if (centred) {
+        d = valueName(path + "_centred");
+        node("Sub", {x, reduceMean(x, "mean")}, {d}, path + "_sub");
+    }
+    const std::string sq = valueName(path + "_square"), ve = valueName(path + "_var_eps"),
+                      sd = valueName(path + "_std");
+    node("Pow", {d, initScalar(path + ".two", 2.0f)}, {sq}, path + "_pow");
+    node("Add", {reduceMean(sq, "var"), initScalar(path + ".epsilon", eps)}, {ve}, path + "_add_eps");
+    node("Sqrt", {ve}, {sd}, path + "_sqrt");
+    std::vector<std::pair<std::string, std::string>> steps{{"Div", sd}}; // op, second input
+    if (!weight.empty()) steps.emplace_back("Mul", weight);
+    if (!bias.empty()) steps.emplace_back("Add", bias);
+    std::string v = d;
+    for (size_t k = 0; k < steps.size(); ++k) {
+        const bool last = k + 1 == steps.size();
+        const std::vector<std::string> to =
+            last ? out : std::vector<std::string>{valueName(path + "_" + steps[k].first)};
+        node(steps[k].first, {v, steps[k].second}, to, last ? path : path + "_" + steps[k].first);
+        v = to[0];
+    }
+}
+
+// LayerNorm: LayerNormalization from opset 17, its decomposition before.
+void Exporter::emitLayerNorm(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const auto& ln = static_cast<const LayerNorm&>(m);
+    const auto k = static_cast<int64_t>(ln.normalizedShape().size());
+    const float eps = ln.options().epsilon;
+    const std::string w = m.hasVar("weight") ? init(path + ".weight", l.var("weight")) : "";
+    const std::string b = m.hasVar("bias") ? init(path + ".bias", l.var("bias")) : "";
+    if (opset_ < 17) return emitNormDecomposed(in[0], k, eps, true, w, b, out, path);
+    std::vector<std::string> ins{
+        in[0], w.empty() ? init(path + ".weight", Tensor::full(Shape(ln.normalizedShape()), 1.0f)) : w};
+    if (!b.empty()) ins.push_back(b);
+    onnx::NodeProto* n = node("LayerNormalization", ins, out, path);
+    attr(n, "axis", -k);
+    attr(n, "epsilon", eps);
+}
+
+// RMSNorm
+void Exporter::emitRMSNorm(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const auto& rms = static_cast<const RMSNorm&>(m);
+    const std::string w = m.hasVar("weight") ? init(path + ".weight", l.var("weight")) : "";
+    emitNormDecomposed(in[0], static_cast<int64_t>(rms.normalizedShape().size()), rms.options().epsilon, false, w, "",
+                       out, path);
+}
+
+// GroupNorm: no GroupNormalization with per-channel parameters before opset 21. As
+// PyTorch writes it: Reshape to [N, G, -1], InstanceNormalization, Reshape back, then the
+// per-channel weight and bias.
+void Exporter::emitGroupNorm(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const auto& gn = static_cast<const GroupNorm&>(m);
+    const int64_t groups = gn.groups();
+    const std::string grouped = valueName(path + "_grouped"), normed = valueName(path + "_normed");
+    node("Reshape", {in[0], initInts(path + ".grouped_shape", {0, groups, -1})}, {grouped}, path + "_group");
+    onnx::NodeProto* n = node(
+        "InstanceNormalization",
+        {grouped, init(path + ".ones", Tensor::full({groups}, 1.0f)), init(path + ".zeros", Tensor::zeros({groups}))},
+        {normed}, path + "_instance_norm");
+    attr(n, "epsilon", gn.options().epsilon);
+    std::vector<int64_t> back = inShapes[0].dims(), perChannel{gn.maps()};
+    back[0] = 0; // the batch, as the input has it
+    for (size_t k = 2; k < back.size(); ++k) perChannel.push_back(1);
+    if (!m.hasVar("weight")) return void(node("Reshape", {normed, initInts(path + ".shape", back)}, out, path));
+    const std::string shaped = valueName(path + "_shaped"), scaled = valueName(path + "_scaled");
+    node("Reshape", {normed, initInts(path + ".shape", back)}, {shaped}, path + "_ungroup");
+    node("Mul", {shaped, init(path + ".weight", l.var("weight"), Shape(perChannel))}, {scaled}, path + "_weight");
+    node("Add", {scaled, init(path + ".bias", l.var("bias"), Shape(perChannel))}, out, path);
 }
 
 } // namespace tessera::onnx_io

@@ -82,7 +82,9 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"Gelu", &Exporter::emitGeluLayer},
         {"GlobalAvgPool", &Exporter::emitGlobalAvgPool},
         {"Identity", &Exporter::emitIdentity},
+        {"GroupNorm", &Exporter::emitGroupNorm},
         {"InstanceNorm2D", &Exporter::emitInstanceNorm2D},
+        {"LayerNorm", &Exporter::emitLayerNorm},
         {"Linear", &Exporter::emitLinear},
         {"MaxPool1D", &Exporter::emitPool},
         {"MaxPool2D", &Exporter::emitPool},
@@ -94,6 +96,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"PRelu", &Exporter::emitPRelu},
         {"Pad1D", &Exporter::emitPad},
         {"Pad2D", &Exporter::emitPad},
+        {"RMSNorm", &Exporter::emitRMSNorm},
         {"RNN", &Exporter::emitRNN},
         {"ReduceMean", &Exporter::emitReduceMean},
         {"Replicate", &Exporter::emitReplicate},
@@ -232,6 +235,17 @@ void Exporter::emitActivation(const Layer& l) {
         return void(node("Mul", {in[0], gate}, out, path));
     }
     if (kind == "gelu") return emitGelu(in, out, path);
+    if (kind == "silu") { // no op before opset 24: x * Sigmoid(x), read back as one silu
+        const std::string gate = valueName(path + "_sigmoid");
+        node("Sigmoid", in, {gate}, path + "_sigmoid");
+        return void(node("Mul", {in[0], gate}, out, path));
+    }
+    if (kind == "mish") { // Mish is opset 18's: x * Tanh(Softplus(x)), read back as one mish
+        const std::string sp = valueName(path + "_softplus"), t = valueName(path + "_tanh");
+        node("Softplus", in, {sp}, path + "_softplus");
+        node("Tanh", {sp}, {t}, path + "_tanh");
+        return void(node("Mul", {in[0], t}, out, path));
+    }
     throw Unsupported{"activation " + kind + " has no ONNX op at this opset"};
 }
 

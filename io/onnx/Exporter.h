@@ -135,6 +135,13 @@ private:
     void emitGlobalAvgPool(const Layer& l);
     void emitBatchNorm(const Layer& l);
     void emitInstanceNorm2D(const Layer& l);
+    void emitLayerNorm(const Layer& l);
+    void emitRMSNorm(const Layer& l);
+    void emitGroupNorm(const Layer& l);
+    // LayerNorm (centred) or RMSNorm as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div,
+    // then Mul(weight) and Add(bias) when given (names, or ""): what the import reads back.
+    void emitNormDecomposed(const std::string& x, int64_t axes, float eps, bool centred, const std::string& weight,
+                            const std::string& bias, const std::vector<std::string>& out, const std::string& path);
     void emitCrossMapLRN(const Layer& l);
     void emitActivation(const Layer& l);
     void emitPRelu(const Layer& l);

@@ -129,6 +129,7 @@ std::shared_ptr<Graph> Importer::run() {
     for (const onnx::ValueInfoProto& v : g.output()) usedValues_.insert(v.name());
     findGelus();
     findSpatialTfs();
+    findNormsAndActivations();
     for (int i = 0; i < g.node_size(); ++i) {
         const onnx::NodeProto& n = g.node(i);
         const std::string where = "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
@@ -141,14 +142,19 @@ std::shared_ptr<Graph> Importer::run() {
                 if (x == values_.end() && missing_.count(gelu->second))
                     throw Unsupported{"input '" + gelu->second + "' comes from a node that was not imported", true};
                 if (x == values_.end()) throw Unsupported{"the GELU of a constant"};
-                define(n, std::make_shared<Gelu>(), Parents{Parent(x->second.node, x->second.slot)});
+                define(n, std::make_shared<Gelu>(), Parents{Parent(x->second.node, x->second.slot)}, {gelu->second});
                 continue;
             }
             if (auto st = spatialTfs_.find(i); st != spatialTfs_.end()) {
                 define(n,
                        std::make_shared<SpatialTf>(
                            SpatialTfOptions{.height = st->second.height, .width = st->second.width}),
-                       dataInputs(st->second.inputs));
+                       dataInputs(st->second.inputs), st->second.inputs);
+                continue;
+            }
+            if (auto p = patternLayers_.find(i); p != patternLayers_.end()) {
+                Parents parents = dataInputs(p->second.inputs); // first: an input not imported is named
+                define(n, p->second.make(), parents, p->second.inputs);
                 continue;
             }
             if (absorbed_.count(i)) continue;
@@ -295,7 +301,12 @@ float Importer::requireScalar(const onnx::NodeProto& n, int k, const char* what)
 }
 
 void Importer::define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents) {
-    inferShapes(n, *module, parents);
+    define(n, std::move(module), parents, {n.input().begin(), n.input().end()});
+}
+
+void Importer::define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents,
+                      const std::vector<std::string>& inputs) {
+    inferShapes(n, *module, parents, inputs);
     NodePtr nd = node(std::move(module), parents, nodeName(n.name().empty() ? n.output(0) : n.name()));
     for (int k = 0; k < n.output_size(); ++k) {
         if (!n.output(k).empty()) values_[n.output(k)] = {nd, k};

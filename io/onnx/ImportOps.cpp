@@ -43,6 +43,7 @@
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Reshape.h"
+#include "modules/RowNorm.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/SpatialTf.h"
@@ -80,6 +81,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Identity", &Importer::importIdentity},
         {"InstanceNormalization", &Importer::importInstanceNormalization},
         {"LRN", &Importer::importLRN},
+        {"LayerNormalization", &Importer::importLayerNormalization},
         {"LSTM", &Importer::importRnn},
         {"LeakyRelu", &Importer::importLeakyRelu},
         {"MatMul", &Importer::importMatMul},
@@ -269,6 +271,44 @@ void Importer::importInstanceNormalization(const onnx::NodeProto& n, const Attri
     auto m = std::make_shared<InstanceNorm2D>(maps, InstanceNormOptions{.epsilon = a.f("epsilon", 1e-5f)});
     m->getVar("scale")->data.copyFrom(scale.tensor.reshape({maps}));
     m->getVar("bias")->data.copyFrom(bias.tensor.reshape({maps}));
+    return define(n, m, dataInputs(n, 1));
+}
+
+// LayerNormalization (opset 17): the dims from `axis` on normalised together.
+void Importer::importLayerNormalization(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis", "epsilon", "stash_type"});
+    for (int k = 1; k < n.output_size(); ++k) {
+        if (!n.output(k).empty() && usedValues_.count(n.output(k))) {
+            throw Unsupported{"its Mean and InvStdDev outputs are not imported (only Y)"};
+        }
+    }
+    const int64_t rank = rankOf(n, 0);
+    if (rank <= 0) throw Unsupported{"the rank of its input is not known"};
+    const int64_t axis = resolveAxis(n, 0, a.i("axis", -1));
+    if (axis < 0 || axis >= rank) {
+        throw Unsupported{"axis " + std::to_string(a.i("axis", -1)) + " is outside a rank-" + std::to_string(rank) +
+                          " input"};
+    }
+    const Constant& scale = requireConstant(n, 1, "Scale");
+    std::vector<int64_t> shape; // the normalised dims: x's from axis on
+    if (auto x = shapes_.find(n.input(0)); x != shapes_.end() && static_cast<int64_t>(x->second.size()) == rank) {
+        for (int64_t j = axis; j < rank; ++j) shape.push_back(x->second[static_cast<size_t>(j)].value);
+    }
+    if (shape.empty() || std::any_of(shape.begin(), shape.end(), [](int64_t v) { return v < 1; })) {
+        throw Unsupported{"the normalised dims of its input are not known"};
+    }
+    if (scale.tensor.numel() != Shape(shape).numel()) {
+        throw Unsupported{"Scale " + Shape(scale.dims).str() + " does not hold one value per normalised element " +
+                          Shape(shape).str()};
+    }
+    const bool hasBias = n.input_size() > 2 && !n.input(2).empty();
+    auto m = std::make_shared<LayerNorm>(shape, LayerNormOptions{.epsilon = a.f("epsilon", 1e-5f), .useBias = hasBias});
+    m->getVar("weight")->data.copyFrom(scale.tensor.reshape(Shape(shape)));
+    if (hasBias) {
+        const Constant& bias = requireConstant(n, 2, "B");
+        if (bias.tensor.numel() != scale.tensor.numel()) throw Unsupported{"B and Scale differ in size"};
+        m->getVar("bias")->data.copyFrom(bias.tensor.reshape(Shape(shape)));
+    }
     return define(n, m, dataInputs(n, 1));
 }
 

@@ -7,6 +7,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -85,13 +86,18 @@ private:
     float requireScalar(const onnx::NodeProto& n, int k, const char* what);
 
     void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents);
+    // A pattern's layer at its last node n, its parents being the values `inputs`.
+    void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents,
+                const std::vector<std::string>& inputs);
 
     static bool known(const std::vector<Dim>& dims);
 
     // Shapes ONNX's inference leaves open (after a Reshape to a computed shape, say) come
     // from the module's own shape inference: each named dim (the batch) stands in as a
     // distinct large size and is read back as its symbol.
-    void inferShapes(const onnx::NodeProto& n, Module& m, const Parents& parents);
+    // `inputs`: the values the parents are (n's own inputs, or a pattern's).
+    void inferShapes(const onnx::NodeProto& n, Module& m, const Parents& parents,
+                     const std::vector<std::string>& inputs);
 
     static constexpr int64_t kStandIn = 1000003; // above any real dim of an imported model
     std::unordered_map<std::string, int64_t> standIns_;
@@ -126,6 +132,7 @@ private:
     void importHardSwish(const onnx::NodeProto& n, const Attributes& a);
     void importIdentity(const onnx::NodeProto& n, const Attributes& a);
     void importInstanceNormalization(const onnx::NodeProto& n, const Attributes& a);
+    void importLayerNormalization(const onnx::NodeProto& n, const Attributes& a);
     void importLRN(const onnx::NodeProto& n, const Attributes& a);
     void importLeakyRelu(const onnx::NodeProto& n, const Attributes& a);
     void importPRelu(const onnx::NodeProto& n, const Attributes& a);
@@ -159,6 +166,18 @@ private:
     std::unordered_map<int, SpatialTfMatch> spatialTfs_;
 
     void findSpatialTfs();
+
+    // SiLU, Mish, LayerNorm, RMSNorm and GroupNorm in the forms exporters write before ONNX
+    // had their ops (NormPatterns.cpp): each becomes one layer at the pattern's last node
+    // (patternLayers_: its index -> the layer and its input); the others are absorbed_.
+    // The layer is made when its node is reached, so that it can read the input's shape as
+    // the layers before it inferred it (ONNX's inference loses it after a computed reshape).
+    struct PatternLayer {
+        std::function<ModulePtr()> make; // Unsupported when the input's shape does not fit
+        std::vector<std::string> inputs;
+    };
+    std::unordered_map<int, PatternLayer> patternLayers_;
+    void findNormsAndActivations();
 
     // A constant of the model (an initializer, a Constant node or a folded value), not a
     // graph input given a value, which stays data unless an op needs it as a constant.

@@ -114,7 +114,8 @@ bool Importer::known(const std::vector<Dim>& dims) {
 // Shapes ONNX's inference leaves open (after a Reshape to a computed shape, say) come
 // from the module's own shape inference: each named dim (the batch) stands in as a
 // distinct large size and is read back as its symbol.
-void Importer::inferShapes(const onnx::NodeProto& n, Module& m, const Parents& parents) {
+void Importer::inferShapes(const onnx::NodeProto& n, Module& m, const Parents& parents,
+                           const std::vector<std::string>& inputs) {
     bool open = false;
     for (int k = 0; k < n.output_size(); ++k) {
         auto it = shapes_.find(n.output(k));
@@ -124,7 +125,7 @@ void Importer::inferShapes(const onnx::NodeProto& n, Module& m, const Parents& p
     Shapes in;
     for (const Parent& p : parents) {
         const std::vector<Dim>* dims = nullptr;
-        for (const std::string& name : n.input()) {
+        for (const std::string& name : inputs) {
             auto v = values_.find(name);
             if (v != values_.end() && v->second.node == p.node &&
                 v->second.slot == (p.slots.empty() ? 0 : p.slots[0])) {

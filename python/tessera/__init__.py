@@ -149,7 +149,7 @@ __all__ = [
     "ncclBuilt",
     "ncclWorld",
     "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip", "gelu", "hardSigmoid", "hardSwish",
-    "MaxUnpool2D", "CheckResult", "check", "Summary", "summary", "load",
+    "silu", "mish", "MaxUnpool2D", "CheckResult", "check", "Summary", "summary", "load",
 ]  # and every layer class, added below
 
 __version__ = "0.1.0"
@@ -160,9 +160,9 @@ for _cls in list(globals().values()):  # tessera.ShapeError, not tessera._tesser
 del _cls
 
 # Activation names, as PuzzleLib spells them: Activation(relu).
-sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish = (
+sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish, silu, mish = (
     "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip", "gelu", "hardSigmoid",
-    "hardSwish")
+    "hardSwish", "silu", "mish")
 
 # Every layer the factory builds, with its arguments in PuzzleLib's order and their
 # defaults, as the factory's own table writes them (factorySignature): the classes below are

@@ -33,6 +33,9 @@ EXAMPLES = {
     "BatchNorm2D": ((4,), {"epsilon": 1e-3}, [((3, 4, 5, 5), F)]),
     "BatchNorm3D": ((2,), {}, [((2, 2, 3, 3, 3), F)]),
     "InstanceNorm2D": ((3,), {}, [((2, 3, 4, 4), F)]),
+    "LayerNorm": (((4, 5),), {"epsilon": 1e-3}, [((2, 3, 4, 5), F)]),
+    "RMSNorm": ((8,), {}, [((2, 3, 8), F)]),
+    "GroupNorm": ((2, 6), {"affine": False}, [((2, 6, 3, 3), F)]),
     "CrossMapLRN": ((), {"N": 3}, [((2, 4, 5, 5), F)]),
     "MapLRN": ((), {"N": 3}, [((2, 4, 5, 5), F)]),
     "LCN": ((), {"N": 3}, [((2, 3, 6, 6), F)]),
@@ -264,3 +267,59 @@ def test_rnn_dropout_between_layers():
     np.testing.assert_array_equal(rnn(x).numpy(), plain(x).numpy())  # eval mode: no dropout
     with pytest.raises(ts.ModuleError):
         ts.RNN(4, 6, layers=2, dropout=1.0)
+
+
+def _torch_grads(f, x, params, dy):
+    """f(x, *params) in PyTorch, with the gradients of <f, dy> to x and to each parameter."""
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor(x, requires_grad=True)
+    pt = [torch.tensor(p, requires_grad=True) for p in params]
+    y = f(xt, *pt)
+    (y * torch.tensor(dy)).sum().backward()
+    return y.detach().numpy(), xt.grad.numpy(), [p.grad.numpy() for p in pt]
+
+
+@pytest.mark.parametrize("kind", ["layer", "group", "rms"])
+def test_normalisations_match_pytorch(kind):
+    torch = pytest.importorskip("torch")
+    F_ = torch.nn.functional
+    rng = np.random.default_rng(3)
+    if kind == "layer":
+        x = rng.standard_normal((4, 5, 6, 8)).astype(np.float32) * 3 + 1
+        mod = ts.LayerNorm((6, 8), epsilon=1e-5)
+        shape = (6, 8)
+        f = lambda t, w, b: F_.layer_norm(t, shape, w, b, 1e-5)  # noqa: E731
+    elif kind == "group":
+        x = rng.standard_normal((3, 8, 5, 4)).astype(np.float32) * 2 - 1
+        mod = ts.GroupNorm(4, 8)
+        shape = (8,)
+        f = lambda t, w, b: F_.group_norm(t, 4, w, b, 1e-5)  # noqa: E731
+    else:  # PyTorch 1.13 has no RMSNorm: its definition, x / sqrt(mean(x^2) + eps) * w
+        x = rng.standard_normal((4, 7, 16)).astype(np.float32)
+        mod = ts.RMSNorm(16)
+        shape = (16,)
+        eps = float(np.finfo(np.float32).eps)
+        f = lambda t, w: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * w  # noqa: E731
+    params = mod.namedParams()
+    values = [rng.uniform(0.5, 1.5, shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)]
+    names = list(params)
+    assert names == (["weight"] if kind == "rms" else ["weight", "bias"])
+    for name, v in zip(names, values):
+        params[name].data = v
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    y_ref, dx_ref, dp_ref = _torch_grads(f, x, values[:len(names)], dy)
+    np.testing.assert_allclose(mod(x).numpy(), y_ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(mod.backward(dy).numpy(), dx_ref, rtol=1e-3, atol=1e-4)
+    for name, ref in zip(names, dp_ref):
+        np.testing.assert_allclose(params[name].grad.numpy(), ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["silu", "mish"])
+def test_silu_and_mish_match_pytorch(name):
+    torch = pytest.importorskip("torch")
+    x = np.linspace(-8, 8, 64, dtype=np.float32).reshape(4, 16)
+    dy = np.random.default_rng(1).standard_normal(x.shape).astype(np.float32)
+    act = ts.Activation(getattr(ts, name))
+    y_ref, dx_ref, _ = _torch_grads(getattr(torch.nn.functional, name), x, [], dy)
+    np.testing.assert_allclose(act(x).numpy(), y_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(act.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-5)

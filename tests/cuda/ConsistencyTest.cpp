@@ -52,6 +52,7 @@
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
+#include "modules/RowNorm.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/SpatialTf.h"
@@ -244,6 +245,10 @@ TEST(CudaConsistency, EveryModule) {
         {"BatchNorm2D", make<BatchNorm2D>(5), {{4, 5, 3, 3}}, 1e-3},
         {"BatchNorm3D", make<BatchNorm3D>(5), {{2, 5, 2, 3, 3}}, 1e-3},
         {"InstanceNorm2D", make<InstanceNorm2D>(3), {{2, 3, 4, 4}}, 1e-3},
+        {"LayerNorm", make<LayerNorm>(std::vector<int64_t>{3, 4}), {{2, 5, 3, 4}}, 1e-3},
+        {"LayerNorm wide", make<LayerNorm>(std::vector<int64_t>{300}), {{37, 300}}, 1e-3},
+        {"RMSNorm", make<RMSNorm>(std::vector<int64_t>{8}), {{3, 2, 8}}, 1e-3},
+        {"GroupNorm", make<GroupNorm>(2, 6), {{3, 6, 2, 5}}, 1e-3},
         {"CrossMapLRN", make<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.01f}), {{2, 6, 4, 4}}},
         {"MapLRN", make<MapLRN>(), {{2, 3, 6, 6}}},
         {"sigmoid", make<Activation>(ActivationKind::sigmoid), {{3, 7}}},
@@ -256,6 +261,8 @@ TEST(CudaConsistency, EveryModule) {
         {"Gelu", make<Gelu>(), {{3, 7}}},
         {"hardSigmoid", make<Activation>(ActivationKind::hardSigmoid, ActivationOptions{.hardSlope = 0.2f}), {{3, 7}}},
         {"hardSwish", make<Activation>(ActivationKind::hardSwish), {{3, 7}}},
+        {"silu", make<Activation>(ActivationKind::silu), {{3, 7}}},
+        {"mish", make<Activation>(ActivationKind::mish), {{3, 7}}},
         {"PRelu", make<PRelu>(4), {{2, 4, 3, 3}}},
         {"PRelu shared", make<PRelu>(4, PReluOptions{.sharedMaps = true, .init = 0.1f}), {{2, 4, 3}}},
         {"SoftMax", make<SoftMax>(), {{3, 5, 2}}},
@@ -556,6 +563,8 @@ TEST(CudaConsistency, GradientCheckOnTheDevice) {
         {"Deconv2D", make<Deconv2D>(3, 2, 3, ConvOptions{.stride = {2}}), {1, 3, 4, 4}, conv},
         {"BatchNorm2D", make<BatchNorm2D>(3), {2, 3, 4, 4}, bn},
         {"InstanceNorm2D", make<InstanceNorm2D>(3), {2, 3, 3, 4}, {}, -2.0f, 2.0f},
+        {"LayerNorm", make<LayerNorm>(std::vector<int64_t>{6}), {4, 6}, {}, -2.0f, 2.0f},
+        {"GroupNorm", make<GroupNorm>(2, 4), {2, 4, 3, 3}, {}, -2.0f, 2.0f},
         {"MaxPool2D", make<MaxPool2D>(2), {2, 2, 6, 6}, pool, -4.0f, 4.0f},
         {"AvgPool2D", make<AvgPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}}), {2, 2, 7, 7}, pool},
         {"CrossMapLRN",

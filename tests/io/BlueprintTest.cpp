@@ -45,6 +45,7 @@
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
+#include "modules/RowNorm.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/SpatialTf.h"
@@ -112,6 +113,10 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<BatchNorm2D>(5),
         std::make_shared<BatchNorm3D>(5),
         std::make_shared<InstanceNorm2D>(3),
+        std::make_shared<LayerNorm>(std::vector<int64_t>{3, 4}, LayerNormOptions{.epsilon = 1e-3f, .useBias = false}),
+        std::make_shared<RMSNorm>(std::vector<int64_t>{8}, RMSNormOptions{.affine = false}),
+        std::make_shared<GroupNorm>(2, 6, GroupNormOptions{.epsilon = 1e-4f}),
+        std::make_shared<Activation>(ActivationKind::silu),
         std::make_shared<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.01f}),
         std::make_shared<MapLRN>(),
         std::make_shared<Dropout2D>(Dropout2DOptions{.p = 0.1f}),

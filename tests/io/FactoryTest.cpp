@@ -31,6 +31,7 @@
 #include "modules/Pool.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
+#include "modules/RowNorm.h"
 #include "modules/SpatialTf.h"
 #include "modules/SubtractMean.h"
 #include "modules/ToList.h"
@@ -88,6 +89,16 @@ std::map<std::string, Case> cases() {
         {"BatchNorm3D", {scheme("BatchNorm3D", {{"maps", four}}), [] { return std::make_shared<BatchNorm3D>(4); }}},
         {"InstanceNorm2D",
          {scheme("InstanceNorm2D", {{"maps", four}}), [] { return std::make_shared<InstanceNorm2D>(4); }}},
+        {"LayerNorm",
+         {scheme("LayerNorm", {{"shape", std::vector<int64_t>{3, 4}}}),
+          [] {
+              return std::make_shared<LayerNorm>(std::vector<int64_t>{3, 4});
+          }}},
+        {"RMSNorm",
+         {scheme("RMSNorm", {{"shape", std::vector<int64_t>{8}}}),
+          [] { return std::make_shared<RMSNorm>(std::vector<int64_t>{8}); }}},
+        {"GroupNorm",
+         {scheme("GroupNorm", {{"groups", two}, {"maps", four}}), [] { return std::make_shared<GroupNorm>(2, 4); }}},
         {"CrossMapLRN", {scheme("CrossMapLRN", {}), [] { return std::make_shared<CrossMapLRN>(); }}},
         {"MapLRN", {scheme("MapLRN", {}), [] { return std::make_shared<MapLRN>(); }}},
         {"LCN", {scheme("LCN", {}), [] { return std::make_shared<LCN>(); }}},

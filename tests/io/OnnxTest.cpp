@@ -31,6 +31,7 @@
 #include "modules/RNN.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
+#include "modules/RowNorm.h"
 #include "modules/Slice.h"
 #include "modules/SoftMax.h"
 #include "modules/SpatialTf.h"
@@ -421,6 +422,54 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
         if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) { // and ONNX's checker takes it
+            const std::string cmd =
+                "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
+                "full_check=True)' '" +
+                path + "'";
+            EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+        }
+        std::filesystem::remove(path);
+    }
+}
+
+// LayerNorm, RMSNorm, GroupNorm, SiLU and Mish: exported as ONNX ops where the opset has
+// them (LayerNormalization from 17) and otherwise in the decomposed forms PyTorch writes,
+// which the import reads back as the same layers with their weights.
+TEST(Onnx, NormalisationsAndNewActivationsRoundTrip) {
+    manualSeed(9);
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto gn = node(std::make_shared<GroupNorm>(3, 6, GroupNormOptions{.epsilon = 1e-4f}), x, "gn");
+    auto silu = node(std::make_shared<Activation>(ActivationKind::silu), gn, "silu");
+    auto ln = node(std::make_shared<LayerNorm>(std::vector<int64_t>{4, 5}), silu, "ln");
+    auto mish = node(std::make_shared<Activation>(ActivationKind::mish), ln, "mish");
+    auto rms = node(std::make_shared<RMSNorm>(std::vector<int64_t>{5}, RMSNormOptions{.epsilon = 1e-6f}), mish, "rms");
+    auto plainGn = node(std::make_shared<GroupNorm>(2, 6, GroupNormOptions{.affine = false}), rms, "plainGn");
+    auto plainLn = node(std::make_shared<LayerNorm>(std::vector<int64_t>{5}, LayerNormOptions{.affine = false}),
+                        plainGn, "plainLn");
+    auto noBias = node(std::make_shared<LayerNorm>(std::vector<int64_t>{5}, LayerNormOptions{.useBias = false}),
+                       plainLn, "noBias");
+    Graph g({x}, {noBias}, "norms");
+    for (const auto& [n, v] : g.namedParams()) v->data.copyFrom(randomTensor(v->data.shape(), 3, 0.5f, 1.5f));
+    const Shape in{2, 6, 4, 5};
+    for (int64_t opset : {13, 17}) {
+        SCOPED_TRACE(opset);
+        const std::string path = ::testing::TempDir() + "norms.onnx";
+        exportOnnx(g, {in}, path, {.opset = opset});
+        std::shared_ptr<Graph> back = importOnnx(path);
+        std::map<std::string, int> classes;
+        for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
+        EXPECT_EQ(classes["GroupNorm"], 2);
+        EXPECT_EQ(classes["LayerNorm"], 3);
+        EXPECT_EQ(classes["RMSNorm"], 1);
+        EXPECT_EQ(classes["Activation"], 2);
+        // LayerNormalization always has a Scale: the affine-free LayerNorm comes back with a
+        // weight of ones from opset 17.
+        EXPECT_EQ(back->namedParams().size(), g.namedParams().size() + (opset >= 17 ? 1 : 0));
+        const Tensor input = randomTensor(in, 8, -2.0f, 2.0f);
+        const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f + 1e-5f * std::fabs(a[i])) << i;
+        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
             const std::string cmd =
                 "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
                 "full_check=True)' '" +

@@ -10,7 +10,8 @@ input as PyTorch, and compared: every output within 1e-4 of PyTorch's, relative 
 largest. Without arguments it takes ResNet-18, VGG-11, MobileNet V2 (depthwise), MobileNet
 V3 small (hard-swish, squeeze-and-excitation gates), DenseNet-121 (concatenations),
 ShuffleNet V2 (channel shuffles from computed shapes), SqueezeNet 1.1 and GoogLeNet (max
-pools with ceil_mode), and 2-layer bidirectional nn.LSTM, nn.GRU and nn.RNN networks.
+pools with ceil_mode), 2-layer bidirectional nn.LSTM, nn.GRU and nn.RNN networks, and a
+small network of GroupNorm, SiLU, Mish and LayerNorm exported at opsets 13 and 17.
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
 """
@@ -54,6 +55,35 @@ SEQUENCE_MODELS = {
     "gru_bi2": lambda: Recurrent(torch.nn.GRU),
     "rnn_tanh_bi2": lambda: Recurrent(torch.nn.RNN),
 }
+
+
+class Norms(torch.nn.Module):
+    """GroupNorm, SiLU, Mish and LayerNorm (over the last three dims and over the
+    features), with weights drawn so that every one matters. (PyTorch 1.13 cannot export a
+    LayerNorm without affine parameters at opset 17: it writes LayerNormalization without
+    its Scale.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.gn = torch.nn.GroupNorm(2, 8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.ln = torch.nn.LayerNorm([8, 8, 8])
+        self.fc = torch.nn.Linear(512, 10)
+        self.head = torch.nn.LayerNorm(10)
+        for m in (self.gn, self.ln, self.head):
+            torch.nn.init.uniform_(m.weight, 0.5, 1.5)
+            torch.nn.init.uniform_(m.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        y = torch.nn.functional.silu(self.gn(self.conv1(x)))
+        y = self.ln(torch.nn.functional.mish(self.conv2(y)))
+        return self.head(self.fc(y.flatten(1)))
+
+
+# Normalisations and activations of networks since 2020, at the opset before ONNX had
+# LayerNormalization (PyTorch writes it decomposed) and at the one that has it; [N, 3, 8, 8].
+NORM_MODELS = {"norms_opset13": (Norms, 13), "norms_opset17": (Norms, 17)}
 RTOL = 1e-4
 
 
@@ -68,21 +98,23 @@ def run(cmd):
 
 def main():
     tessera, work = sys.argv[1], sys.argv[2]
-    names = sys.argv[3:] or list(MODELS) + list(SEQUENCE_MODELS)
+    names = sys.argv[3:] or list(MODELS) + list(SEQUENCE_MODELS) + list(NORM_MODELS)
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
-    images, sequences = torch.randn(2, 3, 224, 224), torch.randn(7, 3, 8)
+    images, sequences, small = torch.randn(2, 3, 224, 224), torch.randn(7, 3, 8), torch.randn(2, 3, 8, 8)
     for name in names:
         sequence = name in SEQUENCE_MODELS
-        x = sequences if sequence else images
+        x = sequences if sequence else small if name in NORM_MODELS else images
         xpath = os.path.join(work, "x_" + name + ".npy")
         np.save(xpath, x.numpy())
-        model = (SEQUENCE_MODELS[name] if sequence else MODELS[name])().eval()
+        opset = NORM_MODELS[name][1] if name in NORM_MODELS else 13
+        make = SEQUENCE_MODELS[name] if sequence else NORM_MODELS[name][0] if name in NORM_MODELS else MODELS[name]
+        model = make().eval()
         with torch.no_grad():
             want = model(x).numpy()
         path = os.path.join(work, name + ".onnx")
         axes = {} if sequence else {"x": {0: "batch"}, "y": {0: "batch"}}
-        torch.onnx.export(model, x, path, opset_version=13, input_names=["x"], output_names=["y"],
+        torch.onnx.export(model, x, path, opset_version=opset, input_names=["x"], output_names=["y"],
                           dynamic_axes=axes)
         del model
         run([tessera, "check", path, "--input", "x".join(str(d) for d in x.shape)])

@@ -51,6 +51,19 @@ const Case kCases[] = {
      [](float x) { return x < -3.0f  ? 0.0f
                           : x > 3.0f ? 1.0f
                                      : x / 3.0f + 0.5f; }},
+    // x sigmoid(x) (PyTorch's SiLU)
+    {ActivationKind::silu,
+     {},
+     [](float x) { return x * sigmoid(x); },
+     [](float x) { return sigmoid(x) * (1 + x * (1 - sigmoid(x))); }},
+    // x tanh(softplus(x))
+    {ActivationKind::mish,
+     {},
+     [](float x) { return x * std::tanh(std::log1p(std::exp(x))); },
+     [](float x) {
+         const float t = std::tanh(std::log1p(std::exp(x)));
+         return t + x * sigmoid(x) * (1 - t * t);
+     }},
 };
 
 // The points where `kind` is not smooth (besides a single GradCheckOptions::kink).

@@ -1,0 +1,336 @@
+// The forms exporters write for the normalisations and activations ONNX had no op for
+// (before opsets 17, 18 and 21), each read back as one layer at its last node:
+// - SiLU: Sigmoid(x) -> Mul(x, that);
+// - Mish: Softplus(x) -> Tanh -> Mul(x, that);
+// - LayerNorm: ReduceMean(x) -> Sub(x, mean) -> Pow(d, 2) (or Mul(d, d)) -> ReduceMean ->
+//   Add(eps) -> Sqrt -> Div(d, that), over the trailing axes, then Mul(weight) and
+//   Add(bias) when their constants fit; without the first ReduceMean and the Sub, RMSNorm;
+// - GroupNorm: Reshape(x, [N, G, -1]) -> InstanceNormalization(ones, zeros) -> Reshape back
+//   (to Shape(x) or x's own dims), then a per-channel Mul and Add when they fit.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <unordered_map>
+
+#include "io/onnx/Importer.h"
+#include "modules/Activation.h"
+#include "modules/RowNorm.h"
+
+namespace tessera::onnx_io {
+
+namespace {
+
+// Producers, consumers and constants of a graph, for matching.
+class Index {
+public:
+    Index(const onnx::GraphProto& g, const std::unordered_map<std::string, Constant>& constants)
+        : g_(g), constants_(constants) {
+        for (int i = 0; i < g.node_size(); ++i) {
+            const onnx::NodeProto& n = g.node(i);
+            for (const std::string& o : n.output()) producer_[o] = i;
+            for (const std::string& in : n.input()) consumers_[in].push_back(i);
+            if (n.op_type() == "Constant" && n.attribute_size() == 1 && n.attribute(0).name() == "value") {
+                constantNodes_[n.output(0)] = &n.attribute(0).t();
+            }
+        }
+        for (const onnx::ValueInfoProto& v : g.output()) consumers_[v.name()].push_back(-1); // a graph output
+    }
+
+    // The node producing `value` with op `op`, or -1.
+    int from(const std::string& value, const char* op) const {
+        auto p = producer_.find(value);
+        return p != producer_.end() && g_.node(p->second).op_type() == op ? p->second : -1;
+    }
+    // The consumers of `value` (-1: a graph output).
+    const std::vector<int>& users(const std::string& value) const {
+        static const std::vector<int> none;
+        auto c = consumers_.find(value);
+        return c == consumers_.end() ? none : c->second;
+    }
+    // The one consumer of `value` when it has op `op`, or -1.
+    int only(const std::string& value, const char* op) const {
+        const std::vector<int>& u = users(value);
+        return u.size() == 1 && u[0] >= 0 && g_.node(u[0]).op_type() == op ? u[0] : -1;
+    }
+    std::optional<Constant> constant(const std::string& name) const {
+        if (auto c = constants_.find(name); c != constants_.end()) return c->second;
+        if (auto c = constantNodes_.find(name); c != constantNodes_.end()) {
+            try {
+                return constantOf(*c->second, name);
+            } catch (const Error&) {}
+        }
+        return std::nullopt;
+    }
+    // The float values of a constant, or nullopt.
+    std::optional<std::vector<float>> floats(const std::string& name) const {
+        std::optional<Constant> c = constant(name);
+        if (!c || c->isInt || c->zeros || !c->tensor.defined()) return std::nullopt;
+        return c->tensor.toVector<float>();
+    }
+    std::optional<float> scalar(const std::string& name) const {
+        std::optional<std::vector<float>> v = floats(name);
+        return v && v->size() == 1 ? std::optional<float>((*v)[0]) : std::nullopt;
+    }
+    std::optional<std::vector<int64_t>> ints(const std::string& name) const {
+        std::optional<Constant> c = constant(name);
+        if (!c || !c->isInt) return std::nullopt;
+        return c->ints;
+    }
+    // Node n's other input when one of its two inputs is `value`, else "".
+    std::string otherInput(int n, const std::string& value) const {
+        const onnx::NodeProto& node = g_.node(n);
+        if (node.input_size() != 2) return "";
+        if (node.input(0) == value) return node.input(1);
+        if (node.input(1) == value) return node.input(0);
+        return "";
+    }
+    const onnx::NodeProto& node(int i) const { return g_.node(i); }
+
+private:
+    const onnx::GraphProto& g_;
+    const std::unordered_map<std::string, Constant>& constants_;
+    std::unordered_map<std::string, int> producer_;
+    std::unordered_map<std::string, std::vector<int>> consumers_;
+    std::unordered_map<std::string, const onnx::TensorProto*> constantNodes_;
+};
+
+// The axes a ReduceMean node reduces (attribute, or input 1 from opset 18), when it keeps them.
+std::optional<std::vector<int64_t>> meanAxes(const Index& ix, int n) {
+    const onnx::NodeProto& node = ix.node(n);
+    const Attributes a(node);
+    if (a.i("keepdims", 1) != 1) return std::nullopt;
+    if (node.input_size() > 1 && !node.input(1).empty()) return ix.ints(node.input(1));
+    std::vector<int64_t> axes = a.ints("axes");
+    if (axes.empty()) return std::nullopt;
+    return axes;
+}
+
+// The count k when `axes` are the last k dims, written from the end (-k .. -1, as
+// exporters write them), else 0.
+int64_t trailingCount(std::vector<int64_t> axes) {
+    std::sort(axes.begin(), axes.end());
+    const auto k = static_cast<int64_t>(axes.size());
+    for (int64_t i = 0; i < k; ++i) {
+        if (axes[static_cast<size_t>(i)] != i - k) return 0;
+    }
+    return k;
+}
+
+// True when `values` hold only `v`.
+bool all(const std::vector<float>& values, float v) {
+    return std::all_of(values.begin(), values.end(), [&](float x) { return x == v; });
+}
+
+// A constant operand that may be a LayerNorm's weight or bias over the last k dims (of
+// rank k or less after its leading 1s) or a GroupNorm's per-channel one ([C, 1, ...]).
+struct Operand {
+    std::vector<int64_t> dims; // less leading 1s
+    std::vector<float> values;
+};
+std::optional<Operand> operand(const Index& ix, const std::string& name) {
+    std::optional<Constant> c = ix.constant(name);
+    if (!c || c->isInt || c->zeros || !c->tensor.defined()) return std::nullopt;
+    std::vector<int64_t> dims = c->dims;
+    while (!dims.empty() && dims.front() == 1) dims.erase(dims.begin());
+    return Operand{dims, c->tensor.toVector<float>()};
+}
+
+} // namespace
+
+void Importer::findNormsAndActivations() {
+    const onnx::GraphProto& g = model_.graph();
+    const Index ix(g, constants_);
+    auto isData = [&](const std::string& v) { return !ix.constant(v).has_value(); };
+    auto claim = [&](int last, std::function<ModulePtr()> make, const std::string& x,
+                     const std::vector<int>& absorbed) {
+        patternLayers_[last] = {std::move(make), {x}};
+        for (int k : absorbed) absorbed_.insert(k);
+    };
+    for (int i = 0; i < g.node_size(); ++i) {
+        const onnx::NodeProto& n = g.node(i);
+        if (absorbed_.count(i) || patternLayers_.count(i) || gelus_.count(i)) continue;
+        if (n.op_type() == "Sigmoid" && n.input_size() == 1 && isData(n.input(0))) { // SiLU
+            const int mul = ix.only(n.output(0), "Mul");
+            if (mul >= 0 && ix.otherInput(mul, n.output(0)) == n.input(0)) {
+                claim(mul, [] { return std::make_shared<Activation>(ActivationKind::silu); }, n.input(0), {i});
+            }
+            continue;
+        }
+        if (n.op_type() == "Softplus" && n.input_size() == 1 && isData(n.input(0))) { // Mish
+            const int tanh = ix.only(n.output(0), "Tanh");
+            const int mul = tanh >= 0 ? ix.only(ix.node(tanh).output(0), "Mul") : -1;
+            if (mul >= 0 && ix.otherInput(mul, ix.node(tanh).output(0)) == n.input(0)) {
+                claim(mul, [] { return std::make_shared<Activation>(ActivationKind::mish); }, n.input(0), {i, tanh});
+            }
+            continue;
+        }
+        if (n.op_type() == "Sqrt" && n.input_size() == 1) { // LayerNorm, RMSNorm
+            const int add = ix.from(n.input(0), "Add");
+            if (add < 0 || ix.users(n.input(0)).size() != 1) continue;
+            const onnx::NodeProto& addNode = ix.node(add);
+            const int var = ix.from(addNode.input(0), "ReduceMean") >= 0 ? ix.from(addNode.input(0), "ReduceMean")
+                                                                         : ix.from(addNode.input(1), "ReduceMean");
+            if (var < 0 || ix.users(ix.node(var).output(0)).size() != 1) continue;
+            const std::optional<float> eps = ix.scalar(ix.otherInput(add, ix.node(var).output(0)));
+            const std::optional<std::vector<int64_t>> axes = meanAxes(ix, var);
+            if (!eps || !(*eps > 0.0f) || !axes) continue;
+            const int64_t k = trailingCount(*axes);
+            if (k == 0) continue;
+            const std::string sq = ix.node(var).input(0);
+            std::string d;
+            int square = ix.from(sq, "Pow");
+            if (square >= 0) {
+                const std::optional<float> p = ix.scalar(ix.node(square).input(1));
+                if (p && *p == 2.0f) d = ix.node(square).input(0);
+            } else if ((square = ix.from(sq, "Mul")) >= 0 && ix.node(square).input(0) == ix.node(square).input(1)) {
+                d = ix.node(square).input(0);
+            }
+            if (d.empty() || ix.users(sq).size() != 1 || !isData(d)) continue;
+            const int div = ix.only(n.output(0), "Div");
+            if (div < 0 || ix.node(div).input(0) != d || ix.node(div).input(1) != n.output(0)) continue;
+            // LayerNorm when d = x - mean(x) over the same axes and used by the square and the division only.
+            std::string x = d;
+            std::vector<int> nodes{square, var, add, i};
+            bool centred = false;
+            const int sub = ix.from(d, "Sub");
+            if (sub >= 0 && ix.users(d).size() == 2) {
+                const int mean = ix.from(ix.node(sub).input(1), "ReduceMean");
+                if (mean >= 0 && ix.node(mean).input(0) == ix.node(sub).input(0) && meanAxes(ix, mean) == axes &&
+                    ix.users(ix.node(mean).output(0)).size() == 1) {
+                    x = ix.node(sub).input(0);
+                    centred = true;
+                    nodes.insert(nodes.end(), {mean, sub});
+                }
+            }
+            // Mul(weight) and Add(bias) after it, constants over at most the normalised dims.
+            int last = div;
+            std::optional<Operand> weight, bias;
+            auto fits = [&](const std::optional<Operand>& o) { return o && static_cast<int64_t>(o->dims.size()) <= k; };
+            if (const int mul = ix.only(ix.node(div).output(0), "Mul"); mul >= 0) {
+                weight = operand(ix, ix.otherInput(mul, ix.node(div).output(0)));
+                if (fits(weight))
+                    nodes.push_back(last), last = mul;
+                else
+                    weight.reset();
+            }
+            if (const int plus = ix.only(ix.node(last).output(0), "Add"); plus >= 0 && centred) {
+                bias = operand(ix, ix.otherInput(plus, ix.node(last).output(0)));
+                if (fits(bias))
+                    nodes.push_back(last), last = plus;
+                else
+                    bias.reset();
+            }
+            const float epsilon = *eps;
+            claim(
+                last,
+                [this, x, k, centred, weight, bias, epsilon]() -> ModulePtr {
+                    std::vector<int64_t> shape; // x's last k dims, as the layers before it give them
+                    auto it = shapes_.find(x);
+                    if (it != shapes_.end() && static_cast<int64_t>(it->second.size()) >= k) {
+                        for (size_t j = it->second.size() - static_cast<size_t>(k); j < it->second.size(); ++j) {
+                            shape.push_back(it->second[j].value);
+                        }
+                    }
+                    if (shape.empty() || std::any_of(shape.begin(), shape.end(), [](int64_t v) { return v < 1; })) {
+                        throw Unsupported{"the normalised dims of its input are not known"};
+                    }
+                    const int64_t D = Shape(shape).numel();
+                    for (const std::optional<Operand>* o : {&weight, &bias}) {
+                        if (*o && static_cast<int64_t>((*o)->values.size()) != D) {
+                            throw Unsupported{"a constant " + Shape((*o)->dims).str() +
+                                              " does not have the normalised shape " + Shape(shape).str()};
+                        }
+                    }
+                    ModulePtr m;
+                    if (centred) {
+                        m = std::make_shared<LayerNorm>(shape, LayerNormOptions{.epsilon = epsilon,
+                                                                                .affine = weight || bias,
+                                                                                .useBias = bias.has_value()});
+                    } else {
+                        m = std::make_shared<RMSNorm>(shape,
+                                                      RMSNormOptions{.epsilon = epsilon, .affine = weight.has_value()});
+                    }
+                    if (weight) m->getVar("weight")->data.copyFrom(Tensor::fromVector(Shape(shape), weight->values));
+                    if (bias) m->getVar("bias")->data.copyFrom(Tensor::fromVector(Shape(shape), bias->values));
+                    return m;
+                },
+                x, nodes);
+            continue;
+        }
+        if (n.op_type() == "InstanceNormalization" && n.input_size() == 3) { // GroupNorm
+            const int before = ix.from(n.input(0), "Reshape");
+            const int after = ix.only(n.output(0), "Reshape");
+            if (before < 0 || after < 0 || ix.users(n.input(0)).size() != 1) continue;
+            const std::string x = ix.node(before).input(0);
+            const std::optional<std::vector<int64_t>> to = ix.ints(ix.node(before).input(1));
+            const std::optional<std::vector<float>> scale = ix.floats(n.input(1)), shift = ix.floats(n.input(2));
+            if (!to || to->size() != 3 || (*to)[2] != -1 || !scale || !shift || !all(*scale, 1.0f) ||
+                !all(*shift, 0.0f)) {
+                continue;
+            }
+            const int64_t groups = (*to)[1];
+            if (groups < 1 || static_cast<int64_t>(scale->size()) != groups) continue;
+            // back to x's shape: Shape(x), or x's dims (checked when the layer is made)
+            std::vector<int> nodes{before, i};
+            const std::string backTo = ix.node(after).input(1);
+            std::optional<std::vector<int64_t>> backDims;
+            if (const int shapeOp = ix.from(backTo, "Shape"); shapeOp >= 0 && ix.node(shapeOp).input(0) == x) {
+                if (ix.users(backTo).size() == 1) nodes.push_back(shapeOp);
+            } else if (!(backDims = ix.ints(backTo))) {
+                continue;
+            }
+            // a per-channel Mul and Add after it: [C, 1, ...]
+            auto perChannel = [&](const std::optional<Operand>& o) {
+                return o && !o->dims.empty() && o->dims[0] % groups == 0 &&
+                       std::all_of(o->dims.begin() + 1, o->dims.end(), [](int64_t v) { return v == 1; });
+            };
+            int last = after;
+            std::optional<Operand> weight, bias;
+            if (const int mul = ix.only(ix.node(after).output(0), "Mul"); mul >= 0) {
+                weight = operand(ix, ix.otherInput(mul, ix.node(after).output(0)));
+                if (perChannel(weight))
+                    nodes.push_back(last), last = mul;
+                else
+                    weight.reset();
+            }
+            if (const int plus = ix.only(ix.node(last).output(0), "Add"); plus >= 0) {
+                bias = operand(ix, ix.otherInput(plus, ix.node(last).output(0)));
+                if (perChannel(bias))
+                    nodes.push_back(last), last = plus;
+                else
+                    bias.reset();
+            }
+            const float epsilon = Attributes(n).f("epsilon", 1e-5f);
+            claim(
+                last,
+                [this, x, groups, backDims, weight, bias, epsilon]() -> ModulePtr {
+                    auto it = shapes_.find(x);
+                    if (it == shapes_.end() || it->second.size() < 2 || it->second[1].value < 1) {
+                        throw Unsupported{"the channels (dim 1) of its input are not known"};
+                    }
+                    const std::vector<Dim>& xd = it->second;
+                    const int64_t maps = xd[1].value;
+                    bool same = !backDims || backDims->size() == xd.size();
+                    for (size_t j = 1; same && backDims && j < xd.size(); ++j) same = (*backDims)[j] == xd[j].value;
+                    if (!same || maps % groups != 0) {
+                        throw Unsupported{"a GroupNorm's reshapes do not fit its input of " + std::to_string(maps) +
+                                          " channels in " + std::to_string(groups) + " groups"};
+                    }
+                    for (const std::optional<Operand>* o : {&weight, &bias}) {
+                        if (*o && static_cast<int64_t>((*o)->values.size()) != maps) {
+                            throw Unsupported{"a per-channel constant " + Shape((*o)->dims).str() + " does not have " +
+                                              std::to_string(maps) + " channels"};
+                        }
+                    }
+                    auto m = std::make_shared<GroupNorm>(
+                        groups, maps, GroupNormOptions{.epsilon = epsilon, .affine = weight || bias});
+                    if (weight) m->getVar("weight")->data.copyFrom(Tensor::fromVector({maps}, weight->values));
+                    if (bias) m->getVar("bias")->data.copyFrom(Tensor::fromVector({maps}, bias->values));
+                    return m;
+                },
+                x, nodes);
+        }
+    }
+}
+
+} // namespace tessera::onnx_io
