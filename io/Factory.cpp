@@ -373,8 +373,10 @@ const std::map<std::string, Row>& table() {
                                                                        .hardOffset = a.f("hardOffset"),
                                                                        .name = a.name()});
              }},
-            {"SoftMax", "name=None",
-             [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<SoftMax>(a.name()); }},
+            {"SoftMax", "axis=1, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<SoftMax>(static_cast<int>(a.i("axis")), a.name());
+             }},
             {"Flatten", "name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Flatten>(a.name()); }},
             {"Reshape", "shape, name=None",

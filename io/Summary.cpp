@@ -19,7 +19,9 @@ namespace {
 // Reshape) count nothing; other modules count one operation per output element (a rough
 // figure for element-wise work); a container counts its children.
 double flopsOf(Module& m, const Shapes& in, const Shapes& out) {
-    if (const auto* lin = dynamic_cast<const Linear*>(&m)) return 2.0 * in[0][0] * lin->insize() * lin->outsize();
+    if (const auto* lin = dynamic_cast<const Linear*>(&m)) { // every row of [..., insize]
+        return 2.0 * static_cast<double>(in[0].numel() / lin->insize()) * lin->insize() * lin->outsize();
+    }
     if (const auto* conv = dynamic_cast<const ConvND*>(&m)) {
         const Shape& w = conv->getVar("W")->data.shape();
         double perOut = 2.0;

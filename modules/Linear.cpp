@@ -16,51 +16,65 @@ Linear::Linear(int64_t insize, int64_t outsize, const LinearOptions& options)
     if (options.useBias) setVar("b", Variable::of(Tensor::zeros({outsize})));
 }
 
+namespace {
+// s with its last dim replaced by `last`.
+Shape withLast(const Shape& s, int64_t last) {
+    std::vector<int64_t> d = s.dims();
+    d.back() = last;
+    return Shape(d);
+}
+// t as the matrix [rows, its last dim].
+Tensor rowsOf(const Tensor& t) {
+    return t.reshape({t.numel() / t.shape()[t.shape().rank() - 1], t.shape()[t.shape().rank() - 1]});
+}
+} // namespace
+
 void Linear::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 1, "input");
     const Shape& s = inShapes[0];
-    if (s.rank() != 2 || s[1] != insize_) {
-        throw shapeError("expects input [N, " + std::to_string(insize_) + "], got " + s.str() +
-                         (s.rank() > 2 ? " (put a Flatten before it)" : ""));
+    if (s.rank() < 1 || s[s.rank() - 1] != insize_) {
+        const bool flatten = s.rank() > 2 && s.numel() / s[0] == insize_;
+        throw shapeError("expects input [..., " + std::to_string(insize_) + "], got " + s.str() +
+                         (flatten ? " (put a Flatten before it)" : ""));
     }
 }
 
 void Linear::checkGradShape(const Shapes& outGradShapes) const {
     requireCount(outGradShapes, 1, "gradient");
     const Shape& s = outGradShapes[0];
-    if (s.rank() != 2 || s[1] != outsize_) {
-        throw shapeError("expects gradient [N, " + std::to_string(outsize_) + "], got " + s.str());
+    if (s.rank() < 1 || s[s.rank() - 1] != outsize_) {
+        throw shapeError("expects gradient [..., " + std::to_string(outsize_) + "], got " + s.str());
     }
 }
 
-Shapes Linear::dataShapeFrom(const Shapes& inShapes) const { return {Shape{inShapes[0][0], outsize_}}; }
+Shapes Linear::dataShapeFrom(const Shapes& inShapes) const { return {withLast(inShapes[0], outsize_)}; }
 
-Shapes Linear::gradShapeFrom(const Shapes& outGradShapes) const { return {Shape{outGradShapes[0][0], insize_}}; }
+Shapes Linear::gradShapeFrom(const Shapes& outGradShapes) const { return {withLast(outGradShapes[0], insize_)}; }
 
-// x: [N, in], W: [in, out], b: [out] -> y: [N, out]
+// x: [..., in] as [M, in], W: [in, out], b: [out] -> y: [M, out] as [..., out]
 Tensors Linear::updateData(const Tensors& data) {
-    const Tensor& x = data[0];
+    const Tensor x = rowsOf(data[0]);
     Backend& be = backendOf(x);
     Tensor y = Tensor::empty({x.shape()[0], outsize_}, DType::float32, x.device());
     if (options_.useBias) be.broadcastRows(getVar("b")->data, y);
     be.gemmWeights(false, false, 1.0f, x, getVar("W")->data, options_.useBias ? 1.0f : 0.0f, y, computeDType(),
                    packSlot());
-    return {y};
+    return {y.reshape(withLast(data[0].shape(), outsize_))};
 }
 
-// dy: [N, out] -> dx = dy W^T: [N, in]
+// dy: [..., out] -> dx = dy W^T: [..., in]
 Tensors Linear::updateGrad(const Tensors& grad) {
-    const Tensor& dy = grad[0];
+    const Tensor dy = rowsOf(grad[0]);
     Tensor dx = Tensor::empty({dy.shape()[0], insize_}, DType::float32, dy.device());
     backendOf(dy).gemm(false, true, 1.0f, dy, getVar("W")->data, 0.0f, dx, computeDType());
-    return {dx};
+    return {dx.reshape(withLast(grad[0].shape(), insize_))};
 }
 
 // dW = scale * x^T dy + momentum * dW; db = scale * sum_n dy + momentum * db
 void Linear::accGradParams(const Tensors& grad, float scale, float momentum) {
-    const Tensor& dy = grad[0];
+    const Tensor dy = rowsOf(grad[0]);
     Backend& be = backendOf(dy);
-    be.gemm(true, false, scale, inData(), dy, momentum, getVar("W")->grad, computeDType());
+    be.gemm(true, false, scale, rowsOf(inData()), dy, momentum, getVar("W")->grad, computeDType());
     if (options_.useBias) be.sumRows(dy, scale, momentum, getVar("b")->grad);
 }
 

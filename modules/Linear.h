@@ -13,8 +13,9 @@ struct LinearOptions {
     std::string name = {};
 };
 
-/// x: [N, insize] -> y: [N, outsize]. Parameters `W`: [insize, outsize] and, with
-/// useBias, `b`: [outsize] (initialised to zero).
+/// x: [..., insize] -> y: [..., outsize] (PyTorch's nn.Linear: over the last axis of any
+/// rank, the leading dims kept). Parameters `W`: [insize, outsize] and, with useBias,
+/// `b`: [outsize] (initialised to zero).
 class Linear : public Module {
 public:
     Linear(int64_t insize, int64_t outsize, const LinearOptions& options = {});
@@ -26,9 +27,9 @@ public:
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// Throws ShapeError unless the input is one [N, insize] tensor.
+    /// Throws ShapeError unless the input is one [..., insize] tensor.
     void checkDataShape(const Shapes& inShapes) const override;
-    /// Throws ShapeError unless the gradient is one [N, outsize] tensor.
+    /// Throws ShapeError unless the gradient is one [..., outsize] tensor.
     void checkGradShape(const Shapes& outGradShapes) const override;
     Blueprint blueprint() const override;
 

@@ -7,22 +7,45 @@ namespace tessera {
 void SoftMax::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 1, "input");
     const Shape& s = inShapes[0];
-    if (s.rank() < 2 || s.rank() > 6) throw shapeError("expects input [N, C, ...] of rank 2 to 6, got " + s.str());
+    const auto rank = static_cast<int>(s.rank());
+    if (axis_ >= rank || axis_ < -rank) {
+        throw shapeError("runs over axis " + std::to_string(axis_) + ", which a rank-" + std::to_string(rank) +
+                         " input " + s.str() + " does not have");
+    }
 }
 
-// x: [N, C, ...] -> y: [N, C, ...]
+Shape SoftMax::around(const Shape& s) const {
+    const auto rank = static_cast<int64_t>(s.rank());
+    const int64_t a = axis_ < 0 ? axis_ + rank : axis_;
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < rank; ++i) {
+        if (i < a) outer *= s[i];
+        if (i > a) inner *= s[i];
+    }
+    return Shape{outer, s[a], inner};
+}
+
+// x -> y, both seen as [outer, C, inner]
 Tensors SoftMax::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
-    backendOf(x).softmaxForward(x, y);
+    const Shape v = around(x.shape());
+    backendOf(x).softmaxForward(x.reshape(v), y.reshape(v));
     return {y};
 }
 
 Tensors SoftMax::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
     Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());
-    backendOf(dy).softmaxBackward(data(), dy, dx);
+    const Shape v = around(dy.shape());
+    backendOf(dy).softmaxBackward(data().reshape(v), dy.reshape(v), dx.reshape(v));
     return {dx};
+}
+
+Blueprint SoftMax::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    if (axis_ != 1) bp.scheme.emplace_back("axis", int64_t{axis_}); // older readers take the channels
+    return bp;
 }
 
 } // namespace tessera

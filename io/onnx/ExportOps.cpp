@@ -134,6 +134,13 @@ void Exporter::emitIdentity(const Layer& l) {
 // Linear
 void Exporter::emitLinear(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
+    if (inShapes[0].rank() != 2) { // over the last axis of any rank: MatMul, then Add of the bias
+        const std::string w = init(path + ".W", l.var("W"));
+        if (!m.hasVar("b")) return void(node("MatMul", {in[0], w}, out, path));
+        const std::string product = valueName(path + "_matmul");
+        node("MatMul", {in[0], w}, {product}, path + "_matmul");
+        return void(node("Add", {product, init(path + ".b", l.var("b"))}, out, path));
+    }
     std::vector<std::string> ins = {in[0], init(path + ".W", l.var("W"))};
     if (m.hasVar("b")) ins.push_back(init(path + ".b", l.var("b")));
     node("Gemm", ins, out, path);
@@ -264,7 +271,7 @@ void Exporter::emitPRelu(const Layer& l) {
 // SoftMax
 void Exporter::emitSoftMax(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
-    return attr(node("Softmax", in, out, path), "axis", int64_t{1});
+    return attr(node("Softmax", in, out, path), "axis", int64_t{static_cast<const SoftMax&>(m).axis()});
 }
 
 // Flatten

@@ -129,7 +129,7 @@ std::shared_ptr<Graph> Importer::run() {
     for (const onnx::ValueInfoProto& v : g.output()) usedValues_.insert(v.name());
     findGelus();
     findSpatialTfs();
-    findNormsAndActivations();
+    findLayerPatterns();
     for (int i = 0; i < g.node_size(); ++i) {
         const onnx::NodeProto& n = g.node(i);
         const std::string where = "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";

@@ -417,16 +417,15 @@ void Importer::importConcat(const onnx::NodeProto& n, const Attributes& a) {
 void Importer::importSoftmax(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis"});
     const int64_t given = a.i("axis", opset_ >= 13 ? -1 : 1);
-    const int64_t axis = resolveAxis(n, 0, given);
-    if (axis != 1) {
-        throw Unsupported{"axis " + std::to_string(given) + " (Tessera's SoftMax runs over axis 1 of its input)"};
+    const int64_t axis = resolveAxis(n, 0, given); // negative where the rank is not known
+    const int64_t rank = rankOf(n, 0);
+    if (opset_ < 13 && !(rank > 0 && axis == rank - 1)) {
+        // Before opset 13 Softmax flattens from the axis on: one axis only when it is the last.
+        throw Unsupported{"opset " + std::to_string(opset_) + " Softmax on axis " + std::to_string(given) +
+                          " of an input whose rank is " + (rank > 0 ? std::to_string(rank) : "not known") +
+                          " (it flattens from the axis on; Tessera's runs over one axis)"};
     }
-    if (opset_ < 13 && rankOf(n, 0) != 2) {
-        // Before opset 13 Softmax flattens from the axis on: Tessera's only for 2-D inputs.
-        throw Unsupported{"opset " + std::to_string(opset_) +
-                          " Softmax on an input not declared 2-D (it flattens from the axis on)"};
-    }
-    return define(n, std::make_shared<SoftMax>(), dataInputs(n, 1));
+    return define(n, std::make_shared<SoftMax>(static_cast<int>(axis)), dataInputs(n, 1));
 }
 
 } // namespace tessera::onnx_io

@@ -177,7 +177,7 @@ private:
         std::vector<std::string> inputs;
     };
     std::unordered_map<int, PatternLayer> patternLayers_;
-    void findNormsAndActivations();
+    void findLayerPatterns();
 
     // A constant of the model (an initializer, a Constant node or a folded value), not a
     // graph input given a value, which stays data unless an op needs it as a constant.

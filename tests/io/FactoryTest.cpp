@@ -32,6 +32,7 @@
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/RowNorm.h"
+#include "modules/SoftMax.h"
 #include "modules/SpatialTf.h"
 #include "modules/SubtractMean.h"
 #include "modules/ToList.h"
@@ -132,6 +133,7 @@ std::map<std::string, Case> cases() {
         {"RNN", {scheme("RNN", {{"insize", three}, {"hsize", four}}), [] { return std::make_shared<RNN>(3, 4); }}},
         {"ReduceMean", {scheme("ReduceMean", {}), [] { return std::make_shared<ReduceMean>(); }}},
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},
+        {"SoftMax", {scheme("SoftMax", {}), [] { return std::make_shared<SoftMax>(); }}},
         {"Concat", {scheme("Concat", {}), [] { return std::make_shared<Concat>(); }}},
         {"ToList", {scheme("ToList", {}), [] { return std::make_shared<ToList>(); }}},
         // Cast's C++ constructor names both dtypes; the row's defaults are float32.

@@ -114,7 +114,7 @@ TEST(Summary, BadShapesGiveTheModelsReportAndThePartialRows) {
         [&] {
             summarize(*g, {Shape{4, 16}, Shape{4, 5}}, &partial);
         },
-        {"Linear 'fb'", "expects input [N, 4]"}));
+        {"Linear 'fb'", "expects input [..., 4]"}));
     ASSERT_EQ(partial.size(), 3u); // a, fa and b ran before fb failed
     EXPECT_EQ(partial[2].name, "b");
 }

@@ -55,6 +55,23 @@ TEST(Linear, Gradient) {
     EXPECT_TRUE(checkGradients(lin, {randomTensor({4, 5}, 1)}));
 }
 
+// Over the last axis of any rank (PyTorch's nn.Linear): [B, T, in] computes what [B T, in]
+// computes, row by row; gradients and shapes follow.
+TEST(Linear, OverTheLastAxisOfAnyRank) {
+    Linear lin(5, 3);
+    lin.getVar("b")->data.copyFrom(randomTensor({3}, 9));
+    const Tensor x = randomTensor({2, 4, 5}, 3);
+    const std::vector<float> flat = lin(x.reshape({8, 5})).toVector<float>();
+    const Tensor y = lin(x);
+    EXPECT_EQ(y.shape(), (Shape{2, 4, 3}));
+    EXPECT_TRUE(allClose(y, flat, 1e-6f));
+    EXPECT_TRUE(checkGradients(lin, {x}));
+    EXPECT_TRUE(checkGradients(lin, {randomTensor({2, 2, 3, 5}, 4)}));
+    EXPECT_TRUE(checkShapes(lin, {randomTensor({3, 2, 5}, 5)}));
+    EXPECT_TRUE(checkShapes(lin, {randomTensor({5}, 6)}));
+    EXPECT_EQ(lin.dataShapeFrom(Shape{7, 6, 5}), (Shape{7, 6, 3}));
+}
+
 TEST(Linear, Shape) {
     Linear lin(7, 4);
     EXPECT_TRUE(checkShapes(lin, {randomTensor({6, 7}, 2)}));
@@ -68,8 +85,8 @@ TEST(Linear, BadInput) {
         [&] {
             lin(randomTensor({4, 5, 1}, 1));
         },
-        {"Linear 'fc1'", "expects input [N, 5]", "got [4, 5, 1]", "Flatten"}));
-    EXPECT_TRUE(throwsShapeError([&] { lin(randomTensor({4, 6}, 1)); }, {"Linear 'fc1'", "[N, 5]", "got [4, 6]"}));
+        {"Linear 'fc1'", "expects input [..., 5]", "got [4, 5, 1]", "Flatten"}));
+    EXPECT_TRUE(throwsShapeError([&] { lin(randomTensor({4, 6}, 1)); }, {"Linear 'fc1'", "[..., 5]", "got [4, 6]"}));
     EXPECT_TRUE(throwsShapeError([&] { lin(Tensor::zeros({4, 5}, DType::int32)); }, {"fc1", "int32", "float32"}));
     EXPECT_TRUE(throwsShapeError([&] { lin(Tensor::empty({0, 5})); }, {"fc1", "empty", "[0, 5]"}));
     EXPECT_TRUE(throwsShapeError(

@@ -32,6 +32,34 @@ TEST(SoftMax, ReferenceOverChannelsOf4D) {
     EXPECT_TRUE(allClose(y, {1 / (1 + e), e3 / (1 + e3), e / (1 + e), 1 / (1 + e3)}));
 }
 
+// Any axis, negative from the end: each slice along it sums to 1, as a loop over it computes.
+TEST(SoftMax, ReferenceOverAnyAxis) {
+    const Tensor x = randomTensor({2, 3, 4, 5}, 4, -3.0f, 3.0f);
+    const std::vector<float> xs = x.toVector<float>();
+    const int64_t dims[4] = {2, 3, 4, 5};
+    for (int axis : {0, 2, -1, -3}) {
+        SCOPED_TRACE(axis);
+        const int a = axis < 0 ? axis + 4 : axis;
+        int64_t stride = 1;
+        for (int d = a + 1; d < 4; ++d) stride *= dims[d];
+        std::vector<float> want(xs.size());
+        for (size_t i = 0; i < xs.size(); ++i) {
+            const int64_t pos = static_cast<int64_t>(i) / stride % dims[a], base = static_cast<int64_t>(i) - pos * stride;
+            double sum = 0;
+            for (int64_t k = 0; k < dims[a]; ++k) sum += std::exp(static_cast<double>(xs[base + k * stride]));
+            want[i] = static_cast<float>(std::exp(static_cast<double>(xs[i])) / sum);
+        }
+        SoftMax sm(axis);
+        EXPECT_TRUE(allClose(sm(x), want, 1e-6f));
+        EXPECT_TRUE(checkGradients(sm, {x}));
+        EXPECT_TRUE(checkShapes(sm, {x}));
+    }
+    // Attention's scores [N, heads, T, T] over their last axis; a rank-1 input over its only one.
+    EXPECT_TRUE(allClose(SoftMax(-1)(Tensor::fromVector({2}, std::vector<float>{0.0f, 0.0f})), {0.5f, 0.5f}));
+    EXPECT_EQ(SoftMax(-1).blueprint().toJson(), "{\"classname\": \"SoftMax\", \"scheme\": {\"axis\": -1}}");
+    EXPECT_EQ(SoftMax().blueprint().toJson(), "{\"classname\": \"SoftMax\", \"scheme\": {}}");
+}
+
 TEST(SoftMax, Gradient) {
     SoftMax sm;
     EXPECT_TRUE(checkGradients(sm, {randomTensor({3, 5}, 1, -2, 2)}));
@@ -46,7 +74,9 @@ TEST(SoftMax, Shape) {
 
 TEST(SoftMax, BadInput) {
     SoftMax sm("probs");
-    EXPECT_TRUE(throwsShapeError([&] { sm(randomTensor({10}, 1)); }, {"SoftMax 'probs'", "[N, C, ...]", "got [10]"}));
+    EXPECT_TRUE(throwsShapeError([&] { sm(randomTensor({10}, 1)); }, {"SoftMax 'probs'", "axis 1", "rank-1 input [10]"}));
+    SoftMax last(-3);
+    EXPECT_TRUE(throwsShapeError([&] { last(randomTensor({2, 5}, 1)); }, {"axis -3", "rank-2 input [2, 5]"}));
     EXPECT_TRUE(throwsShapeError([&] { sm(Tensor::zeros({2, 3}, DType::int32)); }, {"probs", "int32"}));
     EXPECT_TRUE(throwsShapeError([&] { sm(Tensor::empty({0, 3})); }, {"probs", "empty"}));
 }

@@ -1,5 +1,6 @@
-// The forms exporters write for the normalisations and activations ONNX had no op for
-// (before opsets 17, 18 and 21), each read back as one layer at its last node:
+// The forms exporters write for layers ONNX has no one op for (or had none before opsets
+// 17, 18 and 21), each read back as one layer at its last node:
+// - Linear over the last axis of data of any rank: MatMul(x, W) -> Add(b);
 // - SiLU: Sigmoid(x) -> Mul(x, that);
 // - Mish: Softplus(x) -> Tanh -> Mul(x, that);
 // - LayerNorm: ReduceMean(x) -> Sub(x, mean) -> Pow(d, 2) (or Mul(d, d)) -> ReduceMean ->
@@ -14,6 +15,7 @@
 
 #include "io/onnx/Importer.h"
 #include "modules/Activation.h"
+#include "modules/Linear.h"
 #include "modules/RowNorm.h"
 
 namespace tessera::onnx_io {
@@ -137,7 +139,7 @@ std::optional<Operand> operand(const Index& ix, const std::string& name) {
 
 } // namespace
 
-void Importer::findNormsAndActivations() {
+void Importer::findLayerPatterns() {
     const onnx::GraphProto& g = model_.graph();
     const Index ix(g, constants_);
     auto isData = [&](const std::string& v) { return !ix.constant(v).has_value(); };
@@ -149,6 +151,35 @@ void Importer::findNormsAndActivations() {
     for (int i = 0; i < g.node_size(); ++i) {
         const onnx::NodeProto& n = g.node(i);
         if (absorbed_.count(i) || patternLayers_.count(i) || gelus_.count(i)) continue;
+        if (n.op_type() == "MatMul" && n.input_size() == 2 && isData(n.input(0))) { // Linear with a bias
+            const std::string w = n.input(1);
+            const int transpose = ix.from(w, "Transpose");
+            const bool constantWeight =
+                ix.constant(w).has_value() || (transpose >= 0 && ix.constant(ix.node(transpose).input(0)).has_value());
+            const int plus = ix.only(n.output(0), "Add");
+            if (!constantWeight || plus < 0) continue;
+            const std::string b = ix.otherInput(plus, n.output(0));
+            const std::optional<Operand> bias = operand(ix, b);
+            if (!bias || bias->dims.size() != 1) continue;
+            claim(plus,
+                  [this, w, bias]() -> ModulePtr {
+                      const Constant* c = constant(w); // a Transpose of a constant is folded by now
+                      if (!c || c->isInt || !c->tensor.defined() || c->tensor.shape().rank() != 2) {
+                          throw Unsupported{"a MatMul whose weight is not a constant matrix"};
+                      }
+                      const int64_t in = c->tensor.shape()[0], out = c->tensor.shape()[1];
+                      if (static_cast<int64_t>(bias->values.size()) != out) {
+                          throw Unsupported{"a bias of " + std::to_string(bias->values.size()) +
+                                            " values after a MatMul of " + std::to_string(out) + " outputs"};
+                      }
+                      auto lin = std::make_shared<Linear>(in, out, LinearOptions{.initscheme = InitScheme::none});
+                      lin->getVar("W")->data.copyFrom(c->tensor);
+                      lin->getVar("b")->data.copyFrom(Tensor::fromVector({out}, bias->values));
+                      return lin;
+                  },
+                  n.input(0), {i});
+            continue;
+        }
         if (n.op_type() == "Sigmoid" && n.input_size() == 1 && isData(n.input(0))) { // SiLU
             const int mul = ix.only(n.output(0), "Mul");
             if (mul >= 0 && ix.otherInput(mul, n.output(0)) == n.input(0)) {
