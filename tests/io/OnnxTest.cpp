@@ -480,6 +480,36 @@ TEST(Onnx, NormalisationsAndNewActivationsRoundTrip) {
     }
 }
 
+// Linear over the last axis of [N, T, C] (MatMul + Add in ONNX, read back as one Linear with
+// its bias) and SoftMax over the last axis and over an inner one.
+TEST(Onnx, LinearOnTokensAndSoftMaxOnAnyAxisRoundTrip) {
+    manualSeed(10);
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto up = node(std::make_shared<Linear>(5, 6), x, "up");
+    auto last = node(std::make_shared<SoftMax>(-1), up, "last");
+    auto down = node(std::make_shared<Linear>(6, 4, LinearOptions{.useBias = false}), last, "down");
+    auto inner = node(std::make_shared<SoftMax>(1), down, "inner");
+    Graph g({x}, {inner}, "tokens");
+    for (const auto& [n, v] : g.namedParams()) v->data.copyFrom(randomTensor(v->data.shape(), 3));
+    const Shape in{2, 7, 5};
+    for (int64_t opset : {13, 17}) {
+        SCOPED_TRACE(opset);
+        const std::string path = ::testing::TempDir() + "tokens.onnx";
+        exportOnnx(g, {in}, path, {.opset = opset});
+        std::shared_ptr<Graph> back = importOnnx(path);
+        std::map<std::string, int> classes;
+        for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
+        EXPECT_EQ(classes["Linear"], 2);
+        EXPECT_EQ(classes["SoftMax"], 2);
+        EXPECT_EQ(back->namedParams().size(), g.namedParams().size()); // the bias is the Linear's
+        const Tensor input = randomTensor(in, 8);
+        const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
+        std::filesystem::remove(path);
+    }
+}
+
 // Recurrent layers with initial states as inputs and final states as outputs: export (one
 // ONNX op per layer, its states sliced out of the inputs and concatenated into the
 // outputs), import, the same outputs; and the form onnx.checker accepts.

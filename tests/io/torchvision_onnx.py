@@ -11,7 +11,9 @@ largest. Without arguments it takes ResNet-18, VGG-11, MobileNet V2 (depthwise),
 V3 small (hard-swish, squeeze-and-excitation gates), DenseNet-121 (concatenations),
 ShuffleNet V2 (channel shuffles from computed shapes), SqueezeNet 1.1 and GoogLeNet (max
 pools with ceil_mode), 2-layer bidirectional nn.LSTM, nn.GRU and nn.RNN networks, and a
-small network of GroupNorm, SiLU, Mish and LayerNorm exported at opsets 13 and 17.
+small network of GroupNorm, SiLU, Mish and LayerNorm and a transformer's feed-forward block
+(Linear on [N, T, C], GELU, LayerNorm, softmax over the last axis), each exported at opsets
+13 and 17.
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
 """
@@ -81,9 +83,28 @@ class Norms(torch.nn.Module):
         return self.head(self.fc(y.flatten(1)))
 
 
-# Normalisations and activations of networks since 2020, at the opset before ONNX had
-# LayerNormalization (PyTorch writes it decomposed) and at the one that has it; [N, 3, 8, 8].
-NORM_MODELS = {"norms_opset13": (Norms, 13), "norms_opset17": (Norms, 17)}
+class Tokens(torch.nn.Module):
+    """A transformer's feed-forward block on [N, T, C]: Linear over the last axis of 3-D
+    data (PyTorch writes MatMul + Add), GELU, LayerNorm, and a softmax over the last axis."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.ln, self.down = torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8)
+        torch.nn.init.uniform_(self.ln.weight, 0.5, 1.5)
+        torch.nn.init.uniform_(self.ln.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        return torch.softmax(self.down(self.ln(torch.nn.functional.gelu(self.up(x)))), dim=-1)
+
+
+# Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
+# writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
+NORM_MODELS = {
+    "norms_opset13": (Norms, 13, (2, 3, 8, 8)),
+    "norms_opset17": (Norms, 17, (2, 3, 8, 8)),
+    "tokens_opset13": (Tokens, 13, (2, 7, 16)),
+    "tokens_opset17": (Tokens, 17, (2, 7, 16)),
+}
 RTOL = 1e-4
 
 
@@ -101,10 +122,10 @@ def main():
     names = sys.argv[3:] or list(MODELS) + list(SEQUENCE_MODELS) + list(NORM_MODELS)
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
-    images, sequences, small = torch.randn(2, 3, 224, 224), torch.randn(7, 3, 8), torch.randn(2, 3, 8, 8)
+    images, sequences = torch.randn(2, 3, 224, 224), torch.randn(7, 3, 8)
     for name in names:
         sequence = name in SEQUENCE_MODELS
-        x = sequences if sequence else small if name in NORM_MODELS else images
+        x = sequences if sequence else torch.randn(*NORM_MODELS[name][2]) if name in NORM_MODELS else images
         xpath = os.path.join(work, "x_" + name + ".npy")
         np.save(xpath, x.numpy())
         opset = NORM_MODELS[name][1] if name in NORM_MODELS else 13

@@ -44,7 +44,8 @@ TEST(SoftMax, ReferenceOverAnyAxis) {
         for (int d = a + 1; d < 4; ++d) stride *= dims[d];
         std::vector<float> want(xs.size());
         for (size_t i = 0; i < xs.size(); ++i) {
-            const int64_t pos = static_cast<int64_t>(i) / stride % dims[a], base = static_cast<int64_t>(i) - pos * stride;
+            const int64_t pos = static_cast<int64_t>(i) / stride % dims[a],
+                          base = static_cast<int64_t>(i) - pos * stride;
             double sum = 0;
             for (int64_t k = 0; k < dims[a]; ++k) sum += std::exp(static_cast<double>(xs[base + k * stride]));
             want[i] = static_cast<float>(std::exp(static_cast<double>(xs[i])) / sum);
@@ -74,7 +75,8 @@ TEST(SoftMax, Shape) {
 
 TEST(SoftMax, BadInput) {
     SoftMax sm("probs");
-    EXPECT_TRUE(throwsShapeError([&] { sm(randomTensor({10}, 1)); }, {"SoftMax 'probs'", "axis 1", "rank-1 input [10]"}));
+    EXPECT_TRUE(
+        throwsShapeError([&] { sm(randomTensor({10}, 1)); }, {"SoftMax 'probs'", "axis 1", "rank-1 input [10]"}));
     SoftMax last(-3);
     EXPECT_TRUE(throwsShapeError([&] { last(randomTensor({2, 5}, 1)); }, {"axis -3", "rank-2 input [2, 5]"}));
     EXPECT_TRUE(throwsShapeError([&] { sm(Tensor::zeros({2, 3}, DType::int32)); }, {"probs", "int32"}));
