@@ -35,6 +35,7 @@
 #include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
@@ -588,6 +589,11 @@ const std::map<std::string, Row>& table() {
                                                                          .initscheme = a.init(),
                                                                          .wscale = a.f("wscale"),
                                                                          .name = a.name()});
+             }},
+            {"MatMul", "transB=False, alpha=1.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<MatMul>(
+                     MatMulOptions{.transB = a.b("transB"), .alpha = a.f("alpha"), .name = a.name()});
              }},
             {"MulAddConst", "a=1.0, b=0.0, name=None, aShape=None, bShape=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -41,6 +41,7 @@
 #include "modules/Linear.h"
 #include "modules/MaxUnpool2D.h"
 #include "modules/Module.h"
+#include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"

@@ -33,6 +33,7 @@
 #include "modules/InstanceNorm2D.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
@@ -86,6 +87,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"InstanceNorm2D", &Exporter::emitInstanceNorm2D},
         {"LayerNorm", &Exporter::emitLayerNorm},
         {"Linear", &Exporter::emitLinear},
+        {"MatMul", &Exporter::emitMatMul},
         {"MaxPool1D", &Exporter::emitPool},
         {"MaxPool2D", &Exporter::emitPool},
         {"MaxPool3D", &Exporter::emitPool},
@@ -144,6 +146,24 @@ void Exporter::emitLinear(const Layer& l) {
     std::vector<std::string> ins = {in[0], init(path + ".W", l.var("W"))};
     if (m.hasVar("b")) ins.push_back(init(path + ".b", l.var("b")));
     node("Gemm", ins, out, path);
+}
+
+// MatMul: a Transpose of b's last two dims first with transB, a Mul by alpha after when not 1.
+void Exporter::emitMatMul(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const MatMulOptions& o = static_cast<const MatMul&>(m).options();
+    std::string b = in[1];
+    if (o.transB) {
+        std::vector<int64_t> perm;
+        for (int64_t k = 0; k < static_cast<int64_t>(inShapes[1].rank()); ++k) perm.push_back(k);
+        std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+        b = valueName(path + "_bT");
+        attr(node("Transpose", {in[1]}, {b}, path + "_transpose"), "perm", perm);
+    }
+    if (o.alpha == 1.0f) return void(node("MatMul", {in[0], b}, out, path));
+    const std::string product = valueName(path + "_product");
+    node("MatMul", {in[0], b}, {product}, path + "_matmul");
+    node("Mul", {product, initScalar(path + ".alpha", o.alpha)}, out, path);
 }
 
 // Conv1D, Conv2D, Conv3D, Deconv1D, Deconv2D, Deconv3D

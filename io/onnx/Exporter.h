@@ -130,6 +130,7 @@ private:
     static const std::unordered_map<std::string, EmitFn>& emitters();
     void emitIdentity(const Layer& l);
     void emitLinear(const Layer& l);
+    void emitMatMul(const Layer& l);
     void emitConv(const Layer& l);
     void emitPool(const Layer& l);
     void emitGlobalAvgPool(const Layer& l);

@@ -35,6 +35,7 @@
 #include "modules/InstanceNorm2D.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
@@ -273,6 +274,9 @@ void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
 
 void Importer::importMatMul(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
+    if (n.input_size() == 2 && !isConstant(n.input(1)) && !isConstant(n.input(0))) { // two data inputs
+        return define(n, std::make_shared<MatMul>(), dataInputs(n, 2));
+    }
     const Constant& b = requireConstant(n, 1, "the second input (a weight)");
     if (b.tensor.shape().rank() != 2) throw Unsupported{"a weight of rank " + std::to_string(b.tensor.shape().rank())};
     const int64_t in = b.tensor.shape()[0], out = b.tensor.shape()[1];

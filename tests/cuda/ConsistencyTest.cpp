@@ -41,6 +41,7 @@
 #include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MatMul.h"
 #include "modules/MaxUnpool2D.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
@@ -298,6 +299,8 @@ TEST(CudaConsistency, EveryModule) {
         {"Mul", make<Mul>(), {{2, 3}, {2, 3}}},
         {"Mul gate", make<Mul>(), {{2, 3, 1, 1}, {2, 3, 4, 5}}},
         {"Mul broadcast", make<Mul>(), {{2, 3, 4}, {3, 1}}},
+        {"MatMul", make<MatMul>(), {{2, 3, 4, 5}, {3, 5, 6}}},
+        {"MatMul transB", make<MatMul>(MatMulOptions{.transB = true, .alpha = 0.5f}), {{2, 7, 8}, {2, 9, 8}}},
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
         {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},
         {"ReduceMean", make<ReduceMean>(std::vector<int64_t>{1, -1}, false), {{2, 3, 4, 5}}},

@@ -34,6 +34,7 @@
 #include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MatMul.h"
 #include "modules/MaxUnpool2D.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
@@ -128,6 +129,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Gelu>("g"),
         std::make_shared<Embedder>(10, 3, 4, EmbedderOptions{.learnable = false}),
         std::make_shared<GroupLinear>(2, 3, 4, GroupLinearOptions{.batchDim = 1}),
+        std::make_shared<MatMul>(MatMulOptions{.transB = true, .alpha = 0.125f}),
         std::make_shared<MulAddConst>(2.0f, -1.5f),
         std::make_shared<MulAddConst>(Tensor::full({3, 1, 1}, 2.0f), Tensor()),
         std::make_shared<NoiseInjector>(NoiseInjectorOptions{

@@ -23,6 +23,7 @@
 #include "modules/LCN.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
@@ -111,6 +112,7 @@ std::map<std::string, Case> cases() {
         {"Dropout2D", {scheme("Dropout2D", {}), [] { return std::make_shared<Dropout2D>(); }}},
         {"NoiseInjector", {scheme("NoiseInjector", {}), [] { return std::make_shared<NoiseInjector>(); }}},
         {"Penalty", {scheme("Penalty", {}), [] { return std::make_shared<Penalty>(); }}},
+        {"MatMul", {scheme("MatMul", {}), [] { return std::make_shared<MatMul>(); }}},
         {"MulAddConst", {scheme("MulAddConst", {}), [] { return std::make_shared<MulAddConst>(); }}},
         {"Pad1D",
          {scheme("Pad1D", {{"pad", std::vector<int64_t>{1, 2}}}),

@@ -23,6 +23,7 @@
 #include "modules/InstanceNorm2D.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
+#include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
@@ -489,7 +490,10 @@ TEST(Onnx, LinearOnTokensAndSoftMaxOnAnyAxisRoundTrip) {
     auto last = node(std::make_shared<SoftMax>(-1), up, "last");
     auto down = node(std::make_shared<Linear>(6, 4, LinearOptions{.useBias = false}), last, "down");
     auto inner = node(std::make_shared<SoftMax>(1), down, "inner");
-    Graph g({x}, {inner}, "tokens");
+    auto scores =
+        node(std::make_shared<MatMul>(MatMulOptions{.transB = true, .alpha = 0.5f}), {inner, inner}, "scores");
+    auto mixed = node(std::make_shared<MatMul>(), {scores, up}, "mixed");
+    Graph g({x}, {mixed}, "tokens");
     for (const auto& [n, v] : g.namedParams()) v->data.copyFrom(randomTensor(v->data.shape(), 3));
     const Shape in{2, 7, 5};
     for (int64_t opset : {13, 17}) {
@@ -501,6 +505,7 @@ TEST(Onnx, LinearOnTokensAndSoftMaxOnAnyAxisRoundTrip) {
         for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
         EXPECT_EQ(classes["Linear"], 2);
         EXPECT_EQ(classes["SoftMax"], 2);
+        EXPECT_EQ(classes["MatMul"], 2);
         EXPECT_EQ(back->namedParams().size(), g.namedParams().size()); // the bias is the Linear's
         const Tensor input = randomTensor(in, 8);
         const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
