@@ -78,7 +78,7 @@ def test_shape_errors_carry_the_path():
     x = ts.Identity(name="x").node()
     h = ts.Linear(784, 10, name="fc").node(x)
     net = ts.Graph(inputs=x, outputs=h)
-    with pytest.raises(ts.ShapeError, match=r"x -> fc: Linear 'fc': expects input \[N, 784\], got \[64, 700\]"):
+    with pytest.raises(ts.ShapeError, match=r"x -> fc: Linear 'fc': expects input \[\.\.\., 784\], got \[64, 700\]"):
         net.dataShapeFrom((64, 700))
     seq = ts.Sequential("mlp").append(ts.Linear(8, 4, name="fc1")).append(ts.Linear(5, 2, name="fc2"))
     with pytest.raises(ts.ShapeError, match="fc1 -> fc2"):
