@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""The layers transformers are made of, Tessera against PyTorch on the CPU, forward and
+backward (input and parameter gradients), at ViT-B/16's shapes (batch 8, 197 tokens, 768
+features, 12 heads) and a GroupNorm of a convolutional stage.
+
+Both run in one process on the same float32 arrays with the same thread count
+(torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed
+up, then the two sides alternate --reps times (each side first in every other rep) and
+the medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is
+faster). Tessera's calls go through its Python package (a module call, then backward);
+PyTorch's through autograd (a forward, then backward of <y, dy>).
+
+    /usr/bin/python3 tools/bench/transformer_layers.py [--reps 15] [--threads 2]
+
+Needs Debian's python3-torch and the package built (tools/setup.sh).
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import numpy as np
+    import torch
+    import tessera as ts
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    F = torch.nn.functional
+
+    def data(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    B, T, C, H = 8, 197, 768, 12
+    cases = []
+    # name, tessera module, torch function of (inputs..., params...), input arrays, torch params
+    ln = ts.LayerNorm(C)
+    cases.append(("LayerNorm [8, 197, 768]", ln, lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5), [data(B, T, C)],
+                  [np.ones(C, np.float32), np.zeros(C, np.float32)]))
+    rms = ts.RMSNorm(C)
+    eps = float(np.finfo(np.float32).eps)
+    cases.append(("RMSNorm [8, 197, 768]", rms, lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w,
+                  [data(B, T, C)], [np.ones(C, np.float32)]))
+    gn = ts.GroupNorm(32, 256)
+    cases.append(("GroupNorm 32 [16, 256, 28, 28]", gn, lambda x, w, b: F.group_norm(x, 32, w, b, 1e-5),
+                  [data(16, 256, 28, 28)], [np.ones(256, np.float32), np.zeros(256, np.float32)]))
+    fc = ts.Linear(C, 4 * C)
+    w = fc.namedParams()["W"].data.numpy().copy()
+    cases.append(("Linear 768->3072 [8, 197, 768]", fc, lambda x, w_, b_: F.linear(x, w_.t(), b_), [data(B, T, C)],
+                  [w, np.zeros(4 * C, np.float32)]))
+    sm = ts.SoftMax(-1)
+    cases.append(("SoftMax(-1) [8, 12, 197, 197]", sm, lambda x: torch.softmax(x, -1), [data(B, H, T, T)], []))
+    mm = ts.MatMul(transB=True, alpha=0.125)
+    cases.append(("MatMul q k^T [8, 12, 197, 64]", mm, lambda q, k: torch.matmul(q, k.transpose(-1, -2)) * 0.125,
+                  [data(B, H, T, 64), data(B, H, T, 64)], []))
+    silu = ts.Activation(ts.silu)
+    cases.append(("silu [8, 197, 3072]", silu, F.silu, [data(B, T, 4 * C)], []))
+
+    print(f"threads {args.threads}, {args.reps} reps, medians in ms (forward + backward)")
+    print(f"{'case':<34} {'Tessera':>9} {'PyTorch':>9} {'PyTorch/Tessera':>16}")
+    for name, mod, fn, inputs, params in cases:
+        x_ts = inputs if len(inputs) > 1 else inputs[0]
+        y = mod(x_ts)
+        dy = rng.standard_normal(y.numpy().shape).astype(np.float32)
+
+        def run_ts():
+            mod(x_ts)
+            mod.backward(dy)
+
+        tin = [torch.tensor(a, requires_grad=True) for a in inputs]
+        tpar = [torch.tensor(p, requires_grad=True) for p in params]
+        tdy = torch.tensor(dy)
+
+        def run_torch():
+            for t in tin + tpar:
+                t.grad = None
+            out = fn(*tin, *tpar)
+            out.backward(tdy)
+
+        times = {"ts": [], "torch": []}
+        for run in (run_ts, run_torch):  # warm-up
+            run()
+            run()
+        for r in range(args.reps):
+            order = [("ts", run_ts), ("torch", run_torch)]
+            for key, run in (order if r % 2 == 0 else order[::-1]):
+                t0 = time.perf_counter()
+                run()
+                times[key].append(time.perf_counter() - t0)
+        a, b = statistics.median(times["ts"]) * 1e3, statistics.median(times["torch"]) * 1e3
+        print(f"{name:<34} {a:9.2f} {b:9.2f} {b / a:16.2f}")
+
+
+if __name__ == "__main__":
+    main()
