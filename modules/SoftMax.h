@@ -26,7 +26,8 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
-    // [outer, C, inner] around the axis of a tensor of shape s: the backend's softmax runs over dim 1.
+    // [outer, C, inner] around the axis of a tensor of shape s ([outer, C] for the last axis):
+    // the backend's softmax runs over dim 1.
     Shape around(const Shape& s) const;
     int axis_ = 1;
 };

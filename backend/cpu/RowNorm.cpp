@@ -1,9 +1,12 @@
 // Row normalisation (LayerNorm, RMSNorm, GroupNorm; Backend::rowNormForward): each row of
 // x [rows, D] by its own statistics, then gamma and beta per channel. Rows run in
-// parallel; the parameter gradients are summed over rows per block of channels, so no two
-// threads write one sum.
+// parallel; backward sums the parameter gradients in the same pass as the input gradient,
+// each thread into its own sums, added up at the end.
 #include <cmath>
 #include <string>
+#include <vector>
+
+#include <omp.h>
 
 #include "backend/cpu/CpuBackend.h"
 
@@ -100,32 +103,8 @@ void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const 
     const float* means = mean.data<float>();
     const float* rstds = rstd.data<float>();
     const float* gs = gamma.defined() ? gamma.data<float>() : nullptr;
-    const int64_t D = g.D;
+    const int64_t D = g.D, channels = g.groups * g.chunks;
     const float invD = 1.0f / static_cast<float>(D);
-#pragma omp parallel for schedule(static) if (g.rows * D > kParallelMin)
-    for (int64_t r = 0; r < g.rows; ++r) {
-        const float* xr = xs + r * D;
-        const float* dyr = dys + r * D;
-        float* dxr = dxs + r * D;
-        const float mu = means[r], rs = rstds[r];
-        const int64_t base = (r % g.groups) * g.chunks;
-        auto gammaAt = [&](int64_t d) { return gs ? gs[base + d / g.inner] : 1.0f; };
-        float s1 = 0.0f, s2 = 0.0f; // sums of dxhat and of dxhat * xhat
-#pragma omp simd reduction(+ : s1, s2)
-        for (int64_t d = 0; d < D; ++d) {
-            const float dxh = dyr[d] * gammaAt(d);
-            s1 += dxh;
-            s2 += dxh * (xr[d] - mu) * rs;
-        }
-        const float m1 = p.subtractMean ? s1 * invD : 0.0f, m2 = s2 * invD;
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) {
-            const float xhat = (xr[d] - mu) * rs;
-            dxr[d] = rs * (dyr[d] * gammaAt(d) - m1 - xhat * m2);
-        }
-    }
-    if (!dgamma.defined() && !dbeta.defined()) return;
-    const int64_t channels = g.groups * g.chunks;
     for (const Tensor* t : {&dgamma, &dbeta}) {
         if (t->defined() && t->numel() != channels) {
             throw ShapeError("CpuBackend::rowNormBackward: dgamma and dbeta need " + std::to_string(channels) +
@@ -134,44 +113,83 @@ void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const 
     }
     float* dgs = dgamma.defined() ? dgamma.data<float>() : nullptr;
     float* dbs = dbeta.defined() ? dbeta.data<float>() : nullptr;
-    if (g.inner == 1 && g.groups == 1) {
-        // LayerNorm: channel d of every row. Each thread sums a block of columns over all rows.
-#pragma omp parallel if (g.rows * D > kParallelMin)
-        {
+    // The parameter sums, per thread in the pass that computes dx: [threads][2][channels].
+    const bool sums = dgs || dbs;
+    const bool parallel = g.rows * D > kParallelMin;
+    const int threads = parallel ? omp_get_max_threads() : 1;
+    std::vector<float> partial(sums ? static_cast<size_t>(threads) * 2 * static_cast<size_t>(channels) : 0, 0.0f);
+#pragma omp parallel num_threads(threads) if (parallel)
+    {
+        float* pg = sums ? partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * channels : nullptr;
+        float* pb = sums ? pg + channels : nullptr;
 #pragma omp for schedule(static)
-            for (int64_t d = 0; d < D; ++d) {
-                if (dgs) dgs[d] = 0.0f;
-                if (dbs) dbs[d] = 0.0f;
-            }
-            // the same static split of d as above: each thread sums the columns it zeroed
-#pragma omp for schedule(static)
-            for (int64_t d = 0; d < D; ++d) {
-                float sg = 0.0f, sb = 0.0f;
-                for (int64_t r = 0; r < g.rows; ++r) {
-                    const float v = dys[r * D + d];
-                    sg += v * (xs[r * D + d] - means[r]) * rstds[r];
-                    sb += v;
+        for (int64_t r = 0; r < g.rows; ++r) {
+            const float* xr = xs + r * D;
+            const float* dyr = dys + r * D;
+            float* dxr = dxs + r * D;
+            const float mu = means[r], rs = rstds[r];
+            const int64_t base = (r % g.groups) * g.chunks;
+            float s1 = 0.0f, s2 = 0.0f; // sums of dxhat = dy gamma and of dxhat * xhat
+            if (g.inner == 1) {         // gamma per value
+#pragma omp simd reduction(+ : s1, s2)
+                for (int64_t d = 0; d < D; ++d) {
+                    const float dxh = dyr[d] * (gs ? gs[base + d] : 1.0f);
+                    s1 += dxh;
+                    s2 += dxh * (xr[d] - mu) * rs;
                 }
-                if (dgs) dgs[d] = sg;
-                if (dbs) dbs[d] = sb;
+            } else { // gamma per chunk of `inner` values
+                for (int64_t j = 0; j < g.chunks; ++j) {
+                    const float gj = gs ? gs[base + j] : 1.0f;
+                    const float* xc = xr + j * g.inner;
+                    const float* dyc = dyr + j * g.inner;
+                    float c1 = 0.0f, c2 = 0.0f;
+#pragma omp simd reduction(+ : c1, c2)
+                    for (int64_t k = 0; k < g.inner; ++k) {
+                        c1 += dyc[k];
+                        c2 += dyc[k] * (xc[k] - mu);
+                    }
+                    s1 += gj * c1;
+                    s2 += gj * c2 * rs;
+                    if (sums) pg[base + j] += c2 * rs, pb[base + j] += c1;
+                }
+            }
+            const float m1 = p.subtractMean ? s1 * invD : 0.0f, m2 = s2 * invD;
+            if (g.inner == 1) {
+                if (sums) {
+#pragma omp simd
+                    for (int64_t d = 0; d < D; ++d) {
+                        const float xhat = (xr[d] - mu) * rs;
+                        dxr[d] = rs * (dyr[d] * (gs ? gs[base + d] : 1.0f) - m1 - xhat * m2);
+                        pg[base + d] += dyr[d] * xhat;
+                        pb[base + d] += dyr[d];
+                    }
+                } else {
+#pragma omp simd
+                    for (int64_t d = 0; d < D; ++d) {
+                        const float xhat = (xr[d] - mu) * rs;
+                        dxr[d] = rs * (dyr[d] * (gs ? gs[base + d] : 1.0f) - m1 - xhat * m2);
+                    }
+                }
+            } else {
+                for (int64_t j = 0; j < g.chunks; ++j) {
+                    const float gj = gs ? gs[base + j] : 1.0f;
+                    const float* xc = xr + j * g.inner;
+                    const float* dyc = dyr + j * g.inner;
+                    float* dxc = dxr + j * g.inner;
+#pragma omp simd
+                    for (int64_t k = 0; k < g.inner; ++k) {
+                        dxc[k] = rs * (dyc[k] * gj - m1 - (xc[k] - mu) * rs * m2);
+                    }
+                }
             }
         }
-        return;
     }
-    // Channel c of group q = c / chunks is chunk j = c % chunks of the rows r with r % groups == q.
-#pragma omp parallel for schedule(static) if (g.rows * D > kParallelMin)
+    if (!sums) return;
     for (int64_t c = 0; c < channels; ++c) {
-        const int64_t q = c / g.chunks, j = c % g.chunks;
         float sg = 0.0f, sb = 0.0f;
-        for (int64_t r = q; r < g.rows; r += g.groups) {
-            const float mu = means[r], rs = rstds[r];
-            const float* xc = xs + r * D + j * g.inner;
-            const float* dyc = dys + r * D + j * g.inner;
-#pragma omp simd reduction(+ : sg, sb)
-            for (int64_t k = 0; k < g.inner; ++k) {
-                sg += dyc[k] * (xc[k] - mu) * rs;
-                sb += dyc[k];
-            }
+        for (int t = 0; t < threads; ++t) {
+            sg += partial[static_cast<size_t>(t) * 2 * channels + c];
+            sb += partial[static_cast<size_t>(t) * 2 * channels + channels + c];
         }
         if (dgs) dgs[c] = sg;
         if (dbs) dbs[c] = sb;

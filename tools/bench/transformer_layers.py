@@ -67,6 +67,7 @@ def main():
     for name, mod, fn, inputs, params in cases:
         x_ts = inputs if len(inputs) > 1 else inputs[0]
         y = mod(x_ts)
+        y = y[0] if isinstance(y, list) else y
         dy = rng.standard_normal(y.numpy().shape).astype(np.float32)
 
         def run_ts():
