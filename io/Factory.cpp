@@ -16,6 +16,7 @@
 #include "io/Hdf5.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Cast.h"
 #include "modules/Concat.h"
@@ -594,6 +595,11 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<MatMul>(
                      MatMulOptions{.transB = a.b("transB"), .alpha = a.f("alpha"), .name = a.name()});
+             }},
+            {"ScaledDotProductAttention", "causal=False, scale=0.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<ScaledDotProductAttention>(
+                     AttentionOptions{.causal = a.b("causal"), .scale = a.f("scale"), .name = a.name()});
              }},
             {"MulAddConst", "a=1.0, b=0.0, name=None, aShape=None, bShape=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

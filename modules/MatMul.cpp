@@ -3,67 +3,12 @@
 #include <algorithm>
 
 #include "backend/Backend.h"
+#include "modules/BatchUtil.h"
 
 namespace tessera {
 
-namespace {
-
-// The batch dims (all but the last two) of a and b, broadcast: their shape, and for each
-// batch of the result, the batch of a and of b it reads.
-struct Batches {
-    std::vector<int64_t> dims;
-    std::vector<int64_t> ofA, ofB;
-};
-
-std::vector<int64_t> leading(const Shape& s) { return {s.dims().begin(), s.dims().end() - 2}; }
-
-// Empty `why` when the batch dims broadcast; else what does not fit.
-Batches batchesOf(const Shape& a, const Shape& b, std::string& why) {
-    const std::vector<int64_t> da = leading(a), db = leading(b);
-    const size_t rank = std::max(da.size(), db.size());
-    Batches out;
-    out.dims.assign(rank, 1);
-    for (size_t i = 0; i < rank; ++i) { // aligned from the right
-        const int64_t x = i < rank - da.size() ? 1 : da[i - (rank - da.size())];
-        const int64_t y = i < rank - db.size() ? 1 : db[i - (rank - db.size())];
-        if (x != y && x != 1 && y != 1) {
-            why = "batch dims of " + a.str() + " and " + b.str() + " do not broadcast";
-            return out;
-        }
-        out.dims[i] = std::max(x, y);
-    }
-    int64_t count = 1;
-    for (int64_t d : out.dims) count *= d;
-    out.ofA.resize(static_cast<size_t>(count));
-    out.ofB.resize(static_cast<size_t>(count));
-    for (int64_t n = 0; n < count; ++n) {
-        int64_t rest = n, ia = 0, ib = 0, strideA = 1, strideB = 1;
-        for (size_t i = rank; i-- > 0;) { // the last batch dim varies fastest
-            const int64_t pos = rest % out.dims[i];
-            rest /= out.dims[i];
-            const int64_t x = i < rank - da.size() ? 1 : da[i - (rank - da.size())];
-            const int64_t y = i < rank - db.size() ? 1 : db[i - (rank - db.size())];
-            ia += (x == 1 ? 0 : pos) * strideA;
-            ib += (y == 1 ? 0 : pos) * strideB;
-            strideA *= x;
-            strideB *= y;
-        }
-        out.ofA[static_cast<size_t>(n)] = ia;
-        out.ofB[static_cast<size_t>(n)] = ib;
-    }
-    return out;
-}
-
-// t [..., R, C] as its matrices [count, R, C].
-Tensor matrices(const Tensor& t) {
-    const Shape& s = t.shape();
-    const int64_t r = s[s.rank() - 2], c = s[s.rank() - 1];
-    return t.reshape({t.numel() / (r * c), r, c});
-}
-
-Tensor matrix(const Tensor& m3, int64_t i) { return m3.slice(i, i + 1).reshape({m3.shape()[1], m3.shape()[2]}); }
-
-} // namespace
+using batch::matrices;
+using batch::matrix;
 
 MatMul::MatMul(const MatMulOptions& options) : Module(options.name), options_(options) {}
 
@@ -81,14 +26,14 @@ void MatMul::checkDataShape(const Shapes& inShapes) const {
                          std::to_string(kb) + ")");
     }
     std::string why;
-    batchesOf(a, b, why);
+    batch::of(a, b, why);
     if (!why.empty()) throw shapeError(why);
 }
 
 Shapes MatMul::dataShapeFrom(const Shapes& inShapes) const {
     const Shape &a = inShapes[0], &b = inShapes[1];
     std::string why;
-    std::vector<int64_t> d = batchesOf(a, b, why).dims;
+    std::vector<int64_t> d = batch::of(a, b, why).dims;
     d.push_back(a[a.rank() - 2]);
     d.push_back(options_.transB ? b[b.rank() - 2] : b[b.rank() - 1]);
     return {Shape(d)};
@@ -100,7 +45,7 @@ Shapes MatMul::gradShapeFrom(const Shapes&) const { return lastInShapes("gradSha
 Tensors MatMul::updateData(const Tensors& data) {
     const Tensor a = matrices(data[0]), b = matrices(data[1]);
     std::string why;
-    const Batches batches = batchesOf(data[0].shape(), data[1].shape(), why);
+    const batch::Batches batches = batch::of(data[0].shape(), data[1].shape(), why);
     const Shape out = dataShapeFrom(Shapes{data[0].shape(), data[1].shape()})[0];
     Tensor y = Tensor::empty(out, DType::float32, a.device());
     const Tensor y3 = matrices(y);
@@ -118,7 +63,7 @@ Tensors MatMul::updateGrad(const Tensors& grad) {
     const Tensors& x = inDataList();
     const Tensor a = matrices(x[0]), b = matrices(x[1]), dy = matrices(grad[0]);
     std::string why;
-    const Batches batches = batchesOf(x[0].shape(), x[1].shape(), why);
+    const batch::Batches batches = batch::of(x[0].shape(), x[1].shape(), why);
     Tensor da = Tensor::zeros(x[0].shape(), DType::float32, a.device());
     Tensor db = Tensor::zeros(x[1].shape(), DType::float32, b.device());
     const Tensor da3 = matrices(da), db3 = matrices(db);

@@ -16,6 +16,7 @@
 // modules/: every layer
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Blueprint.h"
 #include "modules/Cast.h"

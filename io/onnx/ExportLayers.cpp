@@ -20,6 +20,7 @@
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
@@ -200,6 +201,44 @@ void Exporter::emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::strin
           initInts(path + ".axes", {0})},
          {last}, path + "_last");
     node("Squeeze", {last, initInts(path + ".axes0", {0})}, {out[0]}, path);
+}
+
+// ScaledDotProductAttention (no Attention op before opset 23): MatMul(q, Transpose(k)) ->
+// Mul(scale) -> Add(mask) -> Add(causal mask) -> Softmax(-1) -> MatMul(v); the import reads
+// it back as those layers.
+void Exporter::emitAttention(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const AttentionOptions& o = static_cast<const ScaledDotProductAttention&>(m).options();
+    const Shape& q = inShapes[0];
+    const size_t r = q.rank();
+    const int64_t Tq = q[r - 2], Tk = inShapes[1][r - 2];
+    std::vector<int64_t> perm;
+    for (int64_t k = 0; k < static_cast<int64_t>(r); ++k) perm.push_back(k);
+    std::swap(perm[r - 1], perm[r - 2]);
+    const std::string kT = valueName(path + "_kT"), qk = valueName(path + "_qk");
+    attr(node("Transpose", {in[1]}, {kT}, path + "_transpose"), "perm", perm);
+    node("MatMul", {in[0], kT}, {qk}, path + "_qk");
+    std::string scores = valueName(path + "_scores");
+    const float scale = o.scale > 0.0f ? o.scale : 1.0f / std::sqrt(static_cast<float>(q[r - 1]));
+    node("Mul", {qk, initScalar(path + ".scale", scale)}, {scores}, path + "_scale");
+    if (in.size() == 4) {
+        const std::string masked = valueName(path + "_masked");
+        node("Add", {scores, in[3]}, {masked}, path + "_mask");
+        scores = masked;
+    }
+    if (o.causal) {
+        std::vector<float> c(static_cast<size_t>(Tq * Tk), 0.0f);
+        for (int64_t i = 0; i < Tq; ++i) {
+            for (int64_t j = i + 1; j < Tk; ++j)
+                c[static_cast<size_t>(i * Tk + j)] = -std::numeric_limits<float>::infinity();
+        }
+        const std::string causal = valueName(path + "_causal");
+        node("Add", {scores, init(path + ".causal", Tensor::fromVector({Tq, Tk}, c))}, {causal}, path + "_causal");
+        scores = causal;
+    }
+    const std::string weights = valueName(path + "_weights");
+    attr(node("Softmax", {scores}, {weights}, path + "_softmax"), "axis", int64_t{-1});
+    node("MatMul", {weights, in[2]}, out, path);
 }
 
 // LayerNorm, RMSNorm: the decomposed form (ONNX has no RMSNormalization before opset 23).

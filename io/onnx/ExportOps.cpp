@@ -20,6 +20,7 @@
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
@@ -105,6 +106,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"Reshape", &Exporter::emitReshape},
         {"Slice", &Exporter::emitSlice},
         {"SoftMax", &Exporter::emitSoftMax},
+        {"ScaledDotProductAttention", &Exporter::emitAttention},
         {"SpatialTf", &Exporter::emitSpatialTfLayer},
         {"Split", &Exporter::emitSplit},
         {"Sub", &Exporter::emitSubOrDiv},

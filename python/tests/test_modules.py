@@ -75,6 +75,7 @@ EXAMPLES = {
     "Add": ((), {"coefficients": [1.0, -2.0]}, [((2, 5), F), ((2, 5), F)]),
     "Mul": ((), {}, [((2, 5), F), ((2, 1), F)]),
     "MatMul": ((), {"transB": True, "alpha": 0.5}, [((2, 3, 4, 5), F), ((3, 6, 5), F)]),
+    "ScaledDotProductAttention": ((), {"causal": True}, [((2, 3, 5, 8), F), ((2, 3, 5, 8), F), ((2, 3, 5, 4), F)]),
     "Sub": ((), {}, [((2, 5), F), ((2, 5), F)]),
     "Div": ((), {}, [((2, 5), F), ((2, 5), F)]),
 }
@@ -324,3 +325,35 @@ def test_silu_and_mish_match_pytorch(name):
     y_ref, dx_ref, _ = _torch_grads(getattr(torch.nn.functional, name), x, [], dy)
     np.testing.assert_allclose(act(x).numpy(), y_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(act.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_and_matmul_match_pytorch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 4)))
+    pad = np.zeros((2, 1, 1, 7), np.float32)
+    pad[1, ..., 5:] = -np.inf  # the last two keys of sample 1 are padding
+    dy = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+
+    def reference(qt, kt, vt):
+        scores = qt @ kt.transpose(-1, -2) / np.sqrt(8) + torch.tensor(pad)
+        return torch.softmax(scores, -1) @ vt
+
+    y_ref, dx_ref, _ = _torch_grads(lambda qt: reference(qt, torch.tensor(k), torch.tensor(v)), q, [], dy)
+    att = ts.ScaledDotProductAttention()
+    y = att([q, k, v, pad])
+    y = y[0] if isinstance(y, list) else y
+    np.testing.assert_allclose(y.numpy(), y_ref, rtol=1e-5, atol=1e-5)
+    grads = att.backward(dy)
+    np.testing.assert_allclose(grads[0].numpy(), dx_ref, rtol=1e-4, atol=1e-5)
+    # k's and v's gradients through PyTorch too
+    _, dk_ref, _ = _torch_grads(lambda kt: reference(torch.tensor(q), kt, torch.tensor(v)), k, [], dy)
+    _, dv_ref, _ = _torch_grads(lambda vt: reference(torch.tensor(q), torch.tensor(k), vt), v, [], dy)
+    np.testing.assert_allclose(grads[1].numpy(), dk_ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(grads[2].numpy(), dv_ref, rtol=1e-4, atol=1e-5)
+    # MatMul with broadcasting: [2, 3, 5, 8] by a shared [8, 6]
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    mm = ts.MatMul()
+    out = mm([q, w])
+    out = out[0] if isinstance(out, list) else out
+    np.testing.assert_allclose(out.numpy(), q @ w, rtol=1e-5, atol=1e-5)

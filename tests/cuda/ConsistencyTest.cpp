@@ -23,6 +23,7 @@
 #include "models/Zoo.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Cast.h"
 #include "modules/Concat.h"
@@ -300,6 +301,9 @@ TEST(CudaConsistency, EveryModule) {
         {"Mul gate", make<Mul>(), {{2, 3, 1, 1}, {2, 3, 4, 5}}},
         {"Mul broadcast", make<Mul>(), {{2, 3, 4}, {3, 1}}},
         {"MatMul", make<MatMul>(), {{2, 3, 4, 5}, {3, 5, 6}}},
+        {"ScaledDotProductAttention causal",
+         make<ScaledDotProductAttention>(AttentionOptions{.causal = true}),
+         {{2, 3, 5, 8}, {2, 3, 5, 8}, {2, 3, 5, 4}}},
         {"MatMul transB", make<MatMul>(MatMulOptions{.transB = true, .alpha = 0.5f}), {{2, 7, 8}, {2, 9, 8}}},
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
         {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},

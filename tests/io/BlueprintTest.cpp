@@ -14,6 +14,7 @@
 #include "models/Zoo.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Cast.h"
 #include "modules/Concat.h"
@@ -130,6 +131,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Embedder>(10, 3, 4, EmbedderOptions{.learnable = false}),
         std::make_shared<GroupLinear>(2, 3, 4, GroupLinearOptions{.batchDim = 1}),
         std::make_shared<MatMul>(MatMulOptions{.transB = true, .alpha = 0.125f}),
+        std::make_shared<ScaledDotProductAttention>(AttentionOptions{.causal = true, .scale = 0.5f}),
         std::make_shared<MulAddConst>(2.0f, -1.5f),
         std::make_shared<MulAddConst>(Tensor::full({3, 1, 1}, 2.0f), Tensor()),
         std::make_shared<NoiseInjector>(NoiseInjectorOptions{

@@ -10,6 +10,7 @@
 #include "GradCheck.h"
 #include "io/Factory.h"
 #include "modules/Activation.h"
+#include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Cast.h"
 #include "modules/Concat.h"
@@ -113,6 +114,8 @@ std::map<std::string, Case> cases() {
         {"NoiseInjector", {scheme("NoiseInjector", {}), [] { return std::make_shared<NoiseInjector>(); }}},
         {"Penalty", {scheme("Penalty", {}), [] { return std::make_shared<Penalty>(); }}},
         {"MatMul", {scheme("MatMul", {}), [] { return std::make_shared<MatMul>(); }}},
+        {"ScaledDotProductAttention",
+         {scheme("ScaledDotProductAttention", {}), [] { return std::make_shared<ScaledDotProductAttention>(); }}},
         {"MulAddConst", {scheme("MulAddConst", {}), [] { return std::make_shared<MulAddConst>(); }}},
         {"Pad1D",
          {scheme("Pad1D", {{"pad", std::vector<int64_t>{1, 2}}}),

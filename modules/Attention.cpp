@@ -1,0 +1,165 @@
+#include "modules/Attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "backend/Backend.h"
+#include "modules/BatchUtil.h"
+
+namespace tessera {
+
+using batch::matrices;
+using batch::matrix;
+
+ScaledDotProductAttention::ScaledDotProductAttention(const AttentionOptions& options)
+    : Module(options.name), options_(options) {
+    if (!(options.scale >= 0.0f) || std::isinf(options.scale)) {
+        throw ModuleError("ScaledDotProductAttention: scale must be 0 (1 / sqrt(d)) or positive, got " +
+                          std::to_string(options.scale));
+    }
+}
+
+void ScaledDotProductAttention::checkDataShape(const Shapes& inShapes) const {
+    if (inShapes.size() != 3 && inShapes.size() != 4) {
+        throw shapeError("expects 3 input tensors (q, k, v) or 4 (and a mask), got " + std::to_string(inShapes.size()));
+    }
+    const Shape &q = inShapes[0], &k = inShapes[1], &v = inShapes[2];
+    const size_t r = q.rank();
+    auto lead = [](const Shape& s) { return std::vector<int64_t>(s.dims().begin(), s.dims().end() - 2); };
+    if (r < 2 || k.rank() != r || v.rank() != r || lead(k) != lead(q) || lead(v) != lead(q)) {
+        throw shapeError("expects q [..., Tq, d], k [..., Tk, d], v [..., Tk, dv] with the same leading dims, got " +
+                         q.str() + ", " + k.str() + ", " + v.str());
+    }
+    if (k[r - 1] != q[r - 1] || v[r - 2] != k[r - 2]) {
+        throw shapeError("q and k need one d and k and v one Tk: got q " + q.str() + ", k " + k.str() + ", v " +
+                         v.str());
+    }
+    if (inShapes.size() == 4) {
+        const Shape& m = inShapes[3];
+        std::string why;
+        if (m.rank() >= 2) batch::of(q, m, why);
+        std::vector<int64_t> broadcast = m.rank() >= 2 ? batch::of(q, m, why).dims : std::vector<int64_t>{};
+        const int64_t rows = m.rank() >= 2 ? m[m.rank() - 2] : 0;
+        if (m.rank() < 2 || m.rank() > r || (rows != q[r - 2] && rows != 1) || m[m.rank() - 1] != k[r - 2] ||
+            !why.empty() || broadcast != lead(q)) {
+            throw shapeError("expects a mask [..., " + std::to_string(q[r - 2]) + " or 1, " + std::to_string(k[r - 2]) +
+                             "] whose leading dims broadcast to q's " + q.str() + ", got " + m.str());
+        }
+    }
+}
+
+Shapes ScaledDotProductAttention::dataShapeFrom(const Shapes& inShapes) const {
+    std::vector<int64_t> d = inShapes[0].dims();
+    d.back() = inShapes[2][inShapes[2].rank() - 1];
+    return {Shape(d)};
+}
+
+Shapes ScaledDotProductAttention::gradShapeFrom(const Shapes&) const { return lastInShapes("gradShapeFrom"); }
+
+float ScaledDotProductAttention::scaleFor(int64_t d) const {
+    return options_.scale > 0.0f ? options_.scale : 1.0f / std::sqrt(static_cast<float>(d));
+}
+
+void ScaledDotProductAttention::probabilities(const Tensors& in, int64_t h, const Tensor& scores,
+                                              const Tensor& p) const {
+    const Tensor q = matrix(matrices(in[0]), h), k = matrix(matrices(in[1]), h);
+    Backend& be = backendOf(q);
+    if (in.size() == 4) { // the scores into p, plus the mask (a row for every query, or one for all) into scores
+        be.gemm(false, true, scaleFor(q.shape()[1]), q, k, 0.0f, p);
+        std::string why;
+        const batch::Batches b = batch::of(in[0].shape(), in[3].shape(), why);
+        be.binaryBroadcast(BinaryOp::add, p, matrix(matrices(in[3]), b.ofB[static_cast<size_t>(h)]), scores);
+    } else {
+        be.gemm(false, true, scaleFor(q.shape()[1]), q, k, 0.0f, scores);
+    }
+    if (options_.causal) be.axpby(1.0f, causalMask(p.shape()[0], p.shape()[1], p.device()), 1.0f, scores);
+    be.softmaxForward(scores, p);
+}
+
+const Tensor& ScaledDotProductAttention::causalMask(int64_t Tq, int64_t Tk, Device device) const {
+    if (!causalMask_.defined() || causalMask_.shape() != Shape{Tq, Tk} || causalMask_.device() != device) {
+        std::vector<float> m(static_cast<size_t>(Tq * Tk), 0.0f);
+        for (int64_t i = 0; i < Tq; ++i) {
+            for (int64_t j = i + 1; j < Tk; ++j)
+                m[static_cast<size_t>(i * Tk + j)] = -std::numeric_limits<float>::infinity();
+        }
+        causalMask_ = Tensor::fromVector({Tq, Tk}, m).to(device);
+    }
+    return causalMask_;
+}
+
+// For each head h: P = softmax(q k^T s + mask), y = P v.
+Tensors ScaledDotProductAttention::updateData(const Tensors& data) {
+    Tensors in;
+    for (const Tensor& t : data) in.push_back(t.plain());
+    const Shape& qs = in[0].shape();
+    const int64_t Tq = qs[qs.rank() - 2], Tk = in[1].shape()[qs.rank() - 2];
+    Tensor y =
+        Tensor::empty(dataShapeFrom(Shapes{qs, in[1].shape(), in[2].shape()})[0], DType::float32, in[0].device());
+    const Tensor y3 = matrices(y), v3 = matrices(in[2]);
+    // one head's scores and probabilities at a time
+    Tensor scores = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    Tensor p = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    Backend& be = backendOf(p);
+    for (int64_t h = 0; h < y3.shape()[0]; ++h) {
+        probabilities(in, h, scores, p);
+        be.gemm(false, false, 1.0f, p, matrix(v3, h), 0.0f, matrix(y3, h));
+    }
+    return {y};
+}
+
+// Per head, P recomputed: dv = P^T dy, dP = dy v^T, dS = P (dP - rowsum(P dP)) (softmax's
+// backward), dq = s dS k, dk = s dS^T q, dmask = dS summed to the mask's shape.
+Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
+    Tensors in;
+    for (const Tensor& t : inDataList()) in.push_back(t.plain());
+    const Tensor dy3 = matrices(grad[0].plain());
+    const Tensor q3 = matrices(in[0]), k3 = matrices(in[1]), v3 = matrices(in[2]);
+    const int64_t Tq = q3.shape()[1], Tk = k3.shape()[1];
+    const float s = scaleFor(q3.shape()[2]);
+    Tensor dq = Tensor::empty(in[0].shape(), DType::float32, in[0].device());
+    Tensor dk = Tensor::empty(in[1].shape(), DType::float32, in[0].device());
+    Tensor dv = Tensor::empty(in[2].shape(), DType::float32, in[0].device());
+    const Tensor dq3 = matrices(dq), dk3 = matrices(dk), dv3 = matrices(dv);
+    Tensor p = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    Tensor dp = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    Tensor ds = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    Backend& be = backendOf(p);
+    Tensor dmask, dmask3; // a float mask's gradient: the scores', as the mask was added to them
+    batch::Batches masks;
+    if (in.size() == 4) {
+        dmask = Tensor::zeros(in[3].shape(), DType::float32, in[0].device());
+        dmask3 = matrices(dmask);
+        std::string why;
+        masks = batch::of(in[0].shape(), in[3].shape(), why);
+    }
+    for (int64_t h = 0; h < q3.shape()[0]; ++h) {
+        probabilities(in, h, ds, p); // ds holds the scores until softmax's backward overwrites them
+        const Tensor g = matrix(dy3, h);
+        be.gemm(true, false, 1.0f, p, g, 0.0f, matrix(dv3, h));
+        be.gemm(false, true, 1.0f, g, matrix(v3, h), 0.0f, dp);
+        be.softmaxBackward(p, dp, ds);
+        be.gemm(false, false, s, ds, matrix(k3, h), 0.0f, matrix(dq3, h));
+        be.gemm(true, false, s, ds, matrix(q3, h), 0.0f, matrix(dk3, h));
+        if (dmask.defined()) { // the scores' gradient, summed over what the mask was broadcast along
+            const Tensor dm = matrix(dmask3, masks.ofB[static_cast<size_t>(h)]);
+            if (dm.shape()[0] == Tq) {
+                be.axpby(1.0f, ds, 1.0f, dm);
+            } else {
+                be.sumRows(ds, 1.0f, 1.0f, dm.reshape({Tk}));
+            }
+        }
+    }
+    Tensors out{dq, dk, dv};
+    if (dmask.defined()) out.push_back(dmask);
+    return out;
+}
+
+Blueprint ScaledDotProductAttention::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("causal", options_.causal);
+    bp.scheme.emplace_back("scale", static_cast<double>(options_.scale));
+    return bp;
+}
+
+} // namespace tessera
