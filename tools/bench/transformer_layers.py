@@ -8,7 +8,9 @@ Both run in one process on the same float32 arrays with the same thread count
 up, then the two sides alternate --reps times (each side first in every other rep) and
 the medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is
 faster). Tessera's calls go through its Python package (a module call, then backward);
-PyTorch's through autograd (a forward, then backward of <y, dy>).
+PyTorch's through autograd (a forward, then backward of <y, dy>). PyTorch 1.13 has no
+scaled_dot_product_attention: its side of the attention case is the same formula in
+autograd (which keeps every head's scores; Tessera's module keeps none).
 
     /usr/bin/python3 tools/bench/transformer_layers.py [--reps 15] [--threads 2]
 
@@ -59,6 +61,11 @@ def main():
     mm = ts.MatMul(transB=True, alpha=0.125)
     cases.append(("MatMul q k^T [8, 12, 197, 64]", mm, lambda q, k: torch.matmul(q, k.transpose(-1, -2)) * 0.125,
                   [data(B, H, T, 64), data(B, H, T, 64)], []))
+    sdpa = ts.ScaledDotProductAttention(causal=True)
+    causal = torch.full((T, T), float("-inf")).triu(1)
+    cases.append(("attention causal [8, 12, 197, 64]", sdpa,
+                  lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 0.125 + causal, -1) @ v,
+                  [data(B, H, T, 64), data(B, H, T, 64), data(B, H, T, 64)], []))
     silu = ts.Activation(ts.silu)
     cases.append(("silu [8, 197, 3072]", silu, F.silu, [data(B, T, 4 * C)], []))
 
