@@ -23,6 +23,7 @@
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
 #include "modules/DepthConcat.h"
+#include "modules/DropPath.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
@@ -35,6 +36,7 @@
 #include "modules/KMaxPool.h"
 #include "modules/LCN.h"
 #include "modules/LRN.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
@@ -353,8 +355,9 @@ struct Row {
 };
 
 const std::map<std::string, Row>& table() {
-    static const std::map<std::string, Row> t = [] {
-        std::vector<Row> rows = {
+    static const std::map<std::string, Row> t =
+        [] {
+            std::vector<Row> rows = {
             {"Linear", "insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<Linear>(
@@ -601,6 +604,19 @@ const std::map<std::string, Row>& table() {
                  return std::make_shared<ScaledDotProductAttention>(
                      AttentionOptions{.causal = a.b("causal"), .scale = a.f("scale"), .name = a.name()});
              }},
+            {"Parameter", "shape, std=0.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Parameter>(a.ints("shape"),
+                                                    ParameterOptions{.std = a.f("std"), .name = a.name()});
+             }},
+            {"Scale", "shape, init=1.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Scale>(a.ints("shape"), ScaleOptions{.init = a.f("init"), .name = a.name()});
+             }},
+            {"DropPath", "p=0.1, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<DropPath>(DropPathOptions{.p = a.f("p"), .name = a.name()});
+             }},
             {"MulAddConst", "a=1.0, b=0.0, name=None, aShape=None, bShape=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  const std::vector<int64_t> aShape = a.ints("aShape"), bShape = a.ints("bShape");
@@ -653,14 +669,14 @@ const std::map<std::string, Row>& table() {
             {"Parallel", "name=None", [](const Blueprint& bp, const Args& a) { return container<Parallel>(bp, a); }},
             {"Graph", "name=None", [](const Blueprint& bp, const Args& a) { return buildGraph(bp, a); }},
         };
-        std::map<std::string, Row> byName;
-        for (Row& r : rows) {
-            r.signature = parseSignature(r.classname, r.text);
-            const std::string name = r.classname;
-            if (!byName.emplace(name, std::move(r)).second) throw ModuleError("factory row " + name + " twice");
-        }
-        return byName;
-    }();
+            std::map<std::string, Row> byName;
+            for (Row& r : rows) {
+                r.signature = parseSignature(r.classname, r.text);
+                const std::string name = r.classname;
+                if (!byName.emplace(name, std::move(r)).second) throw ModuleError("factory row " + name + " twice");
+            }
+            return byName;
+        }();
     return t;
 }
 

@@ -25,6 +25,7 @@
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
+#include "modules/DropPath.h"
 #include "modules/Dropout.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
@@ -33,6 +34,7 @@
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/LRN.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
 #include "modules/PRelu.h"
@@ -239,6 +241,12 @@ void Exporter::emitAttention(const Layer& l) {
     const std::string weights = valueName(path + "_weights");
     attr(node("Softmax", {scores}, {weights}, path + "_softmax"), "axis", int64_t{-1});
     node("MatMul", {weights, in[2]}, out, path);
+}
+
+// Scale: Mul by its factors (read back as a MulAddConst of them)
+void Exporter::emitScale(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    node("Mul", {in[0], init(path + ".weight", l.var("weight"))}, out, path);
 }
 
 // LayerNorm, RMSNorm: the decomposed form (ONNX has no RMSNormalization before opset 23).

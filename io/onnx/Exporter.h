@@ -132,6 +132,7 @@ private:
     void emitLinear(const Layer& l);
     void emitMatMul(const Layer& l);
     void emitAttention(const Layer& l);
+    void emitScale(const Layer& l);
     void emitConv(const Layer& l);
     void emitPool(const Layer& l);
     void emitGlobalAvgPool(const Layer& l);

@@ -41,6 +41,7 @@
 #include "modules/KMaxPool.h"
 #include "modules/LCN.h"
 #include "modules/LRN.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MatMul.h"
 #include "modules/MaxUnpool2D.h"
@@ -301,6 +302,8 @@ TEST(CudaConsistency, EveryModule) {
         {"Mul gate", make<Mul>(), {{2, 3, 1, 1}, {2, 3, 4, 5}}},
         {"Mul broadcast", make<Mul>(), {{2, 3, 4}, {3, 1}}},
         {"MatMul", make<MatMul>(), {{2, 3, 4, 5}, {3, 5, 6}}},
+        {"Parameter", make<Parameter>(std::vector<int64_t>{3, 4}, ParameterOptions{.std = 0.5f}), {{2, 7}}},
+        {"Scale", make<Scale>(std::vector<int64_t>{3, 1, 1}, ScaleOptions{.init = 0.5f}), {{2, 3, 4, 4}}},
         {"ScaledDotProductAttention causal",
          make<ScaledDotProductAttention>(AttentionOptions{.causal = true}),
          {{2, 3, 5, 8}, {2, 3, 5, 8}, {2, 3, 5, 4}}},

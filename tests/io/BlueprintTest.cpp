@@ -21,6 +21,7 @@
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
 #include "modules/DepthConcat.h"
+#include "modules/DropPath.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
@@ -34,6 +35,7 @@
 #include "modules/KMaxPool.h"
 #include "modules/LCN.h"
 #include "modules/LRN.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MatMul.h"
 #include "modules/MaxUnpool2D.h"
@@ -131,6 +133,9 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Embedder>(10, 3, 4, EmbedderOptions{.learnable = false}),
         std::make_shared<GroupLinear>(2, 3, 4, GroupLinearOptions{.batchDim = 1}),
         std::make_shared<MatMul>(MatMulOptions{.transB = true, .alpha = 0.125f}),
+        std::make_shared<Parameter>(std::vector<int64_t>{1, 8}, ParameterOptions{.std = 0.02f}),
+        std::make_shared<Scale>(std::vector<int64_t>{4, 1, 1}, ScaleOptions{.init = 1e-6f}),
+        std::make_shared<DropPath>(DropPathOptions{.p = 0.2f}),
         std::make_shared<ScaledDotProductAttention>(AttentionOptions{.causal = true, .scale = 0.5f}),
         std::make_shared<MulAddConst>(2.0f, -1.5f),
         std::make_shared<MulAddConst>(Tensor::full({3, 1, 1}, 2.0f), Tensor()),

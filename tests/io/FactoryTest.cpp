@@ -16,6 +16,7 @@
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
+#include "modules/DropPath.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
@@ -23,6 +24,7 @@
 #include "modules/InstanceNorm2D.h"
 #include "modules/LCN.h"
 #include "modules/LRN.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
@@ -114,6 +116,15 @@ std::map<std::string, Case> cases() {
         {"NoiseInjector", {scheme("NoiseInjector", {}), [] { return std::make_shared<NoiseInjector>(); }}},
         {"Penalty", {scheme("Penalty", {}), [] { return std::make_shared<Penalty>(); }}},
         {"MatMul", {scheme("MatMul", {}), [] { return std::make_shared<MatMul>(); }}},
+        {"Parameter",
+         {scheme("Parameter", {{"shape", std::vector<int64_t>{2, 3}}}),
+          [] {
+              return std::make_shared<Parameter>(std::vector<int64_t>{2, 3});
+          }}},
+        {"Scale",
+         {scheme("Scale", {{"shape", std::vector<int64_t>{4}}}),
+          [] { return std::make_shared<Scale>(std::vector<int64_t>{4}); }}},
+        {"DropPath", {scheme("DropPath", {}), [] { return std::make_shared<DropPath>(); }}},
         {"ScaledDotProductAttention",
          {scheme("ScaledDotProductAttention", {}), [] { return std::make_shared<ScaledDotProductAttention>(); }}},
         {"MulAddConst", {scheme("MulAddConst", {}), [] { return std::make_shared<MulAddConst>(); }}},
