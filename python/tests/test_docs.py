@@ -51,3 +51,10 @@ def test_page_blocks_run(tmp_path):
     assert "import tessera" in script
     (tmp_path / "page.py").write_text(script)
     run([str(tmp_path / "page.py")], tmp_path)
+
+
+def test_transformer_block_example_runs(tmp_path):
+    """docs/examples/transformer_block.py: the block matches PyTorch's
+    nn.TransformerEncoderLayer (when PyTorch is installed) and learns its task."""
+    out = run([os.path.join(ROOT, "docs", "examples", "transformer_block.py")], tmp_path)
+    assert "accuracy on the 512 sequences" in out
