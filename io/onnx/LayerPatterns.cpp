@@ -54,8 +54,14 @@ public:
         const std::vector<int>& u = users(value);
         return u.size() == 1 && u[0] >= 0 && g_.node(u[0]).op_type() == op ? u[0] : -1;
     }
+    // A constant's value: an initializer, a Constant node, or an Identity of one (PyTorch
+    // writes one initializer for equal ones, such as zero biases, and Identity nodes for the
+    // others).
     std::optional<Constant> constant(const std::string& name) const {
         if (auto c = constants_.find(name); c != constants_.end()) return c->second;
+        if (const int id = from(name, "Identity"); id >= 0 && g_.node(id).input_size() == 1) {
+            return constant(g_.node(id).input(0));
+        }
         if (auto c = constantNodes_.find(name); c != constantNodes_.end()) {
             try {
                 return constantOf(*c->second, name);

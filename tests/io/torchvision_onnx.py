@@ -85,16 +85,21 @@ class Norms(torch.nn.Module):
 
 class Tokens(torch.nn.Module):
     """A transformer's feed-forward block on [N, T, C]: Linear over the last axis of 3-D
-    data (PyTorch writes MatMul + Add), GELU, LayerNorm, and a softmax over the last axis."""
+    data (PyTorch writes MatMul + Add), GELU, LayerNorm, and a softmax over the last axis.
+    Two biases start at zero, as torchvision's do: PyTorch then writes one initializer for
+    both and an Identity for the other, which the import must see through."""
 
     def __init__(self):
         super().__init__()
         self.up, self.ln, self.down = torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8)
+        self.mid = torch.nn.Linear(32, 32)
         torch.nn.init.uniform_(self.ln.weight, 0.5, 1.5)
-        torch.nn.init.uniform_(self.ln.bias, -0.5, 0.5)
+        torch.nn.init.zeros_(self.ln.bias)
+        torch.nn.init.zeros_(self.mid.bias)
 
     def forward(self, x):
-        return torch.softmax(self.down(self.ln(torch.nn.functional.gelu(self.up(x)))), dim=-1)
+        h = self.ln(torch.nn.functional.gelu(self.up(x)))
+        return torch.softmax(self.down(self.mid(h)), dim=-1)
 
 
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
@@ -138,7 +143,11 @@ def main():
         torch.onnx.export(model, x, path, opset_version=opset, input_names=["x"], output_names=["y"],
                           dynamic_axes=axes)
         del model
-        run([tessera, "check", path, "--input", "x".join(str(d) for d in x.shape)])
+        checked = run([tessera, "check", path, "--input", "x".join(str(d) for d in x.shape)])
+        if name in NORM_MODELS:  # every weight comes back a parameter, none a constant
+            count = sum(p.numel() for p in make().parameters())
+            if f"{count:,} parameters" not in checked:
+                sys.exit(f"FAILED: {name}: PyTorch has {count:,} parameters; tessera check says {checked.strip()}")
         ypath = os.path.join(work, name + "_y.npy")
         run([tessera, "run", path, "--input", xpath, "-o", ypath])
         os.remove(xpath)
