@@ -30,18 +30,37 @@ inline unsigned blocksFor(int64_t n) {
         }                                                                                                              \
     } while (0)
 
-// Sum of `v` over the block, added to *out by thread 0.
-inline __device__ void blockSumAdd(double v, double* out) {
-    __shared__ double partial[kThreads / 32];
+// The sum of `v` over a 1-D block of up to kThreads threads, in thread 0 (the others hold
+// partial sums). Every thread of the block must call it.
+template <class T> __device__ T blockSumToThread0(T v) {
+    __shared__ T partial[kThreads / 32];
     for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0;
+        v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : T(0);
         for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) atomicAdd(out, v);
     }
+    __syncthreads(); // `partial` is free for the next call
+    return v;
+}
+
+// Sum of `v` over the block, added to *out by thread 0.
+inline __device__ void blockSumAdd(double v, double* out) {
+    v = blockSumToThread0(v);
+    if (threadIdx.x == 0) atomicAdd(out, v);
+}
+
+// The sum of `v` over the block, in every thread.
+inline __device__ float blockSum(float v) {
+    __shared__ float total;
+    v = blockSumToThread0(v);
+    if (threadIdx.x == 0) total = v;
+    __syncthreads();
+    const float out = total;
+    __syncthreads(); // `total` is free for the next call
+    return out;
 }
 
 } // namespace tessera::cudak

@@ -88,25 +88,6 @@ __global__ void invStdFromVarianceKernel(const float* var, float eps, float* inv
 // ---- row normalisation: one block per row; the channel of (row, d) is
 // (row % groups) * (D / inner) + d / inner (RowNormParams).
 
-// The sum of v over the block, returned to every thread.
-__device__ float blockSum(float v) {
-    __shared__ float partial[kThreads / 32];
-    __shared__ float total;
-    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
-        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) total = v;
-    }
-    __syncthreads();
-    const float out = total;
-    __syncthreads(); // partial and total are free for the next call
-    return out;
-}
-
 __global__ void rowNormForwardKernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                      float* rstd, int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps,
                                      bool subtractMean) {

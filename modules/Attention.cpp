@@ -60,15 +60,19 @@ float ScaledDotProductAttention::scaleFor(int64_t d) const {
     return options_.scale > 0.0f ? options_.scale : 1.0f / std::sqrt(static_cast<float>(d));
 }
 
-void ScaledDotProductAttention::probabilities(const Tensors& in, int64_t h, const Tensor& scores,
-                                              const Tensor& p) const {
+std::vector<int64_t> ScaledDotProductAttention::maskOfHead(const Tensors& in) {
+    if (in.size() != 4) return {};
+    std::string why;
+    return batch::of(in[0].shape(), in[3].shape(), why).ofB;
+}
+
+void ScaledDotProductAttention::probabilities(const Tensors& in, int64_t h, const std::vector<int64_t>& maskOf,
+                                              const Tensor& scores, const Tensor& p) const {
     const Tensor q = matrix(matrices(in[0]), h), k = matrix(matrices(in[1]), h);
     Backend& be = backendOf(q);
     if (in.size() == 4) { // the scores into p, plus the mask (a row for every query, or one for all) into scores
         be.gemm(false, true, scaleFor(q.shape()[1]), q, k, 0.0f, p);
-        std::string why;
-        const batch::Batches b = batch::of(in[0].shape(), in[3].shape(), why);
-        be.binaryBroadcast(BinaryOp::add, p, matrix(matrices(in[3]), b.ofB[static_cast<size_t>(h)]), scores);
+        be.binaryBroadcast(BinaryOp::add, p, matrix(matrices(in[3]), maskOf[static_cast<size_t>(h)]), scores);
     } else {
         be.gemm(false, true, scaleFor(q.shape()[1]), q, k, 0.0f, scores);
     }
@@ -101,8 +105,9 @@ Tensors ScaledDotProductAttention::updateData(const Tensors& data) {
     Tensor scores = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
     Tensor p = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
     Backend& be = backendOf(p);
+    const std::vector<int64_t> masks = maskOfHead(in);
     for (int64_t h = 0; h < y3.shape()[0]; ++h) {
-        probabilities(in, h, scores, p);
+        probabilities(in, h, masks, scores, p);
         be.gemm(false, false, 1.0f, p, matrix(v3, h), 0.0f, matrix(y3, h));
     }
     return {y};
@@ -126,15 +131,13 @@ Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
     Tensor ds = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
     Backend& be = backendOf(p);
     Tensor dmask, dmask3; // a float mask's gradient: the scores', as the mask was added to them
-    batch::Batches masks;
+    const std::vector<int64_t> masks = maskOfHead(in);
     if (in.size() == 4) {
         dmask = Tensor::zeros(in[3].shape(), DType::float32, in[0].device());
         dmask3 = matrices(dmask);
-        std::string why;
-        masks = batch::of(in[0].shape(), in[3].shape(), why);
     }
     for (int64_t h = 0; h < q3.shape()[0]; ++h) {
-        probabilities(in, h, ds, p); // ds holds the scores until softmax's backward overwrites them
+        probabilities(in, h, masks, ds, p); // ds holds the scores until softmax's backward overwrites them
         const Tensor g = matrix(dy3, h);
         be.gemm(true, false, 1.0f, p, g, 0.0f, matrix(dv3, h));
         be.gemm(false, true, 1.0f, g, matrix(v3, h), 0.0f, dp);
@@ -142,7 +145,7 @@ Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
         be.gemm(false, false, s, ds, matrix(k3, h), 0.0f, matrix(dq3, h));
         be.gemm(true, false, s, ds, matrix(q3, h), 0.0f, matrix(dk3, h));
         if (dmask.defined()) { // the scores' gradient, summed over what the mask was broadcast along
-            const Tensor dm = matrix(dmask3, masks.ofB[static_cast<size_t>(h)]);
+            const Tensor dm = matrix(dmask3, masks[static_cast<size_t>(h)]);
             if (dm.shape()[0] == Tq) {
                 be.axpby(1.0f, ds, 1.0f, dm);
             } else {

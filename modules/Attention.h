@@ -37,9 +37,12 @@ protected:
 
 private:
     float scaleFor(int64_t d) const;
+    // For each head, the matrix of the mask it adds (empty without a mask).
+    static std::vector<int64_t> maskOfHead(const Tensors& in);
     // Head h's probabilities P = softmax(q k^T * scale + mask) into p [Tq, Tk], its scores
     // into `scores` on the way.
-    void probabilities(const Tensors& in, int64_t h, const Tensor& scores, const Tensor& p) const;
+    void probabilities(const Tensors& in, int64_t h, const std::vector<int64_t>& maskOf, const Tensor& scores,
+                       const Tensor& p) const;
     // [Tq, Tk]: 0 on and below the diagonal, -inf above; made again when the shape changes.
     const Tensor& causalMask(int64_t Tq, int64_t Tk, Device device) const;
     AttentionOptions options_;

@@ -70,6 +70,12 @@ Tensors RowNorm::backwardFrom(const Tensors& grad, bool updParamGrads, bool updG
     return {dx};
 }
 
+void RowNorm::checkTrailing(const Shape& s, const std::vector<int64_t>& shape) const {
+    bool fits = s.rank() >= shape.size();
+    for (size_t i = 0; fits && i < shape.size(); ++i) fits = s[s.rank() - shape.size() + i] == shape[i];
+    if (!fits) throw shapeError("expects an input whose last dims are " + dimsText(shape) + ", got " + s.str());
+}
+
 Tensors RowNorm::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
 
 // ---- LayerNorm ---------------------------------------------------------------------------
@@ -84,10 +90,7 @@ LayerNorm::LayerNorm(std::vector<int64_t> shape, const LayerNormOptions& options
 
 void LayerNorm::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 1, "input");
-    const Shape& s = inShapes[0];
-    bool fits = s.rank() >= shape_.size();
-    for (size_t i = 0; fits && i < shape_.size(); ++i) fits = s[s.rank() - shape_.size() + i] == shape_[i];
-    if (!fits) throw shapeError("expects an input whose last dims are " + dimsText(shape_) + ", got " + s.str());
+    checkTrailing(inShapes[0], shape_);
 }
 
 RowNormParams LayerNorm::paramsFor(const Shape& x, int64_t& rows, int64_t& D) const {
@@ -115,10 +118,7 @@ RMSNorm::RMSNorm(std::vector<int64_t> shape, const RMSNormOptions& options)
 
 void RMSNorm::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 1, "input");
-    const Shape& s = inShapes[0];
-    bool fits = s.rank() >= shape_.size();
-    for (size_t i = 0; fits && i < shape_.size(); ++i) fits = s[s.rank() - shape_.size() + i] == shape_[i];
-    if (!fits) throw shapeError("expects an input whose last dims are " + dimsText(shape_) + ", got " + s.str());
+    checkTrailing(inShapes[0], shape_);
 }
 
 RowNormParams RMSNorm::paramsFor(const Shape& x, int64_t& rows, int64_t& D) const {

@@ -45,6 +45,8 @@ protected:
     /// One pass gives the input and parameter gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
     std::vector<Tensor*> keptTensors() override { return {&mean_, &rstd_}; }
+    /// ShapeError unless the last dims of `s` are `shape` (LayerNorm's and RMSNorm's input).
+    void checkTrailing(const Shape& s, const std::vector<int64_t>& shape) const;
 
 private:
     Tensor param(const char* name) const;

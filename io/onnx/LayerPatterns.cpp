@@ -143,6 +143,19 @@ std::optional<Operand> operand(const Index& ix, const std::string& name) {
     return Operand{dims, c->tensor.toVector<float>()};
 }
 
+// The constant operand of an `op` node ("Mul", "Add") that is the one consumer of node
+// `last`'s output, when `fits` takes it: `last` joins `nodes` and that node becomes `last`.
+template <class Fits>
+std::optional<Operand> follow(const Index& ix, const char* op, int& last, std::vector<int>& nodes, Fits fits) {
+    const int next = ix.only(ix.node(last).output(0), op);
+    if (next < 0) return std::nullopt;
+    std::optional<Operand> o = operand(ix, ix.otherInput(next, ix.node(last).output(0)));
+    if (!o || !fits(*o)) return std::nullopt;
+    nodes.push_back(last);
+    last = next;
+    return o;
+}
+
 } // namespace
 
 void Importer::findLayerPatterns() {
@@ -241,22 +254,9 @@ void Importer::findLayerPatterns() {
             }
             // Mul(weight) and Add(bias) after it, constants over at most the normalised dims.
             int last = div;
-            std::optional<Operand> weight, bias;
-            auto fits = [&](const std::optional<Operand>& o) { return o && static_cast<int64_t>(o->dims.size()) <= k; };
-            if (const int mul = ix.only(ix.node(div).output(0), "Mul"); mul >= 0) {
-                weight = operand(ix, ix.otherInput(mul, ix.node(div).output(0)));
-                if (fits(weight))
-                    nodes.push_back(last), last = mul;
-                else
-                    weight.reset();
-            }
-            if (const int plus = ix.only(ix.node(last).output(0), "Add"); plus >= 0 && centred) {
-                bias = operand(ix, ix.otherInput(plus, ix.node(last).output(0)));
-                if (fits(bias))
-                    nodes.push_back(last), last = plus;
-                else
-                    bias.reset();
-            }
+            auto fits = [k](const Operand& o) { return static_cast<int64_t>(o.dims.size()) <= k; };
+            const std::optional<Operand> weight = follow(ix, "Mul", last, nodes, fits);
+            const std::optional<Operand> bias = centred ? follow(ix, "Add", last, nodes, fits) : std::nullopt;
             const float epsilon = *eps;
             claim(
                 last,
@@ -317,26 +317,13 @@ void Importer::findLayerPatterns() {
                 continue;
             }
             // a per-channel Mul and Add after it: [C, 1, ...]
-            auto perChannel = [&](const std::optional<Operand>& o) {
-                return o && !o->dims.empty() && o->dims[0] % groups == 0 &&
-                       std::all_of(o->dims.begin() + 1, o->dims.end(), [](int64_t v) { return v == 1; });
+            auto perChannel = [groups](const Operand& o) {
+                return !o.dims.empty() && o.dims[0] % groups == 0 &&
+                       std::all_of(o.dims.begin() + 1, o.dims.end(), [](int64_t v) { return v == 1; });
             };
             int last = after;
-            std::optional<Operand> weight, bias;
-            if (const int mul = ix.only(ix.node(after).output(0), "Mul"); mul >= 0) {
-                weight = operand(ix, ix.otherInput(mul, ix.node(after).output(0)));
-                if (perChannel(weight))
-                    nodes.push_back(last), last = mul;
-                else
-                    weight.reset();
-            }
-            if (const int plus = ix.only(ix.node(last).output(0), "Add"); plus >= 0) {
-                bias = operand(ix, ix.otherInput(plus, ix.node(last).output(0)));
-                if (perChannel(bias))
-                    nodes.push_back(last), last = plus;
-                else
-                    bias.reset();
-            }
+            const std::optional<Operand> weight = follow(ix, "Mul", last, nodes, perChannel);
+            const std::optional<Operand> bias = follow(ix, "Add", last, nodes, perChannel);
             const float epsilon = Attributes(n).f("epsilon", 1e-5f);
             claim(
                 last,

@@ -76,6 +76,15 @@ std::string sanitized(std::string name) {
 // The case's result: "" when every output of every test data set matches (rtol 1e-3, atol
 // 1e-7, ONNX's defaults), else what went wrong. The inputs an op needs as constants (ONNX's
 // node tests give weights as inputs) are taken from the data set.
+// ONNX's checker (Debian's python3-onnx), full check, accepts the file at `path`.
+::testing::AssertionResult checkerAccepts(const std::string& path) {
+    const std::string cmd =
+        "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)' '" +
+        path + "'";
+    if (std::system(cmd.c_str()) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "onnx.checker rejects " << path;
+}
+
 std::string runCase(const fs::path& model, const fs::path& dir) {
     const std::vector<std::string> names = onnxInputNames(model.string());
     std::string unreadable; // an input of a type Tessera does not read (uint8, int8, a sequence)
@@ -426,11 +435,7 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
         if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) { // and ONNX's checker takes it
-            const std::string cmd =
-                "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
-                "full_check=True)' '" +
-                path + "'";
-            EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+            EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
     }
@@ -469,8 +474,8 @@ TEST(Onnx, NormalisationsAndNewActivationsRoundTrip) {
         EXPECT_EQ(classes["RMSNorm"], 1);
         EXPECT_EQ(classes["Activation"], 2);
         // LayerNormalization always has a Scale: the affine-free LayerNorm comes back with a
-        // weight of ones from opset 17.
-        // and the Scale's factors come back as a MulAddConst's constant, not a parameter
+        // weight of ones from opset 17. The Scale's factors come back as a MulAddConst's
+        // constant, not a parameter.
         EXPECT_EQ(back->namedParams().size(), g.namedParams().size() - 1 + (opset >= 17 ? 1 : 0));
         const Tensor input = randomTensor(in, 8, -2.0f, 2.0f);
         g.evalMode(); // DropPath exports its inference form
@@ -478,11 +483,7 @@ TEST(Onnx, NormalisationsAndNewActivationsRoundTrip) {
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f + 1e-5f * std::fabs(a[i])) << i;
         if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
-            const std::string cmd =
-                "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
-                "full_check=True)' '" +
-                path + "'";
-            EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+            EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
     }
@@ -572,10 +573,7 @@ TEST(Onnx, RecurrentStatesRoundTrip) {
         ASSERT_EQ(a.size(), 1u + (lstm ? 2u : 1u));
         for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(allClose(b[k], a[k].toVector<float>(), 1e-5f)) << k;
         if (checker) {
-            const std::string cmd = "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load("
-                                    "sys.argv[1]), full_check=True)' '" +
-                                    path + "'";
-            EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+            EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
     }
@@ -615,10 +613,7 @@ TEST(Onnx, SpatialTransformerRoundTripsAtOpset16) {
     EXPECT_TRUE(allClose(b, a.toVector<float>(), 1e-5f));
     const bool python = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
     if (python) {
-        const std::string cmd = "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load("
-                                "sys.argv[1]), full_check=True)' '" +
-                                path + "'";
-        EXPECT_EQ(std::system(cmd.c_str()), 0) << "onnx.checker rejects " << path;
+        EXPECT_TRUE(checkerAccepts(path));
     }
     EXPECT_NE(
         errorOf([&] { exportOnnx(g, {in}, path, {.opset = 15}); }).find("SpatialTf needs GridSample, in opsets 16"),
@@ -662,11 +657,7 @@ TEST(Onnx, ExportPassesOnnxsChecker) {
                 : std::vector<std::string>{};
         exportOnnx(*net, {in}, path, {.classes = classes});
         EXPECT_EQ(onnxClassNames(path), classes) << name;
-        const std::string cmd =
-            "/usr/bin/python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), "
-            "full_check=True)' '" +
-            path + "'";
-        EXPECT_EQ(std::system(cmd.c_str()), 0) << name << ": onnx.checker rejects " << path;
+        EXPECT_TRUE(checkerAccepts(path)) << name;
         std::filesystem::remove(path);
     }
     // A layer with no ONNX counterpart is an IoError naming it.
