@@ -40,11 +40,13 @@
 #include "modules/Linear.h"
 #include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
+#include "modules/MultiheadAttention.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
+#include "modules/PositionalEncoding.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
@@ -599,10 +601,30 @@ const std::map<std::string, Row>& table() {
                  return std::make_shared<MatMul>(
                      MatMulOptions{.transB = a.b("transB"), .alpha = a.f("alpha"), .name = a.name()});
              }},
-            {"ScaledDotProductAttention", "causal=False, scale=0.0, name=None",
+            {"ScaledDotProductAttention", "causal=False, scale=0.0, dropout=0.0, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
-                 return std::make_shared<ScaledDotProductAttention>(
-                     AttentionOptions{.causal = a.b("causal"), .scale = a.f("scale"), .name = a.name()});
+                 return std::make_shared<ScaledDotProductAttention>(AttentionOptions{
+                     .causal = a.b("causal"), .scale = a.f("scale"), .dropout = a.f("dropout"), .name = a.name()});
+             }},
+            {"MultiheadAttention",
+             "embedDim, numHeads, dropout=0.0, bias=True, batchFirst=True, causal=False, keyPaddingMask=False, "
+             "attnMask=False, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<MultiheadAttention>(a.i("embedDim"), a.i("numHeads"),
+                                                             MultiheadAttentionOptions{
+                                                                 .dropout = a.f("dropout"),
+                                                                 .bias = a.b("bias"),
+                                                                 .batchFirst = a.b("batchFirst"),
+                                                                 .causal = a.b("causal"),
+                                                                 .keyPaddingMask = a.b("keyPaddingMask"),
+                                                                 .attnMask = a.b("attnMask"),
+                                                                 .name = a.name(),
+                                                             });
+             }},
+            {"PositionalEncoding", "base=10000.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<PositionalEncoding>(
+                     PositionalEncodingOptions{.base = a.f("base"), .name = a.name()});
              }},
             {"Parameter", "shape, std=0.0, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

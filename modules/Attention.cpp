@@ -11,13 +11,17 @@ namespace tessera {
 using batch::matrices;
 using batch::matrix;
 
-ScaledDotProductAttention::ScaledDotProductAttention(const AttentionOptions& options)
-    : Module(options.name), options_(options) {
+AttentionKernel::AttentionKernel(const AttentionOptions& options) : options_(options) {
     if (!(options.scale >= 0.0f) || std::isinf(options.scale)) {
-        throw ModuleError("ScaledDotProductAttention: scale must be 0 (1 / sqrt(d)) or positive, got " +
-                          std::to_string(options.scale));
+        throw ModuleError("attention: scale must be 0 (1 / sqrt(d)) or positive, got " + std::to_string(options.scale));
+    }
+    if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
+        throw ModuleError("attention: dropout must be in [0, 1), got " + std::to_string(options.dropout));
     }
 }
+
+ScaledDotProductAttention::ScaledDotProductAttention(const AttentionOptions& options)
+    : Module(options.name), kernel_(options), gen_(resolveSeed(options.seed)) {}
 
 void ScaledDotProductAttention::checkDataShape(const Shapes& inShapes) const {
     if (inShapes.size() != 3 && inShapes.size() != 4) {
@@ -56,18 +60,18 @@ Shapes ScaledDotProductAttention::dataShapeFrom(const Shapes& inShapes) const {
 
 Shapes ScaledDotProductAttention::gradShapeFrom(const Shapes&) const { return lastInShapes("gradShapeFrom"); }
 
-float ScaledDotProductAttention::scaleFor(int64_t d) const {
+float AttentionKernel::scaleFor(int64_t d) const {
     return options_.scale > 0.0f ? options_.scale : 1.0f / std::sqrt(static_cast<float>(d));
 }
 
-std::vector<int64_t> ScaledDotProductAttention::maskOfHead(const Tensors& in) {
+std::vector<int64_t> AttentionKernel::maskOfHead(const Tensors& in) {
     if (in.size() != 4) return {};
     std::string why;
     return batch::of(in[0].shape(), in[3].shape(), why).ofB;
 }
 
-void ScaledDotProductAttention::probabilities(const Tensors& in, int64_t h, const std::vector<int64_t>& maskOf,
-                                              const Tensor& scores, const Tensor& p) const {
+void AttentionKernel::probabilities(const Tensors& in, int64_t h, const std::vector<int64_t>& maskOf,
+                                    const Tensor& scores, const Tensor& p) const {
     const Tensor q = matrix(matrices(in[0]), h), k = matrix(matrices(in[1]), h);
     Backend& be = backendOf(q);
     if (in.size() == 4) { // the scores into p, plus the mask (a row for every query, or one for all) into scores
@@ -80,7 +84,7 @@ void ScaledDotProductAttention::probabilities(const Tensors& in, int64_t h, cons
     be.softmaxForward(scores, p);
 }
 
-const Tensor& ScaledDotProductAttention::causalMask(int64_t Tq, int64_t Tk, Device device) const {
+const Tensor& AttentionKernel::causalMask(int64_t Tq, int64_t Tk, Device device) const {
     if (!causalMask_.defined() || causalMask_.shape() != Shape{Tq, Tk} || causalMask_.device() != device) {
         std::vector<float> m(static_cast<size_t>(Tq * Tk), 0.0f);
         for (int64_t i = 0; i < Tq; ++i) {
@@ -92,33 +96,47 @@ const Tensor& ScaledDotProductAttention::causalMask(int64_t Tq, int64_t Tk, Devi
     return causalMask_;
 }
 
-// For each head h: P = softmax(q k^T s + mask), y = P v.
-Tensors ScaledDotProductAttention::updateData(const Tensors& data) {
-    Tensors in;
-    for (const Tensor& t : data) in.push_back(t.plain());
+Tensor AttentionKernel::keep(const Stream& st) {
+    const std::vector<int32_t> w = {static_cast<int32_t>(st.seed & 0xffffffffu), static_cast<int32_t>(st.seed >> 32),
+                                    static_cast<int32_t>(st.at & 0xffffffffu), static_cast<int32_t>(st.at >> 32)};
+    return Tensor::fromVector({4}, w);
+}
+
+AttentionKernel::Stream AttentionKernel::kept(const Tensor& t) {
+    const std::vector<int32_t> w = t.toVector<int32_t>();
+    auto word = [&](size_t i) { return static_cast<uint64_t>(static_cast<uint32_t>(w[i])); };
+    return {word(0) | word(1) << 32, word(2) | word(3) << 32};
+}
+
+// For each head h: P = softmax(q k^T s + mask), with dropout P <- P * mask_h, y = P v.
+Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_t* used) const {
     const Shape& qs = in[0].shape();
     const int64_t Tq = qs[qs.rank() - 2], Tk = in[1].shape()[qs.rank() - 2];
-    Tensor y =
-        Tensor::empty(dataShapeFrom(Shapes{qs, in[1].shape(), in[2].shape()})[0], DType::float32, in[0].device());
+    std::vector<int64_t> yd = qs.dims();
+    yd.back() = in[2].shape()[qs.rank() - 1];
+    Tensor y = Tensor::empty(Shape(yd), DType::float32, in[0].device());
     const Tensor y3 = matrices(y), v3 = matrices(in[2]);
     // one head's scores and probabilities at a time
     Tensor scores = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
     Tensor p = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
     Backend& be = backendOf(p);
     const std::vector<int64_t> masks = maskOfHead(in);
+    Generator gen(stream ? stream->seed : 0);
+    if (stream) gen.advance(stream->at);
     for (int64_t h = 0; h < y3.shape()[0]; ++h) {
         probabilities(in, h, masks, scores, p);
+        if (stream) be.dropoutForward(p, options_.dropout, gen, scores, p); // scores <- the mask
         be.gemm(false, false, 1.0f, p, matrix(v3, h), 0.0f, matrix(y3, h));
     }
-    return {y};
+    if (used) *used = stream ? gen.offset() - stream->at : 0;
+    return y;
 }
 
-// Per head, P recomputed: dv = P^T dy, dP = dy v^T, dS = P (dP - rowsum(P dP)) (softmax's
-// backward), dq = s dS k, dk = s dS^T q, dmask = dS summed to the mask's shape.
-Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
-    Tensors in;
-    for (const Tensor& t : inDataList()) in.push_back(t.plain());
-    const Tensor dy3 = matrices(grad[0].plain());
+// Per head, P recomputed (and with dropout Pd = P * mask): dv = Pd^T dy, dPd = dy v^T,
+// dP = dPd * mask, dS = P (dP - rowsum(P dP)) (softmax's backward), dq = s dS k,
+// dk = s dS^T q, dmask = dS summed to the mask's shape.
+Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const Stream* stream) const {
+    const Tensor dy3 = matrices(dyIn);
     const Tensor q3 = matrices(in[0]), k3 = matrices(in[1]), v3 = matrices(in[2]);
     const int64_t Tq = q3.shape()[1], Tk = k3.shape()[1];
     const float s = scaleFor(q3.shape()[2]);
@@ -129,6 +147,11 @@ Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
     Tensor p = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
     Tensor dp = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
     Tensor ds = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    Tensor dropped, mask; // with dropout: P * mask and the mask
+    if (stream) {
+        dropped = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+        mask = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    }
     Backend& be = backendOf(p);
     Tensor dmask, dmask3; // a float mask's gradient: the scores', as the mask was added to them
     const std::vector<int64_t> masks = maskOfHead(in);
@@ -136,11 +159,20 @@ Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
         dmask = Tensor::zeros(in[3].shape(), DType::float32, in[0].device());
         dmask3 = matrices(dmask);
     }
+    Generator gen(stream ? stream->seed : 0);
+    if (stream) gen.advance(stream->at);
     for (int64_t h = 0; h < q3.shape()[0]; ++h) {
         probabilities(in, h, masks, ds, p); // ds holds the scores until softmax's backward overwrites them
         const Tensor g = matrix(dy3, h);
-        be.gemm(true, false, 1.0f, p, g, 0.0f, matrix(dv3, h));
-        be.gemm(false, true, 1.0f, g, matrix(v3, h), 0.0f, dp);
+        if (stream) {
+            be.dropoutForward(p, options_.dropout, gen, mask, dropped);
+            be.gemm(true, false, 1.0f, dropped, g, 0.0f, matrix(dv3, h));
+            be.gemm(false, true, 1.0f, g, matrix(v3, h), 0.0f, dropped); // dPd
+            be.binaryBroadcast(BinaryOp::mul, dropped, mask, dp);
+        } else {
+            be.gemm(true, false, 1.0f, p, g, 0.0f, matrix(dv3, h));
+            be.gemm(false, true, 1.0f, g, matrix(v3, h), 0.0f, dp);
+        }
         be.softmaxBackward(p, dp, ds);
         be.gemm(false, false, s, ds, matrix(k3, h), 0.0f, matrix(dq3, h));
         be.gemm(true, false, s, ds, matrix(q3, h), 0.0f, matrix(dk3, h));
@@ -158,10 +190,32 @@ Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
     return out;
 }
 
+Tensors ScaledDotProductAttention::updateData(const Tensors& data) {
+    Tensors in;
+    for (const Tensor& t : data) in.push_back(t.plain());
+    stream_ = Tensor();
+    if (!isTrain() || options().dropout == 0.0f) return {kernel_.forward(in, nullptr)};
+    const AttentionKernel::Stream st{gen_.seed(), gen_.offset()};
+    uint64_t used = 0;
+    Tensor y = kernel_.forward(in, &st, &used);
+    gen_.advance(used);
+    stream_ = AttentionKernel::keep(st);
+    return {y};
+}
+
+Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
+    Tensors in;
+    for (const Tensor& t : inDataList()) in.push_back(t.plain());
+    if (!stream_.defined()) return kernel_.backward(in, grad[0].plain(), nullptr);
+    const AttentionKernel::Stream st = AttentionKernel::kept(stream_);
+    return kernel_.backward(in, grad[0].plain(), &st);
+}
+
 Blueprint ScaledDotProductAttention::blueprint() const {
     Blueprint bp = Module::blueprint();
-    bp.scheme.emplace_back("causal", options_.causal);
-    bp.scheme.emplace_back("scale", static_cast<double>(options_.scale));
+    bp.scheme.emplace_back("causal", options().causal);
+    bp.scheme.emplace_back("scale", static_cast<double>(options().scale));
+    bp.scheme.emplace_back("dropout", static_cast<double>(options().dropout));
     return bp;
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 /// \file ScaledDotProductAttention: softmax(q k^T * scale + mask) v, one head's scores at a
-/// time (PyTorch's F.scaled_dot_product_attention without dropout).
+/// time (PyTorch's F.scaled_dot_product_attention), and AttentionKernel, its compute, which
+/// MultiheadAttention shares.
 
+#include "backend/Random.h"
 #include "modules/Module.h"
 
 namespace tessera {
@@ -9,31 +11,35 @@ namespace tessera {
 struct AttentionOptions {
     bool causal = false; ///< position i attends to positions j <= i only (PyTorch's is_causal)
     float scale = 0.0f;  ///< the scores' factor; 0: 1 / sqrt(d)
+    /// In train mode each probability is dropped with this chance and the others scaled by
+    /// 1 / (1 - dropout) (PyTorch's dropout_p); eval mode drops none.
+    float dropout = 0.0f;
+    int64_t seed = -1; ///< the dropout stream's seed; -1: drawn from the global generator when built
     std::string name = {};
 };
 
-/// [q, k, v] or [q, k, v, mask] -> y = softmax(q k^T * scale + mask) v: q [..., Tq, d],
-/// k [..., Tk, d], v [..., Tk, dv] with the same leading dims (batch, heads) -> y
-/// [..., Tq, dv]. `mask`: additive float scores [..., Tq or 1, Tk] whose leading dims
-/// broadcast to q's (0 to keep, -inf to drop: a key-padding mask [N, 1, 1, Tk], a causal
-/// one [Tq, Tk]). A row whose scores are all -inf has no defined output (NaN, as in PyTorch).
-/// Only one [Tq, Tk] score matrix exists at a time: backward recomputes each head's scores
-/// instead of keeping them all. Gradients to q, k, v and the mask. No parameters.
-class ScaledDotProductAttention : public Module {
+/// The attention compute on plain float32 tensors {q, k, v[, mask]} as
+/// ScaledDotProductAttention describes them, one head's [Tq, Tk] scores at a time. With
+/// dropout, the masks of a forward come from the counters of a generator from `at` on, and
+/// its backward draws them again from there: nothing but the stream's position is kept.
+class AttentionKernel {
 public:
-    explicit ScaledDotProductAttention(const AttentionOptions& options = {});
-    std::string classname() const override { return "ScaledDotProductAttention"; }
-    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
-    Shapes dataShapeFrom(const Shapes& inShapes) const override;
-    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// Three or four inputs as above.
-    void checkDataShape(const Shapes& inShapes) const override;
-    Blueprint blueprint() const override;
+    explicit AttentionKernel(const AttentionOptions& options);
     const AttentionOptions& options() const { return options_; }
-
-protected:
-    Tensors updateData(const Tensors& data) override;
-    Tensors updateGrad(const Tensors& grad) override;
+    /// Where a forward's dropout masks are drawn: the stream's seed and first counter.
+    struct Stream {
+        uint64_t seed = 0, at = 0;
+    };
+    /// y = softmax(q k^T s + mask) v, with dropout when `stream` is given (then the
+    /// probabilities are dropped with options().dropout). Sets `used` to the
+    /// counters it drew.
+    Tensor forward(const Tensors& in, const Stream* stream, uint64_t* used = nullptr) const;
+    /// The gradients {dq, dk, dv[, dmask]} for dy, recomputing each head's probabilities
+    /// (and dropout masks, from the same `stream`).
+    Tensors backward(const Tensors& in, const Tensor& dy, const Stream* stream) const;
+    /// A Stream kept as a tensor (int32 [4], on the CPU), so that a run's state can move.
+    static Tensor keep(const Stream& s);
+    static Stream kept(const Tensor& t);
 
 private:
     float scaleFor(int64_t d) const;
@@ -47,6 +53,39 @@ private:
     const Tensor& causalMask(int64_t Tq, int64_t Tk, Device device) const;
     AttentionOptions options_;
     mutable Tensor causalMask_;
+};
+
+/// [q, k, v] or [q, k, v, mask] -> y = softmax(q k^T * scale + mask) v: q [..., Tq, d],
+/// k [..., Tk, d], v [..., Tk, dv] with the same leading dims (batch, heads) -> y
+/// [..., Tq, dv]. `mask`: additive float scores [..., Tq or 1, Tk] whose leading dims
+/// broadcast to q's (0 to keep, -inf to drop: a key-padding mask [N, 1, 1, Tk], a causal
+/// one [Tq, Tk]). A row whose scores are all -inf has no defined output (NaN, as in PyTorch).
+/// Only one [Tq, Tk] score matrix exists at a time: backward recomputes each head's scores
+/// (and dropout masks) instead of keeping them all. Gradients to q, k, v and the mask. No
+/// parameters.
+class ScaledDotProductAttention : public Module {
+public:
+    explicit ScaledDotProductAttention(const AttentionOptions& options = {});
+    std::string classname() const override { return "ScaledDotProductAttention"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// Three or four inputs as above.
+    void checkDataShape(const Shapes& inShapes) const override;
+    Blueprint blueprint() const override;
+    const AttentionOptions& options() const { return kernel_.options(); }
+    /// The dropout masks' generator (reseed it to replay masks).
+    Generator* randomStream() override { return &gen_; }
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+    std::vector<Tensor*> keptTensors() override { return {&stream_}; }
+
+private:
+    AttentionKernel kernel_;
+    Generator gen_;
+    Tensor stream_; // the last train-mode forward's dropout stream (AttentionKernel::keep)
 };
 
 } // namespace tessera

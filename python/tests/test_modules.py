@@ -79,6 +79,8 @@ EXAMPLES = {
     "Scale": (((4, 1, 1),), {"init": 1e-6}, [((2, 4, 3, 3), F)]),
     "DropPath": ((), {"p": 0.2}, [((4, 3, 5), F)]),
     "ScaledDotProductAttention": ((), {"causal": True}, [((2, 3, 5, 8), F), ((2, 3, 5, 8), F), ((2, 3, 5, 4), F)]),
+    "MultiheadAttention": ((8, 2), {"causal": True, "keyPaddingMask": True}, [((2, 5, 8), F), ((2, 5), F)]),
+    "PositionalEncoding": ((), {"base": 100.0}, [((2, 5, 6), F)]),
     "Sub": ((), {}, [((2, 5), F), ((2, 5), F)]),
     "Div": ((), {}, [((2, 5), F), ((2, 5), F)]),
 }
@@ -360,3 +362,53 @@ def test_attention_and_matmul_match_pytorch():
     out = mm([q, w])
     out = out[0] if isinstance(out, list) else out
     np.testing.assert_allclose(out.numpy(), q @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_matches_pytorch(batch_first):
+    """nn.MultiheadAttention's weights, loaded name for name, give its output and gradients."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    E, H, N, L, S = 16, 4, 3, 5, 7
+    ref = torch.nn.MultiheadAttention(E, H, batch_first=batch_first)
+    with torch.no_grad():  # non-zero biases, so that every parameter shows
+        ref.in_proj_bias.normal_()
+        ref.out_proj.bias.normal_()
+    mha = ts.MultiheadAttention(E, H, batchFirst=batch_first, keyPaddingMask=True, attnMask=True)
+    params = mha.namedParams()
+    state = ref.state_dict()
+    for name in params:
+        params[name].data = state[name.replace("out_proj_", "out_proj.")].numpy()
+    rng = np.random.default_rng(2)
+
+    def seq(T):
+        return rng.standard_normal((N, T, E) if batch_first else (T, N, E)).astype(np.float32)
+
+    q, k, v = seq(L), seq(S), seq(S)
+    pad = np.zeros((N, S), bool)
+    pad[1, -3:] = True  # the last three keys of sample 1 are padding
+    causal = np.triu(np.ones((L, S), bool), 1)
+    qt, kt, vt = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    y_ref, _ = ref(qt, kt, vt, key_padding_mask=torch.tensor(pad), attn_mask=torch.tensor(causal))
+    dy = rng.standard_normal(y_ref.shape).astype(np.float32)
+    (y_ref * torch.tensor(dy)).sum().backward()
+    additive = lambda m: np.where(m, -np.inf, 0).astype(np.float32)  # noqa: E731
+    y = mha([q, k, v, additive(pad), additive(causal)])
+    y = y[0] if isinstance(y, list) else y
+    np.testing.assert_allclose(y.numpy(), y_ref.detach().numpy(), rtol=1e-4, atol=1e-5)
+    grads = mha.backward(dy)
+    for g, t in zip(grads[:3], (qt, kt, vt)):
+        np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-3, atol=1e-4)
+    named = dict(ref.named_parameters())
+    for name in params:
+        want = named[name.replace("out_proj_", "out_proj.")].grad.numpy()
+        np.testing.assert_allclose(params[name].grad.numpy(), want, rtol=1e-3, atol=1e-4)
+
+
+def test_positional_encoding_is_the_sinusoid_table():
+    x = np.zeros((1, 50, 16), np.float32)
+    pe = ts.PositionalEncoding()(x).numpy()[0]
+    t = np.arange(50)[:, None]
+    rates = 1.0 / 10000 ** (np.arange(0, 16, 2) / 16)
+    np.testing.assert_allclose(pe[:, 0::2], np.sin(t * rates), atol=1e-5)
+    np.testing.assert_allclose(pe[:, 1::2], np.cos(t * rates), atol=1e-5)

@@ -46,11 +46,13 @@
 #include "modules/MatMul.h"
 #include "modules/MaxUnpool2D.h"
 #include "modules/MulAddConst.h"
+#include "modules/MultiheadAttention.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
+#include "modules/PositionalEncoding.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
@@ -307,6 +309,13 @@ TEST(CudaConsistency, EveryModule) {
         {"ScaledDotProductAttention causal",
          make<ScaledDotProductAttention>(AttentionOptions{.causal = true}),
          {{2, 3, 5, 8}, {2, 3, 5, 8}, {2, 3, 5, 4}}},
+        {"MultiheadAttention masks",
+         make<MultiheadAttention>(8, 2, MultiheadAttentionOptions{.causal = true, .keyPaddingMask = true}),
+         {{2, 5, 8}, {2, 5}}},
+        {"MultiheadAttention cross time-major",
+         make<MultiheadAttention>(8, 4, MultiheadAttentionOptions{.batchFirst = false}),
+         {{5, 2, 8}, {6, 2, 8}, {6, 2, 8}}},
+        {"PositionalEncoding", make<PositionalEncoding>(), {{2, 5, 6}}},
         {"MatMul transB", make<MatMul>(MatMulOptions{.transB = true, .alpha = 0.5f}), {{2, 7, 8}, {2, 9, 8}}},
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
         {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},

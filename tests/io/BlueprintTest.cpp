@@ -40,11 +40,13 @@
 #include "modules/MatMul.h"
 #include "modules/MaxUnpool2D.h"
 #include "modules/MulAddConst.h"
+#include "modules/MultiheadAttention.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
+#include "modules/PositionalEncoding.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
@@ -136,7 +138,12 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Parameter>(std::vector<int64_t>{1, 8}, ParameterOptions{.std = 0.02f}),
         std::make_shared<Scale>(std::vector<int64_t>{4, 1, 1}, ScaleOptions{.init = 1e-6f}),
         std::make_shared<DropPath>(DropPathOptions{.p = 0.2f}),
-        std::make_shared<ScaledDotProductAttention>(AttentionOptions{.causal = true, .scale = 0.5f}),
+        std::make_shared<ScaledDotProductAttention>(AttentionOptions{.causal = true, .scale = 0.5f, .dropout = 0.1f}),
+        std::make_shared<MultiheadAttention>(
+            8, 2,
+            MultiheadAttentionOptions{
+                .dropout = 0.1f, .bias = false, .batchFirst = false, .causal = true, .keyPaddingMask = true}),
+        std::make_shared<PositionalEncoding>(PositionalEncodingOptions{.base = 100.0f}),
         std::make_shared<MulAddConst>(2.0f, -1.5f),
         std::make_shared<MulAddConst>(Tensor::full({3, 1, 1}, 2.0f), Tensor()),
         std::make_shared<NoiseInjector>(NoiseInjectorOptions{

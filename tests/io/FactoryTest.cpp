@@ -28,11 +28,13 @@
 #include "modules/Linear.h"
 #include "modules/MatMul.h"
 #include "modules/MulAddConst.h"
+#include "modules/MultiheadAttention.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
+#include "modules/PositionalEncoding.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/RowNorm.h"
@@ -127,6 +129,11 @@ std::map<std::string, Case> cases() {
         {"DropPath", {scheme("DropPath", {}), [] { return std::make_shared<DropPath>(); }}},
         {"ScaledDotProductAttention",
          {scheme("ScaledDotProductAttention", {}), [] { return std::make_shared<ScaledDotProductAttention>(); }}},
+        {"MultiheadAttention",
+         {scheme("MultiheadAttention", {{"embedDim", V{int64_t{8}}}, {"numHeads", two}}),
+          [] { return std::make_shared<MultiheadAttention>(8, 2); }}},
+        {"PositionalEncoding",
+         {scheme("PositionalEncoding", {}), [] { return std::make_shared<PositionalEncoding>(); }}},
         {"MulAddConst", {scheme("MulAddConst", {}), [] { return std::make_shared<MulAddConst>(); }}},
         {"Pad1D",
          {scheme("Pad1D", {{"pad", std::vector<int64_t>{1, 2}}}),

@@ -1,10 +1,14 @@
 // ScaledDotProductAttention against softmax(q k^T s + mask) v computed in double, with a
-// causal mask and an additive key-padding mask; gradients, shapes, bad input.
+// causal mask and an additive key-padding mask; its dropout; MultiheadAttention against
+// the projections and heads computed in double; PositionalEncoding against its formula.
+// Gradients, shapes, bad input.
 #include <cmath>
 #include <limits>
 
 #include "GradCheck.h"
 #include "modules/Attention.h"
+#include "modules/MultiheadAttention.h"
+#include "modules/PositionalEncoding.h"
 
 namespace tessera {
 namespace {
@@ -98,6 +102,218 @@ TEST(ScaledDotProductAttention, BadInput) {
         {"mask [..., 5 or 1, 6]", "got [5, 5]"}));
     EXPECT_TRUE(throwsShapeError([&] { att(Tensors{q, q}); }, {"expects 3 input tensors"}));
     EXPECT_TRUE(throwsModuleError([] { ScaledDotProductAttention({.scale = -1.0f}); }, {"scale"}));
+}
+
+TEST(ScaledDotProductAttention, Dropout) {
+    ScaledDotProductAttention att({.dropout = 0.5f, .seed = 3});
+    const Tensor q = randomTensor({2, 4, 8}, 1), k = randomTensor({2, 6, 8}, 2), v = randomTensor({2, 6, 3}, 3);
+    const Tensor kept = att(Tensors{q, k, v})[0];
+    const Tensor other = att(Tensors{q, k, v})[0]; // the stream moved on: other masks
+    EXPECT_FALSE(allClose(kept, other.toVector<float>(), 1e-3f));
+    att.randomStream()->manualSeed(3); // replayed
+    EXPECT_TRUE(allClose(att(Tensors{q, k, v})[0], kept.toVector<float>(), 0.0f));
+    // The expectation over masks is the undropped output: the mean of many draws nears it.
+    att.evalMode();
+    const std::vector<float> exact = att(Tensors{q, k, v})[0].toVector<float>();
+    att.trainMode();
+    std::vector<double> mean(exact.size(), 0.0);
+    const int draws = 2000;
+    for (int i = 0; i < draws; ++i) {
+        const std::vector<float> y = att(Tensors{q, k, v})[0].toVector<float>();
+        for (size_t j = 0; j < y.size(); ++j) mean[j] += y[j] / draws;
+    }
+    for (size_t j = 0; j < exact.size(); ++j) EXPECT_NEAR(mean[j], exact[j], 0.05) << j;
+    // backward draws the forward's masks again
+    GradCheckOptions opts;
+    opts.beforeForward = [&] { att.randomStream()->manualSeed(5); };
+    EXPECT_TRUE(checkGradients(att, {q, k, v}, opts));
+    EXPECT_TRUE(throwsModuleError([] { ScaledDotProductAttention({.dropout = 1.0f}); }, {"dropout"}));
+}
+
+// Multi-head attention in double from the module's own parameters (PyTorch's layouts):
+// batch-first query [N, L, E], key and value [N, S, E]; mask [N, H, L, S] additive (empty: none).
+std::vector<float> mhaReference(MultiheadAttention& m, const Tensor& xq, const Tensor& xk, const Tensor& xv,
+                                const std::vector<double>& mask, bool causal) {
+    const int64_t N = xq.shape()[0], L = xq.shape()[1], S = xk.shape()[1], E = m.embedDim(), H = m.numHeads();
+    const int64_t d = E / H;
+    const std::vector<float> W = m.getVar("in_proj_weight")->data.toVector<float>();
+    const std::vector<float> Wo = m.getVar("out_proj_weight")->data.toVector<float>();
+    const bool bias = m.hasVar("in_proj_bias");
+    const std::vector<float> b = bias ? m.getVar("in_proj_bias")->data.toVector<float>() : std::vector<float>(3 * E);
+    const std::vector<float> bo = bias ? m.getVar("out_proj_bias")->data.toVector<float>() : std::vector<float>(E);
+    auto project = [&](const Tensor& x, int part, int64_t T) { // [N, T, E] -> [N, T, E]
+        const std::vector<float> xs = x.toVector<float>();
+        std::vector<double> p(static_cast<size_t>(N * T * E));
+        for (int64_t r = 0; r < N * T; ++r)
+            for (int64_t o = 0; o < E; ++o) {
+                double sum = b[part * E + o];
+                for (int64_t i = 0; i < E; ++i) sum += double(xs[r * E + i]) * W[(part * E + o) * E + i];
+                p[r * E + o] = sum;
+            }
+        return p;
+    };
+    const std::vector<double> q = project(xq, 0, L), k = project(xk, 1, S), v = project(xv, 2, S);
+    std::vector<double> joined(static_cast<size_t>(N * L * E));
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < L; ++i) {
+                std::vector<double> s(static_cast<size_t>(S));
+                double top = -std::numeric_limits<double>::infinity();
+                for (int64_t j = 0; j < S; ++j) {
+                    double dot = 0;
+                    for (int64_t c = 0; c < d; ++c)
+                        dot += q[(n * L + i) * E + h * d + c] * k[(n * S + j) * E + h * d + c];
+                    s[j] = dot / std::sqrt(double(d)) + (mask.empty() ? 0.0 : mask[((n * H + h) * L + i) * S + j]);
+                    if (causal && j > i) s[j] = -std::numeric_limits<double>::infinity();
+                    top = std::max(top, s[j]);
+                }
+                double sum = 0;
+                for (double& e : s) sum += (e = std::exp(e - top));
+                for (int64_t c = 0; c < d; ++c) {
+                    double o = 0;
+                    for (int64_t j = 0; j < S; ++j) o += s[j] / sum * v[(n * S + j) * E + h * d + c];
+                    joined[(n * L + i) * E + h * d + c] = o;
+                }
+            }
+    std::vector<float> y(static_cast<size_t>(N * L * E));
+    for (int64_t r = 0; r < N * L; ++r)
+        for (int64_t o = 0; o < E; ++o) {
+            double sum = bo[o];
+            for (int64_t i = 0; i < E; ++i) sum += joined[r * E + i] * Wo[o * E + i];
+            y[r * E + o] = static_cast<float>(sum);
+        }
+    return y;
+}
+
+// [A, B, C] -> [B, A, C]
+Tensor swapped(const Tensor& x) {
+    const Shape& s = x.shape();
+    const std::vector<float> v = x.toVector<float>();
+    std::vector<float> out(v.size());
+    for (int64_t a = 0; a < s[0]; ++a)
+        for (int64_t b = 0; b < s[1]; ++b)
+            for (int64_t c = 0; c < s[2]; ++c) out[(b * s[0] + a) * s[2] + c] = v[(a * s[1] + b) * s[2] + c];
+    return Tensor::fromVector({s[1], s[0], s[2]}, out);
+}
+
+TEST(MultiheadAttention, SelfAttentionReferenceGradientShape) {
+    manualSeed(11);
+    MultiheadAttention mha(8, 2);
+    // non-zero biases, so that every parameter shows in the output
+    mha.getVar("in_proj_bias")->data.copyFrom(randomTensor({24}, 4));
+    mha.getVar("out_proj_bias")->data.copyFrom(randomTensor({8}, 5));
+    const Tensor x = randomTensor({3, 5, 8}, 1);
+    const Tensor y = mha(x);
+    EXPECT_EQ(y.shape(), (Shape{3, 5, 8}));
+    EXPECT_TRUE(allClose(y, mhaReference(mha, x, x, x, {}, false), 1e-5f));
+    EXPECT_EQ(mha.numOfParams(), 3 * 8 * 8 + 3 * 8 + 8 * 8 + 8);
+    EXPECT_TRUE(checkGradients(mha, {x}));
+    EXPECT_TRUE(checkShapes(mha, {x}));
+}
+
+TEST(MultiheadAttention, CrossAttentionTimeMajorWithBothMasks) {
+    // query [L=4, N=2, E=8], key/value [S=6, 2, 8]; key-padding drops the last two keys of
+    // sample 1; a per-head attn_mask [N * H, L, S] adds its own scores; causal on top.
+    manualSeed(12);
+    MultiheadAttention mha(8, 2, {.batchFirst = false, .causal = true, .keyPaddingMask = true, .attnMask = true});
+    mha.getVar("in_proj_bias")->data.copyFrom(randomTensor({24}, 4));
+    const Tensor q = randomTensor({4, 2, 8}, 1), k = randomTensor({6, 2, 8}, 2), v = randomTensor({6, 2, 8}, 3);
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> pad(12, 0.0f);
+    pad[10] = pad[11] = -inf;
+    const Tensor padding = Tensor::fromVector({2, 6}, pad);
+    const Tensor attn = randomTensor({4, 4, 6}, 6);
+    std::vector<double> full(2 * 2 * 4 * 6);
+    const std::vector<float> a = attn.toVector<float>();
+    for (int n = 0; n < 2; ++n)
+        for (int h = 0; h < 2; ++h)
+            for (int i = 0; i < 4; ++i)
+                for (int j = 0; j < 6; ++j)
+                    full[((n * 2 + h) * 4 + i) * 6 + j] = double(a[((n * 2 + h) * 4 + i) * 6 + j]) + pad[n * 6 + j];
+    const Tensor y = mha(Tensors{q, k, v, padding, attn})[0];
+    EXPECT_EQ(y.shape(), (Shape{4, 2, 8}));
+    EXPECT_TRUE(allClose(swapped(y), mhaReference(mha, swapped(q), swapped(k), swapped(v), full, true), 1e-5f));
+    // gradients with finite masks (a -inf mask has none to check numerically)
+    const Tensor softPad = randomTensor({2, 6}, 7);
+    EXPECT_TRUE(checkGradients(mha, {q, k, v, softPad, attn}));
+    EXPECT_TRUE(checkShapes(mha, {q, k, v, softPad, attn}));
+    // a 2-D attn_mask [L, S] and only that
+    MultiheadAttention shared(8, 4, {.attnMask = true});
+    EXPECT_TRUE(checkGradients(shared, {randomTensor({2, 4, 8}, 8), randomTensor({4, 4}, 9)}));
+}
+
+TEST(MultiheadAttention, DropoutEvalAndReplay) {
+    MultiheadAttention mha(8, 2, {.dropout = 0.4f, .seed = 2});
+    const Tensor x = randomTensor({2, 5, 8}, 1);
+    const std::vector<float> first = mha(x).toVector<float>();
+    EXPECT_FALSE(allClose(mha(x), first, 1e-3f));
+    mha.randomStream()->manualSeed(2);
+    EXPECT_TRUE(allClose(mha(x), first, 0.0f));
+    GradCheckOptions opts;
+    opts.beforeForward = [&] { mha.randomStream()->manualSeed(4); };
+    EXPECT_TRUE(checkGradients(mha, {x}, opts));
+    mha.evalMode(); // no dropout: the reference holds
+    EXPECT_TRUE(allClose(mha(x), mhaReference(mha, x, x, x, {}, false), 1e-5f));
+    EXPECT_TRUE(throwsModuleError([&] { mha.backward(Tensor::zeros({2, 5, 8})); }, {"train mode"}));
+}
+
+TEST(MultiheadAttention, NoBiasTrains) {
+    manualSeed(13);
+    MultiheadAttention mha(4, 1, {.bias = false});
+    EXPECT_FALSE(mha.hasVar("in_proj_bias"));
+    EXPECT_EQ(mha.numOfParams(), 3 * 16 + 16);
+    EXPECT_TRUE(checkGradients(mha, {randomTensor({2, 3, 4}, 1)}));
+}
+
+TEST(MultiheadAttention, BadInput) {
+    MultiheadAttention mha(8, 2, {.keyPaddingMask = true, .name = "mha"});
+    const Tensor x = randomTensor({2, 5, 8}, 1);
+    EXPECT_TRUE(throwsShapeError([&] { mha(Tensors{x}); }, {"MultiheadAttention 'mha'", "2 or 4 inputs, got 1"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mha(Tensors{randomTensor({2, 5, 6}, 1), Tensor::zeros({2, 5})});
+        },
+        {"expects x [N, T, 8], got [2, 5, 6]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mha(Tensors{x, Tensor::zeros({2, 4})});
+        },
+        {"key_padding_mask [N, S] = [2, 5]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            mha(Tensors{x, randomTensor({2, 6, 8}, 2), randomTensor({2, 7, 8}, 3), Tensor::zeros({2, 6})});
+        },
+        {"one length for key and value"}));
+    MultiheadAttention masked(8, 2, {.attnMask = true});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            masked(Tensors{x, Tensor::zeros({3, 5, 5})});
+        },
+        {"attn_mask [L, S] = [5, 5] or [N * numHeads, L, S] = [4, 5, 5]"}));
+    EXPECT_TRUE(throwsModuleError([] { MultiheadAttention(8, 3); }, {"numHeads must divide embedDim"}));
+    EXPECT_TRUE(throwsModuleError([] { MultiheadAttention(8, 2, {.dropout = -0.5f}); }, {"dropout"}));
+}
+
+TEST(PositionalEncoding, ReferenceGradientShape) {
+    PositionalEncoding pe;
+    const Tensor x = randomTensor({2, 6, 5}, 1);
+    const std::vector<float> xs = x.toVector<float>(), y = pe(x).toVector<float>();
+    for (int n = 0; n < 2; ++n)
+        for (int t = 0; t < 6; ++t)
+            for (int c = 0; c < 5; ++c) {
+                const double angle = t / std::pow(10000.0, (c - c % 2) / 5.0);
+                const double want = xs[(n * 6 + t) * 5 + c] + (c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+                EXPECT_NEAR(y[(n * 6 + t) * 5 + c], want, 1e-6) << n << " " << t << " " << c;
+            }
+    EXPECT_TRUE(checkGradients(pe, {x}));
+    EXPECT_TRUE(checkShapes(pe, {x}));
+    EXPECT_EQ(pe(randomTensor({3, 4}, 2)).shape(), (Shape{3, 4})); // a table for a new length
+}
+
+TEST(PositionalEncoding, BadInput) {
+    PositionalEncoding pe({.name = "pe"});
+    EXPECT_TRUE(throwsShapeError([&] { pe(Tensor::zeros({5})); }, {"PositionalEncoding 'pe'", "[..., T, D]"}));
+    EXPECT_TRUE(throwsModuleError([] { PositionalEncoding({.base = 1.0f}); }, {"base"}));
 }
 
 } // namespace

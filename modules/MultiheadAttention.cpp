@@ -1,0 +1,275 @@
+#include "modules/MultiheadAttention.h"
+
+#include <cmath>
+
+#include "backend/Backend.h"
+#include "modules/Init.h"
+
+namespace tessera {
+
+namespace {
+AttentionOptions kernelOptions(const MultiheadAttentionOptions& o) {
+    return {.causal = o.causal, .scale = 0.0f, .dropout = o.dropout, .seed = 0, .name = {}};
+}
+
+// [A, B, ...] -> [B, A, ...]: between batch-first and time-major.
+Tensor swap01(const Tensor& x) {
+    std::vector<int64_t> d = x.shape().dims(), perm(d.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+    std::swap(perm[0], perm[1]);
+    std::swap(d[0], d[1]);
+    Tensor y = Tensor::empty(Shape(d), DType::float32, x.device());
+    backendOf(x).permute(x, perm, y);
+    return y;
+}
+
+// [N, T, H, d] <-> [N, H, T, d]
+Tensor swap12(const Tensor& x) {
+    const Shape& s = x.shape();
+    Tensor y = Tensor::empty({s[0], s[2], s[1], s[3]}, DType::float32, x.device());
+    backendOf(x).permute(x, {0, 2, 1, 3}, y);
+    return y;
+}
+} // namespace
+
+MultiheadAttention::MultiheadAttention(int64_t embedDim, int64_t numHeads, const MultiheadAttentionOptions& options)
+    : Module(options.name), embedDim_(embedDim), numHeads_(numHeads), options_(options),
+      kernel_(kernelOptions(options)), gen_(resolveSeed(options.seed)) {
+    if (embedDim <= 0 || numHeads <= 0 || embedDim % numHeads != 0) {
+        throw ModuleError("MultiheadAttention: embedDim and numHeads must be positive and numHeads must divide "
+                          "embedDim, got " +
+                          std::to_string(embedDim) + " and " + std::to_string(numHeads));
+    }
+    if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
+        throw ModuleError("MultiheadAttention: dropout must be in [0, 1), got " + std::to_string(options.dropout));
+    }
+    const int64_t E = embedDim;
+    Tensor inW = Tensor::empty({3 * E, E});
+    initTensor(inW, InitScheme::xavierUniform, E, 3 * E);
+    setVar("in_proj_weight", Variable::of(inW));
+    if (options.bias) setVar("in_proj_bias", Variable::of(Tensor::zeros({3 * E})));
+    Tensor outW = Tensor::empty({E, E});
+    initTensor(outW, InitScheme::uniform, E, E, 1.0f / std::sqrt(static_cast<float>(E)));
+    setVar("out_proj_weight", Variable::of(outW));
+    if (options.bias) setVar("out_proj_bias", Variable::of(Tensor::zeros({E})));
+}
+
+size_t MultiheadAttention::sequenceCount(size_t inputs) const {
+    const size_t masks = (options_.keyPaddingMask ? 1 : 0) + (options_.attnMask ? 1 : 0);
+    return inputs >= masks ? inputs - masks : 0;
+}
+
+void MultiheadAttention::checkDataShape(const Shapes& inShapes) const {
+    const size_t masks = (options_.keyPaddingMask ? 1 : 0) + (options_.attnMask ? 1 : 0);
+    const size_t seqs = sequenceCount(inShapes.size());
+    if (inShapes.size() < masks || (seqs != 1 && seqs != 3)) {
+        throw shapeError("expects [x] or [query, key, value]" +
+                         std::string(options_.keyPaddingMask ? ", then key_padding_mask" : "") +
+                         (options_.attnMask ? ", then attn_mask" : "") + ": " + std::to_string(1 + masks) + " or " +
+                         std::to_string(3 + masks) + " inputs, got " + std::to_string(inShapes.size()));
+    }
+    const std::string layout = options_.batchFirst ? "[N, T, " : "[T, N, ";
+    const size_t nDim = options_.batchFirst ? 0 : 1, tDim = 1 - nDim;
+    for (size_t i = 0; i < seqs; ++i) {
+        const Shape& s = inShapes[i];
+        if (s.rank() != 3 || s[2] != embedDim_) {
+            throw shapeError("expects " +
+                             std::string(seqs == 1 ? "x"
+                                         : i == 0  ? "query"
+                                         : i == 1  ? "key"
+                                                   : "value") +
+                             " " + layout + std::to_string(embedDim_) + "], got " + s.str());
+        }
+    }
+    const Shape& q = inShapes[0];
+    const Shape& k = inShapes[seqs == 3 ? 1 : 0];
+    if (seqs == 3) {
+        const Shape& v = inShapes[2];
+        if (k[nDim] != q[nDim] || v[nDim] != q[nDim] || v[tDim] != k[tDim]) {
+            throw shapeError("expects one batch size for query, key and value and one length for key and value, got " +
+                             q.str() + ", " + k.str() + ", " + v.str());
+        }
+    }
+    const int64_t N = q[nDim], L = q[tDim], S = k[tDim];
+    size_t at = seqs;
+    if (options_.keyPaddingMask) {
+        const Shape& m = inShapes[at++];
+        if (m != Shape{N, S}) {
+            throw shapeError("expects key_padding_mask [N, S] = " + Shape{N, S}.str() + ", got " + m.str());
+        }
+    }
+    if (options_.attnMask) {
+        const Shape& m = inShapes[at];
+        if (m != Shape{L, S} && m != Shape{N * numHeads_, L, S}) {
+            throw shapeError("expects attn_mask [L, S] = " + Shape{L, S}.str() +
+                             " or [N * numHeads, L, S] = " + Shape{N * numHeads_, L, S}.str() + ", got " + m.str());
+        }
+    }
+}
+
+Shapes MultiheadAttention::gradShapeFrom(const Shapes&) const { return lastInShapes("gradShapeFrom"); }
+
+Tensor MultiheadAttention::rowsOf(const Tensor& x) const {
+    const Tensor b = options_.batchFirst ? x : swap01(x);
+    return b.reshape({b.numel() / embedDim_, embedDim_});
+}
+
+Tensors MultiheadAttention::updateData(const Tensors& data) {
+    Tensors in;
+    for (const Tensor& t : data) in.push_back(t.plain());
+    const size_t seqs = sequenceCount(in.size());
+    const int64_t E = embedDim_, H = numHeads_, d = E / H;
+    const size_t nDim = options_.batchFirst ? 0 : 1;
+    const int64_t N = in[0].shape()[nDim], L = in[0].shape()[1 - nDim], S = in[seqs == 3 ? 1 : 0].shape()[1 - nDim];
+    Backend& be = backendOf(in[0]);
+    const Tensor& W = getVar("in_proj_weight")->data;
+    // q, k, v = x_i W_i^T + b_i, as heads [N, H, T, d]
+    Tensor heads[3];
+    Tensor rows[3];
+    for (int i = 0; i < 3; ++i) {
+        rows[i] = seqs == 3 || i == 0 ? rowsOf(in[seqs == 3 ? static_cast<size_t>(i) : 0]) : rows[0];
+        Tensor p = Tensor::empty({rows[i].shape()[0], E}, DType::float32, in[0].device());
+        if (options_.bias) be.broadcastRows(getVar("in_proj_bias")->data.slice(i * E, (i + 1) * E), p);
+        be.gemm(false, true, 1.0f, rows[i], W.slice(i * E, (i + 1) * E), options_.bias ? 1.0f : 0.0f, p,
+                computeDType());
+        heads[i] = swap12(p.reshape({N, i == 0 ? L : S, H, d}));
+    }
+    q_ = heads[0];
+    k_ = heads[1];
+    v_ = heads[2];
+    // the masks as one additive mask the kernel broadcasts over [N, H, L, S]
+    mask_ = Tensor();
+    size_t at = seqs;
+    Tensor padding, attn;
+    if (options_.keyPaddingMask) padding = in[at++].reshape({N, 1, 1, S});
+    if (options_.attnMask) attn = in[at].shape().rank() == 3 ? in[at].reshape({N, H, L, S}) : in[at];
+    if (padding.defined() && attn.defined()) {
+        mask_ = Tensor::empty({N, attn.shape().rank() == 4 ? H : 1, L, S}, DType::float32, in[0].device());
+        be.binaryBroadcast(BinaryOp::add, padding, attn, mask_);
+    } else {
+        mask_ = padding.defined() ? padding : attn;
+    }
+    Tensors kin{q_, k_, v_};
+    if (mask_.defined()) kin.push_back(mask_);
+    Tensor y;
+    stream_ = Tensor();
+    if (isTrain() && options_.dropout > 0.0f) {
+        const AttentionKernel::Stream st{gen_.seed(), gen_.offset()};
+        uint64_t used = 0;
+        y = kernel_.forward(kin, &st, &used);
+        gen_.advance(used);
+        stream_ = AttentionKernel::keep(st);
+    } else {
+        y = kernel_.forward(kin, nullptr);
+    }
+    joined_ = swap12(y).reshape({N * L, E});
+    Tensor out = Tensor::empty({N * L, E}, DType::float32, in[0].device());
+    if (options_.bias) be.broadcastRows(getVar("out_proj_bias")->data, out);
+    be.gemm(false, true, 1.0f, joined_, getVar("out_proj_weight")->data, options_.bias ? 1.0f : 0.0f, out,
+            computeDType());
+    out = out.reshape({N, L, E});
+    if (!isTrain()) { // nothing to keep for a backward
+        q_ = k_ = v_ = mask_ = joined_ = Tensor();
+    }
+    return {options_.batchFirst ? out : swap01(out)};
+}
+
+Tensors MultiheadAttention::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }
+
+void MultiheadAttention::accGradParams(const Tensors& grad, float scale, float momentum) {
+    backwardFrom(grad, true, false, scale, momentum);
+}
+
+// dJ = dy Wo (dWo = dy^T J, dbo = sum dy); the kernel's dq, dk, dv (and dmask); per
+// projection i: dx_i = dP_i W_i, dW_i = dP_i^T x_i, db_i = sum dP_i.
+Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
+                                         float momentum) {
+    if (!q_.defined()) throw moduleError("backward needs a forward in train mode (it keeps the projected heads)");
+    const Tensors& inData = inDataList();
+    const size_t seqs = sequenceCount(inData.size());
+    const int64_t E = embedDim_, H = numHeads_, d = E / H;
+    const int64_t N = q_.shape()[0], L = q_.shape()[2], S = k_.shape()[2];
+    const bool params = updParamGrads && isTrain();
+    const Tensor dy = rowsOf(grad[0].plain());
+    Backend& be = backendOf(dy);
+    if (params) {
+        be.gemm(true, false, scale, dy, joined_, momentum, getVar("out_proj_weight")->grad, computeDType());
+        if (options_.bias) be.sumRows(dy, scale, momentum, getVar("out_proj_bias")->grad);
+    }
+    Tensor dJ = Tensor::empty({N * L, E}, DType::float32, dy.device());
+    be.gemm(false, false, 1.0f, dy, getVar("out_proj_weight")->data, 0.0f, dJ, computeDType());
+    Tensors kin{q_, k_, v_};
+    if (mask_.defined()) kin.push_back(mask_);
+    const AttentionKernel::Stream st = stream_.defined() ? AttentionKernel::kept(stream_) : AttentionKernel::Stream{};
+    const Tensors dk = kernel_.backward(kin, swap12(dJ.reshape({N, L, H, d})), stream_.defined() ? &st : nullptr);
+    const Tensor& W = getVar("in_proj_weight")->data;
+    Tensors dx(seqs);
+    for (int i = 0; i < 3; ++i) {
+        const Tensor dP = swap12(dk[static_cast<size_t>(i)]).reshape({N * (i == 0 ? L : S), E});
+        const size_t input = seqs == 3 ? static_cast<size_t>(i) : 0;
+        if (params) {
+            const Tensor x = rowsOf(inData[input].plain());
+            be.gemm(true, false, scale, dP, x, momentum, getVar("in_proj_weight")->grad.slice(i * E, (i + 1) * E),
+                    computeDType());
+            if (options_.bias) {
+                be.sumRows(dP, scale, momentum, getVar("in_proj_bias")->grad.slice(i * E, (i + 1) * E));
+            }
+        }
+        if (!updGrad) continue;
+        const bool first = !dx[input].defined();
+        if (first) dx[input] = Tensor::empty({dP.shape()[0], E}, DType::float32, dy.device());
+        be.gemm(false, false, 1.0f, dP, W.slice(i * E, (i + 1) * E), first ? 0.0f : 1.0f, dx[input], computeDType());
+    }
+    if (!updGrad) return {};
+    Tensors out;
+    for (const Tensor& g : dx) {
+        const Tensor b = g.reshape({N, g.shape()[0] / N, E});
+        out.push_back(options_.batchFirst ? b : swap01(b));
+    }
+    // the masks' gradients: the added mask's, summed over what each was broadcast along
+    size_t at = seqs;
+    if (options_.keyPaddingMask) {
+        Tensor g = Tensor::empty({N, 1, 1, S}, DType::float32, dy.device());
+        be.sumTo(dk[3], 1.0f, g);
+        out.push_back(g.reshape({N, S}));
+        ++at;
+    }
+    if (options_.attnMask) {
+        const Shape& ms = inData[at].shape();
+        Tensor g = Tensor::empty(ms.rank() == 3 ? Shape{N, H, L, S} : ms, DType::float32, dy.device());
+        be.sumTo(dk[3], 1.0f, g);
+        out.push_back(g.reshape(ms));
+    }
+    return out;
+}
+
+MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                                        Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (!train) return use;
+    const size_t seqs = sequenceCount(inShapes.size());
+    const int64_t q = inShapes[0].numel(), kv = inShapes[seqs == 3 ? 1 : 0].numel();
+    int64_t mask = 0;
+    if (options_.keyPaddingMask && options_.attnMask) {
+        const Shape& a = inShapes[seqs + 1];
+        const int64_t N = inShapes[0][options_.batchFirst ? 0 : 1];
+        mask = a.rank() == 3 ? a.numel() : N * a.numel();
+    }
+    use.keptBytes += static_cast<int64_t>(sizeof(float)) * (2 * q + 2 * kv + mask);
+    return use;
+}
+
+Blueprint MultiheadAttention::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("embedDim", embedDim_);
+    bp.scheme.emplace_back("numHeads", numHeads_);
+    bp.scheme.emplace_back("dropout", static_cast<double>(options_.dropout));
+    bp.scheme.emplace_back("bias", options_.bias);
+    bp.scheme.emplace_back("batchFirst", options_.batchFirst);
+    bp.scheme.emplace_back("causal", options_.causal);
+    bp.scheme.emplace_back("keyPaddingMask", options_.keyPaddingMask);
+    bp.scheme.emplace_back("attnMask", options_.attnMask);
+    return bp;
+}
+
+} // namespace tessera
