@@ -4,6 +4,7 @@
 
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "models/Transformer.h"
 #include "modules/Activation.h"
 #include "modules/BatchNormND.h"
 #include "modules/Concat.h"
@@ -203,6 +204,13 @@ const std::vector<ZooEntry>& zooModels() {
              "each followed by batch norm"},
         };
         for (int d : {18, 34, 50, 101, 152}) e.push_back({"resnet" + std::to_string(d) + "-cifar", "1x3x32x32", 0, ""});
+        e.push_back({"vit", "1x3x224x224", 86567656, "torchvision vit_b_16"});
+        e.push_back({"vit-tiny", "1x1x28x28", 0, ""});
+        e.push_back({"vit-tiny-cifar", "1x3x32x32", 308042,
+                     "torchvision VisionTransformer(image_size=32, patch_size=4, num_layers=6, num_heads=4, "
+                     "hidden_dim=64, mlp_dim=256, num_classes=10)"});
+        e.push_back({"convnext-tiny", "1x3x224x224", 28589128, "torchvision convnext_tiny"});
+        e.push_back({"gpt-mini", "1x64", 0, ""});
         return e;
     }();
     return entries;
@@ -215,6 +223,11 @@ ModulePtr loadZooModel(const std::string& name) {
     if (name == "nin") return loadNiN();
     if (name == "unet") return loadUNet();
     if (name == "inception-bn") return loadInceptionBN();
+    if (name == "vit") return loadViT(vitB16());
+    if (name == "vit-tiny") return loadViT(vitTiny(28, 1));
+    if (name == "vit-tiny-cifar") return loadViT(vitTiny(32, 3));
+    if (name == "convnext-tiny") return loadConvNeXt();
+    if (name == "gpt-mini") return loadGPT();
     for (int d : {11, 16, 19}) {
         if (name == "vgg" + std::to_string(d)) return loadVGG(d);
     }

@@ -1,7 +1,8 @@
 #pragma once
 /// \file The model zoo by name, for `tessera check / summary / draw` and for users:
 /// lenet, mlp, nin, vgg11, vgg16, vgg19, resnet18 ... resnet152 (ImageNet stem) and
-/// resnet18-cifar ... resnet152-cifar (CIFAR stem, 10 classes), unet, inception-bn.
+/// resnet18-cifar ... resnet152-cifar (CIFAR stem, 10 classes), unet, inception-bn, vit (ViT-B/16),
+/// vit-tiny (1x28x28), vit-tiny-cifar (3x32x32), convnext-tiny, gpt-mini (models/Transformer.h).
 
 #include <string>
 #include <vector>

@@ -49,6 +49,7 @@ Tensors Parameter::updateData(const Tensors& data) {
 }
 
 Tensors Parameter::updateGrad(const Tensors&) {
+    if (inData().dtype() == DType::int32) return {Tensor()}; // ids have no gradient
     return {Tensor::zeros(inData().shape(), DType::float32, inData().device())};
 }
 

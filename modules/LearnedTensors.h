@@ -25,6 +25,8 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// One input [N, ...] (only N is read).
     void checkDataShape(const Shapes& inShapes) const override;
+    /// Any dtype: only the batch size is read (a language model's table may follow its int32 ids).
+    void checkDataType(const std::vector<DType>& /*dtypes*/) const override {}
     Blueprint blueprint() const override;
 
 protected:

@@ -109,6 +109,7 @@
 // models/: the zoo
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "models/Transformer.h"
 #include "models/Zoo.h"
 
 // io/: blueprints and HDF5 model files

@@ -175,6 +175,20 @@ std::string Exporter::init(const std::string& name, const Tensor& t, std::option
     return n;
 }
 
+std::string Exporter::constantNode(const std::string& name, const Tensor& t) {
+    const std::string n = valueName(name);
+    onnx::NodeProto* c = node("Constant", {}, {n}, n);
+    onnx::AttributeProto* at = c->add_attribute();
+    at->set_name("value");
+    at->set_type(onnx::AttributeProto::TENSOR);
+    onnx::TensorProto* p = at->mutable_t();
+    p->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : t.shape().dims()) p->add_dims(d);
+    const std::vector<float> v = t.toHost().plain().toVector<float>();
+    p->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    return n;
+}
+
 std::string Exporter::initScalar(const std::string& name, float x) {
     onnx::TensorProto* p = g_.add_initializer();
     const std::string n = valueName(name);

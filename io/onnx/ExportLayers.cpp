@@ -37,10 +37,12 @@
 #include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
+#include "modules/MultiheadAttention.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
+#include "modules/PositionalEncoding.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Reshape.h"
@@ -205,42 +207,161 @@ void Exporter::emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::strin
     node("Squeeze", {last, initInts(path + ".axes0", {0})}, {out[0]}, path);
 }
 
-// ScaledDotProductAttention (no Attention op before opset 23): MatMul(q, Transpose(k)) ->
-// Mul(scale) -> Add(mask) -> Add(causal mask) -> Softmax(-1) -> MatMul(v); the import reads
-// it back as those layers.
-void Exporter::emitAttention(const Layer& l) {
-    const auto& [m, bp, in, inShapes, out, path] = l;
-    const AttentionOptions& o = static_cast<const ScaledDotProductAttention&>(m).options();
-    const Shape& q = inShapes[0];
-    const size_t r = q.rank();
-    const int64_t Tq = q[r - 2], Tk = inShapes[1][r - 2];
+// Attention (no Attention op before opset 23): MatMul(q, Transpose(k)) -> Mul(scale) ->
+// Add(mask) -> Add(causal mask) -> Softmax(-1) -> MatMul(v); the import reads it back as
+// those layers. q [..., Tq, d] and k [..., Tk, d] of rank `rank`.
+void Exporter::attentionNodes(const std::string& q, const std::string& k, const std::string& v, const std::string& mask,
+                              size_t rank, int64_t Tq, int64_t Tk, int64_t d, bool causal, float scale,
+                              const std::string& out, const std::string& path) {
     std::vector<int64_t> perm;
-    for (int64_t k = 0; k < static_cast<int64_t>(r); ++k) perm.push_back(k);
-    std::swap(perm[r - 1], perm[r - 2]);
+    for (int64_t i = 0; i < static_cast<int64_t>(rank); ++i) perm.push_back(i);
+    std::swap(perm[rank - 1], perm[rank - 2]);
     const std::string kT = valueName(path + "_kT"), qk = valueName(path + "_qk");
-    attr(node("Transpose", {in[1]}, {kT}, path + "_transpose"), "perm", perm);
-    node("MatMul", {in[0], kT}, {qk}, path + "_qk");
+    attr(node("Transpose", {k}, {kT}, path + "_transpose"), "perm", perm);
+    node("MatMul", {q, kT}, {qk}, path + "_qk");
     std::string scores = valueName(path + "_scores");
-    const float scale = o.scale > 0.0f ? o.scale : 1.0f / std::sqrt(static_cast<float>(q[r - 1]));
+    if (scale <= 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
     node("Mul", {qk, initScalar(path + ".scale", scale)}, {scores}, path + "_scale");
-    if (in.size() == 4) {
+    if (!mask.empty()) {
         const std::string masked = valueName(path + "_masked");
-        node("Add", {scores, in[3]}, {masked}, path + "_mask");
+        node("Add", {scores, mask}, {masked}, path + "_mask");
         scores = masked;
     }
-    if (o.causal) {
+    if (causal) {
         std::vector<float> c(static_cast<size_t>(Tq * Tk), 0.0f);
         for (int64_t i = 0; i < Tq; ++i) {
             for (int64_t j = i + 1; j < Tk; ++j)
                 c[static_cast<size_t>(i * Tk + j)] = -std::numeric_limits<float>::infinity();
         }
-        const std::string causal = valueName(path + "_causal");
-        node("Add", {scores, init(path + ".causal", Tensor::fromVector({Tq, Tk}, c))}, {causal}, path + "_causal");
-        scores = causal;
+        const std::string causalOut = valueName(path + "_causal");
+        node("Add", {scores, init(path + ".causal", Tensor::fromVector({Tq, Tk}, c))}, {causalOut}, path + "_causal");
+        scores = causalOut;
     }
     const std::string weights = valueName(path + "_weights");
     attr(node("Softmax", {scores}, {weights}, path + "_softmax"), "axis", int64_t{-1});
-    node("MatMul", {weights, in[2]}, out, path);
+    node("MatMul", {weights, v}, {out}, path);
+}
+
+// ScaledDotProductAttention: the nodes above (dropout is a training form: none here).
+void Exporter::emitAttention(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const AttentionOptions& o = static_cast<const ScaledDotProductAttention&>(m).options();
+    const Shape& q = inShapes[0];
+    const size_t r = q.rank();
+    attentionNodes(in[0], in[1], in[2], in.size() == 4 ? in[3] : std::string(), r, q[r - 2], inShapes[1][r - 2],
+                   q[r - 1], o.causal, o.scale, out[0], path);
+}
+
+// MultiheadAttention: per projection MatMul(x, W_i^T) + b_i (read back as Linear layers),
+// Reshape to [N, T, H, d] and Transpose to heads; the masks reshaped to broadcast over the
+// heads and added into one; the attention nodes; the heads joined back (Transpose,
+// Reshape) and out_proj as MatMul + Add. Time-major inputs and the output are transposed
+// at the edges.
+void Exporter::emitMultiheadAttention(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const auto& mha = static_cast<const MultiheadAttention&>(m);
+    const MultiheadAttentionOptions& o = mha.options();
+    const int64_t E = mha.embedDim(), H = mha.numHeads(), d = E / H;
+    const size_t masks = (o.keyPaddingMask ? 1 : 0) + (o.attnMask ? 1 : 0), seqs = in.size() - masks;
+    const size_t nDim = o.batchFirst ? 0 : 1;
+    const int64_t N = inShapes[0][nDim], L = inShapes[0][1 - nDim], S = inShapes[seqs == 3 ? 1 : 0][1 - nDim];
+    auto batchFirst = [&](const std::string& x, const std::string& name) {
+        if (o.batchFirst) return x;
+        const std::string t = valueName(path + "_" + name + "_batch_first");
+        attr(node("Transpose", {x}, {t}, path + "_" + name + "_batch_first"), "perm", std::vector<int64_t>{1, 0, 2});
+        return t;
+    };
+    // W^T [E, E] of part i of a [parts * E, E] weight, and bias part i
+    auto part = [](const Tensor& w, int64_t i) {
+        const std::vector<float> all = w.toVector<float>();
+        const int64_t E = w.shape()[1];
+        std::vector<float> t(static_cast<size_t>(E * E));
+        for (int64_t r = 0; r < E; ++r)
+            for (int64_t c = 0; c < E; ++c)
+                t[static_cast<size_t>(c * E + r)] = all[static_cast<size_t>((i * E + r) * E + c)];
+        return Tensor::fromVector({E, E}, t);
+    };
+    auto linear = [&](const std::string& x, const Tensor& wT, const Tensor& b, const std::string& name) {
+        const std::string product = valueName(path + "_" + name + "_matmul");
+        node("MatMul", {x, init(path + "." + name + ".W", wT)}, {product}, path + "_" + name + "_matmul");
+        if (!b.defined()) return product;
+        const std::string y = valueName(path + "_" + name);
+        node("Add", {product, init(path + "." + name + ".b", b)}, {y}, path + "_" + name);
+        return y;
+    };
+    const Tensor W = l.var("in_proj_weight");
+    const Tensor b = o.bias ? l.var("in_proj_bias") : Tensor();
+    const char* names[] = {"q", "k", "v"};
+    std::string heads[3];
+    std::string x[3];
+    for (size_t i = 0; i < 3; ++i) {
+        const size_t input = seqs == 3 ? i : 0;
+        x[i] = i == input || i == 0 ? batchFirst(in[input], names[i]) : x[0];
+        const Tensor bi =
+            b.defined() ? b.slice(static_cast<int64_t>(i) * E, static_cast<int64_t>(i + 1) * E).clone() : Tensor();
+        const std::string p = linear(x[i], part(W, static_cast<int64_t>(i)), bi, std::string(names[i]) + "_proj");
+        const std::string split = valueName(path + "_" + names[i] + "_split");
+        node("Reshape", {p, initInts(path + "." + names[i] + "_split", {0, 0, H, d})}, {split},
+             path + "_" + names[i] + "_split");
+        heads[i] = valueName(path + "_" + names[i] + "_heads");
+        attr(node("Transpose", {split}, {heads[i]}, path + "_" + names[i] + "_heads"), "perm",
+             std::vector<int64_t>{0, 2, 1, 3});
+    }
+    std::string mask;
+    size_t at = seqs;
+    if (o.keyPaddingMask) {
+        mask = valueName(path + "_padding");
+        node("Reshape", {in[at++], initInts(path + ".padding_shape", {N, 1, 1, S})}, {mask}, path + "_padding");
+    }
+    if (o.attnMask) {
+        std::string a = in[at];
+        if (inShapes[at].rank() == 3) {
+            a = valueName(path + "_attn_mask");
+            node("Reshape", {in[at], initInts(path + ".attn_mask_shape", {N, H, L, S})}, {a}, path + "_attn_mask");
+        }
+        if (mask.empty()) {
+            mask = a;
+        } else {
+            const std::string both = valueName(path + "_masks");
+            node("Add", {mask, a}, {both}, path + "_masks");
+            mask = both;
+        }
+    }
+    const std::string attended = valueName(path + "_attended");
+    attentionNodes(heads[0], heads[1], heads[2], mask, 4, L, S, d, o.causal, 0.0f, attended, path + "_attention");
+    const std::string back = valueName(path + "_join_t"), joined = valueName(path + "_join");
+    attr(node("Transpose", {attended}, {back}, path + "_join_t"), "perm", std::vector<int64_t>{0, 2, 1, 3});
+    node("Reshape", {back, initInts(path + ".join", {0, 0, E})}, {joined}, path + "_join");
+    const Tensor Wo = l.var("out_proj_weight");
+    const std::string y = linear(joined, part(Wo, 0), o.bias ? l.var("out_proj_bias") : Tensor(), "out_proj");
+    if (o.batchFirst) return void(node("Identity", {y}, out, path));
+    attr(node("Transpose", {y}, out, path), "perm", std::vector<int64_t>{1, 0, 2});
+}
+
+// Parameter: its weight [1, *shape] expanded over the batch of its input,
+// Expand(weight, Concat(Shape(x)[0], shape)); the import reads an initializer expanded
+// along a batch dim of a graph input back as a Parameter.
+void Exporter::emitParameter(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const Tensor w = l.var("weight");
+    std::vector<int64_t> dims = w.shape().dims();
+    dims.insert(dims.begin(), 1);
+    const std::string shape = valueName(path + "_input_shape"), batch = valueName(path + "_batch"),
+                      target = valueName(path + "_target");
+    node("Shape", {in[0]}, {shape}, path + "_input_shape");
+    node("Gather", {shape, initInts(path + ".first", {0})}, {batch}, path + "_batch");
+    const std::vector<int64_t> rest(dims.begin() + 1, dims.end());
+    attr(node("Concat", {batch, initInts(path + ".shape", rest)}, {target}, path + "_target"), "axis", int64_t{0});
+    node("Expand", {init(path + ".weight", w, Shape(dims)), target}, out, path);
+}
+
+// PositionalEncoding: Add of its table for the input's length (a constant).
+void Exporter::emitPositionalEncoding(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const Shape& s = inShapes[0];
+    const double base = std::get<double>(*schemeValue(bp, "base"));
+    const Tensor table = PositionalEncoding::table(s[s.rank() - 2], s[s.rank() - 1], static_cast<float>(base));
+    node("Add", {in[0], init(path + ".table", table)}, out, path);
 }
 
 // Scale: Mul by its factors (read back as a MulAddConst of them)

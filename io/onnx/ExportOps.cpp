@@ -96,9 +96,12 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"MoveAxis", &Exporter::emitTranspose},
         {"Mul", &Exporter::emitMul},
         {"MulAddConst", &Exporter::emitMulAddConst},
+        {"MultiheadAttention", &Exporter::emitMultiheadAttention},
         {"NoiseInjector", &Exporter::emitInferenceIdentity},
         {"PRelu", &Exporter::emitPRelu},
         {"Pad1D", &Exporter::emitPad},
+        {"Parameter", &Exporter::emitParameter},
+        {"PositionalEncoding", &Exporter::emitPositionalEncoding},
         {"Pad2D", &Exporter::emitPad},
         {"RMSNorm", &Exporter::emitRMSNorm},
         {"RNN", &Exporter::emitRNN},
@@ -341,8 +344,13 @@ void Exporter::emitMulAddConst(const Layer& l) {
     const auto& mac = dynamic_cast<const MulAddConst&>(m);
     const float a = schemeFloat(bp, "a", 1.0f), b = schemeFloat(bp, "b", 0.0f);
     // The constants: scalar initializers, or the module's tensors (NumPy broadcasting, as ONNX's).
-    auto scale = [&] { return mac.tensorScale() ? init(path + ".a", m.getAttr("a")) : initScalar(path + ".a", a); };
-    auto shift = [&] { return mac.tensorShift() ? init(path + ".b", m.getAttr("b")) : initScalar(path + ".b", b); };
+    // Tensors as Constant nodes: the import reads a Mul by an initializer as a learned Scale.
+    auto scale = [&] {
+        return mac.tensorScale() ? constantNode(path + "_a", m.getAttr("a")) : initScalar(path + ".a", a);
+    };
+    auto shift = [&] {
+        return mac.tensorShift() ? constantNode(path + "_b", m.getAttr("b")) : initScalar(path + ".b", b);
+    };
     const bool mul = mac.tensorScale() || a != 1.0f, add = mac.tensorShift() || b != 0.0f;
     if (!add) return void(node("Mul", {in[0], scale()}, out, path));
     std::string x = in[0];

@@ -53,6 +53,9 @@ private:
 
     std::string init(const std::string& name, const Tensor& t, std::optional<Shape> shape = std::nullopt);
     std::string initScalar(const std::string& name, float x);
+    // A Constant node's output holding `t`: a fixed value, which the import keeps constant
+    // (a Mul by an initializer, a weight, is read back as a learned Scale).
+    std::string constantNode(const std::string& name, const Tensor& t);
     std::string initInts(const std::string& name, const std::vector<int64_t>& v);
 
     onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& ins,
@@ -132,6 +135,13 @@ private:
     void emitLinear(const Layer& l);
     void emitMatMul(const Layer& l);
     void emitAttention(const Layer& l);
+    void emitMultiheadAttention(const Layer& l);
+    void emitParameter(const Layer& l);
+    void emitPositionalEncoding(const Layer& l);
+    // softmax(q k^T * scale + mask [+ causal]) v into `out` (scale 0: 1 / sqrt(d); mask empty: none).
+    void attentionNodes(const std::string& q, const std::string& k, const std::string& v, const std::string& mask,
+                        size_t rank, int64_t Tq, int64_t Tk, int64_t d, bool causal, float scale,
+                        const std::string& out, const std::string& path);
     void emitScale(const Layer& l);
     void emitConv(const Layer& l);
     void emitPool(const Layer& l);

@@ -217,6 +217,10 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
     if (expand) {
         const Constant& c = constants_.at(n.input(0));
         if (c.isInt || c.zeros || !c.tensor.defined()) return false;
+        // A weight [1, ...] expanded over a batch not known at import (a class token) is
+        // learned, even when it starts at zero: importExpand makes it a Parameter.
+        if (initializers_.count(n.input(0)) && !shape.symbol(0).empty() && c.dims.size() >= 2 && c.dims[0] == 1)
+            return false;
         values = c.tensor.toVector<float>();
         from = Shape(c.dims);
     } else {

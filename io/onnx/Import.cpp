@@ -115,6 +115,7 @@ std::shared_ptr<Graph> Importer::run() {
     }
     for (const onnx::TensorProto& t : g.initializer()) {
         constants_[t.name()] = constantOf(t, path_ + ": initializer '" + t.name() + "'");
+        initializers_.insert(t.name());
     }
     std::vector<NodePtr> inputs;
     for (const onnx::ValueInfoProto& v : g.input()) {

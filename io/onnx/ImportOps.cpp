@@ -70,6 +70,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Div", &Importer::importBinary},
         {"Dropout", &Importer::importDropout},
         {"Elu", &Importer::importElu},
+        {"Expand", &Importer::importExpand},
         {"Flatten", &Importer::importFlatten},
         {"GRU", &Importer::importRnn},
         {"Gather", &Importer::importGather},

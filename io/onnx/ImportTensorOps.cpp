@@ -34,6 +34,7 @@
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/LRN.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
 #include "modules/PRelu.h"
@@ -82,6 +83,46 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
                                         EmbedderOptions{.initscheme = InitScheme::none});
     m->getVar("W")->data.copyFrom(table.tensor);
     Source s = value(n, 1);
+    return define(n, m, Parents{Parent(s.node, s.slot)});
+}
+
+void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    const Constant* c = isConstant(n.input(0)) ? &constants_.at(n.input(0)) : nullptr;
+    if (!c || c->isInt || !c->tensor.defined()) {
+        throw Unsupported{"an Expand of data or of an integer tensor (a float constant expanded over the batch, "
+                          "such as a class token, is supported)"};
+    }
+    const Constant& shape = requireConstant(n, 1, "the shape");
+    const std::vector<int64_t>& from = c->dims;
+    bool fits = shape.isInt && from.size() == shape.ints.size() && !from.empty() && from[0] == 1;
+    for (size_t k = 1; fits && k < from.size(); ++k) {
+        fits = shape.symbol(k).empty() && (shape.ints[k] == from[k] || shape.ints[k] == 1);
+    }
+    if (!fits) {
+        throw Unsupported{"an Expand of a constant " + Shape(from).str() +
+                          " to other than its own shape over the batch (a constant [1, ...] to [batch, ...] is "
+                          "supported)"};
+    }
+    // the graph input whose first dim is that batch
+    std::string batchOf;
+    for (const onnx::ValueInfoProto& in : model_.graph().input()) {
+        auto it = shapes_.find(in.name());
+        if (isConstant(in.name()) || it == shapes_.end() || it->second.empty() || !values_.count(in.name())) continue;
+        const Dim& d = it->second[0];
+        if (shape.symbol(0).empty() ? d.symbol.empty() && d.value == shape.ints[0] : d.symbol == shape.symbol(0)) {
+            batchOf = in.name();
+            break;
+        }
+    }
+    if (batchOf.empty()) {
+        throw Unsupported{"an Expand over a first dim that is no graph input's batch (" +
+                          (shape.symbol(0).empty() ? std::to_string(shape.ints[0]) : shape.symbol(0)) + ")"};
+    }
+    const std::vector<int64_t> rest(from.begin() + 1, from.end());
+    auto m = std::make_shared<Parameter>(rest);
+    m->getVar("weight")->data.copyFrom(c->tensor.reshape(Shape(rest)));
+    Source s = value(batchOf, 0);
     return define(n, m, Parents{Parent(s.node, s.slot)});
 }
 
@@ -184,8 +225,15 @@ void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes
 
 // x op C or C op x with a constant tensor C that broadcasts to x without changing its
 // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.
+// A Mul by a weight of the file (an initializer, not a Constant node or a folded value) is
+// a learned factor, as PyTorch's layer scales are parameters: a Scale.
 void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x) {
     const std::string& op = n.op_type();
+    if (op == "Mul" && initializers_.count(n.input(k))) {
+        auto scale = std::make_shared<Scale>(c.dims);
+        scale->getVar("weight")->data.copyFrom(c.tensor.reshape(Shape(c.dims)));
+        return define(n, scale, Parents{x});
+    }
     std::vector<float> v = c.tensor.toVector<float>();
     const Shape shape = Shape(c.dims);
     Tensor a, b;

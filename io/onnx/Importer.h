@@ -57,6 +57,7 @@ private:
     std::unordered_set<std::string> usedAsData_;
     int64_t opset_ = 0;
     std::unordered_map<std::string, Constant> constants_;
+    std::unordered_set<std::string> initializers_; // the model's initializers (its weights) by name
     std::unordered_map<std::string, Source> values_;
     std::unordered_set<std::string> missing_;
     std::unordered_set<std::string> names_;
@@ -211,6 +212,9 @@ private:
     void importRnn(const onnx::NodeProto& n, const Attributes& a);
 
     // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
+    // Expand of a constant [1, *rest] (a class token, a positional table) to [batch, *rest]
+    // where the batch is a graph input's: a Parameter, fed that input.
+    void importExpand(const onnx::NodeProto& n, const Attributes& a);
     void importGather(const onnx::NodeProto& n, const Attributes& a);
 
     // Slice on data: one sliced axis, step 1 (Tessera's Slice).
