@@ -59,6 +59,18 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
     const std::string& op = n.op_type();
     if (op == "Shape") {
         a.only({"start", "end"});
+        if (isConstant(n.input(0)) && !constants_.at(n.input(0)).zeros) { // a constant's dims
+            const Constant& x = constants_.at(n.input(0));
+            Constant c;
+            c.isInt = true;
+            c.ints = x.dims;
+            const auto rank = static_cast<int64_t>(x.dims.size());
+            auto clampIndex = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+            const int64_t start = clampIndex(a.i("start", 0)), end = clampIndex(a.i("end", rank));
+            c.ints = std::vector<int64_t>(x.dims.begin() + start, x.dims.begin() + end);
+            c.dims = {static_cast<int64_t>(c.ints.size())};
+            return setConstant(n.output(0), std::move(c));
+        }
         auto it = shapes_.find(n.input(0));
         if (it == shapes_.end()) throw Unsupported{"the shape of an input whose rank the model does not declare"};
         const auto rank = static_cast<int64_t>(it->second.size());
@@ -157,6 +169,73 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         c.dims = {static_cast<int64_t>(c.ints.size())};
         return setConstant(n.output(0), std::move(c));
     }
+    if (op == "Reshape" && n.input_size() == 2) { // an integer tensor reshaped (PyTorch flattens shape vectors)
+        const Constant& to = constants_.at(n.input(1));
+        if (!to.isInt || to.symbolic()) return false;
+        std::vector<int64_t> dims = to.ints;
+        int64_t known = 1;
+        int inferred = -1;
+        for (size_t d = 0; d < dims.size(); ++d) {
+            if (dims[d] == 0 && d < x.dims.size()) dims[d] = x.dims[d];
+            if (dims[d] == -1) {
+                if (inferred >= 0) return false;
+                inferred = static_cast<int>(d);
+            } else {
+                known *= dims[d];
+            }
+        }
+        const auto count = static_cast<int64_t>(x.ints.size());
+        if (inferred >= 0 && known > 0) dims[static_cast<size_t>(inferred)] = count / known;
+        int64_t total = 1;
+        for (int64_t d : dims) total *= d;
+        if (total != count) return false;
+        Constant c = x;
+        c.dims = dims;
+        return setConstant(n.output(0), std::move(c));
+    }
+    if ((op == "Equal" || op == "Where") && x.dims.size() <= 1) {
+        // shape vectors compared and chosen between (PyTorch's expand(n, -1, -1)): elementwise
+        // over vectors of one length (or one element)
+        std::vector<const Constant*> in;
+        for (int k = 0; k < n.input_size(); ++k) {
+            const Constant& c = constants_.at(n.input(k));
+            if (!c.isInt || c.dims.size() > 1) return false;
+            in.push_back(&c);
+        }
+        size_t len = 1;
+        for (const Constant* c : in) len = std::max(len, c->ints.size());
+        for (const Constant* c : in) {
+            if (c->ints.size() != len && c->ints.size() != 1) return false;
+        }
+        auto at = [&](size_t k, size_t i) { return in[k]->ints.size() == 1 ? size_t{0} : i; };
+        Constant c;
+        c.isInt = true;
+        c.dims = {static_cast<int64_t>(len)};
+        for (size_t i = 0; i < len; ++i) {
+            if (op == "Equal") {
+                const std::string sx = in[0]->symbol(at(0, i)), sy = in[1]->symbol(at(1, i));
+                const int64_t u = in[0]->ints[at(0, i)], v = in[1]->ints[at(1, i)];
+                int64_t r = u == v;
+                if (!sx.empty() || !sy.empty()) {
+                    if (sx == sy) {
+                        r = 1;
+                    } else if ((!sx.empty() && sy.empty() && v < 1) || (sx.empty() && !sy.empty() && u < 1)) {
+                        r = 0; // a size not known at import is still at least 1
+                    } else {
+                        return false;
+                    }
+                }
+                c.ints.push_back(r);
+                c.symbols.push_back({});
+            } else {
+                if (!in[0]->symbol(at(0, i)).empty()) return false;
+                const size_t k = in[0]->ints[at(0, i)] != 0 ? 1 : 2;
+                c.ints.push_back(in[k]->ints[at(k, i)]);
+                c.symbols.push_back(in[k]->symbol(at(k, i)));
+            }
+        }
+        return setConstant(n.output(0), std::move(c));
+    }
     if (op == "Slice" && x.isInt && x.dims.size() == 1 && n.input_size() >= 3) {
         const auto len = static_cast<int64_t>(x.ints.size());
         // Each of starts, ends, axes and steps must be one integer here (else not folded).
@@ -191,8 +270,16 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         for (size_t i = 0; i < len; ++i) {
             const size_t ix = x.ints.size() == 1 ? 0 : i, iy = y.ints.size() == 1 ? 0 : i;
             if (!x.symbol(ix).empty() || !y.symbol(iy).empty()) { // a dim computed from an unknown one
+                // computed on the stand-ins: the same computation gives the same symbol
+                const int64_t u = x.symbol(ix).empty() ? x.ints[ix] : standIn(x.symbol(ix));
+                const int64_t v = y.symbol(iy).empty() ? y.ints[iy] : standIn(y.symbol(iy));
+                const int64_t r = op == "Add"            ? u + v
+                                  : op == "Sub"          ? u - v
+                                  : op == "Mul"          ? u * v
+                                  : v != 0 && u % v == 0 ? u / v
+                                                         : -1;
                 c.ints.push_back(-1);
-                c.symbols.push_back(newSymbol());
+                c.symbols.push_back(r >= kStandIn ? computedSymbol(r) : newSymbol());
                 continue;
             }
             const int64_t u = x.ints[ix], v = y.ints[iy];
@@ -226,6 +313,15 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
     } else {
         if (const onnx::AttributeProto* v = a.get("value")) {
             const Constant c = constantOf(v->t(), "ConstantOfShape's value");
+            if (c.isInt && c.ints.size() == 1 && !shape.symbolic()) { // integers, as a shape computation's
+                Constant out;
+                out.isInt = true;
+                out.dims = shape.ints;
+                int64_t count = 1;
+                for (int64_t d : shape.ints) count *= d;
+                out.ints.assign(static_cast<size_t>(count), c.ints[0]);
+                return setConstant(n.output(0), std::move(out));
+            }
             if (c.isInt || !c.tensor.defined()) return false;
             values = c.tensor.toVector<float>();
             if (values.size() != 1) {

@@ -104,9 +104,10 @@ std::shared_ptr<Graph> Importer::run() {
                 if (d.has_dim_value()) {
                     dims.push_back({d.dim_value(), {}});
                 } else {
-                    dims.push_back({-1, d.has_dim_param() && !d.dim_param().empty()
-                                            ? d.dim_param()
-                                            : "?" + v.name() + ":" + std::to_string(dims.size())});
+                    // ONNX's inference names the sizes it cannot tell "unk__N": not known, as unnamed ones
+                    const bool named = d.has_dim_param() && !d.dim_param().empty() &&
+                                       !(list == &g.value_info() && d.dim_param().rfind("unk__", 0) == 0);
+                    dims.push_back({-1, named ? d.dim_param() : "?" + v.name() + ":" + std::to_string(dims.size())});
                 }
             }
             ranks_[v.name()] = static_cast<int64_t>(dims.size());

@@ -66,8 +66,22 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
             throw Unsupported{"a Gather of data by other than one constant index (Gathers from a constant "
                               "table, and of shape values, are supported)"};
         const int64_t axis = resolveAxis(n, 0, a.i("axis", 0)), i = idx->ints[0];
+        // then the axis dropped: the dims before it kept, those after it as the input has them
+        ModulePtr drop;
+        const auto in = shapes_.find(n.input(0));
+        if (in != shapes_.end() && axis >= 0 && axis < static_cast<int64_t>(in->second.size())) {
+            std::vector<int64_t> target;
+            int unknown = 0;
+            for (int64_t d = 0; d < static_cast<int64_t>(in->second.size()); ++d) {
+                const int64_t v = in->second[static_cast<size_t>(d)].value;
+                if (d < axis) target.push_back(0);
+                if (d > axis) target.push_back(v >= 0 ? v : (++unknown, -1));
+            }
+            if (unknown <= 1) drop = std::make_shared<Reshape>(Shape(target));
+        }
         auto seq = std::make_shared<Sequential>();
-        seq->append(std::make_shared<Slice>(static_cast<int>(axis), i, i == -1 ? 0 : i + 1)).append(reshapeTo(n));
+        seq->append(std::make_shared<Slice>(static_cast<int>(axis), i, i == -1 ? 0 : i + 1))
+            .append(drop ? drop : reshapeTo(n));
         Source s = value(n, 0);
         return define(n, seq, Parents{Parent(s.node, s.slot)});
     }
@@ -123,7 +137,7 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
     auto m = std::make_shared<Parameter>(rest);
     m->getVar("weight")->data.copyFrom(c->tensor.reshape(Shape(rest)));
     Source s = value(batchOf, 0);
-    return define(n, m, Parents{Parent(s.node, s.slot)});
+    return define(n, m, Parents{Parent(s.node, s.slot)}, {batchOf});
 }
 
 // Slice on data: one sliced axis, step 1 (Tessera's Slice).
@@ -233,6 +247,23 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
         auto scale = std::make_shared<Scale>(c.dims);
         scale->getVar("weight")->data.copyFrom(c.tensor.reshape(Shape(c.dims)));
         return define(n, scale, Parents{x});
+    }
+    // An Add of a weight [1, ...] of the data's rank (a positional table) is learned too: a
+    // Parameter of the data's batch, then an Add.
+    const auto data = shapes_.find(n.input(1 - k));
+    if (op == "Add" && initializers_.count(n.input(k)) && c.dims.size() >= 2 && c.dims[0] == 1 &&
+        data != shapes_.end() && data->second.size() == c.dims.size()) {
+        const std::vector<int64_t> rest(c.dims.begin() + 1, c.dims.end());
+        auto table = std::make_shared<Parameter>(rest);
+        table->getVar("weight")->data.copyFrom(c.tensor.reshape(Shape(rest)));
+        const std::string value = n.output(0) + "#table"; // the table over the batch, a value of its own
+        std::vector<Dim> dims = {data->second[0]};
+        for (int64_t d : rest) dims.push_back({d, {}});
+        NodePtr t = node(table, Parents{x}, nodeName((n.name().empty() ? n.output(0) : n.name()) + "_table"));
+        values_[value] = {t, 0};
+        ranks_[value] = static_cast<int64_t>(dims.size());
+        shapes_[value] = std::move(dims);
+        return define(n, std::make_shared<Add>(), Parents{x, Parent(t, 0)}, {n.input(1 - k), value});
     }
     std::vector<float> v = c.tensor.toVector<float>();
     const Shape shape = Shape(c.dims);

@@ -105,6 +105,9 @@ private:
     std::unordered_map<int64_t, std::string> standInSymbols_;
 
     int64_t standIn(const std::string& symbol);
+    // The symbol of a size computed from stand-ins (batch * heads): one per value, so that
+    // two computations of one size agree; its stand-in is the value itself.
+    std::string computedSymbol(int64_t standInValue);
 
     // A node one of whose inputs comes from a node that was not imported is counted, not listed.
     void requireInputsImported(const onnx::NodeProto& n) const;

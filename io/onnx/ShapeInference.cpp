@@ -147,8 +147,8 @@ void Importer::inferShapes(const onnx::NodeProto& n, Module& m, const Parents& p
                 auto sym = standInSymbols_.find(v);
                 if (sym != standInSymbols_.end()) {
                     dims.push_back({-1, sym->second});
-                } else if (v >= kStandIn) { // a size computed from a named one: unknown
-                    dims.push_back({-1, newSymbol()});
+                } else if (v >= kStandIn) { // a size computed from named ones: its own symbol
+                    dims.push_back({-1, computedSymbol(v)});
                 } else {
                     dims.push_back({v, {}});
                 }
@@ -161,10 +161,20 @@ void Importer::inferShapes(const onnx::NodeProto& n, Module& m, const Parents& p
     }
 }
 
+std::string Importer::computedSymbol(int64_t v) {
+    auto it = standInSymbols_.find(v);
+    if (it != standInSymbols_.end()) return it->second;
+    const std::string symbol = "=" + std::to_string(v); // not "?": a size known in terms of named ones
+    standIns_[symbol] = v;
+    standInSymbols_[v] = symbol;
+    return symbol;
+}
+
 int64_t Importer::standIn(const std::string& symbol) {
     auto it = standIns_.find(symbol);
     if (it != standIns_.end()) return it->second;
-    const int64_t v = kStandIn + 2 * static_cast<int64_t>(standIns_.size());
+    // far apart, so that a stand-in plus a small size is no other stand-in
+    const int64_t v = kStandIn + 1009 * static_cast<int64_t>(standIns_.size());
     standIns_[symbol] = v;
     standInSymbols_[v] = symbol;
     return v;

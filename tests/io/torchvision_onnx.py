@@ -11,8 +11,9 @@ largest. Without arguments it takes ResNet-18, VGG-11, MobileNet V2 (depthwise),
 V3 small (hard-swish, squeeze-and-excitation gates), DenseNet-121 (concatenations),
 ShuffleNet V2 (channel shuffles from computed shapes), SqueezeNet 1.1 and GoogLeNet (max
 pools with ceil_mode), 2-layer bidirectional nn.LSTM, nn.GRU and nn.RNN networks, and a
-small network of GroupNorm, SiLU, Mish and LayerNorm and a transformer's feed-forward block
-(Linear on [N, T, C], GELU, LayerNorm, softmax over the last axis), each exported at opsets
+small network of GroupNorm, SiLU, Mish and LayerNorm, a transformer's feed-forward block
+(Linear on [N, T, C], GELU, LayerNorm, softmax over the last axis), an nn.TransformerEncoder
+text classifier, and small torchvision ViT and ConvNeXt networks, each exported at opsets
 13 and 17.
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -102,14 +103,54 @@ class Tokens(torch.nn.Module):
         return torch.softmax(self.down(self.mid(h)), dim=-1)
 
 
+class TextEncoder(torch.nn.Module):
+    """An nn.TransformerEncoder text classifier: tokens [N, T, 8] projected to 32 wide, two
+    encoder layers (nn.MultiheadAttention with 4 heads, which PyTorch writes as shape
+    arithmetic, slices, reshapes and matmuls), the mean over the tokens, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2)
+        self.head = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+def small_vit():
+    """torchvision's VisionTransformer, small: 32x32 images in 8x8 patches, 2 blocks of 4
+    heads (a class token expanded over the batch, a learned positional table)."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64,
+                             num_classes=10)
+
+
+def small_convnext():
+    """torchvision's ConvNeXt, small: two stages of one block (7x7 depthwise convolutions,
+    channels-last LayerNorm, layer scale) and a downsampling step between them."""
+    from torchvision.models.convnext import ConvNeXt, CNBlockConfig
+    return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], layer_scale=0.5, num_classes=10)
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
+# Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
 NORM_MODELS = {
     "norms_opset13": (Norms, 13, (2, 3, 8, 8)),
     "norms_opset17": (Norms, 17, (2, 3, 8, 8)),
     "tokens_opset13": (Tokens, 13, (2, 7, 16)),
     "tokens_opset17": (Tokens, 17, (2, 7, 16)),
+    "text_encoder_opset13": (TextEncoder, 13, (2, 7, 8)),
+    "text_encoder_opset17": (TextEncoder, 17, (2, 7, 8)),
+    "vit_opset13": (small_vit, 13, (2, 3, 32, 32)),
+    "vit_opset17": (small_vit, 17, (2, 3, 32, 32)),
+    "convnext_opset13": (small_convnext, 13, (2, 3, 32, 32)),
+    "convnext_opset17": (small_convnext, 17, (2, 3, 32, 32)),
 }
+REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
+           "convnext_opset17"}
 RTOL = 1e-4
 
 
@@ -136,6 +177,10 @@ def main():
         opset = NORM_MODELS[name][1] if name in NORM_MODELS else 13
         make = SEQUENCE_MODELS[name] if sequence else NORM_MODELS[name][0] if name in NORM_MODELS else MODELS[name]
         model = make().eval()
+        if name in REDRAWN:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.normal_(0, 0.2)
         with torch.no_grad():
             want = model(x).numpy()
         path = os.path.join(work, name + ".onnx")
