@@ -238,6 +238,14 @@ public:
         (void)packed;
         gemm(transA, transB, alpha, A, B, beta, C, compute);
     }
+    /// A: [B, M, K] ([B, K, M] if transA), B: [B, K, N] ([B, N, K] if transB), C: [B, M, N],
+    /// plain float32: C[i] <- alpha * op(A[i]) op(B[i]) + beta * C[i] for every i (attention's
+    /// heads). The default is one gemm per i; a backend may run them together.
+    virtual void gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                             const Tensor& C) {
+        auto at = [](const Tensor& t, int64_t i) { return t.slice(i, i + 1).reshape({t.shape()[1], t.shape()[2]}); };
+        for (int64_t i = 0; i < C.shape()[0]; ++i) gemm(transA, transB, alpha, at(A, i), at(B, i), beta, at(C, i));
+    }
     /// row: [M], y: [N, M] -> y[n, :] <- row for every n.
     virtual void broadcastRows(const Tensor& row, const Tensor& y) = 0;
     /// x: [N, M], y: [M] -> y <- alpha * sum_n x[n, :] + beta * y.

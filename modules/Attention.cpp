@@ -1,5 +1,6 @@
 #include "modules/Attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -70,18 +71,23 @@ std::vector<int64_t> AttentionKernel::maskOfHead(const Tensors& in) {
     return batch::of(in[0].shape(), in[3].shape(), why).ofB;
 }
 
-void AttentionKernel::probabilities(const Tensors& in, int64_t h, const std::vector<int64_t>& maskOf,
+// Heads h0 .. h0 + g - 1: their probabilities P = softmax(q k^T * scale + mask) into p
+// [g, Tq, Tk], the scores in `scores` on the way.
+void AttentionKernel::probabilities(const Tensors& in, int64_t h0, int64_t g, const std::vector<int64_t>& maskOf,
                                     const Tensor& scores, const Tensor& p) const {
-    const Tensor q = matrix(matrices(in[0]), h), k = matrix(matrices(in[1]), h);
+    const Tensor q = matrices(in[0]).slice(h0, h0 + g), k = matrices(in[1]).slice(h0, h0 + g);
+    const int64_t Tq = q.shape()[1], Tk = k.shape()[1];
     Backend& be = backendOf(q);
-    if (in.size() == 4) { // the scores into p, plus the mask (a row for every query, or one for all) into scores
-        be.gemm(false, true, scaleFor(q.shape()[1]), q, k, 0.0f, p);
-        be.binaryBroadcast(BinaryOp::add, p, matrix(matrices(in[3]), maskOf[static_cast<size_t>(h)]), scores);
-    } else {
-        be.gemm(false, true, scaleFor(q.shape()[1]), q, k, 0.0f, scores);
+    be.gemmBatched(false, true, scaleFor(q.shape()[2]), q, k, 0.0f, scores);
+    if (in.size() == 4) { // each head's mask matrix (a row for every query, or one for all)
+        const Tensor m3 = matrices(in[3]);
+        for (int64_t i = 0; i < g; ++i) {
+            const Tensor s = matrix(scores, i);
+            be.binaryBroadcast(BinaryOp::add, s, matrix(m3, maskOf[static_cast<size_t>(h0 + i)]), s);
+        }
     }
-    if (options_.causal) be.axpby(1.0f, causalMask(p.shape()[0], p.shape()[1], p.device()), 1.0f, scores);
-    be.softmaxForward(scores, p);
+    if (options_.causal) be.binaryBroadcast(BinaryOp::add, scores, causalMask(Tq, Tk, p.device()), scores);
+    be.softmaxForward(scores.reshape({g * Tq, Tk}), p.reshape({g * Tq, Tk}));
 }
 
 const Tensor& AttentionKernel::causalMask(int64_t Tq, int64_t Tk, Device device) const {
@@ -108,7 +114,20 @@ AttentionKernel::Stream AttentionKernel::kept(const Tensor& t) {
     return {word(0) | word(1) << 32, word(2) | word(3) << 32};
 }
 
-// For each head h: P = softmax(q k^T s + mask), with dropout P <- P * mask_h, y = P v.
+namespace {
+// Heads go through in blocks whose [g, Tq, Tk] scores take at most this many bytes each
+// (a few such buffers exist at once): the memory stays bounded whatever the batch, and
+// short sequences still make products big enough to run fast.
+constexpr int64_t kScoreBlockBytes = int64_t{2} << 20;
+
+int64_t headsPerBlock(int64_t heads, int64_t Tq, int64_t Tk) {
+    const int64_t one = std::max<int64_t>(1, Tq * Tk * static_cast<int64_t>(sizeof(float)));
+    return std::clamp<int64_t>(kScoreBlockBytes / one, 1, std::max<int64_t>(heads, 1));
+}
+} // namespace
+
+// For each block of heads: P = softmax(q k^T s + mask), with dropout P <- P * mask, y = P v.
+// The dropout masks are drawn head after head in order, whatever the blocks.
 Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_t* used) const {
     const Shape& qs = in[0].shape();
     const int64_t Tq = qs[qs.rank() - 2], Tk = in[1].shape()[qs.rank() - 2];
@@ -116,72 +135,81 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
     yd.back() = in[2].shape()[qs.rank() - 1];
     Tensor y = Tensor::empty(Shape(yd), DType::float32, in[0].device());
     const Tensor y3 = matrices(y), v3 = matrices(in[2]);
-    // one head's scores and probabilities at a time
-    Tensor scores = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
-    Tensor p = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    const int64_t heads = y3.shape()[0], G = headsPerBlock(heads, Tq, Tk);
+    Tensor scores = Tensor::empty({G, Tq, Tk}, DType::float32, in[0].device());
+    Tensor p = Tensor::empty({G, Tq, Tk}, DType::float32, in[0].device());
     Backend& be = backendOf(p);
     const std::vector<int64_t> masks = maskOfHead(in);
     Generator gen(stream ? stream->seed : 0);
     if (stream) gen.advance(stream->at);
-    for (int64_t h = 0; h < y3.shape()[0]; ++h) {
-        probabilities(in, h, masks, scores, p);
-        if (stream) be.dropoutForward(p, options_.dropout, gen, scores, p); // scores <- the mask
-        be.gemm(false, false, 1.0f, p, matrix(v3, h), 0.0f, matrix(y3, h));
+    for (int64_t h0 = 0; h0 < heads; h0 += G) {
+        const int64_t g = std::min(G, heads - h0);
+        const Tensor s = scores.slice(0, g), pb = p.slice(0, g);
+        probabilities(in, h0, g, masks, s, pb);
+        if (stream) be.dropoutForward(pb, options_.dropout, gen, s, pb); // s <- the mask
+        be.gemmBatched(false, false, 1.0f, pb, v3.slice(h0, h0 + g), 0.0f, y3.slice(h0, h0 + g));
     }
     if (used) *used = stream ? gen.offset() - stream->at : 0;
     return y;
 }
 
-// Per head, P recomputed (and with dropout Pd = P * mask): dv = Pd^T dy, dPd = dy v^T,
-// dP = dPd * mask, dS = P (dP - rowsum(P dP)) (softmax's backward), dq = s dS k,
-// dk = s dS^T q, dmask = dS summed to the mask's shape.
+// Per block of heads, P recomputed (and with dropout Pd = P * mask): dv = Pd^T dy,
+// dPd = dy v^T, dP = dPd * mask, dS = P (dP - rowsum(P dP)) (softmax's backward),
+// dq = s dS k, dk = s dS^T q, dmask = dS summed to the mask's shape.
 Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const Stream* stream) const {
     const Tensor dy3 = matrices(dyIn);
     const Tensor q3 = matrices(in[0]), k3 = matrices(in[1]), v3 = matrices(in[2]);
-    const int64_t Tq = q3.shape()[1], Tk = k3.shape()[1];
+    const int64_t Tq = q3.shape()[1], Tk = k3.shape()[1], heads = q3.shape()[0];
+    const int64_t G = headsPerBlock(heads, Tq, Tk);
     const float s = scaleFor(q3.shape()[2]);
-    Tensor dq = Tensor::empty(in[0].shape(), DType::float32, in[0].device());
-    Tensor dk = Tensor::empty(in[1].shape(), DType::float32, in[0].device());
-    Tensor dv = Tensor::empty(in[2].shape(), DType::float32, in[0].device());
+    const Device device = in[0].device();
+    Tensor dq = Tensor::empty(in[0].shape(), DType::float32, device);
+    Tensor dk = Tensor::empty(in[1].shape(), DType::float32, device);
+    Tensor dv = Tensor::empty(in[2].shape(), DType::float32, device);
     const Tensor dq3 = matrices(dq), dk3 = matrices(dk), dv3 = matrices(dv);
-    Tensor p = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
-    Tensor dp = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
-    Tensor ds = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+    Tensor p = Tensor::empty({G, Tq, Tk}, DType::float32, device);
+    Tensor dp = Tensor::empty({G, Tq, Tk}, DType::float32, device);
+    Tensor ds = Tensor::empty({G, Tq, Tk}, DType::float32, device);
     Tensor dropped, mask; // with dropout: P * mask and the mask
     if (stream) {
-        dropped = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
-        mask = Tensor::empty({Tq, Tk}, DType::float32, in[0].device());
+        dropped = Tensor::empty({G, Tq, Tk}, DType::float32, device);
+        mask = Tensor::empty({G, Tq, Tk}, DType::float32, device);
     }
     Backend& be = backendOf(p);
     Tensor dmask, dmask3; // a float mask's gradient: the scores', as the mask was added to them
     const std::vector<int64_t> masks = maskOfHead(in);
     if (in.size() == 4) {
-        dmask = Tensor::zeros(in[3].shape(), DType::float32, in[0].device());
+        dmask = Tensor::zeros(in[3].shape(), DType::float32, device);
         dmask3 = matrices(dmask);
     }
     Generator gen(stream ? stream->seed : 0);
     if (stream) gen.advance(stream->at);
-    for (int64_t h = 0; h < q3.shape()[0]; ++h) {
-        probabilities(in, h, masks, ds, p); // ds holds the scores until softmax's backward overwrites them
-        const Tensor g = matrix(dy3, h);
+    for (int64_t h0 = 0; h0 < heads; h0 += G) {
+        const int64_t g = std::min(G, heads - h0), h1 = h0 + g;
+        const Tensor pb = p.slice(0, g), dpb = dp.slice(0, g), dsb = ds.slice(0, g);
+        probabilities(in, h0, g, masks, dsb, pb); // ds holds the scores until softmax's backward overwrites them
+        const Tensor dyb = dy3.slice(h0, h1), vb = v3.slice(h0, h1);
         if (stream) {
-            be.dropoutForward(p, options_.dropout, gen, mask, dropped);
-            be.gemm(true, false, 1.0f, dropped, g, 0.0f, matrix(dv3, h));
-            be.gemm(false, true, 1.0f, g, matrix(v3, h), 0.0f, dropped); // dPd
-            be.binaryBroadcast(BinaryOp::mul, dropped, mask, dp);
+            const Tensor db = dropped.slice(0, g), mb = mask.slice(0, g);
+            be.dropoutForward(pb, options_.dropout, gen, mb, db);
+            be.gemmBatched(true, false, 1.0f, db, dyb, 0.0f, dv3.slice(h0, h1));
+            be.gemmBatched(false, true, 1.0f, dyb, vb, 0.0f, db); // dPd
+            be.binaryBroadcast(BinaryOp::mul, db, mb, dpb);
         } else {
-            be.gemm(true, false, 1.0f, p, g, 0.0f, matrix(dv3, h));
-            be.gemm(false, true, 1.0f, g, matrix(v3, h), 0.0f, dp);
+            be.gemmBatched(true, false, 1.0f, pb, dyb, 0.0f, dv3.slice(h0, h1));
+            be.gemmBatched(false, true, 1.0f, dyb, vb, 0.0f, dpb);
         }
-        be.softmaxBackward(p, dp, ds);
-        be.gemm(false, false, s, ds, matrix(k3, h), 0.0f, matrix(dq3, h));
-        be.gemm(true, false, s, ds, matrix(q3, h), 0.0f, matrix(dk3, h));
+        be.softmaxBackward(pb.reshape({g * Tq, Tk}), dpb.reshape({g * Tq, Tk}), dsb.reshape({g * Tq, Tk}));
+        be.gemmBatched(false, false, s, dsb, k3.slice(h0, h1), 0.0f, dq3.slice(h0, h1));
+        be.gemmBatched(true, false, s, dsb, q3.slice(h0, h1), 0.0f, dk3.slice(h0, h1));
         if (dmask.defined()) { // the scores' gradient, summed over what the mask was broadcast along
-            const Tensor dm = matrix(dmask3, masks[static_cast<size_t>(h)]);
-            if (dm.shape()[0] == Tq) {
-                be.axpby(1.0f, ds, 1.0f, dm);
-            } else {
-                be.sumRows(ds, 1.0f, 1.0f, dm.reshape({Tk}));
+            for (int64_t i = 0; i < g; ++i) {
+                const Tensor dm = matrix(dmask3, masks[static_cast<size_t>(h0 + i)]);
+                if (dm.shape()[0] == Tq) {
+                    be.axpby(1.0f, matrix(dsb, i), 1.0f, dm);
+                } else {
+                    be.sumRows(matrix(dsb, i), 1.0f, 1.0f, dm.reshape({Tk}));
+                }
             }
         }
     }

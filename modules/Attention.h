@@ -1,7 +1,7 @@
 #pragma once
-/// \file ScaledDotProductAttention: softmax(q k^T * scale + mask) v, one head's scores at a
-/// time (PyTorch's F.scaled_dot_product_attention), and AttentionKernel, its compute, which
-/// MultiheadAttention shares.
+/// \file ScaledDotProductAttention: softmax(q k^T * scale + mask) v, a block of heads' scores
+/// at a time (PyTorch's F.scaled_dot_product_attention), and AttentionKernel, its compute,
+/// which MultiheadAttention shares.
 
 #include "backend/Random.h"
 #include "modules/Module.h"
@@ -19,7 +19,8 @@ struct AttentionOptions {
 };
 
 /// The attention compute on plain float32 tensors {q, k, v[, mask]} as
-/// ScaledDotProductAttention describes them, one head's [Tq, Tk] scores at a time. With
+/// ScaledDotProductAttention describes them, a block of heads at a time (as many as have
+/// [Tq, Tk] scores of 2 MiB together, at least one). With
 /// dropout, the masks of a forward come from the counters of a generator from `at` on, and
 /// its backward draws them again from there: nothing but the stream's position is kept.
 class AttentionKernel {
@@ -45,10 +46,10 @@ private:
     float scaleFor(int64_t d) const;
     // For each head, the matrix of the mask it adds (empty without a mask).
     static std::vector<int64_t> maskOfHead(const Tensors& in);
-    // Head h's probabilities P = softmax(q k^T * scale + mask) into p [Tq, Tk], its scores
-    // into `scores` on the way.
-    void probabilities(const Tensors& in, int64_t h, const std::vector<int64_t>& maskOf, const Tensor& scores,
-                       const Tensor& p) const;
+    // Heads h0 .. h0 + g - 1: their probabilities P = softmax(q k^T * scale + mask) into p
+    // [g, Tq, Tk], their scores into `scores` on the way.
+    void probabilities(const Tensors& in, int64_t h0, int64_t g, const std::vector<int64_t>& maskOf,
+                       const Tensor& scores, const Tensor& p) const;
     // [Tq, Tk]: 0 on and below the diagonal, -inf above; made again when the shape changes.
     const Tensor& causalMask(int64_t Tq, int64_t Tk, Device device) const;
     AttentionOptions options_;
@@ -60,8 +61,9 @@ private:
 /// [..., Tq, dv]. `mask`: additive float scores [..., Tq or 1, Tk] whose leading dims
 /// broadcast to q's (0 to keep, -inf to drop: a key-padding mask [N, 1, 1, Tk], a causal
 /// one [Tq, Tk]). A row whose scores are all -inf has no defined output (NaN, as in PyTorch).
-/// Only one [Tq, Tk] score matrix exists at a time: backward recomputes each head's scores
-/// (and dropout masks) instead of keeping them all. Gradients to q, k, v and the mask. No
+/// The scores of a block of heads (2 MiB of them, or one head's) exist at a time, whatever
+/// the batch: backward recomputes each head's scores (and dropout masks) instead of keeping
+/// them all. Gradients to q, k, v and the mask. No
 /// parameters.
 class ScaledDotProductAttention : public Module {
 public:

@@ -36,7 +36,7 @@ struct MultiheadAttentionOptions {
 /// out_proj.weight), `out_proj_bias` [E]; biases start at zero. A PyTorch state dict maps
 /// name for name, `out_proj.weight` to `out_proj_weight`.
 /// Not output: the averaged attention weights PyTorch also returns (they would need every
-/// head's scores at once; only one head's [L, S] scores exist at a time). Gradients reach
+/// head's scores at once; the scores of a block of heads exist at a time). Gradients reach
 /// the inputs and the masks.
 class MultiheadAttention : public Module {
 public:

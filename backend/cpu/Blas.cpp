@@ -144,6 +144,32 @@ const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int6
     });
 }
 
+// One float32 matmul over a batch of products: [batch, M, K] x [batch, K, N] (transposes
+// read through strides), as oneDNN runs attention's small per-head products together.
+struct BatchedEntry {
+    dnnl::matmul prim;
+    md a, b, c;
+};
+
+const BatchedEntry& batchedFor(bool transA, bool transB, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                               float beta) {
+    static thread_local PrimitiveCache<BatchedEntry> cache;
+    return cache.get({transA, transB, batch, M, N, K, keyOf(alpha), keyOf(beta)}, [&] {
+        return checkDnnl("matmul (float32, batched)", [&] {
+            using dt = dnnl::memory::data_type;
+            BatchedEntry e;
+            e.a =
+                md({batch, M, K}, dt::f32, transA ? dnnl::memory::dims{M * K, 1, M} : dnnl::memory::dims{M * K, K, 1});
+            e.b =
+                md({batch, K, N}, dt::f32, transB ? dnnl::memory::dims{K * N, 1, K} : dnnl::memory::dims{K * N, N, 1});
+            e.c = md({batch, M, N}, dt::f32, dnnl::memory::format_tag::abc);
+            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attrOf(alpha, beta), engine());
+            e.prim = dnnl::matmul(pd);
+            return e;
+        });
+    });
+}
+
 Float32Gemm float32GemmFromEnvironment() {
     const char* env = std::getenv("TESSERA_FLOAT32_GEMM");
     const std::string v = env ? env : "";
@@ -209,6 +235,49 @@ void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor
                         {DNNL_ARG_WEIGHTS, packedWeights(e.b, wrap(e.userB, B.data<float>()), B, packed.get())},
                         {DNNL_ARG_DST, wrap(e.c, C.data<float>())}});
     });
+}
+
+void CpuBackend::gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                             const Tensor& C) {
+    for (const Tensor* t : {&A, &B, &C}) {
+        if (t->shape().rank() != 3 || t->shape()[0] != C.shape()[0]) {
+            throw ShapeError("CpuBackend::gemmBatched: A, B and C must be 3-D with one batch, got " + A.shape().str() +
+                             ", " + B.shape().str() + ", " + C.shape().str());
+        }
+    }
+    const int64_t batch = C.shape()[0], M = C.shape()[1], N = C.shape()[2];
+    const int64_t K = transA ? A.shape()[1] : A.shape()[2];
+    const int64_t am = transA ? A.shape()[2] : A.shape()[1];
+    const int64_t bk = transB ? B.shape()[2] : B.shape()[1];
+    const int64_t bn = transB ? B.shape()[1] : B.shape()[2];
+    if (am != M || bk != K || bn != N) {
+        throw ShapeError("CpuBackend::gemmBatched: op(A) " + Shape{am, K}.str() + " x op(B) " + Shape{bk, bn}.str() +
+                         " does not give C's " + Shape{M, N}.str());
+    }
+    if (batch == 0 || M == 0 || N == 0) return;
+    if (K == 0) return axpby(0.0f, C, beta, C);
+    if (float32Engine().load() != Float32Gemm::openblas) {
+        const BatchedEntry& e = batchedFor(transA, transB, batch, M, N, K, alpha, beta);
+        checkDnnl("matmul::execute", [&] {
+            e.prim.execute(stream(), {{DNNL_ARG_SRC, wrap(e.a, A.data<float>())},
+                                      {DNNL_ARG_WEIGHTS, wrap(e.b, B.data<float>())},
+                                      {DNNL_ARG_DST, wrap(e.c, C.data<float>())}});
+        });
+        return;
+    }
+    const float* pa = A.data<float>();
+    const float* pb = B.data<float>();
+    float* pc = C.data<float>();
+    const int64_t sa = A.shape()[1] * A.shape()[2], sb = B.shape()[1] * B.shape()[2], sc = M * N;
+    const auto lda = static_cast<blasint>(A.shape()[2]), ldb = static_cast<blasint>(B.shape()[2]);
+    const cpu::OpenBlas& blas = cpu::openBlas();
+    // OpenBLAS's OpenMP build runs single-threaded inside a parallel region
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < batch; ++i) {
+        blas.sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                   static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, pa + i * sa, lda,
+                   pb + i * sb, ldb, beta, pc + i * sc, static_cast<blasint>(N));
+    }
 }
 
 bool CpuBackend::gemmPacksWeights(bool transA, bool transB, int64_t M, int64_t N, int64_t K, DType compute) {

@@ -98,6 +98,11 @@ public:
     /// With a slot, B is converted once and kept there: in bfloat16, blocked unless
     /// setGemmWeightsLayout(plain); in float32 on oneDNN, in the layout its kernel picks
     /// (OpenBLAS reads B as it is).
+    /// One oneDNN matmul over the whole batch (small attention heads cost one call, not one
+    /// per head); with the OpenBLAS float32 engine the products shared out among the
+    /// threads, one single-threaded sgemm each.
+    void gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                     const Tensor& C) override;
     void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                      const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;
     void broadcastRows(const Tensor& row, const Tensor& y) override;

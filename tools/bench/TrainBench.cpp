@@ -9,6 +9,7 @@
 #include "containers/Sequential.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "models/Zoo.h"
 #include "modules/Linear.h"
 #include "modules/RNN.h"
 #include "training/CrossEntropy.h"
@@ -18,7 +19,7 @@ namespace {
 
 using namespace tessera;
 
-// The workloads: MLP and LeNet on 28x28 images at batch 128, ResNet-18 (CIFAR stem) on
+// The workloads: MLP, LeNet and the zoo's vit-tiny on 28x28 images at batch 128, ResNet-18 (CIFAR stem) on
 // 32x32 colour images at batch 64; a 2-layer LSTM and GRU (input 256, hidden 512) over 50
 // time steps at batch 64, a Linear(512, 10) on the last step (their "images" are sequences).
 bool recurrent(const std::string& model) { return model == "lstm" || model == "gru"; }
@@ -27,6 +28,7 @@ int64_t batchOf(const std::string& model) { return model == "resnet18" || recurr
 
 ModulePtr modelOf(const std::string& name) {
     if (name == "resnet18") return loadResNet(18, ResNetStem::cifar, 10);
+    if (name == "vit-tiny") return loadZooModel("vit-tiny");
     if (recurrent(name)) {
         auto net = std::make_shared<Sequential>(name);
         net->append(std::make_shared<RNN>(
@@ -113,7 +115,7 @@ void BM_Update(benchmark::State& state, std::string model, std::string rule) {
 int registerAll() {
     // bfloat16 (calcMode) rows for the convolutional and dense networks, after the float32 ones.
     for (DType compute : {DType::float32, DType::bfloat16}) {
-        for (const char* model : {"mlp", "lenet", "resnet18", "lstm", "gru"}) {
+        for (const char* model : {"mlp", "lenet", "resnet18", "lstm", "gru", "vit-tiny"}) {
             if (compute == DType::bfloat16 && recurrent(model)) continue; // RNNs compute in float32
             const std::string prefix = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model));
             const std::string suffix = compute == DType::float32 ? "" : "/bf16";

@@ -13,8 +13,9 @@ in bfloat16), and the column compares with PyTorch at its best.
 images, batch 128), ResNet-18 with the CIFAR stem (32x32 colour images, batch 64), and
 (--models lstm,gru) a 2-layer LSTM and GRU of input 256 and hidden 512 over 50 steps at
 batch 64 with a linear head on the last step (their images/s are sequences/s), on
---threads threads on both sides. Needs Debian's python3-torch (tools/setup.sh installs
-it).
+--threads threads on both sides; (--models vit-tiny) the zoo's vit-tiny on 28x28 images at
+batch 128 against torchvision's VisionTransformer of the same layers. Needs Debian's
+python3-torch (tools/setup.sh installs it).
 
 --device cuda: LeNet, ResNet-18 (CIFAR stem, 32x32) and ResNet-50 (224x224), batch 128,
 float32 with TF32 allowed on both sides (Tessera's default; PyTorch's
@@ -83,7 +84,7 @@ if openblas_coretype():
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-BATCHES = {"mlp": 128, "lenet": 128, "resnet18": 64, "lstm": 64, "gru": 64}
+BATCHES = {"mlp": 128, "lenet": 128, "resnet18": 64, "lstm": 64, "gru": 64, "vit-tiny": 128}
 GPU_BATCHES = {"lenet": 128, "resnet18": 128, "resnet50": 128}
 # Tessera's benchmark names for the GPU workloads (tools/bench/GpuBench.cpp).
 GPU_NAMES = {"lenet": "lenet", "resnet18": "resnet18-cifar", "resnet50": "resnet50"}
@@ -188,6 +189,16 @@ def resnet18():
     return resnet(18, True, 10)
 
 
+def vit_tiny():
+    """The zoo's vit-tiny (models/Transformer.cpp): torchvision's VisionTransformer with 4x4
+    patches, 64 wide, 6 blocks of 4 heads, MLPs of 256, 10 classes, on 1-channel 28x28 images."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    net = VisionTransformer(image_size=28, patch_size=4, num_layers=6, num_heads=4, hidden_dim=64, mlp_dim=256,
+                            num_classes=10)
+    net.conv_proj = nn.Conv2d(1, 64, 4, 4)
+    return net
+
+
 def torch_model(model, device):
     torch.manual_seed(1)
     if device == "cuda":
@@ -201,7 +212,7 @@ def torch_model(model, device):
             x = torch.rand(50, batch, 256)
             y = torch.arange(batch) % 10
             return net, x, y, batch
-        net = {"lenet": lenet, "mlp": mlp, "resnet18": resnet18}[model]()
+        net = {"lenet": lenet, "mlp": mlp, "resnet18": resnet18, "vit-tiny": vit_tiny}[model]()
         side, channels, classes = (32, 3, 10) if model == "resnet18" else (28, 1, 10)
     x = torch.rand(batch, channels, side, side, device=device)
     y = (torch.arange(batch) % classes).to(device)
@@ -281,7 +292,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--models", default=None,
-                    help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda); also lstm,gru (cpu)")
+                    help="default: mlp,lenet,resnet18 (cpu); lenet,resnet18,resnet50 (cuda); also lstm,gru,vit-tiny (cpu)")
     ap.add_argument("--tessera-float32-gemm", choices=("openblas", "onednn"), default="openblas",
                     help="what Tessera's float32 GEMMs run on (CPU): openblas, as PyTorch's do, or onednn")
     ap.add_argument("--precision", default="fp32", help="a list of fp32, bf16 and fp16 (cuda only): fp32,bf16")

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The layers transformers are made of, Tessera against PyTorch on the CPU, forward and
 backward (input and parameter gradients), at ViT-B/16's shapes (batch 8, 197 tokens, 768
-features, 12 heads) and a GroupNorm of a convolutional stage.
+features, 12 heads), a GroupNorm of a convolutional stage, and nn.MultiheadAttention at
+ViT-B/16's and the zoo vit-tiny's shapes (128 images of 50 tokens, 64 features, 4 heads).
 
 Both run in one process on the same float32 arrays with the same thread count
 (torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed
@@ -66,6 +67,26 @@ def main():
     cases.append(("attention causal [8, 12, 197, 64]", sdpa,
                   lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 0.125 + causal, -1) @ v,
                   [data(B, H, T, 64), data(B, H, T, 64), data(B, H, T, 64)], []))
+    # nn.MultiheadAttention (self-attention, batch-first) and its twin with the same weights
+    E, heads = 768, 12
+    ref = torch.nn.MultiheadAttention(E, heads, batch_first=True)
+    mha = ts.MultiheadAttention(E, heads)
+    for name, v in mha.namedParams().items():
+        v.data = ref.state_dict()[name.replace("out_proj_", "out_proj.")].numpy()
+    params = [p_.detach().numpy().copy() for p_ in (ref.in_proj_weight, ref.in_proj_bias, ref.out_proj.weight,
+                                                     ref.out_proj.bias)]
+    cases.append(("MultiheadAttention [8, 197, 768]", mha,
+                  lambda x, w, b, wo, bo: F.multi_head_attention_forward(
+                      x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), E, heads, w, b, None, None, False, 0.0,
+                      wo, bo, need_weights=False)[0].transpose(0, 1), [data(B, T, C)], params))
+    mini = ts.MultiheadAttention(64, 4)
+    ref64 = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+    params64 = [p_.detach().numpy().copy() for p_ in (ref64.in_proj_weight, ref64.in_proj_bias, ref64.out_proj.weight,
+                                                       ref64.out_proj.bias)]
+    cases.append(("MultiheadAttention [128, 50, 64]", mini,
+                  lambda x, w, b, wo, bo: F.multi_head_attention_forward(
+                      x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), 64, 4, w, b, None, None, False, 0.0,
+                      wo, bo, need_weights=False)[0].transpose(0, 1), [data(128, 50, 64)], params64))
     silu = ts.Activation(ts.silu)
     cases.append(("silu [8, 197, 3072]", silu, F.silu, [data(B, T, 4 * C)], []))
 
