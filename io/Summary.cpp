@@ -9,13 +9,15 @@
 #include "modules/ConvND.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
+#include "modules/MultiheadAttention.h"
 #include "modules/PoolND.h"
 
 namespace tessera {
 
 namespace {
 
-// Multiply-adds count twice for Linear, convolutions and recurrent layers; views (Identity, Flatten,
+// Multiply-adds count twice for Linear, convolutions, recurrent layers and attention (its
+// products and MultiheadAttention's projections); views (Identity, Flatten,
 // Reshape) count nothing; other modules count one operation per output element (a rough
 // figure for element-wise work); a container counts its children.
 double flopsOf(Module& m, const Shapes& in, const Shapes& out) {
@@ -38,6 +40,22 @@ double flopsOf(Module& m, const Shapes& in, const Shapes& out) {
             if (name.rfind("weight_", 0) == 0) weights += static_cast<double>(v->data.numel());
         }
         return 2.0 * static_cast<double>(in[0][0] * in[0][1]) * weights;
+    }
+    // attention: q k^T and P v, 2 Tq Tk (d + dv) per head; with the projections of
+    // MultiheadAttention (query, key, value, output), 2 E^2 per row each
+    auto attention = [](const Shape& q, const Shape& k, const Shape& v) {
+        const size_t r = q.rank();
+        const double heads = static_cast<double>(q.numel()) / static_cast<double>(q[r - 2] * q[r - 1]);
+        return 2.0 * heads * static_cast<double>(q[r - 2] * k[r - 2] * (q[r - 1] + v[r - 1]));
+    };
+    if (cls == "ScaledDotProductAttention") return attention(in[0], in[1], in[2]);
+    if (const auto* mha = dynamic_cast<const MultiheadAttention*>(&m)) {
+        const Shape& q = in[0];
+        const Shape& kv = in.size() >= 3 && in[1].rank() == 3 && in[2].rank() == 3 && in[1][2] == q[2] ? in[1] : q;
+        const auto E = static_cast<double>(mha->embedDim());
+        const auto rowsQ = static_cast<double>(q[0] * q[1]), rowsKV = static_cast<double>(kv[0] * kv[1]);
+        const auto S = static_cast<double>(kv[mha->options().batchFirst ? 1 : 0]);
+        return 2.0 * E * E * (2.0 * rowsQ + 2.0 * rowsKV) + 4.0 * rowsQ * S * E;
     }
     if (cls == "Identity" || cls == "Flatten" || cls == "Reshape") return 0;
     if (!m.namedChildren().empty()) {

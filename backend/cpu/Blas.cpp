@@ -24,6 +24,20 @@ void require2D(const char* op, const char* name, const Tensor& t) {
 using namespace dnnl_util;
 using md = dnnl::memory::desc;
 
+// K of C <- op(A) op(B) over the last two dims of each (A: [.., M, K] or [.., K, M] with
+// transA; B: [.., K, N] or [.., N, K] with transB); throws ShapeError when they do not fit C.
+int64_t productDepth(const char* op, bool transA, bool transB, const Shape& a, const Shape& b, const Shape& c) {
+    const size_t r = c.rank();
+    const int64_t M = c[r - 2], N = c[r - 1];
+    const int64_t K = transA ? a[r - 2] : a[r - 1], am = transA ? a[r - 1] : a[r - 2];
+    const int64_t bk = transB ? b[r - 1] : b[r - 2], bn = transB ? b[r - 2] : b[r - 1];
+    if (am != M || bk != K || bn != N) {
+        throw ShapeError(std::string("CpuBackend::") + op + ": op(A) " + Shape{am, K}.str() + " x op(B) " +
+                         Shape{bk, bn}.str() + " does not give C " + c.str());
+    }
+    return K;
+}
+
 // A bfloat16 matmul C <- alpha op(A) op(B) + beta C: bfloat16 operands (reordered from the
 // float32 ones, transposes read through strides), float32 result.
 //
@@ -205,14 +219,7 @@ void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor
     require2D("gemm", "B", B);
     require2D("gemm", "C", C);
     const int64_t M = C.shape()[0], N = C.shape()[1];
-    const int64_t K = transA ? A.shape()[0] : A.shape()[1];
-    const int64_t am = transA ? A.shape()[1] : A.shape()[0];
-    const int64_t bk = transB ? B.shape()[1] : B.shape()[0];
-    const int64_t bn = transB ? B.shape()[0] : B.shape()[1];
-    if (am != M || bk != K || bn != N) {
-        throw ShapeError("CpuBackend::gemm: op(A) " + Shape{am, K}.str() + " x op(B) " + Shape{bk, bn}.str() +
-                         " does not give C " + C.shape().str());
-    }
+    const int64_t K = productDepth("gemm", transA, transB, A.shape(), B.shape(), C.shape());
     if (compute != DType::float32 && compute != DType::bfloat16) {
         throw BackendError("CpuBackend::gemm: computing in " + str(compute) +
                            " is not supported on the CPU (float32 and bfloat16 are; float16 runs on CUDA devices)");
@@ -246,14 +253,7 @@ void CpuBackend::gemmBatched(bool transA, bool transB, float alpha, const Tensor
         }
     }
     const int64_t batch = C.shape()[0], M = C.shape()[1], N = C.shape()[2];
-    const int64_t K = transA ? A.shape()[1] : A.shape()[2];
-    const int64_t am = transA ? A.shape()[2] : A.shape()[1];
-    const int64_t bk = transB ? B.shape()[2] : B.shape()[1];
-    const int64_t bn = transB ? B.shape()[1] : B.shape()[2];
-    if (am != M || bk != K || bn != N) {
-        throw ShapeError("CpuBackend::gemmBatched: op(A) " + Shape{am, K}.str() + " x op(B) " + Shape{bk, bn}.str() +
-                         " does not give C's " + Shape{M, N}.str());
-    }
+    const int64_t K = productDepth("gemmBatched", transA, transB, A.shape(), B.shape(), C.shape());
     if (batch == 0 || M == 0 || N == 0) return;
     if (K == 0) return axpby(0.0f, C, beta, C);
     if (float32Engine().load() != Float32Gemm::openblas) {

@@ -6,6 +6,7 @@
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "backend/Random.h"
+#include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/OpenBlas.h"
 
 namespace tessera {
@@ -140,6 +141,42 @@ TEST(CpuBackend, GemmAllTransposes) {
     be.gemm(true, true, 2.0f, A, B, 1.0f, C); // 2 A^T B^T + C
     EXPECT_TRUE(allClose(C, {2 * 23 + 17, 2 * 31 + 23, 2 * 34 + 39, 2 * 46 + 53}));
     EXPECT_THROW(be.gemm(false, false, 1.0f, A, Tensor::zeros({3, 2}), 0.0f, C), ShapeError);
+}
+
+// gemmBatched gives each product what gemm gives it, for every transpose, alpha and beta,
+// on both float32 engines (oneDNN's batched matmul and OpenBLAS's per product), and the
+// default one-gemm-per-product path agrees.
+TEST(CpuBackend, GemmBatchedIsGemmPerProduct) {
+    CpuBackend& be = static_cast<CpuBackend&>(backendFor(Device::cpu()));
+    const Float32Gemm before = CpuBackend::float32Gemm();
+    const int64_t batch = 5, M = 7, N = 6, K = 9;
+    for (Float32Gemm engine : {Float32Gemm::onednn, Float32Gemm::openblas}) {
+        CpuBackend::setFloat32Gemm(engine);
+        for (int t = 0; t < 4; ++t) {
+            const bool ta = t & 1, tb = t & 2;
+            SCOPED_TRACE(std::to_string(static_cast<int>(engine)) + " transA " + std::to_string(ta) + " transB " +
+                         std::to_string(tb));
+            const Tensor A = randomTensor(ta ? Shape{batch, K, M} : Shape{batch, M, K}, 1);
+            const Tensor B = randomTensor(tb ? Shape{batch, N, K} : Shape{batch, K, N}, 2);
+            const Tensor C0 = randomTensor({batch, M, N}, 3);
+            Tensor C = C0.clone(), want = C0.clone(), viaDefault = C0.clone();
+            be.gemmBatched(ta, tb, 0.5f, A, B, 2.0f, C);
+            be.Backend::gemmBatched(ta, tb, 0.5f, A, B, 2.0f, viaDefault);
+            for (int64_t i = 0; i < batch; ++i) {
+                auto at = [i](const Tensor& x) { return x.slice(i, i + 1).reshape({x.shape()[1], x.shape()[2]}); };
+                be.gemm(ta, tb, 0.5f, at(A), at(B), 2.0f, at(want));
+            }
+            EXPECT_TRUE(allClose(C, want.toVector<float>(), 1e-5f));
+            EXPECT_TRUE(allClose(viaDefault, want.toVector<float>(), 1e-5f));
+        }
+        EXPECT_THROW(be.gemmBatched(false, false, 1.0f, Tensor::zeros({2, 3, 4}), Tensor::zeros({2, 5, 6}), 0.0f,
+                                    Tensor::zeros({2, 3, 6})),
+                     ShapeError);
+        EXPECT_THROW(be.gemmBatched(false, false, 1.0f, Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 6}), 0.0f,
+                                    Tensor::zeros({2, 3, 6})),
+                     ShapeError);
+    }
+    CpuBackend::setFloat32Gemm(before);
 }
 
 // Tessera picks OpenBLAS's kernel set from the CPU's instruction sets as oneDNN's cap

@@ -11,6 +11,7 @@
 #include "modules/Identity.h"
 #include "modules/Init.h"
 #include "modules/Linear.h"
+#include "modules/MultiheadAttention.h"
 
 namespace tessera {
 namespace {
@@ -37,6 +38,21 @@ const SummaryRow& rowNamed(const std::vector<SummaryRow>& rows, const std::strin
         if (r.name == name) return r;
     }
     throw std::runtime_error("no row " + name);
+}
+
+// Attention counts its products' multiply-adds: q k^T and P v per head, and
+// MultiheadAttention's four projections on top.
+TEST(Summary, AttentionFlops) {
+    ShapeOnlyBuild noInit;
+    // cross-attention, time-major: query [L=5, N=2, E=8], key and value [S=7, 2, 8]
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto mem = node(std::make_shared<Identity>(), {}, "mem");
+    auto att = node(std::make_shared<MultiheadAttention>(8, 2, MultiheadAttentionOptions{.batchFirst = false}),
+                    {x, mem, mem}, "att");
+    Graph g({x, mem}, {att});
+    const SummaryRow& r = rowNamed(summarize(g, {Shape{5, 2, 8}, Shape{7, 2, 8}}), "att");
+    const double projections = 2.0 * 8 * 8 * (2 * 10 + 2 * 14), products = 2 * (2.0 * 2 * 5 * 7 * 4) * 2;
+    EXPECT_EQ(r.flops, projections + products);
 }
 
 TEST(Summary, RowsOfATwoInputGraph) {
