@@ -322,6 +322,32 @@ void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
 }
 
 // Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
+// Resize's sizes as the scales from the input's shape: the batch and channel dims kept
+// (the same size or symbol), each spatial one a whole multiple of the input's (PyTorch's
+// F.interpolate(x, size=...) to a multiple, as segmentation heads upsample to the image).
+std::vector<float> Importer::scalesOfSizes(const onnx::NodeProto& n) {
+    const Constant& sizes = requireConstant(n, 3, "the sizes");
+    const auto in = shapes_.find(n.input(0));
+    if (!sizes.isInt || in == shapes_.end() || in->second.size() != sizes.ints.size()) {
+        throw Unsupported{"sizes for an input whose shape is not known at import"};
+    }
+    std::vector<float> scales;
+    for (size_t d = 0; d < sizes.ints.size(); ++d) {
+        const Dim& dim = in->second[d];
+        const bool same =
+            sizes.symbol(d).empty() ? dim.value >= 0 && dim.value == sizes.ints[d] : dim.symbol == sizes.symbol(d);
+        if (same) {
+            scales.push_back(1.0f);
+        } else if (d >= 2 && dim.value > 0 && sizes.symbol(d).empty() && sizes.ints[d] % dim.value == 0) {
+            scales.push_back(static_cast<float>(sizes.ints[d] / dim.value));
+        } else {
+            throw Unsupported{"sizes that are not whole multiples of the input's spatial dims (dim " +
+                              std::to_string(d) + ")"};
+        }
+    }
+    return scales;
+}
+
 void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
     const bool resize = n.op_type() == "Resize";
     if (resize) {
@@ -355,8 +381,11 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
         scales.assign(sc->floats().begin(), sc->floats().end());
     } else {
         const int k = resize ? 2 : 1;
-        if (resize && n.input_size() > 3 && !n.input(3).empty()) throw Unsupported{"sizes instead of scales"};
-        scales = requireConstant(n, k, "the scales").tensor.toVector<float>();
+        if (resize && n.input_size() > 3 && !n.input(3).empty()) { // sizes: the scales they make
+            scales = scalesOfSizes(n);
+        } else {
+            scales = requireConstant(n, k, "the scales").tensor.toVector<float>();
+        }
     }
     if (scales.size() < 3 || scales[0] != 1 || scales[1] != 1) throw Unsupported{"scales of the batch or channel dim"};
     const float s = scales[2];

@@ -238,6 +238,7 @@ private:
     void importPad(const onnx::NodeProto& n, const Attributes& a);
 
     // Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
+    std::vector<float> scalesOfSizes(const onnx::NodeProto& n);
     void importResize(const onnx::NodeProto& n, const Attributes& a);
 
     void importDropout(const onnx::NodeProto& n, const Attributes& a);

@@ -10,9 +10,10 @@ input as PyTorch, and compared: every output within 1e-4 of PyTorch's, relative 
 largest. Without arguments it takes ResNet-18, VGG-11, MobileNet V2 (depthwise), MobileNet
 V3 small (hard-swish, squeeze-and-excitation gates), DenseNet-121 (concatenations),
 ShuffleNet V2 (channel shuffles from computed shapes), SqueezeNet 1.1 and GoogLeNet (max
-pools with ceil_mode), 2-layer bidirectional nn.LSTM, nn.GRU and nn.RNN networks, and a
-small network of GroupNorm, SiLU, Mish and LayerNorm, a transformer's feed-forward block
-(Linear on [N, T, C], GELU, LayerNorm, softmax over the last axis), an nn.TransformerEncoder
+pools with ceil_mode), LR-ASPP MobileNet V3 (segmentation: Resize by sizes), 2-layer
+bidirectional nn.LSTM, nn.GRU and nn.RNN networks, and a small network of GroupNorm, SiLU,
+Mish and LayerNorm, a transformer's feed-forward block (Linear on [N, T, C], GELU,
+LayerNorm, softmax over the last axis), an nn.TransformerEncoder
 text classifier, and small torchvision ViT and ConvNeXt networks, each exported at opsets
 13 and 17.
 Exits 1 on the first mismatch.
@@ -26,7 +27,21 @@ import numpy as np
 import torch
 import torchvision
 
+class SegmentationOut(torch.nn.Module):
+    """A torchvision segmentation network's "out" map (they return a dict)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return self.net(x)["out"]
+
+
 MODELS = {
+    # upsampled with F.interpolate(size=...): Resize by sizes, whole multiples of the input's
+    "lraspp_mobilenet_v3_large": lambda: SegmentationOut(
+        torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None)),
     "resnet18": torchvision.models.resnet18,
     "vgg11": torchvision.models.vgg11,
     "mobilenet_v2": torchvision.models.mobilenet_v2,
