@@ -15,12 +15,14 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
+#include "modules/DropPath.h"
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Flatten.h"
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/Linear.h"
+#include "modules/MultiheadAttention.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pool.h"
@@ -324,6 +326,9 @@ TEST(Plan, StatefulModulesDifferentiateTheirLastForward) {
         {[] { return std::make_shared<Dropout2D>(Dropout2DOptions{.p = 0.5f}); }, {2, 3, 2, 2}},
         {[] { return std::make_shared<NoiseInjector>(NoiseInjectorOptions{.mode = NoiseMode::mul}); }, {4, 6}},
         {[] { return std::make_shared<PRelu>(3); }, {2, 3, 2, 2}},
+        {[] { return std::make_shared<MultiheadAttention>(4, 2, MultiheadAttentionOptions{.dropout = 0.5f}); },
+         {2, 3, 4}},
+        {[] { return std::make_shared<DropPath>(DropPathOptions{.p = 0.5f}); }, {4, 6}},
         {[] {
              auto s = std::make_shared<Sequential>("seq");
              s->append(std::make_shared<BatchNorm2D>(3)).append(std::make_shared<Activation>(ActivationKind::tanh));
