@@ -258,7 +258,13 @@ void Exporter::emitAttention(const Layer& l) {
 // Reshape) and out_proj as MatMul + Add. Time-major inputs and the output are transposed
 // at the edges.
 void Exporter::emitMultiheadAttention(const Layer& l) {
-    const auto& [m, bp, in, inShapes, out, path] = l;
+    // Plain references, not a structured binding: the lambdas below capture them (clang 14
+    // cannot capture structured bindings).
+    const Module& m = l.m;
+    const auto& in = l.in;
+    const Shapes& inShapes = l.inShapes;
+    const auto& out = l.out;
+    const std::string& path = l.path;
     const auto& mha = static_cast<const MultiheadAttention&>(m);
     const MultiheadAttentionOptions& o = mha.options();
     const int64_t E = mha.embedDim(), H = mha.numHeads(), d = E / H;
