@@ -90,14 +90,18 @@ void AttentionKernel::probabilities(const Tensors& in, int64_t h0, int64_t g, co
     be.softmaxForward(scores.reshape({g * Tq, Tk}), p.reshape({g * Tq, Tk}));
 }
 
+Tensor AttentionKernel::causalTable(int64_t Tq, int64_t Tk) {
+    std::vector<float> m(static_cast<size_t>(Tq * Tk), 0.0f);
+    for (int64_t i = 0; i < Tq; ++i) {
+        for (int64_t j = i + 1; j < Tk; ++j)
+            m[static_cast<size_t>(i * Tk + j)] = -std::numeric_limits<float>::infinity();
+    }
+    return Tensor::fromVector({Tq, Tk}, m);
+}
+
 const Tensor& AttentionKernel::causalMask(int64_t Tq, int64_t Tk, Device device) const {
     if (!causalMask_.defined() || causalMask_.shape() != Shape{Tq, Tk} || causalMask_.device() != device) {
-        std::vector<float> m(static_cast<size_t>(Tq * Tk), 0.0f);
-        for (int64_t i = 0; i < Tq; ++i) {
-            for (int64_t j = i + 1; j < Tk; ++j)
-                m[static_cast<size_t>(i * Tk + j)] = -std::numeric_limits<float>::infinity();
-        }
-        causalMask_ = Tensor::fromVector({Tq, Tk}, m).to(device);
+        causalMask_ = causalTable(Tq, Tk).to(device);
     }
     return causalMask_;
 }

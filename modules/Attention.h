@@ -41,6 +41,8 @@ public:
     /// A Stream kept as a tensor (int32 [4], on the CPU), so that a run's state can move.
     static Tensor keep(const Stream& s);
     static Stream kept(const Tensor& t);
+    /// The causal mask [Tq, Tk] on the CPU: 0 on and below the diagonal, -inf above.
+    static Tensor causalTable(int64_t Tq, int64_t Tk);
 
 private:
     float scaleFor(int64_t d) const;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/Backend.h"
+#include "modules/AxisUtil.h"
 #include "modules/Init.h"
 
 namespace tessera {
@@ -10,17 +11,6 @@ namespace tessera {
 namespace {
 AttentionOptions kernelOptions(const MultiheadAttentionOptions& o) {
     return {.causal = o.causal, .scale = 0.0f, .dropout = o.dropout, .seed = 0, .name = {}};
-}
-
-// [A, B, ...] -> [B, A, ...]: between batch-first and time-major.
-Tensor swap01(const Tensor& x) {
-    std::vector<int64_t> d = x.shape().dims(), perm(d.size());
-    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
-    std::swap(perm[0], perm[1]);
-    std::swap(d[0], d[1]);
-    Tensor y = Tensor::empty(Shape(d), DType::float32, x.device());
-    backendOf(x).permute(x, perm, y);
-    return y;
 }
 
 // [N, T, H, d] <-> [N, H, T, d]
@@ -31,6 +21,8 @@ Tensor swap12(const Tensor& x) {
     return y;
 }
 } // namespace
+
+using axis::swap01;
 
 MultiheadAttention::MultiheadAttention(int64_t embedDim, int64_t numHeads, const MultiheadAttentionOptions& options)
     : Module(options.name), embedDim_(embedDim), numHeads_(numHeads), options_(options),

@@ -228,13 +228,9 @@ void Exporter::attentionNodes(const std::string& q, const std::string& k, const 
         scores = masked;
     }
     if (causal) {
-        std::vector<float> c(static_cast<size_t>(Tq * Tk), 0.0f);
-        for (int64_t i = 0; i < Tq; ++i) {
-            for (int64_t j = i + 1; j < Tk; ++j)
-                c[static_cast<size_t>(i * Tk + j)] = -std::numeric_limits<float>::infinity();
-        }
         const std::string causalOut = valueName(path + "_causal");
-        node("Add", {scores, init(path + ".causal", Tensor::fromVector({Tq, Tk}, c))}, {causalOut}, path + "_causal");
+        node("Add", {scores, init(path + ".causal", AttentionKernel::causalTable(Tq, Tk))}, {causalOut},
+             path + "_causal");
         scores = causalOut;
     }
     const std::string weights = valueName(path + "_weights");
