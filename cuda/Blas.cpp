@@ -55,6 +55,38 @@ void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, c
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// The products of attention's heads in one cuBLAS call: row-major C[i] = op(A[i]) op(B[i])
+// is column-major C[i]^T = op(B[i])^T op(A[i])^T, the operands swapped as in gemm, with each
+// matrix of a batch one stride after the last. TF32 as setAllowTF32 says (the handle's math mode).
+void CudaBackend::gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                              const Tensor& C) {
+    for (const Tensor* t : {&A, &B, &C}) {
+        if (t->shape().rank() != 3 || t->shape()[0] != C.shape()[0]) {
+            throw ShapeError("CudaBackend::gemmBatched: A, B and C must be 3-D with one batch, got " + A.shape().str() +
+                             ", " + B.shape().str() + ", " + C.shape().str());
+        }
+        requireDtype("gemmBatched", *t, DType::float32, t == &A ? "A" : t == &B ? "B" : "C");
+    }
+    const int64_t batch = C.shape()[0], m = C.shape()[1], n = C.shape()[2];
+    const int64_t k = transA ? A.shape()[1] : A.shape()[2];
+    if ((transA ? A.shape()[2] : A.shape()[1]) != m || (transB ? B.shape()[2] : B.shape()[1]) != k ||
+        (transB ? B.shape()[1] : B.shape()[2]) != n) {
+        throw ShapeError("CudaBackend::gemmBatched: " + A.shape().str() + (transA ? "^T" : "") + " x " +
+                         B.shape().str() + (transB ? "^T" : "") + " does not give " + C.shape().str());
+    }
+    if (batch == 0 || m == 0 || n == 0) return;
+    if (k == 0) return axpby(0.0f, C, beta, C);
+    for (int64_t v : {batch, m, n, k}) {
+        if (v > INT_MAX) throw ShapeError("CudaBackend::gemmBatched: a dimension over 2^31 in " + C.shape().str());
+    }
+    s();
+    const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N, opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    TESSERA_CUDA_CHECK(cublasSgemmStridedBatched(
+        cublas_, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, fp(B),
+        static_cast<int>(B.shape()[2]), B.shape()[1] * B.shape()[2], fp(A), static_cast<int>(A.shape()[2]),
+        A.shape()[1] * A.shape()[2], &beta, fp(C), static_cast<int>(n), m * n, static_cast<int>(batch)));
+}
+
 void CudaBackend::broadcastRows(const Tensor& row, const Tensor& y) {
     if (y.shape().rank() != 2 || row.numel() != y.shape()[1]) {
         throw ShapeError("CudaBackend::broadcastRows: row " + row.shape().str() + " does not fit rows of " +

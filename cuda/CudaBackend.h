@@ -121,6 +121,8 @@ public:
     using Backend::gemm;
     void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta, const Tensor& C,
               DType compute) override;
+    void gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
+                     const Tensor& C) override;
     void broadcastRows(const Tensor& row, const Tensor& y) override;
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
 

@@ -13,7 +13,12 @@
 #   lenet-unpinned.log   the fp32 run with batches in ordinary memory (--no-pin-memory)
 #   nccl.log    2 epochs of it as a single-rank data-parallel job over NCCL (TESSERA_NCCL_SIZE=1)
 #   determinism.log   two seeded 1-epoch runs, saved and compared, with and without --deterministic
-#   profile.log tessera profile resnet50 --device cuda --batch 64 --depth 1, in fp32 and bf16
+#               (the LeNet, NCCL and determinism steps are skipped when GPU_RUN_SKIP_LENET is set)
+#   train.log   with GPU_RUN_TRAIN="ARGS" (say "--model vit-tiny --epochs 10"): tessera train ARGS
+#               --data DATA_DIR --seed 1 --device cuda
+#   profile.log tessera profile MODEL --device cuda --batch B --depth 1, in fp32 and bf16, for
+#               each MODEL:B in GPU_RUN_PROFILE (default resnet50:64; skipped when
+#               GPU_RUN_SKIP_PROFILE is set)
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
 #               skipped when GPU_RUN_SKIP_BENCH is set)
 #   side.log    with GPU_RUN_SIDE=MODELS (say resnet50): tools/bench/pytorch_side_by_side.py
@@ -66,7 +71,15 @@ if ((skipped > 0)); then
   status=1
 fi
 
-if [[ -n $data ]]; then
+if [[ -n $data && -n ${GPU_RUN_TRAIN:-} ]]; then
+  cmd="bin/tessera train $GPU_RUN_TRAIN --data $data --seed 1 --device cuda"
+  # shellcheck disable=SC2086 # GPU_RUN_TRAIN is a list of arguments
+  { header "$cmd"; timeout "${GPU_RUN_TRAIN_LIMIT:-240}" "$root/bin/tessera" train $GPU_RUN_TRAIN --data "$data" \
+      --seed 1 --device cuda 2>&1; } >"$out/train.log" || status=1
+  grep -E 'final test accuracy' "$out/train.log" | sed 's/^/train: /' || echo "train: no final accuracy (see train.log)"
+fi
+
+if [[ -n $data && -z ${GPU_RUN_SKIP_LENET:-} ]]; then
   for precision in fp32 fp16 bf16; do
     log=$out/lenet.log
     [[ $precision == fp32 ]] || log=$out/lenet-$precision.log
@@ -121,12 +134,17 @@ PY
 fi
 
 # Per-layer times on the device (each layer bracketed by synchronisations).
-for precision in fp32 bf16; do
-  cmd="bin/tessera profile resnet50 --device cuda --batch 64 --depth 1 --precision $precision"
-  { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" profile resnet50 --device cuda --batch 64 --depth 1 \
-      --precision $precision 2>&1; } >>"$out/profile.log" || status=1
-done
-grep -E '^training step' "$out/profile.log" | sed 's/^/profile: /' || echo "profile: no result (see profile.log)"
+if [[ -z ${GPU_RUN_SKIP_PROFILE:-} ]]; then
+  for item in ${GPU_RUN_PROFILE:-resnet50:64}; do
+    IFS=: read -r model batch <<<"$item"
+    for precision in fp32 bf16; do
+      cmd="bin/tessera profile $model --device cuda --batch $batch --depth 1 --precision $precision"
+      { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" profile "$model" --device cuda --batch "$batch" \
+          --depth 1 --precision $precision 2>&1; } >>"$out/profile.log" || status=1
+    done
+  done
+  grep -E '^training step' "$out/profile.log" | sed 's/^/profile: /' || echo "profile: no result (see profile.log)"
+fi
 
 if [[ -z ${GPU_RUN_SKIP_BENCH:-} ]]; then
   filter=${GPU_RUN_BENCH_FILTER:-Gpu/}

@@ -315,6 +315,13 @@ TEST(CudaConsistency, EveryModule) {
         {"MultiheadAttention cross time-major",
          make<MultiheadAttention>(8, 4, MultiheadAttentionOptions{.batchFirst = false}),
          {{5, 2, 8}, {6, 2, 8}, {6, 2, 8}}},
+        // Scores of 2 x 8 heads of 200 x 200 take 2.5 MiB: two blocks of heads.
+        {"ScaledDotProductAttention blocks of heads",
+         make<ScaledDotProductAttention>(),
+         {{2, 8, 200, 16}, {2, 8, 200, 16}, {2, 8, 200, 16}}},
+        {"ScaledDotProductAttention dropout",
+         make<ScaledDotProductAttention>(AttentionOptions{.dropout = 0.3f, .seed = 5}),
+         {{2, 3, 6, 8}, {2, 3, 7, 8}, {2, 3, 7, 4}}},
         {"PositionalEncoding", make<PositionalEncoding>(), {{2, 5, 6}}},
         {"MatMul transB", make<MatMul>(MatMulOptions{.transB = true, .alpha = 0.5f}), {{2, 7, 8}, {2, 9, 8}}},
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
@@ -722,6 +729,34 @@ TEST(CudaConsistency, SumSquares) {
     std::vector<float> v = x.toVector<float>();
     v[4242] = std::nanf("");
     EXPECT_TRUE(std::isnan(backendFor(dev).sumSquares(Tensor::fromVector(x.shape(), v).to(dev))));
+}
+
+// Attention's batched products (cuBLAS's strided batched GEMM on the device) give what the
+// CPU's products give, for every transpose, with alpha and beta, and refuse mismatched shapes.
+TEST(CudaConsistency, GemmBatched) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    Backend& be = backendFor(dev);
+    const int64_t batch = 6, M = 33, N = 17, K = 40;
+    for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        SCOPED_TRACE("transA " + std::to_string(ta) + " transB " + std::to_string(tb));
+        const Tensor A = randomTensor(ta ? Shape{batch, K, M} : Shape{batch, M, K}, 1);
+        const Tensor B = randomTensor(tb ? Shape{batch, N, K} : Shape{batch, K, N}, 2);
+        const Tensor C0 = randomTensor({batch, M, N}, 3);
+        const Tensor want = C0.clone(), got = C0.to(dev);
+        backendOf(want).gemmBatched(ta, tb, 0.5f, A, B, 2.0f, want);
+        be.gemmBatched(ta, tb, 0.5f, A.to(dev), B.to(dev), 2.0f, got);
+        EXPECT_LE(relDiff(got.to(Device::cpu()), want), 1e-5);
+        // A block of the batch, as attention passes them: slices of the first dimension.
+        const Tensor part = C0.to(dev);
+        be.gemmBatched(ta, tb, 0.5f, A.to(dev).slice(2, 5), B.to(dev).slice(2, 5), 2.0f, part.slice(2, 5));
+        EXPECT_LE(relDiff(part.slice(2, 5).to(Device::cpu()), want.slice(2, 5).clone()), 1e-5);
+        EXPECT_LE(relDiff(part.slice(0, 2).to(Device::cpu()), C0.slice(0, 2).clone()), 0.0);
+    }
+    EXPECT_THROW(be.gemmBatched(false, false, 1.0f, Tensor::zeros({2, 3, 4}).to(dev), Tensor::zeros({2, 5, 6}).to(dev),
+                                0.0f, Tensor::zeros({2, 3, 6}).to(dev)),
+                 ShapeError);
 }
 
 // Loss scaling's unscale-and-check on both devices: the same scaled values, and an Inf

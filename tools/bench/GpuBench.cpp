@@ -1,11 +1,10 @@
 // Training steps and inference on the first CUDA device, in images per second: LeNet
-// (28x28, batch 128), ResNet-18 (CIFAR stem, 32x32, batch 128) and ResNet-50 (224x224,
-// batch 128). Registered only when a CUDA device is present. Every timed iteration ends
-// with a device synchronisation, so the time covers the GPU work, not just its launch.
-// Convolution algorithms are chosen by timing (optimizeForShape) before the warm-up, as
-// PyTorch's cudnn.benchmark does. With TESSERA_PROFILE_STEP set, one step after the
-// warm-up runs inside cudaProfilerRange, for `ncu --profile-from-start off`.
-// "peak MiB" is the most the allocator held live at once during the steps (weights,
+// (28x28, batch 128), ResNet-18 (CIFAR stem, 32x32, batch 128), ResNet-50 (224x224,
+// batch 128), the zoo's vit-tiny (28x28, batch 128) and ViT-B/16 (224x224, batch 64). Registered only when a CUDA
+// device is present. Every timed iteration ends with a device synchronisation, so the time covers the GPU work, not
+// just its launch. Convolution algorithms are chosen by timing (optimizeForShape) before the warm-up, as PyTorch's
+// cudnn.benchmark does. With TESSERA_PROFILE_STEP set, one step after the warm-up runs inside cudaProfilerRange, for
+// `ncu --profile-from-start off`. "peak MiB" is the most the allocator held live at once during the steps (weights,
 // optimizer state, activations, gradients, workspaces), counted from after the search.
 // Each runs in float32 (TF32 tensor cores allowed, the default), float16 (calcMode, with
 // dynamic loss scaling in training) and bfloat16: the rows end in /fp32, /fp16 and /bf16.
@@ -17,6 +16,7 @@
 #include "backend/Random.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
+#include "models/Zoo.h"
 #include "training/CrossEntropy.h"
 #include "training/Optimizer.h"
 
@@ -42,15 +42,17 @@ template <class F> void profiledStep(F&& step) {
 }
 
 const GpuWorkload kWorkloads[] = {
-    {"lenet", 128, {1, 28, 28}, 10},
-    {"resnet18-cifar", 128, {3, 32, 32}, 10},
-    {"resnet50", 128, {3, 224, 224}, 1000},
+    {"lenet", 128, {1, 28, 28}, 10},        {"resnet18-cifar", 128, {3, 32, 32}, 10},
+    {"resnet50", 128, {3, 224, 224}, 1000}, {"vit-tiny", 128, {1, 28, 28}, 10},
+    {"vit-b16", 64, {3, 224, 224}, 1000},
 };
 
 ModulePtr gpuModel(const GpuWorkload& w) {
     const std::string n = w.name;
     if (n == "lenet") return loadLeNet();
     if (n == "resnet18-cifar") return loadResNet(18, ResNetStem::cifar, w.classes);
+    if (n == "vit-tiny") return loadZooModel("vit-tiny");
+    if (n == "vit-b16") return loadZooModel("vit");
     return loadResNet(50, ResNetStem::imagenet, w.classes);
 }
 
