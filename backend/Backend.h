@@ -246,6 +246,10 @@ public:
         auto at = [](const Tensor& t, int64_t i) { return t.slice(i, i + 1).reshape({t.shape()[1], t.shape()[2]}); };
         for (int64_t i = 0; i < C.shape()[0]; ++i) gemm(transA, transB, alpha, at(A, i), at(B, i), beta, at(C, i));
     }
+    /// How many bytes of scores one block of attention heads may take (AttentionKernel runs
+    /// heads in such blocks): small enough to stay in a CPU's cache (the default, 2 MiB),
+    /// large enough on a GPU that each batched product fills the device.
+    virtual int64_t attentionBlockBytes() const { return int64_t{2} << 20; }
     /// row: [M], y: [N, M] -> y[n, :] <- row for every n.
     virtual void broadcastRows(const Tensor& row, const Tensor& y) = 0;
     /// x: [N, M], y: [M] -> y <- alpha * sum_n x[n, :] + beta * y.

@@ -100,7 +100,26 @@ void CudaBackend::sumRows(const Tensor& x, float alpha, float beta, const Tensor
         throw ShapeError("CudaBackend::sumRows: y " + y.shape().str() + " does not fit the columns of " +
                          x.shape().str());
     }
-    cudak::sumRows(fp(x), alpha, beta, fp(y), x.shape()[0], x.shape()[1], s());
+    sumColumns(fp(x), x.shape()[0], x.shape()[1], x.shape()[1], alpha, beta, fp(y));
+}
+
+// y[j] <- alpha * sum_r x[r * ld + j] + beta * y[j] for j < cols: the product of the
+// column-major cols x rows matrix with a vector of ones (cuBLAS's gemv: the whole device
+// works on it, and the sum is the same on every run). y is not read when beta is 0.
+void CudaBackend::sumColumns(const float* x, int64_t rows, int64_t cols, int64_t ld, float alpha, float beta,
+                             float* y) {
+    if (cols == 0) return;
+    if (rows == 0) {
+        if (beta == 0.0f) return cudak::fill(y, cols, 0.0f, s());
+        return cudak::axpby(0.0f, y, beta, y, cols, s());
+    }
+    if (rows > INT_MAX || cols > INT_MAX || ld > INT_MAX) {
+        throw ShapeError("CudaBackend::sumRows: " + std::to_string(rows) + " x " + std::to_string(cols) +
+                         " has a dimension over 2^31");
+    }
+    const float* one = ones(rows);
+    TESSERA_CUDA_CHECK(cublasSgemv(cublas_, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(rows), &alpha, x,
+                                   static_cast<int>(ld), one, 1, &beta, y, 1));
 }
 
 } // namespace tessera

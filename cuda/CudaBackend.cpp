@@ -198,10 +198,25 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index), dnn_(std
     setDeterministic(cudaSettings().deterministic);
 }
 
+const float* CudaBackend::ones(int64_t n) {
+    std::lock_guard<std::mutex> lock(onesMutex_);
+    if (n > onesLength_) {
+        const int64_t length = std::max<int64_t>({n, 2 * onesLength_, 4096});
+        if (ones_) TESSERA_CUDA_CHECK(cudaFree(ones_)); // waits for the kernels that read it
+        void* p = nullptr;
+        TESSERA_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(length) * sizeof(float)));
+        ones_ = static_cast<float*>(p);
+        onesLength_ = length;
+        cudak::fill(ones_, length, 1.0f, s());
+    }
+    return ones_;
+}
+
 CudaBackend::~CudaBackend() {
     // Backends live until the process ends (see cudaBackend); the driver may be shutting
     // down by then, so statuses are not checked here.
     dnn_.reset();
+    if (ones_) cudaFree(ones_);
     cudnnDestroy(cudnn_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(copyStream_);

@@ -125,6 +125,8 @@ public:
                      const Tensor& C) override;
     void broadcastRows(const Tensor& row, const Tensor& y) override;
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
+    /// A whole batch of heads at once, up to 256 MiB of scores: products big enough to fill the device.
+    int64_t attentionBlockBytes() const override { return int64_t{256} << 20; }
 
     void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
     void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
@@ -249,6 +251,13 @@ private:
     };
     cudaStream_t copyStream_ = nullptr;
     std::mutex uploadMutex_;
+    // A vector of ones on the device (its own cudaMalloc, outside the allocator's
+    // statistics), for column sums as matrix-vector products; grown on demand.
+    const float* ones(int64_t n);
+    void sumColumns(const float* x, int64_t rows, int64_t cols, int64_t ld, float alpha, float beta, float* y);
+    std::mutex onesMutex_;
+    float* ones_ = nullptr;
+    int64_t onesLength_ = 0;
     std::vector<std::unique_ptr<UploadBuffer>> uploads_;
 };
 

@@ -54,6 +54,18 @@ void CudaBackend::sumTo(const Tensor& x, float alpha, const Tensor& y) {
     if (!broadcastsTo(y.shape(), x.shape())) {
         throw ShapeError("CudaBackend::sumTo: " + y.shape().str() + " does not broadcast to " + x.shape().str());
     }
+    // A sum over leading dimensions only (a bias's or a batch-broadcast table's gradient) is
+    // a sum of rows: cuBLAS's gemv against ones spreads it over the device.
+    const std::vector<int64_t>& xd = x.shape().dims();
+    const std::vector<int64_t>& yd = y.shape().dims();
+    size_t lead = 0;
+    while (lead < yd.size() && yd[lead] == 1) ++lead;
+    const size_t kept = yd.size() - lead;
+    if (y.numel() > 0 && kept <= xd.size() &&
+        std::equal(yd.begin() + static_cast<std::ptrdiff_t>(lead), yd.end(),
+                   xd.end() - static_cast<std::ptrdiff_t>(kept))) {
+        return sumColumns(fp(x), x.numel() / y.numel(), y.numel(), y.numel(), alpha, 0.0f, fp(y));
+    }
     cudak::sumTo(fp(x), alpha, fp(y), element::reduceGeometry(x.shape(), y.shape()), y.numel(), s());
 }
 

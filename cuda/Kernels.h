@@ -117,6 +117,11 @@ void invStdFromVariance(const float* var, float eps, float* invstd, int64_t c, c
 void rowNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                     int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps, bool subtractMean,
                     cudaStream_t s);
+/// LayerNorm's parameter gradients (groups 1, inner 1) in parts: rows in chunks of
+/// `chunkRows`, chunk i's sums of dy * xhat and of dy over its rows in partial[i, 0:D] and
+/// partial[i, D:2D] (partial: [ceil(rows / chunkRows), 2D]); the caller sums the chunks.
+void rowNormColumnPartials(const float* x, const float* dy, const float* mean, const float* rstd, float* partial,
+                           int64_t rows, int64_t D, int64_t chunkRows, cudaStream_t s);
 /// dx from dy; dgamma, dbeta ([channels] or null) overwritten with the parameter gradients.
 void rowNormBackward(const float* x, const float* dy, const float* gamma, const float* mean, const float* rstd,
                      float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t D, int64_t groups, int64_t inner,

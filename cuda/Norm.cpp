@@ -125,9 +125,20 @@ void CudaBackend::rowNormBackward(const RowNormParams& p, const Tensor& xIn, con
                          " and " + dy.shape().str());
     }
     const int64_t rows = x.shape()[0], D = x.shape()[1];
+    // LayerNorm's parameter gradients are column sums over every row: chunks of rows in
+    // parallel, then the chunks summed (sumColumns), so that long batches fill the device.
+    const bool columns = p.groups == 1 && p.inner == 1 && (dgamma.defined() || dbeta.defined());
     cudak::rowNormBackward(fp(x), fp(dy), gamma.defined() ? fp(gamma) : nullptr, fp(mean), fp(rstd), fp(dx),
-                           dgamma.defined() ? fp(dgamma) : nullptr, dbeta.defined() ? fp(dbeta) : nullptr, rows, D,
-                           p.groups, p.inner, p.subtractMean, s());
+                           !columns && dgamma.defined() ? fp(dgamma) : nullptr,
+                           !columns && dbeta.defined() ? fp(dbeta) : nullptr, rows, D, p.groups, p.inner,
+                           p.subtractMean, s());
+    if (!columns || rows == 0 || D == 0) return;
+    constexpr int64_t kChunkRows = 256;
+    const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+    const Tensor partial = Tensor::empty({chunks, 2 * D}, DType::float32, x.device());
+    cudak::rowNormColumnPartials(fp(x), fp(dy), fp(mean), fp(rstd), fp(partial), rows, D, kChunkRows, s());
+    if (dgamma.defined()) sumColumns(fp(partial), chunks, D, 2 * D, 1.0f, 0.0f, fp(dgamma));
+    if (dbeta.defined()) sumColumns(fp(partial) + D, chunks, D, 2 * D, 1.0f, 0.0f, fp(dbeta));
 }
 
 } // namespace tessera

@@ -160,15 +160,17 @@ __global__ void rowNormParamGradKernel(const float* x, const float* dy, const fl
     }
 }
 
-// LayerNorm's parameter gradients (groups 1, inner 1: channel d): a tile of 32 columns per
-// block, its 8 rows of threads striding over the rows, so that a warp reads 32 neighbours.
-__global__ void rowNormColumnGradKernel(const float* x, const float* dy, const float* mean, const float* rstd,
-                                        float* dgamma, float* dbeta, int64_t rows, int64_t D) {
+// LayerNorm's parameter gradients (groups 1, inner 1: channel d), one chunk of rows per
+// blockIdx.y: a tile of 32 columns per block, its 8 rows of threads striding over the
+// chunk's rows, so that a warp reads 32 neighbours; the chunk's sums go to its partial row.
+__global__ void rowNormColumnPartialKernel(const float* x, const float* dy, const float* mean, const float* rstd,
+                                           float* partial, int64_t rows, int64_t D, int64_t chunkRows) {
     __shared__ float sg[8][33], sb[8][33];
     const int64_t d = blockIdx.x * 32 + threadIdx.x;
+    const int64_t r0 = blockIdx.y * chunkRows, r1 = r0 + chunkRows < rows ? r0 + chunkRows : rows;
     float g = 0.0f, b = 0.0f;
     if (d < D) {
-        for (int64_t r = threadIdx.y; r < rows; r += 8) {
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
             const int64_t i = r * D + d;
             g += dy[i] * (x[i] - mean[r]) * rstd[r];
             b += dy[i];
@@ -179,8 +181,8 @@ __global__ void rowNormColumnGradKernel(const float* x, const float* dy, const f
     __syncthreads();
     if (threadIdx.y == 0 && d < D) {
         for (int k = 1; k < 8; ++k) g += sg[k][threadIdx.x], b += sb[k][threadIdx.x];
-        if (dgamma) dgamma[d] = g;
-        if (dbeta) dbeta[d] = b;
+        partial[blockIdx.y * 2 * D + d] = g;
+        partial[blockIdx.y * 2 * D + D + d] = b;
     }
 }
 
@@ -205,13 +207,16 @@ void rowNormBackward(const float* x, const float* dy, const float* gamma, const 
                                                                subtractMean);
     TESSERA_CUDA_CHECK(cudaGetLastError());
     if (!dgamma && !dbeta) return;
-    if (groups == 1 && inner == 1) {
-        rowNormColumnGradKernel<<<static_cast<unsigned>((D + 31) / 32), dim3(32, 8), 0, s>>>(x, dy, mean, rstd, dgamma,
-                                                                                             dbeta, rows, D);
-    } else {
-        rowNormParamGradKernel<<<rowBlocks(groups * (D / inner)), kThreads, 0, s>>>(x, dy, mean, rstd, dgamma, dbeta,
-                                                                                    rows, D, groups, inner);
-    }
+    rowNormParamGradKernel<<<rowBlocks(groups * (D / inner)), kThreads, 0, s>>>(x, dy, mean, rstd, dgamma, dbeta,
+                                                                                rows, D, groups, inner);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
+void rowNormColumnPartials(const float* x, const float* dy, const float* mean, const float* rstd, float* partial,
+                           int64_t rows, int64_t D, int64_t chunkRows, cudaStream_t s) {
+    if (rows == 0 || D == 0) return;
+    const dim3 grid(static_cast<unsigned>((D + 31) / 32), static_cast<unsigned>((rows + chunkRows - 1) / chunkRows));
+    rowNormColumnPartialKernel<<<grid, dim3(32, 8), 0, s>>>(x, dy, mean, rstd, partial, rows, D, chunkRows);
     TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 

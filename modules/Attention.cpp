@@ -119,14 +119,12 @@ AttentionKernel::Stream AttentionKernel::kept(const Tensor& t) {
 }
 
 namespace {
-// Heads go through in blocks whose [g, Tq, Tk] scores take at most this many bytes each
-// (a few such buffers exist at once): the memory stays bounded whatever the batch, and
-// short sequences still make products big enough to run fast.
-constexpr int64_t kScoreBlockBytes = int64_t{2} << 20;
-
-int64_t headsPerBlock(int64_t heads, int64_t Tq, int64_t Tk) {
+// Heads go through in blocks whose [g, Tq, Tk] scores take at most the backend's
+// attentionBlockBytes each (a few such buffers exist at once): the memory stays bounded
+// whatever the batch, and short sequences still make products big enough to run fast.
+int64_t headsPerBlock(const Backend& be, int64_t heads, int64_t Tq, int64_t Tk) {
     const int64_t one = std::max<int64_t>(1, Tq * Tk * static_cast<int64_t>(sizeof(float)));
-    return std::clamp<int64_t>(kScoreBlockBytes / one, 1, std::max<int64_t>(heads, 1));
+    return std::clamp<int64_t>(be.attentionBlockBytes() / one, 1, std::max<int64_t>(heads, 1));
 }
 } // namespace
 
@@ -139,10 +137,10 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
     yd.back() = in[2].shape()[qs.rank() - 1];
     Tensor y = Tensor::empty(Shape(yd), DType::float32, in[0].device());
     const Tensor y3 = matrices(y), v3 = matrices(in[2]);
-    const int64_t heads = y3.shape()[0], G = headsPerBlock(heads, Tq, Tk);
+    Backend& be = backendOf(y);
+    const int64_t heads = y3.shape()[0], G = headsPerBlock(be, heads, Tq, Tk);
     Tensor scores = Tensor::empty({G, Tq, Tk}, DType::float32, in[0].device());
     Tensor p = Tensor::empty({G, Tq, Tk}, DType::float32, in[0].device());
-    Backend& be = backendOf(p);
     const std::vector<int64_t> masks = maskOfHead(in);
     Generator gen(stream ? stream->seed : 0);
     if (stream) gen.advance(stream->at);
@@ -164,9 +162,10 @@ Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const S
     const Tensor dy3 = matrices(dyIn);
     const Tensor q3 = matrices(in[0]), k3 = matrices(in[1]), v3 = matrices(in[2]);
     const int64_t Tq = q3.shape()[1], Tk = k3.shape()[1], heads = q3.shape()[0];
-    const int64_t G = headsPerBlock(heads, Tq, Tk);
-    const float s = scaleFor(q3.shape()[2]);
     const Device device = in[0].device();
+    Backend& be = backendFor(device);
+    const int64_t G = headsPerBlock(be, heads, Tq, Tk);
+    const float s = scaleFor(q3.shape()[2]);
     Tensor dq = Tensor::empty(in[0].shape(), DType::float32, device);
     Tensor dk = Tensor::empty(in[1].shape(), DType::float32, device);
     Tensor dv = Tensor::empty(in[2].shape(), DType::float32, device);
@@ -179,7 +178,6 @@ Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const S
         dropped = Tensor::empty({G, Tq, Tk}, DType::float32, device);
         mask = Tensor::empty({G, Tq, Tk}, DType::float32, device);
     }
-    Backend& be = backendOf(p);
     Tensor dmask, dmask3; // a float mask's gradient: the scores', as the mask was added to them
     const std::vector<int64_t> masks = maskOfHead(in);
     if (in.size() == 4) {

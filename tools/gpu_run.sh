@@ -6,7 +6,8 @@
 #
 # Unpacks the bundle, then writes to OUT_DIR (default: $OUT, else ./gpu-run) one log per
 # step, each starting with the device (nvidia-smi -L), the bundle's commit and the command:
-#   suite.log   the whole test suite (CUDA tests must run, not skip)
+#   suite.log   the whole test suite (CUDA tests must run, not skip), or the tests that
+#               GPU_RUN_SUITE_FILTER selects (a --gtest_filter pattern)
 #   lenet.log   tessera train --model lenet --epochs 10 --seed 1 --device cuda on DATA_DIR
 #               (the four Fashion-MNIST IDX files), when given
 #   lenet-fp16.log, lenet-bf16.log   the same with --precision fp16 / bf16
@@ -17,8 +18,8 @@
 #   train.log   with GPU_RUN_TRAIN="ARGS" (say "--model vit-tiny --epochs 10"): tessera train ARGS
 #               --data DATA_DIR --seed 1 --device cuda
 #   profile.log tessera profile MODEL --device cuda --batch B --depth 1, in fp32 and bf16, for
-#               each MODEL:B in GPU_RUN_PROFILE (default resnet50:64; skipped when
-#               GPU_RUN_SKIP_PROFILE is set)
+#               each MODEL:B in GPU_RUN_PROFILE (default resnet50:64; the depth from
+#               GPU_RUN_PROFILE_DEPTH; skipped when GPU_RUN_SKIP_PROFILE is set)
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
 #               skipped when GPU_RUN_SKIP_BENCH is set)
 #   side.log    with GPU_RUN_SIDE=MODELS (say resnet50): tools/bench/pytorch_side_by_side.py
@@ -60,8 +61,10 @@ limit_lenet=${GPU_RUN_LENET_LIMIT:-150}
 limit_bench=${GPU_RUN_BENCH_LIMIT:-300}
 
 status=0
-cmd="TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive bin/tessera_tests"
-{ header "$cmd"; TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive timeout "$limit_suite" "$root/bin/tessera_tests" 2>&1; } >"$out/suite.log"
+filter=${GPU_RUN_SUITE_FILTER:-*}
+cmd="TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive bin/tessera_tests --gtest_filter=$filter"
+{ header "$cmd"; TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive timeout "$limit_suite" "$root/bin/tessera_tests" \
+    --gtest_filter="$filter" 2>&1; } >"$out/suite.log"
 suite=$?
 skipped=$(grep -o '^\[  SKIPPED \] CudaConsistency\.[A-Za-z0-9_]*' "$out/suite.log" | sort -u | wc -l)
 echo "suite: exit $suite, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/suite.log" | tr '\n' ' ')"
@@ -138,9 +141,10 @@ if [[ -z ${GPU_RUN_SKIP_PROFILE:-} ]]; then
   for item in ${GPU_RUN_PROFILE:-resnet50:64}; do
     IFS=: read -r model batch <<<"$item"
     for precision in fp32 bf16; do
-      cmd="bin/tessera profile $model --device cuda --batch $batch --depth 1 --precision $precision"
+      depth=${GPU_RUN_PROFILE_DEPTH:-1}
+      cmd="bin/tessera profile $model --device cuda --batch $batch --depth $depth --precision $precision"
       { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" profile "$model" --device cuda --batch "$batch" \
-          --depth 1 --precision $precision 2>&1; } >>"$out/profile.log" || status=1
+          --depth "$depth" --precision $precision 2>&1; } >>"$out/profile.log" || status=1
     done
   done
   grep -E '^training step' "$out/profile.log" | sed 's/^/profile: /' || echo "profile: no result (see profile.log)"

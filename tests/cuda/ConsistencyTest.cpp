@@ -220,6 +220,8 @@ TEST(CudaConsistency, EveryModule) {
     const std::vector<Case> cases = {
         {"Linear", make<Linear>(6, 5), {{4, 6}}},
         {"Linear no bias", make<Linear>(6, 5, LinearOptions{.useBias = false}), {{3, 6}}},
+        // 1,200 rows: the bias gradient is a column sum over many rows (gemv with ones).
+        {"Linear on tokens", make<Linear>(16, 8), {{4, 300, 16}}},
         {"Conv1D",
          make<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
          {{2, 2, 11}}},
@@ -252,6 +254,12 @@ TEST(CudaConsistency, EveryModule) {
         {"InstanceNorm2D", make<InstanceNorm2D>(3), {{2, 3, 4, 4}}, 1e-3},
         {"LayerNorm", make<LayerNorm>(std::vector<int64_t>{3, 4}), {{2, 5, 3, 4}}, 1e-3},
         {"LayerNorm wide", make<LayerNorm>(std::vector<int64_t>{300}), {{37, 300}}, 1e-3},
+        // 1,000 rows: the parameter gradients are summed in chunks of rows on the device.
+        {"LayerNorm many rows", make<LayerNorm>(std::vector<int64_t>{24}), {{5, 200, 24}}, 1e-3},
+        {"LayerNorm no bias",
+         make<LayerNorm>(std::vector<int64_t>{24}, LayerNormOptions{.useBias = false}),
+         {{3, 100, 24}},
+         1e-3},
         {"RMSNorm", make<RMSNorm>(std::vector<int64_t>{8}), {{3, 2, 8}}, 1e-3},
         {"GroupNorm", make<GroupNorm>(2, 6), {{3, 6, 2, 5}}, 1e-3},
         {"CrossMapLRN", make<CrossMapLRN>(LRNOptions{.N = 3, .alpha = 0.01f}), {{2, 6, 4, 4}}},
