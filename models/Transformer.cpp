@@ -1,5 +1,10 @@
 #include "models/Transformer.h"
 
+#include <cmath>
+
+#include "backend/Random.h"
+#include "data/Text.h"
+
 #include "modules/Add.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
@@ -155,6 +160,52 @@ std::shared_ptr<Graph> loadGPT(const GptConfig& c) {
     x = layerNorm(x, D, "final_ln");
     x = node(std::make_shared<Linear>(D, c.vocabulary), x, "head");
     return std::make_shared<Graph>(std::vector<NodePtr>{ids}, std::vector<NodePtr>{x}, c.name);
+}
+
+std::string sampleText(Module& net, const std::string& prompt, int64_t context, const SampleTextOptions& options) {
+    if (context < 1) throw ShapeError("sampleText: the context must be >= 1, got " + std::to_string(context));
+    if (!(options.temperature > 0.0f)) {
+        throw ShapeError("sampleText: the temperature must be > 0, got " + std::to_string(options.temperature));
+    }
+    const Shape out = net.dataShapeFrom(Shape{1, context});
+    if (out.rank() != 3 || out[1] != context) {
+        throw ShapeError("sampleText: expects a model of ids [1, " + std::to_string(context) + "] -> scores [1, " +
+                         std::to_string(context) + ", vocabulary], got scores " + out.str());
+    }
+    const int64_t vocabulary = out[2];
+    std::vector<int32_t> ids = textIds(prompt, vocabulary);
+    if (ids.empty()) ids.push_back('\n'); // an empty prompt starts a new line
+    const bool wasTrain = net.isTrain();
+    net.evalMode();
+    std::string text = prompt;
+    std::vector<double> p(static_cast<size_t>(vocabulary));
+    for (int64_t i = 0; i < options.count; ++i) {
+        const int64_t k = std::min<int64_t>(context, static_cast<int64_t>(ids.size()));
+        std::vector<int32_t> window(static_cast<size_t>(context), 0);
+        std::copy(ids.end() - k, ids.end(), window.begin());
+        const Tensor scores = net(Tensor::fromVector({1, context}, window).to(net.device())).toHost();
+        const float* row = scores.data<float>() + (k - 1) * vocabulary;
+        const float top = *std::max_element(row, row + vocabulary);
+        double sum = 0;
+        for (int64_t v = 0; v < vocabulary; ++v) {
+            p[static_cast<size_t>(v)] = std::exp((row[v] - top) / options.temperature);
+            sum += p[static_cast<size_t>(v)];
+        }
+        // One uniform draw in [0, sum) from the seed's counter-based stream.
+        double u = static_cast<double>(randomBits(options.seed, static_cast<uint64_t>(i)) >> 11) * 0x1p-53 * sum;
+        int64_t next = vocabulary - 1;
+        for (int64_t v = 0; v < vocabulary; ++v) {
+            u -= p[static_cast<size_t>(v)];
+            if (u < 0) {
+                next = v;
+                break;
+            }
+        }
+        ids.push_back(static_cast<int32_t>(next));
+        text += static_cast<char>(next);
+    }
+    if (wasTrain) net.trainMode();
+    return text;
 }
 
 } // namespace tessera

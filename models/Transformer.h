@@ -56,4 +56,18 @@ struct GptConfig {
 /// and a Linear head. Position t's scores see ids 0..t only.
 std::shared_ptr<Graph> loadGPT(const GptConfig& config = {});
 
+struct SampleTextOptions {
+    int64_t count = 200;      ///< characters to add
+    float temperature = 0.8f; ///< scores divided by this before the softmax (> 0; small: likelier ids)
+    uint64_t seed = 1;        ///< the draws' seed: the same seed gives the same text
+};
+
+/// Continues `prompt` with a causal language model over byte ids (gpt-mini's kind: ids
+/// [1, context] -> scores [1, context, vocabulary]): each next id is drawn from the softmax
+/// of the scores at the last position of the latest `context` ids (the window padded after
+/// them, which a causal model does not see), in eval mode on the model's device. Returns
+/// the prompt with the added text. ShapeError for a prompt byte outside the vocabulary or a
+/// model whose outputs do not fit.
+std::string sampleText(Module& net, const std::string& prompt, int64_t context, const SampleTextOptions& options = {});
+
 } // namespace tessera

@@ -100,6 +100,7 @@
 #include "data/Image.h"
 #include "data/Loader.h"
 #include "data/Npy.h"
+#include "data/Text.h"
 #include "data/Transform.h"
 
 // distributed/: communicators and data-parallel training

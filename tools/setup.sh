@@ -50,6 +50,8 @@ packages=(
   python3-torch python3-torchvision
   # Fashion-MNIST under /usr/share/datasets/fashion-mnist: the default training data.
   dataset-fashion-mnist
+  # English text for character-level language models (tessera train --data fortunes).
+  fortunes
 )
 
 missing=()

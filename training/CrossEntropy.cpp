@@ -25,7 +25,10 @@ void CrossEntropy::checkInputs(const Tensors& pred, const Tensors& target) const
     requireCounts(pred, target, 1);
     const Shape& s = pred[0].shape();
     const Shape& l = target[0].shape();
-    if (s.rank() < 2) throw error("expects scores [N, C, ...], got " + s.str());
+    if (s.rank() < 2)
+        throw error(std::string("expects scores ") + (options_.classesLast ? "[N, ..., C]" : "[N, C, ...]") + ", got " +
+                    s.str());
+    const int64_t classes = options_.classesLast ? s[s.rank() - 1] : s[1];
     if (target[0].dtype() == DType::float32) { // probabilities
         if (l != s) {
             throw error("scores " + s.str() + " need int32 labels or float32 probabilities " + s.str() +
@@ -35,18 +38,38 @@ void CrossEntropy::checkInputs(const Tensors& pred, const Tensors& target) const
     } else if (target[0].dtype() != DType::int32) {
         throw error("expects int32 labels or float32 probabilities, got " + str(target[0].dtype()));
     }
-    if (options_.maxlabels && s[1] != options_.maxlabels) {
+    if (options_.maxlabels && classes != options_.maxlabels) {
         throw error("expects " + std::to_string(options_.maxlabels) + " classes, got scores " + s.str());
     }
     if (target[0].dtype() == DType::float32) return;
     std::vector<int64_t> want{s[0]};
-    for (size_t d = 2; d < s.rank(); ++d) want.push_back(s[d]);
+    if (options_.classesLast) {
+        want.assign(s.dims().begin(), s.dims().end() - 1);
+    } else {
+        for (size_t d = 2; d < s.rank(); ++d) want.push_back(s[d]);
+    }
     if (l != Shape(want)) {
         throw error("scores " + s.str() + " need labels " + Shape(want).str() + ", got " + l.str());
     }
-    if (weights_.defined() && weights_.numel() != s[1]) {
-        throw error(std::to_string(weights_.numel()) + " class weights for " + std::to_string(s[1]) + " classes");
+    if (weights_.defined() && weights_.numel() != classes) {
+        throw error(std::to_string(weights_.numel()) + " class weights for " + std::to_string(classes) + " classes");
     }
+}
+
+Tensors CrossEntropy::asRows(const Tensors& t, bool labels) const {
+    if (!options_.classesLast) return t;
+    Tensors out;
+    for (const Tensor& x : t) {
+        if (!x.defined() || x.shape().rank() <= 1) {
+            out.push_back(x);
+        } else if (labels && x.dtype() == DType::int32) {
+            out.push_back(x.plain().reshape({x.numel()}));
+        } else {
+            const int64_t c = x.shape()[x.shape().rank() - 1];
+            out.push_back(x.plain().reshape({c ? x.numel() / c : 0, c}));
+        }
+    }
+    return out;
 }
 
 double CrossEntropy::runSoft(const Tensor& scores, const Tensor& probabilities, const Tensor& grad) {
@@ -106,13 +129,13 @@ double CrossEntropy::run(const Tensors& pred, const Tensors& target, const Tenso
 
 CostResult CrossEntropy::compute(const Tensors& pred, const Tensors& target) {
     Tensor grad = Tensor::empty(pred[0].shape(), DType::float32, pred[0].device());
-    const double err = run(pred, target, grad);
+    const double err = run(asRows(pred, false), asRows(target, true), asRows({grad}, false)[0]);
     return {err, {grad}};
 }
 
 // Accuracy only: no gradient is computed.
 double CrossEntropy::validationError(const Tensors& pred, const Tensors& target) {
-    run(pred, target, Tensor());
+    run(asRows(pred, false), asRows(target, true), Tensor());
     return 1.0 - lastAccuracy_;
 }
 

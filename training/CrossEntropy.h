@@ -12,9 +12,13 @@ struct CrossEntropyOptions {
     int64_t maxlabels = 0;           ///< 0: the score dim decides; else scores must have this many classes
     std::vector<float> weights = {}; ///< per-class weights of the error (empty: all 1)
     float labelSmoothing = 0.0f;     ///< in [0, 1): the target is (1 - e) onehot(y) + e / C
+    /// The classes on the scores' last dim: scores [N, ..., C] against labels [N, ...], as a
+    /// language model's next-token scores [N, T, V] against ids [N, T] (false: on dim 1).
+    bool classesLast = false;
 };
 
-/// scores: [N, C, ...] float32 (logits), labels: [N, ...] int32 in [0, C). The error is
+/// scores: [N, C, ...] float32 (logits), labels: [N, ...] int32 in [0, C) (with
+/// `classesLast`: scores [N, ..., C], labels [N, ...]). The error is
 /// the mean over samples (and positions) of weight[y] * -log softmax(scores)[y]; the
 /// gradient is weight[y] * (softmax - onehot(y)) / samples. With label smoothing e the
 /// target onehot(y) becomes (1 - e) onehot(y) + e / C (PyTorch's label_smoothing; a class
@@ -45,6 +49,9 @@ private:
     double run(const Tensors& pred, const Tensors& target, const Tensor& grad);
     /// The same against probabilities.
     double runSoft(const Tensor& scores, const Tensor& probabilities, const Tensor& grad);
+    /// With classesLast: the scores (and probabilities, gradient) as [positions, C] and the
+    /// labels as [positions], which the dim-1 code computes the same way.
+    Tensors asRows(const Tensors& t, bool labels) const;
 
     CrossEntropyOptions options_;
     Tensor weights_;

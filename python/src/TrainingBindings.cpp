@@ -76,13 +76,17 @@ void bindTraining(py::module_& m) {
         .def("__repr__", [](const Cost& c) { return "tessera." + c.classname() + "()"; });
 
     py::class_<CrossEntropy, Cost, std::shared_ptr<CrossEntropy>>(m, "CrossEntropy")
-        .def(py::init([](int64_t maxlabels, const std::vector<float>& weights, float labelSmoothing) {
-                 return std::make_shared<CrossEntropy>(
-                     CrossEntropyOptions{.maxlabels = maxlabels, .weights = weights, .labelSmoothing = labelSmoothing});
+        .def(py::init([](int64_t maxlabels, const std::vector<float>& weights, float labelSmoothing, bool classesLast) {
+                 return std::make_shared<CrossEntropy>(CrossEntropyOptions{.maxlabels = maxlabels,
+                                                                           .weights = weights,
+                                                                           .labelSmoothing = labelSmoothing,
+                                                                           .classesLast = classesLast});
              }),
              py::arg("maxlabels") = 0, py::arg("weights") = std::vector<float>{}, py::arg("labelSmoothing") = 0.0f,
+             py::arg("classesLast") = false,
              "Softmax cross-entropy of scores [N, C, ...] against int32 labels [N, ...] or float32 probabilities "
-             "of the scores' shape (mixup, CutMix); labelSmoothing e makes the target (1 - e) target + e / C.");
+             "of the scores' shape (mixup, CutMix); labelSmoothing e makes the target (1 - e) target + e / C; "
+             "classesLast: scores [N, ..., C] against labels [N, ...] (a language model's [N, T, V] and [N, T]).");
     py::class_<MSE, Cost, std::shared_ptr<MSE>>(m, "MSE").def(py::init<>());
     py::class_<Abs, Cost, std::shared_ptr<Abs>>(m, "Abs").def(py::init<>());
     py::class_<SmoothL1, Cost, std::shared_ptr<SmoothL1>>(m, "SmoothL1").def(py::init<>());

@@ -6,9 +6,11 @@
 #include <cmath>
 
 #include "GradCheck.h"
+#include "data/Text.h"
 #include "models/Zoo.h"
 #include "modules/Init.h"
 #include "training/CrossEntropy.h"
+#include "training/Handlers.h"
 #include "training/Optimizer.h"
 
 namespace tessera {
@@ -106,6 +108,34 @@ TEST(Transformers, SmallViTLearns) {
     int right = 0;
     for (int n = 0; n < 32; ++n) right += (scores[n * 2 + 1] > scores[n * 2]) == (labels[n] == 1);
     EXPECT_GE(right, 30);
+}
+
+// A small GPT learns a repeating text through the trainer with classesLast cross entropy
+// over its [N, T, V] scores; sampleText then continues the pattern, keeps the prompt, gives
+// the same text for the same seed, and refuses bytes outside the vocabulary.
+TEST(Transformers, SmallGptLearnsAPatternAndSamplesIt) {
+    manualSeed(5);
+    auto gpt = loadGPT({.context = 8, .dim = 32, .depth = 1, .heads = 2, .dropout = 0.0f});
+    std::string text;
+    while (text.size() < 8 * 64 + 1) text += "tessera, "; // period 9: windows start at every phase
+    auto [x, y] = nextIdWindows(textIds(text), 8);
+    ASSERT_EQ(x.shape(), (Shape{64, 8}));
+    CrossEntropy cost({.classesLast = true});
+    Adam adam(1e-2f);
+    adam.setupOn(*gpt, true);
+    Trainer trainer(*gpt, cost, adam, {.batchsize = 16, .seed = 1, .progress = false});
+    const double first = trainer.train(x, y);
+    double last = first;
+    for (int epoch = 0; epoch < 14; ++epoch) last = trainer.train(x, y);
+    EXPECT_LT(last, 0.05 * first) << first << " -> " << last;
+    const std::string a = sampleText(*gpt, "tes", 8, {.count = 13, .temperature = 0.1f, .seed = 3});
+    EXPECT_EQ(a, "tessera, tessera");
+    EXPECT_EQ(sampleText(*gpt, "", 8, {.count = 16, .temperature = 1.0f, .seed = 9}),
+              sampleText(*gpt, "", 8, {.count = 16, .temperature = 1.0f, .seed = 9}));
+    EXPECT_EQ(sampleText(*gpt, "", 8, {.count = 5}).size(), 5u);
+    EXPECT_TRUE(throwsShapeError([&] { sampleText(*gpt, "caf\xc3\xa9", 8); }, {"byte 195", "position 3"}));
+    EXPECT_TRUE(throwsShapeError([&] { sampleText(*gpt, "a", 9); }, {"[1, 9]"}));
+    EXPECT_TRUE(throwsShapeError([&] { sampleText(*gpt, "a", 8, {.temperature = 0.0f}); }, {"temperature"}));
 }
 
 } // namespace

@@ -204,6 +204,50 @@ TEST(CrossEntropy, ProbabilityTargets) {
     EXPECT_TRUE(throwsShapeError([&] { weighted(scores, probs); }, {"class weights need int32 labels"}));
 }
 
+// classesLast: scores [N, T, C] against labels [N, T] give what the classes-on-dim-1 form
+// gives for the same scores laid out [N, C, T] (error, gradient, accuracy), with labels
+// and with probabilities, and shape errors name the shapes the option expects.
+TEST(CrossEntropy, ClassesLastIsClassesOnDimOneTransposed) {
+    const int64_t N = 2, T = 3, C = 5;
+    const Tensor last = randomTensor({N, T, C}, 4);
+    const std::vector<float> v = last.toVector<float>();
+    std::vector<float> firstV(v.size()), probsLast(v.size()), probsFirst(v.size());
+    for (int64_t n = 0; n < N; ++n) {
+        for (int64_t t = 0; t < T; ++t) {
+            float sum = 0;
+            for (int64_t c = 0; c < C; ++c) sum += static_cast<float>(c + t + 1);
+            for (int64_t c = 0; c < C; ++c) {
+                firstV[(n * C + c) * T + t] = v[(n * T + t) * C + c];
+                probsLast[(n * T + t) * C + c] = static_cast<float>(c + t + 1) / sum;
+                probsFirst[(n * C + c) * T + t] = static_cast<float>(c + t + 1) / sum;
+            }
+        }
+    }
+    const Tensor first = Tensor::fromVector({N, C, T}, firstV);
+    const Tensor labels = Tensor::fromVector({N, T}, I{0, 4, 2, 3, 3, 1});
+    CrossEntropy onLast({.classesLast = true}), onFirst;
+    for (const auto& [targetLast, targetFirst] :
+         {std::pair{labels, labels},
+          std::pair{Tensor::fromVector({N, T, C}, probsLast), Tensor::fromVector({N, C, T}, probsFirst)}}) {
+        const CostResult a = onLast(last, targetLast), b = onFirst(first, targetFirst);
+        EXPECT_NEAR(a.error, b.error, 1e-6);
+        ASSERT_EQ(a.grad[0].shape(), (Shape{N, T, C}));
+        const std::vector<float> ga = a.grad[0].toVector<float>(), gb = b.grad[0].toVector<float>();
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(ga[(n * T + t) * C + c], gb[(n * C + c) * T + t], 1e-7);
+        EXPECT_NEAR(onLast.validate({last}, {targetLast}), onFirst.validate({first}, {targetFirst}), 1e-12);
+    }
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            onLast(last, Tensor::fromVector({N, C}, std::vector<int32_t>(N * C, 0)));
+        },
+        {"need labels [2, 3]", "got [2, 5]"}));
+    EXPECT_TRUE(throwsShapeError([&] { onLast(Tensor::zeros({4}), Tensor::zeros({4})); }, {"[N, ..., C]"}));
+    CrossEntropy three({.maxlabels = 3, .classesLast = true});
+    EXPECT_TRUE(throwsShapeError([&] { three(last, labels); }, {"expects 3 classes", "[2, 3, 5]"}));
+}
+
 TEST(CrossEntropy, BadInput) {
     CrossEntropy ce({.maxlabels = 3});
     Tensor scores = Tensor::zeros({2, 3});

@@ -20,6 +20,25 @@ std::function<int()> addProfile(CLI::App& app);
 std::function<int()> addEval(CLI::App& app);
 std::function<int()> addPredict(CLI::App& app);
 std::function<int()> addLayers(CLI::App& app);
+std::function<int()> addSample(CLI::App& app);
+
+/// Whether --data names text (fortunes, or text:PATH) rather than images.
+bool isTextData(const std::string& data);
+/// What tessera train takes for a language model on text (TrainText.cpp).
+struct TextTrainOptions {
+    std::string model, data; ///< data: fortunes (Debian's package) or text:PATH (a file or a folder)
+    int64_t epochs = 10, batch = 128, limit = 0, warmup = 0;
+    float lr = -1.0f, weightDecay = 0.0f, clipNorm = 0.0f;
+    std::string optimizer = "adam", schedule, save, device = "cpu", precision = "fp32";
+    uint64_t seed = 1;
+    bool quiet = false;
+    int64_t sample = 200;     ///< characters written after training (0: none)
+    std::string prompt;       ///< what the sample continues
+    float temperature = 0.8f; ///< of the sample's draws
+};
+/// Trains a language model over byte ids on text: each epoch one pass over the training
+/// windows, then the held-out loss; then --save and a sample of its writing.
+int runTrainText(const TextTrainOptions& options);
 
 /// "cpu", "cuda" or "cuda:N"; UsageError when no such device can be used, saying why.
 Device parseDevice(const std::string& text);

@@ -198,7 +198,56 @@ struct TrainArgs {
     bool overwrite = false; // replace an existing --checkpoint file in a run that does not resume it
     bool pinMemory = true;
     bool deterministic = false;
+    int64_t sample = 200; // text: characters written after training
+    std::string prompt;
+    float temperature = 0.8f;
 };
+
+// Language models on text take fewer options than classifiers on images: a UsageError
+// naming the first given option that has no meaning there.
+TextTrainOptions textOptions(const TrainArgs& a, const CommunicatorPtr& comm) {
+    const std::pair<const char*, bool> imageOnly[] = {
+        {"--augment", !a.in.augment.empty()},
+        {"--channels", a.in.channels != 3},
+        {"--label-smoothing", a.labelSmoothing > 0.0f},
+        {"--mixup", a.mixup > 0.0f},
+        {"--cutmix", a.cutmix > 0.0f},
+        {"--balance", a.balance},
+        {"--ema", a.ema > 0.0f},
+        {"--accumulate", a.accumulate > 1},
+        {"--validation (text holds every 10th entry out)", !a.validation.empty()},
+        {"--save-best", !a.saveBest.empty()},
+        {"--early-stop", a.earlyStop > 0},
+        {"--checkpoint", !a.checkpoint.empty()},
+        {"--resume", !a.resume.empty()},
+        {"--metrics", !a.metrics.empty()},
+        {"--plot", !a.plot.empty()},
+        {"--sync-bn", a.syncBatchNorm},
+        {"mpirun (data-parallel training)", comm != nullptr},
+    };
+    for (const auto& [option, given] : imageOnly) {
+        if (given) throw UsageError(std::string(option) + " is not available for text data (--data " + a.in.data + ")");
+    }
+    return {.model = a.model,
+            .data = a.in.data,
+            .epochs = a.epochs,
+            .batch = a.batch,
+            .limit = a.in.limit,
+            .warmup = a.warmup,
+            .lr = a.lr,
+            .weightDecay = a.weightDecay,
+            .clipNorm = a.clipNorm,
+            .optimizer = a.optimizer,
+            .schedule = a.schedule,
+            .save = a.save,
+            .device = a.device,
+            .precision = a.precision,
+            .seed = a.seed,
+            .quiet = a.quiet,
+            .sample = a.sample,
+            .prompt = a.prompt,
+            .temperature = a.temperature};
+}
 
 } // namespace
 
@@ -342,6 +391,7 @@ int64_t validationCount(const std::string& text, int64_t images) {
 
 // `comm`: the job's ranks under mpirun or NCCL (rank 0 prints and writes files), else null.
 int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
+    if (isTextData(a.in.data)) return runTrainText(textOptions(a, comm));
     const auto t0 = std::chrono::steady_clock::now();
     const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
     const bool writer = rank == 0; // the rank that saves, checkpoints and writes metrics
@@ -630,6 +680,10 @@ std::function<int()> addTrain(CLI::App& app) {
                     "ONNX file (their weights are the starting point)")
         ->capture_default_str();
     addDataOptions(cmd, args->in);
+    CLI::Option* data = cmd->get_option("--data");
+    data->description(data->get_description() +
+                      "; or text for a language model over byte ids (gpt-mini): fortunes (Debian's fortunes "
+                      "package) or text:PATH (a text file, or a folder of them), every 10th entry held out");
     cmd->add_flag("--pin-memory,!--no-pin-memory", args->pinMemory,
                   "with --device cuda: make batches in page-locked memory and copy them to the GPU while it "
                   "computes (default; --no-pin-memory: ordinary memory, copied at each step)");
@@ -679,6 +733,16 @@ std::function<int()> addTrain(CLI::App& app) {
     cmd->add_option("--warmup", args->warmup, "ramp the learning rate up linearly over the first N training steps")
         ->check(nonNegativeInteger());
     cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
+    cmd->add_option("--sample", args->sample,
+                    "text data: characters the trained model writes at the end, continuing --prompt (0: none)")
+        ->capture_default_str()
+        ->check(nonNegativeInteger());
+    cmd->add_option("--prompt", args->prompt, "text data: what --sample continues (default: a new line)");
+    cmd->add_option("--temperature", args->temperature,
+                    "text data: --sample's scores are divided by this before the softmax (below 1: likelier "
+                    "characters)")
+        ->capture_default_str()
+        ->check(positiveNumber());
     cmd->add_flag("--quiet", args->quiet, "no progress line");
     cmd->add_option("--checkpoint", args->checkpoint,
                     "write a checkpoint (model, optimizer, position, random state) to this file at the end of each "

@@ -1,5 +1,5 @@
 // tessera: the command-line program: `tessera train | eval | predict | check | summary | draw | profile | convert | run
-// | layers | help`. Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
+// | layers | sample | help`. Exit codes: 0 success, 1 a failed check or a failure while running, 2 a usage error.
 #include <cstdio>
 #include <exception>
 
@@ -19,9 +19,11 @@ int main(int argc, char** argv) {
     auto convert = tessera::cli::addConvert(app);
     auto run = tessera::cli::addRun(app);
     auto layers = tessera::cli::addLayers(app);
+    auto sample = tessera::cli::addSample(app);
     CLI::App* help = app.add_subcommand("help", "Print this help, or a command's: tessera help train");
     std::string topic;
-    help->add_option("command", topic, "train, eval, predict, check, summary, draw, profile, convert, run or layers");
+    help->add_option("command", topic,
+                     "train, eval, predict, check, summary, draw, profile, convert, run, layers or sample");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -42,7 +44,7 @@ int main(int argc, char** argv) {
             }
             std::fprintf(stderr,
                          "tessera: no command '%s'; the commands are train, eval, predict, check, summary, draw, "
-                         "profile, convert, run, layers\n",
+                         "profile, convert, run, layers, sample\n",
                          topic.c_str());
             return 2;
         }
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
         if (app.got_subcommand("convert")) return convert();
         if (app.got_subcommand("run")) return run();
         if (app.got_subcommand("layers")) return layers();
+        if (app.got_subcommand("sample")) return sample();
     } catch (const tessera::cli::UsageError& e) {
         std::fprintf(stderr, "tessera: %s\n", e.what());
         return 2;
