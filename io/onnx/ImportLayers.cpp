@@ -190,11 +190,10 @@ void Importer::importRnn(const onnx::NodeProto& n, const Attributes& a) {
 
 void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     const bool transposed = n.op_type() == "ConvTranspose";
+    std::vector<int64_t> outputPadding;
     if (transposed) {
         a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad", "output_padding"});
-        for (int64_t p : a.ints("output_padding")) {
-            if (p != 0) throw Unsupported{"output_padding other than 0 is not supported"};
-        }
+        outputPadding = a.ints("output_padding");
     } else {
         a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"});
     }
@@ -211,6 +210,26 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     o.pad = symmetricPads(a.ints("pads"), dims);
     o.dilation = a.ints("dilations", std::vector<int64_t>(dims, 1));
     o.groups = groups;
+    // output_padding q adds q outputs at the end of a dim: the full deconvolution's
+    // [p, F - p + q). That is the deconvolution padded by p - q on both sides ([p - q,
+    // F - p + q)) less its first q, when q <= p (PyTorch's U-Nets: k 3, stride 2, p 1, q 1).
+    std::vector<int64_t> trimFront(dims, 0);
+    if (!outputPadding.empty() && outputPadding.size() != dims) {
+        throw Unsupported{"output_padding of " + std::to_string(outputPadding.size()) + " values for " +
+                          std::to_string(dims) + " spatial dims"};
+    }
+    for (size_t d = 0; d < outputPadding.size(); ++d) {
+        const int64_t q = outputPadding[d];
+        if (q < 0 || q >= std::max(o.stride[d], o.dilation[d])) {
+            throw Unsupported{"output_padding " + std::to_string(q) + " (ONNX allows 0 to max(stride, dilation) - 1)"};
+        }
+        if (q > o.pad[d]) {
+            throw Unsupported{"output_padding " + std::to_string(q) + " beyond the pad " + std::to_string(o.pad[d]) +
+                              " (outputs the deconvolution does not reach)"};
+        }
+        o.pad[d] -= q;
+        trimFront[d] = q;
+    }
     const bool bias = n.input_size() > 2 && !n.input(2).empty();
     o.useBias = bias;
     o.initscheme = InitScheme::none;
@@ -229,6 +248,14 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     }
     m->getVar("W")->data.copyFrom(w.tensor);
     if (bias) m->getVar("b")->data.copyFrom(requireConstant(n, 2, "the bias").tensor.reshape({outmaps}));
+    if (std::any_of(trimFront.begin(), trimFront.end(), [](int64_t q) { return q > 0; })) {
+        auto seq = std::make_shared<Sequential>();
+        seq->append(m);
+        for (size_t d = 0; d < dims; ++d) {
+            if (trimFront[d] > 0) seq->append(std::make_shared<Slice>(static_cast<int>(d + 2), trimFront[d], 0));
+        }
+        m = seq;
+    }
     return define(n, m, dataInputs(n, 1));
 }
 

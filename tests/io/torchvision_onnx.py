@@ -149,6 +149,32 @@ def small_convnext():
     return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], layer_scale=0.5, num_classes=10)
 
 
+class UNet(torch.nn.Module):
+    """A small U-Net whose up steps are ConvTranspose2d(3, stride 2, padding 1, output_padding 1), which
+    doubles a size exactly (and one ConvTranspose2d(2, stride 2)), with skips by concatenation."""
+
+    def __init__(self):
+        super().__init__()
+
+        def block(i, o):
+            return torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())
+
+        self.down1, self.down2, self.bottom = block(3, 8), block(8, 16), block(16, 32)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.up2 = torch.nn.ConvTranspose2d(32, 16, 3, stride=2, padding=1, output_padding=1)
+        self.dec2 = block(32, 16)
+        self.up1 = torch.nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.dec1 = block(16, 8)
+        self.out = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        d1 = self.down1(x)
+        d2 = self.down2(self.pool(d1))
+        b = self.bottom(self.pool(d2))
+        u2 = self.dec2(torch.cat([self.up2(b), d2], 1))
+        return self.out(self.dec1(torch.cat([self.up1(u2), d1], 1)))
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -163,9 +189,11 @@ NORM_MODELS = {
     "vit_opset17": (small_vit, 17, (2, 3, 32, 32)),
     "convnext_opset13": (small_convnext, 13, (2, 3, 32, 32)),
     "convnext_opset17": (small_convnext, 17, (2, 3, 32, 32)),
+    "unet_output_padding_opset13": (UNet, 13, (2, 3, 16, 16)),
+    "unet_output_padding_opset17": (UNet, 17, (2, 3, 16, 16)),
 }
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
-           "convnext_opset17"}
+           "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17"}
 RTOL = 1e-4
 
 
