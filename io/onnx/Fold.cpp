@@ -115,6 +115,7 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         }
         return setConstant(n.output(0), std::move(c));
     }
+    if (x.zeros && op == "Slice") return foldZerosSlice(n, a, x);
     if (!x.isInt) return false; // only integer (shape) computations fold
     if (op == "Gather") {
         const Constant& idx = constants_.at(n.input(1));
@@ -352,6 +353,38 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
     }
     out.tensor = Tensor::fromVector(target.rank() ? target : Shape{1}, v);
     out.dims = target.dims();
+    constants_[n.output(0)] = out;
+    return true;
+}
+
+// A slice of zeros (of dims not known at import) is zeros of the slice's dims: PyTorch cuts
+// each layer's initial states of a multi-layer LSTM out of one ConstantOfShape over the batch.
+bool Importer::foldZerosSlice(const onnx::NodeProto& n, const Attributes& a, const Constant& x) {
+    const auto rank = static_cast<int64_t>(x.dims.size());
+    auto ints = [&](int k, const char* attr) -> std::optional<std::vector<int64_t>> {
+        if (n.input_size() > k && !n.input(k).empty()) {
+            const Constant& c = constants_.at(n.input(k));
+            if (!c.isInt) return std::nullopt;
+            return c.ints;
+        }
+        if (n.input_size() == 1 && a.has(attr)) return a.ints(attr); // opset < 10: attributes
+        return std::vector<int64_t>{};
+    };
+    const auto starts = ints(1, "starts"), ends = ints(2, "ends"), axesGiven = ints(3, "axes"), steps = ints(4, "");
+    if (!starts || !ends || !axesGiven || !steps || starts->size() != ends->size()) return false;
+    std::vector<int64_t> axes = *axesGiven;
+    if (axes.empty()) {
+        for (size_t i = 0; i < starts->size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    }
+    if (axes.size() != starts->size() || (!steps->empty() && steps->size() != starts->size())) return false;
+    Constant out = x;
+    for (size_t i = 0; i < axes.size(); ++i) {
+        const int64_t ax = axes[i] < 0 ? axes[i] + rank : axes[i];
+        if (ax < 0 || ax >= rank || (!steps->empty() && (*steps)[i] != 1)) return false;
+        const int64_t dim = x.dims[static_cast<size_t>(ax)];
+        auto at = [dim](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+        out.dims[static_cast<size_t>(ax)] = std::max<int64_t>(0, at((*ends)[i]) - at((*starts)[i]));
+    }
     constants_[n.output(0)] = out;
     return true;
 }

@@ -200,6 +200,7 @@ private:
     bool foldFill(const onnx::NodeProto& n, const Attributes& a);
 
     bool setConstant(const std::string& name, Constant c);
+    bool foldZerosSlice(const onnx::NodeProto& n, const Attributes& a, const Constant& x);
 
     // A Reshape to the shape ONNX infers for the node's output: known dims as they are, a
     // dim not known at import kept (0) where the input has it at the same place, else

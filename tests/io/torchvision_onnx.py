@@ -175,6 +175,27 @@ class UNet(torch.nn.Module):
         return self.out(self.dec1(torch.cat([self.up1(u2), d1], 1)))
 
 
+class Audio(torch.nn.Module):
+    """A 1-D audio network: strided Conv1d, GroupNorm, GELU, LayerNorm over channels-last features and a
+    2-layer bidirectional batch-first LSTM, exported with a free batch (its zero initial states are a
+    ConstantOfShape over the batch, sliced per layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv1d(1, 16, 5, stride=2, padding=2)
+        self.gn = torch.nn.GroupNorm(4, 16)
+        self.conv2 = torch.nn.Conv1d(16, 24, 3, stride=2, padding=1)
+        self.ln = torch.nn.LayerNorm(24)
+        self.lstm = torch.nn.LSTM(24, 16, num_layers=2, bidirectional=True, batch_first=True)
+        self.fc = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.gn(self.conv1(x)))
+        h = self.ln(self.conv2(h).transpose(1, 2))
+        y, _ = self.lstm(h)
+        return self.fc(y[:, -1])
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -191,9 +212,12 @@ NORM_MODELS = {
     "convnext_opset17": (small_convnext, 17, (2, 3, 32, 32)),
     "unet_output_padding_opset13": (UNet, 13, (2, 3, 16, 16)),
     "unet_output_padding_opset17": (UNet, 17, (2, 3, 16, 16)),
+    "audio_lstm_free_batch_opset13": (Audio, 13, (2, 1, 64)),
+    "audio_lstm_free_batch_opset17": (Audio, 17, (2, 1, 64)),
 }
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
-           "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17"}
+           "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17",
+           "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17"}
 RTOL = 1e-4
 
 
