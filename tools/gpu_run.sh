@@ -16,7 +16,8 @@
 #   determinism.log   two seeded 1-epoch runs, saved and compared, with and without --deterministic
 #               (the LeNet, NCCL and determinism steps are skipped when GPU_RUN_SKIP_LENET is set)
 #   train.log   with GPU_RUN_TRAIN="ARGS" (say "--model vit-tiny --epochs 10"): tessera train ARGS
-#               --data DATA_DIR --seed 1 --device cuda
+#               --data DATA --seed 1 --device cuda, DATA being GPU_RUN_TRAIN_DATA (say
+#               text:DIR) or else DATA_DIR
 #   profile.log tessera profile MODEL --device cuda --batch B --depth 1, in fp32 and bf16, for
 #               each MODEL:B in GPU_RUN_PROFILE (default resnet50:64; the depth from
 #               GPU_RUN_PROFILE_DEPTH; skipped when GPU_RUN_SKIP_PROFILE is set)
@@ -75,12 +76,13 @@ if ((skipped > 0)); then
   status=1
 fi
 
-if [[ -n $data && -n ${GPU_RUN_TRAIN:-} ]]; then
-  cmd="bin/tessera train $GPU_RUN_TRAIN --data $data --seed 1 --device cuda"
+train_data=${GPU_RUN_TRAIN_DATA:-$data}
+if [[ -n $train_data && -n ${GPU_RUN_TRAIN:-} ]]; then
+  cmd="bin/tessera train $GPU_RUN_TRAIN --data $train_data --seed 1 --device cuda"
   # shellcheck disable=SC2086 # GPU_RUN_TRAIN is a list of arguments
-  { header "$cmd"; timeout "${GPU_RUN_TRAIN_LIMIT:-240}" "$root/bin/tessera" train $GPU_RUN_TRAIN --data "$data" \
+  { header "$cmd"; timeout "${GPU_RUN_TRAIN_LIMIT:-240}" "$root/bin/tessera" train $GPU_RUN_TRAIN --data "$train_data" \
       --seed 1 --device cuda 2>&1; } >"$out/train.log" || status=1
-  grep -E 'final test accuracy' "$out/train.log" | sed 's/^/train: /' || echo "train: no final accuracy (see train.log)"
+  grep -E 'final (test accuracy|validation loss)' "$out/train.log" | sed 's/^/train: /' || echo "train: no final result (see train.log)"
 fi
 
 if [[ -n $data && -z ${GPU_RUN_SKIP_LENET:-} ]]; then

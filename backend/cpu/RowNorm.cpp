@@ -1,14 +1,18 @@
 // Row normalisation (LayerNorm, RMSNorm, GroupNorm; Backend::rowNormForward): each row of
-// x [rows, D] by its own statistics, then gamma and beta per channel. Rows run in
-// parallel; backward sums the parameter gradients in the same pass as the input gradient,
-// each thread into its own sums, added up at the end.
+// x [rows, D] by its own statistics, then gamma and beta per channel. LayerNorm (groups 1,
+// inner 1, mean subtracted) runs on oneDNN's layer-normalisation primitives; the others
+// here: rows in parallel, backward summing the parameter gradients in the same pass as the
+// input gradient, each thread into its own sums, added up at the end.
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <omp.h>
 
 #include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/Dnnl.h"
 
 namespace tessera {
 
@@ -42,12 +46,111 @@ RowGeometry geometryOf(const char* op, const RowNormParams& p, const Tensor& x, 
     return {rows, D, p.groups, p.inner, D / p.inner};
 }
 
+// ---- LayerNorm on oneDNN ------------------------------------------------------------
+// oneDNN keeps the variance where Tessera keeps 1 / sqrt(var + eps): each call converts.
+using namespace dnnl_util;
+
+bool onDnnl(const RowNormParams& p) { return p.groups == 1 && p.inner == 1 && p.subtractMean; }
+
+dnnl::normalization_flags flagsOf(bool scale, bool shift) {
+    auto f = dnnl::normalization_flags::none;
+    if (scale) f = f | dnnl::normalization_flags::use_scale;
+    if (shift) f = f | dnnl::normalization_flags::use_shift;
+    return f;
+}
+
+std::vector<int64_t> keyOf(int64_t rows, int64_t D, float eps, bool scale, bool shift) {
+    int32_t bits = 0;
+    std::memcpy(&bits, &eps, sizeof bits);
+    return {rows, D, bits, scale, shift};
+}
+
+const dnnl::layer_normalization_forward::primitive_desc& layerNormForwardPd(int64_t rows, int64_t D, float eps,
+                                                                            bool scale, bool shift) {
+    static thread_local PrimitiveCache<dnnl::layer_normalization_forward::primitive_desc> cache;
+    return cache.get(keyOf(rows, D, eps, scale, shift), [&] {
+        return checkDnnl("layer_normalization_forward", [&] {
+            const dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_training, plainDesc({rows, D}),
+                                                            plainDesc({rows}), eps, flagsOf(scale, shift));
+            return dnnl::layer_normalization_forward::primitive_desc(d, engine());
+        });
+    });
+}
+
+void layerNormForward(float eps, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd) {
+    const int64_t rows = x.shape()[0], D = x.shape()[1];
+    const bool scale = gamma.defined(), shift = beta.defined();
+    static thread_local PrimitiveCache<dnnl::layer_normalization_forward> cache;
+    const auto& fwd = cache.get(keyOf(rows, D, eps, scale, shift), [&] {
+        return checkDnnl("layer_normalization_forward", [&] {
+            return dnnl::layer_normalization_forward(layerNormForwardPd(rows, D, eps, scale, shift));
+        });
+    });
+    float* var = rstd.data<float>(); // the variance first, made 1 / sqrt(var + eps) below
+    const dnnl::memory::desc md = plainDesc({rows, D}), sd = plainDesc({rows}), pd = plainDesc({D});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(md, x.data<float>())},
+                                               {DNNL_ARG_DST, wrap(md, y.data<float>())},
+                                               {DNNL_ARG_MEAN, wrap(sd, mean.data<float>())},
+                                               {DNNL_ARG_VARIANCE, wrap(sd, var)}};
+    if (scale) args.emplace(DNNL_ARG_SCALE, wrap(pd, gamma.data<float>()));
+    if (shift) args.emplace(DNNL_ARG_SHIFT, wrap(pd, beta.data<float>()));
+    checkDnnl("layer_normalization_forward::execute", [&] { fwd.execute(stream(), args); });
+#pragma omp simd
+    for (int64_t r = 0; r < rows; ++r) var[r] = 1.0f / std::sqrt(var[r] + eps);
+}
+
+void layerNormBackward(float eps, const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+    const int64_t rows = x.shape()[0], D = x.shape()[1];
+    // Always prop_kind backward (oneDNN's backward_data takes no scale): a scale when the
+    // layer has a weight or its gradient is asked for, a shift when the bias's gradient
+    // is (dx does not depend on the shift); gradients nobody asked for go to scratch.
+    const bool scale = gamma.defined() || dgamma.defined(), shift = dbeta.defined();
+    static thread_local PrimitiveCache<dnnl::layer_normalization_backward> cache;
+    const auto& bwd = cache.get(keyOf(rows, D, eps, scale, shift), [&] {
+        return checkDnnl("layer_normalization_backward", [&] {
+            const dnnl::layer_normalization_backward::desc d(dnnl::prop_kind::backward, plainDesc({rows, D}),
+                                                             plainDesc({rows, D}), plainDesc({rows}), eps,
+                                                             flagsOf(scale, shift));
+            return dnnl::layer_normalization_backward(dnnl::layer_normalization_backward::primitive_desc(
+                d, engine(), layerNormForwardPd(rows, D, eps, scale, shift)));
+        });
+    });
+    static thread_local std::vector<float> var, ones, zeros, scratch;
+    var.resize(static_cast<size_t>(rows));
+    const float* rs = rstd.data<float>();
+#pragma omp simd
+    for (int64_t r = 0; r < rows; ++r) var[static_cast<size_t>(r)] = 1.0f / (rs[r] * rs[r]) - eps;
+    const dnnl::memory::desc md = plainDesc({rows, D}), sd = plainDesc({rows}), pd = plainDesc({D});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(md, x.data<float>())},
+                                               {DNNL_ARG_DIFF_DST, wrap(md, dy.data<float>())},
+                                               {DNNL_ARG_MEAN, wrap(sd, mean.data<float>())},
+                                               {DNNL_ARG_VARIANCE, wrap(sd, var.data())},
+                                               {DNNL_ARG_DIFF_SRC, wrap(md, dx.data<float>())}};
+    if (scale) {
+        if (!gamma.defined()) ones.assign(static_cast<size_t>(D), 1.0f); // no weight: the forward's scale was 1
+        args.emplace(DNNL_ARG_SCALE, wrap(pd, gamma.defined() ? gamma.data<float>() : ones.data()));
+        if (!dgamma.defined()) scratch.resize(static_cast<size_t>(D));
+        args.emplace(DNNL_ARG_DIFF_SCALE, wrap(pd, dgamma.defined() ? dgamma.data<float>() : scratch.data()));
+    }
+    if (shift) { // the primitive takes the shift as an input, though dx does not depend on it
+        zeros.assign(static_cast<size_t>(D), 0.0f);
+        args.emplace(DNNL_ARG_SHIFT, wrap(pd, zeros.data()));
+        args.emplace(DNNL_ARG_DIFF_SHIFT, wrap(pd, dbeta.data<float>()));
+    }
+    checkDnnl("layer_normalization_backward::execute", [&] { bwd.execute(stream(), args); });
+}
+
 } // namespace
 
 void CpuBackend::rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 const Tensor& y, const Tensor& mean, const Tensor& rstd) {
     const RowGeometry g = geometryOf("rowNormForward", p, x, gamma, beta);
     cpu_util::requireSameNumel("rowNormForward", x, y);
+    if (onDnnl(p) && g.rows > 0 && g.D > 0 && y.isPlain() && y.dtype() == DType::float32) {
+        return layerNormForward(p.eps, x, gamma, beta, y.reshape(x.shape()), mean, rstd);
+    }
     const float* xs = x.data<float>();
     float* ys = y.data<float>();
     float* means = mean.data<float>();
@@ -110,6 +213,10 @@ void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const 
             throw ShapeError("CpuBackend::rowNormBackward: dgamma and dbeta need " + std::to_string(channels) +
                              " values, got " + t->shape().str());
         }
+    }
+    if (onDnnl(p) && g.rows > 0 && g.D > 0 && dx.isPlain() && dx.dtype() == DType::float32) {
+        return layerNormBackward(p.eps, x, dyPlain.reshape(x.shape()), gamma, mean, rstd, dx.reshape(x.shape()), dgamma,
+                                 dbeta);
     }
     float* dgs = dgamma.defined() ? dgamma.data<float>() : nullptr;
     float* dbs = dbeta.defined() ? dbeta.data<float>() : nullptr;

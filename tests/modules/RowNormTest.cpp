@@ -52,6 +52,27 @@ TEST(LayerNorm, ReferenceGradientShape) {
     EXPECT_TRUE(allClose(plain(v), reference(v.toVector<float>(), 4, 6, 1, 1, true, {}, {}, 1e-5f), 1e-5f));
 }
 
+// Every affine form (weight and bias, weight only, none), through both backward paths:
+// with parameter gradients and without (frozen parameters), the input gradient is the same
+// and matches central differences; the parameter gradients match them too.
+TEST(LayerNorm, AffineFormsAndBackwardWithoutParameterGradients) {
+    for (const LayerNormOptions& o :
+         {LayerNormOptions{}, LayerNormOptions{.useBias = false}, LayerNormOptions{.affine = false}}) {
+        SCOPED_TRACE(std::to_string(o.affine) + std::to_string(o.useBias));
+        LayerNorm ln({16}, o);
+        if (o.affine) setValues(ln, "weight", randomTensor({16}, 21, 0.5f, 1.5f));
+        if (o.affine && o.useBias) setValues(ln, "bias", randomTensor({16}, 22));
+        const Tensor x = randomTensor({3, 7, 16}, 23, -2.0f, 2.0f), dy = randomTensor({3, 7, 16}, 24);
+        EXPECT_TRUE(checkGradients(ln, {x}));
+        ln(x);
+        const F withParams = ln.backward(dy, true, true, 1.0f, 0.0f).toVector<float>();
+        ln(x);
+        const F without = ln.backward(dy, false, true, 1.0f, 0.0f).toVector<float>();
+        ASSERT_EQ(withParams.size(), without.size());
+        for (size_t i = 0; i < without.size(); ++i) EXPECT_NEAR(without[i], withParams[i], 1e-6f) << i;
+    }
+}
+
 TEST(LayerNorm, WithoutAffineHasNoParameters) {
     LayerNorm ln({5}, {.affine = false});
     EXPECT_TRUE(ln.namedParams().empty());
