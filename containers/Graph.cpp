@@ -2,6 +2,7 @@
 
 #include "containers/Executor.h"
 #include "containers/Fusion.h"
+#include "modules/Identity.h"
 
 namespace tessera {
 
@@ -226,13 +227,28 @@ size_t Graph::outputCount() const {
 
 void Graph::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, inputs_.size(), "input"); }
 
+namespace {
+// A node's module checks `dtype`; an Identity (a graph's named input, say) passes it on to
+// the children that take it as their only input, so that an Embedder behind one refuses
+// float ids before any data flows. Errors start with `path` (the nodes passed through).
+void checkNodeDataType(const Node& n, DType dtype, const std::string& path) {
+    try {
+        n.module().checkDataType({dtype});
+    } catch (const Error&) {
+        rethrowWithContext(path + ": ");
+    }
+    if (!dynamic_cast<const Identity*>(&n.module())) return;
+    for (const Edge& e : n.fwds()) {
+        if (e.node->bwds().size() == 1 && e.slots.size() == 1) {
+            checkNodeDataType(*e.node, dtype, path + " -> " + e.node->name());
+        }
+    }
+}
+} // namespace
+
 void Graph::checkDataType(const std::vector<DType>& dtypes) const {
     for (size_t i = 0; i < inputs_.size() && i < dtypes.size(); ++i) {
-        try {
-            inputs_[i]->module().checkDataType({dtypes[i]});
-        } catch (const Error&) {
-            rethrowWithContext(str() + ": input " + inputs_[i]->name() + ": ");
-        }
+        checkNodeDataType(*inputs_[i], dtypes[i], str() + ": input " + inputs_[i]->name());
     }
 }
 

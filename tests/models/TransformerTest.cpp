@@ -49,6 +49,16 @@ TEST(Transformers, Shapes) {
     EXPECT_THROW(loadZooModel("vit-tiny")->dataShapeFrom(Shape{2, 1, 32, 32}), ShapeError);
 }
 
+// gpt-mini's graph input is a named Identity: the Embedder behind it still states the
+// dtype it takes, so tools that make inputs (tessera profile) give it int32 ids.
+TEST(Transformers, GptStatesItsInputDtype) {
+    ShapeOnlyBuild noInit;
+    auto gpt = loadZooModel("gpt-mini");
+    EXPECT_NO_THROW(gpt->checkDataType({DType::int32}));
+    EXPECT_TRUE(
+        throwsShapeError([&] { gpt->checkDataType({DType::float32}); }, {"input ids -> token_embedding", "int32"}));
+}
+
 TEST(Transformers, GptIsCausal) {
     manualSeed(3);
     auto gpt = loadGPT({.context = 12, .dim = 16, .depth = 2, .heads = 2, .dropout = 0.0f});
