@@ -7,6 +7,11 @@
 #include "data/Transform.h"
 #include "modules/Module.h"
 
+namespace tessera {
+class Optimizer;
+class Schedule;
+} // namespace tessera
+
 namespace tessera::cli {
 
 /// Each adds its subcommand to `app`; the returned function runs it (exit code).
@@ -21,6 +26,16 @@ std::function<int()> addEval(CLI::App& app);
 std::function<int()> addPredict(CLI::App& app);
 std::function<int()> addLayers(CLI::App& app);
 std::function<int()> addSample(CLI::App& app);
+
+/// --optimizer's optimizer (UsageError naming the option for an unknown name).
+std::unique_ptr<Optimizer> optimizerOption(const std::string& name, float lr);
+/// --schedule's schedule (nullptr for empty text; UsageError naming the option for bad text).
+std::unique_ptr<Schedule> scheduleOption(const std::string& text, float base, int64_t epochs);
+/// --weight-decay (adamw's default 0.01) on `net`'s parameters of 2 or more dims; returns
+/// the decay (0: none) and counts the tensors it applies to into `decayed` as the
+/// optimizer asks.
+float setWeightDecayOption(Module& net, Optimizer& optimizer, const std::string& name, float weightDecay,
+                           int64_t& decayed);
 
 /// Whether --data names text (fortunes, or text:PATH) rather than images.
 bool isTextData(const std::string& data);

@@ -162,6 +162,39 @@ void addDataOptions(CLI::App* cmd, DataOptions& in) {
                   "its size, as far as that transform allows: several times faster on large photos)");
 }
 
+std::unique_ptr<Optimizer> optimizerOption(const std::string& name, float lr) {
+    try {
+        return makeOptimizer(name, lr);
+    } catch (const ModuleError& e) {
+        throw UsageError(std::string("--optimizer: ") + e.what());
+    }
+}
+
+std::unique_ptr<Schedule> scheduleOption(const std::string& text, float base, int64_t epochs) {
+    if (text.empty()) return nullptr;
+    try {
+        return parseSchedule(text, base, epochs);
+    } catch (const ModuleError& e) {
+        throw UsageError(std::string("--schedule: ") + e.what());
+    }
+}
+
+// Weight decay on the weights of convolutions, linear and recurrent layers (every
+// parameter of two or more dimensions), not on biases or normalisation scales.
+float setWeightDecayOption(Module& net, Optimizer& optimizer, const std::string& name, float weightDecay,
+                           int64_t& decayed) {
+    const float decay = weightDecay > 0.0f ? weightDecay : name == "adamw" ? 0.01f : 0.0f;
+    if (decay <= 0.0f) return decay;
+    std::map<std::string, int64_t> rank;
+    for (const auto& [param, var] : net.namedParams()) rank[param] = var->data.shape().rank();
+    optimizer.setWeightDecay(decay, [&decayed, rank](const std::string& param) {
+        const bool decays = rank.at(param) >= 2;
+        decayed += decays;
+        return decays;
+    });
+    return decay;
+}
+
 namespace {
 struct TrainArgs {
     std::string model = "lenet";
@@ -445,21 +478,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                          a.checkpoint + " to continue that run, or --overwrite to start again over it");
     }
     // The optimizer's name and the schedule are checked before any work too.
-    std::unique_ptr<Optimizer> optimizer;
-    try {
-        optimizer = makeOptimizer(a.optimizer, a.lr);
-    } catch (const ModuleError& e) {
-        throw UsageError(std::string("--optimizer: ") + e.what());
-    }
+    std::unique_ptr<Optimizer> optimizer = optimizerOption(a.optimizer, a.lr);
     const float baseRate = optimizer->learnRate();
-    std::unique_ptr<Schedule> schedule;
-    if (!a.schedule.empty()) {
-        try {
-            schedule = parseSchedule(a.schedule, baseRate, a.epochs);
-        } catch (const ModuleError& e) {
-            throw UsageError(std::string("--schedule: ") + e.what());
-        }
-    }
+    std::unique_ptr<Schedule> schedule = scheduleOption(a.schedule, baseRate, a.epochs);
     Module::setCheckNumerics(a.checkNumerics);
     // The model first: a bad name or file fails before any data is read.
     manualSeed(a.seed);
@@ -523,19 +544,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     const bool emulated = a.precision == "bf16" && device.isCpu() && !CpuBackend::bfloat16Kernels();
     net->to(device); // before the optimizer: its state lives beside the parameters
     optimizer->setupOn(*net, true);
-    // Weight decay on the weights of convolutions, linear and recurrent layers (every
-    // parameter of two or more dimensions), not on biases or normalisation scales.
     int64_t decayed = 0;
-    const float decay = a.weightDecay > 0.0f ? a.weightDecay : a.optimizer == "adamw" ? 0.01f : 0.0f;
-    if (decay > 0.0f) {
-        std::map<std::string, int64_t> rank;
-        for (const auto& [name, var] : net->namedParams()) rank[name] = var->data.shape().rank();
-        optimizer->setWeightDecay(decay, [&](const std::string& name) {
-            const bool decays = rank.at(name) >= 2;
-            decayed += decays;
-            return decays;
-        });
-    }
+    const float decay = setWeightDecayOption(*net, *optimizer, a.optimizer, a.weightDecay, decayed);
     std::printf(" (learning rate %g", baseRate);
     if (schedule) std::printf(", schedule %s", a.schedule.c_str());
     if (a.warmup > 0) std::printf(", warm-up over %lld steps", static_cast<long long>(a.warmup));

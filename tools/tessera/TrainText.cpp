@@ -78,21 +78,9 @@ int runTrainText(const TextTrainOptions& a) {
     const Device device = parseDevice(a.device);
     const DType compute = parsePrecision(a.precision, device);
     if (!a.save.empty()) requireWritableDestination("--save", a.save);
-    std::unique_ptr<Optimizer> optimizer;
-    try {
-        optimizer = makeOptimizer(a.optimizer, a.lr);
-    } catch (const ModuleError& e) {
-        throw UsageError(std::string("--optimizer: ") + e.what());
-    }
+    std::unique_ptr<Optimizer> optimizer = optimizerOption(a.optimizer, a.lr);
     const float baseRate = optimizer->learnRate();
-    std::unique_ptr<Schedule> schedule;
-    if (!a.schedule.empty()) {
-        try {
-            schedule = parseSchedule(a.schedule, baseRate, a.epochs);
-        } catch (const ModuleError& e) {
-            throw UsageError(std::string("--schedule: ") + e.what());
-        }
-    }
+    std::unique_ptr<Schedule> schedule = scheduleOption(a.schedule, baseRate, a.epochs);
     manualSeed(a.seed);
     ModulePtr net = loadModel(a.model, /*train=*/true);
     net->calcMode(compute);
@@ -128,16 +116,7 @@ int runTrainText(const TextTrainOptions& a) {
     net->to(device);
     optimizer->setupOn(*net, true);
     int64_t decayed = 0;
-    const float decay = a.weightDecay > 0.0f ? a.weightDecay : a.optimizer == "adamw" ? 0.01f : 0.0f;
-    if (decay > 0.0f) { // on parameters of 2 or more dims, as tessera train on images
-        std::map<std::string, int64_t> rank;
-        for (const auto& [name, var] : net->namedParams()) rank[name] = var->data.shape().rank();
-        optimizer->setWeightDecay(decay, [&](const std::string& name) {
-            const bool decays = rank.at(name) >= 2;
-            decayed += decays;
-            return decays;
-        });
-    }
+    const float decay = setWeightDecayOption(*net, *optimizer, a.optimizer, a.weightDecay, decayed);
     std::printf("model: %s, %s parameters; optimizer: %s (learning rate %g", a.model.c_str(),
                 thousands(net->numOfParams()).c_str(), a.optimizer.c_str(), baseRate);
     if (schedule) std::printf(", schedule %s", a.schedule.c_str());
