@@ -4,7 +4,9 @@
 #include "data/Dataset.h"
 #include "data/Image.h"
 #include "data/Loader.h"
+#include "data/Text.h"
 #include "data/Transform.h"
+#include "models/Transformer.h"
 #include "training/Average.h"
 #include "training/Checkpoint.h"
 #include "training/Handlers.h"
@@ -101,6 +103,49 @@ void bindData(py::module_& m) {
             return held(idxDataset(dir, split, limit));
         },
         py::arg("dir"), py::arg("split") = "train", py::arg("limit") = 0);
+    py::class_<TextCorpus>(m, "TextCorpus",
+                           "Byte ids of text files (readTextCorpus): train and heldOut as int32 arrays.")
+        .def_property_readonly("train",
+                               [](const TextCorpus& c) { return py::array_t<int32_t>(c.train.size(), c.train.data()); })
+        .def_property_readonly(
+            "heldOut", [](const TextCorpus& c) { return py::array_t<int32_t>(c.heldOut.size(), c.heldOut.data()); })
+        .def_readonly("entries", &TextCorpus::entries)
+        .def_readonly("files", &TextCorpus::files)
+        .def_readonly("dropped", &TextCorpus::dropped)
+        .def_readonly("what", &TextCorpus::what)
+        .def("__repr__", [](const TextCorpus& c) {
+            return "tessera.TextCorpus(" + c.what + ": " + std::to_string(c.train.size()) + " training and " +
+                   std::to_string(c.heldOut.size()) + " held-out ids)";
+        });
+    m.def(
+        "readTextCorpus",
+        [](const std::string& path, int64_t vocabulary, int64_t heldOutEvery) {
+            return readTextCorpus(path, {.vocabulary = vocabulary, .heldOutEvery = heldOutEvery});
+        },
+        py::arg("path"), py::arg("vocabulary") = 128, py::arg("heldOutEvery") = 10,
+        "A text file, or a folder of them, as byte ids: entries split at lines of only '%' (fortune files) "
+        "or at blank lines, every heldOutEvery-th entry held out, bytes at or over vocabulary dropped.");
+    m.def(
+        "nextIdWindows",
+        [](const py::handle& ids, int64_t length) {
+            const Tensor t = toTensor(ids).convertedTo(DType::int32);
+            const std::vector<int32_t> v = t.toVector<int32_t>();
+            auto [x, y] = nextIdWindows(v, length);
+            return py::make_tuple(x, y);
+        },
+        py::arg("ids"), py::arg("length"),
+        "(x, y), int32 [windows, length] each: x = ids[w L, w L + L), y the same one further, for a language "
+        "model's next-id training.");
+    m.def(
+        "sampleText",
+        [](Module& net, const std::string& prompt, int64_t context, int64_t count, float temperature, uint64_t seed) {
+            py::gil_scoped_release release;
+            return sampleText(net, prompt, context, {.count = count, .temperature = temperature, .seed = seed});
+        },
+        py::arg("net"), py::arg("prompt"), py::arg("context"), py::arg("count") = 200, py::arg("temperature") = 0.8f,
+        py::arg("seed") = 1,
+        "The prompt continued by `count` characters that a language model over byte ids (gpt-mini) draws, "
+        "one at a time, from the softmax of its scores divided by `temperature`.");
     m.def(
         "npyDataset",
         [](const std::string& images, const std::string& labels) { return held(npyDataset(images, labels)); },

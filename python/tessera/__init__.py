@@ -38,6 +38,8 @@ from ._tessera import (
     # data sets, transforms, loader; checkpoints
     Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, holdOut, idxDataset, imageArchive, imageFolder,
     imageList, npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint, WeightAverage,
+    # text for language models
+    TextCorpus, readTextCorpus, nextIdWindows, sampleText,
     # data-parallel training
     Communicator, DataParallel, launchedByMpi, mpiBuilt, mpiWorld, ncclBuilt, ncclWorld,
 )
@@ -138,6 +140,10 @@ __all__ = [
     "imageList",
     "npyDataset",
     "tensorDataset",
+    "TextCorpus",
+    "readTextCorpus",
+    "nextIdWindows",
+    "sampleText",
     "loadCheckpoint",
     "saveCheckpoint",
     "WeightAverage",

@@ -493,3 +493,36 @@ def test_fit_runs_the_whole_recipe_from_python(tmp_path):
     net, opt, trainer, (train, valid, test) = setup()
     with pytest.raises(ts.ModuleError, match="saveBest"):
         ts.fit(trainer, train, saveBest=str(best), epochs=1, verbose=False)
+
+
+def test_language_model_on_text(tmp_path):
+    """A text corpus as byte ids (every 10th entry held out), next-id windows, gpt-mini trained
+    a few steps with cross entropy over its [N, T, V] scores (classesLast), and its sample."""
+    (tmp_path / "quotes").write_text("".join(f"quote number {i}\nsaid someone\n%\n" for i in range(20)))
+    (tmp_path / "index.dat").write_bytes(b"\0\1binary")
+    corpus = ts.readTextCorpus(str(tmp_path))
+    assert (corpus.files, corpus.entries) == (1, 20)
+    held = bytes(corpus.heldOut.astype(np.uint8)).decode()
+    assert held == "quote number 9\nsaid someone\n\nquote number 19\nsaid someone\n"
+    assert corpus.train.dtype == np.int32 and "quote number 0\n" in bytes(corpus.train.astype(np.uint8)).decode()
+    x, y = ts.nextIdWindows(corpus.train, 64)
+    assert x.shape == y.shape == ((len(corpus.train) - 1) // 64, 64)
+    assert (x.numpy()[0, 1:] == y.numpy()[0, :-1]).all()
+    ts.manualSeed(2)
+    gpt = ts.loadZooModel("gpt-mini")
+    cost = ts.CrossEntropy(classesLast=True)
+    opt = ts.Adam(alpha=3e-3)
+    opt.setupOn(gpt, useGlobalState=True)
+    errors = []
+    for _ in range(8):
+        error, grad = cost(gpt(x[:8]), y[:8])
+        opt.zeroGradParams()
+        gpt.backward(grad)
+        opt.update()
+        errors.append(error)
+    assert errors[-1] < 0.7 * errors[0], errors
+    text = ts.sampleText(gpt, "quote", 64, count=30, seed=4)
+    assert text.startswith("quote") and len(text) == 35
+    assert text == ts.sampleText(gpt, "quote", 64, count=30, seed=4)
+    with pytest.raises(ts.ShapeError, match="byte 195 at position 3"):  # UTF-8's first byte of the e-acute
+        ts.sampleText(gpt, "caf\u00e9", 64)
