@@ -207,8 +207,8 @@ void rowNormBackward(const float* x, const float* dy, const float* gamma, const 
                                                                subtractMean);
     TESSERA_CUDA_CHECK(cudaGetLastError());
     if (!dgamma && !dbeta) return;
-    rowNormParamGradKernel<<<rowBlocks(groups * (D / inner)), kThreads, 0, s>>>(x, dy, mean, rstd, dgamma, dbeta,
-                                                                                rows, D, groups, inner);
+    rowNormParamGradKernel<<<rowBlocks(groups * (D / inner)), kThreads, 0, s>>>(x, dy, mean, rstd, dgamma, dbeta, rows,
+                                                                                D, groups, inner);
     TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
