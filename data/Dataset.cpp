@@ -596,6 +596,35 @@ DatasetPtr firstSamples(DatasetPtr data, int64_t count) {
     return std::make_shared<FirstSamples>(std::move(data), count);
 }
 
+DatasetPtr firstOfEachClass(DatasetPtr data, int64_t count, std::vector<int64_t>* perClass) {
+    const int64_t n = data->size(), classes = data->classes();
+    std::vector<std::vector<int64_t>> byClass(static_cast<size_t>(std::max<int64_t>(classes, 1)));
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t label = data->label(i);
+        if (label < 0 || label >= classes) {
+            throw ShapeError("firstOfEachClass: " + data->where(i) + " has label " + std::to_string(label) +
+                             ", outside [0, " + std::to_string(classes) + ")");
+        }
+        byClass[static_cast<size_t>(label)].push_back(i);
+    }
+    if (perClass) perClass->assign(byClass.size(), 0);
+    if (count <= 0 || count >= n) {
+        for (size_t c = 0; perClass && c < byClass.size(); ++c)
+            (*perClass)[c] = static_cast<int64_t>(byClass[c].size());
+        return data;
+    }
+    std::vector<int64_t> taken;
+    for (size_t round = 0; static_cast<int64_t>(taken.size()) < count; ++round) {
+        for (size_t c = 0; c < byClass.size() && static_cast<int64_t>(taken.size()) < count; ++c) {
+            if (round >= byClass[c].size()) continue;
+            taken.push_back(byClass[c][round]);
+            if (perClass) ++(*perClass)[c];
+        }
+    }
+    std::sort(taken.begin(), taken.end());
+    return std::make_shared<Subset>(std::move(data), std::move(taken));
+}
+
 DatasetPtr withClassNames(DatasetPtr data, std::vector<std::string> names) {
     if (static_cast<int64_t>(names.size()) != data->classes()) {
         throw ShapeError("data set " + data->describe() + ": " + std::to_string(names.size()) + " class names for " +

@@ -121,6 +121,13 @@ DatasetPtr tensorDataset(const Tensor& images, const Tensor& labels, int64_t cla
 /// The first `count` samples of `data` (all when it has fewer).
 DatasetPtr firstSamples(DatasetPtr data, int64_t count);
 
+/// `count` samples of `data` taken from its classes in turn: each class's first sample (in
+/// the data's order), then each class's second, ..., a class that has run out skipped; in
+/// the data's order. A folder sorted by class thus gives every class its share (all of
+/// `data` when it has no more than `count`). `perClass`, when given, gets the number taken
+/// of each class.
+DatasetPtr firstOfEachClass(DatasetPtr data, int64_t count, std::vector<int64_t>* perClass = nullptr);
+
 /// `data` with these names for its classes (classNames); ShapeError unless there is one
 /// per class.
 DatasetPtr withClassNames(DatasetPtr data, std::vector<std::string> names);

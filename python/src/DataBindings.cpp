@@ -161,6 +161,16 @@ void bindData(py::module_& m) {
         "firstSamples", [](const DatasetHolder& data, int64_t count) { return held(firstSamples(data, count)); },
         py::arg("data"), py::arg("count"));
     m.def(
+        "firstOfEachClass",
+        [](const DatasetHolder& data, int64_t count) {
+            std::vector<int64_t> perClass;
+            DatasetPtr part = firstOfEachClass(data, count, &perClass);
+            return py::make_tuple(held(std::move(part)), perClass);
+        },
+        py::arg("data"), py::arg("count"),
+        "(part, per_class): `count` samples taken from the classes in turn (each class's first, then each "
+        "one's second, ...), in the data's order, and how many of each class.");
+    m.def(
         "holdOut",
         [](const DatasetHolder& data, int64_t count, uint64_t seed) {
             auto [rest, heldOut] = holdOut(data, count, seed);

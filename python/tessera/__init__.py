@@ -36,7 +36,8 @@ from ._tessera import (
     fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
     zooModels,
     # data sets, transforms, loader; checkpoints
-    Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, holdOut, idxDataset, imageArchive, imageFolder,
+    Dataset, Loader, Transforms, cifar10, cifar100, firstSamples, firstOfEachClass, holdOut, idxDataset,
+    imageArchive, imageFolder,
     imageList, npyDataset, tensorDataset, loadCheckpoint, saveCheckpoint, WeightAverage,
     # text for language models
     TextCorpus, readTextCorpus, nextIdWindows, sampleText,
@@ -133,6 +134,7 @@ __all__ = [
     "cifar10",
     "cifar100",
     "firstSamples",
+    "firstOfEachClass",
     "holdOut",
     "idxDataset",
     "imageArchive",

@@ -611,3 +611,12 @@ def test_image_list_of_words(folder, tmp_path):
     (tmp_path / "long.txt").write_text("x" * 300 + ".png 0\n")  # a name the file system refuses
     with pytest.raises(ts.IoError, match="long.txt line 1: image .* not found"):
         ts.imageList(str(tmp_path / "long.txt"))
+
+
+def test_first_of_each_class_takes_the_classes_in_turn():
+    """A data set sorted by class gives every class its share, in the data's order."""
+    images = np.arange(7, dtype=np.float32).reshape(7, 1, 1, 1)
+    data = ts.tensorDataset(images, np.array([0, 0, 0, 0, 1, 1, 2], np.int32), classes=3)
+    part, counts = ts.firstOfEachClass(data, 4)
+    assert counts == [2, 1, 1]
+    assert [float(part[i][0][0, 0, 0]) for i in range(len(part))] == [0.0, 1.0, 4.0, 6.0]

@@ -367,6 +367,27 @@ TEST(Datasets, NpyPairsInUint8AndFloat) {
     EXPECT_THROW(npyDataset(dir + "/f.npy", dir + "/neg.npy"), IoError);
 }
 
+// firstOfEachClass: classes in turn (a data set sorted by class gives every class its
+// share), in the data's order; the counts per class; all of it when asked for as many.
+TEST(Datasets, FirstOfEachClassTakesTheClassesInTurn) {
+    const std::vector<int32_t> labels = {0, 0, 0, 0, 1, 1, 2}; // sorted by class, as a folder
+    std::vector<float> pixels(labels.size());
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i);
+    const DatasetPtr data = tensorDataset(Tensor::fromVector({7, 1, 1, 1}, pixels), Tensor::fromVector({7}, labels), 3);
+    std::vector<int64_t> counts;
+    const DatasetPtr four = firstOfEachClass(data, 4, &counts);
+    ASSERT_EQ(four->size(), 4);
+    std::vector<float> got;
+    for (int64_t i = 0; i < 4; ++i) got.push_back(four->get(i).image.pixels[0]);
+    EXPECT_EQ(got, (std::vector<float>{0, 1, 4, 6})); // rounds: 0, 4, 6 then 1
+    EXPECT_EQ(counts, (std::vector<int64_t>{2, 1, 1}));
+    EXPECT_EQ(firstOfEachClass(data, 6, &counts)->size(), 6);
+    EXPECT_EQ(counts, (std::vector<int64_t>{3, 2, 1})); // class 2 ran out after one
+    EXPECT_EQ(firstOfEachClass(data, 7, &counts), data);
+    EXPECT_EQ(counts, (std::vector<int64_t>{4, 2, 1}));
+    EXPECT_EQ(firstOfEachClass(data, 0), data);
+}
+
 // holdOut: two disjoint parts that make up the data, in its order, drawn by the seed.
 TEST(Datasets, HoldOutSplitsBySeed) {
     std::vector<float> pixels(50);

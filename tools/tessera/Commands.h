@@ -73,12 +73,15 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
 ModulePtr loadModel(const std::string& model, bool train = false);
 
 /// The training and test sets that --data names (fashion-mnist, an IDX directory or
-/// mnist:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:DIR), each cut to its first `limit`
-/// samples when limit > 0; `channels` for image folders. UsageError for a name of another
-/// kind or a missing directory, IoError for a bad file.
+/// mnist:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:DIR), each cut to `limit` samples
+/// taken from the classes in turn (firstOfEachClass) when limit > 0; `channels` for image folders. UsageError for a
+/// name of another kind or a missing directory, IoError for a bad file.
 struct DataSets {
     DatasetPtr train, test;
     std::string what;
+    /// With a limit: the samples taken of each class ("--limit 600: 200 of each of 3
+    /// classes; test: ..."); empty without one.
+    std::string limited;
 };
 DataSets openData(const std::string& data, int64_t limit, int channels);
 /// The options that say what data to read and how (train and eval take them alike).

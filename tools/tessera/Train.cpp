@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -154,7 +155,9 @@ void addDataOptions(CLI::App* cmd, DataOptions& in) {
     cmd->add_option("--channels", in.channels, "folder:DIR: decode images as 1 (grayscale) or 3 (RGB) channels")
         ->capture_default_str()
         ->check(CLI::IsMember({1, 3}));
-    cmd->add_option("--limit", in.limit, "use only the first N images of each split (0: all)")
+    cmd->add_option("--limit", in.limit,
+                    "use only N images of each split, taken from the classes in turn (each class's first, then "
+                    "each one's second, ...; 0: all)")
         ->capture_default_str()
         ->check(nonNegativeInteger());
     cmd->add_flag("--full-decode", in.fullDecode,
@@ -346,9 +349,26 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
                       (k < a.size() ? a[k] : "none") + " in train/, " + (k < b.size() ? b[k] : "none") +
                       " in test/): both need the same classes, or the labels would not agree");
     }
-    if (limit > 0) {
-        s.train = firstSamples(s.train, limit);
-        s.test = firstSamples(s.test, limit);
+    if (limit > 0) { // every class its share, also where the files are sorted by class
+        auto counted = [](const DatasetPtr& d, const std::vector<int64_t>& perClass) {
+            const bool even =
+                std::adjacent_find(perClass.begin(), perClass.end(), std::not_equal_to<>()) == perClass.end();
+            if (even && !perClass.empty()) {
+                return std::to_string(perClass[0]) + " of each of " + std::to_string(perClass.size()) + " classes";
+            }
+            const std::vector<std::string> names = d->classNames();
+            std::string text;
+            for (size_t c = 0; c < perClass.size(); ++c) {
+                text += (c ? ", " : "") + (c < names.size() ? names[c] : "class " + std::to_string(c)) + " " +
+                        std::to_string(perClass[c]);
+            }
+            return text;
+        };
+        std::vector<int64_t> trainCounts, testCounts;
+        s.train = firstOfEachClass(s.train, limit, &trainCounts);
+        s.test = firstOfEachClass(s.test, limit, &testCounts);
+        s.limited = "--limit " + std::to_string(limit) + ": training " + counted(s.train, trainCounts) + "; test " +
+                    counted(s.test, testCounts);
     }
     return s;
 }
@@ -516,6 +536,7 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                 static_cast<long long>(data.train->classes()), transforms.empty() ? "no transforms" : "transforms ",
                 transforms.str().c_str(), a.in.workers, a.in.workers == 1 ? "" : "s",
                 pinned ? ", batches in page-locked memory" : "");
+    if (!data.limited.empty()) std::printf("data: %s\n", data.limited.c_str());
     std::vector<int64_t> dims = sample.dims();
     dims.insert(dims.begin(), std::min<int64_t>(a.batch, data.train->size()));
     const Shape batchShape(dims);
