@@ -12,7 +12,7 @@
 
 namespace tessera {
 
-std::shared_ptr<Sequential> loadLeNet() {
+std::shared_ptr<Sequential> loadLeNet(int64_t classes) {
     auto net = std::make_shared<Sequential>("lenet");
     net->append(std::make_shared<Conv2D>(1, 16, 3, ConvOptions{.name = "conv1"}));
     net->append(std::make_shared<MaxPool2D>(2, PoolOptions{.name = "pool1"}));
@@ -23,7 +23,7 @@ std::shared_ptr<Sequential> loadLeNet() {
     net->append(std::make_shared<Flatten>("flatten"));
     net->append(std::make_shared<Linear>(800, 1024, LinearOptions{.name = "fc1"}));
     net->append(std::make_shared<Activation>(ActivationKind::relu, ActivationOptions{.name = "relu3"}));
-    net->append(std::make_shared<Linear>(1024, 10, LinearOptions{.name = "fc2"}));
+    net->append(std::make_shared<Linear>(1024, classes, LinearOptions{.name = "fc2"}));
     return net;
 }
 
@@ -42,12 +42,12 @@ std::shared_ptr<Sequential> loadMLP(const std::vector<int64_t>& sizes) {
     return net;
 }
 
-std::shared_ptr<Sequential> loadLSTM(int64_t hidden) {
+std::shared_ptr<Sequential> loadLSTM(int64_t hidden, int64_t classes) {
     auto net = std::make_shared<Sequential>("lstm");
     net->append(std::make_shared<Reshape>(Shape{0, 28, 28}, "rows"))
         .append(std::make_shared<RNN>(
             28, hidden, RNNOptions{.layers = 2, .mode = RnnMode::lstm, .batchFirst = true, .name = "lstm"}))
-        .append(std::make_shared<Linear>(hidden, 10, LinearOptions{.name = "fc"}));
+        .append(std::make_shared<Linear>(hidden, classes, LinearOptions{.name = "fc"}));
     return net;
 }
 

@@ -216,24 +216,37 @@ const std::vector<ZooEntry>& zooModels() {
     return entries;
 }
 
-ModulePtr loadZooModel(const std::string& name) {
-    if (name == "lenet") return loadLeNet();
-    if (name == "mlp") return loadMLP();
-    if (name == "lstm") return loadLSTM();
-    if (name == "nin") return loadNiN();
-    if (name == "unet") return loadUNet();
-    if (name == "inception-bn") return loadInceptionBN();
-    if (name == "vit") return loadViT(vitB16());
-    if (name == "vit-tiny") return loadViT(vitTiny(28, 1));
-    if (name == "vit-tiny-cifar") return loadViT(vitTiny(32, 3));
-    if (name == "convnext-tiny") return loadConvNeXt();
-    if (name == "gpt-mini") return loadGPT();
+ModulePtr loadZooModel(const std::string& name, int64_t classes) {
+    if (classes < 0)
+        throw ModuleError("loadZooModel: classes must be >= 0 (0: the model's own), got " + std::to_string(classes));
+    auto k = [classes](int64_t own) { return classes > 0 ? classes : own; };
+    auto vit = [&](ViTConfig c) {
+        c.classes = k(c.classes);
+        return loadViT(c);
+    };
+    if (name == "lenet") return loadLeNet(k(10));
+    if (name == "mlp") return loadMLP({784, 1024, 1024, k(10)});
+    if (name == "lstm") return loadLSTM(128, k(10));
+    if (name == "nin") return loadNiN(k(1000));
+    if (name == "unet") return loadUNet(1, k(2));
+    if (name == "inception-bn") return loadInceptionBN(k(1000));
+    if (name == "vit") return vit(vitB16());
+    if (name == "vit-tiny") return vit(vitTiny(28, 1));
+    if (name == "vit-tiny-cifar") return vit(vitTiny(32, 3));
+    if (name == "convnext-tiny") return loadConvNeXt(k(1000));
+    if (name == "gpt-mini") {
+        if (classes > 0) {
+            throw ModuleError("loadZooModel: gpt-mini scores its 128 byte values, not classes (classes " +
+                              std::to_string(classes) + " given)");
+        }
+        return loadGPT();
+    }
     for (int d : {11, 16, 19}) {
-        if (name == "vgg" + std::to_string(d)) return loadVGG(d);
+        if (name == "vgg" + std::to_string(d)) return loadVGG(d, k(1000));
     }
     for (int d : {18, 34, 50, 101, 152}) {
-        if (name == "resnet" + std::to_string(d)) return loadResNet(d);
-        if (name == "resnet" + std::to_string(d) + "-cifar") return loadResNet(d, ResNetStem::cifar, 10);
+        if (name == "resnet" + std::to_string(d)) return loadResNet(d, ResNetStem::imagenet, k(1000));
+        if (name == "resnet" + std::to_string(d) + "-cifar") return loadResNet(d, ResNetStem::cifar, k(10));
     }
     std::string known;
     for (const ZooEntry& e : zooModels()) known += (known.empty() ? "" : ", ") + e.name;

@@ -21,8 +21,10 @@ struct ZooEntry {
 /// Every model the zoo can build.
 const std::vector<ZooEntry>& zooModels();
 
-/// Builds the model `name`; throws ModuleError listing the names when unknown.
-ModulePtr loadZooModel(const std::string& name);
+/// Builds the model `name`, for `classes` classes (its head, or a U-Net's output maps;
+/// 0: the model's own count, as its entry says); throws ModuleError listing the names when
+/// unknown, and for classes given to gpt-mini (whose scores are its byte values).
+ModulePtr loadZooModel(const std::string& name, int64_t classes = 0);
 
 /// Network in Network (Lin et al.) for 224x224 ImageNet images, as in the Caffe model zoo
 /// definition: four mlpconv blocks (11x11/4, 5x5, 3x3, 3x3 convolutions each followed by

@@ -14,12 +14,13 @@ namespace tessera::python {
 void bindIo(py::module_& m) {
     m.def(
         "loadZooModel",
-        [](const std::string& name) {
+        [](const std::string& name, int64_t classes) {
             py::gil_scoped_release nogil;
-            return loadZooModel(name);
+            return loadZooModel(name, classes);
         },
-        py::arg("name"),
-        "A zoo model by name (tessera.zooModels() lists them), initialised from the global generator.");
+        py::arg("name"), py::arg("classes") = 0,
+        "A zoo model by name (tessera.zooModels() lists them), initialised from the global generator, with a "
+        "head for `classes` classes (0: the model's own count).");
     m.def(
         "zooModels",
         [] {

@@ -157,3 +157,13 @@ def test_a_new_head_on_an_inner_node_checks_although_the_old_head_still_hangs_th
     xin = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
     assert net(xin).shape == (5, 3)
     assert net.backward(np.ones((5, 3), np.float32)).shape == (5, 8)
+
+
+def test_zoo_models_take_a_number_of_classes():
+    """loadZooModel(name, classes) builds the head for that many classes; gpt-mini has none."""
+    assert ts.loadZooModel("lenet", classes=3).dataShapeFrom((2, 1, 28, 28)) == (2, 3)
+    assert ts.loadZooModel("resnet18-cifar", classes=7).dataShapeFrom((1, 3, 32, 32)) == (1, 7)
+    assert ts.loadZooModel("vit-tiny", classes=4).dataShapeFrom((1, 1, 28, 28)) == (1, 4)
+    assert ts.loadZooModel("lenet").dataShapeFrom((2, 1, 28, 28)) == (2, 10)
+    with pytest.raises(ts.ModuleError, match="gpt-mini scores its 128 byte values"):
+        ts.loadZooModel("gpt-mini", classes=3)

@@ -45,6 +45,27 @@ TEST(Zoo, InceptionBNRunsAndReducesAsPublished) {
 
 // Every zoo model with a published parameter count matches it, and every zoo model passes
 // the whole-model shape check at its typical input without running.
+// loadZooModel(name, classes): every classifier of the zoo scores that many classes (a
+// U-Net gives that many maps); 0 keeps each model's own; gpt-mini takes none.
+TEST(Zoo, ClassesSetTheHead) {
+    ShapeOnlyBuild noInit;
+    for (const ZooEntry& e : zooModels()) {
+        if (e.name == "gpt-mini") continue;
+        SCOPED_TRACE(e.name);
+        std::vector<int64_t> dims;
+        for (size_t at = 0, x; at <= e.input.size(); at = x + 1) {
+            x = e.input.find('x', at);
+            if (x == std::string::npos) x = e.input.size();
+            dims.push_back(std::stoll(e.input.substr(at, x - at)));
+        }
+        const Shape out = loadZooModel(e.name, 5)->dataShapeFrom(Shape(dims));
+        EXPECT_EQ(out[1], 5) << out.str();
+    }
+    EXPECT_EQ(loadZooModel("resnet18")->dataShapeFrom(Shape{1, 3, 224, 224}), (Shape{1, 1000}));
+    EXPECT_THROW(loadZooModel("gpt-mini", 5), ModuleError);
+    EXPECT_THROW(loadZooModel("lenet", -1), ModuleError);
+}
+
 TEST(Zoo, PublishedParameterCountsAndShapeChecks) {
     ShapeOnlyBuild noInit;
     for (const ZooEntry& e : zooModels()) {

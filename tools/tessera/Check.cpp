@@ -143,6 +143,13 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
     return parseInputs(given, batch);
 }
 
+bool isZooModel(const std::string& model) {
+    for (const ZooEntry& e : zooModels()) {
+        if (e.name == model) return true;
+    }
+    return false;
+}
+
 ModulePtr loadModel(const std::string& model, bool train) {
     if (isOnnxPath(model)) return importOnnx(model); // weights are the file's
     // Weights are not needed to check shapes: no parameter memory at all.

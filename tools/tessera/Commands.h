@@ -71,6 +71,8 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
 /// HDF5 file's weights loaded; else left uninitialised (shape work). A name that is none
 /// of these is std::invalid_argument; a bad file an IoError naming it.
 ModulePtr loadModel(const std::string& model, bool train = false);
+/// Whether `model` names a zoo model (rather than a file).
+bool isZooModel(const std::string& model);
 
 /// The training and test sets that --data names (fashion-mnist, an IDX directory or
 /// mnist:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:DIR), each cut to `limit` samples

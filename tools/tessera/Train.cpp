@@ -32,6 +32,7 @@
 #include "distributed/DataParallel.h"
 #include "io/Hdf5.h"
 #include "io/Summary.h"
+#include "models/Zoo.h"
 #include "training/Checkpoint.h"
 #include "training/CrossEntropy.h"
 #include "training/Fit.h"
@@ -201,7 +202,8 @@ float setWeightDecayOption(Module& net, Optimizer& optimizer, const std::string&
 namespace {
 struct TrainArgs {
     std::string model = "lenet";
-    DataOptions in; // --data, --augment, --workers, --channels, --limit
+    int64_t classes = 0; // --classes: a zoo model's head (0: the data's classes)
+    DataOptions in;      // --data, --augment, --workers, --channels, --limit
     int64_t epochs = 10;
     int64_t batch = 128;
     float lr = -1.0f;
@@ -540,7 +542,38 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     std::vector<int64_t> dims = sample.dims();
     dims.insert(dims.begin(), std::min<int64_t>(a.batch, data.train->size()));
     const Shape batchShape(dims);
-    const int64_t scores = requireClassifier(*net, a.model, batchShape, data.train->classes());
+    // A zoo model gets a head for the data's classes (or --classes); any other model must
+    // score exactly the data's classes.
+    const int64_t dataClasses = data.train->classes();
+    const bool zoo = isZooModel(a.model);
+    if (a.classes > 0 && !zoo) {
+        throw UsageError("--classes sets a zoo model's head; " + a.model + " is a model file, whose head is its own");
+    }
+    if (a.classes > 0 && a.classes != dataClasses) {
+        throw UsageError("--classes " + std::to_string(a.classes) + ", but the data has " +
+                         std::to_string(dataClasses) + " classes");
+    }
+    if (zoo) {
+        Shapes out;
+        try {
+            out = net->inferDataShape({batchShape});
+        } catch (const ShapeError&) {}
+        if (out.size() == 1 && out[0].rank() == 2 && out[0][1] != dataClasses) {
+            manualSeed(a.seed); // the same initialisation as a model built for these classes at once
+            net = loadZooModel(a.model, dataClasses);
+            net->calcMode(compute);
+            std::printf("model: %s with a head for the data's %lld classes (its own has %lld)\n", a.model.c_str(),
+                        static_cast<long long>(dataClasses), static_cast<long long>(out[0][1]));
+        }
+    }
+    const int64_t scores = requireClassifier(*net, a.model, batchShape, dataClasses);
+    if (scores != dataClasses) {
+        throw UsageError("model " + a.model + " gives " + std::to_string(scores) + " scores, but the data has " +
+                         std::to_string(dataClasses) +
+                         " classes: its extra scores would be classes no image has (predict would print them); "
+                         "give it a head of " +
+                         std::to_string(dataClasses) + " scores, or start from a zoo model, which gets one");
+    }
     if (test.size() > 0) requireTestFitsTraining(data, test.sampleShape(), sample, scores);
     // Mixed labels are probabilities over the model's scores (which may outnumber the classes).
     const LoaderOptions trainOptions{.batchsize = a.batch,
@@ -763,6 +796,10 @@ std::function<int()> addTrain(CLI::App& app) {
                     "--epochs)");
     cmd->add_option("--warmup", args->warmup, "ramp the learning rate up linearly over the first N training steps")
         ->check(nonNegativeInteger());
+    cmd->add_option("--classes", args->classes,
+                    "a zoo model's number of classes (its head); default: the data's (a model file must score "
+                    "exactly the data's classes)")
+        ->check(positiveInteger());
     cmd->add_option("--seed", args->seed, "seed of the initialisation and the batch order")->capture_default_str();
     cmd->add_option("--sample", args->sample,
                     "text data: characters the trained model writes at the end, continuing --prompt (0: none)")
