@@ -53,6 +53,30 @@ std::vector<std::pair<std::string, Module*>> Container::namedChildren() const {
     return out;
 }
 
+ModulePtr Container::replace(const std::string& name, ModulePtr module) {
+    const std::string where = str() + ".replace('" + name + "')";
+    if (!module) throw ContainerError(where + ": the module is null");
+    size_t at = children_.size();
+    for (size_t i = 0; i < children_.size(); ++i) {
+        if (children_[i].first == name) at = i;
+        if (children_[i].second == module) {
+            throw ContainerError(where + ": " + module->str() + " is already a child (as '" + children_[i].first +
+                                 "')");
+        }
+    }
+    if (at == children_.size()) {
+        std::string names;
+        for (const auto& [n, c] : children_) names += (names.empty() ? "" : ", ") + n;
+        throw ContainerError(where + ": no child named '" + name + "' (children: " + names + ")");
+    }
+    ModulePtr old = children_[at].second;
+    const Device device = this->device(); // where the container's parameters are
+    if (numOfParams() > 0 && module->device() != device) module->to(device);
+    children_[at].second = std::move(module);
+    structureChanged();
+    return old;
+}
+
 void Container::insertChild(size_t pos, ModulePtr mod, const char* op) {
     const std::string where = str() + "." + op + " at position " + std::to_string(pos);
     if (!mod) throw ContainerError(where + ": the module is null");

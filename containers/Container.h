@@ -24,6 +24,11 @@ public:
     const ModulePtr& childPtr(size_t index) const;
     /// The name the child at `index` is known by.
     const std::string& childName(size_t index) const;
+    /// Puts `module` where the child `name` is (a head swap: a classifier's last Linear for
+    /// one of other classes), under the same name, on the container's device; returns the
+    /// child it replaced. The next forward checks the shapes again. ContainerError (GraphError
+    /// in a Graph) for an unknown name, a null module, or one that is a child already.
+    virtual ModulePtr replace(const std::string& name, ModulePtr module);
 
     std::vector<std::pair<std::string, Module*>> namedChildren() const override;
     /// Adds the children's blueprints in order.

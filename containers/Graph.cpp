@@ -161,18 +161,7 @@ void Graph::build() {
     // One module in several nodes (shared weights): each such node keeps its own run
     // between forward and backward, and the module's parameter gradients sum over them.
     // A container's runs live in its children's nodes, so a container runs in one node.
-    std::unordered_map<const Module*, std::vector<Node*>> wrappers;
-    for (Node* n : order_) wrappers[&n->module()].push_back(n);
-    for (Node* n : order_) {
-        const std::vector<Node*>& same = wrappers.at(&n->module());
-        if (same.size() > 1 && !n->module().namedChildren().empty()) {
-            throw GraphError(where + ": nodes " + same[0]->str() + " and " + same[1]->str() + " wrap the same " +
-                             "container " + n->module().str() +
-                             "; a container runs in one node only (give the "
-                             "layers inside it one module each, or share weights with setVar)");
-        }
-        if (n->sharesModule() != (same.size() > 1)) n->setSharesModule(same.size() > 1);
-    }
+    markSharedModules(where);
 
     std::unordered_map<const Node*, size_t> position;
     for (size_t i = 0; i < order_.size(); ++i) position[order_[i]] = i;
@@ -193,6 +182,58 @@ void Graph::build() {
     children_.clear();
     for (Node* n : order_) children_.emplace_back(n->name(), n->modulePtr());
     structureChanged();
+}
+
+void Graph::markSharedModules(const std::string& where) {
+    std::unordered_map<const Module*, std::vector<Node*>> wrappers;
+    for (Node* n : order_) wrappers[&n->module()].push_back(n);
+    for (Node* n : order_) {
+        const std::vector<Node*>& same = wrappers.at(&n->module());
+        if (same.size() > 1 && !n->module().namedChildren().empty()) {
+            throw GraphError(where + ": nodes " + same[0]->str() + " and " + same[1]->str() + " wrap the same " +
+                             "container " + n->module().str() +
+                             "; a container runs in one node only (give the "
+                             "layers inside it one module each, or share weights with setVar)");
+        }
+        if (n->sharesModule() != (same.size() > 1)) n->setSharesModule(same.size() > 1);
+    }
+}
+
+ModulePtr Graph::replace(const std::string& name, ModulePtr module) {
+    const std::string where = str() + ".replace('" + name + "')";
+    if (!module) throw GraphError(where + ": the module is null");
+    auto it = byName_.find(name);
+    if (it == byName_.end()) throw GraphError(where + ": no node named '" + name + "'");
+    Node& n = *it->second;
+    for (const Edge& e : n.fwds()) { // the slots its children take must exist
+        for (int slot : e.slots) {
+            if (static_cast<size_t>(slot) >= module->outputCount()) {
+                throw GraphError(where + ": " + e.node->str() + " takes output " + std::to_string(slot) + ", but " +
+                                 module->str() + " has " + std::to_string(module->outputCount()));
+            }
+        }
+    }
+    ModulePtr old = n.modulePtr();
+    const Device device = this->device();
+    if (numOfParams() > 0 && module->device() != device) module->to(device);
+    n.setModule(module);
+    try {
+        markSharedModules(where);
+    } catch (const GraphError&) {
+        n.setModule(old);
+        markSharedModules(where);
+        throw;
+    }
+    if (module->namedParams().empty()) {
+        withParams_.erase(&n);
+    } else {
+        withParams_.insert(&n);
+    }
+    for (auto& [childName, child] : children_) {
+        if (child == old && childName == n.name()) child = module;
+    }
+    structureChanged();
+    return old;
 }
 
 Node& Graph::getNodeByName(const std::string& name) const {

@@ -47,6 +47,10 @@ public:
     Blueprint blueprint() const override;
     /// The node called `name`; throws GraphError when there is none.
     Node& getNodeByName(const std::string& name) const;
+    /// Wraps `module` in the node `name` instead of its module (a head swap), on the graph's
+    /// device; returns the module it replaced. The children's slots must exist in it; the
+    /// next forward checks the shapes again. GraphError otherwise, or for a null module.
+    ModulePtr replace(const std::string& name, ModulePtr module) override;
 
     /// One [shape] per input node.
     void checkDataShape(const Shapes& inShapes) const override;
@@ -81,6 +85,9 @@ private:
     std::vector<NodePtr> nodes_; // owning, in execution order
     std::vector<Node*> order_;
     std::unordered_set<const Node*> withParams_; // nodes whose modules hold parameters
+    // Which nodes share their module with another (Node::sharesModule); GraphError for a
+    // container in two nodes.
+    void markSharedModules(const std::string& where);
     std::unordered_map<std::string, Node*> byName_;
     std::unordered_map<const Node*, size_t> consumers_; // fwd edges inside the graph
     std::unordered_map<const Node*, size_t> inputIndex_;

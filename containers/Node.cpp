@@ -50,6 +50,11 @@ Node::Node(ModulePtr mod, const Parents& parents, std::string name) : module_(st
     addBackwards(parents);
 }
 
+void Node::setModule(ModulePtr module) {
+    if (!module) throw GraphError("node '" + name_ + "': setModule with a null module");
+    module_ = std::move(module);
+}
+
 std::string Node::str() const { return (name_.empty() ? "<unnamed>" : name_) + " (" + module_->classname() + ")"; }
 
 namespace {

@@ -59,6 +59,9 @@ public:
 
     Module& module() const { return *module_; }
     const ModulePtr& modulePtr() const { return module_; }
+    /// Wraps `module` instead (Graph::replace does it with the graph's bookkeeping; a node
+    /// of a graph changed here alone leaves that graph's plans stale). Not null.
+    void setModule(ModulePtr module);
     const std::string& name() const { return name_; }
     void setName(std::string name) { name_ = std::move(name); }
     /// `fc1 (Linear)`.

@@ -462,6 +462,11 @@ gradients, paramGrads(self, grads, scale, momentum), params {name: array} and ou
         .def("__getitem__", &child, py::arg("key"), "A child by index, name, or dotted path ('block1.fc1').")
         .def("getByName", [](const Container& c, const std::string& n) { return child(c, py::str(n)); })
         .def("childName", &Container::childName, py::arg("index"))
+        .def(
+            "replace", [](Container& c, const std::string& name, ModulePtr module) { return c.replace(name, module); },
+            py::arg("name"), py::arg("module"),
+            "Put `module` where the child (a Graph: the node) `name` is, under that name and on the container's "
+            "device: a head swap. Returns the module it replaced; the next call checks the shapes again.")
         .def("__iter__", [](const Container& c) {
             py::list l;
             for (size_t i = 0; i < c.size(); ++i) l.append(c.childPtr(i));

@@ -167,3 +167,17 @@ def test_zoo_models_take_a_number_of_classes():
     assert ts.loadZooModel("lenet").dataShapeFrom((2, 1, 28, 28)) == (2, 10)
     with pytest.raises(ts.ModuleError, match="gpt-mini scores its 128 byte values"):
         ts.loadZooModel("gpt-mini", classes=3)
+
+
+def test_head_swap_with_replace():
+    """A zoo model's last layer replaced for 3 classes, in a Sequential and in a Graph."""
+    ts.manualSeed(1)
+    lenet = ts.loadZooModel("lenet")
+    old = lenet.replace("fc2", ts.Linear(1024, 3))
+    assert old.classname == "Linear"
+    assert lenet(np.zeros((2, 1, 28, 28), np.float32)).shape == (2, 3)
+    resnet = ts.loadZooModel("resnet18-cifar")
+    resnet.replace("fc", ts.Linear(512, 3))
+    assert resnet.dataShapeFrom((1, 3, 32, 32)) == (1, 3)
+    with pytest.raises(ts.ContainerError, match="no child named 'head'"):
+        lenet.replace("head", ts.Linear(1024, 3))

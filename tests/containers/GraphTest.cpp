@@ -1,8 +1,11 @@
 #include "containers/Graph.h"
+
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
+#include "models/LeNet.h"
+#include "models/ResNet.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/Concat.h"
@@ -10,6 +13,9 @@
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
 #include "modules/Split.h"
+#include "training/CrossEntropy.h"
+#include "training/Optimizer.h"
+#include <functional>
 
 namespace tessera {
 namespace {
@@ -515,6 +521,65 @@ TEST(Parallel, BadInput) {
         },
         {"branch 0 'l'", "[..., 3]"}));
     EXPECT_TRUE(throwsModuleError([&] { Parallel()(Tensors{randomTensor({2, 4}, 1)}); }, {"is empty"}));
+}
+
+// Runs f; passes when it throws E whose message contains every one of `parts`.
+template <class E>
+::testing::AssertionResult throwsError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+    try {
+        f();
+    } catch (const E& e) {
+        const std::string msg = e.what();
+        for (const std::string& p : parts) {
+            if (msg.find(p) == std::string::npos)
+                return ::testing::AssertionFailure() << "\"" << msg << "\" lacks " << p;
+        }
+        return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "nothing thrown";
+}
+
+// A head swap: replace puts a new last layer in a Sequential (LeNet's fc2) and a Graph
+// (ResNet-18's fc) under the same name; the model then scores 3 classes and trains; the next
+// forward checks the new layer's shapes; bad calls are errors naming the container.
+TEST(Containers, ReplaceSwapsAHead) {
+    manualSeed(1);
+    auto lenet = loadLeNet();
+    const ModulePtr fc2 = std::make_shared<Linear>(1024, 3);
+    const ModulePtr old = lenet->replace("fc2", fc2);
+    EXPECT_EQ(old->classname(), "Linear");
+    EXPECT_EQ(&lenet->getByName("fc2"), fc2.get());
+    const Tensor x = randomTensor({8, 1, 28, 28}, 2);
+    EXPECT_EQ((*lenet)(x).shape(), (Shape{8, 3}));
+    EXPECT_EQ(lenet->numOfParams(), 838858 - 10250 + 3075);
+    EXPECT_TRUE(throwsError<ContainerError>([&] { lenet->replace("fc9", std::make_shared<Linear>(1, 1)); },
+                                            {"no child named 'fc9'", "fc2"}));
+    EXPECT_TRUE(throwsError<ContainerError>([&] { lenet->replace("fc2", nullptr); }, {"null"}));
+    EXPECT_TRUE(throwsError<ContainerError>([&] { lenet->replace("fc1", fc2); }, {"already a child (as 'fc2')"}));
+
+    auto resnet = loadResNet(18, ResNetStem::cifar, 10);
+    resnet->replace("fc", std::make_shared<Linear>(512, 3));
+    EXPECT_EQ(resnet->dataShapeFrom(Shape{2, 3, 32, 32}), (Shape{2, 3}));
+    // it trains: the loss of one batch drops over a few steps
+    const Tensor images = randomTensor({6, 3, 32, 32}, 3);
+    const Tensor labels = Tensor::fromVector({6}, std::vector<int32_t>{0, 1, 2, 0, 1, 2});
+    CrossEntropy cost;
+    Adam adam(1e-3f);
+    adam.setupOn(*resnet, true);
+    double first = 0, last = 0;
+    for (int step = 0; step < 6; ++step) {
+        const CostResult r = cost((*resnet)(images), labels);
+        resnet->zeroGradParams();
+        resnet->backward(r.grad[0]);
+        adam.update();
+        if (step == 0) first = r.error;
+        last = r.error;
+    }
+    EXPECT_LT(last, first);
+    resnet->replace("fc", std::make_shared<Linear>(100, 3)); // takes 100 features; the pool gives 512
+    EXPECT_TRUE(throwsShapeError([&] { resnet->dataShapeFrom(Shape{2, 3, 32, 32}); }, {"fc"}));
+    EXPECT_TRUE(throwsError<GraphError>([&] { resnet->replace("nowhere", std::make_shared<Linear>(1, 1)); },
+                                        {"no node named 'nowhere'"}));
 }
 
 } // namespace

@@ -547,7 +547,8 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     const int64_t dataClasses = data.train->classes();
     const bool zoo = isZooModel(a.model);
     if (a.classes > 0 && !zoo) {
-        throw UsageError("--classes sets a zoo model's head; " + a.model + " is a model file, whose head is its own");
+        throw UsageError("--classes sets a zoo model's head; " + a.model +
+                         " is a model file, whose head is its own (swap it with replace: docs/graphs.md)");
     }
     if (a.classes > 0 && a.classes != dataClasses) {
         throw UsageError("--classes " + std::to_string(a.classes) + ", but the data has " +
@@ -572,7 +573,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
                          std::to_string(dataClasses) +
                          " classes: its extra scores would be classes no image has (predict would print them); "
                          "give it a head of " +
-                         std::to_string(dataClasses) + " scores, or start from a zoo model, which gets one");
+                         std::to_string(dataClasses) +
+                         " scores (replace, docs/graphs.md), or start from a zoo model, "
+                         "which gets one");
     }
     if (test.size() > 0) requireTestFitsTraining(data, test.sampleShape(), sample, scores);
     // Mixed labels are probabilities over the model's scores (which may outnumber the classes).
