@@ -25,7 +25,10 @@ awk -v a="$accuracy" 'BEGIN { exit !(a > 40) }' || { echo "FAIL: accuracy $accur
 /usr/bin/python3 - "$correct" <<'PY'
 import csv, sys
 rows = list(csv.reader(open("confusion.csv")))
-assert rows[0] == ["true\\predicted"] + [str(k) for k in range(10)], rows[0]
+# Classes by number and name, as the model file names them ("0 T-shirt/top").
+names = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+assert rows[0] == ["true\\predicted"] + [f"{k} {n}" for k, n in enumerate(names)], rows[0]
+assert [r[0] for r in rows[1:]] == [f"{k} {n}" for k, n in enumerate(names)], [r[0] for r in rows[1:]]
 m = [[int(v) for v in r[1:]] for r in rows[1:]]
 assert len(m) == 10 and all(len(r) == 10 for r in m)
 assert sum(map(sum, m)) == 2000, sum(map(sum, m))

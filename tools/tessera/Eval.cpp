@@ -142,12 +142,18 @@ int runEval(const EvalArgs& a) {
         }
     }
     if (!a.confusion.empty()) {
-        std::ostringstream file;
+        auto field = [](const std::string& v) { // RFC 4180: quoted when it holds a comma, a quote or a newline
+            if (v.find_first_of(",\"\n\r") == std::string::npos) return v;
+            std::string q = "\"";
+            for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+            return q + "\"";
+        };
+        std::ostringstream file; // classes by number and name ("0 T-shirt/top") where the names are known
         file << "true\\predicted";
-        for (int64_t p = 0; p < classes; ++p) file << ',' << p;
+        for (int64_t p = 0; p < classes; ++p) file << ',' << field(nameOf(p));
         file << '\n';
         for (int64_t t = 0; t < classes; ++t) {
-            file << t;
+            file << field(nameOf(t));
             for (int64_t p = 0; p < classes; ++p) file << ',' << counts.confusion[static_cast<size_t>(t * classes + p)];
             file << '\n';
         }
