@@ -28,25 +28,16 @@ void randomStreams(Module& m, const std::string& path, std::vector<std::pair<std
 }
 } // namespace
 
-void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
-                    const WeightAverage* average, const std::string& notes) {
+namespace {
+void save(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer* trainer,
+          const WeightAverage* average, const std::string& notes) {
     if (average && average->swapped()) {
         throw ModuleError("checkpoint " + path + ": the model holds the weight averages (swap them back first)");
     }
     const Optimizer::State st = optimizer.state();
-    const TrainerPosition& pos = trainer.position();
     const Generator& gen = globalGenerator();
     json record = {
         {"format", kFormat},
-        {"trainer",
-         {{"epoch", pos.epoch},
-          {"batch", pos.batch},
-          {"errorSum", pos.errorSum},
-          {"errorSamples", pos.errorSamples},
-          {"batchsize", trainer.options().batchsize},
-          {"accumulate", trainer.options().accumulate},
-          {"shuffle", trainer.options().shuffle},
-          {"seed", trainer.options().seed}}},
         {"optimizer",
          {{"class", optimizer.classname()},
           {"steps", st.steps},
@@ -72,12 +63,23 @@ void saveCheckpoint(const std::string& path, const Module& net, const Optimizer&
         record["average"] = {{"decay", average->decay()}, {"updates", average->updates()}};
         for (const auto& [name, t] : average->state()) extras.tensors.emplace_back(kAveragePrefix + name, t);
     }
+    if (trainer) { // a loop of one's own has no position to keep
+        const TrainerPosition& pos = trainer->position();
+        record["trainer"] = {{"epoch", pos.epoch},
+                             {"batch", pos.batch},
+                             {"errorSum", pos.errorSum},
+                             {"errorSamples", pos.errorSamples},
+                             {"batchsize", trainer->options().batchsize},
+                             {"accumulate", trainer->options().accumulate},
+                             {"shuffle", trainer->options().shuffle},
+                             {"seed", trainer->options().seed}};
+    }
     extras.record = record.dump();
     saveModel(net, path, SaveOptions{}, extras);
 }
 
-void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer,
-                    WeightAverage* average, std::string* notes) {
+void load(const std::string& path, Module& net, Optimizer& optimizer, Trainer* trainer, WeightAverage* average,
+          std::string* notes) {
     const FileExtras extras = loadExtras(path);
     json r;
     try {
@@ -96,7 +98,10 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
     std::vector<std::pair<int64_t*, int64_t>> counterValues;
     int64_t averageUpdates = 0;
     try {
-        const json& t = r.at("trainer");
+        if (trainer && !r.contains("trainer")) {
+            throw ModuleError("checkpoint " + path +
+                              ": saved without a Trainer (its position is not in it); load it without one");
+        }
         const json& o = r.at("optimizer");
         auto mismatch = [&](const std::string& what, const std::string& saved, const std::string& now) {
             throw ModuleError("checkpoint " + path + ": saved with " + what + " " + saved + ", resumed with " + now);
@@ -123,21 +128,24 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
                 throw IoError("checkpoint " + path + ": " + shown(j) + " is beyond float's range");
             return static_cast<float>(d);
         };
-        const HandlerOptions& opts = trainer.options();
-        if (integer(t.at("batchsize")) != opts.batchsize)
-            mismatch("batch size", t.at("batchsize").dump(), std::to_string(opts.batchsize));
-        if (natural(t.at("seed")) != opts.seed) mismatch("seed", t.at("seed").dump(), std::to_string(opts.seed));
-        const int64_t accumulate = t.contains("accumulate") ? integer(t.at("accumulate")) : 1; // older files: 1
-        if (accumulate != opts.accumulate) {
-            mismatch("gradient accumulation over", std::to_string(accumulate) + " batches",
-                     std::to_string(opts.accumulate) + " batches");
+        if (trainer) { // a position saved for a Trainer is ignored when loaded without one
+            const json& t = r.at("trainer");
+            const HandlerOptions& opts = trainer->options();
+            if (integer(t.at("batchsize")) != opts.batchsize)
+                mismatch("batch size", t.at("batchsize").dump(), std::to_string(opts.batchsize));
+            if (natural(t.at("seed")) != opts.seed) mismatch("seed", t.at("seed").dump(), std::to_string(opts.seed));
+            const int64_t accumulate = t.contains("accumulate") ? integer(t.at("accumulate")) : 1; // older files: 1
+            if (accumulate != opts.accumulate) {
+                mismatch("gradient accumulation over", std::to_string(accumulate) + " batches",
+                         std::to_string(opts.accumulate) + " batches");
+            }
+            if (t.at("shuffle").get<bool>() != opts.shuffle)
+                mismatch("shuffle", t.at("shuffle").dump(), opts.shuffle ? "true" : "false");
+            pos = {integer(t.at("epoch")), integer(t.at("batch")), t.at("errorSum").get<double>(),
+                   integer(t.at("errorSamples"))};
         }
-        if (t.at("shuffle").get<bool>() != opts.shuffle)
-            mismatch("shuffle", t.at("shuffle").dump(), opts.shuffle ? "true" : "false");
         if (o.at("class").get<std::string>() != optimizer.classname())
             mismatch("optimizer", o.at("class").get<std::string>(), optimizer.classname());
-        pos = {integer(t.at("epoch")), integer(t.at("batch")), t.at("errorSum").get<double>(),
-               integer(t.at("errorSamples"))};
         if (r.contains("average") != (average != nullptr)) {
             throw ModuleError("checkpoint " + path +
                               (average ? ": saved without a weight average, resumed with one"
@@ -224,7 +232,7 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
     loadModel(net, path, LoadMode::strict);
     if (average) average->setState(averages, averageUpdates);
     optimizer.setState(st);
-    trainer.setPosition(pos);
+    if (trainer) trainer->setPosition(pos);
     if (notes) *notes = r.contains("notes") ? r.at("notes").get<std::string>() : std::string();
     globalGenerator().manualSeed(genSeed);
     globalGenerator().advance(genOffset);
@@ -233,6 +241,28 @@ void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, 
         g->advance(offset);
     }
     for (auto& [c, value] : counterValues) *c = value;
+}
+
+} // namespace
+
+void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
+                    const WeightAverage* average, const std::string& notes) {
+    save(path, net, optimizer, &trainer, average, notes);
+}
+
+void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer,
+                    const WeightAverage* average, const std::string& notes) {
+    save(path, net, optimizer, nullptr, average, notes);
+}
+
+void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer,
+                    WeightAverage* average, std::string* notes) {
+    load(path, net, optimizer, &trainer, average, notes);
+}
+
+void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, WeightAverage* average,
+                    std::string* notes) {
+    load(path, net, optimizer, nullptr, average, notes);
 }
 
 } // namespace tessera

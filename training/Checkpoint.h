@@ -24,6 +24,10 @@ namespace tessera {
 void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
                     const WeightAverage* average = nullptr, const std::string& notes = {});
 
+/// The same for a loop of one's own, without a Trainer: no position is kept (the rest is).
+void saveCheckpoint(const std::string& path, const Module& net, const Optimizer& optimizer,
+                    const WeightAverage* average = nullptr, const std::string& notes = {});
+
 /// Restores a checkpoint into `net` (same parameter names and shapes), `optimizer` (same
 /// class, bound to `net`, set up as when it was saved), `trainer` (same batch size and
 /// seed) and the global generator. IoError naming the file for an unreadable or
@@ -32,5 +36,9 @@ void saveCheckpoint(const std::string& path, const Module& net, const Optimizer&
 /// not match. `notes`, when given, receives the notes saved with it ("" when none).
 void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer,
                     WeightAverage* average = nullptr, std::string* notes = nullptr);
+/// The same without a Trainer (a loop of one's own): a position saved for one is ignored.
+/// Loading a checkpoint saved without a Trainer into one is a ModuleError.
+void loadCheckpoint(const std::string& path, Module& net, Optimizer& optimizer, WeightAverage* average = nullptr,
+                    std::string* notes = nullptr);
 
 } // namespace tessera

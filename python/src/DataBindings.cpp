@@ -305,27 +305,38 @@ balanced=True draws each epoch's samples with replacement, every class equally l
         .def_property_readonly("updates", &WeightAverage::updates);
     m.def(
         "saveCheckpoint",
-        [](const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer& trainer,
+        [](const std::string& path, const Module& net, const Optimizer& optimizer, const Trainer* trainer,
            const WeightAverage* average, const std::string& notes) {
             py::gil_scoped_release nogil;
-            saveCheckpoint(path, net, optimizer, trainer, average, notes);
+            if (trainer) {
+                saveCheckpoint(path, net, optimizer, *trainer, average, notes);
+            } else {
+                saveCheckpoint(path, net, optimizer, average, notes);
+            }
         },
-        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"), py::arg("average") = nullptr,
-        py::arg("notes") = "",
-        "Everything a run needs to continue bit-identically, in one HDF5 file written atomically; `notes`: text of "
-        "your own, which loadCheckpoint returns.");
+        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer") = nullptr,
+        py::arg("average") = nullptr, py::arg("notes") = "",
+        "Everything a run needs to continue bit-identically, in one HDF5 file written atomically; without a "
+        "trainer (a loop of your own) no position is kept; `notes`: text of your own, which loadCheckpoint "
+        "returns.");
     m.def(
         "loadCheckpoint",
-        [](const std::string& path, Module& net, Optimizer& optimizer, Trainer& trainer, WeightAverage* average) {
+        [](const std::string& path, Module& net, Optimizer& optimizer, Trainer* trainer, WeightAverage* average) {
             std::string notes;
             {
                 py::gil_scoped_release nogil;
-                loadCheckpoint(path, net, optimizer, trainer, average, &notes);
+                if (trainer) {
+                    loadCheckpoint(path, net, optimizer, *trainer, average, &notes);
+                } else {
+                    loadCheckpoint(path, net, optimizer, average, &notes);
+                }
             }
             return notes;
         },
-        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer"), py::arg("average") = nullptr,
-        "Restores a checkpoint; returns the notes saved with it (\"\" when none).");
+        py::arg("path"), py::arg("net"), py::arg("optimizer"), py::arg("trainer") = nullptr,
+        py::arg("average") = nullptr,
+        "Restores a checkpoint (without a trainer: all but a trainer's position); returns the notes saved with it "
+        "(\"\" when none).");
 }
 
 } // namespace tessera::python

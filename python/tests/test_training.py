@@ -526,3 +526,23 @@ def test_language_model_on_text(tmp_path):
     assert text == ts.sampleText(gpt, "quote", 64, count=30, seed=4)
     with pytest.raises(ts.ShapeError, match="byte 195 at position 3"):  # UTF-8's first byte of the e-acute
         ts.sampleText(gpt, "caf\u00e9", 64)
+
+
+def test_checkpoint_of_a_loop_without_a_trainer(tmp_path):
+    """saveCheckpoint/loadCheckpoint without a Trainer keep the weights and the optimizer state."""
+    ts.manualSeed(3)
+    net = ts.loadZooModel("mlp")
+    opt = ts.Adam(alpha=1e-3)
+    opt.setupOn(net, useGlobalState=True)
+    x, y = np.random.default_rng(0).random((16, 1, 28, 28), np.float32), np.arange(16, dtype=np.int32) % 10
+    error, grad = ts.CrossEntropy()(net(x), y)
+    opt.zeroGradParams()
+    net.backward(grad)
+    opt.update()
+    path = str(tmp_path / "loop.ckpt")
+    ts.saveCheckpoint(path, net, opt, notes="step 1")
+    other = ts.loadZooModel("mlp")
+    opt2 = ts.Adam(alpha=1e-3)
+    opt2.setupOn(other, useGlobalState=True)
+    assert ts.loadCheckpoint(path, other, opt2) == "step 1"
+    assert np.array_equal(other(x).numpy(), net(x).numpy())

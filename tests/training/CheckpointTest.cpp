@@ -141,6 +141,42 @@ int64_t residentBytes() {
 // 10,000 training steps (batch norm, dropout, Adam) leave the backend's live memory and
 // the process's resident size where they were after the first hundred: nothing grows per
 // step.
+// A loop of one's own, without a Trainer: a checkpoint keeps the model, the optimizer's
+// state and the random streams, so the steps after loading equal the steps never stopped;
+// loading it into a Trainer asks for a position it does not have.
+TEST(Checkpoint, WithoutATrainer) {
+    const Data d = dataSet();
+    const std::string path = ::testing::TempDir() + "tessera_own_loop.ckpt";
+    auto step = [&](Module& net, Optimizer& opt, int64_t i) {
+        CrossEntropy cost;
+        const CostResult r = cost(net(d.x.slice(i * 20, i * 20 + 20).clone()), d.y.slice(i * 20, i * 20 + 20).clone());
+        opt.zeroGradParams();
+        net.backward(r.grad[0]);
+        opt.update();
+    };
+    auto a = smallNet(5);
+    Adam adamA(1e-2f);
+    adamA.setupOn(*a, true);
+    for (int64_t i = 0; i < 3; ++i) step(*a, adamA, i);
+    saveCheckpoint(path, *a, adamA, nullptr, "own loop");
+    for (int64_t i = 3; i < 6; ++i) step(*a, adamA, i);
+
+    auto b = smallNet(77); // other weights, overwritten by the load
+    Adam adamB(1e-2f);
+    adamB.setupOn(*b, true);
+    std::string notes;
+    loadCheckpoint(path, *b, adamB, nullptr, &notes);
+    EXPECT_EQ(notes, "own loop");
+    EXPECT_EQ(adamB.steps(), 3);
+    for (int64_t i = 3; i < 6; ++i) step(*b, adamB, i);
+    EXPECT_TRUE(bitEqual(weights(*a), weights(*b)));
+
+    CrossEntropy cost;
+    Trainer trainer(*b, cost, adamB, kOptions);
+    EXPECT_TRUE(throwsModuleError([&] { loadCheckpoint(path, *b, adamB, trainer); }, {"saved without a Trainer"}));
+    std::filesystem::remove(path);
+}
+
 TEST(Checkpoint, MemoryStaysFlatOverTenThousandSteps) {
     const Data d = dataSet();
     auto net = smallNet(1);
