@@ -244,8 +244,39 @@ def _returning_typed(method):
     return typed
 
 
-for _cls, _name in ((Container, "__getitem__"), (Container, "getByName")):
-    setattr(_cls, _name, _returning_typed(getattr(_cls, _name)))
+_container_getitem, _container_getbyname = Container.__getitem__, Container.getByName
+
+
+def _getitem(self, key):
+    """A child by index, name or dotted path ('block1.fc1'); a slice of a Sequential or
+    Parallel is a new container of the same modules (shared, parameters and all)."""
+    if isinstance(key, slice):
+        if not isinstance(self, (Sequential, Parallel)):
+            raise ContainerError(f"{self!r}: only a Sequential or a Parallel is sliced; a Graph's parts are its "
+                                 f"nodes (graph.nodes())")
+        part = type(self)()
+        for i in range(*key.indices(len(self))):
+            part.append(_container_getitem(self, i))
+        return part
+    return _typed(_container_getitem(self, key))
+
+
+def _getbyname(self, name):
+    """The module called `name`: a child, a dotted path, or else the first module of that
+    name in the containers below, depth first (PuzzleLib's getByName)."""
+    try:
+        return _typed(_container_getbyname(self, name))
+    except ContainerError as e:
+        for child in self:
+            if isinstance(child, Container):
+                try:
+                    return child.getByName(name)
+                except ContainerError:
+                    pass
+        raise e from None
+
+
+Container.__getitem__, Container.getByName = _getitem, _getbyname
 _container_iter, _module_children, _node_module = Container.__iter__, Module.children, Node.module
 Container.__iter__ = lambda self: (_typed(m) for m in _container_iter(self))
 Module.children = lambda self: [_typed(m) for m in _module_children(self)]
@@ -257,7 +288,6 @@ buildModule = _returning_typed(buildModule)
 loadModelFile = _returning_typed(loadModelFile)
 importOnnx = _returning_typed(importOnnx)
 loadZooModel = _returning_typed(loadZooModel)
-del _cls, _name
 
 
 def MaxUnpool2D(maxpool, name=None):
@@ -363,3 +393,36 @@ Loader.epoch = _epoch
 def load(path):
     """The model in an HDF5 file saved with its blueprint (Module.save), or an ONNX file."""
     return loadModelFile(path)
+
+
+# ---- PuzzleLib's GPUArray methods on tensors ----------------------------------------------
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1, "int8": 1}
+
+
+def _tensor_get(self):
+    """The elements as a new NumPy array (PuzzleLib's GPUArray.get())."""
+    return self.numpy(copy=True)
+
+
+def _tensor_set(self, ary):
+    """Copies `ary` (same shape) into this tensor, in place (PuzzleLib's GPUArray.set)."""
+    import numpy as np
+    a = np.asarray(ary.get() if isinstance(ary, Tensor) else ary)
+    if tuple(a.shape) != tuple(self.shape):
+        raise ShapeError(f"Tensor.set: the array has shape {tuple(a.shape)}, the tensor {tuple(self.shape)}")
+    self[...] = a
+    return self
+
+
+def _tensor_fill(self, value):
+    """Sets every element to `value`, in place; returns the tensor (PuzzleLib's fill)."""
+    self[...] = value
+    return self
+
+
+Tensor.get = _tensor_get
+Tensor.set = _tensor_set
+Tensor.fill = _tensor_fill
+Tensor.nbytes = property(lambda self: self.size * _ITEMSIZE[self.dtype], doc="The elements' size in bytes.")
+Tensor.ravel = lambda self: self.reshape((self.size,))

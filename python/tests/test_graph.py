@@ -181,3 +181,27 @@ def test_head_swap_with_replace():
     assert resnet.dataShapeFrom((1, 3, 32, 32)) == (1, 3)
     with pytest.raises(ts.ContainerError, match="no child named 'head'"):
         lenet.replace("head", ts.Linear(1024, 3))
+
+
+def test_sequential_slices_share_modules_and_getbyname_searches_below():
+    seq = ts.Sequential()
+    seq.append(ts.Linear(4, 3, name="fc1"))
+    seq.append(ts.Activation("relu"))
+    inner = ts.Sequential(name="head")
+    inner.append(ts.Linear(3, 2, name="fc2"))
+    seq.append(inner)
+    part = seq[:2]
+    assert isinstance(part, ts.Sequential) and len(part) == 2
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    W, b = seq["fc1"].getVar("W").data.numpy(), seq["fc1"].getVar("b").data.numpy()
+    np.testing.assert_allclose(part(x).numpy(), np.maximum(x @ W + b, 0), rtol=1e-5, atol=1e-6)
+    assert part[0].getVar("W").data.sharesMemory(seq[0].getVar("W").data)  # the same module
+    assert len(seq[::2]) == 2 and isinstance(ts.Parallel()[:0], ts.Parallel)
+    assert seq.getByName("fc2").classname == "Linear"  # found in the container below
+    assert seq.getByName("head.fc2").getVar("W").data.sharesMemory(seq.getByName("fc2").getVar("W").data)
+    with pytest.raises(ts.ContainerError, match="no child named 'nope'"):
+        seq.getByName("nope")
+    a = ts.Identity().node()
+    g = ts.Graph(inputs=a, outputs=ts.Linear(2, 2).node(a))
+    with pytest.raises(ts.ContainerError, match="only a Sequential or a Parallel is sliced"):
+        g[:1]

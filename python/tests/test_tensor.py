@@ -183,3 +183,17 @@ def test_gpu_settings_are_there_with_or_without_a_gpu():
     ts.setCudaAllowTF32(True)
     with pytest.raises(TypeError):
         ts.setCudaDeterministic("yes")
+
+
+def test_puzzlelib_gpuarray_methods():
+    t = ts.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), copy=True)
+    got = t.get()
+    got[0, 0] = 100  # a copy
+    assert t.numpy()[0, 0] == 0
+    assert t.nbytes == 24 and ts.zeros((2, 2), dtype="int32").nbytes == 16
+    assert t.fill(1.5) is t and (t.numpy() == 1.5).all()
+    t.set(np.ones((2, 3), np.float32) * 2)
+    assert (t.numpy() == 2).all()
+    with pytest.raises(ts.ShapeError, match=r"Tensor.set: the array has shape \(6,\), the tensor \(2, 3\)"):
+        t.set(np.ones(6, np.float32))
+    assert t.ravel().shape == (6,)

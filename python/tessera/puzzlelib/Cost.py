@@ -1,0 +1,191 @@
+"""PuzzleLib's `Cost`: its normalisations, label types and gradient sign over Tessera's costs.
+
+`error, grad = cost(pred, target)` gives PuzzleLib's error and PuzzleLib's gradient
+(-dError/dpred, the descent direction that `net.backward` takes here). Tessera computes
+both; the namespace rescales them where PuzzleLib averages over every element instead of
+over samples, and flips the sign."""
+
+import numpy as np
+
+import tessera as ts
+
+from ._core import ModuleError, negated, tensorOf
+
+
+class CostError(ModuleError):
+    pass
+
+
+class Cost:
+    _make = None
+
+    def __init__(self, tcost=None):
+        self._c = tcost if tcost is not None else self._make()
+        self.error = None
+        self.valError = None
+        self.grad = None
+        self.batchsize = 0
+        self.numOfSamples = 0
+        self._accum = 0.0
+
+    # PuzzleLib's normalisation over Tessera's (1 where they agree)
+    def _scale(self, pred):
+        return 1.0
+
+    def _target(self, pred, target):
+        return tensorOf(target)
+
+    def __call__(self, pred, target, queryError=True):
+        pred = tensorOf(pred)
+        self._check(pred, target)
+        error, grad = self._c(pred, self._target(pred, target))
+        scale = self._scale(pred)
+        self.grad = negated(grad, scale)
+        self.error = error * scale
+        self.batchsize = pred.shape[0]
+        self.numOfSamples += self.batchsize
+        self._accum += self.error * self.batchsize
+        return (self.error, self.grad) if queryError else self.grad
+
+    def _check(self, pred, target):
+        pass
+
+    def getError(self):
+        return self.error
+
+    def getMeanError(self):
+        return self._accum / self.numOfSamples if self.numOfSamples else 0.0
+
+    def getValError(self):
+        return self.valError
+
+    def resetAccumulator(self):
+        self._accum, self.numOfSamples, self.batchsize = 0.0, 0, 0
+        self._c.resetAccumulator()
+
+    def reset(self):
+        self.error, self.valError, self.grad = None, None, None
+
+    def validate(self, pred, target):
+        pred = tensorOf(pred)
+        self._check(pred, target)
+        self.valError = self._validate(pred, target)
+        return self.valError
+
+    def _validate(self, pred, target):
+        return self._c.validate(pred, self._target(pred, target)) * self._scale(pred)
+
+
+def _perElement(pred):
+    """PuzzleLib's pointwise costs average every element; Tessera's average per-sample sums."""
+    return 1.0 / int(np.prod(pred.shape[1:]))
+
+
+class MSE(Cost):
+    """sum (pred - target)^2 / (2 * elements); gradient (target - pred) / elements."""
+
+    _make = ts.MSE
+    _scale = staticmethod(_perElement)
+
+
+class Abs(Cost):
+    """sum |pred - target| / elements."""
+
+    _make = ts.Abs
+    _scale = staticmethod(_perElement)
+
+
+class SmoothL1(Cost):
+    """Huber with delta 1, averaged over elements."""
+
+    _make = ts.SmoothL1
+    _scale = staticmethod(_perElement)
+
+
+def _intLabels(target):
+    t = target.get() if isinstance(target, ts.Tensor) else np.asarray(target)
+    if t.dtype != np.int32:
+        raise CostError(f"expected int32 labels, got {t.dtype}")
+    return t
+
+
+class BCE(Cost):
+    """Binary cross-entropy on logits against int32 labels 0/1 (one per score),
+    averaged over elements; validate gives the error rate (score > 0 taken as label 1)."""
+
+    _make = ts.BCE
+    _scale = staticmethod(_perElement)
+
+    def _target(self, pred, target):
+        labels = _intLabels(target)
+        if labels.size != pred.size:
+            raise CostError(f"BCE: {labels.size} labels for {pred.size} scores")
+        if labels.size and (labels.min() < 0 or labels.max() > 1):
+            raise CostError(f"BCE labels verification failed: labels must be 0 or 1, found {labels.min()}..{labels.max()}")
+        return tensorOf(labels.reshape(pred.shape).astype(np.float32))
+
+    def _validate(self, pred, target):
+        labels = _intLabels(target).reshape(pred.shape)
+        return float(np.mean((pred.get() > 0.0) != (labels == 1)))
+
+
+class Hinge(Cost):
+    """max(0, 1 - t p) with int32 labels -1/+1 of the scores' shape, averaged over elements."""
+
+    _make = ts.Hinge
+    _scale = staticmethod(_perElement)
+
+    def _target(self, pred, target):
+        labels = _intLabels(target)
+        if tuple(labels.shape) != tuple(pred.shape):
+            raise CostError(f"Hinge: labels of shape {labels.shape} for scores of shape {tuple(pred.shape)}")
+        return tensorOf(labels.astype(np.float32))
+
+
+class CrossEntropy(Cost):
+    """Softmax cross-entropy against int32 class labels; validate gives the error rate and
+    leaves `mostProb` (the argmax of the scores over the classes)."""
+
+    def __init__(self, maxlabels=None, weights=None):
+        w = [] if weights is None else [float(v) for v in np.asarray(
+            weights.get() if isinstance(weights, ts.Tensor) else weights).ravel()]
+        super().__init__(ts.CrossEntropy(maxlabels=maxlabels or 0, weights=w))
+        self.maxlabels, self.weights, self.mostProb = maxlabels, weights, None
+
+    def _validate(self, pred, target):
+        self.mostProb = tensorOf(np.argmax(pred.get(), axis=1).astype(np.int32))
+        return self._c.validate(pred, tensorOf(target))
+
+    def reset(self):
+        super().reset()
+        self.mostProb = None
+
+
+class KLDivergence(Cost):
+    """KL(target || softmax(pred)) summed over each sample, averaged over the batch;
+    normTarget=True takes the target through a softmax first (Tessera's SoftMax)."""
+
+    def __init__(self, maxlabels=None, normTarget=False):
+        super().__init__(ts.KLDivergence())
+        self.maxlabels, self.normTarget = maxlabels, normTarget
+
+    def _target(self, pred, target):
+        target = tensorOf(target)
+        if self.normTarget:
+            flat = target.reshape((target.shape[0], int(np.prod(target.shape[1:]))))
+            target = ts.SoftMax()(flat).reshape(tuple(target.shape))
+        return target
+
+
+class SVM(Cost):
+    _make = ts.SVM
+
+
+class L1Hinge(Cost):
+    _make = ts.L1Hinge
+
+
+class CTC(Cost):
+    def __init__(self, blank, vocabsize=None, normalized=False):
+        super().__init__(ts.CTC(blank, vocabsize=vocabsize or 0, normalized=normalized))
+        self.blank = blank

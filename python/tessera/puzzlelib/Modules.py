@@ -1,0 +1,313 @@
+"""PuzzleLib's `Modules`: its class names, argument names and defaults, parameter layouts
+and gradient sign, each class built on the Tessera layer that computes it.
+
+    from tessera.puzzlelib.Modules import Conv2D, MaxPool2D, Activation, relu, Linear
+
+docs/puzzlelib.md lists every difference from Tessera's own classes and which side this
+namespace takes."""
+
+import numpy as np
+
+import tessera as ts
+
+from ._core import Module, ModuleError, Variable, negated, repeat  # noqa: F401 (PuzzleLib's names)
+
+# Activation names (PuzzleLib's ActivationType members)
+sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip = (
+    "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip")
+
+def _initWeights(module, scheme, wscale, shape=None):
+    """Draws W as PuzzleLib's createTensorWithScheme does (scheme None: uniform within
+    sqrt(3 / fan), fan from the 'in' factor unless the scheme is a (scheme, factor) pair)."""
+    var = module.getVar("W")
+    shape = var._shape if shape is None else shape
+    factorType = "in"
+    if isinstance(scheme, (tuple, list)):
+        scheme, factorType = scheme
+    if len(shape) == 2:
+        ins, outs = shape
+    else:
+        rf = int(np.prod(shape[2:]))
+        outs, ins = shape[0] * rf, shape[1] * rf
+    factor = {"in": ins, "out": outs, "avg": (ins + outs) / 2}[factorType]
+    if scheme in (None, "xavier_uniform"):
+        w = np.random.uniform(-np.sqrt(3.0 / factor), np.sqrt(3.0 / factor), shape)
+    elif scheme in ("xavier", "xavier_normal"):
+        w = np.random.normal(0.0, np.sqrt(1.0 / factor), shape)
+    elif scheme == "he":
+        w = np.random.normal(0.0, np.sqrt(2.0 / factor), shape)
+    elif scheme == "gaussian":
+        w = np.random.normal(0.0, wscale, shape)
+    elif scheme == "uniform":
+        w = np.random.uniform(-wscale, wscale, shape)
+    elif scheme == "none":
+        return
+    else:
+        raise ModuleError(f"initscheme {scheme!r} is not one of PuzzleLib's")
+    module.setVar("W", w.astype(np.float32))
+
+
+def _unsupported(cls, what):
+    return ModuleError(f"{cls}: {what} is not supported by tessera.puzzlelib (docs/puzzlelib.md)")
+
+
+def _channelLayout(nd):
+    """(C,) as PuzzleLib's (1, C, 1, ...) with `nd` ones."""
+    return lambda s: (1, s[0]) + (1,) * nd
+
+
+# ---- linear layers -------------------------------------------------------------------------
+
+class Linear(Module):
+    def __init__(self, insize, outsize, wscale=1.0, useBias=True, initscheme=None, name=None, empty=False,
+                 transpose=False):
+        if transpose:
+            raise _unsupported("Linear", "transpose=True")
+        super().__init__(ts.Linear(insize, outsize, useBias=useBias), name)
+        _initWeights(self, initscheme, wscale)
+        self.registerBlueprint(locals())
+
+
+class _ConvND(Module):
+    _nd = 2
+    _cls = "Conv2D"
+
+    def __init__(self, inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None,
+                 initscheme=None, empty=False, groups=1):
+        nd = self._nd
+        make = getattr(ts, self._cls)
+        super().__init__(make(inmaps, outmaps, list(repeat(size, nd)), stride=list(repeat(stride, nd)),
+                              pad=list(repeat(pad, nd)), dilation=list(repeat(dilation, nd)), useBias=useBias,
+                              groups=groups), name)
+        _initWeights(self, initscheme, wscale)
+        self.registerBlueprint(locals())
+
+    @property
+    def _layouts(self):
+        layouts = {"b": _channelLayout(max(self._nd, 2))}
+        if self._nd == 1:  # PuzzleLib's 1-D convolutions are 2-D ones of height 1
+            layouts["W"] = lambda s: (s[0], s[1], 1, s[2])
+        return layouts
+
+
+class Conv1D(_ConvND):
+    _nd, _cls = 1, "Conv1D"
+
+
+class Conv2D(_ConvND):
+    _nd, _cls = 2, "Conv2D"
+
+
+class Conv3D(_ConvND):
+    _nd, _cls = 3, "Conv3D"
+
+
+class _DeconvND(Module):
+    _nd = 2
+    _cls = "Deconv2D"
+
+    def __init__(self, inmaps, outmaps, size, stride=1, pad=0, dilation=1, postpad=0, wscale=1.0, useBias=True,
+                 name=None, initscheme=None, empty=False, groups=1):
+        nd = self._nd
+        if any(repeat(postpad, nd)):
+            raise _unsupported(self._cls, "postpad")
+        make = getattr(ts, self._cls)
+        super().__init__(make(inmaps, outmaps, list(repeat(size, nd)), stride=list(repeat(stride, nd)),
+                              pad=list(repeat(pad, nd)), dilation=list(repeat(dilation, nd)), useBias=useBias,
+                              groups=groups), name)
+        _initWeights(self, initscheme, wscale)
+        self.registerBlueprint(locals())
+
+    @property
+    def _layouts(self):
+        layouts = {"b": _channelLayout(max(self._nd, 2))}
+        if self._nd == 1:
+            layouts["W"] = lambda s: (s[0], s[1], 1, s[2])
+        return layouts
+
+
+class Deconv1D(_DeconvND):
+    _nd, _cls = 1, "Deconv1D"
+
+
+class Deconv2D(_DeconvND):
+    _nd, _cls = 2, "Deconv2D"
+
+
+class Deconv3D(_DeconvND):
+    _nd, _cls = 3, "Deconv3D"
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+def _pool(cls, nd, kind):
+    if kind == "max":
+        def __init__(self, size=2, stride=2, pad=0, useMask=False, name=None):
+            Module.__init__(self, getattr(ts, cls)(size=list(repeat(size, nd)), stride=list(repeat(stride, nd)),
+                                                   pad=list(repeat(pad, nd))), name)
+            self.registerBlueprint(locals())
+    else:
+        def __init__(self, size=2, stride=2, pad=0, includePad=True, name=None):
+            Module.__init__(self, getattr(ts, cls)(size=list(repeat(size, nd)), stride=list(repeat(stride, nd)),
+                                                   pad=list(repeat(pad, nd)), includePad=includePad), name)
+            self.registerBlueprint(locals())
+    return type(cls, (Module,), {"__init__": __init__, "__module__": __name__,
+                                 "__doc__": f"PuzzleLib's {cls}: window `size`, stride 2 unless given."})
+
+
+MaxPool1D, MaxPool2D, MaxPool3D = (_pool(f"MaxPool{n}D", n, "max") for n in (1, 2, 3))
+AvgPool1D, AvgPool2D, AvgPool3D = (_pool(f"AvgPool{n}D", n, "avg") for n in (1, 2, 3))
+
+
+# ---- normalisation --------------------------------------------------------------------------
+
+class _BatchNormBase(Module):
+    def _init(self, tmod, name, sscale, affine, inplace):
+        if not affine:
+            raise _unsupported(type(self).__name__, "affine=False")
+        Module.__init__(self, tmod, name)
+        scale = self._m.getVar("scale")
+        # PuzzleLib draws the scale around one
+        scale.data = np.random.normal(1.0, sscale, tuple(scale.data.shape)).astype(np.float32)
+
+
+class BatchNorm(_BatchNormBase):
+    """Per-activation batch norm of [N, size] (parameters (1, size, 1, 1), PuzzleLib's layout)."""
+
+    _layouts = {n: _channelLayout(2) for n in ("scale", "bias", "mean", "var")}
+
+    def __init__(self, size, epsilon=1e-5, initFactor=1.0, minFactor=0.1, sscale=0.01, affine=True, name=None,
+                 empty=False, inplace=False):
+        self._init(ts.BatchNorm(size, epsilon=epsilon, initFactor=initFactor, minFactor=minFactor), name, sscale,
+                   affine, inplace)
+        self.registerBlueprint(locals())
+
+
+def _batchnorm(nd):
+    cls = f"BatchNorm{nd}D"
+
+    def __init__(self, numOfMaps, epsilon=1e-5, initFactor=1.0, minFactor=0.1, sscale=0.01, affine=True, name=None,
+                 empty=False, inplace=False):
+        self._init(getattr(ts, cls)(numOfMaps, epsilon=epsilon, initFactor=initFactor, minFactor=minFactor), name,
+                   sscale, affine, inplace)
+        self.registerBlueprint(locals())
+
+    return type(cls, (_BatchNormBase,), {"__init__": __init__, "__module__": __name__,
+                                         "_layouts": {n: _channelLayout(nd) for n in
+                                                      ("scale", "bias", "mean", "var")}})
+
+
+BatchNorm1D, BatchNorm2D, BatchNorm3D = (_batchnorm(n) for n in (1, 2, 3))
+
+
+class InstanceNorm2D(Module):
+    _layouts = {n: _channelLayout(2) for n in ("scale", "bias")}
+
+    def __init__(self, numOfMaps, epsilon=1e-5, affine=True, name=None):
+        if not affine:
+            raise _unsupported("InstanceNorm2D", "affine=False")
+        super().__init__(ts.InstanceNorm2D(numOfMaps, epsilon=epsilon), name)
+        self.registerBlueprint(locals())
+
+
+# ---- activations and pointwise --------------------------------------------------------------
+
+class Activation(Module):
+    def __init__(self, activation, slc=None, inplace=False, name=None, args=()):
+        if slc is not None:
+            raise _unsupported("Activation", "slc")
+        activation = str(getattr(activation, "value", activation))
+        kwargs = {}
+        if args:
+            if activation == "leakyRelu":
+                kwargs["slope"] = args[0]
+            elif activation == "elu":
+                kwargs["alpha"] = args[0]
+            elif activation == "clip":
+                kwargs["min"], kwargs["max"] = args
+        super().__init__(ts.Activation(activation, **kwargs), name)
+        self.registerBlueprint(locals())
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5, rng=None, slicing=None, inplace=False, name=None):
+        if slicing is not None:
+            raise _unsupported("Dropout", "slicing")
+        super().__init__(ts.Dropout(p), name)
+        self.registerBlueprint(locals())
+
+
+class Dropout2D(Module):
+    def __init__(self, p=0.5, rng=None, slicing=None, inplace=False, name=None):
+        if slicing is not None:
+            raise _unsupported("Dropout2D", "slicing")
+        super().__init__(ts.Dropout2D(p), name)
+        self.registerBlueprint(locals())
+
+
+class RNN(Module):
+    """PuzzleLib's RNN: relu cells unless `mode` says, `direction` "uni" or "bi", data
+    [T, N, insize]. A bidirectional layer without sequences returns PuzzleLib's pair
+    [forward final state, backward final state] (the backward one read at t = 0)."""
+
+    def __init__(self, insize, hsize, layers=1, mode="relu", direction="uni", dropout=0.0, getSequences=False,
+                 initscheme=None, modifier="orthogonal", wscale=1.0, hintBatchSize=None, name=None):
+        if direction not in ("uni", "bi"):
+            raise ModuleError(f"RNN: direction must be 'uni' or 'bi', got {direction!r}")
+        self._bi, self._seq, self._hsize = direction == "bi", getSequences, hsize
+        # a bidirectional pair is cut from the sequences here (the final state of each direction)
+        seqs = getSequences or self._bi
+        super().__init__(ts.RNN(insize, hsize, layers=layers, mode=mode, bidirectional=self._bi, getSequences=seqs,
+                                dropout=dropout), name)
+        self.registerBlueprint(locals())
+
+    @property
+    def data(self):
+        y = self._m.data
+        if not self._bi or self._seq or y is None:
+            return y
+        h = self._hsize
+        return [y[-1][:, :h], y[0][:, h:]]
+
+    def backward(self, grad, updParamGrads=True, updGrad=True, scale=1.0, momentum=0.0):
+        if self._bi and not self._seq:
+            fwd, bwd = (g.get() if isinstance(g, ts.Tensor) else np.asarray(g, np.float32) for g in grad)
+            T = self._m.data.shape[0]
+            full = np.zeros((T, fwd.shape[0], 2 * self._hsize), np.float32)
+            full[-1, :, :self._hsize], full[0, :, self._hsize:] = fwd, bwd
+            grad = full
+        Module.backward(self, grad, updParamGrads, updGrad, scale, momentum)
+
+    def dataShapeFrom(self, shape):
+        out = Module.dataShapeFrom(self, shape)
+        if self._bi and not self._seq:
+            return [(out[1], self._hsize), (out[1], self._hsize)]
+        return out
+
+
+# ---- the rest: the same names, arguments and layouts on both sides ---------------------------
+
+def _same(cls, doc=""):
+    make = getattr(ts, cls)
+
+    def __init__(self, *args, **kwargs):
+        Module.__init__(self, make(*args, **kwargs))
+        self.registerBlueprint(dict(zip(make.__signature__.parameters, args), **kwargs))
+
+    __init__.__signature__ = make.__signature__
+    return type(cls, (Module,), {"__init__": __init__, "__module__": __name__,
+                                 "__doc__": f"PuzzleLib's {cls}, as tessera.{cls} computes it. {doc}".strip()})
+
+
+for _cls in ("Add", "Cast", "Concat", "CrossMapLRN", "DepthConcat", "Embedder", "Flatten", "Gelu", "GroupLinear",
+             "Identity", "KMaxPool", "LCN", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector", "PRelu",
+             "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "Slice", "SoftMax", "SpatialTf", "Split",
+             "SubtractMean", "SwapAxes", "Tile", "ToList", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
+    globals()[_cls] = _same(_cls)
+del _cls
+
+
+class MaxUnpool2D(Module):
+    def __init__(self, maxpool, name=None):
+        super().__init__(ts.MaxUnpool2D(maxpool.module if isinstance(maxpool, Module) else maxpool), name)
+        self.registerBlueprint(locals())

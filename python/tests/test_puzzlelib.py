@@ -1,0 +1,546 @@
+"""tessera.puzzlelib against PuzzleLib's documented behaviour: NumPy references written from
+PuzzleLib's formulas (its gradients are -dL/dx, its pointwise costs average every element,
+its pools stride 2, its biases are (1, C, 1, 1)), and a LeNet script in PuzzleLib's style
+that trains to 90% on Fashion-MNIST."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera.puzzlelib import Containers, Cost, Handlers, Modules, Optimizers
+from tessera.puzzlelib.Backend import gpuarray
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+
+
+@pytest.fixture(autouse=True)
+def seeded():
+    np.random.seed(3)
+    ts.manualSeed(3)
+
+
+def randn(*shape):
+    return np.random.randn(*shape).astype(np.float32)
+
+
+def close(a, b, atol=1e-5):
+    a = a.get() if hasattr(a, "get") else np.asarray(a)
+    assert a.shape == np.asarray(b).shape, (a.shape, np.asarray(b).shape)
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=atol)
+
+
+def forward_backward(mod, x, g=None):
+    """Runs mod on x and back with g (random when None); returns (out, g)."""
+    y = mod(gpuarray.to_gpu(x))
+    if g is None:
+        g = randn(*y.shape)
+    mod.backward(gpuarray.to_gpu(g))
+    return y, g
+
+
+# ---- modules -----------------------------------------------------------------------------------
+
+def test_linear_computes_puzzlelib_forward_and_descent_sign_gradients():
+    x = randn(5, 4)
+    lin = Modules.Linear(4, 3)
+    y, g = forward_backward(lin, x)
+    W, b = lin.W.get(), lin.b.get()
+    close(y, x @ W + b)
+    close(lin.grad, g @ W.T)                       # PuzzleLib's hostInGrad
+    close(lin.vars["W"].grad, x.T @ g)             # its hostWGrad
+    close(lin.vars["b"].grad, g.sum(axis=0))
+    assert W.shape == (4, 3) and b.shape == (3,)
+
+
+def test_linear_default_init_is_puzzlelibs_uniform_within_sqrt_3_over_fan_in():
+    W = Modules.Linear(300, 200).W.get()
+    bound = np.sqrt(3.0 / 300)
+    assert np.abs(W).max() <= bound and np.abs(W).max() > 0.95 * bound
+    assert abs(W.std() - bound / np.sqrt(3)) < 0.01 * bound
+
+
+def test_linear_trains_with_puzzlelibs_learning_rate():
+    """PuzzleLib's own Linear training check (lr 0.1, MSE, 100 steps of updateParams)
+    converges here: the costs average every element, as PuzzleLib's do."""
+    x, t = randn(32, 50), randn(32, 10)
+    lin = Modules.Linear(50, 10)
+    mse = Cost.MSE()
+    errors = []
+    for _ in range(100):
+        error, grad = mse(lin(x), t)
+        lin.backward(grad)
+        lin.updateParams(1e-1)
+        errors.append(error)
+    assert np.isfinite(errors).all() and errors[-1] < 0.6 * errors[0]
+
+
+def conv2d_ref(x, W, b, stride=1, pad=0):
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, w = x.shape
+    o, _, kh, kw = W.shape
+    oh, ow = (h - kh) // stride + 1, (w - kw) // stride + 1
+    y = np.zeros((n, o, oh, ow), np.float32)
+    for i in range(oh):
+        for j in range(ow):
+            patch = x[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
+            y[:, :, i, j] = np.tensordot(patch, W, axes=([1, 2, 3], [1, 2, 3]))
+    return y + b
+
+
+def test_conv2d_bias_layout_and_values():
+    x = randn(2, 3, 6, 6)
+    conv = Modules.Conv2D(3, 4, 3, stride=1, pad=1)
+    conv.setVar("b", randn(1, 4, 1, 1))
+    y, g = forward_backward(conv, x)
+    assert conv.b.shape == (1, 4, 1, 1) and conv.W.shape == (4, 3, 3, 3)
+    close(y, conv2d_ref(x, conv.W.get(), conv.b.get(), pad=1), atol=1e-4)
+    close(conv.vars["b"].grad, g.sum(axis=(0, 2, 3)).reshape(1, 4, 1, 1), atol=1e-4)
+    # the input gradient is the transpose of the forward map: <conv(x), g> = <x, grad>
+    assert np.isclose((conv2d_ref(x, conv.W.get(), 0, pad=1) * g).sum(), (x * conv.grad.get()).sum(), rtol=1e-4)
+
+
+def test_conv1d_keeps_puzzlelibs_four_d_weights():
+    conv = Modules.Conv1D(2, 3, 5)
+    assert conv.W.shape == (3, 2, 1, 5) and conv.b.shape == (1, 3, 1, 1)
+    x = randn(2, 2, 9)
+    y = conv(x).get()
+    ref = conv2d_ref(x[:, :, None, :], conv.W.get(), conv.b.get())[:, :, 0, :]
+    close(y, ref, atol=1e-4)
+
+
+def test_pools_stride_two_by_default():
+    x = randn(1, 2, 6, 6)
+    mp, ap = Modules.MaxPool2D(size=3), Modules.AvgPool2D(size=3)
+    ref = np.array([[[[x[0, c, i:i + 3, j:j + 3].max() for j in (0, 2)] for i in (0, 2)] for c in (0, 1)]])
+    close(mp(x), ref)
+    ref = np.array([[[[x[0, c, i:i + 3, j:j + 3].mean() for j in (0, 2)] for i in (0, 2)] for c in (0, 1)]])
+    close(ap(x), ref)
+    assert mp.dataShapeFrom((1, 2, 6, 6)) == (1, 2, 2, 2)
+
+
+def test_maxpool_gradient_goes_to_the_maximum():
+    x = randn(1, 1, 4, 4)
+    mp = Modules.MaxPool2D()
+    y, g = forward_backward(mp, x)
+    ref = np.zeros_like(x)
+    for i in range(2):
+        for j in range(2):
+            win = x[0, 0, 2 * i:2 * i + 2, 2 * j:2 * j + 2]
+            a, b = np.unravel_index(win.argmax(), win.shape)
+            ref[0, 0, 2 * i + a, 2 * j + b] = g[0, 0, i, j]
+    close(mp.grad, ref)
+
+
+ACTIVATIONS = {  # PuzzleLib's forward and its derivative written through the output
+    Modules.sigmoid: (lambda x: 1 / (1 + np.exp(-x)), lambda g, y: g * y * (1 - y)),
+    Modules.tanh: (np.tanh, lambda g, y: g * (1 - y ** 2)),
+    Modules.relu: (lambda x: (x > 0) * x, lambda g, y: (y > 0) * g),
+    Modules.leakyRelu: (lambda x: x * ((x > 0) + (x <= 0) * 0.01), lambda g, y: g * ((y > 0) + (y <= 0) * 0.01)),
+    Modules.elu: (lambda x: (x > 0) * x + (x <= 0) * (np.exp(x) - 1), lambda g, y: g * ((y > 0) + (y <= 0) * (y + 1))),
+    Modules.softPlus: (lambda x: np.log1p(np.exp(x)), lambda g, y: g * (1 - np.exp(-y))),
+    Modules.clip: (lambda x: np.clip(x, 0, 6), lambda g, y: g * ((0 < y) & (y < 6))),
+}
+
+
+@pytest.mark.parametrize("kind", list(ACTIVATIONS))
+def test_activation(kind):
+    x = randn(11, 51) * 3
+    act = Modules.Activation(kind)
+    y, g = forward_backward(act, x)
+    fwd, bwd = ACTIVATIONS[kind]
+    close(y, fwd(x), atol=1e-5)
+    close(act.grad, bwd(g, fwd(x)), atol=1e-4)
+
+
+def test_batchnorm_per_activation_matches_puzzlelibs_formulas():
+    n, size = 16, 10
+    x = randn(n, size)
+    bn = Modules.BatchNorm(size)
+    assert bn.scale.shape == (1, size, 1, 1) and bn.mean.shape == (1, size, 1, 1)
+    scale = bn.scale.get().ravel()
+    assert 0.9 < scale.mean() < 1.1 and scale.std() > 0  # drawn around one (sscale 0.01)
+    y, g = forward_backward(bn, x)
+    mean = x.mean(0)
+    invvar = 1 / np.sqrt(((x - mean) ** 2).sum(0) / n + 1e-5)
+    norm = (x - mean) * invvar
+    close(y, norm * scale, atol=1e-4)
+    close(bn.vars["bias"].grad, g.sum(0).reshape(1, size, 1, 1), atol=1e-4)
+    close(bn.vars["scale"].grad, (g * norm).sum(0).reshape(1, size, 1, 1), atol=1e-4)
+    meangrad = g.sum(0) * scale * -invvar
+    vargrad = (g * (x - mean)).sum(0) * scale * -0.5 * invvar ** 3
+    ingrad = g * scale * invvar + vargrad * 2 / n * (x - mean) + meangrad / n
+    close(bn.grad, ingrad, atol=1e-4)
+
+
+def test_batchnorm2d_takes_numofmaps_and_keeps_running_statistics():
+    bn = Modules.BatchNorm2D(numOfMaps=3)
+    x = randn(4, 3, 5, 5) * 2 + 1
+    bn(x)
+    # PuzzleLib's first update (factor initFactor / 1 = 1) takes the batch's statistics
+    close(bn.mean, x.mean(axis=(0, 2, 3)).reshape(1, 3, 1, 1), atol=1e-4)
+    bn.evalMode()
+    y = bn(x).get()
+    var = bn.var.get().ravel()
+    ref = (x - x.mean(axis=(0, 2, 3)).reshape(1, 3, 1, 1)) / np.sqrt(var.reshape(1, 3, 1, 1) + 1e-5)
+    close(y, ref * bn.scale.get(), atol=1e-3)
+
+
+def test_dropout_scales_kept_values_and_is_the_identity_in_eval_mode():
+    x = randn(100, 50)
+    drop = Modules.Dropout(p=0.5)
+    y = drop(x).get()
+    kept = y != 0
+    close(y[kept], 2 * x[kept])
+    assert 0.4 < kept.mean() < 0.6
+    drop.evalMode()
+    close(drop(x), x)
+
+
+def test_rnn_defaults_to_relu_cells_and_bidirectional_pairs_are_final_states():
+    T, N, insize, hsize = 5, 3, 4, 6
+    x = randn(T, N, insize)
+    uni = Modules.RNN(insize, hsize, getSequences=True)
+    seq = uni(x).get()
+    assert seq.shape == (T, N, hsize) and (seq >= 0).all()  # relu cells
+    bi = Modules.RNN(insize, hsize, direction="bi")
+    fwd, bwd = bi(x)
+    full = bi.module.data.get()  # Tessera's sequences underneath
+    close(fwd, full[-1, :, :hsize])
+    close(bwd, full[0, :, hsize:])  # PuzzleLib reads the backward direction's final state at t = 0
+    assert bi.dataShapeFrom((T, N, insize)) == [(N, hsize), (N, hsize)]
+    gf, gb = randn(N, hsize), randn(N, hsize)
+    bi.backward([gf, gb])
+    assert bi.grad.shape == (T, N, insize)
+
+
+SAME = [  # (module, inputs, NumPy reference of the output)
+    (lambda: Modules.SoftMax(), [randn(3, 5)], lambda x: np.exp(x) / np.exp(x).sum(1, keepdims=True)),
+    (lambda: Modules.Flatten(), [randn(2, 3, 4)], lambda x: x.reshape(2, 12)),
+    (lambda: Modules.Reshape((2, 6, 2)), [randn(2, 3, 4)], lambda x: x.reshape(2, 6, 2)),
+    (lambda: Modules.Identity(), [randn(2, 3)], lambda x: x),
+    (lambda: Modules.Transpose((0, 2, 1)), [randn(2, 3, 4)], lambda x: x.transpose(0, 2, 1)),
+    (lambda: Modules.SwapAxes(1, 2), [randn(2, 3, 4)], lambda x: x.swapaxes(1, 2)),
+    (lambda: Modules.MoveAxis(1, 3), [randn(2, 3, 4, 5)], lambda x: np.moveaxis(x, 1, 3)),
+    (lambda: Modules.MulAddConst(a=2.0, b=1.0), [randn(2, 3)], lambda x: 2 * x + 1),
+    (lambda: Modules.Tile(axis=1, times=3), [randn(2, 3)], lambda x: np.tile(x, (1, 3))),
+    (lambda: Modules.Upsample2D(scale=2), [randn(1, 2, 3, 3)], lambda x: x.repeat(2, 2).repeat(2, 3)),
+    (lambda: Modules.Pad1D(pad=(1, 2)), [randn(2, 3, 4)], lambda x: np.pad(x, ((0, 0), (0, 0), (1, 2)))),
+    (lambda: Modules.Concat(axis=1), [randn(2, 3), randn(2, 4)], lambda a, b: np.concatenate([a, b], 1)),
+    (lambda: Modules.Add(), [randn(2, 3), randn(2, 3)], lambda a, b: a + b),
+    (lambda: Modules.Mul(), [randn(2, 3), randn(2, 3)], lambda a, b: a * b),
+    (lambda: Modules.Gelu(), [randn(4, 5)],
+     lambda x: 0.5 * x * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2)))),
+]
+
+
+@pytest.mark.parametrize("make,xs,ref", SAME, ids=[f"same{i}" for i in range(len(SAME))])
+def test_modules_with_the_same_arguments(make, xs, ref):
+    mod = make()
+    y = mod(xs if len(xs) > 1 else xs[0])
+    close(y, ref(*xs), atol=1e-5)
+
+
+def test_split_and_replicate_return_lists():
+    x = randn(2, 6)
+    parts = Modules.Split(axis=1, sections=(2, 4))(x)
+    close(parts[0], x[:, :2])
+    close(parts[1], x[:, 2:])
+    reps = Modules.Replicate(times=3)(x)
+    assert len(reps) == 3
+    close(reps[2], x)
+
+
+def test_unsupported_arguments_say_so():
+    with pytest.raises(Modules.ModuleError, match="postpad"):
+        Modules.Deconv2D(2, 3, 3, postpad=1)
+    with pytest.raises(Modules.ModuleError, match="transpose"):
+        Modules.Linear(2, 3, transpose=True)
+    with pytest.raises(Modules.ModuleError, match="affine"):
+        Modules.BatchNorm2D(3, affine=False)
+    with pytest.raises(Modules.ModuleError, match="direction"):
+        Modules.RNN(2, 3, direction="both")
+
+
+def test_bad_shapes_are_tessera_shape_errors_naming_the_layer():
+    with pytest.raises(ts.ShapeError, match="Linear"):
+        Modules.Linear(4, 3)(randn(2, 5))
+
+
+# ---- containers -------------------------------------------------------------------------------
+
+def small_net():
+    seq = Containers.Sequential()
+    seq.append(Modules.Linear(6, 5, name="fc1"))
+    seq.append(Modules.Activation(Modules.relu))
+    inner = Containers.Sequential(name="head")
+    inner.append(Modules.Linear(5, 2, name="fc2"))
+    seq.append(inner)
+    return seq
+
+
+def test_sequential_names_slices_and_recursive_lookup():
+    seq = small_net()
+    assert list(seq.modules) == ["fc1", "1", "head"]
+    assert seq.getByName("fc2") is seq["head"]["fc2"]  # found in the container below
+    assert seq.getByName("nothing") is None
+    part = seq[:2]
+    assert isinstance(part, Containers.Sequential) and len(part) == 2
+    x = randn(3, 6)
+    full = seq(x).get()
+    h = part(x).get()  # the same modules, shared
+    close(h, np.maximum(x @ seq["fc1"].W.get() + seq["fc1"].b.get(), 0))
+    close(full, h @ seq.getByName("fc2").W.get() + seq.getByName("fc2").b.get())
+    assert seq[0] is seq["fc1"] and seq[-1] is seq["head"]
+    with pytest.raises(Containers.ContainerError, match="no child named 'nope'"):
+        seq["nope"]
+    assert seq.getVar("head.fc2.W").data.shape == (5, 2)
+
+
+def test_container_backward_takes_and_gives_descent_sign_gradients():
+    seq = small_net()
+    x = randn(3, 6)
+    y, g = forward_backward(seq, x)
+    W1, b1, W2 = seq["fc1"].W.get(), seq["fc1"].b.get(), seq.getByName("fc2").W.get()
+    pre = x @ W1 + b1
+    ref = ((g @ W2.T) * (pre > 0)) @ W1.T
+    close(seq.grad, ref, atol=1e-5)
+
+
+def test_graph_of_nodes():
+    from tessera.puzzlelib.Containers import Graph
+    a = Modules.Linear(4, 3, name="a").node()
+    b = Modules.Linear(4, 3, name="b").node()
+    # two inputs: a graph of two nodes summed
+    s = Modules.Add(name="sum").node(a, b)
+    g = Graph(inputs=[a, b], outputs=s)
+    x1, x2 = randn(2, 4), randn(2, 4)
+    y = g([x1, x2]).get()
+    ref = x1 @ g["a"].W.get() + g["a"].b.get() + x2 @ g["b"].W.get() + g["b"].b.get()
+    close(y, ref)
+    assert sorted(g.modules) == ["a", "b", "sum"]
+
+
+# ---- costs --------------------------------------------------------------------------------------
+
+def test_mse_averages_every_element():
+    p, t = randn(10, 10), randn(10, 10)
+    mse = Cost.MSE()
+    error, grad = mse(p, t)
+    assert np.isclose(error, np.linalg.norm(t - p) ** 2 / (2 * p.size), rtol=1e-5)
+    close(grad, (t - p) / p.size)
+    assert np.isclose(mse.validate(p, t), error, rtol=1e-5)
+
+
+def test_abs_and_smoothl1_average_every_element():
+    p, t = randn(10, 10), randn(10, 10)
+    error, grad = Cost.Abs()(p, t)
+    assert np.isclose(error, np.abs(t - p).sum() / p.size, rtol=1e-5)
+    close(grad, np.sign(t - p) / p.size)
+    d = p - t
+    error, grad = Cost.SmoothL1()(p, t)
+    ref = np.mean((np.abs(d) >= 1) * (np.abs(d) - 0.5) + (np.abs(d) < 1) * d ** 2 / 2)
+    assert np.isclose(error, ref, rtol=1e-5)
+    close(grad, -((np.abs(d) >= 1) * np.sign(d) + (np.abs(d) < 1) * d) / p.size)
+
+
+def test_bce_takes_int_labels_and_validates_to_the_error_rate():
+    scores = randn(20, 1, 4, 4)
+    labels = np.random.randint(0, 2, (20, 4, 4)).astype(np.int32)
+    bce = Cost.BCE()
+    error, grad = bce(scores, labels)
+    sig = 1 / (1 + np.exp(-scores))
+    close(grad, (labels.reshape(scores.shape) - sig) / scores.size)
+    ref = -np.sum(labels.ravel() * np.log(sig).ravel() + (1 - labels.ravel()) * np.log(1 - sig).ravel()) / scores.size
+    assert np.isclose(error, ref, rtol=1e-4)
+    s = np.array([[-1.0]] * 500 + [[1.0]] * 500, np.float32)
+    lab = np.array([0] * 490 + [1] * 510, np.int32)
+    assert np.isclose(bce.validate(s, lab), 10 / 1000)
+    with pytest.raises(Cost.CostError, match="0 or 1"):
+        bce(randn(4, 1), np.array([0, 1, 2, 0], np.int32))
+
+
+def test_hinge_averages_every_element():
+    scores = randn(20, 4)
+    labels = (np.random.randint(0, 2, (20, 4)) * 2 - 1).astype(np.int32)
+    error, grad = Cost.Hinge()(scores, labels)
+    val = labels * scores
+    close(grad, np.where(val < 1, labels / scores.size, 0))
+    assert np.isclose(error, np.maximum(0, 1 - val).sum() / scores.size, rtol=1e-5)
+
+
+def softmax(x, axis=1):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def test_cross_entropy_gradient_error_rate_and_most_prob():
+    scores = randn(20, 10)
+    labels = np.random.randint(0, 10, 20).astype(np.int32)
+    entr = Cost.CrossEntropy()
+    error, grad = entr(scores, labels)
+    sm = softmax(scores)
+    assert np.isclose(error, -np.log(sm[np.arange(20), labels]).mean(), rtol=1e-5)
+    close(grad, (np.eye(10)[labels] - sm) / 20)
+    rate = entr.validate(scores, labels)
+    close(entr.mostProb, scores.argmax(1).astype(np.int32))
+    assert np.isclose(rate, (scores.argmax(1) != labels).mean())
+
+
+def test_weighted_cross_entropy():
+    scores = randn(20, 10)
+    labels = np.random.randint(0, 10, 20).astype(np.int32)
+    w = np.random.random_sample(10).astype(np.float32)
+    w /= w.sum()
+    error, grad = Cost.CrossEntropy(weights=w)(scores, labels)
+    sm = softmax(scores)
+    close(grad, w[None, :] * 0 + (w[labels][:, None] * (np.eye(10)[labels] - sm)) / 20)
+    assert np.isclose(error, -(w[labels] * np.log(sm[np.arange(20), labels])).sum() / 20, rtol=1e-4)
+
+
+def test_kl_divergence_with_normalised_targets():
+    p, t = randn(10, 10), randn(10, 10)
+    div = Cost.KLDivergence(normTarget=True)
+    error, grad = div(p, t)
+    sp, st = softmax(p), softmax(t)
+    close(grad, (st - sp) / 10)
+    assert np.isclose(error, np.sum(st * (np.log(st) - np.log(sp))) / 10, rtol=1e-4)
+
+
+def test_mean_error_accumulates_over_samples():
+    mse = Cost.MSE()
+    e1, _ = mse(randn(4, 3), randn(4, 3))
+    e2, _ = mse(randn(2, 3), randn(2, 3))
+    assert np.isclose(mse.getMeanError(), (4 * e1 + 2 * e2) / 6)
+    mse.resetAccumulator()
+    assert mse.getMeanError() == 0.0
+
+
+# ---- optimizers -------------------------------------------------------------------------------
+
+def one_step(opt, steps=1):
+    """A Linear, one cost gradient, `steps` updates; returns (W before, descent grad, W after)."""
+    lin = Modules.Linear(4, 3)
+    x, t = randn(8, 4), randn(8, 3)
+    opt.setupOn(lin, useGlobalState=True)
+    W0 = lin.W.get()
+    mse = Cost.MSE()
+    _, grad = mse(lin(x), t)
+    opt.zeroGradParams()
+    lin.backward(grad)
+    g = lin.vars["W"].grad.get()
+    for _ in range(steps):
+        opt.update()
+    return W0, g, lin.W.get()
+
+
+def test_sgd_adds_the_descent_gradient():
+    W0, g, W1 = one_step(Optimizers.SGD(learnRate=0.1))
+    close(W1, W0 + 0.1 * g)
+    assert Optimizers.SGD().learnRate == pytest.approx(1e-3)  # PuzzleLib's default
+
+
+def test_momentum_sgd():
+    W0, g, W2 = one_step(Optimizers.MomentumSGD(learnRate=0.1, momRate=0.9), steps=2)
+    mg = 0.1 * g
+    mg = 0.9 * mg + 0.1 * g
+    close(W2, W0 + 0.1 * g + mg, atol=1e-5)
+
+
+def test_adam_first_step_moves_each_weight_by_alpha():
+    W0, g, W1 = one_step(Optimizers.Adam(alpha=0.01))
+    close(W1, W0 + 0.01 * np.sign(g), atol=1e-4)
+
+
+def test_rmsprop_takes_puzzlelibs_factor_name():
+    W0, g, W1 = one_step(Optimizers.RMSProp(learnRate=0.01, factor=0.9, epsilon=1e-5))
+    ms = 0.1 * g ** 2
+    close(W1, W0 + 0.01 * g / (np.sqrt(ms) + 1e-5), atol=2e-4)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Optimizers.SGD(learnRate=0.1), lambda: Optimizers.MomentumSGD(learnRate=0.05),
+    lambda: Optimizers.NesterovSGD(learnRate=0.05), lambda: Optimizers.Adam(),
+    lambda: Optimizers.AdaGrad(learnRate=0.01), lambda: Optimizers.AdaDelta(),
+    lambda: Optimizers.RMSProp(learnRate=1e-3), lambda: Optimizers.RMSPropGraves(learnRate=1e-3),
+    lambda: Optimizers.SMORMS3(learnRate=1e-3)], ids=lambda f: "opt")
+def test_every_optimizer_trains_puzzlelibs_simple_net(make):
+    """PuzzleLib's trainSimpleTest: Linear 128-64-32-16 with relus against random targets."""
+    seq = Containers.Sequential()
+    for i, (a, b) in enumerate(((128, 64), (64, 32), (32, 16))):
+        seq.append(Modules.Linear(a, b, useBias=(i == 2)))
+        if i < 2:
+            seq.append(Modules.Activation(Modules.relu))
+    opt = make()
+    opt.setupOn(seq, useGlobalState=True)
+    mse = Cost.MSE()
+    x, t = randn(16, 128), randn(16, 16)
+    errors = []
+    for _ in range(100):
+        error, grad = mse(seq(x), t)
+        opt.zeroGradParams()
+        seq.backward(grad)
+        opt.update()
+        errors.append(error)
+    assert errors[-1] < 0.9 * errors[0], (type(opt).__name__, errors[0], errors[-1])
+
+
+# ---- tensors and handlers ---------------------------------------------------------------------
+
+def test_gpuarray_methods():
+    a = gpuarray.to_gpu(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert isinstance(a, gpuarray.GPUArray) and a.nbytes == 24
+    close(a.get(), np.arange(6).reshape(2, 3))
+    a.fill(2.0)
+    close(a, np.full((2, 3), 2.0))
+    a.set(np.ones((2, 3), np.float32))
+    close(a, np.ones((2, 3)))
+    with pytest.raises(ts.ShapeError, match=r"\(3,\).*\(2, 3\)"):
+        a.set(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="float64"):
+        gpuarray.to_gpu(np.ones(3))
+    z = gpuarray.zeros((2, 2), dtype=np.int32)
+    assert z.dtype == "int32" and z.nbytes == 16
+
+
+def test_handlers_train_validate_and_calc():
+    rng = np.random.RandomState(0)
+    centers = rng.randn(3, 8).astype(np.float32) * 3
+    labels = rng.randint(0, 3, 600).astype(np.int32)
+    data = (centers[labels] + rng.randn(600, 8)).astype(np.float32)
+    seq = Containers.Sequential()
+    seq.append(Modules.Linear(8, 3))
+    cost = Cost.CrossEntropy()
+    opt = Optimizers.MomentumSGD(learnRate=0.1)
+    opt.setupOn(seq, useGlobalState=True)
+    seen = []
+    trainer = Handlers.Trainer(seq, cost, opt, onBatchFinish=lambda t: seen.append(t.currBatch), batchsize=50)
+    for _ in range(5):
+        trainer.trainFromHost(data, labels, macroBatchSize=300)
+    assert seen[:12] == list(range(1, 7)) * 2
+    error = Handlers.Validator(seq, cost, batchsize=100).validateFromHost(data, labels)
+    assert error < 0.05, error
+    scores = Handlers.Calculator(seq, batchsize=128).calcFromHost(data)
+    assert scores.shape == (600, 3) and np.isclose((scores.argmax(1) != labels).mean(), error)
+
+
+def test_lenet_in_puzzlelibs_style_trains_to_90_percent():
+    try:
+        ts.loadMnist(split="t10k")
+    except ts.IoError as e:
+        pytest.skip(f"Fashion-MNIST is not installed (tools/setup.sh installs it): {e}")
+    script = os.path.join(ROOT, "docs", "examples", "puzzlelib_lenet.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=900)
+    print(out.stdout, out.stderr)
+    last = [line for line in out.stdout.splitlines() if "test accuracy" in line][-1]
+    accuracy = float(last.rsplit(" ", 1)[1].rstrip("%"))
+    first = float(out.stdout.splitlines()[0].split("train error ")[1].split(",")[0])
+    final = float(last.split("train error ")[1].split(",")[0])
+    assert final < 0.6 * first, out.stdout
+    assert accuracy >= 90.0, out.stdout
+    assert out.returncode == 0
