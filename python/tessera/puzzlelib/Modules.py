@@ -10,7 +10,7 @@ import numpy as np
 
 import tessera as ts
 
-from ._core import Module, ModuleError, Variable, negated, repeat  # noqa: F401 (PuzzleLib's names)
+from ._core import Module, ModuleError, repeat
 
 # Activation names (PuzzleLib's ActivationType members)
 sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip = (
