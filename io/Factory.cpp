@@ -452,6 +452,10 @@ const std::map<std::string, Row>& table() {
              }},
             {"Mul", "name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Mul>(a.name()); }},
+            {"Sum", "axis, useWeights=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Sum>(a.i("axis"), a.b("useWeights"), a.name());
+             }},
             {"RNN",
              "insize, hsize, layers=1, mode='lstm', bidirectional=False, getSequences=False, batchFirst=False, "
              "initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None",

@@ -239,4 +239,88 @@ Tensors Div::updateGrad(const Tensors& grad) {
     return {sumToShape(t, x[0].shape()), sumToShape(broadcastOp(BinaryOp::mul, t, data()), x[1].shape(), -1.0f)};
 }
 
+// ---- Sum ------------------------------------------------------------------------------------
+
+namespace {
+
+// x's shape with dim `axis` as 1 (where the sum lands before the dim goes).
+Shape keptShape(const Shape& x, int64_t axis) {
+    std::vector<int64_t> d = x.dims();
+    d[static_cast<size_t>(axis)] = 1;
+    return Shape(d);
+}
+
+// v [d0, ..., d_axis] as [d0, ..., d_axis, 1, ...] of x's rank (so that it broadcasts).
+Shape weightView(const Shape& v, const Shape& x) {
+    std::vector<int64_t> d = v.dims();
+    d.resize(static_cast<size_t>(x.rank()), 1);
+    return Shape(d);
+}
+
+} // namespace
+
+Sum::Sum(int64_t axis, bool useWeights, std::string name)
+    : Module(std::move(name)), axis_(axis), useWeights_(useWeights) {
+    if (axis < 1) throw ModuleError("Sum: axis must be 1 or more (dim 0 is the batch), got " + std::to_string(axis));
+}
+
+void Sum::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, useWeights_ ? 2 : 1, useWeights_ ? "input (data and weights)" : "input");
+    const Shape& x = inShapes[0];
+    if (x.rank() <= axis_) {
+        throw shapeError("the data needs a dim " + std::to_string(axis_) + " to sum over, got " + x.str());
+    }
+    if (x.rank() > 8) throw shapeError("at most 8 dims, got " + x.str());
+    if (useWeights_) {
+        const std::vector<int64_t> lead(x.dims().begin(), x.dims().begin() + axis_ + 1);
+        if (inShapes[1] != Shape(lead)) {
+            throw shapeError("the weights must have the data's dims through axis " + std::to_string(axis_) + ", " +
+                             Shape(lead).str() + ", got " + inShapes[1].str() + " for data " + x.str());
+        }
+    }
+}
+
+Shapes Sum::dataShapeFrom(const Shapes& inShapes) const {
+    std::vector<int64_t> d = inShapes[0].dims();
+    d.erase(d.begin() + axis_);
+    return {Shape(d)};
+}
+
+Shapes Sum::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
+
+Tensors Sum::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    const Shape kept = keptShape(x.shape(), axis_);
+    Tensor y =
+        useWeights_
+            ? sumToShape(broadcastOp(BinaryOp::mul, x, data[1].reshape(weightView(data[1].shape(), x.shape()))), kept)
+            : sumToShape(x, kept);
+    if (y.sharesStorage(x)) y = y.clone(); // a dim of 1 summed: never the input itself
+    std::vector<int64_t> out = x.shape().dims();
+    out.erase(out.begin() + axis_);
+    return {y.reshape(Shape(out))};
+}
+
+Tensors Sum::updateGrad(const Tensors& grad) {
+    const Tensors& in = inDataList();
+    const Tensor& x = in[0];
+    const Tensor dy = grad[0].plain().reshape(keptShape(x.shape(), axis_));
+    if (!useWeights_) {
+        std::vector<int64_t> ones(static_cast<size_t>(x.shape().rank()), 1);
+        ones[static_cast<size_t>(axis_)] = x.shape()[axis_];
+        return {broadcastOp(BinaryOp::mul, dy, Tensor::full(Shape(ones), 1.0f, dy.device()))};
+    }
+    const Tensor v = in[1].reshape(weightView(in[1].shape(), x.shape()));
+    Tensor dv = sumToShape(broadcastOp(BinaryOp::mul, x, dy), v.shape());
+    if (dv.sharesStorage(x)) dv = dv.clone();
+    return {broadcastOp(BinaryOp::mul, dy, v), dv.reshape(in[1].shape())};
+}
+
+Blueprint Sum::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("axis", axis_);
+    bp.scheme.emplace_back("useWeights", useWeights_);
+    return bp;
+}
+
 } // namespace tessera

@@ -1,7 +1,8 @@
 #pragma once
-/// \file Element-wise merges: Add (also known as Sum), Mul, Sub and Div. Two inputs of
-/// different shapes broadcast by NumPy's rules (dims aligned from the right, each pair equal
-/// or one of them 1; at most 8 dims), and each input's gradient is summed back to its shape.
+/// \file Element-wise merges: Add, Mul, Sub and Div. Two inputs of different shapes
+/// broadcast by NumPy's rules (dims aligned from the right, each pair equal or one of them
+/// 1; at most 8 dims), and each input's gradient is summed back to its shape. And Sum,
+/// PuzzleLib's weighted sum over one axis.
 
 #include "modules/Module.h"
 
@@ -42,9 +43,6 @@ private:
 
     std::vector<float> coefficients_;
 };
-
-/// PuzzleLib's other name for the same merge.
-using Sum = Add;
 
 /// [x_0, ..., x_k] (same shape) -> y = x_0 * x_1 * ... element-wise;
 /// dx_i = dy * prod_{j != i} x_j. Two inputs may broadcast: a per-channel gate g
@@ -103,6 +101,35 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
+};
+
+/// PuzzleLib's Sum: x [d0, ..., d_axis, ...] -> y = sum over `axis` of x (x without that
+/// dim). With weights (useWeights, the default) a second input v [d0, ..., d_axis] weighs
+/// each slice: y[i, ..., j] = sum_k x[i, ..., k, j] v[i, ..., k] (attention over k, say);
+/// dx = dy v spread over k, dv[i, ..., k] = sum_j x[i, ..., k, j] dy[i, ..., j]. `axis` is
+/// 1 or more (the batch stays).
+class Sum : public Module {
+public:
+    explicit Sum(int64_t axis, bool useWeights = true, std::string name = {});
+    std::string classname() const override { return "Sum"; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// Needs the input shapes of the last dataShapeFrom / forward.
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// The data with a dim at `axis` and, with weights, v of the data's leading dims
+    /// through `axis`.
+    void checkDataShape(const Shapes& inShapes) const override;
+    Blueprint blueprint() const override;
+    int64_t axis() const { return axis_; }
+    bool useWeights() const { return useWeights_; }
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    int64_t axis_;
+    bool useWeights_;
 };
 
 } // namespace tessera

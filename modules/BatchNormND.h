@@ -83,6 +83,11 @@ public:
     /// Whether the last forward kept the ReLU's mask: its backward then takes the ReLU's
     /// output gradient and applies the mask itself.
     bool keptReluMask() const { return reluMask_.defined(); }
+    /// The batch's mean and (biased) variance per channel that the last train-mode forward
+    /// normalised with (undefined before one, and after an eval-mode one).
+    const Tensor& batchMean() const { return batchMean_; }
+    const Tensor& batchVar() const { return batchVar_; }
+    float epsilon() const { return options_.epsilon; }
 
 protected:
     Tensors updateData(const Tensors& data) override;

@@ -31,6 +31,8 @@ public:
     Blueprint blueprint() const override;
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
+    /// The window means m of the last forward (undefined before one).
+    const Tensor& means() const { return mean_; }
 
 protected:
     Tensors updateData(const Tensors& data) override;

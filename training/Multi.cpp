@@ -20,8 +20,10 @@ void Multi::checkInputs(const Tensors& pred, const Tensors& target) const {
 
 CostResult Multi::compute(const Tensors& pred, const Tensors& target) {
     CostResult r;
+    errors_.clear();
     for (size_t i = 0; i < costs_.size(); ++i) {
         CostResult part = (*costs_[i])(pred[i], target[i]);
+        errors_.push_back(part.error);
         r.error += part.error;
         r.grad.push_back(part.grad[0]);
     }
@@ -30,7 +32,11 @@ CostResult Multi::compute(const Tensors& pred, const Tensors& target) {
 
 double Multi::validationError(const Tensors& pred, const Tensors& target) {
     double e = 0.0;
-    for (size_t i = 0; i < costs_.size(); ++i) e += costs_[i]->validate(pred[i], target[i]);
+    valErrors_.clear();
+    for (size_t i = 0; i < costs_.size(); ++i) {
+        valErrors_.push_back(costs_[i]->validate(pred[i], target[i]));
+        e += valErrors_.back();
+    }
     return e;
 }
 

@@ -9,7 +9,10 @@
 #include "containers/Sequential.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
+#include "modules/BatchNormND.h"
+#include "modules/Dropout.h"
 #include "modules/Glue.h"
+#include "modules/LCN.h"
 #include "modules/MaxUnpool2D.h"
 #include "modules/MulAddConst.h"
 #include "modules/Pool.h"
@@ -353,6 +356,27 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
             },
             "{dotted name: Variable}, in registration order.")
         .def("namedAttrs", [](const Module& x) { return namedTensors(x.namedAttrs()); })
+        .def_property_readonly(
+            "saved",
+            [](const Module& x) {
+                py::dict d;
+                auto put = [&](const char* name, const Tensor& t) {
+                    if (t.defined()) d[name] = t.plain().clone();
+                };
+                if (const auto* bn = dynamic_cast<const BatchNormND*>(&x)) {
+                    put("batchMean", bn->batchMean());
+                    put("batchVar", bn->batchVar());
+                } else if (const auto* drop = dynamic_cast<const Dropout*>(&x)) {
+                    put("mask", drop->mask());
+                } else if (const auto* lcn = dynamic_cast<const LCN*>(&x)) {
+                    put("means", lcn->means());
+                }
+                return d;
+            },
+            R"(What the last forward kept for backward, as copies (changing them changes nothing):
+a batch norm's "batchMean" and "batchVar" (per channel, of a train-mode forward), a
+Dropout's "mask" (kept elements scaled by 1/(1-p), dropped ones 0), an LCN's window
+"means". Empty for other layers and before a forward.)")
         .def("copy", &copyModule, py::call_guard<py::gil_scoped_release>(),
              "A copy that shares nothing with this module: rebuilt from its blueprint, with its parameters, "
              "attributes, counters, random streams, compute types and modes, on its device (one model per "

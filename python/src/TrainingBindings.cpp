@@ -114,7 +114,12 @@ void bindTraining(py::module_& m) {
             },
             py::arg("scores"), py::arg("lengths") = py::none());
     py::class_<Multi, Cost, std::shared_ptr<Multi>>(m, "Multi")
-        .def(py::init<std::vector<std::shared_ptr<Cost>>>(), py::arg("costs"), "One cost per network output.");
+        .def(py::init<std::vector<std::shared_ptr<Cost>>>(), py::arg("costs"), "One cost per network output.")
+        .def_property_readonly("costs", &Multi::costs)
+        .def_property_readonly("errors", &Multi::errors,
+                               "Each cost's error in the last call (PuzzleLib's per-cost errors).")
+        .def_property_readonly("validationErrors", &Multi::validationErrors,
+                               "Each cost's validation error in the last validate.");
 
     // ---- optimizers ---------------------------------------------------------------------
     py::class_<Optimizer, std::shared_ptr<Optimizer>>(m, "Optimizer")
@@ -152,6 +157,40 @@ void bindTraining(py::module_& m) {
             py::arg("initialScale") = 65536.0f, py::arg("growthFactor") = 2.0f, py::arg("growthInterval") = 2000,
             py::arg("backoffFactor") = 0.5f)
         .def_property_readonly("lossScale", &Optimizer::lossScale)
+        .def(
+            "state",
+            [](const Optimizer& o) {
+                const Optimizer::State st = o.state();
+                py::dict tensors;
+                for (const auto& [name, t] : st.tensors) tensors[py::str(name)] = t;
+                py::dict d;
+                d["tensors"] = tensors;
+                d["steps"] = st.steps;
+                d["lossScale"] = st.lossScale;
+                d["cleanSteps"] = st.cleanSteps;
+                d["skippedSteps"] = st.skippedSteps;
+                return d;
+            },
+            R"(What an update depends on besides the parameters and gradients: {"tensors": {"<dotted
+parameter name>#<k>": Tensor} (the rule's running averages, the optimizer's own memory:
+writes into them change the next update), "steps", "lossScale", "cleanSteps",
+"skippedSteps"}. Empty tensors before setupOn; none for SGD.)")
+        .def(
+            "setState",
+            [](Optimizer& o, const py::dict& d) {
+                Optimizer::State st;
+                for (const auto& [name, t] : d["tensors"].cast<py::dict>()) {
+                    st.tensors.emplace_back(name.cast<std::string>(), toTensor(t, /*copy=*/true));
+                }
+                st.steps = d["steps"].cast<int64_t>();
+                if (d.contains("lossScale")) st.lossScale = d["lossScale"].cast<float>();
+                if (d.contains("cleanSteps")) st.cleanSteps = d["cleanSteps"].cast<int64_t>();
+                if (d.contains("skippedSteps")) st.skippedSteps = d["skippedSteps"].cast<int64_t>();
+                o.setState(st);
+            },
+            py::arg("state"),
+            "Restores a state() of an optimizer of the same class bound to the same parameters (copies "
+            "the tensors in); a ModuleError names what does not match.")
         .def("__repr__", [](const Optimizer& o) {
             return "tessera." + o.classname() + "(learnRate=" + std::to_string(o.learnRate()) + ")";
         });

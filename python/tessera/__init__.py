@@ -22,7 +22,7 @@ from ._tessera import (
     # profiles
     Profile, ProfileRow, profile,
     # costs
-    Abs, BCE, CTC, CrossEntropy, Hinge, KLDivergence, L1Hinge, MSE, Multi, SmoothL1, SVM,
+    Abs, BCE, CTC, Hinge, KLDivergence, L1Hinge, MSE, Multi, SmoothL1, SVM,  # CrossEntropy: below
     # optimizers
     AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, NesterovSGD, RMSProp, RMSPropGraves, SGD, SMORMS3,
     # schedules
@@ -426,3 +426,29 @@ Tensor.set = _tensor_set
 Tensor.fill = _tensor_fill
 Tensor.nbytes = property(lambda self: self.size * _ITEMSIZE[self.dtype], doc="The elements' size in bytes.")
 Tensor.ravel = lambda self: self.reshape((self.size,))
+
+
+class CrossEntropy(_tessera.CrossEntropy):
+    """Softmax cross-entropy of scores [N, C, ...] against int32 labels [N, ...] or float32
+    probabilities of the scores' shape (mixup, CutMix). `weights`: one per class;
+    labelSmoothing e makes the target (1 - e) target + e / C; classesLast: scores
+    [N, ..., C] against labels [N, ...] (a language model's [N, T, V] and [N, T]). After
+    `validate`, `mostProb` holds the most likely class of each sample (and position)."""
+
+    def __init__(self, maxlabels=0, weights=(), labelSmoothing=0.0, classesLast=False):
+        super().__init__(maxlabels=maxlabels, weights=list(weights), labelSmoothing=labelSmoothing,
+                         classesLast=classesLast)
+        self.classesLast = classesLast
+        self.mostProb = None
+
+    def validate(self, pred, target):
+        """The error rate of the batch (1 - accuracy); leaves `mostProb`, the most likely
+        class of each sample (and position), as PuzzleLib's CrossEntropy does."""
+        error = super().validate(pred, target)
+        import numpy as np
+        scores = np.asarray(pred)
+        self.mostProb = tensor(np.argmax(scores, axis=-1 if self.classesLast else 1).astype(np.int32), copy=True)
+        return error
+
+
+CrossEntropy.__module__ = __name__

@@ -544,3 +544,81 @@ def test_lenet_in_puzzlelibs_style_trains_to_90_percent():
     assert final < 0.6 * first, out.stdout
     assert accuracy >= 90.0, out.stdout
     assert out.returncode == 0
+
+
+def test_batchnorm_exposes_puzzlelibs_saved_statistics():
+    n, size = 16, 5
+    x = randn(n, size) * 2 + 1
+    bn = Modules.BatchNorm(size)
+    assert bn.savemean is None and bn.saveinvvar is None
+    bn(x)
+    close(bn.savemean, x.mean(0).reshape(1, size, 1, 1), atol=1e-5)
+    close(bn.saveinvvar, (1 / np.sqrt(x.var(0) + 1e-5)).reshape(1, size, 1, 1), atol=1e-4)
+    bn.evalMode()
+    bn(x)
+    assert bn.savemean is None
+
+
+def test_dropout_rands_and_lcn_means():
+    x = randn(20, 30)
+    drop = Modules.Dropout(p=0.25)
+    y = drop(x).get()
+    mask = drop.rands.get()
+    assert set(np.unique(mask)) <= {0.0, np.float32(1 / 0.75)}
+    close(y, x * mask)
+    lcn = Modules.LCN(N=3)
+    img = randn(1, 1, 5, 5)
+    lcn(img)
+    padded = np.pad(img[0, 0], 1)
+    ref = np.array([[padded[i:i + 3, j:j + 3].mean() for j in range(5)] for i in range(5)])
+    close(lcn.means.get()[0, 0], ref, atol=1e-5)  # includePad: the window's mean over nine places
+
+
+def test_multi_gives_per_cost_errors():
+    p, t = randn(10, 10), randn(10, 10)
+    multi = Cost.Multi().append(Cost.MSE()).append(Cost.Abs())
+    errors, grads = multi([p, p], [t, t])
+    assert np.isclose(errors[0], np.linalg.norm(t - p) ** 2 / (2 * p.size), rtol=1e-5)
+    assert np.isclose(errors[1], np.abs(t - p).sum() / p.size, rtol=1e-5)
+    close(grads[0], (t - p) / p.size)
+    val = multi.validate([p, p], [t, t])
+    assert np.allclose(val, errors, rtol=1e-5)
+    assert np.allclose(multi.getMeanError(), errors, rtol=1e-5)
+
+
+def test_sum_over_an_axis_with_and_without_weights():
+    """PuzzleLib's own Sum checks: a group axis, with weights and without, and the axis
+    before the last."""
+    data, grad = randn(5, 3, 4), randn(5, 4)
+    plain = Modules.Sum(axis=1, useWeights=False)
+    y, _ = forward_backward(plain, data, grad)
+    close(y, data.sum(1))
+    close(plain.grad, np.repeat(grad.reshape(5, 1, 4), 3, axis=1))
+    weights = randn(5, 3)
+    weighted = Modules.Sum(axis=1, useWeights=True)
+    y = weighted([gpuarray.to_gpu(data), gpuarray.to_gpu(weights)])
+    close(y, (data * weights[:, :, None]).sum(1))
+    weighted.backward(gpuarray.to_gpu(grad))
+    close(weighted.grad[0], np.repeat(grad.reshape(5, 1, 4), 3, axis=1) * weights[:, :, None])
+    close(weighted.grad[1], (data * grad.reshape(5, 1, 4)).sum(2))
+    data = randn(5, 3, 2, 6)
+    y, g = forward_backward(Modules.Sum(axis=2, useWeights=False), data)
+    close(y, data.sum(2))
+
+
+def test_svm_is_one_vs_all():
+    scores = randn(20, 4)
+    labels = np.random.randint(0, 4, 20).astype(np.int32)
+    svm = Cost.SVM(mode="l1")
+    error, grad = svm(scores, labels)
+    cls = 2 * (np.arange(4)[None, :] == labels[:, None]) - 1
+    val = scores * cls
+    close(grad, np.where(val < 1, cls / scores.size, 0))
+    assert np.isclose(error, np.maximum(0, 1 - val).sum() / scores.size, rtol=1e-5)
+    rate = svm.validate(scores, labels)
+    close(svm.mostProb, scores.argmax(1).astype(np.int32))
+    assert np.isclose(rate, (scores.argmax(1) != labels).mean())
+    with pytest.raises(Cost.CostError, match="l2"):
+        Cost.SVM(mode="l2")
+    with pytest.raises(Cost.CostError, match="0..3"):
+        svm(scores, np.full(20, 4, np.int32))

@@ -546,3 +546,70 @@ def test_checkpoint_of_a_loop_without_a_trainer(tmp_path):
     opt2.setupOn(other, useGlobalState=True)
     assert ts.loadCheckpoint(path, other, opt2) == "step 1"
     assert np.array_equal(other(x).numpy(), net(x).numpy())
+
+
+def test_optimizer_state_from_python():
+    ts.manualSeed(4)
+    lin = ts.Linear(3, 2)
+    opt = ts.Adam(alpha=0.01)
+    opt.setupOn(lin, useGlobalState=True)
+    x = np.random.default_rng(4).standard_normal((5, 3)).astype(np.float32)
+    for _ in range(3):
+        opt.zeroGradParams()
+        lin(x)
+        lin.backward(np.ones((5, 2), np.float32))
+        opt.update()
+    st = opt.state()
+    assert st["steps"] == 3 and sorted(st["tensors"]) == ["W#0", "W#1", "b#0", "b#1"]
+    g = lin.getVar("W").grad.numpy()
+    m = st["tensors"]["W#0"].numpy()
+    assert m.shape == (3, 2) and np.abs(m).max() > 0
+    np.testing.assert_allclose(m, (1 - 0.9 ** 3) * g, rtol=1e-4)  # the same gradient three times
+    # restoring into a fresh optimizer makes the next update the same
+    other = ts.Adam(alpha=0.01)
+    twin = lin.copy()
+    other.setupOn(twin, useGlobalState=True)
+    other.setState(st)
+    for o, net in ((opt, lin), (other, twin)):
+        o.zeroGradParams()
+        net(x)
+        net.backward(np.ones((5, 2), np.float32))
+        o.update()
+    np.testing.assert_array_equal(lin.getVar("W").data.numpy(), twin.getVar("W").data.numpy())
+    bad = dict(st, tensors={"W#0": st["tensors"]["W#0"]})
+    with pytest.raises(ts.ModuleError, match="Adam"):
+        other.setState(bad)
+
+
+def test_multi_keeps_each_costs_error_and_cross_entropy_its_most_likely_classes():
+    rng = np.random.default_rng(5)
+    scores, labels = rng.standard_normal((6, 4)).astype(np.float32), rng.integers(0, 4, 6).astype(np.int32)
+    pred, target = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal((6, 3)).astype(np.float32)
+    ce, mse = ts.CrossEntropy(), ts.MSE()
+    multi = ts.Multi([ce, mse])
+    assert multi.errors == []
+    error, _ = multi([scores, pred], [labels, target])
+    e_ce, _ = ts.CrossEntropy()(scores, labels)
+    e_mse, _ = ts.MSE()(pred, target)
+    assert np.allclose(multi.errors, [e_ce, e_mse]) and np.isclose(error, e_ce + e_mse)
+    multi.validate([scores, pred], [labels, target])
+    assert np.isclose(multi.validationErrors[0], (scores.argmax(1) != labels).mean())
+    rate = ce.validate(scores, labels)
+    assert ce.mostProb.numpy().tolist() == scores.argmax(1).tolist()
+    assert np.isclose(rate, (scores.argmax(1) != labels).mean())
+
+
+def test_saved_tensors_of_the_last_forward():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((8, 3, 4, 4)).astype(np.float32)
+    bn = ts.BatchNorm2D(3)
+    assert bn.saved == {}
+    bn(x)
+    np.testing.assert_allclose(bn.saved["batchMean"].numpy(), x.mean(axis=(0, 2, 3)), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(bn.saved["batchVar"].numpy(), x.var(axis=(0, 2, 3)), rtol=1e-4)
+    bn.saved["batchMean"].fill(100)  # a copy: the module's own stays
+    assert abs(bn.saved["batchMean"].numpy()).max() < 10
+    drop = ts.Dropout(p=0.5)
+    y = drop(x).numpy()
+    np.testing.assert_allclose(y, x * drop.saved["mask"].numpy())
+    assert ts.Linear(2, 2).saved == {}

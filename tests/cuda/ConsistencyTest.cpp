@@ -311,6 +311,8 @@ TEST(CudaConsistency, EveryModule) {
         {"Mul", make<Mul>(), {{2, 3}, {2, 3}}},
         {"Mul gate", make<Mul>(), {{2, 3, 1, 1}, {2, 3, 4, 5}}},
         {"Mul broadcast", make<Mul>(), {{2, 3, 4}, {3, 1}}},
+        {"Sum weighted", make<Sum>(2), {{2, 3, 4, 5}, {2, 3, 4}}},
+        {"Sum", make<Sum>(1, false), {{2, 3, 4}}},
         {"MatMul", make<MatMul>(), {{2, 3, 4, 5}, {3, 5, 6}}},
         {"Parameter", make<Parameter>(std::vector<int64_t>{3, 4}, ParameterOptions{.std = 0.5f}), {{2, 7}}},
         {"Scale", make<Scale>(std::vector<int64_t>{3, 1, 1}, ScaleOptions{.init = 0.5f}), {{2, 3, 4, 4}}},

@@ -1,5 +1,5 @@
-// The branch and merge modules: Concat, Split, Slice, Replicate, Add (Sum), Mul, Sub, Div,
-// and their broadcasting.
+// The branch and merge modules: Concat, Split, Slice, Replicate, Add, Mul, Sub, Div, and
+// their broadcasting; Sum (PuzzleLib's weighted sum over an axis).
 #include <cmath>
 
 #include "GradCheck.h"
@@ -175,8 +175,8 @@ TEST(Add, Reference) {
     const Tensors& dx = weighted.backward(Tensors{Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3})});
     EXPECT_TRUE(allClose(dx[0], {2, 4, 6}));
     EXPECT_TRUE(allClose(dx[1], {-1, -2, -3}));
-    Sum sum; // the same module under PuzzleLib's other name
-    EXPECT_TRUE(allClose(sum(Tensors{a, a, a})[0], {3, 6, 9}));
+    Add three;
+    EXPECT_TRUE(allClose(three(Tensors{a, a, a})[0], {3, 6, 9}));
 }
 
 TEST(Add, Gradient) {
@@ -208,6 +208,54 @@ TEST(Add, BadInput) {
         {"2 coefficients", "1 inputs"}));
     EXPECT_TRUE(throwsShapeError([&] { add(Tensors{Tensor::zeros({2, 6}, DType::int32)}); }, {"int32"}));
     EXPECT_TRUE(throwsShapeError([&] { add(Tensors{Tensor::empty({0, 6})}); }, {"empty"}));
+}
+
+TEST(Sum, Reference) {
+    // x [1, 2, 3] = [[0, 1, 2], [3, 4, 5]], v [1, 2] = [2, -1]: y = 2 x[:, 0] - x[:, 1].
+    Sum sum(1);
+    const Tensor x = Tensor::fromVector({1, 2, 3}, iota(6)), v = Tensor::fromVector({1, 2}, std::vector<float>{2, -1});
+    const Tensor& y = sum(Tensors{x, v})[0];
+    EXPECT_EQ(y.shape(), (Shape{1, 3}));
+    EXPECT_TRUE(allClose(y, {-3, -2, -1}));
+    const Tensors& d = sum.backward(Tensors{Tensor::fromVector({1, 3}, std::vector<float>{1, 10, 100})});
+    EXPECT_TRUE(allClose(d[0], {2, 20, 200, -1, -10, -100}));
+    EXPECT_TRUE(allClose(d[1], {0 + 10 + 200, 3 + 40 + 500}));
+    Sum plain(2, false);
+    const Tensor& z = plain(Tensors{x})[0];
+    EXPECT_EQ(z.shape(), (Shape{1, 2}));
+    EXPECT_TRUE(allClose(z, {3, 12}));
+    EXPECT_TRUE(
+        allClose(plain.backward(Tensors{Tensor::fromVector({1, 2}, std::vector<float>{1, 2})})[0], {1, 1, 1, 2, 2, 2}));
+}
+
+TEST(Sum, GradientShapeAndBlueprint) {
+    Sum weighted(2);
+    EXPECT_TRUE(checkGradients(weighted, {randomTensor({2, 3, 4, 5}, 1), randomTensor({2, 3, 4}, 2)}));
+    EXPECT_TRUE(checkShapes(weighted, {randomTensor({2, 3, 4, 5}, 1), randomTensor({2, 3, 4}, 2)}));
+    Sum last(3);
+    EXPECT_TRUE(checkGradients(last, {randomTensor({2, 3, 2, 4}, 3), randomTensor({2, 3, 2, 4}, 4)}));
+    Sum plain(1, false);
+    EXPECT_TRUE(checkGradients(plain, {randomTensor({2, 1, 5}, 5)}));
+    EXPECT_TRUE(checkShapes(plain, {randomTensor({2, 4, 5}, 5)}));
+    const ModulePtr rebuilt = buildModule(Sum(2, false, "s").blueprint());
+    EXPECT_EQ(rebuilt->classname(), "Sum");
+    EXPECT_EQ(rebuilt->dataShapeFrom(Shapes{Shape{2, 3, 4}}), (Shapes{Shape{2, 3}}));
+}
+
+TEST(Sum, BadInput) {
+    EXPECT_THROW(Sum(0), ModuleError);
+    Sum sum(2, true, "attn");
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            sum(Tensors{randomTensor({2, 3}, 1), randomTensor({2, 3}, 2)});
+        },
+        {"attn", "dim 2", "[2, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            sum(Tensors{randomTensor({2, 3, 4}, 1), randomTensor({2, 4}, 2)});
+        },
+        {"attn", "through axis 2", "[2, 3, 4]", "[2, 4]"}));
+    EXPECT_TRUE(throwsShapeError([&] { sum(Tensors{randomTensor({2, 3, 4}, 1)}); }, {"attn", "2"}));
 }
 
 TEST(Mul, Reference) {

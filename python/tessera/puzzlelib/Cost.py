@@ -153,8 +153,9 @@ class CrossEntropy(Cost):
         self.maxlabels, self.weights, self.mostProb = maxlabels, weights, None
 
     def _validate(self, pred, target):
-        self.mostProb = tensorOf(np.argmax(pred.get(), axis=1).astype(np.int32))
-        return self._c.validate(pred, tensorOf(target))
+        error = self._c.validate(pred, tensorOf(target))
+        self.mostProb = self._c.mostProb
+        return error
 
     def reset(self):
         super().reset()
@@ -178,7 +179,34 @@ class KLDivergence(Cost):
 
 
 class SVM(Cost):
-    _make = ts.SVM
+    """PuzzleLib's one-vs-all SVM against int32 class labels: each score is hinged against
+    +1 for its sample's class and -1 for the others, averaged over every score (Tessera's
+    Hinge on those targets); validate gives the error rate and leaves `mostProb`. Mode
+    "l1" only (PuzzleLib's "l2", the squared hinge, has no Tessera cost)."""
+
+    _make = ts.Hinge
+    _scale = staticmethod(_perElement)
+
+    def __init__(self, mode="l1"):
+        if mode != "l1":
+            raise CostError(f"SVM: mode {mode!r} is not supported by tessera.puzzlelib (only 'l1')")
+        super().__init__()
+        self.mode, self.mostProb = mode, None
+
+    def _target(self, pred, target):
+        labels = _intLabels(target)
+        classes = pred.shape[1]
+        if labels.size and (labels.min() < 0 or labels.max() >= classes):
+            raise CostError(f"SVM labels verification failed: labels must be in 0..{classes - 1}, "
+                            f"found {labels.min()}..{labels.max()}")
+        onehot = np.moveaxis(np.eye(classes, dtype=np.float32)[labels], -1, 1)
+        return tensorOf(2.0 * onehot - 1.0)
+
+    def _validate(self, pred, target):
+        labels = _intLabels(target)
+        most = np.argmax(pred.get(), axis=1).astype(np.int32)
+        self.mostProb = tensorOf(most)
+        return float(np.mean(most != labels))
 
 
 class L1Hinge(Cost):
@@ -189,3 +217,40 @@ class CTC(Cost):
     def __init__(self, blank, vocabsize=None, normalized=False):
         super().__init__(ts.CTC(blank, vocabsize=vocabsize or 0, normalized=normalized))
         self.blank = blank
+
+
+class Multi(Cost):
+    """One cost per output: `Multi().append(MSE()).append(CrossEntropy())`; errors,
+    gradients, mean errors and validation errors are lists, one per cost."""
+
+    def __init__(self):
+        self.costs = []
+        self.error = self.valError = self.grad = None
+        self.batchsize = self.numOfSamples = 0
+
+    def append(self, cost):
+        self.costs.append(cost)
+        return self
+
+    def __call__(self, preds, targets, queryError=True):
+        if len(preds) != len(self.costs) or len(targets) != len(self.costs):
+            raise CostError(f"Multi: has {len(self.costs)} costs, got {len(preds)} predictions and "
+                            f"{len(targets)} targets")
+        results = [c(p, t) for c, p, t in zip(self.costs, preds, targets)]
+        self.error = [e for e, _ in results]
+        self.grad = [g for _, g in results]
+        self.batchsize = self.costs[0].batchsize
+        self.numOfSamples += self.batchsize
+        return (self.error, self.grad) if queryError else self.grad
+
+    def getMeanError(self):
+        return [c.getMeanError() for c in self.costs]
+
+    def resetAccumulator(self):
+        self.numOfSamples = self.batchsize = 0
+        for c in self.costs:
+            c.resetAccumulator()
+
+    def validate(self, preds, targets):
+        self.valError = [c.validate(p, t) for c, p, t in zip(self.costs, preds, targets)]
+        return self.valError

@@ -171,6 +171,25 @@ class _BatchNormBase(Module):
         scale.data = np.random.normal(1.0, sscale, tuple(scale.data.shape)).astype(np.float32)
 
 
+    def _saved(self, key):
+        t = self._m.saved.get(key)
+        return None if t is None else t.reshape(self._layout("mean", t.shape))
+
+    @property
+    def savemean(self):
+        """The batch mean of the last train-mode forward, in PuzzleLib's layout (None before one)."""
+        return self._saved("batchMean")
+
+    @property
+    def saveinvvar(self):
+        """1 / sqrt(batch variance + epsilon) of the last train-mode forward (None before one)."""
+        var = self._saved("batchVar")
+        if var is None:
+            return None
+        return ts.tensor((1.0 / np.sqrt(var.get() + self._m.blueprint()["scheme"]["epsilon"])).astype(np.float32),
+                         copy=True)
+
+
 class BatchNorm(_BatchNormBase):
     """Per-activation batch norm of [N, size] (parameters (1, size, 1, 1), PuzzleLib's layout)."""
 
@@ -237,6 +256,13 @@ class Dropout(Module):
         self.registerBlueprint(locals())
 
 
+    @property
+    def rands(self):
+        """The mask of the last train-mode forward: 1/(1-p) where kept, 0 where dropped
+        (PuzzleLib keeps its raw random numbers under this name; None in eval mode)."""
+        return self._m.saved.get("mask")
+
+
 class Dropout2D(Module):
     def __init__(self, p=0.5, rng=None, slicing=None, inplace=False, name=None):
         if slicing is not None:
@@ -300,9 +326,9 @@ def _same(cls, doc=""):
 
 
 for _cls in ("Add", "Cast", "Concat", "CrossMapLRN", "DepthConcat", "Embedder", "Flatten", "Gelu", "GroupLinear",
-             "Identity", "KMaxPool", "LCN", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector", "PRelu",
+             "Identity", "KMaxPool", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector", "PRelu",
              "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "Slice", "SoftMax", "SpatialTf", "Split",
-             "SubtractMean", "SwapAxes", "Tile", "ToList", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
+             "SubtractMean", "Sum", "SwapAxes", "Tile", "ToList", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
     globals()[_cls] = _same(_cls)
 del _cls
 
@@ -311,3 +337,10 @@ class MaxUnpool2D(Module):
     def __init__(self, maxpool, name=None):
         super().__init__(ts.MaxUnpool2D(maxpool.module if isinstance(maxpool, Module) else maxpool), name)
         self.registerBlueprint(locals())
+
+
+class LCN(_same("LCN")):
+    @property
+    def means(self):
+        """The window means of the last forward (None before one)."""
+        return self._m.saved.get("means")
