@@ -622,3 +622,71 @@ def test_svm_is_one_vs_all():
         Cost.SVM(mode="l2")
     with pytest.raises(Cost.CostError, match="0..3"):
         svm(scores, np.full(20, 4, np.int32))
+
+
+# ---- PuzzleLib's model files ------------------------------------------------------------------
+
+def conv_bn_net(name="net"):
+    seq = Containers.Sequential(name=name)
+    seq.append(Modules.Conv2D(2, 3, 3, pad=1, name="conv"))
+    seq.append(Modules.BatchNorm2D(3, name="bn"))
+    seq.append(Modules.Activation(Modules.relu))
+    seq.append(Modules.Flatten())
+    seq.append(Modules.Linear(3 * 4 * 4, 2, name="fc"))
+    return seq
+
+
+def test_files_in_puzzlelibs_layout_load_and_save(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    # a file as PuzzleLib's Module.save writes it: params/<i>, links/<root>.<child>.<param>,
+    # attrs/<root>.<child>.<attr>, biases and batch-norm tensors (1, C, 1, 1)
+    values = {"net.conv.W": randn(3, 2, 3, 3), "net.conv.b": randn(1, 3, 1, 1),
+              "net.bn.scale": randn(1, 3, 1, 1), "net.bn.bias": randn(1, 3, 1, 1),
+              "net.fc.W": randn(48, 2), "net.fc.b": randn(2)}
+    attrs = {"net.bn.mean": randn(1, 3, 1, 1), "net.bn.var": np.abs(randn(1, 3, 1, 1)) + 0.5}
+    path = str(tmp_path / "puzzlelib.hdf")
+    with h5py.File(path, "w") as f:
+        for i, (key, v) in enumerate(values.items()):
+            f.create_dataset(f"params/{i}", data=v, compression="gzip")
+            f[f"links/{key}"] = i
+        for key, v in attrs.items():
+            f.create_dataset(f"attrs/{key}", data=v)
+    net = conv_bn_net()
+    net.load(path)
+    close(net["conv"].W, values["net.conv.W"])
+    close(net["bn"].var, attrs["net.bn.var"])
+    net.evalMode()
+    x = randn(2, 2, 4, 4)
+    conv = conv2d_ref(x, values["net.conv.W"], values["net.conv.b"], pad=1)
+    bn = (conv - attrs["net.bn.mean"]) / np.sqrt(attrs["net.bn.var"] + 1e-5) * values["net.bn.scale"] \
+        + values["net.bn.bias"]
+    ref = np.maximum(bn, 0).reshape(2, 48) @ values["net.fc.W"] + values["net.fc.b"]
+    close(net(x), ref, atol=1e-4)
+    # and back: the same layout, read by h5py as PuzzleLib would
+    out = str(tmp_path / "back.hdf")
+    net.save(out)
+    with h5py.File(out, "r") as f:
+        for key, v in values.items():
+            np.testing.assert_allclose(np.array(f["params"][str(f["links"][key][()])]), v, rtol=1e-6)
+        np.testing.assert_allclose(np.array(f["attrs"]["net.bn.mean"]), attrs["net.bn.mean"], rtol=1e-6)
+    again = conv_bn_net()
+    again.load(out)
+    again.evalMode()
+    close(again(x), ref, atol=1e-4)
+    assert isinstance(net.save(), bytes)  # PuzzleLib's in-memory form
+    assert len(Modules.Linear(2, 3).save()) > 0
+
+
+def test_loading_a_file_that_does_not_fit_names_what_is_missing(tmp_path):
+    pytest.importorskip("h5py")
+    path = str(tmp_path / "m.hdf")
+    conv_bn_net().save(path)
+    with pytest.raises(Modules.ModuleError, match="no parameter 'other.conv.W'"):
+        conv_bn_net("other").load(path)
+    wide = Containers.Sequential(name="net")
+    wide.append(Modules.Conv2D(2, 5, 3, name="conv"))
+    with pytest.raises(Modules.ModuleError, match=r"'net.conv.W' has shape \(3, 2, 3, 3\) in the file, the module "
+                                                  r"\(5, 2, 3, 3\)"):
+        wide.load(path)
+    with pytest.raises(Modules.ModuleError, match="cuDNN blob"):
+        Modules.RNN(2, 3).save(str(tmp_path / "rnn.hdf"))

@@ -75,6 +75,20 @@ class Container(Module):
                 table[var] = [f"{m.name}.{n}" for n in names]
         return table
 
+    def getBlueprint(self):
+        bp = super().getBlueprint()
+        bp["modules"] = {n: m.getBlueprint() for n, m in self.modules.items()}
+        return bp
+
+    def _saveInto(self, hdf, varlinks, name, compress):
+        for m in self.modules.values():
+            m._saveInto(hdf, varlinks, f"{name}.{m.name}", compress)
+        hdf.require_group(f"attrs.{name}")
+
+    def _loadFrom(self, hdf, name):
+        for m in self.modules.values():
+            m._loadFrom(hdf, f"{name}.{m.name}")
+
     def __len__(self):
         return len(self.modules)
 

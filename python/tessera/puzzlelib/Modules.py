@@ -304,6 +304,16 @@ class RNN(Module):
             grad = full
         Module.backward(self, grad, updParamGrads, updGrad, scale, momentum)
 
+    def _refuse(self, name):
+        raise ModuleError(f"RNN {name}: PuzzleLib keeps an RNN's weights as one cuDNN blob; Tessera's layout "
+                          f"differs, so RNN files are not exchanged (docs/puzzlelib.md)")
+
+    def _saveInto(self, hdf, varlinks, name, compress):
+        self._refuse(name)
+
+    def _loadFrom(self, hdf, name):
+        self._refuse(name)
+
     def dataShapeFrom(self, shape):
         out = Module.dataShapeFrom(self, shape)
         if self._bi and not self._seq:

@@ -240,12 +240,52 @@ class Module:
     def optimizeForShape(self, shape, memlimit=None):
         pass  # Tessera picks its algorithms itself
 
-    # ---- files ----
-    def save(self, hdf, *args, **kwargs):
-        self._m.save(hdf)
+    # ---- files: PuzzleLib's HDF5 layout ----
+    def save(self, hdf=None, varlinks=None, name=None, compress="gzip", assumeUniqueNames=False,
+             withBlueprint=False, isRoot=True):
+        """Writes the parameters and attributes as PuzzleLib does (params/<i>,
+        links/<module path>.<param>, attrs/<module path>.<attr>, PuzzleLib's shapes), so
+        PuzzleLib reads the file and `load` reads PuzzleLib's. `hdf`: a path, an open
+        h5py File, or None for the file's bytes."""
+        return _hdfSave(self, hdf, name, compress, withBlueprint)
 
-    def load(self, hdf, *args, **kwargs):
-        self._m.load(hdf)
+    def load(self, hdf, initvars=None, name=None, assumeUniqueNames=False, isRoot=True):
+        """Reads parameters and attributes written by PuzzleLib's save (or this one): every
+        name this module needs must be in the file, with PuzzleLib's shape."""
+        _hdfLoad(self, hdf, name)
+
+    def _saveInto(self, hdf, varlinks, name, compress):
+        params, links = hdf.require_group("params"), hdf.require_group("links")
+        for pname, var in self.vars.items():
+            idx = len(varlinks)
+            varlinks.append(idx)
+            params.create_dataset(str(idx), data=var.data.get(), compression=compress)
+            links[f"{name}.{pname}"] = idx
+        attrs = self.attrs
+        if attrs:
+            group = hdf.require_group("attrs")
+            for aname, t in attrs.items():
+                group.create_dataset(f"{name}.{aname}", data=t.get(), compression=compress)
+
+    def _loadFrom(self, hdf, name):
+        for pname, var in self.vars.items():
+            key = f"{name}.{pname}"
+            if "links" not in hdf or key not in hdf["links"]:
+                raise ModuleError(f"Module {name} load error: the file has no parameter '{key}'")
+            param = np.array(hdf["params"][str(hdf["links"][key][()])])
+            if tuple(param.shape) != var._shape:
+                raise ModuleError(f"Module {name} load error: '{key}' has shape {tuple(param.shape)} in the file, "
+                                  f"the module {var._shape}")
+            var._v.data = param.astype(np.float32).reshape(var._v.data.shape)
+        for aname, t in self.attrs.items():
+            key = f"{name}.{aname}"
+            if "attrs" not in hdf or key not in hdf["attrs"]:
+                raise ModuleError(f"Module {name} load error: the file has no attribute '{key}'")
+            value = np.array(hdf["attrs"][key])
+            if tuple(value.shape) != tuple(t.shape):
+                raise ModuleError(f"Module {name} load error: '{key}' has shape {tuple(value.shape)} in the file, "
+                                  f"the module {tuple(t.shape)}")
+            t.set(value.astype(np.float32))
 
     # ---- graphs ----
     def node(self, *nodes):
@@ -266,3 +306,40 @@ def _shapes(s):
 
 def repeat(val, ntimes):
     return (val,) * ntimes if isinstance(val, int) else tuple(val)
+
+
+def _openHdf(hdf, mode):
+    import h5py
+    if isinstance(hdf, str):
+        return h5py.File(hdf, mode), True
+    if isinstance(hdf, (bytes, bytearray)):
+        import io
+        return h5py.File(io.BytesIO(hdf), "r"), True
+    return hdf, False
+
+
+def _hdfSave(module, hdf, name, compress, withBlueprint):
+    import io
+    import json
+    import h5py
+    buffer = io.BytesIO() if hdf is None else None
+    f, own = (h5py.File(buffer, "w"), True) if hdf is None else _openHdf(hdf, "w")
+    try:
+        root = name if name is not None else (module.name or "")
+        module._saveInto(f, [], root, compress)
+        if withBlueprint:
+            f.create_dataset("blueprint", (), dtype=h5py.special_dtype(vlen=str),
+                             data=json.dumps(module.getBlueprint(), indent=4, sort_keys=True, default=str))
+    finally:
+        if own:
+            f.close()
+    return buffer.getvalue() if buffer is not None else None
+
+
+def _hdfLoad(module, hdf, name):
+    f, own = _openHdf(hdf, "r")
+    try:
+        module._loadFrom(f, name if name is not None else (module.name or ""))
+    finally:
+        if own:
+            f.close()
