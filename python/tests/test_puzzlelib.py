@@ -690,3 +690,122 @@ def test_loading_a_file_that_does_not_fit_names_what_is_missing(tmp_path):
         wide.load(path)
     with pytest.raises(Modules.ModuleError, match="cuDNN blob"):
         Modules.RNN(2, 3).save(str(tmp_path / "rnn.hdf"))
+
+
+# ---- more of the catalogue ----------------------------------------------------------------------
+
+def test_deconv2d_is_the_adjoint_of_conv2d_with_puzzlelibs_bias_layout():
+    x = randn(2, 3, 4, 4)
+    deconv = Modules.Deconv2D(3, 2, 3, stride=2, pad=1)
+    assert deconv.W.shape == (3, 2, 3, 3) and deconv.b.shape == (1, 2, 1, 1)
+    deconv.setVar("b", np.zeros((1, 2, 1, 1), np.float32))
+    y = deconv(x).get()
+    assert y.shape == (2, 2, 7, 7) and deconv.dataShapeFrom((2, 3, 4, 4)) == (2, 2, 7, 7)
+    z = randn(*y.shape)
+    # <deconv(x), z> = <x, conv(z)> with the same weights read as a convolution's
+    assert np.isclose((y * z).sum(), (x * conv2d_ref(z, deconv.W.get(), 0, stride=2, pad=1)).sum(), rtol=1e-4)
+
+
+def test_kmaxpool_sorts_ascending_and_routes_gradients_back():
+    x = randn(4, 3, 10)
+    pool = Modules.KMaxPool(topk=5, axis=2)
+    y, g = forward_backward(pool, x)
+    ref = np.sort(np.partition(x, -5, axis=2)[:, :, -5:], axis=2)
+    close(y, ref)
+    idx = np.argsort(x, axis=2)[:, :, -5:]  # the top five's places, ascending by value
+    ingrad = np.zeros_like(x)
+    np.put_along_axis(ingrad, idx, g, axis=2)
+    close(pool.grad, ingrad)
+
+
+def test_embedder_and_its_descent_sign_parameter_gradient():
+    emb = Modules.Embedder(10, 4, 3)
+    ids = np.random.randint(0, 10, (2, 4)).astype(np.int32)
+    y = emb(ids)
+    W = emb.W.get()
+    close(y, W[ids])
+    g = randn(2, 4, 3)
+    emb.backward(g, updGrad=False)
+    ref = np.zeros_like(W)
+    np.add.at(ref, ids.ravel(), g.reshape(-1, 3))
+    close(emb.vars["W"].grad, ref)
+    emb.updateParams(0.1)  # PuzzleLib's W += lr * grad
+    close(emb.W, W + 0.1 * ref)
+
+
+def test_group_linear_prelu_and_pads():
+    gl = Modules.GroupLinear(groups=3, insize=4, outsize=2)
+    x = randn(5, 3, 4)
+    W, b = gl.W.get(), gl.b.get()
+    close(gl(x), np.einsum("ngi,gio->ngo", x, W) + b, atol=1e-5)
+    pr = Modules.PRelu(3)
+    x = randn(2, 3, 4, 4)
+    close(pr(x), np.where(x > 0, x, 0.25 * x))
+    assert pr.slopes.shape == (3,)
+    x = randn(1, 2, 3, 3)
+    close(Modules.Pad2D(pad=(1, 0, 2, 0))(x), np.pad(x, ((0, 0), (0, 0), (1, 0), (2, 0))))
+    close(Modules.Pad2D(pad=(1, 1, 1, 1), mode="reflect")(x), np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), "reflect"))
+
+
+def test_slice_takes_puzzlelibs_indexing():
+    x = randn(2, 3, 5, 6)
+    sl = Modules.Slice()[:, :, 1:-1, 2:]
+    y, g = forward_backward(sl, x)
+    close(y, x[:, :, 1:-1, 2:])
+    ref = np.zeros_like(x)
+    ref[:, :, 1:-1, 2:] = g
+    close(sl.grad, ref)
+    with pytest.raises(Modules.ModuleError, match="steps of 1"):
+        Modules.Slice()[:, ::2]
+
+
+def test_pools_and_norms_of_other_ranks():
+    x = randn(2, 3, 8)
+    close(Modules.MaxPool1D()(x), x.reshape(2, 3, 4, 2).max(3))
+    close(Modules.AvgPool1D()(x), x.reshape(2, 3, 4, 2).mean(3))
+    x = randn(1, 2, 4, 4, 4)
+    close(Modules.MaxPool3D()(x), x.reshape(1, 2, 2, 2, 2, 2, 2, 2).max(axis=(3, 5, 7)))
+    bn = Modules.BatchNorm1D(3)
+    x = randn(4, 3, 5)
+    y = bn(x).get()
+    norm = (x - x.mean((0, 2), keepdims=True)) / np.sqrt(x.var((0, 2), keepdims=True) + 1e-5)
+    close(y, norm * bn.scale.get().reshape(1, 3, 1), atol=1e-4)
+    assert bn.scale.shape == (1, 3, 1)
+    inorm = Modules.InstanceNorm2D(3)
+    x = randn(2, 3, 4, 4)
+    assert inorm.scale.shape == (1, 3, 1, 1)
+    ref = (x - x.mean((2, 3), keepdims=True)) / np.sqrt(x.var((2, 3), keepdims=True) + 1e-5)
+    close(inorm(x), ref, atol=1e-4)
+    conv = Modules.Conv3D(2, 3, 3, pad=1)
+    assert conv.b.shape == (1, 3, 1, 1, 1) and conv(randn(1, 2, 4, 4, 4)).shape == (1, 3, 4, 4, 4)
+
+
+def test_dropout2d_drops_whole_maps_and_upsample3d_repeats():
+    x = randn(4, 8, 3, 3) + 5
+    y = Modules.Dropout2D(p=0.5)(x).get()
+    per_map = (y == 0).reshape(4, 8, 9)
+    assert ((per_map.all(2)) | (~per_map.any(2))).all()  # a map is dropped whole or kept whole
+    x = randn(1, 2, 2, 2, 2)
+    close(Modules.Upsample3D(scale=2)(x), x.repeat(2, 2).repeat(2, 3).repeat(2, 4))
+
+
+def test_penalty_adds_to_the_descent_sign_gradient():
+    x = randn(3, 4)
+    pen = Modules.Penalty(mode="l1", weight=0.1)
+    y, g = forward_backward(pen, x)
+    close(y, x)
+    close(pen.grad, g - 0.1 * np.sign(x) / 3)  # PuzzleLib's: weight / batch * sign(x), descent sign
+
+
+def test_maxunpool_inverts_the_maxpool():
+    x = randn(1, 1, 4, 4)
+    pool = Modules.MaxPool2D()
+    unpool = Modules.MaxUnpool2D(pool)
+    y = unpool(pool(x)).get()
+    ref = np.zeros_like(x)
+    for i in range(2):
+        for j in range(2):
+            win = x[0, 0, 2 * i:2 * i + 2, 2 * j:2 * j + 2]
+            a, b = np.unravel_index(win.argmax(), win.shape)
+            ref[0, 0, 2 * i + a, 2 * j + b] = win.max()
+    close(y, ref)

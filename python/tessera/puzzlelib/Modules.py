@@ -10,7 +10,9 @@ import numpy as np
 
 import tessera as ts
 
+from . import Backend
 from ._core import Module, ModuleError, repeat
+from ._core import inputs as _inputs
 
 # Activation names (PuzzleLib's ActivationType members)
 sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip = (
@@ -336,8 +338,8 @@ def _same(cls, doc=""):
 
 
 for _cls in ("Add", "Cast", "Concat", "CrossMapLRN", "DepthConcat", "Embedder", "Flatten", "Gelu", "GroupLinear",
-             "Identity", "KMaxPool", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector", "PRelu",
-             "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "Slice", "SoftMax", "SpatialTf", "Split",
+             "Identity", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector",
+             "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "SoftMax", "SpatialTf", "Split",
              "SubtractMean", "Sum", "SwapAxes", "Tile", "ToList", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
     globals()[_cls] = _same(_cls)
 del _cls
@@ -354,3 +356,72 @@ class LCN(_same("LCN")):
     def means(self):
         """The window means of the last forward (None before one)."""
         return self._m.saved.get("means")
+
+
+class PRelu(Module):
+    def __init__(self, maps, inplace=False, sharedMaps=False, name=None):
+        super().__init__(ts.PRelu(maps, sharedMaps=sharedMaps), name)
+        self.registerBlueprint(locals())
+
+
+class KMaxPool(Module):
+    """PuzzleLib's KMaxPool: the `topk` largest values along `axis`, in ascending order
+    (Tessera's keeps them in the input's order; the namespace sorts them and routes the
+    gradient back through the same permutation)."""
+
+    def __init__(self, topk, axis, name=None):
+        super().__init__(ts.KMaxPool(topk, axis), name)
+        self._axis, self._perm = axis, None
+        self.registerBlueprint(locals())
+
+    def __call__(self, data):
+        self._m(_inputs(data))
+        self._perm = np.argsort(self._m.data.get(), axis=self._axis, kind="stable")
+        return self.data
+
+    @property
+    def data(self):
+        y = self._m.data
+        if y is None or self._perm is None:
+            return y
+        return Backend.gpuarray.to_gpu(np.take_along_axis(y.get(), self._perm, axis=self._axis))
+
+    def backward(self, grad, updParamGrads=True, updGrad=True, scale=1.0, momentum=0.0):
+        g = grad.get() if isinstance(grad, ts.Tensor) else np.asarray(grad, np.float32)
+        inOrder = np.empty_like(g)
+        np.put_along_axis(inOrder, self._perm, g, axis=self._axis)
+        Module.backward(self, inOrder, updParamGrads, updGrad, scale, momentum)
+
+
+class Slice(Module):
+    """PuzzleLib's Slice: `Slice()[:, :, 1:-1, 1:-1]` (or `Slice(slc=...)`) keeps a range of
+    each dim it names, as Tessera's one-axis Slices in a row (steps of 1 only)."""
+
+    def __init__(self, slc=None, name=None):
+        super().__init__(ts.Sequential(), name)
+        self.slc = None
+        if slc is not None:
+            self._build(slc)
+        self.registerBlueprint(locals())
+
+    def __getitem__(self, slc):
+        self._build(slc)
+        return self
+
+    def _build(self, slc):
+        slc = slc if isinstance(slc, tuple) else (slc,)
+        seq = ts.Sequential()
+        for axis, part in enumerate(slc):
+            if not isinstance(part, slice):
+                raise ModuleError(f"Slice: dim {axis} takes a range (start:stop), got {part!r}")
+            if part.step not in (None, 1):
+                raise ModuleError(f"Slice: dim {axis} has step {part.step}; only steps of 1 are supported")
+            if part.start is None and part.stop is None:
+                continue
+            seq.append(ts.Slice(axis, part.start or 0, part.stop if part.stop is not None else 2 ** 62))
+        if len(seq) == 0:
+            seq.append(ts.Identity())
+        self.slc = slc
+        object.__setattr__(self, "_m", seq)
+        if Backend.getDevice() != "cpu":
+            seq.to(Backend.getDevice())
