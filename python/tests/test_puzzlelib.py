@@ -809,3 +809,34 @@ def test_maxunpool_inverts_the_maxpool():
             a, b = np.unravel_index(win.argmax(), win.shape)
             ref[0, 0, 2 * i + a, 2 * j + b] = win.max()
     close(y, ref)
+
+
+@pytest.mark.parametrize("inmode,wmode", [("full", "full"), ("one", "full"), ("full", "one"), ("one", "one")])
+def test_group_linear_modes(inmode, wmode):
+    """PuzzleLib's own GroupLinear checks: one weight per group or one for all, one data
+    group for every weight or one per group."""
+    n, groups, insize, outsize = 4, 3, 5, 2
+    gl = Modules.GroupLinear(groups if wmode == "full" or inmode == "one" else None, insize, outsize,
+                             inmode=inmode, wmode=wmode)
+    W = gl.W.get()
+    assert W.shape == ((groups if wmode == "full" else 1), insize, outsize)
+    gl.setVar("b", np.random.randn(*gl.b.shape).astype(np.float32))
+    b = gl.b.get()
+    x = randn(n, 1 if inmode == "one" else groups, insize)
+    y, g = forward_backward(gl, x, randn(n, groups, outsize))
+    Wg = [W[i if wmode == "full" else 0] for i in range(groups)]
+    xg = [x[:, 0 if inmode == "one" else i] for i in range(groups)]
+    close(y, np.stack([xg[i] @ Wg[i] for i in range(groups)], 1) + (b if wmode == "full" else b[None]), atol=1e-5)
+    ingrad = np.stack([g[:, i] @ Wg[i].T for i in range(groups)], 1)
+    close(gl.grad, ingrad.sum(1, keepdims=True) if inmode == "one" else ingrad, atol=1e-5)
+    wgrad = np.stack([xg[i].T @ g[:, i] for i in range(groups)])
+    close(gl.vars["W"].grad, wgrad if wmode == "full" else wgrad.sum(0, keepdims=True), atol=1e-5)
+    bgrad = g.sum(0)
+    close(gl.vars["b"].grad, bgrad if wmode == "full" else bgrad.sum(0, keepdims=True), atol=1e-5)
+
+
+def test_group_linear_batch_dim_one():
+    gl = Modules.GroupLinear(2, 5, 4, batchDim=1)
+    x = randn(2, 3, 5)
+    W, b = gl.W.get(), gl.b.get()
+    close(gl(x), np.stack([x[i] @ W[i] + b[i] for i in range(2)]), atol=1e-5)

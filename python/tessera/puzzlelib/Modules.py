@@ -18,7 +18,7 @@ from ._core import inputs as _inputs
 sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip = (
     "sigmoid", "tanh", "relu", "leakyRelu", "elu", "softPlus", "clip")
 
-def _initWeights(module, scheme, wscale, shape=None):
+def _initWeights(module, scheme, wscale, shape=None, factorShape=None):
     """Draws W as PuzzleLib's createTensorWithScheme does (scheme None: uniform within
     sqrt(3 / fan), fan from the 'in' factor unless the scheme is a (scheme, factor) pair)."""
     var = module.getVar("W")
@@ -26,11 +26,12 @@ def _initWeights(module, scheme, wscale, shape=None):
     factorType = "in"
     if isinstance(scheme, (tuple, list)):
         scheme, factorType = scheme
-    if len(shape) == 2:
-        ins, outs = shape
+    fshape = shape if factorShape is None else factorShape
+    if len(fshape) == 2:
+        ins, outs = fshape
     else:
-        rf = int(np.prod(shape[2:]))
-        outs, ins = shape[0] * rf, shape[1] * rf
+        rf = int(np.prod(fshape[2:]))
+        outs, ins = fshape[0] * rf, fshape[1] * rf
     factor = {"in": ins, "out": outs, "avg": (ins + outs) / 2}[factorType]
     if scheme in (None, "xavier_uniform"):
         w = np.random.uniform(-np.sqrt(3.0 / factor), np.sqrt(3.0 / factor), shape)
@@ -425,3 +426,48 @@ class Slice(Module):
         object.__setattr__(self, "_m", seq)
         if Backend.getDevice() != "cpu":
             seq.to(Backend.getDevice())
+
+
+class GroupLinear(Module):
+    """PuzzleLib's GroupLinear: data [N, groups, insize] (batchDim 0) or [groups, N, insize]
+    (batchDim 1), a weight [groups, insize, outsize] per group. inmode="one": one group of
+    data [N, 1, insize] for every weight group (Tessera's Tile, then its GroupLinear);
+    wmode="one": one weight [1, insize, outsize] for every group (Tessera's Linear)."""
+
+    def __init__(self, groups, insize, outsize, wscale=1.0, useW=True, useBias=True, initscheme=None,
+                 inmode="full", wmode="full", batchDim=0, name=None, empty=False, transpW=False):
+        if not useW:
+            raise _unsupported("GroupLinear", "useW=False")
+        if transpW:
+            raise _unsupported("GroupLinear", "transpW=True")
+        if inmode not in ("full", "one") or wmode not in ("full", "one"):
+            raise ModuleError(f"GroupLinear: inmode and wmode are 'full' or 'one', got {inmode!r}, {wmode!r}")
+        if batchDim not in (0, 1):
+            raise ModuleError(f"GroupLinear: batchDim is 0 or 1, got {batchDim}")
+        if groups is None and (wmode == "full" or inmode == "one"):
+            raise ModuleError("GroupLinear: groups=None needs wmode='one' and inmode='full'")
+        self._wmode = wmode
+        if wmode == "one":
+            inner = ts.Linear(insize, outsize, useBias=useBias)
+        else:
+            inner = ts.GroupLinear(groups, insize, outsize, batchDim=batchDim, useBias=useBias)
+        if inmode == "one":
+            outer = ts.Sequential()
+            outer.append(ts.Tile(axis=1 - batchDim, times=groups))
+            outer.append(inner)
+        else:
+            outer = inner
+        object.__setattr__(self, "_inner", inner)
+        super().__init__(outer, name)
+        _initWeights(self, initscheme, wscale, factorShape=(insize, outsize))
+        self.registerBlueprint(locals())
+
+    @property
+    def _owner(self):
+        return object.__getattribute__(self, "_inner")
+
+    @property
+    def _layouts(self):
+        if self._wmode == "one":
+            return {"W": lambda s: (1,) + s, "b": lambda s: (1,) + s}
+        return {}

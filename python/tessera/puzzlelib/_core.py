@@ -121,6 +121,12 @@ class Module:
         return {"classname": type(self).__name__, "scheme": dict(self._blueprint)}
 
     @property
+    def _owner(self):
+        """The Tessera module holding this one's parameters (the module itself, or the
+        layer inside a composition such as GroupLinear's tile-then-multiply)."""
+        return object.__getattribute__(self, "_m")
+
+    @property
     def module(self):
         """The Tessera module underneath (tessera.Linear, tessera.Sequential, ...)."""
         return self._m
@@ -162,12 +168,12 @@ class Module:
 
     @property
     def vars(self):
-        return {n: Variable(v, self._layout(n, v.data.shape)) for n, v in self._m.namedParams().items()}
+        return {n: Variable(v, self._layout(n, v.data.shape)) for n, v in self._owner.namedParams().items()}
 
     @property
     def attrs(self):
         return {n: (t if tuple(t.shape) == self._layout(n, t.shape) else t.reshape(self._layout(n, t.shape)))
-                for n, t in self._m.namedAttrs().items()}
+                for n, t in self._owner.namedAttrs().items()}
 
     def getVar(self, name):
         try:
@@ -185,7 +191,7 @@ class Module:
         mine._v.data = value.reshape(mine._v.data.shape)
 
     def hasAttr(self, name):
-        return name in self._m.namedAttrs()
+        return name in self._owner.namedAttrs()
 
     def getVarTable(self):
         return {v: [n] for n, v in self.vars.items()}
@@ -194,7 +200,7 @@ class Module:
         # W, b, scale, bias, mean, var, ...: PuzzleLib's attributes
         if name.startswith("_"):
             raise AttributeError(name)
-        m = object.__getattribute__(self, "_m")
+        m = self._owner
         params = m.namedParams()
         if name in params:
             return Variable(params[name], self._layout(name, params[name].data.shape)).data
