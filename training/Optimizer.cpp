@@ -16,12 +16,13 @@ void Optimizer::setupOn(Module& net, bool useGlobalState) {
         total += var->data.numel();
     }
     bound_ = true;
-    // The initial state of every rule is zeros, SMORMS3's memory included (r = 1 at the
-    // first step).
+    // The initial state of every rule is zeros, but SMORMS3's memory, which starts at one
+    // (the algorithm's own start, and PuzzleLib's: r = 1/2 at the first step).
+    auto initial = [&](int s) { return params_.rule == UpdateRule::smorms3 && s == 0 ? 1.0f : 0.0f; };
     if (!useGlobalState || entries_.empty()) {
         for (Entry& e : entries_) {
             for (int s = 0; s < states_; ++s) {
-                e.state[s] = Tensor::zeros(e.var->data.shape(), DType::float32, e.var->data.device());
+                e.state[s] = Tensor::full(e.var->data.shape(), initial(s), e.var->data.device());
             }
         }
         return;
@@ -29,7 +30,7 @@ void Optimizer::setupOn(Module& net, bool useGlobalState) {
     const Device device = entries_[0].var->data.device();
     flatParams_ = Tensor::empty({total}, DType::float32, device);
     flatGrads_ = Tensor::empty({total}, DType::float32, device);
-    for (int s = 0; s < states_; ++s) flatState_[s] = Tensor::zeros({total}, DType::float32, device);
+    for (int s = 0; s < states_; ++s) flatState_[s] = Tensor::full({total}, initial(s), device);
     int64_t offset = 0;
     for (Entry& e : entries_) {
         const Shape shape = e.var->data.shape();

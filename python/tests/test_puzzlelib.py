@@ -840,3 +840,93 @@ def test_group_linear_batch_dim_one():
     x = randn(2, 3, 5)
     W, b = gl.W.get(), gl.b.get()
     close(gl(x), np.stack([x[i] @ W[i] + b[i] for i in range(2)]), atol=1e-5)
+
+
+def _puzzlelib_rule(name, lr, **k):
+    """PuzzleLib's update rule (its optimizers' calcTest formulas) as a NumPy step:
+    step(W, g, state, t) -> W, with g the descent-sign gradient."""
+    def sgd(W, g, s, t):
+        return W + lr * g
+
+    def momentum(W, g, s, t):
+        s["mom"] = k["momRate"] * s.get("mom", 0) + lr * g
+        return W + s["mom"]
+
+    def nesterov(W, g, s, t):
+        mom, mr = s.get("mom", 0), k["momRate"]
+        s["mom"] = mr * mom + lr * g
+        return W + mr ** 2 * mom + (1 + mr) * lr * g
+
+    def adam(W, g, s, t):
+        b1, b2, eps = 0.9, 0.999, 1e-8
+        rate = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        s["mg"] = b1 * s.get("mg", 0) + (1 - b1) * g
+        s["ms"] = b2 * s.get("ms", 0) + (1 - b2) * g ** 2
+        return W + rate * s["mg"] / (np.sqrt(s["ms"]) + eps)
+
+    def adagrad(W, g, s, t):
+        s["h"] = s.get("h", 0) + g ** 2
+        return W + lr * g / (np.sqrt(s["h"]) + 1e-8)
+
+    def adadelta(W, g, s, t):
+        rho, eps = 0.95, 1e-6
+        msg, msdx = s.get("msg", 0), s.get("msdx", 0)
+        msg = msg + (1 - rho) * (g * g - msg)
+        dx = np.sqrt((msdx + eps) / (msg + eps)) * g
+        s["msg"], s["msdx"] = msg, msdx + (1 - rho) * (dx ** 2 - msdx)
+        return W + dx
+
+    def rmsprop(W, g, s, t):
+        s["ms"] = 0.9 * s.get("ms", 0) + 0.1 * g ** 2
+        return W + lr * g / (np.sqrt(s["ms"]) + 1e-5)
+
+    def graves(W, g, s, t):
+        a, mr, eps = 0.95, 0.9, 1e-4
+        s["mg"] = a * s.get("mg", 0) + (1 - a) * g
+        s["ms"] = a * s.get("ms", 0) + (1 - a) * g ** 2
+        s["delta"] = mr * s.get("delta", 0) + lr * g / np.sqrt(s["ms"] - s["mg"] ** 2 + eps)
+        return W + s["delta"]
+
+    def smorms3(W, g, s, t):
+        eps = 1e-16
+        mem = s.get("mem", 1.0)
+        r = 1 / (1 + mem)
+        s["mg"] = (1 - r) * s.get("mg", 0) + r * g
+        s["ms"] = (1 - r) * s.get("ms", 0) + r * g ** 2
+        x = s["mg"] ** 2 / (s["ms"] + eps)
+        s["mem"] = 1 + mem * (1 - x)
+        return W + g * np.minimum(lr, x) / (np.sqrt(s["ms"]) + eps)
+
+    return {"SGD": sgd, "MomentumSGD": momentum, "NesterovSGD": nesterov, "Adam": adam, "AdaGrad": adagrad,
+            "AdaDelta": adadelta, "RMSProp": rmsprop, "RMSPropGraves": graves, "SMORMS3": smorms3}[name]
+
+
+@pytest.mark.parametrize("name,make,lr,kw", [
+    ("SGD", lambda: Optimizers.SGD(learnRate=0.1), 0.1, {}),
+    ("MomentumSGD", lambda: Optimizers.MomentumSGD(learnRate=0.05, momRate=0.8), 0.05, {"momRate": 0.8}),
+    ("NesterovSGD", lambda: Optimizers.NesterovSGD(learnRate=0.05, momRate=0.8), 0.05, {"momRate": 0.8}),
+    ("Adam", lambda: Optimizers.Adam(alpha=0.01), 0.01, {}),
+    ("AdaGrad", lambda: Optimizers.AdaGrad(learnRate=0.01), 0.01, {}),
+    ("AdaDelta", lambda: Optimizers.AdaDelta(), None, {}),
+    ("RMSProp", lambda: Optimizers.RMSProp(learnRate=0.01), 0.01, {}),
+    ("RMSPropGraves", lambda: Optimizers.RMSPropGraves(learnRate=0.01), 0.01, {}),
+    ("SMORMS3", lambda: Optimizers.SMORMS3(learnRate=0.01), 0.01, {}),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_optimizer_steps_follow_puzzlelibs_formulas(name, make, lr, kw):
+    """Three steps of each optimizer against PuzzleLib's formula for it, from its initial
+    state, with the gradients the net produces (descent sign)."""
+    lin = Modules.Linear(4, 3)
+    opt = make()
+    opt.setupOn(lin, useGlobalState=True)
+    rule = _puzzlelib_rule(name, lr, **kw)
+    x, t = randn(8, 4), randn(8, 3)
+    mse = Cost.MSE()
+    W, state = lin.W.get().astype(np.float64), {}
+    for step in range(1, 4):
+        _, grad = mse(lin(x), t)
+        opt.zeroGradParams()
+        lin.backward(grad)
+        g = lin.vars["W"].grad.get().astype(np.float64)
+        W = rule(W, g, state, step)
+        opt.update()
+        np.testing.assert_allclose(lin.W.get(), W, rtol=1e-4, atol=1e-5, err_msg=f"{name}, step {step}")

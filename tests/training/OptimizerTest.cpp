@@ -42,11 +42,11 @@ void expectSteps(const std::function<std::unique_ptr<Optimizer>()>& make, const 
 
 // The textbook equations, in double precision, one element at a time.
 using Rule = std::function<double(double w, double g, double* s, int64_t t)>;
-std::pair<F, F> reference(const Rule& rule) {
+std::pair<F, F> reference(const Rule& rule, double firstState) {
     const double g1[] = {0.5, 0.25}, g2[] = {-0.3, 0.5};
     F out1, out2;
     for (int i = 0; i < 2; ++i) {
-        double s[3] = {0, 0, 0};
+        double s[3] = {firstState, 0, 0};
         double w = i == 0 ? 1.0 : -2.0;
         w = rule(w, g1[i], s, 1);
         out1.push_back(static_cast<float>(w));
@@ -56,8 +56,9 @@ std::pair<F, F> reference(const Rule& rule) {
     return {out1, out2};
 }
 
-void expectRule(const std::function<std::unique_ptr<Optimizer>()>& make, const Rule& rule) {
-    auto [e1, e2] = reference(rule);
+// `firstState`: the rule's first state's start (zero but for SMORMS3's memory).
+void expectRule(const std::function<std::unique_ptr<Optimizer>()>& make, const Rule& rule, double firstState = 0) {
+    auto [e1, e2] = reference(rule, firstState);
     expectSteps(make, e1, e2);
 }
 
@@ -171,7 +172,8 @@ TEST(Optimizer, SMORMS3) {
                    const double next = w - g * std::min(0.01, x) / (std::sqrt(s[2]) + 1e-16);
                    s[0] = 1 + s[0] * (1 - x);
                    return next;
-               });
+               },
+               /*firstState=*/1.0); // the memory starts at one
 }
 
 TEST(Optimizer, WeightDecayAndLearnRateFactors) {
