@@ -262,6 +262,7 @@ void saveModelWith(const Module& module, const std::string& path, const SaveOpti
             writeString(file.get(), "inputs", text, path);
         }
         if (!options.classes.empty()) writeString(file.get(), "classes", nlohmann::json(options.classes).dump(), path);
+        if (!options.transforms.empty()) writeString(file.get(), "transforms", options.transforms, path);
         if (extras) {
             Handle extra(H5Gcreate2(file.get(), "extra", H5P_DEFAULT, untimed(H5P_GROUP_CREATE).get(), H5P_DEFAULT),
                          H5Gclose);
@@ -311,9 +312,10 @@ enum Part : unsigned { blueprintPart = 1, modelPart = 2, extrasPart = 4 };
 struct Snapshot {
     bool hasBlueprint = false;
     std::string blueprint;
-    std::string inputs;   // the "inputs" text, empty when none
-    std::string classes;  // the "classes" JSON array of names, empty when none
-    std::string counters; // the "counters" JSON object, empty when none
+    std::string inputs;     // the "inputs" text, empty when none
+    std::string classes;    // the "classes" JSON array of names, empty when none
+    std::string transforms; // the "transforms" text, empty when none
+    std::string counters;   // the "counters" JSON object, empty when none
     bool hasLinks = false;
     std::vector<std::pair<std::string, int64_t>> links; // link name -> params index
     std::map<int64_t, Stored> params;                   // the linked params/<index>
@@ -391,6 +393,7 @@ std::string serialize(const Snapshot& s) {
     put(out, s.blueprint);
     put(out, s.inputs);
     put(out, s.classes);
+    put(out, s.transforms);
     put(out, s.counters);
     put(out, s.hasLinks);
     put(out, static_cast<uint64_t>(s.links.size()));
@@ -420,6 +423,7 @@ Snapshot deserialize(const std::string& in, const std::string& path) {
     s.blueprint = r.str();
     s.inputs = r.str();
     s.classes = r.str();
+    s.transforms = r.str();
     s.counters = r.str();
     s.hasLinks = r.u64() != 0;
     for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
@@ -530,6 +534,7 @@ Snapshot readParts(const std::string& path, unsigned parts) {
         if (s.hasBlueprint) s.blueprint = readString(file.get(), "blueprint", path);
         if (exists("inputs")) s.inputs = readString(file.get(), "inputs", path);
         if (exists("classes")) s.classes = readString(file.get(), "classes", path);
+        if (exists("transforms")) s.transforms = readString(file.get(), "transforms", path);
     }
     if (parts & modelPart) {
         s.hasLinks = exists("links");
@@ -782,6 +787,8 @@ std::vector<std::string> readClassNames(const std::string& path) {
         throw fileError(path, "its class names are malformed (" + std::string(e.what()) + ")");
     }
 }
+
+std::string readTransforms(const std::string& path) { return snapshot(path, blueprintPart).transforms; }
 
 FileExtras loadExtras(const std::string& path) {
     const Snapshot file = snapshot(path, extrasPart);

@@ -30,6 +30,11 @@ struct SaveOptions {
     /// folder names, say), stored so that tools can print them (readClassNames); none when
     /// empty.
     std::vector<std::string> classes = {};
+    /// The transforms that make an image the model's input, in tessera train --augment's
+    /// form ("resize:32x32,normalize:cifar10"; random ones act as on a test set: centre
+    /// crops, no flips), stored so that tools and Python apply them to new images
+    /// (readTransforms); none when empty.
+    std::string transforms = {};
 };
 
 /// Writes `module`'s parameters and attributes (plain, in options.dtype) to `path`. The data goes to
@@ -74,6 +79,10 @@ Shapes readInputShapes(const std::string& path);
 /// The class names saved with the model in `path` (SaveOptions::classes); empty when none
 /// were. IoError as readBlueprint's, and for a malformed list.
 std::vector<std::string> readClassNames(const std::string& path);
+
+/// The transforms saved with the model in `path` (SaveOptions::transforms); empty when none
+/// were. IoError as readBlueprint's.
+std::string readTransforms(const std::string& path);
 
 /// True when `path` starts with the HDF5 signature.
 bool isHdf5File(const std::string& path);

@@ -52,6 +52,9 @@ struct OnnxExportOptions {
     /// The names of the classes a classifier's outputs score, kept in the model's
     /// metadata_props as "classes" (a JSON array, as HDF5 files keep them); none when empty.
     std::vector<std::string> classes = {};
+    /// The transforms that make an image the model's input (SaveOptions::transforms), kept
+    /// in metadata_props as "transforms"; none when empty.
+    std::string transforms = {};
 };
 
 /// Writes `model` (a Graph, a Sequential or Parallel, or a single layer, nested containers
@@ -67,6 +70,11 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
 /// OnnxExportOptions::classes); empty when it keeps none. IoError naming the file for one
 /// that cannot be read, or names that are not a JSON array of strings.
 std::vector<std::string> onnxClassNames(const std::string& path);
+
+/// The transforms an ONNX model keeps in its metadata_props "transforms"
+/// (OnnxExportOptions::transforms); empty when it keeps none. IoError naming the file for
+/// one that cannot be read.
+std::string onnxTransforms(const std::string& path);
 
 /// One serialized ONNX TensorProto (the `input_0.pb` files of ONNX's test data) as a host
 /// tensor: float32, or int32 for int32 and int64 data (IoError for other types).

@@ -237,6 +237,11 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
         meta->set_key("classes");
         meta->set_value(nlohmann::json(options.classes).dump());
     }
+    if (!options.transforms.empty()) {
+        onnx::StringStringEntryProto* meta = proto.add_metadata_props();
+        meta->set_key("transforms");
+        meta->set_value(options.transforms);
+    }
     auto* op = proto.add_opset_import();
     op->set_domain("");
     op->set_version(options.opset);

@@ -438,6 +438,14 @@ std::vector<std::string> onnxClassNames(const std::string& path) {
     return {};
 }
 
+std::string onnxTransforms(const std::string& path) {
+    const onnx::ModelProto model = readModel(path);
+    for (const onnx::StringStringEntryProto& meta : model.metadata_props()) {
+        if (meta.key() == "transforms") return meta.value();
+    }
+    return {};
+}
+
 Tensor readOnnxTensor(const std::string& path) {
     std::ifstream file(path, std::ios::binary);
     if (!file) throw IoError("ONNX tensor " + path + ": cannot open the file");

@@ -38,6 +38,9 @@ Tensors toTensors(const py::handle& value);
 /// int32 or float16 tensor and `copy` is false; otherwise copied (blocked layouts made plain,
 /// bfloat16 read as float32). A GPU tensor without `copy` is a TypeError.
 py::array toNumpy(const Tensor& t, bool copy);
+/// The text of transforms given as None (""), a tessera.Transforms or its text (checked by
+/// parsing it): what model files keep (SaveOptions::transforms).
+std::string transformsText(const py::handle& transforms);
 /// True for a list or tuple: a module or cost called with one answers with a list.
 inline bool isList(const py::handle& v) { return py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v); }
 /// Tensors back to Python: one Tensor for one tensor of a call that was not given a list,

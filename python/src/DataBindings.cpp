@@ -13,6 +13,17 @@
 
 namespace tessera::python {
 
+std::string transformsText(const py::handle& transforms) {
+    if (transforms.is_none()) return {};
+    if (py::isinstance<Transforms>(transforms)) return transforms.cast<const Transforms&>().str();
+    if (py::isinstance<py::str>(transforms)) {
+        const std::string text = transforms.cast<std::string>();
+        return text.empty() ? text : Transforms::parse(text).str();
+    }
+    throw py::type_error("transforms must be a tessera.Transforms or its text, got " +
+                         std::string(py::str(transforms.get_type().attr("__name__"))));
+}
+
 namespace {
 
 // An image as a [C, H, W] float32 array of its own.
@@ -234,6 +245,32 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
              "Random erasing: with probability p, a box of [minScale, maxScale] of the area set to zero.")
         .def("jitter", &Transforms::jitter, py::arg("brightness"), py::arg("contrast") = 0.0,
              py::arg("saturation") = 0.0, py::arg("hue") = 0.0, py::return_value_policy::reference)
+        .def(
+            "apply",
+            [](const Transforms& t, const py::object& image, bool train, int channels, uint64_t seed, int64_t epoch,
+               int64_t index) {
+                Image in;
+                if (py::isinstance<py::str>(image)) {
+                    const std::string path = image.cast<std::string>();
+                    if (channels != 1 && channels != 3) {
+                        throw ShapeError("Transforms.apply: channels must be 1 or 3, got " + std::to_string(channels));
+                    }
+                    py::gil_scoped_release nogil;
+                    // decoded smaller where the transforms allow, as the Loader and tessera predict decode it
+                    in = readImage(path, channels, t.decodeScale(train));
+                } else {
+                    in = imageOf(image.cast<py::array_t<float, py::array::c_style | py::array::forcecast>>(),
+                                 "Transforms.apply");
+                }
+                return imageArray(t.apply(std::move(in), seed, epoch, index, train));
+            },
+            py::arg("image"), py::arg("train") = false, py::arg("channels") = 3, py::arg("seed") = 0,
+            py::arg("epoch") = 0, py::arg("index") = 0,
+            R"(The transforms applied to one image: an array [C, H, W] (pixels in 0..1, as the
+data sets give them) or an image file (JPEG, PNG; decoded as `channels` channels).
+train=False applies them as to a test set (random crops centred, no flips or other random
+steps), as tessera predict and eval do; train=True draws the random ones from (seed,
+epoch, index). Returns an array [C, H, W].)")
         .def("__len__", [](const Transforms& t) { return t.steps().size(); })
         .def("__repr__", [](const Transforms& t) { return "tessera.Transforms('" + t.str() + "')"; });
 

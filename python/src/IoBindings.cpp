@@ -2,6 +2,7 @@
 #include "Bindings.h"
 #include "backend/Errors.h"
 #include "containers/Graph.h"
+#include "data/Transform.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
 #include "io/Onnx.h"
@@ -63,6 +64,16 @@ void bindIo(py::module_& m) {
         "The class names saved with an HDF5 model file (Module.save(classes=...), tessera train --save) or an ONNX "
         "file (exportOnnx(classes=...)); [] if none.");
     m.def(
+        "readTransforms",
+        [](const std::string& path) {
+            const std::string text = isOnnxPath(path) ? onnxTransforms(path) : readTransforms(path);
+            return text.empty() ? Transforms() : Transforms::parse(text);
+        },
+        py::arg("path"),
+        "The transforms saved with an HDF5 model file (Module.save(transforms=...), tessera train --save keeps its "
+        "--augment) or an ONNX file (exportOnnx(transforms=...)): apply(image, train=False) makes an image the "
+        "model's input. Empty Transforms if none.");
+    m.def(
         "importOnnx",
         [](const std::string& path) {
             py::gil_scoped_release nogil;
@@ -72,15 +83,17 @@ void bindIo(py::module_& m) {
     m.def(
         "exportOnnx",
         [](Module& model, const py::handle& input, const std::string& path, int64_t opset,
-           const std::vector<std::string>& classes) {
+           const std::vector<std::string>& classes, const py::object& transforms) {
             const Shapes shapes = toShapes(input);
+            const std::string text = transformsText(transforms);
             py::gil_scoped_release nogil;
-            exportOnnx(model, shapes, path, OnnxExportOptions{.opset = opset, .classes = classes});
+            exportOnnx(model, shapes, path, OnnxExportOptions{.opset = opset, .classes = classes, .transforms = text});
         },
         py::arg("model"), py::arg("input"), py::arg("path"), py::arg("opset") = 13,
-        py::arg("classes") = std::vector<std::string>{},
+        py::arg("classes") = std::vector<std::string>{}, py::arg("transforms") = py::none(),
         "Writes the model to an ONNX file for the input shape(s) (dim 0 left free); classes: the names of the "
-        "classes its outputs score, kept in the file's metadata (readClassNames).");
+        "classes its outputs score, and transforms (a Transforms or its text): what makes an image its input, "
+        "both kept in the file's metadata (readClassNames, readTransforms).");
 
     py::class_<SummaryRow>(m, "SummaryRow", "One layer of a summary.")
         .def_readonly("name", &SummaryRow::name)

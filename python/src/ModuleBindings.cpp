@@ -417,18 +417,23 @@ Linear.)")
         .def(
             "save",
             [](const Module& x, const std::string& path, const std::string& dtype, bool blueprint,
-               const py::object& inputs, const std::vector<std::string>& classes) {
+               const py::object& inputs, const std::vector<std::string>& classes, const py::object& transforms) {
                 const Shapes shapes = inputs.is_none() ? Shapes{} : toShapes(inputs);
+                const std::string text = transformsText(transforms);
                 py::gil_scoped_release nogil;
-                saveModel(
-                    x, path,
-                    SaveOptions{.blueprint = blueprint, .dtype = toDType(dtype), .inputs = shapes, .classes = classes});
+                saveModel(x, path,
+                          SaveOptions{.blueprint = blueprint,
+                                      .dtype = toDType(dtype),
+                                      .inputs = shapes,
+                                      .classes = classes,
+                                      .transforms = text});
             },
             py::arg("path"), py::arg("dtype") = "float32", py::arg("blueprint") = true, py::arg("inputs") = py::none(),
-            py::arg("classes") = std::vector<std::string>{},
+            py::arg("classes") = std::vector<std::string>{}, py::arg("transforms") = py::none(),
             "Writes parameters and attributes (and the blueprint, the input shape(s) `inputs` when given, which "
-            "tessera check/summary/convert then use, and the `classes`' names, which tessera predict and eval "
-            "print) to an HDF5 file.")
+            "tessera check/summary/convert then use, the `classes`' names, which tessera predict and eval "
+            "print, and the `transforms` (a Transforms or its text) that make an image the model's input, which "
+            "tessera predict and eval and readTransforms apply) to an HDF5 file.")
         .def(
             "load",
             [](Module& x, const std::string& path, bool strict) {

@@ -33,6 +33,7 @@ from ._tessera import (
     cudaDeviceCount, setCudaAllowTF32, setCudaDeterministic,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, factorySignature, fashionMnistDir, importOnnx, loadMnist, readClassNames,
+    readTransforms,
     fusionEnabled, isGlueRegistered, loadModelFile, loadZooModel, registerGlue, setCheckNumerics, setFusion,
     zooModels,
     # data sets, transforms, loader; checkpoints
@@ -128,6 +129,7 @@ __all__ = [
     "fusionEnabled",
     "zooModels",
     "readClassNames",
+    "readTransforms",
     "Dataset",
     "Loader",
     "Transforms",

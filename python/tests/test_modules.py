@@ -240,6 +240,32 @@ def test_save_keeps_the_input_shapes_given(tmp_path):
     assert meta == {"classes": '["cat","dog"]'}
 
 
+def test_transforms_kept_with_the_model_and_applied(tmp_path):
+    net = ts.Linear(4, 2)
+    t = ts.Transforms("resize:6x6,center:4,normalize:0.5:0.25")
+    net.save(str(tmp_path / "t.h5"), transforms=t)
+    net.save(str(tmp_path / "text.h5"), transforms="center:4")
+    net.save(str(tmp_path / "none.h5"))
+    assert repr(ts.readTransforms(str(tmp_path / "t.h5"))) == repr(t)
+    assert repr(ts.readTransforms(str(tmp_path / "text.h5"))) == "tessera.Transforms('center:4')"
+    assert len(ts.readTransforms(str(tmp_path / "none.h5"))) == 0
+    ts.exportOnnx(net, (1, 4), str(tmp_path / "t.onnx"), transforms=t)
+    assert repr(ts.readTransforms(str(tmp_path / "t.onnx"))) == repr(t)
+    with pytest.raises(ts.Error, match="nonsense"):
+        net.save(str(tmp_path / "bad.h5"), transforms="nonsense")
+    # apply, in evaluation mode: resize 8x8 -> 6x6, the centre 4x4, (x - 0.5) / 0.25
+    image = np.random.default_rng(0).random((1, 6, 6)).astype(np.float32)
+    out = ts.Transforms("center:4,normalize:0.5:0.25").apply(image)
+    np.testing.assert_allclose(out, (image[:, 1:5, 1:5] - 0.5) / 0.25, rtol=1e-6)
+    assert t.apply(np.zeros((1, 8, 8), np.float32)).shape == (1, 4, 4)
+    # random steps act as on a test set unless train=True
+    flip = ts.Transforms("flip:1")
+    np.testing.assert_array_equal(flip.apply(image), image)
+    np.testing.assert_array_equal(flip.apply(image, train=True), image[:, :, ::-1])
+    with pytest.raises(ts.ShapeError, match=r"Transforms.apply: expects an image \[C, H, W\]"):
+        t.apply(np.zeros((8, 8), np.float32))
+
+
 def test_mul_add_const_takes_tensor_constants(tmp_path):
     """Per-channel scale and shift as arrays (a blueprint holds numbers only), kept as
     attributes, so a saved model holds them."""

@@ -106,6 +106,19 @@ TEST(Hdf5, ClassNamesRoundTrip) {
     loadModel(*b, named); // the names do not get in the weights' way
 }
 
+TEST(Hdf5, TransformsRoundTrip) {
+    auto a = model(1);
+    const std::string with = tempFile("transforms.h5"), without = tempFile("no_transforms.h5");
+    const std::string text = "resize:32x32,center:28,normalize:0.5/0.5/0.5:0.25/0.25/0.25";
+    saveModel(*a, with, {.classes = {"a", "b"}, .transforms = text});
+    saveModel(*a, without);
+    EXPECT_EQ(readTransforms(with), text);
+    EXPECT_EQ(readClassNames(with), (std::vector<std::string>{"a", "b"}));
+    EXPECT_TRUE(readTransforms(without).empty());
+    auto b = model(2);
+    loadModel(*b, with); // they do not get in the weights' way
+}
+
 TEST(Hdf5, SavesInBfloat16AndFloat16) {
     auto a = model(1, 512); // mostly fc2's 512 x 512 weights, so the metadata does not count
     (*a)(randomTensor({4, 1, 3, 3}, 4));

@@ -178,6 +178,15 @@ ModulePtr loadModel(const std::string& model, bool train) {
     }
 }
 
+std::string modelTransforms(const std::string& model) {
+    if (isOnnxPath(model)) return onnxTransforms(model);
+    if (!isHdf5File(model)) return {};
+    for (const ZooEntry& e : zooModels()) {
+        if (e.name == model) return {};
+    }
+    return readTransforms(model);
+}
+
 std::vector<std::string> modelClassNames(const std::string& model) {
     if (isOnnxPath(model)) return onnxClassNames(model);
     if (!isHdf5File(model)) return {};

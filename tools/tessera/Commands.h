@@ -109,6 +109,9 @@ void addDataOptions(CLI::App* cmd, DataOptions& in);
 /// The class names saved with a model file (an HDF5 file from tessera train --save, or an
 /// ONNX file whose metadata holds them); empty for other models or a file without them.
 std::vector<std::string> modelClassNames(const std::string& model);
+/// The transforms saved with a model file (HDF5's "transforms", ONNX's metadata); empty for
+/// zoo names, blueprints and files without them.
+std::string modelTransforms(const std::string& model);
 
 /// Checks of option values, run by the parser before any work starts; a bad value is a
 /// usage error naming the option, what was expected and what was given.

@@ -29,10 +29,12 @@ int runConvert(const ConvertArgs& a) {
     // With its weights: a zoo model gets fresh (seeded) ones, files keep theirs.
     ModulePtr net = loadModel(a.in, /*train=*/true);
     const std::vector<std::string> classes = modelClassNames(a.in); // kept by either format
-    const std::string named = classes.empty() ? "" : ", " + std::to_string(classes.size()) + " class names";
+    const std::string transforms = modelTransforms(a.in);           // the same
+    const std::string named = (classes.empty() ? "" : ", " + std::to_string(classes.size()) + " class names") +
+                              (transforms.empty() ? "" : ", transforms " + transforms);
     if (toOnnx) {
         const Shapes shapes = inputsFor(a.in, a.inputs, a.batch);
-        exportOnnx(*net, shapes, a.out, {.classes = classes});
+        exportOnnx(*net, shapes, a.out, {.classes = classes, .transforms = transforms});
         std::printf("wrote %s (ONNX, %s parameters, inputs %s%s)\n", a.out.c_str(),
                     thousands(net->numOfParams()).c_str(), str(shapes).c_str(), named.c_str());
     } else {
@@ -44,7 +46,7 @@ int runConvert(const ConvertArgs& a) {
             shapes = inputsFor(a.in, a.inputs, a.batch);
         } catch (const UsageError&) { // none known: the file holds none
         }
-        saveModel(*net, a.out, {.dtype = dtype, .inputs = shapes, .classes = classes});
+        saveModel(*net, a.out, {.dtype = dtype, .inputs = shapes, .classes = classes, .transforms = transforms});
         std::printf("wrote %s (HDF5 with the blueprint, %s parameters in %s%s%s)\n", a.out.c_str(),
                     thousands(net->numOfParams()).c_str(), str(dtype).c_str(),
                     shapes.empty() ? "" : (", inputs " + str(shapes)).c_str(), named.c_str());

@@ -13,6 +13,8 @@
 #include "backend/Backend.h"
 #include "backend/Files.h"
 #include "data/Loader.h"
+#include "io/Hdf5.h"
+#include "io/Onnx.h"
 #include "io/Summary.h"
 #include "training/CrossEntropy.h"
 
@@ -30,6 +32,7 @@ struct EvalArgs {
     bool perClass = false;
     std::string confusion;
     bool quiet = false;
+    const CLI::Option* channelsOption = nullptr; // --channels: given or not
 };
 
 /// What a pass over the data counted.
@@ -68,17 +71,42 @@ int runEval(const EvalArgs& a) {
     if (!a.confusion.empty()) requireWritableDestination("--confusion", a.confusion);
     ModulePtr net = loadModel(a.model, /*train=*/true); // the file's weights (a zoo name: fresh ones)
     net->calcMode(compute);
-    const Transforms transforms = parseAugment(a.in.augment);
-    const DataSets data = openData(a.in.data, a.in.limit, a.in.channels);
+    // What the model file says of its input: the channels and size it was saved for, and
+    // the transforms training applied (used unless --channels and --augment say otherwise).
+    Shape saved;
+    if (isHdf5File(a.model) || isOnnxPath(a.model)) { // not a zoo name's typical input
+        try {
+            const Shapes in = inputsFor(a.model, {}, 1);
+            if (in.size() == 1 && in[0].rank() == 4) saved = in[0];
+        } catch (const UsageError&) {}
+    }
+    const std::string savedTransforms = a.in.augment.empty() ? modelTransforms(a.model) : "";
+    const bool channelsGiven = a.channelsOption && a.channelsOption->count() > 0;
+    const int channels = !channelsGiven && saved.rank() == 4 && (saved[1] == 1 || saved[1] == 3)
+                             ? static_cast<int>(saved[1])
+                             : a.in.channels;
+    const DataSets data = openData(a.in.data, a.in.limit, channels);
     const DatasetPtr set = a.split == "train" ? data.train : data.test;
     const bool pinned = !device.isCpu();
-    Loader loader(set, transforms,
-                  {.batchsize = a.batch,
-                   .shuffle = false,
-                   .train = false,
-                   .workers = a.in.workers,
-                   .pinned = pinned,
-                   .scaledDecode = !a.in.fullDecode});
+    auto loaderWith = [&](const Transforms& t) {
+        return std::make_unique<Loader>(set, t,
+                                        LoaderOptions{.batchsize = a.batch,
+                                                      .shuffle = false,
+                                                      .train = false,
+                                                      .workers = a.in.workers,
+                                                      .pinned = pinned,
+                                                      .scaledDecode = !a.in.fullDecode});
+    };
+    Transforms transforms = parseAugment(a.in.augment.empty() ? savedTransforms : a.in.augment);
+    std::unique_ptr<Loader> loaderPtr = loaderWith(transforms);
+    const Shape sample = loaderPtr->sampleShape();
+    if (a.in.augment.empty() && savedTransforms.empty() && saved.rank() == 4 && sample.rank() == 3 &&
+        (sample[1] != saved[2] || sample[2] != saved[3])) {
+        // No transforms anywhere, but the model was saved for another image size: resize to it.
+        transforms = parseAugment("resize:" + std::to_string(saved[2]) + "x" + std::to_string(saved[3]));
+        loaderPtr = loaderWith(transforms);
+    }
+    Loader& loader = *loaderPtr;
     const int64_t classes = set->classes();
     std::printf("data: %s, %lld %s images of %s, %lld classes; %s%s, %d worker%s\n", data.what.c_str(),
                 static_cast<long long>(loader.size()), a.split.c_str(), loader.sampleShape().str().c_str(),
@@ -173,6 +201,7 @@ std::function<int()> addEval(CLI::App& app) {
                     "an HDF5 model file (tessera train --save), an ONNX file, a blueprint JSON file or a zoo name")
         ->required();
     addDataOptions(cmd, args->in);
+    args->channelsOption = cmd->get_option("--channels");
     cmd->add_option("--split", args->split, "which images: the data set's test or train split")
         ->capture_default_str()
         ->check(CLI::IsMember({"test", "train"}));

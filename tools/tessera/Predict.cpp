@@ -46,7 +46,9 @@ int runPredict(const PredictArgs& a) {
     const int channels = a.channels                                              ? a.channels
                          : saved.rank() == 4 && (saved[1] == 1 || saved[1] == 3) ? static_cast<int>(saved[1])
                                                                                  : 3;
-    std::string spec = a.augment;
+    // The transforms: --augment's, else the ones saved with the model (what training
+    // applied, in evaluation mode), else a resize to the saved input's size.
+    std::string spec = a.augment.empty() ? modelTransforms(a.model) : a.augment;
     if (spec.empty() && saved.rank() == 4) spec = "resize:" + std::to_string(saved[2]) + "x" + std::to_string(saved[3]);
     const Transforms transforms = parseAugment(spec);
     // JPEGs decoded smaller where the transforms allow, as tessera eval decodes them.
@@ -156,9 +158,11 @@ std::function<int()> addPredict(CLI::App& app) {
                     "file, a blueprint JSON file or a zoo name")
         ->required();
     cmd->add_option("images", args->images, "image files")->required();
-    cmd->add_option("--augment", args->augment,
-                    "transforms, as tessera train takes them (random ones act as on a test set); default: resize to "
-                    "the input size saved with the model");
+    cmd->add_option(
+        "--augment", args->augment,
+        "transforms, as tessera train takes them (random ones act as on a test set); default: the ones saved "
+        "with the model (tessera train saves its --augment), else resize to "
+        "the input size saved with the model");
     cmd->add_option("--channels", args->channels,
                     "decode images as 1 (grayscale) or 3 (RGB) channels (default: the model's saved input's, else 3)")
         ->check(CLI::IsMember({1, 3}));

@@ -658,7 +658,9 @@ int runTrain(const TrainArgs& a, const CommunicatorPtr& comm) {
     auto withAverage = [&](const auto& work) { withAverages(average.get(), work); };
     std::vector<int64_t> one = sample.dims(); // the input shape at batch 1, for later checks and exports
     one.insert(one.begin(), 1);
-    const SaveOptions saveOptions{.inputs = {Shape(one)}, .classes = data.train->classNames()};
+    // The transforms go with the model: predict, eval and Python apply them to new images.
+    const SaveOptions saveOptions{
+        .inputs = {Shape(one)}, .classes = data.train->classNames(), .transforms = transforms.str()};
     FitOptions fitOptions{.epochs = a.epochs,
                           .schedule = schedule.get(),
                           .warmup = a.warmup,
