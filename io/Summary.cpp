@@ -6,6 +6,7 @@
 
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
+#include "modules/Activation.h"
 #include "modules/ConvND.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
@@ -338,21 +339,22 @@ std::string summaryTable(const std::vector<SummaryRow>& rows, bool connections) 
     char line[512];
     auto row = [&](const std::string& name, const std::string& module, const std::string& output,
                    const std::string& attrs, const std::string& from, const std::string& trainable,
-                   const std::string& frozen, const std::string& flops, const std::string& act) {
+                   const std::string& buffers, const std::string& flops, const std::string& act) {
         if (connections) {
             std::snprintf(line, sizeof line, "%-28s %-13s %-20s %-12s %-26s %12s %10s %13s %11s\n",
                           clip(name, 28).c_str(), clip(module, 13).c_str(), clip(output, 20).c_str(),
-                          clip(attrs, 12).c_str(), clip(from, 26).c_str(), trainable.c_str(), frozen.c_str(),
+                          clip(attrs, 12).c_str(), clip(from, 26).c_str(), trainable.c_str(), buffers.c_str(),
                           flops.c_str(), act.c_str());
         } else {
             std::snprintf(line, sizeof line, "%-28s %-13s %-20s %-12s %12s %10s %13s %11s\n", clip(name, 28).c_str(),
                           clip(module, 13).c_str(), clip(output, 20).c_str(), clip(attrs, 12).c_str(),
-                          trainable.c_str(), frozen.c_str(), flops.c_str(), act.c_str());
+                          trainable.c_str(), buffers.c_str(), flops.c_str(), act.c_str());
         }
         out += line;
     };
-    row("layer", "module", "output", "kernel", "connected to", "trainable", "frozen", "FLOPs", "activations");
-    int64_t trainable = 0, frozen = 0;
+    // "buffers": elements that are not trained (batch norm's running statistics), PyTorch's word
+    row("layer", "module", "output", "kernel", "connected to", "trainable", "buffers", "FLOPs", "activations");
+    int64_t trainable = 0, buffers = 0;
     double flops = 0, act = 0;
     for (const SummaryRow& r : rows) {
         std::string from;
@@ -360,12 +362,12 @@ std::string summaryTable(const std::vector<SummaryRow>& rows, bool connections) 
         row(r.name, r.module, str(r.out), r.attributes, from, thousands(r.trainable), thousands(r.nonTrainable),
             r.flops > 0 ? flopsText(r.flops) : "0", bytesText(r.activationBytes));
         trainable += r.trainable;
-        frozen += r.nonTrainable;
+        buffers += r.nonTrainable;
         flops += r.flops;
         act += r.activationBytes;
     }
     out += "\ntotal: " + thousands(trainable) + " trainable parameters (" + bytesText(4.0 * trainable) + "), " +
-           thousands(frozen) + " non-trainable (running statistics); " + flopsText(flops) + " forward; " +
+           thousands(buffers) + " in buffers (running statistics, not trained); " + flopsText(flops) + " forward; " +
            bytesText(act) + " of activations\n";
     return out;
 }
@@ -385,12 +387,21 @@ std::string toDot(const std::vector<SummaryRow>& rows, const std::string& title)
     std::unordered_set<std::string> inputsDrawn;
     int outputs = 0;
     for (const SummaryRow& r : rows) {
-        std::string label = r.name + "\\n" + r.module;
-        if (!r.attributes.empty()) label += "\\n" + r.attributes;
-        if (r.trainable) label += "\\n" + thousands(r.trainable) + " params";
-        dot += "  \"" + dotEscape(r.name) + "\" [label=\"" + dotEscape(label) + "\"];\n";
+        // A graph input that only passes its data on (an Identity node) is drawn once, as
+        // the input's ellipse.
+        if (r.isInput && r.module == "Identity" && r.from.size() == 1 && r.out.size() == 1) {
+            dot += "  \"" + dotEscape(r.name) + "\" [shape=ellipse, style=filled, fillcolor=\"#dbe8f5\", label=\"" +
+                   dotEscape(r.name) + "\\n" + r.out[0].str() + "\"];\n";
+        } else {
+            std::string label = r.name + "\\n" + r.module;
+            if (const auto* act = dynamic_cast<const Activation*>(r.layer)) label += " (" + str(act->kind()) + ")";
+            if (!r.attributes.empty()) label += "\\n" + r.attributes;
+            if (r.trainable) label += "\\n" + thousands(r.trainable) + " params";
+            dot += "  \"" + dotEscape(r.name) + "\" [label=\"" + dotEscape(label) + "\"];\n";
+        }
         for (const auto& [src, shape] : r.from) {
-            if (src.rfind("input", 0) == 0 && r.isInput) { // a model input: an ellipse of its own
+            if (src.rfind("input", 0) == 0 && r.isInput) {                  // a model input: an ellipse of its own
+                if (r.module == "Identity" && r.from.size() == 1) continue; // drawn above, as the node
                 const std::string id = "__" + src + "__" + r.name;
                 dot += "  \"" + dotEscape(id) + "\" [shape=ellipse, style=filled, fillcolor=\"#dbe8f5\", label=\"" +
                        dotEscape(r.name) + "\\n" + shape.str() + "\"];\n";
@@ -404,8 +415,9 @@ std::string toDot(const std::vector<SummaryRow>& rows, const std::string& title)
         if (r.isOutput) {
             for (size_t k = 0; k < r.out.size(); ++k) {
                 const std::string id = "__output" + std::to_string(outputs++);
-                dot += "  \"" + id + "\" [shape=ellipse, style=filled, fillcolor=\"#e3f1dc\", label=\"output\\n" +
-                       r.out[k].str() + "\"];\n";
+                const std::string what = r.out.size() > 1 ? r.name + ":" + std::to_string(k) : r.name;
+                dot += "  \"" + id + "\" [shape=ellipse, style=filled, fillcolor=\"#e3f1dc\", label=\"output " +
+                       std::to_string(outputs - 1) + ": " + dotEscape(what) + "\\n" + r.out[k].str() + "\"];\n";
                 dot += "  \"" + dotEscape(r.name) + "\" -> \"" + id + "\";\n";
             }
         }

@@ -49,10 +49,14 @@ struct Selection {
     }
 };
 
-void say(std::FILE* out, const std::string& text) {
-    if (!out) return;
-    std::fputs(text.c_str(), out);
-    std::fflush(out);
+void say(const FitOptions& o, const std::string& text) {
+    if (o.write) {
+        o.write(text);
+        return;
+    }
+    if (!o.out) return;
+    std::fputs(text.c_str(), o.out);
+    std::fflush(o.out);
 }
 
 } // namespace
@@ -104,9 +108,8 @@ FitResult fit(Trainer& trainer, Loader& train, const FitOptions& o, const FitCal
         loadCheckpoint(o.resume, net, optimizer, trainer, average, &notes);
         if (o.validation) selection = Selection::parse(notes, o.resume);
         result.resumed = true;
-        say(o.out, "resumed from " + o.resume + " at epoch " + std::to_string(trainer.position().epoch + 1) +
-                       ", batch " + std::to_string(trainer.position().batch) + " (step " +
-                       std::to_string(optimizer.steps()) + ")\n");
+        say(o, "resumed from " + o.resume + " at epoch " + std::to_string(trainer.position().epoch + 1) + ", batch " +
+                   std::to_string(trainer.position().batch) + " (step " + std::to_string(optimizer.steps()) + ")\n");
     }
     // The rows are kept here and the whole file written again after each epoch (through a
     // temporary renamed over it): a full disk or a kill leaves the previous epoch's file.
@@ -157,10 +160,10 @@ FitResult fit(Trainer& trainer, Loader& train, const FitOptions& o, const FitCal
     };
     const bool stoppedBefore = o.earlyStop > 0 && selection.since >= o.earlyStop;
     if (trainer.position().epoch >= o.epochs || stoppedBefore) { // a resumed run that had finished: just report
-        say(o.out, stoppedBefore ? "the checkpoint stopped early at epoch " + std::to_string(trainer.position().epoch) +
-                                       ": no training left\n"
-                                 : "the checkpoint is past epoch " + std::to_string(trainer.position().epoch) + " of " +
-                                       std::to_string(o.epochs) + ": no training left\n");
+        say(o, stoppedBefore ? "the checkpoint stopped early at epoch " + std::to_string(trainer.position().epoch) +
+                                   ": no training left\n"
+                             : "the checkpoint is past epoch " + std::to_string(trainer.position().epoch) + " of " +
+                                   std::to_string(o.epochs) + ": no training left\n");
         result.stoppedEarly = stoppedBefore;
         if (o.test) result.testAccuracy = accuracyOf(*o.test);
         return finish();
@@ -213,16 +216,17 @@ FitResult fit(Trainer& trainer, Loader& train, const FitOptions& o, const FitCal
         r.learnRate = optimizer.learnRate();
         r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         r.imagesPerSecond = trainer.samplesPerSecond();
-        if (o.out) {
-            std::fprintf(o.out,
-                         "epoch %lld/%lld: train loss %.4f%s%s%s (%.0f images/s, %.1f%% of the time waiting for "
-                         "data%s)%s%s\n",
-                         static_cast<long long>(e + 1), static_cast<long long>(o.epochs), loss, validText.c_str(),
-                         testText.c_str(), average ? " with the averaged weights" : "", trainer.samplesPerSecond(),
-                         100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
-                         scheduled ? (", learning rate " + formatRate(r.learnRate)).c_str() : "", bestText.c_str(),
-                         r.checkpointed ? "; checkpoint saved" : "");
-            std::fflush(o.out);
+        if (o.out || o.write) {
+            char line[1024];
+            std::snprintf(line, sizeof line,
+                          "epoch %lld/%lld: train loss %.4f%s%s%s (%.0f images/s, %.1f%% of the time waiting for "
+                          "data%s)%s%s\n",
+                          static_cast<long long>(e + 1), static_cast<long long>(o.epochs), loss, validText.c_str(),
+                          testText.c_str(), average ? " with the averaged weights" : "", trainer.samplesPerSecond(),
+                          100.0 * trainer.dataSeconds() / trainer.epochSeconds(),
+                          scheduled ? (", learning rate " + formatRate(r.learnRate)).c_str() : "", bestText.c_str(),
+                          r.checkpointed ? "; checkpoint saved" : "");
+            say(o, line);
         }
         if (metrics) {
             char row[160];
@@ -240,8 +244,8 @@ FitResult fit(Trainer& trainer, Loader& train, const FitOptions& o, const FitCal
         result.epochs.push_back(r);
         if (callbacks.onEpoch) callbacks.onEpoch(r);
         if (stopNow && e + 1 < o.epochs) {
-            say(o.out, "stopping early: no better validation accuracy in " + std::to_string(o.earlyStop) + " epoch" +
-                           (o.earlyStop == 1 ? "" : "s") + "\n");
+            say(o, "stopping early: no better validation accuracy in " + std::to_string(o.earlyStop) + " epoch" +
+                       (o.earlyStop == 1 ? "" : "s") + "\n");
             result.stoppedEarly = true;
             break;
         }

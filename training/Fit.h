@@ -61,6 +61,8 @@ struct FitOptions {
     bool writer = true;
     /// Where the epoch lines go (nullptr: nowhere).
     std::FILE* out = stdout;
+    /// When set, the epoch lines go here instead of `out` (Python's sys.stdout, say).
+    std::function<void(const std::string&)> write = {};
 };
 
 /// One epoch's outcome.

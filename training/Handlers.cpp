@@ -12,6 +12,7 @@
 #include "backend/Random.h"
 #include "data/Loader.h"
 #include "training/Average.h"
+#include "training/Multi.h"
 
 namespace tessera {
 
@@ -72,8 +73,9 @@ void checkSet(const char* who, const Tensor& data, const Tensor* targets, int64_
 // A progress line: rewritten in place on a terminal, printed every ~10% otherwise.
 class Progress {
 public:
-    Progress(const HandlerOptions& o, const char* what) : on_(o.progress && o.out), out_(o.out), what_(what) {
-        tty_ = on_ && isatty(fileno(out_));
+    Progress(const HandlerOptions& o, const char* what)
+        : on_(o.progress && (o.out || o.write)), out_(o.out), write_(o.write), what_(what) {
+        tty_ = on_ && !write_ && isatty(fileno(out_));
     }
     void show(const BatchInfo& b, int64_t epochs = 0) {
         if (!on_) return;
@@ -84,16 +86,24 @@ public:
         const double left =
             rate > 0 ? (b.seconds / static_cast<double>(b.batch + 1)) * static_cast<double>(b.batches - b.batch - 1)
                      : 0.0;
-        std::fprintf(out_, "%s%s epoch %lld%s batch %lld/%lld  loss %.4f  %.0f samples/s  %s %.1fs%s", tty_ ? "\r" : "",
-                     what_, static_cast<long long>(b.epoch + 1), epochs ? ("/" + std::to_string(epochs)).c_str() : "",
-                     static_cast<long long>(b.batch + 1), static_cast<long long>(b.batches), b.meanError, rate,
-                     last ? "took" : "left", last ? b.seconds : left, tty_ && !last ? "   " : "\n");
+        char line[256];
+        std::snprintf(line, sizeof line, "%s%s epoch %lld%s batch %lld/%lld  loss %.4f  %.0f samples/s  %s %.1fs%s",
+                      tty_ ? "\r" : "", what_, static_cast<long long>(b.epoch + 1),
+                      epochs ? ("/" + std::to_string(epochs)).c_str() : "", static_cast<long long>(b.batch + 1),
+                      static_cast<long long>(b.batches), b.meanError, rate, last ? "took" : "left",
+                      last ? b.seconds : left, tty_ && !last ? "   " : "\n");
+        if (write_) {
+            write_(line);
+            return;
+        }
+        std::fputs(line, out_);
         std::fflush(out_);
     }
 
 private:
     bool on_, tty_ = false;
     std::FILE* out_;
+    std::function<void(const std::string&)> write_;
     const char* what_;
 };
 
@@ -274,6 +284,25 @@ double Validator::validate(const Tensor& data, const Tensor& targets) {
     return validate(Tensors{data}, Tensors{targets});
 }
 
+// The accumulators start empty: the cost's, and each part's of a Multi (whose means are
+// each output's error).
+void Validator::begin() {
+    cost_.resetAccumulator();
+    if (auto* multi = dynamic_cast<Multi*>(&cost_)) {
+        for (const auto& part : multi->costs()) part->resetAccumulator();
+    }
+}
+
+double Validator::finish() {
+    errors_.clear();
+    if (const auto* multi = dynamic_cast<const Multi*>(&cost_)) {
+        for (const auto& part : multi->costs()) errors_.push_back(part->getMeanError());
+    } else {
+        errors_.push_back(cost_.getMeanError());
+    }
+    return cost_.getMeanError();
+}
+
 double Validator::validate(const Tensors& data, const Tensors& targets) {
     const int64_t n = checkSets("Validator", data, &targets, options_.batchsize);
     const int64_t bs = options_.batchsize;
@@ -281,27 +310,27 @@ double Validator::validate(const Tensors& data, const Tensors& targets) {
     std::iota(order.begin(), order.end(), 0);
     const bool wasTrain = net_.isTrain();
     net_.evalMode();
-    cost_.resetAccumulator();
-    for (int64_t begin = 0; begin < n; begin += bs) {
-        const int64_t end = std::min(n, begin + bs);
-        const Tensors& y = net_(gatherAll(data, order, begin, end, options_.device));
-        cost_.validate(y, gatherAll(targets, order, begin, end, options_.device));
+    begin();
+    for (int64_t from = 0; from < n; from += bs) {
+        const int64_t end = std::min(n, from + bs);
+        const Tensors& y = net_(gatherAll(data, order, from, end, options_.device));
+        cost_.validate(y, gatherAll(targets, order, from, end, options_.device));
     }
     if (wasTrain) net_.trainMode();
-    return cost_.getMeanError();
+    return finish();
 }
 
 double Validator::validate(Loader& loader) {
     const bool wasTrain = net_.isTrain();
     net_.evalMode();
-    cost_.resetAccumulator();
+    begin();
     loader.start(0);
     while (std::optional<DataBatch> b = loader.next()) {
         const Tensors& y = net_(Tensors{onDevice(b->images, options_.device)});
         cost_.validate(y, Tensors{onDevice(b->labels, options_.device)});
     }
     if (wasTrain) net_.trainMode();
-    return cost_.getMeanError();
+    return finish();
 }
 
 // ---- Calculator ---------------------------------------------------------------------------

@@ -38,6 +38,9 @@ struct HandlerOptions {
     uint64_t seed = 0;    ///< of the order
     bool progress = true; ///< a progress line on `out`
     std::FILE* out = stderr;
+    /// When set, the progress text goes here instead of `out`, a line at a time (~10% of
+    /// an epoch apart): Python's sys.stderr, say, which a notebook shows and fd 2 is not.
+    std::function<void(const std::string&)> write = {};
     Device device = {}; ///< where batches go
     /// Trainer: gradient accumulation. The gradients of this many batches in a row (a
     /// group; the epoch's last group may be shorter) add up, each batch's mean weighing
@@ -146,11 +149,17 @@ public:
     /// Every batch of `loader` (epoch 0 of its order; make it with train = false and
     /// shuffle = false for the usual evaluation).
     double validate(Loader& loader);
+    /// The last validate's mean error of each output: one per cost of a Multi (each
+    /// output's own error), else the one error validate returned.
+    const std::vector<double>& errors() const { return errors_; }
 
 private:
+    void begin();
+    double finish();
     Module& net_;
     Cost& cost_;
     HandlerOptions options_;
+    std::vector<double> errors_;
 };
 
 /// Runs the network in eval mode and returns its outputs for every sample, on the host.

@@ -37,11 +37,33 @@ std::function<void(const BatchInfo&)> callback(const py::object& f) {
     };
 }
 
+// Writes text to Python's sys.<stream> (with the GIL; from any thread).
+std::function<void(const std::string&)> pythonStream(const char* stream) {
+    return [stream](const std::string& text) {
+        py::gil_scoped_acquire gil;
+        const py::object s = py::module_::import("sys").attr(stream);
+        s.attr("write")(text);
+        s.attr("flush")();
+    };
+}
+
 HandlerOptions handlerOptions(int64_t batchsize, bool shuffle, uint64_t seed, bool progress,
                               const std::string& device) {
     if (batchsize <= 0) throw ModuleError("tessera: batchsize must be positive, got " + std::to_string(batchsize));
-    return HandlerOptions{
+    HandlerOptions o{
         .batchsize = batchsize, .shuffle = shuffle, .seed = seed, .progress = progress, .device = toDevice(device)};
+    // Progress goes through Python's sys.stderr unless that is the process's own terminal
+    // (where the line is rewritten in place): a notebook, or a redirected sys.stderr, shows it.
+    if (progress) {
+        const py::object err = py::module_::import("sys").attr("stderr");
+        bool terminal = false;
+        try {
+            terminal = err.attr("fileno")().cast<int>() == 2 && err.attr("isatty")().cast<bool>();
+        } catch (const py::error_already_set&) { // no fileno: a notebook's stream
+        }
+        if (!terminal) o.write = pythonStream("stderr");
+    }
+    return o;
 }
 
 } // namespace
@@ -366,6 +388,7 @@ rule); returns the mean training error. Ctrl-C stops it after the batch in progr
                          .resume = resume,
                          .metrics = metrics,
                          .out = verbose ? stdout : nullptr};
+            if (verbose) o.write = pythonStream("stdout"); // notebooks show it
             FitCallbacks c;
             c.onBatch = callback(onBatch);
             if (!onEpoch.is_none()) {
@@ -423,7 +446,10 @@ Saved models carry `inputs` (shapes) and `classes`. Returns a FitResult.)");
                 return v.validate(d, y);
             },
             py::arg("data"), py::arg("targets") = py::none(),
-            "The cost's mean validation error (CrossEntropy: 1 - accuracy) over (data, targets) or a Loader.");
+            "The cost's mean validation error (CrossEntropy: 1 - accuracy) over (data, targets) or a Loader.")
+        .def_property_readonly("errors", &Validator::errors,
+                               "The last validate's mean error of each output: one per cost of a Multi, else the "
+                               "one error validate returned.");
 
     py::class_<Calculator>(m, "Calculator")
         .def(py::init([](Module& net, int64_t batchsize, const std::string& device) {

@@ -187,6 +187,31 @@ def _signature(params):
     return _inspect.signature(namespace["f"])
 
 
+# PyTorch's (and Keras's) names for Tessera's arguments, for "did you mean" in errors.
+_OTHER_NAMES = {
+    "padding": "pad", "kernel_size": "size", "in_channels": "inmaps", "out_channels": "outmaps",
+    "in_features": "insize", "out_features": "outsize", "bias": "useBias", "num_features": "maps",
+    "eps": "epsilon", "dim": "axis", "input_size": "insize", "hidden_size": "hsize", "num_layers": "layers",
+    "batch_first": "batchFirst", "bidirectional": "bidirectional", "embed_dim": "embedDim",
+    "num_heads": "numHeads", "num_embeddings": "vocabulary", "embedding_dim": "embsize",
+    "scale_factor": "scale", "negative_slope": "slope", "normalized_shape": "shape", "num_groups": "groups",
+    "num_channels": "maps", "count_include_pad": "includePad", "filters": "outmaps", "units": "outsize",
+    "rate": "p", "pool_size": "size", "strides": "stride", "use_bias": "useBias", "epsilon": "epsilon",
+}
+
+
+def _unknownArgument(classname, name, signature):
+    """'no argument X; did you mean Y?' for an argument the class does not take."""
+    import difflib
+    params = list(signature.parameters)
+    guess = _OTHER_NAMES.get(name)
+    if guess not in params:
+        close = difflib.get_close_matches(name, params, n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    hint = f"; did you mean '{guess}'?" if guess else ""
+    return f"no argument '{name}'{hint} (it takes {', '.join(params)})"
+
+
 class _Layer(Module):
     """A layer built by Tessera's factory from its class name and arguments."""
 
@@ -194,6 +219,10 @@ class _Layer(Module):
     __signature__ = None
 
     def __init__(self, *args, **kwargs):
+        unknown = [k for k in kwargs if k not in self.__signature__.parameters]
+        if unknown:
+            raise TypeError(f"{self._classname}: " + "; ".join(_unknownArgument(self._classname, k, self.__signature__)
+                                                               for k in unknown))
         try:
             bound = self.__signature__.bind(*args, **kwargs)
         except TypeError as e:
@@ -454,3 +483,32 @@ class CrossEntropy(_tessera.CrossEntropy):
 
 
 CrossEntropy.__module__ = __name__
+
+
+# ---- containers print as their layers (as PyTorch prints a model) --------------------------
+
+def _container_lines(c, indent):
+    pad = "  " * (indent + 1)
+    lines = []
+    if isinstance(c, Graph):
+        for n in c.nodes():
+            parents = ", ".join(p.name + ("" if slots == [0] else f"{slots}") for p, slots in n.bwds)
+            body = _layer_text(n.module, indent + 1)
+            lines.append(f"{pad}({n.name}): {body}" + (f"  <- {parents}" if parents else "  <- input"))
+    else:
+        for i in range(len(c)):
+            lines.append(f"{pad}({c.childName(i)}): {_layer_text(c[i], indent + 1)}")
+    return lines
+
+
+def _layer_text(m, indent=0):
+    if isinstance(m, Container):
+        name = f"{m.name!r}" if m.name else ""
+        lines = _container_lines(m, indent)
+        if not lines:
+            return f"tessera.{m.classname}({name})"
+        return f"tessera.{m.classname}({name}) (\n" + "\n".join(lines) + "\n" + "  " * indent + ")"
+    return repr(m)
+
+
+Container.__repr__ = lambda self: _layer_text(self)

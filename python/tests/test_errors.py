@@ -110,3 +110,17 @@ def test_no_standard_library_text_reaches_python(tmp_path):
         except Exception as e:  # noqa: BLE001 - any class: the text is what is checked
             text = f"{type(e).__name__}: {e}"
             assert not any(t in text for t in STANDARD_LIBRARY_TEXTS), text
+
+
+def test_pytorch_argument_names_get_a_did_you_mean():
+    with pytest.raises(TypeError, match=r"Conv2D: no argument 'kernel_size'; did you mean 'size'\?.*"
+                                        r"no argument 'padding'; did you mean 'pad'\?"):
+        ts.Conv2D(3, 8, kernel_size=3, padding=1)
+    with pytest.raises(TypeError, match=r"Linear: no argument 'in_features'; did you mean 'insize'\? "
+                                        r"\(it takes insize, outsize, wscale, useBias, initscheme, name\)"):
+        ts.Linear(in_features=4, outsize=2)
+    with pytest.raises(TypeError, match=r"no argument 'usebias'; did you mean 'useBias'\?"):
+        ts.Linear(4, 2, usebias=False)  # a typo: the closest name
+    with pytest.raises(TypeError, match=r"no argument 'zzz' \(it takes"):
+        ts.Linear(4, 2, zzz=1)
+    assert ts.Conv2D(3, 8, 3, pad=1).dataShapeFrom((1, 3, 8, 8)) == (1, 8, 8, 8)

@@ -205,3 +205,20 @@ def test_sequential_slices_share_modules_and_getbyname_searches_below():
     g = ts.Graph(inputs=a, outputs=ts.Linear(2, 2).node(a))
     with pytest.raises(ts.ContainerError, match="only a Sequential or a Parallel is sliced"):
         g[:1]
+
+
+def test_containers_print_their_layers():
+    x = ts.Identity(name="x").node()
+    a = ts.Linear(4, 3, name="a").node(x)
+    blk = ts.Sequential("blk").append(ts.Linear(3, 3)).append(ts.Activation("relu")).node(a)
+    text = repr(ts.Graph(inputs=x, outputs=blk))
+    assert text.splitlines() == [
+        "tessera.Graph() (",
+        "  (x): tessera.Identity(name='x')  <- input",
+        "  (a): tessera.Linear(name='a', insize=4, outsize=3, wscale=1, useBias=True, initscheme='xavier')  <- x",
+        "  (blk): tessera.Sequential('blk') (",
+        "    (0): tessera.Linear(insize=3, outsize=3, wscale=1, useBias=True, initscheme='xavier')",
+        "    (1): tessera.Activation(activation='relu')",
+        "  )  <- a",
+        ")"], text
+    assert repr(ts.Sequential()) == "tessera.Sequential()"

@@ -930,3 +930,27 @@ def test_optimizer_steps_follow_puzzlelibs_formulas(name, make, lr, kw):
         W = rule(W, g, state, step)
         opt.update()
         np.testing.assert_allclose(lin.W.get(), W, rtol=1e-4, atol=1e-5, err_msg=f"{name}, step {step}")
+
+
+def test_embedder_padding_id_and_vocabulary():
+    """PuzzleLib's own Embedder check: ids from -1 (padding: a zero vector) up, and
+    updateParams adding lr * grad to the rows the ids name."""
+    emb = Modules.Embedder({"the": 0, "cat": 1, "sat": 2}, 5, 4)
+    assert emb.getVocabulary() == {"the": 0, "cat": 1, "sat": 2} and emb.W.shape == (3, 4)
+    ids = np.array([[0, -1, 2, 1, -1], [2, 2, -1, 0, 1]], np.int32)
+    y = emb(ids).get()
+    W = emb.W.get()
+    ref = np.where((ids == -1)[..., None], 0.0, W[np.maximum(ids, 0)])
+    close(y, ref)
+    g = randn(2, 5, 4)
+    emb.backward(g, updGrad=False)
+    emb.updateParams(0.1)
+    for b in range(2):
+        for s in range(5):
+            if ids[b, s] != -1:
+                W[ids[b, s]] += 0.1 * g[b, s]
+    close(emb.W, W)
+    with pytest.raises(Modules.ModuleError, match="-1 \\(padding\\) or more, found -2"):
+        emb(np.full((1, 5), -2, np.int32))
+    filled = Modules.Embedder(3, 2, 2, onVocabulary=lambda W: W.fill(0.5))
+    close(filled.W, np.full((3, 2), 0.5))

@@ -613,3 +613,49 @@ def test_saved_tensors_of_the_last_forward():
     y = drop(x).numpy()
     np.testing.assert_allclose(y, x * drop.saved["mask"].numpy())
     assert ts.Linear(2, 2).saved == {}
+
+
+def test_validator_reports_each_output_of_a_multi():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((50, 6)).astype(np.float32)
+    labels = rng.integers(0, 3, 50).astype(np.int32)
+    target = rng.standard_normal((50, 2)).astype(np.float32)
+    inp = ts.Identity(name="x").node()
+    cls = ts.Linear(6, 3, name="cls").node(inp)
+    reg = ts.Linear(6, 2, name="reg").node(inp)
+    net = ts.Graph(inputs=inp, outputs=[cls, reg])
+    multi = ts.Multi([ts.CrossEntropy(), ts.MSE()])
+    v = ts.Validator(net, multi, batchsize=16)
+    total = v.validate([x], [labels, target])
+    scores, pred = net(x)
+    rate = (scores.numpy().argmax(1) != labels).mean()
+    mse = ((pred.numpy() - target) ** 2).sum() / (2 * 50)
+    assert np.allclose(v.errors, [rate, mse], rtol=1e-5) and np.isclose(total, rate + mse, rtol=1e-5)
+    v.validate([x], [labels, target])  # the parts' accumulators start again
+    assert np.allclose(v.errors, [rate, mse], rtol=1e-5)
+    single = ts.Validator(ts.Sequential().append(ts.Linear(6, 3)), ts.CrossEntropy())
+    e = single.validate(x, labels)
+    assert single.errors == [e]
+
+
+def test_progress_and_epoch_lines_go_through_pythons_streams(monkeypatch):
+    """In a notebook sys.stdout and sys.stderr are Python objects, not file descriptors 1
+    and 2: the Trainer's progress and fit's epoch lines are written through them."""
+    import io
+    import sys
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((256, 1, 2, 3)).astype(np.float32)  # images, for the Loader below
+    y = rng.integers(0, 3, 256).astype(np.int32)
+    net = ts.Sequential().append(ts.Flatten()).append(ts.Linear(6, 3))
+    opt = ts.SGD(0.1)
+    opt.setupOn(net, useGlobalState=True)
+    trainer = ts.Trainer(net, ts.CrossEntropy(), opt, batchsize=32, progress=True)
+    trainer.train(x, y)
+    lines = err.getvalue().splitlines()
+    assert len(lines) >= 8 and lines[-1].startswith("train epoch 1 batch 8/8"), lines
+    loader = ts.Loader(ts.tensorDataset(ts.tensor(x), ts.tensor(y)), batchsize=64, seed=1)
+    ts.fit(ts.Trainer(net, ts.CrossEntropy(), opt, progress=False), loader, epochs=2, verbose=True)
+    assert "epoch 1/2: train loss" in out.getvalue() and "epoch 2/2: train loss" in out.getvalue(), out.getvalue()

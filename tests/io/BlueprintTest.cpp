@@ -152,6 +152,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<SwapAxes>(1, -1),
         std::make_shared<MoveAxis>(0, 2),
         std::make_shared<Tile>(-1, 3),
+        std::make_shared<Sum>(2, false, "sum"),
         std::make_shared<Cast>(DType::float32, DType::int32),
         std::make_shared<Penalty>(PenaltyOptions{.mode = PenaltyMode::l2, .weight = 0.25f, .name = "reg"}),
         std::make_shared<ToList>(3),

@@ -10,6 +10,7 @@
 #include "GradCheck.h"
 #include "io/Factory.h"
 #include "modules/Activation.h"
+#include "modules/Add.h"
 #include "modules/Attention.h"
 #include "modules/BatchNormND.h"
 #include "modules/Cast.h"
@@ -158,6 +159,7 @@ std::map<std::string, Case> cases() {
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},
         {"SoftMax", {scheme("SoftMax", {}), [] { return std::make_shared<SoftMax>(); }}},
         {"Concat", {scheme("Concat", {}), [] { return std::make_shared<Concat>(); }}},
+        {"Sum", {scheme("Sum", {{"axis", two}}), [] { return std::make_shared<Sum>(2); }}},
         {"ToList", {scheme("ToList", {}), [] { return std::make_shared<ToList>(); }}},
         // Cast's C++ constructor names both dtypes; the row's defaults are float32.
         {"Cast", {scheme("Cast", {}), [] { return std::make_shared<Cast>(DType::float32, DType::float32); }}},

@@ -73,21 +73,35 @@ TEST(Summary, RowsOfATwoInputGraph) {
     EXPECT_EQ(b.from[0].first, "input:1");
     EXPECT_TRUE(cat.isOutput && sum.isOutput && !fa.isOutput);
 
-    // The drawing: two input ellipses with their shapes, two outputs with theirs.
+    // The drawing: two input ellipses with their shapes, each drawn once (the Identity input
+    // nodes are the ellipses), two outputs named with their shapes.
     const std::string dot = toDot(rows, "two");
     EXPECT_EQ(count(dot, "fillcolor=\"#dbe8f5\""), 2u) << dot;
-    EXPECT_NE(dot.find("a\\n[4, 16]"), std::string::npos) << dot;
-    EXPECT_NE(dot.find("b\\n[4, 4]"), std::string::npos) << dot;
-    EXPECT_EQ(count(dot, "label=\"output\\n[4, 16]\""), 1u) << dot;
-    EXPECT_EQ(count(dot, "label=\"output\\n[4, 8]\""), 1u) << dot;
+    EXPECT_NE(dot.find("\"a\" [shape=ellipse, style=filled, fillcolor=\"#dbe8f5\", label=\"a\\n[4, 16]\"]"),
+              std::string::npos)
+        << dot;
+    EXPECT_NE(dot.find("label=\"b\\n[4, 4]\""), std::string::npos) << dot;
+    EXPECT_EQ(count(dot, "Identity"), 0u) << dot;
+    EXPECT_EQ(count(dot, ": cat\\n[4, 16]\""), 1u) << dot;
+    EXPECT_EQ(count(dot, ": sum\\n[4, 8]\""), 1u) << dot;
     EXPECT_NE(dot.find("\"fa\" -> \"cat\" [label=\"[4, 8]\"]"), std::string::npos) << dot;
+    EXPECT_NE(dot.find("\"a\" -> \"fa\""), std::string::npos) << dot;
 
     const std::string table = summaryTable(rows, true);
     EXPECT_NE(table.find("fa, fb"), std::string::npos) << table; // connected to
     EXPECT_NE(table.find("total: 176 trainable parameters"), std::string::npos) << table;
 }
 
-TEST(Summary, GroupsByNamePrefixWithTrainableAndFrozenCounts) {
+TEST(Summary, DrawingNamesTheActivationKind) {
+    auto x = node(std::make_shared<Linear>(4, 3), {}, "fc");
+    auto act = node(std::make_shared<Activation>(ActivationKind::tanh), x, "act");
+    auto g = std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{act}, "g");
+    const std::string dot = toDot(summarize(*g, {Shape{2, 4}}), "g");
+    EXPECT_NE(dot.find("act\\nActivation (tanh)"), std::string::npos) << dot;
+    EXPECT_NE(dot.find("output 0: act\\n[2, 3]"), std::string::npos) << dot;
+}
+
+TEST(Summary, GroupsByNamePrefixWithTrainableAndBufferCounts) {
     ShapeOnlyBuild noInit;
     ModulePtr net = loadZooModel("resnet50");
     const std::vector<SummaryRow> rows = summarize(*net, {Shape{1, 3, 224, 224}});
@@ -99,14 +113,14 @@ TEST(Summary, GroupsByNamePrefixWithTrainableAndFrozenCounts) {
     EXPECT_EQ(depth1[2].name, "layer1");
     EXPECT_LT(depth1.size(), 12u);
     EXPECT_GT(depth2.size(), depth1.size());
-    int64_t trainable = 0, frozen = 0, trainable2 = 0;
+    int64_t trainable = 0, buffers = 0, trainable2 = 0;
     double flops = 0, flops2 = 0;
-    for (const SummaryRow& r : rows) trainable += r.trainable, frozen += r.nonTrainable, flops += r.flops;
+    for (const SummaryRow& r : rows) trainable += r.trainable, buffers += r.nonTrainable, flops += r.flops;
     for (const SummaryRow& r : depth2) trainable2 += r.trainable, flops2 += r.flops;
     EXPECT_EQ(trainable, 25557032); // the published count
     EXPECT_EQ(trainable2, trainable);
     EXPECT_DOUBLE_EQ(flops2, flops);
-    EXPECT_GT(frozen, 0); // batch-norm running statistics
+    EXPECT_GT(buffers, 0); // batch-norm running statistics
     bool layer1_0 = false;
     for (const SummaryRow& r : depth2) layer1_0 = layer1_0 || (r.name == "layer1_0" && r.module == "12 layers");
     EXPECT_TRUE(layer1_0);

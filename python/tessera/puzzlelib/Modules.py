@@ -72,17 +72,24 @@ class Linear(Module):
 
 
 class _ConvND(Module):
+    """PuzzleLib's convolutions and deconvolutions over Tessera's (`_cls`): sizes, strides,
+    pads and dilations as one number or one per dim, biases (1, C, 1, ...), and 1-D weights
+    as 2-D ones of height 1."""
+
     _nd = 2
     _cls = "Conv2D"
 
-    def __init__(self, inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None,
-                 initscheme=None, empty=False, groups=1):
+    def _build(self, inmaps, outmaps, size, stride, pad, dilation, wscale, useBias, name, initscheme, groups):
         nd = self._nd
         make = getattr(ts, self._cls)
-        super().__init__(make(inmaps, outmaps, list(repeat(size, nd)), stride=list(repeat(stride, nd)),
-                              pad=list(repeat(pad, nd)), dilation=list(repeat(dilation, nd)), useBias=useBias,
-                              groups=groups), name)
+        Module.__init__(self, make(inmaps, outmaps, list(repeat(size, nd)), stride=list(repeat(stride, nd)),
+                                   pad=list(repeat(pad, nd)), dilation=list(repeat(dilation, nd)),
+                                   useBias=useBias, groups=groups), name)
         _initWeights(self, initscheme, wscale)
+
+    def __init__(self, inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None,
+                 initscheme=None, empty=False, groups=1):
+        self._build(inmaps, outmaps, size, stride, pad, dilation, wscale, useBias, name, initscheme, groups)
         self.registerBlueprint(locals())
 
     @property
@@ -105,28 +112,13 @@ class Conv3D(_ConvND):
     _nd, _cls = 3, "Conv3D"
 
 
-class _DeconvND(Module):
-    _nd = 2
-    _cls = "Deconv2D"
-
+class _DeconvND(_ConvND):
     def __init__(self, inmaps, outmaps, size, stride=1, pad=0, dilation=1, postpad=0, wscale=1.0, useBias=True,
                  name=None, initscheme=None, empty=False, groups=1):
-        nd = self._nd
-        if any(repeat(postpad, nd)):
+        if any(repeat(postpad, self._nd)):
             raise _unsupported(self._cls, "postpad")
-        make = getattr(ts, self._cls)
-        super().__init__(make(inmaps, outmaps, list(repeat(size, nd)), stride=list(repeat(stride, nd)),
-                              pad=list(repeat(pad, nd)), dilation=list(repeat(dilation, nd)), useBias=useBias,
-                              groups=groups), name)
-        _initWeights(self, initscheme, wscale)
+        self._build(inmaps, outmaps, size, stride, pad, dilation, wscale, useBias, name, initscheme, groups)
         self.registerBlueprint(locals())
-
-    @property
-    def _layouts(self):
-        layouts = {"b": _channelLayout(max(self._nd, 2))}
-        if self._nd == 1:
-            layouts["W"] = lambda s: (s[0], s[1], 1, s[2])
-        return layouts
 
 
 class Deconv1D(_DeconvND):
@@ -338,7 +330,7 @@ def _same(cls, doc=""):
                                  "__doc__": f"PuzzleLib's {cls}, as tessera.{cls} computes it. {doc}".strip()})
 
 
-for _cls in ("Add", "Cast", "Concat", "CrossMapLRN", "DepthConcat", "Embedder", "Flatten", "Gelu", "GroupLinear",
+for _cls in ("Add", "Cast", "Concat", "CrossMapLRN", "DepthConcat", "Flatten", "Gelu", "GroupLinear",
              "Identity", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector",
              "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "SoftMax", "SpatialTf", "Split",
              "SubtractMean", "Sum", "SwapAxes", "Tile", "ToList", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
@@ -471,3 +463,58 @@ class GroupLinear(Module):
         if self._wmode == "one":
             return {"W": lambda s: (1,) + s, "b": lambda s: (1,) + s}
         return {}
+
+
+class Embedder(Module):
+    """PuzzleLib's Embedder: int32 ids [N, sentlength] -> [N, sentlength, embsize]; an id of
+    -1 is padding (a zero vector, no gradient); `vocabulary` is a size or a {word: id}
+    dict (getVocabulary() gives it back); onVocabulary(W) may fill the initial weights."""
+
+    def __init__(self, vocabulary, sentlength, embsize, onVocabulary=None, initscheme="uniform", wscale=1.0,
+                 learnable=True, name=None):
+        if isinstance(vocabulary, dict):
+            size = len(vocabulary)
+            self._vocab = {str(w): int(i) for w, i in vocabulary.items()}
+        elif isinstance(vocabulary, int):
+            size, self._vocab = vocabulary, {}
+        else:
+            raise ModuleError("Embedder: vocabulary must be a size or a {word: id} dict, got "
+                              f"{type(vocabulary).__name__}")
+        self._pad = None
+        super().__init__(ts.Embedder(size, sentlength, embsize, initscheme=initscheme, wscale=wscale,
+                                     learnable=learnable), name)
+        if onVocabulary is not None:
+            W = self.W.get()
+            onVocabulary(W)
+            self.setVar("W", W)
+        self.registerBlueprint({"vocabulary": size, "sentlength": sentlength, "embsize": embsize,
+                                "initscheme": initscheme, "wscale": wscale, "learnable": learnable, "name": name})
+
+    def getVocabulary(self):
+        return dict(self._vocab)
+
+    def __call__(self, data):
+        ids = data.get() if isinstance(data, ts.Tensor) else np.asarray(data)
+        if ids.dtype != np.int32:
+            raise ModuleError(f"Embedder: expects int32 ids, got {ids.dtype}")
+        if ids.size and ids.min() < -1:
+            raise ModuleError(f"Embedder: ids are -1 (padding) or more, found {ids.min()}")
+        self._pad = ids == -1
+        self._m(Backend.gpuarray.to_gpu(np.where(self._pad, 0, ids).astype(np.int32)))
+        return self.data
+
+    @property
+    def data(self):
+        y = self._m.data
+        if y is None or self._pad is None or not self._pad.any():
+            return y
+        out = y.get()
+        out[self._pad] = 0.0
+        return Backend.gpuarray.to_gpu(out)
+
+    def backward(self, grad, updParamGrads=True, updGrad=True, scale=1.0, momentum=0.0):
+        g = grad.get() if isinstance(grad, ts.Tensor) else np.array(grad, np.float32)
+        if self._pad is not None and self._pad.any():
+            g = g.copy()
+            g[self._pad] = 0.0  # padding trains nothing
+        Module.backward(self, g, updParamGrads, updGrad, scale, momentum)
