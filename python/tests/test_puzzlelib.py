@@ -954,3 +954,58 @@ def test_embedder_padding_id_and_vocabulary():
         emb(np.full((1, 5), -2, np.int32))
     filled = Modules.Embedder(3, 2, 2, onVocabulary=lambda W: W.fill(0.5))
     close(filled.W, np.full((3, 2), 0.5))
+
+
+def test_cross_map_lrn_follows_puzzlelibs_formula():
+    maps, N, alpha, beta, K = 10, 5, 1e-4, 0.75, 2.0
+    x = randn(1, maps, 1, 1) * 3
+    lrn = Modules.CrossMapLRN()
+    y, g = forward_backward(lrn, x)
+    d, gd = x.reshape(maps).astype(np.float64), g.reshape(maps).astype(np.float64)
+    behind, ahead = (N - 1) // 2, N - (N - 1) // 2
+    norms = np.array([K + alpha / N * (d[max(0, i - behind):min(maps, i + ahead)] ** 2).sum() for i in range(maps)])
+    close(y.get().reshape(maps), d / norms ** beta)
+    ingrad = gd / norms ** beta
+    k = 2 * alpha * beta / N
+    for i in range(maps):
+        for j in range(max(0, i - behind), min(maps, i + ahead)):
+            ingrad[j] -= gd[i] * k * d[i] * d[j] / norms[i] ** (beta + 1)
+    close(lrn.grad.get().reshape(maps), ingrad)
+
+
+def test_map_lrn_follows_puzzlelibs_formula():
+    h = w = 6
+    N, alpha, beta, K = 3, 0.5, 0.75, 2.0  # a large alpha, so that the window matters
+    x = randn(1, 1, h, w)
+    lrn = Modules.MapLRN(N=N, alpha=alpha, beta=beta, K=K)
+    y, g = forward_backward(lrn, x)
+    d, gd = x[0, 0].astype(np.float64), g[0, 0].astype(np.float64)
+    behind, ahead = (N - 1) // 2, N - (N - 1) // 2
+    win = lambda i, j: (slice(max(0, i - behind), min(h, i + ahead)), slice(max(0, j - behind), min(w, j + ahead)))
+    norms = np.array([[K + alpha / N ** 2 * (d[win(i, j)] ** 2).sum() for j in range(w)] for i in range(h)])
+    close(y.get()[0, 0], d / norms ** beta, atol=1e-5)
+    k = 2 * alpha * beta / N ** 2
+    ingrad = gd / norms ** beta
+    for i in range(h):
+        for j in range(w):
+            rows, cols = win(i, j)
+            for m in range(rows.start, rows.stop):
+                for n in range(cols.start, cols.stop):
+                    ingrad[i, j] -= k * gd[m, n] * d[i, j] * d[m, n] / norms[m, n] ** (beta + 1)
+    close(lrn.grad.get()[0, 0], ingrad, atol=1e-5)
+
+
+def test_depth_concat_to_list_cast_and_noise_in_eval_mode():
+    a, b = randn(2, 3, 4, 4), randn(2, 2, 2, 2)
+    y = Modules.DepthConcat()([a, b]).get()
+    assert y.shape == (2, 5, 4, 4)
+    close(y[:, :3], a)
+    close(y[:, 3:, 1:3, 1:3], b)  # the smaller maps centred, zeros around
+    assert np.all(y[:, 3:, 0] == 0)
+    outs = Modules.ToList(count=2)([a, b])
+    close(outs[1], b)
+    z = Modules.Cast(intype="float32", outtype="int32")(np.array([[1.7, -2.2]], np.float32))
+    assert z.dtype == "int32"
+    noise = Modules.NoiseInjector(mode="add", noisetype="gaussian", params=(0.0, 1.0))
+    noise.evalMode()
+    close(noise(a), a)
