@@ -512,3 +512,90 @@ def _layer_text(m, indent=0):
 
 
 Container.__repr__ = lambda self: _layer_text(self)
+
+
+# ---- numerical gradient checks ----------------------------------------------------------------
+
+class GradCheckResult:
+    """What gradcheck found: `ok`, and each checked tensor's largest difference between
+    the backward pass and central differences (`errors`: {"input 0": ..., "W": ...})."""
+
+    def __init__(self, ok, errors, worst):
+        self.ok, self.errors, self.worst = ok, errors, worst
+
+    def __bool__(self):
+        return self.ok
+
+    def __repr__(self):
+        parts = ", ".join(f"{k} {v:.2e}" for k, v in self.errors.items())
+        if self.ok:
+            return f"gradcheck ok: largest differences {parts}"
+        what, index, analytic, numeric = self.worst
+        return (f"gradcheck FAILED at {what}{list(index)}: backward gives {analytic:.6g}, central differences "
+                f"{numeric:.6g} (largest differences {parts})")
+
+
+def gradcheck(module, shape, eps=1e-2, rtol=2e-2, atol=2e-3, seed=0, maxElements=64):
+    """Checks `module`'s input and parameter gradients against central differences of
+    loss = sum(module(x) * r) for random float inputs x of `shape` (one shape or a list)
+    and random r, at up to `maxElements` elements of each tensor. Returns a
+    GradCheckResult (true when every difference is within atol + rtol * |numeric|).
+    The module must compute the same thing on every call (a dropout layer: eval mode)."""
+    import numpy as np
+    shapes = _shape_list(shape)
+    rng = np.random.default_rng(seed)
+    xs = [rng.uniform(-1.0, 1.0, s).astype(np.float32) for s in shapes]
+
+    def run():
+        out = module(xs if len(xs) > 1 else xs[0])
+        return out if isinstance(out, list) else [out]
+
+    rs = [rng.standard_normal(tuple(o.shape)) for o in run()]
+
+    def loss():
+        return sum(float((np.asarray(o, dtype=np.float64) * r).sum()) for o, r in zip(run(), rs))
+
+    module.zeroGradParams()
+    run()
+    grads = [r.astype(np.float32) for r in rs]
+    din = module.backward(grads if len(grads) > 1 else grads[0])
+    din = din if isinstance(din, list) else [din]
+    params = module.namedParams()
+    analytic = {f"input {i}": np.asarray(d, dtype=np.float64) for i, d in enumerate(din)}
+    analytic.update({n: np.asarray(v.grad, dtype=np.float64) for n, v in params.items()})
+
+    def numeric(get, put, index):
+        keep = get(index)
+        put(index, keep + eps)
+        up = loss()
+        put(index, keep - eps)
+        down = loss()
+        put(index, keep)
+        return (up - down) / (2 * eps)
+
+    errors, worst, ok, worst_excess = {}, None, True, -1.0
+    targets = [(f"input {i}", x.shape, (lambda x: (lambda i: float(x[i]), lambda i, v: x.__setitem__(i, v)))(x))
+               for i, x in enumerate(xs)]
+    for n, v in params.items():
+        t = v.data
+        targets.append((n, tuple(t.shape), (lambda t: (lambda i: float(t[i]), lambda i, val: t.__setitem__(i, val)))(t)))
+    for name, tshape, (get, put) in targets:
+        total = int(np.prod(tshape))
+        picks = rng.choice(total, size=min(total, maxElements), replace=False)
+        largest = 0.0
+        for flat in picks:
+            index = np.unravel_index(int(flat), tshape)
+            num = numeric(get, put, index)
+            ana = float(analytic[name][index])
+            diff = abs(ana - num)
+            largest = max(largest, diff)
+            excess = diff - (atol + rtol * abs(num))
+            if excess > 0:
+                ok = False
+            if excess > worst_excess:
+                worst_excess, worst = excess, (name, tuple(int(i) for i in index), ana, num)
+        errors[name] = largest
+    return GradCheckResult(ok, errors, worst)
+
+
+__all__ += ["gradcheck", "GradCheckResult"]
