@@ -599,3 +599,54 @@ def gradcheck(module, shape, eps=1e-2, rtol=2e-2, atol=2e-3, seed=0, maxElements
 
 
 __all__ += ["gradcheck", "GradCheckResult"]
+
+
+# ---- NumPy arithmetic and a repr with values --------------------------------------------------
+
+def _host(x):
+    import numpy as np
+    return x.numpy(copy=True) if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _like(t, array):
+    """A new tensor of `array`'s values on `t`'s device (bfloat16 tensors give float32)."""
+    out = tensor(array, copy=True)
+    return out if t.device == "cpu" else out.to(t.device)
+
+
+def _binary(op, reflected=False):
+    def method(self, other):
+        a, b = _host(self), _host(other)
+        return _like(self, op(b, a) if reflected else op(a, b))
+    return method
+
+
+def _tensor_ops():
+    import operator
+    for name, op in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
+                     ("truediv", operator.truediv), ("matmul", operator.matmul), ("pow", operator.pow)):
+        setattr(Tensor, f"__{name}__", _binary(op))
+        setattr(Tensor, f"__r{name}__", _binary(op, reflected=True))
+    for name, op in (("lt", operator.lt), ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge)):
+        setattr(Tensor, f"__{name}__", (lambda op: lambda self, other: op(_host(self), _host(other)))(op))
+    Tensor.__neg__ = lambda self: _like(self, -_host(self))
+    Tensor.__abs__ = lambda self: _like(self, abs(_host(self)))
+
+
+_tensor_ops()
+_tensor_repr = Tensor.__repr__
+
+
+def _tensor_repr_values(self):
+    """tessera.Tensor([[0., 1.], ...], dtype=float32, device=cpu): the values as NumPy
+    prints them (summarised when large)."""
+    import numpy as np
+    try:
+        values = np.array2string(_host(self), separator=", ", threshold=100, edgeitems=3, prefix="tessera.Tensor(")
+    except Exception:  # an undefined tensor, say: the plain form
+        return _tensor_repr(self)
+    extra = "" if self.device == "cpu" else f", device={self.device}"
+    return f"tessera.Tensor({values}, shape={tuple(self.shape)}, dtype={self.dtype}{extra})"
+
+
+Tensor.__repr__ = _tensor_repr_values

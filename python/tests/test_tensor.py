@@ -197,3 +197,18 @@ def test_puzzlelib_gpuarray_methods():
     with pytest.raises(ts.ShapeError, match=r"Tensor.set: the array has shape \(6,\), the tensor \(2, 3\)"):
         t.set(np.ones(6, np.float32))
     assert t.ravel().shape == (6,)
+
+
+def test_numpy_arithmetic_and_a_repr_with_values():
+    a = ts.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), copy=True)
+    b = ts.full((2, 3), 2.0)
+    for got, want in ((a + b, a.numpy() + 2), (a - 1, a.numpy() - 1), (3 - a, 3 - a.numpy()),
+                      (a * b, a.numpy() * 2), (a / b, a.numpy() / 2), (a ** 2, a.numpy() ** 2),
+                      (-a, -a.numpy()), (abs(-a), a.numpy()), (a @ a.numpy().T, a.numpy() @ a.numpy().T)):
+        assert isinstance(got, ts.Tensor) and got.device == "cpu"
+        np.testing.assert_allclose(got.numpy(), want)
+    assert ((a > 2) == (a.numpy() > 2)).all()
+    assert not a.sharesMemory(a + 0)  # a new tensor
+    text = repr(a)
+    assert text.startswith("tessera.Tensor([[0., 1., 2.],") and "shape=(2, 3), dtype=float32" in text, text
+    assert "..." in repr(ts.zeros((300, 300)))  # summarised
