@@ -650,3 +650,45 @@ def _tensor_repr_values(self):
 
 
 Tensor.__repr__ = _tensor_repr_values
+
+
+# ---- notebooks draw graphs -------------------------------------------------------------------
+
+def _graph_dot(g):
+    """A Graphviz drawing of a graph's structure (no shapes needed): a box per node with
+    its class, an edge per parent, the inputs and outputs marked."""
+    def q(s):  # a quoted DOT string (its "\\n" are line breaks)
+        return '"' + str(s).replace('"', '\\"') + '"'
+    inputs = {n.name for n in g.inputs}
+    outputs = {n.name for n in g.outputs}
+    lines = [f"digraph {q(g.name or 'graph')} {{", "  rankdir=TB;",
+             '  node [shape=box, style=rounded, fontname="Helvetica"];']
+    for n in g.nodes():
+        m = n.module
+        label = f"{n.name}\\n{m.classname}"
+        if m.classname == "Activation":
+            label += f" ({m.blueprint()['scheme'].get('activation', '')})"
+        style = ""
+        if n.name in inputs:
+            style = ', shape=ellipse, style=filled, fillcolor="#dbe8f5"'
+        elif n.name in outputs:
+            style = ', style="rounded,filled", fillcolor="#e3f1dc"'
+        lines.append(f"  {q(n.name)} [label={q(label)}{style}];")
+        for p, slots in n.bwds:
+            lines.append(f"  {q(p.name)} -> {q(n.name)}" + ("" if slots == [0] else f" [label={q(slots)}]") + ";")
+    return "\n".join(lines) + "\n}\n"
+
+
+def _graph_svg(g):
+    """The drawing as SVG, through Graphviz's dot (None without it: a notebook then shows
+    the text form)."""
+    import shutil
+    import subprocess
+    if not shutil.which("dot"):
+        return None
+    r = subprocess.run(["dot", "-Tsvg"], input=_graph_dot(g), capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+Graph.dot = _graph_dot
+Graph._repr_svg_ = _graph_svg

@@ -222,3 +222,19 @@ def test_containers_print_their_layers():
         "  )  <- a",
         ")"], text
     assert repr(ts.Sequential()) == "tessera.Sequential()"
+
+
+def test_graphs_draw_themselves_in_notebooks():
+    import shutil
+    x = ts.Identity(name="x").node()
+    a = ts.Linear(4, 3, name="a").node(x)
+    r = ts.Activation("tanh", name="r").node(a)
+    g = ts.Graph(inputs=x, outputs=r)
+    dot = g.dot()
+    assert '"x" [label="x\\nIdentity", shape=ellipse' in dot and '"x" -> "a";' in dot and '"a" -> "r";' in dot
+    assert 'label="r\\nActivation (tanh)", style="rounded,filled"' in dot
+    svg = g._repr_svg_()
+    if shutil.which("dot"):
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    else:
+        assert svg is None
