@@ -41,6 +41,8 @@ packages=(
   gnuplot-nox
   # tessera draw -o model.png renders with Graphviz.
   graphviz
+  # tools/api_reference.sh: the C++ API reference from the headers.
+  doxygen
   # The lint.formatted test checks the tree against .clang-format.
   clang-format
   # tools/fuzz.sh: the readers' libFuzzer harnesses build with clang (libFuzzer, OpenMP).
