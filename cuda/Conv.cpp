@@ -57,7 +57,11 @@ static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle
     auto& slot = dnn.convs[key];
     if (slot) return *slot;
     for (size_t d = 0; d < p.padLo.size(); ++d) {
-        if (p.padLo[d] != p.padHi[d]) {
+        // A deconvolution's postpad (padHi = padLo - q, 0 < q < stride) is the same
+        // symmetric problem: the larger output still floors to the same input size.
+        const int64_t q = p.padLo[d] - p.padHi[d];
+        if (p.transposed && q > 0 && q < p.stride[d]) continue;
+        if (q != 0) {
             throw BackendError("CudaBackend: cuDNN convolutions pad both sides alike; got pad " +
                                std::to_string(p.padLo[d]) + " before and " + std::to_string(p.padHi[d]) +
                                " after spatial dim " + std::to_string(d));

@@ -196,8 +196,14 @@ void CudaBackend::releaseUpload(void* ptr) {
 void CudaBackend::fill(const Tensor& t, float value) {
     if (t.dtype() == DType::int32) {
         cudak::fillInt(ip(t), t.numel(), static_cast<int32_t>(value), s());
-    } else {
+    } else if (t.dtype() == DType::float32) {
         cudak::fill(fp(t), static_cast<int64_t>(t.nbytes() / sizeof(float)), value, s());
+    } else if (value == 0.0f) { // 16-bit zeros are zero bytes
+        fillBytes(t, 0);
+    } else { // 16-bit: the value in float32, rounded once
+        const Tensor f = Tensor::empty(Shape{static_cast<int64_t>(t.nbytes() / 2)}, DType::float32, t.device());
+        cudak::fill(fp(f), f.numel(), value, s());
+        cudak::cast(f.raw(), static_cast<int>(DType::float32), t.raw(), static_cast<int>(t.dtype()), f.numel(), s());
     }
 }
 

@@ -287,7 +287,9 @@ private:
 DType dtypeFromString(const Args& a, const std::string& s) {
     if (s == "float32") return DType::float32;
     if (s == "int32") return DType::int32;
-    throw a.error("unknown dtype '" + s + "'; expected float32 or int32");
+    if (s == "bfloat16") return DType::bfloat16;
+    if (s == "float16") return DType::float16;
+    throw a.error("unknown dtype '" + s + "'; expected float32, int32, bfloat16 or float16");
 }
 
 ConvOptions convOptions(const Args& a) {
@@ -307,6 +309,11 @@ PoolOptions poolOptions(const Args& a) {
 
 template <class T> ModulePtr conv(const Args& a) {
     return std::make_shared<T>(a.i("inmaps"), a.i("outmaps"), a.ints("size"), convOptions(a));
+}
+template <class T> ModulePtr deconv(const Args& a) {
+    ConvOptions o = convOptions(a);
+    o.postpad = a.ints("postpad");
+    return std::make_shared<T>(a.i("inmaps"), a.i("outmaps"), a.ints("size"), o);
 }
 template <class T> ModulePtr pool(const Args& a) { return std::make_shared<T>(a.ints("size"), poolOptions(a)); }
 template <class T> ModulePtr batchNorm(const Args& a) {
@@ -494,16 +501,16 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) { return conv<Conv3D>(a); }},
             {"Deconv1D",
              "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
-             "initscheme='xavier', groups=1",
-             [](const Blueprint&, const Args& a) { return conv<Deconv1D>(a); }},
+             "initscheme='xavier', groups=1, postpad=0",
+             [](const Blueprint&, const Args& a) { return deconv<Deconv1D>(a); }},
             {"Deconv2D",
              "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
-             "initscheme='xavier', groups=1",
-             [](const Blueprint&, const Args& a) { return conv<Deconv2D>(a); }},
+             "initscheme='xavier', groups=1, postpad=0",
+             [](const Blueprint&, const Args& a) { return deconv<Deconv2D>(a); }},
             {"Deconv3D",
              "inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, "
-             "initscheme='xavier', groups=1",
-             [](const Blueprint&, const Args& a) { return conv<Deconv3D>(a); }},
+             "initscheme='xavier', groups=1, postpad=0",
+             [](const Blueprint&, const Args& a) { return deconv<Deconv3D>(a); }},
             {"MaxPool1D", "size=2, stride=None, pad=0, includePad=True, name=None",
              [](const Blueprint&, const Args& a) { return pool<MaxPool1D>(a); }},
             {"MaxPool2D", "size=2, stride=None, pad=0, includePad=True, name=None",

@@ -17,8 +17,11 @@ Tensors Cast::updateData(const Tensors& data) {
 }
 
 Tensors Cast::updateGrad(const Tensors& grad) {
-    if (intype_ == DType::float32 && outtype_ == DType::float32) return {grad[0]};
-    return {Tensor()};
+    if (!isFloating(intype_) || !isFloating(outtype_)) return {Tensor()};
+    if (grad[0].dtype() == intype_) return {grad[0]};
+    Tensor dx = Tensor::empty(grad[0].shape(), intype_, grad[0].device());
+    backendOf(dx).cast(grad[0], dx);
+    return {dx};
 }
 
 Blueprint Cast::blueprint() const {

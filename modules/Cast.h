@@ -1,13 +1,16 @@
 #pragma once
-/// \file Cast: converts between float32 and int32.
+/// \file Cast: converts between float32, int32, bfloat16 and float16.
 
 #include "modules/Module.h"
 
 namespace tessera {
 
 /// x: any shape of `intype` -> y: same shape of `outtype` (float to int rounds toward
-/// zero). The gradient passes through as float32 when both types are float32, and is
-/// undefined otherwise (integers carry no gradient).
+/// zero; to bfloat16 and float16 rounds to nearest even). Between floating types the
+/// gradient converts back: the output gradient (in `outtype` or float32) comes back in
+/// `intype`, as PuzzleLib's Cast does. With an int32 side it is undefined (integers carry
+/// no gradient). The input reaches the cast as it comes (a bfloat16 input is not widened
+/// first).
 class Cast : public Module {
 public:
     Cast(DType intype, DType outtype, std::string name = {})
@@ -19,6 +22,12 @@ public:
     void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
     /// The input must be `intype`.
     void checkDataType(const std::vector<DType>& dtypes) const override;
+    bool takesBfloat16(const Tensors&) const override { return true; }
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>&, Device) const override {
+        return {outtype_};
+    }
+    DType intype() const { return intype_; }
+    DType outtype() const { return outtype_; }
     Blueprint blueprint() const override;
 
 protected:

@@ -23,6 +23,16 @@ ConvND::ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outm
     params_.padLo = spatial::expand(options.pad, spatialDims, cls.c_str(), "pad", 0);
     params_.padHi = params_.padLo;
     params_.dilation = spatial::expand(options.dilation, spatialDims, cls.c_str(), "dilation", 1);
+    const std::vector<int64_t> postpad = spatial::expand(options.postpad, spatialDims, cls.c_str(), "postpad", 0);
+    for (size_t d = 0; d < spatialDims; ++d) {
+        if (postpad[d] == 0) continue;
+        if (!transposed) throw ModuleError(cls + ": postpad is for deconvolutions; a convolution has none");
+        if (postpad[d] >= params_.stride[d]) {
+            throw ModuleError(cls + ": postpad " + std::to_string(postpad[d]) + " of spatial dim " + std::to_string(d) +
+                              " must be less than its stride " + std::to_string(params_.stride[d]));
+        }
+        params_.padHi[d] -= postpad[d]; // the output grows at the end: the high side crops less
+    }
     params_.groups = options.groups;
     params_.transposed = transposed;
 
@@ -38,6 +48,12 @@ ConvND::ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outm
     initTensor(wt, options.initscheme, inmaps / g * window, outmaps / g * window, options.wscale);
     setVar("W", Variable::of(wt));
     if (options.useBias) setVar("b", Variable::of(Tensor::zeros({outmaps})));
+}
+
+std::vector<int64_t> ConvND::postpad() const {
+    std::vector<int64_t> q(spatialDims_);
+    for (size_t d = 0; d < spatialDims_; ++d) q[d] = params_.padLo[d] - params_.padHi[d];
+    return q;
 }
 
 std::string ConvND::expectedInput() const {
@@ -148,6 +164,7 @@ Blueprint ConvND::blueprint() const {
     bp.scheme.emplace_back("useBias", options_.useBias);
     bp.scheme.emplace_back("initscheme", tessera::str(options_.initscheme));
     bp.scheme.emplace_back("wscale", static_cast<double>(options_.wscale));
+    if (params_.transposed) bp.scheme.emplace_back("postpad", postpad());
     return bp;
 }
 

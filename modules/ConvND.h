@@ -15,6 +15,10 @@ struct ConvOptions {
     std::vector<int64_t> pad = {0};      ///< zero padding on both sides of each dim
     std::vector<int64_t> dilation = {1}; ///< 1: dense kernel
     int64_t groups = 1;                  ///< inmaps and outmaps must both divide by it
+    /// Deconvolutions only: outputs added at the end of each dim, 0 <= postpad < stride
+    /// (PyTorch's output_padding; a stride-s deconvolution's output size is otherwise
+    /// ambiguous by up to s - 1).
+    std::vector<int64_t> postpad = {0};
     bool useBias = true;
     InitScheme initscheme = InitScheme::xavier;
     float wscale = 1.0f;
@@ -26,8 +30,10 @@ struct ConvOptions {
 /// `W`: [outmaps, inmaps / groups, *size] and, with useBias, `b`: [outmaps] (zeros).
 ///
 /// Deconvolution (transposed = true) is its adjoint: x: [N, inmaps, *in] ->
-/// y: [N, outmaps, (in - 1) stride - 2 pad + dilation (size - 1) + 1] with
-/// `W`: [inmaps, outmaps / groups, *size], PuzzleLib's order.
+/// y: [N, outmaps, (in - 1) stride - 2 pad + dilation (size - 1) + 1 + postpad] with
+/// `W`: [inmaps, outmaps / groups, *size], PuzzleLib's order. The postpad outputs are
+/// those the padding would otherwise crop at the end (zeros plus bias past the full
+/// deconvolution).
 ///
 /// Outputs and input gradients may come back in a blocked layout (see `Layout`), so that
 /// consecutive convolutions never reorder; modules that need plain data get it.
@@ -39,6 +45,8 @@ public:
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     int64_t inmaps() const { return inmaps_; }
     int64_t outmaps() const { return outmaps_; }
+    /// Each spatial dim's postpad (all zero for a convolution).
+    std::vector<int64_t> postpad() const;
     const ConvParams& params() const { return params_; }
     /// params() with the compute dtype calcMode set and, in train mode, the layer's state
     /// (what the backend keeps from forward for backward).

@@ -300,9 +300,12 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
             throw shapeError("gradient " + std::to_string(i) + " has shape " + grad[i].shape().str() +
                              ", expected the output shape " + data_[i].shape().str());
         }
-        if (grad[i].dtype() != DType::float32 && grad[i].dtype() != DType::bfloat16) {
-            throw shapeError("gradient " + std::to_string(i) + " has dtype " + tessera::str(grad[i].dtype()) +
-                             ", expected float32 or bfloat16");
+        // A float16 output (Cast's) takes its gradient in float16 too.
+        const DType gt = grad[i].dtype(), yt = data_[i].dtype();
+        if (gt != DType::float32 && gt != DType::bfloat16 && !(gt == yt && isFloating(yt))) {
+            const bool other = isFloating(yt) && yt != DType::float32 && yt != DType::bfloat16;
+            throw shapeError("gradient " + std::to_string(i) + " has dtype " + tessera::str(gt) +
+                             ", expected float32 or bfloat16" + (other ? " or the output's " + tessera::str(yt) : ""));
         }
     }
     checkGradShape(shapesOf(grad));

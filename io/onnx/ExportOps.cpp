@@ -185,6 +185,10 @@ void Exporter::emitConv(const Layer& l) {
     attr(n, "pads", pads(schemeInts(bp, "pad")));
     attr(n, "dilations", schemeInts(bp, "dilation"));
     attr(n, "group", schemeInt(bp, "groups", 1));
+    if (auto* conv = dynamic_cast<const ConvND*>(&m)) {
+        const std::vector<int64_t> q = conv->postpad();
+        if (std::any_of(q.begin(), q.end(), [](int64_t v) { return v != 0; })) attr(n, "output_padding", q);
+    }
 }
 
 // MaxPool1D, MaxPool2D, MaxPool3D, AvgPool1D, AvgPool2D, AvgPool3D

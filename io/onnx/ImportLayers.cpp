@@ -210,21 +210,28 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     o.pad = symmetricPads(a.ints("pads"), dims);
     o.dilation = a.ints("dilations", std::vector<int64_t>(dims, 1));
     o.groups = groups;
-    // output_padding q adds q outputs at the end of a dim: the full deconvolution's
-    // [p, F - p + q). That is the deconvolution padded by p - q on both sides ([p - q,
-    // F - p + q)) less its first q, when q <= p (PyTorch's U-Nets: k 3, stride 2, p 1, q 1).
+    // output_padding q adds q outputs at the end of a dim: the deconvolution's postpad
+    // when q < stride. ONNX also allows q < dilation; such a q up to the pad is the
+    // full deconvolution's [p, F - p + q): the deconvolution padded by p - q on both
+    // sides ([p - q, F - p + q)) less its first q.
     std::vector<int64_t> trimFront(dims, 0);
     if (!outputPadding.empty() && outputPadding.size() != dims) {
         throw Unsupported{"output_padding of " + std::to_string(outputPadding.size()) + " values for " +
                           std::to_string(dims) + " spatial dims"};
     }
+    if (!outputPadding.empty()) o.postpad.assign(dims, 0);
     for (size_t d = 0; d < outputPadding.size(); ++d) {
         const int64_t q = outputPadding[d];
         if (q < 0 || q >= std::max(o.stride[d], o.dilation[d])) {
             throw Unsupported{"output_padding " + std::to_string(q) + " (ONNX allows 0 to max(stride, dilation) - 1)"};
         }
+        if (q < o.stride[d]) {
+            o.postpad[d] = q;
+            continue;
+        }
         if (q > o.pad[d]) {
-            throw Unsupported{"output_padding " + std::to_string(q) + " beyond the pad " + std::to_string(o.pad[d]) +
+            throw Unsupported{"output_padding " + std::to_string(q) + " at stride " + std::to_string(o.stride[d]) +
+                              " beyond the pad " + std::to_string(o.pad[d]) +
                               " (outputs the deconvolution does not reach)"};
         }
         o.pad[d] -= q;

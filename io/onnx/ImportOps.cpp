@@ -23,6 +23,7 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
+#include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
@@ -133,11 +134,25 @@ void Importer::importConstant(const onnx::NodeProto& n, const Attributes& a) {
 void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"to"});
     requireInputsImported(n);
-    if (a.i("to", 0) != onnx::TensorProto::FLOAT)
-        throw Unsupported{"a cast of data to type " + std::to_string(a.i("to", 0)) + " (to float is supported)"};
-    if (rankOf(n, 0) >= 0 && elemTypeOf(n.input(0)) != onnx::TensorProto::FLOAT && elemTypeOf(n.input(0)) != 0)
-        throw Unsupported{"a cast of non-float data"};
-    return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    const int64_t to = a.i("to", 0);
+    if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::FLOAT16 && to != onnx::TensorProto::BFLOAT16) {
+        throw Unsupported{"a cast of data to type " + std::to_string(to) +
+                          " (to float, float16 and bfloat16 are supported)"};
+    }
+    auto dtypeOf = [](int64_t t) {
+        return t == onnx::TensorProto::FLOAT16    ? DType::float16
+               : t == onnx::TensorProto::BFLOAT16 ? DType::bfloat16
+                                                  : DType::float32;
+    };
+    const int32_t from = rankOf(n, 0) >= 0 ? elemTypeOf(n.input(0)) : 0;
+    const bool from16 = from == onnx::TensorProto::FLOAT16 || from == onnx::TensorProto::BFLOAT16;
+    if (from != onnx::TensorProto::FLOAT && from != 0 && !from16) throw Unsupported{"a cast of non-float data"};
+    // 16-bit graph inputs are read as float32 (exactly, as 16-bit constants are): only the
+    // values a Cast made are 16-bit in the graph.
+    const bool madeByCast = from16 && !value(n, 0).node->bwds().empty();
+    const DType in = madeByCast ? dtypeOf(from) : DType::float32, out = dtypeOf(to);
+    if (in == out) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    return define(n, std::make_shared<Cast>(in, out), dataInputs(n, 1));
 }
 
 // Unsqueeze, Squeeze

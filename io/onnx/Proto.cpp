@@ -38,9 +38,11 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     const Shape shape = shapeOf(t);
     c.dims.assign(t.dims().begin(), t.dims().end());
     const int32_t type = t.data_type();
-    if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32) {
+    const bool half = type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16;
+    if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32 &&
+        !half) {
         throw IoError(what + ": tensor data type " + std::to_string(type) +
-                      " is not supported (float32, int32 and int64 are)");
+                      " is not supported (float32, float16, bfloat16, int32 and int64 are)");
     }
     int64_t n = 0;
     try {
@@ -82,6 +84,24 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
         c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v); // a scalar as [1]
         return c;
     }
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16: { // widened to float32 (exactly); typed data keeps the bits in int32_data
+        std::vector<uint16_t> bits;
+        if (!t.raw_data().empty()) {
+            rawSized(sizeof(uint16_t));
+            bits.resize(static_cast<size_t>(n));
+            if (n > 0) std::memcpy(bits.data(), t.raw_data().data(), bits.size() * sizeof(uint16_t));
+        } else {
+            sized(static_cast<size_t>(t.int32_data_size()));
+            for (int32_t b : t.int32_data()) bits.push_back(static_cast<uint16_t>(b));
+        }
+        std::vector<float> v(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i) {
+            v[i] = t.data_type() == onnx::TensorProto::FLOAT16 ? toFloat(float16{bits[i]}) : toFloat(bfloat16{bits[i]});
+        }
+        c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v);
+        return c;
+    }
     case onnx::TensorProto::INT64:
     case onnx::TensorProto::INT32: {
         const bool is64 = t.data_type() == onnx::TensorProto::INT64;
@@ -111,7 +131,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     }
     default:
         throw IoError(what + ": tensor data type " + std::to_string(t.data_type()) +
-                      " is not supported (float32, int32 and int64 are)");
+                      " is not supported (float32, float16, bfloat16, int32 and int64 are)");
     }
 }
 

@@ -136,6 +136,24 @@ def test_maxpool_gradient_goes_to_the_maximum():
     close(mp.grad, ref)
 
 
+@pytest.mark.parametrize("nd, size, stride, pad", [(2, 2, 2, 0), (2, 3, 2, 1), (1, 3, 1, 1), (3, 2, 2, 0)])
+def test_maxpool_mask_indexes_each_maximum_within_its_map(nd, size, stride, pad):
+    x = randn(2, 3, *(7, 8, 6)[:nd])
+    mp = getattr(Modules, f"MaxPool{nd}D")(size, stride, pad, useMask=True)
+    y = mp(x).get()
+    mask = mp.mask.get()
+    assert mask.dtype == np.int32 and mask.shape == y.shape
+    flat = x.reshape(2, 3, -1)
+    # each output is the input at its index, and the largest of its window
+    close(np.take_along_axis(flat, mask.reshape(2, 3, -1), axis=2).reshape(y.shape), y)
+    window = (size,) * nd
+    for n, c, *o in zip(*[a.ravel() for a in np.indices(y.shape)]):
+        lo = [max(0, oi * stride - pad) for oi in o]
+        hi = [min(x.shape[2 + d], o[d] * stride - pad + window[d]) for d in range(nd)]
+        assert y[(n, c, *o)] == x[(n, c) + tuple(slice(a, b) for a, b in zip(lo, hi))].max()
+    assert getattr(Modules, f"MaxPool{nd}D")(size, stride, pad).mask is None  # without useMask
+
+
 ACTIVATIONS = {  # PuzzleLib's forward and its derivative written through the output
     Modules.sigmoid: (lambda x: 1 / (1 + np.exp(-x)), lambda g, y: g * y * (1 - y)),
     Modules.tanh: (np.tanh, lambda g, y: g * (1 - y ** 2)),
@@ -256,8 +274,8 @@ def test_split_and_replicate_return_lists():
 
 
 def test_unsupported_arguments_say_so():
-    with pytest.raises(Modules.ModuleError, match="postpad"):
-        Modules.Deconv2D(2, 3, 3, postpad=1)
+    with pytest.raises(ts.ModuleError, match="postpad 2 of spatial dim 0 must be less than its stride 2"):
+        Modules.Deconv2D(2, 3, 3, stride=2, postpad=2)
     with pytest.raises(Modules.ModuleError, match="transpose"):
         Modules.Linear(2, 3, transpose=True)
     with pytest.raises(Modules.ModuleError, match="affine"):
@@ -376,6 +394,28 @@ def test_hinge_averages_every_element():
 def softmax(x, axis=1):
     e = np.exp(x - x.max(axis, keepdims=True))
     return e / e.sum(axis, keepdims=True)
+
+
+def test_l1_hinge_hinges_each_element_and_validates_to_the_error_rate():
+    n, d = 20, 4
+    x1, x2 = randn(n, d), randn(n, d)
+    labels = np.random.default_rng(5).integers(0, 2, n).astype(np.int32)
+    cost = Cost.L1Hinge()
+    error, (g1, g2) = cost([gpuarray.to_gpu(x1), gpuarray.to_gpu(x2)], gpuarray.to_gpu(labels))
+    # PuzzleLib's formulas, element by element
+    diff = x1 - x2
+    similar = (labels == 1)[:, None]
+    ref_error = np.where(similar, np.abs(diff), np.maximum(0.0, 1.0 - np.abs(diff))).sum() / (n * d)
+    slope = np.where(similar, np.sign(diff), -np.sign(diff) * (np.abs(diff) < 1.0)) / (n * d)  # dE/dx1
+    assert np.isclose(error, ref_error, rtol=1e-5)
+    close(g1.get(), -slope)  # the descent sign, as every cost of the namespace gives it
+    close(g2.get(), slope)
+    dist = np.abs(diff).mean(axis=1)
+    assert cost.validate([x1, x2], labels) == pytest.approx(np.mean((dist <= 1.0) != (labels == 1)))
+    with pytest.raises(Cost.CostError, match="labels must be 0 or 1"):
+        cost([x1, x2], np.full(n, 2, np.int32))
+    with pytest.raises(Cost.CostError, match="two \\[N, D\\] embeddings"):
+        cost([x1, x2[:, :3]], labels)
 
 
 def test_cross_entropy_gradient_error_rate_and_most_prob():
@@ -706,6 +746,48 @@ def test_deconv2d_is_the_adjoint_of_conv2d_with_puzzlelibs_bias_layout():
     assert np.isclose((y * z).sum(), (x * conv2d_ref(z, deconv.W.get(), 0, stride=2, pad=1)).sum(), rtol=1e-4)
 
 
+def test_deconv_postpad_adds_the_outputs_the_padding_would_crop():
+    x = randn(2, 3, 4, 5)
+    full = Modules.Deconv2D(3, 2, 3, stride=2)  # pad 0: every output, (4 - 1) 2 + 3 = 9 rows
+    full.setVar("b", np.zeros((1, 2, 1, 1), np.float32))
+    up = Modules.Deconv2D(3, 2, 3, stride=2, pad=1, postpad=1)
+    up.setVar("W", full.W.get())
+    up.setVar("b", np.zeros((1, 2, 1, 1), np.float32))
+    y, ref = up(x).get(), full(x).get()
+    assert y.shape == (2, 2, 8, 10) and up.dataShapeFrom((2, 3, 4, 5)) == (2, 2, 8, 10)
+    close(y, ref[:, :, 1:9, 1:11])  # pad 1 crops one row each side; postpad 1 gives the last back
+    g = randn(*y.shape)
+    up.backward(g)
+    full.backward(np.pad(g, ((0, 0), (0, 0), (1, 0), (1, 0))))
+    close(up.grad, full.grad)
+    close(up.vars["W"].grad, full.vars["W"].grad)
+
+
+def test_to_list_flattens_nested_lists_and_nests_the_gradient():
+    d1, d2, d3 = randn(10, 10), randn(5, 5), randn(3, 6)
+    tolist = Modules.ToList()
+    out = tolist([[d1, d2], d3])
+    assert len(out) == 3
+    for o, d in zip(out, (d1, d2, d3)):
+        close(o, d)
+    assert tolist.dataShapeFrom([d1.shape, [d2.shape, d3.shape]]) == [d1.shape, d2.shape, d3.shape]
+    g1, g2, g3 = randn(10, 10), randn(5, 5), randn(3, 6)
+    tolist.backward([g1, g2, g3])
+    (i1, i2), i3 = tolist.grad
+    close(i1, g1)
+    close(i2, g2)
+    close(i3, g3)
+    assert tolist.gradShapeFrom([g1.shape, g2.shape, g3.shape]) == [[g1.shape, g2.shape], g3.shape]
+    # in a graph: one output per parent
+    inp = Containers.Node(Modules.Identity(), name="in")
+    a = Containers.Node(Modules.Activation("relu"), inp)
+    b = Containers.Node(Modules.Activation("sigmoid"), inp)
+    both = Containers.Node(Modules.ToList(), [a, b])
+    y = Containers.Graph(inputs=inp, outputs=both)(d1)
+    close(y[0], np.maximum(d1, 0))
+    close(y[1], 1 / (1 + np.exp(-d1)))
+
+
 def test_kmaxpool_sorts_ascending_and_routes_gradients_back():
     x = randn(4, 3, 10)
     pool = Modules.KMaxPool(topk=5, axis=2)
@@ -1002,10 +1084,19 @@ def test_depth_concat_to_list_cast_and_noise_in_eval_mode():
     close(y[:, :3], a)
     close(y[:, 3:, 1:3, 1:3], b)  # the smaller maps centred, zeros around
     assert np.all(y[:, 3:, 0] == 0)
-    outs = Modules.ToList(count=2)([a, b])
+    outs = Modules.ToList()([a, b])
     close(outs[1], b)
     z = Modules.Cast(intype="float32", outtype="int32")(np.array([[1.7, -2.2]], np.float32))
     assert z.dtype == "int32"
+    # PuzzleLib's own check: float16 data to float32, the gradient back to float16
+    half, grad = randn(5, 4, 8).astype(np.float16), randn(5, 4, 8)
+    cast = Modules.Cast(half.dtype, grad.dtype)
+    cast(gpuarray.to_gpu(half))
+    assert cast.data.get().dtype == np.float32
+    close(cast.data.get(), half.astype(np.float32))
+    cast.backward(gpuarray.to_gpu(grad))
+    assert cast.grad.get().dtype == np.float16
+    np.testing.assert_array_equal(cast.grad.get(), grad.astype(np.float16))
     noise = Modules.NoiseInjector(mode="add", noisetype="gaussian", params=(0.0, 1.0))
     noise.evalMode()
     close(noise(a), a)

@@ -78,6 +78,16 @@ TEST(Tensor, FactoriesAndAccess) {
     EXPECT_THROW(Tensor().data<float>(), ShapeError);
 }
 
+TEST(Tensor, SixteenBitZerosAndFills) {
+    for (DType t : {DType::float16, DType::bfloat16}) {
+        Tensor z = Tensor::zeros({3}, t);
+        EXPECT_EQ(z.dtype(), t);
+        EXPECT_EQ(z.toVector<float>(), std::vector<float>(3, 0.0f));
+        backendFor(Device::cpu()).fill(z, -2.5f);
+        EXPECT_EQ(z.toVector<float>(), std::vector<float>(3, -2.5f));
+    }
+}
+
 TEST(Tensor, ReshapeIsAView) {
     Tensor t = Tensor::fromVector({2, 3}, std::vector<float>{0, 1, 2, 3, 4, 5});
     Tensor v = t.reshape({3, -1});

@@ -236,6 +236,9 @@ TEST(CudaConsistency, EveryModule) {
         {"Deconv1D", make<Deconv1D>(4, 2, 3, ConvOptions{.stride = {2}}), {{2, 4, 6}}},
         {"Deconv2D", make<Deconv2D>(4, 4, 2, ConvOptions{.stride = {2}, .groups = 2}), {{2, 4, 5, 5}}},
         {"Deconv3D", make<Deconv3D>(2, 1, 2), {{1, 2, 3, 3, 3}}},
+        {"Deconv2D postpad",
+         make<Deconv2D>(3, 4, 3, ConvOptions{.stride = {2, 3}, .pad = {1, 0}, .postpad = {1, 2}}),
+         {{2, 3, 4, 5}}},
         {"MaxPool1D", make<MaxPool1D>(3), {{2, 3, 10}}},
         {"MaxPool2D", make<MaxPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}}), {{2, 3, 9, 9}}},
         {"MaxPool3D", make<MaxPool3D>(2), {{1, 2, 4, 4, 4}}},
@@ -303,6 +306,8 @@ TEST(CudaConsistency, EveryModule) {
         {"MoveAxis", make<MoveAxis>(0, 2), {{2, 3, 4}}},
         {"Tile", make<Tile>(-1, 3), {{2, 3}}},
         {"Cast", make<Cast>(DType::float32, DType::int32), {{3, 4}}, 0.0, 0, false},
+        {"Cast float16", make<Cast>(DType::float32, DType::float16), {{3, 4}}, 0.0},
+        {"Cast bfloat16", make<Cast>(DType::float32, DType::bfloat16), {{3, 4}}, 0.0},
         {"Concat", make<Concat>(1), {{2, 3, 2}, {2, 1, 2}}},
         {"Split", make<Split>(1, std::vector<int64_t>{2, 3}), {{2, 5, 2}}},
         {"Slice", make<Slice>(1, 1, 3), {{2, 4, 3}}},
@@ -937,6 +942,19 @@ TEST(CudaConsistency, RandomFillsDrawTheSameNumbers) {
     backendFor(Device::cpu()).fillUniform(hc, -1.0f, 3.0f, a);
     backendFor(dev).fillUniform(hg, -1.0f, 3.0f, b);
     EXPECT_LE(relDiff(hg, hc), 1e-6);
+}
+
+TEST(CudaConsistency, SixteenBitFillsCoverEveryElement) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    for (DType t : {DType::float16, DType::bfloat16}) {
+        for (float v : {0.0f, -2.5f}) {
+            Tensor g = Tensor::empty({7}, t, dev); // an odd count: the last element is half a float32
+            backendFor(dev).fillBytes(g, 0xff);
+            backendFor(dev).fill(g, v);
+            EXPECT_EQ(g.toVector<float>(), std::vector<float>(7, v)) << str(t);
+        }
+    }
 }
 
 TEST(CudaConsistency, ModelsMoveBetweenDevices) {

@@ -106,6 +106,8 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Conv3D>(1, 2, 2),
         std::make_shared<Deconv1D>(4, 2, 3, ConvOptions{.stride = {2}}),
         std::make_shared<Deconv2D>(4, 4, 2, ConvOptions{.groups = 2}),
+        std::make_shared<Deconv2D>(3, 2, 3, ConvOptions{.stride = {2, 3}, .pad = {1}, .postpad = {1, 2}}),
+        std::make_shared<Cast>(DType::float32, DType::float16),
         std::make_shared<Deconv3D>(2, 1, 2),
         std::make_shared<MaxPool1D>(3),
         std::make_shared<MaxPool2D>(3, PoolOptions{.stride = {2}, .pad = {1}}),

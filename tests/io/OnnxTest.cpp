@@ -17,6 +17,7 @@
 #include "modules/Add.h"
 #include "modules/Attention.h"
 #include "modules/Concat.h"
+#include "modules/Deconv.h"
 #include "modules/DropPath.h"
 #include "modules/Dropout2D.h"
 #include "modules/Flatten.h"
@@ -393,7 +394,10 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
     auto cat = node(std::make_shared<Concat>(1), {up, lrnUp}, "cat");
     auto inorm = node(std::make_shared<InstanceNorm2D>(4), cat, "inorm");
     auto prelu = node(std::make_shared<PRelu>(4), inorm, "prelu");
-    auto tile = node(std::make_shared<Tile>(2, 2), prelu, "tile");
+    // A deconvolution with postpad: ConvTranspose's output_padding, read back as postpad.
+    auto deconv = node(std::make_shared<Deconv2D>(4, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .postpad = {1, 0}}),
+                       prelu, "deconv");
+    auto tile = node(std::make_shared<Tile>(2, 2), deconv, "tile");
     auto tr = node(std::make_shared<Transpose>(std::vector<int64_t>{0, 1, 3, 2}), tile, "tr");
     auto clip = node(std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = -0.5f, .max = 0.7f}),
                      tr, "clip");

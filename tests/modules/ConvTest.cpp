@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <memory>
+#include <span>
 
 #include "GradCheck.h"
 #include "PackedWeights.h"
@@ -59,6 +60,20 @@ const Case kCases[] = {
     {"3d groups", 3, 4, 4, 3, {.pad = {1}, .groups = 4}, {3, 3, 3}},
 };
 
+// Deconvolutions with postpad (PyTorch's output_padding): the outputs past the cropped end.
+const Case kPostpadCases[] = {
+    {"1d postpad", 1, 3, 2, 3, {.stride = {2}, .pad = {1}, .postpad = {1}}, {5}},
+    {"2d postpad beyond the pad", 2, 3, 4, 3, {.stride = {2}, .pad = {0}, .postpad = {1}}, {4, 3}},
+    {"2d postpad per dim, dilation",
+     2,
+     2,
+     4,
+     3,
+     {.stride = {3, 2}, .pad = {2, 1}, .dilation = {2}, .postpad = {2, 1}},
+     {3, 4}},
+    {"3d postpad groups", 3, 4, 2, 2, {.stride = {2}, .pad = {1}, .groups = 2, .postpad = {1, 0, 1}}, {2, 3, 2}},
+};
+
 reference::Geometry geometryOf(const ConvND& m) {
     const ConvParams& p = m.params();
     return {p.stride, p.padLo, p.dilation, p.groups};
@@ -68,8 +83,8 @@ std::vector<float> biasOf(const Module& m) {
     return m.hasVar("b") ? m.getVar("b")->data.toVector<float>() : std::vector<float>{};
 }
 
-void checkReference(bool transposed) {
-    for (const Case& c : kCases) {
+void checkReference(bool transposed, std::span<const Case> cases = kCases) {
+    for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         auto m = make(transposed, c);
         if (m->hasVar("b")) backendOf(m->getVar("b")->data).fillUniform(m->getVar("b")->data, -1, 1, globalGenerator());
@@ -82,8 +97,8 @@ void checkReference(bool transposed) {
     }
 }
 
-void checkGradient(bool transposed) {
-    for (const Case& c : kCases) {
+void checkGradient(bool transposed, std::span<const Case> cases = kCases) {
+    for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         auto m = make(transposed, c);
         GradCheckOptions opts;
@@ -92,8 +107,8 @@ void checkGradient(bool transposed) {
     }
 }
 
-void checkShape(bool transposed) {
-    for (const Case& c : kCases) {
+void checkShape(bool transposed, std::span<const Case> cases = kCases) {
+    for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         auto m = make(transposed, c);
         EXPECT_TRUE(checkShapes(*m, {randomTensor(inputShape(c, 3), 5)}));
@@ -106,6 +121,25 @@ TEST(Conv, Gradient) { checkGradient(false); }
 TEST(Deconv, Gradient) { checkGradient(true); }
 TEST(Conv, Shape) { checkShape(false); }
 TEST(Deconv, Shape) { checkShape(true); }
+TEST(Deconv, PostpadReferenceGradientShape) {
+    checkReference(true, kPostpadCases);
+    checkGradient(true, kPostpadCases);
+    checkShape(true, kPostpadCases);
+    // stride 2, pad 1, postpad 1: the output doubles (PyTorch's U-Net up step).
+    Deconv2D up(4, 2, 3, {.stride = {2}, .pad = {1}, .postpad = {1}});
+    EXPECT_EQ(up.dataShapeFrom(Shape{1, 4, 7, 5}), (Shape{1, 2, 14, 10}));
+    EXPECT_EQ(up.gradShapeFrom(Shape{1, 2, 14, 10}), (Shape{1, 4, 7, 5}));
+    EXPECT_EQ(up.postpad(), (std::vector<int64_t>{1, 1}));
+    EXPECT_NE(up.blueprint().toJson().find("\"postpad\": [1, 1]"), std::string::npos);
+    EXPECT_EQ(Conv2D(1, 1, 3).blueprint().toJson().find("postpad"), std::string::npos);
+    // Bad arguments: a postpad as large as the stride, negative, on a convolution.
+    EXPECT_TRUE(throwsModuleError([] { Deconv2D(2, 2, 3, {.stride = {2}, .postpad = {2}}); },
+                                  {"Deconv2D", "postpad 2", "less than its stride 2"}));
+    EXPECT_TRUE(
+        throwsModuleError([] { Deconv1D(2, 2, 3, {.stride = {2}, .postpad = {-1}}); }, {"Deconv1D", "postpad", "-1"}));
+    EXPECT_TRUE(throwsModuleError([] { Conv2D(2, 2, 3, {.stride = {2}, .postpad = {1}}); },
+                                  {"Conv2D", "postpad is for deconvolutions"}));
+}
 
 TEST(Conv, OutputSizeFormula) {
     Conv2D conv(3, 8, 3, {.stride = {2}, .pad = {1}});

@@ -419,6 +419,47 @@ TEST(Cast, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(blueprintHas(toInt, {"\"intype\": \"float32\"", "\"outtype\": \"int32\""}));
 }
 
+TEST(Cast, SixteenBitFloatsBothWays) {
+    // 1/3 rounds to float16's nearest 0.333251953125 and bfloat16's 0.333984375; 70000
+    // overflows float16 to infinity.
+    const Tensor x = Tensor::fromVector({2, 2}, F{1.0f / 3.0f, -2.5f, 70000.0f, 0.0f});
+    Cast toHalf(DType::float32, DType::float16, "half");
+    Tensor h = toHalf(x);
+    EXPECT_EQ(h.dtype(), DType::float16);
+    const std::vector<float> hv = h.toVector<float>();
+    EXPECT_EQ(hv[0], 0.333251953125f);
+    EXPECT_EQ(hv[1], -2.5f);
+    EXPECT_TRUE(std::isinf(hv[2]));
+    EXPECT_EQ(toHalf.outputDTypes({Shape{2, 2}}, {DType::float32}, Device::cpu()),
+              (std::vector<DType>{DType::float16}));
+    // The gradient converts back to the input's type, from float16 or from float32.
+    const Tensor g = Tensor::fromVector({2, 2}, F{0.1f, 1.0f, -3.0f, 2.0f});
+    Tensor dx = toHalf.backward(g.astype(DType::float16));
+    EXPECT_EQ(dx.dtype(), DType::float32);
+    EXPECT_EQ(dx.toVector<float>()[0], 0.0999755859375f); // 0.1 in float16
+    EXPECT_EQ(toHalf.backward(g).toVector<float>(), g.toVector<float>());
+    // PuzzleLib's direction: float16 data in, float32 out, the gradient back in float16.
+    Cast fromHalf(DType::float16, DType::float32);
+    Tensor y = fromHalf(h);
+    EXPECT_EQ(y.dtype(), DType::float32);
+    EXPECT_EQ(y.toVector<float>()[0], 0.333251953125f);
+    Tensor dh = fromHalf.backward(g);
+    EXPECT_EQ(dh.dtype(), DType::float16);
+    EXPECT_EQ(dh.toVector<float>()[0], 0.0999755859375f);
+    Cast toBf16(DType::float32, DType::bfloat16);
+    EXPECT_EQ(toBf16(x).toVector<float>()[0], 0.333984375f);
+    EXPECT_EQ(Cast(DType::bfloat16, DType::float32)(toBf16(x)).toVector<float>()[1], -2.5f);
+    // Bad input: the wrong input type, a gradient in a type that is neither float32, bfloat16
+    // nor the output's.
+    EXPECT_TRUE(throwsShapeError([&] { fromHalf(x); }, {"expects float16 input, got float32"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            fromHalf.backward(Tensor::zeros({2, 2}, DType::float16));
+        },
+        {"gradient 0 has dtype float16", "expected float32 or bfloat16"}));
+    EXPECT_TRUE(blueprintHas(toHalf, {"\"intype\": \"float32\"", "\"outtype\": \"float16\""}));
+}
+
 // ---- ReduceMean --------------------------------------------------------------------------
 
 TEST(ReduceMean, ReferenceGradientShape) {

@@ -150,6 +150,8 @@ class Node:
         self.module = mod
         self.parents = [] if parents is None else (list(parents) if isinstance(parents, list) else [parents])
         tparents = [(p[0]._n, p[1]) if isinstance(p, tuple) else p._n for p in self.parents]
+        if hasattr(mod, "_fit"):  # ToList: one output per parent
+            mod._fit(max(len(tparents), 1))
         self._n = ts.Node(mod.module, tparents, name if name is not None else mod.name)
 
     @property

@@ -210,7 +210,46 @@ class SVM(Cost):
 
 
 class L1Hinge(Cost):
+    """A pair `[x1, x2]` of `[N, D]` embeddings and int32 labels `[N]` (1 similar, 0 not):
+    per element, |x1 - x2| for similar pairs and max(0, 1 - |x1 - x2|) for dissimilar ones,
+    averaged over every element. That is Tessera's `L1Hinge` (a hinge on the distance of
+    each pair) taken with every element as a pair of its own. `validate` gives the error
+    rate: a pair is read as similar when its mean distance is at most 1."""
+
     _make = ts.L1Hinge
+
+    def _pair(self, pred, target):
+        if not isinstance(pred, (list, tuple)) or len(pred) != 2:
+            raise CostError("L1Hinge takes a pair [x1, x2] of embeddings")
+        x1, x2 = tensorOf(pred[0]), tensorOf(pred[1])
+        if tuple(x1.shape) != tuple(x2.shape) or len(x1.shape) != 2:
+            raise CostError(f"L1Hinge: expected two [N, D] embeddings of one shape, got {tuple(x1.shape)} and "
+                            f"{tuple(x2.shape)}")
+        labels = _intLabels(target).reshape(-1)
+        if labels.size != x1.shape[0]:
+            raise CostError(f"L1Hinge: {labels.size} labels for {x1.shape[0]} pairs")
+        if labels.size and (labels.min() < 0 or labels.max() > 1):
+            raise CostError(f"L1 Hinge labels verification failed: labels must be 0 or 1, found "
+                            f"{labels.min()}..{labels.max()}")
+        return x1, x2, labels
+
+    def __call__(self, pred, target, queryError=True):
+        x1, x2, labels = self._pair(pred, target)
+        n, d = x1.shape
+        elements = [x.reshape((n * d, 1)) for x in (x1, x2)]
+        error, grad = self._c(elements, tensorOf(np.repeat(labels, d).astype(np.int32)))
+        self.grad = [g.reshape((n, d)) for g in negated(grad)]
+        self.error = error
+        self.batchsize = n
+        self.numOfSamples += n
+        self._accum += error * n
+        return (self.error, self.grad) if queryError else self.grad
+
+    def validate(self, pred, target):
+        x1, x2, labels = self._pair(pred, target)
+        dist = np.abs(x1.get() - x2.get()).mean(axis=1)
+        self.valError = float(np.mean((dist <= 1.0) != (labels == 1)))
+        return self.valError
 
 
 class CTC(Cost):

@@ -11,7 +11,7 @@ import numpy as np
 import tessera as ts
 
 from . import Backend
-from ._core import Module, ModuleError, repeat
+from ._core import Module, ModuleError, negated, npDtype, repeat, tensorOf
 from ._core import inputs as _inputs
 
 # Activation names (PuzzleLib's ActivationType members)
@@ -79,12 +79,13 @@ class _ConvND(Module):
     _nd = 2
     _cls = "Conv2D"
 
-    def _build(self, inmaps, outmaps, size, stride, pad, dilation, wscale, useBias, name, initscheme, groups):
+    def _build(self, inmaps, outmaps, size, stride, pad, dilation, wscale, useBias, name, initscheme, groups,
+               **extra):
         nd = self._nd
         make = getattr(ts, self._cls)
         Module.__init__(self, make(inmaps, outmaps, list(repeat(size, nd)), stride=list(repeat(stride, nd)),
                                    pad=list(repeat(pad, nd)), dilation=list(repeat(dilation, nd)),
-                                   useBias=useBias, groups=groups), name)
+                                   useBias=useBias, groups=groups, **extra), name)
         _initWeights(self, initscheme, wscale)
 
     def __init__(self, inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None,
@@ -115,9 +116,8 @@ class Conv3D(_ConvND):
 class _DeconvND(_ConvND):
     def __init__(self, inmaps, outmaps, size, stride=1, pad=0, dilation=1, postpad=0, wscale=1.0, useBias=True,
                  name=None, initscheme=None, empty=False, groups=1):
-        if any(repeat(postpad, self._nd)):
-            raise _unsupported(self._cls, "postpad")
-        self._build(inmaps, outmaps, size, stride, pad, dilation, wscale, useBias, name, initscheme, groups)
+        self._build(inmaps, outmaps, size, stride, pad, dilation, wscale, useBias, name, initscheme, groups,
+                    postpad=list(repeat(postpad, self._nd)))
         self.registerBlueprint(locals())
 
 
@@ -135,19 +135,50 @@ class Deconv3D(_DeconvND):
 
 # ---- pooling ---------------------------------------------------------------------------------
 
+def _argmaxMask(x, y, size, stride, pad):
+    """int32 of y's shape: for each output, the flat index (within its map of x) of the
+    first input in its window equal to the output, the maximum Tessera's pooling chose."""
+    nd = len(size)
+    spatial = x.shape[2:]
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad], constant_values=-np.inf)
+    win = np.lib.stride_tricks.sliding_window_view(padded, size, axis=tuple(range(2, 2 + nd)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, o * s, s) for o, s in zip(y.shape[2:], stride))]
+    win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in y.shape[2:])]
+    first = np.argmax((win == y[(...,) + (None,) * nd]).reshape(win.shape[:2 + nd] + (-1,)), axis=-1)
+    offsets = np.unravel_index(first, size)
+    index = np.zeros(y.shape, np.int64)
+    for d in range(nd):
+        o = np.arange(y.shape[2 + d]).reshape((-1,) + (1,) * (nd - 1 - d))
+        index = index * spatial[d] + o * stride[d] - pad[d] + offsets[d]
+    return index.astype(np.int32)
+
+
 def _pool(cls, nd, kind):
+    attrs = {"__module__": __name__, "__doc__": f"PuzzleLib's {cls}: window `size`, stride 2 unless given."}
     if kind == "max":
         def __init__(self, size=2, stride=2, pad=0, useMask=False, name=None):
             Module.__init__(self, getattr(ts, cls)(size=list(repeat(size, nd)), stride=list(repeat(stride, nd)),
                                                    pad=list(repeat(pad, nd))), name)
+            object.__setattr__(self, "useMask", useMask)
             self.registerBlueprint(locals())
+
+        def mask(self):
+            """With useMask: int32 of the output's shape, each output's maximum as its flat
+            index within its input map (h * W + w in 2-D); None before a forward."""
+            if not self.useMask or self._m.inData is None:
+                return None
+            bp = self._m.blueprint()["scheme"]
+            return tensorOf(_argmaxMask(self._m.inData.get(), self._m.data.get(), tuple(bp["size"]),
+                                        tuple(bp["stride"]), tuple(bp["pad"])))
+
+        attrs["mask"] = property(mask)
     else:
         def __init__(self, size=2, stride=2, pad=0, includePad=True, name=None):
             Module.__init__(self, getattr(ts, cls)(size=list(repeat(size, nd)), stride=list(repeat(stride, nd)),
                                                    pad=list(repeat(pad, nd)), includePad=includePad), name)
             self.registerBlueprint(locals())
-    return type(cls, (Module,), {"__init__": __init__, "__module__": __name__,
-                                 "__doc__": f"PuzzleLib's {cls}: window `size`, stride 2 unless given."})
+    attrs["__init__"] = __init__
+    return type(cls, (Module,), attrs)
 
 
 MaxPool1D, MaxPool2D, MaxPool3D = (_pool(f"MaxPool{n}D", n, "max") for n in (1, 2, 3))
@@ -330,12 +361,97 @@ def _same(cls, doc=""):
                                  "__doc__": f"PuzzleLib's {cls}, as tessera.{cls} computes it. {doc}".strip()})
 
 
-for _cls in ("Add", "Cast", "Concat", "CrossMapLRN", "DepthConcat", "Flatten", "Gelu", "GroupLinear",
+for _cls in ("Add", "Concat", "CrossMapLRN", "DepthConcat", "Flatten", "Gelu", "GroupLinear",
              "Identity", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector",
              "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "SoftMax", "SpatialTf", "Split",
-             "SubtractMean", "Sum", "SwapAxes", "Tile", "ToList", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
+             "SubtractMean", "Sum", "SwapAxes", "Tile", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
     globals()[_cls] = _same(_cls)
 del _cls
+
+
+class Cast(Module):
+    """PuzzleLib's Cast between float32 and float16 (and Tessera's int32 and bfloat16);
+    the types as NumPy dtypes or names. The gradient converts back to `intype`."""
+
+    def __init__(self, intype, outtype, name=None):
+        super().__init__(ts.Cast(npDtype(intype), npDtype(outtype)), name)
+        self.registerBlueprint(locals())
+
+
+def _flatten(data, out):
+    """Appends the tensors of a nested list to `out`; returns its structure (None for a
+    tensor, a list of structures for a list)."""
+    if isinstance(data, (list, tuple)):
+        return [_flatten(d, out) for d in data]
+    out.append(data)
+    return None
+
+
+def _nest(flat, structure, i=0):
+    """The nested list of `structure` filled from `flat` from index i; returns it and the
+    next index."""
+    if structure is None:
+        return flat[i], i + 1
+    nested = []
+    for s in structure:
+        v, i = _nest(flat, s, i)
+        nested.append(v)
+    return nested, i
+
+
+def _isShape(s):
+    return isinstance(s, tuple) and all(isinstance(v, (int, np.integer)) for v in s)
+
+
+def _flattenShapes(shapes, out):
+    if _isShape(shapes):
+        out.append(shapes)
+        return None
+    return [_flattenShapes(s, out) for s in shapes]
+
+
+class ToList(Module):
+    """PuzzleLib's ToList: a nested list of tensors in, the flat list out (depth first);
+    the gradient goes back in the nested form. It is Tessera's `ToList` over the flat list,
+    sized to it on each call (in a graph node, to its parents). In a `Sequential` after a
+    module with k outputs, give `count=k`."""
+
+    def __init__(self, name=None, count=None):
+        super().__init__(ts.ToList(count or 1), name)
+        self._structure = None
+        self.registerBlueprint(locals())
+
+    def _fit(self, count):
+        if self._m.blueprint()["scheme"]["count"] != count:
+            m = ts.ToList(count)
+            m.name = self._m.name
+            if Backend.getDevice() != "cpu":
+                m.to(Backend.getDevice())
+            object.__setattr__(self, "_m", m)
+
+    def __call__(self, data):
+        self.updateData(data)
+        return self.data
+
+    def updateData(self, data):
+        flat = []
+        self._structure = _flatten(data, flat)
+        self._fit(len(flat))
+        self._m(_inputs(flat))
+
+    @property
+    def grad(self):
+        g = negated(self._m.grad)
+        return g if self._structure is None else _nest(g, self._structure)[0]
+
+    def dataShapeFrom(self, shapes):
+        flat = []
+        _flattenShapes(shapes, flat)
+        return flat
+
+    def gradShapeFrom(self, shapes):
+        shapes = [tuple(s) for s in shapes]
+        return shapes if self._structure is None else _nest(shapes, self._structure)[0]
 
 
 class MaxUnpool2D(Module):
