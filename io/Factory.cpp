@@ -447,7 +447,9 @@ const std::map<std::string, Row>& table() {
              }},
             {"Slice", "axis, start, end, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
-                 return std::make_shared<Slice>(static_cast<int>(a.i("axis")), a.i("start"), a.i("end"), a.name());
+                 const std::vector<int64_t> axes = a.ints("axis");
+                 return std::make_shared<Slice>(std::vector<int>(axes.begin(), axes.end()), a.ints("start"),
+                                                a.ints("end"), a.name());
              }},
             {"Replicate", "times, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
@@ -589,19 +591,23 @@ const std::map<std::string, Row>& table() {
              }},
             {"Gelu", "name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Gelu>(a.name()); }},
-            {"Embedder", "vocabulary, sentlength, embsize, initscheme='uniform', wscale=1.0, learnable=True, name=None",
+            {"Embedder",
+             "vocabulary, sentlength, embsize, initscheme='uniform', wscale=1.0, learnable=True, name=None, "
+             "paddingIdx=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
-                 return std::make_shared<Embedder>(a.i("vocabulary"), a.i("sentlength"), a.i("embsize"),
-                                                   EmbedderOptions{.initscheme = a.init(),
-                                                                   .wscale = a.f("wscale"),
-                                                                   .learnable = a.b("learnable"),
-                                                                   .name = a.name()});
+                 EmbedderOptions o{
+                     .initscheme = a.init(), .wscale = a.f("wscale"), .learnable = a.b("learnable"), .name = a.name()};
+                 if (const std::vector<int64_t> p = a.ints("paddingIdx"); !p.empty()) o.paddingIdx = p[0];
+                 return std::make_shared<Embedder>(a.i("vocabulary"), a.i("sentlength"), a.i("embsize"), o);
              }},
             {"GroupLinear",
-             "groups, insize, outsize, batchDim=0, useBias=True, initscheme='xavier', wscale=1.0, name=None",
+             "groups, insize, outsize, batchDim=0, useBias=True, initscheme='xavier', wscale=1.0, name=None, "
+             "inmode='full', wmode='full'",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<GroupLinear>(a.i("groups"), a.i("insize"), a.i("outsize"),
                                                       GroupLinearOptions{.batchDim = a.i("batchDim"),
+                                                                         .inmode = a.s("inmode"),
+                                                                         .wmode = a.s("wmode"),
                                                                          .useBias = a.b("useBias"),
                                                                          .initscheme = a.init(),
                                                                          .wscale = a.f("wscale"),

@@ -13,6 +13,14 @@ Embedder::Embedder(int64_t vocabulary, int64_t sentlength, int64_t embsize, cons
     }
     Tensor w = Tensor::empty({vocabulary, embsize});
     initTensor(w, options.initscheme, vocabulary, embsize, options.wscale);
+    if (options.paddingIdx) {
+        padding_ = *options.paddingIdx < 0 ? *options.paddingIdx + vocabulary : *options.paddingIdx;
+        if (padding_ < 0 || padding_ >= vocabulary) {
+            throw ModuleError("Embedder: paddingIdx " + std::to_string(*options.paddingIdx) +
+                              " is outside the vocabulary of " + std::to_string(vocabulary));
+        }
+        backendOf(w).fill(w.slice(padding_, padding_ + 1), 0.0f);
+    }
     setVar("W", Variable::of(w));
 }
 
@@ -62,6 +70,7 @@ void Embedder::accGradParams(const Tensors& grad, float scale, float momentum) {
     Backend& be = backendOf(grad[0]);
     if (momentum != 1.0f) be.axpby(0.0f, w->grad, momentum, w->grad);
     be.scatterAddRows(grad[0].reshape({-1, embsize_}), inData().reshape({-1}), scale, w->grad);
+    if (padding_ >= 0) be.fill(w->grad.slice(padding_, padding_ + 1), 0.0f); // the padding row learns nothing
 }
 
 Blueprint Embedder::blueprint() const {
@@ -72,6 +81,7 @@ Blueprint Embedder::blueprint() const {
     bp.scheme.emplace_back("initscheme", tessera::str(options_.initscheme));
     bp.scheme.emplace_back("wscale", static_cast<double>(options_.wscale));
     bp.scheme.emplace_back("learnable", options_.learnable);
+    if (options_.paddingIdx) bp.scheme.emplace_back("paddingIdx", *options_.paddingIdx);
     return bp;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 /// \file Embedder: a learned lookup table from token ids to vectors.
 
+#include <optional>
+
 #include "modules/Init.h"
 #include "modules/Module.h"
 
@@ -11,6 +13,9 @@ struct EmbedderOptions {
     float wscale = 1.0f;
     bool learnable = true; ///< false: the table is not updated (no gradient accumulated)
     std::string name = {};
+    /// PyTorch's padding_idx: this id's row starts at zero and never gets a gradient, so a
+    /// padding token embeds to zeros (negative: counted from the vocabulary's end).
+    std::optional<int64_t> paddingIdx = std::nullopt;
 };
 
 /// x: [N, sentlength] int32 ids in [0, vocabulary) -> y: [N, sentlength, embsize],
@@ -38,6 +43,7 @@ protected:
 private:
     int64_t vocabulary_, sentlength_, embsize_;
     EmbedderOptions options_;
+    int64_t padding_ = -1; // the padding row, -1 for none
 };
 
 } // namespace tessera

@@ -15,10 +15,28 @@ GroupLinear::GroupLinear(int64_t groups, int64_t insize, int64_t outsize, const 
     if (options.batchDim != 0 && options.batchDim != 1) {
         throw ModuleError("GroupLinear: batchDim must be 0 or 1, got " + std::to_string(options.batchDim));
     }
-    Tensor w = Tensor::empty({groups, insize, outsize});
+    for (const auto& [what, mode] : {std::pair{"inmode", &options.inmode}, std::pair{"wmode", &options.wmode}}) {
+        if (*mode != "full" && *mode != "one") {
+            throw ModuleError(std::string("GroupLinear: ") + what + " must be 'full' or 'one', got '" + *mode + "'");
+        }
+    }
+    oneInput_ = options.inmode == "one";
+    oneWeight_ = options.wmode == "one";
+    const int64_t wgroups = oneWeight_ ? 1 : groups;
+    Tensor w = Tensor::empty({wgroups, insize, outsize});
     initTensor(w, options.initscheme, insize, outsize, options.wscale);
     setVar("W", Variable::of(w));
-    if (options.useBias) setVar("b", Variable::of(Tensor::zeros({groups, outsize})));
+    if (options.useBias) setVar("b", Variable::of(Tensor::zeros({wgroups, outsize})));
+}
+
+Tensor GroupLinear::inputGroup(const Tensor& xg, int64_t g, int64_t n) const {
+    const int64_t k = oneInput_ ? 0 : g;
+    return xg.slice(k, k + 1).reshape({n, xg.shape()[2]});
+}
+
+Tensor GroupLinear::weightGroup(const Tensor& t, int64_t g, int64_t last) const {
+    const int64_t k = oneWeight_ ? 0 : g;
+    return t.shape().rank() == 3 ? t.slice(k, k + 1).reshape({t.shape()[1], last}) : t.slice(k, k + 1).reshape({last});
 }
 
 std::string GroupLinear::layoutOf(int64_t last) const {
@@ -29,8 +47,12 @@ std::string GroupLinear::layoutOf(int64_t last) const {
 void GroupLinear::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 1, "input");
     const Shape& s = inShapes[0];
-    if (s.rank() != 3 || s[1 - options_.batchDim] != groups_ || s[2] != insize_) {
-        throw shapeError("expects input " + layoutOf(insize_) + ", got " + s.str());
+    const int64_t groups = oneInput_ ? 1 : groups_;
+    if (s.rank() != 3 || s[1 - options_.batchDim] != groups || s[2] != insize_) {
+        const std::string g = std::to_string(groups), k = std::to_string(insize_);
+        throw shapeError("expects input " +
+                         (options_.batchDim == 0 ? "[N, " + g + ", " + k + "]" : "[" + g + ", N, " + k + "]") +
+                         (oneInput_ ? " (inmode 'one')" : "") + ", got " + s.str());
     }
 }
 
@@ -44,12 +66,14 @@ void GroupLinear::checkGradShape(const Shapes& outGradShapes) const {
 
 Shapes GroupLinear::dataShapeFrom(const Shapes& inShapes) const {
     Shape y = inShapes[0];
+    y[1 - options_.batchDim] = groups_;
     y[2] = outsize_;
     return {y};
 }
 
 Shapes GroupLinear::gradShapeFrom(const Shapes& outGradShapes) const {
     Shape x = outGradShapes[0];
+    if (oneInput_) x[1 - options_.batchDim] = 1;
     x[2] = insize_;
     return {x};
 }
@@ -69,11 +93,10 @@ Tensors GroupLinear::updateData(const Tensors& data) {
         Tensor yv = yg.slice(g, g + 1).reshape({n, outsize_});
         float beta = 0.0f;
         if (options_.useBias) {
-            be.broadcastRows(getVar("b")->data.slice(g, g + 1).reshape({outsize_}), yv);
+            be.broadcastRows(weightGroup(getVar("b")->data, g, outsize_), yv);
             beta = 1.0f;
         }
-        be.gemm(false, false, 1.0f, xg_.slice(g, g + 1).reshape({n, insize_}),
-                w.slice(g, g + 1).reshape({insize_, outsize_}), beta, yv, computeDType());
+        be.gemm(false, false, 1.0f, inputGroup(xg_, g, n), weightGroup(w, g, outsize_), beta, yv, computeDType());
     }
     return {fromGroupsFirst(yg)};
 }
@@ -82,12 +105,13 @@ Tensors GroupLinear::updateData(const Tensors& data) {
 Tensors GroupLinear::updateGrad(const Tensors& grad) {
     Tensor dyg = groupsFirst(grad[0]);
     const int64_t n = dyg.shape()[1];
-    Tensor dxg = Tensor::empty({groups_, n, insize_}, DType::float32, dyg.device());
+    Tensor dxg = Tensor::empty({oneInput_ ? 1 : groups_, n, insize_}, DType::float32, dyg.device());
     const Tensor& w = getVar("W")->data;
     for (int64_t g = 0; g < groups_; ++g) {
-        backendOf(dxg).gemm(false, true, 1.0f, dyg.slice(g, g + 1).reshape({n, outsize_}),
-                            w.slice(g, g + 1).reshape({insize_, outsize_}), 0.0f,
-                            dxg.slice(g, g + 1).reshape({n, insize_}), computeDType());
+        // inmode "one": every group's gradient adds into the one input group
+        const float beta = oneInput_ && g > 0 ? 1.0f : 0.0f;
+        backendOf(dxg).gemm(false, true, 1.0f, dyg.slice(g, g + 1).reshape({n, outsize_}), weightGroup(w, g, outsize_),
+                            beta, inputGroup(dxg, g, n), computeDType());
     }
     return {fromGroupsFirst(dxg)};
 }
@@ -99,9 +123,11 @@ void GroupLinear::accGradParams(const Tensors& grad, float scale, float momentum
     Backend& be = backendOf(dyg);
     for (int64_t g = 0; g < groups_; ++g) {
         Tensor dy = dyg.slice(g, g + 1).reshape({n, outsize_});
-        be.gemm(true, false, scale, xg_.slice(g, g + 1).reshape({n, insize_}), dy, momentum,
-                getVar("W")->grad.slice(g, g + 1).reshape({insize_, outsize_}), computeDType());
-        if (options_.useBias) be.sumRows(dy, scale, momentum, getVar("b")->grad.slice(g, g + 1).reshape({outsize_}));
+        // wmode "one": every group's gradient adds into the one weight
+        const float beta = oneWeight_ && g > 0 ? 1.0f : momentum;
+        be.gemm(true, false, scale, inputGroup(xg_, g, n), dy, beta, weightGroup(getVar("W")->grad, g, outsize_),
+                computeDType());
+        if (options_.useBias) be.sumRows(dy, scale, beta, weightGroup(getVar("b")->grad, g, outsize_));
     }
 }
 
@@ -114,6 +140,8 @@ Blueprint GroupLinear::blueprint() const {
     bp.scheme.emplace_back("useBias", options_.useBias);
     bp.scheme.emplace_back("initscheme", tessera::str(options_.initscheme));
     bp.scheme.emplace_back("wscale", static_cast<double>(options_.wscale));
+    if (oneInput_) bp.scheme.emplace_back("inmode", options_.inmode);
+    if (oneWeight_) bp.scheme.emplace_back("wmode", options_.wmode);
     return bp;
 }
 

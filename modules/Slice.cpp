@@ -7,34 +7,52 @@
 namespace tessera {
 
 Slice::Slice(int axis, int64_t start, int64_t end, std::string name)
-    : Module(std::move(name)), axis_(axis), start_(start), end_(end) {}
+    : Slice(std::vector<int>{axis}, std::vector<int64_t>{start}, std::vector<int64_t>{end}, std::move(name)) {}
 
-std::pair<int64_t, int64_t> Slice::range(int64_t dim) const {
-    const int64_t b = start_ < 0 ? start_ + dim : start_;
-    const int64_t e = end_ <= 0 ? end_ + dim : end_;
+Slice::Slice(std::vector<int> axes, std::vector<int64_t> starts, std::vector<int64_t> ends, std::string name)
+    : Module(std::move(name)), axes_(std::move(axes)), starts_(std::move(starts)), ends_(std::move(ends)) {
+    if (axes_.empty() || starts_.size() != axes_.size() || ends_.size() != axes_.size()) {
+        throw moduleError("takes one start and one end per axis, got " + std::to_string(axes_.size()) + " axes, " +
+                          std::to_string(starts_.size()) + " starts and " + std::to_string(ends_.size()) + " ends");
+    }
+}
+
+std::pair<int64_t, int64_t> Slice::range(size_t k, int64_t dim) const {
+    const int64_t b = starts_[k] < 0 ? starts_[k] + dim : starts_[k];
+    const int64_t e = ends_[k] <= 0 ? ends_[k] + dim : ends_[k];
     return {std::clamp<int64_t>(b, 0, dim), std::clamp<int64_t>(e, 0, dim)};
+}
+
+Shape Slice::shapeAfter(const Shape& in, size_t k) const {
+    Shape out = in;
+    for (size_t j = 0; j < k; ++j) {
+        const int a = axis::normalize(axes_[j], in.rank());
+        auto [b, e] = range(j, in[a]);
+        out[a] = e - b;
+    }
+    return out;
 }
 
 void Slice::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 1, "input");
     const Shape& s = inShapes[0];
-    const int a = axis::normalize(axis_, s.rank());
-    if (a < 0) throw shapeError("axis " + std::to_string(axis_) + " is out of range for input " + s.str());
-    auto [b, e] = range(s[a]);
-    if (b >= e) {
-        throw shapeError("range [" + std::to_string(start_) + ", " + std::to_string(end_) + ") is empty for input " +
-                         s.str() + " along axis " + std::to_string(a));
+    std::vector<int> seen;
+    for (size_t k = 0; k < axes_.size(); ++k) {
+        const int a = axis::normalize(axes_[k], s.rank());
+        if (a < 0) throw shapeError("axis " + std::to_string(axes_[k]) + " is out of range for input " + s.str());
+        if (std::find(seen.begin(), seen.end(), a) != seen.end()) {
+            throw shapeError("axis " + std::to_string(a) + " is sliced twice (input " + s.str() + ")");
+        }
+        seen.push_back(a);
+        auto [b, e] = range(k, s[a]);
+        if (b >= e) {
+            throw shapeError("range [" + std::to_string(starts_[k]) + ", " + std::to_string(ends_[k]) +
+                             ") is empty for input " + s.str() + " along axis " + std::to_string(a));
+        }
     }
 }
 
-Shapes Slice::dataShapeFrom(const Shapes& inShapes) const {
-    const Shape& in = inShapes[0];
-    const int a = axis::normalize(axis_, in.rank());
-    auto [b, e] = range(in[a]);
-    Shape out = in;
-    out[a] = e - b;
-    return {out};
-}
+Shapes Slice::dataShapeFrom(const Shapes& inShapes) const { return {shapeAfter(inShapes[0], axes_.size())}; }
 
 Shapes Slice::gradShapeFrom(const Shapes& outGradShapes) const {
     Shape in = lastInShapes("gradShapeFrom")[0];
@@ -42,31 +60,45 @@ Shapes Slice::gradShapeFrom(const Shapes& outGradShapes) const {
     return {in};
 }
 
-// x: [..., D, ...] -> y: [..., e - b, ...]
+// x: [..., D, ...] -> y: [..., e - b, ...], one axis after another
 Tensors Slice::updateData(const Tensors& data) {
-    const Tensor& x = data[0];
-    const Shape out = dataShapeFrom(Shapes{x.shape()})[0];
-    const int a = axis::normalize(axis_, out.rank());
-    Tensor y = Tensor::empty(out, x.dtype(), x.device());
-    axis::copyAlong(a, x, range(x.shape()[a]).first, y, 0, out[a]);
-    return {y};
+    Tensor t = data[0];
+    const Shape in = t.shape();
+    for (size_t k = 0; k < axes_.size(); ++k) {
+        const Shape out = shapeAfter(in, k + 1);
+        const int a = axis::normalize(axes_[k], out.rank());
+        Tensor y = Tensor::empty(out, t.dtype(), t.device());
+        axis::copyAlong(a, t, range(k, in[a]).first, y, 0, out[a]);
+        t = y;
+    }
+    return {t};
 }
 
-// dx is zero outside the range.
+// dx is zero outside the ranges: the last axis's range first, back to the input's shape.
 Tensors Slice::updateGrad(const Tensors& grad) {
-    const Tensor& dy = grad[0];
+    Tensor g = grad[0];
     const Shape in = inData().shape();
-    const int a = axis::normalize(axis_, in.rank());
-    Tensor dx = Tensor::zeros(in, DType::float32, dy.device());
-    axis::copyAlong(a, dy, 0, dx, range(in[a]).first, dy.shape()[a]);
-    return {dx};
+    for (size_t k = axes_.size(); k-- > 0;) {
+        const Shape before = shapeAfter(in, k);
+        const int a = axis::normalize(axes_[k], in.rank());
+        Tensor dx = Tensor::zeros(before, DType::float32, g.device());
+        axis::copyAlong(a, g, 0, dx, range(k, in[a]).first, g.shape()[a]);
+        g = dx;
+    }
+    return {g};
 }
 
 Blueprint Slice::blueprint() const {
     Blueprint bp = Module::blueprint();
-    bp.scheme.emplace_back("axis", static_cast<int64_t>(axis_));
-    bp.scheme.emplace_back("start", start_);
-    bp.scheme.emplace_back("end", end_);
+    if (axes_.size() == 1) {
+        bp.scheme.emplace_back("axis", static_cast<int64_t>(axes_[0]));
+        bp.scheme.emplace_back("start", starts_[0]);
+        bp.scheme.emplace_back("end", ends_[0]);
+    } else {
+        bp.scheme.emplace_back("axis", std::vector<int64_t>(axes_.begin(), axes_.end()));
+        bp.scheme.emplace_back("start", starts_);
+        bp.scheme.emplace_back("end", ends_);
+    }
     return bp;
 }
 

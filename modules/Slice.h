@@ -1,5 +1,7 @@
 #pragma once
-/// \file Slice: a range along one axis.
+/// \file Slice: a range along one axis, or along several.
+
+#include <vector>
 
 #include "modules/Module.h"
 
@@ -7,9 +9,12 @@ namespace tessera {
 
 /// x: [..., D, ...] -> y: [..., end - start, ...], the elements [start, end) along `axis`.
 /// Negative start/end count from the end of the axis (end = 0 means "to the end").
+/// With several axes (distinct), each takes its own range and the others stay whole:
+/// `Slice({2, 3}, {1, 1}, {-1, -1})` is x[:, :, 1:-1, 1:-1].
 class Slice : public Module {
 public:
     Slice(int axis, int64_t start, int64_t end, std::string name = {});
+    Slice(std::vector<int> axes, std::vector<int64_t> starts, std::vector<int64_t> ends, std::string name = {});
 
     std::string classname() const override { return "Slice"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
@@ -17,8 +22,9 @@ public:
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// Needs the input shape of the last dataShapeFrom / forward.
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
-    /// One input with a non-empty range along the axis.
+    /// One input with a non-empty range along each axis, no axis twice.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// One axis: integers, as files before several axes wrote them; several: lists.
     Blueprint blueprint() const override;
 
 protected:
@@ -26,11 +32,13 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
-    /// [begin, end) resolved for `dim`; begin >= end when empty.
-    std::pair<int64_t, int64_t> range(int64_t dim) const;
+    /// [begin, end) of range k resolved for `dim`; begin >= end when empty.
+    std::pair<int64_t, int64_t> range(size_t k, int64_t dim) const;
+    /// The input shape after the first k ranges are applied (k = 0: the input).
+    Shape shapeAfter(const Shape& in, size_t k) const;
 
-    int axis_;
-    int64_t start_, end_;
+    std::vector<int> axes_;
+    std::vector<int64_t> starts_, ends_;
 };
 
 } // namespace tessera

@@ -369,11 +369,13 @@ void Exporter::emitMulAddConst(const Layer& l) {
 // Slice
 void Exporter::emitSlice(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
-    const int64_t end = schemeInt(bp, "end", 0);
+    std::vector<int64_t> ends = schemeInts(bp, "end");
+    for (int64_t& e : ends) {
+        if (e == 0) e = std::numeric_limits<int64_t>::max(); // Tessera's "to the end"
+    }
     node("Slice",
-         {in[0], initInts(path + ".starts", {schemeInt(bp, "start", 0)}),
-          initInts(path + ".ends", {end == 0 ? std::numeric_limits<int64_t>::max() : end}),
-          initInts(path + ".axes", {schemeInt(bp, "axis", 0)})},
+         {in[0], initInts(path + ".starts", schemeInts(bp, "start")), initInts(path + ".ends", ends),
+          initInts(path + ".axes", schemeInts(bp, "axis"))},
          out, path);
 }
 

@@ -256,11 +256,16 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     m->getVar("W")->data.copyFrom(w.tensor);
     if (bias) m->getVar("b")->data.copyFrom(requireConstant(n, 2, "the bias").tensor.reshape({outmaps}));
     if (std::any_of(trimFront.begin(), trimFront.end(), [](int64_t q) { return q > 0; })) {
+        std::vector<int> axes;
+        std::vector<int64_t> starts;
+        for (size_t d = 0; d < dims; ++d) {
+            if (trimFront[d] == 0) continue;
+            axes.push_back(static_cast<int>(d + 2));
+            starts.push_back(trimFront[d]);
+        }
         auto seq = std::make_shared<Sequential>();
         seq->append(m);
-        for (size_t d = 0; d < dims; ++d) {
-            if (trimFront[d] > 0) seq->append(std::make_shared<Slice>(static_cast<int>(d + 2), trimFront[d], 0));
-        }
+        seq->append(std::make_shared<Slice>(axes, starts, std::vector<int64_t>(axes.size(), 0)));
         m = seq;
     }
     return define(n, m, dataInputs(n, 1));

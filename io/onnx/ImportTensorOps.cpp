@@ -140,7 +140,7 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, m, Parents{Parent(s.node, s.slot)}, {batchOf});
 }
 
-// Slice on data: one sliced axis, step 1 (Tessera's Slice).
+// Slice on data: any sliced axes, step 1 (Tessera's Slice).
 void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
     std::vector<int64_t> starts, ends, axes, steps;
     if (opset_ < 10) {
@@ -161,8 +161,8 @@ void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
     if (starts.size() != axes.size() || ends.size() != axes.size())
         throw Unsupported{"starts, ends and axes differ in length"};
     const auto in = shapes_.find(n.input(0));
-    int sliced = -1;
-    int64_t start = 0, end = 0;
+    std::vector<int> sliced;
+    std::vector<int64_t> sliceStarts, sliceEnds;
     for (size_t k = 0; k < axes.size(); ++k) {
         if (!steps.empty() && steps[k] != 1) throw Unsupported{"steps other than 1 are not supported"};
         const int64_t axis = resolveAxis(n, 0, axes[k]);
@@ -172,15 +172,16 @@ void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
         int64_t e = ends[k];
         const bool toEnd = e >= std::numeric_limits<int32_t>::max() || (dim >= 0 && e >= dim);
         if (starts[k] == 0 && toEnd) continue; // the whole axis
-        if (sliced >= 0) throw Unsupported{"slicing more than one axis is not supported"};
-        sliced = static_cast<int>(axis);
-        start = starts[k];
-        end = toEnd ? 0 : e;
+        if (std::find(sliced.begin(), sliced.end(), static_cast<int>(axis)) != sliced.end())
+            throw Unsupported{"axis " + std::to_string(axis) + " is sliced twice"};
+        const int64_t end = toEnd ? 0 : e;
         if (end == 0 && !toEnd) throw Unsupported{"an empty slice"};
-        if (start < 0 && end == 0 && !toEnd) throw Unsupported{"an empty slice"};
+        sliced.push_back(static_cast<int>(axis));
+        sliceStarts.push_back(starts[k]);
+        sliceEnds.push_back(end);
     }
-    if (sliced < 0) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
-    return define(n, std::make_shared<Slice>(sliced, start, end), dataInputs(n, 1));
+    if (sliced.empty()) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    return define(n, std::make_shared<Slice>(sliced, sliceStarts, sliceEnds), dataInputs(n, 1));
 }
 
 // ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to

@@ -439,3 +439,36 @@ def test_positional_encoding_is_the_sinusoid_table():
     rates = 1.0 / 10000 ** (np.arange(0, 16, 2) / 16)
     np.testing.assert_allclose(pe[:, 0::2], np.sin(t * rates), atol=1e-5)
     np.testing.assert_allclose(pe[:, 1::2], np.cos(t * rates), atol=1e-5)
+
+
+def test_slice_over_several_axes_against_numpy():
+    x = np.random.default_rng(4).standard_normal((2, 3, 5, 6)).astype(np.float32)
+    inner = ts.Slice(axis=[2, 3], start=[1, 1], end=[-1, -1])
+    np.testing.assert_array_equal(inner(x).numpy(), x[:, :, 1:-1, 1:-1])
+    g = np.ones((2, 3, 3, 4), np.float32)
+    dx = inner.backward(g).numpy()
+    ref = np.zeros_like(x)
+    ref[:, :, 1:-1, 1:-1] = 1
+    np.testing.assert_array_equal(dx, ref)
+    assert "axis=[2, 3]" in repr(inner)
+    with pytest.raises(ts.ModuleError, match="one start and one end per axis"):
+        ts.Slice(axis=[1, 2], start=[0], end=[1, 1])
+
+
+def test_embedder_padding_idx_is_pytorchs():
+    torch = pytest.importorskip("torch")
+    emb = ts.Embedder(6, 4, 3, paddingIdx=1)
+    W = emb.namedParams()["W"].data.numpy()
+    np.testing.assert_array_equal(W[1], 0)
+    ref = torch.nn.Embedding(6, 3, padding_idx=1)
+    with torch.no_grad():
+        ref.weight.copy_(torch.tensor(W))
+    ids = np.array([[1, 0, 1, 5], [2, 1, 3, 3]], np.int32)
+    y = emb(ids).numpy()
+    yt = ref(torch.tensor(ids, dtype=torch.long))
+    np.testing.assert_allclose(y, yt.detach().numpy())
+    g = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
+    emb.zeroGradParams()
+    emb.backward(g)
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(emb.namedParams()["W"].grad.numpy(), ref.weight.grad.numpy(), rtol=1e-6, atol=1e-6)

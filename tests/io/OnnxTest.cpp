@@ -423,7 +423,9 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
     auto affine = node(std::make_shared<MulAddConst>(1.5f, -0.25f), diff, "affine");
     auto perChannel = node(std::make_shared<MulAddConst>(randomTensor({4, 1, 1}, 11), randomTensor({1, 4, 1, 1}, 12)),
                            affine, "perChannel");
-    auto slice = node(std::make_shared<Slice>(3, 1, 0), perChannel, "slice");
+    auto slice =
+        node(std::make_shared<Slice>(std::vector<int>{2, 3}, std::vector<int64_t>{1, 1}, std::vector<int64_t>{0, -1}),
+             perChannel, "slice"); // two axes: one ONNX Slice, read back as one
     auto flat = node(std::make_shared<Flatten>(), slice, "flat");
     auto soft = node(std::make_shared<SoftMax>(), flat, "soft");
     Graph g({x}, {soft}, "layers");

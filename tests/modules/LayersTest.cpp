@@ -212,6 +212,28 @@ TEST(Embedder, GradientShapeBadInput) {
     EXPECT_TRUE(throwsShapeError([] { Embedder(int64_t{1} << 32, 1, int64_t{1} << 32); }, {"overflows 64 bits"}));
 }
 
+TEST(Embedder, PaddingIdxEmbedsToZerosAndLearnsNothing) {
+    Embedder emb(4, 3, 2, {.initscheme = InitScheme::uniform, .name = "emb", .paddingIdx = -1}); // id 3
+    EXPECT_EQ(emb.getVar("W")->data.toVector<float>()[6], 0.0f);
+    EXPECT_EQ(emb.getVar("W")->data.toVector<float>()[7], 0.0f);
+    EXPECT_NE(emb.getVar("W")->data.toVector<float>()[0], 0.0f); // the others drawn
+    Tensor ids = Tensor::fromVector({2, 3}, std::vector<int32_t>{3, 0, 3, 1, 2, 3});
+    const std::vector<float> y = emb(ids).toVector<float>();
+    for (size_t k : {0u, 1u, 4u, 5u, 10u, 11u}) EXPECT_EQ(y[k], 0.0f) << k; // the padding positions
+    emb.zeroGradParams();
+    emb.backward(Tensor::fromVector({2, 3, 2}, F{1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6}));
+    EXPECT_TRUE(allClose(emb.getVar("W")->grad, {2, 2, 4, 4, 5, 5, 0, 0})); // row 3's 1 + 3 + 6 dropped
+    // The other rows' gradients are the derivative (the padding row's is dropped by design,
+    // as PyTorch's padding_idx drops it).
+    GradCheckOptions opts;
+    opts.checkInputs = false;
+    EXPECT_TRUE(checkGradients(emb, {Tensor::fromVector({1, 3}, std::vector<int32_t>{1, 0, 2})}, opts));
+    EXPECT_TRUE(blueprintHas(emb, {"\"paddingIdx\": -1"}));
+    EXPECT_EQ(Embedder(4, 3, 2).blueprint().toJson().find("paddingIdx"), std::string::npos);
+    EXPECT_TRUE(throwsModuleError([] { Embedder(4, 3, 2, {.paddingIdx = 4}); },
+                                  {"Embedder", "paddingIdx 4 is outside the vocabulary of 4"}));
+}
+
 // ---- GroupLinear ----------------------------------------------------------------------
 
 TEST(GroupLinear, Reference) {
@@ -243,6 +265,63 @@ TEST(GroupLinear, GradientShapeBadInput) {
         {"GroupLinear 'gl'", "[N, 3, 4]", "[5, 4, 4]"}));
     EXPECT_TRUE(throwsShapeError([&] { gl1(Tensor::zeros({5, 3, 4})); }, {"[3, N, 4]"}));
     EXPECT_TRUE(blueprintHas(gl1, {"\"groups\": 3", "\"batchDim\": 1", "\"useBias\": false"}));
+}
+
+// inmode "one" is Tile then a full GroupLinear; wmode "one" is a full GroupLinear whose
+// groups hold copies of one weight (its gradient the sum of theirs).
+TEST(GroupLinear, OneInputAndOneWeightModes) {
+    for (int64_t batchDim : {0, 1}) {
+        SCOPED_TRACE(batchDim);
+        const int groupAxis = static_cast<int>(1 - batchDim);
+        GroupLinear one(3, 4, 2, {.batchDim = batchDim, .inmode = "one", .initscheme = InitScheme::uniform});
+        GroupLinear full(3, 4, 2, {.batchDim = batchDim});
+        backendOf(one.getVar("b")->data).fillUniform(one.getVar("b")->data, -1, 1, globalGenerator());
+        full.getVar("W")->data.copyFrom(one.getVar("W")->data);
+        full.getVar("b")->data.copyFrom(one.getVar("b")->data);
+        const Tensor x = randomTensor(batchDim == 0 ? Shape{5, 1, 4} : Shape{1, 5, 4}, 3);
+        Tile tile(groupAxis, 3);
+        const Tensor y = one(x);
+        EXPECT_EQ(y.shape(), (batchDim == 0 ? Shape{5, 3, 2} : Shape{3, 5, 2}));
+        EXPECT_TRUE(allClose(y, full(tile(x)).toVector<float>(), 1e-5f));
+        const Tensor dy = randomTensor(y.shape(), 4);
+        one.zeroGradParams();
+        full.zeroGradParams();
+        EXPECT_TRUE(allClose(one.backward(dy), tile.backward(full.backward(dy)).toVector<float>(), 1e-5f));
+        EXPECT_TRUE(allClose(one.getVar("W")->grad, full.getVar("W")->grad.toVector<float>(), 1e-5f));
+        EXPECT_TRUE(checkGradients(one, {x}));
+        EXPECT_TRUE(checkShapes(one, {x}));
+        EXPECT_EQ(one.gradShapeFrom(y.shape()), x.shape());
+    }
+    GroupLinear shared(3, 4, 2, {.wmode = "one", .initscheme = InitScheme::uniform, .name = "shared"});
+    EXPECT_EQ(shared.getVar("W")->data.shape(), (Shape{1, 4, 2}));
+    EXPECT_EQ(shared.getVar("b")->data.shape(), (Shape{1, 2}));
+    backendOf(shared.getVar("b")->data).fillUniform(shared.getVar("b")->data, -1, 1, globalGenerator());
+    GroupLinear copies(3, 4, 2);
+    for (int64_t g = 0; g < 3; ++g) {
+        copies.getVar("W")->data.slice(g, g + 1).copyFrom(shared.getVar("W")->data);
+        copies.getVar("b")->data.slice(g, g + 1).copyFrom(shared.getVar("b")->data);
+    }
+    const Tensor x = randomTensor({5, 3, 4}, 5);
+    EXPECT_TRUE(allClose(shared(x), copies(x).toVector<float>(), 1e-5f));
+    const Tensor dy = randomTensor({5, 3, 2}, 6);
+    shared.zeroGradParams();
+    copies.zeroGradParams();
+    EXPECT_TRUE(allClose(shared.backward(dy), copies.backward(dy).toVector<float>(), 1e-5f));
+    const std::vector<float> dW = copies.getVar("W")->grad.toVector<float>();
+    std::vector<float> summed(8, 0.0f);
+    for (size_t i = 0; i < dW.size(); ++i) summed[i % 8] += dW[i];
+    EXPECT_TRUE(allClose(shared.getVar("W")->grad, summed, 1e-5f));
+    EXPECT_TRUE(checkGradients(shared, {x}));
+    EXPECT_TRUE(blueprintHas(shared, {"\"wmode\": \"one\""}));
+    // Bad input: an unknown mode; a full data group where inmode "one" takes one.
+    EXPECT_TRUE(throwsModuleError([] { GroupLinear(3, 4, 2, {.inmode = "each"}); },
+                                  {"GroupLinear", "inmode must be 'full' or 'one', got 'each'"}));
+    GroupLinear one(3, 4, 2, {.inmode = "one", .name = "g1"});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            one(Tensor::zeros({5, 3, 4}));
+        },
+        {"GroupLinear 'g1'", "expects input [N, 1, 4] (inmode 'one')", "[5, 3, 4]"}));
 }
 
 // ---- MulAddConst ----------------------------------------------------------------------

@@ -132,6 +132,50 @@ TEST(Slice, BadInput) {
     EXPECT_TRUE(throwsShapeError([&] { slice(Tensor::empty({0, 6})); }, {"empty"}));
 }
 
+TEST(Slice, SeveralAxesReferenceGradientShapeBadInput) {
+    // x [2, 3, 4]: x[n, c, w] = 100 n + 10 c + w; x[:, 1:, 1:-1]
+    std::vector<float> xs;
+    for (int n = 0; n < 2; ++n)
+        for (int c = 0; c < 3; ++c)
+            for (int w = 0; w < 4; ++w) xs.push_back(static_cast<float>(100 * n + 10 * c + w));
+    Slice inner({1, -1}, {1, 1}, {0, -1}, "inner");
+    Tensor y = inner(Tensor::fromVector({2, 3, 4}, xs));
+    EXPECT_EQ(y.shape(), (Shape{2, 2, 2}));
+    EXPECT_TRUE(allClose(y, {11, 12, 21, 22, 111, 112, 121, 122}));
+    // the gradient lands at the kept positions, zero elsewhere
+    const std::vector<float> dx = inner.backward(Tensor::full({2, 2, 2}, 1.0f)).toVector<float>();
+    for (int n = 0; n < 2; ++n)
+        for (int c = 0; c < 3; ++c)
+            for (int w = 0; w < 4; ++w)
+                EXPECT_EQ(dx[static_cast<size_t>((n * 3 + c) * 4 + w)], c >= 1 && w >= 1 && w <= 2 ? 1.0f : 0.0f);
+    EXPECT_TRUE(checkGradients(inner, {randomTensor({2, 3, 5}, 2)}));
+    EXPECT_TRUE(checkShapes(inner, {randomTensor({3, 4, 6}, 3)}));
+    EXPECT_EQ(inner.dataShapeFrom(Shape{5, 7, 9}), (Shape{5, 6, 7}));
+    // Several axes are written as lists, one as integers (as files before several axes were).
+    const std::string several = inner.blueprint().toJson(), one = Slice(1, 2, 3).blueprint().toJson();
+    for (const char* part : {"\"axis\": [1, -1]", "\"start\": [1, 1]", "\"end\": [0, -1]"})
+        EXPECT_NE(several.find(part), std::string::npos) << part << " in " << several;
+    for (const char* part : {"\"axis\": 1", "\"start\": 2", "\"end\": 3"})
+        EXPECT_NE(one.find(part), std::string::npos) << part << " in " << one;
+    // bad input: an axis twice, an empty range on the second axis, lists of different lengths
+    Slice twice({1, -2}, {0, 1}, {2, 0}, "twice");
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            twice(randomTensor({2, 3, 4}, 1));
+        },
+        {"Slice 'twice'", "axis 1 is sliced twice"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            inner(randomTensor({2, 3, 2}, 1));
+        },
+        {"Slice 'inner'", "range [1, -1) is empty", "along axis 2"}));
+    EXPECT_TRUE(throwsModuleError(
+        [] {
+            Slice({1, 2}, {0}, {1, 2});
+        },
+        {"one start and one end per axis", "2 axes, 1 starts"}));
+}
+
 TEST(Replicate, Reference) {
     Replicate rep(3);
     Tensor x = Tensor::fromVector({1, 2}, std::vector<float>{1, 2});

@@ -504,10 +504,10 @@ class KMaxPool(Module):
 
 class Slice(Module):
     """PuzzleLib's Slice: `Slice()[:, :, 1:-1, 1:-1]` (or `Slice(slc=...)`) keeps a range of
-    each dim it names, as Tessera's one-axis Slices in a row (steps of 1 only)."""
+    each dim it names, as Tessera's Slice over those axes (steps of 1 only)."""
 
     def __init__(self, slc=None, name=None):
-        super().__init__(ts.Sequential(), name)
+        super().__init__(ts.Identity(), name)
         self.slc = None
         if slc is not None:
             self._build(slc)
@@ -519,7 +519,7 @@ class Slice(Module):
 
     def _build(self, slc):
         slc = slc if isinstance(slc, tuple) else (slc,)
-        seq = ts.Sequential()
+        axes, starts, ends = [], [], []
         for axis, part in enumerate(slc):
             if not isinstance(part, slice):
                 raise ModuleError(f"Slice: dim {axis} takes a range (start:stop), got {part!r}")
@@ -527,20 +527,23 @@ class Slice(Module):
                 raise ModuleError(f"Slice: dim {axis} has step {part.step}; only steps of 1 are supported")
             if part.start is None and part.stop is None:
                 continue
-            seq.append(ts.Slice(axis, part.start or 0, part.stop if part.stop is not None else 2 ** 62))
-        if len(seq) == 0:
-            seq.append(ts.Identity())
+            axes.append(axis)
+            starts.append(part.start or 0)
+            ends.append(part.stop if part.stop is not None else 2 ** 62)
+        m = ts.Slice(axes, starts, ends) if axes else ts.Identity()
+        m.name = self._m.name
         self.slc = slc
-        object.__setattr__(self, "_m", seq)
+        object.__setattr__(self, "_m", m)
         if Backend.getDevice() != "cpu":
-            seq.to(Backend.getDevice())
+            m.to(Backend.getDevice())
 
 
 class GroupLinear(Module):
     """PuzzleLib's GroupLinear: data [N, groups, insize] (batchDim 0) or [groups, N, insize]
-    (batchDim 1), a weight [groups, insize, outsize] per group. inmode="one": one group of
-    data [N, 1, insize] for every weight group (Tessera's Tile, then its GroupLinear);
-    wmode="one": one weight [1, insize, outsize] for every group (Tessera's Linear)."""
+    (batchDim 1), a weight [groups, insize, outsize] per group; inmode="one": one group of
+    data [N, 1, insize] for every weight group; wmode="one": one weight [1, insize, outsize]
+    for every group. Tessera's GroupLinear with the same modes; with groups=None (wmode
+    "one"), Tessera's Linear over the last axis, for any number of groups."""
 
     def __init__(self, groups, insize, outsize, wscale=1.0, useW=True, useBias=True, initscheme=None,
                  inmode="full", wmode="full", batchDim=0, name=None, empty=False, transpW=False):
@@ -554,29 +557,19 @@ class GroupLinear(Module):
             raise ModuleError(f"GroupLinear: batchDim is 0 or 1, got {batchDim}")
         if groups is None and (wmode == "full" or inmode == "one"):
             raise ModuleError("GroupLinear: groups=None needs wmode='one' and inmode='full'")
-        self._wmode = wmode
-        if wmode == "one":
+        self._overGroups = groups is None
+        if self._overGroups:
             inner = ts.Linear(insize, outsize, useBias=useBias)
         else:
-            inner = ts.GroupLinear(groups, insize, outsize, batchDim=batchDim, useBias=useBias)
-        if inmode == "one":
-            outer = ts.Sequential()
-            outer.append(ts.Tile(axis=1 - batchDim, times=groups))
-            outer.append(inner)
-        else:
-            outer = inner
-        object.__setattr__(self, "_inner", inner)
-        super().__init__(outer, name)
+            inner = ts.GroupLinear(groups, insize, outsize, batchDim=batchDim, useBias=useBias, inmode=inmode,
+                                   wmode=wmode)
+        super().__init__(inner, name)
         _initWeights(self, initscheme, wscale, factorShape=(insize, outsize))
         self.registerBlueprint(locals())
 
     @property
-    def _owner(self):
-        return object.__getattribute__(self, "_inner")
-
-    @property
     def _layouts(self):
-        if self._wmode == "one":
+        if self._overGroups:  # Linear's [in, out] and [out] as PuzzleLib's [1, in, out] and [1, out]
             return {"W": lambda s: (1,) + s, "b": lambda s: (1,) + s}
         return {}
 
