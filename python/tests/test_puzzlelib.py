@@ -1100,3 +1100,110 @@ def test_depth_concat_to_list_cast_and_noise_in_eval_mode():
     noise = Modules.NoiseInjector(mode="add", noisetype="gaussian", params=(0.0, 1.0))
     noise.evalMode()
     close(noise(a), a)
+
+
+# ---- the rest of the catalogue ------------------------------------------------------------------
+
+def test_subtract_mean_takes_each_windows_mean_away():
+    x = randn(2, 3, 6, 7)
+    y, g = forward_backward(Modules.SubtractMean(size=3), x)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    mean = sum(padded[:, :, i:i + 6, j:j + 7] for i in range(3) for j in range(3)) / 9  # zeros outside, / size^2
+    close(y, x - mean)
+
+
+def test_avgpool3d_deconv1d_deconv3d_and_batchnorm3d():
+    x = randn(2, 3, 4, 4, 6)
+    y = Modules.AvgPool3D()(x).get()  # size 2, stride 2
+    close(y, x.reshape(2, 3, 2, 2, 2, 2, 3, 2).mean(axis=(3, 5, 7)))
+    # a deconvolution is the adjoint of the convolution with the same weights: <deconv(a), b> = <a, conv(b)>
+    for nd, make, conv in ((1, Modules.Deconv1D, Modules.Conv1D), (3, Modules.Deconv3D, Modules.Conv3D)):
+        deconv = make(3, 2, 3, stride=2, pad=1, useBias=False)
+        a = randn(2, 3, *(4,) * nd)
+        ya = deconv(a).get()
+        b = randn(*ya.shape)
+        fwd = conv(2, 3, 3, stride=2, pad=1, useBias=False)
+        fwd.setVar("W", deconv.W.get())  # (3, 2, ...): the deconvolution's (in, out) is the convolution's (out, in)
+        assert np.isclose((ya * b).sum(), (a * fwd(b).get()).sum(), rtol=1e-4)
+    bn = Modules.BatchNorm3D(3)
+    y = bn(x).get()
+    mean, var = x.mean(axis=(0, 2, 3, 4), keepdims=True), x.var(axis=(0, 2, 3, 4), keepdims=True)
+    close(y, (x - mean) / np.sqrt(var + 1e-5) * bn.scale.get() + bn.bias.get(), atol=1e-4)
+    assert bn.scale.shape == (1, 3, 1, 1, 1)
+
+
+def test_spatial_tf_samples_on_the_transforms_grid():
+    x = randn(2, 1, 4, 5)
+    identity = np.tile(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], np.float32), (2, 1, 1))
+    tf = Modules.SpatialTf()
+    close(tf([x, identity]), x)
+    mirror = np.tile(np.array([[-1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], np.float32), (2, 1, 1))
+    close(tf([x, mirror]), x[:, :, :, ::-1])  # x_s = -x_t: the corner centres swap
+    half = Modules.SpatialTf(shape=(1, 2, 3))
+    y = half([x, identity]).get()
+    assert y.shape == (2, 1, 2, 3)
+    close(y[:, :, :, [0, -1]][:, :, [0, -1]], x[:, :, [0, -1]][:, :, :, [0, -1]])  # the grid's corners
+    with pytest.raises(Modules.ModuleError, match="C must be 1"):
+        Modules.SpatialTf(shape=(3, 2, 3))([x, identity])
+
+
+def test_glue_runs_puzzlelibs_hooks_with_the_namespaces_modules():
+    d1, d2, d3 = randn(10, 2, 3, 3), randn(10, 2, 3, 3), randn(10, 10)
+
+    def fwdGlue(data, modules):
+        a, b, c = data
+        out1, out2 = modules["split"](c)
+        return [a + b, out1, out2]
+
+    def bwdGlue(grad, modules):
+        g1, g2, g3 = grad
+        modules["split"].backward([g2, g3])
+        return [g1, g1, modules["split"].grad]
+
+    glue = Modules.Glue(fwdGlue=fwdGlue, bwdGlue=bwdGlue, modules={"split": Modules.Split(axis=1, sections=(5, 5))},
+                        fwdShapeGlue=lambda shapes: [shapes[0], (shapes[2][0], 5), (shapes[2][0], 5)])
+    out = glue([gpuarray.to_gpu(d) for d in (d1, d2, d3)])
+    close(out[0], d1 + d2)
+    close(out[1], d3[:, :5])
+    close(out[2], d3[:, 5:])
+    assert glue.dataShapeFrom([d1.shape, d2.shape, d3.shape]) == [d1.shape, (10, 5), (10, 5)]
+    g = [randn(*o.shape) for o in out]
+    glue.backward([gpuarray.to_gpu(v) for v in g])
+    close(glue.grad[0], g[0])
+    close(glue.grad[2], np.concatenate([g[1], g[2]], axis=1))
+    with pytest.raises(Modules.ModuleError, match="bwdShapeGlue"):
+        glue.gradShapeFrom([(10, 2, 3, 3)])
+    with pytest.raises(Modules.ModuleError, match="cannot join a Tessera container"):
+        Containers.Sequential().append(glue)
+
+
+def test_ctc_of_probabilities_and_of_logits():
+    torch = pytest.importorskip("torch")
+    # PuzzleLib's small check: with probabilities, exp(-error) is the one path's probability.
+    probs = np.array([[[0.1, 0.6, 0.1, 0.1, 0.1]], [[0.1, 0.1, 0.6, 0.1, 0.1]]], np.float32)
+    ctc = Cost.CTC(blank=4, vocabsize=5, normalized=True)
+    error, grad = ctc([gpuarray.to_gpu(probs), np.array([2], np.int32)], [np.array([1, 2], np.int32),
+                                                                           np.array([2], np.int32)])
+    assert np.isclose(np.exp(-error), 0.6 * 0.6, rtol=1e-5)
+    # its gradient: the derivative with respect to the probabilities, -1/p on the path (descent sign)
+    ref = np.zeros_like(probs)
+    ref[0, 0, 1], ref[1, 0, 2] = 1 / 0.6, 1 / 0.6
+    close(grad, ref, atol=1e-4)
+    # logits: PyTorch's ctc_loss on their log-softmax, averaged over the batch
+    T, N, V = 12, 3, 6
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((T, N, V)).astype(np.float32)
+    datalen = np.array([12, 10, 11], np.int32)
+    lengths = np.array([3, 4, 2], np.int32)
+    labels = rng.integers(1, V, lengths.sum()).astype(np.int32)
+    ctc = Cost.CTC(blank=0, vocabsize=V)
+    error, grad = ctc([x, datalen], [labels, lengths])
+    xt = torch.tensor(x, requires_grad=True)
+    loss = torch.nn.functional.ctc_loss(torch.log_softmax(xt, 2), torch.tensor(labels, dtype=torch.long),
+                                        torch.tensor(datalen, dtype=torch.long),
+                                        torch.tensor(lengths, dtype=torch.long), blank=0, reduction="sum") / N
+    loss.backward()
+    assert np.isclose(error, loss.item(), rtol=1e-5)
+    close(grad, -xt.grad.numpy(), atol=1e-5)
+    with pytest.raises(Cost.CostError, match="lengths sum to 9, got 8 labels"):
+        ctc([x, datalen], [labels[:-1], lengths])

@@ -253,9 +253,59 @@ class L1Hinge(Cost):
 
 
 class CTC(Cost):
+    """PuzzleLib's CTC: `cost([data, datalen], [labels, lengths])` with data [T, N, V]
+    (logits, or with `normalized=True` probabilities), datalen [N] int32 steps per sample,
+    labels int32 concatenated over the batch and lengths [N] int32 labels per sample. The
+    error is the mean over the batch of -log p(labels). Tessera's `CTC` computes it (its
+    labels padded to [N, S]; probabilities passed as their logarithms, whose log-softmax they
+    are). The gradient is the derivative of that error with respect to `data`, in the descent
+    sign: PuzzleLib's is taken with respect to the logits even when `data` are
+    probabilities (docs/puzzlelib.md)."""
+
     def __init__(self, blank, vocabsize=None, normalized=False):
-        super().__init__(ts.CTC(blank, vocabsize=vocabsize or 0, normalized=normalized))
-        self.blank = blank
+        if vocabsize is not None and not 0 <= blank <= vocabsize:
+            raise CostError(f"CTC: blank {blank} is outside 0..{vocabsize}")
+        super().__init__(ts.CTC(blank, vocabsize=vocabsize or 0))
+        self.blank, self.vocabsize, self.normalized = blank, vocabsize, normalized
+
+    def _inputs(self, pred, target):
+        if not isinstance(pred, (list, tuple)) or len(pred) != 2 or not isinstance(target, (list, tuple)) \
+                or len(target) != 2:
+            raise CostError("CTC takes [data, datalen] and [labels, lengths]")
+        data = tensorOf(pred[0]).get()
+        datalen, labels, lengths = (_intLabels(v).reshape(-1) for v in (pred[1], target[0], target[1]))
+        if data.ndim != 3 or datalen.size != data.shape[1] or lengths.size != data.shape[1]:
+            raise CostError(f"CTC: data [T, N, V] with N datalen and N lengths, got data {data.shape}, "
+                            f"{datalen.size} datalen, {lengths.size} lengths")
+        if lengths.sum() != labels.size:
+            raise CostError(f"CTC: lengths sum to {lengths.sum()}, got {labels.size} labels")
+        padded = np.zeros((data.shape[1], max(int(lengths.max(initial=0)), 1)), np.int32)
+        for n, (start, k) in enumerate(zip(np.cumsum(lengths) - lengths, lengths)):
+            padded[n, :k] = labels[start:start + k]
+        scores = np.log(data) if self.normalized else data
+        return data, scores.astype(np.float32), padded, lengths, datalen
+
+    def __call__(self, pred, target, queryError=True):
+        data, scores, padded, lengths, datalen = self._inputs(pred, target)
+        error, grad = self._c([tensorOf(scores)], [tensorOf(padded), tensorOf(lengths), tensorOf(datalen)])
+        g = grad[0].get()
+        if self.normalized:
+            # Tessera's gradient is with respect to z = log p through a log-softmax, which adds
+            # log sum_v p = 0 per step: d/dp of -log P(labels) is dE/dz / p less that term's 1.
+            valid = np.arange(data.shape[0])[:, None] < datalen[None, :]
+            g = g / data - valid[:, :, None]
+        self.grad = negated(tensorOf(g))
+        self.error = error
+        n = data.shape[1]
+        self.batchsize = n
+        self.numOfSamples += n
+        self._accum += error * n
+        return (self.error, self.grad) if queryError else self.grad
+
+    def validate(self, pred, target):
+        _, scores, padded, lengths, datalen = self._inputs(pred, target)
+        self.valError = self._c.validate([tensorOf(scores)], [tensorOf(padded), tensorOf(lengths), tensorOf(datalen)])
+        return self.valError
 
 
 class Multi(Cost):

@@ -363,8 +363,8 @@ def _same(cls, doc=""):
 
 for _cls in ("Add", "Concat", "CrossMapLRN", "DepthConcat", "Flatten", "Gelu", "GroupLinear",
              "Identity", "MapLRN", "MoveAxis", "Mul", "MulAddConst", "NoiseInjector",
-             "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "SoftMax", "SpatialTf", "Split",
-             "SubtractMean", "Sum", "SwapAxes", "Tile", "Transpose", "Upsample2D", "Upsample3D", "Glue"):
+             "Pad1D", "Pad2D", "Penalty", "Replicate", "Reshape", "SoftMax", "Split",
+             "SubtractMean", "Sum", "SwapAxes", "Tile", "Transpose", "Upsample2D", "Upsample3D"):
     globals()[_cls] = _same(_cls)
 del _cls
 
@@ -376,6 +376,96 @@ class Cast(Module):
     def __init__(self, intype, outtype, name=None):
         super().__init__(ts.Cast(npDtype(intype), npDtype(outtype)), name)
         self.registerBlueprint(locals())
+
+
+class SpatialTf(Module):
+    """PuzzleLib's SpatialTf: `[data [N, C, H, W], transform [N, 2, 3]]` sampled on the
+    transform's grid; `shape` (C, H, W) of the output, None for the input's. Tessera's
+    SpatialTf with that height and width (C must be the input's)."""
+
+    def __init__(self, shape=None, name=None):
+        if shape is not None and len(shape) != 3:
+            raise ModuleError(f"SpatialTf: shape is (C, H, W), got {shape!r}")
+        h, w = (shape[1], shape[2]) if shape is not None else (0, 0)
+        super().__init__(ts.SpatialTf(height=h, width=w), name)
+        self.shape = tuple(shape) if shape is not None else None
+        self.registerBlueprint(locals())
+
+    def _checkMaps(self, dshape):
+        if self.shape is not None and self.shape[0] != dshape[1]:
+            raise ModuleError(f"SpatialTf: shape {self.shape} keeps the input's {dshape[1]} maps (C must be "
+                              f"{dshape[1]})")
+
+    def updateData(self, data):
+        self._checkMaps(tuple(data[0].shape))
+        Module.updateData(self, data)
+
+    def __call__(self, data):
+        self.updateData(data)
+        return self.data
+
+    def dataShapeFrom(self, shapes):
+        self._checkMaps(tuple(shapes[0]))
+        return Module.dataShapeFrom(self, shapes)
+
+
+class Glue(Module):
+    """PuzzleLib's Glue: `fwdGlue(data, modules)` and `bwdGlue(grad, modules)` are the
+    forward and backward, written with the namespace's modules and tensors (gradients in
+    PuzzleLib's sign, as every module here takes and gives them); `fwdShapeGlue` and
+    `bwdShapeGlue` the shape functions. It runs in Python on its own: not inside a
+    container (Tessera's own `Glue` is the layer for graphs, docs/layers.md)."""
+
+    def __init__(self, modules=None, fwdGlue=None, bwdGlue=None, fwdShapeGlue=None, bwdShapeGlue=None, name=None):
+        if modules is not None and not isinstance(modules, dict):
+            raise ModuleError("Glue: modules must be a dictionary {name: module}")
+        super().__init__(ts.Identity(), name)
+        object.__setattr__(self, "modules", modules)
+        object.__setattr__(self, "_hooks", (fwdGlue, bwdGlue, fwdShapeGlue, bwdShapeGlue))
+        object.__setattr__(self, "_out", None)
+        object.__setattr__(self, "_in", None)
+        object.__setattr__(self, "_grad", None)
+        self.registerBlueprint(locals(), exclude=("modules", "fwdGlue", "bwdGlue", "fwdShapeGlue", "bwdShapeGlue"))
+
+    @property
+    def module(self):
+        raise ModuleError("Glue: PuzzleLib's Glue runs in Python on its own and cannot join a Tessera container; "
+                          "use tessera.Glue (registerGlue) for a layer in a graph")
+
+    def __call__(self, data):
+        self.updateData(data)
+        return self.data
+
+    def updateData(self, data):
+        object.__setattr__(self, "_in", data)
+        object.__setattr__(self, "_out", self._hooks[0](data, self.modules))
+
+    def backward(self, grad, updParamGrads=True, updGrad=True, scale=1.0, momentum=0.0):
+        if self._hooks[1] is None:
+            raise ModuleError("Glue: no backward glue (bwdGlue) is installed")
+        object.__setattr__(self, "_grad", self._hooks[1](grad, self.modules))
+
+    @property
+    def data(self):
+        return self._out
+
+    @property
+    def inData(self):
+        return self._in
+
+    @property
+    def grad(self):
+        return self._grad
+
+    def dataShapeFrom(self, shape):
+        if self._hooks[2] is None:
+            raise ModuleError("Glue: forward shape glue hook (fwdShapeGlue) is not installed")
+        return self._hooks[2](shape)
+
+    def gradShapeFrom(self, shape):
+        if self._hooks[3] is None:
+            raise ModuleError("Glue: backward shape glue hook (bwdShapeGlue) is not installed")
+        return self._hooks[3](shape)
 
 
 def _flatten(data, out):
