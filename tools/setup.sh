@@ -30,6 +30,8 @@ packages=(
   # The Python package (python/): pybind11 builds it for Debian's python3, NumPy arrays go
   # in and out, and pytest runs its suite (python/tests).
   pybind11-dev python3-dev python3-numpy python3-pytest
+  # `pip install .` (setup.py builds through CMake; offline with --no-build-isolation).
+  python3-pip python3-setuptools python3-wheel
   # lint.python checks the Python scripts.
   pyflakes3
   # The HDF5 interoperability tests read and write model files with h5py; the data tests
