@@ -5,20 +5,21 @@
 #include "backend/Backend.h"
 #include "modules/Init.h"
 #include "modules/Module.h"
+#include "modules/PerDim.h"
 
 namespace tessera {
 
 /// Convolution options. Per-dim values take one number (used for every spatial dim) or
-/// one per dim.
+/// one per dim: `{.stride = 2, .pad = 1}`, `{.pad = {1, 0}}`.
 struct ConvOptions {
-    std::vector<int64_t> stride = {1};
-    std::vector<int64_t> pad = {0};      ///< zero padding on both sides of each dim
-    std::vector<int64_t> dilation = {1}; ///< 1: dense kernel
-    int64_t groups = 1;                  ///< inmaps and outmaps must both divide by it
+    PerDim stride = 1;
+    PerDim pad = 0;      ///< zero padding on both sides of each dim
+    PerDim dilation = 1; ///< 1: dense kernel
+    int64_t groups = 1;  ///< inmaps and outmaps must both divide by it
     /// Deconvolutions only: outputs added at the end of each dim, 0 <= postpad < stride
     /// (PyTorch's output_padding; a stride-s deconvolution's output size is otherwise
     /// ambiguous by up to s - 1).
-    std::vector<int64_t> postpad = {0};
+    PerDim postpad = 0;
     bool useBias = true;
     InitScheme initscheme = InitScheme::xavier;
     float wscale = 1.0f;

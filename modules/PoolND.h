@@ -4,13 +4,14 @@
 
 #include "backend/Backend.h"
 #include "modules/Module.h"
+#include "modules/PerDim.h"
 
 namespace tessera {
 
 struct PoolOptions {
-    std::vector<int64_t> stride = {}; ///< empty: equal to the size
-    std::vector<int64_t> pad = {0};   ///< on both sides; must be below the size
-    bool includePad = true;           ///< average pooling: padded positions count in the mean
+    PerDim stride = {};     ///< one number or one per dim (`.stride = 2`); empty: equal to the size
+    PerDim pad = 0;         ///< on both sides; must be below the size
+    bool includePad = true; ///< average pooling: padded positions count in the mean
     std::string name = {};
 };
 

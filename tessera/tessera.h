@@ -50,6 +50,7 @@
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
 #include "modules/Penalty.h"
+#include "modules/PerDim.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
 #include "modules/PositionalEncoding.h"

@@ -191,6 +191,19 @@ TEST(Conv, BlockedOutputsFlowIntoTheNextConvolution) {
     EXPECT_TRUE(checkGradients(net, {x}, opts));
 }
 
+TEST(Conv, ScalarOrPerDimOptions) {
+    // One number stands for every spatial dim: {.stride = 2, .pad = 1} is {.stride = {2}, .pad = {1}}.
+    Conv2D scalar(3, 4, 3, {.stride = 2, .pad = 1, .dilation = 1});
+    Conv2D lists(3, 4, 3, {.stride = {2, 2}, .pad = {1, 1}});
+    EXPECT_EQ(scalar.params().stride, lists.params().stride);
+    EXPECT_EQ(scalar.params().padLo, lists.params().padLo);
+    EXPECT_EQ(scalar.dataShapeFrom(Shape{1, 3, 9, 8}), (Shape{1, 4, 5, 4}));
+    Deconv2D up(4, 2, 3, {.stride = 2, .pad = 1, .postpad = 1});
+    EXPECT_EQ(up.dataShapeFrom(Shape{1, 4, 5, 4}), (Shape{1, 2, 10, 8}));
+    Conv3D mixed(1, 1, 3, {.pad = {1, 0, 1}});
+    EXPECT_EQ(mixed.params().padLo, (std::vector<int64_t>{1, 0, 1}));
+}
+
 TEST(Conv, BadInput) {
     Conv2D conv(3, 8, 3, {.name = "conv1"});
     EXPECT_TRUE(throwsShapeError(

@@ -85,6 +85,15 @@ TEST(Pool, Shape) {
     }
 }
 
+TEST(Pool, ScalarOrPerDimOptions) {
+    MaxPool2D scalar(3, {.stride = 2, .pad = 1});
+    MaxPool2D lists(3, {.stride = {2, 2}, .pad = {1, 1}});
+    EXPECT_EQ(scalar.dataShapeFrom(Shape{1, 2, 9, 7}), lists.dataShapeFrom(Shape{1, 2, 9, 7}));
+    EXPECT_EQ(scalar.dataShapeFrom(Shape{1, 2, 9, 7}), (Shape{1, 2, 5, 4}));
+    AvgPool2D perDim(2, {.stride = {2, 1}});
+    EXPECT_EQ(perDim.dataShapeFrom(Shape{1, 2, 8, 8}), (Shape{1, 2, 4, 7}));
+}
+
 TEST(Pool, BlockedInputFromConvolutionKeepsItsLayout) {
     Conv2D conv(8, 16, 3, {.pad = {1}});
     MaxPool2D pool(2);
