@@ -12,7 +12,7 @@ library with the GIL released. docs/python.md is the guide.
 
 import inspect as _inspect
 
-from . import _tessera
+from . import _argdocs, _tessera
 from ._tessera import (
     BackendError, BatchInfo, Calculator, Container, ContainerError, Cost, Error, Graph,
     GraphError, IoError, Module, ModuleError, Node, NumericsError, Optimizer, Parallel,
@@ -237,10 +237,19 @@ class _Layer(Module):
         return f"tessera.{self._classname}(" + ", ".join(f"{k}={v!r}" for k, v in scheme.items()) + ")"
 
 
+def _layer_doc(classname, sig):
+    """The layer class's docstring: its signature and what each argument means."""
+    lines = [f"{classname}({', '.join(str(p) for p in sig.parameters.values())})", "",
+             f"Tessera's {classname} (docs/layers.md); arguments left out take the defaults shown "
+             "(None: the class decides).", "", "Arguments:"]
+    for arg in sig.parameters:
+        lines.append(f"    {arg}: {_argdocs.meaning(classname, arg) or '(see docs/layers.md)'}")
+    return "\n".join(lines)
+
+
 def _make_layer(classname, params):
     sig = _signature(params)
-    doc = (f"{classname}({params})\n\nTessera's {classname} (docs/layers.md); arguments left out take the "
-           f"defaults shown (None: the class decides).")
+    doc = _layer_doc(classname, sig)
     return type(classname, (_Layer,), {"_classname": classname, "__signature__": sig, "__doc__": doc,
                                        "__module__": __name__})
 

@@ -472,3 +472,22 @@ def test_embedder_padding_idx_is_pytorchs():
     emb.backward(g)
     yt.backward(torch.tensor(g))
     np.testing.assert_allclose(emb.namedParams()["W"].grad.numpy(), ref.weight.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_every_layer_argument_has_a_meaning_in_its_docstring():
+    for classname in ts._LAYERS:
+        cls = getattr(ts, classname)
+        for arg in cls.__signature__.parameters:
+            assert f"\n    {arg}: " in cls.__doc__, f"{classname}'s docstring does not say what '{arg}' is"
+            assert "(see docs/layers.md)" not in cls.__doc__.split(f"\n    {arg}: ")[1].split("\n")[0], \
+                f"{classname}.{arg} has no meaning in tessera/_argdocs.py"
+    assert "pad: zero padding on both sides" in ts.Conv2D.__doc__
+    assert "inmode: 'full'" in ts.GroupLinear.__doc__
+
+
+def test_the_package_ships_its_type_stub():
+    import os
+    where = os.path.dirname(ts.__file__)
+    assert os.path.exists(os.path.join(where, "__init__.pyi")) and os.path.exists(os.path.join(where, "py.typed"))
+    stub = open(os.path.join(where, "__init__.pyi"), encoding="utf-8").read()
+    assert "class Conv2D(Module):" in stub and "pad: int | Sequence[int] = ..." in stub
