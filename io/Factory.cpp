@@ -6,6 +6,7 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -768,10 +769,43 @@ ModulePtr buildGraph(const Blueprint& bp, const Args& a) {
 
 } // namespace
 
+namespace {
+std::mutex resolversMutex;
+std::vector<std::pair<std::string, std::function<ModulePtr(const Blueprint&)>>>& resolvers() {
+    static std::vector<std::pair<std::string, std::function<ModulePtr(const Blueprint&)>>> r;
+    return r;
+}
+} // namespace
+
+void registerClassResolver(const std::string& prefix, std::function<ModulePtr(const Blueprint& bp)> build) {
+    std::lock_guard<std::mutex> lock(resolversMutex);
+    for (auto& [p, b] : resolvers()) {
+        if (p == prefix) {
+            b = std::move(build);
+            return;
+        }
+    }
+    resolvers().emplace_back(prefix, std::move(build));
+}
+
 ModulePtr buildModule(const Blueprint& bp, const std::string& where, bool strictArguments) {
     const auto& t = table();
     auto it = t.find(bp.classname);
     if (it == t.end()) {
+        std::function<ModulePtr(const Blueprint&)> resolve;
+        {
+            std::lock_guard<std::mutex> lock(resolversMutex);
+            for (const auto& [prefix, build] : resolvers()) {
+                if (bp.classname.rfind(prefix, 0) == 0) resolve = build;
+            }
+        }
+        if (resolve) {
+            try {
+                return resolve(bp);
+            } catch (const ModuleError& e) {
+                throw ModuleError(where + e.what());
+            }
+        }
         throw ModuleError(where + "unknown module class '" + bp.classname + "' (the factory knows " +
                           std::to_string(t.size()) + " classes; see factoryClassnames())");
     }

@@ -1,4 +1,6 @@
 #pragma once
+
+#include <functional>
 /// \file Blueprints back to modules: JSON parsing and the one explicit factory table that
 /// rebuilds any module, container or graph from its blueprint.
 
@@ -21,6 +23,11 @@ Blueprint blueprintFromJson(const std::string& json);
 /// listing them all: a misspelled key would otherwise build a model that differs from its
 /// JSON. `strictArguments` false ignores such arguments (for blueprints of a later version).
 ModulePtr buildModule(const Blueprint& bp, const std::string& where = {}, bool strictArguments = true);
+
+/// Builds the modules whose class name starts with `prefix` when the table has no such
+/// class (the Python package registers "python:" for layers written in Python, whose
+/// blueprints name their Python class). Registering a prefix again replaces it.
+void registerClassResolver(const std::string& prefix, std::function<ModulePtr(const Blueprint& bp)> build);
 
 /// A fresh module (parameters from the global generator, not the file's) built from the
 /// blueprint an HDF5 model file holds (io/Hdf5.h saves one). IoError naming the file when

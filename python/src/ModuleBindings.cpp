@@ -291,6 +291,179 @@ py::dict namedTensors(const NamedTensors& ts) {
     return d;
 }
 
+// ---- layers written in Python ----
+
+// A blueprint value as Python has it.
+py::object fromSchemeValue(const BlueprintValue& v) {
+    return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
+}
+
+// class M(tessera.Module) written in Python (python/tessera/__init__.py turns such a class
+// into a subclass of tessera._PythonModule): Tessera calls its updateData, updateGrad,
+// accGradParams, dataShapeFrom, gradShapeFrom and checkDataShape, with the GIL taken. The
+// module holds its Python object (set by _attach once its __init__ has run), so it lives
+// as long as any container holds it. Its blueprint names its Python class ("python:"
+// + module + "." + qualified name) and the arguments its __init__ took.
+class PythonModule : public Module {
+public:
+    using Module::Module;
+
+    void attach(py::object self, py::dict arguments) {
+        py::object cls = py::type::of(self);
+        name_ = py::str(cls.attr("__name__"));
+        path_ = "python:" + std::string(py::str(cls.attr("__module__"))) + "." +
+                std::string(py::str(cls.attr("__qualname__")));
+        scheme_.clear();
+        for (const auto& [k, v] : arguments) {
+            if (v.is_none()) continue;
+            const std::string key = py::str(k);
+            scheme_.emplace_back(key, schemeValue(name_, key, v));
+        }
+        outputs_ = py::hasattr(self, "outputs") ? self.attr("outputs").cast<size_t>() : 1;
+        self_ = std::make_shared<PythonOwner>(std::move(self));
+    }
+
+    std::string classname() const override { return name_.empty() ? "PythonModule" : name_; }
+    size_t outputCount() const override { return outputs_; }
+
+    Shapes dataShapeFrom(const Shapes& inShapes) const override {
+        py::gil_scoped_acquire gil;
+        return shapes("dataShapeFrom", inShapes);
+    }
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override {
+        py::gil_scoped_acquire gil;
+        if (!has("gradShapeFrom")) return lastInShapes("gradShapeFrom"); // the input's, as most layers
+        return shapes("gradShapeFrom", outGradShapes);
+    }
+    void checkDataShape(const Shapes& inShapes) const override {
+        py::gil_scoped_acquire gil;
+        if (has("checkDataShape")) call([&] { self().attr("checkDataShape")(shapesArg(inShapes)); });
+    }
+    Blueprint blueprint() const override {
+        Blueprint bp = Module::blueprint();
+        bp.classname = path_;
+        for (const auto& kv : scheme_) {
+            if (kv.first != "name") bp.scheme.push_back(kv);
+        }
+        return bp;
+    }
+
+protected:
+    // The outputs must be what dataShapeFrom says: their count and shapes are checked.
+    Tensors updateData(const Tensors& data) override {
+        py::gil_scoped_acquire gil;
+        Tensors out = toTensors(self().attr("updateData")(data.size() == 1 ? py::cast(data[0]) : py::cast(data)));
+        Shapes in;
+        for (const Tensor& t : data) in.push_back(t.shape());
+        const Shapes want = shapes("dataShapeFrom", in);
+        if (out.size() != want.size()) {
+            throw moduleError("updateData gave " + std::to_string(out.size()) + " outputs, dataShapeFrom " +
+                              std::to_string(want.size()));
+        }
+        for (size_t i = 0; i < out.size(); ++i) {
+            if (out[i].shape() != want[i]) {
+                throw moduleError("updateData gave output " + std::to_string(i) + " of shape " + out[i].shape().str() +
+                                  ", dataShapeFrom says " + want[i].str());
+            }
+        }
+        return out;
+    }
+    Tensors updateGrad(const Tensors& grad) override {
+        py::gil_scoped_acquire gil;
+        if (!has("updateGrad")) throw moduleError("has no updateGrad: it gives no input gradient");
+        const py::object r = self().attr("updateGrad")(grad.size() == 1 ? py::cast(grad[0]) : py::cast(grad));
+        auto one = [](const py::handle& v) { return v.is_none() ? Tensor() : toTensor(v); }; // None: none
+        Tensors out;
+        if (!isList(r)) {
+            out.push_back(one(r));
+        } else {
+            for (const py::handle& v : r) out.push_back(one(v));
+        }
+        const Tensors& in = inDataList();
+        if (out.size() != in.size()) {
+            throw moduleError("updateGrad gave " + std::to_string(out.size()) + " gradients for " +
+                              std::to_string(in.size()) + " inputs");
+        }
+        for (size_t i = 0; i < out.size(); ++i) {
+            if (out[i].defined() && out[i].shape() != in[i].shape()) {
+                throw moduleError("updateGrad gave gradient " + std::to_string(i) + " of shape " +
+                                  out[i].shape().str() + " for input " + in[i].shape().str());
+            }
+        }
+        return out;
+    }
+    void accGradParams(const Tensors& grad, float scale, float momentum) override {
+        if (ownParams().empty()) return;
+        py::gil_scoped_acquire gil;
+        if (!has("accGradParams")) throw moduleError("has parameters but no accGradParams");
+        self().attr("accGradParams")(grad.size() == 1 ? py::cast(grad[0]) : py::cast(grad), scale, momentum);
+    }
+
+private:
+    const py::object& self() const {
+        if (!self_) throw moduleError("is used before its __init__ finished");
+        return self_->object;
+    }
+    bool has(const char* method) const { return self_ && py::hasattr(self_->object, method); }
+    static py::object shapesArg(const Shapes& shapes) {
+        if (shapes.size() == 1) return fromShape(shapes[0]);
+        py::list l;
+        for (const Shape& sh : shapes) l.append(fromShape(sh));
+        return l;
+    }
+    // A ValueError or ShapeError from the Python method is this layer's ShapeError.
+    template <class F> void call(F&& f) const {
+        try {
+            f();
+        } catch (py::error_already_set& e) {
+            static const py::handle pyShapeError =
+                py::object(py::module_::import("tessera._tessera").attr("ShapeError")).release();
+            if (e.matches(PyExc_ValueError) || e.matches(pyShapeError)) throw shapeError(py::str(e.value()));
+            throw;
+        }
+    }
+    Shapes shapes(const char* method, const Shapes& in) const {
+        Shapes out;
+        call([&] { out = toShapes(self().attr(method)(shapesArg(in))); });
+        return out;
+    }
+
+    std::shared_ptr<PythonOwner> self_;
+    std::string name_, path_;
+    std::vector<std::pair<std::string, BlueprintValue>> scheme_;
+    size_t outputs_ = 1;
+};
+
+// Rebuilds a layer written in Python from its blueprint: imports its module, calls its class
+// with the blueprint's arguments.
+ModulePtr buildPythonModule(const Blueprint& bp) {
+    py::gil_scoped_acquire gil;
+    const std::string path = bp.classname.substr(std::string("python:").size());
+    const size_t dot = path.rfind('.');
+    if (dot == std::string::npos) throw ModuleError("'" + bp.classname + "' names no Python class");
+    py::object cls;
+    try {
+        cls = py::module_::import(path.substr(0, dot).c_str());
+        std::string rest = path.substr(dot + 1);
+        cls = cls.attr(rest.c_str());
+    } catch (py::error_already_set& e) {
+        throw ModuleError("the layer written in Python '" + path + "' cannot be found: " + std::string(e.what()) +
+                          " (import its module first)");
+    }
+    py::dict kwargs;
+    std::string name;
+    for (const auto& [k, v] : bp.scheme) {
+        if (k == "name") {
+            name = std::get<std::string>(v);
+        } else {
+            kwargs[py::str(k)] = fromSchemeValue(v);
+        }
+    }
+    ModulePtr mod = cls(**kwargs).cast<ModulePtr>();
+    if (!name.empty()) mod->setName(name);
+    return mod;
+}
+
 } // namespace
 
 void bindModules(py::module_& m) {
@@ -471,6 +644,23 @@ Linear.)")
             return std::make_shared<MaxUnpool2D>(pool, name);
         },
         py::arg("maxpool"), py::arg("name"));
+    py::class_<PythonModule, Module, std::shared_ptr<PythonModule>>(m, "_PythonModule",
+                                                                    "The base a layer written in Python gets.")
+        .def(py::init<std::string>(), py::arg("name") = "")
+        .def("_attach", &PythonModule::attach, py::arg("self"), py::arg("arguments"))
+        .def(
+            "setVar",
+            [](PythonModule& x, const std::string& name, const py::handle& value) {
+                x.setVar(name, Variable::of(toTensor(value, true)));
+            },
+            py::arg("name"), py::arg("value"), "Registers (or replaces) parameter `name` with a copy of `value`.")
+        .def(
+            "setAttr",
+            [](PythonModule& x, const std::string& name, const py::handle& value) {
+                x.setAttr(name, toTensor(value, true));
+            },
+            py::arg("name"), py::arg("value"), "Registers (or replaces) state tensor `name` (saved, not trained).");
+    registerClassResolver("python:", &buildPythonModule);
     m.def("registerGlue", &registerPythonGlue, py::arg("kind"), py::arg("make"),
           R"(Makes `kind` a layer: Glue(kind) (and blueprints and model files naming it) build
 one from `make()`, a spec: a dict (or object) with shapes(inShapes) -> shape(s),

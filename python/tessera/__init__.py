@@ -330,6 +330,63 @@ importOnnx = _returning_typed(importOnnx)
 loadZooModel = _returning_typed(loadZooModel)
 
 
+# ---- layers written in Python ----
+
+def _python_layer_init(init):
+    """`init` (a Python layer's __init__) that, once the outermost __init__ has run, hands
+    the layer and its arguments to the C++ side: from then on Tessera calls its methods,
+    and its blueprint names its class and those arguments."""
+    sig = _inspect.signature(init)
+
+    def __init__(self, *args, **kwargs):
+        depth = self.__dict__.get("_tessera_init_depth", 0)
+        self.__dict__["_tessera_init_depth"] = depth + 1
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            self.__dict__["_tessera_init_depth"] = depth
+        if depth == 0:
+            bound = sig.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            arguments = {}
+            for pname, value in list(bound.arguments.items())[1:]:
+                kind = sig.parameters[pname].kind
+                if kind is _inspect.Parameter.VAR_KEYWORD:
+                    arguments.update(value)
+                elif kind is not _inspect.Parameter.VAR_POSITIONAL:
+                    arguments[pname] = value
+            _tessera._PythonModule._attach(self, self, arguments)
+            self.__dict__["_tessera_attached"] = True
+
+    __init__.__wrapped__ = init
+    __init__.__doc__ = init.__doc__
+    __init__.__signature__ = sig
+    return __init__
+
+
+def _init_subclass(cls, **kwargs):
+    """class M(tessera.Module) outside the package is a layer written in Python: its base
+    becomes tessera._PythonModule (a Module whose updateData, updateGrad, accGradParams,
+    dataShapeFrom, gradShapeFrom and checkDataShape are the class's methods)."""
+    if cls.__module__ == __name__ or cls.__module__.startswith(__name__ + "."):
+        return  # the package's own classes (the layer classes, containers)
+    if not issubclass(cls, _tessera._PythonModule):
+        cls.__bases__ = tuple(_tessera._PythonModule if b is Module else b for b in cls.__bases__)
+    if "__init__" in cls.__dict__:
+        cls.__init__ = _python_layer_init(cls.__dict__["__init__"])
+    elif not any("__init__" in vars(b) and issubclass(b, _tessera._PythonModule) and b is not _tessera._PythonModule
+                 for b in cls.__mro__[1:]):
+        def __init__(self, name=None):
+            _tessera._PythonModule.__init__(self, name or "")
+
+        cls.__init__ = _python_layer_init(__init__)
+
+
+Module.__init_subclass__ = classmethod(_init_subclass)
+_tessera._PythonModule.__repr__ = lambda self: (Module.__repr__(self) if self.__dict__.get("_tessera_attached")
+                                                else f"<{type(self).__name__}, not constructed>")
+
+
 def MaxUnpool2D(maxpool, name=None):
     """The inverse of the MaxPool2D module `maxpool` (it reads that pool's argmax indices)."""
     return _tessera._maxUnpool2D(maxpool, name or "")
