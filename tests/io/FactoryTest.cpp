@@ -22,6 +22,7 @@
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/GroupLinear.h"
+#include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
 #include "modules/LCN.h"
 #include "modules/LRN.h"
@@ -223,6 +224,27 @@ TEST(Factory, RequiredArgumentsAndUnknownClassesAreNamed) {
                     buildModule(scheme("Linear", {{"insize", 2.5}, {"outsize", int64_t{3}}}));
                 }),
                 ::testing::HasSubstr("argument 'insize' must be an integer"));
+}
+
+// A class the table does not have goes to the resolver registered for its prefix (the
+// Python package's "python:" builds layers written in Python); other names stay unknown.
+TEST(Factory, ClassResolversBuildThePrefixesTheyRegistered) {
+    std::string seen;
+    registerClassResolver("test-resolver:", [&seen](const Blueprint& bp) -> ModulePtr {
+        seen = bp.classname;
+        if (bp.classname == "test-resolver:fails") throw ModuleError("cannot build it");
+        return std::make_shared<Identity>("resolved");
+    });
+    ModulePtr m = buildModule(scheme("test-resolver:layer", {}));
+    EXPECT_EQ(seen, "test-resolver:layer");
+    EXPECT_EQ(m->classname(), "Identity");
+    EXPECT_EQ(m->name(), "resolved");
+    EXPECT_THAT(testing::errorOf([] { buildModule(scheme("test-resolver:fails", {}), "net.a: "); }),
+                ::testing::HasSubstr("net.a: cannot build it"));
+    EXPECT_THAT(testing::errorOf([] { buildModule(scheme("other:layer", {})); }),
+                ::testing::HasSubstr("unknown module class 'other:layer'"));
+    registerClassResolver("test-resolver:", [](const Blueprint&) -> ModulePtr { return nullptr; }); // replaced
+    EXPECT_EQ(buildModule(scheme("test-resolver:layer", {})), nullptr);
 }
 
 } // namespace
