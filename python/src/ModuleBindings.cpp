@@ -85,6 +85,26 @@ ModulePtr build(const std::string& cls, const py::dict& scheme) {
     return buildModule(bp, {}, /*strictArguments=*/true);
 }
 
+// ---- what Python layers give back (Glue functions and Module subclasses) ----
+
+// Input gradients from a Python function's result: a tensor or a list, None for an input
+// that gets none.
+Tensors gradientsOf(const py::handle& r) {
+    auto one = [](const py::handle& v) { return v.is_none() ? Tensor() : toTensor(v); };
+    if (!isList(r)) return Tensors{one(r)};
+    Tensors out;
+    for (const py::handle& v : r) out.push_back(one(v));
+    return out;
+}
+
+// True for the errors a Python shape function raises for inputs it does not take: a
+// ValueError or a tessera.ShapeError (they become the layer's ShapeError).
+bool isShapeError(py::error_already_set& e) {
+    static const py::handle shapeError =
+        py::object(py::module_::import("tessera._tessera").attr("ShapeError")).release();
+    return e.matches(PyExc_ValueError) || e.matches(shapeError);
+}
+
 // ---- Glue layers from Python functions ----
 
 // One field of a Glue spec given as a dict or as an object with attributes (None when
@@ -145,9 +165,7 @@ GlueSpec pythonGlueSpec(const std::string& kind, const py::handle& spec) {
         try {
             return toShapes(shapes->object(l));
         } catch (py::error_already_set& e) {
-            static const py::handle shapeError =
-                py::object(py::module_::import("tessera._tessera").attr("ShapeError")).release();
-            if (e.matches(PyExc_ValueError) || e.matches(shapeError)) throw ShapeError(py::str(e.value()));
+            if (isShapeError(e)) throw ShapeError(py::str(e.value()));
             throw;
         }
     };
@@ -158,12 +176,7 @@ GlueSpec pythonGlueSpec(const std::string& kind, const py::handle& spec) {
     if (backward) {
         g.backward = [backward](Glue& self, const Tensors& grads) {
             py::gil_scoped_acquire gil;
-            const py::object r = backward->object(selfOf(self), py::cast(grads));
-            auto one = [](const py::handle& v) { return v.is_none() ? Tensor() : toTensor(v); }; // None: no gradient
-            if (!isList(r)) return Tensors{one(r)};
-            Tensors out;
-            for (const py::handle& v : r) out.push_back(one(v));
-            return out;
+            return gradientsOf(backward->object(selfOf(self), py::cast(grads)));
         };
     }
     if (paramGrads) {
@@ -371,14 +384,8 @@ protected:
     Tensors updateGrad(const Tensors& grad) override {
         py::gil_scoped_acquire gil;
         if (!has("updateGrad")) throw moduleError("has no updateGrad: it gives no input gradient");
-        const py::object r = self().attr("updateGrad")(grad.size() == 1 ? py::cast(grad[0]) : py::cast(grad));
-        auto one = [](const py::handle& v) { return v.is_none() ? Tensor() : toTensor(v); }; // None: none
-        Tensors out;
-        if (!isList(r)) {
-            out.push_back(one(r));
-        } else {
-            for (const py::handle& v : r) out.push_back(one(v));
-        }
+        const Tensors out =
+            gradientsOf(self().attr("updateGrad")(grad.size() == 1 ? py::cast(grad[0]) : py::cast(grad)));
         const Tensors& in = inDataList();
         if (out.size() != in.size()) {
             throw moduleError("updateGrad gave " + std::to_string(out.size()) + " gradients for " +
@@ -416,9 +423,7 @@ private:
         try {
             f();
         } catch (py::error_already_set& e) {
-            static const py::handle pyShapeError =
-                py::object(py::module_::import("tessera._tessera").attr("ShapeError")).release();
-            if (e.matches(PyExc_ValueError) || e.matches(pyShapeError)) throw shapeError(py::str(e.value()));
+            if (isShapeError(e)) throw shapeError(py::str(e.value()));
             throw;
         }
     }
