@@ -446,11 +446,11 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<Split>(static_cast<int>(a.i("axis")), a.ints("sections"), a.name());
              }},
-            {"Slice", "axis, start, end, name=None",
+            {"Slice", "axis, start, end, step=None, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  const std::vector<int64_t> axes = a.ints("axis");
                  return std::make_shared<Slice>(std::vector<int>(axes.begin(), axes.end()), a.ints("start"),
-                                                a.ints("end"), a.name());
+                                                a.ints("end"), SliceOptions{.steps = a.ints("step"), .name = a.name()});
              }},
             {"Replicate", "times, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -42,8 +42,7 @@ void ScaledDotProductAttention::checkDataShape(const Shapes& inShapes) const {
     if (inShapes.size() == 4) {
         const Shape& m = inShapes[3];
         std::string why;
-        if (m.rank() >= 2) batch::of(q, m, why);
-        std::vector<int64_t> broadcast = m.rank() >= 2 ? batch::of(q, m, why).dims : std::vector<int64_t>{};
+        std::vector<int64_t> broadcast = m.rank() >= 2 ? batch::of(q, m, why, false).dims : std::vector<int64_t>{};
         const int64_t rows = m.rank() >= 2 ? m[m.rank() - 2] : 0;
         if (m.rank() < 2 || m.rank() > r || (rows != q[r - 2] && rows != 1) || m[m.rank() - 1] != k[r - 2] ||
             !why.empty() || broadcast != lead(q)) {

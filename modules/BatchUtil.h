@@ -17,8 +17,9 @@ struct Batches {
     std::vector<int64_t> ofA, ofB;
 };
 
-/// `why` is left empty when the batch dims broadcast, else says what does not fit.
-inline Batches of(const Shape& a, const Shape& b, std::string& why) {
+/// `why` is left empty when the batch dims broadcast, else says what does not fit. Without
+/// `indices`, only `dims` (a shape check: its batch may be a large stand-in size).
+inline Batches of(const Shape& a, const Shape& b, std::string& why, bool indices = true) {
     const std::vector<int64_t> da(a.dims().begin(), a.dims().end() - 2), db(b.dims().begin(), b.dims().end() - 2);
     const size_t rank = std::max(da.size(), db.size());
     auto dimOf = [rank](const std::vector<int64_t>& d, size_t i) {
@@ -34,6 +35,7 @@ inline Batches of(const Shape& a, const Shape& b, std::string& why) {
         }
         out.dims[i] = std::max(x, y);
     }
+    if (!indices) return out;
     int64_t count = 1;
     for (int64_t d : out.dims) count *= d;
     out.ofA.resize(static_cast<size_t>(count));

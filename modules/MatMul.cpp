@@ -10,6 +10,18 @@ namespace tessera {
 using batch::matrices;
 using batch::matrix;
 
+namespace {
+// Neither input broadcast: batch n of the result reads batch n of each.
+bool oneToOne(const batch::Batches& batches, const Tensor& a3, const Tensor& b3) {
+    const auto count = static_cast<int64_t>(batches.ofA.size());
+    if (a3.shape()[0] != count || b3.shape()[0] != count) return false;
+    for (int64_t n = 0; n < count; ++n) {
+        if (batches.ofA[static_cast<size_t>(n)] != n || batches.ofB[static_cast<size_t>(n)] != n) return false;
+    }
+    return true;
+}
+} // namespace
+
 MatMul::MatMul(const MatMulOptions& options) : Module(options.name), options_(options) {}
 
 void MatMul::checkDataShape(const Shapes& inShapes) const {
@@ -26,14 +38,14 @@ void MatMul::checkDataShape(const Shapes& inShapes) const {
                          std::to_string(kb) + ")");
     }
     std::string why;
-    batch::of(a, b, why);
+    batch::of(a, b, why, false);
     if (!why.empty()) throw shapeError(why);
 }
 
 Shapes MatMul::dataShapeFrom(const Shapes& inShapes) const {
     const Shape &a = inShapes[0], &b = inShapes[1];
     std::string why;
-    std::vector<int64_t> d = batch::of(a, b, why).dims;
+    std::vector<int64_t> d = batch::of(a, b, why, false).dims;
     d.push_back(a[a.rank() - 2]);
     d.push_back(options_.transB ? b[b.rank() - 2] : b[b.rank() - 1]);
     return {Shape(d)};
@@ -50,6 +62,10 @@ Tensors MatMul::updateData(const Tensors& data) {
     Tensor y = Tensor::empty(out, DType::float32, a.device());
     const Tensor y3 = matrices(y);
     Backend& be = backendOf(a);
+    if (oneToOne(batches, a, b) && computeDType() == DType::float32) { // every batch its own pair: one call
+        be.gemmBatched(false, options_.transB, options_.alpha, a, b, 0.0f, y3);
+        return {y};
+    }
     for (size_t n = 0; n < batches.ofA.size(); ++n) {
         be.gemm(false, options_.transB, options_.alpha, matrix(a, batches.ofA[n]), matrix(b, batches.ofB[n]), 0.0f,
                 matrix(y3, static_cast<int64_t>(n)), computeDType());
@@ -69,6 +85,16 @@ Tensors MatMul::updateGrad(const Tensors& grad) {
     const Tensor da3 = matrices(da), db3 = matrices(db);
     Backend& be = backendOf(dy);
     const float alpha = options_.alpha;
+    if (oneToOne(batches, a, b) && computeDType() == DType::float32) {
+        // y = a b: da = dy b^T, db = a^T dy; y = a b^T: da = dy b, db = dy^T a
+        be.gemmBatched(false, !options_.transB, alpha, dy, b, 0.0f, da3);
+        if (options_.transB) {
+            be.gemmBatched(true, false, alpha, dy, a, 0.0f, db3);
+        } else {
+            be.gemmBatched(true, false, alpha, a, dy, 0.0f, db3);
+        }
+        return {da, db};
+    }
     for (size_t n = 0; n < batches.ofA.size(); ++n) {
         const Tensor g = matrix(dy, static_cast<int64_t>(n));
         const Tensor am = matrix(a, batches.ofA[n]), bm = matrix(b, batches.ofB[n]);

@@ -10,10 +10,20 @@ Slice::Slice(int axis, int64_t start, int64_t end, std::string name)
     : Slice(std::vector<int>{axis}, std::vector<int64_t>{start}, std::vector<int64_t>{end}, std::move(name)) {}
 
 Slice::Slice(std::vector<int> axes, std::vector<int64_t> starts, std::vector<int64_t> ends, std::string name)
-    : Module(std::move(name)), axes_(std::move(axes)), starts_(std::move(starts)), ends_(std::move(ends)) {
-    if (axes_.empty() || starts_.size() != axes_.size() || ends_.size() != axes_.size()) {
-        throw moduleError("takes one start and one end per axis, got " + std::to_string(axes_.size()) + " axes, " +
-                          std::to_string(starts_.size()) + " starts and " + std::to_string(ends_.size()) + " ends");
+    : Slice(std::move(axes), std::move(starts), std::move(ends), SliceOptions{.name = std::move(name)}) {}
+
+Slice::Slice(std::vector<int> axes, std::vector<int64_t> starts, std::vector<int64_t> ends, const SliceOptions& options)
+    : Module(options.name), axes_(std::move(axes)), starts_(std::move(starts)), ends_(std::move(ends)),
+      steps_(options.steps) {
+    if (steps_.empty()) steps_.assign(axes_.size(), 1);
+    if (axes_.empty() || starts_.size() != axes_.size() || ends_.size() != axes_.size() ||
+        steps_.size() != axes_.size()) {
+        throw moduleError("takes one start and one end per axis (and one step each, or none), got " +
+                          std::to_string(axes_.size()) + " axes, " + std::to_string(starts_.size()) + " starts, " +
+                          std::to_string(ends_.size()) + " ends and " + std::to_string(steps_.size()) + " steps");
+    }
+    for (int64_t s : steps_) {
+        if (s < 1) throw moduleError("a step must be 1 or more, got " + std::to_string(s));
     }
 }
 
@@ -28,7 +38,7 @@ Shape Slice::shapeAfter(const Shape& in, size_t k) const {
     for (size_t j = 0; j < k; ++j) {
         const int a = axis::normalize(axes_[j], in.rank());
         auto [b, e] = range(j, in[a]);
-        out[a] = e - b;
+        out[a] = e > b ? (e - b + steps_[j] - 1) / steps_[j] : 0;
     }
     return out;
 }
@@ -68,7 +78,12 @@ Tensors Slice::updateData(const Tensors& data) {
         const Shape out = shapeAfter(in, k + 1);
         const int a = axis::normalize(axes_[k], out.rank());
         Tensor y = Tensor::empty(out, t.dtype(), t.device());
-        axis::copyAlong(a, t, range(k, in[a]).first, y, 0, out[a]);
+        const int64_t b = range(k, in[a]).first;
+        if (steps_[k] == 1) {
+            axis::copyAlong(a, t, b, y, 0, out[a]);
+        } else {
+            for (int64_t j = 0; j < out[a]; ++j) axis::copyAlong(a, t, b + j * steps_[k], y, j, 1);
+        }
         t = y;
     }
     return {t};
@@ -82,7 +97,12 @@ Tensors Slice::updateGrad(const Tensors& grad) {
         const Shape before = shapeAfter(in, k);
         const int a = axis::normalize(axes_[k], in.rank());
         Tensor dx = Tensor::zeros(before, DType::float32, g.device());
-        axis::copyAlong(a, g, 0, dx, range(k, in[a]).first, g.shape()[a]);
+        const int64_t b = range(k, in[a]).first;
+        if (steps_[k] == 1) {
+            axis::copyAlong(a, g, 0, dx, b, g.shape()[a]);
+        } else {
+            for (int64_t j = 0; j < g.shape()[a]; ++j) axis::copyAlong(a, g, j, dx, b + j * steps_[k], 1);
+        }
         g = dx;
     }
     return {g};
@@ -98,6 +118,13 @@ Blueprint Slice::blueprint() const {
         bp.scheme.emplace_back("axis", std::vector<int64_t>(axes_.begin(), axes_.end()));
         bp.scheme.emplace_back("start", starts_);
         bp.scheme.emplace_back("end", ends_);
+    }
+    if (std::any_of(steps_.begin(), steps_.end(), [](int64_t s) { return s != 1; })) {
+        if (axes_.size() == 1) {
+            bp.scheme.emplace_back("step", steps_[0]);
+        } else {
+            bp.scheme.emplace_back("step", steps_);
+        }
     }
     return bp;
 }

@@ -7,14 +7,23 @@
 
 namespace tessera {
 
+struct SliceOptions {
+    std::vector<int64_t> steps = {}; ///< one per axis, 1 or more (none: all 1)
+    std::string name = {};
+};
+
 /// x: [..., D, ...] -> y: [..., end - start, ...], the elements [start, end) along `axis`.
 /// Negative start/end count from the end of the axis (end = 0 means "to the end").
 /// With several axes (distinct), each takes its own range and the others stay whole:
 /// `Slice({2, 3}, {1, 1}, {-1, -1})` is x[:, :, 1:-1, 1:-1].
+/// With steps (positive), every step-th element of each range from its start:
+/// `Slice({1, 2}, {0, 1}, {0, 0}, SliceOptions{.steps = {2, 2}})` is x[:, 0::2, 1::2] (ceil((end - start) / step)
+/// elements along each axis).
 class Slice : public Module {
 public:
     Slice(int axis, int64_t start, int64_t end, std::string name = {});
     Slice(std::vector<int> axes, std::vector<int64_t> starts, std::vector<int64_t> ends, std::string name = {});
+    Slice(std::vector<int> axes, std::vector<int64_t> starts, std::vector<int64_t> ends, const SliceOptions& options);
 
     std::string classname() const override { return "Slice"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
@@ -24,7 +33,8 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// One input with a non-empty range along each axis, no axis twice.
     void checkDataShape(const Shapes& inShapes) const override;
-    /// One axis: integers, as files before several axes wrote them; several: lists.
+    /// One axis: integers, as files before several axes wrote them; several: lists. "step"
+    /// only where a step is not 1.
     Blueprint blueprint() const override;
 
 protected:
@@ -38,7 +48,7 @@ private:
     Shape shapeAfter(const Shape& in, size_t k) const;
 
     std::vector<int> axes_;
-    std::vector<int64_t> starts_, ends_;
+    std::vector<int64_t> starts_, ends_, steps_;
 };
 
 } // namespace tessera

@@ -373,10 +373,11 @@ void Exporter::emitSlice(const Layer& l) {
     for (int64_t& e : ends) {
         if (e == 0) e = std::numeric_limits<int64_t>::max(); // Tessera's "to the end"
     }
-    node("Slice",
-         {in[0], initInts(path + ".starts", schemeInts(bp, "start")), initInts(path + ".ends", ends),
-          initInts(path + ".axes", schemeInts(bp, "axis"))},
-         out, path);
+    std::vector<std::string> inputs = {in[0], initInts(path + ".starts", schemeInts(bp, "start")),
+                                       initInts(path + ".ends", ends),
+                                       initInts(path + ".axes", schemeInts(bp, "axis"))};
+    if (bp.find("step")) inputs.push_back(initInts(path + ".steps", schemeInts(bp, "step")));
+    node("Slice", inputs, out, path);
 }
 
 // Gelu

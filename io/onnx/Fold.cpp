@@ -95,6 +95,16 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         const std::string& in = n.input(k);
         if (in.empty() ? k == 0 || !optionalInputs : !isConstant(in)) return false;
     }
+    // Every value known and no weight among them: any op evaluated here folds (a weight
+    // keeps its computation as layers, so that it stays a parameter).
+    bool known = true;
+    for (const std::string& in : n.input()) {
+        if (in.empty()) continue;
+        const Constant& c = constants_.at(in);
+        const bool weight = !c.isInt && initializers_.count(in) && c.tensor.defined() && c.tensor.numel() > 1;
+        known = known && !c.symbolic() && !c.zeros && !weight;
+    }
+    if (known && evaluate(n, a)) return true;
     if (op == "Expand" || op == "ConstantOfShape") return foldFill(n, a);
     const Constant& x = constants_.at(n.input(0));
     if (op == "Identity") return setConstant(n.output(0), Constant(x));

@@ -324,6 +324,47 @@ void Importer::importMatMul(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, lin, dataInputs(n, 1));
 }
 
+// Einsum of two data inputs that is a batched matrix product: "...ik,...kj->...ij" (MatMul)
+// or "...ik,...jk->...ij" (MatMul with transB), the batch letters (or an ellipsis) the
+// same leading ones in both inputs and the output, as attention's q k^T and weights v.
+void Importer::importEinsum(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"equation"});
+    onlyOutputs(n, 1);
+    std::string eq;
+    for (char c : a.s("equation", "")) {
+        if (c != ' ') eq += c;
+    }
+    for (size_t at; (at = eq.find("...")) != std::string::npos;)
+        eq.replace(at, 3, "*"); // the ellipsis: one batch token
+    const size_t arrow = eq.find("->"), comma = eq.find(',');
+    const std::string said = "equation '" + a.s("equation", "") + "'";
+    if (arrow == std::string::npos || comma == std::string::npos || comma > arrow ||
+        eq.find(',', comma + 1) != std::string::npos || n.input_size() != 2) {
+        throw Unsupported{said + " (two inputs and an explicit output, such as 'bik,bkj->bij', are supported)"};
+    }
+    const std::string x = eq.substr(0, comma), y = eq.substr(comma + 1, arrow - comma - 1), out = eq.substr(arrow + 2);
+    const size_t r = out.size();
+    const std::string batch = r >= 2 ? out.substr(0, r - 2) : std::string();
+    auto distinct = [](const std::string& t) {
+        for (size_t i = 0; i < t.size(); ++i) {
+            if (t.find(t[i], i + 1) != std::string::npos) return false;
+        }
+        return true;
+    };
+    bool ok = r >= 2 && x.size() == r && y.size() == r && distinct(x) && distinct(y) && distinct(out) &&
+              x.compare(0, r - 2, batch) == 0 && y.compare(0, r - 2, batch) == 0;
+    const char i = ok ? out[r - 2] : 0, j = ok ? out[r - 1] : 0, k = ok ? x[r - 1] : 0;
+    ok = ok && x[r - 2] == i && k != i && k != j && out.find(k) == std::string::npos;
+    const bool plain = ok && y[r - 2] == k && y[r - 1] == j, transposed = ok && y[r - 2] == j && y[r - 1] == k;
+    if (!plain && !transposed) {
+        throw Unsupported{said + " (a batched matrix product, '...ik,...kj->...ij' or '...ik,...jk->...ij', "
+                                 "is supported)"};
+    }
+    if (isConstant(n.input(0)) || isConstant(n.input(1)))
+        throw Unsupported{"an Einsum of a constant (of data is supported)"};
+    return define(n, std::make_shared<MatMul>(MatMulOptions{.transB = transposed}), dataInputs(n, 2));
+}
+
 void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
     const bool isMax = n.op_type() == "MaxPool";
     if (isMax) {

@@ -70,6 +70,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"ConvTranspose", &Importer::importConv},
         {"Div", &Importer::importBinary},
         {"Dropout", &Importer::importDropout},
+        {"Einsum", &Importer::importEinsum},
         {"Elu", &Importer::importElu},
         {"Expand", &Importer::importExpand},
         {"Flatten", &Importer::importFlatten},

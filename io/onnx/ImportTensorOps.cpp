@@ -162,16 +162,18 @@ void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
         throw Unsupported{"starts, ends and axes differ in length"};
     const auto in = shapes_.find(n.input(0));
     std::vector<int> sliced;
-    std::vector<int64_t> sliceStarts, sliceEnds;
+    if (!steps.empty() && steps.size() != axes.size()) throw Unsupported{"steps and axes differ in length"};
+    std::vector<int64_t> sliceStarts, sliceEnds, sliceSteps;
     for (size_t k = 0; k < axes.size(); ++k) {
-        if (!steps.empty() && steps[k] != 1) throw Unsupported{"steps other than 1 are not supported"};
+        const int64_t step = steps.empty() ? 1 : steps[k];
+        if (step < 1) throw Unsupported{"a step of " + std::to_string(step) + " (positive steps are supported)"};
         const int64_t axis = resolveAxis(n, 0, axes[k]);
         int64_t dim = -1;
         if (in != shapes_.end() && axis < static_cast<int64_t>(in->second.size()))
             dim = in->second[static_cast<size_t>(axis)].value;
         int64_t e = ends[k];
         const bool toEnd = e >= std::numeric_limits<int32_t>::max() || (dim >= 0 && e >= dim);
-        if (starts[k] == 0 && toEnd) continue; // the whole axis
+        if (starts[k] == 0 && toEnd && step == 1) continue; // the whole axis
         if (std::find(sliced.begin(), sliced.end(), static_cast<int>(axis)) != sliced.end())
             throw Unsupported{"axis " + std::to_string(axis) + " is sliced twice"};
         const int64_t end = toEnd ? 0 : e;
@@ -179,9 +181,11 @@ void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
         sliced.push_back(static_cast<int>(axis));
         sliceStarts.push_back(starts[k]);
         sliceEnds.push_back(end);
+        sliceSteps.push_back(step);
     }
     if (sliced.empty()) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
-    return define(n, std::make_shared<Slice>(sliced, sliceStarts, sliceEnds), dataInputs(n, 1));
+    return define(n, std::make_shared<Slice>(sliced, sliceStarts, sliceEnds, SliceOptions{.steps = sliceSteps}),
+                  dataInputs(n, 1));
 }
 
 // ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
@@ -303,23 +307,38 @@ void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
     if (n.input_size() > 2 && !n.input(2).empty()) value = requireScalar(n, 2, "the constant value");
     if (n.input_size() > 3 && !n.input(3).empty()) throw Unsupported{"the axes input is not supported"};
     const size_t rank = pads.size() / 2;
-    if (rank < 3 || rank > 4 || pads.size() % 2)
-        throw Unsupported{"pads for rank " + std::to_string(rank) + " (3 and 4 are supported)"};
-    if (pads[0] || pads[1] || pads[rank] || pads[rank + 1])
-        throw Unsupported{"padding the batch or channel dim is not supported"};
-    std::vector<int64_t> loHi; // (lo, hi) per spatial dim
-    for (size_t d = 2; d < rank; ++d) {
-        loHi.push_back(pads[d]);
-        loHi.push_back(pads[rank + d]);
-    }
-    for (int64_t p : loHi) {
+    if (pads.size() % 2) throw Unsupported{"an odd number of pads (" + std::to_string(pads.size()) + ")"};
+    for (int64_t p : pads) {
         if (p < 0) throw Unsupported{"negative pads (cropping) are not supported"};
     }
+    if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
+        return define(n, std::make_shared<Identity>(), dataInputs(n, 1)); // nothing padded (sizes already multiples)
+    }
+    if (pads[0] || pads[rank]) throw Unsupported{"padding the batch dim is not supported"};
+    // The padded dims, and the one other dim that stays (the channels, first or last).
+    std::vector<int64_t> padded, kept;
+    for (size_t d = 1; d < rank; ++d) (pads[d] || pads[rank + d] ? padded : kept).push_back(static_cast<int64_t>(d));
+    if (kept.size() != 1 || padded.size() > 2) {
+        throw Unsupported{"pads for rank " + std::to_string(rank) + " on " + std::to_string(padded.size()) +
+                          " dims (one or two spatial dims of [N, C, ...] or [N, ..., C] are supported)"};
+    }
+    std::vector<int64_t> loHi; // (lo, hi) per padded dim
+    for (int64_t d : padded) {
+        loHi.push_back(pads[static_cast<size_t>(d)]);
+        loHi.push_back(pads[rank + static_cast<size_t>(d)]);
+    }
     const PadOptions o{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant, .fillValue = value};
-    ModulePtr m;
-    if (rank == 3) m = std::make_shared<Pad1D>(loHi, o);
-    if (rank == 4) m = std::make_shared<Pad2D>(loHi, o);
-    return define(n, m, dataInputs(n, 1));
+    ModulePtr pad;
+    if (padded.size() == 1) pad = std::make_shared<Pad1D>(loHi, o);
+    if (padded.size() == 2) pad = std::make_shared<Pad2D>(loHi, o);
+    if (kept[0] == 1) return define(n, pad, dataInputs(n, 1)); // [N, C, ...]
+    // Channels elsewhere ([N, H, W, C]): moved to dim 1 around the pad.
+    std::vector<int64_t> there = {0, kept[0]}, back(rank);
+    there.insert(there.end(), padded.begin(), padded.end());
+    for (size_t d = 0; d < rank; ++d) back[static_cast<size_t>(there[d])] = static_cast<int64_t>(d);
+    auto seq = std::make_shared<Sequential>();
+    seq->append(std::make_shared<Transpose>(there)).append(pad).append(std::make_shared<Transpose>(back));
+    return define(n, seq, dataInputs(n, 1));
 }
 
 // Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
@@ -405,13 +424,20 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
 
 void Importer::importDropout(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"ratio", "seed", "is_test"});
-    onlyOutputs(n, 1);
+    // The mask (output 1) only where nothing takes it: a model exported with its dropouts
+    // written out in full (training_mode given) that never reads the mask.
+    if (n.output_size() > 1 && !n.output(1).empty() && usedValues_.count(n.output(1))) {
+        throw Unsupported{"output 1 (the mask) is used; only the output is supported"};
+    }
+    onlyOutputs(n, n.output_size() > 1 && !usedValues_.count(n.output(1)) ? 2 : 1);
     float ratio = a.f("ratio", 0.5f);
     if (n.input_size() > 1 && !n.input(1).empty()) {
         ratio = requireScalar(n, 1, "the ratio");
     }
-    if (n.input_size() > 2 && !n.input(2).empty()) {
-        throw Unsupported{"the training_mode input is not supported (Tessera's mode decides)"};
+    // A constant training_mode (true or false) is the exporting model's mode: Tessera's
+    // own mode decides, as for every Dropout.
+    if (n.input_size() > 2 && !n.input(2).empty() && !isConstant(n.input(2))) {
+        throw Unsupported{"a training_mode given as data (a constant one is Tessera's mode)"};
     }
     return define(n, std::make_shared<Dropout>(DropoutOptions{.p = ratio}), dataInputs(n, 1));
 }

@@ -1,6 +1,7 @@
 #pragma once
 /// \file The ONNX importer: one Importer per model. Its parts live in io/onnx/: Import.cpp (the
-/// driver and its helpers), ShapeInference.cpp, Fold.cpp (shape subgraphs computed at import),
+/// driver and its helpers), ShapeInference.cpp, Fold.cpp and Evaluate.cpp (shape subgraphs and
+/// constant computations done at import),
 /// Patterns.cpp (several nodes read back as one layer), ImportOps.cpp (the table: one row per
 /// ONNX op), ImportTensorOps.cpp and ImportLayers.cpp (the ops with more to them). Private.
 
@@ -195,6 +196,12 @@ private:
     // known, into a constant. False when it does not fold (the node is imported as a layer).
     bool fold(const onnx::NodeProto& n, const Attributes& a);
 
+    // Evaluates node n, all of whose inputs are constants with every dim and value known
+    // (Evaluate.cpp): arithmetic, comparisons and logic with NumPy's broadcast, Cast, Where,
+    // Range, ConstantOfShape, Expand, Tile, Reshape, (Un)squeeze, Flatten, Transpose,
+    // Concat, Slice (any steps), Gather and ScatterND. False for the ops it does not take.
+    bool evaluate(const onnx::NodeProto& n, const Attributes& a);
+
     // Expand(c, shape) and ConstantOfShape(shape): a constant tensor when the shape is known,
     // a zeros marker when it holds symbols and the value is 0.
     bool foldFill(const onnx::NodeProto& n, const Attributes& a);
@@ -221,7 +228,7 @@ private:
     void importExpand(const onnx::NodeProto& n, const Attributes& a);
     void importGather(const onnx::NodeProto& n, const Attributes& a);
 
-    // Slice on data: one sliced axis, step 1 (Tessera's Slice).
+    // Slice on data: any axes, positive steps (Tessera's Slice).
     void importSlice(const onnx::NodeProto& n, const Attributes& a);
 
     // ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
@@ -252,6 +259,7 @@ private:
     void importGemm(const onnx::NodeProto& n, const Attributes& a);
 
     void importMatMul(const onnx::NodeProto& n, const Attributes& a);
+    void importEinsum(const onnx::NodeProto& n, const Attributes& a);
 
     void importPool(const onnx::NodeProto& n, const Attributes& a);
 

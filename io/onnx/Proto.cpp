@@ -40,9 +40,9 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     const int32_t type = t.data_type();
     const bool half = type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16;
     if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32 &&
-        !half) {
+        type != onnx::TensorProto::BOOL && !half) {
         throw IoError(what + ": tensor data type " + std::to_string(type) +
-                      " is not supported (float32, float16, bfloat16, int32 and int64 are)");
+                      " is not supported (float32, float16, bfloat16, int32, int64 and bool are)");
     }
     int64_t n = 0;
     try {
@@ -129,9 +129,22 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
         if (n > 0) c.tensor = int32Tensor(c.ints, shape);
         return c;
     }
+    case onnx::TensorProto::BOOL: { // one byte each as raw data, else in int32_data
+        if (!t.raw_data().empty()) {
+            rawSized(1);
+            for (char b : t.raw_data()) c.ints.push_back(b != 0 ? 1 : 0);
+        } else {
+            sized(static_cast<size_t>(t.int32_data_size()));
+            for (int32_t b : t.int32_data()) c.ints.push_back(b != 0 ? 1 : 0);
+        }
+        c.isInt = true;
+        c.isBool = true;
+        if (n > 0) c.tensor = int32Tensor(c.ints, shape);
+        return c;
+    }
     default:
         throw IoError(what + ": tensor data type " + std::to_string(t.data_type()) +
-                      " is not supported (float32, float16, bfloat16, int32 and int64 are)");
+                      " is not supported (float32, float16, bfloat16, int32, int64 and bool are)");
     }
 }
 

@@ -15,7 +15,8 @@
 
 namespace tessera::onnx_io {
 
-// A constant: a float tensor (weights) and, for int64 data, its values (shapes, axes).
+// A constant: a float tensor (weights) and, for integer and bool data, its values (shapes,
+// axes, masks).
 // Shape values computed from the model (Shape -> Gather -> Concat, as exporters write a
 // flatten) may hold dims not known at import, such as the batch: `symbols` then names
 // each entry's symbol ("" for a known value, whose value is in `ints`).
@@ -28,6 +29,7 @@ struct Constant {
     // All zeros, of a shape with dims not known at import (an Expand or ConstantOfShape of 0
     // to a computed shape, as exporters write zero initial states): no tensor.
     bool zeros = false;
+    bool isBool = false; // integer values (0 or 1) of an ONNX bool tensor
 
     bool symbolic() const {
         for (const std::string& x : symbols) {

@@ -1446,7 +1446,7 @@ class ScaledDotProductAttention(Module):
 
 class Slice(Module):
     """
-    Slice(axis, start, end, name=None)
+    Slice(axis, start, end, step=None, name=None)
 
     Tessera's Slice (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
@@ -1454,9 +1454,10 @@ class Slice(Module):
         axis: the dim sliced, or a list of dims
         start: first index kept along each axis (negative: from the end); a list for several axes
         end: index past the last kept (0: to the end; negative: from the end); a list for several axes
+        step: take every step-th element of each range (1 or more); a list for several axes; None: 1
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
-    def __init__(self, axis: int | Sequence[int], start: int | Sequence[int], end: int | Sequence[int], name: str | None = ...) -> None: ...
+    def __init__(self, axis: int | Sequence[int], start: int | Sequence[int], end: int | Sequence[int], step: Any = ..., name: str | None = ...) -> None: ...
 
 class SoftMax(Module):
     """

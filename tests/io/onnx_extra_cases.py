@@ -7,7 +7,11 @@ write that the importer folds or maps: shapes computed from a free batch dim (a 
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
 over the spatial dims, arithmetic with scalar and per-channel constants, Sub, Slice, Unsqueeze/Squeeze and
 Flatten of data, Gather from a table (an Embedder), Cast, GridSample on an affine grid
-(a SpatialTf). The expected outputs are
+(a SpatialTf); and the forms of windowed attention (Swin, MaxViT): Slice of data with steps,
+Pad of a channels-last tensor, Einsum as a batched matrix product, Dropout with a constant
+training_mode and its mask unused, and an attention mask computed from the input's shape
+(Range, Mod, ConstantOfShape, ScatterND, Equal, Not, Where, Expand, Pow) that folds to a
+constant. The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -79,6 +83,7 @@ def main():
         g = helper.make_graph([node], "resize", [value("x", x.shape)], [value("y", y.shape)], [scales])
         save(root, f"resize_linear_half_pixel_x{s}", g, [x], [y], 13)
     exporter_forms(root, x)
+    window_forms(root)
 
 
 def ints(name, values):
@@ -221,6 +226,79 @@ def exporter_forms(root, x):
     g = helper.make_graph(nodes, "stn", [value("x", xs.shape), value("theta", theta.shape)],
                           [value("y", ys.shape)], inits)
     save(root, "gridsample_affine_spatial_transformer", g, [xs, theta], [ys], 16)
+
+
+def window_forms(root):
+    rng = np.random.RandomState(5)
+    x = rng.randn(2, 6, 7, 3).astype(np.float32)  # [N, H, W, C], channels last as Swin's
+    free = ["N", 6, 7, 3]
+    # Slice of data with steps: x[:, 0::2, 1::2] (patch merging) and x[:, 1:6:3].
+    for name, starts, ends, axes, steps, y in (("steps_2_2", [0, 1], [2 ** 62, 2 ** 62], [1, 2], [2, 2],
+                                                x[:, 0::2, 1::2]),
+                                               ("step_3", [1], [6], [1], [3], x[:, 1:6:3])):
+        node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
+        inits = [ints("starts", starts), ints("ends", ends), ints("axes", axes), ints("steps", steps)]
+        g = helper.make_graph([node], "slice", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))], inits)
+        save(root, f"slice_{name}", g, [x], [y], 13)
+    # Pad of the H and W dims of [N, H, W, C] (Swin pads to whole windows).
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant")
+    y = np.pad(x, ((0, 0), (1, 0), (0, 2), (0, 0)))
+    g = helper.make_graph([node], "pad", [value("x", free)], [value("y", ["N", 7, 9, 3])],
+                          [ints("pads", [0, 1, 0, 0, 0, 0, 2, 0])])
+    save(root, "pad_channels_last", g, [x], [y], 13)
+    # Einsum as attention's products: q k^T (MaxViT's spelling, with spaces), weights v, and an ellipsis.
+    q, k = rng.randn(2, 3, 4, 5).astype(np.float32), rng.randn(2, 3, 6, 5).astype(np.float32)
+    v = rng.randn(2, 3, 6, 2).astype(np.float32)
+    for name, eq, a, b in (("qk", "b h i d, b h j d -> b h i j", q, k), ("weights_v", "bhij,bhjd->bhid",
+                                                                         np.einsum("bhid,bhjd->bhij", q, k), v),
+                           ("ellipsis", "...id,...jd->...ij", q, k)):
+        node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=eq)
+        y = np.einsum(eq.replace(" ", ""), a, b).astype(np.float32)
+        g = helper.make_graph([node], "einsum", [value("a", a.shape), value("b", b.shape)], [value("y", y.shape)])
+        save(root, f"einsum_{name}", g, [a, b], [y], 12)
+    # Dropout as exported with training=False written out: a constant training_mode, the mask unused.
+    node = helper.make_node("Dropout", ["x", "ratio", "mode"], ["y", "mask"])
+    inits = [scalar("ratio", 0.1), helper.make_tensor("mode", TensorProto.BOOL, [], [False])]
+    g = helper.make_graph([node], "dropout", [value("x", free)], [value("y", free)], inits)
+    save(root, "dropout_constant_training_mode", g, [x], [x], 13)
+    # A mask from the input's shape, as shifted windows build theirs: zeros [H, W], row i set to
+    # (H - 1 - i) mod 2 by ScatterND with reversed Range rows, -100 where not 0 (Equal, Not,
+    # Where), scaled by C ** -0.5 (Pow), broadcast over [N, H, W, C] and added to x.
+    i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [], [v])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["h"], axis=0),
+             helper.make_node("Gather", ["s", "two"], ["w"], axis=0),
+             helper.make_node("Gather", ["s", "three"], ["c"], axis=0),
+             helper.make_node("Unsqueeze", ["h", "axes0"], ["h1"]),
+             helper.make_node("Unsqueeze", ["w", "axes0"], ["w1"]),
+             helper.make_node("Concat", ["h1", "w1"], ["hw"], axis=0),
+             helper.make_node("ConstantOfShape", ["hw"], ["zeros"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])),
+             helper.make_node("Range", ["zero", "h", "one"], ["r"]),
+             helper.make_node("Mod", ["r", "two"], ["rm"]),
+             helper.make_node("Slice", ["r", "minus1", "minusbig", "axes0", "minus1"], ["rr"]),
+             helper.make_node("Unsqueeze", ["rr", "axes1"], ["rows"]),
+             helper.make_node("Cast", ["rm"], ["rmf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["rmf", "axes1"], ["col"]),
+             helper.make_node("Expand", ["col", "hw"], ["updates"]),
+             helper.make_node("ScatterND", ["zeros", "rows", "updates"], ["m"]),
+             helper.make_node("Equal", ["m", "fzero"], ["isZero"]),
+             helper.make_node("Not", ["isZero"], ["set"]),
+             helper.make_node("Where", ["set", "fminus100", "fzero"], ["sel"]),
+             helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+             helper.make_node("Pow", ["cf", "fminushalf"], ["scale"]),
+             helper.make_node("Mul", ["sel", "scale"], ["scaled"]),
+             helper.make_node("Unsqueeze", ["scaled", "axes03"], ["mask"]),
+             helper.make_node("Add", ["x", "mask"], ["y"])]
+    inits = [i64("zero", 0), i64("one", 1), i64("two", 2), i64("three", 3), ints("axes0", [0]), ints("axes1", [1]),
+             ints("axes03", [0, 3]), ints("minus1", [-1]), ints("minusbig", [-2 ** 62]), scalar("fzero", 0.0),
+             scalar("fminus100", -100.0), scalar("fminushalf", -0.5)]
+    m = np.zeros((6, 7), np.float32)
+    for i in range(6):
+        m[5 - i, :] = i % 2
+    mask = np.where(m != 0, -100.0, 0.0).astype(np.float32) * np.float32(3 ** -0.5)
+    g = helper.make_graph(nodes, "window_mask", [value("x", free)], [value("y", free)], inits)
+    save(root, "computed_window_mask", g, [x], [(x + mask[None, :, :, None]).astype(np.float32)], 13)
 
 
 def grid_sample(x, grid):

@@ -14,7 +14,7 @@ pools with ceil_mode), LR-ASPP MobileNet V3 (segmentation: Resize by sizes), 2-l
 bidirectional nn.LSTM, nn.GRU and nn.RNN networks, and a small network of GroupNorm, SiLU,
 Mish and LayerNorm, a transformer's feed-forward block (Linear on [N, T, C], GELU,
 LayerNorm, softmax over the last axis), an nn.TransformerEncoder
-text classifier, and small torchvision ViT and ConvNeXt networks, each exported at opsets
+text classifier, and small torchvision ViT, ConvNeXt, Swin and MaxViT networks, each exported at opsets
 13 and 17.
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -142,6 +142,23 @@ def small_vit():
                              num_classes=10)
 
 
+def small_swin():
+    """torchvision's SwinTransformer, small: 36x36 images in 4x4 patches, windows of 4 that
+    the 9x9 and 5x5 maps are padded to, shifted windows and their masks (computed from the
+    shape, folded at import), patch merging of an odd map (strided slices of a padded map)."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
+                           stochastic_depth_prob=0.0, num_classes=10)
+
+
+def small_maxvit():
+    """torchvision's MaxVit, small: two stages of one block (MBConv, window and grid attention
+    written as Einsum, relative position biases)."""
+    from torchvision.models.maxvit import MaxVit
+    return MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2, block_channels=[16, 32],
+                  block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+
+
 def small_convnext():
     """torchvision's ConvNeXt, small: two stages of one block (7x7 depthwise convolutions,
     channels-last LayerNorm, layer scale) and a downsampling step between them."""
@@ -210,6 +227,10 @@ NORM_MODELS = {
     "vit_opset17": (small_vit, 17, (2, 3, 32, 32)),
     "convnext_opset13": (small_convnext, 13, (2, 3, 32, 32)),
     "convnext_opset17": (small_convnext, 17, (2, 3, 32, 32)),
+    "swin_opset13": (small_swin, 13, (2, 3, 36, 36)),
+    "swin_opset17": (small_swin, 17, (2, 3, 36, 36)),
+    "maxvit_opset13": (small_maxvit, 13, (2, 3, 32, 32)),
+    "maxvit_opset17": (small_maxvit, 17, (2, 3, 32, 32)),
     "unet_output_padding_opset13": (UNet, 13, (2, 3, 16, 16)),
     "unet_output_padding_opset17": (UNet, 17, (2, 3, 16, 16)),
     "audio_lstm_free_batch_opset13": (Audio, 13, (2, 1, 64)),
@@ -217,7 +238,12 @@ NORM_MODELS = {
 }
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17",
-           "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17"}
+           "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
+           "maxvit_opset13", "maxvit_opset17"}
+# PyTorch's export computes their relative position biases into constants ([heads, window^2,
+# window^2], gathered from each block's table) and folds MaxViT's batch norms into its
+# convolutions, so their parameters are the file's, not the PyTorch model's.
+FOLDED_BY_EXPORT = {"swin_opset13", "swin_opset17", "maxvit_opset13", "maxvit_opset17"}
 RTOL = 1e-4
 
 
@@ -256,7 +282,7 @@ def main():
                           dynamic_axes=axes)
         del model
         checked = run([tessera, "check", path, "--input", "x".join(str(d) for d in x.shape)])
-        if name in NORM_MODELS:  # every weight comes back a parameter, none a constant
+        if name in NORM_MODELS and name not in FOLDED_BY_EXPORT:  # every weight comes back a parameter
             count = sum(p.numel() for p in make().parameters())
             if f"{count:,} parameters" not in checked:
                 sys.exit(f"FAILED: {name}: PyTorch has {count:,} parameters; tessera check says {checked.strip()}")

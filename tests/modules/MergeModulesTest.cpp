@@ -176,6 +176,51 @@ TEST(Slice, SeveralAxesReferenceGradientShapeBadInput) {
         {"one start and one end per axis", "2 axes, 1 starts"}));
 }
 
+TEST(Slice, StepsReferenceGradientShapeBadInput) {
+    // x [2, 5, 7]: x[n, h, w] = 100 n + 10 h + w; x[:, 0::2, 1:6:3] (patch merging's strided picks)
+    std::vector<float> xs;
+    for (int n = 0; n < 2; ++n)
+        for (int h = 0; h < 5; ++h)
+            for (int w = 0; w < 7; ++w) xs.push_back(static_cast<float>(100 * n + 10 * h + w));
+    Slice strided({1, 2}, {0, 1}, {0, 6}, SliceOptions{.steps = {2, 3}, .name = "strided"});
+    Tensor y = strided(Tensor::fromVector({2, 5, 7}, xs));
+    EXPECT_EQ(y.shape(), (Shape{2, 3, 2})); // ceil(5 / 2) rows, ceil(5 / 3) columns
+    EXPECT_TRUE(allClose(y, {1, 4, 21, 24, 41, 44, 101, 104, 121, 124, 141, 144}));
+    // the gradient lands at the picked positions only
+    const std::vector<float> g = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    const std::vector<float> dx = strided.backward(Tensor::fromVector({2, 3, 2}, g)).toVector<float>();
+    for (int n = 0; n < 2; ++n)
+        for (int h = 0; h < 5; ++h)
+            for (int w = 0; w < 7; ++w) {
+                const bool picked = h % 2 == 0 && (w == 1 || w == 4);
+                const float want = picked ? g[static_cast<size_t>(n * 6 + h / 2 * 2 + (w == 4))] : 0.0f;
+                EXPECT_EQ(dx[static_cast<size_t>((n * 5 + h) * 7 + w)], want) << n << " " << h << " " << w;
+            }
+    EXPECT_TRUE(checkGradients(strided, {randomTensor({2, 4, 8}, 2)}));
+    EXPECT_TRUE(checkShapes(strided, {randomTensor({3, 6, 9}, 3)}));
+    EXPECT_EQ(strided.dataShapeFrom(Shape{4, 6, 9}), (Shape{4, 3, 2}));
+    // "step" is written only where a step is not 1, and read back
+    const std::string bp = strided.blueprint().toJson();
+    EXPECT_NE(bp.find("\"step\": [2, 3]"), std::string::npos) << bp;
+    EXPECT_EQ(Slice({1}, {0}, {2}, SliceOptions{.steps = {1}}).blueprint().toJson().find("step"), std::string::npos);
+    ModulePtr back = buildModule(strided.blueprint());
+    const Tensor x = randomTensor({2, 5, 7}, 4);
+    EXPECT_EQ((*back)(x).toVector<float>(), strided(x).toVector<float>());
+    // bad input: a step below 1, steps of another count, a range empty before the steps
+    EXPECT_TRUE(throwsModuleError([] { Slice({1}, {0}, {0}, SliceOptions{.steps = {0}}); },
+                                  {"a step must be 1 or more, got 0"}));
+    EXPECT_TRUE(throwsModuleError(
+        [] {
+            Slice({1, 2}, {0, 0}, {0, 0}, SliceOptions{.steps = {2}});
+        },
+        {"one start and one end per axis", "1 steps"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            strided(randomTensor({2, 5, 1}, 1));
+        },
+        {"Slice 'strided'", "range [1, 6) is empty", "along axis 2"}));
+}
+
 TEST(Replicate, Reference) {
     Replicate rep(3);
     Tensor x = Tensor::fromVector({1, 2}, std::vector<float>{1, 2});

@@ -1,0 +1,535 @@
+// Computations on constants of known dims, evaluated at import: the masks and index tables
+// that exporters build from a model's static sizes (shifted windows' attention masks,
+// relative positions), written as Range, ScatterND, Where, Equal, Mod, Expand and the like.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/onnx/Importer.h"
+
+namespace tessera::onnx_io {
+
+namespace {
+
+enum class Kind { floating, integer, boolean };
+
+// A constant as values of one kind (doubles hold float32 and int64 shape values exactly,
+// the int64 sentinels of Slice saturating).
+struct Array {
+    Kind kind = Kind::floating;
+    std::vector<int64_t> dims;
+    std::vector<double> v;
+};
+
+constexpr int64_t kMaxElements = int64_t{1} << 24; // larger computations stay layers
+
+int64_t count(const std::vector<int64_t>& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) {
+        if (d < 0) throw Unsupported{"a negative dim in a constant computation"};
+        n = d == 0 ? 0 : (n > kMaxElements / d ? kMaxElements + 1 : n * d);
+    }
+    return n;
+}
+
+int64_t toInt(double x) {
+    if (x >= 9.2e18) return std::numeric_limits<int64_t>::max();
+    if (x <= -9.2e18) return std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(x);
+}
+
+Array arrayOf(const Constant& c) {
+    Array a;
+    a.dims = c.dims;
+    if (c.isInt) {
+        a.kind = c.isBool ? Kind::boolean : Kind::integer;
+        a.v.assign(c.ints.begin(), c.ints.end());
+    } else {
+        if (!c.tensor.defined()) return a; // no elements
+        const std::vector<float> f = c.tensor.toVector<float>();
+        a.v.assign(f.begin(), f.end());
+    }
+    return a;
+}
+
+Constant constantOf(Array a) {
+    Constant c;
+    c.dims = a.dims;
+    if (a.kind == Kind::floating) {
+        std::vector<float> f(a.v.begin(), a.v.end());
+        c.tensor = Tensor::fromVector(a.dims.empty() ? Shape{1} : Shape(a.dims), f);
+        if (f.empty()) c.tensor = Tensor(); // a tensor of no elements has no storage here
+        return c;
+    }
+    c.isInt = true;
+    c.isBool = a.kind == Kind::boolean;
+    for (double x : a.v) c.ints.push_back(toInt(x));
+    return c;
+}
+
+// NumPy's broadcast of several dims lists.
+std::vector<int64_t> broadcast(const std::vector<const Array*>& in) {
+    size_t rank = 0;
+    for (const Array* a : in) rank = std::max(rank, a->dims.size());
+    std::vector<int64_t> out(rank, 1);
+    for (const Array* a : in) {
+        const size_t off = rank - a->dims.size();
+        for (size_t d = 0; d < a->dims.size(); ++d) {
+            const int64_t x = a->dims[d];
+            int64_t& o = out[off + d];
+            if (x == o || x == 1) continue;
+            if (o != 1) throw Unsupported{"constants whose dims do not broadcast"};
+            o = x;
+        }
+    }
+    return out;
+}
+
+// For each element of `out` (row-major), its element in each input, broadcast.
+template <class F> void forEachBroadcast(const std::vector<int64_t>& out, const std::vector<const Array*>& in, F f) {
+    const size_t rank = out.size();
+    std::vector<std::vector<int64_t>> strides(in.size(), std::vector<int64_t>(rank, 0));
+    for (size_t k = 0; k < in.size(); ++k) {
+        const auto& dims = in[k]->dims;
+        const size_t off = rank - dims.size();
+        int64_t s = 1;
+        for (size_t d = dims.size(); d-- > 0;) {
+            strides[k][off + d] = dims[d] == 1 ? 0 : s;
+            s *= dims[d];
+        }
+    }
+    const int64_t n = count(out);
+    std::vector<int64_t> idx(rank, 0), at(in.size(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+        f(at);
+        for (size_t d = rank; d-- > 0;) { // next index, carrying
+            ++idx[d];
+            for (size_t k = 0; k < in.size(); ++k) at[k] += strides[k][d];
+            if (idx[d] < out[d]) break;
+            for (size_t k = 0; k < in.size(); ++k) at[k] -= strides[k][d] * out[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+template <class F> Array elementwise(const std::vector<const Array*>& in, Kind kind, F f) {
+    Array out;
+    out.kind = kind;
+    out.dims = broadcast(in);
+    if (count(out.dims) > kMaxElements) throw Unsupported{"a constant computation of over 2^24 elements"};
+    out.v.reserve(static_cast<size_t>(count(out.dims)));
+    forEachBroadcast(out.dims, in, [&](const std::vector<int64_t>& at) { out.v.push_back(f(at)); });
+    return out;
+}
+
+std::vector<int64_t> strides(const std::vector<int64_t>& dims) {
+    std::vector<int64_t> s(dims.size(), 1);
+    for (size_t d = dims.size(); d-- > 1;) s[d - 1] = s[d] * dims[d];
+    return s;
+}
+
+int64_t normAxis(int64_t axis, size_t rank) {
+    const int64_t a = axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
+    if (a < 0 || a >= static_cast<int64_t>(rank)) {
+        throw Unsupported{"axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank)};
+    }
+    return a;
+}
+
+// Every element of `dims` in row-major order, as its multi-index.
+template <class F> void forEachIndex(const std::vector<int64_t>& dims, F f) {
+    const int64_t n = count(dims);
+    std::vector<int64_t> idx(dims.size(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+        f(idx);
+        for (size_t d = dims.size(); d-- > 0;) {
+            if (++idx[d] < dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+double binary(const std::string& op, double x, double y, Kind kind, bool fmod) {
+    const bool ints = kind != Kind::floating;
+    if (op == "Add") return x + y;
+    if (op == "Sub") return x - y;
+    if (op == "Mul") return x * y;
+    if (op == "Div") {
+        if (!ints) return static_cast<double>(static_cast<float>(x) / static_cast<float>(y));
+        if (y == 0) throw Unsupported{"an integer division by zero"};
+        return std::trunc(x / y);
+    }
+    if (op == "Pow") return std::pow(x, y);
+    if (op == "Max") return std::max(x, y);
+    if (op == "Min") return std::min(x, y);
+    if (op == "Mod") {
+        if (ints && y == 0) throw Unsupported{"an integer modulo by zero"};
+        const double r = std::fmod(x, y);
+        if (fmod || r == 0 || (r < 0) == (y < 0)) return r;
+        return r + y; // the divisor's sign, as Python's %
+    }
+    if (op == "Equal") return x == y;
+    if (op == "Less") return x < y;
+    if (op == "LessOrEqual") return x <= y;
+    if (op == "Greater") return x > y;
+    if (op == "GreaterOrEqual") return x >= y;
+    if (op == "And") return (x != 0) && (y != 0);
+    if (op == "Or") return (x != 0) || (y != 0);
+    if (op == "Xor") return (x != 0) != (y != 0);
+    return std::nan("");
+}
+
+bool isBinary(const std::string& op) {
+    static const char* ops[] = {"Add", "Sub", "Mul",   "Div",        "Pow",     "Max",
+                                "Min", "Mod", "Equal", "Less",       "Greater", "GreaterOrEqual",
+                                "And", "Or",  "Xor",   "LessOrEqual"};
+    return std::any_of(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; });
+}
+
+bool isComparison(const std::string& op) {
+    return op == "Equal" || op == "Less" || op == "LessOrEqual" || op == "Greater" || op == "GreaterOrEqual" ||
+           op == "And" || op == "Or" || op == "Xor";
+}
+
+std::optional<double> unary(const std::string& op, double x) {
+    if (op == "Neg") return -x;
+    if (op == "Abs") return std::abs(x);
+    if (op == "Sqrt") return std::sqrt(x);
+    if (op == "Reciprocal") return 1.0 / x;
+    if (op == "Floor") return std::floor(x);
+    if (op == "Ceil") return std::ceil(x);
+    if (op == "Exp") return std::exp(x);
+    if (op == "Log") return std::log(x);
+    if (op == "Sign") return static_cast<double>((x > 0) - (x < 0));
+    if (op == "Not") return x == 0 ? 1.0 : 0.0;
+    return std::nullopt;
+}
+
+Array reshaped(Array x, std::vector<int64_t> to, bool allowZero) {
+    int64_t known = 1;
+    int inferred = -1;
+    for (size_t d = 0; d < to.size(); ++d) {
+        if (to[d] == 0 && !allowZero) {
+            if (d >= x.dims.size()) throw Unsupported{"a reshape's 0 past the input's rank"};
+            to[d] = x.dims[d];
+        }
+        if (to[d] == -1) {
+            if (inferred >= 0) throw Unsupported{"a reshape with two -1 dims"};
+            inferred = static_cast<int>(d);
+        } else {
+            known *= to[d];
+        }
+    }
+    const auto n = static_cast<int64_t>(x.v.size());
+    if (inferred >= 0) to[static_cast<size_t>(inferred)] = known > 0 ? n / known : 0;
+    if (count(to) != n) throw Unsupported{"a reshape of " + std::to_string(n) + " constant values to other counts"};
+    x.dims = to;
+    return x;
+}
+
+Array transposed(const Array& x, std::vector<int64_t> perm) {
+    const size_t rank = x.dims.size();
+    if (perm.empty()) {
+        for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+    }
+    if (perm.size() != rank) throw Unsupported{"a transpose's perm of another rank"};
+    Array out;
+    out.kind = x.kind;
+    for (int64_t p : perm) out.dims.push_back(x.dims[static_cast<size_t>(normAxis(p, rank))]);
+    const std::vector<int64_t> s = strides(x.dims);
+    out.v.reserve(x.v.size());
+    forEachIndex(out.dims, [&](const std::vector<int64_t>& idx) {
+        int64_t at = 0;
+        for (size_t d = 0; d < rank; ++d) at += idx[d] * s[static_cast<size_t>(normAxis(perm[d], rank))];
+        out.v.push_back(x.v[static_cast<size_t>(at)]);
+    });
+    return out;
+}
+
+} // namespace
+
+// Evaluates node n, all of whose inputs are constants with every dim and value known.
+// False when its op is not one evaluated here (the other folds and the layers then try).
+bool Importer::evaluate(const onnx::NodeProto& n, const Attributes& a) {
+    const std::string& op = n.op_type();
+    std::vector<Array> in;
+    for (int k = 0; k < n.input_size(); ++k) {
+        in.push_back(n.input(k).empty() ? Array{} : arrayOf(constants_.at(n.input(k))));
+    }
+    auto present = [&](int k) { return n.input_size() > k && !n.input(k).empty(); };
+    // Input k's integers (an error naming it when it holds floats).
+    auto ints = [&](int k, const char* what) { return requireInts(n, k, what); };
+    auto result = [&](Array out, int slot = 0) {
+        if (count(out.dims) != static_cast<int64_t>(out.v.size())) {
+            throw Unsupported{"an internal error: a constant of " + std::to_string(out.v.size()) + " values"};
+        }
+        return setConstant(n.output(slot), constantOf(std::move(out)));
+    };
+    if (isBinary(op) && n.input_size() >= 2) {
+        if (n.input_size() > 2 && op != "Max" && op != "Min") return false;
+        Kind kind = Kind::boolean;
+        for (const Array& x : in) {
+            if (x.kind == Kind::floating) kind = Kind::floating;
+            if (x.kind == Kind::integer && kind == Kind::boolean) kind = Kind::integer;
+        }
+        const bool fmod = a.i("fmod", 0) != 0;
+        Array acc = in[0];
+        for (size_t k = 1; k < in.size(); ++k) {
+            acc = elementwise({&acc, &in[k]}, isComparison(op) ? Kind::boolean : kind,
+                              [&](const std::vector<int64_t>& at) {
+                                  return binary(op, acc.v[static_cast<size_t>(at[0])],
+                                                in[k].v[static_cast<size_t>(at[1])], kind, fmod);
+                              });
+        }
+        if (op == "Pow" && kind != Kind::floating) acc.kind = in[0].kind;
+        return result(std::move(acc));
+    }
+    if (n.input_size() == 1 && unary(op, 0.0)) {
+        Array out = in[0];
+        for (double& x : out.v) x = *unary(op, x);
+        if (op == "Not") out.kind = Kind::boolean;
+        if (out.kind == Kind::floating) {
+            for (double& x : out.v) x = static_cast<float>(x);
+        }
+        return result(std::move(out));
+    }
+    if (op == "Cast") {
+        const int64_t to = a.i("to", 0);
+        Array out = in[0];
+        using TP = onnx::TensorProto;
+        if (to == TP::FLOAT || to == TP::DOUBLE) {
+            out.kind = Kind::floating;
+            for (double& x : out.v) x = static_cast<float>(x);
+        } else if (to == TP::BOOL) {
+            out.kind = Kind::boolean;
+            for (double& x : out.v) x = x != 0;
+        } else if (to == TP::INT64 || to == TP::INT32 || to == TP::INT16 || to == TP::INT8 || to == TP::UINT8) {
+            out.kind = Kind::integer;
+            for (double& x : out.v) x = std::trunc(x);
+        } else {
+            return false; // 16-bit floats: the other folds, or a layer
+        }
+        return result(std::move(out));
+    }
+    if (op == "Where" && n.input_size() == 3) {
+        Kind kind = in[1].kind == Kind::floating || in[2].kind == Kind::floating ? Kind::floating : in[1].kind;
+        return result(elementwise({&in[0], &in[1], &in[2]}, kind, [&](const std::vector<int64_t>& at) {
+            return in[0].v[static_cast<size_t>(at[0])] != 0 ? in[1].v[static_cast<size_t>(at[1])]
+                                                            : in[2].v[static_cast<size_t>(at[2])];
+        }));
+    }
+    if (op == "Identity") return result(in[0]);
+    if (op == "Size") {
+        Array out;
+        out.kind = Kind::integer;
+        out.v = {static_cast<double>(in[0].v.size())};
+        return result(std::move(out));
+    }
+    if (op == "Reshape" && n.input_size() == 2)
+        return result(reshaped(in[0], ints(1, "the shape"), a.i("allowzero", 0) != 0));
+    if (op == "Flatten") {
+        const int64_t axis = a.i("axis", 1);
+        const int64_t ax = axis < 0 ? axis + static_cast<int64_t>(in[0].dims.size()) : axis;
+        int64_t outer = 1;
+        for (int64_t d = 0; d < ax; ++d) outer *= in[0].dims[static_cast<size_t>(d)];
+        return result(reshaped(in[0], {outer, -1}, false));
+    }
+    if (op == "Unsqueeze" || op == "Squeeze") {
+        std::vector<int64_t> axes = present(1) ? ints(1, "the axes") : a.ints("axes");
+        Array out = in[0];
+        if (op == "Unsqueeze") {
+            const size_t rank = out.dims.size() + axes.size();
+            for (int64_t& ax : axes) ax = normAxis(ax, rank);
+            std::sort(axes.begin(), axes.end());
+            for (int64_t ax : axes) out.dims.insert(out.dims.begin() + ax, 1);
+        } else {
+            std::vector<int64_t> dims;
+            for (int64_t& ax : axes) ax = normAxis(ax, out.dims.size());
+            for (size_t d = 0; d < out.dims.size(); ++d) {
+                const bool listed = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+                if (!(axes.empty() ? out.dims[d] == 1 : listed)) dims.push_back(out.dims[d]);
+            }
+            out.dims = dims;
+        }
+        return result(std::move(out));
+    }
+    if (op == "Transpose") return result(transposed(in[0], a.ints("perm")));
+    if (op == "Concat") {
+        const size_t rank = in[0].dims.size();
+        if (rank == 0) return false;
+        const auto axis = static_cast<size_t>(normAxis(a.i("axis", 0), rank));
+        Array out;
+        out.kind = in[0].kind;
+        out.dims = in[0].dims;
+        out.dims[axis] = 0;
+        for (const Array& x : in) {
+            if (x.dims.size() != rank) throw Unsupported{"constants of different ranks concatenated"};
+            if (x.kind == Kind::floating) out.kind = Kind::floating;
+            out.dims[axis] += x.dims[axis];
+        }
+        int64_t outer = 1;
+        for (size_t d = 0; d < axis; ++d) outer *= out.dims[d];
+        for (int64_t o = 0; o < outer; ++o) {
+            for (const Array& x : in) {
+                const auto block = static_cast<int64_t>(x.v.size()) / std::max<int64_t>(outer, 1);
+                out.v.insert(out.v.end(), x.v.begin() + o * block, x.v.begin() + (o + 1) * block);
+            }
+        }
+        return result(std::move(out));
+    }
+    if (op == "Slice") {
+        const Array& x = in[0];
+        const size_t rank = x.dims.size();
+        std::vector<int64_t> starts, ends, axes, steps;
+        if (n.input_size() == 1) { // before opset 10: attributes
+            starts = a.ints("starts"), ends = a.ints("ends"), axes = a.ints("axes");
+        } else {
+            starts = ints(1, "the starts"), ends = ints(2, "the ends");
+            if (present(3)) axes = ints(3, "the axes");
+            if (present(4)) steps = ints(4, "the steps");
+        }
+        if (axes.empty()) {
+            for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+        }
+        if (steps.empty()) steps.assign(starts.size(), 1);
+        if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+            throw Unsupported{"starts, ends, axes and steps of different lengths"};
+        }
+        std::vector<int64_t> first(rank, 0), step(rank, 1), dims = x.dims;
+        for (size_t i = 0; i < axes.size(); ++i) {
+            const auto ax = static_cast<size_t>(normAxis(axes[i], rank));
+            const int64_t dim = x.dims[ax], s = steps[i];
+            if (s == 0) throw Unsupported{"a slice step of 0"};
+            auto clampAt = [&](int64_t v) {
+                if (v < 0) v += dim;
+                return s > 0 ? std::clamp<int64_t>(v, 0, dim) : std::clamp<int64_t>(v, -1, dim - 1);
+            };
+            const int64_t b = clampAt(starts[i]), e = clampAt(ends[i]);
+            first[ax] = b;
+            step[ax] = s;
+            dims[ax] = s > 0 ? std::max<int64_t>(0, (e - b + s - 1) / s) : std::max<int64_t>(0, (b - e - s - 1) / -s);
+        }
+        Array out;
+        out.kind = x.kind;
+        out.dims = dims;
+        const std::vector<int64_t> st = strides(x.dims);
+        forEachIndex(dims, [&](const std::vector<int64_t>& idx) {
+            int64_t at = 0;
+            for (size_t d = 0; d < rank; ++d) at += (first[d] + idx[d] * step[d]) * st[d];
+            out.v.push_back(x.v[static_cast<size_t>(at)]);
+        });
+        return result(std::move(out));
+    }
+    if (op == "Gather") {
+        const Array& x = in[0];
+        if (x.dims.empty()) return false;
+        const auto axis = static_cast<size_t>(normAxis(a.i("axis", 0), x.dims.size()));
+        const std::vector<int64_t> idx = ints(1, "the indices");
+        const int64_t dim = x.dims[axis];
+        Array out;
+        out.kind = x.kind;
+        out.dims.assign(x.dims.begin(), x.dims.begin() + static_cast<std::ptrdiff_t>(axis));
+        out.dims.insert(out.dims.end(), in[1].dims.begin(), in[1].dims.end());
+        out.dims.insert(out.dims.end(), x.dims.begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.dims.end());
+        int64_t outer = 1, inner = 1;
+        for (size_t d = 0; d < axis; ++d) outer *= x.dims[d];
+        for (size_t d = axis + 1; d < x.dims.size(); ++d) inner *= x.dims[d];
+        for (int64_t o = 0; o < outer; ++o) {
+            for (int64_t i : idx) {
+                const int64_t k = i < 0 ? i + dim : i;
+                if (k < 0 || k >= dim) throw Unsupported{"an index out of range"};
+                const auto from = x.v.begin() + (o * dim + k) * inner;
+                out.v.insert(out.v.end(), from, from + inner);
+            }
+        }
+        return result(std::move(out));
+    }
+    if (op == "Expand" && n.input_size() == 2) {
+        Array shape;
+        shape.dims = ints(1, "the shape");
+        Array out;
+        out.kind = in[0].kind;
+        out.dims = broadcast({&in[0], &shape});
+        if (count(out.dims) > kMaxElements) return false;
+        forEachBroadcast(out.dims, {&in[0]},
+                         [&](const std::vector<int64_t>& at) { out.v.push_back(in[0].v[static_cast<size_t>(at[0])]); });
+        return result(std::move(out));
+    }
+    if (op == "Tile" && n.input_size() == 2) {
+        const std::vector<int64_t> reps = ints(1, "the repeats");
+        const Array& x = in[0];
+        if (reps.size() != x.dims.size()) throw Unsupported{"Tile's repeats of another rank"};
+        Array out;
+        out.kind = x.kind;
+        for (size_t d = 0; d < reps.size(); ++d) out.dims.push_back(x.dims[d] * reps[d]);
+        const std::vector<int64_t> st = strides(x.dims);
+        forEachIndex(out.dims, [&](const std::vector<int64_t>& idx) {
+            int64_t at = 0;
+            for (size_t d = 0; d < idx.size(); ++d) at += (idx[d] % x.dims[d]) * st[d];
+            out.v.push_back(x.v[static_cast<size_t>(at)]);
+        });
+        return result(std::move(out));
+    }
+    if (op == "ConstantOfShape") {
+        Array out;
+        out.dims = ints(0, "the shape");
+        double value = 0.0;
+        if (const onnx::AttributeProto* v = a.get("value")) {
+            const Array fill = arrayOf(onnx_io::constantOf(v->t(), "ConstantOfShape's value"));
+            if (fill.v.size() != 1) return false;
+            out.kind = fill.kind;
+            value = fill.v[0];
+        }
+        if (count(out.dims) > kMaxElements) return false;
+        out.v.assign(static_cast<size_t>(count(out.dims)), value);
+        return result(std::move(out));
+    }
+    if (op == "Range" && n.input_size() == 3) {
+        for (const Array& x : in) {
+            if (x.v.size() != 1) throw Unsupported{"Range's start, limit and delta must be scalars"};
+        }
+        const double start = in[0].v[0], limit = in[1].v[0], delta = in[2].v[0];
+        if (delta == 0) throw Unsupported{"a Range of delta 0"};
+        const double steps = std::max(0.0, std::ceil((limit - start) / delta));
+        if (steps > static_cast<double>(kMaxElements)) return false;
+        Array out;
+        out.kind = in[0].kind;
+        out.dims = {static_cast<int64_t>(steps)};
+        for (int64_t i = 0; i < out.dims[0]; ++i) out.v.push_back(start + static_cast<double>(i) * delta);
+        return result(std::move(out));
+    }
+    if (op == "ScatterND" && n.input_size() == 3) {
+        if (a.s("reduction", "none") != "none") return false;
+        Array out = in[0];
+        const Array& indices = in[1];
+        const Array& updates = in[2];
+        if (indices.dims.empty()) throw Unsupported{"ScatterND's indices must have a rank"};
+        const auto q = static_cast<size_t>(indices.dims.back());
+        if (q > out.dims.size()) throw Unsupported{"ScatterND's index tuples are longer than the data's rank"};
+        const std::vector<int64_t> st = strides(out.dims);
+        int64_t slice = 1;
+        for (size_t d = q; d < out.dims.size(); ++d) slice *= out.dims[d];
+        const size_t tuples = q == 0 ? 0 : indices.v.size() / q;
+        if (updates.v.size() != tuples * static_cast<size_t>(slice)) {
+            throw Unsupported{"ScatterND's updates do not fit its indices"};
+        }
+        for (size_t t = 0; t < tuples; ++t) {
+            int64_t at = 0;
+            for (size_t d = 0; d < q; ++d) {
+                int64_t i = toInt(indices.v[t * q + d]);
+                if (i < 0) i += out.dims[d];
+                if (i < 0 || i >= out.dims[d]) throw Unsupported{"a ScatterND index out of range"};
+                at += i * st[d];
+            }
+            std::copy_n(updates.v.begin() + static_cast<std::ptrdiff_t>(t) * slice, slice, out.v.begin() + at);
+        }
+        return result(std::move(out));
+    }
+    return false;
+}
+
+} // namespace tessera::onnx_io
