@@ -315,8 +315,11 @@ py::object fromSchemeValue(const BlueprintValue& v) {
 // into a subclass of tessera._PythonModule): Tessera calls its updateData, updateGrad,
 // accGradParams, dataShapeFrom, gradShapeFrom and checkDataShape, with the GIL taken. The
 // module holds its Python object (set by _attach once its __init__ has run), so it lives
-// as long as any container holds it. Its blueprint names its Python class ("python:"
-// + module + "." + qualified name) and the arguments its __init__ took.
+// as long as any container holds it; the Python object holds the module. That cycle is
+// shown to Python's garbage collector (pythonModuleTraverse) while nothing else holds the
+// module, so a layer no longer used by Python or by a container is freed. Its blueprint
+// names its Python class ("python:" + module + "." + qualified name) and the arguments its
+// __init__ took.
 class PythonModule : public Module {
 public:
     using Module::Module;
@@ -338,6 +341,10 @@ public:
 
     std::string classname() const override { return name_.empty() ? "PythonModule" : name_; }
     size_t outputCount() const override { return outputs_; }
+    // For the garbage collector: the Python object this module holds (null before _attach),
+    // and the hold itself, moved out to be dropped.
+    PyObject* pythonObject() const { return self_ ? self_->object.ptr() : nullptr; }
+    std::shared_ptr<PythonOwner> takePythonObject() { return std::move(self_); }
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override {
         py::gil_scoped_acquire gil;
@@ -439,6 +446,33 @@ private:
     size_t outputs_ = 1;
 };
 
+// Every Module's Python object is known to Python's garbage collector (a layer written in
+// Python subclasses one, and a class's base may only be swapped for one of the same kind).
+// Of a layer written in Python, it sees the hold of its module on the layer's own object
+// while only that object holds the module: a reference cycle through Python alone. While a
+// container (any other C++ owner) holds the module, the layer stays.
+PyTypeObject* pythonModuleType = nullptr; // tessera._PythonModule, once registered
+
+PythonModule* heldOnlyByPython(PyObject* o) {
+    if (!pythonModuleType || !PyObject_TypeCheck(o, pythonModuleType)) return nullptr;
+    const py::detail::value_and_holder vh = reinterpret_cast<py::detail::instance*>(o)->get_value_and_holder();
+    if (!vh.inst || !vh.holder_constructed()) return nullptr;
+    const auto& holder = vh.holder<std::shared_ptr<PythonModule>>();
+    return holder.use_count() == 1 ? holder.get() : nullptr;
+}
+
+extern "C" int moduleTraverse(PyObject* o, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(o)); // instances of heap types hold their type
+    if (PythonModule* m = heldOnlyByPython(o)) Py_VISIT(m->pythonObject());
+    return 0;
+}
+
+extern "C" int moduleClear(PyObject* o) {
+    std::shared_ptr<PythonOwner> dropped; // dropped on return: it may free o and its module
+    if (PythonModule* m = heldOnlyByPython(o)) dropped = m->takePythonObject();
+    return 0;
+}
+
 // Rebuilds a layer written in Python from its blueprint: imports its module, calls its class
 // with the blueprint's arguments.
 ModulePtr buildPythonModule(const Blueprint& bp) {
@@ -493,7 +527,13 @@ void bindModules(py::module_& m) {
     py::class_<Module, ModulePtr>(m, "Module", R"(Base of every layer and container.
 
 Layers are made by class name with keyword arguments, as tessera.Conv2D(inmaps=3,
-outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general form.)")
+outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general form.)",
+                                  py::custom_type_setup([](PyHeapTypeObject* heapType) {
+                                      PyTypeObject* type = &heapType->ht_type;
+                                      type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+                                      type->tp_traverse = moduleTraverse;
+                                      type->tp_clear = moduleClear;
+                                  }))
         .def(py::init(&build), py::arg("classname"), py::arg("scheme") = py::dict())
         .def(py::init([](const ModulePtr& same) { return same; }), py::arg("module"),
              "Another handle on the same module (the layer classes use it to present a module made in "
@@ -649,9 +689,10 @@ Linear.)")
             return std::make_shared<MaxUnpool2D>(pool, name);
         },
         py::arg("maxpool"), py::arg("name"));
-    py::class_<PythonModule, Module, std::shared_ptr<PythonModule>>(m, "_PythonModule",
-                                                                    "The base a layer written in Python gets.")
-        .def(py::init<std::string>(), py::arg("name") = "")
+    auto pythonModule = py::class_<PythonModule, Module, std::shared_ptr<PythonModule>>(
+        m, "_PythonModule", "The base a layer written in Python gets.");
+    pythonModuleType = reinterpret_cast<PyTypeObject*>(pythonModule.ptr());
+    pythonModule.def(py::init<std::string>(), py::arg("name") = "")
         .def("_attach", &PythonModule::attach, py::arg("self"), py::arg("arguments"))
         .def(
             "setVar",

@@ -455,6 +455,19 @@ def test_slice_over_several_axes_against_numpy():
         ts.Slice(axis=[1, 2], start=[0], end=[1, 1])
 
 
+def test_slice_with_steps_against_numpy():
+    x = np.random.default_rng(5).standard_normal((2, 5, 7, 3)).astype(np.float32)
+    strided = ts.Slice(axis=[1, 2], start=[0, 1], end=[0, 6], step=[2, 3])  # x[:, 0::2, 1:6:3]
+    np.testing.assert_array_equal(strided(x).numpy(), x[:, 0::2, 1:6:3])
+    g = np.random.default_rng(6).standard_normal((2, 3, 2, 3)).astype(np.float32)
+    ref = np.zeros_like(x)
+    ref[:, 0::2, 1:6:3] = g
+    np.testing.assert_array_equal(strided.backward(g).numpy(), ref)
+    assert "step=[2, 3]" in repr(strided)
+    with pytest.raises(ts.ModuleError, match="a step must be 1 or more, got 0"):
+        ts.Slice(axis=1, start=0, end=0, step=0)
+
+
 def test_embedder_padding_idx_is_pytorchs():
     torch = pytest.importorskip("torch")
     emb = ts.Embedder(6, 4, 3, paddingIdx=1)

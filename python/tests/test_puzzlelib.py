@@ -837,8 +837,14 @@ def test_slice_takes_puzzlelibs_indexing():
     ref = np.zeros_like(x)
     ref[:, :, 1:-1, 2:] = g
     close(sl.grad, ref)
-    with pytest.raises(Modules.ModuleError, match="steps of 1"):
-        Modules.Slice()[:, ::2]
+    sl = Modules.Slice()[:, ::2, 1::3]
+    y, g = forward_backward(sl, x)
+    close(y, x[:, ::2, 1::3])
+    ref = np.zeros_like(x)
+    ref[:, ::2, 1::3] = g
+    close(sl.grad, ref)
+    with pytest.raises(Modules.ModuleError, match="only positive steps"):
+        Modules.Slice()[:, ::-1]
 
 
 def test_pools_and_norms_of_other_ranks():

@@ -145,3 +145,27 @@ def test_mistakes_are_clear_errors():
     assert repr(Swish.__new__(Swish)) == "<Swish, not constructed>"  # an __init__ that failed early
     with pytest.raises(ts.ModuleError, match="cannot be found"):
         ts.buildModule({"classname": "python:no_such_module.Layer", "scheme": {}})
+
+
+def test_layers_are_freed_when_nothing_holds_them():
+    import gc
+    import weakref
+    # The layer and its module hold each other: the garbage collector frees the pair once
+    # neither Python nor a container holds the layer.
+    m = Swish(4, name="freed")
+    ref = weakref.ref(m)
+    del m
+    gc.collect()
+    assert ref() is None
+    # A container keeps it (and its Python methods) alive after Python lets go of it.
+    layer = Swish(4, name="kept")
+    ref = weakref.ref(layer)
+    net = ts.Sequential().append(ts.Linear(3, 4)).append(layer)
+    del layer
+    gc.collect()
+    assert ref() is not None
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    assert net(x).numpy().shape == (2, 4)
+    del net
+    gc.collect()
+    assert ref() is None

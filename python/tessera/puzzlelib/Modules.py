@@ -594,7 +594,7 @@ class KMaxPool(Module):
 
 class Slice(Module):
     """PuzzleLib's Slice: `Slice()[:, :, 1:-1, 1:-1]` (or `Slice(slc=...)`) keeps a range of
-    each dim it names, as Tessera's Slice over those axes (steps of 1 only)."""
+    each dim it names, as Tessera's Slice over those axes (positive steps: `[:, ::2]`)."""
 
     def __init__(self, slc=None, name=None):
         super().__init__(ts.Identity(), name)
@@ -609,18 +609,20 @@ class Slice(Module):
 
     def _build(self, slc):
         slc = slc if isinstance(slc, tuple) else (slc,)
-        axes, starts, ends = [], [], []
+        axes, starts, ends, steps = [], [], [], []
         for axis, part in enumerate(slc):
             if not isinstance(part, slice):
                 raise ModuleError(f"Slice: dim {axis} takes a range (start:stop), got {part!r}")
-            if part.step not in (None, 1):
-                raise ModuleError(f"Slice: dim {axis} has step {part.step}; only steps of 1 are supported")
-            if part.start is None and part.stop is None:
+            step = 1 if part.step is None else part.step
+            if step < 1:
+                raise ModuleError(f"Slice: dim {axis} has step {part.step}; only positive steps are supported")
+            if part.start is None and part.stop is None and step == 1:
                 continue
             axes.append(axis)
             starts.append(part.start or 0)
             ends.append(part.stop if part.stop is not None else 2 ** 62)
-        m = ts.Slice(axes, starts, ends) if axes else ts.Identity()
+            steps.append(step)
+        m = ts.Slice(axes, starts, ends, step=steps) if axes else ts.Identity()
         m.name = self._m.name
         self.slc = slc
         object.__setattr__(self, "_m", m)
