@@ -14,6 +14,21 @@ std::atomic<uint64_t> version{0};
 uint64_t Container::structureVersion() { return version.load(std::memory_order_relaxed); }
 void Container::structureChanged() { version.fetch_add(1, std::memory_order_relaxed); }
 
+void Container::setReleaseInBackward(bool on) {
+    releaseInBackward_ = on;
+    for (const auto& [name, child] : children_) {
+        if (auto* c = dynamic_cast<Container*>(child.get())) c->setReleaseInBackward(on);
+    }
+}
+
+void Container::beginBackward() {
+    if (spent_) {
+        throw moduleError("a second backward after one forward: the first released the values it used "
+                          "(setReleaseInBackward(false) keeps them); run the forward again");
+    }
+    spent_ = releaseInBackward_;
+}
+
 Module& Container::operator[](size_t index) const { return *childPtr(index); }
 
 const ModulePtr& Container::childPtr(size_t index) const {

@@ -38,6 +38,15 @@ public:
     /// Children receive whatever dtypes their producers made; each converts as it needs.
     bool takesBfloat16(const Tensors&) const override { return true; }
 
+    /// Whether backward drops what each child kept for it (its inputs, outputs and masks)
+    /// once the child's backward has run, as PyTorch frees saved tensors: a training step
+    /// then holds the values still to be differentiated, not all of them (a graph's
+    /// outputs stay). On by default. A second backward after one forward is then a
+    /// ModuleError. Off keeps every child's `data()` readable after backward (PuzzleLib's
+    /// way). Sets this container and every container below it.
+    void setReleaseInBackward(bool on);
+    bool releasesInBackward() const { return releaseInBackward_; }
+
     /// A number that changes whenever any container anywhere gains or loses a child or a
     /// graph is built: cached plans compare it to know that the structure under them is
     /// the one they checked.
@@ -57,7 +66,15 @@ protected:
     void insertChild(size_t pos, ModulePtr mod, const char* op);
     ModulePtr removeChild(size_t pos, const char* op);
 
+    /// backward's check: throws ModuleError when a backward since the last forward has
+    /// released the values (setReleaseInBackward). Then marks this backward's release.
+    void beginBackward();
+    /// forward's: the values are there again.
+    void beginForward() { spent_ = false; }
+
     std::vector<std::pair<std::string, ModulePtr>> children_;
+    bool releaseInBackward_ = true;
+    bool spent_ = false; // a releasing backward ran since the last forward
 };
 
 /// Parameters that several of `modules` update in one backward (one module listed twice,

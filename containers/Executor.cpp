@@ -88,9 +88,14 @@ void backward(const std::vector<Node*>& order, const std::function<std::optional
     };
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
         Node* n = *it;
+        // Once n's backward has run (or is not needed), what n kept for it goes.
+        auto releaseSaved = [&options](Node& node) {
+            if (options.release && options.release(node)) node.releaseSaved();
+        };
         if (!isNeeded(n)) {
             if (n->hasOutGrad()) n->buildOutGrad({}); // drop contributions nobody will use
             n->bwdVisited = true;
+            releaseSaved(*n);
             releaseSpentChildren(*n);
             continue;
         }
@@ -106,6 +111,7 @@ void backward(const std::vector<Node*>& order, const std::function<std::optional
             rethrowWithContext(options.where(*n));
         }
         n->bwdVisited = true;
+        releaseSaved(*n);
         releaseSpentChildren(*n);
     }
 }

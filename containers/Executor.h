@@ -34,6 +34,9 @@ struct BackwardOptions {
     float scale = 1.0f;
     float momentum = 0.0f;
     std::function<std::string(const Node&)> where;
+    /// Nodes whose kept values (inputs, outputs, masks) go once their backward has run
+    /// (Container::setReleaseInBackward). Null: none.
+    std::function<bool(const Node&)> release;
 };
 
 /// Whether a node's backward must run: it holds parameters to update, or an ancestor does,

@@ -398,6 +398,7 @@ Shapes Graph::gradShapeFrom(const Shapes& outGradShapes) const {
 
 Tensors Graph::updateData(const Tensors& data) {
     dataShapeFrom(shapesOf(data)); // checked here once (cached per input shapes); nodes run unchecked
+    beginForward();
     for (Node* n : order_) n->clearTraverse();
     exec::ForwardOptions options;
     options.planned = true;
@@ -426,6 +427,7 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
         throw moduleError("backward after an eval-mode forward: intermediate values were released; "
                           "run the forward in train mode to differentiate");
     }
+    beginBackward();
     size_t k = 0;
     std::unordered_map<const Node*, Tensors> given;
     for (const NodePtr& o : outputs_) {
@@ -440,6 +442,9 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
     const auto need = exec::needed(order_, updParamGrads, updGrad, hasParams);
     exec::BackwardOptions options{updParamGrads, updGrad, scale, momentum,
                                   [this](const Node& n) { return str() + ": backward at " + pathTo(n) + ": "; }};
+    if (releaseInBackward_) { // a graph's outputs stay readable
+        options.release = [this](const Node& n) { return outputIndex_.count(&n) == 0; };
+    }
     exec::backward(
         order_,
         [&given](const Node& n) -> std::optional<Tensors> {

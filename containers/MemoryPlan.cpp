@@ -97,6 +97,14 @@ public:
         for (const Value& v : st.grad) l_.unref(v.id);
         st.grad.clear();
     }
+    // Module::releaseSaved: all but the input gradient (a container's children lose theirs
+    // too; the container holds its own references).
+    void releaseSaved(State& st) {
+        Values grad = std::move(st.grad);
+        st.grad.clear();
+        release(st);
+        st.grad = std::move(grad);
+    }
 
 private:
     Value share(const Value& v) {
@@ -228,6 +236,7 @@ private:
             cur = st.kids[i].grad;
             for (const Value& v : cur) l_.ref(v.id);
             if (i + 1 < kids.size()) releaseGrad(st.kids[i + 1]);
+            if (s.releasesInBackward()) releaseSaved(st.kids[i]);
         }
         releaseGrad(st);
         st.grad = cur; // the Sequential's grad_ takes the local's references
@@ -253,6 +262,7 @@ private:
         for (size_t i = 0; i < kids.size(); ++i) {
             backward(*kids[i].second, st.kids[i], {g.at(i)}, updGrad);
             if (updGrad) st.grad.push_back(share(st.kids[i].grad.at(0)));
+            if (p.releasesInBackward()) releaseSaved(st.kids[i]);
         }
     }
 
@@ -304,6 +314,12 @@ private:
         for (const NodePtr& o : gr.outputs()) {
             for (size_t s = 0; s < st.kids[index.at(o.get())].out.size(); ++s) given[o.get()].push_back(g.at(k++));
         }
+        std::unordered_set<const Node*> outputs;
+        for (const NodePtr& o : gr.outputs()) outputs.insert(o.get());
+        // Graph::backwardFrom's release of what a node kept, once its backward has run.
+        auto releaseSpent = [&](const Node* n) {
+            if (gr.releasesInBackward() && !outputs.count(n)) releaseSaved(st.kids[index.at(n)]);
+        };
         std::unordered_map<const Node*, bool> needed;
         for (Node* n : order) {
             bool need = hasParams(n->module()) || (n->bwds().empty() && updGrad);
@@ -326,6 +342,7 @@ private:
             outGrad.erase(n);
             if (!needed[n]) {
                 for (auto& [v, owned] : pending) l_.unref(v.id);
+                releaseSpent(n);
                 releaseChildren(n);
                 continue;
             }
@@ -375,6 +392,7 @@ private:
             }
             for (auto& [v, owned] : pending) l_.unref(v.id);
             for (int z : zeros) l_.unref(z);
+            releaseSpent(n);
             releaseChildren(n);
         }
         releaseGrad(st);

@@ -132,6 +132,16 @@ void Node::releaseValues() {
     }
 }
 
+void Node::releaseSaved() {
+    if (sharesModule_) {
+        Module::RunState spent;
+        spent.grad = std::move(run_.grad);
+        run_ = std::move(spent);
+    } else {
+        module_->releaseSaved();
+    }
+}
+
 void Node::releaseInputGrads() {
     if (sharesModule_) {
         run_.grad.clear();

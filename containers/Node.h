@@ -89,6 +89,9 @@ public:
     void releaseValues();
     /// Drop this node's input gradients (once every parent has taken them).
     void releaseInputGrads();
+    /// Drop what this node's run kept for backward, keeping its input gradient (once its
+    /// backward has run: Container::setReleaseInBackward).
+    void releaseSaved();
 
     /// Add parents: this node's bwds and each parent's fwds. Throws GraphError (naming the
     /// nodes of the cycle) when a parent descends from this node, and when a slot is out

@@ -37,6 +37,7 @@ Shapes Parallel::gradShapeFrom(const Shapes& outGradShapes) const {
 }
 
 Tensors Parallel::updateData(const Tensors& data) {
+    beginForward();
     Tensors out;
     // The shapes were checked where the call entered (checkDataShape runs every branch's).
     for (size_t i = 0; i < children_.size(); ++i) {
@@ -51,6 +52,7 @@ Tensors Parallel::updateData(const Tensors& data) {
 }
 
 Tensors Parallel::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    beginBackward();
     std::unordered_set<const Module*> summing; // branches sharing a Variable sum into it
     if (updParamGrads) {
         std::vector<const Module*> kids;
@@ -62,6 +64,7 @@ Tensors Parallel::backwardFrom(const Tensors& grad, bool updParamGrads, bool upd
         Module& child = *children_[i].second;
         Tensor g = child.backward(grad[i], updParamGrads, updGrad, scale, summing.count(&child) ? 1.0f : momentum);
         if (updGrad) in.push_back(g);
+        if (releaseInBackward_) child.releaseSaved();
     }
     return in;
 }

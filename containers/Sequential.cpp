@@ -99,6 +99,7 @@ Shapes Sequential::gradShapeFrom(const Shapes& outGradShapes) const {
 
 Tensors Sequential::updateData(const Tensors& data) {
     planFor(shapesOf(data)); // checked here once; the children run unchecked
+    beginForward();
     Tensors x = data;
     const fusion::Scope fused(fusion::pairsOf(*this));
     for (size_t i = 0; i < children_.size(); ++i) {
@@ -112,6 +113,7 @@ Tensors Sequential::updateData(const Tensors& data) {
 }
 
 Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    beginBackward();
     std::unordered_set<const Module*> summing;
     if (updParamGrads) {
         std::vector<const Module*> kids;
@@ -127,8 +129,11 @@ Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool u
         } catch (const Error&) {
             rethrowWithContext(str() + ": backward at " + children_[i].first + ": ");
         }
-        // The next child's input gradient has been used: only the frontier stays live.
+        // The next child's input gradient has been used: only the frontier stays live. This
+        // child's values have been used too (its outputs are the Sequential's, or the next
+        // child's inputs).
         if (i + 1 < children_.size()) children_[i + 1].second->releaseGrad();
+        if (releaseInBackward_) child.releaseSaved();
     }
     return g;
 }

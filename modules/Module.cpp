@@ -530,6 +530,12 @@ void Module::reset() {
     for (const auto& [n, child] : namedChildren()) child->reset();
 }
 
+void Module::releaseSaved() {
+    Tensors grad = std::move(grad_);
+    reset();
+    grad_ = std::move(grad);
+}
+
 Module::RunState Module::takeRunState() {
     if (!namedChildren().empty()) throw moduleError("a container's run state belongs to its children");
     RunState state{std::move(inData_), std::move(data_), std::move(grad_), {}, std::move(inDTypes_), tookBfloat16_};

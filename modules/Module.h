@@ -209,6 +209,10 @@ public:
     /// Drop the kept input gradient only (`gradList()` is empty afterwards). A graph does
     /// this to a node once every parent has used its gradient.
     void releaseGrad() { grad_.clear(); }
+    /// Drop what the last forward kept for backward (inputs, outputs, kept tensors), here
+    /// and in every descendant, keeping the input gradient: a container does this to a
+    /// child once the child's backward has run (Container::setReleaseInBackward).
+    void releaseSaved();
 
     /// What one run leaves in a module for its backward: its inputs, outputs, input
     /// gradients and the tensors the layer keeps (keptTensors). A Graph moves it out of a

@@ -732,6 +732,10 @@ gradients, paramGrads(self, grads, scale, momentum), params {name: array} and ou
             py::arg("name"), py::arg("module"),
             "Put `module` where the child (a Graph: the node) `name` is, under that name and on the container's "
             "device: a head swap. Returns the module it replaced; the next call checks the shapes again.")
+        .def_property("releaseInBackward", &Container::releasesInBackward, &Container::setReleaseInBackward,
+                      "Whether backward drops what each child kept for it once the child's backward has run (on by "
+                      "default: a training step holds less). Off keeps every child's data readable after backward "
+                      "and allows a second backward after one forward. Setting it sets every container below too.")
         .def("__iter__", [](const Container& c) {
             py::list l;
             for (size_t i = 0; i < c.size(); ++i) l.append(c.childPtr(i));

@@ -238,3 +238,19 @@ def test_graphs_draw_themselves_in_notebooks():
         assert svg.lstrip().startswith("<?xml") and "<svg" in svg
     else:
         assert svg is None
+
+
+def test_backward_releases_the_values_it_used_unless_told_to_keep_them():
+    x = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+    net = ts.Sequential().append(ts.Linear(3, 5, name="fc1")).append(ts.Activation("relu")) \
+        .append(ts.Linear(5, 2, name="fc2"))
+    assert net.releaseInBackward  # the default: a training step holds less
+    net(x)
+    net.backward(np.ones((4, 2), np.float32))
+    with pytest.raises(ts.ModuleError, match="a second backward after one forward"):
+        net.backward(np.ones((4, 2), np.float32))
+    net.releaseInBackward = False  # PuzzleLib's way: the values stay readable
+    net(x)
+    net.backward(np.ones((4, 2), np.float32))
+    assert net["fc1"].data.shape == (4, 5)
+    net.backward(np.ones((4, 2), np.float32))  # and a second backward adds to the gradients

@@ -139,6 +139,13 @@ TEST(Sequential, BackwardHonoursUpdGradAndUpdParamGrads) {
     for (const auto& [n, v] : net.namedParams()) {
         for (float g : v->grad.toVector<float>()) ASSERT_EQ(g, 0.0f) << n;
     }
+    // A backward releases what the children kept for it: a second one needs a forward first.
+    EXPECT_TRUE(throwsModuleError(
+        [&] {
+            net.backward(randomTensor({2, 2}, 2));
+        },
+        {"a second backward after one forward", "run the forward again"}));
+    net(randomTensor({2, 3}, 1));
     EXPECT_EQ(net.backward(randomTensor({2, 2}, 2)).shape(), (Shape{2, 3}));
 }
 

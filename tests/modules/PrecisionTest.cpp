@@ -186,7 +186,10 @@ TEST(Precision, Bfloat16LayersMatchFloat32) {
                 EXPECT_LT(rel(lowParams.at(name)->grad, v->grad), 1e-2) << "gradient of " << name;
                 EXPECT_EQ(lowParams.at(name)->data.dtype(), DType::float32); // the master weights
             }
-            // A second backward adds to the gradients.
+            // A second backward (of a second forward: the first backward released the values
+            // it used) adds to the gradients.
+            (*f32)(x);
+            (*low)(x);
             f32->backward(dy);
             low->backward(dy);
             for (const auto& [name, v] : f32->namedParams()) {
@@ -585,12 +588,12 @@ TEST(Precision, Bfloat16ActivationsRunThroughAResidualBlock) {
         net->calcMode(compute);
         Run r;
         r.y = (*net)(x);
+        for (const char* n : {"stem", "bn0", "r0", "c1", "bn1", "r1", "c2", "bn2", "add", "out", "pool", "fc"}) {
+            r.dtypes[n] = net->getNodeByName(n).outputs().at(0).dtype(); // before backward releases them
+        }
         net->zeroGradParams();
         r.dx = net->backward(dy);
         for (const auto& [name, v] : net->namedParams()) r.grads[name] = v->grad.clone();
-        for (const char* n : {"stem", "bn0", "r0", "c1", "bn1", "r1", "c2", "bn2", "add", "out", "pool", "fc"}) {
-            r.dtypes[n] = net->getNodeByName(n).outputs().at(0).dtype();
-        }
         return r;
     };
     // bfloat16 compute with float32 and with bfloat16 activations, and float32 throughout.

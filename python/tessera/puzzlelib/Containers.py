@@ -14,6 +14,9 @@ class ContainerError(ModuleError):
 class Container(Module):
     def __init__(self, tmod, name=None):
         super().__init__(tmod, name)
+        # PuzzleLib's modules keep their data after backward (handlers and scripts read it):
+        # Tessera's containers otherwise release what backward has used.
+        tmod.releaseInBackward = False
         self.modules = {}
 
     def _adopt(self, mod, acquire=True):
