@@ -77,6 +77,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"Deconv1D", &Exporter::emitConv},
         {"Deconv2D", &Exporter::emitConv},
         {"Deconv3D", &Exporter::emitConv},
+        {"Cast", &Exporter::emitCast},
         {"Div", &Exporter::emitSubOrDiv},
         {"Dropout", &Exporter::emitDropout},
         {"DropPath", &Exporter::emitInferenceIdentity},
@@ -132,6 +133,23 @@ void Exporter::emitLayer(Module& m, const std::vector<std::string>& in, const Sh
     if (it == table.end()) throw Unsupported{"no ONNX counterpart is exported for " + cls};
     const Blueprint bp = m.blueprint();
     (this->*it->second)(Layer{m, bp, in, inShapes, out, path});
+}
+
+// Cast: the exported graph's values are float, so a Cast to float16 or bfloat16 is that Cast
+// and one back to float (the rounding stays; what follows reads float, as Tessera's layers
+// read a 16-bit value as float32); a Cast to float32 is an Identity. Casts to int32 are not
+// exported.
+void Exporter::emitCast(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const std::string to = schemeString(bp, "outtype");
+    if (to == "float32") return void(node("Identity", in, out, path));
+    if (to != "float16" && to != "bfloat16") {
+        throw Unsupported{"a Cast to " + to + " (to float32, float16 and bfloat16 are exported)"};
+    }
+    const std::string rounded = path + "_" + to;
+    attr(node("Cast", in, {rounded}, path), "to",
+         static_cast<int64_t>(to == "float16" ? onnx::TensorProto::FLOAT16 : onnx::TensorProto::BFLOAT16));
+    attr(node("Cast", {rounded}, out, path + "_back"), "to", static_cast<int64_t>(onnx::TensorProto::FLOAT));
 }
 
 // Identity

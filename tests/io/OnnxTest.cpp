@@ -16,6 +16,7 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/Attention.h"
+#include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Deconv.h"
 #include "modules/DropPath.h"
@@ -428,7 +429,9 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
     auto strided = node(std::make_shared<Slice>(std::vector<int>{2}, std::vector<int64_t>{0}, std::vector<int64_t>{0},
                                                 SliceOptions{.steps = {2}}),
                         slice, "strided"); // x[:, :, 0::2]: its steps go out and come back
-    auto flat = node(std::make_shared<Flatten>(), strided, "flat");
+    auto half = node(std::make_shared<Cast>(DType::float32, DType::float16), strided, "half"); // rounded,
+    auto full = node(std::make_shared<Cast>(DType::float16, DType::float32), half, "full");    // then float again
+    auto flat = node(std::make_shared<Flatten>(), full, "flat");
     auto soft = node(std::make_shared<SoftMax>(), flat, "soft");
     Graph g({x}, {soft}, "layers");
     for (const auto& [n, v] : g.namedParams()) v->data.copyFrom(randomTensor(v->data.shape(), 3, 0.5f, 1.5f));
