@@ -26,7 +26,8 @@
 #   side.log    with GPU_RUN_SIDE=MODELS (say resnet50): tools/bench/pytorch_side_by_side.py
 #               --device cuda on those models in GPU_RUN_SIDE_PRECISION (default
 #               fp32,fp16,bf16), GPU_RUN_SIDE_REPS repetitions (default 3), against the
-#               PyTorch of the machine's python3
+#               PyTorch of the machine's python3, in NCHW and (unless GPU_RUN_SIDE_NCHW_ONLY
+#               is set) channels_last
 #   kernels-*.log   with GPU_RUN_KERNELS="WORKLOAD:MODE:PRECISION ..." (say resnet50:train:bf16):
 #               tools/bench/gpu_kernels.py on both sides, one training or inference step's kernels
 # With GPU_RUN_PACK set, the logs end up in one OUT_DIR/gpu-run-logs.tar.xz.
@@ -162,9 +163,12 @@ fi
 # Against PyTorch on the same GPU (its python3), when GPU_RUN_SIDE names the models.
 if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   precisions=${GPU_RUN_SIDE_PRECISION:-fp32,fp16,bf16}
-  cmd="python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $precisions"
+  layouts=--torch-channels-last
+  [[ -n ${GPU_RUN_SIDE_NCHW_ONLY:-} ]] && layouts=
+  cmd="python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $precisions $layouts"
+  # shellcheck disable=SC2086 # $layouts is one flag or none
   { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
-      --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision "$precisions" 2>&1; } >"$out/side.log" || status=1
+      --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision "$precisions" $layouts 2>&1; } >"$out/side.log" || status=1
 fi
 # Where one training step's GPU time goes, kernel by kernel (Nsight Compute), for each
 # WORKLOAD:MODE:PRECISION in GPU_RUN_KERNELS (say resnet50:train:bf16), on both sides.

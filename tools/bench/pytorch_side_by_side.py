@@ -32,6 +32,10 @@ recurrent workloads stay float32 and are skipped). On CUDA, fp16 adds float16 ro
 Tessera's calcMode(float16) with dynamic loss scaling against autocast to float16 with
 torch.amp.GradScaler (PyTorch's AMP).
 
+--torch-channels-last adds a second PyTorch measurement of each workload with the model and
+its images in torch.channels_last (NHWC, PyTorch's faster layout for convolutions in 16
+bits on a GPU), and the ratio to it.
+
 Both sides use the same OpenBLAS: Debian's PyTorch loads it as libblas.so.3, and on Intel
 CPUs newer than the library knows (Sapphire Rapids) OpenBLAS falls back to generic SSE3
 kernels unless OPENBLAS_CORETYPE is set. Tessera sets it for itself
@@ -44,6 +48,7 @@ TESSERA_FLOAT32_GEMM=openblas (--tessera-float32-gemm onednn measures Tessera's 
 Usage: tools/bench/pytorch_side_by_side.py [--bench build/tools/bench/tessera_bench]
        [--device cpu|cuda] [--reps 5] [--threads 2] [--models mlp,lenet,resnet18]
        [--precision fp32,bf16[,fp16]] [--tessera-float32-gemm openblas|onednn]
+       [--torch-channels-last]
 """
 
 import argparse
@@ -230,16 +235,20 @@ def torch_model(model, device):
     return net.to(device), x, y, batch
 
 
-def torch_rate(model, mode, min_time, device="cpu", precision="fp32"):
+def torch_rate(model, mode, min_time, device="cpu", precision="fp32", channels_last=False):
     """Images per second (and peak MiB on a GPU) of one PyTorch measurement after warm-up,
     like one benchmark repetition; bf16 and fp16: under autocast to that type (fp16 with
-    torch.amp.GradScaler in training, as PyTorch's AMP recipe has it)."""
+    torch.amp.GradScaler in training, as PyTorch's AMP recipe has it); channels_last: the
+    model and its images in torch.channels_last."""
     cuda = device == "cuda"
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     net, x, y, batch = torch_model(model, device)
+    if channels_last and x.dim() == 4:
+        net = net.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if mode == "train":
         net.train()
@@ -313,6 +322,8 @@ def main():
     ap.add_argument("--tessera-float32-gemm", choices=("openblas", "onednn"), default="openblas",
                     help="what Tessera's float32 GEMMs run on (CPU): openblas, as PyTorch's do, or onednn")
     ap.add_argument("--precision", default="fp32", help="a list of fp32, bf16 and fp16 (cuda only): fp32,bf16")
+    ap.add_argument("--torch-channels-last", action="store_true",
+                    help="also measure PyTorch with the model and images in torch.channels_last")
     args = ap.parse_args()
     precisions = args.precision.split(",")
     if any(p not in ("fp32", "bf16", "fp16") for p in precisions) or (args.device == "cpu" and "fp16" in precisions):
@@ -339,7 +350,7 @@ def main():
               f"OMP_NUM_THREADS={args.threads}; {args.reps} alternating repetitions, medians")
     workloads = [(m, mode, p) for p in precisions for m in models for mode in ("train", "inference")
                  if not (p == "bf16" and m in ("lstm", "gru"))]
-    results = {w: ([], [], [], []) for w in workloads}
+    results = {w: ([], [], [], [], [], []) for w in workloads}  # ours, theirs, peaks; channels-last rate, peak
     for rep in range(args.reps):
         for w in workloads:
             model, mode, precision = w
@@ -349,13 +360,19 @@ def main():
             rate, peak = torch_rate(model, mode, args.min_time, args.device, precision)
             results[w][1].append(rate)
             results[w][3].append(peak)
+            if args.torch_channels_last:
+                cl_rate, cl_peak = torch_rate(model, mode, args.min_time, args.device, precision, channels_last=True)
+                results[w][4].append(cl_rate)
+                results[w][5].append(cl_peak)
             print(f"  {model} {mode} {precision}: Tessera {results[w][0][-1]:.0f}, PyTorch {rate:.0f} images/s",
                   file=sys.stderr, flush=True)
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
     memory = f" {'Tessera MiB':>12} {'PyTorch MiB':>12}" if cuda else ""
-    print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7} {'vs best':>7}{memory}   "
+    cl = args.torch_channels_last
+    nhwc = f" {'PyTorch NHWC':>13} {'ratio':>7}" + (f" {'NHWC MiB':>9}" if cuda else "") if cl else ""
+    print(f"{'workload':<24} {'Tessera img/s':>14} {'PyTorch img/s':>14} {'ratio':>7} {'vs best':>7}{memory}{nhwc}   "
           f"{'ratio per repetition':<30}")
-    for (model, mode, precision), (ours, theirs, our_peak, their_peak) in results.items():
+    for (model, mode, precision), (ours, theirs, our_peak, their_peak, cl_rate, cl_peak) in results.items():
         a, b = statistics.median(ours), statistics.median(theirs)
         each = " ".join(f"{x / y:.2f}" for x, y in zip(ours, theirs))
         mem = ""
@@ -363,6 +380,9 @@ def main():
             p = [v for v in our_peak if v is not None]
             mem = f" {max(p):>12.0f}" if p else f" {'-':>12}"
             mem += f" {max(their_peak):>12.0f}"
+        if cl:
+            c = statistics.median(cl_rate)
+            mem += f" {c:>13.0f} {a / c:>6.2f}x" + (f" {max(cl_peak):>9.0f}" if cuda else "")
         label = f"{model} {mode}" + (f" {precision}" if precision != "fp32" else "")
         print(f"{label:<24} {a:>14.0f} {b:>14.0f} {a / b:>6.2f}x {a / max(theirs):>6.2f}x{mem}   {each}")
         sys.stdout.flush()
