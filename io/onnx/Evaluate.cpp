@@ -269,8 +269,8 @@ bool Importer::evaluate(const onnx::NodeProto& n, const Attributes& a) {
         }
         return setConstant(n.output(slot), constantOf(std::move(out)));
     };
-    if (isBinary(op) && n.input_size() >= 2) {
-        if (n.input_size() > 2 && op != "Max" && op != "Min") return false;
+    if ((isBinary(op) || op == "Sum") && n.input_size() >= 1) {
+        if (n.input_size() > 2 && op != "Max" && op != "Min" && op != "Sum") return false;
         Kind kind = Kind::boolean;
         for (const Array& x : in) {
             if (x.kind == Kind::floating) kind = Kind::floating;
@@ -281,7 +281,7 @@ bool Importer::evaluate(const onnx::NodeProto& n, const Attributes& a) {
         for (size_t k = 1; k < in.size(); ++k) {
             acc = elementwise({&acc, &in[k]}, isComparison(op) ? Kind::boolean : kind,
                               [&](const std::vector<int64_t>& at) {
-                                  return binary(op, acc.v[static_cast<size_t>(at[0])],
+                                  return binary(op == "Sum" ? "Add" : op, acc.v[static_cast<size_t>(at[0])],
                                                 in[k].v[static_cast<size_t>(at[1])], kind, fmod);
                               });
         }
@@ -457,6 +457,32 @@ bool Importer::evaluate(const onnx::NodeProto& n, const Attributes& a) {
         if (count(out.dims) > kMaxElements) return false;
         forEachBroadcast(out.dims, {&in[0]},
                          [&](const std::vector<int64_t>& at) { out.v.push_back(in[0].v[static_cast<size_t>(at[0])]); });
+        return result(std::move(out));
+    }
+    if (op == "Pad" && n.input_size() >= 2 && a.s("mode", "constant") == "constant") {
+        if (n.input_size() > 3 && !n.input(3).empty()) return false; // the axes input (opset 18)
+        const std::vector<int64_t> pads = ints(1, "the pads");
+        const Array& x = in[0];
+        const size_t rank = x.dims.size();
+        if (pads.size() != 2 * rank) throw Unsupported{"pads for another rank"};
+        const double fill = present(2) && !in[2].v.empty() ? in[2].v[0] : 0.0;
+        Array out;
+        out.kind = x.kind;
+        for (size_t d = 0; d < rank; ++d) {
+            if (pads[d] < 0 || pads[rank + d] < 0) return false; // cropping: the layers say so
+            out.dims.push_back(x.dims[d] + pads[d] + pads[rank + d]);
+        }
+        const std::vector<int64_t> st = strides(x.dims);
+        forEachIndex(out.dims, [&](const std::vector<int64_t>& idx) {
+            int64_t at = 0;
+            bool inside = true;
+            for (size_t d = 0; d < rank && inside; ++d) {
+                const int64_t i = idx[d] - pads[d];
+                inside = i >= 0 && i < x.dims[d];
+                at += i * st[d];
+            }
+            out.v.push_back(inside ? x.v[static_cast<size_t>(at)] : fill);
+        });
         return result(std::move(out));
     }
     if (op == "Tile" && n.input_size() == 2) {

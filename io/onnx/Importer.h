@@ -197,8 +197,8 @@ private:
     bool fold(const onnx::NodeProto& n, const Attributes& a);
 
     // Evaluates node n, all of whose inputs are constants with every dim and value known
-    // (Evaluate.cpp): arithmetic, comparisons and logic with NumPy's broadcast, Cast, Where,
-    // Range, ConstantOfShape, Expand, Tile, Reshape, (Un)squeeze, Flatten, Transpose,
+    // (Evaluate.cpp): arithmetic (Sum too), comparisons and logic with NumPy's broadcast, Cast,
+    // Where, Range, ConstantOfShape, Expand, Tile, constant Pad, Reshape, (Un)squeeze, Flatten, Transpose,
     // Concat, Slice (any steps), Gather and ScatterND. False for the ops it does not take.
     bool evaluate(const onnx::NodeProto& n, const Attributes& a);
 

@@ -299,6 +299,69 @@ def window_forms(root):
     mask = np.where(m != 0, -100.0, 0.0).astype(np.float32) * np.float32(3 ** -0.5)
     g = helper.make_graph(nodes, "window_mask", [value("x", free)], [value("y", free)], inits)
     save(root, "computed_window_mask", g, [x], [(x + mask[None, :, :, None]).astype(np.float32)], 13)
+    # More computations on constants, each against NumPy: Mod both ways with negative operands,
+    # a float Range, Tile, Gather along axis 1 by a [2, 1] index, Pad, Max and Min of three,
+    # Less and And, Expand to a higher rank, Transpose, Neg, Abs, Floor, Sqrt, Reciprocal,
+    # Sum; their sum
+    # [6, 7] is added to x [N, 6, 7, 3] (broadcast over the channels).
+    a = np.array([[-7, 7, -8, 5, 0, -1, 9]], np.int64)  # [1, 7]
+    b = np.array([[3], [-3], [4], [-5], [2], [7]], np.int64)  # [6, 1]
+    py_mod = (a % b).astype(np.float32)  # Python's (the divisor's sign)
+    c_mod = np.fmod(a, b).astype(np.float32)  # C's (the dividend's sign)
+    rng_f = np.arange(0.5, 4.0, 0.5, dtype=np.float32)  # [7]
+    tiled = np.tile(np.array([[1.0], [2.0], [3.0]], np.float32), (2, 7))  # [6, 7]
+    table = np.arange(42, dtype=np.float32).reshape(6, 7)
+    gathered = table[:, np.array([[6], [0]])].reshape(6, 2)  # [6, 2, 1] -> summed below
+    mx = np.maximum(np.maximum(py_mod, c_mod), rng_f)
+    mn = np.minimum(np.minimum(py_mod, c_mod), rng_f)
+    both = np.logical_and(py_mod < c_mod, rng_f > 1.0).astype(np.float32)
+    ex = np.broadcast_to(rng_f, (1, 6, 7)).reshape(6, 7)
+    tr = np.ascontiguousarray(np.arange(42, dtype=np.float32).reshape(7, 6).T)
+    un = np.floor(-np.abs(c_mod)) + np.sqrt(np.abs(py_mod)) + 1.0 / (1.0 + np.abs(mn))
+    total = (py_mod + c_mod + tiled + mx + mn + both + ex + tr + un).astype(np.float32)
+    total[:, :2] += gathered
+    f = lambda name, arr: numpy_helper.from_array(np.asarray(arr), name)
+    # Float tensors as Constant nodes: a float initializer of more than one element is a
+    # weight, whose computations stay layers.
+    nodes = [helper.make_node("Constant", [], [name], value=f(name + "_value", arr))
+             for name, arr in (("table", table), ("col", np.array([[1.0], [2.0], [3.0]], np.float32)),
+                               ("t76", np.arange(42, dtype=np.float32).reshape(7, 6)))]
+    nodes += [helper.make_node("Mod", ["a", "b"], ["pymod_i"], fmod=0),
+             helper.make_node("Mod", ["a", "b"], ["cmod_i"], fmod=1),
+             helper.make_node("Cast", ["pymod_i"], ["pymod"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["cmod_i"], ["cmod"], to=TensorProto.FLOAT),
+             helper.make_node("Range", ["r0", "r1", "r2"], ["rng"]),
+             helper.make_node("Tile", ["col", "reps"], ["tiled"]),
+             helper.make_node("Gather", ["table", "idx"], ["gath3"], axis=1),
+             helper.make_node("Reshape", ["gath3", "shape62"], ["gath"]),
+             helper.make_node("Pad", ["gath", "padsg"], ["gathpad"]),
+             helper.make_node("Max", ["pymod", "cmod", "rng"], ["mx"]),
+             helper.make_node("Min", ["pymod", "cmod", "rng"], ["mn"]),
+             helper.make_node("Less", ["pymod", "cmod"], ["lt"]),
+             helper.make_node("Greater", ["rng", "one_f"], ["gt"]),
+             helper.make_node("And", ["lt", "gt"], ["andb"]),
+             helper.make_node("Cast", ["andb"], ["both"], to=TensorProto.FLOAT),
+             helper.make_node("Expand", ["rng", "shape167"], ["ex3"]),
+             helper.make_node("Reshape", ["ex3", "shape67"], ["ex"]),
+             helper.make_node("Transpose", ["t76"], ["tr"], perm=[1, 0]),
+             helper.make_node("Abs", ["cmod"], ["absc"]),
+             helper.make_node("Neg", ["absc"], ["negc"]),
+             helper.make_node("Floor", ["negc"], ["floorc"]),
+             helper.make_node("Abs", ["pymod"], ["absp"]),
+             helper.make_node("Sqrt", ["absp"], ["sqrtp"]),
+             helper.make_node("Abs", ["mn"], ["absmn"]),
+             helper.make_node("Add", ["absmn", "one_f"], ["den"]),
+             helper.make_node("Reciprocal", ["den"], ["recip"]),
+             helper.make_node("Sum", ["pymod", "cmod", "tiled", "mx", "mn", "both", "ex", "tr", "floorc", "sqrtp",
+                                      "recip", "gathpad"], ["total"]),
+             helper.make_node("Unsqueeze", ["total", "axes03"], ["total4"]),
+             helper.make_node("Add", ["x", "total4"], ["y"])]
+    inits = [f("a", a), f("b", b), f("r0", np.float32(0.5)), f("r1", np.float32(4.0)), f("r2", np.float32(0.5)),
+             ints("reps", [2, 7]), f("idx", np.array([[6], [0]], np.int64)), ints("shape62", [6, 2]),
+             ints("padsg", [0, 0, 0, 5]), f("one_f", np.float32(1.0)), ints("shape167", [1, 6, 7]),
+             ints("shape67", [6, 7]), ints("axes03", [0, 3])]
+    g = helper.make_graph(nodes, "constants", [value("x", free)], [value("y", free)], inits)
+    save(root, "computed_constants_against_numpy", g, [x], [(x + total[None, :, :, None]).astype(np.float32)], 13)
 
 
 def grid_sample(x, grid):
