@@ -158,33 +158,12 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
     return ::testing::AssertionSuccess();
 }
 
-namespace {
-// Passes when f throws an E whose message contains every one of `parts`.
-template <class E>
-::testing::AssertionResult throwsWith(const std::function<void()>& f, const std::vector<std::string>& parts) {
-    try {
-        f();
-    } catch (const E& e) {
-        const std::string msg = e.what();
-        for (const std::string& p : parts) {
-            if (msg.find(p) == std::string::npos) {
-                return ::testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
-            }
-        }
-        return ::testing::AssertionSuccess() << msg;
-    } catch (const std::exception& e) {
-        return ::testing::AssertionFailure() << "threw another exception: " << e.what();
-    }
-    return ::testing::AssertionFailure() << "did not throw";
-}
-} // namespace
-
 ::testing::AssertionResult throwsShapeError(const std::function<void()>& f, const std::vector<std::string>& parts) {
-    return throwsWith<ShapeError>(f, parts);
+    return throwsError<ShapeError>(f, parts);
 }
 
 ::testing::AssertionResult throwsModuleError(const std::function<void()>& f, const std::vector<std::string>& parts) {
-    return throwsWith<ModuleError>(f, parts);
+    return throwsError<ModuleError>(f, parts);
 }
 
 MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device) {

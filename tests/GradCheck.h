@@ -44,6 +44,26 @@ struct GradCheckOptions {
 // A tensor of `shape` with seeded values in [lo, hi).
 Tensor randomTensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 
+// Runs f; passes when it throws an E whose message contains every one of `parts` (another
+// exception, or none, fails and says what happened).
+template <class E>
+::testing::AssertionResult throwsError(const std::function<void()>& f, const std::vector<std::string>& parts) {
+    try {
+        f();
+    } catch (const E& e) {
+        const std::string msg = e.what();
+        for (const std::string& p : parts) {
+            if (msg.find(p) == std::string::npos) {
+                return ::testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
+            }
+        }
+        return ::testing::AssertionSuccess() << msg;
+    } catch (const std::exception& e) {
+        return ::testing::AssertionFailure() << "threw another exception: " << e.what();
+    }
+    return ::testing::AssertionFailure() << "did not throw";
+}
+
 // Runs f; passes when it throws ShapeError whose message contains every one of `parts`.
 ::testing::AssertionResult throwsShapeError(const std::function<void()>& f, const std::vector<std::string>& parts);
 

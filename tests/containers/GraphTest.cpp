@@ -523,22 +523,6 @@ TEST(Parallel, BadInput) {
     EXPECT_TRUE(throwsModuleError([&] { Parallel()(Tensors{randomTensor({2, 4}, 1)}); }, {"is empty"}));
 }
 
-// Runs f; passes when it throws E whose message contains every one of `parts`.
-template <class E>
-::testing::AssertionResult throwsError(const std::function<void()>& f, const std::vector<std::string>& parts) {
-    try {
-        f();
-    } catch (const E& e) {
-        const std::string msg = e.what();
-        for (const std::string& p : parts) {
-            if (msg.find(p) == std::string::npos)
-                return ::testing::AssertionFailure() << "\"" << msg << "\" lacks " << p;
-        }
-        return ::testing::AssertionSuccess();
-    }
-    return ::testing::AssertionFailure() << "nothing thrown";
-}
-
 // A head swap: replace puts a new last layer in a Sequential (LeNet's fc2) and a Graph
 // (ResNet-18's fc) under the same name; the model then scores 3 classes and trains; the next
 // forward checks the new layer's shapes; bad calls are errors naming the container.
