@@ -331,6 +331,13 @@ public:
     /// The dtype convForward writes for these parameters (for the memory plan). Default:
     /// float32.
     virtual DType convOutputDType(const ConvParams& /*p*/) { return DType::float32; }
+    /// Whether layers on this backend take activations of the 16-bit type `dtype` as they
+    /// come and write theirs in it (batch norm, activations, pooling, sums; convolutions in
+    /// the matching calcMode, see convOutputDType), so that 16-bit values flow from layer to
+    /// layer instead of through float32 copies. The CPU carries bfloat16 (its convolutions
+    /// write it while `CpuBackend::setBfloat16Activations` is on); CUDA carries both 16-bit
+    /// types where `setCuda16BitActivations` is on. Default: neither.
+    virtual bool carries16Bit(DType /*dtype*/) const { return false; }
     /// Bytes convForward keeps in `p.state` from a forward for the backward calls (for the
     /// memory plan). Default: none.
     virtual int64_t convKeptBytes(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/, const Shape& /*y*/,
@@ -535,6 +542,16 @@ void setCudaAllowTF32(bool allow);
 /// next convolution on (each problem's algorithms are chosen per setting). A no-op
 /// without CUDA.
 void setCudaDeterministic(bool on);
+
+/// 16-bit activations between layers on every CUDA device (off by default; the
+/// environment variable `TESSERA_CUDA_16BIT_ACTIVATIONS=1` turns it on at start). With it,
+/// in `calcMode(float16)` or `calcMode(bfloat16)` convolutions write their outputs and input
+/// gradients in that type, and batch norm, activations, pooling and sums read and write it
+/// (`Backend::carries16Bit`), so a step converts nothing between those layers; weights,
+/// their gradients, optimizer state and costs stay float32. Without it each 16-bit
+/// convolution converts its float32 input and its output back. It applies from the next
+/// forward on. A no-op without CUDA.
+void setCuda16BitActivations(bool on);
 
 /// Opens (`true`) or closes the range that a CUDA profiler started with collection off
 /// records (`ncu --profile-from-start off`, `nsys --capture-range=cudaProfilerApi`). A

@@ -215,9 +215,11 @@ struct Window3 {
 };
 
 /// The in-plane flat index of the first maximum of output position (od, oh, ow)'s window,
-/// padding ignored; `best` receives the maximum.
-TESSERA_HOST_DEVICE inline int64_t windowArgmax(const float* plane, const Window3& w, int64_t od, int64_t oh,
-                                                int64_t ow, float& best) {
+/// padding ignored; `best` receives the maximum. `plane[j]` is the plane's element j as a
+/// float (a float pointer, or a reader of another type).
+template <class Plane>
+TESSERA_HOST_DEVICE inline int64_t windowArgmax(Plane plane, const Window3& w, int64_t od, int64_t oh, int64_t ow,
+                                                float& best) {
     int64_t at = -1;
     best = 0.0f;
     for (int64_t kd = 0; kd < w.kernel[0]; ++kd) {
@@ -230,8 +232,9 @@ TESSERA_HOST_DEVICE inline int64_t windowArgmax(const float* plane, const Window
                 const int64_t c = ow * w.stride[2] - w.pad[2] + kw;
                 if (c < 0 || c >= w.in[2]) continue;
                 const int64_t j = (d * w.in[1] + h) * w.in[2] + c;
-                if (at < 0 || plane[j] > best) {
-                    best = plane[j];
+                const float v = plane[j];
+                if (at < 0 || v > best) {
+                    best = v;
                     at = j;
                 }
             }

@@ -93,7 +93,20 @@ CudaProvider* loadedCudaProvider() { return registeredCuda.load(); }
 
 void registerCudaProvider(CudaProvider& provider) { registeredCuda.store(&provider); }
 
-const CudaSettings& cudaSettings() { return settings; }
+const CudaSettings& cudaSettings() {
+    // The environment's word, read once, before any setter's (each setter reads it first).
+    static const bool fromEnvironment = [] {
+        const char* env = std::getenv("TESSERA_CUDA_16BIT_ACTIVATIONS");
+        const std::string v = env ? env : "";
+        if (!v.empty() && v != "0" && v != "1") {
+            throw BackendError("TESSERA_CUDA_16BIT_ACTIVATIONS=" + v + ": expected 1 or 0");
+        }
+        settings.activations16.store(v == "1");
+        return true;
+    }();
+    (void)fromEnvironment;
+    return settings;
+}
 
 Backend& backendFor(Device device) {
     if (device.isCpu()) {
@@ -135,6 +148,12 @@ void setCudaAllowTF32(bool allow) {
 
 void setCudaDeterministic(bool on) {
     settings.deterministic.store(on);
+    if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
+}
+
+void setCuda16BitActivations(bool on) {
+    cudaSettings(); // the environment's word first, so that this call's stands
+    settings.activations16.store(on);
     if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
 }
 

@@ -331,6 +331,7 @@ Tensor Tensor::convertedTo(DType dtype) const {
     if (!storage_) throw ShapeError("Tensor::convertedTo: an undefined tensor");
     if (dtype == dtype_) return *this;
     if (layout_ == Layout::plain) return astype(dtype);
+    if (dtype != DType::float32 && dtype != DType::bfloat16) return plain().astype(dtype); // only these take layouts
     Tensor out = allocated(shape_, dtype, device(), layout_);
     backendFor(device()).reorder(*this, out);
     return out;

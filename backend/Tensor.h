@@ -144,8 +144,9 @@ public:
     /// rounds toward zero; float to bfloat16 or float16 rounds to nearest even).
     Tensor astype(DType dtype) const;
     /// This tensor in `dtype`, in its own layout: itself when already so, else a converted
-    /// copy (float to bfloat16 rounds to nearest even). Blocked tensors convert between
-    /// float32 and bfloat16 only.
+    /// copy (float to bfloat16 rounds to nearest even). Only float32 and bfloat16 take the
+    /// blocked and channels-last layouts: to another type a non-plain tensor converts
+    /// into a plain copy.
     Tensor convertedTo(DType dtype) const;
     Tensor toHost() const { return to(Device::cpu()); }
     Tensor clone() const { return to(device()); }

@@ -36,7 +36,7 @@ public:
     /// Children receive whatever layouts their producers made; each converts as it needs.
     bool handlesLayouts() const override { return true; }
     /// Children receive whatever dtypes their producers made; each converts as it needs.
-    bool takesBfloat16(const Tensors&) const override { return true; }
+    bool takes16Bit(const Tensors&) const override { return true; }
 
     /// Whether backward drops what each child kept for it (its inputs, outputs and masks)
     /// once the child's backward has run, as PyTorch frees saved tensors: a training step

@@ -59,11 +59,13 @@ struct State {
     Values grad;                 // grad_ after a backward
     MemoryUse use;               // leaves only
     std::vector<DType> inDTypes; // leaves: the inputs' dtypes before any conversion
-    bool takes = true;           // leaves: whether it took them as they came (Module::takesBfloat16)
+    bool takes = true;           // leaves: whether it took them as they came (Module::takes16Bit)
     std::vector<State> kids;     // containers: one per child (Sequential) or node (Graph, in order())
 };
 
 bool hasParams(Module& m) { return !m.namedParams().empty(); }
+
+bool is16Bit(DType t) { return t == DType::bfloat16 || t == DType::float16; }
 
 class Planner {
 public:
@@ -118,13 +120,13 @@ private:
     }
 
     // What Module::runChecked and Module::backward hand a module: float32 copies of
-    // bfloat16 tensors where it does not take them, then plain copies where it does not
+    // 16-bit tensors where it does not take them, then plain copies where it does not
     // handle layouts. Each result holds a reference of its own.
     Values asSeen(Module& m, const Values& vs, bool takes) {
         Values out;
         for (const Value& v : vs) {
             Value cur = share(v);
-            if (!takes && cur.dtype == DType::bfloat16) {
+            if (!takes && is16Bit(cur.dtype)) {
                 const Value c = copyOf(cur, DType::float32, cur.layout);
                 l_.unref(cur.id);
                 cur = c;
@@ -147,13 +149,13 @@ private:
         bool low = false;
         for (const Value& v : ins) {
             st.inDTypes.push_back(v.dtype);
-            low = low || v.dtype == DType::bfloat16;
+            low = low || is16Bit(v.dtype);
         }
         if (low) { // placeholders of the inputs, for the module's choice
             ShapeOnlyTensors placeholders;
             Tensors ts;
             for (const Value& v : ins) ts.push_back(Tensor::empty(v.shape, v.dtype, device_, v.layout));
-            st.takes = m.takesBfloat16(ts);
+            st.takes = m.takes16Bit(ts);
         }
         st.in = asSeen(m, ins, st.takes);
         for (const Value& v : st.in) {
@@ -176,10 +178,9 @@ private:
                                   layout, outTypes.at(o)});
             }
         }
-        // What is kept until backward is a float32 input's bfloat16 conversion: none for
-        // inputs that come in bfloat16.
-        const bool lowIn =
-            !seen.empty() && std::all_of(seen.begin(), seen.end(), [](DType t) { return t == DType::bfloat16; });
+        // What is kept until backward is a float32 input's 16-bit conversion: none for
+        // inputs that come in 16 bits.
+        const bool lowIn = !seen.empty() && std::all_of(seen.begin(), seen.end(), is16Bit);
         if (st.use.keptBytes > 0) st.kept = l_.alloc(st.use.keptBytes);
         if (st.use.keptUntilBackwardBytes > 0 && !lowIn) st.keptForBackward = l_.alloc(st.use.keptUntilBackwardBytes);
         return st;
@@ -201,7 +202,7 @@ private:
                 // Module::backward: each input's gradient in that input's dtype.
                 const DType want = st.inDTypes.at(i);
                 if (gi.dtype != want) {
-                    const Value c = copyOf(gi, want, gi.layout);
+                    const Value c = copyOf(gi, want, want == DType::float16 ? Layout::plain : gi.layout);
                     l_.unref(gi.id);
                     gi = c;
                 }

@@ -1,5 +1,6 @@
 // The CUDA backend's convolution and deconvolution on cuDNN (forward, backward-data, backward-weights) with algorithm
-// choice; 16-bit convolutions with float32 accumulation.
+// choice; 16-bit convolutions with float32 accumulation, whose outputs and input gradients stay 16-bit where the
+// backend carries 16-bit activations (setCuda16BitActivations) and are converted to float32 otherwise.
 #include "cuda/CudaBackend.h"
 
 #include <algorithm>
@@ -194,7 +195,15 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
     } else {
         runConvForward(h, c, workspace(c.fwd.bytes), x.raw(), wt.raw(), y.raw());
     }
-    if (c.type != DType::float32) return toFloat32(y, b, s());
+    if (c.type != DType::float32 && !carries16Bit(c.type)) return toFloat32(y, b, s());
+    if (c.type != DType::float32) { // 16-bit activations: the output stays in the compute type
+        const int64_t planes = yShape[0] * yShape[1];
+        if (b.defined()) {
+            cudak::addChannelsAny(y.raw(), static_cast<int>(c.type), fp(b), yShape[1],
+                                  planes != 0 ? yShape.numel() / planes : 1, yShape.numel(), s());
+        }
+        return y;
+    }
     if (b.defined()) {
         const float one = 1.0f;
         const cudnnTensorDescriptor_t yDesc = p.transposed ? c.in->get() : c.out->get();
@@ -220,7 +229,7 @@ Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, co
     } else {
         runConvBackwardData(cudnn_, c, workspace(c.bwdData.bytes), wt.raw(), dy.raw(), dx.raw());
     }
-    return c.type == DType::float32 ? dx : toFloat32(dx, Tensor(), s());
+    return c.type == DType::float32 || carries16Bit(c.type) ? dx : toFloat32(dx, Tensor(), s());
 }
 
 void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, const Tensor& dyIn, float scale,

@@ -196,6 +196,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index), dnn_(std
     TESSERA_CUDA_CHECK(cudnnSetStream(cudnn_, stream_));
     setAllowTF32(cudaSettings().allowTF32);
     setDeterministic(cudaSettings().deterministic);
+    set16BitActivations(cudaSettings().activations16);
 }
 
 const float* CudaBackend::ones(int64_t n) {

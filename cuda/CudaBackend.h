@@ -101,6 +101,14 @@ public:
     void setAllowTF32(bool allow);
     /// Choose only cuDNN algorithms that give the same bits on every run (default: off).
     void setDeterministic(bool on) { deterministic_ = on; }
+    /// Carry float16 and bfloat16 activations between layers (setCuda16BitActivations;
+    /// default: off).
+    void set16BitActivations(bool on) { activations16_ = on; }
+    bool carries16Bit(DType dtype) const override {
+        return activations16_ && (dtype == DType::float16 || dtype == DType::bfloat16);
+    }
+    /// The compute type of a 16-bit convolution where 16-bit activations are carried.
+    DType convOutputDType(const ConvParams& p) override { return carries16Bit(p.compute) ? p.compute : DType::float32; }
 
     std::shared_ptr<Storage> allocate(size_t bytes) override;
     void copy(const Tensor& src, const Tensor& dst) override;
@@ -237,6 +245,7 @@ private:
     size_t workspaceBytes_ = 0;
     void* scalars_ = nullptr;
     bool allowTF32_ = true;
+    bool activations16_ = false;
     bool deterministic_ = false;
     std::unique_ptr<DnnState> dnn_;
     // Uploads from page-locked memory: their stream, and their device buffers (from the

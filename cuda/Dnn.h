@@ -135,14 +135,15 @@ ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allo
 // The descriptors and convolution problems of one device, built once per shape and kept.
 struct CudaBackend::DnnState {
     std::mutex mutex;
-    std::map<std::vector<int>, std::unique_ptr<cudnn_util::TensorDesc>> tensors;
+    std::map<std::pair<std::vector<int>, DType>, std::unique_ptr<cudnn_util::TensorDesc>> tensors;
     std::map<std::string, std::unique_ptr<cudnn_util::ConvProblem>> convs;
     std::map<std::string, std::unique_ptr<cudnn_util::PoolDesc>> pools;
 
-    cudnnTensorDescriptor_t tensor(const std::vector<int>& dims) {
+    /// A packed tensor descriptor of these dims and elements.
+    cudnnTensorDescriptor_t tensor(const std::vector<int>& dims, DType dtype = DType::float32) {
         std::lock_guard<std::mutex> lock(mutex);
-        auto& slot = tensors[dims];
-        if (!slot) slot = std::make_unique<cudnn_util::TensorDesc>(dims);
+        auto& slot = tensors[{dims, dtype}];
+        if (!slot) slot = std::make_unique<cudnn_util::TensorDesc>(dims, cudnn_util::dnnType(dtype));
         return slot->get();
     }
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,8 +17,33 @@ namespace tessera {
 
 using namespace cuda_util;
 
+namespace {
+bool allFloat32(std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts) {
+        if (t->dtype() != DType::float32) return false;
+    }
+    return true;
+}
+
+void requirePlain(const char* op, std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts) {
+        if (!t->isPlain()) {
+            throw BackendError(std::string("CudaBackend::") + op + ": 16-bit operands must be plain, got " +
+                               str(t->layout()) + " " + t->shape().str());
+        }
+    }
+}
+
+int dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
+} // namespace
+
 void CudaBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
     requireSameNumel("axpby", x, y);
+    if (!allFloat32({&x, &y})) { // 16-bit activations
+        requirePlain("axpby", {&x, &y});
+        cudak::axpbyzAny(alpha, x.raw(), dt(x), beta, y.raw(), dt(y), y.raw(), dt(y), y.numel(), s());
+        return;
+    }
     if (x.layout() != y.layout()) {
         axpby(alpha, x.toLayout(y.layout()), beta, y);
         return;
@@ -28,6 +54,11 @@ void CudaBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& 
 void CudaBackend::axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
     requireSameNumel("axpbyz", x, z);
     requireSameNumel("axpbyz", y, z);
+    if (!allFloat32({&x, &y, &z})) { // 16-bit activations
+        requirePlain("axpbyz", {&x, &y, &z});
+        cudak::axpbyzAny(alpha, x.raw(), dt(x), beta, y.raw(), dt(y), z.raw(), dt(z), z.numel(), s());
+        return;
+    }
     if (!x.isPlain() || !y.isPlain() || !z.isPlain()) { // blocked tensors moved from the CPU
         Backend::axpbyz(alpha, x, beta, y, z);
         return;
@@ -71,6 +102,12 @@ void CudaBackend::sumTo(const Tensor& x, float alpha, const Tensor& y) {
 
 void CudaBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
     if (y.shape() != x.shape()) throw ShapeError("CudaBackend::activationForward: x and y differ in shape");
+    if (!allFloat32({&x, &y})) { // 16-bit activations
+        requirePlain("activationForward", {&x, &y});
+        cudak::activationForwardAny(static_cast<int>(act.kind), act.alpha, act.beta, x.raw(), dt(x), y.raw(), dt(y),
+                                    x.numel(), s());
+        return;
+    }
     if (!x.isPlain() || !y.isPlain()) { // blocked tensors moved from the CPU
         Tensor out = Tensor::empty(y.shape(), y.dtype(), y.device());
         activationForward(act, x.plain(), out);
@@ -84,6 +121,12 @@ void CudaBackend::activationBackward(const ActivationParams& act, const Tensor& 
                                      const Tensor& dx) {
     if (dx.shape() != x.shape() || dy.shape() != x.shape()) {
         throw ShapeError("CudaBackend::activationBackward: x, dy and dx differ in shape");
+    }
+    if (!allFloat32({&x, &y, &dy, &dx})) { // 16-bit activations
+        requirePlain("activationBackward", {&x, &y, &dy, &dx});
+        cudak::activationBackwardAny(static_cast<int>(act.kind), act.alpha, act.beta, x.raw(), dt(x), y.raw(), dt(y),
+                                     dy.raw(), dt(dy), dx.raw(), dt(dx), x.numel(), s());
+        return;
     }
     if (!x.isPlain() || !y.isPlain() || !dy.isPlain() || !dx.isPlain()) {
         Tensor out = Tensor::empty(dx.shape(), dx.dtype(), dx.device());

@@ -88,28 +88,9 @@ __global__ void castToFloatKernel(const int32_t* x, float* y, int64_t n) {
     TESSERA_FOR_EACH(i, n) y[i] = static_cast<float>(x[i]);
 }
 
-// Element i of x, a DType `from` array, as a float.
-__device__ float loadAsFloat(const void* x, int from, int64_t i) {
-    switch (static_cast<DType>(from)) {
-    case DType::float32: return static_cast<const float*>(x)[i];
-    case DType::int32: return static_cast<float>(static_cast<const int32_t*>(x)[i]);
-    case DType::bfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
-    case DType::float16: return __half2float(static_cast<const __half*>(x)[i]);
-    }
-    return 0.0f;
-}
-
 // Between any two of DType's types (`from`, `to` are DType values), through float.
 __global__ void castKernel(const void* x, int from, void* y, int to, int64_t n) {
-    TESSERA_FOR_EACH(i, n) {
-        const float v = loadAsFloat(x, from, i);
-        switch (static_cast<DType>(to)) {
-        case DType::float32: static_cast<float*>(y)[i] = v; break;
-        case DType::int32: static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v); break;
-        case DType::bfloat16: static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(v); break;
-        case DType::float16: static_cast<__half*>(y)[i] = __float2half_rn(v); break;
-        }
-    }
+    TESSERA_FOR_EACH(i, n) storeFromFloat(y, to, i, loadAsFloat(x, from, i));
 }
 
 __global__ void castAddChannelsKernel(const void* x, int from, const float* bias, float* y, int64_t channels,
@@ -206,7 +187,55 @@ __global__ void activationBackwardKernel4(ActivationKind kind, float alpha, floa
     }
 }
 
+// The same maps on operands of any floating DType each (16-bit activations,
+// setCuda16BitActivations), computed in float.
+__global__ void axpbyzAnyKernel(float a, const void* x, int xt, float b, const void* y, int yt, void* z, int zt,
+                                int64_t n) {
+    TESSERA_FOR_EACH(i, n) {
+        storeFromFloat(z, zt, i, a * loadAsFloat(x, xt, i) + (b == 0.0f ? 0.0f : b * loadAsFloat(y, yt, i)));
+    }
+}
+
+__global__ void activationForwardAnyKernel(ActivationKind kind, float alpha, float beta, const void* x, int xt, void* y,
+                                           int yt, int64_t n) {
+    TESSERA_FOR_EACH(i, n) storeFromFloat(y, yt, i, activate(kind, alpha, beta, loadAsFloat(x, xt, i)));
+}
+
+__global__ void activationBackwardAnyKernel(ActivationKind kind, float alpha, float beta, const void* x, int xt,
+                                            const void* y, int yt, const void* dy, int dyt, void* dx, int dxt,
+                                            int64_t n) {
+    const bool readsX = backwardReadsX(kind);
+    TESSERA_FOR_EACH(i, n) {
+        const float u = readsX ? loadAsFloat(x, xt, i) : 0.0f, v = readsX ? 0.0f : loadAsFloat(y, yt, i);
+        storeFromFloat(dx, dxt, i, activateBackward(kind, alpha, beta, u, v, loadAsFloat(dy, dyt, i)));
+    }
+}
+
+__global__ void addChannelsAnyKernel(void* y, int yt, const float* bias, int64_t channels, int64_t inner, int64_t n) {
+    TESSERA_FOR_EACH(i, n) storeFromFloat(y, yt, i, loadAsFloat(y, yt, i) + bias[(i / inner) % channels]);
+}
+
 } // namespace
+
+void axpbyzAny(float alpha, const void* x, int xt, float beta, const void* y, int yt, void* z, int zt, int64_t n,
+               cudaStream_t s) {
+    TESSERA_LAUNCH(axpbyzAnyKernel, n, s, alpha, x, xt, beta, y, yt, z, zt, n);
+}
+
+void activationForwardAny(int kind, float alpha, float beta, const void* x, int xt, void* y, int yt, int64_t n,
+                          cudaStream_t s) {
+    TESSERA_LAUNCH(activationForwardAnyKernel, n, s, static_cast<ActivationKind>(kind), alpha, beta, x, xt, y, yt, n);
+}
+
+void activationBackwardAny(int kind, float alpha, float beta, const void* x, int xt, const void* y, int yt,
+                           const void* dy, int dyt, void* dx, int dxt, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(activationBackwardAnyKernel, n, s, static_cast<ActivationKind>(kind), alpha, beta, x, xt, y, yt, dy,
+                   dyt, dx, dxt, n);
+}
+
+void addChannelsAny(void* y, int yt, const float* bias, int64_t channels, int64_t inner, int64_t n, cudaStream_t s) {
+    TESSERA_LAUNCH(addChannelsAnyKernel, n, s, y, yt, bias, channels, inner, n);
+}
 
 void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaStream_t s) {
     TESSERA_LAUNCH(broadcastRowsKernel, rows * cols, s, row, y, rows, cols);

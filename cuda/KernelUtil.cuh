@@ -2,8 +2,12 @@
 // What every kernel file of the CUDA backend shares: the launch geometry, the grid-stride
 // loop and the checked launch, a block reduction. Included by the cuda/*.cu files only.
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
+#include "backend/DType.h"
 #include "cuda/Check.h"
 
 namespace tessera::cudak {
@@ -29,6 +33,35 @@ inline unsigned blocksFor(int64_t n) {
             TESSERA_CUDA_CHECK(cudaGetLastError());                                                                    \
         }                                                                                                              \
     } while (0)
+
+// Element i of x, an array of DType value `from`, as a float.
+inline __host__ __device__ float loadAsFloat(const void* x, int from, int64_t i) {
+    switch (static_cast<DType>(from)) {
+    case DType::float32: return static_cast<const float*>(x)[i];
+    case DType::int32: return static_cast<float>(static_cast<const int32_t*>(x)[i]);
+    case DType::bfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+    case DType::float16: return __half2float(static_cast<const __half*>(x)[i]);
+    }
+    return 0.0f;
+}
+
+// y[i] <- v in y's DType `to` (to int32 toward zero; to the 16-bit floats to nearest even).
+inline __host__ __device__ void storeFromFloat(void* y, int to, int64_t i, float v) {
+    switch (static_cast<DType>(to)) {
+    case DType::float32: static_cast<float*>(y)[i] = v; break;
+    case DType::int32: static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v); break;
+    case DType::bfloat16: static_cast<__nv_bfloat16*>(y)[i] = __float2bfloat16_rn(v); break;
+    case DType::float16: static_cast<__half*>(y)[i] = __float2half_rn(v); break;
+    }
+}
+
+// A plane of any DType read as floats (element::windowArgmax's reader).
+struct AnyPlane {
+    const void* p;
+    int dtype;
+    int64_t offset;
+    __host__ __device__ float operator[](int64_t j) const { return loadAsFloat(p, dtype, offset + j); }
+};
 
 // The sum of `v` over a 1-D block of up to kThreads threads, in thread 0 (the others hold
 // partial sums). Every thread of the block must call it.

@@ -54,12 +54,28 @@ void castAxpby(float alpha, const void* x, int from, float beta, float* y, int64
 void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s);
 void activationBackward(int kind, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,
                         int64_t n, cudaStream_t s);
+/// The same on operands of any floating DType each (`xt`, `yt`, ... their DType values),
+/// computed in float: the 16-bit activations of setCuda16BitActivations. Pointers the map
+/// does not read may be null (y unread when beta is 0; activationBackwardAny reads x or y
+/// as activationBackward does).
+void axpbyzAny(float alpha, const void* x, int xt, float beta, const void* y, int yt, void* z, int zt, int64_t n,
+               cudaStream_t s);
+void activationForwardAny(int kind, float alpha, float beta, const void* x, int xt, void* y, int yt, int64_t n,
+                          cudaStream_t s);
+void activationBackwardAny(int kind, float alpha, float beta, const void* x, int xt, const void* y, int yt,
+                           const void* dy, int dyt, void* dx, int dxt, int64_t n, cudaStream_t s);
+/// y[i] += bias[(i / inner) % channels] over n elements of [N, channels, inner] in y's
+/// DType `yt`.
+void addChannelsAny(void* y, int yt, const float* bias, int64_t channels, int64_t inner, int64_t n, cudaStream_t s);
 
 // ---- pooling, LRN, resampling, padding, prelu ---------------------------------------
 using element::Window3;
 /// Max pooling: y and idx (the flat in-plane index of each window's first maximum; either
 /// may be null).
 void maxPoolForward(const float* x, float* y, int32_t* idx, const Window3& w, int64_t planes, cudaStream_t s);
+/// maxPoolForward on x and y of DType `dtype` (16-bit activations).
+void maxPoolForwardAny(const void* x, void* y, int dtype, int32_t* idx, const Window3& w, int64_t planes,
+                       cudaStream_t s);
 /// dx (zeroed here) += dy at the recorded indices.
 void maxPoolBackward(const float* dy, const int32_t* idx, float* dx, int64_t planes, int64_t inPlane, int64_t outPlane,
                      cudaStream_t s);

@@ -61,27 +61,33 @@ Tensor CudaBackend::lrnBackward(const LrnParams& p, const Tensor& xIn, const Ten
     return dx;
 }
 
+// The type batch norm runs on for an input of `dtype`: a 16-bit type the backend carries
+// (cuDNN reads and writes 16-bit x, y, dy and dx with float32 parameters and statistics),
+// float32 otherwise.
+static DType normType(const CudaBackend& be, DType dtype) { return be.carries16Bit(dtype) ? dtype : DType::float32; }
+
 Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, const Tensor& shift, const Tensor& mean,
                                      const Tensor& var, float eps, bool training) {
-    const Tensor x = xIn.plain();
+    const DType t = normType(*this, xIn.dtype());
+    const Tensor x = xIn.plain().convertedTo(t);
     if (x.shape().rank() < 2)
         throw ShapeError("CudaBackend::batchNormForward: needs [N, C, ...], got " + x.shape().str());
-    Tensor y = Tensor::empty(x.shape(), DType::float32, device());
+    Tensor y = Tensor::empty(x.shape(), t, device());
     const float one = 1.0f, zero = 0.0f;
     s();
-    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()));
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t);
     const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
     if (training) {
         // Batch statistics: cuDNN saves the mean and the inverse standard deviation; the
         // biased variance the interface promises is recovered from the latter.
         Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
         TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
-                                                                  fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift), 1.0,
-                                                                  nullptr, nullptr, eps, fp(mean), fp(invstd)));
+                                                                  x.raw(), xDesc, y.raw(), pDesc, fp(scale), fp(shift),
+                                                                  1.0, nullptr, nullptr, eps, fp(mean), fp(invstd)));
         cudak::varianceFromInvStd(fp(invstd), eps, fp(var), x.shape()[1], s());
     } else {
         TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
-                                                                   fp(x), xDesc, fp(y), pDesc, fp(scale), fp(shift),
+                                                                   x.raw(), xDesc, y.raw(), pDesc, fp(scale), fp(shift),
                                                                    fp(mean), fp(var), eps));
     }
     return y;
@@ -89,15 +95,16 @@ Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, con
 
 Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, const Tensor& scale, const Tensor& mean,
                                       const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) {
-    const Tensor x = xIn.plain(), dy = dyIn.plain();
-    Tensor dx = Tensor::empty(x.shape(), DType::float32, device());
+    const DType t = normType(*this, xIn.dtype());
+    const Tensor x = xIn.plain().convertedTo(t), dy = dyIn.plain().convertedTo(t);
+    Tensor dx = Tensor::empty(x.shape(), t, device());
     Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
     cudak::invStdFromVariance(fp(var), eps, fp(invstd), x.shape()[1], s());
     const float one = 1.0f, zero = 0.0f;
-    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()));
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t);
     const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
     TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xDesc,
-                                                       fp(x), xDesc, fp(dy), xDesc, fp(dx), pDesc, fp(scale),
+                                                       x.raw(), xDesc, dy.raw(), xDesc, dx.raw(), pDesc, fp(scale),
                                                        fp(dscale), fp(dshift), eps, fp(mean), fp(invstd)));
     return dx;
 }

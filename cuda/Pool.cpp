@@ -60,41 +60,58 @@ static cudnnPoolingDescriptor_t avgPoolDesc(CudaBackend::DnnState& dnn, const Po
     return slot->d;
 }
 
+// Pooling runs on a 16-bit type the backend carries (setCuda16BitActivations), on float32
+// otherwise.
+static DType poolType(const CudaBackend& be, DType dtype) { return be.carries16Bit(dtype) ? dtype : DType::float32; }
+
 Tensor CudaBackend::poolForward(const PoolParams& p, const Tensor& xIn, const Shape& yShape, bool training,
                                 Tensor& workspace) {
-    const Tensor x = xIn.plain();
-    Tensor y = Tensor::empty(yShape, DType::float32, device());
+    const DType t = poolType(*this, xIn.dtype());
+    const Tensor x = xIn.plain().convertedTo(t);
+    Tensor y = Tensor::empty(yShape, t, device());
     if (p.kind == PoolKind::max) {
         workspace = training ? Tensor::empty(yShape, DType::int32, device()) : Tensor();
-        cudak::maxPoolForward(fp(x), fp(y), training ? static_cast<int32_t*>(workspace.raw()) : nullptr,
-                              window3(p, x.shape(), yShape), x.shape()[0] * x.shape()[1], s());
+        int32_t* idx = training ? static_cast<int32_t*>(workspace.raw()) : nullptr;
+        const cudak::Window3 w = window3(p, x.shape(), yShape);
+        if (t == DType::float32) {
+            cudak::maxPoolForward(fp(x), fp(y), idx, w, x.shape()[0] * x.shape()[1], s());
+        } else {
+            cudak::maxPoolForwardAny(x.raw(), y.raw(), static_cast<int>(t), idx, w, x.shape()[0] * x.shape()[1], s());
+        }
         return y;
     }
     workspace = Tensor();
     const float one = 1.0f, zero = 0.0f;
     s();
-    TESSERA_CUDA_CHECK(cudnnPoolingForward(cudnn_, avgPoolDesc(*dnn_, p), &one, dnn_->tensor(nd(x.shape())), fp(x),
-                                           &zero, dnn_->tensor(nd(yShape)), fp(y)));
+    TESSERA_CUDA_CHECK(cudnnPoolingForward(cudnn_, avgPoolDesc(*dnn_, p), &one, dnn_->tensor(nd(x.shape()), t), x.raw(),
+                                           &zero, dnn_->tensor(nd(yShape), t), y.raw()));
     return y;
 }
 
 Tensor CudaBackend::poolBackward(const PoolParams& p, const Tensor& dyIn, const Tensor& workspace, const Shape& xShape,
                                  Layout xLayout) {
-    const Tensor dy = dyIn.plain();
-    Tensor dx = Tensor::empty(xShape, DType::float32, device());
+    // dx in dy's type (a 16-bit one where carried): Module::backward gives x's its own.
+    const DType t = poolType(*this, dyIn.dtype());
+    Tensor dx;
     if (p.kind == PoolKind::max) {
         if (!workspace.defined()) throw BackendError("CudaBackend::poolBackward: no argmax from a training forward");
+        // Windows may overlap: the scatter adds in float32, then rounds once.
+        const Tensor dy = dyIn.plain().convertedTo(DType::float32);
+        dx = Tensor::empty(xShape, DType::float32, device());
         const cudak::Window3 w = window3(p, xShape, dy.shape());
         cudak::maxPoolBackward(fp(dy), static_cast<const int32_t*>(workspace.raw()), fp(dx), xShape[0] * xShape[1],
                                w.in[0] * w.in[1] * w.in[2], w.out[0] * w.out[1] * w.out[2], s());
+        dx = dx.convertedTo(t);
     } else {
         // Average pooling's gradient depends on neither x nor y; cuDNN still takes both
         // pointers, so dy and dx (of the same shapes) stand in for them.
+        const Tensor dy = dyIn.plain().convertedTo(t);
+        dx = Tensor::empty(xShape, t, device());
         const float one = 1.0f, zero = 0.0f;
         s();
-        const cudnnTensorDescriptor_t yDesc = dnn_->tensor(nd(dy.shape())), xDesc = dnn_->tensor(nd(xShape));
-        TESSERA_CUDA_CHECK(cudnnPoolingBackward(cudnn_, avgPoolDesc(*dnn_, p), &one, yDesc, fp(dy), yDesc, fp(dy),
-                                                xDesc, fp(dx), &zero, xDesc, fp(dx)));
+        const cudnnTensorDescriptor_t yDesc = dnn_->tensor(nd(dy.shape()), t), xDesc = dnn_->tensor(nd(xShape), t);
+        TESSERA_CUDA_CHECK(cudnnPoolingBackward(cudnn_, avgPoolDesc(*dnn_, p), &one, yDesc, dy.raw(), yDesc, dy.raw(),
+                                                xDesc, dx.raw(), &zero, xDesc, dx.raw()));
     }
     return xLayout == Layout::plain ? dx : dx.toLayout(xLayout);
 }

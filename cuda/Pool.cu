@@ -36,7 +36,25 @@ __global__ void maxPoolBackwardKernel(const float* dy, const int32_t* idx, float
     }
 }
 
+__global__ void maxPoolForwardAnyKernel(const void* x, void* y, int dtype, int32_t* idx, Window3 w, int64_t planes) {
+    const int64_t outPlane = w.out[0] * w.out[1] * w.out[2], inPlane = w.in[0] * w.in[1] * w.in[2];
+    TESSERA_FOR_EACH(i, planes * outPlane) {
+        const int64_t o = i % outPlane;
+        float best = 0.0f;
+        const int64_t at =
+            element::windowArgmax(AnyPlane{x, dtype, i / outPlane * inPlane}, w, o / (w.out[1] * w.out[2]),
+                                  o / w.out[2] % w.out[1], o % w.out[2], best);
+        if (y) storeFromFloat(y, dtype, i, best); // a value of x: exact in its type
+        if (idx) idx[i] = static_cast<int32_t>(at);
+    }
+}
+
 } // namespace
+
+void maxPoolForwardAny(const void* x, void* y, int dtype, int32_t* idx, const Window3& w, int64_t planes,
+                       cudaStream_t s) {
+    TESSERA_LAUNCH(maxPoolForwardAnyKernel, planes * w.out[0] * w.out[1] * w.out[2], s, x, y, dtype, idx, w, planes);
+}
 
 void maxPoolForward(const float* x, float* y, int32_t* idx, const Window3& w, int64_t planes, cudaStream_t s) {
     TESSERA_LAUNCH(maxPoolForwardKernel, planes * w.out[0] * w.out[1] * w.out[2], s, x, y, idx, w, planes);

@@ -51,6 +51,7 @@ public:
         for (CudaBackend* be : madeBackends()) {
             be->setAllowTF32(s.allowTF32);
             be->setDeterministic(s.deterministic);
+            be->set16BitActivations(s.activations16);
         }
     }
 

@@ -63,8 +63,8 @@ Activation::Activation(ActivationKind kind, const ActivationOptions& options)
     }
 }
 
-bool Activation::takesBfloat16(const Tensors& data) const {
-    return params_.kind != ActivationKind::hardSigmoid && data[0].device().isCpu();
+bool Activation::takes16Bit(const Tensors& data) const {
+    return params_.kind != ActivationKind::hardSigmoid && backendCarries(data);
 }
 
 std::vector<DType> Activation::outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const {

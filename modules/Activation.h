@@ -37,7 +37,7 @@ public:
     /// Every kind but hardSigmoid runs on blocked layouts too.
     bool handlesLayouts() const override { return params_.kind != ActivationKind::hardSigmoid; }
     /// On the CPU, but for hardSigmoid (a float32 loop).
-    bool takesBfloat16(const Tensors& data) const override;
+    bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;
     Blueprint blueprint() const override;

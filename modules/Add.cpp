@@ -81,23 +81,29 @@ Shapes Add::gradShapeFrom(const Shapes& outGradShapes) const {
     return Shapes(in.size(), outGradShapes[0]);
 }
 
-bool Add::takesBfloat16(const Tensors& data) const { return !broadcasting(data) && data[0].device().isCpu(); }
+bool Add::takes16Bit(const Tensors& data) const { return !broadcasting(data) && backendCarries(data); }
 
 std::vector<DType> Add::outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes, Device) const {
     const bool broadcast = inShapes.size() == 2 && inShapes[0] != inShapes[1];
-    bool low = !broadcast;
-    for (DType t : inDTypes) low = low && t == DType::bfloat16;
-    return {low ? DType::bfloat16 : DType::float32};
+    return {broadcast ? DType::float32 : sumDType(inDTypes)};
 }
 
-// x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout (bfloat16
-// when every input is); or a + b broadcast
+// The inputs' 16-bit type where they all have the same one; float32 otherwise.
+DType Add::sumDType(const std::vector<DType>& inDTypes) {
+    const DType first = inDTypes.empty() ? DType::float32 : inDTypes[0];
+    for (DType t : inDTypes) {
+        if (t != first) return DType::float32;
+    }
+    return first == DType::bfloat16 || first == DType::float16 ? first : DType::float32;
+}
+
+// x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout (in the
+// inputs' 16-bit type when they all have the same one); or a + b broadcast
 Tensors Add::updateData(const Tensors& data) {
     if (broadcasting(data)) return {broadcastOp(BinaryOp::add, data[0], data[1])};
-    bool low = true;
-    for (const Tensor& x : data) low = low && x.dtype() == DType::bfloat16;
-    Tensor y =
-        Tensor::empty(data[0].shape(), low ? DType::bfloat16 : DType::float32, data[0].device(), data[0].layout());
+    std::vector<DType> dtypes;
+    for (const Tensor& x : data) dtypes.push_back(x.dtype());
+    Tensor y = Tensor::empty(data[0].shape(), sumDType(dtypes), data[0].device(), data[0].layout());
     Backend& be = backendOf(y);
     if (data.size() == 1) {
         be.axpby(coefficient(0), data[0], 0.0f, y);

@@ -25,8 +25,8 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     bool handlesLayouts() const override { return true; }
-    /// On the CPU, for inputs of one shape (not a broadcast).
-    bool takesBfloat16(const Tensors& data) const override;
+    /// For inputs of one shape (not a broadcast) whose 16-bit types the backend carries.
+    bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;
     Blueprint blueprint() const override;
@@ -35,6 +35,7 @@ public:
                         Device device) const override;
 
 protected:
+    static DType sumDType(const std::vector<DType>& inDTypes);
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
 

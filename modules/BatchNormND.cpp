@@ -87,7 +87,7 @@ Tensors BatchNormND::updateData(const Tensors& data) {
     return {back(y)};
 }
 
-bool BatchNormND::takesBfloat16(const Tensors& data) const { return data[0].device().isCpu() && !sync(); }
+bool BatchNormND::takes16Bit(const Tensors& data) const { return !sync() && backendCarries(data); }
 
 std::vector<DType> BatchNormND::outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const {
     return inDTypes;

@@ -54,7 +54,7 @@ public:
     bool handlesLayouts() const override { return true; }
     /// On the CPU without a BatchNormSync: bfloat16 activations and gradients, float32
     /// statistics, scale and shift.
-    bool takesBfloat16(const Tensors& data) const override;
+    bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;
     Blueprint blueprint() const override;

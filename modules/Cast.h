@@ -22,7 +22,7 @@ public:
     void checkDataShape(const Shapes& inShapes) const override { requireCount(inShapes, 1, "input"); }
     /// The input must be `intype`.
     void checkDataType(const std::vector<DType>& dtypes) const override;
-    bool takesBfloat16(const Tensors&) const override { return true; }
+    bool takes16Bit(const Tensors&) const override { return true; }
     std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>&, Device) const override {
         return {outtype_};
     }

@@ -128,7 +128,7 @@ Shapes ConvND::gradShapeFrom(const Shapes& outGradShapes) const {
     return {Shape(in)};
 }
 
-bool ConvND::takesBfloat16(const Tensors& data) const { return data[0].device().isCpu(); }
+bool ConvND::takes16Bit(const Tensors& data) const { return backendCarries(data); }
 
 std::vector<DType> ConvND::outputDTypes(const Shapes&, const std::vector<DType>&, Device device) const {
     return {backendFor(device).convOutputDType(computeParams())};

@@ -70,7 +70,7 @@ public:
     void checkGradShape(const Shapes& outGradShapes) const override;
     bool handlesLayouts() const override { return true; }
     /// On the CPU: its input converted to what the primitive reads, bfloat16 or float32.
-    bool takesBfloat16(const Tensors& data) const override;
+    bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;
     Blueprint blueprint() const override;

@@ -19,7 +19,7 @@ public:
     /// Any dtype (a graph's input node passes int32 ids on to an Embedder).
     void checkDataType(const std::vector<DType>& /*dtypes*/) const override {}
     bool handlesLayouts() const override { return true; }
-    bool takesBfloat16(const Tensors&) const override { return true; }
+    bool takes16Bit(const Tensors&) const override { return true; }
     std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
         return inDTypes;
     }

@@ -205,24 +205,34 @@ const Tensors& Module::runPlanned(const Tensors& data) {
 }
 
 namespace {
-bool anyBfloat16(const Tensors& ts) {
+bool is16Bit(DType t) { return t == DType::bfloat16 || t == DType::float16; }
+
+bool any16Bit(const Tensors& ts) {
     for (const Tensor& t : ts) {
-        if (t.defined() && t.dtype() == DType::bfloat16) return true;
+        if (t.defined() && is16Bit(t.dtype())) return true;
     }
     return false;
 }
 
-// Each bfloat16 tensor converted to float32 (in its layout); the others as they are.
+// Each 16-bit tensor converted to float32 (in its layout); the others as they are.
 Tensors float32All(const Tensors& ts) {
     Tensors out;
     out.reserve(ts.size());
-    for (const Tensor& t : ts)
-        out.push_back(t.defined() && t.dtype() == DType::bfloat16 ? t.convertedTo(DType::float32) : t);
+    for (const Tensor& t : ts) out.push_back(t.defined() && is16Bit(t.dtype()) ? t.convertedTo(DType::float32) : t);
     return out;
 }
 } // namespace
 
-bool Module::takesBfloat16(const Tensors&) const { return false; }
+bool Module::takes16Bit(const Tensors&) const { return false; }
+
+bool Module::backendCarries(const Tensors& data) {
+    if (data.empty() || !data[0].defined()) return false;
+    const Backend& be = backendOf(data[0]);
+    for (const Tensor& t : data) {
+        if (t.defined() && is16Bit(t.dtype()) && !be.carries16Bit(t.dtype())) return false;
+    }
+    return true;
+}
 
 // While alive, this thread runs `m`: a module keeps its last inputs and outputs for backward,
 // so a second thread running it at the same time (two Python threads on one model) is a
@@ -256,9 +266,9 @@ void Module::runChecked(const Tensors& data) {
     checkDataType(dtypes);
     CallObserver* const observer = callObserver;
     if (observer) observer->begin(*this, false);
-    tookBfloat16_ = !anyBfloat16(data) || takesBfloat16(data);
-    const Tensors converted = tookBfloat16_ ? Tensors() : float32All(data);
-    const Tensors& in = tookBfloat16_ ? data : converted;
+    took16Bit_ = !any16Bit(data) || takes16Bit(data);
+    const Tensors converted = took16Bit_ ? Tensors() : float32All(data);
+    const Tensors& in = took16Bit_ ? data : converted;
     if (handlesLayouts()) {
         data_ = updateData(in);
         inData_ = in;
@@ -300,7 +310,8 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
             throw shapeError("gradient " + std::to_string(i) + " has shape " + grad[i].shape().str() +
                              ", expected the output shape " + data_[i].shape().str());
         }
-        // A float16 output (Cast's) takes its gradient in float16 too.
+        // A float16 output (Cast's, or a CUDA layer's under setCuda16BitActivations) takes
+        // its gradient in float16 too.
         const DType gt = grad[i].dtype(), yt = data_[i].dtype();
         if (gt != DType::float32 && gt != DType::bfloat16 && !(gt == yt && isFloating(yt))) {
             const bool other = isFloating(yt) && yt != DType::float32 && yt != DType::bfloat16;
@@ -311,8 +322,8 @@ const Tensors& Module::backward(const Tensors& grad, bool updParamGrads, bool up
     checkGradShape(shapesOf(grad));
     CallObserver* const observer = callObserver;
     if (observer) observer->begin(*this, true);
-    const Tensors converted = tookBfloat16_ ? Tensors() : float32All(grad);
-    const Tensors& g = tookBfloat16_ ? grad : converted;
+    const Tensors converted = took16Bit_ ? Tensors() : float32All(grad);
+    const Tensors& g = took16Bit_ ? grad : converted;
     grad_ = backwardFrom(handlesLayouts() ? g : plainAll(g), updParamGrads, updGrad, scale, momentum);
     // Each input's gradient in that input's dtype.
     for (size_t i = 0; i < grad_.size() && i < inDTypes_.size(); ++i) {
@@ -404,9 +415,9 @@ void Module::checkGradShape(const Shapes&) const {}
 
 void Module::checkDataType(const std::vector<DType>& dtypes) const {
     for (size_t i = 0; i < dtypes.size(); ++i) {
-        if (dtypes[i] != DType::float32 && dtypes[i] != DType::bfloat16) {
+        if (!isFloating(dtypes[i])) {
             throw shapeError("input " + std::to_string(i) + " has dtype " + tessera::str(dtypes[i]) +
-                             ", expected float32 or bfloat16");
+                             ", expected float32, bfloat16 or float16");
         }
     }
 }
@@ -525,7 +536,7 @@ void Module::reset() {
     data_.clear();
     grad_.clear();
     inDTypes_.clear();
-    tookBfloat16_ = true;
+    took16Bit_ = true;
     for (Tensor* t : keptTensors()) *t = Tensor();
     for (const auto& [n, child] : namedChildren()) child->reset();
 }
@@ -538,12 +549,12 @@ void Module::releaseSaved() {
 
 Module::RunState Module::takeRunState() {
     if (!namedChildren().empty()) throw moduleError("a container's run state belongs to its children");
-    RunState state{std::move(inData_), std::move(data_), std::move(grad_), {}, std::move(inDTypes_), tookBfloat16_};
+    RunState state{std::move(inData_), std::move(data_), std::move(grad_), {}, std::move(inDTypes_), took16Bit_};
     inData_.clear();
     data_.clear();
     grad_.clear();
     inDTypes_.clear();
-    tookBfloat16_ = true;
+    took16Bit_ = true;
     for (Tensor* t : keptTensors()) {
         state.kept.push_back(std::move(*t));
         *t = Tensor();
@@ -561,7 +572,7 @@ void Module::putRunState(RunState state) {
     data_ = std::move(state.data);
     grad_ = std::move(state.grad);
     inDTypes_ = std::move(state.inDTypes);
-    tookBfloat16_ = state.tookBfloat16;
+    took16Bit_ = state.took16Bit;
     for (size_t i = 0; i < kept.size(); ++i) *kept[i] = std::move(state.kept[i]);
 }
 

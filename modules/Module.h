@@ -222,7 +222,7 @@ public:
         Tensors inData, data, grad;
         std::vector<Tensor> kept;
         std::vector<DType> inDTypes; // the inputs' dtypes before any conversion
-        bool tookBfloat16 = true;    // whether the module ran on them as they came
+        bool took16Bit = true;       // whether the module ran on them as they came
     };
     /// Move this run's state out; the module is left as reset() leaves it. Containers
     /// throw ModuleError: their children's runs are not theirs to move.
@@ -269,13 +269,18 @@ public:
     /// base hands every other module plain inputs and gradients, reordering once at the
     /// boundary. Containers and the layers that run on blocked data say true.
     virtual bool handlesLayouts() const { return false; }
-    /// True when the module computes on the bfloat16 activations in `data` (and on their
-    /// gradients) itself; the base hands every other module float32 copies of bfloat16
-    /// inputs and gradients, converting once at the boundary. Whatever a module computes
-    /// in, the gradient it returns for an input has that input's dtype. Containers and the
-    /// CPU layers that run on bfloat16 activations (CpuBackend::setBfloat16Activations:
-    /// convolutions, batch norms, activations, sums) say true.
-    virtual bool takesBfloat16(const Tensors& data) const;
+    /// True when the module computes on the 16-bit (bfloat16 or float16) activations in
+    /// `data` (and on their gradients) itself; the base hands every other module float32
+    /// copies of 16-bit inputs and gradients, converting once at the boundary. Whatever a
+    /// module computes in, the gradient it returns for an input has that input's dtype.
+    /// Containers say true; convolutions, batch norms, activations, pooling and sums say
+    /// what their backend carries (Backend::carries16Bit: bfloat16 on the CPU, both types
+    /// on CUDA under setCuda16BitActivations).
+    virtual bool takes16Bit(const Tensors& data) const;
+    /// Whether the backend of `data[0]` carries the dtype of every 16-bit tensor in `data`
+    /// (Backend::carries16Bit): what the layers that compute on 16-bit activations answer
+    /// from takes16Bit.
+    static bool backendCarries(const Tensors& data);
     /// What a forward (and backward) at `inShapes` allocates, given the inputs' layouts, on
     /// `device`. Default: outputs of their own (in the first input's layout when the module
     /// handles layouts, else plain), gradients of their own, nothing kept. Layers that
@@ -345,7 +350,7 @@ private:
     std::shared_ptr<LayerState> packs_; // see packSlot
     Tensors inData_, data_, grad_;
     std::vector<DType> inDTypes_; // the last forward's input dtypes, before any conversion
-    bool tookBfloat16_ = true;    // whether it ran on them as they came
+    bool took16Bit_ = true;       // whether it ran on them as they came
     // The thread running this module's forward or backward (a per-thread address; null when
     // none) and how deep its calls are nested there: another thread is refused (RunGuard).
     std::atomic<const void*> runner_{nullptr};

@@ -32,7 +32,7 @@ public:
     void checkGradShape(const Shapes& outGradShapes) const override;
     bool handlesLayouts() const override { return true; }
     /// On the CPU: pools bfloat16 activations as they are (oneDNN's bfloat16 pooling).
-    bool takesBfloat16(const Tensors& data) const override { return data[0].device().isCpu(); }
+    bool takes16Bit(const Tensors& data) const override { return backendCarries(data); }
     std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
         return inDTypes;
     }
@@ -64,7 +64,7 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     void checkDataShape(const Shapes& inShapes) const override;
     bool handlesLayouts() const override { return true; }
-    bool takesBfloat16(const Tensors& data) const override { return data[0].device().isCpu(); }
+    bool takes16Bit(const Tensors& data) const override { return backendCarries(data); }
     std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
         return inDTypes;
     }

@@ -28,6 +28,8 @@
 #               fp32,fp16,bf16), GPU_RUN_SIDE_REPS repetitions (default 3), against the
 #               PyTorch of the machine's python3, in NCHW and (unless GPU_RUN_SIDE_NCHW_ONLY
 #               is set) channels_last
+#   side-carry16.log   with GPU_RUN_SIDE and GPU_RUN_CARRY16 set: the same in fp16 and bf16
+#               with TESSERA_CUDA_16BIT_ACTIVATIONS=1 (16-bit activations between layers)
 #   kernels-*.log   with GPU_RUN_KERNELS="WORKLOAD:MODE:PRECISION ..." (say resnet50:train:bf16):
 #               tools/bench/gpu_kernels.py on both sides, one training or inference step's kernels
 # With GPU_RUN_PACK set, the logs end up in one OUT_DIR/gpu-run-logs.tar.xz.
@@ -169,6 +171,11 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   # shellcheck disable=SC2086 # $layouts is one flag or none
   { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
       --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision "$precisions" $layouts 2>&1; } >"$out/side.log" || status=1
+  if [[ -n ${GPU_RUN_CARRY16:-} ]]; then
+    cmd="TESSERA_CUDA_16BIT_ACTIVATIONS=1 python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision fp16,bf16 $layouts"
+    # shellcheck disable=SC2086 # $layouts is one flag or none
+    { header "$cmd"; TESSERA_CUDA_16BIT_ACTIVATIONS=1 timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py         --device cuda --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision fp16,bf16         $layouts 2>&1; } >"$out/side-carry16.log" || status=1
+  fi
 fi
 # Where one training step's GPU time goes, kernel by kernel (Nsight Compute), for each
 # WORKLOAD:MODE:PRECISION in GPU_RUN_KERNELS (say resnet50:train:bf16), on both sides.

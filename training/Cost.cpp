@@ -20,10 +20,25 @@ void Cost::accumulate(double err, int64_t batch) {
     samples_ += batch;
 }
 
-CostResult Cost::operator()(const Tensors& pred, const Tensors& target) {
+namespace {
+// Costs read float32 predictions row-major: 16-bit outputs of a network (its last layer's
+// in calcMode(bfloat16|float16)) are converted and blocked ones reordered here; the
+// float32 gradient a cost returns is one a 16-bit output takes (Module::backward).
+Tensors float32Plain(const Tensors& pred) {
+    Tensors out;
+    out.reserve(pred.size());
+    for (const Tensor& t : pred) {
+        const bool low = t.defined() && (t.dtype() == DType::bfloat16 || t.dtype() == DType::float16);
+        out.push_back(low ? t.convertedTo(DType::float32) : t);
+    }
+    return plainAll(out);
+}
+} // namespace
+
+CostResult Cost::operator()(const Tensors& predIn, const Tensors& target) {
+    const Tensors pred = float32Plain(predIn);
     checkInputs(pred, target);
-    // Costs read predictions row-major: blocked outputs of a network are reordered here.
-    CostResult r = compute(plainAll(pred), target);
+    CostResult r = compute(pred, target);
     accumulate(r.error, batchSize(pred));
     return r;
 }
@@ -32,9 +47,10 @@ CostResult Cost::operator()(const Tensor& pred, const Tensor& target) {
     return (*this)(Tensors{pred}, Tensors{target});
 }
 
-double Cost::validate(const Tensors& pred, const Tensors& target) {
+double Cost::validate(const Tensors& predIn, const Tensors& target) {
+    const Tensors pred = float32Plain(predIn);
     checkInputs(pred, target);
-    const double e = validationError(plainAll(pred), target);
+    const double e = validationError(pred, target);
     accumulate(e, batchSize(pred));
     return e;
 }

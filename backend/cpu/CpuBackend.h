@@ -70,6 +70,9 @@ public:
     static void setBfloat16Activations(bool on);
     static bool bfloat16Activations();
     DType convOutputDType(const ConvParams& p) override;
+    /// bfloat16 (which convolutions write while setBfloat16Activations is on); float16 goes
+    /// through float32.
+    bool carries16Bit(DType dtype) const override { return dtype == DType::bfloat16; }
 
     /// Sets flush-to-zero and denormals-are-zero on the calling thread and on every thread
     /// of the OpenMP pool, unless TESSERA_FLUSH_DENORMALS=0: training drives many values

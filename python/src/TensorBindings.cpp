@@ -297,6 +297,9 @@ ValueError when a value does not fit). copy=True always copies.)");
     m.def("setCudaDeterministic", &setCudaDeterministic, py::arg("on"),
           "Only cuDNN algorithms that give the same bits on every run, none chosen by timing (off by default; "
           "docs/gpu.md); a no-op without CUDA.");
+    m.def("setCuda16BitActivations", &setCuda16BitActivations, py::arg("on"),
+          "16-bit activations between layers on CUDA in calcMode(float16|bfloat16) (off by default; "
+          "TESSERA_CUDA_16BIT_ACTIVATIONS=1 turns it on at start; docs/gpu.md); a no-op without CUDA.");
 }
 
 } // namespace tessera::python

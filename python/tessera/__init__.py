@@ -30,7 +30,7 @@ from ._tessera import (
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # GPU settings
-    cudaDeviceCount, setCudaAllowTF32, setCudaDeterministic,
+    cudaDeviceCount, setCuda16BitActivations, setCudaAllowTF32, setCudaDeterministic,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, factorySignature, fashionMnistDir, importOnnx, loadMnist, readClassNames,
     readTransforms,
@@ -106,6 +106,7 @@ __all__ = [
     "full",
     "manualSeed",
     "cudaDeviceCount",
+    "setCuda16BitActivations",
     "setCudaAllowTF32",
     "setCudaDeterministic",
     "rand",

@@ -475,6 +475,192 @@ TEST(CudaConsistency, Float16AndBfloat16MatchFloat32OnRoundedOperands) {
     }
 }
 
+// While it lives, CUDA layers carry 16-bit activations (setCuda16BitActivations).
+struct Carry16Bit {
+    explicit Carry16Bit(bool on) { setCuda16BitActivations(on); }
+    ~Carry16Bit() { setCuda16BitActivations(false); }
+    Carry16Bit(const Carry16Bit&) = delete;
+    Carry16Bit& operator=(const Carry16Bit&) = delete;
+};
+
+// With 16-bit activations carried, each layer that carries them, handed 16-bit inputs on
+// the device in calcMode(float16) and calcMode(bfloat16), writes its output and input
+// gradients in that type, and they match float32 on the CPU fed the same (rounded) inputs,
+// output gradients and weights within a few units of the type's rounding; so do the
+// parameter gradients (float32). Convolutions with a bias cover the bias added to a
+// 16-bit output; max pooling with overlapping windows the float32 sums of its backward.
+TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    const Carry16Bit carrying(true);
+    struct LowCase {
+        std::string name;
+        std::function<ModulePtr()> make;
+        Shapes inputs;
+    };
+    const std::vector<LowCase> cases = {
+        {"Conv2D with bias", make<Conv2D>(8, 16, 3, ConvOptions{.stride = 2, .pad = 1}), {{4, 8, 11, 11}}},
+        {"Deconv2D with bias", make<Deconv2D>(8, 4, 3, ConvOptions{.stride = 2, .pad = 1}), {{2, 8, 6, 6}}},
+        {"BatchNorm2D", make<BatchNorm2D>(6), {{4, 6, 5, 5}}},
+        {"relu", make<Activation>(ActivationKind::relu), {{3, 4, 5, 5}}},
+        {"gelu", make<Activation>(ActivationKind::gelu), {{3, 4, 5, 5}}},
+        {"MaxPool2D 3x3 stride 2",
+         make<MaxPool2D>(std::vector<int64_t>{3, 3}, PoolOptions{.stride = 2, .pad = 1}),
+         {{2, 3, 9, 9}}},
+        {"AvgPool2D", make<AvgPool2D>(std::vector<int64_t>{2, 2}), {{2, 3, 8, 8}}},
+        {"Add", make<Add>(), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
+        {"Add with coefficients", make<Add>(std::vector<float>{0.5f, -2.0f}), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
+    };
+    for (DType low : {DType::float16, DType::bfloat16}) {
+        if (selfCheck() && low == DType::float16) continue;
+        const double eps = low == DType::float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+        const double tol = 8 * eps;
+        auto rounded = [&](const Tensor& t) { return t.convertedTo(low).convertedTo(DType::float32); };
+        auto asFloat = [](const Tensor& t) { return t.convertedTo(DType::float32).toHost(); };
+        for (const LowCase& c : cases) {
+            SCOPED_TRACE(c.name + " in " + str(low));
+            manualSeed(11);
+            ModulePtr cpu = c.make();
+            for (const auto& [name, v] : cpu->namedParams()) {
+                if (name == "W") v->data.copyFrom(rounded(v->data));
+            }
+            manualSeed(11);
+            ModulePtr gpu = c.make();
+            gpu->to(dev);
+            gpu->calcMode(low);
+            Tensors xc, xg;
+            for (size_t i = 0; i < c.inputs.size(); ++i) {
+                const Tensor x = rounded(randomTensor(c.inputs[i], 100 + static_cast<uint64_t>(i)));
+                xc.push_back(x);
+                xg.push_back(x.convertedTo(low).to(dev));
+            }
+            const Tensor yc = (*cpu)(xc)[0], yg = (*gpu)(xg)[0];
+            if (!selfCheck()) EXPECT_EQ(yg.dtype(), low) << "output";
+            EXPECT_LE(relDiff(asFloat(yg), yc), tol) << "output";
+            const Tensor dy = rounded(randomTensor(yc.shape(), 200));
+            for (const ModulePtr& m : {cpu, gpu}) m->zeroGradParams();
+            const Tensors dxc = cpu->backward(Tensors{dy}), dxg = gpu->backward(Tensors{dy.convertedTo(low).to(dev)});
+            ASSERT_EQ(dxc.size(), dxg.size());
+            for (size_t i = 0; i < dxc.size(); ++i) {
+                EXPECT_EQ(dxg[i].dtype(), low) << "input gradient " << i; // each input's own type
+                EXPECT_LE(relDiff(asFloat(dxg[i]), dxc[i]), tol) << "input gradient " << i;
+            }
+            const auto pc = cpu->namedParams(), pg = gpu->namedParams();
+            ASSERT_EQ(pc.size(), pg.size());
+            for (size_t i = 0; i < pc.size(); ++i) {
+                EXPECT_LE(relDiff(pg[i].second->grad.toHost(), pc[i].second->grad), tol)
+                    << "gradient of " << pc[i].first;
+            }
+        }
+    }
+}
+
+// One training step of a seeded ResNet-18 (its ImageNet stem: max pooling too) in
+// calcMode(low): the output and every parameter gradient, and the dtypes its first batch
+// norm and first sum wrote.
+struct StepResult {
+    Tensor y;
+    std::vector<Tensor> grads;
+    DType normOut = DType::int32, addOut = DType::int32;
+};
+
+// The first leaf (depth first, in order) that is a T, in `m` or below.
+template <class T> const Module* firstOf(const Module& m) {
+    if (dynamic_cast<const T*>(&m)) return &m;
+    for (const auto& [name, child] : m.namedChildren()) {
+        if (const Module* found = firstOf<T>(*child)) return found;
+    }
+    return nullptr;
+}
+
+DType outputDType(const Module* m) { return m && !m->dataList().empty() ? m->dataList()[0].dtype() : DType::int32; }
+
+StepResult resnetStep(DType low, const Tensor& x, const Tensor& dy, Device dev, bool carry) {
+    const Carry16Bit carrying(carry);
+    manualSeed(21);
+    const std::shared_ptr<Graph> net = loadResNet(18, ResNetStem::imagenet, 10);
+    net->to(dev);
+    if (low != DType::float32) net->calcMode(low);
+    net->zeroGradParams();
+    StepResult r;
+    r.y = (*net)(x.to(dev)).convertedTo(DType::float32).toHost();
+    r.normOut = outputDType(firstOf<BatchNormND>(*net));
+    r.addOut = outputDType(firstOf<Add>(*net));
+    net->backward(dy.to(dev));
+    for (const auto& [name, v] : net->namedParams()) r.grads.push_back(v->grad.toHost());
+    return r;
+}
+
+// With 16-bit activations carried (setCuda16BitActivations), a ResNet step in
+// calcMode(float16) and calcMode(bfloat16) writes its batch norms' and sums' outputs in
+// the 16-bit type, and its output stays as close to float32's as the same step's with
+// float32 activations between layers (within three times its distance: both round every
+// convolution; carrying also rounds what batch norm, ReLU, pooling and the sums write).
+// Its parameter gradients are only checked to be finite and within 100% of float32's:
+// batch norm's backward subtracts the batch mean of a 16-bit output gradient, and that
+// cancellation leaves them 35% from float32's in the CPU's bfloat16 step here (which
+// carries bfloat16 too); the layer-by-layer test above checks each layer closely. The
+// memory plan of the carrying step is smaller and still matches the device. (Under
+// TESSERA_CONSISTENCY_DEVICE=cpu only bfloat16 runs, and the CPU carries it either way.)
+TEST(CudaConsistency, SixteenBitActivationsStayCloseToFloat32) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    const Tensor x = randomTensor({8, 3, 64, 64}, 31);
+    const Tensor dy = randomTensor({8, 10}, 32);
+    const StepResult exact = resnetStep(DType::float32, x, dy, dev, false);
+    for (DType low : {DType::float16, DType::bfloat16}) {
+        if (selfCheck() && low == DType::float16) continue;
+        SCOPED_TRACE(str(low));
+        const StepResult converted = resnetStep(low, x, dy, dev, false);
+        const StepResult carried = resnetStep(low, x, dy, dev, true);
+        EXPECT_EQ(carried.normOut, low);
+        EXPECT_EQ(carried.addOut, low);
+        if (!selfCheck()) { // the CPU carries bfloat16 either way
+            EXPECT_EQ(converted.normOut, DType::float32);
+            EXPECT_EQ(converted.addOut, DType::float32);
+        }
+        const double eps = low == DType::float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+        const double yConverted = relDiff(converted.y, exact.y), yCarried = relDiff(carried.y, exact.y);
+        EXPECT_LE(yCarried, 3 * yConverted + eps) << "output";
+        ASSERT_EQ(carried.grads.size(), exact.grads.size());
+        // ||g - g32|| / ||g32|| over all parameter gradients together (one tiny gradient's
+        // relative error says little).
+        auto distance = [&](const StepResult& r) {
+            double diff = 0, norm = 0;
+            for (size_t i = 0; i < exact.grads.size(); ++i) {
+                const std::vector<float> a = r.grads[i].toVector<float>(), b = exact.grads[i].toVector<float>();
+                for (size_t j = 0; j < a.size(); ++j) {
+                    diff += (double(a[j]) - b[j]) * (double(a[j]) - b[j]);
+                    norm += double(b[j]) * b[j];
+                }
+            }
+            return std::sqrt(diff / norm);
+        };
+        const double gConverted = distance(converted), gCarried = distance(carried);
+        EXPECT_LT(gCarried, 1.0) << "parameter gradients"; // NaN fails too
+        std::printf("ResNet-18 step in %s, against float32: output %.1e converted, %.1e carried; parameter "
+                    "gradients %.1e converted, %.1e carried\n",
+                    str(low).c_str(), yConverted, yCarried, gConverted, gCarried);
+
+        manualSeed(21);
+        const std::shared_ptr<Graph> net = loadResNet(18, ResNetStem::imagenet, 10);
+        net->to(dev);
+        net->calcMode(low);
+        const MemoryPlan off = planMemory(*net, {x.shape()}, dev);
+        const Carry16Bit carrying(true);
+        const MemoryPlan on = planMemory(*net, {x.shape()}, dev);
+        const testing::MeasuredPeaks m = testing::measurePeaks(*net, x.shape(), dev);
+        EXPECT_TRUE(testing::within10Percent("training step", on.training, m.training));
+        EXPECT_TRUE(testing::within10Percent("inference", on.inference, m.inference));
+        if (!selfCheck()) {
+            EXPECT_LT(on.training, off.training * 0.8);
+        }
+        std::printf("ResNet-18 planned step in %s: %.1f MiB with float32 activations, %.1f MiB carried (measured "
+                    "%.1f MiB)\n",
+                    str(low).c_str(), off.training / 1048576.0, on.training / 1048576.0, m.training / 1048576.0);
+    }
+}
+
 // A small convolutional network learns on the device in float16 (with dynamic loss
 // scaling, as float16 training needs) and in bfloat16: the loss drops fourfold and the
 // training-set error falls under 5% (the class is which quadrant holds the brightest spot).
@@ -484,9 +670,11 @@ TEST(CudaConsistency, Float16AndBfloat16NetworksLearn) {
     manualSeed(8);
     const auto [xHost, yHost] = testing::quadrantTask(256);
     const Tensor x = xHost.to(dev), y = yHost.to(dev);
-    for (DType low : {DType::float16, DType::bfloat16}) {
+    for (const auto& [low, carry] : {std::pair{DType::float16, false}, std::pair{DType::bfloat16, false},
+                                     std::pair{DType::float16, true}, std::pair{DType::bfloat16, true}}) {
         if (selfCheck() && low == DType::float16) continue;
-        SCOPED_TRACE(str(low));
+        SCOPED_TRACE(str(low) + (carry ? ", 16-bit activations carried" : ""));
+        const Carry16Bit carrying(carry);
         manualSeed(8);
         const ModulePtr model = testing::quadrantNet();
         Module& net = *model;
@@ -509,8 +697,8 @@ TEST(CudaConsistency, Float16AndBfloat16NetworksLearn) {
         }
         net.evalMode();
         const double error = ce.validate(net(x), y);
-        std::printf("%s: loss %.3f -> %.3f, error %.3f, %d of 60 steps applied, loss scale %g\n", str(low).c_str(),
-                    first, last, error, applied, adam.lossScale());
+        std::printf("%s%s: loss %.3f -> %.3f, error %.3f, %d of 60 steps applied, loss scale %g\n", str(low).c_str(),
+                    carry ? " carried" : "", first, last, error, applied, adam.lossScale());
         EXPECT_LT(last, first / 4);
         EXPECT_LT(error, 0.05);
         EXPECT_GE(applied, 40);

@@ -5,11 +5,15 @@
 #include "GradCheck.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
+#include "modules/Activation.h"
+#include "modules/Add.h"
 #include "modules/Cast.h"
+#include "modules/Conv.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/Gelu.h"
 #include "modules/GroupLinear.h"
+#include "modules/Linear.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
@@ -537,6 +541,54 @@ TEST(Cast, SixteenBitFloatsBothWays) {
         },
         {"gradient 0 has dtype float16", "expected float32 or bfloat16"}));
     EXPECT_TRUE(blueprintHas(toHalf, {"\"intype\": \"float32\"", "\"outtype\": \"float16\""}));
+}
+
+// A float16 activation (a Cast's, or a CUDA layer's under setCuda16BitActivations) reaches a
+// layer whose backend does not carry float16: the layer computes on a float32 copy, exactly
+// as on the same values given in float32, and the gradient it returns has float16's type.
+// The CPU carries bfloat16 only (Backend::carries16Bit), and a module that takes 16-bit
+// inputs says so only when every 16-bit input's type is carried.
+TEST(Cast, Float16ActivationsGoThroughFloat32WhereTheBackendDoesNotCarryThem) {
+    Backend& cpu = backendFor(Device::cpu());
+    EXPECT_TRUE(cpu.carries16Bit(DType::bfloat16));
+    EXPECT_FALSE(cpu.carries16Bit(DType::float16));
+    EXPECT_FALSE(cpu.carries16Bit(DType::float32));
+    const Tensor half = Tensor::randn({2, 3, 6, 6}).convertedTo(DType::float16);
+    const Tensor asFloat = half.convertedTo(DType::float32); // the same values
+    EXPECT_TRUE(Module::backendCarries({asFloat, half.convertedTo(DType::bfloat16)}));
+    EXPECT_FALSE(Module::backendCarries({asFloat, half}));
+
+    manualSeed(3);
+    Conv2D conv(3, 4, 3, ConvOptions{.pad = 1});
+    manualSeed(3);
+    Conv2D ref(3, 4, 3, ConvOptions{.pad = 1});
+    const Tensor y = conv(half);
+    EXPECT_EQ(y.dtype(), DType::float32);
+    EXPECT_EQ(y.toVector<float>(), ref(asFloat).toVector<float>());
+    const Tensor dy = Tensor::randn(y.shape());
+    const Tensor dx = conv.backward(dy);
+    EXPECT_EQ(dx.dtype(), DType::float16);
+    EXPECT_EQ(dx.toVector<float>(), ref.backward(dy).convertedTo(DType::float16).toVector<float>());
+    EXPECT_EQ(conv.getVar("W")->grad.toVector<float>(), ref.getVar("W")->grad.toVector<float>());
+
+    Add add;
+    const Tensor sum = add(Tensors{half, half})[0];
+    EXPECT_EQ(sum.dtype(), DType::float32);
+    const std::vector<float> hv = asFloat.toVector<float>(), sv = sum.toVector<float>();
+    for (size_t i = 0; i < hv.size(); ++i) ASSERT_EQ(sv[i], 2 * hv[i]);
+    EXPECT_EQ(add.outputDTypes({half.shape(), half.shape()}, {DType::float16, DType::float16}, Device::cpu()),
+              std::vector<DType>{DType::float16});
+    Activation relu(ActivationKind::relu);
+    EXPECT_EQ(relu(half).dtype(), DType::float32);
+    EXPECT_EQ(relu.backward(Tensor::ones(half.shape())).dtype(), DType::float16);
+    // A float16 input to a layer that takes only floats is no longer refused; int32 still is.
+    Linear lin(6, 2);
+    EXPECT_EQ(lin(Tensor::randn({5, 6}).convertedTo(DType::float16)).dtype(), DType::float32);
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            lin(Tensor::zeros({5, 6}, DType::int32));
+        },
+        {"input 0 has dtype int32", "expected float32, bfloat16 or float16"}));
 }
 
 // ---- ReduceMean --------------------------------------------------------------------------

@@ -87,28 +87,30 @@ TEST(Precision, TensorsOfEveryTypeConvert) {
         EXPECT_EQ(low.astype(DType::int32).toVector<int32_t>(), (std::vector<int32_t>{1, -2, 0, 300, 0, -7}));
         EXPECT_EQ(str(t), t == DType::bfloat16 ? "bfloat16" : "float16");
         EXPECT_EQ(dtypeFromString(str(t)), t);
-        // A layer that computes in float32 takes bfloat16 converted to float32 (the same
-        // output as from the converted input) and names any other dtype it got.
+        // A layer that computes in float32 takes either 16-bit type converted to float32
+        // (the same output as from the converted input) and names any other dtype it got.
         Linear lin(3, 2, {.name = "fc"});
-        if (t == DType::bfloat16) {
-            const Tensor y = lin(low);
-            EXPECT_EQ(y.dtype(), DType::float32);
-            const Tensor dx = lin.backward(Tensor::ones(y.shape()));
-            EXPECT_EQ(dx.dtype(), DType::bfloat16); // an input's gradient has the input's dtype
-            EXPECT_EQ(y.toVector<float>(), lin(low.astype(DType::float32)).toVector<float>());
-            // What the input's dtype was is part of a run's state (a module in several graph
-            // nodes differentiates each of its runs).
-            Module::RunState f32Run = lin.takeRunState();
-            lin(low);
-            Module::RunState lowRun = lin.takeRunState();
-            lin.putRunState(std::move(f32Run));
-            EXPECT_EQ(lin.backward(Tensor::ones(y.shape())).dtype(), DType::float32);
-            lin.putRunState(std::move(lowRun));
-            EXPECT_EQ(lin.backward(Tensor::ones(y.shape())).dtype(), DType::bfloat16);
-        } else {
-            EXPECT_TRUE(throwsShapeError([&] { lin(low); }, {"fc", str(t), "float32 or bfloat16"}));
-        }
+        const Tensor y = lin(low);
+        EXPECT_EQ(y.dtype(), DType::float32);
+        const Tensor dx = lin.backward(Tensor::ones(y.shape()));
+        EXPECT_EQ(dx.dtype(), t); // an input's gradient has the input's dtype
+        EXPECT_EQ(y.toVector<float>(), lin(low.astype(DType::float32)).toVector<float>());
+        // What the input's dtype was is part of a run's state (a module in several graph
+        // nodes differentiates each of its runs).
+        Module::RunState f32Run = lin.takeRunState();
+        lin(low);
+        Module::RunState lowRun = lin.takeRunState();
+        lin.putRunState(std::move(f32Run));
+        EXPECT_EQ(lin.backward(Tensor::ones(y.shape())).dtype(), DType::float32);
+        lin.putRunState(std::move(lowRun));
+        EXPECT_EQ(lin.backward(Tensor::ones(y.shape())).dtype(), t);
     }
+    Linear lin(3, 2, {.name = "fc"});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            lin(Tensor::zeros({2, 3}, DType::int32));
+        },
+        {"fc", "int32", "float32, bfloat16 or float16"}));
     EXPECT_THROW(dtypeFromString("float64"), ShapeError);
 }
 

@@ -329,6 +329,32 @@ TEST(PointwiseCosts, BadInput) {
     EXPECT_TRUE(throwsShapeError([&] { mse(Tensors{Tensor::zeros({2})}, Tensors{}); }, {"1 prediction"}));
 }
 
+// A network whose last layer writes 16-bit values (a convolution in calcMode(bfloat16), or
+// any carried layer on CUDA under setCuda16BitActivations) feeds its costs as it is: they
+// read the predictions in float32, exactly as the same values given in float32, and return
+// a float32 gradient. Integer predictions are still refused by name.
+TEST(PointwiseCosts, SixteenBitPredictionsAreReadInFloat32) {
+    const Tensor target = Tensor::randn({4, 5});
+    const Tensor labels = Tensor::fromVector({4}, I{0, 4, 2, 1});
+    for (DType t : {DType::bfloat16, DType::float16}) {
+        SCOPED_TRACE(str(t));
+        const Tensor low = Tensor::randn({4, 5}).convertedTo(t);
+        const Tensor same = low.convertedTo(DType::float32);
+        MSE a, b;
+        const CostResult ra = a(low, target), rb = b(same, target);
+        EXPECT_EQ(ra.error, rb.error);
+        ASSERT_EQ(ra.grad.size(), 1u);
+        EXPECT_EQ(ra.grad[0].dtype(), DType::float32);
+        EXPECT_EQ(ra.grad[0].toVector<float>(), rb.grad[0].toVector<float>());
+        CrossEntropy ce1, ce2;
+        EXPECT_EQ(ce1(low, labels).error, ce2(same, labels).error);
+        EXPECT_EQ(ce1.validate(low, labels), ce2.validate(same, labels));
+    }
+    MSE mse;
+    EXPECT_TRUE(throwsShapeError([&] { mse(Tensor::zeros({2}, DType::int32), Tensor::zeros({2})); },
+                                 {"MSE", "predictions must be float32", "int32"}));
+}
+
 TEST(SVM, ReferenceGradientBadInput) {
     SVM l1;
     // margins: row 0 (label 0): 1 + 2 - 1 = 2 and 1 + 0 - 1 = 0 -> 2; row 1 (label 2): 1 + 1 - 3 < 0, 1 + 3.5 - 3 = 1.5
