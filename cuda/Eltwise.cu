@@ -211,6 +211,86 @@ __global__ void activationBackwardAnyKernel(ActivationKind kind, float alpha, fl
     }
 }
 
+// Fast paths for operands of one 16-bit type T, 16-byte aligned: eight elements per
+// thread through one uint4 load and store each (the Any kernels above do the rest).
+template <class T> __device__ float toFloat(T v);
+template <> __device__ float toFloat(__half v) { return __half2float(v); }
+template <> __device__ float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ T fromFloat(float v);
+template <> __device__ __half fromFloat(float v) { return __float2half_rn(v); }
+template <> __device__ __nv_bfloat16 fromFloat(float v) { return __float2bfloat16_rn(v); }
+
+// Eight values of T in one uint4.
+template <class T> struct Eight {
+    uint4 bits;
+    __device__ float get(int k) const { return toFloat(reinterpret_cast<const T*>(&bits)[k]); }
+    __device__ void set(int k, float v) { reinterpret_cast<T*>(&bits)[k] = fromFloat<T>(v); }
+};
+static_assert(sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2);
+
+template <class T> __device__ Eight<T> load8(const uint4* p, int64_t i) { return Eight<T>{p[i]}; }
+
+template <class T>
+__global__ void axpbyz8Kernel(float a, const uint4* x, float b, const uint4* y, uint4* z, int64_t n8) {
+    TESSERA_FOR_EACH(i, n8) {
+        const Eight<T> u = load8<T>(x, i);
+        Eight<T> r{};
+        if (b == 0.0f) {
+            for (int k = 0; k < 8; ++k) r.set(k, a * u.get(k));
+        } else {
+            const Eight<T> w = load8<T>(y, i);
+            for (int k = 0; k < 8; ++k) r.set(k, a * u.get(k) + b * w.get(k));
+        }
+        z[i] = r.bits;
+    }
+}
+
+template <class T>
+__global__ void activationForward8Kernel(ActivationKind kind, float alpha, float beta, const uint4* x, uint4* y,
+                                         int64_t n8) {
+    TESSERA_FOR_EACH(i, n8) {
+        const Eight<T> u = load8<T>(x, i);
+        Eight<T> r{};
+        for (int k = 0; k < 8; ++k) r.set(k, activate(kind, alpha, beta, u.get(k)));
+        y[i] = r.bits;
+    }
+}
+
+// `xy` is x or y, whichever activateBackward reads for `kind`.
+template <class T>
+__global__ void activationBackward8Kernel(ActivationKind kind, float alpha, float beta, const uint4* xy,
+                                          const uint4* dy, uint4* dx, int64_t n8) {
+    const bool readsX = backwardReadsX(kind);
+    TESSERA_FOR_EACH(i, n8) {
+        const Eight<T> u = load8<T>(xy, i), g = load8<T>(dy, i);
+        Eight<T> r{};
+        for (int k = 0; k < 8; ++k) {
+            const float v = u.get(k);
+            r.set(k, activateBackward(kind, alpha, beta, readsX ? v : 0.0f, readsX ? 0.0f : v, g.get(k)));
+        }
+        dx[i] = r.bits;
+    }
+}
+
+// Runs f(T{}) for a 16-bit DType value; false for any other type.
+template <class F> bool with16Bit(int dtype, F f) {
+    if (static_cast<DType>(dtype) == DType::float16) {
+        f(__half{});
+        return true;
+    }
+    if (static_cast<DType>(dtype) == DType::bfloat16) {
+        f(__nv_bfloat16{});
+        return true;
+    }
+    return false;
+}
+
+const uint4* u4(const void* p) { return static_cast<const uint4*>(p); }
+uint4* u4(void* p) { return static_cast<uint4*>(p); }
+// p advanced by `elements` of a 16-bit type.
+const void* skip16(const void* p, int64_t elements) { return p ? static_cast<const uint16_t*>(p) + elements : p; }
+void* skip16(void* p, int64_t elements) { return static_cast<uint16_t*>(p) + elements; }
+
 __global__ void addChannelsAnyKernel(void* y, int yt, const float* bias, int64_t channels, int64_t inner, int64_t n) {
     TESSERA_FOR_EACH(i, n) storeFromFloat(y, yt, i, loadAsFloat(y, yt, i) + bias[(i / inner) % channels]);
 }
@@ -219,18 +299,62 @@ __global__ void addChannelsAnyKernel(void* y, int yt, const float* bias, int64_t
 
 void axpbyzAny(float alpha, const void* x, int xt, float beta, const void* y, int yt, void* z, int zt, int64_t n,
                cudaStream_t s) {
-    TESSERA_LAUNCH(axpbyzAnyKernel, n, s, alpha, x, xt, beta, y, yt, z, zt, n);
+    int64_t done = 0;
+    const bool readsY = beta != 0.0f;
+    if (xt == zt && (!readsY || yt == zt) && aligned16(x, z) && (!readsY || aligned16(y))) {
+        with16Bit(zt, [&](auto tag) {
+            using T = decltype(tag);
+            done = n / 8 * 8;
+            TESSERA_LAUNCH(axpbyz8Kernel<T>, n / 8, s, alpha, u4(x), beta, readsY ? u4(y) : nullptr, u4(z), n / 8);
+        });
+    }
+    if (done == 0) {
+        TESSERA_LAUNCH(axpbyzAnyKernel, n, s, alpha, x, xt, beta, y, yt, z, zt, n);
+    } else { // the last n % 8 elements, of the one 16-bit type
+        TESSERA_LAUNCH(axpbyzAnyKernel, n - done, s, alpha, skip16(x, done), xt, beta, readsY ? skip16(y, done) : y, yt,
+                       skip16(z, done), zt, n - done);
+    }
 }
 
 void activationForwardAny(int kind, float alpha, float beta, const void* x, int xt, void* y, int yt, int64_t n,
                           cudaStream_t s) {
-    TESSERA_LAUNCH(activationForwardAnyKernel, n, s, static_cast<ActivationKind>(kind), alpha, beta, x, xt, y, yt, n);
+    const auto k = static_cast<ActivationKind>(kind);
+    int64_t done = 0;
+    if (xt == yt && aligned16(x, y)) {
+        with16Bit(yt, [&](auto tag) {
+            using T = decltype(tag);
+            done = n / 8 * 8;
+            TESSERA_LAUNCH(activationForward8Kernel<T>, n / 8, s, k, alpha, beta, u4(x), u4(y), n / 8);
+        });
+    }
+    if (done == 0) {
+        TESSERA_LAUNCH(activationForwardAnyKernel, n, s, k, alpha, beta, x, xt, y, yt, n);
+    } else {
+        TESSERA_LAUNCH(activationForwardAnyKernel, n - done, s, k, alpha, beta, skip16(x, done), xt, skip16(y, done),
+                       yt, n - done);
+    }
 }
 
 void activationBackwardAny(int kind, float alpha, float beta, const void* x, int xt, const void* y, int yt,
                            const void* dy, int dyt, void* dx, int dxt, int64_t n, cudaStream_t s) {
-    TESSERA_LAUNCH(activationBackwardAnyKernel, n, s, static_cast<ActivationKind>(kind), alpha, beta, x, xt, y, yt, dy,
-                   dyt, dx, dxt, n);
+    const auto k = static_cast<ActivationKind>(kind);
+    const bool readsX = backwardReadsX(k);
+    const void* xy = readsX ? x : y;
+    const int xyt = readsX ? xt : yt;
+    int64_t done = 0;
+    if (xyt == dxt && dyt == dxt && aligned16(xy, dy, dx)) {
+        with16Bit(dxt, [&](auto tag) {
+            using T = decltype(tag);
+            done = n / 8 * 8;
+            TESSERA_LAUNCH(activationBackward8Kernel<T>, n / 8, s, k, alpha, beta, u4(xy), u4(dy), u4(dx), n / 8);
+        });
+    }
+    if (done == 0) {
+        TESSERA_LAUNCH(activationBackwardAnyKernel, n, s, k, alpha, beta, x, xt, y, yt, dy, dyt, dx, dxt, n);
+    } else { // x and y: only the one read is advanced (the other may be null)
+        TESSERA_LAUNCH(activationBackwardAnyKernel, n - done, s, k, alpha, beta, readsX ? skip16(x, done) : x, xt,
+                       readsX ? y : skip16(y, done), yt, skip16(dy, done), dyt, skip16(dx, done), dxt, n - done);
+    }
 }
 
 void addChannelsAny(void* y, int yt, const float* bias, int64_t channels, int64_t inner, int64_t n, cudaStream_t s) {

@@ -33,7 +33,21 @@ Shapes Concat::gradShapeFrom(const Shapes& outGradShapes) const {
     return in;
 }
 
-// x_i: [..., d_i, ...] -> y: [..., sum d_i, ...]
+bool Concat::takes16Bit(const Tensors& data) const {
+    for (const Tensor& x : data) {
+        if (x.dtype() != data[0].dtype()) return false;
+    }
+    return true;
+}
+
+std::vector<DType> Concat::outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const {
+    for (DType t : inDTypes) {
+        if (t != inDTypes[0]) return {DType::float32};
+    }
+    return {inDTypes.empty() ? DType::float32 : inDTypes[0]};
+}
+
+// x_i: [..., d_i, ...] -> y: [..., sum d_i, ...] (in the inputs' dtype)
 Tensors Concat::updateData(const Tensors& data) {
     const Shape out = dataShapeFrom(shapesOf(data))[0];
     const int a = axis::normalize(axis_, out.rank());
@@ -52,7 +66,7 @@ Tensors Concat::updateGrad(const Tensors& grad) {
     Tensors dx;
     int64_t offset = 0;
     for (const Tensor& x : inDataList()) {
-        Tensor g = Tensor::empty(x.shape(), DType::float32, dy.device());
+        Tensor g = Tensor::empty(x.shape(), dy.dtype(), dy.device()); // Module::backward gives it x's dtype
         axis::copyAlong(a, dy, offset, g, 0, x.shape()[a]);
         dx.push_back(g);
         offset += x.shape()[a];

@@ -19,6 +19,12 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// At least one input; same rank; dims equal except along the axis.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// Inputs of one dtype, 16-bit ones included: copies move any type (so bfloat16 and
+    /// float16 activations go through without conversions, on any backend).
+    bool takes16Bit(const Tensors& data) const override;
+    /// The inputs' dtype when they share one; float32 otherwise.
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
     Blueprint blueprint() const override;
 
 protected:

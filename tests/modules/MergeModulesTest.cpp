@@ -37,6 +37,33 @@ TEST(Concat, Reference) {
     EXPECT_EQ(batch(Tensors{a, a, a})[0].shape(), (Shape{6, 1, 2}));
 }
 
+// bfloat16 and float16 inputs go through as they are (a copy moves any type): the output
+// and the input gradients keep their type and values; inputs of two types meet in float32.
+TEST(Concat, SixteenBitInputsStaySixteenBit) {
+    for (DType t : {DType::bfloat16, DType::float16}) {
+        SCOPED_TRACE(str(t));
+        const Tensor a = Tensor::randn({2, 3, 4}).convertedTo(t), b = Tensor::randn({2, 1, 4}).convertedTo(t);
+        Concat cat(1);
+        const Tensor y = cat(Tensors{a, b})[0];
+        EXPECT_EQ(y.dtype(), t);
+        EXPECT_EQ(cat.outputDTypes({a.shape(), b.shape()}, {t, t}, Device::cpu()), std::vector<DType>{t});
+        Concat ref(1);
+        const Tensor yf = ref(Tensors{a.convertedTo(DType::float32), b.convertedTo(DType::float32)})[0];
+        EXPECT_EQ(y.toVector<float>(), yf.toVector<float>());
+        const Tensor dy = Tensor::randn(y.shape()).convertedTo(t);
+        const Tensors dx = cat.backward(Tensors{dy});
+        const Tensors dxf = ref.backward(Tensors{dy.convertedTo(DType::float32)});
+        for (size_t i = 0; i < 2; ++i) {
+            EXPECT_EQ(dx[i].dtype(), t);
+            EXPECT_EQ(dx[i].toVector<float>(), dxf[i].toVector<float>());
+        }
+        const Tensor mixed = cat(Tensors{a, b.convertedTo(DType::float32)})[0];
+        EXPECT_EQ(mixed.dtype(), DType::float32);
+        EXPECT_EQ(mixed.toVector<float>(), yf.toVector<float>());
+        EXPECT_EQ(cat.backward(Tensors{Tensor::ones(y.shape())})[0].dtype(), t);
+    }
+}
+
 TEST(Concat, Gradient) {
     Concat cat(2);
     EXPECT_TRUE(
