@@ -23,22 +23,33 @@ Slice::Slice(std::vector<int> axes, std::vector<int64_t> starts, std::vector<int
                           std::to_string(ends_.size()) + " ends and " + std::to_string(steps_.size()) + " steps");
     }
     for (int64_t s : steps_) {
-        if (s < 1) throw moduleError("a step must be 1 or more, got " + std::to_string(s));
+        if (s == 0) throw moduleError("a step must not be 0");
     }
 }
 
 std::pair<int64_t, int64_t> Slice::range(size_t k, int64_t dim) const {
+    if (steps_[k] < 0) { // from b down to e (exclusive); end 0: through index 0
+        const int64_t b = starts_[k] < 0 ? starts_[k] + dim : starts_[k];
+        const int64_t e = ends_[k] == 0 ? -1 : ends_[k] < 0 ? ends_[k] + dim : ends_[k];
+        return {std::clamp<int64_t>(b, -1, dim - 1), std::clamp<int64_t>(e, -1, dim - 1)};
+    }
     const int64_t b = starts_[k] < 0 ? starts_[k] + dim : starts_[k];
     const int64_t e = ends_[k] <= 0 ? ends_[k] + dim : ends_[k];
     return {std::clamp<int64_t>(b, 0, dim), std::clamp<int64_t>(e, 0, dim)};
+}
+
+int64_t Slice::count(size_t k, int64_t dim) const {
+    const auto [b, e] = range(k, dim);
+    const int64_t s = steps_[k];
+    if (s < 0) return b > e ? (b - e - 1) / -s + 1 : 0;
+    return e > b ? (e - b + s - 1) / s : 0;
 }
 
 Shape Slice::shapeAfter(const Shape& in, size_t k) const {
     Shape out = in;
     for (size_t j = 0; j < k; ++j) {
         const int a = axis::normalize(axes_[j], in.rank());
-        auto [b, e] = range(j, in[a]);
-        out[a] = e > b ? (e - b + steps_[j] - 1) / steps_[j] : 0;
+        out[a] = count(j, in[a]);
     }
     return out;
 }
@@ -54,10 +65,10 @@ void Slice::checkDataShape(const Shapes& inShapes) const {
             throw shapeError("axis " + std::to_string(a) + " is sliced twice (input " + s.str() + ")");
         }
         seen.push_back(a);
-        auto [b, e] = range(k, s[a]);
-        if (b >= e) {
-            throw shapeError("range [" + std::to_string(starts_[k]) + ", " + std::to_string(ends_[k]) +
-                             ") is empty for input " + s.str() + " along axis " + std::to_string(a));
+        if (count(k, s[a]) == 0) {
+            throw shapeError("range [" + std::to_string(starts_[k]) + ", " + std::to_string(ends_[k]) + ")" +
+                             (steps_[k] < 0 ? " with step " + std::to_string(steps_[k]) : std::string()) +
+                             " is empty for input " + s.str() + " along axis " + std::to_string(a));
         }
     }
 }
@@ -79,7 +90,7 @@ Tensors Slice::updateData(const Tensors& data) {
         const int a = axis::normalize(axes_[k], out.rank());
         Tensor y = Tensor::empty(out, t.dtype(), t.device());
         const int64_t b = range(k, in[a]).first;
-        if (steps_[k] == 1) {
+        if (steps_[k] == 1) { // one block; other steps element by element, in either direction
             axis::copyAlong(a, t, b, y, 0, out[a]);
         } else {
             for (int64_t j = 0; j < out[a]; ++j) axis::copyAlong(a, t, b + j * steps_[k], y, j, 1);

@@ -8,7 +8,7 @@
 namespace tessera {
 
 struct SliceOptions {
-    std::vector<int64_t> steps = {}; ///< one per axis, 1 or more (none: all 1)
+    std::vector<int64_t> steps = {}; ///< one per axis, not 0 (none: all 1); negative ones walk backwards
     std::string name = {};
 };
 
@@ -18,7 +18,10 @@ struct SliceOptions {
 /// `Slice({2, 3}, {1, 1}, {-1, -1})` is x[:, :, 1:-1, 1:-1].
 /// With steps (positive), every step-th element of each range from its start:
 /// `Slice({1, 2}, {0, 1}, {0, 0}, SliceOptions{.steps = {2, 2}})` is x[:, 0::2, 1::2] (ceil((end - start) / step)
-/// elements along each axis).
+/// elements along each axis). A negative step walks from start down to end (exclusive), as
+/// in Python, except that end 0 again means "to the end", here through index 0 (-D stops
+/// before it): `Slice({1}, {-1}, {0}, SliceOptions{.steps = {-1}})` is x[:, ::-1], and
+/// `Slice({1}, {5}, {-D}, SliceOptions{.steps = {-2}})` is x[:, 5:0:-2].
 class Slice : public Module {
 public:
     Slice(int axis, int64_t start, int64_t end, std::string name = {});
@@ -42,10 +45,13 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
-    /// [begin, end) of range k resolved for `dim`; begin >= end when empty.
+    /// Range k resolved for `dim`: [begin, end) for a positive step, begin down to end
+    /// (exclusive, -1 for through index 0) for a negative one.
     std::pair<int64_t, int64_t> range(size_t k, int64_t dim) const;
     /// The input shape after the first k ranges are applied (k = 0: the input).
     Shape shapeAfter(const Shape& in, size_t k) const;
+    /// The elements range k picks from an axis of `dim` (0 when empty).
+    int64_t count(size_t k, int64_t dim) const;
 
     std::vector<int> axes_;
     std::vector<int64_t> starts_, ends_, steps_;

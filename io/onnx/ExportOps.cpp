@@ -388,8 +388,11 @@ void Exporter::emitMulAddConst(const Layer& l) {
 void Exporter::emitSlice(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
     std::vector<int64_t> ends = schemeInts(bp, "end");
-    for (int64_t& e : ends) {
-        if (e == 0) e = std::numeric_limits<int64_t>::max(); // Tessera's "to the end"
+    const std::vector<int64_t> steps = bp.find("step") ? schemeInts(bp, "step") : std::vector<int64_t>();
+    for (size_t k = 0; k < ends.size(); ++k) { // Tessera's "to the end": ONNX's past either end
+        const bool backward = k < steps.size() && steps[k] < 0;
+        if (ends[k] == 0)
+            ends[k] = backward ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
     }
     std::vector<std::string> inputs = {in[0], initInts(path + ".starts", schemeInts(bp, "start")),
                                        initInts(path + ".ends", ends),

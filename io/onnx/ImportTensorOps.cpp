@@ -140,7 +140,7 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, m, Parents{Parent(s.node, s.slot)}, {batchOf});
 }
 
-// Slice on data: any sliced axes, step 1 (Tessera's Slice).
+// Slice on data: any sliced axes, any steps but 0 (Tessera's Slice).
 void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
     std::vector<int64_t> starts, ends, axes, steps;
     if (opset_ < 10) {
@@ -166,11 +166,27 @@ void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
     std::vector<int64_t> sliceStarts, sliceEnds, sliceSteps;
     for (size_t k = 0; k < axes.size(); ++k) {
         const int64_t step = steps.empty() ? 1 : steps[k];
-        if (step < 1) throw Unsupported{"a step of " + std::to_string(step) + " (positive steps are supported)"};
+        if (step == 0) throw Unsupported{"a step of 0"};
         const int64_t axis = resolveAxis(n, 0, axes[k]);
         int64_t dim = -1;
         if (in != shapes_.end() && axis < static_cast<int64_t>(in->second.size()))
             dim = in->second[static_cast<size_t>(axis)].value;
+        if (step < 0) {
+            // ONNX clamps a backward start to [0, D - 1] and end to [-1, D - 1] (negative ones
+            // plus D first): an end below -D reaches index 0, Tessera's end 0; ONNX's end 0
+            // stops before index 0, Tessera's -D.
+            if (std::find(sliced.begin(), sliced.end(), static_cast<int>(axis)) != sliced.end())
+                throw Unsupported{"axis " + std::to_string(axis) + " is sliced twice"};
+            const int64_t e = ends[k], s = starts[k];
+            const bool throughZero = dim >= 0 ? e < -dim : e <= std::numeric_limits<int32_t>::min();
+            if (!throughZero && e == 0 && dim < 0)
+                throw Unsupported{"a backward slice ending at index 0 of an axis of unknown size"};
+            sliced.push_back(static_cast<int>(axis));
+            sliceStarts.push_back(dim >= 0 && s < -dim ? 0 : s);
+            sliceEnds.push_back(throughZero ? 0 : e == 0 ? -dim : e);
+            sliceSteps.push_back(step);
+            continue;
+        }
         int64_t e = ends[k];
         const bool toEnd = e >= std::numeric_limits<int32_t>::max() || (dim >= 0 && e >= dim);
         if (starts[k] == 0 && toEnd && step == 1) continue; // the whole axis

@@ -1455,7 +1455,7 @@ class Slice(Module):
         axis: the dim sliced, or a list of dims
         start: first index kept along each axis (negative: from the end); a list for several axes
         end: index past the last kept (0: to the end; negative: from the end); a list for several axes
-        step: take every step-th element of each range (1 or more); a list for several axes; None: 1
+        step: take every step-th element of each range (not 0; a negative step walks from start down to end, end 0 then meaning through index 0 and -D stopping before it); a list for several axes; None: 1
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
     def __init__(self, axis: int | Sequence[int], start: int | Sequence[int], end: int | Sequence[int], step: Any = ..., name: str | None = ...) -> None: ...

@@ -137,7 +137,8 @@ BY_CLASS = {
     "Sum.axis": "the dim summed over (1 or more)",
     "KMaxPool.axis": "the dim it keeps the largest values of",
     "Slice.axis": "the dim sliced, or a list of dims",
-    "Slice.step": "take every step-th element of each range (1 or more); a list for several axes; None: 1",
+    "Slice.step": "take every step-th element of each range (not 0; a negative step walks from start down to end, "
+                  "end 0 then meaning through index 0 and -D stopping before it); a list for several axes; None: 1",
     "SoftMax.axis": "the dim normalised over",
     "Split.axis": "the dim split",
     "Concat.axis": "the dim joined along",

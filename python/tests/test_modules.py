@@ -464,8 +464,25 @@ def test_slice_with_steps_against_numpy():
     ref[:, 0::2, 1:6:3] = g
     np.testing.assert_array_equal(strided.backward(g).numpy(), ref)
     assert "step=[2, 3]" in repr(strided)
-    with pytest.raises(ts.ModuleError, match="a step must be 1 or more, got 0"):
+    with pytest.raises(ts.ModuleError, match="a step must not be 0"):
         ts.Slice(axis=1, start=0, end=0, step=0)
+
+
+def test_slice_with_negative_steps_against_numpy():
+    x = np.random.default_rng(7).standard_normal((2, 6, 5)).astype(np.float32)
+    flat = np.arange(x.size).reshape(x.shape)
+    every = slice(None)
+    for m, sl in ((ts.Slice(axis=2, start=-1, end=0, step=-1), (every, every, slice(None, None, -1))),  # end 0: to 0
+                  (ts.Slice(axis=1, start=5, end=-6, step=-2), (every, slice(5, 0, -2))),  # -D: stop before 0
+                  (ts.Slice(axis=[1, 2], start=[-2, 100], end=[-5, 1], step=[-1, -2]),
+                   (every, slice(-2, -5, -1), slice(100, 1, -2)))):
+        np.testing.assert_array_equal(m(x).numpy(), x[sl])
+        g = np.random.default_rng(8).standard_normal(x[sl].shape).astype(np.float32)
+        want = np.zeros(x.size, np.float32)
+        np.add.at(want, flat[sl].ravel(), g.ravel())  # each gradient where its output came from
+        np.testing.assert_array_equal(m.backward(g).numpy(), want.reshape(x.shape))
+    with pytest.raises(ts.ShapeError, match="with step -1 is empty"):
+        ts.Slice(axis=1, start=0, end=3, step=-1)(x)
 
 
 def test_embedder_padding_idx_is_pytorchs():

@@ -843,8 +843,16 @@ def test_slice_takes_puzzlelibs_indexing():
     ref = np.zeros_like(x)
     ref[:, ::2, 1::3] = g
     close(sl.grad, ref)
-    with pytest.raises(Modules.ModuleError, match="only positive steps"):
-        Modules.Slice()[:, ::-1]
+    sl = Modules.Slice()[:, ::-1, 4:1:-2]  # backwards too
+    y, g = forward_backward(sl, x)
+    close(y, x[:, ::-1, 4:1:-2])
+    ref = np.zeros_like(x)
+    ref[:, ::-1, 4:1:-2] = g
+    close(sl.grad, ref)
+    with pytest.raises(Modules.ModuleError, match="stopping before index 0 needs the dim's size"):
+        Modules.Slice()[:, 2:0:-1]
+    with pytest.raises(Modules.ModuleError, match="step 0"):
+        Modules.Slice()[:, ::0]
 
 
 def test_pools_and_norms_of_other_ranks():

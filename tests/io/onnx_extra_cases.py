@@ -232,10 +232,15 @@ def window_forms(root):
     rng = np.random.RandomState(5)
     x = rng.randn(2, 6, 7, 3).astype(np.float32)  # [N, H, W, C], channels last as Swin's
     free = ["N", 6, 7, 3]
-    # Slice of data with steps: x[:, 0::2, 1::2] (patch merging) and x[:, 1:6:3].
+    # Slice of data with steps: x[:, 0::2, 1::2] (patch merging) and x[:, 1:6:3]; backwards (torch.flip's
+    # form), to index 0 exclusive, and from past the end.
     for name, starts, ends, axes, steps, y in (("steps_2_2", [0, 1], [2 ** 62, 2 ** 62], [1, 2], [2, 2],
                                                 x[:, 0::2, 1::2]),
-                                               ("step_3", [1], [6], [1], [3], x[:, 1:6:3])):
+                                               ("step_3", [1], [6], [1], [3], x[:, 1:6:3]),
+                                               ("flip", [-1], [-2 ** 63], [2], [-1], x[:, :, ::-1]),
+                                               ("back_2_before_0", [5], [0], [1], [-2], x[:, 5:0:-2]),
+                                               ("back_from_past_end", [100, -1], [-5, -2 ** 63], [2, 1], [-1, -2],
+                                                x[:, ::-2, 100:-5:-1])):
         node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
         inits = [ints("starts", starts), ints("ends", ends), ints("axes", axes), ints("steps", steps)]
         g = helper.make_graph([node], "slice", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))], inits)

@@ -594,7 +594,7 @@ class KMaxPool(Module):
 
 class Slice(Module):
     """PuzzleLib's Slice: `Slice()[:, :, 1:-1, 1:-1]` (or `Slice(slc=...)`) keeps a range of
-    each dim it names, as Tessera's Slice over those axes (positive steps: `[:, ::2]`)."""
+    each dim it names, as Tessera's Slice over those axes (steps too: `[:, ::2]`, `[:, ::-1]`)."""
 
     def __init__(self, slc=None, name=None):
         super().__init__(ts.Identity(), name)
@@ -614,13 +614,20 @@ class Slice(Module):
             if not isinstance(part, slice):
                 raise ModuleError(f"Slice: dim {axis} takes a range (start:stop), got {part!r}")
             step = 1 if part.step is None else part.step
-            if step < 1:
-                raise ModuleError(f"Slice: dim {axis} has step {part.step}; only positive steps are supported")
+            if step == 0:
+                raise ModuleError(f"Slice: dim {axis} has step 0")
             if part.start is None and part.stop is None and step == 1:
                 continue
             axes.append(axis)
-            starts.append(part.start or 0)
-            ends.append(part.stop if part.stop is not None else 2 ** 62)
+            if step > 0:
+                starts.append(part.start or 0)
+                ends.append(part.stop if part.stop is not None else 2 ** 62)
+            else:  # backwards: from the last element, through index 0 (Tessera's end 0)
+                if part.stop == 0:
+                    raise ModuleError(f"Slice: dim {axis}: a backward range stopping before index 0 needs the "
+                                      f"dim's size; write the stop as -size")
+                starts.append(-1 if part.start is None else part.start)
+                ends.append(0 if part.stop is None else part.stop)
             steps.append(step)
         m = ts.Slice(axes, starts, ends, step=steps) if axes else ts.Identity()
         m.name = self._m.name
