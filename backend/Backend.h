@@ -265,6 +265,13 @@ public:
         axpby(beta, y, 0.0f, z);
         axpby(alpha, x, 1.0f, z);
     }
+    /// z <- max(0, alpha * x + beta * y): a sum with the ReLU after it fused
+    /// (containers/Fusion.h). Default: axpbyz, then the ReLU in place; a backend may do both
+    /// in one pass.
+    virtual void axpbyzRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+        axpbyz(alpha, x, beta, y, z);
+        activationForward(ActivationParams{ActivationKind::relu}, z, z);
+    }
     /// a, b, y: same numel -> y <- a * b.
     virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
     /// x, y: same shape -> y <- f(x). Any layout; y in x's layout.

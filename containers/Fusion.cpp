@@ -7,7 +7,7 @@
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
-#include "modules/BatchNormND.h"
+#include "modules/FusedRelu.h"
 
 namespace tessera {
 
@@ -35,8 +35,8 @@ std::vector<Pair> pairsOf(const Graph& graph) {
     std::vector<Pair> pairs;
     if (!fusionEnabled()) return pairs;
     for (Node* n : graph.order()) {
-        auto* norm = dynamic_cast<BatchNormND*>(&n->module());
-        if (!norm || n->sharesModule() || n->fwds().size() != 1) continue;
+        auto* source = dynamic_cast<FusedRelu*>(&n->module());
+        if (!source || n->sharesModule() || n->fwds().size() != 1) continue;
         bool isOutput = false;
         for (const NodePtr& o : graph.outputs()) isOutput = isOutput || o.get() == n;
         if (isOutput) continue;
@@ -45,7 +45,7 @@ std::vector<Pair> pairsOf(const Graph& graph) {
         if (!relu || c->sharesModule() || c->bwds().size() != 1) continue;
         const std::vector<int>& slots = c->bwds()[0].slots;
         if (!(slots.empty() || (slots.size() == 1 && slots[0] == 0))) continue;
-        pairs.push_back({norm, relu});
+        pairs.push_back({source, relu});
     }
     return pairs;
 }
@@ -55,23 +55,23 @@ std::vector<Pair> pairsOf(const Sequential& seq) {
     if (!fusionEnabled()) return pairs;
     const auto children = seq.namedChildren(); // each module once (Sequential refuses repeats)
     for (size_t i = 0; i + 1 < children.size(); ++i) {
-        auto* norm = dynamic_cast<BatchNormND*>(children[i].second);
+        auto* source = dynamic_cast<FusedRelu*>(children[i].second);
         Activation* relu = reluOf(*children[i + 1].second);
-        if (norm && relu) pairs.push_back({norm, relu});
+        if (source && relu) pairs.push_back({source, relu});
     }
     return pairs;
 }
 
 Scope::Scope(std::vector<Pair> pairs) : pairs_(std::move(pairs)) {
     for (const Pair& p : pairs_) {
-        p.norm->setFuseRelu(true);
-        p.relu->setFusedInto(p.norm);
+        p.source->setFuseRelu(true);
+        p.relu->setFusedInto(p.source);
     }
 }
 
 Scope::~Scope() {
     for (const Pair& p : pairs_) {
-        p.norm->setFuseRelu(false);
+        p.source->setFuseRelu(false);
         p.relu->setFusedInto(nullptr);
     }
 }

@@ -1,10 +1,12 @@
 #pragma once
 /// \file Fusion: adjacent layers a container runs as one backend call, without changing
-/// what the model computes. One kind today: a batch norm (BatchNorm1D/2D/3D, BatchNorm)
-/// whose only consumer is a ReLU runs the ReLU inside the normalisation, forward and
-/// backward, where the backend can (the CPU's oneDNN primitive; CUDA runs them apart): one
-/// pass over the activations instead of two each way, and the ReLU's output and input
-/// gradient cost no memory.
+/// what the model computes. A batch norm (BatchNorm1D/2D/3D, BatchNorm) whose only consumer
+/// is a ReLU runs the ReLU inside the normalisation, forward and backward, where the
+/// backend can (the CPU's oneDNN primitive; CUDA runs them apart): one pass over the
+/// activations instead of two each way, and the ReLU's output and input gradient cost no
+/// memory. A sum (`Add`, a residual block's end) whose only consumer is a ReLU applies it
+/// in its own pass, on every backend (Backend::axpbyzRelu), and the ReLU's output costs no
+/// memory; the ReLU's backward is its own (the layers implement modules/FusedRelu.h).
 ///
 /// Graph and Sequential find the pairs among their own children at each forward and set
 /// them up around it (and the memory plan does the same). The results equal the unfused
@@ -16,7 +18,7 @@
 namespace tessera {
 
 class Activation;
-class BatchNormND;
+class FusedRelu;
 class Graph;
 class Sequential;
 
@@ -28,14 +30,14 @@ bool fusionEnabled();
 namespace fusion {
 
 struct Pair {
-    BatchNormND* norm;
+    FusedRelu* source; ///< a batch norm or an Add
     Activation* relu;
 };
 
-/// A batch-norm node whose one consumer is a ReLU node taking it alone, neither module
-/// running in another node and the batch norm not an output of the graph.
+/// A batch-norm or Add node whose one consumer is a ReLU node taking it alone, neither
+/// module running in another node and the source not an output of the graph.
 std::vector<Pair> pairsOf(const Graph& graph);
-/// A batch norm directly followed by a ReLU.
+/// A batch norm or an Add directly followed by a ReLU.
 std::vector<Pair> pairsOf(const Sequential& seq);
 
 /// Sets the pairs up for the scope's lifetime (nothing when fusion is off).

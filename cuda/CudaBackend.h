@@ -137,6 +137,8 @@ public:
     int64_t attentionBlockBytes() const override { return int64_t{256} << 20; }
 
     void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
+
+    void axpbyzRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
     void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
     void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
     void binaryBroadcast(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) override;
@@ -225,6 +227,7 @@ public:
     struct DnnState;
 
 private:
+    void axpbyzMaybeRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, bool relu);
     /// Makes this backend's device current on the calling thread; returns its stream.
     cudaStream_t s() const;
     /// A device scratch buffer of at least `bytes`, kept and grown as needed.

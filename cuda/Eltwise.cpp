@@ -52,18 +52,31 @@ void CudaBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& 
 }
 
 void CudaBackend::axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+    axpbyzMaybeRelu(alpha, x, beta, y, z, false);
+}
+
+void CudaBackend::axpbyzRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+    axpbyzMaybeRelu(alpha, x, beta, y, z, true);
+}
+
+void CudaBackend::axpbyzMaybeRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z,
+                                  bool relu) {
     requireSameNumel("axpbyz", x, z);
     requireSameNumel("axpbyz", y, z);
     if (!allFloat32({&x, &y, &z})) { // 16-bit activations
         requirePlain("axpbyz", {&x, &y, &z});
-        cudak::axpbyzAny(alpha, x.raw(), dt(x), beta, y.raw(), dt(y), z.raw(), dt(z), z.numel(), s());
+        cudak::axpbyzAny(alpha, x.raw(), dt(x), beta, y.raw(), dt(y), z.raw(), dt(z), z.numel(), s(), relu);
         return;
     }
     if (!x.isPlain() || !y.isPlain() || !z.isPlain()) { // blocked tensors moved from the CPU
-        Backend::axpbyz(alpha, x, beta, y, z);
+        if (relu) {
+            Backend::axpbyzRelu(alpha, x, beta, y, z);
+        } else {
+            Backend::axpbyz(alpha, x, beta, y, z);
+        }
         return;
     }
-    cudak::axpbyz(alpha, fp(x), beta, fp(y), fp(z), z.numel(), s());
+    cudak::axpbyz(alpha, fp(x), beta, fp(y), fp(z), z.numel(), s(), relu);
 }
 
 void CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {

@@ -32,11 +32,14 @@ __global__ void sumRowsKernel(const float* x, float alpha, float beta, float* y,
 // Element-wise kernels come in pairs: a float4 one for 16-byte aligned operands, which
 // does the first n / 4 * 4 elements, and the scalar one for the rest (and for the rest of
 // the cases).
-__global__ void axpbyzKernel(float a, const float* x, float b, const float* y, float* z, int64_t n) {
-    TESSERA_FOR_EACH(i, n) z[i] = a * x[i] + (b == 0.0f ? 0.0f : b * y[i]);
+// With `relu`, max(0, that) (Backend::axpbyzRelu).
+__device__ float reluIf(bool relu, float v) { return relu ? fmaxf(v, 0.0f) : v; }
+
+__global__ void axpbyzKernel(float a, const float* x, float b, const float* y, float* z, int64_t n, bool relu) {
+    TESSERA_FOR_EACH(i, n) z[i] = reluIf(relu, a * x[i] + (b == 0.0f ? 0.0f : b * y[i]));
 }
 
-__global__ void axpbyzKernel4(float a, const float4* x, float b, const float4* y, float4* z, int64_t n4) {
+__global__ void axpbyzKernel4(float a, const float4* x, float b, const float4* y, float4* z, int64_t n4, bool relu) {
     TESSERA_FOR_EACH(i, n4) {
         const float4 u = x[i];
         float4 r = make_float4(a * u.x, a * u.y, a * u.z, a * u.w);
@@ -47,7 +50,7 @@ __global__ void axpbyzKernel4(float a, const float4* x, float b, const float4* y
             r.z += b * v.z;
             r.w += b * v.w;
         }
-        z[i] = r;
+        z[i] = make_float4(reluIf(relu, r.x), reluIf(relu, r.y), reluIf(relu, r.z), reluIf(relu, r.w));
     }
 }
 
@@ -190,9 +193,10 @@ __global__ void activationBackwardKernel4(ActivationKind kind, float alpha, floa
 // The same maps on operands of any floating DType each (16-bit activations,
 // setCuda16BitActivations), computed in float.
 __global__ void axpbyzAnyKernel(float a, const void* x, int xt, float b, const void* y, int yt, void* z, int zt,
-                                int64_t n) {
+                                int64_t n, bool relu) {
     TESSERA_FOR_EACH(i, n) {
-        storeFromFloat(z, zt, i, a * loadAsFloat(x, xt, i) + (b == 0.0f ? 0.0f : b * loadAsFloat(y, yt, i)));
+        storeFromFloat(z, zt, i,
+                       reluIf(relu, a * loadAsFloat(x, xt, i) + (b == 0.0f ? 0.0f : b * loadAsFloat(y, yt, i))));
     }
 }
 
@@ -231,15 +235,15 @@ static_assert(sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2);
 template <class T> __device__ Eight<T> load8(const uint4* p, int64_t i) { return Eight<T>{p[i]}; }
 
 template <class T>
-__global__ void axpbyz8Kernel(float a, const uint4* x, float b, const uint4* y, uint4* z, int64_t n8) {
+__global__ void axpbyz8Kernel(float a, const uint4* x, float b, const uint4* y, uint4* z, int64_t n8, bool relu) {
     TESSERA_FOR_EACH(i, n8) {
         const Eight<T> u = load8<T>(x, i);
         Eight<T> r{};
         if (b == 0.0f) {
-            for (int k = 0; k < 8; ++k) r.set(k, a * u.get(k));
+            for (int k = 0; k < 8; ++k) r.set(k, reluIf(relu, a * u.get(k)));
         } else {
             const Eight<T> w = load8<T>(y, i);
-            for (int k = 0; k < 8; ++k) r.set(k, a * u.get(k) + b * w.get(k));
+            for (int k = 0; k < 8; ++k) r.set(k, reluIf(relu, a * u.get(k) + b * w.get(k)));
         }
         z[i] = r.bits;
     }
@@ -298,21 +302,22 @@ __global__ void addChannelsAnyKernel(void* y, int yt, const float* bias, int64_t
 } // namespace
 
 void axpbyzAny(float alpha, const void* x, int xt, float beta, const void* y, int yt, void* z, int zt, int64_t n,
-               cudaStream_t s) {
+               cudaStream_t s, bool relu) {
     int64_t done = 0;
     const bool readsY = beta != 0.0f;
     if (xt == zt && (!readsY || yt == zt) && aligned16(x, z) && (!readsY || aligned16(y))) {
         with16Bit(zt, [&](auto tag) {
             using T = decltype(tag);
             done = n / 8 * 8;
-            TESSERA_LAUNCH(axpbyz8Kernel<T>, n / 8, s, alpha, u4(x), beta, readsY ? u4(y) : nullptr, u4(z), n / 8);
+            TESSERA_LAUNCH(axpbyz8Kernel<T>, n / 8, s, alpha, u4(x), beta, readsY ? u4(y) : nullptr, u4(z), n / 8,
+                           relu);
         });
     }
     if (done == 0) {
-        TESSERA_LAUNCH(axpbyzAnyKernel, n, s, alpha, x, xt, beta, y, yt, z, zt, n);
+        TESSERA_LAUNCH(axpbyzAnyKernel, n, s, alpha, x, xt, beta, y, yt, z, zt, n, relu);
     } else { // the last n % 8 elements, of the one 16-bit type
         TESSERA_LAUNCH(axpbyzAnyKernel, n - done, s, alpha, skip16(x, done), xt, beta, readsY ? skip16(y, done) : y, yt,
-                       skip16(z, done), zt, n - done);
+                       skip16(z, done), zt, n - done, relu);
     }
 }
 
@@ -382,14 +387,14 @@ void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStr
     axpbyz(alpha, x, beta, y, y, n, s);
 }
 
-void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s) {
+void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s, bool relu) {
     int64_t done = 0;
     if (aligned16(x, y, z)) {
         done = n / 4 * 4;
         TESSERA_LAUNCH(axpbyzKernel4, n / 4, s, alpha, reinterpret_cast<const float4*>(x), beta,
-                       reinterpret_cast<const float4*>(y), reinterpret_cast<float4*>(z), n / 4);
+                       reinterpret_cast<const float4*>(y), reinterpret_cast<float4*>(z), n / 4, relu);
     }
-    TESSERA_LAUNCH(axpbyzKernel, n - done, s, alpha, x + done, beta, y + done, z + done, n - done);
+    TESSERA_LAUNCH(axpbyzKernel, n - done, s, alpha, x + done, beta, y + done, z + done, n - done, relu);
 }
 
 void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {

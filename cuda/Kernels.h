@@ -27,8 +27,9 @@ void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, i
 void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaStream_t s);
 void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols, cudaStream_t s);
 void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s);
-/// z = alpha * x + beta * y (y unread when beta is 0); z may be y.
-void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s);
+/// z = alpha * x + beta * y (y unread when beta is 0); z may be y. With `relu`, max(0, that).
+void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s,
+            bool relu = false);
 void mul(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
 /// y = a op b over the broadcast geometry g (y's numel n).
 void binaryBroadcast(BinaryOp op, const float* a, const float* b, float* y, const element::BroadcastGeometry& g,
@@ -59,7 +60,7 @@ void activationBackward(int kind, float alpha, float beta, const float* x, const
 /// does not read may be null (y unread when beta is 0; activationBackwardAny reads x or y
 /// as activationBackward does).
 void axpbyzAny(float alpha, const void* x, int xt, float beta, const void* y, int yt, void* z, int zt, int64_t n,
-               cudaStream_t s);
+               cudaStream_t s, bool relu = false);
 void activationForwardAny(int kind, float alpha, float beta, const void* x, int xt, void* y, int yt, int64_t n,
                           cudaStream_t s);
 void activationBackwardAny(int kind, float alpha, float beta, const void* x, int xt, const void* y, int yt,

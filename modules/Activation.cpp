@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "modules/BatchNormND.h"
+#include "modules/FusedRelu.h"
 
 namespace tessera {
 
@@ -98,8 +98,8 @@ MemoryUse Activation::memoryUse(const Shapes& inShapes, const std::vector<Layout
                                 Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
     if (fusedInto_ && fusedInto_->fusesReluOn(device) && params_.kind == ActivationKind::relu) {
-        use.outputViews[0] = 0; // its input, passed through
-        if (train) use.gradViews[0] = 0;
+        use.outputViews[0] = 0;                                                     // its input, passed through
+        if (train && fusedInto_->masksReluGradientOn(device)) use.gradViews[0] = 0; // and its gradient
     }
     return use;
 }

@@ -6,7 +6,7 @@
 
 namespace tessera {
 
-class BatchNormND;
+class FusedRelu;
 
 struct ActivationOptions {
     float slope = 0.01f;           ///< leakyRelu: y = slope * x for x < 0
@@ -47,9 +47,10 @@ public:
     /// Fusion (containers/Fusion.h): a container whose plan feeds this ReLU from `source`
     /// alone sets it around its forward (nullptr clears it). When `source`'s forward applied
     /// the ReLU already, this module's forward passes its input through, and its backward
-    /// passes the gradient through where `source` kept the ReLU's mask (it applies it).
-    void setFusedInto(const BatchNormND* source) { fusedInto_ = source; }
-    const BatchNormND* fusedInto() const { return fusedInto_; }
+    /// passes the gradient through where `source` kept the ReLU's mask (it applies it), or
+    /// else masks it as usual (its input being its output).
+    void setFusedInto(const FusedRelu* source) { fusedInto_ = source; }
+    const FusedRelu* fusedInto() const { return fusedInto_; }
     /// Whether the last forward passed its input through (fused upstream).
     bool passedThrough() const { return passedThrough_; }
 
@@ -60,7 +61,7 @@ protected:
 private:
     ActivationParams params_;
     ActivationOptions options_;
-    const BatchNormND* fusedInto_ = nullptr;
+    const FusedRelu* fusedInto_ = nullptr;
     bool passedThrough_ = false, maskedUpstream_ = false;
 };
 

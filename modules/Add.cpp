@@ -99,18 +99,29 @@ DType Add::sumDType(const std::vector<DType>& inDTypes) {
 
 // x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout (in the
 // inputs' 16-bit type when they all have the same one); or a + b broadcast
+// With a ReLU fused (containers/Fusion.h), y = max(0, sum): in the same pass for two inputs.
 Tensors Add::updateData(const Tensors& data) {
-    if (broadcasting(data)) return {broadcastOp(BinaryOp::add, data[0], data[1])};
+    appliedRelu_ = fuseRelu_;
+    const ActivationParams relu{ActivationKind::relu};
+    if (broadcasting(data)) {
+        Tensor y = broadcastOp(BinaryOp::add, data[0], data[1]);
+        if (appliedRelu_) backendOf(y).activationForward(relu, y, y);
+        return {y};
+    }
     std::vector<DType> dtypes;
     for (const Tensor& x : data) dtypes.push_back(x.dtype());
     Tensor y = Tensor::empty(data[0].shape(), sumDType(dtypes), data[0].device(), data[0].layout());
     Backend& be = backendOf(y);
     if (data.size() == 1) {
         be.axpby(coefficient(0), data[0], 0.0f, y);
+    } else if (data.size() == 2 && appliedRelu_) {
+        be.axpbyzRelu(coefficient(1), data[1], coefficient(0), data[0], y);
+        return {y};
     } else {
         be.axpbyz(coefficient(1), data[1], coefficient(0), data[0], y);
     }
     for (size_t i = 2; i < data.size(); ++i) be.axpby(coefficient(i), data[i], 1.0f, y);
+    if (appliedRelu_) be.activationForward(relu, y, y);
     return {y};
 }
 

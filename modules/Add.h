@@ -4,6 +4,7 @@
 /// 1; at most 8 dims), and each input's gradient is summed back to its shape. And Sum,
 /// PuzzleLib's weighted sum over one axis.
 
+#include "modules/FusedRelu.h"
 #include "modules/Module.h"
 
 namespace tessera {
@@ -11,7 +12,7 @@ namespace tessera {
 /// [x_0, ..., x_k] (same shape) -> y = sum_i c_i x_i; dx_i = c_i dy. Without coefficients
 /// every c_i is 1; with them there must be one per input. Two inputs without coefficients
 /// may broadcast (a bias [C, 1, 1] added to [N, C, H, W]).
-class Add : public Module {
+class Add : public Module, public FusedRelu {
 public:
     explicit Add(std::vector<float> coefficients = {}, std::string name = {});
 
@@ -34,6 +35,16 @@ public:
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
 
+    /// Fusion (containers/Fusion.h): with a ReLU alone after it, the sum and the ReLU are one
+    /// pass (Backend::axpbyzRelu) and the ReLU passes the sum through; the ReLU's backward
+    /// masks the gradient as usual (reading its input, which is its output).
+    void setFuseRelu(bool on) override { fuseRelu_ = on; }
+    bool fuseRelu() const override { return fuseRelu_; }
+    bool fusesReluOn(Device) const override { return fuseRelu_; }
+    bool masksReluGradientOn(Device) const override { return false; }
+    bool appliedRelu() const override { return appliedRelu_; }
+    bool keptReluMask() const override { return false; }
+
 protected:
     static DType sumDType(const std::vector<DType>& inDTypes);
     Tensors updateData(const Tensors& data) override;
@@ -43,6 +54,7 @@ private:
     float coefficient(size_t i) const { return coefficients_.empty() ? 1.0f : coefficients_[i]; }
 
     std::vector<float> coefficients_;
+    bool fuseRelu_ = false, appliedRelu_ = false;
 };
 
 /// [x_0, ..., x_k] (same shape) -> y = x_0 * x_1 * ... element-wise;

@@ -2,6 +2,7 @@
 /// \file BatchNormND: batch normalisation over [N, C, ...]; BatchNorm1D/2D/3D, below, are
 /// its named forms.
 
+#include "modules/FusedRelu.h"
 #include "modules/Module.h"
 
 namespace tessera {
@@ -40,7 +41,7 @@ public:
 /// Backward differentiates the last forward: after an eval-mode one, the input gradient
 /// treats the running statistics as constants, and parameter gradients are refused
 /// (ModuleError) since the module was not trained on that forward.
-class BatchNormND : public Module {
+class BatchNormND : public Module, public FusedRelu {
 public:
     /// `ranks`: the input ranks the named form accepts.
     BatchNormND(std::vector<size_t> ranks, int64_t maps, const BatchNormOptions& options);
@@ -73,16 +74,18 @@ public:
     /// module, and nothing else on its output, sets this around its forward. A forward then
     /// applies the ReLU inside the normalisation where the backend can (not when
     /// synchronised), and its output is the ReLU's.
-    void setFuseRelu(bool on) { fuseRelu_ = on; }
-    bool fuseRelu() const { return fuseRelu_; }
+    void setFuseRelu(bool on) override { fuseRelu_ = on; }
+    bool fuseRelu() const override { return fuseRelu_; }
     /// Whether a forward on `device` would apply the ReLU now (for plans: the setting is on,
     /// the backend fuses, and statistics are not synchronised).
-    bool fusesReluOn(Device device) const;
+    bool fusesReluOn(Device device) const override;
+    /// A train-mode forward that fuses keeps the mask.
+    bool masksReluGradientOn(Device device) const override { return fusesReluOn(device); }
     /// Whether the last forward applied a ReLU to its output.
-    bool appliedRelu() const { return appliedRelu_; }
+    bool appliedRelu() const override { return appliedRelu_; }
     /// Whether the last forward kept the ReLU's mask: its backward then takes the ReLU's
     /// output gradient and applies the mask itself.
-    bool keptReluMask() const { return reluMask_.defined(); }
+    bool keptReluMask() const override { return reluMask_.defined(); }
     /// The batch's mean and (biased) variance per channel that the last train-mode forward
     /// normalised with (undefined before one, and after an eval-mode one).
     const Tensor& batchMean() const { return batchMean_; }

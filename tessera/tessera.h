@@ -30,6 +30,7 @@
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
+#include "modules/FusedRelu.h"
 #include "modules/Gelu.h"
 #include "modules/Glue.h"
 #include "modules/GroupLinear.h"

@@ -152,7 +152,7 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
         static_cast<SummaryRow&>(row) = std::move(r);
         p.rows.push_back(std::move(row));
     }
-    // A batch norm that runs its ReLU (containers/Fusion.h) holds both layers' time.
+    // A batch norm or sum that runs its ReLU (containers/Fusion.h) holds both layers' time.
     std::vector<fusion::Pair> fused;
     if (fusionEnabled()) {
         if (const auto* g = dynamic_cast<const Graph*>(&model)) fused = fusion::pairsOf(*g);
@@ -160,7 +160,7 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
     }
     for (ProfileRow& r : p.rows) {
         for (const fusion::Pair& f : fused) {
-            if (r.layer == f.norm) r.module += "+ReLU";
+            if (r.layer == dynamic_cast<const Module*>(f.source)) r.module += "+ReLU";
             if (r.layer == f.relu) {
                 r.module += " (fused)";
                 r.fused = true;

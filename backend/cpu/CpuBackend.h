@@ -113,6 +113,7 @@ public:
 
     void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) override;
     void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
+    void axpbyzRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
     void mul(const Tensor& a, const Tensor& b, const Tensor& y) override;
     void binaryBroadcast(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& y) override;
     void sumTo(const Tensor& x, float alpha, const Tensor& y) override;

@@ -196,8 +196,16 @@ template <class F> void withElements(const Tensor& t, const char* op, F&& f) {
                        " is not supported (float32 and bfloat16 are)");
 }
 
-// z[i] = alpha x[i] + beta y[i] over n storage elements (beta == 0 never reads y).
-template <class X, class Y, class Z> void axpbyzLoop(float alpha, const X* x, float beta, const Y* y, Z* z, int64_t n) {
+// z[i] = alpha x[i] + beta y[i] over n storage elements (beta == 0 never reads y); with
+// `relu`, max(0, that).
+template <class X, class Y, class Z>
+void axpbyzLoop(float alpha, const X* x, float beta, const Y* y, Z* z, int64_t n, bool relu = false) {
+    if (relu) {
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i)
+            store(z, i, std::fmax(alpha * load(x, i) + (beta == 0.0f ? 0.0f : beta * load(y, i)), 0.0f));
+        return;
+    }
     if (beta == 0.0f) { // y may hold NaN from uninitialised memory
 #pragma omp parallel for simd if (n > kLoopParallelMin)
         for (int64_t i = 0; i < n; ++i) store(z, i, alpha * load(x, i));
@@ -209,15 +217,21 @@ template <class X, class Y, class Z> void axpbyzLoop(float alpha, const X* x, fl
 
 // z = alpha x + beta y over n bfloat16 storage elements by oneDNN's binary add (JIT
 // vectorised; the loop above converts one element at a time on a baseline build). z may be y.
-void axpbyzBfloat16(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, int64_t n) {
+void axpbyzBfloat16(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, int64_t n,
+                    bool relu = false) {
     using namespace dnnl_util;
     static thread_local PrimitiveCache<dnnl::binary> cache;
     const auto flat = plainDesc({n}, dnnl::memory::data_type::bf16);
-    const auto& prim = cache.get({n, dnnl_util::keyOf(alpha), dnnl_util::keyOf(beta)}, [&] {
+    const auto& prim = cache.get({n, dnnl_util::keyOf(alpha), dnnl_util::keyOf(beta), relu}, [&] {
         return checkDnnl("binary", [&] {
             dnnl::primitive_attr attr;
             if (beta != 1.0f) attr.set_scales(DNNL_ARG_SRC_0, 0, {beta});
             if (alpha != 1.0f) attr.set_scales(DNNL_ARG_SRC_1, 0, {alpha});
+            if (relu) { // the ReLU as a post-op: one pass
+                dnnl::post_ops ops;
+                ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+                attr.set_post_ops(ops);
+            }
             return dnnl::binary(dnnl::binary::primitive_desc(
                 dnnl::binary::desc(dnnl::algorithm::binary_add, flat, flat, flat), attr, engine()));
         });
@@ -230,12 +244,13 @@ void axpbyzBfloat16(float alpha, const Tensor& x, float beta, const Tensor& y, c
 }
 
 // axpbyzLoop over three tensors of one layout and storage size, each float32 or bfloat16.
-void axpbyzAny(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, const char* op) {
+void axpbyzAny(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z, const char* op,
+               bool relu = false) {
     const auto n = static_cast<int64_t>(z.nbytes() / sizeOf(z.dtype()));
     const DType b16 = DType::bfloat16;
     // (oneDNN has no bfloat16 binary primitive on CPUs without bfloat16 kernels: the loop.)
     if (x.dtype() == b16 && y.dtype() == b16 && z.dtype() == b16 && beta != 0.0f && dnnl_util::bfloat16Kernels()) {
-        axpbyzBfloat16(alpha, x, beta, y, z, n);
+        axpbyzBfloat16(alpha, x, beta, y, z, n, relu);
         return;
     }
     withElements(x, op, [&](auto* xt) {
@@ -245,7 +260,7 @@ void axpbyzAny(float alpha, const Tensor& x, float beta, const Tensor& y, const 
                 using Y = std::remove_pointer_t<decltype(yt)>;
                 using Z = std::remove_pointer_t<decltype(zt)>;
                 axpbyzLoop(alpha, static_cast<const X*>(x.raw()), beta, static_cast<const Y*>(y.raw()),
-                           static_cast<Z*>(z.raw()), n);
+                           static_cast<Z*>(z.raw()), n, relu);
             });
         });
     });
@@ -278,6 +293,17 @@ void CpuBackend::axpbyz(float alpha, const Tensor& x, float beta, const Tensor& 
         return;
     }
     axpbyzAny(alpha, x, beta, y, z, "axpbyz");
+}
+
+// The same with the ReLU in the pass (a padded block's zeros stay 0).
+void CpuBackend::axpbyzRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
+    requireSameNumel("axpbyzRelu", x, z);
+    requireSameNumel("axpbyzRelu", y, z);
+    if (!sameStorageOrder(x, z) || !sameStorageOrder(y, z)) {
+        Backend::axpbyzRelu(alpha, x, beta, y, z);
+        return;
+    }
+    axpbyzAny(alpha, x, beta, y, z, "axpbyzRelu", true);
 }
 
 // x, y: same numel -> y = a * x + b

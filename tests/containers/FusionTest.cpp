@@ -15,6 +15,7 @@
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
 #include "modules/Conv.h"
+#include "modules/FusedRelu.h"
 #include "modules/Identity.h"
 
 namespace tessera {
@@ -31,8 +32,9 @@ struct FusionSwitch {
 std::shared_ptr<Activation> relu() { return std::make_shared<Activation>(ActivationKind::relu); }
 
 // data -> conv -> bn -> relu -> conv -> bn2 -> (+ data) -> relu: a residual block, whose
-// first pair fuses; the second batch norm feeds an Add.
-std::shared_ptr<Graph> block(NodePtr* bnNode = nullptr, NodePtr* reluNode = nullptr) {
+// first pair fuses, and the sum with the last ReLU; the second batch norm feeds the Add.
+std::shared_ptr<Graph> block(NodePtr* bnNode = nullptr, NodePtr* reluNode = nullptr, NodePtr* addNode = nullptr,
+                             NodePtr* outNode = nullptr) {
     auto data = node(std::make_shared<Identity>(), {}, "data");
     auto c1 = node(std::make_shared<Conv2D>(4, 4, 3, ConvOptions{.pad = {1}}), data, "c1");
     auto bn = node(std::make_shared<BatchNorm2D>(4), c1, "bn");
@@ -43,6 +45,8 @@ std::shared_ptr<Graph> block(NodePtr* bnNode = nullptr, NodePtr* reluNode = null
     auto out = node(relu(), sum, "out");
     if (bnNode) *bnNode = bn;
     if (reluNode) *reluNode = r;
+    if (addNode) *addNode = sum;
+    if (outNode) *outNode = out;
     return std::make_shared<Graph>(std::vector<NodePtr>{data}, std::vector<NodePtr>{out});
 }
 
@@ -82,8 +86,8 @@ void expectClose(const std::vector<float>& a, const std::vector<float>& b, const
 
 TEST(Fusion, BatchNormReluInAGraphGivesTheUnfusedResults) {
     manualSeed(3);
-    NodePtr bn, r;
-    auto net = block(&bn, &r);
+    NodePtr bn, r, add, out;
+    auto net = block(&bn, &r, &add, &out);
     setNormParams(*net);
     net->setReleaseInBackward(false); // the nodes' values are looked at after the step
     const Tensor x = randomTensor({6, 4, 5, 5}, 1);
@@ -95,12 +99,18 @@ TEST(Fusion, BatchNormReluInAGraphGivesTheUnfusedResults) {
         // It did fuse: the ReLU passed the batch norm's output through, one buffer for both.
         EXPECT_TRUE(dynamic_cast<Activation&>(r->module()).passedThrough());
         EXPECT_EQ(bn->outputs()[0].raw(), r->outputs()[0].raw());
+        // ... and the sum ran the last ReLU in its pass.
+        EXPECT_TRUE(dynamic_cast<Activation&>(out->module()).passedThrough());
+        EXPECT_EQ(add->outputs()[0].raw(), out->outputs()[0].raw());
+        EXPECT_TRUE(dynamic_cast<Add&>(add->module()).appliedRelu());
     }
     {
         FusionSwitch off(false);
         plain = trainStep(*net, x, dy);
         EXPECT_FALSE(dynamic_cast<Activation&>(r->module()).passedThrough());
         EXPECT_NE(bn->outputs()[0].raw(), r->outputs()[0].raw());
+        EXPECT_FALSE(dynamic_cast<Activation&>(out->module()).passedThrough());
+        EXPECT_FALSE(dynamic_cast<Add&>(add->module()).appliedRelu());
     }
     // The ReLU cut something: some outputs of the batch norm were negative.
     const std::vector<float> pre = bn->outputs()[0].toVector<float>();
@@ -178,8 +188,8 @@ TEST(Fusion, OnlyAReluThatAloneConsumesTheBatchNormFuses) {
     Graph g({data}, {r4});
     const std::vector<fusion::Pair> pairs = fusion::pairsOf(g);
     ASSERT_EQ(pairs.size(), 2u);
-    EXPECT_EQ(pairs[0].norm, &bn3->module());
-    EXPECT_EQ(pairs[1].norm, &bn4->module());
+    EXPECT_EQ(pairs[0].source, dynamic_cast<FusedRelu*>(&bn3->module()));
+    EXPECT_EQ(pairs[1].source, dynamic_cast<FusedRelu*>(&bn4->module()));
     EXPECT_EQ(pairs[1].relu, &r4->module());
     g(Tensors{randomTensor({3, 2, 2, 2}, 8)});
     EXPECT_FALSE(dynamic_cast<Activation&>(r1->module()).passedThrough());
@@ -190,10 +200,61 @@ TEST(Fusion, OnlyAReluThatAloneConsumesTheBatchNormFuses) {
     Sequential seq;
     seq.append(std::make_shared<BatchNorm2D>(2)).append(relu()).append(relu()).append(std::make_shared<BatchNorm2D>(2));
     ASSERT_EQ(fusion::pairsOf(seq).size(), 1u);
-    EXPECT_EQ(fusion::pairsOf(seq)[0].norm, seq.namedChildren()[0].second);
+    EXPECT_EQ(fusion::pairsOf(seq)[0].source, dynamic_cast<FusedRelu*>(seq.namedChildren()[0].second));
     FusionSwitch off(false);
     EXPECT_TRUE(fusion::pairsOf(g).empty());
     EXPECT_TRUE(fusion::pairsOf(seq).empty());
+}
+
+// Backend::axpbyzRelu, the sum's pass with its ReLU, equals the sum followed by the ReLU,
+// bit for bit: float32 and bfloat16, plain and blocked, the CPU's loop and oneDNN's binary
+// add with the ReLU as a post-op.
+TEST(Fusion, AddWithItsReluIsTheSumThenTheRelu) {
+    Backend& be = backendFor(Device::cpu());
+    for (DType t : {DType::float32, DType::bfloat16}) {
+        for (Layout layout : {Layout::plain, Layout::blocked16}) {
+            SCOPED_TRACE(str(t) + " " + str(layout));
+            const Tensor x = randomTensor({2, 20, 3, 3}, 1).toLayout(layout).convertedTo(t);
+            const Tensor y = randomTensor({2, 20, 3, 3}, 2).toLayout(layout).convertedTo(t);
+            const Tensor fused = Tensor::empty(x.shape(), t, x.device(), layout);
+            const Tensor plain = Tensor::empty(x.shape(), t, x.device(), layout);
+            be.axpbyzRelu(0.5f, x, -1.5f, y, fused);
+            be.axpbyz(0.5f, x, -1.5f, y, plain);
+            be.activationForward(ActivationParams{ActivationKind::relu}, plain, plain);
+            const std::vector<float> a = fused.toVector<float>(), b = plain.toVector<float>();
+            EXPECT_EQ(a, b);
+            EXPECT_GT(std::count(a.begin(), a.end(), 0.0f), 20); // the ReLU cut
+        }
+    }
+}
+
+// A residual sum and its ReLU in a Sequential too (a one-input Add scales), and a sum that
+// feeds two layers does not fuse.
+TEST(Fusion, OnlyAReluThatAloneConsumesTheSumFuses) {
+    auto data = node(std::make_shared<Identity>(), {}, "data");
+    auto sum1 = node(std::make_shared<Add>(), {data, data}, "sum1");
+    auto r1 = node(relu(), sum1, "r1");
+    auto other = node(std::make_shared<Add>(), {r1, sum1}, "other"); // sum1 has two consumers
+    auto r2 = node(relu(), other, "r2");
+    Graph g({data}, {r2});
+    const std::vector<fusion::Pair> pairs = fusion::pairsOf(g);
+    ASSERT_EQ(pairs.size(), 1u);
+    EXPECT_EQ(pairs[0].source, dynamic_cast<FusedRelu*>(&other->module()));
+    const Tensor x = randomTensor({3, 2, 2, 2}, 8);
+    const Tensor y = g(Tensors{x})[0];
+    EXPECT_FALSE(dynamic_cast<Activation&>(r1->module()).passedThrough());
+    EXPECT_TRUE(dynamic_cast<Activation&>(r2->module()).passedThrough());
+    // relu(relu(2x) + 2x) = relu(2x) + relu(2x) where 2x > 0, else 0
+    const std::vector<float> xs = x.toVector<float>(), ys = y.toVector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) EXPECT_FLOAT_EQ(ys[i], xs[i] > 0 ? 4 * xs[i] : 0.0f) << i;
+
+    Sequential seq;
+    seq.append(std::make_shared<Add>(std::vector<float>{-2.0f})).append(relu());
+    ASSERT_EQ(fusion::pairsOf(seq).size(), 1u);
+    const std::vector<float> s = seq(x).toVector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) EXPECT_FLOAT_EQ(s[i], xs[i] < 0 ? -2 * xs[i] : 0.0f) << i;
+    const std::vector<float> ds = seq.backward(Tensor::ones(x.shape())).toVector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) EXPECT_FLOAT_EQ(ds[i], xs[i] < 0 ? -2.0f : 0.0f) << i;
 }
 
 TEST(Fusion, TheMemoryPlanCountsWhatFusionSaves) {
