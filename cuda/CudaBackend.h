@@ -178,6 +178,17 @@ public:
                             const Tensor& var, float eps, bool training) override;
     Tensor batchNormBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
                              const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) override;
+    /// Batch norm with its ReLU (containers/Fusion.h) where 16-bit activations are carried
+    /// (setCuda16BitActivations): cuDNN's normalisation, the ReLU in place on its output,
+    /// which is the mask too (no memory of its own); backward masks the gradient, then
+    /// normalises it back.
+    bool fusesBatchNormRelu() const override { return activations16_; }
+    Tensor batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                const Tensor& var, float eps, bool training, Tensor& mask) override;
+    Tensor batchNormReluBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& shift,
+                                 const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
+                                 const Tensor& dscale, const Tensor& dshift) override;
+    int64_t batchNormReluMaskBytes(const Shape&, Layout) override { return 0; }
     void rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
     void rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,

@@ -109,6 +109,23 @@ Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, con
     return dx;
 }
 
+Tensor CudaBackend::batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                                         const Tensor& var, float eps, bool training, Tensor& mask) {
+    Tensor y = batchNormForward(x, scale, shift, mean, var, eps, training);
+    activationForward(ActivationParams{ActivationKind::relu}, y, y);
+    mask = training ? y : Tensor(); // where the output is positive, the gradient passes
+    return y;
+}
+
+Tensor CudaBackend::batchNormReluBackward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor&,
+                                          const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
+                                          const Tensor& dscale, const Tensor& dshift) {
+    if (!mask.defined()) throw BackendError("CudaBackend::batchNormReluBackward: no mask from a training forward");
+    const Tensor g = Tensor::empty(mask.shape(), mask.dtype(), device());
+    activationBackward(ActivationParams{ActivationKind::relu}, mask, mask, dy.plain().reshape(mask.shape()), g);
+    return batchNormBackward(x, g, scale, mean, var, eps, dscale, dshift);
+}
+
 void CudaBackend::rowNormForward(const RowNormParams& p, const Tensor& xIn, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) {
     const Tensor x = xIn.plain();

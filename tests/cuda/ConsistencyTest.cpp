@@ -488,7 +488,9 @@ struct Carry16Bit {
 // gradients in that type, and they match float32 on the CPU fed the same (rounded) inputs,
 // output gradients and weights within a few units of the type's rounding; so do the
 // parameter gradients (float32). Convolutions with a bias cover the bias added to a
-// 16-bit output; max pooling with overlapping windows the float32 sums of its backward.
+// 16-bit output; max pooling with overlapping windows the float32 sums of its backward;
+// a batch norm and a sum each followed by a ReLU run fused (containers/Fusion.h: CUDA
+// fuses batch norm + ReLU while the switch is on).
 TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
     REQUIRE_DEVICE();
     const Device dev = testDevice();
@@ -502,6 +504,22 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
         {"Conv2D with bias", make<Conv2D>(8, 16, 3, ConvOptions{.stride = 2, .pad = 1}), {{4, 8, 11, 11}}},
         {"Deconv2D with bias", make<Deconv2D>(8, 4, 3, ConvOptions{.stride = 2, .pad = 1}), {{2, 8, 6, 6}}},
         {"BatchNorm2D", make<BatchNorm2D>(6), {{4, 6, 5, 5}}},
+        {"BatchNorm2D with its ReLU fused",
+         [] {
+             auto seq = std::make_shared<Sequential>();
+             seq->append(std::make_shared<BatchNorm2D>(6)).append(std::make_shared<Activation>(ActivationKind::relu));
+             return seq;
+         },
+         {{4, 6, 5, 5}}},
+        {"Add with its ReLU fused",
+         [] {
+             auto a = node(std::make_shared<Identity>(), {}, "a"), b = node(std::make_shared<Identity>(), {}, "b");
+             auto sum = node(std::make_shared<Add>(), {a, b}, "sum");
+             return std::make_shared<Graph>(
+                 std::vector<NodePtr>{a, b},
+                 std::vector<NodePtr>{node(std::make_shared<Activation>(ActivationKind::relu), sum, "relu")});
+         },
+         {{2, 3, 4, 4}, {2, 3, 4, 4}}},
         {"relu", make<Activation>(ActivationKind::relu), {{3, 4, 5, 5}}},
         {"gelu", make<Activation>(ActivationKind::gelu), {{3, 4, 5, 5}}},
         {"MaxPool2D 3x3 stride 2",
