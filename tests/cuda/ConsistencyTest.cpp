@@ -403,6 +403,21 @@ TEST(CudaConsistency, EveryModule) {
     for (const Case& c : cases) runCase(c);
 }
 
+// Two seeded copies of a case's module: float32 on the CPU with its weights `W` rounded to
+// `low`, and on `dev` in calcMode(low).
+std::pair<ModulePtr, ModulePtr> roundedPair(const std::function<ModulePtr()>& make, DType low, Device dev) {
+    manualSeed(11);
+    ModulePtr cpu = make();
+    for (const auto& [name, v] : cpu->namedParams()) {
+        if (name == "W") v->data.copyFrom(v->data.convertedTo(low).convertedTo(DType::float32));
+    }
+    manualSeed(11);
+    ModulePtr gpu = make();
+    gpu->to(dev);
+    gpu->calcMode(low);
+    return {cpu, gpu};
+}
+
 // The numerical gradient checker on the device: parameters and inputs live on the GPU,
 // each perturbation is written there, and the CUDA backward is compared with central
 // differences of the CUDA forward (not with the CPU).
@@ -440,15 +455,7 @@ TEST(CudaConsistency, Float16AndBfloat16MatchFloat32OnRoundedOperands) {
             SCOPED_TRACE(c.name + " in " + str(low));
             manualSeed(11);
             ModulePtr exact = c.make(); // float32 on unrounded operands
-            manualSeed(11);
-            ModulePtr cpu = c.make();
-            for (const auto& [name, v] : cpu->namedParams()) {
-                if (name == "W") v->data.copyFrom(rounded(v->data));
-            }
-            manualSeed(11);
-            ModulePtr gpu = c.make();
-            gpu->to(dev);
-            gpu->calcMode(low);
+            const auto [cpu, gpu] = roundedPair(c.make, low, dev);
             const Tensor x = randomTensor(c.input, 100);
             const Tensor ye = (*exact)(x), yc = (*cpu)(rounded(x)), yg = asFloat((*gpu)(x.to(dev)));
             EXPECT_LE(relDiff(yg, yc), tol) << "output";
@@ -537,15 +544,7 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
         auto asFloat = [](const Tensor& t) { return t.convertedTo(DType::float32).toHost(); };
         for (const LowCase& c : cases) {
             SCOPED_TRACE(c.name + " in " + str(low));
-            manualSeed(11);
-            ModulePtr cpu = c.make();
-            for (const auto& [name, v] : cpu->namedParams()) {
-                if (name == "W") v->data.copyFrom(rounded(v->data));
-            }
-            manualSeed(11);
-            ModulePtr gpu = c.make();
-            gpu->to(dev);
-            gpu->calcMode(low);
+            const auto [cpu, gpu] = roundedPair(c.make, low, dev);
             Tensors xc, xg;
             for (size_t i = 0; i < c.inputs.size(); ++i) {
                 const Tensor x = rounded(randomTensor(c.inputs[i], 100 + static_cast<uint64_t>(i)));
