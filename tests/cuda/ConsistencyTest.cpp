@@ -632,9 +632,11 @@ TEST(CudaConsistency, SixteenBitActivationsStayCloseToFloat32) {
         SCOPED_TRACE(str(low));
         const StepResult converted = resnetStep(low, x, dy, dev, false);
         const StepResult carried = resnetStep(low, x, dy, dev, true);
-        EXPECT_EQ(carried.normOut, low);
-        EXPECT_EQ(carried.addOut, low);
-        if (!selfCheck()) { // the CPU carries bfloat16 either way
+        // (The CPU's step carries bfloat16 either way where it has bfloat16 kernels, and
+        // writes float32 from its convolutions where it has not: no dtype to expect there.)
+        if (!selfCheck()) {
+            EXPECT_EQ(carried.normOut, low);
+            EXPECT_EQ(carried.addOut, low);
             EXPECT_EQ(converted.normOut, DType::float32);
             EXPECT_EQ(converted.addOut, DType::float32);
         }
