@@ -107,6 +107,9 @@ public:
     bool carries16Bit(DType dtype) const override {
         return activations16_ && (dtype == DType::float16 || dtype == DType::bfloat16);
     }
+    /// The type a carrying op (batch norm, pooling) runs on for an input of `dtype`: that
+    /// 16-bit type where it is carried, float32 otherwise.
+    DType carriedOrFloat32(DType dtype) const { return carries16Bit(dtype) ? dtype : DType::float32; }
     /// The compute type of a 16-bit convolution where 16-bit activations are carried.
     DType convOutputDType(const ConvParams& p) override { return carries16Bit(p.compute) ? p.compute : DType::float32; }
 

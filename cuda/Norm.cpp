@@ -61,14 +61,11 @@ Tensor CudaBackend::lrnBackward(const LrnParams& p, const Tensor& xIn, const Ten
     return dx;
 }
 
-// The type batch norm runs on for an input of `dtype`: a 16-bit type the backend carries
-// (cuDNN reads and writes 16-bit x, y, dy and dx with float32 parameters and statistics),
-// float32 otherwise.
-static DType normType(const CudaBackend& be, DType dtype) { return be.carries16Bit(dtype) ? dtype : DType::float32; }
-
+// Batch norm runs on a 16-bit type the backend carries (cuDNN reads and writes 16-bit x, y,
+// dy and dx with float32 parameters and statistics), on float32 otherwise.
 Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, const Tensor& shift, const Tensor& mean,
                                      const Tensor& var, float eps, bool training) {
-    const DType t = normType(*this, xIn.dtype());
+    const DType t = carriedOrFloat32(xIn.dtype());
     const Tensor x = xIn.plain().convertedTo(t);
     if (x.shape().rank() < 2)
         throw ShapeError("CudaBackend::batchNormForward: needs [N, C, ...], got " + x.shape().str());
@@ -95,7 +92,7 @@ Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, con
 
 Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, const Tensor& scale, const Tensor& mean,
                                       const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) {
-    const DType t = normType(*this, xIn.dtype());
+    const DType t = carriedOrFloat32(xIn.dtype());
     const Tensor x = xIn.plain().convertedTo(t), dy = dyIn.plain().convertedTo(t);
     Tensor dx = Tensor::empty(x.shape(), t, device());
     Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());

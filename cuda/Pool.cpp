@@ -61,12 +61,10 @@ static cudnnPoolingDescriptor_t avgPoolDesc(CudaBackend::DnnState& dnn, const Po
 }
 
 // Pooling runs on a 16-bit type the backend carries (setCuda16BitActivations), on float32
-// otherwise.
-static DType poolType(const CudaBackend& be, DType dtype) { return be.carries16Bit(dtype) ? dtype : DType::float32; }
-
+// otherwise (carriedOrFloat32).
 Tensor CudaBackend::poolForward(const PoolParams& p, const Tensor& xIn, const Shape& yShape, bool training,
                                 Tensor& workspace) {
-    const DType t = poolType(*this, xIn.dtype());
+    const DType t = carriedOrFloat32(xIn.dtype());
     const Tensor x = xIn.plain().convertedTo(t);
     Tensor y = Tensor::empty(yShape, t, device());
     if (p.kind == PoolKind::max) {
@@ -91,7 +89,7 @@ Tensor CudaBackend::poolForward(const PoolParams& p, const Tensor& xIn, const Sh
 Tensor CudaBackend::poolBackward(const PoolParams& p, const Tensor& dyIn, const Tensor& workspace, const Shape& xShape,
                                  Layout xLayout) {
     // dx in dy's type (a 16-bit one where carried): Module::backward gives x's its own.
-    const DType t = poolType(*this, dyIn.dtype());
+    const DType t = carriedOrFloat32(dyIn.dtype());
     Tensor dx;
     if (p.kind == PoolKind::max) {
         if (!workspace.defined()) throw BackendError("CudaBackend::poolBackward: no argmax from a training forward");
