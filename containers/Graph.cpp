@@ -440,8 +440,12 @@ Tensors Graph::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGra
     // first convolution of a network computes no gradient for the data.
     const auto hasParams = [this](const Node& n) { return withParams_.count(&n) > 0; };
     const auto need = exec::needed(order_, updParamGrads, updGrad, hasParams);
-    exec::BackwardOptions options{updParamGrads, updGrad, scale, momentum,
-                                  [this](const Node& n) { return str() + ": backward at " + pathTo(n) + ": "; }};
+    exec::BackwardOptions options{updParamGrads,
+                                  updGrad,
+                                  scale,
+                                  momentum,
+                                  [this](const Node& n) { return str() + ": backward at " + pathTo(n) + ": "; },
+                                  {}};
     if (releaseInBackward_) { // a graph's outputs stay readable
         options.release = [this](const Node& n) { return outputIndex_.count(&n) == 0; };
     }

@@ -248,7 +248,7 @@ void Node::backward(const Tensors& grad, bool updParamGrads, bool updGrad, float
             if (&n != this) return std::nullopt;
             return buildOutGrad(grad);
         },
-        need, hasParams, exec::BackwardOptions{updParamGrads, updGrad, scale, momentum, {}});
+        need, hasParams, exec::BackwardOptions{updParamGrads, updGrad, scale, momentum, {}, {}});
 }
 
 void Node::updateGrad(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {

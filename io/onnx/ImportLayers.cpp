@@ -330,12 +330,16 @@ void Importer::importMatMul(const onnx::NodeProto& n, const Attributes& a) {
 void Importer::importEinsum(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"equation"});
     onlyOutputs(n, 1);
-    std::string eq;
+    std::string compact; // without spaces
     for (char c : a.s("equation", "")) {
-        if (c != ' ') eq += c;
+        if (c != ' ') compact += c;
     }
-    for (size_t at; (at = eq.find("...")) != std::string::npos;)
-        eq.replace(at, 3, "*"); // the ellipsis: one batch token
+    std::string eq; // and the ellipsis as one batch token '*'
+    for (size_t i = 0; i < compact.size(); ++i) {
+        const bool ellipsis = compact.compare(i, 3, "...") == 0;
+        eq += ellipsis ? '*' : compact[i];
+        if (ellipsis) i += 2;
+    }
     const size_t arrow = eq.find("->"), comma = eq.find(',');
     const std::string said = "equation '" + a.s("equation", "") + "'";
     if (arrow == std::string::npos || comma == std::string::npos || comma > arrow ||

@@ -164,7 +164,8 @@ void Importer::inferShapes(const onnx::NodeProto& n, Module& m, const Parents& p
 std::string Importer::computedSymbol(int64_t v) {
     auto it = standInSymbols_.find(v);
     if (it != standInSymbols_.end()) return it->second;
-    const std::string symbol = "=" + std::to_string(v); // not "?": a size known in terms of named ones
+    std::string symbol = "="; // not "?": a size known in terms of named ones
+    symbol += std::to_string(v);
     standIns_[symbol] = v;
     standInSymbols_[v] = symbol;
     return symbol;
@@ -202,7 +203,9 @@ std::string io_detail::onnxShapeInference(const std::string& request) {
     onnx::GraphProto out;
     *out.mutable_value_info() = std::move(*m.mutable_graph()->mutable_value_info());
     *out.mutable_output() = std::move(*m.mutable_graph()->mutable_output());
-    return std::string(1, '\0') + out.SerializeAsString();
+    std::string reply(1, '\0');
+    reply += out.SerializeAsString();
+    return reply;
 }
 
 } // namespace tessera

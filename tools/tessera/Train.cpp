@@ -301,7 +301,7 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
     if (d == "fashion-mnist" || kind.empty() || kind == "mnist" || std::filesystem::is_directory(d)) {
         if (kind == "mnist") needDir();
         const std::string idx = d == "fashion-mnist" ? kFashionMnistDir : kind == "mnist" ? dir : d;
-        s = {idxDataset(idx, "train"), idxDataset(idx, "t10k"), "IDX files in " + idx};
+        s = {idxDataset(idx, "train"), idxDataset(idx, "t10k"), "IDX files in " + idx, {}};
         if (d == "fashion-mnist") {
             s.train = withClassNames(s.train, fashionMnistClassNames());
             s.test = withClassNames(s.test, fashionMnistClassNames());
@@ -309,17 +309,21 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
     } else if (kind == "cifar10" || kind == "cifar100") {
         if (!std::filesystem::is_regular_file(dir)) needDir(); // else the archive as distributed
         if (kind == "cifar10") {
-            s = {cifar10(dir, "train"), cifar10(dir, "test"), "CIFAR-10 in " + dir};
+            s = {cifar10(dir, "train"), cifar10(dir, "test"), "CIFAR-10 in " + dir, {}};
         } else {
-            s = {cifar100(dir, "train"), cifar100(dir, "test"), "CIFAR-100 in " + dir};
+            s = {cifar100(dir, "train"), cifar100(dir, "test"), "CIFAR-100 in " + dir, {}};
         }
     } else if (kind == "folder" && std::filesystem::is_regular_file(dir)) { // a tar or zip archive of the folders
-        s = {imageArchive(dir, "train", channels), imageArchive(dir, "test", channels),
-             "image archive " + dir + " (train/ and test/)"};
+        s = {imageArchive(dir, "train", channels),
+             imageArchive(dir, "test", channels),
+             "image archive " + dir + " (train/ and test/)",
+             {}};
     } else if (kind == "folder") {
         needDir();
-        s = {imageFolder(dir + "/train", channels), imageFolder(dir + "/test", channels),
-             "image folders " + dir + "/train and " + dir + "/test"};
+        s = {imageFolder(dir + "/train", channels),
+             imageFolder(dir + "/test", channels),
+             "image folders " + dir + "/train and " + dir + "/test",
+             {}};
     } else if (kind == "csv") {
         needDir();
         auto list = [&](const std::string& split) { // SPLIT.csv, else SPLIT.txt ("FILE CLASS" lines)
@@ -331,12 +335,16 @@ DataSets openData(const std::string& d, int64_t limit, int channels) {
         // The test list's classes are the training list's, by name.
         const std::string trainList = list("train"), testList = list("test");
         const DatasetPtr train = imageList(trainList, {.channels = channels});
-        s = {train, imageList(testList, {.channels = channels, .classes = train->classNames()}),
-             "image lists " + trainList + " and " + testList};
+        s = {train,
+             imageList(testList, {.channels = channels, .classes = train->classNames()}),
+             "image lists " + trainList + " and " + testList,
+             {}};
     } else if (kind == "npy") {
         needDir();
         s = {npyDataset(dir + "/train_images.npy", dir + "/train_labels.npy"),
-             npyDataset(dir + "/test_images.npy", dir + "/test_labels.npy"), ".npy files in " + dir};
+             npyDataset(dir + "/test_images.npy", dir + "/test_labels.npy"),
+             ".npy files in " + dir,
+             {}};
     } else {
         throw UsageError("--data " + d +
                          ": expected fashion-mnist, a directory of IDX files, mnist:DIR, cifar10:DIR, cifar100:DIR, "
