@@ -560,6 +560,15 @@ void setCudaDeterministic(bool on);
 /// forward on. A no-op without CUDA.
 void setCuda16BitActivations(bool on);
 
+/// Channels-last (NHWC) activations on every CUDA device (off by default; the environment
+/// variable `TESSERA_CUDA_CHANNELS_LAST=1` turns it on at start). With it, 2-D convolutions
+/// write `Layout::channelsLast` outputs and input gradients (their weights go to cuDNN as
+/// [K, R, S, C]), and batch norm, pooling, activations and sums read and write that layout,
+/// so a ResNet step transposes nothing between those layers; any other layer gets a plain
+/// copy at its boundary. With `setCuda16BitActivations` it is the layout of cuDNN's fastest
+/// 16-bit kernels. It applies from the next forward on. A no-op without CUDA.
+void setCudaChannelsLast(bool on);
+
 /// Opens (`true`) or closes the range that a CUDA profiler started with collection off
 /// records (`ncu --profile-from-start off`, `nsys --capture-range=cudaProfilerApi`). A
 /// no-op without CUDA or without a profiler.

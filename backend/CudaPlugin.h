@@ -35,12 +35,13 @@ public:
 void registerCudaProvider(CudaProvider& provider);
 
 /// The process-wide CUDA settings (setCudaAllowTF32, setCudaDeterministic,
-/// setCuda16BitActivations), kept here so that they hold for backends made after the call,
+/// setCuda16BitActivations, setCudaChannelsLast), kept here so that they hold for backends made after the call,
 /// and before the plugin is loaded.
 struct CudaSettings {
     std::atomic<bool> allowTF32{true};
     std::atomic<bool> deterministic{false};
     std::atomic<bool> activations16{false}; // TESSERA_CUDA_16BIT_ACTIVATIONS at start
+    std::atomic<bool> channelsLast{false};  // TESSERA_CUDA_CHANNELS_LAST at start
 };
 const CudaSettings& cudaSettings();
 

@@ -20,6 +20,8 @@ std::string str(DType dtype);
 DType dtypeFromString(const std::string& name);
 /// True for the floating types (float32, bfloat16, float16).
 inline bool isFloating(DType dtype) { return dtype != DType::int32; }
+/// True for the 16-bit floating types (bfloat16, float16).
+inline bool is16Bit(DType dtype) { return dtype == DType::bfloat16 || dtype == DType::float16; }
 
 /// A bfloat16 value: the upper half of a float32 (8 bits of exponent, 7 of mantissa).
 struct bfloat16 {
@@ -61,6 +63,13 @@ enum class Layout : uint8_t { plain, blocked8, blocked16, channelsLast };
 std::string str(Layout layout);
 /// Channel block of a layout (1 for plain and channelsLast: no padding).
 inline int64_t blockOf(Layout layout) { return layout == Layout::blocked16 ? 16 : layout == Layout::blocked8 ? 8 : 1; }
+/// Whether tensors of `dtype` may be in `layout`: plain always; the blocked layouts for
+/// float32 and bfloat16 (the CPU's activations); channelsLast for float16 too (the CUDA
+/// backend's 16-bit activations, setCudaChannelsLast).
+inline bool takesLayout(DType dtype, Layout layout) {
+    return layout == Layout::plain || dtype == DType::float32 || dtype == DType::bfloat16 ||
+           (dtype == DType::float16 && layout == Layout::channelsLast);
+}
 
 /// Where memory lives: the host, or a CUDA device by index.
 struct Device {

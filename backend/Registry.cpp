@@ -96,12 +96,16 @@ void registerCudaProvider(CudaProvider& provider) { registeredCuda.store(&provid
 const CudaSettings& cudaSettings() {
     // The environment's word, read once, before any setter's (each setter reads it first).
     static const bool fromEnvironment = [] {
-        const char* env = std::getenv("TESSERA_CUDA_16BIT_ACTIVATIONS");
-        const std::string v = env ? env : "";
-        if (!v.empty() && v != "0" && v != "1") {
-            throw BackendError("TESSERA_CUDA_16BIT_ACTIVATIONS=" + v + ": expected 1 or 0");
-        }
-        settings.activations16.store(v == "1");
+        auto read = [](const char* name, std::atomic<bool>& setting) {
+            const char* env = std::getenv(name);
+            const std::string v = env ? env : "";
+            if (!v.empty() && v != "0" && v != "1") {
+                throw BackendError(std::string(name) + "=" + v + ": expected 1 or 0");
+            }
+            setting.store(v == "1");
+        };
+        read("TESSERA_CUDA_16BIT_ACTIVATIONS", settings.activations16);
+        read("TESSERA_CUDA_CHANNELS_LAST", settings.channelsLast);
         return true;
     }();
     (void)fromEnvironment;
@@ -154,6 +158,12 @@ void setCudaDeterministic(bool on) {
 void setCuda16BitActivations(bool on) {
     cudaSettings(); // the environment's word first, so that this call's stands
     settings.activations16.store(on);
+    if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
+}
+
+void setCudaChannelsLast(bool on) {
+    cudaSettings(); // the environment's word first, so that this call's stands
+    settings.channelsLast.store(on);
     if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
 }
 

@@ -117,11 +117,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layo
     for (int64_t d : shape.dims()) {
         if (d < 0) throw ShapeError("Tensor::empty: negative dim in " + shape.str());
     }
-    if (layout != Layout::plain &&
-        (shape.rank() < 3 || shape.rank() > 5 || (dtype != DType::float32 && dtype != DType::bfloat16))) {
-        throw ShapeError("Tensor::empty: layout " + tessera::str(layout) +
-                         " needs a float32 or bfloat16 [N, C, spatial...] " + "tensor of rank 3 to 5, got " +
-                         tessera::str(dtype) + " " + shape.str());
+    if (layout != Layout::plain && (shape.rank() < 3 || shape.rank() > 5 || !takesLayout(dtype, layout))) {
+        throw ShapeError("Tensor::empty: layout " + tessera::str(layout) + " needs a float32 or bfloat16" +
+                         (layout == Layout::channelsLast ? " (or float16)" : "") +
+                         " [N, C, spatial...] tensor of rank 3 to 5, got " + tessera::str(dtype) + " " + shape.str());
     }
     Tensor t;
     t.shape_ = shape;
@@ -331,7 +330,7 @@ Tensor Tensor::convertedTo(DType dtype) const {
     if (!storage_) throw ShapeError("Tensor::convertedTo: an undefined tensor");
     if (dtype == dtype_) return *this;
     if (layout_ == Layout::plain) return astype(dtype);
-    if (dtype != DType::float32 && dtype != DType::bfloat16) return plain().astype(dtype); // only these take layouts
+    if (!takesLayout(dtype, layout_)) return plain().astype(dtype);
     Tensor out = allocated(shape_, dtype, device(), layout_);
     backendFor(device()).reorder(*this, out);
     return out;
@@ -373,6 +372,14 @@ Tensors plainAll(const Tensors& tensors) {
     Tensors out;
     out.reserve(tensors.size());
     for (const Tensor& t : tensors) out.push_back(t.plain());
+    return out;
+}
+
+Tensors float32All(const Tensors& tensors) {
+    Tensors out;
+    out.reserve(tensors.size());
+    for (const Tensor& t : tensors)
+        out.push_back(t.defined() && is16Bit(t.dtype()) ? t.convertedTo(DType::float32) : t);
     return out;
 }
 

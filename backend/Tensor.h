@@ -157,7 +157,7 @@ public:
     /// tensor reads as float.
     template <class T> std::vector<T> toVector() const {
         Tensor h = toHost().plain();
-        if (std::is_same_v<T, float> && (dtype_ == DType::bfloat16 || dtype_ == DType::float16)) {
+        if (std::is_same_v<T, float> && is16Bit(dtype_)) {
             h = h.astype(DType::float32);
         }
         const T* p = h.data<T>();
@@ -185,5 +185,8 @@ Shapes shapesOf(const Tensors& tensors);
 
 /// Each tensor in plain layout (`Tensor::plain`).
 Tensors plainAll(const Tensors& tensors);
+
+/// Each 16-bit tensor converted to float32 (in its layout); the others as they are.
+Tensors float32All(const Tensors& tensors);
 
 } // namespace tessera

@@ -65,8 +65,6 @@ struct State {
 
 bool hasParams(Module& m) { return !m.namedParams().empty(); }
 
-bool is16Bit(DType t) { return t == DType::bfloat16 || t == DType::float16; }
-
 class Planner {
 public:
     Planner(Ledger& ledger, Device device) : l_(ledger), device_(device) {}

@@ -1,6 +1,8 @@
 // The CUDA backend's convolution and deconvolution on cuDNN (forward, backward-data, backward-weights) with algorithm
 // choice; 16-bit convolutions with float32 accumulation, whose outputs and input gradients stay 16-bit where the
-// backend carries 16-bit activations (setCuda16BitActivations) and are converted to float32 otherwise.
+// backend carries 16-bit activations (setCuda16BitActivations) and are converted to float32 otherwise. 2-D ones run
+// channels-last where setCudaChannelsLast is on: activations [N, H, W, C], filters [K, R, S, C/g] (permuted from
+// and to the layer's [K, C/g, R, S] each call).
 #include "cuda/CudaBackend.h"
 
 #include <algorithm>
@@ -31,8 +33,10 @@ ConvShapes convShapes(const ConvParams& p, const Shape& x, const Shape& y) {
     return p.transposed ? ConvShapes{y, x} : ConvShapes{x, y};
 }
 
-std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, bool tf32, bool deterministic) {
-    return keyOf(p.transposed ? "deconv" : "conv",
+std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, bool tf32, bool deterministic,
+                    Layout layout) {
+    return keyOf(p.transposed ? (layout == Layout::channelsLast ? "deconv-nhwc" : "deconv")
+                              : (layout == Layout::channelsLast ? "conv-nhwc" : "conv"),
                  {ints(p.stride),
                   ints(p.padLo),
                   ints(p.padHi),
@@ -48,12 +52,12 @@ std::string convKey(const ConvParams& p, const ConvShapes& cs, const Shape& w, b
 // Descriptors and algorithms of one problem, built (and the algorithms chosen by cuDNN's
 // heuristics) on first use.
 static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle, bool allowTF32, bool deterministic,
-                                const ConvParams& p, const ConvShapes& cs, const Shape& w) {
+                                const ConvParams& p, const ConvShapes& cs, const Shape& w, Layout layout) {
     if (p.compute != DType::float32 && p.compute != DType::float16 && p.compute != DType::bfloat16) {
         throw BackendError(std::string("CudaBackend: ") + (p.transposed ? "deconvolution" : "convolution") + " in " +
                            str(p.compute) + " is not supported (float32, float16 and bfloat16 are)");
     }
-    const std::string key = convKey(p, cs, w, allowTF32, deterministic);
+    const std::string key = convKey(p, cs, w, allowTF32, deterministic, layout);
     std::lock_guard<std::mutex> lock(dnn.mutex);
     auto& slot = dnn.convs[key];
     if (slot) return *slot;
@@ -70,20 +74,22 @@ static ConvProblem& convProblem(CudaBackend::DnnState& dnn, cudnnHandle_t handle
     }
     const bool low = p.compute != DType::float32;
     const cudnnDataType_t type = dnnType(p.compute);
+    const bool last = layout == Layout::channelsLast;
     auto prob = std::make_unique<ConvProblem>();
     prob->type = p.compute;
-    prob->in = std::make_unique<TensorDesc>(nd(cs.in), type);
-    prob->out = std::make_unique<TensorDesc>(nd(cs.out), type);
-    prob->inF32 = std::make_unique<TensorDesc>(nd(cs.in));
-    prob->outF32 = std::make_unique<TensorDesc>(nd(cs.out));
+    prob->channelsLast = last;
+    prob->in = std::make_unique<TensorDesc>(nd(cs.in), type, last);
+    prob->out = std::make_unique<TensorDesc>(nd(cs.out), type, last);
+    prob->inF32 = std::make_unique<TensorDesc>(nd(cs.in), CUDNN_DATA_FLOAT, last);
+    prob->outF32 = std::make_unique<TensorDesc>(nd(cs.out), CUDNN_DATA_FLOAT, last);
     std::vector<int> biasDims(nd(cs.out).size(), 1);
     biasDims[1] = static_cast<int>(p.transposed ? cs.in[1] : cs.out[1]);
     prob->bias = std::make_unique<TensorDesc>(biasDims);
 
     const std::vector<int> wd = nd(w);
     TESSERA_CUDA_CHECK(cudnnCreateFilterDescriptor(&prob->filter));
-    TESSERA_CUDA_CHECK(
-        cudnnSetFilterNdDescriptor(prob->filter, type, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
+    TESSERA_CUDA_CHECK(cudnnSetFilterNdDescriptor(prob->filter, type, last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                  static_cast<int>(wd.size()), wd.data()));
     std::vector<int> pad = ints(p.padLo), stride = ints(p.stride), dil = ints(p.dilation);
     while (pad.size() < wd.size() - 2) {
         pad.push_back(0);
@@ -145,14 +151,59 @@ void runConvBackwardData(cudnnHandle_t h, ConvProblem& c, void* ws, const void* 
 } // namespace
 
 namespace {
-// A float32 tensor of `low`'s values (a 16-bit result), plus `bias` per channel if given.
+// The elements between one channel's value and the next's: 1 in channels-last, the spatial
+// size in [N, C, *spatial].
+int64_t channelInner(const Shape& sh, Layout layout) {
+    const int64_t planes = sh[0] * sh[1];
+    return layout == Layout::channelsLast || planes == 0 ? 1 : sh.numel() / planes;
+}
+
+// A float32 tensor of `low`'s values (a 16-bit result), plus `bias` per channel if given, in
+// low's layout.
 Tensor toFloat32(const Tensor& low, const Tensor& bias, cudaStream_t s) {
     const Shape& sh = low.shape();
-    Tensor out = Tensor::empty(sh, DType::float32, low.device());
-    const int64_t planes = sh[0] * sh[1];
+    Tensor out = Tensor::empty(sh, DType::float32, low.device(), low.layout());
     cudak::castAddChannels(low.raw(), static_cast<int>(low.dtype()), bias.defined() ? fp(bias) : nullptr, fp(out),
-                           sh[1], planes != 0 ? sh.numel() / planes : 1, sh.numel(), s);
+                           sh[1], channelInner(sh, low.layout()), sh.numel(), s);
     return out;
+}
+
+// The filter as cuDNN reads it for problem `c`: in its compute type, and in channels-last
+// [K, *k, C/g] when the problem is.
+Tensor filterFor(CudaBackend& be, const ConvProblem& c, const Tensor& w) {
+    if (!c.channelsLast) return w.plain().convertedTo(c.type);
+    const Shape& ws = w.shape();
+    std::vector<int64_t> perm = {0}, dims = {ws[0]};
+    for (size_t d = 2; d < ws.rank(); ++d) {
+        perm.push_back(static_cast<int64_t>(d));
+        dims.push_back(ws[d]);
+    }
+    perm.push_back(1);
+    dims.push_back(ws[1]);
+    const Tensor w32 = w.plain().convertedTo(DType::float32);
+    Tensor last = Tensor::empty(Shape(dims), DType::float32, w.device());
+    be.permute(w32, perm, last);
+    return last.convertedTo(c.type);
+}
+
+// dw <- scale * g + momentum * dw, where g is cuDNN's weight gradient for problem `c` (in its
+// compute type, channels-last when the problem is).
+void accumulateFilterGrad(CudaBackend& be, const ConvProblem& c, const Tensor& g, float scale, float momentum,
+                          const Tensor& dw) {
+    if (!c.channelsLast) {
+        cudak::castAxpby(scale, g.raw(), static_cast<int>(c.type), momentum, fp(dw), dw.numel(), be.stream());
+        return;
+    }
+    const Shape& ws = dw.shape(); // [K, C/g, *k]; g holds [K, *k, C/g]
+    const size_t r = ws.rank();
+    std::vector<int64_t> perm = {0, static_cast<int64_t>(r - 1)}, lastDims = {ws[0]};
+    for (size_t d = 1; d + 1 < r; ++d) perm.push_back(static_cast<int64_t>(d));
+    for (size_t d = 2; d < r; ++d) lastDims.push_back(ws[d]);
+    lastDims.push_back(ws[1]);
+    const Tensor g32 = g.convertedTo(DType::float32).reshape(Shape(lastDims));
+    Tensor back = Tensor::empty(ws, DType::float32, dw.device());
+    be.permute(g32, perm, back);
+    be.axpby(scale, back, momentum, dw);
 }
 } // namespace
 
@@ -166,10 +217,10 @@ struct KeptLow : BackendState {
     const void *xFrom = nullptr, *dyFrom = nullptr;
 };
 
-// `t` converted to `type`, or `keptCopy` when it was made from `t`.
-Tensor lowOf(const Tensor& t, DType type, const Tensor& keptCopy, const void* from) {
+// `t` in `layout` and `type`, or `keptCopy` when it was made from `t`.
+Tensor lowOf(CudaBackend& be, const Tensor& t, Layout layout, DType type, const Tensor& keptCopy, const void* from) {
     if (keptCopy.defined() && from == t.raw() && keptCopy.shape() == t.shape()) return keptCopy;
-    return t.plain().convertedTo(type);
+    return be.arranged(t, layout, type);
 }
 } // namespace
 
@@ -177,9 +228,10 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
                                 const Shape& yShape) {
     cudnnHandle_t h = cudnn_;
     s();
+    const Layout layout = convLayout(xIn.shape());
     ConvProblem& c =
-        convProblem(*dnn_, h, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), yShape), w.shape());
-    const Tensor x = xIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
+        convProblem(*dnn_, h, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), yShape), w.shape(), layout);
+    const Tensor x = arranged(xIn, layout, c.type), wt = filterFor(*this, c, w);
     if (p.state) { // a training layer: last step's copies go; this input's converted copy stays for backward-weights
         p.state->data.reset();
         if (x.raw() != xIn.raw()) {
@@ -189,7 +241,7 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
             p.state->data = std::move(kept);
         }
     }
-    Tensor y = Tensor::empty(yShape, c.type, device());
+    Tensor y = Tensor::empty(yShape, c.type, device(), layout);
     if (p.transposed) {
         runConvBackwardData(h, c, workspace(c.bwdData.bytes), wt.raw(), x.raw(), y.raw());
     } else {
@@ -197,10 +249,9 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
     }
     if (c.type != DType::float32 && !carries16Bit(c.type)) return toFloat32(y, b, s());
     if (c.type != DType::float32) { // 16-bit activations: the output stays in the compute type
-        const int64_t planes = yShape[0] * yShape[1];
         if (b.defined()) {
-            cudak::addChannelsAny(y.raw(), static_cast<int>(c.type), fp(b), yShape[1],
-                                  planes != 0 ? yShape.numel() / planes : 1, yShape.numel(), s());
+            cudak::addChannelsAny(y.raw(), static_cast<int>(c.type), fp(b), yShape[1], channelInner(yShape, layout),
+                                  yShape.numel(), s());
         }
         return y;
     }
@@ -214,16 +265,17 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
 
 Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, const Tensor& w, const Shape& xShape) {
     s();
-    ConvProblem& c =
-        convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xShape, dyIn.shape()), w.shape());
-    const Tensor dy = dyIn.plain().convertedTo(c.type), wt = w.plain().convertedTo(c.type);
+    const Layout layout = convLayout(xShape);
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xShape, dyIn.shape()),
+                                 w.shape(), layout);
+    const Tensor dy = arranged(dyIn, layout, c.type), wt = filterFor(*this, c, w);
     if (p.state && dy.raw() != dyIn.raw()) { // backward-weights, next, reads it too
         auto kept = std::dynamic_pointer_cast<KeptLow>(p.state->data);
         if (!kept) p.state->data = kept = std::make_shared<KeptLow>();
         kept->dy = dy;
         kept->dyFrom = dyIn.raw();
     }
-    Tensor dx = Tensor::empty(xShape, c.type, device());
+    Tensor dx = Tensor::empty(xShape, c.type, device(), layout);
     if (p.transposed) {
         runConvForward(cudnn_, c, workspace(c.fwd.bytes), dy.raw(), wt.raw(), dx.raw());
     } else {
@@ -235,31 +287,33 @@ Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, co
 void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, const Tensor& dyIn, float scale,
                                       float momentum, const Tensor& dw, const Tensor& db) {
     s();
-    ConvProblem& c =
-        convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), dyIn.shape()), dw.shape());
+    const Layout layout = convLayout(xIn.shape());
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), dyIn.shape()),
+                                 dw.shape(), layout);
     // The copies forward and backward-data kept, when made from these tensors; this is
     // their last reader, so the layer's state lets them go.
     std::shared_ptr<KeptLow> kept = p.state ? std::dynamic_pointer_cast<KeptLow>(p.state->data) : nullptr;
     if (p.state) p.state->data.reset();
-    const Tensor x = kept ? lowOf(xIn, c.type, kept->x, kept->xFrom) : xIn.plain().convertedTo(c.type);
-    const Tensor dy = kept ? lowOf(dyIn, c.type, kept->dy, kept->dyFrom) : dyIn.plain().convertedTo(c.type);
+    const Tensor x = kept ? lowOf(*this, xIn, layout, c.type, kept->x, kept->xFrom) : arranged(xIn, layout, c.type);
+    const Tensor dy =
+        kept ? lowOf(*this, dyIn, layout, c.type, kept->dy, kept->dyFrom) : arranged(dyIn, layout, c.type);
     kept.reset();
     // The convolution's input and output gradient: swapped for a deconvolution.
     const Tensor& in = p.transposed ? dy : x;
     const Tensor& outGrad = p.transposed ? x : dy;
-    // In a 16-bit type cuDNN writes the weights' type: the gradient goes through a
-    // 16-bit buffer and is accumulated into the float32 one.
-    const bool low = c.type != DType::float32;
-    const Tensor dwLow = low ? Tensor::empty(dw.shape(), c.type, device()) : dw;
+    // In a 16-bit type cuDNN writes the weights' type, and in channels-last their permuted
+    // order: the gradient goes through a buffer of its own and is accumulated into dw.
+    const bool low = c.type != DType::float32 || c.channelsLast;
+    const Tensor dwLow = low ? Tensor::empty(Shape({dw.numel()}), c.type, device()) : dw;
     const float one = 1.0f, zero = 0.0f;
     TESSERA_CUDA_CHECK(cudnnSetConvolutionMathType(c.conv, c.bwdFilter.math));
     TESSERA_CUDA_CHECK(cudnnConvolutionBackwardFilter(
         cudnn_, low ? &one : &scale, c.in->get(), in.raw(), c.out->get(), outGrad.raw(), c.conv,
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.bwdFilter.algo), workspace(c.bwdFilter.bytes), c.bwdFilter.bytes,
         low ? &zero : &momentum, c.filter, dwLow.raw()));
-    if (low) cudak::castAxpby(scale, dwLow.raw(), static_cast<int>(c.type), momentum, fp(dw), dw.numel(), s());
+    if (low) accumulateFilterGrad(*this, c, dwLow, scale, momentum, dw);
     if (db.defined()) {
-        const Tensor dyF = dyIn.plain().convertedTo(DType::float32); // itself when float32
+        const Tensor dyF = arranged(dyIn, layout, DType::float32); // itself when it is that
         const cudnnTensorDescriptor_t dyDesc = p.transposed ? c.inF32->get() : c.outF32->get();
         TESSERA_CUDA_CHECK(
             cudnnConvolutionBackwardBias(cudnn_, &scale, dyDesc, fp(dyF), &momentum, c.bias->get(), fp(db)));
@@ -275,11 +329,12 @@ void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const S
                                size_t memlimit) {
     s();
     const ConvShapes cs = convShapes(p, xShape, yShape);
-    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, cs, wShape);
+    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, cs, wShape, convLayout(xShape));
     // Timings differ from run to run, and so would the algorithms they choose (and the
     // bits of the results): a deterministic backend keeps the heuristic's choice.
     if (deterministic_) return;
-    // Scratch operands in the compute type: the timings need real buffers, not real values.
+    // Scratch operands in the compute type: the timings need real buffers, not real values
+    // (of the same bytes in either layout).
     Tensor in = Tensor::empty(cs.in, c.type, device()), out = Tensor::empty(cs.out, c.type, device()),
            w = Tensor::empty(wShape, c.type, device());
     for (const Tensor* t : {&in, &out, &w}) fillBytes(*t, 0);

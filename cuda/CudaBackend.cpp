@@ -197,6 +197,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index), dnn_(std
     setAllowTF32(cudaSettings().allowTF32);
     setDeterministic(cudaSettings().deterministic);
     set16BitActivations(cudaSettings().activations16);
+    setChannelsLast(cudaSettings().channelsLast);
 }
 
 const float* CudaBackend::ones(int64_t n) {

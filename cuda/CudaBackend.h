@@ -6,8 +6,9 @@
 ///
 /// Every op runs asynchronously on the device's stream, except the ones that return a
 /// value to the host (costs, index checks, device-to-host copies), which wait for it.
-/// Tensors on this backend are always plain: inputs in a blocked layout (moved from the
-/// CPU) are reordered on arrival.
+/// Tensors on this backend are plain, or channels-last where setCudaChannelsLast is on
+/// (2-D convolutions write that layout; batch norm, pooling and element-wise ops keep it).
+/// Inputs in a blocked layout (moved from the CPU) are reordered on arrival.
 
 #include <map>
 #include <memory>
@@ -104,14 +105,30 @@ public:
     /// Carry float16 and bfloat16 activations between layers (setCuda16BitActivations;
     /// default: off).
     void set16BitActivations(bool on) { activations16_ = on; }
-    bool carries16Bit(DType dtype) const override {
-        return activations16_ && (dtype == DType::float16 || dtype == DType::bfloat16);
-    }
+    bool carries16Bit(DType dtype) const override { return activations16_ && is16Bit(dtype); }
     /// The type a carrying op (batch norm, pooling) runs on for an input of `dtype`: that
     /// 16-bit type where it is carried, float32 otherwise.
     DType carriedOrFloat32(DType dtype) const { return carries16Bit(dtype) ? dtype : DType::float32; }
     /// The compute type of a 16-bit convolution where 16-bit activations are carried.
     DType convOutputDType(const ConvParams& p) override { return carries16Bit(p.compute) ? p.compute : DType::float32; }
+    /// Channels-last activations (setCudaChannelsLast; default: off).
+    void setChannelsLast(bool on) { channelsLast_ = on; }
+    /// The layout a convolution of input shape `x` runs in and writes: channelsLast for a
+    /// 2-D one where that is on, plain otherwise.
+    Layout convLayout(const Shape& x) const {
+        return channelsLast_ && x.rank() == 4 ? Layout::channelsLast : Layout::plain;
+    }
+    Layout convOutputLayout(const ConvParams&, const Shape& x, const Shape&, const Shape&, bool) override {
+        return convLayout(x);
+    }
+    /// The layout batch norm and pooling run in for an input in `layout`: channelsLast
+    /// stays, anything else runs plain.
+    static Layout carriedLayout(Layout layout) {
+        return layout == Layout::channelsLast ? Layout::channelsLast : Layout::plain;
+    }
+    /// `t` in `layout` and of `dtype`: itself where it is, otherwise one reorder that
+    /// converts too.
+    Tensor arranged(const Tensor& t, Layout layout, DType dtype);
 
     std::shared_ptr<Storage> allocate(size_t bytes) override;
     void copy(const Tensor& src, const Tensor& dst) override;
@@ -263,6 +280,7 @@ private:
     void* scalars_ = nullptr;
     bool allowTF32_ = true;
     bool activations16_ = false;
+    bool channelsLast_ = false;
     bool deterministic_ = false;
     std::unique_ptr<DnnState> dnn_;
     // Uploads from page-locked memory: their stream, and their device buffers (from the

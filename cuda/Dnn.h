@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/Errors.h"
@@ -61,12 +62,30 @@ inline std::string keyOf(const char* tag, std::initializer_list<std::vector<int>
     return k;
 }
 
+// The strides of a packed [N, C, *spatial] tensor: row-major, or channels-last ([N, *spatial,
+// C] in memory: C's stride 1, the last spatial dim's C, N's C times every spatial dim).
+inline std::vector<int> packedStrides(const std::vector<int>& dims, bool channelsLast) {
+    std::vector<int> strides(dims.size(), 1);
+    if (!channelsLast || dims.size() < 3) {
+        for (size_t i = dims.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
+        return strides;
+    }
+    int acc = dims[1];
+    for (size_t i = dims.size(); i-- > 2;) {
+        strides[i] = acc;
+        acc *= dims[i];
+    }
+    strides[1] = 1;
+    strides[0] = acc;
+    return strides;
+}
+
 class TensorDesc {
 public:
-    explicit TensorDesc(const std::vector<int>& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    explicit TensorDesc(const std::vector<int>& dims, cudnnDataType_t type = CUDNN_DATA_FLOAT,
+                        bool channelsLast = false) {
         TESSERA_CUDA_CHECK(cudnnCreateTensorDescriptor(&d_));
-        std::vector<int> strides(dims.size(), 1);
-        for (size_t i = dims.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * dims[i + 1];
+        const std::vector<int> strides = packedStrides(dims, channelsLast);
         TESSERA_CUDA_CHECK(
             cudnnSetTensorNdDescriptor(d_, type, static_cast<int>(dims.size()), dims.data(), strides.data()));
     }
@@ -83,9 +102,11 @@ private:
 // output. A deconvolution is the adjoint of the convolution from its output shape to its
 // input shape, so its `in` is the deconvolution's y and its `out` the deconvolution's x.
 // `in`, `out` and `filter` are in the compute type; `bias`, `inF32` and `outF32` in float32.
+// In channels-last, `in` and `out` are [N, *spatial, C] and the filter [K, *k, C/g].
 struct ConvProblem {
     std::unique_ptr<TensorDesc> in, out, bias, inF32, outF32;
     DType type = DType::float32;
+    bool channelsLast = false;
     cudnnFilterDescriptor_t filter = nullptr;
     cudnnConvolutionDescriptor_t conv = nullptr;
     struct Choice {
@@ -135,15 +156,17 @@ ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allo
 // The descriptors and convolution problems of one device, built once per shape and kept.
 struct CudaBackend::DnnState {
     std::mutex mutex;
-    std::map<std::pair<std::vector<int>, DType>, std::unique_ptr<cudnn_util::TensorDesc>> tensors;
+    std::map<std::tuple<std::vector<int>, DType, bool>, std::unique_ptr<cudnn_util::TensorDesc>> tensors;
     std::map<std::string, std::unique_ptr<cudnn_util::ConvProblem>> convs;
     std::map<std::string, std::unique_ptr<cudnn_util::PoolDesc>> pools;
 
-    /// A packed tensor descriptor of these dims and elements.
-    cudnnTensorDescriptor_t tensor(const std::vector<int>& dims, DType dtype = DType::float32) {
+    /// A packed tensor descriptor of these dims and elements, row-major or channels-last.
+    cudnnTensorDescriptor_t tensor(const std::vector<int>& dims, DType dtype = DType::float32,
+                                   Layout layout = Layout::plain) {
+        const bool last = layout == Layout::channelsLast;
         std::lock_guard<std::mutex> lock(mutex);
-        auto& slot = tensors[{dims, dtype}];
-        if (!slot) slot = std::make_unique<cudnn_util::TensorDesc>(dims, cudnn_util::dnnType(dtype));
+        auto& slot = tensors[{dims, dtype, last}];
+        if (!slot) slot = std::make_unique<cudnn_util::TensorDesc>(dims, cudnn_util::dnnType(dtype), last);
         return slot->get();
     }
 };

@@ -25,12 +25,24 @@ bool allFloat32(std::initializer_list<const Tensor*> ts) {
     return true;
 }
 
-void requirePlain(const char* op, std::initializer_list<const Tensor*> ts) {
+// Whether a layout stores exactly numel elements in some order (no channel padding), so that
+// element-wise kernels run over its storage as it lies.
+bool dense(Layout l) { return l == Layout::plain || l == Layout::channelsLast; }
+
+// Whether every tensor is in `l`, a dense layout.
+bool allIn(Layout l, std::initializer_list<const Tensor*> ts) {
+    if (!dense(l)) return false;
     for (const Tensor* t : ts) {
-        if (!t->isPlain()) {
-            throw BackendError(std::string("CudaBackend::") + op + ": 16-bit operands must be plain, got " +
-                               str(t->layout()) + " " + t->shape().str());
-        }
+        if (t->layout() != l) return false;
+    }
+    return true;
+}
+
+// 16-bit operands are plain or channels-last (the backend writes no other layout in 16 bits).
+void requireDense(const char* op, const Tensor& t) {
+    if (!dense(t.layout())) {
+        throw BackendError(std::string("CudaBackend::") + op + ": 16-bit operands must be plain or channelsLast, got " +
+                           str(t.layout()) + " " + t.shape().str());
     }
 }
 
@@ -40,8 +52,9 @@ int dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
 void CudaBackend::axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
     requireSameNumel("axpby", x, y);
     if (!allFloat32({&x, &y})) { // 16-bit activations
-        requirePlain("axpby", {&x, &y});
-        cudak::axpbyzAny(alpha, x.raw(), dt(x), beta, y.raw(), dt(y), y.raw(), dt(y), y.numel(), s());
+        requireDense("axpby", y);
+        const Tensor xs = x.toLayout(y.layout());
+        cudak::axpbyzAny(alpha, xs.raw(), dt(xs), beta, y.raw(), dt(y), y.raw(), dt(y), y.numel(), s());
         return;
     }
     if (x.layout() != y.layout()) {
@@ -64,11 +77,12 @@ void CudaBackend::axpbyzMaybeRelu(float alpha, const Tensor& x, float beta, cons
     requireSameNumel("axpbyz", x, z);
     requireSameNumel("axpbyz", y, z);
     if (!allFloat32({&x, &y, &z})) { // 16-bit activations
-        requirePlain("axpbyz", {&x, &y, &z});
-        cudak::axpbyzAny(alpha, x.raw(), dt(x), beta, y.raw(), dt(y), z.raw(), dt(z), z.numel(), s(), relu);
+        requireDense("axpbyz", z);
+        const Tensor xs = x.toLayout(z.layout()), ys = y.toLayout(z.layout());
+        cudak::axpbyzAny(alpha, xs.raw(), dt(xs), beta, ys.raw(), dt(ys), z.raw(), dt(z), z.numel(), s(), relu);
         return;
     }
-    if (!x.isPlain() || !y.isPlain() || !z.isPlain()) { // blocked tensors moved from the CPU
+    if (!allIn(z.layout(), {&x, &y, &z})) { // blocked tensors moved from the CPU, or layouts that differ
         if (relu) {
             Backend::axpbyzRelu(alpha, x, beta, y, z);
         } else {
@@ -76,7 +90,7 @@ void CudaBackend::axpbyzMaybeRelu(float alpha, const Tensor& x, float beta, cons
         }
         return;
     }
-    cudak::axpbyz(alpha, fp(x), beta, fp(y), fp(z), z.numel(), s(), relu);
+    cudak::axpbyz(alpha, fp(x), beta, fp(y), fp(z), z.numel(), s(), relu); // plain or channels-last alike
 }
 
 void CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
@@ -116,12 +130,13 @@ void CudaBackend::sumTo(const Tensor& x, float alpha, const Tensor& y) {
 void CudaBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
     if (y.shape() != x.shape()) throw ShapeError("CudaBackend::activationForward: x and y differ in shape");
     if (!allFloat32({&x, &y})) { // 16-bit activations
-        requirePlain("activationForward", {&x, &y});
-        cudak::activationForwardAny(static_cast<int>(act.kind), act.alpha, act.beta, x.raw(), dt(x), y.raw(), dt(y),
+        requireDense("activationForward", y);
+        const Tensor xs = x.toLayout(y.layout());
+        cudak::activationForwardAny(static_cast<int>(act.kind), act.alpha, act.beta, xs.raw(), dt(xs), y.raw(), dt(y),
                                     x.numel(), s());
         return;
     }
-    if (!x.isPlain() || !y.isPlain()) { // blocked tensors moved from the CPU
+    if (!allIn(y.layout(), {&x, &y})) { // blocked tensors moved from the CPU, or layouts that differ
         Tensor out = Tensor::empty(y.shape(), y.dtype(), y.device());
         activationForward(act, x.plain(), out);
         reorder(out, y);
@@ -136,12 +151,17 @@ void CudaBackend::activationBackward(const ActivationParams& act, const Tensor& 
         throw ShapeError("CudaBackend::activationBackward: x, dy and dx differ in shape");
     }
     if (!allFloat32({&x, &y, &dy, &dx})) { // 16-bit activations
-        requirePlain("activationBackward", {&x, &y, &dy, &dx});
-        cudak::activationBackwardAny(static_cast<int>(act.kind), act.alpha, act.beta, x.raw(), dt(x), y.raw(), dt(y),
-                                     dy.raw(), dt(dy), dx.raw(), dt(dx), x.numel(), s());
+        requireDense("activationBackward", dx);
+        const Layout l = dx.layout();
+        // x or y may be undefined (the map reads one of them): only defined ones move.
+        auto in = [l](const Tensor& t) { return t.defined() ? t.toLayout(l) : t; };
+        const Tensor xs = in(x), ys = in(y), dys = in(dy);
+        cudak::activationBackwardAny(static_cast<int>(act.kind), act.alpha, act.beta, xs.defined() ? xs.raw() : nullptr,
+                                     dt(xs), ys.defined() ? ys.raw() : nullptr, dt(ys), dys.raw(), dt(dys), dx.raw(),
+                                     dt(dx), x.numel(), s());
         return;
     }
-    if (!x.isPlain() || !y.isPlain() || !dy.isPlain() || !dx.isPlain()) {
+    if (!allIn(dx.layout(), {&x, &y, &dy, &dx})) {
         Tensor out = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
         activationBackward(act, x.plain(), y.plain(), dy.plain(), out);
         reorder(out, dx);
@@ -179,7 +199,10 @@ void CudaBackend::cast(const Tensor& x, const Tensor& y) {
     } else if (x.dtype() == DType::int32 && y.dtype() == DType::float32) {
         cudak::castToFloat(ip(x), fp(y), x.numel(), s());
     } else {
-        if (!x.isPlain() || !y.isPlain()) throw BackendError("CudaBackend::cast: plain tensors only");
+        if (x.layout() != y.layout() || !dense(x.layout())) {
+            throw BackendError("CudaBackend::cast: plain (or both channelsLast) tensors only, got " + str(x.layout()) +
+                               " and " + str(y.layout()));
+        }
         cudak::cast(x.raw(), static_cast<int>(x.dtype()), y.raw(), static_cast<int>(y.dtype()), x.numel(), s());
     }
 }

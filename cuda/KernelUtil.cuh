@@ -56,11 +56,14 @@ inline __host__ __device__ void storeFromFloat(void* y, int to, int64_t i, float
 }
 
 // A plane of any DType read as floats (element::windowArgmax's reader).
+// Element j of the plane is at offset + j * stride: 1 in [N, C, *spatial], C in channels-last
+// [N, *spatial, C].
 struct AnyPlane {
     const void* p;
     int dtype;
     int64_t offset;
-    __host__ __device__ float operator[](int64_t j) const { return loadAsFloat(p, dtype, offset + j); }
+    int64_t stride = 1;
+    __host__ __device__ float operator[](int64_t j) const { return loadAsFloat(p, dtype, offset + j * stride); }
 };
 
 // The sum of `v` over a 1-D block of up to kThreads threads, in thread 0 (the others hold

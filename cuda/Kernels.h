@@ -22,6 +22,10 @@ void dropout(const float* x, float* mask, float* y, int64_t n, float p, uint64_t
 /// [N, C, S] between layouts with channel blocks of `srcBlock` / `dstBlock` (1: plain).
 void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, int64_t n, int64_t c, int64_t spatial,
              cudaStream_t s);
+/// The same between any floating DTypes (`st`, `dt`: their values; through float, exact
+/// when they are one type). A block of `c` is channels-last: [N, S, C].
+void reorderAny(const void* src, int st, int64_t srcBlock, void* dst, int dt, int64_t dstBlock, int64_t n, int64_t c,
+                int64_t spatial, cudaStream_t s);
 
 // ---- rows, element-wise -------------------------------------------------------------
 void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaStream_t s);
@@ -77,6 +81,14 @@ void maxPoolForward(const float* x, float* y, int32_t* idx, const Window3& w, in
 /// maxPoolForward on x and y of DType `dtype` (16-bit activations).
 void maxPoolForwardAny(const void* x, void* y, int dtype, int32_t* idx, const Window3& w, int64_t planes,
                        cudaStream_t s);
+/// maxPoolForwardAny on channels-last x and y ([N, *spatial, C]; `channels` = C,
+/// `planes` = N * C); idx as maxPoolForward's (the in-plane index of the window's maximum),
+/// laid out as y.
+void maxPoolForwardChannelsLast(const void* x, void* y, int dtype, int32_t* idx, const Window3& w, int64_t planes,
+                                int64_t channels, cudaStream_t s);
+/// maxPoolBackward on channels-last dy and dx.
+void maxPoolBackwardChannelsLast(const float* dy, const int32_t* idx, float* dx, int64_t planes, int64_t channels,
+                                 int64_t inPlane, int64_t outPlane, cudaStream_t s);
 /// dx (zeroed here) += dy at the recorded indices.
 void maxPoolBackward(const float* dy, const int32_t* idx, float* dx, int64_t planes, int64_t inPlane, int64_t outPlane,
                      cudaStream_t s);

@@ -51,20 +51,39 @@ void CudaBackend::fillBytes(const Tensor& t, unsigned char byte) {
     TESSERA_CUDA_CHECK(cudaMemsetAsync(t.raw(), byte, t.nbytes(), s()));
 }
 
+// Between any layouts, and between floating types as the CPU backend's reorder converts
+// float32 and bfloat16 (channels-last is a block of C: [N, S, C]).
 void CudaBackend::reorder(const Tensor& src, const Tensor& dst) {
-    if (src.shape() != dst.shape() || src.dtype() != dst.dtype()) {
-        throw ShapeError("CudaBackend::reorder: " + src.shape().str() + " and " + dst.shape().str() + " differ");
+    if (src.shape() != dst.shape() ||
+        (src.dtype() != dst.dtype() && !(isFloating(src.dtype()) && isFloating(dst.dtype())))) {
+        throw ShapeError("CudaBackend::reorder: " + src.shape().str() + " " + str(src.dtype()) + " to " +
+                         dst.shape().str() + " " + str(dst.dtype()));
     }
-    if (src.layout() == dst.layout()) {
+    if (src.layout() == dst.layout() && src.dtype() == dst.dtype()) {
         copy(src, dst);
         return;
     }
-    if (src.layout() == Layout::channelsLast || dst.layout() == Layout::channelsLast) {
-        throw BackendError("CudaBackend::reorder: the channelsLast layout is the CPU's (reorder to plain there)");
-    }
     const Shape& sh = src.shape();
-    cudak::reorder(fp(src), blockOf(src.layout()), fp(dst), blockOf(dst.layout()), sh[0], sh[1],
-                   sh.numel() / (sh[0] * sh[1]), s());
+    if (sh.numel() == 0) return;
+    if (src.layout() == dst.layout() && (src.isPlain() || src.layout() == Layout::channelsLast)) {
+        cast(src, dst); // one order, two types
+        return;
+    }
+    const int64_t c = sh[1], spatial = sh.numel() / (sh[0] * sh[1]);
+    auto block = [c](Layout l) { return l == Layout::channelsLast ? c : blockOf(l); };
+    if (src.dtype() == DType::float32 && dst.dtype() == DType::float32) {
+        cudak::reorder(fp(src), block(src.layout()), fp(dst), block(dst.layout()), sh[0], c, spatial, s());
+    } else {
+        cudak::reorderAny(src.raw(), static_cast<int>(src.dtype()), block(src.layout()), dst.raw(),
+                          static_cast<int>(dst.dtype()), block(dst.layout()), sh[0], c, spatial, s());
+    }
+}
+
+Tensor CudaBackend::arranged(const Tensor& t, Layout layout, DType dtype) {
+    if (t.layout() == layout && t.dtype() == dtype) return t;
+    Tensor out = Tensor::empty(t.shape(), dtype, device(), layout);
+    reorder(t, out);
+    return out;
 }
 
 MemoryStats CudaBackend::memoryStats() const { return allocator_.stats(); }

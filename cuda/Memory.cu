@@ -54,6 +54,15 @@ __global__ void reorderKernel(const float* src, int64_t sb, float* dst, int64_t 
     }
 }
 
+__global__ void reorderAnyKernel(const void* src, int st, int64_t sb, void* dst, int dt, int64_t db, int64_t n,
+                                 int64_t c, int64_t sp) {
+    TESSERA_FOR_EACH(i, n * c * sp) {
+        const int64_t s = i % sp, ch = i / sp % c, b = i / (sp * c);
+        storeFromFloat(dst, dt, blockedIndex(b, ch, s, c, sp, db),
+                       loadAsFloat(src, st, blockedIndex(b, ch, s, c, sp, sb)));
+    }
+}
+
 } // namespace
 
 void fill(float* p, int64_t n, float value, cudaStream_t s) { TESSERA_LAUNCH(fillKernel, n, s, p, n, value); }
@@ -75,6 +84,11 @@ void dropout(const float* x, float* mask, float* y, int64_t n, float p, uint64_t
 void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, int64_t n, int64_t c, int64_t spatial,
              cudaStream_t s) {
     TESSERA_LAUNCH(reorderKernel, n * c * spatial, s, src, srcBlock, dst, dstBlock, n, c, spatial);
+}
+
+void reorderAny(const void* src, int st, int64_t srcBlock, void* dst, int dt, int64_t dstBlock, int64_t n, int64_t c,
+                int64_t spatial, cudaStream_t s) {
+    TESSERA_LAUNCH(reorderAnyKernel, n * c * spatial, s, src, st, srcBlock, dst, dt, dstBlock, n, c, spatial);
 }
 
 } // namespace tessera::cudak

@@ -62,17 +62,19 @@ Tensor CudaBackend::lrnBackward(const LrnParams& p, const Tensor& xIn, const Ten
 }
 
 // Batch norm runs on a 16-bit type the backend carries (cuDNN reads and writes 16-bit x, y,
-// dy and dx with float32 parameters and statistics), on float32 otherwise.
+// dy and dx with float32 parameters and statistics), on float32 otherwise; in channels-last
+// where x comes in it (setCudaChannelsLast), plain otherwise.
 Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, const Tensor& shift, const Tensor& mean,
                                      const Tensor& var, float eps, bool training) {
     const DType t = carriedOrFloat32(xIn.dtype());
-    const Tensor x = xIn.plain().convertedTo(t);
+    const Layout layout = carriedLayout(xIn.layout());
+    const Tensor x = arranged(xIn, layout, t);
     if (x.shape().rank() < 2)
         throw ShapeError("CudaBackend::batchNormForward: needs [N, C, ...], got " + x.shape().str());
-    Tensor y = Tensor::empty(x.shape(), t, device());
+    Tensor y = Tensor::empty(x.shape(), t, device(), layout);
     const float one = 1.0f, zero = 0.0f;
     s();
-    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t);
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t, layout);
     const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
     if (training) {
         // Batch statistics: cuDNN saves the mean and the inverse standard deviation; the
@@ -93,12 +95,13 @@ Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, con
 Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, const Tensor& scale, const Tensor& mean,
                                       const Tensor& var, float eps, const Tensor& dscale, const Tensor& dshift) {
     const DType t = carriedOrFloat32(xIn.dtype());
-    const Tensor x = xIn.plain().convertedTo(t), dy = dyIn.plain().convertedTo(t);
-    Tensor dx = Tensor::empty(x.shape(), t, device());
+    const Layout layout = carriedLayout(xIn.layout());
+    const Tensor x = arranged(xIn, layout, t), dy = arranged(dyIn, layout, t);
+    Tensor dx = Tensor::empty(x.shape(), t, device(), layout);
     Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
     cudak::invStdFromVariance(fp(var), eps, fp(invstd), x.shape()[1], s());
     const float one = 1.0f, zero = 0.0f;
-    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t);
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t, layout);
     const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
     TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xDesc,
                                                        x.raw(), xDesc, dy.raw(), xDesc, dx.raw(), pDesc, fp(scale),
@@ -118,8 +121,9 @@ Tensor CudaBackend::batchNormReluBackward(const Tensor& x, const Tensor& dy, con
                                           const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
                                           const Tensor& dscale, const Tensor& dshift) {
     if (!mask.defined()) throw BackendError("CudaBackend::batchNormReluBackward: no mask from a training forward");
-    const Tensor g = Tensor::empty(mask.shape(), mask.dtype(), device());
-    activationBackward(ActivationParams{ActivationKind::relu}, mask, mask, dy.plain().reshape(mask.shape()), g);
+    const Tensor g = Tensor::empty(mask.shape(), mask.dtype(), device(), mask.layout());
+    const Tensor d = dy.shape() == mask.shape() ? dy : dy.plain().reshape(mask.shape());
+    activationBackward(ActivationParams{ActivationKind::relu}, mask, mask, d, g); // d moves to g's layout
     return batchNormBackward(x, g, scale, mean, var, eps, dscale, dshift);
 }
 

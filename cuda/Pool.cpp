@@ -61,17 +61,22 @@ static cudnnPoolingDescriptor_t avgPoolDesc(CudaBackend::DnnState& dnn, const Po
 }
 
 // Pooling runs on a 16-bit type the backend carries (setCuda16BitActivations), on float32
-// otherwise (carriedOrFloat32).
+// otherwise (carriedOrFloat32); in channels-last where x comes in it (setCudaChannelsLast),
+// plain otherwise. Max pooling's argmax is laid out as y.
 Tensor CudaBackend::poolForward(const PoolParams& p, const Tensor& xIn, const Shape& yShape, bool training,
                                 Tensor& workspace) {
     const DType t = carriedOrFloat32(xIn.dtype());
-    const Tensor x = xIn.plain().convertedTo(t);
-    Tensor y = Tensor::empty(yShape, t, device());
+    const Layout layout = carriedLayout(xIn.layout());
+    const Tensor x = arranged(xIn, layout, t);
+    Tensor y = Tensor::empty(yShape, t, device(), layout);
     if (p.kind == PoolKind::max) {
         workspace = training ? Tensor::empty(yShape, DType::int32, device()) : Tensor();
         int32_t* idx = training ? static_cast<int32_t*>(workspace.raw()) : nullptr;
         const cudak::Window3 w = window3(p, x.shape(), yShape);
-        if (t == DType::float32) {
+        if (layout == Layout::channelsLast) {
+            cudak::maxPoolForwardChannelsLast(x.raw(), y.raw(), static_cast<int>(t), idx, w,
+                                              x.shape()[0] * x.shape()[1], x.shape()[1], s());
+        } else if (t == DType::float32) {
             cudak::maxPoolForward(fp(x), fp(y), idx, w, x.shape()[0] * x.shape()[1], s());
         } else {
             cudak::maxPoolForwardAny(x.raw(), y.raw(), static_cast<int>(t), idx, w, x.shape()[0] * x.shape()[1], s());
@@ -81,8 +86,8 @@ Tensor CudaBackend::poolForward(const PoolParams& p, const Tensor& xIn, const Sh
     workspace = Tensor();
     const float one = 1.0f, zero = 0.0f;
     s();
-    TESSERA_CUDA_CHECK(cudnnPoolingForward(cudnn_, avgPoolDesc(*dnn_, p), &one, dnn_->tensor(nd(x.shape()), t), x.raw(),
-                                           &zero, dnn_->tensor(nd(yShape), t), y.raw()));
+    TESSERA_CUDA_CHECK(cudnnPoolingForward(cudnn_, avgPoolDesc(*dnn_, p), &one, dnn_->tensor(nd(x.shape()), t, layout),
+                                           x.raw(), &zero, dnn_->tensor(nd(yShape), t, layout), y.raw()));
     return y;
 }
 
@@ -90,28 +95,36 @@ Tensor CudaBackend::poolBackward(const PoolParams& p, const Tensor& dyIn, const 
                                  Layout xLayout) {
     // dx in dy's type (a 16-bit one where carried): Module::backward gives x's its own.
     const DType t = carriedOrFloat32(dyIn.dtype());
+    const Layout layout = carriedLayout(xLayout); // the forward's
     Tensor dx;
     if (p.kind == PoolKind::max) {
         if (!workspace.defined()) throw BackendError("CudaBackend::poolBackward: no argmax from a training forward");
         // Windows may overlap: the scatter adds in float32, then rounds once.
-        const Tensor dy = dyIn.plain().convertedTo(DType::float32);
-        dx = Tensor::empty(xShape, DType::float32, device());
+        const Tensor dy = arranged(dyIn, layout, DType::float32);
+        dx = Tensor::empty(xShape, DType::float32, device(), layout);
         const cudak::Window3 w = window3(p, xShape, dy.shape());
-        cudak::maxPoolBackward(fp(dy), static_cast<const int32_t*>(workspace.raw()), fp(dx), xShape[0] * xShape[1],
-                               w.in[0] * w.in[1] * w.in[2], w.out[0] * w.out[1] * w.out[2], s());
-        dx = dx.convertedTo(t);
+        const int64_t inPlane = w.in[0] * w.in[1] * w.in[2], outPlane = w.out[0] * w.out[1] * w.out[2];
+        const auto* idx = static_cast<const int32_t*>(workspace.raw());
+        if (layout == Layout::channelsLast) {
+            cudak::maxPoolBackwardChannelsLast(fp(dy), idx, fp(dx), xShape[0] * xShape[1], xShape[1], inPlane, outPlane,
+                                               s());
+        } else {
+            cudak::maxPoolBackward(fp(dy), idx, fp(dx), xShape[0] * xShape[1], inPlane, outPlane, s());
+        }
+        dx = arranged(dx, layout, t);
     } else {
         // Average pooling's gradient depends on neither x nor y; cuDNN still takes both
         // pointers, so dy and dx (of the same shapes) stand in for them.
-        const Tensor dy = dyIn.plain().convertedTo(t);
-        dx = Tensor::empty(xShape, t, device());
+        const Tensor dy = arranged(dyIn, layout, t);
+        dx = Tensor::empty(xShape, t, device(), layout);
         const float one = 1.0f, zero = 0.0f;
         s();
-        const cudnnTensorDescriptor_t yDesc = dnn_->tensor(nd(dy.shape()), t), xDesc = dnn_->tensor(nd(xShape), t);
+        const cudnnTensorDescriptor_t yDesc = dnn_->tensor(nd(dy.shape()), t, layout),
+                                      xDesc = dnn_->tensor(nd(xShape), t, layout);
         TESSERA_CUDA_CHECK(cudnnPoolingBackward(cudnn_, avgPoolDesc(*dnn_, p), &one, yDesc, dy.raw(), yDesc, dy.raw(),
                                                 xDesc, dx.raw(), &zero, xDesc, dx.raw()));
     }
-    return xLayout == Layout::plain ? dx : dx.toLayout(xLayout);
+    return dx.toLayout(xLayout);
 }
 
 void CudaBackend::maxPoolIndices(const PoolParams& p, const Tensor& xIn, const Tensor& idx) {

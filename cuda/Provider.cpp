@@ -52,6 +52,7 @@ public:
             be->setAllowTF32(s.allowTF32);
             be->setDeterministic(s.deterministic);
             be->set16BitActivations(s.activations16);
+            be->setChannelsLast(s.channelsLast);
         }
     }
 

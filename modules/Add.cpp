@@ -94,7 +94,7 @@ DType Add::sumDType(const std::vector<DType>& inDTypes) {
     for (DType t : inDTypes) {
         if (t != first) return DType::float32;
     }
-    return first == DType::bfloat16 || first == DType::float16 ? first : DType::float32;
+    return is16Bit(first) ? first : DType::float32;
 }
 
 // x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout (in the
@@ -284,7 +284,7 @@ Sum::Sum(int64_t axis, bool useWeights, std::string name)
 void Sum::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, useWeights_ ? 2 : 1, useWeights_ ? "input (data and weights)" : "input");
     const Shape& x = inShapes[0];
-    if (x.rank() <= axis_) {
+    if (static_cast<int64_t>(x.rank()) <= axis_) {
         throw shapeError("the data needs a dim " + std::to_string(axis_) + " to sum over, got " + x.str());
     }
     if (x.rank() > 8) throw shapeError("at most 8 dims, got " + x.str());

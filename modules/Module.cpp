@@ -205,21 +205,11 @@ const Tensors& Module::runPlanned(const Tensors& data) {
 }
 
 namespace {
-bool is16Bit(DType t) { return t == DType::bfloat16 || t == DType::float16; }
-
 bool any16Bit(const Tensors& ts) {
     for (const Tensor& t : ts) {
         if (t.defined() && is16Bit(t.dtype())) return true;
     }
     return false;
-}
-
-// Each 16-bit tensor converted to float32 (in its layout); the others as they are.
-Tensors float32All(const Tensors& ts) {
-    Tensors out;
-    out.reserve(ts.size());
-    for (const Tensor& t : ts) out.push_back(t.defined() && is16Bit(t.dtype()) ? t.convertedTo(DType::float32) : t);
-    return out;
 }
 } // namespace
 

@@ -30,6 +30,8 @@
 #               is set) channels_last
 #   side-carry16.log   with GPU_RUN_SIDE and GPU_RUN_CARRY16 set: the same in fp16 and bf16
 #               with TESSERA_CUDA_16BIT_ACTIVATIONS=1 (16-bit activations between layers)
+#   side-nhwc.log   with GPU_RUN_SIDE and GPU_RUN_NHWC set: the same in fp32, fp16 and bf16
+#               with TESSERA_CUDA_CHANNELS_LAST=1 as well (channels-last activations)
 #   kernels-*.log   with GPU_RUN_KERNELS="WORKLOAD:MODE:PRECISION ..." (say resnet50:train:bf16):
 #               tools/bench/gpu_kernels.py on both sides, one training or inference step's kernels
 # With GPU_RUN_PACK set, the logs end up in one OUT_DIR/gpu-run-logs.tar.xz.
@@ -171,11 +173,18 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   # shellcheck disable=SC2086 # $layouts is one flag or none
   { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
       --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision "$precisions" $layouts 2>&1; } >"$out/side.log" || status=1
-  if [[ -n ${GPU_RUN_CARRY16:-} ]]; then
-    cmd="TESSERA_CUDA_16BIT_ACTIVATIONS=1 python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision fp16,bf16 $layouts"
-    # shellcheck disable=SC2086 # $layouts is one flag or none
-    { header "$cmd"; TESSERA_CUDA_16BIT_ACTIVATIONS=1 timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py         --device cuda --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision fp16,bf16         $layouts 2>&1; } >"$out/side-carry16.log" || status=1
-  fi
+  # The same under the CUDA switches that are off by default: NAME:ENVIRONMENT:PRECISIONS.
+  variants=()
+  [[ -n ${GPU_RUN_CARRY16:-} ]] && variants+=("carry16:TESSERA_CUDA_16BIT_ACTIVATIONS=1:fp16,bf16")
+  [[ -n ${GPU_RUN_NHWC:-} ]] && variants+=("nhwc:TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1:fp32,fp16,bf16")
+  for variant in "${variants[@]}"; do
+    IFS=: read -r name environment vprecisions <<<"$variant"
+    cmd="$environment python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $vprecisions $layouts"
+    # shellcheck disable=SC2086 # $environment is a list of assignments, $layouts one flag or none
+    { header "$cmd"; env $environment timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py \
+        --device cuda --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" \
+        --precision "$vprecisions" $layouts 2>&1; } >"$out/side-$name.log" || status=1
+  done
 fi
 # Where one training step's GPU time goes, kernel by kernel (Nsight Compute), for each
 # WORKLOAD:MODE:PRECISION in GPU_RUN_KERNELS (say resnet50:train:bf16), on both sides.

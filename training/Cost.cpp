@@ -24,15 +24,7 @@ namespace {
 // Costs read float32 predictions row-major: 16-bit outputs of a network (its last layer's
 // in calcMode(bfloat16|float16)) are converted and blocked ones reordered here; the
 // float32 gradient a cost returns is one a 16-bit output takes (Module::backward).
-Tensors float32Plain(const Tensors& pred) {
-    Tensors out;
-    out.reserve(pred.size());
-    for (const Tensor& t : pred) {
-        const bool low = t.defined() && (t.dtype() == DType::bfloat16 || t.dtype() == DType::float16);
-        out.push_back(low ? t.convertedTo(DType::float32) : t);
-    }
-    return plainAll(out);
-}
+Tensors float32Plain(const Tensors& pred) { return plainAll(float32All(pred)); }
 } // namespace
 
 CostResult Cost::operator()(const Tensors& predIn, const Tensors& target) {

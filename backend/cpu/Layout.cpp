@@ -126,17 +126,48 @@ Tensor converted(const Tensor& t, DType dtype, Layout layout) {
 
 bool CpuBackend::bfloat16Kernels() { return dnnl_util::bfloat16Kernels(); }
 
-// src, dst: same shape, any layouts; the same dtype, or float32 and bfloat16 (converted,
+namespace {
+// Between float16 and float32 storage of one dense layout (plain or channelsLast: numel
+// elements in the same order), rounding to nearest even.
+void convertDense(const Tensor& src, const Tensor& dst) {
+    const int64_t n = src.numel();
+    if (src.dtype() == DType::float16) {
+        const auto* s = static_cast<const float16*>(src.raw());
+        auto* d = static_cast<float*>(dst.raw());
+        for (int64_t i = 0; i < n; ++i) d[i] = toFloat(s[i]);
+    } else {
+        const auto* s = static_cast<const float*>(src.raw());
+        auto* d = static_cast<float16*>(dst.raw());
+        for (int64_t i = 0; i < n; ++i) d[i] = toFloat16(s[i]);
+    }
+}
+} // namespace
+
+// src, dst: same shape, any layouts; the same dtype, or two floating types (converted,
 // rounding to nearest even)
 void CpuBackend::reorder(const Tensor& src, const Tensor& dst) {
-    auto activation = [](DType t) { return t == DType::float32 || t == DType::bfloat16; };
     if (src.shape() != dst.shape() ||
-        (src.dtype() != dst.dtype() && !(activation(src.dtype()) && activation(dst.dtype())))) {
+        (src.dtype() != dst.dtype() && !(isFloating(src.dtype()) && isFloating(dst.dtype())))) {
         throw ShapeError("CpuBackend::reorder: " + src.shape().str() + " " + str(src.dtype()) + " to " +
                          dst.shape().str() + " " + str(dst.dtype()));
     }
     if (src.layout() == dst.layout() && src.dtype() == dst.dtype()) {
         copy(src, dst);
+        return;
+    }
+    // oneDNN reorders no float16 on some CPUs: through float32, converted where the layout
+    // is dense (float16 takes plain and channelsLast only).
+    if (src.dtype() == DType::float16 || dst.dtype() == DType::float16) {
+        Tensor from = src;
+        if (src.dtype() == DType::float16) {
+            from = Tensor::empty(src.shape(), DType::float32, src.device(), src.layout());
+            convertDense(src, from);
+        }
+        const Tensor to = dst.dtype() == DType::float16
+                              ? Tensor::empty(dst.shape(), DType::float32, dst.device(), dst.layout())
+                              : dst;
+        reorder(from, to);
+        if (dst.dtype() == DType::float16) convertDense(to, dst);
         return;
     }
     std::vector<int64_t> key = {static_cast<int64_t>(dst.layout()), static_cast<int64_t>(dst.dtype())};

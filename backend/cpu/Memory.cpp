@@ -157,7 +157,7 @@ void CpuBackend::fill(const Tensor& t, float value) {
         for (int64_t i = 0; i < n; ++i) p[i] = v;
         return;
     }
-    if (t.dtype() == DType::bfloat16 || t.dtype() == DType::float16) {
+    if (is16Bit(t.dtype())) {
         const uint16_t bits = t.dtype() == DType::bfloat16 ? toBfloat16(value).bits : toFloat16(value).bits;
         auto* p = static_cast<uint16_t*>(t.raw());
         const int64_t all = static_cast<int64_t>(t.nbytes() / sizeof(uint16_t)); // padding too

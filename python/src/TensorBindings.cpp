@@ -300,6 +300,9 @@ ValueError when a value does not fit). copy=True always copies.)");
     m.def("setCuda16BitActivations", &setCuda16BitActivations, py::arg("on"),
           "16-bit activations between layers on CUDA in calcMode(float16|bfloat16) (off by default; "
           "TESSERA_CUDA_16BIT_ACTIVATIONS=1 turns it on at start; docs/gpu.md); a no-op without CUDA.");
+    m.def("setCudaChannelsLast", &setCudaChannelsLast, py::arg("on"),
+          "Channels-last (NHWC) activations between 2-D convolutions, batch norm, pooling and activations on CUDA "
+          "(off by default; TESSERA_CUDA_CHANNELS_LAST=1 turns it on at start; docs/gpu.md); a no-op without CUDA.");
 }
 
 } // namespace tessera::python

@@ -30,7 +30,7 @@ from ._tessera import (
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # GPU settings
-    cudaDeviceCount, setCuda16BitActivations, setCudaAllowTF32, setCudaDeterministic,
+    cudaDeviceCount, setCuda16BitActivations, setCudaAllowTF32, setCudaChannelsLast, setCudaDeterministic,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, factorySignature, fashionMnistDir, importOnnx, loadMnist, readClassNames,
     readTransforms,
@@ -108,6 +108,7 @@ __all__ = [
     "cudaDeviceCount",
     "setCuda16BitActivations",
     "setCudaAllowTF32",
+    "setCudaChannelsLast",
     "setCudaDeterministic",
     "rand",
     "randint",

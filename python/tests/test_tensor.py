@@ -181,6 +181,7 @@ def test_gpu_settings_are_there_with_or_without_a_gpu():
         assert ts.setCudaDeterministic(on) is None
         assert ts.setCudaAllowTF32(not on) is None
         assert ts.setCuda16BitActivations(on) is None
+        assert ts.setCudaChannelsLast(on) is None
     ts.setCudaAllowTF32(True)
     with pytest.raises(TypeError):
         ts.setCudaDeterministic("yes")

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "GradCheck.h"
@@ -282,6 +283,35 @@ TEST(TensorLayout, BlockedRoundTripKeepsValuesAndPadsChannels) {
         EXPECT_EQ(back.toVector<float>(), x.toVector<float>());
     }
     EXPECT_TRUE(x.plain().sharesStorage(x));
+}
+
+// float16 tensors take the channels-last layout (the CUDA backend's 16-bit NHWC
+// activations) and no blocked one; conversions between the floating types keep it, and a
+// reorder back to plain gives the values in order.
+TEST(TensorLayout, Float16TakesChannelsLastOnly) {
+    const Tensor x = iota({2, 5, 3, 4}); // small integers: exact in every floating type
+    for (DType from : {DType::float32, DType::bfloat16}) {
+        SCOPED_TRACE(str(from));
+        const Tensor last = x.convertedTo(from).toLayout(Layout::channelsLast);
+        const Tensor h = last.convertedTo(DType::float16);
+        EXPECT_EQ(h.dtype(), DType::float16);
+        EXPECT_EQ(h.layout(), Layout::channelsLast);
+        EXPECT_EQ(h.nbytes(), x.nbytes() / 2); // no padding
+        EXPECT_EQ(h.toVector<float>(), x.toVector<float>());
+        EXPECT_EQ(h.plain().toVector<float>(), x.toVector<float>());
+        const Tensor back = h.convertedTo(from);
+        EXPECT_EQ(back.layout(), Layout::channelsLast);
+        EXPECT_EQ(back.toVector<float>(), x.toVector<float>());
+    }
+    // Elements in channels-last storage: [N, H, W, C].
+    const Tensor h = x.convertedTo(DType::float16).toLayout(Layout::channelsLast);
+    const Tensor raw = Tensor::empty({2 * 5 * 3 * 4}, DType::float16);
+    std::memcpy(raw.raw(), h.raw(), h.nbytes());
+    EXPECT_EQ(raw.toVector<float>()[1], x.toVector<float>()[12]); // n 0, h 0, w 0, c 1
+    EXPECT_THROW(Tensor::empty({1, 16, 2, 2}, DType::float16, {}, Layout::blocked16), ShapeError);
+    EXPECT_THROW(Tensor::empty({1, 16, 2, 2}, DType::int32, {}, Layout::channelsLast), ShapeError);
+    // Blocked data asked for in float16 becomes plain.
+    EXPECT_EQ(x.toLayout(Layout::blocked8).convertedTo(DType::float16).layout(), Layout::plain);
 }
 
 TEST(TensorLayout, PlainOnlyAccessThrowsOnBlockedData) {

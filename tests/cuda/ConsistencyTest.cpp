@@ -574,13 +574,76 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
     }
 }
 
+// While it lives, CUDA activations are channels-last between 2-D convolutions, batch
+// norm, pooling and sums (setCudaChannelsLast).
+struct ChannelsLast {
+    explicit ChannelsLast(bool on) { setCudaChannelsLast(on); }
+    ~ChannelsLast() { setCudaChannelsLast(false); }
+    ChannelsLast(const ChannelsLast&) = delete;
+    ChannelsLast& operator=(const ChannelsLast&) = delete;
+};
+
+// conv (bias) -> bn -> relu -> max pool 3x3 stride 2 -> grouped conv -> bn -> (+ the pool's
+// output) -> relu -> avg pool 2x2 -> global avg pool -> flatten -> linear: every op that
+// keeps channels-last, with a sum of two channels-last values, ending in a plain layer.
+std::shared_ptr<Graph> channelsLastNet() {
+    auto relu = [] { return std::make_shared<Activation>(ActivationKind::relu); };
+    auto in = node(std::make_shared<Identity>(), {}, "in");
+    auto c1 = node(std::make_shared<Conv2D>(3, 8, 3, ConvOptions{.pad = {1}}), in, "c1");
+    auto b1 = node(std::make_shared<BatchNorm2D>(8), c1, "b1");
+    auto r1 = node(relu(), b1, "r1");
+    auto mp =
+        node(std::make_shared<MaxPool2D>(std::vector<int64_t>{3, 3}, PoolOptions{.stride = 2, .pad = 1}), r1, "mp");
+    auto c2 = node(std::make_shared<Conv2D>(8, 8, 3, ConvOptions{.pad = {1}, .groups = 2, .useBias = false}), mp, "c2");
+    auto b2 = node(std::make_shared<BatchNorm2D>(8), c2, "b2");
+    auto sum = node(std::make_shared<Add>(), {b2, mp}, "sum");
+    auto r2 = node(relu(), sum, "r2");
+    auto ap = node(std::make_shared<AvgPool2D>(std::vector<int64_t>{2, 2}), r2, "ap");
+    auto gp = node(std::make_shared<GlobalAvgPool>(), ap, "gp");
+    auto fl = node(std::make_shared<Flatten>(), gp, "fl");
+    auto fc = node(std::make_shared<Linear>(8, 5), fl, "fc");
+    return std::make_shared<Graph>(std::vector<NodePtr>{in}, std::vector<NodePtr>{fc});
+}
+
+// With channels-last on (setCudaChannelsLast), convolutions (with a bias, grouped,
+// transposed, strided), batch norm and its fused ReLU, max pooling with overlapping
+// windows, average and global pooling, and a sum with its fused ReLU match the CPU as
+// every module's case does (TF32 off: float32 on both sides). On a GPU the layers from the
+// first convolution to the global pooling write channelsLast, and the flatten after it
+// takes a plain copy.
+TEST(CudaConsistency, ChannelsLastMatchesTheCpu) {
+    REQUIRE_DEVICE();
+    const ChannelsLast last(true);
+    const std::vector<Case> cases = {
+        {"conv, batch norm, pooling and a sum in channels-last",
+         [] { return ModulePtr(channelsLastNet()); },
+         {{4, 3, 12, 12}}},
+        {"Conv2D stride 2 with bias", make<Conv2D>(8, 16, 3, ConvOptions{.stride = {2}, .pad = {1}}), {{4, 8, 11, 11}}},
+        {"Deconv2D stride 2 with bias",
+         make<Deconv2D>(8, 4, 3, ConvOptions{.stride = {2}, .pad = {1}}),
+         {{2, 8, 6, 6}}},
+        {"Conv1D (stays plain)", make<Conv1D>(4, 8, 5, ConvOptions{.pad = {2}}), {{3, 4, 20}}},
+    };
+    for (const Case& c : cases) runCase(c);
+    if (selfCheck()) return; // the CPU picks its own layouts
+    manualSeed(11);
+    const std::shared_ptr<Graph> net = channelsLastNet();
+    net->to(testDevice());
+    (*net)(randomTensor({4, 3, 12, 12}, 100).to(testDevice()));
+    for (const char* name : {"c1", "b1", "r1", "mp", "c2", "b2", "sum", "r2", "ap", "gp"}) {
+        EXPECT_EQ(net->getNodeByName(name).outputs()[0].layout(), Layout::channelsLast) << name;
+    }
+    EXPECT_EQ(net->getNodeByName("fc").outputs()[0].layout(), Layout::plain);
+}
+
 // One training step of a seeded ResNet-18 (its ImageNet stem: max pooling too) in
 // calcMode(low): the output and every parameter gradient, and the dtypes its first batch
-// norm and first sum wrote.
+// norm and first sum wrote, and the layout of the first batch norm's output.
 struct StepResult {
     Tensor y;
     std::vector<Tensor> grads;
     DType normOut = DType::int32, addOut = DType::int32;
+    Layout normLayout = Layout::plain;
 };
 
 // The first leaf (depth first, in order) that is a T, in `m` or below.
@@ -594,8 +657,9 @@ template <class T> const Module* firstOf(const Module& m) {
 
 DType outputDType(const Module* m) { return m && !m->dataList().empty() ? m->dataList()[0].dtype() : DType::int32; }
 
-StepResult resnetStep(DType low, const Tensor& x, const Tensor& dy, Device dev, bool carry) {
+StepResult resnetStep(DType low, const Tensor& x, const Tensor& dy, Device dev, bool carry, bool channelsLast = false) {
     const Carry16Bit carrying(carry);
+    const ChannelsLast last(channelsLast);
     manualSeed(21);
     const std::shared_ptr<Graph> net = loadResNet(18, ResNetStem::imagenet, 10);
     net->to(dev);
@@ -605,6 +669,9 @@ StepResult resnetStep(DType low, const Tensor& x, const Tensor& dy, Device dev, 
     r.y = (*net)(x.to(dev)).convertedTo(DType::float32).toHost();
     r.normOut = outputDType(firstOf<BatchNormND>(*net));
     r.addOut = outputDType(firstOf<Add>(*net));
+    if (const Module* bn = firstOf<BatchNormND>(*net); bn && !bn->dataList().empty()) {
+        r.normLayout = bn->dataList()[0].layout();
+    }
     net->backward(dy.to(dev));
     for (const auto& [name, v] : net->namedParams()) r.grads.push_back(v->grad.toHost());
     return r;
@@ -680,6 +747,58 @@ TEST(CudaConsistency, SixteenBitActivationsStayCloseToFloat32) {
                     "%.1f MiB)\n",
                     str(low).c_str(), off.training / 1048576.0, on.training / 1048576.0, m.training / 1048576.0);
     }
+}
+
+// ResNet-18 steps with channels-last on (setCudaChannelsLast) against the same steps in
+// plain layouts on the device: in float32 (TF32 off) they differ by summation order only
+// (outputs within 2e-3, parameter gradients within 3% by norm, the bounds of ResNet's case
+// above: ReLU inputs within rounding of zero flip); in float16 and bfloat16 with 16-bit
+// activations carried, the channels-last step stays as close to float32's as the plain one
+// (within three times its distance) and writes its batch norms' outputs channels-last in
+// the 16-bit type. The memory plan with channels-last matches the device.
+TEST(CudaConsistency, ChannelsLastResNetStepsMatchPlainOnes) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    const Tensor x = randomTensor({8, 3, 64, 64}, 31);
+    const Tensor dy = randomTensor({8, 10}, 32);
+    auto gradientDistance = [](const StepResult& a, const StepResult& b) {
+        double worst = 0;
+        for (size_t i = 0; i < b.grads.size(); ++i) worst = std::max(worst, normDiff(a.grads[i], b.grads[i]));
+        return worst;
+    };
+    const StepResult plain32 = resnetStep(DType::float32, x, dy, dev, false, false);
+    const StepResult last32 = resnetStep(DType::float32, x, dy, dev, false, true);
+    ASSERT_EQ(last32.grads.size(), plain32.grads.size());
+    EXPECT_LE(relDiff(last32.y, plain32.y), 2e-3) << "float32 output";
+    EXPECT_LE(gradientDistance(last32, plain32), 3e-2) << "float32 parameter gradients";
+    if (!selfCheck()) {
+        EXPECT_EQ(last32.normLayout, Layout::channelsLast);
+    }
+    std::printf("ResNet-18 step in float32, channels-last against plain: output %.1e, parameter gradients %.1e\n",
+                relDiff(last32.y, plain32.y), gradientDistance(last32, plain32));
+    for (DType low : {DType::float16, DType::bfloat16}) {
+        if (selfCheck() && low == DType::float16) continue;
+        SCOPED_TRACE(str(low));
+        const StepResult plain = resnetStep(low, x, dy, dev, true, false);
+        const StepResult last = resnetStep(low, x, dy, dev, true, true);
+        if (!selfCheck()) {
+            EXPECT_EQ(last.normOut, low);
+            EXPECT_EQ(last.normLayout, Layout::channelsLast);
+        }
+        const double eps = low == DType::float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+        const double yPlain = relDiff(plain.y, plain32.y), yLast = relDiff(last.y, plain32.y);
+        EXPECT_LE(yLast, 3 * yPlain + eps) << "output";
+        std::printf("ResNet-18 step in %s carried, against float32: output %.1e plain, %.1e channels-last\n",
+                    str(low).c_str(), yPlain, yLast);
+    }
+    const ChannelsLast last(true);
+    manualSeed(21);
+    const std::shared_ptr<Graph> net = loadResNet(18, ResNetStem::imagenet, 10);
+    net->to(dev);
+    const MemoryPlan plan = planMemory(*net, {x.shape()}, dev);
+    const testing::MeasuredPeaks m = testing::measurePeaks(*net, x.shape(), dev);
+    EXPECT_TRUE(testing::within10Percent("training step", plan.training, m.training));
+    EXPECT_TRUE(testing::within10Percent("inference", plan.inference, m.inference));
 }
 
 // A small convolutional network learns on the device in float16 (with dynamic loss
