@@ -330,13 +330,35 @@ void Importer::importLayerNormalization(const onnx::NodeProto& n, const Attribut
 }
 
 // Split
+// Without sizes, one part per output (or `num_outputs`, opset 18) of a dim known at import:
+// equal parts, the last one smaller where the dim does not divide (opset 18's rule; before
+// it, the dim had to divide).
 void Importer::importSplit(const onnx::NodeProto& n, const Attributes& a) {
-    a.only({"axis", "split"});
+    a.only({"axis", "split", "num_outputs"});
     std::vector<int64_t> sizes = a.ints("split");
     if (n.input_size() > 1 && !n.input(1).empty()) sizes = requireInts(n, 1, "the split sizes");
-    if (sizes.empty()) throw Unsupported{"equal splits without sizes are not supported (give split)"};
-    if (static_cast<int>(sizes.size()) != n.output_size()) throw Unsupported{"split sizes do not match the outputs"};
     const int64_t axis = resolveAxis(n, 0, a.i("axis", 0));
+    if (sizes.empty()) {
+        const int64_t parts = a.i("num_outputs", n.output_size());
+        if (parts != n.output_size()) {
+            throw Unsupported{"num_outputs " + std::to_string(parts) + " with " + std::to_string(n.output_size()) +
+                              " outputs"};
+        }
+        auto in = shapes_.find(n.input(0));
+        const int64_t dim = in != shapes_.end() && axis < static_cast<int64_t>(in->second.size())
+                                ? in->second[static_cast<size_t>(axis)].value
+                                : -1;
+        if (dim < 0) {
+            throw Unsupported{"equal splits of a dim not known at import (axis " + std::to_string(axis) + ")"};
+        }
+        const int64_t part = (dim + parts - 1) / parts;
+        if (parts < 1 || part * (parts - 1) >= dim) {
+            throw Unsupported{"a dim of " + std::to_string(dim) + " in " + std::to_string(parts) + " nonempty parts"};
+        }
+        sizes.assign(static_cast<size_t>(parts), part);
+        sizes.back() = dim - part * (parts - 1);
+    }
+    if (static_cast<int>(sizes.size()) != n.output_size()) throw Unsupported{"split sizes do not match the outputs"};
     return define(n, std::make_shared<Split>(static_cast<int>(axis), sizes), dataInputs(n, 1));
 }
 

@@ -174,6 +174,10 @@ def exporter_forms(root, x):
         inits = [ints("starts", starts), ints("ends", ends), ints("axes", axes)]
         g = helper.make_graph([node], "slice", [value("x", x.shape)], [value("y", y.shape)], inits)
         save(root, f"slice_{name}", g, [x], [y], 13)
+    # Split without sizes (torch.chunk's form): equal parts of a dim known at import, batch free.
+    node = helper.make_node("Split", ["x"], ["y0", "y1"], axis=2)
+    g = helper.make_graph([node], "split", [value("x", free)], [value("y0", ["N", 3, 2, 5]), value("y1", ["N", 3, 2, 5])])
+    save(root, "split_equal_parts", g, [x], [x[:, :, :2], x[:, :, 2:]], 13)
     # Unsqueeze then Squeeze of data; Flatten at axis 2; a Cast to float.
     nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]), helper.make_node("Relu", ["u"], ["r"]),
              helper.make_node("Squeeze", ["r", "axes"], ["y"])]
