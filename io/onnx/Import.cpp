@@ -221,6 +221,14 @@ int64_t Importer::resolveAxis(const onnx::NodeProto& n, int k, int64_t axis) con
     return axis + r->second;
 }
 
+std::vector<int64_t> Importer::spatialDimsOf(const onnx::NodeProto& n, int k, size_t dims) const {
+    std::vector<int64_t> out(dims, -1);
+    auto s = shapes_.find(n.input(k));
+    if (s == shapes_.end() || s->second.size() != dims + 2) return out;
+    for (size_t d = 0; d < dims; ++d) out[d] = s->second[2 + d].value;
+    return out;
+}
+
 int64_t Importer::rankOf(const onnx::NodeProto& n, int k) const {
     auto r = ranks_.find(n.input(k));
     return r == ranks_.end() ? -1 : r->second;

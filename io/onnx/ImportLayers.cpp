@@ -197,7 +197,7 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     } else {
         a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"});
     }
-    autoPadNotSet(a);
+    if (transposed) autoPadNotSet(a);
     const Constant& w = requireConstant(n, 1, "the weight");
     const Shape& ws = w.tensor.shape();
     if (ws.rank() < 3 || ws.rank() > 5) throw Unsupported{"a weight of rank " + std::to_string(ws.rank())};
@@ -207,8 +207,17 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     const int64_t groups = a.i("group", 1);
     ConvOptions o;
     o.stride = a.ints("strides", std::vector<int64_t>(dims, 1));
-    o.pad = symmetricPads(a.ints("pads"), dims);
     o.dilation = a.ints("dilations", std::vector<int64_t>(dims, 1));
+    // A convolution pads both sides alike: what one side has beyond the other (auto_pad
+    // SAME with an odd total, or asymmetric pads) is a zero Pad in front of it.
+    WindowPads pads{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+    if (transposed) {
+        o.pad = symmetricPads(a.ints("pads"), dims);
+    } else {
+        pads = windowPads(a, kernel, o.stride, o.dilation, spatialDimsOf(n, 0, dims));
+        o.pad = pads.symmetric();
+        if (pads.asymmetric() && dims == 3) throw Unsupported{"asymmetric padding of a 3-D convolution"};
+    }
     o.groups = groups;
     // output_padding q adds q outputs at the end of a dim: the deconvolution's postpad
     // when q < stride. ONNX also allows q < dilation; such a q up to the pad is the
@@ -266,6 +275,13 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
         auto seq = std::make_shared<Sequential>();
         seq->append(m);
         seq->append(std::make_shared<Slice>(axes, starts, std::vector<int64_t>(axes.size(), 0)));
+        m = seq;
+    }
+    if (pads.asymmetric()) {
+        auto seq = std::make_shared<Sequential>();
+        if (dims == 1) seq->append(std::make_shared<Pad1D>(pads.extra()));
+        if (dims == 2) seq->append(std::make_shared<Pad2D>(pads.extra()));
+        seq->append(m);
         m = seq;
     }
     return define(n, m, dataInputs(n, 1));
@@ -377,7 +393,6 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
         a.only({"kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad"});
     }
     onlyOutputs(n, 1);
-    autoPadNotSet(a);
     const bool ceil = a.i("ceil_mode", 0) != 0;
     if (ceil && !isMax) throw Unsupported{"ceil_mode 1 is not supported for AveragePool"};
     const std::vector<int64_t> kernel = a.ints("kernel_shape");
@@ -389,11 +404,38 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
     }
     PoolOptions o;
     o.stride = a.ints("strides", std::vector<int64_t>(dims, 1));
-    o.pad = symmetricPads(a.ints("pads"), dims);
+    // Pooling pads both sides alike: what one side has beyond the other (auto_pad SAME with
+    // an odd total, or asymmetric pads) is a Pad in front of it, of -FLT_MAX for a max (never
+    // a window's maximum, as every window holds a real element) and of zeros for an average
+    // that counts padding; an average that does not count it cannot take one.
+    const WindowPads pads = windowPads(a, kernel, o.stride, dil, spatialDimsOf(n, 0, dims));
+    o.pad = pads.symmetric();
     for (size_t d = 0; d < dims; ++d) {
-        if (o.pad[d] >= kernel[d]) throw Unsupported{"a pad as large as the kernel is not supported"};
+        if (std::max(pads.lo[d], pads.hi[d]) >= kernel[d]) {
+            throw Unsupported{"a pad as large as the kernel is not supported"};
+        }
     }
     o.includePad = a.i("count_include_pad", 0) != 0;
+    if (pads.asymmetric()) {
+        if (ceil) throw Unsupported{"ceil_mode 1 with asymmetric padding"};
+        if (dims == 3) throw Unsupported{"asymmetric padding of a 3-D pool"};
+        if (!isMax && !o.includePad) {
+            throw Unsupported{"asymmetric padding of an average that does not count the padding (count_include_pad 0)"};
+        }
+        const PadOptions padOptions{.mode = PadMode::constant,
+                                    .fillValue = isMax ? -std::numeric_limits<float>::max() : 0.0f};
+        auto seq = std::make_shared<Sequential>();
+        if (dims == 1) seq->append(std::make_shared<Pad1D>(pads.extra(), padOptions));
+        if (dims == 2) seq->append(std::make_shared<Pad2D>(pads.extra(), padOptions));
+        if (isMax) {
+            if (dims == 1) seq->append(std::make_shared<MaxPool1D>(kernel, o));
+            if (dims == 2) seq->append(std::make_shared<MaxPool2D>(kernel, o));
+        } else {
+            if (dims == 1) seq->append(std::make_shared<AvgPool1D>(kernel, o));
+            if (dims == 2) seq->append(std::make_shared<AvgPool2D>(kernel, o));
+        }
+        return define(n, seq, dataInputs(n, 1));
+    }
     if (ceil) return importCeilMaxPool(n, kernel, o);
     ModulePtr m;
     if (isMax) {

@@ -67,6 +67,8 @@ private:
     // `axis` of input `k`, negative ones counted from the end when its rank is declared.
     int64_t resolveAxis(const onnx::NodeProto& n, int k, int64_t axis) const;
     int64_t rankOf(const onnx::NodeProto& n, int k) const;
+    // Input k's `dims` spatial dims (after [N, C]) as known at import; -1 where not known.
+    std::vector<int64_t> spatialDimsOf(const onnx::NodeProto& n, int k, size_t dims) const;
 
     static bool isInput(const NodePtr& n, const std::vector<NodePtr>& inputs);
 

@@ -1,5 +1,6 @@
 #include "io/onnx/Proto.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -157,6 +158,51 @@ std::vector<int64_t> symmetricPads(const std::vector<int64_t>& pads, size_t dims
         if (pads[d] != pads[d + dims]) throw Unsupported{"asymmetric pads are not supported"};
     }
     return p;
+}
+
+std::vector<int64_t> WindowPads::symmetric() const {
+    std::vector<int64_t> s;
+    for (size_t d = 0; d < lo.size(); ++d) s.push_back(std::min(lo[d], hi[d]));
+    return s;
+}
+
+std::vector<int64_t> WindowPads::extra() const {
+    std::vector<int64_t> e;
+    for (size_t d = 0; d < lo.size(); ++d) {
+        const int64_t s = std::min(lo[d], hi[d]);
+        e.push_back(lo[d] - s);
+        e.push_back(hi[d] - s);
+    }
+    return e;
+}
+
+WindowPads windowPads(const Attributes& a, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                      const std::vector<int64_t>& dilation, const std::vector<int64_t>& in) {
+    const size_t dims = kernel.size();
+    const std::string ap = a.s("auto_pad", "NOTSET");
+    WindowPads w{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+    if (ap == "VALID") return w;
+    if (ap == "NOTSET") {
+        const std::vector<int64_t> pads = a.ints("pads");
+        if (pads.empty()) return w;
+        if (pads.size() != 2 * dims) throw Unsupported{"pads has " + std::to_string(pads.size()) + " values"};
+        for (size_t d = 0; d < dims; ++d) {
+            w.lo[d] = pads[d];
+            w.hi[d] = pads[d + dims];
+            if (w.lo[d] < 0 || w.hi[d] < 0) throw Unsupported{"negative pads are not supported"};
+        }
+        return w;
+    }
+    if (ap != "SAME_UPPER" && ap != "SAME_LOWER") throw Unsupported{"auto_pad " + ap + " is not an ONNX value"};
+    for (size_t d = 0; d < dims; ++d) {
+        if (d >= in.size() || in[d] < 0) throw Unsupported{"auto_pad " + ap + " on a spatial dim not known at import"};
+        const int64_t out = (in[d] + stride[d] - 1) / stride[d];
+        const int64_t total = std::max<int64_t>(0, (out - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1 - in[d]);
+        const int64_t small = total / 2;
+        w.lo[d] = ap == "SAME_UPPER" ? small : total - small;
+        w.hi[d] = total - w.lo[d];
+    }
+    return w;
 }
 
 void autoPadNotSet(const Attributes& a) {

@@ -101,6 +101,21 @@ private:
 std::vector<int64_t> symmetricPads(const std::vector<int64_t>& pads, size_t dims);
 void autoPadNotSet(const Attributes& a);
 
+// A window op's padding per spatial dim: the `pads` attribute ([b1, ..., e1, ...]), none
+// for auto_pad VALID, or for SAME_UPPER / SAME_LOWER what makes the output ceil(in /
+// stride), the odd one at the end (UPPER) or the start (LOWER). `in`: the input's
+// spatial dims (-1 where not known at import; SAME needs them).
+struct WindowPads {
+    std::vector<int64_t> lo, hi;
+    // The part both sides share, and what one side adds beyond it (for a Pad layer in
+    // front: [lo1 - s1, hi1 - s1, lo2 - s2, ...]; all zeros when symmetric).
+    std::vector<int64_t> symmetric() const;
+    std::vector<int64_t> extra() const;
+    bool asymmetric() const { return lo != hi; }
+};
+WindowPads windowPads(const Attributes& a, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                      const std::vector<int64_t>& dilation, const std::vector<int64_t>& in);
+
 // A floating initializer of over 1024 elements (dims as declared; none negative).
 bool largeFloating(const onnx::TensorProto& t);
 

@@ -84,6 +84,7 @@ def main():
         save(root, f"resize_linear_half_pixel_x{s}", g, [x], [y], 13)
     exporter_forms(root, x)
     window_forms(root)
+    padding_forms(root)
 
 
 def ints(name, values):
@@ -371,6 +372,46 @@ def window_forms(root):
              ints("shape67", [6, 7]), ints("axes03", [0, 3])]
     g = helper.make_graph(nodes, "constants", [value("x", free)], [value("y", free)], inits)
     save(root, "computed_constants_against_numpy", g, [x], [(x + total[None, :, :, None]).astype(np.float32)], 13)
+
+
+def windows(xp, k, s):
+    """The k x k windows of padded [N, C, H, W] at stride s: [N, C, Ho, Wo, k, k]."""
+    n, c, h, w = xp.shape
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    out = np.empty((n, c, ho, wo, k, k), np.float32)
+    for i in range(ho):
+        for j in range(wo):
+            out[:, :, i, j] = xp[:, :, i * s:i * s + k, j * s:j * s + k]
+    return out
+
+
+def padding_forms(root):
+    """Convolutions and pools padded more on one side than the other: asymmetric pads, and
+    auto_pad SAME_UPPER / SAME_LOWER with an odd total (TensorFlow's "same")."""
+    rng = np.random.RandomState(7)
+    x = rng.randn(2, 3, 6, 7).astype(np.float32)
+    free = ["N", 3, 6, 7]
+    w = rng.randn(4, 3, 2, 2).astype(np.float32)
+    # (name, attributes, (top, bottom, left, right), stride)
+    for name, attrs, (t, b, l, r), s in (("pads", {"pads": [0, 1, 1, 0]}, (0, 1, 1, 0), 1),
+                                         ("same_upper", {"auto_pad": "SAME_UPPER"}, (0, 1, 0, 1), 1),
+                                         ("same_lower_stride_2", {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
+                                          (0, 0, 1, 0), 2)):
+        xp = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
+        y = np.einsum("nchwij,kcij->nkhw", windows(xp, 2, s), w).astype(np.float32)
+        node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[2, 2], **attrs)
+        g = helper.make_graph([node], "conv", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))],
+                              [numpy_helper.from_array(w, "w")])
+        save(root, f"conv_{name}", g, [x], [y], 13)
+        xm = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=-np.inf)
+        y = windows(xm, 2, s).max(axis=(4, 5))
+        node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], **attrs)
+        g = helper.make_graph([node], "maxpool", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))])
+        save(root, f"maxpool_{name}", g, [x], [y], 13)
+        y = windows(xp, 2, s).mean(axis=(4, 5))
+        node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], count_include_pad=1, **attrs)
+        g = helper.make_graph([node], "avgpool", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))])
+        save(root, f"avgpool_count_pad_{name}", g, [x], [y], 13)
 
 
 def grid_sample(x, grid):
