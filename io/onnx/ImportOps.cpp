@@ -362,19 +362,20 @@ void Importer::importSplit(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<Split>(static_cast<int>(axis), sizes), dataInputs(n, 1));
 }
 
-// Tile
+// Tile: one Tile layer per dim repeated (in a Sequential where there are several).
 void Importer::importTile(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     const Constant& reps = requireConstant(n, 1, "the repeats");
-    int64_t axis = -1, times = 1;
+    std::vector<ModulePtr> tiles;
     for (size_t d = 0; d < reps.ints.size(); ++d) {
-        if (reps.ints[d] == 1) continue;
-        if (axis >= 0) throw Unsupported{"repeats along more than one dim are not supported"};
-        axis = static_cast<int64_t>(d);
-        times = reps.ints[d];
+        if (reps.ints[d] < 1) throw Unsupported{"a repeat count of " + std::to_string(reps.ints[d])};
+        if (reps.ints[d] > 1) tiles.push_back(std::make_shared<Tile>(static_cast<int>(d), reps.ints[d]));
     }
-    if (axis < 0) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
-    return define(n, std::make_shared<Tile>(static_cast<int>(axis), times), dataInputs(n, 1));
+    if (tiles.empty()) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    if (tiles.size() == 1) return define(n, tiles[0], dataInputs(n, 1));
+    auto seq = std::make_shared<Sequential>();
+    for (const ModulePtr& t : tiles) seq->append(t);
+    return define(n, seq, dataInputs(n, 1));
 }
 
 // GridSample
