@@ -176,7 +176,9 @@ struct UpdateParams {
     int64_t step = 1;         ///< 1-based update count (Adam's bias correction)
 };
 
-enum class PadMode { constant, reflect };
+/// Padding: a constant, the input mirrored without repeating its edge (reflect), or its edge
+/// value repeated (edge; PyTorch's "replicate").
+enum class PadMode { constant, reflect, edge };
 enum class ResampleMode { nearest, linear };
 
 class Backend {

@@ -201,11 +201,13 @@ TESSERA_HOST_DEVICE inline double svm(const float* row, int32_t y, bool l2, floa
 // ---- padding and pooling ----------------------------------------------------------------
 
 /// Source position of padded coordinate `o` along a dim of size `n` padded by `lo` before,
-/// or -1 for a constant pad. Reflection mirrors without repeating the edge.
-TESSERA_HOST_DEVICE inline int64_t padSource(bool reflect, int64_t o, int64_t lo, int64_t n) {
+/// or -1 for a constant pad. Reflection mirrors without repeating the edge; edge repeats
+/// the first or last element.
+TESSERA_HOST_DEVICE inline int64_t padSource(PadMode mode, int64_t o, int64_t lo, int64_t n) {
     const int64_t i = o - lo;
     if (i >= 0 && i < n) return i;
-    if (!reflect) return -1;
+    if (mode == PadMode::constant) return -1;
+    if (mode == PadMode::edge) return i < 0 ? 0 : n - 1;
     return i < 0 ? -i : 2 * (n - 1) - i; // -1 -> 1, n -> n - 2
 }
 

@@ -103,10 +103,10 @@ void resampleForward(bool linear, const float* x, float* y, const int64_t in[3],
 /// dx (zeroed here) <- the adjoint of resampleForward applied to dy.
 void resampleBackward(bool linear, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
                       int64_t planes, cudaStream_t s);
-void padForward(bool reflect, float value, const float* x, float* y, const int64_t in[3], const int64_t out[3],
+void padForward(PadMode mode, float value, const float* x, float* y, const int64_t in[3], const int64_t out[3],
                 const int64_t lo[3], int64_t planes, cudaStream_t s);
 /// dx (zeroed here) <- the adjoint of padForward applied to dy.
-void padBackward(bool reflect, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
+void padBackward(PadMode mode, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
                  const int64_t lo[3], int64_t planes, cudaStream_t s);
 /// x: [N, C, inner]; slopes: [C] (or [1] when `shared`).
 void preluForward(const float* x, const float* slopes, float* y, int64_t n, int64_t c, int64_t inner, bool shared,

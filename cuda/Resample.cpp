@@ -62,7 +62,7 @@ void CudaBackend::padForward(PadMode mode, float value, const std::vector<int64_
     spatial3("padForward", x.shape(), in);
     spatial3("padForward", y.shape(), out);
     padLo3(lo, l);
-    cudak::padForward(mode == PadMode::reflect, value, fp(x), fp(y), in, out, l, x.shape()[0] * x.shape()[1], s());
+    cudak::padForward(mode, value, fp(x), fp(y), in, out, l, x.shape()[0] * x.shape()[1], s());
 }
 
 void CudaBackend::padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>&,
@@ -71,7 +71,7 @@ void CudaBackend::padBackward(PadMode mode, const std::vector<int64_t>& lo, cons
     spatial3("padBackward", dx.shape(), in);
     spatial3("padBackward", dy.shape(), out);
     padLo3(lo, l);
-    cudak::padBackward(mode == PadMode::reflect, fp(dy), fp(dx), in, out, l, dx.shape()[0] * dx.shape()[1], s());
+    cudak::padBackward(mode, fp(dy), fp(dx), in, out, l, dx.shape()[0] * dx.shape()[1], s());
 }
 
 void CudaBackend::preluForward(const Tensor& x, const Tensor& slopes, const Tensor& y) {

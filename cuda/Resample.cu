@@ -76,28 +76,28 @@ __global__ void resampleBackwardKernel(bool linear, const float* dy, float* dx, 
 }
 
 // Source flat index of padded element `i`, or -1 for a constant pad.
-__device__ int64_t padSourceIndex(bool reflect, int64_t i, Dims3 in, Dims3 out, Dims3 lo) {
+__device__ int64_t padSourceIndex(PadMode mode, int64_t i, Dims3 in, Dims3 out, Dims3 lo) {
     const int64_t inPlane = in.v[0] * in.v[1] * in.v[2], outPlane = out.v[0] * out.v[1] * out.v[2];
     const int64_t o = i % outPlane;
-    const int64_t a = element::padSource(reflect, o / (out.v[1] * out.v[2]), lo.v[0], in.v[0]);
-    const int64_t b = element::padSource(reflect, o / out.v[2] % out.v[1], lo.v[1], in.v[1]);
-    const int64_t c = element::padSource(reflect, o % out.v[2], lo.v[2], in.v[2]);
+    const int64_t a = element::padSource(mode, o / (out.v[1] * out.v[2]), lo.v[0], in.v[0]);
+    const int64_t b = element::padSource(mode, o / out.v[2] % out.v[1], lo.v[1], in.v[1]);
+    const int64_t c = element::padSource(mode, o % out.v[2], lo.v[2], in.v[2]);
     if (a < 0 || b < 0 || c < 0) return -1;
     return i / outPlane * inPlane + (a * in.v[1] + b) * in.v[2] + c;
 }
 
-__global__ void padForwardKernel(bool reflect, float value, const float* x, float* y, Dims3 in, Dims3 out, Dims3 lo,
+__global__ void padForwardKernel(PadMode mode, float value, const float* x, float* y, Dims3 in, Dims3 out, Dims3 lo,
                                  int64_t planes) {
     TESSERA_FOR_EACH(i, planes * out.v[0] * out.v[1] * out.v[2]) {
-        const int64_t src = padSourceIndex(reflect, i, in, out, lo);
+        const int64_t src = padSourceIndex(mode, i, in, out, lo);
         y[i] = src < 0 ? value : x[src];
     }
 }
 
-__global__ void padBackwardKernel(bool reflect, const float* dy, float* dx, Dims3 in, Dims3 out, Dims3 lo,
+__global__ void padBackwardKernel(PadMode mode, const float* dy, float* dx, Dims3 in, Dims3 out, Dims3 lo,
                                   int64_t planes) {
     TESSERA_FOR_EACH(i, planes * out.v[0] * out.v[1] * out.v[2]) {
-        const int64_t src = padSourceIndex(reflect, i, in, out, lo);
+        const int64_t src = padSourceIndex(mode, i, in, out, lo);
         if (src >= 0) atomicAdd(dx + src, dy[i]);
     }
 }
@@ -172,16 +172,16 @@ void resampleBackward(bool linear, const float* dy, float* dx, const int64_t in[
                    planes);
 }
 
-void padForward(bool reflect, float value, const float* x, float* y, const int64_t in[3], const int64_t out[3],
+void padForward(PadMode mode, float value, const float* x, float* y, const int64_t in[3], const int64_t out[3],
                 const int64_t lo[3], int64_t planes, cudaStream_t s) {
-    TESSERA_LAUNCH(padForwardKernel, planes * out[0] * out[1] * out[2], s, reflect, value, x, y, dims3(in), dims3(out),
+    TESSERA_LAUNCH(padForwardKernel, planes * out[0] * out[1] * out[2], s, mode, value, x, y, dims3(in), dims3(out),
                    dims3(lo), planes);
 }
 
-void padBackward(bool reflect, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
+void padBackward(PadMode mode, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
                  const int64_t lo[3], int64_t planes, cudaStream_t s) {
     TESSERA_CUDA_CHECK(cudaMemsetAsync(dx, 0, static_cast<size_t>(planes * in[0] * in[1] * in[2]) * sizeof(float), s));
-    TESSERA_LAUNCH(padBackwardKernel, planes * out[0] * out[1] * out[2], s, reflect, dy, dx, dims3(in), dims3(out),
+    TESSERA_LAUNCH(padBackwardKernel, planes * out[0] * out[1] * out[2], s, mode, dy, dx, dims3(in), dims3(out),
                    dims3(lo), planes);
 }
 

@@ -329,11 +329,11 @@ template <class T> ModulePtr lrn(const Args& a) {
 }
 template <class T> ModulePtr pad(const Args& a) {
     const std::string mode = a.s("mode");
-    if (mode != "constant" && mode != "reflect") throw a.error("mode must be constant or reflect, got '" + mode + "'");
-    return std::make_shared<T>(a.ints("pad"),
-                               PadOptions{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant,
-                                          .fillValue = a.f("fillValue"),
-                                          .name = a.name()});
+    if (mode != "constant" && mode != "reflect" && mode != "edge") {
+        throw a.error("mode must be constant, reflect or edge, got '" + mode + "'");
+    }
+    return std::make_shared<T>(
+        a.ints("pad"), PadOptions{.mode = padModeFromString(mode), .fillValue = a.f("fillValue"), .name = a.name()});
 }
 template <class T> ModulePtr upsample(const Args& a) {
     const std::string mode = a.s("mode");

@@ -4,6 +4,22 @@
 
 namespace tessera {
 
+std::string str(PadMode mode) {
+    switch (mode) {
+    case PadMode::constant: return "constant";
+    case PadMode::reflect: return "reflect";
+    case PadMode::edge: return "edge";
+    }
+    return "?";
+}
+
+PadMode padModeFromString(const std::string& name) {
+    for (PadMode m : {PadMode::constant, PadMode::reflect, PadMode::edge}) {
+        if (str(m) == name) return m;
+    }
+    throw ModuleError("pad mode must be constant, reflect or edge, got '" + name + "'");
+}
+
 PadND::PadND(size_t spatialDims, std::vector<int64_t> pad, const PadOptions& options)
     : Module(options.name), spatialDims_(spatialDims), options_(options) {
     const std::string cls = "Pad" + std::to_string(spatialDims) + "D";
@@ -76,7 +92,7 @@ Blueprint PadND::blueprint() const {
         pad.push_back(hi_[d]);
     }
     bp.scheme.emplace_back("pad", pad);
-    bp.scheme.emplace_back("mode", std::string(options_.mode == PadMode::constant ? "constant" : "reflect"));
+    bp.scheme.emplace_back("mode", tessera::str(options_.mode));
     bp.scheme.emplace_back("fillValue", static_cast<double>(options_.fillValue));
     return bp;
 }

@@ -1,14 +1,19 @@
 #pragma once
-/// \file Pad1D and Pad2D: constant or reflection padding of the spatial dims.
+/// \file Pad1D and Pad2D: constant, reflection or edge padding of the spatial dims.
 
 #include "backend/Backend.h"
 #include "modules/Module.h"
 
 namespace tessera {
 
+/// "constant", "reflect", "edge".
+std::string str(PadMode mode);
+/// PadMode by its name (str's inverse); ModuleError listing the names otherwise.
+PadMode padModeFromString(const std::string& name);
+
 struct PadOptions {
-    PadMode mode = PadMode::constant;
-    float fillValue = 0.0f; ///< constant mode
+    PadMode mode = PadMode::constant; ///< edge repeats the border value (PyTorch's "replicate")
+    float fillValue = 0.0f;           ///< constant mode
     std::string name = {};
 };
 

@@ -1,4 +1,4 @@
-// Constant and reflection padding of the spatial dims, and its adjoint.
+// Constant, reflection and edge padding of the spatial dims, and its adjoint.
 #include "backend/ElementMath.h"
 #include "backend/cpu/CpuBackend.h"
 
@@ -6,9 +6,7 @@ namespace tessera {
 
 namespace {
 
-int64_t sourceOf(PadMode mode, int64_t o, int64_t lo, int64_t n) {
-    return element::padSource(mode == PadMode::reflect, o, lo, n);
-}
+int64_t sourceOf(PadMode mode, int64_t o, int64_t lo, int64_t n) { return element::padSource(mode, o, lo, n); }
 
 // Walks every padded position of a [planes, *spatial] tensor (up to 3 spatial dims),
 // calling f(padded flat index, source flat index or -1).
@@ -43,6 +41,9 @@ void checkPads(PadMode mode, const std::vector<int64_t>& lo, const std::vector<i
         throw ShapeError("CpuBackend::pad: pads for " + std::to_string(sp) + " spatial dims expected for " + in.str());
     }
     for (size_t d = 0; d < sp; ++d) {
+        if (mode == PadMode::edge && in[2 + d] == 0 && lo[d] + hi[d] > 0) {
+            throw ShapeError("CpuBackend::pad: edge padding of an empty dim in " + in.str());
+        }
         if (mode == PadMode::reflect && (lo[d] >= in[2 + d] || hi[d] >= in[2 + d])) {
             throw ShapeError("CpuBackend::pad: reflect padding must be smaller than the dim it mirrors, got pads " +
                              std::to_string(lo[d]) + ", " + std::to_string(hi[d]) + " for " + in.str());
@@ -61,7 +62,7 @@ void CpuBackend::padForward(PadMode mode, float value, const std::vector<int64_t
     forEachPadded(x.shape(), y.shape(), mode, lo, [&](int64_t at, int64_t src) { py[at] = src < 0 ? value : px[src]; });
 }
 
-// dy: padded -> dx: the adjoint (reflected positions add up)
+// dy: padded -> dx: the adjoint (reflected and repeated positions add up)
 void CpuBackend::padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                              const Tensor& dy, const Tensor& dx) {
     checkPads(mode, lo, hi, dx.shape());

@@ -311,12 +311,12 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
     return define(n, std::make_shared<MulAddConst>(a, b), Parents{x});
 }
 
-// Pad: spatial dims only (Tessera's PadND), constant or reflect.
+// Pad: spatial dims only (Tessera's PadND), constant, reflect or edge.
 void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"mode", "pads", "value"});
     const std::string mode = a.s("mode", "constant");
-    if (mode != "constant" && mode != "reflect")
-        throw Unsupported{"mode " + mode + " (constant and reflect are supported)"};
+    if (mode != "constant" && mode != "reflect" && mode != "edge")
+        throw Unsupported{"mode " + mode + " (constant, reflect and edge are supported)"};
     std::vector<int64_t> pads = a.ints("pads");
     float value = a.f("value", 0.0f);
     if (n.input_size() > 1 && !n.input(1).empty()) pads = requireInts(n, 1, "the pads");
@@ -343,7 +343,7 @@ void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
         loHi.push_back(pads[static_cast<size_t>(d)]);
         loHi.push_back(pads[rank + static_cast<size_t>(d)]);
     }
-    const PadOptions o{.mode = mode == "reflect" ? PadMode::reflect : PadMode::constant, .fillValue = value};
+    const PadOptions o{.mode = padModeFromString(mode), .fillValue = value};
     ModulePtr pad;
     if (padded.size() == 1) pad = std::make_shared<Pad1D>(loHi, o);
     if (padded.size() == 2) pad = std::make_shared<Pad2D>(loHi, o);

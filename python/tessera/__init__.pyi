@@ -1287,7 +1287,7 @@ class Pad1D(Module):
 
     Arguments:
         pad: (left, right) added
-        mode: 'constant' or 'reflect'
+        mode: 'constant', 'reflect' or 'edge' (the border value repeated: PyTorch's 'replicate')
         fillValue: the value of the added elements (constant mode)
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
@@ -1301,7 +1301,7 @@ class Pad2D(Module):
 
     Arguments:
         pad: (top, bottom, left, right) added
-        mode: 'constant' or 'reflect'
+        mode: 'constant', 'reflect' or 'edge' (the border value repeated: PyTorch's 'replicate')
         fillValue: the value of the added elements (constant mode)
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """

@@ -485,6 +485,16 @@ def test_slice_with_negative_steps_against_numpy():
         ts.Slice(axis=1, start=0, end=3, step=-1)(x)
 
 
+def test_pad_modes_are_numpys():
+    x = np.random.default_rng(4).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    widths = ((0, 0), (0, 0), (1, 3), (2, 0))  # (top, bottom), (left, right)
+    for mode, np_mode in (("constant", "constant"), ("reflect", "reflect"), ("edge", "edge")):
+        m = ts.Pad2D(pad=[1, 3, 2, 0], mode=mode)
+        np.testing.assert_array_equal(m(x).numpy(), np.pad(x, widths, mode=np_mode))
+    with pytest.raises(ts.ModuleError, match="constant, reflect or edge"):
+        ts.Pad2D(pad=[1], mode="wrap")
+
+
 def test_embedder_padding_idx_is_pytorchs():
     torch = pytest.importorskip("torch")
     emb = ts.Embedder(6, 4, 3, paddingIdx=1)

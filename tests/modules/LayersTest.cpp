@@ -88,6 +88,18 @@ TEST(Pad, Reference) {
     Pad2D reflect2({1}, {.mode = PadMode::reflect});
     const auto y = reflect2(Tensor::fromVector({1, 1, 2, 3}, F{1, 2, 3, 4, 5, 6})).toVector<float>();
     EXPECT_EQ(y, (F{5, 4, 5, 6, 5, 2, 1, 2, 3, 2, 5, 4, 5, 6, 5, 2, 1, 2, 3, 2}));
+    // Edge repeats the border value (PyTorch's replicate), any number of times; the
+    // repeated positions add their gradients into the border element.
+    Pad1D edge({2, 3}, {.mode = PadMode::edge});
+    EXPECT_TRUE(allClose(edge(Tensor::fromVector({1, 1, 2}, F{1, 2})), {1, 1, 1, 2, 2, 2, 2}));
+    EXPECT_TRUE(allClose(edge.backward(Tensor::fromVector({1, 1, 7}, F{1, 10, 100, 1000, 10000, 100000, 1000000})),
+                         {111, 1111000}));
+    Pad2D edge2({1, 0, 2, 1}, {.mode = PadMode::edge});
+    EXPECT_EQ(edge2(Tensor::fromVector({1, 1, 2, 2}, F{1, 2, 3, 4})).toVector<float>(),
+              (F{1, 1, 1, 2, 2, 1, 1, 1, 2, 2, 3, 3, 3, 4, 4}));
+    EXPECT_EQ(str(PadMode::edge), "edge");
+    EXPECT_EQ(padModeFromString("reflect"), PadMode::reflect);
+    EXPECT_THROW(padModeFromString("replicate"), ModuleError);
 }
 
 TEST(Pad, GradientShapeBadInput) {
@@ -97,6 +109,11 @@ TEST(Pad, GradientShapeBadInput) {
     EXPECT_TRUE(checkGradients(constant, {randomTensor({2, 2, 3, 4}, 3)}));
     EXPECT_TRUE(checkGradients(reflect, {randomTensor({2, 2, 3, 4}, 3)}));
     EXPECT_TRUE(checkGradients(pad1, {randomTensor({2, 2, 3}, 3)}));
+    Pad2D edge({3, 1, 0, 4}, {.mode = PadMode::edge, .name = "edge"});
+    EXPECT_TRUE(checkGradients(edge, {randomTensor({2, 2, 3, 4}, 3)}));
+    EXPECT_TRUE(checkShapes(edge, {randomTensor({2, 2, 3, 4}, 3)}));
+    EXPECT_TRUE(throwsShapeError([&] { edge(Tensor::zeros({1, 1, 2})); }, {"Pad2D 'edge'", "[1, 1, 2]"}));
+    EXPECT_TRUE(blueprintHas(edge, {"\"mode\": \"edge\""}));
     EXPECT_TRUE(checkShapes(constant, {randomTensor({2, 2, 3, 4}, 3)}));
     EXPECT_TRUE(checkShapes(pad1, {randomTensor({2, 2, 3}, 3)}));
     EXPECT_TRUE(throwsShapeError([&] { constant(Tensor::zeros({2, 3})); }, {"Pad2D 'pad'", "[2, 3]"}));
