@@ -378,15 +378,17 @@ TEST(Onnx, ZooModelsRoundTripWithEqualOutputs) {
     }
 }
 
-// The layers no zoo model has: pad, split, tile, upsample, transpose, PRelu, LRN, instance
+// The layers no zoo model has: pads (reflect, edge), split, tile, upsample, transpose, PRelu, LRN, instance
 // norm, clip, leaky relu, noise and channel dropout (inference form), copies, axis swaps,
 // gelu, the hard activations, a gate, a difference, scalar arithmetic, a slice, softmax,
 // through export and back (at opset 13 and 14).
 TEST(Onnx, EveryExportedLayerRoundTrips) {
     manualSeed(6);
     auto x = node(std::make_shared<Identity>(), {}, "x");
-    auto pad =
-        node(std::make_shared<Pad2D>(std::vector<int64_t>{1, 0, 2, 1}, PadOptions{.mode = PadMode::reflect}), x, "pad");
+    auto reflect = node(std::make_shared<Pad2D>(std::vector<int64_t>{1, 0, 2, 1}, PadOptions{.mode = PadMode::reflect}),
+                        x, "reflect");
+    auto pad = node(std::make_shared<Pad2D>(std::vector<int64_t>{0, 2, 1, 0}, PadOptions{.mode = PadMode::edge}),
+                    reflect, "pad");
     auto split = node(std::make_shared<Split>(1, std::vector<int64_t>{2, 2}), pad, "split");
     auto up = node(std::make_shared<Upsample2D>(2), Parent(split, 0), "up");
     auto lrn = node(std::make_shared<CrossMapLRN>(LRNOptions{.N = 3}), Parent(split, 1), "lrn");
