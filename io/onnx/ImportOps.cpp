@@ -351,7 +351,7 @@ void Importer::importSplit(const onnx::NodeProto& n, const Attributes& a) {
         if (dim < 0) {
             throw Unsupported{"equal splits of a dim not known at import (axis " + std::to_string(axis) + ")"};
         }
-        const int64_t part = (dim + parts - 1) / parts;
+        const int64_t part = parts > 0 ? (dim + parts - 1) / parts : 0;
         if (parts < 1 || part * (parts - 1) >= dim) {
             throw Unsupported{"a dim of " + std::to_string(dim) + " in " + std::to_string(parts) + " nonempty parts"};
         }

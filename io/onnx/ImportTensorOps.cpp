@@ -357,7 +357,8 @@ void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, seq, dataInputs(n, 1));
 }
 
-// Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
+// Upsample (opset 7 to 9) and Resize: nearest or linear with one integer scale over the
+// spatial dims; nearest with an integer scale per dim.
 // Resize's sizes as the scales from the input's shape: the batch and channel dims kept
 // (the same size or symbol), each spatial one a whole multiple of the input's (PyTorch's
 // F.interpolate(x, size=...) to a multiple, as segmentation heads upsample to the image).
@@ -424,18 +425,53 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
         }
     }
     if (scales.size() < 3 || scales[0] != 1 || scales[1] != 1) throw Unsupported{"scales of the batch or channel dim"};
+    for (float sd : scales) {
+        if (sd != std::floor(sd) || sd < 1)
+            throw Unsupported{"a scale of " + std::to_string(sd) + " (integer scales are supported)"};
+    }
     const float s = scales[2];
     for (size_t d = 2; d < scales.size(); ++d) {
-        if (scales[d] != s) throw Unsupported{"different scales per dim"};
+        if (scales[d] == s) continue;
+        if (linear) throw Unsupported{"different scales per dim in linear mode"};
+        return importNearestPerDim(n, scales);
     }
-    if (s != std::floor(s) || s < 1)
-        throw Unsupported{"a scale of " + std::to_string(s) + " (integer scales are supported)"};
     ModulePtr m;
     const UpsampleOptions o{.mode = linear ? ResampleMode::linear : ResampleMode::nearest};
     if (scales.size() == 4) m = std::make_shared<Upsample2D>(static_cast<int64_t>(s), o);
     if (scales.size() == 5) m = std::make_shared<Upsample3D>(static_cast<int64_t>(s), o);
     if (!m) throw Unsupported{"rank " + std::to_string(scales.size()) + " (4 and 5 are supported)"};
     return define(n, m, dataInputs(n, 1));
+}
+
+// Nearest with an integer scale per spatial dim: each element repeated s_d times along dim
+// d, as Reshape (a unit dim after d) -> Tile (s_d copies of it) -> Reshape (merged into d)
+// per dim scaled. The dims after each scaled one must be known at import.
+void Importer::importNearestPerDim(const onnx::NodeProto& n, const std::vector<float>& scales) {
+    const size_t rank = scales.size();
+    const auto in = shapes_.find(n.input(0));
+    if (in == shapes_.end() || in->second.size() != rank) {
+        throw Unsupported{"different scales per dim on an input whose rank is not known at import"};
+    }
+    std::vector<int64_t> dims;
+    for (const Dim& d : in->second) dims.push_back(d.value);
+    auto seq = std::make_shared<Sequential>();
+    for (size_t d = 2; d < rank; ++d) {
+        const auto times = static_cast<int64_t>(scales[d]);
+        if (times == 1) continue;
+        std::vector<int64_t> split(d + 1, 0), merged(d, 0); // 0: the input's dim at that place
+        split.push_back(1);
+        split.push_back(-1);
+        merged.push_back(-1);
+        for (size_t e = d + 1; e < rank; ++e) {
+            if (dims[e] < 0) throw Unsupported{"different scales per dim on spatial dims not known at import"};
+            merged.push_back(dims[e]);
+        }
+        seq->append(std::make_shared<Reshape>(Shape(split)))
+            .append(std::make_shared<Tile>(static_cast<int>(d + 1), times))
+            .append(std::make_shared<Reshape>(Shape(merged)));
+        if (dims[d] >= 0) dims[d] *= times;
+    }
+    return define(n, seq, dataInputs(n, 1));
 }
 
 void Importer::importDropout(const onnx::NodeProto& n, const Attributes& a) {

@@ -69,6 +69,7 @@ private:
     int64_t rankOf(const onnx::NodeProto& n, int k) const;
     // Input k's `dims` spatial dims (after [N, C]) as known at import; -1 where not known.
     std::vector<int64_t> spatialDimsOf(const onnx::NodeProto& n, int k, size_t dims) const;
+    void importNearestPerDim(const onnx::NodeProto& n, const std::vector<float>& scales);
 
     static bool isInput(const NodePtr& n, const std::vector<NodePtr>& inputs);
 

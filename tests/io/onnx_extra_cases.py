@@ -59,6 +59,15 @@ def main():
         node = helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=[1.0, 1.0, float(s), float(s)])
         g = helper.make_graph([node], "upsample", [value("x", x.shape)], [value("y", y.shape)])
         save(root, f"upsample7_nearest_x{s}", g, [x], [y], 7)
+    # Nearest with an integer scale per spatial dim (each element repeated), the batch free.
+    for sh, sw in ((2, 3), (1, 2)):
+        y = x.repeat(sh, axis=2).repeat(sw, axis=3)
+        scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, sh, sw])
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
+                                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        g = helper.make_graph([node], "resize", [value("x", ["N", 3, 4, 5])], [value("y", ["N"] + list(y.shape[1:]))],
+                              [scales])
+        save(root, f"resize_nearest_x{sh}_x{sw}", g, [x], [y], 13)
     # Tile along one dim: copies laid end to end (np.tile).
     for reps in ([1, 1, 3, 1], [2, 1, 1, 1], [1, 1, 1, 1]):
         y = np.tile(x, reps)
