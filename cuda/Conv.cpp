@@ -219,7 +219,10 @@ struct KeptLow : BackendState {
 
 // `t` in `layout` and `type`, or `keptCopy` when it was made from `t`.
 Tensor lowOf(CudaBackend& be, const Tensor& t, Layout layout, DType type, const Tensor& keptCopy, const void* from) {
-    if (keptCopy.defined() && from == t.raw() && keptCopy.shape() == t.shape()) return keptCopy;
+    if (keptCopy.defined() && from == t.raw() && keptCopy.shape() == t.shape() && keptCopy.layout() == layout &&
+        keptCopy.dtype() == type) {
+        return keptCopy;
+    }
     return be.arranged(t, layout, type);
 }
 } // namespace
