@@ -406,8 +406,9 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
     o.stride = a.ints("strides", std::vector<int64_t>(dims, 1));
     // Pooling pads both sides alike: what one side has beyond the other (auto_pad SAME with
     // an odd total, or asymmetric pads) is a Pad in front of it, of -FLT_MAX for a max (never
-    // a window's maximum, as every window holds a real element) and of zeros for an average
-    // that counts padding; an average that does not count it cannot take one.
+    // a window's maximum, as every window holds a real element) and of zeros for an average.
+    // An average that does not count padding (TensorFlow's "same") is then the average over
+    // the whole window times kernel size / real elements in it, a constant per position.
     const WindowPads pads = windowPads(a, kernel, o.stride, dil, spatialDimsOf(n, 0, dims));
     o.pad = pads.symmetric();
     for (size_t d = 0; d < dims; ++d) {
@@ -419,8 +420,32 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
     if (pads.asymmetric()) {
         if (ceil) throw Unsupported{"ceil_mode 1 with asymmetric padding"};
         if (dims == 3) throw Unsupported{"asymmetric padding of a 3-D pool"};
+        Tensor rescale; // [*out]: kernel size / real elements per window, for an average that does not count padding
         if (!isMax && !o.includePad) {
-            throw Unsupported{"asymmetric padding of an average that does not count the padding (count_include_pad 0)"};
+            const std::vector<int64_t> in = spatialDimsOf(n, 0, dims);
+            std::vector<int64_t> outDims;
+            std::vector<std::vector<float>> counts(dims); // real elements per window position, per dim
+            for (size_t d = 0; d < dims; ++d) {
+                if (in[d] < 0)
+                    throw Unsupported{"asymmetric padding of an average over spatial dims not known at import"};
+                const int64_t out = (in[d] + pads.lo[d] + pads.hi[d] - kernel[d]) / o.stride[d] + 1;
+                outDims.push_back(out);
+                for (int64_t i = 0; i < out; ++i) {
+                    const int64_t start = i * o.stride[d] - pads.lo[d];
+                    const int64_t real = std::min(start + kernel[d], in[d]) - std::max<int64_t>(start, 0);
+                    counts[d].push_back(static_cast<float>(kernel[d]) / static_cast<float>(real));
+                }
+            }
+            std::vector<float> factor(counts[0]);
+            for (size_t d = 1; d < dims; ++d) {
+                std::vector<float> next;
+                for (float f : factor) {
+                    for (float g : counts[d]) next.push_back(f * g);
+                }
+                factor = std::move(next);
+            }
+            rescale = Tensor::fromVector(Shape(outDims), factor);
+            o.includePad = true;
         }
         const PadOptions padOptions{.mode = PadMode::constant,
                                     .fillValue = isMax ? -std::numeric_limits<float>::max() : 0.0f};
@@ -433,6 +458,7 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
         } else {
             if (dims == 1) seq->append(std::make_shared<AvgPool1D>(kernel, o));
             if (dims == 2) seq->append(std::make_shared<AvgPool2D>(kernel, o));
+            if (rescale.defined()) seq->append(std::make_shared<MulAddConst>(rescale, Tensor()));
         }
         return define(n, seq, dataInputs(n, 1));
     }

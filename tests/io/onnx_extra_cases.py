@@ -421,6 +421,13 @@ def padding_forms(root):
         node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], count_include_pad=1, **attrs)
         g = helper.make_graph([node], "avgpool", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))])
         save(root, f"avgpool_count_pad_{name}", g, [x], [y], 13)
+        # Not counting the padding (count_include_pad 0, TensorFlow's "same"): the window's
+        # sum over its real elements only.
+        real = np.pad(np.ones_like(x), ((0, 0), (0, 0), (t, b), (l, r)))
+        y = (windows(xp, 2, s).sum(axis=(4, 5)) / windows(real, 2, s).sum(axis=(4, 5))).astype(np.float32)
+        node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], **attrs)
+        g = helper.make_graph([node], "avgpool", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))])
+        save(root, f"avgpool_{name}", g, [x], [y], 13)
 
 
 def grid_sample(x, grid):
