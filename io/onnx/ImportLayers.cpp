@@ -287,10 +287,11 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, m, dataInputs(n, 1));
 }
 
-// Y = alpha op(A) op(B) + beta C: a Linear with W = alpha op(B) (as [in, out]) and b = beta C.
+// Y = alpha op(A) op(B) + beta C: a Linear with W = alpha op(B) (as [in, out]) and b = beta C;
+// with transA, a Transpose of A's two dims in front.
 void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"alpha", "beta", "transA", "transB", "broadcast"});
-    if (a.i("transA", 0) != 0) throw Unsupported{"transA 1 is not supported"};
+    const bool transA = a.i("transA", 0) != 0;
     const Constant& b = requireConstant(n, 1, "B");
     if (b.tensor.shape().rank() != 2) throw Unsupported{"B of rank " + std::to_string(b.tensor.shape().rank())};
     const bool transB = a.i("transB", 0) != 0;
@@ -323,6 +324,11 @@ void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
         }
         for (float& x : cv) x *= beta;
         lin->getVar("b")->data.copyFrom(Tensor::fromVector({out}, cv));
+    }
+    if (transA) {
+        auto seq = std::make_shared<Sequential>();
+        seq->append(std::make_shared<Transpose>(std::vector<int64_t>{1, 0})).append(lin);
+        return define(n, seq, dataInputs(n, 1));
     }
     return define(n, lin, dataInputs(n, 1));
 }
