@@ -298,7 +298,12 @@ void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
     const int64_t in = transB ? b.tensor.shape()[1] : b.tensor.shape()[0];
     const int64_t out = transB ? b.tensor.shape()[0] : b.tensor.shape()[1];
     const float alpha = a.f("alpha", 1.0f), beta = a.f("beta", 1.0f);
-    const bool bias = n.input_size() > 2 && !n.input(2).empty();
+    // C: a number or a row of `out` is the Linear's bias; a matrix [M, out] (one row per
+    // sample of a batch of M) is added after it by a MulAddConst.
+    const Constant* c = n.input_size() > 2 && !n.input(2).empty() ? &requireConstant(n, 2, "C") : nullptr;
+    const int64_t cn = c ? c->tensor.numel() : 0;
+    const bool matrixBias = c && c->tensor.shape().rank() == 2 && c->tensor.shape()[1] == out && cn != out && cn > 1;
+    const bool bias = c && !matrixBias;
     auto lin = std::make_shared<Linear>(in, out, LinearOptions{.useBias = bias, .initscheme = InitScheme::none});
     // W [in, out] = alpha B, or alpha B^T: written in place, transposed in 64 x 64 tiles.
     Tensor& W = lin->getVar("W")->data;
@@ -314,23 +319,22 @@ void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
             }
         }
     }
+    std::vector<float> cv = c ? c->tensor.toVector<float>() : std::vector<float>();
+    for (float& x : cv) x *= beta;
     if (bias) {
-        const Constant& c = requireConstant(n, 2, "C");
-        std::vector<float> cv = c.tensor.toVector<float>();
         if (static_cast<int64_t>(cv.size()) == 1) cv.assign(static_cast<size_t>(out), cv[0]);
         if (static_cast<int64_t>(cv.size()) != out) {
-            throw Unsupported{"C of shape " + c.tensor.shape().str() + " (a row of " + std::to_string(out) +
-                              " is supported)"};
+            throw Unsupported{"C of shape " + c->tensor.shape().str() + " (a number, a row of " + std::to_string(out) +
+                              " or a matrix [M, " + std::to_string(out) + "] is supported)"};
         }
-        for (float& x : cv) x *= beta;
         lin->getVar("b")->data.copyFrom(Tensor::fromVector({out}, cv));
     }
-    if (transA) {
-        auto seq = std::make_shared<Sequential>();
-        seq->append(std::make_shared<Transpose>(std::vector<int64_t>{1, 0})).append(lin);
-        return define(n, seq, dataInputs(n, 1));
-    }
-    return define(n, lin, dataInputs(n, 1));
+    if (!transA && !matrixBias) return define(n, lin, dataInputs(n, 1));
+    auto seq = std::make_shared<Sequential>();
+    if (transA) seq->append(std::make_shared<Transpose>(std::vector<int64_t>{1, 0}));
+    seq->append(lin);
+    if (matrixBias) seq->append(std::make_shared<MulAddConst>(Tensor(), Tensor::fromVector(c->tensor.shape(), cv)));
+    return define(n, seq, dataInputs(n, 1));
 }
 
 void Importer::importMatMul(const onnx::NodeProto& n, const Attributes& a) {
