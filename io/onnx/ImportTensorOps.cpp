@@ -55,16 +55,73 @@
 namespace tessera::onnx_io {
 
 // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
+// Data gathered by a constant list of indices along an axis (x[:, [2, 1, 0]], a channel
+// swap): the axis keeps its place with one element per index. A run that steps evenly (+1
+// or -1 and the like) is one Slice with that step; any other list, a Concat of one-element
+// Slices.
+void Importer::importGatherList(const onnx::NodeProto& n, const Attributes& a, const Constant& idx) {
+    const int64_t axis = resolveAxis(n, 0, a.i("axis", 0));
+    if (axis == 0) throw Unsupported{"a Gather of data along the batch dim (axis 0)"};
+    const auto in = shapes_.find(n.input(0));
+    const int64_t dim = in != shapes_.end() && axis < static_cast<int64_t>(in->second.size())
+                            ? in->second[static_cast<size_t>(axis)].value
+                            : -1;
+    if (dim < 0) throw Unsupported{"a Gather of data by a list of indices along a dim not known at import"};
+    std::vector<int64_t> at;
+    for (int64_t i : idx.ints) {
+        if (i < -dim || i >= dim) {
+            throw Unsupported{"index " + std::to_string(i) + " out of range for a dim of " + std::to_string(dim)};
+        }
+        at.push_back(i < 0 ? i + dim : i);
+    }
+    const int ax = static_cast<int>(axis);
+    const Source s = value(n, 0);
+    const int64_t step = at.size() > 1 ? at[1] - at[0] : 1;
+    bool even = step != 0;
+    for (size_t k = 1; even && k < at.size(); ++k) even = at[k] - at[k - 1] == step;
+    if (even) {
+        // end, exclusive, just past the last index: 0 where nothing lies beyond it (to the
+        // end; for a negative step, through index 0); -dim stops before index 0.
+        const int64_t last = at.back();
+        int64_t end = 0;
+        if (step > 0 && last + 1 < dim) end = last + 1;
+        if (step < 0 && last + step >= 0) end = last - 1 == 0 ? -dim : last - 1;
+        return define(n,
+                      std::make_shared<Slice>(std::vector<int>{ax}, std::vector<int64_t>{at[0]},
+                                              std::vector<int64_t>{end}, SliceOptions{.steps = {step}}),
+                      Parents{Parent(s.node, s.slot)});
+    }
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    Parents cat;
+    for (size_t k = 0; k < at.size(); ++k) {
+        cat.push_back(Parent(tessera::node(std::make_shared<Slice>(ax, at[k], at[k] + 1 == dim ? 0 : at[k] + 1), x,
+                                           "index" + std::to_string(k))));
+    }
+    auto y = tessera::node(std::make_shared<Concat>(ax), cat, "gathered");
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
+                  Parents{Parent(s.node, s.slot)});
+}
+
 void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis"});
     requireInputsImported(n);
+    // Float data (not a constant) by a constant list of indices along a dim after the batch.
+    {
+        const Constant* idx = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;
+        const auto type = elemTypes_.find(n.input(0));
+        const bool floating = type != elemTypes_.end() && type->second == onnx::TensorProto::FLOAT;
+        if (!isConstant(n.input(0)) && floating && idx && idx->isInt && idx->dims.size() == 1 && !idx->ints.empty() &&
+            resolveAxis(n, 0, a.i("axis", 0)) > 0) {
+            return importGatherList(n, a, *idx);
+        }
+    }
     if (!isConstant(n.input(0)) && !options_.inputValues.count(n.input(0))) {
         // One constant index of data (x[-1], as exporters write a sequence's last step): a
         // Slice of that index, then a Reshape without the axis.
         const Constant* idx = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;
         if (!idx || !idx->isInt || idx->ints.size() != 1 || !idx->dims.empty())
-            throw Unsupported{"a Gather of data by other than one constant index (Gathers from a constant "
-                              "table, and of shape values, are supported)"};
+            throw Unsupported{"a Gather of data by other than constant indices (one, or a list along a dim after "
+                              "the batch) (Gathers from a constant table, and of shape values, are supported)"};
         const int64_t axis = resolveAxis(n, 0, a.i("axis", 0)), i = idx->ints[0];
         // then the axis dropped: the dims before it kept, those after it as the input has them
         ModulePtr drop;

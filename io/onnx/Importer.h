@@ -70,6 +70,7 @@ private:
     // Input k's `dims` spatial dims (after [N, C]) as known at import; -1 where not known.
     std::vector<int64_t> spatialDimsOf(const onnx::NodeProto& n, int k, size_t dims) const;
     void importNearestPerDim(const onnx::NodeProto& n, const std::vector<float>& scales);
+    void importGatherList(const onnx::NodeProto& n, const Attributes& a, const Constant& idx);
 
     static bool isInput(const NodePtr& n, const std::vector<NodePtr>& inputs);
 

@@ -184,6 +184,15 @@ def exporter_forms(root, x):
         inits = [ints("starts", starts), ints("ends", ends), ints("axes", axes)]
         g = helper.make_graph([node], "slice", [value("x", x.shape)], [value("y", y.shape)], inits)
         save(root, f"slice_{name}", g, [x], [y], 13)
+    # Gather of data by a constant list of indices: a channel swap (x[:, [2, 1, 0]]), every
+    # other column backwards, a run forwards, and a list with repeats and a negative index.
+    for name, axis, idx in (("channel_swap", 1, [2, 1, 0]), ("step_minus_2", 3, [4, 2, 0]),
+                            ("run", 2, [1, 2, 3]), ("last_backwards", 3, [4, 3]), ("any", 2, [3, 0, 0, -1])):
+        y = np.take(x, idx, axis=axis)
+        node = helper.make_node("Gather", ["x", "idx"], ["y"], axis=axis)
+        g = helper.make_graph([node], "gather", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))],
+                              [ints("idx", idx)])
+        save(root, f"gather_list_{name}", g, [x], [y], 13)
     # Split without sizes (torch.chunk's form): equal parts of a dim known at import, batch free.
     node = helper.make_node("Split", ["x"], ["y0", "y1"], axis=2)
     g = helper.make_graph([node], "split", [value("x", free)], [value("y0", ["N", 3, 2, 5]), value("y1", ["N", 3, 2, 5])])
