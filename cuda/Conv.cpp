@@ -168,22 +168,30 @@ Tensor toFloat32(const Tensor& low, const Tensor& bias, cudaStream_t s) {
     return out;
 }
 
+// The permutation of a filter [K, C/g, *k] of `rank` dims to channels-last [K, *k, C/g]
+// (`toLast`), or back.
+std::vector<int64_t> filterPermutation(size_t rank, bool toLast) {
+    std::vector<int64_t> perm = {0};
+    if (!toLast) perm.push_back(static_cast<int64_t>(rank - 1));
+    for (size_t d = toLast ? 2 : 1; d < (toLast ? rank : rank - 1); ++d) perm.push_back(static_cast<int64_t>(d));
+    if (toLast) perm.push_back(1);
+    return perm;
+}
+
+// `w` permuted by `perm` into a new float32 tensor.
+Tensor permuted(CudaBackend& be, const Tensor& w, const std::vector<int64_t>& perm) {
+    std::vector<int64_t> dims;
+    for (int64_t p : perm) dims.push_back(w.shape()[p]);
+    Tensor out = Tensor::empty(Shape(dims), DType::float32, w.device());
+    be.permute(w.plain().convertedTo(DType::float32), perm, out);
+    return out;
+}
+
 // The filter as cuDNN reads it for problem `c`: in its compute type, and in channels-last
 // [K, *k, C/g] when the problem is.
 Tensor filterFor(CudaBackend& be, const ConvProblem& c, const Tensor& w) {
     if (!c.channelsLast) return w.plain().convertedTo(c.type);
-    const Shape& ws = w.shape();
-    std::vector<int64_t> perm = {0}, dims = {ws[0]};
-    for (size_t d = 2; d < ws.rank(); ++d) {
-        perm.push_back(static_cast<int64_t>(d));
-        dims.push_back(ws[d]);
-    }
-    perm.push_back(1);
-    dims.push_back(ws[1]);
-    const Tensor w32 = w.plain().convertedTo(DType::float32);
-    Tensor last = Tensor::empty(Shape(dims), DType::float32, w.device());
-    be.permute(w32, perm, last);
-    return last.convertedTo(c.type);
+    return permuted(be, w, filterPermutation(w.shape().rank(), true)).convertedTo(c.type);
 }
 
 // dw <- scale * g + momentum * dw, where g is cuDNN's weight gradient for problem `c` (in its
@@ -194,15 +202,11 @@ void accumulateFilterGrad(CudaBackend& be, const ConvProblem& c, const Tensor& g
         cudak::castAxpby(scale, g.raw(), static_cast<int>(c.type), momentum, fp(dw), dw.numel(), be.stream());
         return;
     }
-    const Shape& ws = dw.shape(); // [K, C/g, *k]; g holds [K, *k, C/g]
-    const size_t r = ws.rank();
-    std::vector<int64_t> perm = {0, static_cast<int64_t>(r - 1)}, lastDims = {ws[0]};
-    for (size_t d = 1; d + 1 < r; ++d) perm.push_back(static_cast<int64_t>(d));
-    for (size_t d = 2; d < r; ++d) lastDims.push_back(ws[d]);
-    lastDims.push_back(ws[1]);
-    const Tensor g32 = g.convertedTo(DType::float32).reshape(Shape(lastDims));
-    Tensor back = Tensor::empty(ws, DType::float32, dw.device());
-    be.permute(g32, perm, back);
+    // dw: [K, C/g, *k]; g holds [K, *k, C/g]
+    const size_t rank = dw.shape().rank();
+    std::vector<int64_t> lastDims;
+    for (int64_t p : filterPermutation(rank, true)) lastDims.push_back(dw.shape()[p]);
+    const Tensor back = permuted(be, g.reshape(Shape(lastDims)), filterPermutation(rank, false));
     be.axpby(scale, back, momentum, dw);
 }
 } // namespace

@@ -328,12 +328,14 @@ template <class T> ModulePtr lrn(const Args& a) {
         LRNOptions{.N = a.i("N"), .alpha = a.f("alpha"), .beta = a.f("beta"), .K = a.f("K"), .name = a.name()});
 }
 template <class T> ModulePtr pad(const Args& a) {
-    const std::string mode = a.s("mode");
-    if (mode != "constant" && mode != "reflect" && mode != "edge") {
-        throw a.error("mode must be constant, reflect or edge, got '" + mode + "'");
+    PadMode mode = PadMode::constant;
+    try {
+        mode = padModeFromString(a.s("mode"));
+    } catch (const ModuleError& e) {
+        throw a.error(e.what());
     }
-    return std::make_shared<T>(
-        a.ints("pad"), PadOptions{.mode = padModeFromString(mode), .fillValue = a.f("fillValue"), .name = a.name()});
+    return std::make_shared<T>(a.ints("pad"),
+                               PadOptions{.mode = mode, .fillValue = a.f("fillValue"), .name = a.name()});
 }
 template <class T> ModulePtr upsample(const Args& a) {
     const std::string mode = a.s("mode");

@@ -229,6 +229,12 @@ std::vector<int64_t> Importer::spatialDimsOf(const onnx::NodeProto& n, int k, si
     return out;
 }
 
+int64_t Importer::dimOf(const onnx::NodeProto& n, int k, int64_t axis) const {
+    auto s = shapes_.find(n.input(k));
+    if (s == shapes_.end() || axis < 0 || axis >= static_cast<int64_t>(s->second.size())) return -1;
+    return s->second[static_cast<size_t>(axis)].value;
+}
+
 int64_t Importer::rankOf(const onnx::NodeProto& n, int k) const {
     auto r = ranks_.find(n.input(k));
     return r == ranks_.end() ? -1 : r->second;

@@ -188,6 +188,33 @@ void Importer::importRnn(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<Graph>(ins, outs), parents);
 }
 
+namespace {
+// A max or average pool of 1 to 3 spatial dims.
+ModulePtr poolOf(bool isMax, size_t dims, const std::vector<int64_t>& kernel, const PoolOptions& o) {
+    if (isMax) {
+        if (dims == 1) return std::make_shared<MaxPool1D>(kernel, o);
+        if (dims == 2) return std::make_shared<MaxPool2D>(kernel, o);
+        return std::make_shared<MaxPool3D>(kernel, o);
+    }
+    if (dims == 1) return std::make_shared<AvgPool1D>(kernel, o);
+    if (dims == 2) return std::make_shared<AvgPool2D>(kernel, o);
+    return std::make_shared<AvgPool3D>(kernel, o);
+}
+
+// A Pad1D/2D of `loHi` ((lo, hi) per spatial dim) with `options`, then `m`: one Sequential.
+std::shared_ptr<Sequential> afterPad(size_t dims, const std::vector<int64_t>& loHi, const PadOptions& options,
+                                     const ModulePtr& m) {
+    if (dims < 1 || dims > 2) {
+        throw Unsupported{"asymmetric padding of " + std::to_string(dims) + " spatial dims (1 and 2 are supported)"};
+    }
+    auto seq = std::make_shared<Sequential>();
+    if (dims == 1) seq->append(std::make_shared<Pad1D>(loHi, options));
+    if (dims == 2) seq->append(std::make_shared<Pad2D>(loHi, options));
+    seq->append(m);
+    return seq;
+}
+} // namespace
+
 void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     const bool transposed = n.op_type() == "ConvTranspose";
     std::vector<int64_t> outputPadding;
@@ -216,7 +243,6 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     } else {
         pads = windowPads(a, kernel, o.stride, o.dilation, spatialDimsOf(n, 0, dims));
         o.pad = pads.symmetric();
-        if (pads.asymmetric() && dims == 3) throw Unsupported{"asymmetric padding of a 3-D convolution"};
     }
     o.groups = groups;
     // output_padding q adds q outputs at the end of a dim: the deconvolution's postpad
@@ -277,13 +303,7 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
         seq->append(std::make_shared<Slice>(axes, starts, std::vector<int64_t>(axes.size(), 0)));
         m = seq;
     }
-    if (pads.asymmetric()) {
-        auto seq = std::make_shared<Sequential>();
-        if (dims == 1) seq->append(std::make_shared<Pad1D>(pads.extra()));
-        if (dims == 2) seq->append(std::make_shared<Pad2D>(pads.extra()));
-        seq->append(m);
-        m = seq;
-    }
+    if (pads.asymmetric()) m = afterPad(dims, pads.extra(), {}, m);
     return define(n, m, dataInputs(n, 1));
 }
 
@@ -429,7 +449,6 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
     o.includePad = a.i("count_include_pad", 0) != 0;
     if (pads.asymmetric()) {
         if (ceil) throw Unsupported{"ceil_mode 1 with asymmetric padding"};
-        if (dims == 3) throw Unsupported{"asymmetric padding of a 3-D pool"};
         Tensor rescale; // [*out]: kernel size / real elements per window, for an average that does not count padding
         if (!isMax && !o.includePad) {
             const std::vector<int64_t> in = spatialDimsOf(n, 0, dims);
@@ -459,31 +478,12 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
         }
         const PadOptions padOptions{.mode = PadMode::constant,
                                     .fillValue = isMax ? -std::numeric_limits<float>::max() : 0.0f};
-        auto seq = std::make_shared<Sequential>();
-        if (dims == 1) seq->append(std::make_shared<Pad1D>(pads.extra(), padOptions));
-        if (dims == 2) seq->append(std::make_shared<Pad2D>(pads.extra(), padOptions));
-        if (isMax) {
-            if (dims == 1) seq->append(std::make_shared<MaxPool1D>(kernel, o));
-            if (dims == 2) seq->append(std::make_shared<MaxPool2D>(kernel, o));
-        } else {
-            if (dims == 1) seq->append(std::make_shared<AvgPool1D>(kernel, o));
-            if (dims == 2) seq->append(std::make_shared<AvgPool2D>(kernel, o));
-            if (rescale.defined()) seq->append(std::make_shared<MulAddConst>(rescale, Tensor()));
-        }
+        auto seq = afterPad(dims, pads.extra(), padOptions, poolOf(isMax, dims, kernel, o));
+        if (rescale.defined()) seq->append(std::make_shared<MulAddConst>(rescale, Tensor()));
         return define(n, seq, dataInputs(n, 1));
     }
     if (ceil) return importCeilMaxPool(n, kernel, o);
-    ModulePtr m;
-    if (isMax) {
-        if (dims == 1) m = std::make_shared<MaxPool1D>(kernel, o);
-        if (dims == 2) m = std::make_shared<MaxPool2D>(kernel, o);
-        if (dims == 3) m = std::make_shared<MaxPool3D>(kernel, o);
-    } else {
-        if (dims == 1) m = std::make_shared<AvgPool1D>(kernel, o);
-        if (dims == 2) m = std::make_shared<AvgPool2D>(kernel, o);
-        if (dims == 3) m = std::make_shared<AvgPool3D>(kernel, o);
-    }
-    return define(n, m, dataInputs(n, 1));
+    return define(n, poolOf(isMax, dims, kernel, o), dataInputs(n, 1));
 }
 
 // MaxPool with ceil_mode 1: the windows the ceiling adds reach past the high edge, so
@@ -507,20 +507,11 @@ void Importer::importCeilMaxPool(const onnx::NodeProto& n, const std::vector<int
         loHi.push_back(p);
         loHi.push_back(p + high);
     }
-    ModulePtr pool;
-    if (!extra) { // the ceiling adds no window here: a plain pool
-        if (dims == 1) pool = std::make_shared<MaxPool1D>(kernel, o);
-        if (dims == 2) pool = std::make_shared<MaxPool2D>(kernel, o);
-        return define(n, pool, dataInputs(n, 1));
-    }
+    // the ceiling adds no window here: a plain pool
+    if (!extra) return define(n, poolOf(true, dims, kernel, o), dataInputs(n, 1));
     const PadOptions padOptions{.mode = PadMode::constant, .fillValue = -std::numeric_limits<float>::max()};
     o.pad.assign(dims, 0);
-    auto seq = std::make_shared<Sequential>();
-    if (dims == 1)
-        seq->append(std::make_shared<Pad1D>(loHi, padOptions)).append(std::make_shared<MaxPool1D>(kernel, o));
-    if (dims == 2)
-        seq->append(std::make_shared<Pad2D>(loHi, padOptions)).append(std::make_shared<MaxPool2D>(kernel, o));
-    return define(n, seq, dataInputs(n, 1));
+    return define(n, afterPad(dims, loHi, padOptions, poolOf(true, dims, kernel, o)), dataInputs(n, 1));
 }
 
 void Importer::importBatchNorm(const onnx::NodeProto& n, const Attributes& a) {

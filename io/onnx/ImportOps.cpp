@@ -344,10 +344,7 @@ void Importer::importSplit(const onnx::NodeProto& n, const Attributes& a) {
             throw Unsupported{"num_outputs " + std::to_string(parts) + " with " + std::to_string(n.output_size()) +
                               " outputs"};
         }
-        auto in = shapes_.find(n.input(0));
-        const int64_t dim = in != shapes_.end() && axis < static_cast<int64_t>(in->second.size())
-                                ? in->second[static_cast<size_t>(axis)].value
-                                : -1;
+        const int64_t dim = dimOf(n, 0, axis);
         if (dim < 0) {
             throw Unsupported{"equal splits of a dim not known at import (axis " + std::to_string(axis) + ")"};
         }

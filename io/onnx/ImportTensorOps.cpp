@@ -54,18 +54,12 @@
 
 namespace tessera::onnx_io {
 
-// Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
 // Data gathered by a constant list of indices along an axis (x[:, [2, 1, 0]], a channel
 // swap): the axis keeps its place with one element per index. A run that steps evenly (+1
 // or -1 and the like) is one Slice with that step; any other list, a Concat of one-element
 // Slices.
 void Importer::importGatherList(const onnx::NodeProto& n, const Attributes& a, const Constant& idx) {
-    const int64_t axis = resolveAxis(n, 0, a.i("axis", 0));
-    if (axis == 0) throw Unsupported{"a Gather of data along the batch dim (axis 0)"};
-    const auto in = shapes_.find(n.input(0));
-    const int64_t dim = in != shapes_.end() && axis < static_cast<int64_t>(in->second.size())
-                            ? in->second[static_cast<size_t>(axis)].value
-                            : -1;
+    const int64_t axis = resolveAxis(n, 0, a.i("axis", 0)), dim = dimOf(n, 0, axis);
     if (dim < 0) throw Unsupported{"a Gather of data by a list of indices along a dim not known at import"};
     std::vector<int64_t> at;
     for (int64_t i : idx.ints) {
@@ -102,6 +96,7 @@ void Importer::importGatherList(const onnx::NodeProto& n, const Attributes& a, c
                   Parents{Parent(s.node, s.slot)});
 }
 
+// Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
 void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis"});
     requireInputsImported(n);
@@ -372,8 +367,12 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
 void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"mode", "pads", "value"});
     const std::string mode = a.s("mode", "constant");
-    if (mode != "constant" && mode != "reflect" && mode != "edge")
+    PadMode padMode = PadMode::constant;
+    try {
+        padMode = padModeFromString(mode);
+    } catch (const ModuleError&) {
         throw Unsupported{"mode " + mode + " (constant, reflect and edge are supported)"};
+    }
     std::vector<int64_t> pads = a.ints("pads");
     float value = a.f("value", 0.0f);
     if (n.input_size() > 1 && !n.input(1).empty()) pads = requireInts(n, 1, "the pads");
@@ -400,7 +399,7 @@ void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
         loHi.push_back(pads[static_cast<size_t>(d)]);
         loHi.push_back(pads[rank + static_cast<size_t>(d)]);
     }
-    const PadOptions o{.mode = padModeFromString(mode), .fillValue = value};
+    const PadOptions o{.mode = padMode, .fillValue = value};
     ModulePtr pad;
     if (padded.size() == 1) pad = std::make_shared<Pad1D>(loHi, o);
     if (padded.size() == 2) pad = std::make_shared<Pad2D>(loHi, o);

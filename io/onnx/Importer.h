@@ -69,6 +69,8 @@ private:
     int64_t rankOf(const onnx::NodeProto& n, int k) const;
     // Input k's `dims` spatial dims (after [N, C]) as known at import; -1 where not known.
     std::vector<int64_t> spatialDimsOf(const onnx::NodeProto& n, int k, size_t dims) const;
+    // Input k's dim `axis` as known at import; -1 where not known.
+    int64_t dimOf(const onnx::NodeProto& n, int k, int64_t axis) const;
     void importNearestPerDim(const onnx::NodeProto& n, const std::vector<float>& scales);
     void importGatherList(const onnx::NodeProto& n, const Attributes& a, const Constant& idx);
 
