@@ -261,15 +261,15 @@ public:
     /// x, y: same numel -> y <- alpha * x + beta * y. Any layout (x is reordered to
     /// y's when they differ).
     virtual void axpby(float alpha, const Tensor& x, float beta, const Tensor& y) = 0;
-    /// x, y, z: same numel, z a tensor of its own (neither x nor y) -> z <- alpha * x +
+    /// x, y, z: same numel, z a tensor of its own or y (never x) -> z <- alpha * x +
     /// beta * y. Default: two axpby passes into z; a backend may do it in one.
     virtual void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
         axpby(beta, y, 0.0f, z);
         axpby(alpha, x, 1.0f, z);
     }
     /// z <- max(0, alpha * x + beta * y): a sum with the ReLU after it fused
-    /// (containers/Fusion.h). Default: axpbyz, then the ReLU in place; a backend may do both
-    /// in one pass.
+    /// (containers/Fusion.h); z may be y, as in axpbyz. Default: axpbyz, then the ReLU in
+    /// place; a backend may do both in one pass.
     virtual void axpbyzRelu(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) {
         axpbyz(alpha, x, beta, y, z);
         activationForward(ActivationParams{ActivationKind::relu}, z, z);
@@ -420,6 +420,22 @@ public:
                                          const Tensor& dscale, const Tensor& dshift);
     /// The bytes of a training batchNormReluForward's mask for x (0 where not fused).
     virtual int64_t batchNormReluMaskBytes(const Shape& /*x*/, Layout /*layout*/) { return 0; }
+    /// batchNormForward(x, ...) + z, and the ReLU of that when `relu`: a batch norm whose
+    /// output only a sum consumes (containers/Fusion.h). z: x's shape, any layout; the
+    /// result is what batchNormForward returns (its layout and dtype) with z added in
+    /// place, as an Add of the two computes it. Its backward is batchNormBackward's.
+    /// Default: batchNormForward, then z added (and the ReLU) in one pass; a backend may
+    /// do all of it in one call.
+    virtual Tensor batchNormAddForward(const Tensor& x, const Tensor& z, const Tensor& scale, const Tensor& shift,
+                                       const Tensor& mean, const Tensor& var, float eps, bool training, bool relu) {
+        Tensor y = batchNormForward(x, scale, shift, mean, var, eps, training);
+        if (relu) {
+            axpbyzRelu(1.0f, z, 1.0f, y, y);
+        } else {
+            axpby(1.0f, z, 1.0f, y);
+        }
+        return y;
+    }
     /// x, y: [rows, D] float32 plain; gamma, beta: [channels] float32, or undefined (1 and
     /// 0); mean, rstd: [rows] float32, written (mean 0 without subtractMean). RowNormParams
     /// says what is normalised and which channel each value's gamma and beta are.

@@ -3,10 +3,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
+#include "modules/Add.h"
 #include "modules/FusedRelu.h"
 
 namespace tessera {
@@ -50,6 +52,30 @@ std::vector<Pair> pairsOf(const Graph& graph) {
     return pairs;
 }
 
+std::vector<NormSum> normSumsOf(const Graph& graph) {
+    std::vector<NormSum> sums;
+    if (!fusionEnabled()) return sums;
+    std::unordered_set<const Node*> outputs, taken;
+    for (const NodePtr& o : graph.outputs()) outputs.insert(o.get());
+    for (Node* n : graph.order()) {
+        auto* norm = dynamic_cast<SumFusedNorm*>(&n->module());
+        if (!norm || n->sharesModule() || outputs.count(n) || n->fwds().size() != 1) continue;
+        Node* a = n->fwds()[0].node;
+        auto* sum = dynamic_cast<Add*>(&a->module());
+        if (!sum || a->sharesModule() || !sum->plainSum() || taken.count(a)) continue;
+        int slot = -1, inputs = 0;
+        for (const Edge& e : a->bwds()) {
+            if (e.node == n && e.slots.size() == 1) slot = inputs;
+            if (e.node == n && e.slots.size() != 1) slot = -2; // the sum takes it twice
+            inputs += static_cast<int>(e.slots.size());
+        }
+        if (inputs != 2 || slot < 0) continue;
+        taken.insert(a);
+        sums.push_back({norm, sum, slot});
+    }
+    return sums;
+}
+
 std::vector<Pair> pairsOf(const Sequential& seq) {
     std::vector<Pair> pairs;
     if (!fusionEnabled()) return pairs;
@@ -62,10 +88,14 @@ std::vector<Pair> pairsOf(const Sequential& seq) {
     return pairs;
 }
 
-Scope::Scope(std::vector<Pair> pairs) : pairs_(std::move(pairs)) {
+Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums) : pairs_(std::move(pairs)), sums_(std::move(sums)) {
     for (const Pair& p : pairs_) {
         p.source->setFuseRelu(true);
         p.relu->setFusedInto(p.source);
+    }
+    for (const NormSum& s : sums_) {
+        s.norm->setFuseIntoSum(true);
+        s.sum->setFusedNorm(s.norm, s.slot);
     }
 }
 
@@ -73,6 +103,10 @@ Scope::~Scope() {
     for (const Pair& p : pairs_) {
         p.source->setFuseRelu(false);
         p.relu->setFusedInto(nullptr);
+    }
+    for (const NormSum& s : sums_) {
+        s.norm->setFuseIntoSum(false);
+        s.sum->setFusedNorm(nullptr, 0);
     }
 }
 

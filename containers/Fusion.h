@@ -8,6 +8,13 @@
 /// in its own pass, on every backend (Backend::axpbyzRelu), and the ReLU's output costs no
 /// memory; the ReLU's backward is its own (the layers implement modules/FusedRelu.h).
 ///
+/// A batch norm whose only consumer is a sum of two (`Add`, coefficients 1: a residual
+/// block's last batch norm) leaves its normalisation to the sum, which computes
+/// relu(bn(x) + z) (the ReLU when it fuses one) in one backend call
+/// (Backend::batchNormAddForward: the normalisation, then the sum in place on the CPU;
+/// cuDNN's fused batch norm + add + ReLU on CUDA where it takes the tensors). The batch
+/// norm's output costs no memory: its node's `data` is its input. Graphs only.
+///
 /// Graph and Sequential find the pairs among their own children at each forward and set
 /// them up around it (and the memory plan does the same). The results equal the unfused
 /// layers' (the same arithmetic); what differs is what is held: the batch norm's output
@@ -18,7 +25,9 @@
 namespace tessera {
 
 class Activation;
+class Add;
 class FusedRelu;
+class SumFusedNorm;
 class Graph;
 class Sequential;
 
@@ -40,16 +49,29 @@ std::vector<Pair> pairsOf(const Graph& graph);
 /// A batch norm or an Add directly followed by a ReLU.
 std::vector<Pair> pairsOf(const Sequential& seq);
 
-/// Sets the pairs up for the scope's lifetime (nothing when fusion is off).
+/// A batch norm and the sum it alone feeds, at input `slot` of two.
+struct NormSum {
+    SumFusedNorm* norm;
+    Add* sum;
+    int slot;
+};
+
+/// A batch-norm node, not an output of the graph, whose one consumer is an Add node of
+/// two inputs with coefficients 1 taking it once; neither module running in another node.
+/// One per sum (the first in the graph's order where both inputs are batch norms).
+std::vector<NormSum> normSumsOf(const Graph& graph);
+
+/// Sets the pairs and sums up for the scope's lifetime (nothing when fusion is off).
 class Scope {
 public:
-    explicit Scope(std::vector<Pair> pairs);
+    explicit Scope(std::vector<Pair> pairs, std::vector<NormSum> sums = {});
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
 private:
     std::vector<Pair> pairs_;
+    std::vector<NormSum> sums_;
 };
 
 } // namespace fusion

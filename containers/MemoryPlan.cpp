@@ -266,7 +266,7 @@ private:
     }
 
     State forwardGraph(Graph& gr, const Values& ins, bool train) {
-        const fusion::Scope fused(fusion::pairsOf(gr));
+        const fusion::Scope fused(fusion::pairsOf(gr), fusion::normSumsOf(gr));
         State st;
         for (const Value& v : ins) st.in.push_back(share(v));
         const std::vector<Node*>& order = gr.order();

@@ -209,6 +209,12 @@ public:
                                  const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
                                  const Tensor& dscale, const Tensor& dshift) override;
     int64_t batchNormReluMaskBytes(const Shape&, Layout) override { return 0; }
+    /// Training with the ReLU on 16-bit channels-last x and z of one type: cuDNN's fused
+    /// batch norm + add + ReLU, one call (cudnnBatchNormalizationForwardTrainingEx). Where
+    /// cuDNN does not take the problem (it answers NOT_SUPPORTED; this backend then stops
+    /// asking), and in every other case: the normalisation, then the sum, as by default.
+    Tensor batchNormAddForward(const Tensor& x, const Tensor& z, const Tensor& scale, const Tensor& shift,
+                               const Tensor& mean, const Tensor& var, float eps, bool training, bool relu) override;
     void rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
     void rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
@@ -282,6 +288,7 @@ private:
     bool activations16_ = false;
     bool channelsLast_ = false;
     bool deterministic_ = false;
+    bool batchNormAddRefused_ = false; // cuDNN answered NOT_SUPPORTED to its fused form once
     std::unique_ptr<DnnState> dnn_;
     // Uploads from page-locked memory: their stream, and their device buffers (from the
     // allocator, kept), each with the events ordering its copies against its readers.

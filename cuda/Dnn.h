@@ -160,6 +160,23 @@ struct CudaBackend::DnnState {
     std::map<std::string, std::unique_ptr<cudnn_util::ConvProblem>> convs;
     std::map<std::string, std::unique_ptr<cudnn_util::PoolDesc>> pools;
 
+    cudnnActivationDescriptor_t reluDesc = nullptr;
+
+    ~DnnState() {
+        if (reluDesc) cudnnDestroyActivationDescriptor(reluDesc);
+    }
+
+    /// A ReLU activation descriptor (for cuDNN's fused batch norm + add + ReLU).
+    cudnnActivationDescriptor_t relu() {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!reluDesc) {
+            TESSERA_CUDA_CHECK(cudnnCreateActivationDescriptor(&reluDesc));
+            TESSERA_CUDA_CHECK(
+                cudnnSetActivationDescriptor(reluDesc, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+        }
+        return reluDesc;
+    }
+
     /// A packed tensor descriptor of these dims and elements, row-major or channels-last.
     cudnnTensorDescriptor_t tensor(const std::vector<int>& dims, DType dtype = DType::float32,
                                    Layout layout = Layout::plain) {

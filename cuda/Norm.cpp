@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -107,6 +108,51 @@ Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, con
                                                        x.raw(), xDesc, dy.raw(), xDesc, dx.raw(), pDesc, fp(scale),
                                                        fp(dscale), fp(dshift), eps, fp(mean), fp(invstd)));
     return dx;
+}
+
+Tensor CudaBackend::batchNormAddForward(const Tensor& x, const Tensor& z, const Tensor& scale, const Tensor& shift,
+                                        const Tensor& mean, const Tensor& var, float eps, bool training, bool relu) {
+    const DType t = carriedOrFloat32(x.dtype());
+    if (!training || !relu || !is16Bit(t) || x.layout() != Layout::channelsLast || batchNormAddRefused_)
+        return Backend::batchNormAddForward(x, z, scale, shift, mean, var, eps, training, relu);
+    const Tensor zs = arranged(z, Layout::channelsLast, t);
+    Tensor y = Tensor::empty(x.shape(), t, device(), Layout::channelsLast);
+    Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
+    const float one = 1.0f, zero = 0.0f;
+    s();
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t, Layout::channelsLast);
+    const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
+    const cudnnActivationDescriptor_t act = dnn_->relu();
+    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+    size_t workBytes = 0, reserveBytes = 0;
+    cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnn_, mode, ops, xDesc, xDesc,
+                                                                                    xDesc, pDesc, act, &workBytes);
+    if (status == CUDNN_STATUS_SUCCESS)
+        status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnn_, mode, ops, act, xDesc, &reserveBytes);
+    if (status == CUDNN_STATUS_SUCCESS) {
+        // One scratch buffer: the workspace, then (256-byte aligned) the reserve space,
+        // which only cuDNN's own backward would read.
+        const size_t at = (workBytes + 255) / 256 * 256;
+        auto* scratch = static_cast<char*>(workspace(at + reserveBytes + 1));
+        status = cudnnBatchNormalizationForwardTrainingEx(cudnn_, mode, ops, &one, &zero, xDesc, x.raw(), xDesc,
+                                                          zs.raw(), xDesc, y.raw(), pDesc, fp(scale), fp(shift), 1.0,
+                                                          nullptr, nullptr, eps, fp(mean), fp(invstd), act, scratch,
+                                                          workBytes, scratch + at, reserveBytes);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) {
+        cudak::varianceFromInvStd(fp(invstd), eps, fp(var), x.shape()[1], s());
+        return y;
+    }
+    // NOT_SUPPORTED and BAD_PARAM: a problem this cuDNN's fused form does not take (its
+    // types, layouts and sizes are narrower than the plain calls'); said once, on stderr.
+    if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM) TESSERA_CUDA_CHECK(status);
+    std::fprintf(stderr,
+                 "tessera: cuDNN's fused batch norm + add + ReLU answered %s for %s %s channels-last; "
+                 "this process runs the normalisation and the sum apart\n",
+                 cudnnGetErrorString(status), x.shape().str().c_str(), str(t).c_str());
+    batchNormAddRefused_ = true;
+    return Backend::batchNormAddForward(x, z, scale, shift, mean, var, eps, training, relu);
 }
 
 Tensor CudaBackend::batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,

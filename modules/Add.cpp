@@ -1,5 +1,7 @@
 #include "modules/Add.h"
 
+#include <algorithm>
+
 #include "backend/Backend.h"
 
 namespace tessera {
@@ -97,11 +99,39 @@ DType Add::sumDType(const std::vector<DType>& inDTypes) {
     return is16Bit(first) ? first : DType::float32;
 }
 
+bool Add::plainSum() const {
+    return std::all_of(coefficients_.begin(), coefficients_.end(), [](float c) { return c == 1.0f; });
+}
+
+// The fused batch norm's x and the other operand z give the unfused sum's result in one
+// call where they have one shape, the sum's dtype is the normalisation's (z has x's type
+// when that is 16-bit), and its layout is too (the sum takes the first input's layout).
+bool Add::normaliseFusedInput(Tensors& data, Tensor& y) {
+    normalisedInSum_ = false;
+    if (!norm_ || !norm_->deferredToSum()) return false;
+    const auto k = static_cast<size_t>(normSlot_);
+    const Tensor& x = data.at(k);
+    if (data.size() == 2 && plainSum()) {
+        const Tensor& z = data[1 - k];
+        const bool sameType = !is16Bit(x.dtype()) || z.dtype() == x.dtype();
+        if (z.shape() == x.shape() && sameType && (k == 0 || z.layout() == x.layout())) {
+            y = norm_->normaliseAdd(x, &z, fuseRelu_);
+            normalisedInSum_ = true;
+            return true;
+        }
+    }
+    data[k] = norm_->normaliseAdd(x, nullptr, false);
+    return false;
+}
+
 // x_i: same shape (any layouts) -> y = sum c_i x_i, in the first input's layout (in the
 // inputs' 16-bit type when they all have the same one); or a + b broadcast
 // With a ReLU fused (containers/Fusion.h), y = max(0, sum): in the same pass for two inputs.
-Tensors Add::updateData(const Tensors& data) {
+// With a batch norm fused, its input comes instead of its output, and it normalises here.
+Tensors Add::updateData(const Tensors& inputs) {
     appliedRelu_ = fuseRelu_;
+    Tensors data = inputs;
+    if (Tensor y; normaliseFusedInput(data, y)) return {y};
     const ActivationParams relu{ActivationKind::relu};
     if (broadcasting(data)) {
         Tensor y = broadcastOp(BinaryOp::add, data[0], data[1]);

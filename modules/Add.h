@@ -44,10 +44,24 @@ public:
     bool masksReluGradientOn(Device) const override { return false; }
     bool appliedRelu() const override { return appliedRelu_; }
     bool keptReluMask() const override { return false; }
+    /// Fusion (containers/Fusion.h): a batch norm that alone feeds input `slot` of this sum of
+    /// two (no coefficients other than 1) leaves its normalisation to it; the forward then
+    /// computes relu(bn(x) + z) (without the ReLU unless one is fused) in one backend call,
+    /// where x and z have one shape and the result's dtype and layout are the unfused sum's.
+    /// Set by a container around its forward; nullptr: none.
+    void setFusedNorm(SumFusedNorm* norm, int slot) {
+        norm_ = norm;
+        normSlot_ = slot;
+    }
+    SumFusedNorm* fusedNorm() const { return norm_; }
+    /// Whether this sum of two has only coefficients of 1 (a batch norm may fuse into it).
+    bool plainSum() const;
+    /// Whether the last forward ran the batch norm's normalisation with the sum in one call.
+    bool normalisedInSum() const { return normalisedInSum_; }
 
 protected:
     static DType sumDType(const std::vector<DType>& inDTypes);
-    Tensors updateData(const Tensors& data) override;
+    Tensors updateData(const Tensors& inputs) override;
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
@@ -55,6 +69,13 @@ private:
 
     std::vector<float> coefficients_;
     bool fuseRelu_ = false, appliedRelu_ = false;
+    SumFusedNorm* norm_ = nullptr;
+    int normSlot_ = 0;
+    bool normalisedInSum_ = false;
+    /// With a batch norm fused into this sum: its normalisation run here, with the sum
+    /// when it can (then `y` is the result and true comes back), else alone into
+    /// `data[normSlot_]`.
+    bool normaliseFusedInput(Tensors& data, Tensor& y);
 };
 
 /// [x_0, ..., x_k] (same shape) -> y = x_0 * x_1 * ... element-wise;

@@ -55,36 +55,58 @@ void BatchNorm::checkDataShape(const Shapes& inShapes) const {
     }
 }
 
-// x: [N, maps, ...] -> y
+// x: [N, maps, ...] -> y; or x itself, when the sum after it normalises (normaliseAdd)
 Tensors BatchNormND::updateData(const Tensors& data) {
-    const Tensor x = normView(data[0]);
-    const Shape& shape = data[0].shape();
-    auto back = [&](const Tensor& y) { return y.shape() == shape ? y : y.reshape(shape); };
-    Backend& be = backendOf(x);
     reluMask_ = Tensor();
     appliedRelu_ = false;
+    deferred_ = defersToSum();
+    if (deferred_) return {data[0]};
+    return {forward(data[0], nullptr, false)};
+}
+
+Tensor BatchNormND::normaliseAdd(const Tensor& x, const Tensor* z, bool relu) {
+    if (!deferred_) {
+        throw moduleError("normaliseAdd needs a forward that left its normalisation to the sum after it (the "
+                          "setting setFuseIntoSum, which a graph makes), and the last forward did not");
+    }
+    if (z && z->shape() != x.shape()) {
+        throw shapeError("normaliseAdd: the addend " + z->shape().str() + " differs from the input " + x.shape().str());
+    }
+    return forward(x, z, relu);
+}
+
+Tensor BatchNormND::forward(const Tensor& input, const Tensor* addend, bool relu) {
+    const Tensor x = normView(input);
+    const Shape& shape = input.shape();
+    auto back = [&](const Tensor& y) { return y.shape() == shape ? y : y.reshape(shape); };
+    Tensor zView;
+    if (addend) zView = normView(*addend);
+    const Tensor* z = addend ? &zView : nullptr;
+    Backend& be = backendOf(x);
     if (!isTrain()) {
         // Backward now differentiates this eval-mode function, not an earlier train-mode one.
         batchMean_ = batchVar_ = Tensor();
-        return {back(normalise(be, x, getAttr("mean"), getAttr("var"), false))};
+        return back(normalise(be, x, getAttr("mean"), getAttr("var"), false, z, relu));
     }
 
     Tensor y;
     float count = static_cast<float>(x.numel() / maps_);
     if (BatchNormSync* sync = BatchNormND::sync()) {
         y = syncedForward(x, *sync);
+        if (z && relu) be.axpbyzRelu(1.0f, *z, 1.0f, y, y);
+        if (z && !relu) be.axpby(1.0f, *z, 1.0f, y);
         count = static_cast<float>(globalCount_);
     } else {
         batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
         batchVar_ = Tensor::empty({maps_}, DType::float32, x.device());
-        y = normalise(be, x, batchMean_, batchVar_, true);
+        y = normalise(be, x, batchMean_, batchVar_, true, z, relu);
         globalCount_ = 0;
     }
     const float factor = std::max(options_.initFactor / static_cast<float>(1 + batches_), options_.minFactor);
     be.axpby(factor, batchMean_, 1.0f - factor, getAttr("mean"));
     be.axpby(factor * count / (count - 1.0f), batchVar_, 1.0f - factor, getAttr("var"));
     ++batches_;
-    return {back(y)};
+    return back(y);
 }
 
 bool BatchNormND::takes16Bit(const Tensors& data) const { return !sync() && backendCarries(data); }
@@ -93,9 +115,11 @@ std::vector<DType> BatchNormND::outputDTypes(const Shapes&, const std::vector<DT
     return inDTypes;
 }
 
-Tensor BatchNormND::normalise(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& var, bool training) {
+Tensor BatchNormND::normalise(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& var, bool training,
+                              const Tensor* z, bool relu) {
     const Tensor& scale = getVar("scale")->data;
     const Tensor& bias = getVar("bias")->data;
+    if (z) return be.batchNormAddForward(x, *z, scale, bias, mean, var, options_.epsilon, training, relu);
     if (!fuseRelu_ || !be.fusesBatchNormRelu())
         return be.batchNormForward(x, scale, bias, mean, var, options_.epsilon, training);
     Tensor y = be.batchNormReluForward(x, scale, bias, mean, var, options_.epsilon, training, reluMask_);
@@ -249,6 +273,7 @@ Blueprint BatchNormND::blueprint() const {
 MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                  Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (defersToSum()) use.outputViews = {0};                                   // its input, passed through to the sum
     if (train) use.keptBytes = 2 * maps_ * static_cast<int64_t>(sizeof(float)); // the batch mean and variance
     if (train && fusesReluOn(device)) {                                         // and the fused ReLU's mask
         use.keptBytes += backendFor(device).batchNormReluMaskBytes(normShape(inShapes[0]), inLayouts[0]);

@@ -41,7 +41,7 @@ public:
 /// Backward differentiates the last forward: after an eval-mode one, the input gradient
 /// treats the running statistics as constants, and parameter gradients are refused
 /// (ModuleError) since the module was not trained on that forward.
-class BatchNormND : public Module, public FusedRelu {
+class BatchNormND : public Module, public FusedRelu, public SumFusedNorm {
 public:
     /// `ranks`: the input ranks the named form accepts.
     BatchNormND(std::vector<size_t> ranks, int64_t maps, const BatchNormOptions& options);
@@ -88,6 +88,15 @@ public:
     bool keptReluMask() const override { return reluMask_.defined(); }
     /// The batch's mean and (biased) variance per channel that the last train-mode forward
     /// normalised with (undefined before one, and after an eval-mode one).
+    /// Fusion with the sum after it (containers/Fusion.h, SumFusedNorm): a container whose
+    /// plan has an Add alone consume this module's output sets this around its forward. A
+    /// forward then passes its input through (not when synchronised), and the Add runs
+    /// the normalisation with its sum (and its ReLU) through normaliseAdd.
+    void setFuseIntoSum(bool on) override { fuseIntoSum_ = on; }
+    bool fuseIntoSum() const override { return fuseIntoSum_; }
+    bool defersToSum() const override { return fuseIntoSum_ && !sync(); }
+    bool deferredToSum() const override { return deferred_; }
+    Tensor normaliseAdd(const Tensor& x, const Tensor* z, bool relu) override;
     const Tensor& batchMean() const { return batchMean_; }
     const Tensor& batchVar() const { return batchVar_; }
     float epsilon() const { return options_.epsilon; }
@@ -120,9 +129,15 @@ private:
     Tensor batchMean_, batchVar_; // of the last forward; undefined after an eval-mode one
     double globalCount_ = 0;      // values per channel over all processes, when synchronised
     bool fuseRelu_ = false, appliedRelu_ = false;
+    bool fuseIntoSum_ = false, deferred_ = false;
     Tensor reluMask_; // of the last forward, when it fused a ReLU in train mode
-    /// The forward's normalisation, with the ReLU fused when fuseRelu_ asks and `be` can.
-    Tensor normalise(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& var, bool training);
+    /// The forward proper on x (not its view): the statistics and the normalisation, with
+    /// z added and `relu` applied when z is given (normaliseAdd).
+    Tensor forward(const Tensor& x, const Tensor* z, bool relu);
+    /// The forward's normalisation: with z added (and the ReLU when `relu`) when z is
+    /// given; else with the ReLU fused when fuseRelu_ asks and `be` can.
+    Tensor normalise(Backend& be, const Tensor& x, const Tensor& mean, const Tensor& var, bool training,
+                     const Tensor* z = nullptr, bool relu = false);
     /// A synchronised train-mode forward: the global batch's mean and variance (stored as
     /// batchMean_, batchVar_), then the normalisation with them.
     Tensor syncedForward(const Tensor& x, BatchNormSync& sync);

@@ -1,8 +1,10 @@
 #pragma once
 /// \file FusedRelu: a layer that can apply the ReLU that alone consumes its output inside its
-/// own forward (containers/Fusion.h): batch norm and the sum `Add`.
+/// own forward (containers/Fusion.h): batch norm and the sum `Add`. And SumFusedNorm: a
+/// batch norm whose output only a sum consumes, which leaves its normalisation to that sum.
 
 #include "backend/DType.h"
+#include "backend/Tensor.h"
 
 namespace tessera {
 
@@ -21,6 +23,28 @@ public:
     virtual bool appliedRelu() const = 0;
     /// Whether the last forward kept the ReLU's mask (see masksReluGradientOn).
     virtual bool keptReluMask() const = 0;
+};
+
+/// Batch norm -> Add [-> ReLU] (containers/Fusion.h): with the setting on, the batch norm's
+/// forward passes its input through, and the sum computes relu(bn(x) + z) itself through
+/// normaliseAdd, in one backend call (Backend::batchNormAddForward). The batch norm's
+/// output then costs no memory of its own.
+class SumFusedNorm {
+public:
+    virtual ~SumFusedNorm() = default;
+    /// Set by a container around its forward when an Add alone consumes this layer's output.
+    virtual void setFuseIntoSum(bool on) = 0;
+    virtual bool fuseIntoSum() const = 0;
+    /// Whether a forward now would pass its input through for the sum (for plans).
+    virtual bool defersToSum() const = 0;
+    /// Whether the last forward passed its input through, leaving its normalisation to the
+    /// sum (its output is then its input).
+    virtual bool deferredToSum() const = 0;
+    /// The sum's call after a deferred forward: the normalisation of `x` (that forward's
+    /// input), with `z` added when given and the ReLU applied when `relu`; it records what
+    /// the forward would have (batch and running statistics). ModuleError when the last
+    /// forward did not defer.
+    virtual Tensor normaliseAdd(const Tensor& x, const Tensor* z, bool relu) = 0;
 };
 
 } // namespace tessera

@@ -12,6 +12,7 @@
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
+#include "modules/Add.h"
 #include "modules/BatchNormND.h"
 
 namespace tessera {
@@ -152,19 +153,29 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
         static_cast<SummaryRow&>(row) = std::move(r);
         p.rows.push_back(std::move(row));
     }
-    // A batch norm or sum that runs its ReLU (containers/Fusion.h) holds both layers' time.
+    // A batch norm or sum that runs its ReLU (containers/Fusion.h) holds both layers' time,
+    // and a sum that runs the batch norm before it holds the batch norm's.
     std::vector<fusion::Pair> fused;
+    std::vector<fusion::NormSum> sums;
     if (fusionEnabled()) {
-        if (const auto* g = dynamic_cast<const Graph*>(&model)) fused = fusion::pairsOf(*g);
+        if (const auto* g = dynamic_cast<const Graph*>(&model)) {
+            fused = fusion::pairsOf(*g);
+            sums = fusion::normSumsOf(*g);
+        }
         if (const auto* s = dynamic_cast<const Sequential*>(&model)) fused = fusion::pairsOf(*s);
     }
+    auto markFused = [](ProfileRow& r) {
+        r.module += " (fused)";
+        r.fused = true;
+    };
     for (ProfileRow& r : p.rows) {
         for (const fusion::Pair& f : fused) {
             if (r.layer == dynamic_cast<const Module*>(f.source)) r.module += "+ReLU";
-            if (r.layer == f.relu) {
-                r.module += " (fused)";
-                r.fused = true;
-            }
+            if (r.layer == f.relu) markFused(r);
+        }
+        for (const fusion::NormSum& s : sums) {
+            if (r.layer == dynamic_cast<const Module*>(s.sum)) r.module = "BatchNorm+" + r.module;
+            if (r.layer == dynamic_cast<const Module*>(s.norm)) markFused(r);
         }
     }
     if (options.train) {

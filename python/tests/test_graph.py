@@ -112,6 +112,38 @@ def test_batch_norm_relu_fusion_gives_the_unfused_results():
         np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
 
 
+def test_batch_norm_before_a_sum_runs_inside_it_with_the_unfused_results():
+    """A residual block's last batch norm leaves its normalisation to the sum: its output is
+    its input (no memory of its own), and the results are the unfused ones, bit for bit."""
+    ts.manualSeed(5)
+    x = ts.Identity(name="x").node()
+    conv = ts.Conv2D(4, 4, 3, pad=1, name="conv").node(x)
+    bn = ts.BatchNorm2D(4, name="bn").node(conv)
+    add = ts.Add(name="add").node(bn, x)
+    relu = ts.Activation("relu", name="relu").node(add)
+    net = ts.Graph(inputs=x, outputs=relu)
+    net["bn"].namedParams()["bias"].data.numpy()[:] = np.linspace(-0.5, 0.5, 4, dtype=np.float32)
+    rng = np.random.default_rng(2)
+    xin = rng.standard_normal((3, 4, 5, 5)).astype(np.float32)
+    dy = rng.standard_normal((3, 4, 5, 5)).astype(np.float32)
+    results = []
+    try:
+        for on in (True, False):
+            ts.setFusion(on)
+            y = net(xin).numpy().copy()
+            same = net["bn"].data.sharesMemory(net["conv"].data)
+            assert same == on
+            dx = net.backward(dy).numpy().copy()
+            dw = net["conv"].namedParams()["W"].grad.numpy().copy()
+            mean = net["bn"].namedAttrs()["mean"].numpy().copy()
+            results.append((y, dx, dw, mean))
+    finally:
+        ts.setFusion(True)
+    assert (results[1][0] == 0).any()  # the ReLU cut something
+    for fused, plain in zip(results[0], results[1]):
+        np.testing.assert_array_equal(fused, plain)
+
+
 def test_children_come_back_as_their_layer_classes(tmp_path):
     """Modules the C++ side made (a zoo model, a loaded file, a graph's nodes) come back as
     their layer classes, and they are the model's own modules, not copies."""

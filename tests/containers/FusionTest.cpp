@@ -257,6 +257,164 @@ TEST(Fusion, OnlyAReluThatAloneConsumesTheSumFuses) {
     for (size_t i = 0; i < xs.size(); ++i) EXPECT_FLOAT_EQ(ds[i], xs[i] < 0 ? -2.0f : 0.0f) << i;
 }
 
+// The attributes (running statistics) of every batch norm, in order.
+std::vector<std::vector<float>> runningStats(Module& net) {
+    std::vector<std::vector<float>> r;
+    for (const auto& [name, child] : net.namedChildren()) {
+        if (!dynamic_cast<BatchNormND*>(child)) continue;
+        r.push_back(child->getAttr("mean").toVector<float>());
+        r.push_back(child->getAttr("var").toVector<float>());
+    }
+    return r;
+}
+
+// The block's second batch norm feeds only the sum: the sum runs the normalisation, its
+// ReLU and the addition in one call, and everything equals the unfused run's bit for bit
+// (the same arithmetic in the same order): outputs in train and eval mode, gradients,
+// parameter gradients and running statistics; in float32 and in calcMode(bfloat16).
+TEST(Fusion, BatchNormIntoTheSumGivesTheUnfusedResults) {
+    for (DType t : {DType::float32, DType::bfloat16}) {
+        SCOPED_TRACE(str(t));
+        NodePtr add;
+        StepResult fused, plain;
+        std::vector<float> fusedEval, plainEval;
+        std::vector<std::vector<float>> fusedStats, plainStats;
+        // In bfloat16 the shortcut (the input) comes in it too, as a block's input would.
+        const Tensor x = randomTensor({6, 4, 5, 5}, 1).convertedTo(t);
+        const Tensor dy = randomTensor({6, 4, 5, 5}, 2);
+        for (bool on : {true, false}) {
+            manualSeed(3);
+            auto net = block(nullptr, nullptr, &add);
+            setNormParams(*net);
+            if (t != DType::float32) net->calcMode(t);
+            net->setReleaseInBackward(false); // the nodes' values are looked at after the step
+            FusionSwitch fusion(on);
+            StepResult& r = on ? fused : plain;
+            r = trainStep(*net, x, dy);
+            Node& bn2 = net->getNodeByName("bn2");
+            auto& sum = dynamic_cast<Add&>(add->module());
+            EXPECT_EQ(sum.normalisedInSum(), on);
+            EXPECT_EQ(dynamic_cast<BatchNormND&>(bn2.module()).deferredToSum(), on);
+            // Fused, the batch norm's output is its input: no memory of its own.
+            EXPECT_EQ(bn2.outputs()[0].sharesStorage(net->getNodeByName("c2").outputs()[0]), on);
+            (on ? fusedStats : plainStats) = runningStats(*net);
+            net->evalMode();
+            (on ? fusedEval : plainEval) = (*net)(x).convertedTo(DType::float32).toVector<float>();
+            EXPECT_EQ(sum.normalisedInSum(), on) << "eval mode";
+            // Outside the graph's forward the modules are themselves again.
+            EXPECT_FALSE(dynamic_cast<BatchNormND&>(bn2.module()).fuseIntoSum());
+            EXPECT_EQ(sum.fusedNorm(), nullptr);
+        }
+        auto floats = [](const Tensor& v) { return v.convertedTo(DType::float32).toVector<float>(); };
+        EXPECT_EQ(floats(fused.y), floats(plain.y));
+        EXPECT_EQ(floats(fused.dx), floats(plain.dx));
+        EXPECT_EQ(fused.paramGrads, plain.paramGrads);
+        EXPECT_EQ(fusedStats, plainStats);
+        EXPECT_EQ(fusedEval, plainEval);
+        // The ReLU cut something, and the sum mattered.
+        const std::vector<float> y = floats(fused.y);
+        EXPECT_GT(std::count(y.begin(), y.end(), 0.0f), 20);
+    }
+}
+
+// Where the sum cannot take the batch norm in its call (the operands broadcast, or a
+// 16-bit normalisation meets a float32 operand), the normalisation runs alone inside the
+// sum, and the results still equal the unfused run's.
+TEST(Fusion, ABatchNormTheSumCannotTakeInOneCallRunsAloneInIt) {
+    struct Variant {
+        std::string name;
+        Shape other;
+        bool sixteenBit;
+    };
+    for (const Variant& v :
+         {Variant{"broadcast", {1, 4, 1, 1}, false}, Variant{"float32 operand", {3, 4, 5, 5}, true}}) {
+        SCOPED_TRACE(v.name);
+        std::vector<float> y[2], dx[2];
+        for (bool on : {true, false}) {
+            manualSeed(6);
+            auto data = node(std::make_shared<Identity>(), {}, "data");
+            auto other = node(std::make_shared<Identity>(), {}, "other");
+            auto bn = node(std::make_shared<BatchNorm2D>(4), data, "bn");
+            auto add = node(std::make_shared<Add>(), {bn, other}, "add");
+            Graph g({data, other}, {node(relu(), add, "relu")});
+            setNormParams(g);
+            if (v.sixteenBit) bn->module().calcMode(DType::bfloat16);
+            FusionSwitch fusion(on);
+            const Tensor x = randomTensor({3, 4, 5, 5}, 7);
+            const Tensor o = randomTensor(v.other, 8);
+            y[on] = g(Tensors{v.sixteenBit ? x.convertedTo(DType::bfloat16) : x, o})[0]
+                        .convertedTo(DType::float32)
+                        .toVector<float>();
+            EXPECT_FALSE(dynamic_cast<Add&>(add->module()).normalisedInSum());
+            EXPECT_EQ(dynamic_cast<BatchNormND&>(bn->module()).deferredToSum(), on);
+            dx[on] =
+                g.backward(Tensors{randomTensor({3, 4, 5, 5}, 9)})[0].convertedTo(DType::float32).toVector<float>();
+        }
+        EXPECT_EQ(y[1], y[0]);
+        EXPECT_EQ(dx[1], dx[0]);
+    }
+}
+
+// Which batch norms fuse into their sums: one alone feeding a sum of two with coefficients
+// 1, taken once; one per sum.
+TEST(Fusion, OnlyABatchNormThatAloneFeedsASumOfTwoFuses) {
+    auto data = node(std::make_shared<Identity>(), {}, "data");
+    auto bn = [](const NodePtr& x, const std::string& name) { return node(std::make_shared<BatchNorm2D>(2), x, name); };
+    // Two consumers.
+    auto twice = bn(data, "twice");
+    auto s1 = node(std::make_shared<Add>(), {twice, data}, "s1");
+    auto r1 = node(relu(), twice, "r1");
+    // Weighted sum.
+    auto weighted = bn(s1, "weighted");
+    auto s2 = node(std::make_shared<Add>(std::vector<float>{1.0f, 2.0f}), {weighted, r1}, "s2");
+    // A sum of three.
+    auto three = bn(s2, "three");
+    auto s3 = node(std::make_shared<Add>(), {three, s2, data}, "s3");
+    // The sum takes it twice.
+    auto doubled = bn(s3, "doubled");
+    auto s4 = node(std::make_shared<Add>(), {doubled, doubled}, "s4");
+    // Both inputs batch norms: the first in the graph's order fuses (into input 1).
+    auto late = bn(s4, "late");
+    auto early = bn(s4, "early");
+    auto s5 = node(std::make_shared<Add>(std::vector<float>{1.0f, 1.0f}), {late, early}, "s5");
+    Graph g({data}, {s5});
+    const std::vector<fusion::NormSum> sums = fusion::normSumsOf(g);
+    ASSERT_EQ(sums.size(), 1u);
+    const bool earlyFirst = g.order()[0] != nullptr && [&] {
+        for (Node* n : g.order()) {
+            if (n == early.get()) return true;
+            if (n == late.get()) return false;
+        }
+        return false;
+    }();
+    EXPECT_EQ(sums[0].norm, dynamic_cast<SumFusedNorm*>(&(earlyFirst ? early : late)->module()));
+    EXPECT_EQ(sums[0].sum, &s5->module());
+    EXPECT_EQ(sums[0].slot, earlyFirst ? 1 : 0);
+    const Tensors y = g(Tensors{randomTensor({3, 2, 2, 2}, 8)});
+    EXPECT_TRUE(dynamic_cast<Add&>(s5->module()).normalisedInSum());
+    for (const NodePtr& n : {s1, s2, s3, s4}) EXPECT_FALSE(dynamic_cast<Add&>(n->module()).normalisedInSum());
+    FusionSwitch off(false);
+    EXPECT_TRUE(fusion::normSumsOf(g).empty());
+}
+
+// normaliseAdd is the sum's call after a forward that deferred to it: refused otherwise,
+// and refused for an addend of another shape.
+TEST(Fusion, NormaliseAddNeedsADeferredForwardAndAnAddendOfItsShape) {
+    BatchNorm2D bn(3);
+    const Tensor x = randomTensor({2, 3, 4, 4}, 1);
+    bn(x);
+    EXPECT_THROW(bn.normaliseAdd(x, &x, true), ModuleError);
+    bn.setFuseIntoSum(true);
+    EXPECT_EQ(bn(x).raw(), x.raw()); // passed through
+    const Tensor other = randomTensor({2, 3, 4, 5}, 2);
+    EXPECT_THROW(bn.normaliseAdd(x, &other, false), ShapeError);
+    // y = relu(bn(x) + x), with the batch's own statistics (scale 1, bias 0).
+    const std::vector<float> y = bn.normaliseAdd(x, &x, true).toVector<float>();
+    bn.setFuseIntoSum(false);
+    const std::vector<float> n = bn(x).toVector<float>(), xs = x.toVector<float>();
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], std::max(0.0f, n[i] + xs[i])) << i;
+}
+
 TEST(Fusion, TheMemoryPlanCountsWhatFusionSaves) {
     manualSeed(1);
     auto net = loadResNet(18, ResNetStem::cifar, 10);
@@ -276,6 +434,10 @@ TEST(Fusion, TheMemoryPlanCountsWhatFusionSaves) {
     const testing::MeasuredPeaks m = testing::measurePeaks(*net, {8, 3, 32, 32});
     EXPECT_TRUE(testing::within10Percent("fused training step", fused.training, m.training));
     EXPECT_TRUE(testing::within10Percent("fused train forward", fused.trainForward, m.trainForward));
+    EXPECT_TRUE(testing::within10Percent("fused inference", fused.inference, m.inference));
+    // The batch norms before the sums pass their inputs through: a block's last batch norm
+    // keeps no output of its own, in training and in inference.
+    EXPECT_LT(fused.inference, plain.inference);
 }
 
 } // namespace

@@ -639,6 +639,68 @@ TEST(CudaConsistency, ChannelsLastMatchesTheCpu) {
     EXPECT_EQ(net->getNodeByName("fc").outputs()[0].layout(), Layout::plain);
 }
 
+// A batch norm that alone feeds a sum, with a ReLU after it, on 16-bit channels-last
+// tensors (both switches on): the sum runs the normalisation, the addition and the ReLU in
+// one call (containers/Fusion.h; on CUDA cuDNN's fused batch norm + add + ReLU where it
+// takes them, else the normalisation and the sum apart). Output, input gradients,
+// parameter gradients and running statistics match float32 on the CPU fed the same
+// rounded operands, as the layers above do.
+TEST(CudaConsistency, BatchNormAddReluOnSixteenBitChannelsLastMatchesTheCpu) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    const Carry16Bit carrying(true);
+    const ChannelsLast last(true);
+    auto make = [] {
+        auto a = node(std::make_shared<Identity>(), {}, "a"), b = node(std::make_shared<Identity>(), {}, "b");
+        auto bn = node(std::make_shared<BatchNorm2D>(8), a, "bn");
+        auto sum = node(std::make_shared<Add>(), {bn, b}, "sum");
+        auto out = node(std::make_shared<Activation>(ActivationKind::relu), sum, "relu");
+        return ModulePtr(std::make_shared<Graph>(std::vector<NodePtr>{a, b}, std::vector<NodePtr>{out}));
+    };
+    for (DType low : {DType::float16, DType::bfloat16}) {
+        if (selfCheck() && low == DType::float16) continue;
+        SCOPED_TRACE(str(low));
+        const double tol = 8 * (low == DType::float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8));
+        auto rounded = [&](const Tensor& t) { return t.convertedTo(low).convertedTo(DType::float32); };
+        auto asFloat = [](const Tensor& t) { return t.convertedTo(DType::float32).toHost(); };
+        const auto [cpu, gpu] = roundedPair(make, low, dev);
+        for (const ModulePtr& m : {cpu, gpu}) { // a scale and shift that make the ReLU cut
+            for (const auto& [name, v] : m->namedParams()) {
+                const bool scale = name.find("scale") != std::string::npos;
+                v->data.copyFrom(randomTensor(v->data.shape(), scale ? 5 : 6, scale ? 0.5f : -0.5f, scale ? 1.5f : 0.5f)
+                                     .to(v->data.device()));
+            }
+        }
+        const Tensor x = rounded(randomTensor({4, 8, 6, 6}, 101)), z = rounded(randomTensor({4, 8, 6, 6}, 102));
+        Tensor xg = x.convertedTo(low).to(dev), zg = z.convertedTo(low).to(dev);
+        if (!selfCheck()) xg = xg.toLayout(Layout::channelsLast); // as a channels-last convolution writes it
+        const Tensor yc = (*cpu)(Tensors{x, z})[0], yg = (*gpu)(Tensors{xg, zg})[0];
+        const auto& sum = dynamic_cast<const Add&>(dynamic_cast<Graph&>(*gpu).getNodeByName("sum").module());
+        EXPECT_TRUE(sum.normalisedInSum());
+        if (!selfCheck()) {
+            EXPECT_EQ(yg.dtype(), low);
+        }
+        EXPECT_LE(relDiff(asFloat(yg), yc), tol) << "output";
+        const std::vector<float> yv = yc.toVector<float>();
+        EXPECT_GT(std::count(yv.begin(), yv.end(), 0.0f), 20); // the ReLU cut
+        const Tensor dy = rounded(randomTensor(yc.shape(), 200));
+        for (const ModulePtr& m : {cpu, gpu}) m->zeroGradParams();
+        const Tensors dxc = cpu->backward(Tensors{dy}), dxg = gpu->backward(Tensors{dy.convertedTo(low).to(dev)});
+        ASSERT_EQ(dxg.size(), 2u);
+        for (size_t i = 0; i < 2; ++i) EXPECT_LE(relDiff(asFloat(dxg[i]), dxc[i]), tol) << "input gradient " << i;
+        const auto pc = cpu->namedParams(), pg = gpu->namedParams();
+        ASSERT_EQ(pc.size(), pg.size());
+        for (size_t i = 0; i < pc.size(); ++i) {
+            EXPECT_LE(relDiff(pg[i].second->grad.toHost(), pc[i].second->grad), tol) << "gradient of " << pc[i].first;
+        }
+        for (const char* attr : {"mean", "var"}) {
+            const Module& bc = dynamic_cast<Graph&>(*cpu).getNodeByName("bn").module();
+            const Module& bg = dynamic_cast<Graph&>(*gpu).getNodeByName("bn").module();
+            EXPECT_LE(relDiff(bg.getAttr(attr).toHost(), bc.getAttr(attr)), tol) << attr;
+        }
+    }
+}
+
 // One training step of a seeded ResNet-18 (its ImageNet stem: max pooling too) in
 // calcMode(low): the output and every parameter gradient, and the dtypes its first batch
 // norm and first sum wrote, and the layout of the first batch norm's output.

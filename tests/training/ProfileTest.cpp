@@ -12,6 +12,7 @@
 #include "containers/Sequential.h"
 #include "models/Zoo.h"
 #include "modules/Activation.h"
+#include "modules/Add.h"
 #include "modules/BatchNormND.h"
 #include "modules/Glue.h"
 #include "modules/Identity.h"
@@ -221,6 +222,26 @@ TEST(Profile, FusedBatchNormAndReluRowsSaySo) {
     EXPECT_EQ(rowNamed(apart, "relu").module, "Activation");
     EXPECT_FALSE(rowNamed(apart, "relu").fused);
     EXPECT_GT(rowNamed(apart, "relu").forward, 0);
+}
+
+// A residual block's last batch norm runs inside the sum: its row says it is fused, and the
+// sum's row names all three layers.
+TEST(Profile, ABatchNormInsideTheSumSaysSo) {
+    manualSeed(9);
+    auto data = node(std::make_shared<Identity>(), {}, "data");
+    auto bn = node(std::make_shared<BatchNorm2D>(3), data, "bn");
+    auto sum = node(std::make_shared<Add>(), {bn, data}, "sum");
+    auto relu = node(std::make_shared<Activation>(ActivationKind::relu), sum, "relu");
+    Graph g({data}, {relu});
+    ProfileOptions options;
+    options.warmup = 0;
+    options.steps = 1;
+    const Profile p = profile(g, {randomTensor({4, 3, 5, 5}, 9)}, options);
+    EXPECT_EQ(rowNamed(p, "bn").module, "BatchNorm2D (fused)");
+    EXPECT_TRUE(rowNamed(p, "bn").fused);
+    EXPECT_EQ(rowNamed(p, "sum").module, "BatchNorm+Add+ReLU");
+    EXPECT_FALSE(rowNamed(p, "sum").fused);
+    EXPECT_EQ(rowNamed(p, "relu").module, "Activation (fused)");
 }
 
 struct CountingObserver : Module::CallObserver {
