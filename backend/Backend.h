@@ -181,6 +181,14 @@ struct UpdateParams {
 enum class PadMode { constant, reflect, edge };
 enum class ResampleMode { nearest, linear };
 
+/// How resampling maps output positions to input ones (backend/ElementMath.h:
+/// resampleTaps): nearest takes floor(o * in / out); linear interpolates around half-pixel
+/// centres, or with alignCorners around o * (in - 1) / (out - 1).
+struct ResampleParams {
+    ResampleMode mode = ResampleMode::nearest;
+    bool alignCorners = false; ///< linear only
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -452,10 +460,10 @@ public:
     virtual Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) = 0;
 
     // ---- resampling, padding, prelu ----------------------------------------------------
-    /// x: [N, C, *in] -> y: [N, C, *out] (out = in * integer scale), nearest or linear
-    /// (half-pixel centres).
-    virtual void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) = 0;
-    virtual void resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) = 0;
+    /// x: [N, C, *in] -> y: [N, C, *out] (1 to 3 spatial dims, any sizes; plain float32),
+    /// nearest or linear as `p` says.
+    virtual void resampleForward(const ResampleParams& p, const Tensor& x, const Tensor& y) = 0;
+    virtual void resampleBackward(const ResampleParams& p, const Tensor& dy, const Tensor& dx) = 0;
     /// x: [N, C, H, W], theta: [N, 2, 3] -> y: [N, C, Ho, Wo]: a spatial transformer's affine
     /// grid and bilinear sampling, zero outside (backend/ElementMath.h: spatialTfSource).
     virtual void spatialTfForward(const Tensor& x, const Tensor& theta, const Tensor& y) = 0;

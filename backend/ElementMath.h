@@ -211,6 +211,30 @@ TESSERA_HOST_DEVICE inline int64_t padSource(PadMode mode, int64_t o, int64_t lo
     return i < 0 ? -i : 2 * (n - 1) - i; // -1 -> 1, n -> n - 2
 }
 
+/// Output position `o` of `out` along a dim of `in` input positions: the two inputs it reads
+/// (i0, i1) and the weight of the second (w1). Nearest: floor(o * in / out), alone. Linear:
+/// around s = (o + 0.5) * in / out - 0.5 (half-pixel centres, as oneDNN computes it), or
+/// s = o * ((in - 1) / (out - 1)) with alignCorners (0 for out 1), clamped to the edges.
+TESSERA_HOST_DEVICE inline void resampleTaps(ResampleParams p, int64_t o, int64_t out, int64_t in, int64_t& i0,
+                                             int64_t& i1, float& w1) {
+    if (p.mode == ResampleMode::nearest) {
+        i0 = i1 = o * in / out;
+        w1 = 0.0f;
+        return;
+    }
+    float s = 0.0f;
+    if (!p.alignCorners) {
+        s = (static_cast<float>(o) + 0.5f) * static_cast<float>(in) / static_cast<float>(out) - 0.5f;
+    } else if (out > 1) {
+        s = static_cast<float>(o) * (static_cast<float>(in - 1) / static_cast<float>(out - 1));
+    }
+    const float f = floorf(s);
+    i0 = f < 0.0f ? 0 : static_cast<int64_t>(f);
+    const auto c = static_cast<int64_t>(ceilf(s));
+    i1 = c > in - 1 ? in - 1 : (c < 0 ? 0 : c);
+    w1 = fabsf(s - f);
+}
+
 /// A pooling window's geometry over [d, h, w] (fewer spatial dims lead with 1s).
 struct Window3 {
     int64_t in[3], out[3], kernel[3], stride[3], pad[3];

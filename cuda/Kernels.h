@@ -97,11 +97,11 @@ void lrnForward(bool across, int64_t size, float alpha, float beta, float k, con
                 int64_t n, int64_t c, int64_t h, int64_t w, cudaStream_t s);
 void lrnBackward(bool across, int64_t size, float alpha, float beta, const float* x, const float* dy,
                  const float* scale, float* dx, int64_t n, int64_t c, int64_t h, int64_t w, cudaStream_t s);
-/// Nearest or linear (half-pixel centres) resampling of [planes, *in] to [planes, *out].
-void resampleForward(bool linear, const float* x, float* y, const int64_t in[3], const int64_t out[3], int64_t planes,
-                     cudaStream_t s);
+/// Resampling of [planes, *in] to [planes, *out] as `p` says (element::resampleTaps).
+void resampleForward(ResampleParams p, const float* x, float* y, const int64_t in[3], const int64_t out[3],
+                     int64_t planes, cudaStream_t s);
 /// dx (zeroed here) <- the adjoint of resampleForward applied to dy.
-void resampleBackward(bool linear, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
+void resampleBackward(ResampleParams p, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
                       int64_t planes, cudaStream_t s);
 void padForward(PadMode mode, float value, const float* x, float* y, const int64_t in[3], const int64_t out[3],
                 const int64_t lo[3], int64_t planes, cudaStream_t s);

@@ -34,18 +34,18 @@ void CudaBackend::spatialTfBackward(const Tensor& x, const Tensor& theta, const 
                              dy.shape()[3], this->s());
 }
 
-void CudaBackend::resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) {
+void CudaBackend::resampleForward(const ResampleParams& p, const Tensor& x, const Tensor& y) {
     int64_t in[3], out[3];
     spatial3("resampleForward", x.shape(), in);
     spatial3("resampleForward", y.shape(), out);
-    cudak::resampleForward(mode == ResampleMode::linear, fp(x), fp(y), in, out, x.shape()[0] * x.shape()[1], s());
+    cudak::resampleForward(p, fp(x), fp(y), in, out, x.shape()[0] * x.shape()[1], s());
 }
 
-void CudaBackend::resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) {
+void CudaBackend::resampleBackward(const ResampleParams& p, const Tensor& dy, const Tensor& dx) {
     int64_t in[3], out[3];
     spatial3("resampleBackward", dx.shape(), in);
     spatial3("resampleBackward", dy.shape(), out);
-    cudak::resampleBackward(mode == ResampleMode::linear, fp(dy), fp(dx), in, out, dx.shape()[0] * dx.shape()[1], s());
+    cudak::resampleBackward(p, fp(dy), fp(dx), in, out, dx.shape()[0] * dx.shape()[1], s());
 }
 
 namespace {

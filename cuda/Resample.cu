@@ -22,30 +22,13 @@ struct Dims3 {
 
 Dims3 dims3(const int64_t d[3]) { return {{d[0], d[1], d[2]}}; }
 
-// Linear interpolation taps along one dim, as oneDNN computes them (half-pixel centres,
-// clamped at the edges).
-__device__ void linearTaps(int64_t o, int64_t out, int64_t in, int64_t& i0, int64_t& i1, float& w1) {
-    const float s = (static_cast<float>(o) + 0.5f) * static_cast<float>(in) / static_cast<float>(out) - 0.5f;
-    const float f = floorf(s);
-    i0 = static_cast<int64_t>(f) < 0 ? 0 : static_cast<int64_t>(f);
-    i1 = static_cast<int64_t>(ceilf(s)) > in - 1 ? in - 1 : static_cast<int64_t>(ceilf(s));
-    w1 = fabsf(s - f);
-}
-
 // Calls f(source flat index in the plane, weight) for every tap of output `o`.
-template <class F> __device__ void forEachTap(bool linear, int64_t o, Dims3 in, Dims3 out, F&& f) {
+template <class F> __device__ void forEachTap(ResampleParams p, int64_t o, Dims3 in, Dims3 out, F&& f) {
     const int64_t od = o / (out.v[1] * out.v[2]), oh = o / out.v[2] % out.v[1], ow = o % out.v[2];
     const int64_t pos[3] = {od, oh, ow};
     int64_t lo[3], hi[3];
     float wh[3];
-    for (int d = 0; d < 3; ++d) {
-        if (linear) {
-            linearTaps(pos[d], out.v[d], in.v[d], lo[d], hi[d], wh[d]);
-        } else {
-            lo[d] = hi[d] = pos[d] * in.v[d] / out.v[d];
-            wh[d] = 0.0f;
-        }
-    }
+    for (int d = 0; d < 3; ++d) element::resampleTaps(p, pos[d], out.v[d], in.v[d], lo[d], hi[d], wh[d]);
     for (int a = 0; a < 2; ++a)
         for (int b = 0; b < 2; ++b)
             for (int c = 0; c < 2; ++c) {
@@ -56,22 +39,23 @@ template <class F> __device__ void forEachTap(bool linear, int64_t o, Dims3 in, 
             }
 }
 
-__global__ void resampleForwardKernel(bool linear, const float* x, float* y, Dims3 in, Dims3 out, int64_t planes) {
+__global__ void resampleForwardKernel(ResampleParams p, const float* x, float* y, Dims3 in, Dims3 out, int64_t planes) {
     const int64_t inPlane = in.v[0] * in.v[1] * in.v[2], outPlane = out.v[0] * out.v[1] * out.v[2];
     TESSERA_FOR_EACH(i, planes * outPlane) {
         const float* plane = x + i / outPlane * inPlane;
         float acc = 0;
-        forEachTap(linear, i % outPlane, in, out, [&](int64_t j, float wt) { acc += wt * plane[j]; });
+        forEachTap(p, i % outPlane, in, out, [&](int64_t j, float wt) { acc += wt * plane[j]; });
         y[i] = acc;
     }
 }
 
-__global__ void resampleBackwardKernel(bool linear, const float* dy, float* dx, Dims3 in, Dims3 out, int64_t planes) {
+__global__ void resampleBackwardKernel(ResampleParams p, const float* dy, float* dx, Dims3 in, Dims3 out,
+                                       int64_t planes) {
     const int64_t inPlane = in.v[0] * in.v[1] * in.v[2], outPlane = out.v[0] * out.v[1] * out.v[2];
     TESSERA_FOR_EACH(i, planes * outPlane) {
         float* plane = dx + i / outPlane * inPlane;
         const float g = dy[i];
-        forEachTap(linear, i % outPlane, in, out, [&](int64_t j, float wt) { atomicAdd(plane + j, wt * g); });
+        forEachTap(p, i % outPlane, in, out, [&](int64_t j, float wt) { atomicAdd(plane + j, wt * g); });
     }
 }
 
@@ -159,16 +143,15 @@ __global__ void spatialTfBackwardKernel(const float* x, const float* theta, cons
 
 } // namespace
 
-void resampleForward(bool linear, const float* x, float* y, const int64_t in[3], const int64_t out[3], int64_t planes,
-                     cudaStream_t s) {
-    TESSERA_LAUNCH(resampleForwardKernel, planes * out[0] * out[1] * out[2], s, linear, x, y, dims3(in), dims3(out),
-                   planes);
+void resampleForward(ResampleParams p, const float* x, float* y, const int64_t in[3], const int64_t out[3],
+                     int64_t planes, cudaStream_t s) {
+    TESSERA_LAUNCH(resampleForwardKernel, planes * out[0] * out[1] * out[2], s, p, x, y, dims3(in), dims3(out), planes);
 }
 
-void resampleBackward(bool linear, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
+void resampleBackward(ResampleParams p, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
                       int64_t planes, cudaStream_t s) {
     TESSERA_CUDA_CHECK(cudaMemsetAsync(dx, 0, static_cast<size_t>(planes * in[0] * in[1] * in[2]) * sizeof(float), s));
-    TESSERA_LAUNCH(resampleBackwardKernel, planes * out[0] * out[1] * out[2], s, linear, dy, dx, dims3(in), dims3(out),
+    TESSERA_LAUNCH(resampleBackwardKernel, planes * out[0] * out[1] * out[2], s, p, dy, dx, dims3(in), dims3(out),
                    planes);
 }
 

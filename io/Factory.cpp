@@ -337,13 +337,15 @@ template <class T> ModulePtr pad(const Args& a) {
     return std::make_shared<T>(a.ints("pad"),
                                PadOptions{.mode = mode, .fillValue = a.f("fillValue"), .name = a.name()});
 }
-template <class T> ModulePtr upsample(const Args& a) {
+UpsampleOptions upsampleOptions(const Args& a) {
     const std::string mode = a.s("mode");
     if (mode != "nearest" && mode != "linear") throw a.error("mode must be nearest or linear, got '" + mode + "'");
-    return std::make_shared<T>(
-        a.i("scale"),
-        UpsampleOptions{.mode = mode == "linear" ? ResampleMode::linear : ResampleMode::nearest, .name = a.name()});
+    return {.mode = mode == "linear" ? ResampleMode::linear : ResampleMode::nearest,
+            .alignCorners = a.b("alignCorners"),
+            .name = a.name()};
 }
+template <class T> ModulePtr upsample(const Args& a) { return std::make_shared<T>(a.i("scale"), upsampleOptions(a)); }
+template <class T> ModulePtr resize(const Args& a) { return std::make_shared<T>(a.ints("size"), upsampleOptions(a)); }
 
 ModulePtr buildGraph(const Blueprint& bp, const Args& a);
 
@@ -583,10 +585,14 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) { return pad<Pad1D>(a); }},
             {"Pad2D", "pad, mode='constant', fillValue=0.0, name=None",
              [](const Blueprint&, const Args& a) { return pad<Pad2D>(a); }},
-            {"Upsample2D", "scale=2, mode='nearest', name=None",
+            {"Upsample2D", "scale=2, mode='nearest', alignCorners=False, name=None",
              [](const Blueprint&, const Args& a) { return upsample<Upsample2D>(a); }},
-            {"Upsample3D", "scale=2, mode='nearest', name=None",
+            {"Upsample3D", "scale=2, mode='nearest', alignCorners=False, name=None",
              [](const Blueprint&, const Args& a) { return upsample<Upsample3D>(a); }},
+            {"Resize2D", "size, mode='nearest', alignCorners=False, name=None",
+             [](const Blueprint&, const Args& a) { return resize<Resize2D>(a); }},
+            {"Resize3D", "size, mode='nearest', alignCorners=False, name=None",
+             [](const Blueprint&, const Args& a) { return resize<Resize3D>(a); }},
             {"PRelu", "maps, sharedMaps=False, init=0.25, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<PRelu>(

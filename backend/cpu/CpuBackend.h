@@ -188,8 +188,8 @@ public:
                          const Tensor& dbeta) override;
     Tensor lrnForward(const LrnParams& p, const Tensor& x, Tensor& workspace) override;
     Tensor lrnBackward(const LrnParams& p, const Tensor& x, const Tensor& dy, const Tensor& workspace) override;
-    void resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) override;
-    void resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) override;
+    void resampleForward(const ResampleParams& p, const Tensor& x, const Tensor& y) override;
+    void resampleBackward(const ResampleParams& p, const Tensor& dy, const Tensor& dx) override;
     void spatialTfForward(const Tensor& x, const Tensor& theta, const Tensor& y) override;
     void spatialTfBackward(const Tensor& x, const Tensor& theta, const Tensor& dy, const Tensor& dx,
                            const Tensor& dtheta) override;

@@ -1,4 +1,8 @@
-// Upsampling (oneDNN resampling) and PReLU (oneDNN prelu), cached per shape.
+// Resampling (oneDNN's, cached per shape, or a loop for what oneDNN computes otherwise) and
+// PReLU (oneDNN prelu).
+#include <algorithm>
+
+#include "backend/ElementMath.h"
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
@@ -36,11 +40,99 @@ const ResampleEntry& resampleForwardEntry(ResampleMode mode, const Shape& x, con
     });
 }
 
+// oneDNN computes linear with half-pixel centres for any sizes, and nearest as
+// round((o + 0.5) * in / out - 0.5), which is floor(o * in / out) only where every out is
+// a whole multiple of its in: the rest is the loop below.
+bool dnnlResamples(const ResampleParams& p, const Shape& in, const Shape& out) {
+    if (p.mode == ResampleMode::linear) return !p.alignCorners;
+    for (size_t d = 2; d < in.rank(); ++d) {
+        const auto k = static_cast<int64_t>(d);
+        if (out[k] % in[k] != 0) return false;
+    }
+    return true;
+}
+
+// The taps of every output position along each of 3 dims (fewer spatial dims lead with 1s).
+struct Taps3 {
+    int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+    std::vector<int64_t> lo[3], hi[3];
+    std::vector<float> w[3];
+
+    Taps3(const ResampleParams& p, const Shape& x, const Shape& y) {
+        const size_t sp = x.rank() - 2;
+        for (size_t d = 0; d < sp; ++d) {
+            in[3 - sp + d] = x[static_cast<int64_t>(2 + d)];
+            out[3 - sp + d] = y[static_cast<int64_t>(2 + d)];
+        }
+        for (int d = 0; d < 3; ++d) {
+            for (int64_t o = 0; o < out[d]; ++o) {
+                int64_t a = 0, b = 0;
+                float wt = 0.0f;
+                element::resampleTaps(p, o, out[d], in[d], a, b, wt);
+                lo[d].push_back(a);
+                hi[d].push_back(b);
+                w[d].push_back(wt);
+            }
+        }
+    }
+
+    int64_t inPlane() const { return in[0] * in[1] * in[2]; }
+    int64_t outPlane() const { return out[0] * out[1] * out[2]; }
+
+    // f(input flat index in the plane, weight) for every tap of output position (d, h, w).
+    template <class F> void forEach(int64_t od, int64_t oh, int64_t ow, F&& f) const {
+        const int64_t pos[3] = {od, oh, ow};
+        for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 2; ++b)
+                for (int c = 0; c < 2; ++c) {
+                    const float wa = a ? w[0][pos[0]] : 1.0f - w[0][pos[0]];
+                    const float wb = b ? w[1][pos[1]] : 1.0f - w[1][pos[1]];
+                    const float wc = c ? w[2][pos[2]] : 1.0f - w[2][pos[2]];
+                    const float wt = wa * wb * wc;
+                    if (wt == 0.0f) continue;
+                    const int64_t i = a ? hi[0][pos[0]] : lo[0][pos[0]];
+                    const int64_t j = b ? hi[1][pos[1]] : lo[1][pos[1]];
+                    const int64_t k = c ? hi[2][pos[2]] : lo[2][pos[2]];
+                    f((i * in[1] + j) * in[2] + k, wt);
+                }
+    }
+};
+
+void requireResamplable(const char* op, const Tensor& x, const Tensor& y) {
+    const Shape &a = x.shape(), &b = y.shape();
+    if (a.rank() < 3 || a.rank() > 5 || b.rank() != a.rank() || a[0] != b[0] || a[1] != b[1]) {
+        throw ShapeError(std::string("CpuBackend::") + op +
+                         ": expected [N, C, *in] and [N, C, *out] with 1 to 3 "
+                         "spatial dims, got " +
+                         a.str() + " and " + b.str());
+    }
+}
+
 } // namespace
 
 // x: [N, C, *in] -> y: [N, C, *out]
-void CpuBackend::resampleForward(ResampleMode mode, const Tensor& x, const Tensor& y) {
-    const ResampleEntry& e = resampleForwardEntry(mode, x.shape(), y.shape());
+void CpuBackend::resampleForward(const ResampleParams& p, const Tensor& x, const Tensor& y) {
+    requireResamplable("resampleForward", x, y);
+    if (!dnnlResamples(p, x.shape(), y.shape())) {
+        const Taps3 t(p, x.shape(), y.shape());
+        const int64_t planes = x.shape()[0] * x.shape()[1], inPlane = t.inPlane(), outPlane = t.outPlane();
+        const float* px = x.data<float>();
+        float* py = y.data<float>();
+#pragma omp parallel for if (planes * outPlane > (1 << 15))
+        for (int64_t n = 0; n < planes; ++n) {
+            const float* plane = px + n * inPlane;
+            float* out = py + n * outPlane;
+            for (int64_t od = 0; od < t.out[0]; ++od)
+                for (int64_t oh = 0; oh < t.out[1]; ++oh)
+                    for (int64_t ow = 0; ow < t.out[2]; ++ow) {
+                        float acc = 0.0f;
+                        t.forEach(od, oh, ow, [&](int64_t j, float wt) { acc += wt * plane[j]; });
+                        out[(od * t.out[1] + oh) * t.out[2] + ow] = acc;
+                    }
+        }
+        return;
+    }
+    const ResampleEntry& e = resampleForwardEntry(p.mode, x.shape(), y.shape());
     checkDnnl("resampling_forward::execute", [&] {
         e.fwd.execute(stream(), {{DNNL_ARG_SRC, memOf(plainDesc(x.shape().dims()), x)},
                                  {DNNL_ARG_DST, memOf(plainDesc(y.shape().dims()), y)}});
@@ -48,7 +140,28 @@ void CpuBackend::resampleForward(ResampleMode mode, const Tensor& x, const Tenso
 }
 
 // dy: [N, C, *out] -> dx: [N, C, *in]
-void CpuBackend::resampleBackward(ResampleMode mode, const Tensor& dy, const Tensor& dx) {
+void CpuBackend::resampleBackward(const ResampleParams& p, const Tensor& dy, const Tensor& dx) {
+    requireResamplable("resampleBackward", dx, dy);
+    if (!dnnlResamples(p, dx.shape(), dy.shape())) {
+        const Taps3 t(p, dx.shape(), dy.shape());
+        const int64_t planes = dx.shape()[0] * dx.shape()[1], inPlane = t.inPlane(), outPlane = t.outPlane();
+        const float* pdy = dy.data<float>();
+        float* pdx = dx.data<float>();
+#pragma omp parallel for if (planes * outPlane > (1 << 15))
+        for (int64_t n = 0; n < planes; ++n) { // each plane's sums are its own: no races
+            float* plane = pdx + n * inPlane;
+            const float* g = pdy + n * outPlane;
+            std::fill(plane, plane + inPlane, 0.0f);
+            for (int64_t od = 0; od < t.out[0]; ++od)
+                for (int64_t oh = 0; oh < t.out[1]; ++oh)
+                    for (int64_t ow = 0; ow < t.out[2]; ++ow) {
+                        const float v = g[(od * t.out[1] + oh) * t.out[2] + ow];
+                        t.forEach(od, oh, ow, [&](int64_t j, float wt) { plane[j] += wt * v; });
+                    }
+        }
+        return;
+    }
+    const ResampleMode mode = p.mode;
     static thread_local PrimitiveCache<dnnl::resampling_backward> cache;
     const auto& bwd = cache.get(pairKey(static_cast<int64_t>(mode), dx.shape(), dy.shape()), [&] {
         const ResampleEntry& f = resampleForwardEntry(mode, dx.shape(), dy.shape());

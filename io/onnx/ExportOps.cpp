@@ -121,6 +121,8 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"Transpose", &Exporter::emitTranspose},
         {"Upsample2D", &Exporter::emitUpsample},
         {"Upsample3D", &Exporter::emitUpsample},
+        {"Resize2D", &Exporter::emitUpsample},
+        {"Resize3D", &Exporter::emitUpsample},
     };
     return table;
 }
@@ -515,20 +517,36 @@ void Exporter::emitTile(const Layer& l) {
     node("Tile", {in[0], initInts(path + ".repeats", reps)}, out, path);
 }
 
-// Upsample2D, Upsample3D
+// Upsample2D, Upsample3D: Resize by the scale; Resize2D, Resize3D: Resize to the sizes
+// Concat(Shape(x)[0:2], size), the batch free. Nearest is asymmetric/floor; linear has
+// half-pixel centres or the corners aligned.
 void Exporter::emitUpsample(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
     const bool linear = schemeString(bp, "mode") == "linear";
-    const float sc = static_cast<float>(schemeInt(bp, "scale", 2));
-    std::vector<float> scales(inShapes[0].rank(), sc);
-    scales[0] = scales[1] = 1.0f;
-    onnx::NodeProto* n =
-        node("Resize",
-             {in[0], "", init(path + ".scales", Tensor::fromVector({static_cast<int64_t>(scales.size())}, scales))},
-             out, path);
+    onnx::NodeProto* n = nullptr;
+    if (bp.classname.rfind("Resize", 0) == 0) {
+        const std::string shape = valueName(path + "_input_shape"), lead = valueName(path + "_batch_and_maps"),
+                          sizes = valueName(path + "_sizes");
+        node("Shape", {in[0]}, {shape}, path + "_input_shape");
+        node("Slice", {shape, initInts(path + ".start", {0}), initInts(path + ".end", {2})}, {lead},
+             path + "_batch_and_maps");
+        attr(node("Concat", {lead, initInts(path + ".size", schemeInts(bp, "size"))}, {sizes}, path + "_sizes"), "axis",
+             int64_t{0});
+        n = node("Resize", {in[0], "", "", sizes}, out, path);
+    } else {
+        const float sc = static_cast<float>(schemeInt(bp, "scale", 2));
+        std::vector<float> scales(inShapes[0].rank(), sc);
+        scales[0] = scales[1] = 1.0f;
+        n = node("Resize",
+                 {in[0], "", init(path + ".scales", Tensor::fromVector({static_cast<int64_t>(scales.size())}, scales))},
+                 out, path);
+    }
     std::vector<std::pair<const char*, const char*>> attrs = {
         {"mode", "nearest"}, {"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "floor"}};
-    if (linear) attrs = {{"mode", "linear"}, {"coordinate_transformation_mode", "half_pixel"}};
+    if (linear) {
+        attrs = {{"mode", "linear"},
+                 {"coordinate_transformation_mode", schemeBool(bp, "alignCorners") ? "align_corners" : "half_pixel"}};
+    }
     for (const auto& [k, v] : attrs) {
         auto* a = n->add_attribute();
         a->set_name(k);

@@ -418,27 +418,62 @@ void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
 // Resize's sizes as the scales from the input's shape: the batch and channel dims kept
 // (the same size or symbol), each spatial one a whole multiple of the input's (PyTorch's
 // F.interpolate(x, size=...) to a multiple, as segmentation heads upsample to the image).
-std::vector<float> Importer::scalesOfSizes(const onnx::NodeProto& n) {
-    const Constant& sizes = requireConstant(n, 3, "the sizes");
+// The scales (or sizes) of a Resize or Upsample: the scale per dim, and the output's
+// spatial dims where the input's are known (from scales only where each gives a whole size:
+// ONNX samples with the scale given, which is out / in only then).
+Importer::ResizeTarget Importer::resizeTarget(const onnx::NodeProto& n, const Attributes& a, bool resize) {
+    ResizeTarget t;
     const auto in = shapes_.find(n.input(0));
-    if (!sizes.isInt || in == shapes_.end() || in->second.size() != sizes.ints.size()) {
-        throw Unsupported{"sizes for an input whose shape is not known at import"};
-    }
-    std::vector<float> scales;
-    for (size_t d = 0; d < sizes.ints.size(); ++d) {
-        const Dim& dim = in->second[d];
-        const bool same =
-            sizes.symbol(d).empty() ? dim.value >= 0 && dim.value == sizes.ints[d] : dim.symbol == sizes.symbol(d);
-        if (same) {
-            scales.push_back(1.0f);
-        } else if (d >= 2 && dim.value > 0 && sizes.symbol(d).empty() && sizes.ints[d] % dim.value == 0) {
-            scales.push_back(static_cast<float>(sizes.ints[d] / dim.value));
-        } else {
-            throw Unsupported{"sizes that are not whole multiples of the input's spatial dims (dim " +
-                              std::to_string(d) + ")"};
+    if (resize && n.input_size() > 3 && !n.input(3).empty()) {
+        const Constant& sizes = requireConstant(n, 3, "the sizes");
+        if (!sizes.isInt || in == shapes_.end() || in->second.size() != sizes.ints.size()) {
+            throw Unsupported{"sizes for an input whose shape is not known at import"};
         }
+        for (size_t d = 0; d < sizes.ints.size(); ++d) {
+            const Dim& dim = in->second[d];
+            const bool same =
+                sizes.symbol(d).empty() ? dim.value >= 0 && dim.value == sizes.ints[d] : dim.symbol == sizes.symbol(d);
+            if (d < 2) {
+                if (!same) throw Unsupported{"sizes of the batch or channel dim"};
+                t.scales.push_back(1.0f);
+                continue;
+            }
+            if (!sizes.symbol(d).empty() || sizes.ints[d] < 1 || dim.value < 1) {
+                throw Unsupported{"a size of spatial dim " + std::to_string(d) + " not known at import"};
+            }
+            t.spatial.push_back(sizes.ints[d]);
+            t.scales.push_back(sizes.ints[d] % dim.value == 0 ? static_cast<float>(sizes.ints[d] / dim.value) : 0.0f);
+        }
+        return t;
     }
-    return scales;
+    if (!resize && a.has("scales")) {
+        const onnx::AttributeProto* sc = a.get("scales");
+        t.scales.assign(sc->floats().begin(), sc->floats().end());
+    } else {
+        t.scales = requireConstant(n, resize ? 2 : 1, "the scales").tensor.toVector<float>();
+    }
+    if (t.scales.size() < 3 || t.scales[0] != 1 || t.scales[1] != 1) {
+        throw Unsupported{"scales of the batch or channel dim"};
+    }
+    if (in == shapes_.end() || in->second.size() != t.scales.size()) {
+        t.unknown = "the input's spatial dims are not known at import";
+        return t;
+    }
+    for (size_t d = 2; d < t.scales.size(); ++d) {
+        const int64_t v = in->second[d].value;
+        const double out = static_cast<double>(v) * t.scales[d];
+        const double whole = std::round(out);
+        if (v < 1 || whole < 1 || std::abs(out - whole) > 1e-4) {
+            t.unknown = v < 1
+                            ? "the input's spatial dims are not known at import"
+                            : "a scale of " + std::to_string(t.scales[d]) + " gives a size of " + std::to_string(out) +
+                                  " for dim " + std::to_string(d) + " (scales that give whole sizes are supported)";
+            t.spatial.clear();
+            return t;
+        }
+        t.spatial.push_back(static_cast<int64_t>(whole));
+    }
+    return t;
 }
 
 void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
@@ -453,50 +488,53 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
     if (mode != "nearest" && mode != "linear" && !(mode == "bilinear" && !resize))
         throw Unsupported{"mode " + mode + " (nearest and linear are supported)"};
     const bool linear = mode != "nearest";
-    if (linear && resize) { // Tessera's linear upsampling samples at half-pixel centres
-        const std::string ctm = a.s("coordinate_transformation_mode", "half_pixel");
-        if (ctm != "half_pixel" && ctm != "pytorch_half_pixel")
+    const std::string ctm = a.s("coordinate_transformation_mode", resize ? "half_pixel" : "asymmetric");
+    bool align = false, anyRatio = true; // anyRatio: nearest's rule is floor(o * in / out)
+    if (linear && resize) {              // half-pixel centres, or the corners aligned
+        align = ctm == "align_corners";
+        if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && !align)
             throw Unsupported{"linear with coordinate_transformation_mode " + ctm +
-                              " (half_pixel and pytorch_half_pixel are supported)"};
+                              " (half_pixel, pytorch_half_pixel and align_corners are supported)"};
     } else if (linear) {
         throw Unsupported{"Upsample's linear mode (asymmetric coordinates) is not supported"};
     } else if (resize) {
-        const std::string ctm = a.s("coordinate_transformation_mode", "half_pixel");
         const std::string nm = a.s("nearest_mode", "round_prefer_floor");
-        // With an integer scale, nearest picks input index floor(out / scale) under these rules.
-        if (!(ctm == "asymmetric" && nm == "floor") && !(ctm == "half_pixel" && nm != "ceil")) {
+        // Asymmetric with floor is floor(o * in / out) (PyTorch's export); half-pixel centres
+        // rounded pick the same inputs at whole upscales only.
+        anyRatio = ctm == "asymmetric" && nm == "floor";
+        if (!anyRatio && !(ctm == "half_pixel" && nm != "ceil")) {
             throw Unsupported{"coordinate_transformation_mode " + ctm + " with nearest_mode " + nm};
         }
     }
-    std::vector<float> scales;
-    if (!resize && a.has("scales")) {
-        const onnx::AttributeProto* sc = a.get("scales");
-        scales.assign(sc->floats().begin(), sc->floats().end());
-    } else {
-        const int k = resize ? 2 : 1;
-        if (resize && n.input_size() > 3 && !n.input(3).empty()) { // sizes: the scales they make
-            scales = scalesOfSizes(n);
-        } else {
-            scales = requireConstant(n, k, "the scales").tensor.toVector<float>();
-        }
-    }
-    if (scales.size() < 3 || scales[0] != 1 || scales[1] != 1) throw Unsupported{"scales of the batch or channel dim"};
-    for (float sd : scales) {
-        if (sd != std::floor(sd) || sd < 1)
-            throw Unsupported{"a scale of " + std::to_string(sd) + " (integer scales are supported)"};
-    }
-    const float s = scales[2];
+    const ResizeTarget t = resizeTarget(n, a, resize);
+    const std::vector<float>& scales = t.scales;
+    const UpsampleOptions o{.mode = linear ? ResampleMode::linear : ResampleMode::nearest, .alignCorners = align};
+    bool whole = true, equal = true;
     for (size_t d = 2; d < scales.size(); ++d) {
-        if (scales[d] == s) continue;
-        if (linear) throw Unsupported{"different scales per dim in linear mode"};
-        return importNearestPerDim(n, scales);
+        whole = whole && scales[d] >= 1 && scales[d] == std::floor(scales[d]);
+        equal = equal && scales[d] == scales[2];
     }
-    ModulePtr m;
-    const UpsampleOptions o{.mode = linear ? ResampleMode::linear : ResampleMode::nearest};
-    if (scales.size() == 4) m = std::make_shared<Upsample2D>(static_cast<int64_t>(s), o);
-    if (scales.size() == 5) m = std::make_shared<Upsample3D>(static_cast<int64_t>(s), o);
-    if (!m) throw Unsupported{"rank " + std::to_string(scales.size()) + " (4 and 5 are supported)"};
-    return define(n, m, dataInputs(n, 1));
+    if (scales.size() != 4 && scales.size() != 5) {
+        throw Unsupported{"rank " + std::to_string(scales.size()) + " (4 and 5 are supported)"};
+    }
+    if (whole && equal) {
+        const auto s = static_cast<int64_t>(scales[2]);
+        if (scales.size() == 4) return define(n, std::make_shared<Upsample2D>(s, o), dataInputs(n, 1));
+        return define(n, std::make_shared<Upsample3D>(s, o), dataInputs(n, 1));
+    }
+    if (whole && !linear && t.spatial.empty()) return importNearestPerDim(n, scales);
+    if (!whole && !anyRatio) {
+        throw Unsupported{"coordinate_transformation_mode " + ctm + " with nearest_mode " +
+                          a.s("nearest_mode", "round_prefer_floor") +
+                          " at a ratio that is not a whole upscale (asymmetric with floor, PyTorch's export, takes "
+                          "any)"};
+    }
+    if (t.spatial.empty()) throw Unsupported{t.unknown};
+    if (linear && ctm == "pytorch_half_pixel" && std::count(t.spatial.begin(), t.spatial.end(), 1) > 0) {
+        throw Unsupported{"pytorch_half_pixel to a size of 1 (it samples input 0 there, not the centre)"};
+    }
+    if (scales.size() == 4) return define(n, std::make_shared<Resize2D>(t.spatial, o), dataInputs(n, 1));
+    return define(n, std::make_shared<Resize3D>(t.spatial, o), dataInputs(n, 1));
 }
 
 // Nearest with an integer scale per spatial dim: each element repeated s_d times along dim

@@ -251,8 +251,14 @@ private:
     // Pad: spatial dims only (Tessera's PadND), constant or reflect.
     void importPad(const onnx::NodeProto& n, const Attributes& a);
 
-    // Upsample (opset 7 to 9) and Resize: nearest with one integer scale over the spatial dims.
-    std::vector<float> scalesOfSizes(const onnx::NodeProto& n);
+    // Upsample (opset 7 to 9) and Resize: nearest or linear; whole scales as Upsample2D/3D,
+    // any other target size as Resize2D/3D.
+    struct ResizeTarget {
+        std::vector<float> scales;    ///< per dim; 0 where the sizes are not a whole multiple
+        std::vector<int64_t> spatial; ///< the output's spatial dims, where known at import
+        std::string unknown;          ///< why `spatial` is empty
+    };
+    ResizeTarget resizeTarget(const onnx::NodeProto& n, const Attributes& a, bool resize);
     void importResize(const onnx::NodeProto& n, const Attributes& a);
 
     void importDropout(const onnx::NodeProto& n, const Attributes& a);

@@ -1418,6 +1418,34 @@ class Reshape(Module):
     """
     def __init__(self, shape: int | Sequence[int], name: str | None = ...) -> None: ...
 
+class Resize2D(Module):
+    """
+    Resize2D(size, mode='nearest', alignCorners=False, name=None)
+
+    Tessera's Resize2D (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        size: (height, width) of the output
+        mode: 'nearest' (input floor(o * in / out)) or 'linear'
+        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, size: int | Sequence[int], mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
+
+class Resize3D(Module):
+    """
+    Resize3D(size, mode='nearest', alignCorners=False, name=None)
+
+    Tessera's Resize3D (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        size: (depth, height, width) of the output
+        mode: 'nearest' (input floor(o * in / out)) or 'linear'
+        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, size: int | Sequence[int], mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
+
 class Scale(Module):
     """
     Scale(shape, init=1.0, name=None)
@@ -1587,29 +1615,31 @@ class Transpose(Module):
 
 class Upsample2D(Module):
     """
-    Upsample2D(scale=2, mode='nearest', name=None)
+    Upsample2D(scale=2, mode='nearest', alignCorners=False, name=None)
 
     Tessera's Upsample2D (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
     Arguments:
         scale: the integer upsampling factor
         mode: 'nearest' or 'linear'
+        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
-    def __init__(self, scale: int = ..., mode: str = ..., name: str | None = ...) -> None: ...
+    def __init__(self, scale: int = ..., mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
 
 class Upsample3D(Module):
     """
-    Upsample3D(scale=2, mode='nearest', name=None)
+    Upsample3D(scale=2, mode='nearest', alignCorners=False, name=None)
 
     Tessera's Upsample3D (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
     Arguments:
         scale: the integer upsampling factor
         mode: 'nearest' or 'linear'
+        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
-    def __init__(self, scale: int = ..., mode: str = ..., name: str | None = ...) -> None: ...
+    def __init__(self, scale: int = ..., mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
 
 def profile(model: Any, inputs: Any, train: Any = ..., warmup: Any = ..., steps: Any = ..., optimizer: Any = ...) -> Any: ...
 

@@ -5,6 +5,8 @@
 every argument of every layer has one (python/tests/test_modules.py)."""
 
 _PER_DIM = " (one number for every spatial dim, or one per dim)"
+_ALIGN_CORNERS = ("linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); "
+                  "False: half-pixel centres")
 
 ARGUMENTS = {
     "name": "the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed",
@@ -112,6 +114,14 @@ BY_CLASS = {
     "Pad2D.mode": "'constant', 'reflect' or 'edge' (the border value repeated: PyTorch's 'replicate')",
     "Upsample2D.mode": "'nearest' or 'linear'",
     "Upsample3D.mode": "'nearest' or 'linear'",
+    "Upsample2D.alignCorners": _ALIGN_CORNERS,
+    "Upsample3D.alignCorners": _ALIGN_CORNERS,
+    "Resize2D.size": "(height, width) of the output",
+    "Resize3D.size": "(depth, height, width) of the output",
+    "Resize2D.mode": "'nearest' (input floor(o * in / out)) or 'linear'",
+    "Resize3D.mode": "'nearest' (input floor(o * in / out)) or 'linear'",
+    "Resize2D.alignCorners": _ALIGN_CORNERS,
+    "Resize3D.alignCorners": _ALIGN_CORNERS,
     "NoiseInjector.mode": "'add' or 'mul': the noise added to or multiplying the input",
     "Penalty.mode": "'l1' or 'l2'",
     "RNN.mode": "'relu', 'tanh', 'lstm' or 'gru'",

@@ -53,6 +53,8 @@ EXAMPLES = {
     "Pad2D": ((), {"pad": [1, 1, 2, 2], "mode": "reflect"}, [((2, 3, 5, 5), F)]),
     "Upsample2D": ((), {"scale": 2}, [((2, 3, 4, 4), F)]),
     "Upsample3D": ((), {"scale": 2, "mode": "linear"}, [((1, 2, 2, 2, 2), F)]),
+    "Resize2D": (([3, 7],), {"mode": "linear", "alignCorners": True}, [((2, 3, 4, 4), F)]),
+    "Resize3D": (([2, 3, 1],), {}, [((1, 2, 3, 2, 2), F)]),
     "Embedder": ((10, 6, 4), {}, [((2, 6), I)]),
     "GroupLinear": ((3, 4, 5), {}, [((2, 3, 4), F)]),
     "RNN": ((4, 6), {"mode": "gru", "getSequences": True, "bidirectional": True}, [((5, 2, 4), F)]),
@@ -346,6 +348,28 @@ def test_normalisations_match_pytorch(kind):
     np.testing.assert_allclose(mod.backward(dy).numpy(), dx_ref, rtol=1e-3, atol=1e-4)
     for name, ref in zip(names, dp_ref):
         np.testing.assert_allclose(params[name].grad.numpy(), ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("mode,align", [("nearest", False), ("linear", False), ("linear", True)])
+@pytest.mark.parametrize("size", [(7, 3), (2, 11), (1, 5)])
+def test_resize_and_upsample_match_pytorch_interpolate(mode, align, size):
+    """Resize2D is F.interpolate(x, size=...) and Upsample2D with alignCorners is
+    nn.Upsample(scale_factor=s, mode='bilinear', align_corners=True), forward and backward."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    tmode = "bilinear" if mode == "linear" else "nearest"
+    kw = {"align_corners": align} if mode == "linear" else {}
+    for mod, shape, f in (
+        (ts.Resize2D(list(size), mode=mode, alignCorners=align), (2, 3) + size,
+         lambda t: torch.nn.functional.interpolate(t, size=size, mode=tmode, **kw)),
+        (ts.Upsample2D(3, mode=mode, alignCorners=align), (2, 3, 15, 12),
+         lambda t: torch.nn.functional.interpolate(t, scale_factor=3, mode=tmode, **kw)),
+    ):
+        dy = rng.standard_normal(shape).astype(np.float32)
+        y_ref, dx_ref, _ = _torch_grads(f, x, [], dy)
+        np.testing.assert_allclose(mod(x).numpy(), y_ref, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(mod.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", ["silu", "mish"])

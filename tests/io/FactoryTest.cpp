@@ -149,6 +149,16 @@ std::map<std::string, Case> cases() {
           }}},
         {"Upsample2D", {scheme("Upsample2D", {}), [] { return std::make_shared<Upsample2D>(); }}},
         {"Upsample3D", {scheme("Upsample3D", {}), [] { return std::make_shared<Upsample3D>(); }}},
+        {"Resize2D",
+         {scheme("Resize2D", {{"size", std::vector<int64_t>{3, 4}}}),
+          [] {
+              return std::make_shared<Resize2D>(std::vector<int64_t>{3, 4});
+          }}},
+        {"Resize3D",
+         {scheme("Resize3D", {{"size", std::vector<int64_t>{2, 3, 4}}}),
+          [] {
+              return std::make_shared<Resize3D>(std::vector<int64_t>{2, 3, 4});
+          }}},
         {"Embedder",
          {scheme("Embedder", {{"vocabulary", int64_t{10}}, {"sentlength", three}, {"embsize", four}}),
           [] { return std::make_shared<Embedder>(10, 3, 4); }}},

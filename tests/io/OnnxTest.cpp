@@ -250,7 +250,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
         }
         EXPECT_EQ(result, "") << c.path().filename().string();
     }
-    EXPECT_EQ(cases, 63);
+    EXPECT_EQ(cases, 68);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -378,15 +378,21 @@ TEST(Onnx, ZooModelsRoundTripWithEqualOutputs) {
     }
 }
 
-// The layers no zoo model has: pads (reflect, edge), split, tile, upsample, transpose, PRelu, LRN, instance
+// The layers no zoo model has: resizes, pads (reflect, edge), split, tile, upsample, transpose, PRelu, LRN, instance
 // norm, clip, leaky relu, noise and channel dropout (inference form), copies, axis swaps,
 // gelu, the hard activations, a gate, a difference, scalar arithmetic, a slice, softmax,
 // through export and back (at opset 13 and 14).
 TEST(Onnx, EveryExportedLayerRoundTrips) {
     manualSeed(6);
     auto x = node(std::make_shared<Identity>(), {}, "x");
+    // Resized to sizes that are not whole multiples (linear, corners aligned) and back (nearest):
+    // Resize with sizes from the input's shape, the batch free.
+    auto resized = node(std::make_shared<Resize2D>(std::vector<int64_t>{7, 4},
+                                                   UpsampleOptions{.mode = ResampleMode::linear, .alignCorners = true}),
+                        x, "resized");
+    auto restored = node(std::make_shared<Resize2D>(std::vector<int64_t>{5, 6}), resized, "restored");
     auto reflect = node(std::make_shared<Pad2D>(std::vector<int64_t>{1, 0, 2, 1}, PadOptions{.mode = PadMode::reflect}),
-                        x, "reflect");
+                        restored, "reflect");
     auto pad = node(std::make_shared<Pad2D>(std::vector<int64_t>{0, 2, 1, 0}, PadOptions{.mode = PadMode::edge}),
                     reflect, "pad");
     auto split = node(std::make_shared<Split>(1, std::vector<int64_t>{2, 2}), pad, "split");

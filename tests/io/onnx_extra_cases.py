@@ -2,6 +2,7 @@
 """ONNX test cases, in the layout of ONNX's own test data (model.onnx, test_data_set_0/
 input_*.pb, output_*.pb), for imported op forms that ONNX's data has no passing case of:
 Resize and Upsample with nearest integer scales, Resize linear with half-pixel centres,
+Resize to sizes that are not whole multiples and with the corners aligned,
 Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
@@ -94,6 +95,43 @@ def main():
     exporter_forms(root, x)
     window_forms(root)
     padding_forms(root)
+    resize_forms(root, x)
+
+
+def resize_forms(root, x):
+    """Resize to sizes that are not whole multiples (F.interpolate(size=...) as PyTorch exports
+    it), and by scales that give whole sizes: nearest as asymmetric/floor (input floor(o * in /
+    out)), linear with half-pixel centres or with the corners aligned."""
+    def axis_map(a, axis, out, how):
+        n = a.shape[axis]
+        o = np.arange(out)
+        if how == "nearest":
+            return np.take(a, (o * n) // out, axis=axis)
+        if how == "align_corners":
+            src = o * ((n - 1) / (out - 1)) if out > 1 else np.zeros(out)
+        else:
+            src = np.clip((o + 0.5) * n / out - 0.5, 0, n - 1)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, n - 1)
+        w = (src - lo).reshape([-1 if d == axis else 1 for d in range(a.ndim)])
+        return np.take(a, lo, axis=axis) * (1 - w) + np.take(a, hi, axis=axis) * w
+
+    for how, (h, w) in (("nearest", (7, 3)), ("half_pixel", (3, 11)), ("align_corners", (6, 2)),
+                        ("align_corners", (8, 10))):
+        y = axis_map(axis_map(x, 2, h, how), 3, w, how).astype(np.float32)
+        attrs = ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+                 if how == "nearest" else {"mode": "linear", "coordinate_transformation_mode": how})
+        sizes = ints("sizes", [2, 3, h, w])
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+        g = helper.make_graph([node], "resize", [value("x", x.shape)], [value("y", y.shape)], [sizes])
+        save(root, f"resize_sizes_{how}_{h}x{w}", g, [x], [y], 13)
+    # Scales that give whole sizes: 6x4 halved down and by 1.5 up to 3x6, linear.
+    x6 = np.random.RandomState(3).randn(1, 2, 6, 4).astype(np.float32)
+    y = axis_map(axis_map(x6, 2, 3, "half_pixel"), 3, 6, "half_pixel").astype(np.float32)
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 0.5, 1.5])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    g = helper.make_graph([node], "resize", [value("x", x6.shape)], [value("y", y.shape)], [scales])
+    save(root, "resize_scales_linear_half_and_1.5", g, [x6], [y], 13)
 
 
 def ints(name, values):

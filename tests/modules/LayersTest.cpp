@@ -1,5 +1,6 @@
 // The smaller layers of the catalogue: each with a reference, a gradient check, a shape
 // check, bad input and its blueprint.
+#include <algorithm>
 #include <cmath>
 
 #include "GradCheck.h"
@@ -153,6 +154,97 @@ TEST(Upsample, GradientShapeBadInput) {
         },
         {"up", "expected the output shape"}));
     EXPECT_TRUE(blueprintHas(linear, {"\"scale\": 2", "\"mode\": \"linear\""}));
+}
+
+// align_corners=True: the corners' centres coincide, so [0, 3] upsampled by 3 spaces six
+// outputs evenly from 0 to 3 (PyTorch's nn.Upsample(scale_factor=3, mode='linear',
+// align_corners=True) gives the same); nearest has no corners.
+TEST(Upsample, AlignCorners) {
+    Upsample2D up(3, {.mode = ResampleMode::linear, .alignCorners = true});
+    const F row = {0, 0.6f, 1.2f, 1.8f, 2.4f, 3}; // and the one row three times
+    F want;
+    for (int i = 0; i < 3; ++i) want.insert(want.end(), row.begin(), row.end());
+    EXPECT_TRUE(allClose(up(Tensor::fromVector({1, 1, 1, 2}, F{0, 3})), want, 1e-5f));
+    EXPECT_TRUE(checkGradients(up, {randomTensor({2, 2, 3, 4}, 4)}));
+    EXPECT_TRUE(blueprintHas(up, {"\"alignCorners\": true"}));
+    EXPECT_THROW(Upsample2D(2, {.alignCorners = true}), ModuleError);
+}
+
+// ---- Resize ---------------------------------------------------------------------------
+
+// A NumPy-style reference of PyTorch's F.interpolate(size=...) along one dim (nearest:
+// floor(o * in / out); linear: half-pixel centres or aligned corners, clamped).
+std::vector<float> interpolate1D(const std::vector<float>& x, int64_t out, ResampleParams p) {
+    const auto in = static_cast<int64_t>(x.size());
+    std::vector<float> y;
+    for (int64_t o = 0; o < out; ++o) {
+        if (p.mode == ResampleMode::nearest) {
+            y.push_back(x[static_cast<size_t>(o * in / out)]);
+            continue;
+        }
+        double s = p.alignCorners ? (out > 1 ? o * double(in - 1) / double(out - 1) : 0.0)
+                                  : (o + 0.5) * double(in) / double(out) - 0.5;
+        s = std::clamp(s, 0.0, double(in - 1));
+        const auto i0 = static_cast<int64_t>(std::floor(s));
+        const int64_t i1 = std::min(i0 + 1, in - 1);
+        const double w = s - double(i0);
+        y.push_back(static_cast<float>((1 - w) * x[size_t(i0)] + w * x[size_t(i1)]));
+    }
+    return y;
+}
+
+// Every mode, up and down, by ratios that are not whole, against the reference above, in
+// one dim at a time (the other dim kept) and in both at once (separable: the rows, then the
+// columns), forward; gradients numerically.
+TEST(Resize, ReferenceGradientShapeBadInput) {
+    const std::vector<ResampleParams> modes = {
+        {ResampleMode::nearest, false}, {ResampleMode::linear, false}, {ResampleMode::linear, true}};
+    const Tensor x = randomTensor({2, 3, 5, 7}, 11);
+    for (const ResampleParams& p : modes) {
+        for (const std::vector<int64_t>& size : {std::vector<int64_t>{8, 3}, std::vector<int64_t>{3, 11},
+                                                 std::vector<int64_t>{1, 7}, std::vector<int64_t>{5, 1}}) {
+            SCOPED_TRACE(std::string(p.mode == ResampleMode::nearest ? "nearest" : "linear") +
+                         (p.alignCorners ? " aligned" : "") + " to " + Shape(size).str());
+            Resize2D r(size, {.mode = p.mode, .alignCorners = p.alignCorners});
+            const Tensor y = r(x);
+            ASSERT_EQ(y.shape(), Shape({2, 3, size[0], size[1]}));
+            // Reference: along W for every row, then along H for every column.
+            const std::vector<float> xs = x.toVector<float>();
+            std::vector<float> want;
+            for (int64_t plane = 0; plane < 6; ++plane) {
+                std::vector<std::vector<float>> rows; // [5][size[1]]
+                for (int64_t h = 0; h < 5; ++h) {
+                    const auto at = xs.begin() + (plane * 5 + h) * 7;
+                    rows.push_back(interpolate1D(std::vector<float>(at, at + 7), size[1], p));
+                }
+                std::vector<std::vector<float>> cols; // [size[1]][size[0]]
+                for (int64_t w = 0; w < size[1]; ++w) {
+                    std::vector<float> col;
+                    for (int64_t h = 0; h < 5; ++h) col.push_back(rows[size_t(h)][size_t(w)]);
+                    cols.push_back(interpolate1D(col, size[0], p));
+                }
+                for (int64_t h = 0; h < size[0]; ++h)
+                    for (int64_t w = 0; w < size[1]; ++w) want.push_back(cols[size_t(w)][size_t(h)]);
+            }
+            EXPECT_TRUE(allClose(y, want, 1e-5f));
+            if (size[0] == 3) { // down along H, up along W
+                EXPECT_TRUE(checkGradients(r, {randomTensor({1, 2, 5, 7}, 12)}));
+            }
+            EXPECT_TRUE(checkShapes(r, {randomTensor({2, 3, 5, 7}, 13)}));
+        }
+    }
+    // 3-D: the sizes of every spatial dim; a 1x1x1 input spreads everywhere.
+    Resize3D r3({2, 3, 4}, {.mode = ResampleMode::linear});
+    EXPECT_TRUE(allClose(r3(Tensor::fromVector({1, 1, 1, 1, 1}, F{7})), F(24, 7.0f)));
+    EXPECT_TRUE(checkGradients(r3, {randomTensor({1, 2, 3, 2, 5}, 14)}));
+    // Bad input: ranks, sizes, and alignCorners with nearest.
+    Resize2D named({4, 4}, {.name = "rs"});
+    EXPECT_TRUE(throwsShapeError([&] { named(Tensor::zeros({2, 2, 3})); }, {"Resize2D 'rs'", "[2, 2, 3]"}));
+    EXPECT_THROW(Resize2D({4}), ModuleError);
+    EXPECT_THROW(Resize2D({4, 0}), ModuleError);
+    EXPECT_THROW(Resize3D({4, 4}), ModuleError);
+    EXPECT_THROW(Resize2D({4, 4}, {.alignCorners = true}), ModuleError);
+    EXPECT_TRUE(blueprintHas(named, {"\"size\": [4, 4]", "\"mode\": \"nearest\""}));
 }
 
 // ---- PRelu ----------------------------------------------------------------------------
