@@ -85,63 +85,64 @@ def test_shape_errors_carry_the_path():
         seq.dataShapeFrom((1, 8))
 
 
-def test_batch_norm_relu_fusion_gives_the_unfused_results():
-    ts.manualSeed(4)
+def _conv_bn_graph(channels, residual):
+    """x -> conv -> bn -> relu, or with residual x -> conv -> bn -> (+ x) -> relu; the batch
+    norm's bias spread, so that the ReLU cuts."""
     x = ts.Identity(name="x").node()
-    conv = ts.Conv2D(3, 6, 3, pad=1, name="conv").node(x)
-    bn = ts.BatchNorm2D(6, name="bn").node(conv)
-    relu = ts.Activation("relu", name="relu").node(bn)
-    net = ts.Graph(inputs=x, outputs=relu)
-    net["bn"].namedParams()["bias"].data.numpy()[:] = np.linspace(-0.5, 0.5, 6, dtype=np.float32)
-    rng = np.random.default_rng(1)
-    xin = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
-    dy = rng.standard_normal((4, 6, 5, 5)).astype(np.float32)
+    conv = ts.Conv2D(channels[0], channels[1], 3, pad=1, name="conv").node(x)
+    h = ts.BatchNorm2D(channels[1], name="bn").node(conv)
+    if residual:
+        h = ts.Add(name="add").node(h, x)
+    net = ts.Graph(inputs=x, outputs=ts.Activation("relu", name="relu").node(h))
+    net["bn"].namedParams()["bias"].data.numpy()[:] = np.linspace(-0.5, 0.5, channels[1], dtype=np.float32)
+    return net
+
+
+def _fused_and_unfused(net, xin, dy, during=lambda on: None):
+    """The output, input gradient, conv weight gradient and running mean of a training step
+    with fusion on, then off; `during(on)` runs between the forward and the backward."""
     results = []
     try:
         for on in (True, False):
             ts.setFusion(on)
             assert ts.fusionEnabled() == on
             y = net(xin).numpy().copy()
+            during(on)
             dx = net.backward(dy).numpy().copy()
             dw = net["conv"].namedParams()["W"].grad.numpy().copy()
-            results.append((y, dx, dw))
+            results.append((y, dx, dw, net["bn"].namedAttrs()["mean"].numpy().copy()))
     finally:
         ts.setFusion(True)
     assert (results[1][0] == 0).any()  # the ReLU cut something
-    for fused, plain in zip(results[0], results[1]):
-        np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-6)
+    return results
+
+
+def test_batch_norm_relu_fusion_gives_the_unfused_results():
+    ts.manualSeed(4)
+    net = _conv_bn_graph((3, 6), residual=False)
+    rng = np.random.default_rng(1)
+    xin = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    dy = rng.standard_normal((4, 6, 5, 5)).astype(np.float32)
+    fused, plain = _fused_and_unfused(net, xin, dy)
+    for a, b in zip(fused, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_batch_norm_before_a_sum_runs_inside_it_with_the_unfused_results():
     """A residual block's last batch norm leaves its normalisation to the sum: its output is
     its input (no memory of its own), and the results are the unfused ones, bit for bit."""
     ts.manualSeed(5)
-    x = ts.Identity(name="x").node()
-    conv = ts.Conv2D(4, 4, 3, pad=1, name="conv").node(x)
-    bn = ts.BatchNorm2D(4, name="bn").node(conv)
-    add = ts.Add(name="add").node(bn, x)
-    relu = ts.Activation("relu", name="relu").node(add)
-    net = ts.Graph(inputs=x, outputs=relu)
-    net["bn"].namedParams()["bias"].data.numpy()[:] = np.linspace(-0.5, 0.5, 4, dtype=np.float32)
+    net = _conv_bn_graph((4, 4), residual=True)
     rng = np.random.default_rng(2)
     xin = rng.standard_normal((3, 4, 5, 5)).astype(np.float32)
     dy = rng.standard_normal((3, 4, 5, 5)).astype(np.float32)
-    results = []
-    try:
-        for on in (True, False):
-            ts.setFusion(on)
-            y = net(xin).numpy().copy()
-            same = net["bn"].data.sharesMemory(net["conv"].data)
-            assert same == on
-            dx = net.backward(dy).numpy().copy()
-            dw = net["conv"].namedParams()["W"].grad.numpy().copy()
-            mean = net["bn"].namedAttrs()["mean"].numpy().copy()
-            results.append((y, dx, dw, mean))
-    finally:
-        ts.setFusion(True)
-    assert (results[1][0] == 0).any()  # the ReLU cut something
-    for fused, plain in zip(results[0], results[1]):
-        np.testing.assert_array_equal(fused, plain)
+
+    def shares(on):
+        assert net["bn"].data.sharesMemory(net["conv"].data) == on
+
+    fused, plain = _fused_and_unfused(net, xin, dy, shares)
+    for a, b in zip(fused, plain):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_children_come_back_as_their_layer_classes(tmp_path):

@@ -193,6 +193,29 @@ class UNet(torch.nn.Module):
         return self.out(self.dec1(torch.cat([self.up1(u2), d1], 1)))
 
 
+class UNetResized(torch.nn.Module):
+    """A U-Net whose up step is nn.Upsample(scale_factor=2, mode='bilinear', align_corners=True), as many
+    PyTorch U-Nets write it, with a nearest resize to a size that is no whole multiple (7x9 from 5x5) and a
+    head resized back to the input's size by F.interpolate(size=x.shape[-2:], mode='bilinear')."""
+
+    def __init__(self):
+        super().__init__()
+
+        def block(i, o):
+            return torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())
+
+        self.down1, self.down2, self.dec = block(3, 8), block(8, 16), block(24, 8)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.up = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
+        self.out = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        d1 = self.down1(x)
+        h = self.dec(torch.cat([self.up(self.down2(self.pool(d1))), d1], 1))
+        h = torch.nn.functional.interpolate(self.pool(self.pool(h)), size=(7, 9), mode="nearest")
+        return torch.nn.functional.interpolate(self.out(h), size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
 class Audio(torch.nn.Module):
     """A 1-D audio network: strided Conv1d, GroupNorm, GELU, LayerNorm over channels-last features and a
     2-layer bidirectional batch-first LSTM, exported with a free batch (its zero initial states are a
@@ -234,11 +257,14 @@ NORM_MODELS = {
     "maxvit_opset17": (small_maxvit, 17, (2, 3, 32, 32)),
     "unet_output_padding_opset13": (UNet, 13, (2, 3, 16, 16)),
     "unet_output_padding_opset17": (UNet, 17, (2, 3, 16, 16)),
+    "unet_resized_opset13": (UNetResized, 13, (2, 3, 20, 20)),
+    "unet_resized_opset17": (UNetResized, 17, (2, 3, 20, 20)),
     "audio_lstm_free_batch_opset13": (Audio, 13, (2, 1, 64)),
     "audio_lstm_free_batch_opset17": (Audio, 17, (2, 1, 64)),
 }
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
-           "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17",
+           "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
+           "unet_resized_opset17",
            "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
            "maxvit_opset13", "maxvit_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
