@@ -424,7 +424,6 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
     }
     onlyOutputs(n, 1);
     const bool ceil = a.i("ceil_mode", 0) != 0;
-    if (ceil && !isMax) throw Unsupported{"ceil_mode 1 is not supported for AveragePool"};
     const std::vector<int64_t> kernel = a.ints("kernel_shape");
     const size_t dims = kernel.size();
     if (dims < 1 || dims > 3) throw Unsupported{"kernel_shape of " + std::to_string(dims) + " dims"};
@@ -482,20 +481,24 @@ void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {
         if (rescale.defined()) seq->append(std::make_shared<MulAddConst>(rescale, Tensor()));
         return define(n, seq, dataInputs(n, 1));
     }
-    if (ceil) return importCeilMaxPool(n, kernel, o);
+    if (ceil) return importCeilPool(n, isMax, kernel, o);
     return define(n, poolOf(isMax, dims, kernel, o), dataInputs(n, 1));
 }
 
-// MaxPool with ceil_mode 1: the windows the ceiling adds reach past the high edge, so
-// the input is padded there with -FLT_MAX (never the max of a window that holds a real
-// element, as every window does) and pooled without padding: Pad1D/2D then MaxPool.
-void Importer::importCeilMaxPool(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, PoolOptions o) {
+// ceil_mode 1: the windows the ceiling adds reach past the high edge, so the input is
+// padded there (and by its pads) and pooled without padding: Pad1D/2D, then the pool. A max
+// pads with -FLT_MAX (never the max of a window that holds a real element, as every window
+// does). An average pads with zeros, sums over whole windows and divides each sum by the
+// elements its window covers: of the input (count_include_pad 0), or of the input and its
+// pads (1; the ceiling's part is never counted), as PyTorch and ONNX count them.
+void Importer::importCeilPool(const onnx::NodeProto& n, bool isMax, const std::vector<int64_t>& kernel, PoolOptions o) {
     const size_t dims = kernel.size();
     if (dims > 2) throw Unsupported{"ceil_mode 1 on a 3-D pool is not supported"};
     auto in = shapes_.find(n.input(0));
     if (in == shapes_.end() || in->second.size() != dims + 2)
         throw Unsupported{"ceil_mode 1 on an input whose shape is not known at import"};
-    std::vector<int64_t> loHi;
+    std::vector<int64_t> loHi, outDims;
+    std::vector<float> factor{1.0f}; // kernel size / elements covered, per output position
     bool extra = false;
     for (size_t d = 0; d < dims; ++d) {
         const int64_t size = in->second[2 + d].value, k = kernel[d], st = o.stride[d], p = o.pad[d];
@@ -506,12 +509,28 @@ void Importer::importCeilMaxPool(const onnx::NodeProto& n, const std::vector<int
         extra = extra || high > 0;
         loHi.push_back(p);
         loHi.push_back(p + high);
+        outDims.push_back(out);
+        std::vector<float> next;
+        for (float f : factor) {
+            for (int64_t i = 0; i < out; ++i) {
+                const int64_t start = i * st - p, end = start + k;
+                const int64_t covered = o.includePad ? std::min(end, size + p) - std::max(start, -p)
+                                                     : std::min(end, size) - std::max<int64_t>(start, 0);
+                next.push_back(f * static_cast<float>(k) / static_cast<float>(covered));
+            }
+        }
+        factor = std::move(next);
     }
     // the ceiling adds no window here: a plain pool
-    if (!extra) return define(n, poolOf(true, dims, kernel, o), dataInputs(n, 1));
-    const PadOptions padOptions{.mode = PadMode::constant, .fillValue = -std::numeric_limits<float>::max()};
+    if (!extra) return define(n, poolOf(isMax, dims, kernel, o), dataInputs(n, 1));
+    const PadOptions padOptions{.mode = PadMode::constant,
+                                .fillValue = isMax ? -std::numeric_limits<float>::max() : 0.0f};
+    const bool rescaled = !isMax && std::any_of(factor.begin(), factor.end(), [](float f) { return f != 1.0f; });
     o.pad.assign(dims, 0);
-    return define(n, afterPad(dims, loHi, padOptions, poolOf(true, dims, kernel, o)), dataInputs(n, 1));
+    o.includePad = true; // nothing to exclude: the pads are the Pad's, and the rescale divides
+    auto seq = afterPad(dims, loHi, padOptions, poolOf(isMax, dims, kernel, o));
+    if (rescaled) seq->append(std::make_shared<MulAddConst>(Tensor::fromVector(Shape(outDims), factor), Tensor()));
+    return define(n, seq, dataInputs(n, 1));
 }
 
 void Importer::importBatchNorm(const onnx::NodeProto& n, const Attributes& a) {

@@ -278,7 +278,10 @@ private:
     // MaxPool with ceil_mode 1: the windows the ceiling adds reach past the high edge, so
     // the input is padded there with -FLT_MAX (never the max of a window that holds a real
     // element, as every window does) and pooled without padding: Pad1D/2D then MaxPool.
-    void importCeilMaxPool(const onnx::NodeProto& n, const std::vector<int64_t>& kernel, PoolOptions o);
+    /// A pool with ceil_mode 1 (`o` its symmetric pads): the input padded past its high edge
+    /// for the windows the ceiling adds, then pooled without padding; an average's sums are
+    /// rescaled to the elements each window covers.
+    void importCeilPool(const onnx::NodeProto& n, bool isMax, const std::vector<int64_t>& kernel, PoolOptions o);
 
     void importBatchNorm(const onnx::NodeProto& n, const Attributes& a);
 };

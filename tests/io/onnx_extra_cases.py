@@ -2,7 +2,8 @@
 """ONNX test cases, in the layout of ONNX's own test data (model.onnx, test_data_set_0/
 input_*.pb, output_*.pb), for imported op forms that ONNX's data has no passing case of:
 Resize and Upsample with nearest integer scales, Resize linear with half-pixel centres,
-Resize to sizes that are not whole multiples and with the corners aligned,
+Resize to sizes that are not whole multiples and with the corners aligned, AveragePool with
+ceil_mode 1,
 Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
@@ -96,6 +97,37 @@ def main():
     window_forms(root)
     padding_forms(root)
     resize_forms(root, x)
+    ceil_pool_forms(root)
+
+
+def ceil_pool_forms(root):
+    """AveragePool with ceil_mode 1: the last window of a dim may reach past the input (and its
+    pads); each average divides by the elements its window covers of the input
+    (count_include_pad 0) or of the input and its pads (1), as PyTorch's AvgPool2d(ceil_mode=True)."""
+    x = np.random.RandomState(5).randn(2, 3, 6, 7).astype(np.float32)
+    N, C, H, W = x.shape
+
+    def out_size(n, k, s, p):
+        o = -(-(n + 2 * p - k) // s) + 1
+        return o - 1 if (o - 1) * s >= n + p else o
+
+    for k, s, p, include in ((3, 2, 0, 0), (3, 2, 1, 1), (2, 2, 0, 1)):
+        oh, ow = out_size(H, k, s, p), out_size(W, k, s, p)
+        y = np.zeros((N, C, oh, ow), np.float32)
+        for i in range(oh):
+            for j in range(ow):
+                hs, ws = i * s - p, j * s - p
+                he, we = hs + k, ws + k
+                h0, h1, w0, w1 = max(hs, 0), min(he, H), max(ws, 0), min(we, W)
+                if include:
+                    count = (min(he, H + p) - max(hs, -p)) * (min(we, W + p) - max(ws, -p))
+                else:
+                    count = (h1 - h0) * (w1 - w0)
+                y[:, :, i, j] = x[:, :, h0:h1, w0:w1].sum(axis=(2, 3)) / count
+        node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s],
+                                pads=[p] * 4, ceil_mode=1, count_include_pad=include)
+        g = helper.make_graph([node], "avgpool", [value("x", x.shape)], [value("y", y.shape)])
+        save(root, f"avgpool_ceil_k{k}_s{s}_p{p}_include{include}", g, [x], [y], 13)
 
 
 def resize_forms(root, x):
