@@ -97,6 +97,14 @@ ResizeND::ResizeND(size_t spatialDims, std::vector<int64_t> size, const Upsample
     }
 }
 
+void ResizeND::checkDataShape(const Shapes& inShapes) const {
+    ResampleND::checkDataShape(inShapes);
+    for (size_t d = 2; d < inShapes[0].rank(); ++d) {
+        if (inShapes[0][static_cast<int64_t>(d)] < 1)
+            throw shapeError("expects spatial dims of at least 1 to resample from, got " + inShapes[0].str());
+    }
+}
+
 std::vector<int64_t> ResizeND::outSpatial(const Shape&) const { return size_; }
 
 Shapes ResizeND::gradShapeFrom(const Shapes&) const { return lastInShapes("gradShapeFrom"); }

@@ -76,6 +76,8 @@ class ResizeND : public ResampleND {
 public:
     ResizeND(size_t spatialDims, std::vector<int64_t> size, const UpsampleOptions& options);
     using Module::dataShapeFrom, Module::gradShapeFrom;
+    /// Spatial dims of at least 1 (an empty one has nothing to resample from).
+    void checkDataShape(const Shapes& inShapes) const override;
     /// Needs the input shape of the last dataShapeFrom / forward.
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     Blueprint blueprint() const override;

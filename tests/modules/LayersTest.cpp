@@ -240,6 +240,7 @@ TEST(Resize, ReferenceGradientShapeBadInput) {
     // Bad input: ranks, sizes, and alignCorners with nearest.
     Resize2D named({4, 4}, {.name = "rs"});
     EXPECT_TRUE(throwsShapeError([&] { named(Tensor::zeros({2, 2, 3})); }, {"Resize2D 'rs'", "[2, 2, 3]"}));
+    EXPECT_TRUE(throwsShapeError([&] { named(Tensor::zeros({2, 2, 0, 3})); }, {"Resize2D 'rs'", "[2, 2, 0, 3]"}));
     EXPECT_THROW(Resize2D({4}), ModuleError);
     EXPECT_THROW(Resize2D({4, 0}), ModuleError);
     EXPECT_THROW(Resize3D({4, 4}), ModuleError);
