@@ -79,9 +79,9 @@ struct Taps3 {
     int64_t inPlane() const { return in[0] * in[1] * in[2]; }
     int64_t outPlane() const { return out[0] * out[1] * out[2]; }
 
-    // f(input flat index in the plane, weight) for every tap of output position (d, h, w).
-    template <class F> void forEach(int64_t od, int64_t oh, int64_t ow, F&& f) const {
-        const int64_t pos[3] = {od, oh, ow};
+    // f(input flat index in the plane, weight) for every tap of output `o` (flat in the plane).
+    template <class F> void forEach(int64_t o, F&& f) const {
+        const int64_t pos[3] = {o / (out[1] * out[2]), o / out[2] % out[1], o % out[2]};
         for (int a = 0; a < 2; ++a)
             for (int b = 0; b < 2; ++b)
                 for (int c = 0; c < 2; ++c) {
@@ -122,13 +122,11 @@ void CpuBackend::resampleForward(const ResampleParams& p, const Tensor& x, const
         for (int64_t n = 0; n < planes; ++n) {
             const float* plane = px + n * inPlane;
             float* out = py + n * outPlane;
-            for (int64_t od = 0; od < t.out[0]; ++od)
-                for (int64_t oh = 0; oh < t.out[1]; ++oh)
-                    for (int64_t ow = 0; ow < t.out[2]; ++ow) {
-                        float acc = 0.0f;
-                        t.forEach(od, oh, ow, [&](int64_t j, float wt) { acc += wt * plane[j]; });
-                        out[(od * t.out[1] + oh) * t.out[2] + ow] = acc;
-                    }
+            for (int64_t o = 0; o < outPlane; ++o) {
+                float acc = 0.0f;
+                t.forEach(o, [&](int64_t j, float wt) { acc += wt * plane[j]; });
+                out[o] = acc;
+            }
         }
         return;
     }
@@ -152,12 +150,7 @@ void CpuBackend::resampleBackward(const ResampleParams& p, const Tensor& dy, con
             float* plane = pdx + n * inPlane;
             const float* g = pdy + n * outPlane;
             std::fill(plane, plane + inPlane, 0.0f);
-            for (int64_t od = 0; od < t.out[0]; ++od)
-                for (int64_t oh = 0; oh < t.out[1]; ++oh)
-                    for (int64_t ow = 0; ow < t.out[2]; ++ow) {
-                        const float v = g[(od * t.out[1] + oh) * t.out[2] + ow];
-                        t.forEach(od, oh, ow, [&](int64_t j, float wt) { plane[j] += wt * v; });
-                    }
+            for (int64_t o = 0; o < outPlane; ++o) t.forEach(o, [&](int64_t j, float wt) { plane[j] += wt * g[o]; });
         }
         return;
     }

@@ -167,22 +167,23 @@ def small_convnext():
     return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], layer_scale=0.5, num_classes=10)
 
 
+def conv_relu(i, o):
+    """A U-Net's 3x3 convolution (same size) and ReLU."""
+    return torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())
+
+
 class UNet(torch.nn.Module):
     """A small U-Net whose up steps are ConvTranspose2d(3, stride 2, padding 1, output_padding 1), which
     doubles a size exactly (and one ConvTranspose2d(2, stride 2)), with skips by concatenation."""
 
     def __init__(self):
         super().__init__()
-
-        def block(i, o):
-            return torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())
-
-        self.down1, self.down2, self.bottom = block(3, 8), block(8, 16), block(16, 32)
+        self.down1, self.down2, self.bottom = conv_relu(3, 8), conv_relu(8, 16), conv_relu(16, 32)
         self.pool = torch.nn.MaxPool2d(2)
         self.up2 = torch.nn.ConvTranspose2d(32, 16, 3, stride=2, padding=1, output_padding=1)
-        self.dec2 = block(32, 16)
+        self.dec2 = conv_relu(32, 16)
         self.up1 = torch.nn.ConvTranspose2d(16, 8, 2, stride=2)
-        self.dec1 = block(16, 8)
+        self.dec1 = conv_relu(16, 8)
         self.out = torch.nn.Conv2d(8, 2, 1)
 
     def forward(self, x):
@@ -200,11 +201,7 @@ class UNetResized(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-
-        def block(i, o):
-            return torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, padding=1), torch.nn.ReLU())
-
-        self.down1, self.down2, self.dec = block(3, 8), block(8, 16), block(24, 8)
+        self.down1, self.down2, self.dec = conv_relu(3, 8), conv_relu(8, 16), conv_relu(24, 8)
         self.pool = torch.nn.MaxPool2d(2)
         self.up = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
         self.out = torch.nn.Conv2d(8, 2, 1)
