@@ -431,11 +431,15 @@ public:
     /// batchNormForward(x, ...) + z, and the ReLU of that when `relu`: a batch norm whose
     /// output only a sum consumes (containers/Fusion.h). z: x's shape, any layout; the
     /// result is what batchNormForward returns (its layout and dtype) with z added in
-    /// place, as an Add of the two computes it. Its backward is batchNormBackward's.
-    /// Default: batchNormForward, then z added (and the ReLU) in one pass; a backend may
-    /// do all of it in one call.
+    /// place, as an Add of the two computes it. `reserve` receives what a training
+    /// forward's backward needs beyond x, the result and the statistics (opaque; kept by
+    /// the caller until batchNormAddBackward; undefined where nothing is needed).
+    /// Default: batchNormForward, then z added (and the ReLU) in one pass, nothing
+    /// reserved; a backend may do all of it in one call.
     virtual Tensor batchNormAddForward(const Tensor& x, const Tensor& z, const Tensor& scale, const Tensor& shift,
-                                       const Tensor& mean, const Tensor& var, float eps, bool training, bool relu) {
+                                       const Tensor& mean, const Tensor& var, float eps, bool training, bool relu,
+                                       Tensor& reserve) {
+        reserve = Tensor();
         Tensor y = batchNormForward(x, scale, shift, mean, var, eps, training);
         if (relu) {
             axpbyzRelu(1.0f, z, 1.0f, y, y);
@@ -444,6 +448,18 @@ public:
         }
         return y;
     }
+    /// The bytes of the `reserve` a training batchNormAddForward with the ReLU keeps for x
+    /// in `layout` (for plans; 0 where it keeps none).
+    virtual int64_t batchNormAddReserveBytes(const Shape& /*x*/, Layout /*layout*/) { return 0; }
+    /// The backward of a training batchNormAddForward: dy, the gradient of its result y
+    /// (which masks dy when `relu`), and its `reserve` -> dx (returned, x's layout and
+    /// dtype); dz receives z's gradient (dy masked by the ReLU, or dy itself without one);
+    /// dscale and dshift are overwritten. Default: the ReLU's backward, then
+    /// batchNormBackward; a backend may do both in one call.
+    virtual Tensor batchNormAddBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& scale,
+                                        const Tensor& shift, const Tensor& mean, const Tensor& var, float eps,
+                                        bool relu, const Tensor& reserve, Tensor& dz, const Tensor& dscale,
+                                        const Tensor& dshift);
     /// x, y: [rows, D] float32 plain; gamma, beta: [channels] float32, or undefined (1 and
     /// 0); mean, rstd: [rows] float32, written (mean 0 without subtractMean). RowNormParams
     /// says what is normalised and which channel each value's gamma and beta are.
@@ -538,6 +554,11 @@ public:
     /// x, mask, y: same numel. mask <- 0 with probability p, else 1 / (1 - p);
     /// y <- x * mask. Counters taken from `gen`.
     virtual void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) = 0;
+    /// y <- x * m, m_i = 0 where randomUniform(seed, first + i) < p, else 1 / (1 - p): the
+    /// mask dropoutForward draws at those counters, applied without being stored, so that
+    /// a backward applies it to dy from the same counters. x, y: same numel, plain, float
+    /// dtypes this backend carries (each product rounds once, to y's type).
+    virtual void dropoutApply(const Tensor& x, float p, uint64_t seed, uint64_t first, const Tensor& y) = 0;
 };
 
 /// The backend that runs ops on tensors of `device`. Throws BackendError when Tessera was

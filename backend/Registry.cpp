@@ -43,6 +43,18 @@ Tensor Backend::batchNormReluBackward(const Tensor&, const Tensor&, const Tensor
     throw BackendError("batch norm with a fused ReLU is not implemented on " + device().str());
 }
 
+Tensor Backend::batchNormAddBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& scale,
+                                     const Tensor&, const Tensor& mean, const Tensor& var, float eps, bool relu,
+                                     const Tensor&, Tensor& dz, const Tensor& dscale, const Tensor& dshift) {
+    if (relu) {
+        dz = Tensor::empty(y.shape(), y.dtype(), y.device(), y.layout());
+        activationBackward(ActivationParams{ActivationKind::relu}, y, y, dy, dz); // relu(v)'s mask is v's
+    } else {
+        dz = dy;
+    }
+    return batchNormBackward(x, dz, scale, mean, var, eps, dscale, dshift);
+}
+
 namespace {
 
 std::atomic<CudaProvider*> registeredCuda{nullptr}; // set while the plugin loads

@@ -12,8 +12,11 @@
 /// block's last batch norm) leaves its normalisation to the sum, which computes
 /// relu(bn(x) + z) (the ReLU when it fuses one) in one backend call
 /// (Backend::batchNormAddForward: the normalisation, then the sum in place on the CPU;
-/// cuDNN's fused batch norm + add + ReLU on CUDA where it takes the tensors). The batch
-/// norm's output costs no memory: its node's `data` is its input. Graphs only.
+/// cuDNN's fused batch norm + add + ReLU on CUDA where it takes the tensors), and whose
+/// backward differentiates the ReLU, the sum and the normalisation in one call
+/// (Backend::batchNormAddBackward); the ReLU's and the batch norm's backwards pass their
+/// gradients through. The batch norm's output costs no memory: its node's `data` is its
+/// input. Graphs only.
 ///
 /// Graph and Sequential find the pairs among their own children at each forward and set
 /// them up around it (and the memory plan does the same). The results equal the unfused

@@ -210,11 +210,20 @@ public:
                                  const Tensor& dscale, const Tensor& dshift) override;
     int64_t batchNormReluMaskBytes(const Shape&, Layout) override { return 0; }
     /// Training with the ReLU on 16-bit channels-last x and z of one type: cuDNN's fused
-    /// batch norm + add + ReLU, one call (cudnnBatchNormalizationForwardTrainingEx). Where
-    /// cuDNN does not take the problem (it answers NOT_SUPPORTED; this backend then stops
-    /// asking), and in every other case: the normalisation, then the sum, as by default.
+    /// batch norm + add + ReLU, one call (cudnnBatchNormalizationForwardTrainingEx), which
+    /// reserves what its backward reads. Where cuDNN does not take the problem (it answers
+    /// NOT_SUPPORTED; this backend then stops asking), and in every other case: the
+    /// normalisation, then the sum, as by default.
     Tensor batchNormAddForward(const Tensor& x, const Tensor& z, const Tensor& scale, const Tensor& shift,
-                               const Tensor& mean, const Tensor& var, float eps, bool training, bool relu) override;
+                               const Tensor& mean, const Tensor& var, float eps, bool training, bool relu,
+                               Tensor& reserve) override;
+    /// cuDNN's reserve for 16-bit channels-last x (setCuda16BitActivations, setCudaChannelsLast).
+    int64_t batchNormAddReserveBytes(const Shape& x, Layout layout) override;
+    /// After a forward that reserved: the ReLU's, the sum's and the normalisation's
+    /// gradients in one call (cudnnBatchNormalizationBackwardEx); else as by default.
+    Tensor batchNormAddBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& scale,
+                                const Tensor& shift, const Tensor& mean, const Tensor& var, float eps, bool relu,
+                                const Tensor& reserve, Tensor& dz, const Tensor& dscale, const Tensor& dshift) override;
     void rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
     void rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
@@ -259,6 +268,7 @@ public:
     void softmaxForward(const Tensor& x, const Tensor& y) override;
     void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
     void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) override;
+    void dropoutApply(const Tensor& x, float p, uint64_t seed, uint64_t first, const Tensor& y) override;
 
     /// cuDNN descriptors and convolution algorithms, cached per shape (cuda/Dnn.h).
     struct DnnState;

@@ -19,6 +19,10 @@ void fillInt(int32_t* p, int64_t n, int32_t value, cudaStream_t s);
 void uniform(float* p, int64_t n, float lo, float hi, uint64_t seed, uint64_t first, cudaStream_t s);
 void normal(float* p, int64_t n, float mean, float stddev, uint64_t seed, uint64_t first, cudaStream_t s);
 void dropout(const float* x, float* mask, float* y, int64_t n, float p, uint64_t seed, uint64_t first, cudaStream_t s);
+/// y[i] <- x[i] * (0 or 1 / (1 - p)) by counter `first + i`, as `dropout` draws its mask;
+/// x and y of any floating DTypes (`xt`, `yt`: their values).
+void dropoutApply(const void* x, int xt, void* y, int yt, int64_t n, float p, uint64_t seed, uint64_t first,
+                  cudaStream_t s);
 /// [N, C, S] between layouts with channel blocks of `srcBlock` / `dstBlock` (1: plain).
 void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, int64_t n, int64_t c, int64_t spatial,
              cudaStream_t s);

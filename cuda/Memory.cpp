@@ -246,4 +246,15 @@ void CudaBackend::dropoutForward(const Tensor& x, float p, Generator& gen, const
     cudak::dropout(fp(x), fp(mask), fp(y), n, p, seed, first, s());
 }
 
+void CudaBackend::dropoutApply(const Tensor& x, float p, uint64_t seed, uint64_t first, const Tensor& y) {
+    requireSameNumel("dropoutApply", x, y);
+    for (const Tensor* t : {&x, &y}) {
+        if (!isFloating(t->dtype()) || t->layout() != Layout::plain) {
+            throw BackendError("CudaBackend::dropoutApply: needs plain floating tensors, got " + str(t->dtype()));
+        }
+    }
+    cudak::dropoutApply(x.raw(), static_cast<int>(x.dtype()), y.raw(), static_cast<int>(y.dtype()), x.numel(), p, seed,
+                        first, s());
+}
+
 } // namespace tessera

@@ -41,6 +41,14 @@ __global__ void dropoutKernel(const float* x, float* mask, float* y, int64_t n, 
     }
 }
 
+__global__ void dropoutApplyKernel(const void* x, int xt, void* y, int yt, int64_t n, float p, float keep,
+                                   uint64_t seed, uint64_t first) {
+    TESSERA_FOR_EACH(i, n) {
+        const float m = randomUniform(seed, first + static_cast<uint64_t>(i)) < p ? 0.0f : keep;
+        storeFromFloat(y, yt, i, loadAsFloat(x, xt, i) * m);
+    }
+}
+
 __device__ int64_t blockedIndex(int64_t n, int64_t c, int64_t sp, int64_t channels, int64_t spatial, int64_t block) {
     if (block == 1) return (n * channels + c) * spatial + sp;
     const int64_t blocks = (channels + block - 1) / block;
@@ -79,6 +87,11 @@ void normal(float* p, int64_t n, float mean, float stddev, uint64_t seed, uint64
 
 void dropout(const float* x, float* mask, float* y, int64_t n, float p, uint64_t seed, uint64_t first, cudaStream_t s) {
     TESSERA_LAUNCH(dropoutKernel, n, s, x, mask, y, n, p, 1.0f / (1.0f - p), seed, first);
+}
+
+void dropoutApply(const void* x, int xt, void* y, int yt, int64_t n, float p, uint64_t seed, uint64_t first,
+                  cudaStream_t s) {
+    TESSERA_LAUNCH(dropoutApplyKernel, n, s, x, xt, y, yt, n, p, 1.0f / (1.0f - p), seed, first);
 }
 
 void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, int64_t n, int64_t c, int64_t spatial,

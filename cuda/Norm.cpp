@@ -110,11 +110,29 @@ Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, con
     return dx;
 }
 
+namespace {
+constexpr cudnnBatchNormMode_t fusedNormMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+constexpr cudnnBatchNormOps_t fusedNormOps = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+} // namespace
+
+int64_t CudaBackend::batchNormAddReserveBytes(const Shape& x, Layout layout) {
+    if (!activations16_ || layout != Layout::channelsLast || batchNormAddRefused_ || x.rank() < 2) return 0;
+    size_t bytes = 0;
+    s();
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x), DType::bfloat16, Layout::channelsLast);
+    if (cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnn_, fusedNormMode, fusedNormOps, dnn_->relu(), xDesc,
+                                                             &bytes) != CUDNN_STATUS_SUCCESS)
+        return 0;
+    return static_cast<int64_t>(bytes);
+}
+
 Tensor CudaBackend::batchNormAddForward(const Tensor& x, const Tensor& z, const Tensor& scale, const Tensor& shift,
-                                        const Tensor& mean, const Tensor& var, float eps, bool training, bool relu) {
+                                        const Tensor& mean, const Tensor& var, float eps, bool training, bool relu,
+                                        Tensor& reserve) {
+    reserve = Tensor();
     const DType t = carriedOrFloat32(x.dtype());
     if (!training || !relu || !is16Bit(t) || x.layout() != Layout::channelsLast || batchNormAddRefused_)
-        return Backend::batchNormAddForward(x, z, scale, shift, mean, var, eps, training, relu);
+        return Backend::batchNormAddForward(x, z, scale, shift, mean, var, eps, training, relu, reserve);
     const Tensor zs = arranged(z, Layout::channelsLast, t);
     Tensor y = Tensor::empty(x.shape(), t, device(), Layout::channelsLast);
     Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
@@ -123,25 +141,25 @@ Tensor CudaBackend::batchNormAddForward(const Tensor& x, const Tensor& z, const 
     const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t, Layout::channelsLast);
     const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
     const cudnnActivationDescriptor_t act = dnn_->relu();
-    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-    const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
     size_t workBytes = 0, reserveBytes = 0;
-    cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnn_, mode, ops, xDesc, xDesc,
-                                                                                    xDesc, pDesc, act, &workBytes);
-    if (status == CUDNN_STATUS_SUCCESS)
-        status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnn_, mode, ops, act, xDesc, &reserveBytes);
+    cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        cudnn_, fusedNormMode, fusedNormOps, xDesc, xDesc, xDesc, pDesc, act, &workBytes);
     if (status == CUDNN_STATUS_SUCCESS) {
-        // One scratch buffer: the workspace, then (256-byte aligned) the reserve space,
-        // which only cuDNN's own backward would read.
-        const size_t at = (workBytes + 255) / 256 * 256;
-        auto* scratch = static_cast<char*>(workspace(at + reserveBytes + 1));
-        status = cudnnBatchNormalizationForwardTrainingEx(cudnn_, mode, ops, &one, &zero, xDesc, x.raw(), xDesc,
-                                                          zs.raw(), xDesc, y.raw(), pDesc, fp(scale), fp(shift), 1.0,
-                                                          nullptr, nullptr, eps, fp(mean), fp(invstd), act, scratch,
-                                                          workBytes, scratch + at, reserveBytes);
+        status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnn_, fusedNormMode, fusedNormOps, act, xDesc,
+                                                                      &reserveBytes);
+    }
+    Tensor kept;
+    if (status == CUDNN_STATUS_SUCCESS) {
+        // The reserve, which the backward reads, is a tensor the caller keeps until then.
+        kept = Tensor::empty({static_cast<int64_t>((reserveBytes + 3) / 4)}, DType::int32, device());
+        status = cudnnBatchNormalizationForwardTrainingEx(
+            cudnn_, fusedNormMode, fusedNormOps, &one, &zero, xDesc, x.raw(), xDesc, zs.raw(), xDesc, y.raw(), pDesc,
+            fp(scale), fp(shift), 1.0, nullptr, nullptr, eps, fp(mean), fp(invstd), act, workspace(workBytes + 1),
+            workBytes, reserveBytes ? kept.raw() : nullptr, reserveBytes);
     }
     if (status == CUDNN_STATUS_SUCCESS) {
         cudak::varianceFromInvStd(fp(invstd), eps, fp(var), x.shape()[1], s());
+        reserve = kept;
         return y;
     }
     // NOT_SUPPORTED and BAD_PARAM: a problem this cuDNN's fused form does not take (its
@@ -152,7 +170,41 @@ Tensor CudaBackend::batchNormAddForward(const Tensor& x, const Tensor& z, const 
                  "this process runs the normalisation and the sum apart\n",
                  cudnnGetErrorString(status), x.shape().str().c_str(), str(t).c_str());
     batchNormAddRefused_ = true;
-    return Backend::batchNormAddForward(x, z, scale, shift, mean, var, eps, training, relu);
+    return Backend::batchNormAddForward(x, z, scale, shift, mean, var, eps, training, relu, reserve);
+}
+
+// The forward reserved only where it ran in one call: relu, 16-bit, channels-last. cuDNN
+// reads x, y (the ReLU's output), dy and the reserve, and writes dx, dz (dy masked) and
+// the parameter gradients; the saved statistics are the batch's (its inverse standard
+// deviation recovered from the variance, as batchNormBackward does).
+Tensor CudaBackend::batchNormAddBackward(const Tensor& x, const Tensor& y, const Tensor& dyIn, const Tensor& scale,
+                                         const Tensor& shift, const Tensor& mean, const Tensor& var, float eps,
+                                         bool relu, const Tensor& reserve, Tensor& dz, const Tensor& dscale,
+                                         const Tensor& dshift) {
+    const DType t = carriedOrFloat32(x.dtype());
+    if (!reserve.defined() || !relu || !is16Bit(t) || x.layout() != Layout::channelsLast ||
+        y.layout() != Layout::channelsLast || y.dtype() != t) {
+        return Backend::batchNormAddBackward(x, y, dyIn, scale, shift, mean, var, eps, relu, reserve, dz, dscale,
+                                             dshift);
+    }
+    const Tensor dy = arranged(dyIn, Layout::channelsLast, t);
+    Tensor dx = Tensor::empty(x.shape(), t, device(), Layout::channelsLast);
+    dz = Tensor::empty(x.shape(), t, device(), Layout::channelsLast);
+    Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
+    cudak::invStdFromVariance(fp(var), eps, fp(invstd), x.shape()[1], s());
+    const float one = 1.0f, zero = 0.0f;
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t, Layout::channelsLast);
+    const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
+    const cudnnActivationDescriptor_t act = dnn_->relu();
+    size_t workBytes = 0;
+    TESSERA_CUDA_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+        cudnn_, fusedNormMode, fusedNormOps, xDesc, xDesc, xDesc, xDesc, xDesc, pDesc, act, &workBytes));
+    TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackwardEx(
+        cudnn_, fusedNormMode, fusedNormOps, &one, &zero, &one, &zero, xDesc, x.raw(), xDesc, y.raw(), xDesc, dy.raw(),
+        xDesc, dz.raw(), xDesc, dx.raw(), pDesc, fp(scale), fp(shift), fp(dscale), fp(dshift), eps, fp(mean),
+        fp(invstd), act, workspace(workBytes + 1), workBytes, reserve.raw(),
+        static_cast<size_t>(reserve.numel()) * sizeof(int32_t)));
+    return dx;
 }
 
 Tensor CudaBackend::batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,

@@ -108,7 +108,10 @@ bool Add::plainSum() const {
 // when that is 16-bit), and its layout is too (the sum takes the first input's layout).
 bool Add::normaliseFusedInput(Tensors& data, Tensor& y) {
     normalisedInSum_ = false;
+    normUsed_ = nullptr;
     if (!norm_ || !norm_->deferredToSum()) return false;
+    normUsed_ = norm_;
+    normUsedSlot_ = normSlot_;
     const auto k = static_cast<size_t>(normSlot_);
     const Tensor& x = data.at(k);
     if (data.size() == 2 && plainSum()) {
@@ -155,19 +158,40 @@ Tensors Add::updateData(const Tensors& inputs) {
     return {y};
 }
 
+// With a batch norm fused (its input came instead of its output), the gradient of its slot
+// is its input's, which the batch norm's backward passes on; with the ReLU fused too, the
+// gradient comes unmasked (keptReluMask) and the mask applies here.
 Tensors Add::updateGrad(const Tensors& grad) {
     const Tensors& x = inDataList();
-    if (broadcasting(x)) return {sumToShape(grad[0], x[0].shape()), sumToShape(grad[0], x[1].shape())};
+    const auto k = static_cast<size_t>(normUsedSlot_);
+    if (normUsed_ && normalisedInSum_) { // one call: the ReLU's, the sum's and the normalisation's gradients
+        Tensor dz;
+        const Tensor dn = normUsed_->sumBackward(grad[0], appliedRelu_ ? &data() : nullptr, &dz);
+        Tensors dx(2);
+        dx[k] = dn;
+        dx[1 - k] = dz;
+        return dx;
+    }
+    Tensor dy = grad[0];
+    if (normUsed_ && appliedRelu_) {
+        dy = Tensor::empty(data().shape(), data().dtype(), data().device(), data().layout());
+        backendOf(dy).activationBackward(ActivationParams{ActivationKind::relu}, data(), data(), grad[0], dy);
+    }
     Tensors dx;
-    for (size_t i = 0; i < x.size(); ++i) {
-        if (coefficient(i) == 1.0f) {
-            dx.push_back(grad[0]); // shared, never written in place
-        } else {
-            Tensor g = Tensor::empty(grad[0].shape(), grad[0].dtype(), grad[0].device(), grad[0].layout());
-            backendOf(g).axpby(coefficient(i), grad[0], 0.0f, g);
-            dx.push_back(g);
+    if (broadcasting(x)) {
+        dx = {sumToShape(dy, x[0].shape()), sumToShape(dy, x[1].shape())};
+    } else {
+        for (size_t i = 0; i < x.size(); ++i) {
+            if (coefficient(i) == 1.0f) {
+                dx.push_back(dy); // shared, never written in place
+            } else {
+                Tensor g = Tensor::empty(dy.shape(), dy.dtype(), dy.device(), dy.layout());
+                backendOf(g).axpby(coefficient(i), dy, 0.0f, g);
+                dx.push_back(g);
+            }
         }
     }
+    if (normUsed_) dx[k] = normUsed_->sumBackward(dx[k], nullptr, nullptr); // it ran alone in the forward
     return dx;
 }
 
@@ -186,9 +210,15 @@ MemoryUse Add::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLa
         const Shape out = broadcastShapes(inShapes[0], inShapes[1]);
         use.outLayouts = {Layout::plain};
         for (size_t i = 0; i < 2; ++i) use.gradViews[i] = inShapes[i] == out ? 0 : -1;
-        return use;
+    } else {
+        for (size_t i = 0; i < inShapes.size(); ++i) use.gradViews[i] = coefficient(i) == 1.0f ? 0 : -1; // dx_i = dy
     }
-    for (size_t i = 0; i < inShapes.size(); ++i) use.gradViews[i] = coefficient(i) == 1.0f ? 0 : -1; // dx_i = dy
+    if (norm_ && norm_->defersToSum() && static_cast<size_t>(normSlot_) < inShapes.size()) {
+        use.gradViews[static_cast<size_t>(normSlot_)] = -1; // the normalisation's input gradient
+        if (train && fuseRelu_) {                           // and the masked gradient, z's
+            for (int& v : use.gradViews) v = -1;
+        }
+    }
     return use;
 }
 

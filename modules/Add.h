@@ -37,17 +37,20 @@ public:
 
     /// Fusion (containers/Fusion.h): with a ReLU alone after it, the sum and the ReLU are one
     /// pass (Backend::axpbyzRelu) and the ReLU passes the sum through; the ReLU's backward
-    /// masks the gradient as usual (reading its input, which is its output).
+    /// masks the gradient as usual (reading its input, which is its output), except where
+    /// a batch norm is fused into this sum too: the sum's backward masks it then, with the
+    /// normalisation's gradient (Backend::batchNormAddBackward).
     void setFuseRelu(bool on) override { fuseRelu_ = on; }
     bool fuseRelu() const override { return fuseRelu_; }
     bool fusesReluOn(Device) const override { return fuseRelu_; }
-    bool masksReluGradientOn(Device) const override { return false; }
+    bool masksReluGradientOn(Device) const override { return fuseRelu_ && norm_ && norm_->defersToSum(); }
     bool appliedRelu() const override { return appliedRelu_; }
-    bool keptReluMask() const override { return false; }
+    bool keptReluMask() const override { return appliedRelu_ && normUsed_; }
     /// Fusion (containers/Fusion.h): a batch norm that alone feeds input `slot` of this sum of
     /// two (no coefficients other than 1) leaves its normalisation to it; the forward then
     /// computes relu(bn(x) + z) (without the ReLU unless one is fused) in one backend call,
-    /// where x and z have one shape and the result's dtype and layout are the unfused sum's.
+    /// where x and z have one shape and the result's dtype and layout are the unfused sum's,
+    /// and the backward differentiates all three in one (SumFusedNorm::sumBackward).
     /// Set by a container around its forward; nullptr: none.
     void setFusedNorm(SumFusedNorm* norm, int slot) {
         norm_ = norm;
@@ -72,6 +75,10 @@ private:
     SumFusedNorm* norm_ = nullptr;
     int normSlot_ = 0;
     bool normalisedInSum_ = false;
+    // The batch norm whose input the last forward took (the setting ends with the forward;
+    // backward differentiates that norm), and its slot.
+    SumFusedNorm* normUsed_ = nullptr;
+    int normUsedSlot_ = 0;
     /// With a batch norm fused into this sum: its normalisation run here, with the sum
     /// when it can (then `y` is the result and true comes back), else alone into
     /// `data[normSlot_]`.

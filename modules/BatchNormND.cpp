@@ -11,6 +11,9 @@ namespace tessera {
 
 namespace {
 std::atomic<BatchNormSync*> syncInUse{nullptr};
+const char* const noBatchStatistics =
+    "parameter gradients need a train-mode forward (batch statistics); the last forward ran in eval mode: run it "
+    "in train mode, or call backward with updParamGrads=false";
 } // namespace
 
 void BatchNormND::setSync(BatchNormSync* sync) { syncInUse.store(sync); }
@@ -57,8 +60,8 @@ void BatchNorm::checkDataShape(const Shapes& inShapes) const {
 
 // x: [N, maps, ...] -> y; or x itself, when the sum after it normalises (normaliseAdd)
 Tensors BatchNormND::updateData(const Tensors& data) {
-    reluMask_ = Tensor();
-    appliedRelu_ = false;
+    reluMask_ = sumReserve_ = sumDscale_ = sumDbias_ = Tensor();
+    appliedRelu_ = sumDifferentiated_ = false;
     deferred_ = defersToSum();
     if (deferred_) return {data[0]};
     return {forward(data[0], nullptr, false)};
@@ -73,6 +76,42 @@ Tensor BatchNormND::normaliseAdd(const Tensor& x, const Tensor* z, bool relu) {
         throw shapeError("normaliseAdd: the addend " + z->shape().str() + " differs from the input " + x.shape().str());
     }
     return forward(x, z, relu);
+}
+
+// The sum's gradient dy -> this module's input gradient, and the parameter gradients its
+// own backward adds then: Backend::batchNormAddBackward after a train-mode forward (one
+// call where the backend can); the ReLU's mask and evalGrad after an eval-mode one.
+Tensor BatchNormND::sumBackward(const Tensor& dy, const Tensor* reluOutput, Tensor* dz) {
+    if (!deferred_) {
+        throw moduleError("sumBackward needs a forward that left its normalisation to the sum after it, and the "
+                          "last forward did not");
+    }
+    const Shape& shape = dy.shape();
+    auto back = [&](const Tensor& t) { return t.shape() == shape ? t : t.reshape(shape); };
+    const Tensor g = normView(dy);
+    Backend& be = backendOf(g);
+    Tensor dzView, dx;
+    if (batchMean_.defined()) {
+        if (!sumDscale_.defined()) { // a run state without them (the forward allocates them)
+            sumDscale_ = Tensor::empty({maps_}, DType::float32, g.device());
+            sumDbias_ = Tensor::empty({maps_}, DType::float32, g.device());
+        }
+        const Tensor y = reluOutput ? normView(*reluOutput) : Tensor();
+        dx = be.batchNormAddBackward(normView(inData()), y, g, getVar("scale")->data, getVar("bias")->data, batchMean_,
+                                     batchVar_, options_.epsilon, reluOutput != nullptr, sumReserve_, dzView,
+                                     sumDscale_, sumDbias_);
+    } else {
+        dzView = g;
+        if (reluOutput) {
+            const Tensor y = normView(*reluOutput);
+            dzView = Tensor::empty(y.shape(), y.dtype(), y.device(), y.layout());
+            be.activationBackward(ActivationParams{ActivationKind::relu}, y, y, g, dzView);
+        }
+        dx = evalGrad(back(dzView));
+    }
+    sumDifferentiated_ = true;
+    if (dz) *dz = back(dzView);
+    return back(dx);
 }
 
 Tensor BatchNormND::forward(const Tensor& input, const Tensor* addend, bool relu) {
@@ -99,6 +138,10 @@ Tensor BatchNormND::forward(const Tensor& input, const Tensor* addend, bool relu
     } else {
         batchMean_ = Tensor::empty({maps_}, DType::float32, x.device());
         batchVar_ = Tensor::empty({maps_}, DType::float32, x.device());
+        if (deferred_) { // the sum's backward writes the parameter gradients here, kept with the statistics
+            sumDscale_ = Tensor::empty({maps_}, DType::float32, x.device());
+            sumDbias_ = Tensor::empty({maps_}, DType::float32, x.device());
+        }
         y = normalise(be, x, batchMean_, batchVar_, true, z, relu);
         globalCount_ = 0;
     }
@@ -119,7 +162,7 @@ Tensor BatchNormND::normalise(Backend& be, const Tensor& x, const Tensor& mean, 
                               const Tensor* z, bool relu) {
     const Tensor& scale = getVar("scale")->data;
     const Tensor& bias = getVar("bias")->data;
-    if (z) return be.batchNormAddForward(x, *z, scale, bias, mean, var, options_.epsilon, training, relu);
+    if (z) return be.batchNormAddForward(x, *z, scale, bias, mean, var, options_.epsilon, training, relu, sumReserve_);
     if (!fuseRelu_ || !be.fusesBatchNormRelu())
         return be.batchNormForward(x, scale, bias, mean, var, options_.epsilon, training);
     Tensor y = be.batchNormReluForward(x, scale, bias, mean, var, options_.epsilon, training, reluMask_);
@@ -211,8 +254,7 @@ void BatchNormND::syncGrad(const Tensor& x, Tensor& dx, const Tensor& dscale, co
 
 Tensor BatchNormND::fusedBackward(const Tensor& dy, Tensor& dscale, Tensor& dbias) const {
     if (!batchMean_.defined()) {
-        throw moduleError("parameter gradients need a train-mode forward (batch statistics); the last forward "
-                          "ran in eval mode: run it in train mode, or call backward with updParamGrads=false");
+        throw moduleError(noBatchStatistics);
     }
     dscale = Tensor::empty({maps_}, DType::float32, dy.device());
     dbias = Tensor::empty({maps_}, DType::float32, dy.device());
@@ -251,6 +293,18 @@ void BatchNormND::addParamGrads(const Tensor& dscale, const Tensor& dbias, float
 // dy -> dx, dscale, dbias in one primitive; updateGrad alone comes here too.
 Tensors BatchNormND::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
     const bool params = updParamGrads && isTrain();
+    if (deferred_) { // the sum after it differentiated the normalisation (sumBackward)
+        if (!sumDifferentiated_) {
+            throw moduleError("its forward left the normalisation to the sum after it, so its backward needs that "
+                              "sum's backward first (run backward through the graph that fused them)");
+        }
+        if (params && !sumDscale_.defined()) {
+            throw moduleError(noBatchStatistics);
+        }
+        if (params) addParamGrads(sumDscale_, sumDbias_, scale, momentum);
+        sumReserve_ = Tensor(); // used: released before the next forward
+        return updGrad ? Tensors{grad[0]} : Tensors{};
+    }
     if (!batchMean_.defined() && !params) return updGrad ? Tensors{evalGrad(grad[0])} : Tensors{};
     Tensor dscale, dbias;
     Tensor dx = fusedBackward(grad[0], dscale, dbias);
@@ -273,8 +327,15 @@ Blueprint BatchNormND::blueprint() const {
 MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                  Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    if (defersToSum()) use.outputViews = {0};                                   // its input, passed through to the sum
+    if (defersToSum()) {
+        use.outputViews = {0}; // its input, passed through to the sum
+        use.gradViews = {0};   // and the input gradient the sum computed
+        if (train)
+            use.keptUntilBackwardBytes =
+                backendFor(device).batchNormAddReserveBytes(normShape(inShapes[0]), inLayouts[0]);
+    }
     if (train) use.keptBytes = 2 * maps_ * static_cast<int64_t>(sizeof(float)); // the batch mean and variance
+    if (train && defersToSum()) use.keptBytes *= 2;                             // and the sum's parameter gradients
     if (train && fusesReluOn(device)) {                                         // and the fused ReLU's mask
         use.keptBytes += backendFor(device).batchNormReluMaskBytes(normShape(inShapes[0]), inLayouts[0]);
     }

@@ -97,6 +97,9 @@ public:
     bool defersToSum() const override { return fuseIntoSum_ && !sync(); }
     bool deferredToSum() const override { return deferred_; }
     Tensor normaliseAdd(const Tensor& x, const Tensor* z, bool relu) override;
+    /// After a deferred forward, this module's backward passes on the input gradient the
+    /// sum computed here, and adds the parameter gradients computed with it.
+    Tensor sumBackward(const Tensor& dy, const Tensor* reluOutput, Tensor* dz) override;
     const Tensor& batchMean() const { return batchMean_; }
     const Tensor& batchVar() const { return batchVar_; }
     float epsilon() const { return options_.epsilon; }
@@ -106,7 +109,9 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
     /// One primitive gives the input and parameter gradients: backward runs it once.
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
-    std::vector<Tensor*> keptTensors() override { return {&batchMean_, &batchVar_, &reluMask_}; }
+    std::vector<Tensor*> keptTensors() override {
+        return {&batchMean_, &batchVar_, &reluMask_, &sumReserve_, &sumDscale_, &sumDbias_};
+    }
     /// The shape the normalisation sees, [N, maps, ...] (the input's; BatchNorm views
     /// [N, d1, ...] as [N, d1 * ...]).
     virtual Shape normShape(const Shape& s) const { return s; }
@@ -131,6 +136,10 @@ private:
     bool fuseRelu_ = false, appliedRelu_ = false;
     bool fuseIntoSum_ = false, deferred_ = false;
     Tensor reluMask_; // of the last forward, when it fused a ReLU in train mode
+    // Deferred to the sum: what its training forward reserved for backward
+    // (Backend::batchNormAddForward), and the parameter gradients of its sumBackward.
+    Tensor sumReserve_, sumDscale_, sumDbias_;
+    bool sumDifferentiated_ = false; // sumBackward ran after the last forward
     /// The forward proper on x (not its view): the statistics and the normalisation, with
     /// z added and `relu` applied when z is given (normaliseAdd).
     Tensor forward(const Tensor& x, const Tensor* z, bool relu);

@@ -28,7 +28,10 @@ public:
 /// Batch norm -> Add [-> ReLU] (containers/Fusion.h): with the setting on, the batch norm's
 /// forward passes its input through, and the sum computes relu(bn(x) + z) itself through
 /// normaliseAdd, in one backend call (Backend::batchNormAddForward). The batch norm's
-/// output then costs no memory of its own.
+/// output then costs no memory of its own. Backward mirrors it: the sum differentiates the
+/// ReLU, itself and the normalisation through sumBackward (Backend::batchNormAddBackward),
+/// and the batch norm's backward passes that gradient through and adds the parameter
+/// gradients sumBackward recorded.
 class SumFusedNorm {
 public:
     virtual ~SumFusedNorm() = default;
@@ -45,6 +48,12 @@ public:
     /// the forward would have (batch and running statistics). ModuleError when the last
     /// forward did not defer.
     virtual Tensor normaliseAdd(const Tensor& x, const Tensor* z, bool relu) = 0;
+    /// The sum's backward after normaliseAdd: from `dy`, the gradient of the sum's result,
+    /// the gradient of the normalisation's input (returned; the batch norm's own backward
+    /// then passes it through). With `reluOutput` (the sum's result, when the sum applied
+    /// the ReLU) dy is masked first. `dz`, when given, receives the addend's gradient: dy
+    /// masked, or dy. ModuleError when the last forward did not defer.
+    virtual Tensor sumBackward(const Tensor& dy, const Tensor* reluOutput, Tensor* dz) = 0;
 };
 
 } // namespace tessera

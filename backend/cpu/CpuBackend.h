@@ -132,6 +132,7 @@ public:
     void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
 
     void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) override;
+    void dropoutApply(const Tensor& x, float p, uint64_t seed, uint64_t first, const Tensor& y) override;
     void fillBytes(const Tensor& t, unsigned char byte) override;
     void crossEntropy(const Tensor& scores, const Tensor& labels, const Tensor& weights, float smoothing,
                       const Tensor& grad, double& error, int64_t& correct) override;

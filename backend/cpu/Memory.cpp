@@ -220,4 +220,38 @@ void CpuBackend::dropoutForward(const Tensor& x, float p, Generator& gen, const 
     }
 }
 
+namespace {
+inline float asFloat(float v) { return v; }
+inline float asFloat(bfloat16 v) { return toFloat(v); }
+inline void store(float& y, float v) { y = v; }
+inline void store(bfloat16& y, float v) { y = toBfloat16(v); }
+
+template <class X, class Y> void applyDropout(const X* x, Y* y, int64_t n, float p, uint64_t seed, uint64_t first) {
+    const float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        store(y[i], asFloat(x[i]) * (randomUniform(seed, first + static_cast<uint64_t>(i)) < p ? 0.0f : keep));
+    }
+}
+
+template <class X> void applyDropoutTo(const X* x, const Tensor& y, int64_t n, float p, uint64_t seed, uint64_t first) {
+    if (y.dtype() == DType::bfloat16) return applyDropout(x, y.data<bfloat16>(), n, p, seed, first);
+    applyDropout(x, y.data<float>(), n, p, seed, first);
+}
+} // namespace
+
+void CpuBackend::dropoutApply(const Tensor& x, float p, uint64_t seed, uint64_t first, const Tensor& y) {
+    requireSameNumel("dropoutApply", x, y);
+    for (const Tensor* t : {&x, &y}) {
+        if (t->dtype() != DType::float32 && t->dtype() != DType::bfloat16) {
+            throw BackendError("CpuBackend::dropoutApply: " + str(t->dtype()) +
+                               " is not supported (float32 and bfloat16 are)");
+        }
+        if (t->layout() != Layout::plain) throw BackendError("CpuBackend::dropoutApply: needs plain tensors");
+    }
+    const int64_t n = x.numel();
+    if (x.dtype() == DType::bfloat16) return applyDropoutTo(x.data<bfloat16>(), y, n, p, seed, first);
+    applyDropoutTo(x.data<float>(), y, n, p, seed, first);
+}
+
 } // namespace tessera

@@ -593,7 +593,8 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
             },
             R"(What the last forward kept for backward, as copies (changing them changes nothing):
 a batch norm's "batchMean" and "batchVar" (per channel, of a train-mode forward), a
-Dropout's "mask" (kept elements scaled by 1/(1-p), dropped ones 0), an LCN's window
+Dropout's "mask" (kept elements scaled by 1/(1-p), dropped ones 0; drawn again from the
+forward's random counters, which are all it keeps), an LCN's window
 "means". Empty for other layers and before a forward.)")
         .def("copy", &copyModule, py::call_guard<py::gil_scoped_release>(),
              "A copy that shares nothing with this module: rebuilt from its blueprint, with its parameters, "

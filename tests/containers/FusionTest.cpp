@@ -297,6 +297,10 @@ TEST(Fusion, BatchNormIntoTheSumGivesTheUnfusedResults) {
             EXPECT_EQ(dynamic_cast<BatchNormND&>(bn2.module()).deferredToSum(), on);
             // Fused, the batch norm's output is its input: no memory of its own.
             EXPECT_EQ(bn2.outputs()[0].sharesStorage(net->getNodeByName("c2").outputs()[0]), on);
+            // ... and backward runs in the sum: the batch norm passes on the input gradient the
+            // sum computed, and the ReLU its output gradient, which the sum masks for z.
+            EXPECT_EQ(bn2.inputGrads()[0].sharesStorage(add->inputGrads()[0]), on);
+            EXPECT_EQ(add->inputGrads()[1].sharesStorage(net->getNodeByName("out").inputGrads()[0]), !on);
             (on ? fusedStats : plainStats) = runningStats(*net);
             net->evalMode();
             (on ? fusedEval : plainEval) = (*net)(x).convertedTo(DType::float32).toVector<float>();
@@ -413,6 +417,44 @@ TEST(Fusion, NormaliseAddNeedsADeferredForwardAndAnAddendOfItsShape) {
     bn.setFuseIntoSum(false);
     const std::vector<float> n = bn(x).toVector<float>(), xs = x.toVector<float>();
     for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], std::max(0.0f, n[i] + xs[i])) << i;
+}
+
+// sumBackward differentiates relu(bn(x) + z): z's gradient is dy where the result is
+// positive and 0 elsewhere, and x's is the batch norm's own backward of that, with its
+// parameter gradients, which the module's backward adds while passing x's gradient on.
+TEST(Fusion, SumBackwardIsTheBatchNormsBackwardOfTheMaskedGradient) {
+    const Tensor x = randomTensor({2, 3, 4, 4}, 1), z = randomTensor({2, 3, 4, 4}, 2);
+    const Tensor dy = randomTensor({2, 3, 4, 4}, 3);
+    BatchNorm2D bn(3), ref(3);
+    for (BatchNorm2D* m : {&bn, &ref}) {
+        m->getVar("scale")->data.copyFrom(randomTensor({3}, 4, 0.5f, 1.5f));
+        m->getVar("bias")->data.copyFrom(randomTensor({3}, 5, -0.5f, 0.5f));
+        m->zeroGradParams();
+    }
+    Tensor dz;
+    EXPECT_THROW(bn.sumBackward(dy, nullptr, &dz), ModuleError); // no forward deferred to a sum
+    bn.setFuseIntoSum(true);
+    bn(x);
+    EXPECT_THROW(bn.backward(dy), ModuleError); // the sum's backward comes first
+    const Tensor y = bn.normaliseAdd(x, &z, true);
+    const Tensor dx = bn.sumBackward(dy, &y, &dz);
+    EXPECT_EQ(bn.backward(dx).raw(), dx.raw()); // passed on
+
+    const std::vector<float> ys = y.toVector<float>(), dys = dy.toVector<float>();
+    std::vector<float> masked(dys.size());
+    for (size_t i = 0; i < dys.size(); ++i) masked[i] = ys[i] > 0 ? dys[i] : 0.0f;
+    EXPECT_GT(std::count(masked.begin(), masked.end(), 0.0f), 10);
+    EXPECT_LT(std::count(masked.begin(), masked.end(), 0.0f), 86);
+    EXPECT_EQ(dz.toVector<float>(), masked);
+    ref(x);
+    EXPECT_EQ(dx.toVector<float>(), ref.backward(Tensor::fromVector(x.shape(), masked)).toVector<float>());
+    EXPECT_EQ(bn.getVar("scale")->grad.toVector<float>(), ref.getVar("scale")->grad.toVector<float>());
+    EXPECT_EQ(bn.getVar("bias")->grad.toVector<float>(), ref.getVar("bias")->grad.toVector<float>());
+    // Without the ReLU, z's gradient is dy itself.
+    bn(x);
+    bn.normaliseAdd(x, &z, false);
+    bn.sumBackward(dy, nullptr, &dz);
+    EXPECT_EQ(dz.raw(), dy.raw());
 }
 
 TEST(Fusion, TheMemoryPlanCountsWhatFusionSaves) {

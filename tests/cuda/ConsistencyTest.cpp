@@ -511,7 +511,8 @@ struct Carry16Bit {
 // parameter gradients (float32). Convolutions with a bias cover the bias added to a
 // 16-bit output; max pooling with overlapping windows the float32 sums of its backward;
 // a batch norm and a sum each followed by a ReLU run fused (containers/Fusion.h: CUDA
-// fuses batch norm + ReLU while the switch is on).
+// fuses batch norm + ReLU while the switch is on); dropout draws the same masks on both
+// sides (one seed, counter-based draws).
 TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
     REQUIRE_DEVICE();
     const Device dev = testDevice();
@@ -549,6 +550,7 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
         {"AvgPool2D", make<AvgPool2D>(std::vector<int64_t>{2, 2}), {{2, 3, 8, 8}}},
         {"Add", make<Add>(), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
         {"Add with coefficients", make<Add>(std::vector<float>{0.5f, -2.0f}), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
+        {"Dropout", make<Dropout>(DropoutOptions{.p = 0.3f, .seed = 5}), {{4, 6, 5, 5}}},
     };
     for (DType low : {DType::float16, DType::bfloat16}) {
         if (selfCheck() && low == DType::float16) continue;

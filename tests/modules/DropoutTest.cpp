@@ -27,6 +27,54 @@ TEST(Dropout, Reference) {
     EXPECT_NE(drop.mask().toVector<float>(), mask);
 }
 
+// Backward draws the mask again from the forward's counters: nothing is kept but them,
+// and draws from the generator between forward and backward change nothing.
+TEST(Dropout, BackwardDrawsTheForwardsMaskAgain) {
+    Dropout drop({.p = 0.4f, .seed = 7});
+    const Tensor x = randomTensor({16, 32}, 1, 0.5f, 1.5f), dy = randomTensor({16, 32}, 2);
+    const std::vector<float> y = drop(x).toVector<float>(), xs = x.toVector<float>();
+    drop.generator().advance(1000); // another layer's draws
+    const std::vector<float> dx = drop.backward(dy).toVector<float>(), dys = dy.toVector<float>();
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(dx[i] == 0.0f, y[i] == 0.0f) << i;
+    for (size_t i = 0; i < y.size(); ++i) {
+        if (y[i] != 0.0f) {
+            ASSERT_FLOAT_EQ(dx[i] / dys[i], y[i] / xs[i]) << i;
+        }
+    }
+    EXPECT_EQ(drop.memoryUse({{16, 32}}, {Layout::plain}, true, Device{}).keptBytes, 0);
+    drop.reset();
+    EXPECT_FALSE(drop.mask().defined());
+}
+
+// In bfloat16 (which the CPU carries) dropout reads and writes bfloat16: each value is the
+// float32 product with the same mask, rounded once.
+TEST(Dropout, BFloat16InAndOut) {
+    Dropout drop({.p = 0.3f, .seed = 11});
+    drop.calcMode(DType::bfloat16);
+    const Tensor x = randomTensor({8, 40}, 3).convertedTo(DType::bfloat16);
+    const Tensor dy = randomTensor({8, 40}, 4).convertedTo(DType::bfloat16);
+    const Tensor y = drop(x);
+    ASSERT_EQ(y.dtype(), DType::bfloat16);
+    const Tensor m = drop.mask();
+    const Tensor dx = drop.backward(dy);
+    ASSERT_EQ(dx.dtype(), DType::bfloat16);
+    const std::vector<float> ms = m.toVector<float>(), xs = x.convertedTo(DType::float32).toVector<float>(),
+                             dys = dy.convertedTo(DType::float32).toVector<float>();
+    auto rounded = [](float v) {
+        return Tensor::full({1}, v).convertedTo(DType::bfloat16).convertedTo(DType::float32).toVector<float>()[0];
+    };
+    const std::vector<float> ys = y.convertedTo(DType::float32).toVector<float>(),
+                             dxs = dx.convertedTo(DType::float32).toVector<float>();
+    size_t dropped = 0;
+    for (size_t i = 0; i < ms.size(); ++i) {
+        ASSERT_EQ(ys[i], rounded(xs[i] * ms[i])) << i;
+        ASSERT_EQ(dxs[i], rounded(dys[i] * ms[i])) << i;
+        dropped += ms[i] == 0.0f;
+    }
+    EXPECT_GT(dropped, 60u);
+    EXPECT_LT(dropped, 140u);
+}
+
 TEST(Dropout, EvalModeIsIdentity) {
     Dropout drop({.p = 0.5f});
     drop.evalMode();
