@@ -44,10 +44,34 @@ void DepthConcat::padsOf(const Shape& in, const Shape& out, std::vector<int64_t>
     }
 }
 
-// Each input padded to the output's spatial size, then copied into its channels.
+bool DepthConcat::samePlanes(const Shapes& inShapes) {
+    for (const Shape& s : inShapes) {
+        for (size_t d = 2; d < s.rank(); ++d) {
+            if (s.rank() != inShapes[0].rank() || s[d] != inShapes[0][d]) return false;
+        }
+    }
+    return true;
+}
+
+bool DepthConcat::takes16Bit(const Tensors& data) const {
+    for (const Tensor& x : data) {
+        if (x.dtype() != data[0].dtype()) return false;
+    }
+    return samePlanes(shapesOf(data));
+}
+
+std::vector<DType> DepthConcat::outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes, Device) const {
+    for (DType t : inDTypes) {
+        if (t != inDTypes[0]) return {DType::float32};
+    }
+    return {!inDTypes.empty() && samePlanes(inShapes) ? inDTypes[0] : DType::float32};
+}
+
+// Each input padded to the output's spatial size, then copied into its channels (in the
+// inputs' dtype: a 16-bit one only comes where nothing is padded).
 Tensors DepthConcat::updateData(const Tensors& data) {
     const Shape out = dataShapeFrom(shapesOf(data))[0];
-    Tensor y = Tensor::empty(out, DType::float32, data[0].device());
+    Tensor y = Tensor::empty(out, data[0].dtype(), data[0].device());
     Backend& be = backendOf(y);
     std::vector<int64_t> lo, hi;
     int64_t channel = 0;
@@ -75,7 +99,7 @@ Tensors DepthConcat::updateGrad(const Tensors& grad) {
     for (const Tensor& x : inDataList()) {
         Shape padded = dy.shape();
         padded[1] = x.shape()[1];
-        Tensor part = Tensor::empty(padded, DType::float32, dy.device());
+        Tensor part = Tensor::empty(padded, dy.dtype(), dy.device()); // Module::backward gives it x's dtype
         axis::copyAlong(1, dy, channel, part, 0, x.shape()[1]);
         if (padded == x.shape()) {
             dx.push_back(part);

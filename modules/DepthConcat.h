@@ -18,6 +18,11 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// At least one input; all [N, C, *spatial] of one rank (3 to 5) and one N.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// Inputs of one dtype and one spatial size go through as they are (16-bit ones
+    /// included, as Concat's); inputs that need padding are handed float32 copies.
+    bool takes16Bit(const Tensors& data) const override;
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -26,6 +31,8 @@ protected:
 private:
     /// Input i's zero padding before and after per spatial dim, in an output of `out`.
     static void padsOf(const Shape& in, const Shape& out, std::vector<int64_t>& lo, std::vector<int64_t>& hi);
+    /// Whether every input has input 0's spatial size (nothing is padded).
+    static bool samePlanes(const Shapes& inShapes);
 };
 
 } // namespace tessera

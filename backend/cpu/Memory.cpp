@@ -1,6 +1,7 @@
 // Allocation, copies, fills, random draws and dropout masks of the CPU backend. The loops
 // are plain and vectorisable; OpenMP splits them only when they are large enough to pay for
 // waking the thread pool.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -204,41 +205,81 @@ void cpu_util::requireSameNumel(const char* op, const Tensor& a, const Tensor& b
 
 using cpu_util::requireSameNumel;
 
-void CpuBackend::dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) {
-    requireSameNumel("dropoutForward", x, mask);
-    requireSameNumel("dropoutForward", x, y);
-    const float* px = x.data<float>();
-    float* pm = mask.data<float>();
-    float* py = y.data<float>();
-    const int64_t n = x.numel();
-    const uint64_t seed = gen.seed(), first = gen.advance(static_cast<uint64_t>(n));
-    const float keep = 1.0f / (1.0f - p);
-#pragma omp parallel for if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-        pm[i] = randomUniform(seed, first + static_cast<uint64_t>(i)) < p ? 0.0f : keep;
-        py[i] = px[i] * pm[i];
-    }
-}
-
 namespace {
 inline float asFloat(float v) { return v; }
 inline float asFloat(bfloat16 v) { return toFloat(v); }
 inline void store(float& y, float v) { y = v; }
 inline void store(bfloat16& y, float v) { y = toBfloat16(v); }
 
-template <class X, class Y> void applyDropout(const X* x, Y* y, int64_t n, float p, uint64_t seed, uint64_t first) {
+// f[i] <- 0 where randomUniform(seed, first + i) < p, else keep (the draw of every dropout);
+// then y[i] <- x[i] * f[i], rounded once to Y.
+template <class X, class Y>
+inline void dropoutChunk(const X* x, Y* y, float* f, int64_t n, float p, float keep, uint64_t seed, uint64_t first) {
+    for (int64_t i = 0; i < n; ++i) f[i] = randomUniform(seed, first + static_cast<uint64_t>(i)) < p ? 0.0f : keep;
+    for (int64_t i = 0; i < n; ++i) store(y[i], asFloat(x[i]) * f[i]);
+}
+
+// The chunk per pair of types, cloned: the hash's 64-bit products vectorise with AVX-512
+// (eight lanes) and, emulated, with AVX2, and so do the bfloat16 conversions; the clone for
+// the CPU is picked when the library loads. Every clone computes the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TESSERA_DROPOUT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TESSERA_DROPOUT_CLONES
+#endif
+#define TESSERA_DROPOUT_CHUNK(NAME, X, Y)                                                                              \
+    TESSERA_DROPOUT_CLONES void NAME(const X* x, Y* y, float* f, int64_t n, float p, float keep, uint64_t seed,        \
+                                     uint64_t first) {                                                                 \
+        dropoutChunk(x, y, f, n, p, keep, seed, first);                                                                \
+    }
+TESSERA_DROPOUT_CHUNK(chunkFF, float, float)
+TESSERA_DROPOUT_CHUNK(chunkFB, float, bfloat16)
+TESSERA_DROPOUT_CHUNK(chunkBF, bfloat16, float)
+TESSERA_DROPOUT_CHUNK(chunkBB, bfloat16, bfloat16)
+#undef TESSERA_DROPOUT_CHUNK
+#undef TESSERA_DROPOUT_CLONES
+inline void chunk(const float* x, float* y, float* f, int64_t n, float p, float k, uint64_t s, uint64_t c) {
+    chunkFF(x, y, f, n, p, k, s, c);
+}
+inline void chunk(const float* x, bfloat16* y, float* f, int64_t n, float p, float k, uint64_t s, uint64_t c) {
+    chunkFB(x, y, f, n, p, k, s, c);
+}
+inline void chunk(const bfloat16* x, float* y, float* f, int64_t n, float p, float k, uint64_t s, uint64_t c) {
+    chunkBF(x, y, f, n, p, k, s, c);
+}
+inline void chunk(const bfloat16* x, bfloat16* y, float* f, int64_t n, float p, float k, uint64_t s, uint64_t c) {
+    chunkBB(x, y, f, n, p, k, s, c);
+}
+
+constexpr int64_t kDropoutChunk = 4096;
+
+// y <- x * the factors (written to `mask` too when given), a chunk of draws at a time, in
+// parallel over chunks.
+template <class X, class Y>
+void applyDropout(const X* x, Y* y, float* mask, int64_t n, float p, uint64_t seed, uint64_t first) {
     const float keep = 1.0f / (1.0f - p);
+    const int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
 #pragma omp parallel for if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-        store(y[i], asFloat(x[i]) * (randomUniform(seed, first + static_cast<uint64_t>(i)) < p ? 0.0f : keep));
+    for (int64_t c = 0; c < chunks; ++c) {
+        float own[kDropoutChunk];
+        const int64_t at = c * kDropoutChunk, len = std::min(kDropoutChunk, n - at);
+        chunk(x + at, y + at, mask ? mask + at : own, len, p, keep, seed, first + static_cast<uint64_t>(at));
     }
 }
 
 template <class X> void applyDropoutTo(const X* x, const Tensor& y, int64_t n, float p, uint64_t seed, uint64_t first) {
-    if (y.dtype() == DType::bfloat16) return applyDropout(x, y.data<bfloat16>(), n, p, seed, first);
-    applyDropout(x, y.data<float>(), n, p, seed, first);
+    if (y.dtype() == DType::bfloat16) return applyDropout(x, y.data<bfloat16>(), nullptr, n, p, seed, first);
+    applyDropout(x, y.data<float>(), nullptr, n, p, seed, first);
 }
 } // namespace
+
+void CpuBackend::dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) {
+    requireSameNumel("dropoutForward", x, mask);
+    requireSameNumel("dropoutForward", x, y);
+    const int64_t n = x.numel();
+    const uint64_t seed = gen.seed(), first = gen.advance(static_cast<uint64_t>(n));
+    applyDropout(x.data<float>(), y.data<float>(), mask.data<float>(), n, p, seed, first);
+}
 
 void CpuBackend::dropoutApply(const Tensor& x, float p, uint64_t seed, uint64_t first, const Tensor& y) {
     requireSameNumel("dropoutApply", x, y);

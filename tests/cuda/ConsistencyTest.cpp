@@ -551,6 +551,7 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
         {"Add", make<Add>(), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
         {"Add with coefficients", make<Add>(std::vector<float>{0.5f, -2.0f}), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
         {"Dropout", make<Dropout>(DropoutOptions{.p = 0.3f, .seed = 5}), {{4, 6, 5, 5}}},
+        {"DepthConcat of one spatial size", make<DepthConcat>(), {{2, 2, 4, 4}, {2, 3, 4, 4}}},
     };
     for (DType low : {DType::float16, DType::bfloat16}) {
         if (selfCheck() && low == DType::float16) continue;

@@ -139,6 +139,40 @@ TEST(DepthConcat, CentresEachInputWithZeros) {
     EXPECT_TRUE(throwsShapeError([&] { named({randomTensor({2, 2}, 1)}); }, {"rank (3 to 5)"}));
 }
 
+// Inputs of one spatial size in bfloat16 (which the CPU carries) go through in it, forward
+// and backward, bit for bit; inputs that need padding are converted to float32 first.
+TEST(DepthConcat, BFloat16InputsOfOneSizeStayBFloat16) {
+    DepthConcat dc;
+    dc.calcMode(DType::bfloat16);
+    const Tensor a = randomTensor({2, 3, 4, 4}, 1).convertedTo(DType::bfloat16);
+    const Tensor b = randomTensor({2, 2, 4, 4}, 2).convertedTo(DType::bfloat16);
+    const Tensor y = dc({a, b})[0];
+    ASSERT_EQ(y.dtype(), DType::bfloat16);
+    EXPECT_EQ(dc.outputDTypes({{2, 3, 4, 4}, {2, 2, 4, 4}}, {DType::bfloat16, DType::bfloat16}, Device{}),
+              std::vector<DType>{DType::bfloat16});
+    auto floats = [](const Tensor& t) { return t.convertedTo(DType::float32).toVector<float>(); };
+    std::vector<float> want;
+    const std::vector<float> av = floats(a), bv = floats(b);
+    for (size_t n = 0; n < 2; ++n) {
+        want.insert(want.end(), av.begin() + n * 48, av.begin() + (n + 1) * 48);
+        want.insert(want.end(), bv.begin() + n * 32, bv.begin() + (n + 1) * 32);
+    }
+    EXPECT_EQ(floats(y), want);
+    const Tensor dy = randomTensor({2, 5, 4, 4}, 3).convertedTo(DType::bfloat16);
+    const Tensors dx = dc.backward(Tensors{dy});
+    ASSERT_EQ(dx.size(), 2u);
+    EXPECT_EQ(dx[0].dtype(), DType::bfloat16);
+    const std::vector<float> dyv = floats(dy), d0 = floats(dx[0]);
+    for (size_t n = 0; n < 2; ++n) {
+        for (size_t i = 0; i < 48; ++i) ASSERT_EQ(d0[n * 48 + i], dyv[n * 80 + i]) << n << " " << i;
+    }
+    // Different sizes: padded in float32.
+    const Tensor small = randomTensor({2, 2, 2, 2}, 4).convertedTo(DType::bfloat16);
+    EXPECT_EQ(dc({a, small})[0].dtype(), DType::float32);
+    EXPECT_EQ(dc.outputDTypes({{2, 3, 4, 4}, {2, 2, 2, 2}}, {DType::bfloat16, DType::bfloat16}, Device{}),
+              std::vector<DType>{DType::float32});
+}
+
 // A plain loop over PuzzleLib's definition: y = x - the window mean.
 TEST(SubtractMean, ReferenceGradientsShapesAndErrors) {
     for (bool includePad : {true, false}) {

@@ -1,9 +1,13 @@
 // Activations: the backend's op (oneDNN eltwise) against a plain OpenMP loop over the
-// same buffers, to justify which one the CPU backend uses.
+// same buffers, to justify which one the CPU backend uses. Dropout: its layer's forward and
+// backward, which draw the mask twice from the same counters, against a mask kept in
+// forward and multiplied in backward.
 #include <cmath>
 
 #include "BenchUtil.h"
 #include "backend/Backend.h"
+#include "backend/Random.h"
+#include "modules/Dropout.h"
 
 namespace {
 
@@ -45,5 +49,37 @@ BENCHMARK_CAPTURE(BM_BackendActivation, sigmoid / onednn, ActivationKind::sigmoi
     ->Arg(kLarge)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_LoopActivation, sigmoid / loop, ActivationKind::sigmoid)->Arg(kSmall)->Arg(kLarge)->UseRealTime();
+
+// p = 0.1 (gpt-mini's) over a [2048, 512] activation, in float32 or bfloat16.
+constexpr int64_t kDropout = 2048 * 512;
+
+void BM_DropoutLayer(benchmark::State& state, DType dtype) {
+    Dropout drop({.p = 0.1f, .seed = 3});
+    const Tensor x = Tensor::full({kDropout / 512, 512}, 0.3f).convertedTo(dtype);
+    const Tensor dy = Tensor::full({kDropout / 512, 512}, 0.2f).convertedTo(dtype);
+    for (auto _ : state) {
+        drop(x);
+        benchmark::DoNotOptimize(drop.backward(dy).raw());
+    }
+    setGbytes(state, 4.0 * static_cast<double>(kDropout * static_cast<int64_t>(sizeOf(dtype))) * 1e-9);
+}
+
+// The same work with a float32 mask kept between them (Backend::dropoutForward, then mul).
+void BM_DropoutKeptMask(benchmark::State& state) {
+    Generator gen(3);
+    const Tensor x = Tensor::full({kDropout}, 0.3f), dy = Tensor::full({kDropout}, 0.2f);
+    Tensor mask = Tensor::empty({kDropout}), y = Tensor::empty({kDropout}), dx = Tensor::empty({kDropout});
+    Backend& be = backendOf(x);
+    for (auto _ : state) {
+        be.dropoutForward(x, 0.1f, gen, mask, y);
+        be.mul(dy, mask, dx);
+        benchmark::DoNotOptimize(dx.raw());
+    }
+    setGbytes(state, 4.0 * static_cast<double>(kDropout * 4) * 1e-9);
+}
+
+BENCHMARK_CAPTURE(BM_DropoutLayer, float32, DType::float32)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DropoutLayer, bfloat16, DType::bfloat16)->UseRealTime();
+BENCHMARK(BM_DropoutKeptMask)->UseRealTime();
 
 } // namespace
