@@ -179,11 +179,12 @@ struct UpdateParams {
 /// Padding: a constant, the input mirrored without repeating its edge (reflect), or its edge
 /// value repeated (edge; PyTorch's "replicate").
 enum class PadMode { constant, reflect, edge };
-enum class ResampleMode { nearest, linear };
+enum class ResampleMode { nearest, linear, nearestExact };
 
 /// How resampling maps output positions to input ones (backend/ElementMath.h:
-/// resampleTaps): nearest takes floor(o * in / out); linear interpolates around half-pixel
-/// centres, or with alignCorners around o * (in - 1) / (out - 1).
+/// resampleTaps): nearest takes floor(o * in / out); nearestExact the input whose centre is
+/// nearest, floor((o + 0.5) * in / out) (PyTorch's `nearest-exact`); linear interpolates
+/// around half-pixel centres, or with alignCorners around o * (in - 1) / (out - 1).
 struct ResampleParams {
     ResampleMode mode = ResampleMode::nearest;
     bool alignCorners = false; ///< linear only

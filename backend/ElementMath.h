@@ -212,13 +212,22 @@ TESSERA_HOST_DEVICE inline int64_t padSource(PadMode mode, int64_t o, int64_t lo
 }
 
 /// Output position `o` of `out` along a dim of `in` input positions: the two inputs it reads
-/// (i0, i1) and the weight of the second (w1). Nearest: floor(o * in / out), alone. Linear:
+/// (i0, i1) and the weight of the second (w1). Nearest: floor(o * in / out), alone.
+/// NearestExact: floor((o + 0.5) * in / out), at most in - 1, rounded as PyTorch rounds it
+/// (the product in double of the float ratio, taken to float before the floor). Linear:
 /// around s = (o + 0.5) * in / out - 0.5 (half-pixel centres, as oneDNN computes it), or
 /// s = o * ((in - 1) / (out - 1)) with alignCorners (0 for out 1), clamped to the edges.
 TESSERA_HOST_DEVICE inline void resampleTaps(ResampleParams p, int64_t o, int64_t out, int64_t in, int64_t& i0,
                                              int64_t& i1, float& w1) {
     if (p.mode == ResampleMode::nearest) {
         i0 = i1 = o * in / out;
+        w1 = 0.0f;
+        return;
+    }
+    if (p.mode == ResampleMode::nearestExact) {
+        const float ratio = static_cast<float>(in) / static_cast<float>(out);
+        const auto i = static_cast<int64_t>(floorf(static_cast<float>((static_cast<double>(o) + 0.5) * ratio)));
+        i0 = i1 = i > in - 1 ? in - 1 : i;
         w1 = 0.0f;
         return;
     }

@@ -338,11 +338,13 @@ template <class T> ModulePtr pad(const Args& a) {
                                PadOptions{.mode = mode, .fillValue = a.f("fillValue"), .name = a.name()});
 }
 UpsampleOptions upsampleOptions(const Args& a) {
-    const std::string mode = a.s("mode");
-    if (mode != "nearest" && mode != "linear") throw a.error("mode must be nearest or linear, got '" + mode + "'");
-    return {.mode = mode == "linear" ? ResampleMode::linear : ResampleMode::nearest,
-            .alignCorners = a.b("alignCorners"),
-            .name = a.name()};
+    ResampleMode mode = ResampleMode::nearest;
+    try {
+        mode = resampleModeFromString(a.s("mode"));
+    } catch (const ModuleError& e) {
+        throw a.error(e.what());
+    }
+    return {.mode = mode, .alignCorners = a.b("alignCorners"), .name = a.name()};
 }
 template <class T> ModulePtr upsample(const Args& a) { return std::make_shared<T>(a.i("scale"), upsampleOptions(a)); }
 template <class T> ModulePtr resize(const Args& a) { return std::make_shared<T>(a.ints("size"), upsampleOptions(a)); }

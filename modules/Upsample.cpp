@@ -4,11 +4,28 @@
 
 namespace tessera {
 
+std::string str(ResampleMode mode) {
+    switch (mode) {
+    case ResampleMode::nearest: return "nearest";
+    case ResampleMode::linear: return "linear";
+    case ResampleMode::nearestExact: return "nearest-exact";
+    }
+    return "?";
+}
+
+ResampleMode resampleModeFromString(const std::string& name) {
+    for (ResampleMode m : {ResampleMode::nearest, ResampleMode::linear, ResampleMode::nearestExact}) {
+        if (str(m) == name) return m;
+    }
+    throw ModuleError("resampling mode must be nearest, nearest-exact or linear, got '" + name + "'");
+}
+
 ResampleND::ResampleND(size_t spatialDims, const UpsampleOptions& options, const char* kind)
     : Module(options.name), spatialDims_(spatialDims), options_(options) {
     if (options.alignCorners && options.mode != ResampleMode::linear) {
         throw ModuleError(std::string(kind) + std::to_string(spatialDims) +
-                          "D: alignCorners applies to linear mode only (nearest has no corners to align)");
+                          "D: alignCorners applies to linear mode only (" + tessera::str(options.mode) +
+                          " has no corners to align)");
     }
 }
 
@@ -41,7 +58,7 @@ Tensors ResampleND::updateGrad(const Tensors& grad) {
 
 Blueprint ResampleND::blueprint() const {
     Blueprint bp = Module::blueprint();
-    bp.scheme.emplace_back("mode", std::string(options_.mode == ResampleMode::nearest ? "nearest" : "linear"));
+    bp.scheme.emplace_back("mode", tessera::str(options_.mode));
     if (options_.alignCorners) bp.scheme.emplace_back("alignCorners", true); // written only when set
     return bp;
 }

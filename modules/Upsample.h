@@ -1,11 +1,17 @@
 #pragma once
 /// \file Resampling: Upsample2D and Upsample3D (an integer factor) and Resize2D and Resize3D
-/// (a fixed output size, PyTorch's `F.interpolate(size=...)`), nearest or linear.
+/// (a fixed output size, PyTorch's `F.interpolate(size=...)`), nearest, nearest-exact or
+/// linear.
 
 #include "backend/Backend.h"
 #include "modules/Module.h"
 
 namespace tessera {
+
+/// "nearest", "linear", "nearest-exact" (PyTorch's names, as blueprints write them).
+std::string str(ResampleMode mode);
+/// The mode by its name (str's inverse); ModuleError listing the names otherwise.
+ResampleMode resampleModeFromString(const std::string& name);
 
 struct UpsampleOptions {
     ResampleMode mode = ResampleMode::nearest; ///< linear: bi-/trilinear
@@ -17,7 +23,8 @@ struct UpsampleOptions {
 
 /// What Upsample and Resize share: x: [N, C, *spatial] -> y: [N, C, *out], where output
 /// position o of `out` along a dim of `in` reads input floor(o * in / out) (nearest, as
-/// PyTorch's `nearest`) or interpolates between the two inputs around
+/// PyTorch's `nearest`), or the input whose centre is nearest, floor((o + 0.5) * in / out)
+/// (nearestExact, PyTorch's `nearest-exact`), or interpolates between the two inputs around
 /// (o + 0.5) * in / out - 0.5 (linear), or o * (in - 1) / (out - 1) with alignCorners,
 /// clamped to the edges (backend/ElementMath.h: resampleTaps).
 class ResampleND : public Module {

@@ -13,7 +13,7 @@ using namespace dnnl_util;
 namespace {
 
 dnnl::algorithm resampleAlg(ResampleMode mode) {
-    return mode == ResampleMode::nearest ? dnnl::algorithm::resampling_nearest : dnnl::algorithm::resampling_linear;
+    return mode == ResampleMode::linear ? dnnl::algorithm::resampling_linear : dnnl::algorithm::resampling_nearest;
 }
 
 std::vector<int64_t> pairKey(int64_t tag, const Shape& a, const Shape& b) {
@@ -41,8 +41,9 @@ const ResampleEntry& resampleForwardEntry(ResampleMode mode, const Shape& x, con
 }
 
 // oneDNN computes linear with half-pixel centres for any sizes, and nearest as
-// round((o + 0.5) * in / out - 0.5), which is floor(o * in / out) only where every out is
-// a whole multiple of its in: the rest is the loop below.
+// round((o + 0.5) * in / out - 0.5), which is floor(o * in / out) (and nearestExact's
+// floor((o + 0.5) * in / out)) only where every out is a whole multiple of its in: the rest
+// is the loop below.
 bool dnnlResamples(const ResampleParams& p, const Shape& in, const Shape& out) {
     if (p.mode == ResampleMode::linear) return !p.alignCorners;
     for (size_t d = 2; d < in.rank(); ++d) {

@@ -518,11 +518,12 @@ void Exporter::emitTile(const Layer& l) {
 }
 
 // Upsample2D, Upsample3D: Resize by the scale; Resize2D, Resize3D: Resize to the sizes
-// Concat(Shape(x)[0:2], size), the batch free. Nearest is asymmetric/floor; linear has
-// half-pixel centres or the corners aligned.
+// Concat(Shape(x)[0:2], size), the batch free. Nearest is asymmetric/floor, nearest-exact
+// half_pixel/round_prefer_ceil; linear has half-pixel centres or the corners aligned.
 void Exporter::emitUpsample(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
-    const bool linear = schemeString(bp, "mode") == "linear";
+    const std::string mode = schemeString(bp, "mode");
+    const bool linear = mode == "linear";
     onnx::NodeProto* n = nullptr;
     if (bp.classname.rfind("Resize", 0) == 0) {
         const std::string shape = valueName(path + "_input_shape"), lead = valueName(path + "_batch_and_maps"),
@@ -543,7 +544,11 @@ void Exporter::emitUpsample(const Layer& l) {
     }
     std::vector<std::pair<const char*, const char*>> attrs = {
         {"mode", "nearest"}, {"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "floor"}};
-    if (linear) {
+    if (mode == "nearest-exact") {
+        attrs = {{"mode", "nearest"},
+                 {"coordinate_transformation_mode", "half_pixel"},
+                 {"nearest_mode", "round_prefer_ceil"}};
+    } else if (linear) {
         attrs = {{"mode", "linear"},
                  {"coordinate_transformation_mode", schemeBool(bp, "alignCorners") ? "align_corners" : "half_pixel"}};
     }

@@ -490,7 +490,9 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
     const bool linear = mode != "nearest";
     const std::string ctm = a.s("coordinate_transformation_mode", resize ? "half_pixel" : "asymmetric");
     bool align = false, anyRatio = true; // anyRatio: nearest's rule is floor(o * in / out)
-    if (linear && resize) {              // half-pixel centres, or the corners aligned
+    bool centred = false;                // half-pixel centres rounded: nearest-exact's rule
+    std::string nm;
+    if (linear && resize) { // half-pixel centres, or the corners aligned
         align = ctm == "align_corners";
         if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && !align)
             throw Unsupported{"linear with coordinate_transformation_mode " + ctm +
@@ -498,10 +500,13 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
     } else if (linear) {
         throw Unsupported{"Upsample's linear mode (asymmetric coordinates) is not supported"};
     } else if (resize) {
-        const std::string nm = a.s("nearest_mode", "round_prefer_floor");
+        nm = a.s("nearest_mode", "round_prefer_floor");
         // Asymmetric with floor is floor(o * in / out) (PyTorch's export); half-pixel centres
-        // rounded pick the same inputs at whole upscales only.
+        // rounded pick the same inputs at whole upscales, and are nearest-exact's
+        // floor((o + 0.5) * in / out) at any ratio with round_prefer_ceil (and with
+        // round_prefer_floor where no output centre falls halfway between two inputs).
         anyRatio = ctm == "asymmetric" && nm == "floor";
+        centred = ctm == "half_pixel" && (nm == "round_prefer_ceil" || nm == "round_prefer_floor");
         if (!anyRatio && !(ctm == "half_pixel" && nm != "ceil")) {
             throw Unsupported{"coordinate_transformation_mode " + ctm + " with nearest_mode " + nm};
         }
@@ -523,6 +528,15 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
         return define(n, std::make_shared<Upsample3D>(s, o), dataInputs(n, 1));
     }
     if (whole && !linear && t.spatial.empty()) return importNearestPerDim(n, scales);
+    if (!whole && centred && !t.spatial.empty() && (nm == "round_prefer_ceil" || noHalfwayCentres(n, t.spatial))) {
+        const UpsampleOptions exact{.mode = ResampleMode::nearestExact};
+        if (scales.size() == 4) return define(n, std::make_shared<Resize2D>(t.spatial, exact), dataInputs(n, 1));
+        return define(n, std::make_shared<Resize3D>(t.spatial, exact), dataInputs(n, 1));
+    }
+    if (!whole && centred && !t.spatial.empty()) {
+        throw Unsupported{"half_pixel with round_prefer_floor where an output centre falls halfway between two inputs "
+                          "(round_prefer_ceil, nearest-exact's rounding, takes any ratio)"};
+    }
     if (!whole && !anyRatio) {
         throw Unsupported{"coordinate_transformation_mode " + ctm + " with nearest_mode " +
                           a.s("nearest_mode", "round_prefer_floor") +
@@ -535,6 +549,22 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
     }
     if (scales.size() == 4) return define(n, std::make_shared<Resize2D>(t.spatial, o), dataInputs(n, 1));
     return define(n, std::make_shared<Resize3D>(t.spatial, o), dataInputs(n, 1));
+}
+
+// Whether no output centre (o + 0.5) * in / out along a spatial dim of node n's input lands
+// exactly halfway between two input positions (where round_prefer_floor and nearest-exact
+// part); false where an input size is not known at import.
+bool Importer::noHalfwayCentres(const onnx::NodeProto& n, const std::vector<int64_t>& spatial) const {
+    const auto in = shapes_.find(n.input(0));
+    if (in == shapes_.end() || in->second.size() != spatial.size() + 2) return false;
+    for (size_t d = 0; d < spatial.size(); ++d) {
+        const int64_t size = in->second[d + 2].value, out = spatial[d];
+        if (size < 1) return false;
+        for (int64_t o = 0; o < out; ++o) {
+            if ((2 * o + 1) * size % (2 * out) == 0) return false;
+        }
+    }
+    return true;
 }
 
 // Nearest with an integer scale per spatial dim: each element repeated s_d times along dim

@@ -260,6 +260,7 @@ private:
     };
     ResizeTarget resizeTarget(const onnx::NodeProto& n, const Attributes& a, bool resize);
     void importResize(const onnx::NodeProto& n, const Attributes& a);
+    bool noHalfwayCentres(const onnx::NodeProto& n, const std::vector<int64_t>& spatial) const;
 
     void importDropout(const onnx::NodeProto& n, const Attributes& a);
 

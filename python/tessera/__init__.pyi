@@ -1426,7 +1426,7 @@ class Resize2D(Module):
 
     Arguments:
         size: (height, width) of the output
-        mode: 'nearest' (input floor(o * in / out)) or 'linear'
+        mode: 'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)) or 'linear'
         alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
@@ -1440,7 +1440,7 @@ class Resize3D(Module):
 
     Arguments:
         size: (depth, height, width) of the output
-        mode: 'nearest' (input floor(o * in / out)) or 'linear'
+        mode: 'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)) or 'linear'
         alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
@@ -1621,7 +1621,7 @@ class Upsample2D(Module):
 
     Arguments:
         scale: the integer upsampling factor
-        mode: 'nearest' or 'linear'
+        mode: 'nearest', 'nearest-exact' or 'linear'
         alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
@@ -1635,7 +1635,7 @@ class Upsample3D(Module):
 
     Arguments:
         scale: the integer upsampling factor
-        mode: 'nearest' or 'linear'
+        mode: 'nearest', 'nearest-exact' or 'linear'
         alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """

@@ -350,15 +350,17 @@ def test_normalisations_match_pytorch(kind):
         np.testing.assert_allclose(params[name].grad.numpy(), ref, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("mode,align", [("nearest", False), ("linear", False), ("linear", True)])
-@pytest.mark.parametrize("size", [(7, 3), (2, 11), (1, 5)])
+@pytest.mark.parametrize("mode,align", [("nearest", False), ("nearest-exact", False), ("linear", False),
+                                        ("linear", True)])
+@pytest.mark.parametrize("size", [(7, 3), (2, 11), (1, 5), (3, 6)])
 def test_resize_and_upsample_match_pytorch_interpolate(mode, align, size):
-    """Resize2D is F.interpolate(x, size=...) and Upsample2D with alignCorners is
-    nn.Upsample(scale_factor=s, mode='bilinear', align_corners=True), forward and backward."""
+    """Resize2D is F.interpolate(x, size=...) (nearest, nearest-exact, bilinear) and Upsample2D
+    with alignCorners is nn.Upsample(scale_factor=s, mode='bilinear', align_corners=True),
+    forward and backward."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
-    tmode = "bilinear" if mode == "linear" else "nearest"
+    tmode = "bilinear" if mode == "linear" else mode
     kw = {"align_corners": align} if mode == "linear" else {}
     for mod, shape, f in (
         (ts.Resize2D(list(size), mode=mode, alignCorners=align), (2, 3) + size,

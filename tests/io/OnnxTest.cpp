@@ -250,7 +250,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
         }
         EXPECT_EQ(result, "") << c.path().filename().string();
     }
-    EXPECT_EQ(cases, 71);
+    EXPECT_EQ(cases, 74);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -385,11 +385,14 @@ TEST(Onnx, ZooModelsRoundTripWithEqualOutputs) {
 TEST(Onnx, EveryExportedLayerRoundTrips) {
     manualSeed(6);
     auto x = node(std::make_shared<Identity>(), {}, "x");
-    // Resized to sizes that are not whole multiples (linear, corners aligned) and back (nearest):
-    // Resize with sizes from the input's shape, the batch free.
-    auto resized = node(std::make_shared<Resize2D>(std::vector<int64_t>{7, 4},
+    // Resized to sizes that are not whole multiples (linear, corners aligned; nearest-exact) and
+    // back (nearest): Resize with sizes from the input's shape, the batch free.
+    auto aligned = node(std::make_shared<Resize2D>(std::vector<int64_t>{7, 4},
                                                    UpsampleOptions{.mode = ResampleMode::linear, .alignCorners = true}),
-                        x, "resized");
+                        x, "aligned");
+    auto resized = node(
+        std::make_shared<Resize2D>(std::vector<int64_t>{9, 3}, UpsampleOptions{.mode = ResampleMode::nearestExact}),
+        aligned, "resized");
     auto restored = node(std::make_shared<Resize2D>(std::vector<int64_t>{5, 6}), resized, "restored");
     auto reflect = node(std::make_shared<Pad2D>(std::vector<int64_t>{1, 0, 2, 1}, PadOptions{.mode = PadMode::reflect}),
                         restored, "reflect");

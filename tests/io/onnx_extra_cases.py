@@ -2,7 +2,8 @@
 """ONNX test cases, in the layout of ONNX's own test data (model.onnx, test_data_set_0/
 input_*.pb, output_*.pb), for imported op forms that ONNX's data has no passing case of:
 Resize and Upsample with nearest integer scales, Resize linear with half-pixel centres,
-Resize to sizes that are not whole multiples and with the corners aligned, AveragePool with
+Resize to sizes that are not whole multiples, with the corners aligned and with half-pixel
+centres rounded (nearest-exact), AveragePool with
 ceil_mode 1,
 Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
@@ -133,7 +134,8 @@ def ceil_pool_forms(root):
 def resize_forms(root, x):
     """Resize to sizes that are not whole multiples (F.interpolate(size=...) as PyTorch exports
     it), and by scales that give whole sizes: nearest as asymmetric/floor (input floor(o * in /
-    out)), linear with half-pixel centres or with the corners aligned."""
+    out)) or with half-pixel centres rounded, linear with half-pixel centres or with the corners
+    aligned."""
     def axis_map(a, axis, out, how):
         n = a.shape[axis]
         o = np.arange(out)
@@ -157,6 +159,22 @@ def resize_forms(root, x):
         node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
         g = helper.make_graph([node], "resize", [value("x", x.shape)], [value("y", y.shape)], [sizes])
         save(root, f"resize_sizes_{how}_{h}x{w}", g, [x], [y], 13)
+    # Nearest with half-pixel centres rounded (ONNX's default coordinates): round_prefer_ceil
+    # is PyTorch's nearest-exact at any ratio; round_prefer_floor where no centre is halfway.
+    def centred(a, axis, out, prefer):
+        n = a.shape[axis]
+        src = (np.arange(out) + 0.5) * n / out - 0.5
+        idx = np.floor(src + 0.5) if prefer == "round_prefer_ceil" else np.ceil(src - 0.5)
+        return np.take(a, np.clip(idx, 0, n - 1).astype(int), axis=axis)
+
+    for prefer, (h, w) in (("round_prefer_ceil", (7, 3)), ("round_prefer_ceil", (3, 8)),
+                           ("round_prefer_floor", (4, 3))):
+        y = centred(centred(x, 2, h, prefer), 3, w, prefer).astype(np.float32)
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest",
+                                coordinate_transformation_mode="half_pixel", nearest_mode=prefer)
+        g = helper.make_graph([node], "resize", [value("x", x.shape)], [value("y", y.shape)],
+                              [ints("sizes", [2, 3, h, w])])
+        save(root, f"resize_nearest_half_pixel_{prefer}_{h}x{w}", g, [x], [y], 13)
     # Scales that give whole sizes: 6x4 halved down and by 1.5 up to 3x6, linear.
     x6 = np.random.RandomState(3).randn(1, 2, 6, 4).astype(np.float32)
     y = axis_map(axis_map(x6, 2, 3, "half_pixel"), 3, 6, "half_pixel").astype(np.float32)

@@ -173,13 +173,18 @@ TEST(Upsample, AlignCorners) {
 // ---- Resize ---------------------------------------------------------------------------
 
 // A NumPy-style reference of PyTorch's F.interpolate(size=...) along one dim (nearest:
-// floor(o * in / out); linear: half-pixel centres or aligned corners, clamped).
+// floor(o * in / out); nearest-exact: floor((o + 0.5) * in / out); linear: half-pixel
+// centres or aligned corners, clamped).
 std::vector<float> interpolate1D(const std::vector<float>& x, int64_t out, ResampleParams p) {
     const auto in = static_cast<int64_t>(x.size());
     std::vector<float> y;
     for (int64_t o = 0; o < out; ++o) {
         if (p.mode == ResampleMode::nearest) {
             y.push_back(x[static_cast<size_t>(o * in / out)]);
+            continue;
+        }
+        if (p.mode == ResampleMode::nearestExact) {
+            y.push_back(x[static_cast<size_t>(std::min((2 * o + 1) * in / (2 * out), in - 1))]);
             continue;
         }
         double s = p.alignCorners ? (out > 1 ? o * double(in - 1) / double(out - 1) : 0.0)
@@ -197,14 +202,15 @@ std::vector<float> interpolate1D(const std::vector<float>& x, int64_t out, Resam
 // one dim at a time (the other dim kept) and in both at once (separable: the rows, then the
 // columns), forward; gradients numerically.
 TEST(Resize, ReferenceGradientShapeBadInput) {
-    const std::vector<ResampleParams> modes = {
-        {ResampleMode::nearest, false}, {ResampleMode::linear, false}, {ResampleMode::linear, true}};
+    const std::vector<ResampleParams> modes = {{ResampleMode::nearest, false},
+                                               {ResampleMode::nearestExact, false},
+                                               {ResampleMode::linear, false},
+                                               {ResampleMode::linear, true}};
     const Tensor x = randomTensor({2, 3, 5, 7}, 11);
     for (const ResampleParams& p : modes) {
         for (const std::vector<int64_t>& size : {std::vector<int64_t>{8, 3}, std::vector<int64_t>{3, 11},
                                                  std::vector<int64_t>{1, 7}, std::vector<int64_t>{5, 1}}) {
-            SCOPED_TRACE(std::string(p.mode == ResampleMode::nearest ? "nearest" : "linear") +
-                         (p.alignCorners ? " aligned" : "") + " to " + Shape(size).str());
+            SCOPED_TRACE(str(p.mode) + (p.alignCorners ? " aligned" : "") + " to " + Shape(size).str());
             Resize2D r(size, {.mode = p.mode, .alignCorners = p.alignCorners});
             const Tensor y = r(x);
             ASSERT_EQ(y.shape(), Shape({2, 3, size[0], size[1]}));
@@ -245,7 +251,14 @@ TEST(Resize, ReferenceGradientShapeBadInput) {
     EXPECT_THROW(Resize2D({4, 0}), ModuleError);
     EXPECT_THROW(Resize3D({4, 4}), ModuleError);
     EXPECT_THROW(Resize2D({4, 4}, {.alignCorners = true}), ModuleError);
+    EXPECT_THROW(Resize2D({4, 4}, {.mode = ResampleMode::nearestExact, .alignCorners = true}), ModuleError);
     EXPECT_TRUE(blueprintHas(named, {"\"size\": [4, 4]", "\"mode\": \"nearest\""}));
+    EXPECT_TRUE(blueprintHas(Resize2D({4, 4}, {.mode = ResampleMode::nearestExact}), {"\"mode\": \"nearest-exact\""}));
+    EXPECT_EQ(resampleModeFromString("nearest-exact"), ResampleMode::nearestExact);
+    EXPECT_THROW(resampleModeFromString("bicubic"), ModuleError);
+    // At whole upscales nearest-exact picks nearest's inputs (on oneDNN's kernel).
+    Upsample2D up(3), upExact(3, {.mode = ResampleMode::nearestExact});
+    EXPECT_EQ(upExact(x).toVector<float>(), up(x).toVector<float>());
 }
 
 // ---- PRelu ----------------------------------------------------------------------------
