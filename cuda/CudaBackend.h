@@ -220,7 +220,8 @@ public:
     /// cuDNN's reserve for 16-bit channels-last x (setCuda16BitActivations, setCudaChannelsLast).
     int64_t batchNormAddReserveBytes(const Shape& x, Layout layout) override;
     /// After a forward that reserved: the ReLU's, the sum's and the normalisation's
-    /// gradients in one call (cudnnBatchNormalizationBackwardEx); else as by default.
+    /// gradients in one call (cudnnBatchNormalizationBackwardEx); else, and where cuDNN
+    /// answers NOT_SUPPORTED (said once; the forward stops fusing too), as by default.
     Tensor batchNormAddBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& scale,
                                 const Tensor& shift, const Tensor& mean, const Tensor& var, float eps, bool relu,
                                 const Tensor& reserve, Tensor& dz, const Tensor& dscale, const Tensor& dshift) override;

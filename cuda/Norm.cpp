@@ -197,14 +197,26 @@ Tensor CudaBackend::batchNormAddBackward(const Tensor& x, const Tensor& y, const
     const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
     const cudnnActivationDescriptor_t act = dnn_->relu();
     size_t workBytes = 0;
-    TESSERA_CUDA_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        cudnn_, fusedNormMode, fusedNormOps, xDesc, xDesc, xDesc, xDesc, xDesc, pDesc, act, &workBytes));
-    TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackwardEx(
-        cudnn_, fusedNormMode, fusedNormOps, &one, &zero, &one, &zero, xDesc, x.raw(), xDesc, y.raw(), xDesc, dy.raw(),
-        xDesc, dz.raw(), xDesc, dx.raw(), pDesc, fp(scale), fp(shift), fp(dscale), fp(dshift), eps, fp(mean),
-        fp(invstd), act, workspace(workBytes + 1), workBytes, reserve.raw(),
-        static_cast<size_t>(reserve.numel()) * sizeof(int32_t)));
-    return dx;
+    cudnnStatus_t status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+        cudnn_, fusedNormMode, fusedNormOps, xDesc, xDesc, xDesc, xDesc, xDesc, pDesc, act, &workBytes);
+    if (status == CUDNN_STATUS_SUCCESS) {
+        status = cudnnBatchNormalizationBackwardEx(
+            cudnn_, fusedNormMode, fusedNormOps, &one, &zero, &one, &zero, xDesc, x.raw(), xDesc, y.raw(), xDesc,
+            dy.raw(), xDesc, dz.raw(), xDesc, dx.raw(), pDesc, fp(scale), fp(shift), fp(dscale), fp(dshift), eps,
+            fp(mean), fp(invstd), act, workspace(workBytes + 1), workBytes, reserve.raw(),
+            static_cast<size_t>(reserve.numel()) * sizeof(int32_t));
+    }
+    if (status == CUDNN_STATUS_SUCCESS) return dx;
+    // As in the forward: a problem the fused backward does not take is said once, and this
+    // process runs the normalisation and the sum apart from then on (this backward too: the
+    // ReLU's mask is y, which the fused forward wrote as the unfused one would).
+    if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM) TESSERA_CUDA_CHECK(status);
+    std::fprintf(stderr,
+                 "tessera: cuDNN's fused batch norm + add + ReLU backward answered %s for %s %s channels-last; "
+                 "this process runs the normalisation and the sum apart\n",
+                 cudnnGetErrorString(status), x.shape().str().c_str(), str(t).c_str());
+    batchNormAddRefused_ = true;
+    return Backend::batchNormAddBackward(x, y, dyIn, scale, shift, mean, var, eps, relu, reserve, dz, dscale, dshift);
 }
 
 Tensor CudaBackend::batchNormReluForward(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,

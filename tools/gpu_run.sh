@@ -199,6 +199,10 @@ for item in ${GPU_RUN_KERNELS:-}; do
   done
 done
 
+# The fused cuDNN forms the CUDA backend falls back from (batch norm + add + ReLU, forward
+# and backward) say so once per process on stderr: count them here, so that the run's own
+# output tells whether they ran.
+grep -h "^tessera: cuDNN's fused" "$out"/*.log 2>/dev/null | sed 's/ for \[.*//' | sort | uniq -c | sed 's/^ */fallback: /'
 echo "logs in $out${GPU_RUN_SKIP_BENCH:+ (benchmarks skipped: GPU_RUN_SKIP_BENCH)}"
 # One file instead of many, for transports that bring back only a few (GPU_RUN_PACK set).
 if [[ -n ${GPU_RUN_PACK:-} ]]; then
