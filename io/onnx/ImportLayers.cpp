@@ -215,11 +215,46 @@ std::shared_ptr<Sequential> afterPad(size_t dims, const std::vector<int64_t>& lo
 }
 } // namespace
 
+// ConvTranspose's output_shape: the total padding t = s (in - 1) + q + (k - 1) d + 1 - out
+// per spatial dim (q: output_padding), split as ONNX splits it without auto_pad, ceil(t / 2)
+// before and floor(t / 2) after (negative: outputs beyond the full transposed convolution).
+// That is the symmetric pad ceil(t / 2) with t mod 2 more outputs at the end, which join
+// `outputPadding` (filled in when not given); returns the symmetric pads.
+std::vector<int64_t> Importer::outputShapePads(const onnx::NodeProto& n, const Attributes& a,
+                                               const std::vector<int64_t>& kernel, const ConvOptions& o,
+                                               std::vector<int64_t>& outputPadding) const {
+    const size_t dims = kernel.size();
+    const std::vector<int64_t> out = a.ints("output_shape");
+    if (out.size() != dims) {
+        throw Unsupported{"output_shape of " + std::to_string(out.size()) + " values for " + std::to_string(dims) +
+                          " spatial dims"};
+    }
+    const std::vector<int64_t> given = a.ints("pads");
+    if (std::any_of(given.begin(), given.end(), [](int64_t p) { return p != 0; }))
+        throw Unsupported{"pads with output_shape (the pads are computed from it)"};
+    const std::vector<int64_t> in = spatialDimsOf(n, 0, dims);
+    if (outputPadding.empty()) outputPadding.assign(dims, 0);
+    std::vector<int64_t> pads(dims);
+    for (size_t d = 0; d < dims; ++d) {
+        if (in[d] < 1) throw Unsupported{"output_shape on an input whose spatial dims are not known at import"};
+        const int64_t total =
+            o.stride[d] * (in[d] - 1) + outputPadding[d] + (kernel[d] - 1) * o.dilation[d] + 1 - out[d];
+        const int64_t after = total >= 0 ? total / 2 : -((-total + 1) / 2); // floor(total / 2)
+        pads[d] = total - after;
+        if (pads[d] < 0) {
+            throw Unsupported{"output_shape " + std::to_string(out[d]) + " beyond the full transposed convolution's " +
+                              std::to_string(out[d] + total - outputPadding[d])};
+        }
+        outputPadding[d] += pads[d] - after;
+    }
+    return pads;
+}
+
 void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     const bool transposed = n.op_type() == "ConvTranspose";
     std::vector<int64_t> outputPadding;
     if (transposed) {
-        a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad", "output_padding"});
+        a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad", "output_padding", "output_shape"});
         outputPadding = a.ints("output_padding");
     } else {
         a.only({"kernel_shape", "strides", "pads", "dilations", "group", "auto_pad"});
@@ -238,7 +273,9 @@ void Importer::importConv(const onnx::NodeProto& n, const Attributes& a) {
     // A convolution pads both sides alike: what one side has beyond the other (auto_pad
     // SAME with an odd total, or asymmetric pads) is a zero Pad in front of it.
     WindowPads pads{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
-    if (transposed) {
+    if (transposed && a.has("output_shape")) {
+        o.pad = outputShapePads(n, a, kernel, o, outputPadding);
+    } else if (transposed) {
         o.pad = symmetricPads(a.ints("pads"), dims);
     } else {
         pads = windowPads(a, kernel, o.stride, o.dilation, spatialDimsOf(n, 0, dims));

@@ -20,6 +20,10 @@
 #include "io/onnx/Proto.h"
 #include "modules/Pool.h"
 
+namespace tessera {
+struct ConvOptions;
+}
+
 namespace tessera::onnx_io {
 
 // Where a value comes from: a node and its output slot.
@@ -69,6 +73,9 @@ private:
     int64_t rankOf(const onnx::NodeProto& n, int k) const;
     // Input k's `dims` spatial dims (after [N, C]) as known at import; -1 where not known.
     std::vector<int64_t> spatialDimsOf(const onnx::NodeProto& n, int k, size_t dims) const;
+    std::vector<int64_t> outputShapePads(const onnx::NodeProto& n, const Attributes& a,
+                                         const std::vector<int64_t>& kernel, const ConvOptions& o,
+                                         std::vector<int64_t>& outputPadding) const;
     // Input k's dim `axis` as known at import; -1 where not known.
     int64_t dimOf(const onnx::NodeProto& n, int k, int64_t axis) const;
     void importNearestPerDim(const onnx::NodeProto& n, const std::vector<float>& scales);

@@ -4,7 +4,7 @@ input_*.pb, output_*.pb), for imported op forms that ONNX's data has no passing 
 Resize and Upsample with nearest integer scales, Resize linear with half-pixel centres,
 Resize to sizes that are not whole multiples, with the corners aligned and with half-pixel
 centres rounded (nearest-exact), AveragePool with
-ceil_mode 1,
+ceil_mode 1, ConvTranspose with output_shape,
 Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
@@ -99,6 +99,7 @@ def main():
     padding_forms(root)
     resize_forms(root, x)
     ceil_pool_forms(root)
+    transposed_forms(root)
 
 
 def ceil_pool_forms(root):
@@ -129,6 +130,30 @@ def ceil_pool_forms(root):
                                 pads=[p] * 4, ceil_mode=1, count_include_pad=include)
         g = helper.make_graph([node], "avgpool", [value("x", x.shape)], [value("y", y.shape)])
         save(root, f"avgpool_ceil_k{k}_s{s}_p{p}_include{include}", g, [x], [y], 13)
+
+
+def transposed_forms(root):
+    """ConvTranspose with output_shape instead of pads: the total padding t = s (in - 1) +
+    (k - 1) + 1 - out split ceil(t / 2) before and floor(t / 2) after, as ONNX defines it."""
+    rng = np.random.RandomState(9)
+    x = rng.randn(2, 3, 4, 5).astype(np.float32)
+    w = rng.randn(3, 2, 3, 3).astype(np.float32)
+    s = (2, 2)
+    full = np.zeros((2, 2, (4 - 1) * s[0] + 3, (5 - 1) * s[1] + 3), np.float32)
+    for i in range(4):
+        for j in range(5):
+            full[:, :, i * s[0]:i * s[0] + 3, j * s[1]:j * s[1] + 3] += np.einsum("nc,cokl->nokl", x[:, :, i, j], w)
+    for out in ((8, 10), (7, 11), (9, 9)):
+        crop = []
+        for d in range(2):
+            t = full.shape[2 + d] - out[d]
+            crop.append((t - t // 2, t // 2))
+        y = full[:, :, crop[0][0]:full.shape[2] - crop[0][1], crop[1][0]:full.shape[3] - crop[1][1]]
+        assert y.shape[2:] == out
+        node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=list(s), output_shape=list(out))
+        g = helper.make_graph([node], "convtranspose", [value("x", x.shape)], [value("y", y.shape)],
+                              [numpy_helper.from_array(w, "w")])
+        save(root, f"convtranspose_output_shape_{out[0]}x{out[1]}", g, [x], [y], 13)
 
 
 def resize_forms(root, x):
