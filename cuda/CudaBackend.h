@@ -300,6 +300,10 @@ private:
     bool channelsLast_ = false;
     bool deterministic_ = false;
     bool batchNormAddRefused_ = false; // cuDNN answered NOT_SUPPORTED to its fused form once
+    /// After cuDNN's fused batch norm + add + ReLU (`pass`: "" or " backward") answered
+    /// `status` for x: NOT_SUPPORTED and BAD_PARAM are said once and stop the fusing; any
+    /// other status throws.
+    void stopFusingNormAdd(cudnnStatus_t status, const char* pass, const Shape& x, DType t);
     std::unique_ptr<DnnState> dnn_;
     // Uploads from page-locked memory: their stream, and their device buffers (from the
     // allocator, kept), each with the events ordering its copies against its readers.

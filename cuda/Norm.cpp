@@ -115,6 +115,18 @@ constexpr cudnnBatchNormMode_t fusedNormMode = CUDNN_BATCHNORM_SPATIAL_PERSISTEN
 constexpr cudnnBatchNormOps_t fusedNormOps = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
 } // namespace
 
+// NOT_SUPPORTED and BAD_PARAM: a problem this cuDNN's fused form does not take (its types,
+// layouts and sizes are narrower than the plain calls'), said once on stderr; from then on
+// this backend runs the normalisation and the sum apart. Any other status is an error.
+void CudaBackend::stopFusingNormAdd(cudnnStatus_t status, const char* pass, const Shape& x, DType t) {
+    if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM) TESSERA_CUDA_CHECK(status);
+    std::fprintf(stderr,
+                 "tessera: cuDNN's fused batch norm + add + ReLU%s answered %s for %s %s channels-last; "
+                 "this process runs the normalisation and the sum apart\n",
+                 pass, cudnnGetErrorString(status), x.str().c_str(), str(t).c_str());
+    batchNormAddRefused_ = true;
+}
+
 int64_t CudaBackend::batchNormAddReserveBytes(const Shape& x, Layout layout) {
     if (!activations16_ || layout != Layout::channelsLast || batchNormAddRefused_ || x.rank() < 2) return 0;
     size_t bytes = 0;
@@ -162,14 +174,7 @@ Tensor CudaBackend::batchNormAddForward(const Tensor& x, const Tensor& z, const 
         reserve = kept;
         return y;
     }
-    // NOT_SUPPORTED and BAD_PARAM: a problem this cuDNN's fused form does not take (its
-    // types, layouts and sizes are narrower than the plain calls'); said once, on stderr.
-    if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM) TESSERA_CUDA_CHECK(status);
-    std::fprintf(stderr,
-                 "tessera: cuDNN's fused batch norm + add + ReLU answered %s for %s %s channels-last; "
-                 "this process runs the normalisation and the sum apart\n",
-                 cudnnGetErrorString(status), x.shape().str().c_str(), str(t).c_str());
-    batchNormAddRefused_ = true;
+    stopFusingNormAdd(status, "", x.shape(), t);
     return Backend::batchNormAddForward(x, z, scale, shift, mean, var, eps, training, relu, reserve);
 }
 
@@ -207,15 +212,9 @@ Tensor CudaBackend::batchNormAddBackward(const Tensor& x, const Tensor& y, const
             static_cast<size_t>(reserve.numel()) * sizeof(int32_t));
     }
     if (status == CUDNN_STATUS_SUCCESS) return dx;
-    // As in the forward: a problem the fused backward does not take is said once, and this
-    // process runs the normalisation and the sum apart from then on (this backward too: the
-    // ReLU's mask is y, which the fused forward wrote as the unfused one would).
-    if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM) TESSERA_CUDA_CHECK(status);
-    std::fprintf(stderr,
-                 "tessera: cuDNN's fused batch norm + add + ReLU backward answered %s for %s %s channels-last; "
-                 "this process runs the normalisation and the sum apart\n",
-                 cudnnGetErrorString(status), x.shape().str().c_str(), str(t).c_str());
-    batchNormAddRefused_ = true;
+    // This backward too runs apart: the ReLU's mask is y, which the fused forward wrote as
+    // the unfused one would.
+    stopFusingNormAdd(status, " backward", x.shape(), t);
     return Backend::batchNormAddBackward(x, y, dyIn, scale, shift, mean, var, eps, relu, reserve, dz, dscale, dshift);
 }
 
