@@ -291,6 +291,9 @@ public:
     /// layout; x, y and dx share one layout, dy is reordered to it when it differs.
     virtual void activationBackward(const ActivationParams& act, const Tensor& x, const Tensor& y, const Tensor& dy,
                                     const Tensor& dx) = 0;
+    /// A ReLU's input gradient from its output y (relu(v)'s mask is v's): dy where y > 0,
+    /// else 0, in y's dtype and layout (dy reordered to it).
+    Tensor reluGradient(const Tensor& y, const Tensor& dy);
 
     /// x, y: same numel -> y <- a * x + b.
     virtual void affine(const Tensor& x, float a, float b, const Tensor& y) = 0;

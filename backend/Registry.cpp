@@ -46,13 +46,14 @@ Tensor Backend::batchNormReluBackward(const Tensor&, const Tensor&, const Tensor
 Tensor Backend::batchNormAddBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& scale,
                                      const Tensor&, const Tensor& mean, const Tensor& var, float eps, bool relu,
                                      const Tensor&, Tensor& dz, const Tensor& dscale, const Tensor& dshift) {
-    if (relu) {
-        dz = Tensor::empty(y.shape(), y.dtype(), y.device(), y.layout());
-        activationBackward(ActivationParams{ActivationKind::relu}, y, y, dy, dz); // relu(v)'s mask is v's
-    } else {
-        dz = dy;
-    }
+    dz = relu ? reluGradient(y, dy) : dy;
     return batchNormBackward(x, dz, scale, mean, var, eps, dscale, dshift);
+}
+
+Tensor Backend::reluGradient(const Tensor& y, const Tensor& dy) {
+    Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device(), y.layout());
+    activationBackward(ActivationParams{ActivationKind::relu}, y, y, dy, dx);
+    return dx;
 }
 
 namespace {

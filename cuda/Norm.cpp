@@ -230,10 +230,8 @@ Tensor CudaBackend::batchNormReluBackward(const Tensor& x, const Tensor& dy, con
                                           const Tensor& mean, const Tensor& var, float eps, const Tensor& mask,
                                           const Tensor& dscale, const Tensor& dshift) {
     if (!mask.defined()) throw BackendError("CudaBackend::batchNormReluBackward: no mask from a training forward");
-    const Tensor g = Tensor::empty(mask.shape(), mask.dtype(), device(), mask.layout());
     const Tensor d = dy.shape() == mask.shape() ? dy : dy.plain().reshape(mask.shape());
-    activationBackward(ActivationParams{ActivationKind::relu}, mask, mask, d, g); // d moves to g's layout
-    return batchNormBackward(x, g, scale, mean, var, eps, dscale, dshift);
+    return batchNormBackward(x, reluGradient(mask, d), scale, mean, var, eps, dscale, dshift);
 }
 
 void CudaBackend::rowNormForward(const RowNormParams& p, const Tensor& xIn, const Tensor& gamma, const Tensor& beta,

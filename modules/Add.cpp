@@ -173,10 +173,7 @@ Tensors Add::updateGrad(const Tensors& grad) {
         return dx;
     }
     Tensor dy = grad[0];
-    if (normUsed_ && appliedRelu_) {
-        dy = Tensor::empty(data().shape(), data().dtype(), data().device(), data().layout());
-        backendOf(dy).activationBackward(ActivationParams{ActivationKind::relu}, data(), data(), grad[0], dy);
-    }
+    if (normUsed_ && appliedRelu_) dy = backendOf(dy).reluGradient(data(), grad[0]);
     Tensors dx;
     if (broadcasting(x)) {
         dx = {sumToShape(dy, x[0].shape()), sumToShape(dy, x[1].shape())};

@@ -101,12 +101,7 @@ Tensor BatchNormND::sumBackward(const Tensor& dy, const Tensor* reluOutput, Tens
                                      batchVar_, options_.epsilon, reluOutput != nullptr, sumReserve_, dzView,
                                      sumDscale_, sumDbias_);
     } else {
-        dzView = g;
-        if (reluOutput) {
-            const Tensor y = normView(*reluOutput);
-            dzView = Tensor::empty(y.shape(), y.dtype(), y.device(), y.layout());
-            be.activationBackward(ActivationParams{ActivationKind::relu}, y, y, g, dzView);
-        }
+        dzView = reluOutput ? be.reluGradient(normView(*reluOutput), g) : g;
         dx = evalGrad(back(dzView));
     }
     sumDifferentiated_ = true;
