@@ -232,22 +232,37 @@ public:
     virtual void fillNormal(const Tensor& t, float mean, float stddev, Generator& gen) = 0;
 
     // ---- BLAS -------------------------------------------------------------------------
-    /// A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N], float32:
-    /// C <- alpha * op(A) op(B) + beta * C, the products in `compute` (float32, or bfloat16:
-    /// A and B rounded to it, sums in float32).
+    /// A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]:
+    /// C <- alpha * op(A) op(B) + beta * C, the products in `compute` (float32, or a 16-bit
+    /// type: A and B rounded to it, sums in float32). A and B are float32 or, with a 16-bit
+    /// `compute`, a 16-bit type the backend carries (carries16Bit); C is float32 or the
+    /// compute type itself, the result rounded once to it (gemmOutputDType says which a
+    /// layer's GEMM writes).
     virtual void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                       const Tensor& C, DType compute) = 0;
     void gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta, const Tensor& C) {
         gemm(transA, transB, alpha, A, B, beta, C, DType::float32);
     }
-    /// gemm whose B is a layer's weights. `packed`: the layer's slot for B in the kernel's
-    /// layout and type when its weights are packed (Module::packWeights) and it runs in eval
-    /// mode, else null (see ConvParams::packed). A backend may keep B converted there between
-    /// calls (the CPU's oneDNN matmul does); the default is gemm, which keeps nothing.
-    virtual void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
-                             const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) {
-        (void)packed;
-        gemm(transA, transB, alpha, A, B, beta, C, compute);
+    /// gemm whose B is a layer's weights, plus a bias. `bias`: undefined, or [N] float32
+    /// added to every row before C is rounded to its type: C <- op(A) op(B) + bias (alpha
+    /// 1 and beta 0 with a bias, else BackendError). `packed`: the
+    /// layer's slot for B in the kernel's layout and type when its weights are packed
+    /// (Module::packWeights) and it runs in eval mode, else null (see ConvParams::packed).
+    /// A backend may keep B converted there between calls (the CPU's oneDNN matmul does).
+    /// The default broadcasts the bias into C and calls gemm (it needs beta 0 with a bias,
+    /// and rounds the bias to a 16-bit C's type first), keeping nothing.
+    virtual void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B,
+                             const Tensor& bias, float beta, const Tensor& C, DType compute,
+                             const std::shared_ptr<LayerState>& packed);
+    /// Throws BackendError unless alpha is 1 and beta 0 (gemmWeights with a bias).
+    static void requireBiasable(const char* op, float alpha, float beta);
+    /// The dtype a layer's GEMM (Linear's) writes its output and input gradient in when it
+    /// computes in `compute`: that type where the backend carries it as activations (the
+    /// CPU: bfloat16 where it has bfloat16 kernels and setBfloat16Activations is on, as its
+    /// convolutions; CUDA: under setCuda16BitActivations), else float32. Default: float32.
+    virtual DType gemmOutputDType(DType compute) const {
+        (void)compute;
+        return DType::float32;
     }
     /// A: [B, M, K] ([B, K, M] if transA), B: [B, K, N] ([B, N, K] if transB), C: [B, M, N],
     /// plain float32: C[i] <- alpha * op(A[i]) op(B[i]) + beta * C[i] for every i (attention's
@@ -263,7 +278,8 @@ public:
     virtual int64_t attentionBlockBytes() const { return int64_t{2} << 20; }
     /// row: [M], y: [N, M] -> y[n, :] <- row for every n.
     virtual void broadcastRows(const Tensor& row, const Tensor& y) = 0;
-    /// x: [N, M], y: [M] -> y <- alpha * sum_n x[n, :] + beta * y.
+    /// x: [N, M] (float32, or a 16-bit type the backend carries), y: [M] float32 ->
+    /// y <- alpha * sum_n x[n, :] + beta * y, summed in float32.
     virtual void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) = 0;
 
     // ---- element-wise -----------------------------------------------------------------

@@ -22,6 +22,21 @@ std::atomic<uint64_t> parameterChanges{0};
 uint64_t parameterGeneration() { return parameterChanges.load(std::memory_order_acquire); }
 void noteParameterChange() { parameterChanges.fetch_add(1, std::memory_order_acq_rel); }
 
+void Backend::gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, const Tensor& bias,
+                          float beta, const Tensor& C, DType compute, const std::shared_ptr<LayerState>&) {
+    if (!bias.defined()) return gemm(transA, transB, alpha, A, B, beta, C, compute);
+    requireBiasable("Backend::gemmWeights", alpha, beta);
+    broadcastRows(bias, C);
+    gemm(transA, transB, 1.0f, A, B, 1.0f, C, compute);
+}
+
+void Backend::requireBiasable(const char* op, float alpha, float beta) {
+    if (alpha != 1.0f || beta != 0.0f) {
+        throw BackendError(std::string(op) + ": a bias needs alpha 1 and beta 0, got alpha " + std::to_string(alpha) +
+                           " and beta " + std::to_string(beta));
+    }
+}
+
 void Backend::rnnForward(const RnnParams&, const RnnWeights&, const Tensor&, const Tensor&, const Tensor&, bool,
                          const Tensor&, const Tensor&, const Tensor&, Tensor&) {
     throw BackendError("recurrent layers are not implemented on " + device().str() + " yet");

@@ -18,7 +18,8 @@ using namespace cuda_util;
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
 // In float16 or bfloat16, A and B are converted (unless they already are of that type) and
-// cuBLAS multiplies them on tensor cores with float32 accumulation into float32 C.
+// cuBLAS multiplies them on tensor cores with float32 accumulation into C, float32 or the
+// compute type (rounded once).
 void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                        const Tensor& C, DType compute) {
     if (compute != DType::float32 && compute != DType::float16 && compute != DType::bfloat16) {
@@ -29,7 +30,18 @@ void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, c
         throw ShapeError("CudaBackend::gemm: needs matrices, got " + A.shape().str() + ", " + B.shape().str() +
                          " and " + C.shape().str());
     }
-    requireDtype("gemm", C, DType::float32, "C");
+    if (C.dtype() != DType::float32 && C.dtype() != compute) {
+        throw BackendError("CudaBackend::gemm: C is " + str(C.dtype()) + ", expected float32" +
+                           (compute == DType::float32 ? "" : " or " + str(compute)) + " (computing in " + str(compute) +
+                           ")");
+    }
+    for (const Tensor* t : {&A, &B}) {
+        if (t->dtype() != DType::float32 && !(is16Bit(t->dtype()) && compute != DType::float32)) {
+            throw BackendError(std::string("CudaBackend::gemm: ") + (t == &A ? "A" : "B") + " is " + str(t->dtype()) +
+                               ", expected float32" + (compute == DType::float32 ? "" : " or a 16-bit type") +
+                               " (computing in " + str(compute) + ")");
+        }
+    }
     const int64_t m = C.shape()[0], n = C.shape()[1];
     const int64_t k = transA ? A.shape()[0] : A.shape()[1];
     if ((transA ? A.shape()[1] : A.shape()[0]) != m || (transB ? B.shape()[1] : B.shape()[0]) != k ||
@@ -49,10 +61,25 @@ void CudaBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, c
     }
     const Tensor a = A.convertedTo(compute), b = B.convertedTo(compute);
     const cudaDataType_t type = compute == DType::float16 ? CUDA_R_16F : CUDA_R_16BF;
-    TESSERA_CUDA_CHECK(cublasGemmEx(cublas_, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-                                    &alpha, b.raw(), type, static_cast<int>(B.shape()[1]), a.raw(), type,
-                                    static_cast<int>(A.shape()[1]), &beta, C.raw(), CUDA_R_32F, static_cast<int>(n),
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    TESSERA_CUDA_CHECK(cublasGemmEx(
+        cublas_, opB, opA, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b.raw(), type,
+        static_cast<int>(B.shape()[1]), a.raw(), type, static_cast<int>(A.shape()[1]), &beta, C.raw(),
+        C.dtype() == DType::float32 ? CUDA_R_32F : type, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// The product, then the bias added in float32 to each element of C (in its own type: a
+// 16-bit C is rounded twice, after the product and after the sum).
+void CudaBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B,
+                              const Tensor& bias, float beta, const Tensor& C, DType compute,
+                              const std::shared_ptr<LayerState>&) {
+    gemm(transA, transB, alpha, A, B, beta, C, compute);
+    if (!bias.defined()) return;
+    requireBiasable("CudaBackend::gemmWeights", alpha, beta);
+    if (C.shape().rank() != 2 || bias.numel() != C.shape()[1] || bias.dtype() != DType::float32) {
+        throw ShapeError("CudaBackend::gemmWeights: the bias must be [" + std::to_string(C.shape()[1]) +
+                         "] float32, got " + bias.shape().str() + " " + str(bias.dtype()));
+    }
+    cudak::addChannelsAny(C.raw(), static_cast<int>(C.dtype()), fp(bias), C.shape()[1], 1, C.numel(), s());
 }
 
 // The products of attention's heads in one cuBLAS call: row-major C[i] = op(A[i]) op(B[i])
@@ -100,6 +127,15 @@ void CudaBackend::sumRows(const Tensor& x, float alpha, float beta, const Tensor
         throw ShapeError("CudaBackend::sumRows: y " + y.shape().str() + " does not fit the columns of " +
                          x.shape().str());
     }
+    if (is16Bit(x.dtype()) && x.shape()[0] > 0) {
+        // Float32 column sums of chunks of about 256 rows (at most 1024 chunks), then their sum.
+        const int64_t rows = x.shape()[0], cols = x.shape()[1];
+        const int64_t chunks = std::min<int64_t>(1024, (rows + 255) / 256), perChunk = (rows + chunks - 1) / chunks;
+        const Tensor partial = Tensor::empty({chunks, cols}, DType::float32, x.device());
+        cudak::columnPartialsAny(x.raw(), static_cast<int>(x.dtype()), fp(partial), rows, cols, perChunk, chunks, s());
+        return sumColumns(fp(partial), chunks, cols, cols, alpha, beta, fp(y));
+    }
+    requireDtype("sumRows", x, DType::float32, "x");
     sumColumns(fp(x), x.shape()[0], x.shape()[1], x.shape()[1], alpha, beta, fp(y));
 }
 

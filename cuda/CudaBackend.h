@@ -151,7 +151,12 @@ public:
               DType compute) override;
     void gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                      const Tensor& C) override;
+    void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, const Tensor& bias,
+                     float beta, const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;
+    /// The compute type where it carries it (setCuda16BitActivations), as convOutputDType.
+    DType gemmOutputDType(DType compute) const override { return carriedOrFloat32(compute); }
     void broadcastRows(const Tensor& row, const Tensor& y) override;
+    /// 16-bit x: Tensor's own column sums (float32 accumulation, the same on every run).
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
     /// A whole batch of heads at once, up to 256 MiB of scores: products big enough to fill the device.
     int64_t attentionBlockBytes() const override { return int64_t{256} << 20; }

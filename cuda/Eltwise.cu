@@ -28,6 +28,28 @@ __global__ void sumRowsKernel(const float* x, float alpha, float beta, float* y,
     }
 }
 
+// A block of 32 columns by 8 rows of threads: each thread sums every 8th row of its column
+// within the chunk (adjacent threads read adjacent columns), then the 8 partial sums of a
+// column are added in a fixed order.
+__global__ void columnPartialsKernel(const void* x, int xt, float* partial, int64_t rows, int64_t cols,
+                                     int64_t rowsPerChunk) {
+    __shared__ float tile[8][33];
+    const int tx = static_cast<int>(threadIdx.x % 32), ty = static_cast<int>(threadIdx.x / 32);
+    const int64_t j = blockIdx.x * int64_t{32} + tx;
+    const int64_t r0 = blockIdx.y * rowsPerChunk, r1 = r0 + rowsPerChunk < rows ? r0 + rowsPerChunk : rows;
+    float acc = 0.0f;
+    if (j < cols) {
+        for (int64_t r = r0 + ty; r < r1; r += 8) acc += loadAsFloat(x, xt, r * cols + j);
+    }
+    tile[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && j < cols) {
+        float sum = 0.0f;
+        for (int k = 0; k < 8; ++k) sum += tile[k][tx];
+        partial[blockIdx.y * cols + j] = sum;
+    }
+}
+
 // z = a * x + b * y, y not read when b is 0 (it may hold anything then). z may be y.
 // Element-wise kernels come in pairs: a float4 one for 16-byte aligned operands, which
 // does the first n / 4 * 4 elements, and the scalar one for the rest (and for the rest of
@@ -372,6 +394,14 @@ void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaS
 
 void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols, cudaStream_t s) {
     TESSERA_LAUNCH(sumRowsKernel, cols, s, x, alpha, beta, y, rows, cols);
+}
+
+void columnPartialsAny(const void* x, int xt, float* partial, int64_t rows, int64_t cols, int64_t rowsPerChunk,
+                       int64_t chunks, cudaStream_t s) {
+    if (rows == 0 || cols == 0 || chunks == 0) return;
+    const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(chunks));
+    columnPartialsKernel<<<grid, 256, 0, s>>>(x, xt, partial, rows, cols, rowsPerChunk);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
 void castAddChannels(const void* x, int from, const float* bias, float* y, int64_t channels, int64_t inner, int64_t n,

@@ -34,6 +34,10 @@ void reorderAny(const void* src, int st, int64_t srcBlock, void* dst, int dt, in
 // ---- rows, element-wise -------------------------------------------------------------
 void broadcastRows(const float* row, float* y, int64_t rows, int64_t cols, cudaStream_t s);
 void sumRows(const float* x, float alpha, float beta, float* y, int64_t rows, int64_t cols, cudaStream_t s);
+/// partial[c, j] <- the sum over rows [c * rowsPerChunk, (c + 1) * rowsPerChunk) of x[r, j],
+/// x [rows, cols] of DType `xt`, in float32, for c < chunks (at most 65535).
+void columnPartialsAny(const void* x, int xt, float* partial, int64_t rows, int64_t cols, int64_t rowsPerChunk,
+                       int64_t chunks, cudaStream_t s);
 void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s);
 /// z = alpha * x + beta * y (y unread when beta is 0); z may be y. With `relu`, max(0, that).
 void axpbyz(float alpha, const float* x, float beta, const float* y, float* z, int64_t n, cudaStream_t s,

@@ -19,6 +19,11 @@ public:
     /// One input of rank >= 2.
     void checkDataShape(const Shapes& inShapes) const override;
 
+    /// A view of any floating input, 16-bit ones included.
+    bool takes16Bit(const Tensors&) const override { return true; }
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
+        return inDTypes;
+    }
     /// A view of the (plain) input; the input gradient a view of the output gradient.
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override {

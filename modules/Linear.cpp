@@ -51,21 +51,28 @@ Shapes Linear::dataShapeFrom(const Shapes& inShapes) const { return {withLast(in
 
 Shapes Linear::gradShapeFrom(const Shapes& outGradShapes) const { return {withLast(outGradShapes[0], insize_)}; }
 
-// x: [..., in] as [M, in], W: [in, out], b: [out] -> y: [M, out] as [..., out]
+bool Linear::takes16Bit(const Tensors& data) const { return backendCarries(data) && data[0].dtype() == computeDType(); }
+
+std::vector<DType> Linear::outputDTypes(const Shapes&, const std::vector<DType>&, Device device) const {
+    return {backendFor(device).gemmOutputDType(computeDType())};
+}
+
+// x: [..., in] as [M, in], W: [in, out], b: [out] -> y: [M, out] as [..., out], in the
+// dtype the backend's GEMMs write in this compute type (16-bit ones rounded once, the bias
+// added before).
 Tensors Linear::updateData(const Tensors& data) {
     const Tensor x = rowsOf(data[0]);
     Backend& be = backendOf(x);
-    Tensor y = Tensor::empty({x.shape()[0], outsize_}, DType::float32, x.device());
-    if (options_.useBias) be.broadcastRows(getVar("b")->data, y);
-    be.gemmWeights(false, false, 1.0f, x, getVar("W")->data, options_.useBias ? 1.0f : 0.0f, y, computeDType(),
-                   packSlot());
+    Tensor y = Tensor::empty({x.shape()[0], outsize_}, be.gemmOutputDType(computeDType()), x.device());
+    be.gemmWeights(false, false, 1.0f, x, getVar("W")->data, options_.useBias ? getVar("b")->data : Tensor(), 0.0f, y,
+                   computeDType(), packSlot());
     return {y.reshape(withLast(data[0].shape(), outsize_))};
 }
 
-// dy: [..., out] -> dx = dy W^T: [..., in]
+// dy: [..., out] -> dx = dy W^T: [..., in], in the input's dtype
 Tensors Linear::updateGrad(const Tensors& grad) {
     const Tensor dy = rowsOf(grad[0]);
-    Tensor dx = Tensor::empty({dy.shape()[0], insize_}, DType::float32, dy.device());
+    Tensor dx = Tensor::empty({dy.shape()[0], insize_}, inData().dtype(), dy.device());
     backendOf(dy).gemm(false, true, 1.0f, dy, getVar("W")->data, 0.0f, dx, computeDType());
     return {dx.reshape(withLast(grad[0].shape(), insize_))};
 }

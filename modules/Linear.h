@@ -32,6 +32,12 @@ public:
     /// Throws ShapeError unless the gradient is one [..., outsize] tensor.
     void checkGradShape(const Shapes& outGradShapes) const override;
     Blueprint blueprint() const override;
+    /// Takes 16-bit activations of its compute type that its backend carries; writes its
+    /// output in Backend::gemmOutputDType (bfloat16 under calcMode(bfloat16) on a CPU with
+    /// bfloat16 kernels), its input gradient in its input's dtype.
+    bool takes16Bit(const Tensors& data) const override;
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
 
 protected:
     Tensors updateData(const Tensors& data) override;

@@ -19,6 +19,11 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// One input whose element count fits `shape`.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// A view of any floating input, 16-bit ones included.
+    bool takes16Bit(const Tensors&) const override { return true; }
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
+        return inDTypes;
+    }
     Blueprint blueprint() const override;
 
     /// A view of the (plain) input; the input gradient a view of the output gradient.

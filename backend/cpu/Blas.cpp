@@ -53,8 +53,16 @@ int64_t productDepth(const char* op, bool transA, bool transB, const Shape& a, c
 // same blocks.
 struct MatmulEntry {
     dnnl::matmul prim;
-    md userA, userB, c;
+    md userA, userB, userC, c; // userC: C as the caller holds it; c: what the matmul writes
+    md bias;                   // [1, N] float32, or empty
     Staged a, b;
+    Staged cIn, cOut; // userC into c (read where beta is not 0) and back, where they differ
+};
+
+// The operands' dtypes, and whether a bias is added (part of a matmul's cache key).
+struct GemmTypes {
+    DType a = DType::float32, b = DType::float32, c = DType::float32;
+    bool bias = false;
 };
 
 dnnl::primitive_attr attrOf(float alpha, float beta) {
@@ -86,73 +94,91 @@ std::atomic<GemmWeightsLayout>& weightsLayout() {
     return layout;
 }
 
+// The caller's operands of C <- op(A) op(B): A [M, K] and B [K, N], transposes read
+// through strides, C plain, each in its own dtype; the bias [1, N] float32.
+void describeOperands(MatmulEntry& e, bool transA, bool transB, int64_t M, int64_t N, int64_t K, const GemmTypes& t) {
+    e.userA = md({M, K}, dnnlType(t.a), transA ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
+    e.userB = md({K, N}, dnnlType(t.b), transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
+    e.userC = md({M, N}, dnnlType(t.c), dnnl::memory::format_tag::ab);
+    if (t.bias) e.bias = md({1, N}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+}
+
 // `packed`: B is kept converted between calls (gemmWeights), so only the product counts.
+// Without bfloat16 kernels the float32 matmul runs on operands rounded to bfloat16, and a
+// bfloat16 C is staged through float32.
 const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta,
-                             bool packed) {
+                             bool packed, const GemmTypes& types) {
     static thread_local PrimitiveCache<MatmulEntry> cache;
     GemmWeightsLayout layout = weightsLayout().load();
     if (packed && layout == GemmWeightsLayout::automatic) layout = GemmWeightsLayout::blocked;
-    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), static_cast<int64_t>(layout)}, [&] {
-        return checkDnnl("matmul (bfloat16)", [&] {
-            using dt = dnnl::memory::data_type;
-            using tag = dnnl::memory::format_tag;
-            const dt low = lowType();
-            const bool emulate = low == dt::f32;
-            const dnnl::primitive_attr attr = attrOf(alpha, beta);
-            auto make = [&](const md& weights) {
-                MatmulEntry e;
-                e.userA = md({M, K}, dt::f32, transA ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
-                e.userB = md({K, N}, dt::f32, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
-                e.c = md({M, N}, dt::f32, tag::ab);
-                dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({M, K}, low, tag::any), weights, e.c), attr,
-                                                engine());
-                e.prim = dnnl::matmul(pd);
-                e.a = Staged(pd.src_desc(), emulate);
-                e.b = Staged(pd.weights_desc(), emulate);
-                return e;
-            };
-            const md plainB({K, N}, low, transB ? tag::ba : tag::ab);
-            if (emulate || layout == GemmWeightsLayout::blocked) return make(md({K, N}, low, tag::any));
-            if (layout == GemmWeightsLayout::plain) return make(plainB);
-            MatmulEntry blocked = make(md({K, N}, low, tag::any)), plain = make(plainB);
-            if (plain.b.want() == blocked.b.want()) return blocked;
-            // Time both on scratch operands (zeros: the kernels' speed does not depend on values).
-            const dnnl::memory b(blocked.userB, engine()), c(blocked.c, engine());
-            auto zeroed = [](const dnnl::memory& m) {
-                std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
-                return m;
-            };
-            zeroed(b);
-            zeroed(c);
-            auto timeOf = [&](const MatmulEntry& e) {
-                const dnnl::memory src = zeroed(dnnl::memory(e.a.want(), engine()));
-                return bestOf3([&] {
-                    e.prim.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}});
-                });
-            };
-            return timeOf(plain) < timeOf(blocked) ? plain : blocked;
+    return cache.get(
+        {transA, transB, M, N, K, keyOf(alpha), keyOf(beta), static_cast<int64_t>(layout),
+         static_cast<int64_t>(types.a), static_cast<int64_t>(types.b), static_cast<int64_t>(types.c), types.bias},
+        [&] {
+            return checkDnnl("matmul (bfloat16)", [&] {
+                using dt = dnnl::memory::data_type;
+                using tag = dnnl::memory::format_tag;
+                const dt low = lowType();
+                const bool emulate = low == dt::f32;
+                const dnnl::primitive_attr attr = attrOf(alpha, beta);
+                auto make = [&](const md& weights) {
+                    MatmulEntry e;
+                    describeOperands(e, transA, transB, M, N, K, types);
+                    e.c = emulate ? md({M, N}, dt::f32, tag::ab) : e.userC;
+                    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({M, K}, low, tag::any), weights, e.bias, e.c),
+                                                    attr, engine());
+                    e.prim = dnnl::matmul(pd);
+                    e.a = Staged(pd.src_desc(), emulate);
+                    e.b = Staged(pd.weights_desc(), emulate);
+                    e.cIn = Staged(e.c);
+                    e.cOut = Staged(e.userC);
+                    return e;
+                };
+                const md plainB({K, N}, low, transB ? tag::ba : tag::ab);
+                if (emulate || layout == GemmWeightsLayout::blocked) return make(md({K, N}, low, tag::any));
+                if (layout == GemmWeightsLayout::plain) return make(plainB);
+                MatmulEntry blocked = make(md({K, N}, low, tag::any)), plain = make(plainB);
+                if (plain.b.want() == blocked.b.want()) return blocked;
+                // Time both on scratch operands (zeros: the kernels' speed does not depend on values).
+                const dnnl::memory b(blocked.userB, engine()), c(blocked.c, engine());
+                auto zeroed = [](const dnnl::memory& m) {
+                    std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
+                    return m;
+                };
+                zeroed(b);
+                zeroed(c);
+                const dnnl::memory bias = types.bias ? zeroed(dnnl::memory(blocked.bias, engine())) : dnnl::memory();
+                auto timeOf = [&](const MatmulEntry& e) {
+                    const dnnl::memory src = zeroed(dnnl::memory(e.a.want(), engine()));
+                    std::unordered_map<int, dnnl::memory> args = {
+                        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}};
+                    if (types.bias) args[DNNL_ARG_BIAS] = bias;
+                    return bestOf3([&] { e.prim.execute(stream(), args); });
+                };
+                return timeOf(plain) < timeOf(blocked) ? plain : blocked;
+            });
         });
-    });
 }
 
 // A float32 matmul C <- alpha op(A) op(B) + beta C on oneDNN's kernels: A, B and C read
 // and written as they are (transposes through strides), except that B kept packed
 // (gemmWeights) is converted once into the layout the kernel picks.
 const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta,
-                            bool packed) {
+                            bool packed, bool bias) {
     static thread_local PrimitiveCache<MatmulEntry> cache;
-    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed}, [&] {
+    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed, bias}, [&] {
         return checkDnnl("matmul (float32)", [&] {
-            using dt = dnnl::memory::data_type;
             MatmulEntry e;
-            e.userA = md({M, K}, dt::f32, transA ? dnnl::memory::dims{1, M} : dnnl::memory::dims{K, 1});
-            e.userB = md({K, N}, dt::f32, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1});
-            e.c = md({M, N}, dt::f32, dnnl::memory::format_tag::ab);
-            const md weights = packed ? md({K, N}, dt::f32, dnnl::memory::format_tag::any) : e.userB;
-            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.userA, weights, e.c), attrOf(alpha, beta), engine());
+            describeOperands(e, transA, transB, M, N, K, GemmTypes{.bias = bias});
+            e.c = e.userC;
+            const md weights =
+                packed ? md({K, N}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any) : e.userB;
+            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.userA, weights, e.bias, e.c), attrOf(alpha, beta),
+                                            engine());
             e.prim = dnnl::matmul(pd);
             e.a = Staged(pd.src_desc());
             e.b = Staged(pd.weights_desc());
+            e.cIn = e.cOut = Staged(e.c);
             return e;
         });
     });
@@ -209,12 +235,17 @@ GemmWeightsLayout CpuBackend::gemmWeightsLayout() { return weightsLayout(); }
 
 void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                       const Tensor& C, DType compute) {
-    gemmWeights(transA, transB, alpha, A, B, beta, C, compute, nullptr);
+    gemmWeights(transA, transB, alpha, A, B, Tensor(), beta, C, compute, nullptr);
+}
+
+DType CpuBackend::gemmOutputDType(DType compute) const {
+    return compute == DType::bfloat16 && bfloat16Kernels() && bfloat16Activations() ? DType::bfloat16 : DType::float32;
 }
 
 // A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]
-void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
-                             const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) {
+void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B,
+                             const Tensor& bias, float beta, const Tensor& C, DType compute,
+                             const std::shared_ptr<LayerState>& packed) {
     require2D("gemm", "A", A);
     require2D("gemm", "B", B);
     require2D("gemm", "C", C);
@@ -224,24 +255,51 @@ void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor
         throw BackendError("CpuBackend::gemm: computing in " + str(compute) +
                            " is not supported on the CPU (float32 and bfloat16 are; float16 runs on CUDA devices)");
     }
+    for (const auto& [t, name] : {std::pair{&A, "A"}, {&B, "B"}, {&C, "C"}}) {
+        if (t->dtype() != DType::float32 && t->dtype() != compute) {
+            throw BackendError(std::string("CpuBackend::gemm: ") + name + " is " + str(t->dtype()) +
+                               ", expected float32" + (compute == DType::float32 ? "" : " or " + str(compute)) +
+                               " (computing in " + str(compute) + ")");
+        }
+    }
+    if (bias.defined()) {
+        requireBiasable("CpuBackend::gemmWeights", alpha, beta);
+        if (bias.numel() != N || bias.dtype() != DType::float32) {
+            throw ShapeError("CpuBackend::gemmWeights: the bias must be " + Shape{N}.str() + " float32, got " +
+                             bias.shape().str() + " " + str(bias.dtype()));
+        }
+    }
     if (compute == DType::float32 && float32Engine().load() == Float32Gemm::openblas) {
+        if (bias.defined()) broadcastRows(bias, C);
         cpu::openBlas().sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                               static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha,
                               A.data<float>(), static_cast<blasint>(A.shape()[1]), B.data<float>(),
-                              static_cast<blasint>(B.shape()[1]), beta, C.data<float>(), static_cast<blasint>(N));
+                              static_cast<blasint>(B.shape()[1]), bias.defined() ? 1.0f : beta, C.data<float>(),
+                              static_cast<blasint>(N));
         return;
     }
     if (M == 0 || N == 0) return;
-    if (K == 0) return axpby(0.0f, C, beta, C);
+    if (K == 0) {
+        if (bias.defined()) return broadcastRows(bias, C);
+        return axpby(0.0f, C, beta, C);
+    }
     const bool keep = packed != nullptr;
-    const MatmulEntry& e = compute == DType::bfloat16 ? matmulFor(transA, transB, M, N, K, alpha, beta, keep)
-                                                      : sgemmFor(transA, transB, M, N, K, alpha, beta, keep);
+    const MatmulEntry& e =
+        compute == DType::bfloat16
+            ? matmulFor(transA, transB, M, N, K, alpha, beta, keep, {A.dtype(), B.dtype(), C.dtype(), bias.defined()})
+            : sgemmFor(transA, transB, M, N, K, alpha, beta, keep, bias.defined());
+    const dnnl::memory userC = wrap(e.userC, C.raw());
+    const bool staged = e.c != e.userC; // a bfloat16 C, computed in float32 (no bfloat16 kernels)
+    const dnnl::memory dst = !staged ? userC : beta != 0.0f ? e.cIn.from(userC) : dnnl::memory(e.c, engine());
     checkDnnl("matmul::execute", [&] {
-        e.prim.execute(stream(),
-                       {{DNNL_ARG_SRC, e.a.from(wrap(e.userA, A.data<float>()))},
-                        {DNNL_ARG_WEIGHTS, packedWeights(e.b, wrap(e.userB, B.data<float>()), B, packed.get())},
-                        {DNNL_ARG_DST, wrap(e.c, C.data<float>())}});
+        std::unordered_map<int, dnnl::memory> args = {
+            {DNNL_ARG_SRC, e.a.from(wrap(e.userA, A.raw()))},
+            {DNNL_ARG_WEIGHTS, packedWeights(e.b, wrap(e.userB, B.raw()), B, packed.get())},
+            {DNNL_ARG_DST, dst}};
+        if (bias.defined()) args[DNNL_ARG_BIAS] = wrap(e.bias, bias.raw());
+        e.prim.execute(stream(), args);
     });
+    if (staged) e.cOut.into(dst, userC);
 }
 
 void CpuBackend::gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
@@ -283,8 +341,8 @@ void CpuBackend::gemmBatched(bool transA, bool transB, float alpha, const Tensor
 bool CpuBackend::gemmPacksWeights(bool transA, bool transB, int64_t M, int64_t N, int64_t K, DType compute) {
     if (compute == DType::float32 && float32Engine().load() == Float32Gemm::openblas) return false;
     if (M <= 0 || N <= 0 || K <= 0) return false;
-    const MatmulEntry& e = compute == DType::bfloat16 ? matmulFor(transA, transB, M, N, K, 1.0f, 0.0f, true)
-                                                      : sgemmFor(transA, transB, M, N, K, 1.0f, 0.0f, true);
+    const MatmulEntry& e = compute == DType::bfloat16 ? matmulFor(transA, transB, M, N, K, 1.0f, 0.0f, true, {})
+                                                      : sgemmFor(transA, transB, M, N, K, 1.0f, 0.0f, true, false);
     return !e.b.passes(e.userB);
 }
 
@@ -297,6 +355,14 @@ void CpuBackend::broadcastRows(const Tensor& row, const Tensor& y) {
                          y.shape().str());
     }
     const float* pr = row.data<float>();
+    if (y.dtype() == DType::bfloat16) { // each value rounded once
+        auto* py = y.data<bfloat16>();
+#pragma omp parallel for if (N * M > (1 << 15))
+        for (int64_t n = 0; n < N; ++n) {
+            for (int64_t m = 0; m < M; ++m) py[n * M + m] = toBfloat16(pr[m]);
+        }
+        return;
+    }
     float* py = y.data<float>();
 #pragma omp parallel for if (N * M > (1 << 15))
     for (int64_t n = 0; n < N; ++n) {
@@ -313,7 +379,12 @@ void CpuBackend::sumRows(const Tensor& x, float alpha, float beta, const Tensor&
         throw ShapeError("CpuBackend::sumRows: y " + y.shape().str() + " does not fit the columns of " +
                          x.shape().str());
     }
-    const float* px = x.data<float>();
+    if (x.dtype() != DType::float32 && x.dtype() != DType::bfloat16) {
+        throw BackendError("CpuBackend::sumRows: x is " + str(x.dtype()) + ", expected float32 or bfloat16");
+    }
+    const bool low = x.dtype() == DType::bfloat16;
+    const float* px = low ? nullptr : x.data<float>();
+    const bfloat16* pl = low ? x.data<bfloat16>() : nullptr;
     float* py = y.data<float>();
     // Each thread owns a block of columns and walks the rows: the inner loop is contiguous.
 #pragma omp parallel for if (N * M > (1 << 15))
@@ -321,8 +392,13 @@ void CpuBackend::sumRows(const Tensor& x, float alpha, float beta, const Tensor&
         const int64_t m1 = m0 + 256 < M ? m0 + 256 : M;
         float acc[256] = {};
         for (int64_t n = 0; n < N; ++n) {
+            if (low) {
 #pragma omp simd
-            for (int64_t m = m0; m < m1; ++m) acc[m - m0] += px[n * M + m];
+                for (int64_t m = m0; m < m1; ++m) acc[m - m0] += toFloat(pl[n * M + m]);
+            } else {
+#pragma omp simd
+                for (int64_t m = m0; m < m1; ++m) acc[m - m0] += px[n * M + m];
+            }
         }
         for (int64_t m = m0; m < m1; ++m) py[m] = alpha * acc[m - m0] + (beta == 0.0f ? 0.0f : beta * py[m]);
     }

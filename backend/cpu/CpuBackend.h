@@ -106,8 +106,13 @@ public:
     /// threads, one single-threaded sgemm each.
     void gemmBatched(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
                      const Tensor& C) override;
-    void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, float beta,
-                     const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;
+    /// The bias is the matmul's own (added in float32 before C is rounded).
+    void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, const Tensor& bias,
+                     float beta, const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;
+    /// bfloat16 for bfloat16 compute where the CPU has bfloat16 kernels and
+    /// setBfloat16Activations is on (as convOutputDType), else float32.
+    DType gemmOutputDType(DType compute) const override;
+    /// y may be bfloat16 (each value rounded once).
     void broadcastRows(const Tensor& row, const Tensor& y) override;
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
 

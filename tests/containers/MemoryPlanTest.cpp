@@ -1,7 +1,8 @@
 // The static memory plan against the allocator: planned peaks of inference, a train-mode
 // forward and a training step must be within 10% of what memoryStats measures, for
 // LeNet (a Sequential with a layout boundary at Flatten), ResNet-18 (a graph with
-// residual sums) and U-Net (skips, concatenations, deconvolutions).
+// residual sums, also in bfloat16), U-Net (skips, concatenations, deconvolutions) and an
+// MLP in bfloat16 (Linear layers writing bfloat16).
 #include <cmath>
 #include <cstdio>
 
@@ -37,12 +38,20 @@ TEST(MemoryPlan, PlannedPeaksMatchTheAllocatorWithinTenPercent) {
     };
     manualSeed(1);
     ModulePtr resnetBf16 = loadResNet(18, ResNetStem::cifar, 10);
-    resnetBf16->calcMode(DType::bfloat16); // its convolutions keep their bfloat16 inputs for backward
+    resnetBf16->calcMode(DType::bfloat16);         // its convolutions keep their bfloat16 inputs for backward
+    auto mlpBf16 = std::make_shared<Sequential>(); // bfloat16 from the first Linear on
+    mlpBf16->append(std::make_shared<Linear>(64, 256))
+        .append(std::make_shared<Activation>(ActivationKind::gelu))
+        .append(std::make_shared<Linear>(256, 256))
+        .append(std::make_shared<Activation>(ActivationKind::relu))
+        .append(std::make_shared<Linear>(256, 10));
+    mlpBf16->calcMode(DType::bfloat16);
     const Case cases[] = {
         {"LeNet", loadLeNet(), {64, 1, 28, 28}},
         {"ResNet-18", loadResNet(18, ResNetStem::cifar, 10), {8, 3, 32, 32}},
         {"ResNet-18 in bfloat16", resnetBf16, {8, 3, 32, 32}},
         {"U-Net", loadZooModel("unet"), {1, 1, 64, 64}},
+        {"an MLP in bfloat16", mlpBf16, {64, 64}},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.name);

@@ -515,7 +515,9 @@ struct Carry16Bit {
 // 16-bit output; max pooling with overlapping windows the float32 sums of its backward;
 // a batch norm and a sum each followed by a ReLU run fused (containers/Fusion.h: CUDA
 // fuses batch norm + ReLU while the switch is on); dropout draws the same masks on both
-// sides (one seed, counter-based draws).
+// sides (one seed, counter-based draws); Linear writes 16-bit outputs and input gradients
+// (the bias added to the 16-bit product), and a batch of 600 rows sums its bias gradient
+// over more than one chunk of rows.
 TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
     REQUIRE_DEVICE();
     const Device dev = testDevice();
@@ -555,6 +557,15 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
         {"Add with coefficients", make<Add>(std::vector<float>{0.5f, -2.0f}), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
         {"Dropout", make<Dropout>(DropoutOptions{.p = 0.3f, .seed = 5}), {{4, 6, 5, 5}}},
         {"DepthConcat of one spatial size", make<DepthConcat>(), {{2, 2, 4, 4}, {2, 3, 4, 4}}},
+        {"Linear", make<Linear>(40, 24), {{16, 40}}},
+        {"Linear over 3-D, no bias", make<Linear>(24, 12, LinearOptions{.useBias = false}), {{2, 5, 24}}},
+        {"Flatten, then Linear",
+         [] {
+             auto seq = std::make_shared<Sequential>();
+             seq->append(std::make_shared<Flatten>()).append(std::make_shared<Linear>(48, 10));
+             return seq;
+         },
+         {{600, 3, 4, 4}}},
     };
     for (DType low : {DType::float16, DType::bfloat16}) {
         if (selfCheck() && low == DType::float16) continue;

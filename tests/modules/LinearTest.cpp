@@ -190,5 +190,140 @@ TEST(Linear, Float32GemmEnginesAgree) {
     CpuBackend::setFloat32Gemm(before);
 }
 
+// Under calcMode(bfloat16) a Linear reads bfloat16 inputs as they are and, on a CPU with
+// bfloat16 kernels (bfloat16 activations on, the default), writes its output in bfloat16:
+// the products of the bfloat16 operands summed in float32, the bias added, rounded once.
+// Its input gradient has its input's dtype, its parameter gradients are float32; each is
+// checked against a sum in double over the rounded operands.
+TEST(Linear, Bfloat16InAndOut) {
+    constexpr int64_t rows = 15, in = 40, out = 24;
+    manualSeed(4);
+    Linear lin(in, out);
+    lin.getVar("b")->data.copyFrom(randomTensor({out}, 9));
+    lin.calcMode(DType::bfloat16);
+    const bool low = CpuBackend::bfloat16Kernels() && CpuBackend::bfloat16Activations();
+    auto rounded = [](const Tensor& t) { return t.convertedTo(DType::bfloat16).toVector<float>(); };
+    const std::vector<float> w = rounded(lin.getVar("W")->data), b = lin.getVar("b")->data.toVector<float>();
+    // |got - want| within half a bfloat16 unit of want (when rounded) plus float32's
+    // summation error; `absSum` is the sum of the magnitudes of the terms.
+    auto near = [](float got, double want, double absSum, bool roundedOut) {
+        const double bound = (roundedOut ? std::ldexp(std::abs(want), -8) : 0.0) + 1e-6 * absSum + 1e-7;
+        return std::abs(got - want) <= bound;
+    };
+    for (DType inType : {DType::bfloat16, DType::float32}) {
+        SCOPED_TRACE("input " + str(inType));
+        const Tensor x = randomTensor({3, 5, in}, 1).convertedTo(inType), dy = randomTensor({3, 5, out}, 2);
+        lin.zeroGradParams();
+        const Tensor y = lin(x);
+        EXPECT_EQ(y.dtype(), low ? DType::bfloat16 : DType::float32);
+        EXPECT_EQ(y.shape(), (Shape{3, 5, out}));
+        const Tensor dyIn = dy.convertedTo(y.dtype()); // the gradient comes in the output's dtype
+        const Tensor dx = lin.backward(dyIn);
+        EXPECT_EQ(dx.dtype(), inType);
+        const std::vector<float> xs = rounded(x), ds = rounded(dyIn), dv = dyIn.toVector<float>(),
+                                 ys = y.toVector<float>(), dxs = dx.toVector<float>(),
+                                 dw = lin.getVar("W")->grad.toVector<float>(),
+                                 db = lin.getVar("b")->grad.toVector<float>();
+        int bad = 0;
+        for (int64_t m = 0; m < rows; ++m) {
+            for (int64_t n = 0; n < out; ++n) {
+                double want = b[n], abs = std::abs(b[n]);
+                for (int64_t k = 0; k < in; ++k) {
+                    want += double(xs[m * in + k]) * w[k * out + n];
+                    abs += std::abs(double(xs[m * in + k]) * w[k * out + n]);
+                }
+                bad += !near(ys[m * out + n], want, abs, low);
+            }
+            for (int64_t k = 0; k < in; ++k) {
+                double want = 0, abs = 0;
+                for (int64_t n = 0; n < out; ++n) {
+                    want += double(ds[m * out + n]) * w[k * out + n];
+                    abs += std::abs(double(ds[m * out + n]) * w[k * out + n]);
+                }
+                bad += !near(dxs[m * in + k], want, abs, inType == DType::bfloat16);
+            }
+        }
+        for (int64_t k = 0; k < in; ++k) {
+            for (int64_t n = 0; n < out; ++n) {
+                double want = 0, abs = 0;
+                for (int64_t m = 0; m < rows; ++m) {
+                    want += double(xs[m * in + k]) * ds[m * out + n];
+                    abs += std::abs(double(xs[m * in + k]) * ds[m * out + n]);
+                }
+                bad += !near(dw[k * out + n], want, abs, false);
+            }
+        }
+        for (int64_t n = 0; n < out; ++n) {
+            double want = 0, abs = 0; // the bias gradient sums the gradient as it came, unrounded
+            for (int64_t m = 0; m < rows; ++m) {
+                want += dv[m * out + n];
+                abs += std::abs(dv[m * out + n]);
+            }
+            bad += !near(db[n], want, abs, false);
+        }
+        EXPECT_EQ(bad, 0) << "values off the reference";
+        EXPECT_EQ(lin.getVar("W")->grad.dtype(), DType::float32);
+    }
+    // In float32 compute a bfloat16 input is handed to it as a float32 copy, and the
+    // output is float32.
+    lin.calcMode(DType::float32);
+    const Tensor x = randomTensor({4, in}, 3).convertedTo(DType::bfloat16);
+    EXPECT_EQ(lin(x).dtype(), DType::float32);
+    EXPECT_EQ(lin.backward(Tensor::ones({4, out})).dtype(), DType::bfloat16);
+}
+
+// The backend's GEMM on bfloat16 operands and results, against float32 GEMMs of the
+// rounded operands: every combination of operand types and transposes, accumulating into
+// C (beta), and the bias; operands of another 16-bit type, or a 16-bit one in float32
+// compute, are refused by name. Without bfloat16 kernels the same values come from the
+// float32 kernels (a bfloat16 C through a float32 buffer).
+TEST(Linear, BackendGemmOnBfloat16OperandsAndResults) {
+    Backend& be = backendFor(Device::cpu());
+    constexpr int64_t M = 9, N = 13, K = 21;
+    const DType f32 = DType::float32, bf16 = DType::bfloat16;
+    auto round = [&](const Tensor& t) { return t.convertedTo(bf16).convertedTo(f32); };
+    const Tensor bias = randomTensor({N}, 7);
+    for (bool transA : {false, true})
+        for (bool transB : {false, true})
+            for (DType ta : {f32, bf16})
+                for (DType tb : {f32, bf16})
+                    for (DType tc : {f32, bf16})
+                        for (int mode = 0; mode < 3; ++mode) { // plain, beta 0.5, bias
+                            SCOPED_TRACE(std::to_string(transA) + std::to_string(transB) + " " + str(ta) + " " +
+                                         str(tb) + " -> " + str(tc) + ", mode " + std::to_string(mode));
+                            const Tensor a = randomTensor(transA ? Shape{K, M} : Shape{M, K}, 1);
+                            const Tensor b = randomTensor(transB ? Shape{N, K} : Shape{K, N}, 2);
+                            const Tensor c0 = round(randomTensor({M, N}, 3));
+                            Tensor want = c0.clone();
+                            const float beta = mode == 1 ? 0.5f : 0.0f;
+                            if (mode == 2) {
+                                be.broadcastRows(bias, want);
+                                be.gemm(transA, transB, 1.0f, round(a), round(b), 1.0f, want, f32);
+                            } else {
+                                be.gemm(transA, transB, 1.0f, round(a), round(b), beta, want, f32);
+                            }
+                            const Tensor c = c0.convertedTo(tc);
+                            be.gemmWeights(transA, transB, 1.0f, a.convertedTo(ta), b.convertedTo(tb),
+                                           mode == 2 ? bias : Tensor(), beta, c, bf16, nullptr);
+                            EXPECT_EQ(c.dtype(), tc);
+                            if (tc == bf16) want = round(want);
+                            EXPECT_TRUE(allClose(c, want.toVector<float>(), tc == bf16 ? 1e-2f : 1e-5f));
+                        }
+    const Tensor a = randomTensor({M, K}, 1), b = randomTensor({K, N}, 2);
+    EXPECT_THROW(be.gemm(false, false, 1.0f, a.convertedTo(bf16), b, 0.0f, Tensor::empty({M, N}), f32), BackendError);
+    EXPECT_THROW(be.gemm(false, false, 1.0f, a, b, 0.0f, Tensor::empty({M, N}, bf16), f32), BackendError);
+    EXPECT_THROW(be.gemmWeights(false, false, 2.0f, a, b, bias, 0.0f, Tensor::empty({M, N}), bf16, nullptr),
+                 BackendError);
+    EXPECT_THROW(
+        be.gemmWeights(false, false, 1.0f, a, b, randomTensor({N + 1}, 4), 0.0f, Tensor::empty({M, N}), bf16, nullptr),
+        ShapeError);
+    // Column sums of bfloat16 rows, in float32.
+    const Tensor rows = randomTensor({300, 5}, 5).convertedTo(bf16);
+    Tensor sums = Tensor::ones({5}), want = Tensor::ones({5});
+    be.sumRows(rows, 2.0f, 0.5f, sums);
+    be.sumRows(rows.convertedTo(f32), 2.0f, 0.5f, want);
+    EXPECT_TRUE(allClose(sums, want.toVector<float>(), 1e-5f));
+}
+
 } // namespace
 } // namespace tessera

@@ -169,9 +169,10 @@ TEST(Precision, Bfloat16LayersMatchFloat32) {
             EXPECT_EQ(low->computeDType(), DType::bfloat16);
             const Tensor x = randomTensor(c.in, 1);
             const Tensor yf = (*f32)(x), yl = (*low)(x);
-            // Outputs stay float32, but for convolutions with bfloat16 activations.
-            const bool conv = std::string(c.name).find("onv") != std::string::npos;
-            const bool lowOut = conv && CpuBackend::bfloat16Kernels() && CpuBackend::bfloat16Activations();
+            // Outputs stay float32, but for convolutions and Linear with bfloat16 activations.
+            const std::string name = c.name;
+            const bool writesLow = name.find("onv") != std::string::npos || name.starts_with("Linear");
+            const bool lowOut = writesLow && CpuBackend::bfloat16Kernels() && CpuBackend::bfloat16Activations();
             EXPECT_EQ(yl.dtype(), lowOut ? DType::bfloat16 : DType::float32);
             const double fwd = rel(yl, yf);
             EXPECT_LT(fwd, 1e-2);
@@ -571,11 +572,10 @@ std::shared_ptr<Graph> residualNet() {
     return std::make_shared<Graph>(std::vector<NodePtr>{data}, std::vector<NodePtr>{fc});
 }
 
-// With bfloat16 activations, the convolutions' outputs and everything up to the linear
-// layer are bfloat16 (the pooling too; the flattening and the linear layer get float32
-// copies), and the results
-// match the same network with float32 activations within bfloat16's rounding, forward and
-// backward. Off, or without bfloat16 kernels, every activation is float32.
+// With bfloat16 activations, every activation is bfloat16, the convolutions' outputs, the
+// pooling, the flattening (a view) and the linear layer's too, and the results match the
+// same network with float32 activations within bfloat16's rounding, forward and backward.
+// Off, or without bfloat16 kernels, every activation is float32.
 TEST(Precision, Bfloat16ActivationsRunThroughAResidualBlock) {
     const Tensor x = randomTensor({4, 3, 8, 8}, 21), dy = randomTensor({4, 5}, 22);
     struct Run {
@@ -602,11 +602,10 @@ TEST(Precision, Bfloat16ActivationsRunThroughAResidualBlock) {
     const Run f32 = run(false), b16 = run(true), ref = run(false, DType::float32);
     const bool kernels = CpuBackend::bfloat16Kernels();
     for (const auto& [name, t] : b16.dtypes) {
-        const bool lowNode = kernels && name != "fc";
-        EXPECT_EQ(t, lowNode ? DType::bfloat16 : DType::float32) << name;
+        EXPECT_EQ(t, kernels ? DType::bfloat16 : DType::float32) << name;
         EXPECT_EQ(f32.dtypes.at(name), DType::float32) << name;
     }
-    EXPECT_EQ(b16.y.dtype(), DType::float32);
+    EXPECT_EQ(b16.y.dtype(), kernels ? DType::bfloat16 : DType::float32);
     EXPECT_EQ(b16.dx.dtype(), DType::float32); // the input's dtype
     // Against float32 throughout, bfloat16 activations err by about what bfloat16 compute
     // alone does (in this small batch-normalised net, up to ~10% in some gradients: the
