@@ -507,10 +507,11 @@ public:
     virtual void spatialTfBackward(const Tensor& x, const Tensor& theta, const Tensor& dy, const Tensor& dx,
                                    const Tensor& dtheta) = 0;
     /// x: [N, C, *in] -> y: [N, C, in + lo + hi] per spatial dim. Reflect mirrors without
-    /// repeating the edge and needs lo, hi < in.
+    /// repeating the edge and needs lo, hi < in. x and y float32, or, with constant
+    /// padding, both of one 16-bit type (the value rounded to it).
     virtual void padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                             const Tensor& x, const Tensor& y) = 0;
-    /// dy: padded -> dx: the adjoint (reflected positions add up).
+    /// dy: padded -> dx: the adjoint (reflected positions add up). Types as padForward's.
     virtual void padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                              const Tensor& dy, const Tensor& dx) = 0;
     /// x: [N, C, ...], slopes: [C] or [1] -> y = x > 0 ? x : slope * x.

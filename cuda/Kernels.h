@@ -113,6 +113,12 @@ void resampleBackward(ResampleParams p, const float* dy, float* dx, const int64_
                       int64_t planes, cudaStream_t s);
 void padForward(PadMode mode, float value, const float* x, float* y, const int64_t in[3], const int64_t out[3],
                 const int64_t lo[3], int64_t planes, cudaStream_t s);
+/// padForward on x and y of the DType `t` (the value rounded to it).
+void padForwardAny(PadMode mode, float value, const void* x, void* y, int t, const int64_t in[3], const int64_t out[3],
+                   const int64_t lo[3], int64_t planes, cudaStream_t s);
+/// The adjoint of constant padding on 16-bit dy and dx (zeroed here): each value moved as it is.
+void padBackwardMove(const void* dy, void* dx, const int64_t in[3], const int64_t out[3], const int64_t lo[3],
+                     int64_t planes, cudaStream_t s);
 /// dx (zeroed here) <- the adjoint of padForward applied to dy.
 void padBackward(PadMode mode, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],
                  const int64_t lo[3], int64_t planes, cudaStream_t s);

@@ -78,6 +78,21 @@ __global__ void padForwardKernel(PadMode mode, float value, const float* x, floa
     }
 }
 
+__global__ void padForwardAnyKernel(PadMode mode, float value, const void* x, void* y, int t, Dims3 in, Dims3 out,
+                                    Dims3 lo, int64_t planes) {
+    TESSERA_FOR_EACH(i, planes * out.v[0] * out.v[1] * out.v[2]) {
+        const int64_t src = padSourceIndex(mode, i, in, out, lo);
+        storeFromFloat(y, t, i, src < 0 ? value : loadAsFloat(x, t, src)); // exact for a value of the type
+    }
+}
+
+__global__ void padBackwardMoveKernel(const uint16_t* dy, uint16_t* dx, Dims3 in, Dims3 out, Dims3 lo, int64_t planes) {
+    TESSERA_FOR_EACH(i, planes * out.v[0] * out.v[1] * out.v[2]) {
+        const int64_t src = padSourceIndex(PadMode::constant, i, in, out, lo);
+        if (src >= 0) dx[src] = dy[i];
+    }
+}
+
 __global__ void padBackwardKernel(PadMode mode, const float* dy, float* dx, Dims3 in, Dims3 out, Dims3 lo,
                                   int64_t planes) {
     TESSERA_FOR_EACH(i, planes * out.v[0] * out.v[1] * out.v[2]) {
@@ -159,6 +174,20 @@ void padForward(PadMode mode, float value, const float* x, float* y, const int64
                 const int64_t lo[3], int64_t planes, cudaStream_t s) {
     TESSERA_LAUNCH(padForwardKernel, planes * out[0] * out[1] * out[2], s, mode, value, x, y, dims3(in), dims3(out),
                    dims3(lo), planes);
+}
+
+void padForwardAny(PadMode mode, float value, const void* x, void* y, int t, const int64_t in[3], const int64_t out[3],
+                   const int64_t lo[3], int64_t planes, cudaStream_t s) {
+    TESSERA_LAUNCH(padForwardAnyKernel, planes * out[0] * out[1] * out[2], s, mode, value, x, y, t, dims3(in),
+                   dims3(out), dims3(lo), planes);
+}
+
+void padBackwardMove(const void* dy, void* dx, const int64_t in[3], const int64_t out[3], const int64_t lo[3],
+                     int64_t planes, cudaStream_t s) {
+    TESSERA_CUDA_CHECK(
+        cudaMemsetAsync(dx, 0, static_cast<size_t>(planes * in[0] * in[1] * in[2]) * sizeof(uint16_t), s));
+    TESSERA_LAUNCH(padBackwardMoveKernel, planes * out[0] * out[1] * out[2], s, static_cast<const uint16_t*>(dy),
+                   static_cast<uint16_t*>(dx), dims3(in), dims3(out), dims3(lo), planes);
 }
 
 void padBackward(PadMode mode, const float* dy, float* dx, const int64_t in[3], const int64_t out[3],

@@ -53,22 +53,27 @@ bool DepthConcat::samePlanes(const Shapes& inShapes) {
     return true;
 }
 
+// Inputs of one dtype: a copy moves any type; the inputs it pads, 16-bit ones where the
+// backend carries them (Backend::padForward takes them with constant padding).
 bool DepthConcat::takes16Bit(const Tensors& data) const {
     for (const Tensor& x : data) {
         if (x.dtype() != data[0].dtype()) return false;
     }
-    return samePlanes(shapesOf(data));
+    return samePlanes(shapesOf(data)) || backendCarries(data);
 }
 
-std::vector<DType> DepthConcat::outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes, Device) const {
+std::vector<DType> DepthConcat::outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                             Device device) const {
     for (DType t : inDTypes) {
         if (t != inDTypes[0]) return {DType::float32};
     }
-    return {!inDTypes.empty() && samePlanes(inShapes) ? inDTypes[0] : DType::float32};
+    if (inDTypes.empty()) return {DType::float32};
+    const bool takes = samePlanes(inShapes) || !is16Bit(inDTypes[0]) || backendFor(device).carries16Bit(inDTypes[0]);
+    return {takes ? inDTypes[0] : DType::float32};
 }
 
-// Each input padded to the output's spatial size, then copied into its channels (in the
-// inputs' dtype: a 16-bit one only comes where nothing is padded).
+// Each input padded to the output's spatial size, then copied into its channels, in the
+// inputs' dtype.
 Tensors DepthConcat::updateData(const Tensors& data) {
     const Shape out = dataShapeFrom(shapesOf(data))[0];
     Tensor y = Tensor::empty(out, data[0].dtype(), data[0].device());
@@ -81,7 +86,7 @@ Tensors DepthConcat::updateData(const Tensors& data) {
         padsOf(x.shape(), out, lo, hi);
         Tensor p = x;
         if (padded != x.shape()) {
-            p = Tensor::empty(padded, DType::float32, x.device());
+            p = Tensor::empty(padded, x.dtype(), x.device());
             be.padForward(PadMode::constant, 0.0f, lo, hi, x, p);
         }
         axis::copyAlong(1, p, 0, y, channel, x.shape()[1]);
@@ -105,7 +110,7 @@ Tensors DepthConcat::updateGrad(const Tensors& grad) {
             dx.push_back(part);
         } else {
             padsOf(x.shape(), dy.shape(), lo, hi);
-            Tensor g = Tensor::empty(x.shape(), DType::float32, dy.device());
+            Tensor g = Tensor::empty(x.shape(), dy.dtype(), dy.device());
             be.padBackward(PadMode::constant, lo, hi, part, g);
             dx.push_back(g);
         }

@@ -19,7 +19,8 @@ public:
     /// At least one input; all [N, C, *spatial] of one rank (3 to 5) and one N.
     void checkDataShape(const Shapes& inShapes) const override;
     /// Inputs of one dtype and one spatial size go through as they are (16-bit ones
-    /// included, as Concat's); inputs that need padding are handed float32 copies.
+    /// included, as Concat's); inputs it pads too where the backend carries their 16-bit
+    /// type (Backend::carries16Bit), else they are handed float32 copies.
     bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;

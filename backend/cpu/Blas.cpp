@@ -150,10 +150,12 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
                 const dnnl::memory bias = types.bias ? zeroed(dnnl::memory(blocked.bias, engine())) : dnnl::memory();
                 auto timeOf = [&](const MatmulEntry& e) {
                     const dnnl::memory src = zeroed(dnnl::memory(e.a.want(), engine()));
-                    std::unordered_map<int, dnnl::memory> args = {
-                        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}};
-                    if (types.bias) args[DNNL_ARG_BIAS] = bias;
-                    return bestOf3([&] { e.prim.execute(stream(), args); });
+                    return bestOf3([&] { // B's conversion and the product
+                        std::unordered_map<int, dnnl::memory> args = {
+                            {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}};
+                        if (types.bias) args[DNNL_ARG_BIAS] = bias;
+                        e.prim.execute(stream(), args);
+                    });
                 };
                 return timeOf(plain) < timeOf(blocked) ? plain : blocked;
             });

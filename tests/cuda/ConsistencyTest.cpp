@@ -557,6 +557,7 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
         {"Add with coefficients", make<Add>(std::vector<float>{0.5f, -2.0f}), {{2, 3, 4, 4}, {2, 3, 4, 4}}},
         {"Dropout", make<Dropout>(DropoutOptions{.p = 0.3f, .seed = 5}), {{4, 6, 5, 5}}},
         {"DepthConcat of one spatial size", make<DepthConcat>(), {{2, 2, 4, 4}, {2, 3, 4, 4}}},
+        {"DepthConcat that pads", make<DepthConcat>(), {{2, 2, 5, 3}, {2, 3, 4, 6}}},
         {"Linear", make<Linear>(40, 24), {{16, 40}}},
         {"Linear over 3-D, no bias", make<Linear>(24, 12, LinearOptions{.useBias = false}), {{2, 5, 24}}},
         {"Flatten, then Linear",

@@ -139,9 +139,9 @@ TEST(DepthConcat, CentresEachInputWithZeros) {
     EXPECT_TRUE(throwsShapeError([&] { named({randomTensor({2, 2}, 1)}); }, {"rank (3 to 5)"}));
 }
 
-// Inputs of one spatial size in bfloat16 (which the CPU carries) go through in it, forward
-// and backward, bit for bit; inputs that need padding are converted to float32 first.
-TEST(DepthConcat, BFloat16InputsOfOneSizeStayBFloat16) {
+// Inputs in bfloat16 (which the CPU carries) go through in it, forward and backward, bit
+// for bit, those it pads too; float16 ones it pads are converted to float32 first.
+TEST(DepthConcat, BFloat16InputsStayBFloat16) {
     DepthConcat dc;
     dc.calcMode(DType::bfloat16);
     const Tensor a = randomTensor({2, 3, 4, 4}, 1).convertedTo(DType::bfloat16);
@@ -166,11 +166,36 @@ TEST(DepthConcat, BFloat16InputsOfOneSizeStayBFloat16) {
     for (size_t n = 0; n < 2; ++n) {
         for (size_t i = 0; i < 48; ++i) ASSERT_EQ(d0[n * 48 + i], dyv[n * 80 + i]) << n << " " << i;
     }
-    // Different sizes: padded in float32.
+    // Different sizes: padded in bfloat16 too, with the values the float32 padding gives,
+    // forward and backward (padding moves values without rounding them).
     const Tensor small = randomTensor({2, 2, 2, 2}, 4).convertedTo(DType::bfloat16);
-    EXPECT_EQ(dc({a, small})[0].dtype(), DType::float32);
+    const Tensor ys = dc({a, small})[0];
+    EXPECT_EQ(ys.dtype(), DType::bfloat16);
     EXPECT_EQ(dc.outputDTypes({{2, 3, 4, 4}, {2, 2, 2, 2}}, {DType::bfloat16, DType::bfloat16}, Device{}),
+              std::vector<DType>{DType::bfloat16});
+    const Tensors dxs = dc.backward(Tensors{dy});
+    EXPECT_EQ(dxs[1].dtype(), DType::bfloat16);
+    DepthConcat ref;
+    const Tensor yr = ref({a.convertedTo(DType::float32), small.convertedTo(DType::float32)})[0];
+    const Tensors dxr = ref.backward(Tensors{dy.convertedTo(DType::float32)});
+    EXPECT_EQ(floats(ys), yr.toVector<float>());
+    EXPECT_EQ(floats(dxs[1]), dxr[1].toVector<float>());
+    // float16, which the CPU does not carry, is padded in float32.
+    const Tensor h = a.convertedTo(DType::float16), hs = small.convertedTo(DType::float16);
+    EXPECT_EQ(dc({h, hs})[0].dtype(), DType::float32);
+    EXPECT_EQ(dc.outputDTypes({{2, 3, 4, 4}, {2, 2, 2, 2}}, {DType::float16, DType::float16}, Device{}),
               std::vector<DType>{DType::float32});
+    // The backend pads 16-bit tensors with constants only (reflected positions add up).
+    Backend& be = backendFor(Device::cpu());
+    const Tensor padded = Tensor::empty({2, 2, 4, 4}, DType::bfloat16);
+    EXPECT_NE(errorOf([&] {
+                  be.padForward(PadMode::reflect, 0.0f, {1, 1}, {1, 1}, small, padded);
+              }).find("bfloat16 to bfloat16 (float32, or one 16-bit type with constant padding)"),
+              std::string::npos);
+    EXPECT_NE(errorOf([&] {
+                  be.padBackward(PadMode::constant, {1, 1}, {1, 1}, padded.convertedTo(DType::float32), small);
+              }).find("float32 to bfloat16"),
+              std::string::npos);
 }
 
 // A plain loop over PuzzleLib's definition: y = x - the window mean.
