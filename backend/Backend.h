@@ -480,14 +480,15 @@ public:
                                         const Tensor& shift, const Tensor& mean, const Tensor& var, float eps,
                                         bool relu, const Tensor& reserve, Tensor& dz, const Tensor& dscale,
                                         const Tensor& dshift);
-    /// x, y: [rows, D] float32 plain; gamma, beta: [channels] float32, or undefined (1 and
-    /// 0); mean, rstd: [rows] float32, written (mean 0 without subtractMean). RowNormParams
+    /// x, y: [rows, D] plain, float32 or a 16-bit type the backend carries, each its own
+    /// (statistics in float32); gamma, beta: [channels] float32, or undefined (1 and 0);
+    /// mean, rstd: [rows] float32, written (mean 0 without subtractMean). RowNormParams
     /// says what is normalised and which channel each value's gamma and beta are.
     virtual void rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
     /// The backward of rowNormForward from its x, gamma, mean and rstd: dx [rows, D]
-    /// overwritten with dL/dx; dgamma and dbeta [channels], when defined, overwritten with
-    /// dL/dgamma and dL/dbeta.
+    /// overwritten with dL/dx (x, dy and dx each float32 or a carried 16-bit type); dgamma and dbeta [channels], when
+    /// defined, overwritten with dL/dgamma and dL/dbeta.
     virtual void rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
                                  const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
                                  const Tensor& dbeta) = 0;

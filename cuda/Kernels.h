@@ -156,19 +156,20 @@ void varianceFromInvStd(const float* invstd, float eps, float* var, int64_t c, c
 void invStdFromVariance(const float* var, float eps, float* invstd, int64_t c, cudaStream_t s);
 
 // ---- row normalisation (Backend::rowNormForward) ----------------------------------------
-/// x, y: [rows, D]; gamma, beta: [channels] or null; mean, rstd: [rows].
-void rowNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
-                    int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps, bool subtractMean,
+/// x, y: [rows, D] of the DTypes xt, yt; gamma, beta: [channels] or null; mean, rstd: [rows].
+void rowNormForward(const void* x, int xt, const float* gamma, const float* beta, void* y, int yt, float* mean,
+                    float* rstd, int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps, bool subtractMean,
                     cudaStream_t s);
 /// LayerNorm's parameter gradients (groups 1, inner 1) in parts: rows in chunks of
 /// `chunkRows`, chunk i's sums of dy * xhat and of dy over its rows in partial[i, 0:D] and
 /// partial[i, D:2D] (partial: [ceil(rows / chunkRows), 2D]); the caller sums the chunks.
-void rowNormColumnPartials(const float* x, const float* dy, const float* mean, const float* rstd, float* partial,
-                           int64_t rows, int64_t D, int64_t chunkRows, cudaStream_t s);
-/// dx from dy; dgamma, dbeta ([channels] or null) overwritten with the parameter gradients.
-void rowNormBackward(const float* x, const float* dy, const float* gamma, const float* mean, const float* rstd,
-                     float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t D, int64_t groups, int64_t inner,
-                     bool subtractMean, cudaStream_t s);
+void rowNormColumnPartials(const void* x, int xt, const void* dy, int dyt, const float* mean, const float* rstd,
+                           float* partial, int64_t rows, int64_t D, int64_t chunkRows, cudaStream_t s);
+/// dx from dy (each of its own DType); dgamma, dbeta ([channels] or null) overwritten with
+/// the parameter gradients.
+void rowNormBackward(const void* x, int xt, const void* dy, int dyt, const float* gamma, const float* mean,
+                     const float* rstd, void* dx, int dxt, float* dgamma, float* dbeta, int64_t rows, int64_t D,
+                     int64_t groups, int64_t inner, bool subtractMean, cudaStream_t s);
 
 // ---- costs ------------------------------------------------------------------------------
 /// Sums land in `error` (double) and `hits`; both are zeroed by the caller.

@@ -234,6 +234,18 @@ Tensor CudaBackend::batchNormReluBackward(const Tensor& x, const Tensor& dy, con
     return batchNormBackward(x, reluGradient(mask, d), scale, mean, var, eps, dscale, dshift);
 }
 
+namespace {
+// BackendError unless every one is of a floating type (x, y, dy, dx of row normalisation).
+void requireFloating(const char* op, std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts) {
+        if (!isFloating(t->dtype())) {
+            throw BackendError(std::string("CudaBackend::") + op + ": a tensor of " + str(t->dtype()) +
+                               " (floating types are taken)");
+        }
+    }
+}
+} // namespace
+
 void CudaBackend::rowNormForward(const RowNormParams& p, const Tensor& xIn, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) {
     const Tensor x = xIn.plain();
@@ -244,8 +256,10 @@ void CudaBackend::rowNormForward(const RowNormParams& p, const Tensor& xIn, cons
         throw ShapeError("CudaBackend::rowNormForward: groups " + std::to_string(p.groups) + " and inner " +
                          std::to_string(p.inner) + " do not divide x " + x.shape().str());
     }
-    cudak::rowNormForward(fp(x), gamma.defined() ? fp(gamma) : nullptr, beta.defined() ? fp(beta) : nullptr, fp(y),
-                          fp(mean), fp(rstd), rows, D, p.groups, p.inner, p.eps, p.subtractMean, s());
+    requireFloating("rowNormForward", {&x, &y});
+    cudak::rowNormForward(x.raw(), static_cast<int>(x.dtype()), gamma.defined() ? fp(gamma) : nullptr,
+                          beta.defined() ? fp(beta) : nullptr, y.raw(), static_cast<int>(y.dtype()), fp(mean), fp(rstd),
+                          rows, D, p.groups, p.inner, p.eps, p.subtractMean, s());
 }
 
 void CudaBackend::rowNormBackward(const RowNormParams& p, const Tensor& xIn, const Tensor& dyIn, const Tensor& gamma,
@@ -260,15 +274,17 @@ void CudaBackend::rowNormBackward(const RowNormParams& p, const Tensor& xIn, con
     // LayerNorm's parameter gradients are column sums over every row: chunks of rows in
     // parallel, then the chunks summed (sumColumns), so that long batches fill the device.
     const bool columns = p.groups == 1 && p.inner == 1 && (dgamma.defined() || dbeta.defined());
-    cudak::rowNormBackward(fp(x), fp(dy), gamma.defined() ? fp(gamma) : nullptr, fp(mean), fp(rstd), fp(dx),
-                           !columns && dgamma.defined() ? fp(dgamma) : nullptr,
+    requireFloating("rowNormBackward", {&x, &dy, &dx});
+    const int xt = static_cast<int>(x.dtype()), dyt = static_cast<int>(dy.dtype());
+    cudak::rowNormBackward(x.raw(), xt, dy.raw(), dyt, gamma.defined() ? fp(gamma) : nullptr, fp(mean), fp(rstd),
+                           dx.raw(), static_cast<int>(dx.dtype()), !columns && dgamma.defined() ? fp(dgamma) : nullptr,
                            !columns && dbeta.defined() ? fp(dbeta) : nullptr, rows, D, p.groups, p.inner,
                            p.subtractMean, s());
     if (!columns || rows == 0 || D == 0) return;
     constexpr int64_t kChunkRows = 256;
     const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
     const Tensor partial = Tensor::empty({chunks, 2 * D}, DType::float32, x.device());
-    cudak::rowNormColumnPartials(fp(x), fp(dy), fp(mean), fp(rstd), fp(partial), rows, D, kChunkRows, s());
+    cudak::rowNormColumnPartials(x.raw(), xt, dy.raw(), dyt, fp(mean), fp(rstd), fp(partial), rows, D, kChunkRows, s());
     if (dgamma.defined()) sumColumns(fp(partial), chunks, D, 2 * D, 1.0f, 0.0f, fp(dgamma));
     if (dbeta.defined()) sumColumns(fp(partial) + D, chunks, D, 2 * D, 1.0f, 0.0f, fp(dbeta));
 }

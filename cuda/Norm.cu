@@ -88,68 +88,73 @@ __global__ void invStdFromVarianceKernel(const float* var, float eps, float* inv
 // ---- row normalisation: one block per row; the channel of (row, d) is
 // (row % groups) * (D / inner) + d / inner (RowNormParams).
 
-__global__ void rowNormForwardKernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                                     float* rstd, int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps,
-                                     bool subtractMean) {
+// x, y, dy and dx are of any floating DType each (xt, yt, ...), read and written through
+// float32 (sums in float32).
+__global__ void rowNormForwardKernel(const void* x, int xt, const float* gamma, const float* beta, void* y, int yt,
+                                     float* mean, float* rstd, int64_t rows, int64_t D, int64_t groups, int64_t inner,
+                                     float eps, bool subtractMean) {
     const float invD = 1.0f / static_cast<float>(D);
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float* xr = x + r * D;
-        float* yr = y + r * D;
+        const int64_t row = r * D;
         float mu = 0.0f;
         if (subtractMean) {
             float sum = 0.0f;
-            for (int64_t d = threadIdx.x; d < D; d += blockDim.x) sum += xr[d];
+            for (int64_t d = threadIdx.x; d < D; d += blockDim.x) sum += loadAsFloat(x, xt, row + d);
             mu = blockSum(sum) * invD;
         }
         float sq = 0.0f;
-        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) sq += (xr[d] - mu) * (xr[d] - mu);
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            const float c = loadAsFloat(x, xt, row + d) - mu;
+            sq += c * c;
+        }
         const float rs = 1.0f / sqrtf(blockSum(sq) * invD + eps);
         if (threadIdx.x == 0) mean[r] = mu, rstd[r] = rs;
         const int64_t base = (r % groups) * (D / inner);
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             const int64_t c = base + d / inner;
-            yr[d] = (xr[d] - mu) * rs * (gamma ? gamma[c] : 1.0f) + (beta ? beta[c] : 0.0f);
+            storeFromFloat(y, yt, row + d,
+                           (loadAsFloat(x, xt, row + d) - mu) * rs * (gamma ? gamma[c] : 1.0f) +
+                               (beta ? beta[c] : 0.0f));
         }
     }
 }
 
-__global__ void rowNormBackwardKernel(const float* x, const float* dy, const float* gamma, const float* mean,
-                                      const float* rstd, float* dx, int64_t rows, int64_t D, int64_t groups,
-                                      int64_t inner, bool subtractMean) {
+__global__ void rowNormBackwardKernel(const void* x, int xt, const void* dy, int dyt, const float* gamma,
+                                      const float* mean, const float* rstd, void* dx, int dxt, int64_t rows, int64_t D,
+                                      int64_t groups, int64_t inner, bool subtractMean) {
     const float invD = 1.0f / static_cast<float>(D);
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float* xr = x + r * D;
-        const float* dyr = dy + r * D;
-        float* dxr = dx + r * D;
+        const int64_t row = r * D;
         const float mu = mean[r], rs = rstd[r];
         const int64_t base = (r % groups) * (D / inner);
         float s1 = 0.0f, s2 = 0.0f;
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-            const float dxh = dyr[d] * (gamma ? gamma[base + d / inner] : 1.0f);
+            const float dxh = loadAsFloat(dy, dyt, row + d) * (gamma ? gamma[base + d / inner] : 1.0f);
             s1 += dxh;
-            s2 += dxh * (xr[d] - mu) * rs;
+            s2 += dxh * (loadAsFloat(x, xt, row + d) - mu) * rs;
         }
         const float m1 = subtractMean ? blockSum(s1) * invD : 0.0f, m2 = blockSum(s2) * invD;
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-            const float dxh = dyr[d] * (gamma ? gamma[base + d / inner] : 1.0f);
-            dxr[d] = rs * (dxh - m1 - (xr[d] - mu) * rs * m2);
+            const float dxh = loadAsFloat(dy, dyt, row + d) * (gamma ? gamma[base + d / inner] : 1.0f);
+            storeFromFloat(dx, dxt, row + d, rs * (dxh - m1 - (loadAsFloat(x, xt, row + d) - mu) * rs * m2));
         }
     }
 }
 
 // The parameter gradients, one block per channel c: chunk c % (D / inner) of the rows r
 // with r % groups == c / (D / inner).
-__global__ void rowNormParamGradKernel(const float* x, const float* dy, const float* mean, const float* rstd,
-                                       float* dgamma, float* dbeta, int64_t rows, int64_t D, int64_t groups,
-                                       int64_t inner) {
+__global__ void rowNormParamGradKernel(const void* x, int xt, const void* dy, int dyt, const float* mean,
+                                       const float* rstd, float* dgamma, float* dbeta, int64_t rows, int64_t D,
+                                       int64_t groups, int64_t inner) {
     const int64_t chunks = D / inner, channels = groups * chunks, count = rows / groups * inner;
     for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
         const int64_t q = c / chunks, j = c % chunks;
         float sg = 0.0f, sb = 0.0f;
         for (int64_t t = threadIdx.x; t < count; t += blockDim.x) {
             const int64_t r = q + t / inner * groups, i = r * D + j * inner + t % inner;
-            sg += dy[i] * (x[i] - mean[r]) * rstd[r];
-            sb += dy[i];
+            const float g = loadAsFloat(dy, dyt, i);
+            sg += g * (loadAsFloat(x, xt, i) - mean[r]) * rstd[r];
+            sb += g;
         }
         sg = blockSum(sg);
         sb = blockSum(sb);
@@ -163,8 +168,9 @@ __global__ void rowNormParamGradKernel(const float* x, const float* dy, const fl
 // LayerNorm's parameter gradients (groups 1, inner 1: channel d), one chunk of rows per
 // blockIdx.y: a tile of 32 columns per block, its 8 rows of threads striding over the
 // chunk's rows, so that a warp reads 32 neighbours; the chunk's sums go to its partial row.
-__global__ void rowNormColumnPartialKernel(const float* x, const float* dy, const float* mean, const float* rstd,
-                                           float* partial, int64_t rows, int64_t D, int64_t chunkRows) {
+__global__ void rowNormColumnPartialKernel(const void* x, int xt, const void* dy, int dyt, const float* mean,
+                                           const float* rstd, float* partial, int64_t rows, int64_t D,
+                                           int64_t chunkRows) {
     __shared__ float sg[8][33], sb[8][33];
     const int64_t d = blockIdx.x * 32 + threadIdx.x;
     const int64_t r0 = blockIdx.y * chunkRows, r1 = r0 + chunkRows < rows ? r0 + chunkRows : rows;
@@ -172,8 +178,9 @@ __global__ void rowNormColumnPartialKernel(const float* x, const float* dy, cons
     if (d < D) {
         for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
             const int64_t i = r * D + d;
-            g += dy[i] * (x[i] - mean[r]) * rstd[r];
-            b += dy[i];
+            const float gi = loadAsFloat(dy, dyt, i);
+            g += gi * (loadAsFloat(x, xt, i) - mean[r]) * rstd[r];
+            b += gi;
         }
     }
     sg[threadIdx.y][threadIdx.x] = g;
@@ -190,33 +197,33 @@ unsigned rowBlocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? (
 
 } // namespace
 
-void rowNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
-                    int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps, bool subtractMean,
+void rowNormForward(const void* x, int xt, const float* gamma, const float* beta, void* y, int yt, float* mean,
+                    float* rstd, int64_t rows, int64_t D, int64_t groups, int64_t inner, float eps, bool subtractMean,
                     cudaStream_t s) {
     if (rows == 0 || D == 0) return;
-    rowNormForwardKernel<<<rowBlocks(rows), kThreads, 0, s>>>(x, gamma, beta, y, mean, rstd, rows, D, groups, inner,
-                                                              eps, subtractMean);
+    rowNormForwardKernel<<<rowBlocks(rows), kThreads, 0, s>>>(x, xt, gamma, beta, y, yt, mean, rstd, rows, D, groups,
+                                                              inner, eps, subtractMean);
     TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
-void rowNormBackward(const float* x, const float* dy, const float* gamma, const float* mean, const float* rstd,
-                     float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t D, int64_t groups, int64_t inner,
-                     bool subtractMean, cudaStream_t s) {
+void rowNormBackward(const void* x, int xt, const void* dy, int dyt, const float* gamma, const float* mean,
+                     const float* rstd, void* dx, int dxt, float* dgamma, float* dbeta, int64_t rows, int64_t D,
+                     int64_t groups, int64_t inner, bool subtractMean, cudaStream_t s) {
     if (rows == 0 || D == 0) return;
-    rowNormBackwardKernel<<<rowBlocks(rows), kThreads, 0, s>>>(x, dy, gamma, mean, rstd, dx, rows, D, groups, inner,
-                                                               subtractMean);
+    rowNormBackwardKernel<<<rowBlocks(rows), kThreads, 0, s>>>(x, xt, dy, dyt, gamma, mean, rstd, dx, dxt, rows, D,
+                                                               groups, inner, subtractMean);
     TESSERA_CUDA_CHECK(cudaGetLastError());
     if (!dgamma && !dbeta) return;
-    rowNormParamGradKernel<<<rowBlocks(groups * (D / inner)), kThreads, 0, s>>>(x, dy, mean, rstd, dgamma, dbeta, rows,
-                                                                                D, groups, inner);
+    rowNormParamGradKernel<<<rowBlocks(groups * (D / inner)), kThreads, 0, s>>>(x, xt, dy, dyt, mean, rstd, dgamma,
+                                                                                dbeta, rows, D, groups, inner);
     TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 
-void rowNormColumnPartials(const float* x, const float* dy, const float* mean, const float* rstd, float* partial,
-                           int64_t rows, int64_t D, int64_t chunkRows, cudaStream_t s) {
+void rowNormColumnPartials(const void* x, int xt, const void* dy, int dyt, const float* mean, const float* rstd,
+                           float* partial, int64_t rows, int64_t D, int64_t chunkRows, cudaStream_t s) {
     if (rows == 0 || D == 0) return;
     const dim3 grid(static_cast<unsigned>((D + 31) / 32), static_cast<unsigned>((rows + chunkRows - 1) / chunkRows));
-    rowNormColumnPartialKernel<<<grid, dim3(32, 8), 0, s>>>(x, dy, mean, rstd, partial, rows, D, chunkRows);
+    rowNormColumnPartialKernel<<<grid, dim3(32, 8), 0, s>>>(x, xt, dy, dyt, mean, rstd, partial, rows, D, chunkRows);
     TESSERA_CUDA_CHECK(cudaGetLastError());
 }
 

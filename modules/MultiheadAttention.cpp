@@ -101,6 +101,19 @@ void MultiheadAttention::checkDataShape(const Shapes& inShapes) const {
 
 Shapes MultiheadAttention::gradShapeFrom(const Shapes&) const { return lastInShapes("gradShapeFrom"); }
 
+// Sequences of the compute type, where the backend carries it; masks in float32.
+bool MultiheadAttention::takes16Bit(const Tensors& data) const {
+    const size_t seqs = sequenceCount(data.size());
+    for (size_t i = 0; i < data.size(); ++i) {
+        if (is16Bit(data[i].dtype()) && (i >= seqs || data[i].dtype() != computeDType())) return false;
+    }
+    return backendCarries(data);
+}
+
+std::vector<DType> MultiheadAttention::outputDTypes(const Shapes&, const std::vector<DType>&, Device device) const {
+    return {backendFor(device).gemmOutputDType(computeDType())};
+}
+
 Tensor MultiheadAttention::rowsOf(const Tensor& x) const {
     const Tensor b = options_.batchFirst ? x : swap01(x);
     return b.reshape({b.numel() / embedDim_, embedDim_});
@@ -120,10 +133,10 @@ Tensors MultiheadAttention::updateData(const Tensors& data) {
     Tensor rows[3];
     for (int i = 0; i < 3; ++i) {
         rows[i] = seqs == 3 || i == 0 ? rowsOf(in[seqs == 3 ? static_cast<size_t>(i) : 0]) : rows[0];
-        Tensor p = Tensor::empty({rows[i].shape()[0], E}, DType::float32, in[0].device());
-        if (options_.bias) be.broadcastRows(getVar("in_proj_bias")->data.slice(i * E, (i + 1) * E), p);
-        be.gemm(false, true, 1.0f, rows[i], W.slice(i * E, (i + 1) * E), options_.bias ? 1.0f : 0.0f, p,
-                computeDType());
+        Tensor p = Tensor::empty({rows[i].shape()[0], E}, DType::float32, in[0].device()); // the kernel's float32
+        be.gemmWeights(false, true, 1.0f, rows[i], W.slice(i * E, (i + 1) * E),
+                       options_.bias ? getVar("in_proj_bias")->data.slice(i * E, (i + 1) * E) : Tensor(), 0.0f, p,
+                       computeDType(), nullptr);
         heads[i] = swap12(p.reshape({N, i == 0 ? L : S, H, d}));
     }
     q_ = heads[0];
@@ -155,10 +168,9 @@ Tensors MultiheadAttention::updateData(const Tensors& data) {
         y = kernel_.forward(kin, nullptr);
     }
     joined_ = swap12(y).reshape({N * L, E});
-    Tensor out = Tensor::empty({N * L, E}, DType::float32, in[0].device());
-    if (options_.bias) be.broadcastRows(getVar("out_proj_bias")->data, out);
-    be.gemm(false, true, 1.0f, joined_, getVar("out_proj_weight")->data, options_.bias ? 1.0f : 0.0f, out,
-            computeDType());
+    Tensor out = Tensor::empty({N * L, E}, be.gemmOutputDType(computeDType()), in[0].device());
+    be.gemmWeights(false, true, 1.0f, joined_, getVar("out_proj_weight")->data,
+                   options_.bias ? getVar("out_proj_bias")->data : Tensor(), 0.0f, out, computeDType(), nullptr);
     out = out.reshape({N, L, E});
     if (!isTrain()) { // nothing to keep for a backward
         q_ = k_ = v_ = mask_ = joined_ = Tensor();

@@ -50,6 +50,11 @@ public:
     Blueprint blueprint() const override;
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
+    /// Takes 16-bit sequences of its compute type that its backend carries (the heads and
+    /// scores stay float32); writes its output as a Linear does (Backend::gemmOutputDType).
+    bool takes16Bit(const Tensors& data) const override;
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
     int64_t embedDim() const { return embedDim_; }
     int64_t numHeads() const { return numHeads_; }
     const MultiheadAttentionOptions& options() const { return options_; }

@@ -43,7 +43,7 @@ Tensors RowNorm::updateData(const Tensors& data) {
     const RowNormParams p = paramsFor(x.shape(), rows, D);
     mean_ = Tensor::empty({rows}, DType::float32, x.device());
     rstd_ = Tensor::empty({rows}, DType::float32, x.device());
-    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device()); // a 16-bit x only where takes16Bit said so
     backendOf(x).rowNormForward(p, x.reshape({rows, D}), param("weight"), param("bias"), y.reshape({rows, D}), mean_,
                                 rstd_);
     return {y};
@@ -59,7 +59,7 @@ Tensors RowNorm::backwardFrom(const Tensors& grad, bool updParamGrads, bool updG
                                       : Tensor();
     };
     Tensor dweight = gradOf("weight"), dbias = gradOf("bias");
-    Tensor dx = Tensor::empty(x.shape(), DType::float32, x.device());
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     Backend& be = backendOf(x);
     be.rowNormBackward(p, x.reshape({rows, D}), grad[0].plain().reshape({rows, D}), param("weight"), mean_, rstd_,
                        dx.reshape({rows, D}), dweight.defined() ? dweight.reshape({dweight.numel()}) : dweight,
@@ -74,6 +74,13 @@ void RowNorm::checkTrailing(const Shape& s, const std::vector<int64_t>& shape) c
     bool fits = s.rank() >= shape.size();
     for (size_t i = 0; fits && i < shape.size(); ++i) fits = s[s.rank() - shape.size() + i] == shape[i];
     if (!fits) throw shapeError("expects an input whose last dims are " + dimsText(shape) + ", got " + s.str());
+}
+
+bool RowNorm::takes16Bit(const Tensors& data) const { return backendCarries(data); }
+
+std::vector<DType> RowNorm::outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device device) const {
+    const DType t = inDTypes.empty() ? DType::float32 : inDTypes[0];
+    return {is16Bit(t) && !backendFor(device).carries16Bit(t) ? DType::float32 : t};
 }
 
 Tensors RowNorm::updateGrad(const Tensors& grad) { return backwardFrom(grad, false, true, 1.0f, 0.0f); }

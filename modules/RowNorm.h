@@ -35,6 +35,11 @@ public:
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
+    /// 16-bit activations its backend carries, in and out (statistics, parameters and
+    /// their gradients float32; the input gradient in the input's dtype).
+    bool takes16Bit(const Tensors& data) const override;
+    std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
+                                    Device device) const override;
 
 protected:
     explicit RowNorm(std::string name) : Module(std::move(name)) {}

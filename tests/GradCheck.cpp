@@ -212,6 +212,16 @@ std::string errorOf(const std::function<void()>& f) {
     return "no error";
 }
 
+double relL2(const Tensor& actual, const Tensor& expected) {
+    const std::vector<float> x = actual.toVector<float>(), y = expected.toVector<float>();
+    double d = 0, n = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        d += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+        n += static_cast<double>(y[i]) * y[i];
+    }
+    return std::sqrt(d / n);
+}
+
 ::testing::AssertionResult allClose(const Tensor& actual, const std::vector<float>& expected, float tol) {
     if (actual.numel() != static_cast<int64_t>(expected.size())) {
         return ::testing::AssertionFailure() << "size " << actual.numel() << " vs expected " << expected.size();

@@ -84,6 +84,8 @@ MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device = De
 
 // The message of what f throws ("no error" when it does not), for checking any exception's text.
 std::string errorOf(const std::function<void()>& f);
+// ||actual - expected|| / ||expected|| (Euclidean norms over the elements as float).
+double relL2(const Tensor& actual, const Tensor& expected);
 // Element-wise comparison with a message naming the first mismatch.
 ::testing::AssertionResult allClose(const Tensor& actual, const std::vector<float>& expected, float tol = 1e-5f);
 

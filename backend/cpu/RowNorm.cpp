@@ -26,8 +26,9 @@ struct RowGeometry {
 
 RowGeometry geometryOf(const char* op, const RowNormParams& p, const Tensor& x, const Tensor& gamma,
                        const Tensor& beta) {
-    if (x.dtype() != DType::float32 || !x.isPlain()) {
-        throw BackendError(std::string("CpuBackend::") + op + ": x must be plain float32, got " + str(x.dtype()));
+    if ((x.dtype() != DType::float32 && x.dtype() != DType::bfloat16) || !x.isPlain()) {
+        throw BackendError(std::string("CpuBackend::") + op + ": x must be plain float32 or bfloat16, got " +
+                           str(x.dtype()));
     }
     if (x.shape().rank() != 2)
         throw ShapeError(std::string("CpuBackend::") + op + ": x must be [rows, D], got " + x.shape().str());
@@ -59,19 +60,21 @@ dnnl::normalization_flags flagsOf(bool scale, bool shift) {
     return f;
 }
 
-std::vector<int64_t> keyOf(int64_t rows, int64_t D, float eps, bool scale, bool shift) {
+// The data's type (float32 or bfloat16: x and y, or x, dy and dx, share it) is part of every key.
+std::vector<int64_t> keyOf(int64_t rows, int64_t D, float eps, bool scale, bool shift, DType type) {
     int32_t bits = 0;
     std::memcpy(&bits, &eps, sizeof bits);
-    return {rows, D, bits, scale, shift};
+    return {rows, D, bits, scale, shift, static_cast<int64_t>(type)};
 }
 
 const dnnl::layer_normalization_forward::primitive_desc& layerNormForwardPd(int64_t rows, int64_t D, float eps,
-                                                                            bool scale, bool shift) {
+                                                                            bool scale, bool shift, DType type) {
     static thread_local PrimitiveCache<dnnl::layer_normalization_forward::primitive_desc> cache;
-    return cache.get(keyOf(rows, D, eps, scale, shift), [&] {
+    return cache.get(keyOf(rows, D, eps, scale, shift, type), [&] {
         return checkDnnl("layer_normalization_forward", [&] {
-            const dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_training, plainDesc({rows, D}),
-                                                            plainDesc({rows}), eps, flagsOf(scale, shift));
+            const dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_training,
+                                                            plainDesc({rows, D}, dnnlType(type)), plainDesc({rows}),
+                                                            eps, flagsOf(scale, shift));
             return dnnl::layer_normalization_forward::primitive_desc(d, engine());
         });
     });
@@ -81,16 +84,17 @@ void layerNormForward(float eps, const Tensor& x, const Tensor& gamma, const Ten
                       const Tensor& mean, const Tensor& rstd) {
     const int64_t rows = x.shape()[0], D = x.shape()[1];
     const bool scale = gamma.defined(), shift = beta.defined();
+    const DType type = x.dtype();
     static thread_local PrimitiveCache<dnnl::layer_normalization_forward> cache;
-    const auto& fwd = cache.get(keyOf(rows, D, eps, scale, shift), [&] {
+    const auto& fwd = cache.get(keyOf(rows, D, eps, scale, shift, type), [&] {
         return checkDnnl("layer_normalization_forward", [&] {
-            return dnnl::layer_normalization_forward(layerNormForwardPd(rows, D, eps, scale, shift));
+            return dnnl::layer_normalization_forward(layerNormForwardPd(rows, D, eps, scale, shift, type));
         });
     });
     float* var = rstd.data<float>(); // the variance first, made 1 / sqrt(var + eps) below
-    const dnnl::memory::desc md = plainDesc({rows, D}), sd = plainDesc({rows}), pd = plainDesc({D});
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(md, x.data<float>())},
-                                               {DNNL_ARG_DST, wrap(md, y.data<float>())},
+    const dnnl::memory::desc md = plainDesc({rows, D}, dnnlType(type)), sd = plainDesc({rows}), pd = plainDesc({D});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(md, x.raw())},
+                                               {DNNL_ARG_DST, wrap(md, y.raw())},
                                                {DNNL_ARG_MEAN, wrap(sd, mean.data<float>())},
                                                {DNNL_ARG_VARIANCE, wrap(sd, var)}};
     if (scale) args.emplace(DNNL_ARG_SCALE, wrap(pd, gamma.data<float>()));
@@ -107,14 +111,15 @@ void layerNormBackward(float eps, const Tensor& x, const Tensor& dy, const Tenso
     // layer has a weight or its gradient is asked for, a shift when the bias's gradient
     // is (dx does not depend on the shift); gradients nobody asked for go to scratch.
     const bool scale = gamma.defined() || dgamma.defined(), shift = dbeta.defined();
+    const DType type = x.dtype();
     static thread_local PrimitiveCache<dnnl::layer_normalization_backward> cache;
-    const auto& bwd = cache.get(keyOf(rows, D, eps, scale, shift), [&] {
+    const auto& bwd = cache.get(keyOf(rows, D, eps, scale, shift, type), [&] {
         return checkDnnl("layer_normalization_backward", [&] {
-            const dnnl::layer_normalization_backward::desc d(dnnl::prop_kind::backward, plainDesc({rows, D}),
-                                                             plainDesc({rows, D}), plainDesc({rows}), eps,
-                                                             flagsOf(scale, shift));
+            const dnnl::memory::desc data = plainDesc({rows, D}, dnnlType(type));
+            const dnnl::layer_normalization_backward::desc d(dnnl::prop_kind::backward, data, data, plainDesc({rows}),
+                                                             eps, flagsOf(scale, shift));
             return dnnl::layer_normalization_backward(dnnl::layer_normalization_backward::primitive_desc(
-                d, engine(), layerNormForwardPd(rows, D, eps, scale, shift)));
+                d, engine(), layerNormForwardPd(rows, D, eps, scale, shift, type)));
         });
     });
     static thread_local std::vector<float> var, ones, zeros, scratch;
@@ -122,12 +127,12 @@ void layerNormBackward(float eps, const Tensor& x, const Tensor& dy, const Tenso
     const float* rs = rstd.data<float>();
 #pragma omp simd
     for (int64_t r = 0; r < rows; ++r) var[static_cast<size_t>(r)] = 1.0f / (rs[r] * rs[r]) - eps;
-    const dnnl::memory::desc md = plainDesc({rows, D}), sd = plainDesc({rows}), pd = plainDesc({D});
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(md, x.data<float>())},
-                                               {DNNL_ARG_DIFF_DST, wrap(md, dy.data<float>())},
+    const dnnl::memory::desc md = plainDesc({rows, D}, dnnlType(type)), sd = plainDesc({rows}), pd = plainDesc({D});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(md, x.raw())},
+                                               {DNNL_ARG_DIFF_DST, wrap(md, dy.raw())},
                                                {DNNL_ARG_MEAN, wrap(sd, mean.data<float>())},
                                                {DNNL_ARG_VARIANCE, wrap(sd, var.data())},
-                                               {DNNL_ARG_DIFF_SRC, wrap(md, dx.data<float>())}};
+                                               {DNNL_ARG_DIFF_SRC, wrap(md, dx.raw())}};
     if (scale) {
         if (!gamma.defined()) ones.assign(static_cast<size_t>(D), 1.0f); // no weight: the forward's scale was 1
         args.emplace(DNNL_ARG_SCALE, wrap(pd, gamma.defined() ? gamma.data<float>() : ones.data()));
@@ -142,36 +147,49 @@ void layerNormBackward(float eps, const Tensor& x, const Tensor& dy, const Tenso
     checkDnnl("layer_normalization_backward::execute", [&] { bwd.execute(stream(), args); });
 }
 
-} // namespace
+// Whether oneDNN's layer normalisation takes data of `type` here: float32 always, bfloat16
+// where the CPU has bfloat16 kernels.
+bool kernelsTake(DType type) { return type == DType::float32 || bfloat16Kernels(); }
 
-void CpuBackend::rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-    const RowGeometry g = geometryOf("rowNormForward", p, x, gamma, beta);
-    cpu_util::requireSameNumel("rowNormForward", x, y);
-    if (onDnnl(p) && g.rows > 0 && g.D > 0 && y.isPlain() && y.dtype() == DType::float32) {
-        return layerNormForward(p.eps, x, gamma, beta, y.reshape(x.shape()), mean, rstd);
+// BackendError unless `t` is float32 or bfloat16.
+void requireDataType(const char* op, const char* name, const Tensor& t) {
+    if (t.dtype() != DType::float32 && t.dtype() != DType::bfloat16) {
+        throw BackendError(std::string("CpuBackend::") + op + ": " + name + " is " + str(t.dtype()) +
+                           ", expected float32 or bfloat16");
     }
-    const float* xs = x.data<float>();
-    float* ys = y.data<float>();
-    float* means = mean.data<float>();
-    float* rstds = rstd.data<float>();
-    const float* gs = gamma.defined() ? gamma.data<float>() : nullptr;
-    const float* bs = beta.defined() ? beta.data<float>() : nullptr;
+}
+
+// The generic loops, on float32 or bfloat16 data (each operand its own type; sums in float32).
+inline float in(float v) { return v; }
+inline float in(bfloat16 v) { return toFloat(v); }
+template <class T> T out(float v);
+template <> inline float out<float>(float v) { return v; }
+template <> inline bfloat16 out<bfloat16>(float v) { return toBfloat16(v); }
+
+// f(T{}) with T the element type of `t` (float32 or bfloat16).
+template <class F> void withType(const Tensor& t, F&& f) {
+    if (t.dtype() == DType::bfloat16) return f(bfloat16{});
+    f(float{});
+}
+
+template <class TX, class TY>
+void rowNormForwardLoop(const RowNormParams& p, const RowGeometry& g, const TX* xs, const float* gs, const float* bs,
+                        TY* ys, float* means, float* rstds) {
     const int64_t D = g.D;
 #pragma omp parallel for schedule(static) if (g.rows * D > kParallelMin)
     for (int64_t r = 0; r < g.rows; ++r) {
-        const float* xr = xs + r * D;
-        float* yr = ys + r * D;
+        const TX* xr = xs + r * D;
+        TY* yr = ys + r * D;
         float mu = 0.0f;
         if (p.subtractMean) {
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-            for (int64_t d = 0; d < D; ++d) sum += xr[d];
+            for (int64_t d = 0; d < D; ++d) sum += in(xr[d]);
             mu = sum / static_cast<float>(D);
         }
         float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
-        for (int64_t d = 0; d < D; ++d) sq += (xr[d] - mu) * (xr[d] - mu);
+        for (int64_t d = 0; d < D; ++d) sq += (in(xr[d]) - mu) * (in(xr[d]) - mu);
         const float rs = 1.0f / std::sqrt(sq / static_cast<float>(D) + p.eps);
         means[r] = mu;
         rstds[r] = rs;
@@ -179,47 +197,25 @@ void CpuBackend::rowNormForward(const RowNormParams& p, const Tensor& x, const T
         if (g.inner == 1) {
 #pragma omp simd
             for (int64_t d = 0; d < D; ++d) {
-                yr[d] = (xr[d] - mu) * rs * (gs ? gs[base + d] : 1.0f) + (bs ? bs[base + d] : 0.0f);
+                yr[d] = out<TY>((in(xr[d]) - mu) * rs * (gs ? gs[base + d] : 1.0f) + (bs ? bs[base + d] : 0.0f));
             }
         } else {
             for (int64_t j = 0; j < g.chunks; ++j) {
                 const float a = rs * (gs ? gs[base + j] : 1.0f), b = bs ? bs[base + j] : 0.0f;
-                const float* xc = xr + j * g.inner;
-                float* yc = yr + j * g.inner;
+                const TX* xc = xr + j * g.inner;
+                TY* yc = yr + j * g.inner;
 #pragma omp simd
-                for (int64_t k = 0; k < g.inner; ++k) yc[k] = (xc[k] - mu) * a + b;
+                for (int64_t k = 0; k < g.inner; ++k) yc[k] = out<TY>((in(xc[k]) - mu) * a + b);
             }
         }
     }
 }
 
-void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                 const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
-                                 const Tensor& dbeta) {
-    const RowGeometry g = geometryOf("rowNormBackward", p, x, gamma, Tensor());
-    cpu_util::requireSameNumel("rowNormBackward", x, dy);
-    cpu_util::requireSameNumel("rowNormBackward", x, dx);
-    const Tensor dyPlain = dy.isPlain() && dy.dtype() == DType::float32 ? dy : dy.plain().convertedTo(DType::float32);
-    const float* xs = x.data<float>();
-    const float* dys = dyPlain.data<float>();
-    float* dxs = dx.data<float>();
-    const float* means = mean.data<float>();
-    const float* rstds = rstd.data<float>();
-    const float* gs = gamma.defined() ? gamma.data<float>() : nullptr;
+template <class TX, class TD, class TDX>
+void rowNormBackwardLoop(const RowNormParams& p, const RowGeometry& g, const TX* xs, const TD* dys, const float* gs,
+                         const float* means, const float* rstds, TDX* dxs, float* dgs, float* dbs) {
     const int64_t D = g.D, channels = g.groups * g.chunks;
     const float invD = 1.0f / static_cast<float>(D);
-    for (const Tensor* t : {&dgamma, &dbeta}) {
-        if (t->defined() && t->numel() != channels) {
-            throw ShapeError("CpuBackend::rowNormBackward: dgamma and dbeta need " + std::to_string(channels) +
-                             " values, got " + t->shape().str());
-        }
-    }
-    if (onDnnl(p) && g.rows > 0 && g.D > 0 && dx.isPlain() && dx.dtype() == DType::float32) {
-        return layerNormBackward(p.eps, x, dyPlain.reshape(x.shape()), gamma, mean, rstd, dx.reshape(x.shape()), dgamma,
-                                 dbeta);
-    }
-    float* dgs = dgamma.defined() ? dgamma.data<float>() : nullptr;
-    float* dbs = dbeta.defined() ? dbeta.data<float>() : nullptr;
     // The parameter sums, per thread in the pass that computes dx: [threads][2][channels].
     const bool sums = dgs || dbs;
     const bool parallel = g.rows * D > kParallelMin;
@@ -231,29 +227,29 @@ void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const 
         float* pb = sums ? pg + channels : nullptr;
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < g.rows; ++r) {
-            const float* xr = xs + r * D;
-            const float* dyr = dys + r * D;
-            float* dxr = dxs + r * D;
+            const TX* xr = xs + r * D;
+            const TD* dyr = dys + r * D;
+            TDX* dxr = dxs + r * D;
             const float mu = means[r], rs = rstds[r];
             const int64_t base = (r % g.groups) * g.chunks;
             float s1 = 0.0f, s2 = 0.0f; // sums of dxhat = dy gamma and of dxhat * xhat
             if (g.inner == 1) {         // gamma per value
 #pragma omp simd reduction(+ : s1, s2)
                 for (int64_t d = 0; d < D; ++d) {
-                    const float dxh = dyr[d] * (gs ? gs[base + d] : 1.0f);
+                    const float dxh = in(dyr[d]) * (gs ? gs[base + d] : 1.0f);
                     s1 += dxh;
-                    s2 += dxh * (xr[d] - mu) * rs;
+                    s2 += dxh * (in(xr[d]) - mu) * rs;
                 }
             } else { // gamma per chunk of `inner` values
                 for (int64_t j = 0; j < g.chunks; ++j) {
                     const float gj = gs ? gs[base + j] : 1.0f;
-                    const float* xc = xr + j * g.inner;
-                    const float* dyc = dyr + j * g.inner;
+                    const TX* xc = xr + j * g.inner;
+                    const TD* dyc = dyr + j * g.inner;
                     float c1 = 0.0f, c2 = 0.0f;
 #pragma omp simd reduction(+ : c1, c2)
                     for (int64_t k = 0; k < g.inner; ++k) {
-                        c1 += dyc[k];
-                        c2 += dyc[k] * (xc[k] - mu);
+                        c1 += in(dyc[k]);
+                        c2 += in(dyc[k]) * (in(xc[k]) - mu);
                     }
                     s1 += gj * c1;
                     s2 += gj * c2 * rs;
@@ -265,27 +261,27 @@ void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const 
                 if (sums) {
 #pragma omp simd
                     for (int64_t d = 0; d < D; ++d) {
-                        const float xhat = (xr[d] - mu) * rs;
-                        dxr[d] = rs * (dyr[d] * (gs ? gs[base + d] : 1.0f) - m1 - xhat * m2);
-                        pg[base + d] += dyr[d] * xhat;
-                        pb[base + d] += dyr[d];
+                        const float xhat = (in(xr[d]) - mu) * rs;
+                        dxr[d] = out<TDX>(rs * (in(dyr[d]) * (gs ? gs[base + d] : 1.0f) - m1 - xhat * m2));
+                        pg[base + d] += in(dyr[d]) * xhat;
+                        pb[base + d] += in(dyr[d]);
                     }
                 } else {
 #pragma omp simd
                     for (int64_t d = 0; d < D; ++d) {
-                        const float xhat = (xr[d] - mu) * rs;
-                        dxr[d] = rs * (dyr[d] * (gs ? gs[base + d] : 1.0f) - m1 - xhat * m2);
+                        const float xhat = (in(xr[d]) - mu) * rs;
+                        dxr[d] = out<TDX>(rs * (in(dyr[d]) * (gs ? gs[base + d] : 1.0f) - m1 - xhat * m2));
                     }
                 }
             } else {
                 for (int64_t j = 0; j < g.chunks; ++j) {
                     const float gj = gs ? gs[base + j] : 1.0f;
-                    const float* xc = xr + j * g.inner;
-                    const float* dyc = dyr + j * g.inner;
-                    float* dxc = dxr + j * g.inner;
+                    const TX* xc = xr + j * g.inner;
+                    const TD* dyc = dyr + j * g.inner;
+                    TDX* dxc = dxr + j * g.inner;
 #pragma omp simd
                     for (int64_t k = 0; k < g.inner; ++k) {
-                        dxc[k] = rs * (dyc[k] * gj - m1 - (xc[k] - mu) * rs * m2);
+                        dxc[k] = out<TDX>(rs * (in(dyc[k]) * gj - m1 - (in(xc[k]) - mu) * rs * m2));
                     }
                 }
             }
@@ -301,6 +297,69 @@ void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const 
         if (dgs) dgs[c] = sg;
         if (dbs) dbs[c] = sb;
     }
+}
+
+} // namespace
+
+// x and y float32 or bfloat16 (each its own): LayerNorm on oneDNN where they share a type
+// oneDNN's kernels take (bfloat16 where the CPU has bfloat16 kernels), the generic loop
+// otherwise.
+void CpuBackend::rowNormForward(const RowNormParams& p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+    const RowGeometry g = geometryOf("rowNormForward", p, x, gamma, beta);
+    cpu_util::requireSameNumel("rowNormForward", x, y);
+    requireDataType("rowNormForward", "y", y);
+    if (onDnnl(p) && g.rows > 0 && g.D > 0 && y.isPlain() && y.dtype() == x.dtype() && kernelsTake(x.dtype())) {
+        return layerNormForward(p.eps, x, gamma, beta, y.reshape(x.shape()), mean, rstd);
+    }
+    if (!y.isPlain()) throw BackendError("CpuBackend::rowNormForward: y must be plain");
+    const float* gs = gamma.defined() ? gamma.data<float>() : nullptr;
+    const float* bs = beta.defined() ? beta.data<float>() : nullptr;
+    withType(x, [&](auto tx) {
+        withType(y, [&](auto ty) {
+            using TX = decltype(tx);
+            using TY = decltype(ty);
+            rowNormForwardLoop(p, g, x.data<TX>(), gs, bs, y.data<TY>(), mean.data<float>(), rstd.data<float>());
+        });
+    });
+}
+
+void CpuBackend::rowNormBackward(const RowNormParams& p, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                 const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
+                                 const Tensor& dbeta) {
+    const RowGeometry g = geometryOf("rowNormBackward", p, x, gamma, Tensor());
+    cpu_util::requireSameNumel("rowNormBackward", x, dy);
+    cpu_util::requireSameNumel("rowNormBackward", x, dx);
+    requireDataType("rowNormBackward", "dy", dy);
+    requireDataType("rowNormBackward", "dx", dx);
+    const int64_t channels = g.groups * g.chunks;
+    for (const Tensor* t : {&dgamma, &dbeta}) {
+        if (t->defined() && t->numel() != channels) {
+            throw ShapeError("CpuBackend::rowNormBackward: dgamma and dbeta need " + std::to_string(channels) +
+                             " values, got " + t->shape().str());
+        }
+    }
+    const Tensor dyPlain = dy.plain();
+    if (onDnnl(p) && g.rows > 0 && g.D > 0 && dx.isPlain() && dx.dtype() == x.dtype() && dy.dtype() == x.dtype() &&
+        kernelsTake(x.dtype())) {
+        return layerNormBackward(p.eps, x, dyPlain.reshape(x.shape()), gamma, mean, rstd, dx.reshape(x.shape()), dgamma,
+                                 dbeta);
+    }
+    if (!dx.isPlain()) throw BackendError("CpuBackend::rowNormBackward: dx must be plain");
+    float* dgs = dgamma.defined() ? dgamma.data<float>() : nullptr;
+    float* dbs = dbeta.defined() ? dbeta.data<float>() : nullptr;
+    const float* gs = gamma.defined() ? gamma.data<float>() : nullptr;
+    withType(x, [&](auto tx) {
+        withType(dyPlain, [&](auto td) {
+            withType(dx, [&](auto tdx) {
+                using TX = decltype(tx);
+                using TD = decltype(td);
+                using TDX = decltype(tdx);
+                rowNormBackwardLoop(p, g, x.data<TX>(), dyPlain.data<TD>(), gs, mean.data<float>(), rstd.data<float>(),
+                                    dx.data<TDX>(), dgs, dbs);
+            });
+        });
+    });
 }
 
 } // namespace tessera

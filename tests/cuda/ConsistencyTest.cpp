@@ -517,7 +517,9 @@ struct Carry16Bit {
 // fuses batch norm + ReLU while the switch is on); dropout draws the same masks on both
 // sides (one seed, counter-based draws); Linear writes 16-bit outputs and input gradients
 // (the bias added to the 16-bit product), and a batch of 600 rows sums its bias gradient
-// over more than one chunk of rows.
+// over more than one chunk of rows; row norms read and write 16-bit data with float32
+// statistics; MultiheadAttention takes 16-bit sequences and writes 16-bit outputs (its
+// heads and scores float32).
 TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
     REQUIRE_DEVICE();
     const Device dev = testDevice();
@@ -558,6 +560,10 @@ TEST(CudaConsistency, SixteenBitActivationsMatchFloat32LayerByLayer) {
         {"Dropout", make<Dropout>(DropoutOptions{.p = 0.3f, .seed = 5}), {{4, 6, 5, 5}}},
         {"DepthConcat of one spatial size", make<DepthConcat>(), {{2, 2, 4, 4}, {2, 3, 4, 4}}},
         {"DepthConcat that pads", make<DepthConcat>(), {{2, 2, 5, 3}, {2, 3, 4, 6}}},
+        {"LayerNorm", make<LayerNorm>(std::vector<int64_t>{24}), {{4, 5, 24}}},
+        {"RMSNorm", make<RMSNorm>(std::vector<int64_t>{3, 8}), {{5, 3, 8}}},
+        {"GroupNorm", make<GroupNorm>(2, 6), {{3, 6, 5, 4}}},
+        {"MultiheadAttention", make<MultiheadAttention>(16, 4), {{3, 7, 16}}},
         {"Linear", make<Linear>(40, 24), {{16, 40}}},
         {"Linear over 3-D, no bias", make<Linear>(24, 12, LinearOptions{.useBias = false}), {{2, 5, 24}}},
         {"Flatten, then Linear",

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "GradCheck.h"
+#include "backend/Backend.h"
 #include "modules/Attention.h"
 #include "modules/MultiheadAttention.h"
 #include "modules/PositionalEncoding.h"
@@ -209,6 +210,44 @@ TEST(MultiheadAttention, SelfAttentionReferenceGradientShape) {
     EXPECT_EQ(mha.numOfParams(), 3 * 8 * 8 + 3 * 8 + 8 * 8 + 8);
     EXPECT_TRUE(checkGradients(mha, {x}));
     EXPECT_TRUE(checkShapes(mha, {x}));
+}
+
+// Under calcMode(bfloat16) it takes bfloat16 sequences as they come and writes its output
+// as a Linear does (bfloat16 on a CPU with bfloat16 kernels), close to float32 compute on
+// the same operands; the input gradient has the input's dtype; masks stay float32 (a
+// bfloat16 mask makes it take float32 copies).
+TEST(MultiheadAttention, Bfloat16InAndOut) {
+    const DType bf16 = DType::bfloat16, f32 = DType::float32;
+    manualSeed(12);
+    MultiheadAttention low(16, 4), ref(16, 4);
+    for (MultiheadAttention* m : {&low, &ref}) {
+        m->getVar("in_proj_bias")->data.copyFrom(randomTensor({48}, 4));
+        m->getVar("out_proj_bias")->data.copyFrom(randomTensor({16}, 5));
+    }
+    ref.getVar("in_proj_weight")->data.copyFrom(low.getVar("in_proj_weight")->data);
+    ref.getVar("out_proj_weight")->data.copyFrom(low.getVar("out_proj_weight")->data);
+    low.calcMode(bf16);
+    ref.calcMode(bf16);
+    const Tensor x = randomTensor({3, 7, 16}, 1).convertedTo(bf16), dy = randomTensor({3, 7, 16}, 2);
+    EXPECT_TRUE(low.takes16Bit({x}));
+    const Tensor y = low(x), yr = ref(x.convertedTo(f32)); // ref: handed float32, as before
+    const DType out = backendFor(Device::cpu()).gemmOutputDType(bf16);
+    EXPECT_EQ(y.dtype(), out);
+    EXPECT_EQ(low.outputDTypes({{3, 7, 16}}, {bf16}, Device::cpu()), std::vector<DType>{out});
+    EXPECT_LT(relL2(y, yr), 1e-2);
+    low.zeroGradParams();
+    ref.zeroGradParams();
+    const Tensor dx = low.backward(dy.convertedTo(out)), dxr = ref.backward(dy.convertedTo(out));
+    EXPECT_EQ(dx.dtype(), bf16);
+    EXPECT_LT(relL2(dx, dxr), 1e-2);
+    for (const char* name : {"in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias"}) {
+        EXPECT_LT(relL2(low.getVar(name)->grad, ref.getVar(name)->grad), 1e-2) << name;
+    }
+    MultiheadAttention masked(16, 4, {.keyPaddingMask = true});
+    masked.calcMode(bf16);
+    EXPECT_TRUE(masked.takes16Bit({x, Tensor::zeros({3, 7})}));
+    EXPECT_FALSE(masked.takes16Bit({x, Tensor::zeros({3, 7}, bf16)}));
+    EXPECT_FALSE(ref.takes16Bit({x.convertedTo(DType::float16)})); // not the compute type
 }
 
 TEST(MultiheadAttention, CrossAttentionTimeMajorWithBothMasks) {

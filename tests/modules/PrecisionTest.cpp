@@ -27,17 +27,6 @@ namespace tessera {
 namespace {
 using namespace testing;
 
-// ||a - b|| / ||b|| over the elements as float.
-double relDiff(const Tensor& a, const Tensor& b) {
-    const std::vector<float> x = a.toVector<float>(), y = b.toVector<float>();
-    double d = 0, n = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-        d += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-        n += static_cast<double>(y[i]) * y[i];
-    }
-    return std::sqrt(d / n);
-}
-
 TEST(Precision, Bfloat16Conversions) {
     EXPECT_EQ(toBfloat16(1.0f).bits, 0x3f80);
     EXPECT_EQ(toFloat(toBfloat16(1.0f)), 1.0f);
@@ -150,7 +139,7 @@ TEST(Precision, Bfloat16LayersMatchFloat32) {
     };
     // ||low - fp32|| / ||fp32||: bfloat16 keeps 8 significant bits (a relative rounding of
     // 2^-9 per input); sums of products of such inputs land well inside 1e-2.
-    const auto rel = relDiff;
+    const auto rel = relL2;
     // Gradients of bfloat16 2-D convolutions through oneDNN's kernels and through the
     // GEMMs, and whichever the CPU picks.
     struct AlgoGuard {
@@ -439,7 +428,7 @@ TEST(Precision, Bfloat16ActivationOpsMatchFloat32) {
     const Tensor x16 = x32.convertedTo(DType::bfloat16);
     EXPECT_EQ(x16.dtype(), DType::bfloat16);
     EXPECT_EQ(x16.layout(), Layout::blocked16);
-    EXPECT_LT(relDiff(x16, x32), std::ldexp(1.0, -8));
+    EXPECT_LT(relL2(x16, x32), std::ldexp(1.0, -8));
     const Tensor xr = x16.convertedTo(DType::float32); // the bfloat16 values in float32
     EXPECT_EQ(xr.layout(), Layout::blocked16);
     EXPECT_EQ(xr.toVector<float>(), x16.toVector<float>());
@@ -452,9 +441,9 @@ TEST(Precision, Bfloat16ActivationOpsMatchFloat32) {
     const Tensor y32 = be.batchNormForward(xr, scale, shift, mean32, var32, 1e-5f, true);
     EXPECT_EQ(y16.dtype(), DType::bfloat16);
     EXPECT_EQ(y16.layout(), Layout::blocked16);
-    EXPECT_LT(relDiff(y16, y32), 1e-2);
-    EXPECT_LT(relDiff(mean16, mean32), 1e-5);
-    EXPECT_LT(relDiff(var16, var32), 1e-5);
+    EXPECT_LT(relL2(y16, y32), 1e-2);
+    EXPECT_LT(relL2(mean16, mean32), 1e-5);
+    EXPECT_LT(relL2(var16, var32), 1e-5);
     const Tensor dy = randomTensor({2, 20, 5, 5}, 14); // a float32 plain gradient: converted on the way in
     Tensor ds16 = Tensor::empty({20}), db16 = Tensor::empty({20}), ds32 = Tensor::empty({20}),
            db32 = Tensor::empty({20});
@@ -462,9 +451,9 @@ TEST(Precision, Bfloat16ActivationOpsMatchFloat32) {
     const Tensor dx32 = be.batchNormBackward(xr, dy.astype(DType::bfloat16).astype(DType::float32), scale, mean32,
                                              var32, 1e-5f, ds32, db32);
     EXPECT_EQ(dx16.dtype(), DType::bfloat16);
-    EXPECT_LT(relDiff(dx16, dx32), 1e-2);
-    EXPECT_LT(relDiff(ds16, ds32), 1e-4);
-    EXPECT_LT(relDiff(db16, db32), 1e-4);
+    EXPECT_LT(relL2(dx16, dx32), 1e-2);
+    EXPECT_LT(relL2(ds16, ds32), 1e-4);
+    EXPECT_LT(relL2(db16, db32), 1e-4);
 
     // ReLU: exact on bfloat16 values, forward and backward.
     const ActivationParams relu{ActivationKind::relu};
@@ -489,14 +478,14 @@ TEST(Precision, Bfloat16ActivationOpsMatchFloat32) {
     Tensor z32 = Tensor::empty(x16.shape(), DType::float32, Device::cpu(), Layout::blocked16);
     be.axpbyz(2.0f, x16, -0.5f, b16, z16);
     be.axpbyz(2.0f, xr, -0.5f, br, z32);
-    EXPECT_LT(relDiff(z16, z32), std::ldexp(1.0, -8)); // one rounding of the float32 result
+    EXPECT_LT(relL2(z16, z32), std::ldexp(1.0, -8)); // one rounding of the float32 result
     Tensor zm = Tensor::empty(x16.shape(), DType::float32, Device::cpu(), Layout::blocked16);
     be.axpbyz(2.0f, x16, -0.5f, br, zm); // mixed: the same float arithmetic on the same values
     EXPECT_EQ(zm.toVector<float>(), z32.toVector<float>());
     Tensor acc = b16.convertedTo(DType::float32).convertedTo(DType::bfloat16); // a copy of its own
     be.axpby(1.0f, x16, 1.0f, acc);                                            // in place, as gradient sums are
     be.axpbyz(1.0f, xr, 1.0f, br, z32);
-    EXPECT_LT(relDiff(acc, z32), std::ldexp(1.0, -8));
+    EXPECT_LT(relL2(acc, z32), std::ldexp(1.0, -8));
     try {
         be.axpby(1.0f, Tensor::zeros({4}, DType::int32), 1.0f, Tensor::zeros({4}));
         ADD_FAILURE() << "an int32 axpby went through";
@@ -538,17 +527,17 @@ TEST(Precision, Bfloat16PoolingMatchesFloat32) {
                 EXPECT_EQ(dx16.toVector<float>(), dx32.toVector<float>());
             } else if (exact) { // overlapping windows sum gradients: rounded once
                 EXPECT_EQ(y16.toVector<float>(), y32.toVector<float>());
-                EXPECT_LT(relDiff(dx16, dx32), std::ldexp(1.0, -8));
+                EXPECT_LT(relL2(dx16, dx32), std::ldexp(1.0, -8));
             } else {
-                EXPECT_LT(relDiff(y16, y32), std::ldexp(1.0, -8));
-                EXPECT_LT(relDiff(dx16, dx32), std::ldexp(1.0, -8));
+                EXPECT_LT(relL2(y16, y32), std::ldexp(1.0, -8));
+                EXPECT_LT(relL2(dx16, dx32), std::ldexp(1.0, -8));
             }
         }
     }
     GlobalAvgPool gap;
     const Tensor g16 = gap(x32.toLayout(Layout::blocked16).convertedTo(DType::bfloat16));
     EXPECT_EQ(g16.dtype(), DType::bfloat16);
-    EXPECT_LT(relDiff(g16, GlobalAvgPool()(x32)), 1e-2);
+    EXPECT_LT(relL2(g16, GlobalAvgPool()(x32)), 1e-2);
     EXPECT_EQ(gap.backward(randomTensor(g16.shape(), 33)).dtype(), DType::bfloat16); // the input's dtype
 }
 
@@ -611,7 +600,7 @@ TEST(Precision, Bfloat16ActivationsRunThroughAResidualBlock) {
     // alone does (in this small batch-normalised net, up to ~10% in some gradients: the
     // batch norms' backward cancels), forward and backward.
     auto close = [&](const Tensor& on, const Tensor& off, const Tensor& exact) {
-        return relDiff(on, exact) < 3 * relDiff(off, exact) + 1e-2;
+        return relL2(on, exact) < 3 * relL2(off, exact) + 1e-2;
     };
     EXPECT_TRUE(close(b16.y, f32.y, ref.y));
     EXPECT_TRUE(close(b16.dx, f32.dx, ref.dx));
@@ -619,7 +608,7 @@ TEST(Precision, Bfloat16ActivationsRunThroughAResidualBlock) {
         EXPECT_TRUE(close(b16.grads.at(name), f32.grads.at(name), g)) << name;
     }
     if (kernels) {
-        EXPECT_GT(relDiff(b16.y, f32.y), 1e-6); // the activations were rounded: the check can tell
+        EXPECT_GT(relL2(b16.y, f32.y), 1e-6); // the activations were rounded: the check can tell
     }
 }
 

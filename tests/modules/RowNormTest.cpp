@@ -1,6 +1,7 @@
 // LayerNorm, RMSNorm and GroupNorm against a double-precision reference written from
 // their definitions, their gradients by central differences, shapes and bad input.
 #include <cmath>
+#include <functional>
 
 #include "GradCheck.h"
 #include "io/Factory.h"
@@ -166,6 +167,59 @@ TEST(RowNorm, BlueprintsRebuildTheSameModule) {
                                 std::make_shared<GroupNorm>(2, 6, GroupNormOptions{.epsilon = 1e-4f})}) {
         const std::string json = m->blueprint().toJson();
         EXPECT_EQ(buildModule(m->blueprint())->blueprint().toJson(), json);
+    }
+}
+
+// bfloat16 in, bfloat16 out (the CPU carries bfloat16): LayerNorm on oneDNN's bfloat16
+// primitive where the CPU has bfloat16 kernels, the others (and LayerNorm elsewhere) in the
+// generic loop; each against the float32 layer on the same rounded operands, within
+// bfloat16's rounding, forward and backward; the statistics, parameters and their
+// gradients stay float32. A float32 gradient for a bfloat16 output works too.
+TEST(RowNorm, Bfloat16InAndOut) {
+    const DType bf16 = DType::bfloat16, f32 = DType::float32;
+    auto round = [&](const Tensor& t) { return t.convertedTo(bf16).convertedTo(f32); };
+    struct Case {
+        const char* name;
+        std::function<ModulePtr()> make;
+        Shape in;
+    };
+    const Case cases[] = {
+        {"LayerNorm", [] { return std::make_shared<LayerNorm>(std::vector<int64_t>{48}); }, {4, 6, 48}},
+        {"RMSNorm",
+         [] {
+             return std::make_shared<RMSNorm>(std::vector<int64_t>{3, 16});
+         },
+         {5, 3, 16}},
+        {"GroupNorm", [] { return std::make_shared<GroupNorm>(2, 6); }, {3, 6, 5, 4}},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        const ModulePtr low = c.make(), ref = c.make();
+        for (const ModulePtr& m : {low, ref}) { // parameters that matter in every channel
+            for (const auto& [name, v] : m->namedParams())
+                v->data.copyFrom(randomTensor(v->data.shape(), 9, 0.5f, 1.5f));
+        }
+        const Tensor x = randomTensor(c.in, 1, -2.0f, 3.0f).convertedTo(bf16), dy = randomTensor(c.in, 2);
+        const Tensor y = (*low)(x), yr = (*ref)(x.convertedTo(f32));
+        EXPECT_EQ(y.dtype(), bf16);
+        EXPECT_EQ(low->outputDTypes({c.in}, {bf16}, Device::cpu()), std::vector<DType>{bf16});
+        EXPECT_LT(relL2(y, yr), std::ldexp(1.0, -8)); // rounded once
+        EXPECT_LT(relL2(y, round(yr)), 1e-3);
+        low->zeroGradParams();
+        ref->zeroGradParams();
+        const Tensor dx = low->backward(dy.convertedTo(bf16)), dxr = ref->backward(round(dy));
+        EXPECT_EQ(dx.dtype(), bf16);
+        EXPECT_LT(relL2(dx, dxr), 1e-2);
+        const auto pl = low->namedParams(), pr = ref->namedParams();
+        for (size_t i = 0; i < pl.size(); ++i) {
+            EXPECT_EQ(pl[i].second->grad.dtype(), f32);
+            EXPECT_LT(relL2(pl[i].second->grad, pr[i].second->grad), 1e-3) << pl[i].first;
+        }
+        // A float32 gradient (a cost's) for the bfloat16 output: the input gradient is bfloat16.
+        (*low)(x);
+        const Tensor dx32 = low->backward(round(dy));
+        EXPECT_EQ(dx32.dtype(), bf16);
+        EXPECT_LT(relL2(dx32, dxr), 1e-2);
     }
 }
 
