@@ -139,6 +139,11 @@ private:
         return out;
     }
 
+    // A call's transient buffers: counted at its moment, released at once.
+    void scratch(int64_t bytes) {
+        if (bytes > 0) l_.unref(l_.alloc(bytes));
+    }
+
     State forwardLeaf(Module& m, const Values& ins, bool train) {
         State st;
         Shapes shapes;
@@ -181,6 +186,7 @@ private:
         const bool lowIn = !seen.empty() && std::all_of(seen.begin(), seen.end(), is16Bit);
         if (st.use.keptBytes > 0) st.kept = l_.alloc(st.use.keptBytes);
         if (st.use.keptUntilBackwardBytes > 0 && !lowIn) st.keptForBackward = l_.alloc(st.use.keptUntilBackwardBytes);
+        scratch(st.use.forwardScratchBytes);
         return st;
     }
 
@@ -206,6 +212,7 @@ private:
                 }
                 st.grad.push_back(gi);
             }
+            scratch(st.use.backwardScratchBytes);
         }
         for (const Value& v : grads) l_.unref(v.id);
         l_.unref(st.keptForBackward);

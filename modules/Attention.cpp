@@ -127,6 +127,10 @@ int64_t headsPerBlock(const Backend& be, int64_t heads, int64_t Tq, int64_t Tk) 
 }
 } // namespace
 
+int64_t AttentionKernel::blockBytes(const Backend& be, int64_t heads, int64_t Tq, int64_t Tk) {
+    return headsPerBlock(be, heads, Tq, Tk) * Tq * Tk * static_cast<int64_t>(sizeof(float));
+}
+
 // For each block of heads: P = softmax(q k^T s + mask), with dropout P <- P * mask, y = P v.
 // The dropout masks are drawn head after head in order, whatever the blocks.
 Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_t* used) const {
@@ -238,6 +242,22 @@ Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
     if (!stream_.defined()) return kernel_.backward(in, grad[0].plain(), nullptr);
     const AttentionKernel::Stream st = AttentionKernel::kept(stream_);
     return kernel_.backward(in, grad[0].plain(), &st);
+}
+
+// Forward: the scores and probabilities of a block of heads; backward: three such blocks
+// (five with dropout); with dropout, the stream kept (a host tensor).
+MemoryUse ScaledDotProductAttention::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                                               Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    const Backend& be = backendFor(device);
+    const Shape& q = inShapes[0];
+    const int64_t Tq = q[q.rank() - 2], Tk = inShapes[1][q.rank() - 2], heads = q.numel() / (Tq * q[q.rank() - 1]);
+    const int64_t block = be.allocationBytes(AttentionKernel::blockBytes(be, heads, Tq, Tk));
+    const bool dropout = train && options().dropout > 0.0f;
+    use.forwardScratchBytes = 2 * block;
+    use.backwardScratchBytes = (dropout ? 5 : 3) * block;
+    if (dropout && device.isCpu()) use.keptBytes += 4 * static_cast<int64_t>(sizeof(int32_t));
+    return use;
 }
 
 Blueprint ScaledDotProductAttention::blueprint() const {

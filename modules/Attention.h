@@ -8,6 +8,8 @@
 
 namespace tessera {
 
+class Backend;
+
 struct AttentionOptions {
     bool causal = false; ///< position i attends to positions j <= i only (PyTorch's is_causal)
     float scale = 0.0f;  ///< the scores' factor; 0: 1 / sqrt(d)
@@ -43,6 +45,9 @@ public:
     static Stream kept(const Tensor& t);
     /// The causal mask [Tq, Tk] on the CPU: 0 on and below the diagonal, -inf above.
     static Tensor causalTable(int64_t Tq, int64_t Tk);
+    /// The bytes of one of the [heads in a block, Tq, Tk] float32 buffers forward (two)
+    /// and backward (three; five with dropout) hold while they run on `be`.
+    static int64_t blockBytes(const Backend& be, int64_t heads, int64_t Tq, int64_t Tk);
 
 private:
     float scaleFor(int64_t d) const;
@@ -77,6 +82,9 @@ public:
     /// Three or four inputs as above.
     void checkDataShape(const Shapes& inShapes) const override;
     Blueprint blueprint() const override;
+    /// The kernel's blocks of scores as scratch (see AttentionKernel::blockBytes).
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
     const AttentionOptions& options() const { return kernel_.options(); }
     /// The dropout masks' generator (reseed it to replay masks).
     Generator* randomStream() override { return &gen_; }

@@ -57,6 +57,13 @@ struct MemoryUse {
     /// its input gradients exist (a bfloat16 convolution's float32 input converted to
     /// bfloat16; the plan counts none when the input comes in bfloat16).
     int64_t keptUntilBackwardBytes = 0;
+    /// Buffers a forward allocates and releases inside the call (attention's blocks of
+    /// scores, its heads in eval mode): the most bytes they add, at any moment of the call,
+    /// to what the plan already holds then (the inputs, the outputs and what is kept).
+    int64_t forwardScratchBytes = 0;
+    /// The same for a backward, beyond the output gradients, what is kept and the input
+    /// gradients.
+    int64_t backwardScratchBytes = 0;
 };
 
 class Module {

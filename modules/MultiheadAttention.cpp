@@ -185,7 +185,8 @@ void MultiheadAttention::accGradParams(const Tensors& grad, float scale, float m
 }
 
 // dJ = dy Wo (dWo = dy^T J, dbo = sum dy); the kernel's dq, dk, dv (and dmask); per
-// projection i: dx_i = dP_i W_i, dW_i = dP_i^T x_i, db_i = sum dP_i.
+// projection i: dx_i = dP_i W_i, dW_i = dP_i^T x_i, db_i = sum dP_i (self-attention: the
+// three at once, dx = sum_i dP_i W_i).
 Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale,
                                          float momentum) {
     if (!q_.defined()) throw moduleError("backward needs a forward in train mode (it keeps the projected heads)");
@@ -208,21 +209,39 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
     const Tensors dk = kernel_.backward(kin, swap12(dJ.reshape({N, L, H, d})), stream_.defined() ? &st : nullptr);
     const Tensor& W = getVar("in_proj_weight")->data;
     Tensors dx(seqs);
-    for (int i = 0; i < 3; ++i) {
-        const Tensor dP = swap12(dk[static_cast<size_t>(i)]).reshape({N * (i == 0 ? L : S), E});
-        const size_t input = seqs == 3 ? static_cast<size_t>(i) : 0;
-        if (params) {
-            const Tensor x = rowsOf(inData[input].plain());
-            be.gemm(true, false, scale, dP, x, momentum, getVar("in_proj_weight")->grad.slice(i * E, (i + 1) * E),
-                    computeDType());
-            if (options_.bias) {
-                be.sumRows(dP, scale, momentum, getVar("in_proj_bias")->grad.slice(i * E, (i + 1) * E));
-            }
+    if (seqs == 1) {
+        // Self-attention: the three projections' gradients side by side, [N L, 3E], so that
+        // dx = dP W, dW = dP^T x and db are one product each (dx written once, in x's dtype).
+        const int64_t rows = N * L;
+        const Tensor dP = Tensor::empty({rows, 3 * E}, DType::float32, dy.device());
+        for (int64_t i = 0; i < 3; ++i) {
+            be.copyStrided(swap12(dk[static_cast<size_t>(i)]), 0, E, dP, i * E, 3 * E, rows, E);
         }
-        if (!updGrad) continue;
-        const bool first = !dx[input].defined();
-        if (first) dx[input] = Tensor::empty({dP.shape()[0], E}, DType::float32, dy.device());
-        be.gemm(false, false, 1.0f, dP, W.slice(i * E, (i + 1) * E), first ? 0.0f : 1.0f, dx[input], computeDType());
+        if (params) {
+            be.gemm(true, false, scale, dP, rowsOf(inData[0].plain()), momentum, getVar("in_proj_weight")->grad,
+                    computeDType());
+            if (options_.bias) be.sumRows(dP, scale, momentum, getVar("in_proj_bias")->grad);
+        }
+        if (updGrad) {
+            dx[0] = Tensor::empty({rows, E}, inData[0].dtype(), dy.device());
+            be.gemm(false, false, 1.0f, dP, W, 0.0f, dx[0], computeDType());
+        }
+    } else {
+        for (int i = 0; i < 3; ++i) {
+            const Tensor dP = swap12(dk[static_cast<size_t>(i)]).reshape({N * (i == 0 ? L : S), E});
+            const Tensor& x = inData[static_cast<size_t>(i)];
+            if (params) {
+                be.gemm(true, false, scale, dP, rowsOf(x.plain()), momentum,
+                        getVar("in_proj_weight")->grad.slice(i * E, (i + 1) * E), computeDType());
+                if (options_.bias) {
+                    be.sumRows(dP, scale, momentum, getVar("in_proj_bias")->grad.slice(i * E, (i + 1) * E));
+                }
+            }
+            if (!updGrad) continue;
+            dx[static_cast<size_t>(i)] = Tensor::empty({dP.shape()[0], E}, x.dtype(), dy.device());
+            be.gemm(false, false, 1.0f, dP, W.slice(i * E, (i + 1) * E), 0.0f, dx[static_cast<size_t>(i)],
+                    computeDType());
+        }
     }
     if (!updGrad) return {};
     Tensors out;
@@ -247,19 +266,58 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
     return out;
 }
 
+// Kept in training: the heads q, k, v and the joined heads (float32), and the mask the
+// kernel added where two were combined. Scratch (allocated inside the calls, see
+// updateData and backwardFrom): the heads, the kernel's output and blocks of scores; in
+// backward the heads' gradients, the joined heads' and the projections'.
 MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                         Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    if (!train) return use;
+    const Backend& be = backendFor(device);
+    auto B = [&](int64_t bytes) { return be.allocationBytes(bytes); };
     const size_t seqs = sequenceCount(inShapes.size());
+    const int64_t E = embedDim_, f = static_cast<int64_t>(sizeof(float));
     const int64_t q = inShapes[0].numel(), kv = inShapes[seqs == 3 ? 1 : 0].numel();
-    int64_t mask = 0;
+    const int64_t N = inShapes[0][options_.batchFirst ? 0 : 1], L = q / (N * E), S = kv / (N * E);
+    int64_t mask = 0; // the combined mask, [N, H or 1, L, S]
     if (options_.keyPaddingMask && options_.attnMask) {
         const Shape& a = inShapes[seqs + 1];
-        const int64_t N = inShapes[0][options_.batchFirst ? 0 : 1];
         mask = a.rank() == 3 ? a.numel() : N * a.numel();
     }
-    use.keptBytes += static_cast<int64_t>(sizeof(float)) * (2 * q + 2 * kv + mask);
+    const int64_t hq = B(q * f), hk = B(kv * f), block = B(AttentionKernel::blockBytes(be, N * numHeads_, L, S));
+    const int64_t out = B(q * static_cast<int64_t>(sizeOf(be.gemmOutputDType(computeDType()))));
+    const int64_t heads = hq + 2 * hk + (mask > 0 ? B(mask * f) : 0);
+    // Forward, at its fullest: the last projection's output beside the heads; the kernel's
+    // output and two blocks; the kernel's output, the joined heads and the output.
+    const int64_t forward = std::max({hq + 3 * hk, heads + hq + 2 * block, heads + 2 * hq + out});
+    const int64_t kept = train ? heads + hq : 0;
+    if (train) use.keptBytes += f * (2 * q + 2 * kv + mask);
+    use.forwardScratchBytes = std::max<int64_t>(0, forward - out - kept);
+    if (!train) return use;
+    // Backward: dJ and the heads' gradients with three blocks (five with dropout) and the
+    // added mask's gradient; then the projections' gradients side by side (self-attention)
+    // or one at a time, beside the input gradients.
+    int64_t dmask = 0, maskGrads = 0;
+    size_t at = seqs;
+    if (options_.keyPaddingMask) maskGrads += B(N * S * f), ++at;
+    if (options_.attnMask) maskGrads += B(inShapes[at].numel() * f);
+    if (options_.keyPaddingMask || options_.attnMask) dmask = mask > 0 ? B(mask * f) : maskGrads;
+    const int64_t dheads = hq + 2 * hk, base = hq + dheads + dmask;
+    const int64_t blocks = (options_.dropout > 0.0f ? 5 : 3) * block;
+    int64_t dx = 0, peak = base + blocks;
+    if (seqs == 1) {
+        dx = B(q * static_cast<int64_t>(sizeOf(DType::float32)));
+        const int64_t dP = B(3 * q * f);
+        peak = std::max({peak, base + dP + hq, base + dP + dx});
+    } else {
+        for (size_t i = 0; i < 3; ++i) {
+            const int64_t rows = i == 0 ? hq : hk;
+            peak = std::max(peak, base + rows + dx + rows);
+            dx += rows;
+        }
+    }
+    peak = std::max(peak, base + dx + maskGrads);
+    use.backwardScratchBytes = std::max<int64_t>(0, peak - dx - maskGrads);
     return use;
 }
 

@@ -2,7 +2,8 @@
 // forward and a training step must be within 10% of what memoryStats measures, for
 // LeNet (a Sequential with a layout boundary at Flatten), ResNet-18 (a graph with
 // residual sums, also in bfloat16), U-Net (skips, concatenations, deconvolutions) and an
-// MLP in bfloat16 (Linear layers writing bfloat16).
+// MLP in bfloat16 and vit-tiny (attention: its scratch counted) in float32 and bfloat16
+// (Linear layers, row norms and attention writing bfloat16).
 #include <cmath>
 #include <cstdio>
 
@@ -46,12 +47,16 @@ TEST(MemoryPlan, PlannedPeaksMatchTheAllocatorWithinTenPercent) {
         .append(std::make_shared<Activation>(ActivationKind::relu))
         .append(std::make_shared<Linear>(256, 10));
     mlpBf16->calcMode(DType::bfloat16);
+    ModulePtr vitBf16 = loadZooModel("vit-tiny"); // row norms, attention and Linear layers on bfloat16
+    vitBf16->calcMode(DType::bfloat16);
     const Case cases[] = {
         {"LeNet", loadLeNet(), {64, 1, 28, 28}},
         {"ResNet-18", loadResNet(18, ResNetStem::cifar, 10), {8, 3, 32, 32}},
         {"ResNet-18 in bfloat16", resnetBf16, {8, 3, 32, 32}},
         {"U-Net", loadZooModel("unet"), {1, 1, 64, 64}},
         {"an MLP in bfloat16", mlpBf16, {64, 64}},
+        {"vit-tiny in bfloat16", vitBf16, {16, 1, 28, 28}},
+        {"vit-tiny", loadZooModel("vit-tiny"), {16, 1, 28, 28}},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.name);
