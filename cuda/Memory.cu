@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
@@ -71,6 +72,41 @@ __global__ void reorderAnyKernel(const void* src, int st, int64_t sb, void* dst,
     }
 }
 
+// Each of `batches` row-major [rows, cols] matrices into its transpose [cols, rows],
+// converting between any floating DTypes: 32x32 tiles through shared memory (blocks of
+// 32x8 threads), so that both the reads and the writes of a warp are 32 neighbours.
+__global__ void transposeAnyKernel(const void* src, int st, void* dst, int dt, int64_t rows, int64_t cols,
+                                   int64_t batches) {
+    __shared__ float tile[32][33];
+    const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+    const int64_t c0 = blockIdx.x * int64_t{32};
+    for (int64_t b = blockIdx.z; b < batches; b += gridDim.z) {
+        const int64_t base = b * rows * cols;
+        for (int64_t r0 = blockIdx.y * int64_t{32}; r0 < rows; r0 += gridDim.y * int64_t{32}) {
+            for (int k = ty; k < 32; k += 8) {
+                const int64_t r = r0 + k, c = c0 + tx;
+                if (r < rows && c < cols) tile[k][tx] = loadAsFloat(src, st, base + r * cols + c);
+            }
+            __syncthreads();
+            for (int k = ty; k < 32; k += 8) {
+                const int64_t c = c0 + k, r = r0 + tx;
+                if (r < rows && c < cols) storeFromFloat(dst, dt, base + c * rows + r, tile[tx][k]);
+            }
+            __syncthreads();
+        }
+    }
+}
+
+void transposeAny(const void* src, int st, void* dst, int dt, int64_t rows, int64_t cols, int64_t batches,
+                  cudaStream_t s) {
+    if (rows == 0 || cols == 0 || batches == 0) return;
+    const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
+                    static_cast<unsigned>(std::min<int64_t>((rows + 31) / 32, 65535)),
+                    static_cast<unsigned>(std::min<int64_t>(batches, 65535)));
+    transposeAnyKernel<<<grid, dim3(32, 8), 0, s>>>(src, st, dst, dt, rows, cols, batches);
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+}
+
 } // namespace
 
 void fill(float* p, int64_t n, float value, cudaStream_t s) { TESSERA_LAUNCH(fillKernel, n, s, p, n, value); }
@@ -96,11 +132,19 @@ void dropoutApply(const void* x, int xt, void* y, int yt, int64_t n, float p, ui
 
 void reorder(const float* src, int64_t srcBlock, float* dst, int64_t dstBlock, int64_t n, int64_t c, int64_t spatial,
              cudaStream_t s) {
+    if (c > 1 && ((srcBlock == 1 && dstBlock == c) || (srcBlock == c && dstBlock == 1))) {
+        const int f32 = static_cast<int>(DType::float32);
+        return reorderAny(src, f32, srcBlock, dst, f32, dstBlock, n, c, spatial, s);
+    }
     TESSERA_LAUNCH(reorderKernel, n * c * spatial, s, src, srcBlock, dst, dstBlock, n, c, spatial);
 }
 
+// Plain <-> channels-last (a block of all c channels) is a transpose of each sample's
+// [C, S] matrix: tiled; other pairs element by element.
 void reorderAny(const void* src, int st, int64_t srcBlock, void* dst, int dt, int64_t dstBlock, int64_t n, int64_t c,
                 int64_t spatial, cudaStream_t s) {
+    if (c > 1 && srcBlock == 1 && dstBlock == c) return transposeAny(src, st, dst, dt, c, spatial, n, s);
+    if (c > 1 && srcBlock == c && dstBlock == 1) return transposeAny(src, st, dst, dt, spatial, c, n, s);
     TESSERA_LAUNCH(reorderAnyKernel, n * c * spatial, s, src, st, srcBlock, dst, dt, dstBlock, n, c, spatial);
 }
 
