@@ -512,6 +512,9 @@ public:
     /// padding, both of one 16-bit type (the value rounded to it).
     virtual void padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                             const Tensor& x, const Tensor& y) = 0;
+    /// BackendError (naming `op`) unless `from` and `to` are both float32, or of one 16-bit
+    /// type with constant padding (whose adjoint moves values without adding them).
+    static void requirePadTypes(const char* op, PadMode mode, const Tensor& from, const Tensor& to);
     /// dy: padded -> dx: the adjoint (reflected positions add up). Types as padForward's.
     virtual void padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                              const Tensor& dy, const Tensor& dx) = 0;

@@ -37,6 +37,15 @@ void Backend::requireBiasable(const char* op, float alpha, float beta) {
     }
 }
 
+void Backend::requirePadTypes(const char* op, PadMode mode, const Tensor& from, const Tensor& to) {
+    const bool ok = from.dtype() == to.dtype() &&
+                    (from.dtype() == DType::float32 || (is16Bit(from.dtype()) && mode == PadMode::constant));
+    if (!ok) {
+        throw BackendError(std::string(op) + ": " + str(from.dtype()) + " to " + str(to.dtype()) +
+                           " (float32, or one 16-bit type with constant padding)");
+    }
+}
+
 void Backend::rnnForward(const RnnParams&, const RnnWeights&, const Tensor&, const Tensor&, const Tensor&, bool,
                          const Tensor&, const Tensor&, const Tensor&, Tensor&) {
     throw BackendError("recurrent layers are not implemented on " + device().str() + " yet");

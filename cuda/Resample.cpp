@@ -49,16 +49,6 @@ void CudaBackend::resampleBackward(const ResampleParams& p, const Tensor& dy, co
 }
 
 namespace {
-// Both float32, or one 16-bit type in constant mode (whose adjoint moves values without adding).
-void requirePadTypes(const char* op, PadMode mode, const Tensor& from, const Tensor& to) {
-    const bool ok = from.dtype() == to.dtype() &&
-                    (from.dtype() == DType::float32 || (is16Bit(from.dtype()) && mode == PadMode::constant));
-    if (!ok) {
-        throw BackendError(std::string("CudaBackend::") + op + ": " + str(from.dtype()) + " to " + str(to.dtype()) +
-                           " (float32, or one 16-bit type with constant padding)");
-    }
-}
-
 void padLo3(const std::vector<int64_t>& lo, int64_t out[3]) {
     const size_t sp = lo.size();
     out[0] = out[1] = out[2] = 0;
@@ -72,7 +62,7 @@ void CudaBackend::padForward(PadMode mode, float value, const std::vector<int64_
     spatial3("padForward", x.shape(), in);
     spatial3("padForward", y.shape(), out);
     padLo3(lo, l);
-    requirePadTypes("padForward", mode, x, y);
+    requirePadTypes("CudaBackend::padForward", mode, x, y);
     if (is16Bit(x.dtype())) {
         return cudak::padForwardAny(mode, value, x.raw(), y.raw(), static_cast<int>(x.dtype()), in, out, l,
                                     x.shape()[0] * x.shape()[1], s());
@@ -86,7 +76,7 @@ void CudaBackend::padBackward(PadMode mode, const std::vector<int64_t>& lo, cons
     spatial3("padBackward", dx.shape(), in);
     spatial3("padBackward", dy.shape(), out);
     padLo3(lo, l);
-    requirePadTypes("padBackward", mode, dy, dx);
+    requirePadTypes("CudaBackend::padBackward", mode, dy, dx);
     if (is16Bit(dy.dtype())) {
         return cudak::padBackwardMove(dy.raw(), dx.raw(), in, out, l, dx.shape()[0] * dx.shape()[1], s());
     }

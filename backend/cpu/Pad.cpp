@@ -51,23 +51,13 @@ void checkPads(PadMode mode, const std::vector<int64_t>& lo, const std::vector<i
     }
 }
 
-// Both float32, or one 16-bit type in constant mode (whose adjoint moves values without adding).
-void checkTypes(const char* op, PadMode mode, const Tensor& from, const Tensor& to) {
-    const bool ok = from.dtype() == to.dtype() &&
-                    (from.dtype() == DType::float32 || (is16Bit(from.dtype()) && mode == PadMode::constant));
-    if (!ok) {
-        throw BackendError(std::string("CpuBackend::") + op + ": " + str(from.dtype()) + " to " + str(to.dtype()) +
-                           " (float32, or one 16-bit type with constant padding)");
-    }
-}
-
 } // namespace
 
 // x: [N, C, *in] -> y: [N, C, *(in + lo + hi)]
 void CpuBackend::padForward(PadMode mode, float value, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                             const Tensor& x, const Tensor& y) {
     checkPads(mode, lo, hi, x.shape());
-    checkTypes("padForward", mode, x, y);
+    requirePadTypes("CpuBackend::padForward", mode, x, y);
     if (is16Bit(x.dtype())) { // the bits moved as they are; the value rounded once
         const uint16_t bits = x.dtype() == DType::bfloat16 ? toBfloat16(value).bits : toFloat16(value).bits;
         const auto* px = static_cast<const uint16_t*>(x.raw());
@@ -85,7 +75,7 @@ void CpuBackend::padForward(PadMode mode, float value, const std::vector<int64_t
 void CpuBackend::padBackward(PadMode mode, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
                              const Tensor& dy, const Tensor& dx) {
     checkPads(mode, lo, hi, dx.shape());
-    checkTypes("padBackward", mode, dy, dx);
+    requirePadTypes("CpuBackend::padBackward", mode, dy, dx);
     fill(dx, 0.0f);
     if (is16Bit(dy.dtype())) { // constant padding: each input position is read at most once
         const auto* pdy = static_cast<const uint16_t*>(dy.raw());
