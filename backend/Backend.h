@@ -469,8 +469,8 @@ public:
         return y;
     }
     /// The bytes of the `reserve` a training batchNormAddForward with the ReLU keeps for x
-    /// in `layout` (for plans; 0 where it keeps none).
-    virtual int64_t batchNormAddReserveBytes(const Shape& /*x*/, Layout /*layout*/) { return 0; }
+    /// in `layout` and `dtype` (for plans; 0 where it keeps none).
+    virtual int64_t batchNormAddReserveBytes(const Shape& /*x*/, Layout /*layout*/, DType /*dtype*/) { return 0; }
     /// The backward of a training batchNormAddForward: dy, the gradient of its result y
     /// (which masks dy when `relu`), and its `reserve` -> dx (returned, x's layout and
     /// dtype); dz receives z's gradient (dy masked by the ReLU, or dy itself without one);

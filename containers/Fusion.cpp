@@ -94,7 +94,7 @@ Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums) : pairs_(std::m
         p.relu->setFusedInto(p.source);
     }
     for (const NormSum& s : sums_) {
-        s.norm->setFuseIntoSum(true);
+        s.norm->setFuseIntoSum(true, s.sum->fuseRelu());
         s.sum->setFusedNorm(s.norm, s.slot);
     }
 }
@@ -105,7 +105,7 @@ Scope::~Scope() {
         p.relu->setFusedInto(nullptr);
     }
     for (const NormSum& s : sums_) {
-        s.norm->setFuseIntoSum(false);
+        s.norm->setFuseIntoSum(false, false);
         s.sum->setFusedNorm(nullptr, 0);
     }
 }

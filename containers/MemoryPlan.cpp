@@ -181,11 +181,12 @@ private:
                                   layout, outTypes.at(o)});
             }
         }
-        // What is kept until backward is a float32 input's 16-bit conversion: none for
-        // inputs that come in 16 bits.
+        // What is kept until backward: a float32 input's 16-bit conversion (none for inputs
+        // that come in 16 bits), and what the module reserves whatever its inputs' dtypes.
         const bool lowIn = !seen.empty() && std::all_of(seen.begin(), seen.end(), is16Bit);
         if (st.use.keptBytes > 0) st.kept = l_.alloc(st.use.keptBytes);
-        if (st.use.keptUntilBackwardBytes > 0 && !lowIn) st.keptForBackward = l_.alloc(st.use.keptUntilBackwardBytes);
+        const int64_t untilBackward = (lowIn ? 0 : st.use.keptUntilBackwardBytes) + st.use.reservedUntilBackwardBytes;
+        if (untilBackward > 0) st.keptForBackward = l_.alloc(untilBackward);
         scratch(st.use.forwardScratchBytes);
         return st;
     }

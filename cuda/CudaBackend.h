@@ -223,7 +223,7 @@ public:
                                const Tensor& mean, const Tensor& var, float eps, bool training, bool relu,
                                Tensor& reserve) override;
     /// cuDNN's reserve for 16-bit channels-last x (setCuda16BitActivations, setCudaChannelsLast).
-    int64_t batchNormAddReserveBytes(const Shape& x, Layout layout) override;
+    int64_t batchNormAddReserveBytes(const Shape& x, Layout layout, DType dtype) override;
     /// After a forward that reserved: the ReLU's, the sum's and the normalisation's
     /// gradients in one call (cudnnBatchNormalizationBackwardEx); else, and where cuDNN
     /// answers NOT_SUPPORTED (said once; the forward stops fusing too), as by default.

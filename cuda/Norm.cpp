@@ -127,11 +127,11 @@ void CudaBackend::stopFusingNormAdd(cudnnStatus_t status, const char* pass, cons
     batchNormAddRefused_ = true;
 }
 
-int64_t CudaBackend::batchNormAddReserveBytes(const Shape& x, Layout layout) {
-    if (!activations16_ || layout != Layout::channelsLast || batchNormAddRefused_ || x.rank() < 2) return 0;
+int64_t CudaBackend::batchNormAddReserveBytes(const Shape& x, Layout layout, DType dtype) {
+    if (!carries16Bit(dtype) || layout != Layout::channelsLast || batchNormAddRefused_ || x.rank() < 2) return 0;
     size_t bytes = 0;
     s();
-    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x), DType::bfloat16, Layout::channelsLast);
+    const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x), dtype, Layout::channelsLast);
     if (cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnn_, fusedNormMode, fusedNormOps, dnn_->relu(), xDesc,
                                                              &bytes) != CUDNN_STATUS_SUCCESS)
         return 0;

@@ -325,9 +325,9 @@ MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layou
     if (defersToSum()) {
         use.outputViews = {0}; // its input, passed through to the sum
         use.gradViews = {0};   // and the input gradient the sum computed
-        if (train)
-            use.keptUntilBackwardBytes =
-                backendFor(device).batchNormAddReserveBytes(normShape(inShapes[0]), inLayouts[0]);
+        if (train && sumRelu_) // the fused form's reserve, where the backend keeps one
+            use.reservedUntilBackwardBytes =
+                backendFor(device).batchNormAddReserveBytes(normShape(inShapes[0]), inLayouts[0], computeDType());
     }
     if (train) use.keptBytes = 2 * maps_ * static_cast<int64_t>(sizeof(float)); // the batch mean and variance
     if (train && defersToSum()) use.keptBytes *= 2;                             // and the sum's parameter gradients

@@ -92,7 +92,10 @@ public:
     /// plan has an Add alone consume this module's output sets this around its forward. A
     /// forward then passes its input through (not when synchronised), and the Add runs
     /// the normalisation with its sum (and its ReLU) through normaliseAdd.
-    void setFuseIntoSum(bool on) override { fuseIntoSum_ = on; }
+    void setFuseIntoSum(bool on, bool sumRelu) override {
+        fuseIntoSum_ = on;
+        sumRelu_ = on && sumRelu;
+    }
     bool fuseIntoSum() const override { return fuseIntoSum_; }
     bool defersToSum() const override { return fuseIntoSum_ && !sync(); }
     bool deferredToSum() const override { return deferred_; }
@@ -134,7 +137,7 @@ private:
     Tensor batchMean_, batchVar_; // of the last forward; undefined after an eval-mode one
     double globalCount_ = 0;      // values per channel over all processes, when synchronised
     bool fuseRelu_ = false, appliedRelu_ = false;
-    bool fuseIntoSum_ = false, deferred_ = false;
+    bool fuseIntoSum_ = false, sumRelu_ = false, deferred_ = false;
     Tensor reluMask_; // of the last forward, when it fused a ReLU in train mode
     // Deferred to the sum: what its training forward reserved for backward
     // (Backend::batchNormAddForward), and the parameter gradients of its sumBackward.

@@ -35,8 +35,9 @@ public:
 class SumFusedNorm {
 public:
     virtual ~SumFusedNorm() = default;
-    /// Set by a container around its forward when an Add alone consumes this layer's output.
-    virtual void setFuseIntoSum(bool on) = 0;
+    /// Set by a container around its forward when an Add alone consumes this layer's output;
+    /// `sumRelu`: the Add applies a fused ReLU (what cuDNN's fused form needs, for plans).
+    virtual void setFuseIntoSum(bool on, bool sumRelu) = 0;
     virtual bool fuseIntoSum() const = 0;
     /// Whether a forward now would pass its input through for the sum (for plans).
     virtual bool defersToSum() const = 0;

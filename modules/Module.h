@@ -57,6 +57,9 @@ struct MemoryUse {
     /// its input gradients exist (a bfloat16 convolution's float32 input converted to
     /// bfloat16; the plan counts none when the input comes in bfloat16).
     int64_t keptUntilBackwardBytes = 0;
+    /// Kept from a train-mode forward until this module's backward whatever the inputs'
+    /// dtypes (the reserve of cuDNN's fused batch norm + add + ReLU).
+    int64_t reservedUntilBackwardBytes = 0;
     /// Buffers a forward allocates and releases inside the call (attention's blocks of
     /// scores, its heads in eval mode): the most bytes they add, at any moment of the call,
     /// to what the plan already holds then (the inputs, the outputs and what is kept).

@@ -412,13 +412,13 @@ TEST(Fusion, NormaliseAddNeedsADeferredForwardAndAnAddendOfItsShape) {
     const Tensor x = randomTensor({2, 3, 4, 4}, 1);
     bn(x);
     EXPECT_THROW(bn.normaliseAdd(x, &x, true), ModuleError);
-    bn.setFuseIntoSum(true);
+    bn.setFuseIntoSum(true, true);
     EXPECT_EQ(bn(x).raw(), x.raw()); // passed through
     const Tensor other = randomTensor({2, 3, 4, 5}, 2);
     EXPECT_THROW(bn.normaliseAdd(x, &other, false), ShapeError);
     // y = relu(bn(x) + x), with the batch's own statistics (scale 1, bias 0).
     const std::vector<float> y = bn.normaliseAdd(x, &x, true).toVector<float>();
-    bn.setFuseIntoSum(false);
+    bn.setFuseIntoSum(false, false);
     const std::vector<float> n = bn(x).toVector<float>(), xs = x.toVector<float>();
     for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], std::max(0.0f, n[i] + xs[i])) << i;
 }
@@ -437,7 +437,7 @@ TEST(Fusion, SumBackwardIsTheBatchNormsBackwardOfTheMaskedGradient) {
     }
     Tensor dz;
     EXPECT_THROW(bn.sumBackward(dy, nullptr, &dz), ModuleError); // no forward deferred to a sum
-    bn.setFuseIntoSum(true);
+    bn.setFuseIntoSum(true, true);
     bn(x);
     EXPECT_THROW(bn.backward(dy), ModuleError); // the sum's backward comes first
     const Tensor y = bn.normaliseAdd(x, &z, true);
