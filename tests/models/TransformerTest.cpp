@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "GradCheck.h"
+#include "backend/Backend.h"
 #include "data/Text.h"
 #include "models/Zoo.h"
 #include "modules/Init.h"
@@ -79,45 +80,63 @@ TEST(Transformers, GptIsCausal) {
     }
 }
 
-// A small ViT learns to tell images by their mean brightness through every layer.
+// A small ViT learns to tell images by their mean brightness through every layer, in
+// float32 and in bfloat16.
 TEST(Transformers, SmallViTLearns) {
-    manualSeed(4);
-    auto vit = loadViT({.image = 8,
-                        .channels = 1,
-                        .patch = 4,
-                        .dim = 16,
-                        .depth = 2,
-                        .heads = 2,
-                        .mlp = 32,
-                        .classes = 2,
-                        .name = "vit-8"});
-    Tensor x = Tensor::randn({32, 1, 8, 8});
-    std::vector<int32_t> labels(32);
-    std::vector<float> xs = x.toVector<float>();
-    for (int n = 0; n < 32; ++n) {
-        labels[n] = n % 2;
-        for (int i = 0; i < 64; ++i) xs[n * 64 + i] += labels[n] ? 0.7f : -0.7f;
+    for (DType compute : {DType::float32, DType::bfloat16}) {
+        SCOPED_TRACE(str(compute));
+        manualSeed(4);
+        auto vit = loadViT({.image = 8,
+                            .channels = 1,
+                            .patch = 4,
+                            .dim = 16,
+                            .depth = 2,
+                            .heads = 2,
+                            .mlp = 32,
+                            .classes = 2,
+                            .name = "vit-8"});
+        vit->calcMode(compute);
+        Tensor x = Tensor::randn({32, 1, 8, 8});
+        std::vector<int32_t> labels(32);
+        std::vector<float> xs = x.toVector<float>();
+        for (int n = 0; n < 32; ++n) {
+            labels[n] = n % 2;
+            for (int i = 0; i < 64; ++i) xs[n * 64 + i] += labels[n] ? 0.7f : -0.7f;
+        }
+        x = Tensor::fromVector({32, 1, 8, 8}, xs);
+        const Tensor y = Tensor::fromVector({32}, labels);
+        CrossEntropy cost;
+        Adam adam(3e-3f);
+        adam.setupOn(*vit);
+        double first = 0.0, last = 0.0;
+        for (int step = 0; step < 40; ++step) {
+            const CostResult r = cost((*vit)(x), y);
+            if (step == 0 && compute == DType::bfloat16) {
+                // Attention and the MLP write bfloat16 (where the CPU has bfloat16 kernels);
+                // the residual stream stays float32 (its embeddings are float32, and a sum
+                // of float32 and bfloat16 is float32), as under PyTorch's autocast.
+                const DType low = backendFor(Device::cpu()).gemmOutputDType(DType::bfloat16);
+                for (const char* layer : {"encoder_layer_0_attention", "encoder_layer_0_mlp_0",
+                                          "encoder_layer_0_mlp_gelu", "encoder_layer_1_mlp_3"}) {
+                    EXPECT_EQ(vit->getNodeByName(layer).outputs().at(0).dtype(), low) << layer;
+                }
+                for (const char* layer : {"encoder_layer_0_ln_1", "encoder_layer_1_residual_2", "encoder_ln"}) {
+                    EXPECT_EQ(vit->getNodeByName(layer).outputs().at(0).dtype(), DType::float32) << layer;
+                }
+            }
+            vit->zeroGradParams();
+            vit->backward(r.grad[0]);
+            adam.update();
+            if (step == 0) first = r.error;
+            last = r.error;
+        }
+        EXPECT_LT(last, 0.3 * first);
+        vit->evalMode();
+        const std::vector<float> scores = (*vit)(x).toVector<float>();
+        int right = 0;
+        for (int n = 0; n < 32; ++n) right += (scores[n * 2 + 1] > scores[n * 2]) == (labels[n] == 1);
+        EXPECT_GE(right, 30);
     }
-    x = Tensor::fromVector({32, 1, 8, 8}, xs);
-    const Tensor y = Tensor::fromVector({32}, labels);
-    CrossEntropy cost;
-    Adam adam(3e-3f);
-    adam.setupOn(*vit);
-    double first = 0.0, last = 0.0;
-    for (int step = 0; step < 40; ++step) {
-        const CostResult r = cost((*vit)(x), y);
-        vit->zeroGradParams();
-        vit->backward(r.grad[0]);
-        adam.update();
-        if (step == 0) first = r.error;
-        last = r.error;
-    }
-    EXPECT_LT(last, 0.3 * first);
-    vit->evalMode();
-    const std::vector<float> scores = (*vit)(x).toVector<float>();
-    int right = 0;
-    for (int n = 0; n < 32; ++n) right += (scores[n * 2 + 1] > scores[n * 2]) == (labels[n] == 1);
-    EXPECT_GE(right, 30);
 }
 
 // A small GPT learns a repeating text through the trainer with classesLast cross entropy
