@@ -183,7 +183,8 @@ std::string sampleText(Module& net, const std::string& prompt, int64_t context, 
         const int64_t k = std::min<int64_t>(context, static_cast<int64_t>(ids.size()));
         std::vector<int32_t> window(static_cast<size_t>(context), 0);
         std::copy(ids.end() - k, ids.end(), window.begin());
-        const Tensor scores = net(Tensor::fromVector({1, context}, window).to(net.device())).toHost();
+        const Tensor scores = // any floating dtype (a bfloat16 network's last Linear writes bfloat16)
+            net(Tensor::fromVector({1, context}, window).to(net.device())).toHost().convertedTo(DType::float32);
         const float* row = scores.data<float>() + (k - 1) * vocabulary;
         const float top = *std::max_element(row, row + vocabulary);
         double sum = 0;

@@ -122,7 +122,8 @@ CostResult CTC::compute(const Tensors& pred, const Tensors& target) {
 }
 
 std::vector<std::vector<int32_t>> CTC::decodeGreedy(const Tensor& scores, const Tensor& inputLengths) const {
-    const Tensor host = timeMajor(scores).toHost().plain();
+    // Scores of any floating dtype (a bfloat16 network's), read as float32.
+    const Tensor host = timeMajor(scores.plain().convertedTo(DType::float32)).toHost();
     const int64_t T = host.shape()[0], N = host.shape()[1], V = host.shape()[2];
     const std::vector<int32_t> steps = inputLengths.defined()
                                            ? inputLengths.toVector<int32_t>()

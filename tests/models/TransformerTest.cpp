@@ -140,8 +140,9 @@ TEST(Transformers, SmallViTLearns) {
 }
 
 // A small GPT learns a repeating text through the trainer with classesLast cross entropy
-// over its [N, T, V] scores; sampleText then continues the pattern, keeps the prompt, gives
-// the same text for the same seed, and refuses bytes outside the vocabulary.
+// over its [N, T, V] scores (in float32 and in bfloat16); sampleText then continues the
+// pattern, keeps the prompt, gives the same text for the same seed, and refuses bytes
+// outside the vocabulary.
 TEST(Transformers, SmallGptLearnsAPatternAndSamplesIt) {
     manualSeed(5);
     auto gpt = loadGPT({.context = 8, .dim = 32, .depth = 1, .heads = 2, .dropout = 0.0f});
@@ -159,6 +160,18 @@ TEST(Transformers, SmallGptLearnsAPatternAndSamplesIt) {
     EXPECT_LT(last, 0.05 * first) << first << " -> " << last;
     const std::string a = sampleText(*gpt, "tes", 8, {.count = 13, .temperature = 0.1f, .seed = 3});
     EXPECT_EQ(a, "tessera, tessera");
+    // The same in bfloat16: it learns the pattern as well.
+    manualSeed(5);
+    auto low = loadGPT({.context = 8, .dim = 32, .depth = 1, .heads = 2, .dropout = 0.0f});
+    low->calcMode(DType::bfloat16);
+    Adam lowAdam(1e-2f);
+    lowAdam.setupOn(*low, true);
+    Trainer lowTrainer(*low, cost, lowAdam, {.batchsize = 16, .seed = 1, .progress = false});
+    const double lowFirst = lowTrainer.train(x, y);
+    double lowLast = lowFirst;
+    for (int epoch = 0; epoch < 14; ++epoch) lowLast = lowTrainer.train(x, y);
+    EXPECT_LT(lowLast, 0.05 * lowFirst) << lowFirst << " -> " << lowLast;
+    EXPECT_EQ(sampleText(*low, "tes", 8, {.count = 13, .temperature = 0.1f, .seed = 3}), "tessera, tessera");
     EXPECT_EQ(sampleText(*gpt, "", 8, {.count = 16, .temperature = 1.0f, .seed = 9}),
               sampleText(*gpt, "", 8, {.count = 16, .temperature = 1.0f, .seed = 9}));
     EXPECT_EQ(sampleText(*gpt, "", 8, {.count = 5}).size(), 5u);

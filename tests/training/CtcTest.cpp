@@ -155,6 +155,9 @@ TEST(CTC, GreedyDecodingAndLabelErrorRate) {
     CTC ctc;
     EXPECT_EQ(ctc.decodeGreedy(scores), (std::vector<std::vector<int32_t>>{{1, 2}, {3, 3}}));
     EXPECT_EQ(ctc.decodeGreedy(scores, ints({N}, {3, 5})), (std::vector<std::vector<int32_t>>{{1}, {3, 3}}));
+    // Scores of a bfloat16 network (its last Linear writes bfloat16) decode alike.
+    EXPECT_EQ(ctc.decodeGreedy(scores.convertedTo(DType::bfloat16)),
+              (std::vector<std::vector<int32_t>>{{1, 2}, {3, 3}}));
     // Targets [1, 2] (read right) and [3, 1, 3] (read [3, 3]: one label missing): 1 error in 5 labels.
     const Tensors target{ints({N, 3}, {1, 2, 0, 3, 1, 3}), ints({N}, {2, 3})};
     EXPECT_NEAR(ctc.validate({scores}, target), 1.0 / 5.0, 1e-12);
