@@ -293,6 +293,7 @@ MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vecto
     const int64_t forward = std::max({hq + 3 * hk, heads + hq + 2 * block, heads + 2 * hq + out});
     const int64_t kept = train ? heads + hq : 0;
     if (train) use.keptBytes += f * (2 * q + 2 * kv + mask);
+    if (train && options_.dropout > 0.0f && device.isCpu()) use.keptBytes += 4 * f; // the dropout stream (host)
     use.forwardScratchBytes = std::max<int64_t>(0, forward - out - kept);
     if (!train) return use;
     // Backward: dJ and the heads' gradients with three blocks (five with dropout) and the
