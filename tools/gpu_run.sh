@@ -32,8 +32,13 @@
 #               with TESSERA_CUDA_16BIT_ACTIVATIONS=1 (16-bit activations between layers)
 #   side-nhwc.log   with GPU_RUN_SIDE and GPU_RUN_NHWC set: the same in fp32, fp16 and bf16
 #               with TESSERA_CUDA_CHANNELS_LAST=1 as well (channels-last activations)
+#               (GPU_RUN_SIDE_VARIANTS_ONLY set: only these variants, not side.log)
+#   suite-switches.log   with GPU_RUN_SUITE_SWITCHES set: the CudaConsistency tests again with
+#               TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1
 #   kernels-*.log   with GPU_RUN_KERNELS="WORKLOAD:MODE:PRECISION ..." (say resnet50:train:bf16):
-#               tools/bench/gpu_kernels.py on both sides, one training or inference step's kernels
+#               tools/bench/gpu_kernels.py on both sides (or on those GPU_RUN_KERNELS_SIDES
+#               names: tessera, pytorch), one training or inference step's kernels, Tessera's
+#               under the environment assignments in GPU_RUN_KERNELS_ENV
 # With GPU_RUN_PACK set, the logs end up in one OUT_DIR/gpu-run-logs.tar.xz.
 # Exits non-zero when the suite fails or any CUDA test skips.
 set -uo pipefail
@@ -79,6 +84,16 @@ if ((suite != 0)); then status=1; fi
 if ((skipped > 0)); then
   echo "gpu_run: $skipped CudaConsistency tests skipped: no GPU seen" >&2
   status=1
+fi
+
+# The device tests again under the CUDA switches that are off by default.
+if [[ -n ${GPU_RUN_SUITE_SWITCHES:-} ]]; then
+  switches="TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1"
+  cmd="$switches TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive bin/tessera_tests --gtest_filter=CudaConsistency.*"
+  # shellcheck disable=SC2086 # $switches is a list of assignments
+  { header "$cmd"; env $switches TESSERA_SOURCE_DIR="$PWD" OMP_WAIT_POLICY=passive timeout "$limit_suite" \
+      "$root/bin/tessera_tests" --gtest_filter='CudaConsistency.*' 2>&1; } >"$out/suite-switches.log" || status=1
+  echo "suite under switches: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/suite-switches.log" | tr '\n' ' ')"
 fi
 
 train_data=${GPU_RUN_TRAIN_DATA:-$data}
@@ -171,7 +186,7 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   [[ -n ${GPU_RUN_SIDE_NCHW_ONLY:-} ]] && layouts=
   cmd="python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $precisions $layouts"
   # shellcheck disable=SC2086 # $layouts is one flag or none
-  { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
+  [[ -n ${GPU_RUN_SIDE_VARIANTS_ONLY:-} ]] || { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
       --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision "$precisions" $layouts 2>&1; } >"$out/side.log" || status=1
   # The same under the CUDA switches that are off by default: NAME:ENVIRONMENT:PRECISIONS.
   variants=()
@@ -190,9 +205,11 @@ fi
 # WORKLOAD:MODE:PRECISION in GPU_RUN_KERNELS (say resnet50:train:bf16), on both sides.
 for item in ${GPU_RUN_KERNELS:-}; do
   IFS=: read -r workload mode precision <<<"$item"
-  for side in tessera pytorch; do
-    cmd="tools/bench/gpu_kernels.py $side --bench bin/tessera_bench --workload $workload --mode $mode --precision $precision --top 40"
-    { header "$cmd"; timeout "${GPU_RUN_KERNELS_LIMIT:-120}" python3 tools/bench/gpu_kernels.py "$side" \
+  for side in ${GPU_RUN_KERNELS_SIDES:-tessera pytorch}; do
+    environment=; [[ $side == tessera ]] && environment=${GPU_RUN_KERNELS_ENV:-}
+    cmd="${environment:+$environment }tools/bench/gpu_kernels.py $side --bench bin/tessera_bench --workload $workload --mode $mode --precision $precision --top 40"
+    # shellcheck disable=SC2086 # $environment is a list of assignments
+    { header "$cmd"; env $environment timeout "${GPU_RUN_KERNELS_LIMIT:-120}" python3 tools/bench/gpu_kernels.py "$side" \
         --bench "$root/bin/tessera_bench" --workload "$workload" --mode "$mode" --precision "$precision" --top 40 2>&1; } \
       >"$out/kernels-$workload-$mode-$precision-$side.log" || status=1
     grep -m1 'kernel time' "$out/kernels-$workload-$mode-$precision-$side.log" | sed "s/^/kernels $item $side: /"
