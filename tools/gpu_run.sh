@@ -32,7 +32,8 @@
 #               with TESSERA_CUDA_16BIT_ACTIVATIONS=1 (16-bit activations between layers)
 #   side-nhwc.log   with GPU_RUN_SIDE and GPU_RUN_NHWC set: the same in fp32, fp16 and bf16
 #               with TESSERA_CUDA_CHANNELS_LAST=1 as well (channels-last activations)
-#               (GPU_RUN_SIDE_VARIANTS_ONLY set: only these variants, not side.log)
+#               (GPU_RUN_VARIANT_PRECISION: other precisions for both; GPU_RUN_SIDE_VARIANTS_ONLY
+#               set: only these variants, not side.log)
 #   suite-switches.log   with GPU_RUN_SUITE_SWITCHES set: the CudaConsistency tests again with
 #               TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1
 #   kernels-*.log   with GPU_RUN_KERNELS="WORKLOAD:MODE:PRECISION ..." (say resnet50:train:bf16):
@@ -190,8 +191,8 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
       --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision "$precisions" $layouts 2>&1; } >"$out/side.log" || status=1
   # The same under the CUDA switches that are off by default: NAME:ENVIRONMENT:PRECISIONS.
   variants=()
-  [[ -n ${GPU_RUN_CARRY16:-} ]] && variants+=("carry16:TESSERA_CUDA_16BIT_ACTIVATIONS=1:fp16,bf16")
-  [[ -n ${GPU_RUN_NHWC:-} ]] && variants+=("nhwc:TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1:fp32,fp16,bf16")
+  [[ -n ${GPU_RUN_CARRY16:-} ]] && variants+=("carry16:TESSERA_CUDA_16BIT_ACTIVATIONS=1:${GPU_RUN_VARIANT_PRECISION:-fp16,bf16}")
+  [[ -n ${GPU_RUN_NHWC:-} ]] && variants+=("nhwc:TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1:${GPU_RUN_VARIANT_PRECISION:-fp32,fp16,bf16}")
   for variant in "${variants[@]}"; do
     IFS=: read -r name environment vprecisions <<<"$variant"
     cmd="$environment python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $vprecisions $layouts"
