@@ -381,6 +381,14 @@ public:
                                   bool /*bias*/) {
         return 0;
     }
+    /// The most bytes a convForward (`backward` false) or its backward calls, convBackwardData
+    /// then convBackwardWeights (true), allocate and free inside themselves at once: copies
+    /// of the filter and operands in the compute type or order (for the memory plan).
+    /// Default: none.
+    virtual int64_t convScratchBytes(const ConvParams& /*p*/, const Shape& /*x*/, const Shape& /*w*/,
+                                     const Shape& /*y*/, bool /*bias*/, bool /*backward*/) {
+        return 0;
+    }
     /// Time the algorithms for this convolution that need at most `memlimit` bytes of
     /// workspace and keep the fastest for its later calls. Backends with one algorithm
     /// (the CPU's) do nothing.
@@ -622,8 +630,8 @@ void setCudaAllowTF32(bool allow);
 /// without CUDA.
 void setCudaDeterministic(bool on);
 
-/// 16-bit activations between layers on every CUDA device (off by default; the
-/// environment variable `TESSERA_CUDA_16BIT_ACTIVATIONS=1` turns it on at start). With it,
+/// 16-bit activations between layers on every CUDA device (on by default; the environment
+/// variable `TESSERA_CUDA_16BIT_ACTIVATIONS=0` turns it off at start, `=1` on). With it,
 /// in `calcMode(float16)` or `calcMode(bfloat16)` convolutions write their outputs and input
 /// gradients in that type, and batch norm, activations, pooling and sums read and write it
 /// (`Backend::carries16Bit`), so a step converts nothing between those layers; weights,
@@ -631,15 +639,22 @@ void setCudaDeterministic(bool on);
 /// convolution converts its float32 input and its output back. It applies from the next
 /// forward on. A no-op without CUDA.
 void setCuda16BitActivations(bool on);
+/// Whether setCuda16BitActivations is on now.
+bool cuda16BitActivations();
 
-/// Channels-last (NHWC) activations on every CUDA device (off by default; the environment
-/// variable `TESSERA_CUDA_CHANNELS_LAST=1` turns it on at start). With it, 2-D convolutions
-/// write `Layout::channelsLast` outputs and input gradients (their weights go to cuDNN as
-/// [K, R, S, C]), and batch norm, pooling, activations and sums read and write that layout,
-/// so a ResNet step transposes nothing between those layers; any other layer gets a plain
-/// copy at its boundary. With `setCuda16BitActivations` it is the layout of cuDNN's fastest
-/// 16-bit kernels. It applies from the next forward on. A no-op without CUDA.
+/// Channels-last (NHWC) activations on every CUDA device (on by default; the environment
+/// variable `TESSERA_CUDA_CHANNELS_LAST=0` turns it off at start, `=1` on). With it, 2-D
+/// convolutions whose 16-bit type is carried (`setCuda16BitActivations`, in
+/// `calcMode(float16)` or `calcMode(bfloat16)`) write `Layout::channelsLast` outputs and
+/// input gradients (their weights go to cuDNN as [K, R, S, C]), and batch norm, pooling,
+/// activations and sums read and write that layout, so a ResNet step transposes nothing
+/// between those layers; any other layer gets a plain copy at its boundary. It is the
+/// layout of cuDNN's fastest 16-bit kernels; float32 convolutions stay plain (cuDNN's
+/// channels-last batch norm is several times slower than its NCHW one in float32). It
+/// applies from the next forward on. A no-op without CUDA.
 void setCudaChannelsLast(bool on);
+/// Whether setCudaChannelsLast is on now.
+bool cudaChannelsLast();
 
 /// Opens (`true`) or closes the range that a CUDA profiler started with collection off
 /// records (`ncu --profile-from-start off`, `nsys --capture-range=cudaProfilerApi`). A

@@ -40,8 +40,8 @@ void registerCudaProvider(CudaProvider& provider);
 struct CudaSettings {
     std::atomic<bool> allowTF32{true};
     std::atomic<bool> deterministic{false};
-    std::atomic<bool> activations16{false}; // TESSERA_CUDA_16BIT_ACTIVATIONS at start
-    std::atomic<bool> channelsLast{false};  // TESSERA_CUDA_CHANNELS_LAST at start
+    std::atomic<bool> activations16{true}; // TESSERA_CUDA_16BIT_ACTIVATIONS at start
+    std::atomic<bool> channelsLast{true};  // TESSERA_CUDA_CHANNELS_LAST at start
 };
 const CudaSettings& cudaSettings();
 

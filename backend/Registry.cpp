@@ -139,7 +139,7 @@ const CudaSettings& cudaSettings() {
             if (!v.empty() && v != "0" && v != "1") {
                 throw BackendError(std::string(name) + "=" + v + ": expected 1 or 0");
             }
-            setting.store(v == "1");
+            if (!v.empty()) setting.store(v == "1"); // unset: the default stands
         };
         read("TESSERA_CUDA_16BIT_ACTIVATIONS", settings.activations16);
         read("TESSERA_CUDA_CHANNELS_LAST", settings.channelsLast);
@@ -203,6 +203,10 @@ void setCudaChannelsLast(bool on) {
     settings.channelsLast.store(on);
     if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
 }
+
+bool cuda16BitActivations() { return cudaSettings().activations16.load(); }
+
+bool cudaChannelsLast() { return cudaSettings().channelsLast.load(); }
 
 void cudaProfilerRange(bool start) {
     if (CudaProvider* cuda = cudaProvider(); cuda && cuda->deviceCount() > 0) cuda->profilerRange(start);

@@ -235,7 +235,7 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
                                 const Shape& yShape) {
     cudnnHandle_t h = cudnn_;
     s();
-    const Layout layout = convLayout(xIn.shape());
+    const Layout layout = convLayout(xIn.shape(), p.compute);
     ConvProblem& c =
         convProblem(*dnn_, h, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), yShape), w.shape(), layout);
     const Tensor x = arranged(xIn, layout, c.type), wt = filterFor(*this, c, w);
@@ -272,7 +272,7 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
 
 Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, const Tensor& w, const Shape& xShape) {
     s();
-    const Layout layout = convLayout(xShape);
+    const Layout layout = convLayout(xShape, p.compute);
     ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xShape, dyIn.shape()),
                                  w.shape(), layout);
     const Tensor dy = arranged(dyIn, layout, c.type), wt = filterFor(*this, c, w);
@@ -294,7 +294,7 @@ Tensor CudaBackend::convBackwardData(const ConvParams& p, const Tensor& dyIn, co
 void CudaBackend::convBackwardWeights(const ConvParams& p, const Tensor& xIn, const Tensor& dyIn, float scale,
                                       float momentum, const Tensor& dw, const Tensor& db) {
     s();
-    const Layout layout = convLayout(xIn.shape());
+    const Layout layout = convLayout(xIn.shape(), p.compute);
     ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, convShapes(p, xIn.shape(), dyIn.shape()),
                                  dw.shape(), layout);
     // The copies forward and backward-data kept, when made from these tensors; this is
@@ -332,11 +332,46 @@ int64_t CudaBackend::convKeptBytes(const ConvParams& p, const Shape& x, const Sh
     return allocationBytes(static_cast<int64_t>(Tensor::storageBytes(x, p.compute, Layout::plain)));
 }
 
+// What the calls above allocate and free inside themselves, beyond the output (or input
+// gradient) and what the layer keeps, each buffer in the allocator's size class: the filter
+// in the compute type and order; in a 16-bit type not carried, the 16-bit result before its
+// float32 copy; backward-data's and backward-weights' buffers, one call after the other,
+// and an output gradient that comes in float32 converted once for both.
+int64_t CudaBackend::convScratchBytes(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias,
+                                      bool backward) {
+    const DType type = p.compute;
+    const bool low = type != DType::float32, last = convLayout(x, type) == Layout::channelsLast;
+    const bool converts = low && !carries16Bit(type); // activations come and go in float32
+    auto bytes = [&](const Shape& s, DType t) {
+        return allocationBytes(static_cast<int64_t>(Tensor::storageBytes(s, t, Layout::plain)));
+    };
+    const int64_t w32 = bytes(w, DType::float32), wLow = bytes(w, type);
+    // filterFor: a permuted float32 copy, then its conversion, in channels-last; the
+    // conversion alone otherwise.
+    const int64_t filterPeak = last ? w32 + (low ? wLow : 0) : (low ? wLow : 0);
+    const int64_t filterHeld = last && !low ? w32 : (low ? wLow : 0);
+    const Shape& out = p.transposed ? x : y; // what the forward writes
+    const Shape& in = p.transposed ? y : x;  // what backward-data writes
+    // An inference forward converts its float32 input too (a training one keeps that copy:
+    // convKeptBytes).
+    const int64_t inputCopy = converts && !p.state ? bytes(p.transposed ? y : x, type) : 0;
+    if (!backward) return inputCopy + std::max(filterPeak, filterHeld + (converts ? bytes(out, type) : 0));
+    const int64_t dyLow = converts ? bytes(out, type) : 0; // kept from backward-data for backward-weights
+    const int64_t data = std::max(filterPeak, filterHeld + (converts ? bytes(in, type) : 0));
+    // backward-weights: cuDNN's gradient in its own buffer where low or channels-last, and
+    // in channels-last its float32 copy, permuted back into another.
+    int64_t weights = 0;
+    if (low || last) weights = wLow + (last ? (low ? 2 * w32 : w32) : 0);
+    if (bias && low) weights += bytes(out, DType::float32); // the bias gradient reads dy in float32
+    return dyLow + std::max(data, weights);
+}
+
 void CudaBackend::optimizeConv(const ConvParams& p, const Shape& xShape, const Shape& wShape, const Shape& yShape,
                                size_t memlimit) {
     s();
     const ConvShapes cs = convShapes(p, xShape, yShape);
-    ConvProblem& c = convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, cs, wShape, convLayout(xShape));
+    ConvProblem& c =
+        convProblem(*dnn_, cudnn_, allowTF32_, deterministic_, p, cs, wShape, convLayout(xShape, p.compute));
     // Timings differ from run to run, and so would the algorithms they choose (and the
     // bits of the results): a deterministic backend keeps the heuristic's choice.
     if (deterministic_) return;

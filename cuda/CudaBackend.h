@@ -113,14 +113,19 @@ public:
     DType convOutputDType(const ConvParams& p) override { return carries16Bit(p.compute) ? p.compute : DType::float32; }
     /// Channels-last activations (setCudaChannelsLast; default: off).
     void setChannelsLast(bool on) { channelsLast_ = on; }
-    /// The layout a convolution of input shape `x` runs in and writes: channelsLast for a
-    /// 2-D one where that is on, plain otherwise.
-    Layout convLayout(const Shape& x) const {
-        return channelsLast_ && x.rank() == 4 ? Layout::channelsLast : Layout::plain;
+    /// The layout a convolution of input shape `x` computing in `compute` runs in and
+    /// writes: channelsLast for a 2-D one where that is on and its 16-bit type is carried
+    /// (cuDNN's fast NHWC kernels, batch norm's above all, are 16-bit ones; in float32 its
+    /// channels-last batch norm runs generic kernels several times slower than NCHW's),
+    /// plain otherwise.
+    Layout convLayout(const Shape& x, DType compute) const {
+        return channelsLast_ && x.rank() == 4 && carries16Bit(compute) ? Layout::channelsLast : Layout::plain;
     }
-    Layout convOutputLayout(const ConvParams&, const Shape& x, const Shape&, const Shape&, bool) override {
-        return convLayout(x);
+    Layout convOutputLayout(const ConvParams& p, const Shape& x, const Shape&, const Shape&, bool) override {
+        return convLayout(x, p.compute);
     }
+    int64_t convScratchBytes(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias,
+                             bool backward) override;
     /// The layout batch norm and pooling run in for an input in `layout`: channelsLast
     /// stays, anything else runs plain.
     static Layout carriedLayout(Layout layout) {
@@ -304,11 +309,16 @@ private:
     bool activations16_ = false;
     bool channelsLast_ = false;
     bool deterministic_ = false;
-    bool batchNormAddRefused_ = false; // cuDNN answered NOT_SUPPORTED to its fused form once
+    bool batchNormAddRefused_ = false;   // cuDNN answered NOT_SUPPORTED to its fused form once
+    bool persistentNormRefused_ = false; // cuDNN refused its persistent batch norm once
     /// After cuDNN's fused batch norm + add + ReLU (`pass`: "" or " backward") answered
     /// `status` for x: NOT_SUPPORTED and BAD_PARAM are said once and stop the fusing; any
     /// other status throws.
     void stopFusingNormAdd(cudnnStatus_t status, const char* pass, const Shape& x, DType t);
+    /// Runs `call(workspace, bytes)`, one of cuDNN's persistent batch norm calls, where x
+    /// takes it (16-bit, channels-last, no reserve needed); false where it did not run.
+    template <class Call>
+    bool persistentNorm(const Tensor& x, cudnnTensorDescriptor_t xDesc, cudnnTensorDescriptor_t pDesc, Call&& call);
     std::unique_ptr<DnnState> dnn_;
     // Uploads from page-locked memory: their stream, and their device buffers (from the
     // allocator, kept), each with the events ordering its copies against its readers.

@@ -81,9 +81,16 @@ Tensor CudaBackend::batchNormForward(const Tensor& xIn, const Tensor& scale, con
         // Batch statistics: cuDNN saves the mean and the inverse standard deviation; the
         // biased variance the interface promises is recovered from the latter.
         Tensor invstd = Tensor::empty({x.shape()[1]}, DType::float32, device());
-        TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
-                                                                  x.raw(), xDesc, y.raw(), pDesc, fp(scale), fp(shift),
-                                                                  1.0, nullptr, nullptr, eps, fp(mean), fp(invstd)));
+        if (!persistentNorm(x, xDesc, pDesc, [&](void* work, size_t workBytes) {
+                return cudnnBatchNormalizationForwardTrainingEx(
+                    cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &one, &zero, xDesc, x.raw(),
+                    nullptr, nullptr, xDesc, y.raw(), pDesc, fp(scale), fp(shift), 1.0, nullptr, nullptr, eps, fp(mean),
+                    fp(invstd), nullptr, work, workBytes, nullptr, 0);
+            })) {
+            TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
+                cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc, x.raw(), xDesc, y.raw(), pDesc, fp(scale),
+                fp(shift), 1.0, nullptr, nullptr, eps, fp(mean), fp(invstd)));
+        }
         cudak::varianceFromInvStd(fp(invstd), eps, fp(var), x.shape()[1], s());
     } else {
         TESSERA_CUDA_CHECK(cudnnBatchNormalizationForwardInference(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xDesc,
@@ -104,10 +111,60 @@ Tensor CudaBackend::batchNormBackward(const Tensor& xIn, const Tensor& dyIn, con
     const float one = 1.0f, zero = 0.0f;
     const cudnnTensorDescriptor_t xDesc = dnn_->tensor(channelView(x.shape()), t, layout);
     const cudnnTensorDescriptor_t pDesc = dnn_->tensor({1, static_cast<int>(x.shape()[1]), 1, 1});
-    TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackward(cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xDesc,
-                                                       x.raw(), xDesc, dy.raw(), xDesc, dx.raw(), pDesc, fp(scale),
-                                                       fp(dscale), fp(dshift), eps, fp(mean), fp(invstd)));
+    if (!persistentNorm(x, xDesc, pDesc, [&](void* work, size_t workBytes) {
+            return cudnnBatchNormalizationBackwardEx(
+                cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &zero, xDesc,
+                x.raw(), nullptr, nullptr, xDesc, dy.raw(), nullptr, nullptr, xDesc, dx.raw(), pDesc, fp(scale),
+                nullptr, fp(dscale), fp(dshift), eps, fp(mean), fp(invstd), nullptr, work, workBytes, nullptr, 0);
+        })) {
+        TESSERA_CUDA_CHECK(cudnnBatchNormalizationBackward(
+            cudnn_, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xDesc, x.raw(), xDesc, dy.raw(), xDesc, dx.raw(),
+            pDesc, fp(scale), fp(dscale), fp(dshift), eps, fp(mean), fp(invstd)));
+    }
     return dx;
+}
+
+// cuDNN's plain calls run a 16-bit channels-last batch norm in generic kernels, several
+// times slower than its persistent NHWC ones, which only the Ex calls reach. Those need no
+// reserve for the normalisation alone (bnOps CUDNN_BATCHNORM_OPS_BN), and this backend
+// keeps none between forward and backward, so it takes them only where cuDNN says the
+// reserve is empty; any refusal is said once on stderr, and from then on this process
+// runs the plain calls.
+template <class Call>
+bool CudaBackend::persistentNorm(const Tensor& x, cudnnTensorDescriptor_t xDesc, cudnnTensorDescriptor_t pDesc,
+                                 Call&& call) {
+    if (!is16Bit(x.dtype()) || x.layout() != Layout::channelsLast || persistentNormRefused_) return false;
+    size_t reserveBytes = 0, fwdBytes = 0, bwdBytes = 0;
+    cudnnStatus_t status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+        cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, nullptr, xDesc, &reserveBytes);
+    if (status == CUDNN_STATUS_SUCCESS) {
+        status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                                                          CUDNN_BATCHNORM_OPS_BN, xDesc, nullptr, xDesc,
+                                                                          pDesc, nullptr, &fwdBytes);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) {
+        status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                                                   CUDNN_BATCHNORM_OPS_BN, xDesc, xDesc, xDesc, nullptr,
+                                                                   xDesc, pDesc, nullptr, &bwdBytes);
+    }
+    const char* why = nullptr;
+    if (status != CUDNN_STATUS_SUCCESS) {
+        why = cudnnGetErrorString(status);
+    } else if (reserveBytes != 0) {
+        why = "a reserve of its own";
+    } else {
+        const size_t bytes = std::max(fwdBytes, bwdBytes);
+        status = call(workspace(bytes + 1), bytes);
+        if (status == CUDNN_STATUS_SUCCESS) return true;
+        if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM) TESSERA_CUDA_CHECK(status);
+        why = cudnnGetErrorString(status);
+    }
+    std::fprintf(stderr,
+                 "tessera: cuDNN's persistent batch norm answered %s for %s %s channels-last; this process runs "
+                 "its plain batch norm calls\n",
+                 why, x.shape().str().c_str(), str(x.dtype()).c_str());
+    persistentNormRefused_ = true;
+    return false;
 }
 
 namespace {

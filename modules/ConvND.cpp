@@ -185,6 +185,8 @@ MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
     const Shape& w = getVar("W")->data.shape();
     use.outLayouts[0] = be.convOutputLayout(p, inShapes[0], w, y, options_.useBias);
     use.keptUntilBackwardBytes = be.convKeptBytes(p, inShapes[0], w, y, options_.useBias);
+    use.forwardScratchBytes = be.convScratchBytes(p, inShapes[0], w, y, options_.useBias, false);
+    if (train) use.backwardScratchBytes = be.convScratchBytes(p, inShapes[0], w, y, options_.useBias, true);
     return use;
 }
 

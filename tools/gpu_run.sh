@@ -29,13 +29,16 @@
 #               PyTorch of the machine's python3, in NCHW and (unless GPU_RUN_SIDE_NCHW_ONLY
 #               is set) channels_last
 #   side-carry16.log   with GPU_RUN_SIDE and GPU_RUN_CARRY16 set: the same in fp16 and bf16
-#               with TESSERA_CUDA_16BIT_ACTIVATIONS=1 (16-bit activations between layers)
-#   side-nhwc.log   with GPU_RUN_SIDE and GPU_RUN_NHWC set: the same in fp32, fp16 and bf16
-#               with TESSERA_CUDA_CHANNELS_LAST=1 as well (channels-last activations)
-#               (GPU_RUN_VARIANT_PRECISION: other precisions for both; GPU_RUN_SIDE_VARIANTS_ONLY
+#               with 16-bit activations carried but plain layouts
+#               (TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=0)
+#   side-off.log   with GPU_RUN_SIDE and GPU_RUN_OFF set: the same with both CUDA switches
+#               off (float32 activations between layers, plain layouts: bundles before
+#               they were on by default)
+#               (GPU_RUN_VARIANT_PRECISION: other precisions for these; GPU_RUN_SIDE_VARIANTS_ONLY
 #               set: only these variants, not side.log)
 #   suite-switches.log   with GPU_RUN_SUITE_SWITCHES set: the CudaConsistency tests again with
-#               TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1
+#               both switches off (TESSERA_CUDA_16BIT_ACTIVATIONS=0 TESSERA_CUDA_CHANNELS_LAST=0),
+#               or under the assignments GPU_RUN_SUITE_SWITCHES holds when it is not 1
 #   kernels-*.log   with GPU_RUN_KERNELS="WORKLOAD:MODE:PRECISION ..." (say resnet50:train:bf16):
 #               tools/bench/gpu_kernels.py on both sides (or on those GPU_RUN_KERNELS_SIDES
 #               names: tessera, pytorch), one training or inference step's kernels, Tessera's
@@ -87,9 +90,10 @@ if ((skipped > 0)); then
   status=1
 fi
 
-# The device tests again under the CUDA switches that are off by default.
+# The device tests again with the CUDA switches off (or as GPU_RUN_SUITE_SWITCHES says).
 if [[ -n ${GPU_RUN_SUITE_SWITCHES:-} ]]; then
-  switches="TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1"
+  switches=$GPU_RUN_SUITE_SWITCHES
+  [[ $switches == 1 ]] && switches="TESSERA_CUDA_16BIT_ACTIVATIONS=0 TESSERA_CUDA_CHANNELS_LAST=0"
   cmd="$switches TESSERA_SOURCE_DIR=$PWD OMP_WAIT_POLICY=passive bin/tessera_tests --gtest_filter=CudaConsistency.*"
   # shellcheck disable=SC2086 # $switches is a list of assignments
   { header "$cmd"; env $switches TESSERA_SOURCE_DIR="$PWD" OMP_WAIT_POLICY=passive timeout "$limit_suite" \
@@ -189,10 +193,10 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   # shellcheck disable=SC2086 # $layouts is one flag or none
   [[ -n ${GPU_RUN_SIDE_VARIANTS_ONLY:-} ]] || { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \
       --bench "$root/bin/tessera_bench" --reps ${GPU_RUN_SIDE_REPS:-3} --models "$GPU_RUN_SIDE" --precision "$precisions" $layouts 2>&1; } >"$out/side.log" || status=1
-  # The same under the CUDA switches that are off by default: NAME:ENVIRONMENT:PRECISIONS.
+  # The same under other settings of the CUDA switches: NAME:ENVIRONMENT:PRECISIONS.
   variants=()
-  [[ -n ${GPU_RUN_CARRY16:-} ]] && variants+=("carry16:TESSERA_CUDA_16BIT_ACTIVATIONS=1:${GPU_RUN_VARIANT_PRECISION:-fp16,bf16}")
-  [[ -n ${GPU_RUN_NHWC:-} ]] && variants+=("nhwc:TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=1:${GPU_RUN_VARIANT_PRECISION:-fp32,fp16,bf16}")
+  [[ -n ${GPU_RUN_CARRY16:-} ]] && variants+=("carry16:TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=0:${GPU_RUN_VARIANT_PRECISION:-fp16,bf16}")
+  [[ -n ${GPU_RUN_OFF:-} ]] && variants+=("off:TESSERA_CUDA_16BIT_ACTIVATIONS=0 TESSERA_CUDA_CHANNELS_LAST=0:${GPU_RUN_VARIANT_PRECISION:-fp16,bf16}")
   for variant in "${variants[@]}"; do
     IFS=: read -r name environment vprecisions <<<"$variant"
     cmd="$environment python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $vprecisions $layouts"
