@@ -364,8 +364,15 @@ def main():
                 cl_rate, cl_peak = torch_rate(model, mode, args.min_time, args.device, precision, channels_last=True)
                 results[w][4].append(cl_rate)
                 results[w][5].append(cl_peak)
-            print(f"  {model} {mode} {precision}: Tessera {results[w][0][-1]:.0f}, PyTorch {rate:.0f} images/s",
-                  file=sys.stderr, flush=True)
+            # Each measurement as it comes, so that a run cut short still says what it measured.
+            line = f"  {model} {mode} {precision}: Tessera {results[w][0][-1]:.0f}, PyTorch {rate:.0f}"
+            if args.torch_channels_last:
+                line += f", PyTorch channels_last {cl_rate:.0f}"
+            line += " images/s"
+            if cuda:
+                peaks = [results[w][2][-1], peak] + ([cl_peak] if args.torch_channels_last else [])
+                line += "; peak MiB " + " / ".join("-" if v is None else f"{v:.0f}" for v in peaks)
+            print(line, file=sys.stderr, flush=True)
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
     memory = f" {'Tessera MiB':>12} {'PyTorch MiB':>12}" if cuda else ""
     cl = args.torch_channels_last
