@@ -298,11 +298,14 @@ ValueError when a value does not fit). copy=True always copies.)");
           "Only cuDNN algorithms that give the same bits on every run, none chosen by timing (off by default; "
           "docs/gpu.md); a no-op without CUDA.");
     m.def("setCuda16BitActivations", &setCuda16BitActivations, py::arg("on"),
-          "16-bit activations between layers on CUDA in calcMode(float16|bfloat16) (off by default; "
-          "TESSERA_CUDA_16BIT_ACTIVATIONS=1 turns it on at start; docs/gpu.md); a no-op without CUDA.");
+          "16-bit activations between layers on CUDA in calcMode(float16|bfloat16) (on by default; "
+          "TESSERA_CUDA_16BIT_ACTIVATIONS=0 turns it off at start; docs/precision.md); a no-op without CUDA.");
+    m.def("cuda16BitActivations", &cuda16BitActivations, "Whether setCuda16BitActivations is on now.");
     m.def("setCudaChannelsLast", &setCudaChannelsLast, py::arg("on"),
-          "Channels-last (NHWC) activations between 2-D convolutions, batch norm, pooling and activations on CUDA "
-          "(off by default; TESSERA_CUDA_CHANNELS_LAST=1 turns it on at start; docs/gpu.md); a no-op without CUDA.");
+          "Channels-last (NHWC) activations between 2-D convolutions carrying 16-bit activations, batch norm, "
+          "pooling and activations on CUDA (on by default; TESSERA_CUDA_CHANNELS_LAST=0 turns it off at start; "
+          "docs/precision.md); a no-op without CUDA.");
+    m.def("cudaChannelsLast", &cudaChannelsLast, "Whether setCudaChannelsLast is on now.");
 }
 
 } // namespace tessera::python

@@ -30,7 +30,8 @@ from ._tessera import (
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # GPU settings
-    cudaDeviceCount, setCuda16BitActivations, setCudaAllowTF32, setCudaChannelsLast, setCudaDeterministic,
+    cuda16BitActivations, cudaChannelsLast, cudaDeviceCount, setCuda16BitActivations, setCudaAllowTF32,
+    setCudaChannelsLast, setCudaDeterministic,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, factorySignature, fashionMnistDir, importOnnx, loadMnist, readClassNames,
     readTransforms,
@@ -105,6 +106,8 @@ __all__ = [
     "empty",
     "full",
     "manualSeed",
+    "cuda16BitActivations",
+    "cudaChannelsLast",
     "cudaDeviceCount",
     "setCuda16BitActivations",
     "setCudaAllowTF32",
