@@ -390,8 +390,9 @@ public:
         return 0;
     }
     /// Time the algorithms for this convolution that need at most `memlimit` bytes of
-    /// workspace and keep the fastest for its later calls. Backends with one algorithm
-    /// (the CPU's) do nothing.
+    /// workspace and keep the fastest (CUDA: of those within 2% of it, the one needing the
+    /// least workspace) for its later calls. Backends with one algorithm (the CPU's) do
+    /// nothing.
     virtual void optimizeConv(const ConvParams& /*p*/, const Shape& /*xShape*/, const Shape& /*wShape*/,
                               const Shape& /*yShape*/, size_t /*memlimit*/) {}
 

@@ -1,8 +1,8 @@
 // The CUDA backend's convolution and deconvolution on cuDNN (forward, backward-data, backward-weights) with algorithm
 // choice; 16-bit convolutions with float32 accumulation, whose outputs and input gradients stay 16-bit where the
-// backend carries 16-bit activations (setCuda16BitActivations) and are converted to float32 otherwise. 2-D ones run
-// channels-last where setCudaChannelsLast is on: activations [N, H, W, C], filters [K, R, S, C/g] (permuted from
-// and to the layer's [K, C/g, R, S] each call).
+// backend carries 16-bit activations (setCuda16BitActivations) and are converted to float32 otherwise. 2-D ones that
+// carry them run channels-last where setCudaChannelsLast is on: activations [N, H, W, C], filters [K, R, S, C/g]
+// (permuted and converted from the layer's [K, C/g, R, S] in one pass each call, and the gradient back likewise).
 #include "cuda/CudaBackend.h"
 
 #include <algorithm>
@@ -168,46 +168,32 @@ Tensor toFloat32(const Tensor& low, const Tensor& bias, cudaStream_t s) {
     return out;
 }
 
-// The permutation of a filter [K, C/g, *k] of `rank` dims to channels-last [K, *k, C/g]
-// (`toLast`), or back.
-std::vector<int64_t> filterPermutation(size_t rank, bool toLast) {
-    std::vector<int64_t> perm = {0};
-    if (!toLast) perm.push_back(static_cast<int64_t>(rank - 1));
-    for (size_t d = toLast ? 2 : 1; d < (toLast ? rank : rank - 1); ++d) perm.push_back(static_cast<int64_t>(d));
-    if (toLast) perm.push_back(1);
-    return perm;
-}
-
-// `w` permuted by `perm` into a new float32 tensor.
-Tensor permuted(CudaBackend& be, const Tensor& w, const std::vector<int64_t>& perm) {
-    std::vector<int64_t> dims;
-    for (int64_t p : perm) dims.push_back(w.shape()[p]);
-    Tensor out = Tensor::empty(Shape(dims), DType::float32, w.device());
-    be.permute(w.plain().convertedTo(DType::float32), perm, out);
+// The filter as cuDNN reads it for problem `c`: in its compute type, and in channels-last
+// [K, *k, C/g] when the problem is (permuted and converted in one pass).
+Tensor filterFor(CudaBackend& be, const ConvProblem& c, const Tensor& w) {
+    const Tensor w32 = w.plain().convertedTo(DType::float32);
+    if (!c.channelsLast) return w32.convertedTo(c.type);
+    const Shape& sh = w32.shape();
+    std::vector<int64_t> dims = {sh[0]};
+    for (size_t d = 2; d < sh.rank(); ++d) dims.push_back(sh[d]);
+    dims.push_back(sh[1]);
+    Tensor out = Tensor::empty(Shape(dims), c.type, w.device());
+    cudak::filterToChannelsLast(fp(w32), out.raw(), static_cast<int>(c.type), sh[0], sh[1],
+                                sh.numel() / (sh[0] * sh[1]), be.stream());
     return out;
 }
 
-// The filter as cuDNN reads it for problem `c`: in its compute type, and in channels-last
-// [K, *k, C/g] when the problem is.
-Tensor filterFor(CudaBackend& be, const ConvProblem& c, const Tensor& w) {
-    if (!c.channelsLast) return w.plain().convertedTo(c.type);
-    return permuted(be, w, filterPermutation(w.shape().rank(), true)).convertedTo(c.type);
-}
-
 // dw <- scale * g + momentum * dw, where g is cuDNN's weight gradient for problem `c` (in its
-// compute type, channels-last when the problem is).
+// compute type, channels-last [K, *k, C/g] when the problem is).
 void accumulateFilterGrad(CudaBackend& be, const ConvProblem& c, const Tensor& g, float scale, float momentum,
                           const Tensor& dw) {
     if (!c.channelsLast) {
         cudak::castAxpby(scale, g.raw(), static_cast<int>(c.type), momentum, fp(dw), dw.numel(), be.stream());
         return;
     }
-    // dw: [K, C/g, *k]; g holds [K, *k, C/g]
-    const size_t rank = dw.shape().rank();
-    std::vector<int64_t> lastDims;
-    for (int64_t p : filterPermutation(rank, true)) lastDims.push_back(dw.shape()[p]);
-    const Tensor back = permuted(be, g.reshape(Shape(lastDims)), filterPermutation(rank, false));
-    be.axpby(scale, back, momentum, dw);
+    const Shape& sh = dw.shape(); // [K, C/g, *k], float32 plain
+    cudak::filterGradFromChannelsLast(scale, g.raw(), static_cast<int>(c.type), momentum, fp(dw), sh[0], sh[1],
+                                      sh.numel() / (sh[0] * sh[1]), be.stream());
 }
 } // namespace
 
@@ -345,24 +331,21 @@ int64_t CudaBackend::convScratchBytes(const ConvParams& p, const Shape& x, const
     auto bytes = [&](const Shape& s, DType t) {
         return allocationBytes(static_cast<int64_t>(Tensor::storageBytes(s, t, Layout::plain)));
     };
-    const int64_t w32 = bytes(w, DType::float32), wLow = bytes(w, type);
-    // filterFor: a permuted float32 copy, then its conversion, in channels-last; the
-    // conversion alone otherwise.
-    const int64_t filterPeak = last ? w32 + (low ? wLow : 0) : (low ? wLow : 0);
-    const int64_t filterHeld = last && !low ? w32 : (low ? wLow : 0);
+    // filterFor: the filter in the compute type and order, where that is not the layer's
+    // own (one pass, no copy in between).
+    const int64_t filterHeld = low || last ? bytes(w, type) : 0;
     const Shape& out = p.transposed ? x : y; // what the forward writes
     const Shape& in = p.transposed ? y : x;  // what backward-data writes
     // An inference forward converts its float32 input too (a training one keeps that copy:
     // convKeptBytes).
     const int64_t inputCopy = converts && !p.state ? bytes(p.transposed ? y : x, type) : 0;
-    if (!backward) return inputCopy + std::max(filterPeak, filterHeld + (converts ? bytes(out, type) : 0));
+    if (!backward) return inputCopy + filterHeld + (converts ? bytes(out, type) : 0);
     const int64_t dyLow = converts ? bytes(out, type) : 0; // kept from backward-data for backward-weights
-    const int64_t data = std::max(filterPeak, filterHeld + (converts ? bytes(in, type) : 0));
-    // backward-weights: cuDNN's gradient in its own buffer where low or channels-last, and
-    // in channels-last its float32 copy, permuted back into another.
-    int64_t weights = 0;
-    if (low || last) weights = wLow + (last ? (low ? 2 * w32 : w32) : 0);
-    if (bias && low) weights += bytes(out, DType::float32); // the bias gradient reads dy in float32
+    const int64_t data = filterHeld + (converts ? bytes(in, type) : 0);
+    // backward-weights: cuDNN's gradient in its own buffer where low or channels-last
+    // (accumulated into the layer's in one pass).
+    int64_t weights = low || last ? bytes(w, type) : 0;
+    if (bias && low && !converts) weights += bytes(out, DType::float32); // the bias gradient reads dy in float32
     return dyLow + std::max(data, weights);
 }
 

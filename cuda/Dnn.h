@@ -136,19 +136,38 @@ struct PoolDesc {
 };
 
 // The first result that ran, fits `limit`, uses an allowed math type and, when
-// `deterministic`, gives the same bits on every run.
+// `deterministic`, gives the same bits on every run. Among timed results (cudnnFind*'s,
+// fastest first), the one of least workspace of those within 2% of the fastest such: the
+// workspace stays allocated once grown (CudaBackend::workspace), so that much of one
+// convolution's time (about the timings' own noise) is worth up to hundreds of MiB of a
+// step's peak.
 template <class Perf>
 ConvProblem::Choice pick(const Perf* results, int count, size_t limit, bool allowTF32, bool deterministic,
                          const char* what) {
+    auto eligible = [&](const Perf& r) {
+        if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) return false;
+        if (!allowTF32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) return false;
+        return !deterministic || r.determinism == CUDNN_DETERMINISTIC;
+    };
+    const Perf* first = nullptr; // the heuristic's choice, or the fastest timed one
     for (int i = 0; i < count; ++i) {
         const Perf& r = results[i];
-        if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
-        if (!allowTF32 && r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH) continue;
-        if (deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-        return {static_cast<int>(r.algo), r.mathType, r.memory};
+        if (!eligible(r)) continue;
+        if (!first || (r.time > 0 && first->time > 0 && r.time < first->time)) first = &r;
+        if (!(first->time > 0)) break; // a heuristic's ranking: no times to weigh
     }
-    throw BackendError(std::string("cuDNN offers no ") + (deterministic ? "deterministic " : "") + what +
-                       " algorithm within " + std::to_string(limit) + " bytes of workspace");
+    if (!first) {
+        throw BackendError(std::string("cuDNN offers no ") + (deterministic ? "deterministic " : "") + what +
+                           " algorithm within " + std::to_string(limit) + " bytes of workspace");
+    }
+    const Perf* chosen = first;
+    if (first->time > 0) {
+        for (int i = 0; i < count; ++i) {
+            const Perf& r = results[i];
+            if (eligible(r) && r.time > 0 && r.time <= first->time * 1.02f && r.memory < chosen->memory) chosen = &r;
+        }
+    }
+    return {static_cast<int>(chosen->algo), chosen->mathType, chosen->memory};
 }
 
 } // namespace cudnn_util

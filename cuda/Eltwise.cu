@@ -127,6 +127,24 @@ __global__ void castAxpbyKernel(float a, const void* x, int from, float b, float
     TESSERA_FOR_EACH(i, n) y[i] = a * loadAsFloat(x, from, i) + (b == 0.0f ? 0.0f : b * y[i]);
 }
 
+// One thread per element of the [K, S, C] side: consecutive threads write (forward) or
+// read (backward) consecutive channels there.
+__global__ void filterToChannelsLastKernel(const float* w, void* y, int to, int64_t C, int64_t S, int64_t n) {
+    TESSERA_FOR_EACH(i, n) {
+        const int64_t c = i % C, s = (i / C) % S, k = i / (C * S);
+        storeFromFloat(y, to, i, w[(k * C + c) * S + s]);
+    }
+}
+
+__global__ void filterGradFromChannelsLastKernel(float a, const void* g, int from, float b, float* dw, int64_t C,
+                                                 int64_t S, int64_t n) {
+    TESSERA_FOR_EACH(i, n) {
+        const int64_t c = i % C, s = (i / C) % S, k = i / (C * S);
+        float* d = dw + (k * C + c) * S + s;
+        *d = a * loadAsFloat(g, from, i) + (b == 0.0f ? 0.0f : b * *d);
+    }
+}
+
 __device__ float activate(ActivationKind kind, float alpha, float beta, float x) {
     switch (kind) {
     case ActivationKind::sigmoid: return 1.0f / (1.0f + expf(-x));
@@ -411,6 +429,17 @@ void castAddChannels(const void* x, int from, const float* bias, float* y, int64
 
 void castAxpby(float alpha, const void* x, int from, float beta, float* y, int64_t n, cudaStream_t s) {
     TESSERA_LAUNCH(castAxpbyKernel, n, s, alpha, x, from, beta, y, n);
+}
+
+void filterToChannelsLast(const float* w, void* y, int to, int64_t K, int64_t C, int64_t S, cudaStream_t s) {
+    const int64_t n = K * C * S;
+    TESSERA_LAUNCH(filterToChannelsLastKernel, n, s, w, y, to, C, S, n);
+}
+
+void filterGradFromChannelsLast(float alpha, const void* g, int from, float beta, float* dw, int64_t K, int64_t C,
+                                int64_t S, cudaStream_t s) {
+    const int64_t n = K * C * S;
+    TESSERA_LAUNCH(filterGradFromChannelsLastKernel, n, s, alpha, g, from, beta, dw, C, S, n);
 }
 
 void axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t s) {

@@ -63,6 +63,13 @@ void castAddChannels(const void* x, int from, const float* bias, float* y, int64
                      cudaStream_t s);
 /// y = alpha * float(x) + beta * y (y unread when beta is 0; `from` a DType value).
 void castAxpby(float alpha, const void* x, int from, float beta, float* y, int64_t n, cudaStream_t s);
+/// A float32 filter w [K, C, S] (S the spatial size) into y [K, S, C] of DType `to` (one
+/// pass: permuted and converted, rounding to nearest even).
+void filterToChannelsLast(const float* w, void* y, int to, int64_t K, int64_t C, int64_t S, cudaStream_t s);
+/// dw [K, C, S] = alpha * float(g) + beta * dw from g [K, S, C] of DType `from` (dw unread
+/// when beta is 0).
+void filterGradFromChannelsLast(float alpha, const void* g, int from, float beta, float* dw, int64_t K, int64_t C,
+                                int64_t S, cudaStream_t s);
 /// `kind` is ActivationKind's value.
 void activationForward(int kind, float alpha, float beta, const float* x, float* y, int64_t n, cudaStream_t s);
 void activationBackward(int kind, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,

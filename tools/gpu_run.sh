@@ -18,7 +18,8 @@
 #   train.log   with GPU_RUN_TRAIN="ARGS" (say "--model vit-tiny --epochs 10"): tessera train ARGS
 #               --data DATA --seed 1 --device cuda, DATA being GPU_RUN_TRAIN_DATA (say
 #               text:DIR) or else DATA_DIR
-#   profile.log tessera profile MODEL --device cuda --batch B --depth 1, in fp32 and bf16, for
+#   profile.log tessera profile MODEL --device cuda --batch B --depth 1, in fp32 and bf16 (or
+#               the precisions GPU_RUN_PROFILE_PRECISION lists, say "fp16 bf16"), for
 #               each MODEL:B in GPU_RUN_PROFILE (default resnet50:64; the depth from
 #               GPU_RUN_PROFILE_DEPTH; skipped when GPU_RUN_SKIP_PROFILE is set)
 #   bench.log   the Gpu/ benchmarks matching GPU_RUN_BENCH_FILTER (default: all of them;
@@ -168,11 +169,11 @@ fi
 if [[ -z ${GPU_RUN_SKIP_PROFILE:-} ]]; then
   for item in ${GPU_RUN_PROFILE:-resnet50:64}; do
     IFS=: read -r model batch <<<"$item"
-    for precision in fp32 bf16; do
+    for precision in ${GPU_RUN_PROFILE_PRECISION:-fp32 bf16}; do
       depth=${GPU_RUN_PROFILE_DEPTH:-1}
       cmd="bin/tessera profile $model --device cuda --batch $batch --depth $depth --precision $precision"
       { header "$cmd"; timeout "$limit_lenet" "$root/bin/tessera" profile "$model" --device cuda --batch "$batch" \
-          --depth "$depth" --precision $precision 2>&1; } >>"$out/profile.log" || status=1
+          --depth "$depth" --precision "$precision" 2>&1; } >>"$out/profile.log" || status=1
     done
   done
   grep -E '^training step' "$out/profile.log" | sed 's/^/profile: /' || echo "profile: no result (see profile.log)"
