@@ -102,8 +102,8 @@ public:
     void setAllowTF32(bool allow);
     /// Choose only cuDNN algorithms that give the same bits on every run (default: off).
     void setDeterministic(bool on) { deterministic_ = on; }
-    /// Carry float16 and bfloat16 activations between layers (setCuda16BitActivations;
-    /// default: off).
+    /// Carry float16 and bfloat16 activations between layers (setCuda16BitActivations; on
+    /// by default).
     void set16BitActivations(bool on) { activations16_ = on; }
     bool carries16Bit(DType dtype) const override { return activations16_ && is16Bit(dtype); }
     /// The type a carrying op (batch norm, pooling) runs on for an input of `dtype`: that
@@ -111,7 +111,7 @@ public:
     DType carriedOrFloat32(DType dtype) const { return carries16Bit(dtype) ? dtype : DType::float32; }
     /// The compute type of a 16-bit convolution where 16-bit activations are carried.
     DType convOutputDType(const ConvParams& p) override { return carries16Bit(p.compute) ? p.compute : DType::float32; }
-    /// Channels-last activations (setCudaChannelsLast; default: off).
+    /// Channels-last activations (setCudaChannelsLast; on by default).
     void setChannelsLast(bool on) { channelsLast_ = on; }
     /// The layout a convolution of input shape `x` computing in `compute` runs in and
     /// writes: channelsLast for a 2-D one where that is on and its 16-bit type is carried
