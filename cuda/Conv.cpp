@@ -338,7 +338,7 @@ int64_t CudaBackend::convScratchBytes(const ConvParams& p, const Shape& x, const
     const Shape& in = p.transposed ? y : x;  // what backward-data writes
     // An inference forward converts its float32 input too (a training one keeps that copy:
     // convKeptBytes).
-    const int64_t inputCopy = converts && !p.state ? bytes(p.transposed ? y : x, type) : 0;
+    const int64_t inputCopy = converts && !p.state ? bytes(in, type) : 0;
     if (!backward) return inputCopy + filterHeld + (converts ? bytes(out, type) : 0);
     const int64_t dyLow = converts ? bytes(out, type) : 0; // kept from backward-data for backward-weights
     const int64_t data = filterHeld + (converts ? bytes(in, type) : 0);

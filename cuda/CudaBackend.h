@@ -311,6 +311,9 @@ private:
     bool deterministic_ = false;
     bool batchNormAddRefused_ = false;   // cuDNN answered NOT_SUPPORTED to its fused form once
     bool persistentNormRefused_ = false; // cuDNN refused its persistent batch norm once
+    /// The workspace bytes of cuDNN's persistent batch norm (the larger of forward's and
+    /// backward's) per shape and type it has taken.
+    std::map<std::pair<std::vector<int64_t>, DType>, size_t> persistentNormBytes_;
     /// After cuDNN's fused batch norm + add + ReLU (`pass`: "" or " backward") answered
     /// `status` for x: NOT_SUPPORTED and BAD_PARAM are said once and stop the fusing; any
     /// other status throws.

@@ -134,26 +134,35 @@ template <class Call>
 bool CudaBackend::persistentNorm(const Tensor& x, cudnnTensorDescriptor_t xDesc, cudnnTensorDescriptor_t pDesc,
                                  Call&& call) {
     if (!is16Bit(x.dtype()) || x.layout() != Layout::channelsLast || persistentNormRefused_) return false;
-    size_t reserveBytes = 0, fwdBytes = 0, bwdBytes = 0;
-    cudnnStatus_t status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-        cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, nullptr, xDesc, &reserveBytes);
-    if (status == CUDNN_STATUS_SUCCESS) {
-        status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
-                                                                          CUDNN_BATCHNORM_OPS_BN, xDesc, nullptr, xDesc,
-                                                                          pDesc, nullptr, &fwdBytes);
+    // cuDNN's sizes for this problem, asked once per shape and type.
+    std::unique_lock<std::mutex> lock(dnn_->mutex);
+    auto [it, fresh] = persistentNormBytes_.try_emplace({x.shape().dims(), x.dtype()}, 0);
+    cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+    size_t reserveBytes = 0;
+    if (fresh) {
+        size_t fwdBytes = 0, bwdBytes = 0;
+        status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+            cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, nullptr, xDesc, &reserveBytes);
+        if (status == CUDNN_STATUS_SUCCESS) {
+            status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+                cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, xDesc, nullptr, xDesc, pDesc,
+                nullptr, &fwdBytes);
+        }
+        if (status == CUDNN_STATUS_SUCCESS) {
+            status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                                                       CUDNN_BATCHNORM_OPS_BN, xDesc, xDesc, xDesc,
+                                                                       nullptr, xDesc, pDesc, nullptr, &bwdBytes);
+        }
+        it->second = std::max(fwdBytes, bwdBytes);
     }
-    if (status == CUDNN_STATUS_SUCCESS) {
-        status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(cudnn_, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
-                                                                   CUDNN_BATCHNORM_OPS_BN, xDesc, xDesc, xDesc, nullptr,
-                                                                   xDesc, pDesc, nullptr, &bwdBytes);
-    }
+    const size_t bytes = it->second;
+    lock.unlock();
     const char* why = nullptr;
     if (status != CUDNN_STATUS_SUCCESS) {
         why = cudnnGetErrorString(status);
     } else if (reserveBytes != 0) {
         why = "a reserve of its own";
     } else {
-        const size_t bytes = std::max(fwdBytes, bwdBytes);
         status = call(workspace(bytes + 1), bytes);
         if (status == CUDNN_STATUS_SUCCESS) return true;
         if (status != CUDNN_STATUS_NOT_SUPPORTED && status != CUDNN_STATUS_BAD_PARAM) TESSERA_CUDA_CHECK(status);
