@@ -104,8 +104,9 @@ struct LayerState {
 };
 
 /// Counts the changes of parameters made through the library (optimizer updates,
-/// Module::setVar, loading weights, calcMode, Module::packWeights): weights a backend
-/// packed before a change are packed again. Process-wide; writes through a tensor's memory
+/// Module::setVar and setAttr, loading weights, calcMode, Module::packWeights): weights a
+/// backend packed, and convolutions' folded batch norms (containers/Fusion.h), made before
+/// a change are made again. Process-wide; writes through a tensor's memory
 /// are not counted.
 uint64_t parameterGeneration();
 void noteParameterChange();
@@ -127,6 +128,10 @@ struct ConvParams {
     /// weights are packed (Module::packWeights) and it runs in eval mode, else null: the
     /// backend converts the weights on every forward. Not part of the geometry.
     std::shared_ptr<LayerState> packed;
+    /// convForward only: apply a ReLU to the output inside the convolution (an eval-mode
+    /// batch norm and its ReLU folded into the layer, containers/Fusion.h). The CPU runs it
+    /// as a oneDNN post-op; CUDA in place after the bias. Not part of the geometry.
+    bool relu = false;
 };
 
 enum class PoolKind { max, avgWithPad, avgNoPad };

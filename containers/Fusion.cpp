@@ -3,12 +3,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <unordered_set>
 
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/ConvND.h"
 #include "modules/FusedRelu.h"
 
 namespace tessera {
@@ -76,6 +78,48 @@ std::vector<NormSum> normSumsOf(const Graph& graph) {
     return sums;
 }
 
+namespace {
+// The fold of conv into the module `m` consuming it alone, if it can take it.
+std::optional<ConvNorm> foldOf(Module& conv, Module& m) {
+    auto* c = dynamic_cast<ConvND*>(&conv);
+    auto* norm = dynamic_cast<ConvFoldedNorm*>(&m);
+    if (!c || !norm || !c->canFold(*norm) || !m.weightsPacked()) return std::nullopt;
+    return ConvNorm{c, norm};
+}
+} // namespace
+
+std::vector<ConvNorm> foldsOf(const Graph& graph) {
+    std::vector<ConvNorm> folds;
+    if (!fusionEnabled()) return folds;
+    std::unordered_set<const Node*> outputs;
+    for (const NodePtr& o : graph.outputs()) outputs.insert(o.get());
+    for (Node* n : graph.order()) {
+        if (n->sharesModule() || outputs.count(n) || n->fwds().size() != 1) continue;
+        Node* c = n->fwds()[0].node;
+        if (c->sharesModule() || c->bwds().size() != 1) continue;
+        const std::vector<int>& slots = c->bwds()[0].slots;
+        if (!(slots.empty() || (slots.size() == 1 && slots[0] == 0))) continue;
+        if (const std::optional<ConvNorm> f = foldOf(n->module(), c->module())) folds.push_back(*f);
+    }
+    return folds;
+}
+
+std::vector<ConvNorm> foldsOf(const Sequential& seq) {
+    std::vector<ConvNorm> folds;
+    if (!fusionEnabled()) return folds;
+    const auto children = seq.namedChildren();
+    for (size_t i = 0; i + 1 < children.size(); ++i) {
+        if (const std::optional<ConvNorm> f = foldOf(*children[i].second, *children[i + 1].second)) folds.push_back(*f);
+    }
+    return folds;
+}
+
+std::vector<ConvNorm> evalOnly(std::vector<ConvNorm> folds) {
+    std::erase_if(
+        folds, [](const ConvNorm& f) { return f.conv->isTrain() || dynamic_cast<const Module*>(f.norm)->isTrain(); });
+    return folds;
+}
+
 std::vector<Pair> pairsOf(const Sequential& seq) {
     std::vector<Pair> pairs;
     if (!fusionEnabled()) return pairs;
@@ -88,7 +132,12 @@ std::vector<Pair> pairsOf(const Sequential& seq) {
     return pairs;
 }
 
-Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums) : pairs_(std::move(pairs)), sums_(std::move(sums)) {
+Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums, std::vector<ConvNorm> folds)
+    : pairs_(std::move(pairs)), sums_(std::move(sums)), folds_(std::move(folds)) {
+    for (const ConvNorm& f : folds_) {
+        f.conv->setFoldedNorm(f.norm);
+        f.norm->setFoldIntoConv(true);
+    }
     for (const Pair& p : pairs_) {
         p.source->setFuseRelu(true);
         p.relu->setFusedInto(p.source);
@@ -107,6 +156,10 @@ Scope::~Scope() {
     for (const NormSum& s : sums_) {
         s.norm->setFuseIntoSum(false, false);
         s.sum->setFusedNorm(nullptr, 0);
+    }
+    for (const ConvNorm& f : folds_) {
+        f.conv->setFoldedNorm(nullptr);
+        f.norm->setFoldIntoConv(false);
     }
 }
 

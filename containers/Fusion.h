@@ -18,6 +18,20 @@
 /// gradients through. The batch norm's output costs no memory: its node's `data` is its
 /// input. Graphs only.
 ///
+/// In eval mode with packed weights (Module::packWeights), a convolution (Conv1D/2D/3D)
+/// whose only consumer is a batch norm over its maps (BatchNorm1D/2D/3D) takes the
+/// normalisation into its weights and bias, W' = a W and b' = a b + c per output channel
+/// with the running statistics' a = scale / sqrt(var + eps) and c = bias - mean a, and
+/// applies the batch norm's fused ReLU inside the convolution (a oneDNN post-op on the CPU):
+/// the batch norm's pass over the activations is gone, and its output costs no memory (its
+/// node's `data` is the convolution's output, which is normalised). The folded weights
+/// are kept with the packed ones and made again after a parameter change
+/// (parameterGeneration) or a train-mode forward of the batch norm; a write through a
+/// tensor's memory is not seen, as for packed weights. The results differ from the
+/// unfolded layers' in rounding only. A backward after such a forward (eval mode: input
+/// gradients only; a Sequential's, as a Graph's eval forward releases its values)
+/// differentiates the same function through the folded weights.
+///
 /// Graph and Sequential find the pairs among their own children at each forward and set
 /// them up around it (and the memory plan does the same). The results equal the unfused
 /// layers' (the same arithmetic); what differs is what is held: the batch norm's output
@@ -29,6 +43,8 @@ namespace tessera {
 
 class Activation;
 class Add;
+class ConvFoldedNorm;
+class ConvND;
 class FusedRelu;
 class SumFusedNorm;
 class Graph;
@@ -64,10 +80,26 @@ struct NormSum {
 /// One per sum (the first in the graph's order where both inputs are batch norms).
 std::vector<NormSum> normSumsOf(const Graph& graph);
 
-/// Sets the pairs and sums up for the scope's lifetime (nothing when fusion is off).
+/// A convolution and the batch norm it alone feeds, which it folds in eval mode.
+struct ConvNorm {
+    ConvND* conv;
+    ConvFoldedNorm* norm;
+};
+
+/// A convolution node, not an output of the graph, whose one consumer is a batch-norm node
+/// taking it alone, neither module running in another node, where the convolution can fold
+/// the norm (ConvND::canFold: packed weights among others). Whatever the modules' modes:
+/// see evalOnly.
+std::vector<ConvNorm> foldsOf(const Graph& graph);
+/// A convolution directly followed by a batch norm it can fold.
+std::vector<ConvNorm> foldsOf(const Sequential& seq);
+/// Those whose convolution and batch norm are both in eval mode (what a forward folds).
+std::vector<ConvNorm> evalOnly(std::vector<ConvNorm> folds);
+
+/// Sets the pairs, sums and folds up for the scope's lifetime (nothing when fusion is off).
 class Scope {
 public:
-    explicit Scope(std::vector<Pair> pairs, std::vector<NormSum> sums = {});
+    explicit Scope(std::vector<Pair> pairs, std::vector<NormSum> sums = {}, std::vector<ConvNorm> folds = {});
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -75,6 +107,7 @@ public:
 private:
     std::vector<Pair> pairs_;
     std::vector<NormSum> sums_;
+    std::vector<ConvNorm> folds_;
 };
 
 } // namespace fusion

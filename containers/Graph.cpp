@@ -405,7 +405,8 @@ Tensors Graph::updateData(const Tensors& data) {
     options.release = !isTrain();
     options.keep = [this](const Node& n) { return outputIndex_.count(&n) > 0; };
     options.where = [this](const Node& n) { return str() + ": " + pathTo(n) + ": "; };
-    const fusion::Scope fused(fusion::pairsOf(*this), fusion::normSumsOf(*this));
+    const fusion::Scope fused(fusion::pairsOf(*this), fusion::normSumsOf(*this),
+                              fusion::evalOnly(fusion::foldsOf(*this)));
     exec::forward(
         order_,
         [this, &data](const Node& n) -> std::optional<Tensors> {

@@ -101,7 +101,7 @@ Tensors Sequential::updateData(const Tensors& data) {
     planFor(shapesOf(data)); // checked here once; the children run unchecked
     beginForward();
     Tensors x = data;
-    const fusion::Scope fused(fusion::pairsOf(*this));
+    const fusion::Scope fused(fusion::pairsOf(*this), {}, fusion::evalOnly(fusion::foldsOf(*this)));
     for (size_t i = 0; i < children_.size(); ++i) {
         try {
             x = children_[i].second->runPlanned(x);

@@ -240,19 +240,19 @@ Tensor CudaBackend::convForward(const ConvParams& p, const Tensor& xIn, const Te
     } else {
         runConvForward(h, c, workspace(c.fwd.bytes), x.raw(), wt.raw(), y.raw());
     }
-    if (c.type != DType::float32 && !carries16Bit(c.type)) return toFloat32(y, b, s());
-    if (c.type != DType::float32) { // 16-bit activations: the output stays in the compute type
+    if (c.type != DType::float32 && !carries16Bit(c.type)) {
+        y = toFloat32(y, b, s());
+    } else if (c.type != DType::float32) { // 16-bit activations: the output stays in the compute type
         if (b.defined()) {
             cudak::addChannelsAny(y.raw(), static_cast<int>(c.type), fp(b), yShape[1], channelInner(yShape, layout),
                                   yShape.numel(), s());
         }
-        return y;
-    }
-    if (b.defined()) {
+    } else if (b.defined()) {
         const float one = 1.0f;
         const cudnnTensorDescriptor_t yDesc = p.transposed ? c.in->get() : c.out->get();
         TESSERA_CUDA_CHECK(cudnnAddTensor(h, &one, c.bias->get(), fp(b), &one, yDesc, fp(y)));
     }
+    if (p.relu) activationForward(ActivationParams{ActivationKind::relu}, y, y); // ConvParams::relu
     return y;
 }
 

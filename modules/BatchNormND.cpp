@@ -58,13 +58,32 @@ void BatchNorm::checkDataShape(const Shapes& inShapes) const {
     }
 }
 
-// x: [N, maps, ...] -> y; or x itself, when the sum after it normalises (normaliseAdd)
+// x: [N, maps, ...] -> y; or x itself, when the sum after it normalises (normaliseAdd) or
+// the convolution before it did (setFoldIntoConv)
 Tensors BatchNormND::updateData(const Tensors& data) {
     reluMask_ = sumReserve_ = sumDscale_ = sumDbias_ = Tensor();
     appliedRelu_ = sumDifferentiated_ = false;
+    folded_ = foldIntoConv_;
     deferred_ = defersToSum();
+    if (folded_) {
+        batchMean_ = batchVar_ = Tensor(); // an eval-mode forward
+        appliedRelu_ = fuseRelu_;
+        return {data[0]};
+    }
     if (deferred_) return {data[0]};
     return {forward(data[0], nullptr, false)};
+}
+
+void BatchNormND::evalAffine(std::vector<float>& a, std::vector<float>& c) const {
+    const std::vector<float> scale = getVar("scale")->data.toVector<float>(),
+                             bias = getVar("bias")->data.toVector<float>(), mean = getAttr("mean").toVector<float>(),
+                             var = getAttr("var").toVector<float>();
+    a.resize(scale.size());
+    c.resize(scale.size());
+    for (size_t k = 0; k < scale.size(); ++k) {
+        a[k] = static_cast<float>(scale[k] / std::sqrt(double(var[k]) + options_.epsilon));
+        c[k] = static_cast<float>(bias[k] - double(mean[k]) * a[k]);
+    }
 }
 
 Tensor BatchNormND::normaliseAdd(const Tensor& x, const Tensor* z, bool relu) {
@@ -287,6 +306,7 @@ void BatchNormND::addParamGrads(const Tensor& dscale, const Tensor& dbias, float
 
 // dy -> dx, dscale, dbias in one primitive; updateGrad alone comes here too.
 Tensors BatchNormND::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    if (folded_) return updGrad ? Tensors{grad[0]} : Tensors{}; // the convolution differentiates the normalisation
     const bool params = updParamGrads && isTrain();
     if (deferred_) { // the sum after it differentiated the normalisation (sumBackward)
         if (!sumDifferentiated_) {
@@ -322,6 +342,11 @@ Blueprint BatchNormND::blueprint() const {
 MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                  Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (foldIntoConv_ && !train) { // its input, normalised by the convolution, passed through
+        use.outputViews = {0};
+        use.gradViews = {0};
+        return use;
+    }
     if (defersToSum()) {
         use.outputViews = {0}; // its input, passed through to the sum
         use.gradViews = {0};   // and the input gradient the sum computed
@@ -338,7 +363,7 @@ MemoryUse BatchNormND::memoryUse(const Shapes& inShapes, const std::vector<Layou
 }
 
 bool BatchNormND::fusesReluOn(Device device) const {
-    return fuseRelu_ && !sync() && backendFor(device).fusesBatchNormRelu();
+    return fuseRelu_ && (foldIntoConv_ || (!sync() && backendFor(device).fusesBatchNormRelu()));
 }
 
 } // namespace tessera

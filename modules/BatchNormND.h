@@ -41,7 +41,7 @@ public:
 /// Backward differentiates the last forward: after an eval-mode one, the input gradient
 /// treats the running statistics as constants, and parameter gradients are refused
 /// (ModuleError) since the module was not trained on that forward.
-class BatchNormND : public Module, public FusedRelu, public SumFusedNorm {
+class BatchNormND : public Module, public FusedRelu, public SumFusedNorm, public ConvFoldedNorm {
 public:
     /// `ranks`: the input ranks the named form accepts.
     BatchNormND(std::vector<size_t> ranks, int64_t maps, const BatchNormOptions& options);
@@ -77,10 +77,11 @@ public:
     void setFuseRelu(bool on) override { fuseRelu_ = on; }
     bool fuseRelu() const override { return fuseRelu_; }
     /// Whether a forward on `device` would apply the ReLU now (for plans: the setting is on,
-    /// the backend fuses, and statistics are not synchronised).
+    /// and the convolution before it takes the normalisation, or the backend fuses and
+    /// statistics are not synchronised).
     bool fusesReluOn(Device device) const override;
     /// A train-mode forward that fuses keeps the mask.
-    bool masksReluGradientOn(Device device) const override { return fusesReluOn(device); }
+    bool masksReluGradientOn(Device device) const override { return !foldIntoConv_ && fusesReluOn(device); }
     /// Whether the last forward applied a ReLU to its output.
     bool appliedRelu() const override { return appliedRelu_; }
     /// Whether the last forward kept the ReLU's mask: its backward then takes the ReLU's
@@ -97,12 +98,25 @@ public:
         sumRelu_ = on && sumRelu;
     }
     bool fuseIntoSum() const override { return fuseIntoSum_; }
-    bool defersToSum() const override { return fuseIntoSum_ && !sync(); }
+    bool defersToSum() const override { return fuseIntoSum_ && !sync() && !foldIntoConv_; }
     bool deferredToSum() const override { return deferred_; }
     Tensor normaliseAdd(const Tensor& x, const Tensor* z, bool relu) override;
     /// After a deferred forward, this module's backward passes on the input gradient the
     /// sum computed here, and adds the parameter gradients computed with it.
     Tensor sumBackward(const Tensor& dy, const Tensor* reluOutput, Tensor* dz) override;
+    /// Folding into the convolution before it in eval mode (containers/Fusion.h,
+    /// ConvFoldedNorm): a forward with the setting on passes its input through (the
+    /// convolution normalised it, and applied the ReLU this module fuses), and its backward
+    /// passes the gradient through. The setting wins over setFuseIntoSum.
+    void setFoldIntoConv(bool on) override { foldIntoConv_ = on; }
+    bool foldsIntoConv() const override { return foldIntoConv_; }
+    /// Per channel over `maps` (BatchNorm1D/2D/3D of `maps`; not BatchNorm).
+    bool foldableOver(int64_t maps) const override { return maps == maps_ && perChannel(); }
+    bool foldsRelu() const override { return fuseRelu_; }
+    void evalAffine(std::vector<float>& a, std::vector<float>& c) const override;
+    int64_t statisticsVersion() const override { return batches_; }
+    /// Whether the last forward passed its input through for the convolution before it.
+    bool foldedIntoConv() const { return folded_; }
     const Tensor& batchMean() const { return batchMean_; }
     const Tensor& batchVar() const { return batchVar_; }
     float epsilon() const { return options_.epsilon; }
@@ -118,6 +132,8 @@ protected:
     /// The shape the normalisation sees, [N, maps, ...] (the input's; BatchNorm views
     /// [N, d1, ...] as [N, d1 * ...]).
     virtual Shape normShape(const Shape& s) const { return s; }
+    /// Whether the channels are dim 1 of the input (false where normShape flattens them).
+    virtual bool perChannel() const { return true; }
     Tensor normView(const Tensor& t) const {
         const Shape s = normShape(t.shape());
         return s == t.shape() ? t : t.reshape(s);
@@ -138,6 +154,7 @@ private:
     double globalCount_ = 0;      // values per channel over all processes, when synchronised
     bool fuseRelu_ = false, appliedRelu_ = false;
     bool fuseIntoSum_ = false, sumRelu_ = false, deferred_ = false;
+    bool foldIntoConv_ = false, folded_ = false;
     Tensor reluMask_; // of the last forward, when it fused a ReLU in train mode
     // Deferred to the sum: what its training forward reserved for backward
     // (Backend::batchNormAddForward), and the parameter gradients of its sumBackward.
@@ -178,6 +195,7 @@ public:
 
 protected:
     Shape normShape(const Shape& s) const override { return Shape({s[0], maps()}); }
+    bool perChannel() const override { return false; }
 };
 
 /// x: [N, maps, H, W].

@@ -134,22 +134,65 @@ std::vector<DType> ConvND::outputDTypes(const Shapes&, const std::vector<DType>&
     return {backendFor(device).convOutputDType(computeParams())};
 }
 
-// x: [N, inmaps, *in] -> y: [N, outmaps, *out]
+// x: [N, inmaps, *in] -> y: [N, outmaps, *out]; with a batch norm folded in, its output
 Tensors ConvND::updateData(const Tensors& data) {
     const Tensor& x = data[0];
+    const Shape y = dataShapeFrom(Shapes{x.shape()})[0];
+    folded_ = foldedNorm_ != nullptr; // set only where canFold (fusion::foldsOf)
+    if (folded_) {
+        refreshFold();
+        ConvParams p = computeParams();
+        p.packed = foldPacks_;
+        p.relu = foldedNorm_->foldsRelu();
+        return {backendOf(x).convForward(p, x, fold_.w, fold_.b, y)};
+    }
     const Tensor b = options_.useBias ? getVar("b")->data : Tensor();
-    return {backendOf(x).convForward(computeParams(), x, getVar("W")->data, b, dataShapeFrom(Shapes{x.shape()})[0])};
+    return {backendOf(x).convForward(computeParams(), x, getVar("W")->data, b, y)};
 }
 
 // dy: [N, outmaps, *out] -> dx: [N, inmaps, *in]
 Tensors ConvND::updateGrad(const Tensors& grad) {
-    return {backendOf(grad[0]).convBackwardData(computeParams(), grad[0], getVar("W")->data, inData().shape())};
+    const Tensor& w = folded_ ? fold_.w : getVar("W")->data;
+    return {backendOf(grad[0]).convBackwardData(computeParams(), grad[0], w, inData().shape())};
 }
 
 // dW = scale * dL/dW + momentum * dW, db likewise
 void ConvND::accGradParams(const Tensors& grad, float scale, float momentum) {
     const Tensor db = options_.useBias ? getVar("b")->grad : Tensor();
     backendOf(grad[0]).convBackwardWeights(computeParams(), inData(), grad[0], scale, momentum, getVar("W")->grad, db);
+}
+
+bool ConvND::canFold(const ConvFoldedNorm& norm) const {
+    return !params_.transposed && weightsPacked() && getVar("W")->data.dtype() == DType::float32 &&
+           (!options_.useBias || getVar("b")->data.dtype() == DType::float32) && norm.foldableOver(outmaps_);
+}
+
+// W' = a W and b' = a b + c per output channel, made again when W, the parameters or the
+// norm's statistics changed since (or the module moved).
+void ConvND::refreshFold() {
+    const Tensor& w = getVar("W")->data;
+    const uint64_t generation = parameterGeneration();
+    const int64_t statistics = foldedNorm_->statisticsVersion();
+    if (fold_.w.defined() && fold_.norm == foldedNorm_ && fold_.from == w.raw() && fold_.generation == generation &&
+        fold_.statistics == statistics && fold_.w.device() == w.device()) {
+        return;
+    }
+    std::vector<float> a, c;
+    foldedNorm_->evalAffine(a, c);
+    if (options_.useBias) {
+        const std::vector<float> b = getVar("b")->data.toVector<float>();
+        for (size_t k = 0; k < c.size(); ++k) c[k] += a[k] * b[k];
+    }
+    const Device d = w.device();
+    if (!fold_.w.defined() || fold_.w.device() != d) fold_.w = Tensor::empty(w.shape(), DType::float32, d);
+    fold_.b = Tensor::fromVector({outmaps_}, c, d);
+    const Shape rows({1, outmaps_, w.numel() / outmaps_});
+    backendFor(d).mulChannels(w.reshape(rows), Tensor::fromVector({1, outmaps_}, a, d), fold_.w.reshape(rows));
+    fold_.norm = foldedNorm_;
+    fold_.from = w.raw();
+    fold_.generation = generation;
+    fold_.statistics = statistics;
+    foldPacks_->data.reset(); // packed from the old folded weights
 }
 
 Blueprint ConvND::blueprint() const {
@@ -193,6 +236,17 @@ MemoryUse ConvND::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
 void ConvND::setTrain(bool train) {
     Module::setTrain(train);
     if (!train) state_->data.reset();
+    if (train) dropFold();
+}
+
+void ConvND::packWeights(bool on) {
+    Module::packWeights(on);
+    if (!on) dropFold();
+}
+
+void ConvND::dropFold() {
+    fold_ = Fold{};
+    foldPacks_->data.reset();
 }
 
 void ConvND::reset() {

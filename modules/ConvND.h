@@ -3,6 +3,7 @@
 /// (Conv1D/2D/3D and Deconv1D/2D/3D in Conv.h and Deconv.h are its named forms).
 
 #include "backend/Backend.h"
+#include "modules/FusedRelu.h"
 #include "modules/Init.h"
 #include "modules/Module.h"
 #include "modules/PerDim.h"
@@ -81,8 +82,26 @@ public:
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
     /// Leaving train mode drops what the backend kept for backward; so does reset().
+    /// Entering it drops the folded weights (setFoldedNorm), as packed ones are dropped.
     void setTrain(bool train) override;
     void reset() override;
+    /// packWeights(false) also drops the folded weights.
+    void packWeights(bool on = true) override;
+
+    /// Fusion (containers/Fusion.h, ConvFoldedNorm): a container whose eval-mode plan has a
+    /// batch norm alone consume this layer's output sets it here around its forward
+    /// (nullptr: none). The forward then convolves with the normalisation folded into the
+    /// weights and bias, W' = a W and b' = a b + c per output channel (a, c from
+    /// ConvFoldedNorm::evalAffine), and applies the batch norm's fused ReLU. The folded
+    /// weights are kept with the parameters, made again after a parameter change
+    /// (parameterGeneration) or new running statistics, as packed weights are.
+    void setFoldedNorm(ConvFoldedNorm* norm) { foldedNorm_ = norm; }
+    ConvFoldedNorm* foldedNorm() const { return foldedNorm_; }
+    /// Whether a forward can fold `norm`: a convolution (not a deconvolution) with float32
+    /// weights and packed weights (Module::packWeights), and a norm over its output maps.
+    bool canFold(const ConvFoldedNorm& norm) const;
+    /// Whether the last forward folded a batch norm in.
+    bool folded() const { return folded_; }
 
 protected:
     Tensors updateData(const Tensors& data) override;
@@ -91,6 +110,9 @@ protected:
 
 private:
     std::string expectedInput() const;
+    /// The folded weights and bias for foldedNorm_, made again where stale.
+    void refreshFold();
+    void dropFold();
 
     size_t spatialDims_;
     int64_t inmaps_, outmaps_;
@@ -98,6 +120,18 @@ private:
     ConvParams params_;
     ConvOptions options_;
     std::shared_ptr<LayerState> state_ = std::make_shared<LayerState>();
+    // Folding an eval-mode batch norm (setFoldedNorm): the norm, whether the last forward
+    // folded it, and the folded weights and bias with what they were made from.
+    ConvFoldedNorm* foldedNorm_ = nullptr;
+    bool folded_ = false;
+    struct Fold {
+        Tensor w, b;
+        const ConvFoldedNorm* norm = nullptr;
+        const void* from = nullptr; // W's storage
+        uint64_t generation = 0;
+        int64_t statistics = -1;
+    } fold_;
+    std::shared_ptr<LayerState> foldPacks_ = std::make_shared<LayerState>(); // the folded weights packed
 };
 
 } // namespace tessera

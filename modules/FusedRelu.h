@@ -2,6 +2,10 @@
 /// \file FusedRelu: a layer that can apply the ReLU that alone consumes its output inside its
 /// own forward (containers/Fusion.h): batch norm and the sum `Add`. And SumFusedNorm: a
 /// batch norm whose output only a sum consumes, which leaves its normalisation to that sum.
+/// And ConvFoldedNorm: an eval-mode batch norm folded into the convolution before it.
+
+#include <cstdint>
+#include <vector>
 
 #include "backend/DType.h"
 #include "backend/Tensor.h"
@@ -55,6 +59,32 @@ public:
     /// the ReLU) dy is masked first. `dz`, when given, receives the addend's gradient: dy
     /// masked, or dy. ModuleError when the last forward did not defer.
     virtual Tensor sumBackward(const Tensor& dy, const Tensor* reluOutput, Tensor* dz) = 0;
+};
+
+/// Convolution -> batch norm in eval mode (containers/Fusion.h): with the setting on, the
+/// convolution runs with the normalisation folded into its weights and bias (and the
+/// batch norm's fused ReLU applied inside it), and the batch norm's forward passes its
+/// input through. Its output then costs no memory of its own, and its pass over the
+/// activations is gone. Backward (eval mode: input gradients only) passes the gradient
+/// through to the convolution, which differentiates the folded layer.
+class ConvFoldedNorm {
+public:
+    virtual ~ConvFoldedNorm() = default;
+    /// Set by a container around an eval-mode forward when a convolution's output feeds
+    /// this module alone (and nothing else).
+    virtual void setFoldIntoConv(bool on) = 0;
+    virtual bool foldsIntoConv() const = 0;
+    /// Whether the normalisation is per channel of `maps` channels, so that a convolution
+    /// of `maps` outputs can take it.
+    virtual bool foldableOver(int64_t maps) const = 0;
+    /// Whether the convolution applies the ReLU that this module fuses (FusedRelu).
+    virtual bool foldsRelu() const = 0;
+    /// The eval-mode normalisation as y = a * x + c per channel (float32 on the host, from
+    /// the running statistics, scale and bias).
+    virtual void evalAffine(std::vector<float>& a, std::vector<float>& c) const = 0;
+    /// Changes whenever evalAffine's result may have without a parameter change counted by
+    /// parameterGeneration() (a train-mode forward updating the running statistics).
+    virtual int64_t statisticsVersion() const = 0;
 };
 
 } // namespace tessera

@@ -443,6 +443,7 @@ void Module::setAttr(const std::string& name, Tensor value) {
     for (auto& [n, t] : attrs_) {
         if (n == name) {
             t = std::move(value);
+            noteParameterChange(); // a batch norm's statistics, which folded weights are made from
             return;
         }
     }

@@ -259,11 +259,14 @@ public:
     /// deconvolutions keep a copy in oneDNN's blocked layout, in bfloat16 under
     /// calcMode(bfloat16), and Linear a copy in its matmul's layout (bfloat16 under
     /// calcMode(bfloat16); none when float32 GEMMs run on OpenBLAS); other layers, and the
-    /// CUDA backend, read their weights as they are). The copies are counted in memoryStats. Train-mode forwards and
-    /// backward passes never use it. Changes made through the library (optimizer updates,
-    /// setVar, loading weights, calcMode) make the layers pack again; a write through a
-    /// tensor's memory (`data<T>()`, a NumPy view) is not seen: call packWeights() again
-    /// after one. false, and train mode, drop the copies.
+    /// CUDA backend, read their weights as they are). With fusion on (setFusion), a
+    /// convolution whose output only a batch norm reads also folds that normalisation (and
+    /// its ReLU) into a copy of its weights and bias, on every backend (containers/Fusion.h).
+    /// The copies are counted in memoryStats, not in the memory plan. Train-mode forwards
+    /// never use them (a backward after an eval-mode forward differentiates what it computed). Changes made through the
+    /// library (optimizer updates, setVar, setAttr, loading weights, calcMode) make the layers pack again; a write
+    /// through a tensor's memory (`data<T>()`, a NumPy view) is not seen: call packWeights() again after one. false,
+    /// and train mode, drop the copies.
     virtual void packWeights(bool on = true);
     /// Whether packWeights is on here.
     bool weightsPacked() const { return packed_; }

@@ -28,7 +28,8 @@
 #               --device cuda on those models in GPU_RUN_SIDE_PRECISION (default
 #               fp32,fp16,bf16), GPU_RUN_SIDE_REPS repetitions (default 3), against the
 #               PyTorch of the machine's python3, in NCHW and (unless GPU_RUN_SIDE_NCHW_ONLY
-#               is set) channels_last
+#               is set) channels_last; GPU_RUN_SIDE_FOLD set: the inference rows with each
+#               batch norm folded into its convolution on both sides (--fold)
 #   side-carry16.log   with GPU_RUN_SIDE and GPU_RUN_CARRY16 set: the same in fp16 and bf16
 #               with 16-bit activations carried but plain layouts
 #               (TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=0)
@@ -190,6 +191,7 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   precisions=${GPU_RUN_SIDE_PRECISION:-fp32,fp16,bf16}
   layouts=--torch-channels-last
   [[ -n ${GPU_RUN_SIDE_NCHW_ONLY:-} ]] && layouts=
+  [[ -n ${GPU_RUN_SIDE_FOLD:-} ]] && layouts+=" --fold"
   cmd="python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $precisions $layouts"
   # shellcheck disable=SC2086 # $layouts is one flag or none
   [[ -n ${GPU_RUN_SIDE_VARIANTS_ONLY:-} ]] || { header "$cmd"; timeout "${GPU_RUN_SIDE_LIMIT:-300}" python3 tools/bench/pytorch_side_by_side.py --device cuda \

@@ -14,6 +14,7 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
+#include "modules/ConvND.h"
 
 namespace tessera {
 
@@ -154,15 +155,21 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
         p.rows.push_back(std::move(row));
     }
     // A batch norm or sum that runs its ReLU (containers/Fusion.h) holds both layers' time,
-    // and a sum that runs the batch norm before it holds the batch norm's.
+    // a sum that runs the batch norm before it holds the batch norm's, and in eval mode a
+    // convolution that folds the batch norm after it holds the batch norm's (and its ReLU's).
     std::vector<fusion::Pair> fused;
     std::vector<fusion::NormSum> sums;
+    std::vector<fusion::ConvNorm> folds;
     if (fusionEnabled()) {
         if (const auto* g = dynamic_cast<const Graph*>(&model)) {
             fused = fusion::pairsOf(*g);
             sums = fusion::normSumsOf(*g);
+            if (!options.train) folds = fusion::foldsOf(*g);
         }
-        if (const auto* s = dynamic_cast<const Sequential*>(&model)) fused = fusion::pairsOf(*s);
+        if (const auto* s = dynamic_cast<const Sequential*>(&model)) {
+            fused = fusion::pairsOf(*s);
+            if (!options.train) folds = fusion::foldsOf(*s);
+        }
     }
     auto markFused = [](ProfileRow& r) {
         r.module += " (fused)";
@@ -176,6 +183,20 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
         for (const fusion::NormSum& s : sums) {
             if (r.layer == dynamic_cast<const Module*>(s.sum)) r.module = "BatchNorm+" + r.module;
             if (r.layer == dynamic_cast<const Module*>(s.norm)) markFused(r);
+        }
+    }
+    for (ProfileRow& r : p.rows) { // after the pairs: a folded batch norm's "+ReLU" goes to its convolution
+        for (const fusion::ConvNorm& f : folds) {
+            const auto* norm = dynamic_cast<const Module*>(f.norm);
+            if (r.layer == f.conv) r.module += "+BatchNorm";
+            if (r.layer != norm) continue;
+            if (r.module.ends_with("+ReLU")) {
+                r.module.resize(r.module.size() - 5);
+                for (ProfileRow& c : p.rows) {
+                    if (c.layer == f.conv) c.module += "+ReLU";
+                }
+            }
+            markFused(r);
         }
     }
     if (options.train) {

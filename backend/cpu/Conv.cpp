@@ -137,6 +137,8 @@ struct ConvEntry {
     mutable uint64_t stagedAt = 0;
     mutable std::optional<GemmWeights> gemmWeights;
     mutable std::optional<GemmData> gemmData;
+    // The forward with a ReLU post-op (ConvParams::relu), built on first use.
+    mutable std::optional<dnnl::primitive> fwdRelu;
 };
 
 // A training layer's input in the forward primitive's bfloat16 source descriptor, made by
@@ -442,6 +444,34 @@ dnnl::memory backwardWeightsSource(const ConvEntry& e, const Tensor& x, const Ke
     return e.bwSrc.from(x);
 }
 
+// The forward with a ReLU post-op (ConvParams::relu: an eval-mode batch norm and its ReLU
+// folded into the layer), over the training forward's own source, weights and output
+// descriptors, so that it reads and writes what that one does.
+const dnnl::primitive& reluForward(const ConvParams& p, const ConvEntry& e, bool bias) {
+    if (e.fwdRelu) return *e.fwdRelu;
+    e.fwdRelu = checkDnnl(p.transposed ? "deconvolution (ReLU)" : "convolution (ReLU)", [&]() -> dnnl::primitive {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(ops);
+        const dims st(p.stride.begin(), p.stride.end()), pl(p.padLo.begin(), p.padLo.end()),
+            pr(p.padHi.begin(), p.padHi.end()), dil = dilationOf(p);
+        const md b = bias ? e.plainB : md();
+        const auto inference = dnnl::prop_kind::forward_inference;
+        if (p.transposed) {
+            return dnnl::deconvolution_forward(dnnl::deconvolution_forward::primitive_desc(
+                dnnl::deconvolution_forward::desc(inference, dnnl::algorithm::deconvolution_direct, e.fwdSrc.want(),
+                                                  e.fwdW.want(), b, e.fwdDst, st, dil, pl, pr),
+                attr, engine()));
+        }
+        return dnnl::convolution_forward(dnnl::convolution_forward::primitive_desc(
+            dnnl::convolution_forward::desc(inference, dnnl::algorithm::convolution_direct, e.fwdSrc.want(),
+                                            e.fwdW.want(), b, e.fwdDst, st, dil, pl, pr),
+            attr, engine()));
+    });
+    return *e.fwdRelu;
+}
+
 } // namespace
 
 Layout CpuBackend::convOutputLayout(const ConvParams& p, const Shape& x, const Shape& w, const Shape& y, bool bias) {
@@ -466,7 +496,8 @@ Tensor CpuBackend::convForward(const ConvParams& p, const Tensor& x, const Tenso
         {DNNL_ARG_WEIGHTS, packedWeights(e.fwdW, memOf(e.plainW, w), w, p.packed.get())},
         {DNNL_ARG_DST, memOf(e.fwdDst, y)}};
     if (b.defined()) args[DNNL_ARG_BIAS] = memOf(e.plainB, b);
-    checkDnnl("convolution_forward::execute", [&] { e.fwd.execute(stream(), args); });
+    const dnnl::primitive& prim = p.relu ? reluForward(p, e, b.defined()) : e.fwd;
+    checkDnnl("convolution_forward::execute", [&] { prim.execute(stream(), args); });
     return y;
 }
 

@@ -616,10 +616,12 @@ forward's random counters, which are all it keeps), an LCN's window
         .def("packWeights", &Module::packWeights, py::arg("on") = true,
              R"(For inference with fixed weights: in eval mode the layers keep their weights in
 their kernels' layout and type between calls (an extra copy) instead of converting them on
-every forward. Optimizer updates, assigning var.data, setVar, loading and calcMode make
-them pack again; a write through a NumPy view of a parameter does not: call packWeights()
-again after one. False drops the copies. On the CPU: convolutions, deconvolutions and
-Linear.)")
+every forward. Optimizer updates, assigning var.data, setVar, setAttr, loading and
+calcMode make them pack again; a write through a NumPy view of a parameter does not: call
+packWeights() again after one. False drops the copies. On the CPU: convolutions,
+deconvolutions and Linear. On every device, with fusion on, a convolution whose output
+only a batch norm reads folds that normalisation (and its ReLU) into a copy of its
+weights: the batch norm's pass is gone.)")
         .def_property_readonly("weightsPacked", &Module::weightsPacked)
         .def(
             "to",

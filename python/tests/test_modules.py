@@ -222,6 +222,27 @@ def test_packed_weights_follow_assignments_not_numpy_writes():
     np.testing.assert_array_equal(net(x).numpy(), plain)
 
 
+def test_packed_weights_fold_batch_norm_into_the_convolution():
+    net = (ts.Sequential().append(ts.Conv2D(3, 8, 3, pad=1)).append(ts.BatchNorm2D(8))
+           .append(ts.Activation(ts.relu)))
+    rng = np.random.default_rng(5)
+    net.trainMode()
+    for _ in range(3):  # running statistics away from their defaults
+        net((rng.standard_normal((4, 3, 6, 6)) * 2 + 1).astype(np.float32))
+    net.evalMode()
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    plain = net(x).numpy().copy()
+    net.packWeights()
+    folded = net(x).numpy().copy()
+    np.testing.assert_allclose(folded, plain, rtol=1e-5, atol=1e-5 * np.abs(plain).max())
+    # Assigning the batch norm's scale is seen: the folded weights are made again.
+    net[1].getVar("scale").data = np.linspace(0.5, 2.0, 8, dtype=np.float32)
+    moved = net(x).numpy().copy()
+    net.packWeights(False)
+    np.testing.assert_allclose(moved, net(x).numpy(), rtol=1e-5, atol=1e-5 * np.abs(plain).max())
+    assert not np.allclose(moved, plain, atol=1e-3)
+
+
 def test_save_keeps_the_input_shapes_given(tmp_path):
     h5py = pytest.importorskip("h5py")
     net = ts.Linear(4, 2)

@@ -1285,6 +1285,41 @@ TEST(CudaConsistency, EvalModeUsesRunningStatistics) {
     EXPECT_LE(relDiff((*gpu)(x2.to(dev)), (*cpu)(x2)), 1e-4);
 }
 
+// Inference with packed weights folds each batch norm into the convolution before it
+// (containers/Fusion.h): the folded network on the device, in float32 and in both 16-bit
+// types with the default switches (16-bit activations, channels-last), matches the
+// unfolded float32 one on the CPU, and its convolutions did fold.
+TEST(CudaConsistency, FoldedBatchNormInferenceMatchesTheCpu) {
+    REQUIRE_DEVICE();
+    const Device dev = testDevice();
+    manualSeed(21);
+    const std::shared_ptr<Graph> cpu = channelsLastNet();
+    manualSeed(21);
+    const std::shared_ptr<Graph> gpu = channelsLastNet();
+    gpu->to(dev);
+    for (int i = 0; i < 2; ++i) { // running statistics away from their defaults
+        const Tensor x = randomTensor({4, 3, 12, 12}, 30 + i, -1.0f, 2.0f);
+        (*cpu)(x);
+        (*gpu)(x.to(dev));
+    }
+    cpu->evalMode();
+    gpu->evalMode();
+    gpu->packWeights();
+    const Tensor x = randomTensor({4, 3, 12, 12}, 40);
+    const Tensor want = (*cpu)(x).plain();
+    for (DType type : {DType::float32, DType::float16, DType::bfloat16}) {
+        if (selfCheck() && type == DType::float16) continue;
+        SCOPED_TRACE(str(type));
+        gpu->calcMode(type);
+        const Tensor got = (*gpu)(x.to(dev)).to(Device::cpu()).plain().astype(DType::float32);
+        EXPECT_TRUE(dynamic_cast<ConvND&>(gpu->getNodeByName("c1").module()).folded());
+        EXPECT_TRUE(dynamic_cast<ConvND&>(gpu->getNodeByName("c2").module()).folded());
+        EXPECT_LE(relDiff(got, want), type == DType::float32 ? 1e-4 : 3e-2);
+    }
+    gpu->calcMode(DType::float32);
+    gpu->packWeights(false);
+}
+
 TEST(CudaConsistency, EveryCost) {
     REQUIRE_DEVICE();
     const Device dev = testDevice();

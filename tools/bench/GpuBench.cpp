@@ -97,13 +97,15 @@ void BM_GpuTrain(benchmark::State& state, GpuWorkload w, DType compute) {
     state.counters["peak MiB"] = static_cast<double>(backendFor(dev).memoryStats().peak) / (1 << 20);
 }
 
-void BM_GpuInference(benchmark::State& state, GpuWorkload w, DType compute) {
+// packed: Module::packWeights, which folds each batch norm into its convolution.
+void BM_GpuInference(benchmark::State& state, GpuWorkload w, DType compute, bool packed) {
     const Device dev = Device::cuda(0);
     manualSeed(1);
     auto net = gpuModel(w);
     net->to(dev);
     net->calcMode(compute);
     net->evalMode();
+    net->packWeights(packed);
     auto [x, y] = gpuBatch(w, dev);
     net->optimizeForShape({x.shape()}, kConvWorkspaceLimit);
     backendFor(dev).resetPeak();
@@ -129,7 +131,17 @@ int registerGpu() {
             benchmark::RegisterBenchmark((prefix + "/train/" + suffix).c_str(), BM_GpuTrain, w, compute)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
-            benchmark::RegisterBenchmark((prefix + "/inference/" + suffix).c_str(), BM_GpuInference, w, compute)
+            benchmark::RegisterBenchmark((prefix + "/inference/" + suffix).c_str(), BM_GpuInference, w, compute, false)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+        }
+    }
+    // After every unpacked row, so that a filter ending in the precision picks those first.
+    for (const GpuWorkload& w : kWorkloads) {
+        for (const auto& [suffix, compute] : precisions) {
+            const std::string prefix = std::string("Gpu/") + w.name + "/batch" + std::to_string(w.batch);
+            benchmark::RegisterBenchmark((prefix + "/inference/" + suffix + "/packed").c_str(), BM_GpuInference, w,
+                                         compute, true)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }

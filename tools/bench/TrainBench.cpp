@@ -129,6 +129,17 @@ int registerAll() {
                 ->UseRealTime();
         }
     }
+    // The convolutional networks' inference with packed weights, which also folds each
+    // batch norm into its convolution (containers/Fusion.h): .../inference/packed[/bf16].
+    for (DType compute : {DType::float32, DType::bfloat16}) {
+        for (const char* model : {"lenet", "resnet18"}) {
+            const std::string name = std::string("Train/") + model + "/batch" + std::to_string(batchOf(model)) +
+                                     "/inference/packed" + (compute == DType::float32 ? "" : "/bf16");
+            benchmark::RegisterBenchmark(name.c_str(), BM_Inference, model, compute, int64_t{0}, true)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+        }
+    }
     // One image at a time, the weights converted on every forward or packed once
     // (Module::packWeights): Train/<model>/batch1/inference[/packed][/bf16].
     for (DType compute : {DType::float32, DType::bfloat16}) {

@@ -36,6 +36,11 @@ torch.amp.GradScaler (PyTorch's AMP).
 its images in torch.channels_last (NHWC, PyTorch's faster layout for convolutions in 16
 bits on a GPU), and the ratio to it.
 
+--fold folds each eval-mode batch norm into the convolution before it on both sides in
+the inference rows: Tessera's with packed weights (Module::packWeights, containers/Fusion.h),
+PyTorch's through torch.fx.experimental.optimization.fuse (which also folds them; a model
+it cannot trace runs unfolded, and the line says so).
+
 Both sides use the same OpenBLAS: Debian's PyTorch loads it as libblas.so.3, and on Intel
 CPUs newer than the library knows (Sapphire Rapids) OpenBLAS falls back to generic SSE3
 kernels unless OPENBLAS_CORETYPE is set. Tessera sets it for itself
@@ -235,11 +240,12 @@ def torch_model(model, device):
     return net.to(device), x, y, batch
 
 
-def torch_rate(model, mode, min_time, device="cpu", precision="fp32", channels_last=False):
+def torch_rate(model, mode, min_time, device="cpu", precision="fp32", channels_last=False, fold=False):
     """Images per second (and peak MiB on a GPU) of one PyTorch measurement after warm-up,
     like one benchmark repetition; bf16 and fp16: under autocast to that type (fp16 with
     torch.amp.GradScaler in training, as PyTorch's AMP recipe has it); channels_last: the
-    model and its images in torch.channels_last."""
+    model and its images in torch.channels_last; fold (inference): batch norms folded into
+    their convolutions by torch.fx."""
     cuda = device == "cuda"
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if cuda:
@@ -270,6 +276,13 @@ def torch_rate(model, mode, min_time, device="cpu", precision="fp32", channels_l
             sync()
     else:
         net.eval()
+        if fold:
+            try:
+                from torch.fx.experimental.optimization import fuse
+                net = fuse(net)
+            except Exception as e:  # noqa: BLE001 - any tracing failure leaves the model as it is
+                print(f"  PyTorch {model}: torch.fx could not fold its batch norms ({type(e).__name__}); "
+                      "measured unfolded", file=sys.stderr, flush=True)
 
         def step():
             with torch.no_grad(), torch.autocast(device, dtype=low or torch.bfloat16, enabled=low is not None):
@@ -287,12 +300,14 @@ def torch_rate(model, mode, min_time, device="cpu", precision="fp32", channels_l
             return iters * batch / elapsed, peak
 
 
-def tessera_rate(bench, model, mode, min_time, device="cpu", precision="fp32"):
+def tessera_rate(bench, model, mode, min_time, device="cpu", precision="fp32", packed=False):
     """Images per second (and peak MiB on a GPU) of one tessera_bench repetition."""
+    pack = packed and mode == "inference"
     if device == "cuda":
-        name = f"Gpu/{GPU_NAMES[model]}/batch{GPU_BATCHES[model]}/{mode}/{precision}"
+        name = f"Gpu/{GPU_NAMES[model]}/batch{GPU_BATCHES[model]}/{mode}/{precision}" + ("/packed" if pack else "")
     else:
-        name = f"Train/{model}/batch{BATCHES[model]}/{mode}" + ("/bf16" if precision == "bf16" else "")
+        name = (f"Train/{model}/batch{BATCHES[model]}/{mode}" + ("/packed" if pack else "")
+                + ("/bf16" if precision == "bf16" else ""))
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         run = subprocess.run([bench, f"--benchmark_filter=^{name}(/|$)", "--benchmark_repetitions=1",
                               f"--benchmark_min_time={min_time}", f"--benchmark_out={out.name}",
@@ -324,6 +339,9 @@ def main():
     ap.add_argument("--precision", default="fp32", help="a list of fp32, bf16 and fp16 (cuda only): fp32,bf16")
     ap.add_argument("--torch-channels-last", action="store_true",
                     help="also measure PyTorch with the model and images in torch.channels_last")
+    ap.add_argument("--fold", action="store_true",
+                    help="inference rows with each batch norm folded into its convolution on both sides: Tessera's "
+                         "packed weights, PyTorch's torch.fx fuse (cpu: lenet and resnet18; cuda: every model)")
     args = ap.parse_args()
     precisions = args.precision.split(",")
     if any(p not in ("fp32", "bf16", "fp16") for p in precisions) or (args.device == "cpu" and "fp16" in precisions):
@@ -348,20 +366,24 @@ def main():
               f"Tessera's float32 GEMMs on {args.tessera_float32_gemm}")
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; Tessera {args.bench}, "
               f"OMP_NUM_THREADS={args.threads}; {args.reps} alternating repetitions, medians")
+    if args.fold:
+        print("Inference rows: batch norms folded into their convolutions on both sides (Tessera's packWeights, "
+              "PyTorch's torch.fx fuse)")
     workloads = [(m, mode, p) for p in precisions for m in models for mode in ("train", "inference")
                  if not (p == "bf16" and m in ("lstm", "gru"))]
     results = {w: ([], [], [], [], [], []) for w in workloads}  # ours, theirs, peaks; channels-last rate, peak
     for rep in range(args.reps):
         for w in workloads:
             model, mode, precision = w
-            rate, peak = tessera_rate(args.bench, model, mode, args.min_time, args.device, precision)
+            rate, peak = tessera_rate(args.bench, model, mode, args.min_time, args.device, precision, args.fold)
             results[w][0].append(rate)
             results[w][2].append(peak)
-            rate, peak = torch_rate(model, mode, args.min_time, args.device, precision)
+            rate, peak = torch_rate(model, mode, args.min_time, args.device, precision, fold=args.fold)
             results[w][1].append(rate)
             results[w][3].append(peak)
             if args.torch_channels_last:
-                cl_rate, cl_peak = torch_rate(model, mode, args.min_time, args.device, precision, channels_last=True)
+                cl_rate, cl_peak = torch_rate(model, mode, args.min_time, args.device, precision, channels_last=True,
+                                              fold=args.fold)
                 results[w][4].append(cl_rate)
                 results[w][5].append(cl_peak)
             # Each measurement as it comes, so that a run cut short still says what it measured.
