@@ -7,6 +7,7 @@
 // what folding saves.
 #include <cmath>
 
+#include "FusionSwitch.h"
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "containers/Fusion.h"
@@ -26,15 +27,9 @@
 namespace tessera {
 namespace {
 
+using testing::FusionSwitch;
 using testing::randomTensor;
-
-// Restores the process-wide switch however a test ends.
-struct FusionSwitch {
-    explicit FusionSwitch(bool on) { setFusion(on); }
-    ~FusionSwitch() { setFusion(true); }
-};
-
-std::shared_ptr<Activation> relu() { return std::make_shared<Activation>(ActivationKind::relu); }
+using testing::relu;
 
 struct Block {
     std::shared_ptr<Graph> net;

@@ -4,6 +4,7 @@
 // where the ReLU alone consumes the batch norm; the memory plan counts what fusion saves.
 #include <cmath>
 
+#include "FusionSwitch.h"
 #include "GradCheck.h"
 #include "backend/Backend.h"
 #include "containers/Fusion.h"
@@ -21,15 +22,9 @@
 namespace tessera {
 namespace {
 
+using testing::FusionSwitch;
 using testing::randomTensor;
-
-// Restores the process-wide switch however a test ends.
-struct FusionSwitch {
-    explicit FusionSwitch(bool on) { setFusion(on); }
-    ~FusionSwitch() { setFusion(true); }
-};
-
-std::shared_ptr<Activation> relu() { return std::make_shared<Activation>(ActivationKind::relu); }
+using testing::relu;
 
 // data -> conv -> bn -> relu -> conv -> bn2 -> (+ data) -> relu: a residual block, whose
 // first pair fuses, and the sum with the last ReLU; the second batch norm feeds the Add.
