@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "GradCheck.h"
+#include "SourceDir.h"
 #include "containers/Sequential.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
@@ -219,7 +220,7 @@ TEST(Hdf5, FailedSaveLeavesNoTemporary) {
 // uncorrupted reads. (tests/data/corrupt_heap_blueprint.h5: one byte of
 // vlen_blueprint.h5's heap changed, found by mutating it.)
 TEST(Hdf5, CorruptHeapIsAnErrorNotACrash) {
-    const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/data/";
+    const std::string dir = tessera::testing::sourceDir() + "/tests/data/";
     const std::string bp = readBlueprint(dir + "vlen_blueprint.h5");
     EXPECT_NE(bp.find("\"Sequential\""), std::string::npos) << bp;
     // The reader process crashes or fails on it, or (after other reads in that process left
@@ -233,7 +234,7 @@ TEST(Hdf5, CorruptHeapIsAnErrorNotACrash) {
 // The reader is a program of its own (tessera-child, started by posix_spawn), not a fork of
 // this process, whose other threads might hold locks the fork would wait on forever.
 TEST(Hdf5, TheReaderIsTheChildProgramNotAFork) {
-    const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/data/";
+    const std::string dir = tessera::testing::sourceDir() + "/tests/data/";
     ASSERT_NE(readBlueprint(dir + "vlen_blueprint.h5").find("\"Sequential\""), std::string::npos);
     std::vector<std::string> children;
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
@@ -343,10 +344,8 @@ TEST(Hdf5, TrainingCountersRoundTrip) {
 }
 
 TEST(Hdf5, InteroperatesWithH5py) {
-    // A relocated test program (tools/bundle.sh) is told where the sources are.
-    const char* sourceDir = std::getenv("TESSERA_SOURCE_DIR");
     const std::string script =
-        std::string(sourceDir && *sourceDir ? sourceDir : TESSERA_SOURCE_DIR) + "/tests/io/h5py_interop.py";
+        tessera::testing::sourceDir() + "/tests/io/h5py_interop.py";
     if (!std::filesystem::exists(script)) GTEST_SKIP() << script << " not found; set TESSERA_SOURCE_DIR";
     if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import h5py (Debian's python3-h5py; tools/setup.sh installs it)";

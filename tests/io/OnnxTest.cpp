@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "GradCheck.h"
+#include "SourceDir.h"
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "models/LeNet.h"
@@ -58,8 +59,7 @@ const char* kTestData = "/usr/share/libonnx-testdata/data";
 // tests/io/onnx_expected_failures.txt: `suite/case: reason` lines.
 std::map<std::string, std::string> expectedFailures() {
     std::map<std::string, std::string> out;
-    const char* sourceDir = std::getenv("TESSERA_SOURCE_DIR"); // a relocated test program
-    std::ifstream file(std::string(sourceDir && *sourceDir ? sourceDir : TESSERA_SOURCE_DIR) +
+    std::ifstream file(tessera::testing::sourceDir() +
                        "/tests/io/onnx_expected_failures.txt");
     std::string line;
     while (std::getline(file, line)) {
@@ -233,9 +233,8 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
     if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
     }
-    const char* sourceDir = std::getenv("TESSERA_SOURCE_DIR");
     const std::string script =
-        std::string(sourceDir && *sourceDir ? sourceDir : TESSERA_SOURCE_DIR) + "/tests/io/onnx_extra_cases.py";
+        tessera::testing::sourceDir() + "/tests/io/onnx_extra_cases.py";
     const fs::path root = fs::path(::testing::TempDir()) / "onnx_extra_cases";
     fs::remove_all(root);
     ASSERT_EQ(std::system(("/usr/bin/python3 '" + script + "' '" + root.string() + "'").c_str()), 0);
@@ -274,7 +273,7 @@ TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
 // works; shapes still come back for models with large initializers, whose data inference
 // does not get.
 TEST(Onnx, ShapeInferenceCrashIsAnErrorAndTheNextImportWorks) {
-    const std::string crash = std::string(TESSERA_SOURCE_DIR) +
+    const std::string crash = tessera::testing::sourceDir() +
                               "/tests/data/fuzz/onnx/conv-weights-rank-differs-from-input-crashes-shape-inference.onnx";
     for (int round = 0; round < 2; ++round) {
         try {
@@ -301,7 +300,7 @@ TEST(Onnx, ShapeInferenceCrashIsAnErrorAndTheNextImportWorks) {
 // Constant inputs of the wrong kind (kept fuzz findings: an empty Clip bound, a float
 // Slice start of a shape...) are errors naming the node and what its input should hold.
 TEST(Onnx, BadConstantInputsAreErrorsNamingTheNode) {
-    const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/data/fuzz/onnx/";
+    const std::string dir = tessera::testing::sourceDir() + "/tests/data/fuzz/onnx/";
     const std::vector<std::pair<std::string, std::string>> cases = {
         {"clip-min-of-no-values.onnx", "(Clip): min must hold one value; it holds 0"},
         {"dropout-ratio-of-no-values.onnx", "(Dropout): the ratio must hold one value; it holds 0"},

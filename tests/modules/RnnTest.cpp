@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "GradCheck.h"
+#include "SourceDir.h"
 #include "containers/Sequential.h"
 #include "data/Npy.h"
 #include "io/Factory.h"
@@ -334,7 +335,7 @@ TEST(RNN, StatesCarryAcrossBatches) {
 // tests/data/rnn/make_pytorch_cases.py wrote (PyTorch in float64, rounded to float32).
 // Each tensor matches to 1e-5 of its largest magnitude.
 TEST(RNN, MatchesPyTorch) {
-    const std::string root = std::string(TESSERA_SOURCE_DIR) + "/tests/data/rnn/";
+    const std::string root = tessera::testing::sourceDir() + "/tests/data/rnn/";
     for (const char* name : {"lstm_uni", "lstm_bi", "gru_uni", "gru_bi"}) {
         SCOPED_TRACE(name);
         const std::string dir = root + name + "/";
@@ -358,7 +359,7 @@ TEST(RNN, MatchesPyTorch) {
 // (2 layers, two directions): outputs, final states, and the gradients of the input, the
 // initial states and every weight.
 TEST(RNN, MatchesPyTorchPackedWithStates) {
-    const std::string root = std::string(TESSERA_SOURCE_DIR) + "/tests/data/rnn/";
+    const std::string root = tessera::testing::sourceDir() + "/tests/data/rnn/";
     for (const char* name : {"lstm_packed", "gru_packed"}) {
         SCOPED_TRACE(name);
         const std::string dir = root + name + "/";

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "GradCheck.h"
+#include "SourceDir.h"
 #include "containers/Sequential.h"
 #include "data/Npy.h"
 #include "modules/Linear.h"
@@ -109,7 +110,7 @@ TEST(CTC, GradientIsTheErrorsDerivative) {
 // PyTorch's F.ctc_loss on the case tests/data/ctc/make_pytorch_case.py wrote: each loss and
 // the gradient of their mean.
 TEST(CTC, MatchesPyTorch) {
-    const std::string dir = std::string(TESSERA_SOURCE_DIR) + "/tests/data/ctc/";
+    const std::string dir = tessera::testing::sourceDir() + "/tests/data/ctc/";
     auto npy = [&](const char* f) { return readNpy(dir + f + ".npy"); };
     const Tensor scores = npy("scores");
     const Tensors target{npy("labels"), npy("label_lengths"), npy("input_lengths")};
