@@ -64,8 +64,14 @@ Tensors Linear::updateData(const Tensors& data) {
     const Tensor x = rowsOf(data[0]);
     Backend& be = backendOf(x);
     Tensor y = Tensor::empty({x.shape()[0], outsize_}, be.gemmOutputDType(computeDType()), x.device());
-    be.gemmWeights(false, false, 1.0f, x, getVar("W")->data, options_.useBias ? getVar("b")->data : Tensor(), 0.0f, y,
-                   computeDType(), packSlot());
+    const Tensor& W = getVar("W")->data;
+    stepW_ = Tensor();
+    if (convertsWeightsPerStep(isTrain(), x.device()) && W.dtype() == DType::float32) {
+        stepW_ = Tensor::empty(W.shape(), DType::bfloat16, W.device());
+        be.cast(W, stepW_);
+    }
+    be.gemmWeights(false, false, 1.0f, x, stepW_.defined() ? stepW_ : W,
+                   options_.useBias ? getVar("b")->data : Tensor(), 0.0f, y, computeDType(), packSlot());
     return {y.reshape(withLast(data[0].shape(), outsize_))};
 }
 
@@ -73,8 +79,29 @@ Tensors Linear::updateData(const Tensors& data) {
 Tensors Linear::updateGrad(const Tensors& grad) {
     const Tensor dy = rowsOf(grad[0]);
     Tensor dx = Tensor::empty({dy.shape()[0], insize_}, inData().dtype(), dy.device());
-    backendOf(dy).gemm(false, true, 1.0f, dy, getVar("W")->data, 0.0f, dx, computeDType());
+    backendOf(dy).gemm(false, true, 1.0f, dy, stepW_.defined() ? stepW_ : getVar("W")->data, 0.0f, dx, computeDType());
     return {dx.reshape(withLast(grad[0].shape(), insize_))};
+}
+
+Tensors Linear::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {
+    Tensors dx = Module::backwardFrom(grad, updParamGrads, updGrad, scale, momentum);
+    stepW_ = Tensor(); // the step's weights are done with (the memory plan frees them here too)
+    return dx;
+}
+
+bool Linear::convertsWeightsPerStep(bool train, Device device) const {
+    return train && computeDType() == DType::bfloat16 && device.isCpu() &&
+           backendFor(device).gemmOutputDType(DType::bfloat16) == DType::bfloat16;
+}
+
+MemoryUse Linear::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                            Device device) const {
+    MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
+    if (convertsWeightsPerStep(train, device) && getVar("W")->data.dtype() == DType::float32) {
+        use.reservedUntilBackwardBytes =
+            static_cast<int64_t>(Tensor::storageBytes(Shape({insize_, outsize_}), DType::bfloat16, Layout::plain));
+    }
+    return use;
 }
 
 // dW = scale * x^T dy + momentum * dW; db = scale * sum_n dy + momentum * db

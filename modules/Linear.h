@@ -38,15 +38,28 @@ public:
     bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;
+    /// Default, plus the bfloat16 copy of `W` a train-mode step keeps from its forward until
+    /// its backward (see stepWeights).
+    MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
+                        Device device) const override;
 
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
     void accGradParams(const Tensors& grad, float scale, float momentum) override;
+    Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
+    std::vector<Tensor*> keptTensors() override { return {&stepW_}; }
 
 private:
+    /// Whether a forward in train mode (`train`) on `device` converts `W` to bfloat16 once for the step:
+    /// train mode, calcMode(bfloat16), a CPU whose GEMMs run on bfloat16 kernels (they write
+    /// bfloat16: Backend::gemmOutputDType), float32 weights. The forward's and the backward's products
+    /// would each convert it otherwise; the bits are the same.
+    bool convertsWeightsPerStep(bool train, Device device) const;
+
     int64_t insize_, outsize_;
     LinearOptions options_;
+    Tensor stepW_; // W in bfloat16, from a train-mode forward until its backward
 };
 
 } // namespace tessera

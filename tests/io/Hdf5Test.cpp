@@ -344,8 +344,7 @@ TEST(Hdf5, TrainingCountersRoundTrip) {
 }
 
 TEST(Hdf5, InteroperatesWithH5py) {
-    const std::string script =
-        tessera::testing::sourceDir() + "/tests/io/h5py_interop.py";
+    const std::string script = tessera::testing::sourceDir() + "/tests/io/h5py_interop.py";
     if (!std::filesystem::exists(script)) GTEST_SKIP() << script << " not found; set TESSERA_SOURCE_DIR";
     if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import h5py (Debian's python3-h5py; tools/setup.sh installs it)";

@@ -59,8 +59,7 @@ const char* kTestData = "/usr/share/libonnx-testdata/data";
 // tests/io/onnx_expected_failures.txt: `suite/case: reason` lines.
 std::map<std::string, std::string> expectedFailures() {
     std::map<std::string, std::string> out;
-    std::ifstream file(tessera::testing::sourceDir() +
-                       "/tests/io/onnx_expected_failures.txt");
+    std::ifstream file(tessera::testing::sourceDir() + "/tests/io/onnx_expected_failures.txt");
     std::string line;
     while (std::getline(file, line)) {
         if (line.empty() || line[0] == '#') continue;
@@ -233,8 +232,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
     if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
     }
-    const std::string script =
-        tessera::testing::sourceDir() + "/tests/io/onnx_extra_cases.py";
+    const std::string script = tessera::testing::sourceDir() + "/tests/io/onnx_extra_cases.py";
     const fs::path root = fs::path(::testing::TempDir()) / "onnx_extra_cases";
     fs::remove_all(root);
     ASSERT_EQ(std::system(("/usr/bin/python3 '" + script + "' '" + root.string() + "'").c_str()), 0);

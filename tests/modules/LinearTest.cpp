@@ -272,6 +272,69 @@ TEST(Linear, Bfloat16InAndOut) {
     EXPECT_EQ(lin.backward(Tensor::ones({4, out})).dtype(), DType::bfloat16);
 }
 
+// A train-mode step under calcMode(bfloat16), on a CPU whose GEMMs run on bfloat16
+// kernels, converts W to bfloat16 once in its forward and multiplies by that copy in its
+// backward too; the copy is gone after the backward. The results are bit for bit the
+// products the backend computes from the float32 W (which convert it in each call),
+// also when a step's backward skips the input gradient.
+TEST(Linear, Bfloat16TrainingStepConvertsTheWeightsOnce) {
+    constexpr int64_t rows = 33, in = 72, out = 40;
+    manualSeed(6);
+    Linear lin(in, out);
+    lin.getVar("b")->data.copyFrom(randomTensor({out}, 5));
+    lin.calcMode(DType::bfloat16);
+    Backend& be = backendFor(Device::cpu());
+    const DType outType = be.gemmOutputDType(DType::bfloat16);
+    Tensor W = lin.getVar("W")->data; // a handle on the parameter's storage
+    const Tensor x = randomTensor({rows, in}, 7).convertedTo(DType::bfloat16);
+    const Tensor dy = randomTensor({rows, out}, 8).convertedTo(outType);
+
+    Tensor wantY = Tensor::empty({rows, out}, outType), wantDx = Tensor::empty({rows, in}, DType::bfloat16),
+           wantDw = Tensor::empty({in, out});
+    be.gemmWeights(false, false, 1.0f, x, W, lin.getVar("b")->data, 0.0f, wantY, DType::bfloat16, nullptr);
+    be.gemm(false, true, 1.0f, dy, W, 0.0f, wantDx, DType::bfloat16);
+    be.gemm(true, false, 1.0f, x, dy, 0.0f, wantDw, DType::bfloat16);
+    auto same = [](const Tensor& a, const Tensor& b) { return a.toVector<float>() == b.toVector<float>(); };
+
+    const size_t before = be.memoryStats().current;
+    {
+        const Tensor y = lin(x);
+        EXPECT_TRUE(same(y, wantY));
+        const int64_t copy = be.allocationBytes(in * out * 2);
+        const bool converts = outType == DType::bfloat16; // else the products convert W as before
+        EXPECT_EQ(be.memoryStats().current - before,
+                  static_cast<size_t>(be.allocationBytes(static_cast<int64_t>(y.nbytes())) + (converts ? copy : 0)))
+            << "the output" << (converts ? " and W in bfloat16" : "") << " are live after the forward";
+        lin.zeroGradParams();
+        const Tensor dx = lin.backward(dy);
+        EXPECT_TRUE(same(dx, wantDx));
+        EXPECT_TRUE(same(lin.getVar("W")->grad, wantDw));
+        // Live now: the output and the input gradient (the module's and these handles).
+        EXPECT_EQ(be.memoryStats().current - before,
+                  static_cast<size_t>(be.allocationBytes(static_cast<int64_t>(y.nbytes())) +
+                                      be.allocationBytes(static_cast<int64_t>(dx.nbytes()))))
+            << "the bfloat16 copy of W outlived the step";
+    }
+    lin.reset();
+    EXPECT_EQ(be.memoryStats().current, before);
+
+    // A backward without the input gradient (a network's first layer) frees the copy too.
+    lin.zeroGradParams();
+    lin(x);
+    lin.backward(dy, /*updParamGrads=*/true, /*updGrad=*/false);
+    EXPECT_TRUE(same(lin.getVar("W")->grad, wantDw));
+    lin.reset();
+    EXPECT_EQ(be.memoryStats().current, before);
+
+    // The weights a step uses are the ones of its forward: an update between forwards
+    // is seen by the next step.
+    W.copyFrom(randomTensor({in, out}, 9));
+    be.gemmWeights(false, false, 1.0f, x, W, lin.getVar("b")->data, 0.0f, wantY, DType::bfloat16, nullptr);
+    be.gemm(false, true, 1.0f, dy, W, 0.0f, wantDx, DType::bfloat16);
+    EXPECT_TRUE(same(lin(x), wantY));
+    EXPECT_TRUE(same(lin.backward(dy), wantDx));
+}
+
 // The backend's GEMM on bfloat16 operands and results, against float32 GEMMs of the
 // rounded operands: every combination of operand types and transposes, accumulating into
 // C (beta), and the bias; operands of another 16-bit type, or a 16-bit one in float32
