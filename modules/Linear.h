@@ -39,7 +39,7 @@ public:
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;
     /// Default, plus the bfloat16 copy of `W` a train-mode step keeps from its forward until
-    /// its backward (see stepWeights).
+    /// its backward (see convertsWeightsPerStep).
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
 
@@ -51,10 +51,10 @@ protected:
     std::vector<Tensor*> keptTensors() override { return {&stepW_}; }
 
 private:
-    /// Whether a forward in train mode (`train`) on `device` converts `W` to bfloat16 once for the step:
-    /// train mode, calcMode(bfloat16), a CPU whose GEMMs run on bfloat16 kernels (they write
-    /// bfloat16: Backend::gemmOutputDType), float32 weights. The forward's and the backward's products
-    /// would each convert it otherwise; the bits are the same.
+    /// Whether a step's forward on `device` converts `W` to bfloat16 once, for its backward
+    /// too: train mode (`train`), calcMode(bfloat16), a CPU whose GEMMs run on bfloat16
+    /// kernels (Backend::gemmOutputDType is bfloat16), float32 weights. The products would
+    /// each convert it otherwise; the bits are the same.
     bool convertsWeightsPerStep(bool train, Device device) const;
 
     int64_t insize_, outsize_;
