@@ -8,7 +8,8 @@ Both run in one process on the same float32 arrays with the same thread count
 (torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed
 up, then the two sides alternate --reps times (each side first in every other rep) and
 the medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is
-faster). Tessera's calls go through its Python package (a module call, then backward);
+faster). Tessera's calls go through its Python package (a module call, then backward) on
+tessera.Tensors made once from the arrays, as PyTorch's on torch tensors made once;
 PyTorch's through autograd (a forward, then backward of <y, dy>). PyTorch 1.13 has no
 scaled_dot_product_attention: its side of the attention case is the same formula in
 autograd (which keeps every head's scores; Tessera's module keeps none).
@@ -93,14 +94,18 @@ def main():
     print(f"threads {args.threads}, {args.reps} reps, medians in ms (forward + backward)")
     print(f"{'case':<34} {'Tessera':>9} {'PyTorch':>9} {'PyTorch/Tessera':>16}")
     for name, mod, fn, inputs, params in cases:
-        x_ts = inputs if len(inputs) > 1 else inputs[0]
+        # Both sides get their own tensors made once, outside the timed loop (a NumPy
+        # array passed to a module would be copied in each call).
+        x_ts = [ts.tensor(a) for a in inputs]
+        x_ts = x_ts if len(x_ts) > 1 else x_ts[0]
         y = mod(x_ts)
         y = y[0] if isinstance(y, list) else y
         dy = rng.standard_normal(y.numpy().shape).astype(np.float32)
+        dy_ts = ts.tensor(dy)
 
         def run_ts():
             mod(x_ts)
-            mod.backward(dy)
+            mod.backward(dy_ts)
 
         tin = [torch.tensor(a, requires_grad=True) for a in inputs]
         tpar = [torch.tensor(p, requires_grad=True) for p in params]
