@@ -143,6 +143,7 @@ const CudaSettings& cudaSettings() {
         };
         read("TESSERA_CUDA_16BIT_ACTIVATIONS", settings.activations16);
         read("TESSERA_CUDA_CHANNELS_LAST", settings.channelsLast);
+        read("TESSERA_CUDA_FUSED_ATTENTION", settings.fusedAttention);
         return true;
     }();
     (void)fromEnvironment;
@@ -207,6 +208,14 @@ void setCudaChannelsLast(bool on) {
 bool cuda16BitActivations() { return cudaSettings().activations16.load(); }
 
 bool cudaChannelsLast() { return cudaSettings().channelsLast.load(); }
+
+void setCudaFusedAttention(bool on) {
+    cudaSettings(); // the environment's word first, so that this call's stands
+    settings.fusedAttention.store(on);
+    if (CudaProvider* cuda = loadedCudaProvider()) cuda->applySettings();
+}
+
+bool cudaFusedAttention() { return cudaSettings().fusedAttention.load(); }
 
 void cudaProfilerRange(bool start) {
     if (CudaProvider* cuda = cudaProvider(); cuda && cuda->deviceCount() > 0) cuda->profilerRange(start);

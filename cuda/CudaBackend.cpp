@@ -198,6 +198,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index), dnn_(std
     setDeterministic(cudaSettings().deterministic);
     set16BitActivations(cudaSettings().activations16);
     setChannelsLast(cudaSettings().channelsLast);
+    setFusedAttention(cudaSettings().fusedAttention);
 }
 
 const float* CudaBackend::ones(int64_t n) {
@@ -218,6 +219,7 @@ CudaBackend::~CudaBackend() {
     // Backends live until the process ends (see cudaBackend); the driver may be shutting
     // down by then, so statuses are not checked here.
     dnn_.reset();
+    attentionPlans_.reset(); // its plans hold the cuDNN handle
     if (ones_) cudaFree(ones_);
     cudnnDestroy(cudnn_);
     cublasDestroy(cublas_);

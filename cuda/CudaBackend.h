@@ -165,6 +165,21 @@ public:
     void sumRows(const Tensor& x, float alpha, float beta, const Tensor& y) override;
     /// A whole batch of heads at once, up to 256 MiB of scores: products big enough to fill the device.
     int64_t attentionBlockBytes() const override { return int64_t{256} << 20; }
+    /// cuDNN's SDPA operations (cuda/Attention.cpp) under setCudaFusedAttention (off by
+    /// default), where the cuDNN loaded (9.17 or later) builds a plan for the problem;
+    /// refused problems are remembered, the first one said on stderr.
+    bool fusesAttention(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward) const override;
+    int64_t fusedAttentionScratchBytes(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward,
+                                       bool stats) const override;
+    bool fusedAttentionForward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                               const Tensor& stats) override;
+    bool fusedAttentionBackward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
+                                const Tensor& dy, const Tensor& stats, const Tensor& dq, const Tensor& dk,
+                                const Tensor& dv) override;
+    void setFusedAttention(bool on) { fusedAttention_ = on; }
+    /// A fused attention problem's cuDNN plan, and those made so far (cuda/Attention.cpp).
+    struct AttentionPlan;
+    struct AttentionPlans;
 
     void axpbyz(float alpha, const Tensor& x, float beta, const Tensor& y, const Tensor& z) override;
 
@@ -309,8 +324,15 @@ private:
     bool activations16_ = false;
     bool channelsLast_ = false;
     bool deterministic_ = false;
-    bool batchNormAddRefused_ = false;   // cuDNN answered NOT_SUPPORTED to its fused form once
-    bool persistentNormRefused_ = false; // cuDNN refused its persistent batch norm once
+    bool fusedAttention_ = false;
+    // The plan of a fused attention problem (its key: see cuda/Attention.cpp), made on first use.
+    AttentionPlan& attentionPlan(const std::vector<int64_t>& key) const;
+    void runAttentionPlan(const AttentionPlan& plan, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
+                          bool zeroWorkspace);
+    mutable std::once_flag attentionPlansMade_;
+    mutable std::shared_ptr<AttentionPlans> attentionPlans_; // shared: its type is complete in Attention.cpp only
+    bool batchNormAddRefused_ = false;                       // cuDNN answered NOT_SUPPORTED to its fused form once
+    bool persistentNormRefused_ = false;                     // cuDNN refused its persistent batch norm once
     /// The workspace bytes of cuDNN's persistent batch norm (the larger of forward's and
     /// backward's) per shape and type it has taken.
     std::map<std::pair<std::vector<int64_t>, DType>, size_t> persistentNormBytes_;

@@ -53,6 +53,7 @@ public:
             be->setDeterministic(s.deterministic);
             be->set16BitActivations(s.activations16);
             be->setChannelsLast(s.channelsLast);
+            be->setFusedAttention(s.fusedAttention);
         }
     }
 

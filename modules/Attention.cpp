@@ -131,10 +131,61 @@ int64_t AttentionKernel::blockBytes(const Backend& be, int64_t heads, int64_t Tq
     return headsPerBlock(be, heads, Tq, Tk) * Tq * Tk * static_cast<int64_t>(sizeof(float));
 }
 
+namespace {
+// [heads, T, d] of a [..., T, d] shape.
+Shape matrixShape(const Shape& s) {
+    const size_t r = s.rank();
+    return Shape{s.numel() / (s[r - 2] * s[r - 1]), s[r - 2], s[r - 1]};
+}
+} // namespace
+
+bool AttentionKernel::fuses(const Shapes& in, bool dropout, DType compute, Device device, bool backward) const {
+    if (in.size() != 3 || options_.causal || dropout || !is16Bit(compute) || device.isCpu()) return false;
+    return backendFor(device).fusesAttention(matrixShape(in[0]), matrixShape(in[1]), matrixShape(in[2]), compute,
+                                             backward);
+}
+
+int64_t AttentionKernel::fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool backward,
+                                           bool stats) {
+    const Shape q = matrixShape(in[0]), k = matrixShape(in[1]), v = matrixShape(in[2]);
+    const Shape y{q[0], q[1], v[2]};
+    auto bytes = [&](const Shape& s) { return be.allocationBytes(s.numel() * static_cast<int64_t>(sizeOf(compute))); };
+    // forward: q, k, v in 16 bits, and y where it is not kept; backward: q, k, v, dy, dq, dk, dv
+    const int64_t copies = bytes(q) + bytes(k) + bytes(v) +
+                           (backward ? bytes(y) + bytes(q) + bytes(k) + bytes(v)
+                            : stats  ? 0
+                                     : bytes(y));
+    return copies + be.allocationBytes(be.fusedAttentionScratchBytes(q, k, v, compute, backward, stats));
+}
+
+int64_t AttentionKernel::fusedKeptBytes(const Backend& be, const Shapes& in, DType compute) {
+    const Shape q = matrixShape(in[0]), v = matrixShape(in[2]);
+    return be.allocationBytes(q[0] * q[1] * v[2] * static_cast<int64_t>(sizeOf(compute))) +
+           be.allocationBytes(q[0] * q[1] * static_cast<int64_t>(sizeof(float)));
+}
+
 // For each block of heads: P = softmax(q k^T s + mask), with dropout P <- P * mask, y = P v.
-// The dropout masks are drawn head after head in order, whatever the blocks.
-Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_t* used) const {
+// The dropout masks are drawn head after head in order, whatever the blocks. Fused where
+// the backend takes it (fuses).
+Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_t* used, DType compute,
+                                Fused* fused) const {
     const Shape& qs = in[0].shape();
+    if (fused) *fused = Fused{};
+    const Shapes shapes = in.size() == 3 ? Shapes{in[0].shape(), in[1].shape(), in[2].shape()} : Shapes{};
+    if (fuses(shapes, stream != nullptr, compute, in[0].device())) {
+        const bool keep = fused && fuses(shapes, false, compute, in[0].device(), true); // for a fused backward
+        const Tensor q = matrices(in[0]).convertedTo(compute), k = matrices(in[1]).convertedTo(compute),
+                     v = matrices(in[2]).convertedTo(compute);
+        Tensor y = Tensor::empty({q.shape()[0], q.shape()[1], v.shape()[2]}, compute, q.device());
+        Tensor stats = keep ? Tensor::empty({q.shape()[0], q.shape()[1]}, DType::float32, q.device()) : Tensor();
+        if (backendOf(q).fusedAttentionForward(scaleFor(q.shape()[2]), q, k, v, y, stats)) {
+            if (keep) *fused = Fused{y, stats};
+            if (used) *used = 0;
+            std::vector<int64_t> yd = qs.dims();
+            yd.back() = v.shape()[2];
+            return y.convertedTo(DType::float32).reshape(Shape(yd));
+        }
+    }
     const int64_t Tq = qs[qs.rank() - 2], Tk = in[1].shape()[qs.rank() - 2];
     std::vector<int64_t> yd = qs.dims();
     yd.back() = in[2].shape()[qs.rank() - 1];
@@ -161,7 +212,21 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
 // Per block of heads, P recomputed (and with dropout Pd = P * mask): dv = Pd^T dy,
 // dPd = dy v^T, dP = dPd * mask, dS = P (dP - rowsum(P dP)) (softmax's backward),
 // dq = s dS k, dk = s dS^T q, dmask = dS summed to the mask's shape.
-Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const Stream* stream) const {
+Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const Stream* stream,
+                                  const Fused* fused) const {
+    if (fused && fused->stats.defined()) {
+        const DType t = fused->y.dtype();
+        const Tensor q = matrices(in[0]).convertedTo(t), k = matrices(in[1]).convertedTo(t),
+                     v = matrices(in[2]).convertedTo(t), dy = matrices(dyIn).convertedTo(t);
+        Tensor dq = Tensor::empty(q.shape(), t, q.device()), dk = Tensor::empty(k.shape(), t, q.device()),
+               dv = Tensor::empty(v.shape(), t, q.device());
+        if (backendOf(q).fusedAttentionBackward(scaleFor(q.shape()[2]), q, k, v, fused->y, dy, fused->stats, dq, dk,
+                                                dv)) {
+            return {dq.convertedTo(DType::float32).reshape(in[0].shape()),
+                    dk.convertedTo(DType::float32).reshape(in[1].shape()),
+                    dv.convertedTo(DType::float32).reshape(in[2].shape())};
+        }
+    }
     const Tensor dy3 = matrices(dyIn);
     const Tensor q3 = matrices(in[0]), k3 = matrices(in[1]), v3 = matrices(in[2]);
     const int64_t Tq = q3.shape()[1], Tk = k3.shape()[1], heads = q3.shape()[0];
@@ -227,10 +292,13 @@ Tensors ScaledDotProductAttention::updateData(const Tensors& data) {
     Tensors in;
     for (const Tensor& t : data) in.push_back(t.plain());
     stream_ = Tensor();
-    if (!isTrain() || options().dropout == 0.0f) return {kernel_.forward(in, nullptr)};
+    fused_ = AttentionKernel::Fused{};
+    if (!isTrain() || options().dropout == 0.0f) {
+        return {kernel_.forward(in, nullptr, nullptr, computeDType(), isTrain() ? &fused_ : nullptr)};
+    }
     const AttentionKernel::Stream st{gen_.seed(), gen_.offset()};
     uint64_t used = 0;
-    Tensor y = kernel_.forward(in, &st, &used);
+    Tensor y = kernel_.forward(in, &st, &used, computeDType());
     gen_.advance(used);
     stream_ = AttentionKernel::keep(st);
     return {y};
@@ -239,7 +307,7 @@ Tensors ScaledDotProductAttention::updateData(const Tensors& data) {
 Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
     Tensors in;
     for (const Tensor& t : inDataList()) in.push_back(t.plain());
-    if (!stream_.defined()) return kernel_.backward(in, grad[0].plain(), nullptr);
+    if (!stream_.defined()) return kernel_.backward(in, grad[0].plain(), nullptr, &fused_);
     const AttentionKernel::Stream st = AttentionKernel::kept(stream_);
     return kernel_.backward(in, grad[0].plain(), &st);
 }
@@ -254,8 +322,17 @@ MemoryUse ScaledDotProductAttention::memoryUse(const Shapes& inShapes, const std
     const int64_t Tq = q[q.rank() - 2], Tk = inShapes[1][q.rank() - 2], heads = q.numel() / (Tq * q[q.rank() - 1]);
     const int64_t block = be.allocationBytes(AttentionKernel::blockBytes(be, heads, Tq, Tk));
     const bool dropout = train && options().dropout > 0.0f;
-    use.forwardScratchBytes = 2 * block;
-    use.backwardScratchBytes = (dropout ? 5 : 3) * block;
+    // Fused (AttentionKernel::fuses): a fused backward reads the 16-bit y and each row's
+    // statistics, kept from the forward; an unfused one recomputes blocks of scores.
+    const bool fusedForward = kernel_.fuses(inShapes, dropout, computeDType(), device);
+    const bool fusedBackward = train && fusedForward && kernel_.fuses(inShapes, false, computeDType(), device, true);
+    use.forwardScratchBytes =
+        fusedForward ? AttentionKernel::fusedScratchBytes(be, inShapes, computeDType(), false, fusedBackward)
+                     : 2 * block;
+    use.backwardScratchBytes = fusedBackward
+                                   ? AttentionKernel::fusedScratchBytes(be, inShapes, computeDType(), true, true)
+                                   : (dropout ? 5 : 3) * block;
+    if (fusedBackward) use.keptBytes += AttentionKernel::fusedKeptBytes(be, inShapes, computeDType());
     if (dropout && device.isCpu()) use.keptBytes += 4 * static_cast<int64_t>(sizeof(int32_t));
     return use;
 }

@@ -33,13 +33,27 @@ public:
     struct Stream {
         uint64_t seed = 0, at = 0;
     };
+    /// What a fused forward (Backend::fusedAttentionForward) leaves for its backward: its
+    /// 16-bit output [heads, Tq, dv] and each row's log-sum-exp [heads, Tq]. Undefined where
+    /// the forward ran in blocks.
+    struct Fused {
+        Tensor y, stats;
+    };
     /// y = softmax(q k^T s + mask) v, with dropout when `stream` is given (then the
     /// probabilities are dropped with options().dropout). Sets `used` to the
-    /// counters it drew.
-    Tensor forward(const Tensors& in, const Stream* stream, uint64_t* used = nullptr) const;
+    /// counters it drew. In a 16-bit `compute` type, without a mask, causal masking or
+    /// dropout, on a backend that fuses attention (Backend::fusesAttention), one fused pass
+    /// in that type; then `fused`, if given (train mode) and the backward fuses too, gets
+    /// what that backward reads.
+    Tensor forward(const Tensors& in, const Stream* stream, uint64_t* used = nullptr, DType compute = DType::float32,
+                   Fused* fused = nullptr) const;
     /// The gradients {dq, dk, dv[, dmask]} for dy, recomputing each head's probabilities
-    /// (and dropout masks, from the same `stream`).
-    Tensors backward(const Tensors& in, const Tensor& dy, const Stream* stream) const;
+    /// (and dropout masks, from the same `stream`); after a fused forward (`fused` given
+    /// and defined), one fused pass.
+    Tensors backward(const Tensors& in, const Tensor& dy, const Stream* stream, const Fused* fused = nullptr) const;
+    /// Whether forward (or, with `backward`, forward and backward) runs fused for inputs of
+    /// these shapes ({q, k, v[, mask]}) in `compute` on `device` (`dropout`: a stream is given).
+    bool fuses(const Shapes& in, bool dropout, DType compute, Device device, bool backward = false) const;
     /// A Stream kept as a tensor (int32 [4], on the CPU), so that a run's state can move.
     static Tensor keep(const Stream& s);
     static Stream kept(const Tensor& t);
@@ -48,6 +62,12 @@ public:
     /// The bytes of one of the [heads in a block, Tq, Tk] float32 buffers forward (two)
     /// and backward (three; five with dropout) hold while they run on `be`.
     static int64_t blockBytes(const Backend& be, int64_t heads, int64_t Tq, int64_t Tk);
+    /// The scratch bytes of a fused forward (backward = false; `stats`: in train mode, its
+    /// backward fused too) or backward: the 16-bit copies of its arguments and results
+    /// (but a kept output), and the backend's own.
+    static int64_t fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool backward, bool stats);
+    /// The bytes a fused train-mode forward keeps for its fused backward (Fused).
+    static int64_t fusedKeptBytes(const Backend& be, const Shapes& in, DType compute);
 
 private:
     float scaleFor(int64_t d) const;
@@ -70,8 +90,9 @@ private:
 /// one [Tq, Tk]). A row whose scores are all -inf has no defined output (NaN, as in PyTorch).
 /// The scores of a block of heads (2 MiB of them, or one head's) exist at a time, whatever
 /// the batch: backward recomputes each head's scores (and dropout masks) instead of keeping
-/// them all. Gradients to q, k, v and the mask. No
-/// parameters.
+/// them all. On CUDA with setCudaFusedAttention, unmasked non-causal attention in
+/// calcMode(float16|bfloat16), without train-mode dropout, runs as cuDNN's fused attention
+/// (AttentionKernel::fuses). Gradients to q, k, v and the mask. No parameters.
 class ScaledDotProductAttention : public Module {
 public:
     explicit ScaledDotProductAttention(const AttentionOptions& options = {});
@@ -92,12 +113,13 @@ public:
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
-    std::vector<Tensor*> keptTensors() override { return {&stream_}; }
+    std::vector<Tensor*> keptTensors() override { return {&stream_, &fused_.y, &fused_.stats}; }
 
 private:
     AttentionKernel kernel_;
     Generator gen_;
-    Tensor stream_; // the last train-mode forward's dropout stream (AttentionKernel::keep)
+    Tensor stream_;                // the last train-mode forward's dropout stream (AttentionKernel::keep)
+    AttentionKernel::Fused fused_; // a fused train-mode forward's output and statistics
 };
 
 } // namespace tessera

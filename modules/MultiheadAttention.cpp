@@ -158,6 +158,7 @@ Tensors MultiheadAttention::updateData(const Tensors& data) {
     if (mask_.defined()) kin.push_back(mask_);
     Tensor y;
     stream_ = Tensor();
+    fused_ = AttentionKernel::Fused{};
     if (isTrain() && options_.dropout > 0.0f) {
         const AttentionKernel::Stream st{gen_.seed(), gen_.offset()};
         uint64_t used = 0;
@@ -165,7 +166,7 @@ Tensors MultiheadAttention::updateData(const Tensors& data) {
         gen_.advance(used);
         stream_ = AttentionKernel::keep(st);
     } else {
-        y = kernel_.forward(kin, nullptr);
+        y = kernel_.forward(kin, nullptr, nullptr, computeDType(), isTrain() ? &fused_ : nullptr);
     }
     joined_ = swap12(y).reshape({N * L, E});
     Tensor out = Tensor::empty({N * L, E}, be.gemmOutputDType(computeDType()), in[0].device());
@@ -173,7 +174,7 @@ Tensors MultiheadAttention::updateData(const Tensors& data) {
                    options_.bias ? getVar("out_proj_bias")->data : Tensor(), 0.0f, out, computeDType(), nullptr);
     out = out.reshape({N, L, E});
     if (!isTrain()) { // nothing to keep for a backward
-        q_ = k_ = v_ = mask_ = joined_ = Tensor();
+        q_ = k_ = v_ = mask_ = joined_ = fused_.y = fused_.stats = Tensor();
     }
     return {options_.batchFirst ? out : swap01(out)};
 }
@@ -206,7 +207,8 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
     Tensors kin{q_, k_, v_};
     if (mask_.defined()) kin.push_back(mask_);
     const AttentionKernel::Stream st = stream_.defined() ? AttentionKernel::kept(stream_) : AttentionKernel::Stream{};
-    const Tensors dk = kernel_.backward(kin, swap12(dJ.reshape({N, L, H, d})), stream_.defined() ? &st : nullptr);
+    const Tensors dk =
+        kernel_.backward(kin, swap12(dJ.reshape({N, L, H, d})), stream_.defined() ? &st : nullptr, &fused_);
     const Tensor& W = getVar("in_proj_weight")->data;
     Tensors dx(seqs);
     if (seqs == 1) {
@@ -268,7 +270,8 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
 
 // Kept in training: the heads q, k, v and the joined heads (float32), and the mask the
 // kernel added where two were combined. Scratch (allocated inside the calls, see
-// updateData and backwardFrom): the heads, the kernel's output and blocks of scores; in
+// updateData and backwardFrom): the heads, the kernel's output and blocks of scores (or a
+// fused kernel's 16-bit copies, which keeps its 16-bit output and statistics); in
 // backward the heads' gradients, the joined heads' and the projections'. Batch-first
 // inputs: time-major ones are copied once more each way, which is not counted.
 MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
@@ -286,13 +289,27 @@ MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vecto
         mask = a.rank() == 3 ? a.numel() : N * a.numel();
     }
     const int64_t hq = B(q * f), hk = B(kv * f), block = B(AttentionKernel::blockBytes(be, N * numHeads_, L, S));
+    // The kernel's scratch, in blocks of scores or fused (AttentionKernel::fuses)
+    const int64_t d = E / numHeads_;
+    const bool dropout = train && options_.dropout > 0.0f;
+    const Shapes kernelIn{Shape{N * numHeads_, L, d}, Shape{N * numHeads_, S, d}, Shape{N * numHeads_, S, d}};
+    const bool unmasked = !options_.keyPaddingMask && !options_.attnMask;
+    const bool fusedForward = unmasked && kernel_.fuses(kernelIn, dropout, computeDType(), device);
+    const bool fusedBackward = train && fusedForward && kernel_.fuses(kernelIn, false, computeDType(), device, true);
+    const int64_t kernelForward =
+        fusedForward ? AttentionKernel::fusedScratchBytes(be, kernelIn, computeDType(), false, fusedBackward)
+                     : 2 * block;
+    const int64_t kernelBackward = fusedBackward
+                                       ? AttentionKernel::fusedScratchBytes(be, kernelIn, computeDType(), true, true)
+                                       : (dropout ? 5 : 3) * block;
     const int64_t out = B(q * static_cast<int64_t>(sizeOf(be.gemmOutputDType(computeDType()))));
     const int64_t heads = hq + 2 * hk + (mask > 0 ? B(mask * f) : 0);
     // Forward, at its fullest: the last projection's output beside the heads; the kernel's
     // output and two blocks; the kernel's output, the joined heads and the output.
-    const int64_t forward = std::max({hq + 3 * hk, heads + hq + 2 * block, heads + 2 * hq + out});
+    const int64_t forward = std::max({hq + 3 * hk, heads + hq + kernelForward, heads + 2 * hq + out});
     const int64_t kept = train ? heads + hq : 0;
     if (train) use.keptBytes += f * (2 * q + 2 * kv + mask);
+    if (fusedBackward) use.keptBytes += AttentionKernel::fusedKeptBytes(be, kernelIn, computeDType());
     if (train && options_.dropout > 0.0f && device.isCpu()) use.keptBytes += 4 * f; // the dropout stream (host)
     use.forwardScratchBytes = std::max<int64_t>(0, forward - out - kept);
     if (!train) return use;
@@ -305,8 +322,7 @@ MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vecto
     if (options_.attnMask) maskGrads += B(inShapes[at].numel() * f);
     if (options_.keyPaddingMask || options_.attnMask) dmask = mask > 0 ? B(mask * f) : maskGrads;
     const int64_t dheads = hq + 2 * hk, base = hq + dheads + dmask;
-    const int64_t blocks = (options_.dropout > 0.0f ? 5 : 3) * block;
-    int64_t dx = 0, peak = base + blocks;
+    int64_t dx = 0, peak = base + kernelBackward;
     if (seqs == 1) {
         dx = B(q * static_cast<int64_t>(sizeOf(DType::float32)));
         const int64_t dP = B(3 * q * f);

@@ -66,7 +66,9 @@ protected:
     Tensors updateGrad(const Tensors& grad) override;
     void accGradParams(const Tensors& grad, float scale, float momentum) override;
     Tensors backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) override;
-    std::vector<Tensor*> keptTensors() override { return {&q_, &k_, &v_, &mask_, &joined_, &stream_}; }
+    std::vector<Tensor*> keptTensors() override {
+        return {&q_, &k_, &v_, &mask_, &joined_, &stream_, &fused_.y, &fused_.stats};
+    }
 
 private:
     // How many of the inputs are sequences (1 or 3) and masks.
@@ -80,6 +82,7 @@ private:
     // Kept from the forward: the projected heads [N, H, T, d], the mask the kernel added,
     // the heads joined [N * L, E] (out_proj's input), the dropout stream.
     Tensor q_, k_, v_, mask_, joined_, stream_;
+    AttentionKernel::Fused fused_; // a fused train-mode forward's 16-bit output and statistics
 };
 
 } // namespace tessera

@@ -36,6 +36,8 @@
 #   side-off.log   with GPU_RUN_SIDE and GPU_RUN_OFF set: the same with both CUDA switches
 #               off (float32 activations between layers, plain layouts: bundles before
 #               they were on by default)
+#   side-fused.log   with GPU_RUN_SIDE and GPU_RUN_FUSED_ATTENTION set: the same in fp16 and
+#               bf16 with cuDNN's fused attention on (TESSERA_CUDA_FUSED_ATTENTION=1)
 #               (GPU_RUN_VARIANT_PRECISION: other precisions for these; GPU_RUN_SIDE_VARIANTS_ONLY
 #               set: only these variants, not side.log)
 #   suite-switches.log   with GPU_RUN_SUITE_SWITCHES set: the CudaConsistency tests again with
@@ -57,9 +59,13 @@ work=$(mktemp -d)
 tar -C "$work" -xJf "$bundle" || { echo "gpu_run: cannot unpack $bundle" >&2; exit 1; }
 root=$work/tessera
 
+# The cuDNN the bundle's programs load: the first python3's pip package (tools/bundle.sh), as PyTorch's.
+cudnn_version=$(python3 -c 'import torch; print(torch.backends.cudnn.version())' 2>/dev/null || echo unknown)
+
 header() { # $1: the command
   if command -v nvidia-smi >/dev/null; then echo "device: $(nvidia-smi -L | tr '\n' ' ')"; else echo "device: no nvidia-smi"; fi
   echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  echo "cudnn: $cudnn_version"
   grep '^commit:' "$root/MANIFEST.txt"
   echo "command: $1"
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -200,6 +206,7 @@ if [[ -n ${GPU_RUN_SIDE:-} ]]; then
   variants=()
   [[ -n ${GPU_RUN_CARRY16:-} ]] && variants+=("carry16:TESSERA_CUDA_16BIT_ACTIVATIONS=1 TESSERA_CUDA_CHANNELS_LAST=0:${GPU_RUN_VARIANT_PRECISION:-fp16,bf16}")
   [[ -n ${GPU_RUN_OFF:-} ]] && variants+=("off:TESSERA_CUDA_16BIT_ACTIVATIONS=0 TESSERA_CUDA_CHANNELS_LAST=0:${GPU_RUN_VARIANT_PRECISION:-fp16,bf16}")
+  [[ -n ${GPU_RUN_FUSED_ATTENTION:-} ]] && variants+=("fused:TESSERA_CUDA_FUSED_ATTENTION=1:${GPU_RUN_VARIANT_PRECISION:-fp16,bf16}")
   for variant in "${variants[@]}"; do
     IFS=: read -r name environment vprecisions <<<"$variant"
     cmd="$environment python3 tools/bench/pytorch_side_by_side.py --device cuda --bench bin/tessera_bench --reps ${GPU_RUN_SIDE_REPS:-3} --models $GPU_RUN_SIDE --precision $vprecisions $layouts"

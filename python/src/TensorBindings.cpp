@@ -306,6 +306,11 @@ ValueError when a value does not fit). copy=True always copies.)");
           "pooling and activations on CUDA (on by default; TESSERA_CUDA_CHANNELS_LAST=0 turns it off at start; "
           "docs/precision.md); a no-op without CUDA.");
     m.def("cudaChannelsLast", &cudaChannelsLast, "Whether setCudaChannelsLast is on now.");
+    m.def("setCudaFusedAttention", &setCudaFusedAttention, py::arg("on"),
+          "cuDNN's fused attention (cuDNN 9.17 or later) for 16-bit attention without masks, causal masking or "
+          "train-mode dropout on CUDA (off by default; TESSERA_CUDA_FUSED_ATTENTION=1 turns it on at start; "
+          "docs/gpu.md); a no-op without CUDA.");
+    m.def("cudaFusedAttention", &cudaFusedAttention, "Whether setCudaFusedAttention is on now.");
 }
 
 } // namespace tessera::python

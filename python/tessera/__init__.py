@@ -30,8 +30,8 @@ from ._tessera import (
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
     # GPU settings
-    cuda16BitActivations, cudaChannelsLast, cudaDeviceCount, setCuda16BitActivations, setCudaAllowTF32,
-    setCudaChannelsLast, setCudaDeterministic,
+    cuda16BitActivations, cudaChannelsLast, cudaDeviceCount, cudaFusedAttention, setCuda16BitActivations,
+    setCudaAllowTF32, setCudaChannelsLast, setCudaDeterministic, setCudaFusedAttention,
     # files, zoo, data
     buildModule, exportOnnx, factoryClassnames, factorySignature, fashionMnistDir, importOnnx, loadMnist, readClassNames,
     readTransforms,
@@ -109,10 +109,12 @@ __all__ = [
     "cuda16BitActivations",
     "cudaChannelsLast",
     "cudaDeviceCount",
+    "cudaFusedAttention",
     "setCuda16BitActivations",
     "setCudaAllowTF32",
     "setCudaChannelsLast",
     "setCudaDeterministic",
+    "setCudaFusedAttention",
     "rand",
     "randint",
     "randn",

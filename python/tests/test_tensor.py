@@ -182,10 +182,12 @@ def test_gpu_settings_are_there_with_or_without_a_gpu():
         assert ts.setCudaAllowTF32(not on) is None
         assert ts.setCuda16BitActivations(on) is None
         assert ts.setCudaChannelsLast(on) is None
-        assert ts.cuda16BitActivations() is on and ts.cudaChannelsLast() is on
+        assert ts.setCudaFusedAttention(on) is None
+        assert ts.cuda16BitActivations() is on and ts.cudaChannelsLast() is on and ts.cudaFusedAttention() is on
     ts.setCudaAllowTF32(True)
     ts.setCuda16BitActivations(True)  # the defaults
     ts.setCudaChannelsLast(True)
+    ts.setCudaFusedAttention(False)
     with pytest.raises(TypeError):
         ts.setCudaDeterministic("yes")
 

@@ -1130,6 +1130,79 @@ TEST(CudaConsistency, MemoryPlanMatchesTheDevice) {
     }
 }
 
+// cuDNN's fused attention (setCudaFusedAttention) in float16 and bfloat16:
+// ScaledDotProductAttention's and MultiheadAttention's outputs, input gradients and
+// parameter gradients on the device against float32 on the CPU, the attention unmasked
+// (what fuses). Where the cuDNN loaded refuses the problem the test skips, saying so.
+// CPU against CPU (no fused attention there) it checks the harness in bfloat16.
+TEST(CudaConsistency, FusedAttentionMatchesTheCpu) {
+    REQUIRE_DEVICE();
+    struct FusedOn {
+        const bool before = cudaFusedAttention();
+        FusedOn() { setCudaFusedAttention(true); }
+        ~FusedOn() { setCudaFusedAttention(before); }
+    } on;
+    const Device dev = testDevice();
+    Backend& be = backendFor(dev);
+    struct AttentionCase {
+        std::string name;
+        std::function<ModulePtr()> make;
+        Shapes inputs;
+        Shapes heads; // the kernel's q, k, v as [heads, T, d]
+    };
+    const AttentionCase cases[] = {
+        {"ScaledDotProductAttention",
+         make<ScaledDotProductAttention>(),
+         {{2, 4, 50, 64}, {2, 4, 70, 64}, {2, 4, 70, 64}},
+         {{8, 50, 64}, {8, 70, 64}, {8, 70, 64}}},
+        {"MultiheadAttention",
+         make<MultiheadAttention>(256, 4),
+         {{3, 40, 256}},
+         {{12, 40, 64}, {12, 40, 64}, {12, 40, 64}}},
+    };
+    for (DType type : {DType::float16, DType::bfloat16}) {
+        for (const AttentionCase& c : cases) {
+            SCOPED_TRACE(c.name + " " + str(type));
+            if (selfCheck() && type == DType::float16) continue;
+            if (!selfCheck() && !be.fusesAttention(c.heads[0], c.heads[1], c.heads[2], type, false)) {
+                GTEST_SKIP() << "cuDNN refused the fused attention of " << c.name << " in " << str(type)
+                             << " here (its reason is on stderr)";
+            }
+            if (!selfCheck()) {
+                std::printf("%s %s: fused forward, %s backward\n", c.name.c_str(), str(type).c_str(),
+                            be.fusesAttention(c.heads[0], c.heads[1], c.heads[2], type, true) ? "fused" : "unfused");
+            }
+            manualSeed(5);
+            ModulePtr cpu = c.make();
+            manualSeed(5);
+            ModulePtr gpu = c.make();
+            gpu->to(dev);
+            gpu->calcMode(type);
+            Tensors xc, xg, gc, gg;
+            for (size_t i = 0; i < c.inputs.size(); ++i) {
+                xc.push_back(randomTensor(c.inputs[i], 60 + i));
+                xg.push_back(xc.back().to(dev));
+            }
+            const Tensor yc = (*cpu)(xc)[0], yg = (*gpu)(xg)[0];
+            const double tol = type == DType::bfloat16 ? 3e-2 : 1e-2;
+            EXPECT_LE(relDiff(yg.to(Device::cpu()).plain().astype(DType::float32), yc), tol) << "output";
+            gc.push_back(randomTensor(yc.shape(), 70));
+            gg.push_back(gc.back().to(dev));
+            const Tensors dxc = cpu->backward(gc), dxg = gpu->backward(gg);
+            ASSERT_EQ(dxc.size(), dxg.size());
+            for (size_t i = 0; i < dxc.size(); ++i) {
+                EXPECT_LE(relDiff(dxg[i].to(Device::cpu()).plain().astype(DType::float32), dxc[i]), tol)
+                    << "input gradient " << i;
+            }
+            const auto pc = cpu->namedParams(), pg = gpu->namedParams();
+            for (size_t i = 0; i < pc.size(); ++i) {
+                EXPECT_LE(relDiff(pg[i].second->grad.to(Device::cpu()), pc[i].second->grad), tol)
+                    << "gradient of " << pc[i].first;
+            }
+        }
+    }
+}
+
 // MaxUnpool2D needs its MaxPool2D to have run first, so it gets a test of its own.
 TEST(CudaConsistency, MaxUnpool2D) {
     REQUIRE_DEVICE();
