@@ -35,13 +35,13 @@ public:
 void registerCudaProvider(CudaProvider& provider);
 
 /// The process-wide CUDA settings (setCudaAllowTF32, setCudaDeterministic,
-/// setCuda16BitActivations, setCudaChannelsLast, setCudaFusedAttention), kept here so that they hold for backends made after the call,
-/// and before the plugin is loaded.
+/// setCuda16BitActivations, setCudaChannelsLast, setCudaFusedAttention), kept here so that they hold for backends made
+/// after the call, and before the plugin is loaded.
 struct CudaSettings {
     std::atomic<bool> allowTF32{true};
     std::atomic<bool> deterministic{false};
-    std::atomic<bool> activations16{true}; // TESSERA_CUDA_16BIT_ACTIVATIONS at start
-    std::atomic<bool> channelsLast{true};  // TESSERA_CUDA_CHANNELS_LAST at start
+    std::atomic<bool> activations16{true};   // TESSERA_CUDA_16BIT_ACTIVATIONS at start
+    std::atomic<bool> channelsLast{true};    // TESSERA_CUDA_CHANNELS_LAST at start
     std::atomic<bool> fusedAttention{false}; // TESSERA_CUDA_FUSED_ATTENTION at start
 };
 const CudaSettings& cudaSettings();
