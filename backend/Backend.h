@@ -353,7 +353,7 @@ public:
 
     /// x, y: same numel -> y <- a * x + b.
     virtual void affine(const Tensor& x, float a, float b, const Tensor& y) = 0;
-    /// x, y: same numel, x > 0 -> y <- x ^ p.
+    /// x, y: same numel -> y <- x ^ p (std::pow's rules: NaN for x < 0 and p not whole).
     virtual void power(const Tensor& x, float p, const Tensor& y) = 0;
     /// a, b: shapes that each broadcast (NumPy's rules, at most 8 dims) to y's -> y <- a op b
     /// (y may be larger than both: broadcasting one operand expands it). Plain float32.

@@ -48,6 +48,7 @@
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
 #include "modules/PositionalEncoding.h"
+#include "modules/Pow.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
@@ -682,6 +683,10 @@ const std::map<std::string, Row>& table() {
                      return dims.empty() ? Tensor() : Tensor::full(Shape(dims), fill);
                  };
                  return std::make_shared<MulAddConst>(constant(aShape, a.f("a")), constant(bShape, a.f("b")), a.name());
+             }},
+            {"Pow", "exponent, scale=1.0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<Pow>(a.f("exponent"), a.f("scale"), a.name());
              }},
             {"NoiseInjector", "mode='add', noisetype='uniform', params=(0.0, 1.0), name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -46,6 +46,7 @@
 #include "modules/MaxUnpool2D.h"
 #include "modules/Module.h"
 #include "modules/MulAddConst.h"
+#include "modules/Pow.h"
 #include "modules/MultiheadAttention.h"
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"

@@ -100,6 +100,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"MultiheadAttention", &Exporter::emitMultiheadAttention},
         {"NoiseInjector", &Exporter::emitInferenceIdentity},
         {"PRelu", &Exporter::emitPRelu},
+        {"Pow", &Exporter::emitPow},
         {"Pad1D", &Exporter::emitPad},
         {"Parameter", &Exporter::emitParameter},
         {"PositionalEncoding", &Exporter::emitPositionalEncoding},
@@ -384,6 +385,17 @@ void Exporter::emitMulAddConst(const Layer& l) {
         x = scaled;
     }
     node("Add", {x, shift()}, out, path);
+}
+
+// Pow: scale * x^exponent as Pow by a scalar, then a Mul where the scale is not 1
+void Exporter::emitPow(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const float exponent = schemeFloat(bp, "exponent", 1.0f), scale = schemeFloat(bp, "scale", 1.0f);
+    const std::string e = initScalar(path + ".exponent", exponent);
+    if (scale == 1.0f) return void(node("Pow", {in[0], e}, out, path));
+    const std::string raised = valueName(path + "_raised");
+    node("Pow", {in[0], e}, {raised}, path + "_pow");
+    node("Mul", {raised, initScalar(path + ".scale", scale)}, out, path);
 }
 
 // Slice

@@ -165,6 +165,7 @@ private:
     void emitConcat(const Layer& l);
     void emitAdd(const Layer& l);
     void emitMulAddConst(const Layer& l);
+    void emitPow(const Layer& l);
     void emitSlice(const Layer& l);
     void emitGeluLayer(const Layer& l);
     void emitSpatialTfLayer(const Layer& l);

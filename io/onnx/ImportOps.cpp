@@ -41,6 +41,7 @@
 #include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
+#include "modules/Pow.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Reshape.h"
@@ -92,7 +93,9 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Mul", &Importer::importBinary},
         {"PRelu", &Importer::importPRelu},
         {"Pad", &Importer::importPad},
+        {"Pow", &Importer::importPow},
         {"RNN", &Importer::importRnn},
+        {"Reciprocal", &Importer::importPow},
         {"ReduceMean", &Importer::importReduceMean},
         {"Relu", &Importer::importPlainActivation},
         {"Reshape", &Importer::importReshape},
@@ -102,6 +105,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Softmax", &Importer::importSoftmax},
         {"Softplus", &Importer::importPlainActivation},
         {"Split", &Importer::importSplit},
+        {"Sqrt", &Importer::importPow},
         {"Squeeze", &Importer::importSqueeze},
         {"Sub", &Importer::importBinary},
         {"Sum", &Importer::importBinary},
@@ -198,6 +202,21 @@ void Importer::importBinary(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<Add>(), dataInputs(n, n.input_size()));
 }
 
+// Pow by a constant exponent (one number), Sqrt, Reciprocal: Pow.
+void Importer::importPow(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    const std::string& op = n.op_type();
+    float exponent = op == "Sqrt" ? 0.5f : -1.0f;
+    if (op == "Pow") {
+        requireInputsImported(n);
+        const Constant& c = requireConstant(n, 1, "the exponent");
+        const size_t count = c.isInt ? c.ints.size() : c.tensor.defined() ? static_cast<size_t>(c.tensor.numel()) : 0;
+        if (count != 1) throw Unsupported{"an exponent of " + std::to_string(count) + " values (one is supported)"};
+        exponent = c.isInt ? static_cast<float>(c.ints[0]) : c.tensor.toVector<float>()[0];
+    }
+    return define(n, std::make_shared<Pow>(exponent), dataInputs(n, 1));
+}
+
 // Identity
 void Importer::importIdentity(const onnx::NodeProto& n, const Attributes&) {
     define(n, std::make_shared<Identity>(), dataInputs(n, 1));
@@ -291,14 +310,12 @@ void Importer::importInstanceNormalization(const onnx::NodeProto& n, const Attri
     return define(n, m, dataInputs(n, 1));
 }
 
-// LayerNormalization (opset 17): the dims from `axis` on normalised together.
+// LayerNormalization (opset 17): the dims from `axis` on normalised together. Its Mean and
+// InvStdDev outputs, where something reads them, are nodes of their own beside the
+// LayerNorm: mean = ReduceMean(x), InvStdDev = (ReduceMean((x - mean)^2) + epsilon)^-1/2
+// over those dims, kept (ONNX's shapes: x's with the normalised dims 1).
 void Importer::importLayerNormalization(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis", "epsilon", "stash_type"});
-    for (int k = 1; k < n.output_size(); ++k) {
-        if (!n.output(k).empty() && usedValues_.count(n.output(k))) {
-            throw Unsupported{"its Mean and InvStdDev outputs are not imported (only Y)"};
-        }
-    }
     const int64_t rank = rankOf(n, 0);
     if (rank <= 0) throw Unsupported{"the rank of its input is not known"};
     const int64_t axis = resolveAxis(n, 0, a.i("axis", -1));
@@ -326,7 +343,22 @@ void Importer::importLayerNormalization(const onnx::NodeProto& n, const Attribut
         if (bias.tensor.numel() != scale.tensor.numel()) throw Unsupported{"B and Scale differ in size"};
         m->getVar("bias")->data.copyFrom(bias.tensor.reshape(Shape(shape)));
     }
-    return define(n, m, dataInputs(n, 1));
+    const Parents x = dataInputs(n, 1);
+    define(n, m, x);
+    auto used = [&](int k) { return n.output_size() > k && !n.output(k).empty() && usedValues_.count(n.output(k)); };
+    for (int k = 1; k < n.output_size(); ++k) values_.erase(n.output(k)); // not the LayerNorm's
+    if (!used(1) && !used(2)) return;
+    std::vector<int64_t> axes;
+    for (int64_t j = axis; j < rank; ++j) axes.push_back(j);
+    const std::string base = n.name().empty() ? n.output(0) : n.name();
+    const NodePtr mean = node(std::make_shared<ReduceMean>(axes, true), x, nodeName(base + "_mean"));
+    if (used(1)) values_[n.output(1)] = {mean, 0};
+    if (!used(2)) return;
+    const NodePtr centred = node(std::make_shared<Sub>(), Parents{x[0], Parent(mean, 0)}, nodeName(base + "_centred"));
+    const NodePtr square = node(std::make_shared<Pow>(2.0f), centred, nodeName(base + "_square"));
+    const NodePtr var = node(std::make_shared<ReduceMean>(axes, true), square, nodeName(base + "_var"));
+    const NodePtr eps = node(std::make_shared<MulAddConst>(1.0f, a.f("epsilon", 1e-5f)), var, nodeName(base + "_eps"));
+    values_[n.output(2)] = {node(std::make_shared<Pow>(-0.5f), eps, nodeName(base + "_invstd")), 0};
 }
 
 // Split

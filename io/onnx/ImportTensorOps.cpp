@@ -41,6 +41,7 @@
 #include "modules/Pad.h"
 #include "modules/Pool.h"
 #include "modules/PoolND.h"
+#include "modules/Pow.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Reshape.h"
@@ -303,7 +304,7 @@ void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes
         shift = k == 1 ? -v : v;
     }
     if (op == "Div") {
-        if (k == 0) throw Unsupported{"a constant divided by data (1 / x) is not supported"};
+        if (k == 0) return define(n, std::make_shared<Pow>(-1.0f, v), Parents{Parent(s.node, s.slot)}); // v / x
         if (v == 0.0f) throw Unsupported{"a division by the constant 0"};
         scale = 1.0f / v;
     }
@@ -353,7 +354,8 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
         }
     }
     if (op == "Div") {
-        if (k == 0) throw Unsupported{"a constant divided by data (1 / x) is not supported"};
+        if (k == 0)
+            throw Unsupported{"a constant tensor divided by data is not supported (a number divided by data is)"};
         for (float& e : v) {
             if (e == 0.0f) throw Unsupported{"a division by a constant holding 0"};
             e = 1.0f / e;

@@ -155,6 +155,7 @@ private:
     void importLeakyRelu(const onnx::NodeProto& n, const Attributes& a);
     void importPRelu(const onnx::NodeProto& n, const Attributes& a);
     void importPlainActivation(const onnx::NodeProto& n, const Attributes& a);
+    void importPow(const onnx::NodeProto& n, const Attributes& a);
     void importReshape(const onnx::NodeProto& n, const Attributes& a);
     void importSoftmax(const onnx::NodeProto& n, const Attributes& a);
     void importSplit(const onnx::NodeProto& n, const Attributes& a);

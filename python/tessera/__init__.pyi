@@ -1345,6 +1345,19 @@ class PositionalEncoding(Module):
     """
     def __init__(self, base: float = ..., name: str | None = ...) -> None: ...
 
+class Pow(Module):
+    """
+    Pow(exponent, scale=1.0, name=None)
+
+    Tessera's Pow (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        exponent: the power each element is raised to (0.5: square root, -1: reciprocal)
+        scale: the factor of the result: scale * x^exponent
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, exponent: Any, scale: float = ..., name: str | None = ...) -> None: ...
+
 class RMSNorm(Module):
     """
     RMSNorm(shape, epsilon=1.1920928955078125e-07, affine=True, name=None)

@@ -105,6 +105,8 @@ ARGUMENTS = {
 }
 
 BY_CLASS = {
+    "Pow.exponent": "the power each element is raised to (0.5: square root, -1: reciprocal)",
+    "Pow.scale": "the factor of the result: scale * x^exponent",
     "Activation.alpha": "elu's alpha",
     "MatMul.alpha": "the factor on the product",
     "ScaledDotProductAttention.scale": "the factor on the scores (0: 1 / sqrt(d))",

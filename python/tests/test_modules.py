@@ -49,6 +49,7 @@ EXAMPLES = {
     "NoiseInjector": ((), {"mode": "mul", "noisetype": "gaussian", "params": [1.0, 0.1]}, [((2, 5), F)]),
     "Penalty": ((), {"mode": "l2", "weight": 0.1}, [((2, 5), F)]),
     "MulAddConst": ((), {"a": 2.0, "b": 1.0}, [((2, 5), F)]),
+    "Pow": ((3.0,), {"scale": 0.5}, [((2, 5), F)]),
     "Pad1D": ((), {"pad": [1, 2]}, [((2, 3, 5), F)]),
     "Pad2D": ((), {"pad": [1, 1, 2, 2], "mode": "reflect"}, [((2, 3, 5, 5), F)]),
     "Upsample2D": ((), {"scale": 2}, [((2, 3, 4, 4), F)]),

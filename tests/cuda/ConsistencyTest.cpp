@@ -53,6 +53,7 @@
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
 #include "modules/PositionalEncoding.h"
+#include "modules/Pow.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
@@ -317,6 +318,7 @@ TEST(CudaConsistency, EveryModule) {
          make<GroupLinear>(3, 3, 4, GroupLinearOptions{.batchDim = 1, .wmode = "one"}),
          {{3, 5, 3}}},
         {"MulAddConst", make<MulAddConst>(2.0f, -1.5f), {{3, 4}}},
+        {"Pow", make<Pow>(3.0f, 0.5f), {{3, 4}}},
         {"MulAddConst per-channel",
          make<MulAddConst>(Tensor::fromVector({3, 1, 1}, std::vector<float>{2, -1, 0.5f}),
                            Tensor::fromVector({1, 3, 1, 1}, std::vector<float>{1, 0, -3})),

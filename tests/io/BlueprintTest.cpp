@@ -47,6 +47,7 @@
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
 #include "modules/PositionalEncoding.h"
+#include "modules/Pow.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/Replicate.h"
@@ -151,6 +152,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<PositionalEncoding>(PositionalEncodingOptions{.base = 100.0f}),
         std::make_shared<MulAddConst>(2.0f, -1.5f),
         std::make_shared<MulAddConst>(Tensor::full({3, 1, 1}, 2.0f), Tensor()),
+        std::make_shared<Pow>(-0.5f, 2.0f),
         std::make_shared<NoiseInjector>(NoiseInjectorOptions{
             .mode = NoiseMode::mul, .noisetype = NoiseType::gaussian, .param1 = 1.0f, .param2 = 0.1f}),
         std::make_shared<Transpose>(std::vector<int64_t>{0, 2, 1}),

@@ -37,6 +37,7 @@
 #include "modules/Penalty.h"
 #include "modules/Pool.h"
 #include "modules/PositionalEncoding.h"
+#include "modules/Pow.h"
 #include "modules/RNN.h"
 #include "modules/Reduce.h"
 #include "modules/RowNorm.h"
@@ -137,6 +138,7 @@ std::map<std::string, Case> cases() {
         {"PositionalEncoding",
          {scheme("PositionalEncoding", {}), [] { return std::make_shared<PositionalEncoding>(); }}},
         {"MulAddConst", {scheme("MulAddConst", {}), [] { return std::make_shared<MulAddConst>(); }}},
+        {"Pow", {scheme("Pow", {{"exponent", V{2.0}}}), [] { return std::make_shared<Pow>(2.0f); }}},
         {"Pad1D",
          {scheme("Pad1D", {{"pad", std::vector<int64_t>{1, 2}}}),
           [] {

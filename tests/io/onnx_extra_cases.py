@@ -285,6 +285,16 @@ def exporter_forms(root, x):
     inits = [scalar("a", 1.5), scalar("b", 2.0), scalar("c", 4.0), scalar("d", 3.0)]
     g = helper.make_graph(nodes, "scalars", [value("x", x.shape)], [value("y", x.shape)], inits)
     save(root, "scalar_arithmetic", g, [x], [2 - ((x - 1.5) * 2 / 4 + 3)], 13)
+    # Powers of data: Pow by a float and an integer constant, Sqrt, Reciprocal, a number divided by data.
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_node("Add", ["sq", "one"], ["p"]),
+             helper.make_node("Sqrt", ["p"], ["r"]), helper.make_node("Reciprocal", ["r"], ["inv"]),
+             helper.make_node("Div", ["three", "r"], ["q"]), helper.make_node("Pow", ["x", "cube"], ["c"]),
+             helper.make_node("Add", ["inv", "q"], ["s"]), helper.make_node("Add", ["s", "c"], ["y"])]
+    inits = [scalar("two", 2.0), scalar("one", 1.0), scalar("three", 3.0),
+             helper.make_tensor("cube", TensorProto.INT64, [], [3])]
+    r = np.sqrt(x * x + 1)
+    g = helper.make_graph(nodes, "powers", [value("x", x.shape)], [value("y", x.shape)], inits)
+    save(root, "powers_of_data", g, [x], [(1 / r + 3 / r + x ** 3).astype(np.float32)], 13)
     x2 = np.random.RandomState(2).randn(*x.shape).astype(np.float32)
     node = helper.make_node("Sub", ["x", "z"], ["y"])
     g = helper.make_graph([node], "sub", [value("x", x.shape), value("z", x.shape)], [value("y", x.shape)])

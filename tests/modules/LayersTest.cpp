@@ -19,6 +19,7 @@
 #include "modules/NoiseInjector.h"
 #include "modules/PRelu.h"
 #include "modules/Pad.h"
+#include "modules/Pow.h"
 #include "modules/Reduce.h"
 #include "modules/Tile.h"
 #include "modules/Transpose.h"
@@ -503,6 +504,51 @@ TEST(MulAddConst, TensorConstantsPerChannel) {
     ModulePtr back = buildModuleFromFile(path);
     loadModel(*back, path);
     EXPECT_EQ((*back)(x).toVector<float>(), y);
+}
+
+// ---- Pow ------------------------------------------------------------------------------
+
+// y = scale * x^exponent against std::pow, its gradient against finite differences, for
+// whole, fractional and negative exponents; the edge values follow std::pow.
+TEST(Pow, ReferenceGradientShape) {
+    const Tensor x = randomTensor({3, 4}, 5, 0.5f, 2.0f);
+    const std::vector<float> xs = x.toVector<float>();
+    for (const auto& [p, s] : {std::pair{2.0f, 1.0f},
+                               {3.0f, -0.5f},
+                               {0.5f, 1.0f},
+                               {-1.0f, 2.0f},
+                               {-0.5f, 1.0f},
+                               {1.0f, 3.0f},
+                               {0.0f, 2.0f}}) {
+        SCOPED_TRACE("exponent " + std::to_string(p) + ", scale " + std::to_string(s));
+        Pow pow(p, s, "pow");
+        const std::vector<float> y = pow(x).toVector<float>();
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], s * std::pow(xs[i], p), 1e-5f * (1 + std::fabs(y[i])));
+        const std::vector<float> dx = pow.backward(Tensor::ones({3, 4})).toVector<float>();
+        for (size_t i = 0; i < dx.size(); ++i) {
+            ASSERT_NEAR(dx[i], p == 0.0f ? 0.0f : s * p * std::pow(xs[i], p - 1), 1e-5f * (1 + std::fabs(dx[i])));
+        }
+        EXPECT_TRUE(checkGradients(pow, {x}));
+        EXPECT_TRUE(checkShapes(pow, {x}));
+    }
+    // Negative data: whole exponents keep the sign rules, others give NaN; 0 to a negative exponent is inf.
+    Pow cube(3.0f), root(0.5f), inverse(-1.0f);
+    EXPECT_TRUE(allClose(cube(Tensor::fromVector({2}, F{-2, 1})), {-8, 1}));
+    EXPECT_TRUE(std::isnan(root(Tensor::fromVector({1}, F{-4})).toVector<float>()[0]));
+    EXPECT_TRUE(std::isinf(inverse(Tensor::fromVector({1}, F{0})).toVector<float>()[0]));
+    Pow named(2.0f, 0.5f, "square");
+    EXPECT_TRUE(throwsShapeError([&] { named(Tensor::zeros({2}, DType::int32)); }, {"Pow 'square'", "int32"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named(Tensors{Tensor::zeros({2}), Tensor::zeros({2})});
+        },
+        {"Pow 'square'", "1 input"}));
+    EXPECT_TRUE(throwsModuleError([] { Pow(std::nanf("")); }, {"exponent and scale must be finite", "nan"}));
+    EXPECT_TRUE(throwsModuleError([] { Pow(2.0f, INFINITY); }, {"scale inf"}));
+    EXPECT_TRUE(blueprintHas(named, {"\"exponent\": 2", "\"scale\": 0.5"}));
+    ModulePtr back = buildModule(named.blueprint());
+    EXPECT_EQ(dynamic_cast<Pow&>(*back).exponent(), 2.0f);
+    EXPECT_EQ(dynamic_cast<Pow&>(*back).scale(), 0.5f);
 }
 
 // ---- NoiseInjector --------------------------------------------------------------------
