@@ -184,15 +184,16 @@ struct UpdateParams {
 /// Padding: a constant, the input mirrored without repeating its edge (reflect), or its edge
 /// value repeated (edge; PyTorch's "replicate").
 enum class PadMode { constant, reflect, edge };
-enum class ResampleMode { nearest, linear, nearestExact };
+enum class ResampleMode { nearest, linear, nearestExact, cubic };
 
 /// How resampling maps output positions to input ones (backend/ElementMath.h:
 /// resampleTaps): nearest takes floor(o * in / out); nearestExact the input whose centre is
 /// nearest, floor((o + 0.5) * in / out) (PyTorch's `nearest-exact`); linear interpolates
-/// around half-pixel centres, or with alignCorners around o * (in - 1) / (out - 1).
+/// around half-pixel centres, or with alignCorners around o * (in - 1) / (out - 1); cubic
+/// likewise from four inputs (Keys' kernel, a = -0.75: PyTorch's `bicubic`).
 struct ResampleParams {
     ResampleMode mode = ResampleMode::nearest;
-    bool alignCorners = false; ///< linear only
+    bool alignCorners = false; ///< linear and cubic only
 };
 
 class Backend {

@@ -211,25 +211,39 @@ TESSERA_HOST_DEVICE inline int64_t padSource(PadMode mode, int64_t o, int64_t lo
     return i < 0 ? -i : 2 * (n - 1) - i; // -1 -> 1, n -> n - 2
 }
 
-/// Output position `o` of `out` along a dim of `in` input positions: the two inputs it reads
-/// (i0, i1) and the weight of the second (w1). Nearest: floor(o * in / out), alone.
-/// NearestExact: floor((o + 0.5) * in / out), at most in - 1, rounded as PyTorch rounds it
-/// (the product in double of the float ratio, taken to float before the floor). Linear:
-/// around s = (o + 0.5) * in / out - 0.5 (half-pixel centres, as oneDNN computes it), or
-/// s = o * ((in - 1) / (out - 1)) with alignCorners (0 for out 1), clamped to the edges.
-TESSERA_HOST_DEVICE inline void resampleTaps(ResampleParams p, int64_t o, int64_t out, int64_t in, int64_t& i0,
-                                             int64_t& i1, float& w1) {
+/// Keys' cubic convolution kernel with a = -0.75 (PyTorch's bicubic) at distance x:
+/// ((a + 2) x - (a + 3)) x^2 + 1 for x <= 1 (near), ((a x - 5a) x + 8a) x - 4a for 1 < x < 2.
+TESSERA_HOST_DEVICE inline float cubicNear(float x) {
+    constexpr float a = -0.75f;
+    return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
+}
+TESSERA_HOST_DEVICE inline float cubicFar(float x) {
+    constexpr float a = -0.75f;
+    return ((a * x - 5.0f * a) * x + 8.0f * a) * x - 4.0f * a;
+}
+
+/// Output position `o` of `out` along a dim of `in` input positions: the inputs it reads
+/// (`at`) and their weights (`w`), at most 4; returns how many. Nearest: floor(o * in / out),
+/// alone. NearestExact: floor((o + 0.5) * in / out), at most in - 1, rounded as PyTorch
+/// rounds it (the product in double of the float ratio, taken to float before the floor).
+/// Linear: the two inputs around s = (o + 0.5) * in / out - 0.5 (half-pixel centres, as
+/// oneDNN computes it), or s = o * ((in - 1) / (out - 1)) with alignCorners (0 for out 1),
+/// clamped to the edges. Cubic: the four inputs floor(s) - 1 ... floor(s) + 2 around the same
+/// s, not clamped (PyTorch's bicubic), weighted by Keys' cubic convolution with a = -0.75,
+/// each index clamped to the edges.
+TESSERA_HOST_DEVICE inline int resampleTaps(ResampleParams p, int64_t o, int64_t out, int64_t in, int64_t at[4],
+                                            float w[4]) {
     if (p.mode == ResampleMode::nearest) {
-        i0 = i1 = o * in / out;
-        w1 = 0.0f;
-        return;
+        at[0] = o * in / out;
+        w[0] = 1.0f;
+        return 1;
     }
     if (p.mode == ResampleMode::nearestExact) {
         const float ratio = static_cast<float>(in) / static_cast<float>(out);
         const auto i = static_cast<int64_t>(floorf(static_cast<float>((static_cast<double>(o) + 0.5) * ratio)));
-        i0 = i1 = i > in - 1 ? in - 1 : i;
-        w1 = 0.0f;
-        return;
+        at[0] = i > in - 1 ? in - 1 : i;
+        w[0] = 1.0f;
+        return 1;
     }
     float s = 0.0f;
     if (!p.alignCorners) {
@@ -238,10 +252,25 @@ TESSERA_HOST_DEVICE inline void resampleTaps(ResampleParams p, int64_t o, int64_
         s = static_cast<float>(o) * (static_cast<float>(in - 1) / static_cast<float>(out - 1));
     }
     const float f = floorf(s);
-    i0 = f < 0.0f ? 0 : static_cast<int64_t>(f);
+    if (p.mode == ResampleMode::cubic) {
+        const float t = s - f, u = 1.0f - t;
+        w[0] = cubicFar(t + 1.0f);
+        w[1] = cubicNear(t);
+        w[2] = cubicNear(u);
+        w[3] = cubicFar(u + 1.0f);
+        const auto first = static_cast<int64_t>(f) - 1;
+        for (int k = 0; k < 4; ++k) {
+            const int64_t i = first + k;
+            at[k] = i < 0 ? 0 : (i > in - 1 ? in - 1 : i);
+        }
+        return 4;
+    }
+    at[0] = f < 0.0f ? 0 : static_cast<int64_t>(f);
     const auto c = static_cast<int64_t>(ceilf(s));
-    i1 = c > in - 1 ? in - 1 : (c < 0 ? 0 : c);
-    w1 = fabsf(s - f);
+    at[1] = c > in - 1 ? in - 1 : (c < 0 ? 0 : c);
+    w[1] = fabsf(s - f);
+    w[0] = 1.0f - w[1];
+    return 2;
 }
 
 /// A pooling window's geometry over [d, h, w] (fewer spatial dims lead with 1s).

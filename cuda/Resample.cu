@@ -22,20 +22,27 @@ struct Dims3 {
 
 Dims3 dims3(const int64_t d[3]) { return {{d[0], d[1], d[2]}}; }
 
-// Calls f(source flat index in the plane, weight) for every tap of output `o`.
+// Calls f(source flat index in the plane, weight) for every tap of output `o` (up to 4 along
+// each spatial dim; the leading dims of fewer than 3 are 1s, read by one tap).
 template <class F> __device__ void forEachTap(ResampleParams p, int64_t o, Dims3 in, Dims3 out, F&& f) {
     const int64_t od = o / (out.v[1] * out.v[2]), oh = o / out.v[2] % out.v[1], ow = o % out.v[2];
     const int64_t pos[3] = {od, oh, ow};
-    int64_t lo[3], hi[3];
-    float wh[3];
-    for (int d = 0; d < 3; ++d) element::resampleTaps(p, pos[d], out.v[d], in.v[d], lo[d], hi[d], wh[d]);
-    for (int a = 0; a < 2; ++a)
-        for (int b = 0; b < 2; ++b)
-            for (int c = 0; c < 2; ++c) {
-                const float wt = (a ? wh[0] : 1.0f - wh[0]) * (b ? wh[1] : 1.0f - wh[1]) * (c ? wh[2] : 1.0f - wh[2]);
+    int64_t at[3][4];
+    float w[3][4];
+    int n[3];
+    for (int d = 0; d < 3; ++d) {
+        if (out.v[d] == 1 && in.v[d] == 1) {
+            at[d][0] = 0, w[d][0] = 1.0f, n[d] = 1;
+        } else {
+            n[d] = element::resampleTaps(p, pos[d], out.v[d], in.v[d], at[d], w[d]);
+        }
+    }
+    for (int a = 0; a < n[0]; ++a)
+        for (int b = 0; b < n[1]; ++b)
+            for (int c = 0; c < n[2]; ++c) {
+                const float wt = w[0][a] * w[1][b] * w[2][c];
                 if (wt == 0.0f) continue;
-                const int64_t d = a ? hi[0] : lo[0], h = b ? hi[1] : lo[1], w = c ? hi[2] : lo[2];
-                f((d * in.v[1] + h) * in.v[2] + w, wt);
+                f((at[0][a] * in.v[1] + at[1][b]) * in.v[2] + at[2][c], wt);
             }
 }
 

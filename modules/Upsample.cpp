@@ -9,22 +9,24 @@ std::string str(ResampleMode mode) {
     case ResampleMode::nearest: return "nearest";
     case ResampleMode::linear: return "linear";
     case ResampleMode::nearestExact: return "nearest-exact";
+    case ResampleMode::cubic: return "cubic";
     }
     return "?";
 }
 
 ResampleMode resampleModeFromString(const std::string& name) {
-    for (ResampleMode m : {ResampleMode::nearest, ResampleMode::linear, ResampleMode::nearestExact}) {
+    for (ResampleMode m :
+         {ResampleMode::nearest, ResampleMode::linear, ResampleMode::nearestExact, ResampleMode::cubic}) {
         if (str(m) == name) return m;
     }
-    throw ModuleError("resampling mode must be nearest, nearest-exact or linear, got '" + name + "'");
+    throw ModuleError("resampling mode must be nearest, nearest-exact, linear or cubic, got '" + name + "'");
 }
 
 ResampleND::ResampleND(size_t spatialDims, const UpsampleOptions& options, const char* kind)
     : Module(options.name), spatialDims_(spatialDims), options_(options) {
-    if (options.alignCorners && options.mode != ResampleMode::linear) {
+    if (options.alignCorners && options.mode != ResampleMode::linear && options.mode != ResampleMode::cubic) {
         throw ModuleError(std::string(kind) + std::to_string(spatialDims) +
-                          "D: alignCorners applies to linear mode only (" + tessera::str(options.mode) +
+                          "D: alignCorners applies to linear and cubic modes only (" + tessera::str(options.mode) +
                           " has no corners to align)");
     }
 }

@@ -1,22 +1,23 @@
 #pragma once
 /// \file Resampling: Upsample2D and Upsample3D (an integer factor) and Resize2D and Resize3D
-/// (a fixed output size, PyTorch's `F.interpolate(size=...)`), nearest, nearest-exact or
-/// linear.
+/// (a fixed output size, PyTorch's `F.interpolate(size=...)`), nearest, nearest-exact,
+/// linear or cubic.
 
 #include "backend/Backend.h"
 #include "modules/Module.h"
 
 namespace tessera {
 
-/// "nearest", "linear", "nearest-exact" (PyTorch's names, as blueprints write them).
+/// "nearest", "linear", "nearest-exact", "cubic" (PyTorch's names, less the bi- and tri-
+/// of its "bilinear", "trilinear" and "bicubic"; as blueprints write them).
 std::string str(ResampleMode mode);
 /// The mode by its name (str's inverse); ModuleError listing the names otherwise.
 ResampleMode resampleModeFromString(const std::string& name);
 
 struct UpsampleOptions {
-    ResampleMode mode = ResampleMode::nearest; ///< linear: bi-/trilinear
-    /// Linear only: the corner pixels' centres of input and output align (PyTorch's
-    /// align_corners=True); false: half-pixel centres (align_corners=False).
+    ResampleMode mode = ResampleMode::nearest; ///< linear: bi-/trilinear; cubic: bi-/tricubic
+    /// Linear and cubic only: the corner pixels' centres of input and output align
+    /// (PyTorch's align_corners=True); false: half-pixel centres (align_corners=False).
     bool alignCorners = false;
     std::string name = {};
 };
@@ -26,7 +27,9 @@ struct UpsampleOptions {
 /// PyTorch's `nearest`), or the input whose centre is nearest, floor((o + 0.5) * in / out)
 /// (nearestExact, PyTorch's `nearest-exact`), or interpolates between the two inputs around
 /// (o + 0.5) * in / out - 0.5 (linear), or o * (in - 1) / (out - 1) with alignCorners,
-/// clamped to the edges (backend/ElementMath.h: resampleTaps).
+/// clamped to the edges, or from the four inputs around the same position (cubic: Keys'
+/// kernel with a = -0.75, PyTorch's `bicubic`; edge values repeated) (backend/ElementMath.h:
+/// resampleTaps).
 class ResampleND : public Module {
 public:
     ResampleND(size_t spatialDims, const UpsampleOptions& options, const char* kind);

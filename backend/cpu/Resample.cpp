@@ -43,8 +43,9 @@ const ResampleEntry& resampleForwardEntry(ResampleMode mode, const Shape& x, con
 // oneDNN computes linear with half-pixel centres for any sizes, and nearest as
 // round((o + 0.5) * in / out - 0.5), which is floor(o * in / out) (and nearestExact's
 // floor((o + 0.5) * in / out)) only where every out is a whole multiple of its in: the rest
-// is the loop below.
+// is the loop below, as is cubic, which oneDNN does not have.
 bool dnnlResamples(const ResampleParams& p, const Shape& in, const Shape& out) {
+    if (p.mode == ResampleMode::cubic) return false;
     if (p.mode == ResampleMode::linear) return !p.alignCorners;
     for (size_t d = 2; d < in.rank(); ++d) {
         const auto k = static_cast<int64_t>(d);
@@ -53,10 +54,12 @@ bool dnnlResamples(const ResampleParams& p, const Shape& in, const Shape& out) {
     return true;
 }
 
-// The taps of every output position along each of 3 dims (fewer spatial dims lead with 1s).
+// The taps of every output position along each of 3 dims (fewer spatial dims lead with 1s,
+// read by one tap): up to 4 per position, those of weight 0 left out.
 struct Taps3 {
     int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-    std::vector<int64_t> lo[3], hi[3];
+    std::vector<int> count[3];
+    std::vector<int64_t> at[3]; // 4 per output position
     std::vector<float> w[3];
 
     Taps3(const ResampleParams& p, const Shape& x, const Shape& y) {
@@ -66,13 +69,20 @@ struct Taps3 {
             out[3 - sp + d] = y[static_cast<int64_t>(2 + d)];
         }
         for (int d = 0; d < 3; ++d) {
+            const bool leading = d < static_cast<int>(3 - sp);
             for (int64_t o = 0; o < out[d]; ++o) {
-                int64_t a = 0, b = 0;
-                float wt = 0.0f;
-                element::resampleTaps(p, o, out[d], in[d], a, b, wt);
-                lo[d].push_back(a);
-                hi[d].push_back(b);
-                w[d].push_back(wt);
+                int64_t a[4] = {0, 0, 0, 0};
+                float wt[4] = {1.0f, 0.0f, 0.0f, 0.0f};
+                const int n = leading ? 1 : element::resampleTaps(p, o, out[d], in[d], a, wt);
+                int kept = 0;
+                for (int k = 0; k < n; ++k) {
+                    if (wt[k] == 0.0f) continue;
+                    at[d].push_back(a[k]);
+                    w[d].push_back(wt[k]);
+                    ++kept;
+                }
+                for (int k = kept; k < 4; ++k) at[d].push_back(0), w[d].push_back(0.0f);
+                count[d].push_back(kept);
             }
         }
     }
@@ -83,18 +93,18 @@ struct Taps3 {
     // f(input flat index in the plane, weight) for every tap of output `o` (flat in the plane).
     template <class F> void forEach(int64_t o, F&& f) const {
         const int64_t pos[3] = {o / (out[1] * out[2]), o / out[2] % out[1], o % out[2]};
-        for (int a = 0; a < 2; ++a)
-            for (int b = 0; b < 2; ++b)
-                for (int c = 0; c < 2; ++c) {
-                    const float wa = a ? w[0][pos[0]] : 1.0f - w[0][pos[0]];
-                    const float wb = b ? w[1][pos[1]] : 1.0f - w[1][pos[1]];
-                    const float wc = c ? w[2][pos[2]] : 1.0f - w[2][pos[2]];
-                    const float wt = wa * wb * wc;
+        const int64_t *a = &at[0][static_cast<size_t>(pos[0] * 4)], *b = &at[1][static_cast<size_t>(pos[1] * 4)],
+                      *c = &at[2][static_cast<size_t>(pos[2] * 4)];
+        const float *wa = &w[0][static_cast<size_t>(pos[0] * 4)], *wb = &w[1][static_cast<size_t>(pos[1] * 4)],
+                    *wc = &w[2][static_cast<size_t>(pos[2] * 4)];
+        const int na = count[0][static_cast<size_t>(pos[0])], nb = count[1][static_cast<size_t>(pos[1])],
+                  nc = count[2][static_cast<size_t>(pos[2])];
+        for (int i = 0; i < na; ++i)
+            for (int j = 0; j < nb; ++j)
+                for (int k = 0; k < nc; ++k) {
+                    const float wt = wa[i] * wb[j] * wc[k];
                     if (wt == 0.0f) continue;
-                    const int64_t i = a ? hi[0][pos[0]] : lo[0][pos[0]];
-                    const int64_t j = b ? hi[1][pos[1]] : lo[1][pos[1]];
-                    const int64_t k = c ? hi[2][pos[2]] : lo[2][pos[2]];
-                    f((i * in[1] + j) * in[2] + k, wt);
+                    f((a[i] * in[1] + b[j]) * in[2] + c[k], wt);
                 }
     }
 };

@@ -531,11 +531,12 @@ void Exporter::emitTile(const Layer& l) {
 
 // Upsample2D, Upsample3D: Resize by the scale; Resize2D, Resize3D: Resize to the sizes
 // Concat(Shape(x)[0:2], size), the batch free. Nearest is asymmetric/floor, nearest-exact
-// half_pixel/round_prefer_ceil; linear has half-pixel centres or the corners aligned.
+// half_pixel/round_prefer_ceil; linear and cubic (cubic_coeff_a -0.75, edges repeated) have
+// half-pixel centres or the corners aligned.
 void Exporter::emitUpsample(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
     const std::string mode = schemeString(bp, "mode");
-    const bool linear = mode == "linear";
+    const bool linear = mode == "linear" || mode == "cubic";
     onnx::NodeProto* n = nullptr;
     if (bp.classname.rfind("Resize", 0) == 0) {
         const std::string shape = valueName(path + "_input_shape"), lead = valueName(path + "_batch_and_maps"),
@@ -561,9 +562,10 @@ void Exporter::emitUpsample(const Layer& l) {
                  {"coordinate_transformation_mode", "half_pixel"},
                  {"nearest_mode", "round_prefer_ceil"}};
     } else if (linear) {
-        attrs = {{"mode", "linear"},
+        attrs = {{"mode", mode == "cubic" ? "cubic" : "linear"},
                  {"coordinate_transformation_mode", schemeBool(bp, "alignCorners") ? "align_corners" : "half_pixel"}};
     }
+    if (mode == "cubic") attr(n, "cubic_coeff_a", -0.75f);
     for (const auto& [k, v] : attrs) {
         auto* a = n->add_attribute();
         a->set_name(k);

@@ -1439,8 +1439,8 @@ class Resize2D(Module):
 
     Arguments:
         size: (height, width) of the output
-        mode: 'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)) or 'linear'
-        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
+        mode: 'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)), 'linear' or 'cubic' (PyTorch's 'bicubic')
+        alignCorners: linear and cubic only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
     def __init__(self, size: int | Sequence[int], mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
@@ -1453,8 +1453,8 @@ class Resize3D(Module):
 
     Arguments:
         size: (depth, height, width) of the output
-        mode: 'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)) or 'linear'
-        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
+        mode: 'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)), 'linear' or 'cubic' (PyTorch's 'bicubic')
+        alignCorners: linear and cubic only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
     def __init__(self, size: int | Sequence[int], mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
@@ -1634,8 +1634,8 @@ class Upsample2D(Module):
 
     Arguments:
         scale: the integer upsampling factor
-        mode: 'nearest', 'nearest-exact' or 'linear'
-        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
+        mode: 'nearest', 'nearest-exact', 'linear' or 'cubic' (Keys' a = -0.75: PyTorch's 'bicubic')
+        alignCorners: linear and cubic only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
     def __init__(self, scale: int = ..., mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
@@ -1648,8 +1648,8 @@ class Upsample3D(Module):
 
     Arguments:
         scale: the integer upsampling factor
-        mode: 'nearest', 'nearest-exact' or 'linear'
-        alignCorners: linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
+        mode: 'nearest', 'nearest-exact', 'linear' or 'cubic' (Keys' a = -0.75: PyTorch's 'bicubic')
+        alignCorners: linear and cubic only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); False: half-pixel centres
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
     def __init__(self, scale: int = ..., mode: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...

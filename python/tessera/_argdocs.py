@@ -5,7 +5,7 @@
 every argument of every layer has one (python/tests/test_modules.py)."""
 
 _PER_DIM = " (one number for every spatial dim, or one per dim)"
-_ALIGN_CORNERS = ("linear only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); "
+_ALIGN_CORNERS = ("linear and cubic only: the corner pixels' centres of input and output align (PyTorch's align_corners=True); "
                   "False: half-pixel centres")
 
 ARGUMENTS = {
@@ -114,14 +114,14 @@ BY_CLASS = {
     "Pad2D.pad": "(top, bottom, left, right) added",
     "Pad1D.mode": "'constant', 'reflect' or 'edge' (the border value repeated: PyTorch's 'replicate')",
     "Pad2D.mode": "'constant', 'reflect' or 'edge' (the border value repeated: PyTorch's 'replicate')",
-    "Upsample2D.mode": "'nearest', 'nearest-exact' or 'linear'",
-    "Upsample3D.mode": "'nearest', 'nearest-exact' or 'linear'",
+    "Upsample2D.mode": "'nearest', 'nearest-exact', 'linear' or 'cubic' (Keys' a = -0.75: PyTorch's 'bicubic')",
+    "Upsample3D.mode": "'nearest', 'nearest-exact', 'linear' or 'cubic' (Keys' a = -0.75: PyTorch's 'bicubic')",
     "Upsample2D.alignCorners": _ALIGN_CORNERS,
     "Upsample3D.alignCorners": _ALIGN_CORNERS,
     "Resize2D.size": "(height, width) of the output",
     "Resize3D.size": "(depth, height, width) of the output",
-    "Resize2D.mode": "'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)) or 'linear'",
-    "Resize3D.mode": "'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)) or 'linear'",
+    "Resize2D.mode": "'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)), 'linear' or 'cubic' (PyTorch's 'bicubic')",
+    "Resize3D.mode": "'nearest' (input floor(o * in / out)), 'nearest-exact' (floor((o + 0.5) * in / out)), 'linear' or 'cubic' (PyTorch's 'bicubic')",
     "Resize2D.alignCorners": _ALIGN_CORNERS,
     "Resize3D.alignCorners": _ALIGN_CORNERS,
     "NoiseInjector.mode": "'add' or 'mul': the noise added to or multiplying the input",

@@ -373,17 +373,17 @@ def test_normalisations_match_pytorch(kind):
 
 
 @pytest.mark.parametrize("mode,align", [("nearest", False), ("nearest-exact", False), ("linear", False),
-                                        ("linear", True)])
+                                        ("linear", True), ("cubic", False), ("cubic", True)])
 @pytest.mark.parametrize("size", [(7, 3), (2, 11), (1, 5), (3, 6)])
 def test_resize_and_upsample_match_pytorch_interpolate(mode, align, size):
-    """Resize2D is F.interpolate(x, size=...) (nearest, nearest-exact, bilinear) and Upsample2D
-    with alignCorners is nn.Upsample(scale_factor=s, mode='bilinear', align_corners=True),
-    forward and backward."""
+    """Resize2D is F.interpolate(x, size=...) (nearest, nearest-exact, bilinear, bicubic) and
+    Upsample2D with alignCorners is nn.Upsample(scale_factor=s, mode='bilinear' or 'bicubic',
+    align_corners=True), forward and backward."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
-    tmode = "bilinear" if mode == "linear" else mode
-    kw = {"align_corners": align} if mode == "linear" else {}
+    tmode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
+    kw = {"align_corners": align} if mode in ("linear", "cubic") else {}
     for mod, shape, f in (
         (ts.Resize2D(list(size), mode=mode, alignCorners=align), (2, 3) + size,
          lambda t: torch.nn.functional.interpolate(t, size=size, mode=tmode, **kw)),

@@ -136,6 +136,8 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Resize2D>(std::vector<int64_t>{5, 7}, UpsampleOptions{.mode = ResampleMode::linear}),
         std::make_shared<Resize3D>(std::vector<int64_t>{2, 3, 1}),
         std::make_shared<Resize2D>(std::vector<int64_t>{4, 9}, UpsampleOptions{.mode = ResampleMode::nearestExact}),
+        std::make_shared<Resize2D>(std::vector<int64_t>{6, 2},
+                                   UpsampleOptions{.mode = ResampleMode::cubic, .alignCorners = true}),
         std::make_shared<PRelu>(4, PReluOptions{.sharedMaps = true, .init = 0.1f}),
         std::make_shared<Gelu>("g"),
         std::make_shared<Embedder>(10, 3, 4, EmbedderOptions{.learnable = false}),

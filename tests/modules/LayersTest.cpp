@@ -136,12 +136,26 @@ TEST(Upsample, Reference) {
     EXPECT_TRUE(allClose(linear(Tensor::fromVector({1, 1, 1, 2}, F{0, 4})), {0, 1, 3, 4, 0, 1, 3, 4}, 1e-5f));
     Upsample3D up3(2);
     EXPECT_TRUE(allClose(up3(Tensor::fromVector({1, 1, 1, 1, 1}, F{7})), F(8, 7.0f)));
+    // Cubic at the same positions from four inputs, the edges repeated: output 1 of [0, 4]
+    // sits at 0.25, between taps -1, 0, 1, 2 (inputs 0, 0, 4, 4) at distances 1.25, 0.25,
+    // 0.75, 1.75, whose Keys weights are -0.10546875, 0.87890625, 0.26171875, -0.03515625:
+    // 0.90625; output 0, at -0.25, overshoots below the input: 4 * -0.10546875. PyTorch's
+    // F.interpolate(scale_factor=2, mode='bicubic') gives the same.
+    Upsample2D cubic(2, {.mode = ResampleMode::cubic});
+    EXPECT_TRUE(allClose(cubic(Tensor::fromVector({1, 1, 1, 2}, F{0, 4})),
+                         {-0.421875f, 0.90625f, 3.09375f, 4.421875f, -0.421875f, 0.90625f, 3.09375f, 4.421875f},
+                         1e-5f));
 }
 
 TEST(Upsample, GradientShapeBadInput) {
     Upsample2D nearest(3, {.name = "up"});
     Upsample2D linear(2, {.mode = ResampleMode::linear});
     Upsample3D linear3(2, {.mode = ResampleMode::linear});
+    Upsample2D cubic(2, {.mode = ResampleMode::cubic});
+    Upsample3D cubic3(2, {.mode = ResampleMode::cubic, .alignCorners = true});
+    EXPECT_TRUE(checkGradients(cubic, {randomTensor({2, 2, 3, 4}, 4)}));
+    EXPECT_TRUE(checkGradients(cubic3, {randomTensor({1, 2, 2, 3, 2}, 4)}));
+    EXPECT_TRUE(checkShapes(cubic3, {randomTensor({1, 2, 2, 3, 2}, 4)}));
     EXPECT_TRUE(checkGradients(nearest, {randomTensor({2, 2, 2, 3}, 4)}));
     EXPECT_TRUE(checkGradients(linear, {randomTensor({2, 2, 3, 3}, 4)}));
     EXPECT_TRUE(checkGradients(linear3, {randomTensor({1, 2, 2, 2, 3}, 4)}));
@@ -173,13 +187,34 @@ TEST(Upsample, AlignCorners) {
 
 // ---- Resize ---------------------------------------------------------------------------
 
+// Keys' cubic convolution kernel with a = -0.75 at distance x (PyTorch's bicubic).
+double keys(double x) {
+    const double a = -0.75;
+    x = std::abs(x);
+    if (x <= 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+    return x < 2 ? ((a * x - 5 * a) * x + 8 * a) * x - 4 * a : 0.0;
+}
+
 // A NumPy-style reference of PyTorch's F.interpolate(size=...) along one dim (nearest:
 // floor(o * in / out); nearest-exact: floor((o + 0.5) * in / out); linear: half-pixel
-// centres or aligned corners, clamped).
+// centres or aligned corners, clamped; cubic: the same positions, not clamped, from the four
+// inputs around them, each index clamped to the edges).
 std::vector<float> interpolate1D(const std::vector<float>& x, int64_t out, ResampleParams p) {
     const auto in = static_cast<int64_t>(x.size());
     std::vector<float> y;
     for (int64_t o = 0; o < out; ++o) {
+        if (p.mode == ResampleMode::cubic) {
+            const double s = p.alignCorners ? (out > 1 ? o * double(in - 1) / double(out - 1) : 0.0)
+                                            : (o + 0.5) * double(in) / double(out) - 0.5;
+            const double f = std::floor(s);
+            double acc = 0;
+            for (int64_t k = -1; k <= 2; ++k) {
+                const int64_t i = std::clamp(static_cast<int64_t>(f) + k, int64_t{0}, in - 1);
+                acc += keys(f + double(k) - s) * x[size_t(i)];
+            }
+            y.push_back(static_cast<float>(acc));
+            continue;
+        }
         if (p.mode == ResampleMode::nearest) {
             y.push_back(x[static_cast<size_t>(o * in / out)]);
             continue;
@@ -203,10 +238,9 @@ std::vector<float> interpolate1D(const std::vector<float>& x, int64_t out, Resam
 // one dim at a time (the other dim kept) and in both at once (separable: the rows, then the
 // columns), forward; gradients numerically.
 TEST(Resize, ReferenceGradientShapeBadInput) {
-    const std::vector<ResampleParams> modes = {{ResampleMode::nearest, false},
-                                               {ResampleMode::nearestExact, false},
-                                               {ResampleMode::linear, false},
-                                               {ResampleMode::linear, true}};
+    const std::vector<ResampleParams> modes = {{ResampleMode::nearest, false}, {ResampleMode::nearestExact, false},
+                                               {ResampleMode::linear, false},  {ResampleMode::linear, true},
+                                               {ResampleMode::cubic, false},   {ResampleMode::cubic, true}};
     const Tensor x = randomTensor({2, 3, 5, 7}, 11);
     for (const ResampleParams& p : modes) {
         for (const std::vector<int64_t>& size : {std::vector<int64_t>{8, 3}, std::vector<int64_t>{3, 11},
@@ -256,7 +290,9 @@ TEST(Resize, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(blueprintHas(named, {"\"size\": [4, 4]", "\"mode\": \"nearest\""}));
     EXPECT_TRUE(blueprintHas(Resize2D({4, 4}, {.mode = ResampleMode::nearestExact}), {"\"mode\": \"nearest-exact\""}));
     EXPECT_EQ(resampleModeFromString("nearest-exact"), ResampleMode::nearestExact);
-    EXPECT_THROW(resampleModeFromString("bicubic"), ModuleError);
+    EXPECT_EQ(resampleModeFromString("cubic"), ResampleMode::cubic);
+    EXPECT_TRUE(throwsModuleError([] { resampleModeFromString("bicubic"); },
+                                  {"nearest, nearest-exact, linear or cubic", "'bicubic'"}));
     // At whole upscales nearest-exact picks nearest's inputs (on oneDNN's kernel).
     Upsample2D up(3), upExact(3, {.mode = ResampleMode::nearestExact});
     EXPECT_EQ(upExact(x).toVector<float>(), up(x).toVector<float>());
