@@ -156,9 +156,14 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
 void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     const Constant* c = isConstant(n.input(0)) ? &constants_.at(n.input(0)) : nullptr;
+    const auto type = elemTypes_.find(n.input(0));
+    if (!c && type != elemTypes_.end() && type->second == onnx::TensorProto::FLOAT) {
+        requireInputsImported(n);
+        return importExpandOfData(n);
+    }
     if (!c || c->isInt || !c->tensor.defined()) {
-        throw Unsupported{"an Expand of data or of an integer tensor (a float constant expanded over the batch, "
-                          "such as a class token, is supported)"};
+        throw Unsupported{"an Expand of an integer tensor, or of data not float32 (float data, and a float "
+                          "constant expanded over the batch such as a class token, are supported)"};
     }
     const Constant& shape = requireConstant(n, 1, "the shape");
     const std::vector<int64_t>& from = c->dims;
@@ -191,6 +196,44 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
     m->getVar("weight")->data.copyFrom(c->tensor.reshape(Shape(rest)));
     Source s = value(batchOf, 0);
     return define(n, m, Parents{Parent(s.node, s.slot)}, {batchOf});
+}
+
+// Float data broadcast to a shape of its own rank (x.expand(...), expand_as): each dim of 1
+// the shape makes larger is a Tile along it; the first dim (the batch) and the others stay
+// (a shape's 1 keeps the input's dim, as ONNX's broadcasting reads it).
+void Importer::importExpandOfData(const onnx::NodeProto& n) {
+    const Constant& shape = requireConstant(n, 1, "the shape");
+    const auto in = shapes_.find(n.input(0));
+    if (!shape.isInt || in == shapes_.end() || shape.ints.size() != in->second.size()) {
+        throw Unsupported{"an Expand of data to a shape of " + std::to_string(shape.ints.size()) +
+                          " dims from an input of " +
+                          (in == shapes_.end() ? std::string("a rank not known at import")
+                                               : std::to_string(in->second.size()) + " dims") +
+                          " (float data to a shape of its own rank is supported)"};
+    }
+    std::vector<ModulePtr> tiles;
+    for (size_t k = 0; k < shape.ints.size(); ++k) {
+        const Dim& d = in->second[k];
+        const std::string& symbol = shape.symbol(k);
+        const int64_t target = shape.ints[k];
+        const bool same = symbol.empty() ? target == 1 || (d.symbol.empty() && d.value == target) : symbol == d.symbol;
+        if (same) continue;
+        const std::string to = symbol.empty() ? std::to_string(target) : symbol;
+        if (k == 0) throw Unsupported{"an Expand of data along its first dim (the batch) to " + to};
+        if (!symbol.empty() || d.value != 1) {
+            throw Unsupported{"an Expand of data along dim " + std::to_string(k) + " of " +
+                              (d.symbol.empty()
+                                   ? (d.value < 0 ? std::string("a size not known at import") : std::to_string(d.value))
+                                   : d.symbol) +
+                              " to " + to + " (a dim of 1 to a size known at import is supported)"};
+        }
+        tiles.push_back(std::make_shared<Tile>(static_cast<int>(k), target));
+    }
+    if (tiles.empty()) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    if (tiles.size() == 1) return define(n, tiles[0], dataInputs(n, 1));
+    auto seq = std::make_shared<Sequential>();
+    for (const ModulePtr& t : tiles) seq->append(t);
+    return define(n, seq, dataInputs(n, 1));
 }
 
 // Slice on data: any sliced axes, any steps but 0 (Tessera's Slice).
@@ -279,6 +322,41 @@ void Importer::importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
         return define(n, seq, dataInputs(n, 1));
     }
     return define(n, std::make_shared<ReduceMean>(axes, keep), dataInputs(n, 1));
+}
+
+// ReduceSum, ReduceSumSquare, ReduceL2: Tessera's ReduceMean (after a Pow(2) for the
+// squares) times the count of the elements each output sums (a MulAddConst; for the L2 norm a
+// Pow(0.5) scaled by the count's root), so every reduced dim must be known at import, and the
+// batch is not summed over (its size at run time may not be the model's).
+void Importer::importReduceSum(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axes", "keepdims", "noop_with_empty_axes"});
+    requireInputsImported(n);
+    std::vector<int64_t> axes = a.ints("axes");
+    if (n.input_size() > 1 && !n.input(1).empty()) axes = requireInts(n, 1, "the axes");
+    if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
+    const bool keep = a.i("keepdims", 1) != 0;
+    const int64_t rank = rankOf(n, 0);
+    if (rank < 0) throw Unsupported{"an input whose rank is not known at import"};
+    std::vector<int64_t> reduced;
+    for (int64_t d = 0; axes.empty() && d < rank; ++d) reduced.push_back(d);
+    for (int64_t ax : axes) reduced.push_back(ax < 0 ? ax + rank : ax);
+    int64_t count = 1;
+    for (int64_t ax : reduced) {
+        if (ax == 0) throw Unsupported{"a sum over dim 0, the batch (the other dims are supported)"};
+        const int64_t d = dimOf(n, 0, ax);
+        if (d < 0) throw Unsupported{"a sum over dim " + std::to_string(ax) + ", whose size is not known at import"};
+        count *= d;
+    }
+    const std::string& op = n.op_type();
+    auto seq = std::make_shared<Sequential>();
+    if (op != "ReduceSum") seq->append(std::make_shared<Pow>(2.0f));
+    seq->append(std::make_shared<ReduceMean>(axes, keep));
+    if (op == "ReduceL2") {
+        seq->append(std::make_shared<Pow>(0.5f, std::sqrt(static_cast<float>(count))));
+    } else {
+        seq->append(std::make_shared<MulAddConst>(static_cast<float>(count), 0.0f));
+    }
+    return define(n, seq, dataInputs(n, 1));
 }
 
 // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
@@ -487,9 +565,15 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
         a.only({"mode", "scales"});
     }
     const std::string mode = a.s("mode", "nearest");
-    if (mode != "nearest" && mode != "linear" && !(mode == "bilinear" && !resize))
-        throw Unsupported{"mode " + mode + " (nearest and linear are supported)"};
-    const bool linear = mode != "nearest";
+    const bool cubic = mode == "cubic" && resize;
+    if (mode != "nearest" && mode != "linear" && !cubic && !(mode == "bilinear" && !resize))
+        throw Unsupported{"mode " + mode + " (nearest, linear and cubic are supported)"};
+    if (cubic && (a.f("cubic_coeff_a", -0.75f) != -0.75f || a.i("exclude_outside", 0) != 0)) {
+        throw Unsupported{"cubic with cubic_coeff_a " + std::to_string(a.f("cubic_coeff_a", -0.75f)) +
+                          " and exclude_outside " + std::to_string(a.i("exclude_outside", 0)) +
+                          " (-0.75 and 0, PyTorch's bicubic, are supported)"};
+    }
+    const bool linear = mode != "nearest"; // or cubic: interpolated
     const std::string ctm = a.s("coordinate_transformation_mode", resize ? "half_pixel" : "asymmetric");
     bool align = false, anyRatio = true; // anyRatio: nearest's rule is floor(o * in / out)
     bool centred = false;                // half-pixel centres rounded: nearest-exact's rule
@@ -497,7 +581,7 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
     if (linear && resize) { // half-pixel centres, or the corners aligned
         align = ctm == "align_corners";
         if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && !align)
-            throw Unsupported{"linear with coordinate_transformation_mode " + ctm +
+            throw Unsupported{mode + " with coordinate_transformation_mode " + ctm +
                               " (half_pixel, pytorch_half_pixel and align_corners are supported)"};
     } else if (linear) {
         throw Unsupported{"Upsample's linear mode (asymmetric coordinates) is not supported"};
@@ -515,7 +599,9 @@ void Importer::importResize(const onnx::NodeProto& n, const Attributes& a) {
     }
     const ResizeTarget t = resizeTarget(n, a, resize);
     const std::vector<float>& scales = t.scales;
-    const UpsampleOptions o{.mode = linear ? ResampleMode::linear : ResampleMode::nearest, .alignCorners = align};
+    const UpsampleOptions o{.mode =
+                                cubic ? ResampleMode::cubic : (linear ? ResampleMode::linear : ResampleMode::nearest),
+                            .alignCorners = align};
     bool whole = true, equal = true;
     for (size_t d = 2; d < scales.size(); ++d) {
         whole = whole && scales[d] >= 1 && scales[d] == std::floor(scales[d]);

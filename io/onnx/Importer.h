@@ -240,6 +240,7 @@ private:
     // Expand of a constant [1, *rest] (a class token, a positional table) to [batch, *rest]
     // where the batch is a graph input's: a Parameter, fed that input.
     void importExpand(const onnx::NodeProto& n, const Attributes& a);
+    void importExpandOfData(const onnx::NodeProto& n);
     void importGather(const onnx::NodeProto& n, const Attributes& a);
 
     // Slice on data: any axes, positive steps (Tessera's Slice).
@@ -248,6 +249,7 @@ private:
     // ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
     // [N, C] without keepdims); over other dims Tessera's ReduceMean.
     void importReduceMean(const onnx::NodeProto& n, const Attributes& a);
+    void importReduceSum(const onnx::NodeProto& n, const Attributes& a);
 
     // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
     void importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a);

@@ -8,8 +8,8 @@ ceil_mode 1, ConvTranspose with output_shape,
 Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
-over the spatial dims, arithmetic with scalar and per-channel constants, Sub, Slice, Unsqueeze/Squeeze and
-Flatten of data, Gather from a table (an Embedder), Cast, GridSample on an affine grid
+over the spatial dims, arithmetic with scalar and per-channel constants, Sub, Slice, Unsqueeze/Squeeze,
+Flatten and Expand of data, ReduceSum, ReduceSumSquare and ReduceL2 after the batch, Gather from a table (an Embedder), Cast, GridSample on an affine grid
 (a SpatialTf); and the forms of windowed attention (Swin, MaxViT): Slice of data with steps,
 Pad of a channels-last tensor, Einsum as a batched matrix product, Dropout with a constant
 training_mode and its mask unused, and an attention mask computed from the input's shape
@@ -316,6 +316,26 @@ def exporter_forms(root, x):
         g = helper.make_graph([node], "gather", [value("x", free)], [value("y", ["N"] + list(y.shape[1:]))],
                               [ints("idx", idx)])
         save(root, f"gather_list_{name}", g, [x], [y], 13)
+    # Expand of data (x.expand(-1, 3, 4, -1), expand_as): dims of 1 broadcast, the batch free.
+    for name, xin in (("one_dim", x[:, :, :1]), ("two_dims", x[:, :1, :, :1])):
+        xin = np.ascontiguousarray(xin)
+        y = np.ascontiguousarray(np.broadcast_to(xin, (2, 3, 4, 5)))
+        node = helper.make_node("Expand", ["x", "shape"], ["y"])
+        g = helper.make_graph([node], "expand", [value("x", ["N"] + list(xin.shape[1:]))],
+                              [value("y", ["N", 3, 4, 5])], [ints("shape", [1, 3, 4, 5])])
+        save(root, f"expand_data_{name}", g, [xin], [y], 13)
+    # Sums over dims after the batch (x.sum(dim=...), x.norm(dim=...)), the batch free:
+    # ReduceSum (its axes an input from opset 13), ReduceSumSquare and ReduceL2 (attributes).
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)
+    g = helper.make_graph([node], "reduce_sum", [value("x", free)], [value("y", ["N", 3, 1, 1])],
+                          [ints("axes", [2, 3])])
+    save(root, "reduce_sum_spatial", g, [x], [x.sum(axis=(2, 3), keepdims=True)], 13)
+    node = helper.make_node("ReduceSumSquare", ["x"], ["y"], axes=[1, -1], keepdims=0)
+    g = helper.make_graph([node], "reduce_sum_square", [value("x", free)], [value("y", ["N", 4])])
+    save(root, "reduce_sum_square", g, [x], [(x * x).sum(axis=(1, 3))], 13)
+    node = helper.make_node("ReduceL2", ["x"], ["y"], axes=[-1], keepdims=1)
+    g = helper.make_graph([node], "reduce_l2", [value("x", free)], [value("y", ["N", 3, 4, 1])])
+    save(root, "reduce_l2", g, [x], [np.sqrt((x * x).sum(axis=-1, keepdims=True))], 13)
     # Split without sizes (torch.chunk's form): equal parts of a dim known at import, batch free.
     node = helper.make_node("Split", ["x"], ["y0", "y1"], axis=2)
     g = helper.make_graph([node], "split", [value("x", free)], [value("y0", ["N", 3, 2, 5]), value("y1", ["N", 3, 2, 5])])

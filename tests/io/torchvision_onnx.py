@@ -234,6 +234,22 @@ class Audio(torch.nn.Module):
         return self.fc(y[:, -1])
 
 
+class Heads(torch.nn.Module):
+    """Ops of vision heads and embedding models: a bicubic upsampling, a channel-mean map
+    broadcast by expand_as, a sum over the spatial dims and F.normalize of the embedding
+    (ReduceL2, Clip, Expand and Div in the export)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 6)
+
+    def forward(self, x):
+        h = torch.nn.functional.interpolate(torch.relu(self.conv(x)), scale_factor=2, mode="bicubic")
+        h = h * h.mean(dim=1, keepdim=True).expand_as(h)
+        return torch.nn.functional.normalize(self.fc(h.sum(dim=(2, 3)) / 100.0), dim=1)
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -258,6 +274,8 @@ NORM_MODELS = {
     "unet_resized_opset17": (UNetResized, 17, (2, 3, 20, 20)),
     "audio_lstm_free_batch_opset13": (Audio, 13, (2, 1, 64)),
     "audio_lstm_free_batch_opset17": (Audio, 17, (2, 1, 64)),
+    "heads_opset13": (Heads, 13, (2, 3, 8, 8)),
+    "heads_opset17": (Heads, 17, (2, 3, 8, 8)),
 }
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
