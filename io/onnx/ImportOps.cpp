@@ -91,6 +91,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"MatMul", &Importer::importMatMul},
         {"MaxPool", &Importer::importPool},
         {"Mul", &Importer::importBinary},
+        {"Neg", &Importer::importNeg},
         {"PRelu", &Importer::importPRelu},
         {"Pad", &Importer::importPad},
         {"Pow", &Importer::importPow},
@@ -234,6 +235,13 @@ void Importer::importPlainActivation(const onnx::NodeProto& n, const Attributes&
                                 : op == "Tanh"    ? ActivationKind::tanh
                                                   : ActivationKind::softPlus;
     return define(n, std::make_shared<Activation>(kind), dataInputs(n, 1));
+}
+
+// Neg: -x, an affine map (MulAddConst(-1)).
+void Importer::importNeg(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    requireInputsImported(n);
+    return define(n, std::make_shared<MulAddConst>(-1.0f, 0.0f), dataInputs(n, 1));
 }
 
 // LeakyRelu

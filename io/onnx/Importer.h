@@ -152,6 +152,7 @@ private:
     void importInstanceNormalization(const onnx::NodeProto& n, const Attributes& a);
     void importLayerNormalization(const onnx::NodeProto& n, const Attributes& a);
     void importLRN(const onnx::NodeProto& n, const Attributes& a);
+    void importNeg(const onnx::NodeProto& n, const Attributes& a);
     void importLeakyRelu(const onnx::NodeProto& n, const Attributes& a);
     void importPRelu(const onnx::NodeProto& n, const Attributes& a);
     void importPlainActivation(const onnx::NodeProto& n, const Attributes& a);

@@ -220,12 +220,13 @@ int runCheck(const CheckArgs& a) {
         std::printf("%s\n", net->blueprint().toJson().c_str());
         return 0;
     }
-    const Shapes shapes = inputsFor(a.model, a.inputs, a.batch);
+    const Shapes shapes = inputsFor(a.model, a.inputs, a.batch); // an ONNX file's are read from it again
     try {
+        const auto t2 = Clock::now();
         const Shapes out = net->inferDataShape(shapes);
         const Shapes in = net->gradShapeFrom(out);
-        const auto t2 = Clock::now();
-        const double checkMs = std::chrono::duration<double, std::milli>(t2 - t1).count();
+        const auto t3 = Clock::now();
+        const double checkMs = std::chrono::duration<double, std::milli>(t3 - t2).count();
         const double buildMs = std::chrono::duration<double, std::milli>(t1 - t0).count();
         if (in != shapes) {
             std::printf("FAILED: %s: gradient shapes %s do not match the inputs %s\n", a.model.c_str(), str(in).c_str(),
