@@ -164,11 +164,19 @@ std::vector<std::string> Exporter::emitGraph(Graph& graph, const std::vector<std
 }
 
 std::string Exporter::init(const std::string& name, const Tensor& t, std::optional<Shape> shape) {
+    const Shape s = shape ? *shape : t.shape();
+    std::vector<Written>& same = written_[t.raw()];
+    for (const Written& w : same) {
+        if (w.tensor.shape() == t.shape() && w.tensor.dtype() == t.dtype() && w.tensor.layout() == t.layout() &&
+            w.tensor.device() == t.device() && w.shape == s) {
+            return w.name;
+        }
+    }
     onnx::TensorProto* p = g_.add_initializer();
     const std::string n = valueName(name);
+    same.push_back({t, s, n});
     p->set_name(n);
     p->set_data_type(onnx::TensorProto::FLOAT);
-    const Shape s = shape ? *shape : t.shape();
     for (int64_t d : s.dims()) p->add_dims(d);
     const std::vector<float> v = t.toHost().plain().toVector<float>();
     p->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));

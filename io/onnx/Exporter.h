@@ -43,6 +43,15 @@ private:
     onnx::GraphProto& g_;
     int64_t opset_;
     std::unordered_set<std::string> used_;
+    // Initializers written, by the memory of the tensor they came from (held, so that the
+    // memory is not reused for another while the export runs): a module in several nodes
+    // writes its weights once, and every node reads them, as the import shares them again.
+    struct Written {
+        Tensor tensor;
+        Shape shape;
+        std::string name;
+    };
+    std::unordered_map<const void*, std::vector<Written>> written_;
 
     static std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
 

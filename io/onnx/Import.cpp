@@ -320,8 +320,73 @@ void Importer::define(const onnx::NodeProto& n, ModulePtr module, const Parents&
     define(n, std::move(module), parents, {n.input().begin(), n.input().end()});
 }
 
+// A layer with parameters built from the same constants, by the same op with the same
+// attributes, as an earlier one, and equal to it (its blueprint, parameters and attributes):
+// a weight the export shares between nodes (a shared MLP, a siamese tower). The earlier layer
+// then runs in this node too, so that training updates one set of weights, as it would in the
+// exported model, and the parameters count once. Tessera writes one set of initializers only
+// for a module in several nodes. PyTorch's export (in eval mode) also merges initializers of
+// equal values, which distinct layers have where they start from a constant (batch norms'
+// ones and zeros, a zeroed layer): from other producers a layer is shared only when one of its
+// parameters holds values that are not all equal.
+ModulePtr Importer::sharedLayer(const onnx::NodeProto& n, ModulePtr module) {
+    if (module->numOfParams() == 0 || dynamic_cast<const Container*>(module.get())) return module;
+    std::string key = n.domain() + "/" + n.op_type();
+    bool constants = false;
+    for (const std::string& in : n.input()) {
+        const bool c = !in.empty() && isConstant(in);
+        constants = constants || c;
+        key += "|" + (c ? in : std::string());
+    }
+    if (!constants) return module;
+    if (model_.producer_name() != "tessera") {
+        bool distinctive = false; // a parameter whose values are not one value repeated
+        for (const auto& [name, v] : module->namedParams()) {
+            const Tensor& t = v->data;
+            if (distinctive || t.numel() < 2 || !t.device().isCpu()) continue;
+            const size_t size = t.nbytes() / static_cast<size_t>(t.numel());
+            const auto* bytes = static_cast<const char*>(t.raw());
+            for (int64_t k = 1; !distinctive && k < t.numel(); ++k) {
+                distinctive = std::memcmp(bytes, bytes + static_cast<size_t>(k) * size, size) != 0;
+            }
+        }
+        if (!distinctive) return module;
+    }
+    for (const onnx::AttributeProto& at : n.attribute()) key += "|" + at.SerializeAsString();
+    const auto sameValues = [](const auto& a, const auto& b, auto&& tensorOf) {
+        if (a.size() != b.size()) return false;
+        for (size_t k = 0; k < a.size(); ++k) {
+            const Tensor &x = tensorOf(a[k].second), &y = tensorOf(b[k].second);
+            if (a[k].first != b[k].first || x.shape() != y.shape() || x.dtype() != y.dtype() ||
+                x.layout() != y.layout() || !x.device().isCpu() || !y.device().isCpu() ||
+                std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0) {
+                return false;
+            }
+        }
+        return true;
+    };
+    const auto unnamed = [](const Module& m) { // the blueprint less the name its node gave it
+        Blueprint bp = m.blueprint();
+        std::erase_if(bp.scheme, [](const auto& kv) { return kv.first == "name"; });
+        return bp.toJson();
+    };
+    const std::string json = unnamed(*module);
+    for (const ModulePtr& earlier : sharedLayers_[key]) {
+        if (unnamed(*earlier) == json &&
+            sameValues(earlier->namedParams(), module->namedParams(),
+                       [](const VariablePtr& v) -> const Tensor& { return v->data; }) &&
+            sameValues(earlier->namedAttrs(), module->namedAttrs(),
+                       [](const Tensor& t) -> const Tensor& { return t; })) {
+            return earlier;
+        }
+    }
+    sharedLayers_[key].push_back(module);
+    return module;
+}
+
 void Importer::define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents,
                       const std::vector<std::string>& inputs) {
+    module = sharedLayer(n, std::move(module));
     inferShapes(n, *module, parents, inputs);
     NodePtr nd = node(std::move(module), parents, nodeName(n.name().empty() ? n.output(0) : n.name()));
     for (int k = 0; k < n.output_size(); ++k) {

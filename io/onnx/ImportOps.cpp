@@ -79,6 +79,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Gather", &Importer::importGather},
         {"Gemm", &Importer::importGemm},
         {"GlobalAveragePool", &Importer::importGlobalAveragePool},
+        {"GlobalMaxPool", &Importer::importMaxOver},
         {"GridSample", &Importer::importGridSample},
         {"HardSigmoid", &Importer::importHardSigmoid},
         {"HardSwish", &Importer::importHardSwish},
@@ -98,7 +99,9 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"RNN", &Importer::importRnn},
         {"Reciprocal", &Importer::importPow},
         {"ReduceL2", &Importer::importReduceSum},
+        {"ReduceMax", &Importer::importMaxOver},
         {"ReduceMean", &Importer::importReduceMean},
+        {"ReduceMin", &Importer::importMaxOver},
         {"ReduceSum", &Importer::importReduceSum},
         {"ReduceSumSquare", &Importer::importReduceSum},
         {"Relu", &Importer::importPlainActivation},
@@ -263,6 +266,70 @@ void Importer::importElu(const onnx::NodeProto& n, const Attributes& a) {
 void Importer::importGlobalAveragePool(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
+}
+
+// GlobalMaxPool; ReduceMax and ReduceMin over a run of adjacent dims after the batch. Over
+// every spatial dim of [N, C, ...] (GlobalMaxPool, or a ReduceMax that keeps its dims) a
+// MaxPool1D/2D/3D of the whole map; otherwise the input seen as [N, P, R, Q] (P the dims
+// before the run, R the run's, Q those after), a MaxPool2D of R x 1, and the output's shape.
+// ReduceMin is the maximum of -x, negated. The dims after the batch must be known at import.
+void Importer::importMaxOver(const onnx::NodeProto& n, const Attributes& a) {
+    const std::string& op = n.op_type();
+    const bool global = op == "GlobalMaxPool";
+    if (global) {
+        a.only({});
+    } else {
+        a.only({"axes", "keepdims", "noop_with_empty_axes"});
+        if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
+    }
+    requireInputsImported(n);
+    const int64_t rank = rankOf(n, 0);
+    if (rank < 2) throw Unsupported{"an input whose rank is not known at import, or of rank 1"};
+    std::vector<int64_t> axes;
+    if (global) {
+        for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
+    } else {
+        axes = a.ints("axes");
+        if (n.input_size() > 1 && !n.input(1).empty()) axes = requireInts(n, 1, "the axes");
+        if (axes.empty()) throw Unsupported{"a reduction over every dim, the batch included"};
+        for (int64_t& ax : axes) ax = ax < 0 ? ax + rank : ax;
+        std::sort(axes.begin(), axes.end());
+    }
+    const bool keep = global || a.i("keepdims", 1) != 0;
+    bool run = !axes.empty() && axes.front() >= 1;
+    for (size_t k = 1; run && k < axes.size(); ++k) run = axes[k] == axes[k - 1] + 1;
+    if (!run) throw Unsupported{"a reduction over dims that are not one run of adjacent dims after the batch"};
+    std::vector<int64_t> dims = {0};
+    for (int64_t d = 1; d < rank; ++d) {
+        dims.push_back(dimOf(n, 0, d));
+        if (dims.back() < 0) throw Unsupported{"dim " + std::to_string(d) + " of the input is not known at import"};
+    }
+    const int64_t first = axes.front(), last = axes.back();
+    auto seq = std::make_shared<Sequential>();
+    const bool negate = op == "ReduceMin";
+    if (negate) seq->append(std::make_shared<MulAddConst>(-1.0f, 0.0f));
+    const auto whole = static_cast<int64_t>(axes.size());
+    if (keep && first == 2 && last == rank - 1 && whole <= 3) { // every spatial dim: one pool of the map
+        const std::vector<int64_t> size(dims.begin() + 2, dims.end());
+        if (whole == 1) seq->append(std::make_shared<MaxPool1D>(size));
+        if (whole == 2) seq->append(std::make_shared<MaxPool2D>(size));
+        if (whole == 3) seq->append(std::make_shared<MaxPool3D>(size));
+    } else {
+        int64_t P = 1, R = 1, Q = 1;
+        for (int64_t d = 1; d < rank; ++d) (d < first ? P : d <= last ? R : Q) *= dims[static_cast<size_t>(d)];
+        std::vector<int64_t> out = {0};
+        for (int64_t d = 1; d < rank; ++d) {
+            if (d < first || d > last) out.push_back(dims[static_cast<size_t>(d)]);
+            if (d >= first && d <= last && keep) out.push_back(1);
+        }
+        if (out.size() == 1) out = {-1};
+        seq->append(std::make_shared<Reshape>(Shape{0, P, R, Q}))
+            .append(std::make_shared<MaxPool2D>(std::vector<int64_t>{R, 1}))
+            .append(std::make_shared<Reshape>(Shape(out)));
+    }
+    if (negate) seq->append(std::make_shared<MulAddConst>(-1.0f, 0.0f));
+    if (seq->size() == 1) return define(n, seq->childPtr(0), dataInputs(n, 1));
+    return define(n, seq, dataInputs(n, 1));
 }
 
 // LRN

@@ -64,6 +64,8 @@ private:
     std::unordered_map<std::string, Constant> constants_;
     std::unordered_set<std::string> initializers_; // the model's initializers (its weights) by name
     std::unordered_map<std::string, Source> values_;
+    // Layers with parameters by op, attributes and constant inputs (sharedLayer).
+    std::unordered_map<std::string, std::vector<ModulePtr>> sharedLayers_;
     std::unordered_set<std::string> missing_;
     std::unordered_set<std::string> names_;
     std::unordered_map<std::string, int64_t> ranks_;
@@ -100,6 +102,7 @@ private:
     // one-element tensor, integer or floating).
     float requireScalar(const onnx::NodeProto& n, int k, const char* what);
 
+    ModulePtr sharedLayer(const onnx::NodeProto& n, ModulePtr module);
     void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents);
     // A pattern's layer at its last node n, its parents being the values `inputs`.
     void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents,
@@ -151,6 +154,7 @@ private:
     void importIdentity(const onnx::NodeProto& n, const Attributes& a);
     void importInstanceNormalization(const onnx::NodeProto& n, const Attributes& a);
     void importLayerNormalization(const onnx::NodeProto& n, const Attributes& a);
+    void importMaxOver(const onnx::NodeProto& n, const Attributes& a);
     void importLRN(const onnx::NodeProto& n, const Attributes& a);
     void importNeg(const onnx::NodeProto& n, const Attributes& a);
     void importLeakyRelu(const onnx::NodeProto& n, const Attributes& a);

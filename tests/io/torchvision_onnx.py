@@ -250,6 +250,26 @@ class Heads(torch.nn.Module):
         return torch.nn.functional.normalize(self.fc(h.sum(dim=(2, 3)) / 100.0), dim=1)
 
 
+class ConvAttention(torch.nn.Module):
+    """A convolutional block attention module (CBAM): channel attention from average and max
+    pooled maps through a shared MLP, spatial attention from the channel mean and maximum
+    (torch.max(h, dim=1)[0]: ReduceMax), and a head of spatial maxima and minima (amax, amin)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.mlp = torch.nn.Sequential(torch.nn.Conv2d(8, 4, 1), torch.nn.ReLU(), torch.nn.Conv2d(4, 8, 1))
+        self.spatial = torch.nn.Conv2d(2, 1, 7, padding=3)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))
+        pools = (torch.nn.functional.adaptive_avg_pool2d(h, 1), torch.nn.functional.adaptive_max_pool2d(h, 1))
+        h = h * torch.sigmoid(self.mlp(pools[0]) + self.mlp(pools[1]))
+        maps = torch.cat([h.mean(dim=1, keepdim=True), torch.max(h, dim=1, keepdim=True)[0]], 1)
+        h = h * torch.sigmoid(self.spatial(maps))
+        return h.amax(dim=(2, 3)) - h.amin(dim=-1).mean(dim=-1)
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -276,6 +296,8 @@ NORM_MODELS = {
     "audio_lstm_free_batch_opset17": (Audio, 17, (2, 1, 64)),
     "heads_opset13": (Heads, 13, (2, 3, 8, 8)),
     "heads_opset17": (Heads, 17, (2, 3, 8, 8)),
+    "cbam_opset13": (ConvAttention, 13, (2, 3, 8, 8)),
+    "cbam_opset17": (ConvAttention, 17, (2, 3, 8, 8)),
 }
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
