@@ -343,7 +343,7 @@ ModulePtr Importer::sharedLayer(const onnx::NodeProto& n, ModulePtr module) {
         bool distinctive = false; // a parameter whose values are not one value repeated
         for (const auto& [name, v] : module->namedParams()) {
             const Tensor& t = v->data;
-            if (distinctive || t.numel() < 2 || !t.device().isCpu()) continue;
+            if (distinctive || !t.defined() || t.numel() < 2 || !t.device().isCpu()) continue;
             const size_t size = t.nbytes() / static_cast<size_t>(t.numel());
             const auto* bytes = static_cast<const char*>(t.raw());
             for (int64_t k = 1; !distinctive && k < t.numel(); ++k) {
@@ -357,6 +357,10 @@ ModulePtr Importer::sharedLayer(const onnx::NodeProto& n, ModulePtr module) {
         if (a.size() != b.size()) return false;
         for (size_t k = 0; k < a.size(); ++k) {
             const Tensor &x = tensorOf(a[k].second), &y = tensorOf(b[k].second);
+            if (!x.defined() || !y.defined()) {
+                if (x.defined() != y.defined() || a[k].first != b[k].first) return false;
+                continue;
+            }
             if (a[k].first != b[k].first || x.shape() != y.shape() || x.dtype() != y.dtype() ||
                 x.layout() != y.layout() || !x.device().isCpu() || !y.device().isCpu() ||
                 std::memcmp(x.raw(), y.raw(), x.nbytes()) != 0) {
