@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""Upsampling by 2 of a [8, 64, 56, 56] map (a decoder's or a super-resolution head's),
+Tessera's Upsample2D against PyTorch's F.interpolate on the CPU, in each mode (nearest,
+linear as bilinear, cubic as bicubic), forward alone (PyTorch without autograd) and
+forward and backward.
+
+Both run in one process on the same float32 array with the same thread count
+(torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed up,
+then the two sides alternate --reps times (each side first in every other rep) and the
+medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is faster).
+Tessera's side is a module call (and its backward) on tessera.Tensors made once; PyTorch's
+the call under no_grad, or a forward and backward of <y, dy> through autograd.
+
+    /usr/bin/python3 tools/bench/resample.py [--reps 11] [--threads 2]
+
+Needs Debian's python3-torch and the package built (tools/setup.sh).
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=11)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import numpy as np
+    import torch
+    import tessera as ts
+
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
+    dy = rng.standard_normal((8, 64, 112, 112)).astype(np.float32)
+    xs, dys = ts.tensor(x), ts.tensor(dy)
+    dyt = torch.tensor(dy)
+    print(f"threads {args.threads}, reps {args.reps}; medians in ms; ratio = PyTorch / Tessera time")
+    for mode, tmode in (("nearest", "nearest"), ("linear", "bilinear"), ("cubic", "bicubic")):
+        up = ts.Upsample2D(2, mode=mode)
+
+        xt = torch.tensor(x)
+
+        def tessera_forward():
+            up(xs)
+
+        def torch_forward():
+            with torch.no_grad():
+                torch.nn.functional.interpolate(xt, scale_factor=2, mode=tmode)
+
+        def tessera_step():
+            up(xs)
+            up.backward(dys)
+
+        def torch_step():
+            xg = torch.tensor(x, requires_grad=True)
+            y = torch.nn.functional.interpolate(xg, scale_factor=2, mode=tmode)
+            y.backward(dyt)
+
+        for what, sides in (("forward", {"tessera": tessera_forward, "pytorch": torch_forward}),
+                            ("forward+backward", {"tessera": tessera_step, "pytorch": torch_step})):
+            times = {name: [] for name in sides}
+            for f in sides.values():
+                for _ in range(2):
+                    f()
+            for rep in range(args.reps):
+                order = list(sides) if rep % 2 == 0 else list(reversed(sides))
+                for name in order:
+                    t0 = time.perf_counter()
+                    sides[name]()
+                    times[name].append(time.perf_counter() - t0)
+            t, p = (statistics.median(times[n]) * 1e3 for n in ("tessera", "pytorch"))
+            print(f"{mode:8s} {what:17s} tessera {t:8.1f}  pytorch {p:8.1f}  ratio {p / t:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
