@@ -278,19 +278,14 @@ void Importer::importMaxOver(const onnx::NodeProto& n, const Attributes& a) {
     const bool global = op == "GlobalMaxPool";
     if (global) {
         a.only({});
-    } else {
-        a.only({"axes", "keepdims", "noop_with_empty_axes"});
-        if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
+        requireInputsImported(n);
     }
-    requireInputsImported(n);
+    std::vector<int64_t> axes = global ? std::vector<int64_t>{} : reduceAxes(n, a);
     const int64_t rank = rankOf(n, 0);
     if (rank < 2) throw Unsupported{"an input whose rank is not known at import, or of rank 1"};
-    std::vector<int64_t> axes;
     if (global) {
         for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
     } else {
-        axes = a.ints("axes");
-        if (n.input_size() > 1 && !n.input(1).empty()) axes = requireInts(n, 1, "the axes");
         if (axes.empty()) throw Unsupported{"a reduction over every dim, the batch included"};
         for (int64_t& ax : axes) ax = ax < 0 ? ax + rank : ax;
         std::sort(axes.begin(), axes.end());

@@ -300,14 +300,20 @@ void Importer::importSlice(const onnx::NodeProto& n, const Attributes& a) {
                   dataInputs(n, 1));
 }
 
-// ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
-// [N, C] without keepdims); over other dims Tessera's ReduceMean.
-void Importer::importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
+// The axes of a Reduce* node (its attribute, or from opset 13/18 its constant input 1; none:
+// every dim), after checking its attributes and inputs.
+std::vector<int64_t> Importer::reduceAxes(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axes", "keepdims", "noop_with_empty_axes"});
     requireInputsImported(n);
     if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
-    std::vector<int64_t> axes = a.ints("axes");
-    if (n.input_size() > 1 && !n.input(1).empty()) axes = requireInts(n, 1, "the axes");
+    if (n.input_size() > 1 && !n.input(1).empty()) return requireInts(n, 1, "the axes");
+    return a.ints("axes");
+}
+
+// ReduceMean: over every spatial dim of [N, C, ...] a global average pool (flattened to
+// [N, C] without keepdims); over other dims Tessera's ReduceMean.
+void Importer::importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
+    const std::vector<int64_t> axes = reduceAxes(n, a);
     const bool keep = a.i("keepdims", 1) != 0;
     const int64_t rank = rankOf(n, 0);
     std::vector<int64_t> resolved;
@@ -329,11 +335,7 @@ void Importer::importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
 // Pow(0.5) scaled by the count's root), so every reduced dim must be known at import, and the
 // batch is not summed over (its size at run time may not be the model's).
 void Importer::importReduceSum(const onnx::NodeProto& n, const Attributes& a) {
-    a.only({"axes", "keepdims", "noop_with_empty_axes"});
-    requireInputsImported(n);
-    std::vector<int64_t> axes = a.ints("axes");
-    if (n.input_size() > 1 && !n.input(1).empty()) axes = requireInts(n, 1, "the axes");
-    if (a.i("noop_with_empty_axes", 0) != 0) throw Unsupported{"noop_with_empty_axes 1 is not supported"};
+    const std::vector<int64_t> axes = reduceAxes(n, a);
     const bool keep = a.i("keepdims", 1) != 0;
     const int64_t rank = rankOf(n, 0);
     if (rank < 0) throw Unsupported{"an input whose rank is not known at import"};
