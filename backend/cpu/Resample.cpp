@@ -1,6 +1,6 @@
-// Resampling (oneDNN's, cached per shape, or a loop for what oneDNN computes otherwise) and
-// PReLU (oneDNN prelu).
+// Resampling (a separable loop, one pass per resized dim) and PReLU (oneDNN prelu).
 #include <algorithm>
+#include <vector>
 
 #include "backend/ElementMath.h"
 #include "backend/cpu/CpuBackend.h"
@@ -12,10 +12,6 @@ using namespace dnnl_util;
 
 namespace {
 
-dnnl::algorithm resampleAlg(ResampleMode mode) {
-    return mode == ResampleMode::linear ? dnnl::algorithm::resampling_linear : dnnl::algorithm::resampling_nearest;
-}
-
 std::vector<int64_t> pairKey(int64_t tag, const Shape& a, const Shape& b) {
     std::vector<int64_t> k = {tag, static_cast<int64_t>(a.rank())};
     k.insert(k.end(), a.dims().begin(), a.dims().end());
@@ -23,91 +19,227 @@ std::vector<int64_t> pairKey(int64_t tag, const Shape& a, const Shape& b) {
     return k;
 }
 
-struct ResampleEntry {
-    dnnl::resampling_forward::primitive_desc pd;
-    dnnl::resampling_forward fwd;
+// The taps of every output position along one dim: up to 4 per position (resampleTaps),
+// those of weight 0 left out.
+struct AxisTaps {
+    int64_t in = 1, out = 1;
+    bool identity = true; // out == in, each output its own input with weight 1
+    bool unit = true;     // each output one input with weight 1 (nearest): single[o]
+    std::vector<int> count;
+    std::vector<int64_t> single;
+    std::vector<int64_t> at; // 4 per output position
+    std::vector<float> w;
+
+    AxisTaps() = default;
+    AxisTaps(const ResampleParams& p, int64_t inSize, int64_t outSize) : in(inSize), out(outSize) {
+        identity = in == out;
+        for (int64_t o = 0; o < out; ++o) {
+            int64_t a[4] = {0, 0, 0, 0};
+            float wt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const int n = element::resampleTaps(p, o, out, in, a, wt);
+            int kept = 0;
+            for (int k = 0; k < n; ++k) {
+                if (wt[k] == 0.0f) continue;
+                at.push_back(a[k]);
+                w.push_back(wt[k]);
+                ++kept;
+            }
+            for (int k = kept; k < 4; ++k) at.push_back(0), w.push_back(0.0f);
+            count.push_back(kept);
+            single.push_back(at[static_cast<size_t>(o * 4)]);
+            if (kept != 1 || w[static_cast<size_t>(o * 4)] != 1.0f) unit = false;
+            if (kept != 1 || a[0] != o || w[static_cast<size_t>(o * 4)] != 1.0f) identity = false;
+        }
+    }
 };
 
-const ResampleEntry& resampleForwardEntry(ResampleMode mode, const Shape& x, const Shape& y) {
-    static thread_local PrimitiveCache<ResampleEntry> cache;
-    return cache.get(pairKey(static_cast<int64_t>(mode), x, y), [&] {
-        return checkDnnl("resampling_forward", [&] {
-            dnnl::resampling_forward::desc d(dnnl::prop_kind::forward_training, resampleAlg(mode), plainDesc(x.dims()),
-                                             plainDesc(y.dims()));
-            dnnl::resampling_forward::primitive_desc pd(d, engine());
-            return ResampleEntry{pd, dnnl::resampling_forward(pd)};
-        });
-    });
-}
-
-// oneDNN computes linear with half-pixel centres for any sizes, and nearest as
-// round((o + 0.5) * in / out - 0.5), which is floor(o * in / out) (and nearestExact's
-// floor((o + 0.5) * in / out)) only where every out is a whole multiple of its in: the rest
-// is the loop below, as is cubic, which oneDNN does not have.
-bool dnnlResamples(const ResampleParams& p, const Shape& in, const Shape& out) {
-    if (p.mode == ResampleMode::cubic) return false;
-    if (p.mode == ResampleMode::linear) return !p.alignCorners;
-    for (size_t d = 2; d < in.rank(); ++d) {
-        const auto k = static_cast<int64_t>(d);
-        if (out[k] % in[k] != 0) return false;
-    }
-    return true;
-}
-
-// The taps of every output position along each of 3 dims (fewer spatial dims lead with 1s,
-// read by one tap): up to 4 per position, those of weight 0 left out.
-struct Taps3 {
-    int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-    std::vector<int> count[3];
-    std::vector<int64_t> at[3]; // 4 per output position
-    std::vector<float> w[3];
-
-    Taps3(const ResampleParams& p, const Shape& x, const Shape& y) {
-        const size_t sp = x.rank() - 2;
-        for (size_t d = 0; d < sp; ++d) {
-            in[3 - sp + d] = x[static_cast<int64_t>(2 + d)];
-            out[3 - sp + d] = y[static_cast<int64_t>(2 + d)];
+// Resampling is separable: the last dim, then each dim before it, one pass per dim that
+// changes. Each pass reads `outer` blocks of [in, inner] and writes `outer` blocks of
+// [out, inner]; along the last dim (inner 1) it gathers within rows, along the others it
+// combines whole rows (vectorised).
+void forwardLast(const AxisTaps& t, const float* src, float* dst, int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* s = src + r * t.in;
+        float* d = dst + r * t.out;
+        if (t.unit) {
+            const int64_t* a = t.single.data();
+            for (int64_t o = 0; o < t.out; ++o) d[o] = s[a[o]];
+            continue;
         }
-        for (int d = 0; d < 3; ++d) {
-            const bool leading = d < static_cast<int>(3 - sp);
-            for (int64_t o = 0; o < out[d]; ++o) {
-                int64_t a[4] = {0, 0, 0, 0};
-                float wt[4] = {1.0f, 0.0f, 0.0f, 0.0f};
-                const int n = leading ? 1 : element::resampleTaps(p, o, out[d], in[d], a, wt);
-                int kept = 0;
-                for (int k = 0; k < n; ++k) {
-                    if (wt[k] == 0.0f) continue;
-                    at[d].push_back(a[k]);
-                    w[d].push_back(wt[k]);
-                    ++kept;
-                }
-                for (int k = kept; k < 4; ++k) at[d].push_back(0), w[d].push_back(0.0f);
-                count[d].push_back(kept);
+        for (int64_t o = 0; o < t.out; ++o) {
+            const int64_t* a = &t.at[static_cast<size_t>(o * 4)];
+            const float* wt = &t.w[static_cast<size_t>(o * 4)];
+            float acc = 0.0f;
+            for (int k = 0; k < t.count[static_cast<size_t>(o)]; ++k) acc += wt[k] * s[a[k]];
+            d[o] = acc;
+        }
+    }
+}
+
+void forwardMiddle(const AxisTaps& t, const float* src, float* dst, int64_t outer, int64_t inner) {
+    for (int64_t b = 0; b < outer; ++b) {
+        const float* s = src + b * t.in * inner;
+        float* d = dst + b * t.out * inner;
+        for (int64_t o = 0; o < t.out; ++o, d += inner) {
+            const int64_t* a = &t.at[static_cast<size_t>(o * 4)];
+            const float* wt = &t.w[static_cast<size_t>(o * 4)];
+            const int n = t.count[static_cast<size_t>(o)];
+            const float *s0 = s + a[0] * inner, w0 = wt[0];
+            if (n == 1 && w0 == 1.0f) {
+                std::copy(s0, s0 + inner, d);
+                continue;
+            }
+            if (n == 2) {
+                const float *s1 = s + a[1] * inner, w1 = wt[1];
+                for (int64_t i = 0; i < inner; ++i) d[i] = w0 * s0[i] + w1 * s1[i];
+                continue;
+            }
+            for (int64_t i = 0; i < inner; ++i) d[i] = w0 * s0[i];
+            for (int k = 1; k < n; ++k) {
+                const float *sk = s + a[k] * inner, wk = wt[k];
+                for (int64_t i = 0; i < inner; ++i) d[i] += wk * sk[i];
             }
         }
     }
+}
 
-    int64_t inPlane() const { return in[0] * in[1] * in[2]; }
-    int64_t outPlane() const { return out[0] * out[1] * out[2]; }
-
-    // f(input flat index in the plane, weight) for every tap of output `o` (flat in the plane).
-    template <class F> void forEach(int64_t o, F&& f) const {
-        const int64_t pos[3] = {o / (out[1] * out[2]), o / out[2] % out[1], o % out[2]};
-        const int64_t *a = &at[0][static_cast<size_t>(pos[0] * 4)], *b = &at[1][static_cast<size_t>(pos[1] * 4)],
-                      *c = &at[2][static_cast<size_t>(pos[2] * 4)];
-        const float *wa = &w[0][static_cast<size_t>(pos[0] * 4)], *wb = &w[1][static_cast<size_t>(pos[1] * 4)],
-                    *wc = &w[2][static_cast<size_t>(pos[2] * 4)];
-        const int na = count[0][static_cast<size_t>(pos[0])], nb = count[1][static_cast<size_t>(pos[1])],
-                  nc = count[2][static_cast<size_t>(pos[2])];
-        for (int i = 0; i < na; ++i)
-            for (int j = 0; j < nb; ++j)
-                for (int k = 0; k < nc; ++k) {
-                    const float wt = wa[i] * wb[j] * wc[k];
-                    if (wt == 0.0f) continue;
-                    f((a[i] * in[1] + b[j]) * in[2] + c[k], wt);
-                }
+// The adjoints: each output's gradient added to the inputs it read, with its weights.
+void backwardLast(const AxisTaps& t, const float* src, float* dst, int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* g = src + r * t.out;
+        float* d = dst + r * t.in;
+        std::fill(d, d + t.in, 0.0f);
+        if (t.unit) {
+            const int64_t* a = t.single.data();
+            for (int64_t o = 0; o < t.out; ++o) d[a[o]] += g[o];
+            continue;
+        }
+        for (int64_t o = 0; o < t.out; ++o) {
+            const int64_t* a = &t.at[static_cast<size_t>(o * 4)];
+            const float* wt = &t.w[static_cast<size_t>(o * 4)];
+            for (int k = 0; k < t.count[static_cast<size_t>(o)]; ++k) d[a[k]] += wt[k] * g[o];
+        }
     }
+}
+
+void backwardMiddle(const AxisTaps& t, const float* src, float* dst, int64_t outer, int64_t inner) {
+    for (int64_t b = 0; b < outer; ++b) {
+        const float* g = src + b * t.out * inner;
+        float* d = dst + b * t.in * inner;
+        std::fill(d, d + t.in * inner, 0.0f);
+        for (int64_t o = 0; o < t.out; ++o, g += inner) {
+            const int64_t* a = &t.at[static_cast<size_t>(o * 4)];
+            const float* wt = &t.w[static_cast<size_t>(o * 4)];
+            for (int k = 0; k < t.count[static_cast<size_t>(o)]; ++k) {
+                float* dk = d + a[k] * inner;
+                const float wk = wt[k];
+                for (int64_t i = 0; i < inner; ++i) dk[i] += wk * g[i];
+            }
+        }
+    }
+}
+
+// One plane [*in] -> [*out] (or its adjoint), through the changing dims' passes.
+class Separable {
+public:
+    Separable(const ResampleParams& p, const Shape& x, const Shape& y) {
+        for (size_t d = 2; d < x.rank(); ++d) {
+            const auto k = static_cast<int64_t>(d);
+            axes_.emplace_back(p, x[k], y[k]);
+        }
+        inPlane_ = outPlane_ = 1;
+        for (const AxisTaps& a : axes_) inPlane_ *= a.in, outPlane_ *= a.out;
+        // Scratch: the largest intermediate, dims [0, d) at input size and [d, end) at output's.
+        for (size_t d = 0; d < axes_.size(); ++d) scratch_ = std::max(scratch_, mixedSize(d));
+    }
+
+    int64_t inPlane() const { return inPlane_; }
+    int64_t outPlane() const { return outPlane_; }
+    int64_t scratch() const { return scratch_; }
+
+    // x plane -> y plane; `a` and `b` hold scratch() floats each.
+    void forward(const float* x, float* y, float* a, float* b) const {
+        const float* src = x;
+        const int last = lastChanging();
+        if (last < 0) {
+            std::copy(x, x + inPlane_, y);
+            return;
+        }
+        for (int d = static_cast<int>(axes_.size()) - 1; d >= 0; --d) {
+            const AxisTaps& t = axes_[static_cast<size_t>(d)];
+            if (t.identity) continue;
+            float* dst = d == last ? y : (src == a ? b : a);
+            const int64_t outer = sizeBefore(d, true), inner = sizeAfter(d, false);
+            if (inner == 1) {
+                forwardLast(t, src, dst, outer);
+            } else {
+                forwardMiddle(t, src, dst, outer, inner);
+            }
+            src = dst;
+        }
+    }
+
+    // dy plane -> dx plane, the passes in reverse order.
+    void backward(const float* dy, float* dx, float* a, float* b) const {
+        const float* src = dy;
+        int first = -1;
+        for (int d = static_cast<int>(axes_.size()) - 1; d >= 0; --d)
+            if (!axes_[static_cast<size_t>(d)].identity) first = d;
+        if (first < 0) {
+            std::copy(dy, dy + outPlane_, dx);
+            return;
+        }
+        for (int d = 0; d < static_cast<int>(axes_.size()); ++d) {
+            const AxisTaps& t = axes_[static_cast<size_t>(d)];
+            if (t.identity) continue;
+            float* dst = lastBackward(d) ? dx : (src == a ? b : a);
+            const int64_t outer = sizeBefore(d, true), inner = sizeAfter(d, false);
+            if (inner == 1) {
+                backwardLast(t, src, dst, outer);
+            } else {
+                backwardMiddle(t, src, dst, outer, inner);
+            }
+            src = dst;
+        }
+    }
+
+private:
+    // The first changing dim: the forward's last pass.
+    int lastChanging() const {
+        for (size_t d = 0; d < axes_.size(); ++d)
+            if (!axes_[d].identity) return static_cast<int>(d);
+        return -1;
+    }
+    bool lastBackward(int d) const {
+        for (size_t e = static_cast<size_t>(d) + 1; e < axes_.size(); ++e)
+            if (!axes_[e].identity) return false;
+        return true;
+    }
+    // The forward pass along dim d sees dims before d at input size, dims after at output size.
+    int64_t sizeBefore(int d, bool input) const {
+        int64_t n = 1;
+        for (int e = 0; e < d; ++e) n *= input ? axes_[static_cast<size_t>(e)].in : axes_[static_cast<size_t>(e)].out;
+        return n;
+    }
+    int64_t sizeAfter(int d, bool input) const {
+        int64_t n = 1;
+        for (size_t e = static_cast<size_t>(d) + 1; e < axes_.size(); ++e) n *= input ? axes_[e].in : axes_[e].out;
+        return n;
+    }
+    int64_t mixedSize(size_t d) const {
+        return sizeBefore(static_cast<int>(d), true) * sizeAfter(static_cast<int>(d) - 1, false);
+    }
+
+    std::vector<AxisTaps> axes_;
+    int64_t inPlane_ = 1, outPlane_ = 1, scratch_ = 0;
 };
+
+const Separable& separableFor(const ResampleParams& p, const Shape& x, const Shape& y) {
+    static thread_local PrimitiveCache<Separable> cache;
+    std::vector<int64_t> key = pairKey(static_cast<int64_t>(p.mode) * 2 + (p.alignCorners ? 1 : 0), x, y);
+    key.erase(key.begin() + 2, key.begin() + 4); // N and C of x: the plane does not depend on them
+    return cache.get(key, [&] { return Separable(p, x, y); });
+}
 
 void requireResamplable(const char* op, const Tensor& x, const Tensor& y) {
     const Shape &a = x.shape(), &b = y.shape();
@@ -119,66 +251,40 @@ void requireResamplable(const char* op, const Tensor& x, const Tensor& y) {
     }
 }
 
+// f(plane index, src plane, dst plane, scratch a, scratch b) over every plane, in parallel.
+template <class F> void eachPlane(int64_t planes, int64_t work, int64_t scratch, F&& f) {
+#pragma omp parallel if (work > (1 << 15))
+    {
+        std::vector<float> a(static_cast<size_t>(scratch)), b(static_cast<size_t>(scratch));
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < planes; ++n) f(n, a.data(), b.data());
+    }
+}
+
 } // namespace
 
-// x: [N, C, *in] -> y: [N, C, *out]
+// x: [N, C, *in] -> y: [N, C, *out], plane by plane, one pass per resized dim (the last dim
+// first). oneDNN's resampling computes nearest and linear only, and its backward ran at a
+// fifth of this loop's speed (tools/bench/resample.py).
 void CpuBackend::resampleForward(const ResampleParams& p, const Tensor& x, const Tensor& y) {
     requireResamplable("resampleForward", x, y);
-    if (!dnnlResamples(p, x.shape(), y.shape())) {
-        const Taps3 t(p, x.shape(), y.shape());
-        const int64_t planes = x.shape()[0] * x.shape()[1], inPlane = t.inPlane(), outPlane = t.outPlane();
-        const float* px = x.data<float>();
-        float* py = y.data<float>();
-#pragma omp parallel for if (planes * outPlane > (1 << 15))
-        for (int64_t n = 0; n < planes; ++n) {
-            const float* plane = px + n * inPlane;
-            float* out = py + n * outPlane;
-            for (int64_t o = 0; o < outPlane; ++o) {
-                float acc = 0.0f;
-                t.forEach(o, [&](int64_t j, float wt) { acc += wt * plane[j]; });
-                out[o] = acc;
-            }
-        }
-        return;
-    }
-    const ResampleEntry& e = resampleForwardEntry(p.mode, x.shape(), y.shape());
-    checkDnnl("resampling_forward::execute", [&] {
-        e.fwd.execute(stream(), {{DNNL_ARG_SRC, memOf(plainDesc(x.shape().dims()), x)},
-                                 {DNNL_ARG_DST, memOf(plainDesc(y.shape().dims()), y)}});
-    });
+    const Separable& s = separableFor(p, x.shape(), y.shape());
+    const int64_t planes = x.shape()[0] * x.shape()[1];
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    eachPlane(planes, planes * s.outPlane(), s.scratch(),
+              [&](int64_t n, float* a, float* b) { s.forward(px + n * s.inPlane(), py + n * s.outPlane(), a, b); });
 }
 
 // dy: [N, C, *out] -> dx: [N, C, *in]
 void CpuBackend::resampleBackward(const ResampleParams& p, const Tensor& dy, const Tensor& dx) {
     requireResamplable("resampleBackward", dx, dy);
-    if (!dnnlResamples(p, dx.shape(), dy.shape())) {
-        const Taps3 t(p, dx.shape(), dy.shape());
-        const int64_t planes = dx.shape()[0] * dx.shape()[1], inPlane = t.inPlane(), outPlane = t.outPlane();
-        const float* pdy = dy.data<float>();
-        float* pdx = dx.data<float>();
-#pragma omp parallel for if (planes * outPlane > (1 << 15))
-        for (int64_t n = 0; n < planes; ++n) { // each plane's sums are its own: no races
-            float* plane = pdx + n * inPlane;
-            const float* g = pdy + n * outPlane;
-            std::fill(plane, plane + inPlane, 0.0f);
-            for (int64_t o = 0; o < outPlane; ++o) t.forEach(o, [&](int64_t j, float wt) { plane[j] += wt * g[o]; });
-        }
-        return;
-    }
-    const ResampleMode mode = p.mode;
-    static thread_local PrimitiveCache<dnnl::resampling_backward> cache;
-    const auto& bwd = cache.get(pairKey(static_cast<int64_t>(mode), dx.shape(), dy.shape()), [&] {
-        const ResampleEntry& f = resampleForwardEntry(mode, dx.shape(), dy.shape());
-        return checkDnnl("resampling_backward", [&] {
-            dnnl::resampling_backward::desc d(resampleAlg(mode), plainDesc(dx.shape().dims()),
-                                              plainDesc(dy.shape().dims()));
-            return dnnl::resampling_backward(dnnl::resampling_backward::primitive_desc(d, engine(), f.pd));
-        });
-    });
-    checkDnnl("resampling_backward::execute", [&] {
-        bwd.execute(stream(), {{DNNL_ARG_DIFF_DST, memOf(plainDesc(dy.shape().dims()), dy)},
-                               {DNNL_ARG_DIFF_SRC, memOf(plainDesc(dx.shape().dims()), dx)}});
-    });
+    const Separable& s = separableFor(p, dx.shape(), dy.shape());
+    const int64_t planes = dx.shape()[0] * dx.shape()[1];
+    const float* pdy = dy.data<float>();
+    float* pdx = dx.data<float>();
+    eachPlane(planes, planes * s.outPlane(), s.scratch(),
+              [&](int64_t n, float* a, float* b) { s.backward(pdy + n * s.outPlane(), pdx + n * s.inPlane(), a, b); });
 }
 
 namespace {

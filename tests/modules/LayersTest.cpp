@@ -274,7 +274,51 @@ TEST(Resize, ReferenceGradientShapeBadInput) {
             EXPECT_TRUE(checkShapes(r, {randomTensor({2, 3, 5, 7}, 13)}));
         }
     }
-    // 3-D: the sizes of every spatial dim; a 1x1x1 input spreads everywhere.
+    // 3-D: every mode against the reference along W, then H, then D, with all three dims
+    // resized, with the middle one kept, and with none resized (a copy).
+    const Tensor x3 = randomTensor({1, 2, 3, 4, 5}, 15);
+    const std::vector<float> xs3 = x3.toVector<float>();
+    for (const ResampleParams& p : modes) {
+        for (const std::vector<int64_t>& size :
+             {std::vector<int64_t>{5, 2, 7}, std::vector<int64_t>{2, 4, 8}, std::vector<int64_t>{3, 4, 5}}) {
+            SCOPED_TRACE(str(p.mode) + (p.alignCorners ? " aligned" : "") + " to " + Shape(size).str());
+            Resize3D r(size, {.mode = p.mode, .alignCorners = p.alignCorners});
+            const int64_t in[3] = {3, 4, 5};
+            // cur holds the plane as [D][H][W] with the dims done so far at their new size.
+            int64_t dims[3] = {3, 4, 5};
+            std::vector<float> want;
+            for (int64_t plane = 0; plane < 2; ++plane) {
+                std::vector<float> cur(xs3.begin() + plane * 60, xs3.begin() + (plane + 1) * 60);
+                std::copy(in, in + 3, dims);
+                for (int d = 2; d >= 0; --d) { // resample along dim d every line of cur
+                    int64_t next[3] = {dims[0], dims[1], dims[2]};
+                    next[d] = size[size_t(d)];
+                    std::vector<float> out(size_t(next[0] * next[1] * next[2]));
+                    const int64_t st[3] = {dims[1] * dims[2], dims[2], 1}, nt[3] = {next[1] * next[2], next[2], 1};
+                    int64_t lines[3] = {dims[0], dims[1], dims[2]};
+                    lines[d] = 1; // one line per position of the other two dims
+                    for (int64_t i0 = 0; i0 < lines[0]; ++i0)
+                        for (int64_t i1 = 0; i1 < lines[1]; ++i1)
+                            for (int64_t i2 = 0; i2 < lines[2]; ++i2) {
+                                std::vector<float> line;
+                                for (int64_t k = 0; k < dims[d]; ++k)
+                                    line.push_back(cur[size_t(i0 * st[0] + i1 * st[1] + i2 * st[2] + k * st[d])]);
+                                const std::vector<float> got = interpolate1D(line, next[d], p);
+                                for (int64_t k = 0; k < next[d]; ++k)
+                                    out[size_t(i0 * nt[0] + i1 * nt[1] + i2 * nt[2] + k * nt[d])] = got[size_t(k)];
+                            }
+                    cur = out;
+                    std::copy(next, next + 3, dims);
+                }
+                want.insert(want.end(), cur.begin(), cur.end());
+            }
+            EXPECT_TRUE(allClose(r(x3), want, 1e-5f));
+            if (p.mode == ResampleMode::cubic && size[1] == 4) {
+                EXPECT_TRUE(checkGradients(r, {randomTensor({1, 2, 3, 4, 5}, 16)}));
+            }
+        }
+    }
+    // A 1x1x1 input spreads everywhere.
     Resize3D r3({2, 3, 4}, {.mode = ResampleMode::linear});
     EXPECT_TRUE(allClose(r3(Tensor::fromVector({1, 1, 1, 1, 1}, F{7})), F(24, 7.0f)));
     EXPECT_TRUE(checkGradients(r3, {randomTensor({1, 2, 3, 2, 5}, 14)}));
@@ -293,7 +337,7 @@ TEST(Resize, ReferenceGradientShapeBadInput) {
     EXPECT_EQ(resampleModeFromString("cubic"), ResampleMode::cubic);
     EXPECT_TRUE(throwsModuleError([] { resampleModeFromString("bicubic"); },
                                   {"nearest, nearest-exact, linear or cubic", "'bicubic'"}));
-    // At whole upscales nearest-exact picks nearest's inputs (on oneDNN's kernel).
+    // At whole upscales nearest-exact picks nearest's inputs.
     Upsample2D up(3), upExact(3, {.mode = ResampleMode::nearestExact});
     EXPECT_EQ(upExact(x).toVector<float>(), up(x).toVector<float>());
 }
