@@ -204,6 +204,13 @@ public:
     // ---- memory ---------------------------------------------------------------------
     /// `bytes` of device memory (CPU: 64-byte aligned).
     virtual std::shared_ptr<Storage> allocate(size_t bytes) = 0;
+    /// `bytes` of zeros from memory that holds zeros already (fresh pages from the OS, which
+    /// take no time to clear and no room until written), or null where the backend has none
+    /// cheaper than allocate and a fill (Tensor::zeros then does those).
+    virtual std::shared_ptr<Storage> allocateZeroed(size_t bytes) {
+        (void)bytes;
+        return nullptr;
+    }
     /// dst <- src, same numel and dtype; at least one of them is on this backend's device.
     virtual void copy(const Tensor& src, const Tensor& dst) = 0;
     /// Block copy between tensors of the same dtype, in elements: for r in [0, rows),

@@ -168,6 +168,18 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr
 bool Tensor::hasData() const { return storage_ && (storage_->ptr() != nullptr || storage_->bytes() == 0); }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+    if (!ShapeOnlyTensors::active()) {
+        Tensor t;
+        t.shape_ = shape;
+        t.dtype_ = dtype;
+        for (int64_t d : shape.dims()) {
+            if (d < 0) throw ShapeError("Tensor::zeros: negative dim in " + shape.str());
+        }
+        if (auto zeroed = backendFor(device).allocateZeroed(t.nbytes())) {
+            t.storage_ = std::move(zeroed);
+            return t;
+        }
+    }
     Tensor t = empty(shape, dtype, device);
     if (t.hasData()) backendFor(device).fill(t, 0.0f);
     return t;

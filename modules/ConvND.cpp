@@ -44,9 +44,8 @@ ConvND::ConvND(size_t spatialDims, bool transposed, int64_t inmaps, int64_t outm
         w.push_back(k);
         window *= k;
     }
-    Tensor wt = Tensor::empty(Shape(w));
-    initTensor(wt, options.initscheme, inmaps / g * window, outmaps / g * window, options.wscale);
-    setVar("W", Variable::of(wt));
+    setVar("W", Variable::of(newWeights(Shape(w), options.initscheme, inmaps / g * window, outmaps / g * window,
+                                        options.wscale)));
     if (options.useBias) setVar("b", Variable::of(Tensor::zeros({outmaps})));
 }
 

@@ -11,8 +11,7 @@ Embedder::Embedder(int64_t vocabulary, int64_t sentlength, int64_t embsize, cons
     if (vocabulary <= 0 || sentlength <= 0 || embsize <= 0) {
         throw ModuleError("Embedder: vocabulary, sentlength and embsize must be positive");
     }
-    Tensor w = Tensor::empty({vocabulary, embsize});
-    initTensor(w, options.initscheme, vocabulary, embsize, options.wscale);
+    Tensor w = newWeights({vocabulary, embsize}, options.initscheme, vocabulary, embsize, options.wscale);
     if (options.paddingIdx) {
         padding_ = *options.paddingIdx < 0 ? *options.paddingIdx + vocabulary : *options.paddingIdx;
         if (padding_ < 0 || padding_ >= vocabulary) {

@@ -23,8 +23,7 @@ GroupLinear::GroupLinear(int64_t groups, int64_t insize, int64_t outsize, const 
     oneInput_ = options.inmode == "one";
     oneWeight_ = options.wmode == "one";
     const int64_t wgroups = oneWeight_ ? 1 : groups;
-    Tensor w = Tensor::empty({wgroups, insize, outsize});
-    initTensor(w, options.initscheme, insize, outsize, options.wscale);
+    Tensor w = newWeights({wgroups, insize, outsize}, options.initscheme, insize, outsize, options.wscale);
     setVar("W", Variable::of(w));
     if (options.useBias) setVar("b", Variable::of(Tensor::zeros({wgroups, outsize})));
 }

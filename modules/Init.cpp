@@ -42,6 +42,13 @@ thread_local int skipInit = 0;
 ShapeOnlyBuild::ShapeOnlyBuild() { ++skipInit; }
 ShapeOnlyBuild::~ShapeOnlyBuild() { --skipInit; }
 
+Tensor newWeights(const Shape& shape, InitScheme scheme, int64_t fanIn, int64_t fanOut, float wscale) {
+    if (scheme == InitScheme::none) return Tensor::zeros(shape);
+    Tensor w = Tensor::empty(shape);
+    initTensor(w, scheme, fanIn, fanOut, wscale);
+    return w;
+}
+
 void initTensor(const Tensor& w, InitScheme scheme, int64_t fanIn, int64_t fanOut, float wscale) {
     if (skipInit) return;
     Backend& be = backendOf(w);

@@ -43,4 +43,8 @@ private:
 /// Fill `w` (float32) by `scheme` with the given fans.
 void initTensor(const Tensor& w, InitScheme scheme, int64_t fanIn, int64_t fanOut, float wscale = 1.0f);
 
+/// A new float32 tensor of `shape` filled by `scheme`: for `none`, Tensor::zeros (whose
+/// fresh pages the CPU need not clear: weights an importer writes next cost no fill).
+Tensor newWeights(const Shape& shape, InitScheme scheme, int64_t fanIn, int64_t fanOut, float wscale = 1.0f);
+
 } // namespace tessera

@@ -10,9 +10,7 @@ Linear::Linear(int64_t insize, int64_t outsize, const LinearOptions& options)
         throw ShapeError("Linear: insize and outsize must be positive, got " + std::to_string(insize) + " and " +
                          std::to_string(outsize));
     }
-    Tensor w = Tensor::empty({insize, outsize});
-    initTensor(w, options.initscheme, insize, outsize, options.wscale);
-    setVar("W", Variable::of(w));
+    setVar("W", Variable::of(newWeights({insize, outsize}, options.initscheme, insize, outsize, options.wscale)));
     if (options.useBias) setVar("b", Variable::of(Tensor::zeros({outsize})));
 }
 

@@ -85,6 +85,7 @@ public:
     Device device() const override { return Device::cpu(); }
 
     std::shared_ptr<Storage> allocate(size_t bytes) override;
+    std::shared_ptr<Storage> allocateZeroed(size_t bytes) override;
     void copy(const Tensor& src, const Tensor& dst) override;
     void copyStrided(const Tensor& src, int64_t srcOffset, int64_t srcStride, const Tensor& dst, int64_t dstOffset,
                      int64_t dstStride, int64_t rows, int64_t width) override;

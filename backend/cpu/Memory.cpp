@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/mman.h>
+
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -48,6 +50,11 @@ public:
         cached_ -= bytes;
         return p;
     }
+    bool holds(size_t bytes) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = free_.find(bytes);
+        return it != free_.end() && !it->second.empty();
+    }
     bool give(void* p, size_t bytes) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (cached_ + bytes > limit_) return false;
@@ -70,6 +77,17 @@ BlockCache& blockCache() {
 
 size_t roundedSize(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
 
+// Blocks of 1 MiB and more are pages mapped from the OS (page-aligned, zero until written),
+// unmapped when freed (unless cached).
+constexpr size_t kMapMin = 1 << 20;
+
+void* mapPages(size_t rounded) {
+    void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    if (rounded >= (2u << 20)) ::madvise(p, rounded, MADV_HUGEPAGE);
+    return p;
+}
+
 // TESSERA_POISON_MEMORY=1 fills every new host block with 0xFF bytes (NaN as float32, -1
 // as int32), so a kernel that reads memory it never wrote shows up as NaN in the tests
 // instead of passing on the zeros fresh pages happen to hold.
@@ -83,7 +101,13 @@ bool poisonMemory() {
 
 void freeHost(void* ptr, size_t bytes, Device) {
     const size_t rounded = roundedSize(bytes);
-    if (rounded < BlockCache::kMinBlock || !blockCache().give(ptr, rounded)) std::free(ptr);
+    if (rounded >= BlockCache::kMinBlock && blockCache().give(ptr, rounded)) {
+        // kept for the next allocation of this size
+    } else if (rounded >= kMapMin) {
+        ::munmap(ptr, rounded);
+    } else {
+        std::free(ptr);
+    }
     liveBytes.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
@@ -110,9 +134,21 @@ void CpuBackend::prepareThread() {
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) {
     const size_t rounded = roundedSize(bytes);
     void* ptr = rounded >= BlockCache::kMinBlock ? blockCache().take(rounded) : nullptr;
-    if (!ptr) ptr = std::aligned_alloc(64, rounded);
+    if (!ptr) ptr = rounded >= kMapMin ? mapPages(rounded) : std::aligned_alloc(64, rounded);
     if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
     if (poisonMemory()) std::memset(ptr, 0xFF, rounded);
+    raisePeak(liveBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
+}
+
+// Fresh pages where no cached block of the size waits (a cached block is reused, and
+// cleared, by allocate and a fill): a model's gradients cost neither a clearing nor memory
+// until a backward writes them.
+std::shared_ptr<Storage> CpuBackend::allocateZeroed(size_t bytes) {
+    const size_t rounded = roundedSize(bytes);
+    if (rounded < kMapMin || blockCache().holds(rounded)) return nullptr;
+    void* ptr = mapPages(rounded);
+    if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
     raisePeak(liveBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
     return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
 }

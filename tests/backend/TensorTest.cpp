@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -77,6 +78,33 @@ TEST(Tensor, FactoriesAndAccess) {
     EXPECT_THROW(i.data<float>(), ShapeError);
     EXPECT_THROW(Tensor::fromVector({2, 2}, std::vector<float>{1, 2, 3}), ShapeError);
     EXPECT_THROW(Tensor().data<float>(), ShapeError);
+}
+
+// Large zeros come from fresh pages (no fill) or, where a freed block of the size is kept,
+// from that block filled: zeros either way, also in 16 bits and for sizes never seen.
+TEST(Tensor, LargeZerosAreZerosFreshOrReused) {
+    const int64_t n = (3 << 20) / 4 + 5; // 3 MiB and a bit: mapped pages
+    for (int round = 0; round < 3; ++round) {
+        {
+            Tensor dirty = Tensor::full({n}, 7.0f); // freed below: its block is kept for reuse
+            EXPECT_EQ(dirty.toVector<float>()[static_cast<size_t>(n - 1)], 7.0f);
+        }
+        const Tensor z = Tensor::zeros({n});
+        const std::vector<float> v = z.toVector<float>();
+        EXPECT_EQ(std::count(v.begin(), v.end(), 0.0f), n) << "round " << round;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(z.raw()) % 64, 0u);
+        const Tensor fresh = Tensor::zeros({n + 4099 * (round + 1)}, round == 2 ? DType::bfloat16 : DType::float32);
+        const std::vector<float> f = fresh.toVector<float>();
+        EXPECT_EQ(std::count(f.begin(), f.end(), 0.0f), fresh.numel()) << "round " << round;
+        backendFor(Device::cpu()).fill(fresh, 1.0f); // writable
+        EXPECT_EQ(fresh.toVector<float>()[100], 1.0f);
+    }
+    const MemoryStats before = backendFor(Device::cpu()).memoryStats();
+    {
+        const Tensor z = Tensor::zeros({n * 2});
+        EXPECT_EQ(backendFor(Device::cpu()).memoryStats().current, before.current + static_cast<size_t>(n * 2 * 4));
+    }
+    EXPECT_EQ(backendFor(Device::cpu()).memoryStats().current, before.current);
 }
 
 TEST(Tensor, SixteenBitZerosAndFills) {
