@@ -114,8 +114,10 @@ std::shared_ptr<Graph> Importer::run() {
             shapes_[v.name()] = std::move(dims);
         }
     }
-    for (const onnx::TensorProto& t : g.initializer()) {
-        constants_[t.name()] = constantOf(t, path_ + ": initializer '" + t.name() + "'");
+    for (int i = 0; i < g.initializer_size(); ++i) {
+        const onnx::TensorProto& t = g.initializer(i);
+        constants_[t.name()] =
+            constantOf(t, path_ + ": initializer '" + t.name() + "'", file_ ? file_->rawData(i) : std::string_view());
         initializers_.insert(t.name());
     }
     std::vector<NodePtr> inputs;
@@ -476,12 +478,12 @@ using namespace onnx_io;
 bool isOnnxPath(const std::string& path) { return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0; }
 
 std::shared_ptr<Graph> importOnnx(const std::string& path, const OnnxImportOptions& options) {
-    onnx::ModelProto model = readModel(path);
-    return Importer(model, path, options).run();
+    ModelFile file(path, true);
+    return Importer(file.model, path, options, &file).run();
 }
 
 std::vector<std::string> onnxInputNames(const std::string& path) {
-    const onnx::ModelProto model = readModel(path);
+    const onnx::ModelProto model = readModelWithoutWeights(path);
     std::unordered_set<std::string> initializers;
     for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
     std::vector<std::string> names;
@@ -492,7 +494,7 @@ std::vector<std::string> onnxInputNames(const std::string& path) {
 }
 
 std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path) {
-    const onnx::ModelProto model = readModel(path);
+    const onnx::ModelProto model = readModelWithoutWeights(path);
     std::unordered_set<std::string> initializers;
     for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
     std::vector<std::vector<int64_t>> shapes;
@@ -508,7 +510,7 @@ std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path) {
 }
 
 std::vector<std::string> onnxClassNames(const std::string& path) {
-    const onnx::ModelProto model = readModel(path);
+    const onnx::ModelProto model = readModelWithoutWeights(path);
     for (const onnx::StringStringEntryProto& meta : model.metadata_props()) {
         if (meta.key() != "classes") continue;
         try {
@@ -522,7 +524,7 @@ std::vector<std::string> onnxClassNames(const std::string& path) {
 }
 
 std::string onnxTransforms(const std::string& path) {
-    const onnx::ModelProto model = readModel(path);
+    const onnx::ModelProto model = readModelWithoutWeights(path);
     for (const onnx::StringStringEntryProto& meta : model.metadata_props()) {
         if (meta.key() == "transforms") return meta.value();
     }

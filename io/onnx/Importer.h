@@ -34,8 +34,10 @@ struct Source {
 
 class Importer {
 public:
-    Importer(onnx::ModelProto& model, std::string path, const OnnxImportOptions& options)
-        : model_(model), path_(std::move(path)), options_(options) {}
+    // `file`, when given, holds the model's large weights (ModelFile::rawData).
+    Importer(onnx::ModelProto& model, std::string path, const OnnxImportOptions& options,
+             const ModelFile* file = nullptr)
+        : model_(model), path_(std::move(path)), options_(options), file_(file) {}
 
     // ONNX's shape inference on the model, run in a child process (io_detail::onnxShapeInference):
     // adds the value_info it finds and refines the outputs'. Throws IoError when inference
@@ -58,6 +60,7 @@ private:
     int symbolCount_ = 0;
     std::string path_;
     const OnnxImportOptions& options_;
+    const ModelFile* file_ = nullptr;
     std::unordered_set<std::string> takenAsConstant_; // graph inputs an op took as a constant
     std::unordered_set<std::string> usedAsData_;
     int64_t opset_ = 0;

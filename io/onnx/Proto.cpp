@@ -1,10 +1,16 @@
 #include "io/onnx/Proto.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 
+#include "backend/Backend.h"
 #include "backend/Errors.h"
 
 namespace tessera::onnx_io {
@@ -34,7 +40,8 @@ std::vector<int64_t> onnxGateOrder(RnnMode mode) {
 }
 
 // Raw or typed data of a TensorProto (`what` names it in errors).
-Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
+Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::string_view mapped) {
+    const std::string_view raw = mapped.empty() ? std::string_view(t.raw_data()) : mapped;
     Constant c;
     const Shape shape = shapeOf(t);
     c.dims.assign(t.dims().begin(), t.dims().end());
@@ -61,7 +68,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     };
     // Raw data holds whole values only: n of them, `width` bytes each.
     auto rawSized = [&](size_t width) {
-        const size_t bytes = t.raw_data().size();
+        const size_t bytes = raw.size();
         if (bytes % width != 0) {
             throw IoError(what + ": " + std::to_string(bytes) + " bytes of raw data are not whole " +
                           std::to_string(width) + "-byte values");
@@ -74,10 +81,13 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     switch (t.data_type()) {
     case onnx::TensorProto::FLOAT: {
         std::vector<float> v;
-        if (!t.raw_data().empty()) {
+        if (!raw.empty()) { // copied once, straight into the tensor
             rawSized(sizeof(float));
-            v.resize(static_cast<size_t>(n));
-            if (n > 0) std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
+            const Shape at = shape.rank() ? shape : Shape{1};
+            c.tensor = Tensor::onStorage(backendFor(Device::cpu()).allocate(static_cast<size_t>(n) * sizeof(float)), at,
+                                         DType::float32); // real memory, even while building shapes only
+            if (n > 0) std::memcpy(c.tensor.data<float>(), raw.data(), static_cast<size_t>(n) * sizeof(float));
+            return c;
         } else {
             sized(static_cast<size_t>(t.float_data_size()));
             v.assign(t.float_data().begin(), t.float_data().end());
@@ -88,10 +98,10 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     case onnx::TensorProto::FLOAT16:
     case onnx::TensorProto::BFLOAT16: { // widened to float32 (exactly); typed data keeps the bits in int32_data
         std::vector<uint16_t> bits;
-        if (!t.raw_data().empty()) {
+        if (!raw.empty()) {
             rawSized(sizeof(uint16_t));
             bits.resize(static_cast<size_t>(n));
-            if (n > 0) std::memcpy(bits.data(), t.raw_data().data(), bits.size() * sizeof(uint16_t));
+            if (n > 0) std::memcpy(bits.data(), raw.data(), bits.size() * sizeof(uint16_t));
         } else {
             sized(static_cast<size_t>(t.int32_data_size()));
             for (int32_t b : t.int32_data()) bits.push_back(static_cast<uint16_t>(b));
@@ -106,16 +116,16 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
     case onnx::TensorProto::INT64:
     case onnx::TensorProto::INT32: {
         const bool is64 = t.data_type() == onnx::TensorProto::INT64;
-        if (!t.raw_data().empty()) {
+        if (!raw.empty()) {
             rawSized(is64 ? 8 : 4);
             for (int64_t i = 0; i < n; ++i) {
                 if (is64) {
                     int64_t x;
-                    std::memcpy(&x, t.raw_data().data() + i * 8, 8);
+                    std::memcpy(&x, raw.data() + i * 8, 8);
                     c.ints.push_back(x);
                 } else {
                     int32_t x;
-                    std::memcpy(&x, t.raw_data().data() + i * 4, 4);
+                    std::memcpy(&x, raw.data() + i * 4, 4);
                     c.ints.push_back(x);
                 }
             }
@@ -131,9 +141,9 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what) {
         return c;
     }
     case onnx::TensorProto::BOOL: { // one byte each as raw data, else in int32_data
-        if (!t.raw_data().empty()) {
+        if (!raw.empty()) {
             rawSized(1);
-            for (char b : t.raw_data()) c.ints.push_back(b != 0 ? 1 : 0);
+            for (char b : raw) c.ints.push_back(b != 0 ? 1 : 0);
         } else {
             sized(static_cast<size_t>(t.int32_data_size()));
             for (int32_t b : t.int32_data()) c.ints.push_back(b != 0 ? 1 : 0);
@@ -223,13 +233,194 @@ bool largeFloating(const onnx::TensorProto& t) {
     return n > 1024;
 }
 
+// A file's bytes, mapped read-only (or read whole, from a pipe): protobuf parses them in
+// place, with no stream buffer growing in between, and ModelFile copies large weights from
+// them straight into their tensors.
+class MappedFile {
+public:
+    MappedFile(const std::string& path, const std::string& what) {
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw IoError(what + ": cannot open the file");
+        struct Closer {
+            int fd;
+            ~Closer() { ::close(fd); }
+        } closer{fd};
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            size_ = static_cast<size_t>(st.st_size);
+            requireSize(what);
+            if (size_ == 0) return;
+            void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (p != MAP_FAILED) {
+                ::madvise(p, size_, MADV_SEQUENTIAL);
+                data_ = static_cast<const uint8_t*>(p);
+                mapped_ = true;
+                return;
+            }
+        }
+        // A pipe, or a file that cannot be mapped: read whole.
+        char chunk[1 << 16];
+        while (true) {
+            const ssize_t got = ::read(fd, chunk, sizeof chunk);
+            if (got < 0) throw IoError(what + ": cannot read the file (" + std::strerror(errno) + ")");
+            if (got == 0) break;
+            buffer_.append(chunk, static_cast<size_t>(got));
+            size_ = buffer_.size();
+            requireSize(what);
+        }
+        data_ = reinterpret_cast<const uint8_t*>(buffer_.data());
+    }
+    ~MappedFile() {
+        if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    }
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const uint8_t* data() const { return data_; }
+    int size() const { return static_cast<int>(size_); }
+
+private:
+    void requireSize(const std::string& what) const {
+        if (size_ > static_cast<size_t>(std::numeric_limits<int>::max())) {
+            throw IoError(what + ": over 2 GiB, more than a protobuf file can hold (weights in external files are "
+                                 "not supported)");
+        }
+    }
+
+    const uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+    bool mapped_ = false;
+    std::string buffer_;
+};
+
+namespace {
+
+bool readVarint(const uint8_t*& p, const uint8_t* end, uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+        const uint8_t b = *p++;
+        v |= static_cast<uint64_t>(b & 0x7F) << shift;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+// f(field number, the field's bytes with its tag, their count, a length-delimited field's
+// payload, its size) for each field of the message in [p, p + n), in order; false when the
+// bytes are not a message (or f says so).
+template <class F> bool eachField(const uint8_t* p, size_t n, F&& f) {
+    const uint8_t* end = p + n;
+    while (p < end) {
+        const uint8_t* start = p;
+        uint64_t tag = 0, len = 0;
+        if (!readVarint(p, end, tag) || (tag >> 3) == 0) return false;
+        const uint8_t* payload = nullptr;
+        switch (tag & 7) {
+        case 0:
+            if (!readVarint(p, end, len)) return false;
+            len = 0;
+            break;
+        case 1:
+            if (end - p < 8) return false;
+            p += 8;
+            break;
+        case 2:
+            if (!readVarint(p, end, len) || len > static_cast<uint64_t>(end - p)) return false;
+            payload = p;
+            p += len;
+            break;
+        case 5:
+            if (end - p < 4) return false;
+            p += 4;
+            break;
+        default: return false; // groups (never in ONNX) and invalid wire types
+        }
+        if (!f(static_cast<int>(tag >> 3), start, static_cast<size_t>(p - start), payload, static_cast<size_t>(len)))
+            return false;
+    }
+    return true;
+}
+
+} // namespace
+
 onnx::ModelProto readModel(const std::string& path) {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw IoError("ONNX model " + path + ": cannot open the file");
+    const MappedFile file(path, "ONNX model " + path);
     onnx::ModelProto model;
-    if (!model.ParseFromIstream(&file)) throw IoError("ONNX model " + path + ": not a valid ONNX (protobuf) file");
+    if (!model.ParseFromArray(file.data(), file.size())) {
+        throw IoError("ONNX model " + path + ": not a valid ONNX (protobuf) file");
+    }
     return model;
 }
+
+// The model's fields are walked in place: each initializer is parsed without its data
+// fields (raw_data, float_data, int32_data, string_data, int64_data, double_data,
+// uint64_data), and, with weights, the large floating ones whose data is raw keep it in the
+// mapping (raw_), the others are parsed whole. Anything the walk does not take goes to
+// readModel, whose error it then reports.
+ModelFile::ModelFile(const std::string& path, bool weights)
+    : file_(std::make_shared<MappedFile>(path, "ONNX model " + path)) {
+    constexpr int kGraph = 7, kInitializer = 5, kRawData = 9;
+    auto isData = [](int field) {
+        return field == 4 || field == 5 || field == 6 || field == 7 || field == kRawData || field == 10 || field == 11;
+    };
+    std::string top, graph;
+    std::vector<std::string> initializers;
+    auto initializer = [&](const uint8_t* p, size_t n) {
+        std::string& t = initializers.emplace_back();
+        std::string_view raw;
+        bool typed = false;
+        const bool walked =
+            eachField(p, n, [&](int f, const uint8_t* at, size_t bytes, const uint8_t* payload, size_t len) {
+                if (!isData(f)) {
+                    t.append(reinterpret_cast<const char*>(at), bytes);
+                } else if (f == kRawData) {
+                    raw = payload ? std::string_view(reinterpret_cast<const char*>(payload), len) : std::string_view();
+                } else {
+                    typed = true;
+                }
+                return true;
+            });
+        if (weights) {
+            onnx::TensorProto header;
+            if (!typed && !raw.empty() && header.ParseFromString(t) && largeFloating(header)) {
+                raw_.push_back(raw);
+            } else {
+                t.assign(reinterpret_cast<const char*>(p), n);
+                raw_.emplace_back();
+            }
+        }
+        return walked;
+    };
+    const bool walked =
+        eachField(file_->data(), static_cast<size_t>(file_->size()),
+                  [&](int field, const uint8_t* at, size_t bytes, const uint8_t* payload, size_t len) {
+                      if (field != kGraph || !payload) {
+                          top.append(reinterpret_cast<const char*>(at), bytes);
+                          return true;
+                      }
+                      return eachField(payload, len,
+                                       [&](int g, const uint8_t* gat, size_t gbytes, const uint8_t* gp, size_t glen) {
+                                           if (g == kInitializer && gp) return initializer(gp, glen);
+                                           graph.append(reinterpret_cast<const char*>(gat), gbytes);
+                                           return true;
+                                       });
+                  });
+    bool parsed = walked && model.ParseFromString(top) && model.mutable_graph()->MergeFromString(graph);
+    for (size_t i = 0; parsed && i < initializers.size(); ++i)
+        parsed = model.mutable_graph()->add_initializer()->ParseFromString(initializers[i]);
+    if (!parsed) {
+        model = readModel(path);
+        raw_.clear();
+    }
+}
+
+ModelFile::~ModelFile() = default;
+
+std::string_view ModelFile::rawData(int initializer) const {
+    return static_cast<size_t>(initializer) < raw_.size() ? raw_[static_cast<size_t>(initializer)] : std::string_view();
+}
+
+onnx::ModelProto readModelWithoutWeights(const std::string& path) { return std::move(ModelFile(path, false).model); }
 
 void setType(onnx::ValueInfoProto* v, const Shape& shape) {
     auto* t = v->mutable_type()->mutable_tensor_type();

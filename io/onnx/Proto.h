@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -48,7 +50,8 @@ Tensor int32Tensor(const std::vector<int64_t>& ints, const Shape& shape);
 // GRU z r h <- r z n; one gate for vanilla cells.
 std::vector<int64_t> onnxGateOrder(RnnMode mode);
 // Raw or typed data of a TensorProto (`what` names it in errors).
-Constant constantOf(const onnx::TensorProto& t, const std::string& what);
+// `mapped`, when not empty, is t's raw data, held outside it (ModelFile::rawData).
+Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::string_view mapped = {});
 
 // An unsupported node: what to say about it.
 struct Unsupported {
@@ -121,6 +124,32 @@ bool largeFloating(const onnx::TensorProto& t);
 
 // The model in `path` (IoError naming the file when it cannot be read or parsed).
 onnx::ModelProto readModel(const std::string& path);
+// The same without the initializers' values (their names, types and dims kept): what
+// reading a model's inputs or metadata needs, at a fraction of the time and memory.
+onnx::ModelProto readModelWithoutWeights(const std::string& path);
+
+class MappedFile;
+
+// An ONNX file mapped into memory and parsed in place. Without `weights` its initializers
+// come without their values (names, types and dims kept); with them, the raw data of large
+// floating initializers (largeFloating) stays in the mapping, where rawData(i) finds
+// initializer i's, to be copied once, into its tensor, by constantOf. IoError naming the
+// file when it cannot be read or parsed.
+class ModelFile {
+public:
+    ModelFile(const std::string& path, bool weights);
+    ~ModelFile();
+    ModelFile(const ModelFile&) = delete;
+    ModelFile& operator=(const ModelFile&) = delete;
+
+    onnx::ModelProto model;
+    // Initializer i's raw data in the mapping; empty when the TensorProto holds its data.
+    std::string_view rawData(int initializer) const;
+
+private:
+    std::shared_ptr<MappedFile> file_;
+    std::vector<std::string_view> raw_;
+};
 
 // `v`'s type: float32 of `shape`, its first dim the symbolic batch.
 void setType(onnx::ValueInfoProto* v, const Shape& shape);

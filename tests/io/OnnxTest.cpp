@@ -1,12 +1,17 @@
 #include "io/Onnx.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "GradCheck.h"
 #include "SourceDir.h"
@@ -250,7 +255,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
         }
         EXPECT_EQ(result, "") << c.path().filename().string();
     }
-    EXPECT_EQ(cases, 83);
+    EXPECT_EQ(cases, 84);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -265,8 +270,55 @@ TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
         EXPECT_NE(std::string(e.what()).find("junk.onnx"), std::string::npos) << e.what();
     }
     EXPECT_THROW(readOnnxTensor(junk), IoError);
+    // A directory, and a model cut short (its last weights' bytes missing): errors naming
+    // the file, from the import and from the readers of inputs and metadata alike.
+    const std::string msg = errorOf([&] { importOnnx(dir); });
+    EXPECT_NE(msg.find(dir), std::string::npos) << msg;
+    manualSeed(3);
+    ModulePtr net = loadLeNet();
+    const std::string whole = dir + "lenet-whole.onnx", cut = dir + "lenet-cut.onnx";
+    exportOnnx(*net, {{1, 1, 28, 28}}, whole);
+    std::filesystem::copy_file(whole, cut, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(cut, std::filesystem::file_size(whole) - 1000);
+    for (const auto& read :
+         std::vector<std::function<void()>>{[&] { importOnnx(cut); }, [&] { onnxInputShapes(cut); },
+                                            [&] { onnxInputNames(cut); }, [&] { onnxClassNames(cut); }}) {
+        const std::string what = errorOf(read);
+        EXPECT_NE(what.find("lenet-cut.onnx: not a valid ONNX"), std::string::npos) << what;
+    }
+    EXPECT_EQ(onnxInputShapes(whole), (std::vector<std::vector<int64_t>>{{-1, 1, 28, 28}}));
     EXPECT_TRUE(isOnnxPath("a/b.onnx"));
     EXPECT_FALSE(isOnnxPath("a/b.h5"));
+}
+
+// A model read from a pipe (not mapped: read whole) imports as from its file.
+TEST(Onnx, ModelFromAPipeImportsAsFromItsFile) {
+    manualSeed(4);
+    ModulePtr net = loadLeNet();
+    net->evalMode();
+    const std::string dir = ::testing::TempDir();
+    const std::string path = dir + "lenet-piped.onnx", fifo = dir + "lenet.fifo";
+    exportOnnx(*net, {{1, 1, 28, 28}}, path);
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::signal(SIGPIPE, SIG_IGN); // a reader that stops early fails the test, not the process
+    std::thread writer([&] {
+        std::ifstream in(path, std::ios::binary);
+        std::ofstream out(fifo, std::ios::binary);
+        out << in.rdbuf();
+    });
+    std::shared_ptr<Graph> back;
+    try {
+        back = importOnnx(fifo);
+    } catch (...) {
+        writer.join();
+        throw;
+    }
+    writer.join();
+    std::filesystem::remove(fifo);
+    back->evalMode();
+    const Tensor x = randomTensor({2, 1, 28, 28}, 5);
+    EXPECT_EQ((*back)(x).toVector<float>(), (*net)(x).toVector<float>());
 }
 
 // ONNX's shape inference runs in a process of its own: a model it crashes on is an

@@ -8,7 +8,7 @@ ceil_mode 1, ConvTranspose with output_shape,
 Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
-over the spatial dims, arithmetic with scalar and per-channel constants, Sub, Slice, Unsqueeze/Squeeze,
+over the spatial dims, arithmetic with scalar and per-channel constants, a Gemm whose weights are typed values (float_data), Sub, Slice, Unsqueeze/Squeeze,
 Flatten and Expand of data, ReduceSum, ReduceSumSquare and ReduceL2 after the batch, Gather from a table (an Embedder), Cast, GridSample on an affine grid
 (a SpatialTf); and the forms of windowed attention (Swin, MaxViT): Slice of data with steps,
 Pad of a channels-last tensor, Einsum as a batched matrix product, Dropout with a constant
@@ -228,6 +228,18 @@ def exporter_forms(root, x):
     inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]), ints("axes0", [0]), ints("minus1", [-1])]
     g = helper.make_graph(nodes, "flatten", [value("x", free)], [value("y", ["N", 60])], inits)
     save(root, "computed_shape_flatten", g, [x], [x.reshape(2, -1)], 13)
+    # Large weights in the typed fields (float_data) instead of raw_data: a Gemm whose B of
+    # 60 x 40 (over the 1,024 values the importer reads straight from the file's mapping).
+    rs = np.random.RandomState(2)
+    b = rs.randn(60, 40).astype(np.float32)
+    c = rs.randn(40).astype(np.float32)
+    flat = x.reshape(2, -1)
+    inits = [helper.make_tensor("B", TensorProto.FLOAT, [60, 40], b.flatten().tolist()),
+             helper.make_tensor("C", TensorProto.FLOAT, [40], c.tolist())]
+    assert len(inits[0].float_data) == 2400 and not inits[0].raw_data
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "B", "C"], ["y"])], "gemm_typed",
+                          [value("x", ["N", 60])], [value("y", ["N", 40])], inits)
+    save(root, "gemm_weights_in_float_data", g, [flat], [flat @ b + c], 13)
     # A channel shuffle (ShuffleNet): [N, g, C / g, H, W] from the shape, transpose, back to [N, -1, H, W].
     c = np.random.RandomState(1).randn(2, 6, 2, 3).astype(np.float32)
     nodes = [helper.make_node("Shape", ["x"], ["s"])]
