@@ -182,10 +182,7 @@ public:
     // dy plane -> dx plane, the passes in reverse order.
     void backward(const float* dy, float* dx, float* a, float* b) const {
         const float* src = dy;
-        int first = -1;
-        for (int d = static_cast<int>(axes_.size()) - 1; d >= 0; --d)
-            if (!axes_[static_cast<size_t>(d)].identity) first = d;
-        if (first < 0) {
+        if (lastChanging() < 0) {
             std::copy(dy, dy + outPlane_, dx);
             return;
         }
@@ -204,7 +201,7 @@ public:
     }
 
 private:
-    // The first changing dim: the forward's last pass.
+    // The first changing dim: the forward's last pass (-1: none changes).
     int lastChanging() const {
         for (size_t d = 0; d < axes_.size(); ++d)
             if (!axes_[d].identity) return static_cast<int>(d);
