@@ -100,6 +100,12 @@ std::string Device::str() const { return kind == Kind::CPU ? "cpu" : "cuda:" + s
 namespace {
 thread_local int shapeOnlyDepth = 0;
 
+void requireDims(const char* op, const Shape& shape) {
+    for (int64_t d : shape.dims()) {
+        if (d < 0) throw ShapeError(std::string(op) + ": negative dim in " + shape.str());
+    }
+}
+
 // A tensor with storage of its own (what `empty` makes outside shape-only scopes).
 Tensor allocated(const Shape& shape, DType dtype, Device device = {}, Layout layout = Layout::plain) {
     ShapeOnlyTensors::Pause real;
@@ -114,9 +120,7 @@ ShapeOnlyTensors::Pause::~Pause() { shapeOnlyDepth = saved_; }
 bool ShapeOnlyTensors::active() { return shapeOnlyDepth > 0; }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layout) {
-    for (int64_t d : shape.dims()) {
-        if (d < 0) throw ShapeError("Tensor::empty: negative dim in " + shape.str());
-    }
+    requireDims("Tensor::empty", shape);
     if (layout != Layout::plain && (shape.rank() < 3 || shape.rank() > 5 || !takesLayout(dtype, layout))) {
         throw ShapeError("Tensor::empty: layout " + tessera::str(layout) + " needs a float32 or bfloat16" +
                          (layout == Layout::channelsLast ? " (or float16)" : "") +
@@ -169,16 +173,9 @@ bool Tensor::hasData() const { return storage_ && (storage_->ptr() != nullptr ||
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
     if (!ShapeOnlyTensors::active()) {
-        Tensor t;
-        t.shape_ = shape;
-        t.dtype_ = dtype;
-        for (int64_t d : shape.dims()) {
-            if (d < 0) throw ShapeError("Tensor::zeros: negative dim in " + shape.str());
-        }
-        if (auto zeroed = backendFor(device).allocateZeroed(t.nbytes())) {
-            t.storage_ = std::move(zeroed);
-            return t;
-        }
+        requireDims("Tensor::zeros", shape);
+        if (auto zeroed = backendFor(device).allocateZeroed(storageBytes(shape, dtype, Layout::plain)))
+            return onStorage(std::move(zeroed), shape, dtype);
     }
     Tensor t = empty(shape, dtype, device);
     if (t.hasData()) backendFor(device).fill(t, 0.0f);

@@ -116,6 +116,13 @@ void raisePeak(size_t live) {
     while (live > peak && !peakBytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {}
 }
 
+// A new block of `bytes` at ptr (null: out of memory), counted as live.
+std::shared_ptr<Storage> hostStorage(void* ptr, size_t bytes) {
+    if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+    raisePeak(liveBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
+}
+
 } // namespace
 
 CpuBackend::CpuBackend() { prepareThread(); }
@@ -135,10 +142,8 @@ std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) {
     const size_t rounded = roundedSize(bytes);
     void* ptr = rounded >= BlockCache::kMinBlock ? blockCache().take(rounded) : nullptr;
     if (!ptr) ptr = rounded >= kMapMin ? mapPages(rounded) : std::aligned_alloc(64, rounded);
-    if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
-    if (poisonMemory()) std::memset(ptr, 0xFF, rounded);
-    raisePeak(liveBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
-    return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
+    if (ptr && poisonMemory()) std::memset(ptr, 0xFF, rounded);
+    return hostStorage(ptr, bytes);
 }
 
 // Fresh pages where no cached block of the size waits (a cached block is reused, and
@@ -147,10 +152,7 @@ std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) {
 std::shared_ptr<Storage> CpuBackend::allocateZeroed(size_t bytes) {
     const size_t rounded = roundedSize(bytes);
     if (rounded < kMapMin || blockCache().holds(rounded)) return nullptr;
-    void* ptr = mapPages(rounded);
-    if (!ptr) throw BackendError("CpuBackend: out of host memory allocating " + std::to_string(bytes) + " bytes");
-    raisePeak(liveBytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
-    return std::make_shared<Storage>(ptr, bytes, Device::cpu(), &freeHost);
+    return hostStorage(mapPages(rounded), bytes);
 }
 
 MemoryStats CpuBackend::memoryStats() const { return {liveBytes.load(), peakBytes.load()}; }

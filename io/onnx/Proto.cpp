@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/Backend.h"
 #include "backend/Errors.h"
 
 namespace tessera::onnx_io {
@@ -80,18 +79,15 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::st
     }
     switch (t.data_type()) {
     case onnx::TensorProto::FLOAT: {
-        std::vector<float> v;
         if (!raw.empty()) { // copied once, straight into the tensor
             rawSized(sizeof(float));
-            const Shape at = shape.rank() ? shape : Shape{1};
-            c.tensor = Tensor::onStorage(backendFor(Device::cpu()).allocate(static_cast<size_t>(n) * sizeof(float)), at,
-                                         DType::float32); // real memory, even while building shapes only
+            ShapeOnlyTensors::Pause real; // constants hold values, even while building shapes only
+            c.tensor = Tensor::empty(shape.rank() ? shape : Shape{1});
             if (n > 0) std::memcpy(c.tensor.data<float>(), raw.data(), static_cast<size_t>(n) * sizeof(float));
             return c;
-        } else {
-            sized(static_cast<size_t>(t.float_data_size()));
-            v.assign(t.float_data().begin(), t.float_data().end());
         }
+        sized(static_cast<size_t>(t.float_data_size()));
+        const std::vector<float> v(t.float_data().begin(), t.float_data().end());
         c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v); // a scalar as [1]
         return c;
     }
