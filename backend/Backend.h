@@ -52,7 +52,8 @@ struct RnnWeights {
 /// Element-wise binary operations (Backend::binaryBroadcast).
 enum class BinaryOp { add, sub, mul, div };
 
-/// Element-wise activation functions. silu: x * sigmoid(x) (swish); mish: x * tanh(softplus(x)).
+/// Element-wise activation functions. silu: x * sigmoid(x) (swish); mish: x * tanh(softplus(x));
+/// exp, log (NaN below 0, -inf at 0) and abs (gradient 0 at 0), as PyTorch's.
 enum class ActivationKind {
     sigmoid,
     tanh,
@@ -65,7 +66,10 @@ enum class ActivationKind {
     hardSigmoid,
     hardSwish,
     silu,
-    mish
+    mish,
+    exp,
+    log,
+    abs
 };
 
 /// An activation and its constants: leakyRelu slope in `alpha`; elu alpha in `alpha`;
@@ -631,6 +635,11 @@ public:
     virtual void softmaxForward(const Tensor& x, const Tensor& y) = 0;
     /// y (forward output), dy, dx: [N, C, ...] -> dx <- y * (dy - sum_c(dy * y)).
     virtual void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+    /// x, y: [N, C, ...] -> y <- log softmax over dim 1 (x - log sum_c exp(x), without
+    /// forming the probabilities, so that y stays finite where they underflow).
+    virtual void logSoftmaxForward(const Tensor& x, const Tensor& y) = 0;
+    /// y (forward output), dy, dx: [N, C, ...] -> dx <- dy - exp(y) * sum_c(dy).
+    virtual void logSoftmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
 
     // ---- dropout ----------------------------------------------------------------------
     /// x, mask, y: same numel. mask <- 0 with probability p, else 1 / (1 - p);

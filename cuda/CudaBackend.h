@@ -293,6 +293,8 @@ public:
 
     void softmaxForward(const Tensor& x, const Tensor& y) override;
     void softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+    void logSoftmaxForward(const Tensor& x, const Tensor& y) override;
+    void logSoftmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) override;
     void dropoutForward(const Tensor& x, float p, Generator& gen, const Tensor& mask, const Tensor& y) override;
     void dropoutApply(const Tensor& x, float p, uint64_t seed, uint64_t first, const Tensor& y) override;
 

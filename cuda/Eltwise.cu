@@ -159,6 +159,9 @@ __device__ float activate(ActivationKind kind, float alpha, float beta, float x)
     case ActivationKind::hardSwish: return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
     case ActivationKind::silu: return x / (1.0f + expf(-x));
     case ActivationKind::mish: return x * tanhf(x > 20.0f ? x : log1pf(expf(x)));
+    case ActivationKind::exp: return expf(x);
+    case ActivationKind::log: return logf(x);
+    case ActivationKind::abs: return fabsf(x);
     }
     return x;
 }
@@ -188,6 +191,9 @@ __device__ float activateBackward(ActivationKind kind, float alpha, float beta, 
         const float t = tanhf(x > 20.0f ? x : log1pf(expf(x)));
         return dy * (t + x / (1.0f + expf(-x)) * (1.0f - t * t));
     }
+    case ActivationKind::exp: return dy * y;
+    case ActivationKind::log: return dy / x;
+    case ActivationKind::abs: return x > 0.0f ? dy : x < 0.0f ? -dy : 0.0f;
     }
     return dy;
 }
@@ -208,7 +214,8 @@ __global__ void activationForwardKernel4(ActivationKind kind, float alpha, float
 
 // Which of x and y activateBackward reads for `kind` (the other may be null).
 __host__ __device__ bool backwardReadsX(ActivationKind kind) {
-    return kind != ActivationKind::sigmoid && kind != ActivationKind::tanh && kind != ActivationKind::relu;
+    return kind != ActivationKind::sigmoid && kind != ActivationKind::tanh && kind != ActivationKind::relu &&
+           kind != ActivationKind::exp;
 }
 
 __global__ void activationBackwardKernel(ActivationKind kind, float alpha, float beta, const float* x, const float* y,

@@ -372,9 +372,8 @@ struct Row {
 };
 
 const std::map<std::string, Row>& table() {
-    static const std::map<std::string, Row> t =
-        [] {
-            std::vector<Row> rows = {
+    static const std::map<std::string, Row> t = [] {
+        std::vector<Row> rows = {
             {"Linear", "insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<Linear>(
@@ -398,6 +397,10 @@ const std::map<std::string, Row>& table() {
             {"SoftMax", "axis=1, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<SoftMax>(static_cast<int>(a.i("axis")), a.name());
+             }},
+            {"LogSoftMax", "axis=1, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<LogSoftMax>(static_cast<int>(a.i("axis")), a.name());
              }},
             {"Flatten", "name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Flatten>(a.name()); }},
@@ -724,14 +727,14 @@ const std::map<std::string, Row>& table() {
             {"Parallel", "name=None", [](const Blueprint& bp, const Args& a) { return container<Parallel>(bp, a); }},
             {"Graph", "name=None", [](const Blueprint& bp, const Args& a) { return buildGraph(bp, a); }},
         };
-            std::map<std::string, Row> byName;
-            for (Row& r : rows) {
-                r.signature = parseSignature(r.classname, r.text);
-                const std::string name = r.classname;
-                if (!byName.emplace(name, std::move(r)).second) throw ModuleError("factory row " + name + " twice");
-            }
-            return byName;
-        }();
+        std::map<std::string, Row> byName;
+        for (Row& r : rows) {
+            r.signature = parseSignature(r.classname, r.text);
+            const std::string name = r.classname;
+            if (!byName.emplace(name, std::move(r)).second) throw ModuleError("factory row " + name + " twice");
+        }
+        return byName;
+    }();
     return t;
 }
 

@@ -18,7 +18,10 @@ constexpr std::pair<ActivationKind, const char*> kNames[] = {{ActivationKind::si
                                                              {ActivationKind::hardSigmoid, "hardSigmoid"},
                                                              {ActivationKind::hardSwish, "hardSwish"},
                                                              {ActivationKind::silu, "silu"},
-                                                             {ActivationKind::mish, "mish"}};
+                                                             {ActivationKind::mish, "mish"},
+                                                             {ActivationKind::exp, "exp"},
+                                                             {ActivationKind::log, "log"},
+                                                             {ActivationKind::abs, "abs"}};
 } // namespace
 
 std::string str(ActivationKind kind) {
@@ -64,7 +67,7 @@ Activation::Activation(ActivationKind kind, const ActivationOptions& options)
 }
 
 bool Activation::takes16Bit(const Tensors& data) const {
-    return params_.kind != ActivationKind::hardSigmoid && backendCarries(data);
+    return handlesLayouts() && backendCarries(data); // not the float32 loops
 }
 
 std::vector<DType> Activation::outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const {

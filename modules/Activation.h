@@ -21,7 +21,7 @@ struct ActivationOptions {
 /// x: any shape -> y: same shape, y = f(x) for f in sigmoid, tanh, relu, leakyRelu, elu,
 /// softPlus (log(1 + exp(x))), clip (min(max(x, min), max)), gelu (x * Phi(x), exact erf form),
 /// hardSigmoid (clip(hardSlope * x + hardOffset, 0, 1); ONNX's HardSigmoid), hardSwish
-/// (x * clip(x / 6 + 1/2, 0, 1); ONNX's HardSwish).
+/// (x * clip(x / 6 + 1/2, 0, 1); ONNX's HardSwish), silu, mish, exp, log and abs.
 class Activation : public Module {
 public:
     explicit Activation(ActivationKind kind, const ActivationOptions& options = {});
@@ -34,9 +34,12 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input tensor of any shape.
     void checkDataShape(const Shapes& inShapes) const override;
-    /// Every kind but hardSigmoid runs on blocked layouts too.
-    bool handlesLayouts() const override { return params_.kind != ActivationKind::hardSigmoid; }
-    /// On the CPU, but for hardSigmoid (a float32 loop).
+    /// Every kind but hardSigmoid and log (float32 loops on plain tensors) runs on blocked
+    /// layouts too.
+    bool handlesLayouts() const override {
+        return params_.kind != ActivationKind::hardSigmoid && params_.kind != ActivationKind::log;
+    }
+    /// On the CPU, but for hardSigmoid and log.
     bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;

@@ -31,7 +31,12 @@ Tensors SoftMax::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
     const Shape v = around(x.shape());
-    backendOf(x).softmaxForward(x.reshape(v), y.reshape(v));
+    Backend& be = backendOf(x);
+    if (log_) {
+        be.logSoftmaxForward(x.reshape(v), y.reshape(v));
+    } else {
+        be.softmaxForward(x.reshape(v), y.reshape(v));
+    }
     return {y};
 }
 
@@ -39,7 +44,12 @@ Tensors SoftMax::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
     Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());
     const Shape v = around(dy.shape());
-    backendOf(dy).softmaxBackward(data().reshape(v), dy.reshape(v), dx.reshape(v));
+    Backend& be = backendOf(dy);
+    if (log_) {
+        be.logSoftmaxBackward(data().reshape(v), dy.reshape(v), dx.reshape(v));
+    } else {
+        be.softmaxBackward(data().reshape(v), dy.reshape(v), dx.reshape(v));
+    }
     return {dx};
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-/// \file SoftMax over one axis (the channel dim unless told).
+/// \file SoftMax and LogSoftMax over one axis (the channel dim unless told).
 
 #include "modules/Module.h"
 
@@ -22,6 +22,8 @@ public:
     Blueprint blueprint() const override;
 
 protected:
+    /// log: LogSoftMax's y = x - log sum exp(x) along the axis.
+    SoftMax(int axis, bool log, std::string name) : Module(std::move(name)), axis_(axis), log_(log) {}
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
 
@@ -30,6 +32,17 @@ private:
     // the backend's softmax runs over dim 1.
     Shape around(const Shape& s) const;
     int axis_ = 1;
+    bool log_ = false;
+};
+
+/// x -> y: same shape, y = x - log sum exp(x) along `axis` (PyTorch's LogSoftmax), computed
+/// without forming the probabilities, so y stays finite where they underflow; the input of
+/// a negative log-likelihood, or of sampling from logits.
+class LogSoftMax : public SoftMax {
+public:
+    explicit LogSoftMax(std::string name = {}) : SoftMax(1, true, std::move(name)) {}
+    explicit LogSoftMax(int axis, std::string name = {}) : SoftMax(axis, true, std::move(name)) {}
+    std::string classname() const override { return "LogSoftMax"; }
 };
 
 } // namespace tessera

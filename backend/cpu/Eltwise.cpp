@@ -40,7 +40,10 @@ EltwiseAlgs algsOf(ActivationKind kind) {
     case ActivationKind::hardSwish: return {algorithm::eltwise_hardswish, algorithm::eltwise_hardswish, false};
     case ActivationKind::silu: return {algorithm::eltwise_swish, algorithm::eltwise_swish, false}; // alpha 1
     case ActivationKind::mish: return {algorithm::eltwise_mish, algorithm::eltwise_mish, false};
+    case ActivationKind::exp: return {algorithm::eltwise_exp, algorithm::eltwise_exp_use_dst_for_bwd, true};
+    case ActivationKind::abs: return {algorithm::eltwise_abs, algorithm::eltwise_abs, false};
     case ActivationKind::hardSigmoid: break; // no oneDNN algorithm in this version: a loop below
+    case ActivationKind::log: break;         // oneDNN's is off by ulps (log 1 != 0): a loop below
     }
     throw BackendError("CpuBackend: unknown activation");
 }
@@ -49,7 +52,9 @@ EltwiseAlgs algsOf(ActivationKind kind) {
 ActivationParams dnnlParams(const ActivationParams& act) {
     ActivationParams p = act;
     if (act.kind == ActivationKind::silu) p.alpha = 1.0f, p.beta = 0.0f;
-    if (act.kind == ActivationKind::mish) p.alpha = 0.0f, p.beta = 0.0f;
+    if (act.kind == ActivationKind::mish || act.kind == ActivationKind::exp || act.kind == ActivationKind::abs) {
+        p.alpha = 0.0f, p.beta = 0.0f;
+    }
     return p;
 }
 
@@ -91,10 +96,11 @@ const EltwisePrims& forwardPrims(const ActivationParams& act, const dnnl::memory
     });
 }
 
-// hardSigmoid maps 0 to its offset, so it runs on plain tensors only (blocked padding stays zero).
+// hardSigmoid maps 0 to its offset and log to -inf, so they run on plain tensors only (blocked
+// padding stays zero).
 void requirePlain(const Tensor& t, const char* where) {
     if (t.layout() != Layout::plain) {
-        throw BackendError(std::string("CpuBackend::") + where + ": hardSigmoid needs plain tensors");
+        throw BackendError(std::string("CpuBackend::") + where + ": hardSigmoid and log need plain tensors");
     }
 }
 
@@ -102,7 +108,7 @@ constexpr int64_t kLoopParallelMin = 1 << 15;
 
 } // namespace
 
-// x, y: same shape, layout and dtype (float32, or bfloat16 but for hardSigmoid; emulated
+// x, y: same shape, layout and dtype (float32, or bfloat16 but for hardSigmoid and log; emulated
 // where the CPU has no bfloat16 kernels)
 void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
     if (y.shape() != x.shape() || y.layout() != x.layout() || y.dtype() != x.dtype()) {
@@ -122,6 +128,15 @@ void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x,
         const float a = act.alpha, b = act.beta;
 #pragma omp parallel for simd if (n > kLoopParallelMin)
         for (int64_t i = 0; i < n; ++i) py[i] = std::fmin(std::fmax(a * px[i] + b, 0.0f), 1.0f);
+        return;
+    }
+    if (act.kind == ActivationKind::log) {
+        requirePlain(x, "activationForward");
+        const float* px = x.data<float>();
+        float* py = y.data<float>();
+        const int64_t n = x.numel();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i) py[i] = std::log(px[i]);
         return;
     }
     const auto md = viewOf(x);
@@ -157,6 +172,16 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
             const float u = a * px[i] + b;
             pdx[i] = u > 0.0f && u < 1.0f ? a * pdy[i] : 0.0f;
         }
+        return;
+    }
+    if (act.kind == ActivationKind::log) { // dx = dy / x
+        requirePlain(x, "activationBackward");
+        const float* px = x.data<float>();
+        const float* pdy = dyIn.data<float>();
+        float* pdx = dx.data<float>();
+        const int64_t n = x.numel();
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+        for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] / px[i];
         return;
     }
     const auto md = viewOf(x);

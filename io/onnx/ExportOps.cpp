@@ -112,6 +112,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"Reshape", &Exporter::emitReshape},
         {"Slice", &Exporter::emitSlice},
         {"SoftMax", &Exporter::emitSoftMax},
+        {"LogSoftMax", &Exporter::emitSoftMax},
         {"Scale", &Exporter::emitScale},
         {"ScaledDotProductAttention", &Exporter::emitAttention},
         {"SpatialTf", &Exporter::emitSpatialTfLayer},
@@ -270,6 +271,9 @@ void Exporter::emitActivation(const Layer& l) {
     if (kind == "sigmoid") return void(node("Sigmoid", in, out, path));
     if (kind == "tanh") return void(node("Tanh", in, out, path));
     if (kind == "softPlus") return void(node("Softplus", in, out, path));
+    if (kind == "exp") return void(node("Exp", in, out, path));
+    if (kind == "log") return void(node("Log", in, out, path));
+    if (kind == "abs") return void(node("Abs", in, out, path));
     if (kind == "leakyRelu") return attr(node("LeakyRelu", in, out, path), "alpha", schemeFloat(bp, "slope", 0.01f));
     if (kind == "elu") return attr(node("Elu", in, out, path), "alpha", schemeFloat(bp, "alpha", 1.0f));
     if (kind == "clip") {
@@ -320,10 +324,11 @@ void Exporter::emitPRelu(const Layer& l) {
     node("PRelu", {in[0], init(path + ".slopes", l.var("slopes"), s)}, out, path);
 }
 
-// SoftMax
+// SoftMax, LogSoftMax
 void Exporter::emitSoftMax(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
-    return attr(node("Softmax", in, out, path), "axis", int64_t{static_cast<const SoftMax&>(m).axis()});
+    const char* op = m.classname() == "LogSoftMax" ? "LogSoftmax" : "Softmax";
+    return attr(node(op, in, out, path), "axis", int64_t{static_cast<const SoftMax&>(m).axis()});
 }
 
 // Flatten

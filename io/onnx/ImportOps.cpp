@@ -60,6 +60,7 @@ namespace tessera::onnx_io {
 // a function, which reads the op type). An op with no row is reported as not supported.
 const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers() {
     static const std::unordered_map<std::string, ImportFn> table = {
+        {"Abs", &Importer::importPlainActivation},
         {"Add", &Importer::importBinary},
         {"AveragePool", &Importer::importPool},
         {"BatchNormalization", &Importer::importBatchNorm},
@@ -73,6 +74,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Dropout", &Importer::importDropout},
         {"Einsum", &Importer::importEinsum},
         {"Elu", &Importer::importElu},
+        {"Exp", &Importer::importPlainActivation},
         {"Expand", &Importer::importExpand},
         {"Flatten", &Importer::importFlatten},
         {"GRU", &Importer::importRnn},
@@ -89,6 +91,8 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"LayerNormalization", &Importer::importLayerNormalization},
         {"LSTM", &Importer::importRnn},
         {"LeakyRelu", &Importer::importLeakyRelu},
+        {"Log", &Importer::importPlainActivation},
+        {"LogSoftmax", &Importer::importSoftmax},
         {"MatMul", &Importer::importMatMul},
         {"MaxPool", &Importer::importPool},
         {"Mul", &Importer::importBinary},
@@ -229,13 +233,16 @@ void Importer::importIdentity(const onnx::NodeProto& n, const Attributes&) {
     define(n, std::make_shared<Identity>(), dataInputs(n, 1));
 }
 
-// Relu, Sigmoid, Tanh, Softplus
+// Relu, Sigmoid, Tanh, Softplus, Exp, Log, Abs
 void Importer::importPlainActivation(const onnx::NodeProto& n, const Attributes& a) {
     const std::string& op = n.op_type();
     a.only({});
     const ActivationKind kind = op == "Relu"      ? ActivationKind::relu
                                 : op == "Sigmoid" ? ActivationKind::sigmoid
                                 : op == "Tanh"    ? ActivationKind::tanh
+                                : op == "Exp"     ? ActivationKind::exp
+                                : op == "Log"     ? ActivationKind::log
+                                : op == "Abs"     ? ActivationKind::abs
                                                   : ActivationKind::softPlus;
     return define(n, std::make_shared<Activation>(kind), dataInputs(n, 1));
 }
@@ -558,15 +565,17 @@ void Importer::importConcat(const onnx::NodeProto& n, const Attributes& a) {
 // Softmax
 void Importer::importSoftmax(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis"});
+    const std::string& op = n.op_type();
     const int64_t given = a.i("axis", opset_ >= 13 ? -1 : 1);
     const int64_t axis = resolveAxis(n, 0, given); // negative where the rank is not known
     const int64_t rank = rankOf(n, 0);
     if (opset_ < 13 && !(rank > 0 && axis == rank - 1)) {
         // Before opset 13 Softmax flattens from the axis on: one axis only when it is the last.
-        throw Unsupported{"opset " + std::to_string(opset_) + " Softmax on axis " + std::to_string(given) +
+        throw Unsupported{"opset " + std::to_string(opset_) + " " + op + " on axis " + std::to_string(given) +
                           " of an input whose rank is " + (rank > 0 ? std::to_string(rank) : "not known") +
                           " (it flattens from the axis on; Tessera's runs over one axis)"};
     }
+    if (op == "LogSoftmax") return define(n, std::make_shared<LogSoftMax>(static_cast<int>(axis)), dataInputs(n, 1));
     return define(n, std::make_shared<SoftMax>(static_cast<int>(axis)), dataInputs(n, 1));
 }
 

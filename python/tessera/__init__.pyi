@@ -583,7 +583,7 @@ class Activation(Module):
     Tessera's Activation (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
     Arguments:
-        activation: the function: sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish, silu or mish
+        activation: the function: sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish, silu, mish, exp, log or abs
         slope: leakyRelu's slope for negative inputs
         alpha: elu's alpha
         min: clip's lower bound
@@ -1119,6 +1119,18 @@ class Linear(Module):
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
     def __init__(self, insize: Any, outsize: Any, wscale: float = ..., useBias: bool = ..., initscheme: str = ..., name: str | None = ...) -> None: ...
+
+class LogSoftMax(Module):
+    """
+    LogSoftMax(axis=1, name=None)
+
+    Tessera's LogSoftMax (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        axis: the dim normalised over
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, axis: int | Sequence[int] = ..., name: str | None = ...) -> None: ...
 
 class MapLRN(Module):
     """

@@ -76,7 +76,7 @@ ARGUMENTS = {
     "hardSlope": "hardSigmoid's slope",
     "hardOffset": "hardSigmoid's offset",
     "activation": "the function: sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, "
-                  "hardSwish, silu or mish",
+                  "hardSwish, silu, mish, exp, log or abs",
     "a": "the factor: a number, or a tensor that broadcasts to the input",
     "b": "the term added: a number, or a tensor that broadcasts to the input",
     "aShape": "the shape of a tensor factor (model files; None for a number)",
@@ -152,6 +152,7 @@ BY_CLASS = {
     "Slice.step": "take every step-th element of each range (not 0; a negative step walks from start down to end, "
                   "end 0 then meaning through index 0 and -D stopping before it); a list for several axes; None: 1",
     "SoftMax.axis": "the dim normalised over",
+    "LogSoftMax.axis": "the dim normalised over",
     "Split.axis": "the dim split",
     "Concat.axis": "the dim joined along",
     "PRelu.maps": "channels, each with its own slope",

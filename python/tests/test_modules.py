@@ -44,6 +44,7 @@ EXAMPLES = {
     "Gelu": ((), {}, [((2, 5), F)]),
     "PRelu": ((3,), {}, [((2, 3, 4, 4), F)]),
     "SoftMax": ((), {}, [((2, 5), F)]),
+    "LogSoftMax": ((), {"axis": -1}, [((2, 5), F)]),
     "Dropout": ((), {"p": 0.3}, [((2, 5), F)]),
     "Dropout2D": ((), {"p": 0.3}, [((2, 3, 4, 4), F)]),
     "NoiseInjector": ((), {"mode": "mul", "noisetype": "gaussian", "params": [1.0, 0.1]}, [((2, 5), F)]),
@@ -405,6 +406,33 @@ def test_silu_and_mish_match_pytorch(name):
     y_ref, dx_ref, _ = _torch_grads(getattr(torch.nn.functional, name), x, [], dy)
     np.testing.assert_allclose(act(x).numpy(), y_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(act.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "abs"])
+def test_exp_log_and_abs_match_pytorch(name):
+    torch = pytest.importorskip("torch")
+    x = np.linspace(-6, 6, 64, dtype=np.float32).reshape(4, 16)
+    if name == "log":
+        x = np.abs(x) + 0.01
+    dy = np.random.default_rng(2).standard_normal(x.shape).astype(np.float32)
+    act = ts.Activation(name)
+    y_ref, dx_ref, _ = _torch_grads(getattr(torch, name), x, [], dy)
+    np.testing.assert_allclose(act(x).numpy(), y_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(act.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_log_softmax_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((2, 4, 3, 5)) * 30).astype(np.float32)  # probabilities that underflow
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    for axis in (1, -1, 0):
+        y_ref, dx_ref, _ = _torch_grads(lambda t: torch.log_softmax(t, axis), x, [], dy)
+        lsm = ts.LogSoftMax(axis=axis)
+        y = lsm(x).numpy()
+        assert np.isfinite(y).all()
+        np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(lsm.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-4)
 
 
 def test_attention_and_matmul_match_pytorch():

@@ -280,9 +280,22 @@ TEST(CudaConsistency, EveryModule) {
         {"hardSwish", make<Activation>(ActivationKind::hardSwish), {{3, 7}}},
         {"silu", make<Activation>(ActivationKind::silu), {{3, 7}}},
         {"mish", make<Activation>(ActivationKind::mish), {{3, 7}}},
+        {"exp", make<Activation>(ActivationKind::exp), {{3, 7}}},
+        {"abs", make<Activation>(ActivationKind::abs), {{3, 7}}},
+        {"log of |x| + 0.5",
+         [] {
+             auto seq = std::make_shared<Sequential>();
+             seq->append(std::make_shared<Activation>(ActivationKind::abs));
+             seq->append(std::make_shared<MulAddConst>(1.0f, 0.5f));
+             seq->append(std::make_shared<Activation>(ActivationKind::log));
+             return ModulePtr(seq);
+         },
+         {{3, 7}}},
         {"PRelu", make<PRelu>(4), {{2, 4, 3, 3}}},
         {"PRelu shared", make<PRelu>(4, PReluOptions{.sharedMaps = true, .init = 0.1f}), {{2, 4, 3}}},
         {"SoftMax", make<SoftMax>(), {{3, 5, 2}}},
+        {"LogSoftMax", make<LogSoftMax>(), {{3, 5, 2}}},
+        {"LogSoftMax last axis", make<LogSoftMax>(-1), {{2, 3, 6}}},
         {"Dropout", make<Dropout>(DropoutOptions{.p = 0.25f}), {{4, 9}}},
         {"Dropout2D", make<Dropout2D>(Dropout2DOptions{.p = 0.3f}), {{2, 5, 3, 3}}},
         {"NoiseInjector", make<NoiseInjector>(NoiseInjectorOptions{}), {{4, 6}}},
@@ -1097,6 +1110,7 @@ TEST(CudaConsistency, GradientCheckOnTheDevice) {
          {2, 5, 4, 4},
          {}},
         {"SoftMax", make<SoftMax>(), {3, 5}, {}, -2.0f, 2.0f},
+        {"LogSoftMax", make<LogSoftMax>(), {3, 5}, {}, -2.0f, 2.0f},
         {"Activation tanh", make<Activation>(ActivationKind::tanh), {3, 4}, {}},
         {"Activation relu", make<Activation>(ActivationKind::relu), {3, 4}, relu},
         {"Gelu", make<Gelu>(), {3, 4}, {}},

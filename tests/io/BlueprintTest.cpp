@@ -87,6 +87,8 @@ std::vector<ModulePtr> everyModule() {
                                      ActivationOptions{.hardSlope = 0.2f, .hardOffset = 0.25f}),
         std::make_shared<Activation>(ActivationKind::leakyRelu, ActivationOptions{.slope = 0.2f}),
         std::make_shared<SoftMax>("sm"),
+        std::make_shared<LogSoftMax>(-1, "logp"),
+        std::make_shared<Activation>(ActivationKind::log),
         std::make_shared<Flatten>(),
         std::make_shared<Reshape>(Shape{-1, 4, 2}),
         std::make_shared<Identity>("id"),

@@ -171,6 +171,7 @@ std::map<std::string, Case> cases() {
         {"ReduceMean", {scheme("ReduceMean", {}), [] { return std::make_shared<ReduceMean>(); }}},
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},
         {"SoftMax", {scheme("SoftMax", {}), [] { return std::make_shared<SoftMax>(); }}},
+        {"LogSoftMax", {scheme("LogSoftMax", {}), [] { return std::make_shared<LogSoftMax>(); }}},
         {"Concat", {scheme("Concat", {}), [] { return std::make_shared<Concat>(); }}},
         {"Sum", {scheme("Sum", {{"axis", two}}), [] { return std::make_shared<Sum>(2); }}},
         {"ToList", {scheme("ToList", {}), [] { return std::make_shared<ToList>(); }}},

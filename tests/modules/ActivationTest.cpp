@@ -64,7 +64,14 @@ const Case kCases[] = {
          const float t = std::tanh(std::log1p(std::exp(x)));
          return t + x * sigmoid(x) * (1 - t * t);
      }},
+    {ActivationKind::exp, {}, [](float x) { return std::exp(x); }, [](float x) { return std::exp(x); }},
+    // (log's inputs made positive: inputFor below)
+    {ActivationKind::log, {}, [](float x) { return std::log(x); }, [](float x) { return 1.0f / x; }},
+    {ActivationKind::abs, {}, [](float x) { return std::fabs(x); }, [](float x) { return x > 0 ? 1.0f : -1.0f; }},
 };
+
+// x moved into the domain of c's function: log's inputs are made positive.
+float inputFor(const Case& c, float x) { return c.kind == ActivationKind::log ? std::fabs(x) + 0.2f : x; }
 
 // The points where `kind` is not smooth (besides a single GradCheckOptions::kink).
 std::vector<float> kinksOf(const Case& c) {
@@ -73,6 +80,7 @@ std::vector<float> kinksOf(const Case& c) {
     case ActivationKind::hardSigmoid:
         return {-c.options.hardOffset / c.options.hardSlope, (1.0f - c.options.hardOffset) / c.options.hardSlope};
     case ActivationKind::hardSwish: return {-3.0f, 3.0f};
+    case ActivationKind::abs: return {0.0f};
     default: return {};
     }
 }
@@ -81,13 +89,14 @@ TEST(Activation, Reference) {
     for (const Case& c : kCases) {
         SCOPED_TRACE(str(c.kind));
         Activation act(c.kind, c.options);
-        std::vector<float> y, dx, dy;
+        std::vector<float> x, y, dx, dy;
         for (size_t i = 0; i < kX.size(); ++i) {
+            x.push_back(inputFor(c, kX[i]));
             dy.push_back(0.5f + static_cast<float>(i));
-            y.push_back(c.f(kX[i]));
-            dx.push_back(c.df(kX[i]) * dy.back());
+            y.push_back(c.f(x.back()));
+            dx.push_back(c.df(x.back()) * dy.back());
         }
-        EXPECT_TRUE(allClose(act(Tensor::fromVector({2, 3}, kX)), y, 1e-5f));
+        EXPECT_TRUE(allClose(act(Tensor::fromVector({2, 3}, x)), y, 1e-5f));
         EXPECT_TRUE(allClose(act.backward(Tensor::fromVector({2, 3}, dy)), dx, 1e-5f));
     }
 }
@@ -106,6 +115,7 @@ TEST(Activation, Gradient) {
                 if (std::fabs(v - k) < 0.03f) v += 0.1f;
             }
         }
+        for (float& v : std::span(x.data<float>(), 60)) v = inputFor(c, v);
         EXPECT_TRUE(checkGradients(act, {x}, opts));
     }
 }

@@ -83,5 +83,57 @@ TEST(SoftMax, BadInput) {
     EXPECT_TRUE(throwsShapeError([&] { sm(Tensor::empty({0, 3})); }, {"probs", "empty"}));
 }
 
+// LogSoftMax: the log of each slice's probabilities along the axis, computed in double.
+TEST(LogSoftMax, ReferenceGradientShapeOverAnyAxis) {
+    const Tensor x = randomTensor({2, 3, 4, 5}, 5, -3.0f, 3.0f);
+    const std::vector<float> xs = x.toVector<float>();
+    const int64_t dims[4] = {2, 3, 4, 5};
+    for (int axis : {1, 0, 2, -1}) {
+        SCOPED_TRACE(axis);
+        const int a = axis < 0 ? axis + 4 : axis;
+        int64_t stride = 1;
+        for (int d = a + 1; d < 4; ++d) stride *= dims[d];
+        std::vector<float> want(xs.size());
+        for (size_t i = 0; i < xs.size(); ++i) {
+            const int64_t pos = static_cast<int64_t>(i) / stride % dims[a],
+                          base = static_cast<int64_t>(i) - pos * stride;
+            double sum = 0;
+            for (int64_t k = 0; k < dims[a]; ++k) sum += std::exp(static_cast<double>(xs[base + k * stride]));
+            want[i] = static_cast<float>(static_cast<double>(xs[i]) - std::log(sum));
+        }
+        LogSoftMax lsm(axis);
+        EXPECT_TRUE(allClose(lsm(x), want, 1e-5f));
+        EXPECT_TRUE(checkGradients(lsm, {x}));
+        EXPECT_TRUE(checkShapes(lsm, {x}));
+    }
+    // dx = dy - exp(y) sum(dy): rows [0, 1, 2] with dy = one-hot(2).
+    LogSoftMax lsm;
+    const Tensor y = lsm(Tensor::fromVector({1, 3}, std::vector<float>{0, 1, 2}));
+    const std::vector<float> ys = y.toVector<float>();
+    const Tensor dx = lsm.backward(Tensor::fromVector({1, 3}, std::vector<float>{0, 0, 1}));
+    EXPECT_TRUE(allClose(dx, {-std::exp(ys[0]), -std::exp(ys[1]), 1.0f - std::exp(ys[2])}, 1e-6f));
+    EXPECT_TRUE(checkGradients(lsm, {randomTensor({2, 4, 3, 3}, 6, -2, 2)}));
+}
+
+// Where exp underflows, the log of the probabilities would be -inf; the log-softmax is not.
+TEST(LogSoftMax, StaysFiniteWhereProbabilitiesUnderflow) {
+    LogSoftMax lsm(-1);
+    const Tensor y = lsm(Tensor::fromVector({2, 2}, std::vector<float>{0.0f, 1000.0f, -500.0f, 500.0f}));
+    EXPECT_TRUE(allClose(y, {-1000.0f, 0.0f, -1000.0f, 0.0f}));
+    const Tensor dx = lsm.backward(Tensor::fromVector({2, 2}, std::vector<float>{1.0f, 0.0f, 0.0f, 1.0f}));
+    EXPECT_TRUE(allClose(dx, {1.0f, -1.0f, 0.0f, 0.0f}));
+}
+
+TEST(LogSoftMax, BlueprintAndBadInput) {
+    EXPECT_EQ(LogSoftMax(-1).blueprint().toJson(), "{\"classname\": \"LogSoftMax\", \"scheme\": {\"axis\": -1}}");
+    EXPECT_EQ(LogSoftMax().blueprint().toJson(), "{\"classname\": \"LogSoftMax\", \"scheme\": {}}");
+    LogSoftMax lsm("logp");
+    EXPECT_TRUE(
+        throwsShapeError([&] { lsm(randomTensor({10}, 1)); }, {"LogSoftMax 'logp'", "axis 1", "rank-1 input [10]"}));
+    EXPECT_TRUE(throwsShapeError([&] { LogSoftMax(2)(randomTensor({2, 5}, 1)); }, {"axis 2", "rank-2 input [2, 5]"}));
+    EXPECT_TRUE(throwsShapeError([&] { lsm(Tensor::zeros({2, 3}, DType::int32)); }, {"logp", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { lsm(Tensor::empty({0, 3})); }, {"logp", "empty"}));
+}
+
 } // namespace
 } // namespace tessera
