@@ -120,6 +120,32 @@ TEST(Activation, Gradient) {
     }
 }
 
+// In calcMode(bfloat16), fed bfloat16 inputs: every kind gives its float32 results within
+// bfloat16's rounding (the float32 loops, hardSigmoid and log, on a float32 copy).
+TEST(Activation, Bfloat16InputsGiveTheFloat32ResultsRounded) {
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(str(c.kind));
+        std::vector<float> x, dy;
+        for (size_t i = 0; i < kX.size(); ++i) {
+            x.push_back(inputFor(c, kX[i]));
+            dy.push_back(0.5f + static_cast<float>(i));
+        }
+        const Tensor x16 = Tensor::fromVector({2, 3}, x).convertedTo(DType::bfloat16);
+        const std::vector<float> xr = x16.convertedTo(DType::float32).toVector<float>();
+        std::vector<float> y, dx;
+        for (size_t i = 0; i < xr.size(); ++i) {
+            y.push_back(c.f(xr[i]));
+            dx.push_back(c.df(xr[i]) * dy[i]);
+        }
+        Activation act(c.kind, c.options);
+        act.calcMode(DType::bfloat16);
+        EXPECT_TRUE(allClose(act(x16).convertedTo(DType::float32), y, 1e-2f));
+        EXPECT_TRUE(allClose(
+            act.backward(Tensor::fromVector({2, 3}, dy).convertedTo(DType::bfloat16)).convertedTo(DType::float32), dx,
+            2e-2f));
+    }
+}
+
 TEST(Activation, Shape) {
     for (const Case& c : kCases) {
         Activation act(c.kind, c.options);
