@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "GradCheck.h"
+#include "modules/SoftMax.h"
 #include "training/CrossEntropy.h"
 #include "training/L1Hinge.h"
 #include "training/Multi.h"
@@ -76,6 +77,25 @@ TEST(CrossEntropy, Reference) {
     ce.resetAccumulator();
     EXPECT_DOUBLE_EQ(ce.validate(scores, labels), 0.5);
     EXPECT_DOUBLE_EQ(ce.lastAccuracy(), 0.5);
+}
+
+// A model that ends in LogSoftMax (PyTorch's log_softmax + nll_loss, as ONNX files of
+// classifiers often do) trains with CrossEntropy: log-softmax is idempotent, so the error is
+// NLL's, and through LogSoftMax's backward the gradient to the logits is softmax - onehot,
+// as CrossEntropy's on the logits themselves.
+TEST(CrossEntropy, AfterLogSoftMaxIsNegativeLogLikelihood) {
+    const Tensor logits = randomTensor({4, 5}, 3, -4.0f, 4.0f);
+    const Tensor labels = Tensor::fromVector({4}, I{0, 3, 4, 1});
+    LogSoftMax lsm;
+    const Tensor logp = lsm(logits);
+    const std::vector<float> lp = logp.toVector<float>();
+    const double nll = -(lp[0] + lp[5 + 3] + lp[10 + 4] + lp[15 + 1]) / 4;
+    CrossEntropy ce;
+    const CostResult after = ce(logp, labels);
+    EXPECT_NEAR(after.error, nll, 1e-5);
+    const CostResult direct = CrossEntropy()(logits, labels);
+    EXPECT_NEAR(direct.error, nll, 1e-5);
+    EXPECT_TRUE(allClose(lsm.backward(after.grad[0]), direct.grad[0].toVector<float>(), 1e-6f));
 }
 
 TEST(CrossEntropy, ClassWeightsAndAccumulation) {
