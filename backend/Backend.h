@@ -473,7 +473,8 @@ public:
     /// src, idx: [O, J, I], dst: [O, A, I] -> dst[o, idx[o, j, i], i] += src[o, j, i].
     virtual void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) = 0;
     /// x: [O, A, I] -> idx: [O, k, I], the positions of the k largest values along A in
-    /// ascending position order.
+    /// ascending position order (ties: the earlier). With k = 1 (one pass) a NaN counts as
+    /// the largest value; for k > 1 a line holding NaN gives unspecified positions.
     virtual void topKIndices(const Tensor& x, int64_t k, const Tensor& idx) = 0;
     /// table: [V, D], idx: [M] int32 -> y: [M, D], y[m] <- table[idx[m]]. Throws
     /// ShapeError naming the first index outside [0, V).

@@ -40,10 +40,21 @@ __global__ void scatterAddAxisKernel(const float* src, const int32_t* idx, float
 
 // One thread per (o, i) column: element a is selected when fewer than k elements beat it
 // (larger, or equal at an earlier position); selected elements are written in position order.
+// k = 1 is one pass.
 __global__ void topKKernel(const float* x, int32_t* idx, int64_t outer, int64_t along, int64_t inner, int64_t k) {
     TESSERA_FOR_EACH(col, outer * inner) {
         const int64_t o = col / inner, i = col % inner;
         const float* base = x + o * along * inner + i;
+        if (k == 1) { // the first largest in one pass; a NaN beats every number (the CPU's loop)
+            float top = base[0];
+            int32_t best = 0;
+            for (int64_t a = 1; a < along; ++a) {
+                const float v = base[a * inner];
+                if (!isnan(top) && (v > top || isnan(v))) top = v, best = static_cast<int32_t>(a);
+            }
+            idx[o * inner + i] = best;
+            continue;
+        }
         int64_t written = 0;
         for (int64_t a = 0; a < along && written < k; ++a) {
             const float v = base[a * inner];

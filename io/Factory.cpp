@@ -492,6 +492,14 @@ const std::map<std::string, Row>& table() {
                                                          .dropout = a.f("dropout"),
                                                          .name = a.name()});
              }},
+            {"ArgMax", "axis=1, keepDims=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<ArgMax>(static_cast<int>(a.i("axis")), a.b("keepDims"), a.name());
+             }},
+            {"ArgMin", "axis=1, keepDims=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<ArgMin>(static_cast<int>(a.i("axis")), a.b("keepDims"), a.name());
+             }},
             {"ReduceMean", "axes=None, keepDims=True, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<ReduceMean>(a.ints("axes"), a.b("keepDims"), a.name());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/Backend.h"
+#include "modules/AxisUtil.h"
 
 namespace tessera {
 
@@ -71,6 +72,53 @@ Tensors ReduceMean::updateGrad(const Tensors& grad) {
 Blueprint ReduceMean::blueprint() const {
     Blueprint bp = Module::blueprint();
     bp.scheme.emplace_back("axes", axes_);
+    bp.scheme.emplace_back("keepDims", keepDims_);
+    return bp;
+}
+
+void ArgMax::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 1, "input");
+    if (axis::normalize(axis_, inShapes[0].rank()) < 0) {
+        throw shapeError("axis " + std::to_string(axis_) + " is out of range for input " + inShapes[0].str());
+    }
+}
+
+Shapes ArgMax::dataShapeFrom(const Shapes& inShapes) const {
+    std::vector<int64_t> dims = inShapes[0].dims();
+    const int a = axis::normalize(axis_, dims.size());
+    if (keepDims_) {
+        dims[static_cast<size_t>(a)] = 1;
+    } else {
+        dims.erase(dims.begin() + a);
+        if (dims.empty()) dims.push_back(1); // the only dim reduced: [1]
+    }
+    return {Shape(dims)};
+}
+
+Shapes ArgMax::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
+
+// x as [outer, along, inner]: the backend's top-1 positions, of -x for the smallest.
+Tensors ArgMax::updateData(const Tensors& data) {
+    const Tensor& x = data[0];
+    const int a = axis::normalize(axis_, x.shape().rank());
+    const Shape& s = x.shape();
+    const int64_t outer = axis::outer(s, a), inner = axis::inner(s, a);
+    Backend& be = backendOf(x);
+    Tensor src = x;
+    if (min_) {
+        src = Tensor::empty(s, DType::float32, x.device());
+        be.binaryBroadcast(BinaryOp::mul, x, Tensor::full({1}, -1.0f, x.device()), src);
+    }
+    Tensor idx = Tensor::empty({outer, 1, inner}, DType::int32, x.device());
+    be.topKIndices(src.reshape({outer, s[a], inner}), 1, idx);
+    return {idx.reshape(dataShapeFrom(Shapes{s})[0])};
+}
+
+Tensors ArgMax::updateGrad(const Tensors& /*grad*/) { return {Tensor()}; }
+
+Blueprint ArgMax::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("axis", int64_t{axis_});
     bp.scheme.emplace_back("keepDims", keepDims_);
     return bp;
 }

@@ -1,5 +1,6 @@
 #pragma once
-/// \file ReduceMean: the mean over some dims.
+/// \file ReduceMean: the mean over some dims; ArgMax and ArgMin: the position of the largest
+/// or smallest value along one.
 
 #include "modules/Module.h"
 
@@ -31,6 +32,51 @@ private:
     Shape keptShape(const Shape& in) const;
     std::vector<int64_t> axes_;
     bool keepDims_;
+};
+
+/// x: float, any shape -> y: int32, the index along `axis` (negative from the end) of the
+/// largest value of each line (ArgMin: the smallest): torch.argmax(x, axis, keepdim) and
+/// ONNX's ArgMax. With keepDims that dim stays as 1, else it goes ([1] when it was the only
+/// one). Ties go to the first index; a NaN counts as beyond every number (its index is
+/// taken, as PyTorch's). Integers carry no gradient: backward gives an undefined tensor, as
+/// a Cast to int32 does. A class map from scores ([N, C, H, W] -> [N, H, W]), predictions
+/// from logits.
+class ArgMax : public Module {
+public:
+    explicit ArgMax(int axis = 1, bool keepDims = true, std::string name = {})
+        : ArgMax(axis, keepDims, false, std::move(name)) {}
+    std::string classname() const override { return "ArgMax"; }
+    int axis() const { return axis_; }
+    bool keepDims() const { return keepDims_; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override;
+    /// The input's shape (the gradient, undefined, has it).
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// One input with the axis.
+    void checkDataShape(const Shapes& inShapes) const override;
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>&, Device) const override {
+        return {DType::int32};
+    }
+    Blueprint blueprint() const override;
+
+protected:
+    ArgMax(int axis, bool keepDims, bool min, std::string name)
+        : Module(std::move(name)), axis_(axis), keepDims_(keepDims), min_(min) {}
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    int axis_;
+    bool keepDims_;
+    bool min_;
+};
+
+/// ArgMax of the smallest value (torch.argmin, ONNX's ArgMin); a NaN's index is taken too.
+class ArgMin : public ArgMax {
+public:
+    explicit ArgMin(int axis = 1, bool keepDims = true, std::string name = {})
+        : ArgMax(axis, keepDims, true, std::move(name)) {}
+    std::string classname() const override { return "ArgMin"; }
 };
 
 } // namespace tessera

@@ -143,9 +143,14 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
     const Shapes predictedGrad = module.gradShapeFrom(shapesOf(grads));
     const Tensors& inGrads = module.backward(grads);
     Shapes actualGrad = shapesOf(inGrads);
+    bool integerOutputs = true; // nothing differentiable flows back (ArgMax's indices)
+    for (const Tensor& o : outs) integerOutputs = integerOutputs && o.dtype() == DType::int32;
     for (size_t i = 0; i < inputs.size() && i < actualGrad.size(); ++i) {
-        // an integer input (ids, lengths) gets no gradient; its "gradient shape" is its own
-        if (inputs[i].dtype() != DType::float32 && !inGrads[i].defined()) actualGrad[i] = inShapes[i];
+        // an integer input (ids, lengths) gets no gradient, nor does any input of integer
+        // outputs; its "gradient shape" is its own
+        if ((inputs[i].dtype() != DType::float32 || integerOutputs) && !inGrads[i].defined()) {
+            actualGrad[i] = inShapes[i];
+        }
     }
     if (predictedGrad != actualGrad) {
         return ::testing::AssertionFailure() << module.str() << ": gradShapeFrom gives " << str(predictedGrad)

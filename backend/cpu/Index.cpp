@@ -1,6 +1,7 @@
 // Index-driven ops as plain OpenMP loops: gathers and scatters along an axis (k-max
 // pooling, unpooling), row lookups (embeddings), top-k selection and axis permutation.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "backend/cpu/CpuBackend.h"
@@ -73,6 +74,26 @@ void CpuBackend::topKIndices(const Tensor& x, int64_t k, const Tensor& idx) {
     }
     const float* px = x.data<float>();
     int32_t* pi = idx.data<int32_t>();
+    if (k == 1) { // the first largest by one pass along A per o, over the inner positions side by side
+#pragma omp parallel for if (x.numel() > kParallelMin)
+        for (int64_t o = 0; o < xs.outer; ++o) {
+            const float* base = px + o * xs.along * xs.inner;
+            int32_t* best = pi + o * xs.inner;
+            std::vector<float> top(base, base + xs.inner);
+            std::fill_n(best, xs.inner, 0);
+            for (int64_t a = 1; a < xs.along; ++a) {
+                const float* row = base + a * xs.inner;
+                for (int64_t i = 0; i < xs.inner; ++i) {
+                    const float v = row[i], t = top[static_cast<size_t>(i)];
+                    if (!std::isnan(t) && (v > t || std::isnan(v))) { // a NaN beats every number
+                        top[static_cast<size_t>(i)] = v;
+                        best[i] = static_cast<int32_t>(a);
+                    }
+                }
+            }
+        }
+        return;
+    }
 #pragma omp parallel for if (x.numel() > kParallelMin)
     for (int64_t o = 0; o < xs.outer; ++o) {
         std::vector<int32_t> order(static_cast<size_t>(xs.along));

@@ -62,6 +62,8 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
     static const std::unordered_map<std::string, ImportFn> table = {
         {"Abs", &Importer::importPlainActivation},
         {"Add", &Importer::importBinary},
+        {"ArgMax", &Importer::importArgMax},
+        {"ArgMin", &Importer::importArgMax},
         {"AveragePool", &Importer::importPool},
         {"BatchNormalization", &Importer::importBatchNorm},
         {"Cast", &Importer::importCast},
@@ -245,6 +247,20 @@ void Importer::importPlainActivation(const onnx::NodeProto& n, const Attributes&
                                 : op == "Abs"     ? ActivationKind::abs
                                                   : ActivationKind::softPlus;
     return define(n, std::make_shared<Activation>(kind), dataInputs(n, 1));
+}
+
+// ArgMax, ArgMin: int32 indices where ONNX has int64 (Tessera's integer type).
+void Importer::importArgMax(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis", "keepdims", "select_last_index"});
+    if (a.i("select_last_index", 0) != 0) {
+        throw Unsupported{"select_last_index 1 (the first index of equal values is taken)"};
+    }
+    const int64_t axis = a.i("axis", 0);
+    const bool keep = a.i("keepdims", 1) != 0;
+    if (n.op_type() == "ArgMin") {
+        return define(n, std::make_shared<ArgMin>(static_cast<int>(axis), keep), dataInputs(n, 1));
+    }
+    return define(n, std::make_shared<ArgMax>(static_cast<int>(axis), keep), dataInputs(n, 1));
 }
 
 // Neg: -x, an affine map (MulAddConst(-1)).

@@ -166,6 +166,7 @@ private:
     void importPow(const onnx::NodeProto& n, const Attributes& a);
     void importReshape(const onnx::NodeProto& n, const Attributes& a);
     void importSoftmax(const onnx::NodeProto& n, const Attributes& a);
+    void importArgMax(const onnx::NodeProto& n, const Attributes& a);
     void importSplit(const onnx::NodeProto& n, const Attributes& a);
     void importSqueeze(const onnx::NodeProto& n, const Attributes& a);
     void importTile(const onnx::NodeProto& n, const Attributes& a);

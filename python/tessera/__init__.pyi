@@ -606,6 +606,32 @@ class Add(Module):
     """
     def __init__(self, coefficients: Any = ..., name: str | None = ...) -> None: ...
 
+class ArgMax(Module):
+    """
+    ArgMax(axis=1, keepDims=True, name=None)
+
+    Tessera's ArgMax (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        axis: the dim it works along (negative: from the end)
+        keepDims: whether the reduced dims stay as size 1
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, axis: int | Sequence[int] = ..., keepDims: bool = ..., name: str | None = ...) -> None: ...
+
+class ArgMin(Module):
+    """
+    ArgMin(axis=1, keepDims=True, name=None)
+
+    Tessera's ArgMin (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        axis: the dim it works along (negative: from the end)
+        keepDims: whether the reduced dims stay as size 1
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, axis: int | Sequence[int] = ..., keepDims: bool = ..., name: str | None = ...) -> None: ...
+
 class AvgPool1D(Module):
     """
     AvgPool1D(size=2, stride=None, pad=0, includePad=True, name=None)

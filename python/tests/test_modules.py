@@ -45,6 +45,8 @@ EXAMPLES = {
     "PRelu": ((3,), {}, [((2, 3, 4, 4), F)]),
     "SoftMax": ((), {}, [((2, 5), F)]),
     "LogSoftMax": ((), {"axis": -1}, [((2, 5), F)]),
+    "ArgMax": ((), {"axis": 1, "keepDims": False}, [((2, 5, 3), F)]),
+    "ArgMin": ((), {"axis": -1}, [((2, 5, 3), F)]),
     "Dropout": ((), {"p": 0.3}, [((2, 5), F)]),
     "Dropout2D": ((), {"p": 0.3}, [((2, 3, 4, 4), F)]),
     "NoiseInjector": ((), {"mode": "mul", "noisetype": "gaussian", "params": [1.0, 0.1]}, [((2, 5), F)]),
@@ -419,6 +421,20 @@ def test_exp_log_and_abs_match_pytorch(name):
     y_ref, dx_ref, _ = _torch_grads(getattr(torch, name), x, [], dy)
     np.testing.assert_allclose(act(x).numpy(), y_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(act.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_argmax_and_argmin_match_pytorch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(4).standard_normal((2, 6, 3, 4)).astype(np.float32)
+    x[0, :, 1, 2] = 1.0  # a tie: the first index
+    for axis in (1, -1, 0):
+        for keep in (False, True):
+            want = torch.argmax(torch.tensor(x), axis, keepdim=keep).numpy()
+            got = ts.ArgMax(axis, keep)(x).numpy()
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(ts.ArgMin(axis, keep)(x).numpy(),
+                                          torch.argmin(torch.tensor(x), axis, keepdim=keep).numpy())
 
 
 def test_log_softmax_matches_pytorch():

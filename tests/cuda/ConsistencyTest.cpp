@@ -392,6 +392,8 @@ TEST(CudaConsistency, EveryModule) {
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
         {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},
         {"ReduceMean", make<ReduceMean>(std::vector<int64_t>{1, -1}, false), {{2, 3, 4, 5}}},
+        {"ArgMax", make<ArgMax>(1, false), {{2, 7, 4, 5}}, 0.0, 0, false},
+        {"ArgMin last axis", make<ArgMin>(-1), {{3, 4, 37}}, 0.0, 0, false},
         {"Penalty l1", make<Penalty>(PenaltyOptions{.weight = 0.3f}), {{4, 5}}},
         {"Penalty l2", make<Penalty>(PenaltyOptions{.mode = PenaltyMode::l2, .weight = 0.3f}), {{2, 3, 4}}},
         {"DepthConcat", make<DepthConcat>(), {{2, 2, 3, 3}, {2, 3, 5, 4}, {2, 1, 4, 4}}},

@@ -102,6 +102,8 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Sub>("minus"),
         std::make_shared<Div>(),
         std::make_shared<ReduceMean>(std::vector<int64_t>{1, -1}, false, "mean"),
+        std::make_shared<ArgMax>(-1, false, "best"),
+        std::make_shared<ArgMin>(2),
         std::make_shared<RNN>(
             3, 4, RNNOptions{.layers = 2, .mode = RnnMode::gru, .bidirectional = true, .getSequences = true}),
         std::make_shared<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),

@@ -886,5 +886,75 @@ TEST(ReduceMean, BadInputAndBlueprint) {
     EXPECT_EQ(back->blueprint().toJson(), m.blueprint().toJson());
 }
 
+// ArgMax/ArgMin along any axis against a loop over the lines (first index on ties), with
+// and without keepDims; a NaN's index is taken; the gradient is undefined.
+TEST(ArgMax, ReferenceShapeTiesAndNaN) {
+    const Tensor x = randomTensor({2, 3, 4, 5}, 7, -3.0f, 3.0f);
+    const std::vector<float> xs = x.toVector<float>();
+    const int64_t dims[4] = {2, 3, 4, 5};
+    for (int axis : {1, 0, 3, -2}) {
+        for (bool min : {false, true}) {
+            SCOPED_TRACE(std::to_string(axis) + (min ? " min" : " max"));
+            const int a = axis < 0 ? axis + 4 : axis;
+            int64_t inner = 1, outer = 1;
+            for (int d = a + 1; d < 4; ++d) inner *= dims[d];
+            for (int d = 0; d < a; ++d) outer *= dims[d];
+            std::vector<int32_t> want;
+            for (int64_t o = 0; o < outer; ++o) {
+                for (int64_t i = 0; i < inner; ++i) {
+                    int32_t best = 0;
+                    for (int64_t k = 1; k < dims[a]; ++k) {
+                        const float v = xs[(o * dims[a] + k) * inner + i], b = xs[(o * dims[a] + best) * inner + i];
+                        if (min ? v < b : v > b) best = static_cast<int32_t>(k);
+                    }
+                    want.push_back(best);
+                }
+            }
+            std::unique_ptr<ArgMax> keep = min ? std::make_unique<ArgMin>(axis) : std::make_unique<ArgMax>(axis);
+            const Tensor y = (*keep)(x);
+            std::vector<int64_t> kept(dims, dims + 4);
+            kept[static_cast<size_t>(a)] = 1;
+            EXPECT_EQ(y.shape(), Shape(kept));
+            EXPECT_EQ(y.dtype(), DType::int32);
+            EXPECT_EQ(y.toVector<int32_t>(), want);
+            EXPECT_FALSE(keep->backward(Tensor::zeros(y.shape())).defined());
+            std::unique_ptr<ArgMax> drop =
+                min ? std::make_unique<ArgMin>(axis, false) : std::make_unique<ArgMax>(axis, false);
+            kept.erase(kept.begin() + a);
+            EXPECT_EQ((*drop)(x).shape(), Shape(kept));
+            EXPECT_EQ((*drop)(x).toVector<int32_t>(), want);
+            EXPECT_TRUE(checkShapes(*drop, {x}));
+        }
+    }
+    // Ties: the first index; NaN: its index, for both; a rank-1 input without keepDims: [1].
+    const Tensor t = Tensor::fromVector({3, 4}, std::vector<float>{1, 5, 5, 0, 2, 2, 2, 2, 0, NAN, 9, NAN});
+    EXPECT_EQ(ArgMax(1)(t).toVector<int32_t>(), (std::vector<int32_t>{1, 0, 1}));
+    EXPECT_EQ(ArgMin(1)(t).toVector<int32_t>(), (std::vector<int32_t>{3, 0, 1}));
+    const Tensor v = Tensor::fromVector({4}, std::vector<float>{0, 3, -1, 3});
+    EXPECT_EQ(ArgMax(0, false)(v).shape(), (Shape{1}));
+    EXPECT_EQ(ArgMax(0, false)(v).toVector<int32_t>(), (std::vector<int32_t>{1}));
+    EXPECT_EQ(ArgMin(-1, false)(v).toVector<int32_t>(), (std::vector<int32_t>{2}));
+}
+
+TEST(ArgMax, BadInputAndBlueprint) {
+    ArgMax m(3, false, "classes");
+    EXPECT_TRUE(throwsShapeError([&] { m(randomTensor({2, 3, 4}, 1)); }, {"ArgMax 'classes'", "axis 3", "[2, 3, 4]"}));
+    EXPECT_TRUE(throwsShapeError([&] { ArgMin(-4)(randomTensor({2, 3, 4}, 1)); }, {"ArgMin", "axis -4"}));
+    EXPECT_TRUE(throwsShapeError([&] { m(Tensor::zeros({2, 3, 4, 5}, DType::int32)); }, {"int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { m(Tensor::empty({0, 3, 4, 5})); }, {"classes", "empty"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            m(Tensors{randomTensor({2, 3, 4, 5}, 1), randomTensor({2}, 1)});
+        },
+        {"expects 1 input tensor, got 2"}));
+    EXPECT_TRUE(blueprintHas(m, {"\"axis\": 3", "\"keepDims\": false"}));
+    for (ModulePtr mod :
+         {ModulePtr(std::make_shared<ArgMax>(3, false, "classes")), ModulePtr(std::make_shared<ArgMin>(-1))}) {
+        ModulePtr back = buildModule(mod->blueprint());
+        EXPECT_EQ(back->classname(), mod->classname());
+        EXPECT_EQ(back->blueprint().toJson(), mod->blueprint().toJson());
+    }
+}
+
 } // namespace
 } // namespace tessera
