@@ -19,34 +19,20 @@ dnnl::stream& stream() {
 using namespace dnnl_util;
 
 namespace {
-struct SoftmaxPrims {
-    dnnl::softmax_forward::primitive_desc fwdPd;
-    dnnl::softmax_forward fwd;
+// oneDNN 2 has a primitive family for softmax and one for log-softmax, alike in use: Fwd is
+// softmax_forward or logsoftmax_forward, Bwd the matching backward.
+template <class Fwd> struct ForwardPrims {
+    typename Fwd::primitive_desc fwdPd;
+    Fwd fwd;
 };
 
-const SoftmaxPrims& forwardPrims(const std::vector<int64_t>& dims) {
-    static thread_local PrimitiveCache<SoftmaxPrims> cache;
+template <class Fwd> const ForwardPrims<Fwd>& forwardPrims(const std::vector<int64_t>& dims, const char* op) {
+    static thread_local PrimitiveCache<ForwardPrims<Fwd>> cache;
     return cache.get(dims, [&] {
-        return checkDnnl("softmax_forward", [&] {
-            dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_training, plainDesc(dims), 1);
-            dnnl::softmax_forward::primitive_desc pd(d, engine());
-            return SoftmaxPrims{pd, dnnl::softmax_forward(pd)};
-        });
-    });
-}
-
-struct LogSoftmaxPrims {
-    dnnl::logsoftmax_forward::primitive_desc fwdPd;
-    dnnl::logsoftmax_forward fwd;
-};
-
-const LogSoftmaxPrims& logForwardPrims(const std::vector<int64_t>& dims) {
-    static thread_local PrimitiveCache<LogSoftmaxPrims> cache;
-    return cache.get(dims, [&] {
-        return checkDnnl("logsoftmax_forward", [&] {
-            dnnl::logsoftmax_forward::desc d(dnnl::prop_kind::forward_training, plainDesc(dims), 1);
-            dnnl::logsoftmax_forward::primitive_desc pd(d, engine());
-            return LogSoftmaxPrims{pd, dnnl::logsoftmax_forward(pd)};
+        return checkDnnl(op, [&] {
+            typename Fwd::desc d(dnnl::prop_kind::forward_training, plainDesc(dims), 1);
+            typename Fwd::primitive_desc pd(d, engine());
+            return ForwardPrims<Fwd>{pd, Fwd(pd)};
         });
     });
 }
@@ -56,71 +42,54 @@ void requireAxis1(const char* op, const Tensor& t) {
         throw ShapeError(std::string("CpuBackend::") + op + ": needs [N, C, ...], got " + t.shape().str());
     }
 }
+
+// x, y: [N, C, ...]
+template <class Fwd> void forward(const char* op, const Tensor& x, const Tensor& y) {
+    requireAxis1(op, x);
+    const auto& prims = forwardPrims<Fwd>(x.shape().dims(), op);
+    auto md = prims.fwdPd.src_desc();
+    checkDnnl(op, [&] {
+        prims.fwd.execute(stream(),
+                          {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
+    });
+}
+
+// y (the forward's output), dy, dx: [N, C, ...]
+template <class Fwd, class Bwd> void backward(const char* op, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+    requireAxis1(op, y);
+    const auto& dims = y.shape().dims();
+    static thread_local PrimitiveCache<Bwd> cache;
+    const auto& bwd = cache.get(dims, [&] {
+        return checkDnnl(op, [&] {
+            auto md = plainDesc(dims);
+            typename Bwd::desc d(md, md, 1);
+            typename Bwd::primitive_desc pd(d, engine(), forwardPrims<Fwd>(dims, op).fwdPd);
+            return Bwd(pd);
+        });
+    });
+    auto md = plainDesc(dims);
+    checkDnnl(op, [&] {
+        bwd.execute(stream(), {{DNNL_ARG_DST, wrap(md, y.data<float>())},
+                               {DNNL_ARG_DIFF_DST, wrap(md, dy.data<float>())},
+                               {DNNL_ARG_DIFF_SRC, wrap(md, dx.data<float>())}});
+    });
+}
 } // namespace
 
-// x, y: [N, C, ...]
 void CpuBackend::softmaxForward(const Tensor& x, const Tensor& y) {
-    requireAxis1("softmaxForward", x);
-    const auto& dims = x.shape().dims();
-    const auto& prims = forwardPrims(dims);
-    auto md = prims.fwdPd.src_desc();
-    checkDnnl("softmax_forward::execute", [&] {
-        prims.fwd.execute(stream(),
-                          {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
-    });
+    forward<dnnl::softmax_forward>("softmaxForward", x, y);
 }
 
-// y, dy, dx: [N, C, ...]
 void CpuBackend::softmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
-    requireAxis1("softmaxBackward", y);
-    const auto& dims = y.shape().dims();
-    static thread_local PrimitiveCache<dnnl::softmax_backward> cache;
-    const auto& bwd = cache.get(dims, [&] {
-        return checkDnnl("softmax_backward", [&] {
-            auto md = plainDesc(dims);
-            dnnl::softmax_backward::desc d(md, md, 1);
-            dnnl::softmax_backward::primitive_desc pd(d, engine(), forwardPrims(dims).fwdPd);
-            return dnnl::softmax_backward(pd);
-        });
-    });
-    auto md = plainDesc(dims);
-    checkDnnl("softmax_backward::execute", [&] {
-        bwd.execute(stream(), {{DNNL_ARG_DST, wrap(md, y.data<float>())},
-                               {DNNL_ARG_DIFF_DST, wrap(md, dy.data<float>())},
-                               {DNNL_ARG_DIFF_SRC, wrap(md, dx.data<float>())}});
-    });
+    backward<dnnl::softmax_forward, dnnl::softmax_backward>("softmaxBackward", y, dy, dx);
 }
 
-// x, y: [N, C, ...]
 void CpuBackend::logSoftmaxForward(const Tensor& x, const Tensor& y) {
-    requireAxis1("logSoftmaxForward", x);
-    const auto& prims = logForwardPrims(x.shape().dims());
-    auto md = prims.fwdPd.src_desc();
-    checkDnnl("logsoftmax_forward::execute", [&] {
-        prims.fwd.execute(stream(),
-                          {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
-    });
+    forward<dnnl::logsoftmax_forward>("logSoftmaxForward", x, y);
 }
 
-// y, dy, dx: [N, C, ...]
 void CpuBackend::logSoftmaxBackward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
-    requireAxis1("logSoftmaxBackward", y);
-    const auto& dims = y.shape().dims();
-    static thread_local PrimitiveCache<dnnl::logsoftmax_backward> cache;
-    const auto& bwd = cache.get(dims, [&] {
-        return checkDnnl("logsoftmax_backward", [&] {
-            auto md = plainDesc(dims);
-            dnnl::logsoftmax_backward::desc d(md, md, 1);
-            dnnl::logsoftmax_backward::primitive_desc pd(d, engine(), logForwardPrims(dims).fwdPd);
-            return dnnl::logsoftmax_backward(pd);
-        });
-    });
-    auto md = plainDesc(dims);
-    checkDnnl("logsoftmax_backward::execute", [&] {
-        bwd.execute(stream(), {{DNNL_ARG_DST, wrap(md, y.data<float>())},
-                               {DNNL_ARG_DIFF_DST, wrap(md, dy.data<float>())},
-                               {DNNL_ARG_DIFF_SRC, wrap(md, dx.data<float>())}});
-    });
+    backward<dnnl::logsoftmax_forward, dnnl::logsoftmax_backward>("logSoftmaxBackward", y, dy, dx);
 }
 
 } // namespace tessera

@@ -7,6 +7,26 @@ namespace tessera {
 namespace {
 using namespace testing;
 
+// The softmax (or its log) of x along `axis` (negative from the end), in double by a loop
+// over each line.
+std::vector<float> softmaxAlong(const Tensor& x, int axis, bool log) {
+    const std::vector<float> xs = x.toVector<float>();
+    const auto rank = static_cast<int>(x.shape().rank());
+    const int a = axis < 0 ? axis + rank : axis;
+    int64_t stride = 1;
+    for (int d = a + 1; d < rank; ++d) stride *= x.shape()[d];
+    const int64_t along = x.shape()[a];
+    std::vector<float> out(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) {
+        const int64_t pos = static_cast<int64_t>(i) / stride % along, base = static_cast<int64_t>(i) - pos * stride;
+        double sum = 0;
+        for (int64_t k = 0; k < along; ++k) sum += std::exp(static_cast<double>(xs[base + k * stride]));
+        const double v = static_cast<double>(xs[i]);
+        out[i] = static_cast<float>(log ? v - std::log(sum) : std::exp(v) / sum);
+    }
+    return out;
+}
+
 TEST(SoftMax, Reference) {
     SoftMax sm;
     // Rows [0, 1, 2] and [5, 5, 5].
@@ -35,21 +55,9 @@ TEST(SoftMax, ReferenceOverChannelsOf4D) {
 // Any axis, negative from the end: each slice along it sums to 1, as a loop over it computes.
 TEST(SoftMax, ReferenceOverAnyAxis) {
     const Tensor x = randomTensor({2, 3, 4, 5}, 4, -3.0f, 3.0f);
-    const std::vector<float> xs = x.toVector<float>();
-    const int64_t dims[4] = {2, 3, 4, 5};
     for (int axis : {0, 2, -1, -3}) {
         SCOPED_TRACE(axis);
-        const int a = axis < 0 ? axis + 4 : axis;
-        int64_t stride = 1;
-        for (int d = a + 1; d < 4; ++d) stride *= dims[d];
-        std::vector<float> want(xs.size());
-        for (size_t i = 0; i < xs.size(); ++i) {
-            const int64_t pos = static_cast<int64_t>(i) / stride % dims[a],
-                          base = static_cast<int64_t>(i) - pos * stride;
-            double sum = 0;
-            for (int64_t k = 0; k < dims[a]; ++k) sum += std::exp(static_cast<double>(xs[base + k * stride]));
-            want[i] = static_cast<float>(std::exp(static_cast<double>(xs[i])) / sum);
-        }
+        const std::vector<float> want = softmaxAlong(x, axis, false);
         SoftMax sm(axis);
         EXPECT_TRUE(allClose(sm(x), want, 1e-6f));
         EXPECT_TRUE(checkGradients(sm, {x}));
@@ -86,21 +94,9 @@ TEST(SoftMax, BadInput) {
 // LogSoftMax: the log of each slice's probabilities along the axis, computed in double.
 TEST(LogSoftMax, ReferenceGradientShapeOverAnyAxis) {
     const Tensor x = randomTensor({2, 3, 4, 5}, 5, -3.0f, 3.0f);
-    const std::vector<float> xs = x.toVector<float>();
-    const int64_t dims[4] = {2, 3, 4, 5};
     for (int axis : {1, 0, 2, -1}) {
         SCOPED_TRACE(axis);
-        const int a = axis < 0 ? axis + 4 : axis;
-        int64_t stride = 1;
-        for (int d = a + 1; d < 4; ++d) stride *= dims[d];
-        std::vector<float> want(xs.size());
-        for (size_t i = 0; i < xs.size(); ++i) {
-            const int64_t pos = static_cast<int64_t>(i) / stride % dims[a],
-                          base = static_cast<int64_t>(i) - pos * stride;
-            double sum = 0;
-            for (int64_t k = 0; k < dims[a]; ++k) sum += std::exp(static_cast<double>(xs[base + k * stride]));
-            want[i] = static_cast<float>(static_cast<double>(xs[i]) - std::log(sum));
-        }
+        const std::vector<float> want = softmaxAlong(x, axis, true);
         LogSoftMax lsm(axis);
         EXPECT_TRUE(allClose(lsm(x), want, 1e-5f));
         EXPECT_TRUE(checkGradients(lsm, {x}));
