@@ -16,37 +16,15 @@ the call under no_grad, or a forward and backward of <y, dy> through autograd.
 Needs Debian's python3-torch and the package built (tools/setup.sh).
 """
 
-import argparse
-import os
-import statistics
-import time
-
-
-def alternate(tessera_side, torch_side, reps):
-    for _ in range(3):
-        tessera_side()
-        torch_side()
-    times = ([], [])
-    for r in range(reps):
-        order = (0, 1) if r % 2 == 0 else (1, 0)
-        for k in order:
-            start = time.perf_counter()
-            (tessera_side, torch_side)[k]()
-            times[k].append(time.perf_counter() - start)
-    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
+from alternating import medians_ms, setup
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=21)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    args = setup(21)
     import numpy as np
     import torch
     import tessera as ts
 
-    torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     print(f"torch {torch.__version__}, {args.threads} threads, medians of {args.reps}")
     for shape, axis in (((256, 1000), 1), ((64, 128, 512), -1)):
@@ -68,15 +46,15 @@ def main():
             torch.log_softmax(xt, axis).backward(dyt)
             xt.grad = None
 
-        for what, t, p in (("forward", *alternate(lambda: m(xs), torch_forward, args.reps)),
-                           ("forward+backward", *alternate(tessera_both, torch_both, args.reps))):
+        for what, t, p in (("forward", *medians_ms(lambda: m(xs), torch_forward, args.reps)),
+                           ("forward+backward", *medians_ms(tessera_both, torch_both, args.reps))):
             print(f"LogSoftMax {list(shape)} axis {axis} {what}: Tessera {t:.3f} ms, PyTorch {p:.3f} ms, "
                   f"{p / t:.2f}x")
     for shape, axis in (((16, 21, 128, 128), 1), ((256, 32000), -1)):
         x = rng.standard_normal(shape).astype(np.float32)
         xs, xt = ts.tensor(x), torch.tensor(x)
         m = ts.ArgMax(axis, False)
-        t, p = alternate(lambda: m(xs), lambda: torch.argmax(xt, axis), args.reps)
+        t, p = medians_ms(lambda: m(xs), lambda: torch.argmax(xt, axis), args.reps)
         print(f"ArgMax {list(shape)} axis {axis}: Tessera {t:.3f} ms, PyTorch {p:.3f} ms, {p / t:.2f}x")
 
 

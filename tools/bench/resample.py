@@ -16,23 +16,15 @@ the call under no_grad, or a forward and backward of <y, dy> through autograd.
 Needs Debian's python3-torch and the package built (tools/setup.sh).
 """
 
-import argparse
-import os
-import statistics
-import time
+from alternating import medians_ms, setup
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=11)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    args = setup(11)
     import numpy as np
     import torch
     import tessera as ts
 
-    torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
     dy = rng.standard_normal((8, 64, 112, 112)).astype(np.float32)
@@ -60,19 +52,9 @@ def main():
             y = torch.nn.functional.interpolate(xg, scale_factor=2, mode=tmode)
             y.backward(dyt)
 
-        for what, sides in (("forward", {"tessera": tessera_forward, "pytorch": torch_forward}),
-                            ("forward+backward", {"tessera": tessera_step, "pytorch": torch_step})):
-            times = {name: [] for name in sides}
-            for f in sides.values():
-                for _ in range(2):
-                    f()
-            for rep in range(args.reps):
-                order = list(sides) if rep % 2 == 0 else list(reversed(sides))
-                for name in order:
-                    t0 = time.perf_counter()
-                    sides[name]()
-                    times[name].append(time.perf_counter() - t0)
-            t, p = (statistics.median(times[n]) * 1e3 for n in ("tessera", "pytorch"))
+        for what, sides in (("forward", (tessera_forward, torch_forward)),
+                            ("forward+backward", (tessera_step, torch_step))):
+            t, p = medians_ms(*sides, args.reps)
             print(f"{mode:8s} {what:17s} tessera {t:8.1f}  pytorch {p:8.1f}  ratio {p / t:5.2f}")
 
 

@@ -19,22 +19,14 @@ autograd (which keeps every head's scores; Tessera's module keeps none).
 Needs Debian's python3-torch and the package built (tools/setup.sh).
 """
 
-import argparse
-import os
-import statistics
-import time
+from alternating import medians_ms, setup
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    args = setup(15)
     import numpy as np
     import torch
     import tessera as ts
-    torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     F = torch.nn.functional
 
@@ -117,17 +109,7 @@ def main():
             out = fn(*tin, *tpar)
             out.backward(tdy)
 
-        times = {"ts": [], "torch": []}
-        for run in (run_ts, run_torch):  # warm-up
-            run()
-            run()
-        for r in range(args.reps):
-            order = [("ts", run_ts), ("torch", run_torch)]
-            for key, run in (order if r % 2 == 0 else order[::-1]):
-                t0 = time.perf_counter()
-                run()
-                times[key].append(time.perf_counter() - t0)
-        a, b = statistics.median(times["ts"]) * 1e3, statistics.median(times["torch"]) * 1e3
+        a, b = medians_ms(run_ts, run_torch, args.reps)
         print(f"{name:<34} {a:9.2f} {b:9.2f} {b / a:16.2f}")
 
 

@@ -1,0 +1,38 @@
+"""What the side-by-side CPU scripts (resample.py, transformer_layers.py,
+log_softmax_argmax.py) share: their --reps and --threads arguments, one thread count for
+both sides, and the timing of two sides in alternation.
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+
+def setup(default_reps):
+    """Parses --reps and --threads, then gives OpenMP (Tessera's pool, read when the package
+    loads) and PyTorch that thread count. Import tessera after this."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=default_reps)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    return args
+
+
+def medians_ms(tessera_side, torch_side, reps, warmup=2):
+    """Each side run `warmup` times, then both `reps` times in alternation (each first in
+    every other rep): their median times in ms, Tessera's first."""
+    for side in (tessera_side, torch_side):
+        for _ in range(warmup):
+            side()
+    times = ([], [])
+    for rep in range(reps):
+        for k in ((0, 1) if rep % 2 == 0 else (1, 0)):
+            start = time.perf_counter()
+            (tessera_side, torch_side)[k]()
+            times[k].append(time.perf_counter() - start)
+    return statistics.median(times[0]) * 1e3, statistics.median(times[1]) * 1e3
