@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/Clones.h"
 #include "backend/cpu/CpuBackend.h"
 
 namespace tessera {
@@ -28,6 +29,48 @@ void checkIndex(const char* op, int64_t v, int64_t limit) {
         throw ShapeError(std::string("CpuBackend::") + op + ": index " + std::to_string(v) + " outside [0, " +
                          std::to_string(limit) + ")");
     }
+}
+
+// The position of the first largest of x[0, n), a NaN's if there is one (a NaN beats every
+// number, as in PyTorch's argmax). Sixteen running maxima and NaN flags side by side, which
+// vectorise, then the first position holding the maximum (or the first NaN).
+TESSERA_CPU_CLONES int64_t firstLargest(const float* x, int64_t n) {
+    constexpr int64_t kLanes = 16;
+    float top[kLanes];
+    int32_t nan[kLanes];
+    const int64_t whole = n / kLanes * kLanes;
+    if (whole == 0) {
+        int64_t best = 0;
+        for (int64_t a = 1; a < n; ++a)
+            if (!std::isnan(x[best]) && (x[a] > x[best] || std::isnan(x[a]))) best = a;
+        return best;
+    }
+    for (int64_t l = 0; l < kLanes; ++l) {
+        top[l] = x[l];
+        nan[l] = x[l] != x[l];
+    }
+    for (int64_t a = kLanes; a < whole; a += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) {
+            const float v = x[a + l];
+            top[l] = v > top[l] ? v : top[l];
+            nan[l] |= v != v;
+        }
+    float most = top[0];
+    int32_t anyNan = 0;
+    for (int64_t l = 0; l < kLanes; ++l) {
+        most = top[l] > most ? top[l] : most;
+        anyNan |= nan[l];
+    }
+    for (int64_t a = whole; a < n; ++a) {
+        most = x[a] > most ? x[a] : most;
+        anyNan |= x[a] != x[a];
+    }
+    int64_t a = 0;
+    if (anyNan)
+        while (!std::isnan(x[a])) ++a;
+    else
+        while (x[a] != most) ++a;
+    return a;
 }
 
 } // namespace
@@ -74,6 +117,11 @@ void CpuBackend::topKIndices(const Tensor& x, int64_t k, const Tensor& idx) {
     }
     const float* px = x.data<float>();
     int32_t* pi = idx.data<int32_t>();
+    if (k == 1 && xs.inner == 1) { // the first largest of each contiguous line
+#pragma omp parallel for if (x.numel() > kParallelMin)
+        for (int64_t o = 0; o < xs.outer; ++o) pi[o] = static_cast<int32_t>(firstLargest(px + o * xs.along, xs.along));
+        return;
+    }
     if (k == 1) { // the first largest by one pass along A per o, over the inner positions side by side
 #pragma omp parallel for if (x.numel() > kParallelMin)
         for (int64_t o = 0; o < xs.outer; ++o) {

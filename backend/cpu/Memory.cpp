@@ -19,6 +19,7 @@
 #endif
 
 #include "backend/Random.h"
+#include "backend/cpu/Clones.h"
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 
@@ -257,17 +258,11 @@ inline void dropoutChunk(const X* x, Y* y, float* f, int64_t n, float p, float k
     for (int64_t i = 0; i < n; ++i) store(y[i], asFloat(x[i]) * f[i]);
 }
 
-// The chunk per pair of types, cloned: the hash's 64-bit products vectorise with AVX-512
-// (eight lanes) and, emulated, with AVX2, and so do the bfloat16 conversions; the clone for
-// the CPU is picked when the library loads. Every clone computes the same bits.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TESSERA_DROPOUT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TESSERA_DROPOUT_CLONES
-#endif
+// The chunk per pair of types, cloned (Clones.h): the hash's 64-bit products vectorise with
+// AVX-512 (eight lanes) and, emulated, with AVX2, and so do the bfloat16 conversions.
 #define TESSERA_DROPOUT_CHUNK(NAME, X, Y)                                                                              \
-    TESSERA_DROPOUT_CLONES void NAME(const X* x, Y* y, float* f, int64_t n, float p, float keep, uint64_t seed,        \
-                                     uint64_t first) {                                                                 \
+    TESSERA_CPU_CLONES void NAME(const X* x, Y* y, float* f, int64_t n, float p, float keep, uint64_t seed,            \
+                                 uint64_t first) {                                                                     \
         dropoutChunk(x, y, f, n, p, keep, seed, first);                                                                \
     }
 TESSERA_DROPOUT_CHUNK(chunkFF, float, float)
@@ -275,7 +270,6 @@ TESSERA_DROPOUT_CHUNK(chunkFB, float, bfloat16)
 TESSERA_DROPOUT_CHUNK(chunkBF, bfloat16, float)
 TESSERA_DROPOUT_CHUNK(chunkBB, bfloat16, bfloat16)
 #undef TESSERA_DROPOUT_CHUNK
-#undef TESSERA_DROPOUT_CLONES
 inline void chunk(const float* x, float* y, float* f, int64_t n, float p, float k, uint64_t s, uint64_t c) {
     chunkFF(x, y, f, n, p, k, s, c);
 }

@@ -936,6 +936,41 @@ TEST(ArgMax, ReferenceShapeTiesAndNaN) {
     EXPECT_EQ(ArgMin(-1, false)(v).toVector<int32_t>(), (std::vector<int32_t>{2}));
 }
 
+// Long contiguous lines (the last axis) are scanned in blocks: the first of tied maxima and
+// the first NaN wherever they fall (in the first block, a later one, the tail), at lengths
+// around the block's, against a plain loop.
+TEST(ArgMax, LongLinesGiveTheFirstMaximumOrNaN) {
+    auto reference = [](const std::vector<float>& line, bool min) {
+        int32_t best = 0;
+        for (size_t k = 1; k < line.size(); ++k) {
+            const float v = line[k], b = line[static_cast<size_t>(best)];
+            if (!std::isnan(b) && ((min ? v < b : v > b) || std::isnan(v))) best = static_cast<int32_t>(k);
+        }
+        return best;
+    };
+    for (int64_t n : {1, 15, 16, 17, 31, 32, 33, 100, 1000, 4099}) {
+        const int64_t rows = 9;
+        // Values from five levels, so that maxima tie; row r puts a NaN at a place of its own
+        // (none in rows 0-2), and row 8 ties 0 with -0 at the top.
+        std::vector<float> xs = randomTensor({rows, n}, static_cast<uint64_t>(n), 0.0f, 5.0f).toVector<float>();
+        for (float& v : xs) v = std::floor(v) - 4.0f;
+        const int64_t nanAt[rows] = {-1, -1, -1, 0, n / 2, n - 1, 16, n / 3, -1};
+        for (int64_t r = 0; r < rows; ++r)
+            if (nanAt[r] >= 0 && nanAt[r] < n) xs[static_cast<size_t>(r * n + nanAt[r])] = NAN;
+        xs[static_cast<size_t>(8 * n + n - 1)] = 0.0f;
+        xs[static_cast<size_t>(8 * n + n / 2)] = -0.0f;
+        const Tensor x = Tensor::fromVector({rows, n}, xs);
+        for (bool min : {false, true}) {
+            SCOPED_TRACE(std::to_string(n) + (min ? " min" : " max"));
+            std::vector<int32_t> want;
+            for (int64_t r = 0; r < rows; ++r)
+                want.push_back(reference(std::vector<float>(xs.begin() + r * n, xs.begin() + (r + 1) * n), min));
+            const Tensor y = min ? ArgMin(1, false)(x) : ArgMax(1, false)(x);
+            EXPECT_EQ(y.toVector<int32_t>(), want);
+        }
+    }
+}
+
 TEST(ArgMax, BadInputAndBlueprint) {
     ArgMax m(3, false, "classes");
     EXPECT_TRUE(throwsShapeError([&] { m(randomTensor({2, 3, 4}, 1)); }, {"ArgMax 'classes'", "axis 3", "[2, 3, 4]"}));
