@@ -118,6 +118,7 @@ std::shared_ptr<Graph> Importer::run() {
         const onnx::TensorProto& t = g.initializer(i);
         constants_[t.name()] =
             constantOf(t, path_ + ": initializer '" + t.name() + "'", file_ ? file_->rawData(i) : std::string_view());
+        if (file_) file_->release(i);
         initializers_.insert(t.name());
     }
     std::vector<NodePtr> inputs;
@@ -134,6 +135,7 @@ std::shared_ptr<Graph> Importer::run() {
     findGelus();
     findSpatialTfs();
     findLayerPatterns();
+    const std::vector<std::vector<std::string>> lastReaders = constantsByLastReader();
     for (int i = 0; i < g.node_size(); ++i) {
         const onnx::NodeProto& n = g.node(i);
         const std::string where = "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
@@ -147,22 +149,17 @@ std::shared_ptr<Graph> Importer::run() {
                     throw Unsupported{"input '" + gelu->second + "' comes from a node that was not imported", true};
                 if (x == values_.end()) throw Unsupported{"the GELU of a constant"};
                 define(n, std::make_shared<Gelu>(), Parents{Parent(x->second.node, x->second.slot)}, {gelu->second});
-                continue;
-            }
-            if (auto st = spatialTfs_.find(i); st != spatialTfs_.end()) {
+            } else if (auto st = spatialTfs_.find(i); st != spatialTfs_.end()) {
                 define(n,
                        std::make_shared<SpatialTf>(
                            SpatialTfOptions{.height = st->second.height, .width = st->second.width}),
                        dataInputs(st->second.inputs), st->second.inputs);
-                continue;
-            }
-            if (auto p = patternLayers_.find(i); p != patternLayers_.end()) {
+            } else if (auto p = patternLayers_.find(i); p != patternLayers_.end()) {
                 Parents parents = dataInputs(p->second.inputs); // first: an input not imported is named
                 define(n, p->second.make(), parents, p->second.inputs);
-                continue;
+            } else if (!absorbed_.count(i)) {
+                importNode(n);
             }
-            if (absorbed_.count(i)) continue;
-            importNode(n);
         } catch (const Unsupported& u) {
             if (u.dependent) {
                 ++dependents;
@@ -174,6 +171,7 @@ std::shared_ptr<Graph> Importer::run() {
             errors.push_back(where + ": " + e.what());
             for (const std::string& out : n.output()) missing_.insert(out);
         }
+        for (const std::string& name : lastReaders[static_cast<size_t>(i)]) constants_.erase(name);
     }
     if (!errors.empty()) {
         std::string s = path_ + ": " + std::to_string(errors.size()) + " node(s) cannot be imported:";
@@ -213,6 +211,29 @@ std::shared_ptr<Graph> Importer::run() {
         if (!o->fwds().empty()) o = node(std::make_shared<Identity>(), o, nodeName(o->name() + "_out"));
     }
     return std::make_shared<Graph>(inputs, outputs, model_.graph().name().empty() ? "onnx" : model_.graph().name());
+}
+
+// Node i's inputs are read when node i is imported, or, for a node absorbed into a pattern,
+// when the pattern's last node is. After that reader no node needs a value, so a constant is
+// dropped there: its layer holds its own copy, and the constant's memory goes (large ones
+// back to the OS, constantOf), which keeps an import's peak near one copy of the weights.
+// Graph outputs stay (a constant output is an error, named after the loop).
+std::vector<std::vector<std::string>> Importer::constantsByLastReader() const {
+    const onnx::GraphProto& g = model_.graph();
+    std::unordered_map<std::string, int> last;
+    for (int i = 0; i < g.node_size(); ++i) {
+        auto into = absorbed_.find(i);
+        const int reader = into == absorbed_.end() ? i : into->second;
+        for (const std::string& in : g.node(i).input()) {
+            if (in.empty()) continue;
+            int& at = last.try_emplace(in, reader).first->second;
+            at = std::max(at, reader);
+        }
+    }
+    for (const onnx::ValueInfoProto& v : g.output()) last.erase(v.name());
+    std::vector<std::vector<std::string>> byReader(static_cast<size_t>(g.node_size()));
+    for (const auto& [name, reader] : last) byReader[static_cast<size_t>(reader)].push_back(name);
+    return byReader;
 }
 
 // `axis` of input `k`, negative ones counted from the end when its rank is declared.

@@ -178,7 +178,11 @@ private:
     //   last node of the pattern (gelus_: its index -> x); the others are skipped (absorbed_).
     std::unordered_set<std::string> usedValues_; // every value some node or the graph's outputs take
     std::unordered_map<int, std::string> gelus_;
-    std::unordered_set<int> absorbed_; // nodes of a pattern imported as one layer at its last node
+    // Nodes of a pattern imported as one layer at its last node: index -> the last node's.
+    std::unordered_map<int, int> absorbed_;
+    // Per node, the values it is the last to read (absorbed nodes read at their pattern's
+    // last node): the constants among them are dropped once it is imported.
+    std::vector<std::vector<std::string>> constantsByLastReader() const;
 
     void findGelus();
 
@@ -196,7 +200,7 @@ private:
     void findSpatialTfs();
 
     // SiLU, Mish, LayerNorm, RMSNorm and GroupNorm in the forms exporters write before ONNX
-    // had their ops (NormPatterns.cpp): each becomes one layer at the pattern's last node
+    // had their ops (LayerPatterns.cpp): each becomes one layer at the pattern's last node
     // (patternLayers_: its index -> the layer and its input); the others are absorbed_.
     // The layer is made when its node is reached, so that it can read the input's shape as
     // the layers before it inferred it (ONNX's inference loses it after a computed reshape).

@@ -165,7 +165,7 @@ void Importer::findLayerPatterns() {
     auto claim = [&](int last, std::function<ModulePtr()> make, const std::string& x,
                      const std::vector<int>& absorbed) {
         patternLayers_[last] = {std::move(make), {x}};
-        for (int k : absorbed) absorbed_.insert(k);
+        for (int k : absorbed) absorbed_[k] = last;
     };
     for (int i = 0; i < g.node_size(); ++i) {
         const onnx::NodeProto& n = g.node(i);

@@ -124,7 +124,7 @@ void Importer::findGelus() {
             nodes.push_back(h->second);
         }
         for (int k : nodes) {
-            if (k != last) absorbed_.insert(k);
+            if (k != last) absorbed_[k] = last;
         }
         gelus_[last] = x;
     }
@@ -187,7 +187,7 @@ void Importer::findSpatialTfs() {
         }
         if (!grid) continue;
         spatialTfs_[i] = {{gs.input(0), transpose->input(0)}, Ho, Wo};
-        for (const onnx::NodeProto* n : {reshape, matmul, transpose}) absorbed_.insert(producer[n->output(0)]);
+        for (const onnx::NodeProto* n : {reshape, matmul, transpose}) absorbed_[producer[n->output(0)]] = i;
     }
 }
 

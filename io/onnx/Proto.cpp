@@ -39,6 +39,23 @@ std::vector<int64_t> onnxGateOrder(RnnMode mode) {
 }
 
 // Raw or typed data of a TensorProto (`what` names it in errors).
+namespace {
+// A float32 tensor for a constant's values, real even while building shapes only (constants
+// hold values). Large ones (1 MiB and more) are pages mapped for them alone and unmapped
+// when freed, not kept in the CPU allocator's block cache: the import drops each constant
+// once its last node has read it (into its layer's parameters), and that memory then goes
+// back to the OS, so that an import holds about one copy of the weights at a time.
+Tensor floatBlock(const Shape& shape) {
+    ShapeOnlyTensors::Pause real;
+    const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
+    if (bytes < (size_t{1} << 20)) return Tensor::empty(shape);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return Tensor::empty(shape);
+    if (bytes >= (size_t{2} << 20)) ::madvise(p, bytes, MADV_HUGEPAGE); // as the allocator's: fewer TLB misses
+    return Tensor::wrap(p, shape, DType::float32, std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, bytes); }));
+}
+} // namespace
+
 Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::string_view mapped) {
     const std::string_view raw = mapped.empty() ? std::string_view(t.raw_data()) : mapped;
     Constant c;
@@ -81,32 +98,34 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::st
     case onnx::TensorProto::FLOAT: {
         if (!raw.empty()) { // copied once, straight into the tensor
             rawSized(sizeof(float));
-            ShapeOnlyTensors::Pause real; // constants hold values, even while building shapes only
-            c.tensor = Tensor::empty(shape.rank() ? shape : Shape{1});
+            c.tensor = floatBlock(shape.rank() ? shape : Shape{1});
             if (n > 0) std::memcpy(c.tensor.data<float>(), raw.data(), static_cast<size_t>(n) * sizeof(float));
             return c;
         }
         sized(static_cast<size_t>(t.float_data_size()));
-        const std::vector<float> v(t.float_data().begin(), t.float_data().end());
-        c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v); // a scalar as [1]
+        c.tensor = floatBlock(shape.rank() ? shape : Shape{1}); // a scalar as [1]
+        std::copy(t.float_data().begin(), t.float_data().end(), c.tensor.data<float>());
         return c;
     }
     case onnx::TensorProto::FLOAT16:
     case onnx::TensorProto::BFLOAT16: { // widened to float32 (exactly); typed data keeps the bits in int32_data
-        std::vector<uint16_t> bits;
         if (!raw.empty()) {
             rawSized(sizeof(uint16_t));
-            bits.resize(static_cast<size_t>(n));
-            if (n > 0) std::memcpy(bits.data(), raw.data(), bits.size() * sizeof(uint16_t));
         } else {
             sized(static_cast<size_t>(t.int32_data_size()));
-            for (int32_t b : t.int32_data()) bits.push_back(static_cast<uint16_t>(b));
         }
-        std::vector<float> v(bits.size());
-        for (size_t i = 0; i < bits.size(); ++i) {
-            v[i] = t.data_type() == onnx::TensorProto::FLOAT16 ? toFloat(float16{bits[i]}) : toFloat(bfloat16{bits[i]});
+        c.tensor = floatBlock(shape.rank() ? shape : Shape{1});
+        float* v = c.tensor.data<float>();
+        const bool f16 = t.data_type() == onnx::TensorProto::FLOAT16;
+        for (int64_t i = 0; i < n; ++i) {
+            uint16_t b;
+            if (!raw.empty()) {
+                std::memcpy(&b, raw.data() + i * 2, 2);
+            } else {
+                b = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+            }
+            v[i] = f16 ? toFloat(float16{b}) : toFloat(bfloat16{b});
         }
-        c.tensor = Tensor::fromVector(shape.rank() ? shape : Shape{1}, v);
         return c;
     }
     case onnx::TensorProto::INT64:
@@ -275,6 +294,16 @@ public:
     const uint8_t* data() const { return data_; }
     int size() const { return static_cast<int>(size_); }
 
+    // Gives the pages wholly inside [p, p + bytes) back to the OS when the file is mapped:
+    // they leave the process's resident memory and, read again, come back from the file.
+    void release(const void* p, size_t bytes) const {
+        if (!mapped_ || bytes == 0) return;
+        static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+        const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+        const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+        if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
+
 private:
     void requireSize(const std::string& what) const {
         if (size_ > static_cast<size_t>(std::numeric_limits<int>::max())) {
@@ -414,6 +443,11 @@ ModelFile::~ModelFile() = default;
 
 std::string_view ModelFile::rawData(int initializer) const {
     return static_cast<size_t>(initializer) < raw_.size() ? raw_[static_cast<size_t>(initializer)] : std::string_view();
+}
+
+void ModelFile::release(int initializer) const {
+    const std::string_view raw = rawData(initializer);
+    file_->release(raw.data(), raw.size());
 }
 
 onnx::ModelProto readModelWithoutWeights(const std::string& path) { return std::move(ModelFile(path, false).model); }

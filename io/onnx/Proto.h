@@ -145,6 +145,9 @@ public:
     onnx::ModelProto model;
     // Initializer i's raw data in the mapping; empty when the TensorProto holds its data.
     std::string_view rawData(int initializer) const;
+    // Initializer i's raw data is read (copied into its tensor): its pages leave resident
+    // memory (read again, they come back from the file).
+    void release(int initializer) const;
 
 private:
     std::shared_ptr<MappedFile> file_;

@@ -14,7 +14,8 @@ Flatten and Expand of data, ReduceSum, ReduceSumSquare and ReduceL2 after the ba
 Pad of a channels-last tensor, Einsum as a batched matrix product, Dropout with a constant
 training_mode and its mask unused, and an attention mask computed from the input's shape
 (Range, Mod, ConstantOfShape, ScatterND, Equal, Not, Where, Expand, Pow) that folds to a
-constant. The expected outputs are
+constant; and weights read by several nodes, one of them inside a pattern read as one layer
+(the importer drops a constant after its last reader). The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -100,6 +101,32 @@ def main():
     resize_forms(root, x)
     ceil_pool_forms(root)
     transposed_forms(root)
+    shared_weight_forms(root)
+
+
+def shared_weight_forms(root):
+    """W (1 MiB, as large weights are held) is read by a Transpose that folds to a constant
+    T, and by two later MatMuls; T only by a MatMul + Add (one Linear, which reads T at the
+    Add, after another node). Each constant must outlive its last reader, wherever a pattern
+    reads it."""
+    rng = np.random.RandomState(5)
+    # Small integers: every product and sum is exact in float32, in any order.
+    x = rng.randint(-2, 3, (2, 3, 512)).astype(np.float32)
+    w = rng.randint(-2, 3, (512, 512)).astype(np.float32)
+    b = rng.randint(-2, 3, 512).astype(np.float32)
+    s = (x @ w.T + b) + x @ w
+    y = (s @ w).astype(np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["W"], ["T"], perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "T"], ["m1"]),
+        helper.make_node("MatMul", ["x", "W"], ["m2"]),
+        helper.make_node("Add", ["m1", "b"], ["y1"]),
+        helper.make_node("Add", ["y1", "m2"], ["s"]),
+        helper.make_node("MatMul", ["s", "W"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "shared", [value("x", ["N", 3, 512])], [value("y", ["N", 3, 512])],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+    save(root, "weights_read_by_a_pattern_and_later_nodes", g, [x], [y], 13)
 
 
 def ceil_pool_forms(root):
