@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <malloc.h>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -158,7 +159,11 @@ struct Stored {
     DType dtype = DType::float32;
     bool supported = true;
     std::string where;       // dataset path
-    std::vector<char> bytes; // float32 or int32 elements
+    std::vector<char> bytes; // float32 or int32 elements, as the reader read them
+    // The same elements in the parent: a view of the reader's answer, which the Snapshot
+    // holds (the elements are not copied again before they reach the tensors).
+    std::string_view wire;
+    std::string_view elements() const { return bytes.empty() ? wire : std::string_view(bytes.data(), bytes.size()); }
 };
 
 Stored describe(hid_t file, const std::string& where, const std::string& path) {
@@ -324,6 +329,7 @@ struct Snapshot {
     bool hasExtras = false;
     std::vector<Stored> extras; // where = the tensor's name
     std::string record;
+    std::shared_ptr<const std::string> answer; // the reader's answer, which `wire` views
 };
 
 // The snapshot's wire format: numbers as 8 native bytes, strings and byte arrays with
@@ -345,7 +351,7 @@ void put(std::string& out, const Stored& v) {
 
 class WireReader {
 public:
-    WireReader(const std::string& in, const std::string& path) : in_(in), path_(path) {}
+    WireReader(std::string_view in, const std::string& path) : in_(in), path_(path) {}
     uint64_t u64() {
         need(8);
         uint64_t v = 0;
@@ -356,7 +362,7 @@ public:
     std::string str() {
         const uint64_t n = u64();
         need(n);
-        std::string v = in_.substr(at_, n);
+        std::string v(in_.substr(at_, n));
         at_ += n;
         return v;
     }
@@ -372,7 +378,7 @@ public:
         v.shape = Shape(dims);
         const uint64_t n = u64();
         need(n);
-        v.bytes.assign(in_.data() + at_, in_.data() + at_ + n);
+        v.wire = in_.substr(at_, n);
         at_ += n;
         return v;
     }
@@ -382,13 +388,26 @@ private:
         if (n > in_.size() - at_) bad();
     }
     [[noreturn]] void bad() const { throw fileError(path_, "reading it failed (a malformed answer from the reader)"); }
-    const std::string& in_;
+    std::string_view in_;
     const std::string& path_;
     size_t at_ = 0;
 };
 
-std::string serialize(const Snapshot& s) {
-    std::string out;
+// Appended to `out` (the answer's first byte), which is sized once; each dataset's elements
+// are freed once appended, so the reader holds about one copy of them at a time.
+std::string serialize(Snapshot&& s, std::string out) {
+    size_t size = out.size() + 8 * 16 + s.blueprint.size() + s.inputs.size() + s.classes.size() + s.transforms.size() +
+                  s.counters.size() + s.record.size();
+    auto storedSize = [](const Stored& v) { return 8 * (7 + v.shape.rank()) + v.where.size() + v.bytes.size(); };
+    for (const auto& [name, index] : s.links) size += 16 + name.size();
+    for (const auto& [index, st] : s.params) size += 8 + storedSize(st);
+    for (const Stored& st : s.attrs) size += storedSize(st);
+    for (const Stored& st : s.extras) size += storedSize(st);
+    out.reserve(size);
+    auto putAndFree = [&out](Stored& st) {
+        put(out, st);
+        std::vector<char>().swap(st.bytes);
+    };
     put(out, s.hasBlueprint);
     put(out, s.blueprint);
     put(out, s.inputs);
@@ -402,21 +421,22 @@ std::string serialize(const Snapshot& s) {
         put(out, static_cast<uint64_t>(index));
     }
     put(out, static_cast<uint64_t>(s.params.size()));
-    for (const auto& [index, st] : s.params) {
+    for (auto& [index, st] : s.params) {
         put(out, static_cast<uint64_t>(index));
-        put(out, st);
+        putAndFree(st);
     }
     put(out, s.hasAttrs);
     put(out, static_cast<uint64_t>(s.attrs.size()));
-    for (const Stored& st : s.attrs) put(out, st);
+    for (Stored& st : s.attrs) putAndFree(st);
     put(out, s.hasExtras);
     put(out, static_cast<uint64_t>(s.extras.size()));
-    for (const Stored& st : s.extras) put(out, st);
+    for (Stored& st : s.extras) putAndFree(st);
     put(out, s.record);
     return out;
 }
 
-Snapshot deserialize(const std::string& in, const std::string& path) {
+// `in` views `answer`, which the snapshot keeps.
+Snapshot deserialize(std::string_view in, std::shared_ptr<const std::string> answer, const std::string& path) {
     WireReader r(in, path);
     Snapshot s;
     s.hasBlueprint = r.u64() != 0;
@@ -439,6 +459,7 @@ Snapshot deserialize(const std::string& in, const std::string& path) {
     s.hasExtras = r.u64() != 0;
     for (uint64_t i = 0, n = r.u64(); i < n; ++i) s.extras.push_back(r.stored());
     s.record = r.str();
+    s.answer = std::move(answer);
     return s;
 }
 
@@ -620,7 +641,7 @@ Snapshot snapshot(const std::string& path, unsigned parts) {
     put(request, size);
     put(request, path);
     // Generous for a healthy file (10 s, plus a second per 50 MB); a looping reader is stopped.
-    const io_detail::ChildServer::Result r = reader->call(request, readTimeout(size));
+    io_detail::ChildServer::Result r = reader->call(request, readTimeout(size));
     using Failure = io_detail::ChildServer::Result::Failure;
     switch (r.failure) {
     case Failure::none: break;
@@ -631,17 +652,24 @@ Snapshot snapshot(const std::string& path, unsigned parts) {
     case Failure::exited:
         throw fileError(path, "is unreadable: the HDF5 library failed reading it (" + r.detail + "; a corrupt file)");
     }
-    const std::string& got = *r.answer;
-    if (got.empty()) throw fileError(path, "cannot read it");
-    if (got[0] != '\0') throw IoError(got.substr(1)); // the reader's error, already naming the file
-    return deserialize(got.substr(1), path);
+    auto got = std::make_shared<const std::string>(std::move(*r.answer));
+    if (got->empty()) throw fileError(path, "cannot read it");
+    if ((*got)[0] != '\0') throw IoError(got->substr(1)); // the reader's error, already naming the file
+    return deserialize(std::string_view(*got).substr(1), got, path);
 }
 
 // Copies a snapshot's elements into `dst` (its shape and an element type it can hold).
+// A plain tensor in host memory takes them directly; others through a host copy.
 void copyInto(const Stored& s, const Tensor& dst) {
+    const std::string_view elements = s.elements();
+    if (static_cast<size_t>(dst.numel()) * sizeOf(dst.dtype()) != elements.size())
+        throw IoError("model file: dataset " + s.where + " changed size");
+    if (dst.device().isCpu() && dst.isPlain()) {
+        if (!elements.empty()) std::memcpy(dst.raw(), elements.data(), elements.size());
+        return;
+    }
     Tensor host = Tensor::empty(dst.shape(), dst.dtype());
-    if (host.nbytes() != s.bytes.size()) throw IoError("model file: dataset " + s.where + " changed size");
-    if (!s.bytes.empty()) std::memcpy(host.raw(), s.bytes.data(), s.bytes.size());
+    if (!elements.empty()) std::memcpy(host.raw(), elements.data(), elements.size());
     Tensor(dst).copyFrom(host.to(dst.device()).toLayout(dst.layout()));
 }
 
@@ -658,7 +686,11 @@ std::string io_detail::hdf5Read(const std::string& request) {
         const uint64_t size = r.u64();
         path = r.str();
         limitMemory(size);
-        return std::string(1, '\0') + serialize(readParts(path, parts));
+        // Blocks of 1 MiB and more mapped for themselves, so that a dataset's elements freed
+        // once serialized go back to the OS (glibc otherwise raises this threshold as mapped
+        // blocks are freed, and later ones stay in its heap). The reader is this process.
+        ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+        return serialize(readParts(path, parts), std::string(1, '\0'));
     } catch (const std::exception& e) {
         return std::string(1, '\1') + e.what();
     } catch (...) {
