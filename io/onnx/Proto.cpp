@@ -38,7 +38,6 @@ std::vector<int64_t> onnxGateOrder(RnnMode mode) {
     return {0};
 }
 
-// Raw or typed data of a TensorProto (`what` names it in errors).
 namespace {
 // A float32 tensor for a constant's values, real even while building shapes only (constants
 // hold values). Large ones (1 MiB and more) are pages mapped for them alone and unmapped
@@ -56,6 +55,7 @@ Tensor floatBlock(const Shape& shape) {
 }
 } // namespace
 
+// Raw or typed data of a TensorProto (`what` names it in errors).
 Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::string_view mapped) {
     const std::string_view raw = mapped.empty() ? std::string_view(t.raw_data()) : mapped;
     Constant c;
@@ -104,7 +104,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::st
         }
         sized(static_cast<size_t>(t.float_data_size()));
         c.tensor = floatBlock(shape.rank() ? shape : Shape{1}); // a scalar as [1]
-        std::copy(t.float_data().begin(), t.float_data().end(), c.tensor.data<float>());
+        if (n > 0) std::copy(t.float_data().begin(), t.float_data().end(), c.tensor.data<float>());
         return c;
     }
     case onnx::TensorProto::FLOAT16:
@@ -115,7 +115,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::st
             sized(static_cast<size_t>(t.int32_data_size()));
         }
         c.tensor = floatBlock(shape.rank() ? shape : Shape{1});
-        float* v = c.tensor.data<float>();
+        float* v = n > 0 ? c.tensor.data<float>() : nullptr;
         const bool f16 = t.data_type() == onnx::TensorProto::FLOAT16;
         for (int64_t i = 0; i < n; ++i) {
             uint16_t b;
