@@ -1,6 +1,11 @@
 """What the side-by-side CPU scripts (resample.py, transformer_layers.py,
 log_softmax_argmax.py) share: their --reps and --threads arguments, one thread count for
 both sides, and the timing of two sides in alternation.
+
+The method: both sides run in one process on the same float32 arrays with the same thread
+count (torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed
+up, then the two sides alternate --reps times (each side first in every other rep) and the
+medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is faster).
 """
 
 import argparse

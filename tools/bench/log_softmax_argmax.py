@@ -4,11 +4,8 @@ log_softmax and argmax on the CPU: a classifier's [256, 1000] scores over the cl
 [64, 128, 512] token scores over the last axis, a segmentation head's [16, 21, 128, 128]
 class map over the channels, and a language model's [256, 32000] next-token scores.
 
-Both run in one process on the same float32 arrays with the same thread count
-(torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed up,
-then the two sides alternate --reps times (each side first in every other rep) and the
-medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is faster).
-Tessera's side is a module call (and its backward) on tessera.Tensors made once; PyTorch's
+Timed as alternating.py describes (one process, one thread count, sides alternating,
+medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's side is a module call (and its backward) on tessera.Tensors made once; PyTorch's
 the call under no_grad, or a forward and backward of <y, dy> through autograd.
 
     /usr/bin/python3 tools/bench/log_softmax_argmax.py [--reps 21] [--threads 2]

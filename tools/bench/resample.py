@@ -4,11 +4,8 @@ Tessera's Upsample2D against PyTorch's F.interpolate on the CPU, in each mode (n
 linear as bilinear, cubic as bicubic), forward alone (PyTorch without autograd) and
 forward and backward.
 
-Both run in one process on the same float32 array with the same thread count
-(torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed up,
-then the two sides alternate --reps times (each side first in every other rep) and the
-medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is faster).
-Tessera's side is a module call (and its backward) on tessera.Tensors made once; PyTorch's
+Timed as alternating.py describes (one process, one thread count, sides alternating,
+medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's side is a module call (and its backward) on tessera.Tensors made once; PyTorch's
 the call under no_grad, or a forward and backward of <y, dy> through autograd.
 
     /usr/bin/python3 tools/bench/resample.py [--reps 11] [--threads 2]

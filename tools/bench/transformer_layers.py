@@ -4,13 +4,11 @@ backward (input and parameter gradients), at ViT-B/16's shapes (batch 8, 197 tok
 features, 12 heads), a GroupNorm of a convolutional stage, and nn.MultiheadAttention at
 ViT-B/16's and the zoo vit-tiny's shapes (128 images of 50 tokens, 64 features, 4 heads).
 
-Both run in one process on the same float32 arrays with the same thread count
-(torch.set_num_threads and OMP_NUM_THREADS, both from --threads); each case is warmed
-up, then the two sides alternate --reps times (each side first in every other rep) and
-the medians and the ratio PyTorch / Tessera in time are printed (above 1: Tessera is
-faster). Tessera's calls go through its Python package (a module call, then backward) on
-tessera.Tensors made once from the arrays, as PyTorch's on torch tensors made once;
-PyTorch's through autograd (a forward, then backward of <y, dy>). PyTorch 1.13 has no
+Timed as alternating.py describes (one process, one thread count, sides alternating,
+medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's
+calls go through its Python package (a module call, then backward) on tessera.Tensors made
+once from the arrays, as PyTorch's on torch tensors made once; PyTorch's through autograd
+(a forward, then backward of <y, dy>). PyTorch 1.13 has no
 scaled_dot_product_attention: its side of the attention case is the same formula in
 autograd (which keeps every head's scores; Tessera's module keeps none).
 
