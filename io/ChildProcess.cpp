@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -73,6 +74,23 @@ bool recvMessage(int fd, std::string& m, std::optional<std::chrono::steady_clock
 
 } // namespace
 
+bool Outgoing::write(const char* p, size_t n) { return sendAll(fd_, p, n); }
+
+bool Incoming::read(char* p, size_t n) {
+    if (timedOut_ || failed_) return false;
+    char scratch[1 << 16];
+    while (n > 0) {
+        const size_t k = p ? n : std::min(n, sizeof scratch);
+        if (!recvAll(fd_, p ? p : scratch, k, deadline_, &timedOut_)) {
+            failed_ = true;
+            return false;
+        }
+        n -= k;
+        if (p) p += k;
+    }
+    return true;
+}
+
 Handler handlerNamed(const std::string& name) {
     if (name == "onnx-shape-inference") return &onnxShapeInference;
     if (name == "hdf5-read") return &hdf5Read;
@@ -104,7 +122,8 @@ ChildServer::~ChildServer() {
     if (pid_ >= 0) stop();
 }
 
-ChildServer::Result ChildServer::call(const std::string& request, std::chrono::milliseconds timeout) {
+ChildServer::Result ChildServer::call(const std::string& request, std::chrono::milliseconds timeout,
+                                      const std::function<void(const std::string&, Incoming&)>& rest) {
     std::lock_guard<std::mutex> lock(mutex_);
     Result result;
     if (pid_ < 0) {
@@ -118,8 +137,21 @@ ChildServer::Result ChildServer::call(const std::string& request, std::chrono::m
     std::string answer;
     bool timedOut = false;
     if (sendMessage(fd_, request) && recvMessage(fd_, answer, deadline, &timedOut)) {
-        result.answer = std::move(answer);
-        return result;
+        Incoming in(fd_, deadline);
+        if (rest) {
+            try {
+                rest(answer, in);
+            } catch (...) {
+                ::kill(pid_, SIGKILL); // it may be streaming still: out of step with the next call
+                stop();
+                throw;
+            }
+        }
+        if (!in.failed_) {
+            result.answer = std::move(answer);
+            return result;
+        }
+        timedOut = in.timedOut_;
     }
     if (timedOut) ::kill(pid_, SIGKILL);
     const int status = stop();
@@ -182,13 +214,19 @@ void serveChild(Handler handler, int fd) {
         std::string request;
         bool unused = false;
         if (!recvMessage(fd, request, std::nullopt, &unused)) ::_exit(0);
-        std::string answer;
+        Answer answer("");
+        bool sent = false;
         try {
             answer = handler(request);
+            sent = sendMessage(fd, answer.bytes);
+            if (sent && answer.rest) {
+                Outgoing out(fd);
+                sent = answer.rest(out);
+            }
         } catch (...) {
             ::_exit(1);
         }
-        if (!sendMessage(fd, answer)) ::_exit(0);
+        if (!sent) ::_exit(0);
     }
 }
 

@@ -1,18 +1,16 @@
-// HDF5 model files through the HDF5 C API. Every handle is closed by a small RAII owner.
+// HDF5 model files: saved through the HDF5 C API (every handle closed by a small RAII
+// owner), loaded through the reader process (io/Hdf5Reader.h).
 #include "io/Hdf5.h"
 
 #include <fcntl.h>
 #include <hdf5.h>
-#include <malloc.h>
 #include <nlohmann/json.hpp>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,45 +26,13 @@
 #include "backend/Backend.h"
 #include "backend/Files.h"
 #include "io/ChildProcess.h"
+#include "io/Hdf5Reader.h"
 
 namespace tessera {
 
+using namespace hdf5_detail;
+
 namespace {
-
-// An hid_t closed by `close` when it goes out of scope.
-class Handle {
-public:
-    Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-    ~Handle() {
-        if (id_ >= 0) close_(id_);
-    }
-    Handle(const Handle&) = delete;
-    Handle& operator=(const Handle&) = delete;
-    Handle(Handle&& other) noexcept : id_(other.id_), close_(other.close_) { other.id_ = -1; }
-    hid_t get() const { return id_; }
-    bool ok() const { return id_ >= 0; }
-
-private:
-    hid_t id_;
-    herr_t (*close_)(hid_t);
-};
-
-// HDF5 prints its error stack to stderr by default; our exceptions say what went wrong.
-void quietHdf5() {
-    static const bool done = [] {
-        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-        return true;
-    }();
-    (void)done;
-}
-
-IoError fileError(const std::string& path, const std::string& what) {
-    return IoError("model file " + path + ": " + what);
-}
-
-void check(herr_t status, const std::string& path, const std::string& what) {
-    if (status < 0) throw fileError(path, what);
-}
 
 // A 16-bit little-endian float type: float16 (IEEE half: 5 exponent bits) or bfloat16
 // (float32's upper half: 8 exponent bits). h5py reads the first as numpy's float16.
@@ -137,76 +103,6 @@ void writeString(hid_t file, const std::string& name, const std::string& text, c
     padded.resize(std::max<size_t>(1, text.size()), '\0');
     if (!set.ok()) throw fileError(path, "cannot create " + name);
     check(H5Dwrite(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()), path, "cannot write " + name);
-}
-
-// The names of a group's members.
-std::vector<std::string> members(hid_t group) {
-    std::vector<std::string> names;
-    H5Literate(
-        group, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
-        [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-            static_cast<std::vector<std::string>*>(out)->push_back(name);
-            return 0;
-        },
-        &names);
-    return names;
-}
-
-// A dataset as read: its shape, stored type and (for supported types) its elements as
-// float32 (floating types, through HDF5's conversion) or int32.
-struct Stored {
-    Shape shape;
-    DType dtype = DType::float32;
-    bool supported = true;
-    std::string where;       // dataset path
-    std::vector<char> bytes; // float32 or int32 elements, as the reader read them
-    // The same elements in the parent: a view of the reader's answer, which the Snapshot
-    // holds (the elements are not copied again before they reach the tensors).
-    std::string_view wire;
-    std::string_view elements() const { return bytes.empty() ? wire : std::string_view(bytes.data(), bytes.size()); }
-};
-
-Stored describe(hid_t file, const std::string& where, const std::string& path) {
-    Handle set(H5Dopen2(file, where.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!set.ok()) throw fileError(path, "dataset " + where + " is missing");
-    Handle space(H5Dget_space(set.get()), H5Sclose);
-    const int rank = H5Sget_simple_extent_ndims(space.get());
-    if (rank < 0) throw fileError(path, "dataset " + where + " is unreadable");
-    std::vector<hsize_t> dims(static_cast<size_t>(rank));
-    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-    Stored s;
-    std::vector<int64_t> d;
-    for (hsize_t v : dims) d.push_back(static_cast<int64_t>(v));
-    s.shape = Shape(d);
-    s.where = where;
-    Handle type(H5Dget_type(set.get()), H5Tclose);
-    const H5T_class_t cls = H5Tget_class(type.get());
-    const size_t size = H5Tget_size(type.get());
-    if (cls == H5T_FLOAT && size == 4)
-        s.dtype = DType::float32;
-    else if (cls == H5T_FLOAT && size == 2) // read back through HDF5's conversion to float
-        s.dtype = H5Tget_ebias(type.get()) == 127 ? DType::bfloat16 : DType::float16;
-    else if (cls == H5T_INTEGER && size == 4)
-        s.dtype = DType::int32;
-    else
-        s.supported = false;
-    return s;
-}
-
-int64_t readIndex(hid_t file, const std::string& where, const std::string& path) {
-    Handle set(H5Dopen2(file, where.c_str(), H5P_DEFAULT), H5Dclose);
-    int64_t index = -1;
-    if (!set.ok() || H5Dread(set.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &index) < 0) {
-        throw fileError(path, "link " + where + " is unreadable");
-    }
-    return index;
-}
-
-// The size of the file at `path` (0 when it cannot be read).
-uint64_t fileBytes(const std::string& path) {
-    std::error_code ec;
-    const uintmax_t n = std::filesystem::file_size(path, ec);
-    return ec ? 0 : static_cast<uint64_t>(n);
 }
 
 } // namespace
@@ -301,321 +197,6 @@ void saveModel(const Module& module, const std::string& path, const SaveOptions&
 
 namespace {
 
-// ---- reading, in a reader process -----------------------------------------------------
-//
-// libhdf5 trusts the sizes and offsets in a file's metadata: a corrupt file can make it
-// crash (group iteration, the global heap), loop, or allocate gigabytes before it fails,
-// and none of that can be checked from outside before it happens. So every read runs in
-// a reader process, under a memory limit where the build allows one: the reader reads what
-// the caller needs into a snapshot and sends it back through a pipe; a crash, a hang or
-// a failed allocation there is an IoError naming the file here. The parent never reads a
-// file through libhdf5.
-
-// Which parts of a file a snapshot holds.
-enum Part : unsigned { blueprintPart = 1, modelPart = 2, extrasPart = 4 };
-
-struct Snapshot {
-    bool hasBlueprint = false;
-    std::string blueprint;
-    std::string inputs;     // the "inputs" text, empty when none
-    std::string classes;    // the "classes" JSON array of names, empty when none
-    std::string transforms; // the "transforms" text, empty when none
-    std::string counters;   // the "counters" JSON object, empty when none
-    bool hasLinks = false;
-    std::vector<std::pair<std::string, int64_t>> links; // link name -> params index
-    std::map<int64_t, Stored> params;                   // the linked params/<index>
-    bool hasAttrs = false;
-    std::vector<Stored> attrs; // where = the attribute's name
-    bool hasExtras = false;
-    std::vector<Stored> extras; // where = the tensor's name
-    std::string record;
-    std::shared_ptr<const std::string> answer; // the reader's answer, which `wire` views
-};
-
-// The snapshot's wire format: numbers as 8 native bytes, strings and byte arrays with
-// their length first.
-void put(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
-void put(std::string& out, const std::string& v) {
-    put(out, static_cast<uint64_t>(v.size()));
-    out += v;
-}
-void put(std::string& out, const Stored& v) {
-    put(out, v.where);
-    put(out, static_cast<uint64_t>(v.dtype));
-    put(out, static_cast<uint64_t>(v.supported));
-    put(out, static_cast<uint64_t>(v.shape.rank()));
-    for (int64_t d : v.shape.dims()) put(out, static_cast<uint64_t>(d));
-    put(out, static_cast<uint64_t>(v.bytes.size()));
-    out.append(v.bytes.data(), v.bytes.size());
-}
-
-class WireReader {
-public:
-    WireReader(std::string_view in, const std::string& path) : in_(in), path_(path) {}
-    uint64_t u64() {
-        need(8);
-        uint64_t v = 0;
-        std::memcpy(&v, in_.data() + at_, 8);
-        at_ += 8;
-        return v;
-    }
-    std::string str() {
-        const uint64_t n = u64();
-        need(n);
-        std::string v(in_.substr(at_, n));
-        at_ += n;
-        return v;
-    }
-    Stored stored() {
-        Stored v;
-        v.where = str();
-        v.dtype = static_cast<DType>(u64());
-        v.supported = u64() != 0;
-        const uint64_t rank = u64();
-        if (rank > 32) bad();
-        std::vector<int64_t> dims;
-        for (uint64_t i = 0; i < rank; ++i) dims.push_back(static_cast<int64_t>(u64()));
-        v.shape = Shape(dims);
-        const uint64_t n = u64();
-        need(n);
-        v.wire = in_.substr(at_, n);
-        at_ += n;
-        return v;
-    }
-
-private:
-    void need(uint64_t n) const {
-        if (n > in_.size() - at_) bad();
-    }
-    [[noreturn]] void bad() const { throw fileError(path_, "reading it failed (a malformed answer from the reader)"); }
-    std::string_view in_;
-    const std::string& path_;
-    size_t at_ = 0;
-};
-
-// Appended to `out` (the answer's first byte), which is sized once; each dataset's elements
-// are freed once appended, so the reader holds about one copy of them at a time.
-std::string serialize(Snapshot&& s, std::string out) {
-    size_t size = out.size() + 8 * 16 + s.blueprint.size() + s.inputs.size() + s.classes.size() + s.transforms.size() +
-                  s.counters.size() + s.record.size();
-    auto storedSize = [](const Stored& v) { return 8 * (7 + v.shape.rank()) + v.where.size() + v.bytes.size(); };
-    for (const auto& [name, index] : s.links) size += 16 + name.size();
-    for (const auto& [index, st] : s.params) size += 8 + storedSize(st);
-    for (const Stored& st : s.attrs) size += storedSize(st);
-    for (const Stored& st : s.extras) size += storedSize(st);
-    out.reserve(size);
-    auto putAndFree = [&out](Stored& st) {
-        put(out, st);
-        std::vector<char>().swap(st.bytes);
-    };
-    put(out, s.hasBlueprint);
-    put(out, s.blueprint);
-    put(out, s.inputs);
-    put(out, s.classes);
-    put(out, s.transforms);
-    put(out, s.counters);
-    put(out, s.hasLinks);
-    put(out, static_cast<uint64_t>(s.links.size()));
-    for (const auto& [name, index] : s.links) {
-        put(out, name);
-        put(out, static_cast<uint64_t>(index));
-    }
-    put(out, static_cast<uint64_t>(s.params.size()));
-    for (auto& [index, st] : s.params) {
-        put(out, static_cast<uint64_t>(index));
-        putAndFree(st);
-    }
-    put(out, s.hasAttrs);
-    put(out, static_cast<uint64_t>(s.attrs.size()));
-    for (Stored& st : s.attrs) putAndFree(st);
-    put(out, s.hasExtras);
-    put(out, static_cast<uint64_t>(s.extras.size()));
-    for (Stored& st : s.extras) putAndFree(st);
-    put(out, s.record);
-    return out;
-}
-
-// `in` views `answer`, which the snapshot keeps.
-Snapshot deserialize(std::string_view in, std::shared_ptr<const std::string> answer, const std::string& path) {
-    WireReader r(in, path);
-    Snapshot s;
-    s.hasBlueprint = r.u64() != 0;
-    s.blueprint = r.str();
-    s.inputs = r.str();
-    s.classes = r.str();
-    s.transforms = r.str();
-    s.counters = r.str();
-    s.hasLinks = r.u64() != 0;
-    for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
-        std::string name = r.str();
-        s.links.emplace_back(std::move(name), static_cast<int64_t>(r.u64()));
-    }
-    for (uint64_t i = 0, n = r.u64(); i < n; ++i) {
-        const auto index = static_cast<int64_t>(r.u64());
-        s.params[index] = r.stored();
-    }
-    s.hasAttrs = r.u64() != 0;
-    for (uint64_t i = 0, n = r.u64(); i < n; ++i) s.attrs.push_back(r.stored());
-    s.hasExtras = r.u64() != 0;
-    for (uint64_t i = 0, n = r.u64(); i < n; ++i) s.extras.push_back(r.stored());
-    s.record = r.str();
-    s.answer = std::move(answer);
-    return s;
-}
-
-// ---- the child's side: libhdf5 calls --------------------------------------------------
-
-// The string dataset `name` of an open file (fixed or variable length).
-std::string readString(hid_t file, const std::string& name, const std::string& path) {
-    Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!set.ok()) throw fileError(path, name + " is unreadable");
-    Handle type(H5Dget_type(set.get()), H5Tclose);
-    if (H5Tget_class(type.get()) != H5T_STRING) throw fileError(path, name + " is not a string");
-    Handle space(H5Dget_space(set.get()), H5Sclose);
-    if (H5Sget_simple_extent_npoints(space.get()) != 1) throw fileError(path, name + " is not a single string");
-    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-    if (H5Tis_variable_str(type.get()) > 0) {
-        H5Tset_size(mem.get(), H5T_VARIABLE);
-        char* data = nullptr;
-        check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &data), path, "cannot read " + name);
-        std::string text = data ? data : "";
-        H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, &data);
-        return text;
-    }
-    // One byte more than stored, for the terminator of the null-terminated memory type.
-    const size_t size = H5Tget_size(type.get()) + 1;
-    if (size > fileBytes(path))
-        throw fileError(path, name + " claims " + std::to_string(size) + " bytes, more than the file holds");
-    H5Tset_size(mem.get(), size);
-    std::string text(size, '\0');
-    check(H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), path, "cannot read " + name);
-    text.resize(std::strlen(text.c_str()));
-    return text;
-}
-
-// Describes and reads the dataset `where`. Its declared size is checked against what the
-// file stores before anything is allocated.
-Stored readDataset(hid_t file, const std::string& where, const std::string& path) {
-    Stored s = describe(file, where, path);
-    if (!s.supported) return s;
-    Handle set(H5Dopen2(file, where.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!set.ok()) throw fileError(path, "dataset " + where + " is missing");
-    Handle type(H5Dget_type(set.get()), H5Tclose);
-    int64_t numel = 0;
-    try {
-        numel = s.shape.numel();
-    } catch (const Error&) {
-        throw fileError(path, "dataset " + where + " has an impossible shape " + s.shape.str());
-    }
-    const uint64_t stored = H5Dget_storage_size(set.get());
-    const uint64_t need = static_cast<uint64_t>(numel) * H5Tget_size(type.get());
-    if (stored < need || stored > fileBytes(path)) {
-        throw fileError(path, "dataset " + where + " declares " + s.shape.str() + " (" + std::to_string(need) +
-                                  " bytes) but the file stores " + std::to_string(stored) + " bytes for it");
-    }
-    s.bytes.resize(static_cast<size_t>(numel) * 4);
-    const hid_t mem = s.dtype == DType::int32 ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT;
-    if (numel > 0 && H5Dread(set.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.bytes.data()) < 0) {
-        Handle create(H5Dget_create_plist(set.get()), H5Pclose);
-        unsigned flags = 0, config = 0, values[4] = {};
-        size_t count = 4;
-        const bool summed = create.ok() && H5Pget_filter_by_id2(create.get(), H5Z_FILTER_FLETCHER32, &flags, &count,
-                                                                values, 0, nullptr, &config) >= 0;
-        throw fileError(path, "cannot read " + where +
-                                  (summed ? ": its bytes do not match its Fletcher-32 checksum (the file is damaged; "
-                                            "save it again from a good copy)"
-                                          : ""));
-    }
-    if (s.dtype != DType::int32) { // NaN or infinity in a parameter poisons every step that uses it
-        const auto* v = reinterpret_cast<const float*>(s.bytes.data());
-        int64_t bad = 0;
-        for (int64_t i = 0; i < numel; ++i) bad += !std::isfinite(v[i]);
-        if (bad > 0) {
-            throw fileError(path, "dataset " + where + " holds " + std::to_string(bad) + " non-finite value" +
-                                      (bad > 1 ? "s" : "") + " (NaN or infinity) of " + std::to_string(numel) +
-                                      ": the model it was saved from had diverged");
-        }
-    }
-    return s;
-}
-
-Snapshot readParts(const std::string& path, unsigned parts) {
-    Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!file.ok()) throw fileError(path, "cannot be opened as HDF5 (truncated or corrupt?)");
-    auto exists = [&](const char* name) { return H5Lexists(file.get(), name, H5P_DEFAULT) > 0; };
-    auto group = [&](const std::string& name) {
-        Handle g(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Gclose);
-        if (!g.ok()) throw fileError(path, "the '" + name + "' group is unreadable");
-        return members(g.get());
-    };
-    Snapshot s;
-    if (parts & blueprintPart) {
-        s.hasBlueprint = exists("blueprint");
-        if (s.hasBlueprint) s.blueprint = readString(file.get(), "blueprint", path);
-        if (exists("inputs")) s.inputs = readString(file.get(), "inputs", path);
-        if (exists("classes")) s.classes = readString(file.get(), "classes", path);
-        if (exists("transforms")) s.transforms = readString(file.get(), "transforms", path);
-    }
-    if (parts & modelPart) {
-        s.hasLinks = exists("links");
-        if (s.hasLinks) {
-            for (const std::string& n : group("links")) {
-                const int64_t index = readIndex(file.get(), "links/" + n, path);
-                s.links.emplace_back(n, index);
-                if (!s.params.count(index)) {
-                    s.params[index] = readDataset(file.get(), "params/" + std::to_string(index), path);
-                }
-            }
-        }
-        if (exists("counters")) s.counters = readString(file.get(), "counters", path);
-        s.hasAttrs = exists("attrs");
-        if (s.hasAttrs) {
-            for (const std::string& n : group("attrs")) {
-                s.attrs.push_back(readDataset(file.get(), "attrs/" + n, path));
-                s.attrs.back().where = n;
-            }
-        }
-    }
-    if (parts & extrasPart) {
-        s.hasExtras = exists("extra") && exists("extra_record");
-        if (s.hasExtras) {
-            s.record = readString(file.get(), "extra_record", path);
-            for (const std::string& n : group("extra")) {
-                s.extras.push_back(readDataset(file.get(), "extra/" + n, path));
-                s.extras.back().where = n;
-            }
-        }
-    }
-    return s;
-}
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-
-// The reader's memory limit for one file: its address space so far plus room for a
-// snapshot of the file (16-bit data grows to 32), so a size libhdf5 took from a corrupt
-// header fails to allocate instead of succeeding. (AddressSanitizer builds reserve
-// terabytes of address space and cap allocations themselves: none there.)
-void limitMemory(uint64_t fileSize) {
-    if (kAddressSanitizer) return;
-    std::ifstream statm("/proc/self/statm");
-    uint64_t pages = 0;
-    if (!(statm >> pages)) return;
-    const uint64_t limit = pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) + 4 * fileSize + (uint64_t{1} << 30);
-    const rlimit rl{limit, RLIM_INFINITY};
-    ::setrlimit(RLIMIT_AS, &rl);
-}
-
 // How long a read may take before the reader is taken to hang: TESSERA_HDF5_READ_TIMEOUT
 // seconds (a decimal number), else 10 s; plus a second per 50 MB of file.
 std::chrono::milliseconds readTimeout(uint64_t fileSize) {
@@ -628,80 +209,108 @@ std::chrono::milliseconds readTimeout(uint64_t fileSize) {
                                      static_cast<int64_t>(fileSize / (50 << 20)) * 1000);
 }
 
-// The parts of `path` a snapshot holds, read by the reader process (see above).
-Snapshot snapshot(const std::string& path, unsigned parts) {
+// Where each dataset's elements go, in datasets()'s order (null: dropped), given the
+// snapshot's description before any element arrives; its exceptions stop the read with
+// nothing written.
+using Placement = std::function<std::vector<char*>(const Snapshot&)>;
+
+// The parts of `path` a snapshot holds, read by the reader process (see above); the
+// datasets' elements (modelPart, extrasPart) go where `place` says.
+Snapshot snapshot(const std::string& path, unsigned parts, const Placement& place = nullptr) {
     quietHdf5();
     if (!std::filesystem::exists(path)) throw fileError(path, "no such file");
     if (!isHdf5File(path)) throw fileError(path, "not an HDF5 file (no HDF5 signature)");
     // Never destroyed: reads during static destruction work.
     static auto* reader = new io_detail::ChildServer("hdf5-read");
     const uint64_t size = fileBytes(path);
-    std::string request;
-    put(request, static_cast<uint64_t>(parts));
-    put(request, size);
-    put(request, path);
+    const std::string request = readRequest(parts, size, path);
+    Snapshot s;
+    bool described = false, written = false;
+    auto receive = [&](const std::string& answer, io_detail::Incoming& in) {
+        if (answer.empty() || answer[0] != '\0') return; // the reader's error: nothing follows
+        s = deserialize(std::string_view(answer).substr(1), path);
+        described = true;
+        const std::vector<const Stored*> sets = datasets(s);
+        const std::vector<char*> to = place ? place(s) : std::vector<char*>(sets.size(), nullptr);
+        for (size_t i = 0; i < sets.size(); ++i) {
+            written = written || (to.at(i) && sets[i]->bytes() > 0);
+            if (!in.read(to[i], sets[i]->bytes())) return;
+        }
+    };
     // Generous for a healthy file (10 s, plus a second per 50 MB); a looping reader is stopped.
-    io_detail::ChildServer::Result r = reader->call(request, readTimeout(size));
+    io_detail::ChildServer::Result r = reader->call(request, readTimeout(size), receive);
+    // The reader checks every dataset before it sends any: only a reader killed while sending
+    // leaves tensors partly written.
+    const std::string partly = written ? " (after some of the tensors had been written)" : "";
     using Failure = io_detail::ChildServer::Result::Failure;
     switch (r.failure) {
     case Failure::none: break;
     case Failure::cannotStart: throw fileError(path, "cannot read it: " + r.detail);
-    case Failure::timedOut: throw fileError(path, "is unreadable: reading it did not finish in time (a corrupt file?)");
+    case Failure::timedOut:
+        throw fileError(path, "is unreadable: reading it did not finish in time (a corrupt file?)" + partly);
     case Failure::crashed:
-        throw fileError(path, "is unreadable: the HDF5 library crashed reading it (" + r.detail + "; a corrupt file)");
+        throw fileError(path, "is unreadable: the HDF5 library crashed reading it (" + r.detail + "; a corrupt file)" +
+                                  partly);
     case Failure::exited:
-        throw fileError(path, "is unreadable: the HDF5 library failed reading it (" + r.detail + "; a corrupt file)");
+        throw fileError(path, "is unreadable: the HDF5 library failed reading it (" + r.detail + "; a corrupt file)" +
+                                  partly);
     }
-    auto got = std::make_shared<const std::string>(std::move(*r.answer));
-    if (got->empty()) throw fileError(path, "cannot read it");
-    if ((*got)[0] != '\0') throw IoError(got->substr(1)); // the reader's error, already naming the file
-    return deserialize(std::string_view(*got).substr(1), got, path);
+    const std::string& got = *r.answer;
+    if (!got.empty() && got[0] == '\1') throw IoError(got.substr(1)); // the reader's error, already naming the file
+    if (!described) throw fileError(path, "cannot read it");
+    return s;
 }
 
-// Copies a snapshot's elements into `dst` (its shape and an element type it can hold).
-// A plain tensor in host memory takes them directly; others through a host copy.
-void copyInto(const Stored& s, const Tensor& dst) {
-    const std::string_view elements = s.elements();
-    if (static_cast<size_t>(dst.numel()) * sizeOf(dst.dtype()) != elements.size())
-        throw IoError("model file: dataset " + s.where + " changed size");
-    if (dst.device().isCpu() && dst.isPlain()) {
-        if (!elements.empty()) std::memcpy(dst.raw(), elements.data(), elements.size());
-        return;
+// Where the elements of `copies` go (each a dataset and a tensor it fills, shapes and types
+// checked): a plain float32 or int32 tensor in host memory takes them straight from the
+// reader; other tensors, and a second tensor filled from the same dataset, through a host
+// tensor copied over once all have arrived (`after`: from, to).
+std::vector<char*> destinations(const Snapshot& file, const std::vector<std::pair<const Stored*, Tensor>>& copies,
+                                std::vector<std::pair<Tensor, Tensor>>& after) {
+    const std::vector<const Stored*> sets = datasets(file);
+    std::unordered_map<const Stored*, size_t> index;
+    for (size_t i = 0; i < sets.size(); ++i) index[sets[i]] = i;
+    std::vector<char*> to(sets.size(), nullptr);
+    std::unordered_map<const Stored*, Tensor> landed; // where each dataset's elements arrive
+    for (const auto& [s, dst] : copies) {
+        if (auto it = landed.find(s); it != landed.end()) {
+            if (!(dst.device().isCpu() && dst.isPlain() && dst.raw() == it->second.raw())) // not the same tensor
+                after.emplace_back(it->second, dst);
+            continue;
+        }
+        const DType wire = s->dtype == DType::int32 ? DType::int32 : DType::float32;
+        const bool direct = dst.device().isCpu() && dst.isPlain() && dst.dtype() == wire;
+        Tensor land = direct ? dst : Tensor::empty(dst.shape(), wire);
+        if (!direct) after.emplace_back(land, dst);
+        landed.emplace(s, land);
+        if (s->bytes() > 0) to[index.at(s)] = static_cast<char*>(land.raw());
     }
-    Tensor host = Tensor::empty(dst.shape(), dst.dtype());
-    if (!elements.empty()) std::memcpy(host.raw(), elements.data(), elements.size());
-    Tensor(dst).copyFrom(host.to(dst.device()).toLayout(dst.layout()));
+    return to;
+}
+
+// Copies `from` (a host tensor) into `to`, converting its type and moving it to its device
+// and layout.
+void copyOver(const Tensor& from, const Tensor& to) {
+    const Tensor typed = from.dtype() == to.dtype() ? from : from.astype(to.dtype());
+    Tensor(to).copyFrom(typed.to(to.device()).toLayout(to.layout()));
 }
 
 } // namespace
 
-// The reader process (io_detail::ChildServer: started on the first read and kept; one that
-// crashed or hung is replaced at the next read). A request is (parts, file size, path);
-// the answer is '\0' and the serialized snapshot, or '\1' and the error's message.
-std::string io_detail::hdf5Read(const std::string& request) {
-    std::string path;
-    try {
-        WireReader r(request, path);
-        const auto parts = static_cast<unsigned>(r.u64());
-        const uint64_t size = r.u64();
-        path = r.str();
-        limitMemory(size);
-        // Blocks of 1 MiB and more mapped for themselves, so that a dataset's elements freed
-        // once serialized go back to the OS (glibc otherwise raises this threshold as mapped
-        // blocks are freed, and later ones stay in its heap). The reader is this process.
-        ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
-        return serialize(readParts(path, parts), std::string(1, '\0'));
-    } catch (const std::exception& e) {
-        return std::string(1, '\1') + e.what();
-    } catch (...) {
-        return std::string(1, '\1') + fileError(path, "cannot read it").what();
-    }
-}
+namespace {
 
-void loadModel(Module& module, const std::string& path, LoadMode mode) {
-    const Snapshot file = snapshot(path, modelPart);
-    std::vector<std::string> problems;
+// What loading `file` into `module` copies: each dataset and the tensor it fills, and the
+// training counters' values. Throws, naming every mismatch, when anything does not match.
+struct LoadPlan {
     std::vector<std::pair<const Stored*, Tensor>> copies;
+    std::vector<std::pair<int64_t*, int64_t>> counterValues;
+};
+
+LoadPlan planLoad(const Snapshot& file, Module& module, const std::string& path, LoadMode mode) {
+    LoadPlan plan;
+    auto& copies = plan.copies;
+    auto& counterValues = plan.counterValues;
+    std::vector<std::string> problems;
     auto match = [&](const std::string& what, const std::string& name, const Tensor& dst, const Stored& s) {
         if (!s.supported) {
             problems.push_back(what + " " + name + ": stored with an unsupported type");
@@ -752,7 +361,6 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
     // Training counters (batch norm's batches seen): restored where the file has them, so
     // training on from a model file continues its running averages; files from before
     // they were saved leave the model's own.
-    std::vector<std::pair<int64_t*, int64_t>> counterValues;
     if (!file.counters.empty()) {
         nlohmann::json saved;
         try {
@@ -782,7 +390,22 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
         for (const std::string& p : problems) msg += "\n  " + p;
         throw fileError(path, msg);
     }
-    for (const auto& [s, dst] : copies) copyInto(*s, dst);
+    return plan;
+}
+
+} // namespace
+
+void loadModel(Module& module, const std::string& path, LoadMode mode) {
+    // Matched against the file's description before any element arrives: a mismatch stops
+    // the read with nothing loaded.
+    std::vector<std::pair<Tensor, Tensor>> after;
+    std::vector<std::pair<int64_t*, int64_t>> counterValues;
+    snapshot(path, modelPart, [&](const Snapshot& file) {
+        LoadPlan plan = planLoad(file, module, path, mode);
+        counterValues = std::move(plan.counterValues);
+        return destinations(file, plan.copies, after);
+    });
+    for (const auto& [from, to] : after) copyOver(from, to);
     for (const auto& [c, v] : counterValues) *c = v;
     noteParameterChange();
 }
@@ -823,19 +446,22 @@ std::vector<std::string> readClassNames(const std::string& path) {
 std::string readTransforms(const std::string& path) { return snapshot(path, blueprintPart).transforms; }
 
 FileExtras loadExtras(const std::string& path) {
-    const Snapshot file = snapshot(path, extrasPart);
-    if (!file.hasExtras) {
-        throw fileError(path, "is a model file without checkpoint data (no 'extra' group and record)");
-    }
     FileExtras extras;
-    extras.record = file.record;
-    for (const Stored& s : file.extras) {
-        if (!s.supported || s.dtype == DType::int32)
-            throw fileError(path, "extra/" + s.where + " is not a float tensor");
-        Tensor t = Tensor::empty(s.shape, DType::float32);
-        copyInto(s, t);
-        extras.tensors.emplace_back(s.where, t);
-    }
+    snapshot(path, extrasPart, [&](const Snapshot& file) {
+        if (!file.hasExtras) {
+            throw fileError(path, "is a model file without checkpoint data (no 'extra' group and record)");
+        }
+        extras.record = file.record;
+        std::vector<char*> to; // the extras are the only datasets of this part
+        for (const Stored& s : file.extras) {
+            if (!s.supported || s.dtype == DType::int32)
+                throw fileError(path, "extra/" + s.where + " is not a float tensor");
+            Tensor t = Tensor::empty(s.shape, DType::float32);
+            to.push_back(s.bytes() > 0 ? static_cast<char*>(t.raw()) : nullptr);
+            extras.tensors.emplace_back(s.where, t);
+        }
+        return to;
+    });
     return extras;
 }
 

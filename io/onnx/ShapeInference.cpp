@@ -191,7 +191,7 @@ namespace tessera {
 // the file, not the end of the importing process. A request is a serialized model; the
 // answer is '\0' and a GraphProto of the inferred value_info and outputs, or '\1' when
 // inference threw or the model does not parse (the declared shapes serve then).
-std::string io_detail::onnxShapeInference(const std::string& request) {
+io_detail::Answer io_detail::onnxShapeInference(const std::string& request) {
     onnx::ModelProto m;
     if (!m.ParseFromString(request)) return std::string(1, '\1');
     try {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include "GradCheck.h"
 #include "SourceDir.h"
 #include "containers/Sequential.h"
+#include "io/Checksum.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
 #include "modules/Activation.h"
@@ -403,6 +405,59 @@ TEST(Hdf5, AFlippedBitInAnArrayIsAChecksumError) {
     EXPECT_NE(e.find("params/"), std::string::npos) << e; // the array by its place in the file
     loadModel(*b, path);                                  // the untouched file loads
     EXPECT_EQ(b->getByName("fc1").getVar("W")->data.toVector<float>(), values);
+}
+
+// The reader checks the chunks Tessera saved with its own Fletcher-32 (and reads them
+// without libhdf5's buffer): it must give the bits libhdf5's filter stores after each chunk,
+// at the lengths where its blocks of 360 words end and with words that make its sums wrap.
+TEST(Hdf5, ChecksumsMatchTheOnesLibhdf5Stores) {
+    // Bytes whose words are the largest a word can be, as floats NaN (saved, but refused at
+    // load), then finite ones: large words, then noise.
+    auto pattern = [state = uint32_t{7}](int64_t n, bool ones) mutable {
+        std::string bytes(static_cast<size_t>(n) * 4, '\0');
+        for (size_t i = 0; i < bytes.size(); ++i) {
+            state = state * 1664525u + 1013904223u;
+            const char noise = static_cast<char>(i % 4 == 3 ? (state >> 24) & 0xbf : state >> 24); // no NaN
+            bytes[i] = ones ? '\xff' : i < bytes.size() / 2 ? "\xff\xff\x7f\x7f"[i % 4] : noise;
+        }
+        return bytes;
+    };
+    auto save = [](const std::vector<std::string>& patterns, const std::string& path) {
+        FileExtras extras;
+        extras.record = "{}";
+        for (const std::string& bytes : patterns) {
+            Tensor t = Tensor::empty(Shape({static_cast<int64_t>(bytes.size() / 4)}), DType::float32);
+            std::memcpy(t.raw(), bytes.data(), bytes.size());
+            extras.tensors.emplace_back("t" + std::to_string(extras.tensors.size()), t);
+        }
+        saveModel(*model(1), path, SaveOptions{}, extras);
+        std::ifstream in(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    std::vector<std::string> finite;
+    for (int64_t n : {1, 2, 89, 90, 91, 179, 180, 181, 1000, 5000}) finite.push_back(pattern(n, false)); // 2 words each
+    const std::vector<std::string> ones = {pattern(180, true), pattern(5000, true)};
+    for (const auto& patterns : {finite, ones}) {
+        const std::string file = save(patterns, tempFile("checksums.h5"));
+        for (const std::string& bytes : patterns) {
+            const size_t at = file.find(bytes);
+            ASSERT_NE(at, std::string::npos) << bytes.size() << " bytes are stored as they are";
+            ASSERT_LE(at + bytes.size() + 4, file.size());
+            const auto* b = reinterpret_cast<const unsigned char*>(file.data() + at + bytes.size());
+            const uint32_t stored = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+            EXPECT_EQ(io_detail::fletcher32(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()), stored)
+                << bytes.size() << " bytes";
+        }
+    }
+    // Read back (the last file saved holds NaN, refused): every bit as saved.
+    save(finite, tempFile("checksums.h5"));
+    const FileExtras back = loadExtras(tempFile("checksums.h5"));
+    ASSERT_EQ(back.tensors.size(), finite.size());
+    for (const auto& [name, t] : back.tensors) {
+        const std::string& bytes = finite.at(std::stoul(name.substr(1)));
+        ASSERT_EQ(static_cast<size_t>(t.numel()) * 4, bytes.size()) << name;
+        EXPECT_EQ(std::memcmp(t.raw(), bytes.data(), bytes.size()), 0) << name;
+    }
 }
 
 // A NaN or an infinity in a stored parameter is refused at load, naming the array: such a
