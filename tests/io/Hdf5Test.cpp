@@ -142,6 +142,14 @@ TEST(Hdf5, SavesInBfloat16AndFloat16) {
         }
         EXPECT_EQ(b->getByName("bn").getAttr("var").toVector<float>(),
                   a->getByName("bn").getAttr("var").astype(t).toVector<float>());
+        // A parameter held in the file's 16-bit type loads into that type (the reader sends
+        // float32; the value is the one saved).
+        auto c = model(2, 512);
+        c->getByName("fc2").setVar("W", Variable::of(Tensor::zeros({512, 512}).astype(t)));
+        loadModel(*c, path);
+        const Tensor w = c->getByName("fc2").getVar("W")->data;
+        EXPECT_EQ(w.dtype(), t);
+        EXPECT_EQ(w.toVector<float>(), a->getByName("fc2").getVar("W")->data.astype(t).toVector<float>());
     }
     if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") == 0) {
         const std::string cmd = "/usr/bin/python3 -c \"import h5py, sys; f = h5py.File(sys.argv[1]); "
