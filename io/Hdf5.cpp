@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -210,7 +211,7 @@ std::chrono::milliseconds readTimeout(uint64_t fileSize) {
 }
 
 // Where each dataset's elements go, in datasets()'s order (null: dropped), given the
-// snapshot's description before any element arrives; its exceptions stop the read with
+// snapshot's description before any element arrives; what it throws ends the read with
 // nothing written.
 using Placement = std::function<std::vector<char*>(const Snapshot&)>;
 
@@ -226,12 +227,21 @@ Snapshot snapshot(const std::string& path, unsigned parts, const Placement& plac
     const std::string request = readRequest(parts, size, path);
     Snapshot s;
     bool described = false, written = false;
+    // What `place` threw: the elements are then read and dropped (the reader, which sends
+    // them anyway, stays in step for the next read), and it is thrown here afterwards.
+    std::exception_ptr refused;
     auto receive = [&](const std::string& answer, io_detail::Incoming& in) {
         if (answer.empty() || answer[0] != '\0') return; // the reader's error: nothing follows
         s = deserialize(std::string_view(answer).substr(1), path);
         described = true;
         const std::vector<const Stored*> sets = datasets(s);
-        const std::vector<char*> to = place ? place(s) : std::vector<char*>(sets.size(), nullptr);
+        std::vector<char*> to(sets.size(), nullptr);
+        try {
+            if (place) to = place(s);
+        } catch (...) {
+            refused = std::current_exception();
+            to.assign(sets.size(), nullptr);
+        }
         for (size_t i = 0; i < sets.size(); ++i) {
             written = written || (to.at(i) && sets[i]->bytes() > 0);
             if (!in.read(to[i], sets[i]->bytes())) return;
@@ -255,6 +265,7 @@ Snapshot snapshot(const std::string& path, unsigned parts, const Placement& plac
         throw fileError(path, "is unreadable: the HDF5 library failed reading it (" + r.detail + "; a corrupt file)" +
                                   partly);
     }
+    if (refused) std::rethrow_exception(refused);
     const std::string& got = *r.answer;
     if (!got.empty() && got[0] == '\1') throw IoError(got.substr(1)); // the reader's error, already naming the file
     if (!described) throw fileError(path, "cannot read it");
