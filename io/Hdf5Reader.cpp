@@ -2,7 +2,6 @@
 // tessera-child, never in the process that loads it.
 #include "io/Hdf5Reader.h"
 
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 
 #include "io/Checksum.h"
 #include "io/ChildProcess.h"
+#include "io/Pages.h"
 
 namespace tessera::hdf5_detail {
 
@@ -408,29 +408,6 @@ void limitMemory(uint64_t fileSize) {
     ::setrlimit(RLIMIT_AS, &rl);
 }
 
-// Anonymous memory, in huge pages where the system gives them (fewer page faults for the
-// elements of a large model); data() is null when there is none to be had.
-class Pages {
-public:
-    explicit Pages(size_t n) : n_(n) {
-        if (n == 0) return;
-        void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) return;
-        ::madvise(p, n, MADV_HUGEPAGE);
-        p_ = static_cast<char*>(p);
-    }
-    ~Pages() {
-        if (p_) ::munmap(p_, n_);
-    }
-    Pages(const Pages&) = delete;
-    Pages& operator=(const Pages&) = delete;
-    char* data() const { return p_; }
-
-private:
-    char* p_ = nullptr;
-    size_t n_;
-};
-
 } // namespace
 
 } // namespace tessera::hdf5_detail
@@ -464,14 +441,14 @@ io_detail::Answer io_detail::hdf5Read(const std::string& request) {
             spans.emplace_back(total, st->bytes());
             total += st->bytes() + kChunkRoom;
         }
-        const auto elements = std::make_shared<Pages>(total);
-        if (total > 0 && !elements->data())
+        const std::shared_ptr<char> elements = io_detail::mapPages(total);
+        if (total > 0 && !elements)
             throw fileError(path, "cannot read it: no memory for its " + std::to_string(total) + " bytes of elements");
         for (size_t i = 0; i < sets.size(); ++i)
-            readElements(file.get(), *sets[i], elements->data() + spans[i].first, path);
+            readElements(file.get(), *sets[i], elements.get() + spans[i].first, path);
         return Answer(std::string(1, '\0') + serialize(s), [elements, spans](Outgoing& out) {
             for (const auto& [at, n] : spans) {
-                if (!out.write(elements->data() + at, n)) return false;
+                if (!out.write(elements.get() + at, n)) return false;
             }
             return true;
         });

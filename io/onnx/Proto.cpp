@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "backend/Errors.h"
+#include "io/Pages.h"
 
 namespace tessera::onnx_io {
 
@@ -48,10 +49,9 @@ Tensor floatBlock(const Shape& shape) {
     ShapeOnlyTensors::Pause real;
     const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
     if (bytes < (size_t{1} << 20)) return Tensor::empty(shape);
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return Tensor::empty(shape);
-    if (bytes >= (size_t{2} << 20)) ::madvise(p, bytes, MADV_HUGEPAGE); // as the allocator's: fewer TLB misses
-    return Tensor::wrap(p, shape, DType::float32, std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, bytes); }));
+    const std::shared_ptr<char> pages = io_detail::mapPages(bytes);
+    if (!pages) return Tensor::empty(shape);
+    return Tensor::wrap(pages.get(), shape, DType::float32, pages);
 }
 } // namespace
 
