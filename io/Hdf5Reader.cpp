@@ -321,7 +321,9 @@ void readElements(hid_t file, const Stored& s, char* out, const std::string& pat
                                             "save it again from a good copy)"
                                           : ""));
     }
-    if (s.dtype != DType::int32) { // NaN or infinity in a parameter poisons every step that uses it
+    // NaN or infinity in a parameter poisons every step that uses it. An attribute is a
+    // constant its layer was made with, which may hold infinities (a mask's -inf fill).
+    if (s.dtype != DType::int32 && where.rfind("attrs/", 0) != 0) {
         const auto numel = static_cast<int64_t>(bytes / 4);
         const int64_t bad = nonFinite(out, numel);
         if (bad > 0) {

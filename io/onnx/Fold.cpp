@@ -96,15 +96,30 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         if (in.empty() ? k == 0 || !optionalInputs : !isConstant(in)) return false;
     }
     // Every value known and no weight among them: any op evaluated here folds (a weight
-    // keeps its computation as layers, so that it stays a parameter).
-    bool known = true;
+    // keeps its computation as layers, so that it stays a parameter). Comparisons fold
+    // weights too, their results holding no gradient (a causal mask from a model's buffer,
+    // which the file cannot tell from its weights). So does a selection from a weight (a
+    // Slice, a Gather by known indices, a Reshape: no layer takes a weight there), whose
+    // result is a weight in turn: what reads it learns it (an Add of positional rows).
+    bool known = true, weights = false;
     for (const std::string& in : n.input()) {
         if (in.empty()) continue;
         const Constant& c = constants_.at(in);
         const bool weight = !c.isInt && initializers_.count(in) && c.tensor.defined() && c.tensor.numel() > 1;
-        known = known && !c.symbolic() && !c.zeros && !weight;
+        known = known && !c.symbolic() && !c.zeros;
+        weights = weights || weight;
     }
-    if (known && evaluate(n, a)) return true;
+    const bool comparison = op == "Equal" || op == "Less" || op == "LessOrEqual" || op == "Greater" ||
+                            op == "GreaterOrEqual" || op == "Not" || op == "And" || op == "Or" || op == "Xor";
+    const bool selection = op == "Slice" || op == "Gather" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
+                           op == "Transpose" || op == "Flatten" || op == "Identity";
+    if (known && (!weights || comparison || selection) && evaluate(n, a)) {
+        if (weights && selection) {
+            initializers_.insert(n.output(0));
+            selectedWeights_.insert(n.output(0));
+        }
+        return true;
+    }
     if (op == "Expand" || op == "ConstantOfShape") return foldFill(n, a);
     const Constant& x = constants_.at(n.input(0));
     if (op == "Identity") return setConstant(n.output(0), Constant(x));

@@ -127,6 +127,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Transpose", &Importer::importTranspose},
         {"Unsqueeze", &Importer::importSqueeze},
         {"Upsample", &Importer::importResize},
+        {"Where", &Importer::importWhere},
     };
     return table;
 }

@@ -403,11 +403,22 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
         return define(n, scale, Parents{x});
     }
     // An Add of a weight [1, ...] of the data's rank (a positional table) is learned too: a
-    // Parameter of the data's batch, then an Add.
+    // Parameter of the data's batch, then an Add. So is one of fewer dims (aligned from the
+    // right) that rows selected from a weight made (positional rows gathered by an arange).
+    // A weight of the file itself that is not [1, ...] may be a mask, and stays a constant,
+    // as does one holding infinities (a mask's fill).
     const auto data = shapes_.find(n.input(1 - k));
-    if (op == "Add" && initializers_.count(n.input(k)) && c.dims.size() >= 2 && c.dims[0] == 1 &&
-        data != shapes_.end() && data->second.size() == c.dims.size()) {
-        const std::vector<int64_t> rest(c.dims.begin() + 1, c.dims.end());
+    const bool rows =
+        selectedWeights_.count(n.input(k)) && data != shapes_.end() && data->second.size() > c.dims.size();
+    const auto finite = [&] {
+        const std::vector<float> v = c.tensor.toVector<float>();
+        return std::all_of(v.begin(), v.end(), [](float e) { return std::isfinite(e); });
+    };
+    if (op == "Add" && initializers_.count(n.input(k)) && c.dims.size() >= 2 && data != shapes_.end() &&
+        (rows || (data->second.size() == c.dims.size() && c.dims[0] == 1)) && finite()) {
+        std::vector<int64_t> rest(data->second.size() - c.dims.size(), 1);
+        rest.insert(rest.end(), c.dims.begin(), c.dims.end());
+        rest.erase(rest.begin()); // the batch's 1
         auto table = std::make_shared<Parameter>(rest);
         table->getVar("weight")->data.copyFrom(c.tensor.reshape(Shape(rest)));
         const std::string value = n.output(0) + "#table"; // the table over the batch, a value of its own
@@ -443,6 +454,92 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
         a = Tensor::fromVector(shape, v);
     }
     return define(n, std::make_shared<MulAddConst>(a, b), Parents{x});
+}
+
+// Where(cond, x, y) with a condition known at import and one data operand, the other a
+// float constant: a masked fill (PyTorch's masked_fill, as a causal mask's -inf is
+// written), d * keep + fill (MulAddConst), keep being 1 where the data is taken and 0
+// elsewhere, fill the constant where it is taken and 0 elsewhere. The condition and the
+// constant broadcast to the data's shape without changing it. A NaN or infinite data value
+// where the constant is taken gives NaN there (it is multiplied by 0).
+void Importer::importWhere(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    if (n.input_size() != 3) throw Unsupported{"expects 3 inputs, got " + std::to_string(n.input_size())};
+    if (!isConstant(n.input(0))) {
+        throw Unsupported{"a condition computed from data (a condition known at import, with one data operand and "
+                          "one constant, is supported)"};
+    }
+    if (isConstant(n.input(1)) == isConstant(n.input(2))) {
+        throw Unsupported{"two data operands (one data operand and one constant are supported)"};
+    }
+    requireInputsImported(n);
+    const bool dataFirst = !isConstant(n.input(1)); // Where(cond, data, c); else Where(cond, c, data)
+    const int k = dataFirst ? 2 : 1, d = 3 - k;
+    const Constant& cond = constants_.at(n.input(0));
+    const Constant& c = requireConstant(n, k, "the constant operand");
+    if (cond.symbolic() || cond.zeros || (!cond.isInt && !cond.tensor.defined())) {
+        throw Unsupported{"a condition whose shape is not known at import"};
+    }
+    if (c.isInt || !c.tensor.defined()) {
+        throw Unsupported{"input " + std::to_string(k) + " is a constant of " +
+                          (c.isInt ? "integers" : "a shape known only at run time") +
+                          " (float constants are supported)"};
+    }
+    const auto data = shapes_.find(n.input(d));
+    if (data == shapes_.end()) throw Unsupported{"a data operand whose rank the model does not declare"};
+    const std::vector<Dim>& to = data->second;
+    // The constants' common shape, aligned from the right with the data's.
+    const size_t rank = std::max(cond.dims.size(), c.dims.size());
+    std::vector<int64_t> dims(rank, 1);
+    for (const std::vector<int64_t>* from : {&cond.dims, &c.dims}) {
+        for (size_t j = 0; j < from->size(); ++j) {
+            int64_t& out = dims[rank - from->size() + j];
+            const int64_t v = (*from)[j];
+            if (v != 1 && out != 1 && v != out) throw Unsupported{"a condition and a constant that do not broadcast"};
+            if (v != 1) out = v;
+        }
+    }
+    bool fits = rank <= to.size();
+    for (size_t j = 0; fits && j < rank; ++j) {
+        const Dim& t = to[to.size() - rank + j];
+        fits = dims[j] == 1 || (t.symbol.empty() && t.value == dims[j]);
+    }
+    if (!fits) {
+        throw Unsupported{"a condition or constant of shape " + Shape(dims).str() +
+                          " that would change the data's shape (one that broadcasts to it is supported)"};
+    }
+    const std::vector<float> cv = c.tensor.toVector<float>();
+    std::vector<int64_t> condInts = cond.ints;
+    if (!cond.isInt) {
+        for (float v : cond.tensor.toVector<float>()) condInts.push_back(v != 0.0f);
+    }
+    // The element of a constant of `from` dims at the common shape's flat index i.
+    auto at = [&](const std::vector<int64_t>& from, int64_t i) {
+        int64_t flat = 0, stride = 1;
+        for (size_t j = rank; j-- > 0;) {
+            const int64_t coord = i % dims[j];
+            i /= dims[j];
+            const size_t back = rank - 1 - j;
+            if (back < from.size()) {
+                const int64_t size = from[from.size() - 1 - back];
+                flat += (size == 1 ? 0 : coord) * stride;
+                stride *= size;
+            }
+        }
+        return static_cast<size_t>(flat);
+    };
+    int64_t count = 1;
+    for (int64_t v : dims) count *= v;
+    std::vector<float> keep(static_cast<size_t>(count)), fill(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+        const bool taken = (condInts.at(at(cond.dims, i)) != 0) == dataFirst; // the data is taken here
+        keep[static_cast<size_t>(i)] = taken ? 1.0f : 0.0f;
+        fill[static_cast<size_t>(i)] = taken ? 0.0f : cv.at(at(c.dims, i));
+    }
+    const Shape shape(rank ? dims : std::vector<int64_t>{1});
+    const Source s = value(n, d);
+    return define(n, std::make_shared<MulAddConst>(Tensor::fromVector(shape, keep), Tensor::fromVector(shape, fill)),
+                  Parents{Parent(s.node, s.slot)});
 }
 
 // Pad: spatial dims only (Tessera's PadND), constant, reflect or edge.

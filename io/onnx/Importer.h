@@ -65,7 +65,8 @@ private:
     std::unordered_set<std::string> usedAsData_;
     int64_t opset_ = 0;
     std::unordered_map<std::string, Constant> constants_;
-    std::unordered_set<std::string> initializers_; // the model's initializers (its weights) by name
+    std::unordered_set<std::string> initializers_;    // the model's initializers (its weights) by name
+    std::unordered_set<std::string> selectedWeights_; // weights folded from a selection of a weight (Fold.cpp)
     std::unordered_map<std::string, Source> values_;
     // Layers with parameters by op, attributes and constant inputs (sharedLayer).
     std::unordered_map<std::string, std::vector<ModulePtr>> sharedLayers_;
@@ -267,6 +268,7 @@ private:
 
     // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
     void importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a);
+    void importWhere(const onnx::NodeProto& n, const Attributes& a);
 
     // x op C or C op x with a constant tensor C that broadcasts to x without changing its
     // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.

@@ -659,3 +659,76 @@ def test_progress_and_epoch_lines_go_through_pythons_streams(monkeypatch):
     loader = ts.Loader(ts.tensorDataset(ts.tensor(x), ts.tensor(y)), batchsize=64, seed=1)
     ts.fit(ts.Trainer(net, ts.CrossEntropy(), opt, progress=False), loader, epochs=2, verbose=True)
     assert "epoch 1/2: train loss" in out.getvalue() and "epoch 2/2: train loss" in out.getvalue(), out.getvalue()
+
+
+def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_path):
+    """A GPT block as nanoGPT writes it (masked_fill(bias == 0, -inf) of a tril buffer,
+    positions by arange into a learned table) exported by PyTorch: it imports, gives
+    PyTorch's outputs, stays causal, and fine-tunes: its loss drops and its positional rows
+    (a learned table of their own) change."""
+    torch = pytest.importorskip("torch")
+    vocab, context, length, width = 11, 12, 8, 16
+
+    class Gpt(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = torch.nn.Embedding(vocab, width), torch.nn.Embedding(context, width)
+            self.ln, self.qkv, self.proj = torch.nn.LayerNorm(width), torch.nn.Linear(width, 3 * width), \
+                torch.nn.Linear(width, width)
+            self.head = torch.nn.Linear(width, vocab, bias=False)
+            self.register_buffer("bias", torch.tril(torch.ones(context, context)).view(1, 1, context, context))
+
+        def forward(self, idx):
+            B, T = idx.shape
+            x = self.wte(idx) + self.wpe(torch.arange(0, T, dtype=torch.long))
+            q, k, v = (t.view(B, T, 2, width // 2).transpose(1, 2) for t in self.qkv(self.ln(x)).split(width, 2))
+            att = (q @ k.transpose(-2, -1)) / (width // 2) ** 0.5
+            att = torch.softmax(att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf")), dim=-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, width))
+            return self.head(x)
+
+    torch.manual_seed(0)
+    model = Gpt().eval()
+    ids = torch.randint(0, vocab, (4, length))
+    path = str(tmp_path / "gpt.onnx")
+    torch.onnx.export(model, ids, path, opset_version=13, input_names=["idx"], output_names=["logits"],
+                      dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}})
+    net = ts.importOnnx(path)
+    x = ids.numpy().astype(np.int32)
+    with torch.no_grad():
+        want = model(ids).numpy()
+    net.evalMode()
+    got = net(x).numpy().copy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # Causal: changing the last token changes only the last position's scores.
+    later = x.copy()
+    later[:, -1] = (later[:, -1] + 1) % vocab
+    moved = np.abs(net(later).numpy() - got).max(axis=(0, 2))
+    assert moved[:-1].max() == 0 and moved[-1] > 0, moved
+    # Saved and loaded back (the mask's fill, -inf, is a layer's attribute): the same outputs.
+    h5 = str(tmp_path / "gpt.h5")
+    net.save(h5)
+    again = ts.load(h5)
+    again.evalMode()
+    np.testing.assert_array_equal(again(x).numpy(), got)
+    # The positional rows the graph reads are a parameter, fine-tuned with the rest: the
+    # next id of a counting sequence is learned.
+    names = [n for n in net.namedParams() if tuple(net.namedParams()[n].data.shape) == (length, width)]
+    assert names, list(net.namedParams())
+    rows = net.namedParams()[names[0]].data.numpy().copy()
+    rng = np.random.default_rng(1)
+    cost = ts.CrossEntropy(classesLast=True)
+    opt = ts.Adam(alpha=1e-2)
+    opt.setupOn(net, useGlobalState=True)
+    net.trainMode()
+    errors = []
+    for _ in range(60):
+        start = rng.integers(0, vocab, (16, 1))
+        seq = (start + np.arange(length + 1)) % vocab
+        error, grad = cost(net(seq[:, :-1].astype(np.int32)), seq[:, 1:].astype(np.int32))
+        opt.zeroGradParams()
+        net.backward(grad)
+        opt.update()
+        errors.append(error)
+    assert np.mean(errors[-10:]) < 0.2 * np.mean(errors[:10]), errors
+    assert not np.array_equal(net.namedParams()[names[0]].data.numpy(), rows)

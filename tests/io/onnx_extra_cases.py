@@ -15,7 +15,9 @@ Pad of a channels-last tensor, Einsum as a batched matrix product, Dropout with 
 training_mode and its mask unused, and an attention mask computed from the input's shape
 (Range, Mod, ConstantOfShape, ScatterND, Equal, Not, Where, Expand, Pow) that folds to a
 constant; and weights read by several nodes, one of them inside a pattern read as one layer
-(the importer drops a constant after its last reader). The expected outputs are
+(the importer drops a constant after its last reader); and the forms of a GPT written with
+masked_fill (a causal mask sliced from a weight-like buffer and compared, a Where of data
+and a constant, positional rows gathered from a table by known indices and added). The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -102,6 +104,7 @@ def main():
     ceil_pool_forms(root)
     transposed_forms(root)
     shared_weight_forms(root)
+    masked_fill_forms(root)
 
 
 def shared_weight_forms(root):
@@ -127,6 +130,43 @@ def shared_weight_forms(root):
     g = helper.make_graph(nodes, "shared", [value("x", ["N", 3, 512])], [value("y", ["N", 3, 512])],
                           [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
     save(root, "weights_read_by_a_pattern_and_later_nodes", g, [x], [y], 13)
+
+
+def masked_fill_forms(root):
+    """What PyTorch writes for att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf')) and
+    x + self.wpe(torch.arange(T)): the buffer is an initializer like any weight."""
+    rs = np.random.RandomState(5)
+    free = ["N", 2, 4, 4]
+    x = rs.randn(2, 2, 4, 4).astype(np.float32)
+    bias = np.tril(np.ones((6, 6), np.float32)).reshape(1, 1, 6, 6)
+    nodes = [helper.make_node("Slice", ["bias", "starts", "ends", "axes"], ["mask"]),
+             helper.make_node("Equal", ["mask", "zero"], ["cond"]),
+             helper.make_node("Where", ["cond", "minf", "x"], ["filled"]),
+             helper.make_node("Softmax", ["filled"], ["y"], axis=-1)]
+    inits = [numpy_helper.from_array(bias, "bias"), ints("starts", [0, 0]), ints("ends", [4, 4]), ints("axes", [2, 3]),
+             scalar("zero", 0.0), scalar("minf", -np.inf)]
+    g = helper.make_graph(nodes, "causal", [value("x", free)], [value("y", free)], inits)
+    filled = np.where(bias[:, :, :4, :4] == 0, -np.inf, x)
+    e = np.exp(filled - filled.max(axis=-1, keepdims=True))
+    save(root, "where_causal_mask_softmax", g, [x], [(e / e.sum(axis=-1, keepdims=True)).astype(np.float32)], 13)
+    # Where(cond, x, c): the data where the condition holds, a per-column constant elsewhere.
+    cond = rs.rand(1, 4, 1) > 0.5
+    c = rs.randn(4).astype(np.float32)
+    x3 = rs.randn(2, 4, 4).astype(np.float32)
+    node = helper.make_node("Where", ["cond", "x", "c"], ["y"])
+    g = helper.make_graph([node], "where", [value("x", ["N", 4, 4])], [value("y", ["N", 4, 4])],
+                          [numpy_helper.from_array(cond, "cond"), numpy_helper.from_array(c, "c")])
+    save(root, "where_data_or_constant", g, [x3], [np.where(cond, x3, c).astype(np.float32)], 13)
+    # Rows 0..3 of a positional table (a weight) gathered by indices known at import, added to data.
+    table = rs.randn(6, 5).astype(np.float32)
+    x4 = rs.randn(2, 4, 5).astype(np.float32)
+    nodes = [helper.make_node("Range", ["r0", "r4", "r1"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["rows"], axis=0),
+             helper.make_node("Add", ["x", "rows"], ["y"])]
+    inits = [numpy_helper.from_array(table, "table"), helper.make_tensor("r0", TensorProto.INT64, [], [0]),
+             helper.make_tensor("r4", TensorProto.INT64, [], [4]), helper.make_tensor("r1", TensorProto.INT64, [], [1])]
+    g = helper.make_graph(nodes, "rows", [value("x", ["N", 4, 5])], [value("y", ["N", 4, 5])], inits)
+    save(root, "positional_rows_gathered", g, [x4], [x4 + table[:4]], 13)
 
 
 def ceil_pool_forms(root):

@@ -14,8 +14,9 @@ pools with ceil_mode), LR-ASPP MobileNet V3 (segmentation: Resize by sizes), 2-l
 bidirectional nn.LSTM, nn.GRU and nn.RNN networks, and a small network of GroupNorm, SiLU,
 Mish and LayerNorm, a transformer's feed-forward block (Linear on [N, T, C], GELU,
 LayerNorm, softmax over the last axis), an nn.TransformerEncoder
-text classifier, and small torchvision ViT, ConvNeXt, Swin and MaxViT networks, each exported at opsets
-13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+text classifier, small torchvision ViT, ConvNeXt, Swin and MaxViT networks, and a character-level
+GPT in nanoGPT's form (masked_fill of a causal mask buffer, positions by arange, ids in), each
+exported at opsets 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -270,6 +271,49 @@ class ConvAttention(torch.nn.Module):
         return h.amax(dim=(2, 3)) - h.amin(dim=-1).mean(dim=-1)
 
 
+class CausalSelfAttention(torch.nn.Module):
+    """A GPT's attention as nanoGPT and minGPT write it: one projection to q, k and v, heads by
+    view and transpose, scores masked with masked_fill(bias == 0, -inf) from a tril buffer."""
+
+    def __init__(self, width, heads, context):
+        super().__init__()
+        self.c_attn, self.c_proj, self.heads = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width), heads
+        self.register_buffer("bias", torch.tril(torch.ones(context, context)).view(1, 1, context, context))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
+        att = torch.softmax(att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf")), dim=-1)
+        return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MiniGpt(torch.nn.Module):
+    """A character-level GPT in nanoGPT's form: token and learned positional embeddings (the
+    positions an arange over the input's length), pre-norm blocks, a head without bias; its
+    input is ids (int64), its context longer than the sequence it is exported with."""
+
+    VOCAB, CONTEXT, LENGTH = 40, 24, 16
+
+    def __init__(self, width=32, heads=4, blocks=2):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(self.VOCAB, width), torch.nn.Embedding(self.CONTEXT, width)
+        self.h = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "ln_1": torch.nn.LayerNorm(width), "attn": CausalSelfAttention(width, heads, self.CONTEXT),
+            "ln_2": torch.nn.LayerNorm(width), "mlp": torch.nn.Sequential(
+                torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))})
+            for _ in range(blocks))
+        self.ln_f, self.lm_head = torch.nn.LayerNorm(width), torch.nn.Linear(width, self.VOCAB, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(0, idx.size(1), dtype=torch.long))
+        for b in self.h:
+            x = x + b["attn"](b["ln_1"](x))
+            x = x + b["mlp"](b["ln_2"](x))
+        return self.lm_head(self.ln_f(x))
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -298,12 +342,20 @@ NORM_MODELS = {
     "heads_opset17": (Heads, 17, (2, 3, 8, 8)),
     "cbam_opset13": (ConvAttention, 13, (2, 3, 8, 8)),
     "cbam_opset17": (ConvAttention, 17, (2, 3, 8, 8)),
+    "gpt_masked_fill_opset13": (MiniGpt, 13, (2, MiniGpt.LENGTH)),
+    "gpt_masked_fill_opset17": (MiniGpt, 17, (2, MiniGpt.LENGTH)),
 }
+# Models of ids (int64 in [0, vocabulary)): name -> vocabulary.
+ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17": MiniGpt.VOCAB}
+# Parameters PyTorch has that the exported graph does not read: the GPT's positional rows past
+# the length it was exported at (its arange folds to known indices; the rows read become a
+# learned table of their own).
+UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS}
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",
            "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
-           "maxvit_opset13", "maxvit_opset17"}
+           "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
@@ -333,6 +385,8 @@ def main():
     for name in names:
         sequence = name in SEQUENCE_MODELS
         x = sequences if sequence else torch.randn(*NORM_MODELS[name][2]) if name in NORM_MODELS else images
+        if name in ID_INPUTS:
+            x = torch.randint(0, ID_INPUTS[name], NORM_MODELS[name][2])
         xpath = os.path.join(work, "x_" + name + ".npy")
         np.save(xpath, x.numpy())
         opset = NORM_MODELS[name][1] if name in NORM_MODELS else 13
@@ -351,7 +405,7 @@ def main():
         del model
         checked = run([tessera, "check", path, "--input", "x".join(str(d) for d in x.shape)])
         if name in NORM_MODELS and name not in FOLDED_BY_EXPORT:  # every weight comes back a parameter
-            count = sum(p.numel() for p in make().parameters())
+            count = sum(p.numel() for p in make().parameters()) + UNREAD.get(name, 0)
             if f"{count:,} parameters" not in checked:
                 sys.exit(f"FAILED: {name}: PyTorch has {count:,} parameters; tessera check says {checked.strip()}")
         ypath = os.path.join(work, name + "_y.npy")
