@@ -357,6 +357,24 @@ bool Importer::evaluate(const onnx::NodeProto& n, const Attributes& a) {
         }
         return result(std::move(out));
     }
+    if (op == "Trilu") { // the upper (or lower) triangle of the last two dims from diagonal k; zeros elsewhere
+        Array out = in[0];
+        const size_t rank = out.dims.size();
+        if (rank < 2) throw Unsupported{"a Trilu of a constant of fewer than 2 dims"};
+        int64_t k = 0;
+        if (present(1)) {
+            const std::vector<int64_t> ks = ints(1, "k");
+            if (ks.size() != 1) throw Unsupported{"k must hold one value; it holds " + std::to_string(ks.size())};
+            k = ks[0];
+        }
+        const bool upper = a.i("upper", 1) != 0;
+        const int64_t rows = out.dims[rank - 2], cols = out.dims[rank - 1];
+        for (size_t e = 0; rows > 0 && cols > 0 && e < out.v.size(); ++e) {
+            const auto j = static_cast<int64_t>(e) % cols, i = static_cast<int64_t>(e) / cols % rows;
+            if (upper ? j - i < k : j - i > k) out.v[e] = 0;
+        }
+        return result(std::move(out));
+    }
     if (op == "Transpose") return result(transposed(in[0], a.ints("perm")));
     if (op == "Concat") {
         const size_t rank = in[0].dims.size();

@@ -394,10 +394,11 @@ void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes
 // x op C or C op x with a constant tensor C that broadcasts to x without changing its
 // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.
 // A Mul by a weight of the file (an initializer, not a Constant node or a folded value) is
-// a learned factor, as PyTorch's layer scales are parameters: a Scale.
+// a learned factor, as PyTorch's layer scales are parameters: a Scale. Not one selected from
+// a weight (rows of a rotary embedding's cos and sin tables, sliced to the length: buffers).
 void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x) {
     const std::string& op = n.op_type();
-    if (op == "Mul" && initializers_.count(n.input(k))) {
+    if (op == "Mul" && initializers_.count(n.input(k)) && !selectedWeights_.count(n.input(k))) {
         auto scale = std::make_shared<Scale>(c.dims);
         scale->getVar("weight")->data.copyFrom(c.tensor.reshape(Shape(c.dims)));
         return define(n, scale, Parents{x});

@@ -17,7 +17,8 @@ training_mode and its mask unused, and an attention mask computed from the input
 constant; and weights read by several nodes, one of them inside a pattern read as one layer
 (the importer drops a constant after its last reader); and the forms of a GPT written with
 masked_fill (a causal mask sliced from a weight-like buffer and compared, a Where of data
-and a constant, positional rows gathered from a table by known indices and added). The expected outputs are
+and a constant, positional rows gathered from a table by known indices and added) and of a
+LLaMA's causal mask (Trilu). The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -167,6 +168,26 @@ def masked_fill_forms(root):
              helper.make_tensor("r4", TensorProto.INT64, [], [4]), helper.make_tensor("r1", TensorProto.INT64, [], [1])]
     g = helper.make_graph(nodes, "rows", [value("x", ["N", 4, 5])], [value("y", ["N", 4, 5])], inits)
     save(root, "positional_rows_gathered", g, [x4], [x4 + table[:4]], 13)
+    # A LLaMA's causal mask, torch.full((T, T), -inf).triu(1), added to the scores; and a lower
+    # triangle from the diagonal below (k given) of a constant that multiplies data.
+    value_minf = helper.make_tensor("minf", TensorProto.FLOAT, [1], [-np.inf])
+    nodes = [helper.make_node("ConstantOfShape", ["tt"], ["full"], value=value_minf),
+             helper.make_node("Trilu", ["full", "one"], ["mask"]),
+             helper.make_node("Add", ["x", "mask"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["y"], axis=-1)]
+    inits = [ints("tt", [4, 4]), helper.make_tensor("one", TensorProto.INT64, [], [1])]
+    g = helper.make_graph(nodes, "triu", [value("x", free)], [value("y", free)], inits)
+    scores = x + np.triu(np.full((4, 4), -np.inf, np.float32), 1)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    save(root, "trilu_causal_mask_added", g, [x], [(e / e.sum(axis=-1, keepdims=True)).astype(np.float32)], 14)
+    w = rs.randn(4, 4).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["wc"], value=helper.make_tensor("w", TensorProto.FLOAT, [4, 4],
+                                                                               w.flatten())),
+             helper.make_node("Trilu", ["wc", "minus1"], ["low"], upper=0),
+             helper.make_node("Mul", ["x", "low"], ["y"])]
+    inits = [helper.make_tensor("minus1", TensorProto.INT64, [], [-1])]
+    g = helper.make_graph(nodes, "tril", [value("x", free)], [value("y", free)], inits)
+    save(root, "trilu_lower_below_diagonal", g, [x], [x * np.tril(w, -1)], 14)
 
 
 def ceil_pool_forms(root):

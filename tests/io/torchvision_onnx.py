@@ -16,7 +16,8 @@ Mish and LayerNorm, a transformer's feed-forward block (Linear on [N, T, C], GEL
 LayerNorm, softmax over the last axis), an nn.TransformerEncoder
 text classifier, small torchvision ViT, ConvNeXt, Swin and MaxViT networks, and a character-level
 GPT in nanoGPT's form (masked_fill of a causal mask buffer, positions by arange, ids in), each
-exported at opsets 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+exported at opsets 13 and 17, and a LLaMA in small (rotary embeddings from buffers, a triu
+causal mask, RMSNorm, a gated MLP) at opsets 14 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -314,6 +315,60 @@ class MiniGpt(torch.nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+class RmsNorm(torch.nn.Module):
+    """RMSNorm as LLaMA's code writes it (PyTorch 1.13 has none)."""
+
+    def __init__(self, width, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, torch.nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class MiniLlama(torch.nn.Module):
+    """A LLaMA in small: RMSNorm, rotary position embeddings from cos and sin buffers sliced
+    to the length (rotate_half by slices and a concatenation), a causal mask
+    torch.full((T, T), -inf).triu(1) added to the scores (Trilu: opset 14 and later), a
+    SiLU-gated MLP, no biases; ids in."""
+
+    VOCAB, CONTEXT, LENGTH, WIDTH, HEADS = 40, 24, 16, 32, 4
+
+    def __init__(self, blocks=2):
+        super().__init__()
+        w, d = self.WIDTH, self.WIDTH // self.HEADS
+        self.embed, self.norm = torch.nn.Embedding(self.VOCAB, w), RmsNorm(w)
+        self.head = torch.nn.Linear(w, self.VOCAB, bias=False)
+        self.blocks = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "n1": RmsNorm(w), "n2": RmsNorm(w), **{p: torch.nn.Linear(w, w, bias=False) for p in "qkvo"},
+            "gate": torch.nn.Linear(w, 2 * w, bias=False), "up": torch.nn.Linear(w, 2 * w, bias=False),
+            "down": torch.nn.Linear(2 * w, w, bias=False)}) for _ in range(blocks))
+        angles = torch.outer(torch.arange(self.CONTEXT).float(), 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d))
+        self.register_buffer("cos", torch.cat((angles, angles), -1).cos())
+        self.register_buffer("sin", torch.cat((angles, angles), -1).sin())
+
+    @staticmethod
+    def rotate_half(x):
+        return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
+
+    def attention(self, b, x):
+        B, T, C = x.shape
+        q, k, v = (b[p](x).view(B, T, self.HEADS, C // self.HEADS).transpose(1, 2) for p in "qkv")
+        cos, sin = self.cos[:T], self.sin[:T]
+        q, k = q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
+        scores = q @ k.transpose(-2, -1) / (C // self.HEADS) ** 0.5 + torch.full((T, T), float("-inf")).triu(1)
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        return b["o"](y)
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        for b in self.blocks:
+            x = x + self.attention(b, b["n1"](x))
+            h = b["n2"](x)
+            x = x + b["down"](torch.nn.functional.silu(b["gate"](h)) * b["up"](h))
+        return self.head(self.norm(x))
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -344,18 +399,22 @@ NORM_MODELS = {
     "cbam_opset17": (ConvAttention, 17, (2, 3, 8, 8)),
     "gpt_masked_fill_opset13": (MiniGpt, 13, (2, MiniGpt.LENGTH)),
     "gpt_masked_fill_opset17": (MiniGpt, 17, (2, MiniGpt.LENGTH)),
+    "llama_rotary_opset14": (MiniLlama, 14, (2, MiniLlama.LENGTH)),
+    "llama_rotary_opset17": (MiniLlama, 17, (2, MiniLlama.LENGTH)),
 }
 # Models of ids (int64 in [0, vocabulary)): name -> vocabulary.
-ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17": MiniGpt.VOCAB}
+ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17": MiniGpt.VOCAB,
+             "llama_rotary_opset14": MiniLlama.VOCAB, "llama_rotary_opset17": MiniLlama.VOCAB}
 # Parameters PyTorch has that the exported graph does not read: the GPT's positional rows past
 # the length it was exported at (its arange folds to known indices; the rows read become a
 # learned table of their own).
-UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS}
+UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS if name.startswith("gpt")}
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",
            "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
-           "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17"}
+           "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17",
+           "llama_rotary_opset14", "llama_rotary_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
