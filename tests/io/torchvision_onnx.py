@@ -16,7 +16,8 @@ Mish and LayerNorm, a transformer's feed-forward block (Linear on [N, T, C], GEL
 LayerNorm, softmax over the last axis), an nn.TransformerEncoder
 text classifier, small torchvision ViT, ConvNeXt, Swin and MaxViT networks, and a character-level
 GPT in nanoGPT's form (masked_fill of a causal mask buffer, positions by arange, ids in), each
-exported at opsets 13 and 17, and a LLaMA in small (rotary embeddings from buffers, a triu
+exported at opsets 13 and 17, a GPT-2 as Hugging Face writes it (Conv1D's addmm, torch.where of
+a bool mask buffer, a head tied to the token table) at 13 and 17, and a LLaMA in small (rotary embeddings from buffers, a triu
 causal mask, RMSNorm, a gated MLP) at opsets 14 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 Exits 1 on the first mismatch.
@@ -315,6 +316,55 @@ class MiniGpt(torch.nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+class Conv1D(torch.nn.Module):
+    """Hugging Face's GPT-2 linear layer: addmm of the rows of x, weight [in, out]."""
+
+    def __init__(self, inputs, outputs):
+        super().__init__()
+        self.weight, self.bias = torch.nn.Parameter(torch.randn(inputs, outputs)), torch.nn.Parameter(torch.randn(outputs))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(x.size()[:-1] + (self.bias.numel(),))
+
+
+class MiniGpt2(torch.nn.Module):
+    """A GPT-2 as Hugging Face's code writes it: Conv1D (addmm over the batch's rows merged), a
+    bool tril buffer sliced and torch.where(mask, scores, finfo.min), the tanh GELU written
+    out, positions by arange, and the head tied to the token table (wte.weight.t())."""
+
+    VOCAB, CONTEXT, LENGTH, WIDTH, HEADS = 40, 24, 16, 32, 4
+
+    def __init__(self, blocks=2):
+        super().__init__()
+        w = self.WIDTH
+        self.wte, self.wpe, self.ln_f = torch.nn.Embedding(self.VOCAB, w), torch.nn.Embedding(self.CONTEXT, w), \
+            torch.nn.LayerNorm(w)
+        self.h = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "ln_1": torch.nn.LayerNorm(w), "c_attn": Conv1D(w, 3 * w), "c_proj": Conv1D(w, w),
+            "ln_2": torch.nn.LayerNorm(w), "c_fc": Conv1D(w, 4 * w), "mlp_proj": Conv1D(4 * w, w)})
+            for _ in range(blocks))
+        self.register_buffer("bias", torch.tril(torch.ones(self.CONTEXT, self.CONTEXT, dtype=torch.bool))
+                             .view(1, 1, self.CONTEXT, self.CONTEXT))
+
+    def attention(self, b, x):
+        heads = lambda t: t.view(t.size()[:-1] + (self.HEADS, self.WIDTH // self.HEADS)).permute(0, 2, 1, 3)  # noqa
+        q, k, v = (heads(t) for t in b["c_attn"](x).split(self.WIDTH, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / torch.full([], v.size(-1) ** 0.5)
+        T = q.size(-2)
+        scores = torch.where(self.bias[:, :, :T, :T], scores, torch.full([], torch.finfo(scores.dtype).min))
+        y = torch.matmul(torch.softmax(scores, dim=-1), v).permute(0, 2, 1, 3).contiguous()
+        return b["c_proj"](y.view(y.size()[:-2] + (self.WIDTH,)))
+
+    def forward(self, ids):
+        x = self.wte(ids) + self.wpe(torch.arange(0, ids.size(-1), dtype=torch.long).unsqueeze(0))
+        for b in self.h:
+            x = x + self.attention(b, b["ln_1"](x))
+            h = b["c_fc"](b["ln_2"](x))
+            h = 0.5 * h * (1.0 + torch.tanh((2.0 / torch.pi) ** 0.5 * (h + 0.044715 * torch.pow(h, 3.0))))
+            x = x + b["mlp_proj"](h)
+        return torch.matmul(self.ln_f(x), self.wte.weight.t())
+
+
 class RmsNorm(torch.nn.Module):
     """RMSNorm as LLaMA's code writes it (PyTorch 1.13 has none)."""
 
@@ -399,22 +449,28 @@ NORM_MODELS = {
     "cbam_opset17": (ConvAttention, 17, (2, 3, 8, 8)),
     "gpt_masked_fill_opset13": (MiniGpt, 13, (2, MiniGpt.LENGTH)),
     "gpt_masked_fill_opset17": (MiniGpt, 17, (2, MiniGpt.LENGTH)),
+    "gpt2_where_opset13": (MiniGpt2, 13, (2, MiniGpt2.LENGTH)),
+    "gpt2_where_opset17": (MiniGpt2, 17, (2, MiniGpt2.LENGTH)),
     "llama_rotary_opset14": (MiniLlama, 14, (2, MiniLlama.LENGTH)),
     "llama_rotary_opset17": (MiniLlama, 17, (2, MiniLlama.LENGTH)),
 }
 # Models of ids (int64 in [0, vocabulary)): name -> vocabulary.
 ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17": MiniGpt.VOCAB,
+             "gpt2_where_opset13": MiniGpt2.VOCAB, "gpt2_where_opset17": MiniGpt2.VOCAB,
              "llama_rotary_opset14": MiniLlama.VOCAB, "llama_rotary_opset17": MiniLlama.VOCAB}
-# Parameters PyTorch has that the exported graph does not read: the GPT's positional rows past
-# the length it was exported at (its arange folds to known indices; the rows read become a
-# learned table of their own).
+# Parameters PyTorch has that the exported graph does not read: the GPTs' positional rows past
+# the length they were exported at (the arange folds to known indices; the rows read become a
+# learned table of their own); and GPT-2's head, tied to its token table, which the import
+# makes a Linear of its own (a copy: fine-tuning unties them).
 UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS if name.startswith("gpt")}
+for name in ("gpt2_where_opset13", "gpt2_where_opset17"):
+    UNREAD[name] += MiniGpt2.VOCAB * MiniGpt2.WIDTH
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",
            "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
            "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17",
-           "llama_rotary_opset14", "llama_rotary_opset17"}
+           "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
