@@ -117,10 +117,15 @@ std::vector<std::string> Exporter::emit(Module& m, const std::vector<std::string
         return outs;
     }
     const Shapes out = m.inferDataShape(in);
+    std::vector<DType> inTypes;
+    for (const std::string& i : inputs) inTypes.push_back(intValues.count(i) ? DType::int32 : DType::float32);
+    const std::vector<DType> outTypes = m.outputDTypes(in, inTypes, Device::cpu());
     std::vector<std::string> outs;
     for (size_t k = 0; k < out.size(); ++k) {
         outs.push_back(out.size() == 1 ? valueName(path) : valueName(path + ":" + std::to_string(k)));
-        setType(g_.add_value_info(), out[k]);
+        const DType type = k < outTypes.size() && outTypes[k] == DType::int32 ? DType::int32 : DType::float32;
+        if (type == DType::int32) intValues[outs.back()] = type;
+        setType(g_.add_value_info(), out[k], type);
         g_.mutable_value_info(g_.value_info_size() - 1)->set_name(outs.back());
     }
     try {
@@ -255,14 +260,30 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
     op->set_version(options.opset);
     onnx::GraphProto* g = proto.mutable_graph();
     g->set_name(model.name().empty() ? model.classname() : model.name());
+    // Each input's type: float, or int32 where the model takes only ids there (an Embedder's).
+    std::vector<DType> inTypes;
+    for (size_t k = 0; k < inputShapes.size(); ++k) {
+        DType type = DType::float32;
+        for (const DType t : {DType::float32, DType::int32}) {
+            std::vector<DType> probe = inTypes;
+            probe.push_back(t);
+            try {
+                model.checkDataType(probe);
+                type = t;
+                break;
+            } catch (const Error&) {}
+        }
+        inTypes.push_back(type);
+    }
+    Exporter ex(*g, options.opset);
     std::vector<std::string> inputs;
     for (size_t k = 0; k < inputShapes.size(); ++k) {
         inputs.push_back(inputShapes.size() == 1 ? "input" : "input" + std::to_string(k));
         onnx::ValueInfoProto* v = g->add_input();
         v->set_name(inputs.back());
-        setType(v, inputShapes[k]);
+        setType(v, inputShapes[k], inTypes[k]);
+        if (inTypes[k] == DType::int32) ex.intValues[inputs.back()] = DType::int32;
     }
-    Exporter ex(*g, options.opset);
     const std::vector<std::string> outs = ex.emit(model, inputs, inputShapes, "");
     if (!ex.errors.empty()) {
         std::string s = "ONNX export of " + model.str() + ": " + std::to_string(ex.errors.size()) +

@@ -357,6 +357,13 @@ void Exporter::emitParameter(const Layer& l) {
     node("Expand", {init(path + ".weight", w, Shape(dims)), target}, out, path);
 }
 
+// Embedder: Gather of its table's rows by the ids (int32; the import reads a Gather from a
+// table by data ids back as an Embedder).
+void Exporter::emitEmbedder(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    attr(node("Gather", {init(path + ".W", l.var("W")), in[0]}, out, path), "axis", int64_t{0});
+}
+
 // PositionalEncoding: Add of its table for the input's length (a constant).
 void Exporter::emitPositionalEncoding(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;

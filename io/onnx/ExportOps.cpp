@@ -82,6 +82,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"Dropout", &Exporter::emitDropout},
         {"DropPath", &Exporter::emitInferenceIdentity},
         {"Dropout2D", &Exporter::emitInferenceIdentity},
+        {"Embedder", &Exporter::emitEmbedder},
         {"Flatten", &Exporter::emitFlatten},
         {"Gelu", &Exporter::emitGeluLayer},
         {"GlobalAvgPool", &Exporter::emitGlobalAvgPool},

@@ -33,6 +33,8 @@ public:
     Exporter(onnx::GraphProto& g, int64_t opset) : g_(g), opset_(opset) {}
 
     std::vector<std::string> errors;
+    // Values that are int32 (a graph's ids and what passes them on), by name; others are float.
+    std::unordered_map<std::string, DType> intValues;
 
     // The output value names of `m` run on `inputs` (value names) of shapes `in`; `path`
     // names its nodes and parameters.
@@ -146,6 +148,7 @@ private:
     void emitMatMul(const Layer& l);
     void emitAttention(const Layer& l);
     void emitMultiheadAttention(const Layer& l);
+    void emitEmbedder(const Layer& l);
     void emitParameter(const Layer& l);
     void emitPositionalEncoding(const Layer& l);
     // softmax(q k^T * scale + mask [+ causal]) v into `out` (scale 0: 1 / sqrt(d); mask empty: none).

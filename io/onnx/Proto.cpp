@@ -452,9 +452,9 @@ void ModelFile::release(int initializer) const {
 
 onnx::ModelProto readModelWithoutWeights(const std::string& path) { return std::move(ModelFile(path, false).model); }
 
-void setType(onnx::ValueInfoProto* v, const Shape& shape) {
+void setType(onnx::ValueInfoProto* v, const Shape& shape, DType dtype) {
     auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->set_elem_type(dtype == DType::int32 ? onnx::TensorProto::INT32 : onnx::TensorProto::FLOAT);
     auto* s = t->mutable_shape();
     for (size_t d = 0; d < shape.rank(); ++d) {
         auto* dim = s->add_dim();

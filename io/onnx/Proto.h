@@ -155,6 +155,7 @@ private:
 };
 
 // `v`'s type: float32 of `shape`, its first dim the symbolic batch.
-void setType(onnx::ValueInfoProto* v, const Shape& shape);
+// A tensor type of `shape` (its first dim free: "batch"), float, or int32 for int32.
+void setType(onnx::ValueInfoProto* v, const Shape& shape, DType dtype = DType::float32);
 
 } // namespace tessera::onnx_io
