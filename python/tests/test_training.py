@@ -664,8 +664,8 @@ def test_progress_and_epoch_lines_go_through_pythons_streams(monkeypatch):
 def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_path):
     """A GPT block as nanoGPT writes it (masked_fill(bias == 0, -inf) of a tril buffer,
     positions by arange into a learned table) exported by PyTorch: it imports, gives
-    PyTorch's outputs, stays causal, and fine-tunes: its loss drops and its positional rows
-    (a learned table of their own) change."""
+    PyTorch's outputs, stays causal, saves, exports again, and fine-tunes: its loss drops and
+    its positional rows (a learned table of their own) change."""
     torch = pytest.importorskip("torch")
     vocab, context, length, width = 11, 12, 8, 16
 
@@ -711,6 +711,15 @@ def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_pa
     again = ts.load(h5)
     again.evalMode()
     np.testing.assert_array_equal(again(x).numpy(), got)
+    # Exported again (int32 ids in, the mask's -inf a constant) and imported: the same outputs
+    # and parameters.
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, (4, length), back_path)
+    back = ts.importOnnx(back_path)
+    back.evalMode()
+    np.testing.assert_array_equal(back(x).numpy(), got)
+    assert sorted(v.data.numpy().size for v in back.namedParams().values()) == \
+        sorted(v.data.numpy().size for v in net.namedParams().values())
     # The positional rows the graph reads are a parameter, fine-tuned with the rest: the
     # next id of a counting sequence is learned.
     names = [n for n in net.namedParams() if tuple(net.namedParams()[n].data.shape) == (length, width)]
