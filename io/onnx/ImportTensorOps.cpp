@@ -461,8 +461,11 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
 // float constant: a masked fill (PyTorch's masked_fill, as a causal mask's -inf is
 // written), d * keep + fill (MulAddConst), keep being 1 where the data is taken and 0
 // elsewhere, fill the constant where it is taken and 0 elsewhere. The condition and the
-// constant broadcast to the data's shape without changing it. A NaN or infinite data value
-// where the constant is taken gives NaN there (it is multiplied by 0).
+// constant broadcast to the data's shape without changing it. An infinite constant is
+// added instead (keep 1 there): -inf stays -inf over data that is already -inf (a second
+// mask over a first), where a product by 0 would make NaN; the gradient there is then
+// passed on, which whatever reads an infinite fill zeroes (a softmax, an exp, a max).
+// Elsewhere a NaN or infinite data value where the constant is taken gives NaN.
 void Importer::importWhere(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     if (n.input_size() != 3) throw Unsupported{"expects 3 inputs, got " + std::to_string(n.input_size())};
@@ -534,8 +537,9 @@ void Importer::importWhere(const onnx::NodeProto& n, const Attributes& a) {
     std::vector<float> keep(static_cast<size_t>(count)), fill(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
         const bool taken = (condInts.at(at(cond.dims, i)) != 0) == dataFirst; // the data is taken here
-        keep[static_cast<size_t>(i)] = taken ? 1.0f : 0.0f;
-        fill[static_cast<size_t>(i)] = taken ? 0.0f : cv.at(at(c.dims, i));
+        const float v = cv.at(at(c.dims, i));
+        keep[static_cast<size_t>(i)] = taken || std::isinf(v) ? 1.0f : 0.0f;
+        fill[static_cast<size_t>(i)] = taken ? 0.0f : v;
     }
     const Shape shape(rank ? dims : std::vector<int64_t>{1});
     const Source s = value(n, d);

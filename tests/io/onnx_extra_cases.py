@@ -150,6 +150,17 @@ def masked_fill_forms(root):
     filled = np.where(bias[:, :, :4, :4] == 0, -np.inf, x)
     e = np.exp(filled - filled.max(axis=-1, keepdims=True))
     save(root, "where_causal_mask_softmax", g, [x], [(e / e.sum(axis=-1, keepdims=True)).astype(np.float32)], 13)
+    # A second mask over the first (the last column, which the causal mask already hides in
+    # all rows but the last): -inf over -inf stays -inf.
+    column = np.zeros((1, 1, 1, 4), bool)
+    column[..., 3] = True
+    nodes = nodes[:3] + [helper.make_node("Where", ["column", "minf", "filled"], ["twice"]),
+                         helper.make_node("Softmax", ["twice"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "causal_twice", [value("x", free)], [value("y", free)],
+                          inits + [numpy_helper.from_array(column, "column")])
+    twice = np.where(column, -np.inf, filled)
+    e = np.exp(twice - twice.max(axis=-1, keepdims=True))
+    save(root, "where_two_masks_softmax", g, [x], [(e / e.sum(axis=-1, keepdims=True)).astype(np.float32)], 13)
     # Where(cond, x, c): the data where the condition holds, a per-column constant elsewhere.
     cond = rs.rand(1, 4, 1) > 0.5
     c = rs.randn(4).astype(np.float32)
