@@ -124,7 +124,7 @@ std::vector<std::string> Exporter::emit(Module& m, const std::vector<std::string
     for (size_t k = 0; k < out.size(); ++k) {
         outs.push_back(out.size() == 1 ? valueName(path) : valueName(path + ":" + std::to_string(k)));
         const DType type = k < outTypes.size() && outTypes[k] == DType::int32 ? DType::int32 : DType::float32;
-        if (type == DType::int32) intValues[outs.back()] = type;
+        if (type == DType::int32) intValues.insert(outs.back());
         setType(g_.add_value_info(), out[k], type);
         g_.mutable_value_info(g_.value_info_size() - 1)->set_name(outs.back());
     }
@@ -282,7 +282,7 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
         onnx::ValueInfoProto* v = g->add_input();
         v->set_name(inputs.back());
         setType(v, inputShapes[k], inTypes[k]);
-        if (inTypes[k] == DType::int32) ex.intValues[inputs.back()] = DType::int32;
+        if (inTypes[k] == DType::int32) ex.intValues.insert(inputs.back());
     }
     const std::vector<std::string> outs = ex.emit(model, inputs, inputShapes, "");
     if (!ex.errors.empty()) {

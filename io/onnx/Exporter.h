@@ -34,7 +34,7 @@ public:
 
     std::vector<std::string> errors;
     // Values that are int32 (a graph's ids and what passes them on), by name; others are float.
-    std::unordered_map<std::string, DType> intValues;
+    std::unordered_set<std::string> intValues;
 
     // The output value names of `m` run on `inputs` (value names) of shapes `in`; `path`
     // names its nodes and parameters.

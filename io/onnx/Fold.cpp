@@ -1,3 +1,4 @@
+#include "io/onnx/Arrays.h"
 #include "io/onnx/Importer.h"
 
 #include <onnx/defs/schema.h>
@@ -109,8 +110,7 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         known = known && !c.symbolic() && !c.zeros;
         weights = weights || weight;
     }
-    const bool comparison = op == "Equal" || op == "Less" || op == "LessOrEqual" || op == "Greater" ||
-                            op == "GreaterOrEqual" || op == "Not" || op == "And" || op == "Or" || op == "Xor";
+    const bool comparison = arrays::isComparison(op) || op == "Not";
     const bool selection = op == "Slice" || op == "Gather" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
                            op == "Transpose" || op == "Flatten" || op == "Identity";
     if (known && (!weights || comparison || selection) && evaluate(n, a)) {

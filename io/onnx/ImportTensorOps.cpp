@@ -1,3 +1,4 @@
+#include "io/onnx/Arrays.h"
 #include "io/onnx/Importer.h"
 
 #include <onnx/defs/schema.h>
@@ -493,16 +494,9 @@ void Importer::importWhere(const onnx::NodeProto& n, const Attributes& a) {
     if (data == shapes_.end()) throw Unsupported{"a data operand whose rank the model does not declare"};
     const std::vector<Dim>& to = data->second;
     // The constants' common shape, aligned from the right with the data's.
-    const size_t rank = std::max(cond.dims.size(), c.dims.size());
-    std::vector<int64_t> dims(rank, 1);
-    for (const std::vector<int64_t>* from : {&cond.dims, &c.dims}) {
-        for (size_t j = 0; j < from->size(); ++j) {
-            int64_t& out = dims[rank - from->size() + j];
-            const int64_t v = (*from)[j];
-            if (v != 1 && out != 1 && v != out) throw Unsupported{"a condition and a constant that do not broadcast"};
-            if (v != 1) out = v;
-        }
-    }
+    const arrays::Array condValues = arrays::arrayOf(cond), fillValues = arrays::arrayOf(c);
+    const std::vector<int64_t> dims = arrays::broadcast({&condValues, &fillValues});
+    const size_t rank = dims.size();
     bool fits = rank <= to.size();
     for (size_t j = 0; fits && j < rank; ++j) {
         const Dim& t = to[to.size() - rank + j];
@@ -512,39 +506,19 @@ void Importer::importWhere(const onnx::NodeProto& n, const Attributes& a) {
         throw Unsupported{"a condition or constant of shape " + Shape(dims).str() +
                           " that would change the data's shape (one that broadcasts to it is supported)"};
     }
-    const std::vector<float> cv = c.tensor.toVector<float>();
-    std::vector<int64_t> condInts = cond.ints;
-    if (!cond.isInt) {
-        for (float v : cond.tensor.toVector<float>()) condInts.push_back(v != 0.0f);
-    }
-    // The element of a constant of `from` dims at the common shape's flat index i.
-    auto at = [&](const std::vector<int64_t>& from, int64_t i) {
-        int64_t flat = 0, stride = 1;
-        for (size_t j = rank; j-- > 0;) {
-            const int64_t coord = i % dims[j];
-            i /= dims[j];
-            const size_t back = rank - 1 - j;
-            if (back < from.size()) {
-                const int64_t size = from[from.size() - 1 - back];
-                flat += (size == 1 ? 0 : coord) * stride;
-                stride *= size;
-            }
-        }
-        return static_cast<size_t>(flat);
+    // keep, or fill, at each element of the common shape (at: the element in cond, in c)
+    auto constant = [&](bool keep) {
+        auto element = [&](const std::vector<int64_t>& at) {
+            const bool taken = (condValues.v[static_cast<size_t>(at[0])] != 0) == dataFirst; // data taken
+            const double v = fillValues.v[static_cast<size_t>(at[1])];
+            if (keep) return taken || std::isinf(v) ? 1.0 : 0.0;
+            return taken ? 0.0 : v;
+        };
+        return arrays::constantOf(arrays::elementwise({&condValues, &fillValues}, arrays::Kind::floating, element))
+            .tensor;
     };
-    int64_t count = 1;
-    for (int64_t v : dims) count *= v;
-    std::vector<float> keep(static_cast<size_t>(count)), fill(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) {
-        const bool taken = (condInts.at(at(cond.dims, i)) != 0) == dataFirst; // the data is taken here
-        const float v = cv.at(at(c.dims, i));
-        keep[static_cast<size_t>(i)] = taken || std::isinf(v) ? 1.0f : 0.0f;
-        fill[static_cast<size_t>(i)] = taken ? 0.0f : v;
-    }
-    const Shape shape(rank ? dims : std::vector<int64_t>{1});
     const Source s = value(n, d);
-    return define(n, std::make_shared<MulAddConst>(Tensor::fromVector(shape, keep), Tensor::fromVector(shape, fill)),
-                  Parents{Parent(s.node, s.slot)});
+    return define(n, std::make_shared<MulAddConst>(constant(true), constant(false)), Parents{Parent(s.node, s.slot)});
 }
 
 // Pad: spatial dims only (Tessera's PadND), constant, reflect or edge.
