@@ -374,12 +374,16 @@ struct Row {
 const std::map<std::string, Row>& table() {
     static const std::map<std::string, Row> t = [] {
         std::vector<Row> rows = {
-            {"Linear", "insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', name=None",
+            {"Linear", "insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', transposed=False, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<Linear>(
                      a.i("insize"), a.i("outsize"),
                      LinearOptions{
-                         .wscale = a.f("wscale"), .useBias = a.b("useBias"), .initscheme = a.init(), .name = a.name()});
+                         .wscale = a.f("wscale"),
+                         .useBias = a.b("useBias"),
+                         .initscheme = a.init(),
+                         .name = a.name(),
+                         .transposed = a.b("transposed")});
              }},
             {"Activation",
              "activation='relu', slope=0.01, alpha=1.0, min=0.0, max=6.0, hardSlope=0.16666666666666666, "
@@ -905,6 +909,7 @@ ModulePtr copyModule(const Module& module) {
                [](const VariablePtr& v) -> const Tensor& { return v->data; });
     copyValues("attribute", module, module.namedAttrs(), copy->namedAttrs(),
                [](const Tensor& t) -> const Tensor& { return t; });
+    copy->shareVarsAs(module);                // weights the module shares between its layers (setVar), shared again
     auto& from = const_cast<Module&>(module); // read only
     const auto a = from.namedCounters(), b = copy->namedCounters();
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) *b[i].second = *a[i].second;

@@ -315,6 +315,9 @@ namespace {
 struct LoadPlan {
     std::vector<std::pair<const Stored*, Tensor>> copies;
     std::vector<std::pair<int64_t*, int64_t>> counterValues;
+    // Parameters the file stores once (shared in the saved model): a name, and the first
+    // name of the same stored parameter, whose Variable it gets.
+    std::vector<std::pair<std::string, std::string>> shared;
 };
 
 LoadPlan planLoad(const Snapshot& file, Module& module, const std::string& path, LoadMode mode) {
@@ -340,6 +343,7 @@ LoadPlan planLoad(const Snapshot& file, Module& module, const std::string& path,
     } else {
         problems.push_back("the file has no links/ group");
     }
+    std::map<int64_t, std::string> firstOf; // params index -> the first model parameter loaded from it
     for (const auto& [name, var] : module.namedParams()) {
         auto it = stored.find(name);
         if (it == stored.end()) {
@@ -347,6 +351,8 @@ LoadPlan planLoad(const Snapshot& file, Module& module, const std::string& path,
             continue;
         }
         match("parameter", name, var->data, file.params.at(it->second));
+        const auto [first, fresh] = firstOf.emplace(it->second, name);
+        if (!fresh) plan.shared.emplace_back(name, first->second);
         stored.erase(it);
     }
     if (mode == LoadMode::strict) {
@@ -411,13 +417,22 @@ void loadModel(Module& module, const std::string& path, LoadMode mode) {
     // the read with nothing loaded.
     std::vector<std::pair<Tensor, Tensor>> after;
     std::vector<std::pair<int64_t*, int64_t>> counterValues;
+    std::vector<std::pair<std::string, std::string>> shared;
     snapshot(path, modelPart, [&](const Snapshot& file) {
         LoadPlan plan = planLoad(file, module, path, mode);
         counterValues = std::move(plan.counterValues);
+        shared = std::move(plan.shared);
         return destinations(file, plan.copies, after);
     });
     for (const auto& [from, to] : after) copyOver(from, to);
     for (const auto& [c, v] : counterValues) *c = v;
+    if (!shared.empty()) { // shared again where the model has two Variables (one rebuilt from a blueprint)
+        std::map<std::string, VariablePtr> vars;
+        for (auto& [name, v] : module.namedParams()) vars.emplace(name, std::move(v));
+        for (const auto& [name, first] : shared) {
+            if (vars.at(name) != vars.at(first)) module.shareVarAt(name, vars.at(first));
+        }
+    }
     noteParameterChange();
 }
 

@@ -66,7 +66,10 @@ enum class LoadMode {
 /// the file has (files written before counters were saved have none: the module keeps its
 /// own). Every name, shape and dtype is checked before anything is copied; all mismatches
 /// are reported in one IoError. A missing, truncated or corrupt file is a IoError
-/// naming it.
+/// naming it. Parameters the file stores once (one Variable in the saved model: a head tied
+/// to its token table) become one Variable in `module` too (Module::shareVarAt), so that a
+/// model rebuilt from the file's blueprint trains them as one; load before setting up an
+/// optimizer on it.
 void loadModel(Module& module, const std::string& path, LoadMode mode = LoadMode::strict);
 
 /// The blueprint JSON stored in `path` (IoError when there is none).

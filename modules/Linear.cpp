@@ -10,7 +10,8 @@ Linear::Linear(int64_t insize, int64_t outsize, const LinearOptions& options)
         throw ShapeError("Linear: insize and outsize must be positive, got " + std::to_string(insize) + " and " +
                          std::to_string(outsize));
     }
-    setVar("W", Variable::of(newWeights({insize, outsize}, options.initscheme, insize, outsize, options.wscale)));
+    const Shape w = options.transposed ? Shape{outsize, insize} : Shape{insize, outsize};
+    setVar("W", Variable::of(newWeights(w, options.initscheme, insize, outsize, options.wscale)));
     if (options.useBias) setVar("b", Variable::of(Tensor::zeros({outsize})));
 }
 
@@ -55,7 +56,7 @@ std::vector<DType> Linear::outputDTypes(const Shapes&, const std::vector<DType>&
     return {backendFor(device).gemmOutputDType(computeDType())};
 }
 
-// x: [..., in] as [M, in], W: [in, out], b: [out] -> y: [M, out] as [..., out], in the
+// x: [..., in] as [M, in], W: [in, out] (transposed: [out, in]), b: [out] -> y: [M, out] as [..., out], in the
 // dtype the backend's GEMMs write in this compute type (16-bit ones rounded once, the bias
 // added before).
 Tensors Linear::updateData(const Tensors& data) {
@@ -68,16 +69,17 @@ Tensors Linear::updateData(const Tensors& data) {
         stepW_ = Tensor::empty(W.shape(), DType::bfloat16, W.device());
         be.cast(W, stepW_);
     }
-    be.gemmWeights(false, false, 1.0f, x, stepW_.defined() ? stepW_ : W,
+    be.gemmWeights(false, options_.transposed, 1.0f, x, stepW_.defined() ? stepW_ : W,
                    options_.useBias ? getVar("b")->data : Tensor(), 0.0f, y, computeDType(), packSlot());
     return {y.reshape(withLast(data[0].shape(), outsize_))};
 }
 
-// dy: [..., out] -> dx = dy W^T: [..., in], in the input's dtype
+// dy: [..., out] -> dx = dy W^T (transposed: dy W): [..., in], in the input's dtype
 Tensors Linear::updateGrad(const Tensors& grad) {
     const Tensor dy = rowsOf(grad[0]);
     Tensor dx = Tensor::empty({dy.shape()[0], insize_}, inData().dtype(), dy.device());
-    backendOf(dy).gemm(false, true, 1.0f, dy, stepW_.defined() ? stepW_ : getVar("W")->data, 0.0f, dx, computeDType());
+    backendOf(dy).gemm(false, !options_.transposed, 1.0f, dy, stepW_.defined() ? stepW_ : getVar("W")->data, 0.0f, dx,
+                       computeDType());
     return {dx.reshape(withLast(grad[0].shape(), insize_))};
 }
 
@@ -102,11 +104,16 @@ MemoryUse Linear::memoryUse(const Shapes& inShapes, const std::vector<Layout>& i
     return use;
 }
 
-// dW = scale * x^T dy + momentum * dW; db = scale * sum_n dy + momentum * db
+// dW = scale * x^T dy + momentum * dW (transposed: scale * dy^T x + momentum * dW);
+// db = scale * sum_n dy + momentum * db
 void Linear::accGradParams(const Tensors& grad, float scale, float momentum) {
     const Tensor dy = rowsOf(grad[0]);
     Backend& be = backendOf(dy);
-    be.gemm(true, false, scale, rowsOf(inData()), dy, momentum, getVar("W")->grad, computeDType());
+    if (options_.transposed) {
+        be.gemm(true, false, scale, dy, rowsOf(inData()), momentum, getVar("W")->grad, computeDType());
+    } else {
+        be.gemm(true, false, scale, rowsOf(inData()), dy, momentum, getVar("W")->grad, computeDType());
+    }
     if (options_.useBias) be.sumRows(dy, scale, momentum, getVar("b")->grad);
 }
 
@@ -117,6 +124,7 @@ Blueprint Linear::blueprint() const {
     bp.scheme.emplace_back("wscale", static_cast<double>(options_.wscale));
     bp.scheme.emplace_back("useBias", options_.useBias);
     bp.scheme.emplace_back("initscheme", tessera::str(options_.initscheme));
+    if (options_.transposed) bp.scheme.emplace_back("transposed", true);
     return bp;
 }
 

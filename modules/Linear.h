@@ -11,11 +11,15 @@ struct LinearOptions {
     bool useBias = true;
     InitScheme initscheme = InitScheme::xavier;
     std::string name = {};
+    /// `W` stored [outsize, insize] (PyTorch's layout), y = x W^T + b: the layout of an
+    /// Embedder's table [vocabulary, embsize], so that a language model's output layer can
+    /// share it (setVar("W", embedder.getVar("W")): a head tied to the token table).
+    bool transposed = false;
 };
 
 /// x: [..., insize] -> y: [..., outsize] (PyTorch's nn.Linear: over the last axis of any
-/// rank, the leading dims kept). Parameters `W`: [insize, outsize] and, with useBias,
-/// `b`: [outsize] (initialised to zero).
+/// rank, the leading dims kept). Parameters `W`: [insize, outsize] ([outsize, insize] with
+/// `transposed`) and, with useBias, `b`: [outsize] (initialised to zero).
 class Linear : public Module {
 public:
     Linear(int64_t insize, int64_t outsize, const LinearOptions& options = {});
@@ -24,6 +28,8 @@ public:
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     int64_t insize() const { return insize_; }
     int64_t outsize() const { return outsize_; }
+    /// Whether `W` is stored [outsize, insize] (LinearOptions::transposed).
+    bool transposed() const { return options_.transposed; }
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;

@@ -1,8 +1,10 @@
 #include "modules/Module.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -463,6 +465,39 @@ NamedVariables Module::namedParams() const {
         for (auto& [n, v] : child->namedParams()) out.emplace_back(childName + "." + n, std::move(v));
     }
     return out;
+}
+
+void Module::shareVarAt(const std::string& dottedName, VariablePtr var) {
+    if (hasVar(dottedName)) return setVar(dottedName, std::move(var));
+    for (const auto& [childName, child] : namedChildren()) {
+        const std::string prefix = childName + ".";
+        if (dottedName.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::string rest = dottedName.substr(prefix.size());
+        const NamedVariables inside = child->namedParams();
+        if (std::any_of(inside.begin(), inside.end(), [&](const auto& nv) { return nv.first == rest; })) {
+            return child->shareVarAt(rest, std::move(var));
+        }
+    }
+    throw ContainerError(str() + ": no parameter named '" + dottedName + "'");
+}
+
+void Module::shareVarsAs(const Module& from) {
+    std::unordered_map<const Variable*, std::string> first;  // each Variable's first name in `from`
+    std::vector<std::pair<std::string, std::string>> shared; // name, the first name of its Variable
+    for (const auto& [name, v] : from.namedParams()) {
+        auto [it, fresh] = first.emplace(v.get(), name);
+        if (!fresh) shared.emplace_back(name, it->second);
+    }
+    if (shared.empty()) return;
+    std::unordered_map<std::string, VariablePtr> mine;
+    for (auto& [name, v] : namedParams()) mine.emplace(name, std::move(v));
+    for (const auto& [name, firstName] : shared) {
+        const auto it = mine.find(firstName);
+        if (it == mine.end()) throw ContainerError(str() + ": no parameter named '" + firstName + "'");
+        const auto at = mine.find(name);
+        if (at == mine.end()) throw ContainerError(str() + ": no parameter named '" + name + "'");
+        if (at->second != it->second) shareVarAt(name, it->second);
+    }
 }
 
 std::vector<std::pair<std::string, int64_t*>> Module::namedCounters() {

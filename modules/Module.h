@@ -151,6 +151,14 @@ public:
     const Tensor& getAttr(const std::string& name) const;
     /// Parameters of this module and of every descendant, with dotted names.
     NamedVariables namedParams() const;
+    /// Makes the parameter of `dottedName` (a name of namedParams: `block1.fc.W`) the Variable
+    /// `var`, shared (how a model file or a copy restores the weights a model shares, a head
+    /// tied to its token table); ContainerError naming it when no such parameter exists.
+    void shareVarAt(const std::string& dottedName, VariablePtr var);
+    /// Shares every group of namedParams' names that one Variable holds in `from` (a module of
+    /// the same blueprint) the same way here: each name after a group's first gets the
+    /// first's Variable.
+    void shareVarsAs(const Module& from);
     NamedTensors namedAttrs() const;
     /// trainingCounters() of this module and of every descendant, with dotted names (model
     /// files and checkpoints save and restore them).

@@ -163,11 +163,19 @@ void Exporter::emitIdentity(const Layer& l) {
     return void(node("Identity", in, out, path));
 }
 
-// Linear
+// Linear. W stored [out, in] (transposed) is one initializer with what shares it (an
+// Embedder's table, which the import ties the head to again): Gemm's transB, or before a
+// MatMul a Transpose of it.
 void Exporter::emitLinear(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
+    const bool transposed = static_cast<const Linear&>(m).transposed();
     if (inShapes[0].rank() != 2) { // over the last axis of any rank: MatMul, then Add of the bias
-        const std::string w = init(path + ".W", l.var("W"));
+        std::string w = init(path + ".W", l.var("W"));
+        if (transposed) {
+            const std::string wT = valueName(path + "_WT");
+            attr(node("Transpose", {w}, {wT}, path + "_transpose"), "perm", std::vector<int64_t>{1, 0});
+            w = wT;
+        }
         if (!m.hasVar("b")) return void(node("MatMul", {in[0], w}, out, path));
         const std::string product = valueName(path + "_matmul");
         node("MatMul", {in[0], w}, {product}, path + "_matmul");
@@ -175,7 +183,8 @@ void Exporter::emitLinear(const Layer& l) {
     }
     std::vector<std::string> ins = {in[0], init(path + ".W", l.var("W"))};
     if (m.hasVar("b")) ins.push_back(init(path + ".b", l.var("b")));
-    node("Gemm", ins, out, path);
+    onnx::NodeProto* gemm = node("Gemm", ins, out, path);
+    if (transposed) attr(gemm, "transB", int64_t{1});
 }
 
 // MatMul: a Transpose of b's last two dims first with transB, a Mul by alpha after when not 1.

@@ -386,10 +386,10 @@ void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
         }
         lin->getVar("b")->data.copyFrom(Tensor::fromVector({out}, cv));
     }
-    if (!transA && !matrixBias) return define(n, lin, dataInputs(n, 1));
+    if (!transA && !matrixBias) return define(n, tiedHead(lin), dataInputs(n, 1));
     auto seq = std::make_shared<Sequential>();
     if (transA) seq->append(std::make_shared<Transpose>(std::vector<int64_t>{1, 0}));
-    seq->append(lin);
+    seq->append(tiedHead(lin));
     if (matrixBias) seq->append(std::make_shared<MulAddConst>(Tensor(), Tensor::fromVector(c->tensor.shape(), cv)));
     return define(n, seq, dataInputs(n, 1));
 }
@@ -404,7 +404,33 @@ void Importer::importMatMul(const onnx::NodeProto& n, const Attributes& a) {
     const int64_t in = b.tensor.shape()[0], out = b.tensor.shape()[1];
     auto lin = std::make_shared<Linear>(in, out, LinearOptions{.useBias = false, .initscheme = InitScheme::none});
     lin->getVar("W")->data.copyFrom(b.tensor);
-    return define(n, lin, dataInputs(n, 1));
+    return define(n, tiedHead(lin), dataInputs(n, 1));
+}
+
+ModulePtr Importer::tiedHead(ModulePtr lin) const {
+    const Tensor& W = lin->getVar("W")->data;
+    const int64_t in = W.shape()[0], out = W.shape()[1];
+    W.data<float>();                                       // float32 on the host, or it throws
+    const auto* w = static_cast<const uint32_t*>(W.raw()); // its bits: equal values, bit for bit
+    bool distinctive = false;                              // not one value repeated (a zeroed layer ties to nothing)
+    for (int64_t k = 1; !distinctive && k < in * out; ++k) distinctive = w[k] != w[0];
+    if (!distinctive) return lin;
+    for (const ModulePtr& e : embedders_) {
+        const VariablePtr& table = e->getVar("W");
+        if (table->data.shape() != Shape{out, in} || table->data.dtype() != DType::float32) continue;
+        const auto* t = static_cast<const uint32_t*>(table->data.raw());
+        bool same = true;
+        for (int64_t o = 0; same && o < out; ++o) {
+            for (int64_t i = 0; same && i < in; ++i) same = t[o * in + i] == w[i * out + o];
+        }
+        if (!same) continue;
+        auto tied = std::make_shared<Linear>(
+            in, out, LinearOptions{.useBias = lin->hasVar("b"), .initscheme = InitScheme::none, .transposed = true});
+        tied->setVar("W", table);
+        if (lin->hasVar("b")) tied->setVar("b", lin->getVar("b"));
+        return tied;
+    }
+    return lin;
 }
 
 // Einsum of two data inputs that is a batched matrix product: "...ik,...kj->...ij" (MatMul)

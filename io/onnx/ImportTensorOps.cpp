@@ -151,7 +151,8 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
                                         EmbedderOptions{.initscheme = InitScheme::none});
     m->getVar("W")->data.copyFrom(table.tensor);
     Source s = value(n, 1);
-    return define(n, m, Parents{Parent(s.node, s.slot)});
+    define(n, m, Parents{Parent(s.node, s.slot)});
+    embedders_.push_back(values_.at(n.output(0)).node->modulePtr()); // m, or an earlier one it is (sharedLayer)
 }
 
 void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {

@@ -70,6 +70,7 @@ private:
     std::unordered_map<std::string, Source> values_;
     // Layers with parameters by op, attributes and constant inputs (sharedLayer).
     std::unordered_map<std::string, std::vector<ModulePtr>> sharedLayers_;
+    std::vector<ModulePtr> embedders_; // the Embedders imported so far (tiedHead)
     std::unordered_set<std::string> missing_;
     std::unordered_set<std::string> names_;
     std::unordered_map<std::string, int64_t> ranks_;
@@ -107,6 +108,10 @@ private:
     float requireScalar(const onnx::NodeProto& n, int k, const char* what);
 
     ModulePtr sharedLayer(const onnx::NodeProto& n, ModulePtr module);
+    // `lin` (W [in, out]), or a Linear with W stored [out, in] that shares an imported
+    // Embedder's table when W is that table transposed, value for value: a language model's
+    // head tied to its token table, which PyTorch's export writes as a transposed copy.
+    ModulePtr tiedHead(ModulePtr lin) const;
     void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents);
     // A pattern's layer at its last node n, its parents being the values `inputs`.
     void define(const onnx::NodeProto& n, ModulePtr module, const Parents& parents,

@@ -601,6 +601,20 @@ forward's random counters, which are all it keeps), an LCN's window
              "attributes, counters, random streams, compute types and modes, on its device (one model per "
              "thread). copy.deepcopy(module) makes the same.")
         .def("getVar", &Module::getVar, py::arg("name"))
+        .def(
+            "setVar",
+            [](Module& x, const std::string& name, const VariablePtr& var) {
+                if (!var) throw ModuleError(x.str() + ": setVar('" + name + "') needs a Variable, got None");
+                if (x.hasVar(name) && x.getVar(name)->data.shape() != var->data.shape()) {
+                    throw ShapeError(x.str() + ": setVar('" + name + "') expects a Variable of shape " +
+                                     x.getVar(name)->data.shape().str() + ", got " + var->data.shape().str());
+                }
+                x.setVar(name, var);
+            },
+            py::arg("name"), py::arg("var"),
+            "Makes parameter `name` the Variable `var` of another module (getVar), shared: one value, trained "
+            "once, its gradient summed over both (a language model's head tied to its token table, "
+            "Linear(transposed=True)). Its shape must be the parameter's.")
         .def("numOfParams", &Module::numOfParams)
         .def("paramSize", &Module::paramSize)
         .def("zeroGradParams", &Module::zeroGradParams)
@@ -700,9 +714,12 @@ weights: the batch norm's pass is gone.)")
         .def(
             "setVar",
             [](PythonModule& x, const std::string& name, const py::handle& value) {
+                if (py::isinstance<Variable>(value)) return x.setVar(name, value.cast<VariablePtr>()); // shared
                 x.setVar(name, Variable::of(toTensor(value, true)));
             },
-            py::arg("name"), py::arg("value"), "Registers (or replaces) parameter `name` with a copy of `value`.")
+            py::arg("name"), py::arg("value"),
+            "Registers (or replaces) parameter `name` with a copy of `value` (an array or tensor), or with "
+            "`value` itself when it is a Variable (another module's, shared).")
         .def(
             "setAttr",
             [](PythonModule& x, const std::string& name, const py::handle& value) {

@@ -1132,7 +1132,7 @@ class LayerNorm(Module):
 
 class Linear(Module):
     """
-    Linear(insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', name=None)
+    Linear(insize, outsize, wscale=1.0, useBias=True, initscheme='xavier', transposed=False, name=None)
 
     Tessera's Linear (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
@@ -1142,9 +1142,10 @@ class Linear(Module):
         wscale: factor on the drawn weights
         useBias: whether the layer adds a learned bias
         initscheme: how the weights are drawn: 'xavier' (= 'xavier_uniform'), 'xavier_normal', 'he', 'gaussian', 'uniform' or 'none' (zeros)
+        transposed: W stored [outsize, insize], PyTorch's layout and an Embedder's table's (a head tied to it with setVar); False: [insize, outsize]
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
-    def __init__(self, insize: Any, outsize: Any, wscale: float = ..., useBias: bool = ..., initscheme: str = ..., name: str | None = ...) -> None: ...
+    def __init__(self, insize: Any, outsize: Any, wscale: float = ..., useBias: bool = ..., initscheme: str = ..., transposed: bool = ..., name: str | None = ...) -> None: ...
 
 class LogSoftMax(Module):
     """

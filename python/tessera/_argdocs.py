@@ -139,6 +139,7 @@ BY_CLASS = {
     "LayerNorm.shape": "the trailing dims normalised together (PyTorch's normalized_shape)",
     "RMSNorm.shape": "the trailing dims normalised together",
     "LayerNorm.useBias": "whether the affine part has a shift",
+    "Linear.transposed": "W stored [outsize, insize], PyTorch's layout and an Embedder's table's (a head tied to it with setVar); False: [insize, outsize]",
     "Parameter.shape": "the learned tensor's shape (repeated over the batch)",
     "Scale.shape": "the factors' shape (broadcast to the input)",
     "Reshape.shape": "the new shape (0 keeps that dim, -1 is inferred)",

@@ -117,7 +117,7 @@ def test_pytorch_argument_names_get_a_did_you_mean():
                                         r"no argument 'padding'; did you mean 'pad'\?"):
         ts.Conv2D(3, 8, kernel_size=3, padding=1)
     with pytest.raises(TypeError, match=r"Linear: no argument 'in_features'; did you mean 'insize'\? "
-                                        r"\(it takes insize, outsize, wscale, useBias, initscheme, name\)"):
+                                        r"\(it takes insize, outsize, wscale, useBias, initscheme, transposed, name\)"):
         ts.Linear(in_features=4, outsize=2)
     with pytest.raises(TypeError, match=r"no argument 'usebias'; did you mean 'useBias'\?"):
         ts.Linear(4, 2, usebias=False)  # a typo: the closest name

@@ -741,3 +741,80 @@ def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_pa
         errors.append(error)
     assert np.mean(errors[-10:]) < 0.2 * np.mean(errors[:10]), errors
     assert not np.array_equal(net.namedParams()[names[0]].data.numpy(), rows)
+
+
+def test_head_tied_to_the_token_table_imports_shared_and_stays_tied(tmp_path):
+    """A language model whose head is its token table (Hugging Face's tie_word_embeddings:
+    nn.Linear's weight is the nn.Embedding's), which PyTorch's export writes as a transposed
+    copy: the import ties them again (a Linear storing W [out, in] sharing the Embedder's
+    Variable), so the parameters are PyTorch's count; fine-tuning moves them as one; a saved
+    and loaded model, a copy and an export imported again stay tied."""
+    torch = pytest.importorskip("torch")
+    vocab, length, width = 13, 6, 8
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.ln = torch.nn.Embedding(vocab, width), torch.nn.LayerNorm(width)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.GELU(),
+                                           torch.nn.Linear(2 * width, width))
+            self.head = torch.nn.Linear(width, vocab, bias=False)
+            self.head.weight = self.wte.weight
+
+        def forward(self, idx):
+            x = self.wte(idx)
+            return self.head(self.ln(x + self.mlp(x)))
+
+    torch.manual_seed(0)
+    model = Tied().eval()
+    ids = torch.randint(0, vocab, (4, length))
+    path = str(tmp_path / "tied.onnx")
+    torch.onnx.export(model, ids, path, opset_version=13, input_names=["idx"], output_names=["logits"],
+                      dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}})
+    net = ts.importOnnx(path)
+    expected = sum(p.numel() for p in model.parameters())  # the tied weight once
+    assert net.numOfParams() == expected
+    x = ids.numpy().astype(np.int32)
+    with torch.no_grad():
+        want = model(ids).numpy()
+    net.evalMode()
+    np.testing.assert_allclose(net(x).numpy(), want, rtol=1e-4, atol=1e-5)
+
+    def table_and_head(m):
+        shaped = {n: v.data.numpy().copy() for n, v in m.namedParams().items()
+                  if tuple(v.data.shape) == (vocab, width)}
+        assert len(shaped) == 2, list(m.namedParams())
+        return list(shaped.values())
+
+    before = table_and_head(net)[0]
+    # Fine-tuned (predict the next id of a counting sequence): the loss drops, the table moves,
+    # and the head is the table still.
+    rng = np.random.default_rng(1)
+    cost = ts.CrossEntropy(classesLast=True)
+    opt = ts.Adam(alpha=1e-2)
+    opt.setupOn(net, useGlobalState=True)
+    net.trainMode()
+    errors = []
+    for _ in range(40):
+        seq = (rng.integers(0, vocab, (16, 1)) + np.arange(length + 1)) % vocab
+        error, grad = cost(net(seq[:, :-1].astype(np.int32)), seq[:, 1:].astype(np.int32))
+        opt.zeroGradParams()
+        net.backward(grad)
+        opt.update()
+        errors.append(error)
+    assert np.mean(errors[-5:]) < 0.5 * np.mean(errors[:5]), errors
+    table, head = table_and_head(net)
+    assert not np.array_equal(table, before)
+    np.testing.assert_array_equal(table, head)
+    # Saved and loaded (a model rebuilt from the file's blueprint), copied, exported and
+    # imported again: still one weight, with the same outputs.
+    net.evalMode()
+    got = net(x).numpy().copy()
+    h5 = str(tmp_path / "tied.h5")
+    net.save(h5)
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, (4, length), back_path)
+    for again in (ts.load(h5), net.copy(), ts.importOnnx(back_path)):
+        assert again.numOfParams() == expected
+        again.evalMode()
+        np.testing.assert_allclose(again(x).numpy(), got, rtol=1e-6, atol=1e-6)

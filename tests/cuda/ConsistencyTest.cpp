@@ -223,6 +223,7 @@ TEST(CudaConsistency, EveryModule) {
         {"Linear no bias", make<Linear>(6, 5, LinearOptions{.useBias = false}), {{3, 6}}},
         // 1,200 rows: the bias gradient is a column sum over many rows (gemv with ones).
         {"Linear on tokens", make<Linear>(16, 8), {{4, 300, 16}}},
+        {"Linear transposed (W [out, in])", make<Linear>(16, 8, LinearOptions{.transposed = true}), {{4, 30, 16}}},
         {"Conv1D",
          make<Conv1D>(2, 4, 3, ConvOptions{.stride = {2}, .pad = {1}, .dilation = {2}, .groups = 2}),
          {{2, 2, 11}}},

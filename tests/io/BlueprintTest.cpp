@@ -210,7 +210,8 @@ TEST(Blueprint, StrictArgumentsRejectWhatTheClassDoesNotTake) {
     } catch (const ModuleError& e) {
         EXPECT_THAT(e.what(),
                     ::testing::HasSubstr("net -> Linear: unknown argument 'insise' (did you mean 'insize'?)"));
-        EXPECT_THAT(e.what(), ::testing::HasSubstr("it takes insize, outsize, wscale, useBias, initscheme, name"));
+        EXPECT_THAT(e.what(),
+                    ::testing::HasSubstr("it takes insize, outsize, wscale, useBias, initscheme, transposed, name"));
     }
     // Inside a container, the path names it; the case differs ("usebias" for "useBias").
     Blueprint seq;
@@ -450,6 +451,25 @@ TEST(Blueprint, CopiedModulesComputeTheSameAndShareNothing) {
     auto pair = std::make_shared<Sequential>("pair");
     pair->append(pool).append(std::make_shared<MaxUnpool2D>(pool));
     EXPECT_TRUE(throwsModuleError([&] { copyModule(*pair); }, {"MaxUnpool2D"}));
+}
+
+// A weight the model shares between two of its layers (a head tied to the token table) is
+// shared in the copy too, with none of the original's.
+TEST(Blueprint, CopiesShareWhatTheModelSharesInside) {
+    auto lm = std::make_shared<Sequential>("lm");
+    auto emb = std::make_shared<Embedder>(7, 3, 5, EmbedderOptions{.name = "wte"});
+    auto head = std::make_shared<Linear>(5, 7, LinearOptions{.useBias = false, .name = "head", .transposed = true});
+    head->setVar("W", emb->getVar("W"));
+    lm->append(emb).append(head);
+    const ModulePtr copied = copyModule(*lm);
+    auto* copy = dynamic_cast<Sequential*>(copied.get());
+    ASSERT_NE(copy, nullptr);
+    EXPECT_EQ(copy->getByName("head").getVar("W"), copy->getByName("wte").getVar("W"));
+    EXPECT_NE(copy->getByName("wte").getVar("W"), emb->getVar("W"));
+    EXPECT_EQ(copy->numOfParams(), 35);
+    const Tensor ids = Tensor::fromVector({1, 3}, std::vector<int32_t>{1, 6, 2});
+    EXPECT_TRUE(allClose((*copy)(ids), (*lm)(ids).toVector<float>(), 0.0f));
+    EXPECT_TRUE(throwsError<ContainerError>([&] { copy->shareVarAt("head.b", emb->getVar("W")); }, {"head.b"}));
 }
 
 } // namespace

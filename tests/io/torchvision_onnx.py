@@ -460,11 +460,9 @@ ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17"
              "llama_rotary_opset14": MiniLlama.VOCAB, "llama_rotary_opset17": MiniLlama.VOCAB}
 # Parameters PyTorch has that the exported graph does not read: the GPTs' positional rows past
 # the length they were exported at (the arange folds to known indices; the rows read become a
-# learned table of their own); and GPT-2's head, tied to its token table, which the import
-# makes a Linear of its own (a copy: fine-tuning unties them).
+# learned table of their own). GPT-2's head, tied to its token table (which the export writes
+# as a transposed copy), is tied again by the import: its count is PyTorch's, the table once.
 UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS if name.startswith("gpt")}
-for name in ("gpt2_where_opset13", "gpt2_where_opset17"):
-    UNREAD[name] += MiniGpt2.VOCAB * MiniGpt2.WIDTH
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",

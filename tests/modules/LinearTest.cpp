@@ -4,6 +4,8 @@
 #include "backend/Backend.h"
 #include "backend/cpu/CpuBackend.h"
 #include "containers/Sequential.h"
+#include "io/Factory.h"
+#include "modules/Embedder.h"
 #include <cmath>
 #include <span>
 
@@ -110,6 +112,74 @@ TEST(Linear, Blueprint) {
     EXPECT_EQ(std::get<std::string>(bp.at("initscheme")), "he");
     EXPECT_EQ(bp.toJson(), "{\"classname\": \"Linear\", \"scheme\": {\"name\": \"fc1\", \"insize\": 5, \"outsize\": 3, "
                            "\"wscale\": 1, \"useBias\": false, \"initscheme\": \"he\"}}");
+}
+
+// W stored [out, in] (PyTorch's layout): the same layer as W^T stored [in, out], forward,
+// backward, parameter gradients (transposed), packed weights and blueprint.
+TEST(Linear, TransposedWeightsComputeWhatTheirTransposeComputes) {
+    Linear t(5, 3, {.name = "head", .transposed = true}), plain(5, 3);
+    ASSERT_EQ(t.getVar("W")->data.shape(), (Shape{3, 5}));
+    EXPECT_TRUE(t.transposed());
+    const std::vector<float> w = randomTensor({3, 5}, 21).toVector<float>();
+    std::vector<float> wT(15);
+    for (int o = 0; o < 3; ++o) {
+        for (int i = 0; i < 5; ++i) wT[static_cast<size_t>(i * 3 + o)] = w[static_cast<size_t>(o * 5 + i)];
+    }
+    t.getVar("W")->data.copyFrom(Tensor::fromVector({3, 5}, w));
+    plain.getVar("W")->data.copyFrom(Tensor::fromVector({5, 3}, wT));
+    const Tensor b = randomTensor({3}, 22);
+    t.getVar("b")->data.copyFrom(b);
+    plain.getVar("b")->data.copyFrom(b);
+    const Tensor x = randomTensor({2, 4, 5}, 23), dy = randomTensor({2, 4, 3}, 24);
+    EXPECT_TRUE(allClose(t(x), plain(x).toVector<float>(), 1e-6f));
+    EXPECT_TRUE(allClose(t.backward(dy), plain.backward(dy).toVector<float>(), 1e-6f));
+    const std::vector<float> g = t.getVar("W")->grad.toVector<float>(),
+                             gPlain = plain.getVar("W")->grad.toVector<float>();
+    for (int o = 0; o < 3; ++o) {
+        for (int i = 0; i < 5; ++i) {
+            EXPECT_NEAR(g[static_cast<size_t>(o * 5 + i)], gPlain[static_cast<size_t>(i * 3 + o)], 1e-5f);
+        }
+    }
+    EXPECT_TRUE(allClose(t.getVar("b")->grad, plain.getVar("b")->grad.toVector<float>(), 1e-6f));
+    EXPECT_TRUE(checkGradients(t, {randomTensor({4, 5}, 25)}));
+    EXPECT_TRUE(checkGradients(t, {randomTensor({2, 3, 5}, 26)}));
+    EXPECT_TRUE(checkShapes(t, {randomTensor({3, 2, 5}, 27)}));
+    // Packed weights in eval mode give the same outputs.
+    t.evalMode();
+    t.packWeights();
+    EXPECT_TRUE(allClose(t(x), plain(x).toVector<float>(), 1e-6f));
+    // Bad input names the layout the layer expects, as the plain one.
+    EXPECT_TRUE(throwsShapeError([&] { t(randomTensor({4, 3}, 1)); }, {"Linear 'head'", "[..., 5]", "got [4, 3]"}));
+    // The blueprint says so and rebuilds it.
+    EXPECT_EQ(std::get<bool>(t.blueprint().at("transposed")), true);
+    const ModulePtr rebuilt = buildModule(t.blueprint());
+    EXPECT_EQ(rebuilt->getVar("W")->data.shape(), (Shape{3, 5}));
+    EXPECT_EQ(rebuilt->blueprint().toJson(), t.blueprint().toJson());
+    EXPECT_EQ(plain.blueprint().find("transposed"), nullptr); // blueprints of plain layers are as before
+}
+
+// A language model's head tied to its token table: one parameter, whose gradient sums the
+// table's rows read and the head's product.
+TEST(Linear, HeadTiedToAnEmbeddersTable) {
+    manualSeed(4);
+    auto emb = std::make_shared<Embedder>(7, 3, 5, EmbedderOptions{.name = "wte"});
+    auto head = std::make_shared<Linear>(5, 7, LinearOptions{.useBias = false, .name = "head", .transposed = true});
+    head->setVar("W", emb->getVar("W"));
+    Sequential lm("lm");
+    lm.append(emb).append(head);
+    EXPECT_EQ(lm.numOfParams(), 7 * 5);
+    const Tensor ids = Tensor::fromVector({2, 3}, std::vector<int32_t>{4, 0, 4, 1, 6, 2});
+    GradCheckOptions opts;
+    opts.checkInputs = false; // ids are discrete
+    EXPECT_TRUE(checkGradients(lm, {ids}, opts));
+    // Each logit is the dot product of the token's row with every row.
+    const std::vector<float> table = emb->getVar("W")->data.toVector<float>(), y = lm(ids).toVector<float>();
+    for (int v = 0; v < 7; ++v) {
+        float dot = 0.0f;
+        for (int e = 0; e < 5; ++e)
+            dot += table[static_cast<size_t>(4 * 5 + e)] * table[static_cast<size_t>(v * 5 + e)];
+        EXPECT_NEAR(y[static_cast<size_t>(v)], dot, 1e-5f);
+    }
 }
 
 TEST(Linear, InitSchemesAreSeededAndScaled) {
