@@ -19,6 +19,8 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// One input whose element count fits `shape`.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// Any dtype: a view of floats (16-bit ones included) or of int32 values (ids, masks).
+    void checkDataType(const std::vector<DType>& /*dtypes*/) const override {}
     /// A view of any floating input, 16-bit ones included.
     bool takes16Bit(const Tensors&) const override { return true; }
     std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {

@@ -165,7 +165,15 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
     };
     const int32_t from = rankOf(n, 0) >= 0 ? elemTypeOf(n.input(0)) : 0;
     const bool from16 = from == onnx::TensorProto::FLOAT16 || from == onnx::TensorProto::BFLOAT16;
-    if (from != onnx::TensorProto::FLOAT && from != 0 && !from16) throw Unsupported{"a cast of non-float data"};
+    // Integers (int32 in Tessera: a graph's int64 inputs are read as int32) to float: an
+    // attention mask of ones and zeros made additive (BERT's (1 - mask) * min).
+    if (from == onnx::TensorProto::INT64 || from == onnx::TensorProto::INT32 || from == onnx::TensorProto::BOOL) {
+        return define(n, std::make_shared<Cast>(DType::int32, dtypeOf(to)), dataInputs(n, 1));
+    }
+    if (from != onnx::TensorProto::FLOAT && from != 0 && !from16) {
+        throw Unsupported{"a cast of data of type " + std::to_string(from) +
+                          " (float, 16-bit floats and integers are supported)"};
+    }
     // 16-bit graph inputs are read as float32 (exactly, as 16-bit constants are): only the
     // values a Cast made are 16-bit in the graph.
     const bool madeByCast = from16 && !value(n, 0).node->bwds().empty();

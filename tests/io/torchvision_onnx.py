@@ -17,8 +17,9 @@ LayerNorm, softmax over the last axis), an nn.TransformerEncoder
 text classifier, small torchvision ViT, ConvNeXt, Swin and MaxViT networks, and a character-level
 GPT in nanoGPT's form (masked_fill of a causal mask buffer, positions by arange, ids in), each
 exported at opsets 13 and 17, a GPT-2 as Hugging Face writes it (Conv1D's addmm, torch.where of
-a bool mask buffer, a head tied to the token table) at 13 and 17, and a LLaMA in small (rotary embeddings from buffers, a triu
-causal mask, RMSNorm, a gated MLP) at opsets 14 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+a bool mask buffer, a head tied to the token table) at 13 and 17, a LLaMA in small (rotary embeddings from buffers, a triu
+causal mask, RMSNorm, a gated MLP) at opsets 14 and 17, and a BERT encoder as Hugging Face writes it
+(three inputs: ids, an int64 attention mask made additive, token types) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -419,6 +420,50 @@ class MiniLlama(torch.nn.Module):
         return self.head(self.norm(x))
 
 
+class MiniBert(torch.nn.Module):
+    """A BERT encoder as Hugging Face's code writes it, of three inputs: token ids, an attention
+    mask of ones and zeros (int64, padding at the end of the second sequence) made additive by
+    (1 - mask) * finfo.min, and token types; word, token-type and position embeddings (a sliced
+    int64 position_ids buffer) summed and normalised, post-norm blocks with the exact GELU."""
+
+    VOCAB, CONTEXT, LENGTH, WIDTH, HEADS, TYPES = 40, 24, 16, 32, 4, 2
+    INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+    def __init__(self, blocks=2):
+        super().__init__()
+        w = self.WIDTH
+        self.word, self.position = torch.nn.Embedding(self.VOCAB, w), torch.nn.Embedding(self.CONTEXT, w)
+        self.token_type, self.ln = torch.nn.Embedding(self.TYPES, w), torch.nn.LayerNorm(w, eps=1e-12)
+        self.register_buffer("position_ids", torch.arange(self.CONTEXT).expand((1, -1)))
+        self.layers = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "q": torch.nn.Linear(w, w), "k": torch.nn.Linear(w, w), "v": torch.nn.Linear(w, w),
+            "o": torch.nn.Linear(w, w), "ln1": torch.nn.LayerNorm(w, eps=1e-12), "up": torch.nn.Linear(w, 4 * w),
+            "down": torch.nn.Linear(4 * w, w), "ln2": torch.nn.LayerNorm(w, eps=1e-12)}) for _ in range(blocks))
+
+    @classmethod
+    def example_inputs(cls, batch):
+        ids = torch.randint(0, cls.VOCAB, (batch, cls.LENGTH))
+        mask = torch.ones(batch, cls.LENGTH, dtype=torch.long)
+        mask[1:, cls.LENGTH - 5:] = 0
+        types = torch.zeros(batch, cls.LENGTH, dtype=torch.long)
+        types[:, cls.LENGTH // 2:] = 1
+        return ids, mask, types
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        B, T = input_ids.shape
+        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(self.position_ids[:, :T])
+        x = self.ln(x)
+        additive = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        d = self.WIDTH // self.HEADS
+        for b in self.layers:
+            q, k, v = (b[p](x).view(B, T, self.HEADS, d).permute(0, 2, 1, 3) for p in "qkv")
+            scores = torch.matmul(q, k.transpose(-1, -2)) / d ** 0.5 + additive
+            y = torch.matmul(torch.softmax(scores, dim=-1), v).permute(0, 2, 1, 3).contiguous().view(B, T, self.WIDTH)
+            x = b["ln1"](x + b["o"](y))
+            x = b["ln2"](x + b["down"](torch.nn.functional.gelu(b["up"](x))))
+        return x
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -449,6 +494,8 @@ NORM_MODELS = {
     "cbam_opset17": (ConvAttention, 17, (2, 3, 8, 8)),
     "gpt_masked_fill_opset13": (MiniGpt, 13, (2, MiniGpt.LENGTH)),
     "gpt_masked_fill_opset17": (MiniGpt, 17, (2, MiniGpt.LENGTH)),
+    "bert_three_inputs_opset13": (MiniBert, 13, (2, MiniBert.LENGTH)),
+    "bert_three_inputs_opset17": (MiniBert, 17, (2, MiniBert.LENGTH)),
     "gpt2_where_opset13": (MiniGpt2, 13, (2, MiniGpt2.LENGTH)),
     "gpt2_where_opset17": (MiniGpt2, 17, (2, MiniGpt2.LENGTH)),
     "llama_rotary_opset14": (MiniLlama, 14, (2, MiniLlama.LENGTH)),
@@ -463,12 +510,14 @@ ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17"
 # learned table of their own). GPT-2's head, tied to its token table (which the export writes
 # as a transposed copy), is tied again by the import: its count is PyTorch's, the table once.
 UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS if name.startswith("gpt")}
+UNREAD.update({f"bert_three_inputs_opset{o}": -(MiniBert.CONTEXT - MiniBert.LENGTH) * MiniBert.WIDTH for o in (13, 17)})
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",
            "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
            "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17",
-           "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17"}
+           "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17",
+           "bert_three_inputs_opset13", "bert_three_inputs_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
@@ -500,30 +549,36 @@ def main():
         x = sequences if sequence else torch.randn(*NORM_MODELS[name][2]) if name in NORM_MODELS else images
         if name in ID_INPUTS:
             x = torch.randint(0, ID_INPUTS[name], NORM_MODELS[name][2])
-        xpath = os.path.join(work, "x_" + name + ".npy")
-        np.save(xpath, x.numpy())
         opset = NORM_MODELS[name][1] if name in NORM_MODELS else 13
         make = SEQUENCE_MODELS[name] if sequence else NORM_MODELS[name][0] if name in NORM_MODELS else MODELS[name]
+        # One input, x; or the model's own (example_inputs, INPUT_NAMES).
+        xs = make.example_inputs(NORM_MODELS[name][2][0]) if hasattr(make, "example_inputs") else (x,)
+        input_names = list(getattr(make, "INPUT_NAMES", ["x"]))
+        xpaths = [os.path.join(work, f"{n}_{name}.npy") for n in input_names]
+        for xpath, t in zip(xpaths, xs):
+            np.save(xpath, t.numpy())
         model = make().eval()
         if name in REDRAWN or name in FULL_MODELS:
             with torch.no_grad():
                 for p in model.parameters():
                     p.normal_(0, 0.02 if name in FULL_MODELS else 0.2)
         with torch.no_grad():
-            want = model(x).numpy()
+            want = model(*xs).numpy()
         path = os.path.join(work, name + ".onnx")
-        axes = {} if sequence else {"x": {0: "batch"}, "y": {0: "batch"}}
-        torch.onnx.export(model, x, path, opset_version=opset, input_names=["x"], output_names=["y"],
+        axes = {} if sequence else {**{n: {0: "batch"} for n in input_names}, "y": {0: "batch"}}
+        torch.onnx.export(model, xs, path, opset_version=opset, input_names=input_names, output_names=["y"],
                           dynamic_axes=axes)
         del model
-        checked = run([tessera, "check", path, "--input", "x".join(str(d) for d in x.shape)])
+        shapes = [a for t in xs for a in ("--input", "x".join(str(d) for d in t.shape))]
+        checked = run([tessera, "check", path] + shapes)
         if name in NORM_MODELS and name not in FOLDED_BY_EXPORT:  # every weight comes back a parameter
             count = sum(p.numel() for p in make().parameters()) + UNREAD.get(name, 0)
             if f"{count:,} parameters" not in checked:
                 sys.exit(f"FAILED: {name}: PyTorch has {count:,} parameters; tessera check says {checked.strip()}")
         ypath = os.path.join(work, name + "_y.npy")
-        run([tessera, "run", path, "--input", xpath, "-o", ypath])
-        os.remove(xpath)
+        run([tessera, "run", path, "--input"] + xpaths + ["-o", ypath])
+        for xpath in xpaths:
+            os.remove(xpath)
         got = np.load(ypath)
         if got.shape != want.shape:
             sys.exit(f"FAILED: {name}: output {got.shape}, PyTorch's {want.shape}")
