@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <vector>
+
+#include <omp.h>
 
 #include "backend/cpu/Clones.h"
 #include "backend/cpu/CpuBackend.h"
@@ -187,23 +190,46 @@ void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, cons
     const Shape& xs = x.shape();
     const size_t r = xs.rank();
     if (perm.size() != r) throw ShapeError("CpuBackend::permute: permutation of the wrong rank for " + xs.str());
-    // Stride in x of each y dim; walk y in order.
+    if (r == 0 || y.numel() == 0) return;
+    // Stride in x of each y dim; walk y in order, a row (y's last dim) at a time.
     std::vector<int64_t> xStride(r, 1), yStride(r);
     for (size_t i = r - 1; i-- > 0;) xStride[i] = xStride[i + 1] * xs[i + 1];
     for (size_t i = 0; i < r; ++i) yStride[i] = xStride[static_cast<size_t>(perm[i])];
-    const Shape& ys = y.shape();
-    const int64_t n = y.numel(), last = ys[r - 1], lastStride = yStride[r - 1];
+    const std::vector<int64_t> ys = y.shape().dims();
+    const int64_t last = ys[r - 1], lastStride = yStride[r - 1], rows = y.numel() / last;
     const float* px = x.data<float>();
     float* py = y.data<float>();
-#pragma omp parallel for if (n > kParallelMin)
-    for (int64_t row = 0; row < n / last; ++row) {
-        int64_t rem = row, off = 0;
-        for (size_t i = r - 1; i-- > 0;) {
-            off += (rem % ys[i]) * yStride[i];
-            rem /= ys[i];
+    const int threads = y.numel() > kParallelMin ? omp_get_max_threads() : 1;
+#pragma omp parallel num_threads(threads)
+    {
+        // Each thread a contiguous run of rows: the row's index and its offset in x are
+        // worked out once, then carried from row to row.
+        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
+        std::vector<int64_t> idx(r, 0);
+        int64_t off = 0;
+        for (int64_t rem = begin, i = static_cast<int64_t>(r) - 2; i >= 0; --i) {
+            const auto d = static_cast<size_t>(i);
+            idx[d] = rem % ys[d];
+            rem /= ys[d];
+            off += idx[d] * yStride[d];
         }
-        float* out = py + row * last;
-        for (int64_t j = 0; j < last; ++j) out[j] = px[off + j * lastStride];
+        for (int64_t row = begin; row < end; ++row) {
+            float* out = py + row * last;
+            const float* in = px + off;
+            if (lastStride == 1) {
+                std::copy(in, in + last, out);
+            } else {
+                for (int64_t j = 0; j < last; ++j) out[j] = in[j * lastStride];
+            }
+            for (int64_t i = static_cast<int64_t>(r) - 2; i >= 0; --i) { // the next row, carrying
+                const auto d = static_cast<size_t>(i);
+                off += yStride[d];
+                if (++idx[d] < ys[d]) break;
+                off -= yStride[d] * ys[d];
+                idx[d] = 0;
+            }
+        }
     }
 }
 
