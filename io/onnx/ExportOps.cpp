@@ -77,6 +77,8 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"Deconv1D", &Exporter::emitConv},
         {"Deconv2D", &Exporter::emitConv},
         {"Deconv3D", &Exporter::emitConv},
+        {"ArgMax", &Exporter::emitArgMax},
+        {"ArgMin", &Exporter::emitArgMax},
         {"Cast", &Exporter::emitCast},
         {"Div", &Exporter::emitSubOrDiv},
         {"Dropout", &Exporter::emitDropout},
@@ -475,6 +477,20 @@ void Exporter::emitReduceMean(const Layer& l) {
     attr(n, "axes", axes);
     const BlueprintValue* keep = schemeValue(bp, "keepDims");
     attr(n, "keepdims", int64_t{keep && std::get_if<bool>(keep) && !*std::get_if<bool>(keep) ? 0 : 1});
+}
+
+// ArgMax, ArgMin: ONNX's indices are int64, Tessera's int32 (a Cast to int32 after, which
+// the import reads back as an Identity).
+void Exporter::emitArgMax(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const auto* arg = dynamic_cast<const ArgMax*>(&m);
+    if (!arg) throw Unsupported{"a class named " + m.classname() + " that is not Tessera's"};
+    const std::string indices = valueName(path + "_int64");
+    onnx::NodeProto* n = node(m.classname(), in, {indices}, path);
+    const auto rank = static_cast<int64_t>(inShapes[0].rank());
+    attr(n, "axis", arg->axis() < 0 ? arg->axis() + rank : int64_t{arg->axis()});
+    attr(n, "keepdims", int64_t{arg->keepDims() ? 1 : 0});
+    attr(node("Cast", {indices}, out, path + "_int32"), "to", static_cast<int64_t>(onnx::TensorProto::INT32));
 }
 
 // Dropout

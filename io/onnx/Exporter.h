@@ -144,6 +144,7 @@ private:
     static const std::unordered_map<std::string, EmitFn>& emitters();
     void emitIdentity(const Layer& l);
     void emitCast(const Layer& l);
+    void emitArgMax(const Layer& l);
     void emitLinear(const Layer& l);
     void emitMatMul(const Layer& l);
     void emitAttention(const Layer& l);

@@ -154,20 +154,27 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"to"});
     requireInputsImported(n);
     const int64_t to = a.i("to", 0);
+    const int32_t from = rankOf(n, 0) >= 0 ? elemTypeOf(n.input(0)) : 0;
+    const bool fromInt =
+        from == onnx::TensorProto::INT64 || from == onnx::TensorProto::INT32 || from == onnx::TensorProto::BOOL;
+    // Integers to integers (int32 in Tessera, whatever their width in the file): the indices
+    // an ArgMax exported by Tessera casts to int32.
+    if (fromInt && (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32)) {
+        return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    }
     if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::FLOAT16 && to != onnx::TensorProto::BFLOAT16) {
         throw Unsupported{"a cast of data to type " + std::to_string(to) +
-                          " (to float, float16 and bfloat16 are supported)"};
+                          " (to float, float16 and bfloat16 are supported, and integers to integers)"};
     }
     auto dtypeOf = [](int64_t t) {
         return t == onnx::TensorProto::FLOAT16    ? DType::float16
                : t == onnx::TensorProto::BFLOAT16 ? DType::bfloat16
                                                   : DType::float32;
     };
-    const int32_t from = rankOf(n, 0) >= 0 ? elemTypeOf(n.input(0)) : 0;
     const bool from16 = from == onnx::TensorProto::FLOAT16 || from == onnx::TensorProto::BFLOAT16;
     // Integers (int32 in Tessera: a graph's int64 inputs are read as int32) to float: an
     // attention mask of ones and zeros made additive (BERT's (1 - mask) * min).
-    if (from == onnx::TensorProto::INT64 || from == onnx::TensorProto::INT32 || from == onnx::TensorProto::BOOL) {
+    if (fromInt) {
         return define(n, std::make_shared<Cast>(DType::int32, dtypeOf(to)), dataInputs(n, 1));
     }
     if (from != onnx::TensorProto::FLOAT && from != 0 && !from16) {

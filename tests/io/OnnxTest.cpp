@@ -45,6 +45,7 @@
 #include "modules/PositionalEncoding.h"
 #include "modules/Pow.h"
 #include "modules/RNN.h"
+#include "modules/Reduce.h"
 #include "modules/Replicate.h"
 #include "modules/Reshape.h"
 #include "modules/RowNorm.h"
@@ -697,6 +698,41 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
         const std::vector<float> b = (*back)(input).toVector<float>();
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
+        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+            EXPECT_TRUE(checkerAccepts(path));
+        }
+        std::filesystem::remove(path);
+    }
+}
+
+// ArgMax and ArgMin (int32 indices out): exported as ONNX's ArgMax and ArgMin (int64) with a
+// Cast to int32, read back as the same layers and an Identity, the same indices; the checker
+// takes the file.
+TEST(Onnx, ArgMaxAndArgMinRoundTrip) {
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto scores = node(std::make_shared<Linear>(5, 6), x, "scores");
+    auto best = node(std::make_shared<ArgMax>(-1, false), scores, "best");
+    auto worst = node(std::make_shared<ArgMin>(1, true), scores, "worst");
+    Graph g({x}, {best, worst}, "picks");
+    const Shape in{3, 4, 5};
+    const Tensor input = randomTensor(in, 9);
+    const Tensors want = g(Tensors{input});
+    for (int64_t opset : {13, 17}) {
+        SCOPED_TRACE(opset);
+        const std::string path = ::testing::TempDir() + "picks.onnx";
+        exportOnnx(g, {in}, path, {.opset = opset});
+        std::shared_ptr<Graph> back = importOnnx(path);
+        std::map<std::string, int> classes;
+        for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
+        EXPECT_EQ(classes["ArgMax"], 1);
+        EXPECT_EQ(classes["ArgMin"], 1);
+        const Tensors got = (*back)(Tensors{input});
+        ASSERT_EQ(got.size(), 2u);
+        for (size_t k = 0; k < 2; ++k) {
+            EXPECT_EQ(got[k].dtype(), DType::int32);
+            EXPECT_EQ(got[k].shape(), want[k].shape());
+            EXPECT_EQ(got[k].toVector<int32_t>(), want[k].toVector<int32_t>());
+        }
         if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
             EXPECT_TRUE(checkerAccepts(path));
         }
