@@ -56,9 +56,9 @@ std::vector<DType> Linear::outputDTypes(const Shapes&, const std::vector<DType>&
     return {backendFor(device).gemmOutputDType(computeDType())};
 }
 
-// x: [..., in] as [M, in], W: [in, out] (transposed: [out, in]), b: [out] -> y: [M, out] as [..., out], in the
-// dtype the backend's GEMMs write in this compute type (16-bit ones rounded once, the bias
-// added before).
+// x: [..., in] as [M, in], W: [in, out] (transposed: [out, in]), b: [out] -> y: [M, out] as
+// [..., out], in the dtype the backend's GEMMs write in this compute type (16-bit ones
+// rounded once, the bias added before).
 Tensors Linear::updateData(const Tensors& data) {
     const Tensor x = rowsOf(data[0]);
     Backend& be = backendOf(x);
