@@ -661,6 +661,30 @@ def test_progress_and_epoch_lines_go_through_pythons_streams(monkeypatch):
     assert "epoch 1/2: train loss" in out.getvalue() and "epoch 2/2: train loss" in out.getvalue(), out.getvalue()
 
 
+def _export_ids_model(torch, model, ids, path):
+    """Exports a model of token ids (input "idx", output "logits", a free batch) at opset 13."""
+    torch.onnx.export(model, ids, path, opset_version=13, input_names=["idx"], output_names=["logits"],
+                      dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def _fine_tune_on_counting(net, vocab, length, steps):
+    """Adam steps predicting the next id of counting sequences (mod vocab); the losses."""
+    rng = np.random.default_rng(1)
+    cost = ts.CrossEntropy(classesLast=True)
+    opt = ts.Adam(alpha=1e-2)
+    opt.setupOn(net, useGlobalState=True)
+    net.trainMode()
+    errors = []
+    for _ in range(steps):
+        seq = (rng.integers(0, vocab, (16, 1)) + np.arange(length + 1)) % vocab
+        error, grad = cost(net(seq[:, :-1].astype(np.int32)), seq[:, 1:].astype(np.int32))
+        opt.zeroGradParams()
+        net.backward(grad)
+        opt.update()
+        errors.append(error)
+    return errors
+
+
 def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_path):
     """A GPT block as nanoGPT writes it (masked_fill(bias == 0, -inf) of a tril buffer,
     positions by arange into a learned table) exported by PyTorch: it imports, gives
@@ -691,8 +715,7 @@ def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_pa
     model = Gpt().eval()
     ids = torch.randint(0, vocab, (4, length))
     path = str(tmp_path / "gpt.onnx")
-    torch.onnx.export(model, ids, path, opset_version=13, input_names=["idx"], output_names=["logits"],
-                      dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}})
+    _export_ids_model(torch, model, ids, path)
     net = ts.importOnnx(path)
     x = ids.numpy().astype(np.int32)
     with torch.no_grad():
@@ -725,20 +748,7 @@ def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_pa
     names = [n for n in net.namedParams() if tuple(net.namedParams()[n].data.shape) == (length, width)]
     assert names, list(net.namedParams())
     rows = net.namedParams()[names[0]].data.numpy().copy()
-    rng = np.random.default_rng(1)
-    cost = ts.CrossEntropy(classesLast=True)
-    opt = ts.Adam(alpha=1e-2)
-    opt.setupOn(net, useGlobalState=True)
-    net.trainMode()
-    errors = []
-    for _ in range(60):
-        start = rng.integers(0, vocab, (16, 1))
-        seq = (start + np.arange(length + 1)) % vocab
-        error, grad = cost(net(seq[:, :-1].astype(np.int32)), seq[:, 1:].astype(np.int32))
-        opt.zeroGradParams()
-        net.backward(grad)
-        opt.update()
-        errors.append(error)
+    errors = _fine_tune_on_counting(net, vocab, length, 60)
     assert np.mean(errors[-10:]) < 0.2 * np.mean(errors[:10]), errors
     assert not np.array_equal(net.namedParams()[names[0]].data.numpy(), rows)
 
@@ -769,8 +779,7 @@ def test_head_tied_to_the_token_table_imports_shared_and_stays_tied(tmp_path):
     model = Tied().eval()
     ids = torch.randint(0, vocab, (4, length))
     path = str(tmp_path / "tied.onnx")
-    torch.onnx.export(model, ids, path, opset_version=13, input_names=["idx"], output_names=["logits"],
-                      dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}})
+    _export_ids_model(torch, model, ids, path)
     net = ts.importOnnx(path)
     expected = sum(p.numel() for p in model.parameters())  # the tied weight once
     assert net.numOfParams() == expected
@@ -789,19 +798,7 @@ def test_head_tied_to_the_token_table_imports_shared_and_stays_tied(tmp_path):
     before = table_and_head(net)[0]
     # Fine-tuned (predict the next id of a counting sequence): the loss drops, the table moves,
     # and the head is the table still.
-    rng = np.random.default_rng(1)
-    cost = ts.CrossEntropy(classesLast=True)
-    opt = ts.Adam(alpha=1e-2)
-    opt.setupOn(net, useGlobalState=True)
-    net.trainMode()
-    errors = []
-    for _ in range(40):
-        seq = (rng.integers(0, vocab, (16, 1)) + np.arange(length + 1)) % vocab
-        error, grad = cost(net(seq[:, :-1].astype(np.int32)), seq[:, 1:].astype(np.int32))
-        opt.zeroGradParams()
-        net.backward(grad)
-        opt.update()
-        errors.append(error)
+    errors = _fine_tune_on_counting(net, vocab, length, 40)
     assert np.mean(errors[-5:]) < 0.5 * np.mean(errors[:5]), errors
     table, head = table_and_head(net)
     assert not np.array_equal(table, before)
