@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/ActivationParams.h"
 #include "backend/Tensor.h"
 
 namespace tessera {
@@ -51,35 +52,6 @@ struct RnnWeights {
 
 /// Element-wise binary operations (Backend::binaryBroadcast).
 enum class BinaryOp { add, sub, mul, div };
-
-/// Element-wise activation functions. silu: x * sigmoid(x) (swish); mish: x * tanh(softplus(x));
-/// exp, log (NaN below 0, -inf at 0) and abs (gradient 0 at 0), as PyTorch's.
-enum class ActivationKind {
-    sigmoid,
-    tanh,
-    relu,
-    leakyRelu,
-    elu,
-    softPlus,
-    clip,
-    gelu,
-    hardSigmoid,
-    hardSwish,
-    silu,
-    mish,
-    exp,
-    log,
-    abs
-};
-
-/// An activation and its constants: leakyRelu slope in `alpha`; elu alpha in `alpha`;
-/// clip bounds in `alpha` (min) and `beta` (max); hardSigmoid's slope in `alpha` and offset
-/// in `beta`.
-struct ActivationParams {
-    ActivationKind kind = ActivationKind::relu;
-    float alpha = 0.0f;
-    float beta = 0.0f;
-};
 
 /// Normalisation of rows by their own statistics (Backend::rowNormForward): x seen as
 /// [rows, D], each row normalised, xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps)
@@ -271,6 +243,19 @@ public:
     virtual void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B,
                              const Tensor& bias, float beta, const Tensor& C, DType compute,
                              const std::shared_ptr<LayerState>& packed);
+    /// gemmWeights (alpha 1, beta 0), then C <- act(C): with gemmFusesActivation inside the
+    /// product, on its float32 sums before C is rounded to its type (one pass over C). The
+    /// default calls gemmWeights, then activationForward on C in place.
+    virtual void gemmWeightsActivation(bool transA, bool transB, const Tensor& A, const Tensor& B, const Tensor& bias,
+                                       const Tensor& C, DType compute, const ActivationParams& act,
+                                       const std::shared_ptr<LayerState>& packed);
+    /// Whether gemmWeightsActivation applies `act` inside the product when computing in
+    /// `compute` (a Linear takes the activation after it only then; containers/Fusion.h).
+    /// Default: no.
+    virtual bool gemmFusesActivation(const ActivationParams& act, DType compute) const {
+        (void)act, (void)compute;
+        return false;
+    }
     /// Throws BackendError unless alpha is 1 and beta 0 (gemmWeights with a bias).
     static void requireBiasable(const char* op, float alpha, float beta);
     /// The dtype a layer's GEMM (Linear's) writes its output and input gradient in when it

@@ -30,6 +30,13 @@ void Backend::gemmWeights(bool transA, bool transB, float alpha, const Tensor& A
     gemm(transA, transB, 1.0f, A, B, 1.0f, C, compute);
 }
 
+void Backend::gemmWeightsActivation(bool transA, bool transB, const Tensor& A, const Tensor& B, const Tensor& bias,
+                                    const Tensor& C, DType compute, const ActivationParams& act,
+                                    const std::shared_ptr<LayerState>& packed) {
+    gemmWeights(transA, transB, 1.0f, A, B, bias, 0.0f, C, compute, packed);
+    activationForward(act, C, C);
+}
+
 void Backend::requireBiasable(const char* op, float alpha, float beta) {
     if (alpha != 1.0f || beta != 0.0f) {
         throw BackendError(std::string(op) + ": a bias needs alpha 1 and beta 0, got alpha " + std::to_string(alpha) +

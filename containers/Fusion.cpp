@@ -24,9 +24,16 @@ std::atomic<bool>& enabled() {
     return on;
 }
 
-Activation* reluOf(Module& m) {
+// m as an activation `source` can run inside its own forward: a ReLU, or another kind the
+// source takes now (both in eval mode: a Linear's GEMM post-op).
+// `train`: the mode assumed for both (a plan's), else their own.
+Activation* activationFor(FusedRelu& source, Module& m, std::optional<bool> train) {
     auto* a = dynamic_cast<Activation*>(&m);
-    return a && a->kind() == ActivationKind::relu ? a : nullptr;
+    if (!a) return nullptr;
+    if (a->kind() == ActivationKind::relu) return a;
+    const auto* s = dynamic_cast<const Module*>(&source);
+    const bool t = train.value_or(a->isTrain() || (s && s->isTrain()));
+    return !t && source.takesActivation(a->params(), t) ? a : nullptr;
 }
 } // namespace
 
@@ -35,9 +42,9 @@ bool fusionEnabled() { return enabled().load(); }
 
 namespace fusion {
 
-std::vector<Pair> pairsOf(const Graph& graph) {
+std::vector<Pair> pairsOf(const Graph& graph, std::optional<bool> train) {
     std::vector<Pair> pairs;
-    if (!fusionEnabled()) return pairs;
+    if (!fusionEnabled() || Module::checkNumerics()) return pairs;
     for (Node* n : graph.order()) {
         auto* source = dynamic_cast<FusedRelu*>(&n->module());
         if (!source || n->sharesModule() || n->fwds().size() != 1) continue;
@@ -45,7 +52,7 @@ std::vector<Pair> pairsOf(const Graph& graph) {
         for (const NodePtr& o : graph.outputs()) isOutput = isOutput || o.get() == n;
         if (isOutput) continue;
         Node* c = n->fwds()[0].node;
-        Activation* relu = reluOf(c->module());
+        Activation* relu = activationFor(*source, c->module(), train);
         if (!relu || c->sharesModule() || c->bwds().size() != 1) continue;
         const std::vector<int>& slots = c->bwds()[0].slots;
         if (!(slots.empty() || (slots.size() == 1 && slots[0] == 0))) continue;
@@ -120,14 +127,14 @@ std::vector<ConvNorm> evalOnly(std::vector<ConvNorm> folds) {
     return folds;
 }
 
-std::vector<Pair> pairsOf(const Sequential& seq) {
+std::vector<Pair> pairsOf(const Sequential& seq, std::optional<bool> train) {
     std::vector<Pair> pairs;
-    if (!fusionEnabled()) return pairs;
+    if (!fusionEnabled() || Module::checkNumerics()) return pairs;
     const auto children = seq.namedChildren(); // each module once (Sequential refuses repeats)
     for (size_t i = 0; i + 1 < children.size(); ++i) {
         auto* source = dynamic_cast<FusedRelu*>(children[i].second);
-        Activation* relu = reluOf(*children[i + 1].second);
-        if (source && relu) pairs.push_back({source, relu});
+        Activation* act = source ? activationFor(*source, *children[i + 1].second, train) : nullptr;
+        if (act) pairs.push_back({source, act});
     }
     return pairs;
 }
@@ -139,8 +146,12 @@ Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums, std::vector<Con
         f.norm->setFoldIntoConv(true);
     }
     for (const Pair& p : pairs_) {
-        p.source->setFuseRelu(true);
-        p.relu->setFusedInto(p.source);
+        if (p.activation->kind() == ActivationKind::relu) {
+            p.source->setFuseRelu(true);
+        } else {
+            p.source->setFuseActivation(&p.activation->params());
+        }
+        p.activation->setFusedInto(p.source);
     }
     for (const NormSum& s : sums_) {
         s.norm->setFuseIntoSum(true, s.sum->fuseRelu());
@@ -150,8 +161,12 @@ Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums, std::vector<Con
 
 Scope::~Scope() {
     for (const Pair& p : pairs_) {
-        p.source->setFuseRelu(false);
-        p.relu->setFusedInto(nullptr);
+        if (p.activation->kind() == ActivationKind::relu) {
+            p.source->setFuseRelu(false);
+        } else {
+            p.source->setFuseActivation(nullptr);
+        }
+        p.activation->setFusedInto(nullptr);
     }
     for (const NormSum& s : sums_) {
         s.norm->setFuseIntoSum(false, false);

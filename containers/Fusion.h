@@ -8,6 +8,16 @@
 /// in its own pass, on every backend (Backend::axpbyzRelu), and the ReLU's output costs no
 /// memory; the ReLU's backward is its own (the layers implement modules/FusedRelu.h).
 ///
+/// A `Linear` whose only consumer is a ReLU applies it to its GEMM's sums where the backend
+/// can (Backend::gemmFusesActivation: the CPU's oneDNN post-op; CUDA runs them apart), in
+/// train and eval mode; the ReLU's output costs no memory and its backward is its own. In
+/// eval mode, with both layers in eval mode, any activation kind the backend's GEMM takes
+/// fuses so (GELU after a transformer's first MLP layer: one pass over the activations
+/// fewer); its output and input gradient cost no memory, and a backward after it (input
+/// gradients) runs the activation's derivative in the Linear's, on its input computed
+/// again. In bfloat16 the fused activation is rounded once, where the layers apart round
+/// the GEMM's output first.
+///
 /// A batch norm whose only consumer is a sum of two (`Add`, coefficients 1: a residual
 /// block's last batch norm) leaves its normalisation to the sum, which computes
 /// relu(bn(x) + z) (the ReLU when it fuses one) in one backend call
@@ -37,6 +47,7 @@
 /// layers' (the same arithmetic); what differs is what is held: the batch norm's output
 /// *is* the ReLU's (its node's `data` is the ReLU's output), and the ReLU holds its input.
 
+#include <optional>
 #include <vector>
 
 namespace tessera {
@@ -58,15 +69,19 @@ bool fusionEnabled();
 namespace fusion {
 
 struct Pair {
-    FusedRelu* source; ///< a batch norm or an Add
-    Activation* relu;
+    FusedRelu* source;      ///< a batch norm, an Add or a Linear
+    Activation* activation; ///< a ReLU, or another kind the source takes (eval mode)
 };
 
-/// A batch-norm or Add node whose one consumer is a ReLU node taking it alone, neither
-/// module running in another node and the source not an output of the graph.
-std::vector<Pair> pairsOf(const Graph& graph);
-/// A batch norm or an Add directly followed by a ReLU.
-std::vector<Pair> pairsOf(const Sequential& seq);
+/// A batch-norm, Add or Linear node whose one consumer is a ReLU node taking it alone (or,
+/// both in eval mode, another activation the source takes: FusedRelu::takesActivation),
+/// neither module running in another node and the source not an output of the graph.
+/// `train`: the mode to take both layers in (a memory plan's), else their own. None while
+/// Module::checkNumerics is on (each layer's own output is checked: a NaN the activation
+/// would hide, oneDNN's ReLU making it 0, is found where it was made).
+std::vector<Pair> pairsOf(const Graph& graph, std::optional<bool> train = std::nullopt);
+/// A batch norm, an Add or a Linear directly followed by such an activation.
+std::vector<Pair> pairsOf(const Sequential& seq, std::optional<bool> train = std::nullopt);
 
 /// A batch norm and the sum it alone feeds, at input `slot` of two.
 struct NormSum {

@@ -223,7 +223,8 @@ private:
     State forwardSequential(Sequential& s, const Values& ins, bool train) {
         State st;
         for (const Value& v : ins) st.in.push_back(share(v));
-        const fusion::Scope fused(fusion::pairsOf(s), {}, train ? std::vector<fusion::ConvNorm>{} : fusion::foldsOf(s));
+        const fusion::Scope fused(fusion::pairsOf(s, train), {},
+                                  train ? std::vector<fusion::ConvNorm>{} : fusion::foldsOf(s));
         Values cur = ins;
         for (const auto& [name, child] : s.namedChildren()) {
             st.kids.push_back(forward(*child, cur, train));
@@ -274,7 +275,7 @@ private:
     }
 
     State forwardGraph(Graph& gr, const Values& ins, bool train) {
-        const fusion::Scope fused(fusion::pairsOf(gr), fusion::normSumsOf(gr),
+        const fusion::Scope fused(fusion::pairsOf(gr, train), fusion::normSumsOf(gr),
                                   train ? std::vector<fusion::ConvNorm>{} : fusion::foldsOf(gr));
         State st;
         for (const Value& v : ins) st.in.push_back(share(v));

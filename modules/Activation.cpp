@@ -76,11 +76,22 @@ std::vector<DType> Activation::outputDTypes(const Shapes&, const std::vector<DTy
 
 void Activation::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, 1, "input"); }
 
+bool FusedRelu::takesActivation(const ActivationParams&, bool) const { return false; }
+void FusedRelu::setFuseActivation(const ActivationParams*) {}
+bool FusedRelu::fusesActivationOn(const ActivationParams& act, Device device) const {
+    return act.kind == ActivationKind::relu && fusesReluOn(device);
+}
+bool FusedRelu::appliedActivation(const ActivationParams& act) const {
+    return act.kind == ActivationKind::relu && appliedRelu();
+}
+
 Tensors Activation::updateData(const Tensors& data) {
     const Tensor& x = data[0];
-    passedThrough_ = fusedInto_ && fusedInto_->appliedRelu() && params_.kind == ActivationKind::relu;
-    maskedUpstream_ = passedThrough_ && fusedInto_->keptReluMask();
-    if (passedThrough_) return {x}; // relu(relu(v)) = relu(v)
+    passedThrough_ = fusedInto_ && fusedInto_->appliedActivation(params_);
+    // The source differentiates the activation: it kept the ReLU's mask, or (another kind,
+    // eval mode) it alone has the activation's input.
+    maskedUpstream_ = passedThrough_ && (params_.kind != ActivationKind::relu || fusedInto_->keptReluMask());
+    if (passedThrough_) return {x}; // applied upstream
     Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.layout());
     backendOf(x).activationForward(params_, x, y);
     return {y};
@@ -88,9 +99,9 @@ Tensors Activation::updateData(const Tensors& data) {
 
 Tensors Activation::updateGrad(const Tensors& grad) {
     const Tensor& dy = grad[0];
-    // The batch norm upstream applies the mask in its own backward. Without its mask (an
-    // eval-mode forward) the ordinary backward below is right too: the mask of the input,
-    // relu(v), is v's.
+    // The layer upstream applies the mask (or the activation's derivative) in its own
+    // backward. A ReLU without its mask (an eval-mode forward) is right below too: the mask
+    // of the input, relu(v), is v's.
     if (maskedUpstream_) return {dy};
     Tensor dx = Tensor::empty(dy.shape(), inData().dtype(), dy.device(), inData().layout());
     backendOf(dy).activationBackward(params_, inData(), data(), dy, dx);
@@ -100,9 +111,10 @@ Tensors Activation::updateGrad(const Tensors& grad) {
 MemoryUse Activation::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                 Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    if (fusedInto_ && fusedInto_->fusesReluOn(device) && params_.kind == ActivationKind::relu) {
-        use.outputViews[0] = 0;                                                     // its input, passed through
-        if (train && fusedInto_->masksReluGradientOn(device)) use.gradViews[0] = 0; // and its gradient
+    const bool relu = params_.kind == ActivationKind::relu;
+    if (fusedInto_ && (relu || !train) && fusedInto_->fusesActivationOn(params_, device)) {
+        use.outputViews[0] = 0; // its input, passed through
+        if (!relu || (train && fusedInto_->masksReluGradientOn(device))) use.gradViews[0] = 0; // and its gradient
     }
     return use;
 }

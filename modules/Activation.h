@@ -29,6 +29,8 @@ public:
     std::string classname() const override { return "Activation"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     ActivationKind kind() const { return params_.kind; }
+    /// The kind and its constants, as the backend takes them.
+    const ActivationParams& params() const { return params_; }
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
@@ -47,11 +49,12 @@ public:
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
 
-    /// Fusion (containers/Fusion.h): a container whose plan feeds this ReLU from `source`
-    /// alone sets it around its forward (nullptr clears it). When `source`'s forward applied
-    /// the ReLU already, this module's forward passes its input through, and its backward
-    /// passes the gradient through where `source` kept the ReLU's mask (it applies it), or
-    /// else masks it as usual (its input being its output).
+    /// Fusion (containers/Fusion.h): a container whose plan feeds this activation from
+    /// `source` alone sets it around its forward (nullptr clears it). When `source`'s forward
+    /// applied the activation already, this module's forward passes its input through, and
+    /// its backward passes the gradient through where `source` differentiates it (a ReLU's
+    /// kept mask; another kind, applied in eval mode, always), or else masks it as usual
+    /// (a ReLU's input being its output).
     void setFusedInto(const FusedRelu* source) { fusedInto_ = source; }
     const FusedRelu* fusedInto() const { return fusedInto_; }
     /// Whether the last forward passed its input through (fused upstream).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/ActivationParams.h"
 #include "backend/DType.h"
 #include "backend/Tensor.h"
 
@@ -27,6 +28,19 @@ public:
     virtual bool appliedRelu() const = 0;
     /// Whether the last forward kept the ReLU's mask (see masksReluGradientOn).
     virtual bool keptReluMask() const = 0;
+
+    /// Activations besides ReLU (a Linear's GEMM post-op, eval mode): whether this layer, in
+    /// mode `train`, can take `act` into its forward. Default: no (ReLU goes through
+    /// setFuseRelu).
+    virtual bool takesActivation(const ActivationParams& act, bool train) const;
+    /// Set by a container around its forward when such an activation alone consumes this
+    /// layer's output (nullptr clears it). Default: nothing.
+    virtual void setFuseActivation(const ActivationParams* act);
+    /// Whether a forward on `device` would apply `act` now (for plans). Default: a ReLU
+    /// where fusesReluOn.
+    virtual bool fusesActivationOn(const ActivationParams& act, Device device) const;
+    /// Whether the last forward applied `act` to its output. Default: a ReLU where appliedRelu.
+    virtual bool appliedActivation(const ActivationParams& act) const;
 };
 
 /// Batch norm -> Add [-> ReLU] (containers/Fusion.h): with the setting on, the batch norm's

@@ -69,18 +69,57 @@ Tensors Linear::updateData(const Tensors& data) {
         stepW_ = Tensor::empty(W.shape(), DType::bfloat16, W.device());
         be.cast(W, stepW_);
     }
-    be.gemmWeights(false, options_.transposed, 1.0f, x, stepW_.defined() ? stepW_ : W,
-                   options_.useBias ? getVar("b")->data : Tensor(), 0.0f, y, computeDType(), packSlot());
+    const Tensor& b = options_.useBias ? getVar("b")->data : Tensor();
+    applied_ = fused_ && appliesActivation(*fused_, isTrain(), x.device()) ? fused_ : std::nullopt;
+    if (applied_) {
+        be.gemmWeightsActivation(false, options_.transposed, x, stepW_.defined() ? stepW_ : W, b, y, computeDType(),
+                                 *applied_, packSlot());
+    } else {
+        be.gemmWeights(false, options_.transposed, 1.0f, x, stepW_.defined() ? stepW_ : W, b, 0.0f, y, computeDType(),
+                       packSlot());
+    }
     return {y.reshape(withLast(data[0].shape(), outsize_))};
 }
 
-// dy: [..., out] -> dx = dy W^T (transposed: dy W): [..., in], in the input's dtype
+// dy: [..., out] -> dx = dy W^T (transposed: dy W): [..., in], in the input's dtype. After
+// an eval-mode forward that applied an activation other than ReLU (whose gradient comes
+// through unmasked), dy is first taken through it: its input x W + b is computed again.
 Tensors Linear::updateGrad(const Tensors& grad) {
-    const Tensor dy = rowsOf(grad[0]);
+    Tensor dy = rowsOf(grad[0]);
+    Backend& be = backendOf(dy);
+    const Tensor& W = stepW_.defined() ? stepW_ : getVar("W")->data;
+    if (applied_ && applied_->kind != ActivationKind::relu) {
+        const Tensor x = rowsOf(inData());
+        const Tensor z = Tensor::empty({x.shape()[0], outsize_}, be.gemmOutputDType(computeDType()), x.device());
+        be.gemmWeights(false, options_.transposed, 1.0f, x, W, options_.useBias ? getVar("b")->data : Tensor(), 0.0f, z,
+                       computeDType(), packSlot());
+        const Tensor dz = Tensor::empty(z.shape(), dy.dtype(), dy.device());
+        be.activationBackward(*applied_, z, rowsOf(data()), dy, dz);
+        dy = dz;
+    }
     Tensor dx = Tensor::empty({dy.shape()[0], insize_}, inData().dtype(), dy.device());
-    backendOf(dy).gemm(false, !options_.transposed, 1.0f, dy, stepW_.defined() ? stepW_ : getVar("W")->data, 0.0f, dx,
-                       computeDType());
+    be.gemm(false, !options_.transposed, 1.0f, dy, W, 0.0f, dx, computeDType());
     return {dx.reshape(withLast(grad[0].shape(), insize_))};
+}
+
+void Linear::setFuseRelu(bool on) {
+    fused_ = on ? std::optional<ActivationParams>(ActivationParams{ActivationKind::relu}) : std::nullopt;
+}
+
+void Linear::setFuseActivation(const ActivationParams* act) {
+    fused_ = act ? std::optional<ActivationParams>(*act) : std::nullopt;
+}
+
+bool Linear::takesActivation(const ActivationParams&, bool train) const { return !train; }
+
+bool Linear::appliesActivation(const ActivationParams& act, bool train, Device device) const {
+    return (act.kind == ActivationKind::relu || !train) && backendFor(device).gemmFusesActivation(act, computeDType());
+}
+
+bool Linear::fusesReluOn(Device device) const { return fuseRelu() && appliesActivation(*fused_, isTrain(), device); }
+
+bool Linear::fusesActivationOn(const ActivationParams& act, Device device) const {
+    return fused_ && *fused_ == act && appliesActivation(act, false, device);
 }
 
 Tensors Linear::backwardFrom(const Tensors& grad, bool updParamGrads, bool updGrad, float scale, float momentum) {

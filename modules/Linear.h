@@ -1,6 +1,9 @@
 #pragma once
 /// \file Linear: a fully connected layer, y = x W + b.
 
+#include <optional>
+
+#include "modules/FusedRelu.h"
 #include "modules/Init.h"
 #include "modules/Module.h"
 
@@ -20,7 +23,12 @@ struct LinearOptions {
 /// x: [..., insize] -> y: [..., outsize] (PyTorch's nn.Linear: over the last axis of any
 /// rank, the leading dims kept). Parameters `W`: [insize, outsize] ([outsize, insize] with
 /// `transposed`) and, with useBias, `b`: [outsize] (initialised to zero).
-class Linear : public Module {
+///
+/// Fusion (containers/Fusion.h): a ReLU that alone consumes its output runs inside its
+/// GEMM (a oneDNN post-op on the CPU), in train and eval mode; in eval mode any other
+/// activation the backend's GEMM applies (Backend::gemmFusesActivation: on the CPU every
+/// kind but hardSigmoid and log) does too, GELU among them (a transformer's MLP).
+class Linear : public Module, public FusedRelu {
 public:
     Linear(int64_t insize, int64_t outsize, const LinearOptions& options = {});
 
@@ -49,6 +57,20 @@ public:
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;
 
+    // FusedRelu: the activation applied to the GEMM's sums before its output is written.
+    void setFuseRelu(bool on) override;
+    bool fuseRelu() const override { return fused_ && fused_->kind == ActivationKind::relu; }
+    bool fusesReluOn(Device device) const override;
+    bool masksReluGradientOn(Device) const override { return false; } // the ReLU's backward masks
+    bool appliedRelu() const override { return applied_ && applied_->kind == ActivationKind::relu; }
+    bool keptReluMask() const override { return false; }
+    /// Eval mode, any kind (whether the backend's GEMM applies it is decided at the forward).
+    bool takesActivation(const ActivationParams& act, bool train) const override;
+    void setFuseActivation(const ActivationParams* act) override;
+    /// A ReLU in either mode, another kind when the plan's mode is eval (Activation::memoryUse).
+    bool fusesActivationOn(const ActivationParams& act, Device device) const override;
+    bool appliedActivation(const ActivationParams& act) const override { return applied_ && *applied_ == act; }
+
 protected:
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
@@ -62,10 +84,15 @@ private:
     /// kernels (Backend::gemmOutputDType is bfloat16), float32 weights. The products would
     /// each convert it otherwise; the bits are the same.
     bool convertsWeightsPerStep(bool train, Device device) const;
+    // Whether a forward now applies `act` in its GEMM on `device` (train: ReLU only).
+    bool appliesActivation(const ActivationParams& act, bool train, Device device) const;
 
     int64_t insize_, outsize_;
     LinearOptions options_;
     Tensor stepW_; // W in bfloat16, from a train-mode forward until its backward
+    // The activation a container fuses (setFuseRelu, setFuseActivation) and the one the last
+    // forward applied (its backward differentiates another kind than ReLU itself).
+    std::optional<ActivationParams> fused_, applied_;
 };
 
 } // namespace tessera

@@ -5,6 +5,7 @@
 /// docs page names the header of what it describes.
 
 // backend/: tensors, devices, errors, random numbers, the backend interface
+#include "backend/ActivationParams.h"
 #include "backend/Backend.h"
 #include "backend/DType.h"
 #include "backend/Errors.h"

@@ -133,6 +133,12 @@ std::string outputText(const Shapes& out) {
     return s;
 }
 
+// A fused activation's name after its source's: ReLU, or its class (Gelu) or kind (tanh).
+std::string activationLabel(const Activation& a) {
+    if (a.kind() == ActivationKind::relu) return "ReLU";
+    return a.classname() != "Activation" ? a.classname() : str(a.kind());
+}
+
 } // namespace
 
 Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& options) {
@@ -162,12 +168,12 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
     std::vector<fusion::ConvNorm> folds;
     if (fusionEnabled()) {
         if (const auto* g = dynamic_cast<const Graph*>(&model)) {
-            fused = fusion::pairsOf(*g);
+            fused = fusion::pairsOf(*g, options.train);
             sums = fusion::normSumsOf(*g);
             if (!options.train) folds = fusion::foldsOf(*g);
         }
         if (const auto* s = dynamic_cast<const Sequential*>(&model)) {
-            fused = fusion::pairsOf(*s);
+            fused = fusion::pairsOf(*s, options.train);
             if (!options.train) folds = fusion::foldsOf(*s);
         }
     }
@@ -177,8 +183,9 @@ Profile profile(Module& model, const Tensors& inputs, const ProfileOptions& opti
     };
     for (ProfileRow& r : p.rows) {
         for (const fusion::Pair& f : fused) {
-            if (r.layer == dynamic_cast<const Module*>(f.source)) r.module += "+ReLU";
-            if (r.layer == f.relu) markFused(r);
+            if (r.layer == dynamic_cast<const Module*>(f.source))
+                r.module.append(1, '+').append(activationLabel(*f.activation));
+            if (r.layer == f.activation) markFused(r);
         }
         for (const fusion::NormSum& s : sums) {
             if (r.layer == dynamic_cast<const Module*>(s.sum)) r.module = "BatchNorm+" + r.module;

@@ -63,17 +63,24 @@ struct MatmulEntry {
 struct GemmTypes {
     DType a = DType::float32, b = DType::float32, c = DType::float32;
     bool bias = false;
+    std::optional<EltwiseOp> act = std::nullopt; // applied to the sums (a post-op)
 };
 
-dnnl::primitive_attr attrOf(float alpha, float beta) {
+// alpha as the output scale, beta as a sum post-op, and an activation's eltwise post-op.
+dnnl::primitive_attr attrOf(float alpha, float beta, const std::optional<EltwiseOp>& act = std::nullopt) {
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-        dnnl::post_ops ops;
-        ops.append_sum(beta);
-        attr.set_post_ops(ops);
-    }
+    dnnl::post_ops ops;
+    if (beta != 0.0f) ops.append_sum(beta);
+    if (act) ops.append_eltwise(1.0f, act->alg, act->alpha, act->beta);
+    if (ops.len() > 0) attr.set_post_ops(ops);
     return attr;
+}
+
+// An activation's part of a matmul's cache key: none, or its algorithm and constants.
+std::vector<int64_t> activationKey(const std::optional<EltwiseOp>& act) {
+    if (!act) return {-1};
+    return {static_cast<int64_t>(act->alg), keyOf(act->alpha), keyOf(act->beta)};
 }
 
 // Milliseconds of one call of `run` (after one untimed): the best of three.
@@ -111,71 +118,83 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
     static thread_local PrimitiveCache<MatmulEntry> cache;
     GemmWeightsLayout layout = weightsLayout().load();
     if (packed && layout == GemmWeightsLayout::automatic) layout = GemmWeightsLayout::blocked;
-    return cache.get(
-        {transA, transB, M, N, K, keyOf(alpha), keyOf(beta), static_cast<int64_t>(layout),
-         static_cast<int64_t>(types.a), static_cast<int64_t>(types.b), static_cast<int64_t>(types.c), types.bias},
-        [&] {
-            return checkDnnl("matmul (bfloat16)", [&] {
-                using dt = dnnl::memory::data_type;
-                using tag = dnnl::memory::format_tag;
-                const dt low = lowType();
-                const bool emulate = low == dt::f32;
-                const dnnl::primitive_attr attr = attrOf(alpha, beta);
-                auto make = [&](const md& weights) {
-                    MatmulEntry e;
-                    describeOperands(e, transA, transB, M, N, K, types);
-                    e.c = emulate ? md({M, N}, dt::f32, tag::ab) : e.userC;
-                    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({M, K}, low, tag::any), weights, e.bias, e.c),
-                                                    attr, engine());
-                    e.prim = dnnl::matmul(pd);
-                    e.a = Staged(pd.src_desc(), emulate);
-                    e.b = Staged(pd.weights_desc(), emulate);
-                    e.cIn = Staged(e.c);
-                    e.cOut = Staged(e.userC);
-                    return e;
-                };
-                const md plainB({K, N}, low, transB ? tag::ba : tag::ab);
-                if (emulate || layout == GemmWeightsLayout::blocked) return make(md({K, N}, low, tag::any));
-                if (layout == GemmWeightsLayout::plain) return make(plainB);
-                MatmulEntry blocked = make(md({K, N}, low, tag::any)), plain = make(plainB);
-                if (plain.b.want() == blocked.b.want()) return blocked;
-                // Time both on scratch operands (zeros: the kernels' speed does not depend on values).
-                const dnnl::memory b(blocked.userB, engine()), c(blocked.c, engine());
-                auto zeroed = [](const dnnl::memory& m) {
-                    std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
-                    return m;
-                };
-                zeroed(b);
-                zeroed(c);
-                const dnnl::memory bias = types.bias ? zeroed(dnnl::memory(blocked.bias, engine())) : dnnl::memory();
-                auto timeOf = [&](const MatmulEntry& e) {
-                    const dnnl::memory src = zeroed(dnnl::memory(e.a.want(), engine()));
-                    return bestOf3([&] { // B's conversion and the product
-                        std::unordered_map<int, dnnl::memory> args = {
-                            {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}};
-                        if (types.bias) args[DNNL_ARG_BIAS] = bias;
-                        e.prim.execute(stream(), args);
-                    });
-                };
-                return timeOf(plain) < timeOf(blocked) ? plain : blocked;
-            });
+    std::vector<int64_t> key = {transA,
+                                transB,
+                                M,
+                                N,
+                                K,
+                                keyOf(alpha),
+                                keyOf(beta),
+                                static_cast<int64_t>(layout),
+                                static_cast<int64_t>(types.a),
+                                static_cast<int64_t>(types.b),
+                                static_cast<int64_t>(types.c),
+                                types.bias};
+    for (int64_t k : activationKey(types.act)) key.push_back(k);
+    return cache.get(key, [&] {
+        return checkDnnl("matmul (bfloat16)", [&] {
+            using dt = dnnl::memory::data_type;
+            using tag = dnnl::memory::format_tag;
+            const dt low = lowType();
+            const bool emulate = low == dt::f32;
+            const dnnl::primitive_attr attr = attrOf(alpha, beta, types.act);
+            auto make = [&](const md& weights) {
+                MatmulEntry e;
+                describeOperands(e, transA, transB, M, N, K, types);
+                e.c = emulate ? md({M, N}, dt::f32, tag::ab) : e.userC;
+                dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md({M, K}, low, tag::any), weights, e.bias, e.c),
+                                                attr, engine());
+                e.prim = dnnl::matmul(pd);
+                e.a = Staged(pd.src_desc(), emulate);
+                e.b = Staged(pd.weights_desc(), emulate);
+                e.cIn = Staged(e.c);
+                e.cOut = Staged(e.userC);
+                return e;
+            };
+            const md plainB({K, N}, low, transB ? tag::ba : tag::ab);
+            if (emulate || layout == GemmWeightsLayout::blocked) return make(md({K, N}, low, tag::any));
+            if (layout == GemmWeightsLayout::plain) return make(plainB);
+            MatmulEntry blocked = make(md({K, N}, low, tag::any)), plain = make(plainB);
+            if (plain.b.want() == blocked.b.want()) return blocked;
+            // Time both on scratch operands (zeros: the kernels' speed does not depend on values).
+            const dnnl::memory b(blocked.userB, engine()), c(blocked.c, engine());
+            auto zeroed = [](const dnnl::memory& m) {
+                std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
+                return m;
+            };
+            zeroed(b);
+            zeroed(c);
+            const dnnl::memory bias = types.bias ? zeroed(dnnl::memory(blocked.bias, engine())) : dnnl::memory();
+            auto timeOf = [&](const MatmulEntry& e) {
+                const dnnl::memory src = zeroed(dnnl::memory(e.a.want(), engine()));
+                return bestOf3([&] { // B's conversion and the product
+                    std::unordered_map<int, dnnl::memory> args = {
+                        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}};
+                    if (types.bias) args[DNNL_ARG_BIAS] = bias;
+                    e.prim.execute(stream(), args);
+                });
+            };
+            return timeOf(plain) < timeOf(blocked) ? plain : blocked;
         });
+    });
 }
 
 // A float32 matmul C <- alpha op(A) op(B) + beta C on oneDNN's kernels: A, B and C read
 // and written as they are (transposes through strides), except that B kept packed
 // (gemmWeights) is converted once into the layout the kernel picks.
 const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta,
-                            bool packed, bool bias) {
+                            bool packed, bool bias, const std::optional<EltwiseOp>& act) {
     static thread_local PrimitiveCache<MatmulEntry> cache;
-    return cache.get({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed, bias}, [&] {
+    std::vector<int64_t> key = {transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed, bias};
+    for (int64_t k : activationKey(act)) key.push_back(k);
+    return cache.get(key, [&] {
         return checkDnnl("matmul (float32)", [&] {
             MatmulEntry e;
             describeOperands(e, transA, transB, M, N, K, GemmTypes{.bias = bias});
             e.c = e.userC;
             const md weights =
                 packed ? md({K, N}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any) : e.userB;
-            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.userA, weights, e.bias, e.c), attrOf(alpha, beta),
+            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.userA, weights, e.bias, e.c), attrOf(alpha, beta, act),
                                             engine());
             e.prim = dnnl::matmul(pd);
             e.a = Staged(pd.src_desc());
@@ -240,14 +259,34 @@ void CpuBackend::gemm(bool transA, bool transB, float alpha, const Tensor& A, co
     gemmWeights(transA, transB, alpha, A, B, Tensor(), beta, C, compute, nullptr);
 }
 
+void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B,
+                             const Tensor& bias, float beta, const Tensor& C, DType compute,
+                             const std::shared_ptr<LayerState>& packed) {
+    matmul(transA, transB, alpha, A, B, bias, beta, C, compute, packed, nullptr);
+}
+
+void CpuBackend::gemmWeightsActivation(bool transA, bool transB, const Tensor& A, const Tensor& B, const Tensor& bias,
+                                       const Tensor& C, DType compute, const ActivationParams& act,
+                                       const std::shared_ptr<LayerState>& packed) {
+    if (!gemmFusesActivation(act, compute))
+        return Backend::gemmWeightsActivation(transA, transB, A, B, bias, C, compute, act, packed);
+    matmul(transA, transB, 1.0f, A, B, bias, 0.0f, C, compute, packed, &act);
+}
+
+bool CpuBackend::gemmFusesActivation(const ActivationParams& act, DType compute) const {
+    const bool openblas = compute == DType::float32 && float32Engine().load() == Float32Gemm::openblas;
+    return !openblas && (compute == DType::float32 || compute == DType::bfloat16) && eltwiseOpOf(act).has_value();
+}
+
 DType CpuBackend::gemmOutputDType(DType compute) const {
     return compute == DType::bfloat16 && bfloat16Kernels() && bfloat16Activations() ? DType::bfloat16 : DType::float32;
 }
 
-// A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]
-void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B,
-                             const Tensor& bias, float beta, const Tensor& C, DType compute,
-                             const std::shared_ptr<LayerState>& packed) {
+// A: [M, K] ([K, M] if transA), B: [K, N] ([N, K] if transB), C: [M, N]; `act`: an
+// activation applied to the sums (gemmFusesActivation's, on oneDNN's matmul), or null.
+void CpuBackend::matmul(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, const Tensor& bias,
+                        float beta, const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed,
+                        const ActivationParams* act) {
     require2D("gemm", "A", A);
     require2D("gemm", "B", B);
     require2D("gemm", "C", C);
@@ -278,18 +317,24 @@ void CpuBackend::gemmWeights(bool transA, bool transB, float alpha, const Tensor
                               A.data<float>(), static_cast<blasint>(A.shape()[1]), B.data<float>(),
                               static_cast<blasint>(B.shape()[1]), bias.defined() ? 1.0f : beta, C.data<float>(),
                               static_cast<blasint>(N));
+        if (act) activationForward(*act, C, C);
         return;
     }
     if (M == 0 || N == 0) return;
     if (K == 0) {
-        if (bias.defined()) return broadcastRows(bias, C);
-        return axpby(0.0f, C, beta, C);
+        if (bias.defined())
+            broadcastRows(bias, C);
+        else
+            axpby(0.0f, C, beta, C);
+        if (act) activationForward(*act, C, C);
+        return;
     }
     const bool keep = packed != nullptr;
-    const MatmulEntry& e =
-        compute == DType::bfloat16
-            ? matmulFor(transA, transB, M, N, K, alpha, beta, keep, {A.dtype(), B.dtype(), C.dtype(), bias.defined()})
-            : sgemmFor(transA, transB, M, N, K, alpha, beta, keep, bias.defined());
+    const std::optional<EltwiseOp> post = act ? eltwiseOpOf(*act) : std::nullopt;
+    const MatmulEntry& e = compute == DType::bfloat16
+                               ? matmulFor(transA, transB, M, N, K, alpha, beta, keep,
+                                           {A.dtype(), B.dtype(), C.dtype(), bias.defined(), post})
+                               : sgemmFor(transA, transB, M, N, K, alpha, beta, keep, bias.defined(), post);
     const dnnl::memory userC = wrap(e.userC, C.raw());
     const bool staged = e.c != e.userC; // a bfloat16 C, computed in float32 (no bfloat16 kernels)
     const dnnl::memory dst = !staged ? userC : beta != 0.0f ? e.cIn.from(userC) : dnnl::memory(e.c, engine());
@@ -344,7 +389,7 @@ bool CpuBackend::gemmPacksWeights(bool transA, bool transB, int64_t M, int64_t N
     if (compute == DType::float32 && float32Engine().load() == Float32Gemm::openblas) return false;
     if (M <= 0 || N <= 0 || K <= 0) return false;
     const MatmulEntry& e = compute == DType::bfloat16 ? matmulFor(transA, transB, M, N, K, 1.0f, 0.0f, true, {})
-                                                      : sgemmFor(transA, transB, M, N, K, 1.0f, 0.0f, true, false);
+                                                      : sgemmFor(transA, transB, M, N, K, 1.0f, 0.0f, true, false, {});
     return !e.b.passes(e.userB);
 }
 

@@ -110,6 +110,12 @@ public:
     /// The bias is the matmul's own (added in float32 before C is rounded).
     void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, const Tensor& bias,
                      float beta, const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;
+    /// The activation as the matmul's eltwise post-op on oneDNN (every kind but hardSigmoid
+    /// and log), in float32 and bfloat16 compute; not with the OpenBLAS float32 engine.
+    void gemmWeightsActivation(bool transA, bool transB, const Tensor& A, const Tensor& B, const Tensor& bias,
+                               const Tensor& C, DType compute, const ActivationParams& act,
+                               const std::shared_ptr<LayerState>& packed) override;
+    bool gemmFusesActivation(const ActivationParams& act, DType compute) const override;
     /// bfloat16 for bfloat16 compute where the CPU has bfloat16 kernels and
     /// setBfloat16Activations is on (as convOutputDType), else float32.
     DType gemmOutputDType(DType compute) const override;
@@ -209,6 +215,11 @@ public:
     void preluForward(const Tensor& x, const Tensor& slopes, const Tensor& y) override;
     void preluBackward(const Tensor& x, const Tensor& slopes, const Tensor& dy, const Tensor& dx, float scale,
                        float momentum, const Tensor& dslopes) override;
+
+private:
+    // gemmWeights with an activation on the sums (`act`, a post-op; null: none).
+    void matmul(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, const Tensor& bias, float beta,
+                const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed, const ActivationParams* act);
 };
 
 namespace cpu_util {

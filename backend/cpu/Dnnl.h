@@ -202,6 +202,14 @@ private:
 /// `stage`'s buffer. Weights the primitive reads as they are pass unchanged.
 dnnl::memory packedWeights(const Staged& stage, const dnnl::memory& plain, const Tensor& w, LayerState* packed);
 
+/// An activation as oneDNN's eltwise algorithm and constants (what a primitive's post-op
+/// takes); none for the kinds that run as loops (hardSigmoid, log).
+struct EltwiseOp {
+    dnnl::algorithm alg;
+    float alpha = 0.0f, beta = 0.0f;
+};
+std::optional<EltwiseOp> eltwiseOpOf(const ActivationParams& act);
+
 /// CpuBackend::bfloat16Kernels (probed once).
 bool bfloat16Kernels();
 

@@ -108,6 +108,12 @@ constexpr int64_t kLoopParallelMin = 1 << 15;
 
 } // namespace
 
+std::optional<EltwiseOp> dnnl_util::eltwiseOpOf(const ActivationParams& act) {
+    if (act.kind == ActivationKind::hardSigmoid || act.kind == ActivationKind::log) return std::nullopt;
+    const ActivationParams p = dnnlParams(act);
+    return EltwiseOp{algsOf(act.kind).fwd, p.alpha, p.beta};
+}
+
 // x, y: same shape, layout and dtype (float32, or bfloat16 but for hardSigmoid and log; emulated
 // where the CPU has no bfloat16 kernels)
 void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {

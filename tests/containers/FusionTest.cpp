@@ -185,7 +185,7 @@ TEST(Fusion, OnlyAReluThatAloneConsumesTheBatchNormFuses) {
     ASSERT_EQ(pairs.size(), 2u);
     EXPECT_EQ(pairs[0].source, dynamic_cast<FusedRelu*>(&bn3->module()));
     EXPECT_EQ(pairs[1].source, dynamic_cast<FusedRelu*>(&bn4->module()));
-    EXPECT_EQ(pairs[1].relu, &r4->module());
+    EXPECT_EQ(pairs[1].activation, &r4->module());
     g(Tensors{randomTensor({3, 2, 2, 2}, 8)});
     EXPECT_FALSE(dynamic_cast<Activation&>(r1->module()).passedThrough());
     EXPECT_TRUE(dynamic_cast<Activation&>(r3->module()).passedThrough());

@@ -9,6 +9,7 @@
 
 #include "GradCheck.h"
 #include "backend/Backend.h"
+#include "containers/Fusion.h"
 #include "containers/Graph.h"
 #include "containers/MemoryPlan.h"
 #include "containers/Parallel.h"
@@ -120,12 +121,14 @@ TEST(MemoryPlan, CountsViewsAndKeptValues) {
         .append(std::make_shared<Linear>(12, 5))
         .append(std::make_shared<Activation>(ActivationKind::relu));
     const MemoryPlan plan = planMemory(net, {{4, 3, 2, 2}});
-    const int64_t value = 4 * 5 * sizeof(float); // Linear's and ReLU's outputs; Flatten is a view
-    EXPECT_EQ(plan.inference, 2 * value);        // a Sequential keeps its values in eval mode too
-    EXPECT_EQ(plan.trainForward, 2 * value);
+    // Linear's output; Flatten is a view, and so is the ReLU's output (the Linear applies
+    // it: containers/Fusion.h)
+    const int64_t value = 4 * 5 * sizeof(float);
+    EXPECT_EQ(plan.inference, value); // a Sequential keeps its values in eval mode too
+    EXPECT_EQ(plan.trainForward, value);
     // Backward: ReLU's input gradient (a value), then Linear's input gradient ([4, 12]:
     // a Sequential differentiates into every child but the first), while both are live.
-    EXPECT_EQ(plan.training, 3 * value + 4 * 12 * static_cast<int64_t>(sizeof(float)));
+    EXPECT_EQ(plan.training, 2 * value + 4 * 12 * static_cast<int64_t>(sizeof(float)));
     const MeasuredPeaks m = measurePeaks(net, {4, 3, 2, 2});
     EXPECT_EQ(plan.inference, m.inference);
     EXPECT_EQ(plan.trainForward, m.trainForward);
@@ -152,8 +155,19 @@ TEST(MemoryPlan, CountsTheBranchesOfAParallel) {
     EXPECT_EQ(plan.inference, m.inference); // Replicate's outputs are views of its input
     EXPECT_EQ(plan.trainForward, m.trainForward);
     EXPECT_EQ(plan.training, m.training);
-    // At least the wide branch's hidden values are in the plan: [32, 512] twice.
-    EXPECT_GE(plan.trainForward, 2 * 32 * 512 * static_cast<int64_t>(sizeof(float)));
+    // At least the wide branch's hidden value is in the plan: [32, 512], once (its ReLU runs
+    // in the Linear before it, whose output the ReLU's is).
+    const int64_t hidden = 32 * 512 * static_cast<int64_t>(sizeof(float));
+    EXPECT_GE(plan.trainForward, hidden);
+    // Unfused, the ReLU's output is a value of its own, and in eval mode the tanh's too.
+    setFusion(false);
+    const MemoryPlan unfused = planMemory(net, {{32, 64}});
+    const MeasuredPeaks u = measurePeaks(net, {32, 64});
+    setFusion(true);
+    EXPECT_EQ(unfused.trainForward, plan.trainForward + hidden);
+    EXPECT_EQ(unfused.inference, plan.inference + hidden + 32 * 128 * static_cast<int64_t>(sizeof(float)));
+    EXPECT_EQ(unfused.inference, u.inference);
+    EXPECT_EQ(unfused.trainForward, u.trainForward);
 }
 
 TEST(MemoryPlan, BadShapesAreTheModelsShapeError) {
