@@ -408,6 +408,7 @@ void Importer::importMatMul(const onnx::NodeProto& n, const Attributes& a) {
 }
 
 ModulePtr Importer::tiedHead(ModulePtr lin) const {
+    if (embedders_.empty()) return lin; // no table to tie to
     const Tensor& W = lin->getVar("W")->data;
     const int64_t in = W.shape()[0], out = W.shape()[1];
     W.data<float>();                                       // float32 on the host, or it throws
