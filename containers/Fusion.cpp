@@ -139,20 +139,26 @@ std::vector<Pair> pairsOf(const Sequential& seq, std::optional<bool> train) {
     return pairs;
 }
 
+namespace {
+// Sets a pair up (`on`) or clears it: a ReLU through setFuseRelu, another kind through
+// setFuseActivation.
+void setPair(const Pair& p, bool on) {
+    if (p.activation->kind() == ActivationKind::relu) {
+        p.source->setFuseRelu(on);
+    } else {
+        p.source->setFuseActivation(on ? &p.activation->params() : nullptr);
+    }
+    p.activation->setFusedInto(on ? p.source : nullptr);
+}
+} // namespace
+
 Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums, std::vector<ConvNorm> folds)
     : pairs_(std::move(pairs)), sums_(std::move(sums)), folds_(std::move(folds)) {
     for (const ConvNorm& f : folds_) {
         f.conv->setFoldedNorm(f.norm);
         f.norm->setFoldIntoConv(true);
     }
-    for (const Pair& p : pairs_) {
-        if (p.activation->kind() == ActivationKind::relu) {
-            p.source->setFuseRelu(true);
-        } else {
-            p.source->setFuseActivation(&p.activation->params());
-        }
-        p.activation->setFusedInto(p.source);
-    }
+    for (const Pair& p : pairs_) setPair(p, true);
     for (const NormSum& s : sums_) {
         s.norm->setFuseIntoSum(true, s.sum->fuseRelu());
         s.sum->setFusedNorm(s.norm, s.slot);
@@ -160,14 +166,7 @@ Scope::Scope(std::vector<Pair> pairs, std::vector<NormSum> sums, std::vector<Con
 }
 
 Scope::~Scope() {
-    for (const Pair& p : pairs_) {
-        if (p.activation->kind() == ActivationKind::relu) {
-            p.source->setFuseRelu(false);
-        } else {
-            p.source->setFuseActivation(nullptr);
-        }
-        p.activation->setFusedInto(nullptr);
-    }
+    for (const Pair& p : pairs_) setPair(p, false);
     for (const NormSum& s : sums_) {
         s.norm->setFuseIntoSum(false, false);
         s.sum->setFusedNorm(nullptr, 0);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "backend/cpu/CpuBackend.h"
@@ -77,10 +78,18 @@ dnnl::primitive_attr attrOf(float alpha, float beta, const std::optional<Eltwise
     return attr;
 }
 
-// An activation's part of a matmul's cache key: none, or its algorithm and constants.
-std::vector<int64_t> activationKey(const std::optional<EltwiseOp>& act) {
-    if (!act) return {-1};
-    return {static_cast<int64_t>(act->alg), keyOf(act->alpha), keyOf(act->beta)};
+// A matmul's cache key: `head`, then the activation's part (none, or its algorithm and
+// constants), in one allocation (it is made on every call).
+std::vector<int64_t> keyWith(std::initializer_list<int64_t> head, const std::optional<EltwiseOp>& act) {
+    std::vector<int64_t> key;
+    key.reserve(head.size() + 3);
+    key.assign(head);
+    if (!act) {
+        key.push_back(-1);
+    } else {
+        key.insert(key.end(), {static_cast<int64_t>(act->alg), keyOf(act->alpha), keyOf(act->beta)});
+    }
+    return key;
 }
 
 // Milliseconds of one call of `run` (after one untimed): the best of three.
@@ -118,19 +127,10 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
     static thread_local PrimitiveCache<MatmulEntry> cache;
     GemmWeightsLayout layout = weightsLayout().load();
     if (packed && layout == GemmWeightsLayout::automatic) layout = GemmWeightsLayout::blocked;
-    std::vector<int64_t> key = {transA,
-                                transB,
-                                M,
-                                N,
-                                K,
-                                keyOf(alpha),
-                                keyOf(beta),
-                                static_cast<int64_t>(layout),
-                                static_cast<int64_t>(types.a),
-                                static_cast<int64_t>(types.b),
-                                static_cast<int64_t>(types.c),
-                                types.bias};
-    for (int64_t k : activationKey(types.act)) key.push_back(k);
+    const std::vector<int64_t> key = keyWith({transA, transB, M, N, K, keyOf(alpha), keyOf(beta),
+                                              static_cast<int64_t>(layout), static_cast<int64_t>(types.a),
+                                              static_cast<int64_t>(types.b), static_cast<int64_t>(types.c), types.bias},
+                                             types.act);
     return cache.get(key, [&] {
         return checkDnnl("matmul (bfloat16)", [&] {
             using dt = dnnl::memory::data_type;
@@ -185,8 +185,7 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
 const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                             bool packed, bool bias, const std::optional<EltwiseOp>& act) {
     static thread_local PrimitiveCache<MatmulEntry> cache;
-    std::vector<int64_t> key = {transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed, bias};
-    for (int64_t k : activationKey(act)) key.push_back(k);
+    const std::vector<int64_t> key = keyWith({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed, bias}, act);
     return cache.get(key, [&] {
         return checkDnnl("matmul (float32)", [&] {
             MatmulEntry e;

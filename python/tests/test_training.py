@@ -661,10 +661,16 @@ def test_progress_and_epoch_lines_go_through_pythons_streams(monkeypatch):
     assert "epoch 1/2: train loss" in out.getvalue() and "epoch 2/2: train loss" in out.getvalue(), out.getvalue()
 
 
-def _export_ids_model(torch, model, ids, path):
-    """Exports a model of token ids (input "idx", output "logits", a free batch) at opset 13."""
+def _imported_ids_model(torch, make, vocab, length, path):
+    """A model of token ids made after seeding PyTorch (`make()`, in eval mode), exported at
+    opset 13 (input "idx", output "logits", a free batch) to `path` and imported: the model,
+    4 random sequences of ids and the imported network."""
+    torch.manual_seed(0)
+    model = make().eval()
+    ids = torch.randint(0, vocab, (4, length))
     torch.onnx.export(model, ids, path, opset_version=13, input_names=["idx"], output_names=["logits"],
                       dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}})
+    return model, ids, ts.importOnnx(path)
 
 
 def _fine_tune_on_counting(net, vocab, length, steps):
@@ -711,12 +717,7 @@ def test_gpt_written_with_masked_fill_imports_stays_causal_and_fine_tunes(tmp_pa
             x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, width))
             return self.head(x)
 
-    torch.manual_seed(0)
-    model = Gpt().eval()
-    ids = torch.randint(0, vocab, (4, length))
-    path = str(tmp_path / "gpt.onnx")
-    _export_ids_model(torch, model, ids, path)
-    net = ts.importOnnx(path)
+    model, ids, net = _imported_ids_model(torch, Gpt, vocab, length, str(tmp_path / "gpt.onnx"))
     x = ids.numpy().astype(np.int32)
     with torch.no_grad():
         want = model(ids).numpy()
@@ -775,12 +776,7 @@ def test_head_tied_to_the_token_table_imports_shared_and_stays_tied(tmp_path):
             x = self.wte(idx)
             return self.head(self.ln(x + self.mlp(x)))
 
-    torch.manual_seed(0)
-    model = Tied().eval()
-    ids = torch.randint(0, vocab, (4, length))
-    path = str(tmp_path / "tied.onnx")
-    _export_ids_model(torch, model, ids, path)
-    net = ts.importOnnx(path)
+    model, ids, net = _imported_ids_model(torch, Tied, vocab, length, str(tmp_path / "tied.onnx"))
     expected = sum(p.numel() for p in model.parameters())  # the tied weight once
     assert net.numOfParams() == expected
     x = ids.numpy().astype(np.int32)
