@@ -128,7 +128,9 @@ Tensors MultiheadAttention::updateData(const Tensors& data) {
     const int64_t N = in[0].shape()[nDim], L = in[0].shape()[1 - nDim], S = in[seqs == 3 ? 1 : 0].shape()[1 - nDim];
     Backend& be = backendOf(in[0]);
     const Tensor& W = getVar("in_proj_weight")->data;
-    // q, k, v = x_i W_i^T + b_i, as heads [N, H, T, d]
+    // q, k, v = x_i W_i^T + b_i, as heads [N, H, T, d]. One at a time: each projection's
+    // output is still in cache when it is permuted (one [N T, 3E] product and one permute
+    // were slower: tools/bench/results/cpu-attention-backward-memory-emerald-rapids.txt).
     Tensor heads[3];
     Tensor rows[3];
     for (int i = 0; i < 3; ++i) {
@@ -204,11 +206,12 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
     }
     Tensor dJ = Tensor::empty({N * L, E}, DType::float32, dy.device());
     be.gemm(false, false, 1.0f, dy, getVar("out_proj_weight")->data, 0.0f, dJ, computeDType());
+    dJ = swap12(dJ.reshape({N, L, H, d})); // as heads; the rows are released before the kernel runs
     Tensors kin{q_, k_, v_};
     if (mask_.defined()) kin.push_back(mask_);
     const AttentionKernel::Stream st = stream_.defined() ? AttentionKernel::kept(stream_) : AttentionKernel::Stream{};
-    const Tensors dk =
-        kernel_.backward(kin, swap12(dJ.reshape({N, L, H, d})), stream_.defined() ? &st : nullptr, &fused_);
+    Tensors dk = kernel_.backward(kin, dJ, stream_.defined() ? &st : nullptr, &fused_);
+    dJ = Tensor();
     const Tensor& W = getVar("in_proj_weight")->data;
     Tensors dx(seqs);
     if (seqs == 1) {
@@ -218,6 +221,7 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
         const Tensor dP = Tensor::empty({rows, 3 * E}, DType::float32, dy.device());
         for (int64_t i = 0; i < 3; ++i) {
             be.copyStrided(swap12(dk[static_cast<size_t>(i)]), 0, E, dP, i * E, 3 * E, rows, E);
+            dk[static_cast<size_t>(i)] = Tensor();
         }
         if (params) {
             be.gemm(true, false, scale, dP, rowsOf(inData[0].plain()), momentum, getVar("in_proj_weight")->grad,
@@ -231,6 +235,7 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
     } else {
         for (int i = 0; i < 3; ++i) {
             const Tensor dP = swap12(dk[static_cast<size_t>(i)]).reshape({N * (i == 0 ? L : S), E});
+            dk[static_cast<size_t>(i)] = Tensor();
             const Tensor& x = inData[static_cast<size_t>(i)];
             if (params) {
                 be.gemm(true, false, scale, dP, rowsOf(x.plain()), momentum,
@@ -314,27 +319,28 @@ MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vecto
     use.forwardScratchBytes = std::max<int64_t>(0, forward - out - kept);
     if (!train) return use;
     // Backward: dJ and the heads' gradients with three blocks (five with dropout) and the
-    // added mask's gradient; then the projections' gradients side by side (self-attention)
-    // or one at a time, beside the input gradients.
+    // added mask's gradient; then, dJ released, the projections' gradients side by side
+    // (self-attention, each head's gradient released once copied) or one at a time (each
+    // released once used), beside the input gradients.
     int64_t dmask = 0, maskGrads = 0;
     size_t at = seqs;
     if (options_.keyPaddingMask) maskGrads += B(N * S * f), ++at;
     if (options_.attnMask) maskGrads += B(inShapes[at].numel() * f);
     if (options_.keyPaddingMask || options_.attnMask) dmask = mask > 0 ? B(mask * f) : maskGrads;
-    const int64_t dheads = hq + 2 * hk, base = hq + dheads + dmask;
-    int64_t dx = 0, peak = base + kernelBackward;
+    int64_t dheads = hq + 2 * hk, dx = 0, peak = hq + dheads + dmask + kernelBackward;
     if (seqs == 1) {
         dx = B(q * static_cast<int64_t>(sizeOf(DType::float32)));
         const int64_t dP = B(3 * q * f);
-        peak = std::max({peak, base + dP + hq, base + dP + dx});
+        peak = std::max({peak, dheads + dmask + dP + hq, dmask + dP + dx});
     } else {
         for (size_t i = 0; i < 3; ++i) {
             const int64_t rows = i == 0 ? hq : hk;
-            peak = std::max(peak, base + rows + dx + rows);
+            peak = std::max(peak, dheads + dmask + dx + rows); // dP_i, then dx_i in dk_i's place
+            dheads -= rows;
             dx += rows;
         }
     }
-    peak = std::max(peak, base + dx + maskGrads);
+    peak = std::max(peak, dmask + dx + maskGrads);
     use.backwardScratchBytes = std::max<int64_t>(0, peak - dx - maskGrads);
     return use;
 }
