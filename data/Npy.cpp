@@ -125,8 +125,8 @@ template <class T> std::vector<T> values(std::ifstream& file, const Header& h, c
 }
 
 std::string dtypeName(const std::string& descr) {
-    const char* names[][2] = {
-        {"<f4", "float32"}, {"<f8", "float64"}, {"<i4", "int32"}, {"<i8", "int64"}, {"|u1", "uint8"}};
+    const char* names[][2] = {{"<f4", "float32"}, {"<f8", "float64"}, {"<i4", "int32"},
+                              {"<i8", "int64"},   {"|u1", "uint8"},   {"|b1", "bool"}};
     for (auto& [d, name] : names) {
         if (descr == d) return name;
     }
@@ -146,7 +146,7 @@ Tensor readNpy(const std::string& path, std::string* dtype) {
         return Tensor::fromVector(h.shape, std::vector<float>(d.begin(), d.end()));
     }
     if (descr == "<i4") return Tensor::fromVector(h.shape, values<int32_t>(file, h, path));
-    if (descr == "|u1") {
+    if (descr == "|u1" || descr == "|b1") { // bytes; bool as 0 and 1 (a mask)
         const std::vector<uint8_t> b = values<uint8_t>(file, h, path);
         return Tensor::fromVector(h.shape, std::vector<int32_t>(b.begin(), b.end()));
     }
@@ -161,7 +161,7 @@ Tensor readNpy(const std::string& path, std::string* dtype) {
         return Tensor::fromVector(h.shape, v);
     }
     throw IoError("npy file " + path + ": dtype '" + descr +
-                  "' is not supported (float32, float64, int32, int64 and uint8 little-endian are)");
+                  "' is not supported (float32, float64, int32, int64, uint8 and bool little-endian are)");
 }
 
 std::string npyDtype(const std::string& path, Shape* shape) {

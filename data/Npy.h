@@ -11,10 +11,10 @@
 namespace tessera {
 
 /// The array in `path` as a host tensor: float32 for float32 and float64 data (converted),
-/// int32 for int32 and int64 data (IoError when a value does not fit) and for uint8 data.
-/// C order only. A missing, truncated or malformed file, or another dtype, is an IoError
-/// naming the file and what is wrong. `dtype`, when given, receives the file's own element
-/// type: "float32", "float64", "int32", "int64" or "uint8".
+/// int32 for int32 and int64 data (IoError when a value does not fit) and for uint8 and bool
+/// data (0 and 1: a mask). C order only. A missing, truncated or malformed file, or another
+/// dtype, is an IoError naming the file and what is wrong. `dtype`, when given, receives the
+/// file's own element type: "float32", "float64", "int32", "int64", "uint8" or "bool".
 Tensor readNpy(const std::string& path, std::string* dtype = nullptr);
 
 /// The element type of the array in `path` ("float32", "uint8", ... as readNpy names them;

@@ -27,6 +27,11 @@ void Tile::checkGradShape(const Shapes& outGradShapes) const {
     }
 }
 
+void Tile::checkDataType(const std::vector<DType>& dtypes) const {
+    if (dtypes.size() == 1 && dtypes[0] == DType::int32) return;
+    Module::checkDataType(dtypes);
+}
+
 Shapes Tile::dataShapeFrom(const Shapes& inShapes) const {
     Shape y = inShapes[0];
     int64_t& d = y[axis::normalize(axis_, y.rank())];
@@ -53,6 +58,7 @@ Tensors Tile::updateData(const Tensors& data) {
 
 // dx = sum over the copies of dy
 Tensors Tile::updateGrad(const Tensors& grad) {
+    if (!isFloating(inData().dtype())) return {Tensor()}; // integers have no gradient
     const Tensor& dy = grad[0];
     const Shape xs = inData().shape();
     const int a = axis::normalize(axis_, xs.rank());

@@ -17,6 +17,11 @@ public:
     void checkDataShape(const Shapes& inShapes) const override;
     /// A gradient whose axis divides by `times`.
     void checkGradShape(const Shapes& outGradShapes) const override;
+    /// Float data, or int32 (ONNX's Expand of a bool or integer mask); int32 has no gradient.
+    void checkDataType(const std::vector<DType>& dtypes) const override;
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
+        return {!inDTypes.empty() && inDTypes[0] == DType::int32 ? DType::int32 : DType::float32};
+    }
     Blueprint blueprint() const override;
 
 protected:

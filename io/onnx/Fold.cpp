@@ -366,6 +366,7 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
         if (!allZero) return false;
         out.zeros = true;
         out.dims = shape.ints;
+        out.symbols = shape.symbols; // the batch's (a fill shaped like a value, for a Where)
         return constants_[n.output(0)] = out, true;
     }
     const Shape target = expand ? broadcastShapes(from, Shape(shape.ints)) : Shape(shape.ints);
@@ -409,6 +410,7 @@ bool Importer::foldZerosSlice(const onnx::NodeProto& n, const Attributes& a, con
         const int64_t dim = x.dims[static_cast<size_t>(ax)];
         auto at = [dim](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
         out.dims[static_cast<size_t>(ax)] = std::max<int64_t>(0, at((*ends)[i]) - at((*starts)[i]));
+        if (static_cast<size_t>(ax) < out.symbols.size()) out.symbols[static_cast<size_t>(ax)].clear();
     }
     constants_[n.output(0)] = out;
     return true;

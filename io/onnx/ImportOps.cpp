@@ -162,6 +162,10 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
     if (fromInt && (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32)) {
         return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
     }
+    // Bool to bool (a mask cast again before a Where): the same 0s and 1s.
+    if (from == onnx::TensorProto::BOOL && to == onnx::TensorProto::BOOL) {
+        return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    }
     if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::FLOAT16 && to != onnx::TensorProto::BFLOAT16) {
         throw Unsupported{"a cast of data to type " + std::to_string(to) +
                           " (to float, float16 and bfloat16 are supported, and integers to integers)"};

@@ -159,13 +159,17 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     const Constant* c = isConstant(n.input(0)) ? &constants_.at(n.input(0)) : nullptr;
     const auto type = elemTypes_.find(n.input(0));
-    if (!c && type != elemTypes_.end() && type->second == onnx::TensorProto::FLOAT) {
+    // Float data, or a bool or integer mask (int32 in Tessera)
+    const bool expandable = type != elemTypes_.end() &&
+                            (type->second == onnx::TensorProto::FLOAT || type->second == onnx::TensorProto::BOOL ||
+                             type->second == onnx::TensorProto::INT32 || type->second == onnx::TensorProto::INT64);
+    if (!c && expandable) {
         requireInputsImported(n);
         return importExpandOfData(n);
     }
     if (!c || c->isInt || !c->tensor.defined()) {
-        throw Unsupported{"an Expand of an integer tensor, or of data not float32 (float data, and a float "
-                          "constant expanded over the batch such as a class token, are supported)"};
+        throw Unsupported{"an Expand of an integer constant, or of data not float32, bool or integer (data, and a "
+                          "float constant expanded over the batch such as a class token, are supported)"};
     }
     const Constant& shape = requireConstant(n, 1, "the shape");
     const std::vector<int64_t>& from = c->dims;
@@ -211,7 +215,7 @@ void Importer::importExpandOfData(const onnx::NodeProto& n) {
                           " dims from an input of " +
                           (in == shapes_.end() ? std::string("a rank not known at import")
                                                : std::to_string(in->second.size()) + " dims") +
-                          " (float data to a shape of its own rank is supported)"};
+                          " (data to a shape of its own rank is supported)"};
     }
     std::vector<ModulePtr> tiles;
     for (size_t k = 0; k < shape.ints.size(); ++k) {
@@ -471,10 +475,7 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
 void Importer::importWhere(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     if (n.input_size() != 3) throw Unsupported{"expects 3 inputs, got " + std::to_string(n.input_size())};
-    if (!isConstant(n.input(0))) {
-        throw Unsupported{"a condition computed from data (a condition known at import, with one data operand and "
-                          "one constant, is supported)"};
-    }
+    if (!isConstant(n.input(0))) return importWhereOfData(n);
     if (isConstant(n.input(1)) == isConstant(n.input(2))) {
         throw Unsupported{"two data operands (one data operand and one constant are supported)"};
     }

@@ -274,6 +274,9 @@ private:
     // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
     void importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a);
     void importWhere(const onnx::NodeProto& n, const Attributes& a);
+    // Where of a condition computed from data (bool or integer): arithmetic on the condition
+    // made float (ImportWhere.cpp).
+    void importWhereOfData(const onnx::NodeProto& n);
 
     // x op C or C op x with a constant tensor C that broadcasts to x without changing its
     // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.

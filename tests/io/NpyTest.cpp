@@ -29,7 +29,7 @@ TEST(Npy, RoundTripsFloatAndInt) {
     EXPECT_EQ(j.toVector<int32_t>(), i.toVector<int32_t>());
 }
 
-// NumPy reads what Tessera writes and the other way round (float64 and int64 convert).
+// NumPy reads what Tessera writes and the other way round (float64, int64 and bool convert).
 TEST(Npy, InteroperatesWithNumpy) {
     if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0) GTEST_SKIP() << "no numpy";
     const std::string dir = ::testing::TempDir();
@@ -37,12 +37,19 @@ TEST(Npy, InteroperatesWithNumpy) {
     const std::string script = "import numpy as np, sys; d = sys.argv[1]; a = np.load(d + 'mine.npy'); "
                                "assert a.dtype == np.float32 and a.shape == (2, 3) and a[1, 2] == 5, a; "
                                "np.save(d + 'theirs64.npy', np.arange(6, dtype=np.float64).reshape(3, 2) / 2); "
-                               "np.save(d + 'labels.npy', np.array([1, 2, 3], dtype=np.int64))";
+                               "np.save(d + 'labels.npy', np.array([1, 2, 3], dtype=np.int64)); "
+                               "np.save(d + 'mask.npy', np.array([[True, False, True]]))";
     ASSERT_EQ(std::system(("/usr/bin/python3 -c \"" + script + "\" '" + dir + "'").c_str()), 0);
     const Tensor t = readNpy(dir + "theirs64.npy");
     EXPECT_EQ(t.shape(), (Shape{3, 2}));
     EXPECT_TRUE(allClose(t, {0, 0.5f, 1, 1.5f, 2, 2.5f}));
     EXPECT_EQ(readNpy(dir + "labels.npy").toVector<int32_t>(), (std::vector<int32_t>{1, 2, 3}));
+    // bool (a padding mask) as int32 0 and 1
+    std::string dtype;
+    const Tensor mask = readNpy(dir + "mask.npy", &dtype);
+    EXPECT_EQ(dtype, "bool");
+    EXPECT_EQ(mask.shape(), (Shape{1, 3}));
+    EXPECT_EQ(mask.toVector<int32_t>(), (std::vector<int32_t>{1, 0, 1}));
 }
 
 // uint8 arrays (images) read as bytes, one per element, with their shape; the header alone

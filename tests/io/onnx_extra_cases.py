@@ -106,6 +106,7 @@ def main():
     transposed_forms(root)
     shared_weight_forms(root)
     masked_fill_forms(root)
+    data_condition_forms(root)
 
 
 def shared_weight_forms(root):
@@ -199,6 +200,63 @@ def masked_fill_forms(root):
     inits = [helper.make_tensor("minus1", TensorProto.INT64, [], [-1])]
     g = helper.make_graph(nodes, "tril", [value("x", free)], [value("y", free)], inits)
     save(root, "trilu_lower_below_diagonal", g, [x], [x * np.tril(w, -1)], 14)
+
+
+def data_condition_forms(root):
+    """Where of a condition that is data: a bool padding mask given as an input, as PyTorch
+    writes nn.MultiheadAttention's key_padding_mask (the mask expanded over the heads, cast to
+    bool again, a Where of it, -inf and zeros shaped like it, added to the scores) and
+    masked_fill(mask, value) and torch.where(mask, x, y) of data."""
+    rs = np.random.RandomState(9)
+    x = rs.randn(2, 2, 4, 4).astype(np.float32)
+    pad = np.zeros((2, 1, 1, 4), bool)
+    pad[1, ..., 2:] = True  # the second sequence's last two keys are padding
+    free = ["N", 2, 4, 4]
+    mask_in = helper.make_tensor_value_info("pad", TensorProto.BOOL, ["N", 1, 1, 4])
+
+    def softmax(a):
+        e = np.exp(a - a.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+    # Expand over the heads, Cast to bool, Where(mask, -inf, ConstantOfShape(Shape(mask))), Add.
+    nodes = [helper.make_node("Expand", ["pad", "heads"], ["wide"]),
+             helper.make_node("Cast", ["wide"], ["cond"], to=TensorProto.BOOL),
+             helper.make_node("Shape", ["cond"], ["shape"]),
+             helper.make_node("ConstantOfShape", ["shape"], ["zeros"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])),
+             helper.make_node("Where", ["cond", "minf", "zeros"], ["additive"]),
+             helper.make_node("Add", ["x", "additive"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "key_padding", [value("x", free), mask_in], [value("y", free)],
+                          [ints("heads", [1, 2, 1, 1]), scalar("minf", -np.inf)])
+    save(root, "where_data_condition_key_padding", g, [x, pad], [softmax(x + np.where(pad, -np.inf, 0.0))], 13)
+    # masked_fill(pad, -inf) of the scores: Where(mask, -inf, x).
+    nodes = [helper.make_node("Where", ["pad", "minf", "x"], ["filled"]),
+             helper.make_node("Softmax", ["filled"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "masked_fill", [value("x", free), mask_in], [value("y", free)],
+                          [scalar("minf", -np.inf)])
+    save(root, "where_data_condition_masked_fill", g, [x, pad], [softmax(np.where(pad, -np.inf, x))], 13)
+    # Two finite constants; -inf where a mask is false (2 where true: 2 + log(mask)); a finite
+    # constant over data either side; two data operands.
+    nodes = [helper.make_node("Where", ["pad", "half", "minus2"], ["ab"]),
+             helper.make_node("Where", ["valid", "two", "minf"], ["keep"]),
+             helper.make_node("Where", ["pad", "zero", "x"], ["zeroed"]),
+             helper.make_node("Where", ["pad", "x", "three"], ["kept"]),
+             helper.make_node("Tanh", ["x"], ["t"]),
+             helper.make_node("Where", ["pad", "x", "t"], ["either"]),
+             helper.make_node("Mul", ["ab", "x"], ["y0"]),
+             helper.make_node("Add", ["x", "keep"], ["k"]),
+             helper.make_node("Softmax", ["k"], ["y1"], axis=-1),
+             helper.make_node("Add", ["zeroed", "kept"], ["y2"]),
+             helper.make_node("Identity", ["either"], ["y3"])]
+    inits = [scalar("half", 0.5), scalar("minus2", -2.0), scalar("two", 2.0), scalar("minf", -np.inf),
+             scalar("zero", 0.0), scalar("three", 3.0)]
+    valid_in = helper.make_tensor_value_info("valid", TensorProto.BOOL, ["N", 1, 1, 4])
+    g = helper.make_graph(nodes, "where_forms", [value("x", free), mask_in, valid_in],
+                          [value(f"y{k}", free) for k in range(4)], inits)
+    outs = [np.where(pad, 0.5, -2.0) * x, softmax(x + np.where(~pad, 2.0, -np.inf)),
+            np.where(pad, 0.0, x) + np.where(pad, x, 3.0), np.where(pad, x, np.tanh(x))]
+    save(root, "where_data_condition_forms", g, [x, pad, ~pad], [o.astype(np.float32) for o in outs], 13)
 
 
 def ceil_pool_forms(root):

@@ -19,7 +19,9 @@ GPT in nanoGPT's form (masked_fill of a causal mask buffer, positions by arange,
 exported at opsets 13 and 17, a GPT-2 as Hugging Face writes it (Conv1D's addmm, torch.where of
 a bool mask buffer, a head tied to the token table) at 13 and 17, a LLaMA in small (rotary embeddings from buffers, a triu
 causal mask, RMSNorm, a gated MLP) at opsets 14 and 17, and a BERT encoder as Hugging Face writes it
-(three inputs: ids, an int64 attention mask made additive, token types) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+(three inputs: ids, an int64 attention mask made additive, token types) at 13 and 17, and a
+text classifier over a padded batch (ids and a bool padding mask: nn.TransformerEncoder's
+src_key_padding_mask, masked_fill and torch.where of the mask) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -464,6 +466,44 @@ class MiniBert(torch.nn.Module):
         return x
 
 
+class PaddedText(torch.nn.Module):
+    """A text classifier over a padded batch, of two inputs: token ids and a bool padding mask
+    (True at padding, the end of the second sequence on). nn.TransformerEncoder with
+    src_key_padding_mask (a Where of the mask, -inf and zeros shaped like it), then attention
+    written by hand whose scores are masked by masked_fill(pad[:, None, None, :], -inf) (a Where
+    of the mask, a constant and data), torch.where(pad[..., None], x, y) of two data operands,
+    and a mean over the tokens of the output with the padding zeroed by masked_fill(..., 0.0)."""
+
+    VOCAB, LENGTH, WIDTH, HEADS = 50, 12, 32, 4
+    INPUT_NAMES = ("ids", "pad")
+
+    def __init__(self):
+        super().__init__()
+        w = self.WIDTH
+        self.embedding = torch.nn.Embedding(self.VOCAB, w)
+        layer = torch.nn.TransformerEncoderLayer(w, self.HEADS, 2 * w, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.q, self.k, self.v = (torch.nn.Linear(w, w) for _ in range(3))
+        self.head = torch.nn.Linear(w, 3)
+
+    @classmethod
+    def example_inputs(cls, batch):
+        ids = torch.randint(0, cls.VOCAB, (batch, cls.LENGTH))
+        pad = torch.zeros(batch, cls.LENGTH, dtype=torch.bool)
+        pad[1:, cls.LENGTH - 4:] = True
+        return ids, pad
+
+    def forward(self, ids, pad):
+        x = self.encoder(self.embedding(ids), src_key_padding_mask=pad)
+        B, T, W = x.shape
+        d = W // self.HEADS
+        q, k, v = (p(x).view(B, T, self.HEADS, d).transpose(1, 2) for p in (self.q, self.k, self.v))
+        scores = (q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(pad[:, None, None, :], float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, W)
+        y = torch.where(pad[..., None], x, y)
+        return self.head(y.mean(1) + y.masked_fill(pad[..., None], 0.0).mean(1))
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -496,6 +536,8 @@ NORM_MODELS = {
     "gpt_masked_fill_opset17": (MiniGpt, 17, (2, MiniGpt.LENGTH)),
     "bert_three_inputs_opset13": (MiniBert, 13, (2, MiniBert.LENGTH)),
     "bert_three_inputs_opset17": (MiniBert, 17, (2, MiniBert.LENGTH)),
+    "padded_text_bool_mask_opset13": (PaddedText, 13, (2, PaddedText.LENGTH)),
+    "padded_text_bool_mask_opset17": (PaddedText, 17, (2, PaddedText.LENGTH)),
     "gpt2_where_opset13": (MiniGpt2, 13, (2, MiniGpt2.LENGTH)),
     "gpt2_where_opset17": (MiniGpt2, 17, (2, MiniGpt2.LENGTH)),
     "llama_rotary_opset14": (MiniLlama, 14, (2, MiniLlama.LENGTH)),
@@ -517,7 +559,8 @@ REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_o
            "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
            "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17",
            "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17",
-           "bert_three_inputs_opset13", "bert_three_inputs_opset17"}
+           "bert_three_inputs_opset13", "bert_three_inputs_opset17", "padded_text_bool_mask_opset13",
+           "padded_text_bool_mask_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.

@@ -722,6 +722,13 @@ TEST(Tile, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { Tile(3, 2, "t3")(Tensor::zeros({2, 2})); }, {"Tile 't3'", "axis 3", "[2, 2]"}));
     EXPECT_THROW(Tile(0, 0), ModuleError);
     EXPECT_TRUE(blueprintHas(tile, {"\"axis\": 1", "\"times\": 3"}));
+    // int32 data (a mask expanded): the same copies, int32 out, no gradient
+    Tile masks(1, 2, "masks");
+    const Tensor ints = masks(Tensor::fromVector({2, 1}, std::vector<int32_t>{1, 0}));
+    EXPECT_EQ(ints.dtype(), DType::int32);
+    EXPECT_EQ(ints.toVector<int32_t>(), (std::vector<int32_t>{1, 1, 0, 0}));
+    EXPECT_EQ(masks.outputDTypes({Shape{2, 1}}, {DType::int32}, Device{}), std::vector<DType>{DType::int32});
+    EXPECT_FALSE(masks.backward(Tensor::zeros({2, 2})).defined());
     // Sizes past 64 bits are shape errors, not wrapped dims.
     Tile huge(1, INT64_MAX, "huge");
     EXPECT_TRUE(throwsShapeError([&] { huge.inferDataShape({Shape{2, 2}}); }, {"Tile 'huge'", "overflow 64 bits"}));
