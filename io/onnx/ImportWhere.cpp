@@ -159,4 +159,45 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
     return define(n, std::make_shared<Graph>(inputs, std::vector<NodePtr>{y}), parents);
 }
 
+// Equal of integer data and one integer constant, Not of bool data: a mask made from the
+// data (`ids == pad`, `~mask`), int32 0 and 1 as Tessera holds bool values, computed in
+// float: equal = relu(1 - |x - c|) (exact for integers below 2^24), not = 1 - x.
+void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    requireInputsImported(n);
+    const bool equal = n.op_type() == "Equal";
+    const int data = equal && isConstant(n.input(0)) ? 1 : 0;
+    if (equal && !isConstant(n.input(1 - data))) {
+        throw Unsupported{"two data inputs (data and one constant are supported)"};
+    }
+    const int32_t type = elemTypeOf(n.input(data));
+    if (type != onnx::TensorProto::BOOL && type != onnx::TensorProto::INT32 && type != onnx::TensorProto::INT64) {
+        throw Unsupported{"data of type " + std::to_string(type) + " (bool or integer data is supported)"};
+    }
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    NodePtr y = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {x}, "values");
+    if (equal) {
+        const Constant& c = constants_.at(n.input(1 - data));
+        std::vector<double> v;
+        if (c.isInt) {
+            v.assign(c.ints.begin(), c.ints.end());
+        } else if (c.tensor.defined()) {
+            for (float f : c.tensor.toVector<float>()) v.push_back(f);
+        }
+        if (v.size() != 1 || v[0] != std::round(v[0]) || std::fabs(v[0]) > (1 << 24)) {
+            throw Unsupported{"a constant that is not one integer (one integer is supported)"};
+        }
+        y = tessera::node(std::make_shared<MulAddConst>(1.0f, static_cast<float>(-v[0])), {y}, "difference");
+        y = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {y}, "distance");
+        y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "closeness");
+        y = tessera::node(std::make_shared<Activation>(ActivationKind::relu), {y}, "equal");
+    } else {
+        y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "not");
+    }
+    y = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "mask");
+    const Source s = value(n, data);
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
+                  Parents{Parent(s.node, s.slot)});
+}
+
 } // namespace tessera::onnx_io

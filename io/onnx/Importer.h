@@ -277,6 +277,8 @@ private:
     // Where of a condition computed from data (bool or integer): arithmetic on the condition
     // made float (ImportWhere.cpp).
     void importWhereOfData(const onnx::NodeProto& n);
+    // Equal of integer data and a constant, Not of bool data: int32 masks (ImportWhere.cpp).
+    void importMaskOp(const onnx::NodeProto& n, const Attributes& a);
 
     // x op C or C op x with a constant tensor C that broadcasts to x without changing its
     // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.

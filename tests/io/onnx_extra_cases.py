@@ -206,7 +206,8 @@ def data_condition_forms(root):
     """Where of a condition that is data: a bool padding mask given as an input, as PyTorch
     writes nn.MultiheadAttention's key_padding_mask (the mask expanded over the heads, cast to
     bool again, a Where of it, -inf and zeros shaped like it, added to the scores) and
-    masked_fill(mask, value) and torch.where(mask, x, y) of data."""
+    masked_fill(mask, value) and torch.where(mask, x, y) of data; the mask made from ids in the
+    model (Equal of the ids and the padding id, Not of that)."""
     rs = np.random.RandomState(9)
     x = rs.randn(2, 2, 4, 4).astype(np.float32)
     pad = np.zeros((2, 1, 1, 4), bool)
@@ -257,6 +258,20 @@ def data_condition_forms(root):
     outs = [np.where(pad, 0.5, -2.0) * x, softmax(x + np.where(~pad, 2.0, -np.inf)),
             np.where(pad, 0.0, x) + np.where(pad, x, 3.0), np.where(pad, x, np.tanh(x))]
     save(root, "where_data_condition_forms", g, [x, pad, ~pad], [o.astype(np.float32) for o in outs], 13)
+    # The mask made from the ids in the model: pad = ids == 0 (Equal), keep = ~pad (Not).
+    ids = rs.randint(1, 9, (2, 1, 1, 4)).astype(np.int64)
+    ids[1, ..., 2:] = 0
+    nodes = [helper.make_node("Equal", ["ids", "pad_id"], ["pad"]),
+             helper.make_node("Not", ["pad"], ["keep"]),
+             helper.make_node("Where", ["pad", "minf", "x"], ["filled"]),
+             helper.make_node("Softmax", ["filled"], ["y0"], axis=-1),
+             helper.make_node("Cast", ["keep"], ["keepf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "keepf"], ["y1"])]
+    ids_in = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 1, 1, 4])
+    g = helper.make_graph(nodes, "mask_from_ids", [value("x", free), ids_in], [value("y0", free), value("y1", free)],
+                          [helper.make_tensor("pad_id", TensorProto.INT64, [], [0]), scalar("minf", -np.inf)])
+    save(root, "where_mask_from_ids", g, [x, ids], [softmax(np.where(ids == 0, -np.inf, x)),
+                                                    (x * (ids != 0)).astype(np.float32)], 13)
 
 
 def ceil_pool_forms(root):

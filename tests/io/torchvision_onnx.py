@@ -21,7 +21,8 @@ a bool mask buffer, a head tied to the token table) at 13 and 17, a LLaMA in sma
 causal mask, RMSNorm, a gated MLP) at opsets 14 and 17, and a BERT encoder as Hugging Face writes it
 (three inputs: ids, an int64 attention mask made additive, token types) at 13 and 17, and a
 text classifier over a padded batch (ids and a bool padding mask: nn.TransformerEncoder's
-src_key_padding_mask, masked_fill and torch.where of the mask) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+src_key_padding_mask, masked_fill and torch.where of the mask) and one that makes its mask from
+its ids (ids == 0, ~mask) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -504,6 +505,33 @@ class PaddedText(torch.nn.Module):
         return self.head(y.mean(1) + y.masked_fill(pad[..., None], 0.0).mean(1))
 
 
+class IdsMaskedText(torch.nn.Module):
+    """A text classifier that makes its padding mask from its ids (id 0 is padding): pad =
+    ids == 0 (Equal of data), src_key_padding_mask=pad, and a mean over the real tokens by the
+    float of ~pad (Not)."""
+
+    VOCAB, LENGTH, WIDTH = 50, 12, 32
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(self.VOCAB, self.WIDTH, padding_idx=0)
+        layer = torch.nn.TransformerEncoderLayer(self.WIDTH, 4, 2 * self.WIDTH, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(self.WIDTH, 3)
+
+    @classmethod
+    def example_inputs(cls, batch):
+        ids = torch.randint(1, cls.VOCAB, (batch, cls.LENGTH))
+        ids[1:, cls.LENGTH - 5:] = 0
+        return (ids,)
+
+    def forward(self, ids):
+        pad = ids == 0
+        h = self.encoder(self.embedding(ids), src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((h * keep).sum(1) / keep.sum(1))
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -538,6 +566,8 @@ NORM_MODELS = {
     "bert_three_inputs_opset17": (MiniBert, 17, (2, MiniBert.LENGTH)),
     "padded_text_bool_mask_opset13": (PaddedText, 13, (2, PaddedText.LENGTH)),
     "padded_text_bool_mask_opset17": (PaddedText, 17, (2, PaddedText.LENGTH)),
+    "text_mask_from_ids_opset13": (IdsMaskedText, 13, (2, IdsMaskedText.LENGTH)),
+    "text_mask_from_ids_opset17": (IdsMaskedText, 17, (2, IdsMaskedText.LENGTH)),
     "gpt2_where_opset13": (MiniGpt2, 13, (2, MiniGpt2.LENGTH)),
     "gpt2_where_opset17": (MiniGpt2, 17, (2, MiniGpt2.LENGTH)),
     "llama_rotary_opset14": (MiniLlama, 14, (2, MiniLlama.LENGTH)),
@@ -560,7 +590,7 @@ REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_o
            "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17",
            "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17",
            "bert_three_inputs_opset13", "bert_three_inputs_opset17", "padded_text_bool_mask_opset13",
-           "padded_text_bool_mask_opset17"}
+           "padded_text_bool_mask_opset17", "text_mask_from_ids_opset13", "text_mask_from_ids_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
