@@ -3,6 +3,8 @@
 #include "containers/Executor.h"
 #include "containers/Fusion.h"
 #include "modules/Identity.h"
+#include "modules/Reshape.h"
+#include "modules/Tile.h"
 
 namespace tessera {
 
@@ -269,16 +271,20 @@ size_t Graph::outputCount() const {
 void Graph::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, inputs_.size(), "input"); }
 
 namespace {
-// A node's module checks `dtype`; an Identity (a graph's named input, say) passes it on to
-// the children that take it as their only input, so that an Embedder behind one refuses
-// float ids before any data flows. Errors start with `path` (the nodes passed through).
+// A node's module checks `dtype`; an Identity (a graph's named input, say), a Reshape or a
+// Tile passes it on to the children that take it as their only input, so that an Embedder
+// behind them refuses float ids, and a Cast of int32 a float mask, before any data flows.
+// Errors start with `path` (the nodes passed through).
 void checkNodeDataType(const Node& n, DType dtype, const std::string& path) {
     try {
         n.module().checkDataType({dtype});
     } catch (const Error&) {
         rethrowWithContext(path + ": ");
     }
-    if (!dynamic_cast<const Identity*>(&n.module())) return;
+    const Module& m = n.module();
+    if (!dynamic_cast<const Identity*>(&m) && !dynamic_cast<const Reshape*>(&m) && !dynamic_cast<const Tile*>(&m)) {
+        return;
+    }
     for (const Edge& e : n.fwds()) {
         if (e.node->bwds().size() == 1 && e.slots.size() == 1) {
             checkNodeDataType(*e.node, dtype, path + " -> " + e.node->name());

@@ -148,7 +148,16 @@ void Exporter::emitLayer(Module& m, const std::vector<std::string>& in, const Sh
 // exported.
 void Exporter::emitCast(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
-    const std::string to = schemeString(bp, "outtype");
+    const std::string from = schemeString(bp, "intype"), to = schemeString(bp, "outtype");
+    // int32 to float and float to int32 (a mask of 0 and 1, or ids): ONNX's Cast, which
+    // truncates toward zero as Tessera's does
+    if ((from == "int32") != (to == "int32")) {
+        return void(attr(node("Cast", in, out, path), "to",
+                         static_cast<int64_t>(to == "int32"      ? onnx::TensorProto::INT32
+                                              : to == "float16"  ? onnx::TensorProto::FLOAT16
+                                              : to == "bfloat16" ? onnx::TensorProto::BFLOAT16
+                                                                 : onnx::TensorProto::FLOAT)));
+    }
     if (to == "float32") return void(node("Identity", in, out, path));
     if (to != "float16" && to != "bfloat16") {
         throw Unsupported{"a Cast to " + to + " (to float32, float16 and bfloat16 are exported)"};

@@ -168,9 +168,15 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
     if (from == onnx::TensorProto::BOOL && to == onnx::TensorProto::BOOL) {
         return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
     }
+    // Float to integers (int32 in Tessera, truncated toward zero): a mask computed in float,
+    // as Tessera writes Equal and Not of data.
+    if (from == onnx::TensorProto::FLOAT && (to == onnx::TensorProto::INT32 || to == onnx::TensorProto::INT64)) {
+        return define(n, std::make_shared<Cast>(DType::float32, DType::int32), dataInputs(n, 1));
+    }
     if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::FLOAT16 && to != onnx::TensorProto::BFLOAT16) {
         throw Unsupported{"a cast of data to type " + std::to_string(to) +
-                          " (to float, float16 and bfloat16 are supported, and integers to integers)"};
+                          " (to float, float16 and bfloat16 are supported, integers to integers and float to "
+                          "integers)"};
     }
     auto dtypeOf = [](int64_t t) {
         return t == onnx::TensorProto::FLOAT16    ? DType::float16

@@ -740,6 +740,39 @@ TEST(Onnx, ArgMaxAndArgMinRoundTrip) {
     }
 }
 
+// Masks of int32 0 and 1 (a padding mask given as data): an int32 input behind a Reshape and
+// a Tile is declared int32 in the file (float is refused there: the Cast of int32 behind them
+// says so), Casts between int32 and float export as ONNX's Cast and come back as the same
+// layers, with equal outputs; the checker takes the file.
+TEST(Onnx, IntegerMasksAndCastsRoundTrip) {
+    auto pad = node(std::make_shared<Identity>(), {}, "pad");
+    auto wide = node(std::make_shared<Reshape>(Shape{0, 1, 4}), pad, "wide");
+    auto heads = node(std::make_shared<Tile>(1, 2), wide, "heads");
+    auto padded = node(std::make_shared<Cast>(DType::int32, DType::float32), heads, "padded");
+    auto keep = node(std::make_shared<MulAddConst>(-1.0f, 1.0f), padded, "keep");
+    auto mask = node(std::make_shared<Cast>(DType::float32, DType::int32), keep, "mask");
+    auto kept = node(std::make_shared<Cast>(DType::int32, DType::float32), mask, "kept");
+    Graph g({pad}, {kept}, "masks");
+    EXPECT_TRUE(throwsShapeError([&] { g.checkDataType({DType::float32}); },
+                                 {"pad -> wide -> heads -> padded", "float32", "int32"}));
+    const Tensor input = Tensor::fromVector({2, 4}, std::vector<int32_t>{0, 0, 1, 1, 0, 1, 0, 0});
+    const Tensor want = g(input);
+    const std::string path = ::testing::TempDir() + "masks.onnx";
+    exportOnnx(g, {Shape{2, 4}}, path);
+    std::shared_ptr<Graph> back = importOnnx(path);
+    std::map<std::string, int> classes;
+    for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
+    EXPECT_EQ(classes["Cast"], 3);
+    EXPECT_EQ(classes["Tile"], 1);
+    const Tensor got = (*back)(input);
+    EXPECT_EQ(got.shape(), (Shape{2, 2, 4}));
+    EXPECT_EQ(got.toVector<float>(), want.toVector<float>());
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+        EXPECT_TRUE(checkerAccepts(path));
+    }
+    std::filesystem::remove(path);
+}
+
 // MultiheadAttention (self-attention batch-first with a causal and a key-padding mask;
 // cross-attention time-major with a per-head attn_mask), a learned token table
 // (Parameter) joined to the tokens and PositionalEncoding: export as their parts (MatMul
