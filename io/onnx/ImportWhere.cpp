@@ -2,7 +2,8 @@
 // integer graph input (read as int32, 0 or 1), as PyTorch's export writes
 // `scores.masked_fill(mask[:, None, None, :], float('-inf'))` and nn.MultiheadAttention's
 // `key_padding_mask`. The condition becomes float (Cast), t = 1 where a constant operand is
-// taken, and the result is arithmetic on t, exact for the 0 and 1 it holds:
+// taken (tiled where a constant tensor enlarges the output), and the result is arithmetic on
+// t, exact for the 0 and 1 it holds (constants are numbers or tensors):
 // - two constants A (taken where cond) and B: A t + B (1 - t); an infinite A is B + log(1 - t)
 //   (log 0 = -inf, log 1 = 0; B - log(1 - t) for +inf), an infinite B the same about t;
 // - a constant A and data x: x (1 - t) + A t; an infinite A x + log(1 - t) (or minus it);
@@ -10,6 +11,7 @@
 // A finite constant over an infinite or NaN data value gives NaN there (0 times infinity),
 // as the Where of a constant condition does.
 #include <cmath>
+#include <optional>
 
 #include "containers/Graph.h"
 #include "io/onnx/Arrays.h"
@@ -19,6 +21,7 @@
 #include "modules/Cast.h"
 #include "modules/Identity.h"
 #include "modules/MulAddConst.h"
+#include "modules/Tile.h"
 
 namespace tessera::onnx_io {
 
@@ -72,48 +75,81 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
         }
         out = std::move(wide);
     }
-    // A constant operand: one value (a scalar, a tensor of one value repeated, or the zeros of
-    // a computed shape), whose dims fit in the output's without enlarging it.
-    float fill[3] = {0.0f, 0.0f, 0.0f};
+    // The constant operands: one value (a scalar, a tensor of one value repeated, or the zeros
+    // of a computed shape) or a tensor of known dims, which may enlarge the output where the
+    // condition and the data have a dim of 1 (an attention mask [L, S] filled where a key
+    // padding mask [N H, 1, S] is set): the condition is tiled along such dims.
+    const std::vector<Dim> unenlarged = out;
+    std::optional<arrays::Array> values[3];
     for (int k = 1; k < 3; ++k) {
         if (data[k]) continue;
         const Constant& c = constants_.at(n.input(k));
-        if (c.dims.size() > out.size()) throw Unsupported{"a constant operand of more dims than the output"};
-        for (size_t j = 0; j < c.dims.size(); ++j) {
-            const Dim& o = out[out.size() - c.dims.size() + j];
-            const bool fits =
-                isOne(c.dims, c.symbols, j) ||
-                (c.symbol(j).empty() ? o.symbol.empty() && o.value == c.dims[j] : o.symbol == c.symbol(j));
-            if (!fits) throw Unsupported{"a constant operand that would enlarge the output"};
+        if (c.dims.size() > out.size()) {
+            throw Unsupported{"a constant operand of more dims than the condition and the data"};
         }
-        if (c.zeros) continue;
+        for (size_t j = 0; j < c.dims.size(); ++j) {
+            Dim& o = out[out.size() - c.dims.size() + j];
+            if (isOne(c.dims, c.symbols, j)) continue;
+            const bool fits = c.symbol(j).empty() ? o.symbol.empty() && o.value == c.dims[j] : o.symbol == c.symbol(j);
+            if (fits) continue;
+            if (!one(o) || !c.symbol(j).empty()) throw Unsupported{"a constant operand that does not broadcast"};
+            o = Dim{c.dims[j], {}};
+        }
+        if (c.zeros) {
+            values[k] = arrays::Array{arrays::Kind::floating, {}, {0.0}};
+            continue;
+        }
         if (c.isInt || !c.tensor.defined()) {
             throw Unsupported{"input " + std::to_string(k) +
                               " is a constant of integers (float constants are supported)"};
         }
-        const std::vector<float> v = c.tensor.toVector<float>();
-        for (float x : v) {
-            if (!(x == v[0] || (std::isnan(x) && std::isnan(v[0])))) {
-                throw Unsupported{"input " + std::to_string(k) +
-                                  " is a constant of several values with a condition computed from data (one value "
-                                  "is supported)"};
-            }
+        arrays::Array v = arrays::arrayOf(c);
+        bool oneValue = true;
+        for (double x : v.v) {
+            if (std::isnan(x)) throw Unsupported{"a constant operand holding NaN"};
+            oneValue = oneValue && x == v.v[0];
         }
-        fill[k] = v.empty() ? 0.0f : v[0];
-        if (std::isnan(fill[k])) throw Unsupported{"a NaN constant operand"};
+        if (oneValue) v = arrays::Array{arrays::Kind::floating, {}, {v.v.empty() ? 0.0 : v.v[0]}};
+        values[k] = std::move(v);
     }
-    if (!data[1] && !data[2] && std::isinf(fill[1]) && std::isinf(fill[2])) {
-        throw Unsupported{"two infinite constant operands"};
+    // The dims the condition is tiled along (it has the output's rank there).
+    std::vector<std::pair<int, int64_t>> tiles;
+    for (size_t j = 0; j < out.size(); ++j) {
+        if (same(out[j], unenlarged[j])) continue;
+        const std::vector<Dim>& cd = dimsOf(0);
+        if (cd.size() != out.size()) throw Unsupported{"a constant operand that enlarges a condition of lower rank"};
+        tiles.emplace_back(static_cast<int>(j), out[j].value);
     }
-    // The graph: cond (int32) -> c (float); t where a constant is taken.
+    auto scalar = [](const arrays::Array& a) { return a.dims.empty() && a.v.size() == 1; };
+    auto infinity = [](const arrays::Array& a, double sign) {
+        for (double x : a.v) {
+            if (std::isinf(x) && (x > 0) == (sign > 0)) return true;
+        }
+        return false;
+    };
+    auto finite = [&](const arrays::Array& a) { return !infinity(a, 1.0) && !infinity(a, -1.0); };
+    // a * t + b, a and b numbers or tensors (broadcast to t without changing its dims)
+    auto tensorOf = [](const arrays::Array& a) {
+        std::vector<float> f(a.v.begin(), a.v.end());
+        return Tensor::fromVector(a.dims.empty() ? Shape{1} : Shape(a.dims), f);
+    };
+    auto affineOf = [&](const NodePtr& x, const arrays::Array& a, const arrays::Array& b, const char* name) {
+        if (scalar(a) && scalar(b)) {
+            return tessera::node(std::make_shared<MulAddConst>(static_cast<float>(a.v[0]), static_cast<float>(b.v[0])),
+                                 {x}, name);
+        }
+        return tessera::node(std::make_shared<MulAddConst>(tensorOf(a), tensorOf(b)), {x}, name);
+    };
+    auto number = [](double v) { return arrays::Array{arrays::Kind::floating, {}, {v}}; };
+    // The graph: cond (int32) -> c (float, tiled); t where a constant is taken.
     auto cond = tessera::node(std::make_shared<Identity>(), {}, "condition");
     std::vector<NodePtr> inputs{cond};
-    auto c = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {cond}, "taken");
+    NodePtr c = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {cond}, "taken");
+    for (const auto& [axis, times] : tiles) {
+        c = tessera::node(std::make_shared<Tile>(axis, times), {c}, ("taken_tiled_" + std::to_string(axis)).c_str());
+    }
     auto complement = [](const NodePtr& x, const char* name) {
         return tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {x}, name);
-    };
-    auto affine = [](const NodePtr& x, float a, float b, const char* name) {
-        return tessera::node(std::make_shared<MulAddConst>(a, b), {x}, name);
     };
     auto logOf = [](const NodePtr& x, const char* name) {
         return tessera::node(std::make_shared<Activation>(ActivationKind::log), {x}, name);
@@ -128,26 +164,38 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
         auto other = tessera::node(std::make_shared<Mul>(), {x2, complement(c, "not_taken")}, "b_taken");
         y = tessera::node(std::make_shared<Add>(), {taken, other}, "where");
     } else if (!data[1] && !data[2]) {
-        const float a = fill[1], b = fill[2];
-        if (std::isinf(a)) { // b + log(1 - c), or minus it for +inf
-            y = affine(logOf(complement(c, "not_taken"), "log"), a < 0 ? 1.0f : -1.0f, b, "where");
-        } else if (std::isinf(b)) { // a + log(c), or minus it
-            y = affine(logOf(c, "log"), b < 0 ? 1.0f : -1.0f, a, "where");
+        const arrays::Array &a = *values[1], &b = *values[2];
+        if (finite(a) && finite(b)) { // (a - b) t + b
+            const arrays::Array diff =
+                arrays::elementwise({&a, &b}, arrays::Kind::floating, [&](const std::vector<int64_t>& at) {
+                    return a.v[static_cast<size_t>(at[0])] - b.v[static_cast<size_t>(at[1])];
+                });
+            y = affineOf(c, diff, b, "where");
+        } else if (scalar(a) && std::isinf(a.v[0]) && !infinity(b, -a.v[0])) { // b + log(1 - t), or minus it
+            y = affineOf(logOf(complement(c, "not_taken"), "log"), number(a.v[0] < 0 ? 1.0 : -1.0), b, "where");
+        } else if (scalar(b) && std::isinf(b.v[0]) && !infinity(a, -b.v[0])) { // a + log(t), or minus it
+            y = affineOf(logOf(c, "log"), number(b.v[0] < 0 ? 1.0 : -1.0), a, "where");
         } else {
-            y = affine(c, a - b, b, "where");
+            throw Unsupported{"infinite values in both constant operands, or a constant of several values holding "
+                              "infinities taken with a finite one"};
         }
     } else {
         const int k = data[1] ? 2 : 1; // the constant's input
         auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
         inputs.push_back(x);
         const NodePtr t = k == 1 ? c : complement(c, "not_taken"); // 1 where the constant is taken
-        const float v = fill[k];
-        if (std::isinf(v)) {
-            auto mask = affine(logOf(complement(t, "kept"), "log"), v < 0 ? 1.0f : -1.0f, 0.0f, "fill");
+        const arrays::Array& v = *values[k];
+        if (scalar(v) && std::isinf(v.v[0])) { // x + log(1 - t), or minus it
+            auto mask =
+                affineOf(logOf(complement(t, "kept"), "log"), number(v.v[0] < 0 ? 1.0 : -1.0), number(0.0), "fill");
             y = tessera::node(std::make_shared<Add>(), {x, mask}, "where");
-        } else {
+        } else if (finite(v)) { // x (1 - t) + v t
             auto kept = tessera::node(std::make_shared<Mul>(), {x, complement(t, "kept")}, "x_kept");
-            y = v == 0.0f ? kept : tessera::node(std::make_shared<Add>(), {kept, affine(t, v, 0.0f, "fill")}, "where");
+            const bool zero = scalar(v) && v.v[0] == 0.0;
+            y = zero ? kept
+                     : tessera::node(std::make_shared<Add>(), {kept, affineOf(t, v, number(0.0), "fill")}, "where");
+        } else {
+            throw Unsupported{"a constant operand of several values holding infinities, with data"};
         }
     }
     Parents parents;

@@ -258,6 +258,23 @@ def data_condition_forms(root):
     outs = [np.where(pad, 0.5, -2.0) * x, softmax(x + np.where(~pad, 2.0, -np.inf)),
             np.where(pad, 0.0, x) + np.where(pad, x, 3.0), np.where(pad, x, np.tanh(x))]
     save(root, "where_data_condition_forms", g, [x, pad, ~pad], [o.astype(np.float32) for o in outs], 13)
+    # Constant tensors: a causal mask [4, 4] filled with -inf where the key padding [N, 1, 1, 4]
+    # is set (PyTorch's attn_mask.masked_fill(key_padding_mask, -inf), which enlarges the
+    # condition); a tensor and a number; data or a per-key tensor.
+    causal = np.triu(np.full((4, 4), -np.inf, np.float32), 1)
+    per_key = rs.randn(4).astype(np.float32)
+    nodes = [helper.make_node("Where", ["pad", "minf", "causal"], ["merged"]),
+             helper.make_node("Add", ["x", "merged"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["y0"], axis=-1),
+             helper.make_node("Where", ["pad", "per_key", "half"], ["scale"]),
+             helper.make_node("Mul", ["x", "scale"], ["y1"]),
+             helper.make_node("Where", ["pad", "x", "per_key"], ["y2"])]
+    g = helper.make_graph(nodes, "tensor_constants", [value("x", free), mask_in],
+                          [value(f"y{k}", free) for k in range(3)],
+                          [scalar("minf", -np.inf), numpy_helper.from_array(causal, "causal"),
+                           numpy_helper.from_array(per_key, "per_key"), scalar("half", 0.5)])
+    outs = [softmax(x + np.where(pad, -np.inf, causal)), x * np.where(pad, per_key, 0.5), np.where(pad, x, per_key)]
+    save(root, "where_data_condition_tensor_constants", g, [x, pad], [o.astype(np.float32) for o in outs], 13)
     # The mask made from the ids in the model: pad = ids == 0 (Equal), keep = ~pad (Not).
     ids = rs.randint(1, 9, (2, 1, 1, 4)).astype(np.int64)
     ids[1, ..., 2:] = 0

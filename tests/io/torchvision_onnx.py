@@ -22,7 +22,8 @@ causal mask, RMSNorm, a gated MLP) at opsets 14 and 17, and a BERT encoder as Hu
 (three inputs: ids, an int64 attention mask made additive, token types) at 13 and 17, and a
 text classifier over a padded batch (ids and a bool padding mask: nn.TransformerEncoder's
 src_key_padding_mask, masked_fill and torch.where of the mask) and one that makes its mask from
-its ids (ids == 0, ~mask) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+its ids (ids == 0, ~mask) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
+source and target ids and their bool padding masks; a causal target mask) at 14 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
@@ -532,6 +533,40 @@ class IdsMaskedText(torch.nn.Module):
         return self.head((h * keep).sum(1) / keep.sum(1))
 
 
+class Seq2Seq(torch.nn.Module):
+    """nn.Transformer (an encoder and a decoder layer) over padded batches of ids, four inputs:
+    source and target ids and their bool padding masks. The decoder's causal mask, a triu of
+    -inf, is filled with -inf where the target padding is set (attn_mask.masked_fill of the
+    key padding mask: a Where of data and a constant tensor, [T, T] over [N H, 1, T]); the
+    source padding masks the encoder and the decoder's cross-attention."""
+
+    VOCAB, SOURCE, TARGET, WIDTH = 30, 9, 7, 32
+    INPUT_NAMES = ("src", "tgt", "src_pad", "tgt_pad")
+
+    def __init__(self):
+        super().__init__()
+        w = self.WIDTH
+        self.source, self.target = torch.nn.Embedding(self.VOCAB, w), torch.nn.Embedding(self.VOCAB, w)
+        self.transformer = torch.nn.Transformer(w, 4, 1, 1, 2 * w, dropout=0.0, batch_first=True)
+        self.out = torch.nn.Linear(w, self.VOCAB)
+
+    @classmethod
+    def example_inputs(cls, batch):
+        src, tgt = torch.randint(0, cls.VOCAB, (batch, cls.SOURCE)), torch.randint(0, cls.VOCAB, (batch, cls.TARGET))
+        src_pad = torch.zeros(batch, cls.SOURCE, dtype=torch.bool)
+        tgt_pad = torch.zeros(batch, cls.TARGET, dtype=torch.bool)
+        src_pad[1:, cls.SOURCE - 3:] = True
+        tgt_pad[1:, cls.TARGET - 2:] = True
+        return src, tgt, src_pad, tgt_pad
+
+    def forward(self, src, tgt, src_pad, tgt_pad):
+        T = tgt.shape[1]
+        causal = torch.triu(torch.full((T, T), float("-inf")), 1)
+        h = self.transformer(self.source(src), self.target(tgt), tgt_mask=causal, src_key_padding_mask=src_pad,
+                             tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+        return self.out(h)
+
+
 # Layers of networks since 2020, at the opset before ONNX had LayerNormalization (PyTorch
 # writes it decomposed) and at the one that has it: name -> (model, opset, input shape).
 # Their weights are drawn anew (torchvision zeroes ViT's head), so that every block matters.
@@ -568,6 +603,8 @@ NORM_MODELS = {
     "padded_text_bool_mask_opset17": (PaddedText, 17, (2, PaddedText.LENGTH)),
     "text_mask_from_ids_opset13": (IdsMaskedText, 13, (2, IdsMaskedText.LENGTH)),
     "text_mask_from_ids_opset17": (IdsMaskedText, 17, (2, IdsMaskedText.LENGTH)),
+    "transformer_seq2seq_masks_opset14": (Seq2Seq, 14, (2, Seq2Seq.SOURCE)),
+    "transformer_seq2seq_masks_opset17": (Seq2Seq, 17, (2, Seq2Seq.SOURCE)),
     "gpt2_where_opset13": (MiniGpt2, 13, (2, MiniGpt2.LENGTH)),
     "gpt2_where_opset17": (MiniGpt2, 17, (2, MiniGpt2.LENGTH)),
     "llama_rotary_opset14": (MiniLlama, 14, (2, MiniLlama.LENGTH)),
@@ -583,6 +620,10 @@ ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17"
 # as a transposed copy), is tied again by the import: its count is PyTorch's, the table once.
 UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS if name.startswith("gpt")}
 UNREAD.update({f"bert_three_inputs_opset{o}": -(MiniBert.CONTEXT - MiniBert.LENGTH) * MiniBert.WIDTH for o in (13, 17)})
+# nn.Transformer's decoder: PyTorch's export slices the cross-attention's in_proj_bias into
+# the query's and the key's and value's parts by bounds it computes, and the import reads the
+# slices as constants added after the projections (MulAddConst), not as learned biases.
+UNREAD.update({f"transformer_seq2seq_masks_opset{o}": -3 * Seq2Seq.WIDTH for o in (14, 17)})
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",
@@ -590,7 +631,8 @@ REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_o
            "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17",
            "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17",
            "bert_three_inputs_opset13", "bert_three_inputs_opset17", "padded_text_bool_mask_opset13",
-           "padded_text_bool_mask_opset17", "text_mask_from_ids_opset13", "text_mask_from_ids_opset17"}
+           "padded_text_bool_mask_opset17", "text_mask_from_ids_opset13", "text_mask_from_ids_opset17",
+           "transformer_seq2seq_masks_opset14", "transformer_seq2seq_masks_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
