@@ -282,12 +282,12 @@ void checkNodeDataType(const Node& n, DType dtype, const std::string& path) {
         rethrowWithContext(path + ": ");
     }
     const Module& m = n.module();
-    if (!dynamic_cast<const Identity*>(&m) && !dynamic_cast<const Reshape*>(&m) && !dynamic_cast<const Tile*>(&m)) {
-        return;
-    }
+    const bool tile = dynamic_cast<const Tile*>(&m) != nullptr;
+    if (!dynamic_cast<const Identity*>(&m) && !dynamic_cast<const Reshape*>(&m) && !tile) return;
+    const DType next = tile && dtype != DType::int32 ? DType::float32 : dtype; // a Tile computes in float32
     for (const Edge& e : n.fwds()) {
         if (e.node->bwds().size() == 1 && e.slots.size() == 1) {
-            checkNodeDataType(*e.node, dtype, path + " -> " + e.node->name());
+            checkNodeDataType(*e.node, next, path + " -> " + e.node->name());
         }
     }
 }

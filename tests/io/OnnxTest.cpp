@@ -755,6 +755,14 @@ TEST(Onnx, IntegerMasksAndCastsRoundTrip) {
     Graph g({pad}, {kept}, "masks");
     EXPECT_TRUE(throwsShapeError([&] { g.checkDataType({DType::float32}); },
                                  {"pad -> wide -> heads -> padded", "float32", "int32"}));
+    EXPECT_NO_THROW(g.checkDataType({DType::int32}));
+    // A Tile computes 16-bit floats in float32: what follows it is checked with float32.
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto copies = node(std::make_shared<Tile>(1, 2), x, "copies");
+    auto rounded = node(std::make_shared<Cast>(DType::float32, DType::int32), copies, "rounded");
+    Graph halves({x}, {rounded}, "halves");
+    EXPECT_NO_THROW(halves.checkDataType({DType::bfloat16}));
+    EXPECT_TRUE(throwsShapeError([&] { halves.checkDataType({DType::int32}); }, {"x -> copies -> rounded", "int32"}));
     const Tensor input = Tensor::fromVector({2, 4}, std::vector<int32_t>{0, 0, 1, 1, 0, 1, 0, 0});
     const Tensor want = g(input);
     const std::string path = ::testing::TempDir() + "masks.onnx";
