@@ -411,7 +411,8 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
     }
     // An Add of a weight [1, ...] of the data's rank (a positional table) is learned too: a
     // Parameter of the data's batch, then an Add. So is one of fewer dims (aligned from the
-    // right) that rows selected from a weight made (positional rows gathered by an arange).
+    // right) that rows selected from a weight made (positional rows gathered by an arange, a
+    // bias sliced from a joint one: nn.MultiheadAttention's cross-attention projections).
     // A weight of the file itself that is not [1, ...] may be a mask, and stays a constant,
     // as does one holding infinities (a mask's fill).
     const auto data = shapes_.find(n.input(1 - k));
@@ -421,7 +422,7 @@ void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& 
         const std::vector<float> v = c.tensor.toVector<float>();
         return std::all_of(v.begin(), v.end(), [](float e) { return std::isfinite(e); });
     };
-    if (op == "Add" && initializers_.count(n.input(k)) && c.dims.size() >= 2 && data != shapes_.end() &&
+    if (op == "Add" && initializers_.count(n.input(k)) && (c.dims.size() >= 2 || rows) && data != shapes_.end() &&
         (rows || (data->second.size() == c.dims.size() && c.dims[0] == 1)) && finite()) {
         std::vector<int64_t> rest(data->second.size() - c.dims.size(), 1);
         rest.insert(rest.end(), c.dims.begin(), c.dims.end());

@@ -620,10 +620,6 @@ ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17"
 # as a transposed copy), is tied again by the import: its count is PyTorch's, the table once.
 UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS if name.startswith("gpt")}
 UNREAD.update({f"bert_three_inputs_opset{o}": -(MiniBert.CONTEXT - MiniBert.LENGTH) * MiniBert.WIDTH for o in (13, 17)})
-# nn.Transformer's decoder: PyTorch's export slices the cross-attention's in_proj_bias into
-# the query's and the key's and value's parts by bounds it computes, and the import reads the
-# slices as constants added after the projections (MulAddConst), not as learned biases.
-UNREAD.update({f"transformer_seq2seq_masks_opset{o}": -3 * Seq2Seq.WIDTH for o in (14, 17)})
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",
