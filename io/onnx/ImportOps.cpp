@@ -231,6 +231,12 @@ void Importer::importBinary(const onnx::NodeProto& n, const Attributes& a) {
         return importScalarArithmetic(n, a);
     }
     a.only({});
+    if (n.input_size() == 2 && op != "Div" && isIntegerData(n.input(0)) && isIntegerData(n.input(1))) {
+        ModulePtr m = op == "Sub"   ? ModulePtr(std::make_shared<Sub>())
+                      : op == "Mul" ? ModulePtr(std::make_shared<Mul>())
+                                    : ModulePtr(std::make_shared<Add>());
+        return defineOverIntegers(n, m, {0, 1});
+    }
     if (op == "Sub") return define(n, std::make_shared<Sub>(), dataInputs(n, 2));
     if (op == "Div") return define(n, std::make_shared<Div>(), dataInputs(n, 2));
     for (int k = 0; k < n.input_size(); ++k) {

@@ -364,6 +364,7 @@ void Importer::importReduceSum(const onnx::NodeProto& n, const Attributes& a) {
     } else {
         seq->append(std::make_shared<MulAddConst>(static_cast<float>(count), 0.0f));
     }
+    if (op == "ReduceSum" && isIntegerData(n.input(0))) return defineOverIntegers(n, seq, {0}); // mask.sum(1)
     return define(n, seq, dataInputs(n, 1));
 }
 
@@ -375,6 +376,13 @@ void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes
     const int k = isConstant(n.input(1)) ? 1 : 0;
     if (isConstant(n.input(1 - k))) throw Unsupported{"both inputs are constants"};
     const Constant& c = requireConstant(n, k, "the constant operand");
+    const bool integers = isIntegerData(n.input(1 - k)) && c.isInt && c.ints.size() == 1 && !c.symbolic();
+    if (integers && op != "Div") { // T - lengths
+        const auto v = static_cast<float>(c.ints[0]);
+        const float scale = op == "Mul" ? v : op == "Sub" && k == 0 ? -1.0f : 1.0f;
+        const float shift = op == "Add" ? v : op == "Sub" ? (k == 0 ? v : -v) : 0.0f;
+        return defineOverIntegers(n, std::make_shared<MulAddConst>(scale, shift), {1 - k});
+    }
     if (c.isInt || !c.tensor.defined())
         throw Unsupported{"input " + std::to_string(k) + " is a constant of " +
                           (c.isInt ? "integers" : "a shape known only at run time") +

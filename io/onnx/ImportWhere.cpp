@@ -248,4 +248,33 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
                   Parents{Parent(s.node, s.slot)});
 }
 
+bool Importer::isIntegerData(const std::string& name) const {
+    const int32_t t = elemTypeOf(name);
+    return !isConstant(name) && (t == onnx::TensorProto::INT32 || t == onnx::TensorProto::INT64);
+}
+
+// Arithmetic on integer data (int32 in Tessera: lengths summed from a mask, `T - lengths`): the
+// float layer between a Cast of each input to float and one of the result back to int32, exact
+// while the values stay below 2^24.
+void Importer::defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const std::vector<int>& inputs) {
+    static const char *const inNames[] = {"x0", "x1"}, *const floatNames[] = {"float0", "float1"};
+    const auto count = static_cast<int>(inputs.size());
+    if (count < 1 || count > 2) throw Unsupported{"integer arithmetic of more than two inputs"};
+    std::vector<NodePtr> ins;
+    Parents floats;
+    for (int k = 0; k < count; ++k) {
+        ins.push_back(tessera::node(std::make_shared<Identity>(), {}, inNames[k]));
+        floats.push_back(
+            Parent(tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ins.back()}, floatNames[k])));
+    }
+    auto y = tessera::node(std::move(m), floats, "in_float");
+    auto out = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "integers");
+    Parents parents;
+    for (int k : inputs) {
+        const Source s = value(n, k);
+        parents.push_back(Parent(s.node, s.slot));
+    }
+    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{out}), parents);
+}
+
 } // namespace tessera::onnx_io

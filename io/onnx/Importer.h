@@ -279,6 +279,11 @@ private:
     void importWhereOfData(const onnx::NodeProto& n);
     // Equal of integer data and a constant, Not of bool data: int32 masks (ImportWhere.cpp).
     void importMaskOp(const onnx::NodeProto& n, const Attributes& a);
+    // Data of an integer type (int32 or int64 in the file; int32 in Tessera).
+    bool isIntegerData(const std::string& name) const;
+    // `m` (a float layer of one or two inputs: n's inputs `inputs`) over integer data: a Graph
+    // casting each input to float and the output back to int32 (ImportWhere.cpp).
+    void defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const std::vector<int>& inputs);
 
     // x op C or C op x with a constant tensor C that broadcasts to x without changing its
     // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.

@@ -207,7 +207,7 @@ def data_condition_forms(root):
     writes nn.MultiheadAttention's key_padding_mask (the mask expanded over the heads, cast to
     bool again, a Where of it, -inf and zeros shaped like it, added to the scores) and
     masked_fill(mask, value) and torch.where(mask, x, y) of data; the mask made from ids in the
-    model (Equal of the ids and the padding id, Not of that)."""
+    model (Equal of the ids and the padding id, Not of that); lengths summed from a mask."""
     rs = np.random.RandomState(9)
     x = rs.randn(2, 2, 4, 4).astype(np.float32)
     pad = np.zeros((2, 1, 1, 4), bool)
@@ -289,6 +289,34 @@ def data_condition_forms(root):
                           [helper.make_tensor("pad_id", TensorProto.INT64, [], [0]), scalar("minf", -np.inf)])
     save(root, "where_mask_from_ids", g, [x, ids], [softmax(np.where(ids == 0, -np.inf, x)),
                                                     (x * (ids != 0)).astype(np.float32)], 13)
+    # Arithmetic on integer data: lengths = T - pad.sum(1) (ReduceSum of a bool mask cast to
+    # int64, Sub from a constant), a sum of the ids where not padding (Mul of integer data),
+    # and lengths + lengths, cast to float.
+    pad2 = np.zeros((2, 4), bool)
+    pad2[1, 1:] = True
+    ids2 = rs.randint(0, 9, (2, 4)).astype(np.int64)
+    nodes = [helper.make_node("Cast", ["pad"], ["pad64"], to=TensorProto.INT64),
+             helper.make_node("ReduceSum", ["pad64", "axis1"], ["padded"], keepdims=1),
+             helper.make_node("Sub", ["four", "padded"], ["lengths"]),
+             helper.make_node("Cast", ["lengths"], ["y0"], to=TensorProto.FLOAT),
+             helper.make_node("Not", ["pad"], ["real"]),
+             helper.make_node("Cast", ["real"], ["real64"], to=TensorProto.INT64),
+             helper.make_node("Mul", ["ids", "real64"], ["kept"]),
+             helper.make_node("ReduceSum", ["kept", "axis1"], ["total"], keepdims=1),
+             helper.make_node("Add", ["total", "lengths"], ["both"]),
+             helper.make_node("Mul", ["both", "three"], ["tripled"]),
+             helper.make_node("Cast", ["tripled"], ["y1"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "integers",
+                          [helper.make_tensor_value_info("pad", TensorProto.BOOL, ["N", 4]),
+                           helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])],
+                          [value("y0", ["N", 1]), value("y1", ["N", 1])],
+                          [helper.make_tensor("axis1", TensorProto.INT64, [1], [1]),
+                           helper.make_tensor("four", TensorProto.INT64, [], [4]),
+                           helper.make_tensor("three", TensorProto.INT64, [], [3])])
+    lengths = 4 - pad2.sum(1, keepdims=True)
+    total = (ids2 * ~pad2).sum(1, keepdims=True)
+    save(root, "integer_arithmetic_on_masks", g, [pad2, ids2],
+         [lengths.astype(np.float32), ((total + lengths) * 3).astype(np.float32)], 13)
 
 
 def ceil_pool_forms(root):
