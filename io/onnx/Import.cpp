@@ -429,13 +429,23 @@ void Importer::requireInputsImported(const onnx::NodeProto& n) const {
 }
 
 Parents Importer::dataInputs(const onnx::NodeProto& n, int count) {
+    std::vector<int> inputs(static_cast<size_t>(std::max(count, 0)));
+    for (int k = 0; k < count; ++k) inputs[static_cast<size_t>(k)] = k;
+    return dataInputs(n, inputs);
+}
+
+Parents Importer::dataInputs(const onnx::NodeProto& n, const std::vector<int>& inputs) {
     requireInputsImported(n);
     Parents ps;
-    for (int k = 0; k < count; ++k) {
+    for (int k : inputs) {
         Source s = value(n, k);
         ps.push_back(Parent(s.node, s.slot));
     }
     return ps;
+}
+
+bool Importer::isIntegerType(int32_t type) {
+    return type == onnx::TensorProto::INT32 || type == onnx::TensorProto::INT64 || type == onnx::TensorProto::BOOL;
 }
 
 // The values `names` as data inputs (input k of a pattern's layer being names[k]).

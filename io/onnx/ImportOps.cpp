@@ -157,8 +157,7 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
     requireInputsImported(n);
     const int64_t to = a.i("to", 0);
     const int32_t from = rankOf(n, 0) >= 0 ? elemTypeOf(n.input(0)) : 0;
-    const bool fromInt =
-        from == onnx::TensorProto::INT64 || from == onnx::TensorProto::INT32 || from == onnx::TensorProto::BOOL;
+    const bool fromInt = isIntegerType(from);
     // Integers to integers (int32 in Tessera, whatever their width in the file): the indices
     // an ArgMax exported by Tessera casts to int32.
     if (fromInt && (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32)) {

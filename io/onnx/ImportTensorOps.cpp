@@ -160,9 +160,8 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
     const Constant* c = isConstant(n.input(0)) ? &constants_.at(n.input(0)) : nullptr;
     const auto type = elemTypes_.find(n.input(0));
     // Float data, or a bool or integer mask (int32 in Tessera)
-    const bool expandable = type != elemTypes_.end() &&
-                            (type->second == onnx::TensorProto::FLOAT || type->second == onnx::TensorProto::BOOL ||
-                             type->second == onnx::TensorProto::INT32 || type->second == onnx::TensorProto::INT64);
+    const bool expandable =
+        type != elemTypes_.end() && (type->second == onnx::TensorProto::FLOAT || isIntegerType(type->second));
     if (!c && expandable) {
         requireInputsImported(n);
         return importExpandOfData(n);

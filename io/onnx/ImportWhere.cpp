@@ -34,8 +34,7 @@ bool isOne(const std::vector<int64_t>& dims, const std::vector<std::string>& sym
 void Importer::importWhereOfData(const onnx::NodeProto& n) {
     requireInputsImported(n);
     const int32_t condType = elemTypeOf(n.input(0));
-    if (condType != onnx::TensorProto::BOOL && condType != onnx::TensorProto::INT32 &&
-        condType != onnx::TensorProto::INT64) {
+    if (!isIntegerType(condType)) {
         throw Unsupported{"a condition of type " + std::to_string(condType) +
                           " computed from data (bool or integer data, read as int32, is supported)"};
     }
@@ -114,10 +113,10 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
     }
     // The dims the condition is tiled along (it has the output's rank there).
     std::vector<std::pair<int, int64_t>> tiles;
+    const size_t condRank = dimsOf(0).size();
     for (size_t j = 0; j < out.size(); ++j) {
         if (same(out[j], unenlarged[j])) continue;
-        const std::vector<Dim>& cd = dimsOf(0);
-        if (cd.size() != out.size()) throw Unsupported{"a constant operand that enlarges a condition of lower rank"};
+        if (condRank != out.size()) throw Unsupported{"a constant operand that enlarges a condition of lower rank"};
         tiles.emplace_back(static_cast<int>(j), out[j].value);
     }
     auto scalar = [](const arrays::Array& a) { return a.dims.empty() && a.v.size() == 1; };
@@ -198,13 +197,11 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
             throw Unsupported{"a constant operand of several values holding infinities, with data"};
         }
     }
-    Parents parents;
+    std::vector<int> dataIn;
     for (int k = 0; k < 3; ++k) {
-        if (!data[k]) continue;
-        const Source s = value(n, k);
-        parents.push_back(Parent(s.node, s.slot));
+        if (data[k]) dataIn.push_back(k);
     }
-    return define(n, std::make_shared<Graph>(inputs, std::vector<NodePtr>{y}), parents);
+    return define(n, std::make_shared<Graph>(inputs, std::vector<NodePtr>{y}), dataInputs(n, dataIn));
 }
 
 // Equal of integer data and one integer constant, Not of bool data: a mask made from the
@@ -219,7 +216,7 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
         throw Unsupported{"two data inputs (data and one constant are supported)"};
     }
     const int32_t type = elemTypeOf(n.input(data));
-    if (type != onnx::TensorProto::BOOL && type != onnx::TensorProto::INT32 && type != onnx::TensorProto::INT64) {
+    if (!isIntegerType(type)) {
         throw Unsupported{"data of type " + std::to_string(type) + " (bool or integer data is supported)"};
     }
     auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
@@ -243,9 +240,8 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
         y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "not");
     }
     y = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "mask");
-    const Source s = value(n, data);
     return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
-                  Parents{Parent(s.node, s.slot)});
+                  dataInputs(n, std::vector<int>{data}));
 }
 
 bool Importer::isIntegerData(const std::string& name) const {
@@ -269,12 +265,7 @@ void Importer::defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const s
     }
     auto y = tessera::node(std::move(m), floats, "in_float");
     auto out = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "integers");
-    Parents parents;
-    for (int k : inputs) {
-        const Source s = value(n, k);
-        parents.push_back(Parent(s.node, s.slot));
-    }
-    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{out}), parents);
+    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{out}), dataInputs(n, inputs));
 }
 
 } // namespace tessera::onnx_io

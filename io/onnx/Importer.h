@@ -139,6 +139,10 @@ private:
     void requireInputsImported(const onnx::NodeProto& n) const;
 
     Parents dataInputs(const onnx::NodeProto& n, int count);
+    // n's inputs `inputs` (their indices) as data inputs, in that order.
+    Parents dataInputs(const onnx::NodeProto& n, const std::vector<int>& inputs);
+    // An ONNX element type of integers or bools (int32 in Tessera).
+    static bool isIntegerType(int32_t type);
 
     // The values `names` as data inputs (input k of a pattern's layer being names[k]).
     Parents dataInputs(const std::vector<std::string>& names);
