@@ -76,11 +76,14 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Dropout", &Importer::importDropout},
         {"Einsum", &Importer::importEinsum},
         {"Elu", &Importer::importElu},
+        {"And", &Importer::importMaskOp},
         {"Equal", &Importer::importMaskOp},
         {"Exp", &Importer::importPlainActivation},
         {"Expand", &Importer::importExpand},
         {"Flatten", &Importer::importFlatten},
         {"GRU", &Importer::importRnn},
+        {"Greater", &Importer::importMaskOp},
+        {"GreaterOrEqual", &Importer::importMaskOp},
         {"Gather", &Importer::importGather},
         {"Gemm", &Importer::importGemm},
         {"GlobalAveragePool", &Importer::importGlobalAveragePool},
@@ -94,6 +97,8 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"LayerNormalization", &Importer::importLayerNormalization},
         {"LSTM", &Importer::importRnn},
         {"LeakyRelu", &Importer::importLeakyRelu},
+        {"Less", &Importer::importMaskOp},
+        {"LessOrEqual", &Importer::importMaskOp},
         {"Log", &Importer::importPlainActivation},
         {"LogSoftmax", &Importer::importSoftmax},
         {"MatMul", &Importer::importMatMul},
@@ -101,6 +106,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Mul", &Importer::importBinary},
         {"Neg", &Importer::importNeg},
         {"Not", &Importer::importMaskOp},
+        {"Or", &Importer::importMaskOp},
         {"PRelu", &Importer::importPRelu},
         {"Pad", &Importer::importPad},
         {"Pow", &Importer::importPow},
@@ -130,6 +136,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Unsqueeze", &Importer::importSqueeze},
         {"Upsample", &Importer::importResize},
         {"Where", &Importer::importWhere},
+        {"Xor", &Importer::importMaskOp},
     };
     return table;
 }
@@ -203,7 +210,35 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
 // Unsqueeze, Squeeze
 void Importer::importSqueeze(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axes"});
-    if (n.input_size() > 1 && !n.input(1).empty()) requireConstant(n, 1, "the axes");
+    std::vector<int64_t> axes = a.ints("axes");
+    if (n.input_size() > 1 && !n.input(1).empty()) {
+        const Constant& c = requireConstant(n, 1, "the axes");
+        if (c.isInt) axes = c.ints;
+    }
+    // Dims ONNX's inference left open (of a value whose shape was computed at run time, as an
+    // expanded constant compared with data is) come from the input's, with 1s in or out.
+    const auto in = shapes_.find(n.input(0));
+    const auto out = shapes_.find(n.output(0));
+    if (!axes.empty() && in != shapes_.end() && known(in->second) && (out == shapes_.end() || !known(out->second))) {
+        const bool unsqueeze = n.op_type() == "Unsqueeze";
+        const auto rank = static_cast<int64_t>(in->second.size() + (unsqueeze ? axes.size() : 0));
+        std::vector<bool> at(static_cast<size_t>(rank), false);
+        bool valid = true;
+        for (int64_t x : axes) {
+            x = x < 0 ? x + rank : x;
+            valid = valid && x >= 0 && x < rank;
+            if (valid) at[static_cast<size_t>(x)] = true;
+        }
+        std::vector<Dim> dims;
+        for (int64_t k = 0, j = 0; valid && k < rank; ++k) {
+            if (unsqueeze && at[static_cast<size_t>(k)]) {
+                dims.push_back(Dim{1, {}});
+            } else if (!at[static_cast<size_t>(k)]) {
+                dims.push_back(in->second[static_cast<size_t>(unsqueeze ? j++ : k)]);
+            }
+        }
+        if (valid) shapes_[n.output(0)] = std::move(dims);
+    }
     return define(n, reshapeTo(n), dataInputs(n, 1));
 }
 

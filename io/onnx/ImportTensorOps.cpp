@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <variant>
@@ -166,11 +167,37 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
         requireInputsImported(n);
         return importExpandOfData(n);
     }
-    if (!c || c->isInt || !c->tensor.defined()) {
-        throw Unsupported{"an Expand of an integer constant, or of data not float32, bool or integer (data, and a "
-                          "float constant expanded over the batch such as a class token, are supported)"};
-    }
     const Constant& shape = requireConstant(n, 1, "the shape");
+    // An integer constant expanded along its dims of 1 and read only by ops that broadcast
+    // (`arange(T).expand(N, T) < lengths[:, None]`): the constant itself, which their
+    // broadcasting expands the same way.
+    if (c && c->isInt && !c->symbolic() && shape.isInt && shape.ints.size() >= c->dims.size()) {
+        Constant same = *c; // of the shape's rank: dims of 1 in front
+        same.dims.insert(same.dims.begin(), shape.ints.size() - c->dims.size(), 1);
+        static const std::set<std::string> broadcasting = {"Equal",          "Less", "LessOrEqual", "Greater",
+                                                           "GreaterOrEqual", "And",  "Or",          "Xor"};
+        bool alongOnes = true;
+        for (size_t k = 0; k < same.dims.size(); ++k) {
+            const bool known = shape.symbol(k).empty();
+            alongOnes =
+                alongOnes && (same.dims[k] == 1 || (known && (shape.ints[k] == same.dims[k] || shape.ints[k] == 1)));
+        }
+        bool broadcastReaders = true;
+        for (const onnx::NodeProto& r : model_.graph().node()) {
+            for (const std::string& in : r.input()) {
+                if (in == n.output(0)) broadcastReaders = broadcastReaders && broadcasting.count(r.op_type()) > 0;
+            }
+        }
+        if (alongOnes && broadcastReaders) {
+            constants_[n.output(0)] = std::move(same);
+            return;
+        }
+    }
+    if (!c || c->isInt || !c->tensor.defined()) {
+        throw Unsupported{"an Expand of an integer constant, or of data not float32, bool or integer (data, a float "
+                          "constant expanded over the batch such as a class token, and an integer constant read "
+                          "only by comparisons, are supported)"};
+    }
     const std::vector<int64_t>& from = c->dims;
     bool fits = shape.isInt && from.size() == shape.ints.size() && !from.empty() && from[0] == 1;
     for (size_t k = 1; fits && k < from.size(); ++k) {

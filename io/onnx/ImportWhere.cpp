@@ -29,6 +29,30 @@ namespace {
 bool isOne(const std::vector<int64_t>& dims, const std::vector<std::string>& symbols, size_t k) {
     return dims[k] == 1 && (k >= symbols.size() || symbols[k].empty());
 }
+
+bool scalar(const arrays::Array& a) { return a.dims.empty() && a.v.size() == 1; }
+
+arrays::Array number(double v) { return arrays::Array{arrays::Kind::floating, {}, {v}}; }
+
+// a * x + b, a and b numbers or tensors (broadcast to x without changing its dims)
+NodePtr affineOf(const NodePtr& x, const arrays::Array& a, const arrays::Array& b, const char* name) {
+    if (scalar(a) && scalar(b)) {
+        return tessera::node(std::make_shared<MulAddConst>(static_cast<float>(a.v[0]), static_cast<float>(b.v[0])), {x},
+                             name);
+    }
+    auto tensorOf = [](const arrays::Array& t) {
+        std::vector<float> f(t.v.begin(), t.v.end());
+        return Tensor::fromVector(t.dims.empty() ? Shape{1} : Shape(t.dims), f);
+    };
+    return tessera::node(std::make_shared<MulAddConst>(tensorOf(a), tensorOf(b)), {x}, name);
+}
+
+// f of each value of a
+template <typename F> arrays::Array mapped(const arrays::Array& a, F f) {
+    arrays::Array out{arrays::Kind::floating, a.dims, {}};
+    for (double v : a.v) out.v.push_back(f(v));
+    return out;
+}
 } // namespace
 
 void Importer::importWhereOfData(const onnx::NodeProto& n) {
@@ -119,7 +143,6 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
         if (condRank != out.size()) throw Unsupported{"a constant operand that enlarges a condition of lower rank"};
         tiles.emplace_back(static_cast<int>(j), out[j].value);
     }
-    auto scalar = [](const arrays::Array& a) { return a.dims.empty() && a.v.size() == 1; };
     auto infinity = [](const arrays::Array& a, double sign) {
         for (double x : a.v) {
             if (std::isinf(x) && (x > 0) == (sign > 0)) return true;
@@ -127,19 +150,6 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
         return false;
     };
     auto finite = [&](const arrays::Array& a) { return !infinity(a, 1.0) && !infinity(a, -1.0); };
-    // a * t + b, a and b numbers or tensors (broadcast to t without changing its dims)
-    auto tensorOf = [](const arrays::Array& a) {
-        std::vector<float> f(a.v.begin(), a.v.end());
-        return Tensor::fromVector(a.dims.empty() ? Shape{1} : Shape(a.dims), f);
-    };
-    auto affineOf = [&](const NodePtr& x, const arrays::Array& a, const arrays::Array& b, const char* name) {
-        if (scalar(a) && scalar(b)) {
-            return tessera::node(std::make_shared<MulAddConst>(static_cast<float>(a.v[0]), static_cast<float>(b.v[0])),
-                                 {x}, name);
-        }
-        return tessera::node(std::make_shared<MulAddConst>(tensorOf(a), tensorOf(b)), {x}, name);
-    };
-    auto number = [](double v) { return arrays::Array{arrays::Kind::floating, {}, {v}}; };
     // The graph: cond (int32) -> c (float, tiled); t where a constant is taken.
     auto cond = tessera::node(std::make_shared<Identity>(), {}, "condition");
     std::vector<NodePtr> inputs{cond};
@@ -204,44 +214,131 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
     return define(n, std::make_shared<Graph>(inputs, std::vector<NodePtr>{y}), dataInputs(n, dataIn));
 }
 
-// Equal of integer data and one integer constant, Not of bool data: a mask made from the
-// data (`ids == pad`, `~mask`), int32 0 and 1 as Tessera holds bool values, computed in
-// float: equal = relu(1 - |x - c|) (exact for integers below 2^24), not = 1 - x.
+// Comparisons and logic of integer data (bool data is int32 0 and 1 in Tessera), with each
+// other or with an integer constant: the masks models make from ids and lengths (`ids == pad`,
+// `arange(T)[None, :] >= lengths[:, None]`, `~pad`, `pad | other`). Computed in float, exact for
+// integers below 2^24, the result cast to int32 0 and 1. With s a comparison's integer margin
+// (x < y: s = y - x; x <= y: s = y - x + 1; x > y and x >= y the same with x and y swapped),
+// the result is clip(s, 0, 1); x == y is relu(1 - |x - y|); not x = 1 - x; x and y = x y,
+// x or y = clip(x + y, 0, 1), x xor y = |x - y| (with a constant c: c x, (1 - c) x + c,
+// (1 - 2c) x + c). A constant tensor may enlarge the data along its dims of 1 ([1, T] against
+// [N, 1]): the data is tiled first.
 void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     requireInputsImported(n);
-    const bool equal = n.op_type() == "Equal";
-    const int data = equal && isConstant(n.input(0)) ? 1 : 0;
-    if (equal && !isConstant(n.input(1 - data))) {
-        throw Unsupported{"two data inputs (data and one constant are supported)"};
+    const std::string& op = n.op_type();
+    const int count = op == "Not" ? 1 : 2;
+    if (n.input_size() != count) {
+        throw Unsupported{std::to_string(n.input_size()) + " inputs (" + std::to_string(count) + " expected)"};
     }
-    const int32_t type = elemTypeOf(n.input(data));
-    if (!isIntegerType(type)) {
-        throw Unsupported{"data of type " + std::to_string(type) + " (bool or integer data is supported)"};
+    std::vector<int> dataIn;
+    std::optional<arrays::Array> constant;
+    for (int k = 0; k < count; ++k) {
+        if (!isConstant(n.input(k))) {
+            const int32_t type = elemTypeOf(n.input(k));
+            if (!isIntegerType(type)) {
+                throw Unsupported{"input " + std::to_string(k) + " is data of type " + std::to_string(type) +
+                                  " (bool or integer data is supported)"};
+            }
+            dataIn.push_back(k);
+            continue;
+        }
+        const Constant& c = constants_.at(n.input(k));
+        if (c.zeros || c.symbolic() || (!c.isInt && !c.tensor.defined())) {
+            throw Unsupported{"input " + std::to_string(k) + " is a constant of a shape known only at run time"};
+        }
+        arrays::Array v = arrays::arrayOf(c);
+        for (double x : v.v) {
+            if (x != std::round(x) || std::fabs(x) > (1 << 24)) {
+                throw Unsupported{"input " + std::to_string(k) +
+                                  " is a constant holding other than integers below 2^24 (integer constants are "
+                                  "supported)"};
+            }
+        }
+        bool oneValue = !v.v.empty();
+        for (double x : v.v) oneValue = oneValue && x == v.v[0];
+        if (oneValue) v = number(v.v[0]);
+        constant = std::move(v);
     }
-    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
-    NodePtr y = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {x}, "values");
-    if (equal) {
-        const Constant& c = constants_.at(n.input(1 - data));
-        std::vector<double> v;
-        if (c.isInt) {
-            v.assign(c.ints.begin(), c.ints.end());
-        } else if (c.tensor.defined()) {
-            for (float f : c.tensor.toVector<float>()) v.push_back(f);
+    if (dataIn.empty()) throw Unsupported{"two constants whose values are not known at import"};
+    static const char *const inNames[] = {"x0", "x1"}, *const floatNames[] = {"float0", "float1"};
+    std::vector<NodePtr> ins;
+    NodePtr values[2];
+    for (int k : dataIn) {
+        ins.push_back(tessera::node(std::make_shared<Identity>(), {}, inNames[k]));
+        values[k] = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ins.back()}, floatNames[k]);
+    }
+    // The data tiled along its dims of 1 that a constant tensor enlarges.
+    const int d = dataIn[0];
+    if (constant && !constant->dims.empty()) {
+        const auto it = shapes_.find(n.input(d));
+        if (it == shapes_.end()) throw Unsupported{"data of a rank not known at import beside a constant tensor"};
+        const std::vector<Dim>& dims = it->second;
+        const std::vector<int64_t>& cd = constant->dims;
+        if (cd.size() > dims.size()) {
+            throw Unsupported{"a constant of " + std::to_string(cd.size()) + " dims beside data of " +
+                              std::to_string(dims.size())};
         }
-        if (v.size() != 1 || v[0] != std::round(v[0]) || std::fabs(v[0]) > (1 << 24)) {
-            throw Unsupported{"a constant that is not one integer (one integer is supported)"};
+        for (size_t j = 0; j < cd.size(); ++j) {
+            const size_t axis = dims.size() - cd.size() + j;
+            const Dim& x = dims[axis];
+            if (cd[j] == 1 || (x.symbol.empty() && x.value == cd[j])) continue;
+            if (!x.symbol.empty() || x.value != 1) {
+                throw Unsupported{"a constant of dim " + std::to_string(cd[j]) + " against the data's " +
+                                  (x.symbol.empty() ? std::to_string(x.value) : x.symbol) + " at dim " +
+                                  std::to_string(axis) + ", which do not broadcast"};
+            }
+            values[d] = tessera::node(std::make_shared<Tile>(static_cast<int>(axis), cd[j]), {values[d]}, "tiled");
         }
-        y = tessera::node(std::make_shared<MulAddConst>(1.0f, static_cast<float>(-v[0])), {y}, "difference");
-        y = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {y}, "distance");
-        y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "closeness");
-        y = tessera::node(std::make_shared<Activation>(ActivationKind::relu), {y}, "equal");
+    }
+    auto activation = [](const NodePtr& x, ActivationKind kind, const char* name) {
+        return tessera::node(std::make_shared<Activation>(kind), {x}, name);
+    };
+    auto clip01 = [](const NodePtr& x) {
+        return tessera::node(
+            std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = 0.0f, .max = 1.0f}), {x},
+            "clipped");
+    };
+    NodePtr y;
+    if (op == "Not") {
+        y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {values[0]}, "not");
+    } else if (op == "And" || op == "Or" || op == "Xor") {
+        if (!constant) {
+            y = op == "And"  ? tessera::node(std::make_shared<Mul>(), {values[0], values[1]}, "and")
+                : op == "Or" ? clip01(tessera::node(std::make_shared<Add>(), {values[0], values[1]}, "sum"))
+                             : activation(tessera::node(std::make_shared<Sub>(), {values[0], values[1]}, "difference"),
+                                          ActivationKind::abs, "xor");
+        } else {
+            const arrays::Array& c = *constant;
+            const double twice = op == "Xor" ? 2.0 : 1.0;
+            y = op == "And" ? affineOf(values[d], c, number(0.0), "and")
+                            : affineOf(values[d], mapped(c, [twice](double v) { return 1.0 - twice * v; }), c, "logic");
+        }
     } else {
-        y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "not");
+        // s = sign[0] x0 + sign[1] x1 + offset
+        const bool less = op == "Less" || op == "LessOrEqual", orEqual = op == "LessOrEqual" || op == "GreaterOrEqual";
+        const double sign[2] = {less ? -1.0 : 1.0, less ? 1.0 : -1.0}, offset = orEqual ? 1.0 : 0.0;
+        if (!constant) {
+            const int plus = less ? 1 : 0;
+            y = tessera::node(std::make_shared<Sub>(), {values[plus], values[1 - plus]}, "difference");
+            if (offset != 0.0) y = tessera::node(std::make_shared<MulAddConst>(1.0f, 1.0f), {y}, "margin");
+        } else {
+            const double cs = sign[1 - d];
+            y = affineOf(values[d], number(sign[d]), mapped(*constant, [&](double v) { return cs * v + offset; }),
+                         "margin");
+        }
+        if (op == "Equal") {
+            y = activation(y, ActivationKind::abs, "distance");
+            y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "closeness");
+            y = activation(y, ActivationKind::relu, "equal");
+        } else if (op == "Less" || op == "Greater" || orEqual) {
+            y = clip01(y);
+        } else {
+            throw Unsupported{"op " + op + " of data"};
+        }
     }
     y = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "mask");
-    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
-                  dataInputs(n, std::vector<int>{data}));
+    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{y}), dataInputs(n, dataIn));
 }
 
 bool Importer::isIntegerData(const std::string& name) const {

@@ -281,7 +281,8 @@ private:
     // Where of a condition computed from data (bool or integer): arithmetic on the condition
     // made float (ImportWhere.cpp).
     void importWhereOfData(const onnx::NodeProto& n);
-    // Equal of integer data and a constant, Not of bool data: int32 masks (ImportWhere.cpp).
+    // Comparisons (Equal, Less, Greater, ...) and logic (And, Or, Xor, Not) of integer data
+    // with each other or an integer constant: int32 masks (ImportWhere.cpp).
     void importMaskOp(const onnx::NodeProto& n, const Attributes& a);
     // Data of an integer type (int32 or int64 in the file; int32 in Tessera).
     bool isIntegerData(const std::string& name) const;

@@ -18,7 +18,8 @@ constant; and weights read by several nodes, one of them inside a pattern read a
 (the importer drops a constant after its last reader); and the forms of a GPT written with
 masked_fill (a causal mask sliced from a weight-like buffer and compared, a Where of data
 and a constant, positional rows gathered from a table by known indices and added) and of a
-LLaMA's causal mask (Trilu). The expected outputs are
+LLaMA's causal mask (Trilu); and the masks made from lengths and ids (comparisons and logic
+of integer and bool data). The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -107,6 +108,7 @@ def main():
     shared_weight_forms(root)
     masked_fill_forms(root)
     data_condition_forms(root)
+    comparison_forms(root)
 
 
 def shared_weight_forms(root):
@@ -317,6 +319,70 @@ def data_condition_forms(root):
     total = (ids2 * ~pad2).sum(1, keepdims=True)
     save(root, "integer_arithmetic_on_masks", g, [pad2, ids2],
          [lengths.astype(np.float32), ((total + lengths) * 3).astype(np.float32)], 13)
+
+
+def comparison_forms(root):
+    """Comparisons and logic of integer and bool data, as models make masks from lengths and
+    ids: each comparison against a constant on either side (a number, a tensor [1, T] that
+    enlarges data [N, 1], a Range expanded over the batch) and against data (broadcast both
+    ways), Equal of two data inputs; And, Or, Xor of two masks and of a mask and a constant."""
+    rs = np.random.RandomState(11)
+    T = 5
+    lengths = np.array([[5], [3], [0]], np.int64)
+    ids = rs.randint(0, 3, (3, T)).astype(np.int64)
+    other = rs.randint(0, 3, (3, T)).astype(np.int64)
+    a = rs.rand(3, T) < 0.5
+    b = rs.rand(3, T) < 0.5
+    pattern = np.array([[True, False, True, True, False]])
+    positions = np.arange(T, dtype=np.int64)[None, :]
+    ops = {"Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater, "GreaterOrEqual": np.greater_equal,
+           "Equal": np.equal}
+    nodes, outs, want = [], [], []
+
+    def out(node_op, inputs, value):
+        k = len(outs)
+        nodes.append(helper.make_node(node_op, inputs, [f"m{k}"]))
+        nodes.append(helper.make_node("Cast", [f"m{k}"], [f"y{k}"], to=TensorProto.FLOAT))
+        outs.append(value(f"y{k}"))
+        return k
+
+    for op, f in ops.items():
+        out(op, ["positions", "lengths"], lambda n: value(n, ["N", T]))  # [1, T] against [N, 1]
+        want.append(f(positions, lengths))
+        out(op, ["lengths", "two"], lambda n: value(n, ["N", 1]))  # a number
+        want.append(f(lengths, 2))
+        out(op, ["two", "ids"], lambda n: value(n, ["N", T]))  # the constant first
+        want.append(f(2, ids))
+        out(op, ["ids", "lengths"], lambda n: value(n, ["N", T]))  # data against data, broadcast
+        want.append(f(ids, lengths))
+        out(op, ["ids", "other"], lambda n: value(n, ["N", T]))
+        want.append(f(ids, other))
+    # sequence_mask: Range(T) expanded to [N, T] (the shape computed from the data), Less.
+    nodes += [helper.make_node("Shape", ["ids"], ["shape"]),
+              helper.make_node("Expand", ["range", "shape"], ["wide"])]
+    out("Less", ["wide", "lengths"], lambda n: value(n, ["N", T]))
+    want.append(positions < lengths)
+    for op, f in {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}.items():
+        out(op, ["a", "b"], lambda n: value(n, ["N", T]))
+        want.append(f(a, b))
+        out(op, ["pattern", "a"], lambda n: value(n, ["N", T]))
+        want.append(f(pattern, a))
+    nodes.append(helper.make_node("Not", ["a"], ["not_a"]))
+    out("Or", ["not_a", "true"], lambda n: value(n, ["N", T]))
+    want.append(np.logical_or(~a, True))
+    g = helper.make_graph(
+        nodes, "comparisons",
+        [helper.make_tensor_value_info("lengths", TensorProto.INT64, ["N", 1]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", T]),
+         helper.make_tensor_value_info("other", TensorProto.INT64, ["N", T]),
+         helper.make_tensor_value_info("a", TensorProto.BOOL, ["N", T]),
+         helper.make_tensor_value_info("b", TensorProto.BOOL, ["N", T])],
+        outs,
+        [numpy_helper.from_array(positions, "positions"), helper.make_tensor("two", TensorProto.INT64, [], [2]),
+         numpy_helper.from_array(np.arange(T, dtype=np.int64), "range"), numpy_helper.from_array(pattern, "pattern"),
+         helper.make_tensor("true", TensorProto.BOOL, [], [True])])
+    save(root, "comparisons_and_logic_of_masks", g, [lengths, ids, other, a, b],
+         [w.astype(np.float32) for w in want], 13)
 
 
 def ceil_pool_forms(root):

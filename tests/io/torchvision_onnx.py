@@ -533,6 +533,45 @@ class IdsMaskedText(torch.nn.Module):
         return self.head((h * keep).sum(1) / keep.sum(1))
 
 
+class LengthsText(torch.nn.Module):
+    """A text classifier given its ids and each sequence's length: the padding mask made in the
+    model from the lengths, in the forms people write it: arange(T)[None, :] >= lengths[:, None]
+    (GreaterOrEqual of a constant [1, T] and data [N, 1]), the sequence_mask idiom
+    arange(T).expand(N, T) < lengths.unsqueeze(1) (an Expand of a constant, Less), Greater of
+    lengths - 1, and pad tokens too (Or with ids == 0, And with ids != 0, Xor); a mean over the
+    real tokens divided by the lengths."""
+
+    VOCAB, LENGTH, WIDTH = 50, 12, 32
+    INPUT_NAMES = ("ids", "lengths")
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(self.VOCAB, self.WIDTH)
+        layer = torch.nn.TransformerEncoderLayer(self.WIDTH, 4, 2 * self.WIDTH, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(self.WIDTH, 3)
+
+    @classmethod
+    def example_inputs(cls, batch):
+        ids = torch.randint(1, cls.VOCAB, (batch, cls.LENGTH))
+        lengths = torch.tensor([cls.LENGTH] + [cls.LENGTH - 3 - k for k in range(batch - 1)])
+        ids[0, 4] = 0  # a pad token inside the first sequence
+        return ids, lengths
+
+    def forward(self, ids, lengths):
+        N, T = ids.shape
+        positions = torch.arange(T)
+        past = positions[None, :] >= lengths[:, None]
+        valid = positions.expand(N, T) < lengths.unsqueeze(1)
+        late = positions[None, :] > lengths[:, None] - 1
+        pad = (past | (ids == 0)) & (late | ~valid | (ids == 0))
+        real = valid & (ids != 0)
+        h = self.encoder(self.embedding(ids), src_key_padding_mask=pad)
+        odd = (real ^ (positions[None, :] < 1)).unsqueeze(-1).float()
+        pooled = (h * real.unsqueeze(-1).float()).sum(1) / lengths[:, None].float()
+        return self.head(pooled + 0.1 * (h * odd).sum(1))
+
+
 class Seq2Seq(torch.nn.Module):
     """nn.Transformer (an encoder and a decoder layer) over padded batches of ids, four inputs:
     source and target ids and their bool padding masks. The decoder's causal mask, a triu of
@@ -603,6 +642,8 @@ NORM_MODELS = {
     "padded_text_bool_mask_opset17": (PaddedText, 17, (2, PaddedText.LENGTH)),
     "text_mask_from_ids_opset13": (IdsMaskedText, 13, (2, IdsMaskedText.LENGTH)),
     "text_mask_from_ids_opset17": (IdsMaskedText, 17, (2, IdsMaskedText.LENGTH)),
+    "text_mask_from_lengths_opset13": (LengthsText, 13, (3, LengthsText.LENGTH)),
+    "text_mask_from_lengths_opset17": (LengthsText, 17, (3, LengthsText.LENGTH)),
     "transformer_seq2seq_masks_opset14": (Seq2Seq, 14, (2, Seq2Seq.SOURCE)),
     "transformer_seq2seq_masks_opset17": (Seq2Seq, 17, (2, Seq2Seq.SOURCE)),
     "gpt2_where_opset13": (MiniGpt2, 13, (2, MiniGpt2.LENGTH)),
@@ -628,7 +669,7 @@ REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_o
            "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17",
            "bert_three_inputs_opset13", "bert_three_inputs_opset17", "padded_text_bool_mask_opset13",
            "padded_text_bool_mask_opset17", "text_mask_from_ids_opset13", "text_mask_from_ids_opset17",
-           "transformer_seq2seq_masks_opset14", "transformer_seq2seq_masks_opset17"}
+           "text_mask_from_lengths_opset13", "text_mask_from_lengths_opset17", "transformer_seq2seq_masks_opset14", "transformer_seq2seq_masks_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
