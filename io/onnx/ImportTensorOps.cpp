@@ -403,7 +403,8 @@ void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes
     if (isConstant(n.input(1 - k))) throw Unsupported{"both inputs are constants"};
     const Constant& c = requireConstant(n, k, "the constant operand");
     const bool integers = isIntegerData(n.input(1 - k)) && c.isInt && c.ints.size() == 1 && !c.symbolic();
-    if (integers && op != "Div") { // T - lengths
+    if (integers && op == "Div" && k == 1) return importIntegerDivision(n, c.ints[0]); // lengths // 2
+    if (integers && op != "Div") {                                                     // T - lengths
         const auto v = static_cast<float>(c.ints[0]);
         const float scale = op == "Mul" ? v : op == "Sub" && k == 0 ? -1.0f : 1.0f;
         const float shift = op == "Add" ? v : op == "Sub" ? (k == 0 ? v : -v) : 0.0f;

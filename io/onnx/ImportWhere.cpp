@@ -11,6 +11,7 @@
 // A finite constant over an infinite or NaN data value gives NaN there (0 times infinity),
 // as the Where of a constant condition does.
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 #include "containers/Graph.h"
@@ -363,6 +364,29 @@ void Importer::defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const s
     auto y = tessera::node(std::move(m), floats, "in_float");
     auto out = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "integers");
     return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{out}), dataInputs(n, inputs));
+}
+
+// x / c truncated toward zero, for integer data x and a nonzero integer constant c: the
+// quotient of the magnitudes, floor((|x| + 1/2) / |c|) (the half keeps a whole quotient whole
+// whatever the rounding of 1 / |c|), then the signs: times clip(x, -1, 1), which is x's sign
+// wherever the quotient is not 0, and c's. Exact for |x| below 2^20.
+void Importer::importIntegerDivision(const onnx::NodeProto& n, int64_t c) {
+    if (c == 0) throw Unsupported{"an integer division by the constant 0"};
+    if (std::llabs(c) > (1 << 24)) throw Unsupported{"a division by an integer beyond 2^24"};
+    const auto m = static_cast<float>(std::llabs(c));
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    auto xf = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {x}, "float");
+    auto magnitude = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {xf}, "magnitude");
+    auto ratio = tessera::node(std::make_shared<MulAddConst>(1.0f / m, 0.5f / m), {magnitude}, "ratio");
+    auto whole = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {ratio}, "truncated");
+    auto quotient = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {whole}, "quotient");
+    auto sign = tessera::node(
+        std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = -1.0f, .max = 1.0f}), {xf}, "sign");
+    NodePtr y = tessera::node(std::make_shared<Mul>(), {quotient, sign}, "signed");
+    if (c < 0) y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 0.0f), {y}, "negated");
+    y = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "integers");
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
+                  dataInputs(n, std::vector<int>{0}));
 }
 
 } // namespace tessera::onnx_io

@@ -289,6 +289,9 @@ private:
     // `m` (a float layer of one or two inputs: n's inputs `inputs`) over integer data: a Graph
     // casting each input to float and the output back to int32 (ImportWhere.cpp).
     void defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const std::vector<int>& inputs);
+    // Integer data divided by a nonzero integer constant c, truncated toward zero as ONNX's
+    // integer Div is (`(lengths - 3) // 2` of a strided convolution's output lengths).
+    void importIntegerDivision(const onnx::NodeProto& n, int64_t c);
 
     // x op C or C op x with a constant tensor C that broadcasts to x without changing its
     // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.

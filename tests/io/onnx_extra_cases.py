@@ -19,7 +19,7 @@ constant; and weights read by several nodes, one of them inside a pattern read a
 masked_fill (a causal mask sliced from a weight-like buffer and compared, a Where of data
 and a constant, positional rows gathered from a table by known indices and added) and of a
 LLaMA's causal mask (Trilu); and the masks made from lengths and ids (comparisons and logic
-of integer and bool data). The expected outputs are
+of integer and bool data, integer division). The expected outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -383,6 +383,31 @@ def comparison_forms(root):
          helper.make_tensor("true", TensorProto.BOOL, [], [True])])
     save(root, "comparisons_and_logic_of_masks", g, [lengths, ids, other, a, b],
          [w.astype(np.float32) for w in want], 13)
+    # Integer division of data by a constant, truncated toward zero (ONNX's Div of integers):
+    # the output lengths of a strided convolution, (lengths - 3) // 2 + 1, and values of
+    # both signs, divided by constants of both signs, up to 2^20.
+    x = np.concatenate([np.arange(-12, 13), [1 << 20, -(1 << 20), (1 << 20) - 1, 999999, -999999, 6, -6]])
+    x = x.astype(np.int64)[None, :]
+    nodes = [helper.make_node("Sub", ["x", "three"], ["shifted"]),
+             helper.make_node("Div", ["shifted", "two"], ["halves"]),
+             helper.make_node("Add", ["halves", "one"], ["out_lengths"]),
+             helper.make_node("Cast", ["out_lengths"], ["y0"], to=TensorProto.FLOAT)]
+    divisors = (2, 3, -3, 7, 10, -1, 1 << 20)
+    for k, d in enumerate(divisors):
+        nodes += [helper.make_node("Div", ["x", f"d{k}"], [f"q{k}"]),
+                  helper.make_node("Cast", [f"q{k}"], [f"y{k + 1}"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(
+        nodes, "integer_division", [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", x.shape[1]])],
+        [value(f"y{k}", ["N", x.shape[1]]) for k in range(len(divisors) + 1)],
+        [helper.make_tensor("three", TensorProto.INT64, [], [3]), helper.make_tensor("two", TensorProto.INT64, [], [2]),
+         helper.make_tensor("one", TensorProto.INT64, [], [1])] +
+        [helper.make_tensor(f"d{k}", TensorProto.INT64, [], [d]) for k, d in enumerate(divisors)])
+
+    def trunc_div(a, d):
+        return np.sign(a) * np.sign(d) * (np.abs(a) // abs(d))
+
+    save(root, "integer_division_of_data", g, [x],
+         [(trunc_div(x - 3, 2) + 1).astype(np.float32)] + [trunc_div(x, d).astype(np.float32) for d in divisors], 13)
 
 
 def ceil_pool_forms(root):
