@@ -103,6 +103,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"LogSoftmax", &Importer::importSoftmax},
         {"MatMul", &Importer::importMatMul},
         {"MaxPool", &Importer::importPool},
+        {"Mod", &Importer::importMod},
         {"Mul", &Importer::importBinary},
         {"Neg", &Importer::importNeg},
         {"Not", &Importer::importMaskOp},
@@ -265,6 +266,9 @@ void Importer::importBinary(const onnx::NodeProto& n, const Attributes& a) {
         return importScalarArithmetic(n, a);
     }
     a.only({});
+    if (n.input_size() == 2 && op == "Div" && isIntegerData(n.input(0)) && isIntegerData(n.input(1))) {
+        return importIntegerDivision(n, std::nullopt);
+    }
     if (n.input_size() == 2 && op != "Div" && isIntegerData(n.input(0)) && isIntegerData(n.input(1))) {
         ModulePtr m = op == "Sub"   ? ModulePtr(std::make_shared<Sub>())
                       : op == "Mul" ? ModulePtr(std::make_shared<Mul>())

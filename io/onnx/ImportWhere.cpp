@@ -75,13 +75,18 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
     auto one = [](const Dim& d) { return d.symbol.empty() && d.value == 1; };
     std::vector<Dim> out = dimsOf(0);
     bool data[3] = {true, false, false};
+    // Integer operands (int32 in Tessera: a floor division's quotient, `torch.where(c, q - 1, q)`)
+    // are computed in float between Casts, exact below 2^24.
+    int floats = 0, integers = 0;
     for (int k = 1; k < 3; ++k) {
         data[k] = !isConstant(n.input(k));
+        const bool integer = data[k] ? isIntegerType(elemTypeOf(n.input(k))) : constants_.at(n.input(k)).isInt;
+        (integer ? integers : floats) += 1;
         if (!data[k]) continue;
         const int32_t type = elemTypeOf(n.input(k));
-        if (type != onnx::TensorProto::FLOAT && type != 0) {
+        if (type != onnx::TensorProto::FLOAT && type != 0 && !isIntegerType(type)) {
             throw Unsupported{"input " + std::to_string(k) + " is data of type " + std::to_string(type) +
-                              " (float data is supported)"};
+                              " (float and integer data are supported)"};
         }
         const std::vector<Dim>& d = dimsOf(k);
         std::vector<Dim> wide(std::max(out.size(), d.size()), Dim{1, {}});
@@ -99,6 +104,8 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
         }
         out = std::move(wide);
     }
+    if (integers > 0 && floats > 0) throw Unsupported{"a float operand and an integer one"};
+    const bool integral = integers > 0;
     // The constant operands: one value (a scalar, a tensor of one value repeated, or the zeros
     // of a computed shape) or a tensor of known dims, which may enlarge the output where the
     // condition and the data have a dim of 1 (an attention mask [L, S] filled where a key
@@ -123,14 +130,14 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
             values[k] = arrays::Array{arrays::Kind::floating, {}, {0.0}};
             continue;
         }
-        if (c.isInt || !c.tensor.defined()) {
-            throw Unsupported{"input " + std::to_string(k) +
-                              " is a constant of integers (float constants are supported)"};
+        if (c.symbolic() || (!c.isInt && !c.tensor.defined())) {
+            throw Unsupported{"input " + std::to_string(k) + " is a constant of a shape known only at run time"};
         }
         arrays::Array v = arrays::arrayOf(c);
         bool oneValue = true;
         for (double x : v.v) {
             if (std::isnan(x)) throw Unsupported{"a constant operand holding NaN"};
+            if (integral && std::fabs(x) > (1 << 23)) throw Unsupported{"an integer constant beyond 2^23"};
             oneValue = oneValue && x == v.v[0];
         }
         if (oneValue) v = arrays::Array{arrays::Kind::floating, {}, {v.v.empty() ? 0.0 : v.v[0]}};
@@ -161,15 +168,19 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
     auto complement = [](const NodePtr& x, const char* name) {
         return tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {x}, name);
     };
+    // a data operand: a graph input, in float
+    auto operand = [&](const char* name, const char* inFloat) {
+        inputs.push_back(tessera::node(std::make_shared<Identity>(), {}, name));
+        if (!integral) return inputs.back();
+        return tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {inputs.back()}, inFloat);
+    };
     auto logOf = [](const NodePtr& x, const char* name) {
         return tessera::node(std::make_shared<Activation>(ActivationKind::log), {x}, name);
     };
     NodePtr y;
     if (data[1] && data[2]) {
-        auto x1 = tessera::node(std::make_shared<Identity>(), {}, "a");
-        auto x2 = tessera::node(std::make_shared<Identity>(), {}, "b");
-        inputs.push_back(x1);
-        inputs.push_back(x2);
+        auto x1 = operand("a", "a_float");
+        auto x2 = operand("b", "b_float");
         auto taken = tessera::node(std::make_shared<Mul>(), {x1, c}, "a_taken");
         auto other = tessera::node(std::make_shared<Mul>(), {x2, complement(c, "not_taken")}, "b_taken");
         y = tessera::node(std::make_shared<Add>(), {taken, other}, "where");
@@ -191,8 +202,7 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
         }
     } else {
         const int k = data[1] ? 2 : 1; // the constant's input
-        auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
-        inputs.push_back(x);
+        auto x = operand("x", "x_float");
         const NodePtr t = k == 1 ? c : complement(c, "not_taken"); // 1 where the constant is taken
         const arrays::Array& v = *values[k];
         if (scalar(v) && std::isinf(v.v[0])) { // x + log(1 - t), or minus it
@@ -208,6 +218,7 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
             throw Unsupported{"a constant operand of several values holding infinities, with data"};
         }
     }
+    if (integral) y = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "integers");
     std::vector<int> dataIn;
     for (int k = 0; k < 3; ++k) {
         if (data[k]) dataIn.push_back(k);
@@ -366,27 +377,93 @@ void Importer::defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const s
     return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{out}), dataInputs(n, inputs));
 }
 
-// x / c truncated toward zero, for integer data x and a nonzero integer constant c: the
-// quotient of the magnitudes, floor((|x| + 1/2) / |c|) (the half keeps a whole quotient whole
-// whatever the rounding of 1 / |c|), then the signs: times clip(x, -1, 1), which is x's sign
-// wherever the quotient is not 0, and c's. Exact for |x| below 2^20.
-void Importer::importIntegerDivision(const onnx::NodeProto& n, int64_t c) {
-    if (c == 0) throw Unsupported{"an integer division by the constant 0"};
-    if (std::llabs(c) > (1 << 24)) throw Unsupported{"a division by an integer beyond 2^24"};
-    const auto m = static_cast<float>(std::llabs(c));
-    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
-    auto xf = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {x}, "float");
+namespace {
+NodePtr clipped(const NodePtr& x, float lo, float hi, const char* name) {
+    return tessera::node(std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi}),
+                         {x}, name);
+}
+
+NodePtr scaled(const NodePtr& x, float a, const char* name) {
+    return tessera::node(std::make_shared<MulAddConst>(a, 0.0f), {x}, name);
+}
+} // namespace
+
+// Integer data x divided by an integer constant or integer data (Div: the quotient truncated
+// toward zero, as ONNX's integer Div is; Mod: the remainder of the floor division, of the
+// divisor's sign, or with fmod 1 of the truncated one, of x's): `(lengths - 3) // 2 + 1`, and
+// `torch.div(..., rounding_mode="floor")`, which PyTorch writes as Div, Mod, comparisons and
+// a Where. In float: the quotient of the magnitudes is floor((|x| + 1/2) / |d|) (the half
+// keeps a whole quotient whole whatever the rounding), then the signs: times clip(x, -1, 1),
+// which is x's sign wherever the quotient is not 0, and d's (clip(d, -1, 1)). The remainder
+// r = x - d q is exact; the floor division's adds d where r is not 0 and its sign is not d's:
+// r + d clip(-sign(d) r, 0, 1). Exact for |x| below 2^20 (a divisor of 0 in data gives
+// what a float division by 0 gives, where ONNX leaves it undefined).
+void Importer::importIntegerDivision(const onnx::NodeProto& n, std::optional<int64_t> c, bool remainder, bool fmod) {
+    if (c && *c == 0) throw Unsupported{"an integer division by the constant 0"};
+    if (c && std::llabs(*c) > (1 << 20)) throw Unsupported{"a division by an integer beyond 2^20"};
+    static const char *const inNames[] = {"x", "divisor"}, *const floatNames[] = {"x_float", "divisor_float"};
+    std::vector<NodePtr> ins;
+    NodePtr f[2];
+    for (int k = 0; k < (c ? 1 : 2); ++k) {
+        ins.push_back(tessera::node(std::make_shared<Identity>(), {}, inNames[k]));
+        f[k] = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ins.back()}, floatNames[k]);
+    }
+    const NodePtr& xf = f[0];
+    const float cf = c ? static_cast<float>(*c) : 0.0f, m = std::fabs(cf);
+    // d times a (a constant divisor, or the data's)
+    auto times = [&](const NodePtr& a, const char* name) {
+        return c ? scaled(a, cf, name) : tessera::node(std::make_shared<Mul>(), {f[1], a}, name);
+    };
     auto magnitude = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {xf}, "magnitude");
-    auto ratio = tessera::node(std::make_shared<MulAddConst>(1.0f / m, 0.5f / m), {magnitude}, "ratio");
+    NodePtr ratio;
+    if (c) {
+        ratio = tessera::node(std::make_shared<MulAddConst>(1.0f / m, 0.5f / m), {magnitude}, "ratio");
+    } else {
+        auto shifted = tessera::node(std::make_shared<MulAddConst>(1.0f, 0.5f), {magnitude}, "shifted");
+        auto divisor = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {f[1]}, "divisor_magnitude");
+        ratio = tessera::node(std::make_shared<Div>(), {shifted, divisor}, "ratio");
+    }
     auto whole = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {ratio}, "truncated");
     auto quotient = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {whole}, "quotient");
-    auto sign = tessera::node(
-        std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = -1.0f, .max = 1.0f}), {xf}, "sign");
+    NodePtr sign = clipped(xf, -1.0f, 1.0f, "sign");
+    NodePtr divisorSign;
+    if (!c) {
+        divisorSign = clipped(f[1], -1.0f, 1.0f, "divisor_sign");
+        sign = tessera::node(std::make_shared<Mul>(), {sign, divisorSign}, "signs");
+    }
     NodePtr y = tessera::node(std::make_shared<Mul>(), {quotient, sign}, "signed");
-    if (c < 0) y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 0.0f), {y}, "negated");
+    if (c && *c < 0) y = scaled(y, -1.0f, "negated");
+    if (remainder) {
+        y = tessera::node(std::make_shared<Sub>(), {xf, times(y, "multiple")}, "remainder");
+        if (!fmod) {
+            NodePtr opposite =
+                c ? scaled(y, *c > 0 ? -1.0f : 1.0f, "opposite")
+                  : scaled(tessera::node(std::make_shared<Mul>(), {y, divisorSign}, "aligned"), -1.0f, "opposite");
+            auto wraps = clipped(opposite, 0.0f, 1.0f, "wraps");
+            y = tessera::node(std::make_shared<Add>(), {y, times(wraps, "shift")}, "floor_remainder");
+        }
+    }
     y = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "integers");
-    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
-                  dataInputs(n, std::vector<int>{0}));
+    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{y}),
+                  dataInputs(n, c ? std::vector<int>{0} : std::vector<int>{0, 1}));
+}
+
+// Mod of integer data by an integer constant (one number) or integer data.
+void Importer::importMod(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"fmod"});
+    requireInputsImported(n);
+    if (n.input_size() != 2) throw Unsupported{"expects 2 inputs, got " + std::to_string(n.input_size())};
+    const bool fmod = a.i("fmod", 0) != 0;
+    if (isConstant(n.input(0)) || !isIntegerData(n.input(0))) {
+        throw Unsupported{"input 0 is not integer data (integer data by an integer constant or data is supported)"};
+    }
+    if (isIntegerData(n.input(1))) return importIntegerDivision(n, std::nullopt, true, fmod);
+    const Constant* c = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;
+    if (!c || !c->isInt || c->ints.size() != 1 || c->symbolic()) {
+        throw Unsupported{"input 1 is not one integer constant or integer data (integer data by an integer constant "
+                          "or data is supported)"};
+    }
+    return importIntegerDivision(n, c->ints[0], true, fmod);
 }
 
 } // namespace tessera::onnx_io

@@ -19,7 +19,8 @@ constant; and weights read by several nodes, one of them inside a pattern read a
 masked_fill (a causal mask sliced from a weight-like buffer and compared, a Where of data
 and a constant, positional rows gathered from a table by known indices and added) and of a
 LLaMA's causal mask (Trilu); and the masks made from lengths and ids (comparisons and logic
-of integer and bool data, integer division). The expected outputs are
+of integer and bool data, integer division and remainders, Where of integers). The expected
+outputs are
 computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
@@ -408,6 +409,51 @@ def comparison_forms(root):
 
     save(root, "integer_division_of_data", g, [x],
          [(trunc_div(x - 3, 2) + 1).astype(np.float32)] + [trunc_div(x, d).astype(np.float32) for d in divisors], 13)
+    # Remainders (Mod: of the floor division, and with fmod 1 of the truncated one) by constants
+    # of both signs and by data; Div of two integer inputs; Where of integer operands (two data,
+    # data and a constant, two constants); and torch.div(a, b, rounding_mode="floor") as PyTorch
+    # writes it: Div, then where the signs differ (Less, Xor) and the remainder is not 0 (Mod,
+    # Equal, Not, And), the quotient less 1 (Sub, Where).
+    a = np.array([[-12, -7, -6, -5, -1, 0, 1, 5, 6, 7, 12, 999999]], np.int64)
+    b = np.array([[5, -5, 3, -3, 2, -2, 7, 1, -1, 4, -4, 1000]], np.int64)
+    cond = np.array([[True, False] * 6])
+    nodes = []
+    want = []
+
+    def emit(op, inputs, result, **attrs):
+        k = len(want)
+        nodes.extend([helper.make_node(op, inputs, [f"r{k}"], **attrs),
+                      helper.make_node("Cast", [f"r{k}"], [f"y{k}"], to=TensorProto.FLOAT)])
+        want.append(result.astype(np.float32))
+
+    for k, d in enumerate((3, -3, 7)):
+        emit("Mod", ["a", f"c{k}"], np.mod(a, d))
+        emit("Mod", ["a", f"c{k}"], np.fmod(a, d), fmod=1)
+    emit("Mod", ["a", "b"], np.mod(a, b))
+    emit("Mod", ["a", "b"], np.fmod(a, b), fmod=1)
+    emit("Div", ["a", "b"], trunc_div(a, b))
+    emit("Where", ["cond", "a", "b"], np.where(cond, a, b))
+    emit("Where", ["cond", "c0", "b"], np.where(cond, 3, b))
+    emit("Where", ["cond", "c1", "c2"], np.where(cond, -3, 7) + 0 * a)
+    nodes += [helper.make_node("Div", ["a", "b"], ["q"]),
+              helper.make_node("Less", ["a", "zero"], ["a_negative"]),
+              helper.make_node("Less", ["b", "zero"], ["b_negative"]),
+              helper.make_node("Xor", ["a_negative", "b_negative"], ["signs_differ"]),
+              helper.make_node("Mod", ["a", "b"], ["m"]),
+              helper.make_node("Equal", ["m", "zero"], ["exact"]),
+              helper.make_node("Not", ["exact"], ["inexact"]),
+              helper.make_node("And", ["signs_differ", "inexact"], ["lower"]),
+              helper.make_node("Sub", ["q", "one"], ["q_less"])]
+    emit("Where", ["lower", "q_less", "q"], np.floor_divide(a, b))
+    g = helper.make_graph(
+        nodes, "integer_remainders",
+        [helper.make_tensor_value_info("a", TensorProto.INT64, ["N", 12]),
+         helper.make_tensor_value_info("b", TensorProto.INT64, ["N", 12]),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, ["N", 12])],
+        [value(f"y{k}", ["N", 12]) for k in range(len(want))],
+        [helper.make_tensor(f"c{k}", TensorProto.INT64, [], [d]) for k, d in enumerate((3, -3, 7))] +
+        [helper.make_tensor("zero", TensorProto.INT64, [], [0]), helper.make_tensor("one", TensorProto.INT64, [], [1])])
+    save(root, "integer_remainders_and_where", g, [a, b, cond], want, 13)
 
 
 def ceil_pool_forms(root):
