@@ -291,6 +291,11 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
         for (const std::string& e : ex.errors) s += "\n  " + e;
         throw IoError(s);
     }
+    if (!ex.paddingIdx.empty()) {
+        onnx::StringStringEntryProto* meta = proto.add_metadata_props();
+        meta->set_key("padding_idx");
+        meta->set_value(nlohmann::json(ex.paddingIdx).dump());
+    }
     // The outputs' declared types, taken from value_info.
     for (const std::string& o : outs) {
         onnx::ValueInfoProto* v = g->add_output();

@@ -361,7 +361,9 @@ void Exporter::emitParameter(const Layer& l) {
 // table by data ids back as an Embedder).
 void Exporter::emitEmbedder(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
-    attr(node("Gather", {init(path + ".W", l.var("W")), in[0]}, out, path), "axis", int64_t{0});
+    const std::string table = init(path + ".W", l.var("W"));
+    if (schemeValue(bp, "paddingIdx")) paddingIdx[table] = schemeInt(bp, "paddingIdx", 0);
+    attr(node("Gather", {table, in[0]}, out, path), "axis", int64_t{0});
 }
 
 // PositionalEncoding: Add of its table for the input's length (a constant).

@@ -6,6 +6,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -35,6 +36,9 @@ public:
     std::vector<std::string> errors;
     // Values that are int32 (a graph's ids and what passes them on), by name; others are float.
     std::unordered_set<std::string> intValues;
+    // Each Embedder's paddingIdx, by its table's initializer (ONNX's Gather has no place for
+    // it; the model's metadata "padding_idx" carries it, and the import reads it back).
+    std::map<std::string, int64_t> paddingIdx;
 
     // The output value names of `m` run on `inputs` (value names) of shapes `in`; `path`
     // names its nodes and parameters.

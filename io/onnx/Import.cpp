@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -112,6 +113,17 @@ std::shared_ptr<Graph> Importer::run() {
             }
             ranks_[v.name()] = static_cast<int64_t>(dims.size());
             shapes_[v.name()] = std::move(dims);
+        }
+    }
+    for (const onnx::StringStringEntryProto& meta : model_.metadata_props()) {
+        if (meta.key() != "padding_idx") continue;
+        try {
+            for (const auto& [table, idx] : nlohmann::json::parse(meta.value()).get<std::map<std::string, int64_t>>()) {
+                paddingIdx_[table] = idx;
+            }
+        } catch (const nlohmann::json::exception& e) {
+            throw IoError(path_ + ": its embedders' padding ids (metadata 'padding_idx') are malformed (" +
+                          std::string(e.what()) + ")");
         }
     }
     for (int i = 0; i < g.initializer_size(); ++i) {

@@ -148,8 +148,11 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
     if (ids == shapes_.end() || ids->second.size() != 2 || ids->second[1].value < 0)
         throw Unsupported{"ids whose shape the model does not declare as [N, L]"};
     const int64_t vocabulary = table.tensor.shape()[0], embsize = table.tensor.shape()[1];
-    auto m = std::make_shared<Embedder>(vocabulary, ids->second[1].value, embsize,
-                                        EmbedderOptions{.initscheme = InitScheme::none});
+    const auto pad = paddingIdx_.find(n.input(0));
+    auto m = std::make_shared<Embedder>(
+        vocabulary, ids->second[1].value, embsize,
+        EmbedderOptions{.initscheme = InitScheme::none,
+                        .paddingIdx = pad == paddingIdx_.end() ? std::nullopt : std::optional<int64_t>(pad->second)});
     m->getVar("W")->data.copyFrom(table.tensor);
     Source s = value(n, 1);
     define(n, m, Parents{Parent(s.node, s.slot)});

@@ -72,6 +72,9 @@ private:
     // Layers with parameters by op, attributes and constant inputs (sharedLayer).
     std::unordered_map<std::string, std::vector<ModulePtr>> sharedLayers_;
     std::vector<ModulePtr> embedders_; // the Embedders imported so far (tiedHead)
+    // Embedders' paddingIdx by their tables' names, from the metadata "padding_idx" a Tessera
+    // export writes.
+    std::unordered_map<std::string, int64_t> paddingIdx_;
     std::unordered_set<std::string> missing_;
     std::unordered_set<std::string> names_;
     std::unordered_map<std::string, int64_t> ranks_;

@@ -28,6 +28,7 @@
 #include "modules/Deconv.h"
 #include "modules/DropPath.h"
 #include "modules/Dropout2D.h"
+#include "modules/Embedder.h"
 #include "modules/Flatten.h"
 #include "modules/Gelu.h"
 #include "modules/Identity.h"
@@ -844,6 +845,78 @@ TEST(Onnx, MultiheadAttentionAndTokenTablesRoundTrip) {
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f + 1e-4f * std::fabs(a[i])) << i;
         std::filesystem::remove(path);
     }
+}
+
+// An Embedder's paddingIdx, which ONNX's Gather has no place for, round-trips in the model's
+// metadata ("padding_idx", by table): the imported table's padding row gets no gradient, as
+// the exported one's did; a tied head keeps the tie. Malformed metadata is an IoError naming it.
+TEST(Onnx, EmbedderPaddingIdxRoundTrips) {
+    manualSeed(12);
+    auto ids = node(std::make_shared<Identity>(), {}, "ids");
+    auto emb = node(std::make_shared<Embedder>(7, 5, 4, EmbedderOptions{.paddingIdx = -1}), ids, "emb"); // id 6
+    auto plain = node(std::make_shared<Embedder>(7, 5, 4), ids, "plain");
+    auto sum = node(std::make_shared<Add>(), {emb, plain}, "sum");
+    auto head = node(std::make_shared<Linear>(4, 3), sum, "head");
+    Graph g({ids}, {head}, "padded");
+    const Tensor x = Tensor::fromVector({2, 5}, std::vector<int32_t>{1, 2, 6, 6, 6, 3, 4, 5, 0, 6});
+    g.evalMode();
+    const std::vector<float> want = g(x).toVector<float>();
+    const std::string path = ::testing::TempDir() + "padding_idx.onnx";
+    exportOnnx(g, {{2, 5}}, path);
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) EXPECT_TRUE(checkerAccepts(path));
+    std::shared_ptr<Graph> back = importOnnx(path);
+    int padded = 0, unpadded = 0;
+    for (const auto& [n, m] : back->namedChildren()) {
+        if (m->classname() != "Embedder") continue;
+        const bool has = m->blueprint().toJson().find("\"paddingIdx\": -1") != std::string::npos;
+        (has ? padded : unpadded) += 1;
+    }
+    EXPECT_EQ(padded, 1);
+    EXPECT_EQ(unpadded, 1);
+    back->evalMode();
+    const std::vector<float> got = (*back)(x).toVector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6f) << i;
+    // A training step: the padded table's row 6 gets no gradient, the plain one's does.
+    back->trainMode();
+    back->zeroGradParams();
+    (*back)(x);
+    back->backward(Tensor::full({2, 5, 3}, 1.0f));
+    for (const auto& [n, m] : back->namedChildren()) {
+        if (m->classname() != "Embedder") continue;
+        const bool has = m->blueprint().toJson().find("paddingIdx") != std::string::npos;
+        const std::vector<float> dW = m->getVar("W")->grad.toVector<float>();
+        float row6 = 0.0f, row1 = 0.0f;
+        for (size_t j = 0; j < 4; ++j) {
+            row6 += std::fabs(dW[6 * 4 + j]);
+            row1 += std::fabs(dW[1 * 4 + j]);
+        }
+        EXPECT_GT(row1, 0.0f) << n;
+        if (has) {
+            EXPECT_EQ(row6, 0.0f) << n;
+        } else {
+            EXPECT_GT(row6, 0.0f) << n;
+        }
+    }
+    // Malformed metadata: an IoError naming it.
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+        const std::string bad = ::testing::TempDir() + "padding_idx_bad.onnx";
+        const std::string edit = "/usr/bin/python3 -c \"import onnx, sys; m = onnx.load(sys.argv[1]); "
+                                 "m.metadata_props[0].value = 'not json'; onnx.save(m, sys.argv[2])\" '" +
+                                 path + "' '" + bad + "'";
+        ASSERT_EQ(std::system(edit.c_str()), 0);
+        try {
+            importOnnx(bad);
+            ADD_FAILURE() << "imported";
+        } catch (const IoError& e) {
+            const std::string what = e.what();
+            for (const std::string& part : {bad, std::string("metadata 'padding_idx'"), std::string("malformed")}) {
+                EXPECT_NE(what.find(part), std::string::npos) << part << " not in " << what;
+            }
+        }
+        std::filesystem::remove(bad);
+    }
+    std::filesystem::remove(path);
 }
 
 // Recurrent layers with initial states as inputs and final states as outputs: export (one
