@@ -181,7 +181,7 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
         return define(n, std::make_shared<Cast>(DType::float32, DType::int32), dataInputs(n, 1));
     }
     if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::FLOAT16 && to != onnx::TensorProto::BFLOAT16) {
-        throw Unsupported{"a cast of data to type " + std::to_string(to) +
+        throw Unsupported{"a cast of data to " + typeName(static_cast<int32_t>(to)) +
                           " (to float, float16 and bfloat16 are supported, integers to integers and float to "
                           "integers)"};
     }
@@ -197,7 +197,7 @@ void Importer::importCast(const onnx::NodeProto& n, const Attributes& a) {
         return define(n, std::make_shared<Cast>(DType::int32, dtypeOf(to)), dataInputs(n, 1));
     }
     if (from != onnx::TensorProto::FLOAT && from != 0 && !from16) {
-        throw Unsupported{"a cast of data of type " + std::to_string(from) +
+        throw Unsupported{"a cast of " + typeName(from) + " data" +
                           " (float, 16-bit floats and integers are supported)"};
     }
     // 16-bit graph inputs are read as float32 (exactly, as 16-bit constants are): only the

@@ -48,6 +48,15 @@ NodePtr affineOf(const NodePtr& x, const arrays::Array& a, const arrays::Array& 
     return tessera::node(std::make_shared<MulAddConst>(tensorOf(a), tensorOf(b)), {x}, name);
 }
 
+NodePtr clipped(const NodePtr& x, float lo, float hi, const char* name) {
+    return tessera::node(std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi}),
+                         {x}, name);
+}
+
+NodePtr scaled(const NodePtr& x, float a, const char* name) {
+    return tessera::node(std::make_shared<MulAddConst>(a, 0.0f), {x}, name);
+}
+
 // f of each value of a
 template <typename F> arrays::Array mapped(const arrays::Array& a, F f) {
     arrays::Array out{arrays::Kind::floating, a.dims, {}};
@@ -60,7 +69,7 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
     requireInputsImported(n);
     const int32_t condType = elemTypeOf(n.input(0));
     if (!isIntegerType(condType)) {
-        throw Unsupported{"a condition of type " + std::to_string(condType) +
+        throw Unsupported{"a " + typeName(condType) + " condition" +
                           " computed from data (bool or integer data, read as int32, is supported)"};
     }
     // The output's dims: the condition's and the data operands', broadcast.
@@ -85,7 +94,7 @@ void Importer::importWhereOfData(const onnx::NodeProto& n) {
         if (!data[k]) continue;
         const int32_t type = elemTypeOf(n.input(k));
         if (type != onnx::TensorProto::FLOAT && type != 0 && !isIntegerType(type)) {
-            throw Unsupported{"input " + std::to_string(k) + " is data of type " + std::to_string(type) +
+            throw Unsupported{"input " + std::to_string(k) + " is " + typeName(type) + " data" +
                               " (float and integer data are supported)"};
         }
         const std::vector<Dim>& d = dimsOf(k);
@@ -249,7 +258,7 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
         if (!isConstant(n.input(k))) {
             const int32_t type = elemTypeOf(n.input(k));
             if (!isIntegerType(type)) {
-                throw Unsupported{"input " + std::to_string(k) + " is data of type " + std::to_string(type) +
+                throw Unsupported{"input " + std::to_string(k) + " is " + typeName(type) + " data" +
                                   " (bool or integer data is supported)"};
             }
             dataIn.push_back(k);
@@ -306,11 +315,7 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
     auto activation = [](const NodePtr& x, ActivationKind kind, const char* name) {
         return tessera::node(std::make_shared<Activation>(kind), {x}, name);
     };
-    auto clip01 = [](const NodePtr& x) {
-        return tessera::node(
-            std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = 0.0f, .max = 1.0f}), {x},
-            "clipped");
-    };
+    auto clip01 = [](const NodePtr& x) { return clipped(x, 0.0f, 1.0f, "clipped"); };
     NodePtr y;
     if (op == "Not") {
         y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {values[0]}, "not");
@@ -377,17 +382,6 @@ void Importer::defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const s
     return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{out}), dataInputs(n, inputs));
 }
 
-namespace {
-NodePtr clipped(const NodePtr& x, float lo, float hi, const char* name) {
-    return tessera::node(std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi}),
-                         {x}, name);
-}
-
-NodePtr scaled(const NodePtr& x, float a, const char* name) {
-    return tessera::node(std::make_shared<MulAddConst>(a, 0.0f), {x}, name);
-}
-} // namespace
-
 // Integer data x divided by an integer constant or integer data (Div: the quotient truncated
 // toward zero, as ONNX's integer Div is; Mod: the remainder of the floor division, of the
 // divisor's sign, or with fmod 1 of the truncated one, of x's): `(lengths - 3) // 2 + 1`, and
@@ -396,8 +390,8 @@ NodePtr scaled(const NodePtr& x, float a, const char* name) {
 // keeps a whole quotient whole whatever the rounding), then the signs: times clip(x, -1, 1),
 // which is x's sign wherever the quotient is not 0, and d's (clip(d, -1, 1)). The remainder
 // r = x - d q is exact; the floor division's adds d where r is not 0 and its sign is not d's:
-// r + d clip(-sign(d) r, 0, 1). Exact for |x| below 2^20 (a divisor of 0 in data gives
-// what a float division by 0 gives, where ONNX leaves it undefined).
+// r + d clip(-sign(d) r, 0, 1). Exact for |x| below 2^20 (the result of a divisor of 0 in
+// data is not defined, as ONNX leaves it).
 void Importer::importIntegerDivision(const onnx::NodeProto& n, std::optional<int64_t> c, bool remainder, bool fmod) {
     if (c && *c == 0) throw Unsupported{"an integer division by the constant 0"};
     if (c && std::llabs(*c) > (1 << 20)) throw Unsupported{"a division by an integer beyond 2^20"};

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -56,6 +57,15 @@ Tensor floatBlock(const Shape& shape) {
 } // namespace
 
 // Raw or typed data of a TensorProto (`what` names it in errors).
+std::string typeName(int32_t type) {
+    std::string name = onnx::TensorProto::DataType_IsValid(type)
+                           ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(type))
+                           : std::string();
+    if (name.empty() || type == onnx::TensorProto::UNDEFINED) return "type " + std::to_string(type);
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return name;
+}
+
 Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::string_view mapped) {
     const std::string_view raw = mapped.empty() ? std::string_view(t.raw_data()) : mapped;
     Constant c;
@@ -65,7 +75,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::st
     const bool half = type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16;
     if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32 &&
         type != onnx::TensorProto::BOOL && !half) {
-        throw IoError(what + ": tensor data type " + std::to_string(type) +
+        throw IoError(what + ": tensor data type " + typeName(type) +
                       " is not supported (float32, float16, bfloat16, int32, int64 and bool are)");
     }
     int64_t n = 0;
@@ -169,7 +179,7 @@ Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::st
         return c;
     }
     default:
-        throw IoError(what + ": tensor data type " + std::to_string(t.data_type()) +
+        throw IoError(what + ": tensor data type " + typeName(t.data_type()) +
                       " is not supported (float32, float16, bfloat16, int32, int64 and bool are)");
     }
 }

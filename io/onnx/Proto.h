@@ -52,6 +52,9 @@ std::vector<int64_t> onnxGateOrder(RnnMode mode);
 // Raw or typed data of a TensorProto (`what` names it in errors).
 // `mapped`, when not empty, is t's raw data, held outside it (ModelFile::rawData).
 Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::string_view mapped = {});
+// An ONNX element type's name for messages ("float", "int64", "bool"; "type N" for one ONNX
+// does not name).
+std::string typeName(int32_t type);
 
 // An unsupported node: what to say about it.
 struct Unsupported {
