@@ -227,7 +227,7 @@ void Importer::importSqueeze(const onnx::NodeProto& n, const Attributes& a) {
         bool valid = true;
         for (int64_t x : axes) {
             x = x < 0 ? x + rank : x;
-            valid = valid && x >= 0 && x < rank;
+            valid = valid && x >= 0 && x < rank && !at[static_cast<size_t>(x)]; // each axis once
             if (valid) at[static_cast<size_t>(x)] = true;
         }
         std::vector<Dim> dims;
