@@ -165,8 +165,16 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         }
         Constant c = x;
         if (op == "Unsqueeze") {
+            // Each axis once, of the output's rank, inserted in ascending order (ONNX's meaning
+            // of axes given in any order).
             const auto rank = static_cast<int64_t>(x.dims.size() + axes.size());
-            for (int64_t ax : axes) c.dims.insert(c.dims.begin() + (ax < 0 ? ax + rank : ax), 1);
+            for (int64_t& ax : axes) {
+                ax = ax < 0 ? ax + rank : ax;
+                if (ax < 0 || ax >= rank) throw Unsupported{"an axis out of range"};
+            }
+            std::sort(axes.begin(), axes.end());
+            if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) throw Unsupported{"an axis given twice"};
+            for (int64_t ax : axes) c.dims.insert(c.dims.begin() + ax, 1);
         } else {
             std::vector<int64_t> dims;
             for (size_t d = 0; d < x.dims.size(); ++d) {
