@@ -43,6 +43,7 @@ void MatMul::checkDataShape(const Shapes& inShapes) const {
 }
 
 Shapes MatMul::dataShapeFrom(const Shapes& inShapes) const {
+    checkDataShape(inShapes); // the ranks it reads (callers such as the ONNX import's inference ask first)
     const Shape &a = inShapes[0], &b = inShapes[1];
     std::string why;
     std::vector<int64_t> d = batch::of(a, b, why, false).dims;

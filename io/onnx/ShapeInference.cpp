@@ -139,6 +139,7 @@ void Importer::inferShapes(const onnx::NodeProto& n, Module& m, const Parents& p
         in.push_back(Shape(d));
     }
     try {
+        m.checkDataShape(in); // what dataShapeFrom may take for granted (ranks, counts)
         const Shapes out = m.dataShapeFrom(in);
         for (int k = 0; k < n.output_size() && k < static_cast<int>(out.size()); ++k) {
             std::vector<Dim> dims;
