@@ -182,8 +182,8 @@ void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {
         bool alongOnes = true;
         for (size_t k = 0; k < same.dims.size(); ++k) {
             const bool known = shape.symbol(k).empty();
-            alongOnes =
-                alongOnes && (same.dims[k] == 1 || (known && (shape.ints[k] == same.dims[k] || shape.ints[k] == 1)));
+            alongOnes = alongOnes && (!known || shape.ints[k] >= 1) &&
+                        (same.dims[k] == 1 || (known && (shape.ints[k] == same.dims[k] || shape.ints[k] == 1)));
         }
         bool broadcastReaders = true;
         for (const onnx::NodeProto& r : model_.graph().node()) {

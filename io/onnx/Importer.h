@@ -293,10 +293,10 @@ private:
     // `m` (a float layer of one or two inputs: n's inputs `inputs`) over integer data: a Graph
     // casting each input to float and the output back to int32 (ImportWhere.cpp).
     void defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const std::vector<int>& inputs);
-    // Integer data divided by a nonzero integer constant c or integer data: the quotient truncated toward zero
-    // as ONNX's integer Div is (`(lengths - 3) // 2` of a strided convolution's output
-    // lengths), or the remainder (Mod: of the floor division; of the truncated one with fmod).
-    // A divisor c of nullopt is n's input 1, integer data.
+    // Integer data divided by a nonzero integer constant c, or by integer data (c nullopt:
+    // n's input 1): the quotient truncated toward zero as ONNX's integer Div is (`(lengths -
+    // 3) // 2` of a strided convolution's output lengths), or the remainder (Mod: of the
+    // floor division; of the truncated one with fmod) (ImportWhere.cpp).
     void importIntegerDivision(const onnx::NodeProto& n, std::optional<int64_t> c, bool remainder = false,
                                bool fmod = false);
     void importMod(const onnx::NodeProto& n, const Attributes& a);
