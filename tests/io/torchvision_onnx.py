@@ -506,19 +506,27 @@ class PaddedText(torch.nn.Module):
         return self.head(y.mean(1) + y.masked_fill(pad[..., None], 0.0).mean(1))
 
 
-class IdsMaskedText(torch.nn.Module):
+class MaskedTextBase(torch.nn.Module):
+    """The layers of the text classifiers that make their padding masks: a token table, a
+    2-layer nn.TransformerEncoder (batch first) and a 3-way head."""
+
+    VOCAB, LENGTH, WIDTH = 50, 12, 32
+    PADDING_IDX = None
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(self.VOCAB, self.WIDTH, padding_idx=self.PADDING_IDX)
+        layer = torch.nn.TransformerEncoderLayer(self.WIDTH, 4, 2 * self.WIDTH, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(self.WIDTH, 3)
+
+
+class IdsMaskedText(MaskedTextBase):
     """A text classifier that makes its padding mask from its ids (id 0 is padding): pad =
     ids == 0 (Equal of data), src_key_padding_mask=pad, and a mean over the real tokens by the
     float of ~pad (Not)."""
 
-    VOCAB, LENGTH, WIDTH = 50, 12, 32
-
-    def __init__(self):
-        super().__init__()
-        self.embedding = torch.nn.Embedding(self.VOCAB, self.WIDTH, padding_idx=0)
-        layer = torch.nn.TransformerEncoderLayer(self.WIDTH, 4, 2 * self.WIDTH, dropout=0.0, batch_first=True)
-        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(self.WIDTH, 3)
+    PADDING_IDX = 0
 
     @classmethod
     def example_inputs(cls, batch):
@@ -533,7 +541,7 @@ class IdsMaskedText(torch.nn.Module):
         return self.head((h * keep).sum(1) / keep.sum(1))
 
 
-class LengthsText(torch.nn.Module):
+class LengthsText(MaskedTextBase):
     """A text classifier given its ids and each sequence's length: the padding mask made in the
     model from the lengths, in the forms people write it: arange(T)[None, :] >= lengths[:, None]
     (GreaterOrEqual of a constant [1, T] and data [N, 1]), the sequence_mask idiom
@@ -542,15 +550,7 @@ class LengthsText(torch.nn.Module):
     real tokens divided by the lengths; integer divisions, (lengths - 3) // 2 + 1 and
     torch.div(lengths - 10, 4, rounding_mode="floor") (Div, Mod, Less, Xor, Where of integers)."""
 
-    VOCAB, LENGTH, WIDTH = 50, 12, 32
     INPUT_NAMES = ("ids", "lengths")
-
-    def __init__(self):
-        super().__init__()
-        self.embedding = torch.nn.Embedding(self.VOCAB, self.WIDTH)
-        layer = torch.nn.TransformerEncoderLayer(self.WIDTH, 4, 2 * self.WIDTH, dropout=0.0, batch_first=True)
-        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(self.WIDTH, 3)
 
     @classmethod
     def example_inputs(cls, batch):
