@@ -7,6 +7,7 @@
 #include "containers/Graph.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
+#include "modules/Attention.h"
 #include "modules/ConvND.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
@@ -85,8 +86,11 @@ bool allOnes(const std::vector<int64_t>& v, int64_t value = 1) {
     return true;
 }
 
-// "k3x3 s2 p1": kernel, stride, padding (and dilation, groups when not 1).
+// "k3x3 s2 p1": kernel, stride, padding (and dilation, groups when not 1); "causal" for
+// causal attention.
 std::string attributesOf(const Module& m) {
+    if (const auto* a = dynamic_cast<const ScaledDotProductAttention*>(&m)) return a->options().causal ? "causal" : "";
+    if (const auto* a = dynamic_cast<const MultiheadAttention*>(&m)) return a->options().causal ? "causal" : "";
     std::vector<int64_t> kernel, stride, pad, dilation;
     int64_t groups = 1;
     if (const auto* conv = dynamic_cast<const ConvND*>(&m)) {

@@ -25,9 +25,9 @@ struct SummaryRow {
     int64_t nonTrainable = 0;   ///< attribute elements: batch-norm running statistics
     double flops = 0;           ///< forward FLOPs (a multiply-add counts two)
     double activationBytes = 0; ///< of its outputs
-    std::string attributes;     ///< kernel, stride, padding, groups where the layer has them
-    bool isInput = false;       ///< a graph input (or the first layer of a Sequential)
-    bool isOutput = false;      ///< a graph output (or the last layer of a Sequential)
+    std::string attributes; ///< kernel, stride, padding, groups where the layer has them; causal attention's "causal"
+    bool isInput = false;   ///< a graph input (or the first layer of a Sequential)
+    bool isOutput = false;  ///< a graph output (or the last layer of a Sequential)
     /// The row's module (valid while the model lives); null for a group of rows.
     const Module* layer = nullptr;
 };

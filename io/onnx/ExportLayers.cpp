@@ -266,7 +266,7 @@ void Exporter::emitMultiheadAttention(const Layer& l) {
     const int64_t E = mha.embedDim(), H = mha.numHeads(), d = E / H;
     const size_t masks = (o.keyPaddingMask ? 1 : 0) + (o.attnMask ? 1 : 0), seqs = in.size() - masks;
     const size_t nDim = o.batchFirst ? 0 : 1;
-    const int64_t N = inShapes[0][nDim], L = inShapes[0][1 - nDim], S = inShapes[seqs == 3 ? 1 : 0][1 - nDim];
+    const int64_t L = inShapes[0][1 - nDim], S = inShapes[seqs == 3 ? 1 : 0][1 - nDim];
     auto batchFirst = [&](const std::string& x, const std::string& name) {
         if (o.batchFirst) return x;
         const std::string t = valueName(path + "_" + name + "_batch_first");
@@ -313,13 +313,14 @@ void Exporter::emitMultiheadAttention(const Layer& l) {
     size_t at = seqs;
     if (o.keyPaddingMask) {
         mask = valueName(path + "_padding");
-        node("Reshape", {in[at++], initInts(path + ".padding_shape", {N, 1, 1, S})}, {mask}, path + "_padding");
+        // 0: the batch dim copied, free as the export writes it
+        node("Reshape", {in[at++], initInts(path + ".padding_shape", {0, 1, 1, S})}, {mask}, path + "_padding");
     }
     if (o.attnMask) {
         std::string a = in[at];
         if (inShapes[at].rank() == 3) {
             a = valueName(path + "_attn_mask");
-            node("Reshape", {in[at], initInts(path + ".attn_mask_shape", {N, H, L, S})}, {a}, path + "_attn_mask");
+            node("Reshape", {in[at], initInts(path + ".attn_mask_shape", {-1, H, L, S})}, {a}, path + "_attn_mask");
         }
         if (mask.empty()) {
             mask = a;

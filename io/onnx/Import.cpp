@@ -147,14 +147,32 @@ std::shared_ptr<Graph> Importer::run() {
     findGelus();
     findSpatialTfs();
     findLayerPatterns();
+    findAttention();
     const std::vector<std::vector<std::string>> lastReaders = constantsByLastReader();
-    for (int i = 0; i < g.node_size(); ++i) {
+    // Imports node i by `how`; an op it cannot take is listed (or counted, when its input was
+    // not imported) and its outputs are missing.
+    auto importAt = [&](int i, const std::function<void(const onnx::NodeProto&)>& how) {
         const onnx::NodeProto& n = g.node(i);
         const std::string where = "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
         try {
             if (!n.domain().empty() && n.domain() != "ai.onnx") {
                 throw Unsupported{"domain '" + n.domain() + "' is not supported"};
             }
+            how(n);
+        } catch (const Unsupported& u) {
+            if (u.dependent) {
+                ++dependents;
+            } else {
+                errors.push_back(where + ": " + u.why);
+            }
+            for (const std::string& out : n.output()) missing_.insert(out);
+        } catch (const Error& e) {
+            errors.push_back(where + ": " + e.what());
+            for (const std::string& out : n.output()) missing_.insert(out);
+        }
+    };
+    for (int i = 0; i < g.node_size(); ++i) {
+        importAt(i, [&](const onnx::NodeProto& n) {
             if (auto gelu = gelus_.find(i); gelu != gelus_.end()) {
                 auto x = values_.find(gelu->second);
                 if (x == values_.end() && missing_.count(gelu->second))
@@ -169,20 +187,15 @@ std::shared_ptr<Graph> Importer::run() {
             } else if (auto p = patternLayers_.find(i); p != patternLayers_.end()) {
                 Parents parents = dataInputs(p->second.inputs); // first: an input not imported is named
                 define(n, p->second.make(), parents, p->second.inputs);
+            } else if (auto at = attentions_.find(i); at != attentions_.end()) {
+                if (!importAttention(n, at->second)) { // not attention after all: its nodes one by one
+                    for (int k : at->second.nodes) importAt(k, [&](const onnx::NodeProto& m) { importNode(m); });
+                    importNode(n);
+                }
             } else if (!absorbed_.count(i)) {
                 importNode(n);
             }
-        } catch (const Unsupported& u) {
-            if (u.dependent) {
-                ++dependents;
-            } else {
-                errors.push_back(where + ": " + u.why);
-            }
-            for (const std::string& out : n.output()) missing_.insert(out);
-        } catch (const Error& e) {
-            errors.push_back(where + ": " + e.what());
-            for (const std::string& out : n.output()) missing_.insert(out);
-        }
+        });
         for (const std::string& name : lastReaders[static_cast<size_t>(i)]) constants_.erase(name);
     }
     if (!errors.empty()) {

@@ -225,6 +225,35 @@ private:
     std::unordered_map<int, PatternLayer> patternLayers_;
     void findLayerPatterns();
 
+    // Attention as exporters write it (ONNX has no Attention op before opset 23), read back
+    // as one ScaledDotProductAttention at its last node (LayerPatterns.cpp): q and k, each
+    // times scalars, k transposed over its last two dims (by a Transpose that may permute its
+    // leading dims too: k is then that permutation of its input), MatMul(q, k^T) -> Mul or Div
+    // by scalars -> Add of masks, or Where(constant condition, scores, fill) -> Softmax over
+    // the last axis -> Dropout (optional) -> MatMul(weights, v). The scalars fold into its
+    // scale; a constant mask that is the causal one (0 on and below the diagonal, -inf or
+    // below -1e4 above it) into its causal flag; one float mask of data is its fourth input.
+    // The nodes it takes are absorbed_ until it is imported: where it does not fit after all
+    // (a factor that is not a constant scalar, another constant mask), they are imported one
+    // by one instead (importAttention false).
+    struct AttentionMatch {
+        std::string q, kFrom, v;
+        std::vector<int64_t> kPerm;          // k = Transpose(kFrom, kPerm) when not empty
+        std::vector<std::string> multiplies; // scalars the scores are multiplied by
+        std::vector<std::string> divides;    // and divided by
+        std::vector<std::string> masks;      // added to the scores
+        struct Fill {
+            std::string condition, fill;
+            bool whereTrue = true; // the fill is taken where the condition holds
+        };
+        std::vector<Fill> fills;
+        int softmax = -1, dropout = -1, transpose = -1;
+        std::vector<int> nodes; // absorbed, in the graph's order
+    };
+    std::unordered_map<int, AttentionMatch> attentions_;
+    void findAttention();
+    bool importAttention(const onnx::NodeProto& last, const AttentionMatch& m);
+
     // A constant of the model (an initializer, a Constant node or a folded value), not a
     // graph input given a value, which stays data unless an op needs it as a constant.
     bool isConstant(const std::string& name) const;

@@ -10,13 +10,18 @@
 //   (to Shape(x) or x's own dims), then a per-channel Mul and Add when they fit.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 
 #include "io/onnx/Importer.h"
 #include "modules/Activation.h"
+#include "modules/Attention.h"
+#include "modules/Cast.h"
 #include "modules/Linear.h"
+#include "modules/MulAddConst.h"
 #include "modules/RowNorm.h"
+#include "modules/Transpose.h"
 
 namespace tessera::onnx_io {
 
@@ -38,6 +43,11 @@ public:
         for (const onnx::ValueInfoProto& v : g.output()) consumers_[v.name()].push_back(-1); // a graph output
     }
 
+    // The node producing `value`, or -1 (an input or a constant).
+    int producer(const std::string& value) const {
+        auto p = producer_.find(value);
+        return p == producer_.end() ? -1 : p->second;
+    }
     // The node producing `value` with op `op`, or -1.
     int from(const std::string& value, const char* op) const {
         auto p = producer_.find(value);
@@ -355,6 +365,334 @@ void Importer::findLayerPatterns() {
                 x, nodes);
         }
     }
+}
+
+void Importer::findAttention() {
+    const onnx::GraphProto& g = model_.graph();
+    const Index ix(g, constants_);
+    auto taken = [&](int i) {
+        return absorbed_.count(i) || patternLayers_.count(i) || gelus_.count(i) || attentions_.count(i);
+    };
+    // Whether a value is computed from constants and shapes alone (it folds when imported):
+    // a scale PyTorch computes from q's shape. Deep computations count as data.
+    std::unordered_map<std::string, bool> folds;
+    std::function<bool(const std::string&, int)> foldable = [&](const std::string& v, int depth) {
+        if (ix.constant(v)) return true;
+        if (auto f = folds.find(v); f != folds.end()) return f->second;
+        const int p = ix.producer(v);
+        bool yes = p >= 0 && depth < 32 && !taken(p);
+        if (yes && ix.node(p).op_type() != "Shape") {
+            for (const std::string& in : ix.node(p).input()) yes = yes && (in.empty() || foldable(in, depth + 1));
+        }
+        folds[v] = yes;
+        return yes;
+    };
+    // `value` times or divided by a foldable scalar, read only there: the node, its data
+    // input and its factor; or -1.
+    auto scaling = [&](const std::string& value, std::string& data, std::string& factor, bool& divides) {
+        const int p = ix.producer(value);
+        if (p < 0 || taken(p) || ix.users(value).size() != 1 || ix.node(p).input_size() != 2) return -1;
+        const onnx::NodeProto& n = ix.node(p);
+        divides = n.op_type() == "Div";
+        if (n.op_type() != "Mul" && !divides) return -1;
+        for (int side = 0; side < (divides ? 1 : 2); ++side) {
+            if (foldable(n.input(1 - side), 0) && !foldable(n.input(side), 0)) {
+                data = n.input(side);
+                factor = n.input(1 - side);
+                return p;
+            }
+        }
+        return -1;
+    };
+    auto scaled = [&](std::string& value, AttentionMatch& m) { // strips scalings off `value`
+        std::string data, factor;
+        bool divides = false;
+        for (int p; (p = scaling(value, data, factor, divides)) >= 0; value = data) {
+            (divides ? m.divides : m.multiplies).push_back(factor);
+            m.nodes.push_back(p);
+        }
+    };
+    // q and k from the MatMul of the scores.
+    auto operands = [&](int qk, AttentionMatch& m) {
+        const onnx::NodeProto& n = ix.node(qk);
+        if (n.input_size() != 2) return false;
+        std::string q = n.input(0), kT = n.input(1);
+        scaled(q, m);
+        scaled(kT, m);
+        const int t = ix.from(kT, "Transpose");
+        if (t < 0 || taken(t) || ix.users(kT).size() != 1) return false;
+        std::vector<int64_t> perm = Attributes(ix.node(t)).ints("perm");
+        if (perm.size() < 2) return false;
+        std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+        bool identity = true;
+        for (size_t j = 0; j < perm.size(); ++j) identity = identity && perm[j] == static_cast<int64_t>(j);
+        if (!identity) m.kPerm = perm;
+        m.transpose = t;
+        m.nodes.push_back(t);
+        std::string k = ix.node(t).input(0);
+        scaled(k, m);
+        m.q = q;
+        m.kFrom = k;
+        return true;
+    };
+    // The scores before the softmax, back to their MatMul: masks nearest the softmax, then
+    // scalings (a scaling after a mask would scale the mask too).
+    std::function<bool(const std::string&, bool, int, AttentionMatch&)> scores = [&](const std::string& s, bool masks,
+                                                                                     int depth, AttentionMatch& m) {
+        const int p = ix.producer(s);
+        if (p < 0 || taken(p) || ix.users(s).size() != 1 || depth > 8) return false;
+        const onnx::NodeProto& n = ix.node(p);
+        const std::string& op = n.op_type();
+        if (op == "MatMul") {
+            m.nodes.push_back(p);
+            return operands(p, m);
+        }
+        auto attempt = [&](const std::string& from, bool stillMasks, auto&& note) {
+            AttentionMatch t = m;
+            note(t);
+            t.nodes.push_back(p);
+            if (!scores(from, stillMasks, depth + 1, t)) return false;
+            m = std::move(t);
+            return true;
+        };
+        if (op == "Add" && masks && n.input_size() == 2) {
+            for (int side = 0; side < 2; ++side) {
+                if (attempt(n.input(side), true, [&](AttentionMatch& t) { t.masks.push_back(n.input(1 - side)); }))
+                    return true;
+            }
+            return false;
+        }
+        if (op == "Where" && masks && n.input_size() == 3) {
+            for (int side = 1; side < 3; ++side) {
+                auto note = [&](AttentionMatch& t) { t.fills.push_back({n.input(0), n.input(3 - side), side == 2}); };
+                if (attempt(n.input(side), true, note)) return true;
+            }
+            return false;
+        }
+        if ((op == "Mul" || op == "Div") && n.input_size() == 2) {
+            std::string data, factor;
+            bool divides = false;
+            if (scaling(s, data, factor, divides) != p) return false;
+            return attempt(data, false,
+                           [&](AttentionMatch& t) { (divides ? t.divides : t.multiplies).push_back(factor); });
+        }
+        return false;
+    };
+    for (int i = 0; i < g.node_size(); ++i) {
+        const onnx::NodeProto& n = g.node(i);
+        if (n.op_type() != "Softmax" || n.input_size() != 1 || n.output_size() != 1 || taken(i)) continue;
+        AttentionMatch m;
+        m.softmax = i;
+        std::string weights = n.output(0);
+        if (const int d = ix.only(weights, "Dropout"); d >= 0 && !taken(d)) {
+            const onnx::NodeProto& dn = ix.node(d);
+            if (dn.output_size() > 1 && !dn.output(1).empty() && !ix.users(dn.output(1)).empty()) continue;
+            m.dropout = d;
+            weights = dn.output(0);
+        }
+        const int last = ix.only(weights, "MatMul");
+        if (last < 0 || taken(last) || ix.node(last).input_size() != 2 || ix.node(last).input(0) != weights ||
+            ix.node(last).input(1) == weights || !scores(n.input(0), true, 0, m)) {
+            continue;
+        }
+        m.v = ix.node(last).input(1);
+        m.nodes.push_back(i);
+        if (m.dropout >= 0) m.nodes.push_back(m.dropout);
+        std::sort(m.nodes.begin(), m.nodes.end());
+        for (int k : m.nodes) absorbed_[k] = last;
+        attentions_[last] = std::move(m);
+    }
+}
+
+bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch& m) {
+    const onnx::GraphProto& g = model_.graph();
+    auto data = [&](const std::string& v) { return values_.count(v) && !constants_.count(v); };
+    if (!data(m.q) || !data(m.kFrom) || !data(m.v)) return false;
+    for (const std::string& v : {m.q, m.kFrom, m.v}) {
+        if (isIntegerData(v)) return false;
+    }
+    // A constant holding one number (any value but NaN), or nullopt.
+    auto number = [&](const std::string& name) -> std::optional<double> {
+        auto c = constants_.find(name);
+        if (c == constants_.end() || c->second.zeros || c->second.symbolic()) return std::nullopt;
+        const Constant& k = c->second;
+        double v = 0.0;
+        if (k.isInt) {
+            if (k.ints.size() != 1) return std::nullopt;
+            v = static_cast<double>(k.ints[0]);
+        } else {
+            if (!k.tensor.defined() || k.tensor.numel() != 1) return std::nullopt;
+            v = k.tensor.toVector<float>()[0];
+        }
+        return std::isnan(v) ? std::nullopt : std::optional<double>(v);
+    };
+    auto scalar = [&](const std::string& name) -> std::optional<double> { // a finite nonzero factor
+        const std::optional<double> v = number(name);
+        return v && std::isfinite(*v) && *v != 0.0 ? v : std::nullopt;
+    };
+    // The scale: the product of the scalars.
+    double scale = 1.0;
+    for (const std::string& f : m.multiplies) {
+        const std::optional<double> v = scalar(f);
+        if (!v) return false;
+        scale *= *v;
+    }
+    for (const std::string& f : m.divides) {
+        const std::optional<double> v = scalar(f);
+        if (!v) return false;
+        scale /= *v;
+    }
+    if (!(scale > 0.0) || !std::isfinite(static_cast<float>(scale))) return false;
+    // The shapes: q [..., Tq, d], k [..., Tk, d] (kFrom permuted), v [..., Tk, dv].
+    auto dimsOf = [&](const std::string& v) -> std::optional<std::vector<Dim>> {
+        auto it = shapes_.find(v);
+        if (it == shapes_.end()) return std::nullopt;
+        for (const Dim& d : it->second) {
+            if (d.value < 0 && d.symbol.empty()) return std::nullopt;
+        }
+        return it->second;
+    };
+    std::optional<std::vector<Dim>> qd = dimsOf(m.q), kd = dimsOf(m.kFrom), vd = dimsOf(m.v);
+    if (!qd || !kd || !vd || qd->size() < 3 || kd->size() != qd->size()) return false;
+    if (!m.kPerm.empty()) {
+        if (m.kPerm.size() != kd->size()) return false;
+        std::vector<Dim> permuted;
+        for (int64_t j : m.kPerm) {
+            if (j < 0 || j >= static_cast<int64_t>(kd->size())) return false;
+            permuted.push_back((*kd)[static_cast<size_t>(j)]);
+        }
+        kd = permuted;
+    }
+    auto shapeOfDims = [&](const std::vector<Dim>& d) {
+        std::vector<int64_t> s;
+        for (const Dim& x : d) s.push_back(x.value >= 0 ? x.value : standIn(x.symbol));
+        return Shape(s);
+    };
+    const Shape qs = shapeOfDims(*qd), ks = shapeOfDims(*kd);
+    const int64_t r = static_cast<int64_t>(qs.rank()), Tq = qs[r - 2], Tk = ks[r - 2];
+    // Softmax over the last axis (before opset 13 it flattens from its axis on: the same only then).
+    const int64_t axis = Attributes(g.node(m.softmax)).i("axis", opset_ >= 13 ? -1 : 1);
+    if (axis != -1 && axis != r - 1) return false;
+    float dropout = 0.0f;
+    if (m.dropout >= 0) {
+        const onnx::NodeProto& d = g.node(m.dropout);
+        const Attributes a(d);
+        dropout = a.f("ratio", 0.5f);
+        if (d.input_size() > 1 && !d.input(1).empty()) {
+            const std::optional<double> v = number(d.input(1));
+            if (!v) return false;
+            dropout = static_cast<float>(*v);
+        }
+        if (d.input_size() > 2 && !d.input(2).empty() && !constants_.count(d.input(2))) return false;
+        if (!(dropout >= 0.0f && dropout < 1.0f)) return false;
+    }
+    // The masks: a constant one the causal mask, at most one of data.
+    bool causal = false;
+    std::string dataMask;
+    auto isCausal = [&](const std::vector<double>& table, const std::vector<int64_t>& dims) {
+        if (dims.size() < 2 || dims[dims.size() - 2] != Tq || dims.back() != Tk) return false;
+        for (size_t j = 0; j + 2 < dims.size(); ++j) {
+            if (dims[j] != 1) return false;
+        }
+        for (int64_t a = 0; a < Tq; ++a) {
+            for (int64_t b = 0; b < Tk; ++b) {
+                const double x = table[static_cast<size_t>(a * Tk + b)];
+                if (b <= a ? x != 0.0 : !(x <= -1e4)) return false;
+            }
+        }
+        return true;
+    };
+    for (const std::string& mask : m.masks) {
+        auto c = constants_.find(mask);
+        if (c == constants_.end()) {
+            if (!values_.count(mask) || isIntegerData(mask) || !dataMask.empty()) return false;
+            dataMask = mask;
+            continue;
+        }
+        const Constant& k = c->second;
+        if (causal || k.isInt || k.zeros || k.symbolic() || !k.tensor.defined()) return false;
+        const std::vector<float> f = k.tensor.toVector<float>();
+        if (!isCausal(std::vector<double>(f.begin(), f.end()), k.dims)) return false;
+        causal = true;
+    }
+    // A fill where a condition of data holds (masked_fill(pad[:, None, None, :], -inf)): the
+    // mask log(1 - c) for -inf (0 where c is 0, -inf where 1), c F for a finite F of at most
+    // -1e30, which a score added to rounds to (c: the condition in float; 1 - c where the
+    // fill is taken where it does not hold). A higher fill replaces scores; adding it would not.
+    const AttentionMatch::Fill* dataFill = nullptr;
+    double dataFillValue = 0.0;
+    for (const AttentionMatch::Fill& fill : m.fills) {
+        auto c = constants_.find(fill.condition);
+        const std::optional<double> v = number(fill.fill);
+        if (!v) return false;
+        if (c == constants_.end()) {
+            // a finite fill so low that any score added to it rounds to it (float's lowest)
+            const bool lowest = std::isfinite(static_cast<float>(*v)) && *v <= -1e30;
+            if (!values_.count(fill.condition) || isConstant(fill.condition) ||
+                !isIntegerType(elemTypeOf(fill.condition)) || !dataMask.empty() || dataFill ||
+                !(lowest || *v == -std::numeric_limits<double>::infinity())) {
+                return false;
+            }
+            dataFill = &fill;
+            dataFillValue = *v;
+            continue;
+        }
+        if (causal || !c->second.isInt || c->second.symbolic()) return false;
+        std::vector<double> table;
+        for (int64_t x : c->second.ints) table.push_back((x != 0) == fill.whereTrue ? *v : 0.0);
+        if (!isCausal(table, c->second.dims)) return false;
+        causal = true;
+    }
+    auto sdpa = std::make_shared<ScaledDotProductAttention>(
+        AttentionOptions{.causal = causal, .scale = static_cast<float>(scale), .dropout = dropout});
+    Shapes in{qs, ks, shapeOfDims(*vd)};
+    std::optional<std::vector<Dim>> md;
+    if (!dataMask.empty() || dataFill) {
+        if (!(md = dimsOf(dataFill ? dataFill->condition : dataMask))) return false;
+        in.push_back(shapeOfDims(*md));
+    }
+    try {
+        sdpa->checkDataShape(in);
+    } catch (const Error&) {
+        return false;
+    }
+    // It fits: k made where the transpose also permuted its leading dims.
+    std::string k = m.kFrom;
+    if (!m.kPerm.empty()) {
+        const onnx::NodeProto& t = g.node(m.transpose);
+        k = t.output(0) + ":k";
+        while (values_.count(k) || shapes_.count(k)) k += "'";
+        const Source from = value(m.kFrom, 1);
+        NodePtr kn = node(std::make_shared<Transpose>(m.kPerm), Parent(from.node, from.slot),
+                          nodeName((t.name().empty() ? t.output(0) : t.name()) + "_k"));
+        values_[k] = {kn, 0};
+        shapes_[k] = *kd;
+        ranks_[k] = static_cast<int64_t>(kd->size());
+    }
+    if (dataFill) { // the mask from the condition
+        const std::string base = nodeName(std::string(last.name().empty() ? last.output(0) : last.name()) + "_mask");
+        const Source from = value(dataFill->condition, 3);
+        NodePtr c = node(std::make_shared<Cast>(DType::int32, DType::float32), Parent(from.node, from.slot),
+                         nodeName(base + "_float"));
+        const bool infinite = std::isinf(dataFillValue);
+        const auto F = static_cast<float>(dataFillValue);
+        if (dataFill->whereTrue == infinite)
+            c = node(std::make_shared<MulAddConst>(-1.0f, 1.0f), c, nodeName(base + "_not"));
+        if (infinite) {
+            c = node(std::make_shared<Activation>(ActivationKind::log), c, base);
+        } else {
+            c = node(std::make_shared<MulAddConst>(F, 0.0f), c, base);
+        }
+        dataMask = base + ":mask";
+        while (values_.count(dataMask) || shapes_.count(dataMask)) dataMask += "'";
+        values_[dataMask] = {c, 0};
+        shapes_[dataMask] = *md;
+        ranks_[dataMask] = static_cast<int64_t>(md->size());
+    }
+    std::vector<std::string> inputs{m.q, k, m.v};
+    if (!dataMask.empty()) inputs.push_back(dataMask);
+    define(last, sdpa, dataInputs(inputs), inputs);
+    return true;
 }
 
 } // namespace tessera::onnx_io

@@ -19,7 +19,8 @@ constant; and weights read by several nodes, one of them inside a pattern read a
 masked_fill (a causal mask sliced from a weight-like buffer and compared, a Where of data
 and a constant, positional rows gathered from a table by known indices and added) and of a
 LLaMA's causal mask (Trilu); and the masks made from lengths and ids (comparisons and logic
-of integer and bool data, integer division and remainders, Where of integers). The expected
+of integer and bool data, integer division and remainders, Where of integers); and attention
+in the forms exporters write it (onnx_attention_cases.py). The expected
 outputs are
 computed here with NumPy from the ONNX operator definitions.
 
@@ -31,6 +32,8 @@ import sys
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from onnx_attention_cases import attention_forms
 
 
 def save(root, name, graph, inputs, outputs, opset):
@@ -110,6 +113,7 @@ def main():
     masked_fill_forms(root)
     data_condition_forms(root)
     comparison_forms(root)
+    attention_forms(root, save, value)
 
 
 def shared_weight_forms(root):

@@ -25,7 +25,9 @@ src_key_padding_mask, masked_fill and torch.where of the mask) and one that make
 its ids (ids == 0, ~mask) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
 source and target ids and their bool padding masks; a causal target mask) at 14 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
-Exits 1 on the first mismatch.
+The attentions of the transformers among them (q k^T scaled, masked, softmax, times v) must
+import as one ScaledDotProductAttention layer each (FUSED_ATTENTION), causal where the mask
+is the causal one. Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
 """
 import os
@@ -682,6 +684,15 @@ FULL_MODELS = {f"{m}_opset{o}": (getattr(torchvision.models, m), o, (2, 3, 224, 
 NORM_MODELS.update(FULL_MODELS)
 FOLDED_BY_EXPORT = {"swin_opset13", "swin_opset17", "maxvit_opset13", "maxvit_opset17"} | set(FULL_MODELS)
 RTOL = 1e-4
+# Attentions the import reads back as one ScaledDotProductAttention, and how many of them causal:
+# every one of these models' (Swin's, with its relative position biases added, and MaxViT's,
+# an Einsum, stay separate layers).
+FUSED_ATTENTION = {f"{m}_opset{o}": fused for m, fused in (
+    ("text_encoder", (2, 0)), ("vit", (2, 0)), ("gpt_masked_fill", (2, 2)), ("bert_three_inputs", (2, 0)),
+    ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)),
+    ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0))) for o in (13, 17)}
+FUSED_ATTENTION.update({f"{m}_opset{o}": fused for m, fused in (
+    ("transformer_seq2seq_masks", (3, 0)), ("llama_rotary", (2, 2))) for o in (14, 17)})
 
 
 def run(cmd):
@@ -730,6 +741,15 @@ def main():
             count = sum(p.numel() for p in make().parameters()) + UNREAD.get(name, 0)
             if f"{count:,} parameters" not in checked:
                 sys.exit(f"FAILED: {name}: PyTorch has {count:,} parameters; tessera check says {checked.strip()}")
+        dot = os.path.join(work, name + ".dot")
+        run([tessera, "draw", path, "-o", dot] + shapes)
+        with open(dot) as f:
+            drawn = f.read()
+        os.remove(dot)
+        fused = (drawn.count("\\nScaledDotProductAttention"), drawn.count("\\nScaledDotProductAttention\\ncausal"))
+        if fused != FUSED_ATTENTION.get(name, (0, 0)):
+            sys.exit(f"FAILED: {name}: {fused[0]} attentions imported as one layer ({fused[1]} causal), "
+                     f"expected {FUSED_ATTENTION.get(name, (0, 0))}")
         ypath = os.path.join(work, name + "_y.npy")
         run([tessera, "run", path, "--input"] + xpaths + ["-o", ypath])
         for xpath in xpaths:
