@@ -30,6 +30,11 @@ struct OnnxImportOptions {
     /// a shape, a clip bound) takes its value from here and is no graph input any more;
     /// inputs used as data stay inputs. (ONNX's test cases give weights as inputs.)
     std::map<std::string, Tensor> inputValues;
+    /// Attention in the forms exporters write it (MatMul(q, k^T), scaled, masked, Softmax,
+    /// MatMul(v): ONNX has none before opset 23) read back as one ScaledDotProductAttention,
+    /// which holds no more than a block of heads' scores at a time; false: its nodes as
+    /// separate layers (MatMul, MulAddConst, SoftMax, ...), as exported.
+    bool attention = true;
 };
 
 /// Reads the ONNX model in `path` into a Graph: one input node (an Identity named after the

@@ -147,7 +147,7 @@ std::shared_ptr<Graph> Importer::run() {
     findGelus();
     findSpatialTfs();
     findLayerPatterns();
-    findAttention();
+    if (options_.attention) findAttention();
     const std::vector<std::vector<std::string>> lastReaders = constantsByLastReader();
     // Imports node i by `how`; an op it cannot take is listed (or counted, when its input was
     // not imported) and its outputs are missing.

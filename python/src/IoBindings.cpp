@@ -75,11 +75,16 @@ void bindIo(py::module_& m) {
         "model's input. Empty Transforms if none.");
     m.def(
         "importOnnx",
-        [](const std::string& path) {
+        [](const std::string& path, bool attention) {
             py::gil_scoped_release nogil;
-            return importOnnx(path);
+            OnnxImportOptions options;
+            options.attention = attention;
+            return importOnnx(path, options);
         },
-        py::arg("path"), "An ONNX model as a Graph of Tessera modules.");
+        py::arg("path"), py::arg("attention") = true,
+        "An ONNX model as a Graph of Tessera modules. attention: attention in the forms exporters write it (MatMul(q, "
+        "k^T), scaled, masked, Softmax, MatMul(v)) read back as one ScaledDotProductAttention layer; False: as "
+        "separate layers.");
     m.def(
         "exportOnnx",
         [](Module& model, const py::handle& input, const std::string& path, int64_t opset,

@@ -138,6 +138,25 @@ def test_save_and_load_hdf5_and_onnx(tmp_path):
     np.testing.assert_allclose(imported(x).numpy(), ref, rtol=1e-4, atol=1e-4)
 
 
+def test_imported_attention_is_one_layer_unless_asked_otherwise(tmp_path):
+    ts.manualSeed(4)
+    net = ts.Sequential().append(ts.MultiheadAttention(8, 2, causal=True))
+    path = str(tmp_path / "attention.onnx")
+    ts.exportOnnx(net, (2, 5, 8), path)
+    fused, separate = ts.importOnnx(path), ts.importOnnx(path, attention=False)
+    names = [sorted(type(c).__name__ for c in m.children()) for m in (fused, separate)]
+    assert names[0].count("ScaledDotProductAttention") == 1 and "SoftMax" not in names[0]
+    assert "ScaledDotProductAttention" not in names[1] and names[1].count("SoftMax") == 1
+    x = ts.rand((2, 5, 8))
+    dy = ts.rand((2, 5, 8))
+    net.trainMode()
+    want, dx = net(x).numpy().copy(), net.backward(dy).numpy().copy()
+    for m in (fused, separate):
+        m.trainMode()
+        np.testing.assert_allclose(m(x).numpy(), want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(m.backward(dy).numpy(), dx, rtol=1e-4, atol=1e-5)
+
+
 def test_check_and_summary():
     net = ts.loadZooModel("resnet18")
     r = ts.check(net, input=(1, 3, 224, 224))

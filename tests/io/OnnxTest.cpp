@@ -694,7 +694,7 @@ TEST(Onnx, LinearOnTokensAndSoftMaxOnAnyAxisRoundTrip) {
         EXPECT_EQ(classes["Linear"], 2);
         EXPECT_EQ(classes["SoftMax"], 2);
         EXPECT_EQ(classes["MatMul"], 2);
-        EXPECT_EQ(classes["ScaledDotProductAttention"], 1); // its parts read back as one layer
+        EXPECT_EQ(classes["ScaledDotProductAttention"], 1);            // its parts read back as one layer
         EXPECT_EQ(back->namedParams().size(), g.namedParams().size()); // the bias is the Linear's
         const Tensor input = randomTensor(in, 8);
         const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
