@@ -17,6 +17,7 @@
 #include "io/Hdf5.h"
 #include "io/Onnx.h"
 #include "models/Zoo.h"
+#include "modules/MultiheadAttention.h"
 #include "training/Checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -232,6 +233,11 @@ int main(int argc, char** argv) {
     ModulePtr lenet = loadZooModel("lenet");
     lenet->evalMode();
     exportOnnx(*lenet, {Shape({1, 1, 28, 28})}, (dir / "onnx/lenet.onnx").string());
+    // causal self-attention: the nodes the import reads back as one ScaledDotProductAttention
+    Sequential attention("attention");
+    attention.append(std::make_shared<MultiheadAttention>(8, 2, MultiheadAttentionOptions{.causal = true}));
+    attention.evalMode();
+    exportOnnx(attention, {Shape({1, 4, 8})}, (dir / "onnx/attention.onnx").string());
     std::printf("seed corpora written under %s\n", dir.c_str());
     return 0;
 }
