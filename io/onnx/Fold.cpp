@@ -351,8 +351,11 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
                 Constant out;
                 out.isInt = true;
                 out.dims = shape.ints;
-                int64_t count = 1;
-                for (int64_t d : shape.ints) count *= d;
+                const int64_t count = arrays::count(shape.ints); // none negative
+                if (count > arrays::kMaxElements) {
+                    throw Unsupported{"a constant ConstantOfShape to " + Shape(shape.ints).str() +
+                                      ", over 2^24 elements"};
+                }
                 out.ints.assign(static_cast<size_t>(count), c.ints[0]);
                 return setConstant(n.output(0), std::move(out));
             }
@@ -378,6 +381,16 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
         return constants_[n.output(0)] = out, true;
     }
     const Shape target = expand ? broadcastShapes(from, Shape(shape.ints)) : Shape(shape.ints);
+    // At most 2^26 floats (256 MiB: the causal mask of 8192 positions); count: none negative.
+    constexpr int64_t kMaxFill = int64_t{1} << 26;
+    int64_t elements = 1;
+    for (int64_t d : target.dims()) {
+        if (d < 0) throw Unsupported{"a constant " + n.op_type() + " to " + target.str() + ", a negative dim"};
+        elements = d == 0 ? 0 : (elements > kMaxFill / d ? kMaxFill + 1 : elements * d);
+    }
+    if (elements > kMaxFill) {
+        throw Unsupported{"a constant " + n.op_type() + " to " + target.str() + ", over 2^26 elements"};
+    }
     std::vector<float> v(static_cast<size_t>(target.numel()), value);
     if (expand && !allZero) {
         const Tensor src = Tensor::fromVector(from.rank() ? from : Shape{1}, values);
