@@ -229,13 +229,14 @@ private:
     // as one ScaledDotProductAttention at its last node (LayerPatterns.cpp): q and k, each
     // times scalars, k transposed over its last two dims (by a Transpose that may permute its
     // leading dims too: k is then that permutation of its input), MatMul(q, k^T) -> Mul or Div
-    // by scalars -> Add of masks, or Where(constant condition, scores, fill) -> Softmax over
-    // the last axis -> Dropout (optional) -> MatMul(weights, v). The scalars fold into its
-    // scale; a constant mask that is the causal one (0 on and below the diagonal, -inf or
-    // below -1e4 above it) into its causal flag; one float mask of data is its fourth input.
-    // The nodes it takes are absorbed_ until it is imported: where it does not fit after all
-    // (a factor that is not a constant scalar, another constant mask), they are imported one
-    // by one instead (importAttention false).
+    // by scalars -> Add of masks, or Where(condition, scores, fill) -> Softmax over the last
+    // axis -> Dropout (optional) -> MatMul(weights, v). The scalars fold into its scale; a
+    // constant mask that is the causal one (0 on and below the diagonal, -inf or at most -1e4
+    // above it) into its causal flag; one float mask of data, or one made from a condition of
+    // data (-inf, or a fill of at most -1e30), is its fourth input. The nodes it takes are
+    // absorbed_ until it is imported: where it does not fit after all (a factor that is not a
+    // constant scalar, another constant mask), they are imported one by one instead
+    // (importAttention false).
     struct AttentionMatch {
         std::string q, kFrom, v;
         std::vector<int64_t> kPerm;          // k = Transpose(kFrom, kPerm) when not empty

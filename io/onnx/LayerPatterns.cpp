@@ -7,7 +7,10 @@
 //   Add(eps) -> Sqrt -> Div(d, that), over the trailing axes, then Mul(weight) and
 //   Add(bias) when their constants fit; without the first ReduceMean and the Sub, RMSNorm;
 // - GroupNorm: Reshape(x, [N, G, -1]) -> InstanceNormalization(ones, zeros) -> Reshape back
-//   (to Shape(x) or x's own dims), then a per-channel Mul and Add when they fit.
+//   (to Shape(x) or x's own dims), then a per-channel Mul and Add when they fit;
+// - attention (no Attention op before opset 23): MatMul(q, Transpose(k)), scaled, masked,
+//   Softmax, MatMul(v), as one ScaledDotProductAttention (findAttention: Importer.h's
+//   AttentionMatch says which forms).
 #include <algorithm>
 #include <cmath>
 #include <limits>
