@@ -659,18 +659,22 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
     } catch (const Error&) {
         return false;
     }
-    // It fits: k made where the transpose also permuted its leading dims.
+    // It fits. `made`: a value the layer reads that no ONNX node computes, under a new name.
+    auto made = [&](std::string name, const NodePtr& nd, const std::vector<Dim>& dims) {
+        while (values_.count(name) || shapes_.count(name)) name += "'";
+        values_[name] = {nd, 0};
+        shapes_[name] = dims;
+        ranks_[name] = static_cast<int64_t>(dims.size());
+        return name;
+    };
+    // k made where the transpose also permuted its leading dims.
     std::string k = m.kFrom;
     if (!m.kPerm.empty()) {
         const onnx::NodeProto& t = g.node(m.transpose);
-        k = t.output(0) + ":k";
-        while (values_.count(k) || shapes_.count(k)) k += "'";
         const Source from = value(m.kFrom, 1);
         NodePtr kn = node(std::make_shared<Transpose>(m.kPerm), Parent(from.node, from.slot),
                           nodeName((t.name().empty() ? t.output(0) : t.name()) + "_k"));
-        values_[k] = {kn, 0};
-        shapes_[k] = *kd;
-        ranks_[k] = static_cast<int64_t>(kd->size());
+        k = made(t.output(0) + ":k", kn, *kd);
     }
     if (dataFill) { // the mask from the condition
         const std::string base = nodeName(std::string(last.name().empty() ? last.output(0) : last.name()) + "_mask");
@@ -686,11 +690,7 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         } else {
             c = node(std::make_shared<MulAddConst>(F, 0.0f), c, base);
         }
-        dataMask = base + ":mask";
-        while (values_.count(dataMask) || shapes_.count(dataMask)) dataMask += "'";
-        values_[dataMask] = {c, 0};
-        shapes_[dataMask] = *md;
-        ranks_[dataMask] = static_cast<int64_t>(md->size());
+        dataMask = made(base + ":mask", c, *md);
     }
     std::vector<std::string> inputs{m.q, k, m.v};
     if (!dataMask.empty()) inputs.push_back(dataMask);
