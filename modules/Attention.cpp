@@ -139,30 +139,41 @@ Shape matrixShape(const Shape& s) {
 }
 } // namespace
 
+DType AttentionKernel::fusedType(DType compute, Device device) {
+    return is16Bit(compute) && !device.isCpu() ? compute : DType::float32;
+}
+
 bool AttentionKernel::fuses(const Shapes& in, bool dropout, DType compute, Device device, bool backward) const {
-    if (in.size() != 3 || options_.causal || dropout || !is16Bit(compute) || device.isCpu()) return false;
-    return backendFor(device).fusesAttention(matrixShape(in[0]), matrixShape(in[1]), matrixShape(in[2]), compute,
-                                             backward);
+    if (in.size() != 3 || options_.causal || dropout) return false;
+    return backendFor(device).fusesAttention(matrixShape(in[0]), matrixShape(in[1]), matrixShape(in[2]),
+                                             fusedType(compute, device), backward);
 }
 
 int64_t AttentionKernel::fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool backward,
                                            bool stats) {
+    const DType t = fusedType(compute, be.device());
     const Shape q = matrixShape(in[0]), k = matrixShape(in[1]), v = matrixShape(in[2]);
     const Shape y{q[0], q[1], v[2]};
-    auto bytes = [&](const Shape& s) { return be.allocationBytes(s.numel() * static_cast<int64_t>(sizeOf(compute))); };
-    // forward: q, k, v in 16 bits, and y where it is not kept; backward: q, k, v, dy, dq, dk, dv
-    const int64_t copies = bytes(q) + bytes(k) + bytes(v) +
-                           (backward ? bytes(y) + bytes(q) + bytes(k) + bytes(v)
-                            : stats  ? 0
-                                     : bytes(y));
-    return copies + be.allocationBytes(be.fusedAttentionScratchBytes(q, k, v, compute, backward, stats));
+    auto bytes = [&](const Shape& s) { return be.allocationBytes(s.numel() * static_cast<int64_t>(sizeOf(t))); };
+    // In 16 bits, forward: q, k, v, and y where it is not kept; backward: q, k, v, dy, dq,
+    // dk, dv. In float32 the kernel reads and writes the float32 tensors themselves.
+    const int64_t copies = t == DType::float32 ? 0
+                                               : bytes(q) + bytes(k) + bytes(v) +
+                                                     (backward ? bytes(y) + bytes(q) + bytes(k) + bytes(v)
+                                                      : stats  ? 0
+                                                               : bytes(y));
+    return copies + be.allocationBytes(be.fusedAttentionScratchBytes(q, k, v, t, backward, stats));
 }
 
 int64_t AttentionKernel::fusedKeptBytes(const Backend& be, const Shapes& in, DType compute) {
+    const DType t = fusedType(compute, be.device());
     const Shape q = matrixShape(in[0]), v = matrixShape(in[2]);
-    return be.allocationBytes(q[0] * q[1] * v[2] * static_cast<int64_t>(sizeOf(compute))) +
-           be.allocationBytes(q[0] * q[1] * static_cast<int64_t>(sizeof(float)));
+    const int64_t stats = be.allocationBytes(q[0] * q[1] * static_cast<int64_t>(sizeof(float)));
+    return keepsOutput(be.device()) ? be.allocationBytes(q[0] * q[1] * v[2] * static_cast<int64_t>(sizeOf(t))) + stats
+                                    : stats;
 }
+
+bool AttentionKernel::keepsOutput(Device device) { return !device.isCpu(); }
 
 // For each block of heads: P = softmax(q k^T s + mask), with dropout P <- P * mask, y = P v.
 // The dropout masks are drawn head after head in order, whatever the blocks. Fused where
@@ -174,12 +185,13 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
     const Shapes shapes = in.size() == 3 ? Shapes{in[0].shape(), in[1].shape(), in[2].shape()} : Shapes{};
     if (fuses(shapes, stream != nullptr, compute, in[0].device())) {
         const bool keep = fused && fuses(shapes, false, compute, in[0].device(), true); // for a fused backward
-        const Tensor q = matrices(in[0]).convertedTo(compute), k = matrices(in[1]).convertedTo(compute),
-                     v = matrices(in[2]).convertedTo(compute);
-        Tensor y = Tensor::empty({q.shape()[0], q.shape()[1], v.shape()[2]}, compute, q.device());
+        const DType t = fusedType(compute, in[0].device());
+        const Tensor q = matrices(in[0]).convertedTo(t), k = matrices(in[1]).convertedTo(t),
+                     v = matrices(in[2]).convertedTo(t);
+        Tensor y = Tensor::empty({q.shape()[0], q.shape()[1], v.shape()[2]}, t, q.device());
         Tensor stats = keep ? Tensor::empty({q.shape()[0], q.shape()[1]}, DType::float32, q.device()) : Tensor();
         if (backendOf(q).fusedAttentionForward(scaleFor(q.shape()[2]), q, k, v, y, stats)) {
-            if (keep) *fused = Fused{y, stats};
+            if (keep) *fused = Fused{keepsOutput(q.device()) ? y : Tensor(), stats};
             if (used) *used = 0;
             std::vector<int64_t> yd = qs.dims();
             yd.back() = v.shape()[2];
@@ -215,7 +227,7 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
 Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const Stream* stream,
                                   const Fused* fused) const {
     if (fused && fused->stats.defined()) {
-        const DType t = fused->y.dtype();
+        const DType t = fused->y.defined() ? fused->y.dtype() : DType::float32;
         const Tensor q = matrices(in[0]).convertedTo(t), k = matrices(in[1]).convertedTo(t),
                      v = matrices(in[2]).convertedTo(t), dy = matrices(dyIn).convertedTo(t);
         Tensor dq = Tensor::empty(q.shape(), t, q.device()), dk = Tensor::empty(k.shape(), t, q.device()),
@@ -322,8 +334,8 @@ MemoryUse ScaledDotProductAttention::memoryUse(const Shapes& inShapes, const std
     const int64_t Tq = q[q.rank() - 2], Tk = inShapes[1][q.rank() - 2], heads = q.numel() / (Tq * q[q.rank() - 1]);
     const int64_t block = be.allocationBytes(AttentionKernel::blockBytes(be, heads, Tq, Tk));
     const bool dropout = train && options().dropout > 0.0f;
-    // Fused (AttentionKernel::fuses): a fused backward reads the 16-bit y and each row's
-    // statistics, kept from the forward; an unfused one recomputes blocks of scores.
+    // Fused (AttentionKernel::fuses): a fused backward reads each row's statistics (and on a
+    // GPU the 16-bit y), kept from the forward; an unfused one recomputes blocks of scores.
     const bool fusedForward = kernel_.fuses(inShapes, dropout, computeDType(), device);
     const bool fusedBackward = train && fusedForward && kernel_.fuses(inShapes, false, computeDType(), device, true);
     use.forwardScratchBytes =

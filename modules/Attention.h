@@ -21,8 +21,9 @@ struct AttentionOptions {
 };
 
 /// The attention compute on plain float32 tensors {q, k, v[, mask]} as
-/// ScaledDotProductAttention describes them, a block of heads at a time (as many as have
-/// [Tq, Tk] scores of 2 MiB together, at least one). With
+/// ScaledDotProductAttention describes them: fused where the backend takes the problem
+/// (fuses: the CPU's float32 kernel, cuDNN's 16-bit one), otherwise a block of heads at a
+/// time (as many as have [Tq, Tk] scores of 2 MiB together, at least one). With
 /// dropout, the masks of a forward come from the counters of a generator from `at` on, and
 /// its backward draws them again from there: nothing but the stream's position is kept.
 class AttentionKernel {
@@ -34,17 +35,17 @@ public:
         uint64_t seed = 0, at = 0;
     };
     /// What a fused forward (Backend::fusedAttentionForward) leaves for its backward: its
-    /// 16-bit output [heads, Tq, dv] and each row's log-sum-exp [heads, Tq]. Undefined where
-    /// the forward ran in blocks.
+    /// 16-bit output [heads, Tq, dv] (where the backend's backward reads it: keepsOutput)
+    /// and each row's log-sum-exp [heads, Tq]. Undefined where the forward ran in blocks.
     struct Fused {
         Tensor y, stats;
     };
     /// y = softmax(q k^T s + mask) v, with dropout when `stream` is given (then the
     /// probabilities are dropped with options().dropout). Sets `used` to the
-    /// counters it drew. In a 16-bit `compute` type, without a mask, causal masking or
-    /// dropout, on a backend that fuses attention (Backend::fusesAttention), one fused pass
-    /// in that type; then `fused`, if given (train mode) and the backward fuses too, gets
-    /// what that backward reads.
+    /// counters it drew. Without a mask, causal masking or dropout, on a backend that fuses
+    /// attention (Backend::fusesAttention) in fusedType, one fused pass in that type; then
+    /// `fused`, if given (train mode) and the backward fuses too, gets what that backward
+    /// reads.
     Tensor forward(const Tensors& in, const Stream* stream, uint64_t* used = nullptr, DType compute = DType::float32,
                    Fused* fused = nullptr) const;
     /// The gradients {dq, dk, dv[, dmask]} for dy, recomputing each head's probabilities
@@ -54,6 +55,12 @@ public:
     /// Whether forward (or, with `backward`, forward and backward) runs fused for inputs of
     /// these shapes ({q, k, v[, mask]}) in `compute` on `device` (`dropout`: a stream is given).
     bool fuses(const Shapes& in, bool dropout, DType compute, Device device, bool backward = false) const;
+    /// The type a fused pass runs in: a 16-bit `compute` on a GPU; float32 on the CPU
+    /// (whose attention runs in float32 in every compute type) and in float32 compute.
+    static DType fusedType(DType compute, Device device);
+    /// Whether a fused train-mode forward keeps its output for the backward (a GPU's fused
+    /// backward reads it; the CPU's takes the softmax's row sums from the probabilities).
+    static bool keepsOutput(Device device);
     /// A Stream kept as a tensor (int32 [4], on the CPU), so that a run's state can move.
     static Tensor keep(const Stream& s);
     static Stream kept(const Tensor& t);
@@ -64,7 +71,7 @@ public:
     static int64_t blockBytes(const Backend& be, int64_t heads, int64_t Tq, int64_t Tk);
     /// The scratch bytes of a fused forward (backward = false; `stats`: in train mode, its
     /// backward fused too) or backward: the 16-bit copies of its arguments and results
-    /// (but a kept output), and the backend's own.
+    /// (but a kept output; none in float32), and the backend's own.
     static int64_t fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool backward, bool stats);
     /// The bytes a fused train-mode forward keeps for its fused backward (Fused).
     static int64_t fusedKeptBytes(const Backend& be, const Shapes& in, DType compute);

@@ -276,7 +276,8 @@ Tensors MultiheadAttention::backwardFrom(const Tensors& grad, bool updParamGrads
 // Kept in training: the heads q, k, v and the joined heads (float32), and the mask the
 // kernel added where two were combined. Scratch (allocated inside the calls, see
 // updateData and backwardFrom): the heads, the kernel's output and blocks of scores (or a
-// fused kernel's 16-bit copies, which keeps its 16-bit output and statistics); in
+// fused kernel's scratch and 16-bit copies, which keeps its statistics and a GPU's its
+// 16-bit output); in
 // backward the heads' gradients, the joined heads' and the projections'. Batch-first
 // inputs: time-major ones are copied once more each way, which is not counted.
 MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,

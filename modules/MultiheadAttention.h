@@ -82,7 +82,7 @@ private:
     // Kept from the forward: the projected heads [N, H, T, d], the mask the kernel added,
     // the heads joined [N * L, E] (out_proj's input), the dropout stream.
     Tensor q_, k_, v_, mask_, joined_, stream_;
-    AttentionKernel::Fused fused_; // a fused train-mode forward's 16-bit output and statistics
+    AttentionKernel::Fused fused_; // what a fused train-mode forward keeps for its backward
 };
 
 } // namespace tessera

@@ -7,6 +7,7 @@
 
 #include "GradCheck.h"
 #include "backend/Backend.h"
+#include "backend/cpu/CpuBackend.h"
 #include "modules/Attention.h"
 #include "modules/MultiheadAttention.h"
 #include "modules/PositionalEncoding.h"
@@ -103,6 +104,59 @@ TEST(ScaledDotProductAttention, BadInput) {
         {"mask [..., 5 or 1, 6]", "got [5, 5]"}));
     EXPECT_TRUE(throwsShapeError([&] { att(Tensors{q, q}); }, {"expects 3 input tensors"}));
     EXPECT_TRUE(throwsModuleError([] { ScaledDotProductAttention({.scale = -1.0f}); }, {"scale"}));
+}
+
+// The CPU's fused float32 kernel (CpuBackend::fusesAttention) against the blocks of heads,
+// forward and backward, on both float32 GEMM engines: rows that are not whole vectors,
+// dv apart from d, and keys long enough that query rows go through in several chunks
+// (1100 keys: 59 rows of scores to a 256 KiB chunk, so 130 queries take three), the
+// chunked output also against the reference in double. Under calcMode(bfloat16) it still
+// runs in float32; in float16 or bfloat16 the backend does not take it.
+TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
+    Backend& cpu = backendFor(Device::cpu());
+    EXPECT_TRUE(cpu.fusesAttention({2, 5, 8}, {2, 6, 8}, {2, 6, 3}, DType::float32, true));
+    EXPECT_FALSE(cpu.fusesAttention({2, 5, 8}, {2, 6, 8}, {2, 6, 3}, DType::bfloat16, true));
+    EXPECT_FALSE(cpu.fusesAttention({2, 5, 8}, {3, 6, 8}, {2, 6, 3}, DType::float32, true)); // heads differ
+    const Float32Gemm engineBefore = CpuBackend::float32Gemm();
+    struct Case {
+        Shape q, k, v;
+    };
+    for (const Case& c : {Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}}, Case{{2, 33, 16}, {2, 40, 16}, {2, 40, 24}},
+                          Case{{3, 130, 8}, {3, 1100, 8}, {3, 1100, 5}}}) {
+        for (Float32Gemm engine : {Float32Gemm::onednn, Float32Gemm::openblas}) {
+            SCOPED_TRACE(c.q.str() + (engine == Float32Gemm::onednn ? " onednn" : " openblas"));
+            CpuBackend::setFloat32Gemm(engine);
+            const Tensor q = randomTensor(c.q, 1), k = randomTensor(c.k, 2), v = randomTensor(c.v, 3);
+            std::vector<int64_t> ys = c.q.dims();
+            ys.back() = c.v.dims().back();
+            const Tensor dy = randomTensor(Shape(ys), 4);
+            std::vector<std::vector<float>> results[2];
+            for (bool fused : {true, false}) {
+                CpuBackend::setFusedAttention(fused);
+                for (DType compute : {DType::float32, DType::bfloat16}) {
+                    ScaledDotProductAttention att;
+                    att.calcMode(compute);
+                    EXPECT_EQ(AttentionKernel({}).fuses({c.q, c.k, c.v}, false, compute, Device::cpu(), true), fused);
+                    const Tensor y = att(Tensors{q, k, v})[0];
+                    att.backward(Tensors{dy});
+                    auto& r = results[fused ? 0 : 1];
+                    r.push_back(y.toVector<float>());
+                    for (const Tensor& g : att.gradList()) r.push_back(g.toVector<float>());
+                }
+            }
+            CpuBackend::setFusedAttention(true);
+            ASSERT_EQ(results[0].size(), results[1].size());
+            for (size_t i = 0; i < results[0].size(); ++i) {
+                const Tensor fusedOut = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
+                EXPECT_TRUE(allClose(fusedOut, results[1][i], 1e-5f)) << "result " << i;
+            }
+            if (c.k[1] == 1100) {
+                const Tensor y = Tensor::fromVector({static_cast<int64_t>(results[0][0].size())}, results[0][0]);
+                EXPECT_TRUE(allClose(y, reference(q, k, v, {}, 1, false, 1.0f / std::sqrt(8.0f)), 1e-5f));
+            }
+        }
+    }
+    CpuBackend::setFloat32Gemm(engineBefore);
 }
 
 TEST(ScaledDotProductAttention, Dropout) {
