@@ -71,8 +71,16 @@ template <class F> F symbol(void* lib, const char* name, const std::string& path
     return reinterpret_cast<F>(p);
 }
 
-OpenBlas load() {
+} // namespace
+
+void preferCoreType() {
     if (const char* core = coreTypeFromIsa()) setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
+}
+
+namespace {
+
+OpenBlas load() {
+    preferCoreType();
     const std::string path = libraryPath();
     void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {

@@ -1,5 +1,6 @@
 #pragma once
-/// \file OpenBLAS, loaded at first use. Private to backend/cpu and tools/bench.
+/// \file OpenBLAS, loaded at first use. Private to backend/cpu, tools/bench and the Python
+/// module (preferCoreType).
 ///
 /// Debian's OpenBLAS 0.3.21 picks its kernels by CPU model number and falls back to
 /// generic SSE3 code ("Prescott", about 1/5 of the speed) on Intel CPUs newer than it
@@ -21,6 +22,13 @@ struct OpenBlas {
     std::string coreName; ///< the kernel set OpenBLAS runs ("SkylakeX", "Haswell", ...)
     std::string path;     ///< the library file loaded
 };
+
+/// Sets OPENBLAS_CORETYPE to the kernel set for this CPU unless the user set it. OpenBLAS
+/// reads it once, when the process first loads the library, whoever loads it: the Python
+/// module calls this as it is imported, before NumPy (which loads the same library) can,
+/// so that NumPy's products and Tessera's run the CPU's kernels, not OpenBLAS's generic
+/// ones for a CPU newer than its table.
+void preferCoreType();
 
 /// The loaded library; throws BackendError when it cannot be loaded. Looked for at
 /// $TESSERA_OPENBLAS_LIBRARY, then beside libtessera, then at the path of the build.

@@ -1,11 +1,14 @@
 // The extension module tessera._tessera; python/tessera/__init__.py builds the package on it.
 #include "Bindings.h"
 #include "backend/Errors.h"
+#include "backend/cpu/OpenBlas.h"
 
 PYBIND11_MODULE(_tessera, m) {
     namespace py = pybind11;
     using namespace tessera;
     m.doc() = "Tessera's C++ library; import tessera, not this module.";
+    // Before NumPy loads OpenBLAS (tessera/__init__.py imports this module first).
+    tessera::cpu::preferCoreType();
 
     // Tessera's exception tree, as Python classes of the same names. Registered root
     // first: the translators are tried last-registered first, so the most derived wins.

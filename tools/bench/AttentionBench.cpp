@@ -1,0 +1,70 @@
+// ScaledDotProductAttention on the CPU, forward and backward (train mode) and the forward
+// alone (eval mode), through the fused float32 kernel (backend/cpu/Attention.cpp: a chunk
+// of query rows' scores in cache from q k^T to P v) against the blocks of heads it replaces
+// (CpuBackend::setFusedAttention(false): batched products and oneDNN's softmax over 2 MiB of
+// scores at a time). Shapes [heads, T, d]: vit-tiny's (batch 128, 4 heads of 16, 50
+// tokens), ViT-B/16's (batch 8, 12 heads of 64, 197 tokens) and a long sequence (8 heads
+// of 64, 1024 tokens). GFLOP/s counts the forward's two products once (fwd) or three times
+// (fwd+bwd: the backward's four products, the scores' recompute not counted).
+//
+//   tessera_bench --benchmark_filter=Attention/ --benchmark_repetitions=7
+//       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
+#include <string>
+
+#include "BenchUtil.h"
+#include "backend/Random.h"
+#include "backend/cpu/CpuBackend.h"
+#include "modules/Attention.h"
+
+namespace {
+
+using namespace tessera;
+
+struct Problem {
+    const char* name;
+    int64_t heads, T, d;
+};
+
+constexpr Problem kProblems[] = {
+    {"vit-tiny/512x50x16", 512, 50, 16}, {"vit-b16/96x197x64", 96, 197, 64}, {"long/8x1024x64", 8, 1024, 64}};
+
+void BM_Attention(benchmark::State& state, Problem p, bool fused, bool train) {
+    const bool before = CpuBackend::fusedAttention();
+    CpuBackend::setFusedAttention(fused);
+    Generator gen(1);
+    Tensors in;
+    for (int i = 0; i < 3; ++i) {
+        Tensor t = Tensor::empty({p.heads, p.T, p.d});
+        backendOf(t).fillNormal(t, 0.0f, 1.0f, gen);
+        in.push_back(t);
+    }
+    Tensor dy = Tensor::full({p.heads, p.T, p.d}, 0.01f);
+    ScaledDotProductAttention att;
+    if (!train) att.evalMode();
+    for (auto _ : state) {
+        att(in);
+        if (train) att.backward(Tensors{dy});
+    }
+    CpuBackend::setFusedAttention(before);
+    const double forward = 4.0 * static_cast<double>(p.heads * p.T * p.T * p.d) * 1e-9;
+    setGflops(state, train ? 3.0 * forward : forward);
+}
+
+int registerAll() {
+    for (const Problem& p : kProblems) {
+        for (bool train : {true, false}) {
+            for (bool fused : {true, false}) {
+                const std::string name =
+                    std::string("Attention/") + p.name + (train ? "/fwd+bwd" : "/fwd") + (fused ? "/fused" : "/blocks");
+                benchmark::RegisterBenchmark(name.c_str(), BM_Attention, p, fused, train)
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime();
+            }
+        }
+    }
+    return 0;
+}
+
+const int registered = registerAll();
+
+} // namespace
