@@ -1,8 +1,9 @@
 #pragma once
-/// \file The CPU backend: OpenBLAS for GEMM; oneDNN for convolution, deconvolution,
-/// pooling with overlapping windows, batch norm, LRN, resampling, PReLU, activations,
-/// softmax and layout reorders; own loops (OpenMP) for max pooling of blocked inputs with
-/// disjoint windows and for the rest. Its definitions are split by op family over
+/// \file The CPU backend: oneDNN's matmul for GEMM (float32 on OpenBLAS's sgemm where
+/// setFloat32Gemm says so); oneDNN for convolution, deconvolution, pooling with
+/// overlapping windows, batch norm, LRN, resampling, PReLU, activations, softmax and layout
+/// reorders; own loops (OpenMP) for max pooling of blocked inputs with disjoint windows,
+/// fused attention and the rest. Its definitions are split by op family over
 /// backend/cpu/*.cpp.
 
 #include "backend/Backend.h"

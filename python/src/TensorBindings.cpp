@@ -7,6 +7,7 @@
 #include "backend/Backend.h"
 #include "backend/Errors.h"
 #include "backend/Random.h"
+#include "backend/cpu/CpuBackend.h"
 
 namespace tessera::python {
 
@@ -311,6 +312,11 @@ ValueError when a value does not fit). copy=True always copies.)");
           "train-mode dropout on CUDA (off by default; TESSERA_CUDA_FUSED_ATTENTION=1 turns it on at start; "
           "docs/gpu.md); a no-op without CUDA.");
     m.def("cudaFusedAttention", &cudaFusedAttention, "Whether setCudaFusedAttention is on now.");
+    m.def("setCpuFusedAttention", &CpuBackend::setFusedAttention, py::arg("on"),
+          "The CPU's fused float32 attention for attention without masks, causal masking or train-mode dropout: "
+          "a chunk of query rows' scores in cache from q k^T to P v (on by default; TESSERA_CPU_FUSED_ATTENTION=0 "
+          "turns it off at start; docs/layers.md). Off: blocks of heads, as masked attention runs.");
+    m.def("cpuFusedAttention", &CpuBackend::fusedAttention, "Whether setCpuFusedAttention is on now.");
 }
 
 } // namespace tessera::python

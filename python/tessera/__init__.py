@@ -29,7 +29,8 @@ from ._tessera import (
     CosineSchedule, ExponentialSchedule, Schedule, StepSchedule, parseSchedule,
     # tensors
     empty, full, manualSeed, rand, randint, randn, tensor, zeros,
-    # GPU settings
+    # CPU and GPU settings
+    cpuFusedAttention, setCpuFusedAttention,
     cuda16BitActivations, cudaChannelsLast, cudaDeviceCount, cudaFusedAttention, setCuda16BitActivations,
     setCudaAllowTF32, setCudaChannelsLast, setCudaDeterministic, setCudaFusedAttention,
     # files, zoo, data
@@ -106,6 +107,8 @@ __all__ = [
     "empty",
     "full",
     "manualSeed",
+    "cpuFusedAttention",
+    "setCpuFusedAttention",
     "cuda16BitActivations",
     "cudaChannelsLast",
     "cudaDeviceCount",

@@ -483,6 +483,31 @@ def test_attention_and_matmul_match_pytorch():
     np.testing.assert_allclose(out.numpy(), q @ w, rtol=1e-5, atol=1e-5)
 
 
+def test_unmasked_attention_fused_or_in_blocks_matches_pytorch():
+    # Without a mask the CPU runs attention fused (a chunk of query rows' scores in cache);
+    # ts.setCpuFusedAttention(False) runs it in blocks of heads. Both match PyTorch.
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 21, 8), (2, 3, 37, 8), (2, 3, 37, 5)))
+    dy = rng.standard_normal((2, 3, 21, 5)).astype(np.float32)
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    y_ref = torch.softmax(tq @ tk.transpose(-1, -2) / np.sqrt(8), -1) @ tv
+    y_ref.backward(torch.tensor(dy))
+    assert ts.cpuFusedAttention()  # the default
+    try:
+        for on in (True, False):
+            ts.setCpuFusedAttention(on)
+            assert ts.cpuFusedAttention() is on
+            att = ts.ScaledDotProductAttention()
+            y = att([q, k, v])
+            y = y[0] if isinstance(y, list) else y
+            np.testing.assert_allclose(y.numpy(), y_ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+            for g, t in zip(att.backward(dy), (tq, tk, tv)):
+                np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+    finally:
+        ts.setCpuFusedAttention(True)
+
+
 @pytest.mark.parametrize("batch_first", [True, False])
 def test_multihead_attention_matches_pytorch(batch_first):
     """nn.MultiheadAttention's weights, loaded name for name, give its output and gradients."""
