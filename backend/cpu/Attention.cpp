@@ -52,6 +52,7 @@ int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool backward) {
 #pragma GCC diagnostic ignored "-Wpsabi"
 using V = float __attribute__((vector_size(64)));
 using VI = int32_t __attribute__((vector_size(64)));
+using VU = uint32_t __attribute__((vector_size(64)));
 
 [[gnu::always_inline]] inline V splat(float x) { return V{} + x; }
 [[gnu::always_inline]] inline V load(const float* p) {
@@ -86,13 +87,15 @@ using V4 = float __attribute__((vector_size(16)));
 
 // e^x for x <= 0 (the softmax's shifted scores), 0 below -87 (where e^x leaves float's
 // normal range) and for -inf: x = n ln 2 + r, |r| <= ln(2) / 2, e^r by Cephes' polynomial,
-// 2^n from the exponent bits. Within 2 ulp of std::exp.
+// 2^n from the exponent bits (unsigned: any input, NaN too, is defined behaviour; above 88
+// it stays finite). Within 2 ulp of std::exp.
 [[gnu::always_inline]] inline V expOf(V x) {
     const V lo = splat(-87.0f);
-    const V xc = x < lo ? lo : x;
+    const V hi = splat(88.0f);
+    const V xc = x < lo ? lo : x > hi ? hi : x;
     const V t = xc * 1.44269504088896341f + 12582912.0f; // 1.5 * 2^23: rounds to an integer
     const V n = t - 12582912.0f;
-    const VI ni = (VI)t - 0x4B400000;
+    const VU ni = (VU)t - 0x4B400000u; // n, two's complement
     const V r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
     V p = splat(1.9875691500e-4f);
     p = p * r + 1.3981999507e-3f;
@@ -101,7 +104,7 @@ using V4 = float __attribute__((vector_size(16)));
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const VI bits = (ni + 127) << 23;
+    const VU bits = (ni + 127u) << 23;
     const V e = p * (V)bits;
     return x < lo ? V{} : e;
 }
@@ -149,9 +152,11 @@ TESSERA_CPU_CLONES void scaleRows(float* y, int64_t rows, int64_t n, const float
 
 // Rows of n scores, ld apart as in expRows -> exp(score - lse[i]): the probabilities again.
 TESSERA_CPU_CLONES void probabilitiesOf(float* s, int64_t rows, int64_t n, int64_t ld, const float* lse) {
+    const int64_t whole = n / kLanes * kLanes, tail = n - whole;
     for (int64_t i = 0; i < rows; ++i) {
         float* x = s + i * ld;
-        for (int64_t j = 0; j < n; j += kLanes) store(x + j, expOf(load(x + j) - lse[i]));
+        for (int64_t j = 0; j < whole; j += kLanes) store(x + j, expOf(load(x + j) - lse[i]));
+        if (tail) store(x + whole, expOf(keepFirst(load(x + whole), tail, -INFINITY) - lse[i]));
     }
 }
 
