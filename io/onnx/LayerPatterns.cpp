@@ -21,6 +21,7 @@
 #include "modules/Activation.h"
 #include "modules/Attention.h"
 #include "modules/Cast.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
 #include "modules/RowNorm.h"
@@ -589,9 +590,13 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         if (d.input_size() > 2 && !d.input(2).empty() && !constants_.count(d.input(2))) return false;
         if (!(dropout >= 0.0f && dropout < 1.0f)) return false;
     }
-    // The masks: a constant one the causal mask, at most one of data.
+    // The masks: a constant one the causal mask, at most one of data; or alone, a learned
+    // bias (a weight [1, ...] of q's rank holding no infinity: Swin's relative position
+    // biases, folded by the export), which becomes a Parameter over the batch, as an Add of
+    // such a weight does.
     bool causal = false;
     std::string dataMask;
+    const Constant* bias = nullptr;
     auto isCausal = [&](const std::vector<double>& table, const std::vector<int64_t>& dims) {
         if (dims.size() < 2 || dims[dims.size() - 2] != Tq || dims.back() != Tk) return false;
         for (size_t j = 0; j + 2 < dims.size(); ++j) {
@@ -613,11 +618,17 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
             continue;
         }
         const Constant& k = c->second;
-        if (causal || k.isInt || k.zeros || k.symbolic() || !k.tensor.defined()) return false;
+        if (causal || bias || k.isInt || k.zeros || k.symbolic() || !k.tensor.defined()) return false;
         const std::vector<float> f = k.tensor.toVector<float>();
-        if (!isCausal(std::vector<double>(f.begin(), f.end()), k.dims)) return false;
-        causal = true;
+        if (isCausal(std::vector<double>(f.begin(), f.end()), k.dims)) {
+            causal = true;
+            continue;
+        }
+        const bool finite = std::all_of(f.begin(), f.end(), [](float e) { return std::isfinite(e); });
+        if (!initializers_.count(mask) || !finite || k.dims.size() != qs.rank() || k.dims[0] != 1) return false;
+        bias = &k;
     }
+    if (bias && (causal || !dataMask.empty() || !m.fills.empty())) return false;
     // A fill where a condition of data holds (masked_fill(pad[:, None, None, :], -inf)): the
     // mask log(1 - c) for -inf (0 where c is 0, -inf where 1), c F for a finite F of at most
     // -1e30, which a score added to rounds to (c: the condition in float; 1 - c where the
@@ -650,8 +661,14 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         AttentionOptions{.causal = causal, .scale = static_cast<float>(scale), .dropout = dropout});
     Shapes in{qs, ks, shapeOfDims(*vd)};
     std::optional<std::vector<Dim>> md;
+    std::vector<int64_t> biasDims; // the bias's dims but the batch's, as the Parameter holds them
     if (!dataMask.empty() || dataFill) {
         if (!(md = dimsOf(dataFill ? dataFill->condition : dataMask))) return false;
+        in.push_back(shapeOfDims(*md));
+    } else if (bias) {
+        biasDims.assign(bias->dims.begin() + 1, bias->dims.end());
+        md = std::vector<Dim>{(*qd)[0]};
+        for (int64_t d : biasDims) md->push_back({d, {}});
         in.push_back(shapeOfDims(*md));
     }
     try {
@@ -691,6 +708,13 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
             c = node(std::make_shared<MulAddConst>(F, 0.0f), c, base);
         }
         dataMask = made(base + ":mask", c, *md);
+    }
+    if (bias) { // the bias over q's batch
+        auto table = std::make_shared<Parameter>(biasDims);
+        table->getVar("weight")->data.copyFrom(bias->tensor.reshape(Shape(biasDims)));
+        const std::string base = nodeName(std::string(last.name().empty() ? last.output(0) : last.name()) + "_bias");
+        const Source from = value(m.q, 0);
+        dataMask = made(base + ":bias", node(table, Parent(from.node, from.slot), base), *md);
     }
     std::vector<std::string> inputs{m.q, k, m.v};
     if (!dataMask.empty()) inputs.push_back(dataMask);

@@ -137,15 +137,34 @@ def attention_forms(root, save, value):
     save(root, "attention_fused_where_lowest_of_data", g, [q, k, v, keep],
          [softmax(np.where(keep, q @ kT, np.float32(LOWEST))) @ v], 13)
 
-    # Forms it does not take: a constant mask that is not the causal one, a scale per head,
-    # and a fill of data that is not that low (it replaces the scores of sample 1, all
-    # filled: the softmax of equal values, not of the scores less 1e4).
+    # A learned bias added to the scores (a weight [1, H, T, S]: Swin's relative position
+    # biases as the export folds them): one layer reading it as a Parameter.
+    per_head_bias = rng.randn(1, H, T, S).astype(np.float32)
+    nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["qk"]),
+             helper.make_node("Mul", ["qk", "half"], ["s"]),
+             helper.make_node("Add", ["s", "bias"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["w"], axis=-1), weights_v]
+    g = helper.make_graph(nodes, "bias_per_head", heads, out,
+                          [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+                           helper.make_tensor("bias", TensorProto.FLOAT, [1, H, T, S], per_head_bias.flatten())])
+    save(root, "attention_fused_learned_bias_per_head", g, [q, k, v], [softmax(q @ kT * 0.5 + per_head_bias) @ v], 13)
+
+    # Forms it does not take: a constant mask that is not the causal one and not a learned
+    # bias (a table of lower rank, which an Add of it keeps constant; a band of -inf), a
+    # scale per head, and a fill of data that is not that low (it replaces the scores of
+    # sample 1, all filled: the softmax of equal values, not of the scores less 1e4).
     table = rng.randn(T, S).astype(np.float32)
     nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["s"]), helper.make_node("Add", ["s", "table"], ["m"]),
              helper.make_node("Softmax", ["m"], ["w"], axis=-1), weights_v]
     g = helper.make_graph(nodes, "constant_mask", heads, out,
                           [helper.make_tensor("table", TensorProto.FLOAT, [T, S], table.flatten())])
     save(root, "attention_separate_constant_mask", g, [q, k, v], [softmax(q @ kT + table) @ v], 13)
+    band = np.where(np.abs(np.arange(T)[:, None] - np.arange(S)[None, :]) <= 1, 0.0, -np.inf).astype(np.float32)
+    nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["s"]), helper.make_node("Add", ["s", "band"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["w"], axis=-1), weights_v]
+    g = helper.make_graph(nodes, "band_mask", heads, out,
+                          [helper.make_tensor("band", TensorProto.FLOAT, [T, S], band.flatten())])
+    save(root, "attention_separate_band_mask", g, [q, k, v], [softmax(q @ kT + band) @ v], 13)
     per_head = np.array([0.5, 2.0], np.float32).reshape(1, H, 1, 1)
     nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["qk"]),
              helper.make_node("Mul", ["qk", "per_head"], ["s"]), helper.make_node("Softmax", ["s"], ["w"], axis=-1),

@@ -685,12 +685,13 @@ NORM_MODELS.update(FULL_MODELS)
 FOLDED_BY_EXPORT = {"swin_opset13", "swin_opset17", "maxvit_opset13", "maxvit_opset17"} | set(FULL_MODELS)
 RTOL = 1e-4
 # Attentions the import reads back as one ScaledDotProductAttention, and how many of them causal:
-# every one of these models' (Swin's, with its relative position biases added, and MaxViT's,
-# an Einsum, stay separate layers).
+# every one of these models'; Swin's where a window is not shifted (its relative position
+# bias, folded by the export, a learned Parameter added to the scores; a shifted window also
+# adds its mask, through reshapes, and stays separate layers), none of MaxViT's (an Einsum).
 FUSED_ATTENTION = {f"{m}_opset{o}": fused for m, fused in (
     ("text_encoder", (2, 0)), ("vit", (2, 0)), ("gpt_masked_fill", (2, 2)), ("bert_three_inputs", (2, 0)),
     ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)),
-    ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0))) for o in (13, 17)}
+    ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0)), ("swin", (2, 0)), ("swin_t", (7, 0))) for o in (13, 17)}
 FUSED_ATTENTION.update({f"{m}_opset{o}": fused for m, fused in (
     ("transformer_seq2seq_masks", (3, 0)), ("llama_rotary", (2, 2))) for o in (14, 17)})
 
