@@ -12,7 +12,8 @@ Reshape::Reshape(Shape shape, std::string name) : Module(std::move(name)), shape
     if (shape_.rank() == 0) throw ShapeError("Reshape: the target shape is empty");
 }
 
-// Resolve 0 (copy the input dim) and -1 (infer); returns a shape with numel() == -1 on mismatch.
+// Resolve 0 (copy the input dim) and -1 (infer); returns an empty shape on mismatch (dims
+// whose product overflows count as one).
 Shape Reshape::resolve(const Shape& in) const {
     std::vector<int64_t> dims = shape_.dims();
     int64_t known = 1;
@@ -24,8 +25,8 @@ Shape Reshape::resolve(const Shape& in) const {
         }
         if (dims[i] == -1) {
             inferred = static_cast<int>(i);
-        } else {
-            known *= dims[i];
+        } else if (__builtin_mul_overflow(known, dims[i], &known)) {
+            return Shape{};
         }
     }
     if (inferred >= 0) {

@@ -91,6 +91,11 @@ TEST(Reshape, BadInput) {
     EXPECT_TRUE(throwsShapeError([&] { rank(randomTensor({2, 6}, 1)); }, {"cannot view input"}));
     EXPECT_THROW(Reshape(Shape{-1, -1}), ShapeError);
     EXPECT_THROW(Reshape(Shape{2, -3}), ShapeError);
+    // dims whose product overflows int64 (a fuzzed ONNX file's): an error, not a wrapped count
+    for (const Shape& to : {Shape{1000003, 3602879701896396800, -1}, Shape{1000003, 3602879701896396800}}) {
+        const Reshape huge(to);
+        EXPECT_TRUE(throwsShapeError([&] { huge.checkDataShape({Shape{2, 6}}); }, {"cannot view input [2, 6]"}));
+    }
 }
 
 // int32 values (ids, an attention mask) are viewed as floats are.
