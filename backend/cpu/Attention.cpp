@@ -144,7 +144,7 @@ TESSERA_CPU_CLONES void expRows(float* s, int64_t rows, int64_t n, int64_t ld, f
     }
 }
 
-// rows [rows, n], ld apart: row i times f[i].
+// y [rows, n], contiguous: row i times f[i].
 TESSERA_CPU_CLONES void scaleRows(float* y, int64_t rows, int64_t n, const float* f) {
     for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < n; ++j) y[i * n + j] *= f[i];
