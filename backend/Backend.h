@@ -21,6 +21,7 @@
 namespace tessera {
 
 class Generator;
+struct AttentionSpec; // backend/AttentionSpec.h
 
 /// Bytes of tensor storage a backend has handed out and not yet got back.
 struct MemoryStats {
@@ -278,39 +279,41 @@ public:
     /// heads in such blocks): small enough to stay in a CPU's cache (the default, 2 MiB),
     /// large enough on a GPU that each batched product fills the device.
     virtual int64_t attentionBlockBytes() const { return int64_t{2} << 20; }
-    /// Whether fusedAttentionForward takes this problem (no mask, no causal, no dropout):
-    /// q [B, Tq, d], k [B, Tk, d], v [B, Tk, dv] in the 16-bit `dtype`; with `backward`,
-    /// whether its training form (with statistics) and fusedAttentionBackward both do.
-    /// Default: no.
-    virtual bool fusesAttention(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward) const {
-        (void)q, (void)k, (void)v, (void)dtype, (void)backward;
+    /// Whether fusedAttentionForward takes this problem (`spec`; no mask, no dropout): q [B,
+    /// Tq, d], k [B, Tk, d], v [B, Tk, dv] in `dtype` (a GPU: its 16-bit types; the CPU:
+    /// float32); with `backward`, whether its training form (with statistics) and
+    /// fusedAttentionBackward both do. Default: no.
+    virtual bool fusesAttention(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v, DType dtype,
+                                bool backward) const {
+        (void)spec, (void)q, (void)k, (void)v, (void)dtype, (void)backward;
         return false;
     }
     /// The device memory fusedAttentionForward (with or without `stats`) or
     /// fusedAttentionBackward (`backward`) takes besides its arguments, for the memory plan.
     /// Default: 0.
-    virtual int64_t fusedAttentionScratchBytes(const Shape& q, const Shape& k, const Shape& v, DType dtype,
-                                               bool backward, bool stats) const {
-        (void)q, (void)k, (void)v, (void)dtype, (void)backward, (void)stats;
+    virtual int64_t fusedAttentionScratchBytes(const AttentionSpec& spec, const Shape& q, const Shape& k,
+                                               const Shape& v, DType dtype, bool backward, bool stats) const {
+        (void)spec, (void)q, (void)k, (void)v, (void)dtype, (void)backward, (void)stats;
         return 0;
     }
     /// Attention in one fused pass whose scores never reach memory (flash attention): y =
-    /// softmax(q k^T scale) v for q [B, Tq, d], k [B, Tk, d], v [B, Tk, dv], y [B, Tq, dv], plain,
-    /// all of one 16-bit type. `stats` [B, Tq] float32, or undefined in inference: each
-    /// row's log-sum-exp, which fusedAttentionBackward reads. Returns false, having written
-    /// nothing, where the backend has no fused kernel for the problem (AttentionKernel then
-    /// runs its blocks of heads). Default: false.
-    virtual bool fusedAttentionForward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                                       const Tensor& stats) {
-        (void)scale, (void)q, (void)k, (void)v, (void)y, (void)stats;
+    /// softmax(q k^T spec.scale [causally masked]) v for q [B, Tq, d], k [B, Tk, d], v [B, Tk,
+    /// dv], y [B, Tq, dv], plain, all of one type. `stats` [B, Tq] float32, or undefined in
+    /// inference: each row's log-sum-exp, which fusedAttentionBackward reads. Returns false,
+    /// having written nothing, where the backend has no fused kernel for the problem
+    /// (AttentionKernel then runs its blocks of heads). Default: false.
+    virtual bool fusedAttentionForward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& y, const Tensor& stats) {
+        (void)spec, (void)q, (void)k, (void)v, (void)y, (void)stats;
         return false;
     }
     /// The gradients dq, dk, dv (q's, k's and v's shapes and type) of a fused forward's y
-    /// for dy, from its y and stats. False, having written nothing, where it did not run.
-    virtual bool fusedAttentionBackward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                                        const Tensor& dy, const Tensor& stats, const Tensor& dq, const Tensor& dk,
-                                        const Tensor& dv) {
-        (void)scale, (void)q, (void)k, (void)v, (void)y, (void)dy, (void)stats, (void)dq, (void)dk, (void)dv;
+    /// for dy, from its y (undefined where the backend's backward does not read it) and
+    /// stats. False, having written nothing, where it did not run.
+    virtual bool fusedAttentionBackward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& y, const Tensor& dy, const Tensor& stats, const Tensor& dq,
+                                        const Tensor& dk, const Tensor& dv) {
+        (void)spec, (void)q, (void)k, (void)v, (void)y, (void)dy, (void)stats, (void)dq, (void)dk, (void)dv;
         return false;
     }
     /// row: [M], y: [N, M] -> y[n, :] <- row for every n.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/AttentionSpec.h"
 #include "backend/Errors.h"
 #include "cuda/Check.h"
 #include "cuda/Dnn.h"
@@ -238,22 +239,27 @@ bool fusable(const Shape& q, const Shape& k, const Shape& v, DType dtype) {
            k[2] == q[2] && v[1] == k[1] && q.numel() > 0 && k.numel() > 0 && v.numel() > 0;
 }
 
+// Only softmax(q k^T scale) v: cuDNN's SDPA operation as built here takes no causal mask
+// or dropout.
+bool plain(const AttentionSpec& spec) { return !spec.causal && spec.dropout == 0.0f; }
+
 bool packed16(const Tensor& t, DType dtype) {
     return t.dtype() == dtype && t.layout() == Layout::plain && !t.device().isCpu();
 }
 
 } // namespace
 
-bool CudaBackend::fusesAttention(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward) const {
-    if (!fusedAttention_ || !fusable(q, k, v, dtype)) return false;
+bool CudaBackend::fusesAttention(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v, DType dtype,
+                                 bool backward) const {
+    if (!fusedAttention_ || !plain(spec) || !fusable(q, k, v, dtype)) return false;
     if (!backward) return attentionPlan(keyOf(false, false, dtype, q, k, v)).plan != nullptr;
     return attentionPlan(keyOf(false, true, dtype, q, k, v)).plan != nullptr &&
            attentionPlan(keyOf(true, true, dtype, q, k, v)).plan != nullptr;
 }
 
-int64_t CudaBackend::fusedAttentionScratchBytes(const Shape& q, const Shape& k, const Shape& v, DType dtype,
-                                                bool backward, bool stats) const {
-    if (!fusedAttention_ || !fusable(q, k, v, dtype)) return 0;
+int64_t CudaBackend::fusedAttentionScratchBytes(const AttentionSpec& spec, const Shape& q, const Shape& k,
+                                                const Shape& v, DType dtype, bool backward, bool stats) const {
+    if (!fusedAttention_ || !plain(spec) || !fusable(q, k, v, dtype)) return 0;
     return attentionPlan(keyOf(backward, stats || backward, dtype, q, k, v)).workspaceBytes;
 }
 
@@ -278,10 +284,11 @@ void CudaBackend::runAttentionPlan(const AttentionPlan& plan, const std::vector<
     TESSERA_CUDA_CHECK(cudnnBackendExecute(cudnn_, plan.plan, pack));
 }
 
-bool CudaBackend::fusedAttentionForward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                                        const Tensor& stats) {
+bool CudaBackend::fusedAttentionForward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& y, const Tensor& stats) {
     const DType t = q.dtype();
-    if (!fusedAttention_ || !fusable(q.shape(), k.shape(), v.shape(), t)) return false;
+    if (!fusedAttention_ || !plain(spec) || !fusable(q.shape(), k.shape(), v.shape(), t)) return false;
+    float scale = spec.scale;
     if (!packed16(q, t) || !packed16(k, t) || !packed16(v, t) || !packed16(y, t) ||
         y.shape() != Shape{q.shape()[0], q.shape()[1], v.shape()[2]}) {
         return false;
@@ -299,11 +306,14 @@ bool CudaBackend::fusedAttentionForward(float scale, const Tensor& q, const Tens
     return true;
 }
 
-bool CudaBackend::fusedAttentionBackward(float scale, const Tensor& q, const Tensor& k, const Tensor& v,
+bool CudaBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const Tensor& y, const Tensor& dy, const Tensor& stats, const Tensor& dq,
                                          const Tensor& dk, const Tensor& dv) {
     const DType t = q.dtype();
-    if (!fusedAttention_ || !fusable(q.shape(), k.shape(), v.shape(), t) || !stats.defined()) return false;
+    if (!fusedAttention_ || !plain(spec) || !fusable(q.shape(), k.shape(), v.shape(), t) || !stats.defined()) {
+        return false;
+    }
+    float scale = spec.scale;
     for (const Tensor* x : {&q, &k, &v, &y, &dy, &dq, &dk, &dv}) {
         if (!packed16(*x, t)) return false;
     }
@@ -320,16 +330,20 @@ bool CudaBackend::fusedAttentionBackward(float scale, const Tensor& q, const Ten
 
 #else // cuDNN headers before 9.17: no SDPA operation to build on
 
-bool CudaBackend::fusesAttention(const Shape&, const Shape&, const Shape&, DType, bool) const { return false; }
-int64_t CudaBackend::fusedAttentionScratchBytes(const Shape&, const Shape&, const Shape&, DType, bool, bool) const {
-    return 0;
-}
-bool CudaBackend::fusedAttentionForward(float, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                        const Tensor&) {
+bool CudaBackend::fusesAttention(const AttentionSpec&, const Shape&, const Shape&, const Shape&, DType, bool) const {
     return false;
 }
-bool CudaBackend::fusedAttentionBackward(float, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                         const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+int64_t CudaBackend::fusedAttentionScratchBytes(const AttentionSpec&, const Shape&, const Shape&, const Shape&, DType,
+                                                bool, bool) const {
+    return 0;
+}
+bool CudaBackend::fusedAttentionForward(const AttentionSpec&, const Tensor&, const Tensor&, const Tensor&,
+                                        const Tensor&, const Tensor&) {
+    return false;
+}
+bool CudaBackend::fusedAttentionBackward(const AttentionSpec&, const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&) {
     return false;
 }
 

@@ -166,16 +166,17 @@ public:
     /// A whole batch of heads at once, up to 256 MiB of scores: products big enough to fill the device.
     int64_t attentionBlockBytes() const override { return int64_t{256} << 20; }
     /// cuDNN's SDPA operations (cuda/Attention.cpp) under setCudaFusedAttention (off by
-    /// default), where the cuDNN loaded (9.17 or later) builds a plan for the problem;
+    /// default), not causal, where the cuDNN loaded (9.17 or later) builds a plan for the problem;
     /// refused problems are remembered, the first one said on stderr.
-    bool fusesAttention(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward) const override;
-    int64_t fusedAttentionScratchBytes(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward,
-                                       bool stats) const override;
-    bool fusedAttentionForward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                               const Tensor& stats) override;
-    bool fusedAttentionBackward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                                const Tensor& dy, const Tensor& stats, const Tensor& dq, const Tensor& dk,
-                                const Tensor& dv) override;
+    bool fusesAttention(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v, DType dtype,
+                        bool backward) const override;
+    int64_t fusedAttentionScratchBytes(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v,
+                                       DType dtype, bool backward, bool stats) const override;
+    bool fusedAttentionForward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& y, const Tensor& stats) override;
+    bool fusedAttentionBackward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& y, const Tensor& dy, const Tensor& stats, const Tensor& dq,
+                                const Tensor& dk, const Tensor& dv) override;
     void setFusedAttention(bool on) { fusedAttention_ = on; }
     /// A fused attention problem's cuDNN plan, and those made so far (cuda/Attention.cpp).
     struct AttentionPlan;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/AttentionSpec.h"
 #include "backend/Backend.h"
 #include "modules/BatchUtil.h"
 
@@ -62,6 +63,12 @@ Shapes ScaledDotProductAttention::gradShapeFrom(const Shapes&) const { return la
 
 float AttentionKernel::scaleFor(int64_t d) const {
     return options_.scale > 0.0f ? options_.scale : 1.0f / std::sqrt(static_cast<float>(d));
+}
+
+AttentionSpec AttentionKernel::specFor(int64_t d, const Stream* stream) const {
+    AttentionSpec spec{.scale = scaleFor(d), .causal = options_.causal};
+    if (stream) spec.dropout = options_.dropout, spec.seed = stream->seed, spec.first = stream->at;
+    return spec;
 }
 
 std::vector<int64_t> AttentionKernel::maskOfHead(const Tensors& in) {
@@ -144,16 +151,19 @@ DType AttentionKernel::fusedType(DType compute, Device device) {
 }
 
 bool AttentionKernel::fuses(const Shapes& in, bool dropout, DType compute, Device device, bool backward) const {
-    if (in.size() != 3 || options_.causal || dropout) return false;
-    return backendFor(device).fusesAttention(matrixShape(in[0]), matrixShape(in[1]), matrixShape(in[2]),
+    if (in.size() != 3) return false;
+    const Stream any;
+    return backendFor(device).fusesAttention(specFor(in[0][in[0].rank() - 1], dropout ? &any : nullptr),
+                                             matrixShape(in[0]), matrixShape(in[1]), matrixShape(in[2]),
                                              fusedType(compute, device), backward);
 }
 
-int64_t AttentionKernel::fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool backward,
-                                           bool stats) {
+int64_t AttentionKernel::fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool dropout,
+                                           bool backward, bool stats) const {
     const DType t = fusedType(compute, be.device());
     const Shape q = matrixShape(in[0]), k = matrixShape(in[1]), v = matrixShape(in[2]);
     const Shape y{q[0], q[1], v[2]};
+    const Stream any;
     auto bytes = [&](const Shape& s) { return be.allocationBytes(s.numel() * static_cast<int64_t>(sizeOf(t))); };
     // In 16 bits, forward: q, k, v, and y where it is not kept; backward: q, k, v, dy, dq,
     // dk, dv. In float32 the kernel reads and writes the float32 tensors themselves.
@@ -162,7 +172,8 @@ int64_t AttentionKernel::fusedScratchBytes(const Backend& be, const Shapes& in, 
                                                      (backward ? bytes(y) + bytes(q) + bytes(k) + bytes(v)
                                                       : stats  ? 0
                                                                : bytes(y));
-    return copies + be.allocationBytes(be.fusedAttentionScratchBytes(q, k, v, t, backward, stats));
+    return copies + be.allocationBytes(be.fusedAttentionScratchBytes(specFor(q[2], dropout ? &any : nullptr), q, k, v,
+                                                                     t, backward, stats));
 }
 
 int64_t AttentionKernel::fusedKeptBytes(const Backend& be, const Shapes& in, DType compute) {
@@ -184,15 +195,15 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
     if (fused) *fused = Fused{};
     const Shapes shapes = in.size() == 3 ? Shapes{in[0].shape(), in[1].shape(), in[2].shape()} : Shapes{};
     if (fuses(shapes, stream != nullptr, compute, in[0].device())) {
-        const bool keep = fused && fuses(shapes, false, compute, in[0].device(), true); // for a fused backward
+        const bool keep = fused && fuses(shapes, stream != nullptr, compute, in[0].device(), true); // for its backward
         const DType t = fusedType(compute, in[0].device());
         const Tensor q = matrices(in[0]).convertedTo(t), k = matrices(in[1]).convertedTo(t),
                      v = matrices(in[2]).convertedTo(t);
         Tensor y = Tensor::empty({q.shape()[0], q.shape()[1], v.shape()[2]}, t, q.device());
         Tensor stats = keep ? Tensor::empty({q.shape()[0], q.shape()[1]}, DType::float32, q.device()) : Tensor();
-        if (backendOf(q).fusedAttentionForward(scaleFor(q.shape()[2]), q, k, v, y, stats)) {
+        if (backendOf(q).fusedAttentionForward(specFor(q.shape()[2], stream), q, k, v, y, stats)) {
             if (keep) *fused = Fused{keepsOutput(q.device()) ? y : Tensor(), stats};
-            if (used) *used = 0;
+            if (used) *used = stream ? static_cast<uint64_t>(q.shape()[0] * q.shape()[1] * k.shape()[1]) : 0;
             std::vector<int64_t> yd = qs.dims();
             yd.back() = v.shape()[2];
             return y.convertedTo(DType::float32).reshape(Shape(yd));
@@ -232,8 +243,8 @@ Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const S
                      v = matrices(in[2]).convertedTo(t), dy = matrices(dyIn).convertedTo(t);
         Tensor dq = Tensor::empty(q.shape(), t, q.device()), dk = Tensor::empty(k.shape(), t, q.device()),
                dv = Tensor::empty(v.shape(), t, q.device());
-        if (backendOf(q).fusedAttentionBackward(scaleFor(q.shape()[2]), q, k, v, fused->y, dy, fused->stats, dq, dk,
-                                                dv)) {
+        if (backendOf(q).fusedAttentionBackward(specFor(q.shape()[2], stream), q, k, v, fused->y, dy, fused->stats, dq,
+                                                dk, dv)) {
             return {dq.convertedTo(DType::float32).reshape(in[0].shape()),
                     dk.convertedTo(DType::float32).reshape(in[1].shape()),
                     dv.convertedTo(DType::float32).reshape(in[2].shape())};
@@ -310,7 +321,7 @@ Tensors ScaledDotProductAttention::updateData(const Tensors& data) {
     }
     const AttentionKernel::Stream st{gen_.seed(), gen_.offset()};
     uint64_t used = 0;
-    Tensor y = kernel_.forward(in, &st, &used, computeDType());
+    Tensor y = kernel_.forward(in, &st, &used, computeDType(), &fused_);
     gen_.advance(used);
     stream_ = AttentionKernel::keep(st);
     return {y};
@@ -321,7 +332,7 @@ Tensors ScaledDotProductAttention::updateGrad(const Tensors& grad) {
     for (const Tensor& t : inDataList()) in.push_back(t.plain());
     if (!stream_.defined()) return kernel_.backward(in, grad[0].plain(), nullptr, &fused_);
     const AttentionKernel::Stream st = AttentionKernel::kept(stream_);
-    return kernel_.backward(in, grad[0].plain(), &st);
+    return kernel_.backward(in, grad[0].plain(), &st, &fused_);
 }
 
 // Forward: the scores and probabilities of a block of heads; backward: three such blocks
@@ -337,12 +348,12 @@ MemoryUse ScaledDotProductAttention::memoryUse(const Shapes& inShapes, const std
     // Fused (AttentionKernel::fuses): a fused backward reads each row's statistics (and on a
     // GPU the 16-bit y), kept from the forward; an unfused one recomputes blocks of scores.
     const bool fusedForward = kernel_.fuses(inShapes, dropout, computeDType(), device);
-    const bool fusedBackward = train && fusedForward && kernel_.fuses(inShapes, false, computeDType(), device, true);
+    const bool fusedBackward = train && fusedForward && kernel_.fuses(inShapes, dropout, computeDType(), device, true);
     use.forwardScratchBytes =
-        fusedForward ? AttentionKernel::fusedScratchBytes(be, inShapes, computeDType(), false, fusedBackward)
+        fusedForward ? kernel_.fusedScratchBytes(be, inShapes, computeDType(), dropout, false, fusedBackward)
                      : 2 * block;
     use.backwardScratchBytes = fusedBackward
-                                   ? AttentionKernel::fusedScratchBytes(be, inShapes, computeDType(), true, true)
+                                   ? kernel_.fusedScratchBytes(be, inShapes, computeDType(), dropout, true, true)
                                    : (dropout ? 5 : 3) * block;
     if (fusedBackward) use.keptBytes += AttentionKernel::fusedKeptBytes(be, inShapes, computeDType());
     if (dropout && device.isCpu()) use.keptBytes += 4 * static_cast<int64_t>(sizeof(int32_t));

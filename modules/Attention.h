@@ -9,6 +9,7 @@
 namespace tessera {
 
 class Backend;
+struct AttentionSpec;
 
 struct AttentionOptions {
     bool causal = false; ///< position i attends to positions j <= i only (PyTorch's is_causal)
@@ -42,8 +43,9 @@ public:
     };
     /// y = softmax(q k^T s + mask) v, with dropout when `stream` is given (then the
     /// probabilities are dropped with options().dropout). Sets `used` to the
-    /// counters it drew. Without a mask, causal masking or dropout, on a backend that fuses
-    /// attention (Backend::fusesAttention) in fusedType, one fused pass in that type; then
+    /// counters it drew. Without a mask, on a backend that fuses the problem
+    /// (Backend::fusesAttention: causal or not, with or without dropout, whose masks it
+    /// draws as the blocks do) in fusedType, one fused pass in that type; then
     /// `fused`, if given (train mode) and the backward fuses too, gets what that backward
     /// reads.
     Tensor forward(const Tensors& in, const Stream* stream, uint64_t* used = nullptr, DType compute = DType::float32,
@@ -70,14 +72,17 @@ public:
     /// and backward (three; five with dropout) hold while they run on `be`.
     static int64_t blockBytes(const Backend& be, int64_t heads, int64_t Tq, int64_t Tk);
     /// The scratch bytes of a fused forward (backward = false; `stats`: in train mode, its
-    /// backward fused too) or backward: the 16-bit copies of its arguments and results
+    /// backward fused too; `dropout`: with a stream) or backward: the 16-bit copies of its arguments and results
     /// (but a kept output; none in float32), and the backend's own.
-    static int64_t fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool backward, bool stats);
+    int64_t fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool dropout, bool backward,
+                              bool stats) const;
     /// The bytes a fused train-mode forward keeps for its fused backward (Fused).
     static int64_t fusedKeptBytes(const Backend& be, const Shapes& in, DType compute);
 
 private:
     float scaleFor(int64_t d) const;
+    /// The fused pass's: scaleFor(d), options().causal, and with a stream its dropout.
+    AttentionSpec specFor(int64_t d, const Stream* stream) const;
     // For each head, the matrix of the mask it adds (empty without a mask).
     static std::vector<int64_t> maskOfHead(const Tensors& in);
     // Heads h0 .. h0 + g - 1: their probabilities P = softmax(q k^T * scale + mask) into p
@@ -97,9 +102,11 @@ private:
 /// one [Tq, Tk]). A row whose scores are all -inf has no defined output (NaN, as in PyTorch).
 /// The scores of a block of heads (2 MiB of them, or one head's) exist at a time, whatever
 /// the batch: backward recomputes each head's scores (and dropout masks) instead of keeping
-/// them all. On CUDA with setCudaFusedAttention, unmasked non-causal attention in
-/// calcMode(float16|bfloat16), without train-mode dropout, runs as cuDNN's fused attention
-/// (AttentionKernel::fuses). Gradients to q, k, v and the mask. No parameters.
+/// them all. Without a mask input or train-mode dropout, attention runs fused
+/// (AttentionKernel::fuses): on the CPU in float32, causal or not (CpuBackend's kernel: a
+/// chunk of query rows' scores at a time); on CUDA with setCudaFusedAttention, non-causal
+/// in calcMode(float16|bfloat16), as cuDNN's fused attention. Gradients to q, k, v and the
+/// mask. No parameters.
 class ScaledDotProductAttention : public Module {
 public:
     explicit ScaledDotProductAttention(const AttentionOptions& options = {});

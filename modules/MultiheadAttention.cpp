@@ -164,7 +164,7 @@ Tensors MultiheadAttention::updateData(const Tensors& data) {
     if (isTrain() && options_.dropout > 0.0f) {
         const AttentionKernel::Stream st{gen_.seed(), gen_.offset()};
         uint64_t used = 0;
-        y = kernel_.forward(kin, &st, &used);
+        y = kernel_.forward(kin, &st, &used, computeDType(), &fused_);
         gen_.advance(used);
         stream_ = AttentionKernel::keep(st);
     } else {
@@ -301,12 +301,12 @@ MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vecto
     const Shapes kernelIn{Shape{N * numHeads_, L, d}, Shape{N * numHeads_, S, d}, Shape{N * numHeads_, S, d}};
     const bool unmasked = !options_.keyPaddingMask && !options_.attnMask;
     const bool fusedForward = unmasked && kernel_.fuses(kernelIn, dropout, computeDType(), device);
-    const bool fusedBackward = train && fusedForward && kernel_.fuses(kernelIn, false, computeDType(), device, true);
+    const bool fusedBackward = train && fusedForward && kernel_.fuses(kernelIn, dropout, computeDType(), device, true);
     const int64_t kernelForward =
-        fusedForward ? AttentionKernel::fusedScratchBytes(be, kernelIn, computeDType(), false, fusedBackward)
+        fusedForward ? kernel_.fusedScratchBytes(be, kernelIn, computeDType(), dropout, false, fusedBackward)
                      : 2 * block;
     const int64_t kernelBackward = fusedBackward
-                                       ? AttentionKernel::fusedScratchBytes(be, kernelIn, computeDType(), true, true)
+                                       ? kernel_.fusedScratchBytes(be, kernelIn, computeDType(), dropout, true, true)
                                        : (dropout ? 5 : 3) * block;
     const int64_t out = B(q * static_cast<int64_t>(sizeOf(be.gemmOutputDType(computeDType()))));
     const int64_t heads = hq + 2 * hk + (mask > 0 ? B(mask * f) : 0);

@@ -6,6 +6,7 @@
 
 // backend/: tensors, devices, errors, random numbers, the backend interface
 #include "backend/ActivationParams.h"
+#include "backend/AttentionSpec.h"
 #include "backend/Backend.h"
 #include "backend/DType.h"
 #include "backend/Errors.h"

@@ -2,6 +2,10 @@
 // query rows' scores kept in cache from the first product through the softmax to the
 // second, and the backward from each row's log-sum-exp (the scores recomputed, the
 // softmax's row sums taken from the recomputed probabilities, so the output is not read).
+// Causally, a chunk computes only the keys its last row sees, the later ones in each row
+// set to -inf before the softmax (so their probabilities are 0). With dropout, each
+// probability's factor is drawn from its counter, as Backend::dropoutForward draws them
+// over all heads' probabilities: the same masks as the blocks of heads.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -11,6 +15,8 @@
 
 #include <omp.h>
 
+#include "backend/AttentionSpec.h"
+#include "backend/Random.h"
 #include "backend/cpu/Clones.h"
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
@@ -40,10 +46,11 @@ int64_t rowsPerChunk(int64_t Tq, int64_t Tk) {
     return std::clamp<int64_t>(kChunkBytes / (rowStride(Tk) * static_cast<int64_t>(sizeof(float))), 1, Tq);
 }
 
-// Per thread: forward, one chunk of scores and each row's 1 / sum; backward, two chunks.
-int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool backward) {
+// Per thread: forward, one chunk of scores and each row's 1 / sum; backward, two chunks
+// (three with dropout: its factors).
+int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool backward, bool dropout) {
     const int64_t R = rowsPerChunk(Tq, Tk);
-    return backward ? 2 * R * rowStride(Tk) : R * rowStride(Tk) + R;
+    return backward ? (dropout ? 3 : 2) * R * rowStride(Tk) : R * rowStride(Tk) + R;
 }
 
 // Sixteen floats side by side (GCC's vector extension): one AVX-512 register, two AVX2
@@ -174,6 +181,47 @@ TESSERA_CPU_CLONES void softmaxGradRows(const float* p, float* dp, int64_t rows,
     }
 }
 
+// Causal masking of a chunk of rows whose first is query i0, n keys computed (ld apart
+// as in expRows): row i0 + i keeps keys 0..i0 + i, the rest of its n become -inf.
+void maskCausal(float* s, int64_t rows, int64_t i0, int64_t n, int64_t ld) {
+    for (int64_t i = 0; i < rows; ++i) {
+        const int64_t keep = std::min(n, i0 + i + 1);
+        std::fill(s + i * ld + keep, s + i * ld + n, -INFINITY);
+    }
+}
+
+// The keys a chunk of rows from query i0 to i0 + r - 1 computes: causally, those its last
+// row sees.
+int64_t keysOf(bool causal, int64_t i0, int64_t r, int64_t Tk) { return causal ? std::min(Tk, i0 + r) : Tk; }
+
+// Dropout factors of a chunk of rows (ld apart), n keys each, the first row's draws from
+// counter `first` on and each row's Tk after the one before: with `f`, written there;
+// otherwise s is multiplied by them in place. Bit for bit Backend::dropoutForward's.
+TESSERA_CPU_CLONES void dropoutRows(float* s, float* f, int64_t rows, int64_t n, int64_t ld, float p, uint64_t seed,
+                                    uint64_t first, int64_t Tk) {
+    const float keep = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < rows; ++i) {
+        const uint64_t at = first + static_cast<uint64_t>(i * Tk);
+        float* x = f ? f + i * ld : s + i * ld;
+        for (int64_t j = 0; j < n; ++j) {
+            const float factor = randomUniform(seed, at + static_cast<uint64_t>(j)) < p ? 0.0f : keep;
+            x[j] = f ? factor : x[j] * factor;
+        }
+    }
+}
+
+// a [rows, n] *= b, rows ld apart.
+TESSERA_CPU_CLONES void mulRows(float* a, const float* b, int64_t rows, int64_t n, int64_t ld) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < n; ++j) a[i * ld + j] *= b[i * ld + j];
+}
+
+// a [rows, n] = b * c, rows ld apart.
+TESSERA_CPU_CLONES void productRows(float* a, const float* b, const float* c, int64_t rows, int64_t n, int64_t ld) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < n; ++j) a[i * ld + j] = b[i * ld + j] * c[i * ld + j];
+}
+
 // One single-threaded row-major sgemm on the float32 engine (inside a parallel region,
 // both engines run on the calling thread): C = alpha op(A) op(B) + beta C, C [M, N].
 // Returns false where oneDNN refused it.
@@ -193,21 +241,22 @@ struct Dims {
     int64_t B, Tq, Tk, d, dv;
 };
 
-bool fusable(const Shape& q, const Shape& k, const Shape& v, DType dtype) {
+bool fusable(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v, DType dtype) {
     if (!fusedOn().load() || dtype != DType::float32) return false;
+    if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f)) return false;
     if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) return false;
     if (k[0] != q[0] || v[0] != q[0] || k[2] != q[2] || v[1] != k[1]) return false;
     return q.numel() > 0 && k.numel() > 0 && v.numel() > 0;
 }
 
-Dims dimsOf(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+Dims dimsOf(const char* op, const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v) {
     for (const Tensor* t : {&q, &k, &v}) {
         if (t->dtype() != DType::float32 || t->layout() != Layout::plain) {
             throw BackendError(std::string("CpuBackend::") + op + ": expects plain float32 q, k and v, got " +
                                str(t->dtype()));
         }
     }
-    if (!fusable(q.shape(), k.shape(), v.shape(), DType::float32)) {
+    if (!fusable(spec, q.shape(), k.shape(), v.shape(), DType::float32)) {
         throw ShapeError(std::string("CpuBackend::") + op +
                          ": expects q [B, Tq, d], k [B, Tk, d], v [B, Tk, dv], got " + q.shape().str() + ", " +
                          k.shape().str() + ", " + v.shape().str());
@@ -224,22 +273,24 @@ void gemmFailed(const char* op, bool failed) {
 void CpuBackend::setFusedAttention(bool on) { fusedOn() = on; }
 bool CpuBackend::fusedAttention() { return fusedOn(); }
 
-bool CpuBackend::fusesAttention(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool) const {
-    return fusable(q, k, v, dtype);
+bool CpuBackend::fusesAttention(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v, DType dtype,
+                                bool) const {
+    return fusable(spec, q, k, v, dtype);
 }
 
-int64_t CpuBackend::fusedAttentionScratchBytes(const Shape& q, const Shape& k, const Shape& v, DType dtype,
-                                               bool backward, bool) const {
-    if (!fusable(q, k, v, dtype)) return 0;
-    return omp_get_max_threads() * scratchPerThread(q[1], k[1], backward) * static_cast<int64_t>(sizeof(float));
+int64_t CpuBackend::fusedAttentionScratchBytes(const AttentionSpec& spec, const Shape& q, const Shape& k,
+                                               const Shape& v, DType dtype, bool backward, bool) const {
+    if (!fusable(spec, q, k, v, dtype)) return 0;
+    return omp_get_max_threads() * scratchPerThread(q[1], k[1], backward, spec.dropout > 0.0f) *
+           static_cast<int64_t>(sizeof(float));
 }
 
-bool CpuBackend::fusedAttentionForward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                                       const Tensor& stats) {
-    if (!fusable(q.shape(), k.shape(), v.shape(), q.dtype())) return false;
-    const Dims n = dimsOf("fusedAttentionForward", q, k, v);
+bool CpuBackend::fusedAttentionForward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& y, const Tensor& stats) {
+    if (!fusable(spec, q.shape(), k.shape(), v.shape(), q.dtype())) return false;
+    const Dims n = dimsOf("fusedAttentionForward", spec, q, k, v);
     const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk), chunks = (n.Tq + R - 1) / R;
-    const int64_t per = scratchPerThread(n.Tq, n.Tk, false);
+    const int64_t per = scratchPerThread(n.Tq, n.Tk, false, false);
     const Tensor scratch = Tensor::empty({omp_get_max_threads(), per}, DType::float32, device());
     const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>();
     float* py = y.data<float>();
@@ -252,10 +303,16 @@ bool CpuBackend::fusedAttentionForward(float scale, const Tensor& q, const Tenso
         float* s = ps + omp_get_thread_num() * per;
         float* inv = s + R * ld;
         float* yc = py + (b * n.Tq + i0) * n.dv;
-        bool ok = sgemm1(false, true, r, n.Tk, n.d, scale, pq + (b * n.Tq + i0) * n.d, n.d, pk + b * n.Tk * n.d, n.d,
-                         0.0f, s, ld);
-        expRows(s, r, n.Tk, ld, inv, lse ? lse + b * n.Tq + i0 : nullptr);
-        ok = ok && sgemm1(false, false, r, n.dv, n.Tk, 1.0f, s, ld, pv + b * n.Tk * n.dv, n.dv, 0.0f, yc, n.dv);
+        const int64_t keys = keysOf(spec.causal, i0, r, n.Tk);
+        bool ok = sgemm1(false, true, r, keys, n.d, spec.scale, pq + (b * n.Tq + i0) * n.d, n.d, pk + b * n.Tk * n.d,
+                         n.d, 0.0f, s, ld);
+        if (spec.causal) maskCausal(s, r, i0, keys, ld);
+        expRows(s, r, keys, ld, inv, lse ? lse + b * n.Tq + i0 : nullptr);
+        if (spec.dropout > 0.0f) { // e^(s - max) dropped: the 1 / sum below makes them P * mask
+            dropoutRows(s, nullptr, r, keys, ld, spec.dropout, spec.seed,
+                        spec.first + static_cast<uint64_t>((b * n.Tq + i0) * n.Tk), n.Tk);
+        }
+        ok = ok && sgemm1(false, false, r, n.dv, keys, 1.0f, s, ld, pv + b * n.Tk * n.dv, n.dv, 0.0f, yc, n.dv);
         scaleRows(yc, r, n.dv, inv);
         if (!ok) failed = true;
     }
@@ -264,12 +321,13 @@ bool CpuBackend::fusedAttentionForward(float scale, const Tensor& q, const Tenso
 }
 
 // Per head, chunk after chunk of query rows: P = exp(q k^T s - lse), dv += P^T dy,
-// dP = dy v^T, dS = P (dP - rowsum(P dP)), dq = s dS k, dk += s dS^T q.
-bool CpuBackend::fusedAttentionBackward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
-                                        const Tensor& dy, const Tensor& stats, const Tensor& dq, const Tensor& dk,
-                                        const Tensor& dv) {
-    if (!fusable(q.shape(), k.shape(), v.shape(), q.dtype())) return false;
-    const Dims n = dimsOf("fusedAttentionBackward", q, k, v);
+// dP = dy v^T, dS = P (dP - rowsum(P dP)), dq = s dS k, dk += s dS^T q. Causally, over
+// the keys each chunk computes (dk and dv zeroed first: the first chunks reach few keys).
+bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor&, const Tensor& dy, const Tensor& stats, const Tensor& dq,
+                                        const Tensor& dk, const Tensor& dv) {
+    if (!fusable(spec, q.shape(), k.shape(), v.shape(), q.dtype())) return false;
+    const Dims n = dimsOf("fusedAttentionBackward", spec, q, k, v);
     if (dy.dtype() != DType::float32 || dy.layout() != Layout::plain) {
         throw BackendError("CpuBackend::fusedAttentionBackward: expects a plain float32 dy, got " + str(dy.dtype()));
     }
@@ -278,7 +336,8 @@ bool CpuBackend::fusedAttentionBackward(float scale, const Tensor& q, const Tens
                          " and stats " + Shape{n.B, n.Tq}.str() + ", got " + dy.shape().str() + " and " +
                          (stats.defined() ? stats.shape().str() : std::string("none")));
     }
-    const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk), per = scratchPerThread(n.Tq, n.Tk, true);
+    const bool drop = spec.dropout > 0.0f;
+    const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk), per = scratchPerThread(n.Tq, n.Tk, true, drop);
     const Tensor scratch = Tensor::empty({omp_get_max_threads(), per}, DType::float32, device());
     const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>(), *pdy = dy.data<float>();
     const float* lse = stats.data<float>();
@@ -289,21 +348,33 @@ bool CpuBackend::fusedAttentionBackward(float scale, const Tensor& q, const Tens
     for (int64_t b = 0; b < n.B; ++b) {
         float* p = ps + omp_get_thread_num() * per;
         float* g = p + R * ld;
+        float* f = g + R * ld; // with dropout: its factors
         const float *kb = pk + b * n.Tk * n.d, *vb = pv + b * n.Tk * n.dv;
         float *dkb = pdk + b * n.Tk * n.d, *dvb = pdv + b * n.Tk * n.dv;
+        if (spec.causal) {
+            std::fill(dkb, dkb + n.Tk * n.d, 0.0f);
+            std::fill(dvb, dvb + n.Tk * n.dv, 0.0f);
+        }
         bool ok = true;
         for (int64_t i0 = 0; i0 < n.Tq && ok; i0 += R) {
-            const int64_t r = std::min(R, n.Tq - i0);
-            const float beta = i0 == 0 ? 0.0f : 1.0f;
+            const int64_t r = std::min(R, n.Tq - i0), keys = keysOf(spec.causal, i0, r, n.Tk);
+            const float beta = i0 == 0 && !spec.causal ? 0.0f : 1.0f, scale = spec.scale;
             const float *qc = pq + (b * n.Tq + i0) * n.d, *dyc = pdy + (b * n.Tq + i0) * n.dv;
-            ok = sgemm1(false, true, r, n.Tk, n.d, scale, qc, n.d, kb, n.d, 0.0f, p, ld);
-            probabilitiesOf(p, r, n.Tk, ld, lse + b * n.Tq + i0);
-            ok = ok && sgemm1(true, false, n.Tk, n.dv, r, 1.0f, p, ld, dyc, n.dv, beta, dvb, n.dv);
-            ok = ok && sgemm1(false, true, r, n.Tk, n.dv, 1.0f, dyc, n.dv, vb, n.dv, 0.0f, g, ld);
-            softmaxGradRows(p, g, r, n.Tk, ld);
+            ok = sgemm1(false, true, r, keys, n.d, scale, qc, n.d, kb, n.d, 0.0f, p, ld);
+            if (spec.causal) maskCausal(p, r, i0, keys, ld);
+            probabilitiesOf(p, r, keys, ld, lse + b * n.Tq + i0);
+            if (drop) { // dv from P * mask (in g), dP = (dy v^T) * mask
+                dropoutRows(nullptr, f, r, keys, ld, spec.dropout, spec.seed,
+                            spec.first + static_cast<uint64_t>((b * n.Tq + i0) * n.Tk), n.Tk);
+                productRows(g, p, f, r, keys, ld);
+            }
+            ok = ok && sgemm1(true, false, keys, n.dv, r, 1.0f, drop ? g : p, ld, dyc, n.dv, beta, dvb, n.dv);
+            ok = ok && sgemm1(false, true, r, keys, n.dv, 1.0f, dyc, n.dv, vb, n.dv, 0.0f, g, ld);
+            if (drop) mulRows(g, f, r, keys, ld);
+            softmaxGradRows(p, g, r, keys, ld);
             ok =
-                ok && sgemm1(false, false, r, n.d, n.Tk, scale, g, ld, kb, n.d, 0.0f, pdq + (b * n.Tq + i0) * n.d, n.d);
-            ok = ok && sgemm1(true, false, n.Tk, n.d, r, scale, g, ld, qc, n.d, beta, dkb, n.d);
+                ok && sgemm1(false, false, r, n.d, keys, scale, g, ld, kb, n.d, 0.0f, pdq + (b * n.Tq + i0) * n.d, n.d);
+            ok = ok && sgemm1(true, false, keys, n.d, r, scale, g, ld, qc, n.d, beta, dkb, n.d);
         }
         if (!ok) failed = true;
     }

@@ -112,20 +112,21 @@ public:
     /// TESSERA_CPU_FUSED_ATTENTION: 1 or 0; on when unset).
     static void setFusedAttention(bool on);
     static bool fusedAttention();
-    /// Fused attention in float32 (any other type: not taken), without mask, causal
-    /// masking or dropout: each thread takes one head's chunk of query rows at a time,
-    /// whose scores (at most 256 KiB) stay in cache from q k^T through the softmax to P v;
-    /// the scratch is one such chunk per thread (two in backward). The backward recomputes
-    /// the probabilities from `stats` and takes the softmax's row sums from them: it does
-    /// not read y (which may be undefined).
-    bool fusesAttention(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward) const override;
-    int64_t fusedAttentionScratchBytes(const Shape& q, const Shape& k, const Shape& v, DType dtype, bool backward,
-                                       bool stats) const override;
-    bool fusedAttentionForward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                               const Tensor& stats) override;
-    bool fusedAttentionBackward(float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y,
-                                const Tensor& dy, const Tensor& stats, const Tensor& dq, const Tensor& dk,
-                                const Tensor& dv) override;
+    /// Fused attention in float32 (any other type: not taken), causal or not, without mask
+    /// or dropout: each thread takes one head's chunk of query rows at a time, whose scores
+    /// (at most 256 KiB) stay in cache from q k^T through the softmax to P v; causally, only
+    /// the keys the chunk's last row sees are computed. The scratch is one such chunk per
+    /// thread (two in backward). The backward recomputes the probabilities from `stats` and
+    /// takes the softmax's row sums from them: it does not read y (which may be undefined).
+    bool fusesAttention(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v, DType dtype,
+                        bool backward) const override;
+    int64_t fusedAttentionScratchBytes(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v,
+                                       DType dtype, bool backward, bool stats) const override;
+    bool fusedAttentionForward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& y, const Tensor& stats) override;
+    bool fusedAttentionBackward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& y, const Tensor& dy, const Tensor& stats, const Tensor& dq,
+                                const Tensor& dk, const Tensor& dv) override;
     /// The bias is the matmul's own (added in float32 before C is rounded).
     void gemmWeights(bool transA, bool transB, float alpha, const Tensor& A, const Tensor& B, const Tensor& bias,
                      float beta, const Tensor& C, DType compute, const std::shared_ptr<LayerState>& packed) override;

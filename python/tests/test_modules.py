@@ -483,26 +483,31 @@ def test_attention_and_matmul_match_pytorch():
     np.testing.assert_allclose(out.numpy(), q @ w, rtol=1e-5, atol=1e-5)
 
 
-def test_unmasked_attention_fused_or_in_blocks_matches_pytorch():
-    # Without a mask the CPU runs attention fused (a chunk of query rows' scores in cache);
-    # ts.setCpuFusedAttention(False) runs it in blocks of heads. Both match PyTorch.
+@pytest.mark.parametrize("causal,tq,tk", [(False, 21, 37), (True, 21, 37), (True, 37, 21)])
+def test_unmasked_attention_fused_or_in_blocks_matches_pytorch(causal, tq, tk):
+    # Without a mask the CPU runs attention fused (a chunk of query rows' scores in cache),
+    # causal or not; ts.setCpuFusedAttention(False) runs it in blocks of heads. Both match
+    # PyTorch (is_causal: the mask's top-left corner aligned, with more queries than keys too).
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(6)
-    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 21, 8), (2, 3, 37, 8), (2, 3, 37, 5)))
-    dy = rng.standard_normal((2, 3, 21, 5)).astype(np.float32)
-    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
-    y_ref = torch.softmax(tq @ tk.transpose(-1, -2) / np.sqrt(8), -1) @ tv
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, tq, 8), (2, 3, tk, 8), (2, 3, tk, 5)))
+    dy = rng.standard_normal((2, 3, tq, 5)).astype(np.float32)
+    tq_, tk_, tv_ = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    scores = tq_ @ tk_.transpose(-1, -2) / np.sqrt(8)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(tq, tk, dtype=torch.bool).tril(), float("-inf"))
+    y_ref = torch.softmax(scores, -1) @ tv_
     y_ref.backward(torch.tensor(dy))
     assert ts.cpuFusedAttention()  # the default
     try:
         for on in (True, False):
             ts.setCpuFusedAttention(on)
             assert ts.cpuFusedAttention() is on
-            att = ts.ScaledDotProductAttention()
+            att = ts.ScaledDotProductAttention(causal=causal)
             y = att([q, k, v])
             y = y[0] if isinstance(y, list) else y
             np.testing.assert_allclose(y.numpy(), y_ref.detach().numpy(), rtol=1e-5, atol=1e-5)
-            for g, t in zip(att.backward(dy), (tq, tk, tv)):
+            for g, t in zip(att.backward(dy), (tq_, tk_, tv_)):
                 np.testing.assert_allclose(g.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
     finally:
         ts.setCpuFusedAttention(True)

@@ -177,22 +177,27 @@ TEST(MemoryPlan, CountsTheBranchesOfAParallel) {
 // convert float32 operands, which no plan counts.
 TEST(MemoryPlan, CountsTheScratchOfAttention) {
     manualSeed(4);
-    for (DType compute : {DType::float32, DType::bfloat16}) {
-        for (bool self : {true, false}) {
-            SCOPED_TRACE(str(compute) + (self ? " self-attention" : " query, key and value apart"));
-            Sequential net("net"); // after a Linear, so that its backward makes the input gradient
-            net.append(std::make_shared<Linear>(64, 64));
-            if (!self) net.append(std::make_shared<Replicate>(3));
-            net.append(std::make_shared<MultiheadAttention>(64, 4));
-            net.calcMode(compute);
-            const MemoryPlan plan = planMemory(net, {{8, 20, 64}});
-            const MeasuredPeaks m = measurePeaks(net, {8, 20, 64});
-            EXPECT_EQ(plan.inference, m.inference);
-            EXPECT_EQ(plan.trainForward, m.trainForward);
-            if (compute == DType::float32) {
-                EXPECT_EQ(plan.training, m.training);
-            } else {
-                EXPECT_TRUE(within10Percent("training step", plan.training, m.training));
+    // unmasked: fused on the CPU, and causal with dropout (gpt-mini's) fused too
+    for (const MultiheadAttentionOptions& options :
+         {MultiheadAttentionOptions{}, MultiheadAttentionOptions{.dropout = 0.2f, .causal = true, .seed = 1}}) {
+        for (DType compute : {DType::float32, DType::bfloat16}) {
+            for (bool self : {true, false}) {
+                SCOPED_TRACE(str(compute) + (self ? " self-attention" : " query, key and value apart") +
+                             (options.causal ? " causal with dropout" : ""));
+                Sequential net("net"); // after a Linear, so that its backward makes the input gradient
+                net.append(std::make_shared<Linear>(64, 64));
+                if (!self) net.append(std::make_shared<Replicate>(3));
+                net.append(std::make_shared<MultiheadAttention>(64, 4, options));
+                net.calcMode(compute);
+                const MemoryPlan plan = planMemory(net, {{8, 20, 64}});
+                const MeasuredPeaks m = measurePeaks(net, {8, 20, 64});
+                EXPECT_EQ(plan.inference, m.inference);
+                EXPECT_EQ(plan.trainForward, m.trainForward);
+                if (compute == DType::float32) {
+                    EXPECT_EQ(plan.training, m.training);
+                } else {
+                    EXPECT_TRUE(within10Percent("training step", plan.training, m.training));
+                }
             }
         }
     }

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "GradCheck.h"
+#include "backend/AttentionSpec.h"
 #include "backend/Backend.h"
 #include "containers/Graph.h"
 #include "containers/MemoryPlan.h"
@@ -1189,13 +1190,14 @@ TEST(CudaConsistency, FusedAttentionMatchesTheCpu) {
         for (const AttentionCase& c : cases) {
             SCOPED_TRACE(c.name + " " + str(type));
             if (selfCheck() && type == DType::float16) continue;
-            if (!selfCheck() && !be.fusesAttention(c.heads[0], c.heads[1], c.heads[2], type, false)) {
+            if (!selfCheck() && !be.fusesAttention({}, c.heads[0], c.heads[1], c.heads[2], type, false)) {
                 GTEST_SKIP() << "cuDNN refused the fused attention of " << c.name << " in " << str(type)
                              << " here (its reason is on stderr)";
             }
             if (!selfCheck()) {
                 std::printf("%s %s: fused forward, %s backward\n", c.name.c_str(), str(type).c_str(),
-                            be.fusesAttention(c.heads[0], c.heads[1], c.heads[2], type, true) ? "fused" : "unfused");
+                            be.fusesAttention({}, c.heads[0], c.heads[1], c.heads[2], type, true) ? "fused"
+                                                                                                  : "unfused");
             }
             manualSeed(5);
             ModulePtr cpu = c.make();

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "GradCheck.h"
+#include "backend/AttentionSpec.h"
 #include "backend/Backend.h"
 #include "backend/cpu/CpuBackend.h"
 #include "modules/Attention.h"
@@ -107,28 +108,42 @@ TEST(ScaledDotProductAttention, BadInput) {
 }
 
 // The CPU's fused float32 kernel (CpuBackend::fusesAttention) against the blocks of heads,
-// forward and backward, on both float32 GEMM engines: rows that are not whole vectors,
-// dv apart from d, and keys long enough that query rows go through in several chunks
-// (1100 keys: 59 rows of scores to a 256 KiB chunk, so 130 queries take three), and scores
-// large enough that most probabilities are 0; those outputs also against the reference in
-// double. Under calcMode(bfloat16) it still
-// runs in float32; in float16 or bfloat16 the backend does not take it.
+// forward and backward, causal or not, on both float32 GEMM engines: rows that are not
+// whole vectors, dv apart from d, more queries than keys and fewer, keys long enough that
+// query rows go through in several chunks (1100 keys: 59 rows of scores to a 256 KiB
+// chunk, so 130 queries take three and 1100 take nineteen, each causal chunk computing
+// fewer keys), and scores large enough that most probabilities are 0; those outputs also
+// against the reference in double. Under calcMode(bfloat16) it still runs in float32; in
+// float16 or bfloat16 the backend does not take it.
 TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
     Backend& cpu = backendFor(Device::cpu());
-    EXPECT_TRUE(cpu.fusesAttention({2, 5, 8}, {2, 6, 8}, {2, 6, 3}, DType::float32, true));
-    EXPECT_FALSE(cpu.fusesAttention({2, 5, 8}, {2, 6, 8}, {2, 6, 3}, DType::bfloat16, true));
-    EXPECT_FALSE(cpu.fusesAttention({2, 5, 8}, {3, 6, 8}, {2, 6, 3}, DType::float32, true)); // heads differ
+    for (bool causal : {false, true}) {
+        const AttentionSpec spec{.scale = 0.5f, .causal = causal};
+        EXPECT_TRUE(cpu.fusesAttention(spec, {2, 5, 8}, {2, 6, 8}, {2, 6, 3}, DType::float32, true));
+        EXPECT_FALSE(cpu.fusesAttention(spec, {2, 5, 8}, {2, 6, 8}, {2, 6, 3}, DType::bfloat16, true));
+        EXPECT_FALSE(cpu.fusesAttention(spec, {2, 5, 8}, {3, 6, 8}, {2, 6, 3}, DType::float32, true)); // heads
+    }
     const Float32Gemm engineBefore = CpuBackend::float32Gemm();
     struct Case {
         Shape q, k, v;
         float range = 1.0f; // q's values in [-range, range]: 40 makes scores of up to +-113,
                             // whose softmax takes exponents below float's range (0 there)
     };
-    for (const Case& c :
-         {Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}}, Case{{2, 33, 16}, {2, 40, 16}, {2, 40, 24}},
-          Case{{3, 130, 8}, {3, 1100, 8}, {3, 1100, 5}}, Case{{2, 19, 8}, {2, 23, 8}, {2, 23, 8}, 40.0f}}) {
+    const std::vector<Case> cases = {
+        Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}},       Case{{2, 33, 16}, {2, 40, 16}, {2, 40, 24}},
+        Case{{2, 40, 16}, {2, 33, 16}, {2, 33, 24}},          Case{{3, 130, 8}, {3, 1100, 8}, {3, 1100, 5}},
+        Case{{2, 1100, 8}, {2, 1100, 8}, {2, 1100, 5}, 4.0f}, Case{{2, 19, 8}, {2, 23, 8}, {2, 23, 8}, 40.0f}};
+    for (const auto& [c, causal] : [&] {
+             std::vector<std::pair<Case, bool>> all;
+             for (const Case& c : cases) {
+                 if (c.q[1] != 1100) all.push_back({c, false}); // 1100 x 1100 causally only
+                 all.push_back({c, true});
+             }
+             return all;
+         }()) {
         for (Float32Gemm engine : {Float32Gemm::onednn, Float32Gemm::openblas}) {
-            SCOPED_TRACE(c.q.str() + (engine == Float32Gemm::onednn ? " onednn" : " openblas"));
+            SCOPED_TRACE(c.q.str() + c.k.str() + (causal ? " causal" : "") +
+                         (engine == Float32Gemm::onednn ? " onednn" : " openblas"));
             CpuBackend::setFloat32Gemm(engine);
             const Tensor q = randomTensor(c.q, 1, -c.range, c.range), k = randomTensor(c.k, 2),
                          v = randomTensor(c.v, 3);
@@ -139,9 +154,11 @@ TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
             for (bool fused : {true, false}) {
                 CpuBackend::setFusedAttention(fused);
                 for (DType compute : {DType::float32, DType::bfloat16}) {
-                    ScaledDotProductAttention att;
+                    ScaledDotProductAttention att({.causal = causal});
                     att.calcMode(compute);
-                    EXPECT_EQ(AttentionKernel({}).fuses({c.q, c.k, c.v}, false, compute, Device::cpu(), true), fused);
+                    EXPECT_EQ(
+                        AttentionKernel({.causal = causal}).fuses({c.q, c.k, c.v}, false, compute, Device::cpu(), true),
+                        fused);
                     const Tensor y = att(Tensors{q, k, v})[0];
                     att.backward(Tensors{dy});
                     auto& r = results[fused ? 0 : 1];
@@ -157,9 +174,10 @@ TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
                 // q's scale carries that rounding into dk (2e-5 apart seen)
                 EXPECT_TRUE(allClose(fusedOut, results[1][i], c.range > 1.0f ? 1e-4f : 1e-5f)) << "result " << i;
             }
-            if (c.k[1] == 1100 || c.range > 1.0f) {
+            if (c.k[1] == 1100 || c.range > 1.0f || causal) {
                 const Tensor y = Tensor::fromVector({static_cast<int64_t>(results[0][0].size())}, results[0][0]);
-                EXPECT_TRUE(allClose(y, reference(q, k, v, {}, 1, false, 1.0f / std::sqrt(8.0f)), 1e-5f));
+                const float scale = 1.0f / std::sqrt(static_cast<float>(c.q.dims().back()));
+                EXPECT_TRUE(allClose(y, reference(q, k, v, {}, 1, causal, scale), 1e-5f));
             }
         }
     }
@@ -190,6 +208,66 @@ TEST(ScaledDotProductAttention, Dropout) {
     opts.beforeForward = [&] { att.randomStream()->manualSeed(5); };
     EXPECT_TRUE(checkGradients(att, {q, k, v}, opts));
     EXPECT_TRUE(throwsModuleError([] { ScaledDotProductAttention({.dropout = 1.0f}); }, {"dropout"}));
+}
+
+// With train-mode dropout the CPU's fused kernel draws each probability's mask from its
+// counter, as the blocks of heads draw them: the same outputs and gradients, and the
+// stream advanced as far, causal or not, over one chunk of query rows or several (1100
+// keys: three chunks of 130 queries; 300 causal queries: two, the first computing fewer
+// keys); MultiheadAttention (gpt-mini's causal self-attention with dropout) as well.
+TEST(ScaledDotProductAttention, CpuFusedDropoutDrawsTheMasksOfTheBlocks) {
+    struct Case {
+        Shape q, k, v;
+        bool causal;
+    };
+    for (const Case& c :
+         {Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}, false}, Case{{4, 7, 8}, {4, 7, 8}, {4, 7, 8}, true},
+          Case{{2, 130, 8}, {2, 1100, 8}, {2, 1100, 5}, false}, Case{{2, 300, 8}, {2, 300, 8}, {2, 300, 8}, true}}) {
+        SCOPED_TRACE(c.q.str() + c.k.str() + (c.causal ? " causal" : ""));
+        const Tensor q = randomTensor(c.q, 1), k = randomTensor(c.k, 2), v = randomTensor(c.v, 3);
+        std::vector<int64_t> ys = c.q.dims();
+        ys.back() = c.v.dims().back();
+        const Tensor dy = randomTensor(Shape(ys), 4);
+        std::vector<std::vector<float>> results[2];
+        uint64_t drawn[2] = {0, 0};
+        std::vector<float> undropped;
+        for (bool fused : {true, false}) {
+            CpuBackend::setFusedAttention(fused);
+            ScaledDotProductAttention att({.causal = c.causal, .dropout = 0.3f, .seed = 11});
+            EXPECT_EQ(AttentionKernel({.causal = c.causal, .dropout = 0.3f})
+                          .fuses({c.q, c.k, c.v}, true, DType::float32, Device::cpu(), true),
+                      fused);
+            const Tensor y = att(Tensors{q, k, v})[0];
+            att.backward(Tensors{dy});
+            drawn[fused ? 0 : 1] = att.randomStream()->offset();
+            auto& r = results[fused ? 0 : 1];
+            r.push_back(y.toVector<float>());
+            for (const Tensor& g : att.gradList()) r.push_back(g.toVector<float>());
+            att.evalMode();
+            undropped = att(Tensors{q, k, v})[0].toVector<float>();
+        }
+        CpuBackend::setFusedAttention(true);
+        EXPECT_EQ(drawn[0], drawn[1]);
+        EXPECT_EQ(drawn[0], static_cast<uint64_t>(c.q.numel() / c.q.dims().back() * c.k[c.k.rank() - 2]));
+        EXPECT_FALSE(allClose(Tensor::fromVector({static_cast<int64_t>(undropped.size())}, undropped), results[0][0],
+                              1e-3f)); // something was dropped
+        for (size_t i = 0; i < results[0].size(); ++i) {
+            const Tensor fusedOut = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
+            EXPECT_TRUE(allClose(fusedOut, results[1][i], 1e-5f)) << "result " << i;
+        }
+    }
+    const Tensor x = randomTensor({3, 40, 16}, 5), dy = randomTensor({3, 40, 16}, 6);
+    MultiheadAttention mha(16, 2, {.dropout = 0.2f, .causal = true, .seed = 3});
+    std::vector<float> y[2], dx[2];
+    for (bool fused : {true, false}) {
+        CpuBackend::setFusedAttention(fused);
+        mha.randomStream()->manualSeed(3);
+        y[fused ? 0 : 1] = mha(x).toVector<float>();
+        dx[fused ? 0 : 1] = mha.backward(Tensors{dy})[0].toVector<float>();
+    }
+    CpuBackend::setFusedAttention(true);
+    EXPECT_TRUE(allClose(Tensor::fromVector({static_cast<int64_t>(y[0].size())}, y[0]), y[1], 1e-5f));
+    EXPECT_TRUE(allClose(Tensor::fromVector({static_cast<int64_t>(dx[0].size())}, dx[0]), dx[1], 1e-5f));
 }
 
 // Multi-head attention in double from the module's own parameters (PyTorch's layouts):

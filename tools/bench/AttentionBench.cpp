@@ -3,9 +3,11 @@
 // of query rows' scores in cache from q k^T to P v) against the blocks of heads it replaces
 // (CpuBackend::setFusedAttention(false): batched products and oneDNN's softmax over 2 MiB of
 // scores at a time). Shapes [heads, T, d]: vit-tiny's (batch 128, 4 heads of 16, 50
-// tokens), ViT-B/16's (batch 8, 12 heads of 64, 197 tokens) and a long sequence (8 heads
-// of 64, 1024 tokens). GFLOP/s counts the forward's two products once (fwd) or three times
-// (fwd+bwd: the backward's four products, the scores' recompute not counted).
+// tokens), ViT-B/16's (batch 8, 12 heads of 64, 197 tokens), a long sequence (8 heads of
+// 64, 1024 tokens), and causal ones: gpt-mini's (batch 64, 4 heads of 32, 64 tokens;
+// train mode with its attention dropout 0.1, as it trains) and the long one causal.
+// GFLOP/s counts the forward's two products once (fwd) or three times (fwd+bwd: the
+// backward's four products, the scores' recompute not counted), whole even where causal.
 //
 //   tessera_bench --benchmark_filter=Attention/ --benchmark_repetitions=7
 //       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
@@ -23,10 +25,15 @@ using namespace tessera;
 struct Problem {
     const char* name;
     int64_t heads, T, d;
+    bool causal = false;
+    float dropout = 0.0f; // in train mode
 };
 
-constexpr Problem kProblems[] = {
-    {"vit-tiny/512x50x16", 512, 50, 16}, {"vit-b16/96x197x64", 96, 197, 64}, {"long/8x1024x64", 8, 1024, 64}};
+constexpr Problem kProblems[] = {{"vit-tiny/512x50x16", 512, 50, 16},
+                                 {"vit-b16/96x197x64", 96, 197, 64},
+                                 {"long/8x1024x64", 8, 1024, 64},
+                                 {"gpt-mini-causal-dropout/256x64x32", 256, 64, 32, true, 0.1f},
+                                 {"long-causal/8x1024x64", 8, 1024, 64, true}};
 
 void BM_Attention(benchmark::State& state, Problem p, bool fused, bool train) {
     const bool before = CpuBackend::fusedAttention();
@@ -39,7 +46,7 @@ void BM_Attention(benchmark::State& state, Problem p, bool fused, bool train) {
         in.push_back(t);
     }
     Tensor dy = Tensor::full({p.heads, p.T, p.d}, 0.01f);
-    ScaledDotProductAttention att;
+    ScaledDotProductAttention att({.causal = p.causal, .dropout = p.dropout, .seed = 1});
     if (!train) att.evalMode();
     for (auto _ : state) {
         att(in);

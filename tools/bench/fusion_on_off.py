@@ -6,6 +6,7 @@
 
     PYTHONPATH=build/python /usr/bin/python3 tools/bench/fusion_on_off.py --models vit-tiny:128,mlp:256
     PYTHONPATH=build/python /usr/bin/python3 tools/bench/fusion_on_off.py --setting cpu-attention --models vit-tiny:128
+    PYTHONPATH=build/python /usr/bin/python3 tools/bench/fusion_on_off.py --setting cpu-attention --models gpt-mini:64
 """
 
 import argparse
@@ -34,7 +35,10 @@ def main():
         net = ts.loadZooModel(name)
         zoo = {m["name"]: m["input"] for m in ts.zooModels()}
         shape = [int(batch)] + [int(d) for d in zoo[name].split("x")[1:]]
-        x = ts.Tensor(rng.random(shape, dtype=np.float32))
+        if name.startswith("gpt"):  # byte ids
+            x = ts.Tensor(rng.integers(0, 128, shape).astype(np.int32))
+        else:
+            x = ts.Tensor(rng.random(shape, dtype=np.float32))
         dy = None
         for mode in ("eval", "train"):
             net.evalMode() if mode == "eval" else net.trainMode()
