@@ -4,6 +4,9 @@
 /// touches only the backends' attention code and AttentionKernel.
 
 #include <cstdint>
+#include <vector>
+
+#include "backend/Tensor.h"
 
 namespace tessera {
 
@@ -18,6 +21,15 @@ struct AttentionSpec {
     /// randomUniform(seed, first + (b Tq + i) Tk + j), whatever the masking.
     float dropout = 0.0f;
     uint64_t seed = 0, first = 0;
+    /// An additive float mask on the scores (0 keeps, -inf drops), for fusesAttention and
+    /// the scratch: the shape [M, Tq or 1, Tk] of its matrices (rank 0: none).
+    Shape maskShape = {};
+    /// The passes' mask: plain float32 matrices of maskShape, problem b's being
+    /// mask[maskOf[b]] (a row per query, or one for all). Backward writes its gradient to
+    /// `dmask` (of maskShape; undefined: not wanted): the scores' gradient summed over the
+    /// problems sharing each matrix (and over the queries where it has one row).
+    Tensor mask = {}, dmask = {};
+    std::vector<int64_t> maskOf = {};
 };
 
 } // namespace tessera

@@ -241,7 +241,7 @@ bool fusable(const Shape& q, const Shape& k, const Shape& v, DType dtype) {
 
 // Only softmax(q k^T scale) v: cuDNN's SDPA operation as built here takes no causal mask
 // or dropout.
-bool plain(const AttentionSpec& spec) { return !spec.causal && spec.dropout == 0.0f; }
+bool plain(const AttentionSpec& spec) { return !spec.causal && spec.dropout == 0.0f && spec.maskShape.rank() == 0; }
 
 bool packed16(const Tensor& t, DType dtype) {
     return t.dtype() == dtype && t.layout() == Layout::plain && !t.device().isCpu();

@@ -65,12 +65,6 @@ float AttentionKernel::scaleFor(int64_t d) const {
     return options_.scale > 0.0f ? options_.scale : 1.0f / std::sqrt(static_cast<float>(d));
 }
 
-AttentionSpec AttentionKernel::specFor(int64_t d, const Stream* stream) const {
-    AttentionSpec spec{.scale = scaleFor(d), .causal = options_.causal};
-    if (stream) spec.dropout = options_.dropout, spec.seed = stream->seed, spec.first = stream->at;
-    return spec;
-}
-
 std::vector<int64_t> AttentionKernel::maskOfHead(const Tensors& in) {
     if (in.size() != 4) return {};
     std::string why;
@@ -146,16 +140,23 @@ Shape matrixShape(const Shape& s) {
 }
 } // namespace
 
+AttentionSpec AttentionKernel::specFor(const Shapes& in, const Stream* stream) const {
+    AttentionSpec spec{.scale = scaleFor(in[0][in[0].rank() - 1]), .causal = options_.causal};
+    if (stream) spec.dropout = options_.dropout, spec.seed = stream->seed, spec.first = stream->at;
+    if (in.size() == 4) spec.maskShape = matrixShape(in[3]);
+    return spec;
+}
+
 DType AttentionKernel::fusedType(DType compute, Device device) {
     return is16Bit(compute) && !device.isCpu() ? compute : DType::float32;
 }
 
 bool AttentionKernel::fuses(const Shapes& in, bool dropout, DType compute, Device device, bool backward) const {
-    if (in.size() != 3) return false;
+    if (in.size() != 3 && in.size() != 4) return false;
     const Stream any;
-    return backendFor(device).fusesAttention(specFor(in[0][in[0].rank() - 1], dropout ? &any : nullptr),
-                                             matrixShape(in[0]), matrixShape(in[1]), matrixShape(in[2]),
-                                             fusedType(compute, device), backward);
+    return backendFor(device).fusesAttention(specFor(in, dropout ? &any : nullptr), matrixShape(in[0]),
+                                             matrixShape(in[1]), matrixShape(in[2]), fusedType(compute, device),
+                                             backward);
 }
 
 int64_t AttentionKernel::fusedScratchBytes(const Backend& be, const Shapes& in, DType compute, bool dropout,
@@ -172,8 +173,8 @@ int64_t AttentionKernel::fusedScratchBytes(const Backend& be, const Shapes& in, 
                                                      (backward ? bytes(y) + bytes(q) + bytes(k) + bytes(v)
                                                       : stats  ? 0
                                                                : bytes(y));
-    return copies + be.allocationBytes(be.fusedAttentionScratchBytes(specFor(q[2], dropout ? &any : nullptr), q, k, v,
-                                                                     t, backward, stats));
+    return copies + be.allocationBytes(be.fusedAttentionScratchBytes(specFor(in, dropout ? &any : nullptr), q, k, v, t,
+                                                                     backward, stats));
 }
 
 int64_t AttentionKernel::fusedKeptBytes(const Backend& be, const Shapes& in, DType compute) {
@@ -193,7 +194,8 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
                                 Fused* fused) const {
     const Shape& qs = in[0].shape();
     if (fused) *fused = Fused{};
-    const Shapes shapes = in.size() == 3 ? Shapes{in[0].shape(), in[1].shape(), in[2].shape()} : Shapes{};
+    Shapes shapes;
+    for (const Tensor& t : in) shapes.push_back(t.shape());
     if (fuses(shapes, stream != nullptr, compute, in[0].device())) {
         const bool keep = fused && fuses(shapes, stream != nullptr, compute, in[0].device(), true); // for its backward
         const DType t = fusedType(compute, in[0].device());
@@ -201,7 +203,9 @@ Tensor AttentionKernel::forward(const Tensors& in, const Stream* stream, uint64_
                      v = matrices(in[2]).convertedTo(t);
         Tensor y = Tensor::empty({q.shape()[0], q.shape()[1], v.shape()[2]}, t, q.device());
         Tensor stats = keep ? Tensor::empty({q.shape()[0], q.shape()[1]}, DType::float32, q.device()) : Tensor();
-        if (backendOf(q).fusedAttentionForward(specFor(q.shape()[2], stream), q, k, v, y, stats)) {
+        AttentionSpec spec = specFor(shapes, stream);
+        if (in.size() == 4) spec.mask = matrices(in[3]).convertedTo(DType::float32), spec.maskOf = maskOfHead(in);
+        if (backendOf(q).fusedAttentionForward(spec, q, k, v, y, stats)) {
             if (keep) *fused = Fused{keepsOutput(q.device()) ? y : Tensor(), stats};
             if (used) *used = stream ? static_cast<uint64_t>(q.shape()[0] * q.shape()[1] * k.shape()[1]) : 0;
             std::vector<int64_t> yd = qs.dims();
@@ -243,11 +247,21 @@ Tensors AttentionKernel::backward(const Tensors& in, const Tensor& dyIn, const S
                      v = matrices(in[2]).convertedTo(t), dy = matrices(dyIn).convertedTo(t);
         Tensor dq = Tensor::empty(q.shape(), t, q.device()), dk = Tensor::empty(k.shape(), t, q.device()),
                dv = Tensor::empty(v.shape(), t, q.device());
-        if (backendOf(q).fusedAttentionBackward(specFor(q.shape()[2], stream), q, k, v, fused->y, dy, fused->stats, dq,
-                                                dk, dv)) {
-            return {dq.convertedTo(DType::float32).reshape(in[0].shape()),
-                    dk.convertedTo(DType::float32).reshape(in[1].shape()),
-                    dv.convertedTo(DType::float32).reshape(in[2].shape())};
+        Shapes shapes;
+        for (const Tensor& x : in) shapes.push_back(x.shape());
+        AttentionSpec spec = specFor(shapes, stream);
+        Tensor dmask; // the mask's gradient, as the scores' (the mask was added to them)
+        if (in.size() == 4) {
+            dmask = Tensor::empty(in[3].shape(), DType::float32, q.device());
+            spec.mask = matrices(in[3]).convertedTo(DType::float32), spec.maskOf = maskOfHead(in);
+            spec.dmask = matrices(dmask);
+        }
+        if (backendOf(q).fusedAttentionBackward(spec, q, k, v, fused->y, dy, fused->stats, dq, dk, dv)) {
+            Tensors out{dq.convertedTo(DType::float32).reshape(in[0].shape()),
+                        dk.convertedTo(DType::float32).reshape(in[1].shape()),
+                        dv.convertedTo(DType::float32).reshape(in[2].shape())};
+            if (dmask.defined()) out.push_back(dmask);
+            return out;
         }
     }
     const Tensor dy3 = matrices(dyIn);

@@ -43,9 +43,9 @@ public:
     };
     /// y = softmax(q k^T s + mask) v, with dropout when `stream` is given (then the
     /// probabilities are dropped with options().dropout). Sets `used` to the
-    /// counters it drew. Without a mask, on a backend that fuses the problem
-    /// (Backend::fusesAttention: causal or not, with or without dropout, whose masks it
-    /// draws as the blocks do) in fusedType, one fused pass in that type; then
+    /// counters it drew. On a backend that fuses the problem (Backend::fusesAttention: the
+    /// CPU's kernel, with or without a mask, causal or not, with or without dropout, whose
+    /// masks it draws as the blocks do) in fusedType, one fused pass in that type; then
     /// `fused`, if given (train mode) and the backward fuses too, gets what that backward
     /// reads.
     Tensor forward(const Tensors& in, const Stream* stream, uint64_t* used = nullptr, DType compute = DType::float32,
@@ -81,8 +81,9 @@ public:
 
 private:
     float scaleFor(int64_t d) const;
-    /// The fused pass's: scaleFor(d), options().causal, and with a stream its dropout.
-    AttentionSpec specFor(int64_t d, const Stream* stream) const;
+    /// The fused pass's for inputs of these shapes: scaleFor(d), options().causal, the mask's
+    /// matrices' shape, and with a stream its dropout.
+    AttentionSpec specFor(const Shapes& in, const Stream* stream) const;
     // For each head, the matrix of the mask it adds (empty without a mask).
     static std::vector<int64_t> maskOfHead(const Tensors& in);
     // Heads h0 .. h0 + g - 1: their probabilities P = softmax(q k^T * scale + mask) into p
@@ -102,10 +103,11 @@ private:
 /// one [Tq, Tk]). A row whose scores are all -inf has no defined output (NaN, as in PyTorch).
 /// The scores of a block of heads (2 MiB of them, or one head's) exist at a time, whatever
 /// the batch: backward recomputes each head's scores (and dropout masks) instead of keeping
-/// them all. Without a mask input or train-mode dropout, attention runs fused
-/// (AttentionKernel::fuses): on the CPU in float32, causal or not (CpuBackend's kernel: a
-/// chunk of query rows' scores at a time); on CUDA with setCudaFusedAttention, non-causal
-/// in calcMode(float16|bfloat16), as cuDNN's fused attention. Gradients to q, k, v and the
+/// them all. Where the backend takes the problem, attention runs fused
+/// (AttentionKernel::fuses): on the CPU in float32, always (CpuBackend's kernel: a chunk of
+/// query rows' scores at a time, with the mask, causal masking and dropout); on CUDA with
+/// setCudaFusedAttention, without mask, causal masking or train-mode dropout, in
+/// calcMode(float16|bfloat16), as cuDNN's fused attention. Gradients to q, k, v and the
 /// mask. No parameters.
 class ScaledDotProductAttention : public Module {
 public:

@@ -298,9 +298,18 @@ MemoryUse MultiheadAttention::memoryUse(const Shapes& inShapes, const std::vecto
     // The kernel's scratch, in blocks of scores or fused (AttentionKernel::fuses)
     const int64_t d = E / numHeads_;
     const bool dropout = train && options_.dropout > 0.0f;
-    const Shapes kernelIn{Shape{N * numHeads_, L, d}, Shape{N * numHeads_, S, d}, Shape{N * numHeads_, S, d}};
-    const bool unmasked = !options_.keyPaddingMask && !options_.attnMask;
-    const bool fusedForward = unmasked && kernel_.fuses(kernelIn, dropout, computeDType(), device);
+    Shapes kernelIn{Shape{N, numHeads_, L, d}, Shape{N, numHeads_, S, d}, Shape{N, numHeads_, S, d}};
+    if (options_.keyPaddingMask || options_.attnMask) { // the mask the kernel gets (updateData)
+        const Shape* a = options_.attnMask ? &inShapes[seqs + (options_.keyPaddingMask ? 1 : 0)] : nullptr;
+        if (!a) {
+            kernelIn.push_back(Shape{N, 1, 1, S});
+        } else if (options_.keyPaddingMask) {
+            kernelIn.push_back(Shape{N, a->rank() == 3 ? numHeads_ : 1, L, S});
+        } else {
+            kernelIn.push_back(a->rank() == 3 ? Shape{N, numHeads_, L, S} : *a);
+        }
+    }
+    const bool fusedForward = kernel_.fuses(kernelIn, dropout, computeDType(), device);
     const bool fusedBackward = train && fusedForward && kernel_.fuses(kernelIn, dropout, computeDType(), device, true);
     const int64_t kernelForward =
         fusedForward ? kernel_.fusedScratchBytes(be, kernelIn, computeDType(), dropout, false, fusedBackward)

@@ -5,7 +5,8 @@
 // Causally, a chunk computes only the keys its last row sees, the later ones in each row
 // set to -inf before the softmax (so their probabilities are 0). With dropout, each
 // probability's factor is drawn from its counter, as Backend::dropoutForward draws them
-// over all heads' probabilities: the same masks as the blocks of heads.
+// over all heads' probabilities: the same masks as the blocks of heads. An additive mask
+// is added to each chunk's scores; its gradient is summed per thread, then over threads.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -47,10 +48,10 @@ int64_t rowsPerChunk(int64_t Tq, int64_t Tk) {
 }
 
 // Per thread: forward, one chunk of scores and each row's 1 / sum; backward, two chunks
-// (three with dropout: its factors).
-int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool backward, bool dropout) {
+// (three with dropout: its factors) and, with a mask, a sum of its gradient.
+int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool backward, bool dropout, int64_t maskNumel) {
     const int64_t R = rowsPerChunk(Tq, Tk);
-    return backward ? (dropout ? 3 : 2) * R * rowStride(Tk) : R * rowStride(Tk) + R;
+    return backward ? (dropout ? 3 : 2) * R * rowStride(Tk) + maskNumel : R * rowStride(Tk) + R;
 }
 
 // Sixteen floats side by side (GCC's vector extension): one AVX-512 register, two AVX2
@@ -210,6 +211,18 @@ TESSERA_CPU_CLONES void dropoutRows(float* s, float* f, int64_t rows, int64_t n,
     }
 }
 
+// s [rows, n] (rows ld apart) += m [rows, n] (rows mld apart: 0, one row for all).
+TESSERA_CPU_CLONES void addRows(float* s, int64_t ld, const float* m, int64_t mld, int64_t rows, int64_t n) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < n; ++j) s[i * ld + j] += m[i * mld + j];
+}
+
+// acc [rows, n] (rows ald apart: 0, all summed into one) += g [rows, n] (rows ld apart).
+TESSERA_CPU_CLONES void accumulateRows(float* acc, int64_t ald, const float* g, int64_t ld, int64_t rows, int64_t n) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < n; ++j) acc[i * ald + j] += g[i * ld + j];
+}
+
 // a [rows, n] *= b, rows ld apart.
 TESSERA_CPU_CLONES void mulRows(float* a, const float* b, int64_t rows, int64_t n, int64_t ld) {
     for (int64_t i = 0; i < rows; ++i)
@@ -245,6 +258,8 @@ bool fusable(const AttentionSpec& spec, const Shape& q, const Shape& k, const Sh
     if (!fusedOn().load() || dtype != DType::float32) return false;
     if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f)) return false;
     if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3) return false;
+    const Shape& m = spec.maskShape;
+    if (m.rank() != 0 && (m.rank() != 3 || m[0] < 1 || (m[1] != q[1] && m[1] != 1) || m[2] != k[1])) return false;
     if (k[0] != q[0] || v[0] != q[0] || k[2] != q[2] || v[1] != k[1]) return false;
     return q.numel() > 0 && k.numel() > 0 && v.numel() > 0;
 }
@@ -261,7 +276,36 @@ Dims dimsOf(const char* op, const AttentionSpec& spec, const Tensor& q, const Te
                          ": expects q [B, Tq, d], k [B, Tk, d], v [B, Tk, dv], got " + q.shape().str() + ", " +
                          k.shape().str() + ", " + v.shape().str());
     }
+    const Shape& m = spec.maskShape;
+    if (m.rank() != 0) {
+        for (const Tensor* t : {&spec.mask, &spec.dmask}) {
+            if (t == &spec.dmask && !t->defined()) continue;
+            if (!t->defined() || t->dtype() != DType::float32 || t->layout() != Layout::plain || t->shape() != m) {
+                throw BackendError(std::string("CpuBackend::") + op + ": expects the mask" +
+                                   (t == &spec.dmask ? "'s gradient" : "") + " as plain float32 " + m.str() + ", got " +
+                                   (t->defined() ? str(t->dtype()) + " " + t->shape().str() : "none"));
+            }
+        }
+        bool ok = static_cast<int64_t>(spec.maskOf.size()) == q.shape()[0];
+        for (int64_t i : spec.maskOf) ok = ok && i >= 0 && i < m[0];
+        if (!ok) {
+            throw ShapeError(std::string("CpuBackend::") + op + ": expects maskOf to name one of the " +
+                             std::to_string(m[0]) + " mask matrices for each of the " + std::to_string(q.shape()[0]) +
+                             " problems, got " + std::to_string(spec.maskOf.size()) + " entries");
+        }
+    }
     return {q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], v.shape()[2]};
+}
+
+// Where problem b's mask rows from query i0 on start in the mask's matrices, and how far
+// apart they are (0: one row for all).
+struct MaskRows {
+    int64_t at, ld;
+};
+MaskRows maskRows(const AttentionSpec& spec, int64_t b, int64_t i0) {
+    const Shape& m = spec.maskShape;
+    const int64_t matrix = spec.maskOf[static_cast<size_t>(b)] * m[1] * m[2];
+    return m[1] == 1 ? MaskRows{matrix, 0} : MaskRows{matrix + i0 * m[2], m[2]};
 }
 
 void gemmFailed(const char* op, bool failed) {
@@ -281,7 +325,8 @@ bool CpuBackend::fusesAttention(const AttentionSpec& spec, const Shape& q, const
 int64_t CpuBackend::fusedAttentionScratchBytes(const AttentionSpec& spec, const Shape& q, const Shape& k,
                                                const Shape& v, DType dtype, bool backward, bool) const {
     if (!fusable(spec, q, k, v, dtype)) return 0;
-    return omp_get_max_threads() * scratchPerThread(q[1], k[1], backward, spec.dropout > 0.0f) *
+    const int64_t masks = spec.maskShape.rank() == 0 ? 0 : spec.maskShape.numel();
+    return omp_get_max_threads() * scratchPerThread(q[1], k[1], backward, spec.dropout > 0.0f, masks) *
            static_cast<int64_t>(sizeof(float));
 }
 
@@ -290,12 +335,13 @@ bool CpuBackend::fusedAttentionForward(const AttentionSpec& spec, const Tensor& 
     if (!fusable(spec, q.shape(), k.shape(), v.shape(), q.dtype())) return false;
     const Dims n = dimsOf("fusedAttentionForward", spec, q, k, v);
     const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk), chunks = (n.Tq + R - 1) / R;
-    const int64_t per = scratchPerThread(n.Tq, n.Tk, false, false);
+    const int64_t per = scratchPerThread(n.Tq, n.Tk, false, false, 0);
     const Tensor scratch = Tensor::empty({omp_get_max_threads(), per}, DType::float32, device());
     const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>();
     float* py = y.data<float>();
     float* ps = scratch.data<float>();
     float* lse = stats.defined() ? stats.data<float>() : nullptr;
+    const float* pm = spec.maskShape.rank() != 0 ? spec.mask.data<float>() : nullptr;
     std::atomic<bool> failed{false};
 #pragma omp parallel for schedule(static)
     for (int64_t task = 0; task < n.B * chunks; ++task) {
@@ -306,6 +352,10 @@ bool CpuBackend::fusedAttentionForward(const AttentionSpec& spec, const Tensor& 
         const int64_t keys = keysOf(spec.causal, i0, r, n.Tk);
         bool ok = sgemm1(false, true, r, keys, n.d, spec.scale, pq + (b * n.Tq + i0) * n.d, n.d, pk + b * n.Tk * n.d,
                          n.d, 0.0f, s, ld);
+        if (pm) {
+            const MaskRows m = maskRows(spec, b, i0);
+            addRows(s, ld, pm + m.at, m.ld, r, keys);
+        }
         if (spec.causal) maskCausal(s, r, i0, keys, ld);
         expRows(s, r, keys, ld, inv, lse ? lse + b * n.Tq + i0 : nullptr);
         if (spec.dropout > 0.0f) { // e^(s - max) dropped: the 1 / sum below makes them P * mask
@@ -337,18 +387,26 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
                          (stats.defined() ? stats.shape().str() : std::string("none")));
     }
     const bool drop = spec.dropout > 0.0f;
-    const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk), per = scratchPerThread(n.Tq, n.Tk, true, drop);
-    const Tensor scratch = Tensor::empty({omp_get_max_threads(), per}, DType::float32, device());
+    const int64_t masks = spec.maskShape.rank() != 0 && spec.dmask.defined() ? spec.dmask.numel() : 0;
+    const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk);
+    const int64_t per = scratchPerThread(n.Tq, n.Tk, true, drop, masks), threads = omp_get_max_threads();
+    const Tensor scratch = Tensor::empty({threads, per}, DType::float32, device());
     const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>(), *pdy = dy.data<float>();
     const float* lse = stats.data<float>();
+    const float* pm = spec.maskShape.rank() != 0 ? spec.mask.data<float>() : nullptr;
     float *pdq = dq.data<float>(), *pdk = dk.data<float>(), *pdv = dv.data<float>();
     float* ps = scratch.data<float>();
+    const int64_t sums = (drop ? 3 : 2) * R * ld; // where each thread's sum of the mask's gradient starts
+    if (masks > 0) {
+        for (int64_t t = 0; t < threads; ++t) std::fill(ps + t * per + sums, ps + t * per + sums + masks, 0.0f);
+    }
     std::atomic<bool> failed{false};
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < n.B; ++b) {
         float* p = ps + omp_get_thread_num() * per;
         float* g = p + R * ld;
         float* f = g + R * ld; // with dropout: its factors
+        float* acc = p + sums; // with the mask's gradient wanted: this thread's sum of it
         const float *kb = pk + b * n.Tk * n.d, *vb = pv + b * n.Tk * n.dv;
         float *dkb = pdk + b * n.Tk * n.d, *dvb = pdv + b * n.Tk * n.dv;
         if (spec.causal) {
@@ -361,6 +419,8 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
             const float beta = i0 == 0 && !spec.causal ? 0.0f : 1.0f, scale = spec.scale;
             const float *qc = pq + (b * n.Tq + i0) * n.d, *dyc = pdy + (b * n.Tq + i0) * n.dv;
             ok = sgemm1(false, true, r, keys, n.d, scale, qc, n.d, kb, n.d, 0.0f, p, ld);
+            const MaskRows m = pm ? maskRows(spec, b, i0) : MaskRows{0, 0};
+            if (pm) addRows(p, ld, pm + m.at, m.ld, r, keys);
             if (spec.causal) maskCausal(p, r, i0, keys, ld);
             probabilitiesOf(p, r, keys, ld, lse + b * n.Tq + i0);
             if (drop) { // dv from P * mask (in g), dP = (dy v^T) * mask
@@ -372,6 +432,7 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
             ok = ok && sgemm1(false, true, r, keys, n.dv, 1.0f, dyc, n.dv, vb, n.dv, 0.0f, g, ld);
             if (drop) mulRows(g, f, r, keys, ld);
             softmaxGradRows(p, g, r, keys, ld);
+            if (masks > 0) accumulateRows(acc + m.at, m.ld, g, ld, r, keys); // dS, laid out as the mask
             ok =
                 ok && sgemm1(false, false, r, n.d, keys, scale, g, ld, kb, n.d, 0.0f, pdq + (b * n.Tq + i0) * n.d, n.d);
             ok = ok && sgemm1(true, false, keys, n.d, r, scale, g, ld, qc, n.d, beta, dkb, n.d);
@@ -379,6 +440,15 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
         if (!ok) failed = true;
     }
     gemmFailed("fusedAttentionBackward", failed);
+    if (masks > 0) { // the threads' sums added up
+        float* out = spec.dmask.data<float>();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < masks; ++i) {
+            float sum = 0.0f;
+            for (int64_t t = 0; t < threads; ++t) sum += ps[t * per + sums + i];
+            out[i] = sum;
+        }
+    }
     return true;
 }
 

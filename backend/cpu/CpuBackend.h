@@ -112,11 +112,12 @@ public:
     /// TESSERA_CPU_FUSED_ATTENTION: 1 or 0; on when unset).
     static void setFusedAttention(bool on);
     static bool fusedAttention();
-    /// Fused attention in float32 (any other type: not taken), causal or not, without mask
-    /// or dropout: each thread takes one head's chunk of query rows at a time, whose scores
-    /// (at most 256 KiB) stay in cache from q k^T through the softmax to P v; causally, only
-    /// the keys the chunk's last row sees are computed. The scratch is one such chunk per
-    /// thread (two in backward). The backward recomputes the probabilities from `stats` and
+    /// Fused attention in float32 (any other type: not taken), with or without an additive
+    /// mask, causal masking and dropout: each thread takes one head's chunk of query rows at
+    /// a time, whose scores (at most 256 KiB) stay in cache from q k^T through the softmax
+    /// to P v; causally, only the keys the chunk's last row sees are computed. The scratch
+    /// is one such chunk per thread (in backward two, three with dropout, and with a mask
+    /// a sum of its gradient). The backward recomputes the probabilities from `stats` and
     /// takes the softmax's row sums from them: it does not read y (which may be undefined).
     bool fusesAttention(const AttentionSpec& spec, const Shape& q, const Shape& k, const Shape& v, DType dtype,
                         bool backward) const override;

@@ -270,6 +270,57 @@ TEST(ScaledDotProductAttention, CpuFusedDropoutDrawsTheMasksOfTheBlocks) {
     EXPECT_TRUE(allClose(Tensor::fromVector({static_cast<int64_t>(dx[0].size())}, dx[0]), dx[1], 1e-5f));
 }
 
+// With an additive mask the CPU's fused kernel adds it to each chunk's scores and sums its
+// gradient per thread: the same outputs and gradients (the mask's too) as the blocks of
+// heads, for a key-padding mask [N, 1, 1, Tk] with -inf in it, a per-head table broadcast
+// over the batch (Swin's learned bias) with causal masking, one [Tq, Tk] matrix for every
+// head over three chunks of queries, and a mask with dropout.
+TEST(ScaledDotProductAttention, CpuFusedKernelWithAMaskMatchesTheBlocks) {
+    const float inf = std::numeric_limits<float>::infinity();
+    struct Case {
+        Shape q, k, v, mask;
+        bool causal = false;
+        float dropout = 0.0f;
+    };
+    for (const Case& c : {Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}, {2, 1, 1, 6}},
+                          Case{{2, 3, 33, 16}, {2, 3, 40, 16}, {2, 3, 40, 24}, {3, 33, 40}, true},
+                          Case{{2, 130, 8}, {2, 1100, 8}, {2, 1100, 5}, {130, 1100}},
+                          Case{{2, 2, 7, 8}, {2, 2, 7, 8}, {2, 2, 7, 8}, {2, 1, 7, 7}, true, 0.3f}}) {
+        SCOPED_TRACE(c.q.str() + " mask " + c.mask.str() + (c.causal ? " causal" : "") +
+                     (c.dropout > 0.0f ? " dropout" : ""));
+        const Tensor q = randomTensor(c.q, 1), k = randomTensor(c.k, 2), v = randomTensor(c.v, 3);
+        std::vector<float> m = randomTensor(c.mask, 4).toVector<float>();
+        if (c.mask[1] == 1) { // a key-padding mask: sample 1's last two keys dropped
+            const int64_t Tk = c.mask.dims().back();
+            m.assign(m.size(), 0.0f);
+            m[static_cast<size_t>(2 * Tk - 1)] = m[static_cast<size_t>(2 * Tk - 2)] = -inf;
+        }
+        const Tensor mask = Tensor::fromVector(c.mask, m);
+        std::vector<int64_t> ys = c.q.dims();
+        ys.back() = c.v.dims().back();
+        const Tensor dy = randomTensor(Shape(ys), 5);
+        std::vector<std::vector<float>> results[2];
+        for (bool fused : {true, false}) {
+            CpuBackend::setFusedAttention(fused);
+            const AttentionOptions options{.causal = c.causal, .dropout = c.dropout, .seed = 5};
+            ScaledDotProductAttention att(options);
+            EXPECT_EQ(AttentionKernel(options).fuses({c.q, c.k, c.v, c.mask}, c.dropout > 0.0f, DType::float32,
+                                                     Device::cpu(), true),
+                      fused);
+            auto& r = results[fused ? 0 : 1];
+            r.push_back(att(Tensors{q, k, v, mask})[0].toVector<float>());
+            att.backward(Tensors{dy});
+            ASSERT_EQ(att.gradList().size(), 4u);
+            for (const Tensor& g : att.gradList()) r.push_back(g.toVector<float>());
+        }
+        CpuBackend::setFusedAttention(true);
+        for (size_t i = 0; i < results[0].size(); ++i) {
+            const Tensor fusedOut = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
+            EXPECT_TRUE(allClose(fusedOut, results[1][i], 1e-5f)) << "result " << i;
+        }
+    }
+}
+
 // Multi-head attention in double from the module's own parameters (PyTorch's layouts):
 // batch-first query [N, L, E], key and value [N, S, E]; mask [N, H, L, S] additive (empty: none).
 std::vector<float> mhaReference(MultiheadAttention& m, const Tensor& xq, const Tensor& xk, const Tensor& xv,

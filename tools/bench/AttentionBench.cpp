@@ -5,7 +5,9 @@
 // scores at a time). Shapes [heads, T, d]: vit-tiny's (batch 128, 4 heads of 16, 50
 // tokens), ViT-B/16's (batch 8, 12 heads of 64, 197 tokens), a long sequence (8 heads of
 // 64, 1024 tokens), and causal ones: gpt-mini's (batch 64, 4 heads of 32, 64 tokens;
-// train mode with its attention dropout 0.1, as it trains) and the long one causal.
+// train mode with its attention dropout 0.1, as it trains) and the long one causal; and
+// ViT-B/16's with a learned bias [12, 197, 197] added to every sample's scores (Swin's
+// kind of relative position bias, whose gradient backward sums over the batch).
 // GFLOP/s counts the forward's two products once (fwd) or three times (fwd+bwd: the
 // backward's four products, the scores' recompute not counted), whole even where causal.
 //
@@ -26,26 +28,35 @@ struct Problem {
     const char* name;
     int64_t heads, T, d;
     bool causal = false;
-    float dropout = 0.0f; // in train mode
+    float dropout = 0.0f;  // in train mode
+    int64_t biasHeads = 0; // > 0: q [heads / biasHeads, biasHeads, T, d] and a bias [biasHeads, T, T]
 };
 
 constexpr Problem kProblems[] = {{"vit-tiny/512x50x16", 512, 50, 16},
                                  {"vit-b16/96x197x64", 96, 197, 64},
                                  {"long/8x1024x64", 8, 1024, 64},
                                  {"gpt-mini-causal-dropout/256x64x32", 256, 64, 32, true, 0.1f},
-                                 {"long-causal/8x1024x64", 8, 1024, 64, true}};
+                                 {"long-causal/8x1024x64", 8, 1024, 64, true},
+                                 {"vit-b16-bias/96x197x64", 96, 197, 64, false, 0.0f, 12}};
 
 void BM_Attention(benchmark::State& state, Problem p, bool fused, bool train) {
     const bool before = CpuBackend::fusedAttention();
     CpuBackend::setFusedAttention(fused);
     Generator gen(1);
     Tensors in;
+    const Shape shape =
+        p.biasHeads > 0 ? Shape{p.heads / p.biasHeads, p.biasHeads, p.T, p.d} : Shape{p.heads, p.T, p.d};
     for (int i = 0; i < 3; ++i) {
-        Tensor t = Tensor::empty({p.heads, p.T, p.d});
+        Tensor t = Tensor::empty(shape);
         backendOf(t).fillNormal(t, 0.0f, 1.0f, gen);
         in.push_back(t);
     }
-    Tensor dy = Tensor::full({p.heads, p.T, p.d}, 0.01f);
+    if (p.biasHeads > 0) {
+        Tensor bias = Tensor::empty({p.biasHeads, p.T, p.T});
+        backendOf(bias).fillNormal(bias, 0.0f, 1.0f, gen);
+        in.push_back(bias);
+    }
+    Tensor dy = Tensor::full(shape, 0.01f);
     ScaledDotProductAttention att({.causal = p.causal, .dropout = p.dropout, .seed = 1});
     if (!train) att.evalMode();
     for (auto _ : state) {
