@@ -19,7 +19,9 @@
 #include "models/Zoo.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Attention.h"
 #include "modules/Flatten.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MultiheadAttention.h"
 #include "modules/Replicate.h"
@@ -201,6 +203,26 @@ TEST(MemoryPlan, CountsTheScratchOfAttention) {
             }
         }
     }
+}
+
+// Attention with a learned bias over the batch (an imported Swin's kind): the fused
+// kernel's mask and the per-thread sums of its gradient counted exactly.
+TEST(MemoryPlan, CountsTheScratchOfMaskedAttention) {
+    manualSeed(5);
+    auto x = node(std::make_shared<Linear>(16, 16), {}, "x");
+    auto bias =
+        node(std::make_shared<Parameter>(std::vector<int64_t>{4, 20, 20}, ParameterOptions{.std = 1.0f}), x, "bias");
+    auto att =
+        node(std::make_shared<ScaledDotProductAttention>(AttentionOptions{.causal = true}), {x, x, x, bias}, "att");
+    Graph g({x}, {att}, "masked");
+    const MemoryPlan plan = planMemory(g, {{8, 4, 20, 16}});
+    const MeasuredPeaks m = measurePeaks(g, {8, 4, 20, 16});
+    EXPECT_TRUE(AttentionKernel({.causal = true})
+                    .fuses({{8, 4, 20, 16}, {8, 4, 20, 16}, {8, 4, 20, 16}, {8, 4, 20, 20}}, false, DType::float32,
+                           Device::cpu(), true));
+    EXPECT_EQ(plan.inference, m.inference);
+    EXPECT_EQ(plan.trainForward, m.trainForward);
+    EXPECT_EQ(plan.training, m.training);
 }
 
 TEST(MemoryPlan, BadShapesAreTheModelsShapeError) {
