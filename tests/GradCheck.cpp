@@ -172,9 +172,14 @@ std::vector<int64_t> sampleIndices(int64_t n, int maxElements) {
 }
 
 MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device) {
+    return measurePeaks(net, Shapes{inShape}, device);
+}
+
+MeasuredPeaks measurePeaks(Module& net, const Shapes& inShapes, Device device) {
     net.to(device);
-    const Tensor x = Tensor::full(inShape, 0.5f).to(device);
-    const Tensor dy = Tensor::full(net.dataShapeFrom(Shapes{inShape})[0], 0.01f).to(device); // from outside, like x
+    Tensors x;
+    for (const Shape& s : inShapes) x.push_back(Tensor::full(s, 0.5f).to(device));
+    const Tensor dy = Tensor::full(net.dataShapeFrom(inShapes)[0], 0.01f).to(device); // from outside, like x
     Backend& be = backendFor(device);
     MeasuredPeaks m;
     for (int rep = 0; rep < 2; ++rep) {

@@ -79,6 +79,8 @@ struct MeasuredPeaks {
     int64_t inference = 0, trainForward = 0, training = 0;
 };
 MeasuredPeaks measurePeaks(Module& net, const Shape& inShape, Device device = Device::cpu());
+/// The same for a model of several inputs, each filled with 0.5.
+MeasuredPeaks measurePeaks(Module& net, const Shapes& inShapes, Device device = Device::cpu());
 // Passes when planned is within 10% of measured; prints both.
 ::testing::AssertionResult within10Percent(const char* what, int64_t planned, int64_t measured);
 

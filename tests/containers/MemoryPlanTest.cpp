@@ -21,6 +21,7 @@
 #include "modules/Add.h"
 #include "modules/Attention.h"
 #include "modules/Flatten.h"
+#include "modules/Identity.h"
 #include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MultiheadAttention.h"
@@ -223,6 +224,34 @@ TEST(MemoryPlan, CountsTheScratchOfMaskedAttention) {
     EXPECT_EQ(plan.inference, m.inference);
     EXPECT_EQ(plan.trainForward, m.trainForward);
     EXPECT_EQ(plan.training, m.training);
+}
+
+// MultiheadAttention with a key-padding mask, and with both masks (one combined mask the
+// kernel adds), fused on the CPU: counted exactly.
+TEST(MemoryPlan, CountsTheScratchOfMaskedMultiheadAttention) {
+    manualSeed(6);
+    for (bool both : {false, true}) {
+        SCOPED_TRACE(both ? "key-padding and attention masks" : "key-padding mask");
+        auto x = node(std::make_shared<Linear>(64, 64), {}, "x");
+        auto pad = node(std::make_shared<Identity>(), {}, "pad");
+        std::vector<NodePtr> in{x, pad};
+        Parents parents{x, pad};
+        if (both) {
+            in.push_back(node(std::make_shared<Identity>(), {}, "attn"));
+            parents.push_back(in.back());
+        }
+        auto mha = node(std::make_shared<MultiheadAttention>(
+                            64, 4, MultiheadAttentionOptions{.causal = true, .keyPaddingMask = true, .attnMask = both}),
+                        parents, "mha");
+        Graph g(in, {mha}, "masked");
+        Shapes shapes{{8, 20, 64}, {8, 20}};
+        if (both) shapes.push_back({20, 20});
+        const MemoryPlan plan = planMemory(g, shapes);
+        const MeasuredPeaks m = measurePeaks(g, shapes);
+        EXPECT_EQ(plan.inference, m.inference);
+        EXPECT_EQ(plan.trainForward, m.trainForward);
+        EXPECT_EQ(plan.training, m.training);
+    }
 }
 
 TEST(MemoryPlan, BadShapesAreTheModelsShapeError) {
