@@ -2,7 +2,8 @@
 """The layers transformers are made of, Tessera against PyTorch on the CPU, forward and
 backward (input and parameter gradients), at ViT-B/16's shapes (batch 8, 197 tokens, 768
 features, 12 heads), a GroupNorm of a convolutional stage, and nn.MultiheadAttention at
-ViT-B/16's and the zoo vit-tiny's shapes (128 images of 50 tokens, 64 features, 4 heads).
+ViT-B/16's (also with a key-padding mask) and the zoo vit-tiny's shapes (128 images of 50
+tokens, 64 features, 4 heads).
 
 Timed as alternating.py describes (one process, one thread count, sides alternating,
 medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's
@@ -70,6 +71,18 @@ def main():
                   lambda x, w, b, wo, bo: F.multi_head_attention_forward(
                       x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), E, heads, w, b, None, None, False, 0.0,
                       wo, bo, need_weights=False)[0].transpose(0, 1), [data(B, T, C)], params))
+    # the same with a key-padding mask (additive: -inf on the last 37 keys of every other
+    # sample), whose gradient both sides compute
+    mhap = ts.MultiheadAttention(E, heads, keyPaddingMask=True)
+    for name, v in mhap.namedParams().items():
+        v.data = ref.state_dict()[name.replace("out_proj_", "out_proj.")].numpy()
+    pad = np.zeros((B, T), np.float32)
+    pad[1::2, T - 37:] = -np.inf
+    cases.append(("MultiheadAttention padded [8, 197, 768]", mhap,
+                  lambda x, m, w, b, wo, bo: F.multi_head_attention_forward(
+                      x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), E, heads, w, b, None, None, False, 0.0,
+                      wo, bo, key_padding_mask=m, need_weights=False)[0].transpose(0, 1), [data(B, T, C), pad],
+                  params))
     mini = ts.MultiheadAttention(64, 4)
     ref64 = torch.nn.MultiheadAttention(64, 4, batch_first=True)
     params64 = [p_.detach().numpy().copy() for p_ in (ref64.in_proj_weight, ref64.in_proj_bias, ref64.out_proj.weight,
@@ -82,7 +95,7 @@ def main():
     cases.append(("silu [8, 197, 3072]", silu, F.silu, [data(B, T, 4 * C)], []))
 
     print(f"threads {args.threads}, {args.reps} reps, medians in ms (forward + backward)")
-    print(f"{'case':<34} {'Tessera':>9} {'PyTorch':>9} {'PyTorch/Tessera':>16}")
+    print(f"{'case':<40} {'Tessera':>9} {'PyTorch':>9} {'PyTorch/Tessera':>16}")
     for name, mod, fn, inputs, params in cases:
         # Both sides get their own tensors made once, outside the timed loop (a NumPy
         # array passed to a module would be copied in each call).
@@ -108,7 +121,7 @@ def main():
             out.backward(tdy)
 
         a, b = medians_ms(run_ts, run_torch, args.reps)
-        print(f"{name:<34} {a:9.2f} {b:9.2f} {b / a:16.2f}")
+        print(f"{name:<40} {a:9.2f} {b:9.2f} {b / a:16.2f}")
 
 
 if __name__ == "__main__":
