@@ -31,6 +31,10 @@ namespace {
 // they stay in a core's L2 between the products and the softmax.
 constexpr int64_t kChunkBytes = int64_t{256} << 10;
 constexpr int64_t kLanes = 16;
+// Causally, a chunk computes the keys its last row sees: at least four chunks a head (about
+// 5/8 of the scores computed, not all), of at least this many rows (smaller products run
+// too far below the GEMM's speed for the saving to pay).
+constexpr int64_t kCausalRows = 32;
 
 std::atomic<bool>& fusedOn() {
     static std::atomic<bool> on{[] {
@@ -43,14 +47,15 @@ std::atomic<bool>& fusedOn() {
 // A row of scores as the kernels lay it out: Tk rounded up to whole vectors.
 int64_t rowStride(int64_t Tk) { return (Tk + kLanes - 1) / kLanes * kLanes; }
 
-int64_t rowsPerChunk(int64_t Tq, int64_t Tk) {
-    return std::clamp<int64_t>(kChunkBytes / (rowStride(Tk) * static_cast<int64_t>(sizeof(float))), 1, Tq);
+int64_t rowsPerChunk(int64_t Tq, int64_t Tk, bool causal) {
+    const int64_t R = std::clamp<int64_t>(kChunkBytes / (rowStride(Tk) * static_cast<int64_t>(sizeof(float))), 1, Tq);
+    return causal ? std::min(R, std::max<int64_t>(kCausalRows, (Tq + 3) / 4)) : R;
 }
 
 // Per thread: forward, one chunk of scores and each row's 1 / sum; backward, two chunks
 // (three with dropout: its factors) and, with a mask, a sum of its gradient.
-int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool backward, bool dropout, int64_t maskNumel) {
-    const int64_t R = rowsPerChunk(Tq, Tk);
+int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool causal, bool backward, bool dropout, int64_t maskNumel) {
+    const int64_t R = rowsPerChunk(Tq, Tk, causal);
     return backward ? (dropout ? 3 : 2) * R * rowStride(Tk) + maskNumel : R * rowStride(Tk) + R;
 }
 
@@ -326,7 +331,7 @@ int64_t CpuBackend::fusedAttentionScratchBytes(const AttentionSpec& spec, const 
                                                const Shape& v, DType dtype, bool backward, bool) const {
     if (!fusable(spec, q, k, v, dtype)) return 0;
     const int64_t masks = spec.maskShape.rank() == 0 ? 0 : spec.maskShape.numel();
-    return omp_get_max_threads() * scratchPerThread(q[1], k[1], backward, spec.dropout > 0.0f, masks) *
+    return omp_get_max_threads() * scratchPerThread(q[1], k[1], spec.causal, backward, spec.dropout > 0.0f, masks) *
            static_cast<int64_t>(sizeof(float));
 }
 
@@ -334,8 +339,8 @@ bool CpuBackend::fusedAttentionForward(const AttentionSpec& spec, const Tensor& 
                                        const Tensor& y, const Tensor& stats) {
     if (!fusable(spec, q.shape(), k.shape(), v.shape(), q.dtype())) return false;
     const Dims n = dimsOf("fusedAttentionForward", spec, q, k, v);
-    const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk), chunks = (n.Tq + R - 1) / R;
-    const int64_t per = scratchPerThread(n.Tq, n.Tk, false, false, 0);
+    const int64_t R = rowsPerChunk(n.Tq, n.Tk, spec.causal), ld = rowStride(n.Tk), chunks = (n.Tq + R - 1) / R;
+    const int64_t per = scratchPerThread(n.Tq, n.Tk, spec.causal, false, false, 0);
     const Tensor scratch = Tensor::empty({omp_get_max_threads(), per}, DType::float32, device());
     const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>();
     float* py = y.data<float>();
@@ -388,8 +393,8 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
     }
     const bool drop = spec.dropout > 0.0f;
     const int64_t masks = spec.maskShape.rank() != 0 && spec.dmask.defined() ? spec.dmask.numel() : 0;
-    const int64_t R = rowsPerChunk(n.Tq, n.Tk), ld = rowStride(n.Tk);
-    const int64_t per = scratchPerThread(n.Tq, n.Tk, true, drop, masks), threads = omp_get_max_threads();
+    const int64_t R = rowsPerChunk(n.Tq, n.Tk, spec.causal), ld = rowStride(n.Tk);
+    const int64_t per = scratchPerThread(n.Tq, n.Tk, spec.causal, true, drop, masks), threads = omp_get_max_threads();
     const Tensor scratch = Tensor::empty({threads, per}, DType::float32, device());
     const float *pq = q.data<float>(), *pk = k.data<float>(), *pv = v.data<float>(), *pdy = dy.data<float>();
     const float* lse = stats.data<float>();
