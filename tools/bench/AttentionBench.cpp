@@ -5,9 +5,10 @@
 // scores at a time). Shapes [heads, T, d]: vit-tiny's (batch 128, 4 heads of 16, 50
 // tokens), ViT-B/16's (batch 8, 12 heads of 64, 197 tokens), a long sequence (8 heads of
 // 64, 1024 tokens), and causal ones: gpt-mini's (batch 64, 4 heads of 32, 64 tokens;
-// train mode with its attention dropout 0.1, as it trains) and the long one causal; and
-// ViT-B/16's with a learned bias [12, 197, 197] added to every sample's scores (Swin's
-// kind of relative position bias, whose gradient backward sums over the batch).
+// train mode with its attention dropout 0.1, as it trains), ViT-B/16's and the long one
+// causal; and ViT-B/16's with a learned bias [12, 197, 197] added to every sample's
+// scores (Swin's kind of relative position bias, whose gradient backward sums over the
+// batch).
 // GFLOP/s counts the forward's two products once (fwd) or three times (fwd+bwd: the
 // backward's four products, the scores' recompute not counted), whole even where causal.
 //
@@ -37,6 +38,7 @@ constexpr Problem kProblems[] = {{"vit-tiny/512x50x16", 512, 50, 16},
                                  {"long/8x1024x64", 8, 1024, 64},
                                  {"gpt-mini-causal-dropout/256x64x32", 256, 64, 32, true, 0.1f},
                                  {"long-causal/8x1024x64", 8, 1024, 64, true},
+                                 {"vit-b16-causal/96x197x64", 96, 197, 64, true},
                                  {"vit-b16-bias/96x197x64", 96, 197, 64, false, 0.0f, 12}};
 
 void BM_Attention(benchmark::State& state, Problem p, bool fused, bool train) {
