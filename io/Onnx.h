@@ -65,7 +65,10 @@ struct OnnxExportOptions {
 /// Writes `model` (a Graph, a Sequential or Parallel, or a single layer, nested containers
 /// included) to an ONNX file that `onnx.checker` accepts: its parameters and running
 /// statistics as initializers, one ONNX node per layer, and every value's shape for
-/// `inputShapes` (dim 0, the batch, left free). The inference form: batch norm with its
+/// `inputShapes`, dim 0 of the inputs (the batch) left free: where the model also takes another
+/// batch, each value's dims that follow it are named "batch" (or "batch*c", c times it: the
+/// batch folded with another dim) wherever layers moved them, the others are their sizes; where
+/// it does not, the values declare their ranks alone. The inference form: batch norm with its
 /// running statistics, dropout as ONNX's Dropout. Throws IoError listing every layer that
 /// has no ONNX counterpart here (docs/onnx.md), or when the file cannot be written.
 void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& path,

@@ -125,8 +125,9 @@ std::vector<std::string> Exporter::emit(Module& m, const std::vector<std::string
         outs.push_back(out.size() == 1 ? valueName(path) : valueName(path + ":" + std::to_string(k)));
         const DType type = k < outTypes.size() && outTypes[k] == DType::int32 ? DType::int32 : DType::float32;
         if (type == DType::int32) intValues.insert(outs.back());
-        setType(g_.add_value_info(), out[k], type);
-        g_.mutable_value_info(g_.value_info_size() - 1)->set_name(outs.back());
+        onnx::ValueInfoProto* v = g_.add_value_info();
+        declare(v, out[k], type, path, k);
+        v->set_name(outs.back());
     }
     try {
         emitLayer(m, inputs, in, outs, path);
@@ -136,6 +137,64 @@ std::vector<std::string> Exporter::emit(Module& m, const std::vector<std::string
         errors.push_back("layer " + (path.empty() ? m.classname() : path) + " (" + m.classname() + "): " + e.what());
     }
     return outs;
+}
+
+void Exporter::probeBatch(Module& m, const Shapes& in, int64_t batch, int64_t otherBatch) {
+    otherShapes_.clear();
+    batch_ = otherBatch_ = -1;
+    probe(m, in, "");
+    batch_ = batch;
+    otherBatch_ = otherBatch;
+}
+
+// emit's walk, shapes only.
+void Exporter::probe(Module& m, const Shapes& in, const std::string& path) {
+    if (auto* graph = dynamic_cast<Graph*>(&m)) {
+        graph->dataShapeFrom(in);
+        for (Node* n : graph->order()) probe(n->module(), n->inShapes(), join(path, n->name()));
+        return;
+    }
+    if (auto* seq = dynamic_cast<Sequential*>(&m)) {
+        Shapes shapes = in;
+        for (const auto& [name, child] : seq->namedChildren()) {
+            const Shapes out = child->inferDataShape(shapes);
+            probe(*child, shapes, join(path, name));
+            shapes = out;
+        }
+        return;
+    }
+    if (auto* par = dynamic_cast<Parallel*>(&m)) {
+        size_t k = 0;
+        for (const auto& [name, child] : par->namedChildren()) probe(*child, {in.at(k++)}, join(path, name));
+        return;
+    }
+    otherShapes_[path] = m.inferDataShape(in);
+}
+
+// A dim the same at both batch sizes is that size; one that is c times the batch at both is
+// "batch" (c = 1) or "batch*c" (a batch folded with the heads, or with the positions of a
+// sequence); any other that changes (or where the model took no other batch) is unknown.
+void Exporter::declare(onnx::ValueInfoProto* v, const Shape& shape, DType dtype, const std::string& path,
+                       size_t output) {
+    setType(v, shape, dtype);
+    auto* dims = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (batch_ < 1) { // the rank alone: the sizes are left to the reader's inference
+        for (onnx::TensorShapeProto::Dimension& d : *dims->mutable_dim()) d.clear_dim_value();
+        return;
+    }
+    auto it = otherShapes_.find(path);
+    const Shape* other = it != otherShapes_.end() && output < it->second.size() ? &it->second[output] : nullptr;
+    for (size_t d = 0; d < shape.rank(); ++d) {
+        const int64_t a = shape[static_cast<int64_t>(d)];
+        if (other && other->rank() == shape.rank() && (*other)[static_cast<int64_t>(d)] == a) continue;
+        onnx::TensorShapeProto::Dimension* dim = dims->mutable_dim(static_cast<int>(d));
+        dim->clear_dim_value();
+        if (!other || other->rank() != shape.rank()) continue;
+        const int64_t b = (*other)[static_cast<int64_t>(d)];
+        if (a % batch_ == 0 && b % otherBatch_ == 0 && a / batch_ == b / otherBatch_) {
+            dim->set_dim_param(a == batch_ ? std::string("batch") : "batch*" + std::to_string(a / batch_));
+        }
+    }
 }
 
 std::string Exporter::valueName(const std::string& base) {
@@ -276,12 +335,31 @@ void exportOnnx(Module& model, const Shapes& inputShapes, const std::string& pat
         inTypes.push_back(type);
     }
     Exporter ex(*g, options.opset);
+    // The batch: the first input's dim 0, and that of every input whose dim 0 has its size.
+    // It is free (a dim_param) where the model also takes one more or twice as many.
+    const int64_t batch = !inputShapes.empty() && inputShapes[0].rank() > 0 ? inputShapes[0][0] : -1;
+    bool free = false;
+    for (const int64_t other : {batch + 1, 2 * batch}) {
+        if (batch < 1 || free) break;
+        Shapes probe = inputShapes;
+        for (Shape& s : probe) {
+            if (s.rank() > 0 && s[0] == batch) s[0] = other;
+        }
+        try {
+            ex.probeBatch(model, probe, batch, other);
+            free = true;
+        } catch (const Error&) {}
+    }
+    model.inferDataShape(inputShapes); // the shapes of the export again
     std::vector<std::string> inputs;
     for (size_t k = 0; k < inputShapes.size(); ++k) {
         inputs.push_back(inputShapes.size() == 1 ? "input" : "input" + std::to_string(k));
         onnx::ValueInfoProto* v = g->add_input();
         v->set_name(inputs.back());
         setType(v, inputShapes[k], inTypes[k]);
+        if (inputShapes[k].rank() > 0 && (free ? inputShapes[k][0] == batch : true)) {
+            v->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("batch");
+        }
         if (inTypes[k] == DType::int32) ex.intValues.insert(inputs.back());
     }
     const std::vector<std::string> outs = ex.emit(model, inputs, inputShapes, "");

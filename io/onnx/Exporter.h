@@ -45,6 +45,11 @@ public:
     std::vector<std::string> emit(Module& m, const std::vector<std::string>& inputs, const Shapes& in,
                                   const std::string& path);
 
+    // Run before emit with the inputs' batch changed from `batch` to `otherBatch`: every
+    // layer's output shapes then, by path, so that the values emit declares say which dims
+    // follow the batch. Throws the model's ShapeError where it cannot take that batch.
+    void probeBatch(Module& m, const Shapes& in, int64_t batch, int64_t otherBatch);
+
 private:
     onnx::GraphProto& g_;
     int64_t opset_;
@@ -58,6 +63,12 @@ private:
         std::string name;
     };
     std::unordered_map<const void*, std::vector<Written>> written_;
+    // probeBatch's layer output shapes by path, and its two batch sizes (-1: not probed).
+    std::unordered_map<std::string, Shapes> otherShapes_;
+    int64_t batch_ = -1, otherBatch_ = -1;
+    void probe(Module& m, const Shapes& in, const std::string& path);
+    // v's type: `dtype` and `shape`, each dim named where it follows the batch (probeBatch).
+    void declare(onnx::ValueInfoProto* v, const Shape& shape, DType dtype, const std::string& path, size_t output);
 
     static std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
 

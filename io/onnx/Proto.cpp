@@ -466,14 +466,7 @@ void setType(onnx::ValueInfoProto* v, const Shape& shape, DType dtype) {
     auto* t = v->mutable_type()->mutable_tensor_type();
     t->set_elem_type(dtype == DType::int32 ? onnx::TensorProto::INT32 : onnx::TensorProto::FLOAT);
     auto* s = t->mutable_shape();
-    for (size_t d = 0; d < shape.rank(); ++d) {
-        auto* dim = s->add_dim();
-        if (d == 0) {
-            dim->set_dim_param("batch"); // any batch size
-        } else {
-            dim->set_dim_value(shape[static_cast<int64_t>(d)]);
-        }
-    }
+    for (size_t d = 0; d < shape.rank(); ++d) s->add_dim()->set_dim_value(shape[static_cast<int64_t>(d)]);
 }
 
 } // namespace tessera::onnx_io

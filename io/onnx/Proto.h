@@ -157,8 +157,8 @@ private:
     std::vector<std::string_view> raw_;
 };
 
-// `v`'s type: float32 of `shape`, its first dim the symbolic batch.
-// A tensor type of `shape` (its first dim free: "batch"), float, or int32 for int32.
+// `v`'s type: a tensor of `shape`, every dim its size (the exporter names the ones that
+// follow the batch), float, or int32 for int32.
 void setType(onnx::ValueInfoProto* v, const Shape& shape, DType dtype = DType::float32);
 
 } // namespace tessera::onnx_io

@@ -821,14 +821,14 @@ def test_text_classifier_with_a_padding_mask_imports_ignores_padding_and_fine_tu
     # Other ids where the padding is: the same outputs, to the bit.
     other = np.where(pad, (ids + 1) % vocab, ids).astype(np.int32)
     np.testing.assert_array_equal(net([other, pad])[0].numpy(), got)
-    # Exported again: the mask an int32 input; the same outputs (to rounding: the file read
-    # back computes the attention as separate MatMul, Add and SoftMax layers, which round
-    # apart from the CPU's fused attention by an ulp here and there).
+    # Exported again: the mask an int32 input; the attention reads back as one layer, and
+    # the outputs are the same to the bit.
     back_path = str(tmp_path / "back.onnx")
     ts.exportOnnx(net, [(4, length), (4, length)], back_path)
     back = ts.importOnnx(back_path)
     back.evalMode()
-    np.testing.assert_allclose(back([ids, pad])[0].numpy(), got, rtol=1e-6, atol=1e-6)
+    assert [n.module.classname for n in back.nodes()].count("ScaledDotProductAttention") == 1
+    np.testing.assert_array_equal(back([ids, pad])[0].numpy(), got)
     # Fine-tuned: Adam on fresh batches, the loss falls and held-out accuracy passes 90%.
     cost = ts.CrossEntropy()
     opt = ts.Adam(alpha=1e-2)
@@ -847,6 +847,53 @@ def test_text_classifier_with_a_padding_mask_imports_ignores_padding_and_fine_tu
     ids, pad, labels = batch(512)
     accuracy = (net([ids, pad])[0].numpy().argmax(1) == labels).mean()
     assert accuracy >= 0.9, accuracy
+
+
+def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
+    """The shapes an export declares for its values: a dim that follows the batch is named for
+    it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),
+    the others are their sizes; the file reads back into one attention layer and runs at other
+    batches. A model that takes only the batch it was exported at declares its values' ranks
+    alone."""
+    onnx = pytest.importorskip("onnx")
+    x = ts.Identity(name="x").node()
+    t = ts.Transpose((1, 0, 2), name="time_major").node(x)
+    att = ts.MultiheadAttention(8, 2, batchFirst=False, name="att").node(t)
+    rows = ts.Reshape((-1, 8), name="rows").node(att)
+    back_to_time = ts.Reshape((5, -1, 8), name="back_to_time").node(ts.Linear(8, 8, name="fc").node(rows))
+    y = ts.Transpose((1, 0, 2), name="batch_major").node(back_to_time)
+    net = ts.Graph([x], [y])
+    net.evalMode()
+    path = str(tmp_path / "moved.onnx")
+    ts.exportOnnx(net, [(3, 5, 8)], path)
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)
+    dims = {v.name: [d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim]
+            for v in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output)}
+    assert dims["input"] == ["batch", 5, 8]
+    assert dims["time_major"] == [5, "batch", 8]
+    assert dims[model.graph.output[0].name] == ["batch", 5, 8]
+    assert dims["att"] == [5, "batch", 8]
+    assert dims["rows"] == ["batch*5", 8]  # the batch folded with the positions
+    assert all(None not in d for d in dims.values()), dims
+    back = ts.importOnnx(path)
+    back.evalMode()
+    assert [n.module.classname for n in back.nodes()].count("ScaledDotProductAttention") == 1
+    for batch in (1, 4):
+        data = np.random.default_rng(batch).standard_normal((batch, 5, 8)).astype(np.float32)
+        np.testing.assert_allclose(back(data).numpy(), net(data).numpy(), rtol=1e-5, atol=1e-6)
+    # Only batch 3: a reshape to a fixed shape. The values' sizes are left to the reader.
+    x = ts.Identity(name="x").node()
+    flat = ts.Reshape((15, 8), name="flat").node(x)
+    fixed = ts.Graph([x], [ts.Linear(8, 2, name="fc").node(flat)])
+    ts.exportOnnx(fixed, [(3, 5, 8)], path)
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)
+    ranks = {}
+    for v in list(model.graph.value_info) + list(model.graph.output):
+        assert not any(d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim), v.name
+        ranks[v.name] = len(v.type.tensor_type.shape.dim)
+    assert ranks == {"x": 3, "flat": 2, "fc": 2}
 
 
 def test_head_tied_to_the_token_table_imports_shared_and_stays_tied(tmp_path):

@@ -888,8 +888,10 @@ TEST(Onnx, MultiheadAttentionAndTokenTablesRoundTrip) {
         EXPECT_EQ(classes["Parameter"], 1);
         // The self-attention's nodes read back as one layer (causal, its padding mask an input);
         // the cross-attention's stay separate layers: its keys come from a time-major input
-        // whose free dim is time (the export frees every input's dim 0), so their batch dim is
-        // the 2 exported, not known equal to the queries' free one.
+        // whose free dim is time (this graph takes no other batch, its attention mask holding
+        // the batch times the heads, so the export frees every input's dim 0 and declares its
+        // values' ranks alone), so their batch dim is the 2 exported, not known equal to the
+        // queries' free one.
         EXPECT_EQ(classes["ScaledDotProductAttention"], 1);
         EXPECT_EQ(causal, 1);
         EXPECT_EQ(back->numOfParams(), g.numOfParams());
