@@ -248,6 +248,9 @@ private:
             bool whereTrue = true; // the fill is taken where the condition holds
         };
         std::vector<Fill> fills;
+        // Swin's shifted windows: the scores viewed per window by a Reshape to `windowShape`
+        // ([B, nW, nH, Tq, Tk]), `windowMask` added ([1, nW, 1, Tq, Tk]), and viewed back.
+        std::string windowMask, windowShape, viewBack;
         int softmax = -1, dropout = -1, transpose = -1;
         std::vector<int> nodes; // absorbed, in the graph's order
     };

@@ -24,6 +24,7 @@
 #include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
+#include "modules/Reshape.h"
 #include "modules/RowNorm.h"
 #include "modules/Transpose.h"
 
@@ -473,6 +474,26 @@ void Importer::findAttention() {
             }
             return false;
         }
+        // Swin's shifted windows: Reshape(Add(Reshape(scores, [B, nW, nH, Tq, Tk]), mask), back).
+        if (op == "Reshape" && masks && m.windowMask.empty() && n.input_size() == 2) {
+            const int a = ix.from(n.input(0), "Add");
+            if (a < 0 || taken(a) || ix.users(n.input(0)).size() != 1 || ix.node(a).input_size() != 2) return false;
+            const onnx::NodeProto& add = ix.node(a);
+            for (int side = 0; side < 2; ++side) {
+                const int r = ix.from(add.input(side), "Reshape");
+                if (r < 0 || taken(r) || ix.users(add.input(side)).size() != 1 || ix.node(r).input_size() != 2)
+                    continue;
+                auto note = [&](AttentionMatch& t) {
+                    t.windowMask = add.input(1 - side);
+                    t.windowShape = ix.node(r).input(1);
+                    t.viewBack = n.input(1);
+                    t.nodes.push_back(a);
+                    t.nodes.push_back(r);
+                };
+                if (attempt(ix.node(r).input(0), true, note)) return true;
+            }
+            return false;
+        }
         if ((op == "Mul" || op == "Div") && n.input_size() == 2) {
             std::string data, factor;
             bool divides = false;
@@ -657,6 +678,54 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         if (!isCausal(table, c->second.dims)) return false;
         causal = true;
     }
+    // Swin's shifted windows (with its bias alone): q, k, v and the bias viewed per window,
+    // [B, nW, nH, T, d], the window mask added to the bias: a constant [1, nW, 1 or nH, Tq, Tk]
+    // of finite values computed in the model (a weight of the file, which an Add of it would
+    // learn, is not such a mask); both views of the scores with every size known but the
+    // batch's.
+    const Constant* window = nullptr;
+    int64_t windows = 0;
+    if (!m.windowMask.empty()) {
+        auto w = constants_.find(m.windowMask);
+        auto there = constants_.find(m.windowShape), back = constants_.find(m.viewBack);
+        if (!bias || causal || r != 4 || w == constants_.end() || initializers_.count(m.windowMask) ||
+            there == constants_.end() || back == constants_.end()) {
+            return false;
+        }
+        for (const std::vector<Dim>* d : {&*qd, &*kd, &*vd}) {
+            for (size_t j = 1; j < 4; ++j) {
+                if ((*d)[j].value < 0) return false;
+            }
+        }
+        const Constant& c = w->second;
+        if (c.isInt || c.zeros || c.symbolic() || !c.tensor.defined() || c.dims.size() != 5 || c.dims[0] != 1) {
+            return false;
+        }
+        windows = c.dims[1];
+        const int64_t heads = qs[1];
+        if (windows < 1 || (c.dims[2] != 1 && c.dims[2] != heads) || (c.dims[3] != 1 && c.dims[3] != Tq) ||
+            (c.dims[4] != 1 && c.dims[4] != Tk)) {
+            return false;
+        }
+        const std::vector<float> f = c.tensor.toVector<float>();
+        if (!std::all_of(f.begin(), f.end(), [](float e) { return std::isfinite(e); })) return false;
+        // The views' sizes, their first (the batch, or the windows of the batch) -1, a symbol or
+        // the size q's batch gives.
+        const Dim& batch = (*qd)[0];
+        if (batch.value >= 0 && batch.value % windows != 0) return false;
+        auto views = [&](const Constant& v, const std::vector<int64_t>& sizes, int64_t first) {
+            if (!v.isInt || v.ints.size() != sizes.size() + 1) return false;
+            for (size_t j = 0; j < sizes.size(); ++j) {
+                if (!v.symbol(j + 1).empty() || v.ints[j + 1] != sizes[j]) return false;
+            }
+            return !v.symbol(0).empty() || v.ints[0] == -1 || (batch.value >= 0 && v.ints[0] == first);
+        };
+        if (!views(there->second, {windows, heads, Tq, Tk}, batch.value / windows) ||
+            !views(back->second, {heads, Tq, Tk}, batch.value)) {
+            return false;
+        }
+        window = &c;
+    }
     auto sdpa = std::make_shared<ScaledDotProductAttention>(
         AttentionOptions{.causal = causal, .scale = static_cast<float>(scale), .dropout = dropout});
     Shapes in{qs, ks, shapeOfDims(*vd)};
@@ -670,6 +739,12 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         md = std::vector<Dim>{(*qd)[0]};
         for (int64_t d : biasDims) md->push_back({d, {}});
         in.push_back(shapeOfDims(*md));
+    }
+    const Dim windowBatch = !window               ? Dim{}
+                            : (*qd)[0].value >= 0 ? Dim{(*qd)[0].value / windows, {}}
+                                                  : Dim{-1, newSymbol()};
+    if (window) {
+        for (Shape& s : in) s = Shape{windowBatch.value >= 0 ? windowBatch.value : 1, windows, s[1], s[2], s[3]};
     }
     try {
         sdpa->checkDataShape(in);
@@ -718,7 +793,32 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
     }
     std::vector<std::string> inputs{m.q, k, m.v};
     if (!dataMask.empty()) inputs.push_back(dataMask);
-    define(last, sdpa, dataInputs(inputs), inputs);
+    if (!window) {
+        define(last, sdpa, dataInputs(inputs), inputs);
+        return true;
+    }
+    // Per window: each input viewed as [B, nW, ...], the window mask added to the bias, the
+    // output viewed back as [B nW, nH, Tq, dv].
+    const std::string base = nodeName(std::string(last.name().empty() ? last.output(0) : last.name()) + "_windows");
+    auto perWindow = [&](const std::string& v, const std::string& what) {
+        const std::vector<Dim> d = shapes_.at(v);
+        const Source from = value(v, 0);
+        NodePtr nd = node(std::make_shared<Reshape>(Shape{-1, windows, d[1].value, d[2].value, d[3].value}),
+                          Parent(from.node, from.slot), nodeName(base + "_" + what));
+        return made(v + ":windows", nd, {windowBatch, {windows, {}}, d[1], d[2], d[3]});
+    };
+    for (size_t j = 0; j < inputs.size(); ++j)
+        inputs[j] = perWindow(inputs[j], j < 3 ? "qkv"[j] + std::string() : "bias");
+    const Source biases = value(inputs[3], 3);
+    NodePtr masked = node(std::make_shared<MulAddConst>(Tensor(), window->tensor.reshape(Shape(window->dims))),
+                          Parent(biases.node, biases.slot), nodeName(base + "_mask"));
+    inputs[3] = made(inputs[3] + ":masked", masked, shapes_.at(inputs[3]));
+    const std::vector<Dim> vw = shapes_.at(inputs[2]);
+    const std::string out = made(last.output(0) + ":windows", node(sdpa, dataInputs(inputs), base),
+                                 {windowBatch, {windows, {}}, vw[2], {Tq, {}}, vw[4]});
+    shapes_[last.output(0)] = {(*qd)[0], (*qd)[1], {Tq, {}}, vw[4]}; // q's batch, not a size computed from it
+    ranks_[last.output(0)] = 4;
+    define(last, std::make_shared<Reshape>(Shape{-1, qs[1], Tq, vw[4].value}), dataInputs({out}), {out});
     return true;
 }
 

@@ -149,6 +149,45 @@ def attention_forms(root, save, value):
                            helper.make_tensor("bias", TensorProto.FLOAT, [1, H, T, S], per_head_bias.flatten())])
     save(root, "attention_fused_learned_bias_per_head", g, [q, k, v], [softmax(q @ kT * 0.5 + per_head_bias) @ v], 13)
 
+    # Swin's shifted windows: the biased scores of B nW windows viewed as [B, nW, H, T, S], a
+    # window mask [1, nW, 1, T, S] of 0 and -100 added (computed in the model: a Constant),
+    # viewed back: one layer over q, k and v viewed per window. Without a learned bias, or with
+    # a mask that is a weight of the file (an Add of it learns it), separate layers.
+    B, W = 2, 3
+    qw = rng.randn(B * W, H, T, d).astype(np.float32)
+    kw = rng.randn(B * W, H, S, d).astype(np.float32)
+    vw = rng.randn(B * W, H, S, dv).astype(np.float32)
+    window_mask = np.where(rng.rand(1, W, 1, T, S) < 0.3, -100.0, 0.0).astype(np.float32)
+    windowed = [value("q", ["NW", H, T, d]), value("k", ["NW", H, S, d]), value("v", ["NW", H, S, dv])]
+
+    def shifted(bias):
+        s = qw @ kw.transpose(0, 1, 3, 2) * 0.5 + (0 if bias is None else bias)
+        return softmax((s.reshape(B, W, H, T, S) + window_mask).reshape(B * W, H, T, S)) @ vw
+
+    for name, bias, weight in (("attention_fused_learned_bias_shifted_windows", per_head_bias, False),
+                               ("attention_separate_shifted_windows_without_bias", None, False),
+                               ("attention_separate_shifted_windows_mask_a_weight", per_head_bias, True)):
+        scores = "qk_half" if bias is None else "biased"
+        nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["qk"]),
+                 helper.make_node("Mul", ["qk", "half"], ["qk_half"]),
+                 helper.make_node("Reshape", [scores, "per_window"], ["sw"]),
+                 helper.make_node("Add", ["sw", "window_mask"], ["mw"]),
+                 helper.make_node("Reshape", ["mw", "back"], ["m"]),
+                 helper.make_node("Softmax", ["m"], ["w"], axis=-1), weights_v]
+        inits = [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+                 helper.make_tensor("per_window", TensorProto.INT64, [5], [-1, W, H, T, S]),
+                 helper.make_tensor("back", TensorProto.INT64, [4], [-1, H, T, S])]
+        if bias is not None:
+            nodes.insert(3, helper.make_node("Add", ["qk_half", "bias"], ["biased"]))
+            inits.append(helper.make_tensor("bias", TensorProto.FLOAT, [1, H, T, S], bias.flatten()))
+        mask = helper.make_tensor("window_mask", TensorProto.FLOAT, [1, W, 1, T, S], window_mask.flatten())
+        if weight:
+            inits.append(mask)
+        else:
+            nodes.insert(0, helper.make_node("Constant", [], ["window_mask"], value=mask))
+        g = helper.make_graph(nodes, "shifted_windows", windowed, [value("y", ["NW", H, T, dv])], inits)
+        save(root, name, g, [qw, kw, vw], [shifted(bias)], 13)
+
     # Forms it does not take: a constant mask that is not the causal one and not a learned
     # bias (a table of lower rank, which an Add of it keeps constant; a band of -inf), a
     # scale per head, and a fill of data that is not that low (it replaces the scores of

@@ -14,12 +14,15 @@ import statistics
 import time
 
 
-def setup(default_reps):
-    """Parses --reps and --threads, then gives OpenMP (Tessera's pool, read when the package
-    loads) and PyTorch that thread count. Import tessera after this."""
+def setup(default_reps, arguments=None):
+    """Parses --reps and --threads (and what `arguments(parser)` adds), then gives OpenMP
+    (Tessera's pool, read when the package loads) and PyTorch that thread count. Import
+    tessera after this."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=default_reps)
     ap.add_argument("--threads", type=int, default=2)
+    if arguments:
+        arguments(ap)
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch

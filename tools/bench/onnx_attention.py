@@ -3,16 +3,20 @@
 (importOnnx's default) against the same model's attention as separate layers
 (importOnnx(path, attention=False): MatMul, MulAddConst, SoftMax, MatMul), on the CPU.
 
-The model: an nn.TransformerEncoder text encoder (2 layers, 256 features, 4 heads, a
+The models: an nn.TransformerEncoder text encoder (2 layers, 256 features, 4 heads, a
 feed-forward of 1024) over a batch of 8 sequences of T tokens, exported by PyTorch at opset
-13 (a free batch), at T = 64, 256 and 512. For each T: a training step (forward, then
-backward of a random output gradient, input and parameter gradients) and an inference
-forward, the two imports alternating in one process (alternating.py's method, medians;
-the ratio separate / fused in time, above 1: the fused layer is faster); and the memory
-training adds to the process (its peak resident set, VmHWM, after 3 steps less its resident
-set after the import, in a process of its own per import).
+13 (a free batch), at T = 64, 256 and 512; with --model swin_t, torchvision's swin_t (its
+weights drawn from N(0, 0.02)) over a batch of --batch 224x224 images (windows of 49 tokens,
+3 to 24 heads of 32; half its blocks shifted, their window masks added through reshapes).
+For each: a training step (forward, then backward of a random output gradient, input and
+parameter gradients) and an inference forward, the two imports alternating in one process
+(alternating.py's method, medians; the ratio separate / fused in time, above 1: the fused
+layer is faster); and the memory training adds to the process (its peak resident set,
+VmHWM, after 3 steps less its resident set after the import, in a process of its own per
+import).
 
     /usr/bin/python3 tools/bench/onnx_attention.py [--reps 11] [--threads 2]
+    /usr/bin/python3 tools/bench/onnx_attention.py --model swin_t --batch 4 --reps 5
 
 Needs Debian's python3-torch and the package built (tools/setup.sh).
 """
@@ -41,7 +45,19 @@ def export(torch, T, path):
                       output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
 
 
-def memory(path, T, attention):
+def export_swin(torch, batch, path):
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.swin_t().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02)
+    torch.onnx.export(model, (torch.randn(batch, 3, 224, 224),), path, opset_version=13, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+def memory(path, shape, attention):
     """The resident memory (MiB) 3 training steps add to a process that imported `path`."""
     code = f"""
 import numpy as np, tessera as ts
@@ -50,7 +66,7 @@ def status(key):  # MiB; VmHWM: the peak resident set of this program (not of it
         return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
 m = ts.importOnnx({path!r}, attention={attention})
 m.trainMode()
-x = ts.Tensor(np.random.default_rng(0).standard_normal(({B}, {T}, {C})).astype(np.float32))
+x = ts.Tensor(np.random.default_rng(0).standard_normal({tuple(shape)!r}).astype(np.float32))
 before = status("VmRSS:")
 for _ in range(3):
     y = m(x)
@@ -62,22 +78,32 @@ print(status("VmHWM:") - before)
 
 
 def main():
-    args = setup(11)
+    def arguments(ap):
+        ap.add_argument("--model", choices=("encoder", "swin_t"), default="encoder")
+        ap.add_argument("--batch", type=int, default=4, help="swin_t's batch")
+
+    args = setup(11, arguments)
     import numpy as np
     import torch
     import tessera as ts
     rng = np.random.default_rng(0)
     work = tempfile.mkdtemp()
-    print(f"imported nn.TransformerEncoder ({LAYERS} layers, {C} features, {HEADS} heads), batch {B}, "
-          f"{args.threads} threads, medians of {args.reps}")
-    print(f"{'T':>5} {'case':<10} {'fused ms':>10} {'separate ms':>12} {'separate/fused':>15} "
-          f"{'fused MiB':>10} {'separate MiB':>13}")
-    for T in (64, 256, 512):
-        path = os.path.join(work, f"encoder_T{T}.onnx")
-        export(torch, T, path)
+    if args.model == "swin_t":
+        print(f"imported torchvision swin_t, batch {args.batch} of 224x224, {args.threads} threads, "
+              f"medians of {args.reps}")
+        cases = [("224", (args.batch, 3, 224, 224), (args.batch, 1000), lambda p: export_swin(torch, args.batch, p))]
+    else:
+        print(f"imported nn.TransformerEncoder ({LAYERS} layers, {C} features, {HEADS} heads), batch {B}, "
+              f"{args.threads} threads, medians of {args.reps}")
+        cases = [(str(T), (B, T, C), (B, T, C), lambda p, T=T: export(torch, T, p)) for T in (64, 256, 512)]
+    print(f"{'T' if args.model == 'encoder' else 'size':>5} {'case':<10} {'fused ms':>10} {'separate ms':>12} "
+          f"{'separate/fused':>15} {'fused MiB':>10} {'separate MiB':>13}")
+    for T, shape, out_shape, make in cases:
+        path = os.path.join(work, f"{args.model}_{T}.onnx")
+        make(path)
         fused, separate = ts.importOnnx(path), ts.importOnnx(path, attention=False)
-        x = ts.Tensor(rng.standard_normal((B, T, C)).astype(np.float32))
-        dy = ts.Tensor(rng.standard_normal((B, T, C)).astype(np.float32))
+        x = ts.Tensor(rng.standard_normal(shape).astype(np.float32))
+        dy = ts.Tensor(rng.standard_normal(out_shape).astype(np.float32))
 
         def step(m):
             def run():
@@ -88,7 +114,7 @@ def main():
         for m in (fused, separate):
             m.trainMode()
         a, b = medians_ms(step(fused), step(separate), args.reps)
-        mem = (memory(path, T, True), memory(path, T, False))
+        mem = (memory(path, shape, True), memory(path, shape, False))
         print(f"{T:>5} {'train':<10} {a:>10.2f} {b:>12.2f} {b / a:>15.2f} {mem[0]:>10.1f} {mem[1]:>13.1f}")
         for m in (fused, separate):
             m.evalMode()
