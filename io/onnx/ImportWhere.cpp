@@ -252,15 +252,23 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
     if (n.input_size() != count) {
         throw Unsupported{std::to_string(n.input_size()) + " inputs (" + std::to_string(count) + " expected)"};
     }
+    const bool comparison = op == "Equal" || op == "Less" || op == "LessOrEqual" || op == "Greater" ||
+                            op == "GreaterOrEqual";
     std::vector<int> dataIn;
     std::optional<arrays::Array> constant;
+    bool floating = false; // float data compared
     for (int k = 0; k < count; ++k) {
         if (!isConstant(n.input(k))) {
             const int32_t type = elemTypeOf(n.input(k));
-            if (!isIntegerType(type)) {
+            const bool isFloat = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 ||
+                                 type == onnx::TensorProto::BFLOAT16;
+            if (!isIntegerType(type) && !(comparison && isFloat)) {
                 throw Unsupported{"input " + std::to_string(k) + " is " + typeName(type) + " data" +
-                                  " (bool or integer data is supported)"};
+                                  (comparison ? " (bool, integer or float data is supported)"
+                                              : " (bool or integer data is supported)")};
             }
+            if (!dataIn.empty() && floating != isFloat) throw Unsupported{"float data beside integer data"};
+            floating = isFloat;
             dataIn.push_back(k);
             continue;
         }
@@ -269,25 +277,28 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
             throw Unsupported{"input " + std::to_string(k) + " is a constant of a shape known only at run time"};
         }
         arrays::Array v = arrays::arrayOf(c);
-        for (double x : v.v) {
-            if (x != std::round(x) || std::fabs(x) > (1 << 24)) {
-                throw Unsupported{"input " + std::to_string(k) +
-                                  " is a constant holding other than integers below 2^24 (integer constants are "
-                                  "supported)"};
-            }
-        }
         bool oneValue = !v.v.empty();
         for (double x : v.v) oneValue = oneValue && x == v.v[0];
         if (oneValue) v = number(v.v[0]);
         constant = std::move(v);
     }
     if (dataIn.empty()) throw Unsupported{"two constants whose values are not known at import"};
+    for (double x : constant ? constant->v : std::vector<double>{}) {
+        const bool fits = floating ? std::isfinite(x) : x == std::round(x) && std::fabs(x) <= (1 << 24);
+        if (!fits) {
+            throw Unsupported{"input " + std::to_string(1 - dataIn[0]) + " is a constant holding " +
+                              (floating ? "infinities or NaN beside float data (finite values are supported)"
+                                        : "other than integers below 2^24 (integer constants are supported)")};
+        }
+    }
     static const char *const inNames[] = {"x0", "x1"}, *const floatNames[] = {"float0", "float1"};
     std::vector<NodePtr> ins;
     NodePtr values[2];
     for (int k : dataIn) {
         ins.push_back(tessera::node(std::make_shared<Identity>(), {}, inNames[k]));
-        values[k] = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ins.back()}, floatNames[k]);
+        values[k] = floating ? ins.back()
+                             : tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ins.back()},
+                                             floatNames[k]);
     }
     // The data tiled along its dims of 1 that a constant tensor enlarges.
     const int d = dataIn[0];
@@ -317,7 +328,26 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
     };
     auto clip01 = [](const NodePtr& x) { return clipped(x, 0.0f, 1.0f, "clipped"); };
     NodePtr y;
-    if (op == "Not") {
+    if (floating) {
+        // x < y where y - x > 0 (x > y, x <= y as not x > y, x >= y as not x < y; x == y where
+        // |x - y| is not above 0): the step of that margin, scaled past 1 (by 2^127, then by
+        // 2^22 for a denormal margin on a device that keeps them) and clipped to [0, 1]. The
+        // margin's sign is exact (gradual underflow; on the CPU, which flushes denormals,
+        // values below 2^-126 compare as 0); infinities of one sign on both sides and NaN are
+        // not compared as IEEE does.
+        const bool yMinusX = op == "Less" || op == "GreaterOrEqual";
+        const bool negated = op == "LessOrEqual" || op == "GreaterOrEqual" || op == "Equal";
+        if (!constant) {
+            y = tessera::node(std::make_shared<Sub>(), {values[yMinusX ? 1 : 0], values[yMinusX ? 0 : 1]}, "difference");
+        } else {
+            const double dataSign = (d == 1) == yMinusX ? 1.0 : -1.0;
+            y = affineOf(values[d], number(dataSign), mapped(*constant, [&](double v) { return -dataSign * v; }),
+                         "difference");
+        }
+        if (op == "Equal") y = activation(y, ActivationKind::abs, "distance");
+        y = clip01(scaled(scaled(y, 0x1p127f, "scaled"), 0x1p22f, "rescaled"));
+        if (negated) y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "not");
+    } else if (op == "Not") {
         y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {values[0]}, "not");
     } else if (op == "And" || op == "Or" || op == "Xor") {
         if (!constant) {

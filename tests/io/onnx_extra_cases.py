@@ -388,6 +388,32 @@ def comparison_forms(root):
          helper.make_tensor("true", TensorProto.BOOL, [], [True])])
     save(root, "comparisons_and_logic_of_masks", g, [lengths, ids, other, a, b],
          [w.astype(np.float32) for w in want], 13)
+    # Comparisons of float data: against data (equal values, signed zeros, one ulp apart,
+    # differences beyond float's range, the smallest normals, infinities against finite
+    # values), against a number on either side, and a column [N, 1] against a row [1, T].
+    tiny, big = np.finfo(np.float32).tiny, np.float32(3e38)
+    up = np.nextafter(np.float32(1), np.float32(2))
+    fx = np.array([[0, -0.0, 1, up, -1, big, -big, tiny, 2.5 * tiny, np.inf, 5, -np.inf],
+                   rs.randn(12)], np.float32)
+    fy = np.array([[-0.0, 0, up, 1, -1, -big, big, 2.5 * tiny, tiny, 5, np.inf, -2],
+                   np.where(rs.rand(12) < 0.3, fx[1], rs.randn(12))], np.float32)
+    column = rs.randn(2, 1).astype(np.float32)
+    row = np.array([[-1, -0.5, 0, 0.5, 1]], np.float32)
+    nodes, outs, want = [], [], []
+    for op, f in ops.items():
+        out(op, ["fx", "fy"], lambda n: value(n, ["N", 12]))
+        want.append(f(fx, fy))
+        out(op, ["fx", "half"], lambda n: value(n, ["N", 12]))
+        want.append(f(fx, np.float32(0.5)))
+        out(op, ["half", "fy"], lambda n: value(n, ["N", 12]))
+        want.append(f(np.float32(0.5), fy))
+        out(op, ["column", "row"], lambda n: value(n, ["N", T]))
+        want.append(f(column, row))
+    g = helper.make_graph(
+        nodes, "float_comparisons",
+        [value("fx", ["N", 12]), value("fy", ["N", 12]), value("column", ["N", 1])], outs,
+        [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]), numpy_helper.from_array(row, "row")])
+    save(root, "comparisons_of_float_data", g, [fx, fy, column], [w.astype(np.float32) for w in want], 13)
     # Integer division of data by a constant, truncated toward zero (ONNX's Div of integers):
     # the output lengths of a strided convolution, (lengths - 3) // 2 + 1, and values of
     # both signs, divided by constants of both signs, up to 2^20.
