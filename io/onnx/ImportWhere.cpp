@@ -252,8 +252,8 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
     if (n.input_size() != count) {
         throw Unsupported{std::to_string(n.input_size()) + " inputs (" + std::to_string(count) + " expected)"};
     }
-    const bool comparison = op == "Equal" || op == "Less" || op == "LessOrEqual" || op == "Greater" ||
-                            op == "GreaterOrEqual";
+    const bool comparison =
+        op == "Equal" || op == "Less" || op == "LessOrEqual" || op == "Greater" || op == "GreaterOrEqual";
     std::vector<int> dataIn;
     std::optional<arrays::Array> constant;
     bool floating = false; // float data compared
@@ -296,9 +296,9 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
     NodePtr values[2];
     for (int k : dataIn) {
         ins.push_back(tessera::node(std::make_shared<Identity>(), {}, inNames[k]));
-        values[k] = floating ? ins.back()
-                             : tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ins.back()},
-                                             floatNames[k]);
+        values[k] =
+            floating ? ins.back()
+                     : tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ins.back()}, floatNames[k]);
     }
     // The data tiled along its dims of 1 that a constant tensor enlarges.
     const int d = dataIn[0];
@@ -338,7 +338,8 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
         const bool yMinusX = op == "Less" || op == "GreaterOrEqual";
         const bool negated = op == "LessOrEqual" || op == "GreaterOrEqual" || op == "Equal";
         if (!constant) {
-            y = tessera::node(std::make_shared<Sub>(), {values[yMinusX ? 1 : 0], values[yMinusX ? 0 : 1]}, "difference");
+            y = tessera::node(std::make_shared<Sub>(), {values[yMinusX ? 1 : 0], values[yMinusX ? 0 : 1]},
+                              "difference");
         } else {
             const double dataSign = (d == 1) == yMinusX ? 1.0 : -1.0;
             y = affineOf(values[d], number(dataSign), mapped(*constant, [&](double v) { return -dataSign * v; }),
