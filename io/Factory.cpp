@@ -496,13 +496,17 @@ const std::map<std::string, Row>& table() {
                                                          .dropout = a.f("dropout"),
                                                          .name = a.name()});
              }},
-            {"ArgMax", "axis=1, keepDims=True, name=None",
+            {"ArgMax", "axis=1, keepDims=True, lastIndex=False, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
-                 return std::make_shared<ArgMax>(static_cast<int>(a.i("axis")), a.b("keepDims"), a.name());
+                 return std::make_shared<ArgMax>(
+                     static_cast<int>(a.i("axis")),
+                     ArgMaxOptions{.keepDims = a.b("keepDims"), .lastIndex = a.b("lastIndex"), .name = a.name()});
              }},
-            {"ArgMin", "axis=1, keepDims=True, name=None",
+            {"ArgMin", "axis=1, keepDims=True, lastIndex=False, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
-                 return std::make_shared<ArgMin>(static_cast<int>(a.i("axis")), a.b("keepDims"), a.name());
+                 return std::make_shared<ArgMin>(
+                     static_cast<int>(a.i("axis")),
+                     ArgMaxOptions{.keepDims = a.b("keepDims"), .lastIndex = a.b("lastIndex"), .name = a.name()});
              }},
             {"ReduceMean", "axes=None, keepDims=True, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

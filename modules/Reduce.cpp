@@ -97,20 +97,34 @@ Shapes ArgMax::dataShapeFrom(const Shapes& inShapes) const {
 
 Shapes ArgMax::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
 
-// x as [outer, along, inner]: the backend's top-1 positions, of -x for the smallest.
+// x as [outer, along, inner]: the backend's top-1 positions, of -x for the smallest. With
+// lastIndex, of the lines reversed (their first extreme is the last one), counted back
+// from the end: n - 1 - i (in float, exact below 2^24).
 Tensors ArgMax::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     const int a = axis::normalize(axis_, x.shape().rank());
     const Shape& s = x.shape();
-    const int64_t outer = axis::outer(s, a), inner = axis::inner(s, a);
+    const int64_t outer = axis::outer(s, a), inner = axis::inner(s, a), n = s[a];
     Backend& be = backendOf(x);
     Tensor src = x;
     if (min_) {
         src = Tensor::empty(s, DType::float32, x.device());
         be.binaryBroadcast(BinaryOp::mul, x, Tensor::full({1}, -1.0f, x.device()), src);
     }
+    if (lastIndex_) {
+        if (n > (int64_t{1} << 24)) throw shapeError("lastIndex along a dim beyond 2^24, " + s.str());
+        Tensor reversed = Tensor::empty(s, DType::float32, x.device());
+        for (int64_t j = 0; j < n; ++j) axis::copyAlong(a, src, n - 1 - j, reversed, j, 1);
+        src = reversed;
+    }
     Tensor idx = Tensor::empty({outer, 1, inner}, DType::int32, x.device());
-    be.topKIndices(src.reshape({outer, s[a], inner}), 1, idx);
+    be.topKIndices(src.reshape({outer, n, inner}), 1, idx);
+    if (lastIndex_) {
+        Tensor f = Tensor::empty(idx.shape(), DType::float32, x.device());
+        be.cast(idx, f);
+        be.affine(f, -1.0f, static_cast<float>(n - 1), f);
+        be.cast(f, idx);
+    }
     return {idx.reshape(dataShapeFrom(Shapes{s})[0])};
 }
 
@@ -120,6 +134,7 @@ Blueprint ArgMax::blueprint() const {
     Blueprint bp = Module::blueprint();
     bp.scheme.emplace_back("axis", int64_t{axis_});
     bp.scheme.emplace_back("keepDims", keepDims_);
+    bp.scheme.emplace_back("lastIndex", lastIndex_);
     return bp;
 }
 

@@ -34,20 +34,29 @@ private:
     bool keepDims_;
 };
 
+/// ArgMax's and ArgMin's options beyond the axis.
+struct ArgMaxOptions {
+    bool keepDims = true;   ///< the reduced dim stays as 1
+    bool lastIndex = false; ///< ties go to the last index (ONNX's select_last_index)
+    std::string name = {};
+};
+
 /// x: float, any shape -> y: int32, the index along `axis` (negative from the end) of the
 /// largest value of each line (ArgMin: the smallest): torch.argmax(x, axis, keepdim) and
 /// ONNX's ArgMax. With keepDims that dim stays as 1, else it goes ([1] when it was the only
-/// one). Ties go to the first index; a NaN counts as beyond every number (its index is
-/// taken, as PyTorch's). Integers carry no gradient: backward gives an undefined tensor, as
-/// a Cast to int32 does. A class map from scores ([N, C, H, W] -> [N, H, W]), predictions
-/// from logits.
+/// one). Ties go to the first index (with lastIndex, to the last: the line is read
+/// backwards); a NaN counts as beyond every number (its index is taken, as PyTorch's).
+/// Integers carry no gradient: backward gives an undefined tensor, as a Cast to int32 does.
+/// A class map from scores ([N, C, H, W] -> [N, H, W]), predictions from logits.
 class ArgMax : public Module {
 public:
     explicit ArgMax(int axis = 1, bool keepDims = true, std::string name = {})
-        : ArgMax(axis, keepDims, false, std::move(name)) {}
+        : ArgMax(axis, {.keepDims = keepDims, .name = std::move(name)}, false) {}
+    ArgMax(int axis, ArgMaxOptions options) : ArgMax(axis, std::move(options), false) {}
     std::string classname() const override { return "ArgMax"; }
     int axis() const { return axis_; }
     bool keepDims() const { return keepDims_; }
+    bool lastIndex() const { return lastIndex_; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// The input's shape (the gradient, undefined, has it).
@@ -60,14 +69,16 @@ public:
     Blueprint blueprint() const override;
 
 protected:
-    ArgMax(int axis, bool keepDims, bool min, std::string name)
-        : Module(std::move(name)), axis_(axis), keepDims_(keepDims), min_(min) {}
+    ArgMax(int axis, ArgMaxOptions options, bool min)
+        : Module(std::move(options.name)), axis_(axis), keepDims_(options.keepDims), lastIndex_(options.lastIndex),
+          min_(min) {}
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
     int axis_;
     bool keepDims_;
+    bool lastIndex_;
     bool min_;
 };
 
@@ -75,7 +86,8 @@ private:
 class ArgMin : public ArgMax {
 public:
     explicit ArgMin(int axis = 1, bool keepDims = true, std::string name = {})
-        : ArgMax(axis, keepDims, true, std::move(name)) {}
+        : ArgMax(axis, {.keepDims = keepDims, .name = std::move(name)}, true) {}
+    ArgMin(int axis, ArgMaxOptions options) : ArgMax(axis, std::move(options), true) {}
     std::string classname() const override { return "ArgMin"; }
 };
 

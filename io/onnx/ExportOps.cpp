@@ -499,6 +499,7 @@ void Exporter::emitArgMax(const Layer& l) {
     const auto rank = static_cast<int64_t>(inShapes[0].rank());
     attr(n, "axis", arg->axis() < 0 ? arg->axis() + rank : int64_t{arg->axis()});
     attr(n, "keepdims", int64_t{arg->keepDims() ? 1 : 0});
+    if (arg->lastIndex()) attr(n, "select_last_index", int64_t{1});
     attr(node("Cast", {indices}, out, path + "_int32"), "to", static_cast<int64_t>(onnx::TensorProto::INT32));
 }
 

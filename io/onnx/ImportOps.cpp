@@ -324,15 +324,11 @@ void Importer::importPlainActivation(const onnx::NodeProto& n, const Attributes&
 // ArgMax, ArgMin: int32 indices where ONNX has int64 (Tessera's integer type).
 void Importer::importArgMax(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis", "keepdims", "select_last_index"});
-    if (a.i("select_last_index", 0) != 0) {
-        throw Unsupported{"select_last_index 1 (the first index of equal values is taken)"};
-    }
     const int64_t axis = a.i("axis", 0);
-    const bool keep = a.i("keepdims", 1) != 0;
-    if (n.op_type() == "ArgMin") {
-        return define(n, std::make_shared<ArgMin>(static_cast<int>(axis), keep), dataInputs(n, 1));
-    }
-    return define(n, std::make_shared<ArgMax>(static_cast<int>(axis), keep), dataInputs(n, 1));
+    const ArgMaxOptions options{.keepDims = a.i("keepdims", 1) != 0, .lastIndex = a.i("select_last_index", 0) != 0};
+    if (n.op_type() == "ArgMin")
+        return define(n, std::make_shared<ArgMin>(static_cast<int>(axis), options), dataInputs(n, 1));
+    return define(n, std::make_shared<ArgMax>(static_cast<int>(axis), options), dataInputs(n, 1));
 }
 
 // Neg: -x, an affine map (MulAddConst(-1)).

@@ -609,29 +609,31 @@ class Add(Module):
 
 class ArgMax(Module):
     """
-    ArgMax(axis=1, keepDims=True, name=None)
+    ArgMax(axis=1, keepDims=True, lastIndex=False, name=None)
 
     Tessera's ArgMax (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
     Arguments:
         axis: the dim it works along (negative: from the end)
         keepDims: whether the reduced dims stay as size 1
+        lastIndex: ties go to the last index (ONNX's select_last_index), not the first
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
-    def __init__(self, axis: int | Sequence[int] = ..., keepDims: bool = ..., name: str | None = ...) -> None: ...
+    def __init__(self, axis: int | Sequence[int] = ..., keepDims: bool = ..., lastIndex: bool = ..., name: str | None = ...) -> None: ...
 
 class ArgMin(Module):
     """
-    ArgMin(axis=1, keepDims=True, name=None)
+    ArgMin(axis=1, keepDims=True, lastIndex=False, name=None)
 
     Tessera's ArgMin (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
     Arguments:
         axis: the dim it works along (negative: from the end)
         keepDims: whether the reduced dims stay as size 1
+        lastIndex: ties go to the last index (ONNX's select_last_index), not the first
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
-    def __init__(self, axis: int | Sequence[int] = ..., keepDims: bool = ..., name: str | None = ...) -> None: ...
+    def __init__(self, axis: int | Sequence[int] = ..., keepDims: bool = ..., lastIndex: bool = ..., name: str | None = ...) -> None: ...
 
 class AvgPool1D(Module):
     """

@@ -55,6 +55,7 @@ ARGUMENTS = {
     "intype": "the input's dtype: 'float32', 'int32', 'bfloat16' or 'float16'",
     "outtype": "the output's dtype: 'float32', 'int32', 'bfloat16' or 'float16'",
     "keepDims": "whether the reduced dims stay as size 1",
+    "lastIndex": "ties go to the last index (ONNX's select_last_index), not the first",
     "fillValue": "the value of the added elements (constant mode)",
     "scale": "the integer upsampling factor",
     "height": "the output's height (0: the input's)",

@@ -435,6 +435,14 @@ def test_argmax_and_argmin_match_pytorch():
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(ts.ArgMin(axis, keep)(x).numpy(),
                                           torch.argmin(torch.tensor(x), axis, keepdim=keep).numpy())
+            # lastIndex: the last of tied values, the first of the lines read backwards
+            n = x.shape[axis]
+            flipped = np.flip(x, axis).copy()
+            np.testing.assert_array_equal(ts.ArgMax(axis, keep, lastIndex=True)(x).numpy(),
+                                          n - 1 - torch.argmax(torch.tensor(flipped), axis, keepdim=keep).numpy())
+            np.testing.assert_array_equal(ts.ArgMin(axis, keep, lastIndex=True)(x).numpy(),
+                                          n - 1 - torch.argmin(torch.tensor(flipped), axis, keepdim=keep).numpy())
+    assert ts.ArgMax(1, lastIndex=True)(x).numpy()[0, 0, 1, 2] == 5  # the tie's last index
 
 
 def test_log_softmax_matches_pytorch():

@@ -396,6 +396,7 @@ TEST(CudaConsistency, EveryModule) {
         {"ReduceMean", make<ReduceMean>(std::vector<int64_t>{1, -1}, false), {{2, 3, 4, 5}}},
         {"ArgMax", make<ArgMax>(1, false), {{2, 7, 4, 5}}, 0.0, 0, false},
         {"ArgMin last axis", make<ArgMin>(-1), {{3, 4, 37}}, 0.0, 0, false},
+        {"ArgMax last index", make<ArgMax>(2, ArgMaxOptions{.lastIndex = true}), {{2, 7, 4, 5}}, 0.0, 0, false},
         {"Penalty l1", make<Penalty>(PenaltyOptions{.weight = 0.3f}), {{4, 5}}},
         {"Penalty l2", make<Penalty>(PenaltyOptions{.mode = PenaltyMode::l2, .weight = 0.3f}), {{2, 3, 4}}},
         {"DepthConcat", make<DepthConcat>(), {{2, 2, 3, 3}, {2, 3, 5, 4}, {2, 1, 4, 4}}},

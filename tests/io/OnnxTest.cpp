@@ -766,14 +766,15 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
 }
 
 // ArgMax and ArgMin (int32 indices out): exported as ONNX's ArgMax and ArgMin (int64) with a
-// Cast to int32, read back as the same layers and an Identity, the same indices; the checker
-// takes the file.
+// Cast to int32 (lastIndex as select_last_index), read back as the same layers and an
+// Identity, the same indices; the checker takes the file.
 TEST(Onnx, ArgMaxAndArgMinRoundTrip) {
     auto x = node(std::make_shared<Identity>(), {}, "x");
     auto scores = node(std::make_shared<Linear>(5, 6), x, "scores");
     auto best = node(std::make_shared<ArgMax>(-1, false), scores, "best");
     auto worst = node(std::make_shared<ArgMin>(1, true), scores, "worst");
-    Graph g({x}, {best, worst}, "picks");
+    auto lastBest = node(std::make_shared<ArgMax>(1, ArgMaxOptions{.lastIndex = true}), scores, "last_best");
+    Graph g({x}, {best, worst, lastBest}, "picks");
     const Shape in{3, 4, 5};
     const Tensor input = randomTensor(in, 9);
     const Tensors want = g(Tensors{input});
@@ -783,12 +784,17 @@ TEST(Onnx, ArgMaxAndArgMinRoundTrip) {
         exportOnnx(g, {in}, path, {.opset = opset});
         std::shared_ptr<Graph> back = importOnnx(path);
         std::map<std::string, int> classes;
-        for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
-        EXPECT_EQ(classes["ArgMax"], 1);
+        int last = 0;
+        for (const auto& [n, m] : back->namedChildren()) {
+            ++classes[m->classname()];
+            if (const auto* a = dynamic_cast<const ArgMax*>(m)) last += a->lastIndex() ? 1 : 0;
+        }
+        EXPECT_EQ(classes["ArgMax"], 2);
         EXPECT_EQ(classes["ArgMin"], 1);
+        EXPECT_EQ(last, 1); // select_last_index 1 and back
         const Tensors got = (*back)(Tensors{input});
-        ASSERT_EQ(got.size(), 2u);
-        for (size_t k = 0; k < 2; ++k) {
+        ASSERT_EQ(got.size(), 3u);
+        for (size_t k = 0; k < 3; ++k) {
             EXPECT_EQ(got[k].dtype(), DType::int32);
             EXPECT_EQ(got[k].shape(), want[k].shape());
             EXPECT_EQ(got[k].toVector<int32_t>(), want[k].toVector<int32_t>());

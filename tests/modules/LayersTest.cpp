@@ -893,15 +893,19 @@ TEST(ReduceMean, BadInputAndBlueprint) {
     EXPECT_EQ(back->blueprint().toJson(), m.blueprint().toJson());
 }
 
-// ArgMax/ArgMin along any axis against a loop over the lines (first index on ties), with
-// and without keepDims; a NaN's index is taken; the gradient is undefined.
+// ArgMax/ArgMin along any axis against a loop over the lines (first index on ties; with
+// lastIndex the last), with and without keepDims; a NaN's index is taken; the gradient is
+// undefined.
 TEST(ArgMax, ReferenceShapeTiesAndNaN) {
-    const Tensor x = randomTensor({2, 3, 4, 5}, 7, -3.0f, 3.0f);
-    const std::vector<float> xs = x.toVector<float>();
+    // Values of a few levels: lines hold ties.
+    std::vector<float> xs = randomTensor({2, 3, 4, 5}, 7, -3.0f, 3.0f).toVector<float>();
+    for (float& v : xs) v = std::round(v);
+    const Tensor x = Tensor::fromVector({2, 3, 4, 5}, xs);
     const int64_t dims[4] = {2, 3, 4, 5};
     for (int axis : {1, 0, 3, -2}) {
-        for (bool min : {false, true}) {
-            SCOPED_TRACE(std::to_string(axis) + (min ? " min" : " max"));
+        for (int mode = 0; mode < 4; ++mode) {
+            const bool min = mode % 2 == 1, last = mode >= 2;
+            SCOPED_TRACE(std::to_string(axis) + (min ? " min" : " max") + (last ? " last" : ""));
             const int a = axis < 0 ? axis + 4 : axis;
             int64_t inner = 1, outer = 1;
             for (int d = a + 1; d < 4; ++d) inner *= dims[d];
@@ -912,12 +916,16 @@ TEST(ArgMax, ReferenceShapeTiesAndNaN) {
                     int32_t best = 0;
                     for (int64_t k = 1; k < dims[a]; ++k) {
                         const float v = xs[(o * dims[a] + k) * inner + i], b = xs[(o * dims[a] + best) * inner + i];
-                        if (min ? v < b : v > b) best = static_cast<int32_t>(k);
+                        if (min ? v < b || (last && v == b) : v > b || (last && v == b)) {
+                            best = static_cast<int32_t>(k);
+                        }
                     }
                     want.push_back(best);
                 }
             }
-            std::unique_ptr<ArgMax> keep = min ? std::make_unique<ArgMin>(axis) : std::make_unique<ArgMax>(axis);
+            const ArgMaxOptions keeps{.lastIndex = last}, drops{.keepDims = false, .lastIndex = last};
+            std::unique_ptr<ArgMax> keep =
+                min ? std::make_unique<ArgMin>(axis, keeps) : std::make_unique<ArgMax>(axis, keeps);
             const Tensor y = (*keep)(x);
             std::vector<int64_t> kept(dims, dims + 4);
             kept[static_cast<size_t>(a)] = 1;
@@ -926,7 +934,7 @@ TEST(ArgMax, ReferenceShapeTiesAndNaN) {
             EXPECT_EQ(y.toVector<int32_t>(), want);
             EXPECT_FALSE(keep->backward(Tensor::zeros(y.shape())).defined());
             std::unique_ptr<ArgMax> drop =
-                min ? std::make_unique<ArgMin>(axis, false) : std::make_unique<ArgMax>(axis, false);
+                min ? std::make_unique<ArgMin>(axis, drops) : std::make_unique<ArgMax>(axis, drops);
             kept.erase(kept.begin() + a);
             EXPECT_EQ((*drop)(x).shape(), Shape(kept));
             EXPECT_EQ((*drop)(x).toVector<int32_t>(), want);
@@ -937,6 +945,9 @@ TEST(ArgMax, ReferenceShapeTiesAndNaN) {
     const Tensor t = Tensor::fromVector({3, 4}, std::vector<float>{1, 5, 5, 0, 2, 2, 2, 2, 0, NAN, 9, NAN});
     EXPECT_EQ(ArgMax(1)(t).toVector<int32_t>(), (std::vector<int32_t>{1, 0, 1}));
     EXPECT_EQ(ArgMin(1)(t).toVector<int32_t>(), (std::vector<int32_t>{3, 0, 1}));
+    // With lastIndex: the last of tied values, the last NaN.
+    EXPECT_EQ(ArgMax(1, {.lastIndex = true})(t).toVector<int32_t>(), (std::vector<int32_t>{2, 3, 3}));
+    EXPECT_EQ(ArgMin(1, {.lastIndex = true})(t).toVector<int32_t>(), (std::vector<int32_t>{3, 3, 3}));
     const Tensor v = Tensor::fromVector({4}, std::vector<float>{0, 3, -1, 3});
     EXPECT_EQ(ArgMax(0, false)(v).shape(), (Shape{1}));
     EXPECT_EQ(ArgMax(0, false)(v).toVector<int32_t>(), (std::vector<int32_t>{1}));
@@ -989,9 +1000,10 @@ TEST(ArgMax, BadInputAndBlueprint) {
             m(Tensors{randomTensor({2, 3, 4, 5}, 1), randomTensor({2}, 1)});
         },
         {"expects 1 input tensor, got 2"}));
-    EXPECT_TRUE(blueprintHas(m, {"\"axis\": 3", "\"keepDims\": false"}));
+    EXPECT_TRUE(blueprintHas(m, {"\"axis\": 3", "\"keepDims\": false", "\"lastIndex\": false"}));
     for (ModulePtr mod :
-         {ModulePtr(std::make_shared<ArgMax>(3, false, "classes")), ModulePtr(std::make_shared<ArgMin>(-1))}) {
+         {ModulePtr(std::make_shared<ArgMax>(3, false, "classes")), ModulePtr(std::make_shared<ArgMin>(-1)),
+          ModulePtr(std::make_shared<ArgMin>(1, ArgMaxOptions{.keepDims = false, .lastIndex = true}))}) {
         ModulePtr back = buildModule(mod->blueprint());
         EXPECT_EQ(back->classname(), mod->classname());
         EXPECT_EQ(back->blueprint().toJson(), mod->blueprint().toJson());
