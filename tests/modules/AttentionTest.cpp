@@ -2,6 +2,7 @@
 // causal mask and an additive key-padding mask; its dropout; MultiheadAttention against
 // the projections and heads computed in double; PositionalEncoding against its formula.
 // Gradients, shapes, bad input.
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -45,6 +46,28 @@ std::vector<float> reference(const Tensor& qt, const Tensor& kt, const Tensor& v
             }
         }
     return y;
+}
+
+// What run(fused, into) gathers (outputs, then gradients, flattened) with the CPU's fused
+// attention on, then off (and on again after): [0] fused, [1] the blocks of heads.
+using Results = std::vector<std::vector<float>>;
+template <class Run> std::array<Results, 2> fusedAndBlocks(Run run) {
+    std::array<Results, 2> results;
+    for (bool fused : {true, false}) {
+        CpuBackend::setFusedAttention(fused);
+        run(fused, results[fused ? 0 : 1]);
+    }
+    CpuBackend::setFusedAttention(true);
+    return results;
+}
+
+// Each fused result within `tolerance` of the blocks' (allClose's).
+void expectFusedMatchesBlocks(const std::array<Results, 2>& results, float tolerance) {
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) {
+        const Tensor fused = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
+        EXPECT_TRUE(allClose(fused, results[1][i], tolerance)) << "result " << i;
+    }
 }
 
 TEST(ScaledDotProductAttention, ReferenceGradientShape) {
@@ -150,9 +173,7 @@ TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
             std::vector<int64_t> ys = c.q.dims();
             ys.back() = c.v.dims().back();
             const Tensor dy = randomTensor(Shape(ys), 4);
-            std::vector<std::vector<float>> results[2];
-            for (bool fused : {true, false}) {
-                CpuBackend::setFusedAttention(fused);
+            const auto results = fusedAndBlocks([&](bool fused, Results& r) {
                 for (DType compute : {DType::float32, DType::bfloat16}) {
                     ScaledDotProductAttention att({.causal = causal});
                     att.calcMode(compute);
@@ -161,19 +182,13 @@ TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
                         fused);
                     const Tensor y = att(Tensors{q, k, v})[0];
                     att.backward(Tensors{dy});
-                    auto& r = results[fused ? 0 : 1];
                     r.push_back(y.toVector<float>());
                     for (const Tensor& g : att.gradList()) r.push_back(g.toVector<float>());
                 }
-            }
-            CpuBackend::setFusedAttention(true);
-            ASSERT_EQ(results[0].size(), results[1].size());
-            for (size_t i = 0; i < results[0].size(); ++i) {
-                const Tensor fusedOut = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
-                // peaked: dP - rowsum(P dP) cancels where one probability is near 1, and
-                // q's scale carries that rounding into dk (2e-5 apart seen)
-                EXPECT_TRUE(allClose(fusedOut, results[1][i], c.range > 1.0f ? 1e-4f : 1e-5f)) << "result " << i;
-            }
+            });
+            // peaked: dP - rowsum(P dP) cancels where one probability is near 1, and q's
+            // scale carries that rounding into dk (2e-5 apart seen)
+            expectFusedMatchesBlocks(results, c.range > 1.0f ? 1e-4f : 1e-5f);
             if (c.k[1] == 1100 || c.range > 1.0f || causal) {
                 const Tensor y = Tensor::fromVector({static_cast<int64_t>(results[0][0].size())}, results[0][0]);
                 const float scale = 1.0f / std::sqrt(static_cast<float>(c.q.dims().back()));
@@ -228,11 +243,9 @@ TEST(ScaledDotProductAttention, CpuFusedDropoutDrawsTheMasksOfTheBlocks) {
         std::vector<int64_t> ys = c.q.dims();
         ys.back() = c.v.dims().back();
         const Tensor dy = randomTensor(Shape(ys), 4);
-        std::vector<std::vector<float>> results[2];
         uint64_t drawn[2] = {0, 0};
         std::vector<float> undropped;
-        for (bool fused : {true, false}) {
-            CpuBackend::setFusedAttention(fused);
+        const auto results = fusedAndBlocks([&](bool fused, Results& r) {
             ScaledDotProductAttention att({.causal = c.causal, .dropout = 0.3f, .seed = 11});
             EXPECT_EQ(AttentionKernel({.causal = c.causal, .dropout = 0.3f})
                           .fuses({c.q, c.k, c.v}, true, DType::float32, Device::cpu(), true),
@@ -240,34 +253,25 @@ TEST(ScaledDotProductAttention, CpuFusedDropoutDrawsTheMasksOfTheBlocks) {
             const Tensor y = att(Tensors{q, k, v})[0];
             att.backward(Tensors{dy});
             drawn[fused ? 0 : 1] = att.randomStream()->offset();
-            auto& r = results[fused ? 0 : 1];
             r.push_back(y.toVector<float>());
             for (const Tensor& g : att.gradList()) r.push_back(g.toVector<float>());
             att.evalMode();
             undropped = att(Tensors{q, k, v})[0].toVector<float>();
-        }
-        CpuBackend::setFusedAttention(true);
+        });
         EXPECT_EQ(drawn[0], drawn[1]);
         EXPECT_EQ(drawn[0], static_cast<uint64_t>(c.q.numel() / c.q.dims().back() * c.k[c.k.rank() - 2]));
         EXPECT_FALSE(allClose(Tensor::fromVector({static_cast<int64_t>(undropped.size())}, undropped), results[0][0],
                               1e-3f)); // something was dropped
-        for (size_t i = 0; i < results[0].size(); ++i) {
-            const Tensor fusedOut = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
-            EXPECT_TRUE(allClose(fusedOut, results[1][i], 1e-5f)) << "result " << i;
-        }
+        expectFusedMatchesBlocks(results, 1e-5f);
     }
     const Tensor x = randomTensor({3, 40, 16}, 5), dy = randomTensor({3, 40, 16}, 6);
     MultiheadAttention mha(16, 2, {.dropout = 0.2f, .causal = true, .seed = 3});
-    std::vector<float> y[2], dx[2];
-    for (bool fused : {true, false}) {
-        CpuBackend::setFusedAttention(fused);
-        mha.randomStream()->manualSeed(3);
-        y[fused ? 0 : 1] = mha(x).toVector<float>();
-        dx[fused ? 0 : 1] = mha.backward(Tensors{dy})[0].toVector<float>();
-    }
-    CpuBackend::setFusedAttention(true);
-    EXPECT_TRUE(allClose(Tensor::fromVector({static_cast<int64_t>(y[0].size())}, y[0]), y[1], 1e-5f));
-    EXPECT_TRUE(allClose(Tensor::fromVector({static_cast<int64_t>(dx[0].size())}, dx[0]), dx[1], 1e-5f));
+    expectFusedMatchesBlocks(fusedAndBlocks([&](bool, Results& r) {
+                                 mha.randomStream()->manualSeed(3);
+                                 r.push_back(mha(x).toVector<float>());
+                                 r.push_back(mha.backward(Tensors{dy})[0].toVector<float>());
+                             }),
+                             1e-5f);
 }
 
 // With an additive mask the CPU's fused kernel adds it to each chunk's scores and sums its
@@ -299,25 +303,19 @@ TEST(ScaledDotProductAttention, CpuFusedKernelWithAMaskMatchesTheBlocks) {
         std::vector<int64_t> ys = c.q.dims();
         ys.back() = c.v.dims().back();
         const Tensor dy = randomTensor(Shape(ys), 5);
-        std::vector<std::vector<float>> results[2];
-        for (bool fused : {true, false}) {
-            CpuBackend::setFusedAttention(fused);
-            const AttentionOptions options{.causal = c.causal, .dropout = c.dropout, .seed = 5};
-            ScaledDotProductAttention att(options);
-            EXPECT_EQ(AttentionKernel(options).fuses({c.q, c.k, c.v, c.mask}, c.dropout > 0.0f, DType::float32,
-                                                     Device::cpu(), true),
-                      fused);
-            auto& r = results[fused ? 0 : 1];
-            r.push_back(att(Tensors{q, k, v, mask})[0].toVector<float>());
-            att.backward(Tensors{dy});
-            ASSERT_EQ(att.gradList().size(), 4u);
-            for (const Tensor& g : att.gradList()) r.push_back(g.toVector<float>());
-        }
-        CpuBackend::setFusedAttention(true);
-        for (size_t i = 0; i < results[0].size(); ++i) {
-            const Tensor fusedOut = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
-            EXPECT_TRUE(allClose(fusedOut, results[1][i], 1e-5f)) << "result " << i;
-        }
+        expectFusedMatchesBlocks(fusedAndBlocks([&](bool fused, Results& r) {
+                                     const AttentionOptions options{
+                                         .causal = c.causal, .dropout = c.dropout, .seed = 5};
+                                     ScaledDotProductAttention att(options);
+                                     EXPECT_EQ(AttentionKernel(options).fuses({c.q, c.k, c.v, c.mask}, c.dropout > 0.0f,
+                                                                              DType::float32, Device::cpu(), true),
+                                               fused);
+                                     r.push_back(att(Tensors{q, k, v, mask})[0].toVector<float>());
+                                     att.backward(Tensors{dy});
+                                     EXPECT_EQ(att.gradList().size(), 4u);
+                                     for (const Tensor& g : att.gradList()) r.push_back(g.toVector<float>());
+                                 }),
+                                 1e-5f);
     }
 }
 
