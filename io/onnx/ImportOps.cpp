@@ -259,9 +259,43 @@ void Importer::importHardSwish(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<Activation>(ActivationKind::hardSwish), dataInputs(n, 1));
 }
 
-// Sub, Div, Add, Sum, Mul
+// Sub, Div, Add, Sum, Mul. Before opset 7, `broadcast` 1 lets input 1 broadcast to input 0
+// aligned at `axis` (by default at the end, which is NumPy's rule; Caffe's per-channel scales
+// and biases give axis 1): a constant input 1 then has 1s appended to its dims, so that it
+// broadcasts by NumPy's rule (data, only where it aligns at the end).
 void Importer::importBinary(const onnx::NodeProto& n, const Attributes& a) {
     const std::string& op = n.op_type();
+    if (opset_ < 7 && op != "Sum" && (a.has("broadcast") || a.has("axis"))) {
+        a.only({"broadcast", "axis"});
+        onnx::NodeProto numpy = n;
+        numpy.clear_attribute();
+        if (a.i("broadcast", 0) != 0 && a.has("axis") && n.input_size() == 2) {
+            auto rank = ranks_.find(n.input(0));
+            if (rank == ranks_.end()) throw Unsupported{"broadcast at an axis of an input whose rank is not known"};
+            const int64_t axis = a.i("axis", 0) < 0 ? a.i("axis", 0) + rank->second : a.i("axis", 0);
+            if (isConstant(n.input(1))) {
+                Constant c = constants_.at(n.input(1));
+                const int64_t pad = rank->second - axis - static_cast<int64_t>(c.dims.size());
+                if (pad < 0 || axis < 0 || c.symbolic() || c.zeros) {
+                    throw Unsupported{"a constant of " + std::to_string(c.dims.size()) + " dims broadcast at axis " +
+                                      std::to_string(axis) + " of an input of " + std::to_string(rank->second)};
+                }
+                c.dims.insert(c.dims.end(), static_cast<size_t>(pad), 1);
+                if (c.tensor.defined()) c.tensor = c.tensor.reshape(Shape(c.dims));
+                const std::string aligned = n.input(1) + ":aligned";
+                constants_[aligned] = std::move(c);
+                if (initializers_.count(n.input(1))) initializers_.insert(aligned); // a weight still
+                numpy.set_input(1, aligned);
+            } else {
+                auto other = ranks_.find(n.input(1));
+                if (other == ranks_.end() || axis + other->second != rank->second) {
+                    throw Unsupported{"data broadcast at axis " + std::to_string(axis) +
+                                      " before the end of input 0 (data aligned at its end is supported)"};
+                }
+            }
+        }
+        return importBinary(numpy, Attributes(numpy));
+    }
     if (op != "Sum" && n.input_size() == 2 && (isConstant(n.input(0)) || isConstant(n.input(1)))) {
         return importScalarArithmetic(n, a);
     }

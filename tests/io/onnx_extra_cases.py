@@ -103,6 +103,22 @@ def main():
         node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
         g = helper.make_graph([node], "resize", [value("x", x.shape)], [value("y", y.shape)], [scales])
         save(root, f"resize_linear_half_pixel_x{s}", g, [x], [y], 13)
+    # Opset 6's broadcasting: Caffe's per-channel scale and bias (Mul and Add by [C] with
+    # broadcast 1 at axis 1), a Sub of a [W] constant and a Div by [H, W] data aligned at the
+    # end (axis absent: NumPy's rule), and an Add of two inputs of one shape (broadcast 0).
+    scale, bias = rng.randn(3).astype(np.float32), rng.randn(3).astype(np.float32)
+    row, plane = rng.randn(5).astype(np.float32), (rng.rand(4, 5) + 0.5).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "scale"], ["scaled"], broadcast=1, axis=1),
+             helper.make_node("Add", ["scaled", "bias"], ["shifted"], broadcast=1, axis=1),
+             helper.make_node("Sub", ["shifted", "row"], ["centred"], broadcast=1),
+             helper.make_node("Div", ["centred", "plane"], ["ratio"], broadcast=1, axis=2),
+             helper.make_node("Add", ["ratio", "x"], ["y"], broadcast=0)]
+    g = helper.make_graph(nodes, "legacy_broadcast", [value("x", x.shape), value("plane", plane.shape)],
+                          [value("y", x.shape)],
+                          [numpy_helper.from_array(scale, "scale"), numpy_helper.from_array(bias, "bias"),
+                           numpy_helper.from_array(row, "row")])
+    y = (x * scale[:, None, None] + bias[:, None, None] - row) / plane + x
+    save(root, "opset6_broadcast_at_an_axis", g, [x, plane], [y.astype(np.float32)], 6)
     exporter_forms(root, x)
     window_forms(root)
     padding_forms(root)
