@@ -179,27 +179,70 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
     });
 }
 
-// A float32 matmul C <- alpha op(A) op(B) + beta C on oneDNN's kernels: A, B and C read
-// and written as they are (transposes through strides), except that B kept packed
-// (gemmWeights) is converted once into the layout the kernel picks.
+// A float32 matmul C <- alpha op(A) op(B) + beta C on oneDNN's kernels: A and C read and
+// written as they are, B either read as it is (plain: transposes through strides) or
+// converted into the blocked layout the kernel picks (once, for B kept packed by
+// gemmWeights; else on every call, into the entry's buffer). Which of the two is faster
+// without packing depends on the shape and the CPU: reading plain B whose rows are 3072
+// floats apart ran the forward product of a 768 -> 3072 Linear at 1576 rows at half the
+// speed of the blocked one, conversion included (Emerald Rapids), while at one row the
+// conversion costs more than the product. So with GemmWeightsLayout::automatic the first
+// call of a shape times both (conversion and product, on scratch buffers) and keeps the
+// blocked layout where it is at least 10% faster, for every M of the same power-of-two range
+// (a sequence length that changes from batch to batch is timed once per range). Both give
+// the same bits: the kernel packs plain B into the same blocks.
 const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                             bool packed, bool bias, const std::optional<EltwiseOp>& act) {
     static thread_local PrimitiveCache<MatmulEntry> cache;
-    const std::vector<int64_t> key = keyWith({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), packed, bias}, act);
+    static thread_local std::unordered_map<std::vector<int64_t>, bool, KeyHash> blockedFaster;
+    GemmWeightsLayout layout = weightsLayout().load();
+    if (packed) layout = GemmWeightsLayout::blocked;
+    const std::vector<int64_t> key =
+        keyWith({transA, transB, M, N, K, keyOf(alpha), keyOf(beta), static_cast<int64_t>(layout), bias}, act);
     return cache.get(key, [&] {
         return checkDnnl("matmul (float32)", [&] {
-            MatmulEntry e;
-            describeOperands(e, transA, transB, M, N, K, GemmTypes{.bias = bias});
-            e.c = e.userC;
-            const md weights =
-                packed ? md({K, N}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any) : e.userB;
-            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.userA, weights, e.bias, e.c), attrOf(alpha, beta, act),
-                                            engine());
-            e.prim = dnnl::matmul(pd);
-            e.a = Staged(pd.src_desc());
-            e.b = Staged(pd.weights_desc());
-            e.cIn = e.cOut = Staged(e.c);
-            return e;
+            auto make = [&](bool blocked) {
+                MatmulEntry e;
+                describeOperands(e, transA, transB, M, N, K, GemmTypes{.bias = bias});
+                e.c = e.userC;
+                const md weights =
+                    blocked ? md({K, N}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any) : e.userB;
+                dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.userA, weights, e.bias, e.c),
+                                                attrOf(alpha, beta, act), engine());
+                e.prim = dnnl::matmul(pd);
+                e.a = Staged(pd.src_desc());
+                e.b = Staged(pd.weights_desc());
+                e.cIn = e.cOut = Staged(e.c);
+                return e;
+            };
+            if (layout != GemmWeightsLayout::automatic) return make(layout == GemmWeightsLayout::blocked);
+            const int64_t range = int64_t{1} << (63 - __builtin_clzll(static_cast<uint64_t>(M)));
+            const std::vector<int64_t> rangeKey = keyWith({transA, transB, range, N, K, bias}, act);
+            if (auto known = blockedFaster.find(rangeKey); known != blockedFaster.end()) return make(known->second);
+            MatmulEntry blocked = make(true), plain = make(false);
+            bool faster = false;
+            if (!plain.b.passes(blocked.b.want())) {
+                // Time both on scratch operands (zeros: the kernels' speed does not depend on values).
+                auto zeroed = [](const dnnl::memory& m) {
+                    std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
+                    return m;
+                };
+                const dnnl::memory a = zeroed(dnnl::memory(blocked.userA, engine())),
+                                   b = zeroed(dnnl::memory(blocked.userB, engine())),
+                                   c = zeroed(dnnl::memory(blocked.c, engine()));
+                const dnnl::memory biasMemory = bias ? zeroed(dnnl::memory(blocked.bias, engine())) : dnnl::memory();
+                auto timeOf = [&](const MatmulEntry& e) {
+                    return bestOf3([&] { // B's conversion and the product
+                        std::unordered_map<int, dnnl::memory> args = {
+                            {DNNL_ARG_SRC, e.a.from(a)}, {DNNL_ARG_WEIGHTS, e.b.from(b)}, {DNNL_ARG_DST, c}};
+                        if (bias) args[DNNL_ARG_BIAS] = biasMemory;
+                        e.prim.execute(stream(), args);
+                    });
+                };
+                faster = timeOf(blocked) < 0.9 * timeOf(plain); // near a tie, no conversion (nor its buffer)
+            }
+            blockedFaster[rangeKey] = faster;
+            return faster ? std::move(blocked) : std::move(plain);
         });
     });
 }

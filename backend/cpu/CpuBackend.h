@@ -19,11 +19,13 @@ namespace tessera {
 /// were measured slower.
 enum class ConvBackwardAlgo { automatic, direct, gemm };
 
-/// How a bfloat16 GEMM (CpuBackend::gemm in bfloat16, Linear's) converts its B operand:
-/// into oneDNN's blocked layout, into plain bfloat16 with B's own strides (the matmul packs
-/// it inside), or (automatic) whichever a timing of both on the first call of each shape
-/// found faster; B kept packed (gemmWeights) is converted once, so automatic takes the
-/// blocked layout there. All three give the same results.
+/// How a GEMM on oneDNN's matmul (CpuBackend::gemm in bfloat16, and in float32 on the
+/// oneDNN engine; Linear's) takes its B operand: converted into oneDNN's blocked layout on
+/// every call, read plain with B's own strides (in bfloat16: converted to plain bfloat16;
+/// the matmul packs it inside), or (automatic) whichever a timing of both on the first call
+/// of each shape found faster (in float32, of each power-of-two range of M). B kept packed
+/// (gemmWeights) is converted once, so automatic takes the blocked layout there (float32
+/// always). All three give the same results.
 enum class GemmWeightsLayout { automatic, blocked, plain };
 
 /// What float32 GEMMs (CpuBackend::gemm, Linear's) run on: oneDNN's matmul (the
@@ -37,7 +39,7 @@ public:
     static void setFloat32Gemm(Float32Gemm engine);
     static Float32Gemm float32Gemm();
 
-    /// The B layout of bfloat16 GEMMs, for every CpuBackend (initially automatic).
+    /// The B layout of GEMMs on oneDNN, for every CpuBackend (initially automatic).
     static void setGemmWeightsLayout(GemmWeightsLayout layout);
     static GemmWeightsLayout gemmWeightsLayout();
 

@@ -1,14 +1,17 @@
 // Linear(784, 1024) forward + backward at batch 128 against the plain GEMM calls of the
 // same shapes, measured in the same run: oneDNN's matmul primitives (what Linear runs on by
 // default), OpenBLAS as Tessera loads it (TESSERA_FLOAT32_GEMM=openblas) and oneDNN's
-// sgemm; and the forward alone at batch 1.
+// sgemm; and the forward alone at batch 1. Also ViT-B/16's MLP with B in each layout.
 #include <dnnl.h>
 #include <dnnl.hpp>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "BenchUtil.h"
 #include "backend/Random.h"
+#include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/OpenBlas.h"
 #include "modules/Linear.h"
 
@@ -133,5 +136,47 @@ BENCHMARK(BM_LinearForwardBackward)
     ->Name("Linear/784x1024/batch128/fwd+bwd")
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// ViT-B/16's MLP (Linear 768 -> 3072 over batch 8 x 197 tokens, then 3072 -> 768), forward
+// alone and forward + backward, with B in each layout oneDNN's float32 matmul takes it
+// (CpuBackend::setGemmWeightsLayout): plain, converted to blocked on every call, and chosen
+// by timing (automatic, the default).
+void linearLayouts(benchmark::State& state, int64_t in, int64_t out, bool train, tessera::GemmWeightsLayout layout) {
+    using namespace tessera;
+    const GemmWeightsLayout before = CpuBackend::gemmWeightsLayout();
+    CpuBackend::setGemmWeightsLayout(layout);
+    manualSeed(1);
+    constexpr int64_t rows = 8 * 197;
+    Linear lin(in, out);
+    if (!train) lin.evalMode();
+    Tensor x = Tensor::full({rows, in}, 0.5f);
+    Tensor dy = Tensor::full({rows, out}, 0.1f);
+    for (auto _ : state) {
+        lin(x);
+        if (train) lin.backward(dy);
+        benchmark::DoNotOptimize(lin.data().raw());
+    }
+    CpuBackend::setGemmWeightsLayout(before);
+    setGflops(state, (train ? 3.0 : 1.0) * 2.0 * rows * in * out * 1e-9);
+}
+
+int registerLayouts() {
+    using tessera::GemmWeightsLayout;
+    for (const auto& [in, out] : {std::pair<int64_t, int64_t>{768, 3072}, {3072, 768}}) {
+        for (bool train : {false, true}) {
+            for (const auto& [layout, name] : {std::pair{GemmWeightsLayout::plain, "plain"},
+                                               {GemmWeightsLayout::blocked, "blocked"},
+                                               {GemmWeightsLayout::automatic, "automatic"}}) {
+                const std::string label = "Linear/" + std::to_string(in) + "x" + std::to_string(out) + "/rows1576/" +
+                                          (train ? "fwd+bwd/" : "fwd/") + name;
+                benchmark::RegisterBenchmark(label.c_str(), linearLayouts, in, out, train, layout)
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime();
+            }
+        }
+    }
+    return 0;
+}
+const int layoutsRegistered = registerLayouts();
 
 } // namespace

@@ -57,7 +57,6 @@ Usage: tools/bench/pytorch_side_by_side.py [--bench build/tools/bench/tessera_be
 """
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -67,31 +66,10 @@ import tempfile
 import time
 
 
-def cpuinfo(key):
-    """The first value of `key` in /proc/cpuinfo ("" when absent)."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.split(":")[0].strip() == key:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-def openblas_coretype():
-    """The OpenBLAS core Tessera picks for this CPU (backend/cpu/OpenBlas.cpp)."""
-    flags = cpuinfo("flags").split()
-    if cpuinfo("vendor_id") == "AuthenticAMD":
-        avx512 = all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
-        return "SkylakeX" if avx512 else None
-    if cpuinfo("vendor_id") != "GenuineIntel":
-        return None
-    return "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else None
-
+from alternating import cpuinfo, openblas_core, set_openblas_coretype  # noqa: E402
 
 # Before PyTorch loads OpenBLAS: it reads OPENBLAS_CORETYPE once, when loaded.
-if openblas_coretype():
-    os.environ.setdefault("OPENBLAS_CORETYPE", openblas_coretype())
+set_openblas_coretype()
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -101,20 +79,6 @@ GPU_BATCHES = {"lenet": 128, "resnet18": 128, "resnet50": 128, "vit-tiny": 128, 
 # Tessera's benchmark names for the GPU workloads (tools/bench/GpuBench.cpp).
 GPU_NAMES = {"lenet": "lenet", "resnet18": "resnet18-cifar", "resnet50": "resnet50", "vit-tiny": "vit-tiny",
              "vit-b16": "vit-b16"}
-
-
-def torch_openblas_core():
-    """The core name of the OpenBLAS this process (PyTorch) loaded."""
-    for line in open("/proc/self/maps"):
-        path = line.split()[-1]
-        if "libopenblas" in path:
-            try:
-                lib = ctypes.CDLL(path)
-                lib.openblas_get_corename.restype = ctypes.c_char_p
-                return lib.openblas_get_corename().decode()
-            except (OSError, AttributeError):
-                return "unknown (" + path + ")"
-    return "no OpenBLAS loaded"
 
 
 def tessera_openblas_core(bench):
@@ -361,7 +325,7 @@ def main():
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
         os.environ["TESSERA_FLOAT32_GEMM"] = args.tessera_float32_gemm
         print(f"CPU: {cpuinfo('model name')}")
-        print(f"OpenBLAS cores: Tessera {tessera_openblas_core(args.bench)}, PyTorch {torch_openblas_core()} "
+        print(f"OpenBLAS cores: Tessera {tessera_openblas_core(args.bench)}, PyTorch {openblas_core()} "
               f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
               f"Tessera's float32 GEMMs on {args.tessera_float32_gemm}")
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; Tessera {args.bench}, "

@@ -13,7 +13,7 @@ the call under no_grad, or a forward and backward of <y, dy> through autograd.
 Needs Debian's python3-torch and the package built (tools/setup.sh).
 """
 
-from alternating import medians_ms, setup
+from alternating import medians_ms, openblas_core, setup
 
 
 def main():
@@ -27,7 +27,8 @@ def main():
     dy = rng.standard_normal((8, 64, 112, 112)).astype(np.float32)
     xs, dys = ts.tensor(x), ts.tensor(dy)
     dyt = torch.tensor(dy)
-    print(f"threads {args.threads}, reps {args.reps}; medians in ms; ratio = PyTorch / Tessera time")
+    print(f"threads {args.threads}, reps {args.reps}; medians in ms; ratio = PyTorch / Tessera time; "
+          f"OpenBLAS core {openblas_core()}")
     for mode, tmode in (("nearest", "nearest"), ("linear", "bilinear"), ("cubic", "bicubic")):
         up = ts.Upsample2D(2, mode=mode)
 

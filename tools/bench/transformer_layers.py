@@ -18,7 +18,7 @@ autograd (which keeps every head's scores; Tessera's module keeps none).
 Needs Debian's python3-torch and the package built (tools/setup.sh).
 """
 
-from alternating import medians_ms, setup
+from alternating import medians_ms, openblas_core, setup
 
 
 def main():
@@ -94,7 +94,8 @@ def main():
     silu = ts.Activation(ts.silu)
     cases.append(("silu [8, 197, 3072]", silu, F.silu, [data(B, T, 4 * C)], []))
 
-    print(f"threads {args.threads}, {args.reps} reps, medians in ms (forward + backward)")
+    print(f"threads {args.threads}, {args.reps} reps, medians in ms (forward + backward); "
+          f"OpenBLAS core {openblas_core()}")
     print(f"{'case':<40} {'Tessera':>9} {'PyTorch':>9} {'PyTorch/Tessera':>16}")
     for name, mod, fn, inputs, params in cases:
         # Both sides get their own tensors made once, outside the timed loop (a NumPy
