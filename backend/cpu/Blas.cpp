@@ -189,8 +189,10 @@ const MatmulEntry& matmulFor(bool transA, bool transB, int64_t M, int64_t N, int
 // conversion costs more than the product. So with GemmWeightsLayout::automatic the first
 // call of a shape times both (conversion and product, on scratch buffers) and keeps the
 // blocked layout where it is at least 10% faster, for every M of the same power-of-two range
-// (a sequence length that changes from batch to batch is timed once per range). Both give
-// the same bits: the kernel packs plain B into the same blocks.
+// (a sequence length that changes from batch to batch is timed once per range); products of
+// fewer than 16 rows or columns read B plain. From 16 rows and columns on the two give the
+// same bits (the kernel packs plain B into the same blocks); a single row of a transposed B
+// on AVX2 runs another kernel plain, rounded otherwise.
 const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                             bool packed, bool bias, const std::optional<EltwiseOp>& act) {
     static thread_local PrimitiveCache<MatmulEntry> cache;
@@ -216,6 +218,7 @@ const MatmulEntry& sgemmFor(bool transA, bool transB, int64_t M, int64_t N, int6
                 return e;
             };
             if (layout != GemmWeightsLayout::automatic) return make(layout == GemmWeightsLayout::blocked);
+            if (M < 16 || N < 16) return make(false); // a conversion costs more than it saves
             const int64_t range = int64_t{1} << (63 - __builtin_clzll(static_cast<uint64_t>(M)));
             const std::vector<int64_t> rangeKey = keyWith({transA, transB, range, N, K, bias}, act);
             if (auto known = blockedFaster.find(rangeKey); known != blockedFaster.end()) return make(known->second);

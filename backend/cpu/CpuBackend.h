@@ -23,9 +23,11 @@ enum class ConvBackwardAlgo { automatic, direct, gemm };
 /// oneDNN engine; Linear's) takes its B operand: converted into oneDNN's blocked layout on
 /// every call, read plain with B's own strides (in bfloat16: converted to plain bfloat16;
 /// the matmul packs it inside), or (automatic) whichever a timing of both on the first call
-/// of each shape found faster (in float32, of each power-of-two range of M). B kept packed
-/// (gemmWeights) is converted once, so automatic takes the blocked layout there (float32
-/// always). All three give the same results.
+/// of each shape found faster (in float32, of each power-of-two range of M, and plain
+/// below 16 rows or columns). B kept packed (gemmWeights) is converted once, so automatic
+/// takes the blocked layout there (float32 always). All three give the same results (in
+/// float32 from 16 rows and columns on; a single row of a transposed B rounds otherwise
+/// blocked than plain on AVX2).
 enum class GemmWeightsLayout { automatic, blocked, plain };
 
 /// What float32 GEMMs (CpuBackend::gemm, Linear's) run on: oneDNN's matmul (the
