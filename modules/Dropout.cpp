@@ -13,11 +13,12 @@ Dropout::Dropout(const DropoutOptions& options) : Module(options.name), p_(optio
 }
 
 // The counters are the ones Backend::dropoutForward would take from the generator, so the
-// masks are the same as ever for a seed.
+// masks are the same as ever for a seed. At p = 0 train mode is the identity too: no mask is
+// drawn (nor numbers taken from the generator).
 Tensors Dropout::updateData(const Tensors& data) {
     const Tensor& x = data[0];
     counters_ = Tensor();
-    if (!isTrain()) return {x};
+    if (!isTrain() || p_ == 0.0f) return {x};
     const uint64_t seed = gen_.seed(), first = gen_.advance(static_cast<uint64_t>(x.numel()));
     std::vector<int32_t> halves;
     for (uint64_t v : {seed, first}) {
@@ -69,7 +70,7 @@ Blueprint Dropout::blueprint() const {
 MemoryUse Dropout::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                              Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    if (!train) use.outputViews[0] = 0; // eval: the output is the input (train: no mask kept)
+    if (!train || p_ == 0.0f) use.outputViews[0] = 0; // the output is the input (train: no mask kept)
     return use;
 }
 

@@ -13,7 +13,7 @@ struct DropoutOptions {
 };
 
 /// x: any shape -> y: same shape. Train mode: y = x * mask with mask = 0 (probability p)
-/// or 1 / (1 - p), a fresh mask per forward; dx = dy * mask. Eval mode: y = x, dx = dy.
+/// or 1 / (1 - p), a fresh mask per forward; dx = dy * mask. Eval mode (and p = 0): y = x, dx = dy.
 /// The mask is not kept: backward draws it again from the counters the forward used
 /// (Backend::dropoutApply), so dropout holds no memory between forward and backward. On
 /// 16-bit activations the backend carries (bfloat16 on the CPU; both types on CUDA under
@@ -29,7 +29,7 @@ public:
     Generator& generator() { return gen_; }
     Generator* randomStream() override { return &gen_; }
     /// The mask of the last train-mode forward, drawn again from its counters (undefined
-    /// before one, after an eval-mode one, and once the module's run is released).
+    /// before one, after an eval-mode one, at p = 0, and once the module's run is released).
     Tensor mask() const;
 
     Shapes dataShapeFrom(const Shapes& inShapes) const override { return inShapes; }

@@ -19,7 +19,7 @@ void Dropout2D::checkDataShape(const Shapes& inShapes) const {
 // The per-map mask is dropout applied to a [N, C] tensor of ones.
 Tensors Dropout2D::updateData(const Tensors& data) {
     const Tensor& x = data[0];
-    if (!isTrain()) {
+    if (!isTrain() || p_ == 0.0f) { // p = 0: the identity, no mask drawn
         mask_ = Tensor();
         return {x};
     }
@@ -48,10 +48,10 @@ Blueprint Dropout2D::blueprint() const {
 MemoryUse Dropout2D::memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                                Device device) const {
     MemoryUse use = Module::memoryUse(inShapes, inLayouts, train, device);
-    if (train) {
+    if (train && p_ != 0.0f) {
         use.keptBytes = inShapes[0][0] * inShapes[0][1] * static_cast<int64_t>(sizeof(float)); // the [N, C] mask
     } else {
-        use.outputViews[0] = 0; // eval: the output is the input
+        use.outputViews[0] = 0; // eval, or p = 0: the output is the input
     }
     return use;
 }

@@ -13,7 +13,7 @@ struct Dropout2DOptions {
 };
 
 /// x: [N, C, H, W] -> y: same shape. Train mode: y[n, c] = x[n, c] * m[n, c] with
-/// m = 0 (probability p) or 1 / (1 - p), fresh per forward; eval mode: y = x.
+/// m = 0 (probability p) or 1 / (1 - p), fresh per forward; eval mode (and p = 0): y = x.
 class Dropout2D : public Module {
 public:
     explicit Dropout2D(const Dropout2DOptions& options = {});
@@ -21,7 +21,7 @@ public:
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     Generator& generator() { return gen_; }
     Generator* randomStream() override { return &gen_; }
-    /// The [N, C] mask of the last train-mode forward.
+    /// The [N, C] mask of the last train-mode forward (undefined in eval mode and at p = 0).
     const Tensor& mask() const { return mask_; }
     MemoryUse memoryUse(const Shapes& inShapes, const std::vector<Layout>& inLayouts, bool train,
                         Device device) const override;

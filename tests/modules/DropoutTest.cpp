@@ -84,6 +84,20 @@ TEST(Dropout, EvalModeIsIdentity) {
     EXPECT_TRUE(drop.backward(dy).sharesStorage(dy));
 }
 
+// At p = 0 train mode is the identity as well: the input passes through, no mask is drawn and
+// the generator is left where it was; the memory plan makes the output a view.
+TEST(Dropout, ZeroRateInTrainModeIsIdentity) {
+    Dropout drop({.p = 0.0f, .seed = 4});
+    ASSERT_TRUE(drop.isTrain());
+    const Tensor x = randomTensor({4, 8}, 1), dy = randomTensor({4, 8}, 2);
+    EXPECT_TRUE(drop(x).sharesStorage(x));
+    EXPECT_TRUE(drop.backward(dy).sharesStorage(dy));
+    EXPECT_FALSE(drop.mask().defined());
+    EXPECT_EQ(drop.generator().offset(), 0u);
+    EXPECT_EQ(drop.memoryUse({{4, 8}}, {Layout::plain}, true, Device{}).outputViews[0], 0);
+    EXPECT_NE(Dropout({.p = 0.1f}).memoryUse({{4, 8}}, {Layout::plain}, true, Device{}).outputViews[0], 0);
+}
+
 TEST(Dropout, SeedReplaysMasks) {
     Dropout a({.p = 0.5f, .seed = 9}), b({.p = 0.5f, .seed = 9});
     Tensor x = randomTensor({8, 8}, 1);

@@ -226,6 +226,28 @@ TEST(Precision, Bfloat16RoundsOperandsOnly) {
     }
 }
 
+// The operands of a GEMM test at each (M, K, N) and transpose of A and B: A [M, K] (or its
+// transpose), B [K, N] (or its transpose) and a starting C0 [M, N], passed to `body` with
+// the shape and transposes traced.
+struct GemmCase {
+    int64_t M, K, N;
+    bool transA, transB;
+    Tensor A, B, C0;
+};
+void forEachGemmCase(const std::vector<std::tuple<int64_t, int64_t, int64_t>>& shapes,
+                     const std::function<void(const GemmCase&)>& body) {
+    for (const auto& [M, K, N] : shapes) {
+        for (const bool transA : {false, true}) {
+            for (const bool transB : {false, true}) {
+                SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) +
+                             (transA ? " A^T" : "") + (transB ? " B^T" : ""));
+                body({M, K, N, transA, transB, randomTensor(transA ? Shape{K, M} : Shape{M, K}, 1),
+                      randomTensor(transB ? Shape{N, K} : Shape{K, N}, 2), randomTensor({M, N}, 3)});
+            }
+        }
+    }
+}
+
 // A bfloat16 GEMM gives the same bits with B blocked, plain or chosen by timing, in every
 // transpose, and the float32 GEMM of its bfloat16-rounded operands up to accumulation order
 // (at a power-of-two shape, where the two layouts' conversions differ most in speed, and
@@ -235,31 +257,22 @@ TEST(Precision, Bfloat16GemmWeightsLayoutsGiveTheSameResult) {
         ~Restore() { CpuBackend::setGemmWeightsLayout(GemmWeightsLayout::automatic); }
     } restore;
     auto rounded = [](const Tensor& t) { return t.astype(DType::bfloat16).astype(DType::float32); };
-    for (const auto& [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{16, 256, 256}, {7, 37, 21}}) {
-        for (const bool transA : {false, true}) {
-            for (const bool transB : {false, true}) {
-                SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) +
-                             (transA ? " A^T" : "") + (transB ? " B^T" : ""));
-                const Tensor A = randomTensor(transA ? Shape{K, M} : Shape{M, K}, 1);
-                const Tensor B = randomTensor(transB ? Shape{N, K} : Shape{K, N}, 2);
-                const Tensor C0 = randomTensor({M, N}, 3);
-                Tensor want = C0.clone();
-                backendOf(A).gemm(transA, transB, 0.5f, rounded(A), rounded(B), 0.25f, want);
-                std::vector<std::vector<float>> got;
-                for (GemmWeightsLayout layout :
-                     {GemmWeightsLayout::blocked, GemmWeightsLayout::plain, GemmWeightsLayout::automatic}) {
-                    CpuBackend::setGemmWeightsLayout(layout);
-                    Tensor C = C0.clone();
-                    backendOf(A).gemm(transA, transB, 0.5f, A, B, 0.25f, C, DType::bfloat16);
-                    got.push_back(C.toVector<float>());
-                }
-                EXPECT_EQ(got[0], got[1]);
-                EXPECT_EQ(got[0], got[2]);
-                const std::vector<float> w = want.toVector<float>();
-                for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[0][i], w[i], 1e-4 * std::sqrt(K)) << i;
-            }
+    forEachGemmCase({{16, 256, 256}, {7, 37, 21}}, [&](const GemmCase& g) {
+        Tensor want = g.C0.clone();
+        backendOf(g.A).gemm(g.transA, g.transB, 0.5f, rounded(g.A), rounded(g.B), 0.25f, want);
+        std::vector<std::vector<float>> got;
+        for (GemmWeightsLayout layout :
+             {GemmWeightsLayout::blocked, GemmWeightsLayout::plain, GemmWeightsLayout::automatic}) {
+            CpuBackend::setGemmWeightsLayout(layout);
+            Tensor C = g.C0.clone();
+            backendOf(g.A).gemm(g.transA, g.transB, 0.5f, g.A, g.B, 0.25f, C, DType::bfloat16);
+            got.push_back(C.toVector<float>());
         }
-    }
+        EXPECT_EQ(got[0], got[1]);
+        EXPECT_EQ(got[0], got[2]);
+        const std::vector<float> w = want.toVector<float>();
+        for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[0][i], w[i], 1e-4 * std::sqrt(g.K)) << i;
+    });
 }
 
 // A float32 GEMM on oneDNN gives the same bits with B converted to the blocked layout, read
@@ -277,42 +290,34 @@ TEST(Precision, Float32GemmWeightsLayoutsGiveTheSameBits) {
         }
     } restore;
     CpuBackend::setFloat32Gemm(Float32Gemm::onednn);
-    for (const auto& [M, K, N] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {200, 768, 3072}, {16, 256, 256}, {16, 37, 21}, {7, 37, 21}, {1, 100, 33}}) {
-        for (const bool transA : {false, true}) {
-            for (const bool transB : {false, true}) {
-                SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) +
-                             (transA ? " A^T" : "") + (transB ? " B^T" : ""));
-                const Tensor A = randomTensor(transA ? Shape{K, M} : Shape{M, K}, 1);
-                const Tensor B = randomTensor(transB ? Shape{N, K} : Shape{K, N}, 2);
-                const Tensor C0 = randomTensor({M, N}, 3), bias = randomTensor({N}, 4);
-                std::vector<std::vector<float>> got;
-                for (GemmWeightsLayout layout :
-                     {GemmWeightsLayout::blocked, GemmWeightsLayout::plain, GemmWeightsLayout::automatic}) {
-                    CpuBackend::setGemmWeightsLayout(layout);
-                    Tensor C = C0.clone();
-                    backendOf(A).gemm(transA, transB, 0.5f, A, B, 0.25f, C);
-                    got.push_back(C.toVector<float>());
-                    Tensor D = Tensor::empty({M, N});
-                    backendOf(A).gemmWeights(transA, transB, 1.0f, A, B, bias, 0.0f, D, DType::float32, nullptr);
-                    got.push_back(D.toVector<float>());
-                }
-                const bool small = M < 16 || N < 16;
-                if (!small) { // blocked and plain alike
-                    EXPECT_EQ(got[0], got[2]);
-                    EXPECT_EQ(got[1], got[3]);
-                }
-                EXPECT_EQ(got[4], got[small ? 2 : 0]); // automatic: plain where small
-                EXPECT_EQ(got[5], got[small ? 3 : 1]);
-                CpuBackend::setFloat32Gemm(Float32Gemm::openblas);
-                Tensor C = C0.clone();
-                backendOf(A).gemm(transA, transB, 0.5f, A, B, 0.25f, C);
-                CpuBackend::setFloat32Gemm(Float32Gemm::onednn);
-                const std::vector<float> w = C.toVector<float>();
-                for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[0][i], w[i], 1e-5 * std::sqrt(K)) << i;
+    forEachGemmCase(
+        {{200, 768, 3072}, {16, 256, 256}, {16, 37, 21}, {7, 37, 21}, {1, 100, 33}}, [&](const GemmCase& g) {
+            const Tensor bias = randomTensor({g.N}, 4);
+            std::vector<std::vector<float>> got;
+            for (GemmWeightsLayout layout :
+                 {GemmWeightsLayout::blocked, GemmWeightsLayout::plain, GemmWeightsLayout::automatic}) {
+                CpuBackend::setGemmWeightsLayout(layout);
+                Tensor C = g.C0.clone();
+                backendOf(g.A).gemm(g.transA, g.transB, 0.5f, g.A, g.B, 0.25f, C);
+                got.push_back(C.toVector<float>());
+                Tensor D = Tensor::empty({g.M, g.N});
+                backendOf(g.A).gemmWeights(g.transA, g.transB, 1.0f, g.A, g.B, bias, 0.0f, D, DType::float32, nullptr);
+                got.push_back(D.toVector<float>());
             }
-        }
-    }
+            const bool small = g.M < 16 || g.N < 16;
+            if (!small) { // blocked and plain alike
+                EXPECT_EQ(got[0], got[2]);
+                EXPECT_EQ(got[1], got[3]);
+            }
+            EXPECT_EQ(got[4], got[small ? 2 : 0]); // automatic: plain where small
+            EXPECT_EQ(got[5], got[small ? 3 : 1]);
+            CpuBackend::setFloat32Gemm(Float32Gemm::openblas);
+            Tensor C = g.C0.clone();
+            backendOf(g.A).gemm(g.transA, g.transB, 0.5f, g.A, g.B, 0.25f, C);
+            CpuBackend::setFloat32Gemm(Float32Gemm::onednn);
+            const std::vector<float> w = C.toVector<float>();
+            for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[0][i], w[i], 1e-5 * std::sqrt(g.K)) << i;
+        });
 }
 
 // A training bfloat16 convolution keeps its input's bfloat16 reorder from forward for
