@@ -512,6 +512,10 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<ReduceMean>(a.ints("axes"), a.b("keepDims"), a.name());
              }},
+            {"ReduceSum", "axes=None, keepDims=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<ReduceSum>(a.ints("axes"), a.b("keepDims"), a.name());
+             }},
             {"Sub", "name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<Sub>(a.name()); }},
             {"Div", "name=None",

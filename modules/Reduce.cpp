@@ -7,8 +7,8 @@
 
 namespace tessera {
 
-ReduceMean::ReduceMean(std::vector<int64_t> axes, bool keepDims, std::string name)
-    : Module(std::move(name)), axes_(std::move(axes)), keepDims_(keepDims) {}
+ReduceMean::ReduceMean(std::vector<int64_t> axes, bool keepDims, std::string name, bool sum)
+    : Module(std::move(name)), axes_(std::move(axes)), keepDims_(keepDims), sum_(sum) {}
 
 void ReduceMean::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 1, "input");
@@ -51,21 +51,23 @@ Shapes ReduceMean::dataShapeFrom(const Shapes& inShapes) const {
 
 Shapes ReduceMean::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
 
+float ReduceMean::factor(const Shape& in) const {
+    if (sum_) return 1.0f;
+    return 1.0f / static_cast<float>(in.numel() / std::max<int64_t>(keptShape(in).numel(), 1));
+}
+
 Tensors ReduceMean::updateData(const Tensors& data) {
     const Tensor& x = data[0];
-    const Shape kept = keptShape(x.shape());
-    Tensor y = Tensor::empty(kept, DType::float32, x.device());
-    backendOf(y).sumTo(x, 1.0f / static_cast<float>(x.numel() / std::max<int64_t>(kept.numel(), 1)), y);
+    Tensor y = Tensor::empty(keptShape(x.shape()), DType::float32, x.device());
+    backendOf(y).sumTo(x, factor(x.shape()), y);
     return {y.reshape(dataShapeFrom(Shapes{x.shape()})[0])};
 }
 
 Tensors ReduceMean::updateGrad(const Tensors& grad) {
     const Shape& in = inData().shape();
-    const Shape kept = keptShape(in);
-    const Tensor dy = grad[0].plain().reshape(kept);
-    const float scale = 1.0f / static_cast<float>(in.numel() / std::max<int64_t>(kept.numel(), 1));
+    const Tensor dy = grad[0].plain().reshape(keptShape(in));
     Tensor dx = Tensor::empty(in, DType::float32, dy.device());
-    backendOf(dx).binaryBroadcast(BinaryOp::mul, dy, Tensor::full({1}, scale, dy.device()), dx);
+    backendOf(dx).binaryBroadcast(BinaryOp::mul, dy, Tensor::full({1}, factor(in), dy.device()), dx);
     return {dx};
 }
 

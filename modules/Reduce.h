@@ -1,6 +1,6 @@
 #pragma once
-/// \file ReduceMean: the mean over some dims; ArgMax and ArgMin: the position of the largest
-/// or smallest value along one.
+/// \file ReduceMean and ReduceSum: the mean or the sum over some dims; ArgMax and ArgMin: the
+/// position of the largest or smallest value along one.
 
 #include "modules/Module.h"
 
@@ -13,7 +13,8 @@ namespace tessera {
 /// spread over the reduced dims. ONNX's ReduceMean.
 class ReduceMean : public Module {
 public:
-    explicit ReduceMean(std::vector<int64_t> axes = {}, bool keepDims = true, std::string name = {});
+    explicit ReduceMean(std::vector<int64_t> axes = {}, bool keepDims = true, std::string name = {})
+        : ReduceMean(std::move(axes), keepDims, std::move(name), false) {}
     std::string classname() const override { return "ReduceMean"; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
@@ -24,14 +25,29 @@ public:
     Blueprint blueprint() const override;
 
 protected:
+    ReduceMean(std::vector<int64_t> axes, bool keepDims, std::string name, bool sum);
     Tensors updateData(const Tensors& data) override;
     Tensors updateGrad(const Tensors& grad) override;
 
 private:
     /// x's shape with the reduced dims as 1.
     Shape keptShape(const Shape& in) const;
+    /// The factor of the sum: 1 / the count of the elements each output takes (1 for ReduceSum).
+    float factor(const Shape& in) const;
     std::vector<int64_t> axes_;
     bool keepDims_;
+    bool sum_;
+};
+
+/// x: any shape -> y: the sum of x over `axes`, as ReduceMean's mean (the same axes, keepDims
+/// and checks); dx = dy spread over the reduced dims. torch.sum(x, axes, keepdim); ONNX's
+/// ReduceSum (and, with Pow or Abs before it, ReduceSumSquare, ReduceL1 and ReduceL2), over
+/// any dims: the batch and dims whose size is known only at run time included.
+class ReduceSum : public ReduceMean {
+public:
+    explicit ReduceSum(std::vector<int64_t> axes = {}, bool keepDims = true, std::string name = {})
+        : ReduceMean(std::move(axes), keepDims, std::move(name), true) {}
+    std::string classname() const override { return "ReduceSum"; }
 };
 
 /// ArgMax's and ArgMin's options beyond the axis.

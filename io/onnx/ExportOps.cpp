@@ -111,6 +111,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"RMSNorm", &Exporter::emitRMSNorm},
         {"RNN", &Exporter::emitRNN},
         {"ReduceMean", &Exporter::emitReduceMean},
+        {"ReduceSum", &Exporter::emitReduceSum},
         {"Replicate", &Exporter::emitReplicate},
         {"Reshape", &Exporter::emitReshape},
         {"Slice", &Exporter::emitSlice},
@@ -475,18 +476,30 @@ void Exporter::emitRNN(const Layer& l) {
     emitRnn(*rnn, bp, in, inShapes, out, path);
 }
 
-// ReduceMean
-void Exporter::emitReduceMean(const Layer& l) {
+// ReduceMean and ReduceSum: no axes are every dim, written out; every dim reduced without
+// keepDims is Tessera's [1] and ONNX's scalar, so the dims are kept and a Reshape makes [1].
+void Exporter::emitReduction(const Layer& l, const std::string& op) {
     const auto& [m, bp, in, inShapes, out, path] = l;
-    onnx::NodeProto* n = node("ReduceMean", in, out, path);
     std::vector<int64_t> axes = schemeInts(bp, "axes");
+    const size_t rank = inShapes[0].rank();
     if (axes.empty()) { // every dim, written out
-        for (size_t d = 0; d < inShapes[0].rank(); ++d) axes.push_back(static_cast<int64_t>(d));
+        for (size_t d = 0; d < rank; ++d) axes.push_back(static_cast<int64_t>(d));
     }
-    attr(n, "axes", axes);
-    const BlueprintValue* keep = schemeValue(bp, "keepDims");
-    attr(n, "keepdims", int64_t{keep && std::get_if<bool>(keep) && !*std::get_if<bool>(keep) ? 0 : 1});
+    const BlueprintValue* keepValue = schemeValue(bp, "keepDims");
+    const bool keep = !(keepValue && std::get_if<bool>(keepValue) && !*std::get_if<bool>(keepValue));
+    const bool scalar = !keep && axes.size() == rank; // the module's checks: no axis twice
+    std::vector<std::string> inputs = {in[0]};
+    if (op == "ReduceSum") inputs.push_back(initInts(path + ".axes", axes)); // an input from opset 13
+    const std::vector<std::string> reduced = scalar ? std::vector<std::string>{valueName(path + "_kept")} : out;
+    onnx::NodeProto* n = node(op, inputs, reduced, path);
+    if (op != "ReduceSum") attr(n, "axes", axes);
+    attr(n, "keepdims", int64_t{keep || scalar ? 1 : 0});
+    if (scalar) node("Reshape", {reduced[0], initInts(path + ".shape", {1})}, out, path + "_shape");
 }
+
+void Exporter::emitReduceMean(const Layer& l) { emitReduction(l, "ReduceMean"); }
+
+void Exporter::emitReduceSum(const Layer& l) { emitReduction(l, "ReduceSum"); }
 
 // ArgMax, ArgMin: ONNX's indices are int64, Tessera's int32 (a Cast to int32 after, which
 // the import reads back as an Identity).

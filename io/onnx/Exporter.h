@@ -200,7 +200,10 @@ private:
     void emitMul(const Layer& l);
     void emitSubOrDiv(const Layer& l);
     void emitRNN(const Layer& l);
+    // ReduceMean, ReduceSum (its axes an input from opset 13): emitReduction.
     void emitReduceMean(const Layer& l);
+    void emitReduceSum(const Layer& l);
+    void emitReduction(const Layer& l, const std::string& op);
     void emitDropout(const Layer& l);
     void emitTranspose(const Layer& l);
     void emitReplicate(const Layer& l);

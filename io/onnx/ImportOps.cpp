@@ -34,6 +34,7 @@
 #include "modules/Identity.h"
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
+#include "modules/KMaxPool.h"
 #include "modules/LRN.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
@@ -113,7 +114,10 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Pow", &Importer::importPow},
         {"RNN", &Importer::importRnn},
         {"Reciprocal", &Importer::importPow},
+        {"ReduceL1", &Importer::importReduceSum},
         {"ReduceL2", &Importer::importReduceSum},
+        {"ReduceLogSum", &Importer::importReduceSum},
+        {"ReduceLogSumExp", &Importer::importReduceLogSumExp},
         {"ReduceMax", &Importer::importMaxOver},
         {"ReduceMean", &Importer::importReduceMean},
         {"ReduceMin", &Importer::importMaxOver},
@@ -393,11 +397,8 @@ void Importer::importGlobalAveragePool(const onnx::NodeProto& n, const Attribute
     return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
 }
 
-// GlobalMaxPool; ReduceMax and ReduceMin over a run of adjacent dims after the batch. Over
-// every spatial dim of [N, C, ...] (GlobalMaxPool, or a ReduceMax that keeps its dims) a
-// MaxPool1D/2D/3D of the whole map; otherwise the input seen as [N, P, R, Q] (P the dims
-// before the run, R the run's, Q those after), a MaxPool2D of R x 1, and the output's shape.
-// ReduceMin is the maximum of -x, negated. The dims after the batch must be known at import.
+// GlobalMaxPool; ReduceMax and ReduceMin (appendMaxOver). ReduceMin is the maximum of -x,
+// negated.
 void Importer::importMaxOver(const onnx::NodeProto& n, const Attributes& a) {
     const std::string& op = n.op_type();
     const bool global = op == "GlobalMaxPool";
@@ -407,33 +408,65 @@ void Importer::importMaxOver(const onnx::NodeProto& n, const Attributes& a) {
     }
     std::vector<int64_t> axes = global ? std::vector<int64_t>{} : reduceAxes(n, a);
     const int64_t rank = rankOf(n, 0);
-    if (rank < 2) throw Unsupported{"an input whose rank is not known at import, or of rank 1"};
+    if (rank < (global ? 2 : 1)) throw Unsupported{"an input whose rank is not known at import"};
     if (global) {
         for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
     } else {
-        if (axes.empty()) throw Unsupported{"a reduction over every dim, the batch included"};
-        for (int64_t& ax : axes) ax = ax < 0 ? ax + rank : ax;
-        std::sort(axes.begin(), axes.end());
+        axes = resolvedAxes(axes, rank);
     }
-    const bool keep = global || a.i("keepdims", 1) != 0;
-    bool run = !axes.empty() && axes.front() >= 1;
-    for (size_t k = 1; run && k < axes.size(); ++k) run = axes[k] == axes[k - 1] + 1;
-    if (!run) throw Unsupported{"a reduction over dims that are not one run of adjacent dims after the batch"};
-    std::vector<int64_t> dims = {0};
-    for (int64_t d = 1; d < rank; ++d) {
-        dims.push_back(dimOf(n, 0, d));
-        if (dims.back() < 0) throw Unsupported{"dim " + std::to_string(d) + " of the input is not known at import"};
-    }
-    const int64_t first = axes.front(), last = axes.back();
     auto seq = std::make_shared<Sequential>();
     const bool negate = op == "ReduceMin";
     if (negate) seq->append(std::make_shared<MulAddConst>(-1.0f, 0.0f));
+    appendMaxOver(*seq, n, axes, global || a.i("keepdims", 1) != 0);
+    if (negate) seq->append(std::make_shared<MulAddConst>(-1.0f, 0.0f));
+    if (seq->size() == 1) return define(n, seq->childPtr(0), dataInputs(n, 1));
+    return define(n, seq, dataInputs(n, 1));
+}
+
+std::vector<int64_t> Importer::resolvedAxes(std::vector<int64_t> axes, int64_t rank) {
+    if (axes.empty()) { // every dim
+        for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+    }
+    for (int64_t& ax : axes) ax = ax < 0 ? ax + rank : ax;
+    std::sort(axes.begin(), axes.end());
+    return axes;
+}
+
+// The maximum of node n's input 0 over `axes` (resolved, sorted). Over a run of adjacent dims
+// after the batch, all known at import: over every spatial dim of [N, C, ...] (kept) a
+// MaxPool1D/2D/3D of the whole map; otherwise the input seen as [N, P, R, Q] (P the dims
+// before the run, R the run's, Q those after), a MaxPool2D of R x 1, and the output's shape.
+// Over one dim otherwise (the batch, or a length free at import: max over time) a KMaxPool of
+// 1 along it (and a Reshape without it); over every dim the input seen as [1, numel], a
+// KMaxPool of 1, and ones.
+void Importer::appendMaxOver(Sequential& seq, const onnx::NodeProto& n, const std::vector<int64_t>& axes, bool keep) {
+    const int64_t rank = rankOf(n, 0);
+    bool run = !axes.empty() && axes.front() >= 1;
+    for (size_t k = 1; run && k < axes.size(); ++k) run = axes[k] == axes[k - 1] + 1;
+    std::vector<int64_t> dims = {0};
+    bool known = true;
+    for (int64_t d = 1; d < rank; ++d) {
+        dims.push_back(dimOf(n, 0, d));
+        known = known && dims.back() >= 0;
+    }
+    const bool every = static_cast<int64_t>(axes.size()) == rank;
+    if (!(run && known) && axes.size() != 1 && !every) {
+        throw Unsupported{run ? "a reduction over several dims whose sizes are not all known at import"
+                              : "a reduction over several dims that are not one run of adjacent dims after the batch"};
+    }
+    const int64_t first = axes.front(), last = axes.back();
     const auto whole = static_cast<int64_t>(axes.size());
-    if (keep && first == 2 && last == rank - 1 && whole <= 3) { // every spatial dim: one pool of the map
+    if (!(run && known) && !every) { // one dim: the batch, or one of a size free at import
+        seq.append(std::make_shared<KMaxPool>(1, static_cast<int>(first)));
+        if (!keep) seq.append(reshapeTo(n));
+    } else if (!(run && known)) { // every dim, the batch included
+        seq.append(std::make_shared<Reshape>(Shape{1, -1})).append(std::make_shared<KMaxPool>(1, 1));
+        seq.append(std::make_shared<Reshape>(Shape(std::vector<int64_t>(keep ? static_cast<size_t>(rank) : 1, 1))));
+    } else if (keep && first == 2 && last == rank - 1 && whole <= 3) { // every spatial dim: one pool of the map
         const std::vector<int64_t> size(dims.begin() + 2, dims.end());
-        if (whole == 1) seq->append(std::make_shared<MaxPool1D>(size));
-        if (whole == 2) seq->append(std::make_shared<MaxPool2D>(size));
-        if (whole == 3) seq->append(std::make_shared<MaxPool3D>(size));
+        if (whole == 1) seq.append(std::make_shared<MaxPool1D>(size));
+        if (whole == 2) seq.append(std::make_shared<MaxPool2D>(size));
+        if (whole == 3) seq.append(std::make_shared<MaxPool3D>(size));
     } else {
         int64_t P = 1, R = 1, Q = 1;
         for (int64_t d = 1; d < rank; ++d) (d < first ? P : d <= last ? R : Q) *= dims[static_cast<size_t>(d)];
@@ -443,13 +476,32 @@ void Importer::importMaxOver(const onnx::NodeProto& n, const Attributes& a) {
             if (d >= first && d <= last && keep) out.push_back(1);
         }
         if (out.size() == 1) out = {-1};
-        seq->append(std::make_shared<Reshape>(Shape{0, P, R, Q}))
+        seq.append(std::make_shared<Reshape>(Shape{0, P, R, Q}))
             .append(std::make_shared<MaxPool2D>(std::vector<int64_t>{R, 1}))
             .append(std::make_shared<Reshape>(Shape(out)));
     }
-    if (negate) seq->append(std::make_shared<MulAddConst>(-1.0f, 0.0f));
-    if (seq->size() == 1) return define(n, seq->childPtr(0), dataInputs(n, 1));
-    return define(n, seq, dataInputs(n, 1));
+}
+
+// ReduceLogSumExp: m + log(sum(exp(x - m))) with m the maximum over the axes (kept;
+// appendMaxOver), so that no exp overflows; a graph of the maximum, Sub, Exp, ReduceSum,
+// Log and Add (and a Reshape without the dims). The gradient reaching m cancels (to rounding).
+void Importer::importReduceLogSumExp(const onnx::NodeProto& n, const Attributes& a) {
+    const int64_t rank = rankOf(n, 0);
+    if (rank < 1) throw Unsupported{"an input whose rank is not known at import"};
+    const std::vector<int64_t> axes = resolvedAxes(reduceAxes(n, a), rank);
+    auto maxOf = std::make_shared<Sequential>();
+    appendMaxOver(*maxOf, n, axes, true);
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    auto m = tessera::node(maxOf->size() == 1 ? maxOf->childPtr(0) : maxOf, x, "max");
+    auto centred = tessera::node(std::make_shared<Sub>(), {x, m}, "centred");
+    auto e = tessera::node(std::make_shared<Activation>(ActivationKind::exp), centred, "exp");
+    auto sum = tessera::node(std::make_shared<ReduceSum>(axes, true), e, "sum");
+    auto log = tessera::node(std::make_shared<Activation>(ActivationKind::log), sum, "log");
+    NodePtr y = tessera::node(std::make_shared<Add>(), {log, m}, "lse");
+    if (a.i("keepdims", 1) == 0) y = tessera::node(reshapeTo(n), y, "dropped");
+    const Source s = value(n, 0);
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
+                  Parents{Parent(s.node, s.slot)});
 }
 
 // LRN

@@ -365,35 +365,21 @@ void Importer::importReduceMean(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<ReduceMean>(axes, keep), dataInputs(n, 1));
 }
 
-// ReduceSum, ReduceSumSquare, ReduceL2: Tessera's ReduceMean (after a Pow(2) for the
-// squares) times the count of the elements each output sums (a MulAddConst; for the L2 norm a
-// Pow(0.5) scaled by the count's root), so every reduced dim must be known at import, and the
-// batch is not summed over (its size at run time may not be the model's).
+// ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum: Tessera's ReduceSum, after a
+// Pow(2) for the squares or an Abs for L1, with a Pow(0.5) after it for L2 and a Log for
+// LogSum; over any axes, the batch and dims whose size is known only at run time included.
 void Importer::importReduceSum(const onnx::NodeProto& n, const Attributes& a) {
     const std::vector<int64_t> axes = reduceAxes(n, a);
     const bool keep = a.i("keepdims", 1) != 0;
-    const int64_t rank = rankOf(n, 0);
-    if (rank < 0) throw Unsupported{"an input whose rank is not known at import"};
-    std::vector<int64_t> reduced;
-    for (int64_t d = 0; axes.empty() && d < rank; ++d) reduced.push_back(d);
-    for (int64_t ax : axes) reduced.push_back(ax < 0 ? ax + rank : ax);
-    int64_t count = 1;
-    for (int64_t ax : reduced) {
-        if (ax == 0) throw Unsupported{"a sum over dim 0, the batch (the other dims are supported)"};
-        const int64_t d = dimOf(n, 0, ax);
-        if (d < 0) throw Unsupported{"a sum over dim " + std::to_string(ax) + ", whose size is not known at import"};
-        count *= d;
-    }
     const std::string& op = n.op_type();
     auto seq = std::make_shared<Sequential>();
-    if (op != "ReduceSum") seq->append(std::make_shared<Pow>(2.0f));
-    seq->append(std::make_shared<ReduceMean>(axes, keep));
-    if (op == "ReduceL2") {
-        seq->append(std::make_shared<Pow>(0.5f, std::sqrt(static_cast<float>(count))));
-    } else {
-        seq->append(std::make_shared<MulAddConst>(static_cast<float>(count), 0.0f));
-    }
+    if (op == "ReduceSumSquare" || op == "ReduceL2") seq->append(std::make_shared<Pow>(2.0f));
+    if (op == "ReduceL1") seq->append(std::make_shared<Activation>(ActivationKind::abs));
+    seq->append(std::make_shared<ReduceSum>(axes, keep));
+    if (op == "ReduceL2") seq->append(std::make_shared<Pow>(0.5f));
+    if (op == "ReduceLogSum") seq->append(std::make_shared<Activation>(ActivationKind::log));
     if (op == "ReduceSum" && isIntegerData(n.input(0))) return defineOverIntegers(n, seq, {0}); // mask.sum(1)
+    if (seq->size() == 1) return define(n, seq->childPtr(0), dataInputs(n, 1));
     return define(n, seq, dataInputs(n, 1));
 }
 

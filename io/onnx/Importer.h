@@ -23,7 +23,8 @@
 
 namespace tessera {
 struct ConvOptions;
-}
+class Sequential;
+} // namespace tessera
 
 namespace tessera::onnx_io {
 
@@ -172,6 +173,10 @@ private:
     void importInstanceNormalization(const onnx::NodeProto& n, const Attributes& a);
     void importLayerNormalization(const onnx::NodeProto& n, const Attributes& a);
     void importMaxOver(const onnx::NodeProto& n, const Attributes& a);
+    void importReduceLogSumExp(const onnx::NodeProto& n, const Attributes& a);
+    void appendMaxOver(Sequential& seq, const onnx::NodeProto& n, const std::vector<int64_t>& axes, bool keep);
+    /// Axes from 0 to rank - 1, sorted (none: every dim).
+    static std::vector<int64_t> resolvedAxes(std::vector<int64_t> axes, int64_t rank);
     void importLRN(const onnx::NodeProto& n, const Attributes& a);
     void importNeg(const onnx::NodeProto& n, const Attributes& a);
     void importLeakyRelu(const onnx::NodeProto& n, const Attributes& a);

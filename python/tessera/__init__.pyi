@@ -1449,6 +1449,19 @@ class ReduceMean(Module):
     """
     def __init__(self, axes: int | Sequence[int] | None = ..., keepDims: bool = ..., name: str | None = ...) -> None: ...
 
+class ReduceSum(Module):
+    """
+    ReduceSum(axes=None, keepDims=True, name=None)
+
+    Tessera's ReduceSum (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        axes: the dims summed over (None: all)
+        keepDims: whether the reduced dims stay as size 1
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, axes: int | Sequence[int] | None = ..., keepDims: bool = ..., name: str | None = ...) -> None: ...
+
 class Replicate(Module):
     """
     Replicate(times, name=None)

@@ -146,6 +146,7 @@ BY_CLASS = {
     "Reshape.shape": "the new shape (0 keeps that dim, -1 is inferred)",
     "Transpose.axes": "the permutation of the dims",
     "ReduceMean.axes": "the dims averaged over (None: all)",
+    "ReduceSum.axes": "the dims summed over (None: all)",
     "Replicate.times": "how many outputs, each the input",
     "Tile.times": "how many copies end to end",
     "Sum.axis": "the dim summed over (1 or more)",

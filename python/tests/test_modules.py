@@ -71,6 +71,7 @@ EXAMPLES = {
     "Tile": ((1, 3), {}, [((2, 3, 4), F)]),
     "Cast": ((), {"intype": "int32", "outtype": "float32"}, [((2, 5), I)]),
     "ReduceMean": ((), {"axes": [2]}, [((2, 3, 4), F)]),
+    "ReduceSum": ((), {"axes": [0, 2]}, [((2, 3, 4), F)]),
     "SpatialTf": ((), {"height": 3, "width": 5}, [((2, 3, 4, 4), F), ((2, 2, 3), F)]),
     "Concat": ((), {"axis": 1}, [((2, 3), F), ((2, 4), F)]),
     "DepthConcat": ((), {}, [((2, 3, 4, 4), F), ((2, 2, 4, 4), F)]),

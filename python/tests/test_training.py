@@ -849,6 +849,45 @@ def test_text_classifier_with_a_padding_mask_imports_ignores_padding_and_fine_tu
     assert accuracy >= 0.9, accuracy
 
 
+def test_reductions_over_a_free_length_import_from_pytorch(tmp_path):
+    """A 1-D convolutional text model exported with its batch and length free: the max over
+    time (amax), a sum over the length, an L1 norm over channels and time, a sum over the
+    batch and a logsumexp over time (ReduceMax, ReduceSum, ReduceL1, ReduceLogSumExp over dims
+    the file leaves free) import and match PyTorch's outputs and input gradients at lengths
+    and batches other than the export's."""
+    torch = pytest.importorskip("torch")
+
+    class TextConv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(8, 16, 3, padding=1)
+            self.head = torch.nn.Linear(49, 3)
+
+        def forward(self, x):
+            h = torch.tanh(self.conv(x))  # [N, 16, T]
+            norm = h.abs().sum((1, 2), keepdim=True)[:, :, 0]  # [N, 1]
+            lse = torch.logsumexp(100 * h, 2) / 100  # a soft maximum; exp(100) is past float32
+            y = self.head(torch.cat([h.amax(2), 0.1 * h.sum(2), 0.01 * norm, lse], 1))
+            return y - y.sum(0, keepdim=True) / 8
+
+    torch.manual_seed(0)
+    model = TextConv()
+    path = str(tmp_path / "text_conv.onnx")
+    torch.onnx.export(model, torch.randn(2, 8, 5), path, opset_version=13, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch", 2: "length"}, "y": {0: "batch"}})
+    net = ts.importOnnx(path)
+    net.trainMode()
+    rng = np.random.default_rng(5)
+    for batch, length in ((3, 7), (5, 12)):
+        x = rng.standard_normal((batch, 8, length)).astype(np.float32)
+        dy = rng.standard_normal((batch, 3)).astype(np.float32)
+        tx = torch.from_numpy(x).requires_grad_()
+        want = model(tx)
+        want.backward(torch.from_numpy(dy))
+        np.testing.assert_allclose(net(x).numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(net.backward(dy).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

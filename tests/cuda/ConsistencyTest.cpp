@@ -394,6 +394,7 @@ TEST(CudaConsistency, EveryModule) {
         {"Add broadcast", make<Add>(), {{4}, {2, 3, 4}}},
         {"Sub broadcast", make<Sub>(), {{2, 1, 4}, {1, 3, 1}}},
         {"ReduceMean", make<ReduceMean>(std::vector<int64_t>{1, -1}, false), {{2, 3, 4, 5}}},
+        {"ReduceSum over the batch", make<ReduceSum>(std::vector<int64_t>{0, 2}), {{2, 3, 4, 5}}},
         {"ArgMax", make<ArgMax>(1, false), {{2, 7, 4, 5}}, 0.0, 0, false},
         {"ArgMin last axis", make<ArgMin>(-1), {{3, 4, 37}}, 0.0, 0, false},
         {"ArgMax last index", make<ArgMax>(2, ArgMaxOptions{.lastIndex = true}), {{2, 7, 4, 5}}, 0.0, 0, false},

@@ -102,6 +102,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<Sub>("minus"),
         std::make_shared<Div>(),
         std::make_shared<ReduceMean>(std::vector<int64_t>{1, -1}, false, "mean"),
+        std::make_shared<ReduceSum>(std::vector<int64_t>{0, 2}, true, "sum"),
         std::make_shared<ArgMax>(-1, false, "best"),
         std::make_shared<ArgMin>(2),
         std::make_shared<RNN>(

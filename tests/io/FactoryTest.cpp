@@ -169,6 +169,7 @@ std::map<std::string, Case> cases() {
           [] { return std::make_shared<GroupLinear>(2, 3, 4); }}},
         {"RNN", {scheme("RNN", {{"insize", three}, {"hsize", four}}), [] { return std::make_shared<RNN>(3, 4); }}},
         {"ReduceMean", {scheme("ReduceMean", {}), [] { return std::make_shared<ReduceMean>(); }}},
+        {"ReduceSum", {scheme("ReduceSum", {}), [] { return std::make_shared<ReduceSum>(); }}},
         {"ArgMax", {scheme("ArgMax", {}), [] { return std::make_shared<ArgMax>(); }}},
         {"ArgMin", {scheme("ArgMin", {}), [] { return std::make_shared<ArgMin>(); }}},
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},

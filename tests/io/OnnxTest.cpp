@@ -307,7 +307,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
             EXPECT_TRUE(allClose(a, grads[1][i], 1e-5f)) << name << ": gradient " << i;
         }
     }
-    EXPECT_EQ(cases, 117);
+    EXPECT_EQ(cases, 119);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -459,6 +459,41 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
             EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
         }
         EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
+    }
+}
+
+// ReduceMax over several axes it cannot take: one IoError naming each node and why (axes
+// with a gap; a run of axes one of whose sizes the file leaves free).
+TEST(Onnx, ReductionsItCannotTakeAreNamed) {
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
+    }
+    const fs::path model = fs::path(::testing::TempDir()) / "reductions_refused.onnx";
+    const std::string script = R"(
+import sys
+import onnx
+from onnx import TensorProto, helper
+nodes = [helper.make_node("ReduceMax", ["x"], ["gap"], axes=[1, 3]),
+         helper.make_node("ReduceMin", ["x"], ["run"], axes=[1, 2], keepdims=0)]
+g = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "T", 5])],
+                      [helper.make_tensor_value_info("gap", TensorProto.FLOAT, None),
+                       helper.make_tensor_value_info("run", TensorProto.FLOAT, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+)";
+    const fs::path scriptPath = fs::path(::testing::TempDir()) / "reductions_refused.py";
+    std::ofstream(scriptPath) << script;
+    ASSERT_EQ(std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "'").c_str()), 0);
+    try {
+        importOnnx(model.string());
+        FAIL() << "imported";
+    } catch (const IoError& e) {
+        const std::string msg = e.what();
+        for (const char* part :
+             {"2 node(s) cannot be imported",
+              "(ReduceMax): a reduction over several dims that are not one run of adjacent dims",
+              "(ReduceMin): a reduction over several dims whose sizes are not all known at import"}) {
+            EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
+        }
     }
 }
 
@@ -758,6 +793,42 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
         const std::vector<float> b = (*back)(input).toVector<float>();
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
+        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+            EXPECT_TRUE(checkerAccepts(path));
+        }
+        std::filesystem::remove(path);
+    }
+}
+
+// ReduceSum (over the batch and a length, and over everything to [1], ONNX's scalar and a
+// Reshape) and ReduceMean: exported as ONNX's ReduceSum (axes an input) and ReduceMean, read
+// back as the same layers, equal outputs
+// at the export's batch and another (the sum over the batch takes the batch at run time), and
+// ONNX's checker takes the file.
+TEST(Onnx, ReductionsRoundTrip) {
+    auto x = node(std::make_shared<Identity>(), {}, "x");
+    auto overBatch = node(std::make_shared<ReduceSum>(std::vector<int64_t>{0, 1}, true), x, "over_batch");
+    auto mean = node(std::make_shared<ReduceMean>(std::vector<int64_t>{1}, true), x, "mean");
+    auto all = node(std::make_shared<ReduceSum>(std::vector<int64_t>{}, false), x, "all");
+    Graph g({x}, {overBatch, mean, all}, "reductions");
+    for (int64_t opset : {13, 17}) {
+        SCOPED_TRACE(opset);
+        const std::string path = ::testing::TempDir() + "reductions.onnx";
+        exportOnnx(g, {Shape{2, 3, 5}}, path, {.opset = opset});
+        std::shared_ptr<Graph> back = importOnnx(path);
+        std::map<std::string, int> classes;
+        for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
+        EXPECT_EQ(classes["ReduceSum"], 2);
+        EXPECT_EQ(classes["ReduceMean"], 1);
+        for (int64_t batch : {2, 4}) {
+            const Tensor input = randomTensor({batch, 3, 5}, 8);
+            const Tensors a = g(Tensors{input}), b = (*back)(Tensors{input});
+            ASSERT_EQ(a.size(), b.size());
+            for (size_t k = 0; k < a.size(); ++k) {
+                EXPECT_EQ(a[k].shape(), b[k].shape()) << k;
+                EXPECT_TRUE(allClose(a[k], b[k].toVector<float>(), 1e-6f)) << k;
+            }
+        }
         if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
             EXPECT_TRUE(checkerAccepts(path));
         }

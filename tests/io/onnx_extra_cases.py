@@ -129,6 +129,7 @@ def main():
     masked_fill_forms(root)
     data_condition_forms(root)
     comparison_forms(root)
+    reduction_forms(root)
     attention_forms(root, save, value)
 
 
@@ -500,6 +501,42 @@ def comparison_forms(root):
         [helper.make_tensor(f"c{k}", TensorProto.INT64, [], [d]) for k, d in enumerate((3, -3, 7))] +
         [helper.make_tensor("zero", TensorProto.INT64, [], [0]), helper.make_tensor("one", TensorProto.INT64, [], [1])])
     save(root, "integer_remainders_and_where", g, [a, b, cond], want, 13)
+
+
+def reduction_forms(root):
+    """Sums, maxima, minima and log-sum-exps over dims whose size the model leaves free (the
+    batch N and a length T), at opsets 11 (axes attributes) and 13 (axes an input of ReduceSum,
+    attributes of the others)."""
+    rng = np.random.RandomState(11)
+    x = rng.randn(3, 5, 4).astype(np.float32)
+    free = ["N", "T", 4]
+    cases = (("ReduceSum", [0, 1], 0, x.sum(axis=(0, 1))),
+             ("ReduceSumSquare", [1], 1, (x * x).sum(axis=1, keepdims=True)),
+             ("ReduceL1", [-2, 0], 1, np.abs(x).sum(axis=(0, 1), keepdims=True)),
+             ("ReduceL2", None, 1, np.sqrt((x * x).sum()).reshape(1, 1, 1)),
+             ("ReduceLogSum", [1], 0, np.log(np.abs(x).sum(axis=1))),
+             ("ReduceMax", [1], 0, x.max(axis=1)),  # max over time, its length free
+             ("ReduceMin", [0], 1, x.min(axis=0, keepdims=True)),
+             ("ReduceMax", None, 1, x.max().reshape(1, 1, 1)),
+             ("ReduceLogSumExp", [1], 0, np.log(np.exp(x.astype(np.float64)).sum(axis=1))),
+             ("ReduceLogSumExp", None, 1, np.log(np.exp(x.astype(np.float64)).sum()).reshape(1, 1, 1)))
+    for opset in (11, 13):
+        nodes, outs, ys, inits = [helper.make_node("Abs", ["x"], ["ax"])], [], [], []
+        for k, (op, axes, keep, y) in enumerate(cases):
+            src = "ax" if op == "ReduceLogSum" else "x"
+            axes_input = axes is not None and opset >= 13 and op == "ReduceSum"
+            if axes_input:
+                inits.append(ints(f"axes{k}", axes))
+                node = helper.make_node(op, [src, f"axes{k}"], [f"y{k}"], keepdims=keep)
+            elif axes is not None:
+                node = helper.make_node(op, [src], [f"y{k}"], axes=axes, keepdims=keep)
+            else:
+                node = helper.make_node(op, [src], [f"y{k}"], keepdims=keep)
+            nodes.append(node)
+            outs.append(value(f"y{k}", [None] * y.ndim))
+            ys.append(y.astype(np.float32))
+        g = helper.make_graph(nodes, "sums", [value("x", free)], outs, inits)
+        save(root, f"reduce_sums_over_free_dims_opset{opset}", g, [x], ys, opset)
 
 
 def ceil_pool_forms(root):

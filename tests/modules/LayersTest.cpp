@@ -63,6 +63,18 @@ TEST(Dropout2D, DropsWholeMapsAndScalesTheRest) {
     EXPECT_TRUE(drop(x).sharesStorage(x));
 }
 
+TEST(Dropout2D, ZeroRateInTrainModeIsIdentity) {
+    Dropout2D drop({.p = 0.0f, .seed = 3});
+    ASSERT_TRUE(drop.isTrain());
+    const Tensor x = randomTensor({2, 3, 4, 4}, 1), dy = randomTensor({2, 3, 4, 4}, 2);
+    EXPECT_TRUE(drop(x).sharesStorage(x));
+    EXPECT_TRUE(drop.backward(dy).sharesStorage(dy));
+    EXPECT_FALSE(drop.mask().defined());
+    const MemoryUse use = drop.memoryUse({{2, 3, 4, 4}}, {Layout::plain}, true, Device{});
+    EXPECT_EQ(use.outputViews[0], 0);
+    EXPECT_EQ(use.keptBytes, 0);
+}
+
 TEST(Dropout2D, GradientShapeBadInput) {
     Dropout2D drop({.p = 0.3f, .seed = 4, .name = "d2"});
     const uint64_t seed = drop.generator().seed();
@@ -891,6 +903,43 @@ TEST(ReduceMean, BadInputAndBlueprint) {
     EXPECT_TRUE(blueprintHas(m, {"\"axes\": [1, 3]", "\"keepDims\": true"}));
     ModulePtr back = buildModule(m.blueprint());
     EXPECT_EQ(back->blueprint().toJson(), m.blueprint().toJson());
+}
+
+// ---- ReduceSum ---------------------------------------------------------------------------
+
+// The sum over any axes (the batch among them) against loops; the gradient is dy spread
+// over the reduced dims; ReduceMean's checks and a blueprint of its own.
+TEST(ReduceSum, ReferenceGradientShapeBadInput) {
+    // x [2, 3, 2]: x[n, c, w] = 100 n + 10 c + w
+    std::vector<float> xs;
+    for (int n = 0; n < 2; ++n)
+        for (int c = 0; c < 3; ++c)
+            for (int w = 0; w < 2; ++w) xs.push_back(static_cast<float>(100 * n + 10 * c + w));
+    const Tensor x = Tensor::fromVector({2, 3, 2}, xs);
+    ReduceSum overC({1}, true, "s");
+    EXPECT_EQ(overC(x).shape(), (Shape{2, 1, 2}));
+    EXPECT_TRUE(allClose(overC(x), {30, 33, 330, 333}));
+    EXPECT_TRUE(allClose(overC.backward(Tensor::fromVector({2, 1, 2}, std::vector<float>{3, 6, 9, 12})),
+                         {3, 6, 3, 6, 3, 6, 9, 12, 9, 12, 9, 12}));
+    ReduceSum batchAndLast({0, -1}, false);
+    EXPECT_EQ(batchAndLast(x).shape(), (Shape{3}));
+    EXPECT_TRUE(allClose(batchAndLast(x), {202, 242, 282}));
+    ReduceSum all({}, false);
+    EXPECT_EQ(all(x).shape(), (Shape{1}));
+    EXPECT_TRUE(allClose(all(x), {726}));
+    EXPECT_EQ(ReduceSum({}, true)(x).shape(), (Shape{1, 1, 1}));
+    for (ReduceSum* m : {&overC, &batchAndLast, &all}) {
+        EXPECT_TRUE(checkGradients(*m, {randomTensor({2, 3, 4, 2}, 3)}));
+        EXPECT_TRUE(checkShapes(*m, {randomTensor({2, 3, 4, 2}, 3)}));
+    }
+    ReduceSum bad({1, 3}, true, "sum");
+    EXPECT_TRUE(throwsShapeError([&] { bad(randomTensor({2, 3, 4}, 1)); }, {"ReduceSum 'sum'", "axis 3", "[2, 3, 4]"}));
+    EXPECT_TRUE(throwsShapeError([&] { ReduceSum({2, -1})(randomTensor({2, 3, 4}, 1)); }, {"axis -1 is given twice"}));
+    EXPECT_TRUE(throwsShapeError([&] { bad(Tensor::zeros({2, 3, 4, 5}, DType::int32)); }, {"int32"}));
+    EXPECT_TRUE(blueprintHas(bad, {"\"classname\": \"ReduceSum\"", "\"axes\": [1, 3]", "\"keepDims\": true"}));
+    ModulePtr back = buildModule(bad.blueprint());
+    EXPECT_EQ(back->classname(), "ReduceSum");
+    EXPECT_EQ(back->blueprint().toJson(), bad.blueprint().toJson());
 }
 
 // ArgMax/ArgMin along any axis against a loop over the lines (first index on ties; with
