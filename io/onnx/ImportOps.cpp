@@ -77,6 +77,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Dropout", &Importer::importDropout},
         {"Einsum", &Importer::importEinsum},
         {"Elu", &Importer::importElu},
+        {"Selu", &Importer::importElu},
         {"And", &Importer::importMaskOp},
         {"Equal", &Importer::importMaskOp},
         {"Exp", &Importer::importPlainActivation},
@@ -103,7 +104,9 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Log", &Importer::importPlainActivation},
         {"LogSoftmax", &Importer::importSoftmax},
         {"MatMul", &Importer::importMatMul},
+        {"Max", &Importer::importMaxMin},
         {"MaxPool", &Importer::importPool},
+        {"Min", &Importer::importMaxMin},
         {"Mod", &Importer::importMod},
         {"Mul", &Importer::importBinary},
         {"Neg", &Importer::importNeg},
@@ -384,8 +387,16 @@ void Importer::importLeakyRelu(const onnx::NodeProto& n, const Attributes& a) {
         dataInputs(n, 1));
 }
 
-// Elu
+// Elu; Selu: gamma elu_alpha(x), an Elu and a MulAddConst (nn.SELU: ONNX's defaults).
 void Importer::importElu(const onnx::NodeProto& n, const Attributes& a) {
+    if (n.op_type() == "Selu") {
+        a.only({"alpha", "gamma"});
+        auto seq = std::make_shared<Sequential>();
+        seq->append(std::make_shared<Activation>(ActivationKind::elu,
+                                                 ActivationOptions{.alpha = a.f("alpha", 1.67326319217681884765625f)}))
+            .append(std::make_shared<MulAddConst>(a.f("gamma", 1.05070102214813232421875f), 0.0f));
+        return define(n, seq, dataInputs(n, 1));
+    }
     a.only({"alpha"});
     return define(n, std::make_shared<Activation>(ActivationKind::elu, ActivationOptions{.alpha = a.f("alpha", 1.0f)}),
                   dataInputs(n, 1));

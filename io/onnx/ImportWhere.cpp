@@ -389,6 +389,113 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{y}), dataInputs(n, dataIn));
 }
 
+// Max and Min of data (any number of inputs, float data or integer data, the latter between
+// Casts to float and back, exact below 2^24; finite constants, numbers or tensors that
+// broadcast to the data), folded from the first data input on. With t the step of the margin
+// by which the next operand v wins (v - m for Max, m - v for Min; 1 where it is above 0,
+// taken as the comparisons of float data take it), the result is v t + m (1 - t): exact, t
+// holding 0 and 1 (ties keep m, and its gradient). A constant c: m (1 - t) + c t. NaN data
+// gives NaN; an infinite data value beside another operand gives NaN (0 times infinity),
+// as the Where of data does.
+void Importer::importMaxMin(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    requireInputsImported(n);
+    const bool isMax = n.op_type() == "Max";
+    std::vector<int> dataIn;
+    std::vector<arrays::Array> constants;
+    bool integers = false;
+    for (int k = 0; k < n.input_size(); ++k) {
+        if (!isConstant(n.input(k))) {
+            const int32_t type = elemTypeOf(n.input(k));
+            const bool isFloat = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 ||
+                                 type == onnx::TensorProto::BFLOAT16;
+            if (!isFloat && !isIntegerType(type)) {
+                throw Unsupported{"input " + std::to_string(k) + " is " + typeName(type) +
+                                  " data (float or integer data is supported)"};
+            }
+            if (!dataIn.empty() && integers == isFloat) throw Unsupported{"float data beside integer data"};
+            integers = !isFloat;
+            dataIn.push_back(k);
+            continue;
+        }
+        const Constant& c = constants_.at(n.input(k));
+        if (c.zeros || c.symbolic() || (!c.isInt && !c.tensor.defined())) {
+            throw Unsupported{"input " + std::to_string(k) + " is a constant of a shape known only at run time"};
+        }
+        arrays::Array v = arrays::arrayOf(c);
+        for (double x : v.v) {
+            if (!std::isfinite(x)) {
+                throw Unsupported{"input " + std::to_string(k) + " is a constant holding infinities or NaN"};
+            }
+        }
+        constants.push_back(std::move(v));
+    }
+    if (dataIn.empty()) throw Unsupported{"constants whose values are not known at import"};
+    // A constant tensor must not enlarge the data (the first data input's dims, aligned at the end).
+    const auto shape = shapes_.find(n.input(dataIn[0]));
+    for (const arrays::Array& c : constants) {
+        if (c.v.size() <= 1) continue;
+        if (shape == shapes_.end()) throw Unsupported{"data of a rank not known at import beside a constant tensor"};
+        const std::vector<Dim>& dims = shape->second;
+        bool fits = c.dims.size() <= dims.size();
+        for (size_t j = 0; fits && j < c.dims.size(); ++j) {
+            const Dim& d = dims[dims.size() - c.dims.size() + j];
+            fits = c.dims[j] == 1 || (d.symbol.empty() && d.value == c.dims[j]);
+        }
+        if (!fits)
+            throw Unsupported{"a constant tensor that enlarges the data (one that broadcasts to it is supported)"};
+    }
+    std::vector<NodePtr> ins;
+    NodePtr m;
+    int step = 0;
+    auto named = [](const char* what, int k) {
+        std::string s = what;
+        s.append(std::to_string(k));
+        return s;
+    };
+    auto name = [&](const char* what) { return named(what, step); };
+    // t: 1 where the margin is above 0 (scaled past 1, clipped), as the float comparisons take it.
+    auto stepOf = [&](const NodePtr& margin) {
+        const NodePtr big = tessera::node(std::make_shared<MulAddConst>(0x1p127f, 0.0f), {margin}, name("scaled"));
+        const NodePtr bigger = tessera::node(std::make_shared<MulAddConst>(0x1p22f, 0.0f), {big}, name("rescaled"));
+        return tessera::node(
+            std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = 0.0f, .max = 1.0f}), {bigger},
+            name("step"));
+    };
+    auto keptPart = [&](const NodePtr& t) { // m (1 - t)
+        const NodePtr notT = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {t}, name("not"));
+        return tessera::node(std::make_shared<Mul>(), {m, notT}, name("kept"));
+    };
+    for (int k : dataIn) {
+        ins.push_back(tessera::node(std::make_shared<Identity>(), {}, named("x", k)));
+        NodePtr v = ins.back();
+        if (integers) {
+            v = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {v}, named("float", k));
+        }
+        if (!m) {
+            m = v;
+            continue;
+        }
+        ++step;
+        const NodePtr margin = tessera::node(std::make_shared<Sub>(), {isMax ? v : m, isMax ? m : v}, name("margin"));
+        const NodePtr t = stepOf(margin);
+        const NodePtr taken = tessera::node(std::make_shared<Mul>(), {v, t}, name("taken"));
+        m = tessera::node(std::make_shared<Add>(), {taken, keptPart(t)}, name("max"));
+    }
+    for (const arrays::Array& c : constants) {
+        ++step;
+        const NodePtr margin =
+            isMax ? affineOf(m, number(-1.0), c, name("margin").c_str())
+                  : affineOf(m, number(1.0), mapped(c, [](double x) { return -x; }), name("margin").c_str());
+        const NodePtr t = stepOf(margin);
+        const NodePtr taken = affineOf(t, c, number(0.0), name("taken").c_str());
+        m = tessera::node(std::make_shared<Add>(), {taken, keptPart(t)}, name("max"));
+    }
+    if (ins.size() == 1 && constants.empty()) return define(n, std::make_shared<Identity>(), dataInputs(n, dataIn));
+    if (integers) m = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {m}, "int");
+    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{m}), dataInputs(n, dataIn));
+}
+
 bool Importer::isIntegerData(const std::string& name) const {
     const int32_t t = elemTypeOf(name);
     return !isConstant(name) && (t == onnx::TensorProto::INT32 || t == onnx::TensorProto::INT64);

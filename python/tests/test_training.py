@@ -888,6 +888,44 @@ def test_reductions_over_a_free_length_import_from_pytorch(tmp_path):
         np.testing.assert_allclose(net.backward(dy).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_maximum_minimum_and_selu_import_from_pytorch(tmp_path):
+    """torch.maximum and torch.minimum of data broadcast against data and against constants
+    (ONNX's Max and Min) and nn.SELU (Selu) import and match PyTorch's outputs and both
+    inputs' gradients at another batch than the export's."""
+    torch = pytest.importorskip("torch")
+
+    class Bounded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("floor", torch.tensor([-0.5, 0.0, 0.25, -1.0]))
+            self.register_buffer("ceiling", torch.tensor(0.75))
+            self.selu = torch.nn.SELU()
+
+        def forward(self, x, y):
+            top = torch.maximum(x, y)  # y [N, 1, 4] against x [N, 3, 4]
+            low = torch.minimum(top, self.ceiling)
+            return self.selu(torch.maximum(low, self.floor) + torch.minimum(x, 2 * y))
+
+    model = Bounded()
+    path = str(tmp_path / "bounded.onnx")
+    torch.onnx.export(model, (torch.randn(2, 3, 4), torch.randn(2, 1, 4)), path, opset_version=13,
+                      input_names=["x", "y"], output_names=["z"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}, "z": {0: "batch"}})
+    net = ts.importOnnx(path)
+    net.trainMode()
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    y = rng.standard_normal((5, 1, 4)).astype(np.float32)
+    dz = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    tx, ty = torch.from_numpy(x).requires_grad_(), torch.from_numpy(y).requires_grad_()
+    want = model(tx, ty)
+    want.backward(torch.from_numpy(dz))
+    np.testing.assert_allclose(net([x, y])[0].numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    dx, dy = (g.numpy() for g in net.backward([dz]))
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dy, ty.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

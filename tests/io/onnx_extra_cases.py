@@ -130,6 +130,7 @@ def main():
     data_condition_forms(root)
     comparison_forms(root)
     reduction_forms(root)
+    max_min_forms(root)
     attention_forms(root, save, value)
 
 
@@ -537,6 +538,34 @@ def reduction_forms(root):
             ys.append(y.astype(np.float32))
         g = helper.make_graph(nodes, "sums", [value("x", free)], outs, inits)
         save(root, f"reduce_sums_over_free_dims_opset{opset}", g, [x], ys, opset)
+
+
+def max_min_forms(root):
+    """Element-wise Max and Min (torch.maximum, torch.minimum, clamp by a tensor): of data
+    broadcast against data, against a number and a tensor constant, of three operands, and of
+    integer lengths (int64 in the file, int32 in Tessera) against a constant; ties and
+    values one ulp apart."""
+    rs = np.random.RandomState(12)
+    x = rs.randn(3, 2, 4).astype(np.float32)
+    x[0, 0, :2] = 0.25  # ties with the number
+    x[0, 1, 0] = np.nextafter(np.float32(0.25), np.float32(1))  # one ulp above it
+    y = rs.randn(1, 2, 1).astype(np.float32)
+    row = np.array([0.5, -0.5, 0.0, 1.0], np.float32)
+    lengths = np.array([[3, 0, 7], [1, 2, 9]], np.int64)
+    nodes = [helper.make_node("Max", ["x", "y"], ["m0"]),
+             helper.make_node("Min", ["x", "row"], ["m1"]),
+             helper.make_node("Max", ["x", "quarter", "y"], ["m2"]),
+             helper.make_node("Min", ["lengths", "five"], ["m3"])]
+    inits = [scalar("quarter", 0.25), numpy_helper.from_array(row, "row"),
+             helper.make_tensor("five", TensorProto.INT64, [], [5])]
+    outs = [value("m0", ["N", 2, 4]), value("m1", ["N", 2, 4]), value("m2", ["N", 2, 4]),
+            helper.make_tensor_value_info("m3", TensorProto.INT64, ["N", 3])]
+    g = helper.make_graph(nodes, "max_min", [value("x", ["N", 2, 4]), value("y", [1, 2, 1]),
+                                             helper.make_tensor_value_info("lengths", TensorProto.INT64, ["N", 3])],
+                          outs, inits)
+    want = [np.maximum(x, y), np.minimum(x, row), np.maximum(np.maximum(x, np.float32(0.25)), y),
+            np.minimum(lengths, 5)]
+    save(root, "max_min_of_data_and_constants", g, [x, y, lengths], want, 13)
 
 
 def ceil_pool_forms(root):
