@@ -141,6 +141,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Tanh", &Importer::importPlainActivation},
         {"Tile", &Importer::importTile},
         {"Transpose", &Importer::importTranspose},
+        {"Trilu", &Importer::importTrilu},
         {"Unsqueeze", &Importer::importSqueeze},
         {"Upsample", &Importer::importResize},
         {"Where", &Importer::importWhere},

@@ -383,6 +383,33 @@ void Importer::importReduceSum(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, seq, dataInputs(n, 1));
 }
 
+// Trilu of data (torch.triu, torch.tril): the data times a constant mask of its last two dims
+// (known at import), 1 on and above diagonal k (upper) or on and below it, 0 elsewhere
+// (MulAddConst); integer data between Casts to float and back. An infinite or NaN value
+// outside the triangle gives NaN (0 times it), not 0.
+void Importer::importTrilu(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"upper"});
+    requireInputsImported(n);
+    int64_t k = 0;
+    if (n.input_size() > 1 && !n.input(1).empty()) {
+        const std::vector<int64_t> ks = requireInts(n, 1, "k");
+        if (ks.size() != 1) throw Unsupported{"k must hold one value; it holds " + std::to_string(ks.size())};
+        k = ks[0];
+    }
+    const int64_t rank = rankOf(n, 0);
+    if (rank < 2) throw Unsupported{"an input of fewer than 2 dims, or of a rank not known at import"};
+    const int64_t rows = dimOf(n, 0, rank - 2), cols = dimOf(n, 0, rank - 1);
+    if (rows <= 0 || cols <= 0) throw Unsupported{"the last two dims must be known at import and not 0"};
+    const bool upper = a.i("upper", 1) != 0;
+    std::vector<float> mask(static_cast<size_t>(rows * cols));
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) mask[static_cast<size_t>(i * cols + j)] = (upper ? j - i >= k : j - i <= k);
+    }
+    auto m = std::make_shared<MulAddConst>(Tensor::fromVector({rows, cols}, mask), Tensor::zeros({1}));
+    if (isIntegerData(n.input(0))) return defineOverIntegers(n, m, {0});
+    return define(n, m, dataInputs(n, 1));
+}
+
 // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
 void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});

@@ -316,6 +316,7 @@ private:
     // [N, C] without keepdims); over other dims Tessera's ReduceMean.
     void importReduceMean(const onnx::NodeProto& n, const Attributes& a);
     void importReduceSum(const onnx::NodeProto& n, const Attributes& a);
+    void importTrilu(const onnx::NodeProto& n, const Attributes& a);
     std::vector<int64_t> reduceAxes(const onnx::NodeProto& n, const Attributes& a);
 
     // x op c or c op x with a scalar constant c: an affine map (MulAddConst).

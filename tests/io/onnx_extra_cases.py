@@ -544,7 +544,7 @@ def max_min_forms(root):
     """Element-wise Max and Min (torch.maximum, torch.minimum, clamp by a tensor): of data
     broadcast against data, against a number and a tensor constant, of three operands, and of
     integer lengths (int64 in the file, int32 in Tessera) against a constant; ties and
-    values one ulp apart."""
+    values one ulp apart. Trilu of data."""
     rs = np.random.RandomState(12)
     x = rs.randn(3, 2, 4).astype(np.float32)
     x[0, 0, :2] = 0.25  # ties with the number
@@ -566,6 +566,15 @@ def max_min_forms(root):
     want = [np.maximum(x, y), np.minimum(x, row), np.maximum(np.maximum(x, np.float32(0.25)), y),
             np.minimum(lengths, 5)]
     save(root, "max_min_of_data_and_constants", g, [x, y, lengths], want, 13)
+    # Trilu of data (torch.triu(x, 1), torch.tril(x, -1), torch.triu(x)), the batch free.
+    z = rs.randn(2, 3, 4, 5).astype(np.float32)
+    nodes = [helper.make_node("Trilu", ["z", "one"], ["u"]), helper.make_node("Trilu", ["z", "minus1"], ["l"], upper=0),
+             helper.make_node("Trilu", ["z"], ["d"])]
+    free = ["N", 3, 4, 5]
+    g = helper.make_graph(nodes, "trilu", [value("z", free)], [value(k, free) for k in ("u", "l", "d")],
+                          [helper.make_tensor("one", TensorProto.INT64, [], [1]),
+                           helper.make_tensor("minus1", TensorProto.INT64, [], [-1])])
+    save(root, "trilu_of_data", g, [z], [np.triu(z, 1), np.tril(z, -1), np.triu(z)], 14)
 
 
 def ceil_pool_forms(root):
