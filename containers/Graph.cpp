@@ -1,5 +1,8 @@
 #include "containers/Graph.h"
 
+#include <optional>
+#include <unordered_map>
+
 #include "containers/Executor.h"
 #include "containers/Fusion.h"
 #include "modules/Identity.h"
@@ -296,6 +299,37 @@ void checkNodeDataType(const Node& n, DType dtype, const std::string& path) {
 void Graph::checkDataType(const std::vector<DType>& dtypes) const {
     for (size_t i = 0; i < inputs_.size() && i < dtypes.size(); ++i) {
         checkNodeDataType(*inputs_[i], dtypes[i], str() + ": input " + inputs_[i]->name());
+    }
+    // A module of several inputs, each one an input's dtype passed on as above, checks them
+    // together (GatherElements refuses float positions beside its data).
+    auto passedOn = [](const Module& m, DType t) -> std::optional<DType> { // what a pass-through node gives
+        if (dynamic_cast<const Identity*>(&m) || dynamic_cast<const Reshape*>(&m)) return t;
+        if (dynamic_cast<const Tile*>(&m)) return t == DType::int32 ? t : DType::float32;
+        return std::nullopt;
+    };
+    std::unordered_map<const Node*, DType> known;
+    for (size_t i = 0; i < inputs_.size() && i < dtypes.size(); ++i) {
+        if (const auto t = passedOn(inputs_[i]->module(), dtypes[i])) known.emplace(inputs_[i].get(), *t);
+    }
+    for (const Node* n : order_) {
+        std::vector<DType> in;
+        bool all = !n->bwds().empty();
+        for (const Edge& e : n->bwds()) {
+            const auto it = known.find(e.node);
+            all = all && it != known.end();
+            if (all) in.insert(in.end(), e.slots.size(), it->second);
+        }
+        if (!all) continue;
+        const Module& m = n->module();
+        if (in.size() == 1) {
+            if (const auto t = passedOn(m, in[0])) known.emplace(n, *t);
+        } else {
+            try {
+                m.checkDataType(in);
+            } catch (const Error&) {
+                rethrowWithContext(str() + ": " + n->name() + ": ");
+            }
+        }
     }
 }
 

@@ -298,6 +298,7 @@ void Node::accumulateGrad(int slot, const Tensor& grad) {
         outGrad_.resize(s + 1);
         outGradOwned_.resize(s + 1, false);
     }
+    if (!grad.defined()) return; // no gradient (an integer value's: ids, positions, indices)
     Tensor& acc = outGrad_[s];
     if (!acc.defined()) {
         acc = grad; // the first contribution is borrowed, not copied

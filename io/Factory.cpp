@@ -29,6 +29,7 @@
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
+#include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/Glue.h"
 #include "modules/GroupLinear.h"
@@ -558,6 +559,10 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) { return pool<AvgPool3D>(a); }},
             {"GlobalAvgPool", "name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr { return std::make_shared<GlobalAvgPool>(a.name()); }},
+            {"GatherElements", "axis=0, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<GatherElements>(static_cast<int>(a.i("axis")), a.name());
+             }},
             {"KMaxPool", "topk, axis, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<KMaxPool>(a.i("topk"), static_cast<int>(a.i("axis")), a.name());

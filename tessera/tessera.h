@@ -33,6 +33,7 @@
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
 #include "modules/FusedRelu.h"
+#include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/Glue.h"
 #include "modules/GroupLinear.h"

@@ -112,6 +112,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"RNN", &Exporter::emitRNN},
         {"ReduceMean", &Exporter::emitReduceMean},
         {"ReduceSum", &Exporter::emitReduceSum},
+        {"GatherElements", &Exporter::emitGatherElements},
         {"Replicate", &Exporter::emitReplicate},
         {"Reshape", &Exporter::emitReshape},
         {"Slice", &Exporter::emitSlice},
@@ -500,6 +501,12 @@ void Exporter::emitReduction(const Layer& l, const std::string& op) {
 void Exporter::emitReduceMean(const Layer& l) { emitReduction(l, "ReduceMean"); }
 
 void Exporter::emitReduceSum(const Layer& l) { emitReduction(l, "ReduceSum"); }
+
+// GatherElements: ONNX's, its positions int32 (which it takes as int64 too).
+void Exporter::emitGatherElements(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    attr(node("GatherElements", in, out, path), "axis", schemeInt(bp, "axis", 0));
+}
 
 // ArgMax, ArgMin: ONNX's indices are int64, Tessera's int32 (a Cast to int32 after, which
 // the import reads back as an Identity).

@@ -204,6 +204,7 @@ private:
     void emitReduceMean(const Layer& l);
     void emitReduceSum(const Layer& l);
     void emitReduction(const Layer& l, const std::string& op);
+    void emitGatherElements(const Layer& l);
     void emitDropout(const Layer& l);
     void emitTranspose(const Layer& l);
     void emitReplicate(const Layer& l);

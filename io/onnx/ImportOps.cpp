@@ -87,6 +87,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Greater", &Importer::importMaskOp},
         {"GreaterOrEqual", &Importer::importMaskOp},
         {"Gather", &Importer::importGather},
+        {"GatherElements", &Importer::importGatherElements},
         {"Gemm", &Importer::importGemm},
         {"GlobalAveragePool", &Importer::importGlobalAveragePool},
         {"GlobalMaxPool", &Importer::importMaxOver},

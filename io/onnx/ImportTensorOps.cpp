@@ -31,6 +31,7 @@
 #include "modules/Dropout.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
+#include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"
@@ -97,6 +98,21 @@ void Importer::importGatherList(const onnx::NodeProto& n, const Attributes& a, c
     auto y = tessera::node(std::make_shared<Concat>(ax), cat, "gathered");
     return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
                   Parents{Parent(s.node, s.slot)});
+}
+
+// GatherElements of float data by positions that are data (torch.gather(x, dim, idx), the
+// positions int64 in the file, int32 in Tessera): Tessera's GatherElements.
+void Importer::importGatherElements(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis"});
+    requireInputsImported(n);
+    if (isConstant(n.input(0))) throw Unsupported{"input 0 is a constant (data is supported)"};
+    if (isConstant(n.input(1)))
+        throw Unsupported{"the positions are a constant (positions that are data are supported)"};
+    const int32_t type = elemTypeOf(n.input(0));
+    if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::FLOAT16 && type != onnx::TensorProto::BFLOAT16) {
+        throw Unsupported{"input 0 is " + typeName(type) + " data (float data is supported)"};
+    }
+    return define(n, std::make_shared<GatherElements>(static_cast<int>(a.i("axis", 0))), dataInputs(n, {0, 1}));
 }
 
 // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.

@@ -996,6 +996,18 @@ class Flatten(Module):
     """
     def __init__(self, name: str | None = ...) -> None: ...
 
+class GatherElements(Module):
+    """
+    GatherElements(axis=0, name=None)
+
+    Tessera's GatherElements (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        axis: the dim the positions index
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, axis: int | Sequence[int] = ..., name: str | None = ...) -> None: ...
+
 class Gelu(Module):
     """
     Gelu(name=None)

@@ -151,6 +151,7 @@ BY_CLASS = {
     "Tile.times": "how many copies end to end",
     "Sum.axis": "the dim summed over (1 or more)",
     "KMaxPool.axis": "the dim it keeps the largest values of",
+    "GatherElements.axis": "the dim the positions index",
     "Slice.axis": "the dim sliced, or a list of dims",
     "Slice.step": "take every step-th element of each range (not 0; a negative step walks from start down to end, "
                   "end 0 then meaning through index 0 and -D stopping before it); a list for several axes; None: 1",

@@ -926,6 +926,48 @@ def test_maximum_minimum_and_selu_import_from_pytorch(tmp_path):
     np.testing.assert_allclose(dy, ty.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_gather_imports_from_pytorch_and_trains(tmp_path):
+    """x.gather(1, idx) by positions the model computes (an argmax) and by positions given as
+    an input (ONNX's GatherElements) import, match PyTorch's outputs and input gradients at
+    another batch than the export's, and export back to the same outputs."""
+    torch = pytest.importorskip("torch")
+
+    class Picks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(6, 6)
+
+        def forward(self, x, idx):
+            h = self.proj(x)  # [N, 4, 6]
+            best = h.gather(1, h.argmax(1, keepdim=True))  # the maximum over dim 1, [N, 1, 6]
+            return torch.cat([best, h.gather(2, idx)], 1)  # idx [N, 4, 6] into the last dim
+
+    torch.manual_seed(1)
+    model = Picks()
+    path = str(tmp_path / "picks.onnx")
+    torch.onnx.export(model, (torch.randn(2, 4, 6), torch.zeros(2, 4, 6, dtype=torch.long)), path, opset_version=13,
+                      input_names=["x", "idx"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "idx": {0: "batch"}, "y": {0: "batch"}})
+    net = ts.importOnnx(path)
+    assert sum(n.module.classname == "GatherElements" for n in net.nodes()) == 2
+    net.trainMode()
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    idx = rng.integers(0, 6, (3, 4, 6)).astype(np.int32)
+    dy = rng.standard_normal((3, 5, 6)).astype(np.float32)
+    tx = torch.from_numpy(x).requires_grad_()
+    want = model(tx, torch.from_numpy(idx).long())
+    want.backward(torch.from_numpy(dy))
+    got = net([x, idx])[0].numpy().copy()
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(net.backward([dy])[0].numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, [(3, 4, 6), (3, 4, 6)], back_path)
+    back = ts.importOnnx(back_path)
+    back.evalMode()
+    np.testing.assert_array_equal(back([x, idx])[0].numpy(), got)
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

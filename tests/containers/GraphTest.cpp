@@ -9,9 +9,12 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/Concat.h"
+#include "modules/GatherElements.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
+#include "modules/Reduce.h"
+#include "modules/Reshape.h"
 #include "modules/Split.h"
 #include "training/CrossEntropy.h"
 #include "training/Optimizer.h"
@@ -199,6 +202,42 @@ TEST(Graph, TwoInputsTwoOutputs) {
             g(Tensors{randomTensor({2, 3}, 1), Tensor::zeros({2, 4}, DType::int32)});
         },
         {"b -> fb: Linear 'fb'", "int32"}));
+}
+
+// A module of several inputs that all come from the graph's inputs (through Identity or
+// Reshape nodes) checks their dtypes together before anything runs: GatherElements refuses
+// float positions, naming its node; and an integer value's undefined gradient (an ArgMax's,
+// the positions') adds nothing where a float gradient meets it, whichever comes first.
+TEST(Graph, SeveralInputsCheckTheirDTypesTogetherAndIntegerGradientsAddNothing) {
+    auto x = node(std::make_shared<Identity>("x"));
+    auto at = node(std::make_shared<Identity>("at"));
+    auto flat = node(std::make_shared<Reshape>(Shape{0, 3, 4}), at, "flat");
+    auto take = node(std::make_shared<GatherElements>(1), {x, flat}, "take");
+    Graph g({x, at}, {take});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            g.checkDataType({DType::float32, DType::float32});
+        },
+        {"take: GatherElements 'take'", "positions", "expected int32"}));
+    EXPECT_NO_THROW(g.checkDataType({DType::float32, DType::int32}));
+    EXPECT_NO_THROW(g.checkDataType({DType::float32})); // the positions' dtype not given: not checked
+    // y = [x.gather(1, argmax(x, 1)), x] (the maximum over dim 1 beside x): dx is dy's second
+    // part plus the first's at the maxima.
+    for (const bool gatherFirst : {true, false}) {
+        auto in = node(std::make_shared<Identity>("in"));
+        auto best = node(std::make_shared<ArgMax>(1, true), in, "best");
+        auto picked = node(std::make_shared<GatherElements>(1), {in, best}, "picked");
+        auto copy = node(std::make_shared<Identity>(), in, "copy");
+        auto both =
+            node(std::make_shared<Concat>(1), gatherFirst ? Parents{picked, copy} : Parents{copy, picked}, "both");
+        Graph h({in}, {both});
+        const Tensor v = Tensor::fromVector({1, 3, 2}, std::vector<float>{1, 6, 5, 2, 3, 4});
+        ASSERT_EQ(h(v).shape(), (Shape{1, 4, 2}));
+        const std::vector<float> dy = {1, 2, 10, 20, 30, 40, 50, 60};
+        const std::vector<float> want =
+            gatherFirst ? std::vector<float>{10, 22, 31, 40, 50, 60} : std::vector<float>{1, 62, 60, 20, 30, 40};
+        EXPECT_TRUE(allClose(h.backward(Tensor::fromVector({1, 4, 2}, dy)), want)) << gatherFirst;
+    }
 }
 
 TEST(Graph, NestedGraphInSequentialInGraph) {

@@ -35,6 +35,7 @@
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
+#include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
@@ -140,6 +141,7 @@ struct Case {
     /// `tol`. For whole networks: a ReLU input within rounding of zero flips between the
     /// devices, and the gradient is not continuous there (see the ResNet-18 case).
     double gradNormTol = 0;
+    int32_t intLastInput = 0; ///< > 0: the last input int32, drawn from [0, intLastInput) (positions)
 };
 
 Tensor intTensor(const Shape& shape, int32_t range, uint64_t seed) {
@@ -162,7 +164,8 @@ void runCase(const Case& c) {
 
     Tensors xc, xg;
     for (size_t i = 0; i < c.inputs.size(); ++i) {
-        xc.push_back(c.intInputs ? intTensor(c.inputs[i], c.intInputs, 100 + i) : randomTensor(c.inputs[i], 100 + i));
+        const int32_t ints = c.intLastInput && i + 1 == c.inputs.size() ? c.intLastInput : c.intInputs;
+        xc.push_back(ints ? intTensor(c.inputs[i], ints, 100 + i) : randomTensor(c.inputs[i], 100 + i));
         xg.push_back(xc.back().to(dev));
     }
     const Tensors yc = (*cpu)(xc);
@@ -254,6 +257,7 @@ TEST(CudaConsistency, EveryModule) {
         {"GlobalAvgPool", make<GlobalAvgPool>(), {{2, 3, 5, 5}}},
         {"Identity", make<Identity>(), {{2, 3}}},
         {"KMaxPool", make<KMaxPool>(2, -1), {{2, 3, 7}}},
+        {"GatherElements", make<GatherElements>(1), {{2, 7, 5}, {2, 9, 5}}, 1e-4, 0, true, 0, 7},
         {"BatchNorm1D", make<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f}), {{4, 5, 6}}, 1e-3},
         {"BatchNorm2D", make<BatchNorm2D>(5), {{4, 5, 3, 3}}, 1e-3},
         {"BatchNorm3D", make<BatchNorm3D>(5), {{2, 5, 2, 3, 3}}, 1e-3},

@@ -26,6 +26,7 @@
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
+#include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/Glue.h"
 #include "modules/GroupLinear.h"
@@ -123,6 +124,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<AvgPool3D>(2),
         std::make_shared<GlobalAvgPool>(),
         std::make_shared<KMaxPool>(2, -1),
+        std::make_shared<GatherElements>(-2, "take"),
         std::make_shared<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f, .minFactor = 0.2f}),
         std::make_shared<BatchNorm2D>(5),
         std::make_shared<BatchNorm3D>(5),

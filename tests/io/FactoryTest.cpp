@@ -21,6 +21,7 @@
 #include "modules/Dropout.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
+#include "modules/GatherElements.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
@@ -170,6 +171,7 @@ std::map<std::string, Case> cases() {
         {"RNN", {scheme("RNN", {{"insize", three}, {"hsize", four}}), [] { return std::make_shared<RNN>(3, 4); }}},
         {"ReduceMean", {scheme("ReduceMean", {}), [] { return std::make_shared<ReduceMean>(); }}},
         {"ReduceSum", {scheme("ReduceSum", {}), [] { return std::make_shared<ReduceSum>(); }}},
+        {"GatherElements", {scheme("GatherElements", {}), [] { return std::make_shared<GatherElements>(); }}},
         {"ArgMax", {scheme("ArgMax", {}), [] { return std::make_shared<ArgMax>(); }}},
         {"ArgMin", {scheme("ArgMin", {}), [] { return std::make_shared<ArgMin>(); }}},
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},

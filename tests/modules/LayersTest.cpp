@@ -12,6 +12,7 @@
 #include "modules/Conv.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
+#include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/GroupLinear.h"
 #include "modules/Linear.h"
@@ -940,6 +941,59 @@ TEST(ReduceSum, ReferenceGradientShapeBadInput) {
     ModulePtr back = buildModule(bad.blueprint());
     EXPECT_EQ(back->classname(), "ReduceSum");
     EXPECT_EQ(back->blueprint().toJson(), bad.blueprint().toJson());
+}
+
+// ---- GatherElements --------------------------------------------------------------------
+
+// Values taken along an axis at given positions, against loops (torch.gather); positions
+// repeated add their gradients; the positions get none; bad shapes, dtypes and positions.
+TEST(GatherElements, ReferenceGradientShapeBadInput) {
+    const Tensor x = randomTensor({2, 4, 3}, 21);
+    const std::vector<int32_t> at = {3, 0, 0, 1, 1, 1, 2, 3, 2, 0, 0, 3, 3, 3, 1,
+                                     2, 0, 1, 1, 2, 3, 0, 1, 2, 2, 2, 2, 0, 3, 1}; // [2, 5, 3], positions along dim 1
+    const Tensor idx = Tensor::fromVector({2, 5, 3}, at);
+    GatherElements take(1, "take");
+    const Tensor y = take(Tensors{x, idx})[0];
+    ASSERT_EQ(y.shape(), (Shape{2, 5, 3}));
+    const std::vector<float> xs = x.toVector<float>(), ys = y.toVector<float>();
+    for (int64_t n = 0; n < 2; ++n)
+        for (int64_t j = 0; j < 5; ++j)
+            for (int64_t i = 0; i < 3; ++i) {
+                const size_t o = static_cast<size_t>((n * 5 + j) * 3 + i);
+                ASSERT_EQ(ys[o], xs[static_cast<size_t>((n * 4 + at[o]) * 3 + i)]) << o;
+            }
+    // dx[n, a, i] = the sum of dy[n, j, i] over the j that take a.
+    const Tensor dy = randomTensor({2, 5, 3}, 22);
+    const Tensors grads = take.backward(Tensors{dy});
+    ASSERT_EQ(grads.size(), 2u);
+    EXPECT_FALSE(grads[1].defined());
+    std::vector<float> want(24, 0.0f);
+    const std::vector<float> dys = dy.toVector<float>();
+    for (int64_t n = 0; n < 2; ++n)
+        for (int64_t j = 0; j < 5; ++j)
+            for (int64_t i = 0; i < 3; ++i) {
+                const size_t o = static_cast<size_t>((n * 5 + j) * 3 + i);
+                want[static_cast<size_t>((n * 4 + at[o]) * 3 + i)] += dys[o];
+            }
+    EXPECT_TRUE(allClose(grads[0], want, 1e-6f));
+    EXPECT_TRUE(checkGradients(take, {x, idx}));
+    EXPECT_TRUE(checkShapes(take, {x, idx}));
+    GatherElements last(-1);
+    const Tensor row = Tensor::fromVector({1, 4}, std::vector<float>{10, 20, 30, 40});
+    EXPECT_TRUE(allClose(last(Tensors{row, Tensor::fromVector({1, 2}, std::vector<int32_t>{3, 0})})[0], {40, 10}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            take(Tensors{x, Tensor::zeros({2, 5, 2}, DType::int32)});
+        },
+        {"GatherElements 'take'", "[2, 5, 2]", "[2, 4, 3]", "but along axis 1"}));
+    EXPECT_TRUE(throwsShapeError([&] { GatherElements(3)(Tensors{x, idx}); }, {"axis 3 is out of range"}));
+    EXPECT_TRUE(throwsShapeError([&] { take(Tensors{x, randomTensor({2, 5, 3}, 1)}); }, {"positions", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { take(Tensors{x}); }, {"expects 2 input tensors, got 1"}));
+    std::vector<int32_t> beyond = at;
+    beyond[7] = 4;
+    EXPECT_TRUE(throwsShapeError([&] { take(Tensors{x, Tensor::fromVector({2, 5, 3}, beyond)}); }, {"4"}));
+    EXPECT_TRUE(blueprintHas(take, {"\"classname\": \"GatherElements\"", "\"axis\": 1"}));
+    EXPECT_EQ(buildModule(take.blueprint())->blueprint().toJson(), take.blueprint().toJson());
 }
 
 // ArgMax/ArgMin along any axis against a loop over the lines (first index on ties; with
