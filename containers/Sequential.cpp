@@ -129,6 +129,14 @@ Tensors Sequential::backwardFrom(const Tensors& grad, bool updParamGrads, bool u
         } catch (const Error&) {
             rethrowWithContext(str() + ": backward at " + children_[i].first + ": ");
         }
+        // An integer input's gradient is undefined (a Cast of ArgMax's indices): the child
+        // before gets zeros, as a graph's node whose output nobody differentiates does.
+        for (size_t k = 0; i > 0 && k < g.size() && k < child.inDataList().size(); ++k) {
+            if (!g[k].defined()) {
+                const Tensor& in = child.inDataList()[k];
+                g[k] = Tensor::zeros(in.shape(), DType::float32, in.device());
+            }
+        }
         // The next child's input gradient has been used: only the frontier stays live. This
         // child's values have been used too (its outputs are the Sequential's, or the next
         // child's inputs).

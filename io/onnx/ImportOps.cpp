@@ -92,6 +92,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"GlobalAveragePool", &Importer::importGlobalAveragePool},
         {"GlobalMaxPool", &Importer::importMaxOver},
         {"GridSample", &Importer::importGridSample},
+        {"Hardmax", &Importer::importHardmax},
         {"HardSigmoid", &Importer::importHardSigmoid},
         {"HardSwish", &Importer::importHardSwish},
         {"Identity", &Importer::importIdentity},
@@ -493,6 +494,38 @@ void Importer::appendMaxOver(Sequential& seq, const onnx::NodeProto& n, const st
             .append(std::make_shared<MaxPool2D>(std::vector<int64_t>{R, 1}))
             .append(std::make_shared<Reshape>(Shape(out)));
     }
+}
+
+// Hardmax (opset 13: along one axis; before it, an axis that is the last dim): the one-hot
+// of the first maximum along the axis. ArgMax (kept) gives the index i, as float, tiled along
+// the axis; with c the position along it (a constant), relu(1 - |i - c|) is 1 at c = i and 0
+// elsewhere, exactly. No gradient reaches x (the index is an integer), as none does in ONNX.
+void Importer::importHardmax(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis"});
+    requireInputsImported(n);
+    const int64_t rank = rankOf(n, 0);
+    if (rank < 1) throw Unsupported{"an input whose rank is not known at import"};
+    int64_t axis = a.i("axis", opset_ < 13 ? 1 : -1);
+    axis = axis < 0 ? axis + rank : axis;
+    if (axis < 0 || axis >= rank) throw Unsupported{"axis " + std::to_string(a.i("axis", -1)) + " out of range"};
+    if (opset_ < 13 && axis != rank - 1) {
+        throw Unsupported{"before opset 13, an axis that is not the last dim (the input is seen as 2-D then)"};
+    }
+    const int64_t size = dimOf(n, 0, axis);
+    if (size < 1) throw Unsupported{"the size of the axis is not known at import"};
+    std::vector<int64_t> dims(static_cast<size_t>(rank - axis), 1);
+    dims[0] = size;
+    std::vector<float> minusPosition(static_cast<size_t>(size));
+    for (int64_t c = 0; c < size; ++c) minusPosition[static_cast<size_t>(c)] = -static_cast<float>(c);
+    auto seq = std::make_shared<Sequential>();
+    seq->append(std::make_shared<ArgMax>(static_cast<int>(axis), true))
+        .append(std::make_shared<Cast>(DType::int32, DType::float32))
+        .append(std::make_shared<Tile>(static_cast<int>(axis), size))
+        .append(std::make_shared<MulAddConst>(Tensor::ones({1}), Tensor::fromVector(Shape(dims), minusPosition)))
+        .append(std::make_shared<Activation>(ActivationKind::abs))
+        .append(std::make_shared<MulAddConst>(-1.0f, 1.0f))
+        .append(std::make_shared<Activation>(ActivationKind::relu));
+    return define(n, seq, dataInputs(n, 1));
 }
 
 // ReduceLogSumExp: m + log(sum(exp(x - m))) with m the maximum over the axes (kept;

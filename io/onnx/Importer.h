@@ -176,6 +176,7 @@ private:
     void importReduceLogSumExp(const onnx::NodeProto& n, const Attributes& a);
     void importMaxMin(const onnx::NodeProto& n, const Attributes& a);
     void importGatherElements(const onnx::NodeProto& n, const Attributes& a);
+    void importHardmax(const onnx::NodeProto& n, const Attributes& a);
     void appendMaxOver(Sequential& seq, const onnx::NodeProto& n, const std::vector<int64_t>& axes, bool keep);
     /// Axes from 0 to rank - 1, sorted (none: every dim).
     static std::vector<int64_t> resolvedAxes(std::vector<int64_t> axes, int64_t rank);

@@ -1,10 +1,13 @@
 #include "containers/Sequential.h"
 #include "GradCheck.h"
 #include "modules/Activation.h"
+#include "modules/Cast.h"
 #include "modules/Dropout.h"
 #include "modules/Flatten.h"
 #include "modules/Identity.h"
 #include "modules/Linear.h"
+#include "modules/MulAddConst.h"
+#include "modules/Reduce.h"
 #include "modules/SoftMax.h"
 
 namespace tessera {
@@ -127,6 +130,25 @@ TEST(Sequential, DottedNamesModesAndBlueprint) {
 
     EXPECT_EQ(net.blueprint().modules.size(), 2u);
     EXPECT_EQ(net.blueprint().modules[0].modules[1].classname, "Dropout");
+}
+
+// An integer value in the chain (ArgMax's indices, then a Cast to float: a one-hot, say)
+// passes no gradient: the layers before it get zeros, their parameters zero gradients.
+TEST(Sequential, AnIntegerValueInTheChainPassesZeros) {
+    manualSeed(3);
+    Sequential seq;
+    seq.append(std::make_shared<Linear>(4, 3, LinearOptions{.name = "fc"}))
+        .append(std::make_shared<ArgMax>(1, true))
+        .append(std::make_shared<Cast>(DType::int32, DType::float32))
+        .append(std::make_shared<MulAddConst>(2.0f, 1.0f));
+    const Tensor x = randomTensor({5, 4}, 1);
+    ASSERT_EQ(seq(x).shape(), (Shape{5, 1}));
+    const Tensor dx = seq.backward(Tensor::ones({5, 1}));
+    ASSERT_TRUE(dx.defined());
+    EXPECT_TRUE(allClose(dx, std::vector<float>(20, 0.0f)));
+    for (const auto& [name, v] : seq.namedParams()) {
+        EXPECT_TRUE(allClose(v->grad, std::vector<float>(static_cast<size_t>(v->grad.numel()), 0.0f))) << name;
+    }
 }
 
 TEST(Sequential, BackwardHonoursUpdGradAndUpdParamGrads) {

@@ -544,7 +544,7 @@ def max_min_forms(root):
     """Element-wise Max and Min (torch.maximum, torch.minimum, clamp by a tensor): of data
     broadcast against data, against a number and a tensor constant, of three operands, and of
     integer lengths (int64 in the file, int32 in Tessera) against a constant; ties and
-    values one ulp apart. Trilu of data."""
+    values one ulp apart. Trilu and Hardmax of data."""
     rs = np.random.RandomState(12)
     x = rs.randn(3, 2, 4).astype(np.float32)
     x[0, 0, :2] = 0.25  # ties with the number
@@ -575,6 +575,13 @@ def max_min_forms(root):
                           [helper.make_tensor("one", TensorProto.INT64, [], [1]),
                            helper.make_tensor("minus1", TensorProto.INT64, [], [-1])])
     save(root, "trilu_of_data", g, [z], [np.triu(z, 1), np.tril(z, -1), np.triu(z)], 14)
+    # Hardmax along dim 1 (ties: the first maximum), the batch free.
+    h = np.round(rs.randn(3, 4, 5)).astype(np.float32)
+    first = h.argmax(axis=1)
+    hard = (np.arange(4)[None, :, None] == first[:, None, :]).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Hardmax", ["h"], ["y"], axis=1)], "hardmax",
+                          [value("h", ["N", 4, 5])], [value("y", ["N", 4, 5])])
+    save(root, "hardmax_with_ties", g, [h], [hard], 13)
 
 
 def ceil_pool_forms(root):
