@@ -26,6 +26,12 @@ inline int64_t inner(const Shape& s, int axis) {
     return n;
 }
 
+/// t viewed as [outer, dim(axis), inner] (the form the backend's gathers and scatters take).
+inline Tensor lines(const Tensor& t, int axis) {
+    const Shape& s = t.shape();
+    return t.reshape({outer(s, axis), s[axis], inner(s, axis)});
+}
+
 /// Copy `count` positions along `axis` from `src` (from position srcBegin) into `dst` (from
 /// dstBegin). All dims but `axis` agree between src and dst.
 inline void copyAlong(int axis, const Tensor& src, int64_t srcBegin, const Tensor& dst, int64_t dstBegin,

@@ -5,14 +5,6 @@
 
 namespace tessera {
 
-namespace {
-// t viewed as [outer, dim(axis), inner].
-Tensor lines(const Tensor& t, int a) {
-    const Shape& s = t.shape();
-    return t.reshape({axis::outer(s, a), s[a], axis::inner(s, a)});
-}
-} // namespace
-
 GatherElements::GatherElements(int axis, std::string name) : Module(std::move(name)), axis_(axis) {}
 
 void GatherElements::checkDataShape(const Shapes& inShapes) const {
@@ -44,7 +36,7 @@ Tensors GatherElements::updateData(const Tensors& data) {
     const Tensor& idx = data[1];
     const int a = axis::normalize(axis_, x.shape().rank());
     Tensor y = Tensor::empty(idx.shape(), DType::float32, x.device());
-    backendOf(x).gatherAxis(lines(x, a), lines(idx, a), lines(y, a));
+    backendOf(x).gatherAxis(axis::lines(x, a), axis::lines(idx, a), axis::lines(y, a));
     return {y};
 }
 
@@ -53,7 +45,7 @@ Tensors GatherElements::updateGrad(const Tensors& grad) {
     const Tensor& idx = inDataList()[1];
     const int a = axis::normalize(axis_, xs.rank());
     Tensor dx = Tensor::zeros(xs, DType::float32, grad[0].device());
-    backendOf(dx).scatterAddAxis(lines(grad[0].plain(), a), lines(idx, a), lines(dx, a));
+    backendOf(dx).scatterAddAxis(axis::lines(grad[0].plain(), a), axis::lines(idx, a), axis::lines(dx, a));
     return {dx, Tensor()};
 }
 

@@ -6,14 +6,6 @@
 
 namespace tessera {
 
-namespace {
-// t viewed as [outer, dim(axis), inner].
-Tensor lines(const Tensor& t, int a) {
-    const Shape& s = t.shape();
-    return t.reshape({axis::outer(s, a), s[a], axis::inner(s, a)});
-}
-} // namespace
-
 KMaxPool::KMaxPool(int64_t topk, int axis, std::string name) : Module(std::move(name)), topk_(topk), axis_(axis) {
     if (topk < 1) throw ModuleError("KMaxPool: topk must be at least 1, got " + std::to_string(topk));
 }
@@ -50,8 +42,8 @@ Tensors KMaxPool::updateData(const Tensors& data) {
     indices_ = Tensor::empty(ys, DType::int32, x.device());
     Tensor y = Tensor::empty(ys, DType::float32, x.device());
     Backend& be = backendOf(x);
-    be.topKIndices(lines(x, a), topk_, lines(indices_, a));
-    be.gatherAxis(lines(x, a), lines(indices_, a), lines(y, a));
+    be.topKIndices(axis::lines(x, a), topk_, axis::lines(indices_, a));
+    be.gatherAxis(axis::lines(x, a), axis::lines(indices_, a), axis::lines(y, a));
     return {y};
 }
 
@@ -59,7 +51,7 @@ Tensors KMaxPool::updateGrad(const Tensors& grad) {
     const Shape& xs = inData().shape();
     const int a = axis::normalize(axis_, xs.rank());
     Tensor dx = Tensor::zeros(xs, DType::float32, grad[0].device());
-    backendOf(dx).scatterAddAxis(lines(grad[0], a), lines(indices_, a), lines(dx, a));
+    backendOf(dx).scatterAddAxis(axis::lines(grad[0], a), axis::lines(indices_, a), axis::lines(dx, a));
     return {dx};
 }
 
