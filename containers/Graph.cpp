@@ -276,21 +276,37 @@ void Graph::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes
 namespace {
 // A node's module checks `dtype`; an Identity (a graph's named input, say), a Reshape or a
 // Tile passes it on to the children that take it as their only input, so that an Embedder
-// behind them refuses float ids, and a Cast of int32 a float mask, before any data flows.
-// Errors start with `path` (the nodes passed through).
+// behind them refuses float ids, and a Cast of int32 a float mask, before any data flows;
+// and to the input of a graph child that it feeds (a graph of several inputs, the others
+// computed: an imported loss's targets). Errors start with `path` (the nodes passed through).
 void checkNodeDataType(const Node& n, DType dtype, const std::string& path) {
-    try {
-        n.module().checkDataType({dtype});
-    } catch (const Error&) {
-        rethrowWithContext(path + ": ");
-    }
     const Module& m = n.module();
+    if (const auto* g = dynamic_cast<const Graph*>(&m); !g || g->inputs().size() == 1) {
+        try {
+            m.checkDataType({dtype});
+        } catch (const Error&) {
+            rethrowWithContext(path + ": ");
+        }
+    }
     const bool tile = dynamic_cast<const Tile*>(&m) != nullptr;
     if (!dynamic_cast<const Identity*>(&m) && !dynamic_cast<const Reshape*>(&m) && !tile) return;
     const DType next = tile && dtype != DType::int32 ? DType::float32 : dtype; // a Tile computes in float32
     for (const Edge& e : n.fwds()) {
-        if (e.node->bwds().size() == 1 && e.slots.size() == 1) {
+        if (e.slots.size() != 1) continue;
+        if (e.node->bwds().size() == 1) {
             checkNodeDataType(*e.node, next, path + " -> " + e.node->name());
+            continue;
+        }
+        const auto* g = dynamic_cast<const Graph*>(&e.node->module());
+        if (!g) continue;
+        size_t position = 0; // n's place among the child's inputs
+        for (const Edge& in : e.node->bwds()) {
+            if (in.node == &n) break;
+            position += in.slots.size();
+        }
+        if (position < g->inputs().size()) {
+            const Node& input = *g->inputs()[position];
+            checkNodeDataType(input, next, path + " -> " + e.node->name() + " (input " + input.name() + ")");
         }
     }
 }

@@ -25,6 +25,7 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/BatchNormND.h"
+#include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/Deconv.h"
@@ -157,6 +158,12 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
         return define(n, seq, Parents{Parent(s.node, s.slot)});
     }
     if (a.i("axis", 0) != 0) throw Unsupported{"axis " + std::to_string(a.i("axis", 0)) + " (0 is supported)"};
+    if (isIntegerData(n.input(1))) {
+        const Constant* c = constant(n.input(0));
+        if (c && !c->isInt && !c->zeros && !c->symbolic() && c->tensor.defined() && c->dims.size() == 1) {
+            return importGatherFromVector(n, *c);
+        }
+    }
     const Constant& table = requireConstant(n, 0, "the table");
     if (table.isInt || table.tensor.shape().rank() != 2)
         throw Unsupported{"a table of shape " + Shape(table.dims).str() + " (a float [V, E] is supported)"};
@@ -173,6 +180,40 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
     Source s = value(n, 1);
     define(n, m, Parents{Parent(s.node, s.slot)});
     embedders_.push_back(values_.at(n.output(0)).node->modulePtr()); // m, or an earlier one it is (sharedLayer)
+}
+
+// Gather from a constant vector w [V] by integer data t of any shape S (a class weight per
+// label, w[labels]): t as [S..., 1] indexes, along the last dim, w laid over [S..., V] (ones
+// of t's shape tiled V times, times w), by a GatherElements; then the dim of 1 goes. A
+// negative index counts from the end, as ONNX says: t + V clip(-t, 0, 1), in float (exact
+// for indices below 2^24). One outside [-V, V) fails when the layer runs, naming it.
+void Importer::importGatherFromVector(const onnx::NodeProto& n, const Constant& table) {
+    const int64_t rank = rankOf(n, 1);
+    if (rank < 1) throw Unsupported{"indices whose rank is not known at import, or scalar indices"};
+    const int64_t size = table.dims[0];
+    std::vector<int64_t> withOne(static_cast<size_t>(rank), 0), same(static_cast<size_t>(rank), 0);
+    withOne.push_back(1); // 0 keeps the input's dim at that position
+    const int last = static_cast<int>(rank);
+    auto ids = tessera::node(std::make_shared<Identity>(), {}, "ids");
+    auto floats = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {ids}, "float_ids");
+    auto minus = tessera::node(std::make_shared<MulAddConst>(-1.0f, 0.0f), {floats}, "minus");
+    auto negative =
+        tessera::node(std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = 0.0f, .max = 1.0f}),
+                      {minus}, "negative");
+    auto wrap = tessera::node(std::make_shared<MulAddConst>(static_cast<float>(size), 0.0f), {negative}, "wrap");
+    auto wrapped = tessera::node(std::make_shared<Add>(), {floats, wrap}, "wrapped");
+    auto positions = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {wrapped}, "positions");
+    auto index = tessera::node(std::make_shared<Reshape>(Shape(withOne)), {positions}, "index");
+    auto ones = tessera::node(std::make_shared<MulAddConst>(0.0f, 1.0f), {floats}, "ones");
+    auto column = tessera::node(std::make_shared<Reshape>(Shape(withOne)), {ones}, "ones_column");
+    auto tiled = tessera::node(std::make_shared<Tile>(last, size), {column}, "ones_per_entry");
+    auto laid =
+        tessera::node(std::make_shared<MulAddConst>(table.tensor.convertedTo(DType::float32), Tensor::zeros(Shape{1})),
+                      {tiled}, "table");
+    auto picked = tessera::node(std::make_shared<GatherElements>(last), {laid, index}, "picked");
+    auto y = tessera::node(std::make_shared<Reshape>(Shape(same)), {picked}, "entries");
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{ids}, std::vector<NodePtr>{y}),
+                  dataInputs(n, std::vector<int>{1}), {n.input(1)});
 }
 
 void Importer::importExpand(const onnx::NodeProto& n, const Attributes& a) {

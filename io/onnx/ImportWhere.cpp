@@ -496,6 +496,41 @@ void Importer::importMaxMin(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{m}), dataInputs(n, dataIn));
 }
 
+// ThresholdedRelu: x where x > alpha, else 0: x t with t the step of the margin x - alpha,
+// as the comparisons of float data take it (scaled past 1 and clipped to [0, 1]).
+void Importer::importThresholdedRelu(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"alpha"});
+    requireInputsImported(n);
+    const float alpha = a.f("alpha", 1.0f);
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    auto margin = affineOf(x, number(1.0), number(-static_cast<double>(alpha)), "margin");
+    auto t = clipped(scaled(scaled(margin, 0x1p127f, "scaled"), 0x1p22f, "rescaled"), 0.0f, 1.0f, "step");
+    auto y = tessera::node(std::make_shared<Mul>(), {x, t}, "kept");
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}), dataInputs(n, 1));
+}
+
+// Mean (element-wise) of data inputs: their Add (NumPy broadcasting, as Sum) times 1 / count.
+void Importer::importMean(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    requireInputsImported(n);
+    for (int k = 0; k < n.input_size(); ++k) {
+        if (isConstant(n.input(k)))
+            throw Unsupported{"input " + std::to_string(k) + " is a constant (data is supported)"};
+    }
+    if (n.input_size() == 1) return define(n, std::make_shared<Identity>(), dataInputs(n, 1));
+    std::vector<NodePtr> ins;
+    Parents terms;
+    for (int k = 0; k < n.input_size(); ++k) {
+        std::string name = "x";
+        name.append(std::to_string(k));
+        ins.push_back(tessera::node(std::make_shared<Identity>(), {}, name));
+        terms.push_back(Parent(ins.back()));
+    }
+    auto sum = tessera::node(std::make_shared<Add>(), terms, "sum");
+    auto y = scaled(sum, 1.0f / static_cast<float>(n.input_size()), "mean");
+    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{y}), dataInputs(n, n.input_size()));
+}
+
 bool Importer::isIntegerData(const std::string& name) const {
     const int32_t t = elemTypeOf(name);
     return !isConstant(name) && (t == onnx::TensorProto::INT32 || t == onnx::TensorProto::INT64);

@@ -3,7 +3,8 @@
 /// driver and its helpers), ShapeInference.cpp, Fold.cpp and Evaluate.cpp (shape subgraphs and
 /// constant computations done at import),
 /// Patterns.cpp (several nodes read back as one layer), ImportOps.cpp (the table: one row per
-/// ONNX op), ImportTensorOps.cpp and ImportLayers.cpp (the ops with more to them). Private.
+/// ONNX op), ImportTensorOps.cpp, ImportWhere.cpp (masks and selections of data),
+/// ImportLosses.cpp (losses as ops) and ImportLayers.cpp (the ops with more to them). Private.
 
 #include <onnx/onnx_pb.h>
 
@@ -175,6 +176,8 @@ private:
     void importMaxOver(const onnx::NodeProto& n, const Attributes& a);
     void importReduceLogSumExp(const onnx::NodeProto& n, const Attributes& a);
     void importMaxMin(const onnx::NodeProto& n, const Attributes& a);
+    void importMean(const onnx::NodeProto& n, const Attributes& a);
+    void importThresholdedRelu(const onnx::NodeProto& n, const Attributes& a);
     void importGatherElements(const onnx::NodeProto& n, const Attributes& a);
     void importHardmax(const onnx::NodeProto& n, const Attributes& a);
     void appendMaxOver(Sequential& seq, const onnx::NodeProto& n, const std::vector<int64_t>& axes, bool keep);
@@ -310,6 +313,9 @@ private:
     void importExpand(const onnx::NodeProto& n, const Attributes& a);
     void importExpandOfData(const onnx::NodeProto& n);
     void importGather(const onnx::NodeProto& n, const Attributes& a);
+    // Gather from a constant vector [V] by integer data of any shape: a GatherElements along
+    // the last dim of the vector laid over the indices' shape.
+    void importGatherFromVector(const onnx::NodeProto& n, const Constant& table);
 
     // Slice on data: any axes, positive steps (Tessera's Slice).
     void importSlice(const onnx::NodeProto& n, const Attributes& a);
@@ -342,6 +348,9 @@ private:
     void importIntegerDivision(const onnx::NodeProto& n, std::optional<int64_t> c, bool remainder = false,
                                bool fmod = false);
     void importMod(const onnx::NodeProto& n, const Attributes& a);
+    // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: a graph of LogSoftMax,
+    // GatherElements, masks and sums (ImportLosses.cpp).
+    void importLoss(const onnx::NodeProto& n, const Attributes& a);
 
     // x op C or C op x with a constant tensor C that broadcasts to x without changing its
     // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.

@@ -968,6 +968,76 @@ def test_gather_imports_from_pytorch_and_trains(tmp_path):
     np.testing.assert_array_equal(back([x, idx])[0].numpy(), got)
 
 
+def test_losses_inside_a_model_import_from_pytorch_and_train(tmp_path):
+    """A segmentation-style model that computes its own losses from labels given beside its
+    input (F.cross_entropy with class weights and PyTorch's ignore_index -100 per position,
+    F.nll_loss of log-sigmoids over a pooled head, weighted per sample by a vector indexed by
+    the labels counted from its end: ONNX's SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
+    and a Gather from a 1-D table by negative indices) imports, matches PyTorch's losses and input gradients at another
+    batch and length than the export's, and trains by its own loss output."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+
+    class Segmenter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(4, 5, 3, padding=1)
+            self.head = torch.nn.Linear(4, 3)
+            self.register_buffer("weight", torch.tensor([1.0, 2.0, 0.5, 1.5, 3.0]))
+            self.register_buffer("kind_weight", torch.tensor([0.5, 1.0, 2.0]))
+
+        def forward(self, x, labels, kinds):
+            scores = self.conv(x)  # [N, 5, T]
+            per_position = F.cross_entropy(scores, labels, weight=self.weight)  # ignore_index -100
+            kind = F.nll_loss(F.logsigmoid(self.head(x.mean(2))), kinds, reduction="none")
+            kind = (kind * self.kind_weight[kinds - 3]).sum()  # a Gather from a vector, indices -3 to -1
+            return per_position + 0.1 * kind
+
+    torch.manual_seed(3)
+    model = Segmenter()
+    path = str(tmp_path / "segmenter.onnx")
+    torch.onnx.export(model, (torch.randn(2, 4, 6), torch.zeros(2, 6, dtype=torch.long),
+                              torch.zeros(2, dtype=torch.long)), path, opset_version=13,
+                      input_names=["x", "labels", "kinds"], output_names=["loss"],
+                      dynamic_axes={"x": {0: "batch", 2: "length"}, "labels": {0: "batch", 1: "length"},
+                                    "kinds": {0: "batch"}})
+    net = ts.importOnnx(path)
+    ops = {node.op_type for node in pytest.importorskip("onnx").load(path).graph.node}
+    assert ops >= {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Gather"}, ops
+    net.trainMode()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 4, 9)).astype(np.float32)
+    labels = rng.integers(0, 5, (3, 9))
+    labels[rng.random((3, 9)) < 0.3] = -100  # ignored positions
+    labels = labels.astype(np.int32)
+    kinds = rng.integers(0, 3, 3).astype(np.int32)
+    tx = torch.from_numpy(x).requires_grad_()
+    want = model(tx, torch.from_numpy(labels).long(), torch.from_numpy(kinds).long())
+    want.backward()
+    got = net([x, labels, kinds])[0].numpy()
+    assert got.size == 1
+    np.testing.assert_allclose(got.reshape(()), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(net.backward([np.ones(got.shape, np.float32)])[0].numpy(), tx.grad.numpy(),
+                               rtol=1e-4, atol=1e-6)
+    # Exported again and read back: the same loss.
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, [x.shape, labels.shape, kinds.shape], back_path)
+    back = ts.importOnnx(back_path)
+    back.evalMode()
+    np.testing.assert_allclose(back([x, labels, kinds])[0].numpy(), got, rtol=1e-6)
+    # Trained by its own loss: the gradient of the output with respect to itself is 1.
+    opt = ts.Adam(alpha=5e-2)
+    opt.setupOn(net, useGlobalState=True)
+    losses = []
+    for _ in range(60):
+        loss = net([x, labels, kinds])[0].numpy().copy()
+        opt.zeroGradParams()
+        net.backward([np.ones(loss.shape, np.float32)])
+        opt.update()
+        losses.append(float(loss.reshape(())))
+    assert losses[-1] < 0.3 * losses[0], losses
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

@@ -8,6 +8,7 @@
 #include "models/ResNet.h"
 #include "modules/Activation.h"
 #include "modules/Add.h"
+#include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/GatherElements.h"
 #include "modules/Identity.h"
@@ -221,6 +222,24 @@ TEST(Graph, SeveralInputsCheckTheirDTypesTogetherAndIntegerGradientsAddNothing) 
         {"take: GatherElements 'take'", "positions", "expected int32"}));
     EXPECT_NO_THROW(g.checkDataType({DType::float32, DType::int32}));
     EXPECT_NO_THROW(g.checkDataType({DType::float32})); // the positions' dtype not given: not checked
+    // Integers as the second input of a graph inside, its first computed (an imported loss:
+    // log-probabilities and targets), cast to float there: checked through it.
+    auto ix = node(std::make_shared<Identity>("ix"));
+    auto it = node(std::make_shared<Identity>("it"));
+    auto cast = node(std::make_shared<Cast>(DType::int32, DType::float32), it, "cast");
+    auto inner =
+        std::make_shared<Graph>(std::vector<NodePtr>{ix, it},
+                                std::vector<NodePtr>{node(std::make_shared<Mul>(), {ix, cast}, "times")}, "inner");
+    auto y = node(std::make_shared<Identity>("y"));
+    auto positions = node(std::make_shared<Identity>("positions"));
+    auto scaled = node(std::make_shared<MulAddConst>(2.0f, 0.0f), y, "scaled");
+    Graph outer({y, positions}, {node(inner, {scaled, positions}, "inner")});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            outer.checkDataType({DType::float32, DType::float32});
+        },
+        {"positions -> inner (input it) -> cast: Cast 'cast'", "int32"}));
+    EXPECT_NO_THROW(outer.checkDataType({DType::float32, DType::int32}));
     // y = [x.gather(1, argmax(x, 1)), x] (the maximum over dim 1 beside x): dx is dy's second
     // part plus the first's at the maxima.
     for (const bool gatherFirst : {true, false}) {

@@ -498,6 +498,62 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
     }
 }
 
+// Losses as ops: what the import cannot take is named at import; a target outside the classes
+// that is not ignored fails when the graph runs, naming it.
+TEST(Onnx, LossesItCannotTakeAreNamed) {
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
+    }
+    const fs::path dir = fs::path(::testing::TempDir());
+    const std::string script = R"(
+import sys
+import onnx
+from onnx import TensorProto, helper
+f, i = TensorProto.FLOAT, TensorProto.INT64
+out = [helper.make_tensor_value_info("loss", f, None), helper.make_tensor_value_info("map", f, None)]
+nodes = [helper.make_node("NegativeLogLikelihoodLoss", ["x", "t", "w"], ["loss"]),
+         helper.make_node("SoftmaxCrossEntropyLoss", ["m", "mt"], ["map"], reduction="none")]
+g = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", f, ["N", 5]),
+                                         helper.make_tensor_value_info("t", i, ["N"]),
+                                         helper.make_tensor_value_info("w", f, [5]),
+                                         helper.make_tensor_value_info("m", f, ["N", 5, "H", "W"]),
+                                         helper.make_tensor_value_info("mt", i, ["N", "H", "W"])], out)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["loss"], ignore_index=-100)
+g = helper.make_graph([node], "ok", [helper.make_tensor_value_info("x", f, ["N", 5]),
+                                     helper.make_tensor_value_info("t", i, ["N"])], out[:1])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[2])
+)";
+    const fs::path scriptPath = dir / "losses.py", refused = dir / "losses_refused.onnx", ok = dir / "losses_ok.onnx";
+    std::ofstream(scriptPath) << script;
+    ASSERT_EQ(
+        std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + refused.string() + "' '" + ok.string() + "'")
+                        .c_str()),
+        0);
+    try {
+        importOnnx(refused.string());
+        FAIL() << "imported";
+    } catch (const IoError& e) {
+        const std::string msg = e.what();
+        for (const char* part :
+             {"2 node(s) cannot be imported", "(NegativeLogLikelihoodLoss): the class weights must be a constant",
+              "(SoftmaxCrossEntropyLoss): an input with more than one dim after [N, C] not known"}) {
+            EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
+        }
+    }
+    std::shared_ptr<Graph> g = importOnnx(ok.string());
+    const Tensor x = Tensor::fromVector({2, 5}, std::vector<float>(10, -1.0f));
+    // -100 is ignored: the mean over the one target kept.
+    const Tensors loss = (*g)({x, Tensor::fromVector({2}, std::vector<int32_t>{-100, 3})});
+    EXPECT_FLOAT_EQ(loss[0].toVector<float>().at(0), 1.0f);
+    try {
+        (*g)({x, Tensor::fromVector({2}, std::vector<int32_t>{7, 3})});
+        FAIL() << "ran with target 7 of 5 classes";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("index 7 outside [0, 5)"), std::string::npos) << e.what();
+    }
+}
+
 // Export then import: the same parameters, the same outputs, for every zoo model (they
 // cover convolutions, deconvolutions, pools, batch norm, LRN, concat, residual adds,
 // dropout, softmax, and gpt-mini's int32 ids into an Embedder...).
