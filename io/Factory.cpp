@@ -22,6 +22,7 @@
 #include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
+#include "modules/CumSum.h"
 #include "modules/Deconv.h"
 #include "modules/DepthConcat.h"
 #include "modules/DropPath.h"
@@ -562,6 +563,12 @@ const std::map<std::string, Row>& table() {
             {"GatherElements", "axis=0, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<GatherElements>(static_cast<int>(a.i("axis")), a.name());
+             }},
+            {"CumSum", "axis=0, exclusive=False, reverse=False, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<CumSum>(
+                     static_cast<int>(a.i("axis")),
+                     CumSumOptions{.exclusive = a.b("exclusive"), .reverse = a.b("reverse"), .name = a.name()});
              }},
             {"KMaxPool", "topk, axis, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -25,6 +25,7 @@
 #include "modules/Concat.h"
 #include "modules/Conv.h"
 #include "modules/ConvND.h"
+#include "modules/CumSum.h"
 #include "modules/Deconv.h"
 #include "modules/DepthConcat.h"
 #include "modules/DropPath.h"

@@ -113,6 +113,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"ReduceMean", &Exporter::emitReduceMean},
         {"ReduceSum", &Exporter::emitReduceSum},
         {"GatherElements", &Exporter::emitGatherElements},
+        {"CumSum", &Exporter::emitCumSum},
         {"Replicate", &Exporter::emitReplicate},
         {"Reshape", &Exporter::emitReshape},
         {"Slice", &Exporter::emitSlice},
@@ -506,6 +507,20 @@ void Exporter::emitReduceSum(const Layer& l) { emitReduction(l, "ReduceSum"); }
 void Exporter::emitGatherElements(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
     attr(node("GatherElements", in, out, path), "axis", schemeInt(bp, "axis", 0));
+}
+
+// CumSum: ONNX's (opset 11), the axis a 0-D int64 input.
+void Exporter::emitCumSum(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    if (opset_ < 11) throw Unsupported{"CumSum needs opset 11 or later (exporting at " + std::to_string(opset_) + ")"};
+    onnx::TensorProto* axis = g_.add_initializer();
+    const std::string axisName = valueName(path + ".axis");
+    axis->set_name(axisName);
+    axis->set_data_type(onnx::TensorProto::INT64);
+    axis->add_int64_data(schemeInt(bp, "axis", 0));
+    onnx::NodeProto* n = node("CumSum", {in[0], axisName}, out, path);
+    if (schemeBool(bp, "exclusive")) attr(n, "exclusive", int64_t{1});
+    if (schemeBool(bp, "reverse")) attr(n, "reverse", int64_t{1});
 }
 
 // ArgMax, ArgMin: ONNX's indices are int64, Tessera's int32 (a Cast to int32 after, which

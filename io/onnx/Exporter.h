@@ -205,6 +205,7 @@ private:
     void emitReduceSum(const Layer& l);
     void emitReduction(const Layer& l, const std::string& op);
     void emitGatherElements(const Layer& l);
+    void emitCumSum(const Layer& l);
     void emitDropout(const Layer& l);
     void emitTranspose(const Layer& l);
     void emitReplicate(const Layer& l);

@@ -70,6 +70,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Cast", &Importer::importCast},
         {"Clip", &Importer::importClip},
         {"Concat", &Importer::importConcat},
+        {"CumSum", &Importer::importCumSum},
         {"Constant", &Importer::importConstant},
         {"Conv", &Importer::importConv},
         {"ConvTranspose", &Importer::importConv},

@@ -28,6 +28,7 @@
 #include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
+#include "modules/CumSum.h"
 #include "modules/Deconv.h"
 #include "modules/Dropout.h"
 #include "modules/Embedder.h"
@@ -114,6 +115,23 @@ void Importer::importGatherElements(const onnx::NodeProto& n, const Attributes& 
         throw Unsupported{"input 0 is " + typeName(type) + " data (float data is supported)"};
     }
     return define(n, std::make_shared<GatherElements>(static_cast<int>(a.i("axis", 0))), dataInputs(n, {0, 1}));
+}
+
+void Importer::importCumSum(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"exclusive", "reverse"});
+    requireInputsImported(n);
+    if (isConstant(n.input(0))) throw Unsupported{"input 0 is a constant (data is supported)"};
+    const Constant& axis = requireConstant(n, 1, "the axis");
+    if (!axis.isInt || axis.ints.size() != 1) throw Unsupported{"an axis that is not one integer"};
+    auto m =
+        std::make_shared<CumSum>(static_cast<int>(axis.ints[0]), CumSumOptions{.exclusive = a.i("exclusive", 0) != 0,
+                                                                               .reverse = a.i("reverse", 0) != 0});
+    if (isIntegerData(n.input(0))) return defineOverIntegers(n, m, {0});
+    const int32_t type = elemTypeOf(n.input(0));
+    if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::FLOAT16 && type != onnx::TensorProto::BFLOAT16) {
+        throw Unsupported{"input 0 is " + typeName(type) + " data (float and integer data are supported)"};
+    }
+    return define(n, m, dataInputs(n, std::vector<int>{0}), {n.input(0)});
 }
 
 // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.

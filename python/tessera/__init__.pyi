@@ -843,6 +843,20 @@ class CrossMapLRN(Module):
     """
     def __init__(self, N: int = ..., alpha: float = ..., beta: float = ..., K: float = ..., name: str | None = ...) -> None: ...
 
+class CumSum(Module):
+    """
+    CumSum(axis=0, exclusive=False, reverse=False, name=None)
+
+    Tessera's CumSum (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        axis: the dim the running sums run along
+        exclusive: each sum leaves out its own position
+        reverse: the sums run from the end of the axis
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, axis: int | Sequence[int] = ..., exclusive: bool = ..., reverse: bool = ..., name: str | None = ...) -> None: ...
+
 class Deconv1D(Module):
     """
     Deconv1D(inmaps, outmaps, size, stride=1, pad=0, dilation=1, wscale=1.0, useBias=True, name=None, initscheme='xavier', groups=1, postpad=0)

@@ -152,6 +152,9 @@ BY_CLASS = {
     "Sum.axis": "the dim summed over (1 or more)",
     "KMaxPool.axis": "the dim it keeps the largest values of",
     "GatherElements.axis": "the dim the positions index",
+    "CumSum.axis": "the dim the running sums run along",
+    "CumSum.exclusive": "each sum leaves out its own position",
+    "CumSum.reverse": "the sums run from the end of the axis",
     "Slice.axis": "the dim sliced, or a list of dims",
     "Slice.step": "take every step-th element of each range (not 0; a negative step walks from start down to end, "
                   "end 0 then meaning through index 0 and -D stopping before it); a list for several axes; None: 1",

@@ -1038,6 +1038,57 @@ def test_losses_inside_a_model_import_from_pytorch_and_train(tmp_path):
     assert losses[-1] < 0.3 * losses[0], losses
 
 
+def test_cumsum_position_ids_import_from_pytorch(tmp_path):
+    """Position ids of a padded batch as Hugging Face's RoBERTa computes them (the running
+    count of a mask made from the ids, torch.cumsum of integers) and a running sum of float
+    data (ONNX's CumSum) import, match PyTorch's outputs and input gradients at another batch
+    than the export's, and export back to the same outputs."""
+    torch = pytest.importorskip("torch")
+    vocab, length, pad = 11, 7, 1
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = torch.nn.Embedding(vocab, 8, padding_idx=pad)
+            self.positions = torch.nn.Embedding(length + 2, 8, padding_idx=pad)
+            self.head = torch.nn.Linear(8, 3)
+
+        def forward(self, ids, x):
+            mask = ids.ne(pad).int()
+            position_ids = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + pad
+            h = self.tokens(ids) + self.positions(position_ids) + torch.cumsum(x, 1) / length
+            return self.head(h).sum(1)
+
+    torch.manual_seed(5)
+    model = Encoder()
+    path = str(tmp_path / "positions.onnx")
+    torch.onnx.export(model, (torch.full((2, length), 3, dtype=torch.long), torch.randn(2, length, 8)), path,
+                      opset_version=13, input_names=["ids", "x"], output_names=["y"],
+                      dynamic_axes={"ids": {0: "batch"}, "x": {0: "batch"}, "y": {0: "batch"}})
+    net = ts.importOnnx(path)
+    assert sum(n.module.classname == "CumSum" for n in net.nodes()) == 1  # the float one; the other is inside a graph
+    net.trainMode()
+    rng = np.random.default_rng(6)
+    ids = rng.integers(2, vocab, (4, length))
+    for row, kept in enumerate((7, 5, 2, 4)):
+        ids[row, kept:] = pad  # padded at the end
+    ids[3, 0] = pad  # and at the start
+    ids = ids.astype(np.int32)
+    x = rng.standard_normal((4, length, 8)).astype(np.float32)
+    dy = rng.standard_normal((4, 3)).astype(np.float32)
+    tx = torch.from_numpy(x).requires_grad_()
+    want = model(torch.from_numpy(ids).long(), tx)
+    want.backward(torch.from_numpy(dy))
+    got = net([ids, x])[0].numpy().copy()
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(net.backward([dy])[1].numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, [ids.shape, x.shape], back_path)
+    back = ts.importOnnx(back_path)
+    back.evalMode()
+    np.testing.assert_allclose(back([ids, x])[0].numpy(), got, rtol=1e-6, atol=1e-6)
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

@@ -29,6 +29,7 @@
 #include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
+#include "modules/CumSum.h"
 #include "modules/Deconv.h"
 #include "modules/DepthConcat.h"
 #include "modules/Dropout.h"
@@ -258,6 +259,9 @@ TEST(CudaConsistency, EveryModule) {
         {"Identity", make<Identity>(), {{2, 3}}},
         {"KMaxPool", make<KMaxPool>(2, -1), {{2, 3, 7}}},
         {"GatherElements", make<GatherElements>(1), {{2, 7, 5}, {2, 9, 5}}, 1e-4, 0, true, 0, 7},
+        {"CumSum", make<CumSum>(1), {{2, 37, 5}}, 1e-4},
+        {"CumSum exclusive reverse", make<CumSum>(-1, CumSumOptions{.exclusive = true, .reverse = true}), {{3, 4, 9}},
+         1e-4},
         {"BatchNorm1D", make<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f}), {{4, 5, 6}}, 1e-3},
         {"BatchNorm2D", make<BatchNorm2D>(5), {{4, 5, 3, 3}}, 1e-3},
         {"BatchNorm3D", make<BatchNorm3D>(5), {{2, 5, 2, 3, 3}}, 1e-3},

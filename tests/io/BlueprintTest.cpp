@@ -19,6 +19,7 @@
 #include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
+#include "modules/CumSum.h"
 #include "modules/Deconv.h"
 #include "modules/DepthConcat.h"
 #include "modules/DropPath.h"
@@ -125,6 +126,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<GlobalAvgPool>(),
         std::make_shared<KMaxPool>(2, -1),
         std::make_shared<GatherElements>(-2, "take"),
+        std::make_shared<CumSum>(-1, CumSumOptions{.exclusive = true, .reverse = true, .name = "running"}),
         std::make_shared<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f, .minFactor = 0.2f}),
         std::make_shared<BatchNorm2D>(5),
         std::make_shared<BatchNorm3D>(5),

@@ -16,6 +16,7 @@
 #include "modules/Cast.h"
 #include "modules/Concat.h"
 #include "modules/Conv.h"
+#include "modules/CumSum.h"
 #include "modules/Deconv.h"
 #include "modules/DropPath.h"
 #include "modules/Dropout.h"
@@ -172,6 +173,7 @@ std::map<std::string, Case> cases() {
         {"ReduceMean", {scheme("ReduceMean", {}), [] { return std::make_shared<ReduceMean>(); }}},
         {"ReduceSum", {scheme("ReduceSum", {}), [] { return std::make_shared<ReduceSum>(); }}},
         {"GatherElements", {scheme("GatherElements", {}), [] { return std::make_shared<GatherElements>(); }}},
+        {"CumSum", {scheme("CumSum", {}), [] { return std::make_shared<CumSum>(); }}},
         {"ArgMax", {scheme("ArgMax", {}), [] { return std::make_shared<ArgMax>(); }}},
         {"ArgMin", {scheme("ArgMin", {}), [] { return std::make_shared<ArgMin>(); }}},
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},

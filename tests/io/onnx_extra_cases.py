@@ -9,7 +9,7 @@ Tile along one dim; and the forms exporters
 write that the importer folds or maps: shapes computed from a free batch dim (a flatten,
 a channel shuffle), HardSigmoid and HardSwish, squeeze-and-excitation gates, ReduceMean
 over the spatial dims, arithmetic with scalar and per-channel constants, a Gemm whose weights are typed values (float_data), Sub, Slice, Unsqueeze/Squeeze,
-Flatten and Expand of data, ReduceSum, ReduceSumSquare and ReduceL2 after the batch, Gather from a table (an Embedder), Cast, GridSample on an affine grid
+Flatten and Expand of data, CumSum (position ids from a mask), ReduceSum, ReduceSumSquare and ReduceL2 after the batch, Gather from a table (an Embedder), Cast, GridSample on an affine grid
 (a SpatialTf); and the forms of windowed attention (Swin, MaxViT): Slice of data with steps,
 Pad of a channels-last tensor, Einsum as a batched matrix product, Dropout with a constant
 training_mode and its mask unused, and an attention mask computed from the input's shape
@@ -131,6 +131,7 @@ def main():
     comparison_forms(root)
     reduction_forms(root)
     max_min_forms(root)
+    cumsum_forms(root)
     attention_forms(root, save, value)
 
 
@@ -538,6 +539,39 @@ def reduction_forms(root):
             ys.append(y.astype(np.float32))
         g = helper.make_graph(nodes, "sums", [value("x", free)], outs, inits)
         save(root, f"reduce_sums_over_free_dims_opset{opset}", g, [x], ys, opset)
+
+
+def cumsum_forms(root):
+    """Running sums (CumSum, opset 11 on) of float data along each axis, either way, inclusive
+    or not, with the batch and a length free; and a mask's running count made position ids,
+    as Hugging Face's RoBERTa computes them: (cumsum(mask, 1) * mask) + padding_idx."""
+    rng = np.random.RandomState(12)
+    x = rng.randn(3, 6, 4).astype(np.float32)
+
+    def running(a, axis, exclusive, reverse):
+        a = np.flip(a, axis) if reverse else a
+        y = np.cumsum(a, axis=axis, dtype=np.float64)
+        if exclusive:
+            y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.delete(y, -1, axis=axis)], axis=axis)
+        return (np.flip(y, axis) if reverse else y).astype(np.float32)
+
+    forms = ((1, 0, 0), (-1, 1, 0), (1, 0, 1), (0, 1, 1))
+    nodes, outs, ys, inits = [], [], [], []
+    for k, (axis, exclusive, reverse) in enumerate(forms):
+        inits.append(helper.make_tensor(f"axis{k}", TensorProto.INT64, [], [axis]))
+        nodes.append(helper.make_node("CumSum", ["x", f"axis{k}"], [f"y{k}"], exclusive=exclusive, reverse=reverse))
+        outs.append(value(f"y{k}", ["N", "T", 4]))
+        ys.append(running(x, axis, exclusive, reverse))
+    g = helper.make_graph(nodes, "cumsum", [value("x", ["N", "T", 4])], outs, inits)
+    save(root, "cumsum_each_axis_and_way", g, [x], ys, 11)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], np.int64)
+    nodes = [helper.make_node("CumSum", ["mask", "one"], ["count"]),
+             helper.make_node("Mul", ["count", "mask"], ["kept"]),
+             helper.make_node("Add", ["kept", "pad"], ["positions"])]
+    inits = [helper.make_tensor("one", TensorProto.INT32, [], [1]), helper.make_tensor("pad", TensorProto.INT64, [], [1])]
+    g = helper.make_graph(nodes, "position_ids", [helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", 5])],
+                          [helper.make_tensor_value_info("positions", TensorProto.INT64, ["N", 5])], inits)
+    save(root, "cumsum_position_ids_from_a_mask", g, [mask], [np.cumsum(mask, 1) * mask + 1], 13)
 
 
 def max_min_forms(root):

@@ -10,6 +10,7 @@
 #include "modules/Add.h"
 #include "modules/Cast.h"
 #include "modules/Conv.h"
+#include "modules/CumSum.h"
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/GatherElements.h"
@@ -994,6 +995,58 @@ TEST(GatherElements, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(throwsShapeError([&] { take(Tensors{x, Tensor::fromVector({2, 5, 3}, beyond)}); }, {"4"}));
     EXPECT_TRUE(blueprintHas(take, {"\"classname\": \"GatherElements\"", "\"axis\": 1"}));
     EXPECT_EQ(buildModule(take.blueprint())->blueprint().toJson(), take.blueprint().toJson());
+}
+
+// ---- CumSum ----------------------------------------------------------------------------
+
+// Running sums along any axis, each way, inclusive or not, against a loop over the lines, on
+// lengths that are and are not powers of 2 (the scan's passes); gradient, shapes, bad input.
+TEST(CumSum, ReferenceGradientShapeBadInput) {
+    const int64_t dims[4] = {2, 5, 3, 8};
+    const Tensor x = randomTensor({2, 5, 3, 8}, 31);
+    const std::vector<float> xs = x.toVector<float>();
+    for (int axis : {1, 0, 3, -2}) {
+        for (int mode = 0; mode < 4; ++mode) {
+            const bool exclusive = mode % 2 == 1, reverse = mode >= 2;
+            SCOPED_TRACE(std::to_string(axis) + (exclusive ? " exclusive" : "") + (reverse ? " reverse" : ""));
+            const int a = axis < 0 ? axis + 4 : axis;
+            int64_t inner = 1, outer = 1;
+            for (int d = a + 1; d < 4; ++d) inner *= dims[d];
+            for (int d = 0; d < a; ++d) outer *= dims[d];
+            std::vector<float> want(xs.size());
+            for (int64_t o = 0; o < outer; ++o) {
+                for (int64_t i = 0; i < inner; ++i) {
+                    double sum = 0.0;
+                    for (int64_t step = 0; step < dims[a]; ++step) {
+                        const int64_t k = reverse ? dims[a] - 1 - step : step;
+                        const size_t at = static_cast<size_t>((o * dims[a] + k) * inner + i);
+                        if (!exclusive) sum += xs[at];
+                        want[at] = static_cast<float>(sum);
+                        if (exclusive) sum += xs[at];
+                    }
+                }
+            }
+            CumSum running(axis, CumSumOptions{.exclusive = exclusive, .reverse = reverse, .name = "running"});
+            EXPECT_TRUE(allClose(running(x), want, 1e-5f));
+            EXPECT_TRUE(checkGradients(running, {x}));
+            EXPECT_TRUE(checkShapes(running, {x}));
+        }
+    }
+    // A mask's running count is exact: position ids of a padded batch.
+    CumSum count(1);
+    const Tensor mask = Tensor::fromVector({2, 5}, std::vector<float>{1, 1, 1, 0, 0, 1, 1, 1, 1, 1});
+    EXPECT_EQ(count(mask).toVector<float>(), (std::vector<float>{1, 2, 3, 3, 3, 1, 2, 3, 4, 5}));
+    EXPECT_TRUE(allClose(CumSum(0)(Tensor::fromVector({1}, std::vector<float>{4})), {4}));
+    EXPECT_TRUE(
+        allClose(CumSum(0, CumSumOptions{.exclusive = true})(Tensor::fromVector({1}, std::vector<float>{4})), {0}));
+    EXPECT_TRUE(throwsShapeError([&] { CumSum(4, CumSumOptions{.name = "far"})(x); },
+                                 {"CumSum 'far'", "axis 4 is out of range for input [2, 5, 3, 8]"}));
+    EXPECT_TRUE(throwsShapeError([&] { count(Tensors{mask, mask}); }, {"expects 1 input tensor, got 2"}));
+    EXPECT_TRUE(throwsShapeError([&] { count(Tensor::zeros({2, 5}, DType::int32)); }, {"int32", "expected float32"}));
+    CumSum back(-1, CumSumOptions{.exclusive = true, .reverse = true, .name = "back"});
+    EXPECT_TRUE(
+        blueprintHas(back, {"\"classname\": \"CumSum\"", "\"axis\": -1", "\"exclusive\": true", "\"reverse\": true"}));
+    EXPECT_EQ(buildModule(back.blueprint())->blueprint().toJson(), back.blueprint().toJson());
 }
 
 // ArgMax/ArgMin along any axis against a loop over the lines (first index on ties; with
