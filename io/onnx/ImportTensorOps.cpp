@@ -117,6 +117,50 @@ void Importer::importGatherElements(const onnx::NodeProto& n, const Attributes& 
     return define(n, std::make_shared<GatherElements>(static_cast<int>(a.i("axis", 0))), dataInputs(n, {0, 1}));
 }
 
+// DepthToSpace (DCR: the block's rows, then its columns, then the channels; CRD: the
+// channels first, PyTorch's PixelShuffle at opset 11 on) and SpaceToDepth of [N, C, H, W]: a
+// Reshape to six dims, a Transpose and a Reshape back to four, as ONNX defines them. The
+// channels and the map known at import.
+void Importer::importDepthToSpace(const onnx::NodeProto& n, const Attributes& a) {
+    const bool toSpace = n.op_type() == "DepthToSpace";
+    if (toSpace) {
+        a.only({"blocksize", "mode"});
+    } else {
+        a.only({"blocksize"});
+    }
+    requireInputsImported(n);
+    if (rankOf(n, 0) != 4) throw Unsupported{"an input whose rank is not 4 ([N, C, H, W] is supported)"};
+    const int64_t b = a.i("blocksize", 0), c = dimOf(n, 0, 1), h = dimOf(n, 0, 2), w = dimOf(n, 0, 3);
+    if (b < 1) throw Unsupported{"blocksize " + std::to_string(b)};
+    if (c < 1 || h < 1 || w < 1) throw Unsupported{"channels and a map not known at import"};
+    const std::string mode = a.s("mode", "DCR");
+    if (mode != "DCR" && mode != "CRD") throw Unsupported{"mode " + mode + " (DCR and CRD are ONNX's)"};
+    std::vector<int64_t> split, perm, joined;
+    if (toSpace) {
+        if (c % (b * b) != 0) {
+            throw Unsupported{std::to_string(c) + " channels for blocksize " + std::to_string(b) + " (a multiple of " +
+                              std::to_string(b * b) + " is expected)"};
+        }
+        const int64_t out = c / (b * b);
+        split = mode == "DCR" ? std::vector<int64_t>{0, b, b, out, h, w} : std::vector<int64_t>{0, out, b, b, h, w};
+        perm = mode == "DCR" ? std::vector<int64_t>{0, 3, 4, 1, 5, 2} : std::vector<int64_t>{0, 1, 4, 2, 5, 3};
+        joined = {0, out, h * b, w * b};
+    } else {
+        if (h % b != 0 || w % b != 0) {
+            throw Unsupported{"a map of " + std::to_string(h) + " x " + std::to_string(w) + " for blocksize " +
+                              std::to_string(b) + " (multiples of it are expected)"};
+        }
+        split = {0, c, h / b, b, w / b, b};
+        perm = {0, 3, 5, 1, 2, 4};
+        joined = {0, c * b * b, h / b, w / b};
+    }
+    auto seq = std::make_shared<Sequential>();
+    seq->append(std::make_shared<Reshape>(Shape(split)))
+        .append(std::make_shared<Transpose>(perm))
+        .append(std::make_shared<Reshape>(Shape(joined)));
+    return define(n, seq, dataInputs(n, 1));
+}
+
 void Importer::importCumSum(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"exclusive", "reverse"});
     requireInputsImported(n);

@@ -22,6 +22,7 @@
 #include "modules/Cast.h"
 #include "modules/Identity.h"
 #include "modules/MulAddConst.h"
+#include "modules/Reshape.h"
 #include "modules/Tile.h"
 
 namespace tessera::onnx_io {
@@ -507,6 +508,69 @@ void Importer::importThresholdedRelu(const onnx::NodeProto& n, const Attributes&
     auto t = clipped(scaled(scaled(margin, 0x1p127f, "scaled"), 0x1p22f, "rescaled"), 0.0f, 1.0f, "step");
     auto y = tessera::node(std::make_shared<Mul>(), {x, t}, "kept");
     return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}), dataInputs(n, 1));
+}
+
+// OneHot(indices, depth, values [off, on]) of indices that are data: with i the index as a
+// float (a float index truncated toward zero, as ONNX casts it), plus depth where it is
+// negative, and c the position along the new axis (a constant), off + (on - off) relu(1 -
+// |i - c|): on at c = i, off elsewhere, exactly, and off at every position for an index
+// outside [-depth, depth). The indices get a dim of 1 at the axis, tiled depth times. Integer
+// values come back as int32.
+void Importer::importOneHot(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis"});
+    requireInputsImported(n);
+    if (isConstant(n.input(0))) throw Unsupported{"the indices are a constant (indices that are data are supported)"};
+    const int32_t type = elemTypeOf(n.input(0));
+    const bool floating =
+        type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16;
+    if (!floating && !isIntegerType(type)) {
+        throw Unsupported{"indices that are " + typeName(type) + " data (integer or float data is supported)"};
+    }
+    const float depthValue = requireScalar(n, 1, "the depth");
+    const auto depth = static_cast<int64_t>(depthValue);
+    if (depth < 1 || depth > (int64_t{1} << 24)) {
+        throw Unsupported{"a depth of " + std::to_string(depthValue) + " (1 to 2^24 is supported)"};
+    }
+    const Constant& values = requireConstant(n, 2, "the values");
+    const arrays::Array v = arrays::arrayOf(values);
+    if (v.v.size() != 2) throw Unsupported{"values holding " + std::to_string(v.v.size()) + " numbers (2: off, on)"};
+    const int64_t rank = rankOf(n, 0);
+    if (rank < 0) throw Unsupported{"indices whose rank is not known at import"};
+    int64_t axis = a.i("axis", -1);
+    axis = axis < 0 ? axis + rank + 1 : axis;
+    if (axis < 0 || axis > rank) throw Unsupported{"axis " + std::to_string(a.i("axis", -1)) + " out of range"};
+    // [..., 1 at the axis, ...]: the dims before it kept, those after it as known at import.
+    std::vector<int64_t> withAxis;
+    int unknown = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+        if (d == axis) withAxis.push_back(1);
+        const int64_t size = dimOf(n, 0, d);
+        withAxis.push_back(d < axis ? 0 : size >= 0 ? size : (++unknown, -1));
+    }
+    if (axis == rank) withAxis.push_back(1);
+    if (unknown > 1) throw Unsupported{"more than one dim of the indices after the axis not known at import"};
+    std::vector<int64_t> positionDims(static_cast<size_t>(rank + 1 - axis), 1);
+    positionDims[0] = depth;
+    std::vector<double> minusPosition(static_cast<size_t>(depth));
+    for (int64_t c = 0; c < depth; ++c) minusPosition[static_cast<size_t>(c)] = -static_cast<double>(c);
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "indices");
+    NodePtr i = x;
+    if (floating) i = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {i}, "truncated");
+    i = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {i}, "index");
+    auto negative = clipped(scaled(i, -1.0f, "minus"), 0.0f, 1.0f, "negative");
+    i = tessera::node(std::make_shared<Add>(), {i, scaled(negative, static_cast<float>(depth), "wrap")}, "wrapped");
+    i = tessera::node(std::make_shared<Reshape>(Shape(withAxis)), {i}, "with_axis");
+    i = tessera::node(std::make_shared<Tile>(static_cast<int>(axis), depth), {i}, "tiled");
+    auto offset =
+        affineOf(i, number(1.0), arrays::Array{arrays::Kind::floating, positionDims, minusPosition}, "offset");
+    auto distance = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {offset}, "distance");
+    auto hot =
+        tessera::node(std::make_shared<Activation>(ActivationKind::relu),
+                      {tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {distance}, "closeness")}, "hot");
+    NodePtr y = affineOf(hot, number(v.v[1] - v.v[0]), number(v.v[0]), "one_hot");
+    if (values.isInt) y = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {y}, "integers");
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}), dataInputs(n, 1),
+                  {n.input(0)});
 }
 
 // Mean (element-wise) of data inputs: their Add (NumPy broadcasting, as Sum) times 1 / count.

@@ -177,11 +177,14 @@ private:
     void importReduceLogSumExp(const onnx::NodeProto& n, const Attributes& a);
     void importMaxMin(const onnx::NodeProto& n, const Attributes& a);
     void importMean(const onnx::NodeProto& n, const Attributes& a);
+    void importOneHot(const onnx::NodeProto& n, const Attributes& a);
     void importThresholdedRelu(const onnx::NodeProto& n, const Attributes& a);
     void importGatherElements(const onnx::NodeProto& n, const Attributes& a);
     // CumSum of float data, or of integer data between Casts to float and back (a mask's
     // running count: position ids); the axis a constant.
     void importCumSum(const onnx::NodeProto& n, const Attributes& a);
+    // DepthToSpace and SpaceToDepth: Reshape, Transpose, Reshape.
+    void importDepthToSpace(const onnx::NodeProto& n, const Attributes& a);
     void importHardmax(const onnx::NodeProto& n, const Attributes& a);
     void appendMaxOver(Sequential& seq, const onnx::NodeProto& n, const std::vector<int64_t>& axes, bool keep);
     /// Axes from 0 to rank - 1, sorted (none: every dim).

@@ -972,8 +972,9 @@ def test_losses_inside_a_model_import_from_pytorch_and_train(tmp_path):
     """A segmentation-style model that computes its own losses from labels given beside its
     input (F.cross_entropy with class weights and PyTorch's ignore_index -100 per position,
     F.nll_loss of log-sigmoids over a pooled head, weighted per sample by a vector indexed by
-    the labels counted from its end: ONNX's SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
-    and a Gather from a 1-D table by negative indices) imports, matches PyTorch's losses and input gradients at another
+    the labels counted from its end, and a cross-entropy with smoothed one-hot labels: ONNX's
+    SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, a Gather from a 1-D table by negative
+    indices and OneHot) imports, matches PyTorch's losses and input gradients at another
     batch and length than the export's, and trains by its own loss output."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
@@ -991,6 +992,8 @@ def test_losses_inside_a_model_import_from_pytorch_and_train(tmp_path):
             per_position = F.cross_entropy(scores, labels, weight=self.weight)  # ignore_index -100
             kind = F.nll_loss(F.logsigmoid(self.head(x.mean(2))), kinds, reduction="none")
             kind = (kind * self.kind_weight[kinds - 3]).sum()  # a Gather from a vector, indices -3 to -1
+            smoothed = 0.9 * F.one_hot(kinds, 3).float() + 0.1 / 3  # label smoothing written out
+            kind = kind - (smoothed * F.log_softmax(self.head(x.mean(2)), 1)).sum()
             return per_position + 0.1 * kind
 
     torch.manual_seed(3)
@@ -1003,7 +1006,7 @@ def test_losses_inside_a_model_import_from_pytorch_and_train(tmp_path):
                                     "kinds": {0: "batch"}})
     net = ts.importOnnx(path)
     ops = {node.op_type for node in pytest.importorskip("onnx").load(path).graph.node}
-    assert ops >= {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Gather"}, ops
+    assert ops >= {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Gather", "OneHot"}, ops
     net.trainMode()
     rng = np.random.default_rng(4)
     x = rng.standard_normal((3, 4, 9)).astype(np.float32)
@@ -1087,6 +1090,41 @@ def test_cumsum_position_ids_import_from_pytorch(tmp_path):
     back = ts.importOnnx(back_path)
     back.evalMode()
     np.testing.assert_allclose(back([ids, x])[0].numpy(), got, rtol=1e-6, atol=1e-6)
+
+
+def test_pixel_shuffle_imports_from_pytorch(tmp_path):
+    """A super-resolution net (ESPCN's sub-pixel convolution: nn.PixelShuffle, which PyTorch
+    exports as ONNX's DepthToSpace in CRD mode from opset 11) imports and matches PyTorch's
+    outputs and input gradients at another batch than the export's."""
+    torch = pytest.importorskip("torch")
+
+    class Upscaler(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = torch.nn.Conv2d(3, 16, 3, padding=1)
+            self.subpixel = torch.nn.Conv2d(16, 3 * 9, 3, padding=1)
+            self.shuffle = torch.nn.PixelShuffle(3)
+
+        def forward(self, x):
+            return self.shuffle(self.subpixel(torch.tanh(self.features(x))))
+
+    torch.manual_seed(2)
+    model = Upscaler()
+    path = str(tmp_path / "upscaler.onnx")
+    torch.onnx.export(model, torch.randn(1, 3, 5, 6), path, opset_version=13, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    ops = {node.op_type for node in pytest.importorskip("onnx").load(path).graph.node}
+    assert "DepthToSpace" in ops, ops
+    net = ts.importOnnx(path)
+    net.trainMode()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    dy = rng.standard_normal((2, 3, 15, 18)).astype(np.float32)
+    tx = torch.from_numpy(x).requires_grad_()
+    want = model(tx)
+    want.backward(torch.from_numpy(dy))
+    np.testing.assert_allclose(net(x).numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(net.backward(dy).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
