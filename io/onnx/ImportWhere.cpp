@@ -573,6 +573,81 @@ void Importer::importOneHot(const onnx::NodeProto& n, const Attributes& a) {
                   {n.input(0)});
 }
 
+// Floor, Ceil and Round (half to even) of float data, exactly, as a graph (their gradient is
+// 0, as PyTorch's is). floor(x) for |x| < 2^23: t - step(t - x) with t = x truncated toward
+// zero (Casts to int32 and back); from 2^23 on every float is a whole number, so x itself
+// (the input clipped to +-2^23 for the truncation, the two parts joined by the step of |x| -
+// 2^23). ceil(x) = -floor(-x). round(x) = f + step(r - 1/2) + [r == 1/2] odd(f) with f =
+// floor(x) and r = x - f (exact: x and f are within a factor of 2 beyond 1), odd(f) = f - 2
+// floor(f / 2). The steps are those of the comparisons of float data. NaN gives an
+// unspecified value (the clip takes it to a bound on some backends).
+void Importer::importRounding(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    requireInputsImported(n);
+    const int32_t type = elemTypeOf(n.input(0));
+    if (isConstant(n.input(0))) throw Unsupported{"input 0 is a constant (data is supported)"};
+    if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::FLOAT16 && type != onnx::TensorProto::BFLOAT16) {
+        throw Unsupported{"input 0 is " + typeName(type) + " data (float data is supported)"};
+    }
+    const std::string& op = n.op_type();
+    int part = 0;
+    auto name = [&](const char* what) {
+        std::string s = what;
+        s.append(std::to_string(part));
+        return s;
+    };
+    int steps = 0;
+    auto step = [&](const NodePtr& margin) { // 1 where margin > 0, else 0
+        auto stepName = [&](const char* what) {
+            std::string s = what;
+            s.append("_").append(std::to_string(steps));
+            return s;
+        };
+        ++steps;
+        return clipped(
+            scaled(scaled(margin, 0x1p127f, stepName("scaled").c_str()), 0x1p22f, stepName("rescaled").c_str()), 0.0f,
+            1.0f, stepName("step").c_str());
+    };
+    auto floorOf = [&](const NodePtr& v) {
+        ++part;
+        const float whole = 0x1p23f;
+        auto bounded = clipped(v, -whole, whole, name("bounded").c_str());
+        auto truncated = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32), {bounded}, name("int"));
+        auto t = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {truncated}, name("truncated"));
+        auto above = step(tessera::node(std::make_shared<Sub>(), {t, bounded}, name("excess")));
+        auto small = tessera::node(std::make_shared<Sub>(), {t, above}, name("small_floor"));
+        auto magnitude = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {v}, name("magnitude"));
+        auto large = step(tessera::node(std::make_shared<MulAddConst>(1.0f, -whole), {magnitude}, name("beyond")));
+        auto small_part = tessera::node(
+            std::make_shared<Mul>(),
+            {small, tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {large}, name("not_large"))},
+            name("small_part"));
+        auto large_part = tessera::node(std::make_shared<Mul>(), {v, large}, name("large_part"));
+        return tessera::node(std::make_shared<Add>(), {small_part, large_part}, name("floor"));
+    };
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    NodePtr y;
+    if (op == "Floor") {
+        y = floorOf(x);
+    } else if (op == "Ceil") {
+        y = scaled(floorOf(scaled(x, -1.0f, "negated")), -1.0f, "ceil");
+    } else {
+        auto f = floorOf(x);
+        auto r = tessera::node(std::make_shared<Sub>(), {x, f}, "fraction");
+        auto pastHalf = step(tessera::node(std::make_shared<MulAddConst>(1.0f, -0.5f), {r}, "past_half"));
+        auto fromHalf =
+            tessera::node(std::make_shared<Activation>(ActivationKind::abs),
+                          {tessera::node(std::make_shared<MulAddConst>(1.0f, -0.5f), {r}, "from_half")}, "distance");
+        auto tie = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {step(fromHalf)}, "tie");
+        auto half = floorOf(scaled(f, 0.5f, "half"));
+        auto odd = tessera::node(std::make_shared<Sub>(), {f, scaled(half, 2.0f, "even")}, "odd");
+        auto up = tessera::node(std::make_shared<Add>(),
+                                {pastHalf, tessera::node(std::make_shared<Mul>(), {tie, odd}, "tie_to_even")}, "up");
+        y = tessera::node(std::make_shared<Add>(), {f, up}, "round");
+    }
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}), dataInputs(n, 1));
+}
+
 // Mean (element-wise) of data inputs: their Add (NumPy broadcasting, as Sum) times 1 / count.
 void Importer::importMean(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});

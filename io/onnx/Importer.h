@@ -178,6 +178,8 @@ private:
     void importMaxMin(const onnx::NodeProto& n, const Attributes& a);
     void importMean(const onnx::NodeProto& n, const Attributes& a);
     void importOneHot(const onnx::NodeProto& n, const Attributes& a);
+    // Floor, Ceil, Round of float data: graphs of Casts, clips and steps (ImportWhere.cpp).
+    void importRounding(const onnx::NodeProto& n, const Attributes& a);
     void importThresholdedRelu(const onnx::NodeProto& n, const Attributes& a);
     void importGatherElements(const onnx::NodeProto& n, const Attributes& a);
     // CumSum of float data, or of integer data between Casts to float and back (a mask's

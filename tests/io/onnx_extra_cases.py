@@ -132,6 +132,7 @@ def main():
     reduction_forms(root)
     max_min_forms(root)
     cumsum_forms(root)
+    rounding_forms(root)
     attention_forms(root, save, value)
 
 
@@ -572,6 +573,19 @@ def cumsum_forms(root):
     g = helper.make_graph(nodes, "position_ids", [helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", 5])],
                           [helper.make_tensor_value_info("positions", TensorProto.INT64, ["N", 5])], inits)
     save(root, "cumsum_position_ids_from_a_mask", g, [mask], [np.cumsum(mask, 1) * mask + 1], 13)
+
+
+def rounding_forms(root):
+    """Floor, Ceil and Round (half to even) of data at the values that test them: halves of
+    each sign and parity, values one ulp from a half and from a whole number, whole numbers
+    from 2^22 to 2^24 (halves and odd numbers among them), and magnitudes far past int32."""
+    x = np.array([0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999997, -0.49999997, 0.50000006, 3.9999998, -3.0000002,
+                  -3.0, 0.0, -0.0, 2 ** 22 + 0.5, -(2 ** 22) - 1.5, 2 ** 23, 2 ** 23 + 1, -(2 ** 23) - 3, 2 ** 24 + 2,
+                  1e30, -1e30, 3e38, -3e38, 1e-30, -1e-30, 7.25, -7.75], np.float32).reshape(4, 7)
+    nodes = [helper.make_node(op, ["x"], [op.lower()]) for op in ("Floor", "Ceil", "Round")]
+    g = helper.make_graph(nodes, "rounding", [value("x", ["N", 7])],
+                          [value(op, ["N", 7]) for op in ("floor", "ceil", "round")])
+    save(root, "floor_ceil_round_at_halves_and_far", g, [x], [np.floor(x), np.ceil(x), np.round(x)], 13)
 
 
 def max_min_forms(root):
