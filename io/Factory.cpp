@@ -63,6 +63,7 @@
 #include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
+#include "modules/TopK.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 
@@ -569,6 +570,12 @@ const std::map<std::string, Row>& table() {
                  return std::make_shared<CumSum>(
                      static_cast<int>(a.i("axis")),
                      CumSumOptions{.exclusive = a.b("exclusive"), .reverse = a.b("reverse"), .name = a.name()});
+             }},
+            {"TopK", "k, axis=-1, largest=True, sorted=True, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<TopK>(
+                     a.i("k"), static_cast<int>(a.i("axis")),
+                     TopKOptions{.largest = a.b("largest"), .sorted = a.b("sorted"), .name = a.name()});
              }},
             {"KMaxPool", "topk, axis, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -72,6 +72,7 @@
 #include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
+#include "modules/TopK.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 

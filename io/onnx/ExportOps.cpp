@@ -114,6 +114,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"ReduceSum", &Exporter::emitReduceSum},
         {"GatherElements", &Exporter::emitGatherElements},
         {"CumSum", &Exporter::emitCumSum},
+        {"TopK", &Exporter::emitTopK},
         {"Replicate", &Exporter::emitReplicate},
         {"Reshape", &Exporter::emitReshape},
         {"Slice", &Exporter::emitSlice},
@@ -536,6 +537,21 @@ void Exporter::emitArgMax(const Layer& l) {
     attr(n, "keepdims", int64_t{arg->keepDims() ? 1 : 0});
     if (arg->lastIndex()) attr(n, "select_last_index", int64_t{1});
     attr(node("Cast", {indices}, out, path + "_int32"), "to", static_cast<int64_t>(onnx::TensorProto::INT32));
+}
+
+// TopK (opset 11: largest, sorted): ONNX's positions are int64, Tessera's int32 (a Cast to
+// int32 after, as for ArgMax).
+void Exporter::emitTopK(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    if (opset_ < 11) throw Unsupported{"TopK needs opset 11 or later (exporting at " + std::to_string(opset_) + ")"};
+    const std::string indices = valueName(path + "_int64");
+    onnx::NodeProto* n = node("TopK", {in[0], initInts(path + ".k", {schemeInt(bp, "k", 1)})}, {out[0], indices}, path);
+    const auto rank = static_cast<int64_t>(inShapes[0].rank());
+    const int64_t axis = schemeInt(bp, "axis", -1);
+    attr(n, "axis", axis < 0 ? axis + rank : axis);
+    attr(n, "largest", int64_t{schemeBool(bp, "largest") ? 1 : 0});
+    attr(n, "sorted", int64_t{schemeBool(bp, "sorted") ? 1 : 0});
+    attr(node("Cast", {indices}, {out[1]}, path + "_int32"), "to", static_cast<int64_t>(onnx::TensorProto::INT32));
 }
 
 // Dropout

@@ -52,6 +52,7 @@
 #include "modules/SpatialTf.h"
 #include "modules/Split.h"
 #include "modules/Tile.h"
+#include "modules/TopK.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 
@@ -153,6 +154,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Tanh", &Importer::importPlainActivation},
         {"ThresholdedRelu", &Importer::importThresholdedRelu},
         {"Tile", &Importer::importTile},
+        {"TopK", &Importer::importTopK},
         {"Transpose", &Importer::importTranspose},
         {"Trilu", &Importer::importTrilu},
         {"Unsqueeze", &Importer::importSqueeze},
@@ -384,6 +386,20 @@ void Importer::importArgMax(const onnx::NodeProto& n, const Attributes& a) {
     if (n.op_type() == "ArgMin")
         return define(n, std::make_shared<ArgMin>(static_cast<int>(axis), options), dataInputs(n, 1));
     return define(n, std::make_shared<ArgMax>(static_cast<int>(axis), options), dataInputs(n, 1));
+}
+
+// TopK: Tessera's TopK (its positions int32 where ONNX has int64); k a constant (an input
+// from opset 10, an attribute before).
+void Importer::importTopK(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis", "largest", "sorted", "k"});
+    requireInputsImported(n);
+    if (isConstant(n.input(0))) throw Unsupported{"input 0 is a constant (data is supported)"};
+    int64_t k = a.i("k", -1);
+    if (opset_ >= 10) k = static_cast<int64_t>(requireScalar(n, 1, "k"));
+    if (k < 1) throw Unsupported{"k = " + std::to_string(k) + " (at least 1 is supported)"};
+    const TopKOptions options{.largest = a.i("largest", 1) != 0, .sorted = a.i("sorted", 1) != 0};
+    return define(n, std::make_shared<TopK>(k, static_cast<int>(a.i("axis", -1)), options), dataInputs(n, 1),
+                  {n.input(0)});
 }
 
 // Neg: -x, an affine map (MulAddConst(-1)).

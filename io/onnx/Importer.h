@@ -200,6 +200,7 @@ private:
     void importReshape(const onnx::NodeProto& n, const Attributes& a);
     void importSoftmax(const onnx::NodeProto& n, const Attributes& a);
     void importArgMax(const onnx::NodeProto& n, const Attributes& a);
+    void importTopK(const onnx::NodeProto& n, const Attributes& a);
     void importSplit(const onnx::NodeProto& n, const Attributes& a);
     void importSqueeze(const onnx::NodeProto& n, const Attributes& a);
     void importTile(const onnx::NodeProto& n, const Attributes& a);

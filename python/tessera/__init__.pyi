@@ -1695,6 +1695,21 @@ class ToList(Module):
     """
     def __init__(self, count: int = ..., name: str | None = ...) -> None: ...
 
+class TopK(Module):
+    """
+    TopK(k, axis=-1, largest=True, sorted=True, name=None)
+
+    Tessera's TopK (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        k: how many values each line keeps
+        axis: the dim the values are chosen along
+        largest: the largest values (False: the smallest)
+        sorted: from the largest (smallest) on; False: in the order they appear
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, k: Any, axis: int | Sequence[int] = ..., largest: bool = ..., sorted: bool = ..., name: str | None = ...) -> None: ...
+
 class Transpose(Module):
     """
     Transpose(axes, name=None)

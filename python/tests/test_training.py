@@ -1127,6 +1127,62 @@ def test_pixel_shuffle_imports_from_pytorch(tmp_path):
     np.testing.assert_allclose(net.backward(dy).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_top_k_routing_imports_from_pytorch(tmp_path):
+    """A mixture of experts' top-2 routing (torch.topk of the gate's logits: ONNX's TopK, its
+    values softmaxed, its positions made one-hot to weight the experts) and the smallest
+    values of each row (largest=False) import and match PyTorch's outputs, positions and input
+    gradients at another batch than the export's, and export back to the same outputs."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+
+    class Mixture(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = torch.nn.Linear(8, 6)
+            self.experts = torch.nn.Linear(8, 6 * 4)
+
+        def forward(self, x):
+            weights, chosen = torch.topk(self.gate(x), 2, dim=-1)  # [N, T, 2]
+            gates = (F.one_hot(chosen, 6).float() * F.softmax(weights, -1)[..., None]).sum(-2)  # [N, T, 6]
+            outputs = self.experts(x).view(x.shape[0], x.shape[1], 6, 4)
+            mixed = (gates[..., None] * outputs).sum(2)  # [N, T, 4]
+            lowest, _ = torch.topk(mixed, 2, dim=1, largest=False)  # [N, 2, 4]
+            return mixed, lowest, chosen
+
+    torch.manual_seed(4)
+    model = Mixture()
+    path = str(tmp_path / "mixture.onnx")
+    torch.onnx.export(model, torch.randn(2, 5, 8), path, opset_version=13, input_names=["x"],
+                      output_names=["mixed", "lowest", "chosen"],
+                      dynamic_axes={"x": {0: "batch"}, "mixed": {0: "batch"}, "lowest": {0: "batch"},
+                                    "chosen": {0: "batch"}})
+    ops = [node.op_type for node in pytest.importorskip("onnx").load(path).graph.node]
+    assert ops.count("TopK") == 2, ops
+    net = ts.importOnnx(path)
+    assert sum(n.module.classname == "TopK" for n in net.nodes()) == 2
+    net.trainMode()
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+    dmixed = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    dlowest = rng.standard_normal((3, 2, 4)).astype(np.float32)
+    tx = torch.from_numpy(x).requires_grad_()
+    mixed, lowest, chosen = model(tx)
+    (mixed * torch.from_numpy(dmixed)).sum().backward(retain_graph=True)
+    (lowest * torch.from_numpy(dlowest)).sum().backward()
+    got = [t.numpy().copy() for t in net([x])]
+    np.testing.assert_allclose(got[0], mixed.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], lowest.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[2], chosen.numpy())
+    dx = net.backward([dmixed, dlowest, np.zeros(got[2].shape, np.float32)])[0].numpy()
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, [x.shape], back_path)
+    back = ts.importOnnx(back_path)
+    back.evalMode()
+    for want, have in zip(got, back([x])):
+        np.testing.assert_array_equal(have.numpy(), want)
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

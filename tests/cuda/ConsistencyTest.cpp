@@ -69,6 +69,7 @@
 #include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
+#include "modules/TopK.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 #include "training/CTC.h"
@@ -260,6 +261,8 @@ TEST(CudaConsistency, EveryModule) {
         {"KMaxPool", make<KMaxPool>(2, -1), {{2, 3, 7}}},
         {"GatherElements", make<GatherElements>(1), {{2, 7, 5}, {2, 9, 5}}, 1e-4, 0, true, 0, 7},
         {"CumSum", make<CumSum>(1), {{2, 37, 5}}, 1e-4},
+        {"TopK", make<TopK>(5, 1), {{2, 37, 5}}, 1e-6},
+        {"TopK smallest unsorted", make<TopK>(3, -1, TopKOptions{.largest = false, .sorted = false}), {{4, 3, 20}}, 1e-6},
         {"CumSum exclusive reverse", make<CumSum>(-1, CumSumOptions{.exclusive = true, .reverse = true}), {{3, 4, 9}},
          1e-4},
         {"BatchNorm1D", make<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f}), {{4, 5, 6}}, 1e-3},

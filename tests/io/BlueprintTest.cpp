@@ -62,6 +62,7 @@
 #include "modules/SubtractMean.h"
 #include "modules/Tile.h"
 #include "modules/ToList.h"
+#include "modules/TopK.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 
@@ -127,6 +128,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<KMaxPool>(2, -1),
         std::make_shared<GatherElements>(-2, "take"),
         std::make_shared<CumSum>(-1, CumSumOptions{.exclusive = true, .reverse = true, .name = "running"}),
+        std::make_shared<TopK>(2, 1, TopKOptions{.largest = false, .sorted = false, .name = "best"}),
         std::make_shared<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f, .minFactor = 0.2f}),
         std::make_shared<BatchNorm2D>(5),
         std::make_shared<BatchNorm3D>(5),

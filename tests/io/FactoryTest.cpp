@@ -47,6 +47,7 @@
 #include "modules/SpatialTf.h"
 #include "modules/SubtractMean.h"
 #include "modules/ToList.h"
+#include "modules/TopK.h"
 #include "modules/Upsample.h"
 
 namespace tessera {
@@ -174,6 +175,7 @@ std::map<std::string, Case> cases() {
         {"ReduceSum", {scheme("ReduceSum", {}), [] { return std::make_shared<ReduceSum>(); }}},
         {"GatherElements", {scheme("GatherElements", {}), [] { return std::make_shared<GatherElements>(); }}},
         {"CumSum", {scheme("CumSum", {}), [] { return std::make_shared<CumSum>(); }}},
+        {"TopK", {scheme("TopK", {{"k", three}}), [] { return std::make_shared<TopK>(3); }}},
         {"ArgMax", {scheme("ArgMax", {}), [] { return std::make_shared<ArgMax>(); }}},
         {"ArgMin", {scheme("ArgMin", {}), [] { return std::make_shared<ArgMin>(); }}},
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},

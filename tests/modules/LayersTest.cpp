@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "GradCheck.h"
+#include "containers/Graph.h"
 #include "io/Factory.h"
 #include "io/Hdf5.h"
 #include "modules/Activation.h"
@@ -16,6 +17,7 @@
 #include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/GroupLinear.h"
+#include "modules/Identity.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
 #include "modules/NoiseInjector.h"
@@ -24,6 +26,7 @@
 #include "modules/Pow.h"
 #include "modules/Reduce.h"
 #include "modules/Tile.h"
+#include "modules/TopK.h"
 #include "modules/Transpose.h"
 #include "modules/Upsample.h"
 
@@ -1047,6 +1050,96 @@ TEST(CumSum, ReferenceGradientShapeBadInput) {
     EXPECT_TRUE(
         blueprintHas(back, {"\"classname\": \"CumSum\"", "\"axis\": -1", "\"exclusive\": true", "\"reverse\": true"}));
     EXPECT_EQ(buildModule(back.blueprint())->blueprint().toJson(), back.blueprint().toJson());
+}
+
+// ---- TopK ------------------------------------------------------------------------------
+
+// The k largest or smallest values of each line along any axis and their positions, sorted
+// (ties in the order they appear) or in the order they appear, against a stable sort of each
+// line; infinities; the gradient, shapes and bad input.
+TEST(TopK, ReferenceGradientShapeBadInput) {
+    const int64_t dims[3] = {2, 9, 4};
+    std::vector<float> xs = randomTensor({2, 9, 4}, 41, -3.0f, 3.0f).toVector<float>();
+    for (size_t i = 0; i < xs.size(); i += 3) xs[i] = std::round(xs[i]); // ties
+    xs[5] = INFINITY;
+    xs[11] = -INFINITY;
+    const Tensor x = Tensor::fromVector({2, 9, 4}, xs);
+    for (int axis : {1, -1, 0}) {
+        for (int mode = 0; mode < 4; ++mode) {
+            const bool largest = mode % 2 == 0, sorted = mode < 2;
+            const int a = axis < 0 ? axis + 3 : axis;
+            const int64_t k = a == 0 ? 2 : 3;
+            SCOPED_TRACE(std::to_string(axis) + (largest ? " largest" : " smallest") + (sorted ? " sorted" : ""));
+            int64_t inner = 1, outer = 1;
+            for (int d = a + 1; d < 3; ++d) inner *= dims[d];
+            for (int d = 0; d < a; ++d) outer *= dims[d];
+            std::vector<float> wantV;
+            std::vector<int32_t> wantP;
+            for (int64_t o = 0; o < outer; ++o) {
+                std::vector<std::vector<std::pair<float, int32_t>>> lines(static_cast<size_t>(inner));
+                for (int64_t i = 0; i < inner; ++i) {
+                    std::vector<std::pair<float, int32_t>> line;
+                    for (int64_t j = 0; j < dims[a]; ++j) {
+                        line.emplace_back(xs[static_cast<size_t>((o * dims[a] + j) * inner + i)],
+                                          static_cast<int32_t>(j));
+                    }
+                    std::stable_sort(line.begin(), line.end(), [&](const auto& p, const auto& q) {
+                        return largest ? p.first > q.first : p.first < q.first;
+                    });
+                    line.resize(static_cast<size_t>(k));
+                    if (!sorted) {
+                        std::sort(line.begin(), line.end(),
+                                  [](const auto& p, const auto& q) { return p.second < q.second; });
+                    }
+                    lines[static_cast<size_t>(i)] = line;
+                }
+                for (int64_t j = 0; j < k; ++j) {
+                    for (int64_t i = 0; i < inner; ++i) {
+                        wantV.push_back(lines[static_cast<size_t>(i)][static_cast<size_t>(j)].first);
+                        wantP.push_back(lines[static_cast<size_t>(i)][static_cast<size_t>(j)].second);
+                    }
+                }
+            }
+            TopK top(k, axis, TopKOptions{.largest = largest, .sorted = sorted, .name = "top"});
+            const Tensors y = top(Tensors{x});
+            ASSERT_EQ(y.size(), 2u);
+            std::vector<int64_t> ys = {2, 9, 4};
+            ys[static_cast<size_t>(a)] = k;
+            EXPECT_EQ(y[0].shape(), Shape(ys));
+            EXPECT_EQ(y[1].dtype(), DType::int32);
+            EXPECT_EQ(y[0].toVector<float>(), wantV);
+            EXPECT_EQ(y[1].toVector<int32_t>(), wantP);
+            // dx: dy at the chosen positions.
+            const Tensor dy = randomTensor(Shape(ys), 43);
+            const std::vector<float> dys = dy.toVector<float>();
+            std::vector<float> want(xs.size(), 0.0f);
+            for (int64_t o = 0; o < outer; ++o)
+                for (int64_t j = 0; j < k; ++j)
+                    for (int64_t i = 0; i < inner; ++i) {
+                        const size_t at = static_cast<size_t>((o * k + j) * inner + i);
+                        want[static_cast<size_t>((o * dims[a] + wantP[at]) * inner + i)] += dys[at];
+                    }
+            const Tensors dx = top.backward(Tensors{dy, Tensor::zeros(Shape(ys))});
+            EXPECT_TRUE(allClose(dx[0], want, 0.0f));
+        }
+    }
+    const Tensor smooth = randomTensor({3, 7, 2}, 44);
+    TopK best(3, 1);
+    // The numerical checks read float outputs: the values, through a graph that takes them.
+    auto in = node(std::make_shared<Identity>("in"));
+    auto chosen = node(std::make_shared<TopK>(3, 1), in, "chosen");
+    Graph values({in}, {node(std::make_shared<Identity>(), Parents{Parent(chosen, 0)}, "values")});
+    EXPECT_TRUE(checkGradients(values, {smooth}));
+    EXPECT_TRUE(checkShapes(values, {smooth}));
+    EXPECT_THROW(TopK(0), ModuleError);
+    EXPECT_TRUE(throwsShapeError([&] { TopK(10, 1, TopKOptions{.name = "many"})(Tensors{smooth}); },
+                                 {"TopK 'many'", "7 values along axis 1, fewer than k = 10"}));
+    EXPECT_TRUE(throwsShapeError([&] { best(Tensors{smooth, smooth}); }, {"expects 1 input tensor, got 2"}));
+    EXPECT_TRUE(throwsShapeError([&] { TopK(1, 3)(Tensors{smooth}); }, {"axis 3 is out of range"}));
+    EXPECT_TRUE(throwsShapeError([&] { best(Tensors{Tensor::zeros({3, 7, 2}, DType::int32)}); }, {"int32"}));
+    TopK low(2, 0, TopKOptions{.largest = false, .sorted = false, .name = "low"});
+    EXPECT_TRUE(blueprintHas(low, {"\"classname\": \"TopK\"", "\"k\": 2", "\"largest\": false", "\"sorted\": false"}));
+    EXPECT_EQ(buildModule(low.blueprint())->blueprint().toJson(), low.blueprint().toJson());
 }
 
 // ArgMax/ArgMin along any axis against a loop over the lines (first index on ties; with
