@@ -58,6 +58,19 @@ NodePtr scaled(const NodePtr& x, float a, const char* name) {
     return tessera::node(std::make_shared<MulAddConst>(a, 0.0f), {x}, name);
 }
 
+// 1 where `margin` is above 0, else 0, as the comparisons of float data take it: the margin
+// scaled past 1 (by 2^127, then by 2^22 for a denormal margin on a device that keeps them)
+// and clipped to [0, 1]. Its nodes are named scaled, rescaled and step, then `suffix`.
+NodePtr stepOf(const NodePtr& margin, const std::string& suffix = {}) {
+    auto named = [&](const char* what) {
+        std::string s = what;
+        s.append(suffix);
+        return s;
+    };
+    return clipped(scaled(scaled(margin, 0x1p127f, named("scaled").c_str()), 0x1p22f, named("rescaled").c_str()), 0.0f,
+                   1.0f, named("step").c_str());
+}
+
 // f of each value of a
 template <typename F> arrays::Array mapped(const arrays::Array& a, F f) {
     arrays::Array out{arrays::Kind::floating, a.dims, {}};
@@ -347,7 +360,7 @@ void Importer::importMaskOp(const onnx::NodeProto& n, const Attributes& a) {
                          "difference");
         }
         if (op == "Equal") y = activation(y, ActivationKind::abs, "distance");
-        y = clip01(scaled(scaled(y, 0x1p127f, "scaled"), 0x1p22f, "rescaled"));
+        y = stepOf(y);
         if (negated) y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {y}, "not");
     } else if (op == "Not") {
         y = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {values[0]}, "not");
@@ -455,14 +468,6 @@ void Importer::importMaxMin(const onnx::NodeProto& n, const Attributes& a) {
         return s;
     };
     auto name = [&](const char* what) { return named(what, step); };
-    // t: 1 where the margin is above 0 (scaled past 1, clipped), as the float comparisons take it.
-    auto stepOf = [&](const NodePtr& margin) {
-        const NodePtr big = tessera::node(std::make_shared<MulAddConst>(0x1p127f, 0.0f), {margin}, name("scaled"));
-        const NodePtr bigger = tessera::node(std::make_shared<MulAddConst>(0x1p22f, 0.0f), {big}, name("rescaled"));
-        return tessera::node(
-            std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = 0.0f, .max = 1.0f}), {bigger},
-            name("step"));
-    };
     auto keptPart = [&](const NodePtr& t) { // m (1 - t)
         const NodePtr notT = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {t}, name("not"));
         return tessera::node(std::make_shared<Mul>(), {m, notT}, name("kept"));
@@ -479,7 +484,7 @@ void Importer::importMaxMin(const onnx::NodeProto& n, const Attributes& a) {
         }
         ++step;
         const NodePtr margin = tessera::node(std::make_shared<Sub>(), {isMax ? v : m, isMax ? m : v}, name("margin"));
-        const NodePtr t = stepOf(margin);
+        const NodePtr t = stepOf(margin, std::to_string(step));
         const NodePtr taken = tessera::node(std::make_shared<Mul>(), {v, t}, name("taken"));
         m = tessera::node(std::make_shared<Add>(), {taken, keptPart(t)}, name("max"));
     }
@@ -488,7 +493,7 @@ void Importer::importMaxMin(const onnx::NodeProto& n, const Attributes& a) {
         const NodePtr margin =
             isMax ? affineOf(m, number(-1.0), c, name("margin").c_str())
                   : affineOf(m, number(1.0), mapped(c, [](double x) { return -x; }), name("margin").c_str());
-        const NodePtr t = stepOf(margin);
+        const NodePtr t = stepOf(margin, std::to_string(step));
         const NodePtr taken = affineOf(t, c, number(0.0), name("taken").c_str());
         m = tessera::node(std::make_shared<Add>(), {taken, keptPart(t)}, name("max"));
     }
@@ -505,7 +510,7 @@ void Importer::importThresholdedRelu(const onnx::NodeProto& n, const Attributes&
     const float alpha = a.f("alpha", 1.0f);
     auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
     auto margin = affineOf(x, number(1.0), number(-static_cast<double>(alpha)), "margin");
-    auto t = clipped(scaled(scaled(margin, 0x1p127f, "scaled"), 0x1p22f, "rescaled"), 0.0f, 1.0f, "step");
+    auto t = stepOf(margin);
     auto y = tessera::node(std::make_shared<Mul>(), {x, t}, "kept");
     return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}), dataInputs(n, 1));
 }
@@ -598,15 +603,9 @@ void Importer::importRounding(const onnx::NodeProto& n, const Attributes& a) {
     };
     int steps = 0;
     auto step = [&](const NodePtr& margin) { // 1 where margin > 0, else 0
-        auto stepName = [&](const char* what) {
-            std::string s = what;
-            s.append("_").append(std::to_string(steps));
-            return s;
-        };
-        ++steps;
-        return clipped(
-            scaled(scaled(margin, 0x1p127f, stepName("scaled").c_str()), 0x1p22f, stepName("rescaled").c_str()), 0.0f,
-            1.0f, stepName("step").c_str());
+        std::string suffix = "_";
+        suffix.append(std::to_string(++steps));
+        return stepOf(margin, suffix);
     };
     auto floorOf = [&](const NodePtr& v) {
         ++part;
