@@ -7,6 +7,7 @@
 #include "containers/Fusion.h"
 #include "modules/Identity.h"
 #include "modules/Reshape.h"
+#include "modules/Slice.h"
 #include "modules/Tile.h"
 
 namespace tessera {
@@ -274,8 +275,8 @@ size_t Graph::outputCount() const {
 void Graph::checkDataShape(const Shapes& inShapes) const { requireCount(inShapes, inputs_.size(), "input"); }
 
 namespace {
-// A node's module checks `dtype`; an Identity (a graph's named input, say), a Reshape or a
-// Tile passes it on to the children that take it as their only input, so that an Embedder
+// A node's module checks `dtype`; an Identity (a graph's named input, say), a Reshape, a
+// Tile or a Slice passes it on to the children that take it as their only input, so that an Embedder
 // behind them refuses float ids, and a Cast of int32 a float mask, before any data flows;
 // and to the input of a graph child that it feeds (a graph of several inputs, the others
 // computed: an imported loss's targets). Errors start with `path` (the nodes passed through).
@@ -288,9 +289,10 @@ void checkNodeDataType(const Node& n, DType dtype, const std::string& path) {
             rethrowWithContext(path + ": ");
         }
     }
-    const bool tile = dynamic_cast<const Tile*>(&m) != nullptr;
-    if (!dynamic_cast<const Identity*>(&m) && !dynamic_cast<const Reshape*>(&m) && !tile) return;
-    const DType next = tile && dtype != DType::int32 ? DType::float32 : dtype; // a Tile computes in float32
+    const bool copies = dynamic_cast<const Tile*>(&m) != nullptr || dynamic_cast<const Slice*>(&m) != nullptr;
+    if (!dynamic_cast<const Identity*>(&m) && !dynamic_cast<const Reshape*>(&m) && !copies) return;
+    // A Tile or a Slice computes float data in float32.
+    const DType next = copies && dtype != DType::int32 ? DType::float32 : dtype;
     for (const Edge& e : n.fwds()) {
         if (e.slots.size() != 1) continue;
         if (e.node->bwds().size() == 1) {
@@ -320,7 +322,9 @@ void Graph::checkDataType(const std::vector<DType>& dtypes) const {
     // together (GatherElements refuses float positions beside its data).
     auto passedOn = [](const Module& m, DType t) -> std::optional<DType> { // what a pass-through node gives
         if (dynamic_cast<const Identity*>(&m) || dynamic_cast<const Reshape*>(&m)) return t;
-        if (dynamic_cast<const Tile*>(&m)) return t == DType::int32 ? t : DType::float32;
+        if (dynamic_cast<const Tile*>(&m) || dynamic_cast<const Slice*>(&m)) {
+            return t == DType::int32 ? t : DType::float32;
+        }
         return std::nullopt;
     };
     std::unordered_map<const Node*, DType> known;

@@ -565,6 +565,10 @@ const std::map<std::string, Row>& table() {
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<GatherElements>(static_cast<int>(a.i("axis")), a.name());
              }},
+            {"ScatterElements", "axis=0, add=False, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 return std::make_shared<ScatterElements>(static_cast<int>(a.i("axis")), a.b("add"), a.name());
+             }},
             {"CumSum", "axis=0, exclusive=False, reverse=False, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<CumSum>(

@@ -55,4 +55,83 @@ Blueprint GatherElements::blueprint() const {
     return bp;
 }
 
+ScatterElements::ScatterElements(int axis, bool add, std::string name)
+    : Module(std::move(name)), axis_(axis), add_(add) {}
+
+void ScatterElements::checkDataShape(const Shapes& inShapes) const {
+    requireCount(inShapes, 3, "input");
+    const Shape &x = inShapes[0], &idx = inShapes[1], &u = inShapes[2];
+    const int a = axis::normalize(axis_, x.rank());
+    if (a < 0) throw shapeError("axis " + std::to_string(axis_) + " is out of range for input " + x.str());
+    bool same = idx.rank() == x.rank();
+    for (size_t d = 0; same && d < x.rank(); ++d) same = static_cast<int>(d) == a || idx[d] == x[d];
+    if (!same) {
+        throw shapeError("positions " + idx.str() + " must have the dims of input " + x.str() + " but along axis " +
+                         std::to_string(axis_));
+    }
+    if (u != idx) throw shapeError("updates " + u.str() + " must have the positions' shape " + idx.str());
+}
+
+void ScatterElements::checkDataType(const std::vector<DType>& dtypes) const {
+    for (size_t k : {size_t{0}, size_t{2}}) {
+        if (k < dtypes.size() && !isFloating(dtypes[k])) {
+            throw shapeError("input " + std::to_string(k) + " has dtype " + tessera::str(dtypes[k]) +
+                             ", expected float32, bfloat16 or float16");
+        }
+    }
+    if (dtypes.size() > 1 && dtypes[1] != DType::int32) {
+        throw shapeError("the positions (input 1) have dtype " + tessera::str(dtypes[1]) + ", expected int32");
+    }
+}
+
+Shapes ScatterElements::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
+
+Tensor ScatterElements::untouched(const Tensor& idx, const Shape& dataShape, int a) const {
+    Backend& be = backendOf(idx);
+    Tensor hits = Tensor::zeros(dataShape, DType::float32, idx.device());
+    be.scatterAddAxis(axis::lines(Tensor::full(idx.shape(), 1.0f, idx.device()), a), axis::lines(idx, a),
+                      axis::lines(hits, a));
+    be.activationForward(ActivationParams{ActivationKind::clip, 0.0f, 1.0f}, hits, hits);
+    be.affine(hits, -1.0f, 1.0f, hits);
+    return hits;
+}
+
+Tensors ScatterElements::updateData(const Tensors& data) {
+    const Tensor x = data[0].plain(), u = data[2].plain();
+    const Tensor& idx = data[1];
+    const int a = axis::normalize(axis_, x.shape().rank());
+    Backend& be = backendOf(x);
+    Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
+    if (add_) {
+        be.copy(x, y);
+    } else {
+        be.mul(x, untouched(idx, x.shape(), a), y);
+    }
+    be.scatterAddAxis(axis::lines(u, a), axis::lines(idx, a), axis::lines(y, a));
+    return {y};
+}
+
+Tensors ScatterElements::updateGrad(const Tensors& grad) {
+    const Tensor dy = grad[0].plain();
+    const Tensor& idx = inDataList()[1];
+    const int a = axis::normalize(axis_, dy.shape().rank());
+    Backend& be = backendOf(dy);
+    Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());
+    if (add_) {
+        be.copy(dy, dx);
+    } else {
+        be.mul(dy, untouched(idx, dy.shape(), a), dx);
+    }
+    Tensor du = Tensor::empty(idx.shape(), DType::float32, dy.device());
+    be.gatherAxis(axis::lines(dy, a), axis::lines(idx, a), axis::lines(du, a));
+    return {dx, Tensor(), du};
+}
+
+Blueprint ScatterElements::blueprint() const {
+    Blueprint bp = Module::blueprint();
+    bp.scheme.emplace_back("axis", static_cast<int64_t>(axis_));
+    bp.scheme.emplace_back("add", add_);
+    return bp;
+}
+
 } // namespace tessera

@@ -1,5 +1,6 @@
 #pragma once
-/// \file GatherElements: values taken along an axis at positions given as data.
+/// \file GatherElements: values taken along an axis at positions given as data;
+/// ScatterElements: values put there.
 
 #include "modules/Module.h"
 
@@ -35,6 +36,45 @@ protected:
 
 private:
     int axis_;
+};
+
+/// [data, idx, updates] -> y: data's shape, data with updates[..., j, ...] put at
+/// [..., idx[..., j, ...], ...] along `axis` (negative from the end): PyTorch's
+/// x.scatter(axis, idx, src) (`add`: x.scatter_add(axis, idx, src)) and ONNX's
+/// ScatterElements. idx: int32 of data's rank and dims but along the axis, where it holds
+/// positions in [0, A) (one outside is a ShapeError naming it when the layer runs); updates:
+/// float of idx's shape. Without `add`, a position given twice takes the sum of its updates
+/// (ONNX leaves it undefined, PyTorch takes one). dx: dy where nothing was put (everywhere
+/// with `add`); dupdates: dy at the positions; the positions get no gradient.
+class ScatterElements : public Module {
+public:
+    explicit ScatterElements(int axis = 0, bool add = false, std::string name = {});
+    std::string classname() const override { return "ScatterElements"; }
+    int axis() const { return axis_; }
+    bool add() const { return add_; }
+    using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
+    Shapes dataShapeFrom(const Shapes& inShapes) const override { return {inShapes[0]}; }
+    /// The inputs' shapes from the last dataShapeFrom / forward.
+    Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
+    /// Three inputs of one rank with the axis: idx and updates of one shape, data's but
+    /// along the axis.
+    void checkDataShape(const Shapes& inShapes) const override;
+    /// Float data and updates (16-bit types as float32 copies), int32 idx.
+    void checkDataType(const std::vector<DType>& dtypes) const override;
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>&, Device) const override {
+        return {DType::float32};
+    }
+    Blueprint blueprint() const override;
+
+protected:
+    Tensors updateData(const Tensors& data) override;
+    Tensors updateGrad(const Tensors& grad) override;
+
+private:
+    /// 1 where nothing is put, 0 at the positions (data's shape, as lines along the axis).
+    Tensor untouched(const Tensor& idx, const Shape& dataShape, int a) const;
+    int axis_;
+    bool add_;
 };
 
 } // namespace tessera

@@ -81,6 +81,11 @@ Shapes Slice::gradShapeFrom(const Shapes& outGradShapes) const {
     return {in};
 }
 
+void Slice::checkDataType(const std::vector<DType>& dtypes) const {
+    if (dtypes.size() == 1 && dtypes[0] == DType::int32) return;
+    Module::checkDataType(dtypes);
+}
+
 // x: [..., D, ...] -> y: [..., e - b, ...], one axis after another
 Tensors Slice::updateData(const Tensors& data) {
     Tensor t = data[0];
@@ -102,6 +107,7 @@ Tensors Slice::updateData(const Tensors& data) {
 
 // dx is zero outside the ranges: the last axis's range first, back to the input's shape.
 Tensors Slice::updateGrad(const Tensors& grad) {
+    if (!isFloating(inData().dtype())) return {Tensor()}; // integers have no gradient
     Tensor g = grad[0];
     const Shape in = inData().shape();
     for (size_t k = axes_.size(); k-- > 0;) {

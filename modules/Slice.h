@@ -36,6 +36,11 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// One input with a non-empty range along each axis, no axis twice.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// Float data, or int32 (ids or positions: `input_ids[:, :-1]`); int32 has no gradient.
+    void checkDataType(const std::vector<DType>& dtypes) const override;
+    std::vector<DType> outputDTypes(const Shapes&, const std::vector<DType>& inDTypes, Device) const override {
+        return {!inDTypes.empty() && inDTypes[0] == DType::int32 ? DType::int32 : DType::float32};
+    }
     /// One axis: integers, as files before several axes wrote them; several: lists. "step"
     /// only where a step is not 1.
     Blueprint blueprint() const override;

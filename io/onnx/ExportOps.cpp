@@ -114,6 +114,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"ReduceSum", &Exporter::emitReduceSum},
         {"GatherElements", &Exporter::emitGatherElements},
         {"CumSum", &Exporter::emitCumSum},
+        {"ScatterElements", &Exporter::emitScatterElements},
         {"TopK", &Exporter::emitTopK},
         {"Replicate", &Exporter::emitReplicate},
         {"Reshape", &Exporter::emitReshape},
@@ -508,6 +509,19 @@ void Exporter::emitReduceSum(const Layer& l) { emitReduction(l, "ReduceSum"); }
 void Exporter::emitGatherElements(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
     attr(node("GatherElements", in, out, path), "axis", schemeInt(bp, "axis", 0));
+}
+
+// ScatterElements: ONNX's (opset 11; with add, its reduction attribute from opset 16).
+void Exporter::emitScatterElements(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    const bool add = schemeBool(bp, "add");
+    if (opset_ < (add ? 16 : 11)) {
+        throw Unsupported{std::string("ScatterElements") + (add ? " adding" : "") + " needs opset " +
+                          (add ? "16" : "11") + " or later (exporting at " + std::to_string(opset_) + ")"};
+    }
+    onnx::NodeProto* n = node("ScatterElements", in, out, path);
+    attr(n, "axis", schemeInt(bp, "axis", 0));
+    if (add) attr(n, "reduction", std::string("add"));
 }
 
 // CumSum: ONNX's (opset 11), the axis a 0-D int64 input.

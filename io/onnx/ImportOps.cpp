@@ -81,6 +81,8 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Dropout", &Importer::importDropout},
         {"Einsum", &Importer::importEinsum},
         {"Elu", &Importer::importElu},
+        {"Scatter", &Importer::importScatterElements},
+        {"ScatterElements", &Importer::importScatterElements},
         {"Selu", &Importer::importElu},
         {"And", &Importer::importMaskOp},
         {"Equal", &Importer::importMaskOp},

@@ -178,6 +178,32 @@ void Importer::importCumSum(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, m, dataInputs(n, std::vector<int>{0}), {n.input(0)});
 }
 
+void Importer::importScatterElements(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"axis", "reduction"});
+    requireInputsImported(n);
+    for (int k : {0, 1, 2}) {
+        if (k >= n.input_size() || isConstant(n.input(k))) {
+            throw Unsupported{"input " + std::to_string(k) +
+                              " is a constant (data, positions and updates that are "
+                              "data are supported)"};
+        }
+    }
+    for (int k : {0, 2}) {
+        const int32_t type = elemTypeOf(n.input(k));
+        if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::FLOAT16 &&
+            type != onnx::TensorProto::BFLOAT16) {
+            throw Unsupported{"input " + std::to_string(k) + " is " + typeName(type) +
+                              " data (float data is supported)"};
+        }
+    }
+    const std::string reduction = a.s("reduction", "none");
+    if (reduction != "none" && reduction != "add") {
+        throw Unsupported{"reduction '" + reduction + "' (none and add are supported)"};
+    }
+    return define(n, std::make_shared<ScatterElements>(static_cast<int>(a.i("axis", 0)), reduction == "add"),
+                  dataInputs(n, {0, 1, 2}));
+}
+
 // Gather from a constant table [V, E] by data ids [N, L] along axis 0: an Embedder.
 void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis"});
@@ -963,8 +989,10 @@ void Importer::importClip(const onnx::NodeProto& n, const Attributes& a) {
     float hi = a.f("max", std::numeric_limits<float>::max());
     if (n.input_size() > 1 && !n.input(1).empty()) lo = requireScalar(n, 1, "min");
     if (n.input_size() > 2 && !n.input(2).empty()) hi = requireScalar(n, 2, "max");
-    return define(n, std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi}),
-                  dataInputs(n, 1));
+    auto clip = std::make_shared<Activation>(ActivationKind::clip, ActivationOptions{.min = lo, .max = hi});
+    // Integer data (positions clamped, `idx.clamp(max=T - 1)`): between Casts to float and back.
+    if (isIntegerData(n.input(0))) return defineOverIntegers(n, clip, {0});
+    return define(n, clip, dataInputs(n, 1));
 }
 
 } // namespace tessera::onnx_io

@@ -182,6 +182,8 @@ private:
     void importRounding(const onnx::NodeProto& n, const Attributes& a);
     void importThresholdedRelu(const onnx::NodeProto& n, const Attributes& a);
     void importGatherElements(const onnx::NodeProto& n, const Attributes& a);
+    // ScatterElements (and Scatter, its name before opset 11): reduction none or add.
+    void importScatterElements(const onnx::NodeProto& n, const Attributes& a);
     // CumSum of float data, or of integer data between Casts to float and back (a mask's
     // running count: position ids); the axis a constant.
     void importCumSum(const onnx::NodeProto& n, const Attributes& a);

@@ -1567,6 +1567,19 @@ class ScaledDotProductAttention(Module):
     """
     def __init__(self, causal: bool = ..., scale: float = ..., dropout: float = ..., name: str | None = ...) -> None: ...
 
+class ScatterElements(Module):
+    """
+    ScatterElements(axis=0, add=False, name=None)
+
+    Tessera's ScatterElements (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        axis: the dim the positions index
+        add: the updates add to the values at their positions (False: they replace them)
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, axis: int | Sequence[int] = ..., add: bool = ..., name: str | None = ...) -> None: ...
+
 class Slice(Module):
     """
     Slice(axis, start, end, step=None, name=None)

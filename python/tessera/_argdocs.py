@@ -152,6 +152,8 @@ BY_CLASS = {
     "Sum.axis": "the dim summed over (1 or more)",
     "KMaxPool.axis": "the dim it keeps the largest values of",
     "GatherElements.axis": "the dim the positions index",
+    "ScatterElements.axis": "the dim the positions index",
+    "ScatterElements.add": "the updates add to the values at their positions (False: they replace them)",
     "CumSum.axis": "the dim the running sums run along",
     "TopK.k": "how many values each line keeps",
     "TopK.axis": "the dim the values are chosen along",

@@ -30,6 +30,7 @@ EXAMPLES = {
     "KMaxPool": ((), {"topk": 2, "axis": 2}, [((2, 3, 5), F)]),
     "GatherElements": ((), {"axis": 1}, [((2, 5, 4), F), ((2, 3, 4), I)]),
     "CumSum": ((), {"axis": 1, "reverse": True}, [((2, 5, 4), F)]),
+    "ScatterElements": ((), {"axis": 1}, [((2, 5, 4), F), ((2, 3, 4), I), ((2, 3, 4), F)]),
     "TopK": ((2,), {"axis": 1}, [((2, 5, 4), F)]),
     "BatchNorm": ((4,), {}, [((3, 4), F)]),
     "BatchNorm1D": ((4,), {}, [((3, 4, 5), F)]),

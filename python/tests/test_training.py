@@ -1183,6 +1183,53 @@ def test_top_k_routing_imports_from_pytorch(tmp_path):
         np.testing.assert_array_equal(have.numpy(), want)
 
 
+def test_scatter_imports_from_pytorch(tmp_path):
+    """x.scatter(dim, idx, src) and x.scatter_add(dim, idx, src) (ONNX's ScatterElements, its
+    add reduction from opset 16) by positions given as an input import, match PyTorch's
+    outputs and both float inputs' gradients at another batch than the export's (positions
+    repeated in the sums), and export back to the same outputs."""
+    torch = pytest.importorskip("torch")
+
+    class Scatters(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(6, 6)
+
+        def forward(self, x, idx, src):
+            h = self.proj(x)  # [N, 4, 6]
+            put = h.scatter(2, idx[:, :, :3], src[:, :, :3])  # distinct positions per row
+            summed = torch.tanh(h).scatter_add(1, idx[:, :3, :].clamp(max=3), src[:, :3, :])
+            return put * summed
+
+    torch.manual_seed(6)
+    model = Scatters()
+    path = str(tmp_path / "scatters.onnx")
+    example = (torch.randn(2, 4, 6), torch.zeros(2, 4, 6, dtype=torch.long), torch.randn(2, 4, 6))
+    torch.onnx.export(model, example, path, opset_version=16, input_names=["x", "idx", "src"], output_names=["y"],
+                      dynamic_axes={n: {0: "batch"} for n in ("x", "idx", "src", "y")})
+    net = ts.importOnnx(path)
+    assert sum(n.module.classname == "ScatterElements" for n in net.nodes()) == 2
+    net.trainMode()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    src = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    idx = np.stack([np.stack([rng.permutation(6) for _ in range(4)]) for _ in range(3)]).astype(np.int32)
+    dy = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    tx, tsrc = torch.from_numpy(x).requires_grad_(), torch.from_numpy(src).requires_grad_()
+    want = model(tx, torch.from_numpy(idx).long(), tsrc)
+    want.backward(torch.from_numpy(dy))
+    got = net([x, idx, src])[0].numpy().copy()
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    grads = net.backward([dy])
+    np.testing.assert_allclose(grads[0].numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads[2].numpy(), tsrc.grad.numpy(), rtol=1e-5, atol=1e-6)
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, [x.shape, idx.shape, src.shape], back_path, opset=16)
+    back = ts.importOnnx(back_path)
+    back.evalMode()
+    np.testing.assert_array_equal(back([x, idx, src])[0].numpy(), got)
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

@@ -144,6 +144,8 @@ struct Case {
     /// devices, and the gradient is not continuous there (see the ResNet-18 case).
     double gradNormTol = 0;
     int32_t intLastInput = 0; ///< > 0: the last input int32, drawn from [0, intLastInput) (positions)
+    int intInput = -1;        ///< >= 0: that input int32, drawn from [0, intInputRange) (positions)
+    int32_t intInputRange = 0;
 };
 
 Tensor intTensor(const Shape& shape, int32_t range, uint64_t seed) {
@@ -166,7 +168,9 @@ void runCase(const Case& c) {
 
     Tensors xc, xg;
     for (size_t i = 0; i < c.inputs.size(); ++i) {
-        const int32_t ints = c.intLastInput && i + 1 == c.inputs.size() ? c.intLastInput : c.intInputs;
+        const int32_t ints = c.intLastInput && i + 1 == c.inputs.size() ? c.intLastInput
+                             : static_cast<int>(i) == c.intInput        ? c.intInputRange
+                                                                        : c.intInputs;
         xc.push_back(ints ? intTensor(c.inputs[i], ints, 100 + i) : randomTensor(c.inputs[i], 100 + i));
         xg.push_back(xc.back().to(dev));
     }
@@ -261,6 +265,17 @@ TEST(CudaConsistency, EveryModule) {
         {"KMaxPool", make<KMaxPool>(2, -1), {{2, 3, 7}}},
         {"GatherElements", make<GatherElements>(1), {{2, 7, 5}, {2, 9, 5}}, 1e-4, 0, true, 0, 7},
         {"CumSum", make<CumSum>(1), {{2, 37, 5}}, 1e-4},
+        {"ScatterElements", make<ScatterElements>(1), {{2, 7, 5}, {2, 4, 5}, {2, 4, 5}}, 1e-5, 0, true, 0, 0, 1, 7},
+        {"ScatterElements add",
+         make<ScatterElements>(-1, true),
+         {{3, 2, 9}, {3, 2, 12}, {3, 2, 12}},
+         1e-5,
+         0,
+         true,
+         0,
+         0,
+         1,
+         9},
         {"TopK", make<TopK>(5, 1), {{2, 37, 5}}, 1e-6},
         {"TopK smallest unsorted", make<TopK>(3, -1, TopKOptions{.largest = false, .sorted = false}), {{4, 3, 20}}, 1e-6},
         {"CumSum exclusive reverse", make<CumSum>(-1, CumSumOptions{.exclusive = true, .reverse = true}), {{3, 4, 9}},

@@ -127,6 +127,7 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<GlobalAvgPool>(),
         std::make_shared<KMaxPool>(2, -1),
         std::make_shared<GatherElements>(-2, "take"),
+        std::make_shared<ScatterElements>(-1, true, "put"),
         std::make_shared<CumSum>(-1, CumSumOptions{.exclusive = true, .reverse = true, .name = "running"}),
         std::make_shared<TopK>(2, 1, TopKOptions{.largest = false, .sorted = false, .name = "best"}),
         std::make_shared<BatchNorm1D>(5, BatchNormOptions{.epsilon = 1e-3f, .minFactor = 0.2f}),

@@ -175,6 +175,7 @@ std::map<std::string, Case> cases() {
         {"ReduceSum", {scheme("ReduceSum", {}), [] { return std::make_shared<ReduceSum>(); }}},
         {"GatherElements", {scheme("GatherElements", {}), [] { return std::make_shared<GatherElements>(); }}},
         {"CumSum", {scheme("CumSum", {}), [] { return std::make_shared<CumSum>(); }}},
+        {"ScatterElements", {scheme("ScatterElements", {}), [] { return std::make_shared<ScatterElements>(); }}},
         {"TopK", {scheme("TopK", {{"k", three}}), [] { return std::make_shared<TopK>(3); }}},
         {"ArgMax", {scheme("ArgMax", {}), [] { return std::make_shared<ArgMax>(); }}},
         {"ArgMin", {scheme("ArgMin", {}), [] { return std::make_shared<ArgMin>(); }}},

@@ -1000,6 +1000,71 @@ TEST(GatherElements, ReferenceGradientShapeBadInput) {
     EXPECT_EQ(buildModule(take.blueprint())->blueprint().toJson(), take.blueprint().toJson());
 }
 
+// ScatterElements against a loop: updates replace the values at their positions (a position
+// given twice takes the sum) or add to them; gradients, shapes, bad input.
+TEST(ScatterElements, ReferenceGradientShapeBadInput) {
+    const Tensor x = randomTensor({2, 4, 3}, 51);
+    const std::vector<int32_t> at = {3, 0, 2, 1, 1, 1, 0, 2, 3, 3, 3, 0, 2, 1, 1, 0, 0, 2}; // [2, 3, 3] along dim 1
+    const Tensor idx = Tensor::fromVector({2, 3, 3}, at);
+    const Tensor u = randomTensor({2, 3, 3}, 52);
+    const std::vector<float> xs = x.toVector<float>(), us = u.toVector<float>();
+    for (const bool add : {false, true}) {
+        SCOPED_TRACE(add ? "add" : "replace");
+        std::vector<float> want = xs;
+        std::vector<bool> hit(xs.size(), false);
+        for (int64_t n = 0; n < 2; ++n)
+            for (int64_t j = 0; j < 3; ++j)
+                for (int64_t i = 0; i < 3; ++i) {
+                    const size_t o = static_cast<size_t>((n * 3 + j) * 3 + i);
+                    const size_t to = static_cast<size_t>((n * 4 + at[o]) * 3 + i);
+                    if (!add && !hit[to]) want[to] = 0.0f;
+                    hit[to] = true;
+                    want[to] += us[o];
+                }
+        ScatterElements put(1, add, "put");
+        EXPECT_TRUE(allClose(put(Tensors{x, idx, u})[0], want, 1e-6f));
+        // dx: dy where nothing was put (everywhere with add); dupdates: dy at the positions.
+        const Tensor dy = randomTensor({2, 4, 3}, 53);
+        const std::vector<float> dys = dy.toVector<float>();
+        const Tensors g = put.backward(Tensors{dy});
+        ASSERT_EQ(g.size(), 3u);
+        EXPECT_FALSE(g[1].defined());
+        std::vector<float> wantDx = dys, wantDu(us.size());
+        for (size_t k = 0; k < xs.size(); ++k) {
+            if (!add && hit[k]) wantDx[k] = 0.0f;
+        }
+        for (int64_t n = 0; n < 2; ++n)
+            for (int64_t j = 0; j < 3; ++j)
+                for (int64_t i = 0; i < 3; ++i) {
+                    const size_t o = static_cast<size_t>((n * 3 + j) * 3 + i);
+                    wantDu[o] = dys[static_cast<size_t>((n * 4 + at[o]) * 3 + i)];
+                }
+        EXPECT_TRUE(allClose(g[0], wantDx, 0.0f));
+        EXPECT_TRUE(allClose(g[2], wantDu, 0.0f));
+        EXPECT_TRUE(checkGradients(put, {x, idx, u}));
+        EXPECT_TRUE(checkShapes(put, {x, idx, u}));
+    }
+    ScatterElements put(1, false, "put");
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            put(Tensors{x, idx, randomTensor({2, 3, 2}, 1)});
+        },
+        {"ScatterElements 'put'", "updates [2, 3, 2]", "positions' shape [2, 3, 3]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            put(Tensors{x, Tensor::zeros({2, 3, 2}, DType::int32), u});
+        },
+        {"[2, 3, 2]", "but along axis 1"}));
+    EXPECT_TRUE(throwsShapeError([&] { put(Tensors{x, u, u}); }, {"positions", "int32"}));
+    EXPECT_TRUE(throwsShapeError([&] { put(Tensors{x, idx}); }, {"expects 3 input tensors, got 2"}));
+    std::vector<int32_t> beyond = at;
+    beyond[4] = 4;
+    EXPECT_TRUE(throwsShapeError([&] { put(Tensors{x, Tensor::fromVector({2, 3, 3}, beyond), u}); }, {"4"}));
+    ScatterElements last(-1, true, "last");
+    EXPECT_TRUE(blueprintHas(last, {"\"classname\": \"ScatterElements\"", "\"axis\": -1", "\"add\": true"}));
+    EXPECT_EQ(buildModule(last.blueprint())->blueprint().toJson(), last.blueprint().toJson());
+}
+
 // ---- CumSum ----------------------------------------------------------------------------
 
 // Running sums along any axis, each way, inclusive or not, against a loop over the lines, on
