@@ -33,6 +33,12 @@ Shapes Concat::gradShapeFrom(const Shapes& outGradShapes) const {
     return in;
 }
 
+void Concat::checkDataType(const std::vector<DType>& dtypes) const {
+    bool ints = !dtypes.empty();
+    for (DType t : dtypes) ints = ints && t == DType::int32;
+    if (!ints) Module::checkDataType(dtypes);
+}
+
 bool Concat::takes16Bit(const Tensors& data) const {
     for (const Tensor& x : data) {
         if (x.dtype() != data[0].dtype()) return false;
@@ -61,6 +67,7 @@ Tensors Concat::updateData(const Tensors& data) {
 }
 
 Tensors Concat::updateGrad(const Tensors& grad) {
+    if (inDataList()[0].dtype() == DType::int32) return Tensors(inDataList().size()); // integers: no gradient
     const Tensor& dy = grad[0];
     const int a = axis::normalize(axis_, dy.shape().rank());
     Tensors dx;

@@ -19,6 +19,9 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override;
     /// At least one input; same rank; dims equal except along the axis.
     void checkDataShape(const Shapes& inShapes) const override;
+    /// Float inputs, or all int32 (ids joined: a start token before a sequence), which have
+    /// no gradient.
+    void checkDataType(const std::vector<DType>& dtypes) const override;
     /// Inputs of one dtype, 16-bit ones included: copies move any type (so bfloat16 and
     /// float16 activations go through without conversions, on any backend).
     bool takes16Bit(const Tensors& data) const override;

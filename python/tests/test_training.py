@@ -1043,8 +1043,8 @@ def test_losses_inside_a_model_import_from_pytorch_and_train(tmp_path):
 
 def test_cumsum_position_ids_import_from_pytorch(tmp_path):
     """Position ids of a padded batch as Hugging Face's RoBERTa computes them (the running
-    count of a mask made from the ids, torch.cumsum of integers) and a running sum of float
-    data (ONNX's CumSum) import, match PyTorch's outputs and input gradients at another batch
+    count of a mask made from the ids, torch.cumsum of integers), the ids shifted right (a
+    Slice and a Concat of integers) and a running sum of float data (ONNX's CumSum) import, match PyTorch's outputs and input gradients at another batch
     than the export's, and export back to the same outputs."""
     torch = pytest.importorskip("torch")
     vocab, length, pad = 11, 7, 1
@@ -1059,7 +1059,9 @@ def test_cumsum_position_ids_import_from_pytorch(tmp_path):
         def forward(self, ids, x):
             mask = ids.ne(pad).int()
             position_ids = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + pad
+            previous = torch.cat([ids[:, :1], ids[:, :-1]], 1)  # the ids shifted right (int Slice, Concat)
             h = self.tokens(ids) + self.positions(position_ids) + torch.cumsum(x, 1) / length
+            h = h + 0.5 * self.tokens(previous)
             return self.head(h).sum(1)
 
     torch.manual_seed(5)

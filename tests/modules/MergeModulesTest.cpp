@@ -90,7 +90,19 @@ TEST(Concat, BadInput) {
         {"input 1"}));
     EXPECT_TRUE(throwsShapeError([&] { Concat(5)(Tensors{randomTensor({2, 3}, 1)}); }, {"axis 5 is out of range"}));
     EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{}); }, {"at least one input"}));
-    EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{Tensor::zeros({2, 3}, DType::int32)}); }, {"int32"}));
+    // int32 joins int32 (ids), not float data.
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            cat(Tensors{Tensor::zeros({2, 3}, DType::int32), randomTensor({2, 3}, 1)});
+        },
+        {"int32"}));
+    const Tensor ids = cat(Tensors{Tensor::fromVector({2, 1}, std::vector<int32_t>{0, 0}),
+                                   Tensor::fromVector({2, 2}, std::vector<int32_t>{5, 6, 7, 8})})[0];
+    EXPECT_EQ(ids.dtype(), DType::int32);
+    EXPECT_EQ(ids.toVector<int32_t>(), (std::vector<int32_t>{0, 5, 6, 0, 7, 8}));
+    const Tensors none = cat.backward(Tensors{Tensor::zeros({2, 3})});
+    ASSERT_EQ(none.size(), 2u);
+    EXPECT_FALSE(none[0].defined() || none[1].defined());
     EXPECT_TRUE(throwsShapeError([&] { cat(Tensors{Tensor::empty({0, 3})}); }, {"empty"}));
 }
 
