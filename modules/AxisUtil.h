@@ -32,6 +32,15 @@ inline Tensor lines(const Tensor& t, int axis) {
     return t.reshape({outer(s, axis), s[axis], inner(s, axis)});
 }
 
+/// The gradient of values taken along `axis` at `positions` (int32, dy's shape) from an
+/// input of `shape`: dy added back at the positions (where they repeat, the sum), zeros
+/// elsewhere. KMaxPool's, TopK's and GatherElements' dx.
+inline Tensor routedBack(const Tensor& dy, const Tensor& positions, const Shape& shape, int axis) {
+    Tensor dx = Tensor::zeros(shape, DType::float32, dy.device());
+    backendOf(dx).scatterAddAxis(lines(dy, axis), lines(positions, axis), lines(dx, axis));
+    return dx;
+}
+
 /// Copy `count` positions along `axis` from `src` (from position srcBegin) into `dst` (from
 /// dstBegin). All dims but `axis` agree between src and dst.
 inline void copyAlong(int axis, const Tensor& src, int64_t srcBegin, const Tensor& dst, int64_t dstBegin,

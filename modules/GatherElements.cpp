@@ -5,28 +5,41 @@
 
 namespace tessera {
 
+namespace {
+// Why positions `idx` do not fit data `x` along `axis` ("" when they do): the axis exists,
+// and idx has x's rank and dims but along it.
+std::string positionsMisfit(const Shape& x, const Shape& idx, int axis) {
+    const int a = axis::normalize(axis, x.rank());
+    if (a < 0) return "axis " + std::to_string(axis) + " is out of range for input " + x.str();
+    bool same = idx.rank() == x.rank();
+    for (size_t d = 0; same && d < x.rank(); ++d) same = static_cast<int>(d) == a || idx[d] == x[d];
+    if (same) return {};
+    return "positions " + idx.str() + " must have the dims of input " + x.str() + " but along axis " +
+           std::to_string(axis);
+}
+
+// Why the dtypes of [data, positions, ...] do not fit ("" when they do): float data, int32
+// positions.
+std::string positionTypesMisfit(const std::vector<DType>& dtypes) {
+    if (!dtypes.empty() && !isFloating(dtypes[0])) {
+        return "input 0 has dtype " + tessera::str(dtypes[0]) + ", expected float32, bfloat16 or float16";
+    }
+    if (dtypes.size() > 1 && dtypes[1] != DType::int32) {
+        return "the positions (input 1) have dtype " + tessera::str(dtypes[1]) + ", expected int32";
+    }
+    return {};
+}
+} // namespace
+
 GatherElements::GatherElements(int axis, std::string name) : Module(std::move(name)), axis_(axis) {}
 
 void GatherElements::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 2, "input");
-    const Shape &x = inShapes[0], &idx = inShapes[1];
-    const int a = axis::normalize(axis_, x.rank());
-    if (a < 0) throw shapeError("axis " + std::to_string(axis_) + " is out of range for input " + x.str());
-    bool same = idx.rank() == x.rank();
-    for (size_t d = 0; same && d < x.rank(); ++d) same = static_cast<int>(d) == a || idx[d] == x[d];
-    if (!same) {
-        throw shapeError("positions " + idx.str() + " must have the dims of input " + x.str() + " but along axis " +
-                         std::to_string(axis_));
-    }
+    if (const std::string why = positionsMisfit(inShapes[0], inShapes[1], axis_); !why.empty()) throw shapeError(why);
 }
 
 void GatherElements::checkDataType(const std::vector<DType>& dtypes) const {
-    if (!dtypes.empty() && !isFloating(dtypes[0])) {
-        throw shapeError("input 0 has dtype " + tessera::str(dtypes[0]) + ", expected float32, bfloat16 or float16");
-    }
-    if (dtypes.size() > 1 && dtypes[1] != DType::int32) {
-        throw shapeError("the positions (input 1) have dtype " + tessera::str(dtypes[1]) + ", expected int32");
-    }
+    if (const std::string why = positionTypesMisfit(dtypes); !why.empty()) throw shapeError(why);
 }
 
 Shapes GatherElements::gradShapeFrom(const Shapes& /*outGradShapes*/) const { return lastInShapes("gradShapeFrom"); }
@@ -42,11 +55,7 @@ Tensors GatherElements::updateData(const Tensors& data) {
 
 Tensors GatherElements::updateGrad(const Tensors& grad) {
     const Shape& xs = inDataList()[0].shape();
-    const Tensor& idx = inDataList()[1];
-    const int a = axis::normalize(axis_, xs.rank());
-    Tensor dx = Tensor::zeros(xs, DType::float32, grad[0].device());
-    backendOf(dx).scatterAddAxis(axis::lines(grad[0].plain(), a), axis::lines(idx, a), axis::lines(dx, a));
-    return {dx, Tensor()};
+    return {axis::routedBack(grad[0].plain(), inDataList()[1], xs, axis::normalize(axis_, xs.rank())), Tensor()};
 }
 
 Blueprint GatherElements::blueprint() const {
@@ -60,27 +69,15 @@ ScatterElements::ScatterElements(int axis, bool add, std::string name)
 
 void ScatterElements::checkDataShape(const Shapes& inShapes) const {
     requireCount(inShapes, 3, "input");
-    const Shape &x = inShapes[0], &idx = inShapes[1], &u = inShapes[2];
-    const int a = axis::normalize(axis_, x.rank());
-    if (a < 0) throw shapeError("axis " + std::to_string(axis_) + " is out of range for input " + x.str());
-    bool same = idx.rank() == x.rank();
-    for (size_t d = 0; same && d < x.rank(); ++d) same = static_cast<int>(d) == a || idx[d] == x[d];
-    if (!same) {
-        throw shapeError("positions " + idx.str() + " must have the dims of input " + x.str() + " but along axis " +
-                         std::to_string(axis_));
-    }
+    const Shape &idx = inShapes[1], &u = inShapes[2];
+    if (const std::string why = positionsMisfit(inShapes[0], idx, axis_); !why.empty()) throw shapeError(why);
     if (u != idx) throw shapeError("updates " + u.str() + " must have the positions' shape " + idx.str());
 }
 
 void ScatterElements::checkDataType(const std::vector<DType>& dtypes) const {
-    for (size_t k : {size_t{0}, size_t{2}}) {
-        if (k < dtypes.size() && !isFloating(dtypes[k])) {
-            throw shapeError("input " + std::to_string(k) + " has dtype " + tessera::str(dtypes[k]) +
-                             ", expected float32, bfloat16 or float16");
-        }
-    }
-    if (dtypes.size() > 1 && dtypes[1] != DType::int32) {
-        throw shapeError("the positions (input 1) have dtype " + tessera::str(dtypes[1]) + ", expected int32");
+    if (const std::string why = positionTypesMisfit(dtypes); !why.empty()) throw shapeError(why);
+    if (dtypes.size() > 2 && !isFloating(dtypes[2])) {
+        throw shapeError("input 2 has dtype " + tessera::str(dtypes[2]) + ", expected float32, bfloat16 or float16");
     }
 }
 

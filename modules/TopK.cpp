@@ -99,10 +99,7 @@ Tensors TopK::updateData(const Tensors& data) {
 
 Tensors TopK::updateGrad(const Tensors& grad) {
     const Shape& xs = inData().shape();
-    const int a = axis::normalize(axis_, xs.rank());
-    Tensor dx = Tensor::zeros(xs, DType::float32, grad[0].device());
-    backendOf(dx).scatterAddAxis(axis::lines(grad[0], a), axis::lines(indices_, a), axis::lines(dx, a));
-    return {dx};
+    return {axis::routedBack(grad[0], indices_, xs, axis::normalize(axis_, xs.rank()))};
 }
 
 Blueprint TopK::blueprint() const {
