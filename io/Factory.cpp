@@ -33,6 +33,7 @@
 #include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/Glue.h"
+#include "modules/GridSample.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
@@ -449,6 +450,17 @@ const std::map<std::string, Row>& table() {
                                                          .K = a.f("K"),
                                                          .includePad = a.b("includePad"),
                                                          .name = a.name()});
+             }},
+            {"GridSample", "mode='bilinear', padding='zeros', alignCorners=False, name=None",
+             [](const Blueprint&, const Args& a) -> ModulePtr {
+                 GridSampleOptions o{.alignCorners = a.b("alignCorners"), .name = a.name()};
+                 try {
+                     o.mode = gridSampleModeFromString(a.s("mode"));
+                     o.padding = gridPaddingFromString(a.s("padding"));
+                 } catch (const ModuleError& e) {
+                     throw a.error(e.what());
+                 }
+                 return std::make_shared<GridSample>(o);
              }},
             {"SpatialTf", "height=0, width=0, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {

@@ -11,7 +11,7 @@
 /// (broadcasting), Max, Min and Mean (element-wise), Trilu, GatherElements, ScatterElements, CumSum, TopK, Hardmax,
 /// ReduceMean, ReduceSum (L1, L2, SumSquare, LogSum, LogSumExp), NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss,
 /// Gather (from a constant table: an Embedder; from a constant vector), Cast (to float), GELU's erf pattern (one Gelu),
-/// GridSample on an affine grid (one SpatialTf). Shape computations (Shape, Gather, Unsqueeze, Concat, Slice, integer
+/// GridSample (on an affine grid: one SpatialTf). Shape computations (Shape, Gather, Unsqueeze, Concat, Slice, integer
 /// arithmetic) fold into constants, a free batch dim staying a symbol. Constant nodes feed the inputs that must be
 /// constant.
 

@@ -37,6 +37,7 @@
 #include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/Glue.h"
+#include "modules/GridSample.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"

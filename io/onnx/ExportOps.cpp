@@ -114,6 +114,7 @@ const std::unordered_map<std::string, Exporter::EmitFn>& Exporter::emitters() {
         {"ReduceSum", &Exporter::emitReduceSum},
         {"GatherElements", &Exporter::emitGatherElements},
         {"CumSum", &Exporter::emitCumSum},
+        {"GridSample", &Exporter::emitGridSample},
         {"ScatterElements", &Exporter::emitScatterElements},
         {"TopK", &Exporter::emitTopK},
         {"Replicate", &Exporter::emitReplicate},
@@ -525,6 +526,17 @@ void Exporter::emitScatterElements(const Layer& l) {
 }
 
 // CumSum: ONNX's (opset 11), the axis a 0-D int64 input.
+void Exporter::emitGridSample(const Layer& l) {
+    const auto& [m, bp, in, inShapes, out, path] = l;
+    if (opset_ < 16) {
+        throw Unsupported{"GridSample needs opset 16 or later (exporting at " + std::to_string(opset_) + ")"};
+    }
+    onnx::NodeProto* n = node("GridSample", {in[0], in[1]}, out, path);
+    attr(n, "align_corners", int64_t{schemeBool(bp, "alignCorners") ? 1 : 0});
+    attr(n, "mode", schemeString(bp, "mode"));
+    attr(n, "padding_mode", schemeString(bp, "padding"));
+}
+
 void Exporter::emitCumSum(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
     if (opset_ < 11) throw Unsupported{"CumSum needs opset 11 or later (exporting at " + std::to_string(opset_) + ")"};

@@ -206,6 +206,7 @@ private:
     void emitReduction(const Layer& l, const std::string& op);
     void emitGatherElements(const Layer& l);
     void emitCumSum(const Layer& l);
+    void emitGridSample(const Layer& l);
     void emitScatterElements(const Layer& l);
     void emitTopK(const Layer& l);
     void emitDropout(const Layer& l);

@@ -31,6 +31,7 @@
 #include "modules/Embedder.h"
 #include "modules/Flatten.h"
 #include "modules/Gelu.h"
+#include "modules/GridSample.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"
 #include "modules/InstanceNorm2D.h"
@@ -732,12 +733,22 @@ void Importer::importTile(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, seq, dataInputs(n, 1));
 }
 
-// GridSample
-void Importer::importGridSample(const onnx::NodeProto&, const Attributes&) {
-    throw Unsupported{
-        "op GridSample is not supported on its own, only as a spatial transformer: bilinear, zeros padding, "
-        "align_corners 1, its grid the affine grid Tessera exports (Transpose(theta, perm 0 2 1) "
-        "-> MatMul(base grid [Ho Wo, 3], that) -> Reshape to [N, Ho, Wo, 2])"};
+// GridSample of data [N, C, H, W] at a grid that is data [N, Ho, Wo, 2] (F.grid_sample: flow
+// warping, deformable sampling): Tessera's GridSample. An affine grid made from a transform
+// (as Tessera exports a SpatialTf) was read as one SpatialTf before (Patterns.cpp).
+void Importer::importGridSample(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"align_corners", "mode", "padding_mode"});
+    requireInputsImported(n);
+    if (isConstant(n.input(0))) throw Unsupported{"input 0 is a constant (data is supported)"};
+    if (isConstant(n.input(1))) throw Unsupported{"the grid is a constant (a grid that is data is supported)"};
+    GridSampleOptions o{.alignCorners = a.i("align_corners", 0) != 0};
+    try {
+        o.mode = gridSampleModeFromString(a.s("mode", "bilinear"));
+        o.padding = gridPaddingFromString(a.s("padding_mode", "zeros"));
+    } catch (const ModuleError& e) {
+        throw Unsupported{e.what()};
+    }
+    return define(n, std::make_shared<GridSample>(o), dataInputs(n, {0, 1}));
 }
 
 // Transpose

@@ -1056,6 +1056,20 @@ class Glue(Module):
     """
     def __init__(self, kind: Any, name: str | None = ...) -> None: ...
 
+class GridSample(Module):
+    """
+    GridSample(mode='bilinear', padding='zeros', alignCorners=False, name=None)
+
+    Tessera's GridSample (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
+
+    Arguments:
+        mode: 'bilinear' (the 2 x 2 pixels around), 'nearest' (halves to even) or 'bicubic' (the 4 x 4 around, Keys' a = -0.75)
+        padding: what a position outside the image reads: 'zeros', 'border' (the nearest edge pixel) or 'reflection' (the image mirrored)
+        alignCorners: -1 and 1 are the corner pixels' centres (PyTorch's align_corners=True); False: the image's outer edges
+        name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
+    """
+    def __init__(self, mode: str = ..., padding: str = ..., alignCorners: bool = ..., name: str | None = ...) -> None: ...
+
 class GroupLinear(Module):
     """
     GroupLinear(groups, insize, outsize, batchDim=0, useBias=True, initscheme='xavier', wscale=1.0, name=None, inmode='full', wmode='full')

@@ -76,6 +76,7 @@ EXAMPLES = {
     "Cast": ((), {"intype": "int32", "outtype": "float32"}, [((2, 5), I)]),
     "ReduceMean": ((), {"axes": [2]}, [((2, 3, 4), F)]),
     "ReduceSum": ((), {"axes": [0, 2]}, [((2, 3, 4), F)]),
+    "GridSample": ((), {"mode": "bicubic", "padding": "reflection"}, [((2, 3, 4, 5), F), ((2, 3, 2, 2), F)]),
     "SpatialTf": ((), {"height": 3, "width": 5}, [((2, 3, 4, 4), F), ((2, 2, 3), F)]),
     "Concat": ((), {"axis": 1}, [((2, 3), F), ((2, 4), F)]),
     "DepthConcat": ((), {}, [((2, 3, 4, 4), F), ((2, 2, 4, 4), F)]),

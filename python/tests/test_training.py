@@ -1232,6 +1232,71 @@ def test_scatter_imports_from_pytorch(tmp_path):
     np.testing.assert_array_equal(back([x, idx, src])[0].numpy(), got)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_matches_pytorch(mode):
+    """GridSample against F.grid_sample for every padding and corner alignment: outputs, and
+    the gradients of the image and (but for nearest, whose is zero) the grid, at positions
+    inside and up to a third of the image outside it."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    grid = rng.uniform(-1.6, 1.6, size=(2, 4, 6, 2)).astype(np.float32)
+    dy = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    for padding in ("zeros", "border", "reflection"):
+        for align in (False, True):
+            layer = ts.GridSample(mode=mode, padding=padding, alignCorners=align)
+            tx, tg = torch.from_numpy(x).requires_grad_(), torch.from_numpy(grid).requires_grad_()
+            want = torch.nn.functional.grid_sample(tx, tg, mode=mode, padding_mode=padding, align_corners=align)
+            want.backward(torch.from_numpy(dy))
+            got = layer([x, grid])[0].numpy()
+            np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{padding} {align}")
+            dx, dgrid = layer.backward(dy)
+            np.testing.assert_allclose(dx.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(dgrid.numpy(), tg.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_flow_warping_imports_from_pytorch(tmp_path):
+    """A net that predicts a flow and warps its input by it (F.grid_sample at a grid that is
+    data, ONNX's GridSample from opset 16) imports as a GridSample, matches PyTorch's output
+    and input gradient at another batch than the export's, and exports back to the same
+    outputs."""
+    torch = pytest.importorskip("torch")
+
+    class Warp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.flow = torch.nn.Conv2d(3, 2, 3, padding=1)
+            ys, xs = torch.meshgrid(torch.linspace(-1, 1, 6), torch.linspace(-1, 1, 8), indexing="ij")
+            self.register_buffer("base", torch.stack([xs, ys], dim=-1)[None])
+
+        def forward(self, x):
+            grid = self.base + 0.3 * torch.tanh(self.flow(x)).permute(0, 2, 3, 1)
+            return torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+    torch.manual_seed(4)
+    model = Warp()
+    path = str(tmp_path / "warp.onnx")
+    torch.onnx.export(model, (torch.randn(2, 3, 6, 8),), path, opset_version=16, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    net = ts.importOnnx(path)
+    assert sum(n.module.classname == "GridSample" for n in net.nodes()) == 1
+    net.trainMode()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 3, 6, 8)).astype(np.float32)
+    dy = rng.standard_normal((3, 3, 6, 8)).astype(np.float32)
+    tx = torch.from_numpy(x).requires_grad_()
+    want = model(tx)
+    want.backward(torch.from_numpy(dy))
+    got = net(x).numpy().copy()
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(net.backward(dy).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    back_path = str(tmp_path / "back.onnx")
+    ts.exportOnnx(net, [x.shape], back_path, opset=16)
+    back = ts.importOnnx(back_path)
+    back.evalMode()
+    np.testing.assert_array_equal(back(x).numpy(), got)
+
+
 def test_exported_shapes_name_the_batch_wherever_layers_move_it(tmp_path):
     """The shapes an export declares for its values: a dim that follows the batch is named for
     it wherever a layer moved it ('batch', 'batch*5' where the positions are folded into it),

@@ -38,6 +38,7 @@
 #include "modules/Flatten.h"
 #include "modules/GatherElements.h"
 #include "modules/Gelu.h"
+#include "modules/GridSample.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
@@ -433,6 +434,16 @@ TEST(CudaConsistency, EveryModule) {
         {"LCN no pad", make<LCN>(LCNOptions{.alpha = 0.3f, .includePad = false}), {{2, 2, 7, 7}}},
         {"BatchNorm any rank", make<BatchNorm>(12), {{5, 3, 4}}},
         {"SpatialTf", make<SpatialTf>(SpatialTfOptions{.height = 5, .width = 7}), {{2, 3, 6, 8}, {2, 2, 3}}, 1e-4},
+        {"GridSample", make<GridSample>(), {{2, 3, 6, 8}, {2, 5, 7, 2}}, 1e-4},
+        {"GridSample bicubic reflection aligned",
+         make<GridSample>(GridSampleOptions{
+             .mode = GridSampleMode::bicubic, .padding = GridPadding::reflection, .alignCorners = true}),
+         {{2, 3, 6, 8}, {2, 5, 7, 2}},
+         1e-4},
+        {"GridSample nearest border",
+         make<GridSample>(GridSampleOptions{.mode = GridSampleMode::nearest, .padding = GridPadding::border}),
+         {{2, 3, 6, 8}, {2, 5, 7, 2}},
+         1e-4},
         {"SubtractMean no pad", make<SubtractMean>(SubtractMeanOptions{.includePad = false}), {{2, 2, 7, 7}}},
         {"RNN lstm bi x2",
          make<RNN>(5, 6, RNNOptions{.layers = 2, .mode = RnnMode::lstm, .bidirectional = true, .getSequences = true}),

@@ -30,6 +30,7 @@
 #include "modules/GatherElements.h"
 #include "modules/Gelu.h"
 #include "modules/Glue.h"
+#include "modules/GridSample.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/Init.h"
@@ -180,6 +181,8 @@ std::vector<ModulePtr> everyModule() {
         std::make_shared<DepthConcat>("dc"),
         std::make_shared<SubtractMean>(SubtractMeanOptions{.size = 3, .includePad = false}),
         std::make_shared<SpatialTf>(SpatialTfOptions{.height = 7, .width = 5, .name = "stn"}),
+        std::make_shared<GridSample>(GridSampleOptions{
+            .mode = GridSampleMode::nearest, .padding = GridPadding::border, .alignCorners = true, .name = "warp"}),
         std::make_shared<BatchNorm>(12, BatchNormOptions{.epsilon = 1e-3f, .name = "bnAny"}),
         std::make_shared<LCN>(LCNOptions{.N = 3, .alpha = 0.5f, .beta = 0.5f, .K = 1.5f, .includePad = false}),
         std::make_shared<Glue>("blueprintTestGlue", glueSpec()),

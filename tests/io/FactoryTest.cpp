@@ -23,6 +23,7 @@
 #include "modules/Dropout2D.h"
 #include "modules/Embedder.h"
 #include "modules/GatherElements.h"
+#include "modules/GridSample.h"
 #include "modules/GroupLinear.h"
 #include "modules/Identity.h"
 #include "modules/InstanceNorm2D.h"
@@ -180,6 +181,7 @@ std::map<std::string, Case> cases() {
         {"ArgMax", {scheme("ArgMax", {}), [] { return std::make_shared<ArgMax>(); }}},
         {"ArgMin", {scheme("ArgMin", {}), [] { return std::make_shared<ArgMin>(); }}},
         {"SpatialTf", {scheme("SpatialTf", {}), [] { return std::make_shared<SpatialTf>(); }}},
+        {"GridSample", {scheme("GridSample", {}), [] { return std::make_shared<GridSample>(); }}},
         {"SoftMax", {scheme("SoftMax", {}), [] { return std::make_shared<SoftMax>(); }}},
         {"LogSoftMax", {scheme("LogSoftMax", {}), [] { return std::make_shared<LogSoftMax>(); }}},
         {"Concat", {scheme("Concat", {}), [] { return std::make_shared<Concat>(); }}},

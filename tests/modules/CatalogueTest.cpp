@@ -1,6 +1,9 @@
 // PuzzleLib's Penalty, ToList, DepthConcat and Glue: references, numerical gradients,
 // shapes, bad input, and a Glue layer defined by a user that trains in a graph.
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <random>
 
 #include "GradCheck.h"
 #include "containers/Graph.h"
@@ -11,6 +14,7 @@
 #include "modules/DepthConcat.h"
 #include "modules/Flatten.h"
 #include "modules/Glue.h"
+#include "modules/GridSample.h"
 #include "modules/Identity.h"
 #include "modules/LCN.h"
 #include "modules/Linear.h"
@@ -347,6 +351,174 @@ TEST(SpatialTf, ReferenceIdentityShiftAndGradients) {
         },
         {"[N, C, H, W]"}));
     EXPECT_THROW(SpatialTf({.height = -1}), ModuleError);
+}
+
+// ---- GridSample ---------------------------------------------------------------------------
+
+// PyTorch's grid_sampler_2d, written out in doubles for one output value: the reference.
+double reflectedRef(double in, double twiceLow, double twiceHigh) {
+    if (twiceLow == twiceHigh) return 0;
+    const double low = twiceLow / 2, span = (twiceHigh - twiceLow) / 2;
+    in = std::fabs(in - low);
+    const double extra = std::fmod(in, span);
+    const int64_t flips = static_cast<int64_t>(std::floor(in / span));
+    return flips % 2 == 0 ? extra + low : span - extra + low;
+}
+
+double paddedRef(double c, int64_t size, const GridSampleOptions& o) {
+    if (o.padding == GridPadding::zeros) return c;
+    if (o.padding == GridPadding::reflection) {
+        c = o.alignCorners ? reflectedRef(c, 0, 2.0 * (size - 1)) : reflectedRef(c, -1, 2.0 * size - 1);
+    }
+    return std::clamp(c, 0.0, size - 1.0);
+}
+
+std::vector<float> gridSampleRef(const Tensor& x, const Tensor& grid, const GridSampleOptions& o) {
+    const Shape& s = x.shape();
+    const int64_t N = s[0], C = s[1], H = s[2], W = s[3], Ho = grid.shape()[1], Wo = grid.shape()[2];
+    const std::vector<float> xv = x.toVector<float>(), gv = grid.toVector<float>();
+    auto pixel = [&](int64_t n, int64_t c, int64_t r, int64_t q) {
+        return r < 0 || r >= H || q < 0 || q >= W ? 0.0 : xv[static_cast<size_t>(((n * C + c) * H + r) * W + q)];
+    };
+    auto unnormalised = [&](double g, int64_t size) {
+        return o.alignCorners ? (g + 1) / 2 * (size - 1) : ((g + 1) * size - 1) / 2;
+    };
+    const double A = -0.75;
+    auto keys = [&](double t) { // the four taps' weights at fraction t
+        auto near = [&](double d) { return ((A + 2) * d - (A + 3)) * d * d + 1; };
+        auto far = [&](double d) { return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A; };
+        return std::array<double, 4>{far(t + 1), near(t), near(1 - t), far(2 - t)};
+    };
+    std::vector<float> y;
+    for (int64_t n = 0; n < N; ++n) {
+        for (int64_t c = 0; c < C; ++c) {
+            for (int64_t p = 0; p < Ho * Wo; ++p) {
+                const size_t at = static_cast<size_t>((n * Ho * Wo + p) * 2);
+                double ix = unnormalised(gv[at], W), iy = unnormalised(gv[at + 1], H);
+                double v = 0;
+                if (o.mode == GridSampleMode::bicubic) {
+                    const double fx = std::floor(ix), fy = std::floor(iy);
+                    const auto wx = keys(ix - fx), wy = keys(iy - fy);
+                    auto tap = [&](double k, int64_t size) {
+                        return static_cast<int64_t>(o.padding == GridPadding::zeros ? k : paddedRef(k, size, o));
+                    };
+                    for (int a = 0; a < 4; ++a) {
+                        for (int b = 0; b < 4; ++b) {
+                            v += wy[a] * wx[b] * pixel(n, c, tap(fy - 1 + a, H), tap(fx - 1 + b, W));
+                        }
+                    }
+                } else {
+                    ix = paddedRef(ix, W, o);
+                    iy = paddedRef(iy, H, o);
+                    if (o.mode == GridSampleMode::nearest) {
+                        v = pixel(n, c, static_cast<int64_t>(std::nearbyint(iy)),
+                                  static_cast<int64_t>(std::nearbyint(ix)));
+                    } else {
+                        const double fx = std::floor(ix), fy = std::floor(iy), tx = ix - fx, ty = iy - fy;
+                        const auto r = static_cast<int64_t>(fy), q = static_cast<int64_t>(fx);
+                        v = (1 - ty) * ((1 - tx) * pixel(n, c, r, q) + tx * pixel(n, c, r, q + 1)) +
+                            ty * ((1 - tx) * pixel(n, c, r + 1, q) + tx * pixel(n, c, r + 1, q + 1));
+                    }
+                }
+                y.push_back(static_cast<float>(v));
+            }
+        }
+    }
+    return y;
+}
+
+// A grid [N, Ho, Wo, 2] whose positions lie inside and up to 3 pixels outside an image of
+// H x W, each at least 0.15 pixels from a whole or half pixel coordinate, where sampling or
+// its padding has a kink (and central differences would average two slopes).
+Tensor gridAwayFromKinks(int64_t N, int64_t Ho, int64_t Wo, int64_t H, int64_t W, bool alignCorners, uint64_t seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::vector<float> g;
+    for (int64_t k = 0; k < N * Ho * Wo; ++k) {
+        for (int64_t size : {W, H}) {
+            const double whole = std::uniform_int_distribution<int>(-3, static_cast<int>(size) + 2)(rng);
+            double frac = std::uniform_real_distribution<double>(0.15, 0.35)(rng);
+            if (rng() % 2) frac += 0.5;
+            const double i = whole + frac;
+            const double a = alignCorners ? (size - 1) / 2.0 : size / 2.0, b = (size - 1) / 2.0;
+            g.push_back(static_cast<float>((i - b) / a));
+        }
+    }
+    return Tensor::fromVector({N, Ho, Wo, 2}, g);
+}
+
+// Every mode, padding and corner alignment against the reference, with numerical gradients
+// of x and the grid; halves go to the even pixel in nearest; bad input named.
+TEST(GridSample, ReferenceGradientShapeBadInput) {
+    const int64_t N = 2, C = 3, H = 4, W = 5, Ho = 3, Wo = 4;
+    for (GridSampleMode mode : {GridSampleMode::bilinear, GridSampleMode::nearest, GridSampleMode::bicubic}) {
+        for (GridPadding padding : {GridPadding::zeros, GridPadding::border, GridPadding::reflection}) {
+            for (bool align : {false, true}) {
+                const GridSampleOptions o{.mode = mode, .padding = padding, .alignCorners = align};
+                SCOPED_TRACE(str(mode) + " " + str(padding) + (align ? " aligned" : ""));
+                GridSample sample(o);
+                const Tensor x = randomTensor({N, C, H, W}, 3);
+                const Tensor grid = gridAwayFromKinks(N, Ho, Wo, H, W, align, 5 + static_cast<int>(mode));
+                const Tensor y = sample({x, grid})[0];
+                EXPECT_EQ(y.shape(), (Shape{N, C, Ho, Wo}));
+                EXPECT_TRUE(allClose(y, gridSampleRef(x, grid, o), 1e-5f));
+                GradCheckOptions g;
+                g.eps = 1e-3f;
+                EXPECT_TRUE(checkGradients(sample, {x, grid}, g));
+                EXPECT_TRUE(checkShapes(sample, {x, grid}));
+            }
+        }
+    }
+    // A grid of the pixel centres copies the image; nearest takes a half to the even pixel.
+    const Tensor x = randomTensor({1, 2, 3, 5}, 4);
+    std::vector<float> centres;
+    for (int r = 0; r < 3; ++r) {
+        for (int q = 0; q < 5; ++q) centres.insert(centres.end(), {-1.0f + q * 0.5f, -1.0f + r * 1.0f});
+    }
+    GridSample aligned({.alignCorners = true});
+    EXPECT_TRUE(allClose(aligned({x, Tensor::fromVector({1, 3, 5, 2}, centres)})[0], x.toVector<float>(), 1e-6f));
+    // with aligned corners across 5 columns, u = -0.75 + 0.5 k is column 0.5 + k
+    GridSample nearest({.mode = GridSampleMode::nearest, .alignCorners = true});
+    const Tensor halves =
+        Tensor::fromVector({1, 1, 4, 2}, std::vector<float>{-0.75f, -1, -0.25f, -1, 0.25f, -1, 0.75f, -1});
+    const std::vector<float> xv = x.toVector<float>();
+    EXPECT_TRUE(allClose(nearest({x, halves})[0], {xv[0], xv[2], xv[2], xv[4], xv[15], xv[17], xv[17], xv[19]}, 0.0f));
+
+    GridSample named({.name = "warp"});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({randomTensor({2, 3, 4}, 1), randomTensor({2, 3, 4, 2}, 1)});
+        },
+        {"GridSample 'warp'", "[N, C, H, W]", "[2, 3, 4]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({randomTensor({2, 3, 4, 4}, 1), randomTensor({3, 3, 4, 2}, 1)});
+        },
+        {"[N, Ho, Wo, 2] with N = 2", "[3, 3, 4, 2]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({randomTensor({2, 3, 4, 4}, 1), randomTensor({2, 3, 4, 3}, 1)});
+        },
+        {"[N, Ho, Wo, 2]", "[2, 3, 4, 3]"}));
+    EXPECT_TRUE(throwsShapeError([&] { named({randomTensor({2, 3, 4, 4}, 1)}); }, {"expects 2 input tensors, got 1"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({randomTensor({2, 3, 4, 4}, 1), Tensor::zeros({2, 3, 4, 2}, DType::int32)});
+        },
+        {"input 1 has dtype int32"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            named({Tensor::zeros({1, 1, 4097, 4097}), randomTensor({1, 1, 1, 2}, 1)});
+        },
+        {"4097 x 4097", "2^24"}));
+    EXPECT_THROW(gridSampleModeFromString("area"), ModuleError);
+    EXPECT_THROW(gridPaddingFromString("wrap"), ModuleError);
+    GridSample full({.mode = GridSampleMode::bicubic, .padding = GridPadding::reflection, .alignCorners = true});
+    const std::string json = full.blueprint().toJson();
+    for (const char* part : {"\"classname\": \"GridSample\"", "\"mode\": \"bicubic\"", "\"padding\": \"reflection\"",
+                             "\"alignCorners\": true"}) {
+        EXPECT_NE(json.find(part), std::string::npos) << part << " not in " << json;
+    }
+    EXPECT_EQ(buildModule(full.blueprint())->blueprint().toJson(), full.blueprint().toJson());
 }
 
 // A spatial transformer network on Fashion-MNIST: a localisation net (starting at the
