@@ -41,6 +41,22 @@ inline Tensor routedBack(const Tensor& dy, const Tensor& positions, const Shape&
     return dx;
 }
 
+/// int32 `positions` along a dim of `along` values with the negative ones counted from the
+/// end (NumPy's and ONNX's rule: -1 is the last), as a new tensor: p + along where p < 0,
+/// computed in float32 (exact below 2^24). Positions outside [-along, along) stay outside.
+inline Tensor fromEnd(const Tensor& positions, int64_t along) {
+    Backend& be = backendOf(positions);
+    Tensor p = Tensor::empty(positions.shape(), DType::float32, positions.device());
+    be.cast(positions, p);
+    Tensor negative = Tensor::empty(p.shape(), DType::float32, p.device());
+    be.affine(p, -1.0f, 0.0f, negative);
+    be.activationForward(ActivationParams{ActivationKind::clip, 0.0f, 1.0f}, negative, negative);
+    be.axpby(static_cast<float>(along), negative, 1.0f, p);
+    Tensor out = Tensor::empty(positions.shape(), DType::int32, positions.device());
+    be.cast(p, out);
+    return out;
+}
+
 /// Copy `count` positions along `axis` from `src` (from position srcBegin) into `dst` (from
 /// dstBegin). All dims but `axis` agree between src and dst.
 inline void copyAlong(int axis, const Tensor& src, int64_t srcBegin, const Tensor& dst, int64_t dstBegin,

@@ -46,16 +46,16 @@ Shapes GatherElements::gradShapeFrom(const Shapes& /*outGradShapes*/) const { re
 
 Tensors GatherElements::updateData(const Tensors& data) {
     const Tensor x = data[0].plain();
-    const Tensor& idx = data[1];
     const int a = axis::normalize(axis_, x.shape().rank());
-    Tensor y = Tensor::empty(idx.shape(), DType::float32, x.device());
-    backendOf(x).gatherAxis(axis::lines(x, a), axis::lines(idx, a), axis::lines(y, a));
+    positions_ = axis::fromEnd(data[1], x.shape()[a]);
+    Tensor y = Tensor::empty(positions_.shape(), DType::float32, x.device());
+    backendOf(x).gatherAxis(axis::lines(x, a), axis::lines(positions_, a), axis::lines(y, a));
     return {y};
 }
 
 Tensors GatherElements::updateGrad(const Tensors& grad) {
     const Shape& xs = inDataList()[0].shape();
-    return {axis::routedBack(grad[0].plain(), inDataList()[1], xs, axis::normalize(axis_, xs.rank())), Tensor()};
+    return {axis::routedBack(grad[0].plain(), positions_, xs, axis::normalize(axis_, xs.rank())), Tensor()};
 }
 
 Blueprint GatherElements::blueprint() const {
@@ -95,8 +95,9 @@ Tensor ScatterElements::untouched(const Tensor& idx, const Shape& dataShape, int
 
 Tensors ScatterElements::updateData(const Tensors& data) {
     const Tensor x = data[0].plain(), u = data[2].plain();
-    const Tensor& idx = data[1];
     const int a = axis::normalize(axis_, x.shape().rank());
+    positions_ = axis::fromEnd(data[1], x.shape()[a]);
+    const Tensor& idx = positions_;
     Backend& be = backendOf(x);
     Tensor y = Tensor::empty(x.shape(), DType::float32, x.device());
     if (add_) {
@@ -110,7 +111,7 @@ Tensors ScatterElements::updateData(const Tensors& data) {
 
 Tensors ScatterElements::updateGrad(const Tensors& grad) {
     const Tensor dy = grad[0].plain();
-    const Tensor& idx = inDataList()[1];
+    const Tensor& idx = positions_;
     const int a = axis::normalize(axis_, dy.shape().rank());
     Backend& be = backendOf(dy);
     Tensor dx = Tensor::empty(dy.shape(), DType::float32, dy.device());

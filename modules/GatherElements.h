@@ -7,10 +7,11 @@
 namespace tessera {
 
 /// x: float [d0, ..., A, ..., dr-1] and idx: int32 of x's rank, x's dims but along `axis`
-/// (negative from the end), where it holds J positions in [0, A) -> y: idx's shape,
+/// (negative from the end), where it holds J positions in [-A, A) (negative ones counted from
+/// the end, as ONNX and NumPy count them) -> y: idx's shape,
 /// y[..., j, ...] = x[..., idx[..., j, ...], ...]: PyTorch's torch.gather(x, axis, idx) and
 /// ONNX's GatherElements (x.gather(1, labels[:, None]), the values of a top-k). A position
-/// outside [0, A) is a ShapeError naming it when the layer runs. dx scatters dy back (adding
+/// outside [-A, A) is a ShapeError naming it (a negative one plus A) when the layer runs. dx scatters dy back (adding
 /// where positions repeat), zeros elsewhere; the positions get no gradient (undefined).
 class GatherElements : public Module {
 public:
@@ -36,13 +37,15 @@ protected:
 
 private:
     int axis_;
+    Tensor positions_; ///< the last forward's, negative ones counted from the end
 };
 
 /// [data, idx, updates] -> y: data's shape, data with updates[..., j, ...] put at
 /// [..., idx[..., j, ...], ...] along `axis` (negative from the end): PyTorch's
 /// x.scatter(axis, idx, src) (`add`: x.scatter_add(axis, idx, src)) and ONNX's
 /// ScatterElements. idx: int32 of data's rank and dims but along the axis, where it holds
-/// positions in [0, A) (one outside is a ShapeError naming it when the layer runs); updates:
+/// positions in [-A, A) (negative ones counted from the end; one outside is a ShapeError
+/// naming it, a negative one plus A, when the layer runs); updates:
 /// float of idx's shape. Without `add`, a position given twice takes the sum of its updates
 /// (ONNX leaves it undefined, PyTorch takes one). dx: dy where nothing was put (everywhere
 /// with `add`); dupdates: dy at the positions; the positions get no gradient.
@@ -75,6 +78,7 @@ private:
     Tensor untouched(const Tensor& idx, const Shape& dataShape, int a) const;
     int axis_;
     bool add_;
+    Tensor positions_; ///< the last forward's, negative ones counted from the end
 };
 
 } // namespace tessera

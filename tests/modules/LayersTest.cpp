@@ -985,6 +985,15 @@ TEST(GatherElements, ReferenceGradientShapeBadInput) {
     GatherElements last(-1);
     const Tensor row = Tensor::fromVector({1, 4}, std::vector<float>{10, 20, 30, 40});
     EXPECT_TRUE(allClose(last(Tensors{row, Tensor::fromVector({1, 2}, std::vector<int32_t>{3, 0})})[0], {40, 10}));
+    // Negative positions count from the end (ONNX's and NumPy's rule), both ways.
+    const Tensor fromEnd = Tensor::fromVector({1, 3}, std::vector<int32_t>{-1, -4, -1});
+    EXPECT_TRUE(allClose(last(Tensors{row, fromEnd})[0], {40, 10, 40}));
+    EXPECT_TRUE(allClose(last.backward(Tensors{Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3})})[0], {2, 0, 0, 4}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            last(Tensors{row, Tensor::fromVector({1, 2}, std::vector<int32_t>{0, -5})});
+        },
+        {"-1"}));
     EXPECT_TRUE(throwsShapeError(
         [&] {
             take(Tensors{x, Tensor::zeros({2, 5, 2}, DType::int32)});
@@ -1060,6 +1069,17 @@ TEST(ScatterElements, ReferenceGradientShapeBadInput) {
     std::vector<int32_t> beyond = at;
     beyond[4] = 4;
     EXPECT_TRUE(throwsShapeError([&] { put(Tensors{x, Tensor::fromVector({2, 3, 3}, beyond), u}); }, {"4"}));
+    // Negative positions count from the end: -4 .. -1 are 0 .. 3 along dim 1.
+    std::vector<int32_t> negative = at;
+    for (size_t k = 0; k < negative.size(); k += 2) negative[k] -= 4;
+    const Tensor wrapped = Tensor::fromVector({2, 3, 3}, negative);
+    ScatterElements summed(1, true);
+    const Tensor want = summed(Tensors{x, idx, u})[0];
+    EXPECT_TRUE(allClose(summed(Tensors{x, wrapped, u})[0], want.toVector<float>(), 0.0f));
+    const Tensor dy = randomTensor({2, 4, 3}, 54);
+    const Tensor du = summed.backward(Tensors{dy})[2];
+    summed(Tensors{x, idx, u});
+    EXPECT_TRUE(allClose(du, summed.backward(Tensors{dy})[2].toVector<float>(), 0.0f));
     ScatterElements last(-1, true, "last");
     EXPECT_TRUE(blueprintHas(last, {"\"classname\": \"ScatterElements\"", "\"axis\": -1", "\"add\": true"}));
     EXPECT_EQ(buildModule(last.blueprint())->blueprint().toJson(), last.blueprint().toJson());
