@@ -988,7 +988,8 @@ TEST(GatherElements, ReferenceGradientShapeBadInput) {
     // Negative positions count from the end (ONNX's and NumPy's rule), both ways.
     const Tensor fromEnd = Tensor::fromVector({1, 3}, std::vector<int32_t>{-1, -4, -1});
     EXPECT_TRUE(allClose(last(Tensors{row, fromEnd})[0], {40, 10, 40}));
-    EXPECT_TRUE(allClose(last.backward(Tensors{Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3})})[0], {2, 0, 0, 4}));
+    EXPECT_TRUE(
+        allClose(last.backward(Tensors{Tensor::fromVector({1, 3}, std::vector<float>{1, 2, 3})})[0], {2, 0, 0, 4}));
     EXPECT_TRUE(throwsShapeError(
         [&] {
             last(Tensors{row, Tensor::fromVector({1, 2}, std::vector<int32_t>{0, -5})});
