@@ -1,6 +1,7 @@
 // Softmax and log-softmax over dim 1 through oneDNN, plus the engine and stream every oneDNN op shares.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -30,7 +31,10 @@ namespace {
 template <class Fwd> struct ForwardPrims {
     typename Fwd::primitive_desc fwdPd;
     Fwd fwd;
+    bool reference = false; ///< oneDNN's reference implementation (see forwardLoops)
 };
+
+bool isReference(const dnnl::primitive_desc_base& pd) { return std::string(pd.impl_info_str()).rfind("ref", 0) == 0; }
 
 template <class Fwd> const ForwardPrims<Fwd>& forwardPrims(const std::vector<int64_t>& dims, const char* op) {
     static thread_local PrimitiveCache<ForwardPrims<Fwd>> cache;
@@ -38,7 +42,7 @@ template <class Fwd> const ForwardPrims<Fwd>& forwardPrims(const std::vector<int
         return checkDnnl(op, [&] {
             typename Fwd::desc d(dnnl::prop_kind::forward_training, plainDesc(dims), 1);
             typename Fwd::primitive_desc pd(d, engine());
-            return ForwardPrims<Fwd>{pd, Fwd(pd)};
+            return ForwardPrims<Fwd>{pd, Fwd(pd), isReference(pd)};
         });
     });
 }
@@ -47,17 +51,6 @@ void requireAxis1(const char* op, const Tensor& t) {
     if (t.shape().rank() < 2) {
         throw ShapeError(std::string("CpuBackend::") + op + ": needs [N, C, ...], got " + t.shape().str());
     }
-}
-
-// x, y: [N, C, ...]
-template <class Fwd> void forward(const char* op, const Tensor& x, const Tensor& y) {
-    requireAxis1(op, x);
-    const auto& prims = forwardPrims<Fwd>(x.shape().dims(), op);
-    auto md = prims.fwdPd.src_desc();
-    checkDnnl(op, [&] {
-        prims.fwd.execute(stream(),
-                          {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
-    });
 }
 
 constexpr int64_t kParallelMin = 1 << 15; // elements below which the loops stay on one thread
@@ -116,6 +109,66 @@ void backwardLoops(bool log, const Tensor& y, const Tensor& dy, const Tensor& dx
     }
 }
 
+// y over dim 1 of x, y [N, C, S] by loops: the largest value m of each line subtracted, then
+// softmax y = exp(x - m) / sum_c exp(x - m), log-softmax y = x - m - log(sum_c exp(x - m)).
+// Taken where oneDNN's forward is its reference implementation (oneDNN 2.7 below AVX-512
+// over a dim that is not the last, as a softmax over the classes of a [N, C, H, W] map: a
+// scalar loop 20x slower than these).
+void forwardLoops(bool log, const Tensor& x, const Tensor& y) {
+    const Shape& s = x.shape();
+    const int64_t N = s[0], C = s[1], S = N * C > 0 ? x.numel() / (N * C) : 0;
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel if (x.numel() > kParallelMin)
+    {
+        std::vector<float> most(static_cast<size_t>(S)), sum(static_cast<size_t>(S));
+#pragma omp for
+        for (int64_t n = 0; n < N; ++n) {
+            float *m = most.data(), *acc = sum.data();
+            std::fill(most.begin(), most.end(), -std::numeric_limits<float>::infinity());
+            std::fill(sum.begin(), sum.end(), 0.0f);
+            for (int64_t c = 0; c < C; ++c) {
+                const float* xr = px + (n * C + c) * S;
+#pragma omp simd
+                for (int64_t i = 0; i < S; ++i) m[i] = std::max(m[i], xr[i]);
+            }
+            for (int64_t c = 0; c < C; ++c) {
+                const float* xr = px + (n * C + c) * S;
+                float* yr = py + (n * C + c) * S;
+                for (int64_t i = 0; i < S; ++i) {
+                    const float e = std::exp(xr[i] - m[i]);
+                    acc[i] += e;
+                    if (!log) yr[i] = e;
+                }
+            }
+            for (int64_t i = 0; i < S; ++i) acc[i] = log ? m[i] + std::log(acc[i]) : 1.0f / acc[i];
+            for (int64_t c = 0; c < C; ++c) {
+                const float* xr = px + (n * C + c) * S;
+                float* yr = py + (n * C + c) * S;
+                if (log) {
+#pragma omp simd
+                    for (int64_t i = 0; i < S; ++i) yr[i] = xr[i] - acc[i];
+                } else {
+#pragma omp simd
+                    for (int64_t i = 0; i < S; ++i) yr[i] *= acc[i];
+                }
+            }
+        }
+    }
+}
+
+// x, y: [N, C, ...]
+template <class Fwd> void forward(const char* op, const Tensor& x, const Tensor& y) {
+    requireAxis1(op, x);
+    const auto& prims = forwardPrims<Fwd>(x.shape().dims(), op);
+    if (prims.reference) return forwardLoops(std::is_same_v<Fwd, dnnl::logsoftmax_forward>, x, y);
+    auto md = prims.fwdPd.src_desc();
+    checkDnnl(op, [&] {
+        prims.fwd.execute(stream(),
+                          {{DNNL_ARG_SRC, wrap(md, x.data<float>())}, {DNNL_ARG_DST, wrap(md, y.data<float>())}});
+    });
+}
+
 // oneDNN's backward for these dims, and whether it is its reference implementation.
 template <class Bwd> struct BackwardPrim {
     Bwd bwd;
@@ -132,7 +185,7 @@ template <class Fwd, class Bwd> void backward(const char* op, const Tensor& y, c
             auto md = plainDesc(dims);
             typename Bwd::desc d(md, md, 1);
             typename Bwd::primitive_desc pd(d, engine(), forwardPrims<Fwd>(dims, op).fwdPd);
-            return BackwardPrim<Bwd>{Bwd(pd), std::string(pd.impl_info_str()).rfind("ref", 0) == 0};
+            return BackwardPrim<Bwd>{Bwd(pd), isReference(pd)};
         });
     });
     if (prim.reference) return backwardLoops(std::is_same_v<Bwd, dnnl::logsoftmax_backward>, y, dy, dx);
