@@ -55,103 +55,134 @@ void requireAxis1(const char* op, const Tensor& t) {
 
 constexpr int64_t kParallelMin = 1 << 15; // elements below which the loops stay on one thread
 
+// e <- exp(v) through oneDNN's eltwise primitive (vectorised on every ISA; a loop of std::exp
+// is not).
+void expInto(const Tensor& v, const Tensor& e) {
+    backendOf(e).activationForward(ActivationParams{ActivationKind::exp}, v, e);
+}
+
 // dx over dim 1 of y, dy, dx [N, C, S] by loops: softmax dx = y (dy - sum_c dy y), log-softmax
-// dx = dy - exp(y) sum_c dy. Taken where oneDNN's backward is its reference implementation
-// (oneDNN 2.7 on CPUs without AVX-512: a scalar loop, 10x its vectorised forward).
+// dx = dy - exp(y) sum_c dy (exp(y) first written into dx). Taken where oneDNN's backward is
+// its reference implementation (oneDNN 2.7 on CPUs without AVX-512: a scalar loop, 10x its
+// vectorised forward).
 void backwardLoops(bool log, const Tensor& y, const Tensor& dy, const Tensor& dx) {
     const Shape& s = y.shape();
     const int64_t N = s[0], C = s[1], S = N * C > 0 ? y.numel() / (N * C) : 0;
     const float* py = y.data<float>();
     const float* pd = dy.data<float>();
     float* px = dx.data<float>();
-    if (S == 1) { // rows of C: a dot product, then one pass
-#pragma omp parallel for if (y.numel() > kParallelMin)
-        for (int64_t n = 0; n < N; ++n) {
-            const float *yr = py + n * C, *dr = pd + n * C;
-            float* xr = px + n * C;
-            float sum = 0.0f;
-            if (log) {
-#pragma omp simd reduction(+ : sum)
-                for (int64_t c = 0; c < C; ++c) sum += dr[c];
-                for (int64_t c = 0; c < C; ++c) xr[c] = dr[c] - std::exp(yr[c]) * sum;
-            } else {
-#pragma omp simd reduction(+ : sum)
-                for (int64_t c = 0; c < C; ++c) sum += dr[c] * yr[c];
-#pragma omp simd
-                for (int64_t c = 0; c < C; ++c) xr[c] = yr[c] * (dr[c] - sum);
-            }
-        }
-        return;
+    // exp(y) for log-softmax, in dx unless dx is dy's or y's storage (dx = dy - exp(y) * sum
+    // reads each element before it writes it)
+    Tensor e = dx;
+    if (log) {
+        if (dx.sharesStorage(dy) || dx.sharesStorage(y)) e = Tensor::empty(y.shape(), DType::float32, y.device());
+        expInto(y, e);
     }
+    // q: what the sum weighs dy by (y, or 1 for log-softmax), p: what it multiplies (exp(y) or y)
+    const float* pq = log ? nullptr : py;
+    const float* pp = log ? e.data<float>() : py;
 #pragma omp parallel if (y.numel() > kParallelMin)
     {
         std::vector<float> sum(static_cast<size_t>(S));
 #pragma omp for
         for (int64_t n = 0; n < N; ++n) {
+            if (S == 1) { // rows of C: a dot product, then one pass
+                const float *dr = pd + n * C, *pr = pp + n * C;
+                float* xr = px + n * C;
+                float total = 0.0f;
+                if (pq) {
+                    const float* qr = pq + n * C;
+#pragma omp simd reduction(+ : total)
+                    for (int64_t c = 0; c < C; ++c) total += dr[c] * qr[c];
+#pragma omp simd
+                    for (int64_t c = 0; c < C; ++c) xr[c] = pr[c] * (dr[c] - total);
+                } else {
+#pragma omp simd reduction(+ : total)
+                    for (int64_t c = 0; c < C; ++c) total += dr[c];
+#pragma omp simd
+                    for (int64_t c = 0; c < C; ++c) xr[c] = dr[c] - pr[c] * total;
+                }
+                continue;
+            }
             std::fill(sum.begin(), sum.end(), 0.0f);
             float* acc = sum.data();
             for (int64_t c = 0; c < C; ++c) {
-                const float *yr = py + (n * C + c) * S, *dr = pd + (n * C + c) * S;
+                const int64_t at = (n * C + c) * S;
+                const float* dr = pd + at;
+                if (pq) {
+                    const float* qr = pq + at;
 #pragma omp simd
-                for (int64_t i = 0; i < S; ++i) acc[i] += log ? dr[i] : dr[i] * yr[i];
-            }
-            for (int64_t c = 0; c < C; ++c) {
-                const float *yr = py + (n * C + c) * S, *dr = pd + (n * C + c) * S;
-                float* xr = px + (n * C + c) * S;
-                if (log) {
-                    for (int64_t i = 0; i < S; ++i) xr[i] = dr[i] - std::exp(yr[i]) * acc[i];
+                    for (int64_t i = 0; i < S; ++i) acc[i] += dr[i] * qr[i];
                 } else {
 #pragma omp simd
-                    for (int64_t i = 0; i < S; ++i) xr[i] = yr[i] * (dr[i] - acc[i]);
+                    for (int64_t i = 0; i < S; ++i) acc[i] += dr[i];
+                }
+            }
+            for (int64_t c = 0; c < C; ++c) {
+                const int64_t at = (n * C + c) * S;
+                const float *dr = pd + at, *pr = pp + at;
+                float* xr = px + at;
+                if (log) {
+#pragma omp simd
+                    for (int64_t i = 0; i < S; ++i) xr[i] = dr[i] - pr[i] * acc[i];
+                } else {
+#pragma omp simd
+                    for (int64_t i = 0; i < S; ++i) xr[i] = pr[i] * (dr[i] - acc[i]);
                 }
             }
         }
     }
 }
 
-// y over dim 1 of x, y [N, C, S] by loops: the largest value m of each line subtracted, then
-// softmax y = exp(x - m) / sum_c exp(x - m), log-softmax y = x - m - log(sum_c exp(x - m)).
-// Taken where oneDNN's forward is its reference implementation (oneDNN 2.7 below AVX-512
-// over a dim that is not the last, as a softmax over the classes of a [N, C, H, W] map: a
-// scalar loop 20x slower than these).
+// y over dim 1 of x, y [N, C, S]: the largest value m of each line subtracted, then softmax
+// y = exp(x - m) / sum_c exp(x - m), log-softmax y = x - m - log(sum_c exp(x - m)), in
+// passes of loops around one of oneDNN's exp (x is not read after the first, so y may be x). Taken where oneDNN's
+// forward is its reference implementation (oneDNN 2.7 below AVX-512 over a dim that is not the last, as a softmax over
+// the classes of a [N, C, H, W] map: a scalar loop 15x slower than these).
 void forwardLoops(bool log, const Tensor& x, const Tensor& y) {
     const Shape& s = x.shape();
     const int64_t N = s[0], C = s[1], S = N * C > 0 ? x.numel() / (N * C) : 0;
     const float* px = x.data<float>();
     float* py = y.data<float>();
-#pragma omp parallel if (x.numel() > kParallelMin)
-    {
-        std::vector<float> most(static_cast<size_t>(S)), sum(static_cast<size_t>(S));
-#pragma omp for
-        for (int64_t n = 0; n < N; ++n) {
-            float *m = most.data(), *acc = sum.data();
-            std::fill(most.begin(), most.end(), -std::numeric_limits<float>::infinity());
-            std::fill(sum.begin(), sum.end(), 0.0f);
-            for (int64_t c = 0; c < C; ++c) {
-                const float* xr = px + (n * C + c) * S;
+    std::vector<float> most(static_cast<size_t>(N * S), -std::numeric_limits<float>::infinity());
+    std::vector<float> sums(static_cast<size_t>(N * S), 0.0f);
+    const bool parallel = x.numel() > kParallelMin;
+#pragma omp parallel for if (parallel)
+    for (int64_t n = 0; n < N; ++n) { // y = x - m
+        float* m = most.data() + n * S;
+        for (int64_t c = 0; c < C; ++c) {
+            const float* xr = px + (n * C + c) * S;
 #pragma omp simd
-                for (int64_t i = 0; i < S; ++i) m[i] = std::max(m[i], xr[i]);
-            }
-            for (int64_t c = 0; c < C; ++c) {
-                const float* xr = px + (n * C + c) * S;
-                float* yr = py + (n * C + c) * S;
-                for (int64_t i = 0; i < S; ++i) {
-                    const float e = std::exp(xr[i] - m[i]);
-                    acc[i] += e;
-                    if (!log) yr[i] = e;
-                }
-            }
-            for (int64_t i = 0; i < S; ++i) acc[i] = log ? m[i] + std::log(acc[i]) : 1.0f / acc[i];
-            for (int64_t c = 0; c < C; ++c) {
-                const float* xr = px + (n * C + c) * S;
-                float* yr = py + (n * C + c) * S;
-                if (log) {
+            for (int64_t i = 0; i < S; ++i) m[i] = std::max(m[i], xr[i]);
+        }
+        for (int64_t c = 0; c < C; ++c) {
+            const float* xr = px + (n * C + c) * S;
+            float* yr = py + (n * C + c) * S;
 #pragma omp simd
-                    for (int64_t i = 0; i < S; ++i) yr[i] = xr[i] - acc[i];
-                } else {
+            for (int64_t i = 0; i < S; ++i) yr[i] = xr[i] - m[i];
+        }
+    }
+    // the exponentials: in place for softmax, beside y = x - m for log-softmax
+    const Tensor e = log ? Tensor::empty(y.shape(), DType::float32, y.device()) : y;
+    expInto(y, e);
+    const float* pe = e.data<float>();
+#pragma omp parallel for if (parallel)
+    for (int64_t n = 0; n < N; ++n) {
+        float* acc = sums.data() + n * S;
+        for (int64_t c = 0; c < C; ++c) {
+            const float* er = pe + (n * C + c) * S;
 #pragma omp simd
-                    for (int64_t i = 0; i < S; ++i) yr[i] *= acc[i];
-                }
+            for (int64_t i = 0; i < S; ++i) acc[i] += er[i];
+        }
+        for (int64_t i = 0; i < S; ++i) acc[i] = log ? std::log(acc[i]) : 1.0f / acc[i];
+        for (int64_t c = 0; c < C; ++c) {
+            float* yr = py + (n * C + c) * S;
+            if (log) {
+#pragma omp simd
+                for (int64_t i = 0; i < S; ++i) yr[i] -= acc[i];
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < S; ++i) yr[i] *= acc[i];
             }
         }
     }

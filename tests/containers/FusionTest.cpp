@@ -121,6 +121,58 @@ TEST(Fusion, BatchNormReluInAGraphGivesTheUnfusedResults) {
     EXPECT_EQ(dynamic_cast<Activation&>(r->module()).fusedInto(), nullptr);
 }
 
+// BatchNorm1D over a sequence [N, C, L] (plain 3-D data, which the CPU backend normalises
+// viewed as [N, C, L, 1]) fuses with its ReLU too, and gives the unfused pair's results
+// against the reference normalisation.
+TEST(Fusion, SequenceBatchNormReluGivesTheUnfusedResults) {
+    auto data = node(std::make_shared<Identity>(), {}, "data");
+    auto bn = node(std::make_shared<BatchNorm1D>(6), data, "bn");
+    auto r = node(relu(), bn, "relu");
+    auto net = std::make_shared<Graph>(std::vector<NodePtr>{data}, std::vector<NodePtr>{r});
+    setNormParams(*net);
+    net->setReleaseInBackward(false);
+    const Tensor x = randomTensor({4, 6, 9}, 5), dy = randomTensor({4, 6, 9}, 6);
+    StepResult fused, plain;
+    {
+        FusionSwitch on(true);
+        fused = trainStep(*net, x, dy);
+        EXPECT_TRUE(dynamic_cast<Activation&>(r->module()).passedThrough());
+    }
+    {
+        FusionSwitch off(false);
+        plain = trainStep(*net, x, dy);
+        EXPECT_FALSE(dynamic_cast<Activation&>(r->module()).passedThrough());
+    }
+    // y = relu(scale (x - mean) / sqrt(var + eps) + bias) per channel over N and L
+    std::vector<float> scale, bias;
+    for (const auto& [name, var] : net->namedParams()) {
+        (name.find("scale") != std::string::npos ? scale : bias) = var->data.toVector<float>();
+    }
+    const std::vector<float> xs = x.toVector<float>();
+    std::vector<float> want(xs.size());
+    for (int64_t c = 0; c < 6; ++c) {
+        double sum = 0, sq = 0;
+        for (int64_t n = 0; n < 4; ++n)
+            for (int64_t l = 0; l < 9; ++l) sum += xs[static_cast<size_t>((n * 6 + c) * 9 + l)];
+        const double mean = sum / 36;
+        for (int64_t n = 0; n < 4; ++n)
+            for (int64_t l = 0; l < 9; ++l) sq += std::pow(xs[static_cast<size_t>((n * 6 + c) * 9 + l)] - mean, 2);
+        const double inv = 1 / std::sqrt(sq / 36 + 1e-5);
+        for (int64_t n = 0; n < 4; ++n)
+            for (int64_t l = 0; l < 9; ++l) {
+                const size_t at = static_cast<size_t>((n * 6 + c) * 9 + l);
+                want[at] = static_cast<float>(std::max(0.0, scale[c] * (xs[at] - mean) * inv + bias[c]));
+            }
+    }
+    expectClose(plain.y.toVector<float>(), want, "unfused output");
+    expectClose(fused.y.toVector<float>(), plain.y.toVector<float>(), "output");
+    expectClose(fused.dx.toVector<float>(), plain.dx.toVector<float>(), "input gradient");
+    ASSERT_EQ(fused.paramGrads.size(), plain.paramGrads.size());
+    for (size_t i = 0; i < plain.paramGrads.size(); ++i) {
+        expectClose(fused.paramGrads[i], plain.paramGrads[i], "parameter gradient " + std::to_string(i));
+    }
+}
+
 TEST(Fusion, FusedGraphPassesTheNumericalGradientCheck) {
     manualSeed(4);
     auto net = block();

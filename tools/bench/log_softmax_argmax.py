@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """LogSoftMax (forward, and forward with backward) and ArgMax against PyTorch's
 log_softmax and argmax on the CPU: a classifier's [256, 1000] scores over the classes,
-[64, 128, 512] token scores over the last axis, a segmentation head's [16, 21, 128, 128]
-class map over the channels, and a language model's [256, 32000] next-token scores.
+[64, 128, 512] token scores over the last axis and a segmentation head's [16, 21, 128, 128]
+class map over the channels (both ops), and a language model's [256, 32000] next-token
+scores (ArgMax).
 
 Timed as alternating.py describes (one process, one thread count, sides alternating,
 medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's side is a module call (and its backward) on tessera.Tensors made once; PyTorch's
@@ -24,7 +25,7 @@ def main():
 
     rng = np.random.default_rng(0)
     print(f"torch {torch.__version__}, {args.threads} threads, medians of {args.reps}")
-    for shape, axis in (((256, 1000), 1), ((64, 128, 512), -1)):
+    for shape, axis in (((256, 1000), 1), ((64, 128, 512), -1), ((16, 21, 128, 128), 1)):
         x = (rng.standard_normal(shape) * 5).astype(np.float32)
         dy = rng.standard_normal(shape).astype(np.float32)
         xs, dys = ts.tensor(x), ts.tensor(dy)
