@@ -59,42 +59,84 @@ int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool causal, bool backward, boo
     return backward ? (dropout ? 3 : 2) * R * rowStride(Tk) + maskNumel : R * rowStride(Tk) + R;
 }
 
-// Sixteen floats side by side (GCC's vector extension): one AVX-512 register, two AVX2
-// ones, four SSE ones, the same bits in every clone. The helpers taking them are always
-// inlined into the clones, so the ABI of passing them (which -Wpsabi warns of) never applies.
+// The softmax kernels' vectors: sixteen floats, held as 16 / W native vectors of W lanes
+// (GCC's vector extension): one AVX-512 register (W 16), two AVX2 ones (W 8) or four SSE
+// ones (W 4). A row's lanes are compared and added in the same order at every W, so the
+// AVX-512 and AVX2 kernels compute the same bits (the baseline's, without fused
+// multiply-add, may round differently). A 16-float vector left for the compiler to lower
+// onto AVX2 spills to the stack and compares lane by lane: 5.8x slower. The helpers are
+// always inlined into the kernels, so the ABI of passing vectors (which -Wpsabi warns of)
+// never applies.
 #pragma GCC diagnostic ignored "-Wpsabi"
-using V = float __attribute__((vector_size(64)));
-using VI = int32_t __attribute__((vector_size(64)));
-using VU = uint32_t __attribute__((vector_size(64)));
+template <int W> struct Native;
+template <> struct Native<16> {
+    using F = float __attribute__((vector_size(64)));
+    using I = int32_t __attribute__((vector_size(64)));
+    using U = uint32_t __attribute__((vector_size(64)));
+};
+template <> struct Native<8> {
+    using F = float __attribute__((vector_size(32)));
+    using I = int32_t __attribute__((vector_size(32)));
+    using U = uint32_t __attribute__((vector_size(32)));
+};
+template <> struct Native<4> {
+    using F = float __attribute__((vector_size(16)));
+    using I = int32_t __attribute__((vector_size(16)));
+    using U = uint32_t __attribute__((vector_size(16)));
+};
+using V8 = Native<8>::F;
+using V4 = Native<4>::F;
 
-[[gnu::always_inline]] inline V splat(float x) { return V{} + x; }
-[[gnu::always_inline]] inline V load(const float* p) {
-    V v;
+template <class F> [[gnu::always_inline]] inline F splat(float x) { return F{} + x; }
+template <class F> [[gnu::always_inline]] inline F load(const float* p) {
+    F v;
     std::memcpy(&v, p, sizeof v);
     return v;
 }
-[[gnu::always_inline]] inline void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+template <class F> [[gnu::always_inline]] inline void store(float* p, F v) { std::memcpy(p, &v, sizeof v); }
+template <class F> [[gnu::always_inline]] inline F maxv(F a, F b) { return a > b ? a : b; }
 // Lanes at or past n (a row's last, partial vector): `fill`.
-[[gnu::always_inline]] inline V keepFirst(V v, int64_t n, float fill) {
-    const VI lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    return lane < static_cast<int32_t>(n) ? v : splat(fill);
+template <int W>
+[[gnu::always_inline]] inline typename Native<W>::F keepFirst(typename Native<W>::F v, int64_t n, float fill) {
+    typename Native<W>::I lane;
+    for (int i = 0; i < W; ++i) lane[i] = i;
+    const int32_t below = static_cast<int32_t>(std::clamp<int64_t>(n, 0, W));
+    return lane < below ? v : splat<typename Native<W>::F>(fill);
 }
-// Across the lanes, in halves (a fixed order: the same bits on every CPU level).
-using V8 = float __attribute__((vector_size(32)));
-using V4 = float __attribute__((vector_size(16)));
-[[gnu::always_inline]] inline float maxOf(V v) {
-    const V8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
-    const V8 b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    const V8 m8 = a > b ? a : b;
-    const V4 c = __builtin_shufflevector(m8, m8, 0, 1, 2, 3), d = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
-    const V4 m4 = c > d ? c : d;
+
+// Across a 16-lane vector's parts: the max and the sum of its lanes in halves, lanes 0-7
+// against 8-15, then 0-3 against 4-7, then pairs (a fixed order: the same bits at every W).
+template <int W> [[gnu::always_inline]] inline V4 quarterMax(const typename Native<W>::F (&p)[16 / W]) {
+    if constexpr (W == 16) {
+        const V8 m8 = maxv(V8(__builtin_shufflevector(p[0], p[0], 0, 1, 2, 3, 4, 5, 6, 7)),
+                           V8(__builtin_shufflevector(p[0], p[0], 8, 9, 10, 11, 12, 13, 14, 15)));
+        return maxv(V4(__builtin_shufflevector(m8, m8, 0, 1, 2, 3)), V4(__builtin_shufflevector(m8, m8, 4, 5, 6, 7)));
+    } else if constexpr (W == 8) {
+        const V8 m8 = maxv(p[0], p[1]);
+        return maxv(V4(__builtin_shufflevector(m8, m8, 0, 1, 2, 3)), V4(__builtin_shufflevector(m8, m8, 4, 5, 6, 7)));
+    } else {
+        return maxv(maxv(p[0], p[2]), maxv(p[1], p[3]));
+    }
+}
+template <int W> [[gnu::always_inline]] inline V4 quarterSum(const typename Native<W>::F (&p)[16 / W]) {
+    if constexpr (W == 16) {
+        const V8 s8 = V8(__builtin_shufflevector(p[0], p[0], 0, 1, 2, 3, 4, 5, 6, 7)) +
+                      V8(__builtin_shufflevector(p[0], p[0], 8, 9, 10, 11, 12, 13, 14, 15));
+        return V4(__builtin_shufflevector(s8, s8, 0, 1, 2, 3)) + V4(__builtin_shufflevector(s8, s8, 4, 5, 6, 7));
+    } else if constexpr (W == 8) {
+        const V8 s8 = p[0] + p[1];
+        return V4(__builtin_shufflevector(s8, s8, 0, 1, 2, 3)) + V4(__builtin_shufflevector(s8, s8, 4, 5, 6, 7));
+    } else {
+        return (p[0] + p[2]) + (p[1] + p[3]);
+    }
+}
+template <int W> [[gnu::always_inline]] inline float maxOf(const typename Native<W>::F (&p)[16 / W]) {
+    const V4 m4 = quarterMax<W>(p);
     const float x = m4[0] > m4[1] ? m4[0] : m4[1], y = m4[2] > m4[3] ? m4[2] : m4[3];
     return x > y ? x : y;
 }
-[[gnu::always_inline]] inline float sumOf(V v) {
-    const V8 s8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    const V4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+template <int W> [[gnu::always_inline]] inline float sumOf(const typename Native<W>::F (&p)[16 / W]) {
+    const V4 s4 = quarterSum<W>(p);
     return (s4[0] + s4[1]) + (s4[2] + s4[3]);
 }
 
@@ -102,89 +144,157 @@ using V4 = float __attribute__((vector_size(16)));
 // normal range) and for -inf: x = n ln 2 + r, |r| <= ln(2) / 2, e^r by Cephes' polynomial,
 // 2^n from the exponent bits (unsigned: any input, NaN too, is defined behaviour; above 88
 // it stays finite). Within 2 ulp of std::exp.
-[[gnu::always_inline]] inline V expOf(V x) {
-    const V lo = splat(-87.0f);
-    const V hi = splat(88.0f);
-    const V xc = x < lo ? lo : x > hi ? hi : x;
-    const V t = xc * 1.44269504088896341f + 12582912.0f; // 1.5 * 2^23: rounds to an integer
-    const V n = t - 12582912.0f;
-    const VU ni = (VU)t - 0x4B400000u; // n, two's complement
-    const V r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-    V p = splat(1.9875691500e-4f);
+template <int W> [[gnu::always_inline]] inline typename Native<W>::F expOf(typename Native<W>::F x) {
+    using F = typename Native<W>::F;
+    using U = typename Native<W>::U;
+    const F lo = splat<F>(-87.0f);
+    const F hi = splat<F>(88.0f);
+    const F xc = x < lo ? lo : x > hi ? hi : x;
+    const F t = xc * 1.44269504088896341f + 12582912.0f; // 1.5 * 2^23: rounds to an integer
+    const F n = t - 12582912.0f;
+    const U ni = (U)t - 0x4B400000u; // n, two's complement
+    const F r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    F p = splat<F>(1.9875691500e-4f);
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const VU bits = (ni + 127u) << 23;
-    const V e = p * (V)bits;
-    return x < lo ? V{} : e;
+    const U bits = (ni + 127u) << 23;
+    const F e = p * (F)bits;
+    return x < lo ? F{} : e;
 }
 
 // Rows of n scores, ld apart (ld >= n rounded up to 16: a row's last vector is read and
 // written whole, its lanes past n ignored) -> e^(score - the row's max) in place, inv[i] =
 // 1 / the row's sum (the caller scales the product instead of the probabilities), lse[i]
 // = the row's log-sum-exp (if given).
-TESSERA_CPU_CLONES void expRows(float* s, int64_t rows, int64_t n, int64_t ld, float* inv, float* lse) {
+template <int W>
+[[gnu::always_inline]] inline void expRowsOf(float* s, int64_t rows, int64_t n, int64_t ld, float* inv, float* lse) {
+    using F = typename Native<W>::F;
+    constexpr int K = kLanes / W;
     const int64_t whole = n / kLanes * kLanes, tail = n - whole;
     for (int64_t i = 0; i < rows; ++i) {
         float* x = s + i * ld;
-        V top = splat(-INFINITY);
+        F top[K];
+        for (int k = 0; k < K; ++k) top[k] = splat<F>(-INFINITY);
+        for (int64_t j = 0; j < whole; j += kLanes)
+            for (int k = 0; k < K; ++k) top[k] = maxv(load<F>(x + j + k * W), top[k]);
+        if (tail) {
+            for (int k = 0; k < K; ++k)
+                top[k] = maxv(keepFirst<W>(load<F>(x + whole + k * W), tail - k * W, -INFINITY), top[k]);
+        }
+        const float m = maxOf<W>(top);
+        F sum[K] = {};
         for (int64_t j = 0; j < whole; j += kLanes) {
-            const V v = load(x + j);
-            top = v > top ? v : top;
+            for (int k = 0; k < K; ++k) {
+                const F e = expOf<W>(load<F>(x + j + k * W) - m);
+                store(x + j + k * W, e);
+                sum[k] += e;
+            }
         }
         if (tail) {
-            const V v = keepFirst(load(x + whole), tail, -INFINITY);
-            top = v > top ? v : top;
+            for (int k = 0; k < K; ++k) {
+                const F e = expOf<W>(keepFirst<W>(load<F>(x + whole + k * W), tail - k * W, -INFINITY) - m);
+                store(x + whole + k * W, e);
+                sum[k] += e;
+            }
         }
-        const float m = maxOf(top);
-        V sum{};
-        for (int64_t j = 0; j < whole; j += kLanes) {
-            const V e = expOf(load(x + j) - m);
-            store(x + j, e);
-            sum += e;
-        }
-        if (tail) {
-            const V e = expOf(keepFirst(load(x + whole), tail, -INFINITY) - m);
-            store(x + whole, e);
-            sum += e;
-        }
-        const float total = sumOf(sum);
+        const float total = sumOf<W>(sum);
         inv[i] = 1.0f / total;
         if (lse) lse[i] = m + std::log(total);
     }
 }
 
-// y [rows, n], contiguous: row i times f[i].
-TESSERA_CPU_CLONES void scaleRows(float* y, int64_t rows, int64_t n, const float* f) {
-    for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < n; ++j) y[i * n + j] *= f[i];
-}
-
 // Rows of n scores, ld apart as in expRows -> exp(score - lse[i]): the probabilities again.
-TESSERA_CPU_CLONES void probabilitiesOf(float* s, int64_t rows, int64_t n, int64_t ld, const float* lse) {
+template <int W>
+[[gnu::always_inline]] inline void probabilitiesOfRows(float* s, int64_t rows, int64_t n, int64_t ld,
+                                                       const float* lse) {
+    using F = typename Native<W>::F;
     const int64_t whole = n / kLanes * kLanes, tail = n - whole;
     for (int64_t i = 0; i < rows; ++i) {
         float* x = s + i * ld;
-        for (int64_t j = 0; j < whole; j += kLanes) store(x + j, expOf(load(x + j) - lse[i]));
-        if (tail) store(x + whole, expOf(keepFirst(load(x + whole), tail, -INFINITY) - lse[i]));
+        for (int64_t j = 0; j < whole; j += W) store(x + j, expOf<W>(load<F>(x + j) - lse[i]));
+        for (int64_t j = whole; j < whole + (tail ? kLanes : 0); j += W)
+            store(x + j, expOf<W>(keepFirst<W>(load<F>(x + j), n - j, -INFINITY) - lse[i]));
     }
 }
 
 // dp <- p (dp - rowsum(p dp)): the softmax's backward, row by row (ld apart, as in expRows).
-TESSERA_CPU_CLONES void softmaxGradRows(const float* p, float* dp, int64_t rows, int64_t n, int64_t ld) {
+template <int W>
+[[gnu::always_inline]] inline void softmaxGradRowsOf(const float* p, float* dp, int64_t rows, int64_t n, int64_t ld) {
+    using F = typename Native<W>::F;
+    constexpr int K = kLanes / W;
     const int64_t whole = n / kLanes * kLanes, tail = n - whole;
     for (int64_t i = 0; i < rows; ++i) {
         const float* y = p + i * ld;
         float* g = dp + i * ld;
-        V acc{};
-        for (int64_t j = 0; j < whole; j += kLanes) acc += load(y + j) * load(g + j);
-        if (tail) acc += keepFirst(load(y + whole) * load(g + whole), tail, 0.0f);
-        const float dot = sumOf(acc);
-        for (int64_t j = 0; j < n; j += kLanes) store(g + j, load(y + j) * (load(g + j) - dot));
+        F acc[K] = {};
+        for (int64_t j = 0; j < whole; j += kLanes)
+            for (int k = 0; k < K; ++k) acc[k] += load<F>(y + j + k * W) * load<F>(g + j + k * W);
+        if (tail) {
+            for (int k = 0; k < K; ++k) {
+                const int64_t at = whole + k * W;
+                acc[k] += keepFirst<W>(load<F>(y + at) * load<F>(g + at), tail - k * W, 0.0f);
+            }
+        }
+        const float dot = sumOf<W>(acc);
+        for (int64_t j = 0; j < n; j += W) store(g + j, load<F>(y + j) * (load<F>(g + j) - dot));
     }
+}
+
+// The three kernels compiled for each CPU level; `softmaxKernels` picks one set.
+struct SoftmaxKernels {
+    void (*expRows)(float*, int64_t, int64_t, int64_t, float*, float*);
+    void (*probabilitiesOf)(float*, int64_t, int64_t, int64_t, const float*);
+    void (*softmaxGradRows)(const float*, float*, int64_t, int64_t, int64_t);
+};
+
+#define TESSERA_SOFTMAX_KERNELS(W, TARGET)                                                                             \
+    TARGET void expRows##W(float* s, int64_t rows, int64_t n, int64_t ld, float* inv, float* lse) {                    \
+        expRowsOf<W>(s, rows, n, ld, inv, lse);                                                                        \
+    }                                                                                                                  \
+    TARGET void probabilitiesOf##W(float* s, int64_t rows, int64_t n, int64_t ld, const float* lse) {                  \
+        probabilitiesOfRows<W>(s, rows, n, ld, lse);                                                                   \
+    }                                                                                                                  \
+    TARGET void softmaxGradRows##W(const float* p, float* dp, int64_t rows, int64_t n, int64_t ld) {                   \
+        softmaxGradRowsOf<W>(p, dp, rows, n, ld);                                                                      \
+    }                                                                                                                  \
+    constexpr SoftmaxKernels kSoftmax##W{expRows##W, probabilitiesOf##W, softmaxGradRows##W};
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+TESSERA_SOFTMAX_KERNELS(16, __attribute__((target("arch=x86-64-v4"))))
+TESSERA_SOFTMAX_KERNELS(8, __attribute__((target("arch=x86-64-v3"))))
+TESSERA_SOFTMAX_KERNELS(4, )
+
+// The kernels for the CPU's level as ONEDNN_MAX_CPU_ISA caps it (as OpenBLAS's kernel set
+// follows it), so a capped run of the suite runs the kernels of the CPU it stands in for:
+// under AVX2, an AVX-512 CPU runs an AVX2-only CPU's kernels, under SSE41 the baseline's.
+const SoftmaxKernels& softmaxKernels() {
+    static const SoftmaxKernels& chosen = []() -> const SoftmaxKernels& {
+        __builtin_cpu_init();
+        const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+        const auto within = [isa](dnnl::cpu_isa level) {
+            const auto bits = static_cast<unsigned>(level);
+            return (isa & bits) == bits;
+        };
+        if (__builtin_cpu_supports("x86-64-v4") && within(dnnl::cpu_isa::avx512_core)) return kSoftmax16;
+        if (__builtin_cpu_supports("x86-64-v3") && within(dnnl::cpu_isa::avx2)) return kSoftmax8;
+        return kSoftmax4;
+    }();
+    return chosen;
+}
+#else
+TESSERA_SOFTMAX_KERNELS(16, )
+const SoftmaxKernels& softmaxKernels() { return kSoftmax16; }
+#endif
+#undef TESSERA_SOFTMAX_KERNELS
+
+// y [rows, n], contiguous: row i times f[i].
+TESSERA_CPU_CLONES void scaleRows(float* y, int64_t rows, int64_t n, const float* f) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < n; ++j) y[i * n + j] *= f[i];
 }
 
 // Causal masking of a chunk of rows whose first is query i0, n keys computed (ld apart
@@ -362,7 +472,7 @@ bool CpuBackend::fusedAttentionForward(const AttentionSpec& spec, const Tensor& 
             addRows(s, ld, pm + m.at, m.ld, r, keys);
         }
         if (spec.causal) maskCausal(s, r, i0, keys, ld);
-        expRows(s, r, keys, ld, inv, lse ? lse + b * n.Tq + i0 : nullptr);
+        softmaxKernels().expRows(s, r, keys, ld, inv, lse ? lse + b * n.Tq + i0 : nullptr);
         if (spec.dropout > 0.0f) { // e^(s - max) dropped: the 1 / sum below makes them P * mask
             dropoutRows(s, nullptr, r, keys, ld, spec.dropout, spec.seed,
                         spec.first + static_cast<uint64_t>((b * n.Tq + i0) * n.Tk), n.Tk);
@@ -427,7 +537,7 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
             const MaskRows m = pm ? maskRows(spec, b, i0) : MaskRows{0, 0};
             if (pm) addRows(p, ld, pm + m.at, m.ld, r, keys);
             if (spec.causal) maskCausal(p, r, i0, keys, ld);
-            probabilitiesOf(p, r, keys, ld, lse + b * n.Tq + i0);
+            softmaxKernels().probabilitiesOf(p, r, keys, ld, lse + b * n.Tq + i0);
             if (drop) { // dv from P * mask (in g), dP = (dy v^T) * mask
                 dropoutRows(nullptr, f, r, keys, ld, spec.dropout, spec.seed,
                             spec.first + static_cast<uint64_t>((b * n.Tq + i0) * n.Tk), n.Tk);
@@ -436,7 +546,7 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
             ok = ok && sgemm1(true, false, keys, n.dv, r, 1.0f, drop ? g : p, ld, dyc, n.dv, beta, dvb, n.dv);
             ok = ok && sgemm1(false, true, r, keys, n.dv, 1.0f, dyc, n.dv, vb, n.dv, 0.0f, g, ld);
             if (drop) mulRows(g, f, r, keys, ld);
-            softmaxGradRows(p, g, r, keys, ld);
+            softmaxKernels().softmaxGradRows(p, g, r, keys, ld);
             if (masks > 0) accumulateRows(acc + m.at, m.ld, g, ld, r, keys); // dS, laid out as the mask
             ok =
                 ok && sgemm1(false, false, r, n.d, keys, scale, g, ld, kb, n.d, 0.0f, pdq + (b * n.Tq + i0) * n.d, n.d);
