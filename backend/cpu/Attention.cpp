@@ -166,8 +166,8 @@ template <int W> [[gnu::always_inline]] inline typename Native<W>::F expOf(typen
     return x < lo ? F{} : e;
 }
 
-// Rows of n scores, ld apart (ld >= n rounded up to 16: a row's last vector is read and
-// written whole, its lanes past n ignored) -> e^(score - the row's max) in place, inv[i] =
+// Rows of n scores, ld apart (ld >= n rounded up to 16: a row's last vectors are read and
+// written whole, their lanes past n ignored) -> e^(score - the row's max) in place, inv[i] =
 // 1 / the row's sum (the caller scales the product instead of the probabilities), lse[i]
 // = the row's log-sum-exp (if given).
 template <int W>
@@ -181,8 +181,8 @@ template <int W>
         for (int k = 0; k < K; ++k) top[k] = splat<F>(-INFINITY);
         for (int64_t j = 0; j < whole; j += kLanes)
             for (int k = 0; k < K; ++k) top[k] = maxv(load<F>(x + j + k * W), top[k]);
-        if (tail) {
-            for (int k = 0; k < K; ++k)
+        if (tail) { // the parts holding lanes below n: a part past them would add -inf (max) and 0 (sum)
+            for (int k = 0; k * W < tail; ++k)
                 top[k] = maxv(keepFirst<W>(load<F>(x + whole + k * W), tail - k * W, -INFINITY), top[k]);
         }
         const float m = maxOf<W>(top);
@@ -195,7 +195,7 @@ template <int W>
             }
         }
         if (tail) {
-            for (int k = 0; k < K; ++k) {
+            for (int k = 0; k * W < tail; ++k) {
                 const F e = expOf<W>(keepFirst<W>(load<F>(x + whole + k * W), tail - k * W, -INFINITY) - m);
                 store(x + whole + k * W, e);
                 sum[k] += e;
@@ -212,11 +212,11 @@ template <int W>
 [[gnu::always_inline]] inline void probabilitiesOfRows(float* s, int64_t rows, int64_t n, int64_t ld,
                                                        const float* lse) {
     using F = typename Native<W>::F;
-    const int64_t whole = n / kLanes * kLanes, tail = n - whole;
+    const int64_t whole = n / kLanes * kLanes;
     for (int64_t i = 0; i < rows; ++i) {
         float* x = s + i * ld;
         for (int64_t j = 0; j < whole; j += W) store(x + j, expOf<W>(load<F>(x + j) - lse[i]));
-        for (int64_t j = whole; j < whole + (tail ? kLanes : 0); j += W)
+        for (int64_t j = whole; j < n; j += W)
             store(x + j, expOf<W>(keepFirst<W>(load<F>(x + j), n - j, -INFINITY) - lse[i]));
     }
 }
@@ -234,7 +234,7 @@ template <int W>
         for (int64_t j = 0; j < whole; j += kLanes)
             for (int k = 0; k < K; ++k) acc[k] += load<F>(y + j + k * W) * load<F>(g + j + k * W);
         if (tail) {
-            for (int k = 0; k < K; ++k) {
+            for (int k = 0; k * W < tail; ++k) {
                 const int64_t at = whole + k * W;
                 acc[k] += keepFirst<W>(load<F>(y + at) * load<F>(g + at), tail - k * W, 0.0f);
             }
