@@ -460,6 +460,22 @@ public:
     virtual void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) = 0;
     /// src, idx: [O, J, I], dst: [O, A, I] -> dst[o, idx[o, j, i], i] += src[o, j, i].
     virtual void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) = 0;
+    /// Weighted taps (GridSample's kernel): x [N, C, A], idx [T, N, P] int32 in [0, A), w
+    /// [T, N, P], all float32 but idx, plain -> y [N, C, P], y[n, c, p] <- sum_t w[t, n, p]
+    /// x[n, c, idx[t, n, p]]. False, having written nothing, where the backend has no kernel
+    /// for it (the caller then runs a gather per tap). Default: false.
+    virtual bool gatherTaps(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& y) {
+        (void)x, (void)idx, (void)w, (void)y;
+        return false;
+    }
+    /// gatherTaps' gradients for dy [N, C, P]: dx [N, C, A] += each tap's w dy at its
+    /// position, and, where `dw` [T, N, P] is defined, dw[t, n, p] <- sum_c dy[n, c, p] x[n,
+    /// c, idx[t, n, p]]. False, having written nothing, where the backend has no kernel.
+    virtual bool gatherTapsBackward(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& dy,
+                                    const Tensor& dx, const Tensor& dw) {
+        (void)x, (void)idx, (void)w, (void)dy, (void)dx, (void)dw;
+        return false;
+    }
     /// x: [O, A, I] -> idx: [O, k, I], the positions of the k largest values along A in
     /// ascending position order (ties: the earlier). With k = 1 (one pass) a NaN counts as
     /// the largest value; for k > 1 a line holding NaN gives unspecified positions.

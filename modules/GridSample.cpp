@@ -261,6 +261,28 @@ struct Sampling {
         be.cast(spread.reshape({n * c, p, 1}), at);
         return at;
     }
+    // Every pair's positions into x's planes as [T, N, P] int32 and weights [T, N, P], for
+    // the backend's gatherTaps: T = 4 (bilinear), 16 (bicubic) or 1 (nearest), y's taps
+    // outer.
+    std::pair<Tensor, Tensor> table() const {
+        const Tensor& like = xs.front().at;
+        Backend& be = backendOf(like);
+        const Device dev = like.device();
+        const int64_t taps = static_cast<int64_t>(ys.size() * xs.size());
+        Tensor flat = Tensor::empty({taps, n, p}, DType::float32, dev);
+        Tensor wt = Tensor::empty({taps, n, p}, DType::float32, dev);
+        int64_t t = 0;
+        for (const Tap& ty : ys) {
+            for (const Tap& tx : xs) {
+                be.axpbyz(static_cast<float>(w), ty.at, 1.0f, tx.at, flat.slice(t, t + 1).reshape({n, p}));
+                be.mul(ty.w, tx.w, wt.slice(t, t + 1).reshape({n, p}));
+                ++t;
+            }
+        }
+        Tensor at = Tensor::empty({taps, n, p}, DType::int32, dev);
+        be.cast(flat, at);
+        return {at, wt};
+    }
     Tensor weight(const Tap& ty, const Tap& tx) const {
         Tensor wt = Tensor::empty({n, 1, p}, DType::float32, tx.w.device());
         backendOf(wt).mul(ty.w, tx.w, wt);
@@ -299,7 +321,12 @@ Tensors GridSample::updateData(const Tensors& data) {
     const Sampling s(options_, x.shape(), float32Plain(data[1]), false);
     Backend& be = backendOf(x);
     const Device dev = x.device();
-    Tensor y = Tensor::zeros({s.n, s.c, s.p}, DType::float32, dev);
+    const auto [at, wt] = s.table();
+    Tensor y = Tensor::empty({s.n, s.c, s.p}, DType::float32, dev);
+    if (be.gatherTaps(x.reshape({s.n, s.c, s.h * s.w}), at, wt, y))
+        return {y.reshape(dataShapeFrom(shapesOf(data))[0])};
+    // a gather per tap
+    be.fill(y, 0.0f);
     Tensor read = Tensor::empty({s.n, s.c, s.p}, DType::float32, dev);
     const Tensor lines = x.reshape({s.n * s.c, s.h * s.w, 1});
     for (const Tap& ty : s.ys) {
@@ -321,15 +348,44 @@ Tensors GridSample::updateGrad(const Tensors& grad) {
     const Device dev = x.device();
     const Tensor dy = float32Plain(grad[0]).reshape({s.n, s.c, s.p});
     Tensor dx = Tensor::zeros(x.shape(), DType::float32, dev);
+    Tensor duv = Tensor::zeros({2, s.n, s.p}, DType::float32, dev);
+    const Tensor du = duv.slice(0, 1).reshape({s.n, s.p}), dv = duv.slice(1, 2).reshape({s.n, s.p});
+    const auto gridGradient = [&] {
+        Tensor dgrid = Tensor::empty({s.n, s.p, 2}, DType::float32, dev);
+        be.permute(duv, {1, 2, 0}, dgrid);
+        return dgrid.reshape(grid.shape());
+    };
+    Tensor term = Tensor::empty({s.n, s.p}, DType::float32, dev);
+    // du += ty.w tx.dw g, dv += ty.dw tx.w g for g the sum over the channels of dy * x at the tap
+    const auto addTap = [&](const Tap& ty, const Tap& tx, const Tensor& g) {
+        be.mul(ty.w, tx.dw, term);
+        be.mul(term, g, term);
+        be.axpby(1.0f, term, 1.0f, du);
+        be.mul(ty.dw, tx.w, term);
+        be.mul(term, g, term);
+        be.axpby(1.0f, term, 1.0f, dv);
+    };
+    {
+        const auto [at, wt] = s.table();
+        const Tensor byTaps = gridGrad ? Tensor::empty(at.shape(), DType::float32, dev) : Tensor();
+        if (be.gatherTapsBackward(x.reshape({s.n, s.c, s.h * s.w}), at, wt, dy, dx.reshape({s.n, s.c, s.h * s.w}),
+                                  byTaps)) {
+            int64_t t = 0;
+            for (const Tap& ty : s.ys) {
+                for (const Tap& tx : s.xs) {
+                    if (gridGrad) addTap(ty, tx, byTaps.slice(t, t + 1).reshape({s.n, s.p}));
+                    ++t;
+                }
+            }
+            return {dx, gridGradient()};
+        }
+    }
+    // a scatter and a gather per tap
     const Tensor dxLines = dx.reshape({s.n * s.c, s.h * s.w, 1});
     const Tensor lines = x.reshape({s.n * s.c, s.h * s.w, 1});
     Tensor part = Tensor::empty({s.n, s.c, s.p}, DType::float32, dev);
     Tensor read = Tensor::empty({s.n, s.c, s.p}, DType::float32, dev);
-    // the grid's gradient as [2, N, P] (u, v), and sum over the channels of dy * x at a tap
-    Tensor duv = Tensor::zeros({2, s.n, s.p}, DType::float32, dev);
-    const Tensor du = duv.slice(0, 1).reshape({s.n, s.p}), dv = duv.slice(1, 2).reshape({s.n, s.p});
     Tensor byTap = Tensor::empty({s.n, 1, s.p}, DType::float32, dev);
-    Tensor term = Tensor::empty({s.n, s.p}, DType::float32, dev);
     for (const Tap& ty : s.ys) {
         for (const Tap& tx : s.xs) {
             const Tensor at = s.positions(ty, tx);
@@ -339,18 +395,10 @@ Tensors GridSample::updateGrad(const Tensors& grad) {
             be.gatherAxis(lines, at, read.reshape({s.n * s.c, s.p, 1}));
             be.mul(read, dy, read);
             be.sumTo(read, 1.0f, byTap);
-            const Tensor g = byTap.reshape({s.n, s.p});
-            be.mul(ty.w, tx.dw, term);
-            be.mul(term, g, term);
-            be.axpby(1.0f, term, 1.0f, du);
-            be.mul(ty.dw, tx.w, term);
-            be.mul(term, g, term);
-            be.axpby(1.0f, term, 1.0f, dv);
+            addTap(ty, tx, byTap.reshape({s.n, s.p}));
         }
     }
-    Tensor dgrid = Tensor::empty({s.n, s.p, 2}, DType::float32, dev);
-    be.permute(duv, {1, 2, 0}, dgrid);
-    return {dx, dgrid.reshape(grid.shape())};
+    return {dx, gridGradient()};
 }
 
 Blueprint GridSample::blueprint() const {

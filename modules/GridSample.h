@@ -40,9 +40,11 @@ struct GridSampleOptions {
 /// or a mirror, one side's). Flow warping, deformable sampling and spatial transformers
 /// with a grid of their own use it; `SpatialTf` is the affine grid's special case.
 ///
-/// Built on the backend's element-wise ops, gathers and scatters (either backend): each of
-/// the 4 (16 for bicubic) taps is one gather over [N, C, Ho * Wo] forward and one scatter
-/// backward. A NaN in the grid gives an unspecified value.
+/// The taps' positions and weights ([T, N, Ho * Wo] for T = 4 bilinear, 16 bicubic, 1
+/// nearest) come from the backend's element-wise ops; the backend's gatherTaps reads them
+/// in one pass over x (the CPU's kernel), or, where a backend has none (CUDA today), each
+/// tap is one gather over [N, C, Ho * Wo] forward and one scatter backward. A NaN in the
+/// grid gives an unspecified value.
 class GridSample : public Module {
 public:
     explicit GridSample(const GridSampleOptions& options = {});

@@ -274,13 +274,9 @@ TESSERA_SOFTMAX_KERNELS(4, )
 const SoftmaxKernels& softmaxKernels() {
     static const SoftmaxKernels& chosen = []() -> const SoftmaxKernels& {
         __builtin_cpu_init();
-        const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-        const auto within = [isa](dnnl::cpu_isa level) {
-            const auto bits = static_cast<unsigned>(level);
-            return (isa & bits) == bits;
-        };
-        if (__builtin_cpu_supports("x86-64-v4") && within(dnnl::cpu_isa::avx512_core)) return kSoftmax16;
-        if (__builtin_cpu_supports("x86-64-v3") && within(dnnl::cpu_isa::avx2)) return kSoftmax8;
+        using dnnl_util::isaIncludes;
+        if (__builtin_cpu_supports("x86-64-v4") && isaIncludes(dnnl::cpu_isa::avx512_core)) return kSoftmax16;
+        if (__builtin_cpu_supports("x86-64-v3") && isaIncludes(dnnl::cpu_isa::avx2)) return kSoftmax8;
         return kSoftmax4;
     }();
     return chosen;

@@ -116,6 +116,10 @@ public:
     /// TESSERA_CPU_FUSED_ATTENTION: 1 or 0; on when unset).
     static void setFusedAttention(bool on);
     static bool fusedAttention();
+    /// Whether gatherTaps and gatherTapsBackward run their kernels (on, initially) or decline
+    /// (GridSample then runs a gather per tap, as on CUDA), for every CpuBackend.
+    static void setTapKernels(bool on);
+    static bool tapKernels();
     /// Fused attention in float32 (any other type: not taken), with or without an additive
     /// mask, causal masking and dropout: each thread takes one head's chunk of query rows at
     /// a time, whose scores (at most 256 KiB) stay in cache from q k^T through the softmax
@@ -206,6 +210,9 @@ public:
     void maxPoolIndices(const PoolParams& p, const Tensor& x, const Tensor& idx) override;
     void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) override;
     void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) override;
+    bool gatherTaps(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& y) override;
+    bool gatherTapsBackward(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                            const Tensor& dw) override;
     void topKIndices(const Tensor& x, int64_t k, const Tensor& idx) override;
     void gatherRows(const Tensor& table, const Tensor& idx, const Tensor& y) override;
     void scatterAddRows(const Tensor& src, const Tensor& idx, float scale, const Tensor& table) override;

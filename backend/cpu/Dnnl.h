@@ -25,6 +25,12 @@ dnnl::stream& stream();
 /// "AVX-512", "AVX-512 with bfloat16", "AVX-512 with AMX", ...
 std::string isaName();
 
+/// Whether oneDNN's effective instruction set (the CPU's, capped by ONEDNN_MAX_CPU_ISA)
+/// includes `level`: the one test by which Tessera's own kernel choices (OpenBLAS's kernel
+/// set, the fused attention's softmax kernels) follow the cap, so a capped run of the suite
+/// runs the kernels of the CPU it stands in for.
+bool isaIncludes(dnnl::cpu_isa level);
+
 /// Runs `f`, turning a dnnl::error into a BackendError that names the call (and, for
 /// out-of-memory and unimplemented statuses, says what they mean).
 template <class F> auto checkDnnl(const char* call, F&& f) -> decltype(f()) {

@@ -1,6 +1,7 @@
 // Index-driven ops as plain OpenMP loops: gathers and scatters along an axis (k-max
 // pooling, unpooling), row lookups (embeddings), top-k selection and axis permutation.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -84,7 +85,7 @@ void CpuBackend::gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y)
     const float* px = x.data<float>();
     const int32_t* pi = idx.data<int32_t>();
     float* py = y.data<float>();
-    for (int64_t i = 0; i < idx.numel(); ++i) checkIndex("gatherAxis", pi[i], xs.along);
+    for (int64_t i = 0, count = idx.numel(); i < count; ++i) checkIndex("gatherAxis", pi[i], xs.along);
 #pragma omp parallel for if (idx.numel() > kParallelMin)
     for (int64_t o = 0; o < is.outer; ++o)
         for (int64_t j = 0; j < is.along; ++j)
@@ -100,7 +101,7 @@ void CpuBackend::scatterAddAxis(const Tensor& src, const Tensor& idx, const Tens
     const float* ps = src.data<float>();
     const int32_t* pi = idx.data<int32_t>();
     float* pd = dst.data<float>();
-    for (int64_t i = 0; i < idx.numel(); ++i) checkIndex("scatterAddAxis", pi[i], ds.along);
+    for (int64_t i = 0, count = idx.numel(); i < count; ++i) checkIndex("scatterAddAxis", pi[i], ds.along);
         // Parallel over outer slices only: indices may repeat within one.
 #pragma omp parallel for if (idx.numel() > kParallelMin)
     for (int64_t o = 0; o < is.outer; ++o)
@@ -231,6 +232,116 @@ void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, cons
             }
         }
     }
+}
+
+namespace {
+
+std::atomic<bool> tapKernelsOn{true};
+
+// gatherTaps' operands: x [N, C, A], idx and w [T, N, P], y (or dy) [N, C, P].
+struct TapDims {
+    int64_t n, c, a, t, p;
+};
+
+TapDims tapDimsOf(const char* op, const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& y) {
+    const Shape &xs = x.shape(), &is = idx.shape(), &ys = y.shape();
+    if (xs.rank() != 3 || is.rank() != 3 || w.shape() != is || ys.rank() != 3 || is[1] != xs[0] ||
+        ys != Shape{xs[0], xs[1], is[2]}) {
+        throw ShapeError(std::string("CpuBackend::") + op +
+                         ": expects x [N, C, A], idx and w [T, N, P], y [N, C, P]; got x " + xs.str() + ", idx " +
+                         is.str() + ", w " + w.shape().str() + ", y " + ys.str());
+    }
+    const int32_t* pi = idx.data<int32_t>();
+    const int64_t count = idx.numel(), limit = xs[2];
+    for (int64_t i = 0; i < count; ++i) checkIndex(op, pi[i], limit);
+    return {xs[0], xs[1], xs[2], is[0], is[2]};
+}
+
+bool tapOperands(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& y) {
+    return tapKernelsOn.load() && x.dtype() == DType::float32 && w.dtype() == DType::float32 &&
+           y.dtype() == DType::float32 && idx.dtype() == DType::int32 && x.isPlain() && idx.isPlain() && w.isPlain() &&
+           y.isPlain();
+}
+
+// out[p] += w[p] * plane[at[p]] over one row of P.
+TESSERA_CPU_CLONES void addTap(float* __restrict out, const float* __restrict plane, const int32_t* __restrict at,
+                               const float* __restrict w, int64_t p) {
+    for (int64_t i = 0; i < p; ++i) out[i] += w[i] * plane[at[i]];
+}
+
+// plane[at[p]] += w[p] * dy[p]: positions may repeat, so one at a time.
+void scatterTap(float* plane, const int32_t* at, const float* w, const float* dy, int64_t p) {
+    for (int64_t i = 0; i < p; ++i) plane[at[i]] += w[i] * dy[i];
+}
+
+// Positions per block of gatherTapsBackward's sum over the channels.
+constexpr int64_t kTapBlock = 512;
+
+} // namespace
+
+void CpuBackend::setTapKernels(bool on) { tapKernelsOn = on; }
+bool CpuBackend::tapKernels() { return tapKernelsOn.load(); }
+
+// Each (n, c) plane of x stays in cache while its P outputs gather all T taps.
+bool CpuBackend::gatherTaps(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& y) {
+    if (!tapOperands(x, idx, w, y)) return false;
+    const TapDims d = tapDimsOf("gatherTaps", x, idx, w, y);
+    const float* px = x.data<float>();
+    const int32_t* pi = idx.data<int32_t>();
+    const float* pw = w.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for if (y.numel() * d.t > kParallelMin)
+    for (int64_t nc = 0; nc < d.n * d.c; ++nc) {
+        const int64_t n = nc / d.c;
+        float* out = py + nc * d.p;
+        std::fill_n(out, d.p, 0.0f);
+        for (int64_t t = 0; t < d.t; ++t)
+            addTap(out, px + nc * d.a, pi + (t * d.n + n) * d.p, pw + (t * d.n + n) * d.p, d.p);
+    }
+    return true;
+}
+
+// dx by planes (each (n, c) plane is one thread's, so repeated positions never race); dw by
+// blocks of positions of one sample, summing over the channels into the block.
+bool CpuBackend::gatherTapsBackward(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& dy,
+                                    const Tensor& dx, const Tensor& dw) {
+    if (!tapOperands(x, idx, w, dy) || !dx.isPlain() || dx.dtype() != DType::float32 ||
+        (dw.defined() && (!dw.isPlain() || dw.dtype() != DType::float32)))
+        return false;
+    const TapDims d = tapDimsOf("gatherTapsBackward", x, idx, w, dy);
+    if (dx.shape() != x.shape() || (dw.defined() && dw.shape() != idx.shape())) {
+        throw ShapeError("CpuBackend::gatherTapsBackward: expects dx " + x.shape().str() + " and dw " +
+                         idx.shape().str() + ", got dx " + dx.shape().str() +
+                         (dw.defined() ? ", dw " + dw.shape().str() : std::string()));
+    }
+    const float* px = x.data<float>();
+    const int32_t* pi = idx.data<int32_t>();
+    const float* pw = w.data<float>();
+    const float* pdy = dy.data<float>();
+    float* pdx = dx.data<float>();
+    const bool parallel = dy.numel() * d.t > kParallelMin;
+#pragma omp parallel for if (parallel)
+    for (int64_t nc = 0; nc < d.n * d.c; ++nc) {
+        const int64_t n = nc / d.c;
+        for (int64_t t = 0; t < d.t; ++t)
+            scatterTap(pdx + nc * d.a, pi + (t * d.n + n) * d.p, pw + (t * d.n + n) * d.p, pdy + nc * d.p, d.p);
+    }
+    if (!dw.defined()) return true;
+    float* pdw = dw.data<float>();
+    const int64_t blocks = (d.p + kTapBlock - 1) / kTapBlock;
+#pragma omp parallel for if (parallel)
+    for (int64_t nb = 0; nb < d.n * blocks; ++nb) {
+        const int64_t n = nb / blocks, p0 = nb % blocks * kTapBlock, len = std::min(kTapBlock, d.p - p0);
+        for (int64_t t = 0; t < d.t; ++t) std::fill_n(pdw + (t * d.n + n) * d.p + p0, len, 0.0f);
+        for (int64_t c = 0; c < d.c; ++c) {
+            const int64_t nc = n * d.c + c;
+            for (int64_t t = 0; t < d.t; ++t) {
+                const int64_t row = (t * d.n + n) * d.p + p0;
+                addTap(pdw + row, px + nc * d.a, pi + row, pdy + nc * d.p + p0, len);
+            }
+        }
+    }
+    return true;
 }
 
 } // namespace tessera

@@ -100,6 +100,12 @@ std::string isaName() {
     }
 }
 
+bool isaIncludes(dnnl::cpu_isa level) {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bits = static_cast<unsigned>(level);
+    return (isa & bits) == bits;
+}
+
 bool bfloat16Kernels() {
     static const bool kernels = [] {
         const char* force = std::getenv("TESSERA_BF16_EMULATE");

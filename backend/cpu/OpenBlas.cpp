@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "backend/Errors.h"
+#include "backend/cpu/Dnnl.h"
 
 namespace tessera::cpu {
 
@@ -23,11 +24,7 @@ namespace {
 // runs OpenBLAS's Haswell kernels, as an AVX2-only CPU does.
 const char* coreTypeFromIsa() {
     __builtin_cpu_init();
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto within = [isa](dnnl::cpu_isa level) {
-        const auto bits = static_cast<unsigned>(level);
-        return (isa & bits) == bits;
-    };
+    const auto within = dnnl_util::isaIncludes;
     const bool hardware512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     const bool avx512 = hardware512 && within(dnnl::cpu_isa::avx512_core);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "GradCheck.h"
+#include "backend/cpu/CpuBackend.h"
 #include "containers/Graph.h"
 #include "data/Idx.h"
 #include "io/Factory.h"
@@ -450,24 +451,30 @@ Tensor gridAwayFromKinks(int64_t N, int64_t Ho, int64_t Wo, int64_t H, int64_t W
 // of x and the grid; halves go to the even pixel in nearest; bad input named.
 TEST(GridSample, ReferenceGradientShapeBadInput) {
     const int64_t N = 2, C = 3, H = 4, W = 5, Ho = 3, Wo = 4;
-    for (GridSampleMode mode : {GridSampleMode::bilinear, GridSampleMode::nearest, GridSampleMode::bicubic}) {
-        for (GridPadding padding : {GridPadding::zeros, GridPadding::border, GridPadding::reflection}) {
-            for (bool align : {false, true}) {
-                const GridSampleOptions o{.mode = mode, .padding = padding, .alignCorners = align};
-                SCOPED_TRACE(str(mode) + " " + str(padding) + (align ? " aligned" : ""));
-                GridSample sample(o);
-                const Tensor x = randomTensor({N, C, H, W}, 3);
-                const Tensor grid = gridAwayFromKinks(N, Ho, Wo, H, W, align, 5 + static_cast<int>(mode));
-                const Tensor y = sample({x, grid})[0];
-                EXPECT_EQ(y.shape(), (Shape{N, C, Ho, Wo}));
-                EXPECT_TRUE(allClose(y, gridSampleRef(x, grid, o), 1e-5f));
-                GradCheckOptions g;
-                g.eps = 1e-3f;
-                EXPECT_TRUE(checkGradients(sample, {x, grid}, g));
-                EXPECT_TRUE(checkShapes(sample, {x, grid}));
+    // with the CPU's tap kernels, then a gather per tap (CUDA's path)
+    for (bool kernels : {true, false}) {
+        CpuBackend::setTapKernels(kernels);
+        for (GridSampleMode mode : {GridSampleMode::bilinear, GridSampleMode::nearest, GridSampleMode::bicubic}) {
+            for (GridPadding padding : {GridPadding::zeros, GridPadding::border, GridPadding::reflection}) {
+                for (bool align : {false, true}) {
+                    const GridSampleOptions o{.mode = mode, .padding = padding, .alignCorners = align};
+                    SCOPED_TRACE(str(mode) + " " + str(padding) + (align ? " aligned" : "") +
+                                 (kernels ? " tap kernels" : " gathers"));
+                    GridSample sample(o);
+                    const Tensor x = randomTensor({N, C, H, W}, 3);
+                    const Tensor grid = gridAwayFromKinks(N, Ho, Wo, H, W, align, 5 + static_cast<int>(mode));
+                    const Tensor y = sample({x, grid})[0];
+                    EXPECT_EQ(y.shape(), (Shape{N, C, Ho, Wo}));
+                    EXPECT_TRUE(allClose(y, gridSampleRef(x, grid, o), 1e-5f));
+                    GradCheckOptions g;
+                    g.eps = 1e-3f;
+                    EXPECT_TRUE(checkGradients(sample, {x, grid}, g));
+                    EXPECT_TRUE(checkShapes(sample, {x, grid}));
+                }
             }
         }
     }
+    CpuBackend::setTapKernels(true);
     // A grid of the pixel centres copies the image; nearest takes a half to the even pixel.
     const Tensor x = randomTensor({1, 2, 3, 5}, 4);
     std::vector<float> centres;
@@ -519,6 +526,51 @@ TEST(GridSample, ReferenceGradientShapeBadInput) {
         EXPECT_NE(json.find(part), std::string::npos) << part << " not in " << json;
     }
     EXPECT_EQ(buildModule(full.blueprint())->blueprint().toJson(), full.blueprint().toJson());
+}
+
+// The CPU's tap kernels on a problem large enough to run threaded (taps repeating positions
+// and falling outside the image) against the gathers per tap, forward and both gradients;
+// the backend ops' bad input named.
+TEST(GridSample, TapKernelsMatchGathers) {
+    const int64_t N = 3, C = 16, H = 20, W = 24, Ho = 22, Wo = 18;
+    for (GridSampleMode mode : {GridSampleMode::bilinear, GridSampleMode::bicubic}) {
+        SCOPED_TRACE(str(mode));
+        const Tensor x = randomTensor({N, C, H, W}, 7);
+        const Tensor grid = gridAwayFromKinks(N, Ho, Wo, H, W, false, 11);
+        const Tensor dy = randomTensor({N, C, Ho, Wo}, 13);
+        std::array<std::vector<std::vector<float>>, 2> results;
+        for (bool kernels : {true, false}) {
+            CpuBackend::setTapKernels(kernels);
+            GridSample sample({.mode = mode});
+            auto& r = results[kernels ? 0 : 1];
+            r.push_back(sample({x, grid})[0].toVector<float>());
+            for (const Tensor& g : sample.backward(Tensors{dy})) r.push_back(g.toVector<float>());
+        }
+        CpuBackend::setTapKernels(true);
+        ASSERT_EQ(results[0].size(), 3u);
+        for (size_t i = 0; i < 3; ++i) {
+            SCOPED_TRACE(i == 0 ? "y" : i == 1 ? "dx" : "dgrid");
+            const Tensor got = Tensor::fromVector({static_cast<int64_t>(results[0][i].size())}, results[0][i]);
+            EXPECT_TRUE(allClose(got, results[1][i], 1e-4f));
+        }
+    }
+    Backend& be = backendFor(Device::cpu());
+    const Tensor x = Tensor::zeros({2, 3, 10}), w = Tensor::zeros({4, 2, 5}), y = Tensor::zeros({2, 3, 5});
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            be.gatherTaps(x, Tensor::fromVector({4, 2, 5}, std::vector<int32_t>(40, 10)), w, y);
+        },
+        {"gatherTaps", "index 10 outside [0, 10)"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            be.gatherTaps(x, Tensor::zeros({4, 3, 5}, DType::int32), w, y);
+        },
+        {"gatherTaps", "idx [4, 3, 5]"}));
+    EXPECT_TRUE(throwsShapeError(
+        [&] {
+            be.gatherTapsBackward(x, Tensor::zeros({4, 2, 5}, DType::int32), w, y, Tensor::zeros({2, 3, 9}), Tensor());
+        },
+        {"gatherTapsBackward", "dx [2, 3, 10]", "got dx [2, 3, 9]"}));
 }
 
 // A spatial transformer network on Fashion-MNIST: a localisation net (starting at the
