@@ -22,6 +22,7 @@
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
 #include "backend/cpu/OpenBlas.h"
+#include "backend/cpu/VecMath.h"
 
 namespace tessera {
 
@@ -60,49 +61,12 @@ int64_t scratchPerThread(int64_t Tq, int64_t Tk, bool causal, bool backward, boo
 }
 
 // The softmax kernels' vectors: sixteen floats, held as 16 / W native vectors of W lanes
-// (GCC's vector extension): one AVX-512 register (W 16), two AVX2 ones (W 8) or four SSE
-// ones (W 4). A row's lanes are compared and added in the same order at every W, so the
-// AVX-512 and AVX2 kernels compute the same bits (the baseline's, without fused
-// multiply-add, may round differently). A 16-float vector left for the compiler to lower
-// onto AVX2 spills to the stack and compares lane by lane: 5.8x slower. The helpers are
-// always inlined into the kernels, so the ABI of passing vectors (which -Wpsabi warns of)
-// never applies.
-#pragma GCC diagnostic ignored "-Wpsabi"
-template <int W> struct Native;
-template <> struct Native<16> {
-    using F = float __attribute__((vector_size(64)));
-    using I = int32_t __attribute__((vector_size(64)));
-    using U = uint32_t __attribute__((vector_size(64)));
-};
-template <> struct Native<8> {
-    using F = float __attribute__((vector_size(32)));
-    using I = int32_t __attribute__((vector_size(32)));
-    using U = uint32_t __attribute__((vector_size(32)));
-};
-template <> struct Native<4> {
-    using F = float __attribute__((vector_size(16)));
-    using I = int32_t __attribute__((vector_size(16)));
-    using U = uint32_t __attribute__((vector_size(16)));
-};
-using V8 = Native<8>::F;
-using V4 = Native<4>::F;
-
-template <class F> [[gnu::always_inline]] inline F splat(float x) { return F{} + x; }
-template <class F> [[gnu::always_inline]] inline F load(const float* p) {
-    F v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-template <class F> [[gnu::always_inline]] inline void store(float* p, F v) { std::memcpy(p, &v, sizeof v); }
-template <class F> [[gnu::always_inline]] inline F maxv(F a, F b) { return a > b ? a : b; }
-// Lanes at or past n (a row's last, partial vector): `fill`.
-template <int W>
-[[gnu::always_inline]] inline typename Native<W>::F keepFirst(typename Native<W>::F v, int64_t n, float fill) {
-    typename Native<W>::I lane;
-    for (int i = 0; i < W; ++i) lane[i] = i;
-    const int32_t below = static_cast<int32_t>(std::clamp<int64_t>(n, 0, W));
-    return lane < below ? v : splat<typename Native<W>::F>(fill);
-}
+// (VecMath.h): one AVX-512 register (W 16), two AVX2 ones (W 8) or four SSE ones (W 4). A
+// row's lanes are compared and added in the same order at every W, so the AVX-512 and
+// AVX2 kernels compute the same bits (the baseline's, without fused multiply-add, may
+// round differently). A 16-float vector left for the compiler to lower onto AVX2 spills to
+// the stack and compares lane by lane: 5.8x slower.
+using namespace vec;
 
 // Across a 16-lane vector's parts: the max and the sum of its lanes in halves, lanes 0-7
 // against 8-15, then 0-3 against 4-7, then pairs (a fixed order: the same bits at every W).
@@ -138,32 +102,6 @@ template <int W> [[gnu::always_inline]] inline float maxOf(const typename Native
 template <int W> [[gnu::always_inline]] inline float sumOf(const typename Native<W>::F (&p)[16 / W]) {
     const V4 s4 = quarterSum<W>(p);
     return (s4[0] + s4[1]) + (s4[2] + s4[3]);
-}
-
-// e^x for x <= 0 (the softmax's shifted scores), 0 below -87 (where e^x leaves float's
-// normal range) and for -inf: x = n ln 2 + r, |r| <= ln(2) / 2, e^r by Cephes' polynomial,
-// 2^n from the exponent bits (unsigned: any input, NaN too, is defined behaviour; above 88
-// it stays finite). Within 2 ulp of std::exp.
-template <int W> [[gnu::always_inline]] inline typename Native<W>::F expOf(typename Native<W>::F x) {
-    using F = typename Native<W>::F;
-    using U = typename Native<W>::U;
-    const F lo = splat<F>(-87.0f);
-    const F hi = splat<F>(88.0f);
-    const F xc = x < lo ? lo : x > hi ? hi : x;
-    const F t = xc * 1.44269504088896341f + 12582912.0f; // 1.5 * 2^23: rounds to an integer
-    const F n = t - 12582912.0f;
-    const U ni = (U)t - 0x4B400000u; // n, two's complement
-    const F r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-    F p = splat<F>(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const U bits = (ni + 127u) << 23;
-    const F e = p * (F)bits;
-    return x < lo ? F{} : e;
 }
 
 // Rows of n scores, ld apart (ld >= n rounded up to 16: a row's last vectors are read and
@@ -272,14 +210,8 @@ TESSERA_SOFTMAX_KERNELS(4, )
 // follows it), so a capped run of the suite runs the kernels of the CPU it stands in for:
 // under AVX2, an AVX-512 CPU runs an AVX2-only CPU's kernels, under SSE41 the baseline's.
 const SoftmaxKernels& softmaxKernels() {
-    static const SoftmaxKernels& chosen = []() -> const SoftmaxKernels& {
-        __builtin_cpu_init();
-        using dnnl_util::isaIncludes;
-        if (__builtin_cpu_supports("x86-64-v4") && isaIncludes(dnnl::cpu_isa::avx512_core)) return kSoftmax16;
-        if (__builtin_cpu_supports("x86-64-v3") && isaIncludes(dnnl::cpu_isa::avx2)) return kSoftmax8;
-        return kSoftmax4;
-    }();
-    return chosen;
+    const int lanes = dnnl_util::vectorLanes();
+    return lanes == 16 ? kSoftmax16 : lanes == 8 ? kSoftmax8 : kSoftmax4;
 }
 #else
 TESSERA_SOFTMAX_KERNELS(16, )

@@ -31,6 +31,11 @@ std::string isaName();
 /// runs the kernels of the CPU it stands in for.
 bool isaIncludes(dnnl::cpu_isa level);
 
+/// The float lanes of the vectors Tessera's own vector kernels (VecMath.h) run on: 16 where
+/// the CPU is x86-64-v4 and its capped ISA includes AVX-512, 8 where it is x86-64-v3 and the
+/// ISA includes AVX2, else 4 (16 off x86, where the compiler lowers the vectors itself).
+int vectorLanes();
+
 /// Runs `f`, turning a dnnl::error into a BackendError that names the call (and, for
 /// out-of-memory and unimplemented statuses, says what they mean).
 template <class F> auto checkDnnl(const char* call, F&& f) -> decltype(f()) {

@@ -106,6 +106,20 @@ bool isaIncludes(dnnl::cpu_isa level) {
     return (isa & bits) == bits;
 }
 
+int vectorLanes() {
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    static const int lanes = [] {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("x86-64-v4") && isaIncludes(dnnl::cpu_isa::avx512_core)) return 16;
+        if (__builtin_cpu_supports("x86-64-v3") && isaIncludes(dnnl::cpu_isa::avx2)) return 8;
+        return 4;
+    }();
+    return lanes;
+#else
+    return 16;
+#endif
+}
+
 bool bfloat16Kernels() {
     static const bool kernels = [] {
         const char* force = std::getenv("TESSERA_BF16_EMULATE");

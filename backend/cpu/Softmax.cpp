@@ -8,6 +8,7 @@
 
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
+#include "backend/cpu/VecMath.h"
 
 namespace tessera {
 
@@ -134,15 +135,110 @@ void backwardLoops(bool log, const Tensor& y, const Tensor& dy, const Tensor& dx
     }
 }
 
+// ---- over the classes of a map: dim 1 of [N, C, S], S > 1 -------------------------------
+// One sample's block of `len` positions (its C rows S apart) in three passes while the block
+// stays in cache: the largest value m of each line; e = exp(x - m) and their sums (e
+// written to y for softmax); then y = e / sum, or y = x - m - log(sum) for log-softmax. y
+// may be x (each pass reads an element before it writes it). m and sum: `len` floats each.
+template <int W>
+[[gnu::always_inline]] inline void mapBlockOf(bool log, const float* x, float* y, int64_t C, int64_t S, int64_t len,
+                                              float* m, float* sum) {
+    using F = typename vec::Native<W>::F;
+    using vec::load, vec::store, vec::maxv, vec::expOf;
+    const int64_t whole = len / W * W;
+    for (int64_t i = 0; i < whole; i += W) {
+        F t = load<F>(x + i);
+        for (int64_t c = 1; c < C; ++c) t = maxv(load<F>(x + c * S + i), t);
+        store(m + i, t);
+        store(sum + i, F{});
+    }
+    for (int64_t i = whole; i < len; ++i) {
+        float t = x[i];
+        for (int64_t c = 1; c < C; ++c) t = std::max(t, x[c * S + i]);
+        m[i] = t;
+        sum[i] = 0.0f;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+        const float* xc = x + c * S;
+        float* yc = y + c * S;
+        for (int64_t i = 0; i < whole; i += W) {
+            const F e = expOf<W>(load<F>(xc + i) - load<F>(m + i));
+            store(sum + i, load<F>(sum + i) + e);
+            if (!log) store(yc + i, e);
+        }
+        for (int64_t i = whole; i < len; ++i) {
+            const float e = std::exp(xc[i] - m[i]);
+            sum[i] += e;
+            if (!log) yc[i] = e;
+        }
+    }
+    if (log) { // a logarithm per position (1 / C of the values): std::log
+        for (int64_t i = 0; i < len; ++i) sum[i] = std::log(sum[i]);
+        for (int64_t c = 0; c < C; ++c) {
+            const float* xc = x + c * S;
+            float* yc = y + c * S;
+            for (int64_t i = 0; i < whole; i += W) store(yc + i, (load<F>(xc + i) - load<F>(m + i)) - load<F>(sum + i));
+            for (int64_t i = whole; i < len; ++i) yc[i] = (xc[i] - m[i]) - sum[i];
+        }
+        return;
+    }
+    for (int64_t i = 0; i < len; ++i) sum[i] = 1.0f / sum[i];
+    for (int64_t c = 0; c < C; ++c) {
+        float* yc = y + c * S;
+        for (int64_t i = 0; i < whole; i += W) store(yc + i, load<F>(yc + i) * load<F>(sum + i));
+        for (int64_t i = whole; i < len; ++i) yc[i] *= sum[i];
+    }
+}
+
+using MapBlock = void (*)(bool, const float*, float*, int64_t, int64_t, int64_t, float*, float*);
+
+#define TESSERA_MAP_KERNEL(W, TARGET)                                                                                  \
+    TARGET void mapBlock##W(bool log, const float* x, float* y, int64_t C, int64_t S, int64_t len, float* m,           \
+                            float* sum) {                                                                              \
+        mapBlockOf<W>(log, x, y, C, S, len, m, sum);                                                                   \
+    }
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+TESSERA_MAP_KERNEL(16, __attribute__((target("arch=x86-64-v4"))))
+TESSERA_MAP_KERNEL(8, __attribute__((target("arch=x86-64-v3"))))
+TESSERA_MAP_KERNEL(4, )
+MapBlock mapBlock() {
+    const int lanes = vectorLanes();
+    return lanes == 16 ? mapBlock16 : lanes == 8 ? mapBlock8 : mapBlock4;
+}
+#else
+TESSERA_MAP_KERNEL(16, )
+MapBlock mapBlock() { return mapBlock16; }
+#endif
+#undef TESSERA_MAP_KERNEL
+
+// Positions per block of the class-map loops: with 21 classes (Pascal VOC's) 43 KiB.
+constexpr int64_t kMapBlock = 512;
+
+void mapLoops(bool log, const Tensor& x, const Tensor& y) {
+    const Shape& s = x.shape();
+    const int64_t N = s[0], C = s[1], S = x.numel() / (N * C);
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const MapBlock kernel = mapBlock();
+    const int64_t blocks = (S + kMapBlock - 1) / kMapBlock;
+#pragma omp parallel for if (x.numel() > kParallelMin)
+    for (int64_t task = 0; task < N * blocks; ++task) {
+        const int64_t n = task / blocks, i0 = task % blocks * kMapBlock, len = std::min(kMapBlock, S - i0);
+        alignas(64) float m[kMapBlock], sum[kMapBlock];
+        kernel(log, px + n * C * S + i0, py + n * C * S + i0, C, S, len, m, sum);
+    }
+}
+
 // y over dim 1 of x, y [N, C, S]: the largest value m of each line subtracted, then softmax
-// y = exp(x - m) / sum_c exp(x - m), log-softmax y = x - m - log(sum_c exp(x - m)), in
-// passes of loops around one of oneDNN's exp (x is not read after the first, so y may be
-// x). Taken where oneDNN's forward is its reference implementation (oneDNN 2.7 below
-// AVX-512 over a dim that is not the last, as a softmax over the classes of a [N, C, H, W]
-// map: a scalar loop 20 to 40x slower than these).
+// y = exp(x - m) / sum_c exp(x - m), log-softmax y = x - m - log(sum_c exp(x - m)). Taken
+// where oneDNN's forward is its reference implementation: oneDNN 2.7's over a dim that is
+// not the last (a softmax over the classes of a [N, C, H, W] map; on AVX-512 too), a scalar
+// loop 20 to 40x slower. With S > 1, mapLoops; rows of C (S = 1), passes of loops around
+// one of oneDNN's exp (x is not read after the first, so y may be x).
 void forwardLoops(bool log, const Tensor& x, const Tensor& y) {
     const Shape& s = x.shape();
     const int64_t N = s[0], C = s[1], S = N * C > 0 ? x.numel() / (N * C) : 0;
+    if (S > 1) return mapLoops(log, x, y);
     const float* px = x.data<float>();
     float* py = y.data<float>();
     std::vector<float> most(static_cast<size_t>(N * S), -std::numeric_limits<float>::infinity());

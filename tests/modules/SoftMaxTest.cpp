@@ -52,6 +52,20 @@ TEST(SoftMax, ReferenceOverChannelsOf4D) {
     EXPECT_TRUE(allClose(y, {1 / (1 + e), e3 / (1 + e3), e / (1 + e), 1 / (1 + e3)}));
 }
 
+// A class map [N, C, H, W] over its classes, with more positions than one block of the
+// CPU's loops (512) and a tail past whole vectors, large and tiny scores (probabilities
+// that underflow; log-softmax stays finite), in place of softmax and log-softmax alike.
+TEST(SoftMax, ClassMapsOfManyPositions) {
+    Tensor x = randomTensor({2, 5, 23, 37}, 12, -40.0f, 40.0f);
+    for (bool log : {false, true}) {
+        SCOPED_TRACE(log ? "log-softmax" : "softmax");
+        const std::vector<float> want = softmaxAlong(x, 1, log);
+        const Tensor y = log ? LogSoftMax(1)(x) : SoftMax(1)(x);
+        EXPECT_TRUE(allClose(y, want, 2e-6f));
+        for (float v : y.toVector<float>()) ASSERT_TRUE(std::isfinite(v));
+    }
+}
+
 // Any axis, negative from the end: each slice along it sums to 1, as a loop over it computes.
 TEST(SoftMax, ReferenceOverAnyAxis) {
     const Tensor x = randomTensor({2, 3, 4, 5}, 4, -3.0f, 3.0f);
