@@ -460,6 +460,10 @@ public:
     virtual void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) = 0;
     /// src, idx: [O, J, I], dst: [O, A, I] -> dst[o, idx[o, j, i], i] += src[o, j, i].
     virtual void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) = 0;
+    /// Whether gatherTaps and gatherTapsBackward have a kernel here (for float32 plain
+    /// operands), so that a caller builds their tap table only where it will be read.
+    /// Default: false.
+    virtual bool gathersTaps() const { return false; }
     /// Weighted taps (GridSample's kernel): x [N, C, A], idx [T, N, P] int32 in [0, A), w
     /// [T, N, P], all float32 but idx, plain -> y [N, C, P], y[n, c, p] <- sum_t w[t, n, p]
     /// x[n, c, idx[t, n, p]]. False, having written nothing, where the backend has no kernel

@@ -321,10 +321,12 @@ Tensors GridSample::updateData(const Tensors& data) {
     const Sampling s(options_, x.shape(), float32Plain(data[1]), false);
     Backend& be = backendOf(x);
     const Device dev = x.device();
-    const auto [at, wt] = s.table();
     Tensor y = Tensor::empty({s.n, s.c, s.p}, DType::float32, dev);
-    if (be.gatherTaps(x.reshape({s.n, s.c, s.h * s.w}), at, wt, y))
-        return {y.reshape(dataShapeFrom(shapesOf(data))[0])};
+    if (be.gathersTaps()) {
+        const auto [at, wt] = s.table();
+        if (be.gatherTaps(x.reshape({s.n, s.c, s.h * s.w}), at, wt, y))
+            return {y.reshape(dataShapeFrom(shapesOf(data))[0])};
+    }
     // a gather per tap
     be.fill(y, 0.0f);
     Tensor read = Tensor::empty({s.n, s.c, s.p}, DType::float32, dev);
@@ -365,7 +367,7 @@ Tensors GridSample::updateGrad(const Tensors& grad) {
         be.mul(term, g, term);
         be.axpby(1.0f, term, 1.0f, dv);
     };
-    {
+    if (be.gathersTaps()) {
         const auto [at, wt] = s.table();
         const Tensor byTaps = gridGrad ? Tensor::empty(at.shape(), DType::float32, dev) : Tensor();
         if (be.gatherTapsBackward(x.reshape({s.n, s.c, s.h * s.w}), at, wt, dy, dx.reshape({s.n, s.c, s.h * s.w}),

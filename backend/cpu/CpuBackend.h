@@ -210,6 +210,7 @@ public:
     void maxPoolIndices(const PoolParams& p, const Tensor& x, const Tensor& idx) override;
     void gatherAxis(const Tensor& x, const Tensor& idx, const Tensor& y) override;
     void scatterAddAxis(const Tensor& src, const Tensor& idx, const Tensor& dst) override;
+    bool gathersTaps() const override;
     bool gatherTaps(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& y) override;
     bool gatherTapsBackward(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& dy, const Tensor& dx,
                             const Tensor& dw) override;

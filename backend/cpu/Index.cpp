@@ -281,6 +281,7 @@ constexpr int64_t kTapBlock = 512;
 
 void CpuBackend::setTapKernels(bool on) { tapKernelsOn = on; }
 bool CpuBackend::tapKernels() { return tapKernelsOn.load(); }
+bool CpuBackend::gathersTaps() const { return tapKernelsOn.load(); }
 
 // Each (n, c) plane of x stays in cache while its P outputs gather all T taps.
 bool CpuBackend::gatherTaps(const Tensor& x, const Tensor& idx, const Tensor& w, const Tensor& y) {
