@@ -36,6 +36,10 @@ bool isaIncludes(dnnl::cpu_isa level);
 /// ISA includes AVX2, else 4 (16 off x86, where the compiler lowers the vectors itself).
 int vectorLanes();
 
+/// Whether oneDNN chose its reference (scalar) implementation for `pd` ("ref:any",
+/// "lrn_ref:any", "bnorm_ref:any"...): where it does, Tessera's own loops run instead.
+bool isReference(const dnnl::primitive_desc_base& pd);
+
 /// Runs `f`, turning a dnnl::error into a BackendError that names the call (and, for
 /// out-of-memory and unimplemented statuses, says what they mean).
 template <class F> auto checkDnnl(const char* call, F&& f) -> decltype(f()) {

@@ -106,6 +106,10 @@ bool isaIncludes(dnnl::cpu_isa level) {
     return (isa & bits) == bits;
 }
 
+bool isReference(const dnnl::primitive_desc_base& pd) {
+    return std::string(pd.impl_info_str()).find("ref") != std::string::npos;
+}
+
 int vectorLanes() {
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
     static const int lanes = [] {

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "GradCheck.h"
+#include "backend/Backend.h"
 #include "modules/SoftMax.h"
 
 namespace tessera {
@@ -23,6 +24,33 @@ std::vector<float> softmaxAlong(const Tensor& x, int axis, bool log) {
         for (int64_t k = 0; k < along; ++k) sum += std::exp(static_cast<double>(xs[base + k * stride]));
         const double v = static_cast<double>(xs[i]);
         out[i] = static_cast<float>(log ? v - std::log(sum) : std::exp(v) / sum);
+    }
+    return out;
+}
+
+// The gradient of the softmax (or its log) along dim 1 of [N, C, ...] for the output
+// gradient dy, in double from x: softmax dx = p (dy - sum_c dy p), log-softmax
+// dx = dy - p sum_c dy.
+std::vector<float> softmaxGradOverDim1(const Tensor& x, const Tensor& dy, bool log) {
+    const std::vector<float> xs = x.toVector<float>(), ds = dy.toVector<float>();
+    const int64_t N = x.shape()[0], C = x.shape()[1], S = x.numel() / (N * C);
+    std::vector<float> out(xs.size());
+    std::vector<double> p(static_cast<size_t>(C));
+    for (int64_t n = 0; n < N; ++n) {
+        for (int64_t i = 0; i < S; ++i) {
+            const auto at = [&](int64_t c) { return static_cast<size_t>((n * C + c) * S + i); };
+            double most = xs[at(0)], sum = 0, weighed = 0, plain = 0;
+            for (int64_t c = 1; c < C; ++c) most = std::max(most, static_cast<double>(xs[at(c)]));
+            for (int64_t c = 0; c < C; ++c) sum += p[c] = std::exp(xs[at(c)] - most);
+            for (int64_t c = 0; c < C; ++c) {
+                p[c] /= sum;
+                weighed += ds[at(c)] * p[c];
+                plain += ds[at(c)];
+            }
+            for (int64_t c = 0; c < C; ++c) {
+                out[at(c)] = static_cast<float>(log ? ds[at(c)] - p[c] * plain : p[c] * (ds[at(c)] - weighed));
+            }
+        }
     }
     return out;
 }
@@ -54,15 +82,67 @@ TEST(SoftMax, ReferenceOverChannelsOf4D) {
 
 // A class map [N, C, H, W] over its classes, with more positions than one block of the
 // CPU's loops (512) and a tail past whole vectors, large and tiny scores (probabilities
-// that underflow; log-softmax stays finite), in place of softmax and log-softmax alike.
+// that underflow; log-softmax stays finite), for softmax and log-softmax alike, forward and
+// backward; the backend's backward also into dy's own storage.
 TEST(SoftMax, ClassMapsOfManyPositions) {
     Tensor x = randomTensor({2, 5, 23, 37}, 12, -40.0f, 40.0f);
+    const Tensor dy = randomTensor(x.shape(), 13, -2.0f, 2.0f);
     for (bool log : {false, true}) {
         SCOPED_TRACE(log ? "log-softmax" : "softmax");
         const std::vector<float> want = softmaxAlong(x, 1, log);
-        const Tensor y = log ? LogSoftMax(1)(x) : SoftMax(1)(x);
+        SoftMax sm(1);
+        LogSoftMax lsm(1);
+        Module& m = log ? static_cast<Module&>(lsm) : sm;
+        const Tensor y = m(x);
         EXPECT_TRUE(allClose(y, want, 2e-6f));
         for (float v : y.toVector<float>()) ASSERT_TRUE(std::isfinite(v));
+        const std::vector<float> grad = softmaxGradOverDim1(x, dy, log);
+        EXPECT_TRUE(allClose(m.backward(dy), grad, 1e-5f));
+        Tensor inPlace = dy.clone();
+        Backend& be = backendOf(y);
+        if (log) {
+            be.logSoftmaxBackward(y, inPlace, inPlace);
+        } else {
+            be.softmaxBackward(y, inPlace, inPlace);
+        }
+        EXPECT_TRUE(allClose(inPlace, grad, 1e-5f));
+    }
+}
+
+// Rows of every length about the vector widths (4, 8, 16 lanes: whole vectors, a partial
+// last one, rows shorter than one), with large and tiny scores, forward and backward,
+// also in place through the backend (y into x; dx into dy and into y). Rows shorter than
+// a vector run oneDNN's log-softmax, within 1e-5 (its log of the sum).
+TEST(SoftMax, RowsOfEveryLength) {
+    for (int64_t C : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 23, 37, 64, 100, 1000}) {
+        SCOPED_TRACE("C = " + std::to_string(C));
+        const Tensor x = randomTensor({9, C}, 20 + static_cast<uint64_t>(C), -40.0f, 40.0f);
+        const Tensor dy = randomTensor({9, C}, 40 + static_cast<uint64_t>(C), -2.0f, 2.0f);
+        for (bool log : {false, true}) {
+            SCOPED_TRACE(log ? "log-softmax" : "softmax");
+            const std::vector<float> want = softmaxAlong(x, -1, log), grad = softmaxGradOverDim1(x, dy, log);
+            SoftMax sm(-1);
+            LogSoftMax lsm(-1);
+            Module& m = log ? static_cast<Module&>(lsm) : sm;
+            const Tensor y = m(x);
+            const float tol = log ? 1e-5f : 2e-6f;
+            EXPECT_TRUE(allClose(y, want, tol));
+            EXPECT_TRUE(allClose(m.backward(dy), grad, 1e-5f));
+            Backend& be = backendOf(x);
+            const Tensor inPlace = x.clone(), dxInDy = dy.clone(), dxInY = y.clone();
+            if (log) {
+                be.logSoftmaxForward(inPlace, inPlace);
+                be.logSoftmaxBackward(y, dxInDy, dxInDy);
+                be.logSoftmaxBackward(dxInY, dy, dxInY);
+            } else {
+                be.softmaxForward(inPlace, inPlace);
+                be.softmaxBackward(y, dxInDy, dxInDy);
+                be.softmaxBackward(dxInY, dy, dxInY);
+            }
+            EXPECT_TRUE(allClose(inPlace, want, tol));
+            EXPECT_TRUE(allClose(dxInDy, grad, 1e-5f));
+            EXPECT_TRUE(allClose(dxInY, grad, 1e-5f));
+        }
     }
 }
 
