@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace tessera {
@@ -133,7 +134,10 @@ void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x,
         const int64_t n = x.numel();
         const float a = act.alpha, b = act.beta;
 #pragma omp parallel for simd if (n > kLoopParallelMin)
-        for (int64_t i = 0; i < n; ++i) py[i] = std::fmin(std::fmax(a * px[i] + b, 0.0f), 1.0f);
+        for (int64_t i = 0; i < n; ++i) { // comparisons, not std::fmin/fmax (library calls): vectors
+            const float u = a * px[i] + b, v = u > 0.0f ? u : 0.0f; // NaN: 0, as fmax gives
+            py[i] = v < 1.0f ? v : 1.0f;
+        }
         return;
     }
     if (act.kind == ActivationKind::log) {
@@ -231,10 +235,13 @@ template <class F> void withElements(const Tensor& t, const char* op, F&& f) {
 // `relu`, max(0, that).
 template <class X, class Y, class Z>
 void axpbyzLoop(float alpha, const X* x, float beta, const Y* y, Z* z, int64_t n, bool relu = false) {
-    if (relu) {
+    if (relu) { // a comparison, not std::fmax (a library call per element): vectors; NaN gives 0,
+                // as oneDNN's ReLU does
 #pragma omp parallel for simd if (n > kLoopParallelMin)
-        for (int64_t i = 0; i < n; ++i)
-            store(z, i, std::fmax(alpha * load(x, i) + (beta == 0.0f ? 0.0f : beta * load(y, i)), 0.0f));
+        for (int64_t i = 0; i < n; ++i) {
+            const float v = alpha * load(x, i) + (beta == 0.0f ? 0.0f : beta * load(y, i));
+            store(z, i, v > 0.0f ? v : 0.0f);
+        }
         return;
     }
     if (beta == 0.0f) { // y may hold NaN from uninitialised memory
@@ -347,13 +354,37 @@ void CpuBackend::affine(const Tensor& x, float a, float b, const Tensor& y) {
     for (int64_t i = 0; i < n; ++i) py[i] = a * px[i] + b;
 }
 
+namespace {
+// py[i] = f(px[i]) over n elements.
+template <class F> void mapElements(const float* px, float* py, int64_t n, F f) {
+#pragma omp parallel for simd if (n > kLoopParallelMin)
+    for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+}
+} // namespace
+
+// Squares, square roots and reciprocals (Sqrt, Reciprocal, a norm's square, and their
+// gradients' exponents) by vector arithmetic, with std::pow's values at -0 and -inf (a
+// square root of -0 is +0, of -inf +inf); other exponents by std::pow, a library call per
+// element.
 void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
     requireSameNumel("power", x, y);
     const float* px = x.data<float>();
     float* py = y.data<float>();
     const int64_t n = y.numel();
-#pragma omp parallel for simd if (n > kLoopParallelMin)
-    for (int64_t i = 0; i < n; ++i) py[i] = std::pow(px[i], p);
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    if (p == 1.0f) return mapElements(px, py, n, [](float v) { return v; });
+    if (p == 2.0f) return mapElements(px, py, n, [](float v) { return v * v; });
+    if (p == -1.0f) return mapElements(px, py, n, [](float v) { return 1.0f / v; });
+    // |sqrt| makes sqrt(-0) +0, and the select sends -inf to +inf; both vectorise (a square
+    // root whose lanes a select may drop, or a division by one, would not, where GCC keeps
+    // floating-point exceptions exact). x^-0.5 is 1 / that, a second pass.
+    const auto root = [](float v) { return v == -inf ? inf : std::fabs(std::sqrt(v)); };
+    if (p == 0.5f) return mapElements(px, py, n, root);
+    if (p == -0.5f) {
+        mapElements(px, py, n, root);
+        return mapElements(py, py, n, [](float v) { return 1.0f / v; });
+    }
+    mapElements(px, py, n, [p](float v) { return std::pow(v, p); });
 }
 
 // x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] = x[n, c, ...] * m[n, c]

@@ -2,6 +2,7 @@
 #include <span>
 
 #include "GradCheck.h"
+#include "backend/Backend.h"
 #include "modules/Activation.h"
 
 namespace tessera {
@@ -166,6 +167,26 @@ TEST(Activation, BadInput) {
     EXPECT_THROW(Activation(ActivationKind::hardSigmoid, {.hardSlope = 0.0f}), ModuleError);
     EXPECT_THROW(activationFromString("swish"), ModuleError);
     EXPECT_EQ(activationFromString("leakyRelu"), ActivationKind::leakyRelu);
+}
+
+// NaN gives 0 in the CPU's ReLU (oneDNN's max), in the fused sum + ReLU and in the
+// hardSigmoid loop alike, over more elements than one thread takes (the vector loops).
+TEST(Activation, NaNGivesZeroInTheClampingLoops) {
+    std::vector<float> xs(70000, 0.5f);
+    for (size_t i = 0; i < xs.size(); i += 7) xs[i] = std::nanf("");
+    const Tensor x = Tensor::fromVector({static_cast<int64_t>(xs.size())}, xs);
+    Backend& be = backendOf(x);
+    Tensor relu = Tensor::empty(x.shape()), hard = Tensor::empty(x.shape()), sum = Tensor::empty(x.shape());
+    be.activationForward({ActivationKind::relu}, x, relu);
+    be.activationForward({ActivationKind::hardSigmoid, 0.25f, 0.5f}, x, hard);
+    be.axpbyzRelu(1.0f, x, 1.0f, Tensor::full(x.shape(), 0.25f), sum);
+    const std::vector<float> r = relu.toVector<float>(), h = hard.toVector<float>(), z = sum.toVector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+        const bool nan = i % 7 == 0;
+        ASSERT_EQ(r[i], nan ? 0.0f : 0.5f) << i;
+        ASSERT_EQ(h[i], nan ? 0.0f : 0.625f) << i;
+        ASSERT_EQ(z[i], nan ? 0.0f : 0.75f) << i;
+    }
 }
 
 TEST(Activation, Blueprint) {

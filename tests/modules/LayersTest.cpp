@@ -648,6 +648,36 @@ TEST(Pow, ReferenceGradientShape) {
     EXPECT_EQ(dynamic_cast<Pow&>(*back).scale(), 0.5f);
 }
 
+// The exponents the backend computes by vector arithmetic (squares, square roots,
+// reciprocals) give std::pow's values at every edge: signed zeros, infinities, NaN,
+// negative data, the extremes of float's range, over more elements than one thread takes.
+TEST(Pow, VectorExponentsGiveStdPowsValues) {
+    std::vector<float> xs = {0.0f,    -0.0f, INFINITY, -INFINITY, std::nanf(""), -4.0f,   -0.25f, 1e-30f,
+                             -1e-30f, 1e30f, -1e30f,   3.4e38f,   1.2e-38f,      0.3f,    2.0f,   7.5f,
+                             -7.5f,   1.0f,  -1.0f,    1e-20f,    65504.0f,      -3e-20f, 5e19f,  0.9999999f};
+    const Tensor random = randomTensor({40000}, 9, -50.0f, 50.0f);
+    for (float v : random.toVector<float>()) xs.push_back(v);
+    const Tensor x = Tensor::fromVector({static_cast<int64_t>(xs.size())}, xs);
+    Backend& be = backendOf(x);
+    for (float p : {1.0f, 2.0f, -1.0f, 0.5f, -0.5f, 1.7f}) {
+        SCOPED_TRACE("exponent " + std::to_string(p));
+        Tensor y = Tensor::empty(x.shape());
+        be.power(x, p, y);
+        const std::vector<float> ys = y.toVector<float>();
+        for (size_t i = 0; i < xs.size(); ++i) {
+            const float want = std::pow(xs[i], p);
+            if (std::isnan(want)) {
+                ASSERT_TRUE(std::isnan(ys[i])) << "x " << xs[i] << ": " << ys[i];
+            } else if (want == 0.0f || std::isinf(want)) {
+                ASSERT_EQ(ys[i], want) << "x " << xs[i];
+                ASSERT_EQ(std::signbit(ys[i]), std::signbit(want)) << "x " << xs[i];
+            } else if (std::fabs(want) >= 1.2e-38f) { // the CPU flushes denormal results to 0
+                ASSERT_NEAR(ys[i], want, 3e-7f * std::fabs(want)) << "x " << xs[i]; // 1 / sqrt: two roundings
+            }
+        }
+    }
+}
+
 // ---- NoiseInjector --------------------------------------------------------------------
 
 TEST(NoiseInjector, AddsOrMultipliesNoiseInTrainModeOnly) {
