@@ -178,9 +178,9 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
         const int64_t n = x.numel();
         const float a = act.alpha, b = act.beta;
 #pragma omp parallel for simd if (n > kLoopParallelMin)
-        for (int64_t i = 0; i < n; ++i) {
-            const float u = a * px[i] + b;
-            pdx[i] = u > 0.0f && u < 1.0f ? a * pdy[i] : 0.0f;
+        for (int64_t i = 0; i < n; ++i) { // a 0/1 factor, not selects (which would not vectorise)
+            const float u = a * px[i] + b, inside = (u > 0.0f ? 1.0f : 0.0f) * (u < 1.0f ? 1.0f : 0.0f);
+            pdx[i] = inside * (a * pdy[i]);
         }
         return;
     }

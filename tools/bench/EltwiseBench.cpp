@@ -69,6 +69,14 @@ void BM_HardSigmoid(benchmark::State& state) {
 }
 BENCHMARK(BM_HardSigmoid)->UseRealTime();
 
+void BM_HardSigmoidBackward(benchmark::State& state) {
+    Tensor x = Tensor::full({kLarge}, 0.3f), dy = Tensor::full({kLarge}, 0.2f), dx = Tensor::empty({kLarge});
+    Backend& be = backendOf(x);
+    for (auto _ : state) be.activationBackward({ActivationKind::hardSigmoid, 1.0f / 6, 0.5f}, x, x, dy, dx);
+    setGbytes(state, 12.0 * static_cast<double>(kLarge) * 1e-9);
+}
+BENCHMARK(BM_HardSigmoidBackward)->UseRealTime();
+
 void BM_Power(benchmark::State& state, float p) {
     Tensor x = Tensor::full({kLarge}, 0.3f), y = Tensor::empty({kLarge});
     Backend& be = backendOf(x);
