@@ -1,5 +1,5 @@
 // The element-wise ops of the CPU backend: activations through oneDNN's eltwise primitives
-// (JIT-vectorised, exp/log included), and the arithmetic (axpby, axpbyz, affine maps,
+// (JIT-vectorised; log by a vector loop of its own), and the arithmetic (axpby, axpbyz, affine maps,
 // powers, products, per-channel scales, casts) as plain vectorisable loops that OpenMP
 // splits only when they are large enough to pay for waking the thread pool.
 //
@@ -8,6 +8,7 @@
 // described with their real shape, so that the padding stays zero.
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
+#include "backend/cpu/VecMath.h"
 
 #include <cmath>
 #include <cstring>
@@ -107,6 +108,52 @@ void requirePlain(const Tensor& t, const char* where) {
 
 constexpr int64_t kLoopParallelMin = 1 << 15;
 
+// y = ln x over n elements by vectors of W (y may be x): the last partial vector is the last
+// whole one, read before the loop writes and written after it; fewer than W elements through
+// a vector padded with ones. Every element gets the same value wherever it sits.
+template <int W> [[gnu::always_inline]] inline void logsOf(const float* x, float* y, int64_t n) {
+    using F = typename vec::Native<W>::F;
+    using vec::load, vec::store, vec::logOf;
+    if (n < W) {
+        float pad[W];
+        std::fill(pad, pad + W, 1.0f);
+        std::copy(x, x + n, pad);
+        store(pad, logOf<W>(load<F>(pad)));
+        std::copy(pad, pad + n, y);
+        return;
+    }
+    const int64_t whole = n / W * W, last = n - W;
+    const F xt = load<F>(x + last);
+    for (int64_t i = 0; i < whole; i += W) store(y + i, logOf<W>(load<F>(x + i)));
+    if (whole < n) store(y + last, logOf<W>(xt));
+}
+
+using LogKernel = void (*)(const float*, float*, int64_t);
+#define TESSERA_LOG_KERNEL(W, TARGET)                                                                                  \
+    TARGET void logs##W(const float* x, float* y, int64_t n) { logsOf<W>(x, y, n); }
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+TESSERA_LOG_KERNEL(16, __attribute__((target("arch=x86-64-v4"))))
+TESSERA_LOG_KERNEL(8, __attribute__((target("arch=x86-64-v3"))))
+TESSERA_LOG_KERNEL(4, )
+LogKernel logKernel() {
+    const int lanes = vectorLanes();
+    return lanes == 16 ? logs16 : lanes == 8 ? logs8 : logs4;
+}
+#else
+TESSERA_LOG_KERNEL(16, )
+LogKernel logKernel() { return logs16; }
+#endif
+#undef TESSERA_LOG_KERNEL
+
+// y = ln x (y may be x), in blocks of 2^14 elements shared among the threads for large tensors.
+void logLoops(const float* x, float* y, int64_t n) {
+    constexpr int64_t kBlock = 1 << 14;
+    const LogKernel kernel = logKernel();
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for if (n > kLoopParallelMin)
+    for (int64_t b = 0; b < blocks; ++b) kernel(x + b * kBlock, y + b * kBlock, std::min(kBlock, n - b * kBlock));
+}
+
 } // namespace
 
 std::optional<EltwiseOp> dnnl_util::eltwiseOpOf(const ActivationParams& act) {
@@ -142,11 +189,7 @@ void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x,
     }
     if (act.kind == ActivationKind::log) {
         requirePlain(x, "activationForward");
-        const float* px = x.data<float>();
-        float* py = y.data<float>();
-        const int64_t n = x.numel();
-#pragma omp parallel for simd if (n > kLoopParallelMin)
-        for (int64_t i = 0; i < n; ++i) py[i] = std::log(px[i]);
+        logLoops(x.data<float>(), y.data<float>(), x.numel()); // std::log per element would not vectorise
         return;
     }
     const auto md = viewOf(x);

@@ -197,21 +197,13 @@ template <int W>
 // whole vectors writes (y may be x) and written after it: the lanes it shares with the
 // loop's last vector get the same values again, and leave the sums by `lastLanes`.
 
-// v's last n lanes; the others 0.
-template <int W>
-[[gnu::always_inline]] inline typename vec::Native<W>::F lastLanes(typename vec::Native<W>::F v, int64_t n) {
-    typename vec::Native<W>::I lane;
-    for (int i = 0; i < W; ++i) lane[i] = i;
-    return lane >= static_cast<int32_t>(W - n) ? v : typename vec::Native<W>::F{};
-}
-
 // Rows r0 to r1 of C, each in cache through its passes: the largest value m; e = exp(x - m)
 // and their sum s (e written to y for softmax); then y = e / s, or y = x - m - log(s). y may
 // be x.
 template <int W>
 [[gnu::always_inline]] inline void rowsOf(bool log, const float* x, float* y, int64_t C, int64_t r0, int64_t r1) {
     using F = typename vec::Native<W>::F;
-    using vec::load, vec::store, vec::maxv, vec::expOf, vec::splat;
+    using vec::load, vec::store, vec::maxv, vec::expOf, vec::splat, vec::lastLanes;
     const int64_t whole = C / W * W, tail = C - whole, last = C - W;
     for (int64_t r = r0; r < r1; ++r) {
         const float* xr = x + r * C;
@@ -252,7 +244,7 @@ template <int W>
 [[gnu::always_inline]] inline void rowsBackOf(bool log, const float* y, const float* dy, float* dx, int64_t C,
                                               int64_t r0, int64_t r1) {
     using F = typename vec::Native<W>::F;
-    using vec::load, vec::store, vec::expOf, vec::splat;
+    using vec::load, vec::store, vec::expOf, vec::splat, vec::lastLanes;
     const int64_t whole = C / W * W, tail = C - whole, last = C - W;
     for (int64_t r = r0; r < r1; ++r) {
         const float *yr = y + r * C, *dr = dy + r * C;

@@ -1,8 +1,8 @@
 #pragma once
 /// \file Vectors of W floats for the CPU's own kernels (GCC's vector extension), compiled
 /// once per CPU level (W = 16: AVX-512, 8: AVX2, 4: SSE) by functions with a target
-/// attribute each, one of which `dnnl_util::vectorLanes()` picks at run time; and e^x on
-/// them. The helpers are always inlined into those kernels, so the ABI of passing vectors
+/// attribute each, one of which `dnnl_util::vectorLanes()` picks at run time; and e^x and
+/// ln x on them. The helpers are always inlined into those kernels, so the ABI of passing vectors
 /// (which -Wpsabi warns of) never applies.
 #include <algorithm>
 #include <cstdint>
@@ -47,6 +47,12 @@ template <int W>
     const int32_t below = static_cast<int32_t>(std::clamp<int64_t>(n, 0, W));
     return lane < below ? v : splat<typename Native<W>::F>(fill);
 }
+// v's last n lanes (a row's last partial vector read as its last whole one); the others 0.
+template <int W> [[gnu::always_inline]] inline typename Native<W>::F lastLanes(typename Native<W>::F v, int64_t n) {
+    typename Native<W>::I lane;
+    for (int i = 0; i < W; ++i) lane[i] = i;
+    return lane >= static_cast<int32_t>(W - n) ? v : typename Native<W>::F{};
+}
 
 // e^x for x <= 0 (the softmax's shifted scores), 0 below -87 (where e^x leaves float's
 // normal range) and for -inf: x = n ln 2 + r, |r| <= ln(2) / 2, e^r by Cephes' polynomial,
@@ -72,6 +78,43 @@ template <int W> [[gnu::always_inline]] inline typename Native<W>::F expOf(typen
     const U bits = (ni + 127u) << 23;
     const F e = p * (F)bits;
     return x < lo ? F{} : e;
+}
+
+// ln x with std::log's special values (ln 0 = -inf, ln +inf = +inf, NaN for x < 0 and NaN;
+// denormals scaled into the normal range first, unless the thread reads them as 0, as the
+// CPU backend sets it to, when their ln is -inf): x = m 2^e, m in [sqrt(1/2), sqrt(2)),
+// ln(m) by Cephes' polynomial in m - 1 (exact), e ln 2 in two parts. ln 1 is 0; within 2 ulp
+// of std::log.
+template <int W> [[gnu::always_inline]] inline typename Native<W>::F logOf(typename Native<W>::F x) {
+    using F = typename Native<W>::F;
+    using I = typename Native<W>::I;
+    using U = typename Native<W>::U;
+    const F denormal = x < 1.17549435e-38f ? splat<F>(1.0f) : F{}; // x < FLT_MIN: 1
+    const F xs = x * (1.0f + denormal * 8388607.0f);               // times 2^23 where denormal
+    const U bits = (U)xs;
+    F e = __builtin_convertvector((I)(bits >> 23) - 126, F) - denormal * 23.0f; // x = m 2^e, m in [1/2, 1)
+    F m = (F)((bits & 0x007FFFFFu) | 0x3F000000u);
+    const F small = m < 0.707106781186547524f ? splat<F>(1.0f) : F{}; // m to [sqrt(1/2), sqrt(2))
+    e -= small;
+    m = m + m * small - 1.0f; // exact: m - 1, or 2m - 1
+    const F z = m * m;
+    F p = splat<F>(7.0376836292e-2f);
+    p = p * m - 1.1514610310e-1f;
+    p = p * m + 1.1676998740e-1f;
+    p = p * m - 1.2420140846e-1f;
+    p = p * m + 1.4249322787e-1f;
+    p = p * m - 1.6668057665e-1f;
+    p = p * m + 2.0000714765e-1f;
+    p = p * m - 2.4999993993e-1f;
+    p = p * m + 3.3333331174e-1f;
+    p = p * m * z + e * -2.12194440e-4f - 0.5f * z;
+    const F l = (m + p) + e * 0.693359375f;
+    const F inf = splat<F>(__builtin_inff());
+    const F special = x == 0.0f ? -inf : splat<F>(__builtin_nanf("")); // x < 0 and NaN: the NaN
+    const F positive = x > 0.0f ? l : special;
+    // (selects of distinct values: GCC joins two conditions with one result into a && done
+    // lane by lane)
+    return x == inf ? inf : positive;
 }
 
 } // namespace tessera::vec

@@ -1,4 +1,7 @@
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
 #include <span>
 
 #include "GradCheck.h"
@@ -186,6 +189,78 @@ TEST(Activation, NaNGivesZeroInTheClampingLoops) {
         ASSERT_EQ(r[i], nan ? 0.0f : 0.5f) << i;
         ASSERT_EQ(h[i], nan ? 0.0f : 0.625f) << i;
         ASSERT_EQ(z[i], nan ? 0.0f : 0.75f) << i;
+    }
+}
+
+// The CPU's log loop (vectors with a tail and short tensors, one thread or several, in place)
+// gives std::log's special values exactly and its finite values within 2 ulp: zeros, signed,
+// infinities, NaN, negatives, denormals, 1 (exactly 0), and values across float's range.
+// Denormals are 0 to a thread that flushes them (the backend's default), so their ln -inf.
+TEST(Activation, LogGivesStdLogsValues) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    const Tensor probe = Tensor::fromVector({1}, std::vector<float>{1.0f});
+    backendOf(probe); // the backend sets this thread's mode
+    volatile float tiny = std::numeric_limits<float>::denorm_min();
+    const bool flushes = tiny + 0.0f == 0.0f;
+    std::vector<float> xs = {0.0f,
+                             -0.0f,
+                             inf,
+                             -inf,
+                             std::nanf(""),
+                             -1.0f,
+                             -1e-30f,
+                             1.0f,
+                             std::numeric_limits<float>::denorm_min(),
+                             1e-40f,
+                             1.17e-38f,
+                             std::numeric_limits<float>::min(),
+                             std::numeric_limits<float>::max(),
+                             0.70710677f,
+                             0.7071068f,
+                             1.0000001f,
+                             0.99999994f,
+                             2.0f,
+                             0.5f};
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<uint32_t> bits(0, 0x7F7FFFFFu); // every positive finite float
+    std::uniform_real_distribution<float> near1(0.5f, 2.0f);
+    while (xs.size() < 70001) {
+        const uint32_t b = bits(rng);
+        float v;
+        std::memcpy(&v, &b, sizeof v);
+        xs.push_back(v);
+        xs.push_back(near1(rng));
+    }
+    // ulps of the float nearest to ln x between got and ln x in double
+    const auto ulps = [](float x, float got) {
+        const double ref = std::log(static_cast<double>(x));
+        return std::fabs(got - ref) / std::ldexp(1.0, std::ilogb(static_cast<float>(ref)) - 23);
+    };
+    const auto check = [&](const std::vector<float>& in, const std::vector<float>& out) {
+        for (size_t i = 0; i < in.size(); ++i) {
+            uint32_t bits; // by its bits: comparisons too read a denormal as 0 in a flushing thread
+            std::memcpy(&bits, &in[i], sizeof bits);
+            const bool denormal = (bits & 0x7F800000u) == 0 && (bits & 0x007FFFFFu) != 0;
+            const float want = flushes && denormal ? -inf : std::log(in[i]);
+            if (!std::isfinite(want) || want == 0.0f) {
+                ASSERT_TRUE(std::isnan(want) ? std::isnan(out[i]) : out[i] == want)
+                    << "ln " << in[i] << " = " << out[i] << ", std::log gives " << want;
+            } else {
+                ASSERT_LE(ulps(in[i], out[i]), 2.0) << "ln " << in[i] << " = " << out[i] << ", std::log gives " << want;
+            }
+        }
+    };
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{15}, int64_t{17}, int64_t{33},
+                      int64_t{16385}, static_cast<int64_t>(xs.size())}) {
+        SCOPED_TRACE(n);
+        const std::vector<float> in(xs.begin(), xs.begin() + n);
+        const Tensor x = Tensor::fromVector({n}, in);
+        Backend& be = backendOf(x);
+        Tensor y = Tensor::empty(x.shape());
+        be.activationForward({ActivationKind::log}, x, y);
+        check(in, y.toVector<float>());
+        be.activationForward({ActivationKind::log}, x, x); // in place
+        check(in, x.toVector<float>());
     }
 }
 
