@@ -93,6 +93,23 @@ std::optional<double> unary(const std::string& op, double x) {
     if (op == "Log") return std::log(x);
     if (op == "Sign") return static_cast<double>((x > 0) - (x < 0));
     if (op == "Not") return x == 0 ? 1.0 : 0.0;
+    // tables computed in the graph (sinusoidal positions, rotary angles, windows)
+    if (op == "Sin") return std::sin(x);
+    if (op == "Cos") return std::cos(x);
+    if (op == "Tan") return std::tan(x);
+    if (op == "Asin") return std::asin(x);
+    if (op == "Acos") return std::acos(x);
+    if (op == "Atan") return std::atan(x);
+    if (op == "Sinh") return std::sinh(x);
+    if (op == "Cosh") return std::cosh(x);
+    if (op == "Asinh") return std::asinh(x);
+    if (op == "Acosh") return std::acosh(x);
+    if (op == "Atanh") return std::atanh(x);
+    if (op == "Tanh") return std::tanh(x);
+    if (op == "Sigmoid") return 1.0 / (1.0 + std::exp(-x));
+    if (op == "Erf") return std::erf(x);
+    if (op == "Round") return std::nearbyint(x); // halves to even (the default rounding mode)
+    if (op == "IsNaN") return std::isnan(x) ? 1.0 : 0.0;
     return std::nullopt;
 }
 
@@ -137,6 +154,74 @@ Array transposed(const Array& x, std::vector<int64_t> perm) {
     return out;
 }
 
+// An ONNX tensor type's kind of values.
+Kind kindOfType(int32_t type) {
+    using TP = onnx::TensorProto;
+    if (type == TP::FLOAT || type == TP::DOUBLE || type == TP::FLOAT16 || type == TP::BFLOAT16) return Kind::floating;
+    if (type == TP::BOOL) return Kind::boolean;
+    return Kind::integer;
+}
+
+bool isReduction(const std::string& op) {
+    static const char* ops[] = {"ReduceSum",  "ReduceProd", "ReduceMax",       "ReduceMin",
+                                "ReduceMean", "ReduceL1",   "ReduceSumSquare", "ReduceL2"};
+    return std::any_of(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; });
+}
+
+// x reduced over `axes` (every axis when empty, unless noop_with_empty_axes), the reduced
+// dims kept as 1s with keepdims (the default). Floats are rounded to float32 once, at the end.
+Array reduced(const std::string& op, const Array& x, std::vector<int64_t> axes, const Attributes& a) {
+    const size_t rank = x.dims.size();
+    if (axes.empty()) {
+        if (a.i("noop_with_empty_axes", 0) != 0) return x;
+        for (size_t d = 0; d < rank; ++d) axes.push_back(static_cast<int64_t>(d));
+    }
+    std::vector<bool> over(rank, false);
+    for (int64_t ax : axes) over[static_cast<size_t>(normAxis(ax, rank))] = true;
+    const bool keep = a.i("keepdims", 1) != 0;
+    std::vector<int64_t> kept(rank); // x's dims with the reduced ones as 1
+    int64_t group = 1;
+    Array out;
+    out.kind = x.kind;
+    for (size_t d = 0; d < rank; ++d) {
+        kept[d] = over[d] ? 1 : x.dims[d];
+        if (over[d]) group *= x.dims[d];
+        if (!over[d] || keep) out.dims.push_back(kept[d]);
+    }
+    if (group == 0) throw Unsupported{op + " over an axis of size 0"};
+    const bool extreme = op == "ReduceMax" || op == "ReduceMin";
+    std::vector<double> acc(static_cast<size_t>(count(kept)), op == "ReduceProd" ? 1.0 : 0.0);
+    std::vector<bool> seen(acc.size(), false);
+    const std::vector<int64_t> st = strides(kept);
+    size_t i = 0;
+    forEachIndex(x.dims, [&](const std::vector<int64_t>& idx) {
+        size_t at = 0;
+        for (size_t d = 0; d < rank; ++d) at += static_cast<size_t>((over[d] ? 0 : idx[d]) * st[d]);
+        const double v = x.v[i++];
+        double& r = acc[at];
+        if (extreme) {
+            const bool better = op == "ReduceMax" ? v > r : v < r;
+            if (!seen[at] || better || std::isnan(v)) r = std::isnan(r) ? r : v; // NaN propagates
+            seen[at] = true;
+        } else if (op == "ReduceProd") {
+            r *= v;
+        } else if (op == "ReduceL1") {
+            r += std::abs(v);
+        } else if (op == "ReduceSumSquare" || op == "ReduceL2") {
+            r += v * v;
+        } else {
+            r += v;
+        }
+    });
+    for (double& r : acc) {
+        if (op == "ReduceMean") r = x.kind == Kind::floating ? r / static_cast<double>(group) : std::trunc(r / group);
+        if (op == "ReduceL2") r = x.kind == Kind::floating ? std::sqrt(r) : std::trunc(std::sqrt(r));
+        if (x.kind == Kind::floating) r = static_cast<float>(r);
+    }
+    out.v = std::move(acc);
+    return out;
+}
+
 } // namespace
 
 // Evaluates node n, all of whose inputs are constants with every dim and value known.
@@ -178,11 +263,35 @@ bool Importer::evaluate(const onnx::NodeProto& n, const Attributes& a) {
     if (n.input_size() == 1 && unary(op, 0.0)) {
         Array out = in[0];
         for (double& x : out.v) x = *unary(op, x);
-        if (op == "Not") out.kind = Kind::boolean;
+        if (op == "Not" || op == "IsNaN") out.kind = Kind::boolean;
         if (out.kind == Kind::floating) {
             for (double& x : out.v) x = static_cast<float>(x);
         }
         return result(std::move(out));
+    }
+    if (op == "IsInf" && n.input_size() == 1) {
+        const bool negative = a.i("detect_negative", 1) != 0, positive = a.i("detect_positive", 1) != 0;
+        Array out = in[0];
+        out.kind = Kind::boolean;
+        for (double& x : out.v) x = std::isinf(x) && (x < 0 ? negative : positive) ? 1.0 : 0.0;
+        return result(std::move(out));
+    }
+    if (op == "EyeLike" && n.input_size() == 1) { // ones on diagonal k of a 2-D shape; its values unread
+        if (in[0].dims.size() != 2)
+            throw Unsupported{"EyeLike of a constant of " + std::to_string(in[0].dims.size()) +
+                              " dims (2 are required)"};
+        const int64_t k = a.i("k", 0), rows = in[0].dims[0], cols = in[0].dims[1];
+        Array out;
+        out.dims = in[0].dims;
+        out.kind = a.has("dtype") ? kindOfType(static_cast<int32_t>(a.i("dtype", 0))) : in[0].kind;
+        out.v.assign(static_cast<size_t>(rows * cols), 0.0);
+        for (int64_t i = 0; i < rows; ++i) {
+            if (i + k >= 0 && i + k < cols) out.v[static_cast<size_t>(i * cols + i + k)] = 1.0;
+        }
+        return result(std::move(out));
+    }
+    if (isReduction(op)) {
+        return result(reduced(op, in[0], present(1) ? ints(1, "the axes") : a.ints("axes"), a)); // an input from 13
     }
     if (op == "Cast") {
         const int64_t to = a.i("to", 0);

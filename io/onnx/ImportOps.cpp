@@ -170,6 +170,27 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
 
 void Importer::importNode(const onnx::NodeProto& n) {
     const Attributes a(n);
+    // CastLike: a Cast to the type of its second input, which it reads for its type only.
+    if (n.op_type() == "CastLike") {
+        a.only({});
+        if (n.input_size() != 2) throw Unsupported{"CastLike takes 2 inputs, got " + std::to_string(n.input_size())};
+        int32_t to = elemTypeOf(n.input(1)); // declared or inferred; else a constant's kind
+        if (to == 0 && isConstant(n.input(1))) {
+            const Constant& like = constants_.at(n.input(1));
+            to = like.isBool  ? onnx::TensorProto::BOOL
+                 : like.isInt ? onnx::TensorProto::INT64
+                              : onnx::TensorProto::FLOAT;
+        }
+        if (to == 0) throw Unsupported{"the type of input 2 ('" + n.input(1) + "') is not known at import"};
+        onnx::NodeProto cast = n;
+        cast.set_op_type("Cast");
+        cast.mutable_input()->RemoveLast();
+        onnx::AttributeProto* attr = cast.add_attribute();
+        attr->set_name("to");
+        attr->set_type(onnx::AttributeProto::INT);
+        attr->set_i(to);
+        return importNode(cast);
+    }
     // Shape computations fold to constants first (a Constant node is one already).
     if (n.op_type() != "Constant" && fold(n, a)) return;
     const auto& table = importers();

@@ -26,6 +26,7 @@ computed here with NumPy from the ONNX operator definitions.
 
 usage: onnx_extra_cases.py OUTDIR
 """
+import math
 import os
 import sys
 
@@ -133,6 +134,7 @@ def main():
     max_min_forms(root)
     cumsum_forms(root)
     rounding_forms(root)
+    table_forms(root)
     attention_forms(root, save, value)
 
 
@@ -586,6 +588,112 @@ def rounding_forms(root):
     g = helper.make_graph(nodes, "rounding", [value("x", ["N", 7])],
                           [value(op, ["N", 7]) for op in ("floor", "ceil", "round")])
     save(root, "floor_ceil_round_at_halves_and_far", g, [x], [np.floor(x), np.ceil(x), np.round(x)], 13)
+
+
+def table_forms(root):
+    """Tables a model computes in forward from known sizes, which the import folds into
+    constants: a sinusoidal position table (Range, Cast, Sin, Cos, Concat) added to data; a
+    flatten of the dims after the batch by their ReduceProd (tf2onnx's form); EyeLike; IsInf
+    and IsNaN cleaning a constant; every reduction of a constant along an axis; the elementary
+    functions of constants; and CastLike of data and of a constant (opset 15)."""
+    rs = np.random.RandomState(21)
+    x = rs.randn(2, 6, 8).astype(np.float32)
+    # freq = exp(arange(4) * -ln(10000) / 4), each step rounded to float as the import does
+    step = np.float32(-math.log(10000.0) / 4)
+    freq = np.exp((np.arange(4, dtype=np.float32) * step).astype(np.float64)).astype(np.float32)
+    angles = (np.arange(6, dtype=np.float32)[:, None] * freq[None, :]).astype(np.float64)
+    table = np.concatenate([np.sin(angles), np.cos(angles)], axis=-1).astype(np.float32)
+    nodes = [helper.make_node("Range", ["zero", "four", "one"], ["k"]),
+             helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["kf", "step"], ["expo"]), helper.make_node("Exp", ["expo"], ["freq"]),
+             helper.make_node("Range", ["zero", "six", "one"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["posf", "ax1"], ["col"]),
+             helper.make_node("Mul", ["col", "freq"], ["angles"]),
+             helper.make_node("Sin", ["angles"], ["sin"]), helper.make_node("Cos", ["angles"], ["cos"]),
+             helper.make_node("Concat", ["sin", "cos"], ["table"], axis=-1),
+             helper.make_node("Add", ["x", "table"], ["y"])]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("six", TensorProto.INT64, [], [6]), helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             helper.make_tensor("four", TensorProto.INT64, [], [4]), ints("ax1", [1]), scalar("step", float(step))]
+    g = helper.make_graph(nodes, "sinusoidal", [value("x", ["N", 6, 8])], [value("y", ["N", 6, 8])], inits)
+    save(root, "sinusoidal_positions_folded", g, [x], [x + table], 13)
+
+    # x [N, 2, 3, 4] flattened to [N, 24] by the product of its dims after the batch.
+    z = rs.randn(3, 2, 3, 4).astype(np.float32)
+    nodes = [helper.make_node("Shape", ["z"], ["shape"]),
+             helper.make_node("Slice", ["shape", "s1", "s4"], ["rest"]),
+             helper.make_node("ReduceProd", ["rest"], ["prod"], keepdims=1),
+             helper.make_node("Concat", ["minus1", "prod"], ["to"], axis=0),
+             helper.make_node("Reshape", ["z", "to"], ["flat"])]
+    g = helper.make_graph(nodes, "flatten_by_prod", [value("z", ["N", 2, 3, 4])], [value("flat", ["N", 24])],
+                          [ints("s1", [1]), ints("s4", [4]), ints("minus1", [-1])])
+    save(root, "flatten_by_reduce_prod", g, [z], [z.reshape(3, 24)], 13)
+
+    # Constants cleaned and reduced, and elementary functions of them, applied to data.
+    w = rs.randn(2, 4, 4).astype(np.float32)
+    dirty = np.array([1.5, np.inf, -np.inf, np.nan], np.float32)
+    m = np.array([[0.5, -2.0, 3.0, 1.0], [4.0, 0.25, -1.0, -3.5]], np.float32)
+    r = np.array([0.3, -0.7, 0.9, 2.5], np.float32).astype(np.float64)
+    nodes = [helper.make_node("EyeLike", ["square"], ["eye"], k=1),
+             helper.make_node("IsInf", ["dirty"], ["posinf"], detect_negative=0),
+             helper.make_node("IsInf", ["dirty"], ["anyinf"]),
+             helper.make_node("IsNaN", ["dirty"], ["nan"]),
+             helper.make_node("Or", ["anyinf", "nan"], ["bad"]),
+             helper.make_node("Where", ["bad", "zero_f", "dirty"], ["clean"]),
+             helper.make_node("Cast", ["posinf"], ["posinf_f"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["clean", "posinf_f"], ["row"])]
+    reductions = ["ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceL1", "ReduceL2",
+                  "ReduceSumSquare"]
+    for op in reductions:
+        inputs = ["m", "axes1"] if op == "ReduceSum" else ["m"]
+        attrs = {} if op == "ReduceSum" else {"axes": [1]}
+        nodes.append(helper.make_node(op, inputs, [op.lower()], keepdims=0, **attrs))
+    functions = ["Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh", "Tanh", "Sigmoid", "Erf", "Round"]
+    for op in functions:
+        nodes.append(helper.make_node(op, ["r" if op not in ("Asin", "Acos", "Atanh") else "r_unit"], [op.lower()]))
+    nodes += [helper.make_node("Acosh", ["r_big"], ["acosh"]),
+              helper.make_node("Concat", [op.lower() for op in reductions], ["reduced"], axis=0),
+              helper.make_node("Concat", [op.lower() for op in functions] + ["acosh"], ["funcs"], axis=0),
+              helper.make_node("Mul", ["w", "eye"], ["y0"]), helper.make_node("Add", ["y0", "row"], ["y1"]),
+              helper.make_node("Reshape", ["y1", "flat32"], ["y2"]),
+              helper.make_node("Add", ["y2", "reduced"], ["y"]),
+              helper.make_node("Add", ["v", "funcs"], ["u"])]
+    r_unit = np.array([0.3, -0.7, 0.9, 0.5], np.float32).astype(np.float64)
+    r_big = np.array([1.0, 1.5, 4.0, 10.0], np.float32).astype(np.float64)
+    # Constant nodes (an initializer of several values would be a weight, kept as a parameter)
+    for name, a in (("square", np.zeros((4, 4), np.float32)), ("dirty", dirty), ("m", m), ("r", r),
+                    ("r_unit", r_unit), ("r_big", r_big)):
+        nodes.insert(0, helper.make_node("Constant", [], [name],
+                                         value=numpy_helper.from_array(a.astype(np.float32), name)))
+    inits = [ints("axes1", [1]), scalar("zero_f", 0.0), ints("flat32", [-1, 16])]
+    md = m.astype(np.float64)
+    red = np.concatenate([md.sum(1), md.prod(1), md.max(1), md.min(1), md.mean(1), np.abs(md).sum(1),
+                          np.sqrt((md * md).sum(1)), (md * md).sum(1)]).astype(np.float32)
+    erf = np.vectorize(math.erf)
+    funcs = np.concatenate([np.tan(r), np.arcsin(r_unit), np.arccos(r_unit), np.arctan(r), np.sinh(r), np.cosh(r),
+                            np.arcsinh(r), np.arctanh(r_unit), np.tanh(r), 1 / (1 + np.exp(-r)), erf(r),
+                            np.round(r), np.arccosh(r_big)]).astype(np.float32)
+    row = np.where(np.isinf(dirty) | np.isnan(dirty), 0, dirty) + (dirty == np.inf)
+    v = rs.randn(2, 52).astype(np.float32)
+    want = (w * np.eye(4, k=1, dtype=np.float32) + row.astype(np.float32)).reshape(-1, 16) + red
+    g = helper.make_graph(nodes, "constant_functions", [value("w", ["N", 4, 4]), value("v", ["N", 52])],
+                          [value("y", ["N", 16]), value("u", ["N", 52])], inits)
+    save(root, "constant_tables_reductions_and_functions", g, [w, v], [want.astype(np.float32), v + funcs], 13)
+
+    # CastLike of integer data to a float constant's type, and of an integer constant to the
+    # type of float data (a Range cast like the input, as PyTorch writes arange(n).to(x)).
+    ids = np.array([[3, -1, 7], [0, 2, 5]], np.int64)
+    f = rs.randn(2, 3).astype(np.float32)
+    nodes = [helper.make_node("CastLike", ["ids", "half"], ["idsf"]),
+             helper.make_node("CastLike", ["steps", "f"], ["stepsf"]),
+             helper.make_node("Mul", ["idsf", "half"], ["a"]), helper.make_node("Add", ["a", "stepsf"], ["b"]),
+             helper.make_node("Add", ["b", "f"], ["y"])]
+    g = helper.make_graph(nodes, "castlike",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 3]), value("f", ["N", 3])],
+                          [value("y", ["N", 3])], [scalar("half", 0.5), ints("steps", [10, 20, 30])])
+    want = ids.astype(np.float32) * 0.5 + np.array([10, 20, 30], np.float32) + f
+    save(root, "castlike_of_data_and_constants", g, [ids, f], [want.astype(np.float32)], 15)
 
 
 def max_min_forms(root):
