@@ -5,7 +5,7 @@
 namespace tessera {
 
 /// Element-wise activation functions. silu: x * sigmoid(x) (swish); mish: x * tanh(softplus(x));
-/// exp, log (NaN below 0, -inf at 0) and abs (gradient 0 at 0), as PyTorch's.
+/// exp, log (NaN below 0, -inf at 0), abs (gradient 0 at 0), sin and cos, as PyTorch's.
 enum class ActivationKind {
     sigmoid,
     tanh,
@@ -21,7 +21,9 @@ enum class ActivationKind {
     mish,
     exp,
     log,
-    abs
+    abs,
+    sin,
+    cos
 };
 
 /// An activation and its constants: leakyRelu slope in `alpha`; elu alpha in `alpha`;

@@ -162,6 +162,8 @@ __device__ float activate(ActivationKind kind, float alpha, float beta, float x)
     case ActivationKind::exp: return expf(x);
     case ActivationKind::log: return logf(x);
     case ActivationKind::abs: return fabsf(x);
+    case ActivationKind::sin: return sinf(x);
+    case ActivationKind::cos: return cosf(x);
     }
     return x;
 }
@@ -194,6 +196,8 @@ __device__ float activateBackward(ActivationKind kind, float alpha, float beta, 
     case ActivationKind::exp: return dy * y;
     case ActivationKind::log: return dy / x;
     case ActivationKind::abs: return x > 0.0f ? dy : x < 0.0f ? -dy : 0.0f;
+    case ActivationKind::sin: return dy * cosf(x);
+    case ActivationKind::cos: return -dy * sinf(x);
     }
     return dy;
 }

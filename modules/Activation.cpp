@@ -21,7 +21,9 @@ constexpr std::pair<ActivationKind, const char*> kNames[] = {{ActivationKind::si
                                                              {ActivationKind::mish, "mish"},
                                                              {ActivationKind::exp, "exp"},
                                                              {ActivationKind::log, "log"},
-                                                             {ActivationKind::abs, "abs"}};
+                                                             {ActivationKind::abs, "abs"},
+                                                             {ActivationKind::sin, "sin"},
+                                                             {ActivationKind::cos, "cos"}};
 } // namespace
 
 std::string str(ActivationKind kind) {

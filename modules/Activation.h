@@ -36,12 +36,14 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input tensor of any shape.
     void checkDataShape(const Shapes& inShapes) const override;
-    /// Every kind but hardSigmoid and log (float32 loops on plain tensors) runs on blocked
-    /// layouts too.
+    /// Every kind but hardSigmoid, log, sin and cos (float32 loops on plain tensors) runs on
+    /// blocked layouts too.
     bool handlesLayouts() const override {
-        return params_.kind != ActivationKind::hardSigmoid && params_.kind != ActivationKind::log;
+        const ActivationKind k = params_.kind;
+        return k != ActivationKind::hardSigmoid && k != ActivationKind::log && k != ActivationKind::sin &&
+               k != ActivationKind::cos;
     }
-    /// On the CPU, but for hardSigmoid and log.
+    /// On the CPU, but for hardSigmoid, log, sin and cos.
     bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;

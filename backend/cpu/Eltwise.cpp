@@ -46,6 +46,8 @@ EltwiseAlgs algsOf(ActivationKind kind) {
     case ActivationKind::abs: return {algorithm::eltwise_abs, algorithm::eltwise_abs, false};
     case ActivationKind::hardSigmoid: break; // no oneDNN algorithm in this version: a loop below
     case ActivationKind::log: break;         // oneDNN's is off by ulps (log 1 != 0): a loop below
+    case ActivationKind::sin:                // none in oneDNN: loops below
+    case ActivationKind::cos: break;
     }
     throw BackendError("CpuBackend: unknown activation");
 }
@@ -98,11 +100,17 @@ const EltwisePrims& forwardPrims(const ActivationParams& act, const dnnl::memory
     });
 }
 
-// hardSigmoid maps 0 to its offset and log to -inf, so they run on plain tensors only (blocked
-// padding stays zero).
+// The kinds that run as loops of their own here (no oneDNN algorithm, or not an exact one).
+bool ownLoop(ActivationKind k) {
+    return k == ActivationKind::hardSigmoid || k == ActivationKind::log || k == ActivationKind::sin ||
+           k == ActivationKind::cos;
+}
+
+// hardSigmoid maps 0 to its offset, log to -inf and cos to 1, so the loops run on plain
+// tensors only (blocked padding stays zero).
 void requirePlain(const Tensor& t, const char* where) {
     if (t.layout() != Layout::plain) {
-        throw BackendError(std::string("CpuBackend::") + where + ": hardSigmoid and log need plain tensors");
+        throw BackendError(std::string("CpuBackend::") + where + ": hardSigmoid, log, sin and cos need plain tensors");
     }
 }
 
@@ -128,41 +136,99 @@ template <int W> [[gnu::always_inline]] inline void logsOf(const float* x, float
     if (whole < n) store(y + last, logOf<W>(xt));
 }
 
-using LogKernel = void (*)(const float*, float*, int64_t);
-#define TESSERA_LOG_KERNEL(W, TARGET)                                                                                  \
-    TARGET void logs##W(const float* x, float* y, int64_t n) { logsOf<W>(x, y, n); }
+// y = sin x (Cos false) or cos x over n elements, or with dy, y = sign dy sin x (or cos x): the
+// derivatives (dy cos x; -dy sin x). y may be x or dy. Vectors as logsOf's; where any element
+// of the n is beyond vec::kTrigLimit (an infinity among them), std::sin and std::cos for all.
+template <int W, bool Cos>
+[[gnu::always_inline]] inline void trigsOf(const float* x, const float* dy, float sign, float* y, int64_t n) {
+    using F = typename vec::Native<W>::F;
+    using I = typename vec::Native<W>::I;
+    using vec::load, vec::store, vec::trigOf, vec::absOf;
+    if (n < W) {
+        float px[W] = {}, pd[W] = {}, py[W];
+        std::copy(x, x + n, px);
+        if (dy) std::copy(dy, dy + n, pd);
+        trigsOf<W, Cos>(px, dy ? pd : nullptr, sign, py, W);
+        std::copy(py, py + n, y);
+        return;
+    }
+    const int64_t whole = n / W * W, last = n - W;
+    I far = absOf<W>(load<F>(x + last)) > vec::kTrigLimit;
+    for (int64_t i = 0; i < whole; i += W) far |= absOf<W>(load<F>(x + i)) > vec::kTrigLimit;
+    bool anyFar = false;
+    for (int l = 0; l < W; ++l) anyFar = anyFar || far[l] != 0;
+    if (anyFar) {
+        for (int64_t i = 0; i < n; ++i) {
+            const float v = Cos ? std::cos(x[i]) : std::sin(x[i]);
+            y[i] = dy ? dy[i] * v * sign : v;
+        }
+        return;
+    }
+    const F xt = load<F>(x + last), dt = dy ? load<F>(dy + last) : F{};
+    if (dy) {
+        for (int64_t i = 0; i < whole; i += W) store(y + i, load<F>(dy + i) * trigOf<W, Cos>(load<F>(x + i)) * sign);
+        if (whole < n) store(y + last, dt * trigOf<W, Cos>(xt) * sign);
+    } else {
+        for (int64_t i = 0; i < whole; i += W) store(y + i, trigOf<W, Cos>(load<F>(x + i)));
+        if (whole < n) store(y + last, trigOf<W, Cos>(xt));
+    }
+}
+
+// The loops above compiled for one vector width, W = 16 (AVX-512), 8 (AVX2) or 4.
+struct LoopKernels {
+    void (*logs)(const float*, float*, int64_t);
+    void (*trigs)(bool, const float*, const float*, float, float*, int64_t);
+};
+#define TESSERA_LOOP_KERNELS(W, TARGET)                                                                                \
+    TARGET void logs##W(const float* x, float* y, int64_t n) { logsOf<W>(x, y, n); }                                   \
+    TARGET void trigs##W(bool cos, const float* x, const float* dy, float sign, float* y, int64_t n) {                 \
+        if (cos) return trigsOf<W, true>(x, dy, sign, y, n);                                                           \
+        trigsOf<W, false>(x, dy, sign, y, n);                                                                          \
+    }                                                                                                                  \
+    constexpr LoopKernels kLoops##W{logs##W, trigs##W};
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-TESSERA_LOG_KERNEL(16, __attribute__((target("arch=x86-64-v4"))))
-TESSERA_LOG_KERNEL(8, __attribute__((target("arch=x86-64-v3"))))
-TESSERA_LOG_KERNEL(4, )
-LogKernel logKernel() {
+TESSERA_LOOP_KERNELS(16, __attribute__((target("arch=x86-64-v4"))))
+TESSERA_LOOP_KERNELS(8, __attribute__((target("arch=x86-64-v3"))))
+TESSERA_LOOP_KERNELS(4, )
+const LoopKernels& loopKernels() {
     const int lanes = vectorLanes();
-    return lanes == 16 ? logs16 : lanes == 8 ? logs8 : logs4;
+    return lanes == 16 ? kLoops16 : lanes == 8 ? kLoops8 : kLoops4;
 }
 #else
-TESSERA_LOG_KERNEL(16, )
-LogKernel logKernel() { return logs16; }
+TESSERA_LOOP_KERNELS(16, )
+const LoopKernels& loopKernels() { return kLoops16; }
 #endif
-#undef TESSERA_LOG_KERNEL
+#undef TESSERA_LOOP_KERNELS
 
-// y = ln x (y may be x), in blocks of 2^14 elements shared among the threads for large tensors.
-void logLoops(const float* x, float* y, int64_t n) {
+// f(at, len) for blocks of 2^14 of n elements, shared among the threads for large tensors.
+template <class Fn> void forEachBlock(int64_t n, Fn&& f) {
     constexpr int64_t kBlock = 1 << 14;
-    const LogKernel kernel = logKernel();
     const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for if (n > kLoopParallelMin)
-    for (int64_t b = 0; b < blocks; ++b) kernel(x + b * kBlock, y + b * kBlock, std::min(kBlock, n - b * kBlock));
+    for (int64_t b = 0; b < blocks; ++b) f(b * kBlock, std::min(kBlock, n - b * kBlock));
+}
+
+// y = ln x (y may be x).
+void logLoops(const float* x, float* y, int64_t n) {
+    const auto logs = loopKernels().logs;
+    forEachBlock(n, [&](int64_t at, int64_t len) { logs(x + at, y + at, len); });
+}
+
+// y = sin x or cos x; with dy, their derivatives times dy (y may be x or dy).
+void trigLoops(bool cos, const float* x, const float* dy, float sign, float* y, int64_t n) {
+    const auto trigs = loopKernels().trigs;
+    forEachBlock(n, [&](int64_t at, int64_t len) { trigs(cos, x + at, dy ? dy + at : nullptr, sign, y + at, len); });
 }
 
 } // namespace
 
 std::optional<EltwiseOp> dnnl_util::eltwiseOpOf(const ActivationParams& act) {
-    if (act.kind == ActivationKind::hardSigmoid || act.kind == ActivationKind::log) return std::nullopt;
+    if (ownLoop(act.kind)) return std::nullopt;
     const ActivationParams p = dnnlParams(act);
     return EltwiseOp{algsOf(act.kind).fwd, p.alpha, p.beta};
 }
 
-// x, y: same shape, layout and dtype (float32, or bfloat16 but for hardSigmoid and log; emulated
+// x, y: same shape, layout and dtype (float32, or bfloat16 but for the own loops; emulated
 // where the CPU has no bfloat16 kernels)
 void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x, const Tensor& y) {
     if (y.shape() != x.shape() || y.layout() != x.layout() || y.dtype() != x.dtype()) {
@@ -190,6 +256,11 @@ void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x,
     if (act.kind == ActivationKind::log) {
         requirePlain(x, "activationForward");
         logLoops(x.data<float>(), y.data<float>(), x.numel()); // std::log per element would not vectorise
+        return;
+    }
+    if (act.kind == ActivationKind::sin || act.kind == ActivationKind::cos) {
+        requirePlain(x, "activationForward");
+        trigLoops(act.kind == ActivationKind::cos, x.data<float>(), nullptr, 1.0f, y.data<float>(), x.numel());
         return;
     }
     const auto md = viewOf(x);
@@ -235,6 +306,12 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
         const int64_t n = x.numel();
 #pragma omp parallel for simd if (n > kLoopParallelMin)
         for (int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] / px[i];
+        return;
+    }
+    if (act.kind == ActivationKind::sin || act.kind == ActivationKind::cos) { // dx = dy cos x; -dy sin x
+        requirePlain(x, "activationBackward");
+        const bool sine = act.kind == ActivationKind::sin;
+        trigLoops(sine, x.data<float>(), dyIn.data<float>(), sine ? 1.0f : -1.0f, dx.data<float>(), x.numel());
         return;
     }
     const auto md = viewOf(x);

@@ -1,8 +1,8 @@
 #pragma once
 /// \file Vectors of W floats for the CPU's own kernels (GCC's vector extension), compiled
 /// once per CPU level (W = 16: AVX-512, 8: AVX2, 4: SSE) by functions with a target
-/// attribute each, one of which `dnnl_util::vectorLanes()` picks at run time; and e^x and
-/// ln x on them. The helpers are always inlined into those kernels, so the ABI of passing vectors
+/// attribute each, one of which `dnnl_util::vectorLanes()` picks at run time; and e^x, ln x,
+/// sin x and cos x on them. The helpers are always inlined into those kernels, so the ABI of passing vectors
 /// (which -Wpsabi warns of) never applies.
 #include <algorithm>
 #include <cstdint>
@@ -39,6 +39,10 @@ template <class F> [[gnu::always_inline]] inline F load(const float* p) {
 }
 template <class F> [[gnu::always_inline]] inline void store(float* p, F v) { std::memcpy(p, &v, sizeof v); }
 template <class F> [[gnu::always_inline]] inline F maxv(F a, F b) { return a > b ? a : b; }
+// |v| (the sign bit cleared).
+template <int W> [[gnu::always_inline]] inline typename Native<W>::F absOf(typename Native<W>::F v) {
+    return (typename Native<W>::F)((typename Native<W>::U)v & 0x7FFFFFFFu);
+}
 // Lanes at or past n (a row's last, partial vector): `fill`.
 template <int W>
 [[gnu::always_inline]] inline typename Native<W>::F keepFirst(typename Native<W>::F v, int64_t n, float fill) {
@@ -115,6 +119,48 @@ template <int W> [[gnu::always_inline]] inline typename Native<W>::F logOf(typen
     // (selects of distinct values: GCC joins two conditions with one result into a && done
     // lane by lane)
     return x == inf ? inf : positive;
+}
+
+// |x| up to which trigOf is accurate (Cephes' bound for its three-part reduction); callers
+// take std::sin and std::cos for vectors with a larger lane (infinities included).
+constexpr float kTrigLimit = 8192.0f;
+
+// sin x (Cos false) or cos x (true) for |x| <= kTrigLimit, NaN for NaN: |x| = j pi/4 + r with
+// j even and |r| <= pi/4 (pi/4 in three parts), sin r or cos r by Cephes' polynomials as j
+// says, the sign from j (and for the sine x's). sin(-0) is -0. Within 1.6 ulp of the exact
+// values where they are at least 1/16 in magnitude, and within 8e-8 of them everywhere below
+// kTrigLimit (every 5th float, a scratch harness).
+template <int W, bool Cos> [[gnu::always_inline]] inline typename Native<W>::F trigOf(typename Native<W>::F x) {
+    using F = typename Native<W>::F;
+    using I = typename Native<W>::I;
+    using U = typename Native<W>::U;
+    const U sign = (U)x & 0x80000000u;
+    const F ax = absOf<W>(x);
+    const F inRange = ax < kTrigLimit ? ax : F{};                  // NaN and beyond: 0, a defined conversion
+    I j = __builtin_convertvector(inRange * 1.27323954473516f, I); // |x| / (pi/4), truncated
+    j = (j + 1) & ~1;                                              // even: the zeros of sin at 0
+    const F y = __builtin_convertvector(j, F);
+    const F r = ((ax - y * 0.78515625f) - y * 2.4187564849853515625e-4f) - y * 3.77489497744594108e-8f;
+    const F z = r * r;
+    F s = splat<F>(-1.9515295891e-4f);
+    s = s * z + 8.3321608736e-3f;
+    s = s * z - 1.6666654611e-1f;
+    s = s * z * r + r;
+    F c = splat<F>(2.443315711809948e-5f);
+    c = c * z - 1.388731625493765e-3f;
+    c = c * z + 4.166664568298827e-2f;
+    c = c * z * z - 0.5f * z + 1.0f;
+    const I swap = (j & 2) != 0; // the other polynomial at odd quarter turns
+    F v;
+    U flip;
+    if constexpr (Cos) {
+        v = swap ? s : c;
+        flip = (U)(((j >> 1) ^ (j >> 2)) & 1) << 31; // negative at j = 2 and 4 (mod 8)
+    } else {
+        v = swap ? c : s;
+        flip = ((U)(j & 4) << 29) ^ sign; // negative at j = 4 and 6, and for x < 0
+    }
+    return (F)((U)v ^ flip);
 }
 
 } // namespace tessera::vec

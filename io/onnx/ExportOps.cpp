@@ -301,6 +301,8 @@ void Exporter::emitActivation(const Layer& l) {
     if (kind == "exp") return void(node("Exp", in, out, path));
     if (kind == "log") return void(node("Log", in, out, path));
     if (kind == "abs") return void(node("Abs", in, out, path));
+    if (kind == "sin") return void(node("Sin", in, out, path));
+    if (kind == "cos") return void(node("Cos", in, out, path));
     if (kind == "leakyRelu") return attr(node("LeakyRelu", in, out, path), "alpha", schemeFloat(bp, "slope", 0.01f));
     if (kind == "elu") return attr(node("Elu", in, out, path), "alpha", schemeFloat(bp, "alpha", 1.0f));
     if (kind == "clip") {

@@ -37,6 +37,7 @@
 #include "modules/InstanceNorm2D.h"
 #include "modules/KMaxPool.h"
 #include "modules/LRN.h"
+#include "modules/LearnedTensors.h"
 #include "modules/Linear.h"
 #include "modules/MulAddConst.h"
 #include "modules/PRelu.h"
@@ -77,6 +78,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"DepthToSpace", &Importer::importDepthToSpace},
         {"Constant", &Importer::importConstant},
         {"Conv", &Importer::importConv},
+        {"Cos", &Importer::importPlainActivation},
         {"ConvTranspose", &Importer::importConv},
         {"Div", &Importer::importBinary},
         {"Dropout", &Importer::importDropout},
@@ -144,6 +146,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
         {"Resize", &Importer::importResize},
         {"Round", &Importer::importRounding},
         {"Sigmoid", &Importer::importPlainActivation},
+        {"Sin", &Importer::importPlainActivation},
         {"Slice", &Importer::importSlice},
         {"Softmax", &Importer::importSoftmax},
         {"Softplus", &Importer::importPlainActivation},
@@ -368,6 +371,123 @@ void Importer::importBinary(const onnx::NodeProto& n, const Attributes& a) {
     return define(n, std::make_shared<Add>(), dataInputs(n, n.input_size()));
 }
 
+// x op c or c op x with a scalar constant c: an affine map (MulAddConst).
+void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({});
+    requireInputsImported(n);
+    const std::string& op = n.op_type();
+    const int k = isConstant(n.input(1)) ? 1 : 0;
+    if (isConstant(n.input(1 - k))) throw Unsupported{"both inputs are constants"};
+    const Constant& c = requireConstant(n, k, "the constant operand");
+    const bool integers = isIntegerData(n.input(1 - k)) && c.isInt && c.ints.size() == 1 && !c.symbolic();
+    if (integers && op == "Div" && k == 1) return importIntegerDivision(n, c.ints[0]); // lengths // 2
+    if (integers && op != "Div") {                                                     // T - lengths
+        const auto v = static_cast<float>(c.ints[0]);
+        const float scale = op == "Mul" ? v : op == "Sub" && k == 0 ? -1.0f : 1.0f;
+        const float shift = op == "Add" ? v : op == "Sub" ? (k == 0 ? v : -v) : 0.0f;
+        return defineOverIntegers(n, std::make_shared<MulAddConst>(scale, shift), {1 - k});
+    }
+    if (c.isInt || !c.tensor.defined())
+        throw Unsupported{"input " + std::to_string(k) + " is a constant of " +
+                          (c.isInt ? "integers" : "a shape known only at run time") +
+                          " (float constants are supported)"};
+    Source s = value(n, 1 - k);
+    if (c.tensor.numel() != 1) return importTensorArithmetic(n, c, k, Parent(s.node, s.slot));
+    const float v = c.tensor.toVector<float>()[0];
+    float scale = 1.0f, shift = 0.0f;
+    if (op == "Add") shift = v;
+    if (op == "Mul") scale = v;
+    if (op == "Sub") {
+        scale = k == 1 ? 1.0f : -1.0f;
+        shift = k == 1 ? -v : v;
+    }
+    if (op == "Div") {
+        if (k == 0) return define(n, std::make_shared<Pow>(-1.0f, v), Parents{Parent(s.node, s.slot)}); // v / x
+        if (v == 0.0f) throw Unsupported{"a division by the constant 0"};
+        scale = 1.0f / v;
+    }
+    return define(n, std::make_shared<MulAddConst>(scale, shift), Parents{Parent(s.node, s.slot)});
+}
+
+// x op C or C op x with a constant tensor C that broadcasts to x (a per-channel [1, C, 1, 1]
+// mean or scale): MulAddConst with tensor constants. Where C enlarges x along dims after the
+// batch where x has a known 1 (timesteps [N, 1] times frequencies [F]), x is tiled there first.
+// A Mul by a weight of the file (an initializer, not a Constant node or a folded value) is
+// a learned factor, as PyTorch's layer scales are parameters: a Scale. Not one selected from
+// a weight (rows of a rotary embedding's cos and sin tables, sliced to the length: buffers).
+void Importer::importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x) {
+    const std::string& op = n.op_type();
+    if (op == "Mul" && initializers_.count(n.input(k)) && !selectedWeights_.count(n.input(k))) {
+        auto scale = std::make_shared<Scale>(c.dims);
+        scale->getVar("weight")->data.copyFrom(c.tensor.reshape(Shape(c.dims)));
+        return define(n, scale, Parents{x});
+    }
+    // An Add of a weight [1, ...] of the data's rank (a positional table) is learned too: a
+    // Parameter of the data's batch, then an Add. So is one of fewer dims (aligned from the
+    // right) that rows selected from a weight made (positional rows gathered by an arange, a
+    // bias sliced from a joint one: nn.MultiheadAttention's cross-attention projections).
+    // A weight of the file itself that is not [1, ...] may be a mask, and stays a constant,
+    // as does one holding infinities (a mask's fill).
+    const auto data = shapes_.find(n.input(1 - k));
+    const bool rows =
+        selectedWeights_.count(n.input(k)) && data != shapes_.end() && data->second.size() > c.dims.size();
+    const auto finite = [&] {
+        const std::vector<float> v = c.tensor.toVector<float>();
+        return std::all_of(v.begin(), v.end(), [](float e) { return std::isfinite(e); });
+    };
+    if (op == "Add" && initializers_.count(n.input(k)) && (c.dims.size() >= 2 || rows) && data != shapes_.end() &&
+        (rows || (data->second.size() == c.dims.size() && c.dims[0] == 1)) && finite()) {
+        std::vector<int64_t> rest(data->second.size() - c.dims.size(), 1);
+        rest.insert(rest.end(), c.dims.begin(), c.dims.end());
+        rest.erase(rest.begin()); // the batch's 1
+        auto table = std::make_shared<Parameter>(rest);
+        table->getVar("weight")->data.copyFrom(c.tensor.reshape(Shape(rest)));
+        const std::string value = n.output(0) + "#table"; // the table over the batch, a value of its own
+        std::vector<Dim> dims = {data->second[0]};
+        for (int64_t d : rest) dims.push_back({d, {}});
+        NodePtr t = node(table, Parents{x}, nodeName((n.name().empty() ? n.output(0) : n.name()) + "_table"));
+        values_[value] = {t, 0};
+        ranks_[value] = static_cast<int64_t>(dims.size());
+        shapes_[value] = std::move(dims);
+        return define(n, std::make_shared<Add>(), Parents{x, Parent(t, 0)}, {n.input(1 - k), value});
+    }
+    Parent in = x;
+    if (data != shapes_.end() && c.dims.size() <= data->second.size()) {
+        const size_t off = data->second.size() - c.dims.size();
+        for (size_t j = 0; j < c.dims.size(); ++j) {
+            const size_t axis = off + j;
+            if (axis == 0 || c.dims[j] <= 1 || data->second[axis].value != 1) continue;
+            const std::string base = (n.name().empty() ? n.output(0) : n.name()) + "_tiled_" + std::to_string(axis);
+            in =
+                Parent(node(std::make_shared<Tile>(static_cast<int>(axis), c.dims[j]), Parents{in}, nodeName(base)), 0);
+        }
+    }
+    std::vector<float> v = c.tensor.toVector<float>();
+    const Shape shape = Shape(c.dims);
+    Tensor a, b;
+    if (op == "Add") b = Tensor::fromVector(shape, v);
+    if (op == "Mul") a = Tensor::fromVector(shape, v);
+    if (op == "Sub") {
+        if (k == 1) { // x - C
+            for (float& e : v) e = -e;
+            b = Tensor::fromVector(shape, v);
+        } else { // C - x
+            a = Tensor::full({1}, -1.0f);
+            b = Tensor::fromVector(shape, v);
+        }
+    }
+    if (op == "Div") {
+        if (k == 0)
+            throw Unsupported{"a constant tensor divided by data is not supported (a number divided by data is)"};
+        for (float& e : v) {
+            if (e == 0.0f) throw Unsupported{"a division by a constant holding 0"};
+            e = 1.0f / e;
+        }
+        a = Tensor::fromVector(shape, v);
+    }
+    return define(n, std::make_shared<MulAddConst>(a, b), Parents{in});
+}
+
 // Pow by a constant exponent (one number), Sqrt, Reciprocal: Pow.
 void Importer::importPow(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
@@ -388,7 +508,7 @@ void Importer::importIdentity(const onnx::NodeProto& n, const Attributes&) {
     define(n, std::make_shared<Identity>(), dataInputs(n, 1));
 }
 
-// Relu, Sigmoid, Tanh, Softplus, Exp, Log, Abs
+// Relu, Sigmoid, Tanh, Softplus, Exp, Log, Abs, Sin, Cos
 void Importer::importPlainActivation(const onnx::NodeProto& n, const Attributes& a) {
     const std::string& op = n.op_type();
     a.only({});
@@ -398,6 +518,8 @@ void Importer::importPlainActivation(const onnx::NodeProto& n, const Attributes&
                                 : op == "Exp"     ? ActivationKind::exp
                                 : op == "Log"     ? ActivationKind::log
                                 : op == "Abs"     ? ActivationKind::abs
+                                : op == "Sin"     ? ActivationKind::sin
+                                : op == "Cos"     ? ActivationKind::cos
                                                   : ActivationKind::softPlus;
     return define(n, std::make_shared<Activation>(kind), dataInputs(n, 1));
 }

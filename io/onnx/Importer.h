@@ -161,6 +161,11 @@ private:
     static const std::unordered_map<std::string, ImportFn>& importers();
     // The ops of ImportOps.cpp (the others are in ImportTensorOps.cpp and ImportLayers.cpp).
     void importBinary(const onnx::NodeProto& n, const Attributes& a);
+    // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
+    void importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a);
+    // x op C or C op x with a constant tensor C that broadcasts to x (a per-channel [1, C, 1, 1]
+    // mean or scale; x tiled where C enlarges a known 1 of it): MulAddConst with tensor constants.
+    void importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x);
     void importCast(const onnx::NodeProto& n, const Attributes& a);
     void importConcat(const onnx::NodeProto& n, const Attributes& a);
     void importConstant(const onnx::NodeProto& n, const Attributes& a);
@@ -338,8 +343,6 @@ private:
     void importTrilu(const onnx::NodeProto& n, const Attributes& a);
     std::vector<int64_t> reduceAxes(const onnx::NodeProto& n, const Attributes& a);
 
-    // x op c or c op x with a scalar constant c: an affine map (MulAddConst).
-    void importScalarArithmetic(const onnx::NodeProto& n, const Attributes& a);
     void importWhere(const onnx::NodeProto& n, const Attributes& a);
     // Where of a condition computed from data (bool or integer): arithmetic on the condition
     // made float (ImportWhere.cpp).
@@ -362,10 +365,6 @@ private:
     // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: a graph of LogSoftMax,
     // GatherElements, masks and sums (ImportLosses.cpp).
     void importLoss(const onnx::NodeProto& n, const Attributes& a);
-
-    // x op C or C op x with a constant tensor C that broadcasts to x without changing its
-    // shape (a per-channel [1, C, 1, 1] mean or scale): MulAddConst with tensor constants.
-    void importTensorArithmetic(const onnx::NodeProto& n, const Constant& c, int k, const Parent& x);
 
     // Pad: spatial dims only (Tessera's PadND), constant or reflect.
     void importPad(const onnx::NodeProto& n, const Attributes& a);

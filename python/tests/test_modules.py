@@ -416,8 +416,8 @@ def test_silu_and_mish_match_pytorch(name):
     np.testing.assert_allclose(act.backward(dy).numpy(), dx_ref, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "abs"])
-def test_exp_log_and_abs_match_pytorch(name):
+@pytest.mark.parametrize("name", ["exp", "log", "abs", "sin", "cos"])
+def test_exp_log_abs_sin_and_cos_match_pytorch(name):
     torch = pytest.importorskip("torch")
     x = np.linspace(-6, 6, 64, dtype=np.float32).reshape(4, 16)
     if name == "log":

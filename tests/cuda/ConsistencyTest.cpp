@@ -311,6 +311,8 @@ TEST(CudaConsistency, EveryModule) {
         {"mish", make<Activation>(ActivationKind::mish), {{3, 7}}},
         {"exp", make<Activation>(ActivationKind::exp), {{3, 7}}},
         {"abs", make<Activation>(ActivationKind::abs), {{3, 7}}},
+        {"sin", make<Activation>(ActivationKind::sin), {{3, 7}}},
+        {"cos", make<Activation>(ActivationKind::cos), {{3, 7}}},
         {"log of |x| + 0.5",
          [] {
              auto seq = std::make_shared<Sequential>();

@@ -309,7 +309,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
             EXPECT_TRUE(allClose(a, grads[1][i], 1e-5f)) << name << ": gradient " << i;
         }
     }
-    EXPECT_EQ(cases, 129);
+    EXPECT_EQ(cases, 130);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -433,14 +433,14 @@ TEST(Onnx, EveryUnsupportedNodeIsListed) {
     if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
     }
-    // x -> RandomUniformLike -> Sin (reads it) -> Cast: neither of the first two imports, and
+    // x -> RandomUniformLike -> Tan (reads it) -> Cast: neither of the first two imports, and
     // the second is reported for its op, not for its missing input.
     const fs::path model = fs::path(::testing::TempDir()) / "unsupported_chain.onnx";
     const std::string script = R"(
 import sys
 import onnx
 from onnx import TensorProto, helper
-nodes = [helper.make_node("RandomUniformLike", ["x"], ["r"]), helper.make_node("Sin", ["r"], ["k"]),
+nodes = [helper.make_node("RandomUniformLike", ["x"], ["r"]), helper.make_node("Tan", ["r"], ["k"]),
          helper.make_node("Cast", ["k"], ["y"], to=TensorProto.FLOAT)]
 g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
@@ -456,7 +456,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
         const std::string msg = e.what();
         for (const char* part :
              {"2 node(s) cannot be imported", "(RandomUniformLike): op RandomUniformLike is not supported",
-              "(Sin): op Sin is not supported", "(1 node(s) after these take their outputs and were not imported)"}) {
+              "(Tan): op Tan is not supported", "(1 node(s) after these take their outputs and were not imported)"}) {
             EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
         }
         EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
@@ -824,8 +824,9 @@ TEST(Onnx, LinearOnTokensAndSoftMaxOnAnyAxisRoundTrip) {
     }
 }
 
-// LogSoftMax over the channels and over the last axis, and the exp, log and abs activations:
-// exported as LogSoftmax, Exp, Log and Abs, read back as the same layers, equal outputs, and
+// LogSoftMax over the channels and over the last axis, and the exp, log, abs, sin and cos
+// activations: exported as LogSoftmax, Exp, Log, Abs, Sin and Cos, read back as the same
+// layers, equal outputs, and
 // ONNX's checker takes the file.
 TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
     auto x = node(std::make_shared<Identity>(), {}, "x");
@@ -833,7 +834,9 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
     auto mag = node(std::make_shared<Activation>(ActivationKind::abs), logp, "mag");
     auto grown = node(std::make_shared<Activation>(ActivationKind::exp), mag, "grown");
     auto back1 = node(std::make_shared<Activation>(ActivationKind::log), grown, "back1");
-    auto last = node(std::make_shared<LogSoftMax>(-1), back1, "last");
+    auto wave = node(std::make_shared<Activation>(ActivationKind::sin), back1, "wave");
+    auto shifted = node(std::make_shared<Activation>(ActivationKind::cos), wave, "shifted");
+    auto last = node(std::make_shared<LogSoftMax>(-1), shifted, "last");
     Graph g({x}, {last}, "logs");
     const Shape in{2, 3, 5};
     const Tensor input = randomTensor(in, 8, -3.0f, 3.0f);
@@ -846,7 +849,7 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
         std::map<std::string, int> classes;
         for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
         EXPECT_EQ(classes["LogSoftMax"], 2);
-        EXPECT_EQ(classes["Activation"], 3);
+        EXPECT_EQ(classes["Activation"], 5);
         const std::vector<float> b = (*back)(input).toVector<float>();
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;

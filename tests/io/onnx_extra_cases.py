@@ -619,6 +619,23 @@ def table_forms(root):
     g = helper.make_graph(nodes, "sinusoidal", [value("x", ["N", 6, 8])], [value("y", ["N", 6, 8])], inits)
     save(root, "sinusoidal_positions_folded", g, [x], [x + table], 13)
 
+    # A diffusion model's timestep embedding: Sin and Cos of data (the timesteps, a graph input,
+    # times the same frequencies), concatenated.
+    t = np.array([0.0, 1.0, 17.0, 999.0, 250.5], np.float32)
+    args = (t[:, None] * freq[None, :]).astype(np.float64)
+    emb = np.concatenate([np.sin(args), np.cos(args)], axis=-1).astype(np.float32)
+    nodes = [helper.make_node("Range", ["zero", "four", "one"], ["k"]),
+             helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["kf", "step"], ["expo"]), helper.make_node("Exp", ["expo"], ["freq"]),
+             helper.make_node("Unsqueeze", ["t", "ax1"], ["col"]),
+             helper.make_node("Mul", ["col", "freq"], ["args"]),
+             helper.make_node("Sin", ["args"], ["sin"]), helper.make_node("Cos", ["args"], ["cos"]),
+             helper.make_node("Concat", ["sin", "cos"], ["emb"], axis=-1)]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]), helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             helper.make_tensor("four", TensorProto.INT64, [], [4]), ints("ax1", [1]), scalar("step", float(step))]
+    g = helper.make_graph(nodes, "timestep", [value("t", ["N"])], [value("emb", ["N", 8])], inits)
+    save(root, "timestep_embedding_sin_cos_of_data", g, [t], [emb], 13)
+
     # x [N, 2, 3, 4] flattened to [N, 24] by the product of its dims after the batch.
     z = rs.randn(3, 2, 3, 4).astype(np.float32)
     nodes = [helper.make_node("Shape", ["z"], ["shape"]),

@@ -23,13 +23,16 @@ causal mask, RMSNorm, a gated MLP) at opsets 14 and 17, and a BERT encoder as Hu
 text classifier over a padded batch (ids and a bool padding mask: nn.TransformerEncoder's
 src_key_padding_mask, masked_fill and torch.where of the mask) and one that makes its mask from
 its ids (ids == 0, ~mask) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
-source and target ids and their bool padding masks; a causal target mask) at 14 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+source and target ids and their bool padding masks; a causal target mask) at 14 and 17, and a
+diffusion denoiser (two inputs: images and float timesteps, embedded by Sin and Cos of data;
+GroupNorm, SiLU, attention over positions) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 The attentions of the transformers among them (q k^T scaled, masked, softmax, times v) must
 import as one ScaledDotProductAttention layer each (FUSED_ATTENTION), causal where the mask
 is the causal one. Exits 1 on the first mismatch.
 Needs Debian's python3-torch and python3-torchvision.
 """
+import math
 import os
 import subprocess
 import sys
@@ -577,6 +580,64 @@ class LengthsText(MaskedTextBase):
         return self.head(pooled + 0.1 * (h * odd).sum(1) + 0.05 * strided + 0.03 * floored)
 
 
+class ResBlock(torch.nn.Module):
+    """A diffusion denoiser's residual block: GroupNorm, SiLU, 3x3 convolutions, the timestep
+    embedding projected and added per channel, a 1x1 convolution on the skip where widths differ."""
+
+    def __init__(self, i, o, e):
+        super().__init__()
+        self.n1, self.c1 = torch.nn.GroupNorm(4, i), torch.nn.Conv2d(i, o, 3, padding=1)
+        self.t, self.n2 = torch.nn.Linear(e, o), torch.nn.GroupNorm(4, o)
+        self.c2 = torch.nn.Conv2d(o, o, 3, padding=1)
+        self.skip = torch.nn.Conv2d(i, o, 1) if i != o else torch.nn.Identity()
+
+    def forward(self, x, e):
+        silu = torch.nn.functional.silu
+        h = self.c1(silu(self.n1(x))) + self.t(silu(e))[:, :, None, None]
+        return self.skip(x) + self.c2(silu(self.n2(h)))
+
+
+class Diffusion(torch.nn.Module):
+    """A diffusion model's denoiser in small, as DDPM-style code writes it, of two inputs: noisy
+    images and their timesteps (float). The timesteps' sinusoidal embedding is computed in
+    forward (frequencies from exp of an arange, which folds; Sin and Cos of data), then an MLP
+    with SiLU; residual blocks take it per channel; a self-attention block over the positions
+    (GroupNorm, q, k and v from a 1x1 convolution, softmax), a strided down step, a nearest up
+    step and a skip concatenated."""
+
+    CHANNELS, EMBED = 16, 32
+    INPUT_NAMES = ("x", "t")
+
+    def __init__(self):
+        super().__init__()
+        c, e = self.CHANNELS, self.EMBED
+        self.time = torch.nn.Sequential(torch.nn.Linear(c, e), torch.nn.SiLU(), torch.nn.Linear(e, e))
+        self.stem, self.block1 = torch.nn.Conv2d(3, c, 3, padding=1), ResBlock(c, c, e)
+        self.down, self.mid = torch.nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), ResBlock(2 * c, 2 * c, e)
+        self.norm, self.qkv = torch.nn.GroupNorm(4, 2 * c), torch.nn.Conv2d(2 * c, 6 * c, 1)
+        self.proj, self.up = torch.nn.Conv2d(2 * c, 2 * c, 1), torch.nn.Conv2d(2 * c, c, 3, padding=1)
+        self.block2 = ResBlock(2 * c, c, e)
+        self.out = torch.nn.Sequential(torch.nn.GroupNorm(4, c), torch.nn.SiLU(), torch.nn.Conv2d(c, 3, 3, padding=1))
+
+    @classmethod
+    def example_inputs(cls, batch):
+        return torch.randn(batch, 3, 16, 16), torch.tensor([3.0, 917.0, 250.0, 41.0][:batch])
+
+    def forward(self, x, t):
+        half = self.CHANNELS // 2
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+        args = t[:, None] * freqs[None, :]
+        e = self.time(torch.cat([torch.sin(args), torch.cos(args)], dim=-1))
+        h1 = self.block1(self.stem(x), e)
+        h = self.mid(self.down(h1), e)
+        N, C, H, W = h.shape
+        q, k, v = self.qkv(self.norm(h)).reshape(N, 3, C, H * W).unbind(1)
+        w = torch.softmax(q.transpose(1, 2) @ k / C ** 0.5, dim=-1)  # [N, HW, HW]
+        h = h + self.proj((v @ w.transpose(1, 2)).reshape(N, C, H, W))
+        h = self.up(torch.nn.functional.interpolate(h, scale_factor=2.0, mode="nearest"))
+        return self.out(self.block2(torch.cat([h, h1], dim=1), e))
+
+
 class Seq2Seq(torch.nn.Module):
     """nn.Transformer (an encoder and a decoder layer) over padded batches of ids, four inputs:
     source and target ids and their bool padding masks. The decoder's causal mask, a triu of
@@ -655,6 +716,8 @@ NORM_MODELS = {
     "gpt2_where_opset17": (MiniGpt2, 17, (2, MiniGpt2.LENGTH)),
     "llama_rotary_opset14": (MiniLlama, 14, (2, MiniLlama.LENGTH)),
     "llama_rotary_opset17": (MiniLlama, 17, (2, MiniLlama.LENGTH)),
+    "diffusion_timesteps_opset13": (Diffusion, 13, (2, 3, 16, 16)),
+    "diffusion_timesteps_opset17": (Diffusion, 17, (2, 3, 16, 16)),
 }
 # Models of ids (int64 in [0, vocabulary)): name -> vocabulary.
 ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17": MiniGpt.VOCAB,

@@ -72,6 +72,8 @@ const Case kCases[] = {
     // (log's inputs made positive: inputFor below)
     {ActivationKind::log, {}, [](float x) { return std::log(x); }, [](float x) { return 1.0f / x; }},
     {ActivationKind::abs, {}, [](float x) { return std::fabs(x); }, [](float x) { return x > 0 ? 1.0f : -1.0f; }},
+    {ActivationKind::sin, {}, [](float x) { return std::sin(x); }, [](float x) { return std::cos(x); }},
+    {ActivationKind::cos, {}, [](float x) { return std::cos(x); }, [](float x) { return -std::sin(x); }},
 };
 
 // x moved into the domain of c's function: log's inputs are made positive.
@@ -261,6 +263,66 @@ TEST(Activation, LogGivesStdLogsValues) {
         check(in, y.toVector<float>());
         be.activationForward({ActivationKind::log}, x, x); // in place
         check(in, x.toVector<float>());
+    }
+}
+
+// The CPU's sin and cos loops, forward and backward (vectors with a tail and short tensors, one
+// thread or several, in place), against std::sin and std::cos: within 2 ulp (the backward's
+// product 3) where the value is at least 1/16 in magnitude and 1e-7 (times dy) and an ulp in
+// absolute terms elsewhere, up to |x| = 8192; exact beyond, where a block holding such a
+// value runs std::sin and std::cos; signed zeros, infinities and NaN.
+TEST(Activation, SinAndCosGiveStdsValues) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> xs = {0.0f,        -0.0f,       std::nanf(""), 1e-30f,  -1e-20f,  3.14159274f, -3.14159274f,
+                             1.57079637f, 4.71238899f, 0.785398185f,  8191.9f, -8191.9f, 100.0f,      1000.5f};
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> small(-10.0f, 10.0f), wide(-8192.0f, 8192.0f);
+    while (xs.size() < 70001) {
+        xs.push_back(small(rng));
+        xs.push_back(wide(rng));
+    }
+    // got against want = scale f(x): within `ulps` where |f| >= 1/16, else within 1e-7 scale
+    // and an ulp of the result
+    const auto close = [](float got, double want, double scale, double ulps) {
+        if (std::isnan(want)) return std::isnan(got);
+        if (want == 0.0) return got == 0.0f && std::signbit(got) == std::signbit(want);
+        const double ulp = std::ldexp(1.0, std::max(std::ilogb(static_cast<float>(want)), -126) - 23);
+        const double err = std::fabs(got - want);
+        return std::fabs(want) >= 0.0625 * scale ? err <= ulps * ulp : err <= 1e-7 * scale + ulp;
+    };
+    std::vector<float> dys(xs.size());
+    for (size_t i = 0; i < dys.size(); ++i) dys[i] = 0.5f + static_cast<float>(i % 7);
+    for (bool far : {false, true}) { // far: one value beyond 8192 (or infinite) in the tensor
+        for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{8}, int64_t{13}, int64_t{16}, int64_t{31},
+                          static_cast<int64_t>(xs.size())}) {
+            SCOPED_TRACE(std::to_string(n) + (far ? " with a value beyond 8192" : ""));
+            std::vector<float> in(xs.begin(), xs.begin() + n), dy(dys.begin(), dys.begin() + n);
+            if (far) in[static_cast<size_t>(n / 2)] = n % 2 ? 1e6f : -inf;
+            for (ActivationKind kind : {ActivationKind::sin, ActivationKind::cos}) {
+                const bool sine = kind == ActivationKind::sin;
+                const Tensor x = Tensor::fromVector({n}, in);
+                Backend& be = backendOf(x);
+                Tensor y = Tensor::empty(x.shape()), dx = Tensor::fromVector({n}, dy);
+                be.activationForward({kind}, x, y);
+                be.activationBackward({kind}, x, y, dx, dx); // in place into dy
+                const std::vector<float> yv = y.toVector<float>(), dxv = dx.toVector<float>();
+                for (size_t i = 0; i < in.size(); ++i) {
+                    const double v = in[i], f = sine ? std::sin(v) : std::cos(v), d = sine ? std::cos(v) : -std::sin(v);
+                    const bool beyond = std::fabs(in[i]) > 8192.0f;
+                    ASSERT_TRUE(beyond ? yv[i] == (sine ? std::sin(in[i]) : std::cos(in[i])) ||
+                                             (std::isnan(yv[i]) && std::isinf(in[i]))
+                                       : close(yv[i], f, 1.0, 2.0))
+                        << str(kind) << "(" << in[i] << ") = " << yv[i] << ", want " << f;
+                    // (3 ulp: the product's rounding more)
+                    ASSERT_TRUE(close(dxv[i], dy[i] * d, dy[i], 3.0) ||
+                                (beyond && std::isnan(d) == std::isnan(dxv[i]) && std::fabs(dxv[i] - dy[i] * d) < 1e-6))
+                        << str(kind) << "'(" << in[i] << ") dy = " << dxv[i] << ", want " << dy[i] * d;
+                }
+                be.activationForward({kind}, x, x); // in place
+                const std::vector<float> xv = x.toVector<float>();
+                for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(std::memcmp(&xv[i], &yv[i], 4), 0) << i;
+            }
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Activation layers against PyTorch's on the CPU, forward and forward with backward, over a
 transformer MLP's hidden activation [8, 197, 3072] (ViT-B/16's, batch 8): each kind of
-`Activation` against the torch function of the same formula (log on |x| + 0.1).
+`Activation` against the torch function of the same formula (log on |x| + 0.1, sin and
+cos on 8 x).
 
 Timed as alternating.py describes (one process, one thread count, sides alternating,
 medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's side
@@ -44,6 +45,8 @@ def main():
         ("exp", {}, torch.exp, x),
         ("log", {}, torch.log, np.abs(x) + 0.1),
         ("abs", {}, torch.abs, x),
+        ("sin", {}, torch.sin, 8.0 * x),  # arguments over several turns
+        ("cos", {}, torch.cos, 8.0 * x),
     ]
     chosen = [k for k in args.kinds.split(",") if k]
     print(f"torch {torch.__version__}, {args.threads} threads, medians of {args.reps}, {list(shape)}")
