@@ -1,7 +1,8 @@
 // The element-wise ops of the CPU backend: activations through oneDNN's eltwise primitives
-// (JIT-vectorised; log by a vector loop of its own), and the arithmetic (axpby, axpbyz, affine maps,
-// powers, products, per-channel scales, casts) as plain vectorisable loops that OpenMP
-// splits only when they are large enough to pay for waking the thread pool.
+// (JIT-vectorised; hardSigmoid, log, sin and cos by vector loops of their own), and the
+// arithmetic (axpby, axpbyz, affine maps, powers, products, per-channel scales, casts) as
+// plain vectorisable loops that OpenMP splits only when they are large enough to pay for
+// waking the thread pool.
 //
 // The activations' tensors are viewed as flat 1-D buffers over their storage, so one primitive serves
 // every shape of a size, in any layout; only blocked tensors with padded channels are
