@@ -267,6 +267,7 @@ private:
     struct AttentionMatch {
         std::string q, kFrom, v;
         std::vector<int64_t> kPerm;          // k = Transpose(kFrom, kPerm) when not empty
+        bool kSwapped = false;               // k = kFrom with its last two axes swapped (no Transpose read)
         std::vector<std::string> multiplies; // scalars the scores are multiplied by
         std::vector<std::string> divides;    // and divided by
         std::vector<std::string> masks;      // added to the scores
@@ -279,6 +280,8 @@ private:
         // ([B, nW, nH, Tq, Tk]), `windowMask` added ([1, nW, 1, Tq, Tk]), and viewed back.
         std::string windowMask, windowShape, viewBack;
         int softmax = -1, dropout = -1, transpose = -1;
+        // v @ weights^T: the attention of v's last two axes swapped, its output swapped back.
+        int weightsTranspose = -1;
         std::vector<int> nodes; // absorbed, in the graph's order
     };
     std::unordered_map<int, AttentionMatch> attentions_;

@@ -171,6 +171,17 @@ std::optional<Operand> follow(const Index& ix, const char* op, int& last, std::v
     return o;
 }
 
+// Whether a Transpose node swaps the last two axes alone (perm 0, 1, ..., r - 1, r - 2).
+bool swapsLastTwo(const onnx::NodeProto& t) {
+    const std::vector<int64_t> perm = Attributes(t).ints("perm");
+    const size_t r = perm.size();
+    if (r < 2 || perm[r - 1] != static_cast<int64_t>(r - 2) || perm[r - 2] != static_cast<int64_t>(r - 1)) return false;
+    for (size_t j = 0; j + 2 < r; ++j) {
+        if (perm[j] != static_cast<int64_t>(j)) return false;
+    }
+    return true;
+}
+
 } // namespace
 
 void Importer::findLayerPatterns() {
@@ -425,7 +436,12 @@ void Importer::findAttention() {
         scaled(q, m);
         scaled(kT, m);
         const int t = ix.from(kT, "Transpose");
-        if (t < 0 || taken(t) || ix.users(kT).size() != 1) return false;
+        if (t < 0 || taken(t) || ix.users(kT).size() != 1) { // k^T as it came: k is it with its last axes swapped
+            m.q = q;
+            m.kFrom = kT;
+            m.kSwapped = true;
+            return true;
+        }
         std::vector<int64_t> perm = Attributes(ix.node(t)).ints("perm");
         if (perm.size() < 2) return false;
         std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
@@ -515,14 +531,23 @@ void Importer::findAttention() {
             m.dropout = d;
             weights = dn.output(0);
         }
-        const int last = ix.only(weights, "MatMul");
-        if (last < 0 || taken(last) || ix.node(last).input_size() != 2 || ix.node(last).input(0) != weights ||
-            ix.node(last).input(1) == weights || !scores(n.input(0), true, 0, m)) {
+        // weights @ v, or v @ weights^T (the attention over positions of DDPM's and latent
+        // diffusion's AttnBlock: [N, C, HW] values, the output [N, C, HW] too).
+        int last = ix.only(weights, "MatMul");
+        if (const int t = ix.only(weights, "Transpose"); t >= 0 && !taken(t) && swapsLastTwo(ix.node(t))) {
+            m.weightsTranspose = t;
+            weights = ix.node(t).output(0);
+            last = ix.only(weights, "MatMul");
+        }
+        const int side = m.weightsTranspose >= 0 ? 1 : 0;
+        if (last < 0 || taken(last) || ix.node(last).input_size() != 2 || ix.node(last).input(side) != weights ||
+            ix.node(last).input(1 - side) == weights || !scores(n.input(0), true, 0, m)) {
             continue;
         }
-        m.v = ix.node(last).input(1);
+        m.v = ix.node(last).input(1 - side);
         m.nodes.push_back(i);
         if (m.dropout >= 0) m.nodes.push_back(m.dropout);
+        if (m.weightsTranspose >= 0) m.nodes.push_back(m.weightsTranspose);
         std::sort(m.nodes.begin(), m.nodes.end());
         for (int k : m.nodes) absorbed_[k] = last;
         attentions_[last] = std::move(m);
@@ -587,6 +612,13 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
             permuted.push_back((*kd)[static_cast<size_t>(j)]);
         }
         kd = permuted;
+    }
+    auto swapLastTwo = [](std::vector<Dim>& d) { std::swap(d[d.size() - 1], d[d.size() - 2]); };
+    if (m.kSwapped) swapLastTwo(*kd);
+    const bool vSwapped = m.weightsTranspose >= 0;
+    if (vSwapped) {
+        if (vd->size() < 2 || !m.windowMask.empty()) return false;
+        swapLastTwo(*vd);
     }
     auto shapeOfDims = [&](const std::vector<Dim>& d) {
         std::vector<int64_t> s;
@@ -759,7 +791,9 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         ranks_[name] = static_cast<int64_t>(dims.size());
         return name;
     };
-    // k made where the transpose also permuted its leading dims.
+    // k made where the transpose also permuted its leading dims, or where the scores' MatMul
+    // took k^T with no Transpose; v where the output is v @ weights^T.
+    const std::string lastName = last.name().empty() ? last.output(0) : last.name();
     std::string k = m.kFrom;
     if (!m.kPerm.empty()) {
         const onnx::NodeProto& t = g.node(m.transpose);
@@ -767,6 +801,18 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         NodePtr kn = node(std::make_shared<Transpose>(m.kPerm), Parent(from.node, from.slot),
                           nodeName((t.name().empty() ? t.output(0) : t.name()) + "_k"));
         k = made(t.output(0) + ":k", kn, *kd);
+    } else if (m.kSwapped) {
+        const Source from = value(m.kFrom, 1);
+        k = made(m.kFrom + ":k",
+                 node(std::make_shared<SwapAxes>(-2, -1), Parent(from.node, from.slot), nodeName(lastName + "_k")),
+                 *kd);
+    }
+    std::string v = m.v;
+    if (vSwapped) {
+        const Source from = value(m.v, 2);
+        v = made(m.v + ":v",
+                 node(std::make_shared<SwapAxes>(-2, -1), Parent(from.node, from.slot), nodeName(lastName + "_v")),
+                 *vd);
     }
     if (dataFill) { // the mask from the condition
         const std::string base = nodeName(std::string(last.name().empty() ? last.output(0) : last.name()) + "_mask");
@@ -791,8 +837,16 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         const Source from = value(m.q, 0);
         dataMask = made(base + ":bias", node(table, Parent(from.node, from.slot), base), *md);
     }
-    std::vector<std::string> inputs{m.q, k, m.v};
+    std::vector<std::string> inputs{m.q, k, v};
     if (!dataMask.empty()) inputs.push_back(dataMask);
+    if (vSwapped) { // the output [..., dv, Tq], as v @ weights^T gives it
+        std::vector<Dim> od(qd->begin(), qd->end() - 1);
+        od.push_back(vd->back());
+        const std::string out =
+            made(last.output(0) + ":attention", node(sdpa, dataInputs(inputs), nodeName(lastName + "_attention")), od);
+        define(last, std::make_shared<SwapAxes>(-2, -1), dataInputs({out}), {out});
+        return true;
+    }
     if (!window) {
         define(last, sdpa, dataInputs(inputs), inputs);
         return true;

@@ -149,6 +149,36 @@ def attention_forms(root, save, value):
                            helper.make_tensor("bias", TensorProto.FLOAT, [1, H, T, S], per_head_bias.flatten())])
     save(root, "attention_fused_learned_bias_per_head", g, [q, k, v], [softmax(q @ kT * 0.5 + per_head_bias) @ v], 13)
 
+    # Attention over positions as DDPM's and latent diffusion's AttnBlock writes it: q, k and v
+    # [N, C, P] from a 1x1 convolution, the scores bmm(q^T, k) (k^T as it comes, no Transpose),
+    # scaled, softmax over the last axis, the output bmm(v, w^T), [N, C, P]: one layer over k's
+    # and v's transposes, its output transposed back. A scores MatMul of a k^T input alone, and a
+    # permutation of the weights that is not the swap of their last two axes (separate).
+    C, P = 4, 7
+    qp, kp, vp = (rng.randn(N, C, P).astype(np.float32) for _ in range(3))
+    nodes = [helper.make_node("Transpose", ["q"], ["qT"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["qT", "k"], ["qk"]), helper.make_node("Mul", ["qk", "half"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["w"], axis=2),
+             helper.make_node("Transpose", ["w"], ["wT"], perm=[0, 2, 1]), helper.make_node("MatMul", ["v", "wT"], ["y"])]
+    g = helper.make_graph(nodes, "over_positions", [value(x, ["N", C, P]) for x in "qkv"], [value("y", ["N", C, P])],
+                          [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
+    weights = softmax(qp.transpose(0, 2, 1) @ kp * 0.5)
+    save(root, "attention_fused_over_positions", g, [qp, kp, vp], [vp @ weights.transpose(0, 2, 1)], 13)
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["qk"]), helper.make_node("Mul", ["qk", "half"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["w"], axis=-1), weights_v]
+    g = helper.make_graph(nodes, "k_transposed_in", [heads[0], value("kt", ["N", H, d, S]), heads[2]], out,
+                          [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
+    save(root, "attention_fused_k_transposed_in", g, [q, np.ascontiguousarray(kT), v], [softmax(q @ kT * 0.5) @ v], 13)
+    nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["s"]), helper.make_node("Softmax", ["s"], ["w"]),
+             helper.make_node("Transpose", ["w"], ["wT"], perm=[1, 0, 3, 2]),
+             helper.make_node("MatMul", ["vh", "wT"], ["y"])]
+    vh = rng.randn(H, N, dv, S).astype(np.float32)
+    g = helper.make_graph(nodes, "weights_permuted",
+                          [value("q", [N, H, T, d]), value("k", [N, H, S, d]), value("vh", [H, N, dv, S])],
+                          [value("y", [H, N, dv, T])])
+    want = vh @ softmax(q @ kT).transpose(1, 0, 3, 2)
+    save(root, "attention_separate_weights_permuted", g, [q, k, vh], [want], 13)
+
     # Swin's shifted windows: the biased scores of B nW windows viewed as [B, nW, H, T, S], a
     # window mask [1, nW, 1, T, S] of 0 and -100 added (computed in the model: a Constant),
     # viewed back: one layer over q, k and v viewed per window. Without a learned bias, or with

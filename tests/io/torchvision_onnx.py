@@ -750,12 +750,14 @@ RTOL = 1e-4
 # Attentions the import reads back as one ScaledDotProductAttention, and how many of them causal:
 # every one of these models'; Swin's (its relative position bias, folded by the export, a
 # learned Parameter added to the scores; where a window is shifted, its mask added through
-# reshapes to [B, nW, nH, N, N] and back: q, k, v viewed so per window), none of MaxViT's
-# (an Einsum).
+# reshapes to [B, nW, nH, N, N] and back: q, k, v viewed so per window), the diffusion
+# denoiser's over positions (softmax(q^T k) read as the attention of k's and v's transposes, its
+# output v @ w^T transposed back), none of MaxViT's (an Einsum).
 FUSED_ATTENTION = {f"{m}_opset{o}": fused for m, fused in (
     ("text_encoder", (2, 0)), ("vit", (2, 0)), ("gpt_masked_fill", (2, 2)), ("bert_three_inputs", (2, 0)),
     ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)),
-    ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0)), ("swin", (4, 0)), ("swin_t", (12, 0))) for o in (13, 17)}
+    ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0)), ("swin", (4, 0)), ("swin_t", (12, 0)),
+    ("diffusion_timesteps", (1, 0))) for o in (13, 17)}
 FUSED_ATTENTION.update({f"{m}_opset{o}": fused for m, fused in (
     ("transformer_seq2seq_masks", (3, 0)), ("llama_rotary", (2, 2))) for o in (14, 17)})
 
