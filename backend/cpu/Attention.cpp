@@ -28,14 +28,22 @@ namespace tessera {
 
 namespace {
 
-// The scores of one chunk of query rows take at most this many bytes (a whole row each):
-// they stay in a core's L2 between the products and the softmax.
+// The scores of one chunk of query rows take this many bytes (a whole row each): they stay
+// in a core's L2 between the products and the softmax. But a chunk has at least kMinRows
+// rows (where the head has them), up to kMaxChunkBytes: each chunk's products pack all of the
+// head's k and v, which over thousands of keys costs as much as a product of a few dozen
+// rows (4,096 keys of 128: chunks of 16 rows ran 2.1x slower than of 256).
 constexpr int64_t kChunkBytes = int64_t{256} << 10;
+constexpr int64_t kMinRows = 256;
+constexpr int64_t kMaxChunkBytes = int64_t{8} << 20;
 constexpr int64_t kLanes = 16;
 // Causally, a chunk computes the keys its last row sees: at least four chunks a head (about
-// 5/8 of the scores computed, not all), of at least this many rows (smaller products run
-// too far below the GEMM's speed for the saving to pay).
+// 5/8 of the scores computed, not all), of at least kCausalRows rows (smaller products run
+// too far below the GEMM's speed for the saving to pay); kCausalMinRows rows where the bytes
+// would make fewer (more would compute more of the masked keys: 256 rows over 1,024 causal
+// keys ran 1.15x slower than 64).
 constexpr int64_t kCausalRows = 32;
+constexpr int64_t kCausalMinRows = 64;
 
 std::atomic<bool>& fusedOn() {
     static std::atomic<bool> on{[] {
@@ -49,7 +57,9 @@ std::atomic<bool>& fusedOn() {
 int64_t rowStride(int64_t Tk) { return (Tk + kLanes - 1) / kLanes * kLanes; }
 
 int64_t rowsPerChunk(int64_t Tq, int64_t Tk, bool causal) {
-    const int64_t R = std::clamp<int64_t>(kChunkBytes / (rowStride(Tk) * static_cast<int64_t>(sizeof(float))), 1, Tq);
+    const int64_t row = rowStride(Tk) * static_cast<int64_t>(sizeof(float));
+    const int64_t least = causal ? kCausalMinRows : kMinRows;
+    const int64_t R = std::clamp<int64_t>(std::min(std::max(kChunkBytes / row, least), kMaxChunkBytes / row), 1, Tq);
     return causal ? std::min(R, std::max<int64_t>(kCausalRows, (Tq + 3) / 4)) : R;
 }
 

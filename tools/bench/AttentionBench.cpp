@@ -9,7 +9,8 @@
 // causal; and ViT-B/16's with a learned bias [12, 197, 197] added to every sample's
 // scores (Swin's kind of relative position bias, whose gradient backward sums over the
 // batch); and Swin-T's first stage (batch 8: 64 windows of 49 tokens each, 3 heads of 32)
-// with its bias [3, 49, 49].
+// with its bias [3, 49, 49]; and attention over the 64x64 positions of a diffusion model's
+// maps (batch 2, one head of 128 channels: latent diffusion's AttnBlock).
 // GFLOP/s counts the forward's two products once (fwd) or three times (fwd+bwd: the
 // backward's four products, the scores' recompute not counted), whole even where causal.
 //
@@ -41,7 +42,8 @@ constexpr Problem kProblems[] = {{"vit-tiny/512x50x16", 512, 50, 16},
                                  {"long-causal/8x1024x64", 8, 1024, 64, true},
                                  {"vit-b16-causal/96x197x64", 96, 197, 64, true},
                                  {"vit-b16-bias/96x197x64", 96, 197, 64, false, 0.0f, 12},
-                                 {"swin-t-bias/1536x49x32", 1536, 49, 32, false, 0.0f, 3}};
+                                 {"swin-t-bias/1536x49x32", 1536, 49, 32, false, 0.0f, 3},
+                                 {"positions/2x4096x128", 2, 4096, 128}};
 
 void BM_Attention(benchmark::State& state, Problem p, bool fused, bool train) {
     const bool before = CpuBackend::fusedAttention();
