@@ -30,12 +30,15 @@ namespace {
 
 // The scores of one chunk of query rows take this many bytes (a whole row each): they stay
 // in a core's L2 between the products and the softmax. But a chunk has at least kMinRows
-// rows (where the head has them), up to kMaxChunkBytes: each chunk's products pack all of the
-// head's k and v, which over thousands of keys costs as much as a product of a few dozen
-// rows (4,096 keys of 128: chunks of 16 rows ran 2.1x slower than of 256).
+// rows (where the head has them), up to kMaxChunkBytes and to kRaisedBytes over all threads'
+// chunks: each chunk's products pack all of the head's k and v, which over thousands of keys
+// costs as much as a product of a few dozen rows (4,096 keys of 128: chunks of 16 rows ran
+// 2.1x slower than of 256), while many threads' chunks of that size would hold as much as
+// the scores they save.
 constexpr int64_t kChunkBytes = int64_t{256} << 10;
 constexpr int64_t kMinRows = 256;
 constexpr int64_t kMaxChunkBytes = int64_t{8} << 20;
+constexpr int64_t kRaisedBytes = int64_t{32} << 20;
 constexpr int64_t kLanes = 16;
 // Causally, a chunk computes the keys its last row sees: at least four chunks a head (about
 // 5/8 of the scores computed, not all), of at least kCausalRows rows (smaller products run
@@ -58,8 +61,9 @@ int64_t rowStride(int64_t Tk) { return (Tk + kLanes - 1) / kLanes * kLanes; }
 
 int64_t rowsPerChunk(int64_t Tq, int64_t Tk, bool causal) {
     const int64_t row = rowStride(Tk) * static_cast<int64_t>(sizeof(float));
-    const int64_t least = causal ? kCausalMinRows : kMinRows;
-    const int64_t R = std::clamp<int64_t>(std::min(std::max(kChunkBytes / row, least), kMaxChunkBytes / row), 1, Tq);
+    const int64_t raised = std::min(kMaxChunkBytes, kRaisedBytes / omp_get_max_threads()) / row;
+    const int64_t least = std::min(causal ? kCausalMinRows : kMinRows, raised);
+    const int64_t R = std::clamp<int64_t>(std::max(kChunkBytes / row, least), 1, Tq);
     return causal ? std::min(R, std::max<int64_t>(kCausalRows, (Tq + 3) / 4)) : R;
 }
 
