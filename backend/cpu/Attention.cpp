@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include <omp.h>
 
@@ -65,6 +66,19 @@ int64_t rowsPerChunk(int64_t Tq, int64_t Tk, bool causal) {
     const int64_t least = std::min(causal ? kCausalMinRows : kMinRows, raised);
     const int64_t R = std::clamp<int64_t>(std::max(kChunkBytes / row, least), 1, Tq);
     return causal ? std::min(R, std::max<int64_t>(kCausalRows, (Tq + 3) / 4)) : R;
+}
+
+// Backward, where the heads are fewer than the threads: how many tasks each head's chunks
+// are dealt to (chunk s, s + S, ..., causal ones balanced so), each summing its chunks' dk
+// and dv in a part of its own (at most kPartBytes of parts over all heads), the parts added
+// after in a fixed order; or 1 (a task a head, dk and dv summed in place).
+constexpr int64_t kPartBytes = int64_t{64} << 20;
+int64_t splitsOf(int64_t B, int64_t Tq, int64_t Tk, int64_t d, int64_t dv, bool causal) {
+    const int64_t threads = omp_get_max_threads(),
+                  chunks = (Tq + rowsPerChunk(Tq, Tk, causal) - 1) / rowsPerChunk(Tq, Tk, causal);
+    if (B >= threads || chunks < 2) return 1;
+    const int64_t part = Tk * (d + dv) * static_cast<int64_t>(sizeof(float));
+    return std::max<int64_t>(1, std::min({threads, chunks, kPartBytes / (B * part)}));
 }
 
 // Per thread: forward, one chunk of scores and each row's 1 / sum; backward, two chunks
@@ -383,7 +397,10 @@ int64_t CpuBackend::fusedAttentionScratchBytes(const AttentionSpec& spec, const 
                                                const Shape& v, DType dtype, bool backward, bool) const {
     if (!fusable(spec, q, k, v, dtype)) return 0;
     const int64_t masks = spec.maskShape.rank() == 0 ? 0 : spec.maskShape.numel();
-    return omp_get_max_threads() * scratchPerThread(q[1], k[1], spec.causal, backward, spec.dropout > 0.0f, masks) *
+    const int64_t S = backward ? splitsOf(q[0], q[1], k[1], q[2], v[2], spec.causal) : 1;
+    const int64_t parts = S > 1 ? q[0] * S * k[1] * (q[2] + v[2]) : 0;
+    return (omp_get_max_threads() * scratchPerThread(q[1], k[1], spec.causal, backward, spec.dropout > 0.0f, masks) +
+            parts) *
            static_cast<int64_t>(sizeof(float));
 }
 
@@ -430,6 +447,7 @@ bool CpuBackend::fusedAttentionForward(const AttentionSpec& spec, const Tensor& 
 // Per head, chunk after chunk of query rows: P = exp(q k^T s - lse), dv += P^T dy,
 // dP = dy v^T, dS = P (dP - rowsum(P dP)), dq = s dS k, dk += s dS^T q. Causally, over
 // the keys each chunk computes (dk and dv zeroed first: the first chunks reach few keys).
+// With fewer heads than threads, a head's chunks split between tasks (splitsOf).
 bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor&, const Tensor& dy, const Tensor& stats, const Tensor& dq,
                                         const Tensor& dk, const Tensor& dv) {
@@ -457,23 +475,29 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
     if (masks > 0) {
         for (int64_t t = 0; t < threads; ++t) std::fill(ps + t * per + sums, ps + t * per + sums + masks, 0.0f);
     }
+    const int64_t S = splitsOf(n.B, n.Tq, n.Tk, n.d, n.dv, spec.causal), part = n.Tk * (n.d + n.dv);
+    const Tensor parts = S > 1 ? Tensor::empty({n.B * S, part}, DType::float32, device()) : Tensor();
+    float* pp = S > 1 ? parts.data<float>() : nullptr;
+    const bool zeroed = spec.causal || S > 1; // dk and dv zeroed first, then summed into
     std::atomic<bool> failed{false};
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < n.B; ++b) {
+    for (int64_t task = 0; task < n.B * S; ++task) {
+        const int64_t b = task / S;
         float* p = ps + omp_get_thread_num() * per;
         float* g = p + R * ld;
         float* f = g + R * ld; // with dropout: its factors
         float* acc = p + sums; // with the mask's gradient wanted: this thread's sum of it
         const float *kb = pk + b * n.Tk * n.d, *vb = pv + b * n.Tk * n.dv;
-        float *dkb = pdk + b * n.Tk * n.d, *dvb = pdv + b * n.Tk * n.dv;
-        if (spec.causal) {
+        float* dkb = S > 1 ? pp + task * part : pdk + b * n.Tk * n.d;
+        float* dvb = S > 1 ? dkb + n.Tk * n.d : pdv + b * n.Tk * n.dv;
+        if (zeroed) {
             std::fill(dkb, dkb + n.Tk * n.d, 0.0f);
             std::fill(dvb, dvb + n.Tk * n.dv, 0.0f);
         }
         bool ok = true;
-        for (int64_t i0 = 0; i0 < n.Tq && ok; i0 += R) {
+        for (int64_t i0 = task % S * R; i0 < n.Tq && ok; i0 += S * R) {
             const int64_t r = std::min(R, n.Tq - i0), keys = keysOf(spec.causal, i0, r, n.Tk);
-            const float beta = i0 == 0 && !spec.causal ? 0.0f : 1.0f, scale = spec.scale;
+            const float beta = i0 == 0 && !zeroed ? 0.0f : 1.0f, scale = spec.scale;
             const float *qc = pq + (b * n.Tq + i0) * n.d, *dyc = pdy + (b * n.Tq + i0) * n.dv;
             ok = sgemm1(false, true, r, keys, n.d, scale, qc, n.d, kb, n.d, 0.0f, p, ld);
             const MaskRows m = pm ? maskRows(spec, b, i0) : MaskRows{0, 0};
@@ -497,6 +521,25 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
         if (!ok) failed = true;
     }
     gemmFailed("fusedAttentionBackward", failed);
+    if (S > 1) { // each head's parts added in order, in blocks of a part: dk's n.Tk d, then dv's
+        constexpr int64_t kBlock = 4096;
+        const int64_t blocks = (part + kBlock - 1) / kBlock, keyPart = n.Tk * n.d;
+#pragma omp parallel for schedule(static)
+        for (int64_t t = 0; t < n.B * blocks; ++t) {
+            const int64_t b = t / blocks, j0 = t % blocks * kBlock, j1 = std::min(part, j0 + kBlock);
+            const float* first = pp + b * S * part;
+            // dk's elements, then dv's: [from, to) of the part, written from `out` on
+            for (const auto& [from, to, out] :
+                 {std::tuple{j0, std::min(j1, keyPart), pdk + b * keyPart + std::min(j0, keyPart)},
+                  std::tuple{std::max(j0, keyPart), j1, pdv + b * n.Tk * n.dv + std::max(j0, keyPart) - keyPart}}) {
+                for (int64_t j = from; j < to; ++j) {
+                    float sum = first[j];
+                    for (int64_t s = 1; s < S; ++s) sum += first[s * part + j];
+                    out[j - from] = sum;
+                }
+            }
+        }
+    }
     if (masks > 0) { // the threads' sums added up
         float* out = spec.dmask.data<float>();
 #pragma omp parallel for schedule(static)

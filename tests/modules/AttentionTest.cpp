@@ -135,9 +135,11 @@ TEST(ScaledDotProductAttention, BadInput) {
 // whole vectors, dv apart from d, more queries than keys and fewer, keys long enough that
 // query rows go through in several chunks (at least 256 rows a chunk, so 600 queries over
 // 1100 keys take three; causally 64 rows, so 600 queries take ten and 1100 eighteen, each
-// chunk computing fewer keys), and scores large enough that most probabilities are 0; those outputs also
-// against the reference in double. Under calcMode(bfloat16) it still runs in float32; in
-// float16 or bfloat16 the backend does not take it.
+// chunk computing fewer keys), one head (fewer than the threads: backward deals its chunks
+// to several tasks, each summing dk and dv apart), and scores large enough that most
+// probabilities are 0; those outputs also against the reference in double. Under
+// calcMode(bfloat16) it still runs in float32; in float16 or bfloat16 the backend does not
+// take it.
 TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
     Backend& cpu = backendFor(Device::cpu());
     for (bool causal : {false, true}) {
@@ -155,7 +157,8 @@ TEST(ScaledDotProductAttention, CpuFusedKernelMatchesTheBlocks) {
     const std::vector<Case> cases = {
         Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}},       Case{{2, 33, 16}, {2, 40, 16}, {2, 40, 24}},
         Case{{2, 40, 16}, {2, 33, 16}, {2, 33, 24}},          Case{{3, 600, 8}, {3, 1100, 8}, {3, 1100, 5}},
-        Case{{2, 1100, 8}, {2, 1100, 8}, {2, 1100, 5}, 4.0f}, Case{{2, 19, 8}, {2, 23, 8}, {2, 23, 8}, 40.0f}};
+        Case{{2, 1100, 8}, {2, 1100, 8}, {2, 1100, 5}, 4.0f}, Case{{2, 19, 8}, {2, 23, 8}, {2, 23, 8}, 40.0f},
+        Case{{1, 600, 8}, {1, 1100, 8}, {1, 1100, 5}},        Case{{1, 1100, 8}, {1, 1100, 8}, {1, 1100, 5}}};
     for (const auto& [c, causal] : [&] {
              std::vector<std::pair<Case, bool>> all;
              for (const Case& c : cases) {
@@ -229,7 +232,8 @@ TEST(ScaledDotProductAttention, Dropout) {
 // counter, as the blocks of heads draw them: the same outputs and gradients, and the
 // stream advanced as far, causal or not, over one chunk of query rows or several (1100
 // keys: three chunks of 600 queries; 300 causal queries: four, the first computing fewer
-// keys); MultiheadAttention (gpt-mini's causal self-attention with dropout) as well.
+// keys; one head's chunks dealt to several tasks); MultiheadAttention (gpt-mini's causal
+// self-attention with dropout) as well.
 TEST(ScaledDotProductAttention, CpuFusedDropoutDrawsTheMasksOfTheBlocks) {
     struct Case {
         Shape q, k, v;
@@ -237,7 +241,8 @@ TEST(ScaledDotProductAttention, CpuFusedDropoutDrawsTheMasksOfTheBlocks) {
     };
     for (const Case& c :
          {Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}, false}, Case{{4, 7, 8}, {4, 7, 8}, {4, 7, 8}, true},
-          Case{{2, 600, 8}, {2, 1100, 8}, {2, 1100, 5}, false}, Case{{2, 300, 8}, {2, 300, 8}, {2, 300, 8}, true}}) {
+          Case{{2, 600, 8}, {2, 1100, 8}, {2, 1100, 5}, false}, Case{{2, 300, 8}, {2, 300, 8}, {2, 300, 8}, true},
+          Case{{1, 300, 8}, {1, 300, 8}, {1, 300, 8}, true}}) {
         SCOPED_TRACE(c.q.str() + c.k.str() + (c.causal ? " causal" : ""));
         const Tensor q = randomTensor(c.q, 1), k = randomTensor(c.k, 2), v = randomTensor(c.v, 3);
         std::vector<int64_t> ys = c.q.dims();
@@ -278,7 +283,8 @@ TEST(ScaledDotProductAttention, CpuFusedDropoutDrawsTheMasksOfTheBlocks) {
 // gradient per thread: the same outputs and gradients (the mask's too) as the blocks of
 // heads, for a key-padding mask [N, 1, 1, Tk] with -inf in it, a per-head table broadcast
 // over the batch (Swin's learned bias) with causal masking, one [Tq, Tk] matrix for every
-// head over three chunks of queries, and a mask with dropout.
+// head over three chunks of queries (one head's dealt to several tasks too), and a mask
+// with dropout.
 TEST(ScaledDotProductAttention, CpuFusedKernelWithAMaskMatchesTheBlocks) {
     const float inf = std::numeric_limits<float>::infinity();
     struct Case {
@@ -289,6 +295,7 @@ TEST(ScaledDotProductAttention, CpuFusedKernelWithAMaskMatchesTheBlocks) {
     for (const Case& c : {Case{{2, 3, 5, 8}, {2, 3, 6, 8}, {2, 3, 6, 4}, {2, 1, 1, 6}},
                           Case{{2, 3, 33, 16}, {2, 3, 40, 16}, {2, 3, 40, 24}, {3, 33, 40}, true},
                           Case{{2, 600, 8}, {2, 1100, 8}, {2, 1100, 5}, {600, 1100}},
+                          Case{{1, 600, 8}, {1, 1100, 8}, {1, 1100, 5}, {600, 1100}},
                           Case{{2, 2, 7, 8}, {2, 2, 7, 8}, {2, 2, 7, 8}, {2, 1, 7, 7}, true, 0.3f}}) {
         SCOPED_TRACE(c.q.str() + " mask " + c.mask.str() + (c.causal ? " causal" : "") +
                      (c.dropout > 0.0f ? " dropout" : ""));

@@ -10,7 +10,8 @@
 // scores (Swin's kind of relative position bias, whose gradient backward sums over the
 // batch); and Swin-T's first stage (batch 8: 64 windows of 49 tokens each, 3 heads of 32)
 // with its bias [3, 49, 49]; and attention over the 64x64 positions of a diffusion model's
-// maps (batch 2, one head of 128 channels: latent diffusion's AttnBlock).
+// maps (batch 2, one head of 128 channels: latent diffusion's AttnBlock), and of one map
+// (fewer heads than threads).
 // GFLOP/s counts the forward's two products once (fwd) or three times (fwd+bwd: the
 // backward's four products, the scores' recompute not counted), whole even where causal.
 //
@@ -43,7 +44,8 @@ constexpr Problem kProblems[] = {{"vit-tiny/512x50x16", 512, 50, 16},
                                  {"vit-b16-causal/96x197x64", 96, 197, 64, true},
                                  {"vit-b16-bias/96x197x64", 96, 197, 64, false, 0.0f, 12},
                                  {"swin-t-bias/1536x49x32", 1536, 49, 32, false, 0.0f, 3},
-                                 {"positions/2x4096x128", 2, 4096, 128}};
+                                 {"positions/2x4096x128", 2, 4096, 128},
+                                 {"positions-one/1x4096x128", 1, 4096, 128}};
 
 void BM_Attention(benchmark::State& state, Problem p, bool fused, bool train) {
     const bool before = CpuBackend::fusedAttention();
