@@ -141,6 +141,16 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
         return setConstant(n.output(0), std::move(c));
     }
     if (x.zeros && op == "Slice") return foldZerosSlice(n, a, x);
+    if (op == "Mul" && n.input_size() == 2) { // zeros of dims not known at import times a finite number
+        for (int k = 0; k < 2; ++k) {
+            const Constant &z = constants_.at(n.input(k)), &f = constants_.at(n.input(1 - k));
+            const bool finite =
+                !f.zeros && !f.symbolic() &&
+                (f.isInt ? f.ints.size() == 1
+                         : f.tensor.defined() && f.tensor.numel() == 1 && std::isfinite(f.tensor.toVector<float>()[0]));
+            if (z.zeros && finite && f.dims.size() <= z.dims.size()) return setConstant(n.output(0), Constant(z));
+        }
+    }
     if (!x.isInt) return false; // only integer (shape) computations fold
     if (op == "Gather") {
         const Constant& idx = constants_.at(n.input(1));
@@ -401,6 +411,21 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
     out.tensor = Tensor::fromVector(target.rank() ? target : Shape{1}, v);
     out.dims = target.dims();
     constants_[n.output(0)] = out;
+    return true;
+}
+
+bool Importer::zerosInto(const Constant& c, const std::vector<Dim>& to) const {
+    if (c.isInt || (!c.zeros && !c.tensor.defined()) || c.dims.size() > to.size()) return false;
+    if (!c.zeros) {
+        const std::vector<float> v = c.tensor.toVector<float>();
+        if (!std::all_of(v.begin(), v.end(), [](float e) { return e == 0.0f; })) return false;
+    }
+    const size_t lead = to.size() - c.dims.size();
+    for (size_t j = 0; j < c.dims.size(); ++j) {
+        const Dim& t = to[lead + j];
+        const std::string symbol = c.symbol(j);
+        if (symbol.empty() ? c.dims[j] != 1 && c.dims[j] != t.value : symbol != t.symbol) return false;
+    }
     return true;
 }
 

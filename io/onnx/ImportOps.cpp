@@ -387,6 +387,10 @@ void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes
         const float shift = op == "Add" ? v : op == "Sub" ? (k == 0 ? v : -v) : 0.0f;
         return defineOverIntegers(n, std::make_shared<MulAddConst>(scale, shift), {1 - k});
     }
+    auto x = shapes_.find(n.input(1 - k)); // x + 0, x - 0 (not a weight): torch.baddbmm's input at beta 0
+    if ((op == "Add" || (op == "Sub" && k == 1)) && x != shapes_.end() && !initializers_.count(n.input(k)) &&
+        zerosInto(c, x->second))
+        return define(n, std::make_shared<Identity>(), dataInputs(n, std::vector<int>{1 - k}), {n.input(1 - k)});
     if (c.isInt || !c.tensor.defined())
         throw Unsupported{"input " + std::to_string(k) + " is a constant of " +
                           (c.isInt ? "integers" : "a shape known only at run time") +

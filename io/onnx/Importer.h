@@ -309,6 +309,11 @@ private:
     // Expand(c, shape) and ConstantOfShape(shape): a constant tensor when the shape is known,
     // a zeros marker when it holds symbols and the value is 0.
     bool foldFill(const onnx::NodeProto& n, const Attributes& a);
+    // Whether a constant holds zeros alone (a zeros marker or a float tensor) that add to a
+    // value of dims `to` without enlarging it: no more dims than it, each 1 or `to`'s own (the
+    // same symbol where that is not known at import). A weight of the file holding zeros is
+    // not such (it may be learned from zero): callers exclude initializers.
+    bool zerosInto(const Constant& c, const std::vector<Dim>& to) const;
 
     bool setConstant(const std::string& name, Constant c);
     bool foldZerosSlice(const onnx::NodeProto& n, const Attributes& a, const Constant& x);

@@ -671,6 +671,9 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
             continue;
         }
         const Constant& k = c->second;
+        std::vector<Dim> scores(qd->begin(), qd->end() - 1); // [..., Tq, Tk]
+        scores.push_back({Tk, {}});
+        if (!initializers_.count(mask) && zerosInto(k, scores)) continue; // torch.baddbmm's input at beta 0
         if (causal || bias || k.isInt || k.zeros || k.symbolic() || !k.tensor.defined()) return false;
         const std::vector<float> f = k.tensor.toVector<float>();
         if (isCausal(std::vector<double>(f.begin(), f.end()), k.dims)) {

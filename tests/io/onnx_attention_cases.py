@@ -149,6 +149,42 @@ def attention_forms(root, save, value):
                            helper.make_tensor("bias", TensorProto.FLOAT, [1, H, T, S], per_head_bias.flatten())])
     save(root, "attention_fused_learned_bias_per_head", g, [q, k, v], [softmax(q @ kT * 0.5 + per_head_bias) @ v], 13)
 
+    # torch.baddbmm(empty, q, k^T, beta=0, alpha=scale), as diffusers' attention computes its
+    # scores: the product scaled plus zeros times 0; the zeros a ConstantOfShape of a shape
+    # computed from q's and k's (a free batch), or a Constant of zeros where the export knew
+    # every size. An Add of zeros is no mask (separately: an Identity). A weight of the file
+    # holding zeros is a learned bias that starts at zero: a Parameter still.
+    nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["qk"]), helper.make_node("Mul", ["qk", "half"], ["s"]),
+             helper.make_node("Shape", ["q"], ["q_shape"]), helper.make_node("Shape", ["k"], ["k_shape"]),
+             helper.make_node("Slice", ["q_shape", "zero_i", "three_i"], ["lead"]),
+             helper.make_node("Slice", ["k_shape", "two_i", "three_i"], ["keys"]),
+             helper.make_node("Concat", ["lead", "keys"], ["scores_shape"], axis=0),
+             helper.make_node("ConstantOfShape", ["scores_shape"], ["empty"],
+                              value=helper.make_tensor("fill", TensorProto.FLOAT, [1], [0.0])),
+             helper.make_node("Mul", ["empty", "beta"], ["zeros"]), helper.make_node("Add", ["s", "zeros"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["w"], axis=-1), weights_v]
+    g = helper.make_graph(nodes, "baddbmm", heads, out,
+                          [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+                           helper.make_tensor("beta", TensorProto.FLOAT, [], [0.0])] +
+                          [helper.make_tensor(n, TensorProto.INT64, [1], [v])
+                           for n, v in (("zero_i", 0), ("two_i", 2), ("three_i", 3))])
+    save(root, "attention_fused_baddbmm_zeros_of_computed_shape", g, [q, k, v], [softmax(q @ kT * 0.5) @ v], 13)
+    fixed = [value("q", [N, H, T, d]), value("k", [N, H, S, d]), value("v", [N, H, S, dv])]
+    zeros = helper.make_tensor("zeros_value", TensorProto.FLOAT, [N, H, T, S], np.zeros(N * H * T * S))
+    nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["qk"]), helper.make_node("Mul", ["qk", "half"], ["s"]),
+             helper.make_node("Constant", [], ["zeros"], value=zeros), helper.make_node("Add", ["s", "zeros"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["w"], axis=-1), weights_v]
+    g = helper.make_graph(nodes, "baddbmm_known", fixed, [value("y", [N, H, T, dv])],
+                          [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
+    save(root, "attention_fused_baddbmm_zeros_constant", g, [q, k, v], [softmax(q @ kT * 0.5) @ v], 13)
+    nodes = [transpose, helper.make_node("MatMul", ["q", "kT"], ["qk"]), helper.make_node("Mul", ["qk", "half"], ["s"]),
+             helper.make_node("Add", ["s", "bias"], ["m"]), helper.make_node("Softmax", ["m"], ["w"], axis=-1),
+             weights_v]
+    g = helper.make_graph(nodes, "zero_bias", heads, out,
+                          [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+                           helper.make_tensor("bias", TensorProto.FLOAT, [1, H, T, S], np.zeros(H * T * S))])
+    save(root, "attention_fused_learned_bias_from_zero", g, [q, k, v], [softmax(q @ kT * 0.5) @ v], 13)
+
     # Attention over positions as DDPM's and latent diffusion's AttnBlock writes it: q, k and v
     # [N, C, P] from a 1x1 convolution, the scores bmm(q^T, k) (k^T as it comes, no Transpose),
     # scaled, softmax over the last axis, the output bmm(v, w^T), [N, C, P]: one layer over k's

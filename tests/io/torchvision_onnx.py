@@ -25,7 +25,8 @@ src_key_padding_mask, masked_fill and torch.where of the mask) and one that make
 its ids (ids == 0, ~mask) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
 source and target ids and their bool padding masks; a causal target mask) at 14 and 17, and a
 diffusion denoiser (two inputs: images and float timesteps, embedded by Sin and Cos of data;
-GroupNorm, SiLU, attention over positions) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+GroupNorm, SiLU, attention over positions) at 13 and 17, and a VAE's attention as diffusers
+writes it (scores by torch.baddbmm of an empty tensor at beta 0) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 The attentions of the transformers among them (q k^T scaled, masked, softmax, times v) must
 import as one ScaledDotProductAttention layer each (FUSED_ATTENTION), causal where the mask
@@ -638,6 +639,37 @@ class Diffusion(torch.nn.Module):
         return self.out(self.block2(torch.cat([h, h1], dim=1), e))
 
 
+class VaeAttention(torch.nn.Module):
+    """A VAE's mid-block attention as diffusers writes it: GroupNorm, tokens [N, HW, C], q, k and
+    v by Linear, heads moved into the batch (head_to_batch_dim), the scores by torch.baddbmm of an
+    empty tensor at beta 0 (get_attention_scores: a ConstantOfShape of the computed shape times 0
+    in the export), softmax, bmm, the heads back, the output Linear and the residual."""
+
+    C, HEADS = 32, 2
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.norm = torch.nn.Conv2d(3, self.C, 3, padding=1), torch.nn.GroupNorm(8, self.C, eps=1e-6)
+        self.to_q, self.to_k, self.to_v, self.to_out = (torch.nn.Linear(self.C, self.C) for _ in range(4))
+        self.out = torch.nn.Conv2d(self.C, 3, 3, padding=1)
+
+    def heads(self, t):
+        N, T, C = t.shape
+        d = C // self.HEADS
+        return t.reshape(N, T, self.HEADS, d).permute(0, 2, 1, 3).reshape(N * self.HEADS, T, d)
+
+    def forward(self, x):
+        h = self.stem(x)
+        N, C, H, W = h.shape
+        t = self.norm(h).view(N, C, H * W).transpose(1, 2)
+        q, k, v = self.heads(self.to_q(t)), self.heads(self.to_k(t)), self.heads(self.to_v(t))
+        empty = torch.empty(q.shape[0], q.shape[1], k.shape[1], dtype=q.dtype)
+        scores = torch.baddbmm(empty, q, k.transpose(-1, -2), beta=0, alpha=(C // self.HEADS) ** -0.5)
+        y = torch.bmm(scores.softmax(dim=-1), v).reshape(N, self.HEADS, H * W, C // self.HEADS).permute(0, 2, 1, 3)
+        y = self.to_out(y.reshape(N, H * W, C)).transpose(-1, -2).reshape(N, C, H, W)
+        return self.out(h + y)
+
+
 class Seq2Seq(torch.nn.Module):
     """nn.Transformer (an encoder and a decoder layer) over padded batches of ids, four inputs:
     source and target ids and their bool padding masks. The decoder's causal mask, a triu of
@@ -718,6 +750,8 @@ NORM_MODELS = {
     "llama_rotary_opset17": (MiniLlama, 17, (2, MiniLlama.LENGTH)),
     "diffusion_timesteps_opset13": (Diffusion, 13, (2, 3, 16, 16)),
     "diffusion_timesteps_opset17": (Diffusion, 17, (2, 3, 16, 16)),
+    "vae_attention_baddbmm_opset13": (VaeAttention, 13, (2, 3, 8, 8)),
+    "vae_attention_baddbmm_opset17": (VaeAttention, 17, (2, 3, 8, 8)),
 }
 # Models of ids (int64 in [0, vocabulary)): name -> vocabulary.
 ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17": MiniGpt.VOCAB,
@@ -752,12 +786,13 @@ RTOL = 1e-4
 # learned Parameter added to the scores; where a window is shifted, its mask added through
 # reshapes to [B, nW, nH, N, N] and back: q, k, v viewed so per window), the diffusion
 # denoiser's over positions (softmax(q^T k) read as the attention of k's and v's transposes, its
-# output v @ w^T transposed back), none of MaxViT's (an Einsum).
+# output v @ w^T transposed back), the VAE attention's (torch.baddbmm at beta 0: the scores plus
+# zeros, no mask), none of MaxViT's (an Einsum).
 FUSED_ATTENTION = {f"{m}_opset{o}": fused for m, fused in (
     ("text_encoder", (2, 0)), ("vit", (2, 0)), ("gpt_masked_fill", (2, 2)), ("bert_three_inputs", (2, 0)),
     ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)),
     ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0)), ("swin", (4, 0)), ("swin_t", (12, 0)),
-    ("diffusion_timesteps", (1, 0))) for o in (13, 17)}
+    ("diffusion_timesteps", (1, 0)), ("vae_attention_baddbmm", (1, 0))) for o in (13, 17)}
 FUSED_ATTENTION.update({f"{m}_opset{o}": fused for m, fused in (
     ("transformer_seq2seq_masks", (3, 0)), ("llama_rotary", (2, 2))) for o in (14, 17)})
 
