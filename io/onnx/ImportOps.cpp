@@ -953,6 +953,12 @@ void Importer::importReshape(const onnx::NodeProto& n, const Attributes& a) {
             if (!kept) ++inferred;
         }
         for (size_t d = 0; d < shape.ints.size(); ++d) inferred += shape.symbol(d).empty() && shape.ints[d] == -1;
+        const std::optional<int64_t> rest = inferred > 1 ? reshapeRest(n.input(0), shape) : std::nullopt;
+        for (size_t d = 0; rest && d < shape.ints.size(); ++d) {
+            if (!shape.symbol(d).empty() || shape.ints[d] != -1) continue;
+            target[d] = *rest; // [batch * heads, T, -1]: the -1 known
+            --inferred;
+        }
         if (inferred > 1) throw Unsupported{"a shape with " + std::to_string(inferred) + " dims not known at import"};
     }
     return define(n, std::make_shared<Reshape>(Shape(target)), dataInputs(n, 1));

@@ -140,6 +140,11 @@ private:
     // The symbol of a size computed from stand-ins (batch * heads): one per value, so that
     // two computations of one size agree; its stand-in is the value itself.
     std::string computedSymbol(int64_t standInValue);
+    // The size of a Reshape's -1 where its target also holds a size computed from the batch
+    // that the input does not hold there (batch * heads): computed on the stand-ins, from
+    // the input's sizes and the target's others ([batch * heads, T, -1] of [batch, heads, T,
+    // d] is d). nullopt where they do not divide into a size known at import.
+    std::optional<int64_t> reshapeRest(const std::string& input, const Constant& shape);
 
     // A node one of whose inputs comes from a node that was not imported is counted, not listed.
     void requireInputsImported(const onnx::NodeProto& n) const;

@@ -172,6 +172,27 @@ std::string Importer::computedSymbol(int64_t v) {
     return symbol;
 }
 
+std::optional<int64_t> Importer::reshapeRest(const std::string& input, const Constant& shape) {
+    const auto in = shapes_.find(input);
+    if (in == shapes_.end()) return std::nullopt;
+    auto size = [&](const Dim& d) { return d.value >= 0 ? d.value : d.symbol.empty() ? -1 : standIn(d.symbol); };
+    int64_t total = 1, product = 1, rests = 0;
+    for (const Dim& d : in->second) {
+        if (size(d) < 0 || __builtin_mul_overflow(total, size(d), &total)) return std::nullopt;
+    }
+    for (size_t j = 0; j < shape.ints.size(); ++j) {
+        int64_t s = shape.symbol(j).empty() ? shape.ints[j] : standIn(shape.symbol(j));
+        if (s == -1) { // the one to compute
+            ++rests;
+            continue;
+        }
+        if (s == 0) s = j < in->second.size() ? size(in->second[j]) : -1; // the input's size there
+        if (s <= 0 || __builtin_mul_overflow(product, s, &product)) return std::nullopt;
+    }
+    if (rests != 1 || total % product != 0 || total / product >= kStandIn) return std::nullopt;
+    return total / product;
+}
+
 int64_t Importer::standIn(const std::string& symbol) {
     auto it = standIns_.find(symbol);
     if (it != standIns_.end()) return it->second;

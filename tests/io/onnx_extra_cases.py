@@ -912,6 +912,17 @@ def exporter_forms(root, x):
     want = c.reshape(2, 2, 3, 2, 3).transpose(0, 2, 1, 3, 4).reshape(2, 6, 2, 3)
     g = helper.make_graph(nodes, "shuffle", [value("x", ["N", 6, 2, 3])], [value("y", ["N", 6, 2, 3])], inits)
     save(root, "computed_shape_channel_shuffle", g, [c], [want], 13)
+    # Heads moved into the batch, x.reshape(N * heads, T, -1) of [N, heads, T, d]: the batch
+    # times the heads is a size computed from the batch, so the -1 comes from the stand-ins.
+    h = np.random.RandomState(3).randn(2, 2, 3, 4).astype(np.float32)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Mul", ["n", "heads"], ["nh"]), helper.make_node("Unsqueeze", ["nh", "axes0"], ["nh1"]),
+             helper.make_node("Concat", ["nh1", "rest"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]), helper.make_tensor("heads", TensorProto.INT64, [], [2]),
+             ints("axes0", [0]), ints("rest", [3, -1])]
+    g = helper.make_graph(nodes, "heads_into_batch", [value("x", ["N", 2, 3, 4])], [value("y", ["M", 3, 4])], inits)
+    save(root, "computed_shape_batch_times_heads_and_rest", g, [h], [h.reshape(4, 3, 4)], 13)
     # HardSigmoid (given alpha and beta), HardSwish (opset 14).
     node = helper.make_node("HardSigmoid", ["x"], ["y"], alpha=0.25, beta=0.4)
     g = helper.make_graph([node], "hardsigmoid", [value("x", x.shape)], [value("y", x.shape)])

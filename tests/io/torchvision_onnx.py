@@ -641,9 +641,11 @@ class Diffusion(torch.nn.Module):
 
 class VaeAttention(torch.nn.Module):
     """A VAE's mid-block attention as diffusers writes it: GroupNorm, tokens [N, HW, C], q, k and
-    v by Linear, heads moved into the batch (head_to_batch_dim), the scores by torch.baddbmm of an
-    empty tensor at beta 0 (get_attention_scores: a ConstantOfShape of the computed shape times 0
-    in the export), softmax, bmm, the heads back, the output Linear and the residual."""
+    v by Linear, heads moved into the batch (head_to_batch_dim; its last size written -1, as
+    hand-written code often has it: a Reshape to the batch times the heads and a -1), the
+    scores by torch.baddbmm of an empty tensor at beta 0 (get_attention_scores: a
+    ConstantOfShape of the computed shape times 0 in the export), softmax, bmm, the heads
+    back, the output Linear and the residual."""
 
     C, HEADS = 32, 2
 
@@ -655,8 +657,7 @@ class VaeAttention(torch.nn.Module):
 
     def heads(self, t):
         N, T, C = t.shape
-        d = C // self.HEADS
-        return t.reshape(N, T, self.HEADS, d).permute(0, 2, 1, 3).reshape(N * self.HEADS, T, d)
+        return t.reshape(N, T, self.HEADS, C // self.HEADS).permute(0, 2, 1, 3).reshape(N * self.HEADS, T, -1)
 
     def forward(self, x):
         h = self.stem(x)
