@@ -434,14 +434,9 @@ ModulePtr Importer::tiedHead(ModulePtr lin) const {
     return lin;
 }
 
-// Einsum of two data inputs that is a batched matrix product: "...ik,...kj->...ij" (MatMul)
-// or "...ik,...jk->...ij" (MatMul with transB), the batch letters (or an ellipsis) the
-// same leading ones in both inputs and the output, as attention's q k^T and weights v.
-void Importer::importEinsum(const onnx::NodeProto& n, const Attributes& a) {
-    a.only({"equation"});
-    onlyOutputs(n, 1);
+std::optional<bool> Importer::einsumProduct(const std::string& equation) {
     std::string compact; // without spaces
-    for (char c : a.s("equation", "")) {
+    for (char c : equation) {
         if (c != ' ') compact += c;
     }
     std::string eq; // and the ellipsis as one batch token '*'
@@ -451,10 +446,9 @@ void Importer::importEinsum(const onnx::NodeProto& n, const Attributes& a) {
         if (ellipsis) i += 2;
     }
     const size_t arrow = eq.find("->"), comma = eq.find(',');
-    const std::string said = "equation '" + a.s("equation", "") + "'";
     if (arrow == std::string::npos || comma == std::string::npos || comma > arrow ||
-        eq.find(',', comma + 1) != std::string::npos || n.input_size() != 2) {
-        throw Unsupported{said + " (two inputs and an explicit output, such as 'bik,bkj->bij', are supported)"};
+        eq.find(',', comma + 1) != std::string::npos) {
+        return std::nullopt;
     }
     const std::string x = eq.substr(0, comma), y = eq.substr(comma + 1, arrow - comma - 1), out = eq.substr(arrow + 2);
     const size_t r = out.size();
@@ -469,14 +463,31 @@ void Importer::importEinsum(const onnx::NodeProto& n, const Attributes& a) {
               x.compare(0, r - 2, batch) == 0 && y.compare(0, r - 2, batch) == 0;
     const char i = ok ? out[r - 2] : 0, j = ok ? out[r - 1] : 0, k = ok ? x[r - 1] : 0;
     ok = ok && x[r - 2] == i && k != i && k != j && out.find(k) == std::string::npos;
-    const bool plain = ok && y[r - 2] == k && y[r - 1] == j, transposed = ok && y[r - 2] == j && y[r - 1] == k;
-    if (!plain && !transposed) {
+    if (ok && y[r - 2] == k && y[r - 1] == j) return false;
+    if (ok && y[r - 2] == j && y[r - 1] == k) return true;
+    return std::nullopt;
+}
+
+// Einsum of two data inputs that is a batched matrix product: "...ik,...kj->...ij" (MatMul)
+// or "...ik,...jk->...ij" (MatMul with transB), the batch letters (or an ellipsis) the
+// same leading ones in both inputs and the output, as attention's q k^T and weights v.
+void Importer::importEinsum(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"equation"});
+    onlyOutputs(n, 1);
+    const std::string e = a.s("equation", ""), said = "equation '" + e + "'";
+    const size_t arrow = e.find("->"), comma = e.find(',');
+    if (arrow == std::string::npos || comma == std::string::npos || comma > arrow ||
+        e.find(',', comma + 1) != std::string::npos || n.input_size() != 2) {
+        throw Unsupported{said + " (two inputs and an explicit output, such as 'bik,bkj->bij', are supported)"};
+    }
+    const std::optional<bool> transposed = einsumProduct(e);
+    if (!transposed) {
         throw Unsupported{said + " (a batched matrix product, '...ik,...kj->...ij' or '...ik,...jk->...ij', "
                                  "is supported)"};
     }
     if (isConstant(n.input(0)) || isConstant(n.input(1)))
         throw Unsupported{"an Einsum of a constant (of data is supported)"};
-    return define(n, std::make_shared<MatMul>(MatMulOptions{.transB = transposed}), dataInputs(n, 2));
+    return define(n, std::make_shared<MatMul>(MatMulOptions{.transB = *transposed}), dataInputs(n, 2));
 }
 
 void Importer::importPool(const onnx::NodeProto& n, const Attributes& a) {

@@ -404,6 +404,10 @@ private:
 
     void importMatMul(const onnx::NodeProto& n, const Attributes& a);
     void importEinsum(const onnx::NodeProto& n, const Attributes& a);
+    // An Einsum equation that is a batched matrix product of two inputs: false for
+    // "...ik,...kj->...ij", true for "...ik,...jk->...ij" (the second transposed); nullopt
+    // for any other.
+    static std::optional<bool> einsumProduct(const std::string& equation);
 
     void importPool(const onnx::NodeProto& n, const Attributes& a);
 

@@ -8,9 +8,9 @@
 //   Add(bias) when their constants fit; without the first ReduceMean and the Sub, RMSNorm;
 // - GroupNorm: Reshape(x, [N, G, -1]) -> InstanceNormalization(ones, zeros) -> Reshape back
 //   (to Shape(x) or x's own dims), then a per-channel Mul and Add when they fit;
-// - attention (no Attention op before opset 23): MatMul(q, Transpose(k)), scaled, masked,
-//   Softmax, MatMul(v), as one ScaledDotProductAttention (findAttention: Importer.h's
-//   AttentionMatch says which forms).
+// - attention (no Attention op before opset 23): MatMul(q, Transpose(k)) (or an Einsum of
+//   q and k), scaled, masked, Softmax, MatMul(v) (or an Einsum), as one
+//   ScaledDotProductAttention (findAttention: Importer.h's AttentionMatch says which forms).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -435,6 +435,11 @@ void Importer::findAttention() {
         std::string q = n.input(0), kT = n.input(1);
         scaled(q, m);
         scaled(kT, m);
+        if (n.op_type() == "Einsum" && einsumProduct(Attributes(n).s("equation", "")) == true) {
+            m.q = q; // "...id,...jd->...ij": k as it comes
+            m.kFrom = kT;
+            return true;
+        }
         const int t = ix.from(kT, "Transpose");
         if (t < 0 || taken(t) || ix.users(kT).size() != 1) { // k^T as it came: k is it with its last axes swapped
             m.q = q;
@@ -464,7 +469,7 @@ void Importer::findAttention() {
         if (p < 0 || taken(p) || ix.users(s).size() != 1 || depth > 8) return false;
         const onnx::NodeProto& n = ix.node(p);
         const std::string& op = n.op_type();
-        if (op == "MatMul") {
+        if (op == "MatMul" || (op == "Einsum" && einsumProduct(Attributes(n).s("equation", "")))) {
             m.nodes.push_back(p);
             return operands(p, m);
         }
@@ -531,9 +536,13 @@ void Importer::findAttention() {
             m.dropout = d;
             weights = dn.output(0);
         }
-        // weights @ v, or v @ weights^T (the attention over positions of DDPM's and latent
-        // diffusion's AttnBlock: [N, C, HW] values, the output [N, C, HW] too).
+        // weights @ v (a MatMul, or an Einsum "...ij,...jd->...id"), or v @ weights^T (the
+        // attention over positions of DDPM's and latent diffusion's AttnBlock: [N, C, HW]
+        // values, the output [N, C, HW] too).
         int last = ix.only(weights, "MatMul");
+        if (const int e = ix.only(weights, "Einsum");
+            e >= 0 && einsumProduct(Attributes(ix.node(e)).s("equation", "")) == false)
+            last = e;
         if (const int t = ix.only(weights, "Transpose"); t >= 0 && !taken(t) && swapsLastTwo(ix.node(t))) {
             m.weightsTranspose = t;
             weights = ix.node(t).output(0);

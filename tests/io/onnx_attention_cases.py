@@ -149,6 +149,20 @@ def attention_forms(root, save, value):
                            helper.make_tensor("bias", TensorProto.FLOAT, [1, H, T, S], per_head_bias.flatten())])
     save(root, "attention_fused_learned_bias_per_head", g, [q, k, v], [softmax(q @ kT * 0.5 + per_head_bias) @ v], 13)
 
+    # Einsum's forms (einops-style code: einsum("b h i d, b h j d -> b h i j", q, k) * scale,
+    # softmax, einsum("b h i j, b h j d -> b h i d", attn, v)), and the scores' Einsum of k^T
+    # ("...ik,...kj->...ij"): one layer each.
+    nodes = [helper.make_node("Einsum", ["q", "k"], ["qk"], equation="b h i d, b h j d -> b h i j"),
+             helper.make_node("Mul", ["qk", "half"], ["s"]), helper.make_node("Softmax", ["s"], ["w"], axis=-1),
+             helper.make_node("Einsum", ["w", "v"], ["y"], equation="bhij,bhjd->bhid")]
+    g = helper.make_graph(nodes, "einsum", heads, out, [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
+    save(root, "attention_fused_einsum", g, [q, k, v], [softmax(q @ kT * 0.5) @ v], 13)
+    nodes = [transpose, helper.make_node("Einsum", ["q", "kT"], ["qk"], equation="...ik,...kj->...ij"),
+             helper.make_node("Mul", ["qk", "half"], ["s"]), helper.make_node("Softmax", ["s"], ["w"], axis=-1),
+             weights_v]
+    g = helper.make_graph(nodes, "einsum_kt", heads, out, [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
+    save(root, "attention_fused_einsum_of_k_transposed", g, [q, k, v], [softmax(q @ kT * 0.5) @ v], 13)
+
     # torch.baddbmm(empty, q, k^T, beta=0, alpha=scale), as diffusers' attention computes its
     # scores: the product scaled plus zeros times 0; the zeros a ConstantOfShape of a shape
     # computed from q's and k's (a free batch), or a Constant of zeros where the export knew
