@@ -26,7 +26,8 @@ its ids (ids == 0, ~mask) at 13 and 17, and an nn.Transformer over padded batche
 source and target ids and their bool padding masks; a causal target mask) at 14 and 17, and a
 diffusion denoiser (two inputs: images and float timesteps, embedded by Sin and Cos of data;
 GroupNorm, SiLU, attention over positions) at 13 and 17, and a VAE's attention as diffusers
-writes it (scores by torch.baddbmm of an empty tensor at beta 0) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
+writes it (scores by torch.baddbmm of an empty tensor at beta 0) at 13 and 17, and a ViT
+block as einops-style code writes it (attention by Einsums) at 13 and 17. Named only: torchvision's full-size vit_b_16, convnext_tiny, swin_t and maxvit_t
 at opsets 13 and 17 (vit_b_16_opset13, ...: weights drawn from N(0, 0.02); minutes each).
 The attentions of the transformers among them (q k^T scaled, masked, softmax, times v) must
 import as one ScaledDotProductAttention layer each (FUSED_ATTENTION), causal where the mask
@@ -639,6 +640,31 @@ class Diffusion(torch.nn.Module):
         return self.out(self.block2(torch.cat([h, h1], dim=1), e))
 
 
+class EinsumVit(torch.nn.Module):
+    """A ViT block as einops-style code writes it (vit-pytorch's Attention): patches by a
+    strided convolution, LayerNorm, one bias-free projection to q, k and v, heads by reshape
+    and transpose, einsum("b h i d, b h j d -> b h i j") scaled, softmax, einsum("b h i j,
+    b h j d -> b h i d"), the heads joined, the output Linear, the residual, a mean over the
+    tokens and a head."""
+
+    C, HEADS = 32, 4
+
+    def __init__(self):
+        super().__init__()
+        self.patches, self.norm = torch.nn.Conv2d(3, self.C, 4, stride=4), torch.nn.LayerNorm(self.C)
+        self.to_qkv, self.to_out = torch.nn.Linear(self.C, 3 * self.C, bias=False), torch.nn.Linear(self.C, self.C)
+        self.head = torch.nn.Linear(self.C, 10)
+
+    def forward(self, x):
+        t = self.patches(x).flatten(2).transpose(1, 2)  # [N, T, C]
+        N, T, C = t.shape
+        q, k, v = (u.reshape(N, T, self.HEADS, -1).transpose(1, 2) for u in self.to_qkv(self.norm(t)).chunk(3, dim=-1))
+        dots = torch.einsum("b h i d, b h j d -> b h i j", q, k) * (C // self.HEADS) ** -0.5
+        y = torch.einsum("b h i j, b h j d -> b h i d", dots.softmax(dim=-1), v)
+        t = t + self.to_out(y.transpose(1, 2).reshape(N, T, C))
+        return self.head(t.mean(dim=1))
+
+
 class VaeAttention(torch.nn.Module):
     """A VAE's mid-block attention as diffusers writes it: GroupNorm, tokens [N, HW, C], q, k and
     v by Linear, heads moved into the batch (head_to_batch_dim; its last size written -1, as
@@ -751,6 +777,8 @@ NORM_MODELS = {
     "llama_rotary_opset17": (MiniLlama, 17, (2, MiniLlama.LENGTH)),
     "diffusion_timesteps_opset13": (Diffusion, 13, (2, 3, 16, 16)),
     "diffusion_timesteps_opset17": (Diffusion, 17, (2, 3, 16, 16)),
+    "einsum_vit_opset13": (EinsumVit, 13, (2, 3, 16, 16)),
+    "einsum_vit_opset17": (EinsumVit, 17, (2, 3, 16, 16)),
     "vae_attention_baddbmm_opset13": (VaeAttention, 13, (2, 3, 8, 8)),
     "vae_attention_baddbmm_opset17": (VaeAttention, 17, (2, 3, 8, 8)),
 }
@@ -788,12 +816,13 @@ RTOL = 1e-4
 # reshapes to [B, nW, nH, N, N] and back: q, k, v viewed so per window), the diffusion
 # denoiser's over positions (softmax(q^T k) read as the attention of k's and v's transposes, its
 # output v @ w^T transposed back), the VAE attention's (torch.baddbmm at beta 0: the scores plus
-# zeros, no mask), none of MaxViT's (an Einsum).
+# zeros, no mask), the einops-style ViT's (Einsums), none of MaxViT's (Einsums too, but its
+# relative position bias, a weight of a lower rank than its scores, stays a constant Add).
 FUSED_ATTENTION = {f"{m}_opset{o}": fused for m, fused in (
     ("text_encoder", (2, 0)), ("vit", (2, 0)), ("gpt_masked_fill", (2, 2)), ("bert_three_inputs", (2, 0)),
     ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)),
     ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0)), ("swin", (4, 0)), ("swin_t", (12, 0)),
-    ("diffusion_timesteps", (1, 0)), ("vae_attention_baddbmm", (1, 0))) for o in (13, 17)}
+    ("diffusion_timesteps", (1, 0)), ("vae_attention_baddbmm", (1, 0)), ("einsum_vit", (1, 0))) for o in (13, 17)}
 FUSED_ATTENTION.update({f"{m}_opset{o}": fused for m, fused in (
     ("transformer_seq2seq_masks", (3, 0)), ("llama_rotary", (2, 2))) for o in (14, 17)})
 
