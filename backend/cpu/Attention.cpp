@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <tuple>
 
 #include <omp.h>
 
@@ -73,9 +72,9 @@ int64_t rowsPerChunk(int64_t Tq, int64_t Tk, bool causal) {
 // and dv in a part of its own (at most kPartBytes of parts over all heads), the parts added
 // after in a fixed order; or 1 (a task a head, dk and dv summed in place).
 constexpr int64_t kPartBytes = int64_t{64} << 20;
-int64_t splitsOf(int64_t B, int64_t Tq, int64_t Tk, int64_t d, int64_t dv, bool causal) {
-    const int64_t threads = omp_get_max_threads(),
-                  chunks = (Tq + rowsPerChunk(Tq, Tk, causal) - 1) / rowsPerChunk(Tq, Tk, causal);
+// R: rowsPerChunk's rows.
+int64_t splitsOf(int64_t B, int64_t Tq, int64_t Tk, int64_t d, int64_t dv, int64_t R) {
+    const int64_t threads = omp_get_max_threads(), chunks = (Tq + R - 1) / R;
     if (B >= threads || chunks < 2) return 1;
     const int64_t part = Tk * (d + dv) * static_cast<int64_t>(sizeof(float));
     return std::max<int64_t>(1, std::min({threads, chunks, kPartBytes / (B * part)}));
@@ -383,6 +382,15 @@ void gemmFailed(const char* op, bool failed) {
     if (failed) throw BackendError(std::string("CpuBackend::") + op + ": oneDNN's sgemm refused a product");
 }
 
+// Elements [from, to) of S parts `stride` apart, added in order, written from `out` on.
+void sumParts(const float* first, int64_t S, int64_t stride, int64_t from, int64_t to, float* out) {
+    for (int64_t j = from; j < to; ++j) {
+        float sum = first[j];
+        for (int64_t s = 1; s < S; ++s) sum += first[s * stride + j];
+        out[j - from] = sum;
+    }
+}
+
 } // namespace
 
 void CpuBackend::setFusedAttention(bool on) { fusedOn() = on; }
@@ -397,7 +405,7 @@ int64_t CpuBackend::fusedAttentionScratchBytes(const AttentionSpec& spec, const 
                                                const Shape& v, DType dtype, bool backward, bool) const {
     if (!fusable(spec, q, k, v, dtype)) return 0;
     const int64_t masks = spec.maskShape.rank() == 0 ? 0 : spec.maskShape.numel();
-    const int64_t S = backward ? splitsOf(q[0], q[1], k[1], q[2], v[2], spec.causal) : 1;
+    const int64_t S = backward ? splitsOf(q[0], q[1], k[1], q[2], v[2], rowsPerChunk(q[1], k[1], spec.causal)) : 1;
     const int64_t parts = S > 1 ? q[0] * S * k[1] * (q[2] + v[2]) : 0;
     return (omp_get_max_threads() * scratchPerThread(q[1], k[1], spec.causal, backward, spec.dropout > 0.0f, masks) +
             parts) *
@@ -475,7 +483,7 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
     if (masks > 0) {
         for (int64_t t = 0; t < threads; ++t) std::fill(ps + t * per + sums, ps + t * per + sums + masks, 0.0f);
     }
-    const int64_t S = splitsOf(n.B, n.Tq, n.Tk, n.d, n.dv, spec.causal), part = n.Tk * (n.d + n.dv);
+    const int64_t S = splitsOf(n.B, n.Tq, n.Tk, n.d, n.dv, R), part = n.Tk * (n.d + n.dv);
     const Tensor parts = S > 1 ? Tensor::empty({n.B * S, part}, DType::float32, device()) : Tensor();
     float* pp = S > 1 ? parts.data<float>() : nullptr;
     const bool zeroed = spec.causal || S > 1; // dk and dv zeroed first, then summed into
@@ -528,15 +536,10 @@ bool CpuBackend::fusedAttentionBackward(const AttentionSpec& spec, const Tensor&
         for (int64_t t = 0; t < n.B * blocks; ++t) {
             const int64_t b = t / blocks, j0 = t % blocks * kBlock, j1 = std::min(part, j0 + kBlock);
             const float* first = pp + b * S * part;
-            // dk's elements, then dv's: [from, to) of the part, written from `out` on
-            for (const auto& [from, to, out] :
-                 {std::tuple{j0, std::min(j1, keyPart), pdk + b * keyPart + std::min(j0, keyPart)},
-                  std::tuple{std::max(j0, keyPart), j1, pdv + b * n.Tk * n.dv + std::max(j0, keyPart) - keyPart}}) {
-                for (int64_t j = from; j < to; ++j) {
-                    float sum = first[j];
-                    for (int64_t s = 1; s < S; ++s) sum += first[s * part + j];
-                    out[j - from] = sum;
-                }
+            if (j0 < keyPart) sumParts(first, S, part, j0, std::min(j1, keyPart), pdk + b * keyPart + j0);
+            if (j1 > keyPart) {
+                const int64_t from = std::max(j0, keyPart);
+                sumParts(first, S, part, from, j1, pdv + b * n.Tk * n.dv + from - keyPart);
             }
         }
     }
