@@ -672,6 +672,8 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
         }
         return true;
     };
+    std::vector<Dim> scores(qd->begin(), qd->end() - 1); // [..., Tq, Tk]
+    scores.push_back({Tk, {}});
     for (const std::string& mask : m.masks) {
         auto c = constants_.find(mask);
         if (c == constants_.end()) {
@@ -680,8 +682,6 @@ bool Importer::importAttention(const onnx::NodeProto& last, const AttentionMatch
             continue;
         }
         const Constant& k = c->second;
-        std::vector<Dim> scores(qd->begin(), qd->end() - 1); // [..., Tq, Tk]
-        scores.push_back({Tk, {}});
         if (!initializers_.count(mask) && zerosInto(k, scores)) continue; // torch.baddbmm's input at beta 0
         if (causal || bias || k.isInt || k.zeros || k.symbolic() || !k.tensor.defined()) return false;
         const std::vector<float> f = k.tensor.toVector<float>();

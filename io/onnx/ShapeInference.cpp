@@ -178,7 +178,8 @@ std::optional<int64_t> Importer::reshapeRest(const std::string& input, const Con
     auto size = [&](const Dim& d) { return d.value >= 0 ? d.value : d.symbol.empty() ? -1 : standIn(d.symbol); };
     int64_t total = 1, product = 1, rests = 0;
     for (const Dim& d : in->second) {
-        if (size(d) < 0 || __builtin_mul_overflow(total, size(d), &total)) return std::nullopt;
+        const int64_t s = size(d);
+        if (s < 0 || __builtin_mul_overflow(total, s, &total)) return std::nullopt;
     }
     for (size_t j = 0; j < shape.ints.size(); ++j) {
         int64_t s = shape.symbol(j).empty() ? shape.ints[j] : standIn(shape.symbol(j));
