@@ -45,72 +45,108 @@ template <class F> void forEachIndex(const std::vector<int64_t>& dims, F f) {
     }
 }
 
-double binary(const std::string& op, double x, double y, Kind kind, bool fmod) {
-    const bool ints = kind != Kind::floating;
-    if (op == "Add") return x + y;
-    if (op == "Sub") return x - y;
-    if (op == "Mul") return x * y;
-    if (op == "Div") {
+// The binary ops, resolved from their names once a node (not once an element).
+enum class Binary {
+    add,
+    sub,
+    mul,
+    div,
+    pow,
+    max,
+    min,
+    mod,
+    equal,
+    less,
+    lessOrEqual,
+    greater,
+    greaterOrEqual,
+    and_,
+    or_,
+    xor_
+};
+
+std::optional<Binary> binaryOf(const std::string& op) {
+    static const std::pair<const char*, Binary> ops[] = {
+        {"Add", Binary::add},         {"Sum", Binary::add},
+        {"Sub", Binary::sub},         {"Mul", Binary::mul},
+        {"Div", Binary::div},         {"Pow", Binary::pow},
+        {"Max", Binary::max},         {"Min", Binary::min},
+        {"Mod", Binary::mod},         {"Equal", Binary::equal},
+        {"Less", Binary::less},       {"LessOrEqual", Binary::lessOrEqual},
+        {"Greater", Binary::greater}, {"GreaterOrEqual", Binary::greaterOrEqual},
+        {"And", Binary::and_},        {"Or", Binary::or_},
+        {"Xor", Binary::xor_}};
+    for (const auto& [name, b] : ops) {
+        if (op == name) return b;
+    }
+    return std::nullopt;
+}
+
+double binary(Binary op, double x, double y, bool ints, bool fmod) {
+    switch (op) {
+    case Binary::add: return x + y;
+    case Binary::sub: return x - y;
+    case Binary::mul: return x * y;
+    case Binary::div:
         if (!ints) return static_cast<double>(static_cast<float>(x) / static_cast<float>(y));
         if (y == 0) throw Unsupported{"an integer division by zero"};
         return std::trunc(x / y);
-    }
-    if (op == "Pow") return std::pow(x, y);
-    if (op == "Max") return std::max(x, y);
-    if (op == "Min") return std::min(x, y);
-    if (op == "Mod") {
+    case Binary::pow: return std::pow(x, y);
+    case Binary::max: return std::max(x, y);
+    case Binary::min: return std::min(x, y);
+    case Binary::mod: {
         if (ints && y == 0) throw Unsupported{"an integer modulo by zero"};
         const double r = std::fmod(x, y);
         if (fmod || r == 0 || (r < 0) == (y < 0)) return r;
         return r + y; // the divisor's sign, as Python's %
     }
-    if (op == "Equal") return x == y;
-    if (op == "Less") return x < y;
-    if (op == "LessOrEqual") return x <= y;
-    if (op == "Greater") return x > y;
-    if (op == "GreaterOrEqual") return x >= y;
-    if (op == "And") return (x != 0) && (y != 0);
-    if (op == "Or") return (x != 0) || (y != 0);
-    if (op == "Xor") return (x != 0) != (y != 0);
+    case Binary::equal: return x == y;
+    case Binary::less: return x < y;
+    case Binary::lessOrEqual: return x <= y;
+    case Binary::greater: return x > y;
+    case Binary::greaterOrEqual: return x >= y;
+    case Binary::and_: return (x != 0) && (y != 0);
+    case Binary::or_: return (x != 0) || (y != 0);
+    case Binary::xor_: return (x != 0) != (y != 0);
+    }
     return std::nan("");
 }
 
-bool isBinary(const std::string& op) {
-    static const char* ops[] = {"Add", "Sub", "Mul",   "Div",        "Pow",     "Max",
-                                "Min", "Mod", "Equal", "Less",       "Greater", "GreaterOrEqual",
-                                "And", "Or",  "Xor",   "LessOrEqual"};
-    return std::any_of(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; });
-}
-
-std::optional<double> unary(const std::string& op, double x) {
-    if (op == "Neg") return -x;
-    if (op == "Abs") return std::abs(x);
-    if (op == "Sqrt") return std::sqrt(x);
-    if (op == "Reciprocal") return 1.0 / x;
-    if (op == "Floor") return std::floor(x);
-    if (op == "Ceil") return std::ceil(x);
-    if (op == "Exp") return std::exp(x);
-    if (op == "Log") return std::log(x);
-    if (op == "Sign") return static_cast<double>((x > 0) - (x < 0));
-    if (op == "Not") return x == 0 ? 1.0 : 0.0;
-    // tables computed in the graph (sinusoidal positions, rotary angles, windows)
-    if (op == "Sin") return std::sin(x);
-    if (op == "Cos") return std::cos(x);
-    if (op == "Tan") return std::tan(x);
-    if (op == "Asin") return std::asin(x);
-    if (op == "Acos") return std::acos(x);
-    if (op == "Atan") return std::atan(x);
-    if (op == "Sinh") return std::sinh(x);
-    if (op == "Cosh") return std::cosh(x);
-    if (op == "Asinh") return std::asinh(x);
-    if (op == "Acosh") return std::acosh(x);
-    if (op == "Atanh") return std::atanh(x);
-    if (op == "Tanh") return std::tanh(x);
-    if (op == "Sigmoid") return 1.0 / (1.0 + std::exp(-x));
-    if (op == "Erf") return std::erf(x);
-    if (op == "Round") return std::nearbyint(x); // halves to even (the default rounding mode)
-    if (op == "IsNaN") return std::isnan(x) ? 1.0 : 0.0;
-    return std::nullopt;
+// The elementwise functions of one input, resolved once a node; null for other ops.
+using Unary = double (*)(double);
+Unary unaryOf(const std::string& op) {
+    static const std::pair<const char*, Unary> ops[] = {
+        {"Neg", [](double x) { return -x; }},
+        {"Abs", [](double x) { return std::abs(x); }},
+        {"Sqrt", [](double x) { return std::sqrt(x); }},
+        {"Reciprocal", [](double x) { return 1.0 / x; }},
+        {"Floor", [](double x) { return std::floor(x); }},
+        {"Ceil", [](double x) { return std::ceil(x); }},
+        {"Exp", [](double x) { return std::exp(x); }},
+        {"Log", [](double x) { return std::log(x); }},
+        {"Sign", [](double x) { return static_cast<double>((x > 0) - (x < 0)); }},
+        {"Not", [](double x) { return x == 0 ? 1.0 : 0.0; }},
+        // tables computed in the graph (sinusoidal positions, rotary angles, windows)
+        {"Sin", [](double x) { return std::sin(x); }},
+        {"Cos", [](double x) { return std::cos(x); }},
+        {"Tan", [](double x) { return std::tan(x); }},
+        {"Asin", [](double x) { return std::asin(x); }},
+        {"Acos", [](double x) { return std::acos(x); }},
+        {"Atan", [](double x) { return std::atan(x); }},
+        {"Sinh", [](double x) { return std::sinh(x); }},
+        {"Cosh", [](double x) { return std::cosh(x); }},
+        {"Asinh", [](double x) { return std::asinh(x); }},
+        {"Acosh", [](double x) { return std::acosh(x); }},
+        {"Atanh", [](double x) { return std::atanh(x); }},
+        {"Tanh", [](double x) { return std::tanh(x); }},
+        {"Sigmoid", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }},
+        {"Erf", [](double x) { return std::erf(x); }},
+        {"Round", [](double x) { return std::nearbyint(x); }}, // halves to even (the default rounding mode)
+        {"IsNaN", [](double x) { return std::isnan(x) ? 1.0 : 0.0; }}};
+    for (const auto& [name, f] : ops) {
+        if (op == name) return f;
+    }
+    return nullptr;
 }
 
 Array reshaped(Array x, std::vector<int64_t> to, bool allowZero) {
@@ -189,8 +225,15 @@ Array reduced(const std::string& op, const Array& x, std::vector<int64_t> axes, 
         if (!over[d] || keep) out.dims.push_back(kept[d]);
     }
     if (group == 0) throw Unsupported{op + " over an axis of size 0"};
-    const bool extreme = op == "ReduceMax" || op == "ReduceMin";
-    std::vector<double> acc(static_cast<size_t>(count(kept)), op == "ReduceProd" ? 1.0 : 0.0);
+    // the op resolved once (not once an element)
+    enum class Step { max, min, prod, abs, square, sum };
+    const Step step = op == "ReduceMax"                             ? Step::max
+                      : op == "ReduceMin"                           ? Step::min
+                      : op == "ReduceProd"                          ? Step::prod
+                      : op == "ReduceL1"                            ? Step::abs
+                      : op == "ReduceSumSquare" || op == "ReduceL2" ? Step::square
+                                                                    : Step::sum;
+    std::vector<double> acc(static_cast<size_t>(count(kept)), step == Step::prod ? 1.0 : 0.0);
     std::vector<bool> seen(acc.size(), false);
     const std::vector<int64_t> st = strides(kept);
     size_t i = 0;
@@ -199,23 +242,24 @@ Array reduced(const std::string& op, const Array& x, std::vector<int64_t> axes, 
         for (size_t d = 0; d < rank; ++d) at += static_cast<size_t>((over[d] ? 0 : idx[d]) * st[d]);
         const double v = x.v[i++];
         double& r = acc[at];
-        if (extreme) {
-            const bool better = op == "ReduceMax" ? v > r : v < r;
+        switch (step) {
+        case Step::max:
+        case Step::min: {
+            const bool better = step == Step::max ? v > r : v < r;
             if (!seen[at] || better || std::isnan(v)) r = std::isnan(r) ? r : v; // NaN propagates
             seen[at] = true;
-        } else if (op == "ReduceProd") {
-            r *= v;
-        } else if (op == "ReduceL1") {
-            r += std::abs(v);
-        } else if (op == "ReduceSumSquare" || op == "ReduceL2") {
-            r += v * v;
-        } else {
-            r += v;
+            break;
+        }
+        case Step::prod: r *= v; break;
+        case Step::abs: r += std::abs(v); break;
+        case Step::square: r += v * v; break;
+        case Step::sum: r += v; break;
         }
     });
+    const bool mean = op == "ReduceMean", l2 = op == "ReduceL2";
     for (double& r : acc) {
-        if (op == "ReduceMean") r = x.kind == Kind::floating ? r / static_cast<double>(group) : std::trunc(r / group);
-        if (op == "ReduceL2") r = x.kind == Kind::floating ? std::sqrt(r) : std::trunc(std::sqrt(r));
+        if (mean) r = x.kind == Kind::floating ? r / static_cast<double>(group) : std::trunc(r / group);
+        if (l2) r = x.kind == Kind::floating ? std::sqrt(r) : std::trunc(std::sqrt(r));
         if (x.kind == Kind::floating) r = static_cast<float>(r);
     }
     out.v = std::move(acc);
@@ -241,28 +285,28 @@ bool Importer::evaluate(const onnx::NodeProto& n, const Attributes& a) {
         }
         return setConstant(n.output(slot), constantOf(std::move(out)));
     };
-    if ((isBinary(op) || op == "Sum") && n.input_size() >= 1) {
+    if (const std::optional<Binary> b = binaryOf(op); b && n.input_size() >= 1) {
         if (n.input_size() > 2 && op != "Max" && op != "Min" && op != "Sum") return false;
         Kind kind = Kind::boolean;
         for (const Array& x : in) {
             if (x.kind == Kind::floating) kind = Kind::floating;
             if (x.kind == Kind::integer && kind == Kind::boolean) kind = Kind::integer;
         }
-        const bool fmod = a.i("fmod", 0) != 0;
+        const bool fmod = a.i("fmod", 0) != 0, integers = kind != Kind::floating;
         Array acc = in[0];
         for (size_t k = 1; k < in.size(); ++k) {
-            acc = elementwise({&acc, &in[k]}, isComparison(op) ? Kind::boolean : kind,
-                              [&](const std::vector<int64_t>& at) {
-                                  return binary(op == "Sum" ? "Add" : op, acc.v[static_cast<size_t>(at[0])],
-                                                in[k].v[static_cast<size_t>(at[1])], kind, fmod);
-                              });
+            const std::vector<double>&x = acc.v, &y = in[k].v;
+            acc = elementwise(
+                {&acc, &in[k]}, isComparison(op) ? Kind::boolean : kind, [&](const std::vector<int64_t>& at) {
+                    return binary(*b, x[static_cast<size_t>(at[0])], y[static_cast<size_t>(at[1])], integers, fmod);
+                });
         }
         if (op == "Pow" && kind != Kind::floating) acc.kind = in[0].kind;
         return result(std::move(acc));
     }
-    if (n.input_size() == 1 && unary(op, 0.0)) {
+    if (const Unary f = unaryOf(op); f && n.input_size() == 1) {
         Array out = in[0];
-        for (double& x : out.v) x = *unary(op, x);
+        for (double& x : out.v) x = f(x);
         if (op == "Not" || op == "IsNaN") out.kind = Kind::boolean;
         if (out.kind == Kind::floating) {
             for (double& x : out.v) x = static_cast<float>(x);
