@@ -37,6 +37,12 @@ struct OnnxImportOptions {
     /// which holds no more than a block of heads' scores at a time; false: its nodes as
     /// separate layers (MatMul, MulAddConst, SoftMax, ...), as exported.
     bool attention = true;
+    /// The most values the import may read and write computing on constants, in all: the
+    /// shape computations, masks and tables exporters build from static sizes (a weight
+    /// transposed or sliced at import counts too). A file past it stops the import with an
+    /// error naming the node, so that no file keeps it computing for long (2^30 values take
+    /// some 15 s on a Zen 5 core; the networks in the test suite need under 2^20).
+    int64_t foldLimit = int64_t{1} << 30;
 };
 
 /// Reads the ONNX model in `path` into a Graph: one input node (an Identity named after the

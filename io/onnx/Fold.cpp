@@ -54,9 +54,49 @@
 
 namespace tessera::onnx_io {
 
-// Folds a node whose inputs are all constants, or a Shape of a value whose rank is
-// known, into a constant. False when it does not fold (the node is imported as a layer).
+int64_t Importer::valuesOf(const std::string& name) const {
+    const auto c = constants_.find(name);
+    if (c == constants_.end() || c->second.zeros) return 0;
+    if (c->second.isInt) return static_cast<int64_t>(c->second.ints.size());
+    return c->second.tensor.defined() ? c->second.tensor.numel() : 0;
+}
+
+Unsupported Importer::foldLimitPassed(int64_t more) const {
+    return Unsupported{"computations on constants of over " + std::to_string(options_.foldLimit) +
+                       " values in all (OnnxImportOptions::foldLimit; this one " + std::to_string(more) +
+                       ", before it " + std::to_string(folded_) + ")"};
+}
+
+void Importer::requireFoldRoom(int64_t more) {
+    if (foldsStopped_ || more > options_.foldLimit - folded_) {
+        foldsStopped_ = true;
+        throw foldLimitPassed(more);
+    }
+}
+
+// A file's constant computations are bounded in all, not only each: each node's inputs
+// and outputs count (a node reading a large constant many times is as slow as one making
+// it), checked before a node whose inputs are all constants and after it.
 bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
+    int64_t read = 0;
+    bool constant = n.input_size() > 0;
+    for (const std::string& in : n.input()) {
+        constant = constant && (in.empty() || isConstant(in));
+        read += in.empty() ? 0 : valuesOf(in);
+    }
+    if (constant) requireFoldRoom(read);
+    if (!foldNode(n, a)) return false;
+    int64_t written = 0;
+    for (const std::string& out : n.output()) written += out.empty() ? 0 : valuesOf(out);
+    if (read + written > options_.foldLimit - folded_) { // past it: no output made, and no more folds
+        for (const std::string& out : n.output()) constants_.erase(out);
+        requireFoldRoom(read + written);
+    }
+    folded_ += read + written;
+    return true;
+}
+
+bool Importer::foldNode(const onnx::NodeProto& n, const Attributes& a) {
     const std::string& op = n.op_type();
     if (op == "Shape") {
         a.only({"start", "end"});
@@ -401,6 +441,7 @@ bool Importer::foldFill(const onnx::NodeProto& n, const Attributes& a) {
     if (elements > kMaxFill) {
         throw Unsupported{"a constant " + n.op_type() + " to " + target.str() + ", over 2^26 elements"};
     }
+    requireFoldRoom(elements);
     std::vector<float> v(static_cast<size_t>(target.numel()), value);
     if (expand && !allZero) {
         const Tensor src = Tensor::fromVector(from.rank() ? from : Shape{1}, values);

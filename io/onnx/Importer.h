@@ -68,6 +68,8 @@ private:
     std::unordered_set<std::string> usedAsData_;
     int64_t opset_ = 0;
     std::unordered_map<std::string, Constant> constants_;
+    int64_t folded_ = 0;                              // values read and written by folds so far
+    bool foldsStopped_ = false;                       // a fold passed the limit: none after it
     std::unordered_set<std::string> initializers_;    // the model's initializers (its weights) by name
     std::unordered_set<std::string> selectedWeights_; // weights folded from a selection of a weight (Fold.cpp)
     std::unordered_map<std::string, Source> values_;
@@ -303,7 +305,15 @@ private:
 
     // Folds a node whose inputs are all constants, or a Shape of a value whose rank is
     // known, into a constant. False when it does not fold (the node is imported as a layer).
+    // The values it read and wrote count against OnnxImportOptions::foldLimit.
     bool fold(const onnx::NodeProto& n, const Attributes& a);
+    bool foldNode(const onnx::NodeProto& n, const Attributes& a);
+    // The values of a constant (none for a zeros marker).
+    int64_t valuesOf(const std::string& name) const;
+    // Throws when `more` values computed at import would pass OnnxImportOptions::foldLimit,
+    // or once a fold has passed it.
+    void requireFoldRoom(int64_t more);
+    Unsupported foldLimitPassed(int64_t more) const;
 
     // Evaluates node n, all of whose inputs are constants with every dim and value known
     // (Evaluate.cpp): arithmetic (Sum too), comparisons and logic with NumPy's broadcast, Cast,

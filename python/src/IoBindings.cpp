@@ -75,16 +75,18 @@ void bindIo(py::module_& m) {
         "model's input. Empty Transforms if none.");
     m.def(
         "importOnnx",
-        [](const std::string& path, bool attention) {
+        [](const std::string& path, bool attention, int64_t foldLimit) {
             py::gil_scoped_release nogil;
             OnnxImportOptions options;
             options.attention = attention;
+            options.foldLimit = foldLimit;
             return importOnnx(path, options);
         },
-        py::arg("path"), py::arg("attention") = true,
+        py::arg("path"), py::arg("attention") = true, py::arg("foldLimit") = OnnxImportOptions{}.foldLimit,
         "An ONNX model as a Graph of Tessera modules. attention: attention in the forms exporters write it (MatMul(q, "
         "k^T), scaled, masked, Softmax, MatMul(v)) read back as one ScaledDotProductAttention layer; False: as "
-        "separate layers.");
+        "separate layers. foldLimit: the most values the import reads and writes computing on constants in all "
+        "(shape computations, masks, tables); a file past it is an error naming the node.");
     m.def(
         "exportOnnx",
         [](Module& model, const py::handle& input, const std::string& path, int64_t opset,

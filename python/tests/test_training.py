@@ -157,6 +157,27 @@ def test_imported_attention_is_one_layer_unless_asked_otherwise(tmp_path):
         np.testing.assert_allclose(m.backward(dy).numpy(), dx, rtol=1e-4, atol=1e-5)
 
 
+def test_import_stops_past_the_fold_limit(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    one = helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["ones"], name="fill", value=one),
+             helper.make_node("ReduceSum", ["ones"], ["total"], name="total", keepdims=0),
+             helper.make_node("Add", ["x", "total"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "folds", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor("shape", TensorProto.INT64, [2], [16, 16])])
+    path = str(tmp_path / "folds.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    x = ts.rand((2, 3))
+    np.testing.assert_allclose(ts.importOnnx(path)(x).numpy(), x.numpy() + 256.0)
+    # the fill counts 2 + 256 values, the sum 256 + 1
+    np.testing.assert_allclose(ts.importOnnx(path, foldLimit=515)(x).numpy(), x.numpy() + 256.0)
+    with pytest.raises(ts.IoError, match=r"'total' \(ReduceSum\): computations on constants of over 514 values"):
+        ts.importOnnx(path, foldLimit=514)
+
+
 def test_check_and_summary():
     net = ts.loadZooModel("resnet18")
     r = ts.check(net, input=(1, 3, 224, 224))

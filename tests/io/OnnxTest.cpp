@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "GradCheck.h"
 #include "SourceDir.h"
@@ -466,6 +467,67 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
             EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
         }
         EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
+    }
+}
+
+// A file's computations on constants count in all against OnnxImportOptions::foldLimit
+// (inputs read and outputs written): past it, the import stops at the node that passes it,
+// named, and no constant computation runs after it; under a larger limit the same file
+// imports and computes.
+TEST(Onnx, ConstantComputationsStopAtTheFoldLimit) {
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
+    }
+    // ones [64, 64] (4,096 values) -> Neg -> eight ReduceSums of it -> Sum -> added to x:
+    // the fill counts 2 + 4,096, the Neg 8,192, each ReduceSum 4,097 (28,678 after the fourth);
+    // then 2 * 2 (a fold of 3 values that fits, but comes after the limit was passed), times that.
+    const fs::path model = fs::path(::testing::TempDir()) / "fold_limit.onnx";
+    const std::string script = R"(
+import sys
+import onnx
+from onnx import TensorProto, helper
+one = helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])
+nodes = [helper.make_node("ConstantOfShape", ["shape"], ["ones"], name="fill", value=one),
+         helper.make_node("Neg", ["ones"], ["minus"], name="neg")]
+for i in range(8):
+    nodes.append(helper.make_node("ReduceSum", ["minus"], ["s%d" % i], name="sum_%d" % i, keepdims=0))
+nodes += [helper.make_node("Sum", ["s%d" % i for i in range(8)], ["total"], name="total"),
+          helper.make_node("Mul", ["two", "two"], ["four"], name="late"),
+          helper.make_node("Add", ["x", "total"], ["t"], name="add"),
+          helper.make_node("Mul", ["t", "four"], ["y"], name="times")]
+shape = helper.make_tensor("shape", TensorProto.INT64, [2], [64, 64])
+two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+g = helper.make_graph(nodes, "folds", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [shape, two])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+)";
+    const fs::path scriptPath = fs::path(::testing::TempDir()) / "fold_limit.py";
+    std::ofstream(scriptPath) << script;
+    ASSERT_EQ(std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "'").c_str()), 0);
+
+    std::shared_ptr<Graph> g = importOnnx(model.string()); // the default limit
+    const Tensor x = randomTensor({2, 3}, 5);
+    const std::vector<float> y = (*g)(x).toVector<float>(), xs = x.toVector<float>();
+    ASSERT_EQ(y.size(), xs.size());
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], 4 * (xs[i] - 8 * 4096.0f));
+
+    const std::vector<std::tuple<int64_t, std::string, std::string>> cases = {
+        {30000, "'sum_4' (ReduceSum): computations on constants of over 30000 values in all", "'sum_3'"},
+        {30000, "'late' (Mul): computations on constants of over 30000 values in all", "'sum_3'"}, // after it
+        {4000, "'fill' (ConstantOfShape): computations on constants of over 4000 values in all", "'neg'"},
+    };
+    for (const auto& [limit, message, notNamed] : cases) {
+        OnnxImportOptions options;
+        options.foldLimit = limit;
+        try {
+            importOnnx(model.string(), options);
+            ADD_FAILURE() << "imported under a limit of " << limit;
+        } catch (const IoError& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find(message), std::string::npos) << what;
+            EXPECT_NE(what.find("OnnxImportOptions::foldLimit"), std::string::npos) << what;
+            EXPECT_EQ(what.find(notNamed), std::string::npos) << what;
+        }
     }
 }
 
