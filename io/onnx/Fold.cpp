@@ -61,17 +61,14 @@ int64_t Importer::valuesOf(const std::string& name) const {
     return c->second.tensor.defined() ? c->second.tensor.numel() : 0;
 }
 
-Unsupported Importer::foldLimitPassed(int64_t more) const {
-    return Unsupported{"computations on constants of over " + std::to_string(options_.foldLimit) +
-                       " values in all (OnnxImportOptions::foldLimit; this one " + std::to_string(more) +
-                       ", before it " + std::to_string(folded_) + ")"};
-}
-
-void Importer::requireFoldRoom(int64_t more) {
-    if (foldsStopped_ || more > options_.foldLimit - folded_) {
-        foldsStopped_ = true;
-        throw foldLimitPassed(more);
-    }
+void Importer::requireFoldRoom(int64_t more, const onnx::NodeProto* dropOutputsOf) {
+    if (!foldsStopped_ && more <= options_.foldLimit - folded_) return;
+    foldsStopped_ = true;
+    if (dropOutputsOf != nullptr)
+        for (const std::string& out : dropOutputsOf->output()) constants_.erase(out);
+    throw Unsupported{"computations on constants of over " + std::to_string(options_.foldLimit) +
+                      " values in all (OnnxImportOptions::foldLimit; this one " + std::to_string(more) +
+                      ", before it " + std::to_string(folded_) + ")"};
 }
 
 // A file's constant computations are bounded in all, not only each: each node's inputs
@@ -88,10 +85,7 @@ bool Importer::fold(const onnx::NodeProto& n, const Attributes& a) {
     if (!foldNode(n, a)) return false;
     int64_t written = 0;
     for (const std::string& out : n.output()) written += out.empty() ? 0 : valuesOf(out);
-    if (read + written > options_.foldLimit - folded_) { // past it: no output made, and no more folds
-        for (const std::string& out : n.output()) constants_.erase(out);
-        requireFoldRoom(read + written);
-    }
+    requireFoldRoom(read + written, &n); // past it: no output made, and no more folds
     folded_ += read + written;
     return true;
 }

@@ -311,9 +311,8 @@ private:
     // The values of a constant (none for a zeros marker).
     int64_t valuesOf(const std::string& name) const;
     // Throws when `more` values computed at import would pass OnnxImportOptions::foldLimit,
-    // or once a fold has passed it.
-    void requireFoldRoom(int64_t more);
-    Unsupported foldLimitPassed(int64_t more) const;
+    // or once a fold has passed it; the outputs of dropOutputsOf, when given, are dropped first.
+    void requireFoldRoom(int64_t more, const onnx::NodeProto* dropOutputsOf = nullptr);
 
     // Evaluates node n, all of whose inputs are constants with every dim and value known
     // (Evaluate.cpp): arithmetic (Sum too), comparisons and logic with NumPy's broadcast, Cast,
