@@ -19,7 +19,9 @@
 # between runs). A bad file must end in one of Tessera's errors; a crash, a sanitizer
 # report, any other exception (std::bad_alloc included), an input taking over 10 s, more
 # than 2 GB resident or a single allocation over 1 GB is a finding, written to
-# build-fuzz/findings/<reader>/<run>/. Prints each fuzzer's executions; exits 1 on any finding.
+# build-fuzz/findings/<reader>/<run>/. Prints each fuzzer's executions, and each finding
+# (up to 256 KB) in base64 so that a log from another machine can repeat it; exits 1 on any
+# finding.
 set -euo pipefail
 
 seconds=${1:?usage: tools/fuzz.sh SECONDS}
@@ -74,7 +76,21 @@ run_one() {
   printf '%-11s %10s executions in %5ss, corpus %5s files, exit %s, findings %s\n' "$r$instance" "${execs:-?}" "$elapsed" \
     "$(find "$corpus" -type f | wc -l)" "$rc" "$found"
   ((found == 0)) || rc=1
-  if ((rc != 0)); then grep -E 'ERROR|SUMMARY|==[0-9]+==|terminate|what\(\)' "$log" | head -20; fi
+  if ((rc != 0)); then
+    grep -E 'ERROR|SUMMARY|==[0-9]+==|terminate|what\(\)|timeout' "$log" | head -20
+    # The finding itself, so that a run on another machine (CI) can be repeated here:
+    # `base64 -d > FILE` of the lines below, then `build-fuzz/tools/fuzz/fuzz_<reader> FILE`.
+    local f
+    while IFS= read -r f; do
+      if (($(stat -c %s "$f") <= 262144)); then
+        echo "[fuzz] $r$instance finding $(basename "$f") ($(stat -c %s "$f") bytes), base64:"
+        base64 -w 120 "$f"
+        echo "[fuzz] end of $(basename "$f")"
+      else
+        echo "[fuzz] $r$instance finding $f ($(stat -c %s "$f") bytes, too large to print)"
+      fi
+    done < <(find "$findings" -type f)
+  fi
   return $rc
 }
 
