@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -81,11 +82,24 @@ extern "C" void jpegErrorExit(j_common_ptr info) {
     std::longjmp(err->jump, 1);
 }
 
+// The sizes of a decode: the picture's (full), the whole decode's at the chosen scale, and
+// where the decoded window (height x width) lies in that.
+struct JpegSizes {
+    int64_t height = 0, width = 0, fullHeight = 0, fullWidth = 0, top = 0, left = 0, decodedHeight = 0,
+            decodedWidth = 0;
+};
+
+// Decoded pixels this far outside a window are decoded too: the upsampling of subsampled
+// chroma and the cut to whole blocks then leave the window's own pixels as a whole decode
+// has them.
+constexpr int64_t kWindowMargin = 8;
+
 // Only plain locals between setjmp and a longjmp: nothing with a destructor is skipped.
 // Returns false with `err.message` set when libjpeg gives up.
-// `shrink` (when set; it must not throw) picks the scale, in eighths, from the header's size.
-bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, int64_t& height, int64_t& width,
-                int64_t& fullHeight, int64_t& fullWidth, const DecodeScale* shrink, JpegError& err) {
+// `shrink` (when set; it must not throw) picks the scale, in eighths, and the window from the
+// header's size.
+bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, JpegSizes& size,
+                const DecodeScale* shrink, JpegError& err) {
     jpeg_decompress_struct info;
     info.err = jpeg_std_error(&err.mgr);
     err.mgr.error_exit = jpegErrorExit;
@@ -101,42 +115,76 @@ bool decodeJpeg(const std::vector<uint8_t>& bytes, std::vector<uint8_t>& rgb, in
     jpeg_create_decompress(&info);
     jpeg_mem_src(&info, bytes.data(), static_cast<unsigned long>(bytes.size()));
     jpeg_read_header(&info, TRUE);
-    height = fullHeight = info.image_height; // checked before libjpeg sizes its buffers by it
-    width = fullWidth = info.image_width;
-    if (!sidesFit(height, width)) {
+    size.height = size.fullHeight = info.image_height; // checked before libjpeg sizes its buffers by it
+    size.width = size.fullWidth = info.image_width;
+    if (!sidesFit(size.height, size.width)) {
         jpeg_destroy_decompress(&info);
         return true; // the caller reports the size
     }
     info.out_color_space = JCS_RGB;
+    DecodePlan plan;
     if (shrink != nullptr && *shrink) {
-        const double least = (*shrink)(height, width);
+        plan = (*shrink)(size.fullHeight, size.fullWidth);
         info.scale_num = 8;
         info.scale_denom = 8;
-        while (info.scale_num > 1 && static_cast<double>(info.scale_num - 1) / 8.0 >= least) --info.scale_num;
+        while (info.scale_num > 1 && static_cast<double>(info.scale_num - 1) / 8.0 >= plan.least) --info.scale_num;
     }
     jpeg_start_decompress(&info);
-    height = info.output_height;
-    width = info.output_width;
-    rgb.resize(static_cast<size_t>(height * width * 3));
-    while (info.output_scanline < info.output_height) {
-        JSAMPROW row = rgb.data() + static_cast<size_t>(info.output_scanline) * static_cast<size_t>(width) * 3;
+    size.decodedHeight = info.output_height;
+    size.decodedWidth = info.output_width;
+    int64_t y0 = 0, y1 = size.decodedHeight;
+    if (plan.height > 0 && plan.width > 0) { // the window at the decode's scale, and a margin
+        const double sy = static_cast<double>(size.decodedHeight) / static_cast<double>(size.fullHeight);
+        const double sx = static_cast<double>(size.decodedWidth) / static_cast<double>(size.fullWidth);
+        auto below = [](double v, int64_t n) {
+            return std::clamp<int64_t>(static_cast<int64_t>(std::floor(v)) - kWindowMargin, 0, n - 1);
+        };
+        auto above = [](double v, int64_t lo, int64_t n) {
+            return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(v)) + kWindowMargin, lo + 1, n);
+        };
+        y0 = below(static_cast<double>(plan.top) * sy, size.decodedHeight);
+        y1 = above(static_cast<double>(plan.top + plan.height) * sy, y0, size.decodedHeight);
+        const int64_t x0 = below(static_cast<double>(plan.left) * sx, size.decodedWidth);
+        const int64_t x1 = above(static_cast<double>(plan.left + plan.width) * sx, x0, size.decodedWidth);
+        if (x0 > 0 || x1 < size.decodedWidth) { // libjpeg widens it to whole blocks
+            auto offset = static_cast<JDIMENSION>(x0), cut = static_cast<JDIMENSION>(x1 - x0);
+            jpeg_crop_scanline(&info, &offset, &cut);
+            size.left = offset;
+        }
+        if (y0 > 0) jpeg_skip_scanlines(&info, static_cast<JDIMENSION>(y0));
+        size.top = y0;
+    }
+    size.height = y1 - y0;
+    size.width = info.output_width;
+    rgb.resize(static_cast<size_t>(size.height * size.width * 3));
+    while (info.output_scanline < y1) {
+        JSAMPROW row =
+            rgb.data() + static_cast<size_t>(info.output_scanline - y0) * static_cast<size_t>(size.width) * 3;
         jpeg_read_scanlines(&info, &row, 1);
     }
-    jpeg_finish_decompress(&info);
+    // A whole decode reads on to the end (a file cut short after the last row is an error);
+    // a window's stops below it.
+    if (y1 == size.decodedHeight && size.width == size.decodedWidth) jpeg_finish_decompress(&info);
     jpeg_destroy_decompress(&info);
     return true;
 }
 
 Image readJpeg(const std::string& path, const std::vector<uint8_t>& bytes, int channels, const DecodeScale& shrink) {
     std::vector<uint8_t> rgb;
-    int64_t height = 0, width = 0, fullHeight = 0, fullWidth = 0;
+    JpegSizes size;
     JpegError err{};
-    if (!decodeJpeg(bytes, rgb, height, width, fullHeight, fullWidth, &shrink, err)) {
+    if (!decodeJpeg(bytes, rgb, size, &shrink, err)) {
         throw IoError("image " + path + ": malformed JPEG (" + err.message + ")");
     }
-    checkSides(path, height, width);
-    Image img = fromInterleaved(rgb.data(), height, width, 3, false, channels);
-    if (height != fullHeight || width != fullWidth) img.fullHeight = fullHeight, img.fullWidth = fullWidth;
+    checkSides(path, size.height, size.width);
+    Image img = fromInterleaved(rgb.data(), size.height, size.width, 3, false, channels);
+    if (size.height != size.fullHeight || size.width != size.fullWidth) {
+        img.fullHeight = size.fullHeight, img.fullWidth = size.fullWidth;
+    }
+    if (size.height != size.decodedHeight || size.width != size.decodedWidth) {
+        img.windowTop = size.top, img.windowLeft = size.left;
+        img.decodedHeight = size.decodedHeight, img.decodedWidth = size.decodedWidth;
+    }
     return img;
 }
 

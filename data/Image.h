@@ -17,6 +17,11 @@ struct Image {
     /// The picture's size before a scaled decode shrank it (0: height and width): resizes
     /// keep its aspect ratio, random-resized crops draw their windows on it.
     int64_t fullHeight = 0, fullWidth = 0;
+    /// After a decode of a window (DecodePlan::height > 0): the pixels are rows [windowTop,
+    /// windowTop + height) and columns [windowLeft, windowLeft + width) of the picture as
+    /// decoded whole at the same scale, which would be decodedHeight x decodedWidth (0:
+    /// height and width, the whole picture).
+    int64_t windowTop = 0, windowLeft = 0, decodedHeight = 0, decodedWidth = 0;
 
     Image() = default;
     Image(int64_t c, int64_t h, int64_t w) : channels(c), height(h), width(w), pixels(size_t(c * h * w), 0.0f) {}
@@ -31,11 +36,22 @@ struct Image {
 inline constexpr int64_t kMaxImageSide = 1 << 15;
 inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 
-/// How far a decoder may shrink an image of height x width: the least scale the decoded
-/// image must keep (at 1 or more, or when empty: none). A JPEG is then decoded at M/8 of
-/// its size, M the least of 1..8 with M/8 at least that (libjpeg's DCT scaling: fewer
-/// coefficients read back, several times faster on large photos); other formats ignore it.
-using DecodeScale = std::function<double(int64_t height, int64_t width)>;
+/// What a decoder may leave out of a picture (see DecodeScale).
+struct DecodePlan {
+    /// The least scale the decoded picture (or window) must keep (at 1 or more: none). A JPEG
+    /// is then decoded at M/8 of its size, M the least of 1..8 with M/8 at least that
+    /// (libjpeg's DCT scaling: fewer coefficients read back, several times faster on large
+    /// photos).
+    double least = 1.0;
+    /// The window of the picture's pixels that is needed (height 0: all of them): a JPEG
+    /// decodes the rows and the columns (whole blocks, and some pixels more on each side so
+    /// that those in the window are the whole decode's) that hold it, and stops below it.
+    int64_t top = 0, left = 0, height = 0, width = 0;
+};
+
+/// How far a decoder may shrink and cut an image whose header says height x width (when
+/// empty: none); other formats than JPEG ignore it. It must not throw.
+using DecodeScale = std::function<DecodePlan(int64_t height, int64_t width)>;
 
 /// Decodes a JPEG or PNG file (told apart by its first bytes, not its name) into
 /// `channels` channels: 1 (grayscale: colour is converted with the ITU-R 601 luma

@@ -81,8 +81,7 @@ double betaSample(double alpha, uint64_t seed, uint64_t counter) {
 }
 
 Loader::Loader(DatasetPtr data, Transforms transforms, const LoaderOptions& options)
-    : data_(std::move(data)), transforms_(std::move(transforms)), options_(options),
-      shrink_(options.scaledDecode ? transforms_.decodeScale(options.train) : DecodeScale{}) {
+    : data_(std::move(data)), transforms_(std::move(transforms)), options_(options) {
     if (!data_) throw ModuleError("Loader: no data set");
     if (data_->size() < 1) throw ShapeError("Loader: the data set " + data_->describe() + " is empty");
     if (options_.batchsize < 1) {
@@ -181,7 +180,10 @@ DataBatch Loader::build(const std::vector<int64_t>& order, int64_t epoch, int64_
         const int64_t sample = order[static_cast<size_t>(i)];
         Sample s;
         try {
-            s = data_->getScaled(sample, shrink_);
+            // Decoded no larger than the transforms need: a random-resized crop's window only.
+            s = data_->getScaled(sample, options_.scaledDecode
+                                             ? transforms_.decodeScale(options_.train, options_.seed, epoch, sample)
+                                             : DecodeScale{});
             s.image = transforms_.apply(std::move(s.image), options_.seed, epoch, sample, options_.train);
         } catch (const IoError&) {
             throw; // names its file already

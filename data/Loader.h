@@ -53,8 +53,10 @@ struct LoaderOptions {
     int64_t classes = 0;
     /// JPEGs whose first transform shrinks them (a resize, a random-resized crop) are
     /// decoded at a reduced size, M/8 of theirs, as far as that transform allows
-    /// (Transforms::decodeScale): on large photos several times faster, with pixels close
-    /// to, not equal to, a full decode's. false: every image decoded at full size.
+    /// (Transforms::decodeScale), and in training a random-resized crop decodes its own
+    /// window only, at the scale that window allows: on large photos several times faster,
+    /// with pixels close to, not equal to, a full decode's. false: every image decoded whole
+    /// at full size.
     bool scaledDecode = true;
     /// Each epoch draws size() samples with replacement, every class equally likely
     /// (a sample's weight 1 / its class's count; balancedOrder), instead of a permutation:
@@ -118,7 +120,6 @@ private:
     DatasetPtr data_;
     Transforms transforms_;
     LoaderOptions options_;
-    DecodeScale shrink_;          // what decoding may skip, for the split options_.train says
     std::vector<int32_t> labels_; // every sample's, with `balanced`
 
     Order order_; // of the epoch begun

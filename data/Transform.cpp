@@ -23,6 +23,46 @@ using Kind = Transforms::Step::Kind;
 // Salt of the transforms' random stream, so it is not the batch order's (same seed).
 constexpr uint64_t kSalt = 0x5DA7A0A06E1A7E5Bull;
 
+// The random stream of sample `index` in `epoch`, which every random step draws from in turn.
+uint64_t streamOf(uint64_t seed, int64_t epoch, int64_t index) {
+    return randomBits(randomBits(seed ^ kSalt, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(index));
+}
+
+struct Window {
+    int64_t top = 0, left = 0, height = 0, width = 0;
+};
+
+// A random-resized crop's window on an H x W picture (torchvision's RandomResizedCrop: an
+// area of [scale, 1] of the picture's at an aspect ratio in [3/4, 4/3], log-uniform; after
+// ten misses the centre window of the whole width or height nearest those ratios), drawn
+// from `stream` at `draw` on.
+Window randomWindow(double scale, uint64_t stream, uint64_t& draw, int64_t H, int64_t W) {
+    auto uniform = [&](uint64_t n) { return randomBits(stream, draw++) % n; };                     // in [0, n)
+    auto unit = [&] { return static_cast<double>(randomBits(stream, draw++) >> 11) * 0x1.0p-53; }; // in [0, 1)
+    const double area = static_cast<double>(H * W), lo = std::log(3.0 / 4.0), hi = std::log(4.0 / 3.0);
+    Window win{-1, 0, H, W};
+    for (int attempt = 0; attempt < 10 && win.top < 0; ++attempt) {
+        const double target = area * (scale + (1.0 - scale) * unit());
+        const double ratio = std::exp(lo + (hi - lo) * unit());
+        const int64_t tw = std::llround(std::sqrt(target * ratio)), th = std::llround(std::sqrt(target / ratio));
+        if (tw > 0 && tw <= W && th > 0 && th <= H) {
+            win.height = th, win.width = tw;
+            win.top = static_cast<int64_t>(uniform(static_cast<uint64_t>(H - th) + 1));
+            win.left = static_cast<int64_t>(uniform(static_cast<uint64_t>(W - tw) + 1));
+        }
+    }
+    if (win.top < 0) {
+        const double r = static_cast<double>(W) / static_cast<double>(H);
+        if (r < 3.0 / 4.0) {
+            win.width = W, win.height = std::min<int64_t>(H, std::llround(static_cast<double>(W) * 4.0 / 3.0));
+        } else if (r > 4.0 / 3.0) {
+            win.height = H, win.width = std::min<int64_t>(W, std::llround(static_cast<double>(H) * 4.0 / 3.0));
+        }
+        win.top = (H - win.height) / 2, win.left = (W - win.width) / 2;
+    }
+    return win;
+}
+
 void checkSize(const char* what, int64_t h, int64_t w) {
     if (h < 1 || w < 0 || h > kMaxImageSide || w > kMaxImageSide) {
         throw ModuleError(std::string("Transforms::") + what + ": sizes must lie in [1, " +
@@ -416,17 +456,38 @@ DecodeScale Transforms::decodeScale(bool train) const {
     if (steps_.empty()) return {};
     const Step s = steps_.front();
     auto d = [](int64_t v) { return static_cast<double>(v); };
+    auto least = [](double v) { return DecodePlan{.least = v}; };
     if (s.kind == Kind::resize) {
-        if (s.width == 0) return [s, d](int64_t h, int64_t w) { return d(s.height) / d(std::min(h, w)); };
-        return [s, d](int64_t h, int64_t w) { return std::max(d(s.height) / d(h), d(s.width) / d(w)); };
+        if (s.width == 0) return [s, d, least](int64_t h, int64_t w) { return least(d(s.height) / d(std::min(h, w))); };
+        return [s, d, least](int64_t h, int64_t w) { return least(std::max(d(s.height) / d(h), d(s.width) / d(w))); };
     }
     if (s.kind != Kind::randomResizedCrop) return {};
-    if (!train) return [s, d](int64_t h, int64_t w) { return d(std::max(s.height, s.width)) / d(std::min(h, w)); };
+    if (!train) {
+        return
+            [s, d, least](int64_t h, int64_t w) { return least(d(std::max(s.height, s.width)) / d(std::min(h, w))); };
+    }
     // The smallest window: an area of `scale` of the image's at the most extreme aspect
     // ratio (3/4 or 4/3) has sides of sqrt(area * 3/4) at the least.
-    return [s, d](int64_t h, int64_t w) {
+    return [s, d, least](int64_t h, int64_t w) {
         const double side = std::sqrt(d(h) * d(w) * s.scale * 0.75);
-        return std::max({d(s.height) / std::min(side, d(h)), d(s.width) / std::min(side, d(w))});
+        return least(std::max({d(s.height) / std::min(side, d(h)), d(s.width) / std::min(side, d(w))}));
+    };
+}
+
+DecodeScale Transforms::decodeScale(bool train, uint64_t seed, int64_t epoch, int64_t index) const {
+    if (!train || steps_.empty() || steps_.front().kind != Kind::randomResizedCrop) return decodeScale(train);
+    // The window apply() draws first (the same stream, from its start), and its size kept.
+    const Step s = steps_.front();
+    const uint64_t stream = streamOf(seed, epoch, index);
+    return [s, stream](int64_t h, int64_t w) {
+        uint64_t draw = 0;
+        const Window win = randomWindow(s.scale, stream, draw, h, w);
+        return DecodePlan{.least = std::max(static_cast<double>(s.height) / static_cast<double>(win.height),
+                                            static_cast<double>(s.width) / static_cast<double>(win.width)),
+                          .top = win.top,
+                          .left = win.left,
+                          .height = win.height,
+                          .width = win.width};
     };
 }
 
@@ -509,8 +570,7 @@ Transforms Transforms::parse(const std::string& spec) {
 }
 
 Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index, bool train) const {
-    const uint64_t stream =
-        randomBits(randomBits(seed ^ kSalt, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(index));
+    const uint64_t stream = streamOf(seed, epoch, index);
     uint64_t draw = 0;
     auto uniform = [&](uint64_t n) { return randomBits(stream, draw++) % n; };                     // in [0, n)
     auto unit = [&] { return static_cast<double>(randomBits(stream, draw++) >> 11) * 0x1.0p-53; }; // in [0, 1)
@@ -530,42 +590,32 @@ Image Transforms::apply(Image image, uint64_t seed, int64_t epoch, int64_t index
                 break;
             }
             // The window is drawn on the picture's full size, then taken from the pixels
-            // there are (fewer after a scaled decode): the same window for any decode.
+            // there are (fewer after a scaled decode, or a decode of a window around it): the
+            // same window for any decode.
             const auto [H, W] = fullSize(image);
-            const double area = static_cast<double>(H * W), lo = std::log(3.0 / 4.0), hi = std::log(4.0 / 3.0);
-            int64_t top = -1, left = 0, h = H, w = W;
-            for (int attempt = 0; attempt < 10 && top < 0; ++attempt) {
-                const double target = area * (s.scale + (1.0 - s.scale) * unit());
-                const double ratio = std::exp(lo + (hi - lo) * unit());
-                const int64_t tw = std::llround(std::sqrt(target * ratio)),
-                              th = std::llround(std::sqrt(target / ratio));
-                if (tw > 0 && tw <= W && th > 0 && th <= H) {
-                    h = th, w = tw;
-                    top = static_cast<int64_t>(uniform(static_cast<uint64_t>(H - h) + 1));
-                    left = static_cast<int64_t>(uniform(static_cast<uint64_t>(W - w) + 1));
-                }
-            }
-            if (top < 0) { // the centre window of the whole width or height nearest the allowed ratios
-                const double r = static_cast<double>(W) / static_cast<double>(H);
-                if (r < 3.0 / 4.0) {
-                    w = W, h = std::min<int64_t>(H, std::llround(static_cast<double>(W) * 4.0 / 3.0));
-                } else if (r > 4.0 / 3.0) {
-                    h = H, w = std::min<int64_t>(W, std::llround(static_cast<double>(H) * 4.0 / 3.0));
-                }
-                top = (H - h) / 2, left = (W - w) / 2;
-            }
+            auto [top, left, h, w] = randomWindow(s.scale, stream, draw, H, W);
             if (H != image.height || W != image.width) { // to the decoded pixels' scale
-                const double sy = static_cast<double>(image.height) / static_cast<double>(H);
-                const double sx = static_cast<double>(image.width) / static_cast<double>(W);
+                const int64_t wholeH = image.decodedHeight > 0 ? image.decodedHeight : image.height;
+                const int64_t wholeW = image.decodedWidth > 0 ? image.decodedWidth : image.width;
+                const double sy = static_cast<double>(wholeH) / static_cast<double>(H);
+                const double sx = static_cast<double>(wholeW) / static_cast<double>(W);
                 const int64_t y0 = std::llround(static_cast<double>(top) * sy);
                 const int64_t x0 = std::llround(static_cast<double>(left) * sx);
                 const int64_t y1 = std::max<int64_t>(y0 + 1, std::llround(static_cast<double>(top + h) * sy));
                 const int64_t x1 = std::max<int64_t>(x0 + 1, std::llround(static_cast<double>(left + w) * sx));
-                top = std::min(y0, image.height - 1), left = std::min(x0, image.width - 1);
-                h = std::min(y1, image.height) - top, w = std::min(x1, image.width) - left;
+                top = std::min(y0, wholeH - 1), left = std::min(x0, wholeW - 1);
+                h = std::min(y1, wholeH) - top, w = std::min(x1, wholeW) - left;
+                top -= image.windowTop, left -= image.windowLeft; // into the decoded window
+                if (top < 0 || left < 0 || top + h > image.height || left + w > image.width) {
+                    throw ShapeError("a random-resized crop's window (" + sizeStr(h, w) + " at " + std::to_string(top) +
+                                     ", " + std::to_string(left) + ") lies outside the " + image.str() +
+                                     " pixels decoded for it (decoded for another sample, seed or epoch)");
+                }
             }
             if (h != image.height || w != image.width) image = cropped(image, top, left, h, w, 0);
             if (h != s.height || w != s.width) image = resized(image, s.height, s.width);
+            image.fullHeight = image.fullWidth = 0; // the window is the picture now
+            image.windowTop = image.windowLeft = image.decodedHeight = image.decodedWidth = 0;
             break;
         }
         case Kind::erase: {

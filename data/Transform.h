@@ -151,6 +151,11 @@ public:
     /// evaluation: the shorter side at least the crop's larger side). Empty when the first
     /// step is another.
     DecodeScale decodeScale(bool train) const;
+    /// The same for sample `index` of `epoch` (apply()'s seed, epoch and index): in training,
+    /// a random-resized crop's own window, which alone is decoded, kept at least the crop's
+    /// size (most windows are larger than the smallest, so they decode smaller). The image
+    /// decoded by it is for apply() with the same seed, epoch and index only.
+    DecodeScale decodeScale(bool train, uint64_t seed, int64_t epoch, int64_t index) const;
 
     const std::vector<Step>& steps() const { return steps_; }
     bool empty() const { return steps_.empty(); }

@@ -257,7 +257,7 @@ Transforms("crop:32:4,flip,normalize:cifar10") or Transforms().randomCrop(32, 32
                     }
                     py::gil_scoped_release nogil;
                     // decoded smaller where the transforms allow, as the Loader and tessera predict decode it
-                    in = readImage(path, channels, t.decodeScale(train));
+                    in = readImage(path, channels, t.decodeScale(train, seed, epoch, index));
                 } else {
                     in = imageOf(image.cast<py::array_t<float, py::array::c_style | py::array::forcecast>>(),
                                  "Transforms.apply");

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "GradCheck.h"
+#include "SourceDir.h"
 #include "backend/Backend.h"
 #include "backend/Random.h"
 #include "containers/Sequential.h"
@@ -161,7 +162,7 @@ TEST(ImageFiles, JpegScaledDecodeKeepsAtLeastTheScaleAskedFor) {
         const Image img = readImage(dir + "/a.jpg", 3, [&](int64_t h, int64_t w) {
             EXPECT_EQ(h, 240);
             EXPECT_EQ(w, 320);
-            return least;
+            return DecodePlan{.least = least};
         });
         EXPECT_EQ(img.height, (240 * eighths + 7) / 8) << least;
         EXPECT_EQ(img.width, (320 * eighths + 7) / 8) << least;
@@ -170,13 +171,123 @@ TEST(ImageFiles, JpegScaledDecodeKeepsAtLeastTheScaleAskedFor) {
         }
     }
     // Half size: close to the full decode shrunk (antialiased) to that size.
-    const Image half = readImage(dir + "/a.jpg", 3, [](int64_t, int64_t) { return 0.5; });
+    const Image half = readImage(dir + "/a.jpg", 3, [](int64_t, int64_t) { return DecodePlan{.least = 0.5}; });
     const Image shrunk = Transforms().resize(120, 160).apply(full, 0, 0, 0, false);
     EXPECT_LT(meanAbsDiff(half.pixels, shrunk.pixels), 0.01);
-    EXPECT_EQ(readImage(dir + "/a.jpg", 1, [](int64_t, int64_t) { return 0.25; }).str(), "1x60x80");
+    EXPECT_EQ(readImage(dir + "/a.jpg", 1, [](int64_t, int64_t) { return DecodePlan{.least = 0.25}; }).str(),
+              "1x60x80");
     // A PNG has no scaled decoding: it is read whole.
     writePng(dir + "/b.png", smoothImage(24, 32));
-    EXPECT_EQ(readImage(dir + "/b.png", 3, [](int64_t, int64_t) { return 0.125; }).str(), "3x24x32");
+    EXPECT_EQ(readImage(dir + "/b.png", 3, [](int64_t, int64_t) { return DecodePlan{.least = 0.125}; }).str(),
+              "3x24x32");
+}
+
+// A picture with detail in every block (a smooth wave and noise), so that a misplaced or
+// differently upsampled pixel shows.
+Image wavyImage(int64_t channels, int64_t h, int64_t w) {
+    Image img(channels, h, w);
+    for (int64_t c = 0; c < channels; ++c) {
+        for (int64_t y = 0; y < h; ++y) {
+            for (int64_t x = 0; x < w; ++x) {
+                img.at(c, y, x) = 0.5f + 0.35f * std::sin(0.05f * static_cast<float>(x + 2 * y + 17 * c)) +
+                                  0.1f * randomUniform(7, static_cast<uint64_t>((c * h + y) * w + x));
+            }
+        }
+    }
+    return img;
+}
+
+struct Window {
+    int64_t top, left, height, width;
+};
+
+// Windows of an H x W picture: at its corners and edges, one pixel, whole rows and columns,
+// and 40 anywhere.
+std::vector<Window> windowsOf(int64_t H, int64_t W) {
+    std::vector<Window> windows = {
+        {0, 0, 1, 1},       {H - 1, W - 1, 1, 1},   {0, 0, H, 5},         {0, W - 7, H, 7},       {H / 2, 0, 3, W},
+        {H - 40, 0, 40, W}, {H / 3, W / 3, 61, 77}, {1, 1, H - 2, W - 2}, {H / 2, W / 2, 17, 16}, {8, 16, 64, 64}};
+    for (int k = 0; k < 40; ++k) {
+        const auto h = static_cast<int64_t>(1 + randomBits(3, 4 * k) % static_cast<uint64_t>(H)),
+                   w = static_cast<int64_t>(1 + randomBits(3, 4 * k + 1) % static_cast<uint64_t>(W));
+        windows.push_back({static_cast<int64_t>(randomBits(3, 4 * k + 2) % static_cast<uint64_t>(H - h + 1)),
+                           static_cast<int64_t>(randomBits(3, 4 * k + 3) % static_cast<uint64_t>(W - w + 1)), h, w});
+    }
+    return windows;
+}
+
+TEST(ImageFiles, JpegWindowDecodeHasTheWholeDecodesPixels) {
+    const std::string dir = tempDir("jpeg_window");
+    writeJpeg(dir + "/colour.jpg", wavyImage(3, 301, 411), 90); // baseline, chroma subsampled 2x2; not whole blocks
+    writeJpeg(dir + "/gray.jpg", wavyImage(1, 301, 411), 90);
+    // Progressive, and chroma at full and half horizontal resolution (157x213:
+    // tests/data/images/make_jpegs.py).
+    const std::string kinds = tessera::testing::sourceDir() + "/tests/data/images/";
+    for (const std::string& path : {dir + "/colour.jpg", dir + "/gray.jpg", kinds + "progressive.jpg",
+                                    kinds + "subsampled-444.jpg", kinds + "subsampled-422.jpg"}) {
+        const std::string name = fs::path(path).filename().string();
+        const Image full = readImage(path, 3);
+        const int64_t H = full.height, W = full.width;
+        for (int channels : {3, 1}) {
+            for (double least : {1.0, 0.6, 0.3, 0.125}) {
+                const Image whole =
+                    readImage(path, channels, [&](int64_t, int64_t) { return DecodePlan{.least = least}; });
+                bool cut = false;
+                for (const Window& v : windowsOf(H, W)) {
+                    const std::string what = name + " at " + std::to_string(least) + ", window " +
+                                             std::to_string(v.height) + "x" + std::to_string(v.width) + " at " +
+                                             std::to_string(v.top) + ", " + std::to_string(v.left);
+                    const Image win = readImage(path, channels, [&](int64_t h, int64_t w) {
+                        EXPECT_EQ(h, H);
+                        EXPECT_EQ(w, W);
+                        return DecodePlan{
+                            .least = least, .top = v.top, .left = v.left, .height = v.height, .width = v.width};
+                    });
+                    // The window's rows and columns at the decode's scale, as a transform maps them.
+                    const int64_t DH = whole.height, DW = whole.width;
+                    const double sy = static_cast<double>(DH) / static_cast<double>(H),
+                                 sx = static_cast<double>(DW) / static_cast<double>(W);
+                    const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(v.top) * sy));
+                    const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(v.left) * sx));
+                    const int64_t y1 = std::min<int64_t>(
+                        DH, static_cast<int64_t>(std::ceil(static_cast<double>(v.top + v.height) * sy)));
+                    const int64_t x1 = std::min<int64_t>(
+                        DW, static_cast<int64_t>(std::ceil(static_cast<double>(v.left + v.width) * sx)));
+                    const bool partial = win.height != DH || win.width != DW;
+                    cut = cut || partial;
+                    if (partial) { // where the pixels lie
+                        EXPECT_EQ(win.decodedHeight, DH) << what;
+                        EXPECT_EQ(win.decodedWidth, DW) << what;
+                        EXPECT_EQ(win.fullHeight, H) << what;
+                        EXPECT_EQ(win.fullWidth, W) << what;
+                    } else {
+                        EXPECT_EQ(win.pixels, whole.pixels) << what;
+                        EXPECT_EQ(win.decodedHeight, 0) << what;
+                    }
+                    ASSERT_LE(win.windowTop, y0) << what;
+                    ASSERT_LE(win.windowLeft, x0) << what;
+                    ASSERT_GE(win.windowTop + win.height, y1) << what;
+                    ASSERT_GE(win.windowLeft + win.width, x1) << what;
+                    int64_t differ = 0;
+                    for (int64_t c = 0; c < channels; ++c) {
+                        for (int64_t y = y0; y < y1; ++y) {
+                            for (int64_t x = x0; x < x1; ++x) {
+                                differ += win.at(c, y - win.windowTop, x - win.windowLeft) != whole.at(c, y, x);
+                            }
+                        }
+                    }
+                    EXPECT_EQ(differ, 0) << what;
+                }
+                EXPECT_TRUE(cut) << name << ": no window was decoded alone";
+            }
+        }
+    }
+    // A window of a PNG: the whole picture.
+    writePng(dir + "/c.png", wavyImage(3, 24, 32));
+    const Image png = readImage(
+        dir + "/c.png", 3, [](int64_t, int64_t) { return DecodePlan{.top = 3, .left = 4, .height = 5, .width = 6}; });
+    EXPECT_EQ(png.str(), "3x24x32");
+    EXPECT_EQ(png.decodedHeight, 0);
 }
 
 TEST(ImageFiles, BadFilesAreIoErrorsNamingTheFile) {
@@ -759,7 +870,7 @@ TEST(Transforms, EraseZeroesOneBoxOfTheAllowedAreaAndShape) {
 TEST(Transforms, DecodeScaleIsWhatTheFirstStepLeaves) {
     auto scale = [](const std::string& spec, bool train, int64_t h, int64_t w) {
         const DecodeScale s = Transforms::parse(spec).decodeScale(train);
-        return s ? s(h, w) : -1.0;
+        return s ? s(h, w).least : -1.0;
     };
     EXPECT_DOUBLE_EQ(scale("resize:256,center:224", true, 3024, 4032), 256.0 / 3024.0);
     EXPECT_DOUBLE_EQ(scale("resize:256,center:224", false, 4032, 3024), 256.0 / 3024.0);
@@ -775,6 +886,53 @@ TEST(Transforms, DecodeScaleIsWhatTheFirstStepLeaves) {
     for (const char* other : {"", "flip,resize:32", "crop:24:4", "center:24", "normalize:mnist"}) {
         EXPECT_EQ(scale(other, true, 300, 400), -1.0) << other;
     }
+}
+
+TEST(Transforms, RandomResizedCropDecodesItsOwnWindowOnly) {
+    const std::string dir = tempDir("rrc_window");
+    writeJpeg(dir + "/a.jpg", wavyImage(3, 600, 800), 90);
+    const std::string path = dir + "/a.jpg";
+    const Transforms t = Transforms::parse("rrc:64,flip");
+    const DecodeScale smallest = t.decodeScale(true);
+    int64_t smaller = 0, decodedPixels = 0, wholePixels = 0;
+    for (int64_t index = 0; index < 24; ++index) {
+        const DecodeScale plan = t.decodeScale(true, 5, 2, index);
+        const DecodePlan p = plan(600, 800);
+        // The window apply() draws, kept at the crop's size: never more shrinking than the
+        // plan without a sample allows for the smallest window, mostly less.
+        ASSERT_GT(p.height, 0);
+        EXPECT_LE(p.top + p.height, 600);
+        EXPECT_LE(p.left + p.width, 800);
+        EXPECT_DOUBLE_EQ(p.least, std::max(64.0 / static_cast<double>(p.height), 64.0 / static_cast<double>(p.width)));
+        EXPECT_LE(p.least, smallest(600, 800).least);
+        smaller += p.least < smallest(600, 800).least / 1.5;
+        // Decoding the window alone, or the whole picture at the same scale, gives the same crop.
+        const Image win = readImage(path, 3, plan);
+        const Image whole =
+            readImage(path, 3, [&](int64_t h, int64_t w) { return DecodePlan{.least = plan(h, w).least}; });
+        EXPECT_EQ(t.apply(win, 5, 2, index, true).pixels, t.apply(whole, 5, 2, index, true).pixels) << index;
+        decodedPixels += win.height * win.width;
+        wholePixels += whole.height * whole.width;
+    }
+    EXPECT_GE(smaller, 12); // most windows are far larger than the smallest
+    EXPECT_LT(decodedPixels, wholePixels * 3 / 4);
+    // Evaluation, and other first steps, decode as without a sample.
+    EXPECT_DOUBLE_EQ(t.decodeScale(false, 5, 2, 0)(600, 800).least, t.decodeScale(false)(600, 800).least);
+    EXPECT_EQ(t.decodeScale(false, 5, 2, 0)(600, 800).height, 0);
+    EXPECT_EQ(Transforms::parse("resize:64").decodeScale(true, 5, 2, 0)(600, 800).height, 0);
+    EXPECT_FALSE(Transforms::parse("flip,rrc:64").decodeScale(true, 5, 2, 0));
+    // A window decoded for one sample is no other sample's: an error, not a wrong crop.
+    const Image first = readImage(path, 3, t.decodeScale(true, 5, 2, 0));
+    int refused = 0;
+    for (int64_t index = 1; index < 24; ++index) {
+        try {
+            (void)t.apply(first, 5, 2, index, true);
+        } catch (const ShapeError& e) {
+            ++refused;
+            EXPECT_NE(std::string(e.what()).find("decoded for another sample"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_GT(refused, 0);
 }
 
 TEST(Loader, ScaledDecodingGivesBatchesCloseToFullDecoding) {

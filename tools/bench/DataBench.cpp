@@ -6,6 +6,10 @@
 //   Data/decode/photo-resize/D/workers:W  2048x1536 colour JPEGs (photographs), resize:256,center:224,
 //                                         normalize:imagenet; D: scaled (LoaderOptions::scaledDecode) or full
 //   Data/decode/photo-rrc/D/workers:W     the same photographs, rrc:224,flip,normalize:imagenet
+//   Data/rrc/F/H     a random-resized crop's decode alone (rrc:224,flip,normalize:imagenet, one
+//                    thread) of the photographs (F photo) or the 224x224 JPEGs (jpeg224): H window
+//                    (its own window at the scale it allows), smallest (whole, at the smallest
+//                    window's scale) or full (whole)
 //   Data/train/lenet-idx/workers:W     LeNet (batch 128) on Fashion-MNIST (IDX, in memory), crop:28:2,flip
 //   Data/train/lenet-png28/workers:W   LeNet (batch 128) on 28x28 grayscale PNG files, crop:28:2,flip
 //   Data/train/resnet18-cifar/workers:W  ResNet-18 CIFAR (batch 64) on CIFAR-10 binary
@@ -18,10 +22,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "BenchUtil.h"
 #include "backend/Random.h"
 #include "data/Idx.h"
+#include "data/Image.h"
 #include "data/Loader.h"
 #include "models/LeNet.h"
 #include "models/ResNet.h"
@@ -112,6 +118,42 @@ void BM_Decode(benchmark::State& state, std::string kind, int workers) {
         benchmark::Counter(static_cast<double>(loader.size()), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// A random-resized crop's decode alone, one thread, over the photo2048 (rrc:224) or
+// jpeg224 (rrc:224) files: its own window only, at the scale it allows (`window`, the
+// Loader's since it decodes windows), the whole picture at the scale of the smallest window
+// (`smallest`: the Loader's before), or whole at full size (`full`).
+void BM_DecodeCrop(benchmark::State& state, std::string files, std::string how) {
+    const bool photo = files == "photo";
+    const std::string dir =
+        photo ? imageFolderOf("photo2048", 32, 3, 1536, true, 2048) : imageFolderOf("jpeg224", 256, 3, 224, true);
+    std::vector<std::string> paths;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (e.path().extension() == ".jpg") paths.push_back(e.path().string());
+    }
+    std::sort(paths.begin(), paths.end());
+    const Transforms t = Transforms::parse("rrc:224,flip,normalize:imagenet");
+    // Under the heap settings a Loader's workers decode under (its first construction sets
+    // them for the process): large buffers reused, not mapped afresh each time.
+    (void)Loader(imageFolder(dir), t, {.batchsize = 1});
+    int64_t epoch = 0, pixels = 0;
+    for (auto _ : state) {
+        for (size_t i = 0; i < paths.size(); ++i) {
+            const auto index = static_cast<int64_t>(i);
+            const DecodeScale plan = how == "window"     ? t.decodeScale(true, 1, epoch, index)
+                                     : how == "smallest" ? t.decodeScale(true)
+                                                         : DecodeScale{};
+            Image img = readImage(paths[i], 3, plan);
+            pixels += img.height * img.width;
+            benchmark::DoNotOptimize(t.apply(std::move(img), 1, epoch, index, true).pixels.data());
+        }
+        ++epoch;
+    }
+    state.counters["images/s"] =
+        benchmark::Counter(static_cast<double>(paths.size()), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["decoded px/image"] =
+        static_cast<double>(pixels) / static_cast<double>(epoch * static_cast<int64_t>(paths.size()));
+}
+
 void BM_TrainWait(benchmark::State& state, std::string model, int workers) {
     const bool lenet = model != "resnet18-cifar";
     DatasetPtr data = model == "lenet-png28" ? imageFolder(imageFolderOf("png28", 2048, 1, 28, false), 1)
@@ -145,6 +187,14 @@ int registerAll() {
         for (int workers : {1, 2}) {
             const std::string name = std::string("Data/decode/") + kind + "/workers:" + std::to_string(workers);
             benchmark::RegisterBenchmark(name.c_str(), BM_Decode, kind, workers)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+        }
+    }
+    for (const char* files : {"photo", "jpeg224"}) {
+        for (const char* how : {"window", "smallest", "full"}) {
+            const std::string name = std::string("Data/rrc/") + files + "/" + how;
+            benchmark::RegisterBenchmark(name.c_str(), BM_DecodeCrop, files, how)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }
