@@ -52,6 +52,10 @@ export OMP_NUM_THREADS=1
 # libhdf5 loops forever on some corrupt files; the HDF5 readers stop it sooner here (a
 # valid seed reads in a few milliseconds; at 0.5 s the stopped loops took most of the time).
 export TESSERA_HDF5_READ_TIMEOUT=${TESSERA_HDF5_READ_TIMEOUT:-0.05}
+# ONNX's shape inference (in its own process) is taken to hang after 2 s, not 30: a model it
+# spins on is then a clean error, not a wait past the 10 s an input may take (the seeds infer
+# in milliseconds).
+export TESSERA_ONNX_SHAPE_TIMEOUT=${TESSERA_ONNX_SHAPE_TIMEOUT:-2}
 seeds=$build/seeds
 rm -rf "$seeds"
 "$build/tools/fuzz/fuzz_seeds" "$seeds" >/dev/null

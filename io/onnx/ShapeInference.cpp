@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 #include <variant>
@@ -54,10 +56,25 @@
 
 namespace tessera::onnx_io {
 
+namespace {
+
+// How long ONNX's shape inference may take on a model before it is taken to hang:
+// TESSERA_ONNX_SHAPE_TIMEOUT seconds (a decimal number), else 30 s.
+double shapeInferenceSeconds() {
+    static const double seconds = [] {
+        const char* env = std::getenv("TESSERA_ONNX_SHAPE_TIMEOUT");
+        const double v = env ? std::atof(env) : 0.0;
+        return v > 0.0 && v < 1e6 ? v : 30.0;
+    }();
+    return seconds;
+}
+
+} // namespace
+
 // ONNX's shape inference on the model, run in the inference process (io_detail::onnxShapeInference):
 // adds the value_info it finds and refines the outputs'. Throws IoError when inference
-// crashes or takes over 30 s on the model. Its exceptions are not errors here: the
-// import then uses the declared shapes.
+// crashes or takes over shapeInferenceSeconds() on the model. Its exceptions are not errors
+// here: the import then uses the declared shapes.
 void Importer::inferShapes() {
     // Never destroyed: imports during static destruction work.
     static auto* child = new io_detail::ChildServer("onnx-shape-inference");
@@ -84,12 +101,18 @@ void Importer::inferShapes() {
         for (Held& h : held) h.swap();                   // back
     }
     if (!serialized) return; // the declared shapes, then
-    const io_detail::ChildServer::Result r = child->call(request, std::chrono::seconds(30));
+    const io_detail::ChildServer::Result r =
+        child->call(request, std::chrono::milliseconds(static_cast<int64_t>(shapeInferenceSeconds() * 1000.0)));
     using Failure = io_detail::ChildServer::Result::Failure;
     switch (r.failure) {
     case Failure::none: break;
     case Failure::cannotStart: throw IoError(path_ + ": cannot check the model's shapes: " + r.detail);
-    case Failure::timedOut: throw IoError(path_ + ": ONNX's shape inference did not finish in 30 s on this model");
+    case Failure::timedOut: {
+        std::ostringstream limit;
+        limit << shapeInferenceSeconds();
+        throw IoError(path_ + ": ONNX's shape inference did not finish in " + limit.str() +
+                      " s on this model (TESSERA_ONNX_SHAPE_TIMEOUT)");
+    }
     case Failure::crashed:
     case Failure::exited:
         throw IoError(path_ + ": malformed model: ONNX's shape inference crashes on it (" + r.detail +
