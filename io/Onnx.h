@@ -43,6 +43,12 @@ struct OnnxImportOptions {
     /// error naming the node, so that no file keeps it computing for long (2^30 values take
     /// some 15 s on a Zen 5 core; the networks in the test suite need under 2^20).
     int64_t foldLimit = int64_t{1} << 30;
+    /// Sizes for the graph inputs' named free dims (ONNX's dim_param): every dim of that name
+    /// is that size at import, as if the model declared it. A text model exported with a free
+    /// sequence length as well as a free batch (dynamic axes {0: "batch", 1: "seq"}) imports
+    /// with {{"seq", 128}}: its reshapes to heads need every size but the batch's. The graph
+    /// then takes that size only. IoError for a name no input's dim has.
+    std::map<std::string, int64_t> dims;
 };
 
 /// Reads the ONNX model in `path` into a Graph: one input node (an Identity named after the
@@ -59,6 +65,10 @@ std::vector<std::string> onnxInputNames(const std::string& path);
 /// The shapes the model declares for those inputs; a dim without a fixed size (a named or
 /// missing dim, such as a symbolic batch) is -1. Empty when an input declares no shape.
 std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path);
+
+/// The names of those inputs' free dims (dim_param: "batch", "seq"), "" for a dim of a fixed
+/// size or without a name; an input that declares no shape has none.
+std::vector<std::vector<std::string>> onnxInputDimNames(const std::string& path);
 
 struct OnnxExportOptions {
     int64_t opset = 13; ///< the default domain's opset version written (13 to 17)

@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <variant>
@@ -92,8 +93,10 @@ std::shared_ptr<Graph> Importer::run() {
             throw IoError(s);
         }
     }
-    // The shapes of the values, as declared and as ONNX's shape inference finds them:
-    // negative axes resolve by their ranks, shape computations fold by their dims.
+    // The shapes of the values, as declared (with the sizes given for named dims) and as
+    // ONNX's shape inference finds them: negative axes resolve by their ranks, shape
+    // computations fold by their dims.
+    fixNamedDims();
     inferShapes();
     for (const auto* list : {&g.input(), &g.output(), &g.value_info()}) {
         for (const onnx::ValueInfoProto& v : *list) {
@@ -205,6 +208,25 @@ std::shared_ptr<Graph> Importer::run() {
             s +=
                 "\n  (" + std::to_string(dependents) + " node(s) after these take their outputs and were not imported)";
         }
+        // Named free dims past the inputs' first (a sequence length) that were not given sizes.
+        std::set<std::string> batches, free;
+        for (const onnx::ValueInfoProto& v : g.input()) {
+            if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+            const auto& dims = v.type().tensor_type().shape().dim();
+            for (int j = 0; j < dims.size(); ++j) {
+                if (dims[j].has_dim_value() || !dims[j].has_dim_param() || dims[j].dim_param().empty()) continue;
+                (j == 0 ? batches : free).insert(dims[j].dim_param());
+            }
+        }
+        std::string names;
+        for (const std::string& f : free) {
+            if (!batches.count(f)) names += (names.empty() ? "'" : ", '") + f + "'";
+        }
+        if (!names.empty()) {
+            s += "\n  (the inputs' dims " + names +
+                 " have no size in the file: give them, and the graph takes those sizes only: "
+                 "OnnxImportOptions::dims, Python's importOnnx(path, dims={...}), tessera's --input)";
+        }
         throw IoError(s);
     }
     // Inputs an op took as constants are no graph inputs (unless also used as data).
@@ -286,6 +308,40 @@ int64_t Importer::dimOf(const onnx::NodeProto& n, int k, int64_t axis) const {
 int64_t Importer::rankOf(const onnx::NodeProto& n, int k) const {
     auto r = ranks_.find(n.input(k));
     return r == ranks_.end() ? -1 : r->second;
+}
+
+void Importer::fixNamedDims() {
+    if (options_.dims.empty()) return;
+    onnx::GraphProto& g = *model_.mutable_graph();
+    std::set<std::string> declared; // the graph inputs' named dims
+    for (const onnx::ValueInfoProto& v : g.input()) {
+        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+        for (const auto& d : v.type().tensor_type().shape().dim()) {
+            if (!d.has_dim_value() && d.has_dim_param() && !d.dim_param().empty()) declared.insert(d.dim_param());
+        }
+    }
+    for (const auto& [name, size] : options_.dims) {
+        if (!declared.count(name)) {
+            std::string known;
+            for (const std::string& d : declared) known += (known.empty() ? "" : ", ") + d;
+            throw IoError(path_ + ": OnnxImportOptions::dims names '" + name + "', which no input's dim is named (" +
+                          (known.empty() ? std::string("the inputs name no dims") : "they name " + known) + ")");
+        }
+        if (size < 1) {
+            throw IoError(path_ + ": OnnxImportOptions::dims gives '" + name + "' the size " + std::to_string(size) +
+                          " (at least 1)");
+        }
+    }
+    for (auto* list : {g.mutable_input(), g.mutable_output(), g.mutable_value_info()}) {
+        for (onnx::ValueInfoProto& v : *list) {
+            if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+            for (auto& d : *v.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()) {
+                if (d.has_dim_value() || !d.has_dim_param()) continue;
+                const auto it = options_.dims.find(d.dim_param());
+                if (it != options_.dims.end()) d.set_dim_value(it->second); // clears the name
+            }
+        }
+    }
 }
 
 bool Importer::isInput(const NodePtr& n, const std::vector<NodePtr>& inputs) {
@@ -545,6 +601,21 @@ std::vector<std::string> onnxInputNames(const std::string& path) {
     std::vector<std::string> names;
     for (const onnx::ValueInfoProto& v : model.graph().input()) {
         if (!initializers.count(v.name())) names.push_back(v.name());
+    }
+    return names;
+}
+
+std::vector<std::vector<std::string>> onnxInputDimNames(const std::string& path) {
+    const onnx::ModelProto model = readModelWithoutWeights(path);
+    std::unordered_set<std::string> initializers;
+    for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
+    std::vector<std::vector<std::string>> names;
+    for (const onnx::ValueInfoProto& v : model.graph().input()) {
+        if (initializers.count(v.name())) continue;
+        names.emplace_back();
+        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+        for (const auto& d : v.type().tensor_type().shape().dim())
+            names.back().push_back(!d.has_dim_value() && d.has_dim_param() ? d.dim_param() : std::string());
     }
     return names;
 }

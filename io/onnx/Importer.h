@@ -44,9 +44,12 @@ public:
 
     // ONNX's shape inference on the model, run in a child process (io_detail::onnxShapeInference):
     // adds the value_info it finds and refines the outputs'. Throws IoError when inference
-    // crashes or takes over 30 s on the model. Its exceptions are not errors here: the
-    // import then uses the declared shapes.
+    // crashes or takes over TESSERA_ONNX_SHAPE_TIMEOUT (30 s) on the model. Its exceptions are
+    // not errors here: the import then uses the declared shapes.
     void inferShapes();
+    // OnnxImportOptions::dims: every dim so named, in the graph's inputs, outputs and value
+    // infos, given its size. IoError for a name no input declares, or a size below 1.
+    void fixNamedDims();
 
     std::shared_ptr<Graph> run();
 

@@ -75,18 +75,22 @@ void bindIo(py::module_& m) {
         "model's input. Empty Transforms if none.");
     m.def(
         "importOnnx",
-        [](const std::string& path, bool attention, int64_t foldLimit) {
+        [](const std::string& path, bool attention, int64_t foldLimit, const std::map<std::string, int64_t>& dims) {
             py::gil_scoped_release nogil;
             OnnxImportOptions options;
             options.attention = attention;
             options.foldLimit = foldLimit;
+            options.dims = dims;
             return importOnnx(path, options);
         },
         py::arg("path"), py::arg("attention") = true, py::arg("foldLimit") = OnnxImportOptions{}.foldLimit,
+        py::arg("dims") = std::map<std::string, int64_t>{},
         "An ONNX model as a Graph of Tessera modules. attention: attention in the forms exporters write it (MatMul(q, "
         "k^T), scaled, masked, Softmax, MatMul(v)) read back as one ScaledDotProductAttention layer; False: as "
         "separate layers. foldLimit: the most values the import reads and writes computing on constants in all "
-        "(shape computations, masks, tables); a file past it is an error naming the node.");
+        "(shape computations, masks, tables); a file past it is an error naming the node. dims: sizes for the "
+        "inputs' named free dims ({'seq': 128} for a model exported with a free sequence length): each becomes that "
+        "size, and the graph takes that size only.");
     m.def(
         "exportOnnx",
         [](Module& model, const py::handle& input, const std::string& path, int64_t opset,

@@ -178,6 +178,26 @@ def test_import_stops_past_the_fold_limit(tmp_path):
         ts.importOnnx(path, foldLimit=514)
 
 
+def test_import_gives_named_free_dims_their_sizes(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    # ids [batch, seq] -> a token table's rows: the table needs the length, which the file leaves free
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"], name="embed")], "free",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])],
+                          [helper.make_tensor("table", TensorProto.FLOAT, [10, 4], table.flatten())])
+    path = str(tmp_path / "free.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    with pytest.raises(ts.IoError, match=r"the inputs' dims 'seq' have no size in the file"):
+        ts.importOnnx(path)
+    net = ts.importOnnx(path, dims={"seq": 3})
+    ids = np.array([[1, 2, 3], [9, 0, 4]], np.int32)
+    np.testing.assert_array_equal(net(ts.Tensor(ids)).numpy(), table[ids])
+    with pytest.raises(ts.IoError, match=r"names 'length', which no input's dim is named \(they name batch, seq\)"):
+        ts.importOnnx(path, dims={"length": 3})
+
 def test_check_and_summary():
     net = ts.loadZooModel("resnet18")
     r = ts.check(net, input=(1, 3, 224, 224))

@@ -531,6 +531,86 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
     }
 }
 
+TEST(Onnx, NamedFreeDimsTakeTheSizesGiven) {
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
+    }
+    // ids [batch, seq] -> rows of a table [10, 4] -> time-major -> [T, 2B, 2] by its computed
+    // shape (as nn.MultiheadAttention's export splits heads) -> batch-major [2B, T, 2]. A
+    // token table takes ids [N, L] with L known: the file's free length stops the import.
+    const fs::path model = fs::path(::testing::TempDir()) / "free_dims.onnx";
+    const std::string script = R"(
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+         helper.make_node("Transpose", ["e"], ["et"], perm=[1, 0, 2]),
+         helper.make_node("Shape", ["et"], ["s"]),
+         helper.make_node("Gather", ["s", "zero"], ["t"], axis=0),
+         helper.make_node("Gather", ["s", "one"], ["b"], axis=0),
+         helper.make_node("Mul", ["b", "two"], ["b2"]),
+         helper.make_node("Concat", ["t", "b2", "two"], ["to"], axis=0),
+         helper.make_node("Reshape", ["et", "to"], ["r"], name="heads"),
+         helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0, 2])]
+inits = [helper.make_tensor("table", TensorProto.FLOAT, [10, 4], np.arange(40, dtype=np.float32)),
+         helper.make_tensor("zero", TensorProto.INT64, [1], [0]), helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+         helper.make_tensor("two", TensorProto.INT64, [1], [2])]
+g = helper.make_graph(nodes, "free", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+)";
+    const fs::path scriptPath = fs::path(::testing::TempDir()) / "free_dims.py";
+    std::ofstream(scriptPath) << script;
+    ASSERT_EQ(std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "'").c_str()), 0);
+    EXPECT_EQ(onnxInputDimNames(model.string()), (std::vector<std::vector<std::string>>{{"batch", "seq"}}));
+
+    auto failure = [&](const OnnxImportOptions& options) {
+        try {
+            importOnnx(model.string(), options);
+        } catch (const IoError& e) {
+            return std::string(e.what());
+        }
+        return std::string("imported");
+    };
+    // Without the length: the table's ids, and which dims to give.
+    const std::string free = failure({});
+    EXPECT_NE(free.find("'embed' (Gather): ids whose shape the model does not declare as [N, L]"), std::string::npos)
+        << free;
+    EXPECT_NE(free.find("the inputs' dims 'seq' have no size in the file"), std::string::npos) << free;
+    EXPECT_EQ(free.find("'batch'"), std::string::npos) << free; // the batch stays free
+    // With it: the graph takes that length, the batch still free.
+    OnnxImportOptions options;
+    options.dims = {{"seq", 5}};
+    std::shared_ptr<Graph> g = importOnnx(model.string(), options);
+    for (int64_t batch : {3, 1}) {
+        std::vector<int32_t> ids(static_cast<size_t>(batch * 5));
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % 10);
+        const Tensor y = (*g)(Tensor::fromVector({batch, 5}, ids));
+        ASSERT_EQ(y.shape(), (Shape{2 * batch, 5, 2}));
+        const std::vector<float> ys = y.toVector<float>();
+        for (int64_t b2 = 0; b2 < 2 * batch; ++b2) {
+            for (int64_t t = 0; t < 5; ++t) {
+                for (int64_t k = 0; k < 2; ++k) { // r[t, b2, k] is element b2 * 2 + k of et[t] ([B, 4])
+                    const int64_t b = (b2 * 2 + k) / 4, c = (b2 * 2 + k) % 4;
+                    EXPECT_EQ(ys[static_cast<size_t>((b2 * 5 + t) * 2 + k)],
+                              static_cast<float>(ids[static_cast<size_t>(b * 5 + t)] * 4 + c));
+                }
+            }
+        }
+    }
+    EXPECT_THROW(g->dataShapeFrom(Shapes{{3, 6}}), ShapeError); // another length
+    // A name no input has, and a size below 1.
+    options.dims = {{"sq", 5}};
+    const std::string unknown = failure(options);
+    EXPECT_NE(unknown.find("OnnxImportOptions::dims names 'sq', which no input's dim is named (they name batch, seq)"),
+              std::string::npos)
+        << unknown;
+    options.dims = {{"seq", 0}};
+    const std::string zero = failure(options);
+    EXPECT_NE(zero.find("OnnxImportOptions::dims gives 'seq' the size 0 (at least 1)"), std::string::npos) << zero;
+}
+
 // ReduceMax over several axes it cannot take: one IoError naming each node and why (axes
 // with a gap; a run of axes one of whose sizes the file leaves free).
 TEST(Onnx, ReductionsItCannotTakeAreNamed) {

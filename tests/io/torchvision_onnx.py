@@ -19,7 +19,8 @@ GPT in nanoGPT's form (masked_fill of a causal mask buffer, positions by arange,
 exported at opsets 13 and 17, a GPT-2 as Hugging Face writes it (Conv1D's addmm, torch.where of
 a bool mask buffer, a head tied to the token table) at 13 and 17, a LLaMA in small (rotary embeddings from buffers, a triu
 causal mask, RMSNorm, a gated MLP) at opsets 14 and 17, and a BERT encoder as Hugging Face writes it
-(three inputs: ids, an int64 attention mask made additive, token types) at 13 and 17, and a
+(three inputs: ids, an int64 attention mask made additive, token types) at 13 and 17, again
+exported with its length free as well as its batch (imported with the length --input gives), and a
 text classifier over a padded batch (ids and a bool padding mask: nn.TransformerEncoder's
 src_key_padding_mask, masked_fill and torch.where of the mask) and one that makes its mask from
 its ids (ids == 0, ~mask) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
@@ -475,6 +476,14 @@ class MiniBert(torch.nn.Module):
         return x
 
 
+class MiniBertFreeLength(MiniBert):
+    """MiniBert exported with its length free as well as its batch (dynamic axes {0: "batch",
+    1: "seq"} on every input, as Hugging Face's exports write them): its reshapes to heads need
+    the length, so the import is given it (--input's sizes bind the file's named dims)."""
+
+    FREE_DIMS = {1: "seq"}
+
+
 class PaddedText(torch.nn.Module):
     """A text classifier over a padded batch, of two inputs: token ids and a bool padding mask
     (True at padding, the end of the second sequence on). nn.TransformerEncoder with
@@ -763,6 +772,8 @@ NORM_MODELS = {
     "gpt_masked_fill_opset17": (MiniGpt, 17, (2, MiniGpt.LENGTH)),
     "bert_three_inputs_opset13": (MiniBert, 13, (2, MiniBert.LENGTH)),
     "bert_three_inputs_opset17": (MiniBert, 17, (2, MiniBert.LENGTH)),
+    "bert_free_length_opset13": (MiniBertFreeLength, 13, (2, MiniBert.LENGTH)),
+    "bert_free_length_opset17": (MiniBertFreeLength, 17, (2, MiniBert.LENGTH)),
     "padded_text_bool_mask_opset13": (PaddedText, 13, (2, PaddedText.LENGTH)),
     "padded_text_bool_mask_opset17": (PaddedText, 17, (2, PaddedText.LENGTH)),
     "text_mask_from_ids_opset13": (IdsMaskedText, 13, (2, IdsMaskedText.LENGTH)),
@@ -791,14 +802,16 @@ ID_INPUTS = {"gpt_masked_fill_opset13": MiniGpt.VOCAB, "gpt_masked_fill_opset17"
 # learned table of their own). GPT-2's head, tied to its token table (which the export writes
 # as a transposed copy), is tied again by the import: its count is PyTorch's, the table once.
 UNREAD = {name: -(MiniGpt.CONTEXT - MiniGpt.LENGTH) * 32 for name in ID_INPUTS if name.startswith("gpt")}
-UNREAD.update({f"bert_three_inputs_opset{o}": -(MiniBert.CONTEXT - MiniBert.LENGTH) * MiniBert.WIDTH for o in (13, 17)})
+UNREAD.update({f"bert_{m}_opset{o}": -(MiniBert.CONTEXT - MiniBert.LENGTH) * MiniBert.WIDTH
+               for m in ("three_inputs", "free_length") for o in (13, 17)})
 REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_opset17", "convnext_opset13",
            "convnext_opset17", "unet_output_padding_opset13", "unet_output_padding_opset17", "unet_resized_opset13",
            "unet_resized_opset17",
            "audio_lstm_free_batch_opset13", "audio_lstm_free_batch_opset17", "swin_opset13", "swin_opset17",
            "maxvit_opset13", "maxvit_opset17", "gpt_masked_fill_opset13", "gpt_masked_fill_opset17",
            "llama_rotary_opset14", "llama_rotary_opset17", "gpt2_where_opset13", "gpt2_where_opset17",
-           "bert_three_inputs_opset13", "bert_three_inputs_opset17", "padded_text_bool_mask_opset13",
+           "bert_three_inputs_opset13", "bert_three_inputs_opset17", "bert_free_length_opset13",
+           "bert_free_length_opset17", "padded_text_bool_mask_opset13",
            "padded_text_bool_mask_opset17", "text_mask_from_ids_opset13", "text_mask_from_ids_opset17",
            "text_mask_from_lengths_opset13", "text_mask_from_lengths_opset17", "transformer_seq2seq_masks_opset14", "transformer_seq2seq_masks_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
@@ -820,6 +833,7 @@ RTOL = 1e-4
 # relative position bias, a weight of a lower rank than its scores, stays a constant Add).
 FUSED_ATTENTION = {f"{m}_opset{o}": fused for m, fused in (
     ("text_encoder", (2, 0)), ("vit", (2, 0)), ("gpt_masked_fill", (2, 2)), ("bert_three_inputs", (2, 0)),
+    ("bert_free_length", (2, 0)),
     ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)),
     ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0)), ("swin", (4, 0)), ("swin_t", (12, 0)),
     ("diffusion_timesteps", (1, 0)), ("vae_attention_baddbmm", (1, 0)), ("einsum_vit", (1, 0))) for o in (13, 17)}
@@ -863,7 +877,8 @@ def main():
         with torch.no_grad():
             want = model(*xs).numpy()
         path = os.path.join(work, name + ".onnx")
-        axes = {} if sequence else {**{n: {0: "batch"} for n in input_names}, "y": {0: "batch"}}
+        free = getattr(make, "FREE_DIMS", {})  # dims named free besides the batch
+        axes = {} if sequence else {**{n: {0: "batch", **free} for n in input_names}, "y": {0: "batch", **free}}
         torch.onnx.export(model, xs, path, opset_version=opset, input_names=input_names, output_names=["y"],
                           dynamic_axes=axes)
         del model

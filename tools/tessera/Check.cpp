@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "Commands.h"
@@ -143,6 +144,35 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
     return parseInputs(given, batch);
 }
 
+namespace {
+
+// The import of an ONNX file given --input's shapes (loadModel).
+OnnxImportOptions onnxOptionsFor(const std::string& model, const std::vector<std::string>& inputs) {
+    OnnxImportOptions options;
+    if (inputs.empty()) return options;
+    const std::vector<std::vector<std::string>> names = onnxInputDimNames(model);
+    std::set<std::string> batches; // the names of dims 0: free
+    for (const std::vector<std::string>& n : names) {
+        if (!n.empty() && !n[0].empty()) batches.insert(n[0]);
+    }
+    const Shapes shapes = parseInputs(inputs, 0);
+    for (size_t i = 0; i < shapes.size() && i < names.size(); ++i) {
+        for (size_t j = 1; j < names[i].size() && j < shapes[i].rank(); ++j) {
+            const std::string& name = names[i][j];
+            if (name.empty() || batches.count(name)) continue;
+            const int64_t size = shapes[i][j];
+            const auto [at, fresh] = options.dims.emplace(name, size);
+            if (!fresh && at->second != size) {
+                throw UsageError("--input: the model's dim '" + name + "' is " + std::to_string(at->second) +
+                                 " in one input and " + std::to_string(size) + " in another");
+            }
+        }
+    }
+    return options;
+}
+
+} // namespace
+
 bool isZooModel(const std::string& model) {
     for (const ZooEntry& e : zooModels()) {
         if (e.name == model) return true;
@@ -150,8 +180,8 @@ bool isZooModel(const std::string& model) {
     return false;
 }
 
-ModulePtr loadModel(const std::string& model, bool train) {
-    if (isOnnxPath(model)) return importOnnx(model); // weights are the file's
+ModulePtr loadModel(const std::string& model, bool train, const std::vector<std::string>& inputs) {
+    if (isOnnxPath(model)) return importOnnx(model, onnxOptionsFor(model, inputs)); // weights are the file's
     // Weights are not needed to check shapes: no parameter memory at all.
     std::optional<ShapeOnlyBuild> noInit;
     if (!train) noInit.emplace();
@@ -214,7 +244,7 @@ int runCheck(const CheckArgs& a) {
     if (a.model.empty()) throw UsageError("check needs a MODEL (a zoo name or a blueprint file)");
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    ModulePtr net = loadModel(a.model);
+    ModulePtr net = loadModel(a.model, false, a.inputs);
     const auto t1 = Clock::now();
     if (a.printBlueprint) {
         std::printf("%s\n", net->blueprint().toJson().c_str());
@@ -250,7 +280,9 @@ std::function<int()> addCheck(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("check", "Check a model's data and gradient shapes without running it");
     cmd->add_option("model", args->model,
                     "a zoo model name, a blueprint JSON file, an HDF5 model file with a blueprint, or an ONNX file");
-    cmd->add_option("--input", args->inputs, "input shape such as 1x3x224x224; repeat for several inputs");
+    cmd->add_option("--input", args->inputs,
+                    "input shape such as 1x3x224x224; repeat for several inputs (an ONNX file's named free dims "
+                    "past the batch, such as a sequence length, take these sizes)");
     cmd->add_option("--batch", args->batch, "replace the batch dim of every input")->check(positiveInteger());
     cmd->add_flag("--list", args->list, "list the zoo models");
     cmd->add_flag("--print-blueprint", args->printBlueprint, "print the model's blueprint JSON instead of checking");

@@ -66,11 +66,14 @@ DType parsePrecision(const std::string& text, Device device);
 Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch);
 /// parseInputs, with a zoo model's typical input when none is given.
 Shapes inputsFor(const std::string& model, const std::vector<std::string>& inputs, int64_t batch);
-/// A model named on the command line: a zoo name, a blueprint JSON file, or an HDF5 model
-/// file with a blueprint. `train`: weights initialised (from the global generator) and an
-/// HDF5 file's weights loaded; else left uninitialised (shape work). A name that is none
-/// of these is std::invalid_argument; a bad file an IoError naming it.
-ModulePtr loadModel(const std::string& model, bool train = false);
+/// A model named on the command line: a zoo name, a blueprint JSON file, an HDF5 model
+/// file with a blueprint, or an ONNX file. `train`: weights initialised (from the global
+/// generator) and an HDF5 file's weights loaded; else left uninitialised (shape work). A
+/// name that is none of these is std::invalid_argument; a bad file an IoError naming it.
+/// `inputs` (--input's shapes), for an ONNX file: each free dim the file names past an
+/// input's first (a sequence length "seq") takes the size given there; the names of the
+/// inputs' first dims (the batch) stay free. UsageError when one name gets two sizes.
+ModulePtr loadModel(const std::string& model, bool train = false, const std::vector<std::string>& inputs = {});
 /// Whether `model` names a zoo model (rather than a file).
 bool isZooModel(const std::string& model);
 
