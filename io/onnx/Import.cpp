@@ -57,6 +57,26 @@
 
 namespace tessera::onnx_io {
 
+namespace {
+
+// The names of the free dims (dim_param) of `g`'s inputs that are not initializers, per
+// input: "" for a dim of a fixed size or without a name; none for an input without a shape.
+std::vector<std::vector<std::string>> inputDimNames(const onnx::GraphProto& g) {
+    std::unordered_set<std::string> initializers;
+    for (const onnx::TensorProto& t : g.initializer()) initializers.insert(t.name());
+    std::vector<std::vector<std::string>> names;
+    for (const onnx::ValueInfoProto& v : g.input()) {
+        if (initializers.count(v.name())) continue;
+        names.emplace_back();
+        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
+        for (const auto& d : v.type().tensor_type().shape().dim())
+            names.back().push_back(!d.has_dim_value() && d.has_dim_param() ? d.dim_param() : std::string());
+    }
+    return names;
+}
+
+} // namespace
+
 std::shared_ptr<Graph> Importer::run() {
     const onnx::GraphProto& g = model_.graph();
     opset_ = 0;
@@ -210,12 +230,9 @@ std::shared_ptr<Graph> Importer::run() {
         }
         // Named free dims past the inputs' first (a sequence length) that were not given sizes.
         std::set<std::string> batches, free;
-        for (const onnx::ValueInfoProto& v : g.input()) {
-            if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
-            const auto& dims = v.type().tensor_type().shape().dim();
-            for (int j = 0; j < dims.size(); ++j) {
-                if (dims[j].has_dim_value() || !dims[j].has_dim_param() || dims[j].dim_param().empty()) continue;
-                (j == 0 ? batches : free).insert(dims[j].dim_param());
+        for (const std::vector<std::string>& input : inputDimNames(g)) {
+            for (size_t j = 0; j < input.size(); ++j) {
+                if (!input[j].empty()) (j == 0 ? batches : free).insert(input[j]);
             }
         }
         std::string names;
@@ -314,10 +331,9 @@ void Importer::fixNamedDims() {
     if (options_.dims.empty()) return;
     onnx::GraphProto& g = *model_.mutable_graph();
     std::set<std::string> declared; // the graph inputs' named dims
-    for (const onnx::ValueInfoProto& v : g.input()) {
-        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
-        for (const auto& d : v.type().tensor_type().shape().dim()) {
-            if (!d.has_dim_value() && d.has_dim_param() && !d.dim_param().empty()) declared.insert(d.dim_param());
+    for (const std::vector<std::string>& input : inputDimNames(g)) {
+        for (const std::string& name : input) {
+            if (!name.empty()) declared.insert(name);
         }
     }
     for (const auto& [name, size] : options_.dims) {
@@ -606,18 +622,7 @@ std::vector<std::string> onnxInputNames(const std::string& path) {
 }
 
 std::vector<std::vector<std::string>> onnxInputDimNames(const std::string& path) {
-    const onnx::ModelProto model = readModelWithoutWeights(path);
-    std::unordered_set<std::string> initializers;
-    for (const onnx::TensorProto& t : model.graph().initializer()) initializers.insert(t.name());
-    std::vector<std::vector<std::string>> names;
-    for (const onnx::ValueInfoProto& v : model.graph().input()) {
-        if (initializers.count(v.name())) continue;
-        names.emplace_back();
-        if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape()) continue;
-        for (const auto& d : v.type().tensor_type().shape().dim())
-            names.back().push_back(!d.has_dim_value() && d.has_dim_param() ? d.dim_param() : std::string());
-    }
-    return names;
+    return onnx_io::inputDimNames(readModelWithoutWeights(path).graph());
 }
 
 std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path) {
