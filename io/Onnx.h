@@ -66,9 +66,10 @@ std::vector<std::string> onnxInputNames(const std::string& path);
 /// missing dim, such as a symbolic batch) is -1. Empty when an input declares no shape.
 std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path);
 
-/// The names of those inputs' free dims (dim_param: "batch", "seq"), "" for a dim of a fixed
-/// size or without a name; an input that declares no shape has none.
-std::vector<std::vector<std::string>> onnxInputDimNames(const std::string& path);
+/// The sizes inputs of these shapes give the model's named free dims (dim_param) besides the
+/// batch: OnnxImportOptions::dims for them. A dim named as an input's dim 0 is a batch and
+/// stays free; so does every input's dim 0. ShapeError when the inputs give one name two sizes.
+std::map<std::string, int64_t> onnxDimSizes(const std::string& path, const Shapes& inputs);
 
 struct OnnxExportOptions {
     int64_t opset = 13; ///< the default domain's opset version written (13 to 17)

@@ -75,6 +75,23 @@ std::vector<std::vector<std::string>> inputDimNames(const onnx::GraphProto& g) {
     return names;
 }
 
+// inputDimNames less the batch's: "" for every input's dim 0 and for a dim named as some
+// input's dim 0. What is left are the dims a model needs given sizes (OnnxImportOptions::dims):
+// a sequence length; the batch stays free.
+std::vector<std::vector<std::string>> sizedDimNames(const onnx::GraphProto& g) {
+    std::vector<std::vector<std::string>> names = inputDimNames(g);
+    std::set<std::string> batches;
+    for (const std::vector<std::string>& input : names) {
+        if (!input.empty() && !input[0].empty()) batches.insert(input[0]);
+    }
+    for (std::vector<std::string>& input : names) {
+        for (size_t j = 0; j < input.size(); ++j) {
+            if (j == 0 || batches.count(input[j])) input[j].clear();
+        }
+    }
+    return names;
+}
+
 } // namespace
 
 std::shared_ptr<Graph> Importer::run() {
@@ -228,17 +245,15 @@ std::shared_ptr<Graph> Importer::run() {
             s +=
                 "\n  (" + std::to_string(dependents) + " node(s) after these take their outputs and were not imported)";
         }
-        // Named free dims past the inputs' first (a sequence length) that were not given sizes.
-        std::set<std::string> batches, free;
-        for (const std::vector<std::string>& input : inputDimNames(g)) {
-            for (size_t j = 0; j < input.size(); ++j) {
-                if (!input[j].empty()) (j == 0 ? batches : free).insert(input[j]);
+        // Named free dims besides the batch (a sequence length) that were not given sizes.
+        std::set<std::string> free;
+        for (const std::vector<std::string>& input : sizedDimNames(g)) {
+            for (const std::string& name : input) {
+                if (!name.empty() && !options_.dims.count(name)) free.insert(name);
             }
         }
         std::string names;
-        for (const std::string& f : free) {
-            if (!batches.count(f)) names += (names.empty() ? "'" : ", '") + f + "'";
-        }
+        for (const std::string& f : free) names += (names.empty() ? "'" : ", '") + f + "'";
         if (!names.empty()) {
             s += "\n  (the inputs' dims " + names +
                  " have no size in the file: give them, and the graph takes those sizes only: "
@@ -621,8 +636,21 @@ std::vector<std::string> onnxInputNames(const std::string& path) {
     return names;
 }
 
-std::vector<std::vector<std::string>> onnxInputDimNames(const std::string& path) {
-    return onnx_io::inputDimNames(readModelWithoutWeights(path).graph());
+std::map<std::string, int64_t> onnxDimSizes(const std::string& path, const Shapes& inputs) {
+    const std::vector<std::vector<std::string>> names = sizedDimNames(readModelWithoutWeights(path).graph());
+    std::map<std::string, int64_t> sizes;
+    for (size_t i = 0; i < inputs.size() && i < names.size(); ++i) {
+        for (size_t j = 0; j < names[i].size() && j < inputs[i].rank(); ++j) {
+            const std::string& name = names[i][j];
+            if (name.empty()) continue;
+            const auto [at, fresh] = sizes.emplace(name, inputs[i][j]);
+            if (!fresh && at->second != inputs[i][j]) {
+                throw ShapeError(path + ": the inputs " + str(inputs) + " give the model's dim '" + name +
+                                 "' two sizes, " + std::to_string(at->second) + " and " + std::to_string(inputs[i][j]));
+            }
+        }
+    }
+    return sizes;
 }
 
 std::vector<std::vector<int64_t>> onnxInputShapes(const std::string& path) {

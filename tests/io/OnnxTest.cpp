@@ -559,11 +559,33 @@ inits = [helper.make_tensor("table", TensorProto.FLOAT, [10, 4], np.arange(40, d
 g = helper.make_graph(nodes, "free", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+# Two inputs naming a length; the second's first dim "n" and its last "batch" are batches.
+g = helper.make_graph([helper.make_node("Identity", ["a"], ["ya"]), helper.make_node("Identity", ["b"], ["yb"])], "two",
+                      [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq"]),
+                       helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", "seq", "batch"])],
+                      [helper.make_tensor_value_info("ya", TensorProto.FLOAT, None),
+                       helper.make_tensor_value_info("yb", TensorProto.FLOAT, None)])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[2])
 )";
     const fs::path scriptPath = fs::path(::testing::TempDir()) / "free_dims.py";
+    const fs::path two = fs::path(::testing::TempDir()) / "free_dims_two.onnx";
     std::ofstream(scriptPath) << script;
-    ASSERT_EQ(std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "'").c_str()), 0);
-    EXPECT_EQ(onnxInputDimNames(model.string()), (std::vector<std::vector<std::string>>{{"batch", "seq"}}));
+    ASSERT_EQ(
+        std::system(
+            ("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "' '" + two.string() + "'").c_str()),
+        0);
+    // The sizes inputs give the dims besides the batch.
+    using Sizes = std::map<std::string, int64_t>;
+    EXPECT_EQ(onnxDimSizes(model.string(), Shapes{{3, 5}}), (Sizes{{"seq", 5}}));
+    EXPECT_EQ(onnxDimSizes(model.string(), Shapes{}), Sizes{});
+    EXPECT_EQ(onnxDimSizes(two.string(), Shapes{{2, 3}, {2, 3, 4}}), (Sizes{{"seq", 3}}));
+    try {
+        onnxDimSizes(two.string(), Shapes{{2, 3}, {2, 4, 2}});
+        ADD_FAILURE() << "two sizes for 'seq' were taken";
+    } catch (const ShapeError& e) {
+        EXPECT_NE(std::string(e.what()).find("give the model's dim 'seq' two sizes, 3 and 4"), std::string::npos)
+            << e.what();
+    }
 
     auto failure = [&](const OnnxImportOptions& options) {
         try {

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <set>
 #include <sstream>
 
 #include "Commands.h"
@@ -144,34 +143,9 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
     return parseInputs(given, batch);
 }
 
-namespace {
-
-// The import of an ONNX file given --input's shapes (loadModel).
-OnnxImportOptions onnxOptionsFor(const std::string& model, const std::vector<std::string>& inputs) {
-    OnnxImportOptions options;
-    if (inputs.empty()) return options;
-    const std::vector<std::vector<std::string>> names = onnxInputDimNames(model);
-    std::set<std::string> batches; // the names of dims 0: free
-    for (const std::vector<std::string>& n : names) {
-        if (!n.empty() && !n[0].empty()) batches.insert(n[0]);
-    }
-    const Shapes shapes = parseInputs(inputs, 0);
-    for (size_t i = 0; i < shapes.size() && i < names.size(); ++i) {
-        for (size_t j = 1; j < names[i].size() && j < shapes[i].rank(); ++j) {
-            const std::string& name = names[i][j];
-            if (name.empty() || batches.count(name)) continue;
-            const int64_t size = shapes[i][j];
-            const auto [at, fresh] = options.dims.emplace(name, size);
-            if (!fresh && at->second != size) {
-                throw UsageError("--input: the model's dim '" + name + "' is " + std::to_string(at->second) +
-                                 " in one input and " + std::to_string(size) + " in another");
-            }
-        }
-    }
-    return options;
+Shapes givenInputs(const std::vector<std::string>& inputs) {
+    return inputs.empty() ? Shapes{} : parseInputs(inputs, 0);
 }
-
-} // namespace
 
 bool isZooModel(const std::string& model) {
     for (const ZooEntry& e : zooModels()) {
@@ -180,8 +154,16 @@ bool isZooModel(const std::string& model) {
     return false;
 }
 
-ModulePtr loadModel(const std::string& model, bool train, const std::vector<std::string>& inputs) {
-    if (isOnnxPath(model)) return importOnnx(model, onnxOptionsFor(model, inputs)); // weights are the file's
+ModulePtr loadModel(const std::string& model, bool train, const Shapes& inputs) {
+    if (isOnnxPath(model)) { // weights are the file's
+        OnnxImportOptions options;
+        try {
+            options.dims = onnxDimSizes(model, inputs);
+        } catch (const ShapeError& e) {
+            throw UsageError(e.what());
+        }
+        return importOnnx(model, options);
+    }
     // Weights are not needed to check shapes: no parameter memory at all.
     std::optional<ShapeOnlyBuild> noInit;
     if (!train) noInit.emplace();
@@ -244,7 +226,7 @@ int runCheck(const CheckArgs& a) {
     if (a.model.empty()) throw UsageError("check needs a MODEL (a zoo name or a blueprint file)");
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    ModulePtr net = loadModel(a.model, false, a.inputs);
+    ModulePtr net = loadModel(a.model, false, givenInputs(a.inputs));
     const auto t1 = Clock::now();
     if (a.printBlueprint) {
         std::printf("%s\n", net->blueprint().toJson().c_str());

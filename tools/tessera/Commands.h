@@ -70,10 +70,12 @@ Shapes inputsFor(const std::string& model, const std::vector<std::string>& input
 /// file with a blueprint, or an ONNX file. `train`: weights initialised (from the global
 /// generator) and an HDF5 file's weights loaded; else left uninitialised (shape work). A
 /// name that is none of these is std::invalid_argument; a bad file an IoError naming it.
-/// `inputs` (--input's shapes), for an ONNX file: each free dim the file names past an
-/// input's first (a sequence length "seq") takes the size given there; the names of the
-/// inputs' first dims (the batch) stay free. UsageError when one name gets two sizes.
-ModulePtr loadModel(const std::string& model, bool train = false, const std::vector<std::string>& inputs = {});
+/// `inputs` (the shapes given), for an ONNX file: its named free dims besides the batch (a
+/// sequence length "seq") take the sizes given there (onnxDimSizes); UsageError when one
+/// name gets two sizes.
+ModulePtr loadModel(const std::string& model, bool train = false, const Shapes& inputs = {});
+/// parseInputs of --input's shapes as given; none when none is.
+Shapes givenInputs(const std::vector<std::string>& inputs);
 /// Whether `model` names a zoo model (rather than a file).
 bool isZooModel(const std::string& model);
 

@@ -27,7 +27,7 @@ int runConvert(const ConvertArgs& a) {
     }
     if (a.dtype != "fp32" && !toHdf5) throw UsageError("--dtype " + a.dtype + ": only HDF5 files are written in it");
     // With its weights: a zoo model gets fresh (seeded) ones, files keep theirs.
-    ModulePtr net = loadModel(a.in, /*train=*/true, a.inputs);
+    ModulePtr net = loadModel(a.in, /*train=*/true, givenInputs(a.inputs));
     const std::vector<std::string> classes = modelClassNames(a.in); // kept by either format
     const std::string transforms = modelTransforms(a.in);           // the same
     const std::string named = (classes.empty() ? "" : ", " + std::to_string(classes.size()) + " class names") +

@@ -42,7 +42,7 @@ bool rowsOrReport(Module& net, const Shapes& inputs, int depth, std::vector<Summ
 }
 
 int runSummary(const InspectArgs& a) {
-    ModulePtr net = loadModel(a.model, false, a.inputs);
+    ModulePtr net = loadModel(a.model, false, givenInputs(a.inputs));
     const Shapes inputs = inputsFor(a.model, a.inputs, a.batch);
     std::vector<SummaryRow> rows;
     if (!rowsOrReport(*net, inputs, a.depth, rows)) return 1;
@@ -66,7 +66,7 @@ int runSummary(const InspectArgs& a) {
 
 int runDraw(const InspectArgs& a) {
     if (a.output.empty()) throw UsageError("draw needs -o FILE (.dot, .png or .svg)");
-    ModulePtr net = loadModel(a.model, false, a.inputs);
+    ModulePtr net = loadModel(a.model, false, givenInputs(a.inputs));
     std::vector<SummaryRow> rows;
     if (!rowsOrReport(*net, inputsFor(a.model, a.inputs, a.batch), a.depth, rows)) return 1;
     const std::vector<SummaryRow> drawn = groupRows(rows, a.depth);

@@ -82,8 +82,8 @@ int runProfile(const ProfileArgs& a) {
         throw UsageError(std::string("--optimizer: ") + e.what());
     }
     manualSeed(1);
-    ModulePtr net =
-        loadModel(a.model, /*train=*/true, a.inputs); // real weights: uninitialised memory may time differently
+    ModulePtr net = loadModel(a.model, /*train=*/true,
+                              givenInputs(a.inputs)); // real weights: uninitialised memory may time differently
     const Shapes shapes = inputsFor(a.model, a.inputs, a.batch);
     net->calcMode(compute);
     try {

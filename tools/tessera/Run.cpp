@@ -64,9 +64,8 @@ int runRun(const RunArgs& a) {
         }
     }
     const int64_t step = a.batch > 0 && rows > a.batch ? a.batch : rows; // 0: one run on the whole inputs
-    std::vector<std::string> given; // the inputs' shapes: an ONNX file's named dims take their sizes
-    for (const Shape& s : shapes) given.push_back(s.rank() > 0 ? shapeText(s) : "1");
-    ModulePtr net = loadModel(a.model, /*train=*/true, given); // the file's weights; a zoo model's seeded ones
+    // The file's weights, a zoo model's seeded ones; an ONNX file's named dims take the inputs' sizes.
+    ModulePtr net = loadModel(a.model, /*train=*/true, shapes);
     net->evalMode();
     net->calcMode(compute);
     Shapes out;
