@@ -40,6 +40,9 @@ struct RnnParams {
     RnnMode mode = RnnMode::lstm;
     int64_t directions = 1;
     int64_t hidden = 0;
+    /// GRU: n = tanh(W_in x + b_in + r (W_hn h + b_hn)) (PyTorch's, cuDNN's); false:
+    /// n = tanh(W_in x + b_in + W_hn (r h) + b_hn) (ONNX's linear_before_reset 0).
+    bool linearBeforeReset = true;
 };
 
 /// The gates of a recurrent cell: 1, LSTM 4 (i, f, g, o), GRU 3 (r, z, n).

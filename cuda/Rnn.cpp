@@ -79,6 +79,11 @@ struct Plans {
 RnnPlan& planFor(cudnnHandle_t handle, Device device, bool allowTF32, const RnnParams& p, const Shape& x) {
     static Plans cache;
     if (x.rank() != 3) throw ShapeError("CudaBackend::rnn: expects x [T, N, I], got " + x.str());
+    if (p.mode == RnnMode::gru && !p.linearBeforeReset) {
+        throw BackendError("CudaBackend::rnn: a GRU with linearBeforeReset false (the reset applied to h before "
+                           "its product: ONNX's linear_before_reset 0): cuDNN computes only the linear-before-reset "
+                           "GRU; run this layer on the CPU");
+    }
     if (p.directions != 1 && p.directions != 2) throw BackendError("CudaBackend::rnn: directions must be 1 or 2");
     const std::vector<int64_t> key{
         device.index, static_cast<int64_t>(p.mode), p.directions, p.hidden, x[0], x[1], x[2], allowTF32 ? 1 : 0};

@@ -496,12 +496,13 @@ const std::map<std::string, Row>& table() {
                  return std::make_shared<Sum>(a.i("axis"), a.b("useWeights"), a.name());
              }},
             {"RNN",
-             "insize, hsize, layers=1, mode='lstm', bidirectional=False, getSequences=False, batchFirst=False, "
-             "initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None",
+             "insize, hsize, layers=1, mode='lstm', linearBeforeReset=True, bidirectional=False, getSequences=False, "
+             "batchFirst=False, initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None",
              [](const Blueprint&, const Args& a) -> ModulePtr {
                  return std::make_shared<RNN>(a.i("insize"), a.i("hsize"),
                                               RNNOptions{.layers = a.i("layers"),
                                                          .mode = rnnModeFromString(a.s("mode")),
+                                                         .linearBeforeReset = a.b("linearBeforeReset"),
                                                          .bidirectional = a.b("bidirectional"),
                                                          .getSequences = a.b("getSequences"),
                                                          .batchFirst = a.b("batchFirst"),

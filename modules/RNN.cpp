@@ -101,6 +101,9 @@ RNN::RNN(int64_t insize, int64_t hsize, const RNNOptions& options)
         throw ModuleError("RNN: layers must be at most " + std::to_string(kMaxRnnLayers) + ", got " +
                           std::to_string(options.layers));
     }
+    if (!options.linearBeforeReset && options.mode != RnnMode::gru) {
+        throw ModuleError("RNN: linearBeforeReset false is a GRU's option, not " + tessera::str(options.mode) + "'s");
+    }
     if (!(options.dropout >= 0.0f && options.dropout < 1.0f)) {
         throw ModuleError("RNN: dropout must be in [0, 1), got " + std::to_string(options.dropout));
     }
@@ -125,7 +128,7 @@ RNN::RNN(int64_t insize, int64_t hsize, const RNNOptions& options)
     if (options.dropout > 0.0f) gen_.manualSeed(resolveSeed(options.seed));
 }
 
-RnnParams RNN::paramsOf() const { return {options_.mode, directions(), hsize_}; }
+RnnParams RNN::paramsOf() const { return {options_.mode, directions(), hsize_, options_.linearBeforeReset}; }
 
 RnnWeights RNN::weightsOf(int64_t layer) const {
     RnnWeights w;
@@ -435,6 +438,7 @@ Blueprint RNN::blueprint() const {
     bp.scheme.emplace_back("hsize", hsize_);
     bp.scheme.emplace_back("layers", options_.layers);
     bp.scheme.emplace_back("mode", tessera::str(options_.mode));
+    if (!options_.linearBeforeReset) bp.scheme.emplace_back("linearBeforeReset", false);
     bp.scheme.emplace_back("bidirectional", options_.bidirectional);
     bp.scheme.emplace_back("getSequences", options_.getSequences);
     bp.scheme.emplace_back("batchFirst", options_.batchFirst);

@@ -14,6 +14,11 @@ inline constexpr int64_t kMaxRnnLayers = 1024;
 struct RNNOptions {
     int64_t layers = 1; ///< 1 to kMaxRnnLayers
     RnnMode mode = RnnMode::lstm;
+    /// GRU only: true computes n = tanh(W_in x + b_in + r (W_hn h + b_hn)), as PyTorch and
+    /// cuDNN do; false the GRU of the original paper, n = tanh(W_in x + b_in + W_hn (r h) +
+    /// b_hn) (ONNX's linear_before_reset 0, Keras's reset_after=False). false runs on the CPU
+    /// only: cuDNN has no such GRU (a CUDA forward is a BackendError saying so).
+    bool linearBeforeReset = true;
     bool bidirectional = false;
     /// true: y holds every step; false: only the last step's output.
     bool getSequences = false;
@@ -55,7 +60,8 @@ struct RNNOptions {
 /// `bias_hh_l{k}` [G hsize]; in_0 = insize, in_k = D hsize after. PyTorch's `nn.LSTM` /
 /// `nn.GRU` / `nn.RNN` state dicts load into them name for name. Initialised as PyTorch
 /// does: U(-1/sqrt(hsize), 1/sqrt(hsize)). The GRU is the linear-before-reset one
-/// (n = tanh(W_in x + b_in + r (W_hn h + b_hn)), as cuDNN and PyTorch compute it).
+/// (n = tanh(W_in x + b_in + r (W_hn h + b_hn)), as cuDNN and PyTorch compute it) unless
+/// `linearBeforeReset` is false.
 /// With `dropout` p > 0 and more than one layer, a training forward multiplies each layer's
 /// output but the last by a fresh mask (0 with probability p, else 1 / (1 - p), drawn as
 /// Dropout draws them) before the next layer reads it; the mask is kept for backward.
@@ -65,6 +71,7 @@ class RNN : public Module {
 public:
     RNN(int64_t insize, int64_t hsize, const RNNOptions& options = {});
     std::string classname() const override { return "RNN"; }
+    const RNNOptions& options() const { return options_; }
     using Module::dataShapeFrom, Module::gradShapeFrom; // keep the single-shape overloads visible
     Shapes dataShapeFrom(const Shapes& inShapes) const override;
     /// Needs the input shape of the last dataShapeFrom / forward.

@@ -1,8 +1,9 @@
 // Recurrent layers through oneDNN's RNN primitives: vanilla RNN (relu, tanh), LSTM and
-// linear-before-reset GRU, one layer and one or two directions per call (bidirectional
-// layers concatenate their outputs). Tessera keeps the weights in PyTorch's layout
-// ([G H, I] per direction: oneDNN's ldgoi) and gate order; GRU's gates are reordered to
-// oneDNN's (z, r, n) and its biases combined into lbr's four rows. The primitives are
+// GRU (linear-before-reset or not), one layer and one or two directions per call
+// (bidirectional layers concatenate their outputs). Tessera keeps the weights in PyTorch's
+// layout ([G H, I] per direction: oneDNN's ldgoi) and gate order; GRU's gates are reordered
+// to oneDNN's (z, r, n) and its biases combined into lbr's four rows (b_hn on its own, inside
+// the reset) or, without lbr, the plain GRU's three (every gate's two biases summed). The primitives are
 // cached per shape; the weights are reordered into the primitives' formats each call.
 #include <cstring>
 
@@ -39,14 +40,21 @@ struct RnnDescs {
     memory::desc srcLayer, srcIter, srcIterC, wLayer, wIter, bias, dstLayer, dstIter, dstIterC;
 };
 
-RnnDescs userDescs(const RnnDims& d, RnnMode mode) {
+// Whether the cell is the linear-before-reset GRU.
+bool lbr(const RnnParams& p) { return p.mode == RnnMode::gru && p.linearBeforeReset; }
+
+// The bias rows per direction: lbr GRU keeps b_hn apart from b_in (a fourth row).
+int64_t biasRows(const RnnParams& p, const RnnDims& d) { return lbr(p) ? 4 : d.G; }
+
+RnnDescs userDescs(const RnnParams& p, const RnnDims& d) {
+    const RnnMode mode = p.mode;
     RnnDescs u;
     u.srcLayer = f32({d.T, d.N, d.I}, tag::tnc);
     u.srcIter = f32({1, d.D, d.N, d.H}, tag::ldnc);
     u.srcIterC = mode == RnnMode::lstm ? f32({1, d.D, d.N, d.H}, tag::ldnc) : memory::desc();
     u.wLayer = f32({1, d.D, d.I, d.G, d.H}, tag::ldgoi);
     u.wIter = f32({1, d.D, d.H, d.G, d.H}, tag::ldgoi);
-    u.bias = f32({1, d.D, mode == RnnMode::gru ? 4 : d.G, d.H}, tag::ldgo);
+    u.bias = f32({1, d.D, biasRows(p, d), d.H}, tag::ldgo);
     u.dstLayer = f32({d.T, d.N, d.D * d.H}, tag::tnc);
     u.dstIter = u.srcIter;
     u.dstIterC = u.srcIterC;
@@ -54,12 +62,12 @@ RnnDescs userDescs(const RnnDims& d, RnnMode mode) {
 }
 
 std::vector<int64_t> keyOf(const RnnParams& p, const RnnDims& d, bool training) {
-    return {static_cast<int64_t>(p.mode), d.T, d.N, d.I, d.H, d.D, training ? 1 : 0};
+    return {static_cast<int64_t>(p.mode), p.linearBeforeReset ? 1 : 0, d.T, d.N, d.I, d.H, d.D, training ? 1 : 0};
 }
 
 // Weights with "any" format, for the primitives to pick.
-RnnDescs primDescs(const RnnDims& d, RnnMode mode) {
-    RnnDescs u = userDescs(d, mode);
+RnnDescs primDescs(const RnnParams& p, const RnnDims& d) {
+    RnnDescs u = userDescs(p, d);
     u.wLayer = anyOf({1, d.D, d.I, d.G, d.H});
     u.wIter = anyOf({1, d.D, d.H, d.G, d.H});
     return u;
@@ -73,13 +81,30 @@ struct FwdEntry {
     dnnl::primitive_desc pd;
     dnnl::primitive prim;
 };
+using BwdEntry = FwdEntry;
+
+// A GRU's primitives (Fwd, Bwd: gru_ or lbr_gru_forward / _backward), which take the same arguments.
+template <class Fwd> FwdEntry gruForward(dnnl::prop_kind prop, dnnl::rnn_direction dir, const RnnDescs& m) {
+    typename Fwd::desc desc(prop, dir, m.srcLayer, m.srcIter, m.wLayer, m.wIter, m.bias, m.dstLayer, m.dstIter);
+    typename Fwd::primitive_desc pd(desc, engine());
+    return FwdEntry{pd, Fwd(pd)};
+}
+
+template <class Fwd, class Bwd> BwdEntry gruBackward(dnnl::rnn_direction dir, const RnnDescs& m, const FwdEntry& f) {
+    typename Bwd::desc desc(dnnl::prop_kind::backward, dir, m.srcLayer, m.srcIter, m.wLayer, m.wIter, m.bias,
+                            m.dstLayer, m.dstIter, m.srcLayer, m.srcIter, m.wLayer, m.wIter, m.bias, m.dstLayer,
+                            m.dstIter);
+    typename Bwd::primitive_desc pd(desc, engine(),
+                                    typename Fwd::primitive_desc(const_cast<dnnl_primitive_desc_t>(f.pd.get())));
+    return BwdEntry{pd, Bwd(pd)};
+}
 
 const FwdEntry& forwardEntry(const RnnParams& p, const RnnDims& d, bool training) {
     static thread_local PrimitiveCache<FwdEntry> cache;
     return cache.get(keyOf(p, d, training), [&] {
         return checkDnnl("rnn_forward", [&] {
             const auto prop = training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-            const RnnDescs m = primDescs(d, p.mode);
+            const RnnDescs m = primDescs(p, d);
             const auto dir = directionOf(p);
             switch (p.mode) {
             case RnnMode::lstm: {
@@ -88,12 +113,9 @@ const FwdEntry& forwardEntry(const RnnParams& p, const RnnDims& d, bool training
                 dnnl::lstm_forward::primitive_desc pd(desc, engine());
                 return FwdEntry{pd, dnnl::lstm_forward(pd)};
             }
-            case RnnMode::gru: {
-                dnnl::lbr_gru_forward::desc desc(prop, dir, m.srcLayer, m.srcIter, m.wLayer, m.wIter, m.bias,
-                                                 m.dstLayer, m.dstIter);
-                dnnl::lbr_gru_forward::primitive_desc pd(desc, engine());
-                return FwdEntry{pd, dnnl::lbr_gru_forward(pd)};
-            }
+            case RnnMode::gru:
+                return lbr(p) ? gruForward<dnnl::lbr_gru_forward>(prop, dir, m)
+                              : gruForward<dnnl::gru_forward>(prop, dir, m);
             default: {
                 dnnl::vanilla_rnn_forward::desc desc(prop, activationOf(p.mode), dir, m.srcLayer, m.srcIter, m.wLayer,
                                                      m.wIter, m.bias, m.dstLayer, m.dstIter);
@@ -122,7 +144,7 @@ Packed pack(const RnnParams& p, const RnnDims& d, const RnnWeights& w) {
     Packed k;
     k.wLayer.resize(static_cast<size_t>(d.D * d.G * d.H * d.I));
     k.wIter.resize(static_cast<size_t>(d.D * d.G * d.H * d.H));
-    const int64_t rows = p.mode == RnnMode::gru ? 4 : d.G;
+    const int64_t rows = biasRows(p, d);
     k.bias.assign(static_cast<size_t>(d.D * rows * d.H), 0.0f);
     for (int64_t dir = 0; dir < d.D; ++dir) {
         const float* wi = w.wIh.at(static_cast<size_t>(dir)).data<float>();
@@ -136,7 +158,7 @@ Packed pack(const RnnParams& p, const RnnDims& d, const RnnWeights& w) {
             std::memcpy(&k.wIter[static_cast<size_t>(((dir * d.G + to) * d.H) * d.H)], wh + g * d.H * d.H,
                         static_cast<size_t>(d.H * d.H) * sizeof(float));
             float* b = &k.bias[static_cast<size_t>((dir * rows + to) * d.H)];
-            const bool split = p.mode == RnnMode::gru && g == 2; // GRU's n gate: b_in here, b_hn in row 3
+            const bool split = lbr(p) && g == 2; // lbr GRU's n gate: b_in here, b_hn in row 3
             for (int64_t h = 0; h < d.H; ++h) b[h] = bi[g * d.H + h] + (split ? 0.0f : bh[g * d.H + h]);
             if (split) {
                 float* bn = &k.bias[static_cast<size_t>((dir * rows + 3) * d.H)];
@@ -149,7 +171,7 @@ Packed pack(const RnnParams& p, const RnnDims& d, const RnnWeights& w) {
 
 // The packed gradients back in PyTorch's layout: a combined bias gradient goes to both biases.
 void unpack(const RnnParams& p, const RnnDims& d, const Packed& k, const RnnWeights& g) {
-    const int64_t rows = p.mode == RnnMode::gru ? 4 : d.G;
+    const int64_t rows = biasRows(p, d);
     for (int64_t dir = 0; dir < d.D; ++dir) {
         float* wi = g.wIh.at(static_cast<size_t>(dir)).data<float>();
         float* wh = g.wHh.at(static_cast<size_t>(dir)).data<float>();
@@ -162,7 +184,7 @@ void unpack(const RnnParams& p, const RnnDims& d, const Packed& k, const RnnWeig
             std::memcpy(wh + gate * d.H * d.H, &k.wIter[static_cast<size_t>(((dir * d.G + from) * d.H) * d.H)],
                         static_cast<size_t>(d.H * d.H) * sizeof(float));
             const float* b = &k.bias[static_cast<size_t>((dir * rows + from) * d.H)];
-            const bool split = p.mode == RnnMode::gru && gate == 2;
+            const bool split = lbr(p) && gate == 2;
             const float* bn = split ? &k.bias[static_cast<size_t>((dir * rows + 3) * d.H)] : b;
             for (int64_t h = 0; h < d.H; ++h) {
                 bi[gate * d.H + h] = b[h];
@@ -225,7 +247,7 @@ void CpuBackend::rnnForward(const RnnParams& p, const RnnWeights& w, const Tenso
     const RnnDims d = dimsOf(p, x.shape());
     checkDims(p, d, w);
     const FwdEntry& e = forwardEntry(p, d, training);
-    const RnnDescs u = userDescs(d, p.mode);
+    const RnnDescs u = userDescs(p, d);
     Packed k = pack(p, d, w);
     checkDnnl("rnn_forward::execute", [&] {
         std::unordered_map<int, memory> args = forwardArgs(p, e.pd, u, k, x, h0, c0, y, hN, cN);
@@ -253,15 +275,11 @@ void CpuBackend::rnnBackward(const RnnParams& p, const RnnWeights& w, const Tens
     const RnnDims d = dimsOf(p, x.shape());
     checkDims(p, d, w);
     checkDims(p, d, g);
-    struct BwdEntry {
-        dnnl::primitive_desc pd;
-        dnnl::primitive prim;
-    };
     static thread_local PrimitiveCache<BwdEntry> cache;
     const BwdEntry& e = cache.get(keyOf(p, d, true), [&] {
         const FwdEntry& f = forwardEntry(p, d, true);
         return checkDnnl("rnn_backward", [&] {
-            const RnnDescs m = primDescs(d, p.mode);
+            const RnnDescs m = primDescs(p, d);
             const auto dir = directionOf(p);
             const auto bwd = dnnl::prop_kind::backward;
             switch (p.mode) {
@@ -273,15 +291,9 @@ void CpuBackend::rnnBackward(const RnnParams& p, const RnnWeights& w, const Tens
                     desc, engine(), dnnl::lstm_forward::primitive_desc(const_cast<dnnl_primitive_desc_t>(f.pd.get())));
                 return BwdEntry{pd, dnnl::lstm_backward(pd)};
             }
-            case RnnMode::gru: {
-                dnnl::lbr_gru_backward::desc desc(bwd, dir, m.srcLayer, m.srcIter, m.wLayer, m.wIter, m.bias,
-                                                  m.dstLayer, m.dstIter, m.srcLayer, m.srcIter, m.wLayer, m.wIter,
-                                                  m.bias, m.dstLayer, m.dstIter);
-                dnnl::lbr_gru_backward::primitive_desc pd(
-                    desc, engine(),
-                    dnnl::lbr_gru_forward::primitive_desc(const_cast<dnnl_primitive_desc_t>(f.pd.get())));
-                return BwdEntry{pd, dnnl::lbr_gru_backward(pd)};
-            }
+            case RnnMode::gru:
+                return lbr(p) ? gruBackward<dnnl::lbr_gru_forward, dnnl::lbr_gru_backward>(dir, m, f)
+                              : gruBackward<dnnl::gru_forward, dnnl::gru_backward>(dir, m, f);
             default: {
                 dnnl::vanilla_rnn_backward::desc desc(bwd, activationOf(p.mode), dir, m.srcLayer, m.srcIter, m.wLayer,
                                                       m.wIter, m.bias, m.dstLayer, m.dstIter, m.srcLayer, m.srcIter,
@@ -294,7 +306,7 @@ void CpuBackend::rnnBackward(const RnnParams& p, const RnnWeights& w, const Tens
             }
         });
     });
-    const RnnDescs u = userDescs(d, p.mode);
+    const RnnDescs u = userDescs(p, d);
     Packed k = pack(p, d, w);
     Packed dk{std::vector<float>(k.wLayer.size(), 0.0f), std::vector<float>(k.wIter.size(), 0.0f),
               std::vector<float>(k.bias.size(), 0.0f)};

@@ -108,6 +108,7 @@ void Exporter::emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::strin
     const RnnMode mode = rnnModeFromString(schemeString(bp, "mode"));
     const bool bi = schemeBool(bp, "bidirectional"), batchFirst = schemeBool(bp, "batchFirst");
     const bool sequences = schemeBool(bp, "getSequences");
+    const bool linearBeforeReset = !schemeValue(bp, "linearBeforeReset") || schemeBool(bp, "linearBeforeReset");
     const int64_t H = schemeInt(bp, "hsize", 1), layers = schemeInt(bp, "layers", 1), D = bi ? 2 : 1;
     const int64_t G = rnnGates(mode);
     const std::vector<int64_t> order = onnxGateOrder(mode);
@@ -178,7 +179,7 @@ void Exporter::emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::strin
         }
         attr(n, "hidden_size", H);
         attr(n, "direction", std::string(bi ? "bidirectional" : "forward"));
-        if (mode == RnnMode::gru) attr(n, "linear_before_reset", int64_t{1});
+        if (mode == RnnMode::gru) attr(n, "linear_before_reset", int64_t{linearBeforeReset ? 1 : 0});
         if (mode == RnnMode::relu || mode == RnnMode::tanh) {
             attr(n, "activations",
                  std::vector<std::string>(static_cast<size_t>(D), mode == RnnMode::relu ? "Relu" : "Tanh"));

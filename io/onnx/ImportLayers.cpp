@@ -54,7 +54,7 @@
 
 namespace tessera::onnx_io {
 
-// LSTM, GRU (linear before reset) and RNN (relu or tanh), forward or bidirectional,
+// LSTM, GRU (linear before reset or not) and RNN (relu or tanh), forward or bidirectional,
 // either layout: one Tessera RNN layer (weights back in PyTorch's gate order) that
 // returns every step, reshaped (and for layout 0 transposed) to ONNX's Y [T, D, N, H]
 // or [N, T, D, H]. Initial states and sequence_lens given as data are its extra inputs,
@@ -88,9 +88,9 @@ void Importer::importRnn(const onnx::NodeProto& n, const Attributes& a) {
     } else if (!acts.empty()) {
         throw Unsupported{"activations other than the defaults are not supported"};
     }
-    if (op == "GRU" && a.i("linear_before_reset", 0) != 1)
-        throw Unsupported{"linear_before_reset 0 (Tessera's GRU applies the reset after the linear map, as "
-                          "cuDNN and PyTorch do)"};
+    const int64_t linearBeforeReset = a.i("linear_before_reset", 0);
+    if (linearBeforeReset != 0 && linearBeforeReset != 1)
+        throw Unsupported{"linear_before_reset " + std::to_string(linearBeforeReset) + " (0 and 1 are)"};
     auto given = [&](int k) { return n.input_size() > k && !n.input(k).empty(); };
     if (given(7)) throw Unsupported{"peepholes are not supported"};
     if (given(4) && isConstant(n.input(4))) throw Unsupported{"a constant sequence_lens (data is supported)"};
@@ -127,6 +127,7 @@ void Importer::importRnn(const onnx::NodeProto& n, const Attributes& a) {
     auto rnn = std::make_shared<RNN>(I, H,
                                      RNNOptions{.layers = 1,
                                                 .mode = mode,
+                                                .linearBeforeReset = op != "GRU" || linearBeforeReset == 1,
                                                 .bidirectional = bi,
                                                 .getSequences = true,
                                                 .batchFirst = batchFirst,

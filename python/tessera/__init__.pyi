@@ -1456,7 +1456,7 @@ class RMSNorm(Module):
 
 class RNN(Module):
     """
-    RNN(insize, hsize, layers=1, mode='lstm', bidirectional=False, getSequences=False, batchFirst=False, initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None)
+    RNN(insize, hsize, layers=1, mode='lstm', linearBeforeReset=True, bidirectional=False, getSequences=False, batchFirst=False, initialStates=False, finalStates=False, lengths=False, dropout=0.0, name=None)
 
     Tessera's RNN (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
@@ -1465,6 +1465,7 @@ class RNN(Module):
         hsize: hidden state features
         layers: stacked recurrent layers
         mode: 'relu', 'tanh', 'lstm' or 'gru'
+        linearBeforeReset: GRU: the reset gate scales W_hn h + b_hn (PyTorch's); False: it scales h first (CPU only)
         bidirectional: a backward pass too, its features concatenated
         getSequences: output every step (else the last)
         batchFirst: [N, T, ...] instead of [T, N, ...]
@@ -1474,7 +1475,7 @@ class RNN(Module):
         dropout: the probability of dropping (attention weights, or between recurrent layers)
         name: the layer's name (in graphs, errors, summaries and parameter paths); None: unnamed
     """
-    def __init__(self, insize: Any, hsize: Any, layers: int = ..., mode: str = ..., bidirectional: bool = ..., getSequences: bool = ..., batchFirst: bool = ..., initialStates: bool = ..., finalStates: bool = ..., lengths: bool = ..., dropout: float = ..., name: str | None = ...) -> None: ...
+    def __init__(self, insize: Any, hsize: Any, layers: int = ..., mode: str = ..., linearBeforeReset: bool = ..., bidirectional: bool = ..., getSequences: bool = ..., batchFirst: bool = ..., initialStates: bool = ..., finalStates: bool = ..., lengths: bool = ..., dropout: float = ..., name: str | None = ...) -> None: ...
 
 class ReduceMean(Module):
     """

@@ -96,6 +96,7 @@ ARGUMENTS = {
     "keyPaddingMask": "a key-padding mask [N, S] is one more input",
     "attnMask": "an attention mask [L, S] or [N * numHeads, L, S] is one more input",
     "layers": "stacked recurrent layers",
+    "linearBeforeReset": "GRU: the reset gate scales W_hn h + b_hn (PyTorch's); False: it scales h first (CPU only)",
     "bidirectional": "a backward pass too, its features concatenated",
     "getSequences": "output every step (else the last)",
     "initialStates": "initial states are extra inputs",

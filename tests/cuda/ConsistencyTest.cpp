@@ -1320,6 +1320,23 @@ TEST(CudaConsistency, RnnWithLengths) {
     }
 }
 
+// A GRU that applies the reset before its product has no cuDNN form: a CUDA forward says so.
+TEST(CudaConsistency, GruWithResetBeforeProductIsRefusedOnCuda) {
+    REQUIRE_DEVICE();
+    if (selfCheck()) GTEST_SKIP() << "the CPU runs this GRU (RNN.ReferenceEveryModeDirectionAndLayers)";
+    RNN gru(3, 5, {.mode = RnnMode::gru, .linearBeforeReset = false});
+    gru.to(testDevice());
+    try {
+        gru(randomTensor({6, 4, 3}, 1).to(testDevice()));
+        ADD_FAILURE() << "a CUDA forward ran";
+    } catch (const BackendError& e) {
+        EXPECT_NE(std::string(e.what()).find("cuDNN computes only the linear-before-reset GRU; run this layer on "
+                                             "the CPU"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 // CTC on both devices: the error, the gradient (zero past each input), and the same
 // clear error for a target longer than its input.
 TEST(CudaConsistency, CTC) {

@@ -1336,12 +1336,19 @@ TEST(Onnx, RecurrentStatesRoundTrip) {
           .finalStates = true},
          2},
         {{.mode = RnnMode::gru, .batchFirst = true, .initialStates = true, .finalStates = true}, 1},
+        {{.layers = 2,
+          .mode = RnnMode::gru,
+          .linearBeforeReset = false,
+          .bidirectional = true,
+          .getSequences = true,
+          .finalStates = true},
+         2},
         {{.layers = 3, .mode = RnnMode::tanh, .getSequences = true, .finalStates = true}, 3},
     };
     const bool checker = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
     for (const RnnCase& c : cases) {
         const bool lstm = c.options.mode == RnnMode::lstm, bi = c.options.bidirectional;
-        SCOPED_TRACE(str(c.options.mode));
+        SCOPED_TRACE(str(c.options.mode) + (c.options.linearBeforeReset ? "" : " reset before"));
         manualSeed(2);
         const int64_t T = 5, N = 3, I = 4, H = 6, S = c.layers * (bi ? 2 : 1);
         std::vector<NodePtr> ins{node(std::make_shared<Identity>(), {}, "x")};

@@ -83,12 +83,16 @@ Ref reference(RNN& rnn, RnnMode mode, int64_t layers, bool bi, int64_t H, const 
                             c[j] = sigmoid(f[j]) * c[j] + sigmoid(i[j]) * std::tanh(g[j]);
                             next[j] = sigmoid(o[j]) * std::tanh(c[j]);
                         }
-                    } else { // GRU: n = tanh(W_n x + b_in + r (R_n h + b_hn))
+                    } else { // GRU: n = tanh(W_n x + b_in + r (R_n h + b_hn)), or tanh(W_n x + b_in + R_n (r h) + b_hn)
+                        const bool lbr = rnn.options().linearBeforeReset;
                         const auto r = gate(0, true), z = gate(1, true), nx = gate(2, false);
-                        const auto nh = matVec(wh, H, 2 * H, H, h.data());
+                        std::vector<float> rh(static_cast<size_t>(H));
+                        for (int64_t j = 0; j < H; ++j) rh[j] = sigmoid(r[j]) * h[j];
+                        const auto nh = matVec(wh, H, 2 * H, H, lbr ? h.data() : rh.data());
                         for (int64_t j = 0; j < H; ++j) {
+                            const float bhn = bh[static_cast<size_t>(2 * H + j)];
                             const float nn =
-                                std::tanh(nx[j] + sigmoid(r[j]) * (nh[j] + bh[static_cast<size_t>(2 * H + j)]));
+                                lbr ? std::tanh(nx[j] + sigmoid(r[j]) * (nh[j] + bhn)) : std::tanh(nx[j] + nh[j] + bhn);
                             next[j] = (1 - sigmoid(z[j])) * nn + sigmoid(z[j]) * h[j];
                         }
                     }
@@ -121,19 +125,28 @@ struct Case {
     RnnMode mode;
     bool bi;
     int64_t layers;
+    bool lbr = true; // GRU: linearBeforeReset
 };
 
-const Case kCases[] = {{RnnMode::lstm, false, 2}, {RnnMode::lstm, true, 2}, {RnnMode::gru, false, 2},
-                       {RnnMode::gru, true, 2},   {RnnMode::tanh, true, 1}, {RnnMode::relu, false, 2}};
+const Case kCases[] = {{RnnMode::lstm, false, 2}, {RnnMode::lstm, true, 2},        {RnnMode::gru, false, 2},
+                       {RnnMode::gru, true, 2},   {RnnMode::gru, false, 2, false}, {RnnMode::gru, true, 1, false},
+                       {RnnMode::tanh, true, 1},  {RnnMode::relu, false, 2}};
 
-std::string nameOf(const Case& c) { return str(c.mode) + (c.bi ? " bi" : " uni") + " x" + std::to_string(c.layers); }
+std::string nameOf(const Case& c) {
+    return str(c.mode) + (c.lbr ? "" : " reset before") + (c.bi ? " bi" : " uni") + " x" + std::to_string(c.layers);
+}
 
 TEST(RNN, ReferenceEveryModeDirectionAndLayers) {
     const int64_t T = 4, N = 3, I = 5, H = 6;
     for (const Case& c : kCases) {
         SCOPED_TRACE(nameOf(c));
         manualSeed(11);
-        RNN seq(I, H, {.layers = c.layers, .mode = c.mode, .bidirectional = c.bi, .getSequences = true});
+        RNN seq(I, H,
+                {.layers = c.layers,
+                 .mode = c.mode,
+                 .linearBeforeReset = c.lbr,
+                 .bidirectional = c.bi,
+                 .getSequences = true});
         const Tensor x = randomTensor({T, N, I}, 3);
         const std::vector<float> want = reference(seq, c.mode, c.layers, c.bi, H, x).y;
         const Tensor y = seq(x);
@@ -141,7 +154,12 @@ TEST(RNN, ReferenceEveryModeDirectionAndLayers) {
         EXPECT_TRUE(allClose(y, want, 1e-5f));
         // The last step only, and batch-first data: the same numbers.
         manualSeed(11);
-        RNN last(I, H, {.layers = c.layers, .mode = c.mode, .bidirectional = c.bi, .batchFirst = true});
+        RNN last(I, H,
+                 {.layers = c.layers,
+                  .mode = c.mode,
+                  .linearBeforeReset = c.lbr,
+                  .bidirectional = c.bi,
+                  .batchFirst = true});
         const Tensor xb = Tensor::empty({N, T, I});
         backendOf(xb).permute(x, {1, 0, 2}, xb);
         const Tensor yl = last(xb);
@@ -159,11 +177,21 @@ TEST(RNN, GradientsOfInputAndEveryWeight) {
         // clear of 0 by more than the step (seed 3 of 1 to 6 puts one within it).
         const bool relu = c.mode == RnnMode::relu;
         manualSeed(relu ? 1 : 5);
-        RNN rnn(3, 4, {.layers = c.layers, .mode = c.mode, .bidirectional = c.bi, .getSequences = true});
+        RNN rnn(3, 4,
+                {.layers = c.layers,
+                 .mode = c.mode,
+                 .linearBeforeReset = c.lbr,
+                 .bidirectional = c.bi,
+                 .getSequences = true});
         GradCheckOptions o;
         if (relu) o.eps = 1e-3f;
         EXPECT_TRUE(checkGradients(rnn, {randomTensor({3, 2, 3}, relu ? 11 : 7)}, o));
-        RNN last(3, 4, {.layers = c.layers, .mode = c.mode, .bidirectional = c.bi, .batchFirst = true});
+        RNN last(3, 4,
+                 {.layers = c.layers,
+                  .mode = c.mode,
+                  .linearBeforeReset = c.lbr,
+                  .bidirectional = c.bi,
+                  .batchFirst = true});
         EXPECT_TRUE(checkGradients(last, {randomTensor({2, 3, 3}, 8)}, o));
     }
 }
@@ -181,6 +209,7 @@ TEST(RNN, StatesAndLengthsMatchReference) {
         RNN rnn(I, H,
                 {.layers = c.layers,
                  .mode = c.mode,
+                 .linearBeforeReset = c.lbr,
                  .bidirectional = c.bi,
                  .getSequences = true,
                  .initialStates = true,
@@ -204,7 +233,12 @@ TEST(RNN, StatesAndLengthsMatchReference) {
         // The last-step output is each sequence's own last step.
         manualSeed(3);
         RNN last(I, H,
-                 {.layers = c.layers, .mode = c.mode, .bidirectional = c.bi, .initialStates = true, .lengths = true});
+                 {.layers = c.layers,
+                  .mode = c.mode,
+                  .linearBeforeReset = c.lbr,
+                  .bidirectional = c.bi,
+                  .initialStates = true,
+                  .lengths = true});
         const Tensor yl = last(in)[0];
         std::vector<float> wantLast;
         for (int64_t n = 0; n < N; ++n) {
@@ -226,6 +260,7 @@ TEST(RNN, GradientsWithStatesAndLengths) {
         RNN rnn(3, 4,
                 {.layers = c.layers,
                  .mode = c.mode,
+                 .linearBeforeReset = c.lbr,
                  .bidirectional = c.bi,
                  .getSequences = !relu,
                  .batchFirst = relu,
@@ -447,6 +482,8 @@ TEST(RNN, ShapesAndBadInput) {
     EXPECT_EQ(fin.outputCount(), 3u);
     EXPECT_EQ(fin.dataShapeFrom(Shapes{{9, 4, 5}}), (Shapes{{4, 14}, {6, 4, 7}, {6, 4, 7}}));
     EXPECT_THROW(rnnModeFromString("lstm2"), ModuleError);
+    EXPECT_TRUE(testing::throwsModuleError([] { RNN(3, 4, {.mode = RnnMode::lstm, .linearBeforeReset = false}); },
+                                           {"RNN: linearBeforeReset false is a GRU's option, not lstm's"}));
     RNN evalOnly(5, 7);
     evalOnly.evalMode();
     evalOnly(randomTensor({3, 2, 5}, 1));
@@ -466,23 +503,34 @@ TEST(RNN, DropoutBetweenLayersIsLayersAroundDropout) {
     struct DropoutCase {
         RnnMode mode;
         bool bi;
+        bool lbr = true;
     };
-    for (const DropoutCase& c : {DropoutCase{RnnMode::lstm, true}, DropoutCase{RnnMode::gru, false}}) {
-        SCOPED_TRACE(str(c.mode));
+    for (const DropoutCase& c :
+         {DropoutCase{RnnMode::lstm, true}, DropoutCase{RnnMode::gru, false}, DropoutCase{RnnMode::gru, true, false}}) {
+        SCOPED_TRACE(str(c.mode) + (c.lbr ? "" : " reset before"));
         const int64_t I = 3, H = 4, D = c.bi ? 2 : 1, T = 5, N = 3;
         const float p = 0.4f;
         manualSeed(6);
         RNN two(I, H,
-                {.layers = 2, .mode = c.mode, .bidirectional = c.bi, .getSequences = true, .dropout = p, .seed = 77});
+                {.layers = 2,
+                 .mode = c.mode,
+                 .linearBeforeReset = c.lbr,
+                 .bidirectional = c.bi,
+                 .getSequences = true,
+                 .dropout = p,
+                 .seed = 77});
         manualSeed(6);
-        RNN plain(I, H, {.layers = 2, .mode = c.mode, .bidirectional = c.bi, .getSequences = true});
+        RNN plain(
+            I, H,
+            {.layers = 2, .mode = c.mode, .linearBeforeReset = c.lbr, .bidirectional = c.bi, .getSequences = true});
         for (const auto& [name, var] : plain.namedParams()) { // a seeded build's weights do not depend on dropout
             EXPECT_TRUE(allClose(two.getVar(name)->data, var->data.toVector<float>(), 0.0f)) << name;
         }
-        auto first =
-            std::make_shared<RNN>(I, H, RNNOptions{.mode = c.mode, .bidirectional = c.bi, .getSequences = true});
-        auto second =
-            std::make_shared<RNN>(D * H, H, RNNOptions{.mode = c.mode, .bidirectional = c.bi, .getSequences = true});
+        auto first = std::make_shared<RNN>(
+            I, H, RNNOptions{.mode = c.mode, .linearBeforeReset = c.lbr, .bidirectional = c.bi, .getSequences = true});
+        auto second = std::make_shared<RNN>(
+            D * H, H,
+            RNNOptions{.mode = c.mode, .linearBeforeReset = c.lbr, .bidirectional = c.bi, .getSequences = true});
         for (const auto& [name, var] : first->namedParams()) {
             var->data.copyFrom(two.getVar(name)->data);
             const std::string upper = std::string(name).replace(name.find("_l0"), 3, "_l1");
@@ -549,6 +597,16 @@ TEST(RNN, BlueprintRoundTrip) {
     EXPECT_EQ(back->blueprint().toJson(), rnn.blueprint().toJson());
     EXPECT_NE(rnn.blueprint().toJson().find("\"lengths\": true"), std::string::npos);
     EXPECT_NE(rnn.blueprint().toJson().find("\"mode\": \"tanh\""), std::string::npos);
+    EXPECT_EQ(rnn.blueprint().toJson().find("linearBeforeReset"), std::string::npos); // the default is not written
+    // A GRU with the reset before its product keeps that, and its numbers, through the blueprint.
+    manualSeed(4);
+    RNN gru(3, 4, {.mode = RnnMode::gru, .linearBeforeReset = false, .getSequences = true});
+    manualSeed(4); // the same weights
+    ModulePtr built = buildModule(gru.blueprint());
+    EXPECT_NE(gru.blueprint().toJson().find("\"linearBeforeReset\": false"), std::string::npos);
+    EXPECT_FALSE(std::static_pointer_cast<RNN>(built)->options().linearBeforeReset);
+    const Tensor x = randomTensor({5, 2, 3}, 9);
+    EXPECT_TRUE(allClose((*built)(x), gru(x).toVector<float>(), 0.0f));
 }
 
 } // namespace
