@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tessera eval on a model tessera train saved: the accuracy is the one train reported for
 # the same images, the confusion matrix adds up to it, bfloat16 lands close, and the
-# training split can be evaluated too.
+# training split can be evaluated too; an ONNX export with its image size left free keeps the
+# images' size.
 #   eval.sh TESSERA WORKDIR
 set -euo pipefail
 tessera=$1 work=$2
@@ -74,4 +75,23 @@ assert abs(float(m.group(3)) - 100 * top5 / 250) < 0.006, (m.group(3), top5)
 assert abs(float(m.group(4)) - ce) < 2e-4, (m.group(4), ce)
 print("eval matches NumPy on tessera run's scores: %d hits, %d in the top 5, cross-entropy %.4f" % (hits, top5, ce))
 PY
+# The model as ONNX with its image size left free (dynamic axes 2 and 3): eval keeps the
+# images' own size (nothing to resize to) and gets the same hits; check asks for --input.
+"$tessera" convert eval_lenet.h5 eval_lenet.onnx
+/usr/bin/python3 -c '
+import onnx
+m = onnx.load("eval_lenet.onnx")
+dims = m.graph.input[0].type.tensor_type.shape.dim
+dims[2].dim_param, dims[3].dim_param = "height", "width"
+onnx.save(m, "eval_lenet_free.onnx")'
+out=$("$tessera" eval eval_lenet_free.onnx --limit 2000)
+echo "$out"
+grep -q "2000 test images of \[1, 28, 28\], 10 classes; no transforms" <<< "$out" ||
+  { echo "FAIL: the free-size model's images were transformed"; exit 1; }
+grep -q "^accuracy $accuracy% ($correct of 2000)" <<< "$out" ||
+  { echo "FAIL: the free-size ONNX model does not score as the HDF5 file ($accuracy%, $correct hits)"; exit 1; }
+if out=$("$tessera" check eval_lenet_free.onnx 2>&1); then echo "FAIL: check took free sizes as 1"; exit 1; fi
+echo "$out"
+grep -q "leaves sizes of its inputs free besides the batch (\[?, 1, ?, ?\]): give each input's whole shape with --input" \
+  <<< "$out" || { echo "FAIL: check without --input of a free-size model"; exit 1; }
 echo "eval: all checks passed"

@@ -123,21 +123,39 @@ Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch) {
     return shapes;
 }
 
+std::vector<std::vector<int64_t>> declaredInputs(const std::string& model) {
+    std::vector<std::vector<int64_t>> shapes;
+    auto add = [&](const Shape& s) { shapes.emplace_back(s.dims().begin(), s.dims().end()); };
+    for (const ZooEntry& e : zooModels()) {
+        if (e.name == model) add(parseShape(e.input));
+    }
+    if (shapes.empty() && !isOnnxPath(model) && isHdf5File(model)) { // the shapes a model file was saved for
+        for (const Shape& in : readInputShapes(model)) add(in);
+    }
+    if (shapes.empty() && isOnnxPath(model)) shapes = onnxInputShapes(model);
+    return shapes;
+}
+
 Shapes inputsFor(const std::string& model, const std::vector<std::string>& inputs, int64_t batch) {
     std::vector<std::string> given = inputs;
     if (given.empty()) {
-        for (const ZooEntry& e : zooModels()) {
-            if (e.name == model) given.push_back(e.input);
-        }
-    }
-    if (given.empty() && !isOnnxPath(model) && isHdf5File(model)) { // the shapes a model file was saved for
-        for (const Shape& in : readInputShapes(model)) given.push_back(shapeText(in));
-    }
-    if (given.empty() && isOnnxPath(model)) { // the shapes the ONNX model declares; a free dim is 1
-        for (std::vector<int64_t> dims : onnxInputShapes(model)) {
-            std::string s;
-            for (int64_t& d : dims) s += (s.empty() ? "" : "x") + std::to_string(d < 0 ? 1 : d);
+        bool free = false; // a size left free past the batch
+        std::string declared, example;
+        for (const std::vector<int64_t>& dims : declaredInputs(model)) {
+            std::string s, shown, filled;
+            for (size_t j = 0; j < dims.size(); ++j) {
+                free = free || (j > 0 && dims[j] < 0);
+                s += (j ? "x" : "") + std::to_string(dims[j] < 0 ? 1 : dims[j]); // a free batch is 1
+                shown += (j ? ", " : "") + (dims[j] < 0 ? std::string("?") : std::to_string(dims[j]));
+                filled += (j ? "x" : "") + std::to_string(dims[j] >= 0 ? dims[j] : j ? 224 : 1);
+            }
             given.push_back(s);
+            declared += (declared.empty() ? "[" : ", [") + shown + "]";
+            example += " --input " + filled;
+        }
+        if (free) {
+            throw UsageError(model + " leaves sizes of its inputs free besides the batch (" + declared +
+                             "): give each input's whole shape with --input (for example" + example + ")");
         }
     }
     return parseInputs(given, batch);

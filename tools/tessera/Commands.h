@@ -64,7 +64,12 @@ DType parsePrecision(const std::string& text, Device device);
 /// The --input shapes ("1x3x224x224" each), with the batch dim replaced when batch > 0.
 /// std::invalid_argument when there are none or one does not parse.
 Shapes parseInputs(const std::vector<std::string>& inputs, int64_t batch);
-/// parseInputs, with a zoo model's typical input when none is given.
+/// The input shapes a model takes, as far as it says: a zoo model's typical input, the
+/// shapes an HDF5 file was saved for, the shapes an ONNX file declares (-1 for a free dim);
+/// none when unknown.
+std::vector<std::vector<int64_t>> declaredInputs(const std::string& model);
+/// parseInputs, with the declared inputs when none is given (a free batch dim is 1);
+/// UsageError asking for --input when a declared input leaves another dim free.
 Shapes inputsFor(const std::string& model, const std::vector<std::string>& inputs, int64_t batch);
 /// A model named on the command line: a zoo name, a blueprint JSON file, an HDF5 model
 /// file with a blueprint, or an ONNX file. `train`: weights initialised (from the global

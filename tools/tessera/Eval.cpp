@@ -73,16 +73,15 @@ int runEval(const EvalArgs& a) {
     net->calcMode(compute);
     // What the model file says of its input: the channels and size it was saved for, and
     // the transforms training applied (used unless --channels and --augment say otherwise).
-    Shape saved;
+    // [N, C, H, W], -1 for a size the file leaves free (an ONNX model that takes any image size).
+    std::vector<int64_t> saved;
     if (isHdf5File(a.model) || isOnnxPath(a.model)) { // not a zoo name's typical input
-        try {
-            const Shapes in = inputsFor(a.model, {}, 1);
-            if (in.size() == 1 && in[0].rank() == 4) saved = in[0];
-        } catch (const UsageError&) {}
+        const std::vector<std::vector<int64_t>> in = declaredInputs(a.model);
+        if (in.size() == 1 && in[0].size() == 4) saved = in[0];
     }
     const std::string savedTransforms = a.in.augment.empty() ? modelTransforms(a.model) : "";
     const bool channelsGiven = a.channelsOption && a.channelsOption->count() > 0;
-    const int channels = !channelsGiven && saved.rank() == 4 && (saved[1] == 1 || saved[1] == 3)
+    const int channels = !channelsGiven && saved.size() == 4 && (saved[1] == 1 || saved[1] == 3)
                              ? static_cast<int>(saved[1])
                              : a.in.channels;
     const DataSets data = openData(a.in.data, a.in.limit, channels);
@@ -100,8 +99,8 @@ int runEval(const EvalArgs& a) {
     Transforms transforms = parseAugment(a.in.augment.empty() ? savedTransforms : a.in.augment);
     std::unique_ptr<Loader> loaderPtr = loaderWith(transforms);
     const Shape sample = loaderPtr->sampleShape();
-    if (a.in.augment.empty() && savedTransforms.empty() && saved.rank() == 4 && sample.rank() == 3 &&
-        (sample[1] != saved[2] || sample[2] != saved[3])) {
+    if (a.in.augment.empty() && savedTransforms.empty() && saved.size() == 4 && saved[2] > 0 && saved[3] > 0 &&
+        sample.rank() == 3 && (sample[1] != saved[2] || sample[2] != saved[3])) {
         // No transforms anywhere, but the model was saved for another image size: resize to it.
         transforms = parseAugment("resize:" + std::to_string(saved[2]) + "x" + std::to_string(saved[3]));
         loaderPtr = loaderWith(transforms);

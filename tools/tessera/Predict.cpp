@@ -38,18 +38,18 @@ int runPredict(const PredictArgs& a) {
     ModulePtr net = loadModel(a.model, /*train=*/true);
     // The input a model file was saved for gives the channels and, without --augment, the
     // size every image is resized to.
-    Shape saved;
-    try {
-        const Shapes in = inputsFor(a.model, {}, 1);
-        if (in.size() == 1 && in[0].rank() == 4) saved = in[0];
-    } catch (const UsageError&) {}
+    // [N, C, H, W], -1 for a size the file leaves free (an ONNX model that takes any image size).
+    std::vector<int64_t> saved;
+    const std::vector<std::vector<int64_t>> in = declaredInputs(a.model);
+    if (in.size() == 1 && in[0].size() == 4) saved = in[0];
     const int channels = a.channels                                              ? a.channels
-                         : saved.rank() == 4 && (saved[1] == 1 || saved[1] == 3) ? static_cast<int>(saved[1])
+                         : saved.size() == 4 && (saved[1] == 1 || saved[1] == 3) ? static_cast<int>(saved[1])
                                                                                  : 3;
     // The transforms: --augment's, else the ones saved with the model (what training
-    // applied, in evaluation mode), else a resize to the saved input's size.
+    // applied, in evaluation mode), else a resize to the saved input's size where it has one.
     std::string spec = a.augment.empty() ? modelTransforms(a.model) : a.augment;
-    if (spec.empty() && saved.rank() == 4) spec = "resize:" + std::to_string(saved[2]) + "x" + std::to_string(saved[3]);
+    if (spec.empty() && saved.size() == 4 && saved[2] > 0 && saved[3] > 0)
+        spec = "resize:" + std::to_string(saved[2]) + "x" + std::to_string(saved[3]);
     const Transforms transforms = parseAugment(spec);
     // JPEGs decoded smaller where the transforms allow, as tessera eval decodes them.
     const DecodeScale shrink = a.fullDecode ? DecodeScale{} : transforms.decodeScale(false);
