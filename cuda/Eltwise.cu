@@ -164,6 +164,17 @@ __device__ float activate(ActivationKind kind, float alpha, float beta, float x)
     case ActivationKind::abs: return fabsf(x);
     case ActivationKind::sin: return sinf(x);
     case ActivationKind::cos: return cosf(x);
+    case ActivationKind::tan: return tanf(x);
+    case ActivationKind::asin: return asinf(x);
+    case ActivationKind::acos: return acosf(x);
+    case ActivationKind::atan: return atanf(x);
+    case ActivationKind::sinh: return sinhf(x);
+    case ActivationKind::cosh: return coshf(x);
+    case ActivationKind::asinh: return asinhf(x);
+    case ActivationKind::acosh: return acoshf(x);
+    case ActivationKind::atanh: return atanhf(x);
+    case ActivationKind::erf: return erff(x);
+    case ActivationKind::sign: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x; // zeros and NaN as they are
     }
     return x;
 }
@@ -198,6 +209,20 @@ __device__ float activateBackward(ActivationKind kind, float alpha, float beta, 
     case ActivationKind::abs: return x > 0.0f ? dy : x < 0.0f ? -dy : 0.0f;
     case ActivationKind::sin: return dy * cosf(x);
     case ActivationKind::cos: return -dy * sinf(x);
+    case ActivationKind::tan: {
+        const float t = tanf(x);
+        return dy * (1.0f + t * t);
+    }
+    case ActivationKind::asin: return dy / sqrtf(1.0f - x * x);
+    case ActivationKind::acos: return -dy / sqrtf(1.0f - x * x);
+    case ActivationKind::atan: return dy / (1.0f + x * x);
+    case ActivationKind::sinh: return dy * coshf(x);
+    case ActivationKind::cosh: return dy * sinhf(x);
+    case ActivationKind::asinh: return dy / sqrtf(x * x + 1.0f);
+    case ActivationKind::acosh: return dy / sqrtf(x * x - 1.0f);
+    case ActivationKind::atanh: return dy / (1.0f - x * x);
+    case ActivationKind::erf: return dy * 1.1283791670955126f * expf(-x * x);
+    case ActivationKind::sign: return 0.0f;
     }
     return dy;
 }

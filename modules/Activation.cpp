@@ -23,7 +23,18 @@ constexpr std::pair<ActivationKind, const char*> kNames[] = {{ActivationKind::si
                                                              {ActivationKind::log, "log"},
                                                              {ActivationKind::abs, "abs"},
                                                              {ActivationKind::sin, "sin"},
-                                                             {ActivationKind::cos, "cos"}};
+                                                             {ActivationKind::cos, "cos"},
+                                                             {ActivationKind::tan, "tan"},
+                                                             {ActivationKind::asin, "asin"},
+                                                             {ActivationKind::acos, "acos"},
+                                                             {ActivationKind::atan, "atan"},
+                                                             {ActivationKind::sinh, "sinh"},
+                                                             {ActivationKind::cosh, "cosh"},
+                                                             {ActivationKind::asinh, "asinh"},
+                                                             {ActivationKind::acosh, "acosh"},
+                                                             {ActivationKind::atanh, "atanh"},
+                                                             {ActivationKind::erf, "erf"},
+                                                             {ActivationKind::sign, "sign"}};
 } // namespace
 
 std::string str(ActivationKind kind) {

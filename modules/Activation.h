@@ -36,14 +36,10 @@ public:
     Shapes gradShapeFrom(const Shapes& outGradShapes) const override { return outGradShapes; }
     /// One input tensor of any shape.
     void checkDataShape(const Shapes& inShapes) const override;
-    /// Every kind but hardSigmoid, log, sin and cos (float32 loops on plain tensors) runs on
-    /// blocked layouts too.
-    bool handlesLayouts() const override {
-        const ActivationKind k = params_.kind;
-        return k != ActivationKind::hardSigmoid && k != ActivationKind::log && k != ActivationKind::sin &&
-               k != ActivationKind::cos;
-    }
-    /// On the CPU, but for hardSigmoid, log, sin and cos.
+    /// Every kind but those the CPU computes by float32 loops on plain tensors (hardSigmoid,
+    /// log, and sin onwards: plainFloat32Only) runs on blocked layouts too.
+    bool handlesLayouts() const override { return !plainFloat32Only(params_.kind); }
+    /// On the CPU, but for the plainFloat32Only kinds.
     bool takes16Bit(const Tensors& data) const override;
     std::vector<DType> outputDTypes(const Shapes& inShapes, const std::vector<DType>& inDTypes,
                                     Device device) const override;

@@ -1,5 +1,6 @@
 // The element-wise ops of the CPU backend: activations through oneDNN's eltwise primitives
-// (JIT-vectorised; hardSigmoid, log, sin and cos by vector loops of their own), and the
+// (JIT-vectorised; hardSigmoid, log, sin and cos by vector loops of their own; tan, the
+// inverse and hyperbolic functions, erf and sign in Libm.cpp), and the
 // arithmetic (axpby, axpbyz, affine maps, powers, products, per-channel scales, casts) as
 // plain vectorisable loops that OpenMP splits only when they are large enough to pay for
 // waking the thread pool.
@@ -9,6 +10,7 @@
 // described with their real shape, so that the padding stays zero.
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/Dnnl.h"
+#include "backend/cpu/Libm.h"
 #include "backend/cpu/VecMath.h"
 
 #include <cmath>
@@ -48,7 +50,18 @@ EltwiseAlgs algsOf(ActivationKind kind) {
     case ActivationKind::hardSigmoid: break; // no oneDNN algorithm in this version: a loop below
     case ActivationKind::log: break;         // oneDNN's is off by ulps (log 1 != 0): a loop below
     case ActivationKind::sin:                // none in oneDNN: loops below
-    case ActivationKind::cos: break;
+    case ActivationKind::cos:
+    case ActivationKind::tan:
+    case ActivationKind::asin:
+    case ActivationKind::acos:
+    case ActivationKind::atan:
+    case ActivationKind::sinh:
+    case ActivationKind::cosh:
+    case ActivationKind::asinh:
+    case ActivationKind::acosh:
+    case ActivationKind::atanh:
+    case ActivationKind::erf:
+    case ActivationKind::sign: break;
     }
     throw BackendError("CpuBackend: unknown activation");
 }
@@ -101,17 +114,13 @@ const EltwisePrims& forwardPrims(const ActivationParams& act, const dnnl::memory
     });
 }
 
-// The kinds that run as loops of their own here (no oneDNN algorithm, or not an exact one).
-bool ownLoop(ActivationKind k) {
-    return k == ActivationKind::hardSigmoid || k == ActivationKind::log || k == ActivationKind::sin ||
-           k == ActivationKind::cos;
-}
-
-// hardSigmoid maps 0 to its offset, log to -inf and cos to 1, so the loops run on plain
-// tensors only (blocked padding stays zero).
+// hardSigmoid maps 0 to its offset, log to -inf, cos and cosh to 1, so the loops of the
+// plainFloat32Only kinds run on plain tensors only (blocked padding stays zero).
 void requirePlain(const Tensor& t, const char* where) {
     if (t.layout() != Layout::plain) {
-        throw BackendError(std::string("CpuBackend::") + where + ": hardSigmoid, log, sin and cos need plain tensors");
+        throw BackendError(std::string("CpuBackend::") + where +
+                           ": the activations computed by loops of their own (hardSigmoid, log, sin, cos, tan, the "
+                           "inverse and hyperbolic functions, erf, sign) need plain tensors");
     }
 }
 
@@ -224,7 +233,7 @@ void trigLoops(bool cos, const float* x, const float* dy, float sign, float* y, 
 } // namespace
 
 std::optional<EltwiseOp> dnnl_util::eltwiseOpOf(const ActivationParams& act) {
-    if (ownLoop(act.kind)) return std::nullopt;
+    if (plainFloat32Only(act.kind)) return std::nullopt;
     const ActivationParams p = dnnlParams(act);
     return EltwiseOp{algsOf(act.kind).fwd, p.alpha, p.beta};
 }
@@ -262,6 +271,11 @@ void CpuBackend::activationForward(const ActivationParams& act, const Tensor& x,
     if (act.kind == ActivationKind::sin || act.kind == ActivationKind::cos) {
         requirePlain(x, "activationForward");
         trigLoops(act.kind == ActivationKind::cos, x.data<float>(), nullptr, 1.0f, y.data<float>(), x.numel());
+        return;
+    }
+    if (cpu_libm::computes(act.kind)) {
+        requirePlain(x, "activationForward");
+        cpu_libm::forward(act.kind, x.data<float>(), y.data<float>(), x.numel());
         return;
     }
     const auto md = viewOf(x);
@@ -313,6 +327,11 @@ void CpuBackend::activationBackward(const ActivationParams& act, const Tensor& x
         requirePlain(x, "activationBackward");
         const bool sine = act.kind == ActivationKind::sin;
         trigLoops(sine, x.data<float>(), dyIn.data<float>(), sine ? 1.0f : -1.0f, dx.data<float>(), x.numel());
+        return;
+    }
+    if (cpu_libm::computes(act.kind)) {
+        requirePlain(x, "activationBackward");
+        cpu_libm::backward(act.kind, x.data<float>(), dyIn.data<float>(), dx.data<float>(), x.numel());
         return;
     }
     const auto md = viewOf(x);

@@ -294,15 +294,9 @@ void Exporter::emitCrossMapLRN(const Layer& l) {
 void Exporter::emitActivation(const Layer& l) {
     const auto& [m, bp, in, inShapes, out, path] = l;
     const std::string kind = schemeString(bp, "activation");
-    if (kind == "relu") return void(node("Relu", in, out, path));
-    if (kind == "sigmoid") return void(node("Sigmoid", in, out, path));
-    if (kind == "tanh") return void(node("Tanh", in, out, path));
-    if (kind == "softPlus") return void(node("Softplus", in, out, path));
-    if (kind == "exp") return void(node("Exp", in, out, path));
-    if (kind == "log") return void(node("Log", in, out, path));
-    if (kind == "abs") return void(node("Abs", in, out, path));
-    if (kind == "sin") return void(node("Sin", in, out, path));
-    if (kind == "cos") return void(node("Cos", in, out, path));
+    for (const PlainActivationOp& p : kPlainActivationOps) {
+        if (kind == str(p.kind)) return void(node(p.op, in, out, path));
+    }
     if (kind == "leakyRelu") return attr(node("LeakyRelu", in, out, path), "alpha", schemeFloat(bp, "slope", 0.01f));
     if (kind == "elu") return attr(node("Elu", in, out, path), "alpha", schemeFloat(bp, "alpha", 1.0f));
     if (kind == "clip") {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/ActivationParams.h"
 #include "backend/Tensor.h"
 #include "modules/RNN.h"
 
@@ -49,6 +50,20 @@ Tensor int32Tensor(const std::vector<int64_t>& ints, const Shape& shape);
 // ONNX's recurrent gate j is PyTorch's (and Tessera's) gate order[j]: LSTM i o f c <- i f g o;
 // GRU z r h <- r z n; one gate for vanilla cells.
 std::vector<int64_t> onnxGateOrder(RnnMode mode);
+
+// The activations that are one ONNX op of one input and no attributes, each way.
+struct PlainActivationOp {
+    ActivationKind kind;
+    const char* op;
+};
+inline constexpr PlainActivationOp kPlainActivationOps[] = {
+    {ActivationKind::relu, "Relu"},         {ActivationKind::sigmoid, "Sigmoid"}, {ActivationKind::tanh, "Tanh"},
+    {ActivationKind::softPlus, "Softplus"}, {ActivationKind::exp, "Exp"},         {ActivationKind::log, "Log"},
+    {ActivationKind::abs, "Abs"},           {ActivationKind::sin, "Sin"},         {ActivationKind::cos, "Cos"},
+    {ActivationKind::tan, "Tan"},           {ActivationKind::asin, "Asin"},       {ActivationKind::acos, "Acos"},
+    {ActivationKind::atan, "Atan"},         {ActivationKind::sinh, "Sinh"},       {ActivationKind::cosh, "Cosh"},
+    {ActivationKind::asinh, "Asinh"},       {ActivationKind::acosh, "Acosh"},     {ActivationKind::atanh, "Atanh"},
+    {ActivationKind::erf, "Erf"},           {ActivationKind::sign, "Sign"}};
 // Raw or typed data of a TensorProto (`what` names it in errors).
 // `mapped`, when not empty, is t's raw data, held outside it (ModelFile::rawData).
 Constant constantOf(const onnx::TensorProto& t, const std::string& what, std::string_view mapped = {});

@@ -584,7 +584,7 @@ class Activation(Module):
     Tessera's Activation (docs/layers.md); arguments left out take the defaults shown (None: the class decides).
 
     Arguments:
-        activation: the function: sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish, silu, mish, exp, log, abs, sin or cos
+        activation: the function: sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, hardSwish, silu, mish, exp, log, abs, sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh, erf or sign
         slope: leakyRelu's slope for negative inputs
         alpha: elu's alpha
         min: clip's lower bound

@@ -77,7 +77,8 @@ ARGUMENTS = {
     "hardSlope": "hardSigmoid's slope",
     "hardOffset": "hardSigmoid's offset",
     "activation": "the function: sigmoid, tanh, relu, leakyRelu, elu, softPlus, clip, gelu, hardSigmoid, "
-                  "hardSwish, silu, mish, exp, log, abs, sin or cos",
+                  "hardSwish, silu, mish, exp, log, abs, sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, "
+                  "acosh, atanh, erf or sign",
     "a": "the factor: a number, or a tensor that broadcasts to the input",
     "b": "the term added: a number, or a tensor that broadcasts to the input",
     "aShape": "the shape of a tensor factor (model files; None for a number)",

@@ -313,6 +313,35 @@ TEST(CudaConsistency, EveryModule) {
         {"abs", make<Activation>(ActivationKind::abs), {{3, 7}}},
         {"sin", make<Activation>(ActivationKind::sin), {{3, 7}}},
         {"cos", make<Activation>(ActivationKind::cos), {{3, 7}}},
+        {"tan", make<Activation>(ActivationKind::tan), {{3, 7}}},
+        {"atan", make<Activation>(ActivationKind::atan), {{3, 7}}},
+        {"sinh", make<Activation>(ActivationKind::sinh), {{3, 7}}},
+        {"cosh", make<Activation>(ActivationKind::cosh), {{3, 7}}},
+        {"asinh", make<Activation>(ActivationKind::asinh), {{3, 7}}},
+        {"erf", make<Activation>(ActivationKind::erf), {{3, 7}}},
+        {"sign", make<Activation>(ActivationKind::sign), {{3, 7}}},
+        // asin, acos and atanh of x / 2, away from their poles at -1 and 1; acosh of |x| + 1.5.
+        {"asin, acos, atanh of x / 2",
+         [] {
+             auto seq = std::make_shared<Sequential>();
+             seq->append(std::make_shared<MulAddConst>(0.5f, 0.0f));
+             seq->append(std::make_shared<Activation>(ActivationKind::asin));
+             seq->append(std::make_shared<MulAddConst>(0.5f, 0.0f));
+             seq->append(std::make_shared<Activation>(ActivationKind::acos));
+             seq->append(std::make_shared<MulAddConst>(0.5f, -0.5f));
+             seq->append(std::make_shared<Activation>(ActivationKind::atanh));
+             return ModulePtr(seq);
+         },
+         {{3, 7}}},
+        {"acosh of |x| + 1.5",
+         [] {
+             auto seq = std::make_shared<Sequential>();
+             seq->append(std::make_shared<Activation>(ActivationKind::abs));
+             seq->append(std::make_shared<MulAddConst>(1.0f, 1.5f));
+             seq->append(std::make_shared<Activation>(ActivationKind::acosh));
+             return ModulePtr(seq);
+         },
+         {{3, 7}}},
         {"log of |x| + 0.5",
          [] {
              auto seq = std::make_shared<Sequential>();

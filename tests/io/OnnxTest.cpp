@@ -440,14 +440,14 @@ TEST(Onnx, EveryUnsupportedNodeIsListed) {
     if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
     }
-    // x -> RandomUniformLike -> Tan (reads it) -> Cast: neither of the first two imports, and
+    // x -> RandomUniformLike -> Bernoulli (reads it) -> Cast: neither of the first two imports, and
     // the second is reported for its op, not for its missing input.
     const fs::path model = fs::path(::testing::TempDir()) / "unsupported_chain.onnx";
     const std::string script = R"(
 import sys
 import onnx
 from onnx import TensorProto, helper
-nodes = [helper.make_node("RandomUniformLike", ["x"], ["r"]), helper.make_node("Tan", ["r"], ["k"]),
+nodes = [helper.make_node("RandomUniformLike", ["x"], ["r"]), helper.make_node("Bernoulli", ["r"], ["k"]),
          helper.make_node("Cast", ["k"], ["y"], to=TensorProto.FLOAT)]
 g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
@@ -463,7 +463,8 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
         const std::string msg = e.what();
         for (const char* part :
              {"2 node(s) cannot be imported", "(RandomUniformLike): op RandomUniformLike is not supported",
-              "(Tan): op Tan is not supported", "(1 node(s) after these take their outputs and were not imported)"}) {
+              "(Bernoulli): op Bernoulli is not supported",
+              "(1 node(s) after these take their outputs and were not imported)"}) {
             EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
         }
         EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
@@ -994,9 +995,9 @@ TEST(Onnx, LinearOnTokensAndSoftMaxOnAnyAxisRoundTrip) {
     }
 }
 
-// LogSoftMax over the channels and over the last axis, and the exp, log, abs, sin and cos
-// activations: exported as LogSoftmax, Exp, Log, Abs, Sin and Cos, read back as the same
-// layers, equal outputs, and
+// LogSoftMax over the channels and over the last axis, and the exp, log, abs, sin, cos, tan,
+// inverse and hyperbolic, erf and sign activations: exported as LogSoftmax, Exp, Log, Abs,
+// Sin, Cos, Tan, ..., Erf and Sign, read back as the same layers, equal outputs, and
 // ONNX's checker takes the file.
 TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
     auto x = node(std::make_shared<Identity>(), {}, "x");
@@ -1006,11 +1007,25 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
     auto back1 = node(std::make_shared<Activation>(ActivationKind::log), grown, "back1");
     auto wave = node(std::make_shared<Activation>(ActivationKind::sin), back1, "wave");
     auto shifted = node(std::make_shared<Activation>(ActivationKind::cos), wave, "shifted");
-    auto last = node(std::make_shared<LogSoftMax>(-1), shifted, "last");
-    Graph g({x}, {last}, "logs");
+    // Then each function in its domain: cos's [0.54, 1] through erf, acos, asin, tan, atan,
+    // sinh, asinh, cosh, acosh, tanh and atanh; and the sign of sin's values, of both signs.
+    NodePtr chain = shifted;
+    for (ActivationKind k : {ActivationKind::erf, ActivationKind::acos, ActivationKind::asin, ActivationKind::tan,
+                             ActivationKind::atan, ActivationKind::sinh, ActivationKind::asinh, ActivationKind::cosh,
+                             ActivationKind::acosh, ActivationKind::tanh, ActivationKind::atanh}) {
+        chain = node(std::make_shared<Activation>(k), chain, str(k));
+    }
+    auto last = node(std::make_shared<LogSoftMax>(-1), chain, "last");
+    auto sign = node(std::make_shared<Activation>(ActivationKind::sign), wave, "sign");
+    Graph g({x}, {last, sign}, "logs");
     const Shape in{2, 3, 5};
     const Tensor input = randomTensor(in, 8, -3.0f, 3.0f);
-    const std::vector<float> a = g(input).toVector<float>();
+    const Tensors ys = g(Tensors{input});
+    std::vector<float> a = ys[0].toVector<float>();
+    const std::vector<float> signs = ys[1].toVector<float>();
+    a.insert(a.end(), signs.begin(), signs.end());
+    EXPECT_NE(std::find(signs.begin(), signs.end(), -1.0f), signs.end());
+    EXPECT_NE(std::find(signs.begin(), signs.end(), 1.0f), signs.end());
     for (int64_t opset : {13, 17}) {
         SCOPED_TRACE(opset);
         const std::string path = ::testing::TempDir() + "logs.onnx";
@@ -1019,8 +1034,12 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
         std::map<std::string, int> classes;
         for (const auto& [n, m] : back->namedChildren()) ++classes[m->classname()];
         EXPECT_EQ(classes["LogSoftMax"], 2);
-        EXPECT_EQ(classes["Activation"], 5);
-        const std::vector<float> b = (*back)(input).toVector<float>();
+        EXPECT_EQ(classes["Activation"], 17);
+        const Tensors yb = (*back)(Tensors{input});
+        ASSERT_EQ(yb.size(), 2u);
+        std::vector<float> b = yb[0].toVector<float>();
+        const std::vector<float> backSigns = yb[1].toVector<float>();
+        b.insert(b.end(), backSigns.begin(), backSigns.end());
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
         if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {

@@ -74,10 +74,56 @@ const Case kCases[] = {
     {ActivationKind::abs, {}, [](float x) { return std::fabs(x); }, [](float x) { return x > 0 ? 1.0f : -1.0f; }},
     {ActivationKind::sin, {}, [](float x) { return std::sin(x); }, [](float x) { return std::cos(x); }},
     {ActivationKind::cos, {}, [](float x) { return std::cos(x); }, [](float x) { return -std::sin(x); }},
+    // (tan's inputs within (-1, 1), asin's, acos's and atanh's within (-0.9, 0.9), acosh's above 1.2: inputFor)
+    {ActivationKind::tan,
+     {},
+     [](float x) { return std::tan(x); },
+     [](float x) { return 1.0f / (std::cos(x) * std::cos(x)); }},
+    {ActivationKind::asin,
+     {},
+     [](float x) { return std::asin(x); },
+     [](float x) { return 1.0f / std::sqrt(1.0f - x * x); }},
+    {ActivationKind::acos,
+     {},
+     [](float x) { return std::acos(x); },
+     [](float x) { return -1.0f / std::sqrt(1.0f - x * x); }},
+    {ActivationKind::atan, {}, [](float x) { return std::atan(x); }, [](float x) { return 1.0f / (1.0f + x * x); }},
+    {ActivationKind::sinh, {}, [](float x) { return std::sinh(x); }, [](float x) { return std::cosh(x); }},
+    {ActivationKind::cosh, {}, [](float x) { return std::cosh(x); }, [](float x) { return std::sinh(x); }},
+    {ActivationKind::asinh,
+     {},
+     [](float x) { return std::log(x + std::sqrt(x * x + 1.0f)); },
+     [](float x) { return 1.0f / std::sqrt(x * x + 1.0f); }},
+    {ActivationKind::acosh,
+     {},
+     [](float x) { return std::log(x + std::sqrt(x * x - 1.0f)); },
+     [](float x) { return 1.0f / std::sqrt(x * x - 1.0f); }},
+    {ActivationKind::atanh,
+     {},
+     [](float x) { return 0.5f * std::log((1.0f + x) / (1.0f - x)); },
+     [](float x) { return 1.0f / (1.0f - x * x); }},
+    {ActivationKind::erf,
+     {},
+     [](float x) { return std::erf(x); },
+     [](float x) { return 2.0f / std::sqrt(3.14159265358979f) * std::exp(-x * x); }},
+    {ActivationKind::sign, {}, [](float x) { return x > 0   ? 1.0f
+                                                    : x < 0 ? -1.0f
+                                                            : 0.0f; }, [](float) { return 0.0f; }},
 };
 
-// x moved into the domain of c's function: log's inputs are made positive.
-float inputFor(const Case& c, float x) { return c.kind == ActivationKind::log ? std::fabs(x) + 0.2f : x; }
+// x moved into the domain of c's function: log's inputs are made positive, tan's kept
+// between its poles, and so on.
+float inputFor(const Case& c, float x) {
+    switch (c.kind) {
+    case ActivationKind::log: return std::fabs(x) + 0.2f;
+    case ActivationKind::tan: return x / 7.5f;
+    case ActivationKind::asin:
+    case ActivationKind::acos:
+    case ActivationKind::atanh: return x / 8.0f;
+    case ActivationKind::acosh: return std::fabs(x) + 1.2f;
+    default: return x;
+    }
+}
 
 // The points where `kind` is not smooth (besides a single GradCheckOptions::kink).
 std::vector<float> kinksOf(const Case& c) {
@@ -86,7 +132,8 @@ std::vector<float> kinksOf(const Case& c) {
     case ActivationKind::hardSigmoid:
         return {-c.options.hardOffset / c.options.hardSlope, (1.0f - c.options.hardOffset) / c.options.hardSlope};
     case ActivationKind::hardSwish: return {-3.0f, 3.0f};
-    case ActivationKind::abs: return {0.0f};
+    case ActivationKind::abs:
+    case ActivationKind::sign: return {0.0f};
     default: return {};
     }
 }
@@ -263,6 +310,107 @@ TEST(Activation, LogGivesStdLogsValues) {
         check(in, y.toVector<float>());
         be.activationForward({ActivationKind::log}, x, x); // in place
         check(in, x.toVector<float>());
+    }
+}
+
+// tan, the inverse and hyperbolic functions, erf and sign on the CPU (libmvec's vector forms
+// where the C library has them, the scalar ones otherwise: the suite runs once more with
+// TESSERA_LIBMVEC=0), forward and backward over tensors of 1 to 70,001 values (vectors with
+// a tail, blocks over threads, in place), against the double-precision functions: within 4
+// ulp of the float result (libmvec's bound) plus 1e-7 of the argument's scale, and the same
+// value for one element wherever it sits.
+TEST(Activation, LibraryFunctionsGiveTheirValues) {
+    struct Fn {
+        ActivationKind kind;
+        double (*f)(double);
+        double (*df)(double);
+        float lo, hi; // the arguments drawn
+    };
+    const Fn fns[] = {
+        {ActivationKind::tan, [](double x) { return std::tan(x); },
+         [](double x) { return 1.0 / (std::cos(x) * std::cos(x)); }, -1.4f, 1.4f},
+        {ActivationKind::asin, [](double x) { return std::asin(x); },
+         [](double x) { return 1.0 / std::sqrt(1.0 - x * x); }, -0.99f, 0.99f},
+        {ActivationKind::acos, [](double x) { return std::acos(x); },
+         [](double x) { return -1.0 / std::sqrt(1.0 - x * x); }, -0.99f, 0.99f},
+        {ActivationKind::atan, [](double x) { return std::atan(x); }, [](double x) { return 1.0 / (1.0 + x * x); },
+         -50.0f, 50.0f},
+        {ActivationKind::sinh, [](double x) { return std::sinh(x); }, [](double x) { return std::cosh(x); }, -20.0f,
+         20.0f},
+        {ActivationKind::cosh, [](double x) { return std::cosh(x); }, [](double x) { return std::sinh(x); }, -20.0f,
+         20.0f},
+        {ActivationKind::asinh, [](double x) { return std::asinh(x); },
+         [](double x) { return 1.0 / std::sqrt(x * x + 1.0); }, -100.0f, 100.0f},
+        {ActivationKind::acosh, [](double x) { return std::acosh(x); },
+         [](double x) { return 1.0 / std::sqrt(x * x - 1.0); }, 1.01f, 100.0f},
+        {ActivationKind::atanh, [](double x) { return std::atanh(x); }, [](double x) { return 1.0 / (1.0 - x * x); },
+         -0.99f, 0.99f},
+        {ActivationKind::erf, [](double x) { return std::erf(x); },
+         [](double x) { return 2.0 / std::sqrt(3.14159265358979323846) * std::exp(-x * x); }, -5.0f, 5.0f},
+        {ActivationKind::sign, [](double x) { return static_cast<double>((x > 0) - (x < 0)); },
+         [](double) { return 0.0; }, -3.0f, 3.0f},
+    };
+    // got within 4 ulp of the float nearest want, and 1e-7 of scale
+    const auto close = [](float got, double want, double scale) {
+        const float w = static_cast<float>(want);
+        const double ulp = std::ldexp(1.0, std::max(std::ilogb(w == 0.0f ? 1e-38f : w), -126) - 23);
+        return std::fabs(got - want) <= 4 * ulp + 1e-7 * scale;
+    };
+    std::mt19937 rng(5);
+    for (const Fn& fn : fns) {
+        SCOPED_TRACE(str(fn.kind));
+        std::uniform_real_distribution<float> draw(fn.lo, fn.hi);
+        std::vector<float> xs(70001), dys(xs.size());
+        for (size_t i = 0; i < xs.size(); ++i) {
+            xs[i] = draw(rng);
+            dys[i] = 0.5f + static_cast<float>(i % 7);
+        }
+        if (fn.kind == ActivationKind::sign) xs[0] = 0.0f, xs[1] = std::nanf("");
+        std::vector<float> whole;
+        for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{29}, static_cast<int64_t>(xs.size())}) {
+            SCOPED_TRACE(n);
+            const std::vector<float> in(xs.begin(), xs.begin() + n), dyIn(dys.begin(), dys.begin() + n);
+            Tensor x = Tensor::fromVector({n}, in), dy = Tensor::fromVector({n}, dyIn);
+            Backend& be = backendOf(x);
+            Tensor y = Tensor::empty(x.shape()), dx = Tensor::empty(x.shape());
+            be.activationForward({fn.kind}, x, y);
+            be.activationBackward({fn.kind}, x, y, dy, dx);
+            const std::vector<float> ys = y.toVector<float>(), dxs = dx.toVector<float>();
+            int bad = 0;
+            for (int64_t i = 0; i < n && bad < 5; ++i) {
+                const double v = in[static_cast<size_t>(i)];
+                if (std::isnan(v)) {
+                    EXPECT_TRUE(std::isnan(ys[static_cast<size_t>(i)]));
+                    continue;
+                }
+                const double want = fn.f(v), slope = fn.df(v) * dyIn[static_cast<size_t>(i)];
+                if (!close(ys[static_cast<size_t>(i)], want, 1.0)) {
+                    ADD_FAILURE() << "f(" << v << ") = " << ys[static_cast<size_t>(i)] << ", expected " << want;
+                    ++bad;
+                }
+                // the derivative within 1e-5 of itself (it is computed from float values)
+                if (!(std::fabs(dxs[static_cast<size_t>(i)] - slope) <= 1e-5 * std::fabs(slope) + 1e-30)) {
+                    ADD_FAILURE() << "f'(" << v << ") dy = " << dxs[static_cast<size_t>(i)] << ", expected " << slope;
+                    ++bad;
+                }
+            }
+            if (whole.empty()) { // the values of the longest run, computed first below: the same wherever they sit
+                Tensor all = Tensor::fromVector({static_cast<int64_t>(xs.size())}, xs);
+                Tensor allY = Tensor::empty(all.shape());
+                be.activationForward({fn.kind}, all, allY);
+                whole = allY.toVector<float>();
+            }
+            for (int64_t i = 0; i < n; ++i) {
+                const float a = ys[static_cast<size_t>(i)], b = whole[static_cast<size_t>(i)];
+                ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << "element " << i;
+            }
+            be.activationForward({fn.kind}, x, x); // in place
+            const std::vector<float> again = x.toVector<float>();
+            for (int64_t i = 0; i < n; ++i) {
+                const float a = again[static_cast<size_t>(i)], b = ys[static_cast<size_t>(i)];
+                ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << "in place, element " << i;
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 """Activation layers against PyTorch's on the CPU, forward and forward with backward, over a
 transformer MLP's hidden activation [8, 197, 3072] (ViT-B/16's, batch 8): each kind of
 `Activation` against the torch function of the same formula (log on |x| + 0.1, sin and
-cos on 8 x).
+cos on 8 x, tan on x / 4, asin, acos and atanh on tanh x, acosh on |x| + 1.1).
 
 Timed as alternating.py describes (one process, one thread count, sides alternating,
 medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's side
@@ -47,6 +47,17 @@ def main():
         ("abs", {}, torch.abs, x),
         ("sin", {}, torch.sin, 8.0 * x),  # arguments over several turns
         ("cos", {}, torch.cos, 8.0 * x),
+        ("tan", {}, torch.tan, x / 4),  # between the poles
+        ("asin", {}, torch.asin, np.tanh(x)),  # inside (-1, 1)
+        ("acos", {}, torch.acos, np.tanh(x)),
+        ("atan", {}, torch.atan, x),
+        ("sinh", {}, torch.sinh, x),
+        ("cosh", {}, torch.cosh, x),
+        ("asinh", {}, torch.asinh, x),
+        ("acosh", {}, torch.acosh, np.abs(x) + 1.1),
+        ("atanh", {}, torch.atanh, np.tanh(x)),
+        ("erf", {}, torch.erf, x),
+        ("sign", {}, torch.sign, x),
     ]
     chosen = [k for k in args.kinds.split(",") if k]
     print(f"torch {torch.__version__}, {args.threads} threads, medians of {args.reps}, {list(shape)}")

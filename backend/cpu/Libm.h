@@ -1,0 +1,23 @@
+#pragma once
+// The activations the CPU computes through the C library's functions (tan, the inverse and
+// hyperbolic functions, erf) and sign: glibc's vector math library (libmvec's AVX2 forms,
+// found at run time) where the CPU and the C library have them, each element through its
+// scalar function otherwise. Private to the CPU backend.
+#include <cstdint>
+
+#include "backend/ActivationParams.h"
+
+namespace tessera::cpu_libm {
+
+/// Whether `kind` is one of these (tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh,
+/// erf, sign).
+bool computes(ActivationKind kind);
+/// y = f(x) over n floats (y may be x).
+void forward(ActivationKind kind, const float* x, float* y, int64_t n);
+/// dx = dy f'(x) over n floats (dx may be dy; sign's is 0).
+void backward(ActivationKind kind, const float* x, const float* dy, float* dx, int64_t n);
+/// Whether libmvec's functions are in use (false: the scalar ones; TESSERA_LIBMVEC=0 asks
+/// for those).
+bool vectorised();
+
+} // namespace tessera::cpu_libm
