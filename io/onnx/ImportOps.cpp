@@ -383,6 +383,20 @@ void Importer::importScalarArithmetic(const onnx::NodeProto& n, const Attributes
         const float shift = op == "Add" ? v : op == "Sub" ? (k == 0 ? v : -v) : 0.0f;
         return defineOverIntegers(n, std::make_shared<MulAddConst>(scale, shift), {1 - k});
     }
+    // Integer data and a tensor of integers (offsets per row: x[torch.arange(N), last] at a fixed N
+    // adds row * T to each row's index), exact below 2^24: MulAddConst with tensor constants.
+    if (isIntegerData(n.input(1 - k)) && c.isInt && !c.symbolic() && c.ints.size() > 1 && op != "Div") {
+        std::vector<float> v;
+        for (int64_t e : c.ints) {
+            if (std::llabs(e) >= (int64_t{1} << 24)) throw Unsupported{"an integer constant beyond 2^24"};
+            v.push_back(static_cast<float>(op == "Sub" && k == 1 ? -e : e));
+        }
+        const Tensor t = Tensor::fromVector(Shape(c.dims), v);
+        Tensor scale, shift;
+        (op == "Mul" ? scale : shift) = t;
+        if (op == "Sub" && k == 0) scale = Tensor::full({1}, -1.0f); // C - x
+        return defineOverIntegers(n, std::make_shared<MulAddConst>(scale, shift), {1 - k});
+    }
     auto x = shapes_.find(n.input(1 - k)); // x + 0, x - 0 (not a weight): torch.baddbmm's input at beta 0
     if ((op == "Add" || (op == "Sub" && k == 1)) && x != shapes_.end() && !initializers_.count(n.input(k)) &&
         zerosInto(c, x->second))

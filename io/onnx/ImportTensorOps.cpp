@@ -218,13 +218,33 @@ void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
             return importGatherList(n, a, *idx);
         }
     }
+    // Rows of float data [R, E] picked by integer data [K] (x[rows, index] flattened, as
+    // x[torch.arange(N), last] exports at a fixed N): the ids as a column, tiled to [K, E], and a
+    // GatherElements along the rows; its gradient adds dy into the rows picked.
+    {
+        const auto table = shapes_.find(n.input(0)), ids = shapes_.find(n.input(1));
+        const auto type = elemTypes_.find(n.input(0));
+        if (!isConstant(n.input(0)) && !isConstant(n.input(1)) && isIntegerData(n.input(1)) &&
+            type != elemTypes_.end() && type->second == onnx::TensorProto::FLOAT && table != shapes_.end() &&
+            ids != shapes_.end() && table->second.size() == 2 && ids->second.size() == 1 &&
+            table->second[1].value > 0 && resolveAxis(n, 0, a.i("axis", 0)) == 0) {
+            auto rows = tessera::node(std::make_shared<Identity>(), {}, "rows");
+            auto index = tessera::node(std::make_shared<Identity>(), {}, "index");
+            auto column = tessera::node(std::make_shared<Reshape>(Shape{0, 1}), {index}, "column");
+            auto tiled = tessera::node(std::make_shared<Tile>(1, table->second[1].value), {column}, "tiled");
+            auto picked = tessera::node(std::make_shared<GatherElements>(0), {rows, tiled}, "picked");
+            return define(n, std::make_shared<Graph>(std::vector<NodePtr>{rows, index}, std::vector<NodePtr>{picked}),
+                          dataInputs(n, {0, 1}));
+        }
+    }
     if (!isConstant(n.input(0)) && !options_.inputValues.count(n.input(0))) {
         // One constant index of data (x[-1], as exporters write a sequence's last step): a
         // Slice of that index, then a Reshape without the axis.
         const Constant* idx = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;
         if (!idx || !idx->isInt || idx->ints.size() != 1 || !idx->dims.empty())
             throw Unsupported{"a Gather of data by other than constant indices (one, or a list along a dim after "
-                              "the batch) (Gathers from a constant table, and of shape values, are supported)"};
+                              "the batch), or than integer data picking rows of a matrix (Gathers from a constant "
+                              "table, and of shape values, are supported)"};
         const int64_t axis = resolveAxis(n, 0, a.i("axis", 0)), i = idx->ints[0];
         // then the axis dropped: the dims before it kept, those after it as the input has them
         ModulePtr drop;

@@ -135,6 +135,7 @@ def main():
     cumsum_forms(root)
     rounding_forms(root)
     table_forms(root)
+    picked_rows_forms(root)
     attention_forms(root, save, value)
 
 
@@ -588,6 +589,26 @@ def rounding_forms(root):
     g = helper.make_graph(nodes, "rounding", [value("x", ["N", 7])],
                           [value(op, ["N", 7]) for op in ("floor", "ceil", "round")])
     save(root, "floor_ceil_round_at_halves_and_far", g, [x], [np.floor(x), np.ceil(x), np.round(x)], 13)
+
+
+def picked_rows_forms(root):
+    """Rows of float data picked by integer data: x[torch.arange(N), last] as PyTorch exports it
+    at a fixed N (x flattened to [N T, E], each row's index plus its row times T, a Gather),
+    and the index as C - last and last * C: integer data with a tensor of integers."""
+    rs = np.random.RandomState(31)
+    x = rs.randn(2, 6, 4).astype(np.float32)
+    last = np.array([3, 5], np.int64)
+    flat = x.reshape(12, 4)
+    nodes = [helper.make_node("Flatten", ["x"], ["flat"], axis=2),
+             helper.make_node("Add", ["last", "offsets"], ["i1"]), helper.make_node("Gather", ["flat", "i1"], ["y1"]),
+             helper.make_node("Sub", ["ends", "last"], ["i2"]), helper.make_node("Gather", ["flat", "i2"], ["y2"]),
+             helper.make_node("Mul", ["last", "factors"], ["i3"]), helper.make_node("Gather", ["flat", "i3"], ["y3"])]
+    inits = [ints("offsets", [0, 6]), ints("ends", [5, 11]), ints("factors", [1, 2])]
+    g = helper.make_graph(nodes, "picked", [value("x", [2, 6, 4]),
+                                            helper.make_tensor_value_info("last", TensorProto.INT64, [2])],
+                          [value("y1", [2, 4]), value("y2", [2, 4]), value("y3", [2, 4])], inits)
+    save(root, "rows_picked_by_integer_data", g, [x, last],
+         [flat[last + [0, 6]], flat[np.array([5, 11]) - last], flat[last * [1, 2]]], 13)
 
 
 def table_forms(root):
