@@ -108,7 +108,7 @@ void Exporter::emitRnn(RNN& m, const Blueprint& bp, const std::vector<std::strin
     const RnnMode mode = rnnModeFromString(schemeString(bp, "mode"));
     const bool bi = schemeBool(bp, "bidirectional"), batchFirst = schemeBool(bp, "batchFirst");
     const bool sequences = schemeBool(bp, "getSequences");
-    const bool linearBeforeReset = !schemeValue(bp, "linearBeforeReset") || schemeBool(bp, "linearBeforeReset");
+    const bool linearBeforeReset = m.options().linearBeforeReset;
     const int64_t H = schemeInt(bp, "hsize", 1), layers = schemeInt(bp, "layers", 1), D = bi ? 2 : 1;
     const int64_t G = rnnGates(mode);
     const std::vector<int64_t> order = onnxGateOrder(mode);
