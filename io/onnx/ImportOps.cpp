@@ -83,6 +83,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
             {"Div", &Importer::importBinary},
             {"Dropout", &Importer::importDropout},
             {"Einsum", &Importer::importEinsum},
+            {"Celu", &Importer::importElu},
             {"Elu", &Importer::importElu},
             {"Scatter", &Importer::importScatterElements},
             {"ScatterElements", &Importer::importScatterElements},
@@ -151,6 +152,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
             {"Squeeze", &Importer::importSqueeze},
             {"Sub", &Importer::importBinary},
             {"Sum", &Importer::importBinary},
+            {"Shrink", &Importer::importThresholdedRelu},
             {"ThresholdedRelu", &Importer::importThresholdedRelu},
             {"Tile", &Importer::importTile},
             {"TopK", &Importer::importTopK},
@@ -191,7 +193,7 @@ void Importer::importNode(const onnx::NodeProto& n) {
         return importNode(cast);
     }
     // Shape computations fold to constants first (a Constant node is one already).
-    if (n.op_type() != "Constant" && fold(n, a)) return;
+    if (n.op_type() != "Constant" && (importSymbolicRange(n, a) || fold(n, a))) return;
     const auto& table = importers();
     const auto it = table.find(n.op_type());
     if (it == table.end()) throw Unsupported{"op " + n.op_type() + " is not supported"};
@@ -570,8 +572,21 @@ void Importer::importLeakyRelu(const onnx::NodeProto& n, const Attributes& a) {
         dataInputs(n, 1));
 }
 
-// Elu; Selu: gamma elu_alpha(x), an Elu and a MulAddConst (nn.SELU: ONNX's defaults).
+// Elu; Selu: gamma elu_alpha(x), an Elu and a MulAddConst (nn.SELU: ONNX's defaults); Celu:
+// alpha elu_1(x / alpha), which is x above 0 and alpha (exp(x / alpha) - 1) below (nn.CELU).
 void Importer::importElu(const onnx::NodeProto& n, const Attributes& a) {
+    if (n.op_type() == "Celu") {
+        a.only({"alpha"});
+        const float alpha = a.f("alpha", 1.0f);
+        if (!(alpha > 0.0f) || !std::isfinite(alpha)) {
+            throw Unsupported{"Celu's alpha " + std::to_string(alpha) + " (a positive alpha is supported)"};
+        }
+        auto seq = std::make_shared<Sequential>();
+        seq->append(std::make_shared<MulAddConst>(1.0f / alpha, 0.0f))
+            .append(std::make_shared<Activation>(ActivationKind::elu, ActivationOptions{.alpha = 1.0f}))
+            .append(std::make_shared<MulAddConst>(alpha, 0.0f));
+        return define(n, seq, dataInputs(n, 1));
+    }
     if (n.op_type() == "Selu") {
         a.only({"alpha", "gamma"});
         auto seq = std::make_shared<Sequential>();
@@ -589,145 +604,6 @@ void Importer::importElu(const onnx::NodeProto& n, const Attributes& a) {
 void Importer::importGlobalAveragePool(const onnx::NodeProto& n, const Attributes& a) {
     a.only({});
     return define(n, std::make_shared<GlobalAvgPool>(), dataInputs(n, 1));
-}
-
-// GlobalMaxPool; ReduceMax and ReduceMin (appendMaxOver). ReduceMin is the maximum of -x,
-// negated.
-void Importer::importMaxOver(const onnx::NodeProto& n, const Attributes& a) {
-    const std::string& op = n.op_type();
-    const bool global = op == "GlobalMaxPool";
-    if (global) {
-        a.only({});
-        requireInputsImported(n);
-    }
-    std::vector<int64_t> axes = global ? std::vector<int64_t>{} : reduceAxes(n, a);
-    const int64_t rank = rankOf(n, 0);
-    if (rank < (global ? 2 : 1)) throw Unsupported{"an input whose rank is not known at import"};
-    if (global) {
-        for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
-    } else {
-        axes = resolvedAxes(axes, rank);
-    }
-    auto seq = std::make_shared<Sequential>();
-    const bool negate = op == "ReduceMin";
-    if (negate) seq->append(std::make_shared<MulAddConst>(-1.0f, 0.0f));
-    appendMaxOver(*seq, n, axes, global || a.i("keepdims", 1) != 0);
-    if (negate) seq->append(std::make_shared<MulAddConst>(-1.0f, 0.0f));
-    if (seq->size() == 1) return define(n, seq->childPtr(0), dataInputs(n, 1));
-    return define(n, seq, dataInputs(n, 1));
-}
-
-std::vector<int64_t> Importer::resolvedAxes(std::vector<int64_t> axes, int64_t rank) {
-    if (axes.empty()) { // every dim
-        for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
-    }
-    for (int64_t& ax : axes) ax = ax < 0 ? ax + rank : ax;
-    std::sort(axes.begin(), axes.end());
-    return axes;
-}
-
-// The maximum of node n's input 0 over `axes` (resolved, sorted). Over a run of adjacent dims
-// after the batch, all known at import: over every spatial dim of [N, C, ...] (kept) a
-// MaxPool1D/2D/3D of the whole map; otherwise the input seen as [N, P, R, Q] (P the dims
-// before the run, R the run's, Q those after), a MaxPool2D of R x 1, and the output's shape.
-// Over one dim otherwise (the batch, or a length free at import: max over time) a KMaxPool of
-// 1 along it (and a Reshape without it); over every dim the input seen as [1, numel], a
-// KMaxPool of 1, and ones.
-void Importer::appendMaxOver(Sequential& seq, const onnx::NodeProto& n, const std::vector<int64_t>& axes, bool keep) {
-    const int64_t rank = rankOf(n, 0);
-    bool run = !axes.empty() && axes.front() >= 1;
-    for (size_t k = 1; run && k < axes.size(); ++k) run = axes[k] == axes[k - 1] + 1;
-    std::vector<int64_t> dims = {0};
-    bool known = true;
-    for (int64_t d = 1; d < rank; ++d) {
-        dims.push_back(dimOf(n, 0, d));
-        known = known && dims.back() >= 0;
-    }
-    const bool every = static_cast<int64_t>(axes.size()) == rank;
-    if (!(run && known) && axes.size() != 1 && !every) {
-        throw Unsupported{run ? "a reduction over several dims whose sizes are not all known at import"
-                              : "a reduction over several dims that are not one run of adjacent dims after the batch"};
-    }
-    const int64_t first = axes.front(), last = axes.back();
-    const auto whole = static_cast<int64_t>(axes.size());
-    if (!(run && known) && !every) { // one dim: the batch, or one of a size free at import
-        seq.append(std::make_shared<KMaxPool>(1, static_cast<int>(first)));
-        if (!keep) seq.append(reshapeTo(n));
-    } else if (!(run && known)) { // every dim, the batch included
-        seq.append(std::make_shared<Reshape>(Shape{1, -1})).append(std::make_shared<KMaxPool>(1, 1));
-        seq.append(std::make_shared<Reshape>(Shape(std::vector<int64_t>(keep ? static_cast<size_t>(rank) : 1, 1))));
-    } else if (keep && first == 2 && last == rank - 1 && whole <= 3) { // every spatial dim: one pool of the map
-        const std::vector<int64_t> size(dims.begin() + 2, dims.end());
-        if (whole == 1) seq.append(std::make_shared<MaxPool1D>(size));
-        if (whole == 2) seq.append(std::make_shared<MaxPool2D>(size));
-        if (whole == 3) seq.append(std::make_shared<MaxPool3D>(size));
-    } else {
-        int64_t P = 1, R = 1, Q = 1;
-        for (int64_t d = 1; d < rank; ++d) (d < first ? P : d <= last ? R : Q) *= dims[static_cast<size_t>(d)];
-        std::vector<int64_t> out = {0};
-        for (int64_t d = 1; d < rank; ++d) {
-            if (d < first || d > last) out.push_back(dims[static_cast<size_t>(d)]);
-            if (d >= first && d <= last && keep) out.push_back(1);
-        }
-        if (out.size() == 1) out = {-1};
-        seq.append(std::make_shared<Reshape>(Shape{0, P, R, Q}))
-            .append(std::make_shared<MaxPool2D>(std::vector<int64_t>{R, 1}))
-            .append(std::make_shared<Reshape>(Shape(out)));
-    }
-}
-
-// Hardmax (opset 13: along one axis; before it, an axis that is the last dim): the one-hot
-// of the first maximum along the axis. ArgMax (kept) gives the index i, as float, tiled along
-// the axis; with c the position along it (a constant), relu(1 - |i - c|) is 1 at c = i and 0
-// elsewhere, exactly. No gradient reaches x (the index is an integer), as none does in ONNX.
-void Importer::importHardmax(const onnx::NodeProto& n, const Attributes& a) {
-    a.only({"axis"});
-    requireInputsImported(n);
-    const int64_t rank = rankOf(n, 0);
-    if (rank < 1) throw Unsupported{"an input whose rank is not known at import"};
-    int64_t axis = a.i("axis", opset_ < 13 ? 1 : -1);
-    axis = axis < 0 ? axis + rank : axis;
-    if (axis < 0 || axis >= rank) throw Unsupported{"axis " + std::to_string(a.i("axis", -1)) + " out of range"};
-    if (opset_ < 13 && axis != rank - 1) {
-        throw Unsupported{"before opset 13, an axis that is not the last dim (the input is seen as 2-D then)"};
-    }
-    const int64_t size = dimOf(n, 0, axis);
-    if (size < 1) throw Unsupported{"the size of the axis is not known at import"};
-    std::vector<int64_t> dims(static_cast<size_t>(rank - axis), 1);
-    dims[0] = size;
-    std::vector<float> minusPosition(static_cast<size_t>(size));
-    for (int64_t c = 0; c < size; ++c) minusPosition[static_cast<size_t>(c)] = -static_cast<float>(c);
-    auto seq = std::make_shared<Sequential>();
-    seq->append(std::make_shared<ArgMax>(static_cast<int>(axis), true))
-        .append(std::make_shared<Cast>(DType::int32, DType::float32))
-        .append(std::make_shared<Tile>(static_cast<int>(axis), size))
-        .append(std::make_shared<MulAddConst>(Tensor::ones({1}), Tensor::fromVector(Shape(dims), minusPosition)))
-        .append(std::make_shared<Activation>(ActivationKind::abs))
-        .append(std::make_shared<MulAddConst>(-1.0f, 1.0f))
-        .append(std::make_shared<Activation>(ActivationKind::relu));
-    return define(n, seq, dataInputs(n, 1));
-}
-
-// ReduceLogSumExp: m + log(sum(exp(x - m))) with m the maximum over the axes (kept;
-// appendMaxOver), so that no exp overflows; a graph of the maximum, Sub, Exp, ReduceSum,
-// Log and Add (and a Reshape without the dims). The gradient reaching m cancels (to rounding).
-void Importer::importReduceLogSumExp(const onnx::NodeProto& n, const Attributes& a) {
-    const int64_t rank = rankOf(n, 0);
-    if (rank < 1) throw Unsupported{"an input whose rank is not known at import"};
-    const std::vector<int64_t> axes = resolvedAxes(reduceAxes(n, a), rank);
-    auto maxOf = std::make_shared<Sequential>();
-    appendMaxOver(*maxOf, n, axes, true);
-    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
-    auto m = tessera::node(maxOf->size() == 1 ? maxOf->childPtr(0) : maxOf, x, "max");
-    auto centred = tessera::node(std::make_shared<Sub>(), {x, m}, "centred");
-    auto e = tessera::node(std::make_shared<Activation>(ActivationKind::exp), centred, "exp");
-    auto sum = tessera::node(std::make_shared<ReduceSum>(axes, true), e, "sum");
-    auto log = tessera::node(std::make_shared<Activation>(ActivationKind::log), sum, "log");
-    NodePtr y = tessera::node(std::make_shared<Add>(), {log, m}, "lse");
-    if (a.i("keepdims", 1) == 0) y = tessera::node(reshapeTo(n), y, "dropped");
-    const Source s = value(n, 0);
-    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
-                  Parents{Parent(s.node, s.slot)});
 }
 
 // LRN
@@ -931,10 +807,28 @@ void Importer::importTranspose(const onnx::NodeProto& n, const Attributes& a) {
 void Importer::importFlatten(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis"});
     if (a.i("axis", 1) != 1) { // another axis: a reshape to the inferred [a, b]
-        if (!shapes_.count(n.output(0)))
+        if (shapes_.count(n.output(0))) return define(n, reshapeTo(n), dataInputs(n, 1));
+        // ONNX's inference lost the shape: the input's, as the layers before it give it; the
+        // dims from the axis on multiplied where all are known (the rest inferred: any batch),
+        // else those before it
+        const auto in = shapes_.find(n.input(0));
+        const auto rank = in == shapes_.end() ? int64_t{0} : static_cast<int64_t>(in->second.size());
+        const int64_t axis = a.i("axis", 1) < 0 ? a.i("axis", 1) + rank : a.i("axis", 1);
+        std::optional<int64_t> sides[2] = {1, 1};
+        for (int64_t d = 0; d < rank; ++d) {
+            auto& side = sides[d >= axis ? 1 : 0];
+            const int64_t v = in->second[static_cast<size_t>(d)].value;
+            if (side && v >= 0)
+                *side *= v;
+            else
+                side.reset();
+        }
+        if (rank == 0 || axis < 0 || axis > rank || (!sides[0] && !sides[1])) {
             throw Unsupported{"axis " + std::to_string(a.i("axis", 1)) +
-                              " on an input whose shape the model does not declare (axis 1 is supported)"};
-        return define(n, reshapeTo(n), dataInputs(n, 1));
+                              " on an input whose shape is not known at import (axis 1 is supported)"};
+        }
+        return define(n, std::make_shared<Reshape>(sides[1] ? Shape{-1, *sides[1]} : Shape{*sides[0], -1}),
+                      dataInputs(n, 1));
     }
     return define(n, std::make_shared<Flatten>(), dataInputs(n, 1));
 }

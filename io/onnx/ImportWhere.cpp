@@ -20,6 +20,7 @@
 #include "modules/Activation.h"
 #include "modules/Add.h"
 #include "modules/Cast.h"
+#include "modules/CumSum.h"
 #include "modules/Identity.h"
 #include "modules/MulAddConst.h"
 #include "modules/Reshape.h"
@@ -505,6 +506,7 @@ void Importer::importMaxMin(const onnx::NodeProto& n, const Attributes& a) {
 // ThresholdedRelu: x where x > alpha, else 0: x t with t the step of the margin x - alpha,
 // as the comparisons of float data take it (scaled past 1 and clipped to [0, 1]).
 void Importer::importThresholdedRelu(const onnx::NodeProto& n, const Attributes& a) {
+    if (n.op_type() == "Shrink") return importShrink(n, a);
     a.only({"alpha"});
     requireInputsImported(n);
     const float alpha = a.f("alpha", 1.0f);
@@ -512,6 +514,29 @@ void Importer::importThresholdedRelu(const onnx::NodeProto& n, const Attributes&
     auto margin = affineOf(x, number(1.0), number(-static_cast<double>(alpha)), "margin");
     auto t = stepOf(margin);
     auto y = tessera::node(std::make_shared<Mul>(), {x, t}, "kept");
+    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}), dataInputs(n, 1));
+}
+
+// Shrink(x; lambd, bias): x - bias above lambd, x + bias below -lambd, else 0 (nn.Hardshrink
+// at bias 0, nn.Softshrink at bias lambd): relu(x - lambd) - relu(-x - lambd), plus (lambd -
+// bias) (step(x - lambd) - step(-x - lambd)) where bias is not lambd, the steps as the
+// comparisons of float data take them (no product of x: infinities stay infinite).
+void Importer::importShrink(const onnx::NodeProto& n, const Attributes& a) {
+    a.only({"lambd", "bias"});
+    requireInputsImported(n);
+    const double lambd = a.f("lambd", 0.5f), bias = a.f("bias", 0.0f);
+    if (!(lambd >= 0.0)) throw Unsupported{"Shrink's lambd " + std::to_string(lambd) + " (0 or more is supported)"};
+    auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    auto over = affineOf(x, number(1.0), number(-lambd), "over"),
+         under = affineOf(x, number(-1.0), number(-lambd), "under");
+    auto relu = [](const NodePtr& v, const char* name) {
+        return tessera::node(std::make_shared<Activation>(ActivationKind::relu), {v}, name);
+    };
+    NodePtr y = tessera::node(std::make_shared<Sub>(), {relu(over, "above"), relu(under, "below")}, "shrunk");
+    if (lambd != bias) {
+        auto jump = tessera::node(std::make_shared<Sub>(), {stepOf(over, "_over"), stepOf(under, "_under")}, "jump");
+        y = tessera::node(std::make_shared<Add>(), {y, scaled(jump, static_cast<float>(lambd - bias), "jumped")}, "y");
+    }
     return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}), dataInputs(n, 1));
 }
 
@@ -769,6 +794,83 @@ void Importer::importMod(const onnx::NodeProto& n, const Attributes& a) {
                           "or data is supported)"};
     }
     return importIntegerDivision(n, c->ints[0], true, fmod);
+}
+
+bool Importer::importSymbolicRange(const onnx::NodeProto& n, const Attributes& a) {
+    const std::string& op = n.op_type();
+    if (op == "Range") {
+        if (n.input_size() != 3) return false;
+        for (const std::string& in : n.input()) {
+            if (!isConstant(in)) return false;
+        }
+        const Constant &start = constants_.at(n.input(0)), &limit = constants_.at(n.input(1)),
+                       &delta = constants_.at(n.input(2));
+        const std::string symbol = limit.symbol(0);
+        if (symbol.empty() || limit.ints.size() != 1) return false; // known: folded
+        if (!start.isInt || !delta.isInt || start.symbolic() || delta.symbolic() ||
+            start.ints != std::vector<int64_t>{0} || delta.ints != std::vector<int64_t>{1}) {
+            throw Unsupported{"a Range up to a dim not known at import ('" + symbol +
+                              "') other than from 0 by 1 (torch.arange(N) over a free dim is supported)"};
+        }
+        symbolicRanges_[n.output(0)] = SymbolicRange{0, 1, symbol};
+        return true;
+    }
+    int k = -1; // the input that is a SymbolicRange
+    for (int i = 0; i < n.input_size(); ++i) {
+        if (symbolicRanges_.count(n.input(i))) k = i;
+    }
+    if (k < 0) return false;
+    const SymbolicRange r = symbolicRanges_.at(n.input(k));
+    const int64_t to = op == "Cast" ? a.i("to", 0) : 0;
+    if (op == "Cast" && (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32)) {
+        symbolicRanges_[n.output(0)] = r;
+        return true;
+    }
+    if (op == "Neg") {
+        symbolicRanges_[n.output(0)] = SymbolicRange{-r.start, -r.delta, r.symbol};
+        return true;
+    }
+    const bool affine = (op == "Add" || op == "Sub" || op == "Mul") && n.input_size() == 2;
+    const std::string other = affine ? n.input(1 - k) : std::string();
+    const Constant* c = affine && isConstant(other) ? &constants_.at(other) : nullptr;
+    if (c && c->isInt && c->ints.size() == 1 && !c->symbolic()) { // r op c, c op r
+        const int64_t v = c->ints[0];
+        SymbolicRange out = r;
+        if (op == "Mul") {
+            out.start *= v;
+            out.delta *= v;
+        } else if (op == "Add" || k == 0) {
+            out.start += op == "Add" ? v : -v;
+        } else { // c - r
+            out.start = v - r.start;
+            out.delta = -r.delta;
+        }
+        symbolicRanges_[n.output(0)] = out;
+        return true;
+    }
+    const auto data = affine ? shapes_.find(other) : shapes_.end();
+    if (op != "Mul" && isIntegerData(other) && data != shapes_.end() && data->second.size() == 1 &&
+        data->second[0].symbol == r.symbol) {
+        // x + sign (start + i delta): a step of sign delta at every position, summed along x
+        // (CumSum), shifted to start at sign start; x negated for r - x.
+        const auto sign = op == "Sub" && k == 1 ? -1.0f : 1.0f;
+        const auto start = static_cast<float>(r.start), delta = static_cast<float>(r.delta);
+        if (std::fabs(start) + std::fabs(delta) >= static_cast<float>(1 << 22)) {
+            throw Unsupported{"a Range over a dim not known at import beyond 2^22"};
+        }
+        auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+        auto steps = tessera::node(std::make_shared<MulAddConst>(0.0f, sign * delta), {x}, "steps");
+        auto sums = tessera::node(std::make_shared<CumSum>(0), {steps}, "sums");
+        auto offsets = tessera::node(std::make_shared<MulAddConst>(1.0f, sign * (start - delta)), {sums}, "offsets");
+        NodePtr term = x;
+        if (op == "Sub" && k == 0) term = tessera::node(std::make_shared<MulAddConst>(-1.0f, 0.0f), {x}, "negated");
+        auto sum = tessera::node(std::make_shared<Add>(), {term, offsets}, "sum");
+        defineOverIntegers(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{sum}), {1 - k});
+        return true;
+    }
+    throw Unsupported{"a Range up to a dim not known at import ('" + r.symbol + "') read by " + op +
+                      " (such a Range is supported where integer constants scale or shift it and integer data of "
+                      "that length adds it, as x[torch.arange(N), index] exports)"};
 }
 
 } // namespace tessera::onnx_io

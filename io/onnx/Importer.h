@@ -85,6 +85,14 @@ private:
     std::unordered_set<std::string> missing_;
     std::unordered_set<std::string> names_;
     std::unordered_map<std::string, int64_t> ranks_;
+    // Range(0, N, 1) of a dim N not known at import (torch.arange over a free batch): no values
+    // at import, so kept as start + i delta for i below N (`symbol`), scaled and shifted by
+    // integer constants, until integer data of length N adds it (ImportWhere.cpp).
+    struct SymbolicRange {
+        int64_t start = 0, delta = 1;
+        std::string symbol;
+    };
+    std::unordered_map<std::string, SymbolicRange> symbolicRanges_;
 
     // `axis` of input `k`, negative ones counted from the end when its rank is declared.
     int64_t resolveAxis(const onnx::NodeProto& n, int k, int64_t axis) const;
@@ -196,6 +204,8 @@ private:
     // Floor, Ceil, Round of float data: graphs of Casts, clips and steps (ImportWhere.cpp).
     void importRounding(const onnx::NodeProto& n, const Attributes& a);
     void importThresholdedRelu(const onnx::NodeProto& n, const Attributes& a);
+    // Shrink (nn.Hardshrink, nn.Softshrink): steps and products (ImportWhere.cpp).
+    void importShrink(const onnx::NodeProto& n, const Attributes& a);
     void importGatherElements(const onnx::NodeProto& n, const Attributes& a);
     // ScatterElements (and Scatter, its name before opset 11): reduction none or add.
     void importScatterElements(const onnx::NodeProto& n, const Attributes& a);
@@ -380,6 +390,12 @@ private:
     // `m` (a float layer of one or two inputs: n's inputs `inputs`) over integer data: a Graph
     // casting each input to float and the output back to int32 (ImportWhere.cpp).
     void defineOverIntegers(const onnx::NodeProto& n, ModulePtr m, const std::vector<int>& inputs);
+    // A node that makes or reads a SymbolicRange: a Range over a dim not known at import, a Cast,
+    // Neg, Add, Sub or Mul of one by an integer constant (another such range), and an Add or Sub of one
+    // and integer data of that length: the data plus the offsets, made by a CumSum along the data
+    // (x[torch.arange(N), index] exports index + arange(N) T). False for a node of neither kind;
+    // Unsupported for one reading a SymbolicRange otherwise.
+    bool importSymbolicRange(const onnx::NodeProto& n, const Attributes& a);
     // Integer data divided by a nonzero integer constant c, or by integer data (c nullopt:
     // n's input 1): the quotient truncated toward zero as ONNX's integer Div is (`(lengths -
     // 3) // 2` of a strided convolution's output lengths), or the remainder (Mod: of the

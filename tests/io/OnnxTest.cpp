@@ -68,6 +68,22 @@ namespace fs = std::filesystem;
 
 const char* kTestData = "/usr/share/libonnx-testdata/data";
 
+// Runs `script` (Python that saves an ONNX model to sys.argv[1]) as `name`.py and imports the
+// model it writes: the message of the IoError the import throws ("" when it imports).
+std::string importRefusal(const std::string& name, const std::string& script) {
+    const fs::path dir = fs::path(::testing::TempDir()), model = dir / (name + ".onnx"), path = dir / (name + ".py");
+    std::ofstream(path) << script;
+    if (std::system(("/usr/bin/python3 '" + path.string() + "' '" + model.string() + "'").c_str()) != 0) {
+        return "the script writing " + model.string() + " failed";
+    }
+    try {
+        importOnnx(model.string());
+        return {};
+    } catch (const IoError& e) {
+        return e.what();
+    }
+}
+
 // tests/io/onnx_expected_failures.txt: `suite/case: reason` lines.
 std::map<std::string, std::string> expectedFailures() {
     std::map<std::string, std::string> out;
@@ -316,7 +332,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
             EXPECT_TRUE(allClose(a, grads[1][i], 1e-5f)) << name << ": gradient " << i;
         }
     }
-    EXPECT_EQ(cases, 140);
+    EXPECT_EQ(cases, 141);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -442,7 +458,6 @@ TEST(Onnx, EveryUnsupportedNodeIsListed) {
     }
     // x -> RandomUniformLike -> Bernoulli (reads it) -> Cast: neither of the first two imports, and
     // the second is reported for its op, not for its missing input.
-    const fs::path model = fs::path(::testing::TempDir()) / "unsupported_chain.onnx";
     const std::string script = R"(
 import sys
 import onnx
@@ -453,22 +468,15 @@ g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", Tensor
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
 )";
-    const fs::path scriptPath = fs::path(::testing::TempDir()) / "unsupported_chain.py";
-    std::ofstream(scriptPath) << script;
-    ASSERT_EQ(std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "'").c_str()), 0);
-    try {
-        importOnnx(model.string());
-        FAIL() << "imported";
-    } catch (const IoError& e) {
-        const std::string msg = e.what();
-        for (const char* part :
-             {"2 node(s) cannot be imported", "(RandomUniformLike): op RandomUniformLike is not supported",
-              "(Bernoulli): op Bernoulli is not supported",
-              "(1 node(s) after these take their outputs and were not imported)"}) {
-            EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
-        }
-        EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
+    const std::string msg = importRefusal("unsupported_chain", script);
+    ASSERT_FALSE(msg.empty()) << "imported";
+    for (const char* part :
+         {"2 node(s) cannot be imported", "(RandomUniformLike): op RandomUniformLike is not supported",
+          "(Bernoulli): op Bernoulli is not supported",
+          "(1 node(s) after these take their outputs and were not imported)"}) {
+        EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
     }
+    EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
 }
 
 // A file's computations on constants count in all against OnnxImportOptions::foldLimit
@@ -640,7 +648,6 @@ TEST(Onnx, ReductionsItCannotTakeAreNamed) {
     if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
     }
-    const fs::path model = fs::path(::testing::TempDir()) / "reductions_refused.onnx";
     const std::string script = R"(
 import sys
 import onnx
@@ -652,20 +659,41 @@ g = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", Tens
                        helper.make_tensor_value_info("run", TensorProto.FLOAT, None)])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
 )";
-    const fs::path scriptPath = fs::path(::testing::TempDir()) / "reductions_refused.py";
-    std::ofstream(scriptPath) << script;
-    ASSERT_EQ(std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "'").c_str()), 0);
-    try {
-        importOnnx(model.string());
-        FAIL() << "imported";
-    } catch (const IoError& e) {
-        const std::string msg = e.what();
-        for (const char* part :
-             {"2 node(s) cannot be imported",
-              "(ReduceMax): a reduction over several dims that are not one run of adjacent dims",
-              "(ReduceMin): a reduction over several dims whose sizes are not all known at import"}) {
-            EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
-        }
+    const std::string msg = importRefusal("reductions_refused", script);
+    ASSERT_FALSE(msg.empty()) << "imported";
+    for (const char* part : {"2 node(s) cannot be imported",
+                             "(ReduceMax): a reduction over several dims that are not one run of adjacent dims",
+                             "(ReduceMin): a reduction over several dims whose sizes are not all known at import"}) {
+        EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
+    }
+}
+
+// A Range up to the free batch imports only as offsets of integer data (x[torch.arange(N), last]):
+// one from 1, and one multiplied by data, are named.
+TEST(Onnx, RangesOverAFreeBatchItCannotTakeAreNamed) {
+    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
+    }
+    const std::string script = R"(
+import sys
+import onnx
+from onnx import TensorProto, helper
+i = TensorProto.INT64
+nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "zero"], ["n"]),
+         helper.make_node("Range", ["one", "n", "one"], ["from_one"]), helper.make_node("Add", ["ids", "from_one"], ["y1"]),
+         helper.make_node("Range", ["zero", "n", "one"], ["rows"]), helper.make_node("Mul", ["ids", "rows"], ["y2"])]
+g = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                                         helper.make_tensor_value_info("ids", i, ["N"])],
+                      [helper.make_tensor_value_info("y1", i, None), helper.make_tensor_value_info("y2", i, None)],
+                      [helper.make_tensor("zero", i, [], [0]), helper.make_tensor("one", i, [], [1])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+)";
+    const std::string msg = importRefusal("ranges_refused", script);
+    ASSERT_FALSE(msg.empty()) << "imported";
+    for (const char* part : {"2 node(s) cannot be imported",
+                             "(Range): a Range up to a dim not known at import ('N') other than from 0 by 1",
+                             "(Mul): a Range up to a dim not known at import ('N') read by Mul"}) {
+        EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
     }
 }
 

@@ -609,6 +609,34 @@ def picked_rows_forms(root):
                           [value("y1", [2, 4]), value("y2", [2, 4]), value("y3", [2, 4])], inits)
     save(root, "rows_picked_by_integer_data", g, [x, last],
          [flat[last + [0, 6]], flat[np.array([5, 11]) - last], flat[last * [1, 2]]], 13)
+    # Over a free batch (as PyTorch exports x[torch.arange(N), last] with dynamic axes): a Range up
+    # to the batch (Shape, Gather, Cast), times T (from the shape too), plus last; the range
+    # shifted by a constant minus last (row 5 - last of each block); last minus the range
+    # negated and cast.
+    x = rs.randn(3, 6, 4).astype(np.float32)
+    last = np.array([3, 5, 0], np.int64)
+    flat = x.reshape(18, 4)
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+             helper.make_node("Gather", ["shape", "one"], ["t"], axis=0),
+             helper.make_node("Cast", ["n"], ["n64"], to=TensorProto.INT64),
+             helper.make_node("Range", ["zero", "n64", "one"], ["rows"]),
+             helper.make_node("Mul", ["rows", "t"], ["starts"]),
+             helper.make_node("Flatten", ["x"], ["flat"], axis=2),
+             helper.make_node("Add", ["last", "starts"], ["i1"]), helper.make_node("Gather", ["flat", "i1"], ["y1"]),
+             helper.make_node("Add", ["starts", "five"], ["ends"]),
+             helper.make_node("Sub", ["ends", "last"], ["i2"]), helper.make_node("Gather", ["flat", "i2"], ["y2"]),
+             helper.make_node("Neg", ["starts"], ["back"]),
+             helper.make_node("Sub", ["last", "back"], ["i3"]), helper.make_node("Gather", ["flat", "i3"], ["y3"])]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("one", TensorProto.INT64, [], [1]),
+             helper.make_tensor("five", TensorProto.INT64, [], [5])]
+    g = helper.make_graph(nodes, "picked_free", [value("x", ["N", 6, 4]),
+                                                 helper.make_tensor_value_info("last", TensorProto.INT64, ["N"])],
+                          [value("y1", ["N", 4]), value("y2", ["N", 4]), value("y3", ["N", 4])], inits)
+    starts = np.arange(3) * 6
+    save(root, "rows_picked_over_free_batch", g, [x, last],
+         [flat[starts + last], flat[starts + 5 - last], flat[last + starts]], 13)
 
 
 def table_forms(root):

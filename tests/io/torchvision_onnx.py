@@ -23,7 +23,8 @@ causal mask, RMSNorm, a gated MLP) at opsets 14 and 17, and a BERT encoder as Hu
 exported with its length free as well as its batch (imported with the length --input gives), and a
 text classifier over a padded batch (ids and a bool padding mask: nn.TransformerEncoder's
 src_key_padding_mask, masked_fill and torch.where of the mask) and one that makes its mask from
-its ids (ids == 0, ~mask) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
+its ids (ids == 0, ~mask) at 13 and 17, and one that reads each sequence's last real token
+(h[torch.arange(N), lengths - 1] over the free batch) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
 source and target ids and their bool padding masks; a causal target mask) at 14 and 17, and a
 diffusion denoiser (two inputs: images and float timesteps, embedded by Sin and Cos of data;
 GroupNorm, SiLU, attention over positions) at 13 and 17, and a VAE's attention as diffusers
@@ -591,6 +592,19 @@ class LengthsText(MaskedTextBase):
         return self.head(pooled + 0.1 * (h * odd).sum(1) + 0.05 * strided + 0.03 * floored)
 
 
+class LastTokenText(LengthsText):
+    """A text classifier that reads each sequence's last real token, as sequence classifiers
+    pool (Hugging Face's GPT2ForSequenceClassification): h[torch.arange(N), lengths - 1], which
+    PyTorch exports over a free batch as a Range up to the batch, times T, plus lengths - 1,
+    and a Gather of h flattened to [N T, C]."""
+
+    def forward(self, ids, lengths):
+        T = ids.shape[1]
+        pad = torch.arange(T)[None, :] >= lengths[:, None]
+        h = self.encoder(self.embedding(ids), src_key_padding_mask=pad)
+        return self.head(h[torch.arange(h.shape[0]), lengths - 1])
+
+
 class ResBlock(torch.nn.Module):
     """A diffusion denoiser's residual block: GroupNorm, SiLU, 3x3 convolutions, the timestep
     embedding projected and added per channel, a 1x1 convolution on the skip where widths differ."""
@@ -780,6 +794,8 @@ NORM_MODELS = {
     "text_mask_from_ids_opset17": (IdsMaskedText, 17, (2, IdsMaskedText.LENGTH)),
     "text_mask_from_lengths_opset13": (LengthsText, 13, (3, LengthsText.LENGTH)),
     "text_mask_from_lengths_opset17": (LengthsText, 17, (3, LengthsText.LENGTH)),
+    "text_last_token_opset13": (LastTokenText, 13, (3, LastTokenText.LENGTH)),
+    "text_last_token_opset17": (LastTokenText, 17, (3, LastTokenText.LENGTH)),
     "transformer_seq2seq_masks_opset14": (Seq2Seq, 14, (2, Seq2Seq.SOURCE)),
     "transformer_seq2seq_masks_opset17": (Seq2Seq, 17, (2, Seq2Seq.SOURCE)),
     "gpt2_where_opset13": (MiniGpt2, 13, (2, MiniGpt2.LENGTH)),
@@ -813,7 +829,8 @@ REDRAWN = {"text_encoder_opset13", "text_encoder_opset17", "vit_opset13", "vit_o
            "bert_three_inputs_opset13", "bert_three_inputs_opset17", "bert_free_length_opset13",
            "bert_free_length_opset17", "padded_text_bool_mask_opset13",
            "padded_text_bool_mask_opset17", "text_mask_from_ids_opset13", "text_mask_from_ids_opset17",
-           "text_mask_from_lengths_opset13", "text_mask_from_lengths_opset17", "transformer_seq2seq_masks_opset14", "transformer_seq2seq_masks_opset17"}
+           "text_mask_from_lengths_opset13", "text_mask_from_lengths_opset17", "text_last_token_opset13",
+           "text_last_token_opset17", "transformer_seq2seq_masks_opset14", "transformer_seq2seq_masks_opset17"}
 # PyTorch's export computes their relative position biases into constants ([heads, window^2,
 # window^2], gathered from each block's table) and folds MaxViT's batch norms into its
 # convolutions, so their parameters are the file's, not the PyTorch model's.
@@ -834,7 +851,7 @@ RTOL = 1e-4
 FUSED_ATTENTION = {f"{m}_opset{o}": fused for m, fused in (
     ("text_encoder", (2, 0)), ("vit", (2, 0)), ("gpt_masked_fill", (2, 2)), ("bert_three_inputs", (2, 0)),
     ("bert_free_length", (2, 0)),
-    ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)),
+    ("padded_text_bool_mask", (3, 0)), ("text_mask_from_ids", (2, 0)), ("text_mask_from_lengths", (2, 0)), ("text_last_token", (2, 0)),
     ("gpt2_where", (2, 2)), ("vit_b_16", (12, 0)), ("swin", (4, 0)), ("swin_t", (12, 0)),
     ("diffusion_timesteps", (1, 0)), ("vae_attention_baddbmm", (1, 0)), ("einsum_vit", (1, 0))) for o in (13, 17)}
 FUSED_ATTENTION.update({f"{m}_opset{o}": fused for m, fused in (
