@@ -18,6 +18,7 @@
 
 #include "backend/ElementMath.h"
 #include "backend/Errors.h"
+#include "containers/Graph.h"
 #include "containers/Parallel.h"
 #include "containers/Sequential.h"
 #include "modules/Activation.h"
@@ -357,8 +358,11 @@ void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
     const int64_t out = transB ? b.tensor.shape()[0] : b.tensor.shape()[1];
     const float alpha = a.f("alpha", 1.0f), beta = a.f("beta", 1.0f);
     // C: a number or a row of `out` is the Linear's bias; a matrix [M, out] (one row per
-    // sample of a batch of M) is added after it by a MulAddConst.
-    const Constant* c = n.input_size() > 2 && !n.input(2).empty() ? &requireConstant(n, 2, "C") : nullptr;
+    // sample of a batch of M) is added after it by a MulAddConst; data (torch.addmm of a
+    // computed input) by an Add, after a MulAddConst of beta.
+    const bool dataC =
+        n.input_size() > 2 && !n.input(2).empty() && !isConstant(n.input(2)) && !options_.inputValues.count(n.input(2));
+    const Constant* c = n.input_size() > 2 && !n.input(2).empty() && !dataC ? &requireConstant(n, 2, "C") : nullptr;
     const int64_t cn = c ? c->tensor.numel() : 0;
     const bool matrixBias = c && c->tensor.shape().rank() == 2 && c->tensor.shape()[1] == out && cn != out && cn > 1;
     const bool bias = c && !matrixBias;
@@ -386,6 +390,18 @@ void Importer::importGemm(const onnx::NodeProto& n, const Attributes& a) {
                               " or a matrix [M, " + std::to_string(out) + "] is supported)"};
         }
         lin->getVar("b")->data.copyFrom(Tensor::fromVector({out}, cv));
+    }
+    if (dataC) {
+        auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
+        auto given = tessera::node(std::make_shared<Identity>(), {}, "c");
+        NodePtr h = x;
+        if (transA) h = tessera::node(std::make_shared<Transpose>(std::vector<int64_t>{1, 0}), {h}, "transposed");
+        h = tessera::node(tiedHead(lin), {h}, "product");
+        const NodePtr added =
+            beta == 1.0f ? given : tessera::node(std::make_shared<MulAddConst>(beta, 0.0f), {given}, "scaled");
+        auto y = tessera::node(std::make_shared<Add>(), {h, added}, "sum");
+        return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x, given}, std::vector<NodePtr>{y}),
+                      dataInputs(n, {0, 2}));
     }
     if (!transA && !matrixBias) return define(n, tiedHead(lin), dataInputs(n, 1));
     auto seq = std::make_shared<Sequential>();

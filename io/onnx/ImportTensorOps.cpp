@@ -675,14 +675,18 @@ void Importer::importPad(const onnx::NodeProto& n, const Attributes& a) {
     ModulePtr pad;
     if (padded.size() == 1) pad = std::make_shared<Pad1D>(loHi, o);
     if (padded.size() == 2) pad = std::make_shared<Pad2D>(loHi, o);
-    if (kept[0] == 1) return define(n, pad, dataInputs(n, 1)); // [N, C, ...]
+    // integer data (int32 in Tessera) padded as float between Casts, exact below 2^24
+    auto emit = [&](ModulePtr m) {
+        return isIntegerData(n.input(0)) ? defineOverIntegers(n, std::move(m), {0}) : define(n, m, dataInputs(n, 1));
+    };
+    if (kept[0] == 1) return emit(pad); // [N, C, ...]
     // Channels elsewhere ([N, H, W, C]): moved to dim 1 around the pad.
     std::vector<int64_t> there = {0, kept[0]}, back(rank);
     there.insert(there.end(), padded.begin(), padded.end());
     for (size_t d = 0; d < rank; ++d) back[static_cast<size_t>(there[d])] = static_cast<int64_t>(d);
     auto seq = std::make_shared<Sequential>();
     seq->append(std::make_shared<Transpose>(there)).append(pad).append(std::make_shared<Transpose>(back));
-    return define(n, seq, dataInputs(n, 1));
+    return emit(seq);
 }
 
 // Upsample (opset 7 to 9) and Resize: nearest or linear with one integer scale over the

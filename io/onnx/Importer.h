@@ -407,7 +407,8 @@ private:
     // GatherElements, masks and sums (ImportLosses.cpp).
     void importLoss(const onnx::NodeProto& n, const Attributes& a);
 
-    // Pad: spatial dims only (Tessera's PadND), constant or reflect.
+    // Pad: spatial dims only (Tessera's PadND), constant, reflect or edge; float data, or
+    // integer data between Casts to float and back.
     void importPad(const onnx::NodeProto& n, const Attributes& a);
 
     // Upsample (opset 7 to 9) and Resize: nearest or linear; whole scales as Upsample2D/3D,

@@ -136,6 +136,7 @@ def main():
     rounding_forms(root)
     table_forms(root)
     picked_rows_forms(root)
+    gemm_of_data(root)
     attention_forms(root, save, value)
 
 
@@ -637,6 +638,18 @@ def picked_rows_forms(root):
     starts = np.arange(3) * 6
     save(root, "rows_picked_over_free_batch", g, [x, last],
          [flat[starts + last], flat[starts + 5 - last], flat[last + starts]], 13)
+
+
+def gemm_of_data(root):
+    """Gemm whose C is data (torch.addmm of a computed input): alpha A B^T + beta C, C another
+    graph input."""
+    rs = np.random.RandomState(33)
+    a, c = rs.randn(2, 3).astype(np.float32), rs.randn(2, 4).astype(np.float32)
+    b = rs.randn(4, 3).astype(np.float32)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.5, beta=2.0, transB=1)
+    g = helper.make_graph([node], "gemm_c", [value("a", ["N", 3]), value("c", ["N", 4])], [value("y", ["N", 4])],
+                          [numpy_helper.from_array(b, "b")])
+    save(root, "gemm_of_data_c", g, [a, c], [0.5 * a @ b.T + 2.0 * c], 13)
 
 
 def table_forms(root):
