@@ -5,7 +5,7 @@
 
 namespace tessera {
 
-/// x: any shape -> y = scale * x^exponent (std::pow per element: a negative x to a
+/// x: any shape -> y = scale * x^exponent (std::pow's values: a negative x to a
 /// non-integer exponent is NaN, 0 to a negative one inf); dx = scale * exponent *
 /// x^(exponent - 1) * dy (0 for the exponent 0). ONNX's Pow by a constant, Sqrt (0.5),
 /// Reciprocal (-1) and a constant divided by data (c / x: exponent -1, scale c) import as

@@ -502,10 +502,12 @@ template <class F> void mapElements(const float* px, float* py, int64_t n, F f) 
 }
 } // namespace
 
-// Squares, square roots and reciprocals (Sqrt, Reciprocal, a norm's square, and their
-// gradients' exponents) by vector arithmetic, with std::pow's values at -0 and -inf (a
-// square root of -0 is +0, of -inf +inf); other exponents by std::pow, a library call per
-// element.
+// Squares, cubes, fourth powers, square roots and reciprocals (Sqrt, Reciprocal, a norm's
+// square, x^3 of GELU's tanh form, and their gradients' exponents) by vector arithmetic, as
+// PyTorch computes them (x x x for a cube, 1 / (x x) for -2: within 2 ulp of std::pow, and
+// where x x is below float's smallest normal and is flushed, -2's is inf), with std::pow's
+// values at -0 and -inf (a square root of -0 is +0, of -inf +inf); other exponents by
+// libmvec's powf (cpu_libm::power).
 void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
     requireSameNumel("power", x, y);
     const float* px = x.data<float>();
@@ -514,7 +516,10 @@ void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
     constexpr float inf = std::numeric_limits<float>::infinity();
     if (p == 1.0f) return mapElements(px, py, n, [](float v) { return v; });
     if (p == 2.0f) return mapElements(px, py, n, [](float v) { return v * v; });
+    if (p == 3.0f) return mapElements(px, py, n, [](float v) { return v * v * v; });
+    if (p == 4.0f) return mapElements(px, py, n, [](float v) { return (v * v) * (v * v); });
     if (p == -1.0f) return mapElements(px, py, n, [](float v) { return 1.0f / v; });
+    if (p == -2.0f) return mapElements(px, py, n, [](float v) { return 1.0f / (v * v); });
     // |sqrt| makes sqrt(-0) +0, and the select sends -inf to +inf; both vectorise (a square
     // root whose lanes a select may drop, or a division by one, would not, where GCC keeps
     // floating-point exceptions exact). x^-0.5 is 1 / that, a second pass.
@@ -524,7 +529,7 @@ void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
         mapElements(px, py, n, root);
         return mapElements(py, py, n, [](float v) { return 1.0f / v; });
     }
-    mapElements(px, py, n, [p](float v) { return std::pow(v, p); });
+    cpu_libm::power(px, p, py, n);
 }
 
 // x, y: [N, C, ...], m: [N, C] -> y[n, c, ...] = x[n, c, ...] * m[n, c]

@@ -1,4 +1,4 @@
-// tan, the inverse and hyperbolic functions, erf and sign for the CPU backend (Libm.h).
+// tan, the inverse and hyperbolic functions, erf, sign and powers for the CPU backend (Libm.h).
 // glibc 2.35 and later ship these in libmvec, vectorised within 4 ulp; it is opened at run
 // time (dlopen), so that a binary built here still loads where the C library is older, and
 // there each element goes through the scalar function. The derivatives are plain loops
@@ -44,6 +44,7 @@ const char* libmName(ActivationKind k) {
 struct Mvec {
     void* fn[64] = {};
     void* exp = nullptr;
+    void* pow = nullptr; // _ZGVdN8vv_powf: `__m256 f(__m256, __m256)`
     bool any = false;
 };
 
@@ -65,6 +66,7 @@ const Mvec& mvec() {
         }
         if (!all) return Mvec{}; // one way for every kind: no mix of roundings between them
         v.exp = exp;
+        v.pow = dlsym(lib, "_ZGVdN8vv_powf");
         v.any = true;
         return v;
     }();
@@ -81,6 +83,22 @@ const Mvec& mvec() {
         alignas(32) float t[8] = {};
         std::copy(x + i, x + n, t);
         _mm256_store_ps(t, f(_mm256_load_ps(t)));
+        std::copy(t, t + (n - i), y + i);
+    }
+}
+
+// y = pow(x, p) over n floats, 8 at a time (fn: libmvec's powf); the last partial vector
+// through a padded copy.
+[[gnu::target("avx2,fma")]] void power8(void* fn, const float* x, float p, float* y, int64_t n) {
+    using Fn = __m256 (*)(__m256, __m256);
+    const auto f = reinterpret_cast<Fn>(fn);
+    const __m256 e = _mm256_set1_ps(p);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(x + i), e));
+    if (i < n) {
+        alignas(32) float t[8] = {};
+        std::copy(x + i, x + n, t);
+        _mm256_store_ps(t, f(_mm256_load_ps(t), e));
         std::copy(t, t + (n - i), y + i);
     }
 }
@@ -191,6 +209,13 @@ void forward(ActivationKind kind, const float* x, float* y, int64_t n) {
         return;
     }
     forBlocks(n, [&](int64_t at, int64_t len) { apply(kind, x + at, y + at, len); });
+}
+
+void power(const float* x, float p, float* y, int64_t n) {
+    forBlocks(n, [&](int64_t at, int64_t len) {
+        if (void* fn = mvec().pow) return power8(fn, x + at, p, y + at, len);
+        for (int64_t i = at; i < at + len; ++i) y[i] = std::pow(x[i], p);
+    });
 }
 
 void backward(ActivationKind kind, const float* x, const float* dy, float* dx, int64_t n) {

@@ -76,6 +76,31 @@ void Importer::importGatherList(const onnx::NodeProto& n, const Attributes& a, c
     }
     const int ax = static_cast<int>(axis);
     const Source s = value(n, 0);
+    // indices of several dims: gathered as one list, then the axis reshaped to their dims (the
+    // dims before it kept, those after it as the input has them)
+    std::shared_ptr<Reshape> unflatten;
+    if (idx.dims.size() > 1) {
+        const auto in = shapes_.find(n.input(0));
+        if (in == shapes_.end())
+            throw Unsupported{"indices of several dims on an input of a shape not known at import"};
+        std::vector<int64_t> target(static_cast<size_t>(axis), 0);
+        target.insert(target.end(), idx.dims.begin(), idx.dims.end());
+        int unknown = 0;
+        for (size_t d = static_cast<size_t>(axis) + 1; d < in->second.size(); ++d) {
+            const int64_t v = in->second[d].value;
+            target.push_back(v >= 0 ? v : (++unknown, -1));
+        }
+        if (unknown > 1) throw Unsupported{"indices of several dims before two dims not known at import"};
+        unflatten = std::make_shared<Reshape>(Shape(target));
+    }
+    auto finish = [&](ModulePtr gather) {
+        if (unflatten) {
+            auto seq = std::make_shared<Sequential>();
+            seq->append(gather).append(unflatten);
+            gather = seq;
+        }
+        return define(n, gather, Parents{Parent(s.node, s.slot)});
+    };
     const int64_t step = at.size() > 1 ? at[1] - at[0] : 1;
     bool even = step != 0;
     for (size_t k = 1; even && k < at.size(); ++k) even = at[k] - at[k - 1] == step;
@@ -86,10 +111,8 @@ void Importer::importGatherList(const onnx::NodeProto& n, const Attributes& a, c
         int64_t end = 0;
         if (step > 0 && last + 1 < dim) end = last + 1;
         if (step < 0 && last + step >= 0) end = last - 1 == 0 ? -dim : last - 1;
-        return define(n,
-                      std::make_shared<Slice>(std::vector<int>{ax}, std::vector<int64_t>{at[0]},
-                                              std::vector<int64_t>{end}, SliceOptions{.steps = {step}}),
-                      Parents{Parent(s.node, s.slot)});
+        return finish(std::make_shared<Slice>(std::vector<int>{ax}, std::vector<int64_t>{at[0]},
+                                              std::vector<int64_t>{end}, SliceOptions{.steps = {step}}));
     }
     auto x = tessera::node(std::make_shared<Identity>(), {}, "x");
     Parents cat;
@@ -98,8 +121,7 @@ void Importer::importGatherList(const onnx::NodeProto& n, const Attributes& a, c
                                            "index" + std::to_string(k))));
     }
     auto y = tessera::node(std::make_shared<Concat>(ax), cat, "gathered");
-    return define(n, std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}),
-                  Parents{Parent(s.node, s.slot)});
+    return finish(std::make_shared<Graph>(std::vector<NodePtr>{x}, std::vector<NodePtr>{y}));
 }
 
 // GatherElements of float data by positions that are data (torch.gather(x, dim, idx), the
@@ -208,15 +230,18 @@ void Importer::importScatterElements(const onnx::NodeProto& n, const Attributes&
 void Importer::importGather(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis"});
     requireInputsImported(n);
-    // Float data (not a constant) by a constant list of indices along a dim after the batch.
+    // Float data (not a constant) by a constant list of indices (of any rank but 0) along a dim
+    // after the batch.
     {
-        const Constant* idx = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;
         const auto type = elemTypes_.find(n.input(0));
         const bool floating = type != elemTypes_.end() && type->second == onnx::TensorProto::FLOAT;
-        if (!isConstant(n.input(0)) && floating && idx && idx->isInt && idx->dims.size() == 1 && !idx->ints.empty() &&
-            resolveAxis(n, 0, a.i("axis", 0)) > 0) {
-            return importGatherList(n, a, *idx);
-        }
+        // the indices a constant, or a graph input given a value (ONNX's test cases)
+        const bool known = isConstant(n.input(1))
+                               ? constants_.at(n.input(1)).isInt
+                               : options_.inputValues.count(n.input(1)) && isIntegerType(elemTypeOf(n.input(1)));
+        const bool listed = !isConstant(n.input(0)) && floating && known && resolveAxis(n, 0, a.i("axis", 0)) > 0;
+        const Constant* idx = listed ? constant(n.input(1)) : nullptr;
+        if (idx && idx->isInt && !idx->dims.empty() && !idx->ints.empty()) return importGatherList(n, a, *idx);
     }
     // Rows of float data [R, E] picked by integer data [K] (x[rows, index] flattened, as
     // x[torch.arange(N), last] exports at a fixed N): the ids as a column, tiled to [K, E], and a

@@ -2,7 +2,8 @@
 """Activation layers against PyTorch's on the CPU, forward and forward with backward, over a
 transformer MLP's hidden activation [8, 197, 3072] (ViT-B/16's, batch 8): each kind of
 `Activation` against the torch function of the same formula (log on |x| + 0.1, sin and
-cos on 8 x, tan on x / 4, asin, acos and atanh on tanh x, acosh on |x| + 1.1).
+cos on 8 x, tan on x / 4, asin, acos and atanh on tanh x, acosh on |x| + 1.1), and `Pow`
+against torch.pow (pow3, pow4, pow-2 on x; pow1.5, pow0.25, pow2.5 on |x| + 0.1).
 
 Timed as alternating.py describes (one process, one thread count, sides alternating,
 medians; the ratio PyTorch / Tessera in time, above 1: Tessera is faster). Tessera's side
@@ -59,12 +60,17 @@ def main():
         ("erf", {}, torch.erf, x),
         ("sign", {}, torch.sign, x),
     ]
+    # Pow layers against torch.pow: whole exponents (vector arithmetic: x^3 as GELU's tanh form
+    # writes it), fractional ones (libmvec's powf) on |x| + 0.1
+    xp = np.abs(x) + 0.1
+    powers = [(p, xp if p != int(p) else x) for p in (3.0, 4.0, -2.0, 1.5, 0.25, 2.5)]
+    cases += [(f"pow{p:g}", {"exponent": p}, lambda t, p=p: torch.pow(t, p), data) for p, data in powers]
     chosen = [k for k in args.kinds.split(",") if k]
     print(f"torch {torch.__version__}, {args.threads} threads, medians of {args.reps}, {list(shape)}")
     for kind, params, op, data in cases:
         if chosen and kind not in chosen:
             continue
-        m = ts.Activation(kind, **params)
+        m = ts.Pow(**params) if kind.startswith("pow") else ts.Activation(kind, **params)
         xs, dys = ts.tensor(data), ts.tensor(dy)
         xt, dyt = torch.tensor(data, requires_grad=True), torch.tensor(dy)
 
