@@ -88,17 +88,27 @@ const Mvec& mvec() {
 }
 
 // y = pow(x, p) over n floats, 8 at a time (fn: libmvec's powf); the last partial vector
-// through a padded copy.
+// through a padded copy. A whole exponent takes |x| (libmvec sends each lane of a negative
+// base through the scalar powf) and gives an odd one x's sign back: powf's values, zeros and
+// infinities of either sign included.
+using PowFn = __m256 (*)(__m256, __m256);
+
+[[gnu::target("avx2,fma")]] inline __m256 power8Of(PowFn f, __m256 v, __m256 e, bool whole, bool odd) {
+    const __m256 signBit = _mm256_set1_ps(-0.0f);
+    const __m256 r = f(whole ? _mm256_andnot_ps(signBit, v) : v, e);
+    return odd ? _mm256_or_ps(r, _mm256_and_ps(v, signBit)) : r;
+}
+
 [[gnu::target("avx2,fma")]] void power8(void* fn, const float* x, float p, float* y, int64_t n) {
-    using Fn = __m256 (*)(__m256, __m256);
-    const auto f = reinterpret_cast<Fn>(fn);
+    const auto f = reinterpret_cast<PowFn>(fn);
     const __m256 e = _mm256_set1_ps(p);
+    const bool whole = std::nearbyint(p) == p, odd = whole && std::fmod(std::fabs(p), 2.0f) == 1.0f;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(x + i), e));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, power8Of(f, _mm256_loadu_ps(x + i), e, whole, odd));
     if (i < n) {
         alignas(32) float t[8] = {};
         std::copy(x + i, x + n, t);
-        _mm256_store_ps(t, f(_mm256_load_ps(t), e));
+        _mm256_store_ps(t, power8Of(f, _mm256_load_ps(t), e, whole, odd));
         std::copy(t, t + (n - i), y + i);
     }
 }

@@ -16,9 +16,10 @@ bool computes(ActivationKind kind);
 void forward(ActivationKind kind, const float* x, float* y, int64_t n);
 /// dx = dy f'(x) over n floats (dx may be dy; sign's is 0).
 void backward(ActivationKind kind, const float* x, const float* dy, float* dx, int64_t n);
-/// y = pow(x, p) over n floats (y may be x): libmvec's powf where the others are in use and
-/// the C library has it (within 1 ulp of powf, whose values it keeps at zeros, infinities,
-/// NaN and negative bases), else powf for each element.
+/// y = pow(x, p) over n floats (y may be x): libmvec's powf (of |x| for a whole p, the sign
+/// given back for an odd one) where the others are in use and the C library has it (within
+/// 1 ulp of powf, whose values it keeps at zeros, infinities, NaN and negative bases), else
+/// powf for each element.
 void power(const float* x, float p, float* y, int64_t n);
 /// Whether libmvec's functions are in use (false: the scalar ones; TESSERA_LIBMVEC=0 asks
 /// for those).
