@@ -538,9 +538,16 @@ void Importer::importArgMax(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"axis", "keepdims", "select_last_index"});
     const int64_t axis = a.i("axis", 0);
     const ArgMaxOptions options{.keepDims = a.i("keepdims", 1) != 0, .lastIndex = a.i("select_last_index", 0) != 0};
-    if (n.op_type() == "ArgMin")
-        return define(n, std::make_shared<ArgMin>(static_cast<int>(axis), options), dataInputs(n, 1));
-    return define(n, std::make_shared<ArgMax>(static_cast<int>(axis), options), dataInputs(n, 1));
+    ModulePtr m = n.op_type() == "ArgMin" ? std::make_shared<ArgMin>(static_cast<int>(axis), options)
+                                          : std::make_shared<ArgMax>(static_cast<int>(axis), options);
+    // Of integer data (a mask's first 1: `(ids == pad).int().argmax(-1)`, as Hugging Face's
+    // sequence classifiers find each sequence's end): its values as float, exact below 2^24.
+    if (isIntegerData(n.input(0))) {
+        auto seq = std::make_shared<Sequential>();
+        seq->append(std::make_shared<Cast>(DType::int32, DType::float32)).append(m);
+        m = seq;
+    }
+    return define(n, m, dataInputs(n, 1));
 }
 
 // TopK: Tessera's TopK (its positions int32 where ONNX has int64); k a constant (an input

@@ -24,7 +24,7 @@ exported with its length free as well as its batch (imported with the length --i
 text classifier over a padded batch (ids and a bool padding mask: nn.TransformerEncoder's
 src_key_padding_mask, masked_fill and torch.where of the mask) and one that makes its mask from
 its ids (ids == 0, ~mask) at 13 and 17, and one that reads each sequence's last real token
-(h[torch.arange(N), lengths - 1] over the free batch) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
+(h[torch.arange(N), lengths - 1] over the free batch, and Hugging Face's argmax of ids == pad) at 13 and 17, and an nn.Transformer over padded batches (four inputs:
 source and target ids and their bool padding masks; a causal target mask) at 14 and 17, and a
 diffusion denoiser (two inputs: images and float timesteps, embedded by Sin and Cos of data;
 GroupNorm, SiLU, attention over positions) at 13 and 17, and a VAE's attention as diffusers
@@ -594,15 +594,18 @@ class LengthsText(MaskedTextBase):
 
 class LastTokenText(LengthsText):
     """A text classifier that reads each sequence's last real token, as sequence classifiers
-    pool (Hugging Face's GPT2ForSequenceClassification): h[torch.arange(N), lengths - 1], which
-    PyTorch exports over a free batch as a Range up to the batch, times T, plus lengths - 1,
-    and a Gather of h flattened to [N T, C]."""
+    pool: h[torch.arange(N), lengths - 1], which PyTorch exports over a free batch as a Range up
+    to the batch, times T, plus lengths - 1, and a Gather of h flattened to [N T, C]; and the
+    token before each sequence's first pad id as Hugging Face's GPT2ForSequenceClassification
+    finds it, (torch.eq(ids, 0).int().argmax(-1) - 1) % T (ArgMax of integer data)."""
 
     def forward(self, ids, lengths):
         T = ids.shape[1]
         pad = torch.arange(T)[None, :] >= lengths[:, None]
         h = self.encoder(self.embedding(ids), src_key_padding_mask=pad)
-        return self.head(h[torch.arange(h.shape[0]), lengths - 1])
+        ends = (torch.eq(ids, 0).int().argmax(-1) - 1) % T
+        rows = torch.arange(h.shape[0])
+        return self.head(h[rows, lengths - 1] + 0.5 * h[rows, ends])
 
 
 class ResBlock(torch.nn.Module):
