@@ -137,6 +137,7 @@ def main():
     table_forms(root)
     picked_rows_forms(root)
     gemm_of_data(root)
+    argmax_of_integers(root)
     attention_forms(root, save, value)
 
 
@@ -638,6 +639,23 @@ def picked_rows_forms(root):
     starts = np.arange(3) * 6
     save(root, "rows_picked_over_free_batch", g, [x, last],
          [flat[starts + last], flat[starts + 5 - last], flat[last + starts]], 13)
+
+
+def argmax_of_integers(root):
+    """ArgMax of integer data: the position of each sequence's first pad id, (ids == 0).int()
+    .argmax(-1) as Hugging Face's sequence classifiers find it (0 where there is none), and
+    ArgMin of the ids themselves (the first of equal ones)."""
+    ids = np.array([[3, 5, 0, 0, 0, 0], [7, 1, 2, 4, 6, 9], [2, 0, 2, 0, 1, 1]], np.int64)
+    nodes = [helper.make_node("Equal", ["ids", "zero"], ["pad"]),
+             helper.make_node("Cast", ["pad"], ["pad32"], to=TensorProto.INT32),
+             helper.make_node("ArgMax", ["pad32"], ["first"], axis=-1, keepdims=0),
+             helper.make_node("ArgMin", ["ids"], ["smallest"], axis=1, keepdims=1)]
+    g = helper.make_graph(nodes, "argmax_int", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 6])],
+                          [helper.make_tensor_value_info("first", TensorProto.INT64, ["N"]),
+                           helper.make_tensor_value_info("smallest", TensorProto.INT64, ["N", 1])],
+                          [helper.make_tensor("zero", TensorProto.INT64, [], [0])])
+    save(root, "argmax_of_integer_data", g, [ids],
+         [np.argmax(ids == 0, axis=-1).astype(np.int64), np.argmin(ids, axis=1)[:, None].astype(np.int64)], 13)
 
 
 def gemm_of_data(root):
