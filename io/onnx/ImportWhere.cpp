@@ -849,8 +849,8 @@ bool Importer::importSymbolicRange(const onnx::NodeProto& n, const Attributes& a
         return true;
     }
     const auto data = affine ? shapes_.find(other) : shapes_.end();
-    if (op != "Mul" && isIntegerData(other) && data != shapes_.end() && data->second.size() == 1 &&
-        data->second[0].symbol == r.symbol) {
+    if (op != "Mul" && !symbolicRanges_.count(other) && isIntegerData(other) && data != shapes_.end() &&
+        data->second.size() == 1 && data->second[0].symbol == r.symbol) {
         // x + sign (start + i delta): a step of sign delta at every position, summed along x
         // (CumSum), shifted to start at sign start; x negated for r - x.
         const auto sign = op == "Sub" && k == 1 ? -1.0f : 1.0f;

@@ -669,7 +669,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 }
 
 // A Range up to the free batch imports only as offsets of integer data (x[torch.arange(N), last]):
-// one from 1, and one multiplied by data, are named.
+// one from 1, one multiplied by data and one added to itself are named.
 TEST(Onnx, RangesOverAFreeBatchItCannotTakeAreNamed) {
     if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
         GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
@@ -681,18 +681,21 @@ from onnx import TensorProto, helper
 i = TensorProto.INT64
 nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "zero"], ["n"]),
          helper.make_node("Range", ["one", "n", "one"], ["from_one"]), helper.make_node("Add", ["ids", "from_one"], ["y1"]),
-         helper.make_node("Range", ["zero", "n", "one"], ["rows"]), helper.make_node("Mul", ["ids", "rows"], ["y2"])]
+         helper.make_node("Range", ["zero", "n", "one"], ["rows"]), helper.make_node("Mul", ["ids", "rows"], ["y2"]),
+         helper.make_node("Add", ["rows", "rows"], ["y3"])]
 g = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
                                          helper.make_tensor_value_info("ids", i, ["N"])],
-                      [helper.make_tensor_value_info("y1", i, None), helper.make_tensor_value_info("y2", i, None)],
+                      [helper.make_tensor_value_info("y1", i, None), helper.make_tensor_value_info("y2", i, None),
+                       helper.make_tensor_value_info("y3", i, None)],
                       [helper.make_tensor("zero", i, [], [0]), helper.make_tensor("one", i, [], [1])])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
 )";
     const std::string msg = importRefusal("ranges_refused", script);
     ASSERT_FALSE(msg.empty()) << "imported";
-    for (const char* part : {"2 node(s) cannot be imported",
+    for (const char* part : {"3 node(s) cannot be imported",
                              "(Range): a Range up to a dim not known at import ('N') other than from 0 by 1",
-                             "(Mul): a Range up to a dim not known at import ('N') read by Mul"}) {
+                             "(Mul): a Range up to a dim not known at import ('N') read by Mul",
+                             "(Add): a Range up to a dim not known at import ('N') read by Add"}) {
         EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
     }
 }
