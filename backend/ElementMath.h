@@ -119,7 +119,7 @@ TESSERA_HOST_DEVICE inline double pointwise(CostKind kind, float p, float t, flo
     case CostKind::hinge: {
         const float m = 1.0f - t * p;
         grad = m > 0 ? -norm * t : 0.0f;
-        return fmaxf(m, 0.0f);
+        return m > 0 || m != m ? m : 0.0f; // a NaN margin stays NaN (fmaxf would give 0)
     }
     default: grad = 0.0f; return 0.0;
     }

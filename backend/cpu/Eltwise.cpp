@@ -504,10 +504,11 @@ template <class F> void mapElements(const float* px, float* py, int64_t n, F f) 
 
 // Squares, cubes, fourth powers, square roots and reciprocals (Sqrt, Reciprocal, a norm's
 // square, x^3 of GELU's tanh form, and their gradients' exponents) by vector arithmetic, as
-// PyTorch computes them (x x x for a cube, 1 / (x x) for -2: within 2 ulp of std::pow, and
-// where x x is below float's smallest normal and is flushed, -2's is inf), with std::pow's
-// values at -0 and -inf (a square root of -0 is +0, of -inf +inf); other exponents by
-// libmvec's powf (cpu_libm::power).
+// PyTorch computes them (x x x for a cube), within 2 ulp of std::pow, with std::pow's values
+// at -0 and -inf (a square root of -0 is +0, of -inf +inf); other exponents by libmvec's powf
+// (cpu_libm::power). x^-2 is (1 / x)^2, not PyTorch's 1 / (x x): where x x would fall below
+// float's smallest normal (|x| under 1.1e-19), which the CPU flushes to 0, that would be inf
+// where std::pow is finite.
 void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
     requireSameNumel("power", x, y);
     const float* px = x.data<float>();
@@ -519,7 +520,12 @@ void CpuBackend::power(const Tensor& x, float p, const Tensor& y) {
     if (p == 3.0f) return mapElements(px, py, n, [](float v) { return v * v * v; });
     if (p == 4.0f) return mapElements(px, py, n, [](float v) { return (v * v) * (v * v); });
     if (p == -1.0f) return mapElements(px, py, n, [](float v) { return 1.0f / v; });
-    if (p == -2.0f) return mapElements(px, py, n, [](float v) { return 1.0f / (v * v); });
+    if (p == -2.0f) {
+        return mapElements(px, py, n, [](float v) {
+            const float r = 1.0f / v;
+            return r * r;
+        });
+    }
     // |sqrt| makes sqrt(-0) +0, and the select sends -inf to +inf; both vectorise (a square
     // root whose lanes a select may drop, or a division by one, would not, where GCC keeps
     // floating-point exceptions exact). x^-0.5 is 1 / that, a second pass.

@@ -68,20 +68,53 @@ namespace fs = std::filesystem;
 
 const char* kTestData = "/usr/share/libonnx-testdata/data";
 
-// Runs `script` (Python that saves an ONNX model to sys.argv[1]) as `name`.py and imports the
-// model it writes: the message of the IoError the import throws ("" when it imports).
-std::string importRefusal(const std::string& name, const std::string& script) {
-    const fs::path dir = fs::path(::testing::TempDir()), model = dir / (name + ".onnx"), path = dir / (name + ".py");
+// Whether /usr/bin/python3 imports onnx: the tests that write their models with it skip
+// where it does not.
+bool pythonHasOnnx() {
+    static const bool has = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
+    return has;
+}
+#define SKIP_WITHOUT_PYTHON_ONNX()                                                                                     \
+    if (!pythonHasOnnx()) GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)"
+
+// Runs `script` (Python that saves ONNX models to its arguments) as `name`.py, with one
+// path in the test's directory per name in `files` as its arguments: those paths, or none
+// when the script failed.
+std::vector<std::string> writtenModels(const std::string& name, const std::string& script,
+                                       const std::vector<std::string>& files) {
+    const fs::path dir = fs::path(::testing::TempDir()), path = dir / (name + ".py");
     std::ofstream(path) << script;
-    if (std::system(("/usr/bin/python3 '" + path.string() + "' '" + model.string() + "'").c_str()) != 0) {
-        return "the script writing " + model.string() + " failed";
+    std::string command = "/usr/bin/python3 '" + path.string() + "'";
+    std::vector<std::string> paths;
+    for (const std::string& file : files) {
+        paths.push_back((dir / file).string());
+        command += " '" + paths.back() + "'";
     }
+    if (std::system(command.c_str()) != 0) return {};
+    return paths;
+}
+
+// The message of the IoError importing `path` throws ("" when it imports).
+std::string importRefusalOf(const std::string& path) {
     try {
-        importOnnx(model.string());
+        importOnnx(path);
         return {};
     } catch (const IoError& e) {
         return e.what();
     }
+}
+
+// Runs `script` (Python that saves an ONNX model to sys.argv[1]) as `name`.py and imports the
+// model it writes: the message of the IoError the import throws ("" when it imports).
+std::string importRefusal(const std::string& name, const std::string& script) {
+    const std::vector<std::string> model = writtenModels(name, script, {name + ".onnx"});
+    if (model.empty()) return "the script " + name + ".py failed";
+    return importRefusalOf(model[0]);
+}
+
+// Each of `parts` is in `msg`.
+void expectParts(const std::string& msg, std::initializer_list<const char*> parts) {
+    for (const char* part : parts) EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
 }
 
 // tests/io/onnx_expected_failures.txt: `suite/case: reason` lines.
@@ -265,9 +298,7 @@ TEST(Onnx, ConformanceWithOnnxsOwnTestCases) {
 // with expected outputs computed by NumPy from the operator definitions
 // (tests/io/onnx_extra_cases.py, with Debian's python3-onnx).
 TEST(Onnx, ExtraCasesAgainstNumpy) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
+    SKIP_WITHOUT_PYTHON_ONNX();
     const std::string script = tessera::testing::sourceDir() + "/tests/io/onnx_extra_cases.py";
     const fs::path root = fs::path(::testing::TempDir()) / "onnx_extra_cases";
     fs::remove_all(root);
@@ -453,9 +484,7 @@ TEST(Onnx, BadConstantInputsAreErrorsNamingTheNode) {
 // Every unsupported node is listed, not only the first; nodes that only miss an input from
 // one of them are counted.
 TEST(Onnx, EveryUnsupportedNodeIsListed) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
+    SKIP_WITHOUT_PYTHON_ONNX();
     // x -> RandomUniformLike -> Bernoulli (reads it) -> Cast: neither of the first two imports, and
     // the second is reported for its op, not for its missing input.
     const std::string script = R"(
@@ -470,12 +499,9 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 )";
     const std::string msg = importRefusal("unsupported_chain", script);
     ASSERT_FALSE(msg.empty()) << "imported";
-    for (const char* part :
-         {"2 node(s) cannot be imported", "(RandomUniformLike): op RandomUniformLike is not supported",
-          "(Bernoulli): op Bernoulli is not supported",
-          "(1 node(s) after these take their outputs and were not imported)"}) {
-        EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
-    }
+    expectParts(msg, {"2 node(s) cannot be imported", "(RandomUniformLike): op RandomUniformLike is not supported",
+                      "(Bernoulli): op Bernoulli is not supported",
+                      "(1 node(s) after these take their outputs and were not imported)"});
     EXPECT_EQ(msg.find("comes from a node that was not imported"), std::string::npos) << msg;
 }
 
@@ -484,13 +510,10 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 // named, and no constant computation runs after it; under a larger limit the same file
 // imports and computes.
 TEST(Onnx, ConstantComputationsStopAtTheFoldLimit) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
+    SKIP_WITHOUT_PYTHON_ONNX();
     // ones [64, 64] (4,096 values) -> Neg -> eight ReduceSums of it -> Sum -> added to x:
     // the fill counts 2 + 4,096, the Neg 8,192, each ReduceSum 4,097 (28,678 after the fourth);
     // then 2 * 2 (a fold of 3 values that fits, but comes after the limit was passed), times that.
-    const fs::path model = fs::path(::testing::TempDir()) / "fold_limit.onnx";
     const std::string script = R"(
 import sys
 import onnx
@@ -510,11 +533,11 @@ g = helper.make_graph(nodes, "folds", [helper.make_tensor_value_info("x", Tensor
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [shape, two])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
 )";
-    const fs::path scriptPath = fs::path(::testing::TempDir()) / "fold_limit.py";
-    std::ofstream(scriptPath) << script;
-    ASSERT_EQ(std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "'").c_str()), 0);
+    const std::vector<std::string> written = writtenModels("fold_limit", script, {"fold_limit.onnx"});
+    ASSERT_FALSE(written.empty()) << "the script writing the model failed";
+    const std::string& model = written[0];
 
-    std::shared_ptr<Graph> g = importOnnx(model.string()); // the default limit
+    std::shared_ptr<Graph> g = importOnnx(model); // the default limit
     const Tensor x = randomTensor({2, 3}, 5);
     const std::vector<float> y = (*g)(x).toVector<float>(), xs = x.toVector<float>();
     ASSERT_EQ(y.size(), xs.size());
@@ -529,7 +552,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
         OnnxImportOptions options;
         options.foldLimit = limit;
         try {
-            importOnnx(model.string(), options);
+            importOnnx(model, options);
             ADD_FAILURE() << "imported under a limit of " << limit;
         } catch (const IoError& e) {
             const std::string what = e.what();
@@ -541,13 +564,10 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 }
 
 TEST(Onnx, NamedFreeDimsTakeTheSizesGiven) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
+    SKIP_WITHOUT_PYTHON_ONNX();
     // ids [batch, seq] -> rows of a table [10, 4] -> time-major -> [T, 2B, 2] by its computed
     // shape (as nn.MultiheadAttention's export splits heads) -> batch-major [2B, T, 2]. A
     // token table takes ids [N, L] with L known: the file's free length stops the import.
-    const fs::path model = fs::path(::testing::TempDir()) / "free_dims.onnx";
     const std::string script = R"(
 import sys
 import numpy as np
@@ -576,20 +596,17 @@ g = helper.make_graph([helper.make_node("Identity", ["a"], ["ya"]), helper.make_
                        helper.make_tensor_value_info("yb", TensorProto.FLOAT, None)])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[2])
 )";
-    const fs::path scriptPath = fs::path(::testing::TempDir()) / "free_dims.py";
-    const fs::path two = fs::path(::testing::TempDir()) / "free_dims_two.onnx";
-    std::ofstream(scriptPath) << script;
-    ASSERT_EQ(
-        std::system(
-            ("/usr/bin/python3 '" + scriptPath.string() + "' '" + model.string() + "' '" + two.string() + "'").c_str()),
-        0);
+    const std::vector<std::string> written =
+        writtenModels("free_dims", script, {"free_dims.onnx", "free_dims_two.onnx"});
+    ASSERT_FALSE(written.empty()) << "the script writing the models failed";
+    const std::string &model = written[0], &two = written[1];
     // The sizes inputs give the dims besides the batch.
     using Sizes = std::map<std::string, int64_t>;
-    EXPECT_EQ(onnxDimSizes(model.string(), Shapes{{3, 5}}), (Sizes{{"seq", 5}}));
-    EXPECT_EQ(onnxDimSizes(model.string(), Shapes{}), Sizes{});
-    EXPECT_EQ(onnxDimSizes(two.string(), Shapes{{2, 3}, {2, 3, 4}}), (Sizes{{"seq", 3}}));
+    EXPECT_EQ(onnxDimSizes(model, Shapes{{3, 5}}), (Sizes{{"seq", 5}}));
+    EXPECT_EQ(onnxDimSizes(model, Shapes{}), Sizes{});
+    EXPECT_EQ(onnxDimSizes(two, Shapes{{2, 3}, {2, 3, 4}}), (Sizes{{"seq", 3}}));
     try {
-        onnxDimSizes(two.string(), Shapes{{2, 3}, {2, 4, 2}});
+        onnxDimSizes(two, Shapes{{2, 3}, {2, 4, 2}});
         ADD_FAILURE() << "two sizes for 'seq' were taken";
     } catch (const ShapeError& e) {
         EXPECT_NE(std::string(e.what()).find("give the model's dim 'seq' two sizes, 3 and 4"), std::string::npos)
@@ -598,7 +615,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 
     auto failure = [&](const OnnxImportOptions& options) {
         try {
-            importOnnx(model.string(), options);
+            importOnnx(model, options);
         } catch (const IoError& e) {
             return std::string(e.what());
         }
@@ -613,7 +630,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
     // With it: the graph takes that length, the batch still free.
     OnnxImportOptions options;
     options.dims = {{"seq", 5}};
-    std::shared_ptr<Graph> g = importOnnx(model.string(), options);
+    std::shared_ptr<Graph> g = importOnnx(model, options);
     for (int64_t batch : {3, 1}) {
         std::vector<int32_t> ids(static_cast<size_t>(batch * 5));
         for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % 10);
@@ -645,9 +662,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 // ReduceMax over several axes it cannot take: one IoError naming each node and why (axes
 // with a gap; a run of axes one of whose sizes the file leaves free).
 TEST(Onnx, ReductionsItCannotTakeAreNamed) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
+    SKIP_WITHOUT_PYTHON_ONNX();
     const std::string script = R"(
 import sys
 import onnx
@@ -661,19 +676,15 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 )";
     const std::string msg = importRefusal("reductions_refused", script);
     ASSERT_FALSE(msg.empty()) << "imported";
-    for (const char* part : {"2 node(s) cannot be imported",
-                             "(ReduceMax): a reduction over several dims that are not one run of adjacent dims",
-                             "(ReduceMin): a reduction over several dims whose sizes are not all known at import"}) {
-        EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
-    }
+    expectParts(msg, {"2 node(s) cannot be imported",
+                      "(ReduceMax): a reduction over several dims that are not one run of adjacent dims",
+                      "(ReduceMin): a reduction over several dims whose sizes are not all known at import"});
 }
 
 // A Range up to the free batch imports only as offsets of integer data (x[torch.arange(N), last]):
 // one from 1, one multiplied by data and one added to itself are named.
 TEST(Onnx, RangesOverAFreeBatchItCannotTakeAreNamed) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
+    SKIP_WITHOUT_PYTHON_ONNX();
     const std::string script = R"(
 import sys
 import onnx
@@ -692,21 +703,16 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
 )";
     const std::string msg = importRefusal("ranges_refused", script);
     ASSERT_FALSE(msg.empty()) << "imported";
-    for (const char* part : {"3 node(s) cannot be imported",
-                             "(Range): a Range up to a dim not known at import ('N') other than from 0 by 1",
-                             "(Mul): a Range up to a dim not known at import ('N') read by Mul",
-                             "(Add): a Range up to a dim not known at import ('N') read by Add"}) {
-        EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
-    }
+    expectParts(msg, {"3 node(s) cannot be imported",
+                      "(Range): a Range up to a dim not known at import ('N') other than from 0 by 1",
+                      "(Mul): a Range up to a dim not known at import ('N') read by Mul",
+                      "(Add): a Range up to a dim not known at import ('N') read by Add"});
 }
 
 // Losses as ops: what the import cannot take is named at import; a target outside the classes
 // that is not ignored fails when the graph runs, naming it.
 TEST(Onnx, LossesItCannotTakeAreNamed) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
-    const fs::path dir = fs::path(::testing::TempDir());
+    SKIP_WITHOUT_PYTHON_ONNX();
     const std::string script = R"(
 import sys
 import onnx
@@ -726,24 +732,14 @@ g = helper.make_graph([node], "ok", [helper.make_tensor_value_info("x", f, ["N",
                                      helper.make_tensor_value_info("t", i, ["N"])], out[:1])
 onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[2])
 )";
-    const fs::path scriptPath = dir / "losses.py", refused = dir / "losses_refused.onnx", ok = dir / "losses_ok.onnx";
-    std::ofstream(scriptPath) << script;
-    ASSERT_EQ(
-        std::system(("/usr/bin/python3 '" + scriptPath.string() + "' '" + refused.string() + "' '" + ok.string() + "'")
-                        .c_str()),
-        0);
-    try {
-        importOnnx(refused.string());
-        FAIL() << "imported";
-    } catch (const IoError& e) {
-        const std::string msg = e.what();
-        for (const char* part :
-             {"2 node(s) cannot be imported", "(NegativeLogLikelihoodLoss): the class weights must be a constant",
-              "(SoftmaxCrossEntropyLoss): an input with more than one dim after [N, C] not known"}) {
-            EXPECT_NE(msg.find(part), std::string::npos) << part << " not in:\n" << msg;
-        }
-    }
-    std::shared_ptr<Graph> g = importOnnx(ok.string());
+    const std::vector<std::string> written = writtenModels("losses", script, {"losses_refused.onnx", "losses_ok.onnx"});
+    ASSERT_FALSE(written.empty()) << "the script writing the models failed";
+    const std::string msg = importRefusalOf(written[0]);
+    ASSERT_FALSE(msg.empty()) << "imported";
+    expectParts(msg,
+                {"2 node(s) cannot be imported", "(NegativeLogLikelihoodLoss): the class weights must be a constant",
+                 "(SoftmaxCrossEntropyLoss): an input with more than one dim after [N, C] not known"});
+    std::shared_ptr<Graph> g = importOnnx(written[1]);
     const Tensor x = Tensor::fromVector({2, 5}, std::vector<float>(10, -1.0f));
     // -100 is ignored: the mean over the one target kept.
     const Tensors loss = (*g)({x, Tensor::fromVector({2}, std::vector<int32_t>{-100, 3})});
@@ -934,7 +930,7 @@ TEST(Onnx, EveryExportedLayerRoundTrips) {
         const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
-        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) { // and ONNX's checker takes it
+        if (pythonHasOnnx()) { // and ONNX's checker takes it
             EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
@@ -982,7 +978,7 @@ TEST(Onnx, NormalisationsAndNewActivationsRoundTrip) {
         const std::vector<float> a = g(input).toVector<float>(), b = (*back)(input).toVector<float>();
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f + 1e-5f * std::fabs(a[i])) << i;
-        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+        if (pythonHasOnnx()) {
             EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
@@ -1073,7 +1069,7 @@ TEST(Onnx, LogSoftMaxAndElementaryFunctionsRoundTrip) {
         b.insert(b.end(), backSigns.begin(), backSigns.end());
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * std::fabs(a[i])) << i;
-        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+        if (pythonHasOnnx()) {
             EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
@@ -1109,7 +1105,7 @@ TEST(Onnx, ReductionsRoundTrip) {
                 EXPECT_TRUE(allClose(a[k], b[k].toVector<float>(), 1e-6f)) << k;
             }
         }
-        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+        if (pythonHasOnnx()) {
             EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
@@ -1135,7 +1131,7 @@ TEST(Onnx, GatherElementsRoundTrips) {
     for (const auto& [n, m] : back->namedChildren()) gathers += m->classname() == "GatherElements";
     EXPECT_EQ(gathers, 1);
     EXPECT_EQ((*back)(Tensors{input, idx})[0].toVector<float>(), a);
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+    if (pythonHasOnnx()) {
         EXPECT_TRUE(checkerAccepts(path));
     }
     std::filesystem::remove(path);
@@ -1175,7 +1171,7 @@ TEST(Onnx, ArgMaxAndArgMinRoundTrip) {
             EXPECT_EQ(got[k].shape(), want[k].shape());
             EXPECT_EQ(got[k].toVector<int32_t>(), want[k].toVector<int32_t>());
         }
-        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+        if (pythonHasOnnx()) {
             EXPECT_TRUE(checkerAccepts(path));
         }
         std::filesystem::remove(path);
@@ -1217,7 +1213,7 @@ TEST(Onnx, IntegerMasksAndCastsRoundTrip) {
     const Tensor got = (*back)(input);
     EXPECT_EQ(got.shape(), (Shape{2, 2, 4}));
     EXPECT_EQ(got.toVector<float>(), want.toVector<float>());
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+    if (pythonHasOnnx()) {
         EXPECT_TRUE(checkerAccepts(path));
     }
     std::filesystem::remove(path);
@@ -1257,7 +1253,7 @@ TEST(Onnx, MultiheadAttentionAndTokenTablesRoundTrip) {
         SCOPED_TRACE(opset);
         const std::string path = ::testing::TempDir() + "attention.onnx";
         exportOnnx(g, in, path, {.opset = opset});
-        if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) { // ONNX's checker takes it
+        if (pythonHasOnnx()) { // ONNX's checker takes it
             EXPECT_TRUE(checkerAccepts(path));
         }
         std::shared_ptr<Graph> back = importOnnx(path);
@@ -1311,7 +1307,7 @@ TEST(Onnx, EmbedderPaddingIdxRoundTrips) {
     const std::vector<float> want = g(x).toVector<float>();
     const std::string path = ::testing::TempDir() + "padding_idx.onnx";
     exportOnnx(g, {{2, 5}}, path);
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+    if (pythonHasOnnx()) {
         EXPECT_TRUE(checkerAccepts(path));
     }
     std::shared_ptr<Graph> back = importOnnx(path);
@@ -1349,7 +1345,7 @@ TEST(Onnx, EmbedderPaddingIdxRoundTrips) {
         }
     }
     // Malformed metadata: an IoError naming it.
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+    if (pythonHasOnnx()) {
         const std::string bad = ::testing::TempDir() + "padding_idx_bad.onnx";
         const std::string edit = "/usr/bin/python3 -c \"import onnx, sys; m = onnx.load(sys.argv[1]); "
                                  "m.metadata_props[0].value = 'not json'; onnx.save(m, sys.argv[2])\" '" +
@@ -1395,7 +1391,7 @@ TEST(Onnx, RecurrentStatesRoundTrip) {
          2},
         {{.layers = 3, .mode = RnnMode::tanh, .getSequences = true, .finalStates = true}, 3},
     };
-    const bool checker = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
+    const bool checker = pythonHasOnnx();
     for (const RnnCase& c : cases) {
         const bool lstm = c.options.mode == RnnMode::lstm, bi = c.options.bidirectional;
         SCOPED_TRACE(str(c.options.mode) + (c.options.linearBeforeReset ? "" : " reset before"));
@@ -1462,7 +1458,7 @@ TEST(Onnx, SpatialTransformerRoundTripsAtOpset16) {
     const Tensor a = g(input), b = (*back)(input);
     ASSERT_EQ(a.shape(), (Shape{2, 3, 5, 6}));
     EXPECT_TRUE(allClose(b, a.toVector<float>(), 1e-5f));
-    const bool python = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
+    const bool python = pythonHasOnnx();
     if (python) {
         EXPECT_TRUE(checkerAccepts(path));
     }
@@ -1497,9 +1493,7 @@ TEST(Onnx, SpatialTransformerRoundTripsAtOpset16) {
 
 // onnx.checker (Debian's python3-onnx) accepts what Tessera writes.
 TEST(Onnx, ExportPassesOnnxsChecker) {
-    if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "/usr/bin/python3 cannot import onnx (tools/setup.sh installs python3-onnx)";
-    }
+    SKIP_WITHOUT_PYTHON_ONNX();
     const std::string dir = ::testing::TempDir();
     for (const char* name : {"inception-bn", "unet", "resnet18-cifar", "gpt-mini"}) { // gpt-mini: int32 ids
         manualSeed(4);

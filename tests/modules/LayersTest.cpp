@@ -652,11 +652,12 @@ TEST(Pow, ReferenceGradientShape) {
 // square roots, reciprocals and their squares) and the others (libmvec's powf where the C
 // library has it: TESSERA_LIBMVEC=0 runs them through powf) give std::pow's values at every
 // edge: signed zeros, infinities, NaN, negative data (whole exponents of either sign, odd and
-// even), the extremes of float's range, over more elements than one thread takes.
+// even), the extremes of float's range (8e-20^-2 is finite though 8e-20^2 is denormal), over
+// more elements than one thread takes.
 TEST(Pow, VectorExponentsGiveStdPowsValues) {
-    std::vector<float> xs = {0.0f,    -0.0f, INFINITY, -INFINITY, std::nanf(""), -4.0f,   -0.25f, 1e-30f,
-                             -1e-30f, 1e30f, -1e30f,   3.4e38f,   1.2e-38f,      0.3f,    2.0f,   7.5f,
-                             -7.5f,   1.0f,  -1.0f,    1e-20f,    65504.0f,      -3e-20f, 5e19f,  0.9999999f};
+    std::vector<float> xs = {0.0f,  -0.0f,  INFINITY, -INFINITY, std::nanf(""), -4.0f,      -0.25f, 1e-30f, -1e-30f,
+                             1e30f, -1e30f, 3.4e38f,  1.2e-38f,  0.3f,          2.0f,       7.5f,   -7.5f,  1.0f,
+                             -1.0f, 1e-20f, 65504.0f, -3e-20f,   5e19f,         0.9999999f, 8e-20f, -8e-20f};
     const Tensor random = randomTensor({40000}, 9, -50.0f, 50.0f);
     for (float v : random.toVector<float>()) xs.push_back(v);
     const Tensor x = Tensor::fromVector({static_cast<int64_t>(xs.size())}, xs);

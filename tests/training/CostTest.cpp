@@ -311,6 +311,20 @@ TEST(PointwiseCosts, Reference) {
     EXPECT_NEAR(kl(Tensor::fromVector({1, 2}, F{5, 5}), Tensor::fromVector({1, 2}, F{0.5f, 0.5f})).error, 0.0, 1e-6);
 }
 
+// A NaN prediction makes each cost NaN, not a number that hides it (a hinge's max(0, NaN)).
+TEST(PointwiseCosts, NanPredictionGivesNanCost) {
+    const Tensor p = Tensor::fromVector({2, 2}, F{0.5f, std::nanf(""), -1, 2});
+    const Tensor t = Tensor::fromVector({2, 2}, F{1, 1, -1, 1});
+    MSE mse;
+    Abs abs;
+    SmoothL1 sl1;
+    BCE bce;
+    Hinge hinge;
+    for (Cost* cost : std::initializer_list<Cost*>{&mse, &abs, &sl1, &bce, &hinge}) {
+        EXPECT_TRUE(std::isnan((*cost)(p, t).error)) << cost->classname();
+    }
+}
+
 TEST(PointwiseCosts, Gradient) {
     Tensor p = randomTensor({3, 4}, 3, -2, 2);
     Tensor t = randomTensor({3, 4}, 4, -2, 2);
