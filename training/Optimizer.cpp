@@ -1,10 +1,74 @@
 #include "training/Optimizer.h"
 
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <unordered_set>
 
 namespace tessera {
+
+namespace {
+// The class of each rule, for messages from the base class's constructor.
+const char* classOf(UpdateRule rule) {
+    switch (rule) {
+    case UpdateRule::sgd: return "SGD";
+    case UpdateRule::momentumSGD: return "MomentumSGD";
+    case UpdateRule::nesterovSGD: return "NesterovSGD";
+    case UpdateRule::adam: return "Adam";
+    case UpdateRule::adaGrad: return "AdaGrad";
+    case UpdateRule::adaDelta: return "AdaDelta";
+    case UpdateRule::rmsProp: return "RMSProp";
+    case UpdateRule::rmsPropGraves: return "RMSPropGraves";
+    case UpdateRule::smorms3: return "SMORMS3";
+    case UpdateRule::adamW: return "AdamW";
+    }
+    return "Optimizer";
+}
+
+std::string str(float v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", static_cast<double>(v));
+    return text;
+}
+
+// ModuleError "<optimizer>: <what> must be <range>, got <v>" unless lo <= v (< hi, or <= hi
+// when `closed`); NaN fails every comparison.
+void requireIn(const std::string& optimizer, const char* what, float v, float lo, float hi, bool closed) {
+    if (v >= lo && (closed ? v <= hi : v < hi)) return;
+    std::string range;
+    if (std::isinf(hi)) {
+        range = "finite and at least " + str(lo);
+    } else {
+        range = "in [" + str(lo) + ", " + str(hi) + (closed ? "]" : ")");
+    }
+    throw ModuleError(optimizer + ": " + what + " must be " + range + ", got " + str(v));
+}
+constexpr float kInf = std::numeric_limits<float>::infinity();
+} // namespace
+
+Optimizer::Optimizer(UpdateParams params, int states) : params_(params), states_(states) {
+    const UpdateRule r = params.rule;
+    const std::string name = classOf(r);
+    requireIn(name, "the learning rate", params.lr, 0.0f, kInf, false);
+    if (r == UpdateRule::momentumSGD || r == UpdateRule::nesterovSGD || r == UpdateRule::rmsPropGraves) {
+        requireIn(name, "momentum", params.momentum, 0.0f, kInf, false);
+    }
+    if (r == UpdateRule::adam || r == UpdateRule::adamW) {
+        requireIn(name, "beta1", params.beta1, 0.0f, 1.0f, false);
+        requireIn(name, "beta2", params.beta2, 0.0f, 1.0f, false);
+    }
+    if (r == UpdateRule::adaDelta || r == UpdateRule::rmsProp || r == UpdateRule::rmsPropGraves) {
+        requireIn(name, "rho", params.rho, 0.0f, 1.0f, true);
+    }
+    if (r != UpdateRule::sgd && r != UpdateRule::momentumSGD && r != UpdateRule::nesterovSGD) {
+        requireIn(name, "epsilon", params.epsilon, 0.0f, kInf, false);
+    }
+}
+
+void Optimizer::setLearnRate(float lr) {
+    requireIn(classname(), "the learning rate", lr, 0.0f, kInf, false);
+    params_.lr = lr;
+}
 
 void Optimizer::setupOn(Module& net, bool useGlobalState) {
     if (bound_) throw ModuleError(classname() + ": setupOn was already called");
@@ -47,7 +111,7 @@ void Optimizer::setupOn(Module& net, bool useGlobalState) {
 }
 
 void Optimizer::setWeightDecay(float decay, std::function<bool(const std::string&)> applies) {
-    if (decay < 0) throw ModuleError(classname() + ": weight decay must not be negative");
+    requireIn(classname(), "weight decay", decay, 0.0f, kInf, false);
     if (applies && !bound_) throw ModuleError(classname() + ": call setupOn before a filtered weight decay");
     weightDecay_ = decay;
     for (Entry& e : entries_) e.decays = !applies || applies(e.name);
@@ -63,6 +127,7 @@ void Optimizer::setGradientClipping(float maxNorm) {
 }
 
 void Optimizer::setLearnRateFactor(const std::string& name, float factor) {
+    requireIn(classname(), ("the learning rate factor of '" + name + "'").c_str(), factor, 0.0f, kInf, false);
     for (Entry& e : entries_) {
         if (e.name == name) {
             e.lrFactor = factor;
@@ -233,7 +298,7 @@ std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, float lr) {
                           "'; expected one of: sgd, momentum, nesterov, adam, adagrad, adadelta, rmsprop, "
                           "rmspropgraves, smorms3, adamw");
     }
-    if (lr >= 0) opt->setLearnRate(lr);
+    if (!(lr < 0)) opt->setLearnRate(lr); // NaN too: refused there
     return opt;
 }
 

@@ -60,9 +60,11 @@ public:
     void zeroGradParams();
 
     float learnRate() const { return params_.lr; }
-    void setLearnRate(float lr) { params_.lr = lr; }
+    /// ModuleError for a rate that is negative or not finite.
+    void setLearnRate(float lr);
     /// L2 weight decay: grad + decay * param enters the rule, for the parameters whose
-    /// dotted name `applies` accepts (all when empty).
+    /// dotted name `applies` accepts (all when empty). ModuleError for a decay that is
+    /// negative or not finite.
     void setWeightDecay(float decay, std::function<bool(const std::string&)> applies = {});
     /// Gradient clipping by global norm: each update measures the L2 norm of all bound
     /// gradients together (after loss scaling has divided them by the scale) and, when it
@@ -78,7 +80,7 @@ public:
     /// without clipping or before the first update.
     double lastGradientNorm() const { return lastNorm_; }
     /// Scale the learning rate of one parameter (by dotted name; ModuleError
-    /// when it is not bound).
+    /// when it is not bound, or for a factor that is negative or not finite).
     void setLearnRateFactor(const std::string& name, float factor);
     /// Updates made so far.
     int64_t steps() const { return params_.step - 1; }
@@ -102,7 +104,10 @@ public:
     const Tensor& globalGrads() const { return flatGrads_; }
 
 protected:
-    Optimizer(UpdateParams params, int states) : params_(params), states_(states) {}
+    /// Throws ModuleError, naming the optimizer, for a constant its rule reads that is out of
+    /// range (PyTorch's): a learning rate, momentum or epsilon that is negative or not
+    /// finite; Adam's betas outside [0, 1); a running-average decay rho outside [0, 1].
+    Optimizer(UpdateParams params, int states);
 
 private:
     struct Entry {

@@ -540,6 +540,13 @@ outmaps=16, size=3, pad=1) does; Module(classname, {arguments}) is the general f
              "C++ as, say, a tessera.Conv2D).")
         .def("__call__", &forward, py::arg("data"),
              "Forward: a Tensor (or array) in, a Tensor out; a list in, a list out. Releases the GIL.")
+        .def(
+            "__call__",
+            [](Module& m, const py::args& inputs) {
+                if (inputs.empty()) throw py::type_error(m.str() + ": called with no input");
+                return forward(m, py::list(inputs));
+            },
+            "m(a, b, ...): the inputs one by one, as m([a, b, ...]): a list out.")
         .def("backward", &backward, py::arg("grad"), py::arg("updParamGrads") = true, py::arg("updGrad") = true,
              py::arg("scale") = 1.0f, py::arg("momentum") = 0.0f,
              "Back-propagate the gradient of the last output; returns the input gradient. Releases the GIL.")

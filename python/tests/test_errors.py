@@ -124,3 +124,14 @@ def test_pytorch_argument_names_get_a_did_you_mean():
     with pytest.raises(TypeError, match=r"no argument 'zzz' \(it takes"):
         ts.Linear(4, 2, zzz=1)
     assert ts.Conv2D(3, 8, 3, pad=1).dataShapeFrom((1, 3, 8, 8)) == (1, 8, 8, 8)
+
+
+def test_optimizer_constants_out_of_range():
+    with pytest.raises(ts.ModuleError, match=r"SGD: the learning rate must be finite and at least 0, got nan"):
+        ts.SGD(learnRate=float("nan"))
+    with pytest.raises(ts.ModuleError, match=r"Adam: beta1 must be in \[0, 1\), got 2"):
+        ts.Adam(beta1=2.0)
+    opt = ts.Adam()
+    with pytest.raises(ts.ModuleError, match="Adam: the learning rate"):
+        opt.learnRate = -1.0
+    assert opt.learnRate == pytest.approx(1e-3)

@@ -287,3 +287,17 @@ def test_backward_releases_the_values_it_used_unless_told_to_keep_them():
     net.backward(np.ones((4, 2), np.float32))
     assert net["fc1"].data.shape == (4, 5)
     net.backward(np.ones((4, 2), np.float32))  # and a second backward adds to the gradients
+
+
+def test_inputs_passed_one_by_one_are_a_list():
+    x, y = ts.Identity(name="x").node(), ts.Identity(name="y").node()
+    net = ts.Graph(inputs=[x, y], outputs=ts.Sub(name="diff").node(x, y))
+    a, b = np.full((2, 3), 5, np.float32), np.full((2, 3), 2, np.float32)
+    out = net(a, b)
+    assert isinstance(out, list) and len(out) == 1
+    np.testing.assert_array_equal(out[0].numpy(), a - b)
+    np.testing.assert_array_equal(net([a, b])[0].numpy(), a - b)
+    with pytest.raises(ts.ShapeError, match="expects 2 input tensors, got 3"):
+        net(a, b, b)
+    with pytest.raises(TypeError, match="called with no input"):
+        net()

@@ -230,6 +230,43 @@ TEST(Optimizer, Errors) {
     EXPECT_EQ(makeOptimizer("rmspropgraves")->classname(), "RMSPropGraves");
 }
 
+// Constants out of their ranges are ModuleErrors naming the optimizer, the constant, the
+// range and the value, at construction or when set; the ends of the ranges are taken.
+TEST(Optimizer, ConstantsOutOfRangeAreNamed) {
+    const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+    EXPECT_TRUE(
+        throwsModuleError([&] { SGD{-0.1f}; }, {"SGD: the learning rate must be finite and at least 0, got -0.1"}));
+    EXPECT_TRUE(throwsModuleError([&] { SGD{nan}; }, {"SGD: the learning rate", "got nan"}));
+    EXPECT_TRUE(throwsModuleError([&] { Adam{inf}; }, {"Adam: the learning rate", "got inf"}));
+    EXPECT_TRUE(throwsModuleError([&] { MomentumSGD(0.1f, -0.5f); }, {"MomentumSGD: momentum must be finite", "-0.5"}));
+    EXPECT_TRUE(throwsModuleError([&] { NesterovSGD(0.1f, nan); }, {"NesterovSGD: momentum", "got nan"}));
+    EXPECT_TRUE(throwsModuleError([&] { Adam(1e-3f, 2.0f); }, {"Adam: beta1 must be in [0, 1), got 2"}));
+    EXPECT_TRUE(throwsModuleError([&] { AdamW(1e-3f, 0.9f, 1.0f); }, {"AdamW: beta2 must be in [0, 1), got 1"}));
+    EXPECT_TRUE(throwsModuleError([&] { Adam(1e-3f, 0.9f, 0.999f, -1e-8f); }, {"Adam: epsilon must be finite"}));
+    EXPECT_TRUE(throwsModuleError([&] { AdamW(1e-3f, 0.9f, 0.999f, 1e-8f, -0.01f); }, {"AdamW: weight decay"}));
+    EXPECT_TRUE(throwsModuleError([&] { AdaDelta(1.5f); }, {"AdaDelta: rho must be in [0, 1], got 1.5"}));
+    EXPECT_TRUE(throwsModuleError([&] { RMSProp(1e-3f, -0.1f); }, {"RMSProp: rho must be in [0, 1]"}));
+    EXPECT_TRUE(throwsModuleError([&] { RMSPropGraves(1e-4f, 0.95f, -1.0f); }, {"RMSPropGraves: momentum"}));
+    EXPECT_TRUE(throwsModuleError([&] { AdaGrad(0.01f, nan); }, {"AdaGrad: epsilon", "got nan"}));
+    EXPECT_TRUE(throwsModuleError([&] { SMORMS3(-1.0f); }, {"SMORMS3: the learning rate"}));
+    // The ends of the ranges.
+    EXPECT_NO_THROW(SGD{0.0f});
+    EXPECT_NO_THROW(MomentumSGD(0.1f, 0.0f));
+    EXPECT_NO_THROW(Adam(1e-3f, 0.0f, 0.0f, 0.0f));
+    EXPECT_NO_THROW(AdaDelta(1.0f));
+    EXPECT_NO_THROW(RMSProp(1e-3f, 0.0f));
+    // Set later: the old value stays.
+    OneParam m;
+    Adam adam;
+    adam.setupOn(m.lin);
+    EXPECT_TRUE(throwsModuleError([&] { adam.setLearnRate(nan); }, {"Adam: the learning rate", "got nan"}));
+    EXPECT_EQ(adam.learnRate(), 1e-3f);
+    EXPECT_TRUE(throwsModuleError([&] { adam.setWeightDecay(nan); }, {"Adam: weight decay", "got nan"}));
+    EXPECT_TRUE(throwsModuleError([&] { adam.setLearnRateFactor("W", -2.0f); },
+                                  {"Adam: the learning rate factor of 'W' must be finite and at least 0, got -2"}));
+    EXPECT_TRUE(throwsModuleError([&] { makeOptimizer("sgd", nan); }, {"SGD: the learning rate", "got nan"}));
+}
+
 // Gradient clipping by global norm, against the rule applied to gradients scaled by hand:
 // the gradients (3, 4) and (12) of two parameters times s have the norm 13 s, so a limit
 // of 6.5 scales them by 6.5 / (13 s); a limit above the norm leaves them as they are.
