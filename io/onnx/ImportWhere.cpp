@@ -11,6 +11,7 @@
 // A finite constant over an infinite or NaN data value gives NaN there (0 times infinity),
 // as the Where of a constant condition does.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -778,14 +779,106 @@ void Importer::importIntegerDivision(const onnx::NodeProto& n, std::optional<int
                   dataInputs(n, c ? std::vector<int>{0} : std::vector<int>{0, 1}));
 }
 
-// Mod of integer data by an integer constant (one number) or integer data.
+// fmod of float data x by a float constant c (one nonzero number) or float data y (c
+// nullopt): r = x - y t with t = x / y truncated toward zero (Casts to int32 and back), then
+// the quotient's rounding undone: where x / y rounded up to a whole number, r's sign is not
+// x's, and r + |y| sign(x) is the remainder; where it rounded down past one, |r| >= |y|, and
+// r - |y| sign(x) is. x - y t is computed exactly, as (x - p) - e with p = y t rounded and e
+// its rounding error (Dekker's product: y and t split into halves of 12 bits by 4097), so the
+// sign tests see its true sign and the result is fmod's where |x / y| < 2^23 (the steps are
+// those of the comparisons of float data, so the CPU's flushed denormals count as 0); beyond
+// that, where a product leaves float's range (|y| beyond 2^115) and where y is 0 (NaN in
+// fmod) it is not. A zero remainder is +0 (fmod gives x's sign).
+void Importer::importFloatMod(const onnx::NodeProto& n, std::optional<float> c) {
+    const NodePtr x = tessera::node(std::make_shared<Identity>(), {}, "x");
+    const NodePtr divisor = c ? NodePtr() : tessera::node(std::make_shared<Identity>(), {}, "divisor");
+    const std::vector<NodePtr> ins = c ? std::vector<NodePtr>{x} : std::vector<NodePtr>{x, divisor};
+    auto op = [](ModulePtr m, const NodePtr& a, const NodePtr& b, const std::string& name) {
+        return tessera::node(std::move(m), {a, b}, name);
+    };
+    auto sub = [&](const NodePtr& a, const NodePtr& b, const std::string& name) {
+        return op(std::make_shared<Sub>(), a, b, name);
+    };
+    auto mul = [&](const NodePtr& a, const NodePtr& b, const std::string& name) {
+        return op(std::make_shared<Mul>(), a, b, name);
+    };
+    // Dekker's split: v = hi + lo exactly, each of at most 12 significant bits.
+    auto split = [&](const NodePtr& v, const std::string& name) {
+        auto big = scaled(v, 4097.0f, (name + "_big").c_str());
+        auto hi = sub(big, sub(big, v, name + "_gap"), name + "_hi");
+        return std::pair{hi, sub(v, hi, name + "_lo")};
+    };
+    const NodePtr q = c ? scaled(x, 1.0f / *c, "quotient") : op(std::make_shared<Div>(), x, divisor, "quotient");
+    auto truncated = tessera::node(std::make_shared<Cast>(DType::float32, DType::int32),
+                                   {clipped(q, -0x1p23f, 0x1p23f, "bounded")}, "int");
+    auto t = tessera::node(std::make_shared<Cast>(DType::int32, DType::float32), {truncated}, "truncated");
+    const auto [th, tl] = split(t, "t");
+    NodePtr p, error;
+    if (c) {
+        volatile float big = *c * 4097.0f; // the same split of the constant, in float
+        const float hi = big - (big - *c), lo = *c - hi;
+        p = scaled(t, *c, "multiple");
+        auto e = sub(scaled(th, hi, "hh"), p, "e_hh");
+        e = op(std::make_shared<Add>(), e, scaled(tl, hi, "hl"), "e_hl");
+        e = op(std::make_shared<Add>(), e, scaled(th, lo, "lh"), "e_lh");
+        error = op(std::make_shared<Add>(), e, scaled(tl, lo, "ll"), "error");
+    } else {
+        const auto [yh, yl] = split(divisor, "y");
+        p = mul(t, divisor, "multiple");
+        auto e = sub(mul(yh, th, "hh"), p, "e_hh");
+        e = op(std::make_shared<Add>(), e, mul(yh, tl, "hl"), "e_hl");
+        e = op(std::make_shared<Add>(), e, mul(yl, th, "lh"), "e_lh");
+        error = op(std::make_shared<Add>(), e, mul(yl, tl, "ll"), "error");
+    }
+    auto r = sub(sub(x, p, "rounded_remainder"), error, "remainder");
+    auto sign = clipped(scaled(scaled(x, 0x1p127f, "x_scaled"), 0x1p22f, "x_rescaled"), -1.0f, 1.0f, "sign");
+    auto along = mul(r, sign, "along"); // r in x's direction: in [0, |y|) when t is right
+    auto under = stepOf(scaled(along, -1.0f, "behind"), "_under");
+    NodePtr magnitude, room;
+    if (c) {
+        room = tessera::node(std::make_shared<MulAddConst>(-1.0f, std::fabs(*c)), {along}, "room");
+    } else {
+        magnitude = tessera::node(std::make_shared<Activation>(ActivationKind::abs), {divisor}, "magnitude");
+        room = sub(magnitude, along, "room");
+    }
+    auto over = tessera::node(std::make_shared<MulAddConst>(-1.0f, 1.0f), {stepOf(room, "_room")}, "over");
+    auto turns = mul(sub(under, over, "turns"), sign, "signed_turns");
+    auto fix = c ? scaled(turns, std::fabs(*c), "fix") : mul(turns, magnitude, "fix");
+    auto y = op(std::make_shared<Add>(), r, fix, "fmod");
+    return define(n, std::make_shared<Graph>(ins, std::vector<NodePtr>{y}),
+                  dataInputs(n, c ? std::vector<int>{0} : std::vector<int>{0, 1}));
+}
+
+// Mod of integer data by an integer constant (one number) or integer data; fmod of float
+// data by a float constant (one number) or float data.
 void Importer::importMod(const onnx::NodeProto& n, const Attributes& a) {
     a.only({"fmod"});
     requireInputsImported(n);
     if (n.input_size() != 2) throw Unsupported{"expects 2 inputs, got " + std::to_string(n.input_size())};
     const bool fmod = a.i("fmod", 0) != 0;
+    const int32_t type = elemTypeOf(n.input(0));
+    const bool floats =
+        type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16;
+    if (!isConstant(n.input(0)) && floats) {
+        if (!fmod) throw Unsupported{"a Mod of float data with fmod 0 (ONNX requires fmod 1 for floats)"};
+        if (!isConstant(n.input(1))) {
+            const int32_t t1 = elemTypeOf(n.input(1));
+            if (t1 != type)
+                throw Unsupported{"a Mod of float data by " + typeName(t1) + " data (float data is supported)"};
+            return importFloatMod(n, std::nullopt);
+        }
+        const float d = requireScalar(n, 1, "a Mod of float data's divisor");
+        if (d == 0.0f || !std::isfinite(d)) {
+            char text[32];
+            std::snprintf(text, sizeof text, "%g", static_cast<double>(d));
+            throw Unsupported{"a Mod of float data by the constant " + std::string(text) +
+                              " (a finite nonzero number is supported)"};
+        }
+        return importFloatMod(n, d);
+    }
     if (isConstant(n.input(0)) || !isIntegerData(n.input(0))) {
-        throw Unsupported{"input 0 is not integer data (integer data by an integer constant or data is supported)"};
+        throw Unsupported{"input 0 is not integer or float data (integer data by an integer constant or data, float "
+                          "data by a float constant or data are supported)"};
     }
     if (isIntegerData(n.input(1))) return importIntegerDivision(n, std::nullopt, true, fmod);
     const Constant* c = isConstant(n.input(1)) ? &constants_.at(n.input(1)) : nullptr;

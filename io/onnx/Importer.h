@@ -403,6 +403,9 @@ private:
     void importIntegerDivision(const onnx::NodeProto& n, std::optional<int64_t> c, bool remainder = false,
                                bool fmod = false);
     void importMod(const onnx::NodeProto& n, const Attributes& a);
+    // fmod of float data by a nonzero float constant c, or by float data (c nullopt: n's
+    // input 1), as a graph (ImportWhere.cpp).
+    void importFloatMod(const onnx::NodeProto& n, std::optional<float> c);
     // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss: a graph of LogSoftMax,
     // GatherElements, masks and sums (ImportLosses.cpp).
     void importLoss(const onnx::NodeProto& n, const Attributes& a);

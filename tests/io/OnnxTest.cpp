@@ -363,7 +363,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
             EXPECT_TRUE(allClose(a, grads[1][i], 1e-5f)) << name << ": gradient " << i;
         }
     }
-    EXPECT_EQ(cases, 143);
+    EXPECT_EQ(cases, 144);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -707,6 +707,30 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
                       "(Range): a Range up to a dim not known at import ('N') other than from 0 by 1",
                       "(Mul): a Range up to a dim not known at import ('N') read by Mul",
                       "(Add): a Range up to a dim not known at import ('N') read by Add"});
+}
+
+// fmod of float data: fmod 0 (which ONNX forbids for floats), a divisor of 0 and one of
+// integer data are named.
+TEST(Onnx, FloatRemaindersItCannotTakeAreNamed) {
+    SKIP_WITHOUT_PYTHON_ONNX();
+    const std::string script = R"(
+import sys
+import onnx
+from onnx import TensorProto, helper
+f = TensorProto.FLOAT
+nodes = [helper.make_node("Mod", ["x", "two"], ["y1"]), helper.make_node("Mod", ["x", "zero"], ["y2"], fmod=1),
+         helper.make_node("Mod", ["x", "ids"], ["y3"], fmod=1)]
+g = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", f, ["N", 4]),
+                                         helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])],
+                      [helper.make_tensor_value_info(y, f, None) for y in ("y1", "y2", "y3")],
+                      [helper.make_tensor("two", f, [], [2.0]), helper.make_tensor("zero", f, [], [0.0])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys.argv[1])
+)";
+    const std::string msg = importRefusal("float_mod_refused", script);
+    ASSERT_FALSE(msg.empty()) << "imported";
+    expectParts(msg, {"3 node(s) cannot be imported", "(Mod): a Mod of float data with fmod 0",
+                      "(Mod): a Mod of float data by the constant 0 (a finite nonzero number is supported)",
+                      "(Mod): a Mod of float data by int64 data"});
 }
 
 // Losses as ops: what the import cannot take is named at import; a target outside the classes

@@ -355,7 +355,8 @@ def comparison_forms(root):
     """Comparisons and logic of integer and bool data, as models make masks from lengths and
     ids: each comparison against a constant on either side (a number, a tensor [1, T] that
     enlarges data [N, 1], a Range expanded over the batch) and against data (broadcast both
-    ways), Equal of two data inputs; And, Or, Xor of two masks and of a mask and a constant."""
+    ways), Equal of two data inputs; And, Or, Xor of two masks and of a mask and a constant;
+    integer division and remainders; fmod of float data."""
     rs = np.random.RandomState(11)
     T = 5
     lengths = np.array([[5], [3], [0]], np.int64)
@@ -509,6 +510,25 @@ def comparison_forms(root):
         [helper.make_tensor(f"c{k}", TensorProto.INT64, [], [d]) for k, d in enumerate((3, -3, 7))] +
         [helper.make_tensor("zero", TensorProto.INT64, [], [0]), helper.make_tensor("one", TensorProto.INT64, [], [1])])
     save(root, "integer_remainders_and_where", g, [a, b, cond], want, 13)
+    # fmod of float data (torch.fmod) by constants of both signs and by data of both signs:
+    # values at and one ulp beside multiples of the divisor (the quotient rounds to the whole
+    # number, or just below it), zeros, and values of both signs up to 1000.
+    f32 = np.float32
+    edges = [f32(7.5), np.nextafter(f32(7.5), f32(0)), np.nextafter(f32(7.5), f32(10)), f32(-7.5),
+             np.nextafter(f32(-5), f32(0)), np.nextafter(f32(-5), f32(-10)), f32(0.3), f32(-0.3), f32(0), f32(2.5),
+             f32(1000.25), f32(-999.9)]
+    x = np.concatenate([np.array(edges, f32), (rs.randn(20) * 30).astype(f32)])[None, :]
+    y = np.concatenate([np.array([2.5, -2.5, 2.5, 2.5, 2.5, -2.5, 0.1, 0.1, 3, -0.7, 0.5, 1.5], f32),
+                        (rs.rand(20) * 4 + 0.25).astype(f32) * np.where(rs.rand(20) < 0.5, -1, 1).astype(f32)])
+    y = y[None, :]
+    divisors = (2.5, -0.7, 0.1)
+    nodes = [helper.make_node("Mod", ["x", f"c{k}"], [f"y{k}"], fmod=1) for k in range(len(divisors))]
+    nodes.append(helper.make_node("Mod", ["x", "d"], [f"y{len(divisors)}"], fmod=1))
+    g = helper.make_graph(
+        nodes, "float_remainders", [value("x", ["N", x.shape[1]]), value("d", ["N", x.shape[1]])],
+        [value(f"y{k}", ["N", x.shape[1]]) for k in range(len(divisors) + 1)],
+        [helper.make_tensor(f"c{k}", TensorProto.FLOAT, [], [c]) for k, c in enumerate(divisors)])
+    save(root, "float_remainders", g, [x, y], [np.fmod(x, f32(c)) for c in divisors] + [np.fmod(x, y)], 13)
 
 
 def reduction_forms(root):
