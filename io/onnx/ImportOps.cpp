@@ -87,6 +87,7 @@ const std::unordered_map<std::string, Importer::ImportFn>& Importer::importers()
             {"Elu", &Importer::importElu},
             {"Scatter", &Importer::importScatterElements},
             {"ScatterElements", &Importer::importScatterElements},
+            {"ScatterND", &Importer::importScatterND},
             {"Selu", &Importer::importElu},
             {"And", &Importer::importMaskOp},
             {"Equal", &Importer::importMaskOp},

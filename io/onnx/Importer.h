@@ -209,6 +209,8 @@ private:
     void importGatherElements(const onnx::NodeProto& n, const Attributes& a);
     // ScatterElements (and Scatter, its name before opset 11): reduction none or add.
     void importScatterElements(const onnx::NodeProto& n, const Attributes& a);
+    // ScatterND into data by constant indices writing one box (slice assignments: ImportScatter.cpp).
+    void importScatterND(const onnx::NodeProto& n, const Attributes& a);
     // CumSum of float data, or of integer data between Casts to float and back (a mask's
     // running count: position ids); the axis a constant.
     void importCumSum(const onnx::NodeProto& n, const Attributes& a);

@@ -363,7 +363,7 @@ TEST(Onnx, ExtraCasesAgainstNumpy) {
             EXPECT_TRUE(allClose(a, grads[1][i], 1e-5f)) << name << ": gradient " << i;
         }
     }
-    EXPECT_EQ(cases, 144);
+    EXPECT_EQ(cases, 145);
 }
 
 TEST(Onnx, BadFilesAreIoErrorsNamingThem) {
@@ -731,6 +731,36 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), sys
     expectParts(msg, {"3 node(s) cannot be imported", "(Mod): a Mod of float data with fmod 0",
                       "(Mod): a Mod of float data by the constant 0 (a finite nonzero number is supported)",
                       "(Mod): a Mod of float data by int64 data"});
+}
+
+// ScatterND imports as a slice assignment over every sample; one writing part of the batch, a
+// slice with steps, data of a free batch and a reduction are named.
+TEST(Onnx, ScattersItCannotTakeAreNamed) {
+    SKIP_WITHOUT_PYTHON_ONNX();
+    const std::string script = R"(
+import sys
+import onnx
+from onnx import TensorProto, helper
+f, i = TensorProto.FLOAT, TensorProto.INT64
+nodes = [helper.make_node("ScatterND", ["x", "first", "u1"], ["y1"]),
+         helper.make_node("ScatterND", ["x", "stepped", "u2"], ["y2"]),
+         helper.make_node("ScatterND", ["free", "rows", "u2"], ["y3"]),
+         helper.make_node("ScatterND", ["x", "rows", "u2"], ["y4"], reduction="add")]
+g = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", f, [2, 4]),
+                                         helper.make_tensor_value_info("free", f, ["N", 4]),
+                                         helper.make_tensor_value_info("u1", f, [1]),
+                                         helper.make_tensor_value_info("u2", f, [2, 2])],
+                      [helper.make_tensor_value_info(y, f, None) for y in ("y1", "y2", "y3", "y4")],
+                      [helper.make_tensor("first", i, [1, 2], [0, 1]),
+                       helper.make_tensor("stepped", i, [2, 2, 2], [0, 0, 0, 2, 1, 0, 1, 2]),
+                       helper.make_tensor("rows", i, [2, 1], [0, 1])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)]), sys.argv[1])
+)";
+    const std::string msg = importRefusal("scatters_refused", script);
+    ASSERT_FALSE(msg.empty()) << "imported";
+    expectParts(msg, {"4 node(s) cannot be imported", "(ScatterND): indices that write part of the batch",
+                      "(ScatterND): indices that do not write one box of whole ranges",
+                      "(ScatterND): data whose dims are not all known at import", "(ScatterND): reduction 'add'"});
 }
 
 // Losses as ops: what the import cannot take is named at import; a target outside the classes

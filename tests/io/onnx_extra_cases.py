@@ -529,6 +529,45 @@ def comparison_forms(root):
         [value(f"y{k}", ["N", x.shape[1]]) for k in range(len(divisors) + 1)],
         [helper.make_tensor(f"c{k}", TensorProto.FLOAT, [], [c]) for k, c in enumerate(divisors)])
     save(root, "float_remainders", g, [x, y], [np.fmod(x, f32(c)) for c in divisors] + [np.fmod(x, y)], 13)
+    # Slice assignments as PyTorch exports them at a fixed batch: ScatterND by constant
+    # indices writing a box, x[:, 1] = u (data), x[..., 1:3] = sigmoid(x[..., 1:3]), and
+    # x[:, 2:4, :2] = 0.5 (a constant), each over all samples.
+    x = rs.randn(2, 4, 5).astype(f32)
+    u = rs.randn(2, 5).astype(f32)
+
+    def tuples(*ranges):
+        grid = np.stack(np.meshgrid(*[np.arange(*r) for r in ranges], indexing="ij"), -1)
+        return helper.make_tensor(f"i{len(inits)}", TensorProto.INT64, grid.shape, grid.ravel().astype(np.int64))
+
+    inits = [helper.make_tensor("i0", TensorProto.INT64, [2, 2], [0, 1, 1, 1])]  # (0, 1), (1, 1)
+    inits.append(tuples((0, 2), (0, 4), (1, 3)))
+    inits.append(tuples((0, 2), (2, 4), (0, 2)))
+    inits.append(helper.make_tensor("half", TensorProto.FLOAT, [2, 2, 2], np.full(8, 0.5, f32)))
+    nodes = [helper.make_node("ScatterND", ["x", "i0", "u"], ["y0"]),
+             helper.make_node("Slice", ["x", "s_start", "s_end", "s_axes"], ["part"]),
+             helper.make_node("Sigmoid", ["part"], ["squashed"]),
+             helper.make_node("ScatterND", ["x", "i1", "squashed"], ["y1"]),
+             helper.make_node("ScatterND", ["x", "i2", "half"], ["y2"]),
+             helper.make_node("ScatterND", ["ids", "i0", "v"], ["written"]),  # ids[:, 1] = v, integers
+             helper.make_node("Cast", ["written"], ["y3"], to=TensorProto.FLOAT)]
+    inits += [helper.make_tensor("s_start", TensorProto.INT64, [1], [1]),
+              helper.make_tensor("s_end", TensorProto.INT64, [1], [3]),
+              helper.make_tensor("s_axes", TensorProto.INT64, [1], [2])]
+    want = [x.copy(), x.copy(), x.copy()]
+    want[0][:, 1] = u
+    want[1][..., 1:3] = 1 / (1 + np.exp(-x[..., 1:3]))
+    want[2][:, 2:4, :2] = 0.5
+    ids = rs.randint(0, 100, (2, 4)).astype(np.int64)
+    v = np.array([-7, 1000], np.int64)
+    written = ids.copy()
+    written[:, 1] = v
+    want.append(written.astype(f32))
+    g = helper.make_graph(nodes, "slice_assignments",
+                          [value("x", [2, 4, 5]), value("u", [2, 5]),
+                           helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 4]),
+                           helper.make_tensor_value_info("v", TensorProto.INT64, [2])],
+                          [value(f"y{k}", [2, 4, 5]) for k in range(3)] + [value("y3", [2, 4])], inits)
+    save(root, "slice_assignments", g, [x, u, ids, v], want, 13)
 
 
 def reduction_forms(root):
